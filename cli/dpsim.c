@@ -1,0 +1,72 @@
+/* dpsim — the command-line driver. Thin: parse arguments, call the library, print. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv); /* NULL: not built yet */
+    const char *summary;
+} subcommand;
+
+static const subcommand SUBCOMMANDS[] = {
+    {"trace", cmd_trace, "generate, import and describe sequence-length traces"},
+    {"models", NULL, "list model, GPU and cluster presets"},
+    {"cost", NULL, "one cost-model query: time and memory of a micro-batch shape"},
+    {"calibrate", NULL, "fit the analytic cost model to a measured profile"},
+    {"plan", NULL, "micro-batch a trace and build execution plans"},
+    {"sim", NULL, "simulate execution plans: iteration time, bubbles, memory"},
+    {"compare", NULL, "the main job: batching x schedule comparison table and figures"},
+    {"sweep", NULL, "grid of plan parameters, one CSV row per point"},
+    {"plot", cmd_plot, "draw figures with gnuplot"},
+    {"validate", NULL, "compare a simulated plan with a measured timeline"},
+};
+#define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
+
+static const char USAGE[] = "dpsim [--help] [--version] SUBCOMMAND [OPTIONS]";
+
+static void help(void)
+{
+    printf("usage: %s\n\n"
+           "dpsim simulates pipeline-parallel training of multi-task LLMs whose samples have very\n"
+           "different lengths, after DynaPipe (Jiang et al., EuroSys'24).\n\n"
+           "Subcommands:\n",
+           USAGE);
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        printf("  %-10s %s%s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].summary,
+               SUBCOMMANDS[i].run ? "" : " (not built yet)");
+    printf("\nOptions:\n"
+           "  -h, --help     this help\n"
+           "  -V, --version  print the version\n\n"
+           "'dpsim SUBCOMMAND --help' lists a subcommand's options and their defaults.\n"
+           "Exit status: 0 success, 1 runtime failure, 2 usage error.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "dpsim: missing subcommand\nusage: %s\n", USAGE);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        help();
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+        printf("dpsim %s\n", DPSIM_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
+        if (strcmp(name, SUBCOMMANDS[i].name) != 0) continue;
+        if (!SUBCOMMANDS[i].run) {
+            fprintf(stderr, "dpsim %s: not built yet in dpsim %s (%s)\n", name, DPSIM_VERSION,
+                    SUBCOMMANDS[i].summary);
+            return EXIT_USAGE;
+        }
+        return SUBCOMMANDS[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "dpsim: unknown subcommand \"%s\"\nusage: %s\n", name, USAGE);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,82 @@
+/*
+ * dp.h — status codes and error reporting shared by every dpsim module.
+ *
+ * Contract
+ * --------
+ * Library code (everything below the two mains) never prints and never exits. A function that can
+ * fail returns a dp_status and, when it fails, fills the caller's dp_err with a message that names
+ * the place: "trace.csv:17: target_len \"-3\" is negative". Optionally a second line starting with
+ * "hint: " says how to fix it. Only main() turns a status into an exit code (dp_exit_code).
+ *
+ * Propagation uses TRY/goto out, as NCCL's NCCLCHECKGOTO does:
+ *
+ *     dp_status st = DP_OK;
+ *     TRY(trace_read_csv(path, &t, err));
+ *     ...
+ *   out:
+ *     cleanup();
+ *     return st;
+ *
+ * A dp_err may be NULL: the message is then dropped but the status is still returned.
+ */
+#ifndef DP_H
+#define DP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum dp_status {
+    DP_OK = 0,
+    DP_ERR_IO,          /* a file could not be opened, read or written */
+    DP_ERR_PARSE,       /* input is malformed (bad syntax, missing column, bad number) */
+    DP_ERR_INVALID,     /* input is well-formed but a value is out of range or contradictory */
+    DP_ERR_NOMEM,       /* host allocation failed */
+    DP_ERR_INFEASIBLE,  /* the request has no answer: shape outside a profile, plan does not fit */
+    DP_ERR_DEADLOCK,    /* an execution plan cannot complete */
+    DP_ERR_UNSUPPORTED, /* a feature that this build or this subcommand does not provide */
+    DP_ERR_EXTERNAL,    /* an external program or library failed (gnuplot, MPI, GSL) */
+} dp_status;
+
+/* Room for one message with a hint line; longer messages are truncated, never overflowed. */
+#define DP_ERR_MSG_MAX 1024
+
+typedef struct dp_err {
+    dp_status status;
+    char msg[DP_ERR_MSG_MAX];
+} dp_err;
+
+/* A short, constant description of a status ("parse error"). Never NULL. */
+const char *dp_strerror(dp_status st);
+
+/* Records st and a printf-style message in err (if err is not NULL) and returns st, so that
+ * `return dp_fail(err, DP_ERR_PARSE, "%s:%ld: ...", path, line);` reads naturally. */
+dp_status dp_fail(dp_err *err, dp_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepends "prefix: " to an existing message (used to add context such as a file name). */
+void dp_err_prefix(dp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Exit code for main(): 0 for DP_OK, 2 for usage-like errors is decided by the CLI, 1 otherwise. */
+int dp_exit_code(dp_status st);
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        st = (expr);                                                                               \
+        if (st != DP_OK) goto out;                                                                 \
+    } while (0)
+
+/* Parses a whole decimal integer in [lo, hi]. Returns 0 on success, -1 when text is empty, has
+ * trailing garbage or is out of range. Leading/trailing spaces are allowed. */
+int dp_parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out);
+
+/* Parses a finite double (rejects NaN and infinity). Same return convention as dp_parse_i64. */
+int dp_parse_f64(const char *text, double *out);
+
+/* strdup that is C11-clean. Returns NULL on allocation failure. */
+char *dp_strdup(const char *s);
+
+/* Grows *buf (of *cap elements of size elem) to hold at least need elements. Returns DP_OK or
+ * DP_ERR_NOMEM. Growth is geometric so that appending n items is O(n). */
+dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem);
+
+#endif /* DP_H */

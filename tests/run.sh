@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The one test runner: every unit-test binary and every CLI test script, for each build folder
+# given (e.g. build and build/san). One line per test program; the very last line is exactly
+# "N passed, N failed" (N counts test cases). Exits non-zero when anything failed.
+set -u
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || set -- build
+passed=0 failed=0 programs_failed=0
+logdir=$(mktemp -d /tmp/dpsim-tests.XXXXXX)
+trap 'rm -rf "$logdir"' EXIT
+
+report() { # name status cases_passed cases_failed log
+  local name=$1 ok=$2 p=$3 f=$4 log=$5
+  passed=$((passed + p)); failed=$((failed + f))
+  if [ "$ok" = 1 ]; then
+    printf 'PASS  %-44s %4d passed\n' "$name" "$p"
+  else
+    programs_failed=$((programs_failed + 1))
+    printf 'FAIL  %-44s %4d passed, %d failed\n' "$name" "$p" "$f"
+    sed 's/^/      | /' "$log" | tail -n 40
+  fi
+}
+
+for build in "$@"; do
+  if [ ! -x "$build/dpsim" ]; then
+    echo "FAIL  $build/dpsim is missing (run make first)"; failed=$((failed + 1)); continue
+  fi
+  # ASan: report leaks too; UBSan: stop at the first error with a stack.
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  for bin in "$build"/tests/test_*; do
+    [ -x "$bin" ] || continue
+    log="$logdir/$(echo "$bin" | tr / _).log"
+    "$bin" >"$log" 2>&1; rc=$?
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    p=${p:-0}; f=${f:-0}
+    if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi   # crashed or sanitizer abort
+    report "$bin" $([ $rc -eq 0 ] && echo 1 || echo 0) "$p" "$f" "$log"
+  done
+  for script in tests/cli/test_*.sh; do
+    [ -f "$script" ] || continue
+    log="$logdir/$(basename "$script")-$(echo "$build" | tr / _).log"
+    DPSIM="$build/dpsim" bash "$script" >"$log" 2>&1; rc=$?
+    p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+    if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
+    report "$script [$build]" $([ $rc -eq 0 ] && [ "$f" = 0 ] && echo 1 || echo 0) "$p" "$f" "$log"
+  done
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$programs_failed" -eq 0 ]
