@@ -47,13 +47,15 @@ endif
 endif
 
 # ---- sources ------------------------------------------------------------------------------------
-LIB_SRCS := $(wildcard common/*.c traces/*.c plots/*.c)
+LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c plots/*.c)
 CLI_SRCS := $(wildcard cli/*.c)
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
+BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
 .PHONY: all deps demo check test bench clean help default-trace
@@ -74,9 +76,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 tests: $(TEST_BINS)
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d)
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+         $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
 
 # ---- set-up, demo, tests ------------------------------------------------------------------------
 deps:
@@ -111,8 +118,8 @@ check: deps
 test: all tests
 	@tests/run.sh $(BUILD)
 
-bench: all
-	@echo "bench: no benchmarks yet"
+bench: all $(BENCH_BINS)
+	@for b in $(BENCH_BINS); do $$b || exit 1; echo; done
 
 clean:
 	rm -rf build

@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* realpath */
 #include "cli.h"
 
 #include <limits.h>
@@ -65,6 +66,8 @@ const char *cli_data_path(const char *rel, char *buf, size_t cap)
         if (slash) {
             *slash = '\0'; /* the build/ folder */
             snprintf(buf, cap, "%s/../%s", exe, rel);
+            char real[PATH_MAX];
+            if (readable(buf) && realpath(buf, real)) snprintf(buf, cap, "%s", real);
             if (readable(buf)) return buf;
         }
     }
@@ -75,4 +78,78 @@ const char *cli_data_path(const char *rel, char *buf, size_t cap)
 int cli_stderr_is_tty(void)
 {
     return isatty(STDERR_FILENO);
+}
+
+void cost_opts_default(cost_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model = "gpt-6.7b-16l";
+    o->hw = "p4d";
+    o->tp = 1;
+    o->recompute = RECOMPUTE_NONE;
+}
+
+dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
+                         char *source, size_t source_cap, dp_err *err)
+{
+    dp_status st = model_resolve(o->model, m, err);
+    if (st == DP_OK) st = cluster_resolve(o->hw, hw, err);
+    if (st != DP_OK) return st;
+    if (o->fit) {
+        snprintf(source, source_cap, "analytic, fitted (%s)", o->fit);
+        return cost_fit_load(o->fit, m, cm, err);
+    }
+    const char *profile = o->profile;
+    char buf[4096];
+    if (!profile && !o->analytic && m->profile[0] && strcmp(hw->gpu.name, "a100-40gb") == 0) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/profiles/%s", m->profile);
+        profile = cli_data_path(rel, buf, sizeof buf);
+        if (!profile)
+            return dp_fail(err, DP_ERR_IO,
+                           "%s: the measured profile of %s is missing\nhint: set DPSIM_DATA to the "
+                           "dpsim source folder, or pass --profile or --analytic",
+                           buf, m->name);
+    }
+    if (profile && !o->analytic) {
+        snprintf(source, source_cap, "profile %s (tp %d, recompute %s)", profile, o->tp,
+                 recompute_name(o->recompute));
+        return cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err);
+    }
+    analytic_params p;
+    analytic_params_default(&p);
+    snprintf(source, source_cap, "analytic on %s (default parameters)", hw->gpu.name);
+    return cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err);
+}
+
+const char COST_OPTS_HELP[] =
+    "      --model M        model preset or JSON/HF config file (dpsim models) [gpt-6.7b-16l]\n"
+    "      --hw H           cluster or GPU preset, or JSON file               [p4d]\n"
+    "      --profile CSV    measured cost profile      [the model's own on A100-40GB]\n"
+    "      --fit FILE       fitted analytic model from 'dpsim calibrate -o'\n"
+    "      --analytic       analytic cost model even where a profile exists\n"
+    "      --tp T           tensor-parallel degree                            [1]\n"
+    "      --recompute R    none | selective | full                          [none]\n";
+
+int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage)
+{
+    int64_t v;
+    switch (c) {
+    case 300: o->model = arg; return 1;
+    case 301: o->hw = arg; return 1;
+    case 302: o->profile = arg; return 1;
+    case 303: o->fit = arg; return 1;
+    case 304: o->analytic = 1; return 1;
+    case 305:
+        if (cli_int(cmd, "--tp", arg, 1, 1024, &v)) return -1;
+        o->tp = (int)v;
+        return 1;
+    case 306:
+        if (recompute_parse(arg, &o->recompute) != 0) {
+            cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full)", arg);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
 }

@@ -44,4 +44,43 @@ int cli_stderr_is_tty(void);
 int cmd_trace(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 
+
+/* ---- choosing a cost model from options (shared by cost, calibrate, plan, sim, compare) ---- */
+
+#include "../models/cost.h"
+
+typedef struct cost_opts {
+    const char *model;   /* preset or file                               [gpt-6.7b-16l] */
+    const char *hw;      /* cluster/GPU preset or file                   [p4d] */
+    const char *profile; /* measured profile CSV; NULL = the model's own when the GPU matches */
+    const char *fit;     /* fitted analytic model (dpsim calibrate -o) */
+    int analytic;        /* 1: use the analytic model even if a profile exists */
+    int tp;              /* tensor parallelism                           [1] */
+    recompute_mode recompute; /*                                          [none] */
+} cost_opts;
+
+void cost_opts_default(cost_opts *o);
+
+/* Resolves model and hardware and builds the cost model the options ask for. The model's measured
+ * profile is used by default when the hardware's GPU is the one it was measured on (A100-40GB);
+ * otherwise the analytic model. *source describes the choice for the user. */
+dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
+                         char *source, size_t source_cap, dp_err *err);
+
+/* Long options of cost_opts, for a getopt_long table, and their help lines. */
+#define COST_LONG_OPTS                                                                             \
+    {"model", required_argument, 0, 300}, {"hw", required_argument, 0, 301},                       \
+        {"profile", required_argument, 0, 302}, {"fit", required_argument, 0, 303},                \
+        {"analytic", no_argument, 0, 304}, {"tp", required_argument, 0, 305},                      \
+        {"recompute", required_argument, 0, 306}
+extern const char COST_OPTS_HELP[];
+
+/* Handles one cost option (getopt code c, value optarg): 1 handled, 0 not a cost option, -1 usage
+ * error already printed. */
+int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage);
+
+int cmd_models(int argc, char **argv);
+int cmd_cost(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
+
 #endif /* CLI_H */

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <gsl/gsl_errno.h>
+
 #include "cli.h"
 
 typedef struct subcommand {
@@ -12,9 +14,9 @@ typedef struct subcommand {
 
 static const subcommand SUBCOMMANDS[] = {
     {"trace", cmd_trace, "generate, import and describe sequence-length traces"},
-    {"models", NULL, "list model, GPU and cluster presets"},
-    {"cost", NULL, "one cost-model query: time and memory of a micro-batch shape"},
-    {"calibrate", NULL, "fit the analytic cost model to a measured profile"},
+    {"models", cmd_models, "list model, GPU and cluster presets"},
+    {"cost", cmd_cost, "one cost-model query: time and memory of a micro-batch shape"},
+    {"calibrate", cmd_calibrate, "fit the analytic cost model to a measured profile"},
     {"plan", NULL, "micro-batch a trace and build execution plans"},
     {"sim", NULL, "simulate execution plans: iteration time, bubbles, memory"},
     {"compare", NULL, "the main job: batching x schedule comparison table and figures"},
@@ -45,6 +47,7 @@ static void help(void)
 
 int main(int argc, char **argv)
 {
+    gsl_set_error_handler_off(); /* library code checks GSL's return codes instead */
     if (argc < 2) {
         fprintf(stderr, "dpsim: missing subcommand\nusage: %s\n", USAGE);
         return EXIT_USAGE;

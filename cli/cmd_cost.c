@@ -1,0 +1,279 @@
+/* dpsim cost — one cost-model query; dpsim calibrate — fit the analytic model to a profile. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../models/calibrate.h"
+#include "../models/memory.h"
+#include "cli.h"
+
+static const char COST_USAGE[] =
+    "dpsim cost [--model M] (--profile CSV | --hw H) --mbs N --seqlen L [--dec-seqlen D] [--json]";
+
+/* Stage-level figures of the slowest stage: layers x per-layer (+ LM head on the last stage). */
+typedef struct stage_cost {
+    double fwd_ms, bwd_ms, stored_mb, peak_mb;
+    int stage;
+} stage_cost;
+
+static dp_status slowest_stage(const cost_model *cm, int pp, const cost_shape *s,
+                               const cost_layer *layer, stage_cost *out, dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->fwd_ms = -1;
+    for (int st = 0; st < pp; st++) {
+        int enc, dec;
+        memory_stage_layers(&cm->model, st, pp, &enc, &dec);
+        stage_cost c = {0};
+        c.stage = st;
+        for (int k = 0; k < 2; k++) {
+            int n = k == 0 ? enc : dec;
+            const cost_layer *l = &layer[k];
+            if (!n) continue;
+            c.fwd_ms += n * l->fwd_ms;
+            c.bwd_ms += n * l->bwd_ms;
+            c.stored_mb += n * l->stored_act_mb;
+            c.peak_mb = fmax(c.peak_mb, fmax(0, l->peak_act_mb - l->stored_act_mb));
+        }
+        if (st == pp - 1) {
+            cost_layer post;
+            dp_status r = cost_query(cm, COMP_POSTPROCESS, s, &post, err);
+            if (r != DP_OK) return r;
+            c.fwd_ms += post.fwd_ms;
+            c.bwd_ms += post.bwd_ms;
+        }
+        c.peak_mb += c.stored_mb;
+        if (c.fwd_ms + c.bwd_ms > out->fwd_ms + out->bwd_ms) *out = c;
+    }
+    return DP_OK;
+}
+
+int cmd_cost(int argc, char **argv)
+{
+    static const struct option opts[] = {COST_LONG_OPTS,
+                                         {"mbs", required_argument, 0, 'b'},
+                                         {"seqlen", required_argument, 0, 'l'},
+                                         {"dec-seqlen", required_argument, 0, 'd'},
+                                         {"pp", required_argument, 0, 'p'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "cost";
+    cost_opts co;
+    cost_opts_default(&co);
+    int64_t mbs = -1, seqlen = -1, dec = 0, pp = 1;
+    int json = 0, c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:l:d:p:jh", opts, NULL)) != -1) {
+        if ((r = cli_cost_opt(&co, c, optarg, cmd, COST_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'b':
+            if (cli_int(cmd, "--mbs", optarg, 1, 1 << 24, &mbs)) return EXIT_USAGE;
+            break;
+        case 'l':
+            if (cli_int(cmd, "--seqlen", optarg, 1, 1 << 24, &seqlen)) return EXIT_USAGE;
+            break;
+        case 'd':
+            if (cli_int(cmd, "--dec-seqlen", optarg, 1, 1 << 24, &dec)) return EXIT_USAGE;
+            break;
+        case 'p':
+            if (cli_int(cmd, "--pp", optarg, 1, 4096, &pp)) return EXIT_USAGE;
+            break;
+        case 'j': json = 1; break;
+        case 'h':
+            printf("usage: %s\n\nOne cost-model query: forward and backward time per layer and per\n"
+                   "stage, and stored/peak activation memory, for one micro-batch shape.\n\n"
+                   "  -b, --mbs N          micro-batch size (samples)                   (required)\n"
+                   "  -l, --seqlen L       sequence length; T5: encoder length, tokens   (required)\n"
+                   "  -d, --dec-seqlen D   T5 decoder length, tokens                     (T5: required)\n"
+                   "  -p, --pp S           pipeline stages, for the per-stage figures    [1]\n"
+                   "  -j, --json           print the cost query JSON contract\n"
+                   "%s  -h, --help           this help\n",
+                   COST_USAGE, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, COST_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, COST_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, COST_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    if (mbs < 0 || seqlen < 0) return cli_usage_error(cmd, COST_USAGE, "--mbs and --seqlen are required");
+
+    dp_err err = {0};
+    model_spec m;
+    cluster_spec hw;
+    cost_model *cm = NULL;
+    char source[4200];
+    dp_status st = cli_build_cost(&co, &m, &hw, &cm, source, sizeof source, &err);
+    if (st != DP_OK) return cli_fail(cmd, &err);
+    if (m.arch == ARCH_T5 && dec == 0) {
+        cost_model_free(cm);
+        return cli_usage_error(cmd, COST_USAGE, "a T5 model needs --dec-seqlen");
+    }
+    if (m.arch == ARCH_GPT && dec != 0) {
+        cost_model_free(cm);
+        return cli_usage_error(cmd, COST_USAGE, "a GPT model has no decoder: drop --dec-seqlen");
+    }
+    if (pp > model_layers(&m) || (m.arch == ARCH_T5 && pp > 1 && pp % 2)) {
+        cost_model_free(cm);
+        return cli_usage_error(cmd, COST_USAGE,
+                               "--pp %lld does not fit %s (%d layers%s)", (long long)pp, m.name,
+                               model_layers(&m), m.arch == ARCH_T5 ? "; T5 needs an even --pp" : "");
+    }
+    cost_shape s = {(int)mbs, (int)seqlen, (int)dec};
+    cost_layer layer[2] = {{0}};
+    st = cost_query(cm, COMP_ENCODER, &s, &layer[0], &err);
+    if (st == DP_OK && m.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, &s, &layer[1], &err);
+    stage_cost sc;
+    if (st == DP_OK) st = slowest_stage(cm, (int)pp, &s, layer, &sc, &err);
+    if (st != DP_OK && st != DP_ERR_INFEASIBLE) {
+        cost_model_free(cm);
+        return cli_fail(cmd, &err);
+    }
+    int feasible = st == DP_OK;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "feasible", feasible);
+        cJSON_AddStringToObject(o, "cost_model", source);
+        if (!feasible) {
+            cJSON_AddStringToObject(o, "reason", err.msg);
+        } else {
+            /* T5: the slower of its encoder and decoder layers */
+            const cost_layer *l = m.arch == ARCH_T5 && layer[1].fwd_ms + layer[1].bwd_ms >
+                                                           layer[0].fwd_ms + layer[0].bwd_ms
+                                      ? &layer[1]
+                                      : &layer[0];
+            cJSON_AddNumberToObject(o, "fwd_ms_per_layer", l->fwd_ms);
+            cJSON_AddNumberToObject(o, "bwd_ms_per_layer", l->bwd_ms);
+            cJSON_AddNumberToObject(o, "fwd_ms_per_stage", sc.fwd_ms);
+            cJSON_AddNumberToObject(o, "bwd_ms_per_stage", sc.bwd_ms);
+            cJSON_AddNumberToObject(o, "stored_act_mb_per_layer", l->stored_act_mb);
+            cJSON_AddNumberToObject(o, "peak_act_mb", sc.peak_mb);
+            if (m.arch == ARCH_T5) {
+                cJSON *e = cJSON_AddObjectToObject(o, "encoder_layer");
+                cJSON_AddNumberToObject(e, "fwd_ms", layer[0].fwd_ms);
+                cJSON_AddNumberToObject(e, "bwd_ms", layer[0].bwd_ms);
+                cJSON *d = cJSON_AddObjectToObject(o, "decoder_layer");
+                cJSON_AddNumberToObject(d, "fwd_ms", layer[1].fwd_ms);
+                cJSON_AddNumberToObject(d, "bwd_ms", layer[1].bwd_ms);
+            }
+        }
+        char *text = cJSON_Print(o);
+        puts(text);
+        free(text);
+        cJSON_Delete(o);
+    } else {
+        printf("# model %s, tp %d, recompute %s, mbs %d, seqlen %d", m.name, co.tp,
+               recompute_name(co.recompute), s.mbs, s.enc_len);
+        if (m.arch == ARCH_T5) printf(", dec-seqlen %d", s.dec_len);
+        printf("\n# cost model: %s\n", source);
+        if (!feasible) {
+            printf("infeasible: %s\n", err.msg);
+        } else {
+            printf("%-16s %10s %10s %12s %12s\n", "component", "fwd", "bwd", "stored_act",
+                   "peak_act");
+            printf("%-16s %10s %10s %12s %12s\n", "#", "ms", "ms", "MB", "MB");
+            for (int k = 0; k < (m.arch == ARCH_T5 ? 2 : 1); k++)
+                printf("%-16s %10.3f %10.3f %12.1f %12.1f\n",
+                       k ? "decoder layer" : (m.arch == ARCH_T5 ? "encoder layer" : "layer"),
+                       layer[k].fwd_ms, layer[k].bwd_ms, layer[k].stored_act_mb,
+                       layer[k].peak_act_mb);
+            printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "slowest stage", sc.fwd_ms, sc.bwd_ms,
+                   sc.stored_mb, sc.peak_mb);
+            printf("# slowest of %lld stage%s: stage %d (the last stage adds the LM head)\n",
+                   (long long)pp, pp == 1 ? "" : "s", sc.stage);
+        }
+    }
+    cost_model_free(cm);
+    return feasible ? 0 : EXIT_RUNTIME;
+}
+
+/* ---- calibrate ------------------------------------------------------------------------------- */
+
+static const char CALIB_USAGE[] =
+    "dpsim calibrate --profile CSV [--model M] [--hw H] [--tp T] [--holdout F] -o fit.json";
+
+int cmd_calibrate(int argc, char **argv)
+{
+    static const struct option opts[] = {COST_LONG_OPTS,
+                                         {"holdout", required_argument, 0, 'H'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "calibrate", *out = NULL;
+    cost_opts co;
+    cost_opts_default(&co);
+    double holdout = 0.2;
+    int64_t seed = 1;
+    int c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":H:s:o:h", opts, NULL)) != -1) {
+        if ((r = cli_cost_opt(&co, c, optarg, cmd, CALIB_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'H':
+            if (cli_double(cmd, "--holdout", optarg, 0, 0.9, &holdout)) return EXIT_USAGE;
+            break;
+        case 's':
+            if (cli_int(cmd, "--seed", optarg, 0, UINT32_MAX, &seed)) return EXIT_USAGE;
+            break;
+        case 'o': out = optarg; break;
+        case 'h':
+            printf("usage: %s\n\nFits the analytic cost model's free parameters (efficiencies,\n"
+                   "floors, backward ratio) to a measured profile with GSL's nonlinear least\n"
+                   "squares, and reports the error on held-out grid points. The fitted JSON is a\n"
+                   "cost model: pass it to --fit.\n\n"
+                   "  -H, --holdout F      fraction of grid points held out for the error [0.2]\n"
+                   "  -s, --seed S         seed of the hold-out draw                      [1]\n"
+                   "  -o, --output FILE    fitted model JSON, - for stdout                (optional)\n"
+                   "%s  -h, --help           this help\n",
+                   CALIB_USAGE, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, CALIB_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, CALIB_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, CALIB_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    if (co.fit || co.analytic)
+        return cli_usage_error(cmd, CALIB_USAGE, "calibrate fits a profile: drop --fit/--analytic");
+    dp_err err = {0};
+    model_spec m;
+    cluster_spec hw;
+    cost_model *profile = NULL;
+    char source[4200];
+    dp_status st = cli_build_cost(&co, &m, &hw, &profile, source, sizeof source, &err);
+    if (st != DP_OK) return cli_fail(cmd, &err);
+    if (strncmp(source, "profile", 7) != 0) {
+        cost_model_free(profile);
+        return cli_usage_error(cmd, CALIB_USAGE, "no measured profile for %s on %s: pass --profile",
+                               m.name, hw.gpu.name);
+    }
+    calib_result res;
+    st = calibrate_fit(profile, holdout, (uint64_t)seed, &res, &err);
+    if (st == DP_OK) {
+        printf("# calibrated the analytic model of %s on %s to %s\n", m.name, hw.gpu.name, source);
+        printf("# %zu grid points fitted, %zu held out (seed %lld), %d iterations\n", res.n_fit,
+               res.n_holdout, (long long)seed, res.iterations);
+        double a[ANALYTIC_N_PARAMS];
+        analytic_params_to_array(&res.params, a);
+        for (int i = 0; i < ANALYTIC_N_PARAMS; i++)
+            printf("%-14s %10.4f\n", ANALYTIC_PARAM_NAMES[i], a[i]);
+        printf("fit median APE        %6.2f %%\n", res.fit_median_ape);
+        if (res.n_holdout)
+            printf("held-out median APE   %6.2f %%\nheld-out p90 APE      %6.2f %%\n",
+                   res.holdout_median_ape, res.holdout_p90_ape);
+        if (out) st = calibrate_write(&res, profile, co.hw, out, &err);
+    }
+    cost_model_free(profile);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}

@@ -1,0 +1,80 @@
+/* dpsim models — the model, GPU and cluster presets. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../models/hw.h"
+#include "../models/model.h"
+#include "cli.h"
+
+static const char MODELS_USAGE[] = "dpsim models [--show NAME]";
+
+static void print_model(const model_spec *m)
+{
+    printf("%-14s %-4s %4d %4d %6d %5d %5d %6d %6d %4s %9.2f  %s\n", m->name,
+           model_arch_name(m->arch), m->enc_layers, m->dec_layers, m->hidden, m->heads,
+           m->kv_channels, m->ffn, m->vocab, m->glu ? "yes" : "no",
+           (double)model_total_params(m) / 1e9, m->profile[0] ? m->profile : "-");
+}
+
+int cmd_models(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"show", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *show = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': show = optarg; break;
+        case 'h':
+            printf("usage: %s\n\nLists the model, GPU and cluster presets that --model and --hw\n"
+                   "accept (a JSON or Hugging Face config.json file works too).\n\n"
+                   "  -s, --show NAME   print one model or cluster as a JSON spec\n"
+                   "  -h, --help        this help\n",
+                   MODELS_USAGE);
+            return 0;
+        case ':': return cli_usage_error("models", MODELS_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("models", MODELS_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("models", MODELS_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    dp_err err = {0};
+    if (show) {
+        model_spec m;
+        cluster_spec cl;
+        if (model_resolve(show, &m, NULL) == DP_OK)
+            return model_write_json(&m, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
+        if (cluster_resolve(show, &cl, &err) == DP_OK)
+            return cluster_write_json(&cl, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
+        return cli_fail("models", &err);
+    }
+    int n;
+    const model_spec *ms = model_presets(&n);
+    printf("# models (--model)\n%-14s %-4s %4s %4s %6s %5s %5s %6s %6s %4s %9s  %s\n", "name",
+           "arch", "enc", "dec", "hidden", "heads", "kv", "ffn", "vocab", "glu", "params",
+           "measured profile");
+    printf("%-14s %-4s %4s %4s %6s %5s %5s %6s %6s %4s %9s\n", "#", "", "layer", "layer", "", "",
+           "", "", "", "", "billions");
+    for (int i = 0; i < n; i++) print_model(&ms[i]);
+    const gpu_spec *gs = gpu_presets(&n);
+    printf("\n# GPUs\n%-10s %11s %9s %9s  %s\n", "name", "peak", "HBM", "memory", "source");
+    printf("%-10s %11s %9s %9s\n", "#", "TFLOP/s", "GB/s", "MB");
+    for (int i = 0; i < n; i++)
+        printf("%-10s %11.1f %9.0f %9.0f  %s\n", gs[i].name, gs[i].peak_tflops, gs[i].hbm_gbps,
+               gs[i].mem_mb, gs[i].source);
+    printf("\n# clusters (--hw; a GPU name means one node of 8 with NVLink)\n"
+           "%-10s %-10s %8s %10s %10s %10s %10s %9s\n",
+           "name", "gpu", "per_node", "intra", "intra_lat", "inter", "inter_lat", "mem_limit");
+    printf("%-10s %-10s %8s %10s %10s %10s %10s %9s\n", "#", "", "GPUs", "Gbit/s", "us", "Gbit/s",
+           "us", "MB");
+    for (int i = 0; i < cluster_preset_count(); i++) {
+        cluster_spec cl;
+        cluster_preset_at(i, &cl);
+        printf("%-10s %-10s %8d %10.0f %10.0f %10.0f %10.0f %9.0f\n", cl.name, cl.gpu.name,
+               cl.gpus_per_node, cl.intra_gbit, cl.intra_latency_us, cl.inter_gbit,
+               cl.inter_latency_us, cl.mem_limit_mb);
+    }
+    return 0;
+}

@@ -1,0 +1,134 @@
+#include "json_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dp_status json_slurp(const char *path, char **text, dp_err *err)
+{
+    *text = NULL;
+    int use_stdin = strcmp(path, "-") == 0;
+    FILE *fp = use_stdin ? stdin : fopen(path, "rb");
+    if (!fp) return dp_fail(err, DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    dp_status st = DP_OK;
+    for (;;) {
+        if (dp_grow((void **)&buf, &cap, n + 65537, 1) != DP_OK) {
+            st = dp_fail(err, DP_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, fp);
+        n += got;
+        if (n > JSON_MAX_BYTES) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: larger than %u MB, not a JSON spec", path,
+                         JSON_MAX_BYTES >> 20);
+            break;
+        }
+        if (got == 0) break;
+    }
+    if (st == DP_OK && ferror(fp)) st = dp_fail(err, DP_ERR_IO, "%s: read error", path);
+    if (!use_stdin) fclose(fp);
+    if (st != DP_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        free(buf);
+        return dp_fail(err, DP_ERR_PARSE, "%s: contains a NUL byte, not JSON text", path);
+    }
+    *text = buf;
+    return DP_OK;
+}
+
+dp_status json_parse_object(const char *text, const char *name, cJSON **out, dp_err *err)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        long line = 1;
+        const char *stop = end ? end : text;
+        for (const char *c = text; c < stop && *c; c++) line += *c == '\n';
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: malformed JSON%s", name, line,
+                       *text ? "" : " (file is empty)");
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return dp_fail(err, DP_ERR_PARSE, "%s:1: expected a JSON object", name);
+    }
+    *out = root;
+    return DP_OK;
+}
+
+dp_status json_int(const cJSON *obj, const char *key, const char *name, int lo, int hi, int def,
+                   int *out, dp_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def == JSON_REQUIRED)
+            return dp_fail(err, DP_ERR_PARSE, "%s: missing field \"%s\"", name, key);
+        *out = def;
+        return DP_OK;
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!isfinite(d) || d != floor(d) || d < lo || d > hi)
+        return dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be a whole number in [%d, %d]",
+                       name, key, lo, hi);
+    *out = (int)d;
+    return DP_OK;
+}
+
+dp_status json_double(const cJSON *obj, const char *key, const char *name, double lo, double hi,
+                      int required, double def, double *out, dp_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return dp_fail(err, DP_ERR_PARSE, "%s: missing field \"%s\"", name, key);
+        *out = def;
+        return DP_OK;
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!isfinite(d) || d < lo || d > hi)
+        return dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be a number in [%g, %g]", name,
+                       key, lo, hi);
+    *out = d;
+    return DP_OK;
+}
+
+dp_status json_bool(const cJSON *obj, const char *key, const char *name, int def, int *out,
+                    dp_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        *out = def;
+        return DP_OK;
+    }
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v);
+        return DP_OK;
+    }
+    if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)) {
+        *out = (int)v->valuedouble;
+        return DP_OK;
+    }
+    return dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be true or false", name, key);
+}
+
+dp_status json_write_file(const cJSON *obj, const char *path, dp_err *err)
+{
+    char *text = cJSON_Print(obj);
+    if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    int use_stdout = strcmp(path, "-") == 0;
+    FILE *fp = use_stdout ? stdout : fopen(path, "wb");
+    if (!fp) {
+        free(text);
+        return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    int bad = fputs(text, fp) < 0 || fputc('\n', fp) == EOF;
+    bad |= use_stdout ? fflush(fp) != 0 : fclose(fp) != 0;
+    free(text);
+    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", path) : DP_OK;
+}

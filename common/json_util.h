@@ -1,0 +1,43 @@
+/*
+ * json_util.h — reading and writing small JSON documents (specs, plans, fits) with cJSON, with
+ * messages that name the file, the line and the field.
+ *
+ *   - json_slurp refuses files over JSON_MAX_BYTES, so a wrong path to a huge file fails fast;
+ *   - json_parse_object reports "FILE:LINE: malformed JSON" using cJSON's error position, and
+ *     nesting deeper than cJSON's limit (1000) is malformed, not a crash;
+ *   - json_int / json_double / json_bool read one field with a range check: "FILE: field
+ *     \"hidden_size\" must be a whole number in [1, 16777216]". A default of JSON_REQUIRED makes
+ *     the field mandatory.
+ */
+#ifndef JSON_UTIL_H
+#define JSON_UTIL_H
+
+#include <cjson/cJSON.h>
+
+#include "dp.h"
+
+#define JSON_MAX_BYTES (256u << 20)
+#define JSON_REQUIRED (-1)
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer ("-" is stdin). */
+dp_status json_slurp(const char *path, char **text, dp_err *err);
+
+/* Parses text that must hold one JSON object. */
+dp_status json_parse_object(const char *text, const char *name, cJSON **out, dp_err *err);
+
+/* Integer field in [lo, hi]; absent → def, or an error when def is JSON_REQUIRED (-1). */
+dp_status json_int(const cJSON *obj, const char *key, const char *name, int lo, int hi, int def,
+                   int *out, dp_err *err);
+
+/* Finite number field in [lo, hi]; absent → def unless required. */
+dp_status json_double(const cJSON *obj, const char *key, const char *name, double lo, double hi,
+                      int required, double def, double *out, dp_err *err);
+
+/* Boolean field (true/false, or 0/1); absent → def. */
+dp_status json_bool(const cJSON *obj, const char *key, const char *name, int def, int *out,
+                    dp_err *err);
+
+/* Pretty-prints obj to path ("-" is stdout) with a final newline. */
+dp_status json_write_file(const cJSON *obj, const char *path, dp_err *err);
+
+#endif /* JSON_UTIL_H */

@@ -1,0 +1,33 @@
+#include "comm.h"
+
+double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
+                      int dec_len)
+{
+    double unit = 2.0 * mbs * m->hidden; /* fp16 */
+    if (m->arch == ARCH_GPT) return unit * enc_len;
+    int enc_stages = stages / 2;
+    if (stages == 1 || stage < enc_stages - 1) return unit * enc_len; /* encoder → encoder */
+    if (stage == enc_stages - 1) return unit * enc_len;               /* encoder output */
+    return unit * ((double)dec_len + enc_len);                        /* decoder + encoder out */
+}
+
+static int same_node(const cluster_spec *c, int a, int b)
+{
+    return a / c->gpus_per_node == b / c->gpus_per_node;
+}
+
+double comm_p2p_ms(const cluster_spec *c, int rank_a, int rank_b, double bytes)
+{
+    int intra = same_node(c, rank_a, rank_b);
+    double gbit = intra ? c->intra_gbit : c->inter_gbit;
+    double lat_us = intra ? c->intra_latency_us : c->inter_latency_us;
+    return lat_us / 1e3 + bytes * 8 / (gbit * 1e9) * 1e3;
+}
+
+double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double bytes)
+{
+    if (n <= 1) return 0;
+    double gbit = spans_nodes ? c->inter_gbit : c->intra_gbit;
+    double lat_us = spans_nodes ? c->inter_latency_us : c->intra_latency_us;
+    return 2.0 * (n - 1) * lat_us / 1e3 + 2.0 * (n - 1) / n * bytes * 8 / (gbit * 1e9) * 1e3;
+}

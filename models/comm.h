@@ -1,0 +1,31 @@
+/*
+ * comm.h — communication time: point-to-point between stages and ring all-reduce across replicas.
+ *
+ *   p2p_ms        = latency + bytes / bandwidth            (Hockney's alpha-beta model)
+ *   allreduce_ms  = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth   (ring; Patarasuk & Yuan 2009)
+ *
+ * The link is intra-node when both ranks sit in one node (rank / gpus_per_node equal), else
+ * inter-node; a ring that spans nodes runs at the inter-node link.
+ *
+ * Activation bytes between stages: a GPT stage sends (mbs, seq, hidden) fp16; a T5 encoder stage
+ * sends its hidden state (mbs, enc, hidden); a T5 decoder stage sends the decoder hidden state
+ * (mbs, dec, hidden) and passes the encoder output (mbs, enc, hidden) along too. Gradients going
+ * back have the same sizes.
+ */
+#ifndef COMM_H
+#define COMM_H
+
+#include "hw.h"
+#include "model.h"
+
+/* Bytes of one activation (or its gradient) sent from `stage` to the next, for a micro-batch. */
+double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
+                      int dec_len);
+
+/* Time of one point-to-point transfer between global ranks a and b. */
+double comm_p2p_ms(const cluster_spec *c, int rank_a, int rank_b, double bytes);
+
+/* Ring all-reduce of bytes across n ranks; spans_nodes selects the inter-node link. */
+double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double bytes);
+
+#endif /* COMM_H */

@@ -1,0 +1,28 @@
+/* Parts of the cost-model interface shared by every kind. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+
+void cost_model_free(cost_model *cm)
+{
+    if (!cm) return;
+    if (cm->ops && cm->ops->release) cm->ops->release(cm);
+    free(cm);
+}
+
+const char *recompute_name(recompute_mode r)
+{
+    static const char *const names[RECOMPUTE_COUNT] = {"none", "selective", "full"};
+    return names[r];
+}
+
+int recompute_parse(const char *name, recompute_mode *r)
+{
+    for (int i = 0; i < RECOMPUTE_COUNT; i++)
+        if (strcmp(name, recompute_name((recompute_mode)i)) == 0) {
+            *r = (recompute_mode)i;
+            return 0;
+        }
+    return -1;
+}

@@ -1,0 +1,163 @@
+/*
+ * cost.h — how long one micro-batch takes on one layer, and how much activation memory it holds.
+ *
+ * Every cost model answers the same query behind one interface (a const table of function
+ * pointers chosen by name, like nccl-tests' struct testColl):
+ *
+ *   cost_query(cm, component, shape, &out, err)
+ *
+ * for a component (an encoder layer — for GPT its decoder-only layer —, a T5 decoder layer, or the
+ * postprocess: LM head + loss, counted once per model), and a shape (micro-batch size, encoder
+ * length, decoder length in tokens, padded). The answer is per layer (postprocess: per model):
+ *
+ *   fwd_ms, bwd_ms    forward and backward time, ms (backward includes any recomputation)
+ *   stored_act_mb     activations kept from the forward until the backward, MB (1e6 bytes)
+ *   peak_act_mb       transient peak of a forward over the stored activations before it, MB: the
+ *                     profile's measurement (taken over up to three layers, so an upper bound
+ *                     for one), or stored + transient for the analytic model
+ *
+ * A shape the model cannot answer is DP_ERR_INFEASIBLE with a reason: outside the measured region,
+ * or in a cell the profile lacks because it ran out of memory when measured. It is never a silent
+ * extrapolation and never a sentinel value. err may be NULL (the planner's inner loops) to skip
+ * formatting the reason.
+ *
+ * Kinds:
+ *   profile   measured per-layer grids (profile CSV contract), linear interpolation in (mbs, enc,
+ *             dec) between grid points; exact on grid points; repeated keys combined by median.
+ *   analytic  FLOPs and bytes against the GPU's peak rates (cost_analytic.c has the formulas and
+ *             their sources), with free parameters that `dpsim calibrate` fits to a profile.
+ */
+#ifndef COST_H
+#define COST_H
+
+#include "../common/dp.h"
+#include "hw.h"
+#include "model.h"
+
+typedef enum cost_component {
+    COMP_ENCODER,     /* GPT layer, or T5 encoder layer */
+    COMP_DECODER,     /* T5 decoder layer */
+    COMP_POSTPROCESS, /* LM head + loss, once per model, on the last stage */
+    COMP_COUNT,
+} cost_component;
+
+typedef enum recompute_mode {
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE, /* attention core recomputed (Korthikanti et al. 2022) */
+    RECOMPUTE_FULL,      /* whole layer recomputed; only its input is stored */
+    RECOMPUTE_COUNT,
+} recompute_mode;
+
+typedef struct cost_shape {
+    int mbs;     /* samples (or packed rows) in the micro-batch */
+    int enc_len; /* padded encoder (GPT: whole sequence) length, tokens */
+    int dec_len; /* padded decoder length, tokens (0 for GPT) */
+} cost_shape;
+
+typedef struct cost_layer {
+    double fwd_ms, bwd_ms;
+    double stored_act_mb, peak_act_mb;
+} cost_layer;
+
+typedef struct cost_model cost_model;
+
+typedef struct cost_ops {
+    const char *kind;
+    dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
+                       cost_layer *out, dp_err *err);
+    void (*release)(cost_model *cm);
+} cost_ops;
+
+struct cost_model {
+    const cost_ops *ops;
+    model_spec model;
+    cluster_spec hw;
+    int tp;                       /* tensor-parallel degree */
+    recompute_mode recompute;
+    double param_mb[COMP_COUNT];  /* fp16 parameters per layer on one GPU (after TP), MB */
+    double embedding_param_mb;    /* fp16 word (+position) embedding on one GPU, MB */
+    void *impl;                   /* the kind's own state */
+};
+
+static inline dp_status cost_query(const cost_model *cm, cost_component c, const cost_shape *s,
+                                   cost_layer *out, dp_err *err)
+{
+    return cm->ops->query(cm, c, s, out, err);
+}
+
+/* Frees a cost model of any kind; NULL is a no-op. */
+void cost_model_free(cost_model *cm);
+
+const char *recompute_name(recompute_mode r);
+int recompute_parse(const char *name, recompute_mode *r);
+const char *component_name(cost_component c);
+
+/* ---- profile ------------------------------------------------------------------------------- */
+
+/* Loads the grid for (tp, recompute) from a profile CSV. If a `*_params.csv` sits beside it, its
+ * parameter sizes are used and checked against the model (a profile of another width is refused);
+ * otherwise they are computed from the model. Fails when the file has no rows for (tp, recompute)
+ * or lacks a component the model needs (a GPT profile for a T5 model). */
+dp_status cost_profile_load(const char *path, const model_spec *m, const cluster_spec *hw, int tp,
+                            recompute_mode rc, cost_model **out, dp_err *err);
+
+/* Range of the loaded grid for a component: smallest and largest mbs and lengths. */
+typedef struct cost_profile_range {
+    int mbs_min, mbs_max, enc_min, enc_max, dec_min, dec_max;
+} cost_profile_range;
+dp_status cost_profile_range_of(const cost_model *cm, cost_component c, cost_profile_range *r);
+
+/* One measured grid point of a profile (every metric present at that cell). */
+typedef struct cost_point {
+    cost_component comp;
+    cost_shape shape;
+    cost_layer cost;
+} cost_point;
+
+/* Every measured cell of the loaded grid with fwd_ms and bwd_ms (memory metrics NaN when the
+ * profile lacks them), encoder and decoder layers only. *pts is malloc'd. */
+dp_status cost_profile_points(const cost_model *cm, cost_point **pts, size_t *n, dp_err *err);
+
+/* ---- analytic ------------------------------------------------------------------------------ */
+
+/* The analytic model's free parameters (fitted by calibration). */
+typedef struct analytic_params {
+    double gemm_eff;     /* fraction of peak FLOP/s reached by the dense projections and MLP */
+    double attn_eff;     /* fraction of peak reached by attention's s^2 work, softmax included */
+    double mem_eff;      /* fraction of HBM bandwidth reached by weight and elementwise traffic */
+    double fwd_floor_ms; /* per-layer forward time floor (kernel launches, framework) */
+    double bwd_floor_ms; /* per-layer backward time floor */
+    double bwd_ratio;    /* backward work over forward work (2 for plain GEMMs) */
+} analytic_params;
+
+#define ANALYTIC_N_PARAMS 6
+
+/* Defaults: the fit to the A100 GPT-6.7B TP1 grid, rounded (see README "Cost models"). */
+void analytic_params_default(analytic_params *p);
+
+/* Array view for fitting: params as double[ANALYTIC_N_PARAMS] in the order above. */
+void analytic_params_to_array(const analytic_params *p, double *a);
+void analytic_params_from_array(const double *a, analytic_params *p);
+extern const char *const ANALYTIC_PARAM_NAMES[ANALYTIC_N_PARAMS];
+
+dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
+                            recompute_mode rc, const analytic_params *p, cost_model **out,
+                            dp_err *err);
+
+/* Forward FLOPs of one layer (or the postprocess) on one GPU, split into the dense part and the
+ * attention s^2 part. Exposed for tests and MFU. */
+void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, int tp,
+                    double *dense, double *attn);
+
+/* Stored activation bytes of one layer under a recompute mode (Korthikanti et al. 2022, Table 2,
+ * generalised to kv_channels*heads != hidden and ffn != 4*hidden). */
+double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
+                                 int tp, recompute_mode rc);
+
+/* Reads a fitted model (`dpsim calibrate -o fit.json`): {"kind": "analytic", "params": {...},
+ * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. */
+dp_status cost_fit_load(const char *path, const model_spec *m, cost_model **out, dp_err *err);
+dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m,
+                         cost_model **out, dp_err *err);
+
+#endif /* COST_H */

@@ -1,0 +1,277 @@
+/*
+ * The analytic cost model: FLOPs and bytes against the GPU's peak rates.
+ *
+ * Notation (per layer, on one GPU of a TP group of t): b micro-batch size, s sequence length
+ * (T5 decoder: s_d, encoder output s_e), h hidden, a heads, hk = a * kv_channels, f ffn width,
+ * m = 2 MLP matrices (3 when gated), V vocabulary. All FLOPs count a multiply-add as 2.
+ *
+ * Forward FLOPs (Narayanan et al. 2021, "Efficient large-scale language model training on GPU
+ * clusters", eq. 3, generalised to hk != h and f != 4h):
+ *   GPT / T5 encoder layer   dense = 2bs(3h*hk + hk*h + m*h*f)          attn = 4*b*s^2*hk
+ *   T5 decoder layer         dense = 2b*s_d(3h*hk + hk*h) + 2b*s_d(2h*hk) + 2b*s_e(2h*hk)
+ *                                    + 2b*s_d*m*h*f                      attn = 4b*hk(s_d^2 + s_d*s_e)
+ *   postprocess (LM head)    dense = 2*b*s*h*V  (s = s_d for T5)         attn = 0
+ * each divided by t. Causal masking is not subtracted: without flash-attention (as in the
+ * profiles) the full s^2 matrix is computed.
+ *
+ * Bytes moved through HBM: the layer's fp16 weights once, plus elementwise traffic of
+ * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations and 2 passes over (b, s, f / t)
+ * (layer norms, GeLU, dropout, residuals); the postprocess adds fp32 softmax over (b, s, V / t).
+ *
+ * Time (each term against its ceiling, then a soft floor for launch-bound small shapes):
+ *   work_fwd = dense / (P * gemm_eff) + attn / (P * attn_eff) + bytes / (BW * mem_eff)
+ *   fwd_ms   = smoothmax(fwd_floor, work_fwd)           smoothmax(x, y) = (x^4 + y^4)^(1/4)
+ *   bwd_ms   = smoothmax(bwd_floor, bwd_ratio * work_fwd + recompute)
+ * where recompute is work_fwd (full) or the attention term (selective). The floor is a smooth
+ * maximum, not a sum: the profiles show a flat ~1.5 ms per layer at small shapes and linear
+ * growth beyond, with no floor added on top.
+ *
+ * Activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, fp16 with 1-byte dropout
+ * masks, no sequence parallelism), generalised:
+ *   attention block(sq, skv) = 5*sq*b*h + (4*sq*hk + 4*skv*hk) * b / t + 5*a*sq*skv*b / t
+ *   MLP block(s)             = 5*s*b*h + 2m*s*b*f / t
+ *   GPT / T5 encoder layer   = attention(s, s) + MLP(s)           (= sbh(10 + 24/t + 5as/(ht))
+ *                                                                    for hk = h, f = 4h, m = 2)
+ *   T5 decoder layer         = attention(s_d, s_d) + attention(s_d, s_e) + MLP(s_d)
+ *   selective recompute drops the 5*a*sq*skv*b/t terms; full recompute keeps the input, 2*s*b*h.
+ *   transient over the stored ones (the peak during a layer's backward): what recomputation
+ *   rebuilds, plus one (b, s, f/t) fp16 gradient buffer.
+ *   postprocess: the fp16 logits, 2*b*s*V/t, stored; fp32 softmax, 4*b*s*V/t, transient.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/json_util.h"
+#include "cost.h"
+
+#define ELEMENTWISE_PASSES 8.0 /* fp16 passes over (b, s, h) per layer forward */
+#define FLOOR_SHARPNESS 4.0     /* exponent of the smooth maximum */
+
+const char *const ANALYTIC_PARAM_NAMES[ANALYTIC_N_PARAMS] = {
+    "gemm_eff", "attn_eff", "mem_eff", "fwd_floor_ms", "bwd_floor_ms", "bwd_ratio"};
+
+void analytic_params_default(analytic_params *p)
+{
+    /* Fitted to the A100 GPT-6.7B TP1 no-recompute grid (dpsim calibrate), rounded; mem_eff ran
+     * to its bound of 1 there (the byte term is nearly collinear with the GEMM term) and is
+     * set to a physical 0.9. */
+    p->gemm_eff = 0.67;
+    p->attn_eff = 0.14;
+    p->mem_eff = 0.90;
+    p->fwd_floor_ms = 1.6;
+    p->bwd_floor_ms = 1.5;
+    p->bwd_ratio = 1.77;
+}
+
+void analytic_params_to_array(const analytic_params *p, double *a)
+{
+    a[0] = p->gemm_eff, a[1] = p->attn_eff, a[2] = p->mem_eff;
+    a[3] = p->fwd_floor_ms, a[4] = p->bwd_floor_ms, a[5] = p->bwd_ratio;
+}
+
+void analytic_params_from_array(const double *a, analytic_params *p)
+{
+    p->gemm_eff = a[0], p->attn_eff = a[1], p->mem_eff = a[2];
+    p->fwd_floor_ms = a[3], p->bwd_floor_ms = a[4], p->bwd_ratio = a[5];
+}
+
+void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, int tp,
+                    double *dense, double *attn)
+{
+    double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
+    double mats = m->glu ? 3 : 2;
+    double se = s->enc_len, sd = s->dec_len;
+    switch (c) {
+    case COMP_ENCODER:
+        *dense = 2 * b * se * (3 * h * hk + hk * h + mats * h * f);
+        *attn = 4 * b * se * se * hk;
+        break;
+    case COMP_DECODER:
+        *dense = 2 * b * sd * (3 * h * hk + hk * h) + 2 * b * sd * (2 * h * hk) +
+                 2 * b * se * (2 * h * hk) + 2 * b * sd * mats * h * f;
+        *attn = 4 * b * hk * (sd * sd + sd * se);
+        break;
+    default: {
+        double s_out = m->arch == ARCH_T5 ? sd : se;
+        *dense = 2 * b * s_out * h * m->vocab;
+        *attn = 0;
+    }
+    }
+    *dense /= tp;
+    *attn /= tp;
+}
+
+static double attention_block(double b, double sq, double skv, double h, double hk, double a,
+                              double t, int keep_scores)
+{
+    return 5 * sq * b * h + (4 * sq * hk + 4 * skv * hk) * b / t +
+           (keep_scores ? 5 * a * sq * skv * b / t : 0);
+}
+
+double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
+                                 int tp, recompute_mode rc)
+{
+    double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
+    double a = m->heads, t = tp, mats = m->glu ? 3 : 2;
+    double se = s->enc_len, sd = s->dec_len;
+    if (c == COMP_POSTPROCESS) return 2 * b * (m->arch == ARCH_T5 ? sd : se) * m->vocab / t;
+    double sq = c == COMP_DECODER ? sd : se;
+    if (rc == RECOMPUTE_FULL) return 2 * sq * b * h;
+    int keep = rc == RECOMPUTE_NONE;
+    double mlp = 5 * sq * b * h + 2 * mats * sq * b * f / t;
+    double bytes = attention_block(b, sq, sq, h, hk, a, t, keep) + mlp;
+    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, h, hk, a, t, keep);
+    return bytes;
+}
+
+typedef struct analytic {
+    analytic_params p;
+} analytic;
+
+static double smoothmax(double floor_ms, double work_ms)
+{
+    if (floor_ms <= 0) return work_ms;
+    return pow(pow(floor_ms, FLOOR_SHARPNESS) + pow(work_ms, FLOOR_SHARPNESS),
+               1 / FLOOR_SHARPNESS);
+}
+
+static dp_status analytic_query(const cost_model *cm, cost_component c, const cost_shape *s,
+                                cost_layer *out, dp_err *err)
+{
+    const model_spec *m = &cm->model;
+    const analytic_params *p = &((const analytic *)cm->impl)->p;
+    if (s->mbs < 1 || s->enc_len < (c == COMP_ENCODER || m->arch == ARCH_GPT ? 1 : 0) ||
+        (m->arch == ARCH_T5 && c != COMP_ENCODER && s->dec_len < 1))
+        return dp_fail(err, DP_ERR_INFEASIBLE, "shape mbs %d, enc %d, dec %d is empty", s->mbs,
+                       s->enc_len, s->dec_len);
+    if (c == COMP_DECODER && m->arch != ARCH_T5)
+        return dp_fail(err, DP_ERR_INFEASIBLE, "a GPT model has no decoder layers");
+    double dense, attn;
+    analytic_flops(m, c, s, cm->tp, &dense, &attn);
+    double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
+    double b = s->mbs, h = m->hidden, t = cm->tp;
+    double sq = c == COMP_DECODER || (c == COMP_POSTPROCESS && m->arch == ARCH_T5) ? s->dec_len
+                                                                                   : s->enc_len;
+    double bytes;
+    if (c == COMP_POSTPROCESS)
+        bytes = 2.0 * m->vocab * h / t + 3 * 4.0 * b * sq * m->vocab / t;
+    else
+        bytes = 1e6 * cm->param_mb[c] + 2 * ELEMENTWISE_PASSES * b * sq * h +
+                2 * 2.0 * b * sq * m->ffn / t;
+    double t_attn = attn / (peak * p->attn_eff) * 1e3;
+    double work = dense / (peak * p->gemm_eff) * 1e3 + t_attn + bytes / (bw * p->mem_eff) * 1e3;
+    double recompute = cm->recompute == RECOMPUTE_FULL        ? work
+                       : cm->recompute == RECOMPUTE_SELECTIVE ? t_attn
+                                                              : 0;
+    if (c == COMP_POSTPROCESS) recompute = 0;
+    out->fwd_ms = smoothmax(p->fwd_floor_ms, work);
+    out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * work + recompute);
+    double stored = analytic_stored_act_bytes(m, c, s, cm->tp, cm->recompute);
+    double transient;
+    if (c == COMP_POSTPROCESS) {
+        transient = 4 * b * sq * m->vocab / t;
+    } else {
+        double full = analytic_stored_act_bytes(m, c, s, cm->tp, RECOMPUTE_NONE);
+        transient = (full - stored) + 2 * b * sq * m->ffn / t;
+    }
+    out->stored_act_mb = stored / 1e6;
+    out->peak_act_mb = (stored + transient) / 1e6;
+    return DP_OK;
+}
+
+static void analytic_release(cost_model *cm)
+{
+    free(cm->impl);
+    cm->impl = NULL;
+}
+
+static const cost_ops ANALYTIC_OPS = {"analytic", analytic_query, analytic_release};
+
+dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
+                            recompute_mode rc, const analytic_params *p, cost_model **out,
+                            dp_err *err)
+{
+    *out = NULL;
+    if (tp < 1) return dp_fail(err, DP_ERR_INVALID, "--tp must be at least 1");
+    if (m->heads % tp != 0)
+        return dp_fail(err, DP_ERR_INVALID, "--tp %d does not divide the %d attention heads of %s",
+                       tp, m->heads, m->name);
+    cost_model *cm = calloc(1, sizeof *cm);
+    analytic *a = calloc(1, sizeof *a);
+    if (!cm || !a) {
+        free(cm), free(a);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    a->p = *p;
+    cm->ops = &ANALYTIC_OPS;
+    cm->model = *m;
+    cm->hw = *hw;
+    cm->tp = tp;
+    cm->recompute = rc;
+    cm->impl = a;
+    cm->param_mb[COMP_ENCODER] = 2.0 * (double)model_layer_params(m, 0) / tp / 1e6;
+    cm->param_mb[COMP_DECODER] = m->dec_layers ? 2.0 * (double)model_layer_params(m, 1) / tp / 1e6 : 0;
+    cm->embedding_param_mb = 2.0 * (double)model_embedding_params(m) / tp / 1e6;
+    *out = cm;
+    return DP_OK;
+}
+
+dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m,
+                         cost_model **out, dp_err *err)
+{
+    dp_status st = DP_OK;
+    cJSON *root = NULL;
+    *out = NULL;
+    TRY(json_parse_object(text, name, &root, err));
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
+    if (!cJSON_IsString(kind) || strcmp(kind->valuestring, "analytic") != 0) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"kind\" must be \"analytic\"", name);
+        goto out;
+    }
+    const cJSON *hwname = cJSON_GetObjectItemCaseSensitive(root, "hw");
+    cluster_spec hw;
+    if (!cJSON_IsString(hwname)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: missing field \"hw\" (a hardware preset)", name);
+        goto out;
+    }
+    TRY(cluster_resolve(hwname->valuestring, &hw, err));
+    int tp;
+    TRY(json_int(root, "tp", name, 1, 1 << 16, 1, &tp, err));
+    const cJSON *rcj = cJSON_GetObjectItemCaseSensitive(root, "recompute");
+    recompute_mode rc = RECOMPUTE_NONE;
+    if (rcj && (!cJSON_IsString(rcj) || recompute_parse(rcj->valuestring, &rc) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE,
+                     "%s: field \"recompute\" must be \"none\", \"selective\" or \"full\"", name);
+        goto out;
+    }
+    const cJSON *pj = cJSON_GetObjectItemCaseSensitive(root, "params");
+    if (!cJSON_IsObject(pj)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: missing object \"params\"", name);
+        goto out;
+    }
+    analytic_params p;
+    analytic_params_default(&p);
+    double arr[ANALYTIC_N_PARAMS];
+    analytic_params_to_array(&p, arr);
+    for (int i = 0; i < ANALYTIC_N_PARAMS; i++)
+        TRY(json_double(pj, ANALYTIC_PARAM_NAMES[i], name, 0, 1e6, 0, arr[i], &arr[i], err));
+    analytic_params_from_array(arr, &p);
+    if (p.gemm_eff <= 0 || p.attn_eff <= 0 || p.mem_eff <= 0) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: efficiencies must be positive", name);
+        goto out;
+    }
+    TRY(cost_analytic_new(m, &hw, tp, rc, &p, out, err));
+out:
+    cJSON_Delete(root);
+    return st;
+}
+
+dp_status cost_fit_load(const char *path, const model_spec *m, cost_model **out, dp_err *err)
+{
+    char *text = NULL;
+    dp_status st = json_slurp(path, &text, err);
+    if (st == DP_OK) st = cost_fit_parse(text, path, m, out, err);
+    free(text);
+    return st;
+}

@@ -1,0 +1,29 @@
+/*
+ * memory.h — model state memory per GPU: fp16 weights and gradients, fp32 Adam state, with ZeRO.
+ *
+ * Mixed-precision Adam keeps per parameter (Rajbhandari et al. 2020, ZeRO, §3.1): 2 bytes fp16
+ * weight, 2 bytes fp16 gradient, 12 bytes fp32 optimizer state (master weight, momentum,
+ * variance). ZeRO partitions across the D data-parallel replicas: stage 1 the optimizer state,
+ * stage 2 also the gradients, stage 3 also the weights.
+ */
+#ifndef MEMORY_H
+#define MEMORY_H
+
+#include "cost.h"
+
+#define BYTES_WEIGHT 2.0
+#define BYTES_GRAD 2.0
+#define BYTES_OPTIMIZER 12.0
+
+/* Model state MB on one GPU holding param_mb of fp16 parameters (i.e. param_mb / 2 M params). */
+double memory_model_state_mb(double param_mb, int zero_stage, int dp);
+
+/* fp16 parameter MB of pipeline stage `stage` of `stages` when layers are split evenly (GPT:
+ * the layers; T5: encoder layers on the first half of the stages, decoder layers on the second).
+ * The first stage holds the embedding; the last the (tied) LM head copy. */
+double memory_stage_param_mb(const cost_model *cm, int stage, int stages);
+
+/* Layers of each component on a stage: *enc and *dec (same split as memory_stage_param_mb). */
+void memory_stage_layers(const model_spec *m, int stage, int stages, int *enc, int *dec);
+
+#endif /* MEMORY_H */

@@ -1,0 +1,271 @@
+#include "model.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/json_util.h"
+
+#define GPT_VOCAB 50257
+#define T5_VOCAB 32128
+#define A100_GPT "a100_gpt_6.7b_profile.csv"
+#define A100_T5 "a100_t5_11b_profile.csv"
+
+/* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
+ * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile} */
+static const model_spec PRESETS[] = {
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 2048, ""},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 2048, ""},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
+    /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, ""},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, ""},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 0, ""},
+    /* Small enough for the CPU validation runtime on a 2-core machine. */
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 1024, ""},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, ""},
+};
+#define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+const char *model_arch_name(model_arch a)
+{
+    return a == ARCH_T5 ? "t5" : "gpt";
+}
+
+int model_layers(const model_spec *m)
+{
+    return m->enc_layers + m->dec_layers;
+}
+
+/* One attention block: Q, K, V and output projections with biases. */
+static int64_t attention_params(const model_spec *m)
+{
+    int64_t h = m->hidden, hk = (int64_t)m->heads * m->kv_channels;
+    return h * 3 * hk + 3 * hk + hk * h + h;
+}
+
+int64_t model_layer_params(const model_spec *m, int decoder)
+{
+    int64_t h = m->hidden, f = m->ffn, mats = m->glu ? 3 : 2;
+    int64_t mlp = mats * h * f + (mats - 1) * f + h;
+    int64_t p = attention_params(m) + mlp + 4 * h;
+    if (decoder) p += attention_params(m) + 2 * h; /* cross-attention and its layer norm */
+    return p;
+}
+
+int64_t model_embedding_params(const model_spec *m)
+{
+    return (int64_t)m->vocab * m->hidden + (int64_t)m->positions * m->hidden;
+}
+
+int64_t model_total_params(const model_spec *m)
+{
+    int64_t final_ln = (m->arch == ARCH_T5 ? 2 : 1) * 2 * (int64_t)m->hidden;
+    return m->enc_layers * model_layer_params(m, 0) + m->dec_layers * model_layer_params(m, 1) +
+           model_embedding_params(m) + final_ln;
+}
+
+const model_spec *model_preset(const char *name)
+{
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
+}
+
+const model_spec *model_presets(int *count)
+{
+    *count = N_PRESETS;
+    return PRESETS;
+}
+
+dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
+{
+    struct {
+        const char *field;
+        int value, min;
+    } checks[] = {
+        {m->arch == ARCH_T5 ? "encoder_num_layers" : "num_layers", m->enc_layers, 1},
+        {"decoder_num_layers", m->dec_layers, m->arch == ARCH_T5 ? 1 : 0},
+        {"hidden_size", m->hidden, 1},
+        {"num_attn_heads", m->heads, 1},
+        {"kv_channels", m->kv_channels, 1},
+        {"ffn_hidden_size", m->ffn, 1},
+        {"vocab_size", m->vocab, 1},
+        {"max_position_embeddings", m->positions, 0},
+    };
+    for (size_t i = 0; i < sizeof checks / sizeof *checks; i++)
+        if (checks[i].value < checks[i].min)
+            return dp_fail(err, DP_ERR_INVALID, "%s: field \"%s\" is %d, must be at least %d",
+                           where, checks[i].field, checks[i].value, checks[i].min);
+    if (m->arch == ARCH_GPT && m->dec_layers != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s: a GPT model has no decoder_num_layers", where);
+    return DP_OK;
+}
+
+dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp_err *err)
+{
+    dp_status st = DP_OK;
+    cJSON *root = NULL;
+    TRY(json_parse_object(text, name, &root, err));
+    memset(m, 0, sizeof *m);
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "name");
+    snprintf(m->name, sizeof m->name, "%s",
+             cJSON_IsString(nm) ? nm->valuestring : "custom");
+    int has_dec = cJSON_HasObjectItem(root, "decoder_num_layers");
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "arch");
+    if (arch && !(cJSON_IsString(arch) && (strcmp(arch->valuestring, "gpt") == 0 ||
+                                           strcmp(arch->valuestring, "t5") == 0))) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"arch\" must be \"gpt\" or \"t5\"", name);
+        goto out;
+    }
+    m->arch = arch ? (strcmp(arch->valuestring, "t5") == 0 ? ARCH_T5 : ARCH_GPT)
+                   : (has_dec ? ARCH_T5 : ARCH_GPT);
+    if (m->arch == ARCH_T5) {
+        TRY(json_int(root, "encoder_num_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
+        TRY(json_int(root, "decoder_num_layers", name, 1, 1 << 20, -1, &m->dec_layers, err));
+    } else {
+        TRY(json_int(root, "num_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
+    }
+    TRY(json_int(root, "hidden_size", name, 1, 1 << 24, -1, &m->hidden, err));
+    TRY(json_int(root, "num_attn_heads", name, 1, 1 << 16, -1, &m->heads, err));
+    TRY(json_int(root, "kv_channels", name, 1, 1 << 20,
+                 m->hidden % m->heads == 0 ? m->hidden / m->heads : -1, &m->kv_channels, err));
+    TRY(json_int(root, "ffn_hidden_size", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
+    TRY(json_int(root, "vocab_size", name, 1, 1 << 24,
+                 m->arch == ARCH_T5 ? T5_VOCAB : GPT_VOCAB, &m->vocab, err));
+    TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24,
+                 m->arch == ARCH_T5 ? 0 : 2048, &m->positions, err));
+    TRY(json_bool(root, "glu", name, 0, &m->glu, err));
+    TRY(model_validate(m, name, err));
+out:
+    cJSON_Delete(root);
+    return st;
+}
+
+dp_status model_read_json(const char *path, model_spec *m, dp_err *err)
+{
+    char *text = NULL;
+    dp_status st = json_slurp(path, &text, err);
+    if (st == DP_OK) st = model_parse_json(text, path, m, err);
+    free(text);
+    return st;
+}
+
+dp_status model_write_json(const model_spec *m, const char *path, dp_err *err)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", m->name);
+    cJSON_AddStringToObject(o, "arch", model_arch_name(m->arch));
+    if (m->arch == ARCH_T5) {
+        cJSON_AddNumberToObject(o, "encoder_num_layers", m->enc_layers);
+        cJSON_AddNumberToObject(o, "decoder_num_layers", m->dec_layers);
+    } else {
+        cJSON_AddNumberToObject(o, "num_layers", m->enc_layers);
+    }
+    cJSON_AddNumberToObject(o, "hidden_size", m->hidden);
+    cJSON_AddNumberToObject(o, "num_attn_heads", m->heads);
+    cJSON_AddNumberToObject(o, "kv_channels", m->kv_channels);
+    cJSON_AddNumberToObject(o, "ffn_hidden_size", m->ffn);
+    cJSON_AddNumberToObject(o, "vocab_size", m->vocab);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", m->positions);
+    cJSON_AddBoolToObject(o, "glu", m->glu);
+    dp_status st = json_write_file(o, path, err);
+    cJSON_Delete(o);
+    return st;
+}
+
+dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_err *err)
+{
+    dp_status st = DP_OK;
+    cJSON *root = NULL;
+    TRY(json_parse_object(text, name, &root, err));
+    memset(m, 0, sizeof *m);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(type) ? type->valuestring : "hf");
+    if (cJSON_HasObjectItem(root, "d_model")) { /* T5 */
+        m->arch = ARCH_T5;
+        TRY(json_int(root, "num_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
+        TRY(json_int(root, "num_decoder_layers", name, 1, 1 << 20, m->enc_layers, &m->dec_layers,
+                     err));
+        TRY(json_int(root, "d_model", name, 1, 1 << 24, -1, &m->hidden, err));
+        TRY(json_int(root, "num_heads", name, 1, 1 << 16, -1, &m->heads, err));
+        TRY(json_int(root, "d_kv", name, 1, 1 << 20, m->hidden / m->heads, &m->kv_channels, err));
+        TRY(json_int(root, "d_ff", name, 1, 1 << 26, -1, &m->ffn, err));
+        TRY(json_int(root, "vocab_size", name, 1, 1 << 24, T5_VOCAB, &m->vocab, err));
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "feed_forward_proj");
+        m->glu = cJSON_IsString(act) && strncmp(act->valuestring, "gated", 5) == 0;
+    } else if (cJSON_HasObjectItem(root, "n_layer")) { /* GPT-2 */
+        m->arch = ARCH_GPT;
+        TRY(json_int(root, "n_layer", name, 1, 1 << 20, -1, &m->enc_layers, err));
+        TRY(json_int(root, "n_embd", name, 1, 1 << 24, -1, &m->hidden, err));
+        TRY(json_int(root, "n_head", name, 1, 1 << 16, -1, &m->heads, err));
+        m->kv_channels = m->hidden / m->heads;
+        TRY(json_int(root, "n_inner", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
+        TRY(json_int(root, "vocab_size", name, 1, 1 << 24, GPT_VOCAB, &m->vocab, err));
+        TRY(json_int(root, "n_positions", name, 0, 1 << 24, 1024, &m->positions, err));
+    } else if (cJSON_HasObjectItem(root, "num_hidden_layers")) { /* LLaMA-style */
+        m->arch = ARCH_GPT;
+        TRY(json_int(root, "num_hidden_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
+        TRY(json_int(root, "hidden_size", name, 1, 1 << 24, -1, &m->hidden, err));
+        TRY(json_int(root, "num_attention_heads", name, 1, 1 << 16, -1, &m->heads, err));
+        TRY(json_int(root, "head_dim", name, 1, 1 << 20, m->hidden / m->heads, &m->kv_channels,
+                     err));
+        TRY(json_int(root, "intermediate_size", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
+        TRY(json_int(root, "vocab_size", name, 1, 1 << 24, 32000, &m->vocab, err));
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+        m->glu = !(cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt_neox") == 0);
+    } else {
+        st = dp_fail(err, DP_ERR_PARSE,
+                     "%s: not a recognised Hugging Face config (no n_layer, num_hidden_layers or "
+                     "d_model)",
+                     name);
+        goto out;
+    }
+    TRY(model_validate(m, name, err));
+out:
+    cJSON_Delete(root);
+    return st;
+}
+
+dp_status model_import_hf(const char *path, model_spec *m, dp_err *err)
+{
+    char *text = NULL;
+    dp_status st = json_slurp(path, &text, err);
+    if (st == DP_OK) st = model_parse_hf(text, path, m, err);
+    free(text);
+    return st;
+}
+
+dp_status model_resolve(const char *name_or_path, model_spec *m, dp_err *err)
+{
+    const model_spec *p = model_preset(name_or_path);
+    if (p) {
+        *m = *p;
+        return DP_OK;
+    }
+    char *text = NULL;
+    dp_status st = json_slurp(name_or_path, &text, NULL);
+    if (st != DP_OK)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "unknown model \"%s\": neither a preset nor a readable file\nhint: 'dpsim "
+                       "models' lists the presets",
+                       name_or_path);
+    cJSON *probe = cJSON_Parse(text);
+    int hf = probe && (cJSON_HasObjectItem(probe, "n_layer") ||
+                       cJSON_HasObjectItem(probe, "num_hidden_layers") ||
+                       cJSON_HasObjectItem(probe, "d_model"));
+    cJSON_Delete(probe);
+    st = hf ? model_parse_hf(text, name_or_path, m, err)
+            : model_parse_json(text, name_or_path, m, err);
+    free(text);
+    return st;
+}

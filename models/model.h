@@ -1,0 +1,95 @@
+/*
+ * model.h — transformer shapes: GPT (decoder-only) and T5 (encoder-decoder).
+ *
+ * A model_spec holds what the cost and memory formulas need: layer counts, widths and vocabulary.
+ * It comes from a preset (model_preset), a JSON file in the paper's own key names, or a Hugging Face
+ * config.json.
+ *
+ * JSON spec (the keys of the DynaPipe artifact's experiment_configs/model_configs):
+ *   {"name": "my-gpt", "arch": "gpt", "num_layers": 16, "hidden_size": 4096,
+ *    "num_attn_heads": 32, "kv_channels": 128, "ffn_hidden_size": 16384, "vocab_size": 50257}
+ * T5 uses "encoder_num_layers" and "decoder_num_layers" instead of "num_layers" (and "arch": "t5"
+ * is then implied). "name", "arch", "kv_channels" (default hidden/heads), "ffn_hidden_size"
+ * (default 4*hidden), "vocab_size" (GPT 50257, T5 32128), "max_position_embeddings" (GPT 2048,
+ * T5 0) and "glu" (false) are optional.
+ *
+ * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner), LLaMA-style
+ * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
+ * and T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv). Grouped-query attention
+ * is counted as full multi-head attention (an overestimate of K/V projection cost).
+ *
+ * Parameter counts follow Megatron-LM (biases and two layer norms per block):
+ *   GPT layer    = h*3hk + 3hk  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
+ *   T5 encoder   = the same with bidirectional attention
+ *   T5 decoder   = GPT layer + cross-attention (h*hk*4 + 3hk + h ... as self-attention) + 2h (LN)
+ *   embedding    = V*h + positions*h (learned positions: GPT only)
+ * where hk = heads * kv_channels, f = ffn, m = 2 (3 with a gated MLP). GPT-2 124M comes out at
+ * 124,439,808 parameters, T5-11B's layers at the calibration files' param_mb_per_layer.
+ */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stdint.h>
+
+#include "../common/dp.h"
+
+#define MODEL_NAME_MAX 64
+
+typedef enum model_arch { ARCH_GPT, ARCH_T5 } model_arch;
+
+typedef struct model_spec {
+    char name[MODEL_NAME_MAX];
+    model_arch arch;
+    int enc_layers;  /* GPT: its (decoder-only) layers; T5: encoder layers */
+    int dec_layers;  /* T5: decoder layers; GPT: 0 */
+    int hidden;      /* h, model width */
+    int heads;       /* a, attention heads */
+    int kv_channels; /* per-head width; heads * kv_channels need not equal hidden (T5-11B) */
+    int ffn;         /* f, MLP inner width */
+    int vocab;       /* V */
+    int glu;         /* 1: gated MLP with three matrices (LLaMA); 0: two (GPT, T5) */
+    int positions;   /* learned position embeddings (GPT-2: 1024, Megatron GPT: 2048; T5: 0) */
+    char profile[64]; /* preset's measured profile under models/profiles/, "" if none */
+} model_spec;
+
+/* Total layers (enc + dec). */
+int model_layers(const model_spec *m);
+
+/* Parameters of one layer of the given kind: 0 encoder/GPT layer, 1 T5 decoder layer. */
+int64_t model_layer_params(const model_spec *m, int decoder);
+
+/* Parameters of the embedding (word + GPT positions). */
+int64_t model_embedding_params(const model_spec *m);
+
+/* Whole-model parameters: layers + embedding + final layer norm(s). The LM head is tied to the
+ * word embedding and not counted twice. */
+int64_t model_total_params(const model_spec *m);
+
+/* Looks a preset up by name ("gpt-6.7b-16l"). Returns NULL when there is none. */
+const model_spec *model_preset(const char *name);
+
+/* The preset table, for listing. */
+const model_spec *model_presets(int *count);
+
+/* Checks ranges ("hidden_size must be positive"); where names the source in messages. */
+dp_status model_validate(const model_spec *m, const char *where, dp_err *err);
+
+/* Reads a JSON spec file (format above). */
+dp_status model_read_json(const char *path, model_spec *m, dp_err *err);
+
+/* Parses JSON text (for fuzzers and tests); name is used in messages. */
+dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp_err *err);
+
+/* Writes m as a JSON spec (round-trips through model_read_json). */
+dp_status model_write_json(const model_spec *m, const char *path, dp_err *err);
+
+/* Imports a Hugging Face config.json. */
+dp_status model_import_hf(const char *path, model_spec *m, dp_err *err);
+dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_err *err);
+
+/* Resolves NAME as a preset, or else as a JSON spec or HF config.json file. */
+dp_status model_resolve(const char *name_or_path, model_spec *m, dp_err *err);
+
+const char *model_arch_name(model_arch a);
+
+#endif /* MODEL_H */

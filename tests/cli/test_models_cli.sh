@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# End-to-end tests of `dpsim models`, `dpsim cost` and `dpsim calibrate`.
+. "$(dirname "$0")/lib.sh"
+
+expect "models lists the paper's presets" 0 "t5-11b-96l" -- "$DPSIM" models
+expect "models lists the p4d cluster" 0 "^p4d +a100-40gb +8 +4800 +0 +100 +4000 +36000" -- "$DPSIM" models
+expect "models --show prints a JSON spec" 0 '"hidden_size":' -- "$DPSIM" models --show gpt-6.7b-16l
+"$DPSIM" models --show t5-11b-24l >"$TMP/t5.json" 2>/dev/null
+expect "a shown spec is a usable --model" 0 "decoder layer" -- "$DPSIM" cost --model "$TMP/t5.json" --tp 8 --mbs 2 --seqlen 512 --dec-seqlen 64
+expect "cost --help lists options with defaults" 0 "\[gpt-6.7b-16l\]" -- "$DPSIM" cost --help
+
+expect "grid point: GPT-6.7B TP1 1x2048" 0 "^layer +5\.780 +9\.650" -- "$DPSIM" cost --mbs 1 --seqlen 2048
+expect "cost --json" 0 '"fwd_ms_per_layer":[[:space:]]*5\.78' -- "$DPSIM" cost --mbs 1 --seqlen 2048 --json
+expect "cost --json per stage" 0 '"fwd_ms_per_stage"' -- "$DPSIM" cost --mbs 1 --seqlen 2048 --json --pp 4
+expect "infeasible shape says why and exits 1" 1 "infeasible: .*out of memory when measured" -- "$DPSIM" cost --mbs 16 --seqlen 4096
+expect "infeasible in JSON" 1 '"feasible":[[:space:]]*false' -- "$DPSIM" cost --mbs 1 --seqlen 9000 --json
+expect "analytic on an H100" 0 "analytic on h100" -- "$DPSIM" cost --hw h100 --mbs 2 --seqlen 1024
+expect "T5 needs --dec-seqlen" 2 "needs --dec-seqlen" -- "$DPSIM" cost --model t5-11b-24l --mbs 1 --seqlen 512
+expect "unknown model preset" 1 "unknown model \"gpt-9z\"" -- "$DPSIM" cost --model gpt-9z --mbs 1 --seqlen 16
+expect "unknown hardware" 1 "unknown hardware" -- "$DPSIM" cost --hw abacus --mbs 1 --seqlen 16
+expect "missing --mbs" 2 "--mbs and --seqlen are required" -- "$DPSIM" cost --seqlen 16
+expect "bad --recompute" 2 "unknown --recompute" -- "$DPSIM" cost --recompute half --mbs 1 --seqlen 16
+
+printf 'tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n1,none,encoder,fwd_ms,1,16,0,oops\n' >"$TMP/bad.csv"
+expect "bad profile names file and line" 1 "bad.csv:2: value \"oops\"" -- "$DPSIM" cost --profile "$TMP/bad.csv" --mbs 1 --seqlen 16
+
+expect "calibrate the GPT grid" 0 "held-out median APE" -- "$DPSIM" calibrate --model gpt-6.7b-16l --holdout 0.2 -o "$TMP/fit.json"
+check "the fit is a JSON cost model" grep -q '"kind":[[:space:]]*"analytic"' "$TMP/fit.json"
+expect "the fit answers queries" 0 "analytic, fitted" -- "$DPSIM" cost --fit "$TMP/fit.json" --mbs 1 --seqlen 2048
+expect "calibrate without a profile" 2 "no measured profile" -- "$DPSIM" calibrate --model gpt-13b-40l
+
+finish

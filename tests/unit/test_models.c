@@ -1,0 +1,468 @@
+/* Unit tests for models/: specs, profile interpolation, analytic formulas, memory, comm, fit. */
+#include "testutil.h"
+
+#include "../../models/calibrate.h"
+#include "../../models/comm.h"
+#include "../../models/cost.h"
+#include "../../models/hw.h"
+#include "../../models/memory.h"
+#include "../../models/model.h"
+
+#define GPT_PROFILE "models/profiles/a100_gpt_6.7b_profile.csv"
+#define T5_PROFILE "models/profiles/a100_t5_11b_profile.csv"
+
+static cluster_spec p4d(void)
+{
+    cluster_spec c;
+    assert_int_equal(cluster_preset("p4d", &c), 0);
+    return c;
+}
+
+static cost_model *load_profile(const char *path, const char *model, int tp, recompute_mode rc)
+{
+    cluster_spec hw = p4d();
+    dp_err err = {0};
+    cost_model *cm = NULL;
+    const model_spec *m = model_preset(model);
+    assert_non_null(m);
+    if (cost_profile_load(path, m, &hw, tp, rc, &cm, &err) != DP_OK) fail_msg("%s", err.msg);
+    return cm;
+}
+
+static void test_profile_exact_on_grid_points(void **state)
+{
+    (void)state;
+    cost_model *cm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
+    cost_layer l;
+    cost_shape s = {1, 2048, 0};
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &s, &l, NULL), DP_OK);
+    assert_near(l.fwd_ms, 5.78, 1e-12);
+    assert_near(l.bwd_ms, 9.65, 1e-12);
+    assert_near(l.stored_act_mb, 966.55, 0.1); /* README: 966.6 MB per layer */
+    cost_shape big = {1, 8192, 0};              /* next to unmeasured cells, still exact */
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &big, &l, NULL), DP_OK);
+    assert_near(l.fwd_ms, 44.23, 1e-12);
+    cost_model_free(cm);
+    /* T5 decoder entries need (mbs, enc, dec); repeated encoder keys combine by median. */
+    cm = load_profile(T5_PROFILE, "t5-11b-24l", 8, RECOMPUTE_NONE);
+    cost_shape t5 = {4, 512, 128};
+    dp_err err = {0};
+    if (cost_query(cm, COMP_ENCODER, &t5, &l, &err) != DP_OK) fail_msg("%s", err.msg);
+    assert_true(l.fwd_ms > 1.7 && l.fwd_ms < 2.2);
+    assert_int_equal(cost_query(cm, COMP_DECODER, &t5, &l, NULL), DP_OK);
+    assert_true(l.fwd_ms > 0);
+    cost_model_free(cm);
+}
+
+static void test_profile_infeasible_with_reason(void **state)
+{
+    (void)state;
+    cost_model *cm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
+    cost_layer l;
+    dp_err err = {0};
+    cost_shape hole = {16, 4096, 0}; /* out of memory when measured */
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &hole, &l, &err), DP_ERR_INFEASIBLE);
+    assert_msg_has(err.msg, "lies in a cell the profile lacks");
+    cost_shape outside = {1, 9000, 0};
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &outside, &l, &err), DP_ERR_INFEASIBLE);
+    assert_msg_has(err.msg, "enc_seqlen 9000 is outside the measured region [16, 8192]");
+    cost_shape tiny = {1, 8, 0};
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &tiny, &l, &err), DP_ERR_INFEASIBLE);
+    assert_int_equal(cost_query(cm, COMP_DECODER, &tiny, &l, NULL), DP_ERR_INFEASIBLE);
+    cost_model_free(cm);
+}
+
+/* value = 1 + 2*mbs + 0.5*seq + 0.01*mbs*seq is reproduced exactly by multilinear interpolation. */
+static double synth(double mbs, double enc, double dec)
+{
+    return 1 + 2 * mbs + 0.5 * enc + 0.01 * mbs * enc + 0.25 * dec + 0.001 * enc * dec;
+}
+
+static const char *synthetic_profile(void)
+{
+    static char buf[1 << 16];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "tp,recompute,component,metric,mbs,enc_seqlen,"
+                                                 "dec_seqlen,value\n");
+    static const int mbs[] = {1, 2, 4}, lens[] = {16, 32, 64};
+    static const char *const metrics[] = {"fwd_ms", "bwd_ms", "stored_act_mb", "peak_act_mb"};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++) {
+                double v = synth(mbs[i], lens[j], 0) * (k + 1);
+                n += (size_t)snprintf(buf + n, sizeof buf - n, "1,none,encoder,%s,%d,%d,0,%.10g\n",
+                                      metrics[k], mbs[i], lens[j], v);
+                for (int d = 0; d < 3; d++)
+                    n += (size_t)snprintf(buf + n, sizeof buf - n,
+                                          "1,none,decoder,%s,%d,%d,%d,%.10g\n", metrics[k], mbs[i],
+                                          lens[j], lens[d], synth(mbs[i], lens[j], lens[d]) * (k + 1));
+            }
+    /* a repeated key: median of 7, 100, 3 is 7 */
+    n += (size_t)snprintf(buf + n, sizeof buf - n,
+                          "1,none,postprocess,fwd_ms,1,0,16,7\n1,none,postprocess,fwd_ms,1,0,16,100\n"
+                          "1,none,postprocess,fwd_ms,1,0,16,3\n1,none,postprocess,bwd_ms,1,0,16,1\n");
+    return tmp_file(".csv", buf);
+}
+
+static void test_profile_exact_linear_interpolation(void **state)
+{
+    (void)state;
+    cluster_spec hw = p4d();
+    model_spec m = *model_preset("t5-tiny");
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_profile_load(synthetic_profile(), &m, &hw, 1, RECOMPUTE_NONE, &cm, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    cost_layer l;
+    static const int qm[] = {1, 2, 3, 4}, ql[] = {16, 20, 33, 48, 64};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++) {
+            cost_shape s = {qm[i], ql[j], ql[4 - j]};
+            if (cost_query(cm, COMP_ENCODER, &s, &l, &err) != DP_OK) fail_msg("%s", err.msg);
+            assert_near(l.fwd_ms, synth(qm[i], ql[j], 0), 1e-9);
+            assert_near(l.peak_act_mb, 4 * synth(qm[i], ql[j], 0), 1e-9);
+            assert_int_equal(cost_query(cm, COMP_DECODER, &s, &l, NULL), DP_OK);
+            assert_near(l.bwd_ms, 2 * synth(qm[i], ql[j], ql[4 - j]), 1e-9);
+        }
+    cost_shape p = {1, 16, 16};
+    assert_int_equal(cost_query(cm, COMP_POSTPROCESS, &p, &l, NULL), DP_OK);
+    assert_near(l.fwd_ms, 7, 1e-12);
+    cost_model_free(cm);
+}
+
+static void test_profile_monotone_where_data_is(void **state)
+{
+    (void)state;
+    cost_model *cm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
+    cost_layer l;
+    /* Along mbs at lengths >= 512 and along length at mbs >= 4, the grid grows: so must the
+     * interpolation between grid points. (At tiny shapes the data is flat and noisy.) */
+    for (int seq = 512; seq <= 2048; seq += 256) {
+        double prev = 0;
+        for (int mbs = 1; mbs <= 8; mbs++) {
+            cost_shape s = {mbs, seq, 0};
+            if (cost_query(cm, COMP_ENCODER, &s, &l, NULL) != DP_OK) break;
+            assert_true(l.fwd_ms >= prev && l.bwd_ms > 0);
+            prev = l.fwd_ms;
+        }
+    }
+    for (int mbs = 4; mbs <= 16; mbs += 4) {
+        double prev = 0;
+        for (int seq = 256; seq <= 1024; seq += 24) {
+            cost_shape s = {mbs, seq, 0};
+            if (cost_query(cm, COMP_ENCODER, &s, &l, NULL) != DP_OK) break;
+            assert_true(l.fwd_ms >= prev);
+            assert_true(l.stored_act_mb > 0);
+            prev = l.fwd_ms;
+        }
+    }
+    cost_model_free(cm);
+}
+
+static void expect_profile_error(const char *text, const char *want)
+{
+    cluster_spec hw = p4d();
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    const char *path = tmp_file(".csv", text);
+    if (cost_profile_load(path, model_preset("gpt-tiny"), &hw, 1, RECOMPUTE_NONE, &cm, &err) ==
+        DP_OK)
+        fail_msg("accepted a bad profile, wanted \"%s\"", want);
+    assert_msg_has(err.msg, want);
+    assert_msg_has(err.msg, "/tmp/dpsim-test-");
+}
+
+static void test_profile_bad_files(void **state)
+{
+    (void)state;
+    const char *h = "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n";
+    char buf[512];
+    expect_profile_error("", "file is empty");
+    expect_profile_error(h, ":1: the header has no data rows");
+    expect_profile_error("tp,recompute,component,metric,mbs,enc_seqlen,value\n1,none,encoder,fwd_ms,1,16,2\n",
+                         ":1: missing column \"dec_seqlen\"");
+    expect_profile_error("tp,tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n",
+                         ":1: column \"tp\" appears twice");
+    snprintf(buf, sizeof buf, "%s1,none,encoder,fwd_ms,1,16,0,abc\n", h);
+    expect_profile_error(buf, ":2: value \"abc\" is not a finite number");
+    snprintf(buf, sizeof buf, "%s1,none,encoder,fwd_ms,1,16,0,1\n1,none,encoder,fwd_ms,1,16,0,-2\n", h);
+    expect_profile_error(buf, ":3: value \"-2\" is negative");
+    snprintf(buf, sizeof buf, "%s1,none,encoder,fwd_ms,0,16,0,1\n", h);
+    expect_profile_error(buf, ":2: mbs \"0\"");
+    snprintf(buf, sizeof buf, "%s1,none,lmhead,fwd_ms,1,16,0,1\n", h);
+    expect_profile_error(buf, ":2: component \"lmhead\"");
+    snprintf(buf, sizeof buf, "%s1,some,encoder,fwd_ms,1,16,0,1\n", h);
+    expect_profile_error(buf, ":2: recompute \"some\"");
+    snprintf(buf, sizeof buf, "%s2,none,encoder,fwd_ms,1,16,0,1\n", h);
+    expect_profile_error(buf, "no rows for tp 1 and recompute none");
+    snprintf(buf, sizeof buf, "%s1,none,encoder,fwd_ms,1,16,0,nan\n", h);
+    expect_profile_error(buf, "is not a finite number");
+}
+
+static void test_profile_refuses_other_width(void **state)
+{
+    (void)state;
+    cluster_spec hw = p4d();
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    assert_int_equal(cost_profile_load(GPT_PROFILE, model_preset("gpt-13b-40l"), &hw, 1,
+                                       RECOMPUTE_NONE, &cm, &err),
+                     DP_ERR_INVALID);
+    assert_msg_has(err.msg, "measured on another model width");
+    assert_int_equal(cost_profile_load(GPT_PROFILE, model_preset("t5-11b-24l"), &hw, 1,
+                                       RECOMPUTE_NONE, &cm, &err),
+                     DP_ERR_INVALID);
+    assert_msg_has(err.msg, "not a profile for a t5 model");
+}
+
+static void test_param_counts(void **state)
+{
+    (void)state;
+    assert_int_equal(model_total_params(model_preset("gpt2-124m")), 124439808);
+    /* T5-11B layers against the measured fp16 parameter sizes (MB = 1e6 bytes). */
+    const model_spec *t5 = model_preset("t5-11b-24l");
+    assert_rel(2.0 * (double)model_layer_params(t5, 0) / 1e6, 402.9, 0.001);
+    assert_rel(2.0 * (double)model_layer_params(t5, 1) / 1e6, 537.22, 0.001);
+    const model_spec *gpt = model_preset("gpt-6.7b-16l");
+    assert_rel(2.0 * (double)model_layer_params(gpt, 0) / 1e6, 402.77, 0.001);
+    /* tiny GPT by hand: h=256, hk=256, f=1024: 3*65536+768 + 65536+256 + 2*262144+1024+256 + 1024 */
+    assert_int_equal(model_layer_params(model_preset("gpt-tiny"), 0), 789760);
+}
+
+static void test_flops_by_hand(void **state)
+{
+    (void)state;
+    double dense, attn;
+    cost_shape s = {2, 8, 0};
+    analytic_flops(model_preset("gpt-tiny"), COMP_ENCODER, &s, 1, &dense, &attn);
+    assert_near(dense, 2.0 * 2 * 8 * (3 * 256 * 256 + 256 * 256 + 2 * 256 * 1024), 0);
+    assert_near(attn, 4.0 * 2 * 8 * 8 * 256, 0);
+    analytic_flops(model_preset("gpt-tiny"), COMP_ENCODER, &s, 2, &dense, &attn);
+    assert_near(dense, 2.0 * 2 * 8 * 786432 / 2, 0);
+    cost_shape t = {1, 8, 4};
+    analytic_flops(model_preset("t5-tiny"), COMP_DECODER, &t, 1, &dense, &attn);
+    /* self 2*4*(3*256*256+256*256) + cross q,o 2*4*(2*256*256) + cross k,v 2*8*(2*256*256)
+     * + mlp 2*4*2*256*1024 */
+    assert_near(dense, 2.0 * 4 * 262144 + 2.0 * 4 * 131072 + 2.0 * 8 * 131072 + 2.0 * 4 * 524288, 0);
+    assert_near(attn, 4.0 * 256 * (16 + 32), 0);
+    analytic_flops(model_preset("gpt-tiny"), COMP_POSTPROCESS, &s, 1, &dense, &attn);
+    assert_near(dense, 2.0 * 2 * 8 * 256 * 1024, 0);
+}
+
+static void test_korthikanti_closed_form(void **state)
+{
+    (void)state;
+    /* hk = h and f = 4h: stored = sbh(10 + 24/t + 5as/(ht)); selective sbh(10 + 24/t); full 2sbh */
+    const model_spec *m = model_preset("gpt-6.7b-16l");
+    double s = 2048, b = 2, h = 4096, a = 32;
+    cost_shape sh = {2, 2048, 0};
+    for (int t = 1; t <= 8; t *= 2) {
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_NONE),
+                    s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1e-3);
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_SELECTIVE),
+                    s * b * h * (10 + 24.0 / t), 1e-3);
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_FULL),
+                    2 * s * b * h, 1e-3);
+    }
+}
+
+static void test_json_round_trips(void **state)
+{
+    (void)state;
+    int n;
+    const model_spec *ps = model_presets(&n);
+    dp_err err = {0};
+    for (int i = 0; i < n; i++) {
+        model_spec back;
+        const char *path = tmp_file(".json", "");
+        assert_int_equal(model_write_json(&ps[i], path, &err), DP_OK);
+        assert_int_equal(model_read_json(path, &back, &err), DP_OK);
+        assert_string_equal(back.name, ps[i].name);
+        assert_int_equal(model_total_params(&back), model_total_params(&ps[i]));
+        assert_int_equal(back.arch, ps[i].arch);
+    }
+    for (int i = 0; i < cluster_preset_count(); i++) {
+        cluster_spec c, back;
+        cluster_preset_at(i, &c);
+        const char *path = tmp_file(".json", "");
+        assert_int_equal(cluster_write_json(&c, path, &err), DP_OK);
+        assert_int_equal(cluster_resolve(path, &back, &err), DP_OK);
+        assert_near(back.gpu.peak_tflops, c.gpu.peak_tflops, 0);
+        assert_near(back.inter_latency_us, c.inter_latency_us, 0);
+        assert_near(back.mem_limit_mb, c.mem_limit_mb, 0);
+    }
+    /* The paper's own model_configs files load as they are. */
+    model_spec m;
+    assert_int_equal(model_parse_json("{\"encoder_num_layers\": 24, \"decoder_num_layers\": 24,"
+                                      "\"hidden_size\": 1024, \"num_attn_heads\": 128,"
+                                      "\"kv_channels\": 128, \"ffn_hidden_size\": 65536}",
+                                      "t5.json", &m, &err),
+                     DP_OK);
+    assert_int_equal(m.arch, ARCH_T5);
+    assert_int_equal(model_total_params(&m), model_total_params(model_preset("t5-11b-24l")));
+}
+
+static void test_hf_import(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    assert_int_equal(model_parse_hf("{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_embd\": 768,"
+                                    "\"n_head\": 12, \"n_inner\": null, \"vocab_size\": 50257,"
+                                    "\"n_positions\": 1024}",
+                                    "config.json", &m, &err),
+                     DP_OK);
+    assert_int_equal(model_total_params(&m), 124439808);
+    assert_int_equal(model_parse_hf("{\"d_model\": 1024, \"num_layers\": 24, \"num_decoder_layers\": 24,"
+                                    "\"num_heads\": 128, \"d_kv\": 128, \"d_ff\": 65536,"
+                                    "\"vocab_size\": 32128}",
+                                    "config.json", &m, &err),
+                     DP_OK);
+    assert_int_equal(m.arch, ARCH_T5);
+    assert_int_equal(model_layer_params(&m, 1), model_layer_params(model_preset("t5-11b-24l"), 1));
+    assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 32,"
+                                    "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
+                                    "\"intermediate_size\": 11008, \"vocab_size\": 32000}",
+                                    "config.json", &m, &err),
+                     DP_OK);
+    assert_int_equal(m.glu, 1);
+    assert_int_equal(m.ffn, 11008);
+}
+
+static void expect_spec_error(const char *text, const char *want)
+{
+    model_spec m;
+    dp_err err = {0};
+    if (model_parse_json(text, "spec.json", &m, &err) == DP_OK) fail_msg("accepted: %s", text);
+    assert_msg_has(err.msg, want);
+}
+
+static void test_bad_specs(void **state)
+{
+    (void)state;
+    expect_spec_error("", "spec.json:1: malformed JSON (file is empty)");
+    expect_spec_error("{\"num_layers\": 4,\n\"hidden_size\": }", "spec.json:2: malformed JSON");
+    expect_spec_error("[1]", "expected a JSON object");
+    expect_spec_error("{\"hidden_size\": 64, \"num_attn_heads\": 4}", "missing field \"num_layers\"");
+    expect_spec_error("{\"num_layers\": -4, \"hidden_size\": 64, \"num_attn_heads\": 4}",
+                      "field \"num_layers\" must be a whole number");
+    expect_spec_error("{\"num_layers\": 4, \"hidden_size\": \"big\", \"num_attn_heads\": 4}",
+                      "field \"hidden_size\"");
+    expect_spec_error("{\"num_layers\": 4, \"hidden_size\": 64, \"num_attn_heads\": 4, \"arch\": \"rnn\"}",
+                      "field \"arch\"");
+    expect_spec_error("{\"num_layers\": 4.5, \"hidden_size\": 64, \"num_attn_heads\": 4}",
+                      "\"num_layers\"");
+    model_spec m;
+    cluster_spec c;
+    dp_err err = {0};
+    assert_int_not_equal(model_resolve("gpt-7t", &m, &err), DP_OK);
+    assert_msg_has(err.msg, "unknown model \"gpt-7t\"");
+    assert_int_not_equal(cluster_resolve("tpu-v9", &c, &err), DP_OK);
+    assert_msg_has(err.msg, "unknown hardware \"tpu-v9\"");
+    assert_int_not_equal(cluster_parse_json("{\"gpu\": \"a100-40gb\"}", "hw.json", &c, &err), DP_OK);
+    assert_msg_has(err.msg, "hw.json: missing field \"intra_gbit\"");
+    /* A nesting bomb is malformed JSON, not a crash. */
+    char *bomb = malloc(200002);
+    memset(bomb, '[', 200000);
+    bomb[200000] = '\0';
+    expect_spec_error(bomb, "malformed JSON");
+    free(bomb);
+}
+
+static void test_memory_and_comm_closed_forms(void **state)
+{
+    (void)state;
+    /* 1000 MB of fp16 params = 500 M params: 16 bytes each without ZeRO. */
+    assert_near(memory_model_state_mb(1000, 0, 4), 8000, 1e-9);
+    assert_near(memory_model_state_mb(1000, 1, 4), 1000 + 1000 + 6000 / 4.0, 1e-9);
+    assert_near(memory_model_state_mb(1000, 2, 4), 1000 + 1000 / 4.0 + 6000 / 4.0, 1e-9);
+    assert_near(memory_model_state_mb(1000, 3, 4), 8000 / 4.0, 1e-9);
+    cluster_spec c = p4d();
+    /* intra-node: 0 µs + 1e9 bytes at 4800 Gbit/s = 1.6667 ms; inter-node: 4 ms + 80 ms */
+    assert_near(comm_p2p_ms(&c, 0, 1, 1e9), 8e9 / 4800e9 * 1e3, 1e-9);
+    assert_near(comm_p2p_ms(&c, 7, 8, 1e9), 4.0 + 8e9 / 100e9 * 1e3, 1e-9);
+    assert_near(comm_allreduce_ms(&c, 4, 1, 1e9), 6 * 4.0 + 1.5 * 80.0, 1e-9);
+    assert_near(comm_allreduce_ms(&c, 1, 1, 1e9), 0, 0);
+    const model_spec *gpt = model_preset("gpt-6.7b-16l"), *t5 = model_preset("t5-11b-24l");
+    assert_near(comm_act_bytes(gpt, 0, 4, 2, 1024, 0), 2.0 * 2 * 1024 * 4096, 0);
+    assert_near(comm_act_bytes(t5, 2, 4, 1, 512, 64), 2.0 * 1024 * (512 + 64), 0);
+    int enc, dec;
+    memory_stage_layers(t5, 1, 4, &enc, &dec);
+    assert_int_equal(enc, 12);
+    assert_int_equal(dec, 0);
+    memory_stage_layers(t5, 3, 4, &enc, &dec);
+    assert_int_equal(dec, 12);
+    memory_stage_layers(gpt, 0, 3, &enc, &dec);
+    assert_int_equal(enc, 6); /* 16 layers over 3 stages: 6, 5, 5 */
+}
+
+static void test_calibration_recovers_known_parameters(void **state)
+{
+    (void)state;
+    /* A profile written from the analytic model with known parameters is fitted back exactly. */
+    const model_spec *m = model_preset("gpt-6.7b-16l");
+    cluster_spec hw = p4d();
+    analytic_params truth = {0.55, 0.2, 0.7, 1.2, 2.0, 2.1};
+    cost_model *am = NULL, *pm = NULL;
+    dp_err err = {0};
+    assert_int_equal(cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &truth, &am, &err), DP_OK);
+    static char buf[1 << 16];
+    size_t n = (size_t)snprintf(buf, sizeof buf,
+                                "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
+    for (int mbs = 1; mbs <= 64; mbs *= 2)
+        for (int s = 64; s <= 4096; s *= 2) {
+            cost_layer l;
+            cost_shape sh = {mbs, s, 0};
+            assert_int_equal(cost_query(am, COMP_ENCODER, &sh, &l, NULL), DP_OK);
+            n += (size_t)snprintf(buf + n, sizeof buf - n,
+                                  "1,none,encoder,fwd_ms,%d,%d,0,%.12g\n1,none,encoder,bwd_ms,%d,%d,0,%.12g\n",
+                                  mbs, s, l.fwd_ms, mbs, s, l.bwd_ms);
+        }
+    assert_int_equal(cost_profile_load(tmp_file(".csv", buf), m, &hw, 1, RECOMPUTE_NONE, &pm, &err),
+                     DP_OK);
+    calib_result res;
+    assert_int_equal(calibrate_fit(pm, 0.2, 3, &res, &err), DP_OK);
+    if (!(res.holdout_median_ape < 0.5))
+        fail_msg("held-out median %.3f%%, gemm %.3f attn %.3f mem %.3f floors %.3f %.3f ratio %.3f",
+                 res.holdout_median_ape, res.params.gemm_eff, res.params.attn_eff,
+                 res.params.mem_eff, res.params.fwd_floor_ms, res.params.bwd_floor_ms,
+                 res.params.bwd_ratio);
+    assert_rel(res.params.gemm_eff, truth.gemm_eff, 0.05);
+    assert_rel(res.params.bwd_ratio, truth.bwd_ratio, 0.05);
+    cost_model_free(am);
+    cost_model_free(pm);
+}
+
+static void test_calibration_on_a100_grid(void **state)
+{
+    (void)state;
+    /* The closing-note figure: held-out median error of the fit to the real GPT grid. */
+    cost_model *cm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
+    calib_result res;
+    dp_err err = {0};
+    assert_int_equal(calibrate_fit(cm, 0.2, 1, &res, &err), DP_OK);
+    assert_true(res.holdout_median_ape < 10);
+    assert_int_equal(res.n_holdout + res.n_fit, 72); /* every measured TP1 cell */
+    cost_model_free(cm);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_exact_on_grid_points),
+        cmocka_unit_test(test_profile_infeasible_with_reason),
+        cmocka_unit_test(test_profile_exact_linear_interpolation),
+        cmocka_unit_test(test_profile_monotone_where_data_is),
+        cmocka_unit_test(test_profile_bad_files),
+        cmocka_unit_test(test_profile_refuses_other_width),
+        cmocka_unit_test(test_param_counts),
+        cmocka_unit_test(test_flops_by_hand),
+        cmocka_unit_test(test_korthikanti_closed_form),
+        cmocka_unit_test(test_json_round_trips),
+        cmocka_unit_test(test_hf_import),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_memory_and_comm_closed_forms),
+        cmocka_unit_test(test_calibration_recovers_known_parameters),
+        cmocka_unit_test(test_calibration_on_a100_grid),
+    };
+    return cmocka_run_group_tests_name("models", tests, NULL, NULL);
+}
