@@ -38,19 +38,19 @@
     } while (0)
 
 /* Temporary files made by a test binary; removed at exit. */
-static char tmp_paths[256][64];
+static char tmp_paths[4096][64];
 static int tmp_count;
 
 static inline void tmp_cleanup(void)
 {
-    for (int i = 0; i < tmp_count && i < 256; i++) unlink(tmp_paths[i]);
+    for (int i = 0; i < tmp_count && i < 4096; i++) unlink(tmp_paths[i]);
 }
 
 /* Writes len bytes to a fresh temporary file and returns its path (valid until exit). */
 static inline const char *tmp_file_bytes(const char *suffix, const void *data, size_t len)
 {
     if (tmp_count == 0) atexit(tmp_cleanup);
-    assert_true(tmp_count < 256);
+    assert_true(tmp_count < 4096);
     char *path = tmp_paths[tmp_count++];
     snprintf(path, 64, "/tmp/dpsim-test-XXXXXX%s", suffix);
     int fd = mkstemps(path, (int)strlen(suffix));

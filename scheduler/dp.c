@@ -1,0 +1,255 @@
+/*
+ * DynaPipe's dynamic-programming micro-batcher, exact and fast.
+ *
+ * Problem: samples in a fixed order s_0 .. s_{n-1}; cut them into contiguous micro-batches
+ * [i, j) minimising
+ *     score = (S - 1) * max_k t_k / C + sum_k t_k / D
+ * where t_k = t(i, j) is the stage time of the micro-batch (stage_cost.h), over micro-batches that
+ * fit in memory.
+ *
+ * 1. Segment costs are tabulated once per batch, in C: t(i, j) for every feasible segment, as
+ *    integer nanoseconds so that sums and ties are exact. Extending a segment never shrinks its
+ *    shape (more rows, lengths are maxima), so once a segment stops fitting in memory or leaves the
+ *    profile's measured region, longer ones starting at i are not tried (costs and activation
+ *    memory are non-decreasing in micro-batch size and length).
+ * 2. For a cap tau, one DP pass finds the partition of least sum with every t_k <= tau, breaking
+ *    ties in the sum towards the smaller realised max m (lexicographic (sum, max): exact, since for
+ *    equal prefix sums a smaller prefix max is never worse).
+ * 3. Breakpoint descent (DESIGN.md): solve with no cap, note the realised max m_1; solve again with
+ *    tau = the largest segment cost below m_1; repeat; stop once the sum alone (sum / D) reaches
+ *    the best score. Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
+ *    max, so the descent is exact without enumerating every candidate.
+ *
+ * Scores are compared exactly as integers: (S-1)*m*D + sum*C (score * C * D, in ns).
+ *
+ * The thinned variant (thin_ms > 0) is DynaPipe's: it runs one DP pass for each candidate tau of
+ * the sorted distinct segment costs, skipping candidates within thin_ms of the last one kept.
+ *
+ * Memory: a micro-batch must fit with S micro-batches in flight (1F1B holds up to S); if some
+ * sample cannot, the plan is retried with one micro-batch's worth, as DynaPipe does. If a sample
+ * does not fit even alone, the error names it.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "microbatch.h"
+
+typedef struct seg_table {
+    int n;
+    int *len;     /* len[i]: feasible segments [i, i+1) .. [i, i+len[i]] */
+    int64_t **t;  /* t[i][l-1]: cost of [i, i+l), ns */
+    int64_t *all; /* every tabulated cost, sorted unique */
+    int n_all;
+} seg_table;
+
+static void seg_release(seg_table *T)
+{
+    for (int i = 0; i < T->n; i++) free(T->t[i]);
+    free(T->t);
+    free(T->len);
+    free(T->all);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Shape of the segment [i, j) of ordered samples. */
+static cost_shape seg_shape(const batch_rules *r, const sample_len *s, int i, int j)
+{
+    int enc = 0, dec = 0;
+    for (int k = i; k < j; k++) {
+        if (s[k].enc > enc) enc = s[k].enc;
+        if (s[k].dec > dec) dec = s[k].dec;
+    }
+    return (cost_shape){j - i, batch_pad(r, enc), batch_pad(r, dec)};
+}
+
+/* Tabulates t(i, j). Fails (with the sample named) when a single sample does not fit. */
+static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, int in_flight,
+                           seg_table *T, dp_err *err)
+{
+    memset(T, 0, sizeof *T);
+    T->n = n;
+    T->len = calloc((size_t)n, sizeof *T->len);
+    T->t = calloc((size_t)n, sizeof *T->t);
+    size_t all_cap = 0;
+    if (!T->len || !T->t) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int enc = 0, dec = 0, cap = 0;
+        for (int j = i + 1; j <= n; j++) {
+            if (s[j - 1].enc > enc) enc = s[j - 1].enc;
+            if (s[j - 1].dec > dec) dec = s[j - 1].dec;
+            cost_shape sh = {j - i, batch_pad(ctx->rules, enc), batch_pad(ctx->rules, dec)};
+            double t_ms;
+            int fits;
+            if (stage_model_time(ctx->sm, &sh, in_flight, &t_ms, &fits) != DP_OK || !fits) break;
+            size_t c = (size_t)cap;
+            if (dp_grow((void **)&T->t[i], &c, (size_t)(j - i), sizeof **T->t) != DP_OK ||
+                dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1, sizeof *T->all) != DP_OK)
+                return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            cap = (int)c;
+            int64_t ns = llround(t_ms * 1e6);
+            T->t[i][j - i - 1] = ns;
+            T->all[T->n_all++] = ns;
+            T->len[i] = j - i;
+        }
+        if (T->len[i] == 0) {
+            /* Say why the single sample does not fit. */
+            cost_shape sh = seg_shape(ctx->rules, s, i, i + 1);
+            mb_cost *c = malloc(sizeof *c);
+            char why[400] = "out of memory";
+            dp_err qerr = {0};
+            if (c && stage_model_cost(ctx->sm, &sh, c, &qerr) != DP_OK)
+                snprintf(why, sizeof why, "%.380s", qerr.msg);
+            else if (c)
+                stage_model_fits(ctx->sm, c, in_flight, why, sizeof why);
+            free(c);
+            return dp_fail(err, DP_ERR_INFEASIBLE,
+                           "trace sample %d (%d input, %d target tokens after truncation) does "
+                           "not fit in a micro-batch even alone: %s\nhint: try --recompute full, "
+                           "more --tp or --pp, or a smaller --max-seqlen",
+                           s[i].id, s[i].enc, s[i].dec, why);
+        }
+    }
+    qsort(T->all, (size_t)T->n_all, sizeof *T->all, cmp_i64);
+    int u = 0;
+    for (int k = 0; k < T->n_all; k++)
+        if (u == 0 || T->all[u - 1] != T->all[k]) T->all[u++] = T->all[k];
+    T->n_all = u;
+    return DP_OK;
+}
+
+typedef struct dp_cell {
+    int64_t sum, max; /* ns */
+    int from;         /* start of the last segment; -1 unreachable */
+} dp_cell;
+
+/* One pass: least (sum, max) partition with every segment <= tau. Returns 0 if none exists. */
+static int dp_pass(const seg_table *T, int64_t tau, dp_cell *f)
+{
+    int n = T->n;
+    f[0] = (dp_cell){0, 0, 0};
+    for (int j = 1; j <= n; j++) f[j] = (dp_cell){INT64_MAX, INT64_MAX, -1};
+    for (int i = 0; i < n; i++) {
+        if (f[i].from < 0) continue;
+        for (int l = 1; l <= T->len[i]; l++) {
+            int64_t t = T->t[i][l - 1];
+            if (t > tau) continue;
+            int64_t sum = f[i].sum + t, mx = f[i].max > t ? f[i].max : t;
+            dp_cell *g = &f[i + l];
+            if (sum < g->sum || (sum == g->sum && mx < g->max)) *g = (dp_cell){sum, mx, i};
+        }
+    }
+    return f[n].from >= 0;
+}
+
+static int64_t score_scaled(int64_t sum, int64_t max, int S, int C, int D)
+{
+    return (int64_t)(S - 1) * max * D + sum * C;
+}
+
+/* Writes the partition recorded in f into out. */
+static dp_status emit(const batch_ctx *ctx, const sample_len *s, const dp_cell *f, int n,
+                      mb_list *out)
+{
+    int *cuts = malloc((size_t)(n + 1) * sizeof *cuts), k = 0;
+    if (!cuts) return DP_ERR_NOMEM;
+    for (int j = n; j > 0; j = f[j].from) cuts[k++] = j;
+    cuts[k++] = 0;
+    dp_status st = DP_OK;
+    for (int q = k - 1; q > 0 && st == DP_OK; q--) {
+        int i = cuts[q], j = cuts[q - 1];
+        cost_shape sh = seg_shape(ctx->rules, s, i, j);
+        st = mb_list_add(out, s + i, j - i, j - i, sh.enc_len, sh.dec_len);
+    }
+    free(cuts);
+    return st;
+}
+
+/* Solves for one in-flight count; *passes counts DP passes. */
+static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int in_flight,
+                       mb_list *out, int *passes, dp_err *err)
+{
+    const stage_model *sm = ctx->sm;
+    int S = sm->pp, C = sm->chunks, D = sm->dp;
+    seg_table T;
+    dp_status st = seg_build(ctx, s, n, in_flight, &T, err);
+    dp_cell *f = malloc((size_t)(n + 1) * sizeof *f), *best = malloc((size_t)(n + 1) * sizeof *best);
+    if (st == DP_OK && (!f || !best)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (st != DP_OK) goto out;
+    int64_t best_score = INT64_MAX;
+    *passes = 0;
+    if (ctx->thin_ms <= 0) {
+        int64_t tau = INT64_MAX;
+        while (dp_pass(&T, tau, f)) {
+            (*passes)++;
+            int64_t sc = score_scaled(f[n].sum, f[n].max, S, C, D);
+            if (sc < best_score) {
+                best_score = sc;
+                memcpy(best, f, (size_t)(n + 1) * sizeof *f);
+            }
+            if (f[n].sum * C >= best_score) break; /* the sum alone can no longer win */
+            /* next cap: the largest segment cost strictly below the realised max */
+            int lo = 0, hi = T.n_all; /* first index with all[idx] >= max */
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (T.all[mid] < f[n].max) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo == 0) break;
+            tau = T.all[lo - 1];
+        }
+    } else {
+        int64_t thin = llround(ctx->thin_ms * 1e6), last = INT64_MIN;
+        for (int k = 0; k < T.n_all; k++) {
+            if (last != INT64_MIN && T.all[k] < last + thin && k != T.n_all - 1) continue;
+            last = T.all[k];
+            if (!dp_pass(&T, T.all[k], f)) continue;
+            (*passes)++;
+            int64_t sc = score_scaled(f[n].sum, f[n].max, S, C, D);
+            if (sc < best_score) {
+                best_score = sc;
+                memcpy(best, f, (size_t)(n + 1) * sizeof *f);
+            }
+        }
+    }
+    if (best_score == INT64_MAX) {
+        st = dp_fail(err, DP_ERR_INFEASIBLE, "no partition of the batch fits");
+        goto out;
+    }
+    if (emit(ctx, s, best, n, out) != DP_OK) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+out:
+    free(f);
+    free(best);
+    seg_release(&T);
+    return st;
+}
+
+dp_status dp_batch(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out, dp_err *err)
+{
+    sample_len *s = malloc((size_t)(n ? n : 1) * sizeof *s);
+    if (!s) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    memcpy(s, in, (size_t)n * sizeof *s);
+    mb_order(ctx->rules, s, n);
+    int passes = 0;
+    int first_ids = out->n_ids, first_mb = out->n_mb;
+    out->in_flight = ctx->sm->pp;
+    dp_status st = solve(ctx, s, n, ctx->sm->pp, out, &passes, err);
+    if (st == DP_ERR_INFEASIBLE && ctx->sm->pp > 1) {
+        /* DynaPipe's fallback: budget for one micro-batch in flight; the schedule must then
+         * admit micro-batches by memory (the adaptive schedule does). */
+        out->n_ids = first_ids;
+        out->n_mb = first_mb;
+        out->in_flight = 1;
+        st = solve(ctx, s, n, 1, out, &passes, err);
+    }
+    out->dp_passes = passes;
+    free(s);
+    return st;
+}

@@ -1,0 +1,401 @@
+#include "microbatch.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mb_list_init(mb_list *l)
+{
+    memset(l, 0, sizeof *l);
+}
+
+void mb_list_release(mb_list *l)
+{
+    free(l->ids);
+    free(l->mb);
+    mb_list_init(l);
+}
+
+void mb_list_clear(mb_list *l)
+{
+    l->n_ids = 0;
+    l->n_mb = 0;
+    l->feasible = 0;
+    l->why[0] = '\0';
+    l->dp_passes = 0;
+    l->in_flight = 0;
+}
+
+dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_len, int dec_len)
+{
+    size_t icap = (size_t)l->ids_cap, mcap = (size_t)l->mb_cap;
+    if (dp_grow((void **)&l->ids, &icap, (size_t)(l->n_ids + n), sizeof *l->ids) != DP_OK ||
+        dp_grow((void **)&l->mb, &mcap, (size_t)(l->n_mb + 1), sizeof *l->mb) != DP_OK)
+        return DP_ERR_NOMEM;
+    l->ids_cap = (int)icap;
+    l->mb_cap = (int)mcap;
+    microbatch *m = &l->mb[l->n_mb++];
+    memset(m, 0, sizeof *m);
+    m->first = l->n_ids;
+    m->n_samples = n;
+    m->mbs = mbs;
+    m->enc_len = enc_len;
+    m->dec_len = dec_len;
+    m->t_ms = NAN;
+    for (int i = 0; i < n; i++) {
+        l->ids[l->n_ids++] = s[i].id;
+        m->enc_tokens += s[i].enc;
+        m->dec_tokens += s[i].dec;
+    }
+    return DP_OK;
+}
+
+/* ---- order ------------------------------------------------------------------------------------ */
+
+static int cmp_gpt(const void *a, const void *b)
+{
+    const sample_len *x = a, *y = b;
+    if (x->enc != y->enc) return x->enc - y->enc;
+    return x->id - y->id;
+}
+
+static int cmp_t5(const void *a, const void *b)
+{
+    const sample_len *x = a, *y = b;
+    if (x->enc != y->enc) return x->enc - y->enc;
+    if (x->dec != y->dec) return x->dec - y->dec;
+    return x->id - y->id;
+}
+
+void mb_order(const batch_rules *r, sample_len *s, int n)
+{
+    if (r->arch == ARCH_GPT) {
+        qsort(s, (size_t)n, sizeof *s, cmp_gpt);
+        return;
+    }
+    qsort(s, (size_t)n, sizeof *s, cmp_t5);
+    /* Serpentine: within each padded input length, targets alternate ascending/descending, so the
+     * last sample of one group and the first of the next have close target lengths. */
+    int group = 0;
+    for (int i = 0; i < n;) {
+        int j = i, p = batch_pad(r, s[i].enc);
+        while (j < n && batch_pad(r, s[j].enc) == p) j++;
+        if (group % 2) /* reverse targets: re-sort this group by descending dec */
+            for (int a = i, b = j - 1; a < b; a++, b--) {
+                sample_len t = s[a];
+                s[a] = s[b];
+                s[b] = t;
+            }
+        group++;
+        i = j;
+    }
+}
+
+/* ---- padding, token -------------------------------------------------------------------------- */
+
+static dp_status split_padding(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                               dp_err *err)
+{
+    int enc = 0, dec = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i].enc > enc) enc = s[i].enc;
+        if (s[i].dec > dec) dec = s[i].dec;
+    }
+    enc = batch_pad(ctx->rules, enc);
+    dec = batch_pad(ctx->rules, dec);
+    for (int i = 0; i < n; i += ctx->mbs) {
+        int k = n - i < ctx->mbs ? n - i : ctx->mbs;
+        if (mb_list_add(out, s + i, k, k, enc, dec) != DP_OK)
+            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    return DP_OK;
+}
+
+static dp_status split_token(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
+                             dp_err *err)
+{
+    sample_len *s = malloc((size_t)n * sizeof *s);
+    if (!s) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    memcpy(s, in, (size_t)n * sizeof *s);
+    mb_order(ctx->rules, s, n);
+    dp_status st = DP_OK;
+    for (int i = 0; i < n && st == DP_OK;) {
+        int enc = batch_pad(ctx->rules, s[i].enc), dec = batch_pad(ctx->rules, s[i].dec), j = i + 1;
+        while (j < n) {
+            int e2 = enc > batch_pad(ctx->rules, s[j].enc) ? enc : batch_pad(ctx->rules, s[j].enc);
+            int d2 = dec > batch_pad(ctx->rules, s[j].dec) ? dec : batch_pad(ctx->rules, s[j].dec);
+            if ((int64_t)(j - i + 1) * (e2 + d2) > ctx->mb_tokens) break;
+            enc = e2, dec = d2, j++;
+        }
+        if (mb_list_add(out, s + i, j - i, j - i, enc, dec) != DP_OK)
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        i = j;
+    }
+    free(s);
+    return st;
+}
+
+/* ---- packing ------------------------------------------------------------------------------- */
+
+typedef struct row {
+    int enc, dec; /* tokens used */
+    int first, n; /* samples in the packed order */
+} row;
+
+/* Capacity of a packed row: enc <= max_seqlen, and for T5 dec <= max_dec_seqlen. */
+static int row_fits(const batch_rules *r, const row *w, const sample_len *x)
+{
+    return w->enc + x->enc <= r->max_seqlen &&
+           (r->arch == ARCH_GPT || w->dec + x->dec <= r->max_dec_seqlen);
+}
+
+/* Emits micro-batches of mbs rows each from rows over samples in `packed` order. */
+static dp_status emit_rows(const batch_ctx *ctx, const row *rows, int n_rows,
+                           const sample_len *packed, mb_list *out, dp_err *err)
+{
+    const batch_rules *r = ctx->rules;
+    int enc = batch_pad(r, r->max_seqlen);
+    int dec = r->arch == ARCH_T5 ? batch_pad(r, r->max_dec_seqlen) : 0;
+    for (int i = 0; i < n_rows; i += ctx->mbs) {
+        int k = n_rows - i < ctx->mbs ? n_rows - i : ctx->mbs;
+        int first = rows[i].first, count = 0;
+        for (int q = i; q < i + k; q++) count += rows[q].n;
+        if (mb_list_add(out, packed + first, count, k, enc, dec) != DP_OK)
+            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    return DP_OK;
+}
+
+static dp_status split_packing(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                               dp_err *err)
+{
+    row *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        if (nr == 0 || !row_fits(ctx->rules, &rows[nr - 1], &s[i])) rows[nr++] = (row){0, 0, i, 0};
+        rows[nr - 1].enc += s[i].enc;
+        rows[nr - 1].dec += s[i].dec;
+        rows[nr - 1].n++;
+    }
+    dp_status st = emit_rows(ctx, rows, nr, s, out, err);
+    free(rows);
+    return st;
+}
+
+static int cmp_longest_first(const void *a, const void *b)
+{
+    const sample_len *x = a, *y = b;
+    int lx = x->enc + x->dec, ly = y->enc + y->dec;
+    if (lx != ly) return ly - lx;
+    return x->id - y->id;
+}
+
+static dp_status split_packing_ffd(const batch_ctx *ctx, const sample_len *in, int n,
+                                   mb_list *out, dp_err *err)
+{
+    sample_len *s = malloc((size_t)n * sizeof *s), *packed = malloc((size_t)n * sizeof *packed);
+    row *rows = calloc((size_t)n, sizeof *rows);
+    int *row_of = malloc((size_t)n * sizeof *row_of);
+    dp_status st = DP_OK;
+    if (!s || !packed || !rows || !row_of) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(s, in, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_longest_first);
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        int r = 0;
+        while (r < nr && !row_fits(ctx->rules, &rows[r], &s[i])) r++;
+        if (r == nr) rows[nr++] = (row){0, 0, 0, 0};
+        rows[r].enc += s[i].enc;
+        rows[r].dec += s[i].dec;
+        rows[r].n++;
+        row_of[i] = r;
+    }
+    /* Lay the samples out row by row. */
+    for (int r = 0, at = 0; r < nr; r++) {
+        rows[r].first = at;
+        for (int i = 0; i < n; i++)
+            if (row_of[i] == r) packed[at++] = s[i];
+    }
+    st = emit_rows(ctx, rows, nr, packed, out, err);
+out:
+    free(s), free(packed), free(rows), free(row_of);
+    return st;
+}
+
+static const batcher BATCHERS[] = {
+    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding},
+    {"packing", "next-fit packing into --max-seqlen rows, --mbs rows (MLM+DS baseline)",
+     split_packing},
+    {"packing-ffd", "first-fit-decreasing packing into the same rows", split_packing_ffd},
+    {"token", "ordered samples cut at --mb-tokens padded tokens (DynaPipe's token-based)",
+     split_token},
+    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch},
+};
+
+const batcher *batcher_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof BATCHERS / sizeof *BATCHERS; i++)
+        if (strcmp(BATCHERS[i].name, name) == 0) return &BATCHERS[i];
+    return NULL;
+}
+
+const batcher *batcher_list(int *count)
+{
+    *count = (int)(sizeof BATCHERS / sizeof *BATCHERS);
+    return BATCHERS;
+}
+
+/* ---- costing, objective, replicas ----------------------------------------------------------- */
+
+dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
+{
+    const stage_model *sm = ctx->sm;
+    int in_flight = l->in_flight > 0 ? l->in_flight : sm->pp;
+    l->feasible = 1;
+    l->why[0] = '\0';
+    l->in_flight = in_flight;
+    double tmax = 0, sum = 0;
+    mb_cost *c = malloc(sizeof *c);
+    double *w = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *w);
+    int *bin = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *bin);
+    if (!c || !w || !bin) {
+        free(c), free(w), free(bin);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k < l->n_mb; k++) {
+        microbatch *m = &l->mb[k];
+        cost_shape s = {m->mbs, m->enc_len, m->dec_len};
+        dp_err why = {0};
+        if (stage_model_cost(sm, &s, c, &why) != DP_OK) {
+            m->t_ms = NAN;
+            m->fits = 0;
+            if (l->feasible)
+                snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d): %.300s", k,
+                         m->mbs, m->enc_len, m->dec_len, why.msg);
+            l->feasible = 0;
+            w[k] = 0;
+            continue;
+        }
+        char reason[300];
+        m->t_ms = c->t_ms;
+        m->fits = stage_model_fits(sm, c, in_flight, reason, sizeof reason);
+        if (!m->fits && l->feasible) {
+            snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d) runs out of "
+                     "memory: %s", k, m->mbs, m->enc_len, m->dec_len, reason);
+            l->feasible = 0;
+        }
+        tmax = fmax(tmax, m->t_ms);
+        sum += m->t_ms;
+        w[k] = m->t_ms;
+    }
+    int S = sm->pp, C = sm->chunks, D = sm->dp;
+    l->obj_tmax_ms = tmax;
+    l->obj_sum_ms = sum;
+    l->obj_value_ms = (S - 1) * tmax / C + sum / D;
+    dp_status st = DP_OK;
+    if (D > 1 && l->n_mb > 0) {
+        st = kk_partition(w, l->n_mb, D, bin);
+        if (st == DP_OK)
+            for (int k = 0; k < l->n_mb; k++) l->mb[k].replica = bin[k];
+        else
+            dp_fail(err, st, "out of memory");
+    }
+    free(c), free(w), free(bin);
+    return st;
+}
+
+/* ---- Karmarkar–Karp --------------------------------------------------------------------------- */
+
+/* A partial solution: k bin sums, and which bin each item went to (as a list per bin). */
+typedef struct kk_node {
+    double *sum; /* k sums, sorted descending */
+    int **items; /* k item lists */
+    int *count;
+    int *cap;
+} kk_node;
+
+static double kk_spread(const kk_node *x, int k)
+{
+    return x->sum[0] - x->sum[k - 1];
+}
+
+static void kk_sort(kk_node *x, int k)
+{
+    for (int a = 1; a < k; a++)
+        for (int b = a; b > 0 && x->sum[b] > x->sum[b - 1]; b--) {
+            double ts = x->sum[b];
+            x->sum[b] = x->sum[b - 1], x->sum[b - 1] = ts;
+            int *ti = x->items[b];
+            x->items[b] = x->items[b - 1], x->items[b - 1] = ti;
+            int tc = x->count[b];
+            x->count[b] = x->count[b - 1], x->count[b - 1] = tc;
+            tc = x->cap[b];
+            x->cap[b] = x->cap[b - 1], x->cap[b - 1] = tc;
+        }
+}
+
+dp_status kk_partition(const double *w, int n, int k, int *bin)
+{
+    kk_node *nodes = calloc((size_t)n, sizeof *nodes);
+    if (!nodes) return DP_ERR_NOMEM;
+    dp_status st = DP_OK;
+    for (int i = 0; i < n && st == DP_OK; i++) {
+        kk_node *x = &nodes[i];
+        x->sum = calloc((size_t)k, sizeof *x->sum);
+        x->items = calloc((size_t)k, sizeof *x->items);
+        x->count = calloc((size_t)k, sizeof *x->count);
+        x->cap = calloc((size_t)k, sizeof *x->cap);
+        if (!x->sum || !x->items || !x->count || !x->cap) st = DP_ERR_NOMEM;
+        else {
+            x->items[0] = malloc(sizeof(int));
+            if (!x->items[0]) st = DP_ERR_NOMEM;
+            else x->items[0][0] = i, x->count[0] = 1, x->cap[0] = 1, x->sum[0] = w[i];
+        }
+    }
+    int alive = n;
+    while (st == DP_OK && alive > 1) {
+        /* the two nodes of largest spread */
+        int a = 0, b = 1;
+        if (kk_spread(&nodes[b], k) > kk_spread(&nodes[a], k)) a = 1, b = 0;
+        for (int i = 2; i < alive; i++) {
+            double sp = kk_spread(&nodes[i], k);
+            if (sp > kk_spread(&nodes[a], k)) b = a, a = i;
+            else if (sp > kk_spread(&nodes[b], k)) b = i;
+        }
+        /* combine: a's largest with b's smallest, and so on */
+        kk_node *x = &nodes[a], *y = &nodes[b];
+        for (int j = 0; j < k && st == DP_OK; j++) {
+            int yj = k - 1 - j;
+            size_t need = (size_t)(x->count[j] + y->count[yj]), cap = (size_t)x->cap[j];
+            if (dp_grow((void **)&x->items[j], &cap, need, sizeof(int)) != DP_OK) {
+                st = DP_ERR_NOMEM;
+                break;
+            }
+            x->cap[j] = (int)cap;
+            memcpy(x->items[j] + x->count[j], y->items[yj], (size_t)y->count[yj] * sizeof(int));
+            x->count[j] += y->count[yj];
+            x->sum[j] += y->sum[yj];
+        }
+        kk_sort(x, k);
+        /* drop b (move the last alive node into its place) */
+        for (int j = 0; j < k; j++) free(y->items[j]);
+        free(y->sum), free(y->items), free(y->count), free(y->cap);
+        nodes[b] = nodes[alive - 1];
+        alive--;
+    }
+    if (st == DP_OK && n > 0)
+        for (int j = 0; j < k; j++)
+            for (int q = 0; q < nodes[0].count[j]; q++) bin[nodes[0].items[j][q]] = j;
+    for (int i = 0; i < alive; i++) {
+        kk_node *x = &nodes[i];
+        for (int j = 0; x->items && j < k; j++) free(x->items[j]);
+        free(x->sum), free(x->items), free(x->count), free(x->cap);
+    }
+    free(nodes);
+    return st;
+}

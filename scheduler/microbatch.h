@@ -1,0 +1,101 @@
+/*
+ * microbatch.h — cutting one global batch into micro-batches.
+ *
+ * Strategies (a const table chosen by name with --batching; batcher_list prints them):
+ *   padding      fixed --mbs samples per micro-batch, in trace order, every sample padded to the
+ *                longest of the global batch. The plain baseline.
+ *   packing      the paper's MLM+DS baseline: sequential greedy next-fit packing in trace order
+ *                into rows of --max-seqlen (T5: the input and target limits both apply); rows are
+ *                padded to the maximum length; --mbs rows per micro-batch.
+ *   packing-ffd  first-fit-decreasing packing into the same rows: the better packer.
+ *   token        DynaPipe's token-based partitioner: walk the ordered samples, cut when the
+ *                micro-batch's padded tokens would exceed --mb-tokens.
+ *   dynamic      DynaPipe's dynamic program (scheduler/dp.c): the contiguous partition of the
+ *                ordered samples minimising (S-1)*max_k t_k / C + sum_k t_k / D, subject to memory.
+ *
+ * Order ("the ordered samples" of token and dynamic): GPT by length; T5 by padded input length,
+ * then by target length in alternating direction from one input length to the next (a serpentine
+ * that keeps neighbours close in both lengths, deterministic and O(n log n)).
+ *
+ * Every strategy's micro-batches are then costed on the same stage model (mb_list_finish): stage
+ * time t_k, memory fit, the DP objective (so strategies can be compared on it), and for D > 1 the
+ * assignment to data-parallel replicas by Karmarkar–Karp largest differencing.
+ */
+#ifndef MICROBATCH_H
+#define MICROBATCH_H
+
+#include <stdint.h>
+
+#include "batch.h"
+#include "stage_cost.h"
+
+typedef struct microbatch {
+    int first;          /* index of its first sample id in mb_list.ids */
+    int n_samples;      /* sample ids ids[first .. first + n_samples) */
+    int mbs;            /* rows: samples, or packed rows */
+    int enc_len;        /* padded encoder (GPT: sequence) length, tokens */
+    int dec_len;        /* padded decoder length, tokens (0 for GPT) */
+    int64_t enc_tokens; /* real tokens in the encoder (GPT: sequence) tensor */
+    int64_t dec_tokens; /* real tokens in the decoder tensor */
+    int replica;        /* data-parallel replica, 0 .. D-1 */
+    double t_ms;        /* stage time t_k (max over devices of fwd + bwd); NAN if unknown */
+    int fits;           /* fits in memory with the in-flight count used */
+} microbatch;
+
+/* The micro-batches of one iteration. */
+typedef struct mb_list {
+    int32_t *ids; /* trace sample ids, micro-batch by micro-batch */
+    int n_ids, ids_cap;
+    microbatch *mb;
+    int n_mb, mb_cap;
+    /* filled by mb_list_finish */
+    double obj_value_ms, obj_tmax_ms, obj_sum_ms; /* (S-1)*tmax/C + sum/D */
+    int feasible;          /* every micro-batch answerable and fitting */
+    char why[512];         /* when not feasible: which micro-batch and why */
+    int in_flight;         /* micro-batches assumed held at once for the memory check (0: S) */
+    int dp_passes;         /* dynamic: DP passes run */
+} mb_list;
+
+void mb_list_init(mb_list *l);
+void mb_list_release(mb_list *l);
+void mb_list_clear(mb_list *l);
+
+/* Appends a micro-batch holding samples s[0..n) in mbs rows of the given padded shape; its real
+ * tokens are the samples' own. */
+dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_len, int dec_len);
+
+/* Everything a strategy needs. */
+typedef struct batch_ctx {
+    const batch_rules *rules;
+    const stage_model *sm;
+    int mbs;           /* padding and packing: samples or rows per micro-batch   [1 / 4] */
+    int64_t mb_tokens; /* token: padded-token budget of a micro-batch           [16384] */
+    double thin_ms;    /* dynamic: DynaPipe's candidate thinning; 0 = exact       [0] */
+} batch_ctx;
+
+typedef struct batcher {
+    const char *name;
+    const char *summary;
+    dp_status (*split)(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                       dp_err *err);
+} batcher;
+
+const batcher *batcher_find(const char *name);
+const batcher *batcher_list(int *count);
+
+/* Sorts samples into the order token and dynamic use (see above), in place. */
+void mb_order(const batch_rules *r, sample_len *s, int n);
+
+/* Costs l's micro-batches on ctx's stage model, fills the objective and feasibility, and assigns
+ * replicas (D > 1). Memory is checked with l->in_flight micro-batches held (a strategy may set it;
+ * 0 means S, as for 1F1B). */
+dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err);
+
+/* Karmarkar–Karp largest differencing: assigns items of weights w[0..n) to k bins, balancing
+ * sums; bin[i] receives the bin of item i. */
+dp_status kk_partition(const double *w, int n, int k, int *bin);
+
+/* dynamic, exposed for tests: the exact DP (thin_ms = 0) or the thinned one. */
+dp_status dp_batch(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out, dp_err *err);
+
+#endif /* MICROBATCH_H */

@@ -1,0 +1,137 @@
+#include "stage_cost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../models/memory.h"
+
+dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
+                           int zero_stage, double mem_limit_mb, dp_err *err)
+{
+    memset(sm, 0, sizeof *sm);
+    const model_spec *m = &cm->model;
+    if (pp < 1 || pp > STAGE_MAX)
+        return dp_fail(err, DP_ERR_INVALID, "--pp must be in [1, %d]", STAGE_MAX);
+    if (chunks < 1) return dp_fail(err, DP_ERR_INVALID, "--chunks must be at least 1");
+    if (dp < 1) return dp_fail(err, DP_ERR_INVALID, "--dp must be at least 1");
+    if (zero_stage < 0 || zero_stage > 3)
+        return dp_fail(err, DP_ERR_INVALID, "--zero must be 0, 1, 2 or 3");
+    int virt = pp * chunks;
+    if (m->arch == ARCH_GPT && virt > m->enc_layers)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--pp %d x --chunks %d = %d pipeline stages, more than the %d layers of %s",
+                       pp, chunks, virt, m->enc_layers, m->name);
+    if (m->arch == ARCH_T5 && virt > 1 &&
+        (virt % 2 || virt / 2 > m->enc_layers || virt / 2 > m->dec_layers))
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--pp %d x --chunks %d does not fit %s: a T5 pipeline needs an even number "
+                       "of stages, at most %d per side",
+                       pp, chunks, m->name, m->enc_layers < m->dec_layers ? m->enc_layers : m->dec_layers);
+    sm->cm = cm;
+    sm->pp = pp;
+    sm->chunks = chunks;
+    sm->dp = dp;
+    sm->zero_stage = zero_stage;
+    sm->mem_limit_mb = mem_limit_mb;
+    /* Device s holds virtual stages s, s + S, s + 2S, ... (Megatron's interleaving). */
+    for (int v = 0; v < virt; v++) {
+        int enc, dec;
+        memory_stage_layers(m, v, virt, &enc, &dec);
+        sm->enc_layers[v % pp] += enc;
+        sm->dec_layers[v % pp] += dec;
+    }
+    for (int s = 0; s < pp; s++) {
+        double param_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
+                          sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
+        if (s == 0) param_mb += cm->embedding_param_mb;
+        if (s == pp - 1 && pp > 1) param_mb += cm->embedding_param_mb; /* tied LM head copy */
+        sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, dp);
+        sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
+        if (sm->budget_mb[s] <= 0)
+            return dp_fail(err, DP_ERR_INFEASIBLE,
+                           "the model state of stage %d (%.0f MB: weights, gradients and Adam "
+                           "state of %.0f MB of fp16 parameters, ZeRO-%d over %d replicas) "
+                           "exceeds the %.0f MB of device memory\nhint: more --pp, --tp or --dp "
+                           "with --zero",
+                           s, sm->state_mb[s], param_mb, zero_stage, dp, mem_limit_mb);
+    }
+    return DP_OK;
+}
+
+/* Per-layer costs of both components (decoder zero for GPT) and of the LM head. */
+static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_layer *enc,
+                             cost_layer *dec, cost_layer *head, dp_err *err)
+{
+    memset(dec, 0, sizeof *dec);
+    dp_status st = cost_query(sm->cm, COMP_ENCODER, s, enc, err);
+    if (st == DP_OK && sm->cm->model.arch == ARCH_T5)
+        st = cost_query(sm->cm, COMP_DECODER, s, dec, err);
+    if (st == DP_OK) st = cost_query(sm->cm, COMP_POSTPROCESS, s, head, err);
+    return st;
+}
+
+static double transient(const cost_layer *l)
+{
+    return fmax(0, l->peak_act_mb - l->stored_act_mb);
+}
+
+dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err)
+{
+    cost_layer enc, dec, head;
+    dp_status st = layer_costs(sm, s, &enc, &dec, &head, err);
+    if (st != DP_OK) return st;
+    out->t_ms = 0;
+    for (int d = 0; d < sm->pp; d++) {
+        int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
+        out->fwd_ms[d] = ne * enc.fwd_ms + nd * dec.fwd_ms;
+        out->bwd_ms[d] = ne * enc.bwd_ms + nd * dec.bwd_ms;
+        out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
+        double tr = fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
+        if (d == sm->pp - 1) {
+            out->fwd_ms[d] += head.fwd_ms;
+            out->bwd_ms[d] += head.bwd_ms;
+            out->stored_mb[d] += head.stored_act_mb;
+            tr = fmax(tr, transient(&head));
+        }
+        out->peak_mb[d] = out->stored_mb[d] + tr;
+        out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
+    }
+    return DP_OK;
+}
+
+int stage_model_fits(const stage_model *sm, const mb_cost *c, int in_flight, char *why,
+                     size_t why_cap)
+{
+    for (int d = 0; d < sm->pp; d++) {
+        double stored_budget = sm->budget_mb[d] / in_flight;
+        if (c->stored_mb[d] > stored_budget) {
+            if (why)
+                snprintf(why, why_cap,
+                         "stage %d stores %.0f MB of activations, over its %.0f MB share (%.0f MB "
+                         "free after model state, / %d in flight)",
+                         d, c->stored_mb[d], stored_budget, sm->budget_mb[d], in_flight);
+            return 0;
+        }
+        if (c->peak_mb[d] > sm->budget_mb[d]) {
+            if (why)
+                snprintf(why, why_cap,
+                         "stage %d peaks at %.0f MB of activations, over the %.0f MB free after "
+                         "model state",
+                         d, c->peak_mb[d], sm->budget_mb[d]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+dp_status stage_model_time(const stage_model *sm, const cost_shape *s, int in_flight,
+                           double *t_ms, int *fits)
+{
+    mb_cost c;
+    dp_status st = stage_model_cost(sm, s, &c, NULL);
+    if (st != DP_OK) return st;
+    *t_ms = c.t_ms;
+    *fits = stage_model_fits(sm, &c, in_flight, NULL, 0);
+    return DP_OK;
+}

@@ -1,0 +1,66 @@
+/*
+ * stage_cost.h — what one micro-batch costs on each pipeline stage, and whether it fits in memory.
+ *
+ * A stage_model binds a cost model to a pipeline layout: S stages (devices), C interleaved chunks
+ * per device, D data-parallel replicas and a ZeRO stage. Layers are split evenly over the S*C
+ * virtual stages (T5: encoder layers on the first half, decoder layers on the second), so a device
+ * holds the layers of its C chunks.
+ *
+ * For a micro-batch shape it returns, per device s:
+ *   fwd_ms[s], bwd_ms[s]   enc_s*(fwd, bwd of an encoder layer) + dec_s*(… decoder layer)
+ *                          + the LM head on the last device
+ *   stored_mb[s]           activations the micro-batch keeps on s from its forward to its backward
+ *   peak_mb[s]             stored_mb[s] + the largest transient of one layer
+ * and t_ms = max_s (fwd_ms[s] + bwd_ms[s]): the stage time the DP objective uses (for T5 the
+ * slower of the encoder and decoder stages).
+ *
+ * Memory: model state per device (fp16 weights and grads, fp32 Adam, divided by ZeRO;
+ * models/memory.h) leaves budget_mb[s] = mem_limit - state[s] for activations. A micro-batch
+ * "fits" when, on every device, stored_mb[s] <= budget_mb[s] / in_flight and peak_mb[s] <=
+ * budget_mb[s]: in_flight = S for 1F1B-style schedules (up to S micro-batches held at once), 1
+ * for a schedule that admits micro-batches by memory (DynaPipe's fallback).
+ */
+#ifndef STAGE_COST_H
+#define STAGE_COST_H
+
+#include "../models/cost.h"
+
+#define STAGE_MAX 256 /* pipeline stages (devices) */
+
+typedef struct stage_model {
+    const cost_model *cm;
+    int pp;         /* S: devices in the pipeline */
+    int chunks;     /* C: interleaved model chunks per device */
+    int dp;         /* D: data-parallel replicas */
+    int zero_stage; /* 0..3 */
+    double mem_limit_mb;
+    int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */
+    double state_mb[STAGE_MAX];                       /* model state per device, MB */
+    double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
+} stage_model;
+
+typedef struct mb_cost {
+    double fwd_ms[STAGE_MAX], bwd_ms[STAGE_MAX];
+    double stored_mb[STAGE_MAX], peak_mb[STAGE_MAX];
+    double t_ms; /* max over devices of fwd + bwd */
+} mb_cost;
+
+/* Fails when pp exceeds the layers, a T5 pipeline has an odd pp > 1, or the model state alone
+ * does not fit in memory (with the per-device figures). */
+dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
+                           int zero_stage, double mem_limit_mb, dp_err *err);
+
+/* Costs of one micro-batch shape; DP_ERR_INFEASIBLE when the cost model cannot answer it. */
+dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err);
+
+/* Only t_ms, and whether the shape fits with in_flight micro-batches held (the planner's inner
+ * loop). Returns DP_OK and *fits; DP_ERR_INFEASIBLE when the cost model cannot answer. */
+dp_status stage_model_time(const stage_model *sm, const cost_shape *s, int in_flight,
+                           double *t_ms, int *fits);
+
+/* Whether a costed micro-batch fits with in_flight held; if not and why is non-NULL, says which
+ * device and limit. */
+int stage_model_fits(const stage_model *sm, const mb_cost *c, int in_flight, char *why,
+                     size_t why_cap);
+
+#endif /* STAGE_COST_H */
