@@ -47,7 +47,7 @@ endif
 endif
 
 # ---- sources ------------------------------------------------------------------------------------
-LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c scheduler/*.c plots/*.c)
+LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c scheduler/*.c sim/*.c plots/*.c)
 CLI_SRCS := $(wildcard cli/*.c)
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)

@@ -79,6 +79,63 @@ extern const char COST_OPTS_HELP[];
  * error already printed. */
 int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage);
 
+/* ---- plan options (shared by plan, sim, compare, sweep) ---------------------------------------- */
+
+#include "../scheduler/batch.h"
+#include "../traces/trace.h"
+
+typedef struct plan_cli {
+    cost_opts cost;
+    const char *trace;     /* trace file                       [traces/flanv2-100k.csv] */
+    const char *batching;  /*                                   [dynamic] */
+    const char *schedule;  /*                                   [1f1b] */
+    int pp, dp, chunks, zero, mbs;
+    int64_t mb_tokens, global_tokens;
+    int max_seqlen, max_dec_seqlen; /* 0: defaults (2048; T5 decoder: 512) */
+    double thin_ms;
+    int iterations;        /* 0: the whole trace */
+    double mem_limit_mb;   /* 0: the hardware's */
+    double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
+} plan_cli;
+
+void plan_cli_default(plan_cli *p);
+
+#define PLAN_LONG_OPTS                                                                             \
+    COST_LONG_OPTS, {"trace", required_argument, 0, 320}, {"batching", required_argument, 0, 321}, \
+        {"schedule", required_argument, 0, 322}, {"pp", required_argument, 0, 323},                \
+        {"dp", required_argument, 0, 324}, {"chunks", required_argument, 0, 325},                  \
+        {"zero", required_argument, 0, 326}, {"mbs", required_argument, 0, 327},                   \
+        {"mb-tokens", required_argument, 0, 328}, {"global-tokens", required_argument, 0, 329},    \
+        {"max-seqlen", required_argument, 0, 330}, {"max-dec-seqlen", required_argument, 0, 331},  \
+        {"dp-thin", required_argument, 0, 332}, {"iterations", required_argument, 0, 333},         \
+        {"mem-limit", required_argument, 0, 334}, {"link-gbps", required_argument, 0, 335},        \
+        {"link-latency-us", required_argument, 0, 336}
+extern const char PLAN_OPTS_HELP[];
+
+/* Handles one plan (or cost) option: 1 handled, 0 not one, -1 usage error printed. */
+int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const char *usage);
+
+/* Everything a plan needs, resolved: model, hardware (with overrides), cost model, trace, rules. */
+typedef struct plan_env {
+    model_spec model;
+    cluster_spec hw;
+    cost_model *cm;
+    char cost_source[4200];
+    trace trace;
+    char trace_path[4096];
+    batch_rules rules;
+    double mem_limit_mb;
+} plan_env;
+
+/* Resolves p into env (loads the trace and the cost model). Usage-like problems (unknown
+ * strategy, contradictory flags) come back as DP_ERR_INVALID. */
+dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);
+void plan_env_release(plan_env *env);
+
+int cmd_plan(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+
 int cmd_models(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);

@@ -1,0 +1,321 @@
+/* dpsim plan — micro-batch a trace and write execution plans; dpsim sim — simulate them. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../scheduler/plan.h"
+#include "../sim/ascii.h"
+#include "../sim/study.h"
+#include "../sim/timeline.h"
+#include "cli.h"
+
+/* Progress on stderr when it is a terminal: samples consumed of the trace. */
+static void progress(void *ctx, size_t done, size_t total)
+{
+    const char *what = ctx;
+    static size_t last;
+    if (done != total && done - last < total / 200) return;
+    last = done;
+    fprintf(stderr, "\r%s: %5.1f%% of the trace", what, 100.0 * (double)done / (double)total);
+    if (done == total) fprintf(stderr, "\n");
+}
+
+static void print_summary(const char *what, const study_result *r, FILE *fp)
+{
+    fprintf(fp, "# %s\n", what);
+    if (!r->feasible) {
+        fprintf(fp, "infeasible: %s\n", r->why);
+        return;
+    }
+    double mean_it = 0, mean_cf = 0;
+    for (int i = 0; i < r->iterations; i++) mean_it += r->iteration_ms[i], mean_cf += r->closed_form_ms[i];
+    if (r->iterations) mean_it /= r->iterations, mean_cf /= r->iterations;
+    fprintf(fp, "%-34s %14d\n", "iterations", r->iterations);
+    fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
+            r->iterations ? (double)r->microbatches / r->iterations : 0);
+    fprintf(fp, "%-34s %14.0f tokens/s\n", "throughput (real tokens)", r->throughput_tokens_per_s);
+    fprintf(fp, "%-34s %14.3f s\n", "simulated time", r->time_s);
+    fprintf(fp, "%-34s %14.2f ms\n", "mean iteration (simulated)", mean_it);
+    fprintf(fp, "%-34s %14.2f ms  (%+.2f%% vs simulated)\n", "mean closed form sum t+(S-1)max t",
+            mean_cf, mean_it > 0 ? 100 * (mean_cf - mean_it) / mean_it : 0);
+    fprintf(fp, "%-34s %13.1f%%  (encoder %.1f%%, decoder %.1f%%)\n", "padding efficiency",
+            100 * r->padding_efficiency, 100 * r->enc_padding_efficiency,
+            r->dec_padded ? 100 * r->dec_padding_efficiency : 0);
+    fprintf(fp, "%-34s", "bubble fraction per stage");
+    for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->bubble_fraction[s]);
+    fprintf(fp, "\n%-34s", "peak memory per stage (MB)");
+    for (int s = 0; s < r->pp; s++) fprintf(fp, " %6.0f", r->peak_mem_mb[s]);
+    fprintf(fp, "\n%-34s %14s\n", "out of memory", r->oom ? "YES" : "no");
+    if (r->why[0]) fprintf(fp, "%-34s %s\n", "", r->why);
+    fprintf(fp, "%-34s %11.3f ms  (p90 %.3f ms)\n", "planning time per iteration",
+            r->plan_ms_median, r->plan_ms_p90);
+    if (r->in_flight_fallback)
+        fprintf(fp, "%-34s %14d\n", "iterations planned 1-in-flight", r->in_flight_fallback);
+    fprintf(fp, "%-34s %14llu (%.1f M events/s)\n", "simulated events",
+            (unsigned long long)r->events, r->sim_wall_s > 0 ? r->events / r->sim_wall_s / 1e6 : 0);
+    fprintf(fp, "%-34s %016llx\n", "timeline hash", (unsigned long long)r->timeline_hash);
+}
+
+static const char PLAN_USAGE[] = "dpsim plan [OPTIONS] [-o plan.json]";
+
+int cmd_plan(int argc, char **argv)
+{
+    static const struct option opts[] = {PLAN_LONG_OPTS,
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "plan", *out = NULL;
+    plan_cli p;
+    plan_cli_default(&p);
+    int c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+        if ((r = cli_plan_opt(&p, c, optarg, cmd, PLAN_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'o': out = optarg; break;
+        case 'h':
+            printf("usage: %s\n\nCuts each global batch of the trace into micro-batches, orders them\n"
+                   "under the pipeline schedule, validates the plan, and writes it as the\n"
+                   "execution-plan JSON (the simulator and dprun run it). Prints a summary:\n"
+                   "padding efficiency (encoder and decoder), objective, planning time.\n\n"
+                   "  -o, --output FILE    plan JSON to write, - for stdout          (optional)\n"
+                   "%s%s  -h, --help           this help\n",
+                   PLAN_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, PLAN_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, PLAN_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, PLAN_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    dp_err err = {0};
+    plan_env env;
+    dp_status st = cli_plan_setup(&p, &env, &err);
+    if (st != DP_OK) {
+        plan_env_release(&env);
+        return st == DP_ERR_INVALID ? cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg)
+                                    : cli_fail(cmd, &err);
+    }
+    plan_writer w;
+    plan_header h = {0};
+    snprintf(h.model, sizeof h.model, "%s", p.cost.model);
+    snprintf(h.hw, sizeof h.hw, "%s", p.cost.hw);
+    snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
+    snprintf(h.batching, sizeof h.batching, "%s", p.batching);
+    snprintf(h.recompute, sizeof h.recompute, "%s", recompute_name(p.cost.recompute));
+    h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
+    h.rules = env.rules;
+    if (out && (st = plan_writer_open(&w, out, &h, &err)) != DP_OK) {
+        plan_env_release(&env);
+        return cli_fail(cmd, &err);
+    }
+    study_opts o = {env.cm, &env.rules, batcher_find(p.batching), schedule_find(p.schedule),
+                    p.pp, p.chunks, p.dp, p.zero, env.mem_limit_mb, p.mbs, p.mb_tokens,
+                    p.thin_ms, p.iterations, 1, out ? &w : NULL, NULL,
+                    cli_stderr_is_tty() ? progress : NULL, (void *)"planning"};
+    study_result res;
+    st = study_run(&o, &env.trace, &res, &err);
+    if (out) {
+        dp_err e2 = {0};
+        dp_status cs = plan_writer_close(&w, &e2);
+        if (st == DP_OK && cs != DP_OK) st = cs, err = e2;
+    }
+    if (st == DP_OK) {
+        char what[600];
+        snprintf(what, sizeof what, "plan: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
+                 p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
+                 env.trace_path, env.cost_source);
+        print_summary(what, &res, out && strcmp(out, "-") == 0 ? stderr : stdout);
+        if (out && strcmp(out, "-") != 0) fprintf(stderr, "dpsim: wrote %d iterations to %s\n", res.iterations, out);
+    }
+    study_result_release(&res);
+    plan_env_release(&env);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}
+
+/* ---- sim ----------------------------------------------------------------------------------- */
+
+static const char SIM_USAGE[] = "dpsim sim [--plan plan.json | PLAN OPTIONS] [--json] [--timeline F.csv] "
+                                "[--chrome F.json] [--ascii]";
+
+typedef struct sim_cli {
+    const char *plan_path, *timeline, *chrome;
+    int json, ascii, ascii_width, ascii_iteration;
+} sim_cli;
+
+/* Simulates a plan file: the header's model and hardware give model state and links. */
+static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_sink *sink,
+                               study_result *res, dp_err *err)
+{
+    plan pl;
+    dp_status st = plan_read(sc->plan_path, &pl, err);
+    if (st != DP_OK) return st;
+    cost_opts co = p->cost;
+    if (pl.h.model[0]) co.model = pl.h.model;
+    if (pl.h.hw[0]) co.hw = pl.h.hw;
+    co.tp = pl.h.tp;
+    recompute_parse(pl.h.recompute, &co.recompute);
+    model_spec m;
+    cluster_spec hw;
+    cost_model *cm = NULL;
+    char source[4200];
+    stage_model sm;
+    TRY(cli_build_cost(&co, &m, &hw, &cm, source, sizeof source, err));
+    cluster_override_links(&hw, p->link_gbit, p->link_latency_us);
+    TRY(stage_model_init(&sm, cm, pl.h.pp, pl.h.chunks, pl.h.dp, pl.h.zero,
+                         p->mem_limit_mb > 0 ? p->mem_limit_mb : hw.mem_limit_mb, err));
+    const schedule *sched = schedule_find(pl.h.schedule);
+    sim_config cfg;
+    study_sim_config(&sm, &hw, sched ? sched->split_backward : 0, &cfg);
+    /* a plan with W instructions splits the backward whatever its schedule's name */
+    for (int i = 0; i < pl.n_it; i++)
+        for (int r = 0; r < pl.h.pp * pl.h.dp; r++)
+            for (int q = 0; q < pl.it[i].ranks[r].n; q++)
+                if (pl.it[i].ranks[r].ins[q].op == OP_W) cfg.split_backward = 1;
+    study_acc acc;
+    study_begin(&acc, res, &cfg, sink);
+    for (int i = 0; i < pl.n_it && st == DP_OK; i++) {
+        st = plan_validate(&pl.it[i], pl.h.chunks, sc->plan_path, err);
+        if (st == DP_OK) st = study_add(&acc, &pl.it[i], err);
+    }
+    study_end(&acc);
+out:
+    cost_model_free(cm);
+    plan_release(&pl);
+    return st;
+}
+
+/* One sink feeding the timeline files and the ASCII drawing. */
+typedef struct tee {
+    timeline_out *tl;
+    ascii_tl *asc;
+} tee;
+
+static void tee_op(void *ctx, const sim_op *op)
+{
+    tee *t = ctx;
+    timeline_on_op(t->tl, op);
+    if (t->asc) ascii_collect(t->asc, op);
+}
+
+static void tee_mem(void *ctx, const sim_mem *m)
+{
+    tee *t = ctx;
+    timeline_on_mem(t->tl, m);
+}
+
+int cmd_sim(int argc, char **argv)
+{
+    static const struct option opts[] = {PLAN_LONG_OPTS,
+                                         {"plan", required_argument, 0, 'P'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"timeline", required_argument, 0, 'T'},
+                                         {"chrome", required_argument, 0, 'C'},
+                                         {"ascii", no_argument, 0, 'a'},
+                                         {"ascii-width", required_argument, 0, 'W'},
+                                         {"ascii-iteration", required_argument, 0, 'I'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "sim";
+    plan_cli p;
+    plan_cli_default(&p);
+    sim_cli sc = {NULL, NULL, NULL, 0, 0, 96, 0};
+    int c, r;
+    int64_t v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":P:jT:C:aW:I:h", opts, NULL)) != -1) {
+        if ((r = cli_plan_opt(&p, c, optarg, cmd, SIM_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'P': sc.plan_path = optarg; break;
+        case 'j': sc.json = 1; break;
+        case 'T': sc.timeline = optarg; break;
+        case 'C': sc.chrome = optarg; break;
+        case 'a': sc.ascii = 1; break;
+        case 'W':
+            if (cli_int(cmd, "--ascii-width", optarg, 16, 1000, &v)) return EXIT_USAGE;
+            sc.ascii_width = (int)v;
+            break;
+        case 'I':
+            if (cli_int(cmd, "--ascii-iteration", optarg, 0, 1 << 30, &v)) return EXIT_USAGE;
+            sc.ascii_iteration = (int)v;
+            break;
+        case 'h':
+            printf("usage: %s\n\nSimulates execution plans with the discrete-event engine: per stage\n"
+                   "one compute, one send and one receive stream; prints iteration time,\n"
+                   "throughput, bubbles, padding efficiency, peak memory, the closed-form\n"
+                   "estimate beside the simulated makespan, and a timeline hash.\n\n"
+                   "  -P, --plan FILE      simulate this plan JSON (else plan from the options)\n"
+                   "  -j, --json           print the metrics JSON contract\n"
+                   "  -T, --timeline FILE  write the timeline CSV\n"
+                   "  -C, --chrome FILE    write a Chrome trace JSON (open in Perfetto)\n"
+                   "  -a, --ascii          draw one iteration in the terminal\n"
+                   "      --ascii-width N  columns of the drawing                    [96]\n"
+                   "      --ascii-iteration K  iteration to draw                     [0]\n"
+                   "%s%s  -h, --help           this help\n",
+                   SIM_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, SIM_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, SIM_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, SIM_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    dp_err err = {0};
+    timeline_out tl;
+    ascii_tl asc;
+    ascii_init(&asc, sc.ascii_iteration);
+    dp_status st = timeline_open(&tl, sc.timeline, sc.chrome, &err);
+    if (st != DP_OK) return cli_fail(cmd, &err);
+    tee t = {&tl, sc.ascii ? &asc : NULL};
+    sim_sink sink = {tee_op, tee_mem, &t};
+    study_result res;
+    memset(&res, 0, sizeof res);
+    char what[600] = "sim";
+    int pp = p.pp;
+    if (sc.plan_path) {
+        st = sim_plan_file(&sc, &p, &sink, &res, &err);
+        snprintf(what, sizeof what, "sim: plan %s", sc.plan_path);
+        pp = res.pp;
+    } else {
+        plan_env env;
+        st = cli_plan_setup(&p, &env, &err);
+        if (st == DP_ERR_INVALID) {
+            plan_env_release(&env);
+            timeline_close(&tl, NULL);
+            return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
+        }
+        if (st == DP_OK) {
+            study_opts o = {env.cm, &env.rules, batcher_find(p.batching), schedule_find(p.schedule),
+                            p.pp, p.chunks, p.dp, p.zero, env.mem_limit_mb, p.mbs, p.mb_tokens,
+                            p.thin_ms, p.iterations, 1, NULL, &sink,
+                            cli_stderr_is_tty() ? progress : NULL, (void *)"simulating"};
+            st = study_run(&o, &env.trace, &res, &err);
+            snprintf(what, sizeof what, "sim: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
+                     p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
+                     env.trace_path, env.cost_source);
+        }
+        plan_env_release(&env);
+    }
+    dp_err e2 = {0};
+    if (timeline_close(&tl, &e2) != DP_OK && st == DP_OK) st = DP_ERR_IO, err = e2;
+    if (st == DP_OK) {
+        if (sc.json) {
+            char *text = study_metrics_json(&res);
+            if (text) puts(text);
+            free(text);
+        } else {
+            print_summary(what, &res, stdout);
+        }
+        if (sc.ascii) ascii_draw(&asc, pp, sc.ascii_width, stdout);
+    }
+    ascii_release(&asc);
+    study_result_release(&res);
+    if (st != DP_OK) return cli_fail(cmd, &err);
+    return res.feasible ? 0 : EXIT_RUNTIME;
+}

@@ -1,0 +1,177 @@
+/* Options shared by plan, sim, compare and sweep, and their resolution into a plan_env. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../scheduler/microbatch.h"
+#include "../scheduler/schedule.h"
+#include "cli.h"
+
+#define DEFAULT_TRACE "traces/flanv2-100k.csv"
+
+void plan_cli_default(plan_cli *p)
+{
+    memset(p, 0, sizeof *p);
+    cost_opts_default(&p->cost);
+    p->batching = "dynamic";
+    p->schedule = "1f1b";
+    p->pp = 4;
+    p->dp = 1;
+    p->chunks = 1;
+    p->zero = 1;
+    p->mbs = 1;
+    p->mb_tokens = 16384;
+    p->global_tokens = 65536;
+    p->link_gbit = -1;
+    p->link_latency_us = -1;
+}
+
+const char PLAN_OPTS_HELP[] =
+    "      --trace FILE     trace (CSV, JSONL, .npy)     [traces/flanv2-100k.csv, synthetic]\n"
+    "      --batching B     padding | packing | packing-ffd | token | dynamic   [dynamic]\n"
+    "      --schedule S     gpipe | 1f1b | interleaved | adaptive | zb1         [1f1b]\n"
+    "      --pp S           pipeline stages (devices)                         [4]\n"
+    "      --dp D           data-parallel replicas                            [1]\n"
+    "      --chunks C       model chunks per device (interleaved)             [1]\n"
+    "      --zero Z         ZeRO stage 0..3                                   [1]\n"
+    "      --mbs N          padding/packing: samples or rows per micro-batch  [1]\n"
+    "      --mb-tokens N    token: padded tokens per micro-batch              [16384]\n"
+    "      --global-tokens N  tokens per iteration (global batch)             [65536]\n"
+    "      --max-seqlen L   input (GPT: sequence) truncation, tokens          [2048]\n"
+    "      --max-dec-seqlen L  T5 decoder length cap incl. BOS/EOS           [512]\n"
+    "      --dp-thin MS     dynamic: DynaPipe's candidate thinning, 0 = exact [0]\n"
+    "      --iterations K   iterations to plan, 0 = the whole trace           [0]\n"
+    "      --mem-limit MB   device memory the plan must fit     [the hardware's usable memory]\n"
+    "      --link-gbps G    what-if: every link's bandwidth, Gbit/s           [the cluster's]\n"
+    "      --link-latency-us U  what-if: every link's latency, us            [the cluster's]\n";
+
+int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const char *usage)
+{
+    int r = cli_cost_opt(&p->cost, c, arg, cmd, usage);
+    if (r != 0) return r;
+    int64_t v;
+    double d;
+    switch (c) {
+    case 320: p->trace = arg; return 1;
+    case 321:
+        if (!batcher_find(arg)) {
+            cli_usage_error(cmd, usage,
+                            "unknown --batching \"%s\" (padding, packing, packing-ffd, token, dynamic)",
+                            arg);
+            return -1;
+        }
+        p->batching = arg;
+        return 1;
+    case 322:
+        if (!schedule_find(arg)) {
+            cli_usage_error(cmd, usage,
+                            "unknown --schedule \"%s\" (gpipe, 1f1b, interleaved, adaptive, zb1)", arg);
+            return -1;
+        }
+        p->schedule = arg;
+        return 1;
+    case 323:
+        if (cli_int(cmd, "--pp", arg, 1, STAGE_MAX, &v)) return -1;
+        p->pp = (int)v;
+        return 1;
+    case 324:
+        if (cli_int(cmd, "--dp", arg, 1, 4096, &v)) return -1;
+        p->dp = (int)v;
+        return 1;
+    case 325:
+        if (cli_int(cmd, "--chunks", arg, 1, 64, &v)) return -1;
+        p->chunks = (int)v;
+        return 1;
+    case 326:
+        if (cli_int(cmd, "--zero", arg, 0, 3, &v)) return -1;
+        p->zero = (int)v;
+        return 1;
+    case 327:
+        if (cli_int(cmd, "--mbs", arg, 1, 1 << 20, &v)) return -1;
+        p->mbs = (int)v;
+        return 1;
+    case 328:
+        if (cli_int(cmd, "--mb-tokens", arg, 1, INT64_C(1) << 40, &v)) return -1;
+        p->mb_tokens = v;
+        return 1;
+    case 329:
+        if (cli_int(cmd, "--global-tokens", arg, 1, INT64_C(1) << 40, &v)) return -1;
+        p->global_tokens = v;
+        return 1;
+    case 330:
+        if (cli_int(cmd, "--max-seqlen", arg, 1, 1 << 24, &v)) return -1;
+        p->max_seqlen = (int)v;
+        return 1;
+    case 331:
+        if (cli_int(cmd, "--max-dec-seqlen", arg, 3, 1 << 24, &v)) return -1;
+        p->max_dec_seqlen = (int)v;
+        return 1;
+    case 332:
+        if (cli_double(cmd, "--dp-thin", arg, 0, 1e6, &p->thin_ms)) return -1;
+        return 1;
+    case 333:
+        if (cli_int(cmd, "--iterations", arg, 0, 1 << 30, &v)) return -1;
+        p->iterations = (int)v;
+        return 1;
+    case 334:
+        if (cli_double(cmd, "--mem-limit", arg, 1, 1e9, &p->mem_limit_mb)) return -1;
+        return 1;
+    case 335:
+        if (cli_double(cmd, "--link-gbps", arg, 1e-6, 1e9, &d)) return -1;
+        p->link_gbit = d;
+        return 1;
+    case 336:
+        if (cli_double(cmd, "--link-latency-us", arg, 0, 1e9, &d)) return -1;
+        p->link_latency_us = d;
+        return 1;
+    }
+    return 0;
+}
+
+dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
+{
+    memset(env, 0, sizeof *env);
+    trace_init(&env->trace);
+    dp_status st = cli_build_cost(&p->cost, &env->model, &env->hw, &env->cm, env->cost_source,
+                                  sizeof env->cost_source, err);
+    if (st != DP_OK) return st;
+    cluster_override_links(&env->hw, p->link_gbit, p->link_latency_us);
+    env->cm->hw = env->hw;
+    env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
+    batch_rules_default(&env->rules, env->model.arch);
+    env->rules.global_tokens = p->global_tokens;
+    if (p->max_seqlen) env->rules.max_seqlen = p->max_seqlen;
+    if (p->max_dec_seqlen) env->rules.max_dec_seqlen = p->max_dec_seqlen;
+    /* Pad to at least the profile's shortest measured length, so short samples stay answerable. */
+    cost_profile_range range;
+    if (cost_profile_range_of(env->cm, COMP_ENCODER, &range) == DP_OK && range.enc_min > 0)
+        env->rules.min_padded = range.enc_min;
+    st = batch_rules_validate(&env->rules, err);
+    if (st != DP_OK) return st;
+    if (p->pp * p->chunks > model_layers(&env->model) ||
+        (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers))
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--pp %d x --chunks %d is more pipeline stages than %s has layers (%d)",
+                       p->pp, p->chunks, env->model.name, model_layers(&env->model));
+    if (p->chunks > 1 && strcmp(p->schedule, "interleaved") != 0)
+        return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+    const char *path = p->trace;
+    if (!path) {
+        path = cli_data_path(DEFAULT_TRACE, env->trace_path, sizeof env->trace_path);
+        if (!path)
+            return dp_fail(err, DP_ERR_IO,
+                           "the default trace %s is missing\nhint: pass --trace, or set DPSIM_DATA "
+                           "to the dpsim source folder",
+                           DEFAULT_TRACE);
+    } else {
+        snprintf(env->trace_path, sizeof env->trace_path, "%s", path);
+    }
+    return trace_load(env->trace_path, TRACE_FORMAT_AUTO, NULL, NULL, &env->trace, err);
+}
+
+void plan_env_release(plan_env *env)
+{
+    cost_model_free(env->cm);
+    trace_release(&env->trace);
+    memset(env, 0, sizeof *env);
+}

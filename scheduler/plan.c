@@ -1,0 +1,714 @@
+#include "plan.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/json_util.h"
+#include "../models/comm.h"
+
+static const char *const OP_NAMES[OP_COUNT] = {"F",        "B",         "W",         "SEND_ACT",
+                                               "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "FREE"};
+
+const char *plan_op_name(plan_op op)
+{
+    return OP_NAMES[op];
+}
+
+int plan_op_parse(const char *name, plan_op *op)
+{
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(name, OP_NAMES[i]) == 0) {
+            *op = (plan_op)i;
+            return 0;
+        }
+    return -1;
+}
+
+void plan_iter_init(plan_iter *it)
+{
+    memset(it, 0, sizeof *it);
+}
+
+void plan_iter_release(plan_iter *it)
+{
+    if (!it) return;
+    if (it->ranks)
+        for (int r = 0; r < it->pp * it->dp; r++) free(it->ranks[r].ins);
+    free(it->ranks);
+    free(it->ids);
+    free(it->mb);
+    free(it->per_stage);
+    plan_iter_init(it);
+}
+
+
+dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n_ids)
+{
+    plan_iter_init(it);
+    it->id = id;
+    it->pp = pp;
+    it->dp = dp;
+    it->n_mb = n_mb;
+    it->n_ids = n_ids;
+    it->mb = calloc((size_t)(n_mb ? n_mb : 1), sizeof *it->mb);
+    it->ids = calloc((size_t)(n_ids ? n_ids : 1), sizeof *it->ids);
+    it->per_stage = calloc((size_t)(n_mb ? n_mb : 1) * 5 * (size_t)pp, sizeof *it->per_stage);
+    it->ranks = calloc((size_t)pp * (size_t)dp, sizeof *it->ranks);
+    if (!it->mb || !it->ids || !it->per_stage || !it->ranks) return DP_ERR_NOMEM;
+    for (int k = 0; k < n_mb; k++) {
+        double *b = it->per_stage + (size_t)k * 5 * (size_t)pp;
+        plan_mb *m = &it->mb[k];
+        m->id = k;
+        m->fwd_ms = b, m->bwd_ms = b + pp, m->w_ms = b + 2 * pp;
+        m->stored_mb = b + 3 * pp, m->peak_mb = b + 4 * pp;
+    }
+    for (int r = 0; r < pp * dp; r++) {
+        it->ranks[r].stage = r % pp;
+        it->ranks[r].replica = r / pp;
+    }
+    return DP_OK;
+}
+
+/* Weight-gradient share of a backward (ZB-H1's W). With dense FLOPs d and attention FLOPs a of
+ * the forward, the backward does ~2d + 2a: input gradients d + 2a (attention has no weights),
+ * weight gradients d. So W = bwd * d / (2d + 2a), from the analytic FLOP counts of the shape. */
+static double w_fraction(const model_spec *m, const cost_shape *s, int tp)
+{
+    double d = 0, a = 0, dd, aa;
+    analytic_flops(m, COMP_ENCODER, s, tp, &dd, &aa);
+    d += dd, a += aa;
+    if (m->arch == ARCH_T5) {
+        analytic_flops(m, COMP_DECODER, s, tp, &dd, &aa);
+        d += dd, a += aa;
+    }
+    return d + a > 0 ? d / (2 * d + 2 * a) : 0.5;
+}
+
+dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stage_model *sm,
+                             dp_err *err)
+{
+    int pp = sm->pp;
+    if (plan_iter_alloc(it, id, pp, sm->dp, l->n_mb, l->n_ids) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    memcpy(it->ids, l->ids, (size_t)l->n_ids * sizeof *it->ids);
+    mb_cost *c = malloc(sizeof *c);
+    if (!c) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    dp_status st = DP_OK;
+    for (int k = 0; k < l->n_mb && st == DP_OK; k++) {
+        const microbatch *src = &l->mb[k];
+        plan_mb *m = &it->mb[k];
+        m->first = src->first;
+        m->n_samples = src->n_samples;
+        m->mbs = src->mbs;
+        m->enc_len = src->enc_len;
+        m->dec_len = src->dec_len;
+        m->enc_tokens = src->enc_tokens;
+        m->dec_tokens = src->dec_tokens;
+        m->replica = src->replica;
+        cost_shape s = {src->mbs, src->enc_len, src->dec_len};
+        st = stage_model_cost(sm, &s, c, err);
+        if (st != DP_OK) {
+            dp_err_prefix(err, "iteration %d, micro-batch %d", id, k);
+            break;
+        }
+        double wf = w_fraction(&sm->cm->model, &s, sm->cm->tp);
+        for (int d = 0; d < pp; d++) {
+            m->fwd_ms[d] = c->fwd_ms[d];
+            m->bwd_ms[d] = c->bwd_ms[d];
+            m->w_ms[d] = c->bwd_ms[d] * wf;
+            m->stored_mb[d] = c->stored_mb[d];
+            m->peak_mb[d] = c->peak_mb[d];
+        }
+    }
+    free(c);
+    it->has_objective = 1;
+    it->obj_value_ms = l->obj_value_ms;
+    it->obj_tmax_ms = l->obj_tmax_ms;
+    it->obj_sum_ms = l->obj_sum_ms;
+    return st;
+}
+
+dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, int64_t bytes)
+{
+    size_t cap = (size_t)r->cap;
+    if (dp_grow((void **)&r->ins, &cap, (size_t)r->n + 1, sizeof *r->ins) != DP_OK)
+        return DP_ERR_NOMEM;
+    r->cap = (int)cap;
+    r->ins[r->n++] = (plan_instr){op, mb, chunk, peer, bytes};
+    return DP_OK;
+}
+
+/* ---- validation ----------------------------------------------------------------------------- */
+
+static int is_send(plan_op op)
+{
+    return op == OP_SEND_ACT || op == OP_SEND_GRAD;
+}
+
+static int is_recv(plan_op op)
+{
+    return op == OP_RECV_ACT || op == OP_RECV_GRAD;
+}
+
+static plan_op matching(plan_op send)
+{
+    return send == OP_SEND_ACT ? OP_RECV_ACT : OP_RECV_GRAD;
+}
+
+/* Virtual stage of (device stage, chunk) and its neighbours in the model. */
+static int vstage(int stage, int chunk, int pp)
+{
+    return chunk * pp + stage;
+}
+
+static void describe(char *buf, size_t cap, const plan_rank *r, int i)
+{
+    const plan_instr *x = &r->ins[i];
+    if (is_send(x->op) || is_recv(x->op))
+        snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d %s stage %d, "
+                 "%lld bytes)", r->stage, r->replica, i, OP_NAMES[x->op], x->mb, x->chunk,
+                 is_send(x->op) ? "to" : "from", x->peer, (long long)x->bytes);
+    else
+        snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d)", r->stage,
+                 r->replica, i, OP_NAMES[x->op], x->mb, x->chunk);
+}
+
+/* Per-rank, per-(mb, chunk) progress flags for the dependency and deadlock checks. */
+enum { DONE_F = 1, DONE_B = 2, DONE_W = 4, GOT_ACT = 8, GOT_GRAD = 16, SENT_ACT = 32,
+       SENT_GRAD = 64, POSTED_ACT = 128, POSTED_GRAD = 256 };
+
+dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err)
+{
+    int pp = it->pp, nr = pp * it->dp, nmb = it->n_mb, nv = pp * chunks;
+    char a[256], b[256];
+    /* 1. Instructions refer to existing micro-batches, chunks and neighbouring peers. */
+    for (int r = 0; r < nr; r++) {
+        const plan_rank *R = &it->ranks[r];
+        for (int i = 0; i < R->n; i++) {
+            const plan_instr *x = &R->ins[i];
+            describe(a, sizeof a, R, i);
+            if (x->mb < 0 || x->mb >= nmb)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: no micro-batch %d",
+                               where, it->id, a, x->mb);
+            if (x->chunk < 0 || x->chunk >= chunks)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: no chunk %d", where,
+                               it->id, a, x->chunk);
+            if (it->mb[x->mb].replica != R->replica)
+                return dp_fail(err, DP_ERR_INVALID,
+                               "%s: iteration %d: %s: micro-batch %d belongs to replica %d", where,
+                               it->id, a, x->mb, it->mb[x->mb].replica);
+            if (is_send(x->op) || is_recv(x->op)) {
+                int v = vstage(R->stage, x->chunk, pp);
+                int fwd = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD; /* peer is v + 1 */
+                int pv = fwd ? v + 1 : v - 1;
+                if (pv < 0 || pv >= nv || x->peer != pv % pp)
+                    return dp_fail(err, DP_ERR_INVALID,
+                                   "%s: iteration %d: %s: the peer of virtual stage %d must be "
+                                   "stage %d",
+                                   where, it->id, a, v, pv < 0 || pv >= nv ? -1 : pv % pp);
+                if (x->bytes <= 0)
+                    return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: bytes must be "
+                                   "positive", where, it->id, a);
+            }
+        }
+    }
+    /* 2. Sends and receives match pair by pair, in order. */
+    for (int r = 0; r < nr; r++) {
+        const plan_rank *R = &it->ranks[r];
+        for (int p = 0; p < pp; p++) {
+            if (p == R->stage) continue;
+            const plan_rank *P = &it->ranks[R->replica * pp + p];
+            int j = 0;
+            for (int i = 0; i < R->n; i++) {
+                const plan_instr *x = &R->ins[i];
+                if (!is_send(x->op) || x->peer != p) continue;
+                while (j < P->n && !(is_recv(P->ins[j].op) && P->ins[j].peer == R->stage)) j++;
+                describe(a, sizeof a, R, i);
+                if (j == P->n)
+                    return dp_fail(err, DP_ERR_INVALID,
+                                   "%s: iteration %d: %s has no matching receive on stage %d",
+                                   where, it->id, a, p);
+                const plan_instr *y = &P->ins[j];
+                describe(b, sizeof b, P, j);
+                if (y->op != matching(x->op) || y->mb != x->mb)
+                    return dp_fail(err, DP_ERR_INVALID,
+                                   "%s: iteration %d: %s is matched in order by %s: the send and "
+                                   "receive orders cross",
+                                   where, it->id, a, b);
+                int pv = vstage(R->stage, x->chunk, pp) + (x->op == OP_SEND_ACT ? 1 : -1);
+                if (y->bytes != x->bytes || y->chunk != pv / pp)
+                    return dp_fail(err, DP_ERR_INVALID,
+                                   "%s: iteration %d: %s and %s differ in shape (bytes or chunk)",
+                                   where, it->id, a, b);
+                j++;
+            }
+            /* receives left over on P from R have no send */
+            for (; j < P->n; j++)
+                if (is_recv(P->ins[j].op) && P->ins[j].peer == R->stage) {
+                    describe(b, sizeof b, P, j);
+                    return dp_fail(err, DP_ERR_INVALID,
+                                   "%s: iteration %d: %s has no matching send on stage %d", where,
+                                   it->id, b, R->stage);
+                }
+        }
+    }
+    /* 3. Dependencies and deadlock: an untimed execution. A rank advances while its next
+     * instruction's inputs are there; a receive completes once its matching send was issued. */
+    if (nr < 1 || nmb < 0 || chunks < 1)
+        return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: empty pipeline", where, it->id);
+    size_t cells = (size_t)nr * (size_t)(nmb + 1) * (size_t)chunks;
+    int *flags = calloc(cells, sizeof *flags), *pc = calloc((size_t)nr, sizeof *pc);
+    if (!flags || !pc) {
+        free(flags), free(pc);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+#define FLAG(r, mb, c) flags[((size_t)(r) * (size_t)nmb + (size_t)(mb)) * (size_t)chunks + (size_t)(c)]
+    dp_status st = DP_OK;
+    int progress = 1;
+    while (progress && st == DP_OK) {
+        progress = 0;
+        for (int r = 0; r < nr && st == DP_OK; r++) {
+            const plan_rank *R = &it->ranks[r];
+            while (pc[r] < R->n) {
+                const plan_instr *x = &R->ins[pc[r]];
+                int v = vstage(R->stage, x->chunk, pp), *f = &FLAG(r, x->mb, x->chunk), ok = 1;
+                const char *why = NULL;
+                switch (x->op) {
+                case OP_RECV_ACT: *f |= POSTED_ACT; break;
+                case OP_RECV_GRAD: *f |= POSTED_GRAD; break;
+                case OP_F:
+                    if (v > 0 && !(*f & POSTED_ACT)) why = "F before the RECV_ACT of its input";
+                    ok = v == 0 || (*f & GOT_ACT);
+                    if (ok) *f |= DONE_F;
+                    break;
+                case OP_B:
+                    if (!(*f & DONE_F)) why = "B before its F";
+                    else if (v < nv - 1 && !(*f & POSTED_GRAD)) why = "B before the RECV_GRAD of its gradient";
+                    ok = v == nv - 1 || (*f & GOT_GRAD);
+                    if (ok) *f |= DONE_B;
+                    break;
+                case OP_W:
+                    if (!(*f & DONE_B)) why = "W before its B";
+                    *f |= DONE_W;
+                    break;
+                case OP_SEND_ACT:
+                case OP_SEND_GRAD: {
+                    int need = x->op == OP_SEND_ACT ? DONE_F : DONE_B;
+                    if (!(*f & need)) why = x->op == OP_SEND_ACT ? "SEND_ACT before its F" : "SEND_GRAD before its B";
+                    int pv = x->op == OP_SEND_ACT ? v + 1 : v - 1;
+                    int pr = R->replica * pp + pv % pp;
+                    FLAG(pr, x->mb, pv / pp) |= x->op == OP_SEND_ACT ? GOT_ACT : GOT_GRAD;
+                    break;
+                }
+                case OP_FREE:
+                    if (!(*f & DONE_B)) why = "FREE before its B";
+                    break;
+                default: break;
+                }
+                if (why) {
+                    describe(a, sizeof a, R, pc[r]);
+                    st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: %s", where, it->id,
+                                 a, why);
+                    break;
+                }
+                if (!ok) break; /* waiting for data */
+                pc[r]++;
+                progress = 1;
+            }
+        }
+    }
+    if (st == DP_OK) {
+        char waiting[512] = "";
+        size_t used = 0;
+        for (int r = 0; r < nr; r++)
+            if (pc[r] < it->ranks[r].n && used < sizeof waiting - 80) {
+                describe(a, sizeof a, &it->ranks[r], pc[r]);
+                used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%s",
+                                         used ? "; " : "", a);
+            }
+        if (used)
+            st = dp_fail(err, DP_ERR_DEADLOCK,
+                         "%s: iteration %d: the plan deadlocks: waiting: %s", where, it->id,
+                         waiting);
+    }
+    /* every micro-batch's F and B ran on every virtual stage of its replica */
+    for (int r = 0; r < nr && st == DP_OK; r++)
+        for (int k = 0; k < nmb && st == DP_OK; k++) {
+            if (it->mb[k].replica != it->ranks[r].replica) continue;
+            for (int c = 0; c < chunks; c++)
+                if ((FLAG(r, k, c) & (DONE_F | DONE_B)) != (DONE_F | DONE_B))
+                    st = dp_fail(err, DP_ERR_INVALID,
+                                 "%s: iteration %d: stage %d (replica %d) never runs %s of "
+                                 "micro-batch %d chunk %d",
+                                 where, it->id, it->ranks[r].stage, it->ranks[r].replica,
+                                 FLAG(r, k, c) & DONE_F ? "B" : "F", k, c);
+        }
+#undef FLAG
+    free(flags);
+    free(pc);
+    return st;
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------ */
+
+static cJSON *array_of(const double *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round(v[i] * 1e6) / 1e6));
+    return a;
+}
+
+static cJSON *iter_json(const plan_iter *it)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", it->id);
+    cJSON *mbs = cJSON_AddArrayToObject(o, "microbatches");
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *m = &it->mb[k];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "id", m->id);
+        cJSON *ids = cJSON_AddArrayToObject(x, "samples");
+        for (int q = 0; q < m->n_samples; q++)
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(it->ids[m->first + q]));
+        cJSON_AddNumberToObject(x, "mbs", m->mbs);
+        cJSON_AddNumberToObject(x, "enc_len", m->enc_len);
+        cJSON_AddNumberToObject(x, "dec_len", m->dec_len);
+        cJSON_AddNumberToObject(x, "tokens", (double)(m->enc_tokens + m->dec_tokens));
+        cJSON_AddNumberToObject(x, "padded_tokens",
+                                (double)m->mbs * ((double)m->enc_len + m->dec_len));
+        cJSON_AddNumberToObject(x, "enc_tokens", (double)m->enc_tokens);
+        cJSON_AddNumberToObject(x, "dec_tokens", (double)m->dec_tokens);
+        cJSON_AddNumberToObject(x, "replica", m->replica);
+        cJSON *pred = cJSON_AddObjectToObject(x, "pred_ms");
+        cJSON_AddItemToObject(pred, "fwd", array_of(m->fwd_ms, it->pp));
+        cJSON_AddItemToObject(pred, "bwd", array_of(m->bwd_ms, it->pp));
+        cJSON_AddItemToObject(pred, "w", array_of(m->w_ms, it->pp));
+        cJSON *mem = cJSON_AddObjectToObject(x, "mem_mb");
+        cJSON_AddItemToObject(mem, "stored", array_of(m->stored_mb, it->pp));
+        cJSON_AddItemToObject(mem, "peak", array_of(m->peak_mb, it->pp));
+        cJSON_AddItemToArray(mbs, x);
+    }
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int r = 0; r < it->pp * it->dp; r++) {
+        const plan_rank *R = &it->ranks[r];
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "stage", R->stage);
+        cJSON_AddNumberToObject(s, "replica", R->replica);
+        cJSON *ins = cJSON_AddArrayToObject(s, "instructions");
+        for (int i = 0; i < R->n; i++) {
+            const plan_instr *x = &R->ins[i];
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "op", OP_NAMES[x->op]);
+            cJSON_AddNumberToObject(j, "mb", x->mb);
+            if (x->chunk) cJSON_AddNumberToObject(j, "chunk", x->chunk);
+            if (is_send(x->op) || is_recv(x->op)) {
+                cJSON_AddNumberToObject(j, "peer", x->peer);
+                cJSON_AddNumberToObject(j, "bytes", (double)x->bytes);
+            }
+            cJSON_AddItemToArray(ins, j);
+        }
+        cJSON_AddItemToArray(stages, s);
+    }
+    if (it->has_objective) {
+        cJSON *ob = cJSON_AddObjectToObject(o, "objective");
+        cJSON_AddNumberToObject(ob, "value", it->obj_value_ms);
+        cJSON_AddNumberToObject(ob, "tmax", it->obj_tmax_ms);
+        cJSON_AddNumberToObject(ob, "sum", it->obj_sum_ms);
+    }
+    return o;
+}
+
+dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *h, dp_err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->path = path;
+    w->to_stdout = strcmp(path, "-") == 0;
+    w->fp = w->to_stdout ? stdout : fopen(path, "wb");
+    if (!w->fp) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "version", 1);
+    cJSON_AddStringToObject(o, "model", h->model);
+    cJSON_AddStringToObject(o, "hw", h->hw);
+    cJSON_AddNumberToObject(o, "pp", h->pp);
+    cJSON_AddNumberToObject(o, "dp", h->dp);
+    cJSON_AddNumberToObject(o, "tp", h->tp);
+    cJSON_AddNumberToObject(o, "chunks", h->chunks);
+    cJSON_AddNumberToObject(o, "zero", h->zero);
+    cJSON_AddStringToObject(o, "recompute", h->recompute);
+    cJSON_AddStringToObject(o, "schedule", h->schedule);
+    cJSON_AddStringToObject(o, "batching", h->batching);
+    cJSON *r = cJSON_AddObjectToObject(o, "rules");
+    cJSON_AddNumberToObject(r, "global_tokens", (double)h->rules.global_tokens);
+    cJSON_AddNumberToObject(r, "max_seqlen", h->rules.max_seqlen);
+    cJSON_AddNumberToObject(r, "max_dec_seqlen", h->rules.max_dec_seqlen);
+    cJSON_AddNumberToObject(r, "dec_extra", h->rules.dec_extra);
+    cJSON_AddNumberToObject(r, "pad_multiple", h->rules.pad_multiple);
+    cJSON_AddNumberToObject(r, "min_padded", h->rules.min_padded);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    size_t len = strlen(text);
+    text[len - 1] = '\0'; /* drop the closing brace: iterations follow */
+    int bad = fprintf(w->fp, "%s,\n\"iterations\": [\n", text) < 0;
+    free(text);
+    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", path) : DP_OK;
+}
+
+dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err)
+{
+    cJSON *o = iter_json(it);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    int bad = fprintf(w->fp, "%s%s", w->count ? ",\n" : "", text) < 0;
+    free(text);
+    w->count++;
+    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", w->path) : DP_OK;
+}
+
+dp_status plan_writer_close(plan_writer *w, dp_err *err)
+{
+    int bad = fprintf(w->fp, "\n]}\n") < 0;
+    bad |= w->to_stdout ? fflush(w->fp) != 0 : fclose(w->fp) != 0;
+    w->fp = NULL;
+    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", w->path) : DP_OK;
+}
+
+/* ---- reading --------------------------------------------------------------------------------- */
+
+static dp_status read_doubles(const cJSON *arr, int n, double *out, const char *what,
+                              const char *name, int it, int k, dp_err *err)
+{
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
+        return dp_fail(err, DP_ERR_PARSE,
+                       "%s: iterations[%d].microbatches[%d].%s must be an array of %d numbers",
+                       name, it, k, what, n);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, arr)
+    {
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
+            return dp_fail(err, DP_ERR_PARSE,
+                           "%s: iterations[%d].microbatches[%d].%s[%d] must be a number >= 0",
+                           name, it, k, what, i);
+        out[i++] = v->valuedouble;
+    }
+    return DP_OK;
+}
+
+static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const char *name,
+                            plan_iter *it, dp_err *err)
+{
+    dp_status st = DP_OK;
+    char where[96];
+    snprintf(where, sizeof where, "iterations[%d]", idx);
+    const cJSON *mbs = cJSON_GetObjectItemCaseSensitive(o, "microbatches");
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages");
+    if (!cJSON_IsObject(o) || !cJSON_IsArray(mbs) || !cJSON_IsArray(stages))
+        return dp_fail(err, DP_ERR_PARSE, "%s: %s needs \"microbatches\" and \"stages\" arrays",
+                       name, where);
+    int n_mb = cJSON_GetArraySize(mbs), n_ids = 0, id;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, mbs)
+    {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "samples");
+        if (!cJSON_IsArray(s))
+            return dp_fail(err, DP_ERR_PARSE, "%s: %s: a micro-batch lacks \"samples\"", name,
+                           where);
+        n_ids += cJSON_GetArraySize(s);
+    }
+    TRY(json_int(o, "id", name, 0, 1 << 30, idx, &id, err));
+    if (plan_iter_alloc(it, id, h->pp, h->dp, n_mb, n_ids) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    int k = 0, at = 0;
+    cJSON_ArrayForEach(m, mbs)
+    {
+        plan_mb *x = &it->mb[k];
+        int mid;
+        TRY(json_int(m, "id", name, 0, 1 << 30, JSON_REQUIRED, &mid, err));
+        if (mid != k) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].id is %d, expected %d", name,
+                         where, k, mid, k);
+            goto out;
+        }
+        TRY(json_int(m, "mbs", name, 1, 1 << 24, JSON_REQUIRED, &x->mbs, err));
+        TRY(json_int(m, "enc_len", name, 1, 1 << 24, JSON_REQUIRED, &x->enc_len, err));
+        TRY(json_int(m, "dec_len", name, 0, 1 << 24, 0, &x->dec_len, err));
+        TRY(json_int(m, "replica", name, 0, h->dp - 1, 0, &x->replica, err));
+        double et = 0, dt = 0;
+        TRY(json_double(m, "enc_tokens", name, 0, 1e15, 0, 0, &et, err));
+        TRY(json_double(m, "dec_tokens", name, 0, 1e15, 0, 0, &dt, err));
+        if (et == 0 && dt == 0) TRY(json_double(m, "tokens", name, 0, 1e15, 0, 0, &et, err));
+        x->enc_tokens = (int64_t)et;
+        x->dec_tokens = (int64_t)dt;
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "samples"), *v;
+        x->first = at;
+        cJSON_ArrayForEach(v, s)
+        {
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX) {
+                st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].samples holds a bad id",
+                             name, where, k);
+                goto out;
+            }
+            it->ids[at++] = (int32_t)v->valuedouble;
+        }
+        x->n_samples = at - x->first;
+        const cJSON *pred = cJSON_GetObjectItemCaseSensitive(m, "pred_ms");
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(m, "mem_mb");
+        TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(pred, "fwd"), h->pp, x->fwd_ms,
+                         "pred_ms.fwd", name, idx, k, err));
+        TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(pred, "bwd"), h->pp, x->bwd_ms,
+                         "pred_ms.bwd", name, idx, k, err));
+        if (cJSON_GetObjectItemCaseSensitive(pred, "w"))
+            TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(pred, "w"), h->pp, x->w_ms,
+                             "pred_ms.w", name, idx, k, err));
+        if (mem) {
+            TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(mem, "stored"), h->pp, x->stored_mb,
+                             "mem_mb.stored", name, idx, k, err));
+            TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(mem, "peak"), h->pp, x->peak_mb,
+                             "mem_mb.peak", name, idx, k, err));
+        }
+        k++;
+    }
+    if (cJSON_GetArraySize(stages) != h->pp * h->dp) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: %s has %d stage lists, pp x dp = %d", name, where,
+                     cJSON_GetArraySize(stages), h->pp * h->dp);
+        goto out;
+    }
+    const cJSON *sj;
+    int seen = 0;
+    cJSON_ArrayForEach(sj, stages)
+    {
+        int stage, replica;
+        TRY(json_int(sj, "stage", name, 0, h->pp - 1, JSON_REQUIRED, &stage, err));
+        TRY(json_int(sj, "replica", name, 0, h->dp - 1, 0, &replica, err));
+        plan_rank *R = &it->ranks[replica * h->pp + stage];
+        if (R->ins || R->n) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s lists stage %d (replica %d) twice", name,
+                         where, stage, replica);
+            goto out;
+        }
+        const cJSON *ins = cJSON_GetObjectItemCaseSensitive(sj, "instructions"), *x;
+        if (!cJSON_IsArray(ins)) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s stage %d lacks \"instructions\"", name, where,
+                         stage);
+            goto out;
+        }
+        int i = 0;
+        cJSON_ArrayForEach(x, ins)
+        {
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(x, "op");
+            plan_op o2;
+            if (!cJSON_IsString(op) || plan_op_parse(op->valuestring, &o2) != 0) {
+                st = dp_fail(err, DP_ERR_PARSE,
+                             "%s: %s stage %d instruction %d: \"op\" must be one of F, B, W, "
+                             "SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, FREE",
+                             name, where, stage, i);
+                goto out;
+            }
+            int mb, chunk, peer;
+            double bytes;
+            TRY(json_int(x, "mb", name, 0, n_mb > 0 ? n_mb - 1 : 0, JSON_REQUIRED, &mb, err));
+            TRY(json_int(x, "chunk", name, 0, h->chunks - 1, 0, &chunk, err));
+            TRY(json_int(x, "peer", name, 0, h->pp - 1, 0, &peer, err));
+            TRY(json_double(x, "bytes", name, 0, 1e18, 0, 0, &bytes, err));
+            if (!(is_send(o2) || is_recv(o2))) peer = -1;
+            if (plan_rank_push(R, o2, mb, chunk, peer, (int64_t)bytes) != DP_OK) {
+                st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            i++;
+        }
+        seen++;
+    }
+    (void)seen;
+    const cJSON *ob = cJSON_GetObjectItemCaseSensitive(o, "objective");
+    if (cJSON_IsObject(ob)) {
+        it->has_objective = 1;
+        TRY(json_double(ob, "value", name, 0, 1e18, 0, 0, &it->obj_value_ms, err));
+        TRY(json_double(ob, "tmax", name, 0, 1e18, 0, 0, &it->obj_tmax_ms, err));
+        TRY(json_double(ob, "sum", name, 0, 1e18, 0, 0, &it->obj_sum_ms, err));
+    }
+out:
+    return st;
+}
+
+dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
+{
+    memset(p, 0, sizeof *p);
+    cJSON *root = NULL;
+    dp_status st = json_parse_object(text, name, &root, err);
+    if (st != DP_OK) return st;
+    plan_header *h = &p->h;
+    int version;
+    TRY(json_int(root, "version", name, 1, 1, JSON_REQUIRED, &version, err));
+    TRY(json_int(root, "pp", name, 1, STAGE_MAX, JSON_REQUIRED, &h->pp, err));
+    TRY(json_int(root, "dp", name, 1, 4096, 1, &h->dp, err));
+    TRY(json_int(root, "tp", name, 1, 4096, 1, &h->tp, err));
+    TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
+    TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
+    static const struct {
+        const char *key;
+        size_t off, cap;
+    } strs[] = {{"model", offsetof(plan_header, model), 64},
+                {"hw", offsetof(plan_header, hw), 64},
+                {"schedule", offsetof(plan_header, schedule), 32},
+                {"batching", offsetof(plan_header, batching), 32},
+                {"recompute", offsetof(plan_header, recompute), 16}};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, strs[i].key);
+        snprintf((char *)h + strs[i].off, strs[i].cap, "%s", cJSON_IsString(v) ? v->valuestring : "");
+    }
+    batch_rules_default(&h->rules, ARCH_GPT);
+    const cJSON *rules = cJSON_GetObjectItemCaseSensitive(root, "rules");
+    if (cJSON_IsObject(rules)) {
+        double gt;
+        TRY(json_double(rules, "global_tokens", name, 1, 1e15, 0, 65536, &gt, err));
+        h->rules.global_tokens = (int64_t)gt;
+        TRY(json_int(rules, "max_seqlen", name, 1, 1 << 24, 2048, &h->rules.max_seqlen, err));
+        TRY(json_int(rules, "max_dec_seqlen", name, 0, 1 << 24, 512, &h->rules.max_dec_seqlen, err));
+    }
+    const cJSON *its = cJSON_GetObjectItemCaseSensitive(root, "iterations");
+    if (!cJSON_IsArray(its)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: missing array \"iterations\"", name);
+        goto out;
+    }
+    p->n_it = cJSON_GetArraySize(its);
+    p->it = calloc((size_t)(p->n_it ? p->n_it : 1), sizeof *p->it);
+    if (!p->it) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const cJSON *o;
+    int i = 0;
+    cJSON_ArrayForEach(o, its)
+    {
+        st = parse_iter(o, i, h, name, &p->it[i], err);
+        i++;
+        if (st != DP_OK) break;
+    }
+out:
+    cJSON_Delete(root);
+    if (st != DP_OK) plan_release(p);
+    return st;
+}
+
+dp_status plan_read(const char *path, plan *p, dp_err *err)
+{
+    char *text = NULL;
+    dp_status st = json_slurp(path, &text, err);
+    if (st == DP_OK) st = plan_parse(text, path, p, err);
+    free(text);
+    return st;
+}
+
+void plan_release(plan *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->n_it; i++) plan_iter_release(&p->it[i]);
+    free(p->it);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,317 @@
+
+
+
+
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../models/comm.h"
+
+int64_t schedule_act_bytes(const stage_model *sm, const plan_mb *m, int v)
+{
+    int nv = sm->pp * sm->chunks;
+    double b = comm_act_bytes(&sm->cm->model, v, nv, m->mbs, m->enc_len, m->dec_len);
+    return (int64_t)(b + 0.5);
+}
+
+/* Emits the instructions of one rank. */
+typedef struct emitter {
+    const stage_model *sm;
+    plan_iter *it;
+    plan_rank *R;
+    int nv;
+    dp_status st;
+} emitter;
+
+static void push(emitter *e, plan_op op, int k, int c, int peer, int64_t bytes)
+{
+    if (e->st == DP_OK && plan_rank_push(e->R, op, k, c, peer, bytes) != DP_OK)
+        e->st = DP_ERR_NOMEM;
+}
+
+static void em_fwd(emitter *e, int k, int c)
+{
+    int pp = e->sm->pp, v = c * pp + e->R->stage;
+    const plan_mb *m = &e->it->mb[k];
+    if (v > 0) push(e, OP_RECV_ACT, k, c, (v - 1) % pp, schedule_act_bytes(e->sm, m, v - 1));
+    push(e, OP_F, k, c, -1, 0);
+    if (v < e->nv - 1) push(e, OP_SEND_ACT, k, c, (v + 1) % pp, schedule_act_bytes(e->sm, m, v));
+}
+
+static void em_bwd(emitter *e, int k, int c)
+{
+    int pp = e->sm->pp, v = c * pp + e->R->stage;
+    const plan_mb *m = &e->it->mb[k];
+    if (v < e->nv - 1) push(e, OP_RECV_GRAD, k, c, (v + 1) % pp, schedule_act_bytes(e->sm, m, v));
+    push(e, OP_B, k, c, -1, 0);
+    if (v > 0) push(e, OP_SEND_GRAD, k, c, (v - 1) % pp, schedule_act_bytes(e->sm, m, v - 1));
+    push(e, OP_FREE, k, c, -1, 0);
+}
+
+/* W reuses only the layer inputs and output gradients, a small part of the stored activations:
+ * FREE follows B, so ZB-H1 keeps 1F1B's activation memory (the W buffers are not modelled). */
+static void em_w(emitter *e, int k, int c)
+{
+    push(e, OP_W, k, c, -1, 0);
+}
+
+/* The micro-batches of replica r, in plan order. Returns their count; *list is malloc'd. */
+static int replica_mbs(const plan_iter *it, int r, int **list)
+{
+    *list = malloc((size_t)(it->n_mb ? it->n_mb : 1) * sizeof **list);
+    if (!*list) return -1;
+    int m = 0;
+    for (int k = 0; k < it->n_mb; k++)
+        if (it->mb[k].replica == r) (*list)[m++] = k;
+    return m;
+}
+
+typedef void (*rank_builder)(emitter *e, const int *mbs, int m);
+
+/* Runs build for every rank of every replica. */
+static dp_status for_each_rank(const schedule_ctx *ctx, plan_iter *it, rank_builder build,
+                               dp_err *err)
+{
+    const stage_model *sm = ctx->sm;
+    for (int r = 0; r < it->dp; r++) {
+        int *mbs, m = replica_mbs(it, r, &mbs);
+        if (m < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        for (int s = 0; s < sm->pp; s++) {
+            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp * sm->chunks, DP_OK};
+            e.R->n = 0;
+            build(&e, mbs, m);
+            if (e.st != DP_OK) {
+                free(mbs);
+                return dp_fail(err, e.st, "out of memory");
+            }
+        }
+        free(mbs);
+    }
+    return DP_OK;
+}
+
+static dp_status need_one_chunk(const schedule_ctx *ctx, const char *name, dp_err *err)
+{
+    if (ctx->sm->chunks != 1)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--chunks %d applies to the interleaved schedule, not %s", ctx->sm->chunks,
+                       name);
+    return DP_OK;
+}
+
+/* ---- gpipe ---------------------------------------------------------------------------------- */
+
+static void gpipe_rank(emitter *e, const int *mbs, int m)
+{
+    for (int i = 0; i < m; i++) em_fwd(e, mbs[i], 0);
+    for (int i = m - 1; i >= 0; i--) em_bwd(e, mbs[i], 0);
+}
+
+static dp_status build_gpipe(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    dp_status st = need_one_chunk(ctx, "gpipe", err);
+    return st != DP_OK ? st : for_each_rank(ctx, it, gpipe_rank, err);
+}
+
+/* ---- 1f1b ----------------------------------------------------------------------------------- */
+
+static void onef1b_rank(emitter *e, const int *mbs, int m)
+{
+    int S = e->sm->pp, s = e->R->stage;
+    int w = S - s - 1 < m ? S - s - 1 : m;
+    for (int i = 0; i < w; i++) em_fwd(e, mbs[i], 0);
+    for (int i = 0; i < m - w; i++) {
+        em_fwd(e, mbs[w + i], 0);
+        em_bwd(e, mbs[i], 0);
+    }
+    for (int i = m - w; i < m; i++) em_bwd(e, mbs[i], 0);
+}
+
+static dp_status build_1f1b(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    dp_status st = need_one_chunk(ctx, "1f1b", err);
+    return st != DP_OK ? st : for_each_rank(ctx, it, onef1b_rank, err);
+}
+
+/* ---- zb1 ------------------------------------------------------------------------------------ */
+
+static void zb1_rank(emitter *e, const int *mbs, int m)
+{
+    int S = e->sm->pp, s = e->R->stage;
+    int w = S - s - 1 < m ? S - s - 1 : m;
+    /* Stage s keeps s W's back: at the end each stage's last B waits for the next stage's, so
+     * later stages need more W's left to fill that wait (stage S-1 keeps S-1). */
+    int defer = s;
+    int next_w = 0;
+    for (int i = 0; i < w; i++) em_fwd(e, mbs[i], 0);
+    for (int i = 0; i < m - w; i++) {
+        em_fwd(e, mbs[w + i], 0);
+        em_bwd(e, mbs[i], 0);
+        if (i + 1 - next_w > defer) em_w(e, mbs[next_w++], 0);
+    }
+    for (int i = m - w; i < m; i++) {
+        em_bwd(e, mbs[i], 0);
+        if (next_w < i + 1) em_w(e, mbs[next_w++], 0); /* fill the wait for the next gradient */
+    }
+    while (next_w < m) em_w(e, mbs[next_w++], 0);
+}
+
+static dp_status build_zb1(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    dp_status st = need_one_chunk(ctx, "zb1", err);
+    return st != DP_OK ? st : for_each_rank(ctx, it, zb1_rank, err);
+}
+
+/* ---- interleaved ---------------------------------------------------------------------------- */
+
+static void interleaved_rank(emitter *e, const int *mbs, int m)
+{
+    int S = e->sm->pp, C = e->sm->chunks, s = e->R->stage, n = m * C;
+    int *fk = malloc((size_t)(n ? n : 1) * sizeof *fk), *fc = malloc((size_t)(n ? n : 1) * sizeof *fc);
+    int *bk = malloc((size_t)(n ? n : 1) * sizeof *bk), *bc = malloc((size_t)(n ? n : 1) * sizeof *bc);
+    if (!fk || !fc || !bk || !bc) {
+        e->st = DP_ERR_NOMEM;
+        goto out;
+    }
+    /* Groups of S micro-batches go through chunks 0..C-1 forward, C-1..0 backward. */
+    int q = 0;
+    for (int g = 0; g < m; g += S) {
+        int size = m - g < S ? m - g : S;
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < size; i++, q++) {
+                fk[q] = mbs[g + i], fc[q] = c;
+                bk[q] = mbs[g + i], bc[q] = C - 1 - c;
+            }
+    }
+    int w = (S - s - 1) * 2 + (C - 1) * S;
+    if (w > n) w = n;
+    for (int i = 0; i < w; i++) em_fwd(e, fk[i], fc[i]);
+    for (int i = 0; i < n - w; i++) {
+        em_fwd(e, fk[w + i], fc[w + i]);
+        em_bwd(e, bk[i], bc[i]);
+    }
+    for (int i = n - w; i < n; i++) em_bwd(e, bk[i], bc[i]);
+out:
+    free(fk), free(fc), free(bk), free(bc);
+}
+
+static dp_status build_interleaved(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    return for_each_rank(ctx, it, interleaved_rank, err);
+}
+
+/* ---- adaptive (DynaPipe) --------------------------------------------------------------------- */
+
+/* The cyclic pass: in each round every device runs at most one op, seeing only what its
+ * neighbours finished in earlier rounds. Backwards first (the one whose gradient came first);
+ * otherwise the next forward in order if its input is there and its peak fits next to the
+ * activations the device holds (an empty device always admits, so the pass cannot stall). */
+static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, const int *mbs, int m,
+                                 int *op_kind, int *op_mb, dp_status *st)
+{
+    int S = sm->pp;
+    size_t cells = (size_t)S * (size_t)(m ? m : 1);
+    int *fdone = malloc(cells * sizeof *fdone), *bdone = malloc(cells * sizeof *bdone);
+    int *nextf = calloc((size_t)S, sizeof *nextf), *nops = calloc((size_t)S, sizeof *nops);
+    double *held = calloc((size_t)S, sizeof *held);
+    int *heldn = calloc((size_t)S, sizeof *heldn);
+    if (!fdone || !bdone || !nextf || !nops || !held || !heldn) {
+        *st = DP_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < cells; i++) fdone[i] = bdone[i] = -1;
+#define FD(s, i) fdone[(size_t)(s) * (size_t)m + (size_t)(i)]
+#define BD(s, i) bdone[(size_t)(s) * (size_t)m + (size_t)(i)]
+    int remaining = 2 * S * m;
+    for (int t = 0; remaining > 0 && t < 8 * S * m + 16; t++) {
+        for (int s = 0; s < S; s++) {
+            /* backward whose gradient arrived first */
+            int best = -1, best_at = 0;
+            for (int i = 0; i < m; i++) {
+                if (FD(s, i) < 0 || BD(s, i) >= 0) continue;
+                int at = s == S - 1 ? FD(s, i) : BD(s + 1, i);
+                if (at < 0 || at >= t) continue;
+                if (best < 0 || at < best_at) best = i, best_at = at;
+            }
+            int *kind = op_kind + (size_t)s * 2 * (size_t)m, *mbk = op_mb + (size_t)s * 2 * (size_t)m;
+            if (best >= 0) {
+                BD(s, best) = t;
+                held[s] -= it->mb[mbs[best]].stored_mb[s];
+                heldn[s]--;
+                kind[nops[s]] = 1, mbk[nops[s]++] = best;
+                remaining--;
+                continue;
+            }
+            int i = nextf[s];
+            if (i >= m) continue;
+            if (s > 0 && (FD(s - 1, i) < 0 || FD(s - 1, i) >= t)) continue;
+            const plan_mb *x = &it->mb[mbs[i]];
+            if (heldn[s] > 0 && held[s] + x->peak_mb[s] > sm->budget_mb[s]) continue;
+            FD(s, i) = t;
+            held[s] += x->stored_mb[s];
+            heldn[s]++;
+            nextf[s]++;
+            kind[nops[s]] = 0, mbk[nops[s]++] = i;
+            remaining--;
+        }
+    }
+    if (remaining > 0) *st = DP_ERR_DEADLOCK;
+#undef FD
+#undef BD
+out:
+    free(fdone), free(bdone), free(nextf), free(nops), free(held), free(heldn);
+}
+
+static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    const stage_model *sm = ctx->sm;
+    dp_status st = need_one_chunk(ctx, "adaptive", err);
+    if (st != DP_OK) return st;
+    for (int r = 0; r < it->dp && st == DP_OK; r++) {
+        int *mbs, m = replica_mbs(it, r, &mbs);
+        if (m < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        size_t n = (size_t)sm->pp * 2 * (size_t)(m ? m : 1);
+        int *kind = malloc(n * sizeof *kind), *mb = malloc(n * sizeof *mb);
+        if (!kind || !mb) st = DP_ERR_NOMEM;
+        else adaptive_rank_orders(sm, it, mbs, m, kind, mb, &st);
+        for (int s = 0; s < sm->pp && st == DP_OK; s++) {
+            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp, DP_OK};
+            e.R->n = 0;
+            for (int q = 0; q < 2 * m; q++) {
+                int k = mbs[mb[(size_t)s * 2 * (size_t)m + (size_t)q]];
+                if (kind[(size_t)s * 2 * (size_t)m + (size_t)q]) em_bwd(&e, k, 0);
+                else em_fwd(&e, k, 0);
+            }
+            st = e.st;
+        }
+        free(kind), free(mb), free(mbs);
+    }
+    if (st == DP_ERR_NOMEM) return dp_fail(err, st, "out of memory");
+    if (st == DP_ERR_DEADLOCK)
+        return dp_fail(err, st, "iteration %d: the adaptive schedule's cyclic pass did not finish",
+                       it->id);
+    return st;
+}
+
+static const schedule SCHEDULES[] = {
+    {"gpipe", "all forwards, then all backwards", 0, build_gpipe},
+    {"1f1b", "one forward, one backward (Megatron-LM)", 0, build_1f1b},
+    {"interleaved", "interleaved 1F1B with --chunks model chunks per device", 0, build_interleaved},
+    {"adaptive", "DynaPipe's memory-aware schedule", 0, build_adaptive},
+    {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", 1, build_zb1},
+};
+
+const schedule *schedule_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof SCHEDULES / sizeof *SCHEDULES; i++)
+        if (strcmp(SCHEDULES[i].name, name) == 0) return &SCHEDULES[i];
+    return NULL;
+}
+
+const schedule *schedule_list(int *count)
+{
+    *count = (int)(sizeof SCHEDULES / sizeof *SCHEDULES);
+    return SCHEDULES;
+}

@@ -1,0 +1,53 @@
+/*
+ * schedule.h — pipeline schedules: the per-rank instruction order of one iteration.
+ *
+ * Every schedule accepts micro-batches of different sizes (each carries its own per-stage times,
+ * memory and transfer bytes) and fills plan_iter.ranks for every replica, using the replica's
+ * micro-batches in plan order. Choose with --schedule; schedule_list prints them.
+ *
+ *   gpipe        all forwards, then all backwards (in reverse order).
+ *   1f1b         warm-up min(S-s-1, m) forwards, then one forward + one backward, then the
+ *                remaining backwards (Megatron-LM's PipeDream-flush): at most min(S-s, m)
+ *                micro-batches held on stage s.
+ *   interleaved  Megatron's interleaved 1F1B with C chunks per device: forwards walk groups of S
+ *                micro-batches through chunks 0..C-1, backwards through C-1..0; warm-up
+ *                min((S-s-1)*2 + (C-1)*S, m*C) steps.
+ *   zb1          zero-bubble ZB-H1 (Qi et al., arXiv 2401.10241): the backward is split into an
+ *                input-gradient B and a weight-gradient W; stage s runs 1F1B with B and keeps s W's
+ *                back, issuing them into the cool-down waits, so its bubble is (S-1)(f+b-w).
+ *                Activations are freed after B (W's own buffers are small and not modelled), so
+ *                the memory is 1F1B's. The W share of a backward is plan_mb.w_ms (from the
+ *                analytic FLOP split; see plan.c).
+ *   adaptive     DynaPipe's memory-aware schedule: a cyclic pass decides each device's order
+ *                (backwards first; a micro-batch's forward only when its peak memory fits next to
+ *                what the device already holds), then that order is run event-driven, without the
+ *                cycle barriers.
+ *
+ * Transfers: every forward on virtual stage v > 0 is preceded by its RECV_ACT, every backward on
+ * v < last by its RECV_GRAD; sends follow the compute that produces them; FREE follows the last
+ * use of a micro-batch's activations (B, or W when split).
+ */
+#ifndef SCHEDULE_H
+#define SCHEDULE_H
+
+#include "plan.h"
+#include "stage_cost.h"
+
+typedef struct schedule_ctx {
+    const stage_model *sm; /* pp, chunks, memory budgets, model (for transfer bytes) */
+} schedule_ctx;
+
+typedef struct schedule {
+    const char *name;
+    const char *summary;
+    int split_backward; /* emits W instructions */
+    dp_status (*build)(const schedule_ctx *ctx, plan_iter *it, dp_err *err);
+} schedule;
+
+const schedule *schedule_find(const char *name);
+const schedule *schedule_list(int *count);
+
+/* Bytes of the activation sent from virtual stage v to v+1 (and of the gradient back). */
+int64_t schedule_act_bytes(const stage_model *sm, const plan_mb *m, int v);
+
+#endif /* SCHEDULE_H */

@@ -1,0 +1,90 @@
+/*
+ * sim.h — executes an execution plan on simulated devices, event by event.
+ *
+ * Each rank (stage s of replica r) has one compute stream, one send stream and one receive
+ * stream. Its instruction list is issued in order (scheduler/plan.h gives the semantics):
+ *   RECV_*    posts the receive at the current time;
+ *   F, B, W   wait until their inputs have arrived, then queue on the compute stream: start =
+ *             max(now, stream free, producer's end); duration = the plan's per-device time / C
+ *             (B = bwd - w when the schedule splits the backward, W = w);
+ *   SEND_*    queue on the send stream; a transfer starts, in issue order among those whose
+ *             receiver has posted, at max(producer's end, receiver posted, sender's send stream
+ *             free, receiver's receive stream free) and takes latency + bytes / bandwidth of the
+ *             link between the two ranks (models/comm.h). A send still waiting for its receiver
+ *             does not hold up sends to other peers;
+ *   FREE      releases the micro-batch's stored activations when its B (or W) ends.
+ * Issuing blocks only on a compute whose inputs are missing; transfers overlap compute.
+ *
+ * Memory per stage over time: model state + stored activations (from a forward's start until
+ * its FREE) + the running op's transient (peak - stored). The peak is reported, and OOM when it
+ * exceeds the device's memory.
+ *
+ * With D > 1 replicas each stage all-reduces its gradients after its last backward
+ * (allreduce_ms[s]); the iteration ends when every stage has finished that.
+ *
+ * A plan that cannot finish (the queue empties with instructions left) is DP_ERR_DEADLOCK with
+ * the waiting instructions named; the simulator never hangs.
+ */
+#ifndef SIM_H
+#define SIM_H
+
+#include <stdint.h>
+
+#include "../models/hw.h"
+#include "../scheduler/plan.h"
+#include "engine.h"
+
+typedef struct sim_config {
+    const cluster_spec *hw;
+    int pp, chunks, dp;
+    int split_backward;              /* the schedule emits W: B runs bwd - w */
+    double state_mb[STAGE_MAX];      /* model state per stage, MB */
+    double mem_limit_mb;             /* device memory for the OOM check, MB */
+    double allreduce_ms[STAGE_MAX];  /* gradient all-reduce per stage (0 when dp == 1) */
+} sim_config;
+
+/* One executed operation, for timelines: compute ops, and transfers (recorded on the sender as
+ * SEND_* and on the receiver as RECV_*, both with the transfer's start and end). */
+typedef struct sim_op {
+    int iteration;
+    int stage, replica;
+    plan_op op;
+    int mb, chunk;
+    int64_t start_ns, end_ns; /* absolute simulated time */
+} sim_op;
+
+/* A memory change on a stage (for memory-over-time figures and Chrome counters). */
+typedef struct sim_mem {
+    int stage, replica;
+    int64_t t_ns;
+    double mb; /* activation MB held after the change (model state excluded) */
+} sim_mem;
+
+typedef struct sim_sink {
+    void (*on_op)(void *ctx, const sim_op *op);   /* may be NULL */
+    void (*on_mem)(void *ctx, const sim_mem *m);  /* may be NULL */
+    void *ctx;
+} sim_sink;
+
+typedef struct sim_iter_result {
+    int64_t makespan_ns;          /* from t0 to the end of the last all-reduce */
+    int64_t busy_ns[STAGE_MAX];   /* compute busy time per stage (mean over replicas) */
+    double peak_mb[STAGE_MAX];    /* model state + peak activations, max over replicas */
+    int oom;                      /* some stage's peak exceeds mem_limit_mb */
+    uint64_t events;              /* events processed */
+} sim_iter_result;
+
+typedef struct sim {
+    engine eng;
+    void *scratch; /* per-run buffers, reused between iterations */
+    size_t scratch_cap;
+} sim;
+
+void sim_init(sim *s);
+void sim_release(sim *s);
+
+/* Simulates one iteration starting at t0_ns. */
+dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int64_t t0_ns,
+                        const sim_sink *sink, sim_iter_result *res, dp_err *err);
+
+#endif /* SIM_H */

@@ -1,0 +1,272 @@
+#include "study.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../models/comm.h"
+
+void study_result_release(study_result *r)
+{
+    if (!r) return;
+    free(r->iteration_ms);
+    free(r->closed_form_ms);
+    memset(r, 0, sizeof *r);
+}
+
+void study_sim_config(const stage_model *sm, const cluster_spec *hw, int split_backward,
+                      sim_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->hw = hw;
+    cfg->pp = sm->pp;
+    cfg->chunks = sm->chunks;
+    cfg->dp = sm->dp;
+    cfg->split_backward = split_backward;
+    cfg->mem_limit_mb = sm->mem_limit_mb;
+    for (int s = 0; s < sm->pp; s++) {
+        cfg->state_mb[s] = sm->state_mb[s];
+        if (sm->dp > 1) {
+            /* fp16 gradients of the stage, ring all-reduce across the replicas of stage s */
+            double grad_bytes = 1e6 * (sm->enc_layers[s] * sm->cm->param_mb[COMP_ENCODER] +
+                                       sm->dec_layers[s] * sm->cm->param_mb[COMP_DECODER]);
+            int first = s, last = (sm->dp - 1) * sm->pp + s;
+            int spans = first / hw->gpus_per_node != last / hw->gpus_per_node;
+            cfg->allreduce_ms[s] = comm_allreduce_ms(hw, sm->dp, spans, grad_bytes);
+        }
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The study's own sink: hashes every op, then forwards to the caller's. */
+static void hash_op(void *ctx, const sim_op *o)
+{
+    study_acc *a = ctx;
+    int64_t v[8] = {o->iteration, o->stage, o->replica, o->op, o->mb, o->chunk, o->start_ns, o->end_ns};
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < sizeof v; i++) {
+        a->hash ^= p[i];
+        a->hash *= 1099511628211ULL;
+    }
+    if (a->next && a->next->on_op) a->next->on_op(a->next->ctx, o);
+}
+
+static void pass_mem(void *ctx, const sim_mem *m)
+{
+    study_acc *a = ctx;
+    if (a->next && a->next->on_mem) a->next->on_mem(a->next->ctx, m);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void study_begin(study_acc *a, study_result *r, const sim_config *cfg, const sim_sink *sink)
+{
+    memset(a, 0, sizeof *a);
+    memset(r, 0, sizeof *r);
+    a->r = r;
+    a->cfg = *cfg;
+    sim_init(&a->s);
+    a->hash = 14695981039346656037ULL;
+    a->next = sink;
+    a->sink = (sim_sink){hash_op, pass_mem, a};
+    r->feasible = 1;
+    r->pp = cfg->pp;
+    for (int s = 0; s < cfg->pp; s++) r->peak_mem_mb[s] = cfg->state_mb[s];
+}
+
+static void count_tokens(study_result *r, const plan_iter *it)
+{
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *m = &it->mb[k];
+        r->enc_tokens += m->enc_tokens;
+        r->dec_tokens += m->dec_tokens;
+        r->enc_padded += (int64_t)m->mbs * m->enc_len;
+        r->dec_padded += (int64_t)m->mbs * m->dec_len;
+    }
+    r->microbatches += it->n_mb;
+}
+
+dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
+{
+    study_result *r = a->r;
+    const sim_config *cfg = &a->cfg;
+    size_t cap = a->cap;
+    if (dp_grow((void **)&r->iteration_ms, &cap, (size_t)r->iterations + 1, sizeof(double)) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    cap = a->cap;
+    if (dp_grow((void **)&r->closed_form_ms, &cap, (size_t)r->iterations + 1, sizeof(double)) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    a->cap = cap;
+    sim_iter_result ir;
+    double w0 = now_s();
+    dp_status st = sim_iteration(&a->s, cfg, it, a->t_ns, &a->sink, &ir, err);
+    if (st != DP_OK) return st;
+    r->sim_wall_s += now_s() - w0;
+    r->events += ir.events;
+    count_tokens(r, it);
+    r->iteration_ms[r->iterations] = (double)ir.makespan_ns / 1e6;
+    /* closed form per replica: sum t + (S-1) max t / C, t = max over stages of fwd + bwd */
+    double cf = 0;
+    for (int rep = 0; rep < cfg->dp; rep++) {
+        double sum = 0, mx = 0;
+        for (int k = 0; k < it->n_mb; k++) {
+            if (it->mb[k].replica != rep) continue;
+            double t = 0;
+            for (int s = 0; s < cfg->pp; s++) t = fmax(t, it->mb[k].fwd_ms[s] + it->mb[k].bwd_ms[s]);
+            sum += t, mx = fmax(mx, t);
+        }
+        cf = fmax(cf, sum + (cfg->pp - 1) * mx / cfg->chunks);
+    }
+    r->closed_form_ms[r->iterations] = cf;
+    a->t_ns += ir.makespan_ns;
+    for (int s = 0; s < cfg->pp; s++) {
+        a->busy[s] += ir.busy_ns[s];
+        if (ir.peak_mb[s] > r->peak_mem_mb[s]) r->peak_mem_mb[s] = ir.peak_mb[s];
+    }
+    if (ir.oom && !r->oom) {
+        r->oom = 1;
+        snprintf(r->why, sizeof r->why, "iteration %d peaks above the %.0f MB device memory",
+                 it->id, cfg->mem_limit_mb);
+    }
+    r->iterations++;
+    return DP_OK;
+}
+
+void study_end(study_acc *a)
+{
+    study_result *r = a->r;
+    r->time_s = (double)a->t_ns / 1e9;
+    r->tokens = r->enc_tokens + r->dec_tokens;
+    r->padded_tokens = r->enc_padded + r->dec_padded;
+    r->padding_efficiency = r->padded_tokens ? (double)r->tokens / (double)r->padded_tokens : 0;
+    r->enc_padding_efficiency = r->enc_padded ? (double)r->enc_tokens / (double)r->enc_padded : 0;
+    r->dec_padding_efficiency = r->dec_padded ? (double)r->dec_tokens / (double)r->dec_padded : 0;
+    r->throughput_tokens_per_s = r->time_s > 0 && r->feasible ? (double)r->tokens / r->time_s : 0;
+    for (int s = 0; s < a->cfg.pp; s++)
+        r->bubble_fraction[s] = a->t_ns > 0 ? 1 - (double)a->busy[s] / (double)a->t_ns : 0;
+    r->timeline_hash = a->hash;
+    sim_release(&a->s);
+}
+
+dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
+{
+    dp_status st = DP_OK;
+    stage_model sm;
+    memset(r, 0, sizeof *r);
+    st = stage_model_init(&sm, o->cm, o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
+    if (st != DP_OK) return st;
+    sim_config cfg;
+    study_sim_config(&sm, &o->cm->hw, o->sched->split_backward, &cfg);
+    study_acc acc;
+    study_begin(&acc, r, &cfg, o->sink);
+    batch_ctx ctx = {o->rules, &sm, o->mbs, o->mb_tokens, o->thin_ms};
+    schedule_ctx sctx = {&sm};
+    batch_iter bi;
+    batch_iter_init(&bi, t, o->rules);
+    mb_list l;
+    mb_list_init(&l);
+    plan_iter pi;
+    plan_iter_init(&pi);
+    size_t plan_cap = 0;
+    double *plan_ms = NULL;
+    int planned = 0;
+    for (;;) {
+        if (o->max_iterations && planned >= o->max_iterations) break;
+        const sample_len *b;
+        int n;
+        TRY(batch_next(&bi, &b, &n, err));
+        if (n == 0) break;
+        mb_list_clear(&l);
+        double t0 = now_s();
+        st = o->batching->split(&ctx, b, n, &l, err);
+        if (st == DP_OK) st = mb_list_finish(&ctx, &l, err);
+        double dt_ms = (now_s() - t0) * 1e3;
+        if (st != DP_OK) {
+            dp_err_prefix(err, "iteration %d", planned);
+            goto out;
+        }
+        if (dp_grow((void **)&plan_ms, &plan_cap, (size_t)planned + 1, sizeof *plan_ms) != DP_OK) {
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        plan_ms[planned++] = dt_ms;
+        if (l.in_flight == 1 && o->pp > 1) r->in_flight_fallback++;
+        int answerable = 1;
+        for (int k = 0; k < l.n_mb; k++)
+            if (isnan(l.mb[k].t_ms)) answerable = 0;
+        if (!l.feasible && !r->why[0])
+            snprintf(r->why, sizeof r->why, "iteration %d: %s", planned - 1, l.why);
+        if (!answerable) { /* beyond the cost model: this configuration cannot run */
+            r->feasible = 0;
+            break;
+        }
+        if (!l.feasible) r->oom = 1;
+        plan_iter_release(&pi);
+        TRY(plan_iter_from_mbs(&pi, planned - 1, &l, &sm, err));
+        TRY(o->sched->build(&sctx, &pi, err));
+        if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
+        if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
+        TRY(study_add(&acc, &pi, err));
+        if (o->progress) o->progress(o->progress_ctx, bi.next, t->n);
+    }
+    if (planned > 0) {
+        qsort(plan_ms, (size_t)planned, sizeof *plan_ms, cmp_d);
+        r->plan_ms_median = plan_ms[planned / 2];
+        r->plan_ms_p90 = plan_ms[(int)(0.9 * (planned - 1) + 0.5)];
+    }
+out:
+    study_end(&acc);
+    free(plan_ms);
+    plan_iter_release(&pi);
+    mb_list_release(&l);
+    batch_iter_release(&bi);
+    return st;
+}
+
+char *study_metrics_json(const study_result *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "iterations", r->iterations);
+    cJSON *a = cJSON_AddArrayToObject(o, "iteration_ms");
+    cJSON *c = cJSON_AddArrayToObject(o, "closed_form_ms");
+    for (int i = 0; i < r->iterations && r->feasible; i++) {
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(r->iteration_ms[i]));
+        cJSON_AddItemToArray(c, cJSON_CreateNumber(r->closed_form_ms[i]));
+    }
+    cJSON_AddNumberToObject(o, "time_s", r->time_s);
+    cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
+    cJSON_AddNumberToObject(o, "padded_tokens", (double)r->padded_tokens);
+    cJSON_AddNumberToObject(o, "throughput_tokens_per_s", r->throughput_tokens_per_s);
+    cJSON_AddNumberToObject(o, "padding_efficiency", r->padding_efficiency);
+    cJSON_AddNumberToObject(o, "encoder_padding_efficiency", r->enc_padding_efficiency);
+    cJSON_AddNumberToObject(o, "decoder_padding_efficiency", r->dec_padding_efficiency);
+    cJSON *bf = cJSON_AddArrayToObject(o, "bubble_fraction");
+    cJSON *pm = cJSON_AddArrayToObject(o, "peak_mem_mb");
+    for (int s = 0; s < r->pp; s++) {
+        cJSON_AddItemToArray(bf, cJSON_CreateNumber(r->bubble_fraction[s]));
+        cJSON_AddItemToArray(pm, cJSON_CreateNumber(r->peak_mem_mb[s]));
+    }
+    cJSON_AddBoolToObject(o, "oom", r->oom);
+    cJSON_AddBoolToObject(o, "feasible", r->feasible);
+    if (r->why[0]) cJSON_AddStringToObject(o, "why", r->why);
+    char h[17];
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)r->timeline_hash);
+    cJSON_AddStringToObject(o, "timeline_hash", h);
+    cJSON_AddNumberToObject(o, "plan_ms_per_iteration", r->plan_ms_median);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    return text;
+}

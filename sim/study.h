@@ -1,0 +1,93 @@
+/*
+ * study.h — one whole run: trace → global batches → micro-batches → schedule → simulation, one
+ * iteration at a time (a trace of any length streams through with bounded memory), and the
+ * metrics of the metrics JSON contract.
+ *
+ *   throughput_tokens_per_s = real tokens / simulated time
+ *   padding_efficiency      = real tokens / tokens in padded tensors (encoder and decoder also
+ *                             separately, as the paper's Fig. 15)
+ *   bubble_fraction[s]      = 1 - compute busy time of stage s / simulated time
+ *   closed_form_ms          = per replica sum_k t_k + (S-1) * max_k t_k / C, max over replicas: the
+ *                             textbook estimate, reported beside the simulated makespan
+ *   peak_mem_mb[s]          = model state + peak activations; oom when above the device memory
+ *   timeline_hash           = FNV-1a of every simulated operation: equal inputs, equal hash
+ */
+#ifndef STUDY_H
+#define STUDY_H
+
+#include <stdint.h>
+
+#include "../scheduler/microbatch.h"
+#include "../scheduler/plan.h"
+#include "../scheduler/schedule.h"
+#include "sim.h"
+
+typedef struct study_opts {
+    const cost_model *cm;
+    const batch_rules *rules;
+    const batcher *batching;
+    const schedule *sched;
+    int pp, chunks, dp, zero;
+    double mem_limit_mb;
+    int mbs;             /* padding/packing rows per micro-batch */
+    int64_t mb_tokens;   /* token batcher budget */
+    double thin_ms;      /* dynamic: 0 exact */
+    int max_iterations;  /* 0: the whole trace */
+    int validate;        /* run plan_validate on every iteration */
+    plan_writer *plan_out;   /* optional: every iteration is written here */
+    const sim_sink *sink;    /* optional: timeline records */
+    void (*progress)(void *ctx, size_t done, size_t total); /* optional, samples consumed */
+    void *progress_ctx;
+} study_opts;
+
+typedef struct study_result {
+    int iterations;
+    double *iteration_ms, *closed_form_ms; /* per iteration */
+    double time_s;
+    int64_t tokens, padded_tokens, enc_tokens, enc_padded, dec_tokens, dec_padded;
+    double throughput_tokens_per_s, padding_efficiency, enc_padding_efficiency,
+        dec_padding_efficiency;
+    double bubble_fraction[STAGE_MAX];
+    double peak_mem_mb[STAGE_MAX];
+    int pp;
+    int oom;
+    int feasible;      /* 0: some micro-batch could not be costed (outside the profile) */
+    char why[600];     /* first infeasibility or OOM reason */
+    uint64_t timeline_hash;
+    double plan_ms_median, plan_ms_p90; /* planner wall time per iteration (micro-batching) */
+    double sim_wall_s;
+    uint64_t events;
+    int microbatches;
+    int in_flight_fallback; /* iterations planned with one micro-batch in flight */
+} study_result;
+
+void study_result_release(study_result *r);
+
+/* The accumulation behind study_run, usable on iterations read from a plan file too. */
+typedef struct study_acc {
+    study_result *r;
+    sim_config cfg;
+    sim s;
+    uint64_t hash;
+    const sim_sink *next;
+    sim_sink sink;
+    int64_t t_ns, busy[STAGE_MAX];
+    size_t cap;
+} study_acc;
+
+void study_begin(study_acc *a, study_result *r, const sim_config *cfg, const sim_sink *sink);
+/* Simulates one planned iteration and adds it to the totals. */
+dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err);
+/* Counts an iteration that could not be costed (its tokens count, it is not simulated). */
+void study_end(study_acc *a);
+
+dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
+
+/* Builds the simulator configuration (model state, all-reduce times) for a stage model. */
+void study_sim_config(const stage_model *sm, const cluster_spec *hw, int split_backward,
+                      sim_config *cfg);
+
+/* Writes r as the metrics JSON contract (see DESIGN.md). */
+char *study_metrics_json(const study_result *r);
+
+#endif /* STUDY_H */

@@ -1,0 +1,28 @@
+/*
+ * timeline.h — writing simulated (or measured) timelines.
+ *
+ * CSV: header `iteration,stage,op,mb,start_us,end_us,replica,chunk` (the DESIGN.md columns first,
+ * then replica and chunk); one row per op, times in microseconds from the start of the run.
+ * Chrome trace JSON (opens in Perfetto and chrome://tracing): ops as complete events ("ph":"X",
+ * one thread per stage, pid = replica) and activation memory as counters ("ph":"C", MB).
+ * Both are sim_sink callbacks, so a run streams into them.
+ */
+#ifndef TIMELINE_H
+#define TIMELINE_H
+
+#include <stdio.h>
+
+#include "sim.h"
+
+typedef struct timeline_out {
+    FILE *csv, *chrome;
+    int chrome_first; /* no event written yet */
+    const char *csv_path, *chrome_path;
+} timeline_out;
+
+dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrome_path, dp_err *err);
+void timeline_on_op(void *ctx, const sim_op *op);
+void timeline_on_mem(void *ctx, const sim_mem *m);
+dp_status timeline_close(timeline_out *t, dp_err *err);
+
+#endif /* TIMELINE_H */

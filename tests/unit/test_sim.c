@@ -1,0 +1,342 @@
+/* Unit tests for the schedules, the plan validator and the discrete-event simulator. */
+#include "testutil.h"
+
+#include "../../scheduler/plan.h"
+#include "../../scheduler/schedule.h"
+#include "../../sim/engine.h"
+#include "../../sim/sim.h"
+
+typedef struct world {
+    model_spec m;
+    cluster_spec hw;
+    cost_model *cm;
+    stage_model sm;
+    sim_config cfg;
+} world;
+
+/* A 16-layer tiny GPT on S stages with C chunks; links with the given latency and bandwidth. */
+static void world_init(world *w, int S, int C, double latency_us, double gbit)
+{
+    memset(w, 0, sizeof *w);
+    w->m = *model_preset("gpt-tiny");
+    w->m.enc_layers = 16;
+    cluster_preset("p4d", &w->hw);
+    w->hw.gpus_per_node = 64;
+    w->hw.intra_gbit = w->hw.inter_gbit = gbit;
+    w->hw.intra_latency_us = w->hw.inter_latency_us = latency_us;
+    analytic_params p;
+    analytic_params_default(&p);
+    dp_err err = {0};
+    assert_int_equal(cost_analytic_new(&w->m, &w->hw, 1, RECOMPUTE_NONE, &p, &w->cm, &err), DP_OK);
+    if (stage_model_init(&w->sm, w->cm, S, C, 1, 0, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+    memset(&w->cfg, 0, sizeof w->cfg);
+    w->cfg.hw = &w->hw;
+    w->cfg.pp = S;
+    w->cfg.chunks = C;
+    w->cfg.dp = 1;
+    w->cfg.mem_limit_mb = 1e9;
+}
+
+/* m equal micro-batches: per device f, b (backward incl. w), w ms; 1 MB stored each. */
+static void equal_iter(world *w, plan_iter *it, int m, double f, double b, double wgt)
+{
+    int S = w->sm.pp;
+    assert_int_equal(plan_iter_alloc(it, 0, S, 1, m, m), DP_OK);
+    for (int k = 0; k < m; k++) {
+        plan_mb *x = &it->mb[k];
+        x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
+        it->ids[k] = k;
+        for (int s = 0; s < S; s++) {
+            x->fwd_ms[s] = f, x->bwd_ms[s] = b, x->w_ms[s] = wgt;
+            x->stored_mb[s] = 1, x->peak_mb[s] = 1;
+        }
+    }
+}
+
+static int64_t run_schedule(world *w, const char *name, plan_iter *it, sim_iter_result *res)
+{
+    const schedule *sc = schedule_find(name);
+    schedule_ctx ctx = {&w->sm};
+    dp_err err = {0};
+    if (sc->build(&ctx, it, &err) != DP_OK) fail_msg("%s", err.msg);
+    if (plan_validate(it, w->sm.chunks, name, &err) != DP_OK) fail_msg("%s", err.msg);
+    w->cfg.split_backward = sc->split_backward;
+    sim s;
+    sim_init(&s);
+    if (sim_iteration(&s, &w->cfg, it, 0, NULL, res, &err) != DP_OK) fail_msg("%s", err.msg);
+    sim_release(&s);
+    return res->makespan_ns;
+}
+
+static void test_engine_order(void **state)
+{
+    (void)state;
+    engine e;
+    engine_init(&e);
+    /* (time, priority, insertion) order */
+    assert_int_equal(engine_push(&e, 50, 1, 0, 1, 0, 0, 0), DP_OK);
+    assert_int_equal(engine_push(&e, 10, 1, 0, 2, 0, 0, 0), DP_OK);
+    assert_int_equal(engine_push(&e, 50, 0, 0, 3, 0, 0, 0), DP_OK);
+    assert_int_equal(engine_push(&e, 50, 1, 0, 4, 0, 0, 0), DP_OK);
+    assert_int_equal(engine_push(&e, 10, 1, 0, 5, 0, 0, 0), DP_OK);
+    int want[] = {2, 5, 3, 1, 4};
+    sim_event ev;
+    for (int i = 0; i < 5; i++) {
+        assert_true(engine_pop(&e, &ev));
+        assert_int_equal(ev.a, want[i]);
+    }
+    assert_false(engine_pop(&e, &ev));
+    assert_int_equal(engine_push(&e, 40, 0, 0, 0, 0, 0, 0), DP_ERR_INVALID); /* in the past */
+    /* differential: 5000 random events pop sorted */
+    srand(3);
+    for (int i = 0; i < 5000; i++) engine_push(&e, 50 + rand() % 1000, rand() % 3, 0, i, 0, 0, 0);
+    sim_event prev = {0};
+    for (int i = 0; i < 5000; i++) {
+        assert_true(engine_pop(&e, &ev));
+        if (i) {
+            int ordered = prev.t_ns < ev.t_ns || (prev.t_ns == ev.t_ns && (prev.prio < ev.prio ||
+                                                  (prev.prio == ev.prio && prev.seq < ev.seq)));
+            assert_true(ordered);
+        }
+        prev = ev;
+    }
+    engine_release(&e);
+}
+
+static void test_gpipe_and_1f1b_closed_form(void **state)
+{
+    (void)state;
+    static const int Ss[] = {1, 2, 4, 8}, ms[] = {1, 3, 4, 8, 13};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++) {
+            int S = Ss[i], m = ms[j];
+            double f = 1.5, b = 2.25;
+            world w;
+            world_init(&w, S, 1, 0, 1e15);
+            const char *names[] = {"gpipe", "1f1b", "adaptive"};
+            for (int q = 0; q < 3; q++) {
+                plan_iter it;
+                sim_iter_result res;
+                equal_iter(&w, &it, m, f, b, 0);
+                int64_t got = run_schedule(&w, names[q], &it, &res);
+                assert_int_equal(got, llround((m + S - 1) * (f + b) * 1e6));
+                if (q == 1) /* 1F1B holds min(S - s, m) micro-batches on stage s */
+                    for (int s = 0; s < S; s++)
+                        assert_near(res.peak_mb[s], S - s < m ? S - s : m, 1e-9);
+                if (q == 0)
+                    for (int s = 0; s < S; s++) assert_near(res.peak_mb[s], m, 1e-9);
+                plan_iter_release(&it);
+            }
+            cost_model_free(w.cm);
+        }
+}
+
+static void test_interleaved_closed_form(void **state)
+{
+    (void)state;
+    /* m a multiple of S, each chunk f/v and b/v: m(f+b) + (S-1)(f+b)/v */
+    static const int Ss[] = {2, 4}, vs[] = {2, 4};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            for (int mult = 1; mult <= 3; mult++) {
+                int S = Ss[i], v = vs[j], m = S * mult;
+                double f = 2.0, b = 4.0;
+                world w;
+                world_init(&w, S, v, 0, 1e15);
+                plan_iter it;
+                sim_iter_result res;
+                equal_iter(&w, &it, m, f, b, 0);
+                int64_t got = run_schedule(&w, "interleaved", &it, &res);
+                assert_int_equal(got, llround((m * (f + b) + (S - 1) * (f + b) / v) * 1e6));
+                plan_iter_release(&it);
+                cost_model_free(w.cm);
+            }
+}
+
+static void test_zb1_bubble(void **state)
+{
+    (void)state;
+    /* f = b = w: 1F1B's backward is b + w; ZB-H1's bubble is (S-1)(f + b - w), a third */
+    static const int Ss[] = {2, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        int S = Ss[i], m = 3 * S;
+        double f = 1, bb = 1, wgt = 1;
+        world w;
+        world_init(&w, S, 1, 0, 1e15);
+        plan_iter a, z;
+        sim_iter_result ra, rz;
+        equal_iter(&w, &a, m, f, bb + wgt, wgt);
+        equal_iter(&w, &z, m, f, bb + wgt, wgt);
+        int64_t t1 = run_schedule(&w, "1f1b", &a, &ra);
+        int64_t tz = run_schedule(&w, "zb1", &z, &rz);
+        int64_t work = llround(m * (f + bb + wgt) * 1e6);
+        assert_int_equal(t1 - work, llround((S - 1) * (f + bb + wgt) * 1e6));
+        assert_int_equal(tz - work, llround((S - 1) * (f + bb - wgt) * 1e6));
+        for (int s = 0; s < S; s++) assert_near(rz.peak_mb[s], ra.peak_mb[s], 1e-9);
+        plan_iter_release(&a), plan_iter_release(&z);
+        cost_model_free(w.cm);
+    }
+}
+
+static void test_latency_on_critical_path(void **state)
+{
+    (void)state;
+    /* 2 stages, 1 micro-batch, f = 1 ms, b = 2 ms, latency 100 us and infinite bandwidth:
+     * F0 on s0 [0,1], act arrives at 1.1, F0 on s1 [1.1, 2.1], B0 on s1 [2.1, 4.1],
+     * grad arrives at 4.2, B0 on s0 [4.2, 6.2]: 6.2 ms = (m+S-1)(f+b) + 2 latencies. */
+    world w;
+    world_init(&w, 2, 1, 100, 1e15);
+    plan_iter it;
+    sim_iter_result res;
+    equal_iter(&w, &it, 1, 1, 2, 0);
+    assert_int_equal(run_schedule(&w, "1f1b", &it, &res), 6200000);
+    plan_iter_release(&it);
+    /* two micro-batches: 1F1B on s1 runs F0 B0 F1 B1; s0 runs F0 F1 B0 B1.
+     * s0: F0 [0,1] F1 [1,2]; s1: F0 [1.1,2.1] B0 [2.1,4.1] F1 [4.1,5.1] (act1 arrived 2.1)
+     * B1 [5.1,7.1]; s0: B0 at grad 4.2 [4.2,6.2], B1 at grad 7.2 [7.2, 9.2]. */
+    equal_iter(&w, &it, 2, 1, 2, 0);
+    assert_int_equal(run_schedule(&w, "1f1b", &it, &res), 9200000);
+    plan_iter_release(&it);
+    /* bandwidth: 1 Gbit/s and an activation of 2*1*16*256 = 8192 bytes: 65.536 us per hop */
+    cost_model_free(w.cm);
+    world_init(&w, 2, 1, 0, 1);
+    equal_iter(&w, &it, 1, 1, 2, 0);
+    assert_int_equal(run_schedule(&w, "1f1b", &it, &res), 6000000 + 2 * 65536);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+/* A 2-stage, 2-micro-batch iteration with hand-written instructions. */
+static void craft(world *w, plan_iter *it, const char *s0, const char *s1)
+{
+    equal_iter(w, it, 2, 1, 1, 0);
+    const char *lists[2] = {s0, s1};
+    for (int r = 0; r < 2; r++) {
+        const char *p = lists[r];
+        while (*p) {
+            char op[16];
+            int mb, n;
+            if (sscanf(p, " %15[A-Z_]:%d%n", op, &mb, &n) != 2) break;
+            plan_op o;
+            assert_int_equal(plan_op_parse(op, &o), 0);
+            int peer = (o >= OP_SEND_ACT && o <= OP_RECV_GRAD) ? 1 - r : -1;
+            int64_t bytes = peer >= 0 ? schedule_act_bytes(&w->sm, &it->mb[mb], 0) : 0;
+            assert_int_equal(plan_rank_push(&it->ranks[r], o, mb, 0, peer, bytes), DP_OK);
+            p += n;
+        }
+    }
+}
+
+static void expect_rejected(world *w, const char *s0, const char *s1, const char *want)
+{
+    plan_iter it;
+    dp_err err = {0};
+    craft(w, &it, s0, s1);
+    if (plan_validate(&it, 1, "crafted", &err) == DP_OK) fail_msg("accepted, wanted \"%s\"", want);
+    assert_msg_has(err.msg, want);
+    assert_msg_has(err.msg, "crafted: iteration 0: ");
+    assert_msg_has(err.msg, "stage ");
+    plan_iter_release(&it);
+}
+
+static void test_bad_plans_rejected(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 2, 1, 0, 1e15);
+    const char *good0 = "F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1";
+    const char *good1 = "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1";
+    plan_iter it;
+    dp_err err = {0};
+    craft(&w, &it, good0, good1);
+    if (plan_validate(&it, 1, "crafted", &err) != DP_OK) fail_msg("%s", err.msg);
+    plan_iter_release(&it);
+    /* a receive with no send */
+    expect_rejected(&w, "F:0 SEND_ACT:0 F:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1", good1,
+                    "has no matching send");
+    /* crossed send orders */
+    expect_rejected(&w, "F:0 F:1 SEND_ACT:1 SEND_ACT:0 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1",
+                    good1, "orders cross");
+    /* a shape mismatch */
+    craft(&w, &it, good0, good1);
+    it.ranks[1].ins[0].bytes += 8;
+    assert_int_not_equal(plan_validate(&it, 1, "crafted", &err), DP_OK);
+    assert_msg_has(err.msg, "differ in shape");
+    plan_iter_release(&it);
+    /* dependency order */
+    expect_rejected(&w, "SEND_ACT:0 F:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1",
+                    good1, "SEND_ACT before its F");
+    /* a deadlock: stage 0 waits for gradient 0 before sending activation 1; stage 1 wants
+     * activation 1 before it runs backward 0 */
+    expect_rejected(&w, "F:0 SEND_ACT:0 RECV_GRAD:0 B:0 FREE:0 F:1 SEND_ACT:1 RECV_GRAD:1 B:1 FREE:1",
+                    "RECV_ACT:0 F:0 RECV_ACT:1 F:1 B:0 SEND_GRAD:0 FREE:0 B:1 SEND_GRAD:1 FREE:1",
+                    "deadlocks");
+    /* the simulator reports the same deadlock instead of hanging */
+    craft(&w, &it, "F:0 SEND_ACT:0 RECV_GRAD:0 B:0 FREE:0 F:1 SEND_ACT:1 RECV_GRAD:1 B:1 FREE:1",
+          "RECV_ACT:0 F:0 RECV_ACT:1 F:1 B:0 SEND_GRAD:0 FREE:0 B:1 SEND_GRAD:1 FREE:1");
+    sim s;
+    sim_iter_result res;
+    sim_init(&s);
+    assert_int_equal(sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err), DP_ERR_DEADLOCK);
+    assert_msg_has(err.msg, "waiting: stage 0");
+    sim_release(&s);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+static uint64_t hash_ops_seen;
+static void hash_op(void *ctx, const sim_op *o)
+{
+    (void)ctx;
+    int64_t v[5] = {o->stage, o->op, o->mb, o->start_ns, o->end_ns};
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < sizeof v; i++) hash_ops_seen = (hash_ops_seen ^ p[i]) * 1099511628211ULL;
+}
+
+static void test_determinism_variable_sizes(void **state)
+{
+    (void)state;
+    uint64_t hashes[2];
+    for (int rep = 0; rep < 2; rep++) {
+        world w;
+        world_init(&w, 4, 1, 5, 100);
+        plan_iter it;
+        equal_iter(&w, &it, 9, 1, 2, 0.5);
+        for (int k = 0; k < 9; k++)
+            for (int s = 0; s < 4; s++) it.mb[k].fwd_ms[s] = 0.5 + 0.37 * ((k * 7 + s) % 5);
+        const char *names[] = {"gpipe", "1f1b", "adaptive", "zb1"};
+        hash_ops_seen = 14695981039346656037ULL;
+        for (int q = 0; q < 4; q++) {
+            const schedule *sc = schedule_find(names[q]);
+            schedule_ctx ctx = {&w.sm};
+            dp_err err = {0};
+            assert_int_equal(sc->build(&ctx, &it, &err), DP_OK);
+            if (plan_validate(&it, 1, names[q], &err) != DP_OK) fail_msg("%s", err.msg);
+            w.cfg.split_backward = sc->split_backward;
+            sim s;
+            sim_init(&s);
+            sim_sink sink = {hash_op, NULL, NULL};
+            sim_iter_result res;
+            if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+            sim_release(&s);
+        }
+        hashes[rep] = hash_ops_seen;
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+    assert_int_equal(hashes[0], hashes[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_engine_order),
+        cmocka_unit_test(test_gpipe_and_1f1b_closed_form),
+        cmocka_unit_test(test_interleaved_closed_form),
+        cmocka_unit_test(test_zb1_bubble),
+        cmocka_unit_test(test_latency_on_critical_path),
+        cmocka_unit_test(test_bad_plans_rejected),
+        cmocka_unit_test(test_determinism_variable_sizes),
+    };
+    return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
+}
