@@ -2,7 +2,7 @@
 #
 #   make          build build/dpsim (CPU parts always; CUDA parts only where nvcc and nccl.h exist)
 #   make deps     install the missing Debian packages (as root), or print the command to do so
-#   make demo     deps + build + the main job on the shipped default trace
+#   make demo     deps + build + the main job (dpsim compare) on the shipped default trace
 #   make check    deps + build + every test (unit, CLI, and a second pass under ASan/UBSan)
 #   make bench    benchmarks (ratios measured in the same run)
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
@@ -104,7 +104,7 @@ DEFAULT_TRACE := traces/flanv2-100k.csv
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/dpsim trace stats $(DEFAULT_TRACE)
+	$(BUILD)/dpsim compare --out dpsim-out
 
 # Regenerates the shipped default trace (the exact command the README quotes).
 default-trace: all

@@ -125,7 +125,7 @@ int cmd_plan(int argc, char **argv)
         if (st == DP_OK && cs != DP_OK) st = cs, err = e2;
     }
     if (st == DP_OK) {
-        char what[600];
+        char what[1024];
         snprintf(what, sizeof what, "plan: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
                  p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
                  env.trace_path, env.cost_source);
@@ -276,7 +276,7 @@ int cmd_sim(int argc, char **argv)
     sim_sink sink = {tee_op, tee_mem, &t};
     study_result res;
     memset(&res, 0, sizeof res);
-    char what[600] = "sim";
+    char what[1024] = "sim";
     int pp = p.pp;
     if (sc.plan_path) {
         st = sim_plan_file(&sc, &p, &sink, &res, &err);
@@ -315,7 +315,8 @@ int cmd_sim(int argc, char **argv)
         if (sc.ascii) ascii_draw(&asc, pp, sc.ascii_width, stdout);
     }
     ascii_release(&asc);
+    int feasible = res.feasible;
     study_result_release(&res);
     if (st != DP_OK) return cli_fail(cmd, &err);
-    return res.feasible ? 0 : EXIT_RUNTIME;
+    return feasible ? 0 : EXIT_RUNTIME;
 }

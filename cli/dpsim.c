@@ -19,7 +19,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"calibrate", cmd_calibrate, "fit the analytic cost model to a measured profile"},
     {"plan", cmd_plan, "micro-batch a trace and build execution plans"},
     {"sim", cmd_sim, "simulate execution plans: iteration time, bubbles, memory"},
-    {"compare", NULL, "the main job: batching x schedule comparison table and figures"},
+    {"compare", cmd_compare, "the main job: batching x schedule comparison table and figures"},
     {"sweep", NULL, "grid of plan parameters, one CSV row per point"},
     {"plot", cmd_plot, "draw figures with gnuplot"},
     {"validate", NULL, "compare a simulated plan with a measured timeline"},

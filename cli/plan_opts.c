@@ -20,7 +20,7 @@ void plan_cli_default(plan_cli *p)
     p->chunks = 1;
     p->zero = 1;
     p->mbs = 1;
-    p->mb_tokens = 16384;
+    p->mb_tokens = 2048;
     p->global_tokens = 65536;
     p->link_gbit = -1;
     p->link_latency_us = -1;
@@ -35,7 +35,7 @@ const char PLAN_OPTS_HELP[] =
     "      --chunks C       model chunks per device (interleaved)             [1]\n"
     "      --zero Z         ZeRO stage 0..3                                   [1]\n"
     "      --mbs N          padding/packing: samples or rows per micro-batch  [1]\n"
-    "      --mb-tokens N    token: padded tokens per micro-batch              [16384]\n"
+    "      --mb-tokens N    token: padded tokens per micro-batch              [2048]\n"
     "      --global-tokens N  tokens per iteration (global batch)             [65536]\n"
     "      --max-seqlen L   input (GPT: sequence) truncation, tokens          [2048]\n"
     "      --max-dec-seqlen L  T5 decoder length cap incl. BOS/EOS           [512]\n"

@@ -1,6 +1,7 @@
 #include "plot.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -115,5 +116,165 @@ dp_status plot_lengths(const trace_stats *s, const char *title, const char *out_
             "plot $data using ($1-0.2):3:xtic(2) with boxes lc rgb '#1f77b4' title 'input', \\\n"
             "     $data using ($1+0.2):4 with boxes lc rgb '#ff7f0e' title 'target'\n",
             last - first);
+    return plot_finish(&p, err);
+}
+
+/* Writes a string for gnuplot's single quotes with enhanced-text markup neutralised. */
+static void put_str(FILE *fp, const char *text)
+{
+    fputc('\'', fp);
+    for (const char *c = text; *c; c++) {
+        if (*c == '\'') fputc('\'', fp);
+        if (*c == '_' || *c == '^' || *c == '{' || *c == '}' || *c == '@' || *c == '&')
+            fputc('\\', fp), fputc('\\', fp);
+        fputc(*c, fp);
+    }
+    fputc('\'', fp);
+}
+
+static int find_name(const char **names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], s) == 0) return i;
+    return -1;
+}
+
+dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const char *ylabel,
+                          const char *out_path, dp_err *err)
+{
+    const char *groups[64], *series[16];
+    int ng = 0, ns = 0;
+    for (int i = 0; i < n; i++) {
+        if (find_name(groups, ng, bars[i].group) < 0 && ng < 64) groups[ng++] = bars[i].group;
+        if (find_name(series, ns, bars[i].series) < 0 && ns < 16) series[ns++] = bars[i].series;
+    }
+    plot p;
+    dp_status st = plot_begin(&p, out_path, 1000, 600, err);
+    if (st != DP_OK) return st;
+    FILE *fp = plot_script(&p);
+    /* one row per group: x, label, then one column per series (NaN = no bar) */
+    fprintf(fp, "$data << EOD\n");
+    for (int g = 0; g < ng; g++) {
+        fprintf(fp, "%d \"%s\"", g, groups[g]);
+        for (int k = 0; k < ns; k++) {
+            double v = NAN;
+            for (int i = 0; i < n; i++)
+                if (strcmp(bars[i].group, groups[g]) == 0 && strcmp(bars[i].series, series[k]) == 0 &&
+                    bars[i].value > 0)
+                    v = bars[i].value;
+            if (isnan(v)) fprintf(fp, " NaN");
+            else fprintf(fp, " %.6g", v);
+        }
+        fprintf(fp, "\n");
+    }
+    fprintf(fp, "EOD\n");
+    put_title(fp, "set title", title);
+    fprintf(fp, "set ylabel ");
+    put_str(fp, ylabel);
+    double w = 0.8 / ns;
+    fprintf(fp, "\nset xlabel 'micro-batching'\nset grid ytics\nset key top left\n"
+                "set style fill solid 0.75 border -1\nset boxwidth %g\nset yrange [0:*]\n"
+                "set offsets 0, 0, graph 0.08, 0\nset xrange [-0.6:%d.6]\nset xtics nomirror\n"
+                "set format y '%%.0f'\nplot ",
+            w, ng - 1);
+    static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
+    for (int k = 0; k < ns; k++) {
+        double off = -0.4 + w * (k + 0.5);
+        fprintf(fp, "%s$data using ($1%+g):%d%s with boxes lc rgb '%s' title ", k ? ", \\\n     " : "",
+                off, k + 3, k == 0 ? ":xtic(2)" : "", colors[k % 6]);
+        put_str(fp, series[k]);
+        fprintf(fp, ", $data using ($1%+g):%d:(sprintf('%%.0f', column(%d))) with labels offset 0,0.7 "
+                    "font ',8' notitle", off, k + 3, k + 3);
+    }
+    fprintf(fp, "\n");
+    return plot_finish(&p, err);
+}
+
+dp_status plot_gantt(const plot_box *boxes, int n, int rows, const char *title,
+                     const char *out_path, dp_err *err)
+{
+    plot p;
+    dp_status st = plot_begin(&p, out_path, 1400, 140 + 70 * rows, err);
+    if (st != DP_OK) return st;
+    FILE *fp = plot_script(&p);
+    double tmax = 0;
+    for (int k = 0; k < 3; k++) {
+        fprintf(fp, "$k%d << EOD\n", k);
+        for (int i = 0; i < n; i++) {
+            const plot_box *b = &boxes[i];
+            if (b->kind != k) continue;
+            fprintf(fp, "%.6f %.6f %d %d\n", b->t0_ms, b->t1_ms, b->row, b->label);
+            if (b->t1_ms > tmax) tmax = b->t1_ms;
+        }
+        fprintf(fp, "0 0 -10 0\nEOD\n"); /* keeps every block non-empty */
+    }
+    put_title(fp, "set title", title);
+    fprintf(fp, "set xlabel 'time (ms)'\nset ylabel 'pipeline stage'\nset yrange [%d.6:-0.6]\n"
+                "set xrange [0:%g]\nset ytics 1\nset grid xtics\nset key outside right top\n"
+                "set style fill solid 0.85 border lc rgb '#333333'\n"
+                "plot $k0 using (($1+$2)/2):3:(($2-$1)/2):(0.38) with boxxyerror lc rgb '#4c9be8' "
+                "title 'forward', \\\n"
+                "     $k1 using (($1+$2)/2):3:(($2-$1)/2):(0.38) with boxxyerror lc rgb '#e8744c' "
+                "title 'backward', \\\n"
+                "     $k2 using (($1+$2)/2):3:(($2-$1)/2):(0.38) with boxxyerror lc rgb '#7bc96f' "
+                "title 'weight grad', \\\n"
+                "     $k0 using (($1+$2)/2):3:(($2-$1) > %g ? sprintf('%%d', $4) : '') with labels "
+                "font ',8' notitle, \\\n"
+                "     $k1 using (($1+$2)/2):3:(($2-$1) > %g ? sprintf('%%d', $4) : '') with labels "
+                "font ',8' notitle\n",
+            rows - 1, tmax * 1.01, tmax / 90, tmax / 90);
+    return plot_finish(&p, err);
+}
+
+dp_status plot_memory(const plot_point *pts, int n, int series, double limit_mb,
+                      const char *title, const char *out_path, dp_err *err)
+{
+    plot p;
+    dp_status st = plot_begin(&p, out_path, 1000, 600, err);
+    if (st != DP_OK) return st;
+    FILE *fp = plot_script(&p);
+    for (int k = 0; k < series; k++) {
+        fprintf(fp, "$s%d << EOD\n", k);
+        int any = 0;
+        for (int i = 0; i < n; i++)
+            if (pts[i].series == k) fprintf(fp, "%.6f %.3f\n", pts[i].x, pts[i].y), any = 1;
+        if (!any) fprintf(fp, "0 0\n");
+        fprintf(fp, "EOD\n");
+    }
+    put_title(fp, "set title", title);
+    fprintf(fp, "set xlabel 'time (ms)'\nset ylabel 'device memory (MB)'\nset grid\n"
+                "set key outside right top\nset yrange [0:*]\nplot ");
+    for (int k = 0; k < series; k++)
+        fprintf(fp, "$s%d using 1:2 with steps lw 2 title 'stage %d', \\\n     ", k, k);
+    fprintf(fp, "%g with lines dt 2 lw 2 lc rgb '#d62728' title 'device limit'\n", limit_mb);
+    return plot_finish(&p, err);
+}
+
+dp_status plot_lines(const plot_point *pts, int n, const char *const *series_names, int series,
+                     const char *title, const char *xlabel, const char *ylabel, int logx,
+                     const char *out_path, dp_err *err)
+{
+    plot p;
+    dp_status st = plot_begin(&p, out_path, 1000, 600, err);
+    if (st != DP_OK) return st;
+    FILE *fp = plot_script(&p);
+    for (int k = 0; k < series; k++) {
+        fprintf(fp, "$s%d << EOD\n", k);
+        for (int i = 0; i < n; i++)
+            if (pts[i].series == k) fprintf(fp, "%.9g %.9g\n", pts[i].x, pts[i].y);
+        fprintf(fp, "EOD\n");
+    }
+    put_title(fp, "set title", title);
+    fprintf(fp, "set xlabel ");
+    put_str(fp, xlabel);
+    fprintf(fp, "\nset ylabel ");
+    put_str(fp, ylabel);
+    fprintf(fp, "\nset grid\nset key top left\nset yrange [0:*]\n%s\nplot ",
+            logx ? "set logscale x 2\nset format x '%.0f'" : "");
+    for (int k = 0; k < series; k++) {
+        fprintf(fp, "%s$s%d using 1:2 with linespoints lw 2 pt 7 title ", k ? ", \\\n     " : "", k);
+        put_str(fp, series_names[k]);
+    }
+    fprintf(fp, "\n");
     return plot_finish(&p, err);
 }

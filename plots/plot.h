@@ -36,4 +36,43 @@ dp_status plot_finish(plot *p, dp_err *err);
 /* The length histogram of a trace: input and target share per log2 bin, log-scale x. */
 dp_status plot_lengths(const trace_stats *s, const char *title, const char *out_path, dp_err *err);
 
+/* One bar of a throughput chart. */
+typedef struct plot_bar {
+    const char *group;  /* x group (e.g. the batching) */
+    const char *series; /* colour (e.g. the schedule) */
+    double value;       /* tokens/s; 0 draws no bar (OOM or infeasible) */
+} plot_bar;
+
+/* Grouped bars of throughput, with the value printed over each bar. */
+dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const char *ylabel,
+                          const char *out_path, dp_err *err);
+
+/* One box of a Gantt chart: row (stage), [t0, t1) in ms, kind 0 forward / 1 backward / 2 W,
+ * and a label (the micro-batch). */
+typedef struct plot_box {
+    int row;
+    double t0_ms, t1_ms;
+    int kind;
+    int label;
+} plot_box;
+
+/* The pipeline timeline: one row per stage, forwards and backwards in two shades labelled by
+ * micro-batch; the gaps are the bubbles. */
+dp_status plot_gantt(const plot_box *boxes, int n, int rows, const char *title,
+                     const char *out_path, dp_err *err);
+
+/* A step line per stage of (t_ms, MB) points, with the device limit as a dashed line. */
+typedef struct plot_point {
+    int series;
+    double x, y;
+} plot_point;
+
+dp_status plot_memory(const plot_point *pts, int n, int series, double limit_mb,
+                      const char *title, const char *out_path, dp_err *err);
+
+/* Lines of y against x per series (e.g. throughput vs max length per method). */
+dp_status plot_lines(const plot_point *pts, int n, const char *const *series_names, int series,
+                     const char *title, const char *xlabel, const char *ylabel, int logx,
+                     const char *out_path, dp_err *err);
+
 #endif /* PLOT_H */

@@ -377,7 +377,8 @@ dp_status kk_partition(const double *w, int n, int k, int *bin)
                 break;
             }
             x->cap[j] = (int)cap;
-            memcpy(x->items[j] + x->count[j], y->items[yj], (size_t)y->count[yj] * sizeof(int));
+            if (y->count[yj])
+                memcpy(x->items[j] + x->count[j], y->items[yj], (size_t)y->count[yj] * sizeof(int));
             x->count[j] += y->count[yj];
             x->sum[j] += y->sum[yj];
         }

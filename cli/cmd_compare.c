@@ -1,0 +1,318 @@
+/* dpsim compare — the main job: every (batching, schedule) on one setup, one table, figures. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../plots/plot.h"
+#include "../sim/ascii.h"
+#include "../sim/study.h"
+#include "cli.h"
+
+static const char COMPARE_USAGE[] =
+    "dpsim compare [--batchings LIST] [--schedules LIST] [PLAN OPTIONS] [--out DIR] [--json]";
+
+#define MAX_ITEMS 8
+
+/* Splits a comma list into at most MAX_ITEMS names (pointers into buf). */
+static int split_list(char *buf, const char **items)
+{
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok && n < MAX_ITEMS; tok = strtok(NULL, ",")) items[n++] = tok;
+    return n;
+}
+
+typedef struct row {
+    const char *batching, *schedule;
+    study_result r;
+    double speedup;
+    dp_status st;
+    char error[DP_ERR_MSG_MAX];
+} row;
+
+static double mean_bubble(const study_result *r)
+{
+    double b = 0;
+    for (int s = 0; s < r->pp; s++) b += r->bubble_fraction[s];
+    return r->pp ? b / r->pp : 0;
+}
+
+static double max_peak(const study_result *r)
+{
+    double m = 0;
+    for (int s = 0; s < r->pp; s++) m = fmax(m, r->peak_mem_mb[s]);
+    return m;
+}
+
+/* Collects one iteration's compute ops and memory for the figures. */
+typedef struct figure_sink {
+    ascii_tl ops;
+    plot_point *mem;
+    int n_mem, cap_mem;
+} figure_sink;
+
+static void fig_mem(void *ctx, const sim_mem *m)
+{
+    figure_sink *f = ctx;
+    if (m->replica != 0) return;
+    size_t cap = (size_t)f->cap_mem;
+    if (dp_grow((void **)&f->mem, &cap, (size_t)f->n_mem + 1, sizeof *f->mem) != DP_OK) return;
+    f->cap_mem = (int)cap;
+    f->mem[f->n_mem++] = (plot_point){m->stage, (double)m->t_ns / 1e6, m->mb};
+}
+
+static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row *rows, int n,
+                              const char *dir, const char *fig_batching, const char *fig_schedule,
+                              dp_err *err)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return dp_fail(err, DP_ERR_IO, "%s: cannot create the output folder: %s", dir, strerror(errno));
+    char path[4200], title[512];
+    plot_bar bars[MAX_ITEMS * MAX_ITEMS];
+    for (int i = 0; i < n; i++)
+        bars[i] = (plot_bar){rows[i].batching, rows[i].schedule,
+                             rows[i].r.feasible && !rows[i].r.oom ? rows[i].r.throughput_tokens_per_s : 0};
+    snprintf(title, sizeof title, "%s on %d x %s, %lld tokens/batch, max length %d (missing bar: OOM)",
+             env->model.name, p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
+             env->rules.max_seqlen);
+    snprintf(path, sizeof path, "%s/throughput.png", dir);
+    dp_status st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
+    if (st != DP_OK) return st;
+
+    /* timeline and memory of one iteration of the figure row */
+    figure_sink fs = {0};
+    ascii_init(&fs.ops, 0);
+    sim_sink sink = {ascii_collect, fig_mem, &fs};
+    study_opts o = {env->cm, &env->rules, batcher_find(fig_batching), schedule_find(fig_schedule),
+                    p->pp, p->chunks, p->dp, p->zero, env->mem_limit_mb, p->mbs, p->mb_tokens,
+                    p->thin_ms, 1, 0, NULL, &sink, NULL, NULL};
+    study_result r;
+    st = study_run(&o, &env->trace, &r, err);
+    if (st == DP_OK && fs.ops.n > 0) {
+        plot_box *boxes = malloc(fs.ops.n * sizeof *boxes);
+        if (!boxes) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; st == DP_OK && i < fs.ops.n; i++) {
+            const sim_op *x = &fs.ops.ops[i];
+            boxes[i] = (plot_box){x->stage, (double)x->start_ns / 1e6, (double)x->end_ns / 1e6,
+                                  x->op == OP_F ? 0 : x->op == OP_B ? 1 : 2, x->mb};
+        }
+        snprintf(title, sizeof title, "Pipeline timeline, iteration 0: %s micro-batching, %s schedule (%s)",
+                 fig_batching, fig_schedule, env->model.name);
+        snprintf(path, sizeof path, "%s/timeline.png", dir);
+        if (st == DP_OK) st = plot_gantt(boxes, (int)fs.ops.n, p->pp, title, path, err);
+        free(boxes);
+        snprintf(title, sizeof title, "Device memory over iteration 0 (model state + activations): %s, %s",
+                 fig_batching, fig_schedule);
+        snprintf(path, sizeof path, "%s/memory.png", dir);
+        /* add each stage's model state so the line compares with the device limit */
+        stage_model sm;
+        if (st == DP_OK && stage_model_init(&sm, env->cm, p->pp, p->chunks, p->dp, p->zero,
+                                            env->mem_limit_mb, err) == DP_OK) {
+            for (int i = 0; i < fs.n_mem; i++) fs.mem[i].y += sm.state_mb[fs.mem[i].series];
+            st = plot_memory(fs.mem, fs.n_mem, p->pp, env->mem_limit_mb, title, path, err);
+        }
+    }
+    study_result_release(&r);
+    ascii_release(&fs.ops);
+    free(fs.mem);
+    return st;
+}
+
+static char *compare_json(const plan_cli *p, const plan_env *env, const row *rows, int n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "rows");
+    for (int i = 0; i < n; i++) {
+        const row *w = &rows[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "batching", w->batching);
+        cJSON_AddStringToObject(x, "schedule", w->schedule);
+        if (w->st != DP_OK) {
+            cJSON_AddStringToObject(x, "error", w->error);
+        } else {
+            cJSON_AddNumberToObject(x, "throughput_tokens_per_s", w->r.throughput_tokens_per_s);
+            if (isnan(w->speedup)) cJSON_AddNullToObject(x, "speedup_vs_packing");
+            else cJSON_AddNumberToObject(x, "speedup_vs_packing", w->speedup);
+            cJSON_AddNumberToObject(x, "padding_efficiency", w->r.padding_efficiency);
+            cJSON_AddNumberToObject(x, "encoder_padding_efficiency", w->r.enc_padding_efficiency);
+            cJSON_AddNumberToObject(x, "decoder_padding_efficiency", w->r.dec_padding_efficiency);
+            cJSON_AddNumberToObject(x, "bubble_fraction", mean_bubble(&w->r));
+            cJSON *pm = cJSON_AddArrayToObject(x, "peak_mem_mb");
+            for (int s = 0; s < w->r.pp; s++) cJSON_AddItemToArray(pm, cJSON_CreateNumber(w->r.peak_mem_mb[s]));
+            cJSON_AddBoolToObject(x, "oom", w->r.oom);
+            cJSON_AddBoolToObject(x, "feasible", w->r.feasible);
+            if (w->r.why[0]) cJSON_AddStringToObject(x, "why", w->r.why);
+            cJSON_AddNumberToObject(x, "plan_ms_per_iteration", w->r.plan_ms_median);
+            cJSON_AddNumberToObject(x, "iterations", w->r.iterations);
+        }
+        cJSON_AddItemToArray(arr, x);
+    }
+    cJSON *c = cJSON_AddObjectToObject(o, "config");
+    cJSON_AddStringToObject(c, "model", env->model.name);
+    cJSON_AddStringToObject(c, "hw", env->hw.name);
+    cJSON_AddStringToObject(c, "trace", env->trace_path);
+    cJSON_AddStringToObject(c, "cost_model", env->cost_source);
+    cJSON_AddNumberToObject(c, "pp", p->pp);
+    cJSON_AddNumberToObject(c, "dp", p->dp);
+    cJSON_AddNumberToObject(c, "tp", p->cost.tp);
+    cJSON_AddNumberToObject(c, "global_tokens", (double)env->rules.global_tokens);
+    cJSON_AddNumberToObject(c, "max_seqlen", env->rules.max_seqlen);
+    cJSON_AddNumberToObject(c, "mbs", p->mbs);
+    cJSON_AddNumberToObject(c, "mem_limit_mb", env->mem_limit_mb);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+static void print_table(const plan_cli *p, const plan_env *env, const row *rows, int n, FILE *fp)
+{
+    fprintf(fp, "# dpsim compare: %s, pp %d, dp %d, tp %d on %s (%s, %.0f MB usable)\n", env->model.name,
+            p->pp, p->dp, p->cost.tp, env->hw.name, env->hw.gpu.name, env->mem_limit_mb);
+    fprintf(fp, "# trace %s (%zu samples); %lld tokens per iteration; max length %d; cost %s\n",
+            env->trace_path, env->trace.n, (long long)env->rules.global_tokens, env->rules.max_seqlen,
+            env->cost_source);
+    fprintf(fp, "# speed-up is over packing with 1f1b (the MLM+DS baseline); bubble is the mean over stages\n");
+    fprintf(fp, "%-11s %-11s %12s %8s %8s %7s %10s %4s %9s\n", "batching", "schedule", "throughput",
+            "speedup", "padding", "bubble", "peak_mem", "oom", "plan");
+    fprintf(fp, "%-11s %-11s %12s %8s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "eff_%",
+            "%", "MB(max)", "", "ms/iter");
+    for (int i = 0; i < n; i++) {
+        const row *w = &rows[i];
+        if (w->st != DP_OK) {
+            fprintf(fp, "%-11s %-11s error: %s\n", w->batching, w->schedule, w->error);
+            continue;
+        }
+        if (!w->r.feasible) {
+            fprintf(fp, "%-11s %-11s %12s %8s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
+                    "infeasible", "-", "-", "-", "-", "yes", w->r.plan_ms_median);
+            continue;
+        }
+        char speed[16] = "-";
+        if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
+        fprintf(fp, "%-11s %-11s %12.0f %8s %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
+                w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.padding_efficiency,
+                100 * mean_bubble(&w->r), max_peak(&w->r), w->r.oom ? "YES" : "no",
+                w->r.plan_ms_median);
+    }
+    for (int i = 0; i < n; i++)
+        if (rows[i].st == DP_OK && rows[i].r.why[0])
+            fprintf(fp, "# %s/%s: %s\n", rows[i].batching, rows[i].schedule, rows[i].r.why);
+}
+
+int cmd_compare(int argc, char **argv)
+{
+    static const struct option opts[] = {PLAN_LONG_OPTS,
+                                         {"batchings", required_argument, 0, 'b'},
+                                         {"schedules", required_argument, 0, 's'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"no-figures", no_argument, 0, 'n'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "compare", *out = "dpsim-out";
+    char blist[256] = "padding,packing,token,dynamic", slist[256] = "1f1b,adaptive";
+    plan_cli p;
+    plan_cli_default(&p);
+    int json = 0, figures = 1, c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:s:o:njh", opts, NULL)) != -1) {
+        if ((r = cli_plan_opt(&p, c, optarg, cmd, COMPARE_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
+        case 's': snprintf(slist, sizeof slist, "%s", optarg); break;
+        case 'o': out = optarg; break;
+        case 'n': figures = 0; break;
+        case 'j': json = 1; break;
+        case 'h':
+            printf("usage: %s\n\nThe main job: simulates the whole trace under every (batching,\n"
+                   "schedule) pair and prints one table: throughput (real tokens/s), speed-up over\n"
+                   "packing + 1f1b, padding efficiency, bubble fraction, peak memory, OOM and\n"
+                   "planning time. Writes throughput.png, timeline.png and memory.png into --out.\n\n"
+                   "  -b, --batchings LIST  comma list of strategies   [padding,packing,token,dynamic]\n"
+                   "  -s, --schedules LIST  comma list of schedules    [1f1b,adaptive]\n"
+                   "  -o, --out DIR         folder for the figures     [dpsim-out]\n"
+                   "  -n, --no-figures      skip the figures\n"
+                   "  -j, --json            print the comparison JSON contract instead of the table\n"
+                   "%s%s  -h, --help            this help\n",
+                   COMPARE_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, COMPARE_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, COMPARE_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, COMPARE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    const char *bs[MAX_ITEMS], *ss[MAX_ITEMS];
+    int nb = split_list(blist, bs), ns = split_list(slist, ss);
+    for (int i = 0; i < nb; i++)
+        if (!batcher_find(bs[i]))
+            return cli_usage_error(cmd, COMPARE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);
+    for (int i = 0; i < ns; i++)
+        if (!schedule_find(ss[i]))
+            return cli_usage_error(cmd, COMPARE_USAGE, "unknown schedule \"%s\" in --schedules", ss[i]);
+    if (nb == 0 || ns == 0) return cli_usage_error(cmd, COMPARE_USAGE, "empty --batchings or --schedules");
+    p.schedule = ss[0];
+    for (int i = 0; i < ns; i++)
+        if (strcmp(ss[i], "interleaved") == 0) p.schedule = "interleaved";
+    dp_err err = {0};
+    plan_env env;
+    dp_status st = cli_plan_setup(&p, &env, &err);
+    if (st != DP_OK) {
+        plan_env_release(&env);
+        return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
+    }
+    row rows[MAX_ITEMS * MAX_ITEMS];
+    int n = 0;
+    for (int i = 0; i < nb; i++)
+        for (int j = 0; j < ns; j++) {
+            row *w = &rows[n++];
+            memset(w, 0, sizeof *w);
+            w->batching = bs[i];
+            w->schedule = ss[j];
+            if (cli_stderr_is_tty()) fprintf(stderr, "\rdpsim compare: %d/%d %s + %s ...        ", n, nb * ns, bs[i], ss[j]);
+            study_opts o = {env.cm, &env.rules, batcher_find(bs[i]), schedule_find(ss[j]), p.pp,
+                            strcmp(ss[j], "interleaved") == 0 ? p.chunks : 1, p.dp, p.zero,
+                            env.mem_limit_mb, p.mbs, p.mb_tokens, p.thin_ms, p.iterations, 0,
+                            NULL, NULL, NULL, NULL};
+            dp_err e = {0};
+            w->st = study_run(&o, &env.trace, &w->r, &e);
+            if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
+        }
+    if (cli_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
+    double base = 0;
+    for (int i = 0; i < n; i++)
+        if (rows[i].st == DP_OK && strcmp(rows[i].batching, "packing") == 0 &&
+            strcmp(rows[i].schedule, "1f1b") == 0 && rows[i].r.feasible)
+            base = rows[i].r.throughput_tokens_per_s;
+    for (int i = 0; i < n; i++)
+        rows[i].speedup = base > 0 && rows[i].st == DP_OK ? rows[i].r.throughput_tokens_per_s / base : NAN;
+    if (json) {
+        char *text = compare_json(&p, &env, rows, n);
+        if (text) puts(text);
+        free(text);
+    } else {
+        print_table(&p, &env, rows, n, stdout);
+    }
+    if (figures) {
+        /* the timeline figure shows dynamic + adaptive when compared, else the first row */
+        const char *fb = rows[0].batching, *fsch = rows[0].schedule;
+        for (int i = 0; i < n; i++)
+            if (strcmp(rows[i].batching, "dynamic") == 0) {
+                fb = rows[i].batching, fsch = rows[i].schedule;
+                if (strcmp(fsch, "adaptive") == 0) break;
+            }
+        st = draw_figures(&p, &env, rows, n, out, fb, fsch, &err);
+        if (st == DP_OK)
+            fprintf(stderr, "dpsim: wrote %s/throughput.png, %s/timeline.png and %s/memory.png\n", out, out, out);
+    }
+    for (int i = 0; i < n; i++) study_result_release(&rows[i].r);
+    plan_env_release(&env);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}
