@@ -180,38 +180,46 @@ static void describe(char *buf, size_t cap, const plan_rank *r, int i)
 enum { DONE_F = 1, DONE_B = 2, DONE_W = 4, GOT_ACT = 8, GOT_GRAD = 16, SENT_ACT = 32,
        SENT_GRAD = 64, POSTED_ACT = 128, POSTED_GRAD = 256 };
 
+/* Fails naming the plan, iteration, rank and instruction i (and, when Q is given, instruction j
+ * of rank Q); what says why. The description is formatted only here, on failure. */
+static dp_status fail_at(dp_err *err, const char *where, const plan_iter *it, const plan_rank *R,
+                         int i, const plan_rank *Q, int j, const char *what)
+{
+    char a[256], b[256] = "";
+    describe(a, sizeof a, R, i);
+    if (Q) describe(b, sizeof b, Q, j);
+    return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s%s%s: %s", where, it->id, a,
+                   Q ? " and " : "", b, what);
+}
+
 dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err)
 {
     int pp = it->pp, nr = pp * it->dp, nmb = it->n_mb, nv = pp * chunks;
-    char a[256], b[256];
+    char a[256], why[160];
     /* 1. Instructions refer to existing micro-batches, chunks and neighbouring peers. */
     for (int r = 0; r < nr; r++) {
         const plan_rank *R = &it->ranks[r];
         for (int i = 0; i < R->n; i++) {
             const plan_instr *x = &R->ins[i];
-            describe(a, sizeof a, R, i);
             if (x->mb < 0 || x->mb >= nmb)
-                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: no micro-batch %d",
-                               where, it->id, a, x->mb);
+                return fail_at(err, where, it, R, i, NULL, 0, "no such micro-batch");
             if (x->chunk < 0 || x->chunk >= chunks)
-                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: no chunk %d", where,
-                               it->id, a, x->chunk);
-            if (it->mb[x->mb].replica != R->replica)
-                return dp_fail(err, DP_ERR_INVALID,
-                               "%s: iteration %d: %s: micro-batch %d belongs to replica %d", where,
-                               it->id, a, x->mb, it->mb[x->mb].replica);
+                return fail_at(err, where, it, R, i, NULL, 0, "no such chunk");
+            if (it->mb[x->mb].replica != R->replica) {
+                snprintf(why, sizeof why, "micro-batch %d belongs to replica %d", x->mb,
+                         it->mb[x->mb].replica);
+                return fail_at(err, where, it, R, i, NULL, 0, why);
+            }
             if (is_send(x->op) || is_recv(x->op)) {
                 int v = vstage(R->stage, x->chunk, pp);
                 int fwd = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD; /* peer is v + 1 */
                 int pv = fwd ? v + 1 : v - 1;
-                if (pv < 0 || pv >= nv || x->peer != pv % pp)
-                    return dp_fail(err, DP_ERR_INVALID,
-                                   "%s: iteration %d: %s: the peer of virtual stage %d must be "
-                                   "stage %d",
-                                   where, it->id, a, v, pv < 0 || pv >= nv ? -1 : pv % pp);
-                if (x->bytes <= 0)
-                    return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: bytes must be "
-                                   "positive", where, it->id, a);
+                if (pv < 0 || pv >= nv || x->peer != pv % pp) {
+                    snprintf(why, sizeof why, "the peer of virtual stage %d must be stage %d", v,
+                             pv < 0 || pv >= nv ? -1 : pv % pp);
+                    return fail_at(err, where, it, R, i, NULL, 0, why);
+                }
+                if (x->bytes <= 0) return fail_at(err, where, it, R, i, NULL, 0, "bytes must be positive");
             }
         }
     }
@@ -226,32 +234,24 @@ dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_e
                 const plan_instr *x = &R->ins[i];
                 if (!is_send(x->op) || x->peer != p) continue;
                 while (j < P->n && !(is_recv(P->ins[j].op) && P->ins[j].peer == R->stage)) j++;
-                describe(a, sizeof a, R, i);
-                if (j == P->n)
-                    return dp_fail(err, DP_ERR_INVALID,
-                                   "%s: iteration %d: %s has no matching receive on stage %d",
-                                   where, it->id, a, p);
+                if (j == P->n) {
+                    snprintf(why, sizeof why, "has no matching receive on stage %d", p);
+                    return fail_at(err, where, it, R, i, NULL, 0, why);
+                }
                 const plan_instr *y = &P->ins[j];
-                describe(b, sizeof b, P, j);
                 if (y->op != matching(x->op) || y->mb != x->mb)
-                    return dp_fail(err, DP_ERR_INVALID,
-                                   "%s: iteration %d: %s is matched in order by %s: the send and "
-                                   "receive orders cross",
-                                   where, it->id, a, b);
+                    return fail_at(err, where, it, R, i, P, j,
+                                   "matched in that order, the send and receive orders cross");
                 int pv = vstage(R->stage, x->chunk, pp) + (x->op == OP_SEND_ACT ? 1 : -1);
                 if (y->bytes != x->bytes || y->chunk != pv / pp)
-                    return dp_fail(err, DP_ERR_INVALID,
-                                   "%s: iteration %d: %s and %s differ in shape (bytes or chunk)",
-                                   where, it->id, a, b);
+                    return fail_at(err, where, it, R, i, P, j, "differ in shape (bytes or chunk)");
                 j++;
             }
             /* receives left over on P from R have no send */
             for (; j < P->n; j++)
                 if (is_recv(P->ins[j].op) && P->ins[j].peer == R->stage) {
-                    describe(b, sizeof b, P, j);
-                    return dp_fail(err, DP_ERR_INVALID,
-                                   "%s: iteration %d: %s has no matching send on stage %d", where,
-                                   it->id, b, R->stage);
+                    snprintf(why, sizeof why, "has no matching send on stage %d", R->stage);
+                    return fail_at(err, where, it, P, j, NULL, 0, why);
                 }
         }
     }
@@ -275,43 +275,43 @@ dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_e
             while (pc[r] < R->n) {
                 const plan_instr *x = &R->ins[pc[r]];
                 int v = vstage(R->stage, x->chunk, pp), *f = &FLAG(r, x->mb, x->chunk), ok = 1;
-                const char *why = NULL;
+                const char *reason = NULL;
                 switch (x->op) {
                 case OP_RECV_ACT: *f |= POSTED_ACT; break;
                 case OP_RECV_GRAD: *f |= POSTED_GRAD; break;
                 case OP_F:
-                    if (v > 0 && !(*f & POSTED_ACT)) why = "F before the RECV_ACT of its input";
+                    if (v > 0 && !(*f & POSTED_ACT)) reason = "F before the RECV_ACT of its input";
                     ok = v == 0 || (*f & GOT_ACT);
                     if (ok) *f |= DONE_F;
                     break;
                 case OP_B:
-                    if (!(*f & DONE_F)) why = "B before its F";
-                    else if (v < nv - 1 && !(*f & POSTED_GRAD)) why = "B before the RECV_GRAD of its gradient";
+                    if (!(*f & DONE_F)) reason = "B before its F";
+                    else if (v < nv - 1 && !(*f & POSTED_GRAD)) reason = "B before the RECV_GRAD of its gradient";
                     ok = v == nv - 1 || (*f & GOT_GRAD);
                     if (ok) *f |= DONE_B;
                     break;
                 case OP_W:
-                    if (!(*f & DONE_B)) why = "W before its B";
+                    if (!(*f & DONE_B)) reason = "W before its B";
                     *f |= DONE_W;
                     break;
                 case OP_SEND_ACT:
                 case OP_SEND_GRAD: {
                     int need = x->op == OP_SEND_ACT ? DONE_F : DONE_B;
-                    if (!(*f & need)) why = x->op == OP_SEND_ACT ? "SEND_ACT before its F" : "SEND_GRAD before its B";
+                    if (!(*f & need)) reason = x->op == OP_SEND_ACT ? "SEND_ACT before its F" : "SEND_GRAD before its B";
                     int pv = x->op == OP_SEND_ACT ? v + 1 : v - 1;
                     int pr = R->replica * pp + pv % pp;
                     FLAG(pr, x->mb, pv / pp) |= x->op == OP_SEND_ACT ? GOT_ACT : GOT_GRAD;
                     break;
                 }
                 case OP_FREE:
-                    if (!(*f & DONE_B)) why = "FREE before its B";
+                    if (!(*f & DONE_B)) reason = "FREE before its B";
                     break;
                 default: break;
                 }
-                if (why) {
+                if (reason) {
                     describe(a, sizeof a, R, pc[r]);
                     st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: %s", where, it->id,
-                                 a, why);
+                                 a, reason);
                     break;
                 }
                 if (!ok) break; /* waiting for data */

@@ -51,10 +51,12 @@ static double now_s(void)
 static void hash_op(void *ctx, const sim_op *o)
 {
     study_acc *a = ctx;
-    int64_t v[8] = {o->iteration, o->stage, o->replica, o->op, o->mb, o->chunk, o->start_ns, o->end_ns};
-    const unsigned char *p = (const unsigned char *)v;
-    for (size_t i = 0; i < sizeof v; i++) {
-        a->hash ^= p[i];
+    /* FNV-1a over 64-bit words (not bytes): the same determinism check, 8x fewer multiplies */
+    uint64_t v[6] = {(uint64_t)o->iteration, (uint64_t)o->stage << 32 | (uint32_t)o->replica,
+                     (uint64_t)o->op << 32 | (uint32_t)o->mb, (uint64_t)o->chunk,
+                     (uint64_t)o->start_ns, (uint64_t)o->end_ns};
+    for (size_t i = 0; i < 6; i++) {
+        a->hash ^= v[i];
         a->hash *= 1099511628211ULL;
     }
     if (a->next && a->next->on_op) a->next->on_op(a->next->ctx, o);
