@@ -27,6 +27,9 @@ CFLAGS  ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(CFLAGS) $(WARN) $(SANFLAGS) -D_POSIX_C_SOURCE=200809L \
               -DDPSIM_SRCDIR='"$(SRCDIR)"' -MMD -MP
 LDLIBS  := -lgsl -lgslcblas -lcjson -lcsv -lm
+# MPI (OpenMPI from Debian): dpsim sweep splits points across ranks under mpirun; dprun is MPI.
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 LDFLAGS += $(SANFLAGS)
 
 # ---- what this machine has ----------------------------------------------------------------------
@@ -69,8 +72,10 @@ $(LIBDPSIM): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
+$(BUILD)/obj/cli/cmd_sweep.o: ALL_CFLAGS += $(MPI_CFLAGS)
+
 $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)

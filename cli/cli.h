@@ -127,6 +127,11 @@ typedef struct plan_env {
     double mem_limit_mb;
 } plan_env;
 
+/* Sets one plan option by its long name ("max-seqlen", "batching", ...), as a sweep grid does:
+ * 1 set, 0 no such option, -1 bad value (message printed). */
+int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *cmd,
+                 const char *usage);
+
 /* Resolves p into env (loads the trace and the cost model). Usage-like problems (unknown
  * strategy, contradictory flags) come back as DP_ERR_INVALID. */
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);
@@ -135,6 +140,7 @@ void plan_env_release(plan_env *env);
 int cmd_plan(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
 
 int cmd_models(int argc, char **argv);
 int cmd_cost(int argc, char **argv);

@@ -1,8 +1,10 @@
 /* dpsim plot KIND — figures drawn with gnuplot. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../common/csv_table.h"
 #include "../plots/plot.h"
 #include "../traces/trace.h"
 #include "../traces/trace_stats.h"
@@ -15,7 +17,12 @@ static void plot_help(void)
     printf("usage: %s\n\n"
            "Draws a figure with gnuplot (PNG, or SVG when OUT ends in .svg).\n\n"
            "Kinds:\n"
-           "  lengths FILE    log2 histogram of a trace's input and target lengths\n\n"
+           "  lengths FILE    log2 histogram of a trace's input and target lengths\n"
+           "  sweep FILE      lines of one CSV column against another, one line per series\n"
+           "                  (a dpsim sweep output, or any CSV with a header): --x, --y,\n"
+           "                  --series, --where COL=VALUE (repeatable), --logx, --title, --ylabel\n"
+           "  timeline FILE   Gantt chart of one iteration of a timeline CSV (dpsim sim\n"
+           "                  --timeline, or dprun's measured one): --iteration K\n\n"
            "Options:\n"
            "  -o, --output OUT  figure to write (.png or .svg)             [lengths.png]\n"
            "  -f, --format F    trace format: auto | csv | jsonl | npy | cot  [auto]\n"
@@ -65,6 +72,204 @@ static int plot_lengths_main(int argc, char **argv)
     return st == DP_OK ? 0 : cli_fail(cmd, &err);
 }
 
+/* ---- sweep: lines from a CSV ------------------------------------------------------------- */
+
+#define MAX_WHERE 8
+#define MAX_SERIES 16
+
+typedef struct sweep_ctx {
+    const char *x, *y, *series;
+    const char *where_col[MAX_WHERE], *where_val[MAX_WHERE];
+    int n_where;
+    int ix, iy, is, iw[MAX_WHERE];
+    char *names[MAX_SERIES];
+    int n_names;
+    plot_point *pts;
+    size_t n, cap;
+} sweep_ctx;
+
+static dp_status sweep_header(void *vctx, const csv_row *h, dp_err *err)
+{
+    sweep_ctx *c = vctx;
+    csv_column cols[3 + MAX_WHERE] = {{c->x, 1}, {c->y, 1}, {c->series ? c->series : "", c->series != NULL}};
+    for (int i = 0; i < c->n_where; i++) cols[3 + i] = (csv_column){c->where_col[i], 1};
+    int idx[3 + MAX_WHERE];
+    dp_status st = csv_header_map(h, cols, 3 + (size_t)c->n_where, idx, err);
+    if (st != DP_OK) return st;
+    c->ix = idx[0], c->iy = idx[1], c->is = c->series ? idx[2] : -1;
+    for (int i = 0; i < c->n_where; i++) c->iw[i] = idx[3 + i];
+    return DP_OK;
+}
+
+static dp_status sweep_row(void *vctx, const csv_row *r, dp_err *err)
+{
+    sweep_ctx *c = vctx;
+    for (int i = 0; i < c->n_where; i++)
+        if (strcmp(r->fields[c->iw[i]], c->where_val[i]) != 0) return DP_OK;
+    double x, y;
+    if (dp_parse_f64(r->fields[c->ix], &x) != 0 || dp_parse_f64(r->fields[c->iy], &y) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: %s or %s is not a number", r->path, r->line, c->x, c->y);
+    const char *name = c->is >= 0 ? r->fields[c->is] : c->y;
+    int k = 0;
+    while (k < c->n_names && strcmp(c->names[k], name) != 0) k++;
+    if (k == c->n_names) {
+        if (c->n_names == MAX_SERIES)
+            return dp_fail(err, DP_ERR_INVALID, "%s:%ld: more than %d series", r->path, r->line, MAX_SERIES);
+        c->names[c->n_names++] = dp_strdup(name);
+    }
+    if (dp_grow((void **)&c->pts, &c->cap, c->n + 1, sizeof *c->pts) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    c->pts[c->n++] = (plot_point){k, x, y};
+    return DP_OK;
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+    const plot_point *p = a, *q = b;
+    if (p->series != q->series) return p->series - q->series;
+    return (p->x > q->x) - (p->x < q->x);
+}
+
+static int plot_sweep_main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"x", required_argument, 0, 'x'},
+                                         {"y", required_argument, 0, 'y'},
+                                         {"series", required_argument, 0, 's'},
+                                         {"where", required_argument, 0, 'w'},
+                                         {"logx", no_argument, 0, 'l'},
+                                         {"title", required_argument, 0, 't'},
+                                         {"ylabel", required_argument, 0, 'Y'},
+                                         {"xlabel", required_argument, 0, 'X'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "plot sweep", *out = "sweep.png", *title = NULL, *ylabel = NULL, *xlabel = NULL;
+    sweep_ctx c = {0};
+    int logx = 0, opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, ":o:x:y:s:w:lt:Y:X:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'o': out = optarg; break;
+        case 'x': c.x = optarg; break;
+        case 'y': c.y = optarg; break;
+        case 's': c.series = optarg; break;
+        case 'w': {
+            char *eq = strchr(optarg, '=');
+            if (!eq || c.n_where == MAX_WHERE)
+                return cli_usage_error(cmd, PLOT_USAGE, "--where takes COL=VALUE (at most %d)", MAX_WHERE);
+            *eq = '\0';
+            c.where_col[c.n_where] = optarg;
+            c.where_val[c.n_where++] = eq + 1;
+            break;
+        }
+        case 'l': logx = 1; break;
+        case 't': title = optarg; break;
+        case 'Y': ylabel = optarg; break;
+        case 'X': xlabel = optarg; break;
+        case 'h': plot_help(); return 0;
+        case ':': return cli_usage_error(cmd, PLOT_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, PLOT_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one CSV FILE");
+    if (!c.x || !c.y) return cli_usage_error(cmd, PLOT_USAGE, "--x and --y are required");
+    dp_err err = {0};
+    dp_status st = csv_read_file(argv[optind], 1, sweep_header, sweep_row, &c, &err);
+    if (st == DP_OK && c.n == 0)
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: no row matches the --where filters", argv[optind]);
+    if (st == DP_OK) {
+        qsort(c.pts, c.n, sizeof *c.pts, cmp_point);
+        char t[512];
+        snprintf(t, sizeof t, "%s against %s", c.y, c.x);
+        st = plot_lines(c.pts, (int)c.n, (const char *const *)c.names, c.n_names, title ? title : t,
+                        xlabel ? xlabel : c.x, ylabel ? ylabel : c.y, logx, out, &err);
+    }
+    if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", out);
+    for (int i = 0; i < c.n_names; i++) free(c.names[i]);
+    free(c.pts);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}
+
+/* ---- timeline: Gantt chart of a timeline CSV -------------------------------------------------- */
+
+typedef struct tl_ctx {
+    int iteration;
+    int idx[6];
+    plot_box *boxes;
+    size_t n, cap;
+    int rows;
+    double t0;
+} tl_ctx;
+
+static dp_status tl_header(void *vctx, const csv_row *h, dp_err *err)
+{
+    tl_ctx *c = vctx;
+    static const csv_column cols[6] = {{"iteration", 1}, {"stage", 1}, {"op", 1},
+                                       {"mb", 1},        {"start_us", 1}, {"end_us", 1}};
+    return csv_header_map(h, cols, 6, c->idx, err);
+}
+
+static dp_status tl_row(void *vctx, const csv_row *r, dp_err *err)
+{
+    tl_ctx *c = vctx;
+    int64_t it, stage, mb;
+    double t0, t1;
+    if (dp_parse_i64(r->fields[c->idx[0]], 0, INT32_MAX, &it) != 0 ||
+        dp_parse_i64(r->fields[c->idx[1]], 0, 4096, &stage) != 0 ||
+        dp_parse_i64(r->fields[c->idx[3]], 0, INT32_MAX, &mb) != 0 ||
+        dp_parse_f64(r->fields[c->idx[4]], &t0) != 0 || dp_parse_f64(r->fields[c->idx[5]], &t1) != 0 || t1 < t0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: bad iteration, stage, mb or times", r->path, r->line);
+    if (it != c->iteration) return DP_OK;
+    const char *op = r->fields[c->idx[2]];
+    int kind = strcmp(op, "F") == 0 ? 0 : strcmp(op, "B") == 0 ? 1 : strcmp(op, "W") == 0 ? 2 : -1;
+    if (kind < 0) return DP_OK;
+    if (dp_grow((void **)&c->boxes, &c->cap, c->n + 1, sizeof *c->boxes) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (c->n == 0 || t0 / 1e3 < c->t0) c->t0 = t0 / 1e3;
+    c->boxes[c->n++] = (plot_box){(int)stage, t0 / 1e3, t1 / 1e3, kind, (int)mb};
+    if (stage + 1 > c->rows) c->rows = (int)stage + 1;
+    return DP_OK;
+}
+
+static int plot_timeline_main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"iteration", required_argument, 0, 'i'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "plot timeline", *out = "timeline.png";
+    tl_ctx c = {0};
+    int64_t v;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, ":o:i:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'o': out = optarg; break;
+        case 'i':
+            if (cli_int(cmd, "--iteration", optarg, 0, INT32_MAX, &v)) return EXIT_USAGE;
+            c.iteration = (int)v;
+            break;
+        case 'h': plot_help(); return 0;
+        case ':': return cli_usage_error(cmd, PLOT_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, PLOT_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one timeline CSV");
+    dp_err err = {0};
+    dp_status st = csv_read_file(argv[optind], 1, tl_header, tl_row, &c, &err);
+    if (st == DP_OK && c.n == 0)
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: no compute ops in iteration %d", argv[optind], c.iteration);
+    if (st == DP_OK) {
+        for (size_t i = 0; i < c.n; i++) c.boxes[i].t0_ms -= c.t0, c.boxes[i].t1_ms -= c.t0;
+        char title[512];
+        snprintf(title, sizeof title, "Pipeline timeline of %s, iteration %d", argv[optind], c.iteration);
+        st = plot_gantt(c.boxes, (int)c.n, c.rows, title, out, &err);
+    }
+    if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", out);
+    free(c.boxes);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}
+
 int cmd_plot(int argc, char **argv)
 {
     if (argc < 2) return cli_usage_error("plot", PLOT_USAGE, "missing figure KIND");
@@ -74,5 +279,8 @@ int cmd_plot(int argc, char **argv)
         return 0;
     }
     if (strcmp(kind, "lengths") == 0) return plot_lengths_main(argc - 1, argv + 1);
-    return cli_usage_error("plot", PLOT_USAGE, "unknown figure kind \"%s\" (lengths)", kind);
+    if (strcmp(kind, "sweep") == 0) return plot_sweep_main(argc - 1, argv + 1);
+    if (strcmp(kind, "timeline") == 0) return plot_timeline_main(argc - 1, argv + 1);
+    return cli_usage_error("plot", PLOT_USAGE,
+                           "unknown figure kind \"%s\" (lengths, sweep, timeline)", kind);
 }

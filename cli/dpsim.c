@@ -20,7 +20,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"plan", cmd_plan, "micro-batch a trace and build execution plans"},
     {"sim", cmd_sim, "simulate execution plans: iteration time, bubbles, memory"},
     {"compare", cmd_compare, "the main job: batching x schedule comparison table and figures"},
-    {"sweep", NULL, "grid of plan parameters, one CSV row per point"},
+    {"sweep", cmd_sweep, "grid of plan parameters, one CSV row per point"},
     {"plot", cmd_plot, "draw figures with gnuplot"},
     {"validate", NULL, "compare a simulated plan with a measured timeline"},
 };

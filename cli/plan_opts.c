@@ -1,4 +1,5 @@
 /* Options shared by plan, sim, compare and sweep, and their resolution into a plan_env. */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,15 @@ int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const cha
         p->link_latency_us = d;
         return 1;
     }
+    return 0;
+}
+
+int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *cmd,
+                 const char *usage)
+{
+    static const struct option table[] = {PLAN_LONG_OPTS, {0, 0, 0, 0}};
+    for (const struct option *o = table; o->name; o++)
+        if (strcmp(o->name, name) == 0) return cli_plan_opt(p, o->val, value, cmd, usage);
     return 0;
 }
 

@@ -79,7 +79,7 @@ static void put_title(FILE *fp, const char *cmd, const char *title)
     for (const char *c = title; *c; c++) {
         if (*c == '\'') fputc('\'', fp); /* '' is a quote inside '...' */
         if (*c == '_' || *c == '^' || *c == '{' || *c == '}' || *c == '@' || *c == '&')
-            fputc('\\', fp), fputc('\\', fp); /* no enhanced-text markup from file names */
+            fputc('\\', fp); /* no enhanced-text markup from file names */
         fputc(*c, fp);
     }
     fprintf(fp, "'\n");
@@ -126,7 +126,7 @@ static void put_str(FILE *fp, const char *text)
     for (const char *c = text; *c; c++) {
         if (*c == '\'') fputc('\'', fp);
         if (*c == '_' || *c == '^' || *c == '{' || *c == '}' || *c == '@' || *c == '&')
-            fputc('\\', fp), fputc('\\', fp);
+            fputc('\\', fp);
         fputc(*c, fp);
     }
     fputc('\'', fp);
@@ -269,7 +269,7 @@ dp_status plot_lines(const plot_point *pts, int n, const char *const *series_nam
     put_str(fp, xlabel);
     fprintf(fp, "\nset ylabel ");
     put_str(fp, ylabel);
-    fprintf(fp, "\nset grid\nset key top left\nset yrange [0:*]\n%s\nplot ",
+    fprintf(fp, "\nset grid\nset key outside right top\nset yrange [0:*]\nset offsets graph 0.02, graph 0.02, 0, 0\n%s\nplot ",
             logx ? "set logscale x 2\nset format x '%.0f'" : "");
     for (int k = 0; k < series; k++) {
         fprintf(fp, "%s$s%d using 1:2 with linespoints lw 2 pt 7 title ", k ? ", \\\n     " : "", k);

@@ -1,0 +1,432 @@
+/*
+ * dpsim sweep — a grid over plan parameters, one CSV row per point, points in parallel.
+ *
+ * Points run in forked worker processes (--jobs, default the machine's cores); each writes its
+ * CSV row to a pipe and the parent appends it to the output file as it finishes. A progress bar
+ * with an ETA goes to stderr when it is a terminal. An existing output file is resumed: points
+ * whose grid values already have a row are skipped.
+ *
+ * Under `mpirun -np N dpsim sweep ...` (detected by MPI's launcher environment) the points are
+ * split across the N ranks (point i on rank i mod N); every rank sends its rows to rank 0, which
+ * writes the file. MPI is the distributed engine; the local worker pool runs inside each rank.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "../common/csv_table.h"
+#include "../sim/study.h"
+#include "cli.h"
+
+static const char SWEEP_USAGE[] = "dpsim sweep --grid 'KEY=V1,V2 KEY=V1,...' -o sweep.csv [PLAN OPTIONS]";
+
+#define MAX_KEYS 8
+#define MAX_VALUES 32
+#define ROW_MAX 4096
+
+typedef struct grid {
+    char *keys[MAX_KEYS];
+    char *values[MAX_KEYS][MAX_VALUES];
+    int nvalues[MAX_KEYS];
+    int nkeys;
+    long points;
+} grid;
+
+static const char *const METRIC_COLUMNS =
+    "throughput_tokens_per_s,padding_efficiency,encoder_padding_efficiency,"
+    "decoder_padding_efficiency,bubble_fraction,peak_mem_mb,oom,feasible,iterations,time_s,"
+    "mean_iteration_ms,mean_closed_form_ms,plan_ms_per_iteration,plan_ms_p90,events,error";
+
+/* Parses "k1=a,b k2=c" into grid (strings point into buf). Returns 0 or -1 with msg. */
+static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
+{
+    memset(g, 0, sizeof *g);
+    g->points = 1;
+    for (char *tok = strtok(buf, " \t\n"); tok; tok = strtok(NULL, " \t\n")) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || !eq[1]) {
+            snprintf(msg, cap, "grid entry \"%s\" is not KEY=V1,V2,...", tok);
+            return -1;
+        }
+        if (g->nkeys == MAX_KEYS) {
+            snprintf(msg, cap, "at most %d grid keys", MAX_KEYS);
+            return -1;
+        }
+        *eq = '\0';
+        int k = g->nkeys++;
+        g->keys[k] = tok;
+        for (int j = 0; j < k; j++)
+            if (strcmp(g->keys[j], tok) == 0) {
+                snprintf(msg, cap, "grid key \"%s\" appears twice", tok);
+                return -1;
+            }
+        char *save = NULL;
+        for (char *v = strtok_r(eq + 1, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
+            if (g->nvalues[k] == MAX_VALUES) {
+                snprintf(msg, cap, "at most %d values per grid key", MAX_VALUES);
+                return -1;
+            }
+            g->values[k][g->nvalues[k]++] = v;
+        }
+        g->points *= g->nvalues[k];
+    }
+    if (g->nkeys == 0) {
+        snprintf(msg, cap, "--grid is empty");
+        return -1;
+    }
+    return 0;
+}
+
+/* Value index of key k at point i (the last key varies fastest). */
+static int value_at(const grid *g, long i, int k)
+{
+    long stride = 1;
+    for (int j = g->nkeys - 1; j > k; j--) stride *= g->nvalues[j];
+    return (int)(i / stride % g->nvalues[k]);
+}
+
+/* The point's key: its grid values joined by commas (also its first CSV columns). */
+static void point_key(const grid *g, long i, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int k = 0; k < g->nkeys && n < cap; k++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", k ? "," : "", g->values[k][value_at(g, i, k)]);
+}
+
+/* Runs point i and formats its CSV row (without a newline) into row. */
+static void run_point(const plan_cli *base, const grid *g, long i, char *row, size_t cap)
+{
+    plan_cli p = *base;
+    char key[1024], error[DP_ERR_MSG_MAX] = "";
+    point_key(g, i, key, sizeof key);
+    for (int k = 0; k < g->nkeys; k++) {
+        const char *v = g->values[k][value_at(g, i, k)];
+        if (strcmp(g->keys[k], "analytic") == 0) p.cost.analytic = strcmp(v, "0") != 0;
+        else cli_plan_set(&p, g->keys[k], v, "sweep", SWEEP_USAGE); /* checked before forking */
+    }
+    plan_env env;
+    dp_err err = {0};
+    study_result r;
+    memset(&r, 0, sizeof r);
+    dp_status st = cli_plan_setup(&p, &env, &err);
+    if (st == DP_OK) {
+        study_opts o = {env.cm, &env.rules, batcher_find(p.batching), schedule_find(p.schedule),
+                        p.pp, p.chunks, p.dp, p.zero, env.mem_limit_mb, p.mbs, p.mb_tokens,
+                        p.thin_ms, p.iterations, 0, NULL, NULL, NULL, NULL};
+        st = study_run(&o, &env.trace, &r, &err);
+    }
+    plan_env_release(&env);
+    if (st != DP_OK) snprintf(error, sizeof error, "%s", err.msg);
+    else if (r.why[0]) snprintf(error, sizeof error, "%s", r.why);
+    for (char *c = error; *c; c++)
+        if (*c == '"' || *c == '\n' || *c == ',') *c = *c == '"' ? '\'' : ' ';
+    double bubble = 0, peak = 0, mit = 0, mcf = 0;
+    for (int s = 0; s < r.pp; s++) bubble += r.bubble_fraction[s] / r.pp, peak = fmax(peak, r.peak_mem_mb[s]);
+    for (int k = 0; k < r.iterations && r.feasible; k++) mit += r.iteration_ms[k] / r.iterations, mcf += r.closed_form_ms[k] / r.iterations;
+    snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%.4f,%.4f,%.4f,%llu,\"%s\"", key,
+             st == DP_OK ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
+             r.enc_padding_efficiency, r.dec_padding_efficiency, bubble, peak, r.oom,
+             st == DP_OK && r.feasible, r.iterations, r.time_s, mit, mcf, r.plan_ms_median,
+             r.plan_ms_p90, (unsigned long long)r.events, error);
+    study_result_release(&r);
+}
+
+/* Collects the keys of rows already in the output file. */
+typedef struct done_set {
+    char **keys;
+    size_t n, cap;
+    int nkeys;
+    char header[ROW_MAX];
+} done_set;
+
+static dp_status done_header(void *ctx, const csv_row *h, dp_err *err)
+{
+    done_set *d = ctx;
+    size_t n = 0;
+    for (size_t i = 0; i < h->nfields; i++)
+        n += (size_t)snprintf(d->header + n, sizeof d->header - n, "%s%s", i ? "," : "", h->fields[i]);
+    (void)err;
+    return DP_OK;
+}
+
+static dp_status done_row(void *ctx, const csv_row *r, dp_err *err)
+{
+    done_set *d = ctx;
+    char key[1024];
+    size_t n = 0;
+    for (int k = 0; k < d->nkeys && k < (int)r->nfields; k++)
+        n += (size_t)snprintf(key + n, sizeof key - n, "%s%s", k ? "," : "", r->fields[k]);
+    if (dp_grow((void **)&d->keys, &d->cap, d->n + 1, sizeof *d->keys) != DP_OK ||
+        !(d->keys[d->n] = dp_strdup(key)))
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    d->n++;
+    return DP_OK;
+}
+
+static int is_done(const done_set *d, const char *key)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(d->keys[i], key) == 0) return 1;
+    return 0;
+}
+
+static void draw_progress(long done, long total, double t0)
+{
+    double el = (double)time(NULL) - t0;
+    double eta = done > 0 ? el / done * (total - done) : 0;
+    int width = 30, fill = total ? (int)(width * done / total) : width;
+    fprintf(stderr, "\r[");
+    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %ld/%ld points, ETA %dm%02ds ", done, total, (int)eta / 60, (int)eta % 60);
+    if (done == total) fputc('\n', stderr);
+}
+
+/* Runs the given points with a pool of `jobs` forked workers; calls emit(row) per finished one. */
+typedef void (*emit_fn)(void *ctx, const char *row);
+
+static int run_pool(const plan_cli *base, const grid *g, const long *todo, long n, int jobs,
+                    emit_fn emit, void *ctx, int progress)
+{
+    typedef struct worker {
+        pid_t pid;
+        int fd;
+    } worker;
+    worker *w = calloc((size_t)jobs, sizeof *w);
+    if (!w) return -1;
+    long next = 0, finished = 0;
+    int running = 0, failed = 0;
+    double t0 = (double)time(NULL);
+    if (progress) draw_progress(0, n, t0);
+    while (finished < n) {
+        while (running < jobs && next < n) {
+            int fds[2];
+            if (pipe(fds) != 0) {
+                failed = 1;
+                break;
+            }
+            fflush(NULL);
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(fds[0]);
+                char row[ROW_MAX];
+                run_point(base, g, todo[next], row, sizeof row);
+                size_t len = strlen(row);
+                ssize_t wr = write(fds[1], row, len);
+                _exit(wr == (ssize_t)len ? 0 : 1);
+            }
+            close(fds[1]);
+            if (pid < 0) {
+                close(fds[0]);
+                failed = 1;
+                break;
+            }
+            for (int k = 0; k < jobs; k++)
+                if (w[k].pid == 0) {
+                    w[k] = (worker){pid, fds[0]};
+                    break;
+                }
+            running++;
+            next++;
+        }
+        if (running == 0) break;
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            failed = 1;
+            break;
+        }
+        for (int k = 0; k < jobs; k++) {
+            if (w[k].pid != pid) continue;
+            char row[ROW_MAX];
+            ssize_t got = read(w[k].fd, row, sizeof row - 1);
+            close(w[k].fd);
+            w[k].pid = 0;
+            if (got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+                row[got] = '\0';
+                emit(ctx, row);
+            } else {
+                failed = 1; /* a worker crashed: its point is not written, a rerun retries it */
+                emit(ctx, NULL);
+                fprintf(stderr, "\ndpsim sweep: a worker died (%s); its point will be retried on resume\n",
+                        WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit status");
+            }
+            running--;
+            finished++;
+            if (progress) draw_progress(finished, n, t0);
+        }
+    }
+    free(w);
+    return failed ? -1 : 0;
+}
+
+typedef struct file_sink {
+    FILE *fp;
+} file_sink;
+
+static void emit_file(void *ctx, const char *row)
+{
+    file_sink *f = ctx;
+    if (!row || !*row) return; /* a point whose worker died */
+    fprintf(f->fp, "%s\n", row);
+    fflush(f->fp);
+}
+
+/* MPI ranks other than 0 send their rows to rank 0. */
+static void emit_mpi(void *ctx, const char *row)
+{
+    (void)ctx;
+    if (!row) row = ""; /* still counts, so rank 0 never waits for it */
+    MPI_Send(row, (int)strlen(row) + 1, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    static const struct option opts[] = {PLAN_LONG_OPTS,
+                                         {"grid", required_argument, 0, 'g'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"jobs", required_argument, 0, 'J'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "sweep", *out = NULL;
+    char gridbuf[4096] = "";
+    plan_cli p;
+    plan_cli_default(&p);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t jobs = ncpu > 0 ? ncpu : 1;
+    int c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":g:o:J:h", opts, NULL)) != -1) {
+        if ((r = cli_plan_opt(&p, c, optarg, cmd, SWEEP_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'g': snprintf(gridbuf, sizeof gridbuf, "%s", optarg); break;
+        case 'o': out = optarg; break;
+        case 'J':
+            if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
+            break;
+        case 'h':
+            printf("usage: %s\n\nRuns every point of a grid over plan options (the same names as the\n"
+                   "options, without --) and writes one CSV row per point with every metric. Points\n"
+                   "run in parallel; an existing output file is resumed; under mpirun the points are\n"
+                   "split across the ranks.\n\n"
+                   "  -g, --grid SPEC      e.g. 'max-seqlen=512,1024,2048 batching=packing,dynamic'\n"
+                   "  -o, --output FILE    CSV to write or resume                      (required)\n"
+                   "  -J, --jobs N         parallel workers per process          [the machine's cores]\n"
+                   "%s%s  -h, --help           this help\n",
+                   SWEEP_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, SWEEP_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, SWEEP_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, SWEEP_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    if (!out) return cli_usage_error(cmd, SWEEP_USAGE, "--output is required");
+    grid g;
+    char msg[256];
+    if (parse_grid(gridbuf, &g, msg, sizeof msg) != 0) return cli_usage_error(cmd, SWEEP_USAGE, "%s", msg);
+    /* every grid value must be a valid option value, checked once here, not in the workers */
+    for (int k = 0; k < g.nkeys; k++)
+        for (int v = 0; v < g.nvalues[k]; v++) {
+            plan_cli probe = p;
+            if (strcmp(g.keys[k], "analytic") == 0) continue;
+            int rc = cli_plan_set(&probe, g.keys[k], g.values[k][v], cmd, SWEEP_USAGE);
+            if (rc == 0)
+                return cli_usage_error(cmd, SWEEP_USAGE, "grid key \"%s\" is not a plan option", g.keys[k]);
+            if (rc < 0) return EXIT_USAGE;
+        }
+    /* MPI, when launched by mpirun */
+    int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+    int rank = 0, size = 1;
+    if (mpi) {
+        MPI_Init(&argc, &argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    char header[ROW_MAX];
+    size_t hn = 0;
+    for (int k = 0; k < g.nkeys; k++) hn += (size_t)snprintf(header + hn, sizeof header - hn, "%s,", g.keys[k]);
+    snprintf(header + hn, sizeof header - hn, "%s", METRIC_COLUMNS);
+    done_set d = {0};
+    d.nkeys = g.nkeys;
+    dp_err err = {0};
+    int rc = 0;
+    long *todo = malloc((size_t)g.points * sizeof *todo), n = 0, skipped = 0;
+    FILE *fp = NULL;
+    if (!todo) {
+        rc = EXIT_RUNTIME;
+        goto out;
+    }
+    if (access(out, F_OK) == 0) { /* resume */
+        if (csv_read_file(out, 0, done_header, done_row, &d, &err) != DP_OK) {
+            rc = cli_fail(cmd, &err);
+            goto out;
+        }
+        if (strcmp(d.header, header) != 0) {
+            err.msg[0] = '\0';
+            dp_fail(&err, DP_ERR_INVALID,
+                    "%s exists with other columns; it holds another sweep\nhint: choose a new --output",
+                    out);
+            rc = cli_fail(cmd, &err);
+            goto out;
+        }
+    }
+    for (long i = 0; i < g.points; i++) {
+        char key[1024];
+        point_key(&g, i, key, sizeof key);
+        if (is_done(&d, key)) skipped++;
+        else if (i % size == rank) todo[n++] = i;
+    }
+    if (rank == 0) {
+        int fresh = access(out, F_OK) != 0;
+        fp = fopen(out, "a");
+        if (!fp) {
+            dp_fail(&err, DP_ERR_IO, "%s: cannot open for appending: %s", out, strerror(errno));
+            rc = cli_fail(cmd, &err);
+            if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+            goto out;
+        }
+        if (fresh) fprintf(fp, "%s\n", header);
+        fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s%s\n", g.points, skipped, out,
+                mpi ? "" : "");
+        if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", size);
+    }
+    file_sink fs = {fp};
+    int prog = cli_stderr_is_tty() && rank == 0;
+    if (run_pool(&p, &g, todo, n, (int)jobs, rank == 0 ? emit_file : emit_mpi, &fs, prog) != 0) rc = EXIT_RUNTIME;
+    if (mpi) {
+        if (rank == 0) { /* rows from the other ranks */
+            long expect = 0;
+            for (long i = 0; i < g.points; i++) {
+                char key[1024];
+                point_key(&g, i, key, sizeof key);
+                if (!is_done(&d, key) && i % size != 0) expect++;
+            }
+            char row[ROW_MAX];
+            for (long k = 0; k < expect; k++) {
+                MPI_Status ms;
+                MPI_Recv(row, ROW_MAX, MPI_CHAR, MPI_ANY_SOURCE, 1, MPI_COMM_WORLD, &ms);
+                emit_file(&fs, row);
+            }
+        }
+        MPI_Finalize();
+    }
+out:
+    if (fp) fclose(fp);
+    for (size_t i = 0; i < d.n; i++) free(d.keys[i]);
+    free(d.keys);
+    free(todo);
+    return rc;
+}
