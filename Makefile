@@ -5,6 +5,7 @@
 #   make demo     deps + build + the main job (dpsim compare) on the shipped default trace
 #   make check    deps + build + every test (unit, CLI, and a second pass under ASan/UBSan)
 #   make bench    benchmarks (ratios measured in the same run)
+#   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev \
@@ -61,7 +62,7 @@ TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
-.PHONY: all deps demo check test bench clean help default-trace
+.PHONY: all deps demo check test bench clean help default-trace paper
 all: $(BUILD)/dpsim
 
 $(BUILD)/obj/%.o: %.c
@@ -125,6 +126,10 @@ test: all tests
 
 bench: all $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do $$b || exit 1; echo; done
+
+# The paper's experiments in simulation (Figs. 13-17) into paper-out/.
+paper: all
+	plots/paper.sh paper-out
 
 clean:
 	rm -rf build
