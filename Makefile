@@ -53,17 +53,20 @@ endif
 # ---- sources ------------------------------------------------------------------------------------
 LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c scheduler/*.c sim/*.c plots/*.c)
 CLI_SRCS := $(wildcard cli/*.c)
+RT_SRCS  := $(filter-out runtime/dprun.c,$(wildcard runtime/*.c))
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+RT_OBJS  := $(RT_SRCS:%.c=$(BUILD)/obj/%.o)
+LIBRT    := $(BUILD)/libdprun.a
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
 .PHONY: all deps demo check test bench clean help default-trace paper
-all: $(BUILD)/dpsim
+all: $(BUILD)/dpsim $(BUILD)/dprun
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -78,9 +81,21 @@ $(BUILD)/obj/cli/cmd_sweep.o: ALL_CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBDPSIM)
+# The validation runtime: MPI ranks, BLAS kernels.
+$(RT_OBJS) $(BUILD)/obj/runtime/dprun.o: ALL_CFLAGS += $(MPI_CFLAGS)
+
+$(LIBRT): $(RT_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+	$(AR) rcs $@ $^
+
+$(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(LIBRT) $(LIBDPSIM)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lopenblas $(MPI_LIBS)
+
+$(BUILD)/obj/tests/unit/%.o: ALL_CFLAGS += $(MPI_CFLAGS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBRT) $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lopenblas $(MPI_LIBS) -lcmocka
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
@@ -88,7 +103,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 
 tests: $(TEST_BINS)
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
 
 # ---- set-up, demo, tests ------------------------------------------------------------------------

@@ -1,0 +1,292 @@
+#include "layer.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rt_linear_fwd(const double *x, const double *w, const double *b, double *y, int n, int in,
+                   int out)
+{
+    for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in, 1.0, x, in, w, out, 1.0, y,
+                out);
+}
+
+void rt_linear_bwd_input(const double *dy, const double *w, double *dx, int n, int in, int out)
+{
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, out, 1.0, dy, out, w, out, 0.0, dx,
+                in);
+}
+
+void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double *db, int n, int in,
+                          int out)
+{
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, n, 1.0, x, in, dy, out, 1.0, dw,
+                out);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < out; j++) db[j] += dy[(size_t)i * out + j];
+}
+
+#define LN_EPS 1e-5
+
+void rt_layernorm_fwd(const double *x, const double *g, const double *b, double *y, double *mean,
+                      double *rstd, int n, int h)
+{
+    for (int i = 0; i < n; i++) {
+        const double *xi = x + (size_t)i * h;
+        double m = 0, v = 0;
+        for (int j = 0; j < h; j++) m += xi[j];
+        m /= h;
+        for (int j = 0; j < h; j++) v += (xi[j] - m) * (xi[j] - m);
+        v /= h;
+        double r = 1 / sqrt(v + LN_EPS);
+        mean[i] = m;
+        rstd[i] = r;
+        for (int j = 0; j < h; j++) y[(size_t)i * h + j] = (xi[j] - m) * r * g[j] + b[j];
+    }
+}
+
+void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const double *mean,
+                      const double *rstd, double *dx, double *dg, double *db, int n, int h)
+{
+    for (int i = 0; i < n; i++) {
+        const double *xi = x + (size_t)i * h, *dyi = dy + (size_t)i * h;
+        double a = 0, c = 0;
+        for (int j = 0; j < h; j++) {
+            double xhat = (xi[j] - mean[i]) * rstd[i], dxhat = dyi[j] * g[j];
+            a += dxhat;
+            c += dxhat * xhat;
+            dg[j] += dyi[j] * xhat;
+            db[j] += dyi[j];
+        }
+        a /= h;
+        c /= h;
+        for (int j = 0; j < h; j++) {
+            double xhat = (xi[j] - mean[i]) * rstd[i];
+            dx[(size_t)i * h + j] = rstd[i] * (dyi[j] * g[j] - a - xhat * c);
+        }
+    }
+}
+
+#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
+
+void rt_gelu_fwd(const double *u, double *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double x = u[i];
+        g[i] = 0.5 * x * (1 + tanh(GELU_C * (x + 0.044715 * x * x * x)));
+    }
+}
+
+void rt_gelu_bwd(const double *dg, const double *u, double *du, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double x = u[i], t = tanh(GELU_C * (x + 0.044715 * x * x * x));
+        double d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x);
+        du[i] = dg[i] * d;
+    }
+}
+
+void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
+                      double *p, double *ctx, int B, int a, int sq, int sk, int d, int causal)
+{
+    double scale = 1 / sqrt((double)d);
+    int ld_ctx = a * d;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < a; h++) {
+            const double *qb = q + (size_t)b * sq * ld_q + (size_t)h * d;
+            const double *kb = k + (size_t)b * sk * ld_kv + (size_t)h * d;
+            const double *vb = v + (size_t)b * sk * ld_kv + (size_t)h * d;
+            double *pb = p + ((size_t)b * a + h) * (size_t)sq * sk;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, sk, d, scale, qb, ld_q, kb,
+                        ld_kv, 0.0, pb, sk);
+            for (int i = 0; i < sq; i++) {
+                double *row = pb + (size_t)i * sk, mx = -INFINITY, sum = 0;
+                int last = causal ? (i < sk ? i : sk - 1) : sk - 1;
+                for (int j = 0; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
+                for (int j = 0; j < sk; j++) {
+                    row[j] = j <= last ? exp(row[j] - mx) : 0;
+                    sum += row[j];
+                }
+                for (int j = 0; j <= last; j++) row[j] /= sum;
+            }
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, sk, 1.0, pb, sk, vb,
+                        ld_kv, 0.0, ctx + (size_t)b * sq * ld_ctx + (size_t)h * d, ld_ctx);
+        }
+}
+
+void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
+                      int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
+                      int B, int a, int sq, int sk, int d, int causal)
+{
+    (void)causal; /* masked probabilities are 0, so their gradients vanish on their own */
+    double scale = 1 / sqrt((double)d);
+    int ld_ctx = a * d;
+    double *dp = malloc((size_t)sq * sk * sizeof *dp);
+    if (!dp) abort();
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < a; h++) {
+            size_t qo = (size_t)b * sq * ld_q + (size_t)h * d, ko = (size_t)b * sk * ld_kv + (size_t)h * d;
+            const double *dcb = dctx + (size_t)b * sq * ld_ctx + (size_t)h * d;
+            const double *pb = p + ((size_t)b * a + h) * (size_t)sq * sk;
+            /* dP = dctx V^T; dV += P^T dctx */
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, sk, d, 1.0, dcb, ld_ctx,
+                        v + ko, ld_kv, 0.0, dp, sk);
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sk, d, sq, 1.0, pb, sk, dcb,
+                        ld_ctx, 1.0, dv + ko, ld_kv);
+            /* dS = P o (dP - rowsum(dP o P)), scaled */
+            for (int i = 0; i < sq; i++) {
+                double *dr = dp + (size_t)i * sk;
+                const double *pr = pb + (size_t)i * sk;
+                double dot = 0;
+                for (int j = 0; j < sk; j++) dot += dr[j] * pr[j];
+                for (int j = 0; j < sk; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+            }
+            /* dQ += dS K; dK += dS^T Q */
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, sk, 1.0, dp, sk, k + ko,
+                        ld_kv, 1.0, dq + qo, ld_q);
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sk, d, sq, 1.0, dp, sk, q + qo,
+                        ld_q, 1.0, dk + ko, ld_kv);
+        }
+    free(dp);
+}
+
+double rt_softmax_xent(const double *logits, const int *targets, double *dlogits, int n, int V)
+{
+    double loss = 0;
+    for (int i = 0; i < n; i++) {
+        const double *l = logits + (size_t)i * V;
+        double *dl = dlogits + (size_t)i * V, mx = l[0], sum = 0;
+        for (int j = 1; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < V; j++) sum += exp(l[j] - mx);
+        loss += log(sum) + mx - l[targets[i]];
+        for (int j = 0; j < V; j++) dl[j] = exp(l[j] - mx) / sum / n;
+        dl[targets[i]] -= 1.0 / n;
+    }
+    return loss / n;
+}
+
+/* ---- the whole layer ------------------------------------------------------------------------- */
+
+int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s)
+{
+    size_t h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
+    size_t sizes[12] = {h, h, h * 3 * hk, 3 * hk, hk * h, h, h, h, h * f, f, f * h, h};
+    double **slots[12] = {&p->ln1_g, &p->ln1_b, &p->wqkv, &p->bqkv, &p->wo, &p->bo,
+                          &p->ln2_g, &p->ln2_b, &p->w1, &p->b1, &p->w2, &p->b2};
+    size_t total = 0;
+    for (int i = 0; i < 12; i++) total += sizes[i];
+    p->block = calloc(total, sizeof *p->block);
+    if (!p->block) return -1;
+    p->count = total;
+    size_t at = 0;
+    for (int i = 0; i < 12; i++) {
+        *slots[i] = p->block + at;
+        at += sizes[i];
+    }
+    return 0;
+}
+
+void rt_layer_params_free(rt_layer_params *p)
+{
+    free(p->block);
+    memset(p, 0, sizeof *p);
+}
+
+void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned seed)
+{
+    unsigned st = seed * 2654435761u + 1;
+    for (size_t i = 0; i < p->count; i++) {
+        st = st * 1664525u + 1013904223u;
+        p->block[i] = ((double)(st >> 8) / (double)(1u << 24) - 0.5) * 0.04;
+    }
+    for (int j = 0; j < s->hidden; j++) p->ln1_g[j] = p->ln2_g[j] = 1.0;
+}
+
+size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S)
+{
+    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
+    return n * h * 4 + n * 4 + n * 3 * hk * 2 + (size_t)B * s->heads * S * S + n * hk + n * f * 3 +
+           n * h * 2;
+}
+
+int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S)
+{
+    memset(a, 0, sizeof *a);
+    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
+    size_t sizes[17] = {n * h, n * h, n, n, n * 3 * hk, (size_t)B * s->heads * S * S, n * hk, n * h,
+                        n * h, n, n, n * f, n * f, n * 3 * hk, n * h, n * f, n * h};
+    double **slots[17] = {&a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv, &a->p,
+                          &a->ctx, &a->x2,    &a->h2,    &a->mean2, &a->rstd2, &a->u,
+                          &a->g,   &a->d_qkv, &a->d_o,   &a->d_u,   &a->d_y};
+    size_t total = 0;
+    for (int i = 0; i < 17; i++) total += sizes[i];
+    a->block = malloc(total * sizeof *a->block);
+    if (!a->block) return -1;
+    a->count = total;
+    size_t at = 0;
+    for (int i = 0; i < 17; i++) {
+        *slots[i] = a->block + at;
+        at += sizes[i];
+    }
+    return 0;
+}
+
+void rt_layer_acts_free(rt_layer_acts *a)
+{
+    free(a->block);
+    memset(a, 0, sizeof *a);
+}
+
+void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
+                  const double *x, double *y, rt_layer_acts *a)
+{
+    int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    memcpy(a->x, x, (size_t)n * h * sizeof *x);
+    rt_layernorm_fwd(a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
+    rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, 3 * hk);
+    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->ctx, B,
+                     s->heads, S, S, s->kv, s->causal);
+    rt_linear_fwd(a->ctx, p->wo, p->bo, a->x2, n, hk, h);
+    for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->x[i];
+    rt_layernorm_fwd(a->x2, p->ln2_g, p->ln2_b, a->h2, a->mean2, a->rstd2, n, h);
+    rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, f);
+    rt_gelu_fwd(a->u, a->g, (size_t)n * f);
+    rt_linear_fwd(a->g, p->w2, p->b2, y, n, f, h);
+    for (size_t i = 0; i < (size_t)n * h; i++) y[i] += a->x2[i];
+}
+
+void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,
+                        int B, int S, const double *dy, double *dx, rt_layer_acts *a)
+{
+    int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    size_t nh = (size_t)n * h;
+    double *tmp_f = malloc((size_t)n * f * sizeof *tmp_f), *tmp_h = malloc(nh * sizeof *tmp_h);
+    double *dctx = malloc((size_t)n * hk * sizeof *dctx);
+    if (!tmp_f || !tmp_h || !dctx) abort();
+    memcpy(a->d_y, dy, nh * sizeof *dy);
+    rt_linear_bwd_input(dy, p->w2, tmp_f, n, f, h);            /* dg */
+    rt_gelu_bwd(tmp_f, a->u, a->d_u, (size_t)n * f);           /* du */
+    rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, f);        /* dh2 */
+    rt_layernorm_bwd(tmp_h, a->x2, p->ln2_g, a->mean2, a->rstd2, a->d_o, grad->ln2_g, grad->ln2_b, n, h);
+    for (size_t i = 0; i < nh; i++) a->d_o[i] += dy[i];        /* dx2 = d(attention out) */
+    rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
+    memset(a->d_qkv, 0, (size_t)n * 3 * hk * sizeof *a->d_qkv);
+    rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->d_qkv,
+                     a->d_qkv + hk, a->d_qkv + 2 * hk, B, s->heads, S, S, s->kv, s->causal);
+    rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, 3 * hk); /* dh1 */
+    rt_layernorm_bwd(tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
+    for (size_t i = 0; i < nh; i++) dx[i] += a->d_o[i];
+    free(tmp_f), free(tmp_h), free(dctx);
+}
+
+void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, int S,
+                         const rt_layer_acts *a)
+{
+    int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
+    rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, f);
+    rt_linear_bwd_weight(a->ctx, a->d_o, grad->wo, grad->bo, n, hk, h);
+    rt_linear_bwd_weight(a->h1, a->d_qkv, grad->wqkv, grad->bqkv, n, h, 3 * hk);
+}

@@ -1,0 +1,106 @@
+/*
+ * layer.h — a real transformer layer on the CPU, forward and backward, for dprun's cpu backend.
+ *
+ * Pre-LN block (GPT-2 / Megatron style), on a micro-batch of shape (B, S, H):
+ *
+ *   h1  = LN1(x)                           layer norm with scale and bias, eps 1e-5
+ *   qkv = h1 Wqkv + bqkv                   (B*S, 3*HK), HK = heads * kv
+ *   ctx = softmax(q k^T / sqrt(kv) + mask) v   per (sample, head); mask causal (GPT, T5 decoder)
+ *                                          or none (T5 encoder)
+ *   x2  = x + ctx Wo + bo
+ *   h2  = LN2(x2)
+ *   u   = h2 W1 + b1,  g = GELU(u)         (tanh approximation)
+ *   y   = x2 + g W2 + b2
+ *
+ * Every op is its own function pair (forward, backward) so that each is gradient-checked against
+ * finite differences on small shapes (tests/unit/test_layer.c). The backward of the linear ops is
+ * split into the input gradient (rt_linear_bwd_input, ZB-H1's B) and the weight gradient
+ * (rt_linear_bwd_weight, its W). GEMMs go through CBLAS (OpenBLAS from Debian). Values are fp64:
+ * dprun measures time, and fp64 keeps the gradient checks tight.
+ *
+ * Matrices are row-major; shapes are in the comments as (rows, cols).
+ */
+#ifndef RT_LAYER_H
+#define RT_LAYER_H
+
+#include <stddef.h>
+
+/* y (n, out) = x (n, in) W (in, out) + b (out) */
+void rt_linear_fwd(const double *x, const double *w, const double *b, double *y, int n, int in,
+                   int out);
+/* dx (n, in) = dy (n, out) W^T */
+void rt_linear_bwd_input(const double *dy, const double *w, double *dx, int n, int in, int out);
+/* dW (in, out) += x^T dy; db (out) += column sums of dy */
+void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double *db, int n, int in,
+                          int out);
+
+/* Layer norm over rows of x (n, h): y = (x - mean) / sqrt(var + eps) * g + b. mean and rstd (n)
+ * are saved for the backward. */
+void rt_layernorm_fwd(const double *x, const double *g, const double *b, double *y, double *mean,
+                      double *rstd, int n, int h);
+/* dx (n, h) = d(LN)/dx . dy; dg, db (h) += parameter gradients. */
+void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const double *mean,
+                      const double *rstd, double *dx, double *dg, double *db, int n, int h);
+
+/* GELU, tanh approximation, elementwise over n values. */
+void rt_gelu_fwd(const double *u, double *g, size_t n);
+void rt_gelu_bwd(const double *dg, const double *u, double *du, size_t n);
+
+/* Attention of B samples, heads a, query length sq, key length sk, head width d. q (B*sq, a*d),
+ * k and v (B*sk, a*d) as row slices of a wider matrix with row stride ld_q / ld_kv; ctx
+ * (B*sq, a*d). p (B, a, sq, sk) keeps the softmax probabilities for the backward. */
+void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
+                      double *p, double *ctx, int B, int a, int sq, int sk, int d, int causal);
+/* Gradients of q, k, v (same layouts and strides as the forward) from dctx. They are added to. */
+void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
+                      int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
+                      int B, int a, int sq, int sk, int d, int causal);
+
+/* Softmax cross-entropy of logits (n, V) against targets (n): returns the mean loss and writes
+ * dlogits = (softmax - onehot) / n. */
+double rt_softmax_xent(const double *logits, const int *targets, double *dlogits, int n, int V);
+
+/* ---- the whole layer -------------------------------------------------------------------------- */
+
+typedef struct rt_layer_shape {
+    int hidden, heads, kv, ffn;
+    int causal;
+} rt_layer_shape;
+
+/* Parameters (and their gradients, same layout) of one layer. */
+typedef struct rt_layer_params {
+    double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+    double *block; /* one allocation holding all of them */
+    size_t count;  /* doubles */
+} rt_layer_params;
+
+int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s);
+void rt_layer_params_free(rt_layer_params *p);
+/* Deterministic small random init (seeded), LN scales 1. */
+void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned seed);
+
+/* Saved activations of one layer's forward on (B, S), for its backward. */
+typedef struct rt_layer_acts {
+    double *x, *h1, *mean1, *rstd1, *qkv, *p, *ctx, *x2, *h2, *mean2, *rstd2, *u, *g;
+    double *block;
+    size_t count;
+    /* input-gradient pass results kept for the weight-gradient pass (ZB-H1's W) */
+    double *d_qkv, *d_o, *d_u, *d_y;
+} rt_layer_acts;
+
+size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S);
+int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S);
+void rt_layer_acts_free(rt_layer_acts *a);
+
+/* y (B*S, H) = layer(x); saves what the backward needs in a. */
+void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
+                  const double *x, double *y, rt_layer_acts *a);
+/* Input gradient: dx from dy; keeps the per-linear output gradients in a for rt_layer_bwd_weight.
+ * Layer-norm parameter gradients are accumulated here too. */
+void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,
+                        int B, int S, const double *dy, double *dx, rt_layer_acts *a);
+/* Weight gradients of the four linear ops, accumulated into grad. */
+void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, int S,
+                         const rt_layer_acts *a);
+
+#endif /* RT_LAYER_H */
