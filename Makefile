@@ -27,7 +27,7 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
 CFLAGS  ?= $(OPT) -g
 ALL_CFLAGS := -std=c11 $(CFLAGS) $(WARN) $(SANFLAGS) -D_POSIX_C_SOURCE=200809L \
               -DDPSIM_SRCDIR='"$(SRCDIR)"' -MMD -MP
-LDLIBS  := -lgsl -lgslcblas -lcjson -lcsv -lm
+LDLIBS  := -lopenblas -lgsl -lcjson -lcsv -lm  # OpenBLAS first: its CBLAS serves GSL and dprun
 # MPI (OpenMPI from Debian): dpsim sweep splits points across ranks under mpirun; dprun is MPI.
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
@@ -89,13 +89,13 @@ $(LIBRT): $(RT_OBJS)
 	$(AR) rcs $@ $^
 
 $(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(LIBRT) $(LIBDPSIM)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lopenblas $(MPI_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/obj/tests/unit/%.o: ALL_CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lopenblas $(MPI_LIBS) -lcmocka
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) -lcmocka
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)

@@ -137,7 +137,14 @@ int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *c
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);
 void plan_env_release(plan_env *env);
 
+/* The simulator configuration of a plan read from a file (model state, links), from its header;
+ * hw receives the hardware and must outlive cfg. */
+#include "../sim/sim.h"
+dp_status cli_plan_sim_config(const plan *pl, const plan_cli *p, cluster_spec *hw,
+                              sim_config *cfg, dp_err *err);
+
 int cmd_plan(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);

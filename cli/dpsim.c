@@ -22,7 +22,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"compare", cmd_compare, "the main job: batching x schedule comparison table and figures"},
     {"sweep", cmd_sweep, "grid of plan parameters, one CSV row per point"},
     {"plot", cmd_plot, "draw figures with gnuplot"},
-    {"validate", NULL, "compare a simulated plan with a measured timeline"},
+    {"validate", cmd_validate, "compare a simulated plan with a measured timeline"},
 };
 #define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
 

@@ -213,6 +213,15 @@ size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S)
 
 int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S)
 {
+    double *block = malloc(rt_layer_acts_doubles(s, B, S) * sizeof *block);
+    if (!block) return -1;
+    rt_layer_acts_bind(a, s, B, S, block);
+    a->block = block;
+    return 0;
+}
+
+void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, double *block)
+{
     memset(a, 0, sizeof *a);
     size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
     size_t sizes[17] = {n * h, n * h, n, n, n * 3 * hk, (size_t)B * s->heads * S * S, n * hk, n * h,
@@ -220,17 +229,12 @@ int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S)
     double **slots[17] = {&a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv, &a->p,
                           &a->ctx, &a->x2,    &a->h2,    &a->mean2, &a->rstd2, &a->u,
                           &a->g,   &a->d_qkv, &a->d_o,   &a->d_u,   &a->d_y};
-    size_t total = 0;
-    for (int i = 0; i < 17; i++) total += sizes[i];
-    a->block = malloc(total * sizeof *a->block);
-    if (!a->block) return -1;
-    a->count = total;
     size_t at = 0;
     for (int i = 0; i < 17; i++) {
-        *slots[i] = a->block + at;
+        *slots[i] = block + at;
         at += sizes[i];
     }
-    return 0;
+    a->count = at;
 }
 
 void rt_layer_acts_free(rt_layer_acts *a)

@@ -90,6 +90,9 @@ typedef struct rt_layer_acts {
 
 size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S);
 int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S);
+/* Lays the activations out in a caller-owned block of rt_layer_acts_doubles() doubles (a->block
+ * stays NULL, so rt_layer_acts_free frees nothing). */
+void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, double *block);
 void rt_layer_acts_free(rt_layer_acts *a);
 
 /* y (B*S, H) = layer(x); saves what the backward needs in a. */

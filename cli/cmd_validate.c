@@ -1,0 +1,108 @@
+/* dpsim validate — the simulated plan against dprun's measured timeline. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../plots/plot.h"
+#include "../sim/validate.h"
+#include "cli.h"
+
+static const char VALIDATE_USAGE[] = "dpsim validate --plan plan.json --measured measured.csv [--json] [--plot F.png]";
+
+int cmd_validate(int argc, char **argv)
+{
+    static const struct option opts[] = {PLAN_LONG_OPTS,
+                                         {"plan", required_argument, 0, 'P'},
+                                         {"measured", required_argument, 0, 'M'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"plot", required_argument, 0, 'g'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "validate", *plan_path = NULL, *measured = NULL, *fig = NULL;
+    plan_cli p;
+    plan_cli_default(&p);
+    int json = 0, c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":P:M:jg:h", opts, NULL)) != -1) {
+        if ((r = cli_plan_opt(&p, c, optarg, cmd, VALIDATE_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'P': plan_path = optarg; break;
+        case 'M': measured = optarg; break;
+        case 'j': json = 1; break;
+        case 'g': fig = optarg; break;
+        case 'h':
+            printf("usage: %s\n\nSimulates the plan and compares it with the timeline dprun measured:\n"
+                   "per iteration the predicted and measured makespans and their error, the mean\n"
+                   "absolute percentage error and the maximum, and per op type (F, B, W) the mean\n"
+                   "predicted and measured durations.\n\n"
+                   "  -P, --plan FILE      the plan dprun ran                            (required)\n"
+                   "  -M, --measured FILE  dprun's timeline CSV                          (required)\n"
+                   "  -j, --json           print the validation JSON contract\n"
+                   "  -g, --plot FILE      draw simulated against measured iteration time\n"
+                   "  -h, --help           this help\n"
+                   "The plan options (--link-gbps, --mem-limit, ...) adjust the simulation.\n",
+                   VALIDATE_USAGE);
+            return 0;
+        case ':': return cli_usage_error(cmd, VALIDATE_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, VALIDATE_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, VALIDATE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    if (!plan_path || !measured) return cli_usage_error(cmd, VALIDATE_USAGE, "--plan and --measured are required");
+    dp_err err = {0};
+    plan pl;
+    cluster_spec hw;
+    sim_config cfg;
+    val_result v = {0};
+    dp_status st = plan_read(plan_path, &pl, &err);
+    if (st != DP_OK) return cli_fail(cmd, &err);
+    st = cli_plan_sim_config(&pl, &p, &hw, &cfg, &err);
+    cfg.hw = &hw;
+    for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = plan_validate(&pl.it[i], pl.h.chunks, plan_path, &err);
+    if (st == DP_OK) st = validate_run(&pl, &cfg, measured, &v, &err);
+    if (st == DP_OK) {
+        if (json) {
+            char *text = validate_json(&v);
+            if (text) puts(text);
+            free(text);
+        } else {
+            printf("# validate: plan %s against %s\n", plan_path, measured);
+            printf("%9s %14s %14s %9s\n", "iteration", "predicted", "measured", "error");
+            printf("%9s %14s %14s %9s\n", "#", "ms", "ms", "%");
+            for (int k = 0; k < v.iterations; k++)
+                printf("%9d %14.3f %14.3f %+8.2f%%\n", v.id[k], v.predicted_ms[k], v.measured_ms[k],
+                       100 * (v.predicted_ms[k] - v.measured_ms[k]) / v.measured_ms[k]);
+            printf("mean absolute error %.2f%%, max %.2f%% over %d iterations\n", v.mape_pct,
+                   v.max_abs_pct, v.iterations);
+            static const char *const names[3] = {"F", "B", "W"};
+            printf("\n%-4s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
+            for (int k = 0; k < 3; k++)
+                if (v.per_op[k].count)
+                    printf("%-4s %7d %14.3f %14.3f %11.2f%%\n", names[k], v.per_op[k].count,
+                           v.per_op[k].pred_ms, v.per_op[k].meas_ms, v.per_op[k].mape_pct);
+        }
+        if (fig) {
+            plot_point *pts = malloc((size_t)v.iterations * 2 * sizeof *pts);
+            if (!pts) st = dp_fail(&err, DP_ERR_NOMEM, "out of memory");
+            for (int k = 0; st == DP_OK && k < v.iterations; k++) {
+                pts[2 * k] = (plot_point){0, v.id[k], v.predicted_ms[k]};
+                pts[2 * k + 1] = (plot_point){1, v.id[k], v.measured_ms[k]};
+            }
+            static const char *const series[2] = {"simulated", "measured"};
+            char title[300];
+            snprintf(title, sizeof title, "Iteration time, simulated vs measured (mean abs. error %.2f%%)", v.mape_pct);
+            if (st == DP_OK)
+                st = plot_lines(pts, 2 * v.iterations, series, 2, title, "iteration", "iteration time (ms)", 0, fig, &err);
+            free(pts);
+            if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", fig);
+        }
+    }
+    val_result_release(&v);
+    plan_release(&pl);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}

@@ -1,0 +1,416 @@
+#include "exec.h"
+
+#include <cblas.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../models/memory.h"
+#include "layer.h"
+
+#define OP_ALLREDUCE (-1) /* recorded as "ALLREDUCE" in the timeline */
+enum { KIND_ACT, KIND_GRAD };
+
+/* Model state of one chunk (the layers of one virtual stage) on this rank. */
+typedef struct chunk_state {
+    int layers;
+    rt_layer_params *p, *g;
+    int first, last; /* virtual stage 0 (embedding) / last (LM head) */
+} chunk_state;
+
+/* Buffers of one (micro-batch, chunk). */
+typedef struct slot {
+    int alive, B, S;
+    double *in, *out, *dout, *din; /* (B*S, H) */
+    rt_layer_acts *acts;           /* one per layer */
+    double *dlogits;               /* last virtual stage: (B*S, V) */
+    MPI_Request recv[2], send[2];
+    int split;                     /* the plan runs W for it: B computes input gradients only */
+} slot;
+
+/* Buffers are reused across micro-batches (first-touch page faults would otherwise be measured
+ * as compute time, which the profile, warm, does not see). */
+typedef struct pool {
+    double **ptr;
+    size_t *size; /* doubles */
+    size_t n, cap, cap2;
+} pool;
+
+typedef struct ctx {
+    const rt_opts *o;
+    pool pool;
+    const plan_iter *it;
+    int rank, stage, replica, pp, chunks, nv;
+    rt_layer_shape shape;
+    int vocab;
+    chunk_state *ch;
+    double *emb, *demb; /* tied embedding / LM head (V, H), on the first and last stages */
+    slot *slots;        /* n_mb * chunks */
+    char host[64];
+    rt_record *rec;
+    size_t n_rec, cap_rec;
+    double t0;
+    int iteration;
+    int record;
+} ctx;
+
+static void die(const ctx *c, const char *what)
+{
+    fprintf(stderr, "dprun: rank %d (stage %d, replica %d) on %s: iteration %d: %s\n", c->rank,
+            c->stage, c->replica, c->host, c->iteration, what);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    exit(3); /* not reached */
+}
+
+/* Size class of a request: the next power of two, so that a block is reused only by requests of
+ * its own class (best-fit across classes let small requests eat large blocks and kept the pool
+ * growing, i.e. faulting fresh pages). */
+static size_t pool_class(size_t n)
+{
+    size_t c = 1024;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+static double *pool_get(ctx *c, size_t n)
+{
+    pool *p = &c->pool;
+    size_t want = pool_class(n);
+    for (size_t i = 0; i < p->n; i++)
+        if (p->size[i] == want) {
+            double *d = p->ptr[i];
+            p->ptr[i] = p->ptr[--p->n];
+            p->size[i] = p->size[p->n];
+            return d; /* not cleared: every buffer is written before it is read */
+        }
+    double *d = malloc(want * sizeof *d);
+    if (!d) die(c, "out of host memory");
+    return d;
+}
+
+static void pool_put(ctx *c, double *d, size_t n)
+{
+    if (!d) return;
+    pool *p = &c->pool;
+    if (dp_grow((void **)&p->ptr, &p->cap, p->n + 1, sizeof *p->ptr) != DP_OK ||
+        dp_grow((void **)&p->size, &p->cap2, p->n + 1, sizeof *p->size) != DP_OK) {
+        free(d);
+        return;
+    }
+    p->ptr[p->n] = d;
+    p->size[p->n++] = pool_class(n);
+}
+
+static void *xcalloc(const ctx *c, size_t n, size_t sz)
+{
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) die(c, "out of host memory");
+    return p;
+}
+
+static int tag_of(int mb, int chunk, int kind)
+{
+    return (mb * 64 + chunk) * 2 + kind;
+}
+
+/* Waits for a request, polling, until the timeout; checks for truncated messages. */
+static void wait_req(const ctx *c, MPI_Request *r, const char *what)
+{
+    if (*r == MPI_REQUEST_NULL) return;
+    double deadline = MPI_Wtime() + c->o->timeout_s;
+    struct timespec nap = {0, 20000};
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        int rc = MPI_Test(r, &flag, &st); /* errors come back as rc (MPI_ERRORS_RETURN) */
+        if (rc != MPI_SUCCESS) {
+            char msg[400], es[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, es, &len);
+            snprintf(msg, sizeof msg, "%s failed: %s (a message larger than the plan's shape: the "
+                     "ranks disagree on the plan?)", what, es);
+            die(c, msg);
+        }
+        if (flag) return;
+        if (MPI_Wtime() > deadline) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "timed out after %.1f s waiting for %s", c->o->timeout_s, what);
+            die(c, msg);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_end)
+{
+    if (!c->record) return;
+    if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
+        die(c, "out of host memory");
+    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk,
+                                     (t_start - c->t0) * 1e6, (t_end - c->t0) * 1e6};
+}
+
+static slot *slot_of(ctx *c, int mb, int chunk)
+{
+    return &c->slots[(size_t)mb * (size_t)c->chunks + (size_t)chunk];
+}
+
+static size_t act_elems(const slot *s, const ctx *c)
+{
+    return (size_t)s->B * s->S * c->shape.hidden;
+}
+
+static void slot_open(ctx *c, slot *s, const plan_mb *m)
+{
+    if (s->alive) return;
+    s->alive = 1;
+    s->B = m->mbs;
+    s->S = m->enc_len;
+    size_t n = act_elems(s, c);
+    s->in = pool_get(c, n);
+    s->out = pool_get(c, n);
+    s->dout = pool_get(c, n);
+    s->din = pool_get(c, n);
+    s->recv[0] = s->recv[1] = s->send[0] = s->send[1] = MPI_REQUEST_NULL;
+}
+
+static void slot_free(ctx *c, slot *s, int layers)
+{
+    wait_req(c, &s->send[0], "SEND_ACT completion");
+    wait_req(c, &s->send[1], "SEND_GRAD completion");
+    size_t n = act_elems(s, c), na = rt_layer_acts_doubles(&c->shape, s->B, s->S);
+    if (s->acts)
+        for (int l = 0; l < layers; l++) pool_put(c, s->acts[l].x, na); /* x is the block's start */
+    pool_put(c, s->in, n), pool_put(c, s->out, n), pool_put(c, s->dout, n), pool_put(c, s->din, n);
+    pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab);
+    free(s->acts);
+    memset(s, 0, sizeof *s);
+}
+
+/* Deterministic pseudo-random fill (the embedding lookup of a micro-batch's tokens). */
+static void fill(double *v, size_t n, unsigned seed)
+{
+    unsigned st = seed * 2654435761u + 7;
+    for (size_t i = 0; i < n; i++) {
+        st = st * 1664525u + 1013904223u;
+        v[i] = ((double)(st >> 8) / (double)(1u << 24) - 0.5);
+    }
+}
+
+static void do_forward(ctx *c, const plan_instr *x, slot *s)
+{
+    chunk_state *ch = &c->ch[x->chunk];
+    int n = s->B * s->S, H = c->shape.hidden;
+    if (ch->first) fill(s->in, act_elems(s, c), (unsigned)(x->mb * 131 + c->iteration));
+    if (!s->acts) {
+        s->acts = xcalloc(c, (size_t)ch->layers, sizeof *s->acts);
+        size_t na = rt_layer_acts_doubles(&c->shape, s->B, s->S);
+        for (int l = 0; l < ch->layers; l++) rt_layer_acts_bind(&s->acts[l], &c->shape, s->B, s->S, pool_get(c, na));
+    }
+    double *cur = s->in, *tmp = pool_get(c, act_elems(s, c));
+    for (int l = 0; l < ch->layers; l++) {
+        double *dst = l % 2 == 0 ? tmp : s->out;
+        rt_layer_fwd(&ch->p[l], &c->shape, s->B, s->S, cur, dst, &s->acts[l]);
+        cur = dst;
+    }
+    if (cur != s->out) memcpy(s->out, cur, act_elems(s, c) * sizeof(double));
+    pool_put(c, tmp, act_elems(s, c));
+    if (ch->last) { /* LM head (tied embedding) and loss */
+        double *logits = pool_get(c, (size_t)n * c->vocab);
+        int *targets = xcalloc(c, (size_t)n, sizeof(int));
+        for (int i = 0; i < n; i++) targets[i] = (i * 7919 + x->mb) % c->vocab;
+        s->dlogits = pool_get(c, (size_t)n * c->vocab);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c->vocab, H, 1.0, s->out, H, c->emb,
+                    H, 0.0, logits, c->vocab);
+        rt_softmax_xent(logits, targets, s->dlogits, n, c->vocab);
+        pool_put(c, logits, (size_t)n * c->vocab);
+        free(targets);
+    }
+}
+
+static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
+{
+    chunk_state *ch = &c->ch[x->chunk];
+    int n = s->B * s->S, H = c->shape.hidden;
+    if (ch->last) { /* LM head backward: d(out) and d(embedding) */
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, c->vocab, 1.0, s->dlogits,
+                    c->vocab, c->emb, H, 0.0, s->dout, H);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c->vocab, H, n, 1.0, s->dlogits,
+                    c->vocab, s->out, H, 1.0, c->demb, H);
+    }
+    double *cur = s->dout, *tmp = pool_get(c, act_elems(s, c));
+    for (int l = ch->layers - 1; l >= 0; l--) {
+        double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
+        rt_layer_bwd_input(&ch->p[l], &ch->g[l], &c->shape, s->B, s->S, cur, dst, &s->acts[l]);
+        cur = dst;
+    }
+    if (cur != s->din) memcpy(s->din, cur, act_elems(s, c) * sizeof(double));
+    pool_put(c, tmp, act_elems(s, c));
+}
+
+static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
+{
+    chunk_state *ch = &c->ch[x->chunk];
+    for (int l = ch->layers - 1; l >= 0; l--)
+        rt_layer_bwd_weight(&ch->g[l], &c->shape, s->B, s->S, &s->acts[l]);
+}
+
+static void describe(char *buf, size_t cap, const plan_instr *x, int i)
+{
+    snprintf(buf, cap, "instruction %d (%s mb %d chunk %d)", i, plan_op_name(x->op), x->mb, x->chunk);
+}
+
+static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
+{
+    c->it = it;
+    const plan_rank *R = &it->ranks[c->replica * c->pp + c->stage];
+    size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
+    c->slots = xcalloc(c, nslots, sizeof *c->slots);
+    /* which (mb, chunk) have a W on this rank: their B leaves the weight gradients to it */
+    for (int i = 0; i < R->n; i++)
+        if (R->ins[i].op == OP_W) slot_of(c, R->ins[i].mb, R->ins[i].chunk)->split = 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    c->t0 = MPI_Wtime();
+    char what[160];
+    for (int i = 0; i < R->n; i++) {
+        const plan_instr *x = &R->ins[i];
+        slot *s = slot_of(c, x->mb, x->chunk);
+        const plan_mb *m = &it->mb[x->mb];
+        int peer = c->replica * c->pp + x->peer;
+        double t = MPI_Wtime();
+        switch (x->op) {
+        case OP_RECV_ACT:
+        case OP_RECV_GRAD: {
+            slot_open(c, s, m);
+            int kind = x->op == OP_RECV_ACT ? KIND_ACT : KIND_GRAD;
+            double *buf = kind == KIND_ACT ? s->in : s->dout;
+            MPI_Irecv(buf, (int)act_elems(s, c), MPI_DOUBLE, peer, tag_of(x->mb, x->chunk, kind),
+                      MPI_COMM_WORLD, &s->recv[kind]);
+            break;
+        }
+        case OP_F:
+            slot_open(c, s, m);
+            describe(what, sizeof what, x, i);
+            wait_req(c, &s->recv[KIND_ACT], what);
+            t = MPI_Wtime();
+            do_forward(c, x, s);
+            record(c, OP_F, x->mb, x->chunk, t, MPI_Wtime());
+            continue;
+        case OP_B:
+            describe(what, sizeof what, x, i);
+            wait_req(c, &s->recv[KIND_GRAD], what);
+            t = MPI_Wtime();
+            do_backward_input(c, x, s);
+            if (!s->split) do_backward_weight(c, x, s);
+            record(c, OP_B, x->mb, x->chunk, t, MPI_Wtime());
+            continue;
+        case OP_W:
+            do_backward_weight(c, x, s);
+            record(c, OP_W, x->mb, x->chunk, t, MPI_Wtime());
+            continue;
+        case OP_SEND_ACT:
+        case OP_SEND_GRAD: {
+            int kind = x->op == OP_SEND_ACT ? KIND_ACT : KIND_GRAD;
+            double *buf = kind == KIND_ACT ? s->out : s->din;
+            int pv = (x->chunk * c->pp + c->stage) + (kind == KIND_ACT ? 1 : -1);
+            MPI_Isend(buf, (int)act_elems(s, c), MPI_DOUBLE, peer, tag_of(x->mb, pv / c->pp, kind),
+                      MPI_COMM_WORLD, &s->send[kind]);
+            break;
+        }
+        case OP_FREE:
+            slot_free(c, s, c->ch[x->chunk].layers);
+            break;
+        default: break;
+        }
+        record(c, x->op, x->mb, x->chunk, t, MPI_Wtime());
+    }
+    for (size_t k = 0; k < nslots; k++)
+        if (c->slots[k].alive) slot_free(c, &c->slots[k], c->ch[k % (size_t)c->chunks].layers);
+    free(c->slots);
+    c->slots = NULL;
+    if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
+        double t = MPI_Wtime();
+        for (int k = 0; k < c->chunks; k++)
+            for (int l = 0; l < c->ch[k].layers; l++)
+                MPI_Allreduce(MPI_IN_PLACE, c->ch[k].g[l].block, (int)c->ch[k].g[l].count,
+                              MPI_DOUBLE, MPI_SUM, stage_comm);
+        record(c, OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
+    }
+}
+
+dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err)
+{
+    const plan *pl = o->pl;
+    const model_spec *m = o->model;
+    ctx c = {0};
+    c.o = o;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+    gethostname(c.host, sizeof c.host - 1);
+    c.pp = pl->h.pp;
+    c.chunks = pl->h.chunks;
+    c.nv = c.pp * c.chunks;
+    c.stage = c.rank % c.pp;
+    c.replica = c.rank / c.pp;
+    if (m->arch != ARCH_GPT)
+        return dp_fail(err, DP_ERR_UNSUPPORTED,
+                       "dprun runs GPT (decoder-only) plans for now; %s is T5", m->name);
+    c.shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn, 1};
+    c.vocab = m->vocab;
+    c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
+    for (int k = 0; k < c.chunks; k++) {
+        int v = k * c.pp + c.stage, enc, dec;
+        memory_stage_layers(m, v, c.nv, &enc, &dec);
+        chunk_state *ch = &c.ch[k];
+        ch->layers = enc;
+        ch->first = v == 0;
+        ch->last = v == c.nv - 1;
+        ch->p = xcalloc(&c, (size_t)enc, sizeof *ch->p);
+        ch->g = xcalloc(&c, (size_t)enc, sizeof *ch->g);
+        for (int l = 0; l < enc; l++) {
+            if (rt_layer_params_alloc(&ch->p[l], &c.shape) != 0 || rt_layer_params_alloc(&ch->g[l], &c.shape) != 0)
+                die(&c, "out of host memory");
+            rt_layer_params_init(&ch->p[l], &c.shape, (unsigned)(v * 1000 + l));
+        }
+        if (ch->last) {
+            c.emb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));
+            c.demb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));
+            fill(c.emb, (size_t)m->vocab * m->hidden, 99);
+            for (size_t i = 0; i < (size_t)m->vocab * m->hidden; i++) c.emb[i] *= 0.04;
+        }
+    }
+    MPI_Comm stage_comm;
+    MPI_Comm_split(MPI_COMM_WORLD, c.stage, c.replica, &stage_comm);
+    int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
+    if (o->stall_rank == c.rank && o->stall_s > 0) {
+        fprintf(stderr, "dprun: rank %d stalls for %.1f s (fault injection)\n", c.rank, o->stall_s);
+        sleep((unsigned)o->stall_s);
+    }
+    for (int w = 0; w < o->warmup && n_it > 0; w++) {
+        c.iteration = 0;
+        c.record = 0;
+        run_iteration(&c, &pl->it[0], stage_comm);
+    }
+    c.record = 1;
+    for (int i = 0; i < n_it; i++) {
+        c.iteration = pl->it[i].id;
+        run_iteration(&c, &pl->it[i], stage_comm);
+    }
+    MPI_Comm_free(&stage_comm);
+    for (int k = 0; k < c.chunks; k++) {
+        for (int l = 0; l < c.ch[k].layers; l++) {
+            rt_layer_params_free(&c.ch[k].p[l]);
+            rt_layer_params_free(&c.ch[k].g[l]);
+        }
+        free(c.ch[k].p), free(c.ch[k].g);
+    }
+    free(c.ch), free(c.emb), free(c.demb);
+    for (size_t i = 0; i < c.pool.n; i++) free(c.pool.ptr[i]);
+    free(c.pool.ptr), free(c.pool.size);
+    *rec = c.rec;
+    *n_rec = c.n_rec;
+    return DP_OK;
+}

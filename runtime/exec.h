@@ -1,0 +1,51 @@
+/*
+ * exec.h — dprun's plan executor: one MPI rank per (stage, replica) runs its instruction list.
+ *
+ * Semantics are the plan's (scheduler/plan.h), on real processes:
+ *   RECV_*   MPI_Irecv into a buffer sized from the plan's micro-batch shape (posted, not waited);
+ *   F, B, W  wait only for the receive they consume (polling, so a stall past --timeout is caught),
+ *            then run the real layers of the stage's chunk on the CPU backend (runtime/layer.h):
+ *            F the forward (plus embedding on the first virtual stage, LM head and loss on the
+ *            last), B the input gradients (and the weight gradients unless the plan has a W for
+ *            it), W the weight gradients;
+ *   SEND_*   MPI_Isend of the produced activation or gradient (overlaps what follows);
+ *   FREE     waits for the micro-batch's own sends, then frees its activations.
+ * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
+ * With D > 1 replicas, each stage all-reduces its gradients across replicas after an iteration.
+ *
+ * Failure never hangs a job: a wait that passes the timeout, a message larger than the plan's
+ * shape (the ranks disagree on the plan), or a compute error prints a message naming the rank,
+ * host, iteration and instruction, then MPI_Abort ends every rank.
+ *
+ * Only the cpu backend and GPT (decoder-only) plans run for now; the T5 layers' ops exist in
+ * layer.h but the executor refuses T5 plans with a clear message.
+ */
+#ifndef RT_EXEC_H
+#define RT_EXEC_H
+
+#include <stdint.h>
+
+#include "../models/model.h"
+#include "../scheduler/plan.h"
+
+/* One measured operation (the timeline CSV row). */
+typedef struct rt_record {
+    int32_t iteration, stage, replica, op, mb, chunk;
+    double start_us, end_us;
+} rt_record;
+
+typedef struct rt_opts {
+    const plan *pl;
+    const model_spec *model;
+    double timeout_s;  /* a wait longer than this aborts the job */
+    int warmup;        /* unrecorded runs of the first iteration */
+    int iterations;    /* 0: all of the plan's */
+    int stall_rank;    /* fault injection for tests: this rank sleeps stall_s before iteration 0 */
+    double stall_s;
+} rt_opts;
+
+/* Runs the plan on this rank (MPI is initialised). Records are malloc'd into *rec. Fails (without
+ * aborting) only on set-up problems that every rank detects alike; run-time faults abort. */
+dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err);
+
+#endif /* RT_EXEC_H */

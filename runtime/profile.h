@@ -1,0 +1,33 @@
+/*
+ * profile.h — dprun profile: measure the calibration grid on a backend.
+ *
+ * For every (mbs, seqlen) of the grid it times one transformer layer's forward and backward
+ * (input and weight gradients) and the LM head + loss, with warm-up runs and the median of the
+ * repeats, and writes the profile CSV contract (models/cost.h): tp 1, recompute none, components
+ * encoder and postprocess, metrics fwd_ms, bwd_ms, stored_act_mb (activations the layer keeps for
+ * its backward) and peak_act_mb (those plus the backward's gradient buffers). `dpsim --profile`
+ * uses the file directly.
+ *
+ * Under mpirun every rank measures the same grid at the same time (a barrier per point), so the
+ * timings include the contention of busy neighbouring ranks, as in a run; rank 0 writes the file.
+ */
+#ifndef RT_PROFILE_H
+#define RT_PROFILE_H
+
+#include "../models/model.h"
+
+typedef struct rt_profile_opts {
+    const model_spec *model;
+    const int *mbs;
+    int n_mbs;
+    const int *seqlen;
+    int n_seqlen;
+    int repeats, warmup;
+    const char *out;
+    int progress; /* a line per grid point on stderr */
+    void (*sync)(void); /* called before each grid point (MPI_Barrier when all ranks profile) */
+} rt_profile_opts;
+
+dp_status rt_profile(const rt_profile_opts *o, dp_err *err);
+
+#endif /* RT_PROFILE_H */

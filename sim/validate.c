@@ -1,0 +1,206 @@
+#include "validate.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/csv_table.h"
+
+/* A compute op's duration, keyed by where it ran. */
+typedef struct op_time {
+    int iteration, stage, replica, op, mb, chunk;
+    double dur_ms;
+} op_time;
+
+typedef struct op_list {
+    op_time *v;
+    size_t n, cap;
+    dp_status st;
+} op_list;
+
+static void push_op(op_list *l, op_time t)
+{
+    if (l->st != DP_OK) return;
+    if (dp_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) != DP_OK) {
+        l->st = DP_ERR_NOMEM;
+        return;
+    }
+    l->v[l->n++] = t;
+}
+
+static int cmp_op(const void *a, const void *b)
+{
+    const op_time *x = a, *y = b;
+    int kx[6] = {x->iteration, x->replica, x->stage, x->op, x->mb, x->chunk};
+    int ky[6] = {y->iteration, y->replica, y->stage, y->op, y->mb, y->chunk};
+    for (int i = 0; i < 6; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+    return 0;
+}
+
+/* ---- the simulated side ---- */
+typedef struct pred_ctx {
+    op_list ops;
+    int64_t iter_t0;
+} pred_ctx;
+
+static void on_pred(void *ctx, const sim_op *o)
+{
+    pred_ctx *p = ctx;
+    if (o->op != OP_F && o->op != OP_B && o->op != OP_W) return;
+    push_op(&p->ops, (op_time){o->iteration, o->stage, o->replica, (int)o->op, o->mb, o->chunk,
+                               (double)(o->end_ns - o->start_ns) / 1e6});
+}
+
+/* ---- the measured side ---- */
+typedef struct meas_ctx {
+    int idx[8];
+    op_list ops;
+    double *end_ms; /* per iteration id: latest end */
+    size_t cap_end;
+    int max_it;
+} meas_ctx;
+
+static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
+{
+    meas_ctx *c = vctx;
+    static const csv_column cols[8] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
+                                       {"mb", 1},        {"start_us", 1}, {"end_us", 1},
+                                       {"replica", 0},   {"chunk", 0}};
+    return csv_header_map(h, cols, 8, c->idx, err);
+}
+
+static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
+{
+    meas_ctx *c = vctx;
+    int64_t it, stage, mb, rep = 0, chunk = 0;
+    double t0, t1;
+    const char *const *f = (const char *const *)r->fields;
+    if (dp_parse_i64(f[c->idx[0]], 0, 1 << 30, &it) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: iteration \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[0]]);
+    if (dp_parse_i64(f[c->idx[1]], 0, 1 << 20, &stage) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: stage \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[1]]);
+    if (dp_parse_i64(f[c->idx[3]], 0, 1 << 30, &mb) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: mb \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[3]]);
+    if (dp_parse_f64(f[c->idx[4]], &t0) != 0 || dp_parse_f64(f[c->idx[5]], &t1) != 0 || t1 < t0 || t0 < 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: start_us/end_us must be numbers with 0 <= start <= end", r->path, r->line);
+    if (c->idx[6] >= 0 && dp_parse_i64(f[c->idx[6]], 0, 1 << 20, &rep) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: replica \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[6]]);
+    if (c->idx[7] >= 0 && dp_parse_i64(f[c->idx[7]], 0, 64, &chunk) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: chunk \"%s\" is not a whole number in [0, 64]", r->path, r->line, f[c->idx[7]]);
+    if (dp_grow((void **)&c->end_ms, &c->cap_end, (size_t)it + 1, sizeof *c->end_ms) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int k = c->max_it + 1; k <= (int)it; k++) c->end_ms[k] = -1;
+    if ((int)it > c->max_it) c->max_it = (int)it;
+    if (t1 / 1e3 > c->end_ms[it]) c->end_ms[it] = t1 / 1e3;
+    plan_op op;
+    if (plan_op_parse(f[c->idx[2]], &op) == 0 && (op == OP_F || op == OP_B || op == OP_W))
+        push_op(&c->ops, (op_time){(int)it, (int)stage, (int)rep, (int)op, (int)mb, (int)chunk, (t1 - t0) / 1e3});
+    return c->ops.st == DP_OK ? DP_OK : dp_fail(err, DP_ERR_NOMEM, "out of memory");
+}
+
+void val_result_release(val_result *v)
+{
+    free(v->id);
+    free(v->predicted_ms);
+    free(v->measured_ms);
+    memset(v, 0, sizeof *v);
+}
+
+dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measured_path,
+                       val_result *v, dp_err *err)
+{
+    memset(v, 0, sizeof *v);
+    meas_ctx mc = {.max_it = -1};
+    pred_ctx pc = {0};
+    dp_status st = csv_read_file(measured_path, 1, meas_header, meas_row, &mc, err);
+    if (st != DP_OK) goto out;
+    v->id = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->id);
+    v->predicted_ms = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->predicted_ms);
+    v->measured_ms = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->measured_ms);
+    if (!v->id || !v->predicted_ms || !v->measured_ms) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    sim s;
+    sim_init(&s);
+    sim_sink sink = {on_pred, NULL, &pc};
+    for (int i = 0; i < pl->n_it && st == DP_OK; i++) {
+        const plan_iter *it = &pl->it[i];
+        if (it->id > mc.max_it || mc.end_ms[it->id] < 0) continue; /* not measured */
+        sim_iter_result r;
+        st = sim_iteration(&s, cfg, it, 0, &sink, &r, err);
+        if (st != DP_OK) break;
+        int k = v->iterations++;
+        v->id[k] = it->id;
+        v->predicted_ms[k] = (double)r.makespan_ns / 1e6;
+        v->measured_ms[k] = mc.end_ms[it->id];
+    }
+    sim_release(&s);
+    if (st != DP_OK) goto out;
+    if (v->iterations == 0) {
+        st = dp_fail(err, DP_ERR_INVALID, "%s: no iteration of the plan was measured", measured_path);
+        goto out;
+    }
+    for (int k = 0; k < v->iterations; k++) {
+        double e = fabs(100 * (v->predicted_ms[k] - v->measured_ms[k]) / v->measured_ms[k]);
+        v->mape_pct += e / v->iterations;
+        if (e > v->max_abs_pct) v->max_abs_pct = e;
+    }
+    /* per op: match (iteration, replica, stage, op, mb, chunk) in both sorted lists */
+    qsort(pc.ops.v, pc.ops.n, sizeof *pc.ops.v, cmp_op);
+    qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op);
+    for (size_t a = 0, b = 0; a < pc.ops.n && b < mc.ops.n;) {
+        int c = cmp_op(&pc.ops.v[a], &mc.ops.v[b]);
+        if (c < 0) a++;
+        else if (c > 0) b++;
+        else {
+            val_op_stats *o = &v->per_op[pc.ops.v[a].op];
+            double p = pc.ops.v[a].dur_ms, m = mc.ops.v[b].dur_ms;
+            o->count++;
+            o->pred_ms += p;
+            o->meas_ms += m;
+            if (m > 0) o->mape_pct += fabs(100 * (p - m) / m);
+            a++, b++;
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        if (v->per_op[k].count) {
+            v->per_op[k].pred_ms /= v->per_op[k].count;
+            v->per_op[k].meas_ms /= v->per_op[k].count;
+            v->per_op[k].mape_pct /= v->per_op[k].count;
+        }
+out:
+    free(pc.ops.v);
+    free(mc.ops.v);
+    free(mc.end_ms);
+    if (st != DP_OK) val_result_release(v);
+    return st;
+}
+
+char *validate_json(const val_result *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "iterations", v->iterations);
+    cJSON *p = cJSON_AddArrayToObject(o, "predicted_ms"), *m = cJSON_AddArrayToObject(o, "measured_ms");
+    for (int k = 0; k < v->iterations; k++) {
+        cJSON_AddItemToArray(p, cJSON_CreateNumber(v->predicted_ms[k]));
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(v->measured_ms[k]));
+    }
+    cJSON_AddNumberToObject(o, "mape_pct", v->mape_pct);
+    cJSON_AddNumberToObject(o, "max_abs_pct", v->max_abs_pct);
+    cJSON *ops = cJSON_AddObjectToObject(o, "per_op");
+    static const char *const names[3] = {"F", "B", "W"};
+    for (int k = 0; k < 3; k++) {
+        if (!v->per_op[k].count) continue;
+        cJSON *x = cJSON_AddObjectToObject(ops, names[k]);
+        cJSON_AddNumberToObject(x, "count", v->per_op[k].count);
+        cJSON_AddNumberToObject(x, "predicted_ms_mean", v->per_op[k].pred_ms);
+        cJSON_AddNumberToObject(x, "measured_ms_mean", v->per_op[k].meas_ms);
+        cJSON_AddNumberToObject(x, "mape_pct", v->per_op[k].mape_pct);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    return text;
+}

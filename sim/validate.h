@@ -1,0 +1,40 @@
+/*
+ * validate.h — how far the simulation was from the measurement.
+ *
+ * A measured timeline (dprun --out, the timeline CSV contract) is compared with the simulation of
+ * the same plan: per iteration the predicted makespan (simulated) against the measured one (the
+ * latest end of any op of the iteration, times being from the iteration's start barrier), and per
+ * compute op type (F, B, W) the mean predicted duration against the mean measured one over the
+ * ops present in both.
+ *
+ *   error_pct    = 100 * (predicted - measured) / measured
+ *   mape_pct     = mean |error_pct| over iterations;  max_abs_pct = max |error_pct|
+ */
+#ifndef VALIDATE_H
+#define VALIDATE_H
+
+#include "sim.h"
+
+typedef struct val_op_stats {
+    int count;
+    double pred_ms, meas_ms; /* means over the matched ops */
+    double mape_pct;         /* mean |error| of the individual ops */
+} val_op_stats;
+
+typedef struct val_result {
+    int iterations;
+    int *id;
+    double *predicted_ms, *measured_ms;
+    double mape_pct, max_abs_pct;
+    val_op_stats per_op[3]; /* F, B, W */
+} val_result;
+
+void val_result_release(val_result *v);
+
+/* Simulates pl (with cfg) and compares with the measured timeline CSV at measured_path. */
+dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measured_path,
+                       val_result *v, dp_err *err);
+
+char *validate_json(const val_result *v);
+
+#endif /* VALIDATE_H */
