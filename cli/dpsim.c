@@ -8,7 +8,7 @@
 
 typedef struct subcommand {
     const char *name;
-    int (*run)(int argc, char **argv); /* NULL: not built yet */
+    int (*run)(int argc, char **argv);
     const char *summary;
 } subcommand;
 
@@ -36,8 +36,7 @@ static void help(void)
            "Subcommands:\n",
            USAGE);
     for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-        printf("  %-10s %s%s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].summary,
-               SUBCOMMANDS[i].run ? "" : " (not built yet)");
+        printf("  %-10s %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].summary);
     printf("\nOptions:\n"
            "  -h, --help     this help\n"
            "  -V, --version  print the version\n\n"
@@ -62,13 +61,7 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
-        if (strcmp(name, SUBCOMMANDS[i].name) != 0) continue;
-        if (!SUBCOMMANDS[i].run) {
-            fprintf(stderr, "dpsim %s: not built yet in dpsim %s (%s)\n", name, DPSIM_VERSION,
-                    SUBCOMMANDS[i].summary);
-            return EXIT_USAGE;
-        }
-        return SUBCOMMANDS[i].run(argc - 1, argv + 1);
+        if (strcmp(name, SUBCOMMANDS[i].name) == 0) return SUBCOMMANDS[i].run(argc - 1, argv + 1);
     }
     fprintf(stderr, "dpsim: unknown subcommand \"%s\"\nusage: %s\n", name, USAGE);
     return EXIT_USAGE;

@@ -273,7 +273,9 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     /* which (mb, chunk) have a W on this rank: their B leaves the weight gradients to it */
     for (int i = 0; i < R->n; i++)
         if (R->ins[i].op == OP_W) slot_of(c, R->ins[i].mb, R->ins[i].chunk)->split = 1;
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Request bar;
+    MPI_Ibarrier(MPI_COMM_WORLD, &bar); /* with the timeout: a stalled rank must not hang the rest */
+    wait_req(c, &bar, "the other ranks at the start of the iteration");
     c->t0 = MPI_Wtime();
     char what[160];
     for (int i = 0; i < R->n; i++) {
@@ -335,9 +337,12 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
         double t = MPI_Wtime();
         for (int k = 0; k < c->chunks; k++)
-            for (int l = 0; l < c->ch[k].layers; l++)
-                MPI_Allreduce(MPI_IN_PLACE, c->ch[k].g[l].block, (int)c->ch[k].g[l].count,
-                              MPI_DOUBLE, MPI_SUM, stage_comm);
+            for (int l = 0; l < c->ch[k].layers; l++) {
+                MPI_Request rq;
+                MPI_Iallreduce(MPI_IN_PLACE, c->ch[k].g[l].block, (int)c->ch[k].g[l].count,
+                               MPI_DOUBLE, MPI_SUM, stage_comm, &rq);
+                wait_req(c, &rq, "the gradient all-reduce across replicas");
+            }
         record(c, OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
 }

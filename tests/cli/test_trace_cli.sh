@@ -69,6 +69,6 @@ expect "plot lengths as SVG" 0 "" -- "$DPSIM" plot lengths "$TMP/a.csv" -o "$TMP
 check "lengths.svg is SVG" grep -q "<svg" "$TMP/len.svg"
 expect "plot to an unknown type" 1 "unknown figure type" -- "$DPSIM" plot lengths "$TMP/a.csv" -o "$TMP/len.gif"
 expect "unknown plot kind" 2 "unknown figure kind" -- "$DPSIM" plot pie x
-expect "not-built subcommand says so" 2 "not built yet" -- "$DPSIM" validate
+expect "validate without its files is a usage error" 2 "--plan and --measured are required" -- "$DPSIM" validate
 
 finish
