@@ -6,6 +6,7 @@
 #   make check    deps + build + every test (unit, CLI, and a second pass under ASan/UBSan)
 #   make bench    benchmarks (ratios measured in the same run)
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
+#   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev \
@@ -13,7 +14,14 @@ DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev lib
 
 CC      ?= cc
 SRCDIR  := $(abspath .)
-ifeq ($(SANITIZE),1)
+FUZZ_SECONDS ?= 60
+ifeq ($(FUZZ),1)
+# libFuzzer build (make fuzz): clang, ASan + UBSan, coverage instrumentation everywhere
+CC      := clang
+BUILD   := build/fuzz
+SANFLAGS := -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O1
+else ifeq ($(SANITIZE),1)
 BUILD   := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT     := -O1
@@ -55,6 +63,8 @@ LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c scheduler/*.c sim/*.c pl
 CLI_SRCS := $(wildcard cli/*.c)
 RT_SRCS  := $(filter-out runtime/dprun.c,$(wildcard runtime/*.c))
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_TARGETS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=%)
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -63,9 +73,10 @@ RT_OBJS  := $(RT_SRCS:%.c=$(BUILD)/obj/%.o)
 LIBRT    := $(BUILD)/libdprun.a
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
+REPLAY_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
-.PHONY: all deps demo check test bench clean help default-trace paper
+.PHONY: all deps demo check test bench clean help default-trace paper fuzz
 all: $(BUILD)/dpsim $(BUILD)/dprun
 
 $(BUILD)/obj/%.o: %.c
@@ -101,8 +112,18 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-tests: $(TEST_BINS)
+# Fuzz targets: replayed over their corpora by make check (any compiler), fuzzed by make fuzz.
+$(BUILD)/fuzz-replay/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/fuzzer/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+tests: $(TEST_BINS) $(REPLAY_BINS)
+
+-include $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/obj/tests/fuzz/%.d)
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
 
@@ -141,6 +162,22 @@ test: all tests
 
 bench: all $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do $$b || exit 1; echo; done
+
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+
+# libFuzzer on every parser for FUZZ_SECONDS each; new crashes land in tests/fuzz/corpus/TARGET/
+# (kept as regression inputs that make check replays).
+fuzz: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(FUZZ_PACKAGES)"
+	@$(MAKE) --no-print-directory FUZZ=1 $(FUZZ_TARGETS:%=build/fuzz/fuzzer/%)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/corpus/$$t; \
+	  build/fuzz/fuzzer/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
+	    -artifact_prefix=tests/fuzz/corpus/$$t/ build/fuzz/corpus/$$t tests/fuzz/corpus/$$t \
+	    >build/fuzz/$$t.log 2>&1; rc=$$?; \
+	  printf '%-14s %s %s\n' $$t "$$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' build/fuzz/$$t.log | tail -1)" \
+	    "$$( [ $$rc = 0 ] && echo clean || echo "FAILED (exit $$rc, see build/fuzz/$$t.log)")"; \
+	done
 
 # The paper's experiments in simulation (Figs. 13-17) into paper-out/.
 paper: all

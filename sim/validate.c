@@ -57,9 +57,9 @@ static void on_pred(void *ctx, const sim_op *o)
 typedef struct meas_ctx {
     int idx[8];
     op_list ops;
-    double *end_ms; /* per iteration id: latest end */
-    size_t cap_end;
-    int max_it;
+    const plan *pl;
+    double *end_ms; /* per plan iteration (by index): latest end, -1 when not measured */
+    int last;       /* index of the iteration found last (rows come grouped by iteration) */
 } meas_ctx;
 
 static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
@@ -89,11 +89,14 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: replica \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[6]]);
     if (c->idx[7] >= 0 && dp_parse_i64(f[c->idx[7]], 0, 64, &chunk) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: chunk \"%s\" is not a whole number in [0, 64]", r->path, r->line, f[c->idx[7]]);
-    if (dp_grow((void **)&c->end_ms, &c->cap_end, (size_t)it + 1, sizeof *c->end_ms) != DP_OK)
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    for (int k = c->max_it + 1; k <= (int)it; k++) c->end_ms[k] = -1;
-    if ((int)it > c->max_it) c->max_it = (int)it;
-    if (t1 / 1e3 > c->end_ms[it]) c->end_ms[it] = t1 / 1e3;
+    int k = c->last;
+    if (k >= c->pl->n_it || c->pl->it[k].id != it)
+        for (k = 0; k < c->pl->n_it && c->pl->it[k].id != it; k++) continue;
+    if (k == c->pl->n_it)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: iteration %lld is not in the plan", r->path,
+                       r->line, (long long)it);
+    c->last = k;
+    if (t1 / 1e3 > c->end_ms[k]) c->end_ms[k] = t1 / 1e3;
     plan_op op;
     if (plan_op_parse(f[c->idx[2]], &op) == 0 && (op == OP_F || op == OP_B || op == OP_W))
         push_op(&c->ops, (op_time){(int)it, (int)stage, (int)rep, (int)op, (int)mb, (int)chunk, (t1 - t0) / 1e3});
@@ -112,10 +115,16 @@ dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measur
                        val_result *v, dp_err *err)
 {
     memset(v, 0, sizeof *v);
-    meas_ctx mc = {.max_it = -1};
+    meas_ctx mc = {.pl = pl};
     pred_ctx pc = {0};
-    dp_status st = csv_read_file(measured_path, 1, meas_header, meas_row, &mc, err);
-    if (st != DP_OK) goto out;
+    dp_status st = DP_OK;
+    mc.end_ms = malloc((size_t)(pl->n_it + 1) * sizeof *mc.end_ms);
+    if (!mc.end_ms) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < pl->n_it; i++) mc.end_ms[i] = -1;
+    TRY(csv_read_file(measured_path, 1, meas_header, meas_row, &mc, err));
     v->id = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->id);
     v->predicted_ms = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->predicted_ms);
     v->measured_ms = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->measured_ms);
@@ -128,14 +137,14 @@ dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measur
     sim_sink sink = {on_pred, NULL, &pc};
     for (int i = 0; i < pl->n_it && st == DP_OK; i++) {
         const plan_iter *it = &pl->it[i];
-        if (it->id > mc.max_it || mc.end_ms[it->id] < 0) continue; /* not measured */
+        if (mc.end_ms[i] < 0) continue; /* not measured */
         sim_iter_result r;
         st = sim_iteration(&s, cfg, it, 0, &sink, &r, err);
         if (st != DP_OK) break;
         int k = v->iterations++;
         v->id[k] = it->id;
         v->predicted_ms[k] = (double)r.makespan_ns / 1e6;
-        v->measured_ms[k] = mc.end_ms[it->id];
+        v->measured_ms[k] = mc.end_ms[i];
     }
     sim_release(&s);
     if (st != DP_OK) goto out;
@@ -149,8 +158,8 @@ dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measur
         if (e > v->max_abs_pct) v->max_abs_pct = e;
     }
     /* per op: match (iteration, replica, stage, op, mb, chunk) in both sorted lists */
-    qsort(pc.ops.v, pc.ops.n, sizeof *pc.ops.v, cmp_op);
-    qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op);
+    if (pc.ops.n) qsort(pc.ops.v, pc.ops.n, sizeof *pc.ops.v, cmp_op);
+    if (mc.ops.n) qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op);
     for (size_t a = 0, b = 0; a < pc.ops.n && b < mc.ops.n;) {
         int c = cmp_op(&pc.ops.v[a], &mc.ops.v[b]);
         if (c < 0) a++;

@@ -37,6 +37,15 @@ for build in "$@"; do
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi   # crashed or sanitizer abort
     report "$bin" $([ $rc -eq 0 ] && echo 1 || echo 0) "$p" "$f" "$log"
   done
+  for bin in "$build"/fuzz-replay/*; do  # seed corpora and every crash ever found
+    [ -x "$bin" ] || continue
+    name=$(basename "$bin")
+    log="$logdir/replay-$name-$(echo "$build" | tr / _).log"
+    "$bin" "tests/fuzz/corpus/$name" >"$log" 2>&1; rc=$?
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1); p=${p:-0}
+    f=0; [ $rc -ne 0 ] && f=1
+    report "$bin (corpus replay)" $([ $rc -eq 0 ] && echo 1 || echo 0) "$p" "$f" "$log"
+  done
   for script in tests/cli/test_*.sh; do
     [ -f "$script" ] || continue
     log="$logdir/$(basename "$script")-$(echo "$build" | tr / _).log"

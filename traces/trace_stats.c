@@ -21,8 +21,8 @@ static len_summary summarise(double *v, size_t n)
     s.p50 = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.50);
     s.p90 = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.90);
     s.p99 = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.99);
-    s.min = (int32_t)v[0];
-    s.max = (int32_t)v[n - 1];
+    s.min = (int64_t)v[0];
+    s.max = (int64_t)v[n - 1];
     return s;
 }
 
@@ -104,8 +104,8 @@ void trace_stats_release(trace_stats *s)
 
 static void print_summary(FILE *fp, const char *field, const len_summary *l)
 {
-    fprintf(fp, "%-8s %9.1f %7.0f %7.0f %7.0f %7.0f %7d %7d\n", field, l->mean, l->p10, l->p50,
-            l->p90, l->p99, (int)l->min, (int)l->max);
+    fprintf(fp, "%-8s %9.1f %7.0f %7.0f %7.0f %7.0f %7lld %7lld\n", field, l->mean, l->p10, l->p50,
+            l->p90, l->p99, (long long)l->min, (long long)l->max);
 }
 
 void trace_stats_print(const trace *t, const trace_stats *s, const char *name, size_t max_tasks,
@@ -159,8 +159,8 @@ static cJSON *summary_json(const len_summary *l)
     cJSON_AddNumberToObject(o, "p50", l->p50);
     cJSON_AddNumberToObject(o, "p90", l->p90);
     cJSON_AddNumberToObject(o, "p99", l->p99);
-    cJSON_AddNumberToObject(o, "min", l->min);
-    cJSON_AddNumberToObject(o, "max", l->max);
+    cJSON_AddNumberToObject(o, "min", (double)l->min);
+    cJSON_AddNumberToObject(o, "max", (double)l->max);
     return o;
 }
 

@@ -17,7 +17,7 @@
 typedef struct len_summary {
     double mean;                  /* tokens */
     double p10, p50, p90, p99;    /* tokens, interpolated percentiles */
-    int32_t min, max;             /* tokens */
+    int64_t min, max;             /* tokens (total = input + target can pass 2^31) */
 } len_summary;
 
 typedef struct trace_task_stats {
