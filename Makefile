@@ -9,7 +9,7 @@
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
-DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev \
+DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
                 openmpi-bin libopenblas-dev
 
 CC      ?= cc

@@ -96,6 +96,7 @@ typedef struct plan_cli {
     int iterations;        /* 0: the whole trace */
     double mem_limit_mb;   /* 0: the hardware's */
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
+    int stream;            /* read the trace CSV as a stream (bounded memory) */
 } plan_cli;
 
 void plan_cli_default(plan_cli *p);
@@ -109,7 +110,7 @@ void plan_cli_default(plan_cli *p);
         {"max-seqlen", required_argument, 0, 330}, {"max-dec-seqlen", required_argument, 0, 331},  \
         {"dp-thin", required_argument, 0, 332}, {"iterations", required_argument, 0, 333},         \
         {"mem-limit", required_argument, 0, 334}, {"link-gbps", required_argument, 0, 335},        \
-        {"link-latency-us", required_argument, 0, 336}
+        {"link-latency-us", required_argument, 0, 336}, {"stream", no_argument, 0, 337}
 extern const char PLAN_OPTS_HELP[];
 
 /* Handles one plan (or cost) option: 1 handled, 0 not one, -1 usage error printed. */
@@ -123,6 +124,7 @@ typedef struct plan_env {
     char cost_source[4200];
     trace trace;
     char trace_path[4096];
+    const char *stream_path; /* set when the trace is streamed rather than loaded */
     batch_rules rules;
     double mem_limit_mb;
 } plan_env;
@@ -136,6 +138,12 @@ int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *c
  * strategy, contradictory flags) come back as DP_ERR_INVALID. */
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);
 void plan_env_release(plan_env *env);
+
+/* A study (sim/study.h) of batching + schedule with the plan options and the resolved env; the
+ * caller adds what it needs (plan output, timeline sink, progress, validation). */
+struct study_opts;
+void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching,
+                    const char *sched, struct study_opts *o);
 
 /* The simulator configuration of a plan read from a file (model state, links), from its header;
  * hw receives the hardware and must outlive cfg. */

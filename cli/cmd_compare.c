@@ -87,9 +87,10 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
     figure_sink fs = {0};
     ascii_init(&fs.ops, 0);
     sim_sink sink = {ascii_collect, fig_mem, &fs};
-    study_opts o = {env->cm, &env->rules, batcher_find(fig_batching), schedule_find(fig_schedule),
-                    p->pp, p->chunks, p->dp, p->zero, env->mem_limit_mb, p->mbs, p->mb_tokens,
-                    p->thin_ms, 1, 0, NULL, &sink, NULL, NULL};
+    study_opts o;
+    cli_study_opts(p, env, fig_batching, fig_schedule, &o);
+    o.max_iterations = 1;
+    o.sink = &sink;
     study_result r;
     st = study_run(&o, &env->trace, &r, err);
     if (st == DP_OK && fs.ops.n > 0) {
@@ -277,10 +278,8 @@ int cmd_compare(int argc, char **argv)
             w->batching = bs[i];
             w->schedule = ss[j];
             if (cli_stderr_is_tty()) fprintf(stderr, "\rdpsim compare: %d/%d %s + %s ...        ", n, nb * ns, bs[i], ss[j]);
-            study_opts o = {env.cm, &env.rules, batcher_find(bs[i]), schedule_find(ss[j]), p.pp,
-                            strcmp(ss[j], "interleaved") == 0 ? p.chunks : 1, p.dp, p.zero,
-                            env.mem_limit_mb, p.mbs, p.mb_tokens, p.thin_ms, p.iterations, 0,
-                            NULL, NULL, NULL, NULL};
+            study_opts o;
+            cli_study_opts(&p, &env, bs[i], ss[j], &o);
             dp_err e = {0};
             w->st = study_run(&o, &env.trace, &w->r, &e);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);

@@ -111,6 +111,7 @@ int cmd_cost(int argc, char **argv)
     cost_model *cm = NULL;
     char source[4200];
     dp_status st = cli_build_cost(&co, &m, &hw, &cm, source, sizeof source, &err);
+    if (st == DP_ERR_INVALID) return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
     if (st != DP_OK) return cli_fail(cmd, &err);
     if (m.arch == ARCH_T5 && dec == 0) {
         cost_model_free(cm);
@@ -252,6 +253,7 @@ int cmd_calibrate(int argc, char **argv)
     cost_model *profile = NULL;
     char source[4200];
     dp_status st = cli_build_cost(&co, &m, &hw, &profile, source, sizeof source, &err);
+    if (st == DP_ERR_INVALID) return cli_usage_error(cmd, CALIB_USAGE, "%s", err.msg);
     if (st != DP_OK) return cli_fail(cmd, &err);
     if (strncmp(source, "profile", 7) != 0) {
         cost_model_free(profile);

@@ -113,10 +113,12 @@ int cmd_plan(int argc, char **argv)
         plan_env_release(&env);
         return cli_fail(cmd, &err);
     }
-    study_opts o = {env.cm, &env.rules, batcher_find(p.batching), schedule_find(p.schedule),
-                    p.pp, p.chunks, p.dp, p.zero, env.mem_limit_mb, p.mbs, p.mb_tokens,
-                    p.thin_ms, p.iterations, 1, out ? &w : NULL, NULL,
-                    cli_stderr_is_tty() ? progress : NULL, (void *)"planning"};
+    study_opts o;
+    cli_study_opts(&p, &env, p.batching, p.schedule, &o);
+    o.validate = 1;
+    o.plan_out = out ? &w : NULL;
+    o.progress = cli_stderr_is_tty() ? progress : NULL;
+    o.progress_ctx = (void *)"planning";
     study_result res;
     st = study_run(&o, &env.trace, &res, &err);
     if (out) {
@@ -303,10 +305,12 @@ int cmd_sim(int argc, char **argv)
             return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
         }
         if (st == DP_OK) {
-            study_opts o = {env.cm, &env.rules, batcher_find(p.batching), schedule_find(p.schedule),
-                            p.pp, p.chunks, p.dp, p.zero, env.mem_limit_mb, p.mbs, p.mb_tokens,
-                            p.thin_ms, p.iterations, 1, NULL, &sink,
-                            cli_stderr_is_tty() ? progress : NULL, (void *)"simulating"};
+            study_opts o;
+            cli_study_opts(&p, &env, p.batching, p.schedule, &o);
+            o.validate = 1;
+            o.sink = &sink;
+            o.progress = cli_stderr_is_tty() ? progress : NULL;
+            o.progress_ctx = (void *)"simulating";
             st = study_run(&o, &env.trace, &res, &err);
             snprintf(what, sizeof what, "sim: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
                      p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,

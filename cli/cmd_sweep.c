@@ -120,9 +120,8 @@ static void run_point(const plan_cli *base, const grid *g, long i, char *row, si
     memset(&r, 0, sizeof r);
     dp_status st = cli_plan_setup(&p, &env, &err);
     if (st == DP_OK) {
-        study_opts o = {env.cm, &env.rules, batcher_find(p.batching), schedule_find(p.schedule),
-                        p.pp, p.chunks, p.dp, p.zero, env.mem_limit_mb, p.mbs, p.mb_tokens,
-                        p.thin_ms, p.iterations, 0, NULL, NULL, NULL, NULL};
+        study_opts o;
+        cli_study_opts(&p, &env, p.batching, p.schedule, &o);
         st = study_run(&o, &env.trace, &r, &err);
     }
     plan_env_release(&env);

@@ -3,12 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
+#include "../sim/study.h"
 #include "cli.h"
 
 #define DEFAULT_TRACE "traces/flanv2-100k.csv"
+#define STREAM_ABOVE_BYTES (256L << 20) /* trace CSVs larger than this are streamed */
 
 void plan_cli_default(plan_cli *p)
 {
@@ -44,7 +47,9 @@ const char PLAN_OPTS_HELP[] =
     "      --iterations K   iterations to plan, 0 = the whole trace           [0]\n"
     "      --mem-limit MB   device memory the plan must fit     [the hardware's usable memory]\n"
     "      --link-gbps G    what-if: every link's bandwidth, Gbit/s           [the cluster's]\n"
-    "      --link-latency-us U  what-if: every link's latency, us            [the cluster's]\n";
+    "      --link-latency-us U  what-if: every link's latency, us            [the cluster's]\n"
+    "      --stream         read a trace CSV as a stream, in bounded memory (automatic for\n"
+    "                       files over 256 MB)\n";
 
 int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const char *usage)
 {
@@ -125,6 +130,7 @@ int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const cha
         if (cli_double(cmd, "--link-latency-us", arg, 0, 1e9, &d)) return -1;
         p->link_latency_us = d;
         return 1;
+    case 337: p->stream = 1; return 1;
     }
     return 0;
 }
@@ -176,6 +182,12 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
     } else {
         snprintf(env->trace_path, sizeof env->trace_path, "%s", path);
     }
+    struct stat sb;
+    int big = stat(env->trace_path, &sb) == 0 && sb.st_size > STREAM_ABOVE_BYTES;
+    if ((p->stream || big) && trace_format_for_path(env->trace_path) == TRACE_FORMAT_CSV) {
+        env->stream_path = env->trace_path; /* opened by each run */
+        return DP_OK;
+    }
     return trace_load(env->trace_path, TRACE_FORMAT_AUTO, NULL, NULL, &env->trace, err);
 }
 
@@ -184,4 +196,24 @@ void plan_env_release(plan_env *env)
     cost_model_free(env->cm);
     trace_release(&env->trace);
     memset(env, 0, sizeof *env);
+}
+
+void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching,
+                    const char *sched, study_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->cm = env->cm;
+    o->rules = &env->rules;
+    o->batching = batcher_find(batching);
+    o->sched = schedule_find(sched);
+    o->pp = p->pp;
+    o->chunks = strcmp(sched, "interleaved") == 0 ? p->chunks : 1;
+    o->dp = p->dp;
+    o->zero = p->zero;
+    o->mem_limit_mb = env->mem_limit_mb;
+    o->mbs = p->mbs;
+    o->mb_tokens = p->mb_tokens;
+    o->thin_ms = p->thin_ms;
+    o->max_iterations = p->iterations;
+    o->stream_path = env->stream_path;
 }

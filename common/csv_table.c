@@ -5,29 +5,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* State shared with libcsv's callbacks for one file. */
-typedef struct reader {
-    const char *path;
+/* A completed row, owned by the queue until handed out. */
+typedef struct qrow {
+    char **fields;
+    size_t nfields;
+    long line;
+} qrow;
+
+struct csv_reader {
+    FILE *fp;
+    int own_fp;
+    char *path;           /* file name used in messages */
+    struct csv_parser p;
     long line;            /* physical line being fed */
     char **fields;        /* fields of the row being assembled */
     size_t nfields, cap;
-    size_t header_fields; /* 0 until the header has been seen */
-    long rows;            /* data rows delivered */
-    csv_row_fn on_header, on_row;
-    void *ctx;
+    qrow *q;              /* rows completed by the lines fed so far */
+    size_t q_head, q_len, q_cap;
+    qrow out;             /* the row last handed out (freed on the next call) */
+    csv_row header, row;
+    qrow header_row;
+    long rows;            /* data rows handed out */
+    char *buf;
+    size_t bufcap;
+    int eof;              /* no more lines */
     dp_err *err;
-    dp_status st;         /* first failure; once set, further rows are ignored */
-} reader;
+    dp_status st;         /* first failure */
+};
 
-static void clear_fields(reader *r)
+static void free_fields(char **f, size_t n)
 {
-    for (size_t i = 0; i < r->nfields; i++) free(r->fields[i]);
-    r->nfields = 0;
+    for (size_t i = 0; i < n; i++) free(f[i]);
+    free(f);
 }
 
 static void on_field(void *data, size_t len, void *rd)
 {
-    reader *r = rd;
+    csv_reader *r = rd;
     if (r->st != DP_OK) return;
     const char *text = data ? data : "";
     if (data && strlen(text) != len) {
@@ -35,12 +49,9 @@ static void on_field(void *data, size_t len, void *rd)
                         r->line, r->nfields + 1);
         return;
     }
-    if (dp_grow((void **)&r->fields, &r->cap, r->nfields + 1, sizeof *r->fields) != DP_OK) {
-        r->st = dp_fail(r->err, DP_ERR_NOMEM, "%s:%ld: out of memory", r->path, r->line);
-        return;
-    }
     char *copy = malloc(len + 1);
-    if (!copy) {
+    if (!copy || dp_grow((void **)&r->fields, &r->cap, r->nfields + 1, sizeof *r->fields) != DP_OK) {
+        free(copy);
         r->st = dp_fail(r->err, DP_ERR_NOMEM, "%s:%ld: out of memory", r->path, r->line);
         return;
     }
@@ -52,66 +63,162 @@ static void on_field(void *data, size_t len, void *rd)
 static void on_row_end(int term, void *rd)
 {
     (void)term;
-    reader *r = rd;
+    csv_reader *r = rd;
+    if (r->st == DP_OK &&
+        dp_grow((void **)&r->q, &r->q_cap, r->q_head + r->q_len + 1, sizeof *r->q) != DP_OK)
+        r->st = dp_fail(r->err, DP_ERR_NOMEM, "%s:%ld: out of memory", r->path, r->line);
     if (r->st != DP_OK) {
-        clear_fields(r);
-        return;
-    }
-    csv_row row = {r->path, r->line, r->nfields, r->fields};
-    if (r->header_fields == 0) {
-        r->header_fields = r->nfields;
-        if (r->on_header) r->st = r->on_header(r->ctx, &row, r->err);
-    } else if (r->nfields != r->header_fields) {
-        r->st = dp_fail(r->err, DP_ERR_PARSE, "%s:%ld: row has %zu field%s, the header has %zu",
-                        r->path, r->line, r->nfields, r->nfields == 1 ? "" : "s",
-                        r->header_fields);
+        free_fields(r->fields, r->nfields);
     } else {
-        r->rows++;
-        if (r->on_row) r->st = r->on_row(r->ctx, &row, r->err);
+        r->q[r->q_head + r->q_len++] = (qrow){r->fields, r->nfields, r->line};
     }
-    clear_fields(r);
+    r->fields = NULL;
+    r->nfields = r->cap = 0;
+}
+
+/* Feeds lines until a row is queued or the input ends. */
+static void fill_queue(csv_reader *r)
+{
+    while (r->st == DP_OK && r->q_len == 0 && !r->eof) {
+        if (r->q_head > 0 && r->q_len == 0) r->q_head = 0;
+        ssize_t n = getline(&r->buf, &r->bufcap, r->fp);
+        if (n < 0) {
+            r->eof = 1;
+            if (ferror(r->fp)) {
+                r->st = dp_fail(r->err, DP_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
+                return;
+            }
+            if (csv_fini(&r->p, on_field, on_row_end, r) != 0 && r->st == DP_OK)
+                r->st = dp_fail(r->err, DP_ERR_PARSE,
+                                "%s:%ld: quoted field is not closed (truncated file?)", r->path, r->line);
+            return;
+        }
+        r->line++;
+        const char *s = r->buf;
+        if (r->line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+            s += 3; /* UTF-8 byte-order mark */
+            n -= 3;
+        }
+        if (csv_parse(&r->p, s, (size_t)n, on_field, on_row_end, r) != (size_t)n && r->st == DP_OK)
+            r->st = dp_fail(r->err, DP_ERR_PARSE,
+                            csv_error(&r->p) == CSV_EPARSE
+                                ? "%s:%ld: malformed quoting (a quote inside an unquoted field, or "
+                                  "text after a closing quote)"
+                                : "%s:%ld: %s",
+                            r->path, r->line, csv_strerror(csv_error(&r->p)));
+    }
+}
+
+/* The next queued row, or NULL at the end (or on failure: r->st). */
+static qrow *pop_row(csv_reader *r)
+{
+    fill_queue(r);
+    if (r->st != DP_OK || r->q_len == 0) return NULL;
+    r->q_len--;
+    return &r->q[r->q_head++];
+}
+
+dp_status csv_reader_open_stream(csv_reader **out, FILE *fp, const char *name, dp_err *err)
+{
+    *out = NULL;
+    csv_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = dp_strdup(name))) {
+        free(r);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    if (csv_init(&r->p, CSV_APPEND_NULL | CSV_STRICT | CSV_STRICT_FINI) != 0) {
+        free(r->path);
+        free(r);
+        return dp_fail(err, DP_ERR_NOMEM, "%s: cannot initialise the CSV parser", name);
+    }
+    r->fp = fp;
+    r->err = err;
+    qrow *h = pop_row(r);
+    if (!h && r->st == DP_OK)
+        r->st = dp_fail(err, DP_ERR_PARSE, "%s: file is empty (expected a header line)", name);
+    if (r->st != DP_OK) {
+        dp_status st = r->st;
+        csv_reader_close(r);
+        return st;
+    }
+    r->header_row = *h;
+    r->header = (csv_row){r->path, h->line, h->nfields, h->fields};
+    *out = r;
+    return DP_OK;
+}
+
+dp_status csv_reader_open(csv_reader **out, const char *path, dp_err *err)
+{
+    int use_stdin = strcmp(path, "-") == 0;
+    FILE *fp = use_stdin ? stdin : fopen(path, "rb");
+    if (!fp) return dp_fail(err, DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    dp_status st = csv_reader_open_stream(out, fp, use_stdin ? "<stdin>" : path, err);
+    if (st != DP_OK) {
+        if (!use_stdin) fclose(fp);
+        return st;
+    }
+    (*out)->own_fp = !use_stdin;
+    return DP_OK;
+}
+
+const csv_row *csv_reader_header(const csv_reader *r)
+{
+    return &r->header;
+}
+
+dp_status csv_reader_next(csv_reader *r, const csv_row **row, dp_err *err)
+{
+    *row = NULL;
+    r->err = err;
+    free_fields(r->out.fields, r->out.nfields);
+    r->out = (qrow){0};
+    qrow *q = pop_row(r);
+    if (!q) return r->st;
+    r->out = *q;
+    if (q->nfields != r->header.nfields)
+        return r->st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: row has %zu field%s, the header has %zu",
+                               r->path, q->line, q->nfields, q->nfields == 1 ? "" : "s",
+                               r->header.nfields);
+    r->rows++;
+    r->row = (csv_row){r->path, q->line, q->nfields, q->fields};
+    *row = &r->row;
+    return DP_OK;
+}
+
+long csv_reader_line(const csv_reader *r)
+{
+    return r->line;
+}
+
+void csv_reader_close(csv_reader *r)
+{
+    if (!r) return;
+    free_fields(r->out.fields, r->out.nfields);
+    free_fields(r->header_row.fields, r->header_row.nfields);
+    for (size_t i = 0; i < r->q_len; i++) free_fields(r->q[r->q_head + i].fields, r->q[r->q_head + i].nfields);
+    free_fields(r->fields, r->nfields);
+    free(r->q);
+    free(r->buf);
+    csv_free(&r->p);
+    if (r->own_fp) fclose(r->fp);
+    free(r->path);
+    free(r);
 }
 
 dp_status csv_read_stream(FILE *fp, const char *name, int require_rows, csv_row_fn on_header,
                           csv_row_fn on_row, void *ctx, dp_err *err)
 {
-    struct csv_parser p;
-    if (csv_init(&p, CSV_APPEND_NULL | CSV_STRICT | CSV_STRICT_FINI) != 0)
-        return dp_fail(err, DP_ERR_NOMEM, "%s: cannot initialise the CSV parser", name);
-    reader r = {.path = name, .on_header = on_header, .on_row = on_row, .ctx = ctx, .err = err};
-    char *buf = NULL;
-    size_t bufcap = 0;
-    ssize_t n;
-    while (r.st == DP_OK && (n = getline(&buf, &bufcap, fp)) >= 0) {
-        r.line++;
-        const char *s = buf;
-        if (r.line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
-            s += 3; /* UTF-8 byte-order mark */
-            n -= 3;
-        }
-        if (csv_parse(&p, s, (size_t)n, on_field, on_row_end, &r) != (size_t)n && r.st == DP_OK)
-            r.st = dp_fail(err, DP_ERR_PARSE,
-                           csv_error(&p) == CSV_EPARSE
-                               ? "%s:%ld: malformed quoting (a quote inside an unquoted field, or "
-                                 "text after a closing quote)"
-                               : "%s:%ld: %s",
-                           name, r.line, csv_strerror(csv_error(&p)));
-    }
-    if (r.st == DP_OK && ferror(fp))
-        r.st = dp_fail(err, DP_ERR_IO, "%s: read error: %s", name, strerror(errno));
-    if (r.st == DP_OK && csv_fini(&p, on_field, on_row_end, &r) != 0 && r.st == DP_OK)
-        r.st = dp_fail(err, DP_ERR_PARSE,
-                       "%s:%ld: quoted field is not closed (truncated file?)", name, r.line);
-    if (r.st == DP_OK && r.header_fields == 0)
-        r.st = dp_fail(err, DP_ERR_PARSE, "%s: file is empty (expected a header line)", name);
-    if (r.st == DP_OK && require_rows && r.rows == 0)
-        r.st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: the header has no data rows after it", name,
-                       r.line);
-    clear_fields(&r);
-    free(r.fields);
-    free(buf);
-    csv_free(&p);
-    return r.st;
+    csv_reader *r;
+    dp_status st = csv_reader_open_stream(&r, fp, name, err);
+    if (st != DP_OK) return st;
+    if (on_header) st = on_header(ctx, &r->header, err);
+    const csv_row *row;
+    while (st == DP_OK && (st = csv_reader_next(r, &row, err)) == DP_OK && row)
+        if (on_row) st = on_row(ctx, row, err);
+    if (st == DP_OK && require_rows && r->rows == 0)
+        st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: the header has no data rows after it", name, r->line);
+    csv_reader_close(r);
+    return st;
 }
 
 dp_status csv_read_file(const char *path, int require_rows, csv_row_fn on_header,

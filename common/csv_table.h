@@ -41,6 +41,19 @@ dp_status csv_read_file(const char *path, int require_rows, csv_row_fn on_header
 dp_status csv_read_stream(FILE *fp, const char *name, int require_rows, csv_row_fn on_header,
                           csv_row_fn on_row, void *ctx, dp_err *err);
 
+/* Pull-style reading, one row at a time (for streaming traces of any length). */
+typedef struct csv_reader csv_reader;
+
+/* Opens path ("-" = stdin) and reads its header; fails on an empty file. */
+dp_status csv_reader_open(csv_reader **r, const char *path, dp_err *err);
+dp_status csv_reader_open_stream(csv_reader **r, FILE *fp, const char *name, dp_err *err);
+const csv_row *csv_reader_header(const csv_reader *r);
+/* The next data row (valid until the next call), or *row = NULL at the end. */
+dp_status csv_reader_next(csv_reader *r, const csv_row **row, dp_err *err);
+/* The physical line read last. */
+long csv_reader_line(const csv_reader *r);
+void csv_reader_close(csv_reader *r);
+
 /* One wanted column of a header. */
 typedef struct csv_column {
     const char *name; /* exact column name */

@@ -34,7 +34,11 @@ int batch_pad(const batch_rules *r, int len)
 
 sample_len batch_sample(const batch_rules *r, const trace *t, size_t i)
 {
-    const trace_sample *s = &t->samples[i];
+    return batch_sample_of(r, &t->samples[i], i);
+}
+
+sample_len batch_sample_of(const batch_rules *r, const trace_sample *s, size_t i)
+{
     sample_len x = {(int32_t)i, 0, 0};
     if (r->arch == ARCH_GPT) {
         int64_t total = (int64_t)s->input_len + s->target_len;
@@ -54,6 +58,31 @@ void batch_iter_init(batch_iter *it, const trace *t, const batch_rules *r)
     it->r = r;
 }
 
+void batch_iter_init_stream(batch_iter *it, trace_stream *ts, const batch_rules *r)
+{
+    memset(it, 0, sizeof *it);
+    it->ts = ts;
+    it->r = r;
+}
+
+/* The next sample of the source (without consuming it); *eof at the end. */
+static dp_status peek(batch_iter *it, trace_sample *s, int *eof, dp_err *err)
+{
+    *eof = 0;
+    if (it->t) {
+        if (it->next >= it->t->n) *eof = 1;
+        else *s = it->t->samples[it->next];
+        return DP_OK;
+    }
+    if (!it->has_pending) {
+        dp_status st = trace_stream_next(it->ts, &it->pending, eof, err);
+        if (st != DP_OK || *eof) return st;
+        it->has_pending = 1;
+    }
+    *s = it->pending;
+    return DP_OK;
+}
+
 void batch_iter_release(batch_iter *it)
 {
     free(it->buf);
@@ -65,8 +94,13 @@ dp_status batch_next(batch_iter *it, const sample_len **out, int *n, dp_err *err
     *n = 0;
     *out = it->buf;
     int64_t tokens = 0;
-    while (it->next < it->t->n) {
-        sample_len x = batch_sample(it->r, it->t, it->next);
+    for (;;) {
+        trace_sample ts;
+        int eof;
+        dp_status st = peek(it, &ts, &eof, err);
+        if (st != DP_OK) return st;
+        if (eof) break;
+        sample_len x = batch_sample_of(it->r, &ts, it->next);
         int64_t tok = (int64_t)x.enc + x.dec;
         if (tok > it->r->global_tokens)
             return dp_fail(err, DP_ERR_INVALID,
@@ -81,6 +115,7 @@ dp_status batch_next(batch_iter *it, const sample_len **out, int *n, dp_err *err
         it->buf[(*n)++] = x;
         tokens += tok;
         it->next++;
+        it->has_pending = 0;
     }
     *out = it->buf;
     if (*n) it->iteration++;

@@ -47,20 +47,26 @@ dp_status batch_rules_validate(const batch_rules *r, dp_err *err);
 /* Padded length of a sequence of len real tokens (0 stays 0). */
 int batch_pad(const batch_rules *r, int len);
 
+/* The truncated lengths of a sample with id i. */
+sample_len batch_sample_of(const batch_rules *r, const trace_sample *s, size_t i);
 /* The truncated lengths of trace sample i. */
 sample_len batch_sample(const batch_rules *r, const trace *t, size_t i);
 
-/* Walks a trace one global batch at a time. */
+/* Walks a trace one global batch at a time: an in-memory trace, or a stream of any length. */
 typedef struct batch_iter {
-    const trace *t;
+    const trace *t;    /* in-memory source, or NULL */
+    trace_stream *ts;  /* streaming source, or NULL */
     const batch_rules *r;
-    size_t next;       /* next trace index */
+    size_t next;       /* samples consumed (the next sample's id) */
+    int has_pending;   /* streaming: a sample read but left for the next batch */
+    trace_sample pending;
     int iteration;     /* index of the batch batch_next returns next */
     sample_len *buf;   /* the current batch */
     int cap;
 } batch_iter;
 
 void batch_iter_init(batch_iter *it, const trace *t, const batch_rules *r);
+void batch_iter_init_stream(batch_iter *it, trace_stream *ts, const batch_rules *r);
 void batch_iter_release(batch_iter *it);
 
 /* Fills *out with the next global batch (valid until the next call); *n = 0 at the end. Fails when

@@ -177,7 +177,18 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     batch_ctx ctx = {o->rules, &sm, o->mbs, o->mb_tokens, o->thin_ms};
     schedule_ctx sctx = {&sm};
     batch_iter bi;
-    batch_iter_init(&bi, t, o->rules);
+    trace_stream ts;
+    int streaming = o->stream_path != NULL;
+    if (streaming) {
+        st = trace_stream_open(&ts, o->stream_path, err);
+        if (st != DP_OK) {
+            study_end(&acc);
+            return st;
+        }
+        batch_iter_init_stream(&bi, &ts, o->rules);
+    } else {
+        batch_iter_init(&bi, t, o->rules);
+    }
     mb_list l;
     mb_list_init(&l);
     plan_iter pi;
@@ -222,7 +233,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         TRY(study_add(&acc, &pi, err));
-        if (o->progress) o->progress(o->progress_ctx, bi.next, t->n);
+        if (o->progress) o->progress(o->progress_ctx, bi.next, streaming ? 0 : t->n);
     }
     if (planned > 0) {
         qsort(plan_ms, (size_t)planned, sizeof *plan_ms, cmp_d);
@@ -235,6 +246,7 @@ out:
     plan_iter_release(&pi);
     mb_list_release(&l);
     batch_iter_release(&bi);
+    if (streaming) trace_stream_close(&ts);
     return st;
 }
 

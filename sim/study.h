@@ -38,6 +38,7 @@ typedef struct study_opts {
     const sim_sink *sink;    /* optional: timeline records */
     void (*progress)(void *ctx, size_t done, size_t total); /* optional, samples consumed */
     void *progress_ctx;
+    const char *stream_path; /* a trace CSV read as a stream instead of the in-memory trace */
 } study_opts;
 
 typedef struct study_result {
@@ -81,6 +82,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err);
 /* Counts an iteration that could not be costed (its tokens count, it is not simulated). */
 void study_end(study_acc *a);
 
+/* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored). */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 
 /* Builds the simulator configuration (model state, all-reduce times) for a stage model. */

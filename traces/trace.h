@@ -129,6 +129,20 @@ trace_format trace_format_for_path(const char *path);
 dp_status trace_load(const char *path, trace_format fmt, const trace_fields *fields,
                      const char *targets_npy, trace *t, dp_err *err);
 
+/* A trace CSV read one sample at a time, for traces of any length in bounded memory (only the
+ * task names are kept). Samples get ids 0, 1, 2, ... in file order. */
+typedef struct trace_stream {
+    struct csv_reader *r;
+    int idx[3];         /* task, input, target columns */
+    trace tasks;        /* task names only (samples stay empty) */
+    int32_t next_id;
+} trace_stream;
+
+dp_status trace_stream_open(trace_stream *ts, const char *path, dp_err *err);
+/* The next sample; *eof = 1 at the end. Bad rows fail with FILE:LINE as trace_read_csv does. */
+dp_status trace_stream_next(trace_stream *ts, trace_sample *s, int *eof, dp_err *err);
+void trace_stream_close(trace_stream *ts);
+
 /* FNV-1a hash of the trace's samples and task names, printed so that runs can be compared. */
 uint64_t trace_hash(const trace *t);
 

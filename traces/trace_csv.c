@@ -124,3 +124,50 @@ dp_status trace_write_csv(const trace *t, const char *path, dp_err *err)
     if (bad) return dp_fail(err, DP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return DP_OK;
 }
+
+dp_status trace_stream_open(trace_stream *ts, const char *path, dp_err *err)
+{
+    memset(ts, 0, sizeof *ts);
+    trace_init(&ts->tasks);
+    dp_status st = csv_reader_open(&ts->r, path, err);
+    if (st != DP_OK) return st;
+    csv_column cols[NCOLS] = {{"task", 1}, {"input_len", 1}, {"target_len", 1}};
+    st = csv_header_map(csv_reader_header(ts->r), cols, NCOLS, ts->idx, err);
+    if (st != DP_OK) trace_stream_close(ts);
+    return st;
+}
+
+dp_status trace_stream_next(trace_stream *ts, trace_sample *s, int *eof, dp_err *err)
+{
+    const csv_row *r;
+    *eof = 0;
+    dp_status st = csv_reader_next(ts->r, &r, err);
+    if (st != DP_OK) return st;
+    if (!r) {
+        if (ts->next_id == 0)
+            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: the header has no data rows after it",
+                           csv_reader_header(ts->r)->path, csv_reader_line(ts->r));
+        *eof = 1;
+        return DP_OK;
+    }
+    int32_t in, tg;
+    st = trace_parse_len(r->path, r->line, "input_len", r->fields[ts->idx[COL_INPUT]], 1, &in, err);
+    if (st == DP_OK)
+        st = trace_parse_len(r->path, r->line, "target_len", r->fields[ts->idx[COL_TARGET]], 0, &tg, err);
+    if (st != DP_OK) return st;
+    const char *task = r->fields[ts->idx[COL_TASK]];
+    if (!*task) return dp_fail(err, DP_ERR_PARSE, "%s:%ld: task is empty", r->path, r->line);
+    uint32_t id;
+    if (trace_intern_task(&ts->tasks, task, &id) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "%s:%ld: out of memory", r->path, r->line);
+    *s = (trace_sample){in, tg, id};
+    ts->next_id++;
+    return DP_OK;
+}
+
+void trace_stream_close(trace_stream *ts)
+{
+    csv_reader_close(ts->r);
+    trace_release(&ts->tasks);
+    memset(ts, 0, sizeof *ts);
+}

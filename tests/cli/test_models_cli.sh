@@ -16,8 +16,8 @@ expect "infeasible shape says why and exits 1" 1 "infeasible: .*out of memory wh
 expect "infeasible in JSON" 1 '"feasible":[[:space:]]*false' -- "$DPSIM" cost --mbs 1 --seqlen 9000 --json
 expect "analytic on an H100" 0 "analytic on h100" -- "$DPSIM" cost --hw h100 --mbs 2 --seqlen 1024
 expect "T5 needs --dec-seqlen" 2 "needs --dec-seqlen" -- "$DPSIM" cost --model t5-11b-24l --mbs 1 --seqlen 512
-expect "unknown model preset" 1 "unknown model \"gpt-9z\"" -- "$DPSIM" cost --model gpt-9z --mbs 1 --seqlen 16
-expect "unknown hardware" 1 "unknown hardware" -- "$DPSIM" cost --hw abacus --mbs 1 --seqlen 16
+expect "unknown model preset" 2 "unknown model \"gpt-9z\"" -- "$DPSIM" cost --model gpt-9z --mbs 1 --seqlen 16
+expect "unknown hardware" 2 "unknown hardware" -- "$DPSIM" cost --hw abacus --mbs 1 --seqlen 16
 expect "missing --mbs" 2 "--mbs and --seqlen are required" -- "$DPSIM" cost --seqlen 16
 expect "bad --recompute" 2 "unknown --recompute" -- "$DPSIM" cost --recompute half --mbs 1 --seqlen 16
 

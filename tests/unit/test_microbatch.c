@@ -287,6 +287,42 @@ static void test_global_batches(void **state)
     trace_release(&t);
 }
 
+static void test_streamed_batches_match(void **state)
+{
+    (void)state;
+    trace_gen_opts o;
+    trace_gen_defaults(&o);
+    o.samples = 5000;
+    trace t;
+    dp_err err = {0};
+    trace_init(&t);
+    assert_int_equal(trace_generate(&o, &t, &err), DP_OK);
+    const char *path = tmp_file(".csv", "");
+    assert_int_equal(trace_write_csv(&t, path, &err), DP_OK);
+    batch_rules r;
+    batch_rules_default(&r, ARCH_GPT);
+    batch_iter a, b;
+    trace_stream ts;
+    assert_int_equal(trace_stream_open(&ts, path, &err), DP_OK);
+    batch_iter_init(&a, &t, &r);
+    batch_iter_init_stream(&b, &ts, &r);
+    int batches = 0;
+    for (;;) {
+        const sample_len *x, *y;
+        int nx, ny;
+        assert_int_equal(batch_next(&a, &x, &nx, &err), DP_OK);
+        assert_int_equal(batch_next(&b, &y, &ny, &err), DP_OK);
+        assert_int_equal(nx, ny);
+        if (nx == 0) break;
+        assert_memory_equal(x, y, (size_t)nx * sizeof *x);
+        batches++;
+    }
+    assert_true(batches > 20);
+    batch_iter_release(&a), batch_iter_release(&b);
+    trace_stream_close(&ts);
+    trace_release(&t);
+}
+
 static void test_packing_rules(void **state)
 {
     (void)state;
@@ -360,6 +396,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_global_batches),
+        cmocka_unit_test(test_streamed_batches_match),
         cmocka_unit_test(test_packing_rules),
         cmocka_unit_test(test_kk_balances),
         cmocka_unit_test(test_t5_order_is_serpentine),

@@ -511,6 +511,47 @@ static void test_stats_closed_form(void **state)
     trace_release(&t);
 }
 
+static void test_stream_matches_in_memory(void **state)
+{
+    (void)state;
+    trace_gen_opts o;
+    trace_gen_defaults(&o);
+    o.samples = 3000;
+    trace t;
+    dp_err err = {0};
+    trace_init(&t);
+    assert_int_equal(trace_generate(&o, &t, &err), DP_OK);
+    const char *path = tmp_file(".csv", "");
+    assert_int_equal(trace_write_csv(&t, path, &err), DP_OK);
+    trace_stream ts;
+    assert_int_equal(trace_stream_open(&ts, path, &err), DP_OK);
+    size_t n = 0;
+    for (;;) {
+        trace_sample x;
+        int eof;
+        assert_int_equal(trace_stream_next(&ts, &x, &eof, &err), DP_OK);
+        if (eof) break;
+        assert_true(n < t.n);
+        assert_int_equal(x.input_len, t.samples[n].input_len);
+        assert_int_equal(x.target_len, t.samples[n].target_len);
+        assert_string_equal(ts.tasks.tasks[x.task], t.tasks[t.samples[n].task]);
+        n++;
+    }
+    assert_int_equal(n, t.n);
+    trace_stream_close(&ts);
+    trace_release(&t);
+    /* bad rows fail with FILE:LINE while streaming too */
+    assert_int_equal(trace_stream_open(&ts, tmp_file(".csv", "task,input_len,target_len\na,3,1\nb,-1,0\n"), &err), DP_OK);
+    trace_sample x;
+    int eof;
+    assert_int_equal(trace_stream_next(&ts, &x, &eof, &err), DP_OK);
+    assert_int_not_equal(trace_stream_next(&ts, &x, &eof, &err), DP_OK);
+    assert_msg_has(err.msg, ":3: input_len \"-1\" is negative");
+    trace_stream_close(&ts);
+    assert_int_not_equal(trace_stream_open(&ts, tmp_file(".csv", "task,input_len\n"), &err), DP_OK);
+    assert_msg_has(err.msg, "missing column \"target_len\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_gen_gpt2_scales_lengths),
         cmocka_unit_test(test_gen_rejects_bad_options),
         cmocka_unit_test(test_stats_closed_form),
+        cmocka_unit_test(test_stream_matches_in_memory),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The catalogue of bad input: every case exits 1 or 2 (never a signal) with a message naming the
+# file, line or field. Accepted oddities (CRLF, a BOM, a 1 MB line) are here too, exiting 0.
+. "$(dirname "$0")/lib.sh"
+H='task,input_len,target_len'
+mk() { printf "$2" >"$TMP/$1"; echo "$TMP/$1"; }   # mk NAME PRINTF-FORMAT → path
+
+# --- traces ------------------------------------------------------------------------------------
+expect "trace: empty file" 1 "empty.csv: file is empty" -- "$DPSIM" trace stats "$(mk empty.csv '')"
+expect "trace: header only" 1 "hdr.csv:1: the header has no data rows" -- "$DPSIM" trace stats "$(mk hdr.csv "$H\n")"
+expect "trace: missing column" 1 "miss.csv:1: missing column \"target_len\"" -- "$DPSIM" trace stats "$(mk miss.csv 'task,input_len\na,3\n')"
+expect "trace: duplicated column" 1 "dup.csv:1: column \"task\" appears twice" -- "$DPSIM" trace stats "$(mk dup.csv 'task,task,input_len,target_len\na,a,3,1\n')"
+expect "trace: wrong type" 1 "type.csv:2: input_len \"abc\" is not a whole number" -- "$DPSIM" trace stats "$(mk type.csv "$H\na,abc,1\n")"
+expect "trace: negative length" 1 "neg.csv:3: target_len \"-3\" is negative" -- "$DPSIM" trace stats "$(mk neg.csv "$H\na,3,1\nb,4,-3\n")"
+expect "trace: zero input length" 1 "zero.csv:2: input_len \"0\" must be at least 1" -- "$DPSIM" trace stats "$(mk zero.csv "$H\na,0,1\n")"
+expect "trace: length above 2^31" 1 "big.csv:2: input_len \"2147483648\" is too large" -- "$DPSIM" trace stats "$(mk big.csv "$H\na,2147483648,1\n")"
+expect "trace: NaN" 1 "nan.csv:2: input_len \"nan\" is not a whole number" -- "$DPSIM" trace stats "$(mk nan.csv "$H\na,nan,1\n")"
+expect "trace: infinity" 1 "inf.csv:2: target_len \"inf\"" -- "$DPSIM" trace stats "$(mk inf.csv "$H\na,5,inf\n")"
+expect "trace: CRLF line ends are accepted" 0 "samples 2" -- "$DPSIM" trace stats "$(mk crlf.csv "$H\r\na,5,1\r\nb,6,2\r\n")"
+expect "trace: a UTF-8 BOM is accepted" 0 "samples 1" -- "$DPSIM" trace stats "$(mk bom.csv "\xef\xbb\xbf$H\na,5,1\n")"
+{ echo "$H"; printf 'x%.0s' $(seq 1 1048576); echo ",7,1"; } >"$TMP/long.csv"
+expect "trace: a 1 MB line is read" 0 "samples 1" -- "$DPSIM" trace stats "$TMP/long.csv"
+expect "trace: truncated inside a quote" 1 "trunc.csv:2: quoted field is not closed" -- "$DPSIM" trace stats "$(mk trunc.csv "$H\n\"a,5")"
+expect "trace: short row" 1 "short.csv:2: row has 2 fields, the header has 3" -- "$DPSIM" trace stats "$(mk short.csv "$H\na,5\n")"
+expect "trace: malformed JSON line" 1 "bad.jsonl:2: malformed JSON" -- "$DPSIM" trace stats "$(mk bad.jsonl '{"input_seq_len": 3, "target_seq_len": 1}\n{"input_seq_len"\n')"
+head -c 100000 /dev/zero | tr '\0' '[' >"$TMP/bomb.jsonl"
+expect "trace: JSON nesting bomb" 1 "bomb.jsonl:1: malformed JSON" -- "$DPSIM" trace stats "$TMP/bomb.jsonl"
+npy() { # npy FILE DICT [PAYLOAD]: a version-1 .npy header with the exact length, then PAYLOAD
+  local n=$(( ${#2} + 1 )); { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $n)\\x00"; printf '%s\n' "$2"; printf '%s' "${3:-}"; } >"$1"; }
+npy "$TMP/f8.npy" '{"descr": "<f8", "fortran_order": False, "shape": (1, 3)}' '123456781234567812345678'
+expect "trace: .npy of the wrong dtype" 1 "f8.npy: .npy dtype '<f8' is not supported" -- "$DPSIM" trace stats "$TMP/f8.npy"
+npy "$TMP/cut.npy" '{"descr": "<i8", "fortran_order": False, "shape": (9, 3)}' 12345678
+expect "trace: truncated .npy" 1 "cut.npy: .npy data is 8 bytes, the shape" -- "$DPSIM" trace stats "$TMP/cut.npy"
+
+# --- profiles and specs -------------------------------------------------------------------------
+P='tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value'
+expect "profile: empty file" 1 "pempty.csv: file is empty" -- "$DPSIM" cost --profile "$(mk pempty.csv '')" --mbs 1 --seqlen 16
+expect "profile: missing column" 1 "pmiss.csv:1: missing column \"value\"" -- "$DPSIM" cost --profile "$(mk pmiss.csv 'tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen\n')" --mbs 1 --seqlen 16
+expect "profile: bad number" 1 "pnum.csv:2: value \"1.2.3\"" -- "$DPSIM" cost --profile "$(mk pnum.csv "$P\n1,none,encoder,fwd_ms,1,16,0,1.2.3\n")" --mbs 1 --seqlen 16
+expect "profile: negative value" 1 "pneg.csv:2: value \"-1\" is negative" -- "$DPSIM" cost --profile "$(mk pneg.csv "$P\n1,none,encoder,fwd_ms,1,16,0,-1\n")" --mbs 1 --seqlen 16
+expect "profile: duplicated header" 1 "pdup.csv:1: column \"mbs\" appears twice" -- "$DPSIM" cost --profile "$(mk pdup.csv "$P,mbs\n")" --mbs 1 --seqlen 16
+expect "spec: empty model file" 1 "mempty.json:1: malformed JSON" -- "$DPSIM" cost --model "$(mk mempty.json '')" --hw h100 --mbs 1 --seqlen 16
+expect "spec: wrong type of a field" 1 "mtype.json: field \"hidden_size\"" -- "$DPSIM" cost --model "$(mk mtype.json '{"num_layers": 4, "hidden_size": "wide", "num_attn_heads": 4}')" --hw h100 --mbs 1 --seqlen 16
+expect "spec: JSON nesting bomb" 1 "bomb.json:1: malformed JSON" -- "$DPSIM" cost --model "$(head -c 100000 /dev/zero | tr '\0' '[' >"$TMP/bomb.json"; echo "$TMP/bomb.json")" --hw h100 --mbs 1 --seqlen 16
+expect "unknown model preset" 2 "unknown model \"gpt-99t\"" -- "$DPSIM" cost --model gpt-99t --mbs 1 --seqlen 16
+expect "unknown hardware preset" 2 "unknown hardware \"tpu\"" -- "$DPSIM" plan --hw tpu
+expect "hardware JSON missing a field" 1 "hw.json: missing field \"intra_gbit\"" -- "$DPSIM" cost --hw "$(mk hw.json '{"gpu": "h100"}')" --mbs 1 --seqlen 16
+
+# --- contradictory flags --------------------------------------------------------------------------
+expect "pp larger than the layers" 2 "more pipeline stages than gpt-6.7b-16l has layers" -- "$DPSIM" plan --pp 17
+expect "mbs 0" 2 "--mbs \"0\" must be a whole number" -- "$DPSIM" plan --mbs 0
+expect "global tokens smaller than one sample" 1 "larger than --global-tokens 10" -- "$DPSIM" plan --global-tokens 10
+expect "negative pipeline size" 2 "--pp \"-2\"" -- "$DPSIM" sim --pp -2
+expect "T5 with an odd pipeline" 1 "needs an even number" -- "$DPSIM" plan --model t5-11b-24l --tp 8 --pp 3 --iterations 1
+
+# --- plans and timelines -----------------------------------------------------------------------------
+expect "plan: empty file" 1 "pl.json:1: malformed JSON \\(file is empty\\)" -- "$DPSIM" sim --plan "$(mk pl.json '')"
+expect "plan: for the wrong rank count" 1 "has 1 stage lists, pp x dp = 2" -- "$DPSIM" sim --plan "$(mk ranks.json '{"version": 1, "pp": 2, "iterations": [{"microbatches": [], "stages": [{"stage": 0, "instructions": []}]}]}')"
+expect "plan: unknown op" 1 "instruction 0: \"op\" must be one of" -- "$DPSIM" sim --plan "$(mk op.json '{"version": 1, "pp": 1, "iterations": [{"microbatches": [{"id": 0, "samples": [0], "mbs": 1, "enc_len": 16, "pred_ms": {"fwd": [1], "bwd": [1]}}], "stages": [{"stage": 0, "instructions": [{"op": "JUMP", "mb": 0}]}]}]}')"
+expect "plan: crossed orders" 1 "orders cross" -- "$DPSIM" sim --plan tests/cli/golden/crossed_4ranks.json
+expect "timeline: iteration not in the plan" 1 "meas.csv:2: iteration 7 is not in the plan" -- "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$(mk meas.csv 'iteration,stage,op,mb,start_us,end_us\n7,0,F,0,0,10\n')"
+expect "timeline: end before start" 1 "meas2.csv:2: start_us/end_us" -- "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$(mk meas2.csv 'iteration,stage,op,mb,start_us,end_us\n0,0,F,0,10,5\n')"
+
+finish

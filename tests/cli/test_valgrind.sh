@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One `dpsim compare` under valgrind: no leaks, no invalid accesses (the plain build only; the
+# sanitizer build is checked by ASan itself).
+. "$(dirname "$0")/lib.sh"
+case "$DPSIM" in
+  */san/*) ok "valgrind pass skipped for the sanitizer build"; finish; exit ;;
+esac
+if ! command -v valgrind >/dev/null; then not_ok "valgrind is installed (make deps installs it)"; finish; exit; fi
+expect "dpsim compare under valgrind: no errors, no leaks" 0 "ERROR SUMMARY: 0 errors" -- \
+  valgrind --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+  --error-exitcode=9 "$DPSIM" compare --iterations 2 --no-figures
+expect "dpsim plan + sim under valgrind" 0 "ERROR SUMMARY: 0 errors" -- \
+  valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9 \
+  "$DPSIM" sim --schedule zb1 --iterations 2 --timeline "$TMP/t.csv"
+finish
