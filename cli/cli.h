@@ -11,6 +11,11 @@
 #include <stdint.h>
 
 #include "../common/dp.h"
+#include "../models/cost.h"
+#include "../scheduler/batch.h"
+#include "../scheduler/plan.h"
+#include "../sim/sim.h"
+#include "../traces/trace.h"
 
 #define DPSIM_VERSION "0.1.0"
 
@@ -47,7 +52,6 @@ int cmd_plot(int argc, char **argv);
 
 /* ---- choosing a cost model from options (shared by cost, calibrate, plan, sim, compare) ---- */
 
-#include "../models/cost.h"
 
 typedef struct cost_opts {
     const char *model;   /* preset or file                               [gpt-6.7b-16l] */
@@ -81,8 +85,6 @@ int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const ch
 
 /* ---- plan options (shared by plan, sim, compare, sweep) ---------------------------------------- */
 
-#include "../scheduler/batch.h"
-#include "../traces/trace.h"
 
 typedef struct plan_cli {
     cost_opts cost;
@@ -147,7 +149,6 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
 
 /* The simulator configuration of a plan read from a file (model state, links), from its header;
  * hw receives the hardware and must outlive cfg. */
-#include "../sim/sim.h"
 dp_status cli_plan_sim_config(const plan *pl, const plan_cli *p, cluster_spec *hw,
                               sim_config *cfg, dp_err *err);
 

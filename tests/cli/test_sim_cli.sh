@@ -51,4 +51,20 @@ expect "compare --json" 0 '"speedup_vs_packing"' -- "$DPSIM" compare --iteration
 expect "compare, more schedules" 0 "zb1" -- "$DPSIM" compare --iterations 5 --no-figures --schedules 1f1b,zb1,gpipe --batchings packing,dynamic
 expect "compare, unknown schedule" 2 "unknown schedule" -- "$DPSIM" compare --schedules 1f1b,fast
 
+# --- sweep -------------------------------------------------------------------------------------
+expect "a 2 x 2 sweep" 0 "4 points, 0 already" -- "$DPSIM" sweep --grid 'max-seqlen=512,1024 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
+check "one CSV row per point plus the header" bash -c "[ \$(wc -l <'$TMP/sw.csv') = 5 ]"
+check "the sweep CSV has every metric" bash -c "head -1 '$TMP/sw.csv' | grep -q '^max-seqlen,batching,throughput_tokens_per_s,padding_efficiency'"
+expect "the sweep resumes: finished points are skipped" 0 "6 points, 4 already" -- "$DPSIM" sweep --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
+check "after resuming, 6 rows" bash -c "[ \$(wc -l <'$TMP/sw.csv') = 7 ]"
+expect "a sweep into a file of another sweep is refused" 1 "exists with other columns" -- "$DPSIM" sweep --grid 'pp=2,4' --iterations 2 -o "$TMP/sw.csv"
+expect "a bad grid key" 2 "grid key \"speed\" is not a plan option" -- "$DPSIM" sweep --grid 'speed=1,2' -o "$TMP/sw2.csv"
+expect "a bad grid value" 2 "unknown --batching" -- "$DPSIM" sweep --grid 'batching=magic' -o "$TMP/sw2.csv"
+expect "plot the sweep" 0 "wrote" -- "$DPSIM" plot sweep "$TMP/sw.csv" --x max-seqlen --y throughput_tokens_per_s --series batching --logx -o "$TMP/sw.png"
+check "sweep.png" is_png "$TMP/sw.png" 10000
+expect "a sweep split across 2 MPI ranks" 0 "2 MPI ranks" -- timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np 2 "$DPSIM" sweep --grid 'max-seqlen=512,1024 batching=packing,dynamic' --iterations 2 -J 1 -o "$TMP/swm.csv"
+check "the MPI sweep wrote every point" bash -c "[ \$(wc -l <'$TMP/swm.csv') = 5 ]"
+expect "timeline figure from a timeline CSV" 0 "wrote" -- "$DPSIM" plot timeline "$TMP/t.csv" --iteration 1 -o "$TMP/gantt.png"
+check "gantt.png" is_png "$TMP/gantt.png" 10000
+
 finish
