@@ -68,7 +68,7 @@ dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_l
 typedef struct batch_ctx {
     const batch_rules *rules;
     const stage_model *sm;
-    int mbs;           /* padding and packing: samples or rows per micro-batch   [1 / 4] */
+    int mbs;           /* padding and packing: samples or rows per micro-batch   [1] */
     int64_t mb_tokens; /* token: padded-token budget of a micro-batch           [2048] */
     double thin_ms;    /* dynamic: DynaPipe's candidate thinning; 0 = exact       [0] */
 } batch_ctx;

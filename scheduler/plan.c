@@ -177,8 +177,8 @@ static void describe(char *buf, size_t cap, const plan_rank *r, int i)
 }
 
 /* Per-rank, per-(mb, chunk) progress flags for the dependency and deadlock checks. */
-enum { DONE_F = 1, DONE_B = 2, DONE_W = 4, GOT_ACT = 8, GOT_GRAD = 16, SENT_ACT = 32,
-       SENT_GRAD = 64, POSTED_ACT = 128, POSTED_GRAD = 256 };
+enum { DONE_F = 1, DONE_B = 2, DONE_W = 4, GOT_ACT = 8, GOT_GRAD = 16, POSTED_ACT = 32,
+       POSTED_GRAD = 64 };
 
 /* Fails naming the plan, iteration, rank and instruction i (and, when Q is given, instruction j
  * of rank Q); what says why. The description is formatted only here, on failure. */

@@ -24,7 +24,6 @@ typedef struct rank_state {
     int *sendq; /* instruction indices of queued sends */
     int send_head, send_tail;
     int64_t busy;
-    double held_mb;   /* stored activations now */
 } rank_state;
 
 typedef struct run {
@@ -239,7 +238,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         u.slots[i] = (slot){{-1, -1}, {-1, -1}, -1, -1, -1, 0};
     size_t at = 0;
     for (int r = 0; r < u.nr; r++) {
-        u.ranks[r] = (rank_state){0, t0_ns, t0_ns, t0_ns, u.sendq_pool + at, 0, 0, 0, 0};
+        u.ranks[r] = (rank_state){0, t0_ns, t0_ns, t0_ns, u.sendq_pool + at, 0, 0, 0};
         at += (size_t)it->ranks[r].n;
     }
     engine_reset(&s->eng);
