@@ -190,15 +190,6 @@ static void advance(run *u, int r, int64_t now)
     }
 }
 
-static int cmp_mem(const void *a, const void *b)
-{
-    const sim_mem *x = a, *y = b;
-    int rx = x->replica * STAGE_MAX + x->stage, ry = y->replica * STAGE_MAX + y->stage;
-    if (rx != ry) return rx - ry;
-    if (x->t_ns != y->t_ns) return x->t_ns < y->t_ns ? -1 : 1;
-    return (x->mb > y->mb) - (x->mb < y->mb); /* releases before allocations at equal times */
-}
-
 void sim_init(sim *s)
 {
     memset(s, 0, sizeof *s);
@@ -286,23 +277,36 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         res->busy_ns[r % cfg->pp] += R->busy / cfg->dp;
     }
     res->makespan_ns = end - t0_ns;
-    /* Memory sweep per rank. */
-    qsort(u.mem, u.n_mem, sizeof *u.mem, cmp_mem);
+    /* Memory sweep per rank. Each rank's changes were recorded in time order (its compute
+     * stream is sequential, and a FREE follows its B), so grouping them by rank, stably, orders
+     * them: a counting sort instead of a comparison sort. */
+    size_t *start = calloc((size_t)u.nr + 1, sizeof *start);
+    sim_mem *byrank = malloc((u.n_mem ? u.n_mem : 1) * sizeof *byrank);
+    if (!start || !byrank) {
+        free(start), free(byrank);
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < u.n_mem; i++) start[u.mem[i].replica * cfg->pp + u.mem[i].stage + 1]++;
+    for (int r = 0; r < u.nr; r++) start[r + 1] += start[r];
+    for (size_t i = 0; i < u.n_mem; i++) byrank[start[u.mem[i].replica * cfg->pp + u.mem[i].stage]++] = u.mem[i];
     for (int s2 = 0; s2 < cfg->pp; s2++) res->peak_mb[s2] = cfg->state_mb[s2];
     double level = 0;
     for (size_t i = 0; i < u.n_mem; i++) {
-        if (i == 0 || u.mem[i].stage != u.mem[i - 1].stage || u.mem[i].replica != u.mem[i - 1].replica)
+        const sim_mem *m = &byrank[i];
+        if (i == 0 || m->stage != byrank[i - 1].stage || m->replica != byrank[i - 1].replica)
             level = 0;
-        level += u.mem[i].mb;
+        level += m->mb;
         if (level < 1e-9 && level > -1e-9) level = 0;
-        double total = cfg->state_mb[u.mem[i].stage] + level;
-        if (total > res->peak_mb[u.mem[i].stage]) res->peak_mb[u.mem[i].stage] = total;
+        double total = cfg->state_mb[m->stage] + level;
+        if (total > res->peak_mb[m->stage]) res->peak_mb[m->stage] = total;
         if (sink && sink->on_mem) {
-            sim_mem m = u.mem[i];
-            m.mb = level;
-            sink->on_mem(sink->ctx, &m);
+            sim_mem lv = *m;
+            lv.mb = level;
+            sink->on_mem(sink->ctx, &lv);
         }
     }
+    free(start), free(byrank);
     for (int s2 = 0; s2 < cfg->pp; s2++)
         if (res->peak_mb[s2] > cfg->mem_limit_mb) res->oom = 1;
 out:
