@@ -47,7 +47,7 @@ NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc &
 NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 ifneq ($(MAKECMDGOALS),deps)
 ifneq ($(NVCC),)
-$(info ✓ nvcc found at $(NVCC))
+$(info ✓ nvcc found at $(NVCC) (no CUDA backend is written yet: dprun runs on CPU ranks))
 else
 $(info ✗ nvcc not found: the CUDA backend is not built)
 endif
