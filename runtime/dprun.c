@@ -42,9 +42,10 @@ static void help(void)
            "      --stall-rank R --stall-s S   fault injection: rank R sleeps S seconds first\n"
            "      --no-plan-check  fault injection: skip the same-plan-on-every-rank hash check\n"
            "profile:\n"
-           "  -m, --model M         model preset or JSON spec (GPT)              [gpt-tiny]\n"
+           "  -m, --model M         model preset or JSON spec (GPT or T5)        [gpt-tiny]\n"
            "      --mbs LIST        micro-batch sizes                             [1,2,4,8]\n"
-           "      --seqlen LIST     sequence lengths                              [32,64,128,256]\n"
+           "      --seqlen LIST     sequence lengths (T5: encoder lengths)        [32,64,128,256]\n"
+           "      --dec-seqlen LIST T5: decoder lengths                           [the --seqlen list]\n"
            "  -r, --repeats N       timed repeats per point (median)              [5]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
            "  -h, --help            this help\n",
@@ -86,11 +87,12 @@ static int profile_main(int argc, char **argv)
     static const struct option opts[] = {
         {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
         {"mbs", required_argument, 0, 1},       {"seqlen", required_argument, 0, 2},
+        {"dec-seqlen", required_argument, 0, 3},
         {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
         {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *model = "gpt-tiny", *out = NULL, *backend = "cpu";
-    int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, n_mbs = 4, n_seq = 4;
+    int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
     int64_t repeats = 5;
     int c;
     optind = 1;
@@ -103,6 +105,9 @@ static int profile_main(int argc, char **argv)
             break;
         case 2:
             if ((n_seq = parse_list(optarg, seq)) <= 0) return usage_error("bad --seqlen list", optarg);
+            break;
+        case 3:
+            if ((n_dec = parse_list(optarg, dec)) <= 0) return usage_error("bad --dec-seqlen list", optarg);
             break;
         case 'r':
             if (dp_parse_i64(optarg, 1, 1000, &repeats) != 0) return usage_error("bad --repeats", optarg);
@@ -129,8 +134,8 @@ static int profile_main(int argc, char **argv)
         MPI_Init(&argc, &argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     }
-    rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, (int)repeats, 1, rank == 0 ? out : "/dev/null",
-                         rank == 0, mpi ? barrier : NULL};
+    rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,
+                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL};
     int rc = 0;
     if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);

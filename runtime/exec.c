@@ -18,13 +18,24 @@ enum { KIND_ACT, KIND_GRAD };
 typedef struct chunk_state {
     int layers;
     rt_layer_params *p, *g;
-    int first, last; /* virtual stage 0 (embedding) / last (LM head) */
+    rt_layer_shape shape;
+    int first, last;     /* virtual stage 0 (embedding) / last (LM head) */
+    int decoder;         /* a T5 decoder stage: its layers cross-attend to the encoder output */
+    int first_decoder;   /* receives only the encoder output; its input is the target embedding */
 } chunk_state;
 
-/* Buffers of one (micro-batch, chunk). */
+/* Buffers of one (micro-batch, chunk). What travels (the wire buffers, sized by the plan's
+ * bytes) is packed from and unpacked into the compute buffers:
+ *   GPT and T5 encoder stages  activation = out; gradient = din
+ *   T5 decoder stages          activation = [out | enc]; gradient = [din | denc]
+ *   the first decoder stage    receives enc only and sends denc only. */
 typedef struct slot {
-    int alive, B, S;
+    int alive, B, S, Se;           /* S: this stage's length; Se: the encoder's (decoders only) */
+    size_t nh, ne;                 /* B*S*H and B*Se*H */
     double *in, *out, *dout, *din; /* (B*S, H) */
+    double *enc, *denc;            /* decoder stages: the encoder output and its gradient */
+    double *rx[2], *tx[2];         /* wire buffers of each kind (activation, gradient) */
+    size_t rx_n[2], tx_n[2];       /* their sizes, doubles */
     rt_layer_acts *acts;           /* one per layer */
     double *dlogits;               /* last virtual stage: (B*S, V) */
     MPI_Request recv[2], send[2];
@@ -44,8 +55,7 @@ typedef struct ctx {
     pool pool;
     const plan_iter *it;
     int rank, stage, replica, pp, chunks, nv;
-    rt_layer_shape shape;
-    int vocab;
+    int hidden, vocab;
     chunk_state *ch;
     double *emb, *demb; /* tied embedding / LM head (V, H), on the first and last stages */
     slot *slots;        /* n_mb * chunks */
@@ -159,36 +169,50 @@ static slot *slot_of(ctx *c, int mb, int chunk)
     return &c->slots[(size_t)mb * (size_t)c->chunks + (size_t)chunk];
 }
 
-static size_t act_elems(const slot *s, const ctx *c)
-{
-    return (size_t)s->B * s->S * c->shape.hidden;
-}
-
-static void slot_open(ctx *c, slot *s, const plan_mb *m)
+static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
 {
     if (s->alive) return;
     s->alive = 1;
     s->B = m->mbs;
-    s->S = m->enc_len;
-    size_t n = act_elems(s, c);
-    s->in = pool_get(c, n);
-    s->out = pool_get(c, n);
-    s->dout = pool_get(c, n);
-    s->din = pool_get(c, n);
+    s->S = ch->decoder ? m->dec_len : m->enc_len;
+    s->Se = ch->decoder ? m->enc_len : 0;
+    s->nh = (size_t)s->B * s->S * c->hidden;
+    s->ne = (size_t)s->B * s->Se * c->hidden;
+    s->in = pool_get(c, s->nh);
+    s->out = pool_get(c, s->nh);
+    s->dout = pool_get(c, s->nh);
+    s->din = pool_get(c, s->nh);
+    if (ch->decoder) {
+        s->enc = pool_get(c, s->ne);
+        s->denc = pool_get(c, s->ne);
+    }
     s->recv[0] = s->recv[1] = s->send[0] = s->send[1] = MPI_REQUEST_NULL;
 }
 
-static void slot_free(ctx *c, slot *s, int layers)
+static void slot_free(ctx *c, slot *s, const chunk_state *ch)
 {
     wait_req(c, &s->send[0], "SEND_ACT completion");
     wait_req(c, &s->send[1], "SEND_GRAD completion");
-    size_t n = act_elems(s, c), na = rt_layer_acts_doubles(&c->shape, s->B, s->S);
+    size_t na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
     if (s->acts)
-        for (int l = 0; l < layers; l++) pool_put(c, s->acts[l].x, na); /* x is the block's start */
-    pool_put(c, s->in, n), pool_put(c, s->out, n), pool_put(c, s->dout, n), pool_put(c, s->din, n);
+        for (int l = 0; l < ch->layers; l++) pool_put(c, s->acts[l].x, na); /* x: the block's start */
+    pool_put(c, s->in, s->nh), pool_put(c, s->out, s->nh), pool_put(c, s->dout, s->nh);
+    pool_put(c, s->din, s->nh), pool_put(c, s->enc, s->ne), pool_put(c, s->denc, s->ne);
+    for (int k = 0; k < 2; k++) pool_put(c, s->rx[k], s->rx_n[k]), pool_put(c, s->tx[k], s->tx_n[k]);
     pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab);
     free(s->acts);
     memset(s, 0, sizeof *s);
+}
+
+/* The wire size a transfer of the plan must have for this stage's shapes; a mismatch means the
+ * plan and the model disagree, which is refused rather than sent. */
+static void check_wire(const ctx *c, const plan_instr *x, size_t want)
+{
+    if ((size_t)x->bytes / 2 == want && x->bytes % 2 == 0) return;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s mb %d: the plan says %lld bytes, the micro-batch's shape needs %zu",
+             plan_op_name(x->op), x->mb, (long long)x->bytes, 2 * want);
+    die(c, msg);
 }
 
 /* Deterministic pseudo-random fill (the embedding lookup of a micro-batch's tokens). */
@@ -204,21 +228,32 @@ static void fill(double *v, size_t n, unsigned seed)
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
-    int n = s->B * s->S, H = c->shape.hidden;
-    if (ch->first) fill(s->in, act_elems(s, c), (unsigned)(x->mb * 131 + c->iteration));
+    int n = s->B * s->S, H = c->hidden;
+    /* unpack the received activation */
+    if (ch->first_decoder) {
+        memcpy(s->enc, s->rx[KIND_ACT], s->ne * sizeof(double));
+        fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration)); /* target embedding */
+    } else if (ch->first) {
+        fill(s->in, s->nh, (unsigned)(x->mb * 131 + c->iteration)); /* input embedding */
+    } else {
+        memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
+        if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
+    }
     if (!s->acts) {
         s->acts = xcalloc(c, (size_t)ch->layers, sizeof *s->acts);
-        size_t na = rt_layer_acts_doubles(&c->shape, s->B, s->S);
-        for (int l = 0; l < ch->layers; l++) rt_layer_acts_bind(&s->acts[l], &c->shape, s->B, s->S, pool_get(c, na));
+        size_t na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
+        for (int l = 0; l < ch->layers; l++)
+            rt_layer_acts_bind(&s->acts[l], &ch->shape, s->B, s->S, s->Se, pool_get(c, na));
     }
-    double *cur = s->in, *tmp = pool_get(c, act_elems(s, c));
+    double *cur = s->in, *tmp = pool_get(c, s->nh);
     for (int l = 0; l < ch->layers; l++) {
         double *dst = l % 2 == 0 ? tmp : s->out;
-        rt_layer_fwd(&ch->p[l], &c->shape, s->B, s->S, cur, dst, &s->acts[l]);
+        s->acts[l].enc = s->enc;
+        rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, &s->acts[l]);
         cur = dst;
     }
-    if (cur != s->out) memcpy(s->out, cur, act_elems(s, c) * sizeof(double));
-    pool_put(c, tmp, act_elems(s, c));
+    if (cur != s->out) memcpy(s->out, cur, s->nh * sizeof(double));
+    pool_put(c, tmp, s->nh);
     if (ch->last) { /* LM head (tied embedding) and loss */
         double *logits = pool_get(c, (size_t)n * c->vocab);
         int *targets = xcalloc(c, (size_t)n, sizeof(int));
@@ -235,28 +270,63 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
 static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
-    int n = s->B * s->S, H = c->shape.hidden;
+    int n = s->B * s->S, H = c->hidden;
     if (ch->last) { /* LM head backward: d(out) and d(embedding) */
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, c->vocab, 1.0, s->dlogits,
                     c->vocab, c->emb, H, 0.0, s->dout, H);
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c->vocab, H, n, 1.0, s->dlogits,
                     c->vocab, s->out, H, 1.0, c->demb, H);
+        if (ch->decoder) memset(s->denc, 0, s->ne * sizeof(double));
+    } else { /* unpack the received gradient */
+        memcpy(s->dout, s->rx[KIND_GRAD], s->nh * sizeof(double));
+        if (ch->decoder) memcpy(s->denc, s->rx[KIND_GRAD] + s->nh, s->ne * sizeof(double));
     }
-    double *cur = s->dout, *tmp = pool_get(c, act_elems(s, c));
+    double *cur = s->dout, *tmp = pool_get(c, s->nh);
     for (int l = ch->layers - 1; l >= 0; l--) {
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
-        rt_layer_bwd_input(&ch->p[l], &ch->g[l], &c->shape, s->B, s->S, cur, dst, &s->acts[l]);
+        s->acts[l].denc = s->denc; /* every decoder layer adds its encoder-output gradient */
+        rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, &s->acts[l]);
         cur = dst;
     }
-    if (cur != s->din) memcpy(s->din, cur, act_elems(s, c) * sizeof(double));
-    pool_put(c, tmp, act_elems(s, c));
+    if (cur != s->din) memcpy(s->din, cur, s->nh * sizeof(double));
+    pool_put(c, tmp, s->nh);
 }
 
 static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
     for (int l = ch->layers - 1; l >= 0; l--)
-        rt_layer_bwd_weight(&ch->g[l], &c->shape, s->B, s->S, &s->acts[l]);
+        rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, &s->acts[l]);
+}
+
+/* Packs what a send carries into its wire buffer. */
+static double *pack(ctx *c, const plan_instr *x, slot *s, int kind)
+{
+    chunk_state *ch = &c->ch[x->chunk];
+    size_t n = kind == KIND_ACT ? (ch->decoder ? s->nh + s->ne : s->nh)
+                                : (ch->first_decoder ? s->ne : ch->decoder ? s->nh + s->ne : s->nh);
+    check_wire(c, x, n);
+    double *w = pool_get(c, n);
+    s->tx[kind] = w;
+    s->tx_n[kind] = n;
+    if (kind == KIND_ACT) {
+        memcpy(w, s->out, s->nh * sizeof(double));
+        if (ch->decoder) memcpy(w + s->nh, s->enc, s->ne * sizeof(double));
+    } else if (ch->first_decoder) {
+        memcpy(w, s->denc, s->ne * sizeof(double));
+    } else {
+        memcpy(w, s->din, s->nh * sizeof(double));
+        if (ch->decoder) memcpy(w + s->nh, s->denc, s->ne * sizeof(double));
+    }
+    return w;
+}
+
+/* The wire size of a receive: what the peer packs. */
+static size_t wire_in(const ctx *c, const plan_instr *x, const slot *s, int kind)
+{
+    const chunk_state *ch = &c->ch[x->chunk];
+    if (kind == KIND_ACT) return ch->first_decoder ? s->ne : ch->decoder ? s->nh + s->ne : s->nh;
+    return ch->decoder ? s->nh + s->ne : s->nh; /* the last encoder stage gets d(enc) = nh */
 }
 
 static void describe(char *buf, size_t cap, const plan_instr *x, int i)
@@ -287,15 +357,18 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         switch (x->op) {
         case OP_RECV_ACT:
         case OP_RECV_GRAD: {
-            slot_open(c, s, m);
+            slot_open(c, s, m, &c->ch[x->chunk]);
             int kind = x->op == OP_RECV_ACT ? KIND_ACT : KIND_GRAD;
-            double *buf = kind == KIND_ACT ? s->in : s->dout;
-            MPI_Irecv(buf, (int)act_elems(s, c), MPI_DOUBLE, peer, tag_of(x->mb, x->chunk, kind),
+            size_t n = wire_in(c, x, s, kind);
+            check_wire(c, x, n);
+            s->rx[kind] = pool_get(c, n);
+            s->rx_n[kind] = n;
+            MPI_Irecv(s->rx[kind], (int)n, MPI_DOUBLE, peer, tag_of(x->mb, x->chunk, kind),
                       MPI_COMM_WORLD, &s->recv[kind]);
             break;
         }
         case OP_F:
-            slot_open(c, s, m);
+            slot_open(c, s, m, &c->ch[x->chunk]);
             describe(what, sizeof what, x, i);
             wait_req(c, &s->recv[KIND_ACT], what);
             t = MPI_Wtime();
@@ -317,21 +390,21 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         case OP_SEND_ACT:
         case OP_SEND_GRAD: {
             int kind = x->op == OP_SEND_ACT ? KIND_ACT : KIND_GRAD;
-            double *buf = kind == KIND_ACT ? s->out : s->din;
+            double *buf = pack(c, x, s, kind);
             int pv = (x->chunk * c->pp + c->stage) + (kind == KIND_ACT ? 1 : -1);
-            MPI_Isend(buf, (int)act_elems(s, c), MPI_DOUBLE, peer, tag_of(x->mb, pv / c->pp, kind),
+            MPI_Isend(buf, (int)s->tx_n[kind], MPI_DOUBLE, peer, tag_of(x->mb, pv / c->pp, kind),
                       MPI_COMM_WORLD, &s->send[kind]);
             break;
         }
         case OP_FREE:
-            slot_free(c, s, c->ch[x->chunk].layers);
+            slot_free(c, s, &c->ch[x->chunk]);
             break;
         default: break;
         }
         record(c, x->op, x->mb, x->chunk, t, MPI_Wtime());
     }
     for (size_t k = 0; k < nslots; k++)
-        if (c->slots[k].alive) slot_free(c, &c->slots[k], c->ch[k % (size_t)c->chunks].layers);
+        if (c->slots[k].alive) slot_free(c, &c->slots[k], &c->ch[k % (size_t)c->chunks]);
     free(c->slots);
     c->slots = NULL;
     if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
@@ -360,25 +433,33 @@ dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *e
     c.nv = c.pp * c.chunks;
     c.stage = c.rank % c.pp;
     c.replica = c.rank / c.pp;
-    if (m->arch != ARCH_GPT)
+    if (m->arch == ARCH_T5 && (c.chunks > 1 || c.nv < 2))
         return dp_fail(err, DP_ERR_UNSUPPORTED,
-                       "dprun runs GPT (decoder-only) plans for now; %s is T5", m->name);
-    c.shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn, 1};
+                       "dprun runs T5 plans on at least 2 stages (encoder, then decoder) and "
+                       "without interleaving");
+    c.hidden = m->hidden;
     c.vocab = m->vocab;
+    int enc_virt = m->arch == ARCH_T5 && c.nv > 1 ? c.nv / 2 : c.nv; /* T5: encoder stages first */
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
         int v = k * c.pp + c.stage, enc, dec;
         memory_stage_layers(m, v, c.nv, &enc, &dec);
         chunk_state *ch = &c.ch[k];
-        ch->layers = enc;
+        ch->decoder = m->arch == ARCH_T5 && v >= enc_virt && c.nv > 1;
+        ch->first_decoder = ch->decoder && v == enc_virt;
+        /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
+        ch->shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn,
+                                     m->arch == ARCH_GPT || ch->decoder, ch->decoder};
+        ch->layers = ch->decoder ? dec : enc;
         ch->first = v == 0;
         ch->last = v == c.nv - 1;
-        ch->p = xcalloc(&c, (size_t)enc, sizeof *ch->p);
-        ch->g = xcalloc(&c, (size_t)enc, sizeof *ch->g);
-        for (int l = 0; l < enc; l++) {
-            if (rt_layer_params_alloc(&ch->p[l], &c.shape) != 0 || rt_layer_params_alloc(&ch->g[l], &c.shape) != 0)
+        ch->p = xcalloc(&c, (size_t)ch->layers, sizeof *ch->p);
+        ch->g = xcalloc(&c, (size_t)ch->layers, sizeof *ch->g);
+        for (int l = 0; l < ch->layers; l++) {
+            if (rt_layer_params_alloc(&ch->p[l], &ch->shape) != 0 ||
+                rt_layer_params_alloc(&ch->g[l], &ch->shape) != 0)
                 die(&c, "out of host memory");
-            rt_layer_params_init(&ch->p[l], &c.shape, (unsigned)(v * 1000 + l));
+            rt_layer_params_init(&ch->p[l], &ch->shape, (unsigned)(v * 1000 + l));
         }
         if (ch->last) {
             c.emb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));

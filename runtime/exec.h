@@ -17,8 +17,10 @@
  * shape (the ranks disagree on the plan), or a compute error prints a message naming the rank,
  * host, iteration and instruction, then MPI_Abort ends every rank.
  *
- * Only the cpu backend and GPT (decoder-only) plans run for now; the T5 layers' ops exist in
- * layer.h but the executor refuses T5 plans with a clear message.
+ * GPT plans, and T5 plans on at least two stages without interleaving: the first half of the
+ * stages run encoder layers (bidirectional), the second half decoder layers (causal self-attention
+ * and cross-attention to the encoder output, which travels along with the decoder's hidden
+ * state, its gradient coming back the same way). Only the cpu backend is built.
  */
 #ifndef RT_EXEC_H
 #define RT_EXEC_H

@@ -171,17 +171,21 @@ double rt_softmax_xent(const double *logits, const int *targets, double *dlogits
 
 int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s)
 {
+    memset(p, 0, sizeof *p);
     size_t h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
-    size_t sizes[12] = {h, h, h * 3 * hk, 3 * hk, hk * h, h, h, h, h * f, f, f * h, h};
-    double **slots[12] = {&p->ln1_g, &p->ln1_b, &p->wqkv, &p->bqkv, &p->wo, &p->bo,
-                          &p->ln2_g, &p->ln2_b, &p->w1, &p->b1, &p->w2, &p->b2};
+    size_t sizes[20] = {h, h, h * 3 * hk, 3 * hk, hk * h, h, h, h, h * f, f, f * h, h,
+                        h, h, h * hk, hk, h * 2 * hk, 2 * hk, hk * h, h};
+    double **slots[20] = {&p->ln1_g, &p->ln1_b, &p->wqkv, &p->bqkv, &p->wo,   &p->bo,   &p->ln2_g,
+                          &p->ln2_b, &p->w1,    &p->b1,   &p->w2,   &p->b2,   &p->lnc_g, &p->lnc_b,
+                          &p->wqc,   &p->bqc,   &p->wkvc, &p->bkvc, &p->woc,  &p->boc};
+    int n = s->cross ? 20 : 12;
     size_t total = 0;
-    for (int i = 0; i < 12; i++) total += sizes[i];
+    for (int i = 0; i < n; i++) total += sizes[i];
     p->block = calloc(total, sizeof *p->block);
     if (!p->block) return -1;
     p->count = total;
     size_t at = 0;
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < n; i++) {
         *slots[i] = p->block + at;
         at += sizes[i];
     }
@@ -201,40 +205,67 @@ void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned 
         st = st * 1664525u + 1013904223u;
         p->block[i] = ((double)(st >> 8) / (double)(1u << 24) - 0.5) * 0.04;
     }
-    for (int j = 0; j < s->hidden; j++) p->ln1_g[j] = p->ln2_g[j] = 1.0;
+    for (int j = 0; j < s->hidden; j++) {
+        p->ln1_g[j] = p->ln2_g[j] = 1.0;
+        if (s->cross) p->lnc_g[j] = 1.0;
+    }
 }
 
-size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S)
+/* The activation buffers of a layer, in one table so that sizing and binding agree. */
+static int acts_layout(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se,
+                       size_t *sizes, double ***slots)
 {
     size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
-    return n * h * 4 + n * 4 + n * 3 * hk * 2 + (size_t)B * s->heads * S * S + n * hk + n * f * 3 +
-           n * h * 2;
+    size_t ne = (size_t)B * (s->cross ? Se : 0);
+    size_t sz[28] = {n * h, n * h, n, n, n * 3 * hk, (size_t)B * s->heads * S * S, n * hk, n * h,
+                     n * h, n, n, n * f, n * f, n * 3 * hk, n * h, n * f, n * h,
+                     /* cross-attention */
+                     n * h, n * h, n, n, n * hk, ne * 2 * hk, (size_t)B * s->heads * S * (s->cross ? Se : 0),
+                     n * hk, n * hk, ne * 2 * hk, n * h};
+    double **sl[28] = {&a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv,  &a->p,    &a->ctx,
+                       &a->x2,  &a->h2,    &a->mean2, &a->rstd2, &a->u,    &a->g,    &a->d_qkv,
+                       &a->d_o, &a->d_u,   &a->d_y,   &a->xc,    &a->hc,   &a->meanc, &a->rstdc,
+                       &a->qc,  &a->kvc,   &a->pc,    &a->ctxc,  &a->d_qc, &a->d_kvc, &a->d_oc};
+    int count = s->cross ? 28 : 17;
+    memcpy(sizes, sz, sizeof sz);
+    memcpy(slots, sl, sizeof sl);
+    return count;
 }
 
-int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S)
+size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S, int Se)
 {
-    double *block = malloc(rt_layer_acts_doubles(s, B, S) * sizeof *block);
+    rt_layer_acts tmp;
+    size_t sizes[28];
+    double **slots[28];
+    int n = acts_layout(&tmp, s, B, S, Se, sizes, slots);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    return total;
+}
+
+int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se)
+{
+    double *block = malloc(rt_layer_acts_doubles(s, B, S, Se) * sizeof *block);
     if (!block) return -1;
-    rt_layer_acts_bind(a, s, B, S, block);
+    rt_layer_acts_bind(a, s, B, S, Se, block);
     a->block = block;
     return 0;
 }
 
-void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, double *block)
+void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se,
+                        double *block)
 {
     memset(a, 0, sizeof *a);
-    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
-    size_t sizes[17] = {n * h, n * h, n, n, n * 3 * hk, (size_t)B * s->heads * S * S, n * hk, n * h,
-                        n * h, n, n, n * f, n * f, n * 3 * hk, n * h, n * f, n * h};
-    double **slots[17] = {&a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv, &a->p,
-                          &a->ctx, &a->x2,    &a->h2,    &a->mean2, &a->rstd2, &a->u,
-                          &a->g,   &a->d_qkv, &a->d_o,   &a->d_u,   &a->d_y};
+    size_t sizes[28];
+    double **slots[28];
+    int n = acts_layout(a, s, B, S, Se, sizes, slots);
     size_t at = 0;
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < n; i++) {
         *slots[i] = block + at;
         at += sizes[i];
     }
     a->count = at;
+    a->Se = Se;
 }
 
 void rt_layer_acts_free(rt_layer_acts *a)
@@ -254,6 +285,17 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
                      s->heads, S, S, s->kv, s->causal);
     rt_linear_fwd(a->ctx, p->wo, p->bo, a->x2, n, hk, h);
     for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->x[i];
+    if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
+        int ne = B * a->Se;
+        memcpy(a->xc, a->x2, (size_t)n * h * sizeof *a->xc);
+        rt_layernorm_fwd(a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
+        rt_linear_fwd(a->hc, p->wqc, p->bqc, a->qc, n, h, hk);
+        rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hk);
+        rt_attention_fwd(a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->ctxc, B, s->heads, S,
+                         a->Se, s->kv, 0);
+        rt_linear_fwd(a->ctxc, p->woc, p->boc, a->x2, n, hk, h);
+        for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
+    }
     rt_layernorm_fwd(a->x2, p->ln2_g, p->ln2_b, a->h2, a->mean2, a->rstd2, n, h);
     rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, f);
     rt_gelu_fwd(a->u, a->g, (size_t)n * f);
@@ -275,6 +317,26 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, f);        /* dh2 */
     rt_layernorm_bwd(tmp_h, a->x2, p->ln2_g, a->mean2, a->rstd2, a->d_o, grad->ln2_g, grad->ln2_b, n, h);
     for (size_t i = 0; i < nh; i++) a->d_o[i] += dy[i];        /* dx2 = d(attention out) */
+    if (s->cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
+        int ne = B * a->Se;
+        memcpy(a->d_oc, a->d_o, nh * sizeof *a->d_oc);
+        rt_linear_bwd_input(a->d_oc, p->woc, dctx, n, hk, h);
+        memset(a->d_qc, 0, (size_t)n * hk * sizeof *a->d_qc);
+        memset(a->d_kvc, 0, (size_t)ne * 2 * hk * sizeof *a->d_kvc);
+        rt_attention_bwd(dctx, a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->d_qc, a->d_kvc,
+                         a->d_kvc + hk, B, s->heads, S, a->Se, s->kv, 0);
+        rt_linear_bwd_input(a->d_qc, p->wqc, tmp_h, n, h, hk); /* d(hc) */
+        if (a->denc) {
+            double *de = malloc((size_t)ne * h * sizeof *de);
+            if (!de) abort();
+            rt_linear_bwd_input(a->d_kvc, p->wkvc, de, ne, h, 2 * hk);
+            for (size_t i = 0; i < (size_t)ne * h; i++) a->denc[i] += de[i];
+            free(de);
+        }
+        rt_layernorm_bwd(tmp_h, a->xc, p->lnc_g, a->meanc, a->rstdc, a->d_o, grad->lnc_g,
+                         grad->lnc_b, n, h);
+        for (size_t i = 0; i < nh; i++) a->d_o[i] += a->d_oc[i];
+    }
     rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
     memset(a->d_qkv, 0, (size_t)n * 3 * hk * sizeof *a->d_qkv);
     rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->d_qkv,
@@ -291,6 +353,11 @@ void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, 
     int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
     rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
     rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, f);
+    if (s->cross) {
+        rt_linear_bwd_weight(a->ctxc, a->d_oc, grad->woc, grad->boc, n, hk, h);
+        rt_linear_bwd_weight(a->hc, a->d_qc, grad->wqc, grad->bqc, n, h, hk);
+        rt_linear_bwd_weight(a->enc, a->d_kvc, grad->wkvc, grad->bkvc, B * a->Se, h, 2 * hk);
+    }
     rt_linear_bwd_weight(a->ctx, a->d_o, grad->wo, grad->bo, n, hk, h);
     rt_linear_bwd_weight(a->h1, a->d_qkv, grad->wqkv, grad->bqkv, n, h, 3 * hk);
 }

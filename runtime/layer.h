@@ -12,6 +12,11 @@
  *   u   = h2 W1 + b1,  g = GELU(u)         (tanh approximation)
  *   y   = x2 + g W2 + b2
  *
+ * A T5 decoder layer (shape.cross) adds cross-attention between the self-attention and the MLP,
+ * its keys and values projected from the encoder output e (B, Se, H):
+ *   hc = LNc(x2), qc = hc Wqc + bqc, kvc = e Wkvc + bkvc, x2 += softmax(qc kc^T/sqrt(kv)) vc Woc + boc
+ * (the MLP then reads that x2). Its backward also returns the gradient of e.
+ *
  * Every op is its own function pair (forward, backward) so that each is gradient-checked against
  * finite differences on small shapes (tests/unit/test_layer.c). The backward of the linear ops is
  * split into the input gradient (rt_linear_bwd_input, ZB-H1's B) and the weight gradient
@@ -64,12 +69,14 @@ double rt_softmax_xent(const double *logits, const int *targets, double *dlogits
 
 typedef struct rt_layer_shape {
     int hidden, heads, kv, ffn;
-    int causal;
+    int causal; /* masked self-attention (GPT, T5 decoder) or not (T5 encoder) */
+    int cross;  /* a T5 decoder layer: cross-attention to the encoder output */
 } rt_layer_shape;
 
 /* Parameters (and their gradients, same layout) of one layer. */
 typedef struct rt_layer_params {
     double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+    double *lnc_g, *lnc_b, *wqc, *bqc, *wkvc, *bkvc, *woc, *boc; /* cross-attention (NULL if none) */
     double *block; /* one allocation holding all of them */
     size_t count;  /* doubles */
 } rt_layer_params;
@@ -79,20 +86,29 @@ void rt_layer_params_free(rt_layer_params *p);
 /* Deterministic small random init (seeded), LN scales 1. */
 void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned seed);
 
-/* Saved activations of one layer's forward on (B, S), for its backward. */
+/* Saved activations of one layer's forward on (B, S) (and an encoder output of length Se for a
+ * cross layer), for its backward. */
 typedef struct rt_layer_acts {
     double *x, *h1, *mean1, *rstd1, *qkv, *p, *ctx, *x2, *h2, *mean2, *rstd2, *u, *g;
     double *block;
     size_t count;
     /* input-gradient pass results kept for the weight-gradient pass (ZB-H1's W) */
     double *d_qkv, *d_o, *d_u, *d_y;
+    /* cross-attention: the caller points enc at the encoder output (B*Se, H) before the forward,
+     * and denc at where the backward adds its gradient */
+    int Se;
+    const double *enc;
+    double *denc;
+    double *xc, *hc, *meanc, *rstdc, *qc, *kvc, *pc, *ctxc, *d_qc, *d_kvc, *d_oc;
 } rt_layer_acts;
 
-size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S);
-int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S);
+/* Se is the encoder length of a cross layer (ignored otherwise). */
+size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S, int Se);
+int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se);
 /* Lays the activations out in a caller-owned block of rt_layer_acts_doubles() doubles (a->block
  * stays NULL, so rt_layer_acts_free frees nothing). */
-void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, double *block);
+void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se,
+                        double *block);
 void rt_layer_acts_free(rt_layer_acts *a);
 
 /* y (B*S, H) = layer(x); saves what the backward needs in a. */

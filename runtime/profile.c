@@ -30,81 +30,158 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* What one grid point measured. */
+typedef struct point {
+    double fwd_ms, bwd_ms, stored_mb, peak_mb;
+} point;
+
+/* Times one layer of shape s on (B, S) (encoder output (B, Se) for a cross layer): the median of
+ * R forwards and R backwards (input and weight gradients), after `warmup` unrecorded runs. ROTATE
+ * sets of activations are used in turn, as a pipeline holds several micro-batches: timing one
+ * warm buffer over and over would measure the cache, not the runtime. */
+static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const rt_layer_shape *s,
+                            int B, int S, int Se, int R, int warmup, point *out, dp_err *err)
+{
+    int H = s->hidden;
+    size_t nh = (size_t)B * S * H, ne = (size_t)B * Se * H;
+    rt_layer_acts a[ROTATE];
+    int have = 0;
+    double *x = malloc(nh * sizeof *x), *y = malloc(nh * sizeof *y), *dx = malloc(nh * sizeof *dx);
+    double *enc = s->cross ? malloc(ne * sizeof *enc) : NULL, *denc = s->cross ? calloc(ne, sizeof *denc) : NULL;
+    double *tf = malloc((size_t)R * sizeof *tf), *tb = malloc((size_t)R * sizeof *tb);
+    while (have < ROTATE && rt_layer_acts_alloc(&a[have], s, B, S, Se) == 0) have++;
+    dp_status st = DP_OK;
+    if (!x || !y || !dx || !tf || !tb || (s->cross && (!enc || !denc)) || have < ROTATE) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory at mbs %d, seqlen %d", B, S);
+        goto out;
+    }
+    for (size_t k = 0; k < nh; k++) x[k] = (double)((k * 2654435761u) % 1000) / 1000 - 0.5;
+    for (size_t k = 0; k < ne; k++) enc[k] = (double)((k * 40503u) % 1000) / 1000 - 0.5;
+    for (int r = -warmup; r < R; r++) {
+        rt_layer_acts *ar = &a[(r + warmup) % ROTATE];
+        ar->enc = enc;
+        ar->denc = denc;
+        double t0 = now_ms();
+        rt_layer_fwd(p, s, B, S, x, y, ar);
+        double t1 = now_ms();
+        rt_layer_bwd_input(p, g, s, B, S, y, dx, ar);
+        rt_layer_bwd_weight(g, s, B, S, ar);
+        double t2 = now_ms();
+        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
+    }
+    /* stored: what the forward keeps for the backward; peak: with the backward's buffers too */
+    size_t hk = (size_t)s->heads * s->kv, n = (size_t)B * S;
+    size_t grads = n * (3 * hk + 2 * (size_t)H + s->ffn) +
+                   (s->cross ? n * (hk + (size_t)H) + (size_t)B * Se * 2 * hk : 0);
+    size_t total = rt_layer_acts_doubles(s, B, S, Se);
+    out->fwd_ms = median(tf, R);
+    out->bwd_ms = median(tb, R);
+    out->stored_mb = (double)(total - grads) * 8 / 1e6;
+    out->peak_mb = (double)total * 8 / 1e6 + (double)nh * 8 * 3 / 1e6;
+out:
+    for (int k = 0; k < have; k++) rt_layer_acts_free(&a[k]);
+    free(x), free(y), free(dx), free(enc), free(denc), free(tf), free(tb);
+    return st;
+}
+
+/* Times the LM head and loss on n = B * S tokens. */
+static dp_status time_head(const model_spec *m, int n, int R, int warmup, point *out, dp_err *err)
+{
+    int V = m->vocab, H = m->hidden;
+    double *y = calloc((size_t)n * H, sizeof *y), *dy = malloc((size_t)n * H * sizeof *dy);
+    double *logits = malloc((size_t)n * V * sizeof *logits), *dl = malloc((size_t)n * V * sizeof *dl);
+    double *emb = calloc((size_t)V * H, sizeof *emb), *demb = calloc((size_t)V * H, sizeof *demb);
+    double *pf = malloc((size_t)R * sizeof *pf), *pb = malloc((size_t)R * sizeof *pb);
+    int *t = malloc((size_t)n * sizeof *t);
+    dp_status st = DP_OK;
+    if (!y || !dy || !logits || !dl || !emb || !demb || !pf || !pb || !t) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory for the LM head on %d tokens", n);
+        goto out;
+    }
+    for (int k = 0; k < n; k++) t[k] = (k * 7919) % V;
+    for (int r = -warmup; r < R; r++) {
+        double t0 = now_ms();
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, H, 1.0, y, H, emb, H, 0.0, logits, V);
+        rt_softmax_xent(logits, t, dl, n, V);
+        double t1 = now_ms();
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, V, 1.0, dl, V, emb, H, 0.0, dy, H);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, H, n, 1.0, dl, V, y, H, 1.0, demb, H);
+        double t2 = now_ms();
+        if (r >= 0) pf[r] = t1 - t0, pb[r] = t2 - t1;
+    }
+    out->fwd_ms = median(pf, R);
+    out->bwd_ms = median(pb, R);
+out:
+    free(y), free(dy), free(logits), free(dl), free(emb), free(demb), free(pf), free(pb), free(t);
+    return st;
+}
+
+static void write_layer(FILE *fp, const char *comp, int B, int enc, int dec, const point *p)
+{
+    fprintf(fp, "1,none,%s,fwd_ms,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->fwd_ms);
+    fprintf(fp, "1,none,%s,bwd_ms,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->bwd_ms);
+    fprintf(fp, "1,none,%s,stored_act_mb,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->stored_mb);
+    fprintf(fp, "1,none,%s,peak_act_mb,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->peak_mb);
+}
+
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
-    if (m->arch != ARCH_GPT)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "dprun profile measures GPT layers for now; %s is T5", m->name);
+    int t5 = m->arch == ARCH_T5;
     FILE *fp = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "wb");
     if (!fp) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
     fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
-    rt_layer_shape s = {m->hidden, m->heads, m->kv_channels, m->ffn, 1};
-    rt_layer_params p, g;
-    if (rt_layer_params_alloc(&p, &s) != 0 || rt_layer_params_alloc(&g, &s) != 0) {
+    rt_layer_shape enc_shape = {m->hidden, m->heads, m->kv_channels, m->ffn, !t5, 0};
+    rt_layer_shape dec_shape = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 1};
+    rt_layer_params p, g, pd, gd;
+    memset(&pd, 0, sizeof pd), memset(&gd, 0, sizeof gd);
+    int ok = rt_layer_params_alloc(&p, &enc_shape) == 0 && rt_layer_params_alloc(&g, &enc_shape) == 0;
+    if (ok && t5)
+        ok = rt_layer_params_alloc(&pd, &dec_shape) == 0 && rt_layer_params_alloc(&gd, &dec_shape) == 0;
+    if (!ok) {
         if (fp != stdout) fclose(fp);
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
-    rt_layer_params_init(&p, &s, 1);
-    int R = o->repeats > 0 ? o->repeats : 1, V = m->vocab, H = m->hidden;
-    double *tf = malloc((size_t)R * sizeof *tf), *tb = malloc((size_t)R * sizeof *tb);
-    double *pf = malloc((size_t)R * sizeof *pf), *pb = malloc((size_t)R * sizeof *pb);
-    double *emb = calloc((size_t)V * H, sizeof *emb), *demb = calloc((size_t)V * H, sizeof *demb);
+    rt_layer_params_init(&p, &enc_shape, 1);
+    if (t5) rt_layer_params_init(&pd, &dec_shape, 2);
+    int R = o->repeats > 0 ? o->repeats : 1;
+    const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
+    int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
     dp_status st = DP_OK;
     for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
         for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
-            int B = o->mbs[i], S = o->seqlen[j], n = B * S;
-            size_t nh = (size_t)n * H;
+            int B = o->mbs[i], S = o->seqlen[j];
+            point pt = {0}, head = {0};
             if (o->sync) o->sync();
-            /* ROTATE sets of activations in turn, as a pipeline holds several micro-batches:
-             * timing one warm buffer over and over would measure the cache, not the runtime */
-            rt_layer_acts a[ROTATE];
-            int have = 0;
-            double *x = malloc(nh * sizeof *x), *y = malloc(nh * sizeof *y), *dx = malloc(nh * sizeof *dx);
-            double *logits = malloc((size_t)n * V * sizeof *logits), *dl = malloc((size_t)n * V * sizeof *dl);
-            int *t = malloc((size_t)n * sizeof *t);
-            while (have < ROTATE && rt_layer_acts_alloc(&a[have], &s, B, S) == 0) have++;
-            if (!x || !y || !dx || !logits || !dl || !t || have < ROTATE) {
-                st = dp_fail(err, DP_ERR_NOMEM, "out of memory at mbs %d, seqlen %d", B, S);
-                free(x), free(y), free(dx), free(logits), free(dl), free(t);
-                for (int k = 0; k < have; k++) rt_layer_acts_free(&a[k]);
-                break;
+            st = time_layer(&p, &g, &enc_shape, B, S, 0, R, o->warmup, &pt, err);
+            if (st == DP_OK && !t5) st = time_head(m, B * S, R, o->warmup, &head, err);
+            if (st != DP_OK) break;
+            write_layer(fp, "encoder", B, S, 0, &pt);
+            if (!t5) {
+                fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, head.fwd_ms);
+                fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
             }
-            for (size_t k = 0; k < nh; k++) x[k] = (double)((k * 2654435761u) % 1000) / 1000 - 0.5;
-            for (int k = 0; k < n; k++) t[k] = (k * 7919) % V;
-            for (int r = -o->warmup; r < R; r++) {
-                rt_layer_acts *ar = &a[(r + o->warmup) % ROTATE];
-                double t0 = now_ms();
-                rt_layer_fwd(&p, &s, B, S, x, y, ar);
-                double t1 = now_ms();
-                rt_layer_bwd_input(&p, &g, &s, B, S, y, dx, ar);
-                rt_layer_bwd_weight(&g, &s, B, S, ar);
-                double t2 = now_ms();
-                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, H, 1.0, y, H, emb, H, 0.0, logits, V);
-                rt_softmax_xent(logits, t, dl, n, V);
-                double t3 = now_ms();
-                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, V, 1.0, dl, V, emb, H, 0.0, dx, H);
-                cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, H, n, 1.0, dl, V, y, H, 1.0, demb, H);
-                double t4 = now_ms();
-                if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1, pf[r] = t3 - t2, pb[r] = t4 - t3;
-            }
-            size_t grads = (size_t)n * (3 * (size_t)s.heads * s.kv + 2 * (size_t)H + s.ffn);
-            double stored = (double)(rt_layer_acts_doubles(&s, B, S) - grads) * 8 / 1e6;
-            double peak = (double)rt_layer_acts_doubles(&s, B, S) * 8 / 1e6 + (double)nh * 8 * 3 / 1e6;
-            fprintf(fp, "1,none,encoder,fwd_ms,%d,%d,0,%.6f\n", B, S, median(tf, R));
-            fprintf(fp, "1,none,encoder,bwd_ms,%d,%d,0,%.6f\n", B, S, median(tb, R));
-            fprintf(fp, "1,none,encoder,stored_act_mb,%d,%d,0,%.6f\n", B, S, stored);
-            fprintf(fp, "1,none,encoder,peak_act_mb,%d,%d,0,%.6f\n", B, S, peak);
-            fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, median(pf, R));
-            fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, median(pb, R));
             if (o->progress)
                 fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer\n",
-                        B, S, median(tf, R), median(tb, R));
-            for (int k = 0; k < ROTATE; k++) rt_layer_acts_free(&a[k]);
-            free(x), free(y), free(dx), free(logits), free(dl), free(t);
+                        B, S, pt.fwd_ms, pt.bwd_ms);
+            for (int k = 0; t5 && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
+                int D = decs[k];
+                if (o->sync) o->sync();
+                st = time_layer(&pd, &gd, &dec_shape, B, D, S, R, o->warmup, &pt, err);
+                if (st == DP_OK) write_layer(fp, "decoder", B, S, D, &pt);
+            }
         }
-    free(tf), free(tb), free(pf), free(pb), free(emb), free(demb);
-    rt_layer_params_free(&p);
-    rt_layer_params_free(&g);
+    for (int i = 0; t5 && i < o->n_mbs && st == DP_OK; i++) /* T5's LM head reads the decoder */
+        for (int k = 0; k < n_dec && st == DP_OK; k++) {
+            point head;
+            if (o->sync) o->sync();
+            st = time_head(m, o->mbs[i] * decs[k], R, o->warmup, &head, err);
+            if (st != DP_OK) break;
+            fprintf(fp, "1,none,postprocess,fwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.fwd_ms);
+            fprintf(fp, "1,none,postprocess,bwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.bwd_ms);
+        }
+    rt_layer_params_free(&p), rt_layer_params_free(&g);
+    if (t5) rt_layer_params_free(&pd), rt_layer_params_free(&gd);
     int bad = fp == stdout ? fflush(fp) != 0 : fclose(fp) != 0;
     if (st == DP_OK && bad) st = dp_fail(err, DP_ERR_IO, "%s: write failed", o->out);
     return st;

@@ -3,10 +3,11 @@
  *
  * For every (mbs, seqlen) of the grid it times one transformer layer's forward and backward
  * (input and weight gradients) and the LM head + loss, with warm-up runs and the median of the
- * repeats, and writes the profile CSV contract (models/cost.h): tp 1, recompute none, components
- * encoder and postprocess, metrics fwd_ms, bwd_ms, stored_act_mb (activations the layer keeps for
- * its backward) and peak_act_mb (those plus the backward's gradient buffers). `dpsim --profile`
- * uses the file directly.
+ * repeats, and writes the profile CSV contract (models/cost.h): tp 1, recompute none, metrics
+ * fwd_ms, bwd_ms, stored_act_mb (activations the layer keeps for its backward) and peak_act_mb
+ * (those plus the backward's gradient buffers). GPT: components encoder (its layer) and
+ * postprocess on (mbs, seqlen). T5: encoder on (mbs, enc), decoder on (mbs, enc, dec) over the
+ * decoder lengths, postprocess on (mbs, dec). `dpsim --profile` uses the file directly.
  *
  * Under mpirun every rank measures the same grid at the same time (a barrier per point), so the
  * timings include the contention of busy neighbouring ranks, as in a run; rank 0 writes the file.
@@ -20,8 +21,10 @@ typedef struct rt_profile_opts {
     const model_spec *model;
     const int *mbs;
     int n_mbs;
-    const int *seqlen;
+    const int *seqlen;     /* GPT: sequence lengths; T5: encoder lengths */
     int n_seqlen;
+    const int *dec_seqlen; /* T5: decoder lengths (NULL: the same as seqlen) */
+    int n_dec_seqlen;
     int repeats, warmup;
     const char *out;
     int progress; /* a line per grid point on stderr */

@@ -26,6 +26,16 @@ expect "dpsim validate reports the error" 0 "mean absolute error" -- "$DPSIM" va
 expect "dpsim validate --json" 0 '"mape_pct"' -- "$DPSIM" validate --plan "$TMP/plan.json" --measured "$TMP/measured.csv" --json
 check "validation figure" is_png "$TMP/val.png" 10000
 
+# --- T5: encoder stages, then decoder stages with cross-attention ------------------------------------
+expect "profile a tiny T5 grid (encoder, decoder over (enc, dec), LM head)" 0 "wrote" -- \
+  timeout 300 "$DPRUN" profile --model t5-tiny --mbs 1,2 --seqlen 32,64 --dec-seqlen 16,32 --repeats 2 -o "$TMP/t5_profile.csv"
+check "the T5 profile has decoder rows over (enc, dec)" grep -q '^1,none,decoder,fwd_ms,2,64,32,' "$TMP/t5_profile.csv"
+expect "plan T5 on 4 stages" 0 "wrote 2 iterations" -- \
+  "$DPSIM" plan --model t5-tiny --hw cpu --profile "$TMP/t5_profile.csv" --pp 4 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5.json"
+expect "mpirun -np 4 dprun runs the T5 plan" 0 "4 ranks ran 2 iterations" -- \
+  timeout 300 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/t5.json" --out "$TMP/t5m.csv" --timeout 60
+expect "dpsim validate on the T5 run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/t5.json" --measured "$TMP/t5m.csv"
+
 # --- refused before anything runs ------------------------------------------------------------------
 expect "4 ranks: crossing send orders are refused" 1 "orders cross.*refused before anything ran" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan $G/crossed_4ranks.json --out "$TMP/x.csv"

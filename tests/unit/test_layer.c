@@ -167,34 +167,41 @@ static void test_xent_grad(void **state)
 }
 
 /* ---- the whole layer ---- */
-typedef struct layer_ctx { rt_layer_params p; rt_layer_shape s; rt_layer_acts a; double *x; int B, S; } layer_ctx;
+typedef struct layer_ctx { rt_layer_params p; rt_layer_shape s; rt_layer_acts a; double *x, *enc; int B, S, Se; } layer_ctx;
 static void layer_fwd(void *c, double *y)
 {
     layer_ctx *l = c;
+    l->a.enc = l->enc;
     rt_layer_fwd(&l->p, &l->s, l->B, l->S, l->x, y, &l->a);
 }
 
 static void test_layer_grad(void **state)
 {
     (void)state;
-    for (int causal = 0; causal <= 1; causal++) {
-        layer_ctx l = {.s = {8, 2, 3, 12, causal}, .B = 2, .S = 4};
+    /* a GPT layer, a T5 encoder layer, and a T5 decoder layer with cross-attention */
+    for (int kind = 0; kind < 3; kind++) {
+        int causal = kind != 1, cross = kind == 2;
+        layer_ctx l = {.s = {8, 2, 3, 12, causal, cross}, .B = 2, .S = 4, .Se = cross ? 5 : 0};
         assert_int_equal(rt_layer_params_alloc(&l.p, &l.s), 0);
         rt_layer_params_init(&l.p, &l.s, 7);
         for (size_t i = 0; i < l.p.count; i++) l.p.block[i] *= 10; /* away from linear regime */
-        assert_int_equal(rt_layer_acts_alloc(&l.a, &l.s, l.B, l.S), 0);
-        size_t n = (size_t)l.B * l.S * l.s.hidden;
+        assert_int_equal(rt_layer_acts_alloc(&l.a, &l.s, l.B, l.S, l.Se), 0);
+        size_t n = (size_t)l.B * l.S * l.s.hidden, ne = (size_t)l.B * l.Se * l.s.hidden;
         l.x = rnd(n);
+        l.enc = cross ? rnd(ne) : NULL;
+        double *denc = cross ? calloc(ne, sizeof *denc) : NULL;
         double *R = rnd(n), *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
         rt_layer_params grad;
         assert_int_equal(rt_layer_params_alloc(&grad, &l.s), 0);
         layer_fwd(&l, y);
+        l.a.denc = denc;
         rt_layer_bwd_input(&l.p, &grad, &l.s, l.B, l.S, R, dx, &l.a);
         rt_layer_bwd_weight(&grad, &l.s, l.B, l.S, &l.a);
         check_grad("layer dx", layer_fwd, &l, l.x, n, dx, R, n);
         check_grad("layer d(all parameters)", layer_fwd, &l, l.p.block, l.p.count, grad.block, R, n);
+        if (cross) check_grad("decoder layer d(encoder output)", layer_fwd, &l, l.enc, ne, denc, R, n);
         rt_layer_params_free(&l.p), rt_layer_params_free(&grad), rt_layer_acts_free(&l.a);
-        free(l.x), free(R), free(y), free(dx);
+        free(l.x), free(l.enc), free(denc), free(R), free(y), free(dx);
     }
 }
 
