@@ -7,6 +7,7 @@
 #   make bench    benchmarks (ratios measured in the same run)
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
+#   make check-gpu  on a GPU machine: the CUDA layer against the CPU layer, and its timings
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
@@ -47,7 +48,7 @@ NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc &
 NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 ifneq ($(MAKECMDGOALS),deps)
 ifneq ($(NVCC),)
-$(info ✓ nvcc found at $(NVCC) (no CUDA backend is written yet: dprun runs on CPU ranks))
+$(info ✓ nvcc found at $(NVCC): the CUDA layer is built (dprun check-gpu))
 else
 $(info ✗ nvcc not found: the CUDA backend is not built)
 endif
@@ -55,6 +56,21 @@ ifneq ($(NCCL_H),)
 $(info ✓ nccl.h found at $(NCCL_H))
 else
 $(info ✗ nccl.h not found: the NCCL transport is not built)
+endif
+endif
+
+# The CUDA layer (runtime/cuda/) is built where nvcc and cuBLAS are found, for Hopper (sm_90) with
+# PTX for newer chips; dprun then gets `check-gpu`.
+CUBLAS := $(wildcard $(CUDA_HOME)/lib64/libcublas.so)
+ifneq ($(NVCC),)
+ifneq ($(CUBLAS),)
+ifneq ($(FUZZ),1)
+CUDA_OBJS := $(patsubst runtime/cuda/%.cu,$(BUILD)/obj/runtime/cuda/%.o,$(wildcard runtime/cuda/*.cu))
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+CUDA_DEFS := -DDPRUN_CUDA
+NVCCFLAGS := -O2 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+             -Xcompiler -Wall -std=c++17
+endif
 endif
 endif
 
@@ -76,7 +92,7 @@ BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 REPLAY_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
-.PHONY: all deps demo check test bench clean help default-trace paper fuzz
+.PHONY: all deps demo check test bench clean help default-trace paper fuzz check-gpu
 all: $(BUILD)/dpsim $(BUILD)/dprun
 
 $(BUILD)/obj/%.o: %.c
@@ -93,20 +109,24 @@ $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 # The validation runtime: MPI ranks, BLAS kernels.
-$(RT_OBJS) $(BUILD)/obj/runtime/dprun.o: ALL_CFLAGS += $(MPI_CFLAGS)
+$(RT_OBJS) $(BUILD)/obj/runtime/dprun.o: ALL_CFLAGS += $(MPI_CFLAGS) $(CUDA_DEFS)
+
+$(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.cu runtime/cuda/layer_cuda.h runtime/layer.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(LIBRT): $(RT_OBJS)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
-$(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(LIBRT) $(LIBDPSIM)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
+$(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(CUDA_OBJS) $(LIBRT) $(LIBDPSIM)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS)
 
 $(BUILD)/obj/tests/unit/%.o: ALL_CFLAGS += $(MPI_CFLAGS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBRT) $(LIBDPSIM)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CUDA_OBJS) $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) -lcmocka
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS) -lcmocka
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
@@ -178,6 +198,10 @@ fuzz: deps
 	  printf '%-14s %s %s\n' $$t "$$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' build/fuzz/$$t.log | tail -1)" \
 	    "$$( [ $$rc = 0 ] && echo clean || echo "FAILED (exit $$rc, see build/fuzz/$$t.log)")"; \
 	done
+
+# On a machine with a GPU: the GPU layer's numerics against the CPU layer, and its timings.
+check-gpu: all
+	$(BUILD)/dprun check-gpu gpt-tiny
 
 # The paper's experiments in simulation (Figs. 13-17) into paper-out/.
 paper: all

@@ -19,12 +19,14 @@
 
 #include "../common/json_util.h"
 #include "../scheduler/plan.h"
+#include "check_gpu.h"
 #include "exec.h"
 #include "profile.h"
 
 static const char USAGE[] =
     "dprun [run] --plan FILE --backend cpu|cuda --out FILE [--timeout S]\n"
-    "       dprun profile --backend cpu --model M [--mbs LIST] [--seqlen LIST] -o FILE";
+    "       dprun profile --backend cpu --model M [--mbs LIST] [--seqlen LIST] -o FILE\n"
+    "       dprun check-gpu [MODEL]";
 
 static void help(void)
 {
@@ -48,6 +50,8 @@ static void help(void)
            "      --dec-seqlen LIST T5: decoder lengths                           [the --seqlen list]\n"
            "  -r, --repeats N       timed repeats per point (median)              [5]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
+           "check-gpu [MODEL]       GPU layer against the CPU layer (fp64), and GPU timings\n"
+           "                        (needs a build with CUDA and a GPU; make check-gpu)\n"
            "  -h, --help            this help\n",
            USAGE);
 }
@@ -310,6 +314,15 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "profile") == 0) return profile_main(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "check-gpu") == 0) {
+        model_spec m;
+        dp_err err = {0};
+        if (model_resolve(argc >= 3 ? argv[2] : "gpt-tiny", &m, &err) != DP_OK) {
+            fprintf(stderr, "dprun check-gpu: error: %s\n", err.msg);
+            return 1;
+        }
+        return rt_check_gpu(&m);
+    }
     if (argc >= 2 && strcmp(argv[1], "run") == 0) return run_main(argc - 1, argv + 1);
     return run_main(argc, argv);
 }

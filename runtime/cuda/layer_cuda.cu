@@ -1,0 +1,408 @@
+// The GPT layer of runtime/layer.c on the GPU: cuBLAS for the GEMMs, small kernels for the rest.
+// Mirrors layer.c step by step, in fp64, with the same activation layout, so that `dprun
+// check-gpu` can compare the two backends value by value.
+#include "layer_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "../layer.h"
+}
+
+struct rt_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+};
+
+#define THREADS 256
+
+extern "C" rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
+{
+    rt_cuda *g = (rt_cuda *)calloc(1, sizeof *g);
+    if (!g) return NULL;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreate(&g->stream);
+    if (e != cudaSuccess) {
+        snprintf(why, why_cap, "CUDA device %d: %s", device, cudaGetErrorString(e));
+        free(g);
+        return NULL;
+    }
+    if (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(g->blas, g->stream) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(why, why_cap, "cuBLAS could not be initialised on device %d", device);
+        cudaStreamDestroy(g->stream);
+        free(g);
+        return NULL;
+    }
+    g->device = device;
+    return g;
+}
+
+extern "C" void rt_cuda_close(rt_cuda *g)
+{
+    if (!g) return;
+    cublasDestroy(g->blas);
+    cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+extern "C" int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap)
+{
+    cudaError_t e = cudaStreamSynchronize(g->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) return 0;
+    snprintf(why, why_cap, "CUDA: %s", cudaGetErrorString(e));
+    return -1;
+}
+
+extern "C" double *rt_cuda_alloc(size_t n)
+{
+    void *p = NULL;
+    return cudaMalloc(&p, (n ? n : 1) * sizeof(double)) == cudaSuccess ? (double *)p : NULL;
+}
+
+extern "C" void rt_cuda_free(double *p)
+{
+    if (p) cudaFree(p);
+}
+
+extern "C" int rt_cuda_put(double *dst, const double *src, size_t n)
+{
+    return cudaMemcpy(dst, src, n * sizeof(double), cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int rt_cuda_get(double *dst, const double *src, size_t n)
+{
+    return cudaMemcpy(dst, src, n * sizeof(double), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+}
+
+// ---- GEMM in row-major terms -------------------------------------------------------------------
+// C (M x N) = alpha op(A) (M x K) op(B) (K x N) + beta C, row-major: cuBLAS (column-major) computes
+// C^T = op(B)^T op(A)^T, so the operands swap.
+static void gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, double alpha, const double *A,
+                 int lda, const double *B, int ldb, double beta, double *C, int ldc)
+{
+    cublasDgemm(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                &alpha, B, ldb, A, lda, &beta, C, ldc);
+}
+
+static void gemm_batched(rt_cuda *g, int ta, int tb, int M, int N, int K, double alpha,
+                         const double *A, int lda, long long sa, const double *B, int ldb,
+                         long long sb, double beta, double *C, int ldc, long long sc, int count)
+{
+    cublasDgemmStridedBatched(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, count);
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+__global__ void k_bias_rows(double *y, const double *b, int n, int out)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (long long)n * out;
+         i += (long long)gridDim.x * blockDim.x)
+        y[i] = b[i % out];
+}
+
+__global__ void k_add(double *y, const double *x, long long n)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+__global__ void k_colsum(double *db, const double *dy, int n, int out)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
+        double s = 0;
+        for (int i = 0; i < n; i++) s += dy[(long long)i * out + j];
+        db[j] += s;
+    }
+}
+
+// Block-wide sum of v (THREADS threads).
+__device__ double block_sum(double v)
+{
+    __shared__ double buf[THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ double block_max(double v)
+{
+    __shared__ double buf[THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) buf[threadIdx.x] = fmax(buf[threadIdx.x], buf[threadIdx.x + s]);
+        __syncthreads();
+    }
+    double r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+#define LN_EPS 1e-5
+
+__global__ void k_ln_fwd(const double *x, const double *gm, const double *bt, double *y,
+                         double *mean, double *rstd, int h)
+{
+    const double *xi = x + (long long)blockIdx.x * h;
+    double s = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) s += xi[j];
+    double m = block_sum(s) / h, v = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) v += (xi[j] - m) * (xi[j] - m);
+    double r = 1 / sqrt(block_sum(v) / h + LN_EPS);
+    for (int j = threadIdx.x; j < h; j += THREADS) y[(long long)blockIdx.x * h + j] = (xi[j] - m) * r * gm[j] + bt[j];
+    if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
+}
+
+__global__ void k_ln_bwd(const double *dy, const double *x, const double *gm, const double *mean,
+                         const double *rstd, double *dx, double *dg, double *db, int h)
+{
+    long long row = blockIdx.x;
+    const double *xi = x + row * h, *dyi = dy + row * h;
+    double m = mean[row], r = rstd[row], a = 0, c = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        double xhat = (xi[j] - m) * r, dxhat = dyi[j] * gm[j];
+        a += dxhat;
+        c += dxhat * xhat;
+        atomicAdd(&dg[j], dyi[j] * xhat);
+        atomicAdd(&db[j], dyi[j]);
+    }
+    a = block_sum(a) / h;
+    c = block_sum(c) / h;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        double xhat = (xi[j] - m) * r;
+        dx[row * h + j] = r * (dyi[j] * gm[j] - a - xhat * c);
+    }
+}
+
+#define GELU_C 0.7978845608028654
+
+__global__ void k_gelu_fwd(const double *u, double *gv, long long n)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        double x = u[i];
+        gv[i] = 0.5 * x * (1 + tanh(GELU_C * (x + 0.044715 * x * x * x)));
+    }
+}
+
+__global__ void k_gelu_bwd(const double *dg, const double *u, double *du, long long n)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        double x = u[i], t = tanh(GELU_C * (x + 0.044715 * x * x * x));
+        du[i] = dg[i] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x));
+    }
+}
+
+// Rows of sk scores (row i of a sq x sk matrix is row % sq), masked causally when asked.
+__global__ void k_softmax(double *p, int sq, int sk, int causal)
+{
+    long long row = blockIdx.x;
+    int i = (int)(row % sq), last = causal ? (i < sk ? i : sk - 1) : sk - 1;
+    double *r = p + row * sk, mx = -INFINITY;
+    for (int j = threadIdx.x; j <= last; j += THREADS) mx = fmax(mx, r[j]);
+    mx = block_max(mx);
+    double s = 0;
+    for (int j = threadIdx.x; j < sk; j += THREADS) {
+        r[j] = j <= last ? exp(r[j] - mx) : 0;
+        s += r[j];
+    }
+    s = block_sum(s);
+    for (int j = threadIdx.x; j <= last; j += THREADS) r[j] /= s;
+}
+
+// dS = P o (dP - rowsum(dP o P)) * scale, in place in dp.
+__global__ void k_softmax_bwd(double *dp, const double *p, int sk, double scale)
+{
+    long long row = blockIdx.x;
+    double *dr = dp + row * sk;
+    const double *pr = p + row * sk;
+    double dot = 0;
+    for (int j = threadIdx.x; j < sk; j += THREADS) dot += dr[j] * pr[j];
+    dot = block_sum(dot);
+    for (int j = threadIdx.x; j < sk; j += THREADS) dr[j] = pr[j] * (dr[j] - dot) * scale;
+}
+
+static int grid_for(long long n)
+{
+    long long b = (n + THREADS - 1) / THREADS;
+    return (int)(b < 65535 ? (b > 0 ? b : 1) : 65535);
+}
+
+// ---- the layer ------------------------------------------------------------------------------
+// Offsets of the parameters in the order of rt_layer_params_alloc (runtime/layer.c).
+typedef struct params_view {
+    const double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+} params_view;
+
+static params_view view_of(const rt_cuda_layer *l)
+{
+    size_t h = (size_t)l->hidden, hk = (size_t)l->heads * l->kv, f = (size_t)l->ffn;
+    size_t sizes[12] = {h, h, h * 3 * hk, 3 * hk, hk * h, h, h, h, h * f, f, f * h, h};
+    const double *ptr[12];
+    size_t at = 0;
+    for (int i = 0; i < 12; i++) ptr[i] = l->block + at, at += sizes[i];
+    params_view v = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], ptr[8], ptr[9], ptr[10], ptr[11]};
+    return v;
+}
+
+static rt_layer_acts acts_of(const rt_cuda_layer *l, int B, int S, double *block)
+{
+    rt_layer_shape s = {l->hidden, l->heads, l->kv, l->ffn, l->causal, 0};
+    rt_layer_acts a;
+    rt_layer_acts_bind(&a, &s, B, S, 0, block); /* offsets only: block is a device address */
+    return a;
+}
+
+static void linear(rt_cuda *g, const double *x, const double *w, const double *b, double *y, int n,
+                   int in, int out)
+{
+    k_bias_rows<<<grid_for((long long)n * out), THREADS, 0, g->stream>>>(y, b, n, out);
+    gemm(g, 0, 0, n, out, in, 1.0, x, in, w, out, 1.0, y, out);
+}
+
+static void attention_fwd(rt_cuda *g, const double *q, const double *k, const double *v, int ld,
+                          double *p, double *ctx, int B, int a, int S, int d, int causal)
+{
+    double scale = 1 / sqrt((double)d);
+    for (int b = 0; b < B; b++) {
+        const double *qb = q + (long long)b * S * ld, *kb = k + (long long)b * S * ld,
+                     *vb = v + (long long)b * S * ld;
+        double *pb = p + (long long)b * a * S * S;
+        gemm_batched(g, 0, 1, S, S, d, scale, qb, ld, d, kb, ld, d, 0.0, pb, S, (long long)S * S, a);
+        k_softmax<<<a * S, THREADS, 0, g->stream>>>(pb, S, S, causal);
+        gemm_batched(g, 0, 0, S, d, S, 1.0, pb, S, (long long)S * S, vb, ld, d, 0.0,
+                     ctx + (long long)b * S * a * d, a * d, d, a);
+    }
+}
+
+static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, const double *k,
+                          const double *v, int ld, const double *p, double *dq, double *dk,
+                          double *dv, int B, int a, int S, int d, double *dp)
+{
+    double scale = 1 / sqrt((double)d);
+    int ldc = a * d;
+    for (int b = 0; b < B; b++) {
+        long long qo = (long long)b * S * ld;
+        const double *dcb = dctx + (long long)b * S * ldc, *pb = p + (long long)b * a * S * S;
+        gemm_batched(g, 0, 1, S, S, d, 1.0, dcb, ldc, d, v + qo, ld, d, 0.0, dp, S, (long long)S * S, a);
+        gemm_batched(g, 1, 0, S, d, S, 1.0, pb, S, (long long)S * S, dcb, ldc, d, 1.0, dv + qo, ld, d, a);
+        k_softmax_bwd<<<a * S, THREADS, 0, g->stream>>>(dp, pb, S, scale);
+        gemm_batched(g, 0, 0, S, d, S, 1.0, dp, S, (long long)S * S, k + qo, ld, d, 1.0, dq + qo, ld, d, a);
+        gemm_batched(g, 1, 0, S, d, S, 1.0, dp, S, (long long)S * S, q + qo, ld, d, 1.0, dk + qo, ld, d, a);
+    }
+}
+
+extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const double *x,
+                                  double *y, double *acts)
+{
+    params_view p = view_of(l);
+    rt_layer_acts a = acts_of(l, B, S, acts);
+    int n = B * S, h = l->hidden, hk = l->heads * l->kv, f = l->ffn;
+    long long nh = (long long)n * h;
+    cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+    k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, h);
+    linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, 3 * hk);
+    attention_fwd(g, a.qkv, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, B, l->heads, S, l->kv, l->causal);
+    linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
+    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
+    k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, h);
+    linear(g, a.h2, p.w1, p.b1, a.u, n, h, f);
+    k_gelu_fwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(a.u, a.g, (long long)n * f);
+    linear(g, a.g, p.w2, p.b2, y, n, f, h);
+    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
+}
+
+extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
+                                        int B, int S, const double *dy, double *dx, double *acts)
+{
+    params_view p = view_of(l), gr = view_of(grad);
+    rt_layer_acts a = acts_of(l, B, S, acts);
+    int n = B * S, h = l->hidden, hk = l->heads * l->kv, f = l->ffn;
+    long long nh = (long long)n * h;
+    double *tmp_f = rt_cuda_alloc((size_t)n * f), *tmp_h = rt_cuda_alloc((size_t)nh);
+    double *dctx = rt_cuda_alloc((size_t)n * hk), *dp = rt_cuda_alloc((size_t)l->heads * S * S);
+    cudaMemcpyAsync(a.d_y, dy, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+    gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
+    k_gelu_bwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(tmp_f, a.u, a.d_u, (long long)n * f);
+    gemm(g, 0, 1, n, h, f, 1.0, a.d_u, f, p.w1, f, 0.0, tmp_h, h); /* dh2 */
+    k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o,
+                                           (double *)gr.ln2_g, (double *)gr.ln2_b, h);
+    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh);
+    gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
+    cudaMemsetAsync(a.d_qkv, 0, (size_t)n * 3 * hk * sizeof(double), g->stream);
+    attention_bwd(g, dctx, a.qkv, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.d_qkv, a.d_qkv + hk,
+                  a.d_qkv + 2 * hk, B, l->heads, S, l->kv, dp);
+    gemm(g, 0, 1, n, h, 3 * hk, 1.0, a.d_qkv, 3 * hk, p.wqkv, 3 * hk, 0.0, tmp_h, h); /* dh1 */
+    k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx,
+                                           (double *)gr.ln1_g, (double *)gr.ln1_b, h);
+    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
+    cudaStreamSynchronize(g->stream); /* before the temporaries go */
+    rt_cuda_free(tmp_f), rt_cuda_free(tmp_h), rt_cuda_free(dctx), rt_cuda_free(dp);
+}
+
+static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, double *dw, double *db,
+                              int n, int in, int out)
+{
+    gemm(g, 1, 0, in, out, n, 1.0, x, in, dy, out, 1.0, dw, out);
+    k_colsum<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
+}
+
+extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
+                                         const double *acts)
+{
+    params_view gr = view_of(grad);
+    rt_layer_acts a = acts_of(grad, B, S, (double *)acts);
+    int n = B * S, h = grad->hidden, hk = grad->heads * grad->kv, f = grad->ffn;
+    linear_bwd_weight(g, a.g, a.d_y, (double *)gr.w2, (double *)gr.b2, n, f, h);
+    linear_bwd_weight(g, a.h2, a.d_u, (double *)gr.w1, (double *)gr.b1, n, h, f);
+    linear_bwd_weight(g, a.ctx, a.d_o, (double *)gr.wo, (double *)gr.bo, n, hk, h);
+    linear_bwd_weight(g, a.h1, a.d_qkv, (double *)gr.wqkv, (double *)gr.bqkv, n, h, 3 * hk);
+}
+
+extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int repeats,
+                                  double *fwd_ms, double *bwd_ms)
+{
+    size_t nh = (size_t)B * S * l->hidden;
+    rt_layer_shape s = {l->hidden, l->heads, l->kv, l->ffn, l->causal, 0};
+    double *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh);
+    double *acts = rt_cuda_alloc(rt_layer_acts_doubles(&s, B, S, 0));
+    rt_cuda_layer grad = *l;
+    grad.block = rt_cuda_alloc(l->count);
+    if (!x || !y || !dx || !acts || !grad.block) return -1;
+    cudaMemsetAsync(x, 0, nh * sizeof(double), g->stream);
+    cudaMemsetAsync(grad.block, 0, l->count * sizeof(double), g->stream);
+    cudaEvent_t e0, e1, e2;
+    cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
+    float tf = 0, tb = 0;
+    for (int r = -1; r < repeats; r++) { /* one warm-up */
+        cudaEventRecord(e0, g->stream);
+        rt_cuda_layer_fwd(g, l, B, S, x, y, acts);
+        cudaEventRecord(e1, g->stream);
+        rt_cuda_layer_bwd_input(g, l, &grad, B, S, y, dx, acts);
+        rt_cuda_layer_bwd_weight(g, &grad, B, S, acts);
+        cudaEventRecord(e2, g->stream);
+        cudaEventSynchronize(e2);
+        float a = 0, b = 0;
+        cudaEventElapsedTime(&a, e0, e1);
+        cudaEventElapsedTime(&b, e1, e2);
+        if (r >= 0) tf += a, tb += b;
+    }
+    *fwd_ms = tf / repeats;
+    *bwd_ms = tb / repeats;
+    cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
+    rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(acts), rt_cuda_free(grad.block);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}

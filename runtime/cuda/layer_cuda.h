@@ -1,0 +1,58 @@
+/*
+ * layer_cuda.h — the CPU layer of runtime/layer.h on an NVIDIA GPU: cuBLAS GEMMs and CUDA kernels,
+ * the same pre-LN GPT block, fp64 as on the CPU so that the two backends agree to rounding.
+ *
+ * Built only where nvcc and cuBLAS are found (the Makefile defines DPRUN_CUDA). All pointers are
+ * device pointers; every call is asynchronous on the stream of the context. Status: compiled on
+ * the development machines (no GPU there); `dprun check-gpu` compares it with the CPU layer and
+ * is what a GPU machine runs first (make check-gpu).
+ */
+#ifndef RT_LAYER_CUDA_H
+#define RT_LAYER_CUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rt_cuda rt_cuda; /* a cuBLAS handle bound to a stream */
+
+/* Opens device `device` with a new stream; NULL (and a message in why) when it cannot. */
+rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap);
+void rt_cuda_close(rt_cuda *g);
+/* Waits for the stream; returns 0, or -1 with the CUDA error in why. */
+int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap);
+
+/* Device memory (doubles) and copies (synchronous, for set-up and checks). */
+double *rt_cuda_alloc(size_t n);
+void rt_cuda_free(double *p);
+int rt_cuda_put(double *dst, const double *src, size_t n);
+int rt_cuda_get(double *dst, const double *src, size_t n);
+
+/* One layer's device parameters, in the order of rt_layer_params (block of `count` doubles). */
+typedef struct rt_cuda_layer {
+    int hidden, heads, kv, ffn, causal;
+    double *block; /* device */
+    size_t count;
+} rt_cuda_layer;
+
+/* Forward of one layer on (B, S): x, y (B*S, H); acts is a device block of
+ * rt_layer_acts_doubles() laid out as rt_layer_acts (runtime/layer.c). */
+void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, int B, int S, const double *x,
+                       double *y, double *acts);
+/* Input gradient (and layer-norm parameter gradients) into dx and grad. */
+void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *grad, int B,
+                             int S, const double *dy, double *dx, double *acts);
+/* Weight gradients of the four linear ops into grad. */
+void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const double *acts);
+
+/* Mean forward and backward time of one layer on (B, S) over `repeats` runs, by CUDA events. */
+int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int repeats,
+                       double *fwd_ms, double *bwd_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RT_LAYER_CUDA_H */
