@@ -36,7 +36,7 @@ static void help(void)
            "validate'. 'profile' measures a per-layer cost grid in the profile CSV format.\n\n"
            "run:\n"
            "  -p, --plan FILE       execution plan JSON                          (required)\n"
-           "  -b, --backend B       cpu | cuda (cuda is not built yet)            [cpu]\n"
+           "  -b, --backend B       cpu | cuda (no cuda executor yet; check-gpu)  [cpu]\n"
            "  -o, --out FILE        measured timeline CSV, written by rank 0      (required)\n"
            "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
            "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
@@ -216,7 +216,10 @@ static int run_main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     char msg[DP_ERR_MSG_MAX + 200];
     if (strcmp(backend, "cpu") != 0) {
-        snprintf(msg, sizeof msg, "backend \"%s\" is not built in this dprun (only cpu)", backend);
+        snprintf(msg, sizeof msg,
+                 "backend \"%s\" has no plan executor yet (only cpu; the GPU layer is checked by "
+                 "dprun check-gpu)",
+                 backend);
         return fail_all(rank, msg);
     }
     openblas_set_num_threads(1);
