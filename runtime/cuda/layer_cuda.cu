@@ -332,8 +332,14 @@ extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_c
     rt_layer_acts a = acts_of(l, B, S, acts);
     int n = B * S, h = l->hidden, hk = l->heads * l->kv, f = l->ffn;
     long long nh = (long long)n * h;
-    double *tmp_f = rt_cuda_alloc((size_t)n * f), *tmp_h = rt_cuda_alloc((size_t)nh);
-    double *dctx = rt_cuda_alloc((size_t)n * hk), *dp = rt_cuda_alloc((size_t)l->heads * S * S);
+    /* temporaries from the stream-ordered allocator: no device-wide synchronisation inside a
+     * timed backward; a failed allocation is left for rt_cuda_sync (cudaGetLastError) to report */
+    double *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL, *dp = NULL;
+    cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(double), g->stream);
+    cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(double), g->stream);
+    cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(double), g->stream);
+    cudaMallocAsync((void **)&dp, (size_t)l->heads * S * S * sizeof(double), g->stream);
+    if (!tmp_f || !tmp_h || !dctx || !dp) goto out;
     cudaMemcpyAsync(a.d_y, dy, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
     k_gelu_bwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(tmp_f, a.u, a.d_u, (long long)n * f);
@@ -349,8 +355,11 @@ extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_c
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx,
                                            (double *)gr.ln1_g, (double *)gr.ln1_b, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
-    cudaStreamSynchronize(g->stream); /* before the temporaries go */
-    rt_cuda_free(tmp_f), rt_cuda_free(tmp_h), rt_cuda_free(dctx), rt_cuda_free(dp);
+out:
+    if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
+    if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
+    if (dctx) cudaFreeAsync(dctx, g->stream);
+    if (dp) cudaFreeAsync(dp, g->stream);
 }
 
 static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, double *dw, double *db,
