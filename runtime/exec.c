@@ -40,6 +40,7 @@ typedef struct slot {
     double *dlogits;               /* last virtual stage: (B*S, V) */
     MPI_Request recv[2], send[2];
     int split;                     /* the plan runs W for it: B computes input gradients only */
+    int free_pending;              /* FREE came before its sends completed */
 } slot;
 
 /* Buffers are reused across micro-batches (first-touch page faults would otherwise be measured
@@ -202,6 +203,20 @@ static void slot_free(ctx *c, slot *s, const chunk_state *ch)
     pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab);
     free(s->acts);
     memset(s, 0, sizeof *s);
+}
+
+/* Frees the slots whose FREE has come and whose sends have completed. */
+static void release_sent(ctx *c)
+{
+    size_t n = (size_t)c->it->n_mb * (size_t)c->chunks;
+    for (size_t k = 0; k < n; k++) {
+        slot *s = &c->slots[k];
+        if (!s->alive || !s->free_pending) continue;
+        int done0 = 0, done1 = 0;
+        MPI_Test(&s->send[0], &done0, MPI_STATUS_IGNORE);
+        MPI_Test(&s->send[1], &done1, MPI_STATUS_IGNORE);
+        if (done0 && done1) slot_free(c, s, &c->ch[k % (size_t)c->chunks]);
+    }
 }
 
 /* The wire size a transfer of the plan must have for this stage's shapes; a mismatch means the
@@ -397,7 +412,10 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
             break;
         }
         case OP_FREE:
-            slot_free(c, s, &c->ch[x->chunk]);
+            /* the buffers go once the sends finish; waiting here could deadlock a plan whose
+             * receiver posts later (rendezvous-sized messages): FREE marks, sweeps release */
+            s->free_pending = 1;
+            release_sent(c);
             break;
         default: break;
         }

@@ -1,7 +1,3 @@
-
-
-
-
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -23,6 +19,7 @@ typedef struct emitter {
     plan_rank *R;
     int nv;
     dp_status st;
+    int extra_warmup; /* interleaved: forwards beyond Megatron's warm-up count */
 } emitter;
 
 static void push(emitter *e, plan_op op, int k, int c, int peer, int64_t bytes)
@@ -68,18 +65,75 @@ static int replica_mbs(const plan_iter *it, int r, int **list)
     return m;
 }
 
+/* Whether receive x on `stage` is the one that `send` (issued by the peer) delivers. */
+static int delivers(const plan_instr *send, int peer_stage, const plan_instr *x, int pp)
+{
+    int v = send->chunk * pp + peer_stage, act = send->op == OP_SEND_ACT;
+    int to = v + (act ? 1 : -1);
+    return x->op == (act ? OP_RECV_ACT : OP_RECV_GRAD) && x->mb == send->mb && x->chunk == to / pp;
+}
+
+/* Posts every stage's receives from each peer in the order the peer sends them. With two stages
+ * and several chunks one link carries both activations and gradients, and the interleaved order
+ * can consume them in another order than they were sent (a gradient sent before an activation is
+ * needed after it). A receive that comes too late is hoisted to just before the receive that
+ * needed it first: receives are posts, so this adds no wait, and every link stays in order (what
+ * plan_validate requires, like NCCL's in-order point-to-point). */
+static dp_status order_receives(plan_iter *it, int replica, int pp)
+{
+    for (int s = 0; s < pp; s++) {
+        plan_rank *R = &it->ranks[replica * pp + s];
+        plan_instr *out = malloc((size_t)(R->n ? R->n : 1) * sizeof *out);
+        char *done = calloc((size_t)(R->n ? R->n : 1), 1);
+        int *next_send = calloc((size_t)pp, sizeof *next_send);
+        if (!out || !done || !next_send) {
+            free(out), free(done), free(next_send);
+            return DP_ERR_NOMEM;
+        }
+        int n = 0;
+        for (int i = 0; i < R->n; i++) {
+            const plan_instr *x = &R->ins[i];
+            int is_recv = x->op == OP_RECV_ACT || x->op == OP_RECV_GRAD;
+            if (!is_recv) {
+                out[n++] = *x;
+                continue;
+            }
+            if (done[i]) continue;
+            /* emit the peer's sends to s in order, up to the one that delivers x */
+            const plan_rank *P = &it->ranks[replica * pp + x->peer];
+            int *j = &next_send[x->peer], found = 0;
+            while (!found && *j < P->n) {
+                const plan_instr *snd = &P->ins[(*j)++];
+                if ((snd->op != OP_SEND_ACT && snd->op != OP_SEND_GRAD) || snd->peer != s) continue;
+                for (int k = i; k < R->n; k++)
+                    if (!done[k] && R->ins[k].peer == x->peer && delivers(snd, x->peer, &R->ins[k], pp)) {
+                        done[k] = 1, out[n++] = R->ins[k];
+                        found = k == i;
+                        break;
+                    }
+            }
+            if (!done[i]) done[i] = 1, out[n++] = *x; /* no matching send: the validator says so */
+        }
+        memcpy(R->ins, out, (size_t)n * sizeof *out);
+        R->n = n;
+        free(out), free(done), free(next_send);
+    }
+    return DP_OK;
+}
+
 typedef void (*rank_builder)(emitter *e, const int *mbs, int m);
 
 /* Runs build for every rank of every replica. */
-static dp_status for_each_rank(const schedule_ctx *ctx, plan_iter *it, rank_builder build,
-                               dp_err *err)
+static dp_status for_each_rank_warm(const schedule_ctx *ctx, plan_iter *it, rank_builder build,
+                                    int extra_warmup, dp_err *err)
 {
     const stage_model *sm = ctx->sm;
     for (int r = 0; r < it->dp; r++) {
         int *mbs, m = replica_mbs(it, r, &mbs);
         if (m < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
         for (int s = 0; s < sm->pp; s++) {
-            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp * sm->chunks, DP_OK};
+            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp * sm->chunks, DP_OK,
+                         extra_warmup};
             e.R->n = 0;
             build(&e, mbs, m);
             if (e.st != DP_OK) {
@@ -88,8 +142,15 @@ static dp_status for_each_rank(const schedule_ctx *ctx, plan_iter *it, rank_buil
             }
         }
         free(mbs);
+        if (order_receives(it, r, sm->pp) != DP_OK) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
     return DP_OK;
+}
+
+static dp_status for_each_rank(const schedule_ctx *ctx, plan_iter *it, rank_builder build,
+                               dp_err *err)
+{
+    return for_each_rank_warm(ctx, it, build, 0, err);
 }
 
 static dp_status need_one_chunk(const schedule_ctx *ctx, const char *name, dp_err *err)
@@ -185,7 +246,7 @@ static void interleaved_rank(emitter *e, const int *mbs, int m)
                 bk[q] = mbs[g + i], bc[q] = C - 1 - c;
             }
     }
-    int w = (S - s - 1) * 2 + (C - 1) * S;
+    int w = (S - s - 1) * 2 + (C - 1) * S + e->extra_warmup;
     if (w > n) w = n;
     for (int i = 0; i < w; i++) em_fwd(e, fk[i], fc[i]);
     for (int i = 0; i < n - w; i++) {
@@ -197,9 +258,19 @@ out:
     free(fk), free(fc), free(bk), free(bc);
 }
 
+/* Megatron's warm-up assumes m a multiple of S; with a short last group some stages can wait on
+ * each other (S 4, C 3, m 5 does). Then every stage warms up one forward more, until the plan
+ * runs: at worst all forwards first, an order that cannot deadlock. */
 static dp_status build_interleaved(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
 {
-    return for_each_rank(ctx, it, interleaved_rank, err);
+    for (int extra = 0;; extra++) {
+        dp_status st = for_each_rank_warm(ctx, it, interleaved_rank, extra, err);
+        if (st != DP_OK) return st;
+        dp_err probe = {0};
+        if (extra >= it->n_mb * ctx->sm->chunks ||
+            plan_validate(it, ctx->sm->chunks, "interleaved", &probe) != DP_ERR_DEADLOCK)
+            return DP_OK;
+    }
 }
 
 /* ---- adaptive (DynaPipe) --------------------------------------------------------------------- */
@@ -277,7 +348,7 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
         if (!kind || !mb) st = DP_ERR_NOMEM;
         else adaptive_rank_orders(sm, it, mbs, m, kind, mb, &st);
         for (int s = 0; s < sm->pp && st == DP_OK; s++) {
-            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp, DP_OK};
+            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp, DP_OK, 0};
             e.R->n = 0;
             for (int q = 0; q < 2 * m; q++) {
                 int k = mbs[mb[(size_t)s * 2 * (size_t)m + (size_t)q]];

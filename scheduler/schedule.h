@@ -11,7 +11,8 @@
  *                micro-batches held on stage s.
  *   interleaved  Megatron's interleaved 1F1B with C chunks per device: forwards walk groups of S
  *                micro-batches through chunks 0..C-1, backwards through C-1..0; warm-up
- *                min((S-s-1)*2 + (C-1)*S, m*C) steps.
+ *                min((S-s-1)*2 + (C-1)*S, m*C) steps, more where m is not a multiple of S and
+ *                that warm-up would deadlock.
  *   zb1          zero-bubble ZB-H1 (Qi et al., arXiv 2401.10241): the backward is split into an
  *                input-gradient B and a weight-gradient W; stage s runs 1F1B with B and keeps s W's
  *                back, issuing them into the cool-down waits, so its bubble is (S-1)(f+b-w).
@@ -25,7 +26,9 @@
  *
  * Transfers: every forward on virtual stage v > 0 is preceded by its RECV_ACT, every backward on
  * v < last by its RECV_GRAD; sends follow the compute that produces them; FREE follows the last
- * use of a micro-batch's activations (B, or W when split).
+ * use of a micro-batch's activations (B, or W when split). Receives from each peer are then
+ * posted in the order the peer sends (one hoisted before another where the schedule consumes
+ * them the other way round: interleaved on two stages, where one link carries both kinds).
  */
 #ifndef SCHEDULE_H
 #define SCHEDULE_H
