@@ -7,7 +7,8 @@
 #   make bench    benchmarks (ratios measured in the same run)
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
-#   make check-gpu  on a GPU machine: the CUDA layer against the CPU layer, and its timings
+#   make check-gpu  on a GPU machine: the CUDA layer against the CPU layer, its timings, and
+#                   small plans on the single-GPU executor (tests/gpu/check_gpu.sh)
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
@@ -201,7 +202,7 @@ fuzz: deps
 
 # On a machine with a GPU: the GPU layer's numerics against the CPU layer, and its timings.
 check-gpu: all
-	$(BUILD)/dprun check-gpu gpt-tiny
+	BUILD=$(BUILD) tests/gpu/check_gpu.sh
 
 # The paper's experiments in simulation (Figs. 13-17) into paper-out/.
 paper: all

@@ -36,7 +36,7 @@ static void help(void)
            "validate'. 'profile' measures a per-layer cost grid in the profile CSV format.\n\n"
            "run:\n"
            "  -p, --plan FILE       execution plan JSON                          (required)\n"
-           "  -b, --backend B       cpu | cuda (no cuda executor yet; check-gpu)  [cpu]\n"
+           "  -b, --backend B       cpu (MPI ranks) | cuda (one GPU, no mpirun)    [cpu]\n"
            "  -o, --out FILE        measured timeline CSV, written by rank 0      (required)\n"
            "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
            "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
@@ -215,11 +215,15 @@ static int run_main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     char msg[DP_ERR_MSG_MAX + 200];
-    if (strcmp(backend, "cpu") != 0) {
-        snprintf(msg, sizeof msg,
-                 "backend \"%s\" has no plan executor yet (only cpu; the GPU layer is checked by "
-                 "dprun check-gpu)",
-                 backend);
+    int on_gpu = strcmp(backend, "cuda") == 0;
+    if (!on_gpu && strcmp(backend, "cpu") != 0) {
+        snprintf(msg, sizeof msg, "unknown backend \"%s\" (cpu or cuda)", backend);
+        return fail_all(rank, msg);
+    }
+    if (on_gpu && size != 1) {
+        snprintf(msg, sizeof msg, "--backend cuda runs every stage on one GPU in one process "
+                 "(start it without mpirun, or with -np 1); the multi-GPU NCCL mode is not "
+                 "written yet");
         return fail_all(rank, msg);
     }
     openblas_set_num_threads(1);
@@ -249,7 +253,7 @@ static int run_main(int argc, char **argv)
     dp_status st = plan_parse(text, plan_path, &pl, &err);
     free(text);
     if (st != DP_OK) return fail_all(rank, err.msg);
-    if (size != pl.h.pp * pl.h.dp) {
+    if (!on_gpu && size != pl.h.pp * pl.h.dp) {
         snprintf(msg, sizeof msg, "%s needs pp x dp = %d x %d = %d ranks, but mpirun started %d",
                  plan_path, pl.h.pp, pl.h.dp, pl.h.pp * pl.h.dp, size);
         plan_release(&pl);
@@ -266,7 +270,7 @@ static int run_main(int argc, char **argv)
     rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s};
     rt_record *rec = NULL;
     size_t n_rec = 0;
-    st = rt_execute(&o, &rec, &n_rec, &err);
+    st = on_gpu ? rt_execute_gpu(&o, &rec, &n_rec, &err) : rt_execute(&o, &rec, &n_rec, &err);
     if (st != DP_OK) {
         plan_release(&pl);
         return fail_all(rank, err.msg);
@@ -295,8 +299,12 @@ static int run_main(int argc, char **argv)
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
                         r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk);
             rc = fclose(fp) != 0;
-            fprintf(stderr, "dprun: %d ranks ran %d iterations; wrote %s\n", size,
-                    iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it, out);
+            int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
+            if (on_gpu)
+                fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations; wrote %s\n",
+                        pl.h.pp, n_run, out);
+            else
+                fprintf(stderr, "dprun: %d ranks ran %d iterations; wrote %s\n", size, n_run, out);
         }
     }
     free(buf), free(counts), free(displs), free(rec);

@@ -9,7 +9,8 @@
  *            last), B the input gradients (and the weight gradients unless the plan has a W for
  *            it), W the weight gradients;
  *   SEND_*   MPI_Isend of the produced activation or gradient (overlaps what follows);
- *   FREE     waits for the micro-batch's own sends, then frees its activations.
+ *   FREE     frees the micro-batch's buffers once its own sends complete (never waits there:
+ *            a receiver may post later than the plan's untimed order suggests).
  * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
  * With D > 1 replicas, each stage all-reduces its gradients across replicas after an iteration.
  *
@@ -20,7 +21,12 @@
  * GPT plans, and T5 plans on at least two stages without interleaving: the first half of the
  * stages run encoder layers (bidirectional), the second half decoder layers (causal self-attention
  * and cross-attention to the encoder output, which travels along with the decoder's hidden
- * state, its gradient coming back the same way). Only the cpu backend is built.
+ * state, its gradient coming back the same way).
+ *
+ * rt_execute_gpu (exec_gpu.c, built with CUDA) is the single-GPU mode of the cuda backend: one
+ * process runs every stage of a GPT plan on one GPU, a stream per stage, events for the
+ * transfers and the timestamps; same records. The multi-GPU mode (NCCL between ranks) is not
+ * written yet.
  */
 #ifndef RT_EXEC_H
 #define RT_EXEC_H
@@ -49,5 +55,10 @@ typedef struct rt_opts {
 /* Runs the plan on this rank (MPI is initialised). Records are malloc'd into *rec. Fails (without
  * aborting) only on set-up problems that every rank detects alike; run-time faults abort. */
 dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err);
+
+/* The single-GPU executor (one process, MPI not needed): GPT plans with dp 1; records as above,
+ * stage = the plan's stage. DP_ERR_UNSUPPORTED in a build without CUDA; device failures, an
+ * out-of-memory iteration and a plan that deadlocks are returned, not aborted. */
+dp_status rt_execute_gpu(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err);
 
 #endif /* RT_EXEC_H */

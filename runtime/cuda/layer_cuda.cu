@@ -415,3 +415,87 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int
     rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(acts), rt_cuda_free(grad.block);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
+
+// ---- for the single-GPU plan executor ---------------------------------------------------------
+extern "C" void *rt_cuda_event_new(void)
+{
+    cudaEvent_t e = NULL;
+    return cudaEventCreate(&e) == cudaSuccess ? (void *)e : NULL;
+}
+
+extern "C" void rt_cuda_event_free(void *e)
+{
+    if (e) cudaEventDestroy((cudaEvent_t)e);
+}
+
+extern "C" void rt_cuda_event_record(rt_cuda *g, void *e)
+{
+    cudaEventRecord((cudaEvent_t)e, g->stream);
+}
+
+extern "C" void rt_cuda_wait_event(rt_cuda *g, void *e)
+{
+    cudaStreamWaitEvent(g->stream, (cudaEvent_t)e, 0);
+}
+
+extern "C" double rt_cuda_event_ms(void *from, void *to)
+{
+    float ms = 0;
+    cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to);
+    return ms;
+}
+
+extern "C" void rt_cuda_copy(rt_cuda *g, double *dst, const double *src, size_t n)
+{
+    cudaMemcpyAsync(dst, src, n * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+}
+
+extern "C" void rt_cuda_zero(rt_cuda *g, double *v, size_t n)
+{
+    cudaMemsetAsync(v, 0, n * sizeof(double), g->stream);
+}
+
+__global__ void k_fill(double *v, long long n, unsigned seed, double scale)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ (seed * 40503u + 0x9e3779b9u);
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+        v[i] = ((double)(h >> 8) / (double)(1u << 24) - 0.5) * scale;
+    }
+}
+
+extern "C" void rt_cuda_fill(rt_cuda *g, double *v, size_t n, unsigned seed, double scale)
+{
+    k_fill<<<grid_for((long long)n), THREADS, 0, g->stream>>>(v, (long long)n, seed, scale);
+}
+
+// One block per row: dlogits = (softmax(logits) - onehot(target)) / n.
+__global__ void k_softmax_xent(const double *logits, double *dlogits, int n, int V, int offset)
+{
+    long long row = blockIdx.x;
+    const double *l = logits + row * V;
+    double *dl = dlogits + row * V, mx = -INFINITY, s = 0;
+    for (int j = threadIdx.x; j < V; j += THREADS) mx = fmax(mx, l[j]);
+    mx = block_max(mx);
+    for (int j = threadIdx.x; j < V; j += THREADS) s += exp(l[j] - mx);
+    s = block_sum(s);
+    int target = (int)((row * 7919 + offset) % V);
+    for (int j = threadIdx.x; j < V; j += THREADS)
+        dl[j] = (exp(l[j] - mx) / s - (j == target ? 1.0 : 0.0)) / n;
+}
+
+extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb,
+                                    double *logits, double *dlogits, int n, int H, int V,
+                                    int target_offset)
+{
+    gemm(g, 0, 1, n, V, H, 1.0, out, H, emb, H, 0.0, logits, V);
+    k_softmax_xent<<<n, THREADS, 0, g->stream>>>(logits, dlogits, n, V, target_offset);
+}
+
+extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb,
+                                    const double *out, double *dout, double *demb, int n, int H,
+                                    int V)
+{
+    gemm(g, 0, 0, n, H, V, 1.0, dlogits, V, emb, H, 0.0, dout, H);
+    gemm(g, 1, 0, V, H, n, 1.0, dlogits, V, out, H, 1.0, demb, H);
+}

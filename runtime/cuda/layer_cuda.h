@@ -51,6 +51,30 @@ void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, con
 int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int repeats,
                        double *fwd_ms, double *bwd_ms);
 
+/* ---- for the single-GPU plan executor (runtime/exec_gpu.c) -------------------------------- */
+
+/* Timing events (opaque); elapsed milliseconds between two completed events. */
+void *rt_cuda_event_new(void);
+void rt_cuda_event_free(void *e);
+void rt_cuda_event_record(rt_cuda *g, void *e);
+/* Later work on g's stream waits for e (recorded on any stream of the device). */
+void rt_cuda_wait_event(rt_cuda *g, void *e);
+double rt_cuda_event_ms(void *from, void *to);
+
+/* Asynchronous device-to-device copy, and a deterministic pseudo-random fill in [-scale/2,
+ * scale/2) (the embedding lookup of a micro-batch's tokens), on g's stream. */
+void rt_cuda_copy(rt_cuda *g, double *dst, const double *src, size_t n);
+void rt_cuda_fill(rt_cuda *g, double *v, size_t n, unsigned seed, double scale);
+void rt_cuda_zero(rt_cuda *g, double *v, size_t n);
+
+/* The tied LM head and softmax cross-entropy of runtime/exec.c: logits = out emb^T (n x V, a
+ * device scratch), dlogits = d(mean loss)/d(logits) for targets (i * 7919 + target_offset) % V. */
+void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb, double *logits,
+                         double *dlogits, int n, int H, int V, int target_offset);
+/* dout = dlogits emb; demb += dlogits^T out. */
+void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb, const double *out,
+                         double *dout, double *demb, int n, int H, int V);
+
 #ifdef __cplusplus
 }
 #endif
