@@ -129,6 +129,17 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CUDA_OBJS) $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS) -lcmocka
 
+# The single-GPU executor's host logic, tested without a GPU: exec_gpu.c built with CUDA on, over
+# a host fake of the CUDA layer (tests/unit/fake_cuda.c) instead of runtime/cuda/.
+$(BUILD)/obj/tests/unit/exec_gpu_on_fake.o: runtime/exec_gpu.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DDPRUN_CUDA -c $< -o $@
+
+$(BUILD)/tests/test_exec_gpu: $(BUILD)/obj/tests/unit/test_exec_gpu.o $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o \
+                              $(BUILD)/obj/tests/unit/fake_cuda.o $(LIBRT) $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) -lcmocka
+
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -145,7 +156,7 @@ $(BUILD)/fuzzer/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(LIBDPSIM)
 tests: $(TEST_BINS) $(REPLAY_BINS)
 
 -include $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/obj/tests/fuzz/%.d)
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(BUILD)/obj/tests/unit/fake_cuda.d $(BUILD)/obj/tests/unit/exec_gpu_on_fake.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
 
 # ---- set-up, demo, tests ------------------------------------------------------------------------

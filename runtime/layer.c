@@ -169,7 +169,7 @@ double rt_softmax_xent(const double *logits, const int *targets, double *dlogits
 
 /* ---- the whole layer ------------------------------------------------------------------------- */
 
-int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s)
+size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block)
 {
     memset(p, 0, sizeof *p);
     size_t h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
@@ -179,16 +179,21 @@ int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s)
                           &p->ln2_b, &p->w1,    &p->b1,   &p->w2,   &p->b2,   &p->lnc_g, &p->lnc_b,
                           &p->wqc,   &p->bqc,   &p->wkvc, &p->bkvc, &p->woc,  &p->boc};
     int n = s->cross ? 20 : 12;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += sizes[i];
-    p->block = calloc(total, sizeof *p->block);
-    if (!p->block) return -1;
-    p->count = total;
     size_t at = 0;
     for (int i = 0; i < n; i++) {
-        *slots[i] = p->block + at;
+        if (block) *slots[i] = block + at;
         at += sizes[i];
     }
+    p->count = at;
+    return at;
+}
+
+int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s)
+{
+    double *block = calloc(rt_layer_params_bind(p, s, NULL), sizeof *block);
+    if (!block) return -1;
+    rt_layer_params_bind(p, s, block);
+    p->block = block;
     return 0;
 }
 

@@ -82,6 +82,9 @@ typedef struct rt_layer_params {
 } rt_layer_params;
 
 int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s);
+/* Points p's fields into a caller-owned block (NULL: only counts); returns the doubles it needs.
+ * p->block stays NULL, so rt_layer_params_free frees nothing. */
+size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block);
 void rt_layer_params_free(rt_layer_params *p);
 /* Deterministic small random init (seeded), LN scales 1. */
 void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned seed);
