@@ -3,7 +3,7 @@
  * cost profile.
  *
  *   mpirun -np R dprun --plan plan.json --backend cpu --out measured.csv [--timeout S]
- *   dprun profile --backend cpu --model gpt-tiny [--mbs 1,2,4] [--seqlen 32,64,128] -o prof.csv
+ *   dprun profile --backend cpu|cuda --model gpt-tiny [--mbs 1,2,4] [--seqlen 32,64,128] -o prof.csv
  *
  * Exit status: 0 success, 1 a plan or set-up problem (every rank reports it alike), 2 usage,
  * 3 a run-time fault (a timeout, a truncated message): the failing rank prints why and MPI_Abort
@@ -25,7 +25,7 @@
 
 static const char USAGE[] =
     "dprun [run] --plan FILE --backend cpu|cuda --out FILE [--timeout S]\n"
-    "       dprun profile --backend cpu --model M [--mbs LIST] [--seqlen LIST] -o FILE\n"
+    "       dprun profile --backend cpu|cuda --model M [--mbs LIST] [--seqlen LIST] -o FILE\n"
     "       dprun check-gpu [MODEL]";
 
 static void help(void)
@@ -122,8 +122,9 @@ static int profile_main(int argc, char **argv)
         }
     }
     if (!out) return usage_error("profile needs --out", NULL);
-    if (strcmp(backend, "cpu") != 0) {
-        fprintf(stderr, "dprun profile: backend \"%s\" is not built; only cpu is\n", backend);
+    int on_gpu = strcmp(backend, "cuda") == 0;
+    if (!on_gpu && strcmp(backend, "cpu") != 0) {
+        fprintf(stderr, "dprun profile: unknown backend \"%s\" (cpu or cuda)\n", backend);
         return 1;
     }
     dp_err err = {0};
@@ -139,7 +140,7 @@ static int profile_main(int argc, char **argv)
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     }
     rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,
-                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL};
+                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu};
     int rc = 0;
     if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);

@@ -8,6 +8,9 @@
 #include <time.h>
 
 #include "layer.h"
+#ifdef DPRUN_CUDA
+#include "cuda/layer_cuda.h"
+#endif
 
 #define ROTATE 4 /* activation sets cycled through while timing */
 
@@ -34,6 +37,17 @@ static double median(double *v, int n)
 typedef struct point {
     double fwd_ms, bwd_ms, stored_mb, peak_mb;
 } point;
+
+/* stored: what the forward keeps for the backward; peak: with the backward's buffers too */
+static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, point *out)
+{
+    size_t hk = (size_t)s->heads * s->kv, n = (size_t)B * S, nh = n * (size_t)s->hidden;
+    size_t grads = n * (3 * hk + 2 * (size_t)s->hidden + s->ffn) +
+                   (s->cross ? n * (hk + (size_t)s->hidden) + (size_t)B * Se * 2 * hk : 0);
+    size_t total = rt_layer_acts_doubles(s, B, S, Se);
+    out->stored_mb = (double)(total - grads) * 8 / 1e6;
+    out->peak_mb = (double)total * 8 / 1e6 + (double)nh * 8 * 3 / 1e6;
+}
 
 /* Times one layer of shape s on (B, S) (encoder output (B, Se) for a cross layer): the median of
  * R forwards and R backwards (input and weight gradients), after `warmup` unrecorded runs. ROTATE
@@ -69,15 +83,9 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
         double t2 = now_ms();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
-    /* stored: what the forward keeps for the backward; peak: with the backward's buffers too */
-    size_t hk = (size_t)s->heads * s->kv, n = (size_t)B * S;
-    size_t grads = n * (3 * hk + 2 * (size_t)H + s->ffn) +
-                   (s->cross ? n * (hk + (size_t)H) + (size_t)B * Se * 2 * hk : 0);
-    size_t total = rt_layer_acts_doubles(s, B, S, Se);
     out->fwd_ms = median(tf, R);
     out->bwd_ms = median(tb, R);
-    out->stored_mb = (double)(total - grads) * 8 / 1e6;
-    out->peak_mb = (double)total * 8 / 1e6 + (double)nh * 8 * 3 / 1e6;
+    layer_memory(s, B, S, Se, out);
 out:
     for (int k = 0; k < have; k++) rt_layer_acts_free(&a[k]);
     free(x), free(y), free(dx), free(enc), free(denc), free(tf), free(tb);
@@ -124,6 +132,45 @@ static void write_layer(FILE *fp, const char *comp, int B, int enc, int dec, con
     fprintf(fp, "1,none,%s,peak_act_mb,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->peak_mb);
 }
 
+#ifdef DPRUN_CUDA
+/* The GPT grid on the GPU: CUDA-event means over the repeats after a warm-up (the same layer as
+ * the CPU's; memory from the same layout). */
+static dp_status profile_gpu(const rt_profile_opts *o, const rt_layer_params *p,
+                             const rt_layer_shape *s, FILE *fp, dp_err *err)
+{
+    char why[256];
+    rt_cuda *g = rt_cuda_open(0, why, sizeof why);
+    if (!g) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
+    rt_cuda_layer l = {s->hidden, s->heads, s->kv, s->ffn, 1, rt_cuda_alloc(p->count), p->count};
+    dp_status st = DP_OK;
+    if (!l.block || rt_cuda_put(l.block, p->block, p->count) != 0)
+        st = dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
+    int R = o->repeats > 0 ? o->repeats : 1;
+    for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
+        for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
+            int B = o->mbs[i], S = o->seqlen[j];
+            point pt = {0}, head = {0};
+            if (rt_cuda_time_layer(g, &l, B, S, R, &pt.fwd_ms, &pt.bwd_ms) != 0 ||
+                rt_cuda_time_head(g, B * S, o->model->hidden, o->model->vocab, R, &head.fwd_ms,
+                                  &head.bwd_ms) != 0) {
+                st = dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of "
+                             "device memory?)", B, S);
+                break;
+            }
+            layer_memory(s, B, S, 0, &pt);
+            write_layer(fp, "encoder", B, S, 0, &pt);
+            fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, head.fwd_ms);
+            fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
+            if (o->progress)
+                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer (GPU)\n",
+                        B, S, pt.fwd_ms, pt.bwd_ms);
+        }
+    rt_cuda_free(l.block);
+    rt_cuda_close(g);
+    return st;
+}
+#endif
+
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
@@ -148,7 +195,17 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
     const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
     int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
     dp_status st = DP_OK;
-    for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
+    if (o->on_gpu) {
+#ifdef DPRUN_CUDA
+        st = t5 ? dp_fail(err, DP_ERR_UNSUPPORTED, "dprun profile --backend cuda measures GPT "
+                          "models only (T5 on the CPU backend)")
+                : profile_gpu(o, &p, &enc_shape, fp, err);
+#else
+        st = dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or "
+                     "cuBLAS was found at build time)");
+#endif
+    }
+    for (int i = 0; !o->on_gpu && i < o->n_mbs && st == DP_OK; i++)
         for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
             int B = o->mbs[i], S = o->seqlen[j];
             point pt = {0}, head = {0};
@@ -171,7 +228,7 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
                 if (st == DP_OK) write_layer(fp, "decoder", B, S, D, &pt);
             }
         }
-    for (int i = 0; t5 && i < o->n_mbs && st == DP_OK; i++) /* T5's LM head reads the decoder */
+    for (int i = 0; t5 && !o->on_gpu && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder */
         for (int k = 0; k < n_dec && st == DP_OK; k++) {
             point head;
             if (o->sync) o->sync();

@@ -499,3 +499,39 @@ extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const dou
     gemm(g, 0, 0, n, H, V, 1.0, dlogits, V, emb, H, 0.0, dout, H);
     gemm(g, 1, 0, V, H, n, 1.0, dlogits, V, out, H, 1.0, demb, H);
 }
+
+extern "C" int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_ms,
+                                 double *bwd_ms)
+{
+    double *out = rt_cuda_alloc((size_t)n * H), *dout = rt_cuda_alloc((size_t)n * H);
+    double *emb = rt_cuda_alloc((size_t)V * H), *demb = rt_cuda_alloc((size_t)V * H);
+    double *logits = rt_cuda_alloc((size_t)n * V), *dl = rt_cuda_alloc((size_t)n * V);
+    int rc = -1;
+    cudaEvent_t e0 = NULL, e1 = NULL, e2 = NULL;
+    if (out && dout && emb && demb && logits && dl) {
+        rt_cuda_fill(g, out, (size_t)n * H, 1, 1.0);
+        rt_cuda_fill(g, emb, (size_t)V * H, 2, 0.04);
+        rt_cuda_zero(g, demb, (size_t)V * H);
+        cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
+        float tf = 0, tb = 0;
+        for (int r = -1; r < repeats; r++) { /* one warm-up */
+            cudaEventRecord(e0, g->stream);
+            rt_cuda_lm_head_fwd(g, out, emb, logits, dl, n, H, V, 0);
+            cudaEventRecord(e1, g->stream);
+            rt_cuda_lm_head_bwd(g, dl, emb, out, dout, demb, n, H, V);
+            cudaEventRecord(e2, g->stream);
+            cudaEventSynchronize(e2);
+            float a = 0, b = 0;
+            cudaEventElapsedTime(&a, e0, e1);
+            cudaEventElapsedTime(&b, e1, e2);
+            if (r >= 0) tf += a, tb += b;
+        }
+        *fwd_ms = tf / repeats;
+        *bwd_ms = tb / repeats;
+        rc = cudaGetLastError() == cudaSuccess ? 0 : -1;
+        cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
+    }
+    rt_cuda_free(out), rt_cuda_free(dout), rt_cuda_free(emb), rt_cuda_free(demb);
+    rt_cuda_free(logits), rt_cuda_free(dl);
+    return rc;
+}

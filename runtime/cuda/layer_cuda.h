@@ -74,6 +74,9 @@ void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb, doubl
 /* dout = dlogits emb; demb += dlogits^T out. */
 void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb, const double *out,
                          double *dout, double *demb, int n, int H, int V);
+/* Mean forward and backward time of the LM head and loss on n tokens over `repeats` runs. */
+int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_ms,
+                      double *bwd_ms);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,12 @@
 #!/bin/bash
-# make check-gpu: what a machine with a GPU runs, in one short script (about a minute).
+# make check-gpu: what a machine with a GPU runs, in one short script (a few minutes at most).
 #   1. dprun check-gpu: the CUDA layer against the CPU layer (fp64, < 1e-9), and GPU layer times
 #      at GPT-6.7B width beside the A100 profile;
-#   2. three small gpt-tiny plans (1F1B on 2 stages, ZB-H1 on 4, interleaved 2 x 2 chunks) run by
-#      the single-GPU executor (dprun --backend cuda), each validated against its plan. The plans
-#      are costed by the analytic model on the H200 preset, not by a GPU profile, so the error
-#      printed is that model's error for a tiny fp64 model: information, not a pass/fail figure.
+#   2. dprun profile --backend cuda: the gpt-tiny grid measured on the GPU;
+#   3. three gpt-tiny plans on that profile (1F1B on 2 stages, ZB-H1 on 4, interleaved 2 x 2
+#      chunks) run by the single-GPU executor (dprun --backend cuda), each validated against its
+#      plan: the simulation error on the GPU. All stages share one GPU here, so overlapping
+#      stages compete for it and the error is an upper bound for one stage per GPU.
 # Writes into ${OUT:-gpu-out}/. Exit status: non-zero when any step fails.
 set -u
 BUILD=${BUILD:-build}
@@ -15,7 +16,9 @@ fail=0
 step() { echo "== $*"; "$@" || { echo "FAILED: $*"; fail=1; }; }
 
 step "$BUILD/dprun" check-gpu gpt-tiny
-common=(--model gpt-tiny --hw h200 --batching token --mb-tokens 512 --max-seqlen 256
+step "$BUILD/dprun" profile --backend cuda --model gpt-tiny --mbs 1,2,3,4,6,8 \
+    --seqlen 32,64,96,128,192,256 -o "$OUT/gpu_profile.csv"
+common=(--model gpt-tiny --hw h200 --profile "$OUT/gpu_profile.csv" --batching token --mb-tokens 512 --max-seqlen 256
         --global-tokens 4096 --iterations 6)
 step "$BUILD/dpsim" plan "${common[@]}" --pp 2 --schedule 1f1b -o "$OUT/plan_1f1b.json"
 step "$BUILD/dpsim" plan "${common[@]}" --pp 4 --schedule zb1 -o "$OUT/plan_zb1.json"
