@@ -238,20 +238,30 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
         rt_cuda_event_record(c->stream[0], start);
         for (int r = 1; r < c->pp; r++) rt_cuda_wait_event(c->stream[r], start);
         int *pc = calloc((size_t)c->pp, sizeof *pc), left = 0;
-        for (int r = 0; r < c->pp; r++) left += it->ranks[r].n;
+        if (!pc) st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+        for (int r = 0; r < c->pp && pc; r++) left += it->ranks[r].n;
         while (st == DP_OK && left > 0) {
             int moved = 0;
             for (int r = 0; r < c->pp && st == DP_OK; r++)
                 while (pc[r] < it->ranks[r].n) {
                     int k = enqueue(c, it, r, &it->ranks[r].ins[pc[r]], iteration);
-                    if (k < 0) st = DP_ERR_INVALID; /* enqueue set c->err */
+                    if (k < 0) st = c->err->status; /* enqueue set c->err */
                     if (k <= 0) break;
                     pc[r]++, left--, moved = 1;
                 }
-            if (st == DP_OK && !moved)
+            if (st == DP_OK && !moved) {
+                char where[512] = "";
+                size_t at = 0;
+                for (int r = 0; r < c->pp && at < sizeof where; r++)
+                    if (pc[r] < it->ranks[r].n) {
+                        const plan_instr *x = &it->ranks[r].ins[pc[r]];
+                        at += (size_t)snprintf(where + at, sizeof where - at,
+                                               "%sstage %d instruction %d (%s mb %d)",
+                                               at ? "; " : "", r, pc[r], plan_op_name(x->op), x->mb);
+                    }
                 st = dp_fail(c->err, DP_ERR_DEADLOCK, "iteration %d deadlocks: every stage waits "
-                             "for a receive whose send comes later (stage 0 at instruction %d)",
-                             it->id, pc[0]);
+                             "for a receive whose send comes later: %s", it->id, where);
+            }
         }
         free(pc);
     }
