@@ -381,6 +381,31 @@ extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B,
     linear_bwd_weight(g, a.h1, a.d_qkv, (double *)gr.wqkv, (double *)gr.bqkv, n, h, 3 * hk);
 }
 
+// Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.
+template <class Fwd, class Bwd>
+static int time_fwd_bwd(rt_cuda *g, int repeats, Fwd fwd, Bwd bwd, double *fwd_ms, double *bwd_ms)
+{
+    cudaEvent_t e[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++) cudaEventCreate(&e[k]);
+    float tf = 0, tb = 0;
+    for (int r = -1; r < repeats; r++) {
+        cudaEventRecord(e[0], g->stream);
+        fwd();
+        cudaEventRecord(e[1], g->stream);
+        bwd();
+        cudaEventRecord(e[2], g->stream);
+        cudaEventSynchronize(e[2]);
+        float a = 0, b = 0;
+        cudaEventElapsedTime(&a, e[0], e[1]);
+        cudaEventElapsedTime(&b, e[1], e[2]);
+        if (r >= 0) tf += a, tb += b;
+    }
+    *fwd_ms = tf / repeats;
+    *bwd_ms = tb / repeats;
+    for (int k = 0; k < 3; k++) cudaEventDestroy(e[k]);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
 extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int repeats,
                                   double *fwd_ms, double *bwd_ms)
 {
@@ -390,30 +415,20 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int
     double *acts = rt_cuda_alloc(rt_layer_acts_doubles(&s, B, S, 0));
     rt_cuda_layer grad = *l;
     grad.block = rt_cuda_alloc(l->count);
-    if (!x || !y || !dx || !acts || !grad.block) return -1;
-    cudaMemsetAsync(x, 0, nh * sizeof(double), g->stream);
-    cudaMemsetAsync(grad.block, 0, l->count * sizeof(double), g->stream);
-    cudaEvent_t e0, e1, e2;
-    cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
-    float tf = 0, tb = 0;
-    for (int r = -1; r < repeats; r++) { /* one warm-up */
-        cudaEventRecord(e0, g->stream);
-        rt_cuda_layer_fwd(g, l, B, S, x, y, acts);
-        cudaEventRecord(e1, g->stream);
-        rt_cuda_layer_bwd_input(g, l, &grad, B, S, y, dx, acts);
-        rt_cuda_layer_bwd_weight(g, &grad, B, S, acts);
-        cudaEventRecord(e2, g->stream);
-        cudaEventSynchronize(e2);
-        float a = 0, b = 0;
-        cudaEventElapsedTime(&a, e0, e1);
-        cudaEventElapsedTime(&b, e1, e2);
-        if (r >= 0) tf += a, tb += b;
+    int rc = -1;
+    if (x && y && dx && acts && grad.block) {
+        cudaMemsetAsync(x, 0, nh * sizeof(double), g->stream);
+        cudaMemsetAsync(grad.block, 0, l->count * sizeof(double), g->stream);
+        rc = time_fwd_bwd(
+            g, repeats, [&] { rt_cuda_layer_fwd(g, l, B, S, x, y, acts); },
+            [&] {
+                rt_cuda_layer_bwd_input(g, l, &grad, B, S, y, dx, acts);
+                rt_cuda_layer_bwd_weight(g, &grad, B, S, acts);
+            },
+            fwd_ms, bwd_ms);
     }
-    *fwd_ms = tf / repeats;
-    *bwd_ms = tb / repeats;
-    cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
     rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(acts), rt_cuda_free(grad.block);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    return rc;
 }
 
 // ---- for the single-GPU plan executor ---------------------------------------------------------
@@ -507,29 +522,13 @@ extern "C" int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, d
     double *emb = rt_cuda_alloc((size_t)V * H), *demb = rt_cuda_alloc((size_t)V * H);
     double *logits = rt_cuda_alloc((size_t)n * V), *dl = rt_cuda_alloc((size_t)n * V);
     int rc = -1;
-    cudaEvent_t e0 = NULL, e1 = NULL, e2 = NULL;
     if (out && dout && emb && demb && logits && dl) {
         rt_cuda_fill(g, out, (size_t)n * H, 1, 1.0);
         rt_cuda_fill(g, emb, (size_t)V * H, 2, 0.04);
         rt_cuda_zero(g, demb, (size_t)V * H);
-        cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
-        float tf = 0, tb = 0;
-        for (int r = -1; r < repeats; r++) { /* one warm-up */
-            cudaEventRecord(e0, g->stream);
-            rt_cuda_lm_head_fwd(g, out, emb, logits, dl, n, H, V, 0);
-            cudaEventRecord(e1, g->stream);
-            rt_cuda_lm_head_bwd(g, dl, emb, out, dout, demb, n, H, V);
-            cudaEventRecord(e2, g->stream);
-            cudaEventSynchronize(e2);
-            float a = 0, b = 0;
-            cudaEventElapsedTime(&a, e0, e1);
-            cudaEventElapsedTime(&b, e1, e2);
-            if (r >= 0) tf += a, tb += b;
-        }
-        *fwd_ms = tf / repeats;
-        *bwd_ms = tb / repeats;
-        rc = cudaGetLastError() == cudaSuccess ? 0 : -1;
-        cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
+        rc = time_fwd_bwd(
+            g, repeats, [&] { rt_cuda_lm_head_fwd(g, out, emb, logits, dl, n, H, V, 0); },
+            [&] { rt_cuda_lm_head_bwd(g, dl, emb, out, dout, demb, n, H, V); }, fwd_ms, bwd_ms);
     }
     rt_cuda_free(out), rt_cuda_free(dout), rt_cuda_free(emb), rt_cuda_free(demb);
     rt_cuda_free(logits), rt_cuda_free(dl);
