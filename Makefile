@@ -49,7 +49,7 @@ NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc &
 NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 ifneq ($(MAKECMDGOALS),deps)
 ifneq ($(NVCC),)
-$(info ✓ nvcc found at $(NVCC): the CUDA layer is built (dprun check-gpu))
+$(info ✓ nvcc found at $(NVCC): the CUDA backend is built (dprun --backend cuda, check-gpu))
 else
 $(info ✗ nvcc not found: the CUDA backend is not built)
 endif
@@ -61,7 +61,7 @@ endif
 endif
 
 # The CUDA layer (runtime/cuda/) is built where nvcc and cuBLAS are found, for Hopper (sm_90) with
-# PTX for newer chips; dprun then gets `check-gpu`.
+# PTX for newer chips; dprun then gets `--backend cuda` (one GPU) and `check-gpu`.
 CUBLAS := $(wildcard $(CUDA_HOME)/lib64/libcublas.so)
 ifneq ($(NVCC),)
 ifneq ($(CUBLAS),)
@@ -211,7 +211,8 @@ fuzz: deps
 	    "$$( [ $$rc = 0 ] && echo clean || echo "FAILED (exit $$rc, see build/fuzz/$$t.log)")"; \
 	done
 
-# On a machine with a GPU: the GPU layer's numerics against the CPU layer, and its timings.
+# On a machine with a GPU: the GPU layer against the CPU layer, a GPU profile, and small plans run
+# on one GPU through dpsim validate (tests/gpu/check_gpu.sh).
 check-gpu: all
 	BUILD=$(BUILD) tests/gpu/check_gpu.sh
 

@@ -44,6 +44,7 @@ static void help(void)
            "      --stall-rank R --stall-s S   fault injection: rank R sleeps S seconds first\n"
            "      --no-plan-check  fault injection: skip the same-plan-on-every-rank hash check\n"
            "profile:\n"
+           "  -b, --backend B       cpu | cuda (GPT only, CUDA-event means)       [cpu]\n"
            "  -m, --model M         model preset or JSON spec (GPT or T5)        [gpt-tiny]\n"
            "      --mbs LIST        micro-batch sizes                             [1,2,4,8]\n"
            "      --seqlen LIST     sequence lengths (T5: encoder lengths)        [32,64,128,256]\n"
