@@ -1,6 +1,5 @@
 #include "exec.h"
 
-#include <cblas.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,14 +270,10 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     pool_put(c, tmp, s->nh);
     if (ch->last) { /* LM head (tied embedding) and loss */
         double *logits = pool_get(c, (size_t)n * c->vocab);
-        int *targets = xcalloc(c, (size_t)n, sizeof(int));
-        for (int i = 0; i < n; i++) targets[i] = (i * 7919 + x->mb) % c->vocab;
         s->dlogits = pool_get(c, (size_t)n * c->vocab);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c->vocab, H, 1.0, s->out, H, c->emb,
-                    H, 0.0, logits, c->vocab);
-        rt_softmax_xent(logits, targets, s->dlogits, n, c->vocab);
+        if (rt_lm_head_fwd(s->out, c->emb, logits, s->dlogits, n, H, c->vocab, x->mb) != 0)
+            die(c, "out of host memory");
         pool_put(c, logits, (size_t)n * c->vocab);
-        free(targets);
     }
 }
 
@@ -287,10 +282,7 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
     chunk_state *ch = &c->ch[x->chunk];
     int n = s->B * s->S, H = c->hidden;
     if (ch->last) { /* LM head backward: d(out) and d(embedding) */
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, c->vocab, 1.0, s->dlogits,
-                    c->vocab, c->emb, H, 0.0, s->dout, H);
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c->vocab, H, n, 1.0, s->dlogits,
-                    c->vocab, s->out, H, 1.0, c->demb, H);
+        rt_lm_head_bwd(s->dlogits, c->emb, s->out, s->dout, c->demb, n, H, c->vocab);
         if (ch->decoder) memset(s->denc, 0, s->ne * sizeof(double));
     } else { /* unpack the received gradient */
         memcpy(s->dout, s->rx[KIND_GRAD], s->nh * sizeof(double));

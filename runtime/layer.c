@@ -167,6 +167,27 @@ double rt_softmax_xent(const double *logits, const int *targets, double *dlogits
     return loss / n;
 }
 
+int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double *dlogits, int n,
+                   int H, int V, int target_offset)
+{
+    int *targets = malloc((size_t)(n > 0 ? n : 1) * sizeof *targets);
+    if (!targets) return -1;
+    for (int i = 0; i < n; i++) targets[i] = (int)(((long long)i * 7919 + target_offset) % V);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, H, 1.0, out, H, emb, H, 0.0, logits, V);
+    rt_softmax_xent(logits, targets, dlogits, n, V);
+    free(targets);
+    return 0;
+}
+
+void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out, double *dout,
+                    double *demb, int n, int H, int V)
+{
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, H, V, 1.0, dlogits, V, emb, H, 0.0,
+                dout, H);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, H, n, 1.0, dlogits, V, out, H, 1.0, demb,
+                H);
+}
+
 /* ---- the whole layer ------------------------------------------------------------------------- */
 
 size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block)

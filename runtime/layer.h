@@ -65,6 +65,15 @@ void rt_attention_bwd(const double *dctx, const double *q, const double *k, cons
  * dlogits = (softmax - onehot) / n. */
 double rt_softmax_xent(const double *logits, const int *targets, double *dlogits, int n, int V);
 
+/* The tied LM head and loss on n tokens: logits (n, V) = out (n, H) emb^T (emb (V, H)), then
+ * rt_softmax_xent into dlogits for targets (i * 7919 + target_offset) % V (synthetic labels, the
+ * same on every backend). logits is scratch. Returns 0, or -1 when out of host memory. */
+int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double *dlogits, int n,
+                      int H, int V, int target_offset);
+/* Its backward: dout = dlogits emb; demb += dlogits^T out. */
+void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out, double *dout,
+                    double *demb, int n, int H, int V);
+
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
 typedef struct rt_layer_shape {

@@ -111,7 +111,7 @@ static int bench_sim(const trace *t)
     for (int i = 0; i < 5; i++) {
         study_opts o = {cm, &r, batcher_find("dynamic"), schedule_find(names[i]), 4,
                         strcmp(names[i], "interleaved") == 0 ? 2 : 1, 1, 1, 1e9, 1, 2048, 0,
-                        0, 0, NULL, NULL, NULL, NULL};
+                        0, 0, NULL, NULL, NULL, NULL, NULL};
         study_result res;
         dp_err err = {0};
         double t0 = bench_now_s();

@@ -135,31 +135,12 @@ void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb, doubl
                          double *dlogits, int n, int H, int V, int target_offset)
 {
     (void)g;
-    int *targets = malloc((size_t)(n ? n : 1) * sizeof *targets);
-    for (int i = 0; i < n; i++) {
-        targets[i] = (int)(((long long)i * 7919 + target_offset) % V);
-        for (int j = 0; j < V; j++) {
-            double sum = 0;
-            for (int k = 0; k < H; k++) sum += out[(size_t)i * H + k] * emb[(size_t)j * H + k];
-            logits[(size_t)i * V + j] = sum;
-        }
-    }
-    rt_softmax_xent(logits, targets, dlogits, n, V);
-    free(targets);
+    if (rt_lm_head_fwd(out, emb, logits, dlogits, n, H, V, target_offset) != 0) abort();
 }
 
 void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb, const double *out,
                          double *dout, double *demb, int n, int H, int V)
 {
     (void)g;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < H; k++) {
-            double sum = 0;
-            for (int j = 0; j < V; j++) sum += dlogits[(size_t)i * V + j] * emb[(size_t)j * H + k];
-            dout[(size_t)i * H + k] = sum;
-        }
-    for (int j = 0; j < V; j++)
-        for (int i = 0; i < n; i++)
-            for (int k = 0; k < H; k++)
-                demb[(size_t)j * H + k] += dlogits[(size_t)i * V + j] * out[(size_t)i * H + k];
+    rt_lm_head_bwd(dlogits, emb, out, dout, demb, n, H, V);
 }
