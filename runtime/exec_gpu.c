@@ -56,8 +56,9 @@ typedef struct gctx {
     size_t logits_cap;
     gslot *slots; /* n_mb * nv */
     gmsg *msgs;   /* 2 * n_mb * nv, by (kind, mb, receiving virtual stage) */
-    gtimed *timed;
+    gtimed *timed;              /* this iteration's timed instructions */
     size_t n_timed, cap_timed;
+    size_t n_events;            /* entries of timed whose events exist (reused across iterations) */
     dp_err *err;
 } gctx;
 
@@ -69,20 +70,25 @@ static dp_status no_memory(gctx *c, const char *what)
                    what);
 }
 
+/* The next timing slot; its two events are created once and reused by later iterations, so the
+ * enqueue loop does no event creation after the first iteration. */
 static gtimed *timed_new(gctx *c, int stage, int op, int mb, int chunk)
 {
     if (dp_grow((void **)&c->timed, &c->cap_timed, c->n_timed + 1, sizeof *c->timed) != DP_OK)
         return NULL;
-    gtimed *t = &c->timed[c->n_timed++];
-    *t = (gtimed){stage, op, mb, chunk, rt_cuda_event_new(), rt_cuda_event_new()};
-    return t->e0 && t->e1 ? t : NULL;
-}
-
-static void free_timed(gctx *c)
-{
-    for (size_t i = 0; i < c->n_timed; i++)
-        rt_cuda_event_free(c->timed[i].e0), rt_cuda_event_free(c->timed[i].e1);
-    c->n_timed = 0;
+    gtimed *t = &c->timed[c->n_timed];
+    if (c->n_timed == c->n_events) {
+        t->e0 = rt_cuda_event_new();
+        t->e1 = rt_cuda_event_new();
+        if (!t->e0 || !t->e1) {
+            rt_cuda_event_free(t->e0), rt_cuda_event_free(t->e1);
+            return NULL;
+        }
+        c->n_events++;
+    }
+    t->stage = stage, t->op = op, t->mb = mb, t->chunk = chunk;
+    c->n_timed++;
+    return t;
 }
 
 static void free_slots(gctx *c, size_t n)
@@ -281,7 +287,7 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
                                          rt_cuda_event_ms(start, t->e1) * 1e3};
     }
     rt_cuda_event_free(start);
-    free_timed(c);
+    c->n_timed = 0;
     free_slots(c, (size_t)it->n_mb * (size_t)c->nv);
     return st;
 }
@@ -343,6 +349,8 @@ static void teardown(gctx *c)
     rt_cuda_free(c->emb), rt_cuda_free(c->demb), rt_cuda_free(c->logits);
     for (int r = 0; c->stream && r < c->pp; r++) rt_cuda_close(c->stream[r]);
     free(c->stream);
+    for (size_t i = 0; i < c->n_events; i++)
+        rt_cuda_event_free(c->timed[i].e0), rt_cuda_event_free(c->timed[i].e1);
     free(c->timed);
 }
 
