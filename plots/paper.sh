@@ -27,9 +27,9 @@ start=$(date +%s)
 
 echo "paper: generating the Flan2021 zero-shot traces" >&2
 "$DPSIM" trace gen --mix flan2021-zs --tokenizer gpt2 --samples 100000 --seed 1 --max-input 0 \
-  --max-target 0 -o "$OUT/flan2021-zs-gpt2.csv" 2>/dev/null
+  --max-target 0 -o "$OUT/flan2021-zs-gpt2.csv"
 "$DPSIM" trace gen --mix flan2021-zs --tokenizer t5 --samples 100000 --seed 1 --max-input 0 \
-  --max-target 0 -o "$OUT/flan2021-zs-t5.csv" 2>/dev/null
+  --max-target 0 -o "$OUT/flan2021-zs-t5.csv"
 
 # field KEY LINE: a number or string of a flat JSON object
 field() { printf '%s' "$2" | sed -n "s/.*\"$1\":[[:space:]]*\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
@@ -98,23 +98,23 @@ for model in gpt-6.7b-16l t5-11b-12l; do
   "$DPSIM" plot sweep "$CSV" --where model=$model --where experiment=maxlen --x max_seqlen \
     --y throughput_tokens_per_s --series method --logx --xlabel 'max sequence length (tokens)' \
     --ylabel 'throughput (real tokens/s)' --title "Fig. 13: $model, throughput vs max length (65,536 tokens/batch)" \
-    -o "$OUT/fig13_$short.png" 2>/dev/null
+    -o "$OUT/fig13_$short.png"
   "$DPSIM" plot sweep "$CSV" --where model=$model --where experiment=batch --x global_tokens \
     --y throughput_tokens_per_s --series method --logx --xlabel 'global batch (tokens)' \
     --ylabel 'throughput (real tokens/s)' --title "Fig. 14: $model, throughput vs global batch (max length 2048)" \
-    -o "$OUT/fig14_$short.png" 2>/dev/null
+    -o "$OUT/fig14_$short.png"
   "$DPSIM" plot sweep "$CSV" --where model=$model --where experiment=maxlen --x max_seqlen \
     --y padding_efficiency --series method --logx --xlabel 'max sequence length (tokens)' \
     --ylabel 'padding efficiency (real / padded tokens)' --title "Fig. 15: $model, padding efficiency" \
-    -o "$OUT/fig15_$short.png" 2>/dev/null
+    -o "$OUT/fig15_$short.png"
   "$DPSIM" plot sweep "$CSV" --where model=$model --where experiment=ablation --x max_seqlen \
     --y throughput_tokens_per_s --series method --logx --xlabel 'max sequence length (tokens)' \
     --ylabel 'throughput (real tokens/s)' --title "Fig. 16: $model, ablation of micro-batching and schedule" \
-    -o "$OUT/fig16_$short.png" 2>/dev/null
+    -o "$OUT/fig16_$short.png"
   "$DPSIM" plot sweep "$CSV" --where model=$model --where experiment=batch --where method=dynapipe \
     --x global_tokens --y plan_ms_per_iteration --series method --logx --xlabel 'global batch (tokens)' \
     --ylabel 'planning time per iteration (ms)' --title "Fig. 17: $model, planning time per iteration" \
-    -o "$OUT/fig17_$short.png" 2>/dev/null
+    -o "$OUT/fig17_$short.png"
 done
 
 # speed-ups: dynapipe over baseline at the same point
