@@ -388,6 +388,9 @@ int cmd_sweep(int argc, char **argv)
         if (is_done(&d, key)) skipped++;
         else if (i % size == rank) todo[n++] = i;
     }
+    /* every rank has read the resume state before rank 0 creates the file (a rank reading it
+     * just after its creation saw an empty file) */
+    if (mpi) MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
         int fresh = access(out, F_OK) != 0;
         fp = fopen(out, "a");
