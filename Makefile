@@ -71,6 +71,15 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudar
 CUDA_DEFS := -DDPRUN_CUDA
 NVCCFLAGS := -O2 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
              -Xcompiler -Wall -std=c++17
+# NCCL (nccl.h and libnccl): dprun --backend cuda under mpirun, one rank per GPU.
+NCCL_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so /usr/lib/*/libnccl.so))
+ifneq ($(NCCL_H),)
+ifneq ($(NCCL_LIB),)
+NCCL_OBJS := $(BUILD)/obj/runtime/cuda/nccl_link.o
+CUDA_DEFS += -DDPRUN_NCCL
+CUDA_LIBS += -L$(dir $(NCCL_LIB)) -Wl,-rpath,$(dir $(NCCL_LIB)) -lnccl
+endif
+endif
 endif
 endif
 endif
@@ -120,25 +129,34 @@ $(LIBRT): $(RT_OBJS)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
-$(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(CUDA_OBJS) $(LIBRT) $(LIBDPSIM)
+$(BUILD)/obj/runtime/cuda/nccl_link.o: runtime/cuda/nccl_link.c runtime/cuda/nccl_link.h runtime/cuda/layer_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(MPI_CFLAGS) -isystem $(dir $(NCCL_H)) -isystem $(CUDA_HOME)/include -c $< -o $@
+
+$(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(CUDA_OBJS) $(NCCL_OBJS) $(LIBRT) $(LIBDPSIM)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS)
 
 $(BUILD)/obj/tests/unit/%.o: ALL_CFLAGS += $(MPI_CFLAGS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CUDA_OBJS) $(LIBRT) $(LIBDPSIM)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CUDA_OBJS) $(NCCL_OBJS) $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS) -lcmocka
 
-# The single-GPU executor's host logic, tested without a GPU: exec_gpu.c built with CUDA on, over
-# a host fake of the CUDA layer (tests/unit/fake_cuda.c) instead of runtime/cuda/.
+# The cuda backend's host logic, tested without a GPU: exec_gpu.c built with CUDA and NCCL on,
+# over a host fake of the CUDA layer and of NCCL (tests/unit/fake_cuda.c, NCCL as MPI) instead of
+# runtime/cuda/: the unit test (single-GPU mode), and a dprun for mpirun (multi-GPU mode).
+FAKE_GPU_OBJS := $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o $(BUILD)/obj/tests/unit/fake_cuda.o
 $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o: runtime/exec_gpu.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -DDPRUN_CUDA -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -DDPRUN_CUDA -DDPRUN_NCCL -c $< -o $@
 
-$(BUILD)/tests/test_exec_gpu: $(BUILD)/obj/tests/unit/test_exec_gpu.o $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o \
-                              $(BUILD)/obj/tests/unit/fake_cuda.o $(LIBRT) $(LIBDPSIM)
+$(BUILD)/tests/test_exec_gpu: $(BUILD)/obj/tests/unit/test_exec_gpu.o $(FAKE_GPU_OBJS) $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) -lcmocka
+
+$(BUILD)/tests/dprun-fake-gpu: $(BUILD)/obj/runtime/dprun.o $(FAKE_GPU_OBJS) $(LIBRT) $(LIBDPSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
@@ -153,10 +171,10 @@ $(BUILD)/fuzzer/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
-tests: $(TEST_BINS) $(REPLAY_BINS)
+tests: $(TEST_BINS) $(REPLAY_BINS) $(BUILD)/tests/dprun-fake-gpu
 
 -include $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/obj/tests/fuzz/%.d)
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(BUILD)/obj/tests/unit/fake_cuda.d $(BUILD)/obj/tests/unit/exec_gpu_on_fake.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(BUILD)/obj/tests/unit/fake_cuda.d $(BUILD)/obj/tests/unit/exec_gpu_on_fake.d $(BUILD)/obj/runtime/cuda/nccl_link.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
 
 # ---- set-up, demo, tests ------------------------------------------------------------------------

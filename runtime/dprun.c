@@ -3,6 +3,8 @@
  * cost profile.
  *
  *   mpirun -np R dprun --plan plan.json --backend cpu --out measured.csv [--timeout S]
+ *   mpirun -np R dprun --plan plan.json --backend cuda --out measured.csv   (one rank per GPU)
+ *   dprun --plan plan.json --backend cuda --out measured.csv                (every stage, one GPU)
  *   dprun profile --backend cpu|cuda --model gpt-tiny [--mbs 1,2,4] [--seqlen 32,64,128] -o prof.csv
  *
  * Exit status: 0 success, 1 a plan or set-up problem (every rank reports it alike), 2 usage,
@@ -12,6 +14,7 @@
 #include <cblas.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +36,13 @@ static void help(void)
     printf("usage: %s\n\n"
            "Runs an execution plan from 'dpsim plan -o' on real ranks (one MPI rank per pipeline\n"
            "stage and data-parallel replica) and writes the measured timeline CSV, for 'dpsim\n"
-           "validate'. 'profile' measures a per-layer cost grid in the profile CSV format.\n\n"
+           "validate', and the gradient norm at the end (the same plan gives the same norm on\n"
+           "every backend, to rounding). 'profile' measures a per-layer cost grid in the\n"
+           "profile CSV format.\n\n"
            "run:\n"
            "  -p, --plan FILE       execution plan JSON                          (required)\n"
-           "  -b, --backend B       cpu (MPI ranks) | cuda (one GPU, no mpirun)    [cpu]\n"
+           "  -b, --backend B       cpu (MPI ranks) | cuda (GPT: under mpirun one rank per GPU,\n"
+           "                        NCCL between them; without mpirun every stage on one GPU) [cpu]\n"
            "  -o, --out FILE        measured timeline CSV, written by rank 0      (required)\n"
            "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
            "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
@@ -222,12 +228,6 @@ static int run_main(int argc, char **argv)
         snprintf(msg, sizeof msg, "unknown backend \"%s\" (cpu or cuda)", backend);
         return fail_all(rank, msg);
     }
-    if (on_gpu && size != 1) {
-        snprintf(msg, sizeof msg, "--backend cuda runs every stage on one GPU in one process "
-                 "(start it without mpirun, or with -np 1); the multi-GPU NCCL mode is not "
-                 "written yet");
-        return fail_all(rank, msg);
-    }
     openblas_set_num_threads(1);
     /* the same plan on every rank, checked by hash */
     dp_err err = {0};
@@ -255,9 +255,11 @@ static int run_main(int argc, char **argv)
     dp_status st = plan_parse(text, plan_path, &pl, &err);
     free(text);
     if (st != DP_OK) return fail_all(rank, err.msg);
-    if (!on_gpu && size != pl.h.pp * pl.h.dp) {
-        snprintf(msg, sizeof msg, "%s needs pp x dp = %d x %d = %d ranks, but mpirun started %d",
-                 plan_path, pl.h.pp, pl.h.dp, pl.h.pp * pl.h.dp, size);
+    /* the cuda backend also runs in one process (every stage on one GPU) */
+    if (size != pl.h.pp * pl.h.dp && !(on_gpu && size == 1)) {
+        snprintf(msg, sizeof msg, "%s needs pp x dp = %d x %d = %d ranks%s, but mpirun started %d",
+                 plan_path, pl.h.pp, pl.h.dp, pl.h.pp * pl.h.dp,
+                 on_gpu ? " (one per GPU), or 1 to run every stage on one GPU" : "", size);
         plan_release(&pl);
         return fail_all(rank, msg);
     }
@@ -270,13 +272,17 @@ static int run_main(int argc, char **argv)
         return fail_all(rank, msg);
     }
     rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s};
-    rt_record *rec = NULL;
-    size_t n_rec = 0;
-    st = on_gpu ? rt_execute_gpu(&o, &rec, &n_rec, &err) : rt_execute(&o, &rec, &n_rec, &err);
+    rt_result res;
+    st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {
         plan_release(&pl);
         return fail_all(rank, err.msg);
     }
+    rt_record *rec = res.rec;
+    size_t n_rec = res.n_rec;
+    /* the gradient norm: replicas hold the same gradients, so replica 0's stages sum it */
+    double grad_sq = 0, mine_sq = rank < pl.h.pp ? res.grad_sq : 0;
+    MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     /* gather every rank's records on rank 0 */
     int mine = (int)(n_rec * sizeof *rec), *counts = NULL, *displs = NULL, total = 0;
     if (rank == 0) counts = calloc((size_t)size, sizeof *counts), displs = calloc((size_t)size, sizeof *displs);
@@ -302,11 +308,12 @@ static int run_main(int argc, char **argv)
                         r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk);
             rc = fclose(fp) != 0;
             int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
-            if (on_gpu)
-                fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations; wrote %s\n",
-                        pl.h.pp, n_run, out);
+            if (on_gpu && size == 1)
+                fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations", pl.h.pp, n_run);
             else
-                fprintf(stderr, "dprun: %d ranks ran %d iterations; wrote %s\n", size, n_run, out);
+                fprintf(stderr, "dprun: %d ranks%s ran %d iterations", size,
+                        on_gpu ? " (one GPU each)" : "", n_run);
+            fprintf(stderr, "; gradient norm %.12e; wrote %s\n", sqrt(grad_sq), out);
         }
     }
     free(buf), free(counts), free(displs), free(rec);

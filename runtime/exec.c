@@ -10,7 +10,6 @@
 #include "../models/memory.h"
 #include "layer.h"
 
-#define OP_ALLREDUCE (-1) /* recorded as "ALLREDUCE" in the timeline */
 enum { KIND_ACT, KIND_GRAD };
 
 /* Model state of one chunk (the layers of one virtual stage) on this rank. */
@@ -39,7 +38,9 @@ typedef struct slot {
     double *dlogits;               /* last virtual stage: (B*S, V) */
     MPI_Request recv[2], send[2];
     int split;                     /* the plan runs W for it: B computes input gradients only */
-    int free_pending;              /* FREE came before its sends completed */
+    int w_done;                    /* its W has run */
+    int free_pending;              /* FREE came before its sends completed (or before its W:
+                                    * ZB-H1 frees after B, the W buffers are kept until W) */
 } slot;
 
 /* Buffers are reused across micro-batches (first-touch page faults would otherwise be measured
@@ -210,7 +211,7 @@ static void release_sent(ctx *c)
     size_t n = (size_t)c->it->n_mb * (size_t)c->chunks;
     for (size_t k = 0; k < n; k++) {
         slot *s = &c->slots[k];
-        if (!s->alive || !s->free_pending) continue;
+        if (!s->alive || !s->free_pending || (s->split && !s->w_done)) continue;
         int done0 = 0, done1 = 0;
         MPI_Test(&s->send[0], &done0, MPI_STATUS_IGNORE);
         MPI_Test(&s->send[1], &done1, MPI_STATUS_IGNORE);
@@ -229,16 +230,6 @@ static void check_wire(const ctx *c, const plan_instr *x, size_t want)
     die(c, msg);
 }
 
-/* Deterministic pseudo-random fill (the embedding lookup of a micro-batch's tokens). */
-static void fill(double *v, size_t n, unsigned seed)
-{
-    unsigned st = seed * 2654435761u + 7;
-    for (size_t i = 0; i < n; i++) {
-        st = st * 1664525u + 1013904223u;
-        v[i] = ((double)(st >> 8) / (double)(1u << 24) - 0.5);
-    }
-}
-
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
@@ -246,9 +237,9 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     /* unpack the received activation */
     if (ch->first_decoder) {
         memcpy(s->enc, s->rx[KIND_ACT], s->ne * sizeof(double));
-        fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration)); /* target embedding */
+        rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0); /* target embedding */
     } else if (ch->first) {
-        fill(s->in, s->nh, (unsigned)(x->mb * 131 + c->iteration)); /* input embedding */
+        rt_fill(s->in, s->nh, (unsigned)(x->mb * 131 + c->iteration), 1.0); /* input embedding */
     } else {
         memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
         if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
@@ -393,6 +384,8 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         case OP_W:
             do_backward_weight(c, x, s);
             record(c, OP_W, x->mb, x->chunk, t, MPI_Wtime());
+            s->w_done = 1;
+            if (s->free_pending) release_sent(c);
             continue;
         case OP_SEND_ACT:
         case OP_SEND_GRAD: {
@@ -426,11 +419,11 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
                                MPI_DOUBLE, MPI_SUM, stage_comm, &rq);
                 wait_req(c, &rq, "the gradient all-reduce across replicas");
             }
-        record(c, OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
+        record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
 }
 
-dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err)
+dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
 {
     const plan *pl = o->pl;
     const model_spec *m = o->model;
@@ -474,8 +467,7 @@ dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *e
         if (ch->last) {
             c.emb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));
             c.demb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));
-            fill(c.emb, (size_t)m->vocab * m->hidden, 99);
-            for (size_t i = 0; i < (size_t)m->vocab * m->hidden; i++) c.emb[i] *= 0.04;
+            rt_fill(c.emb, (size_t)m->vocab * m->hidden, 99, 0.04);
         }
     }
     MPI_Comm stage_comm;
@@ -496,17 +488,20 @@ dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *e
         run_iteration(&c, &pl->it[i], stage_comm);
     }
     MPI_Comm_free(&stage_comm);
+    res->grad_sq = 0;
     for (int k = 0; k < c.chunks; k++) {
         for (int l = 0; l < c.ch[k].layers; l++) {
+            res->grad_sq += rt_sum_sq(c.ch[k].g[l].block, c.ch[k].g[l].count);
             rt_layer_params_free(&c.ch[k].p[l]);
             rt_layer_params_free(&c.ch[k].g[l]);
         }
         free(c.ch[k].p), free(c.ch[k].g);
     }
+    if (c.demb) res->grad_sq += rt_sum_sq(c.demb, (size_t)m->vocab * m->hidden);
     free(c.ch), free(c.emb), free(c.demb);
     for (size_t i = 0; i < c.pool.n; i++) free(c.pool.ptr[i]);
     free(c.pool.ptr), free(c.pool.size);
-    *rec = c.rec;
-    *n_rec = c.n_rec;
+    res->rec = c.rec;
+    res->n_rec = c.n_rec;
     return DP_OK;
 }

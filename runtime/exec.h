@@ -23,10 +23,13 @@
  * and cross-attention to the encoder output, which travels along with the decoder's hidden
  * state, its gradient coming back the same way).
  *
- * rt_execute_gpu (exec_gpu.c, built with CUDA) is the single-GPU mode of the cuda backend: one
- * process runs every stage of a GPT plan on one GPU, a stream per stage, events for the
- * transfers and the timestamps; same records. The multi-GPU mode (NCCL between ranks) is not
- * written yet.
+ * rt_execute_gpu (exec_gpu.c, built with CUDA) is the cuda backend, GPT plans only, in two modes:
+ *   single-GPU  one process runs every stage on one GPU, a CUDA stream per stage, CUDA events for
+ *               the transfers (dp 1; NCCL refuses two ranks on one GPU, so one GPU needs this);
+ *   multi-GPU   one MPI rank per GPU and (stage, replica), as above, activations and gradients
+ *               over ncclSend/ncclRecv on a stream per link, replicas' gradients over
+ *               ncclAllReduce (built where nccl.h is found).
+ * CUDA events time every instruction; the records are the same.
  */
 #ifndef RT_EXEC_H
 #define RT_EXEC_H
@@ -35,6 +38,8 @@
 
 #include "../models/model.h"
 #include "../scheduler/plan.h"
+
+#define RT_OP_ALLREDUCE (-1) /* a record's op for the replicas' gradient all-reduce ("ALLREDUCE") */
 
 /* One measured operation (the timeline CSV row). */
 typedef struct rt_record {
@@ -52,13 +57,25 @@ typedef struct rt_opts {
     double stall_s;
 } rt_opts;
 
-/* Runs the plan on this rank (MPI is initialised). Records are malloc'd into *rec. Fails (without
- * aborting) only on set-up problems that every rank detects alike; run-time faults abort. */
-dp_status rt_execute(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err);
+/* What a run leaves: the measured operations, and the sum of squares of the parameter gradients
+ * this process holds at the end (the layers of its stages, and the tied embedding's on the last
+ * stage, accumulated over every run iteration): the same plan on the same model gives the same
+ * figure on every backend, to rounding, which is how the backends' numerics are compared. */
+typedef struct rt_result {
+    rt_record *rec; /* malloc'd */
+    size_t n_rec;
+    double grad_sq;
+} rt_result;
 
-/* The single-GPU executor (one process, MPI not needed): GPT plans with dp 1; records as above,
- * stage = the plan's stage. DP_ERR_UNSUPPORTED in a build without CUDA; device failures, an
- * out-of-memory iteration and a plan that deadlocks are returned, not aborted. */
-dp_status rt_execute_gpu(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err);
+/* Runs the plan on this rank (MPI is initialised). Fails (without aborting) only on set-up
+ * problems that every rank detects alike; run-time faults abort. */
+dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err);
+
+/* The cuda backend. One process (size of MPI_COMM_WORLD 1): the single-GPU mode, which returns
+ * device failures, an out-of-memory iteration and a plan that deadlocks. Several: the multi-GPU
+ * mode, where set-up failures are returned on every rank (naming the rank that failed) and
+ * run-time faults abort as in rt_execute. After a failure res holds nothing. DP_ERR_UNSUPPORTED in a build without CUDA (or
+ * without NCCL, for several ranks), and for T5. */
+dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err);
 
 #endif /* RT_EXEC_H */

@@ -1,16 +1,31 @@
 /*
- * exec_gpu.c — dprun's single-GPU plan executor: one process drives every stage of a GPT plan on
- * one GPU, a CUDA stream per stage, CUDA events for the plan's transfers and for the timestamps.
+ * exec_gpu.c — dprun's cuda backend: GPT plans on GPUs, in two modes (exec.h).
  *
- * The host walks the stages' instruction lists round-robin and enqueues each instruction on its
- * stage's stream; a RECV can be enqueued only once the matching SEND has been (the stream then
- * waits for the sender's event and copies the buffer), so the streams see the plan's order and
- * dependencies and nothing else. A pass in which no stage can move is a deadlock in the plan,
- * reported as such. Timestamps are CUDA events around every instruction, relative to an event all
- * streams wait for at the start of the iteration.
+ * A process drives some of the plan's stages: every stage of replica 0 (single-GPU mode), or the
+ * one stage of its rank (multi-GPU mode: rank = replica * pp + stage, one GPU each). Each driven
+ * stage has a CUDA stream. The host walks the driven stages' instruction lists round-robin and
+ * enqueues each instruction on its stage's stream, so that the streams see the plan's order and
+ * dependencies and nothing else:
+ *   - a transfer between two stages of this process is a CUDA event: the RECV can be enqueued
+ *     only once the matching SEND has been, and its stream then waits for the sender's event and
+ *     copies the buffer. A pass in which no stage can move is a deadlock in the plan, reported;
+ *   - a transfer to a stage of another rank goes over NCCL on a stream of its own per directed
+ *     link (this stage to the next for activations, to the previous for gradients, and back),
+ *     each link its own two-rank communicator: NCCL runs one communicator's operations in
+ *     enqueue order, so the two directions and the two neighbours must not share one, or a
+ *     receive posted early would hold up a send behind it. The SEND's link stream waits for the
+ *     stage to reach the SEND; the RECV is posted when the stage reaches it, and the F or B
+ *     that consumes it waits for its arrival. The plan's receive order is its sender's send
+ *     order (scheduler/schedule.c, checked by plan_validate), which is the order NCCL needs.
+ * Timestamps are CUDA events around every instruction (a remote SEND or RECV: from the moment
+ * the stage reaches it to its completion), relative to an event recorded at the start of each
+ * iteration, after an MPI barrier in multi-GPU mode.
  *
  * Device memory: every micro-batch's buffers of an iteration are allocated before the iteration
  * (FREE is recorded but frees nothing until the iteration ends), so no allocation is timed.
+ * Failures: the single-GPU mode returns them; in the multi-GPU mode every rank agrees on the
+ * set-up before NCCL starts, and a failure or a stall past --timeout after that ends the job
+ * (MPI_Abort) with a message from the rank that saw it, as the cpu backend does.
  */
 #include "exec.h"
 
@@ -19,11 +34,21 @@
 #include <string.h>
 
 #ifdef DPRUN_CUDA
+#include <limits.h>
+#include <mpi.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "../models/memory.h"
 #include "cuda/layer_cuda.h"
 #include "layer.h"
+#ifdef DPRUN_NCCL
+#include "cuda/nccl_link.h"
+#endif
 
 enum { KIND_ACT, KIND_GRAD };
+/* The multi-GPU mode's links of this rank; in each link's communicator the sender is rank 0. */
+enum { LINK_ACT_OUT, LINK_ACT_IN, LINK_GRAD_OUT, LINK_GRAD_IN, N_LINKS };
 
 typedef struct gchunk { /* the layers of one virtual stage */
     int layers, first, last;
@@ -35,9 +60,10 @@ typedef struct gslot { /* buffers of one (micro-batch, virtual stage) */
     int B, S, split;
     size_t nh, na;
     double *in, *out, *dout, *din, *acts, *dlogits;
+    void *arrived[2]; /* a remote RECV's completion event, per kind; NULL when local */
 } gslot;
 
-typedef struct gmsg { /* a SEND that a RECV may consume */
+typedef struct gmsg { /* a local SEND that a RECV may consume */
     int posted;
     void *ev;
     const double *src;
@@ -49,25 +75,47 @@ typedef struct gtimed {
 } gtimed;
 
 typedef struct gctx {
+    const rt_opts *o;
     int pp, chunks, nv, hidden, vocab;
-    rt_cuda **stream; /* one per stage */
-    gchunk *ch;       /* nv */
+    int multi;                 /* multi-GPU mode: this process drives one stage */
+    int rank, stage, replica;  /* multi-GPU mode: this rank's place */
+    char host[64];
+    int iteration;             /* for messages */
+    rt_cuda **stream;          /* per stage; NULL for the stages of other ranks */
+    gchunk *ch;                /* nv; layers only for driven virtual stages */
     double *emb, *demb, *logits;
     size_t logits_cap;
-    gslot *slots; /* n_mb * nv */
-    gmsg *msgs;   /* 2 * n_mb * nv, by (kind, mb, receiving virtual stage) */
-    gtimed *timed;              /* this iteration's timed instructions */
+    gslot *slots;              /* n_mb * nv */
+    gmsg *msgs;                /* 2 * n_mb * nv, by (kind, mb, receiving virtual stage) */
+    gtimed *timed;             /* this iteration's timed instructions */
     size_t n_timed, cap_timed;
-    size_t n_events;            /* entries of timed whose events exist (reused across iterations) */
+    size_t n_events;           /* entries of timed whose events exist (reused across iterations) */
+    void *start;               /* the iteration's time origin */
+    rt_cuda *link_stream[N_LINKS];
+#ifdef DPRUN_NCCL
+    rt_nccl *world, *replicas, *link[N_LINKS];
+#endif
     dp_err *err;
 } gctx;
+
+static int drives(const gctx *c, int stage) { return !c->multi || stage == c->stage; }
 
 static dp_status no_memory(gctx *c, const char *what)
 {
     return dp_fail(c->err, DP_ERR_NOMEM,
-                   "dprun (cuda): out of device memory for %s: the single-GPU executor holds every "
+                   "dprun (cuda): out of device memory for %s: the executor holds every "
                    "micro-batch of an iteration; try a plan with fewer or smaller micro-batches",
                    what);
+}
+
+/* Multi-GPU mode, after set-up: a failure ends the job (the other ranks would wait in NCCL). */
+static void die(const gctx *c, const char *what)
+{
+    fprintf(stderr, "dprun: rank %d (stage %d, replica %d, cuda) on %s: iteration %d: %s\n",
+            c->rank, c->stage, c->replica, c->host, c->iteration, what);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    exit(3); /* not reached */
 }
 
 /* The next timing slot; its two events are created once and reused by later iterations, so the
@@ -93,7 +141,7 @@ static gtimed *timed_new(gctx *c, int stage, int op, int mb, int chunk)
 
 static void free_slots(gctx *c, size_t n)
 {
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; c->slots && k < n; k++) {
         gslot *s = &c->slots[k];
         rt_cuda_free(s->in), rt_cuda_free(s->out), rt_cuda_free(s->dout), rt_cuda_free(s->din);
         rt_cuda_free(s->acts), rt_cuda_free(s->dlogits);
@@ -113,6 +161,7 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
     if (!c->slots || !c->msgs) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
     for (int mb = 0; mb < it->n_mb; mb++)
         for (int v = 0; v < c->nv; v++) {
+            if (!drives(c, v % c->pp)) continue;
             gslot *s = &c->slots[(size_t)mb * c->nv + v];
             const gchunk *ch = &c->ch[v];
             s->B = it->mb[mb].mbs;
@@ -133,8 +182,6 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
                 if (!c->logits) return no_memory(c, "the logits");
             }
         }
-    for (size_t k = 0; k < 2 * n; k++)
-        if (!(c->msgs[k].ev = rt_cuda_event_new())) return no_memory(c, "transfer events");
     return DP_OK;
 }
 
@@ -176,7 +223,32 @@ static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
         rt_cuda_layer_bwd_weight(g, &ch->g[l], s->B, s->S, s->acts + (size_t)l * s->na);
 }
 
-/* Enqueues instruction x of stage `stage`; returns 0 when it must wait for a SEND not yet
+/* A transfer with a stage of another rank: the link stream waits for the stage to reach the
+ * instruction (t->e0), moves the buffer over NCCL, and records t->e1. */
+static int remote_transfer(gctx *c, gtimed *t, int send, int kind, double *buf, size_t n)
+{
+#ifdef DPRUN_NCCL
+    int link = kind == KIND_ACT ? (send ? LINK_ACT_OUT : LINK_ACT_IN)
+                                : (send ? LINK_GRAD_OUT : LINK_GRAD_IN);
+    rt_cuda *ls = c->link_stream[link];
+    char why[256];
+    rt_cuda_wait_event(ls, t->e0);
+    int rc = send ? rt_nccl_send(c->link[link], buf, n, 1, ls, why, sizeof why)
+                  : rt_nccl_recv(c->link[link], buf, n, 0, ls, why, sizeof why);
+    if (rc != 0) {
+        dp_fail(c->err, DP_ERR_IO, "%s", why);
+        return -1;
+    }
+    rt_cuda_event_record(ls, t->e1);
+    return 0;
+#else
+    (void)t, (void)send, (void)kind, (void)buf, (void)n;
+    dp_fail(c->err, DP_ERR_UNSUPPORTED, "this dprun was built without NCCL");
+    return -1;
+#endif
+}
+
+/* Enqueues instruction x of stage `stage`; returns 0 when it must wait for a local SEND not yet
  * enqueued, 1 when enqueued, -1 on failure (c->err set). */
 static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x, int iteration)
 {
@@ -185,11 +257,14 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
     gslot *s = &c->slots[(size_t)x->mb * c->nv + v];
     const gchunk *ch = &c->ch[v];
     int kind = x->op == OP_SEND_ACT || x->op == OP_RECV_ACT ? KIND_ACT : KIND_GRAD;
+    int is_send = x->op == OP_SEND_ACT || x->op == OP_SEND_GRAD;
+    int is_recv = x->op == OP_RECV_ACT || x->op == OP_RECV_GRAD;
+    /* the other end: activations go to virtual stage v+1 and come from v-1; gradients reverse */
+    int peer_v = v + ((kind == KIND_ACT) == is_send ? 1 : -1);
+    int remote = (is_send || is_recv) && !drives(c, peer_v % c->pp);
     gmsg *in_msg = &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + v];
-    if ((x->op == OP_RECV_ACT || x->op == OP_RECV_GRAD) && !in_msg->posted) return 0;
-    if ((x->op == OP_SEND_ACT || x->op == OP_SEND_GRAD || x->op == OP_RECV_ACT ||
-         x->op == OP_RECV_GRAD) &&
-        (size_t)x->bytes != 2 * s->nh) {
+    if (is_recv && !remote && !in_msg->posted) return 0;
+    if ((is_send || is_recv) && (size_t)x->bytes != 2 * s->nh) {
         dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
                 "micro-batch's shape needs %zu", plan_op_name(x->op), x->mb, stage,
                 (long long)x->bytes, 2 * s->nh);
@@ -201,17 +276,30 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
         return -1;
     }
     rt_cuda_event_record(g, t->e0);
+    if (remote) {
+        double *buf = kind == KIND_ACT ? (is_send ? s->out : s->in) : (is_send ? s->din : s->dout);
+        if (remote_transfer(c, t, is_send, kind, buf, s->nh) != 0) return -1;
+        if (is_recv) s->arrived[kind] = t->e1;
+        return 1;
+    }
     switch (x->op) {
-    case OP_F: forward(c, g, ch, s, x->mb, iteration); break;
+    case OP_F:
+        if (s->arrived[KIND_ACT]) rt_cuda_wait_event(g, s->arrived[KIND_ACT]);
+        forward(c, g, ch, s, x->mb, iteration);
+        break;
     case OP_B:
+        if (s->arrived[KIND_GRAD]) rt_cuda_wait_event(g, s->arrived[KIND_GRAD]);
         backward_input(c, g, ch, s);
         if (!s->split) backward_weight(g, ch, s);
         break;
     case OP_W: backward_weight(g, ch, s); break;
     case OP_SEND_ACT:
     case OP_SEND_GRAD: {
-        int dst = v + (kind == KIND_ACT ? 1 : -1);
-        gmsg *out = &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + dst];
+        gmsg *out = &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + peer_v];
+        if (!out->ev && !(out->ev = rt_cuda_event_new())) {
+            no_memory(c, "transfer events");
+            return -1;
+        }
         rt_cuda_event_record(g, out->ev);
         out->src = kind == KIND_ACT ? s->out : s->din;
         out->posted = 1;
@@ -228,85 +316,209 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
     return 1;
 }
 
-static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int record,
-                               rt_record **rec, size_t *n_rec, size_t *cap_rec)
+/* Enqueues every driven stage's instructions of the iteration; a deadlock is reported. */
+static dp_status enqueue_iteration(gctx *c, const plan_iter *it, int iteration)
 {
+    int *pc = calloc((size_t)c->pp, sizeof *pc), left = 0;
+    if (!pc) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    const plan_rank *R = &it->ranks[c->replica * c->pp];
+    for (int r = 0; r < c->pp; r++)
+        if (drives(c, r)) left += R[r].n;
+    dp_status st = DP_OK;
+    while (st == DP_OK && left > 0) {
+        int moved = 0;
+        for (int r = 0; r < c->pp && st == DP_OK; r++)
+            while (drives(c, r) && pc[r] < R[r].n) {
+                int k = enqueue(c, it, r, &R[r].ins[pc[r]], iteration);
+                if (k < 0) st = c->err->status; /* enqueue set c->err */
+                if (k <= 0) break;
+                pc[r]++, left--, moved = 1;
+            }
+        if (st == DP_OK && !moved) {
+            char where[512] = "";
+            size_t at = 0;
+            for (int r = 0; r < c->pp && at < sizeof where; r++)
+                if (drives(c, r) && pc[r] < R[r].n) {
+                    const plan_instr *x = &R[r].ins[pc[r]];
+                    at += (size_t)snprintf(where + at, sizeof where - at,
+                                           "%sstage %d instruction %d (%s mb %d)", at ? "; " : "",
+                                           r, pc[r], plan_op_name(x->op), x->mb);
+                }
+            st = dp_fail(c->err, DP_ERR_DEADLOCK, "iteration %d deadlocks: every stage waits "
+                         "for a receive whose send comes later: %s", it->id, where);
+        }
+    }
+    free(pc);
+    return st;
+}
+
+/* Replicas' gradient all-reduce (multi-GPU mode, dp > 1), timed on the stage stream. */
+static dp_status enqueue_allreduce(gctx *c)
+{
+#ifdef DPRUN_NCCL
+    rt_cuda *g = c->stream[c->stage];
+    gtimed *t = timed_new(c, c->stage, RT_OP_ALLREDUCE, 0, 0);
+    if (!t) return no_memory(c, "timing events");
+    rt_cuda_event_record(g, t->e0);
+    char why[256];
+    for (int k = 0; k < c->chunks; k++) {
+        gchunk *ch = &c->ch[k * c->pp + c->stage];
+        for (int l = 0; l < ch->layers; l++)
+            if (rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, g, why,
+                                  sizeof why) != 0)
+                return dp_fail(c->err, DP_ERR_IO, "%s", why);
+    }
+    rt_cuda_event_record(g, t->e1);
+    return DP_OK;
+#else
+    return dp_fail(c->err, DP_ERR_UNSUPPORTED, "this dprun was built without NCCL");
+#endif
+}
+
+/* Stream i of this process: the stages' (NULL for other ranks' stages), then the links'. */
+static rt_cuda *stream_at(const gctx *c, int i)
+{
+    return i < c->pp ? c->stream[i] : c->link_stream[i - c->pp];
+}
+
+/* Waits, up to the timeout, for every stream of this process to finish the iteration. */
+static dp_status wait_streams(gctx *c, const plan_iter *it)
+{
+    struct timespec t0, now, nap = {0, 50000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char why[256];
+    for (int i = 0; i < c->pp + N_LINKS;) {
+        rt_cuda *g = stream_at(c, i);
+        int q = g ? rt_cuda_query(g, why, sizeof why) : 1;
+        if (q < 0) return dp_fail(c->err, DP_ERR_IO, "dprun (cuda): iteration %d: %s", it->id, why);
+        if (q > 0) {
+            i++;
+            continue;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 >
+            c->o->timeout_s)
+            return dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): timed out after %.1f s waiting "
+                           "for the GPU to finish iteration %d%s", c->o->timeout_s, it->id,
+                           c->multi ? " (a transfer whose peer rank stalled or failed?)" : "");
+        nanosleep(&nap, NULL);
+    }
+    return DP_OK;
+}
+
+/* Multi-GPU mode: every rank at the start of the iteration, with the timeout. */
+static void barrier(gctx *c)
+{
+    MPI_Request bar;
+    MPI_Ibarrier(MPI_COMM_WORLD, &bar);
+    double deadline = MPI_Wtime() + c->o->timeout_s;
+    struct timespec nap = {0, 20000};
+    for (int done = 0; !done; nanosleep(&nap, NULL)) {
+        MPI_Test(&bar, &done, MPI_STATUS_IGNORE);
+        if (!done && MPI_Wtime() > deadline) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "timed out after %.1f s waiting for the other ranks at the "
+                     "start of the iteration", c->o->timeout_s);
+            die(c, msg);
+        }
+    }
+}
+
+static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int record,
+                               rt_result *res, size_t *cap_rec)
+{
+    c->iteration = it->id;
     dp_status st = alloc_slots(c, it);
+    const plan_rank *R = &it->ranks[c->replica * c->pp];
     for (int r = 0; st == DP_OK && r < c->pp; r++)
-        for (int i = 0; i < it->ranks[r].n; i++)
-            if (it->ranks[r].ins[i].op == OP_W) {
-                const plan_instr *x = &it->ranks[r].ins[i];
+        for (int i = 0; drives(c, r) && i < R[r].n; i++)
+            if (R[r].ins[i].op == OP_W) {
+                const plan_instr *x = &R[r].ins[i];
                 c->slots[(size_t)x->mb * c->nv + x->chunk * c->pp + r].split = 1;
             }
-    void *start = st == DP_OK ? rt_cuda_event_new() : NULL;
-    if (st == DP_OK && !start) st = no_memory(c, "an event");
-    if (st == DP_OK) {
-        rt_cuda_event_record(c->stream[0], start);
-        for (int r = 1; r < c->pp; r++) rt_cuda_wait_event(c->stream[r], start);
-        int *pc = calloc((size_t)c->pp, sizeof *pc), left = 0;
-        if (!pc) st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-        for (int r = 0; r < c->pp && pc; r++) left += it->ranks[r].n;
-        while (st == DP_OK && left > 0) {
-            int moved = 0;
-            for (int r = 0; r < c->pp && st == DP_OK; r++)
-                while (pc[r] < it->ranks[r].n) {
-                    int k = enqueue(c, it, r, &it->ranks[r].ins[pc[r]], iteration);
-                    if (k < 0) st = c->err->status; /* enqueue set c->err */
-                    if (k <= 0) break;
-                    pc[r]++, left--, moved = 1;
-                }
-            if (st == DP_OK && !moved) {
-                char where[512] = "";
-                size_t at = 0;
-                for (int r = 0; r < c->pp && at < sizeof where; r++)
-                    if (pc[r] < it->ranks[r].n) {
-                        const plan_instr *x = &it->ranks[r].ins[pc[r]];
-                        at += (size_t)snprintf(where + at, sizeof where - at,
-                                               "%sstage %d instruction %d (%s mb %d)",
-                                               at ? "; " : "", r, pc[r], plan_op_name(x->op), x->mb);
-                    }
-                st = dp_fail(c->err, DP_ERR_DEADLOCK, "iteration %d deadlocks: every stage waits "
-                             "for a receive whose send comes later: %s", it->id, where);
-            }
-        }
-        free(pc);
+    if (c->multi) {
+        if (st != DP_OK) die(c, c->err->msg);
+        barrier(c);
     }
-    char why[256];
-    for (int r = 0; r < c->pp; r++)
-        if (rt_cuda_sync(c->stream[r], why, sizeof why) != 0 && st == DP_OK)
-            st = dp_fail(c->err, DP_ERR_IO, "dprun (cuda): iteration %d, stage %d: %s", it->id, r,
-                         why);
+    int first = -1; /* the first driven stage's stream holds the time origin */
+    for (int r = 0; r < c->pp && first < 0; r++)
+        if (c->stream[r]) first = r;
+    if (st == DP_OK) {
+        rt_cuda_event_record(c->stream[first], c->start);
+        for (int r = first + 1; r < c->pp; r++)
+            if (c->stream[r]) rt_cuda_wait_event(c->stream[r], c->start);
+        st = enqueue_iteration(c, it, iteration);
+    }
+    if (st == DP_OK && c->multi && c->o->pl->h.dp > 1) st = enqueue_allreduce(c);
+    if (c->multi && st != DP_OK) die(c, c->err->msg);
+    dp_status waited = wait_streams(c, it); /* also after a failure: the buffers go next */
+    if (st == DP_OK) st = waited;
+    if (c->multi && st != DP_OK) die(c, c->err->msg);
     for (size_t i = 0; st == DP_OK && record && i < c->n_timed; i++) {
         const gtimed *t = &c->timed[i];
-        if (dp_grow((void **)rec, cap_rec, *n_rec + 1, sizeof **rec) != DP_OK) {
+        if (dp_grow((void **)&res->rec, cap_rec, res->n_rec + 1, sizeof *res->rec) != DP_OK) {
             st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             break;
         }
-        (*rec)[(*n_rec)++] = (rt_record){iteration, t->stage, 0, t->op, t->mb, t->chunk,
-                                         rt_cuda_event_ms(start, t->e0) * 1e3,
-                                         rt_cuda_event_ms(start, t->e1) * 1e3};
+        res->rec[res->n_rec++] = (rt_record){iteration, t->stage, c->replica, t->op, t->mb,
+                                             t->chunk, rt_cuda_event_ms(c->start, t->e0) * 1e3,
+                                             rt_cuda_event_ms(c->start, t->e1) * 1e3};
     }
-    rt_cuda_event_free(start);
     c->n_timed = 0;
     free_slots(c, (size_t)it->n_mb * (size_t)c->nv);
     return st;
 }
 
+static dp_status open_stream(gctx *c, int device, rt_cuda **g)
+{
+    char why[256];
+    if (!(*g = rt_cuda_open(device, why, sizeof why)))
+        return dp_fail(c->err, DP_ERR_IO, "dprun (cuda): %s", why);
+    return DP_OK;
+}
+
+/* Multi-GPU mode: this rank's GPU is its place among the ranks of its host. */
+static dp_status pick_device(gctx *c, int *device)
+{
+    MPI_Comm node;
+    int local, n_local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &n_local);
+    MPI_Comm_free(&node);
+    int n_dev = rt_cuda_device_count();
+    if (n_local > n_dev)
+        return dp_fail(c->err, DP_ERR_UNSUPPORTED, "%d ranks run on host %s, which has %d GPU%s: "
+                       "the multi-GPU mode runs one rank per GPU (NCCL refuses two ranks on one "
+                       "GPU); start fewer ranks per host, or run the plan on one GPU without "
+                       "mpirun", n_local, c->host, n_dev, n_dev == 1 ? "" : "s");
+    *device = local;
+    return DP_OK;
+}
+
 static dp_status setup(gctx *c, const model_spec *m)
 {
     char why[256];
+    int device = 0;
     c->stream = calloc((size_t)c->pp, sizeof *c->stream);
     c->ch = calloc((size_t)c->nv, sizeof *c->ch);
     if (!c->stream || !c->ch) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    dp_status st;
+    if (c->multi && (st = pick_device(c, &device)) != DP_OK) return st;
     for (int r = 0; r < c->pp; r++)
-        if (!(c->stream[r] = rt_cuda_open(0, why, sizeof why)))
-            return dp_fail(c->err, DP_ERR_IO, "dprun (cuda): %s", why);
+        if (drives(c, r) && (st = open_stream(c, device, &c->stream[r])) != DP_OK) return st;
+    for (int k = 0; c->multi && k < N_LINKS; k++)
+        if ((st = open_stream(c, device, &c->link_stream[k])) != DP_OK) return st;
+    rt_cuda *g0 = c->stream[c->multi ? c->stage : 0];
+    int has_last = 0;
     for (int v = 0; v < c->nv; v++) {
+        if (!drives(c, v % c->pp)) continue;
         gchunk *ch = &c->ch[v];
         int enc, dec;
         memory_stage_layers(m, v, c->nv, &enc, &dec);
         ch->first = v == 0;
         ch->last = v == c->nv - 1;
+        has_last |= ch->last;
         ch->shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn, 1, 0};
         ch->p = calloc((size_t)enc + 1, sizeof *ch->p);
         ch->g = calloc((size_t)enc + 1, sizeof *ch->g);
@@ -325,21 +537,73 @@ static dp_status setup(gctx *c, const model_spec *m)
                       rt_cuda_put(ch->p[l].block, host.block, host.count) != 0;
             rt_layer_params_free(&host);
             if (bad) return no_memory(c, "the parameters");
-            rt_cuda_zero(c->stream[0], ch->g[l].block, host.count);
+            rt_cuda_zero(g0, ch->g[l].block, host.count);
         }
     }
-    size_t ne = (size_t)m->vocab * m->hidden;
-    c->emb = rt_cuda_alloc(ne), c->demb = rt_cuda_alloc(ne);
-    if (!c->emb || !c->demb) return no_memory(c, "the embedding");
-    rt_cuda_fill(c->stream[0], c->emb, ne, 99, 0.04);
-    rt_cuda_zero(c->stream[0], c->demb, ne);
-    return rt_cuda_sync(c->stream[0], why, sizeof why) == 0
+    if (has_last) { /* the tied embedding: the LM head's weights */
+        size_t ne = (size_t)m->vocab * m->hidden;
+        c->emb = rt_cuda_alloc(ne), c->demb = rt_cuda_alloc(ne);
+        if (!c->emb || !c->demb) return no_memory(c, "the embedding");
+        rt_cuda_fill(g0, c->emb, ne, 99, 0.04);
+        rt_cuda_zero(g0, c->demb, ne);
+    }
+    if (!(c->start = rt_cuda_event_new())) return no_memory(c, "an event");
+    return rt_cuda_sync(g0, why, sizeof why) == 0
                ? DP_OK
                : dp_fail(c->err, DP_ERR_IO, "dprun (cuda): %s", why);
 }
 
+/* Multi-GPU mode: whether every rank's set-up succeeded; if not, every rank returns the message
+ * of the first rank that failed. */
+static dp_status agree(gctx *c, dp_status mine)
+{
+    int size, first = 0, me = mine == DP_OK ? INT_MAX : c->rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == INT_MAX) return DP_OK;
+    char msg[DP_ERR_MSG_MAX], host[64];
+    int status = mine;
+    snprintf(msg, sizeof msg, "%s", c->err->msg);
+    snprintf(host, sizeof host, "%s", c->host);
+    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
+    MPI_Bcast(host, (int)sizeof host, MPI_CHAR, first, MPI_COMM_WORLD);
+    MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+    return dp_fail(c->err, (dp_status)status, "rank %d on %s: %s", first, host, msg);
+}
+
+#ifdef DPRUN_NCCL
+/* Multi-GPU mode: the world communicator, a two-rank one per directed link of each replica, and
+ * one per stage across replicas. Collective: every rank makes the same calls in the same order. */
+static void connect_ranks(gctx *c)
+{
+    char why[256];
+    rt_cuda *g = c->stream[c->stage];
+    if (rt_nccl_world(g, &c->world, why, sizeof why) != 0) die(c, why);
+    for (int kind = KIND_ACT; kind <= KIND_GRAD; kind++)
+        for (int from = 0; from < c->pp && c->pp > 1; from++) {
+            int to = (from + (kind == KIND_ACT ? 1 : c->pp - 1)) % c->pp;
+            /* without interleaving, nothing flows from the last stage to the first */
+            if (c->chunks == 1 && (kind == KIND_ACT ? to < from : to > from)) continue;
+            int member = c->stage == from || c->stage == to;
+            rt_nccl *sub = NULL;
+            if (rt_nccl_split(c->world, member ? c->replica : -1, c->stage == from ? 0 : 1, &sub,
+                              why, sizeof why) != 0)
+                die(c, why);
+            if (c->stage == from) c->link[kind == KIND_ACT ? LINK_ACT_OUT : LINK_GRAD_OUT] = sub;
+            if (c->stage == to) c->link[kind == KIND_ACT ? LINK_ACT_IN : LINK_GRAD_IN] = sub;
+        }
+    if (c->o->pl->h.dp > 1 &&
+        rt_nccl_split(c->world, c->stage, c->replica, &c->replicas, why, sizeof why) != 0)
+        die(c, why);
+}
+#endif
+
 static void teardown(gctx *c)
 {
+#ifdef DPRUN_NCCL
+    for (int k = 0; k < N_LINKS; k++) rt_nccl_free(c->link[k]);
+    rt_nccl_free(c->replicas), rt_nccl_free(c->world);
+#endif
     for (int v = 0; c->ch && v < c->nv; v++) {
         for (int l = 0; l < c->ch[v].layers && c->ch[v].p; l++)
             rt_cuda_free(c->ch[v].p[l].block), rt_cuda_free(c->ch[v].g[l].block);
@@ -349,39 +613,97 @@ static void teardown(gctx *c)
     rt_cuda_free(c->emb), rt_cuda_free(c->demb), rt_cuda_free(c->logits);
     for (int r = 0; c->stream && r < c->pp; r++) rt_cuda_close(c->stream[r]);
     free(c->stream);
+    for (int k = 0; k < N_LINKS; k++) rt_cuda_close(c->link_stream[k]);
     for (size_t i = 0; i < c->n_events; i++)
         rt_cuda_event_free(c->timed[i].e0), rt_cuda_event_free(c->timed[i].e1);
     free(c->timed);
+    rt_cuda_event_free(c->start);
 }
 
-dp_status rt_execute_gpu(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err)
+/* The sum of squares of the gradients this process holds (rt_result.grad_sq). */
+static dp_status gradient_figure(gctx *c, double *grad_sq)
+{
+    *grad_sq = 0;
+    for (int v = 0; v < c->nv; v++)
+        for (int l = 0; l < c->ch[v].layers; l++) {
+            size_t n = c->ch[v].g[l].count;
+            double *h = malloc(n * sizeof *h);
+            if (!h) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+            if (rt_cuda_get(h, c->ch[v].g[l].block, n) == 0) *grad_sq += rt_sum_sq(h, n);
+            free(h);
+        }
+    if (c->demb) {
+        size_t n = (size_t)c->vocab * c->hidden;
+        double *h = malloc(n * sizeof *h);
+        if (!h) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+        if (rt_cuda_get(h, c->demb, n) == 0) *grad_sq += rt_sum_sq(h, n);
+        free(h);
+    }
+    return DP_OK;
+}
+
+dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
 {
     const plan *pl = o->pl;
     const model_spec *m = o->model;
-    if (m->arch != ARCH_GPT || pl->h.dp != 1)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "the single-GPU executor runs GPT plans without "
-                       "data parallelism (this plan: %s, dp %d)", m->name, pl->h.dp);
+    memset(res, 0, sizeof *res);
+    int size = 1, initialised = 0;
+    MPI_Initialized(&initialised);
+    if (initialised) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (m->arch != ARCH_GPT)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "the cuda backend runs GPT plans (this plan: %s; "
+                       "T5 runs on the cpu backend)", m->name);
+    if (size == 1 && pl->h.dp != 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without data parallelism "
+                       "(this plan: dp %d); start pp x dp ranks, one per GPU", pl->h.dp);
+#ifndef DPRUN_NCCL
+    if (size > 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without NCCL (no nccl.h "
+                       "at build time): --backend cuda runs on one GPU only, without mpirun");
+#endif
     gctx c = {0};
-    c.err = err;
+    c.o = o, c.err = err;
     c.pp = pl->h.pp, c.chunks = pl->h.chunks, c.nv = c.pp * c.chunks;
     c.hidden = m->hidden, c.vocab = m->vocab;
+    c.multi = size > 1;
+    if (c.multi) {
+        MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+        c.stage = c.rank % c.pp, c.replica = c.rank / c.pp;
+    }
+    gethostname(c.host, sizeof c.host - 1);
     dp_status st = setup(&c, m);
+    if (c.multi) {
+        st = agree(&c, st);
+#ifdef DPRUN_NCCL
+        if (st == DP_OK) connect_ranks(&c);
+#endif
+        if (st == DP_OK && o->stall_rank == c.rank && o->stall_s > 0) {
+            fprintf(stderr, "dprun: rank %d stalls for %.1f s (fault injection)\n", c.rank,
+                    o->stall_s);
+            sleep((unsigned)o->stall_s);
+        }
+    }
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     size_t cap = 0;
-    *rec = NULL, *n_rec = 0;
     for (int w = 0; st == DP_OK && w < o->warmup && n_it > 0; w++)
-        st = run_iteration(&c, &pl->it[0], 0, 0, rec, n_rec, &cap);
+        st = run_iteration(&c, &pl->it[0], 0, 0, res, &cap);
     for (int i = 0; st == DP_OK && i < n_it; i++)
-        st = run_iteration(&c, &pl->it[i], pl->it[i].id, 1, rec, n_rec, &cap);
+        st = run_iteration(&c, &pl->it[i], pl->it[i].id, 1, res, &cap);
+    if (st == DP_OK) st = gradient_figure(&c, &res->grad_sq);
     teardown(&c);
+    if (st != DP_OK) {
+        free(res->rec);
+        memset(res, 0, sizeof *res);
+    }
     return st;
 }
 
 #else
 
-dp_status rt_execute_gpu(const rt_opts *o, rt_record **rec, size_t *n_rec, dp_err *err)
+dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
 {
-    (void)o, (void)rec, (void)n_rec;
+    (void)o;
+    memset(res, 0, sizeof *res);
     return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or cuBLAS "
                    "was found at build time): --backend cuda is not available");
 }

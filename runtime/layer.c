@@ -179,6 +179,18 @@ int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double 
     return 0;
 }
 
+void rt_fill(double *v, size_t n, unsigned seed, double scale)
+{
+    for (size_t i = 0; i < n; i++) v[i] = RT_FILL_VALUE(i, seed, scale);
+}
+
+double rt_sum_sq(const double *v, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += v[i] * v[i];
+    return s;
+}
+
 void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out, double *dout,
                     double *demb, int n, int H, int V)
 {

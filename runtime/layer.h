@@ -74,6 +74,26 @@ int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double 
 void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out, double *dout,
                     double *demb, int n, int H, int V);
 
+/* The synthetic data of a run (embedding lookups, initial embedding table): value i of a fill
+ * with `seed`, uniform in [-scale/2, scale/2). A hash of the index, not a sequence, so that a GPU
+ * kernel computes the same values in parallel: every backend (runtime/exec.c, exec_gpu.c,
+ * cuda/layer_cuda.cu) fills with this macro, so that they train on the same numbers. */
+#define RT_FILL_VALUE(i, seed, scale)                                                              \
+    (rt_fill_mix_((unsigned)(i) * 2654435761u ^ ((unsigned)(seed) * 40503u + 0x9e3779b9u)) *     \
+     (scale))
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline double rt_fill_mix_(unsigned h)
+{
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+    return (double)(h >> 8) / (double)(1u << 24) - 0.5;
+}
+/* v[i] = RT_FILL_VALUE(i, seed, scale) for i < n. */
+void rt_fill(double *v, size_t n, unsigned seed, double scale);
+/* The sum of v[i]^2 (the executors' gradient figure, rt_result.grad_sq). */
+double rt_sum_sq(const double *v, size_t n);
+
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
 typedef struct rt_layer_shape {

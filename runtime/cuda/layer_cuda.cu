@@ -61,6 +61,24 @@ extern "C" int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap)
     return -1;
 }
 
+extern "C" int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap)
+{
+    cudaError_t e = cudaStreamQuery(g->stream);
+    if (e == cudaErrorNotReady) return 0;
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) return 1;
+    snprintf(why, why_cap, "CUDA: %s", cudaGetErrorString(e));
+    return -1;
+}
+
+extern "C" void *rt_cuda_stream(rt_cuda *g) { return (void *)g->stream; }
+
+extern "C" int rt_cuda_device_count(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
 extern "C" double *rt_cuda_alloc(size_t n)
 {
     void *p = NULL;
@@ -473,9 +491,7 @@ extern "C" void rt_cuda_zero(rt_cuda *g, double *v, size_t n)
 __global__ void k_fill(double *v, long long n, unsigned seed, double scale)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ (seed * 40503u + 0x9e3779b9u);
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
-        v[i] = ((double)(h >> 8) / (double)(1u << 24) - 0.5) * scale;
+        v[i] = RT_FILL_VALUE(i, seed, scale); /* runtime/layer.h: the CPU backend's values */
     }
 }
 

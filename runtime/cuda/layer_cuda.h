@@ -24,6 +24,14 @@ void rt_cuda_close(rt_cuda *g);
 /* Waits for the stream; returns 0, or -1 with the CUDA error in why. */
 int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap);
 
+/* 1 when everything enqueued on the stream has finished, 0 while it runs, -1 (message in why)
+ * on a CUDA error: for waiting with a timeout. */
+int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap);
+/* The cudaStream_t of g (for NCCL, runtime/cuda/nccl_link.c). */
+void *rt_cuda_stream(rt_cuda *g);
+/* How many CUDA devices this process sees (0 when none, or no driver). */
+int rt_cuda_device_count(void);
+
 /* Device memory (doubles) and copies (synchronous, for set-up and checks). */
 double *rt_cuda_alloc(size_t n);
 void rt_cuda_free(double *p);

@@ -1,19 +1,39 @@
 /*
- * fake_cuda.c — runtime/cuda/layer_cuda.h on the host, for testing runtime/exec_gpu.c without a
- * GPU. "Device" memory is host memory, every stream runs synchronously at enqueue time, the
- * layer is the CPU layer (runtime/layer.h), and an event records a global tick, so that a test
- * can check the order in which the executor enqueued its work.
+ * fake_cuda.c — runtime/cuda/layer_cuda.h and runtime/cuda/nccl_link.h on the host, for testing
+ * runtime/exec_gpu.c without a GPU. "Device" memory is host memory, the layer is the CPU layer
+ * (runtime/layer.h), and the GPU work of a stream runs synchronously when it is enqueued. An
+ * event records a global tick, so that a test can check the order in which the executor
+ * enqueued its work.
+ *
+ * NCCL is MPI: a communicator is an MPI communicator (ncclCommSplit: MPI_Comm_split), a send or
+ * receive is an MPI_Isend / MPI_Irecv left pending on its stream, and it completes when another
+ * stream waits for an event recorded after it, or when its stream is synchronised or queried
+ * done — where a real stream would have waited for NCCL. So the multi-GPU mode runs under
+ * mpirun on any machine, its transfers really moving the data.
  */
+#include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../runtime/cuda/layer_cuda.h"
+#include "../../runtime/cuda/nccl_link.h"
+#include "../../common/dp.h"
 #include "../../runtime/layer.h"
 
 struct rt_cuda {
     int device;
+    MPI_Request *pending; /* this stream's transfers not known to be complete */
+    size_t n_pending, cap;
+    unsigned gen;         /* bumped when pending empties: older events are complete */
 };
+
+typedef struct fake_event {
+    uint64_t tick;
+    rt_cuda *on;   /* the stream it was recorded on */
+    unsigned gen;  /* ... in this generation */
+    size_t upto;   /* ... after its first `upto` pending transfers */
+} fake_event;
 
 static uint64_t tick;
 
@@ -25,12 +45,43 @@ rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
     return g;
 }
 
-void rt_cuda_close(rt_cuda *g) { free(g); }
+static void complete(rt_cuda *g, size_t upto)
+{
+    for (size_t i = 0; i < upto; i++) MPI_Wait(&g->pending[i], MPI_STATUS_IGNORE);
+    if (upto == g->n_pending) g->n_pending = 0, g->gen++;
+}
+
+void rt_cuda_close(rt_cuda *g)
+{
+    if (!g) return;
+    complete(g, g->n_pending);
+    free(g->pending);
+    free(g);
+}
 
 int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap)
 {
-    (void)g, (void)why, (void)why_cap;
+    (void)why, (void)why_cap;
+    complete(g, g->n_pending);
     return 0;
+}
+
+int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    int done = 1;
+    if (g->n_pending) MPI_Testall((int)g->n_pending, g->pending, &done, MPI_STATUSES_IGNORE);
+    if (done) complete(g, g->n_pending);
+    return done;
+}
+
+void *rt_cuda_stream(rt_cuda *g) { return g; }
+
+/* FAKE_CUDA_DEVICES (default 8): how many GPUs the fake pretends to have. */
+int rt_cuda_device_count(void)
+{
+    const char *e = getenv("FAKE_CUDA_DEVICES");
+    return e ? atoi(e) : 8;
 }
 
 double *rt_cuda_alloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
@@ -93,24 +144,25 @@ int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int rep
     return 0;
 }
 
-void *rt_cuda_event_new(void) { return calloc(1, sizeof(uint64_t)); }
+void *rt_cuda_event_new(void) { return calloc(1, sizeof(fake_event)); }
 void rt_cuda_event_free(void *e) { free(e); }
 
 void rt_cuda_event_record(rt_cuda *g, void *e)
 {
-    (void)g;
-    *(uint64_t *)e = ++tick;
+    *(fake_event *)e = (fake_event){++tick, g, g->gen, g->n_pending};
 }
 
 void rt_cuda_wait_event(rt_cuda *g, void *e)
 {
     (void)g;
-    if (*(uint64_t *)e == 0) abort(); /* waiting for an event never recorded: an executor bug */
+    fake_event *ev = e;
+    if (ev->tick == 0) abort(); /* waiting for an event never recorded: an executor bug */
+    if (ev->on->gen == ev->gen) complete(ev->on, ev->upto);
 }
 
 double rt_cuda_event_ms(void *from, void *to)
 {
-    return (double)*(uint64_t *)to - (double)*(uint64_t *)from;
+    return (double)((fake_event *)to)->tick - (double)((fake_event *)from)->tick;
 }
 
 void rt_cuda_copy(rt_cuda *g, double *dst, const double *src, size_t n)
@@ -128,7 +180,7 @@ void rt_cuda_zero(rt_cuda *g, double *v, size_t n)
 void rt_cuda_fill(rt_cuda *g, double *v, size_t n, unsigned seed, double scale)
 {
     (void)g;
-    for (size_t i = 0; i < n; i++) v[i] = (double)((i * 2654435761u + seed) % 1000) / 1000.0 * scale;
+    rt_fill(v, n, seed, scale);
 }
 
 void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb, double *logits,
@@ -143,4 +195,82 @@ void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb, c
 {
     (void)g;
     rt_lm_head_bwd(dlogits, emb, out, dout, demb, n, H, V);
+}
+
+int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_ms,
+                      double *bwd_ms)
+{
+    (void)g, (void)n, (void)H, (void)V, (void)repeats;
+    *fwd_ms = *bwd_ms = 0;
+    return 0;
+}
+
+/* ---- NCCL over MPI ------------------------------------------------------------------------- */
+
+struct rt_nccl {
+    MPI_Comm comm;
+};
+
+static void push(rt_cuda *g, MPI_Request r)
+{
+    if (dp_grow((void **)&g->pending, &g->cap, g->n_pending + 1, sizeof *g->pending) != DP_OK)
+        abort();
+    g->pending[g->n_pending++] = r;
+}
+
+int rt_nccl_world(rt_cuda *g, rt_nccl **world, char *why, size_t why_cap)
+{
+    (void)g, (void)why, (void)why_cap;
+    *world = calloc(1, sizeof **world);
+    MPI_Comm_dup(MPI_COMM_WORLD, &(*world)->comm);
+    return 0;
+}
+
+int rt_nccl_split(rt_nccl *world, int color, int key, rt_nccl **sub, char *why, size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    MPI_Comm c;
+    MPI_Comm_split(world->comm, color >= 0 ? color : MPI_UNDEFINED, key, &c);
+    *sub = NULL;
+    if (c != MPI_COMM_NULL) {
+        *sub = calloc(1, sizeof **sub);
+        (*sub)->comm = c;
+    }
+    return 0;
+}
+
+void rt_nccl_free(rt_nccl *c)
+{
+    if (!c) return;
+    MPI_Comm_free(&c->comm);
+    free(c);
+}
+
+int rt_nccl_send(rt_nccl *c, const double *buf, size_t n, int peer, rt_cuda *g, char *why,
+                 size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    MPI_Request r;
+    MPI_Isend(buf, (int)n, MPI_DOUBLE, peer, 0, c->comm, &r);
+    push(g, r);
+    return 0;
+}
+
+int rt_nccl_recv(rt_nccl *c, double *buf, size_t n, int peer, rt_cuda *g, char *why,
+                 size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    MPI_Request r;
+    MPI_Irecv(buf, (int)n, MPI_DOUBLE, peer, 0, c->comm, &r);
+    push(g, r);
+    return 0;
+}
+
+int rt_nccl_allreduce(rt_nccl *c, double *buf, size_t n, rt_cuda *g, char *why, size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, c->comm, &r);
+    push(g, r);
+    return 0;
 }

@@ -38,10 +38,12 @@ static void run_and_check(const char *path)
     model_spec m;
     load(path, &pl, &m);
     rt_opts o = {&pl, &m, 60, 1, 0, -1, 0};
-    rt_record *rec = NULL;
-    size_t n = 0;
+    rt_result res;
     dp_err err = {0};
-    if (rt_execute_gpu(&o, &rec, &n, &err) != DP_OK) fail_msg("%s: %s", path, err.msg);
+    if (rt_execute_gpu(&o, &res, &err) != DP_OK) fail_msg("%s: %s", path, err.msg);
+    rt_record *rec = res.rec;
+    size_t n = res.n_rec;
+    assert_true(res.grad_sq > 0 && res.grad_sq < 1e30); /* the loss reached every parameter */
     size_t want = 0;
     for (int i = 0; i < pl.n_it; i++)
         for (int r = 0; r < pl.it[i].pp; r++) want += (size_t)pl.it[i].ranks[r].n;
@@ -97,12 +99,11 @@ static void test_deadlock_reported(void **state)
     memmove(&R->ins[1], &R->ins[0], (size_t)g * sizeof x);
     R->ins[0] = x;
     rt_opts o = {&pl, &m, 60, 0, 0, -1, 0};
-    rt_record *rec = NULL;
-    size_t n = 0;
+    rt_result res;
     dp_err err = {0};
-    assert_int_equal(rt_execute_gpu(&o, &rec, &n, &err), DP_ERR_DEADLOCK);
+    assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_DEADLOCK);
+    assert_null(res.rec); /* nothing to free after a failure */
     assert_msg_has(err.msg, "deadlocks");
-    free(rec);
     plan_release(&pl);
 }
 
@@ -119,12 +120,11 @@ static void test_wrong_bytes_refused(void **state)
             break;
         }
     rt_opts o = {&pl, &m, 60, 0, 0, -1, 0};
-    rt_record *rec = NULL;
-    size_t n = 0;
+    rt_result res;
     dp_err err = {0};
-    assert_int_equal(rt_execute_gpu(&o, &rec, &n, &err), DP_ERR_INVALID);
+    assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_INVALID);
+    assert_null(res.rec); /* nothing to free after a failure */
     assert_msg_has(err.msg, "bytes");
-    free(rec);
     plan_release(&pl);
 }
 

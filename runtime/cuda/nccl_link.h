@@ -1,0 +1,42 @@
+/*
+ * nccl_link.h — NCCL communicators for dprun's multi-GPU mode (runtime/exec_gpu.c): one rank
+ * per GPU, activations and gradients over ncclSend/ncclRecv, replicas' gradients over
+ * ncclAllReduce.
+ *
+ * Built where nccl.h is found (the Makefile defines DPRUN_NCCL); MPI is initialised. Every call
+ * that creates a communicator is collective over MPI_COMM_WORLD, in the same order on every
+ * rank. Transfers and reductions are asynchronous on the stream of `g` (runtime/cuda/layer_cuda.h)
+ * and keep NCCL's rule: the operations of one communicator run in the order they are enqueued,
+ * and the two ranks of a send and its receive enqueue them in the same order.
+ *
+ * Status: compiled on the development machines (no GPU there). The executor's use of it is
+ * tested over MPI by a host fake (tests/unit/fake_cuda.c); `make check-gpu` runs it for real on a
+ * machine with two GPUs or more.
+ */
+#ifndef RT_NCCL_LINK_H
+#define RT_NCCL_LINK_H
+
+#include <stddef.h>
+
+#include "layer_cuda.h"
+
+typedef struct rt_nccl rt_nccl; /* a communicator and this rank's place in it */
+
+/* The communicator of every rank of MPI_COMM_WORLD, on the device `g` opened: rank 0 creates
+ * the ncclUniqueId and MPI_Bcast hands it out. 0, or -1 with NCCL's message in why. */
+int rt_nccl_world(rt_cuda *g, rt_nccl **world, char *why, size_t why_cap);
+/* A sub-communicator of `world` (ncclCommSplit) of the ranks that pass the same color >= 0,
+ * ranked by key; *sub is NULL on a rank that passes color < 0. Collective over world. 0, or -1
+ * with NCCL's message in why. */
+int rt_nccl_split(rt_nccl *world, int color, int key, rt_nccl **sub, char *why, size_t why_cap);
+void rt_nccl_free(rt_nccl *c);
+
+/* n doubles to / from rank `peer` of c, on g's stream; 0, or -1 with NCCL's message in why. */
+int rt_nccl_send(rt_nccl *c, const double *buf, size_t n, int peer, rt_cuda *g, char *why,
+                 size_t why_cap);
+int rt_nccl_recv(rt_nccl *c, double *buf, size_t n, int peer, rt_cuda *g, char *why,
+                 size_t why_cap);
+/* In-place sum of n doubles over every rank of c, on g's stream. */
+int rt_nccl_allreduce(rt_nccl *c, double *buf, size_t n, rt_cuda *g, char *why, size_t why_cap);
+
+#endif /* RT_NCCL_LINK_H */
