@@ -8,7 +8,8 @@
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
 #   make check-gpu  on a GPU machine: the CUDA layer against the CPU layer, its timings, and
-#                   small plans on the single-GPU executor (tests/gpu/check_gpu.sh)
+#                   small plans on one GPU, and on one rank per GPU where there are several
+#                   (tests/gpu/check_gpu.sh)
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
@@ -61,7 +62,8 @@ endif
 endif
 
 # The CUDA layer (runtime/cuda/) is built where nvcc and cuBLAS are found, for Hopper (sm_90) with
-# PTX for newer chips; dprun then gets `--backend cuda` (one GPU) and `check-gpu`.
+# PTX for newer chips; dprun then gets `--backend cuda` (one GPU; with NCCL, one rank per GPU
+# under mpirun) and `check-gpu`.
 CUBLAS := $(wildcard $(CUDA_HOME)/lib64/libcublas.so)
 ifneq ($(NVCC),)
 ifneq ($(CUBLAS),)
@@ -230,7 +232,8 @@ fuzz: deps
 	done
 
 # On a machine with a GPU: the GPU layer against the CPU layer, a GPU profile, and small plans run
-# on one GPU through dpsim validate (tests/gpu/check_gpu.sh).
+# on one GPU (and over NCCL with two GPUs or more) through dpsim validate, their gradient norms
+# against the cpu backend's (tests/gpu/check_gpu.sh).
 check-gpu: all
 	BUILD=$(BUILD) tests/gpu/check_gpu.sh
 

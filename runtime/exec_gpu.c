@@ -620,26 +620,28 @@ static void teardown(gctx *c)
     rt_cuda_event_free(c->start);
 }
 
+/* *acc += the sum of squares of n doubles on the device. */
+static dp_status add_sum_sq(gctx *c, const double *dev, size_t n, double *acc)
+{
+    double *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    int bad = rt_cuda_get(h, dev, n) != 0;
+    if (!bad) *acc += rt_sum_sq(h, n);
+    free(h);
+    return bad ? dp_fail(c->err, DP_ERR_IO, "dprun (cuda): could not read the gradients back")
+               : DP_OK;
+}
+
 /* The sum of squares of the gradients this process holds (rt_result.grad_sq). */
 static dp_status gradient_figure(gctx *c, double *grad_sq)
 {
+    dp_status st = DP_OK;
     *grad_sq = 0;
     for (int v = 0; v < c->nv; v++)
-        for (int l = 0; l < c->ch[v].layers; l++) {
-            size_t n = c->ch[v].g[l].count;
-            double *h = malloc(n * sizeof *h);
-            if (!h) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-            if (rt_cuda_get(h, c->ch[v].g[l].block, n) == 0) *grad_sq += rt_sum_sq(h, n);
-            free(h);
-        }
-    if (c->demb) {
-        size_t n = (size_t)c->vocab * c->hidden;
-        double *h = malloc(n * sizeof *h);
-        if (!h) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-        if (rt_cuda_get(h, c->demb, n) == 0) *grad_sq += rt_sum_sq(h, n);
-        free(h);
-    }
-    return DP_OK;
+        for (int l = 0; st == DP_OK && l < c->ch[v].layers; l++)
+            st = add_sum_sq(c, c->ch[v].g[l].block, c->ch[v].g[l].count, grad_sq);
+    if (st == DP_OK && c->demb) st = add_sum_sq(c, c->demb, (size_t)c->vocab * c->hidden, grad_sq);
+    return st;
 }
 
 dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)

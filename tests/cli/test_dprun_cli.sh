@@ -43,11 +43,49 @@ expect "a plan for the wrong rank count" 1 "needs pp x dp = 4 x 1 = 4 ranks, but
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/x.csv"
 expect "a plan file that differs between ranks" 1 "differs between ranks" -- \
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/x.csv" : -np 2 "$DPRUN" --plan $G/plan_4ranks_short.json --out "$TMP/x.csv"
-expect "the cuda backend refuses several ranks" 1 "multi-GPU NCCL mode is not written yet" -- timeout 60 $MPIRUN -np 4 "$DPRUN" --plan $G/plan_4ranks.json --backend cuda --out "$TMP/x.csv"
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: the cuda backend says why, and exits 1
     expect "the cuda backend without a GPU" 1 "CUDA" -- timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend cuda --out "$TMP/x.csv"
+    expect "the multi-GPU mode without a GPU" 1 "which has 0 GPUs|without CUDA" -- \
+      timeout 60 $MPIRUN -np 4 "$DPRUN" --plan $G/plan_4ranks.json --backend cuda --out "$TMP/x.csv"
 fi
 expect "an unknown backend" 1 "unknown backend" -- timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend tpu --out "$TMP/x.csv"
+
+# --- the cuda backend's host logic on a fake GPU (tests/unit/fake_cuda.c: the CPU layer, NCCL as
+# MPI): the same plan must end with the same gradient norm as on the cpu backend, in both modes.
+FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
+norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
+# same_norm NAME NP PLAN: cpu on NP ranks, the multi-GPU mode on NP ranks, the single-GPU mode.
+same_norm() {
+  local name=$1 np=$2 plan=$3
+  timeout 300 $MPIRUN -np "$np" "$DPRUN" --plan "$plan" --backend cpu --out "$TMP/c.csv" >"$TMP/cpu.out" 2>&1
+  timeout 300 $MPIRUN -np "$np" "$FAKE" --plan "$plan" --backend cuda --out "$TMP/g.csv" >"$TMP/multi.out" 2>&1
+  local a b c where="cpu ranks and NCCL ranks"
+  a=$(norm "$TMP/cpu.out") b=$(norm "$TMP/multi.out") c=$b
+  if grep -q '"dp":1,' "$plan"; then # one GPU runs plans without replicas
+    timeout 300 "$FAKE" --plan "$plan" --backend cuda --out "$TMP/g1.csv" >"$TMP/single.out" 2>&1
+    c=$(norm "$TMP/single.out") where="cpu ranks, NCCL ranks and one GPU"
+  fi
+  if [ -n "$a" ] && awk -v a="$a" -v b="$b" -v c="$c" 'function d(x, y) { return (x > y ? x - y : y - x) / x }
+       BEGIN { exit !(b != "" && c != "" && d(a, b) < 1e-9 && d(a, c) < 1e-9) }'; then
+    ok "$name: gradient norm $a on $where"
+  else
+    not_ok "$name: the same gradient norm on every backend" "cpu $a, multi-GPU ${b:-none}, one GPU ${c:-none}" \
+      "$(tail -c 300 "$TMP/cpu.out")" "$(tail -c 300 "$TMP/multi.out")"
+  fi
+}
+same_norm "1F1B on 4 stages" 4 $G/plan_4ranks.json
+same_norm "ZB-H1 on 4 stages (W after FREE)" 4 $G/plan_zb1_4stages.json
+same_norm "interleaved, 2 chunks on 2 stages (a link from the last stage to the first)" 2 $G/plan_interleaved_2x2.json
+"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --global-tokens 1024 --iterations 2 -o "$TMP/dp2.json" >/dev/null 2>&1
+same_norm "2 stages x 2 replicas (gradients all-reduced)" 4 "$TMP/dp2.json"
+check "the multi-GPU timeline has a record per instruction, and ALLREDUCE" \
+  bash -c "[ \$(grep -c ',ALLREDUCE,' '$TMP/g.csv') -eq 8 ] && [ \$(tail -n +2 '$TMP/g.csv' | wc -l) -eq \$(tail -n +2 '$TMP/c.csv' | wc -l) ]"
+expect "dpsim validate reads the multi-GPU timeline" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/g.csv"
+expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"
+expect "two ranks on a host with one GPU are refused, on every rank" 1 "rank 0 on .*2 ranks run on host .*which has 1 GPU" -- \
+  timeout 60 $MPIRUN -np 2 -x FAKE_CUDA_DEVICES=1 "$FAKE" --plan $G/plan_interleaved_2x2.json --backend cuda --out "$TMP/x.csv"
+expect "a stalled GPU rank: the others time out and the job ends" 3 "timed out after 2.0 s" -- \
+  timeout 120 $MPIRUN -np 4 "$FAKE" --plan $G/plan_4ranks.json --backend cuda --out "$TMP/x.csv" --timeout 2 --stall-rank 1 --stall-s 20
 
 # --- faults while running: every rank ends with a message -------------------------------------------
 expect "4 ranks run the plan" 0 "4 ranks ran 1 iterations" -- timeout 120 $MPIRUN -np 4 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/ok.csv"
