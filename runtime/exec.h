@@ -23,7 +23,7 @@
  * and cross-attention to the encoder output, which travels along with the decoder's hidden
  * state, its gradient coming back the same way).
  *
- * rt_execute_gpu (exec_gpu.c, built with CUDA) is the cuda backend, GPT plans only, in two modes:
+ * rt_execute_gpu (exec_gpu.c, built with CUDA) is the cuda backend, the same plans, in two modes:
  *   single-GPU  one process runs every stage on one GPU, a CUDA stream per stage, CUDA events for
  *               the transfers (dp 1; NCCL refuses two ranks on one GPU, so one GPU needs this);
  *   multi-GPU   one MPI rank per GPU and (stage, replica), as above, activations and gradients
@@ -75,7 +75,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err);
  * device failures, an out-of-memory iteration and a plan that deadlocks. Several: the multi-GPU
  * mode, where set-up failures are returned on every rank (naming the rank that failed) and
  * run-time faults abort as in rt_execute. After a failure res holds nothing. DP_ERR_UNSUPPORTED in a build without CUDA (or
- * without NCCL, for several ranks), and for T5. */
+ * without NCCL, for several ranks). */
 dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err);
 
 #endif /* RT_EXEC_H */

@@ -1,5 +1,7 @@
 /*
- * exec_gpu.c — dprun's cuda backend: GPT plans on GPUs, in two modes (exec.h).
+ * exec_gpu.c — dprun's cuda backend: GPT and T5 plans on GPUs, in two modes (exec.h). T5 as on
+ * the cpu backend: encoder stages first, then decoder stages whose transfers carry the encoder
+ * output (and its gradient) along.
  *
  * A process drives some of the plan's stages: every stage of replica 0 (single-GPU mode), or the
  * one stage of its rank (multi-GPU mode: rank = replica * pp + stage, one GPU each). Each driven
@@ -52,14 +54,20 @@ enum { LINK_ACT_OUT, LINK_ACT_IN, LINK_GRAD_OUT, LINK_GRAD_IN, N_LINKS };
 
 typedef struct gchunk { /* the layers of one virtual stage */
     int layers, first, last;
+    int decoder, first_decoder; /* T5: decoder layers (cross-attention); the first of them */
     rt_cuda_layer *p, *g;
     rt_layer_shape shape;
 } gchunk;
 
-typedef struct gslot { /* buffers of one (micro-batch, virtual stage) */
-    int B, S, split;
-    size_t nh, na;
+/* Buffers of one (micro-batch, virtual stage). What a T5 decoder stage sends and receives is its
+ * hidden state (or gradient) and the encoder output (or its gradient) in one wire buffer,
+ * [hidden | enc], packed at the end of F and B and unpacked at their start; the first decoder
+ * stage receives enc alone and sends d(enc) alone (runtime/exec.c's wire format). */
+typedef struct gslot {
+    int B, S, Se, split;           /* S: this stage's length; Se: the encoder's (decoders) */
+    size_t nh, ne, na;             /* B*S*H, B*Se*H, one layer's saved activations */
     double *in, *out, *dout, *din, *acts, *dlogits;
+    double *enc, *denc, *wire[2];  /* decoder stages */
     void *arrived[2]; /* a remote RECV's completion event, per kind; NULL when local */
 } gslot;
 
@@ -67,6 +75,7 @@ typedef struct gmsg { /* a local SEND that a RECV may consume */
     int posted;
     void *ev;
     const double *src;
+    size_t n;
 } gmsg;
 
 typedef struct gtimed {
@@ -144,7 +153,8 @@ static void free_slots(gctx *c, size_t n)
     for (size_t k = 0; c->slots && k < n; k++) {
         gslot *s = &c->slots[k];
         rt_cuda_free(s->in), rt_cuda_free(s->out), rt_cuda_free(s->dout), rt_cuda_free(s->din);
-        rt_cuda_free(s->acts), rt_cuda_free(s->dlogits);
+        rt_cuda_free(s->acts), rt_cuda_free(s->dlogits), rt_cuda_free(s->enc);
+        rt_cuda_free(s->denc), rt_cuda_free(s->wire[0]), rt_cuda_free(s->wire[1]);
     }
     free(c->slots);
     c->slots = NULL;
@@ -165,15 +175,23 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             gslot *s = &c->slots[(size_t)mb * c->nv + v];
             const gchunk *ch = &c->ch[v];
             s->B = it->mb[mb].mbs;
-            s->S = it->mb[mb].enc_len;
+            s->S = ch->decoder ? it->mb[mb].dec_len : it->mb[mb].enc_len;
+            s->Se = ch->decoder ? it->mb[mb].enc_len : 0;
             s->nh = (size_t)s->B * s->S * c->hidden;
-            s->na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, 0);
+            s->ne = (size_t)s->B * s->Se * c->hidden;
+            s->na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
             s->in = rt_cuda_alloc(s->nh), s->out = rt_cuda_alloc(s->nh);
             s->dout = rt_cuda_alloc(s->nh), s->din = rt_cuda_alloc(s->nh);
             s->acts = rt_cuda_alloc(s->na * (size_t)ch->layers);
             if (ch->last) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab);
-            if (!s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->last && !s->dlogits))
-                return no_memory(c, "the micro-batches' activations");
+            int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->last && !s->dlogits);
+            if (ch->decoder) {
+                s->enc = rt_cuda_alloc(s->ne), s->denc = rt_cuda_alloc(s->ne);
+                s->wire[KIND_ACT] = rt_cuda_alloc(s->nh + s->ne);
+                s->wire[KIND_GRAD] = rt_cuda_alloc(s->nh + s->ne);
+                bad |= !s->enc || !s->denc || !s->wire[KIND_ACT] || !s->wire[KIND_GRAD];
+            }
+            if (bad) return no_memory(c, "the micro-batches' activations");
             size_t rows = (size_t)s->B * s->S * c->vocab;
             if (ch->last && rows > c->logits_cap) {
                 rt_cuda_free(c->logits);
@@ -185,42 +203,81 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
     return DP_OK;
 }
 
+/* Where a transfer of `kind` is read from (send) or lands (receive) on slot s, and its size. */
+static double *wire_of(const gchunk *ch, gslot *s, int kind, int send, size_t *n)
+{
+    *n = s->nh;
+    if (!ch->decoder)
+        return kind == KIND_ACT ? (send ? s->out : s->in) : (send ? s->din : s->dout);
+    if (ch->first_decoder && kind == KIND_ACT && !send) return *n = s->ne, s->enc;
+    if (ch->first_decoder && kind == KIND_GRAD && send) return *n = s->ne, s->denc;
+    *n = s->nh + s->ne;
+    return s->wire[kind];
+}
+
+/* [a | b] to or from a decoder stage's wire buffer. */
+static void pack(rt_cuda *g, gslot *s, int kind, const double *a, const double *b)
+{
+    rt_cuda_copy(g, s->wire[kind], a, s->nh);
+    rt_cuda_copy(g, s->wire[kind] + s->nh, b, s->ne);
+}
+
+static void unpack(rt_cuda *g, gslot *s, int kind, double *a, double *b)
+{
+    rt_cuda_copy(g, a, s->wire[kind], s->nh);
+    rt_cuda_copy(g, b, s->wire[kind] + s->nh, s->ne);
+}
+
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
-    if (ch->first) rt_cuda_fill(g, s->in, s->nh, (unsigned)(mb * 131 + iteration), 1.0);
+    if (ch->first_decoder) /* the target embedding; the encoder output has arrived in enc */
+        rt_cuda_fill(g, s->in, s->nh, (unsigned)(mb * 977 + iteration), 1.0);
+    else if (ch->first) /* the input embedding */
+        rt_cuda_fill(g, s->in, s->nh, (unsigned)(mb * 131 + iteration), 1.0);
+    else if (ch->decoder)
+        unpack(g, s, KIND_ACT, s->in, s->enc);
     const double *cur = s->in;
     for (int l = 0; l < ch->layers; l++) {
         double *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
-        rt_cuda_layer_fwd(g, &ch->p[l], s->B, s->S, cur, dst, s->acts + (size_t)l * s->na);
+        rt_cuda_layer_fwd(g, &ch->p[l], s->B, s->S, cur, dst, s->acts + (size_t)l * s->na, s->enc,
+                          s->Se);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh);
     if (ch->last)
         rt_cuda_lm_head_fwd(g, s->out, c->emb, c->logits, s->dlogits, s->B * s->S, c->hidden,
                             c->vocab, mb);
+    else if (ch->decoder)
+        pack(g, s, KIND_ACT, s->out, s->enc);
 }
 
 static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
 {
-    if (ch->last)
+    if (ch->last) {
         rt_cuda_lm_head_bwd(g, s->dlogits, c->emb, s->out, s->dout, c->demb, s->B * s->S,
                             c->hidden, c->vocab);
+        if (ch->decoder) rt_cuda_zero(g, s->denc, s->ne);
+    } else if (ch->decoder) {
+        unpack(g, s, KIND_GRAD, s->dout, s->denc);
+    }
     /* ping-pong between din and in (the layer inputs are kept in acts, so in is scratch by now),
-     * ending in din at layer 0 */
+     * ending in din at layer 0; every decoder layer adds its encoder-output gradient to denc */
     const double *cur = s->dout;
     for (int l = ch->layers - 1; l >= 0; l--) {
         double *dst = l % 2 == 0 ? s->din : s->in;
         rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], s->B, s->S, cur, dst,
-                                s->acts + (size_t)l * s->na);
+                                s->acts + (size_t)l * s->na, s->Se, s->denc);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh);
+    if (ch->decoder && !ch->first_decoder) pack(g, s, KIND_GRAD, s->din, s->denc);
 }
 
 static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
 {
     for (int l = ch->layers - 1; l >= 0; l--)
-        rt_cuda_layer_bwd_weight(g, &ch->g[l], s->B, s->S, s->acts + (size_t)l * s->na);
+        rt_cuda_layer_bwd_weight(g, &ch->g[l], s->B, s->S, s->acts + (size_t)l * s->na, s->enc,
+                                 s->Se);
 }
 
 /* A transfer with a stage of another rank: the link stream waits for the stage to reach the
@@ -264,10 +321,12 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
     int remote = (is_send || is_recv) && !drives(c, peer_v % c->pp);
     gmsg *in_msg = &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + v];
     if (is_recv && !remote && !in_msg->posted) return 0;
-    if ((is_send || is_recv) && (size_t)x->bytes != 2 * s->nh) {
+    size_t n = 0;
+    double *buf = is_send || is_recv ? wire_of(ch, s, kind, is_send, &n) : NULL;
+    if ((is_send || is_recv) && (size_t)x->bytes != 2 * n) {
         dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
                 "micro-batch's shape needs %zu", plan_op_name(x->op), x->mb, stage,
-                (long long)x->bytes, 2 * s->nh);
+                (long long)x->bytes, 2 * n);
         return -1;
     }
     gtimed *t = timed_new(c, stage, x->op, x->mb, x->chunk);
@@ -277,8 +336,7 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
     }
     rt_cuda_event_record(g, t->e0);
     if (remote) {
-        double *buf = kind == KIND_ACT ? (is_send ? s->out : s->in) : (is_send ? s->din : s->dout);
-        if (remote_transfer(c, t, is_send, kind, buf, s->nh) != 0) return -1;
+        if (remote_transfer(c, t, is_send, kind, buf, n) != 0) return -1;
         if (is_recv) s->arrived[kind] = t->e1;
         return 1;
     }
@@ -301,14 +359,14 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
             return -1;
         }
         rt_cuda_event_record(g, out->ev);
-        out->src = kind == KIND_ACT ? s->out : s->din;
+        out->src = buf, out->n = n;
         out->posted = 1;
         break;
     }
     case OP_RECV_ACT:
     case OP_RECV_GRAD:
         rt_cuda_wait_event(g, in_msg->ev);
-        rt_cuda_copy(g, kind == KIND_ACT ? s->in : s->dout, in_msg->src, s->nh);
+        rt_cuda_copy(g, buf, in_msg->src, n);
         break;
     default: break; /* FREE: buffers live until the iteration ends */
     }
@@ -514,22 +572,27 @@ static dp_status setup(gctx *c, const model_spec *m)
     for (int v = 0; v < c->nv; v++) {
         if (!drives(c, v % c->pp)) continue;
         gchunk *ch = &c->ch[v];
-        int enc, dec;
+        int enc, dec, enc_virt = m->arch == ARCH_T5 ? c->nv / 2 : c->nv; /* T5: encoder first */
         memory_stage_layers(m, v, c->nv, &enc, &dec);
         ch->first = v == 0;
         ch->last = v == c->nv - 1;
+        ch->decoder = v >= enc_virt;
+        ch->first_decoder = v == enc_virt;
         has_last |= ch->last;
-        ch->shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn, 1, 0};
-        ch->p = calloc((size_t)enc + 1, sizeof *ch->p);
-        ch->g = calloc((size_t)enc + 1, sizeof *ch->g);
+        /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
+        ch->shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn,
+                                     m->arch == ARCH_GPT || ch->decoder, ch->decoder};
+        int layers = ch->decoder ? dec : enc;
+        ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
+        ch->g = calloc((size_t)layers + 1, sizeof *ch->g);
         if (!ch->p || !ch->g) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-        ch->layers = enc; /* teardown frees this many */
-        for (int l = 0; l < enc; l++) {
+        ch->layers = layers; /* teardown frees this many */
+        for (int l = 0; l < layers; l++) {
             rt_layer_params host;
             if (rt_layer_params_alloc(&host, &ch->shape) != 0)
                 return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             rt_layer_params_init(&host, &ch->shape, (unsigned)(v * 1000 + l));
-            rt_cuda_layer d = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, NULL, host.count};
+            rt_cuda_layer d = {ch->shape, NULL, host.count};
             ch->p[l] = ch->g[l] = d;
             ch->p[l].block = rt_cuda_alloc(host.count);
             ch->g[l].block = rt_cuda_alloc(host.count);
@@ -652,9 +715,9 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     int size = 1, initialised = 0;
     MPI_Initialized(&initialised);
     if (initialised) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (m->arch != ARCH_GPT)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "the cuda backend runs GPT plans (this plan: %s; "
-                       "T5 runs on the cpu backend)", m->name);
+    if (m->arch == ARCH_T5 && (pl->h.chunks > 1 || pl->h.pp < 2))
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "dprun runs T5 plans on at least 2 stages "
+                       "(encoder, then decoder) and without interleaving");
     if (size == 1 && pl->h.dp != 1)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without data parallelism "
                        "(this plan: dp %d); start pp x dp ranks, one per GPU", pl->h.dp);

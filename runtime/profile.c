@@ -131,39 +131,73 @@ static void write_layer(FILE *fp, const char *comp, int B, int enc, int dec, con
 }
 
 #ifdef DPRUN_CUDA
-/* The GPT grid on the GPU: CUDA-event means over the repeats after a warm-up (the same layer as
- * the CPU's; memory from the same layout). */
+/* The layer of shape s with parameters p on the GPU (l->block NULL when it cannot be). */
+static void upload(const rt_layer_params *p, const rt_layer_shape *s, rt_cuda_layer *l)
+{
+    *l = (rt_cuda_layer){*s, rt_cuda_alloc(p->count), p->count};
+    if (l->block && rt_cuda_put(l->block, p->block, p->count) != 0)
+        rt_cuda_free(l->block), l->block = NULL;
+}
+
+/* One grid point on the GPU: a layer (or, with l NULL, the LM head on B*S tokens). */
+static dp_status gpu_point(rt_cuda *g, const rt_cuda_layer *l, const model_spec *m, int B, int S,
+                           int Se, int R, point *pt, dp_err *err)
+{
+    memset(pt, 0, sizeof *pt);
+    int rc = l ? rt_cuda_time_layer(g, l, B, S, Se, R, &pt->fwd_ms, &pt->bwd_ms)
+               : rt_cuda_time_head(g, B * S, m->hidden, m->vocab, R, &pt->fwd_ms, &pt->bwd_ms);
+    if (rc != 0)
+        return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of device "
+                       "memory?)", B, S);
+    if (l) layer_memory(&l->shape, B, S, Se, pt);
+    return DP_OK;
+}
+
+/* The grid on the GPU, as the CPU's (the same layers, the same rows): CUDA-event means over the
+ * repeats after a warm-up; memory from the same layout. pd/sd: T5's decoder layer (else NULL). */
 static dp_status profile_gpu(const rt_profile_opts *o, const rt_layer_params *p,
-                             const rt_layer_shape *s, FILE *fp, dp_err *err)
+                             const rt_layer_shape *s, const rt_layer_params *pd,
+                             const rt_layer_shape *sd, FILE *fp, dp_err *err)
 {
     char why[256];
     rt_cuda *g = rt_cuda_open(0, why, sizeof why);
     if (!g) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
-    rt_cuda_layer l = {s->hidden, s->heads, s->kv, s->ffn, 1, rt_cuda_alloc(p->count), p->count};
+    rt_cuda_layer l, ld = {{0}, NULL, 0};
+    upload(p, s, &l);
+    if (pd) upload(pd, sd, &ld);
     dp_status st = DP_OK;
-    if (!l.block || rt_cuda_put(l.block, p->block, p->count) != 0)
+    if (!l.block || (pd && !ld.block))
         st = dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
     int R = o->repeats > 0 ? o->repeats : 1;
+    const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
+    int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
     for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
         for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
             int B = o->mbs[i], S = o->seqlen[j];
-            point pt = {0}, head = {0};
-            if (rt_cuda_time_layer(g, &l, B, S, R, &pt.fwd_ms, &pt.bwd_ms) != 0 ||
-                rt_cuda_time_head(g, B * S, o->model->hidden, o->model->vocab, R, &head.fwd_ms,
-                                  &head.bwd_ms) != 0) {
-                st = dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of "
-                             "device memory?)", B, S);
-                break;
-            }
-            layer_memory(s, B, S, 0, &pt);
+            point pt, head;
+            if ((st = gpu_point(g, &l, o->model, B, S, 0, R, &pt, err)) != DP_OK) break;
             write_layer(fp, "encoder", B, S, 0, &pt);
-            fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, head.fwd_ms);
-            fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
+            if (!pd) { /* GPT: the head on the same tokens */
+                if ((st = gpu_point(g, NULL, o->model, B, S, 0, R, &head, err)) != DP_OK) break;
+                fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, head.fwd_ms);
+                fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
+            }
             if (o->progress)
                 fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer (GPU)\n",
                         B, S, pt.fwd_ms, pt.bwd_ms);
+            for (int k = 0; pd && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
+                st = gpu_point(g, &ld, o->model, B, decs[k], S, R, &pt, err);
+                if (st == DP_OK) write_layer(fp, "decoder", B, S, decs[k], &pt);
+            }
         }
-    rt_cuda_free(l.block);
+    for (int i = 0; pd && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder lengths */
+        for (int k = 0; k < n_dec && st == DP_OK; k++) {
+            point head;
+            if ((st = gpu_point(g, NULL, o->model, o->mbs[i], decs[k], 0, R, &head, err)) != DP_OK) break;
+            fprintf(fp, "1,none,postprocess,fwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.fwd_ms);
+            fprintf(fp, "1,none,postprocess,bwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.bwd_ms);
+        }
+    rt_cuda_free(l.block), rt_cuda_free(ld.block);
     rt_cuda_close(g);
     return st;
 }
@@ -195,9 +229,7 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
     dp_status st = DP_OK;
     if (o->on_gpu) {
 #ifdef DPRUN_CUDA
-        st = t5 ? dp_fail(err, DP_ERR_UNSUPPORTED, "dprun profile --backend cuda measures GPT "
-                          "models only (T5 on the CPU backend)")
-                : profile_gpu(o, &p, &enc_shape, fp, err);
+        st = profile_gpu(o, &p, &enc_shape, t5 ? &pd : NULL, t5 ? &dec_shape : NULL, fp, err);
 #else
         st = dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or "
                      "cuBLAS was found at build time)");

@@ -10,10 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "../layer.h"
-}
-
 struct rt_cuda {
     int device;
     cudaStream_t stream;
@@ -260,27 +256,19 @@ static int grid_for(long long n)
 }
 
 // ---- the layer ------------------------------------------------------------------------------
-// Offsets of the parameters in the order of rt_layer_params_alloc (runtime/layer.c).
-typedef struct params_view {
-    const double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
-} params_view;
-
-static params_view view_of(const rt_cuda_layer *l)
+// Parameters and saved activations are laid out by runtime/layer.c's binders: pointer arithmetic
+// on the device block, nothing is dereferenced on the host.
+static rt_layer_params params_of(const rt_cuda_layer *l)
 {
-    size_t h = (size_t)l->hidden, hk = (size_t)l->heads * l->kv, f = (size_t)l->ffn;
-    size_t sizes[12] = {h, h, h * 3 * hk, 3 * hk, hk * h, h, h, h, h * f, f, f * h, h};
-    const double *ptr[12];
-    size_t at = 0;
-    for (int i = 0; i < 12; i++) ptr[i] = l->block + at, at += sizes[i];
-    params_view v = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], ptr[8], ptr[9], ptr[10], ptr[11]};
-    return v;
+    rt_layer_params p;
+    rt_layer_params_bind(&p, &l->shape, l->block);
+    return p;
 }
 
-static rt_layer_acts acts_of(const rt_cuda_layer *l, int B, int S, double *block)
+static rt_layer_acts acts_of(const rt_cuda_layer *l, int B, int S, int Se, double *block)
 {
-    rt_layer_shape s = {l->hidden, l->heads, l->kv, l->ffn, l->causal, 0};
     rt_layer_acts a;
-    rt_layer_acts_bind(&a, &s, B, S, 0, block); /* offsets only: block is a device address */
+    rt_layer_acts_bind(&a, &l->shape, B, S, Se, block);
     return a;
 }
 
@@ -291,51 +279,68 @@ static void linear(rt_cuda *g, const double *x, const double *w, const double *b
     gemm(g, 0, 0, n, out, in, 1.0, x, in, w, out, 1.0, y, out);
 }
 
-static void attention_fwd(rt_cuda *g, const double *q, const double *k, const double *v, int ld,
-                          double *p, double *ctx, int B, int a, int S, int d, int causal)
+// Attention of B samples, a heads of width d: queries (B*sq rows, stride ldq), keys and values
+// (B*sk rows, stride ldkv), as rt_attention_fwd (runtime/layer.c). p (B, a, sq, sk).
+static void attention_fwd(rt_cuda *g, const double *q, int ldq, const double *k, const double *v,
+                          int ldkv, double *p, double *ctx, int B, int a, int sq, int sk, int d,
+                          int causal)
 {
     double scale = 1 / sqrt((double)d);
+    long long pp = (long long)sq * sk;
     for (int b = 0; b < B; b++) {
-        const double *qb = q + (long long)b * S * ld, *kb = k + (long long)b * S * ld,
-                     *vb = v + (long long)b * S * ld;
-        double *pb = p + (long long)b * a * S * S;
-        gemm_batched(g, 0, 1, S, S, d, scale, qb, ld, d, kb, ld, d, 0.0, pb, S, (long long)S * S, a);
-        k_softmax<<<a * S, THREADS, 0, g->stream>>>(pb, S, S, causal);
-        gemm_batched(g, 0, 0, S, d, S, 1.0, pb, S, (long long)S * S, vb, ld, d, 0.0,
-                     ctx + (long long)b * S * a * d, a * d, d, a);
+        const double *qb = q + (long long)b * sq * ldq, *kb = k + (long long)b * sk * ldkv,
+                     *vb = v + (long long)b * sk * ldkv;
+        double *pb = p + (long long)b * a * pp;
+        gemm_batched(g, 0, 1, sq, sk, d, scale, qb, ldq, d, kb, ldkv, d, 0.0, pb, sk, pp, a);
+        k_softmax<<<a * sq, THREADS, 0, g->stream>>>(pb, sq, sk, causal);
+        gemm_batched(g, 0, 0, sq, d, sk, 1.0, pb, sk, pp, vb, ldkv, d, 0.0,
+                     ctx + (long long)b * sq * a * d, a * d, d, a);
     }
 }
 
-static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, const double *k,
-                          const double *v, int ld, const double *p, double *dq, double *dk,
-                          double *dv, int B, int a, int S, int d, double *dp)
+// Its backward: dq, dk, dv (same layouts) are added to; dp is scratch of a * sq * sk.
+static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, int ldq,
+                          const double *k, const double *v, int ldkv, const double *p, double *dq,
+                          double *dk, double *dv, int B, int a, int sq, int sk, int d, double *dp)
 {
     double scale = 1 / sqrt((double)d);
     int ldc = a * d;
+    long long pp = (long long)sq * sk;
     for (int b = 0; b < B; b++) {
-        long long qo = (long long)b * S * ld;
-        const double *dcb = dctx + (long long)b * S * ldc, *pb = p + (long long)b * a * S * S;
-        gemm_batched(g, 0, 1, S, S, d, 1.0, dcb, ldc, d, v + qo, ld, d, 0.0, dp, S, (long long)S * S, a);
-        gemm_batched(g, 1, 0, S, d, S, 1.0, pb, S, (long long)S * S, dcb, ldc, d, 1.0, dv + qo, ld, d, a);
-        k_softmax_bwd<<<a * S, THREADS, 0, g->stream>>>(dp, pb, S, scale);
-        gemm_batched(g, 0, 0, S, d, S, 1.0, dp, S, (long long)S * S, k + qo, ld, d, 1.0, dq + qo, ld, d, a);
-        gemm_batched(g, 1, 0, S, d, S, 1.0, dp, S, (long long)S * S, q + qo, ld, d, 1.0, dk + qo, ld, d, a);
+        long long qo = (long long)b * sq * ldq, ko = (long long)b * sk * ldkv;
+        const double *dcb = dctx + (long long)b * sq * ldc, *pb = p + (long long)b * a * pp;
+        gemm_batched(g, 0, 1, sq, sk, d, 1.0, dcb, ldc, d, v + ko, ldkv, d, 0.0, dp, sk, pp, a);
+        gemm_batched(g, 1, 0, sk, d, sq, 1.0, pb, sk, pp, dcb, ldc, d, 1.0, dv + ko, ldkv, d, a);
+        k_softmax_bwd<<<a * sq, THREADS, 0, g->stream>>>(dp, pb, sk, scale);
+        gemm_batched(g, 0, 0, sq, d, sk, 1.0, dp, sk, pp, k + ko, ldkv, d, 1.0, dq + qo, ldq, d, a);
+        gemm_batched(g, 1, 0, sk, d, sq, 1.0, dp, sk, pp, q + qo, ldq, d, 1.0, dk + ko, ldkv, d, a);
     }
 }
 
 extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const double *x,
-                                  double *y, double *acts)
+                                  double *y, double *acts, const double *enc, int Se)
 {
-    params_view p = view_of(l);
-    rt_layer_acts a = acts_of(l, B, S, acts);
-    int n = B * S, h = l->hidden, hk = l->heads * l->kv, f = l->ffn;
+    rt_layer_params p = params_of(l);
+    rt_layer_acts a = acts_of(l, B, S, Se, acts);
+    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
+    int heads = l->shape.heads, kv = l->shape.kv;
     long long nh = (long long)n * h;
     cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, h);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, 3 * hk);
-    attention_fwd(g, a.qkv, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, B, l->heads, S, l->kv, l->causal);
+    attention_fwd(g, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, B, heads, S, S,
+                  kv, l->shape.causal);
     linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
+    if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
+        cudaMemcpyAsync(a.xc, a.x2, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+        k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, h);
+        linear(g, a.hc, p.wqc, p.bqc, a.qc, n, h, hk);
+        linear(g, enc, p.wkvc, p.bkvc, a.kvc, B * Se, h, 2 * hk);
+        attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.ctxc, B, heads, S, Se, kv, 0);
+        linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
+        k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
+    }
     k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, h);
     linear(g, a.h2, p.w1, p.b1, a.u, n, h, f);
     k_gelu_fwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(a.u, a.g, (long long)n * f);
@@ -344,11 +349,14 @@ extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int
 }
 
 extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
-                                        int B, int S, const double *dy, double *dx, double *acts)
+                                        int B, int S, const double *dy, double *dx, double *acts,
+                                        int Se, double *denc)
 {
-    params_view p = view_of(l), gr = view_of(grad);
-    rt_layer_acts a = acts_of(l, B, S, acts);
-    int n = B * S, h = l->hidden, hk = l->heads * l->kv, f = l->ffn;
+    rt_layer_params p = params_of(l), gr = params_of(grad);
+    rt_layer_acts a = acts_of(l, B, S, Se, acts);
+    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
+    int heads = l->shape.heads, kv = l->shape.kv, ne = B * Se;
+    int sk_max = l->shape.cross && Se > S ? Se : S;
     long long nh = (long long)n * h;
     /* temporaries from the stream-ordered allocator: no device-wide synchronisation inside a
      * timed backward; a failed allocation is left for rt_cuda_sync (cudaGetLastError) to report */
@@ -356,22 +364,36 @@ extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_c
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(double), g->stream);
     cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(double), g->stream);
     cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(double), g->stream);
-    cudaMallocAsync((void **)&dp, (size_t)l->heads * S * S * sizeof(double), g->stream);
+    cudaMallocAsync((void **)&dp, (size_t)heads * S * sk_max * sizeof(double), g->stream);
     if (!tmp_f || !tmp_h || !dctx || !dp) goto out;
     cudaMemcpyAsync(a.d_y, dy, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
     k_gelu_bwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(tmp_f, a.u, a.d_u, (long long)n * f);
     gemm(g, 0, 1, n, h, f, 1.0, a.d_u, f, p.w1, f, 0.0, tmp_h, h); /* dh2 */
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o,
-                                           (double *)gr.ln2_g, (double *)gr.ln2_b, h);
-    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh);
+                                           gr.ln2_g, gr.ln2_b, h);
+    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh); /* dx2 */
+    if (l->shape.cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
+        cudaMemcpyAsync(a.d_oc, a.d_o, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+        gemm(g, 0, 1, n, hk, h, 1.0, a.d_oc, h, p.woc, h, 0.0, dctx, hk);
+        cudaMemsetAsync(a.d_qc, 0, (size_t)n * hk * sizeof(double), g->stream);
+        cudaMemsetAsync(a.d_kvc, 0, (size_t)ne * 2 * hk * sizeof(double), g->stream);
+        attention_bwd(g, dctx, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.d_qc, a.d_kvc,
+                      a.d_kvc + hk, B, heads, S, Se, kv, dp);
+        gemm(g, 0, 1, n, h, hk, 1.0, a.d_qc, hk, p.wqc, hk, 0.0, tmp_h, h); /* d(hc) */
+        if (denc) /* d(enc) += d_kvc Wkvc^T */
+            gemm(g, 0, 1, ne, h, 2 * hk, 1.0, a.d_kvc, 2 * hk, p.wkvc, 2 * hk, 1.0, denc, h);
+        k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.xc, p.lnc_g, a.meanc, a.rstdc, a.d_o,
+                                               gr.lnc_g, gr.lnc_b, h);
+        k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, a.d_oc, nh);
+    }
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * 3 * hk * sizeof(double), g->stream);
-    attention_bwd(g, dctx, a.qkv, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.d_qkv, a.d_qkv + hk,
-                  a.d_qkv + 2 * hk, B, l->heads, S, l->kv, dp);
+    attention_bwd(g, dctx, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.d_qkv,
+                  a.d_qkv + hk, a.d_qkv + 2 * hk, B, heads, S, S, kv, dp);
     gemm(g, 0, 1, n, h, 3 * hk, 1.0, a.d_qkv, 3 * hk, p.wqkv, 3 * hk, 0.0, tmp_h, h); /* dh1 */
-    k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx,
-                                           (double *)gr.ln1_g, (double *)gr.ln1_b, h);
+    k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g,
+                                           gr.ln1_b, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
 out:
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
@@ -388,15 +410,21 @@ static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, dou
 }
 
 extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
-                                         const double *acts)
+                                         const double *acts, const double *enc, int Se)
 {
-    params_view gr = view_of(grad);
-    rt_layer_acts a = acts_of(grad, B, S, (double *)acts);
-    int n = B * S, h = grad->hidden, hk = grad->heads * grad->kv, f = grad->ffn;
-    linear_bwd_weight(g, a.g, a.d_y, (double *)gr.w2, (double *)gr.b2, n, f, h);
-    linear_bwd_weight(g, a.h2, a.d_u, (double *)gr.w1, (double *)gr.b1, n, h, f);
-    linear_bwd_weight(g, a.ctx, a.d_o, (double *)gr.wo, (double *)gr.bo, n, hk, h);
-    linear_bwd_weight(g, a.h1, a.d_qkv, (double *)gr.wqkv, (double *)gr.bqkv, n, h, 3 * hk);
+    rt_layer_params gr = params_of(grad);
+    rt_layer_acts a = acts_of(grad, B, S, Se, (double *)acts);
+    int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv;
+    int f = grad->shape.ffn;
+    linear_bwd_weight(g, a.g, a.d_y, gr.w2, gr.b2, n, f, h);
+    linear_bwd_weight(g, a.h2, a.d_u, gr.w1, gr.b1, n, h, f);
+    if (grad->shape.cross) {
+        linear_bwd_weight(g, a.ctxc, a.d_oc, gr.woc, gr.boc, n, hk, h);
+        linear_bwd_weight(g, a.hc, a.d_qc, gr.wqc, gr.bqc, n, h, hk);
+        linear_bwd_weight(g, enc, a.d_kvc, gr.wkvc, gr.bkvc, B * Se, h, 2 * hk);
+    }
+    linear_bwd_weight(g, a.ctx, a.d_o, gr.wo, gr.bo, n, hk, h);
+    linear_bwd_weight(g, a.h1, a.d_qkv, gr.wqkv, gr.bqkv, n, h, 3 * hk);
 }
 
 // Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.
@@ -424,28 +452,31 @@ static int time_fwd_bwd(rt_cuda *g, int repeats, Fwd fwd, Bwd bwd, double *fwd_m
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
-extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int repeats,
-                                  double *fwd_ms, double *bwd_ms)
+extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se,
+                                  int repeats, double *fwd_ms, double *bwd_ms)
 {
-    size_t nh = (size_t)B * S * l->hidden;
-    rt_layer_shape s = {l->hidden, l->heads, l->kv, l->ffn, l->causal, 0};
+    size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
+    if (!l->shape.cross) ne = 0, Se = 0;
     double *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh);
-    double *acts = rt_cuda_alloc(rt_layer_acts_doubles(&s, B, S, 0));
+    double *enc = rt_cuda_alloc(ne), *denc = rt_cuda_alloc(ne);
+    double *acts = rt_cuda_alloc(rt_layer_acts_doubles(&l->shape, B, S, Se));
     rt_cuda_layer grad = *l;
     grad.block = rt_cuda_alloc(l->count);
     int rc = -1;
-    if (x && y && dx && acts && grad.block) {
+    if (x && y && dx && enc && denc && acts && grad.block) {
         cudaMemsetAsync(x, 0, nh * sizeof(double), g->stream);
+        cudaMemsetAsync(enc, 0, (ne ? ne : 1) * sizeof(double), g->stream);
         cudaMemsetAsync(grad.block, 0, l->count * sizeof(double), g->stream);
         rc = time_fwd_bwd(
-            g, repeats, [&] { rt_cuda_layer_fwd(g, l, B, S, x, y, acts); },
+            g, repeats, [&] { rt_cuda_layer_fwd(g, l, B, S, x, y, acts, enc, Se); },
             [&] {
-                rt_cuda_layer_bwd_input(g, l, &grad, B, S, y, dx, acts);
-                rt_cuda_layer_bwd_weight(g, &grad, B, S, acts);
+                rt_cuda_layer_bwd_input(g, l, &grad, B, S, y, dx, acts, Se, l->shape.cross ? denc : NULL);
+                rt_cuda_layer_bwd_weight(g, &grad, B, S, acts, enc, Se);
             },
             fwd_ms, bwd_ms);
     }
-    rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(acts), rt_cuda_free(grad.block);
+    rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(enc), rt_cuda_free(denc);
+    rt_cuda_free(acts), rt_cuda_free(grad.block);
     return rc;
 }
 

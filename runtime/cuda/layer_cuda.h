@@ -1,6 +1,7 @@
 /*
  * layer_cuda.h — the CPU layer of runtime/layer.h on an NVIDIA GPU: cuBLAS GEMMs and CUDA kernels,
- * the same pre-LN GPT block, fp64 as on the CPU so that the two backends agree to rounding.
+ * the same pre-LN blocks (GPT, T5 encoder and decoder), fp64 as on the CPU so that the two
+ * backends agree to rounding.
  *
  * Built only where nvcc and cuBLAS are found (the Makefile defines DPRUN_CUDA). All pointers are
  * device pointers; every call is asynchronous on the stream of the context. Status: compiled on
@@ -15,6 +16,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "../layer.h"
 
 typedef struct rt_cuda rt_cuda; /* a cuBLAS handle bound to a stream */
 
@@ -38,25 +41,33 @@ void rt_cuda_free(double *p);
 int rt_cuda_put(double *dst, const double *src, size_t n);
 int rt_cuda_get(double *dst, const double *src, size_t n);
 
-/* One layer's device parameters, in the order of rt_layer_params (block of `count` doubles). */
+/* One layer's device parameters: a block of `count` doubles laid out as rt_layer_params. The
+ * shape says which layer: GPT (causal), T5 encoder (bidirectional) or T5 decoder (causal, with
+ * cross-attention to the encoder output). */
 typedef struct rt_cuda_layer {
-    int hidden, heads, kv, ffn, causal;
+    rt_layer_shape shape;
     double *block; /* device */
     size_t count;
 } rt_cuda_layer;
 
 /* Forward of one layer on (B, S): x, y (B*S, H); acts is a device block of
- * rt_layer_acts_doubles() laid out as rt_layer_acts (runtime/layer.c). */
+ * rt_layer_acts_doubles(shape, B, S, Se) laid out as rt_layer_acts (runtime/layer.c). A cross
+ * layer reads the encoder output enc (B*Se, H), which must stay untouched until its backward;
+ * other layers ignore enc and Se (NULL, 0). */
 void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, int B, int S, const double *x,
-                       double *y, double *acts);
-/* Input gradient (and layer-norm parameter gradients) into dx and grad. */
+                       double *y, double *acts, const double *enc, int Se);
+/* Input gradient (and layer-norm parameter gradients) into dx and grad; a cross layer adds the
+ * gradient of the encoder output into denc (B*Se, H) when denc is not NULL. */
 void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *grad, int B,
-                             int S, const double *dy, double *dx, double *acts);
-/* Weight gradients of the four linear ops into grad. */
-void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const double *acts);
+                             int S, const double *dy, double *dx, double *acts, int Se,
+                             double *denc);
+/* Weight gradients of the linear ops into grad (a cross layer's read enc again). */
+void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const double *acts,
+                              const double *enc, int Se);
 
-/* Mean forward and backward time of one layer on (B, S) over `repeats` runs, by CUDA events. */
-int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int repeats,
+/* Mean forward and backward time of one layer on (B, S) (a cross layer: against an encoder
+ * output of length Se) over `repeats` runs, by CUDA events. */
+int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se, int repeats,
                        double *fwd_ms, double *bwd_ms);
 
 /* ---- for the single-GPU plan executor (runtime/exec_gpu.c) -------------------------------- */

@@ -81,6 +81,9 @@ same_norm "2 stages x 2 replicas (gradients all-reduced)" 4 "$TMP/dp2.json"
 check "the multi-GPU timeline has a record per instruction, and ALLREDUCE" \
   bash -c "[ \$(grep -c ',ALLREDUCE,' '$TMP/g.csv') -eq 8 ] && [ \$(tail -n +2 '$TMP/g.csv' | wc -l) -eq \$(tail -n +2 '$TMP/c.csv' | wc -l) ]"
 expect "dpsim validate reads the multi-GPU timeline" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/g.csv"
+same_norm "T5 on 4 stages (the encoder output travels with the decoder's hidden state)" 4 "$TMP/t5.json"
+"$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
+same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"
 expect "two ranks on a host with one GPU are refused, on every rank" 1 "rank 0 on .*2 ranks run on host .*which has 1 GPU" -- \
   timeout 60 $MPIRUN -np 2 -x FAKE_CUDA_DEVICES=1 "$FAKE" --plan $G/plan_interleaved_2x2.json --backend cuda --out "$TMP/x.csv"
