@@ -1,4 +1,5 @@
-// The GPT layer of runtime/layer.c on the GPU: cuBLAS for the GEMMs, small kernels for the rest.
+// The layers of runtime/layer.c (GPT, T5 encoder and decoder) on the GPU: cuBLAS for the GEMMs,
+// small kernels for the rest.
 // Mirrors layer.c step by step, in fp64, with the same activation layout, so that `dprun
 // check-gpu` can compare the two backends value by value.
 #include "layer_cuda.h"
@@ -480,7 +481,7 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int
     return rc;
 }
 
-// ---- for the single-GPU plan executor ---------------------------------------------------------
+// ---- for the plan executor (runtime/exec_gpu.c) ---------------------------------------------------------
 extern "C" void *rt_cuda_event_new(void)
 {
     cudaEvent_t e = NULL;

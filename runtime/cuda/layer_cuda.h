@@ -70,7 +70,7 @@ void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, con
 int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se, int repeats,
                        double *fwd_ms, double *bwd_ms);
 
-/* ---- for the single-GPU plan executor (runtime/exec_gpu.c) -------------------------------- */
+/* ---- for the plan executor (runtime/exec_gpu.c) ------------------------------------------- */
 
 /* Timing events (opaque); elapsed milliseconds between two completed events. */
 void *rt_cuda_event_new(void);
