@@ -68,6 +68,15 @@ typedef struct ctx {
     int record;
 } ctx;
 
+/* Drives MPI's progress engine (the layer calls it between its GEMMs): with transports that
+ * copy through the sender, a send started before a compute would otherwise move only when the
+ * compute ends (measured: validation error 24% instead of 3% on 2 ranks without CMA). */
+static void mpi_progress(void)
+{
+    int flag;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+}
+
 static void die(const ctx *c, const char *what)
 {
     fprintf(stderr, "dprun: rank %d (stage %d, replica %d) on %s: iteration %d: %s\n", c->rank,
@@ -472,6 +481,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     }
     MPI_Comm stage_comm;
     MPI_Comm_split(MPI_COMM_WORLD, c.stage, c.replica, &stage_comm);
+    rt_layer_set_yield(mpi_progress);
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     if (o->stall_rank == c.rank && o->stall_s > 0) {
         fprintf(stderr, "dprun: rank %d stalls for %.1f s (fault injection)\n", c.rank, o->stall_s);
@@ -487,6 +497,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         c.iteration = pl->it[i].id;
         run_iteration(&c, &pl->it[i], stage_comm);
     }
+    rt_layer_set_yield(NULL);
     MPI_Comm_free(&stage_comm);
     res->grad_sq = 0;
     for (int k = 0; k < c.chunks; k++) {

@@ -5,18 +5,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* rt_layer_set_yield's function, called after every GEMM-sized step (a linear op, one sample's
+ * attention). */
+static void (*yield_fn)(void);
+
+void rt_layer_set_yield(void (*fn)(void)) { yield_fn = fn; }
+
+static void yield(void)
+{
+    if (yield_fn) yield_fn();
+}
+
 void rt_linear_fwd(const double *x, const double *w, const double *b, double *y, int n, int in,
                    int out)
 {
     for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in, 1.0, x, in, w, out, 1.0, y,
                 out);
+    yield();
 }
 
 void rt_linear_bwd_input(const double *dy, const double *w, double *dx, int n, int in, int out)
 {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, out, 1.0, dy, out, w, out, 0.0, dx,
                 in);
+    yield();
 }
 
 void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double *db, int n, int in,
@@ -26,6 +39,7 @@ void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double 
                 out);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < out; j++) db[j] += dy[(size_t)i * out + j];
+    yield();
 }
 
 #define LN_EPS 1e-5
@@ -113,6 +127,7 @@ void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_
             }
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, sk, 1.0, pb, sk, vb,
                         ld_kv, 0.0, ctx + (size_t)b * sq * ld_ctx + (size_t)h * d, ld_ctx);
+            yield();
         }
 }
 
@@ -148,6 +163,7 @@ void rt_attention_bwd(const double *dctx, const double *q, const double *k, cons
                         ld_kv, 1.0, dq + qo, ld_q);
             cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sk, d, sq, 1.0, dp, sk, q + qo,
                         ld_q, 1.0, dk + ko, ld_kv);
+            yield();
         }
     free(dp);
 }

@@ -94,6 +94,12 @@ void rt_fill(double *v, size_t n, unsigned seed, double scale);
 /* The sum of v[i]^2 (the executors' gradient figure, rt_result.grad_sq). */
 double rt_sum_sq(const double *v, size_t n);
 
+/* A function the layer calls between its operations (NULL, the default: none). dprun's MPI
+ * executor drives MPI's progress engine there: a transfer it started before a long compute must
+ * not wait for the compute's end, which it would on transports that copy through the sender
+ * (shared memory without a single-copy mechanism). */
+void rt_layer_set_yield(void (*fn)(void));
+
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
 typedef struct rt_layer_shape {
