@@ -205,12 +205,47 @@ static void test_layer_grad(void **state)
     }
 }
 
+/* rt_layer_set_yield: the executor's progress hook runs between the GEMMs of every pass. */
+static int yields;
+static void count_yield(void) { yields++; }
+
+static void test_yield_between_gemms(void **state)
+{
+    (void)state;
+    rt_layer_shape s = {8, 2, 3, 12, 1, 0};
+    int B = 2, S = 4;
+    size_t n = (size_t)B * S * s.hidden;
+    rt_layer_params p, grad;
+    rt_layer_acts a;
+    assert_int_equal(rt_layer_params_alloc(&p, &s), 0);
+    assert_int_equal(rt_layer_params_alloc(&grad, &s), 0);
+    assert_int_equal(rt_layer_acts_alloc(&a, &s, B, S, 0), 0);
+    rt_layer_params_init(&p, &s, 3);
+    double *x = rnd(n), *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
+    rt_layer_set_yield(count_yield);
+    rt_layer_fwd(&p, &s, B, S, x, y, &a);
+    assert_int_equal(yields, 4 + B * s.heads); /* four linear ops, attention per (sample, head) */
+    yields = 0;
+    rt_layer_bwd_input(&p, &grad, &s, B, S, y, dx, &a);
+    assert_int_equal(yields, 4 + B * s.heads);
+    yields = 0;
+    rt_layer_bwd_weight(&grad, &s, B, S, &a);
+    assert_int_equal(yields, 4);
+    rt_layer_set_yield(NULL);
+    yields = 0;
+    rt_layer_fwd(&p, &s, B, S, x, y, &a);
+    assert_int_equal(yields, 0);
+    rt_layer_params_free(&p), rt_layer_params_free(&grad), rt_layer_acts_free(&a);
+    free(x), free(y), free(dx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_grad),    cmocka_unit_test(test_layernorm_grad),
         cmocka_unit_test(test_gelu_grad),      cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),
+        cmocka_unit_test(test_yield_between_gemms),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
 }
