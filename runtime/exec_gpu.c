@@ -293,7 +293,7 @@ static int remote_transfer(gctx *c, gtimed *t, int send, int kind, double *buf, 
     int rc = send ? rt_nccl_send(c->link[link], buf, n, 1, ls, why, sizeof why)
                   : rt_nccl_recv(c->link[link], buf, n, 0, ls, why, sizeof why);
     if (rc != 0) {
-        dp_fail(c->err, DP_ERR_IO, "%s", why);
+        dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
         return -1;
     }
     rt_cuda_event_record(ls, t->e1);
@@ -424,7 +424,7 @@ static dp_status enqueue_allreduce(gctx *c)
         for (int l = 0; l < ch->layers; l++)
             if (rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, g, why,
                                   sizeof why) != 0)
-                return dp_fail(c->err, DP_ERR_IO, "%s", why);
+                return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
     }
     rt_cuda_event_record(g, t->e1);
     return DP_OK;
@@ -448,7 +448,7 @@ static dp_status wait_streams(gctx *c, const plan_iter *it)
     for (int i = 0; i < c->pp + N_LINKS;) {
         rt_cuda *g = stream_at(c, i);
         int q = g ? rt_cuda_query(g, why, sizeof why) : 1;
-        if (q < 0) return dp_fail(c->err, DP_ERR_IO, "dprun (cuda): iteration %d: %s", it->id, why);
+        if (q < 0) return dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): iteration %d: %s", it->id, why);
         if (q > 0) {
             i++;
             continue;
@@ -531,7 +531,7 @@ static dp_status open_stream(gctx *c, int device, rt_cuda **g)
 {
     char why[256];
     if (!(*g = rt_cuda_open(device, why, sizeof why)))
-        return dp_fail(c->err, DP_ERR_IO, "dprun (cuda): %s", why);
+        return dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): %s", why);
     return DP_OK;
 }
 
@@ -613,7 +613,7 @@ static dp_status setup(gctx *c, const model_spec *m)
     if (!(c->start = rt_cuda_event_new())) return no_memory(c, "an event");
     return rt_cuda_sync(g0, why, sizeof why) == 0
                ? DP_OK
-               : dp_fail(c->err, DP_ERR_IO, "dprun (cuda): %s", why);
+               : dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): %s", why);
 }
 
 /* Multi-GPU mode: whether every rank's set-up succeeded; if not, every rank returns the message
@@ -691,7 +691,7 @@ static dp_status add_sum_sq(gctx *c, const double *dev, size_t n, double *acc)
     int bad = rt_cuda_get(h, dev, n) != 0;
     if (!bad) *acc += rt_sum_sq(h, n);
     free(h);
-    return bad ? dp_fail(c->err, DP_ERR_IO, "dprun (cuda): could not read the gradients back")
+    return bad ? dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): could not read the gradients back")
                : DP_OK;
 }
 
