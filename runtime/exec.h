@@ -8,9 +8,11 @@
  *            F the forward (plus embedding on the first virtual stage, LM head and loss on the
  *            last), B the input gradients (and the weight gradients unless the plan has a W for
  *            it), W the weight gradients;
- *   SEND_*   MPI_Isend of the produced activation or gradient (overlaps what follows);
- *   FREE     frees the micro-batch's buffers once its own sends complete (never waits there:
- *            a receiver may post later than the plan's untimed order suggests).
+ *   SEND_*   MPI_Isend of the produced activation or gradient (overlaps what follows: the
+ *            layer calls back between its GEMMs and the executor drives MPI's progress there);
+ *   FREE     frees the micro-batch's buffers once its own sends complete and its W (if any)
+ *            has run (never waits there: a receiver may post later than the plan's untimed
+ *            order suggests).
  * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
  * With D > 1 replicas, each stage all-reduces its gradients across replicas after an iteration.
  *
