@@ -9,7 +9,7 @@
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
 #   make check-gpu  on a GPU machine: the CUDA layer against the CPU layer, its timings, and
 #                   small plans on one GPU, and on one rank per GPU where there are several
-#                   (tests/gpu/check_gpu.sh)
+#                   (tests/gpu/check_gpu.sh); make check-gpu-rehearsal runs it here on a fake GPU
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
@@ -104,7 +104,7 @@ BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 REPLAY_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
-.PHONY: all deps demo check test bench clean help default-trace paper fuzz check-gpu
+.PHONY: all deps demo check test bench clean help default-trace paper fuzz check-gpu check-gpu-rehearsal
 all: $(BUILD)/dpsim $(BUILD)/dprun
 
 $(BUILD)/obj/%.o: %.c
@@ -236,6 +236,14 @@ fuzz: deps
 # against the cpu backend's (tests/gpu/check_gpu.sh).
 check-gpu: all
 	BUILD=$(BUILD) tests/gpu/check_gpu.sh
+
+# The same script rehearsed without a GPU (about 2 minutes): dprun replaced by the fake-GPU build
+# (tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI; its timings are meaningless), so that the
+# script's steps are known to work before GPU time is spent on them.
+check-gpu-rehearsal: all $(BUILD)/tests/dprun-fake-gpu
+	rm -rf $(BUILD)/rehearsal && mkdir -p $(BUILD)/rehearsal
+	ln -s ../dpsim $(BUILD)/rehearsal/dpsim && ln -s ../tests/dprun-fake-gpu $(BUILD)/rehearsal/dprun
+	BUILD=$(BUILD)/rehearsal OUT=$(BUILD)/rehearsal/out tests/gpu/check_gpu.sh
 
 # The paper's experiments in simulation (Figs. 13-17) into paper-out/.
 paper: all
