@@ -130,118 +130,118 @@ static void write_layer(FILE *fp, const char *comp, int B, int enc, int dec, con
     fprintf(fp, "1,none,%s,peak_act_mb,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->peak_mb);
 }
 
+/* The backend a grid point is measured on: the CPU layer, or (on_gpu) the CUDA layer with the
+ * same parameters. The layer at index 1 is T5's decoder. */
+typedef struct prober {
+    const rt_profile_opts *o;
+    const rt_layer_shape *shape[2];
+    rt_layer_params p[2], g[2]; /* parameters and gradients on the host */
 #ifdef DPRUN_CUDA
-/* The layer of shape s with parameters p on the GPU (l->block NULL when it cannot be). */
-static void upload(const rt_layer_params *p, const rt_layer_shape *s, rt_cuda_layer *l)
+    rt_cuda *gpu;
+    rt_cuda_layer dev[2];
+#endif
+} prober;
+
+static dp_status prober_open(prober *pr, dp_err *err)
 {
-    *l = (rt_cuda_layer){*s, rt_cuda_alloc(p->count), p->count};
-    if (l->block && rt_cuda_put(l->block, p->block, p->count) != 0)
-        rt_cuda_free(l->block), l->block = NULL;
+    int t5 = pr->shape[1] != NULL;
+    for (int k = 0; k <= t5; k++) {
+        if (rt_layer_params_alloc(&pr->p[k], pr->shape[k]) != 0 ||
+            rt_layer_params_alloc(&pr->g[k], pr->shape[k]) != 0)
+            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        rt_layer_params_init(&pr->p[k], pr->shape[k], (unsigned)k + 1);
+    }
+    if (!pr->o->on_gpu) return DP_OK;
+#ifdef DPRUN_CUDA
+    char why[256];
+    if (!(pr->gpu = rt_cuda_open(0, why, sizeof why))) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
+    for (int k = 0; k <= t5; k++) {
+        rt_cuda_layer *l = &pr->dev[k];
+        *l = (rt_cuda_layer){*pr->shape[k], rt_cuda_alloc(pr->p[k].count), pr->p[k].count};
+        if (!l->block || rt_cuda_put(l->block, pr->p[k].block, pr->p[k].count) != 0)
+            return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
+    }
+    return DP_OK;
+#else
+    return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or "
+                   "cuBLAS was found at build time)");
+#endif
 }
 
-/* One grid point on the GPU: a layer (or, with l NULL, the LM head on B*S tokens). */
-static dp_status gpu_point(rt_cuda *g, const rt_cuda_layer *l, const model_spec *m, int B, int S,
-                           int Se, int R, point *pt, dp_err *err)
+static void prober_close(prober *pr)
 {
+    for (int k = 0; k < 2; k++) rt_layer_params_free(&pr->p[k]), rt_layer_params_free(&pr->g[k]);
+#ifdef DPRUN_CUDA
+    for (int k = 0; k < 2; k++) rt_cuda_free(pr->dev[k].block);
+    if (pr->gpu) rt_cuda_close(pr->gpu);
+#endif
+}
+
+/* One layer (k: 0 the encoder / GPT layer, 1 T5's decoder) on (B, S), against an encoder output
+ * of length Se for the decoder. */
+static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, point *pt, dp_err *err)
+{
+    const rt_profile_opts *o = pr->o;
+    int R = o->repeats > 0 ? o->repeats : 1;
+    if (o->sync) o->sync();
+    if (!o->on_gpu) return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, R, o->warmup, pt, err);
+#ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
-    int rc = l ? rt_cuda_time_layer(g, l, B, S, Se, R, &pt->fwd_ms, &pt->bwd_ms)
-               : rt_cuda_time_head(g, B * S, m->hidden, m->vocab, R, &pt->fwd_ms, &pt->bwd_ms);
-    if (rc != 0)
+    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], B, S, Se, R, &pt->fwd_ms, &pt->bwd_ms) != 0)
         return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of device "
                        "memory?)", B, S);
-    if (l) layer_memory(&l->shape, B, S, Se, pt);
+    layer_memory(pr->shape[k], B, S, Se, pt);
+#endif
     return DP_OK;
 }
 
-/* The grid on the GPU, as the CPU's (the same layers, the same rows): CUDA-event means over the
- * repeats after a warm-up; memory from the same layout. pd/sd: T5's decoder layer (else NULL). */
-static dp_status profile_gpu(const rt_profile_opts *o, const rt_layer_params *p,
-                             const rt_layer_shape *s, const rt_layer_params *pd,
-                             const rt_layer_shape *sd, FILE *fp, dp_err *err)
+/* The LM head and loss on n tokens. */
+static dp_status probe_head(prober *pr, int n, point *pt, dp_err *err)
 {
-    char why[256];
-    rt_cuda *g = rt_cuda_open(0, why, sizeof why);
-    if (!g) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
-    rt_cuda_layer l, ld = {{0}, NULL, 0};
-    upload(p, s, &l);
-    if (pd) upload(pd, sd, &ld);
-    dp_status st = DP_OK;
-    if (!l.block || (pd && !ld.block))
-        st = dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
+    const rt_profile_opts *o = pr->o;
     int R = o->repeats > 0 ? o->repeats : 1;
-    const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
-    int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
-    for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
-        for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
-            int B = o->mbs[i], S = o->seqlen[j];
-            point pt, head;
-            if ((st = gpu_point(g, &l, o->model, B, S, 0, R, &pt, err)) != DP_OK) break;
-            write_layer(fp, "encoder", B, S, 0, &pt);
-            if (!pd) { /* GPT: the head on the same tokens */
-                if ((st = gpu_point(g, NULL, o->model, B, S, 0, R, &head, err)) != DP_OK) break;
-                fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, head.fwd_ms);
-                fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
-            }
-            if (o->progress)
-                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer (GPU)\n",
-                        B, S, pt.fwd_ms, pt.bwd_ms);
-            for (int k = 0; pd && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
-                st = gpu_point(g, &ld, o->model, B, decs[k], S, R, &pt, err);
-                if (st == DP_OK) write_layer(fp, "decoder", B, S, decs[k], &pt);
-            }
-        }
-    for (int i = 0; pd && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder lengths */
-        for (int k = 0; k < n_dec && st == DP_OK; k++) {
-            point head;
-            if ((st = gpu_point(g, NULL, o->model, o->mbs[i], decs[k], 0, R, &head, err)) != DP_OK) break;
-            fprintf(fp, "1,none,postprocess,fwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.fwd_ms);
-            fprintf(fp, "1,none,postprocess,bwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.bwd_ms);
-        }
-    rt_cuda_free(l.block), rt_cuda_free(ld.block);
-    rt_cuda_close(g);
-    return st;
-}
+    if (o->sync) o->sync();
+    if (!o->on_gpu) return time_head(o->model, n, R, o->warmup, pt, err);
+#ifdef DPRUN_CUDA
+    memset(pt, 0, sizeof *pt);
+    if (rt_cuda_time_head(pr->gpu, n, o->model->hidden, o->model->vocab, R, &pt->fwd_ms,
+                          &pt->bwd_ms) != 0)
+        return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed on the LM head at %d tokens (out of "
+                       "device memory?)", n);
 #endif
+    return DP_OK;
+}
 
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
     int t5 = m->arch == ARCH_T5;
-    FILE *fp = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "wb");
-    if (!fp) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
-    fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
     rt_layer_shape enc_shape = {m->hidden, m->heads, m->kv_channels, m->ffn, !t5, 0};
     rt_layer_shape dec_shape = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 1};
-    rt_layer_params p, g, pd, gd;
-    memset(&pd, 0, sizeof pd), memset(&gd, 0, sizeof gd);
-    int ok = rt_layer_params_alloc(&p, &enc_shape) == 0 && rt_layer_params_alloc(&g, &enc_shape) == 0;
-    if (ok && t5)
-        ok = rt_layer_params_alloc(&pd, &dec_shape) == 0 && rt_layer_params_alloc(&gd, &dec_shape) == 0;
-    if (!ok) {
-        if (fp != stdout) fclose(fp);
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    prober pr;
+    memset(&pr, 0, sizeof pr);
+    pr.o = o;
+    pr.shape[0] = &enc_shape;
+    pr.shape[1] = t5 ? &dec_shape : NULL;
+    dp_status st = prober_open(&pr, err);
+    if (st != DP_OK) {
+        prober_close(&pr);
+        return st;
     }
-    rt_layer_params_init(&p, &enc_shape, 1);
-    if (t5) rt_layer_params_init(&pd, &dec_shape, 2);
-    int R = o->repeats > 0 ? o->repeats : 1;
+    FILE *fp = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "wb");
+    if (!fp) {
+        prober_close(&pr);
+        return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
+    }
+    fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
     const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
     int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
-    dp_status st = DP_OK;
-    if (o->on_gpu) {
-#ifdef DPRUN_CUDA
-        st = profile_gpu(o, &p, &enc_shape, t5 ? &pd : NULL, t5 ? &dec_shape : NULL, fp, err);
-#else
-        st = dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or "
-                     "cuBLAS was found at build time)");
-#endif
-    }
-    for (int i = 0; !o->on_gpu && i < o->n_mbs && st == DP_OK; i++)
+    for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
         for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
             int B = o->mbs[i], S = o->seqlen[j];
             point pt = {0}, head = {0};
-            if (o->sync) o->sync();
-            st = time_layer(&p, &g, &enc_shape, B, S, 0, R, o->warmup, &pt, err);
-            if (st == DP_OK && !t5) st = time_head(m, B * S, R, o->warmup, &head, err);
+            st = probe_layer(&pr, 0, B, S, 0, &pt, err);
+            if (st == DP_OK && !t5) st = probe_head(&pr, B * S, &head, err);
             if (st != DP_OK) break;
             write_layer(fp, "encoder", B, S, 0, &pt);
             if (!t5) {
@@ -249,26 +249,21 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
                 fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
             }
             if (o->progress)
-                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer\n",
-                        B, S, pt.fwd_ms, pt.bwd_ms);
+                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer%s\n",
+                        B, S, pt.fwd_ms, pt.bwd_ms, o->on_gpu ? " (GPU)" : "");
             for (int k = 0; t5 && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
-                int D = decs[k];
-                if (o->sync) o->sync();
-                st = time_layer(&pd, &gd, &dec_shape, B, D, S, R, o->warmup, &pt, err);
-                if (st == DP_OK) write_layer(fp, "decoder", B, S, D, &pt);
+                st = probe_layer(&pr, 1, B, decs[k], S, &pt, err);
+                if (st == DP_OK) write_layer(fp, "decoder", B, S, decs[k], &pt);
             }
         }
-    for (int i = 0; t5 && !o->on_gpu && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder */
+    for (int i = 0; t5 && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder lengths */
         for (int k = 0; k < n_dec && st == DP_OK; k++) {
             point head;
-            if (o->sync) o->sync();
-            st = time_head(m, o->mbs[i] * decs[k], R, o->warmup, &head, err);
-            if (st != DP_OK) break;
+            if ((st = probe_head(&pr, o->mbs[i] * decs[k], &head, err)) != DP_OK) break;
             fprintf(fp, "1,none,postprocess,fwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.fwd_ms);
             fprintf(fp, "1,none,postprocess,bwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.bwd_ms);
         }
-    rt_layer_params_free(&p), rt_layer_params_free(&g);
-    if (t5) rt_layer_params_free(&pd), rt_layer_params_free(&gd);
+    prober_close(&pr);
     int bad = fp == stdout ? fflush(fp) != 0 : fclose(fp) != 0;
     if (st == DP_OK && bad) st = dp_fail(err, DP_ERR_IO, "%s: write failed", o->out);
     return st;

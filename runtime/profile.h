@@ -9,8 +9,8 @@
  * postprocess on (mbs, seqlen). T5: encoder on (mbs, enc), decoder on (mbs, enc, dec) over the
  * decoder lengths, postprocess on (mbs, dec). `dpsim --profile` uses the file directly.
  *
- * With on_gpu (dprun profile --backend cuda, a CUDA build) a GPT grid is timed on the GPU layer
- * (runtime/cuda/) instead, by CUDA events.
+ * With on_gpu (dprun profile --backend cuda, a CUDA build) the same grid is timed on the GPU
+ * layer (runtime/cuda/) instead, by CUDA-event means.
  *
  * Under mpirun every rank measures the same grid at the same time (a barrier per point), so the
  * timings include the contention of busy neighbouring ranks, as in a run; rank 0 writes the file.
@@ -32,7 +32,7 @@ typedef struct rt_profile_opts {
     const char *out;
     int progress; /* a line per grid point on stderr */
     void (*sync)(void); /* called before each grid point (MPI_Barrier when all ranks profile) */
-    int on_gpu; /* GPT on the CUDA layer (CUDA-event means; not under mpirun) */
+    int on_gpu; /* on the CUDA layer (CUDA-event means; not under mpirun) */
 } rt_profile_opts;
 
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err);
