@@ -148,8 +148,9 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
                     const char *sched, struct study_opts *o);
 
 /* The simulator configuration of a plan read from a file (model state, links), from its header;
- * hw receives the hardware and must outlive cfg. */
-dp_status cli_plan_sim_config(const plan *pl, const plan_cli *p, cluster_spec *hw,
+ * hw receives the hardware and must outlive cfg. Checks the plan against its model
+ * (plan_check_model; where names the plan). */
+dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
                               sim_config *cfg, dp_err *err);
 
 int cmd_plan(int argc, char **argv);

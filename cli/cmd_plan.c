@@ -158,14 +158,12 @@ static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_s
     sim_config cfg;
     dp_status st = plan_read(sc->plan_path, &pl, err);
     if (st != DP_OK) return st;
-    TRY(cli_plan_sim_config(&pl, p, &hw, &cfg, err));
+    TRY(plan_check(&pl, sc->plan_path, err));
+    TRY(cli_plan_sim_config(&pl, sc->plan_path, p, &hw, &cfg, err));
     cfg.hw = &hw;
     study_acc acc;
     study_begin(&acc, res, &cfg, sink);
-    for (int i = 0; i < pl.n_it && st == DP_OK; i++) {
-        st = plan_validate(&pl.it[i], pl.h.chunks, sc->plan_path, err);
-        if (st == DP_OK) st = study_add(&acc, &pl.it[i], err);
-    }
+    for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = study_add(&acc, &pl.it[i], err);
     study_end(&acc);
 out:
     plan_release(&pl);

@@ -61,9 +61,9 @@ int cmd_validate(int argc, char **argv)
     val_result v = {0};
     dp_status st = plan_read(plan_path, &pl, &err);
     if (st != DP_OK) return cli_fail(cmd, &err);
-    st = cli_plan_sim_config(&pl, &p, &hw, &cfg, &err);
+    st = cli_plan_sim_config(&pl, plan_path, &p, &hw, &cfg, &err);
     cfg.hw = &hw;
-    for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = plan_validate(&pl.it[i], pl.h.chunks, plan_path, &err);
+    if (st == DP_OK) st = plan_check(&pl, plan_path, &err);
     if (st == DP_OK) st = validate_run(&pl, &cfg, measured, &v, &err);
     if (st == DP_OK) {
         if (json) {
@@ -72,6 +72,10 @@ int cmd_validate(int argc, char **argv)
             free(text);
         } else {
             printf("# validate: plan %s against %s\n", plan_path, measured);
+            if (v.wire_elem_bytes && v.wire_scale != 1)
+                printf("# transfers simulated with the bytes the runtime moved: %d per element, "
+                       "the plan's %s has %d (x%.3g)\n", v.wire_elem_bytes, pl.h.act_dtype,
+                       pl.h.act_elem_bytes, v.wire_scale);
             printf("%9s %14s %14s %9s\n", "iteration", "predicted", "measured", "error");
             printf("%9s %14s %14s %9s\n", "#", "ms", "ms", "%");
             for (int k = 0; k < v.iterations; k++)

@@ -220,8 +220,8 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
 
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,
  * recompute and ZeRO give model state and links (with the what-if overrides of p). */
-dp_status cli_plan_sim_config(const plan *pl, const plan_cli *p, cluster_spec *hw, sim_config *cfg,
-                              dp_err *err)
+dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
+                              sim_config *cfg, dp_err *err)
 {
     cost_opts co = p->cost;
     if (pl->h.model[0]) co.model = pl->h.model;
@@ -237,13 +237,8 @@ dp_status cli_plan_sim_config(const plan *pl, const plan_cli *p, cluster_spec *h
     cluster_override_links(hw, p->link_gbit, p->link_latency_us);
     TRY(stage_model_init(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
                          p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
-    const schedule *sched = schedule_find(pl->h.schedule);
-    study_sim_config(&sm, hw, sched ? sched->split_backward : 0, cfg);
-    /* a plan with W instructions splits the backward whatever its schedule's name */
-    for (int i = 0; i < pl->n_it; i++)
-        for (int r = 0; r < pl->h.pp * pl->h.dp; r++)
-            for (int q = 0; q < pl->it[i].ranks[r].n; q++)
-                if (pl->it[i].ranks[r].ins[q].op == OP_W) cfg->split_backward = 1;
+    TRY(plan_check_model(pl, &m, where, err));
+    study_sim_config(&sm, hw, cfg);
 out:
     cost_model_free(cm);
     return st;

@@ -263,9 +263,10 @@ static int run_main(int argc, char **argv)
         plan_release(&pl);
         return fail_all(rank, msg);
     }
-    for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = plan_validate(&pl.it[i], pl.h.chunks, plan_path, &err);
+    st = plan_check(&pl, plan_path, &err);
     model_spec m;
     if (st == DP_OK) st = model_resolve(pl.h.model, &m, &err);
+    if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
     if (st != DP_OK) {
         plan_release(&pl);
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
@@ -300,12 +301,14 @@ static int run_main(int argc, char **argv)
             fprintf(stderr, "dprun: error: %s: cannot create\n", out);
             rc = 1;
         } else {
-            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk\n");
+            /* wire_elem_bytes: what a transfer moved per element (the plan's bytes count
+             * act_dtype elements), so that dpsim validate simulates the bytes really moved */
+            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes\n");
             const rt_record *r = (const rt_record *)buf;
             for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d\n", r[i].iteration, r[i].stage,
+                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d\n", r[i].iteration, r[i].stage,
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
-                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk);
+                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, RT_WIRE_ELEM_BYTES);
             rc = fclose(fp) != 0;
             int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
             if (on_gpu && size == 1)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../models/memory.h"
+#include "../scheduler/plan_machine.h"
 #include "layer.h"
 
 enum { KIND_ACT, KIND_GRAD };
@@ -37,10 +38,7 @@ typedef struct slot {
     rt_layer_acts *acts;           /* one per layer */
     double *dlogits;               /* last virtual stage: (B*S, V) */
     MPI_Request recv[2], send[2];
-    int split;                     /* the plan runs W for it: B computes input gradients only */
-    int w_done;                    /* its W has run */
-    int free_pending;              /* FREE came before its sends completed (or before its W:
-                                    * ZB-H1 frees after B, the W buffers are kept until W) */
+    int free_pending;              /* FREE came before its sends completed */
 } slot;
 
 /* Buffers are reused across micro-batches (first-touch page faults would otherwise be measured
@@ -55,6 +53,7 @@ typedef struct ctx {
     const rt_opts *o;
     pool pool;
     const plan_iter *it;
+    plan_machine pm;    /* the plan's semantics for this iteration */
     int rank, stage, replica, pp, chunks, nv;
     int hidden, vocab;
     chunk_state *ch;
@@ -220,7 +219,7 @@ static void release_sent(ctx *c)
     size_t n = (size_t)c->it->n_mb * (size_t)c->chunks;
     for (size_t k = 0; k < n; k++) {
         slot *s = &c->slots[k];
-        if (!s->alive || !s->free_pending || (s->split && !s->w_done)) continue;
+        if (!s->alive || !s->free_pending) continue;
         int done0 = 0, done1 = 0;
         MPI_Test(&s->send[0], &done0, MPI_STATUS_IGNORE);
         MPI_Test(&s->send[1], &done1, MPI_STATUS_IGNORE);
@@ -232,10 +231,12 @@ static void release_sent(ctx *c)
  * plan and the model disagree, which is refused rather than sent. */
 static void check_wire(const ctx *c, const plan_instr *x, size_t want)
 {
-    if ((size_t)x->bytes / 2 == want && x->bytes % 2 == 0) return;
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s mb %d: the plan says %lld bytes, the micro-batch's shape needs %zu",
-             plan_op_name(x->op), x->mb, (long long)x->bytes, 2 * want);
+    int eb = c->o->pl->h.act_elem_bytes;
+    if ((size_t)x->bytes == (size_t)eb * want) return;
+    char msg[240];
+    snprintf(msg, sizeof msg, "%s mb %d: the plan says %lld bytes, the micro-batch's shape needs "
+             "%zu (%zu %s elements)", plan_op_name(x->op), x->mb, (long long)x->bytes,
+             (size_t)eb * want, want, c->o->pl->h.act_dtype);
     die(c, msg);
 }
 
@@ -344,28 +345,30 @@ static void describe(char *buf, size_t cap, const plan_instr *x, int i)
 static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
 {
     c->it = it;
-    const plan_rank *R = &it->ranks[c->replica * c->pp + c->stage];
+    int me = c->replica * c->pp + c->stage;
+    const plan_rank *R = &it->ranks[me];
     size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
-    /* which (mb, chunk) have a W on this rank: their B leaves the weight gradients to it */
-    for (int i = 0; i < R->n; i++)
-        if (R->ins[i].op == OP_W) slot_of(c, R->ins[i].mb, R->ins[i].chunk)->split = 1;
+    dp_err perr = {0};
+    if (pm_init(&c->pm, it, c->chunks, &perr) != DP_OK) die(c, "out of host memory");
     MPI_Request bar;
     MPI_Ibarrier(MPI_COMM_WORLD, &bar); /* with the timeout: a stalled rank must not hang the rest */
     wait_req(c, &bar, "the other ranks at the start of the iteration");
     c->t0 = MPI_Wtime();
     char what[160];
+    pm_step step;
     for (int i = 0; i < R->n; i++) {
         const plan_instr *x = &R->ins[i];
+        pm_resolve(&c->pm, me, i, &step);
         slot *s = slot_of(c, x->mb, x->chunk);
         const plan_mb *m = &it->mb[x->mb];
-        int peer = c->replica * c->pp + x->peer;
+        int peer = step.peer_rank;
         double t = MPI_Wtime();
         switch (x->op) {
         case OP_RECV_ACT:
         case OP_RECV_GRAD: {
             slot_open(c, s, m, &c->ch[x->chunk]);
-            int kind = x->op == OP_RECV_ACT ? KIND_ACT : KIND_GRAD;
+            int kind = step.kind;
             size_t n = wire_in(c, x, s, kind);
             check_wire(c, x, n);
             s->rx[kind] = pool_get(c, n);
@@ -377,37 +380,35 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         case OP_F:
             slot_open(c, s, m, &c->ch[x->chunk]);
             describe(what, sizeof what, x, i);
-            wait_req(c, &s->recv[KIND_ACT], what);
+            if (step.waits >= 0) wait_req(c, &s->recv[step.waits], what);
             t = MPI_Wtime();
             do_forward(c, x, s);
             record(c, OP_F, x->mb, x->chunk, t, MPI_Wtime());
             continue;
         case OP_B:
             describe(what, sizeof what, x, i);
-            wait_req(c, &s->recv[KIND_GRAD], what);
+            if (step.waits >= 0) wait_req(c, &s->recv[step.waits], what);
             t = MPI_Wtime();
             do_backward_input(c, x, s);
-            if (!s->split) do_backward_weight(c, x, s);
+            if (!step.split) do_backward_weight(c, x, s);
             record(c, OP_B, x->mb, x->chunk, t, MPI_Wtime());
             continue;
         case OP_W:
             do_backward_weight(c, x, s);
             record(c, OP_W, x->mb, x->chunk, t, MPI_Wtime());
-            s->w_done = 1;
-            if (s->free_pending) release_sent(c);
             continue;
         case OP_SEND_ACT:
         case OP_SEND_GRAD: {
-            int kind = x->op == OP_SEND_ACT ? KIND_ACT : KIND_GRAD;
+            int kind = step.kind;
             double *buf = pack(c, x, s, kind);
-            int pv = (x->chunk * c->pp + c->stage) + (kind == KIND_ACT ? 1 : -1);
-            MPI_Isend(buf, (int)s->tx_n[kind], MPI_DOUBLE, peer, tag_of(x->mb, pv / c->pp, kind),
+            MPI_Isend(buf, (int)s->tx_n[kind], MPI_DOUBLE, peer, tag_of(x->mb, step.peer_chunk, kind),
                       MPI_COMM_WORLD, &s->send[kind]);
             break;
         }
         case OP_FREE:
-            /* the buffers go once the sends finish; waiting here could deadlock a plan whose
-             * receiver posts later (rendezvous-sized messages): FREE marks, sweeps release */
+            /* plan_machine.h: the slot is released here; the wire buffers of its sends go once
+             * those complete (waiting here could deadlock a plan whose receiver posts later,
+             * with rendezvous-sized messages): FREE marks, sweeps release */
             s->free_pending = 1;
             release_sent(c);
             break;
@@ -419,6 +420,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         if (c->slots[k].alive) slot_free(c, &c->slots[k], &c->ch[k % (size_t)c->chunks]);
     free(c->slots);
     c->slots = NULL;
+    pm_release(&c->pm);
     if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
         double t = MPI_Wtime();
         for (int k = 0; k < c->chunks; k++)

@@ -1,18 +1,22 @@
 /*
  * exec.h — dprun's plan executor: one MPI rank per (stage, replica) runs its instruction list.
  *
- * Semantics are the plan's (scheduler/plan.h), on real processes:
+ * Semantics are the plan machine's (scheduler/plan_machine.h: what each instruction waits for,
+ * whether a B leaves its weight gradients to a W, which rank and chunk a transfer meets), on real
+ * processes:
  *   RECV_*   MPI_Irecv into a buffer sized from the plan's micro-batch shape (posted, not waited);
  *   F, B, W  wait only for the receive they consume (polling, so a stall past --timeout is caught),
  *            then run the real layers of the stage's chunk on the CPU backend (runtime/layer.h):
  *            F the forward (plus embedding on the first virtual stage, LM head and loss on the
- *            last), B the input gradients (and the weight gradients unless the plan has a W for
- *            it), W the weight gradients;
+ *            last), B the input gradients (and the weight gradients unless the rank is split),
+ *            W the weight gradients;
  *   SEND_*   MPI_Isend of the produced activation or gradient (overlaps what follows: the
  *            layer calls back between its GEMMs and the executor drives MPI's progress there);
- *   FREE     frees the micro-batch's buffers once its own sends complete and its W (if any)
- *            has run (never waits there: a receiver may post later than the plan's untimed
- *            order suggests).
+ *   FREE     releases the slot's buffers; those a send still reads go once it completes (never
+ *            waits there: a receiver may post later than the plan's untimed order suggests).
+ * Transfers: the plan's bytes count act_dtype elements (2 bytes); the CPU layer computes and
+ * moves fp64, 8 bytes per element (RT_WIRE_ELEM_BYTES), which dprun records in the measured
+ * timeline (column wire_elem_bytes) so that dpsim validate simulates the bytes really moved.
  * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
  * With D > 1 replicas, each stage all-reduces its gradients across replicas after an iteration.
  *
@@ -42,6 +46,8 @@
 #include "../scheduler/plan.h"
 
 #define RT_OP_ALLREDUCE (-1) /* a record's op for the replicas' gradient all-reduce ("ALLREDUCE") */
+#define RT_WIRE_DTYPE "fp64" /* what both backends compute in and move today */
+#define RT_WIRE_ELEM_BYTES 8
 
 /* One measured operation (the timeline CSV row). */
 typedef struct rt_record {

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "../models/memory.h"
+#include "../scheduler/plan_machine.h"
 #include "cuda/layer_cuda.h"
 #include "layer.h"
 #ifdef DPRUN_NCCL
@@ -64,7 +65,7 @@ typedef struct gchunk { /* the layers of one virtual stage */
  * [hidden | enc], packed at the end of F and B and unpacked at their start; the first decoder
  * stage receives enc alone and sends d(enc) alone (runtime/exec.c's wire format). */
 typedef struct gslot {
-    int B, S, Se, split;           /* S: this stage's length; Se: the encoder's (decoders) */
+    int B, S, Se;                  /* S: this stage's length; Se: the encoder's (decoders) */
     size_t nh, ne, na;             /* B*S*H, B*Se*H, one layer's saved activations */
     double *in, *out, *dout, *din, *acts, *dlogits;
     double *enc, *denc, *wire[2];  /* decoder stages */
@@ -90,6 +91,7 @@ typedef struct gctx {
     int rank, stage, replica;  /* multi-GPU mode: this rank's place */
     char host[64];
     int iteration;             /* for messages */
+    plan_machine pm;           /* the plan's semantics for the iteration being run */
     rt_cuda **stream;          /* per stage; NULL for the stages of other ranks */
     gchunk *ch;                /* nv; layers only for driven virtual stages */
     double *emb, *demb, *logits;
@@ -305,28 +307,31 @@ static int remote_transfer(gctx *c, gtimed *t, int send, int kind, double *buf, 
 #endif
 }
 
-/* Enqueues instruction x of stage `stage`; returns 0 when it must wait for a local SEND not yet
+/* Enqueues instruction i of stage `stage`; returns 0 when it must wait for a local SEND not yet
  * enqueued, 1 when enqueued, -1 on failure (c->err set). */
-static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x, int iteration)
+static int enqueue(gctx *c, const plan_iter *it, int stage, int i, int iteration)
 {
+    pm_step step;
+    pm_resolve(&c->pm, c->replica * c->pp + stage, i, &step);
+    const plan_instr *x = step.x;
     rt_cuda *g = c->stream[stage];
-    int v = x->chunk * c->pp + stage;
+    int v = step.v;
     gslot *s = &c->slots[(size_t)x->mb * c->nv + v];
     const gchunk *ch = &c->ch[v];
-    int kind = x->op == OP_SEND_ACT || x->op == OP_RECV_ACT ? KIND_ACT : KIND_GRAD;
+    int kind = step.kind >= 0 ? step.kind : step.waits;
     int is_send = x->op == OP_SEND_ACT || x->op == OP_SEND_GRAD;
     int is_recv = x->op == OP_RECV_ACT || x->op == OP_RECV_GRAD;
-    /* the other end: activations go to virtual stage v+1 and come from v-1; gradients reverse */
-    int peer_v = v + ((kind == KIND_ACT) == is_send ? 1 : -1);
+    /* the other end (plan_machine.h) */
+    int peer_v = is_send || is_recv ? step.peer_chunk * c->pp + step.peer_rank % c->pp : -1;
     int remote = (is_send || is_recv) && !drives(c, peer_v % c->pp);
-    gmsg *in_msg = &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + v];
+    gmsg *in_msg = is_recv ? &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + v] : NULL;
     if (is_recv && !remote && !in_msg->posted) return 0;
-    size_t n = 0;
+    size_t n = 0, eb = (size_t)c->o->pl->h.act_elem_bytes;
     double *buf = is_send || is_recv ? wire_of(ch, s, kind, is_send, &n) : NULL;
-    if ((is_send || is_recv) && (size_t)x->bytes != 2 * n) {
+    if ((is_send || is_recv) && (size_t)x->bytes != eb * n) {
         dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
-                "micro-batch's shape needs %zu", plan_op_name(x->op), x->mb, stage,
-                (long long)x->bytes, 2 * n);
+                "micro-batch's shape needs %zu (%zu %s elements)", plan_op_name(x->op), x->mb,
+                stage, (long long)x->bytes, eb * n, n, c->o->pl->h.act_dtype);
         return -1;
     }
     gtimed *t = timed_new(c, stage, x->op, x->mb, x->chunk);
@@ -342,13 +347,13 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
     }
     switch (x->op) {
     case OP_F:
-        if (s->arrived[KIND_ACT]) rt_cuda_wait_event(g, s->arrived[KIND_ACT]);
+        if (step.waits >= 0 && s->arrived[step.waits]) rt_cuda_wait_event(g, s->arrived[step.waits]);
         forward(c, g, ch, s, x->mb, iteration);
         break;
     case OP_B:
-        if (s->arrived[KIND_GRAD]) rt_cuda_wait_event(g, s->arrived[KIND_GRAD]);
+        if (step.waits >= 0 && s->arrived[step.waits]) rt_cuda_wait_event(g, s->arrived[step.waits]);
         backward_input(c, g, ch, s);
-        if (!s->split) backward_weight(g, ch, s);
+        if (!step.split) backward_weight(g, ch, s);
         break;
     case OP_W: backward_weight(g, ch, s); break;
     case OP_SEND_ACT:
@@ -368,7 +373,8 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, const plan_instr *x,
         rt_cuda_wait_event(g, in_msg->ev);
         rt_cuda_copy(g, buf, in_msg->src, n);
         break;
-    default: break; /* FREE: buffers live until the iteration ends */
+    default: break; /* FREE: the slot is released (plan_machine.h); its device buffers, allocated
+                     * before the iteration so that no allocation is timed, are reused after it */
     }
     rt_cuda_event_record(g, t->e1);
     return 1;
@@ -387,7 +393,7 @@ static dp_status enqueue_iteration(gctx *c, const plan_iter *it, int iteration)
         int moved = 0;
         for (int r = 0; r < c->pp && st == DP_OK; r++)
             while (drives(c, r) && pc[r] < R[r].n) {
-                int k = enqueue(c, it, r, &R[r].ins[pc[r]], iteration);
+                int k = enqueue(c, it, r, pc[r], iteration);
                 if (k < 0) st = c->err->status; /* enqueue set c->err */
                 if (k <= 0) break;
                 pc[r]++, left--, moved = 1;
@@ -486,14 +492,8 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
                                rt_result *res, size_t *cap_rec)
 {
     c->iteration = it->id;
-    dp_status st = alloc_slots(c, it);
-    const plan_rank *R = &it->ranks[c->replica * c->pp];
-    for (int r = 0; st == DP_OK && r < c->pp; r++)
-        for (int i = 0; drives(c, r) && i < R[r].n; i++)
-            if (R[r].ins[i].op == OP_W) {
-                const plan_instr *x = &R[r].ins[i];
-                c->slots[(size_t)x->mb * c->nv + x->chunk * c->pp + r].split = 1;
-            }
+    dp_status st = pm_init(&c->pm, it, c->chunks, c->err);
+    if (st == DP_OK) st = alloc_slots(c, it);
     if (c->multi) {
         if (st != DP_OK) die(c, c->err->msg);
         barrier(c);
@@ -524,6 +524,7 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
     }
     c->n_timed = 0;
     free_slots(c, (size_t)it->n_mb * (size_t)c->nv);
+    pm_release(&c->pm);
     return st;
 }
 

@@ -25,9 +25,9 @@
  * The thinned variant (thin_ms > 0) is DynaPipe's: it runs one DP pass for each candidate tau of
  * the sorted distinct segment costs, skipping candidates within thin_ms of the last one kept.
  *
- * Memory: a micro-batch must fit with S micro-batches in flight (1F1B holds up to S); if some
- * sample cannot, the plan is retried with one micro-batch's worth, as DynaPipe does. If a sample
- * does not fit even alone, the error names it.
+ * Memory: a micro-batch must fit under the schedule's memory rule (stage_cost.h mem_rule: 1F1B
+ * holds up to S - s on stage s); if some sample cannot, the plan is retried with one micro-batch
+ * held, as DynaPipe does. If a sample does not fit even alone, the error names it.
  */
 #include <limits.h>
 #include <math.h>
@@ -71,7 +71,7 @@ static cost_shape seg_shape(const batch_rules *r, const sample_len *s, int i, in
 }
 
 /* Tabulates t(i, j). Fails (with the sample named) when a single sample does not fit. */
-static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, int in_flight,
+static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, const mem_rule *rule,
                            seg_table *T, dp_err *err)
 {
     memset(T, 0, sizeof *T);
@@ -88,7 +88,7 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, int
             cost_shape sh = {j - i, batch_pad(ctx->rules, enc), batch_pad(ctx->rules, dec)};
             double t_ms;
             int fits;
-            if (stage_model_time(ctx->sm, &sh, in_flight, &t_ms, &fits) != DP_OK || !fits) break;
+            if (stage_model_time(ctx->sm, &sh, rule, &t_ms, &fits) != DP_OK || !fits) break;
             size_t c = (size_t)cap;
             if (dp_grow((void **)&T->t[i], &c, (size_t)(j - i), sizeof **T->t) != DP_OK ||
                 dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1, sizeof *T->all) != DP_OK)
@@ -108,7 +108,7 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, int
             if (c && stage_model_cost(ctx->sm, &sh, c, &qerr) != DP_OK)
                 snprintf(why, sizeof why, "%.380s", qerr.msg);
             else if (c)
-                stage_model_fits(ctx->sm, c, in_flight, why, sizeof why);
+                stage_model_fits(ctx->sm, c, rule, why, sizeof why);
             free(c);
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "trace sample %d (%d input, %d target tokens after truncation) does "
@@ -173,13 +173,15 @@ static dp_status emit(const batch_ctx *ctx, const sample_len *s, const dp_cell *
 }
 
 /* Solves for one in-flight count; *passes counts DP passes. */
-static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int in_flight,
+static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int one_held,
                        mb_list *out, int *passes, dp_err *err)
 {
     const stage_model *sm = ctx->sm;
     int S = sm->pp, C = sm->chunks, D = sm->dp;
     seg_table T;
-    dp_status st = seg_build(ctx, s, n, in_flight, &T, err);
+    mem_rule rule;
+    mb_mem_rule(ctx, one_held, &rule);
+    dp_status st = seg_build(ctx, s, n, &rule, &T, err);
     dp_cell *f = malloc((size_t)(n + 1) * sizeof *f), *best = malloc((size_t)(n + 1) * sizeof *best);
     if (st == DP_OK && (!f || !best)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     if (st != DP_OK) goto out;
@@ -236,14 +238,18 @@ dp_status dp_batch(const batch_ctx *ctx, const sample_len *in, int n, mb_list *o
     sample_len *s = malloc((size_t)(n ? n : 1) * sizeof *s);
     if (!s) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     memcpy(s, in, (size_t)n * sizeof *s);
-    mb_order(ctx->rules, s, n);
+    if (mb_order(ctx->rules, s, n) != DP_OK) {
+        free(s);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
     int passes = 0;
     int first_ids = out->n_ids, first_mb = out->n_mb;
-    out->in_flight = ctx->sm->pp;
-    dp_status st = solve(ctx, s, n, ctx->sm->pp, out, &passes, err);
+    out->in_flight = 0;
+    dp_status st = solve(ctx, s, n, 0, out, &passes, err);
     if (st == DP_ERR_INFEASIBLE && ctx->sm->pp > 1) {
-        /* DynaPipe's fallback: budget for one micro-batch in flight; the schedule must then
-         * admit micro-batches by memory (the adaptive schedule does). */
+        /* DynaPipe's fallback: budget for one micro-batch held; the schedule must then admit
+         * micro-batches by memory (the adaptive schedule does), or the batch have so few
+         * micro-batches that the schedule holds fewer: the planner's exact check decides. */
         out->n_ids = first_ids;
         out->n_mb = first_mb;
         out->in_flight = 1;

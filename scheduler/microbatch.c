@@ -60,21 +60,34 @@ static int cmp_gpt(const void *a, const void *b)
     return x->id - y->id;
 }
 
+/* T5 samples keyed by their padded input length: the groups the serpentine walks. */
+typedef struct t5_key {
+    int padded_enc;
+    sample_len s;
+} t5_key;
+
 static int cmp_t5(const void *a, const void *b)
 {
-    const sample_len *x = a, *y = b;
-    if (x->enc != y->enc) return x->enc - y->enc;
-    if (x->dec != y->dec) return x->dec - y->dec;
-    return x->id - y->id;
+    const t5_key *x = a, *y = b;
+    if (x->padded_enc != y->padded_enc) return x->padded_enc - y->padded_enc;
+    if (x->s.dec != y->s.dec) return x->s.dec - y->s.dec;
+    return x->s.id - y->s.id;
 }
 
-void mb_order(const batch_rules *r, sample_len *s, int n)
+dp_status mb_order(const batch_rules *r, sample_len *s, int n)
 {
     if (r->arch == ARCH_GPT) {
         qsort(s, (size_t)n, sizeof *s, cmp_gpt);
-        return;
+        return DP_OK;
     }
-    qsort(s, (size_t)n, sizeof *s, cmp_t5);
+    /* by padded input length, then target length (sorting on the raw input length would leave
+     * the targets unordered inside a padded group) */
+    t5_key *k = malloc((size_t)(n ? n : 1) * sizeof *k);
+    if (!k) return DP_ERR_NOMEM;
+    for (int i = 0; i < n; i++) k[i] = (t5_key){batch_pad(r, s[i].enc), s[i]};
+    qsort(k, (size_t)n, sizeof *k, cmp_t5);
+    for (int i = 0; i < n; i++) s[i] = k[i].s;
+    free(k);
     /* Serpentine: within each padded input length, targets alternate ascending/descending, so the
      * last sample of one group and the first of the next have close target lengths. */
     int group = 0;
@@ -90,6 +103,7 @@ void mb_order(const batch_rules *r, sample_len *s, int n)
         group++;
         i = j;
     }
+    return DP_OK;
 }
 
 /* ---- padding, token -------------------------------------------------------------------------- */
@@ -118,8 +132,11 @@ static dp_status split_token(const batch_ctx *ctx, const sample_len *in, int n, 
     sample_len *s = malloc((size_t)n * sizeof *s);
     if (!s) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     memcpy(s, in, (size_t)n * sizeof *s);
-    mb_order(ctx->rules, s, n);
-    dp_status st = DP_OK;
+    dp_status st = mb_order(ctx->rules, s, n);
+    if (st != DP_OK) {
+        free(s);
+        return dp_fail(err, st, "out of memory");
+    }
     for (int i = 0; i < n && st == DP_OK;) {
         int enc = batch_pad(ctx->rules, s[i].enc), dec = batch_pad(ctx->rules, s[i].dec), j = i + 1;
         while (j < n) {
@@ -228,13 +245,13 @@ out:
 }
 
 static const batcher BATCHERS[] = {
-    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding},
+    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding, 0},
     {"packing", "next-fit packing into --max-seqlen rows, --mbs rows (MLM+DS baseline)",
-     split_packing},
-    {"packing-ffd", "first-fit-decreasing packing into the same rows", split_packing_ffd},
+     split_packing, 0},
+    {"packing-ffd", "first-fit-decreasing packing into the same rows", split_packing_ffd, 0},
     {"token", "ordered samples cut at --mb-tokens padded tokens (DynaPipe's token-based)",
-     split_token},
-    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch},
+     split_token, 0},
+    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch, 1},
 };
 
 const batcher *batcher_find(const char *name)
@@ -252,13 +269,21 @@ const batcher *batcher_list(int *count)
 
 /* ---- costing, objective, replicas ----------------------------------------------------------- */
 
+void mb_mem_rule(const batch_ctx *ctx, int one_held, mem_rule *out)
+{
+    if (ctx->mem) *out = *ctx->mem;
+    else mem_rule_uniform(out, ctx->sm->pp, ctx->sm->pp);
+    if (one_held)
+        for (int s = 0; s < ctx->sm->pp; s++) out->holds[s] = 1;
+}
+
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
 {
     const stage_model *sm = ctx->sm;
-    int in_flight = l->in_flight > 0 ? l->in_flight : sm->pp;
+    mem_rule rule;
+    mb_mem_rule(ctx, l->in_flight == 1, &rule);
     l->feasible = 1;
     l->why[0] = '\0';
-    l->in_flight = in_flight;
     double tmax = 0, sum = 0;
     mb_cost *c = malloc(sizeof *c);
     double *w = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *w);
@@ -283,7 +308,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
         }
         char reason[300];
         m->t_ms = c->t_ms;
-        m->fits = stage_model_fits(sm, c, in_flight, reason, sizeof reason);
+        m->fits = stage_model_fits(sm, c, &rule, reason, sizeof reason);
         if (!m->fits && l->feasible) {
             snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d) runs out of "
                      "memory: %s", k, m->mbs, m->enc_len, m->dec_len, reason);

@@ -14,7 +14,8 @@
  *                ordered samples minimising (S-1)*max_k t_k / C + sum_k t_k / D, subject to memory.
  *
  * Order ("the ordered samples" of token and dynamic): GPT by length; T5 by padded input length,
- * then by target length in alternating direction from one input length to the next (a serpentine
+ * then by target length (within one padded input length), in alternating direction from one padded
+ * input length to the next (a serpentine
  * that keeps neighbours close in both lengths, deterministic and O(n log n)).
  *
  * Every strategy's micro-batches are then costed on the same stage model (mb_list_finish): stage
@@ -52,7 +53,8 @@ typedef struct mb_list {
     double obj_value_ms, obj_tmax_ms, obj_sum_ms; /* (S-1)*tmax/C + sum/D */
     int feasible;          /* every micro-batch answerable and fitting */
     char why[512];         /* when not feasible: which micro-batch and why */
-    int in_flight;         /* micro-batches assumed held at once for the memory check (0: S) */
+    int in_flight;         /* 1: the memory check assumed one micro-batch held (DynaPipe's
+                            * fallback); otherwise the context's mem_rule */
     int dp_passes;         /* dynamic: DP passes run */
 } mb_list;
 
@@ -71,24 +73,30 @@ typedef struct batch_ctx {
     int mbs;           /* padding and packing: samples or rows per micro-batch   [1] */
     int64_t mb_tokens; /* token: padded-token budget of a micro-batch           [2048] */
     double thin_ms;    /* dynamic: DynaPipe's candidate thinning; 0 = exact       [0] */
+    const mem_rule *mem; /* the schedule's memory rule (stage_cost.h); NULL: S held, scale 1 */
 } batch_ctx;
+
+/* The memory rule a micro-batch list is checked under: ctx's (or S held when NULL), or with
+ * one_held one micro-batch on every device at ctx's scale. */
+void mb_mem_rule(const batch_ctx *ctx, int one_held, mem_rule *out);
 
 typedef struct batcher {
     const char *name;
     const char *summary;
     dp_status (*split)(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
                        dp_err *err);
+    int memory_aware; /* cuts by ctx->mem, so a lower scale gives micro-batches that fit better */
 } batcher;
 
 const batcher *batcher_find(const char *name);
 const batcher *batcher_list(int *count);
 
-/* Sorts samples into the order token and dynamic use (see above), in place. */
-void mb_order(const batch_rules *r, sample_len *s, int n);
+/* Sorts samples into the order token and dynamic use (see above), in place. DP_ERR_NOMEM (s
+ * unchanged) when the T5 sort keys cannot be allocated. */
+dp_status mb_order(const batch_rules *r, sample_len *s, int n);
 
 /* Costs l's micro-batches on ctx's stage model, fills the objective and feasibility, and assigns
- * replicas (D > 1). Memory is checked with l->in_flight micro-batches held (a strategy may set it;
- * 0 means S, as for 1F1B). */
+ * replicas (D > 1). Memory is checked under mb_mem_rule(ctx, l->in_flight == 1). */
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err);
 
 /* Karmarkar–Karp largest differencing: assigns items of weights w[0..n) to k bins, balancing

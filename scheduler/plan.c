@@ -27,6 +27,17 @@ int plan_op_parse(const char *name, plan_op *op)
     return -1;
 }
 
+int plan_dtype_bytes(const char *name)
+{
+    static const struct {
+        const char *name;
+        int bytes;
+    } T[] = {{"fp16", 2}, {"bf16", 2}, {"fp32", 4}, {"fp64", 8}};
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++)
+        if (strcmp(name, T[i].name) == 0) return T[i].bytes;
+    return 0;
+}
+
 void plan_iter_init(plan_iter *it)
 {
     memset(it, 0, sizeof *it);
@@ -141,8 +152,6 @@ dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, 
     return DP_OK;
 }
 
-/* ---- validation ----------------------------------------------------------------------------- */
-
 static int is_send(plan_op op)
 {
     return op == OP_SEND_ACT || op == OP_SEND_GRAD;
@@ -151,205 +160,6 @@ static int is_send(plan_op op)
 static int is_recv(plan_op op)
 {
     return op == OP_RECV_ACT || op == OP_RECV_GRAD;
-}
-
-static plan_op matching(plan_op send)
-{
-    return send == OP_SEND_ACT ? OP_RECV_ACT : OP_RECV_GRAD;
-}
-
-/* Virtual stage of (device stage, chunk) and its neighbours in the model. */
-static int vstage(int stage, int chunk, int pp)
-{
-    return chunk * pp + stage;
-}
-
-static void describe(char *buf, size_t cap, const plan_rank *r, int i)
-{
-    const plan_instr *x = &r->ins[i];
-    if (is_send(x->op) || is_recv(x->op))
-        snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d %s stage %d, "
-                 "%lld bytes)", r->stage, r->replica, i, OP_NAMES[x->op], x->mb, x->chunk,
-                 is_send(x->op) ? "to" : "from", x->peer, (long long)x->bytes);
-    else
-        snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d)", r->stage,
-                 r->replica, i, OP_NAMES[x->op], x->mb, x->chunk);
-}
-
-/* Per-rank, per-(mb, chunk) progress flags for the dependency and deadlock checks. */
-enum { DONE_F = 1, DONE_B = 2, DONE_W = 4, GOT_ACT = 8, GOT_GRAD = 16, POSTED_ACT = 32,
-       POSTED_GRAD = 64 };
-
-/* Fails naming the plan, iteration, rank and instruction i (and, when Q is given, instruction j
- * of rank Q); what says why. The description is formatted only here, on failure. */
-static dp_status fail_at(dp_err *err, const char *where, const plan_iter *it, const plan_rank *R,
-                         int i, const plan_rank *Q, int j, const char *what)
-{
-    char a[256], b[256] = "";
-    describe(a, sizeof a, R, i);
-    if (Q) describe(b, sizeof b, Q, j);
-    return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s%s%s: %s", where, it->id, a,
-                   Q ? " and " : "", b, what);
-}
-
-dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err)
-{
-    int pp = it->pp, nr = pp * it->dp, nmb = it->n_mb, nv = pp * chunks;
-    char a[256], why[160];
-    /* 1. Instructions refer to existing micro-batches, chunks and neighbouring peers. */
-    for (int r = 0; r < nr; r++) {
-        const plan_rank *R = &it->ranks[r];
-        for (int i = 0; i < R->n; i++) {
-            const plan_instr *x = &R->ins[i];
-            if (x->mb < 0 || x->mb >= nmb)
-                return fail_at(err, where, it, R, i, NULL, 0, "no such micro-batch");
-            if (x->chunk < 0 || x->chunk >= chunks)
-                return fail_at(err, where, it, R, i, NULL, 0, "no such chunk");
-            if (it->mb[x->mb].replica != R->replica) {
-                snprintf(why, sizeof why, "micro-batch %d belongs to replica %d", x->mb,
-                         it->mb[x->mb].replica);
-                return fail_at(err, where, it, R, i, NULL, 0, why);
-            }
-            if (is_send(x->op) || is_recv(x->op)) {
-                int v = vstage(R->stage, x->chunk, pp);
-                int fwd = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD; /* peer is v + 1 */
-                int pv = fwd ? v + 1 : v - 1;
-                if (pv < 0 || pv >= nv || x->peer != pv % pp) {
-                    snprintf(why, sizeof why, "the peer of virtual stage %d must be stage %d", v,
-                             pv < 0 || pv >= nv ? -1 : pv % pp);
-                    return fail_at(err, where, it, R, i, NULL, 0, why);
-                }
-                if (x->bytes <= 0) return fail_at(err, where, it, R, i, NULL, 0, "bytes must be positive");
-            }
-        }
-    }
-    /* 2. Sends and receives match pair by pair, in order. */
-    for (int r = 0; r < nr; r++) {
-        const plan_rank *R = &it->ranks[r];
-        for (int p = 0; p < pp; p++) {
-            if (p == R->stage) continue;
-            const plan_rank *P = &it->ranks[R->replica * pp + p];
-            int j = 0;
-            for (int i = 0; i < R->n; i++) {
-                const plan_instr *x = &R->ins[i];
-                if (!is_send(x->op) || x->peer != p) continue;
-                while (j < P->n && !(is_recv(P->ins[j].op) && P->ins[j].peer == R->stage)) j++;
-                if (j == P->n) {
-                    snprintf(why, sizeof why, "has no matching receive on stage %d", p);
-                    return fail_at(err, where, it, R, i, NULL, 0, why);
-                }
-                const plan_instr *y = &P->ins[j];
-                if (y->op != matching(x->op) || y->mb != x->mb)
-                    return fail_at(err, where, it, R, i, P, j,
-                                   "matched in that order, the send and receive orders cross");
-                int pv = vstage(R->stage, x->chunk, pp) + (x->op == OP_SEND_ACT ? 1 : -1);
-                if (y->bytes != x->bytes || y->chunk != pv / pp)
-                    return fail_at(err, where, it, R, i, P, j, "differ in shape (bytes or chunk)");
-                j++;
-            }
-            /* receives left over on P from R have no send */
-            for (; j < P->n; j++)
-                if (is_recv(P->ins[j].op) && P->ins[j].peer == R->stage) {
-                    snprintf(why, sizeof why, "has no matching send on stage %d", R->stage);
-                    return fail_at(err, where, it, P, j, NULL, 0, why);
-                }
-        }
-    }
-    /* 3. Dependencies and deadlock: an untimed execution. A rank advances while its next
-     * instruction's inputs are there; a receive completes once its matching send was issued. */
-    if (nr < 1 || nmb < 0 || chunks < 1)
-        return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: empty pipeline", where, it->id);
-    size_t cells = (size_t)nr * (size_t)(nmb + 1) * (size_t)chunks;
-    int *flags = calloc(cells, sizeof *flags), *pc = calloc((size_t)nr, sizeof *pc);
-    if (!flags || !pc) {
-        free(flags), free(pc);
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    }
-#define FLAG(r, mb, c) flags[((size_t)(r) * (size_t)nmb + (size_t)(mb)) * (size_t)chunks + (size_t)(c)]
-    dp_status st = DP_OK;
-    int progress = 1;
-    while (progress && st == DP_OK) {
-        progress = 0;
-        for (int r = 0; r < nr && st == DP_OK; r++) {
-            const plan_rank *R = &it->ranks[r];
-            while (pc[r] < R->n) {
-                const plan_instr *x = &R->ins[pc[r]];
-                int v = vstage(R->stage, x->chunk, pp), *f = &FLAG(r, x->mb, x->chunk), ok = 1;
-                const char *reason = NULL;
-                switch (x->op) {
-                case OP_RECV_ACT: *f |= POSTED_ACT; break;
-                case OP_RECV_GRAD: *f |= POSTED_GRAD; break;
-                case OP_F:
-                    if (v > 0 && !(*f & POSTED_ACT)) reason = "F before the RECV_ACT of its input";
-                    ok = v == 0 || (*f & GOT_ACT);
-                    if (ok) *f |= DONE_F;
-                    break;
-                case OP_B:
-                    if (!(*f & DONE_F)) reason = "B before its F";
-                    else if (v < nv - 1 && !(*f & POSTED_GRAD)) reason = "B before the RECV_GRAD of its gradient";
-                    ok = v == nv - 1 || (*f & GOT_GRAD);
-                    if (ok) *f |= DONE_B;
-                    break;
-                case OP_W:
-                    if (!(*f & DONE_B)) reason = "W before its B";
-                    *f |= DONE_W;
-                    break;
-                case OP_SEND_ACT:
-                case OP_SEND_GRAD: {
-                    int need = x->op == OP_SEND_ACT ? DONE_F : DONE_B;
-                    if (!(*f & need)) reason = x->op == OP_SEND_ACT ? "SEND_ACT before its F" : "SEND_GRAD before its B";
-                    int pv = x->op == OP_SEND_ACT ? v + 1 : v - 1;
-                    int pr = R->replica * pp + pv % pp;
-                    FLAG(pr, x->mb, pv / pp) |= x->op == OP_SEND_ACT ? GOT_ACT : GOT_GRAD;
-                    break;
-                }
-                case OP_FREE:
-                    if (!(*f & DONE_B)) reason = "FREE before its B";
-                    break;
-                default: break;
-                }
-                if (reason) {
-                    describe(a, sizeof a, R, pc[r]);
-                    st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: %s", where, it->id,
-                                 a, reason);
-                    break;
-                }
-                if (!ok) break; /* waiting for data */
-                pc[r]++;
-                progress = 1;
-            }
-        }
-    }
-    if (st == DP_OK) {
-        char waiting[512] = "";
-        size_t used = 0;
-        for (int r = 0; r < nr; r++)
-            if (pc[r] < it->ranks[r].n && used < sizeof waiting - 80) {
-                describe(a, sizeof a, &it->ranks[r], pc[r]);
-                used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%s",
-                                         used ? "; " : "", a);
-            }
-        if (used)
-            st = dp_fail(err, DP_ERR_DEADLOCK,
-                         "%s: iteration %d: the plan deadlocks: waiting: %s", where, it->id,
-                         waiting);
-    }
-    /* every micro-batch's F and B ran on every virtual stage of its replica */
-    for (int r = 0; r < nr && st == DP_OK; r++)
-        for (int k = 0; k < nmb && st == DP_OK; k++) {
-            if (it->mb[k].replica != it->ranks[r].replica) continue;
-            for (int c = 0; c < chunks; c++)
-                if ((FLAG(r, k, c) & (DONE_F | DONE_B)) != (DONE_F | DONE_B))
-                    st = dp_fail(err, DP_ERR_INVALID,
-                                 "%s: iteration %d: stage %d (replica %d) never runs %s of "
-                                 "micro-batch %d chunk %d",
-                                 where, it->id, it->ranks[r].stage, it->ranks[r].replica,
-                                 FLAG(r, k, c) & DONE_F ? "B" : "F", k, c);
-        }
-#undef FLAG
-    free(flags);
-    free(pc);
-    return st;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
@@ -438,6 +248,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(o, "chunks", h->chunks);
     cJSON_AddNumberToObject(o, "zero", h->zero);
     cJSON_AddStringToObject(o, "recompute", h->recompute);
+    cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
     cJSON_AddStringToObject(o, "schedule", h->schedule);
     cJSON_AddStringToObject(o, "batching", h->batching);
     cJSON *r = cJSON_AddObjectToObject(o, "rules");
@@ -657,10 +468,18 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
                 {"hw", offsetof(plan_header, hw), 64},
                 {"schedule", offsetof(plan_header, schedule), 32},
                 {"batching", offsetof(plan_header, batching), 32},
-                {"recompute", offsetof(plan_header, recompute), 16}};
+                {"recompute", offsetof(plan_header, recompute), 16},
+                {"act_dtype", offsetof(plan_header, act_dtype), 8}};
     for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, strs[i].key);
         snprintf((char *)h + strs[i].off, strs[i].cap, "%s", cJSON_IsString(v) ? v->valuestring : "");
+    }
+    if (!h->act_dtype[0]) snprintf(h->act_dtype, sizeof h->act_dtype, "%s", PLAN_ACT_DTYPE);
+    h->act_elem_bytes = plan_dtype_bytes(h->act_dtype);
+    if (h->act_elem_bytes != 2) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"act_dtype\" \"%s\": the plan's activations must "
+                     "be fp16 or bf16", name, h->act_dtype);
+        goto out;
     }
     batch_rules_default(&h->rules, ARCH_GPT);
     const cJSON *rules = cJSON_GetObjectItemCaseSensitive(root, "rules");

@@ -24,21 +24,13 @@
  * W); "peer" is a stage index within the same replica; bytes are the activation (or gradient)
  * bytes of the transfer.
  *
- * Instruction semantics (shared by the simulator and the runtime):
- *   RECV_*    posts a receive; it does not block.
- *   F, B, W   compute; waits only for the inputs it consumes: F(k, c) for RECV_ACT(k, c) when it
- *             is not the first virtual stage; B(k, c) for its own F and for RECV_GRAD(k, c) when it
- *             is not the last virtual stage; W(k, c) for B(k, c).
- *   SEND_*    starts a transfer once the compute producing it has finished; it does not block the
- *             instructions after it. Transfers between a pair of ranks are matched in order, as
- *             NCCL matches them.
- *   FREE      releases micro-batch k's stored activations (after its B).
+ * "act_dtype" names the element type of the activations and gradients that "bytes" count (fp16 or
+ * bf16: 2 bytes; a plan without it is fp16). A runtime that moves another type says so in its
+ * measured timeline, and dpsim validate re-simulates with the runtime's bytes.
  *
- * The validator (plan_validate) checks, and names the rank, instruction and reason when not:
- *   - every send has its receive on the peer, in the same order per pair, with the same
- *     micro-batch, chunk, kind and bytes (a shape mismatch is refused);
- *   - dependency order within each rank (F before its SEND_ACT, B after its F, ...);
- *   - no deadlock: an untimed execution of all ranks under the semantics above completes.
+ * What each instruction means (what it waits for, creates, releases, how long it takes and what
+ * memory it holds) is defined once, in plan_machine.h, which the validator, the simulator and
+ * both executors step through; its header lists every rule plan_validate checks.
  */
 #ifndef PLAN_H
 #define PLAN_H
@@ -106,8 +98,17 @@ typedef struct plan_header {
     char model[64], hw[64], schedule[32], batching[32];
     int pp, dp, tp, chunks, zero;
     char recompute[16];
+    char act_dtype[8];  /* "fp16" or "bf16" */
+    int act_elem_bytes; /* bytes per element of act_dtype: 2 */
     batch_rules rules;
 } plan_header;
+
+/* The activation dtype the simulated models use, and its element size. */
+#define PLAN_ACT_DTYPE "fp16"
+#define PLAN_ACT_ELEM_BYTES 2
+
+/* Element size of a dtype name ("fp16", "bf16": 2; "fp32": 4; "fp64": 8), or 0 if unknown. */
+int plan_dtype_bytes(const char *name);
 
 void plan_iter_init(plan_iter *it);
 void plan_iter_release(plan_iter *it);
@@ -124,7 +125,8 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
 /* Appends one instruction to a rank. */
 dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, int64_t bytes);
 
-/* Checks an iteration (see above). where names the plan in messages. */
+/* Checks an iteration against every rule of plan_machine.h. where names the plan in messages.
+ * Defined in plan_machine.c. */
 dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err);
 
 /* Streaming JSON writer: header, then iterations one at a time. */
@@ -145,8 +147,17 @@ typedef struct plan {
     int n_it;
 } plan;
 
+/* Reads and parses a plan (syntax, types and ranges: DP_ERR_PARSE). */
 dp_status plan_read(const char *path, plan *p, dp_err *err);
 dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err);
 void plan_release(plan *p);
+
+/* Every rule a whole plan must keep, beyond the syntax: at least one iteration, unique iteration
+ * ids, a known schedule, recompute mode and activation dtype, and plan_validate on every
+ * iteration. where names the plan. Defined in plan_machine.c. */
+dp_status plan_check(const plan *p, const char *where, dp_err *err);
+
+/* The rules that need the model: T5 micro-batches have a decoder length, GPT ones none. */
+dp_status plan_check_model(const plan *p, const model_spec *m, const char *where, dp_err *err);
 
 #endif /* PLAN_H */

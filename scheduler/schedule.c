@@ -1,5 +1,6 @@
 #include "schedule.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,21 +38,28 @@ static void em_fwd(emitter *e, int k, int c)
     if (v < e->nv - 1) push(e, OP_SEND_ACT, k, c, (v + 1) % pp, schedule_act_bytes(e->sm, m, v));
 }
 
-static void em_bwd(emitter *e, int k, int c)
+/* The backward's input-gradient part and its send; FREE follows unless a W comes later. */
+static void em_b(emitter *e, int k, int c, int then_free)
 {
     int pp = e->sm->pp, v = c * pp + e->R->stage;
     const plan_mb *m = &e->it->mb[k];
     if (v < e->nv - 1) push(e, OP_RECV_GRAD, k, c, (v + 1) % pp, schedule_act_bytes(e->sm, m, v));
     push(e, OP_B, k, c, -1, 0);
     if (v > 0) push(e, OP_SEND_GRAD, k, c, (v - 1) % pp, schedule_act_bytes(e->sm, m, v - 1));
-    push(e, OP_FREE, k, c, -1, 0);
+    if (then_free) push(e, OP_FREE, k, c, -1, 0);
 }
 
-/* W reuses only the layer inputs and output gradients, a small part of the stored activations:
- * FREE follows B, so ZB-H1 keeps 1F1B's activation memory (the W buffers are not modelled). */
+static void em_bwd(emitter *e, int k, int c)
+{
+    em_b(e, k, c, 1);
+}
+
+/* W reads the layer inputs and output gradients that the slot holds, so the slot is freed after
+ * it (plan_machine.h): ZB-H1 holds a micro-batch from its F to its W. */
 static void em_w(emitter *e, int k, int c)
 {
     push(e, OP_W, k, c, -1, 0);
+    push(e, OP_FREE, k, c, -1, 0);
 }
 
 /* The micro-batches of replica r, in plan order. Returns their count; *list is malloc'd. */
@@ -209,11 +217,11 @@ static void zb1_rank(emitter *e, const int *mbs, int m)
     for (int i = 0; i < w; i++) em_fwd(e, mbs[i], 0);
     for (int i = 0; i < m - w; i++) {
         em_fwd(e, mbs[w + i], 0);
-        em_bwd(e, mbs[i], 0);
+        em_b(e, mbs[i], 0, 0);
         if (i + 1 - next_w > defer) em_w(e, mbs[next_w++], 0);
     }
     for (int i = m - w; i < m; i++) {
-        em_bwd(e, mbs[i], 0);
+        em_b(e, mbs[i], 0, 0);
         if (next_w < i + 1) em_w(e, mbs[next_w++], 0); /* fill the wait for the next gradient */
     }
     while (next_w < m) em_w(e, mbs[next_w++], 0);
@@ -318,8 +326,14 @@ static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, con
             int i = nextf[s];
             if (i >= m) continue;
             if (s > 0 && (FD(s - 1, i) < 0 || FD(s - 1, i) >= t)) continue;
+            /* admitted only if every op that can run while it is held fits: the held stored
+             * activations plus the largest transient among them (stage_cost.h) */
             const plan_mb *x = &it->mb[mbs[i]];
-            if (heldn[s] > 0 && held[s] + x->peak_mb[s] > sm->budget_mb[s]) continue;
+            double tmax = fmax(0, x->peak_mb[s] - x->stored_mb[s]);
+            for (int j = 0; j < m; j++)
+                if (FD(s, j) >= 0 && BD(s, j) < 0)
+                    tmax = fmax(tmax, it->mb[mbs[j]].peak_mb[s] - it->mb[mbs[j]].stored_mb[s]);
+            if (heldn[s] > 0 && held[s] + x->stored_mb[s] + tmax > sm->budget_mb[s]) continue;
             FD(s, i) = t;
             held[s] += x->stored_mb[s];
             heldn[s]++;
@@ -366,12 +380,46 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
     return st;
 }
 
+/* ---- what each holds (schedule.h) ----------------------------------------------------------- */
+
+static double holds_pipeline(int S, int C, int s)
+{
+    (void)C, (void)s;
+    return S;
+}
+
+static double holds_1f1b(int S, int C, int s)
+{
+    (void)C;
+    return S - s;
+}
+
+static double holds_interleaved(int S, int C, int s)
+{
+    return ((S - s - 1) * 2 + (C - 1) * S + 1) / (double)C;
+}
+
+static double holds_one(int S, int C, int s)
+{
+    (void)S, (void)C, (void)s;
+    return 1;
+}
+
+void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, mem_rule *rule)
+{
+    mem_rule_uniform(rule, sm->pp, 1);
+    rule->scale = scale;
+    for (int s = 0; s < sm->pp; s++) rule->holds[s] = sc->holds(sm->pp, sm->chunks, s);
+}
+
 static const schedule SCHEDULES[] = {
-    {"gpipe", "all forwards, then all backwards", 0, build_gpipe},
-    {"1f1b", "one forward, one backward (Megatron-LM)", 0, build_1f1b},
-    {"interleaved", "interleaved 1F1B with --chunks model chunks per device", 0, build_interleaved},
-    {"adaptive", "DynaPipe's memory-aware schedule", 0, build_adaptive},
-    {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", 1, build_zb1},
+    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline},
+    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b},
+    {"interleaved", "interleaved 1F1B with --chunks model chunks per device", build_interleaved,
+     holds_interleaved},
+    {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one},
+    {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
+     holds_pipeline},
 };
 
 const schedule *schedule_find(const char *name)

@@ -16,9 +16,10 @@
  *   zb1          zero-bubble ZB-H1 (Qi et al., arXiv 2401.10241): the backward is split into an
  *                input-gradient B and a weight-gradient W; stage s runs 1F1B with B and keeps s W's
  *                back, issuing them into the cool-down waits, so its bubble is (S-1)(f+b-w).
- *                Activations are freed after B (W's own buffers are small and not modelled), so
- *                the memory is 1F1B's. The W share of a backward is plan_mb.w_ms (from the
- *                analytic FLOP split; see plan.c).
+ *                A micro-batch is freed after its W, so every stage holds up to min(S, m)
+ *                micro-batches: the most any 1F1B stage holds (stage 0's), as the ZB paper's
+ *                ZB-H1 does. The W share of a backward is plan_mb.w_ms (from the analytic FLOP
+ *                split; see plan.c).
  *   adaptive     DynaPipe's memory-aware schedule: a cyclic pass decides each device's order
  *                (backwards first; a micro-batch's forward only when its peak memory fits next to
  *                what the device already holds), then that order is run event-driven, without the
@@ -43,11 +44,18 @@ typedef struct schedule_ctx {
 typedef struct schedule {
     const char *name;
     const char *summary;
-    int split_backward; /* emits W instructions */
     dp_status (*build)(const schedule_ctx *ctx, plan_iter *it, dp_err *err);
+    /* Micro-batches (device units) stage s of S holds at once with C chunks, for the planner's
+     * memory rule: 1f1b S-s; zb1 S; interleaved (Megatron's warm-up + 1) chunks / C; adaptive 1
+     * (it admits by memory itself); gpipe S, a first guess, since it holds all m (the exact
+     * check after planning decides, see stage_cost.h). */
+    double (*holds)(int S, int C, int s);
 } schedule;
 
 const schedule *schedule_find(const char *name);
+
+/* The planner's memory rule of schedule sc on sm's layout, at the given scale (stage_cost.h). */
+void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, mem_rule *rule);
 const schedule *schedule_list(int *count);
 
 /* Bytes of the activation sent from virtual stage v to v+1 (and of the gradient back). */

@@ -100,38 +100,40 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     return DP_OK;
 }
 
-int stage_model_fits(const stage_model *sm, const mb_cost *c, int in_flight, char *why,
+void mem_rule_uniform(mem_rule *r, int pp, double holds)
+{
+    memset(r, 0, sizeof *r);
+    for (int s = 0; s < pp && s < STAGE_MAX; s++) r->holds[s] = holds;
+    r->scale = 1;
+}
+
+int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *rule, char *why,
                      size_t why_cap)
 {
     for (int d = 0; d < sm->pp; d++) {
-        double stored_budget = sm->budget_mb[d] / in_flight;
-        if (c->stored_mb[d] > stored_budget) {
+        double holds = rule->holds[d] > 1 ? rule->holds[d] : 1;
+        double transient = fmax(0, c->peak_mb[d] - c->stored_mb[d]) / sm->chunks;
+        double need = holds * c->stored_mb[d] + transient, have = rule->scale * sm->budget_mb[d];
+        if (need > have) {
             if (why)
                 snprintf(why, why_cap,
-                         "stage %d stores %.0f MB of activations, over its %.0f MB share (%.0f MB "
-                         "free after model state, / %d in flight)",
-                         d, c->stored_mb[d], stored_budget, sm->budget_mb[d], in_flight);
-            return 0;
-        }
-        if (c->peak_mb[d] > sm->budget_mb[d]) {
-            if (why)
-                snprintf(why, why_cap,
-                         "stage %d peaks at %.0f MB of activations, over the %.0f MB free after "
-                         "model state",
-                         d, c->peak_mb[d], sm->budget_mb[d]);
+                         "stage %d would hold %.0f MB of activations (%.3g micro-batches of %.0f MB "
+                         "stored, + %.0f MB while one runs), over %s%.0f MB free after model state",
+                         d, need, holds, c->stored_mb[d], transient,
+                         rule->scale < 1 ? "the planner's share of the " : "the ", have);
             return 0;
         }
     }
     return 1;
 }
 
-dp_status stage_model_time(const stage_model *sm, const cost_shape *s, int in_flight,
+dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem_rule *rule,
                            double *t_ms, int *fits)
 {
     mb_cost c;
     dp_status st = stage_model_cost(sm, s, &c, NULL);
     if (st != DP_OK) return st;
     *t_ms = c.t_ms;
-    *fits = stage_model_fits(sm, &c, in_flight, NULL, 0);
+    *fits = stage_model_fits(sm, &c, rule, NULL, 0);
     return DP_OK;
 }

@@ -15,10 +15,14 @@
  * slower of the encoder and decoder stages).
  *
  * Memory: model state per device (fp16 weights and grads, fp32 Adam, divided by ZeRO;
- * models/memory.h) leaves budget_mb[s] = mem_limit - state[s] for activations. A micro-batch
- * "fits" when, on every device, stored_mb[s] <= budget_mb[s] / in_flight and peak_mb[s] <=
- * budget_mb[s]: in_flight = S for 1F1B-style schedules (up to S micro-batches held at once), 1
- * for a schedule that admits micro-batches by memory (DynaPipe's fallback).
+ * models/memory.h) leaves budget_mb[s] = mem_limit - state[s] for activations. The planner's
+ * per-micro-batch rule (mem_rule) is what a schedule holds: with holds[s] micro-batches stored on
+ * device s at once (the schedule's own count, schedule.h) and one op running, a micro-batch fits
+ * when on every device
+ *     holds[s] * stored_mb[s] + (peak_mb[s] - stored_mb[s]) / C  <=  scale * budget_mb[s]
+ * which is exact for equal micro-batches. For unequal ones it is a screen: the plan built from
+ * them is checked with the plan machine's exact memory (pm_rank_peak, the figure the simulator
+ * reaches), and the planner lowers scale and plans again where it does not fit (sim/study.c).
  */
 #ifndef STAGE_COST_H
 #define STAGE_COST_H
@@ -39,6 +43,16 @@ typedef struct stage_model {
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
 } stage_model;
 
+/* The planner's memory rule (above). */
+typedef struct mem_rule {
+    double holds[STAGE_MAX]; /* micro-batches held on each device at once, >= 1 (may be fractional:
+                              * interleaved chunks hold 1/C of a micro-batch each) */
+    double scale;            /* share of the activation budget the rule may use, (0, 1] */
+} mem_rule;
+
+/* Every device holds `holds` micro-batches; scale 1. */
+void mem_rule_uniform(mem_rule *r, int pp, double holds);
+
 typedef struct mb_cost {
     double fwd_ms[STAGE_MAX], bwd_ms[STAGE_MAX];
     double stored_mb[STAGE_MAX], peak_mb[STAGE_MAX];
@@ -53,14 +67,14 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
 /* Costs of one micro-batch shape; DP_ERR_INFEASIBLE when the cost model cannot answer it. */
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err);
 
-/* Only t_ms, and whether the shape fits with in_flight micro-batches held (the planner's inner
- * loop). Returns DP_OK and *fits; DP_ERR_INFEASIBLE when the cost model cannot answer. */
-dp_status stage_model_time(const stage_model *sm, const cost_shape *s, int in_flight,
+/* Only t_ms, and whether the shape fits under the rule (the planner's inner loop). Returns DP_OK
+ * and *fits; DP_ERR_INFEASIBLE when the cost model cannot answer. */
+dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem_rule *rule,
                            double *t_ms, int *fits);
 
-/* Whether a costed micro-batch fits with in_flight held; if not and why is non-NULL, says which
+/* Whether a costed micro-batch fits under the rule; if not and why is non-NULL, says which
  * device and limit. */
-int stage_model_fits(const stage_model *sm, const mb_cost *c, int in_flight, char *why,
+int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *rule, char *why,
                      size_t why_cap);
 
 #endif /* STAGE_COST_H */

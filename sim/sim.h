@@ -1,29 +1,34 @@
 /*
  * sim.h — executes an execution plan on simulated devices, event by event.
  *
- * Each rank (stage s of replica r) has one compute stream, one send stream and one receive
- * stream. Its instruction list is issued in order (scheduler/plan.h gives the semantics):
+ * Each rank (stage s of replica r) has one compute stream and, per kind (activation, gradient),
+ * one send and one receive stream: the directed links that dprun's NCCL mode opens (a stage
+ * sends activations to one neighbour and gradients to the other), so a send never waits behind
+ * one to another peer or of the other kind. What each instruction means comes from the plan
+ * machine (scheduler/plan_machine.h); the simulator only times it:
  *   RECV_*    posts the receive at the current time;
- *   F, B, W   wait until their inputs have arrived, then queue on the compute stream: start =
- *             max(now, stream free, producer's end); duration = the plan's per-device time / C
- *             (B = bwd - w when the schedule splits the backward, W = w);
- *   SEND_*    queue on the send stream; a transfer starts, in issue order among those whose
- *             receiver has posted, at max(producer's end, receiver posted, sender's send stream
- *             free, receiver's receive stream free) and takes latency + bytes / bandwidth of the
- *             link between the two ranks (models/comm.h). A send still waiting for its receiver
- *             does not hold up sends to other peers;
- *   FREE      releases the micro-batch's stored activations when its B (or W) ends.
- * Issuing blocks only on a compute whose inputs are missing; transfers overlap compute.
+ *   F, B, W   wait until the data they consume has arrived, then queue on the compute stream:
+ *             start = max(now, stream free); duration from pm_resolve (B's share when the rank
+ *             is split);
+ *   SEND_*    queue, in issue order, on the rank's send stream of that kind; a transfer starts
+ *             at max(issued, producer's end, receiver posted, both link streams free) and takes
+ *             latency + bytes * wire_scale / bandwidth of the link between the two ranks' GPUs
+ *             (models/comm.h; rank r's first GPU is r * tp);
+ *   FREE      stream-ordered: the stored activations go when the compute before it ends.
+ * Issuing blocks only on a compute whose inputs are missing; transfers overlap compute. The only
+ * events are transfer completions, each handled (it wakes the receiver).
  *
  * Memory per stage over time: model state + stored activations (from a forward's start until
- * its FREE) + the running op's transient (peak - stored). The peak is reported, and OOM when it
- * exceeds the device's memory.
+ * its FREE) + the running op's transient. The peak equals pm_rank_peak's (the planner's check)
+ * by construction; OOM when it exceeds the device's memory.
  *
  * With D > 1 replicas each stage all-reduces its gradients after its last backward
  * (allreduce_ms[s]); the iteration ends when every stage has finished that.
  *
  * A plan that cannot finish (the queue empties with instructions left) is DP_ERR_DEADLOCK with
- * the waiting instructions named; the simulator never hangs.
+ * the waiting instructions named; the simulator never hangs. The simulator expects a plan that
+ * passed plan_validate; a negative duration (a W larger than its backward) is still refused,
+ * naming the instruction, rather than run.
  */
 #ifndef SIM_H
 #define SIM_H
@@ -37,7 +42,8 @@
 typedef struct sim_config {
     const cluster_spec *hw;
     int pp, chunks, dp;
-    int split_backward;              /* the schedule emits W: B runs bwd - w */
+    int tp;                          /* GPUs per rank (tensor parallelism), for placement */
+    double wire_scale;               /* bytes moved per plan byte (0 or 1: as planned) */
     double state_mb[STAGE_MAX];      /* model state per stage, MB */
     double mem_limit_mb;             /* device memory for the OOM check, MB */
     double allreduce_ms[STAGE_MAX];  /* gradient all-reduce per stage (0 when dp == 1) */
@@ -71,7 +77,7 @@ typedef struct sim_iter_result {
     int64_t busy_ns[STAGE_MAX];   /* compute busy time per stage (mean over replicas) */
     double peak_mb[STAGE_MAX];    /* model state + peak activations, max over replicas */
     int oom;                      /* some stage's peak exceeds mem_limit_mb */
-    uint64_t events;              /* events processed */
+    uint64_t events;              /* events processed (every one handled) */
 } sim_iter_result;
 
 typedef struct sim {

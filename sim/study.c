@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../models/comm.h"
+#include "../scheduler/plan_machine.h"
 
 void study_result_release(study_result *r)
 {
@@ -17,15 +18,15 @@ void study_result_release(study_result *r)
     memset(r, 0, sizeof *r);
 }
 
-void study_sim_config(const stage_model *sm, const cluster_spec *hw, int split_backward,
-                      sim_config *cfg)
+void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->hw = hw;
     cfg->pp = sm->pp;
     cfg->chunks = sm->chunks;
     cfg->dp = sm->dp;
-    cfg->split_backward = split_backward;
+    cfg->tp = sm->cm->tp;
+    cfg->wire_scale = 1;
     cfg->mem_limit_mb = sm->mem_limit_mb;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
@@ -33,7 +34,8 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, int split_b
             /* fp16 gradients of the stage, ring all-reduce across the replicas of stage s */
             double grad_bytes = 1e6 * (sm->enc_layers[s] * sm->cm->param_mb[COMP_ENCODER] +
                                        sm->dec_layers[s] * sm->cm->param_mb[COMP_DECODER]);
-            int first = s, last = (sm->dp - 1) * sm->pp + s;
+            /* rank r = replica * pp + stage holds GPUs r*tp .. r*tp + tp-1 */
+            int tp = sm->cm->tp, first = s * tp, last = ((sm->dp - 1) * sm->pp + s + 1) * tp - 1;
             int spans = first / hw->gpus_per_node != last / hw->gpus_per_node;
             cfg->allreduce_ms[s] = comm_allreduce_ms(hw, sm->dp, spans, grad_bytes);
         }
@@ -138,6 +140,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         a->busy[s] += ir.busy_ns[s];
         if (ir.peak_mb[s] > r->peak_mem_mb[s]) r->peak_mem_mb[s] = ir.peak_mb[s];
     }
+    if (ir.oom) r->sim_oom++;
     if (ir.oom && !r->oom) {
         r->oom = 1;
         snprintf(r->why, sizeof r->why, "iteration %d peaks above the %.0f MB device memory",
@@ -221,6 +224,78 @@ static dp_status choose_adaptive_order(const stage_model *sm, const schedule_ctx
     return st;
 }
 
+/* Everything one iteration's planning needs. */
+typedef struct planner {
+    const study_opts *o;
+    const stage_model *sm;
+    batch_ctx ctx;
+    schedule_ctx sctx;
+    const sim_config *cfg;
+    sim *s;
+} planner;
+
+/* Plans one global batch: micro-batches, their order (adaptive), the schedule, then the exact
+ * memory check of the built plan (plan_machine.h): where it does not fit and the batcher cuts by
+ * memory, the rule's scale is lowered by the overshoot and the batch planned again (a few times
+ * at most). *answerable is 0 when the cost model cannot price a micro-batch (nothing is built);
+ * l->feasible is 0, with l->why, when the plan does not fit. */
+#define PLAN_ATTEMPTS 6
+
+static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, mb_list *l,
+                                plan_iter *pi, int *answerable, dp_err *err)
+{
+    const study_opts *o = p->o;
+    mem_rule rule;
+    double scale = 1, prev = 1;
+    int last = 0; /* this attempt's plan is kept, fitting or not */
+    char why[300] = "";
+    dp_status st = DP_OK;
+    for (int attempt = 0;; attempt++) {
+        schedule_mem_rule(o->sched, p->sm, scale, &rule);
+        p->ctx.mem = &rule;
+        mb_list_clear(l);
+        st = o->batching->split(&p->ctx, b, n, l, err);
+        if (st == DP_ERR_INFEASIBLE && attempt > 0) {
+            /* tightened until a sample fits nowhere: keep the previous plan, which does not fit */
+            scale = prev, last = 1, st = DP_OK;
+            attempt--;
+            continue;
+        }
+        if (st != DP_OK) goto out;
+        TRY(mb_list_finish(&p->ctx, l, err));
+        *answerable = 1;
+        for (int k = 0; k < l->n_mb; k++)
+            if (isnan(l->mb[k].t_ms)) *answerable = 0;
+        if (!*answerable) break;
+        if (strcmp(o->sched->name, "adaptive") == 0)
+            TRY(choose_adaptive_order(p->sm, &p->sctx, o, p->cfg, p->s, l, err));
+        plan_iter_release(pi);
+        TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
+        TRY(o->sched->build(&p->sctx, pi, err));
+        plan_machine m;
+        TRY(pm_init(&m, pi, p->sm->chunks, err));
+        double worst;
+        int fits = pm_fits(&m, p->sm->budget_mb, &worst, why, sizeof why);
+        pm_release(&m);
+        if (fits) { /* the exact check is the truth; the rule was only a screen */
+            l->feasible = 1;
+            l->why[0] = '\0';
+            break;
+        }
+        if (!o->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {
+            snprintf(l->why, sizeof l->why, "%s%s", why,
+                     o->batching->memory_aware ? "" : " (this batching does not cut by memory)");
+            l->feasible = 0;
+            break;
+        }
+        prev = scale;
+        scale *= 0.98 / worst;
+    }
+out:
+    p->ctx.mem = NULL;
+    return st;
+}
+
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -229,11 +304,11 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     st = stage_model_init(&sm, o->cm, o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
     if (st != DP_OK) return st;
     sim_config cfg;
-    study_sim_config(&sm, &o->cm->hw, o->sched->split_backward, &cfg);
+    study_sim_config(&sm, &o->cm->hw, &cfg);
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
-    batch_ctx ctx = {o->rules, &sm, o->mbs, o->mb_tokens, o->thin_ms};
-    schedule_ctx sctx = {&sm};
+    planner pl = {o, &sm, {o->rules, &sm, o->mbs, o->mb_tokens, o->thin_ms, NULL}, {&sm}, &cfg,
+                  &acc.s};
     batch_iter bi;
     trace_stream ts;
     int streaming = o->stream_path != NULL;
@@ -260,10 +335,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         int n;
         TRY(batch_next(&bi, &b, &n, err));
         if (n == 0) break;
-        mb_list_clear(&l);
         double t0 = now_s();
-        st = o->batching->split(&ctx, b, n, &l, err);
-        if (st == DP_OK) st = mb_list_finish(&ctx, &l, err);
+        int answerable = 0;
+        st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, err);
         double dt_ms = (now_s() - t0) * 1e3;
         if (st != DP_OK) {
             dp_err_prefix(err, "iteration %d", planned);
@@ -275,24 +349,18 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         }
         plan_ms[planned++] = dt_ms;
         if (l.in_flight == 1 && o->pp > 1) r->in_flight_fallback++;
-        int answerable = 1;
-        for (int k = 0; k < l.n_mb; k++)
-            if (isnan(l.mb[k].t_ms)) answerable = 0;
         if (!l.feasible && !r->why[0])
             snprintf(r->why, sizeof r->why, "iteration %d: %s", planned - 1, l.why);
         if (!answerable) { /* beyond the cost model: this configuration cannot run */
             r->feasible = 0;
             break;
         }
-        if (!l.feasible) r->oom = 1;
-        if (strcmp(o->sched->name, "adaptive") == 0)
-            TRY(choose_adaptive_order(&sm, &sctx, o, &cfg, &acc.s, &l, err));
-        plan_iter_release(&pi);
-        TRY(plan_iter_from_mbs(&pi, planned - 1, &l, &sm, err));
-        TRY(o->sched->build(&sctx, &pi, err));
+        if (!l.feasible) r->oom = 1, r->planned_oom++;
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
+        int sim_oom = r->sim_oom;
         TRY(study_add(&acc, &pi, err));
+        if (r->sim_oom > sim_oom && l.feasible) r->oom_unplanned++;
         if (o->progress) o->progress(o->progress_ctx, bi.next, streaming ? 0 : t->n);
     }
     if (planned > 0) {

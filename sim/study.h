@@ -60,6 +60,10 @@ typedef struct study_result {
     uint64_t events;
     int microbatches;
     int in_flight_fallback; /* iterations planned with one micro-batch in flight */
+    int planned_oom;        /* iterations the planner found not to fit in memory */
+    int sim_oom;            /* iterations the simulation found over the device memory */
+    int oom_unplanned;      /* of those, iterations the planner had called fitting (always 0:
+                             * the planner's check is the simulator's memory, plan_machine.h) */
 } study_result;
 
 void study_result_release(study_result *r);
@@ -86,8 +90,7 @@ void study_end(study_acc *a);
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 
 /* Builds the simulator configuration (model state, all-reduce times) for a stage model. */
-void study_sim_config(const stage_model *sm, const cluster_spec *hw, int split_backward,
-                      sim_config *cfg);
+void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config *cfg);
 
 /* Writes r as the metrics JSON contract (see DESIGN.md). */
 char *study_metrics_json(const study_result *r);

@@ -55,7 +55,8 @@ static void on_pred(void *ctx, const sim_op *o)
 
 /* ---- the measured side ---- */
 typedef struct meas_ctx {
-    int idx[8];
+    int idx[9];
+    int wire_elem_bytes; /* 0 until a row gives it */
     op_list ops;
     const plan *pl;
     double *end_ms; /* per plan iteration (by index): latest end, -1 when not measured */
@@ -65,10 +66,10 @@ typedef struct meas_ctx {
 static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
 {
     meas_ctx *c = vctx;
-    static const csv_column cols[8] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
+    static const csv_column cols[9] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
                                        {"mb", 1},        {"start_us", 1}, {"end_us", 1},
-                                       {"replica", 0},   {"chunk", 0}};
-    return csv_header_map(h, cols, 8, c->idx, err);
+                                       {"replica", 0},   {"chunk", 0},    {"wire_elem_bytes", 0}};
+    return csv_header_map(h, cols, 9, c->idx, err);
 }
 
 static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
@@ -89,6 +90,16 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: replica \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[6]]);
     if (c->idx[7] >= 0 && dp_parse_i64(f[c->idx[7]], 0, 64, &chunk) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: chunk \"%s\" is not a whole number in [0, 64]", r->path, r->line, f[c->idx[7]]);
+    if (c->idx[8] >= 0) {
+        int64_t eb;
+        if (dp_parse_i64(f[c->idx[8]], 2, 8, &eb) != 0 || (eb != 2 && eb != 4 && eb != 8))
+            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: wire_elem_bytes \"%s\" must be 2, 4 or 8",
+                           r->path, r->line, f[c->idx[8]]);
+        if (c->wire_elem_bytes && c->wire_elem_bytes != eb)
+            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: wire_elem_bytes %lld differs from the earlier "
+                           "rows' %d", r->path, r->line, (long long)eb, c->wire_elem_bytes);
+        c->wire_elem_bytes = (int)eb;
+    }
     int k = c->last;
     if (k >= c->pl->n_it || c->pl->it[k].id != it)
         for (k = 0; k < c->pl->n_it && c->pl->it[k].id != it; k++) continue;
@@ -132,6 +143,11 @@ dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measur
         st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
         goto out;
     }
+    sim_config like = *cfg; /* simulate the bytes the runtime moved */
+    v->wire_elem_bytes = mc.wire_elem_bytes;
+    v->wire_scale = mc.wire_elem_bytes ? (double)mc.wire_elem_bytes / pl->h.act_elem_bytes : 1;
+    like.wire_scale = v->wire_scale;
+    cfg = &like;
     sim s;
     sim_init(&s);
     sim_sink sink = {on_pred, NULL, &pc};
@@ -199,6 +215,8 @@ char *validate_json(const val_result *v)
     }
     cJSON_AddNumberToObject(o, "mape_pct", v->mape_pct);
     cJSON_AddNumberToObject(o, "max_abs_pct", v->max_abs_pct);
+    if (v->wire_elem_bytes) cJSON_AddNumberToObject(o, "wire_elem_bytes", v->wire_elem_bytes);
+    cJSON_AddNumberToObject(o, "wire_scale", v->wire_scale);
     cJSON *ops = cJSON_AddObjectToObject(o, "per_op");
     static const char *const names[3] = {"F", "B", "W"};
     for (int k = 0; k < 3; k++) {

@@ -9,6 +9,11 @@
  *
  *   error_pct    = 100 * (predicted - measured) / measured
  *   mape_pct     = mean |error_pct| over iterations;  max_abs_pct = max |error_pct|
+ *
+ * Like with like: the plan's transfer bytes count its act_dtype's elements (2 bytes); a runtime
+ * that moves another type says so in the measured CSV's optional column wire_elem_bytes (dprun's
+ * fp64 layers move 8), and the simulation is then run with the bytes the runtime moved
+ * (sim_config.wire_scale = wire_elem_bytes / the plan's element size). All rows must agree.
  */
 #ifndef VALIDATE_H
 #define VALIDATE_H
@@ -27,6 +32,8 @@ typedef struct val_result {
     double *predicted_ms, *measured_ms;
     double mape_pct, max_abs_pct;
     val_op_stats per_op[3]; /* F, B, W */
+    int wire_elem_bytes;    /* what the runtime moved per element (0: as the plan says) */
+    double wire_scale;      /* the simulation's bytes per plan byte */
 } val_result;
 
 void val_result_release(val_result *v);

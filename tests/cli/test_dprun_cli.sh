@@ -74,7 +74,11 @@ same_norm() {
   fi
 }
 same_norm "1F1B on 4 stages" 4 $G/plan_4ranks.json
-same_norm "ZB-H1 on 4 stages (W after FREE)" 4 $G/plan_zb1_4stages.json
+same_norm "ZB-H1 on 4 stages (B and W split, FREE after W)" 4 $G/plan_zb1_4stages.json
+for sched in gpipe adaptive; do # every schedule: the same plan file, the same gradient norm
+  "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 4 --schedule $sched --batching dynamic --max-seqlen 64 --global-tokens 512 --iterations 1 -o "$TMP/$sched.json" >/dev/null 2>&1
+  same_norm "$sched on 4 stages" 4 "$TMP/$sched.json"
+done
 same_norm "interleaved, 2 chunks on 2 stages (a link from the last stage to the first)" 2 $G/plan_interleaved_2x2.json
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --global-tokens 1024 --iterations 2 -o "$TMP/dp2.json" >/dev/null 2>&1
 same_norm "2 stages x 2 replicas (gradients all-reduced)" 4 "$TMP/dp2.json"

@@ -68,7 +68,7 @@ static void fixture_init(fixture *f, unsigned *seed, int t5, int S, int C, int D
     batch_rules_default(&f->rules, f->m.arch);
     f->rules.max_seqlen = 256;
     f->rules.max_dec_seqlen = 256;
-    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0};
+    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL};
 }
 
 static void fixture_release(fixture *f)
@@ -76,7 +76,10 @@ static void fixture_release(fixture *f)
     cost_model_free(f->cm);
 }
 
-static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int in_flight)
+/* Cost of segment [i, j) in ns, or -1 when it does not fit: the memory rule written out here
+ * (stage_cost.h): with `held` micro-batches held on every device (the default rule holds S, the
+ * fallback 1), held * stored + transient / C <= budget on every device. */
+static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int held)
 {
     int enc = 0, dec = 0;
     for (int k = i; k < j; k++) {
@@ -84,10 +87,12 @@ static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int i
         if (s[k].dec > dec) dec = s[k].dec;
     }
     cost_shape sh = {j - i, batch_pad(&f->rules, enc), batch_pad(&f->rules, dec)};
-    double t;
-    int fits;
-    if (stage_model_time(&f->sm, &sh, in_flight, &t, &fits) != DP_OK || !fits) return -1;
-    return llround(t * 1e6);
+    mb_cost c;
+    if (stage_model_cost(&f->sm, &sh, &c, NULL) != DP_OK) return -1;
+    for (int d = 0; d < f->sm.pp; d++)
+        if (held * c.stored_mb[d] + (c.peak_mb[d] - c.stored_mb[d]) / f->sm.chunks > f->sm.budget_mb[d])
+            return -1;
+    return llround(c.t_ms * 1e6);
 }
 
 /* Minimum of (S-1)*max*D + sum*C over every contiguous partition, or INT64_MAX. */
@@ -121,7 +126,7 @@ static int64_t plan_score(const fixture *f, const mb_list *l, const sample_len *
     for (int k = 0; k < l->n_mb; k++) {
         const microbatch *m = &l->mb[k];
         for (int q = 0; q < m->n_samples; q++) assert_int_equal(l->ids[m->first + q], ordered[at + q].id);
-        int64_t t = seg_ns(f, ordered, at, at + m->n_samples, l->in_flight);
+        int64_t t = seg_ns(f, ordered, at, at + m->n_samples, l->in_flight == 1 ? 1 : f->sm.pp);
         assert_true(t >= 0);
         sum += t;
         if (t > mx) mx = t;
@@ -164,10 +169,10 @@ static void test_dp_matches_brute_force(void **state)
                         mb_list_init(&l);
                         dp_err err = {0};
                         dp_status st = dp_batch(&f.ctx, s, n, &l, &err);
-                        mb_order(&f.rules, s, n);
+                        assert_int_equal(mb_order(&f.rules, s, n), DP_OK);
                         int64_t bf = brute_force(&f, s, n, S);
-                        int in_flight = S;
-                        if (bf == INT64_MAX) bf = brute_force(&f, s, n, in_flight = 1);
+                        int in_flight = 0; /* the DP's flag: 1 when it fell back to one held */
+                        if (bf == INT64_MAX) bf = brute_force(&f, s, n, 1), in_flight = 1;
                         if (bf == INT64_MAX) {
                             assert_int_equal(st, DP_ERR_INFEASIBLE);
                             assert_msg_has(err.msg, "does not fit in a micro-batch even alone");
@@ -386,7 +391,7 @@ static void test_t5_order_is_serpentine(void **state)
     batch_rules r;
     batch_rules_default(&r, ARCH_T5);
     sample_len s[] = {{0, 20, 5}, {1, 20, 50}, {2, 100, 10}, {3, 100, 60}, {4, 20, 30}};
-    mb_order(&r, s, 5);
+    assert_int_equal(mb_order(&r, s, 5), DP_OK);
     /* padded 24: targets ascending 5 30 50; padded 104: descending 60 10 */
     int want[] = {0, 4, 1, 3, 2};
     for (int i = 0; i < 5; i++) assert_int_equal(s[i].id, want[i]);

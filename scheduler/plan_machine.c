@@ -1,0 +1,471 @@
+#include "plan_machine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+
+static int is_send(plan_op op)
+{
+    return op == OP_SEND_ACT || op == OP_SEND_GRAD;
+}
+
+static int is_recv(plan_op op)
+{
+    return op == OP_RECV_ACT || op == OP_RECV_GRAD;
+}
+
+dp_status pm_init(plan_machine *m, const plan_iter *it, int chunks, dp_err *err)
+{
+    memset(m, 0, sizeof *m);
+    m->it = it;
+    m->pp = it->pp;
+    m->chunks = chunks;
+    m->nv = it->pp * chunks;
+    m->nr = it->pp * it->dp;
+    m->nmb = it->n_mb;
+    m->split = calloc((size_t)(m->nr ? m->nr : 1), 1);
+    if (!m->split) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < m->nr; r++)
+        for (int i = 0; i < it->ranks[r].n && !m->split[r]; i++)
+            if (it->ranks[r].ins[i].op == OP_W) m->split[r] = 1;
+    return DP_OK;
+}
+
+void pm_release(plan_machine *m)
+{
+    if (!m) return;
+    free(m->split);
+    free(m->flags);
+    free(m->pc);
+    memset(m, 0, sizeof *m);
+}
+
+void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
+{
+    const plan_rank *R = &m->it->ranks[r];
+    const plan_instr *x = &R->ins[i];
+    const plan_mb *mb = &m->it->mb[x->mb];
+    int pp = m->pp, st = R->stage, C = m->chunks;
+    memset(s, 0, sizeof *s);
+    s->x = x;
+    s->op = x->op;
+    s->rank = r;
+    s->stage = st;
+    s->v = x->chunk * pp + st;
+    s->kind = s->waits = s->peer_rank = s->peer_chunk = -1;
+    double transient = fmax(0, mb->peak_mb[st] - mb->stored_mb[st]) / C;
+    switch (x->op) {
+    case OP_F:
+        if (s->v > 0) s->waits = PM_ACT;
+        s->dur_ms = mb->fwd_ms[st] / C;
+        s->stored_mb = mb->stored_mb[st] / C;
+        s->transient_mb = transient;
+        break;
+    case OP_B:
+        if (s->v < m->nv - 1) s->waits = PM_GRAD;
+        s->split = m->split[r];
+        s->dur_ms = (mb->bwd_ms[st] - (s->split ? mb->w_ms[st] : 0)) / C;
+        s->transient_mb = transient;
+        break;
+    case OP_W: s->dur_ms = mb->w_ms[st] / C; break;
+    case OP_FREE: s->stored_mb = mb->stored_mb[st] / C; break;
+    default: { /* transfers: activations go to v+1 and come from v-1, gradients the other way */
+        s->kind = x->op == OP_SEND_ACT || x->op == OP_RECV_ACT ? PM_ACT : PM_GRAD;
+        int up = (s->kind == PM_ACT) == is_send(x->op);
+        int pv = s->v + (up ? 1 : -1);
+        s->peer_rank = R->replica * pp + pv % pp;
+        s->peer_chunk = pv / pp;
+    }
+    }
+}
+
+double pm_rank_peak(const plan_machine *m, int r, double *held_end)
+{
+    double held = 0, peak = 0;
+    pm_step s;
+    for (int i = 0; i < m->it->ranks[r].n; i++) {
+        pm_resolve(m, r, i, &s);
+        if (s.op == OP_F) held += s.stored_mb;
+        if (s.op == OP_FREE) held -= s.stored_mb;
+        if (s.op == OP_F || s.op == OP_B || s.op == OP_W) peak = fmax(peak, held + s.transient_mb);
+    }
+    if (held_end) *held_end = held;
+    return peak;
+}
+
+int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap)
+{
+    int fits = 1;
+    *worst = 0;
+    for (int r = 0; r < m->nr; r++) {
+        int s = m->it->ranks[r].stage;
+        double peak = pm_rank_peak(m, r, NULL), ratio = peak / budget_mb[s];
+        if (ratio <= *worst) continue;
+        *worst = ratio;
+        if (peak > budget_mb[s] * (1 + 1e-9)) {
+            fits = 0;
+            if (why)
+                snprintf(why, cap, "stage %d (replica %d) holds %.0f MB of activations at its "
+                         "peak under the schedule, over the %.0f MB free after model state",
+                         s, m->it->ranks[r].replica, peak, budget_mb[s]);
+        }
+    }
+    return fits;
+}
+
+void pm_describe(const plan_iter *it, int r, int i, char *buf, size_t cap)
+{
+    const plan_rank *R = &it->ranks[r];
+    const plan_instr *x = &R->ins[i];
+    if (is_send(x->op) || is_recv(x->op))
+        snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d %s stage %d, "
+                 "%lld bytes)", R->stage, R->replica, i, plan_op_name(x->op), x->mb, x->chunk,
+                 is_send(x->op) ? "to" : "from", x->peer, (long long)x->bytes);
+    else
+        snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d)", R->stage,
+                 R->replica, i, plan_op_name(x->op), x->mb, x->chunk);
+}
+
+/* Fails naming the plan, iteration, instruction i of rank r (and, with q >= 0, instruction j
+ * of rank q), the rule and why. */
+static dp_status fail_at(const plan_machine *m, dp_err *err, dp_status st, const char *where,
+                         int r, int i, int q, int j, const char *rule, const char *why)
+{
+    char a[256], b[256] = "";
+    pm_describe(m->it, r, i, a, sizeof a);
+    if (q >= 0) pm_describe(m->it, q, j, b, sizeof b);
+    return dp_fail(err, st, "%s: iteration %d: %s%s%s: %s (rule: %s)", where, m->it->id, a,
+                   q >= 0 ? " and " : "", b, why, rule);
+}
+
+/* ---- static rules ----------------------------------------------------------------------------- */
+
+/* What one rank's list does with one slot: how often each op, and where first. */
+typedef struct seen {
+    int n[OP_COUNT];
+    int at[OP_COUNT];
+} seen;
+
+static dp_status check_microbatches(const plan_machine *m, const char *where, dp_err *err)
+{
+    const plan_iter *it = m->it;
+    if (it->n_mb < 1)
+        return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d has no micro-batch (rule: a plan "
+                       "runs at least one micro-batch per iteration)", where, it->id);
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *x = &it->mb[k];
+        if (x->replica < 0 || x->replica >= it->dp)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: replica %d of "
+                           "%d (rule: replicas)", where, it->id, k, x->replica, it->dp);
+        if (x->enc_tokens > (int64_t)x->mbs * x->enc_len || x->dec_tokens > (int64_t)x->mbs * x->dec_len)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d holds %lld + "
+                           "%lld real tokens in %d x (%d + %d) padded ones (rule: tokens <= "
+                           "padded_tokens)", where, it->id, k, (long long)x->enc_tokens,
+                           (long long)x->dec_tokens, x->mbs, x->enc_len, x->dec_len);
+        for (int s = 0; s < it->pp; s++) {
+            double v[5] = {x->fwd_ms[s], x->bwd_ms[s], x->w_ms[s], x->stored_mb[s], x->peak_mb[s]};
+            static const char *const names[5] = {"pred_ms.fwd", "pred_ms.bwd", "pred_ms.w",
+                                                 "mem_mb.stored", "mem_mb.peak"};
+            for (int q = 0; q < 5; q++)
+                if (!isfinite(v[q]) || v[q] < 0)
+                    return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: "
+                                   "%s[%d] = %g (rule: times and memory finite and >= 0)",
+                                   where, it->id, k, names[q], s, v[q]);
+            if (x->w_ms[s] > x->bwd_ms[s])
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: "
+                               "pred_ms.w[%d] = %g exceeds pred_ms.bwd[%d] = %g (rule: 0 <= w <= "
+                               "bwd, W is a share of the backward)",
+                               where, it->id, k, s, x->w_ms[s], s, x->bwd_ms[s]);
+        }
+    }
+    return DP_OK;
+}
+
+/* Indices, owners and peers of every instruction. */
+static dp_status check_indices(const plan_machine *m, const char *where, dp_err *err)
+{
+    const plan_iter *it = m->it;
+    char why[160];
+    for (int r = 0; r < m->nr; r++) {
+        const plan_rank *R = &it->ranks[r];
+        for (int i = 0; i < R->n; i++) {
+            const plan_instr *x = &R->ins[i];
+            if (x->op < 0 || x->op >= OP_COUNT)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: stage %d instruction %d: "
+                               "unknown op", where, it->id, R->stage, i);
+            if (x->mb < 0 || x->mb >= m->nmb)
+                return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "indices", "no such micro-batch");
+            if (x->chunk < 0 || x->chunk >= m->chunks)
+                return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "indices", "no such chunk");
+            if (it->mb[x->mb].replica != R->replica) {
+                snprintf(why, sizeof why, "micro-batch %d belongs to replica %d", x->mb,
+                         it->mb[x->mb].replica);
+                return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "replicas", why);
+            }
+            if (is_send(x->op) || is_recv(x->op)) {
+                int v = x->chunk * m->pp + R->stage;
+                int up = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD; /* peer is v + 1 */
+                int pv = up ? v + 1 : v - 1;
+                if (pv < 0 || pv >= m->nv || x->peer != pv % m->pp) {
+                    snprintf(why, sizeof why, "the peer of virtual stage %d must be stage %d", v,
+                             pv < 0 || pv >= m->nv ? -1 : pv % m->pp);
+                    return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "transfers", why);
+                }
+                if (x->bytes <= 0)
+                    return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "transfers",
+                                   "bytes must be positive");
+            }
+        }
+    }
+    return DP_OK;
+}
+
+/* Per rank, in order: each instruction against what its slot has seen. */
+static dp_status check_order(const plan_machine *m, const char *where, dp_err *err)
+{
+    const plan_iter *it = m->it;
+    size_t nslots = (size_t)m->nmb * (size_t)m->chunks;
+    seen *sn = malloc((nslots ? nslots : 1) * sizeof *sn);
+    if (!sn) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    dp_status st = DP_OK;
+    char why[200];
+    for (int r = 0; r < m->nr && st == DP_OK; r++) {
+        const plan_rank *R = &it->ranks[r];
+        memset(sn, 0, nslots * sizeof *sn);
+        int split = m->split[r];
+        for (int i = 0; i < R->n && st == DP_OK; i++) {
+            const plan_instr *x = &R->ins[i];
+            seen *e = &sn[(size_t)x->mb * (size_t)m->chunks + (size_t)x->chunk];
+            int v = x->chunk * m->pp + R->stage, last = v == m->nv - 1;
+            const char *rule = NULL, *bad = NULL;
+            if (e->n[OP_FREE]) {
+                snprintf(why, sizeof why, "uses micro-batch %d chunk %d after its FREE "
+                         "(instruction %d)", x->mb, x->chunk, e->at[OP_FREE]);
+                st = fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "no use after FREE", why);
+                break;
+            }
+            if (e->n[x->op]) {
+                snprintf(why, sizeof why, "a second %s of micro-batch %d chunk %d (the first is "
+                         "instruction %d)", plan_op_name(x->op), x->mb, x->chunk, e->at[x->op]);
+                rule = x->op == OP_F || x->op == OP_B ? "one F and one B per (micro-batch, chunk)"
+                       : x->op == OP_W               ? "one W per (micro-batch, chunk)"
+                       : x->op == OP_FREE            ? "one FREE per (micro-batch, chunk)"
+                                                     : "one transfer of each kind per (micro-batch, chunk)";
+                st = fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, rule, why);
+                break;
+            }
+            switch (x->op) {
+            case OP_F:
+                if (v > 0 && !e->n[OP_RECV_ACT]) bad = "F before the RECV_ACT of its input", rule = "transfers";
+                break;
+            case OP_B:
+                if (!e->n[OP_F]) bad = "B before its F", rule = "F before B";
+                else if (!last && !e->n[OP_RECV_GRAD])
+                    bad = "B before the RECV_GRAD of its gradient", rule = "transfers";
+                break;
+            case OP_W:
+                if (!e->n[OP_B]) bad = "W before its B", rule = "W after B";
+                break;
+            case OP_SEND_ACT:
+                if (!e->n[OP_F]) bad = "SEND_ACT before its F", rule = "transfers";
+                break;
+            case OP_SEND_GRAD:
+                if (!e->n[OP_B]) bad = "SEND_GRAD before its B", rule = "transfers";
+                break;
+            case OP_FREE:
+                if (!e->n[OP_F] || !e->n[OP_B]) bad = "FREE before its F and B", rule = "FREE last";
+                else if (split && !e->n[OP_W]) bad = "FREE before its W", rule = "FREE last";
+                else if (!last && !e->n[OP_SEND_ACT]) bad = "FREE before its SEND_ACT", rule = "FREE last";
+                else if (v > 0 && !e->n[OP_SEND_GRAD]) bad = "FREE before its SEND_GRAD", rule = "FREE last";
+                break;
+            default: break;
+            }
+            if (bad) {
+                st = fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, rule, bad);
+                break;
+            }
+            e->n[x->op]++;
+            e->at[x->op] = i;
+        }
+        /* what each slot of this rank's replica must have had */
+        for (int k = 0; k < m->nmb && st == DP_OK; k++) {
+            if (it->mb[k].replica != R->replica) continue;
+            for (int c = 0; c < m->chunks && st == DP_OK; c++) {
+                const seen *e = &sn[(size_t)k * (size_t)m->chunks + (size_t)c];
+                const char *miss = !e->n[OP_F]                ? "F"
+                                   : !e->n[OP_B]              ? "B"
+                                   : split && !e->n[OP_W]     ? "W"
+                                   : !e->n[OP_FREE]           ? "FREE"
+                                                              : NULL;
+                if (!miss) continue;
+                const char *rule = miss[0] == 'W' ? "a rank runs W for every micro-batch or for none"
+                                   : miss[0] == 'F' && miss[1] == 'R' ? "one FREE per (micro-batch, chunk)"
+                                                                      : "one F and one B per (micro-batch, chunk)";
+                st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: stage %d (replica %d) never "
+                             "runs %s of micro-batch %d chunk %d (rule: %s)", where, it->id,
+                             R->stage, R->replica, miss, k, c, rule);
+            }
+        }
+    }
+    free(sn);
+    return st;
+}
+
+/* Sends and receives match pair by pair (self-sends too), in order. */
+static dp_status check_matching(const plan_machine *m, const char *where, dp_err *err)
+{
+    const plan_iter *it = m->it;
+    char why[160];
+    pm_step x;
+    for (int r = 0; r < m->nr; r++) {
+        const plan_rank *R = &it->ranks[r];
+        for (int p = 0; p < m->pp; p++) {
+            int q = R->replica * m->pp + p;
+            const plan_rank *P = &it->ranks[q];
+            int j = 0;
+            for (int i = 0; i < R->n; i++) {
+                if (!is_send(R->ins[i].op) || R->ins[i].peer != p) continue;
+                pm_resolve(m, r, i, &x);
+                while (j < P->n && !(is_recv(P->ins[j].op) && P->ins[j].peer == R->stage)) j++;
+                if (j == P->n) {
+                    snprintf(why, sizeof why, "has no matching receive on stage %d", p);
+                    return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "transfers", why);
+                }
+                const plan_instr *y = &P->ins[j];
+                if (y->op != (x.op == OP_SEND_ACT ? OP_RECV_ACT : OP_RECV_GRAD) || y->mb != x.x->mb)
+                    return fail_at(m, err, DP_ERR_INVALID, where, r, i, q, j, "transfers",
+                                   "matched in that order, the send and receive orders cross");
+                if (y->chunk != x.peer_chunk || y->bytes != R->ins[i].bytes)
+                    return fail_at(m, err, DP_ERR_INVALID, where, r, i, q, j, "transfers",
+                                   "differ in shape (bytes or chunk)");
+                j++;
+            }
+            for (; j < P->n; j++)
+                if (is_recv(P->ins[j].op) && P->ins[j].peer == R->stage) {
+                    snprintf(why, sizeof why, "has no matching send on stage %d", R->stage);
+                    return fail_at(m, err, DP_ERR_INVALID, where, q, j, -1, 0, "transfers", why);
+                }
+        }
+    }
+    return DP_OK;
+}
+
+dp_status pm_check(const plan_machine *m, const char *where, dp_err *err)
+{
+    if (m->nr < 1 || m->chunks < 1)
+        return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: empty pipeline", where, m->it->id);
+    dp_status st = check_microbatches(m, where, err);
+    if (st == DP_OK) st = check_indices(m, where, err);
+    if (st == DP_OK) st = check_order(m, where, err);
+    if (st == DP_OK) st = check_matching(m, where, err);
+    return st;
+}
+
+/* ---- the untimed run ------------------------------------------------------------------------- */
+
+enum { GOT_ACT = 1, GOT_GRAD = 2 };
+
+dp_status pm_run(plan_machine *m, const char *where, dp_err *err)
+{
+    const plan_iter *it = m->it;
+    size_t cells = (size_t)m->nr * (size_t)(m->nmb ? m->nmb : 1) * (size_t)m->chunks;
+    free(m->flags), free(m->pc);
+    m->flags = calloc(cells, 1);
+    m->pc = calloc((size_t)m->nr, sizeof *m->pc);
+    if (!m->flags || !m->pc) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+#define FLAG(r, mb, c) m->flags[((size_t)(r) * (size_t)m->nmb + (size_t)(mb)) * (size_t)m->chunks + (size_t)(c)]
+    pm_step s;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < m->nr; r++)
+            for (; m->pc[r] < it->ranks[r].n; m->pc[r]++, progress = 1) {
+                pm_resolve(m, r, m->pc[r], &s);
+                if (s.waits >= 0 && !(FLAG(r, s.x->mb, s.x->chunk) & (s.waits == PM_ACT ? GOT_ACT : GOT_GRAD)))
+                    break;
+                if (is_send(s.op))
+                    FLAG(s.peer_rank, s.x->mb, s.peer_chunk) |= s.kind == PM_ACT ? GOT_ACT : GOT_GRAD;
+            }
+    }
+#undef FLAG
+    char waiting[640] = "", a[256];
+    size_t used = 0;
+    for (int r = 0; r < m->nr; r++)
+        if (m->pc[r] < it->ranks[r].n && used < sizeof waiting - 80) {
+            pm_describe(it, r, m->pc[r], a, sizeof a);
+            used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%s", used ? "; " : "", a);
+        }
+    if (used)
+        return dp_fail(err, DP_ERR_DEADLOCK, "%s: iteration %d: the plan deadlocks: waiting: %s "
+                       "(rule: no deadlock)", where, it->id, waiting);
+    return DP_OK;
+}
+
+/* ---- plan_validate (plan.h) ------------------------------------------------------------------- */
+
+dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err)
+{
+    plan_machine m;
+    dp_status st = pm_init(&m, it, chunks, err);
+    if (st == DP_OK) st = pm_check(&m, where, err);
+    if (st == DP_OK) st = pm_run(&m, where, err);
+    pm_release(&m);
+    return st;
+}
+
+/* ---- plan_check (plan.h) ---------------------------------------------------------------------- */
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+dp_status plan_check(const plan *p, const char *where, dp_err *err)
+{
+    if (p->n_it < 1)
+        return dp_fail(err, DP_ERR_INVALID, "%s: the plan has no iteration (rule: a plan runs at "
+                       "least one iteration)", where);
+    if (!schedule_find(p->h.schedule))
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
+                       "(rule: known names; dpsim plan --list)", where, p->h.schedule);
+    recompute_mode rc;
+    if (recompute_parse(p->h.recompute, &rc) != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"recompute\" \"%s\" is not none, selective or "
+                       "full (rule: known names)", where, p->h.recompute);
+    if (plan_dtype_bytes(p->h.act_dtype) != PLAN_ACT_ELEM_BYTES)
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"act_dtype\" \"%s\" is not fp16 or bf16 (rule: "
+                       "known names)", where, p->h.act_dtype);
+    int *ids = malloc((size_t)p->n_it * sizeof *ids);
+    if (!ids) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->n_it; i++) ids[i] = p->it[i].id;
+    qsort(ids, (size_t)p->n_it, sizeof *ids, cmp_int);
+    dp_status st = DP_OK;
+    for (int i = 1; i < p->n_it && st == DP_OK; i++)
+        if (ids[i] == ids[i - 1])
+            st = dp_fail(err, DP_ERR_INVALID, "%s: iteration id %d appears twice (rule: unique "
+                         "iteration ids)", where, ids[i]);
+    free(ids);
+    for (int i = 0; i < p->n_it && st == DP_OK; i++)
+        st = plan_validate(&p->it[i], p->h.chunks, where, err);
+    return st;
+}
+
+dp_status plan_check_model(const plan *p, const model_spec *m, const char *where, dp_err *err)
+{
+    for (int i = 0; i < p->n_it; i++)
+        for (int k = 0; k < p->it[i].n_mb; k++) {
+            int dec = p->it[i].mb[k].dec_len;
+            if (m->arch == ARCH_T5 && dec < 1)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d has no "
+                               "dec_len, and %s is a T5 model (rule: T5 micro-batches have a "
+                               "decoder length)", where, p->it[i].id, k, m->name);
+            if (m->arch == ARCH_GPT && dec != 0)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d has dec_len "
+                               "%d, and %s is decoder-only (rule: GPT micro-batches have no "
+                               "decoder length)", where, p->it[i].id, k, dec, m->name);
+        }
+    return DP_OK;
+}

@@ -1,0 +1,117 @@
+/*
+ * plan_machine.h — the one meaning of an execution plan's instructions.
+ *
+ * The validator (plan_validate), the simulator (sim/sim.c) and both executors of dprun
+ * (runtime/exec.c, runtime/exec_gpu.c) step each rank's instruction list through this module and
+ * derive nothing themselves: what an instruction waits for, which buffers it creates and releases,
+ * whether a backward leaves its weight gradients to a W, how long a compute takes and what memory
+ * it holds all come from pm_resolve.
+ *
+ * A rank (stage s of replica r, index r * pp + s) holds, for every micro-batch k of its replica
+ * and every chunk c of its device, one *slot*: the buffers of (k, c) on virtual stage
+ * v = c * pp + s. The instructions, in the rank's order:
+ *
+ *   RECV_ACT k c   posts the receive of k's activation from virtual stage v-1 (rank of stage
+ *                  (v-1) % pp, chunk (v-1) / pp); it opens the slot and never blocks.
+ *   RECV_GRAD k c  posts the receive of k's output gradient from v+1; likewise.
+ *   F k c          opens the slot; waits for its RECV_ACT's data when v > 0; computes the
+ *                  forward (fwd_ms[s] / C); creates the slot's stored activations (stored_mb[s]
+ *                  / C) and, while it runs, a transient ((peak_mb[s] - stored_mb[s]) / C).
+ *   B k c          waits for its RECV_GRAD's data when v < nv-1; computes the input gradients and,
+ *                  unless the rank is split, the weight gradients: (bwd_ms[s] - w_ms[s]) / C when
+ *                  split, bwd_ms[s] / C otherwise; holds the same transient as F.
+ *   W k c          the weight gradients ((w_ms[s] / C), no transient). A rank is *split* when
+ *                  it runs any W: then it runs one W for every slot, after its B (ZB-H1).
+ *   SEND_ACT k c   sends F's output to v+1 and SEND_GRAD k c sends B's input gradient to v-1,
+ *                  once the compute before them has produced it; a send never blocks the
+ *                  instructions after it. Transfers of one kind between two ranks are matched
+ *                  in order (NCCL's and MPI's order on one link).
+ *   FREE k c       releases the slot. It is stream-ordered: the stored activations go when the
+ *                  rank's compute before it has finished (no later), as cudaFreeAsync does;
+ *                  a transport may keep a send's wire buffer until that send completes. Nothing
+ *                  may use the slot after its FREE.
+ *
+ * Memory of a rank (activation MB, model state excluded) is therefore a function of its order
+ * alone: held = the stored activations of the slots between their F and their FREE; while a
+ * compute runs, held + its transient. pm_rank_peak gives the maximum; the simulator's timed
+ * accounting reaches the same figure, and the planner's memory check is this function.
+ *
+ * Rules of a valid plan (plan_validate checks them all, and names the plan, the iteration, the
+ * rank, the instruction and the rule that was broken):
+ *   one-F-one-B  every slot of a rank's replica has exactly one F and one B, F before B;
+ *   W            a rank runs W for every slot or for none, exactly once, after its B;
+ *   transfers    one RECV_ACT before F and one SEND_ACT after it where v > 0 / v < nv-1, one
+ *                RECV_GRAD before B and one SEND_GRAD after it where v < nv-1 / v > 0, to the
+ *                neighbouring virtual stage's rank (a self-send where the interleaved placement
+ *                puts v+1 on the same device), matched pair by pair in order with equal bytes;
+ *   FREE         exactly one per slot, after every other instruction of the slot;
+ *   times        0 <= w <= bwd, every time and memory finite and >= 0;
+ *   tokens       real tokens <= padded tokens (mbs * length), per encoder and decoder;
+ *   no deadlock  the untimed run of every rank (receives complete once their send is issued)
+ *                finishes.
+ */
+#ifndef PLAN_MACHINE_H
+#define PLAN_MACHINE_H
+
+#include <stdint.h>
+
+#include "plan.h"
+
+enum { PM_ACT = 0, PM_GRAD = 1 };
+
+/* One instruction, resolved against its plan. */
+typedef struct pm_step {
+    const plan_instr *x;
+    plan_op op;
+    int rank;         /* replica * pp + stage */
+    int stage, v;     /* device stage; virtual stage chunk * pp + stage */
+    int kind;         /* SEND_* / RECV_*: PM_ACT or PM_GRAD; -1 otherwise */
+    int waits;        /* F, B: the received kind it consumes (PM_ACT, PM_GRAD); -1 none */
+    int peer_rank;    /* SEND_* / RECV_*: the rank at the other end; -1 otherwise */
+    int peer_chunk;   /* its chunk */
+    int split;        /* B: weight gradients left to a W */
+    double dur_ms;    /* F, B, W: compute time; 0 otherwise */
+    double stored_mb; /* F: stored activations created; FREE: released; 0 otherwise */
+    double transient_mb; /* F, B: working memory while it runs; 0 otherwise */
+} pm_step;
+
+/* Per-iteration facts every stepper needs, computed once. */
+typedef struct plan_machine {
+    const plan_iter *it;
+    int pp, chunks, nv, nr, nmb;
+    uint8_t *split;    /* per rank: runs W */
+    /* untimed state (pm_run): */
+    uint8_t *flags;    /* per (rank, mb, chunk) */
+    int *pc;           /* per rank */
+} plan_machine;
+
+/* Prepares the machine for iteration it with `chunks` chunks per device. On failure (out of
+ * memory) the machine holds nothing. */
+dp_status pm_init(plan_machine *m, const plan_iter *it, int chunks, dp_err *err);
+void pm_release(plan_machine *m);
+
+/* Resolves instruction i of rank r. Needs the plan to have passed plan_validate's checks on
+ * micro-batch, chunk and peer indices (pm_resolve does not bound-check them). */
+void pm_resolve(const plan_machine *m, int r, int i, pm_step *s);
+
+/* The activation memory a rank holds at its peak (see above), MB; with *held_end the memory
+ * still held after its last instruction (0 in a valid plan). */
+double pm_rank_peak(const plan_machine *m, int r, double *held_end);
+
+/* Whether every rank's peak (pm_rank_peak) fits its device's activation budget
+ * budget_mb[stage]. *worst receives the largest peak / budget ratio over the ranks; when it
+ * does not fit and why is non-NULL, why names the rank and the figures. */
+int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap);
+
+/* The untimed run of every rank (no deadlock rule). DP_ERR_DEADLOCK names every waiting
+ * instruction. */
+dp_status pm_run(plan_machine *m, const char *where, dp_err *err);
+
+/* The static rules above (everything but the untimed run) on one iteration. */
+dp_status pm_check(const plan_machine *m, const char *where, dp_err *err);
+
+/* Human description of instruction i of rank r ("stage 1 (replica 0) instruction 4 (F mb 2
+ * chunk 0)"), into buf. */
+void pm_describe(const plan_iter *it, int r, int i, char *buf, size_t cap);
+
+#endif /* PLAN_MACHINE_H */
