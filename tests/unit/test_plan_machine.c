@@ -1,0 +1,526 @@
+/*
+ * test_plan_machine.c — the one meaning of a plan (scheduler/plan_machine.h): a crafted plan per
+ * validator rule, each breaking exactly that rule; the simulator's memory against the machine's;
+ * the adaptive schedule's order timed by the simulator against an independent evaluator written
+ * here; the link streams of the simulator; and T5's order on inputs where sorting by raw input
+ * length and by padded input length differ.
+ */
+#include "testutil.h"
+
+#include "../../scheduler/microbatch.h"
+#include "../../scheduler/plan_machine.h"
+#include "../../scheduler/schedule.h"
+#include "../../sim/sim.h"
+
+typedef struct world {
+    model_spec m;
+    cluster_spec hw;
+    cost_model *cm;
+    stage_model sm;
+    sim_config cfg;
+} world;
+
+/* A 16-layer tiny GPT on S stages with C chunks; links with the given latency (us), infinite
+ * bandwidth. */
+static void world_init(world *w, int S, int C, double latency_us)
+{
+    memset(w, 0, sizeof *w);
+    w->m = *model_preset("gpt-tiny");
+    w->m.enc_layers = 16;
+    cluster_preset("p4d", &w->hw);
+    w->hw.gpus_per_node = 64;
+    w->hw.intra_gbit = w->hw.inter_gbit = 1e15;
+    w->hw.intra_latency_us = w->hw.inter_latency_us = latency_us;
+    analytic_params p;
+    analytic_params_default(&p);
+    dp_err err = {0};
+    assert_int_equal(cost_analytic_new(&w->m, &w->hw, 1, RECOMPUTE_NONE, &p, &w->cm, &err), DP_OK);
+    if (stage_model_init(&w->sm, w->cm, S, C, 1, 0, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+    w->cfg.hw = &w->hw;
+    w->cfg.pp = S;
+    w->cfg.chunks = C;
+    w->cfg.dp = 1;
+    w->cfg.mem_limit_mb = 1e9;
+}
+
+/* m micro-batches of f ms forward, b ms backward (w of it the weight part), 1 MB stored. */
+static void equal_iter(const world *w, plan_iter *it, int m, double f, double b, double wgt)
+{
+    int S = w->sm.pp;
+    assert_int_equal(plan_iter_alloc(it, 0, S, 1, m, m), DP_OK);
+    for (int k = 0; k < m; k++) {
+        plan_mb *x = &it->mb[k];
+        x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
+        it->ids[k] = k;
+        for (int s = 0; s < S; s++) {
+            x->fwd_ms[s] = f, x->bwd_ms[s] = b, x->w_ms[s] = wgt;
+            x->stored_mb[s] = 1, x->peak_mb[s] = 1;
+        }
+    }
+}
+
+/* Instruction lists per stage, "OP:mb" or "OP:mb:chunk" words; transfers go to the neighbouring
+ * virtual stage's device, with the bytes of the schedules. */
+static void craft(const world *w, plan_iter *it, int m, const char *const *lists)
+{
+    int S = w->sm.pp, C = w->sm.chunks;
+    equal_iter(w, it, m, 1, 1, 0);
+    for (int r = 0; r < S; r++) {
+        const char *p = lists[r];
+        for (;;) {
+            char op[16];
+            int mb, n, chunk = 0;
+            if (sscanf(p, " %15[A-Z_]:%d%n", op, &mb, &n) != 2) break;
+            p += n;
+            if (sscanf(p, ":%d%n", &chunk, &n) == 1) p += n;
+            plan_op o;
+            assert_int_equal(plan_op_parse(op, &o), 0);
+            int v = chunk * S + r, peer = -1;
+            int64_t bytes = 0;
+            if (o == OP_SEND_ACT || o == OP_RECV_GRAD) peer = (v + 1) % S, bytes = schedule_act_bytes(&w->sm, &it->mb[mb], v);
+            if (o == OP_RECV_ACT || o == OP_SEND_GRAD) peer = (v - 1 + S * C) % S, bytes = schedule_act_bytes(&w->sm, &it->mb[mb], v - 1 < 0 ? 0 : v - 1);
+            assert_int_equal(plan_rank_push(&it->ranks[r], o, mb, chunk, peer, bytes), DP_OK);
+        }
+    }
+}
+
+static const char *GOOD0 = "F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1";
+static const char *GOOD1 = "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1";
+
+/* A 2-stage plan whose stage lists are s0, s1 must be refused, naming the rule. */
+static void refused(const char *s0, const char *s1, const char *why, const char *rule)
+{
+    world w;
+    world_init(&w, 2, 1, 0);
+    const char *lists[2] = {s0, s1};
+    plan_iter it;
+    craft(&w, &it, 2, lists);
+    dp_err err = {0};
+    if (plan_validate(&it, 1, "rules.json", &err) == DP_OK) fail_msg("accepted, wanted \"%s\"", why);
+    assert_msg_has(err.msg, "rules.json: iteration 0: ");
+    assert_msg_has(err.msg, why);
+    assert_msg_has(err.msg, rule);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+static void test_each_instruction_rule(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 2, 1, 0);
+    const char *good[2] = {GOOD0, GOOD1};
+    plan_iter it;
+    craft(&w, &it, 2, good);
+    dp_err err = {0};
+    if (plan_validate(&it, 1, "rules.json", &err) != DP_OK) fail_msg("%s", err.msg);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+    /* one F and one B per (micro-batch, chunk) */
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1",
+            "RECV_ACT:0 F:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1",
+            "instruction 2 (F mb 0 chunk 0): a second F of micro-batch 0", "rule: one F and one B");
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1", GOOD1,
+            "a second B of micro-batch 0", "rule: one F and one B");
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1", GOOD1,
+            "never runs B of micro-batch 1", "rule: one F and one B");
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 FREE:1", GOOD1,
+            "FREE before its F and B", "rule: FREE last");
+    refused("F:0 SEND_ACT:0 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1", GOOD1,
+            "SEND_ACT before its F", "rule: transfers");
+    refused("B:0 F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 FREE:0 RECV_GRAD:1 B:1 FREE:1", GOOD1,
+            "B before its F", "rule: F before B");
+    /* W: for every micro-batch of a rank or for none, once, after its B */
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 W:0 FREE:0 RECV_GRAD:1 B:1 FREE:1", GOOD1,
+            "FREE before its W", "rule: FREE last");
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 W:0 FREE:0 RECV_GRAD:1 B:1", GOOD1,
+            "never runs W of micro-batch 1", "every micro-batch or for none");
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 W:0 W:0 FREE:0 RECV_GRAD:1 B:1 W:1 FREE:1",
+            GOOD1, "a second W of micro-batch 0", "rule: one W");
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 W:0 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 W:1 FREE:1",
+            GOOD1, "W before its B", "rule: W after B");
+    /* no use after FREE; FREE after the sends and W that read the slot */
+    refused("F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 FREE:0 B:0 RECV_GRAD:1 B:1 FREE:1", GOOD1,
+            "FREE before its F and B", "rule: FREE last");
+    refused(GOOD0, "RECV_ACT:0 F:0 B:0 FREE:0 SEND_GRAD:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1",
+            "FREE before its SEND_GRAD", "rule: FREE last");
+    refused(GOOD0, "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1 F:0",
+            "uses micro-batch 0 chunk 0 after its FREE", "rule: no use after FREE");
+    refused(GOOD0, "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1 FREE:1",
+            "after its FREE", "rule: no use after FREE");
+    refused(GOOD0, "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1",
+            "never runs FREE of micro-batch 1", "rule: one FREE");
+    /* transfers: before their compute, matched in order, no deadlock */
+    refused(GOOD0, "F:0 RECV_ACT:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1",
+            "F before the RECV_ACT of its input", "rule: transfers");
+    refused("F:0 F:1 SEND_ACT:1 SEND_ACT:0 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1", GOOD1,
+            "orders cross", "rule: transfers");
+    refused("F:0 SEND_ACT:0 RECV_GRAD:0 B:0 FREE:0 F:1 SEND_ACT:1 RECV_GRAD:1 B:1 FREE:1",
+            "RECV_ACT:0 F:0 RECV_ACT:1 F:1 B:0 SEND_GRAD:0 FREE:0 B:1 SEND_GRAD:1 FREE:1",
+            "the plan deadlocks", "rule: no deadlock");
+}
+
+/* Data rules: one iteration broken by `edit`, refused with why. */
+static void refused_data(void (*edit)(plan_iter *), const char *why)
+{
+    world w;
+    world_init(&w, 2, 1, 0);
+    const char *good[2] = {GOOD0, GOOD1};
+    plan_iter it;
+    craft(&w, &it, 2, good);
+    edit(&it);
+    dp_err err = {0};
+    if (plan_validate(&it, 1, "rules.json", &err) == DP_OK) fail_msg("accepted, wanted \"%s\"", why);
+    assert_msg_has(err.msg, "rules.json: iteration 0");
+    assert_msg_has(err.msg, why);
+    assert_msg_has(err.msg, "(rule: ");
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+static void w_over_bwd(plan_iter *it) { it->mb[1].w_ms[0] = it->mb[1].bwd_ms[0] + 0.5; }
+static void negative_time(plan_iter *it) { it->mb[0].fwd_ms[1] = -1; }
+static void nan_memory(plan_iter *it) { it->mb[0].peak_mb[0] = NAN; }
+static void too_many_tokens(plan_iter *it) { it->mb[1].enc_tokens = 17; }
+static void no_microbatch(plan_iter *it)
+{
+    for (int r = 0; r < 2; r++) it->ranks[r].n = 0;
+    it->n_mb = 0;
+}
+static void wrong_peer(plan_iter *it) { it->ranks[0].ins[1].peer = 0; }
+static void wrong_bytes(plan_iter *it) { it->ranks[1].ins[0].bytes += 2; }
+
+static void test_each_data_rule(void **state)
+{
+    (void)state;
+    refused_data(w_over_bwd, "exceeds pred_ms.bwd[0] = 1 (rule: 0 <= w <= bwd");
+    refused_data(negative_time, "pred_ms.fwd[1] = -1 (rule: times and memory finite and >= 0)");
+    refused_data(nan_memory, "mem_mb.peak[0] = nan");
+    refused_data(too_many_tokens, "holds 17 + 0 real tokens in 1 x (16 + 0) padded ones (rule: tokens <= padded_tokens)");
+    refused_data(no_microbatch, "has no micro-batch");
+    refused_data(wrong_peer, "the peer of virtual stage 0 must be stage 1");
+    refused_data(wrong_bytes, "differ in shape");
+    /* the simulator, given such a plan anyway, names the instruction instead of running it */
+    world w;
+    world_init(&w, 2, 1, 0);
+    const char *zb[2] = {"F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 W:0 FREE:0 RECV_GRAD:1 B:1 W:1 FREE:1", GOOD1};
+    plan_iter it;
+    craft(&w, &it, 2, zb);
+    dp_err err = {0};
+    if (plan_validate(&it, 1, "zb.json", &err) != DP_OK) fail_msg("%s", err.msg);
+    w_over_bwd(&it);
+    sim s;
+    sim_init(&s);
+    sim_iter_result res;
+    assert_int_equal(sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "stage 0 (replica 0) instruction 9 (B mb 1 chunk 0) lasts -0.5 ms");
+    sim_release(&s);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+/* One device, two chunks: virtual stage 0 sends to virtual stage 1 on the same device. */
+static void test_self_send(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 1, 2, 0);
+    const char *one[1] = {"F:0:0 SEND_ACT:0:0 RECV_ACT:0:1 F:0:1 B:0:1 SEND_GRAD:0:1 FREE:0:1 "
+                          "RECV_GRAD:0:0 B:0:0 FREE:0:0"};
+    plan_iter it;
+    craft(&w, &it, 1, one);
+    dp_err err = {0};
+    if (plan_validate(&it, 2, "self.json", &err) != DP_OK) fail_msg("%s", err.msg);
+    sim s;
+    sim_init(&s);
+    sim_iter_result res;
+    if (sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(res.makespan_ns, 2000000); /* f + b of the micro-batch over two chunks */
+    sim_release(&s);
+    /* the receive posted before the send is fine; a self-receive of the wrong kind is not */
+    it.ranks[0].ins[2].op = OP_RECV_GRAD;
+    assert_int_not_equal(plan_validate(&it, 2, "self.json", &err), DP_OK);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+static void test_plan_level_rules(void **state)
+{
+    (void)state;
+    /* the golden 4-rank plan, edited as text */
+    char *text = NULL;
+    dp_err err = {0};
+    FILE *fp = fopen("tests/cli/golden/plan_4ranks.json", "rb");
+    assert_non_null(fp);
+    text = calloc(1 << 20, 1);
+    size_t n = fread(text, 1, (1 << 20) - 1, fp);
+    fclose(fp);
+    assert_true(n > 100);
+    plan p;
+    assert_int_equal(plan_parse(text, "p.json", &p, &err), DP_OK);
+    if (plan_check(&p, "p.json", &err) != DP_OK) fail_msg("%s", err.msg);
+    model_spec t5 = *model_preset("t5-tiny"), gpt = *model_preset("gpt-tiny");
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_OK);
+    assert_int_equal(plan_check_model(&p, &t5, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "rule: T5 micro-batches have a decoder length");
+    strcpy(p.h.schedule, "2f2b");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"2f2b\" is not a known schedule");
+    strcpy(p.h.schedule, "1f1b");
+    strcpy(p.h.recompute, "most");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"most\" is not none, selective or full");
+    strcpy(p.h.recompute, "none");
+    int n_it = p.n_it;
+    p.n_it = 0;
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "the plan has no iteration");
+    p.n_it = n_it;
+    plan_release(&p);
+    /* an iteration listed twice */
+    char *at = strstr(text, "\"iterations\": [");
+    assert_non_null(at);
+    char *body = strchr(at, '[') + 1, *end = strrchr(text, ']');
+    size_t len = (size_t)(end - body);
+    char *twice = malloc(2 * strlen(text));
+    snprintf(twice, 2 * strlen(text), "%.*s%.*s,%.*s]}", (int)(body - text), text, (int)len, body, (int)len, body);
+    assert_int_equal(plan_parse(twice, "p.json", &p, &err), DP_OK);
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "iteration id 0 appears twice (rule: unique iteration ids)");
+    plan_release(&p);
+    free(twice);
+    /* an unknown activation dtype */
+    char *dt = malloc(strlen(text) + 64);
+    snprintf(dt, strlen(text) + 64, "{\"act_dtype\": \"fp8\", %s", text + 1);
+    assert_int_equal(plan_parse(dt, "p.json", &p, &err), DP_ERR_PARSE);
+    assert_msg_has(err.msg, "\"act_dtype\" \"fp8\"");
+    free(dt);
+    free(text);
+}
+
+/* ---- memory: the simulator's timed accounting equals the machine's ---------------------------- */
+
+static void test_sim_memory_is_the_machine_memory(void **state)
+{
+    (void)state;
+    unsigned seed = 11;
+    const char *names[] = {"gpipe", "1f1b", "interleaved", "adaptive", "zb1"};
+    for (int rep = 0; rep < 40; rep++) {
+        int S = 1 << (rep % 4), C = strcmp(names[rep % 5], "interleaved") == 0 ? 2 : 1;
+        world w;
+        world_init(&w, S, C, 3);
+        plan_iter it;
+        int m = 1 + rand_r(&seed) % 12;
+        equal_iter(&w, &it, m, 1, 2, 0.7);
+        for (int k = 0; k < m; k++)
+            for (int s = 0; s < S; s++) {
+                it.mb[k].fwd_ms[s] = 0.2 + (rand_r(&seed) % 100) / 50.0;
+                it.mb[k].bwd_ms[s] = 2 * it.mb[k].fwd_ms[s];
+                it.mb[k].w_ms[s] = 0.4 * it.mb[k].bwd_ms[s];
+                it.mb[k].stored_mb[s] = 1 + rand_r(&seed) % 50;
+                it.mb[k].peak_mb[s] = it.mb[k].stored_mb[s] * (1 + (rand_r(&seed) % 10) / 4.0);
+            }
+        schedule_ctx ctx = {&w.sm};
+        dp_err err = {0};
+        if (schedule_find(names[rep % 5])->build(&ctx, &it, &err) != DP_OK) fail_msg("%s", err.msg);
+        if (plan_validate(&it, C, names[rep % 5], &err) != DP_OK) fail_msg("%s", err.msg);
+        sim s;
+        sim_init(&s);
+        sim_iter_result res;
+        if (sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+        plan_machine pm;
+        assert_int_equal(pm_init(&pm, &it, C, &err), DP_OK);
+        for (int r = 0; r < S; r++) {
+            double left;
+            assert_near(res.peak_mb[r], pm_rank_peak(&pm, r, &left), 1e-6);
+            assert_near(left, 0, 1e-9);
+        }
+        pm_release(&pm);
+        sim_release(&s);
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+}
+
+/* ---- the adaptive order against an independent evaluator ------------------------------------ */
+
+/* Times each device's op list (F or B of micro-batch k, in order) with free links: an op starts
+ * when its device is free and its input is there (F: the previous stage's F; B: the next stage's
+ * B, or the last stage's own F). Ops are placed by repeated sweeps until all are. */
+static int64_t evaluate(const plan_iter *it, int S)
+{
+    int m = it->n_mb;
+    int64_t *fend = malloc(sizeof(int64_t) * (size_t)(S * m)), *bend = malloc(sizeof(int64_t) * (size_t)(S * m));
+    int *pos = calloc((size_t)S, sizeof *pos);
+    int64_t *free_at = calloc((size_t)S, sizeof *free_at), end = 0;
+    for (int i = 0; i < S * m; i++) fend[i] = bend[i] = -1;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int s = 0; s < S; s++) {
+            const plan_rank *R = &it->ranks[s];
+            while (pos[s] < R->n) {
+                const plan_instr *x = &R->ins[pos[s]];
+                if (x->op != OP_F && x->op != OP_B) {
+                    pos[s]++;
+                    continue;
+                }
+                int k = x->mb;
+                int64_t ready = x->op == OP_F ? (s == 0 ? 0 : fend[(s - 1) * m + k])
+                                              : (s == S - 1 ? fend[s * m + k] : bend[(s + 1) * m + k]);
+                if (ready < 0) break;
+                int64_t start = ready > free_at[s] ? ready : free_at[s];
+                double ms = x->op == OP_F ? it->mb[k].fwd_ms[s] : it->mb[k].bwd_ms[s];
+                free_at[s] = start + llround(ms * 1e6);
+                (x->op == OP_F ? fend : bend)[s * m + k] = free_at[s];
+                if (free_at[s] > end) end = free_at[s];
+                pos[s]++;
+                moved = 1;
+            }
+        }
+    }
+    for (int s = 0; s < S; s++) assert_int_equal(pos[s], it->ranks[s].n);
+    free(fend), free(bend), free(pos), free(free_at);
+    return end;
+}
+
+static void test_adaptive_matches_independent_evaluator(void **state)
+{
+    (void)state;
+    unsigned seed = 5;
+    int cases = 0;
+    for (int S = 2; S <= 8; S *= 2)
+        for (int rep = 0; rep < 12; rep++) {
+            world w;
+            world_init(&w, S, 1, 0);
+            plan_iter it;
+            int m = 2 + rand_r(&seed) % 20;
+            equal_iter(&w, &it, m, 1, 2, 0);
+            for (int k = 0; k < m; k++) {
+                double size = 0.3 + (rand_r(&seed) % 1000) / 250.0;
+                for (int s = 0; s < S; s++) {
+                    it.mb[k].fwd_ms[s] = size * (1 + 0.1 * s);
+                    it.mb[k].bwd_ms[s] = 2 * size;
+                    it.mb[k].stored_mb[s] = size;
+                    it.mb[k].peak_mb[s] = 1.5 * size;
+                }
+            }
+            if (rep % 2) w.sm.budget_mb[0] = 6; /* memory that makes the admission bite */
+            schedule_ctx ctx = {&w.sm};
+            dp_err err = {0};
+            if (schedule_find("adaptive")->build(&ctx, &it, &err) != DP_OK) fail_msg("%s", err.msg);
+            if (plan_validate(&it, 1, "adaptive", &err) != DP_OK) fail_msg("%s", err.msg);
+            sim s;
+            sim_init(&s);
+            sim_iter_result res;
+            if (sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+            assert_int_equal(res.makespan_ns, evaluate(&it, S));
+            sim_release(&s);
+            plan_iter_release(&it);
+            cost_model_free(w.cm);
+            cases++;
+        }
+    assert_int_equal(cases, 36);
+}
+
+/* ---- link streams ------------------------------------------------------------------------------ */
+
+static int64_t b0_start_on_stage1;
+static void on_op(void *ctx, const sim_op *o)
+{
+    (void)ctx;
+    if (o->stage == 1 && o->op == OP_B && o->mb == 0) b0_start_on_stage1 = o->start_ns;
+}
+
+/* Stage 1 receives an activation from stage 0 and a gradient from stage 2. Stage 0's second
+ * forward is slow (50 ms), so its activation transfer cannot start before 51 ms; the gradient of
+ * micro-batch 0 is ready at 4.2 ms. On separate links it arrives at 4.3 ms and stage 1 runs B0
+ * then (stage 1 does B0 before F1, as an adaptive order may); one receive stream per rank would
+ * hold it behind the activation until 51.2 ms. */
+static void test_links_do_not_wait_for_each_other(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 3, 1, 100);
+    const char *lists[3] = {
+        "F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1",
+        "RECV_ACT:0 F:0 SEND_ACT:0 RECV_ACT:1 RECV_GRAD:0 B:0 SEND_GRAD:0 FREE:0 F:1 SEND_ACT:1 "
+        "RECV_GRAD:1 B:1 SEND_GRAD:1 FREE:1",
+        "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1 B:1 SEND_GRAD:1 FREE:1"};
+    plan_iter it;
+    craft(&w, &it, 2, lists);
+    it.mb[1].fwd_ms[0] = 50;
+    dp_err err = {0};
+    if (plan_validate(&it, 1, "links", &err) != DP_OK) fail_msg("%s", err.msg);
+    sim s;
+    sim_init(&s);
+    sim_sink sink = {on_op, NULL, NULL};
+    sim_iter_result res;
+    if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(b0_start_on_stage1, 4300000);
+    /* events: one per transfer, every one handled: 2 micro-batches x 2 links x 2 kinds */
+    assert_int_equal(res.events, 8);
+    sim_release(&s);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+/* Placement: with tensor parallelism a rank spans tp GPUs, so stage boundaries cross nodes where
+ * the GPU index (rank * tp) does, not where the rank index would. */
+static void test_placement_counts_tensor_parallelism(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 2, 1, 0);
+    w.hw.gpus_per_node = 8;
+    w.hw.intra_latency_us = 1, w.hw.inter_latency_us = 1000;
+    const char *good[2] = {GOOD0, GOOD1};
+    plan_iter it;
+    craft(&w, &it, 2, good);
+    sim s;
+    sim_init(&s);
+    sim_iter_result one, eight;
+    dp_err err = {0};
+    w.cfg.tp = 1; /* ranks 0 and 1 on GPUs 0 and 1: one node */
+    if (sim_iteration(&s, &w.cfg, &it, 0, NULL, &one, &err) != DP_OK) fail_msg("%s", err.msg);
+    w.cfg.tp = 8; /* GPUs 0-7 and 8-15: two nodes, every transfer inter-node */
+    if (sim_iteration(&s, &w.cfg, &it, 0, NULL, &eight, &err) != DP_OK) fail_msg("%s", err.msg);
+    /* every transfer on the critical path now pays the inter-node latency (999 us more each) */
+    int64_t more = eight.makespan_ns - one.makespan_ns;
+    assert_true(more >= 2 * 999000);
+    assert_int_equal(more % 999000, 0);
+    sim_release(&s);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
+/* ---- T5 order ---------------------------------------------------------------------------------- */
+
+static void test_t5_order_groups_by_padded_input(void **state)
+{
+    (void)state;
+    batch_rules r;
+    batch_rules_default(&r, ARCH_T5);
+    r.pad_multiple = 8;
+    /* inputs 17..24 pad to 24; sorted by raw input the targets would read 90 5 80 7; within the
+     * padded group they must be ordered (ascending in the first group) */
+    sample_len s[6] = {{0, 17, 90}, {1, 18, 5}, {2, 19, 80}, {3, 20, 7}, {4, 30, 50}, {5, 31, 3}};
+    assert_int_equal(mb_order(&r, s, 6), DP_OK);
+    int want[6] = {1, 3, 2, 0, 4, 5}; /* group 24: 5 7 80 90; group 32 reversed: 50 3 */
+    for (int i = 0; i < 6; i++) assert_int_equal(s[i].id, want[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_each_instruction_rule),
+        cmocka_unit_test(test_each_data_rule),
+        cmocka_unit_test(test_self_send),
+        cmocka_unit_test(test_plan_level_rules),
+        cmocka_unit_test(test_sim_memory_is_the_machine_memory),
+        cmocka_unit_test(test_adaptive_matches_independent_evaluator),
+        cmocka_unit_test(test_links_do_not_wait_for_each_other),
+        cmocka_unit_test(test_placement_counts_tensor_parallelism),
+        cmocka_unit_test(test_t5_order_groups_by_padded_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
