@@ -7,49 +7,10 @@
 #include <string.h>
 
 #include "../models/calibrate.h"
-#include "../models/memory.h"
 #include "cli.h"
 
 static const char COST_USAGE[] =
     "dpsim cost [--model M] (--profile CSV | --hw H) --mbs N --seqlen L [--dec-seqlen D] [--json]";
-
-/* Stage-level figures of the slowest stage: layers x per-layer (+ LM head on the last stage). */
-typedef struct stage_cost {
-    double fwd_ms, bwd_ms, stored_mb, peak_mb;
-    int stage;
-} stage_cost;
-
-static dp_status slowest_stage(const cost_model *cm, int pp, const cost_shape *s,
-                               const cost_layer *layer, stage_cost *out, dp_err *err)
-{
-    memset(out, 0, sizeof *out);
-    out->fwd_ms = -1;
-    for (int st = 0; st < pp; st++) {
-        int enc, dec;
-        memory_stage_layers(&cm->model, st, pp, &enc, &dec);
-        stage_cost c = {0};
-        c.stage = st;
-        for (int k = 0; k < 2; k++) {
-            int n = k == 0 ? enc : dec;
-            const cost_layer *l = &layer[k];
-            if (!n) continue;
-            c.fwd_ms += n * l->fwd_ms;
-            c.bwd_ms += n * l->bwd_ms;
-            c.stored_mb += n * l->stored_act_mb;
-            c.peak_mb = fmax(c.peak_mb, fmax(0, l->peak_act_mb - l->stored_act_mb));
-        }
-        if (st == pp - 1) {
-            cost_layer post;
-            dp_status r = cost_query(cm, COMP_POSTPROCESS, s, &post, err);
-            if (r != DP_OK) return r;
-            c.fwd_ms += post.fwd_ms;
-            c.bwd_ms += post.bwd_ms;
-        }
-        c.peak_mb += c.stored_mb;
-        if (c.fwd_ms + c.bwd_ms > out->fwd_ms + out->bwd_ms) *out = c;
-    }
-    return DP_OK;
-}
 
 int cmd_cost(int argc, char **argv)
 {
@@ -121,18 +82,22 @@ int cmd_cost(int argc, char **argv)
         cost_model_free(cm);
         return cli_usage_error(cmd, COST_USAGE, "a GPT model has no decoder: drop --dec-seqlen");
     }
-    if (pp > model_layers(&m) || (m.arch == ARCH_T5 && pp > 1 && pp % 2)) {
+    /* the planner's own stage model (stage_cost.h), memory unbounded: this is a query */
+    stage_model sm;
+    st = stage_model_init(&sm, cm, (int)pp, 1, 1, 0, 1e15, &err);
+    if (st != DP_OK) {
         cost_model_free(cm);
-        return cli_usage_error(cmd, COST_USAGE,
-                               "--pp %lld does not fit %s (%d layers%s)", (long long)pp, m.name,
-                               model_layers(&m), m.arch == ARCH_T5 ? "; T5 needs an even --pp" : "");
+        return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
     }
     cost_shape s = {(int)mbs, (int)seqlen, (int)dec};
     cost_layer layer[2] = {{0}};
     st = cost_query(cm, COMP_ENCODER, &s, &layer[0], &err);
     if (st == DP_OK && m.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, &s, &layer[1], &err);
-    stage_cost sc;
-    if (st == DP_OK) st = slowest_stage(cm, (int)pp, &s, layer, &sc, &err);
+    mb_cost mc;
+    int slowest = 0;
+    if (st == DP_OK) st = stage_model_cost(&sm, &s, &mc, &err);
+    for (int d = 1; st == DP_OK && d < sm.pp; d++)
+        if (mc.fwd_ms[d] + mc.bwd_ms[d] > mc.fwd_ms[slowest] + mc.bwd_ms[slowest]) slowest = d;
     if (st != DP_OK && st != DP_ERR_INFEASIBLE) {
         cost_model_free(cm);
         return cli_fail(cmd, &err);
@@ -152,10 +117,12 @@ int cmd_cost(int argc, char **argv)
                                       : &layer[0];
             cJSON_AddNumberToObject(o, "fwd_ms_per_layer", l->fwd_ms);
             cJSON_AddNumberToObject(o, "bwd_ms_per_layer", l->bwd_ms);
-            cJSON_AddNumberToObject(o, "fwd_ms_per_stage", sc.fwd_ms);
-            cJSON_AddNumberToObject(o, "bwd_ms_per_stage", sc.bwd_ms);
+            cJSON_AddNumberToObject(o, "fwd_ms_per_stage", mc.fwd_ms[slowest]);
+            cJSON_AddNumberToObject(o, "bwd_ms_per_stage", mc.bwd_ms[slowest]);
             cJSON_AddNumberToObject(o, "stored_act_mb_per_layer", l->stored_act_mb);
-            cJSON_AddNumberToObject(o, "peak_act_mb", sc.peak_mb);
+            cJSON_AddNumberToObject(o, "stored_act_mb_per_stage", mc.stored_mb[slowest]);
+            cJSON_AddNumberToObject(o, "peak_act_mb", mc.peak_mb[slowest]);
+            cJSON_AddNumberToObject(o, "stage", slowest);
             if (m.arch == ARCH_T5) {
                 cJSON *e = cJSON_AddObjectToObject(o, "encoder_layer");
                 cJSON_AddNumberToObject(e, "fwd_ms", layer[0].fwd_ms);
@@ -185,10 +152,11 @@ int cmd_cost(int argc, char **argv)
                        k ? "decoder layer" : (m.arch == ARCH_T5 ? "encoder layer" : "layer"),
                        layer[k].fwd_ms, layer[k].bwd_ms, layer[k].stored_act_mb,
                        layer[k].peak_act_mb);
-            printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "slowest stage", sc.fwd_ms, sc.bwd_ms,
-                   sc.stored_mb, sc.peak_mb);
-            printf("# slowest of %lld stage%s: stage %d (the last stage adds the LM head)\n",
-                   (long long)pp, pp == 1 ? "" : "s", sc.stage);
+            printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "slowest stage", mc.fwd_ms[slowest],
+                   mc.bwd_ms[slowest], mc.stored_mb[slowest], mc.peak_mb[slowest]);
+            printf("# slowest of %lld stage%s: stage %d (the planner's stage model: the last stage "
+                   "adds the LM head, its activations included)\n",
+                   (long long)pp, pp == 1 ? "" : "s", slowest);
         }
     }
     cost_model_free(cm);

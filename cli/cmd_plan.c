@@ -47,7 +47,12 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->bubble_fraction[s]);
     fprintf(fp, "\n%-34s", "peak memory per stage (MB)");
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %6.0f", r->peak_mem_mb[s]);
-    fprintf(fp, "\n%-34s %14s\n", "out of memory", r->oom ? "YES" : "no");
+    if (r->oom)
+        fprintf(fp, "\n%-34s %14s  (%d of %d iterations do not fit, the planner says; the "
+                "simulation agrees on %d)\n", "out of memory", "YES", r->planned_oom, r->iterations,
+                r->sim_oom);
+    else
+        fprintf(fp, "\n%-34s %14s\n", "out of memory", "no");
     if (r->why[0]) fprintf(fp, "%-34s %s\n", "", r->why);
     fprintf(fp, "%-34s %11.3f ms  (p90 %.3f ms)\n", "planning time per iteration",
             r->plan_ms_median, r->plan_ms_p90);

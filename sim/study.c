@@ -402,6 +402,8 @@ char *study_metrics_json(const study_result *r)
         cJSON_AddItemToArray(pm, cJSON_CreateNumber(r->peak_mem_mb[s]));
     }
     cJSON_AddBoolToObject(o, "oom", r->oom);
+    cJSON_AddNumberToObject(o, "planned_oom_iterations", r->planned_oom);
+    cJSON_AddNumberToObject(o, "sim_oom_iterations", r->sim_oom);
     cJSON_AddBoolToObject(o, "feasible", r->feasible);
     if (r->why[0]) cJSON_AddStringToObject(o, "why", r->why);
     char h[17];
