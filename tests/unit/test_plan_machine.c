@@ -5,59 +5,12 @@
  * here; the link streams of the simulator; and T5's order on inputs where sorting by raw input
  * length and by padded input length differ.
  */
-#include "testutil.h"
+#include "simworld.h"
 
 #include "../../scheduler/microbatch.h"
 #include "../../scheduler/plan_machine.h"
 #include "../../scheduler/schedule.h"
 #include "../../sim/sim.h"
-
-typedef struct world {
-    model_spec m;
-    cluster_spec hw;
-    cost_model *cm;
-    stage_model sm;
-    sim_config cfg;
-} world;
-
-/* A 16-layer tiny GPT on S stages with C chunks; links with the given latency (us), infinite
- * bandwidth. */
-static void world_init(world *w, int S, int C, double latency_us)
-{
-    memset(w, 0, sizeof *w);
-    w->m = *model_preset("gpt-tiny");
-    w->m.enc_layers = 16;
-    cluster_preset("p4d", &w->hw);
-    w->hw.gpus_per_node = 64;
-    w->hw.intra_gbit = w->hw.inter_gbit = 1e15;
-    w->hw.intra_latency_us = w->hw.inter_latency_us = latency_us;
-    analytic_params p;
-    analytic_params_default(&p);
-    dp_err err = {0};
-    assert_int_equal(cost_analytic_new(&w->m, &w->hw, 1, RECOMPUTE_NONE, &p, &w->cm, &err), DP_OK);
-    if (stage_model_init(&w->sm, w->cm, S, C, 1, 0, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
-    w->cfg.hw = &w->hw;
-    w->cfg.pp = S;
-    w->cfg.chunks = C;
-    w->cfg.dp = 1;
-    w->cfg.mem_limit_mb = 1e9;
-}
-
-/* m micro-batches of f ms forward, b ms backward (w of it the weight part), 1 MB stored. */
-static void equal_iter(const world *w, plan_iter *it, int m, double f, double b, double wgt)
-{
-    int S = w->sm.pp;
-    assert_int_equal(plan_iter_alloc(it, 0, S, 1, m, m), DP_OK);
-    for (int k = 0; k < m; k++) {
-        plan_mb *x = &it->mb[k];
-        x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
-        it->ids[k] = k;
-        for (int s = 0; s < S; s++) {
-            x->fwd_ms[s] = f, x->bwd_ms[s] = b, x->w_ms[s] = wgt;
-            x->stored_mb[s] = 1, x->peak_mb[s] = 1;
-        }
-    }
-}
 
 /* Instruction lists per stage, "OP:mb" or "OP:mb:chunk" words; transfers go to the neighbouring
  * virtual stage's device, with the bytes of the schedules. */
@@ -91,7 +44,7 @@ static const char *GOOD1 = "RECV_ACT:0 F:0 B:0 SEND_GRAD:0 FREE:0 RECV_ACT:1 F:1
 static void refused(const char *s0, const char *s1, const char *why, const char *rule)
 {
     world w;
-    world_init(&w, 2, 1, 0);
+    world_init(&w, 2, 1, 0, 1e15);
     const char *lists[2] = {s0, s1};
     plan_iter it;
     craft(&w, &it, 2, lists);
@@ -108,7 +61,7 @@ static void test_each_instruction_rule(void **state)
 {
     (void)state;
     world w;
-    world_init(&w, 2, 1, 0);
+    world_init(&w, 2, 1, 0, 1e15);
     const char *good[2] = {GOOD0, GOOD1};
     plan_iter it;
     craft(&w, &it, 2, good);
@@ -164,7 +117,7 @@ static void test_each_instruction_rule(void **state)
 static void refused_data(void (*edit)(plan_iter *), const char *why)
 {
     world w;
-    world_init(&w, 2, 1, 0);
+    world_init(&w, 2, 1, 0, 1e15);
     const char *good[2] = {GOOD0, GOOD1};
     plan_iter it;
     craft(&w, &it, 2, good);
@@ -202,7 +155,7 @@ static void test_each_data_rule(void **state)
     refused_data(wrong_bytes, "differ in shape");
     /* the simulator, given such a plan anyway, names the instruction instead of running it */
     world w;
-    world_init(&w, 2, 1, 0);
+    world_init(&w, 2, 1, 0, 1e15);
     const char *zb[2] = {"F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 W:0 FREE:0 RECV_GRAD:1 B:1 W:1 FREE:1", GOOD1};
     plan_iter it;
     craft(&w, &it, 2, zb);
@@ -224,7 +177,7 @@ static void test_self_send(void **state)
 {
     (void)state;
     world w;
-    world_init(&w, 1, 2, 0);
+    world_init(&w, 1, 2, 0, 1e15);
     const char *one[1] = {"F:0:0 SEND_ACT:0:0 RECV_ACT:0:1 F:0:1 B:0:1 SEND_GRAD:0:1 FREE:0:1 "
                           "RECV_GRAD:0:0 B:0:0 FREE:0:0"};
     plan_iter it;
@@ -308,7 +261,7 @@ static void test_sim_memory_is_the_machine_memory(void **state)
     for (int rep = 0; rep < 40; rep++) {
         int S = 1 << (rep % 4), C = strcmp(names[rep % 5], "interleaved") == 0 ? 2 : 1;
         world w;
-        world_init(&w, S, C, 3);
+        world_init(&w, S, C, 3, 1e15);
         plan_iter it;
         int m = 1 + rand_r(&seed) % 12;
         equal_iter(&w, &it, m, 1, 2, 0.7);
@@ -391,7 +344,7 @@ static void test_adaptive_matches_independent_evaluator(void **state)
     for (int S = 2; S <= 8; S *= 2)
         for (int rep = 0; rep < 12; rep++) {
             world w;
-            world_init(&w, S, 1, 0);
+            world_init(&w, S, 1, 0, 1e15);
             plan_iter it;
             int m = 2 + rand_r(&seed) % 20;
             equal_iter(&w, &it, m, 1, 2, 0);
@@ -440,7 +393,7 @@ static void test_links_do_not_wait_for_each_other(void **state)
 {
     (void)state;
     world w;
-    world_init(&w, 3, 1, 100);
+    world_init(&w, 3, 1, 100, 1e15);
     const char *lists[3] = {
         "F:0 SEND_ACT:0 F:1 SEND_ACT:1 RECV_GRAD:0 B:0 FREE:0 RECV_GRAD:1 B:1 FREE:1",
         "RECV_ACT:0 F:0 SEND_ACT:0 RECV_ACT:1 RECV_GRAD:0 B:0 SEND_GRAD:0 FREE:0 F:1 SEND_ACT:1 "
@@ -470,7 +423,7 @@ static void test_placement_counts_tensor_parallelism(void **state)
 {
     (void)state;
     world w;
-    world_init(&w, 2, 1, 0);
+    world_init(&w, 2, 1, 0, 1e15);
     w.hw.gpus_per_node = 8;
     w.hw.intra_latency_us = 1, w.hw.inter_latency_us = 1000;
     const char *good[2] = {GOOD0, GOOD1};
