@@ -99,6 +99,8 @@ typedef struct plan_cli {
     double mem_limit_mb;   /* 0: the hardware's */
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
     int stream;            /* read the trace CSV as a stream (bounded memory) */
+    const char *fixed_by_plan; /* the first option given that a plan file fixes (--pp, --model,
+                                * ...), NULL if none: refused beside --plan, not ignored */
 } plan_cli;
 
 void plan_cli_default(plan_cli *p);
@@ -152,6 +154,12 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
  * (plan_check_model; where names the plan). */
 dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
                               sim_config *cfg, dp_err *err);
+
+/* Refuses (DP_ERR_INVALID, common/outfile.h) outputs that are the same file as an input of the
+ * plan options (the trace, or the default trace; profile, fit, model and hardware files),
+ * extra inputs (e.g. --plan), or each other. p may be NULL (no plan options). */
+dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_extra,
+                            const out_role *outs, int n_out, dp_err *err);
 
 int cmd_plan(int argc, char **argv);
 int cmd_validate(int argc, char **argv);

@@ -220,6 +220,10 @@ int cmd_calibrate(int argc, char **argv)
     cluster_spec hw;
     cost_model *profile = NULL;
     char source[4200];
+    out_role in[] = {{"--profile", co.profile}, {"--model", co.model}, {"--hw", co.hw}},
+             outs[] = {{"-o", out}};
+    if (cli_check_outputs(NULL, in, 3, outs, 1, &err) != DP_OK)
+        return cli_usage_error(cmd, CALIB_USAGE, "%s", err.msg);
     dp_status st = cli_build_cost(&co, &m, &hw, &profile, source, sizeof source, &err);
     if (st == DP_ERR_INVALID) return cli_usage_error(cmd, CALIB_USAGE, "%s", err.msg);
     if (st != DP_OK) return cli_fail(cmd, &err);

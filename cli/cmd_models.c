@@ -1,10 +1,12 @@
 /* dpsim models — the model, GPU and cluster presets. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../models/hw.h"
 #include "../models/model.h"
+#include "../common/json_util.h"
 #include "cli.h"
 
 static const char MODELS_USAGE[] = "dpsim models [--show NAME]";
@@ -44,11 +46,21 @@ int cmd_models(int argc, char **argv)
     if (show) {
         model_spec m;
         cluster_spec cl;
-        if (model_resolve(show, &m, NULL) == DP_OK)
+        dp_err merr = {0};
+        if (model_resolve(show, &m, &merr) == DP_OK)
             return model_write_json(&m, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
         if (cluster_resolve(show, &cl, &err) == DP_OK)
             return cluster_write_json(&cl, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
-        return cli_fail("models", &err);
+        /* neither: report the reason of the kind the file looks like (a cluster names its GPU) */
+        char *text = NULL;
+        cJSON *root = NULL;
+        int cluster_like = 0;
+        if (json_slurp(show, &text, NULL) == DP_OK && json_parse_object(text, show, &root, NULL) == DP_OK)
+            cluster_like = cJSON_GetObjectItemCaseSensitive(root, "gpu") ||
+                           cJSON_GetObjectItemCaseSensitive(root, "gpus_per_node");
+        cJSON_Delete(root);
+        free(text);
+        return cli_fail("models", cluster_like ? &err : &merr);
     }
     int n;
     const model_spec *ms = model_presets(&n);

@@ -105,6 +105,11 @@ int cmd_plan(int argc, char **argv)
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg)
                                     : cli_fail(cmd, &err);
     }
+    out_role outs[] = {{"-o", out}};
+    if ((st = cli_check_outputs(&p, NULL, 0, outs, 1, &err)) != DP_OK) {
+        plan_env_release(&env);
+        return cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg);
+    }
     plan_writer w;
     plan_header h = {0};
     snprintf(h.model, sizeof h.model, "%s", p.cost.model);
@@ -126,11 +131,8 @@ int cmd_plan(int argc, char **argv)
     o.progress_ctx = (void *)"planning";
     study_result res;
     st = study_run(&o, &env.trace, &res, &err);
-    if (out) {
-        dp_err e2 = {0};
-        dp_status cs = plan_writer_close(&w, &e2);
-        if (st == DP_OK && cs != DP_OK) st = cs, err = e2;
-    }
+    if (out && st != DP_OK) plan_writer_abort(&w); /* an earlier plan file stays as it was */
+    else if (out) st = plan_writer_close(&w, &err);
     if (st == DP_OK) {
         char what[1024];
         snprintf(what, sizeof what, "plan: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
@@ -252,7 +254,15 @@ int cmd_sim(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage_error(cmd, SIM_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    if (sc.plan_path && p.fixed_by_plan)
+        return cli_usage_error(cmd, SIM_USAGE, "%s cannot apply with --plan: the plan file fixes it "
+                               "(only --mem-limit, --link-gbps, --link-latency-us and the cost "
+                               "model's --profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};
+    out_role plan_in[] = {{"--plan", sc.plan_path}};
+    out_role outs[] = {{"--timeline", sc.timeline}, {"--chrome", sc.chrome}};
+    if (cli_check_outputs(&p, plan_in, 1, outs, 2, &err) != DP_OK)
+        return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
     timeline_out tl;
     ascii_tl asc;
     ascii_init(&asc, sc.ascii_iteration);
@@ -273,7 +283,7 @@ int cmd_sim(int argc, char **argv)
         st = cli_plan_setup(&p, &env, &err);
         if (st == DP_ERR_INVALID) {
             plan_env_release(&env);
-            timeline_close(&tl, NULL);
+            timeline_abort(&tl);
             return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
         }
         if (st == DP_OK) {
@@ -291,7 +301,8 @@ int cmd_sim(int argc, char **argv)
         plan_env_release(&env);
     }
     dp_err e2 = {0};
-    if (timeline_close(&tl, &e2) != DP_OK && st == DP_OK) st = DP_ERR_IO, err = e2;
+    if (st != DP_OK) timeline_abort(&tl);
+    else if (timeline_close(&tl, &e2) != DP_OK) st = DP_ERR_IO, err = e2;
     if (st == DP_OK) {
         if (sc.json) {
             char *text = study_metrics_json(&res);

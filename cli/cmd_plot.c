@@ -56,6 +56,9 @@ static int plot_lengths_main(int argc, char **argv)
         return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one trace FILE");
     const char *path = argv[optind];
     dp_err err = {0};
+    out_role in[] = {{"FILE", path}}, outs[] = {{"-o", out}};
+    if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
+        return cli_usage_error(cmd, PLOT_USAGE, "%s", err.msg);
     trace t;
     trace_stats s = {0};
     trace_init(&t);
@@ -174,6 +177,9 @@ static int plot_sweep_main(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one CSV FILE");
     if (!c.x || !c.y) return cli_usage_error(cmd, PLOT_USAGE, "--x and --y are required");
     dp_err err = {0};
+    out_role in[] = {{"FILE", argv[optind]}}, outs[] = {{"-o", out}};
+    if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
+        return cli_usage_error(cmd, PLOT_USAGE, "%s", err.msg);
     dp_status st = csv_read_file(argv[optind], 1, sweep_header, sweep_row, &c, &err);
     if (st == DP_OK && c.n == 0)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: no row matches the --where filters", argv[optind]);

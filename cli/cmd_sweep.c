@@ -11,6 +11,9 @@
  * writes the file. MPI is the distributed engine; the local worker pool runs inside each rank.
  */
 #include <errno.h>
+#include <sys/stat.h>
+#include <sys/file.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -40,6 +43,16 @@ typedef struct grid {
     int nkeys;
     long points;
 } grid;
+
+#define GRID_MAX_POINTS 1000000
+
+/* A grid's boolean value: true or false (1 and 0 are accepted as the same). */
+static int grid_bool(const char *v, int *out)
+{
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0) return *out = 1, 0;
+    if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0) return *out = 0, 0;
+    return -1;
+}
 
 static const char *const METRIC_COLUMNS =
     "throughput_tokens_per_s,padding_efficiency,encoder_padding_efficiency,"
@@ -77,6 +90,11 @@ static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
             }
             g->values[k][g->nvalues[k]++] = v;
         }
+        if (g->points > GRID_MAX_POINTS / g->nvalues[k]) {
+            snprintf(msg, cap, "the grid has more than %d points (a sweep of that size is a "
+                     "mistake, or several sweeps)", GRID_MAX_POINTS);
+            return -1;
+        }
         g->points *= g->nvalues[k];
     }
     if (g->nkeys == 0) {
@@ -111,7 +129,7 @@ static void run_point(const plan_cli *base, const grid *g, long i, char *row, si
     point_key(g, i, key, sizeof key);
     for (int k = 0; k < g->nkeys; k++) {
         const char *v = g->values[k][value_at(g, i, k)];
-        if (strcmp(g->keys[k], "analytic") == 0) p.cost.analytic = strcmp(v, "0") != 0;
+        if (strcmp(g->keys[k], "analytic") == 0) grid_bool(v, &p.cost.analytic); /* checked */
         else cli_plan_set(&p, g->keys[k], v, "sweep", SWEEP_USAGE); /* checked before forking */
     }
     plan_env env;
@@ -270,15 +288,28 @@ static int run_pool(const plan_cli *base, const grid *g, const long *todo, long 
 }
 
 typedef struct file_sink {
-    FILE *fp;
+    int fd;           /* the output, opened for appending and locked */
+    const char *path;
+    int failed;       /* a write failed: errno_ says why */
+    int errno_;
 } file_sink;
 
+/* Appends one whole row with one write (O_APPEND: never interleaved, never half a row unless
+ * the disk fills mid-write, which is then reported). */
 static void emit_file(void *ctx, const char *row)
 {
     file_sink *f = ctx;
-    if (!row || !*row) return; /* a point whose worker died */
-    fprintf(f->fp, "%s\n", row);
-    fflush(f->fp);
+    if (!row || !*row || f->failed) return; /* a point whose worker died; or already failing */
+    size_t len = strlen(row);
+    char line[ROW_MAX + 1];
+    memcpy(line, row, len);
+    line[len++] = '\n';
+    off_t end = lseek(f->fd, 0, SEEK_END);
+    ssize_t w = write(f->fd, line, len);
+    if (w != (ssize_t)len) {
+        f->failed = 1, f->errno_ = w < 0 ? errno : ENOSPC;
+        if (w > 0 && end >= 0 && ftruncate(f->fd, end) != 0) f->errno_ = errno; /* no half row */
+    }
 }
 
 /* MPI ranks other than 0 send their rows to rank 0. */
@@ -340,6 +371,10 @@ int cmd_sweep(int argc, char **argv)
     for (int k = 0; k < g.nkeys; k++)
         for (int v = 0; v < g.nvalues[k]; v++) {
             plan_cli probe = p;
+            int b;
+            if (strcmp(g.keys[k], "analytic") == 0 && grid_bool(g.values[k][v], &b) != 0)
+                return cli_usage_error(cmd, SWEEP_USAGE, "grid key analytic: \"%s\" is not true "
+                                       "or false", g.values[k][v]);
             if (strcmp(g.keys[k], "analytic") == 0) continue;
             int rc = cli_plan_set(&probe, g.keys[k], g.values[k][v], cmd, SWEEP_USAGE);
             if (rc == 0)
@@ -363,7 +398,7 @@ int cmd_sweep(int argc, char **argv)
     dp_err err = {0};
     int rc = 0;
     long *todo = malloc((size_t)g.points * sizeof *todo), n = 0, skipped = 0;
-    FILE *fp = NULL;
+    file_sink fs = {-1, out, 0, 0};
     if (!todo) {
         rc = EXIT_RUNTIME;
         goto out;
@@ -392,20 +427,26 @@ int cmd_sweep(int argc, char **argv)
      * just after its creation saw an empty file) */
     if (mpi) MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
-        int fresh = access(out, F_OK) != 0;
-        fp = fopen(out, "a");
-        if (!fp) {
+        fs.fd = open(out, O_WRONLY | O_APPEND | O_CREAT, 0666);
+        if (fs.fd < 0) {
             dp_fail(&err, DP_ERR_IO, "%s: cannot open for appending: %s", out, strerror(errno));
             rc = cli_fail(cmd, &err);
             if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
             goto out;
         }
-        if (fresh) fprintf(fp, "%s\n", header);
+        if (flock(fs.fd, LOCK_EX | LOCK_NB) != 0) { /* one sweep per file */
+            dp_fail(&err, DP_ERR_IO, "%s: another sweep is writing this file (it is locked)\n"
+                    "hint: wait for it, or choose another --output", out);
+            rc = cli_fail(cmd, &err);
+            if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+            goto out;
+        }
+        struct stat sb;
+        if (fstat(fs.fd, &sb) == 0 && sb.st_size == 0) emit_file(&fs, header);
         fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s%s\n", g.points, skipped, out,
                 mpi ? "" : "");
         if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", size);
     }
-    file_sink fs = {fp};
     int prog = cli_stderr_is_tty() && rank == 0;
     if (run_pool(&p, &g, todo, n, (int)jobs, rank == 0 ? emit_file : emit_mpi, &fs, prog) != 0) rc = EXIT_RUNTIME;
     if (mpi) {
@@ -425,8 +466,17 @@ int cmd_sweep(int argc, char **argv)
         }
         MPI_Finalize();
     }
+    if (fs.failed) {
+        dp_fail(&err, DP_ERR_IO, "%s: write failed: %s (rows after the failure were lost; the "
+                "file holds only whole rows before it, and a resume continues from them)", out,
+                strerror(fs.errno_));
+        rc = cli_fail(cmd, &err);
+    }
 out:
-    if (fp) fclose(fp);
+    if (fs.fd >= 0 && close(fs.fd) != 0 && rc == 0) {
+        dp_fail(&err, DP_ERR_IO, "%s: close failed: %s", out, strerror(errno));
+        rc = cli_fail(cmd, &err);
+    }
     for (size_t i = 0; i < d.n; i++) free(d.keys[i]);
     free(d.keys);
     free(todo);

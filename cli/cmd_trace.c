@@ -229,6 +229,9 @@ static int trace_import_main(int argc, char **argv)
     if (optind != argc - 1)
         return cli_usage_error(cmd, IMPORT_USAGE, "expected exactly one input FILE");
     dp_err err = {0};
+    out_role in[] = {{"FILE", argv[optind]}}, outs[] = {{"-o", out}};
+    if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
+        return cli_usage_error(cmd, IMPORT_USAGE, "%s", err.msg);
     trace t;
     trace_init(&t);
     dp_status st = load_with(&lo, argv[optind], &t, &err);

@@ -7,6 +7,7 @@
 
 #include "../plots/plot.h"
 #include "../sim/validate.h"
+#include "../common/json_util.h"
 #include "cli.h"
 
 static const char VALIDATE_USAGE[] = "dpsim validate --plan plan.json --measured measured.csv [--json] [--plot F.png]";
@@ -54,7 +55,14 @@ int cmd_validate(int argc, char **argv)
     }
     if (optind < argc) return cli_usage_error(cmd, VALIDATE_USAGE, "unexpected argument \"%s\"", argv[optind]);
     if (!plan_path || !measured) return cli_usage_error(cmd, VALIDATE_USAGE, "--plan and --measured are required");
+    if (p.fixed_by_plan)
+        return cli_usage_error(cmd, VALIDATE_USAGE, "%s cannot apply: the plan file fixes it (only "
+                               "--mem-limit, --link-gbps, --link-latency-us and the cost model's "
+                               "--profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};
+    out_role in[] = {{"--plan", plan_path}, {"--measured", measured}}, outs[] = {{"--plot", fig}};
+    if (cli_check_outputs(NULL, in, 2, outs, 1, &err) != DP_OK)
+        return cli_usage_error(cmd, VALIDATE_USAGE, "%s", err.msg);
     plan pl;
     cluster_spec hw;
     sim_config cfg;
@@ -64,7 +72,11 @@ int cmd_validate(int argc, char **argv)
     st = cli_plan_sim_config(&pl, plan_path, &p, &hw, &cfg, &err);
     cfg.hw = &hw;
     if (st == DP_OK) st = plan_check(&pl, plan_path, &err);
-    if (st == DP_OK) st = validate_run(&pl, &cfg, measured, &v, &err);
+    char *ptext = NULL; /* the plan file's hash, as dprun wrote it into the timeline */
+    uint64_t hash = 0;
+    if (st == DP_OK && json_slurp(plan_path, &ptext, &err) == DP_OK) hash = dp_hash_text(ptext);
+    free(ptext);
+    if (st == DP_OK) st = validate_run(&pl, hash, &cfg, measured, &v, &err);
     if (st == DP_OK) {
         if (json) {
             char *text = validate_json(&v);

@@ -51,8 +51,25 @@ const char PLAN_OPTS_HELP[] =
     "      --stream         read a trace CSV as a stream, in bounded memory (automatic for\n"
     "                       files over 256 MB)\n";
 
+/* The options whose value a plan file carries (its header, micro-batches and instructions). */
+static const char *fixed_by_plan(int c)
+{
+    static const struct {
+        int code;
+        const char *name;
+    } T[] = {{300, "--model"}, {301, "--hw"}, {305, "--tp"}, {306, "--recompute"}, {320, "--trace"},
+             {321, "--batching"}, {322, "--schedule"}, {323, "--pp"}, {324, "--dp"},
+             {325, "--chunks"}, {326, "--zero"}, {327, "--mbs"}, {328, "--mb-tokens"},
+             {329, "--global-tokens"}, {330, "--max-seqlen"}, {331, "--max-dec-seqlen"},
+             {332, "--dp-thin"}, {333, "--iterations"}, {337, "--stream"}};
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++)
+        if (T[i].code == c) return T[i].name;
+    return NULL;
+}
+
 int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const char *usage)
 {
+    if (!p->fixed_by_plan) p->fixed_by_plan = fixed_by_plan(c);
     int r = cli_cost_opt(&p->cost, c, arg, cmd, usage);
     if (r != 0) return r;
     int64_t v;
@@ -242,4 +259,22 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
 out:
     cost_model_free(cm);
     return st;
+}
+
+dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_extra,
+                            const out_role *outs, int n_out, dp_err *err)
+{
+    out_role in[16];
+    int n = 0;
+    char def[4096];
+    if (p) {
+        const char *tr = p->trace ? p->trace : cli_data_path(DEFAULT_TRACE, def, sizeof def);
+        in[n++] = (out_role){"--trace", tr};
+        in[n++] = (out_role){"--profile", p->cost.profile};
+        in[n++] = (out_role){"--fit", p->cost.fit};
+        in[n++] = (out_role){"--model", p->cost.model};
+        in[n++] = (out_role){"--hw", p->cost.hw};
+    }
+    for (int i = 0; i < n_extra && n < 16; i++) in[n++] = extra_in[i];
+    return out_distinct(in, n, outs, n_out, err);
 }

@@ -29,6 +29,7 @@ struct csv_reader {
     char *buf;
     size_t bufcap;
     int eof;              /* no more lines */
+    size_t record_bytes;  /* bytes fed since the last completed row */
     dp_err *err;
     dp_status st;         /* first failure */
 };
@@ -72,6 +73,7 @@ static void on_row_end(int term, void *rd)
     } else {
         r->q[r->q_head + r->q_len++] = (qrow){r->fields, r->nfields, r->line};
     }
+    r->record_bytes = 0;
     r->fields = NULL;
     r->nfields = r->cap = 0;
 }
@@ -81,10 +83,15 @@ static void fill_queue(csv_reader *r)
 {
     while (r->st == DP_OK && r->q_len == 0 && !r->eof) {
         if (r->q_head > 0 && r->q_len == 0) r->q_head = 0;
-        ssize_t n = getline(&r->buf, &r->bufcap, r->fp);
-        if (n < 0) {
+        long n = dp_read_line(r->fp, &r->buf, &r->bufcap, DP_LINE_MAX);
+        if (n == -2) {
+            r->st = dp_fail(r->err, DP_ERR_PARSE, "%s:%ld: line longer than %zu MiB (the limit of "
+                            "a CSV line)", r->path, r->line + 1, DP_LINE_MAX >> 20);
+            return;
+        }
+        if (n <= 0) {
             r->eof = 1;
-            if (ferror(r->fp)) {
+            if (n < 0 || ferror(r->fp)) {
                 r->st = dp_fail(r->err, DP_ERR_IO, "%s: read error: %s", r->path, strerror(errno));
                 return;
             }
@@ -98,6 +105,12 @@ static void fill_queue(csv_reader *r)
         if (r->line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
             s += 3; /* UTF-8 byte-order mark */
             n -= 3;
+        }
+        r->record_bytes += (size_t)n;
+        if (r->record_bytes > DP_LINE_MAX) { /* a quoted field spanning endless lines */
+            r->st = dp_fail(r->err, DP_ERR_PARSE, "%s:%ld: record longer than %zu MiB (a quoted "
+                            "field is not closed?)", r->path, r->line, DP_LINE_MAX >> 20);
+            return;
         }
         if (csv_parse(&r->p, s, (size_t)n, on_field, on_row_end, r) != (size_t)n && r->st == DP_OK)
             r->st = dp_fail(r->err, DP_ERR_PARSE,

@@ -9,7 +9,10 @@
  *     header has 3");
  *   - quoting is strict (RFC 4180): a quote inside an unquoted field, text after a closing quote,
  *     a field with a NUL byte, and a quoted field that never closes (a truncated file) are errors;
- *   - an empty file and a file with a header but no rows are reported by csv_read_file itself.
+ *   - an empty file and a file with a header but no rows are reported by csv_read_file itself;
+ *   - a line, and a record (a quoted field may span lines), longer than DP_LINE_MAX (64 MiB) is
+ *     an error naming the line ("PATH:LINE: line longer than 64 MiB"), so an endless input is
+ *     refused in bounded memory; a field is at most as long as its record.
  *
  * Line numbers are physical lines, 1-based, of the line on which a row ends (a quoted field may
  * span lines). Rows are delivered one at a time, so a caller can stream a file of any size.

@@ -24,13 +24,32 @@ const char *dp_strerror(dp_status st)
     return "unknown error";
 }
 
+/* Stores text (len bytes) into msg; a text too long keeps its start and its end, where the
+ * reason usually is, with " ... " between them. */
+static void fit_msg(char *msg, size_t cap, const char *text, size_t len)
+{
+    if (len < cap) {
+        memcpy(msg, text, len + 1);
+        return;
+    }
+    size_t head = cap / 3, tail = cap - head - 6;
+    memcpy(msg, text, head);
+    memcpy(msg + head, " ... ", 5);
+    memcpy(msg + head + 5, text + len - tail, tail);
+    msg[cap - 1] = '\0';
+}
+
 dp_status dp_fail(dp_err *err, dp_status st, const char *fmt, ...)
 {
     if (err) {
+        char big[4 * DP_ERR_MSG_MAX];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        int n = vsnprintf(big, sizeof big, fmt, ap);
         va_end(ap);
+        if (n < 0) n = 0;
+        if ((size_t)n >= sizeof big) n = (int)sizeof big - 1; /* the tail is then beyond 4 KB */
+        fit_msg(err->msg, sizeof err->msg, big, (size_t)n);
         err->status = st;
     }
     return st;
@@ -44,14 +63,9 @@ void dp_err_prefix(dp_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
-    size_t hl = strlen(head);
-    if (hl + 2 >= sizeof err->msg) return;
-    /* Shift the old message right, keeping it NUL-terminated within the buffer. */
-    memmove(err->msg + hl + 2, err->msg, sizeof err->msg - hl - 2);
-    err->msg[sizeof err->msg - 1] = '\0';
-    memcpy(err->msg, head, hl);
-    err->msg[hl] = ':';
-    err->msg[hl + 1] = ' ';
+    char big[sizeof head + DP_ERR_MSG_MAX + 2];
+    int n = snprintf(big, sizeof big, "%s: %s", head, err->msg);
+    fit_msg(err->msg, sizeof err->msg, big, n < 0 ? 0 : (size_t)n < sizeof big ? (size_t)n : sizeof big - 1);
 }
 
 int dp_exit_code(dp_status st)
@@ -116,4 +130,34 @@ dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem)
     *buf = p;
     *cap = ncap;
     return DP_OK;
+}
+
+uint64_t dp_hash_text(const char *s)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max)
+{
+    size_t n = 0;
+    for (;;) {
+        if (n + 2 > *cap) {
+            size_t want = *cap ? *cap * 2 : 4096;
+            if (want > max + 2) want = max + 2;
+            if (want <= n + 1) return -2;
+            char *b = realloc(*buf, want);
+            if (!b) return -1;
+            *buf = b, *cap = want;
+        }
+        int c = getc(fp);
+        if (c == EOF) break;
+        (*buf)[n++] = (char)c;
+        if (c == '\n') break;
+        if (n > max) return -2;
+    }
+    if (*buf) (*buf)[n] = '\0';
+    if (n == 0 && ferror(fp)) return -1;
+    return (long)n;
 }

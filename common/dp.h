@@ -23,6 +23,7 @@
 #define DP_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef enum dp_status {
@@ -37,7 +38,8 @@ typedef enum dp_status {
     DP_ERR_EXTERNAL,    /* an external program or library failed (gnuplot, MPI, GSL) */
 } dp_status;
 
-/* Room for one message with a hint line; longer messages are truncated, never overflowed. */
+/* Room for one message with a hint line; a longer message keeps its first third and its end (the
+ * reason), with " ... " between, never overflowed. */
 #define DP_ERR_MSG_MAX 1024
 
 typedef struct dp_err {
@@ -71,6 +73,20 @@ int dp_parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out);
 
 /* Parses a finite double (rejects NaN and infinity). Same return convention as dp_parse_i64. */
 int dp_parse_f64(const char *text, double *out);
+
+/* FNV-1a, 64 bits, of a NUL-terminated text: the plan file's identity (dprun checks that every
+ * rank read the same plan, and writes it into the measured timeline for dpsim validate). */
+uint64_t dp_hash_text(const char *s);
+
+/* The longest line (and CSV record) a reader accepts, bytes: a larger one is an error naming
+ * the line, not an unbounded allocation (an endless line, /dev/zero, would otherwise grow the
+ * buffer until memory runs out). */
+#define DP_LINE_MAX ((size_t)64 << 20)
+
+/* Reads one line (with its '\n', if any) into *buf (grown as needed, NUL-terminated; the line
+ * may contain NUL bytes: the length is what counts). Returns the length, 0 at the end of input,
+ * -1 on a read error, -2 when the line exceeds max bytes (the rest of it is not read). */
+long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max);
 
 /* strdup that is C11-clean. Returns NULL on allocation failure. */
 char *dp_strdup(const char *s);

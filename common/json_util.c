@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outfile.h"
+
 dp_status json_slurp(const char *path, char **text, dp_err *err)
 {
     *text = NULL;
@@ -59,7 +61,58 @@ dp_status json_parse_object(const char *text, const char *name, cJSON **out, dp_
         cJSON_Delete(root);
         return dp_fail(err, DP_ERR_PARSE, "%s:1: expected a JSON object", name);
     }
+    dp_status st = json_strict(root, text, name, 0, err);
+    if (st != DP_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
     *out = root;
+    return DP_OK;
+}
+
+/* A key that appears twice in one object, anywhere below v; NULL if none. */
+static const cJSON *repeated_key(const cJSON *v)
+{
+    for (const cJSON *c = v ? v->child : NULL; c; c = c->next) {
+        if (cJSON_IsObject(v) && c->string)
+            for (const cJSON *d = c->next; d; d = d->next)
+                if (d->string && strcmp(c->string, d->string) == 0) return d;
+        const cJSON *deep = repeated_key(c);
+        if (deep) return deep;
+    }
+    return NULL;
+}
+
+/* The line of the first \u0000 escape inside a string of text, or 0. */
+static long nul_escape_line(const char *text)
+{
+    long line = 1;
+    int in_string = 0;
+    for (const char *c = text; *c; c++) {
+        if (*c == '\n') line++;
+        if (!in_string) {
+            in_string = *c == '"';
+            continue;
+        }
+        if (*c == '"') in_string = 0;
+        else if (*c == '\\' && c[1]) {
+            if (c[1] == 'u' && strncmp(c + 2, "0000", 4) == 0) return line;
+            c++; /* the escaped character */
+        }
+    }
+    return 0;
+}
+
+dp_status json_strict(const cJSON *v, const char *text, const char *name, long line, dp_err *err)
+{
+    const cJSON *dup = repeated_key(v);
+    if (dup)
+        return dp_fail(err, DP_ERR_PARSE, "%s%s%.0ld: key \"%s\" appears twice in one object",
+                       name, line ? ":" : "", line, dup->string);
+    long nul = nul_escape_line(text);
+    if (nul)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: a string holds \\u0000 (a NUL character)",
+                       name, line ? line : nul);
     return DP_OK;
 }
 
@@ -121,14 +174,13 @@ dp_status json_write_file(const cJSON *obj, const char *path, dp_err *err)
 {
     char *text = cJSON_Print(obj);
     if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    int use_stdout = strcmp(path, "-") == 0;
-    FILE *fp = use_stdout ? stdout : fopen(path, "wb");
-    if (!fp) {
-        free(text);
-        return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    out_file o;
+    dp_status st = out_open(&o, path, err);
+    if (st == DP_OK) {
+        fputs(text, o.fp);
+        fputc('\n', o.fp);
+        st = out_commit(&o, err);
     }
-    int bad = fputs(text, fp) < 0 || fputc('\n', fp) == EOF;
-    bad |= use_stdout ? fflush(fp) != 0 : fclose(fp) != 0;
     free(text);
-    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", path) : DP_OK;
+    return st;
 }

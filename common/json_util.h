@@ -4,7 +4,9 @@
  *
  *   - json_slurp refuses files over JSON_MAX_BYTES, so a wrong path to a huge file fails fast;
  *   - json_parse_object reports "FILE:LINE: malformed JSON" using cJSON's error position, and
- *     nesting deeper than cJSON's limit (1000) is malformed, not a crash;
+ *     nesting deeper than cJSON's limit (1000) is malformed, not a crash; it is strict where
+ *     cJSON is lenient: a key repeated in one object, a \u0000 escape (cJSON would cut the
+ *     string there) and anything after the document are errors;
  *   - json_int / json_double / json_bool read one field with a range check: "FILE: field
  *     \"hidden_size\" must be a whole number in [1, 16777216]". A default of JSON_REQUIRED makes
  *     the field mandatory.
@@ -24,6 +26,11 @@ dp_status json_slurp(const char *path, char **text, dp_err *err);
 
 /* Parses text that must hold one JSON object. */
 dp_status json_parse_object(const char *text, const char *name, cJSON **out, dp_err *err);
+
+/* The strict checks of json_parse_object on a parsed value and its text (for readers that parse
+ * themselves, such as JSONL): a repeated key or a \u0000 escape is DP_ERR_PARSE, named at
+ * name:line. */
+dp_status json_strict(const cJSON *v, const char *text, const char *name, long line, dp_err *err);
 
 /* Integer field in [lo, hi]; absent → def, or an error when def is JSON_REQUIRED (-1). */
 dp_status json_int(const cJSON *obj, const char *key, const char *name, int lo, int hi, int def,

@@ -108,6 +108,17 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
                            where, checks[i].field, checks[i].value, checks[i].min);
     if (m->arch == ARCH_GPT && m->dec_layers != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s: a GPT model has no decoder_num_layers", where);
+    /* every field within its range can still multiply past int64: the parameter count, in
+     * floating point first, must stay below MODEL_MAX_PARAMS (then the integer sums cannot
+     * overflow, nor can bytes = 16 x params) */
+    double h = m->hidden, f = m->ffn, hk = (double)m->heads * m->kv_channels;
+    double attn = 4 * h * hk + 4 * hk, mlp = 3 * h * f + 2 * f + 5 * h;
+    double total = (double)m->enc_layers * (attn + mlp) + (double)m->dec_layers * (2 * attn + mlp + 2 * h) +
+                   ((double)m->vocab + m->positions) * h;
+    if (total > MODEL_MAX_PARAMS)
+        return dp_fail(err, DP_ERR_INVALID, "%s: %.3g parameters, more than the %.0e dpsim "
+                       "models (the fields are each in range, their product is not)",
+                       where, total, MODEL_MAX_PARAMS);
     return DP_OK;
 }
 

@@ -72,6 +72,10 @@ const model_spec *model_preset(const char *name);
 const model_spec *model_presets(int *count);
 
 /* Checks ranges ("hidden_size must be positive"); where names the source in messages. */
+/* The largest model dpsim accepts, parameters (GPT-175B is 1.75e11): sizes derived from a spec
+ * are then far from int64's range. */
+#define MODEL_MAX_PARAMS 1e14
+
 dp_status model_validate(const model_spec *m, const char *where, dp_err *err);
 
 /* Reads a JSON spec file (format above). */

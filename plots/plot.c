@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* mkstemps */
 #include "plot.h"
 
 #include <errno.h>
@@ -6,6 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/outfile.h"
 
 static const char *terminal_for(const char *path, int w, int h, char *buf, size_t cap)
 {
@@ -29,9 +33,18 @@ dp_status plot_begin(plot *p, const char *out_path, int width, int height, dp_er
     if (strlen(out_path) >= sizeof p->out)
         return dp_fail(err, DP_ERR_INVALID, "output path is too long");
     strcpy(p->out, out_path);
+    /* gnuplot writes to a name of our own; plot_finish installs it at out_path */
+    const char *ext = strrchr(out_path, '.');
+    snprintf(p->tmp, sizeof p->tmp, "/tmp/dpsim-figure-XXXXXX%s", ext);
+    int fd = mkstemps(p->tmp, (int)strlen(ext));
+    if (fd < 0) return dp_fail(err, DP_ERR_IO, "%s: cannot create a temporary figure: %s", p->tmp, strerror(errno));
+    close(fd);
     p->fp = open_memstream(&p->text, &p->len);
-    if (!p->fp) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    fprintf(p->fp, "%s\nset output '%s'\nset encoding utf8\n", term, out_path);
+    if (!p->fp) {
+        unlink(p->tmp);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    fprintf(p->fp, "%s\nset output '%s'\nset encoding utf8\n", term, p->tmp);
     return DP_OK;
 }
 
@@ -46,8 +59,7 @@ dp_status plot_finish(plot *p, dp_err *err)
     fprintf(p->fp, "unset output\n");
     fclose(p->fp);
     p->fp = NULL;
-    remove(p->out);
-    FILE *g = popen("gnuplot 2>&1", "w");
+    FILE *g = popen("gnuplot 1>&2", "w"); /* a fixed command: no user text reaches the shell */
     if (!g) {
         st = dp_fail(err, DP_ERR_EXTERNAL, "cannot start gnuplot: %s", strerror(errno));
         goto out;
@@ -64,25 +76,50 @@ dp_status plot_finish(plot *p, dp_err *err)
         goto out;
     }
     struct stat sb;
-    if (stat(p->out, &sb) != 0 || sb.st_size == 0)
+    if (stat(p->tmp, &sb) != 0 || sb.st_size == 0)
         st = dp_fail(err, DP_ERR_EXTERNAL, "%s: gnuplot wrote no figure", p->out);
+    else
+        st = out_install(p->tmp, p->out, err);
 out:
+    unlink(p->tmp);
     free(p->text);
     p->text = NULL;
     return st;
 }
 
-/* Escapes a title for a single-quoted gnuplot string. */
-static void put_title(FILE *fp, const char *cmd, const char *title)
+/* Writes text as a gnuplot single-quoted string: '' for a quote, a space for every control
+ * character and backquote (a newline would end the literal and start a command), and
+ * enhanced-text markup neutralised (file names are not markup). */
+static void put_str(FILE *fp, const char *text)
 {
-    fprintf(fp, "%s '", cmd);
-    for (const char *c = title; *c; c++) {
-        if (*c == '\'') fputc('\'', fp); /* '' is a quote inside '...' */
+    fputc('\'', fp);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c < 0x20 || *c == 0x7f || *c == '`') {
+            fputc(' ', fp);
+            continue;
+        }
+        if (*c == '\'') fputc('\'', fp);
         if (*c == '_' || *c == '^' || *c == '{' || *c == '}' || *c == '@' || *c == '&')
-            fputc('\\', fp); /* no enhanced-text markup from file names */
+            fputc('\\', fp);
         fputc(*c, fp);
     }
-    fprintf(fp, "'\n");
+    fputc('\'', fp);
+}
+
+static void put_title(FILE *fp, const char *cmd, const char *title)
+{
+    fprintf(fp, "%s ", cmd);
+    put_str(fp, title);
+    fputc('\n', fp);
+}
+
+/* A datablock field: double-quoted, with quotes, control characters and backquotes replaced. */
+static void put_field(FILE *fp, const char *text)
+{
+    fputc('"', fp);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++)
+        fputc(*c < 0x20 || *c == 0x7f || *c == '`' ? ' ' : *c == '"' ? '\'' : *c, fp);
+    fputc('"', fp);
 }
 
 dp_status plot_lengths(const trace_stats *s, const char *title, const char *out_path, dp_err *err)
@@ -119,19 +156,6 @@ dp_status plot_lengths(const trace_stats *s, const char *title, const char *out_
     return plot_finish(&p, err);
 }
 
-/* Writes a string for gnuplot's single quotes with enhanced-text markup neutralised. */
-static void put_str(FILE *fp, const char *text)
-{
-    fputc('\'', fp);
-    for (const char *c = text; *c; c++) {
-        if (*c == '\'') fputc('\'', fp);
-        if (*c == '_' || *c == '^' || *c == '{' || *c == '}' || *c == '@' || *c == '&')
-            fputc('\\', fp);
-        fputc(*c, fp);
-    }
-    fputc('\'', fp);
-}
-
 static int find_name(const char **names, int n, const char *s)
 {
     for (int i = 0; i < n; i++)
@@ -155,7 +179,8 @@ dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const 
     /* one row per group: x, label, then one column per series (NaN = no bar) */
     fprintf(fp, "$data << EOD\n");
     for (int g = 0; g < ng; g++) {
-        fprintf(fp, "%d \"%s\"", g, groups[g]);
+        fprintf(fp, "%d ", g);
+        put_field(fp, groups[g]);
         for (int k = 0; k < ns; k++) {
             double v = NAN;
             for (int i = 0; i < n; i++)

@@ -15,12 +15,21 @@
 #include "../common/dp.h"
 #include "../traces/trace_stats.h"
 
-/* An open plot: the script is assembled in memory, then run by plot_finish. */
+/* An open plot: the script is assembled in memory, then run by plot_finish.
+ *
+ * No user text can run a command: gnuplot is given only a temporary output path of our own making
+ * (mkstemps in /tmp: letters and digits), which plot_finish then installs at the requested path
+ * (common/outfile.h: a failure leaves any earlier figure as it was); every user string (titles,
+ * labels, series and group names, which carry file names and CSV cells) reaches gnuplot as a
+ * single-quoted literal or a datablock field with quotes doubled or replaced and every control
+ * character (a newline would end the string and start a command) and backquote replaced by a
+ * space. gnuplot's own output goes to stderr, never to stdout. */
 typedef struct plot {
     char *text;   /* script text */
     size_t len;
     FILE *fp;     /* open_memstream on text */
-    char out[4096]; /* output file */
+    char out[4096]; /* output file, as the user named it */
+    char tmp[64];   /* where gnuplot writes it */
 } plot;
 
 /* Starts a figure written to out_path (.png or .svg) of width x height pixels. */

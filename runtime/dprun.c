@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../common/json_util.h"
+#include "../common/outfile.h"
 #include "../scheduler/plan.h"
 #include "check_gpu.h"
 #include "exec.h"
@@ -159,11 +160,17 @@ static int profile_main(int argc, char **argv)
     return rc;
 }
 
-static uint64_t fnv(const char *s)
+/* A failed collective (MPI_ERRORS_RETURN is set): the rank says which and why, the job ends. */
+static void mpi_check(int rc, const char *call)
 {
-    uint64_t h = 14695981039346656037ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
+    if (rc == MPI_SUCCESS) return;
+    char es[MPI_MAX_ERROR_STRING];
+    int len = 0, rank = -1;
+    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", rc);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "dprun: rank %d: %s failed: %s\n", rank, call, es);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
 /* Every rank has the same problem: rank 0 says it, all exit 1. */
@@ -217,6 +224,11 @@ static int run_main(int argc, char **argv)
     }
     if (optind < argc) return usage_error("unexpected argument", argv[optind]);
     if (!plan_path || !out) return usage_error("run needs --plan and --out", NULL);
+    {
+        dp_err derr = {0};
+        out_role in[] = {{"--plan", plan_path}}, outs[] = {{"--out", out}};
+        if (out_distinct(in, 1, outs, 1, &derr) != DP_OK) return usage_error(derr.msg, NULL);
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank, size;
@@ -233,8 +245,8 @@ static int run_main(int argc, char **argv)
     dp_err err = {0};
     char *text = NULL;
     int ok = json_slurp(plan_path, &text, &err) == DP_OK;
-    uint64_t h = ok ? fnv(text) : 0, *all = calloc((size_t)size, sizeof *all);
-    MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    uint64_t h = ok ? dp_hash_text(text) : 0, *all = calloc((size_t)size, sizeof *all);
+    mpi_check(MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD), "MPI_Allgather");
     int bad_rank = -1;
     for (int r = 0; r < size; r++)
         if (all[r] != all[0]) bad_rank = r;
@@ -283,40 +295,49 @@ static int run_main(int argc, char **argv)
     size_t n_rec = res.n_rec;
     /* the gradient norm: replicas hold the same gradients, so replica 0's stages sum it */
     double grad_sq = 0, mine_sq = rank < pl.h.pp ? res.grad_sq : 0;
-    MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    mpi_check(MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* gather every rank's records on rank 0 */
     int mine = (int)(n_rec * sizeof *rec), *counts = NULL, *displs = NULL, total = 0;
     if (rank == 0) counts = calloc((size_t)size, sizeof *counts), displs = calloc((size_t)size, sizeof *displs);
-    MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    mpi_check(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
     char *buf = NULL;
     if (rank == 0) {
         for (int r = 0; r < size; r++) displs[r] = total, total += counts[r];
         buf = malloc((size_t)total + 1);
     }
-    MPI_Gatherv(rec, mine, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    mpi_check(MPI_Gatherv(rec, mine, MPI_BYTE, buf, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD),
+              "MPI_Gatherv");
     int rc = 0;
     if (rank == 0) {
-        FILE *fp = fopen(out, "wb");
-        if (!fp) {
-            fprintf(stderr, "dprun: error: %s: cannot create\n", out);
+        out_file of;
+        dp_err werr = {0};
+        if (out_open(&of, out, &werr) != DP_OK) {
+            fprintf(stderr, "dprun: error: %s\n", werr.msg);
             rc = 1;
         } else {
             /* wire_elem_bytes: what a transfer moved per element (the plan's bytes count
-             * act_dtype elements), so that dpsim validate simulates the bytes really moved */
-            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes\n");
+             * act_dtype elements), so that dpsim validate simulates the bytes really moved;
+             * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
+            FILE *fp = of.fp;
+            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash\n");
             const rt_record *r = (const rt_record *)buf;
             for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d\n", r[i].iteration, r[i].stage,
+                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx\n", r[i].iteration, r[i].stage,
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
-                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, RT_WIRE_ELEM_BYTES);
-            rc = fclose(fp) != 0;
+                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, RT_WIRE_ELEM_BYTES,
+                        (unsigned long long)h);
+            if (out_commit(&of, &werr) != DP_OK) {
+                fprintf(stderr, "dprun: error: %s\n", werr.msg);
+                rc = 1;
+            }
             int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
             if (on_gpu && size == 1)
                 fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations", pl.h.pp, n_run);
             else
                 fprintf(stderr, "dprun: %d ranks%s ran %d iterations", size,
                         on_gpu ? " (one GPU each)" : "", n_run);
-            fprintf(stderr, "; gradient norm %.12e; wrote %s\n", sqrt(grad_sq), out);
+            fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
+                    rc ? "could not write" : "wrote", out);
         }
     }
     free(buf), free(counts), free(displs), free(rec);

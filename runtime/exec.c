@@ -85,6 +85,23 @@ static void die(const ctx *c, const char *what)
     exit(3); /* not reached */
 }
 
+/* Every MPI call's return code is checked (MPI_ERRORS_RETURN is set): a failure names the call
+ * and MPI's reason and ends the job, instead of surfacing later as a time-out. */
+static void mpi_die(const ctx *c, const char *call, int rc)
+{
+    char es[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 200];
+    int len = 0;
+    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", rc);
+    snprintf(msg, sizeof msg, "%s failed: %s", call, es);
+    die(c, msg);
+}
+
+#define MPI_TRY(c, call)                                                                           \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) mpi_die((c), #call, rc_);                                          \
+    } while (0)
+
 /* Size class of a request: the next power of two, so that a block is reused only by requests of
  * its own class (best-fit across classes let small requests eat large blocks and kept the pool
  * growing, i.e. faulting fresh pages). */
@@ -221,8 +238,8 @@ static void release_sent(ctx *c)
         slot *s = &c->slots[k];
         if (!s->alive || !s->free_pending) continue;
         int done0 = 0, done1 = 0;
-        MPI_Test(&s->send[0], &done0, MPI_STATUS_IGNORE);
-        MPI_Test(&s->send[1], &done1, MPI_STATUS_IGNORE);
+        MPI_TRY(c, MPI_Test(&s->send[0], &done0, MPI_STATUS_IGNORE));
+        MPI_TRY(c, MPI_Test(&s->send[1], &done1, MPI_STATUS_IGNORE));
         if (done0 && done1) slot_free(c, s, &c->ch[k % (size_t)c->chunks]);
     }
 }
@@ -351,8 +368,13 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
     dp_err perr = {0};
     if (pm_init(&c->pm, it, c->chunks, &perr) != DP_OK) die(c, "out of host memory");
+    /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
+    for (int k = 0; k < c->chunks; k++)
+        for (int l = 0; l < c->ch[k].layers; l++)
+            memset(c->ch[k].g[l].block, 0, c->ch[k].g[l].count * sizeof(double));
+    if (c->demb) memset(c->demb, 0, (size_t)c->vocab * c->hidden * sizeof(double));
     MPI_Request bar;
-    MPI_Ibarrier(MPI_COMM_WORLD, &bar); /* with the timeout: a stalled rank must not hang the rest */
+    MPI_TRY(c, MPI_Ibarrier(MPI_COMM_WORLD, &bar)); /* with the timeout: a stalled rank must not hang the rest */
     wait_req(c, &bar, "the other ranks at the start of the iteration");
     c->t0 = MPI_Wtime();
     char what[160];
@@ -373,8 +395,8 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
             check_wire(c, x, n);
             s->rx[kind] = pool_get(c, n);
             s->rx_n[kind] = n;
-            MPI_Irecv(s->rx[kind], (int)n, MPI_DOUBLE, peer, tag_of(x->mb, x->chunk, kind),
-                      MPI_COMM_WORLD, &s->recv[kind]);
+            MPI_TRY(c, MPI_Irecv(s->rx[kind], (int)n, MPI_DOUBLE, peer,
+                                 tag_of(x->mb, x->chunk, kind), MPI_COMM_WORLD, &s->recv[kind]));
             break;
         }
         case OP_F:
@@ -401,8 +423,8 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         case OP_SEND_GRAD: {
             int kind = step.kind;
             double *buf = pack(c, x, s, kind);
-            MPI_Isend(buf, (int)s->tx_n[kind], MPI_DOUBLE, peer, tag_of(x->mb, step.peer_chunk, kind),
-                      MPI_COMM_WORLD, &s->send[kind]);
+            MPI_TRY(c, MPI_Isend(buf, (int)s->tx_n[kind], MPI_DOUBLE, peer,
+                                 tag_of(x->mb, step.peer_chunk, kind), MPI_COMM_WORLD, &s->send[kind]));
             break;
         }
         case OP_FREE:
@@ -426,8 +448,9 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         for (int k = 0; k < c->chunks; k++)
             for (int l = 0; l < c->ch[k].layers; l++) {
                 MPI_Request rq;
-                MPI_Iallreduce(MPI_IN_PLACE, c->ch[k].g[l].block, (int)c->ch[k].g[l].count,
-                               MPI_DOUBLE, MPI_SUM, stage_comm, &rq);
+                MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, c->ch[k].g[l].block,
+                                          (int)c->ch[k].g[l].count, MPI_DOUBLE, MPI_SUM,
+                                          stage_comm, &rq));
                 wait_req(c, &rq, "the gradient all-reduce across replicas");
             }
         record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
@@ -482,7 +505,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         }
     }
     MPI_Comm stage_comm;
-    MPI_Comm_split(MPI_COMM_WORLD, c.stage, c.replica, &stage_comm);
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage, c.replica, &stage_comm));
     rt_layer_set_yield(mpi_progress);
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     if (o->stall_rank == c.rank && o->stall_s > 0) {

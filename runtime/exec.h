@@ -67,8 +67,9 @@ typedef struct rt_opts {
 
 /* What a run leaves: the measured operations, and the sum of squares of the parameter gradients
  * this process holds at the end (the layers of its stages, and the tied embedding's on the last
- * stage, accumulated over every run iteration): the same plan on the same model gives the same
- * figure on every backend, to rounding, which is how the backends' numerics are compared. */
+ * stage, of the last iteration run: gradients are zeroed at the start of every iteration, so
+ * warm-up runs change nothing): the same plan on the same model gives the same figure on every
+ * backend, to rounding, which is how the backends' numerics are compared. */
 typedef struct rt_result {
     rt_record *rec; /* malloc'd */
     size_t n_rec;

@@ -129,6 +129,22 @@ static void die(const gctx *c, const char *what)
     exit(3); /* not reached */
 }
 
+/* A failed MPI call (MPI_ERRORS_RETURN is set) names itself and ends the job. */
+static void mpi_die(const gctx *c, const char *call, int rc)
+{
+    char es[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 200];
+    int len = 0;
+    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", rc);
+    snprintf(msg, sizeof msg, "%s failed: %s", call, es);
+    die(c, msg);
+}
+
+#define MPI_TRY(c, call)                                                                           \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) mpi_die((c), #call, rc_);                                          \
+    } while (0)
+
 /* The next timing slot; its two events are created once and reused by later iterations, so the
  * enqueue loop does no event creation after the first iteration. */
 static gtimed *timed_new(gctx *c, int stage, int op, int mb, int chunk)
@@ -474,11 +490,11 @@ static dp_status wait_streams(gctx *c, const plan_iter *it)
 static void barrier(gctx *c)
 {
     MPI_Request bar;
-    MPI_Ibarrier(MPI_COMM_WORLD, &bar);
+    MPI_TRY(c, MPI_Ibarrier(MPI_COMM_WORLD, &bar));
     double deadline = MPI_Wtime() + c->o->timeout_s;
     struct timespec nap = {0, 20000};
     for (int done = 0; !done; nanosleep(&nap, NULL)) {
-        MPI_Test(&bar, &done, MPI_STATUS_IGNORE);
+        MPI_TRY(c, MPI_Test(&bar, &done, MPI_STATUS_IGNORE));
         if (!done && MPI_Wtime() > deadline) {
             char msg[200];
             snprintf(msg, sizeof msg, "timed out after %.1f s waiting for the other ranks at the "
@@ -502,6 +518,13 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
     for (int r = 0; r < c->pp && first < 0; r++)
         if (c->stream[r]) first = r;
     if (st == DP_OK) {
+        /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
+        for (int v = 0; v < c->nv; v++) {
+            rt_cuda *g = c->stream[v % c->pp];
+            for (int l = 0; g && l < c->ch[v].layers; l++)
+                rt_cuda_zero(g, c->ch[v].g[l].block, c->ch[v].g[l].count);
+        }
+        if (c->demb) rt_cuda_zero(c->stream[c->pp - 1], c->demb, (size_t)c->vocab * c->hidden);
         rt_cuda_event_record(c->stream[first], c->start);
         for (int r = first + 1; r < c->pp; r++)
             if (c->stream[r]) rt_cuda_wait_event(c->stream[r], c->start);
@@ -623,15 +646,15 @@ static dp_status agree(gctx *c, dp_status mine)
 {
     int size, first = 0, me = mine == DP_OK ? INT_MAX : c->rank;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_TRY(c, MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (first == INT_MAX) return DP_OK;
     char msg[DP_ERR_MSG_MAX], host[64];
     int status = mine;
     snprintf(msg, sizeof msg, "%s", c->err->msg);
     snprintf(host, sizeof host, "%s", c->host);
-    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
-    MPI_Bcast(host, (int)sizeof host, MPI_CHAR, first, MPI_COMM_WORLD);
-    MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+    MPI_TRY(c, MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD));
+    MPI_TRY(c, MPI_Bcast(host, (int)sizeof host, MPI_CHAR, first, MPI_COMM_WORLD));
+    MPI_TRY(c, MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD));
     return dp_fail(c->err, (dp_status)status, "rank %d on %s: %s", first, host, msg);
 }
 

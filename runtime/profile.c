@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/outfile.h"
 #include "layer.h"
 #ifdef DPRUN_CUDA
 #include "cuda/layer_cuda.h"
@@ -228,11 +229,13 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
         prober_close(&pr);
         return st;
     }
-    FILE *fp = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "wb");
-    if (!fp) {
+    out_file of;
+    st = out_open(&of, o->out, err);
+    if (st != DP_OK) {
         prober_close(&pr);
-        return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
+        return st;
     }
+    FILE *fp = of.fp;
     fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
     const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
     int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
@@ -264,7 +267,7 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
             fprintf(fp, "1,none,postprocess,bwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.bwd_ms);
         }
     prober_close(&pr);
-    int bad = fp == stdout ? fflush(fp) != 0 : fclose(fp) != 0;
-    if (st == DP_OK && bad) st = dp_fail(err, DP_ERR_IO, "%s: write failed", o->out);
+    if (st == DP_OK) st = out_commit(&of, err);
+    else out_abort(&of);
     return st;
 }

@@ -235,9 +235,9 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
 {
     memset(w, 0, sizeof *w);
     w->path = path;
-    w->to_stdout = strcmp(path, "-") == 0;
-    w->fp = w->to_stdout ? stdout : fopen(path, "wb");
-    if (!w->fp) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    dp_status st = out_open(&w->o, path, err);
+    if (st != DP_OK) return st;
+    w->fp = w->o.fp;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "version", 1);
     cJSON_AddStringToObject(o, "model", h->model);
@@ -260,12 +260,15 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(r, "min_padded", h->rules.min_padded);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (!text) {
+        plan_writer_abort(w);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
     size_t len = strlen(text);
     text[len - 1] = '\0'; /* drop the closing brace: iterations follow */
-    int bad = fprintf(w->fp, "%s,\n\"iterations\": [\n", text) < 0;
+    fprintf(w->fp, "%s,\n\"iterations\": [\n", text);
     free(text);
-    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", path) : DP_OK;
+    return DP_OK; /* a failed write is caught by plan_writer_close */
 }
 
 dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err)
@@ -277,15 +280,20 @@ dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err)
     int bad = fprintf(w->fp, "%s%s", w->count ? ",\n" : "", text) < 0;
     free(text);
     w->count++;
-    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", w->path) : DP_OK;
+    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed: %s", w->path, strerror(errno)) : DP_OK;
 }
 
 dp_status plan_writer_close(plan_writer *w, dp_err *err)
 {
-    int bad = fprintf(w->fp, "\n]}\n") < 0;
-    bad |= w->to_stdout ? fflush(w->fp) != 0 : fclose(w->fp) != 0;
+    fprintf(w->fp, "\n]}\n");
     w->fp = NULL;
-    return bad ? dp_fail(err, DP_ERR_IO, "%s: write failed", w->path) : DP_OK;
+    return out_commit(&w->o, err);
+}
+
+void plan_writer_abort(plan_writer *w)
+{
+    out_abort(&w->o);
+    w->fp = NULL;
 }
 
 /* ---- reading --------------------------------------------------------------------------------- */

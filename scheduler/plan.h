@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/outfile.h"
 #include "batch.h"
 #include "microbatch.h"
 
@@ -129,16 +130,20 @@ dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, 
  * Defined in plan_machine.c. */
 dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err);
 
-/* Streaming JSON writer: header, then iterations one at a time. */
+/* Streaming JSON writer: header, then iterations one at a time, into a temporary that
+ * plan_writer_close renames into place (common/outfile.h); plan_writer_abort drops it, leaving
+ * any earlier file at path as it was. */
 typedef struct plan_writer {
+    out_file o;
     FILE *fp;
-    int to_stdout, count;
+    int count;
     const char *path;
 } plan_writer;
 
 dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *h, dp_err *err);
 dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err);
 dp_status plan_writer_close(plan_writer *w, dp_err *err);
+void plan_writer_abort(plan_writer *w);
 
 /* A whole plan read back from JSON. */
 typedef struct plan {

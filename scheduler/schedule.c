@@ -122,7 +122,7 @@ static dp_status order_receives(plan_iter *it, int replica, int pp)
             }
             if (!done[i]) done[i] = 1, out[n++] = *x; /* no matching send: the validator says so */
         }
-        memcpy(R->ins, out, (size_t)n * sizeof *out);
+        if (n) memcpy(R->ins, out, (size_t)n * sizeof *out); /* a replica may get no micro-batch */
         R->n = n;
         free(out), free(done), free(next_send);
     }

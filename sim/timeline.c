@@ -10,17 +10,18 @@ dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrom
     t->chrome_path = chrome_path;
     t->chrome_first = 1;
     if (csv_path) {
-        t->csv = fopen(csv_path, "wb");
-        if (!t->csv) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", csv_path, strerror(errno));
+        dp_status st = out_open(&t->csv_o, csv_path, err);
+        if (st != DP_OK) return st;
+        t->csv = t->csv_o.fp;
         fprintf(t->csv, "iteration,stage,op,mb,start_us,end_us,replica,chunk\n");
     }
     if (chrome_path) {
-        t->chrome = fopen(chrome_path, "wb");
-        if (!t->chrome) {
-            if (t->csv) fclose(t->csv);
-            t->csv = NULL;
-            return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", chrome_path, strerror(errno));
+        dp_status st = out_open(&t->chrome_o, chrome_path, err);
+        if (st != DP_OK) {
+            timeline_abort(t);
+            return st;
         }
+        t->chrome = t->chrome_o.fp;
         fprintf(t->chrome, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     }
     return DP_OK;
@@ -59,12 +60,17 @@ void timeline_on_mem(void *ctx, const sim_mem *m)
 
 dp_status timeline_close(timeline_out *t, dp_err *err)
 {
-    int bad = 0;
-    if (t->csv) bad |= fclose(t->csv) != 0;
-    if (t->chrome) {
-        fprintf(t->chrome, "\n]}\n");
-        bad |= fclose(t->chrome) != 0;
-    }
+    dp_status st = DP_OK;
+    if (t->chrome) fprintf(t->chrome, "\n]}\n");
+    if (t->csv) st = out_commit(&t->csv_o, err);
+    if (t->chrome && st == DP_OK) st = out_commit(&t->chrome_o, err);
+    timeline_abort(t);
+    return st;
+}
+
+void timeline_abort(timeline_out *t)
+{
+    out_abort(&t->csv_o);
+    out_abort(&t->chrome_o);
     t->csv = t->chrome = NULL;
-    return bad ? dp_fail(err, DP_ERR_IO, "timeline: write failed") : DP_OK;
 }

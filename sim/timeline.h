@@ -12,17 +12,23 @@
 
 #include <stdio.h>
 
+#include "../common/outfile.h"
 #include "sim.h"
 
 typedef struct timeline_out {
-    FILE *csv, *chrome;
-    int chrome_first; /* no event written yet */
+    out_file csv_o, chrome_o; /* written to temporaries, renamed into place by timeline_close */
+    FILE *csv, *chrome;       /* their streams; NULL when not asked for */
+    int chrome_first;         /* no event written yet */
     const char *csv_path, *chrome_path;
 } timeline_out;
 
+/* Either path may be NULL. On failure nothing is left open or created. */
 dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrome_path, dp_err *err);
 void timeline_on_op(void *ctx, const sim_op *op);
 void timeline_on_mem(void *ctx, const sim_mem *m);
+/* Completes both files and puts them in place; on a write failure neither replaces a file. */
 dp_status timeline_close(timeline_out *t, dp_err *err);
+/* Drops both (a failed run): no file is created or replaced. */
+void timeline_abort(timeline_out *t);
 
 #endif /* TIMELINE_H */

@@ -55,7 +55,8 @@ static void on_pred(void *ctx, const sim_op *o)
 
 /* ---- the measured side ---- */
 typedef struct meas_ctx {
-    int idx[9];
+    int idx[10];
+    uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
     op_list ops;
     const plan *pl;
@@ -66,10 +67,11 @@ typedef struct meas_ctx {
 static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
 {
     meas_ctx *c = vctx;
-    static const csv_column cols[9] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
-                                       {"mb", 1},        {"start_us", 1}, {"end_us", 1},
-                                       {"replica", 0},   {"chunk", 0},    {"wire_elem_bytes", 0}};
-    return csv_header_map(h, cols, 9, c->idx, err);
+    static const csv_column cols[10] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
+                                        {"mb", 1},        {"start_us", 1}, {"end_us", 1},
+                                        {"replica", 0},   {"chunk", 0},    {"wire_elem_bytes", 0},
+                                        {"plan_hash", 0}};
+    return csv_header_map(h, cols, 10, c->idx, err);
 }
 
 static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
@@ -100,6 +102,14 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
                            "rows' %d", r->path, r->line, (long long)eb, c->wire_elem_bytes);
         c->wire_elem_bytes = (int)eb;
     }
+    if (c->idx[9] >= 0 && c->plan_hash) {
+        char want[17];
+        snprintf(want, sizeof want, "%016llx", (unsigned long long)c->plan_hash);
+        if (strcmp(f[c->idx[9]], want) != 0)
+            return dp_fail(err, DP_ERR_INVALID, "%s:%ld: plan_hash %s is not this plan's (%s): the "
+                           "timeline was measured on another plan file", r->path, r->line,
+                           f[c->idx[9]], want);
+    }
     int k = c->last;
     if (k >= c->pl->n_it || c->pl->it[k].id != it)
         for (k = 0; k < c->pl->n_it && c->pl->it[k].id != it; k++) continue;
@@ -107,6 +117,16 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: iteration %lld is not in the plan", r->path,
                        r->line, (long long)it);
     c->last = k;
+    /* the row must name an op of the plan: a known op on an existing rank, micro-batch, chunk */
+    const plan_iter *pi = &c->pl->it[k];
+    plan_op op0;
+    int known = plan_op_parse(f[c->idx[2]], &op0) == 0 || strcmp(f[c->idx[2]], "ALLREDUCE") == 0;
+    if (!known || stage >= pi->pp || rep >= pi->dp || mb >= (pi->n_mb ? pi->n_mb : 1) ||
+        chunk >= c->pl->h.chunks)
+        return dp_fail(err, DP_ERR_INVALID, "%s:%ld: no such op in the plan (iteration %lld, "
+                       "stage %lld, replica %lld, %s, mb %lld, chunk %lld)", r->path, r->line,
+                       (long long)it, (long long)stage, (long long)rep, f[c->idx[2]],
+                       (long long)mb, (long long)chunk);
     if (t1 / 1e3 > c->end_ms[k]) c->end_ms[k] = t1 / 1e3;
     plan_op op;
     if (plan_op_parse(f[c->idx[2]], &op) == 0 && (op == OP_F || op == OP_B || op == OP_W))
@@ -122,11 +142,11 @@ void val_result_release(val_result *v)
     memset(v, 0, sizeof *v);
 }
 
-dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measured_path,
-                       val_result *v, dp_err *err)
+dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg,
+                       const char *measured_path, val_result *v, dp_err *err)
 {
     memset(v, 0, sizeof *v);
-    meas_ctx mc = {.pl = pl};
+    meas_ctx mc = {.pl = pl, .plan_hash = plan_hash};
     pred_ctx pc = {0};
     dp_status st = DP_OK;
     mc.end_ms = malloc((size_t)(pl->n_it + 1) * sizeof *mc.end_ms);

@@ -38,9 +38,13 @@ typedef struct val_result {
 
 void val_result_release(val_result *v);
 
-/* Simulates pl (with cfg) and compares with the measured timeline CSV at measured_path. */
-dp_status validate_run(const plan *pl, const sim_config *cfg, const char *measured_path,
-                       val_result *v, dp_err *err);
+/* Simulates pl (with cfg) and compares with the measured timeline CSV at measured_path. A
+ * measured row must name an op of the plan (iteration, stage, replica, op, micro-batch, chunk),
+ * else DP_ERR_INVALID names the line; where the CSV has dprun's plan_hash column and plan_hash
+ * is not 0, every row's must be plan_hash (dp_hash_text of the plan file), else the timeline
+ * belongs to another plan and is refused. */
+dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg,
+                       const char *measured_path, val_result *v, dp_err *err);
 
 char *validate_json(const val_result *v);
 

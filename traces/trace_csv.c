@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../common/csv_table.h"
+#include "../common/outfile.h"
 #include "trace.h"
 
 enum { COL_TASK, COL_INPUT, COL_TARGET, NCOLS };
@@ -35,8 +36,15 @@ static dp_status on_header(void *vctx, const csv_row *h, dp_err *err)
         if ((int)i == c->idx[COL_TASK] || (int)i == c->idx[COL_INPUT] ||
             (int)i == c->idx[COL_TARGET])
             continue;
-        char *name = dp_strdup(h->fields[i]);
+        /* an extra column named like one the writer emits (target_len under --no-target, say)
+         * is kept as source_NAME, so that the written trace has each column once */
+        const char *f = h->fields[i];
+        int clash = strcmp(f, "task") == 0 || strcmp(f, "input_len") == 0 ||
+                    strcmp(f, "target_len") == 0;
+        size_t len = strlen(f) + 8;
+        char *name = malloc(len);
         if (!name) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        snprintf(name, len, "%s%s", clash ? "source_" : "", f);
         c->extra_idx[t->n_extra] = (int)i;
         t->extra_names[t->n_extra++] = name;
     }
@@ -98,9 +106,10 @@ dp_status trace_read_csv(const char *path, const trace_fields *fields, trace *t,
 
 dp_status trace_write_csv(const trace *t, const char *path, dp_err *err)
 {
-    int use_stdout = strcmp(path, "-") == 0;
-    FILE *fp = use_stdout ? stdout : fopen(path, "wb");
-    if (!fp) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    out_file o;
+    dp_status st = out_open(&o, path, err);
+    if (st != DP_OK) return st;
+    FILE *fp = o.fp;
     int bad = fputs("task,input_len,target_len", fp) < 0;
     for (size_t e = 0; e < t->n_extra; e++) {
         bad |= fputc(',', fp) == EOF;
@@ -117,12 +126,8 @@ dp_status trace_write_csv(const trace *t, const char *path, dp_err *err)
         }
         bad |= fputc('\n', fp) == EOF;
     }
-    if (use_stdout)
-        bad |= fflush(fp) != 0;
-    else
-        bad |= fclose(fp) != 0;
-    if (bad) return dp_fail(err, DP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    return DP_OK;
+    (void)bad; /* the stream's error flag carries it to out_commit */
+    return out_commit(&o, err);
 }
 
 dp_status trace_stream_open(trace_stream *ts, const char *path, dp_err *err)

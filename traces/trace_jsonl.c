@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/json_util.h"
 #include "trace.h"
 
 /* Reads one integer length field of obj. */
@@ -46,10 +47,10 @@ dp_status trace_read_jsonl_stream(FILE *fp, const char *name, const trace_fields
     dp_status st = DP_OK;
     char *buf = NULL;
     size_t cap = 0;
-    ssize_t n;
+    long n;
     long line = 0;
     cJSON *obj = NULL;
-    while ((n = getline(&buf, &cap, fp)) >= 0) {
+    while ((n = dp_read_line(fp, &buf, &cap, DP_LINE_MAX)) > 0) {
         line++;
         if ((size_t)n != strlen(buf)) {
             st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: line contains a NUL byte", name, line);
@@ -58,7 +59,8 @@ dp_status trace_read_jsonl_stream(FILE *fp, const char *name, const trace_fields
         const char *s = buf;
         if (line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3;
         if (blank(s)) continue;
-        obj = cJSON_Parse(s);
+        const char *end = NULL;
+        obj = cJSON_ParseWithOpts(s, &end, 0);
         if (!obj) {
             st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: malformed JSON", name, line);
             goto out;
@@ -67,6 +69,12 @@ dp_status trace_read_jsonl_stream(FILE *fp, const char *name, const trace_fields
             st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: expected a JSON object", name, line);
             goto out;
         }
+        if (!blank(end)) { /* JSONL: one object per line and nothing else */
+            st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: text after the object (JSONL holds one "
+                         "object per line)", name, line);
+            goto out;
+        }
+        TRY(json_strict(obj, s, name, line, err));
         int32_t in, tgt = 0;
         TRY(json_len(obj, f->input, name, line, 1, &in, err));
         if (f->target) TRY(json_len(obj, f->target, name, line, 0, &tgt, err));
@@ -92,7 +100,12 @@ dp_status trace_read_jsonl_stream(FILE *fp, const char *name, const trace_fields
         cJSON_Delete(obj);
         obj = NULL;
     }
-    if (ferror(fp)) {
+    if (n == -2) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s:%ld: line longer than %zu MiB (the limit of a JSONL "
+                     "line)", name, line + 1, DP_LINE_MAX >> 20);
+        goto out;
+    }
+    if (n < 0 || ferror(fp)) {
         st = dp_fail(err, DP_ERR_IO, "%s: read error: %s", name, strerror(errno));
         goto out;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/outfile.h"
 #include "trace.h"
 
 typedef struct npy_header {
@@ -165,8 +166,8 @@ dp_status trace_npy_parse(const unsigned char *buf, size_t len, const char *name
     size_t data = len - off - hlen;
     if (h.shape[0] < 0 || count > data / 24 || data != count * 24)
         return dp_fail(err, DP_ERR_PARSE,
-                       "%s: .npy data is %zu bytes, the shape (%lld, 3) needs %lld (truncated?)",
-                       name, data, (long long)h.shape[0], (long long)h.shape[0] * 24);
+                       "%s: .npy data is %zu bytes, the shape (%lld, 3) needs %.0f (truncated?)",
+                       name, data, (long long)h.shape[0], (double)h.shape[0] * 24);
     int64_t *out = malloc(count ? count * 3 * sizeof *out : 1);
     if (!out) return dp_fail(err, DP_ERR_NOMEM, "%s: out of memory", name);
     const unsigned char *d = buf + off + hlen;
@@ -266,8 +267,10 @@ out:
 
 dp_status trace_write_npy(const trace *t, int targets, const char *path, dp_err *err)
 {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return dp_fail(err, DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    out_file o;
+    dp_status st = out_open(&o, path, err);
+    if (st != DP_OK) return st;
+    FILE *fp = o.fp;
     char dict[128];
     int dlen = snprintf(dict, sizeof dict, "{'descr': '<i8', 'fortran_order': False, 'shape': (%zu, 3), }",
                         t->n);
@@ -291,7 +294,6 @@ dp_status trace_write_npy(const trace *t, int targets, const char *path, dp_err 
         bad |= fwrite(le, 1, 24, fp) != 24;
         start += len;
     }
-    bad |= fclose(fp) != 0;
-    if (bad) return dp_fail(err, DP_ERR_IO, "%s: write failed", path);
-    return DP_OK;
+    (void)bad; /* the stream's error flag carries it to out_commit */
+    return out_commit(&o, err);
 }

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.pp = 1, cfg.chunks = 1, cfg.dp = 1, cfg.mem_limit_mb = 1e9;
     const char *path = fuzz_file(data, size, ".csv");
     val_result v;
-    if (validate_run(&p, &cfg, path, &v, &err) == DP_OK) val_result_release(&v);
+    if (validate_run(&p, 0, &cfg, path, &v, &err) == DP_OK) val_result_release(&v);
     unlink(path);
     return 0;
 }
