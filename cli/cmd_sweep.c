@@ -403,7 +403,8 @@ int cmd_sweep(int argc, char **argv)
         rc = EXIT_RUNTIME;
         goto out;
     }
-    if (access(out, F_OK) == 0) { /* resume */
+    struct stat osb;
+    if (stat(out, &osb) == 0 && osb.st_size > 0) { /* resume (an empty file is a fresh one) */
         if (csv_read_file(out, 0, done_header, done_row, &d, &err) != DP_OK) {
             rc = cli_fail(cmd, &err);
             goto out;

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The red-team classes, each as a catalogue of cases: no input runs a command (gnuplot), no output
+# destroys an input or another output, every write failure is an error that leaves the old file,
+# readers bound what they buffer, formats are strict, results that would be silently wrong are
+# refused. Every refusal exits 1 or 2 naming the file.
+. "$(dirname "$0")/lib.sh"
+DPRUN=$(dirname "$DPSIM")/dprun
+MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+G=tests/cli/golden
+TWO=$G/two_samples.csv
+TINY=(--model gpt-tiny --hw cpu --analytic --trace "$TWO" --global-tokens 128)
+
+# --- 1. no string reaching a figure runs a command ------------------------------------------------
+W="$TMP/inj"; mkdir -p "$W"
+# every string a figure shows or is written to: quotes, newlines, a backslash, system( and backquotes
+EVIL=$'q\'"\\\nsystem(\'touch PWNED\')\n`touch PWNED2`'
+cp "$TWO" "$W/trace $EVIL.csv"
+pwned() { [ -z "$(find "$W" /tmp/PWNED /tmp/PWNED2 -name 'PWNED*' 2>/dev/null)" ]; }
+( cd "$W" && "$OLDPWD/$DPSIM" plot lengths "trace $EVIL.csv" -o "fig $EVIL.png" ) >"$TMP/o" 2>&1
+check "plot lengths: a trace name and an output path with quotes, newlines and system( draw, and run nothing" \
+  bash -c "$(declare -f pwned); W='$W'; pwned && [ \$(find '$W' -name 'fig*.png' -printf x | wc -c) = 1 ]"
+# the shape that broke out of the output path before: close the quote, a command, a comment
+BREAK=$'x\'\nsystem(\'touch PWNED\')\n#.png'
+( cd "$W" && "$OLDPWD/$DPSIM" plot lengths "$OLDPWD/$TWO" -o "$BREAK" ) >"$TMP/o" 2>&1
+check "plot lengths: an output path that closes gnuplot's quote and adds a command runs nothing" \
+  bash -c "$(declare -f pwned); W='$W'; pwned && [ \$(find '$W' -name 'x*.png' -size +1k -printf x | wc -c) = 1 ]"
+( cd "$W" && "$OLDPWD/$DPSIM" compare "${TINY[@]/#$TWO/$OLDPWD/$TWO}" --out "out $EVIL" ) >"$TMP/o" 2>&1
+check "compare: a figure folder with quotes, newlines and system( draws three figures, and runs nothing" \
+  bash -c "$(declare -f pwned); W='$W'; pwned && [ \$(find '$W' -path '*out*' -name '*.png' -printf x | wc -c) = 3 ]"
+# a sweep CSV whose cells (series names) carry the same
+CELL=${EVIL//\"/\"\"} # a quote inside a quoted CSV field is doubled
+printf 'pp,batching,throughput_tokens_per_s\n1,"a%s",10\n2,"a%s",20\n' "$CELL" "$CELL" >"$W/sweep.csv"
+( cd "$W" && "$OLDPWD/$DPSIM" plot sweep sweep.csv --x pp --y throughput_tokens_per_s --series batching \
+    --title "$EVIL" --xlabel "$EVIL" --ylabel "$EVIL" -o "sweep $EVIL.svg" ) >"$TMP/o" 2>&1
+check "plot sweep: CSV cells, title and labels with quotes, newlines and system( draw, and run nothing" \
+  bash -c "$(declare -f pwned); W='$W'; pwned && [ \$(find '$W' -name 'sweep*.svg' -printf x | wc -c) = 1 ]"
+expect "a figure that cannot be written is an error, and nothing lands on stdout" 1 "cannot create|write failed" -- \
+  "$DPSIM" plot lengths "$TWO" -o "$TMP/no/such/dir/fig.png"
+check "... stdout stayed empty" bash -c "'$DPSIM' plot lengths '$TWO' -o '$TMP/no/such/dir/fig.png' 2>/dev/null | wc -c | grep -qx 0"
+
+# --- 2. no output destroys an input or another output ---------------------------------------------
+cp $G/plan_4ranks.json "$TMP/p.json"; ln -sf "$TMP/p.json" "$TMP/plink.json"
+expect "sim --plan P --timeline P is refused, P intact" 2 "--timeline .*p.json is the same file as the input --plan" -- \
+  "$DPSIM" sim --plan "$TMP/p.json" --timeline "$TMP/p.json"
+check "... the plan still reads" "$DPSIM" sim --plan "$TMP/p.json"
+expect "through a symbolic link too" 2 "same file as the input --plan" -- "$DPSIM" sim --plan "$TMP/plink.json" --chrome "$TMP/p.json"
+expect "--timeline X --chrome X is refused" 2 "are the same file: two outputs would overwrite each other" -- \
+  "$DPSIM" sim --plan "$TMP/p.json" --timeline "$TMP/x" --chrome "$TMP/./x"
+cp "$TWO" "$TMP/t.csv"
+expect "plan --trace T -o T is refused" 2 "-o .*t.csv is the same file as the input --trace" -- "$DPSIM" plan "${TINY[@]}" --trace "$TMP/t.csv" -o "$TMP/t.csv"
+expect "trace import IN -o IN is refused" 2 "is the same file as the input FILE" -- "$DPSIM" trace import "$TMP/t.csv" -o "$TMP/t.csv"
+expect "dprun --out equal to --plan is refused" 2 "same file as the input --plan" -- "$DPRUN" --plan "$TMP/p.json" --out "$TMP/p.json"
+check "... the plan is intact" cmp -s "$TMP/p.json" $G/plan_4ranks.json
+expect "validate --plot onto the measured timeline is refused" 2 "same file as the input --measured" -- \
+  "$DPSIM" validate --plan "$TMP/p.json" --measured "$TMP/t.csv" --plot "$TMP/t.csv"
+
+# --- 3. a write that fails is an error and leaves the old file -------------------------------------
+echo "old" >"$TMP/keep.csv"
+# a file-size limit makes writes fail as a full disk does (EFBIG); SIGXFSZ ignored so write returns
+expect "trace gen: a failing write exits 1 naming the file" 1 "keep.csv: write failed" -- \
+  bash -c "trap '' XFSZ; ulimit -f 16; exec '$DPSIM' trace gen --samples 20000 -o '$TMP/keep.csv'"
+check "... and the old file is left as it was (no half file)" bash -c "[ \"\$(cat '$TMP/keep.csv')\" = old ] && ! ls '$TMP'/keep.csv.tmp-* 2>/dev/null"
+expect "sweep: a failing write exits 1 naming the file" 1 "sw.csv: write failed" -- \
+  bash -c "trap '' XFSZ; ulimit -f 1; exec '$DPSIM' sweep ${TINY[*]} --grid 'pp=1,2 mbs=1,2,3,4,5,6,7,8' -o '$TMP/sw.csv'"
+check "... the file holds whole rows only, and a resume continues from them" \
+  bash -c "awk -F, 'NR > 1 && NF != 18 { exit 1 }' '$TMP/sw.csv' && '$DPSIM' sweep ${TINY[*]} --grid 'pp=1,2 mbs=1,2,3,4,5,6,7,8' -o '$TMP/sw.csv' && [ \$(wc -l < '$TMP/sw.csv') = 17 ]"
+expect "plan -o to a full device is an error" 1 "write failed" -- "$DPSIM" plan "${TINY[@]}" -o /dev/full
+( flock 9; sleep 3 ) 9>>"$TMP/locked.csv" &
+sleep 0.5
+expect "two sweeps on one file: the second is refused" 1 "another sweep is writing this file" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid 'pp=1,2' -o "$TMP/locked.csv"
+wait
+
+# --- 4. readers bound what they buffer --------------------------------------------------------------
+expect "a trace CSV with an endless line" 1 "line longer than 64 MiB" -- timeout 60 "$DPSIM" trace stats --format csv /dev/zero
+expect "a profile CSV with an endless line" 1 "line longer than 64 MiB" -- timeout 60 "$DPSIM" cost --model gpt-tiny --profile /dev/zero --mbs 1 --seqlen 16
+expect "a measured timeline with an endless line" 1 "line longer than 64 MiB" -- timeout 60 "$DPSIM" validate --plan "$TMP/p.json" --measured /dev/zero
+expect "a JSONL trace with an endless line" 1 "line longer than 64 MiB" -- timeout 60 "$DPSIM" trace stats --format jsonl /dev/zero
+
+# --- 5. strict formats --------------------------------------------------------------------------------
+printf '{"input_seq_len": 3, "target_seq_len": 1} {"input_seq_len": 4, "target_seq_len": 1}\n' >"$TMP/two.jsonl"
+expect "JSONL: two objects on a line" 1 "two.jsonl:1: text after the object" -- "$DPSIM" trace stats "$TMP/two.jsonl"
+printf '{"input_seq_len": 3, "target_seq_len": 1} ]\n' >"$TMP/junk.jsonl"
+expect "JSONL: trailing garbage" 1 "junk.jsonl:1: text after the object" -- "$DPSIM" trace stats "$TMP/junk.jsonl"
+printf '{"input_seq_len": 3, "input_seq_len": 9, "target_seq_len": 1}\n' >"$TMP/dupk.jsonl"
+expect "JSONL: a repeated key" 1 "dupk.jsonl:1: key \"input_seq_len\" appears twice" -- "$DPSIM" trace stats "$TMP/dupk.jsonl"
+sed 's/"pp": 4/"pp": 4, "pp": 2/' $G/plan_4ranks.json >"$TMP/dup.json"
+expect "plan JSON: a repeated key" 1 "dup.json: key \"pp\" appears twice" -- "$DPSIM" sim --plan "$TMP/dup.json"
+printf '{"name": "gpt-a\\u0000b", "num_layers": 2, "hidden_size": 64, "num_attn_heads": 4}\n' >"$TMP/nul.json"
+expect "model JSON: a string with \\u0000" 1 "nul.json:1: a string holds" -- "$DPSIM" models --show "$TMP/nul.json"
+expect "sweep: a boolean other than true/false" 2 "\"banana\" is not true or false" -- "$DPSIM" sweep "${TINY[@]}" --grid 'analytic=banana' -o "$TMP/b.csv"
+expect "sweep: a grid of 2^40 points" 2 "more than 1000000 points" -- "$DPSIM" sweep "${TINY[@]}" \
+  --grid "pp=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 dp=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 mbs=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 zero=0,1,2,3,0,1,2,3,0,1,2,3,0,1,2,3 tp=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 chunks=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 mb-tokens=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 global-tokens=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 max-seqlen=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 iterations=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16" -o "$TMP/g.csv"
+printf 'task,input_len,target_len\na,5,1\n' >"$TMP/nt.csv"
+expect "trace import --no-target writes a trace dpsim reads back" 0 "samples 1" -- \
+  bash -c "'$DPSIM' trace import --no-target '$TMP/nt.csv' -o '$TMP/nt_out.csv' && '$DPSIM' trace stats '$TMP/nt_out.csv'"
+
+# --- 6. results that would be silently wrong ------------------------------------------------------------
+"$DPSIM" plan "${TINY[@]}" --pp 2 -o "$TMP/a.json" >/dev/null 2>&1
+"$DPSIM" plan "${TINY[@]}" --pp 2 --batching padding -o "$TMP/b.json" >/dev/null 2>&1
+timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/a.json" --out "$TMP/ma.csv" >"$TMP/r0.out" 2>&1
+expect "validate: a measured timeline of another plan is refused" 1 "plan_hash .* is not this plan's" -- \
+  "$DPSIM" validate --plan "$TMP/b.json" --measured "$TMP/ma.csv"
+{ head -1 "$TMP/ma.csv"; tail -n +2 "$TMP/ma.csv" | head -1 | awk -F, -v OFS=, '{ $2 = 7; print }'; } >"$TMP/unk.csv"
+expect "validate: a row with an unknown stage is refused" 1 "unk.csv:2: no such op in the plan" -- \
+  "$DPSIM" validate --plan "$TMP/a.json" --measured "$TMP/unk.csv"
+timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/a.json" --out "$TMP/mw.csv" --warmup 2 >"$TMP/r2.out" 2>&1
+norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1"; }
+check "dprun: warm-up runs do not change the gradient norm" bash -c "[ -n \"\$(grep -Eo 'gradient norm [0-9.e+-]+' '$TMP/r0.out')\" ] && [ \"\$(grep -Eo 'gradient norm [0-9.e+-]+' '$TMP/r0.out')\" = \"\$(grep -Eo 'gradient norm [0-9.e+-]+' '$TMP/r2.out')\" ]"
+expect "sim --plan with --zero is refused, not ignored" 2 "--zero cannot apply with --plan" -- "$DPSIM" sim --plan "$TMP/a.json" --zero 3
+expect "sim --plan with --dp is refused, not ignored" 2 "--dp cannot apply with --plan" -- "$DPSIM" sim --plan "$TMP/a.json" --dp 2
+
+# --- 7. sanitizer classes and messages ------------------------------------------------------------------
+expect "a replica with no micro-batch (dp 32) simulates" 0 "timeline hash" -- "$DPSIM" sim --dp 32 --global-tokens 16384 --iterations 1
+printf '{"name": "t5-huge", "arch": "t5", "num_layers": 1048576, "num_decoder_layers": 1048576, "d_model": 16777216, "num_heads": 65536, "d_kv": 1048576, "d_ff": 67108864, "vocab_size": 16777216}\n' >"$TMP/huge.json"
+expect "a T5 spec whose fields are in range but whose size overflows" 2 "huge.json: .* parameters, more than" -- "$DPSIM" cost --model "$TMP/huge.json" --analytic --mbs 1 --seqlen 16 --dec-seqlen 16
+expect "a model file's error is reported as the model's" 1 "huge.json: .* parameters" -- "$DPSIM" models --show "$TMP/huge.json"
+D200=$(printf 'd%.0s' $(seq 1 200)); LONG="$D200/$D200/$D200/$D200/$D200/$D200/$D200"
+expect "a message longer than the buffer keeps its reason" 1 " \\.\\.\\. .*\\.csv: cannot open: No such file or directory" -- "$DPSIM" trace stats "$TMP/$LONG.csv"
+finish
