@@ -173,6 +173,17 @@ $(BUILD)/fuzzer/%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(LIBDPSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
+# The differential target runs plans on the executors too: the fake-GPU objects, the runtime, MPI.
+DIFF_OBJS := $(BUILD)/obj/tests/fuzz/fuzz_differential.o $(FAKE_GPU_OBJS) $(LIBRT) $(LIBDPSIM)
+$(BUILD)/obj/tests/fuzz/fuzz_differential.o: ALL_CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/fuzz-replay/differential: $(BUILD)/obj/tests/fuzz/replay.o $(DIFF_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
+
+$(BUILD)/fuzzer/differential: $(DIFF_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS) $(MPI_LIBS)
+
 tests: $(TEST_BINS) $(REPLAY_BINS) $(BUILD)/tests/dprun-fake-gpu
 
 -include $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/obj/tests/fuzz/%.d)

@@ -162,7 +162,9 @@ void plan_release(plan *p);
  * iteration. where names the plan. Defined in plan_machine.c. */
 dp_status plan_check(const plan *p, const char *where, dp_err *err);
 
-/* The rules that need the model: T5 micro-batches have a decoder length, GPT ones none. */
+/* The rules that need the model: T5 micro-batches have a decoder length, GPT ones none; every
+ * transfer's bytes are the model's activation bytes for its micro-batch (models/comm.h), which
+ * the executors allocate and move. */
 dp_status plan_check_model(const plan *p, const model_spec *m, const char *where, dp_err *err);
 
 #endif /* PLAN_H */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../models/comm.h"
 #include "schedule.h"
 
 static int is_send(plan_op op)
@@ -455,7 +456,28 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
 
 dp_status plan_check_model(const plan *p, const model_spec *m, const char *where, dp_err *err)
 {
-    for (int i = 0; i < p->n_it; i++)
+    int nv = p->h.pp * p->h.chunks;
+    for (int i = 0; i < p->n_it; i++) {
+        const plan_iter *it = &p->it[i];
+        for (int r = 0; r < it->pp * it->dp; r++)
+            for (int j = 0; j < it->ranks[r].n; j++) {
+                /* the transfer between virtual stages u and u+1 carries the activation (or its
+                 * gradient) of u, sized by the model: what the executors allocate and move */
+                const plan_instr *x = &it->ranks[r].ins[j];
+                if (!(is_send(x->op) || is_recv(x->op))) continue;
+                int v = x->chunk * p->h.pp + it->ranks[r].stage;
+                int u = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD ? v : v - 1;
+                const plan_mb *mb = &it->mb[x->mb];
+                int64_t want = (int64_t)(comm_act_bytes(m, u, nv, mb->mbs, mb->enc_len, mb->dec_len) + 0.5);
+                if (x->bytes != want) {
+                    char a[256];
+                    pm_describe(it, r, j, a, sizeof a);
+                    return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: %s's micro-batch of "
+                                   "%d x (%d + %d) moves %lld bytes there (rule: transfer bytes "
+                                   "match the model's activations)", where, it->id, a, m->name,
+                                   mb->mbs, mb->enc_len, mb->dec_len, (long long)want);
+                }
+            }
         for (int k = 0; k < p->it[i].n_mb; k++) {
             int dec = p->it[i].mb[k].dec_len;
             if (m->arch == ARCH_T5 && dec < 1)
@@ -467,5 +489,6 @@ dp_status plan_check_model(const plan *p, const model_spec *m, const char *where
                                "%d, and %s is decoder-only (rule: GPT micro-batches have no "
                                "decoder length)", where, p->it[i].id, k, dec, m->name);
         }
+    }
     return DP_OK;
 }
