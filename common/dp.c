@@ -161,3 +161,17 @@ long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max)
     if (n == 0 && ferror(fp)) return -1;
     return (long)n;
 }
+
+void *dp_xcalloc_at(size_t n, size_t size, const char *file, int line)
+{
+    if (size && n > SIZE_MAX / size) {
+        fprintf(stderr, "dpsim: %zu x %zu bytes overflow at %s:%d\n", n, size, file, line);
+        exit(1);
+    }
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "dpsim: out of memory allocating %zu x %zu bytes at %s:%d\n", n, size, file, line);
+        exit(1);
+    }
+    return p;
+}

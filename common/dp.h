@@ -88,6 +88,13 @@ uint64_t dp_hash_text(const char *s);
  * -1 on a read error, -2 when the line exceeds max bytes (the rest of it is not read). */
 long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max);
 
+/* The checked allocator for what input cannot cause (fixed-size state, per-plan bookkeeping): on
+ * failure it prints the size and the call site and exits (as llm.c's mallocCheck), so no caller
+ * carries an out-of-memory path. Sizes are computed with dp_mul_size, which refuses overflow the
+ * same way. Input-sized allocations keep returning a status. */
+void *dp_xcalloc_at(size_t n, size_t size, const char *file, int line);
+#define dp_xcalloc(n, size) dp_xcalloc_at((n), (size), __FILE__, __LINE__)
+
 /* strdup that is C11-clean. Returns NULL on allocation failure. */
 char *dp_strdup(const char *s);
 

@@ -27,8 +27,8 @@ dp_status pm_init(plan_machine *m, const plan_iter *it, int chunks, dp_err *err)
     m->nv = it->pp * chunks;
     m->nr = it->pp * it->dp;
     m->nmb = it->n_mb;
-    m->split = calloc((size_t)(m->nr ? m->nr : 1), 1);
-    if (!m->split) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    (void)err;
+    m->split = dp_xcalloc((size_t)m->nr, 1);
     for (int r = 0; r < m->nr; r++)
         for (int i = 0; i < it->ranks[r].n && !m->split[r]; i++)
             if (it->ranks[r].ins[i].op == OP_W) m->split[r] = 1;
@@ -171,9 +171,10 @@ static dp_status check_microbatches(const plan_machine *m, const char *where, dp
             static const char *const names[5] = {"pred_ms.fwd", "pred_ms.bwd", "pred_ms.w",
                                                  "mem_mb.stored", "mem_mb.peak"};
             for (int q = 0; q < 5; q++)
-                if (!isfinite(v[q]) || v[q] < 0)
+                if (!isfinite(v[q]) || v[q] < 0 || v[q] > PLAN_MAX_VALUE)
                     return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: "
-                                   "%s[%d] = %g (rule: times and memory finite and >= 0)",
+                                   "%s[%d] = %g (rule: times and memory finite, >= 0 and "
+                                   "at most 1e7 ms or MB)",
                                    where, it->id, k, names[q], s, v[q]);
             if (x->w_ms[s] > x->bwd_ms[s])
                 return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: "
@@ -229,8 +230,7 @@ static dp_status check_order(const plan_machine *m, const char *where, dp_err *e
 {
     const plan_iter *it = m->it;
     size_t nslots = (size_t)m->nmb * (size_t)m->chunks;
-    seen *sn = malloc((nslots ? nslots : 1) * sizeof *sn);
-    if (!sn) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    seen *sn = dp_xcalloc(nslots, sizeof *sn);
     dp_status st = DP_OK;
     char why[200];
     for (int r = 0; r < m->nr && st == DP_OK; r++) {
@@ -374,9 +374,8 @@ dp_status pm_run(plan_machine *m, const char *where, dp_err *err)
     const plan_iter *it = m->it;
     size_t cells = (size_t)m->nr * (size_t)(m->nmb ? m->nmb : 1) * (size_t)m->chunks;
     free(m->flags), free(m->pc);
-    m->flags = calloc(cells, 1);
-    m->pc = calloc((size_t)m->nr, sizeof *m->pc);
-    if (!m->flags || !m->pc) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    m->flags = dp_xcalloc(cells, 1);
+    m->pc = dp_xcalloc((size_t)m->nr, sizeof *m->pc);
 #define FLAG(r, mb, c) m->flags[((size_t)(r) * (size_t)m->nmb + (size_t)(mb)) * (size_t)m->chunks + (size_t)(c)]
     pm_step s;
     for (int progress = 1; progress;) {
@@ -439,8 +438,7 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     if (plan_dtype_bytes(p->h.act_dtype) != PLAN_ACT_ELEM_BYTES)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"act_dtype\" \"%s\" is not fp16 or bf16 (rule: "
                        "known names)", where, p->h.act_dtype);
-    int *ids = malloc((size_t)p->n_it * sizeof *ids);
-    if (!ids) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    int *ids = dp_xcalloc((size_t)p->n_it, sizeof *ids);
     for (int i = 0; i < p->n_it; i++) ids[i] = p->it[i].id;
     qsort(ids, (size_t)p->n_it, sizeof *ids, cmp_int);
     dp_status st = DP_OK;

@@ -45,7 +45,8 @@
  *                neighbouring virtual stage's rank (a self-send where the interleaved placement
  *                puts v+1 on the same device), matched pair by pair in order with equal bytes;
  *   FREE         exactly one per slot, after every other instruction of the slot;
- *   times        0 <= w <= bwd, every time and memory finite and >= 0;
+ *   times        0 <= w <= bwd, every time and memory finite, >= 0 and at most PLAN_MAX_VALUE
+ *                (1e7 ms: the simulator's integer nanoseconds then cannot overflow);
  *   tokens       real tokens <= padded tokens (mbs * length), per encoder and decoder;
  *   no deadlock  the untimed run of every rank (receives complete once their send is issued)
  *                finishes.
@@ -58,6 +59,8 @@
 #include "plan.h"
 
 enum { PM_ACT = 0, PM_GRAD = 1 };
+
+#define PLAN_MAX_VALUE 1e7 /* the largest time (ms) or memory (MB) of one micro-batch on a stage */
 
 /* One instruction, resolved against its plan. */
 typedef struct pm_step {

@@ -44,7 +44,7 @@ typedef struct run {
     sim_mem *mem; /* memory changes (deltas), swept after the run */
     size_t n_mem, cap_mem;
     dp_status st;
-    char bad[256]; /* what went wrong, for DP_ERR_INVALID */
+    char bad[512]; /* what went wrong, for DP_ERR_INVALID */
 } run;
 
 static slot *slot_at(run *u, int r, int mb, int c)
@@ -94,7 +94,16 @@ static void try_sends(run *u, int a, int kind)
         if (A->send_free[kind] > start) start = A->send_free[kind];
         if (u->ranks[b].recv_free[kind] > start) start = u->ranks[b].recv_free[kind];
         double bytes = (double)s.x->bytes * u->wire_scale;
-        int64_t end = start + ms_to_ns(comm_p2p_ms(u->cfg->hw, a * u->tp, b * u->tp, bytes));
+        double ms = comm_p2p_ms(u->cfg->hw, a * u->tp, b * u->tp, bytes);
+        if (!(ms <= PLAN_MAX_VALUE)) { /* integer ns would overflow: refuse, do not wrap */
+            char what[200];
+            pm_describe(u->it, a, q->ins, what, sizeof what);
+            snprintf(u->bad, sizeof u->bad, "%s takes %.3g ms on its link, beyond the simulator's "
+                     "range (1e7 ms)", what, ms);
+            u->st = DP_ERR_INVALID;
+            return;
+        }
+        int64_t end = start + ms_to_ns(ms);
         A->send_free[kind] = u->ranks[b].recv_free[kind] = end;
         dp_status st = engine_push(u->eng, end, 0, EV_TRANSFER_DONE, b, mb, s.peer_chunk, kind);
         if (st != DP_OK) u->st = st;

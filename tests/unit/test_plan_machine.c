@@ -133,6 +133,7 @@ static void refused_data(void (*edit)(plan_iter *), const char *why)
 
 static void w_over_bwd(plan_iter *it) { it->mb[1].w_ms[0] = it->mb[1].bwd_ms[0] + 0.5; }
 static void negative_time(plan_iter *it) { it->mb[0].fwd_ms[1] = -1; }
+static void huge_time(plan_iter *it) { it->mb[1].bwd_ms[0] = 1e12; }
 static void nan_memory(plan_iter *it) { it->mb[0].peak_mb[0] = NAN; }
 static void too_many_tokens(plan_iter *it) { it->mb[1].enc_tokens = 17; }
 static void no_microbatch(plan_iter *it)
@@ -147,7 +148,8 @@ static void test_each_data_rule(void **state)
 {
     (void)state;
     refused_data(w_over_bwd, "exceeds pred_ms.bwd[0] = 1 (rule: 0 <= w <= bwd");
-    refused_data(negative_time, "pred_ms.fwd[1] = -1 (rule: times and memory finite and >= 0)");
+    refused_data(negative_time, "pred_ms.fwd[1] = -1 (rule: times and memory finite, >= 0");
+    refused_data(huge_time, "pred_ms.bwd[0] = 1e+12 (rule: times and memory finite, >= 0 and at most 1e7");
     refused_data(nan_memory, "mem_mb.peak[0] = nan");
     refused_data(too_many_tokens, "holds 17 + 0 real tokens in 1 x (16 + 0) padded ones (rule: tokens <= padded_tokens)");
     refused_data(no_microbatch, "has no micro-batch");
