@@ -366,8 +366,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     const plan_rank *R = &it->ranks[me];
     size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
-    dp_err perr = {0};
-    if (pm_init(&c->pm, it, c->chunks, &perr) != DP_OK) die(c, "out of host memory");
+    pm_init(&c->pm, it, c->chunks);
     /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
     for (int k = 0; k < c->chunks; k++)
         for (int l = 0; l < c->ch[k].layers; l++)

@@ -508,8 +508,8 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
                                rt_result *res, size_t *cap_rec)
 {
     c->iteration = it->id;
-    dp_status st = pm_init(&c->pm, it, c->chunks, c->err);
-    if (st == DP_OK) st = alloc_slots(c, it);
+    pm_init(&c->pm, it, c->chunks);
+    dp_status st = alloc_slots(c, it);
     if (c->multi) {
         if (st != DP_OK) die(c, c->err->msg);
         barrier(c);

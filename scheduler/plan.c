@@ -152,12 +152,12 @@ dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, 
     return DP_OK;
 }
 
-static int is_send(plan_op op)
+int plan_op_is_send(plan_op op)
 {
     return op == OP_SEND_ACT || op == OP_SEND_GRAD;
 }
 
-static int is_recv(plan_op op)
+int plan_op_is_recv(plan_op op)
 {
     return op == OP_RECV_ACT || op == OP_RECV_GRAD;
 }
@@ -214,7 +214,7 @@ static cJSON *iter_json(const plan_iter *it)
             cJSON_AddStringToObject(j, "op", OP_NAMES[x->op]);
             cJSON_AddNumberToObject(j, "mb", x->mb);
             if (x->chunk) cJSON_AddNumberToObject(j, "chunk", x->chunk);
-            if (is_send(x->op) || is_recv(x->op)) {
+            if (plan_op_is_send(x->op) || plan_op_is_recv(x->op)) {
                 cJSON_AddNumberToObject(j, "peer", x->peer);
                 cJSON_AddNumberToObject(j, "bytes", (double)x->bytes);
             }
@@ -434,7 +434,7 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
             TRY(json_int(x, "chunk", name, 0, h->chunks - 1, 0, &chunk, err));
             TRY(json_int(x, "peer", name, 0, h->pp - 1, 0, &peer, err));
             TRY(json_double(x, "bytes", name, 0, 1e18, 0, 0, &bytes, err));
-            if (!(is_send(o2) || is_recv(o2))) peer = -1;
+            if (!(plan_op_is_send(o2) || plan_op_is_recv(o2))) peer = -1;
             if (plan_rank_push(R, o2, mb, chunk, peer, (int64_t)bytes) != DP_OK) {
                 st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
                 goto out;

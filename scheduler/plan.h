@@ -56,6 +56,8 @@ typedef enum plan_op {
 
 const char *plan_op_name(plan_op op);
 int plan_op_parse(const char *name, plan_op *op);
+int plan_op_is_send(plan_op op); /* SEND_ACT, SEND_GRAD */
+int plan_op_is_recv(plan_op op); /* RECV_ACT, RECV_GRAD */
 
 typedef struct plan_instr {
     plan_op op;

@@ -8,17 +8,7 @@
 #include "../models/comm.h"
 #include "schedule.h"
 
-static int is_send(plan_op op)
-{
-    return op == OP_SEND_ACT || op == OP_SEND_GRAD;
-}
-
-static int is_recv(plan_op op)
-{
-    return op == OP_RECV_ACT || op == OP_RECV_GRAD;
-}
-
-dp_status pm_init(plan_machine *m, const plan_iter *it, int chunks, dp_err *err)
+void pm_init(plan_machine *m, const plan_iter *it, int chunks)
 {
     memset(m, 0, sizeof *m);
     m->it = it;
@@ -27,12 +17,10 @@ dp_status pm_init(plan_machine *m, const plan_iter *it, int chunks, dp_err *err)
     m->nv = it->pp * chunks;
     m->nr = it->pp * it->dp;
     m->nmb = it->n_mb;
-    (void)err;
     m->split = dp_xcalloc((size_t)m->nr, 1);
     for (int r = 0; r < m->nr; r++)
         for (int i = 0; i < it->ranks[r].n && !m->split[r]; i++)
             if (it->ranks[r].ins[i].op == OP_W) m->split[r] = 1;
-    return DP_OK;
 }
 
 void pm_release(plan_machine *m)
@@ -75,7 +63,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     case OP_FREE: s->stored_mb = mb->stored_mb[st] / C; break;
     default: { /* transfers: activations go to v+1 and come from v-1, gradients the other way */
         s->kind = x->op == OP_SEND_ACT || x->op == OP_RECV_ACT ? PM_ACT : PM_GRAD;
-        int up = (s->kind == PM_ACT) == is_send(x->op);
+        int up = (s->kind == PM_ACT) == plan_op_is_send(x->op);
         int pv = s->v + (up ? 1 : -1);
         s->peer_rank = R->replica * pp + pv % pp;
         s->peer_chunk = pv / pp;
@@ -121,10 +109,10 @@ void pm_describe(const plan_iter *it, int r, int i, char *buf, size_t cap)
 {
     const plan_rank *R = &it->ranks[r];
     const plan_instr *x = &R->ins[i];
-    if (is_send(x->op) || is_recv(x->op))
+    if (plan_op_is_send(x->op) || plan_op_is_recv(x->op))
         snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d %s stage %d, "
                  "%lld bytes)", R->stage, R->replica, i, plan_op_name(x->op), x->mb, x->chunk,
-                 is_send(x->op) ? "to" : "from", x->peer, (long long)x->bytes);
+                 plan_op_is_send(x->op) ? "to" : "from", x->peer, (long long)x->bytes);
     else
         snprintf(buf, cap, "stage %d (replica %d) instruction %d (%s mb %d chunk %d)", R->stage,
                  R->replica, i, plan_op_name(x->op), x->mb, x->chunk);
@@ -207,7 +195,7 @@ static dp_status check_indices(const plan_machine *m, const char *where, dp_err 
                          it->mb[x->mb].replica);
                 return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "replicas", why);
             }
-            if (is_send(x->op) || is_recv(x->op)) {
+            if (plan_op_is_send(x->op) || plan_op_is_recv(x->op)) {
                 int v = x->chunk * m->pp + R->stage;
                 int up = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD; /* peer is v + 1 */
                 int pv = up ? v + 1 : v - 1;
@@ -328,9 +316,9 @@ static dp_status check_matching(const plan_machine *m, const char *where, dp_err
             const plan_rank *P = &it->ranks[q];
             int j = 0;
             for (int i = 0; i < R->n; i++) {
-                if (!is_send(R->ins[i].op) || R->ins[i].peer != p) continue;
+                if (!plan_op_is_send(R->ins[i].op) || R->ins[i].peer != p) continue;
                 pm_resolve(m, r, i, &x);
-                while (j < P->n && !(is_recv(P->ins[j].op) && P->ins[j].peer == R->stage)) j++;
+                while (j < P->n && !(plan_op_is_recv(P->ins[j].op) && P->ins[j].peer == R->stage)) j++;
                 if (j == P->n) {
                     snprintf(why, sizeof why, "has no matching receive on stage %d", p);
                     return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "transfers", why);
@@ -345,7 +333,7 @@ static dp_status check_matching(const plan_machine *m, const char *where, dp_err
                 j++;
             }
             for (; j < P->n; j++)
-                if (is_recv(P->ins[j].op) && P->ins[j].peer == R->stage) {
+                if (plan_op_is_recv(P->ins[j].op) && P->ins[j].peer == R->stage) {
                     snprintf(why, sizeof why, "has no matching send on stage %d", R->stage);
                     return fail_at(m, err, DP_ERR_INVALID, where, q, j, -1, 0, "transfers", why);
                 }
@@ -385,7 +373,7 @@ dp_status pm_run(plan_machine *m, const char *where, dp_err *err)
                 pm_resolve(m, r, m->pc[r], &s);
                 if (s.waits >= 0 && !(FLAG(r, s.x->mb, s.x->chunk) & (s.waits == PM_ACT ? GOT_ACT : GOT_GRAD)))
                     break;
-                if (is_send(s.op))
+                if (plan_op_is_send(s.op))
                     FLAG(s.peer_rank, s.x->mb, s.peer_chunk) |= s.kind == PM_ACT ? GOT_ACT : GOT_GRAD;
             }
     }
@@ -408,8 +396,8 @@ dp_status pm_run(plan_machine *m, const char *where, dp_err *err)
 dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_err *err)
 {
     plan_machine m;
-    dp_status st = pm_init(&m, it, chunks, err);
-    if (st == DP_OK) st = pm_check(&m, where, err);
+    pm_init(&m, it, chunks);
+    dp_status st = pm_check(&m, where, err);
     if (st == DP_OK) st = pm_run(&m, where, err);
     pm_release(&m);
     return st;
@@ -462,7 +450,7 @@ dp_status plan_check_model(const plan *p, const model_spec *m, const char *where
                 /* the transfer between virtual stages u and u+1 carries the activation (or its
                  * gradient) of u, sized by the model: what the executors allocate and move */
                 const plan_instr *x = &it->ranks[r].ins[j];
-                if (!(is_send(x->op) || is_recv(x->op))) continue;
+                if (!(plan_op_is_send(x->op) || plan_op_is_recv(x->op))) continue;
                 int v = x->chunk * p->h.pp + it->ranks[r].stage;
                 int u = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD ? v : v - 1;
                 const plan_mb *mb = &it->mb[x->mb];

@@ -88,9 +88,9 @@ typedef struct plan_machine {
     int *pc;           /* per rank */
 } plan_machine;
 
-/* Prepares the machine for iteration it with `chunks` chunks per device. On failure (out of
- * memory) the machine holds nothing. */
-dp_status pm_init(plan_machine *m, const plan_iter *it, int chunks, dp_err *err);
+/* Prepares the machine for iteration it with `chunks` chunks per device (its bookkeeping comes
+ * from the checked allocator, dp_xcalloc: it cannot fail). pm_release frees it. */
+void pm_init(plan_machine *m, const plan_iter *it, int chunks);
 void pm_release(plan_machine *m);
 
 /* Resolves instruction i of rank r. Needs the plan to have passed plan_validate's checks on
@@ -107,7 +107,7 @@ double pm_rank_peak(const plan_machine *m, int r, double *held_end);
 int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap);
 
 /* The untimed run of every rank (no deadlock rule). DP_ERR_DEADLOCK names every waiting
- * instruction. */
+ * instruction. Needs pm_check to have passed. */
 dp_status pm_run(plan_machine *m, const char *where, dp_err *err);
 
 /* The static rules above (everything but the untimed run) on one iteration. */

@@ -230,8 +230,8 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     u.nr = cfg->pp * cfg->dp, u.nmb = it->n_mb, u.C = cfg->chunks;
     u.tp = cfg->tp > 0 ? cfg->tp : 1;
     u.wire_scale = cfg->wire_scale > 0 ? cfg->wire_scale : 1;
-    dp_status st = pm_init(&u.pm, it, cfg->chunks, err);
-    if (st != DP_OK) return st;
+    pm_init(&u.pm, it, cfg->chunks);
+    dp_status st = DP_OK;
     size_t nslots = (size_t)u.nr * (size_t)(u.nmb ? u.nmb : 1) * (size_t)u.C;
     size_t n_ins = 0;
     for (int r = 0; r < u.nr; r++) n_ins += (size_t)it->ranks[r].n;

@@ -273,7 +273,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
         TRY(o->sched->build(&p->sctx, pi, err));
         plan_machine m;
-        TRY(pm_init(&m, pi, p->sm->chunks, err));
+        pm_init(&m, pi, p->sm->chunks);
         double worst;
         int fits = pm_fits(&m, p->sm->budget_mb, &worst, why, sizeof why);
         pm_release(&m);

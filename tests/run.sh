@@ -41,7 +41,13 @@ for build in "$@"; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     log="$logdir/replay-$name-$(echo "$build" | tr / _).log"
-    "$bin" "tests/fuzz/corpus/$name" >"$log" 2>&1; rc=$?
+    # the differential target initialises MPI, whose unloaded components leak what ASan cannot
+    # name (as for the MPI jobs of the CLI tests): its leak check is off, its memory checks on
+    if [ "$name" = differential ]; then
+      ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "$bin" "tests/fuzz/corpus/$name" >"$log" 2>&1; rc=$?
+    else
+      "$bin" "tests/fuzz/corpus/$name" >"$log" 2>&1; rc=$?
+    fi
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1); p=${p:-0}
     f=0; [ $rc -ne 0 ] && f=1
     report "$bin (corpus replay)" $([ $rc -eq 0 ] && echo 1 || echo 0) "$p" "$f" "$log"

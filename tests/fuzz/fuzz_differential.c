@@ -15,7 +15,9 @@
 #include "../../scheduler/plan.h"
 #include "../../sim/sim.h"
 
-const char *__asan_default_options(void); /* MPI's one-time allocations are not this code's */
+/* MPI's one-time allocations are not this code's (make fuzz: no ASAN_OPTIONS; tests/run.sh sets
+ * the same for the replay) */
+const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "detect_leaks=0"; }
 
 static int small_enough(const plan *p, const model_spec *m)
