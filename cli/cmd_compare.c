@@ -263,6 +263,17 @@ int cmd_compare(int argc, char **argv)
     for (int i = 0; i < ns; i++)
         if (strcmp(ss[i], "interleaved") == 0) p.schedule = "interleaved";
     dp_err err = {0};
+    if (figures) { /* the three figures must not land on an input */
+        char f[3][4200];
+        static const char *const names[3] = {"throughput.png", "timeline.png", "memory.png"};
+        out_role outs[3];
+        for (int k = 0; k < 3; k++) {
+            snprintf(f[k], sizeof f[k], "%s/%s", out, names[k]);
+            outs[k] = (out_role){"--out", f[k]};
+        }
+        if (cli_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
+            return cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg);
+    }
     plan_env env;
     dp_status st = cli_plan_setup(&p, &env, &err);
     if (st != DP_OK) {

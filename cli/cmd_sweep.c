@@ -364,6 +364,12 @@ int cmd_sweep(int argc, char **argv)
     }
     if (optind < argc) return cli_usage_error(cmd, SWEEP_USAGE, "unexpected argument \"%s\"", argv[optind]);
     if (!out) return cli_usage_error(cmd, SWEEP_USAGE, "--output is required");
+    {
+        dp_err oerr = {0};
+        out_role outs[] = {{"-o", out}};
+        if (cli_check_outputs(&p, NULL, 0, outs, 1, &oerr) != DP_OK)
+            return cli_usage_error(cmd, SWEEP_USAGE, "%s", oerr.msg);
+    }
     grid g;
     char msg[256];
     if (parse_grid(gridbuf, &g, msg, sizeof msg) != 0) return cli_usage_error(cmd, SWEEP_USAGE, "%s", msg);

@@ -49,6 +49,12 @@ expect "--timeline X --chrome X is refused" 2 "are the same file: two outputs wo
   "$DPSIM" sim --plan "$TMP/p.json" --timeline "$TMP/x" --chrome "$TMP/./x"
 cp "$TWO" "$TMP/t.csv"
 expect "plan --trace T -o T is refused" 2 "-o .*t.csv is the same file as the input --trace" -- "$DPSIM" plan "${TINY[@]}" --trace "$TMP/t.csv" -o "$TMP/t.csv"
+mkdir -p "$TMP/cmp"; cp "$TWO" "$TMP/cmp/memory.png"
+expect "compare: a figure over the trace is refused" 2 "--out .*memory.png is the same file as the input --trace" -- \
+  "$DPSIM" compare "${TINY[@]}" --trace "$TMP/cmp/memory.png" --out "$TMP/cmp"
+expect "sweep -o onto the trace is refused" 2 "-o .*t.csv is the same file as the input --trace" -- \
+  "$DPSIM" sweep "${TINY[@]}" --trace "$TMP/t.csv" --grid pp=1 -o "$TMP/t.csv"
+check "... the trace is intact" cmp -s "$TMP/t.csv" "$TWO"
 expect "trace import IN -o IN is refused" 2 "is the same file as the input FILE" -- "$DPSIM" trace import "$TMP/t.csv" -o "$TMP/t.csv"
 expect "dprun --out equal to --plan is refused" 2 "same file as the input --plan" -- "$DPRUN" --plan "$TMP/p.json" --out "$TMP/p.json"
 check "... the plan is intact" cmp -s "$TMP/p.json" $G/plan_4ranks.json
