@@ -151,7 +151,7 @@ long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max)
             if (!b) return -1;
             *buf = b, *cap = want;
         }
-        int c = getc(fp);
+        int c = getc_unlocked(fp); /* one reader per stream: no locking per character */
         if (c == EOF) break;
         (*buf)[n++] = (char)c;
         if (c == '\n') break;
