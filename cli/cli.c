@@ -92,8 +92,11 @@ void cost_opts_default(cost_opts *o)
 dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
                          char *source, size_t source_cap, dp_err *err)
 {
-    dp_status st = model_resolve(o->model, m, err);
-    if (st == DP_OK) st = cluster_resolve(o->hw, hw, err);
+    dp_status st = o->model_json ? model_parse_json(o->model_json, "the plan's model_spec", m, err)
+                                 : model_resolve(o->model, m, err);
+    if (st == DP_OK)
+        st = o->hw_json ? cluster_parse_json(o->hw_json, "the plan's cluster_spec", hw, err)
+                        : cluster_resolve(o->hw, hw, err);
     if (st != DP_OK) return st;
     if (o->fit) {
         snprintf(source, source_cap, "analytic, fitted (%s)", o->fit);

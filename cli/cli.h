@@ -61,6 +61,8 @@ typedef struct cost_opts {
     int analytic;        /* 1: use the analytic model even if a profile exists */
     int tp;              /* tensor parallelism                           [1] */
     recompute_mode recompute; /*                                          [none] */
+    const char *model_json, *hw_json; /* specs given as JSON text (a plan's): used instead of
+                                       * resolving model / hw */
 } cost_opts;
 
 void cost_opts_default(cost_opts *o);

@@ -1,4 +1,5 @@
 /* dpsim plan — micro-batch a trace and write execution plans; dpsim sim — simulate them. */
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -112,14 +113,21 @@ int cmd_plan(int argc, char **argv)
     }
     plan_writer w;
     plan_header h = {0};
-    snprintf(h.model, sizeof h.model, "%s", p.cost.model);
-    snprintf(h.hw, sizeof h.hw, "%s", p.cost.hw);
+    snprintf(h.model, sizeof h.model, "%s", env.model.name); /* names; the specs travel below */
+    snprintf(h.hw, sizeof h.hw, "%s", env.hw.name);
     snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
     snprintf(h.batching, sizeof h.batching, "%s", p.batching);
     snprintf(h.recompute, sizeof h.recompute, "%s", recompute_name(p.cost.recompute));
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.rules = env.rules;
+    /* the specs themselves, so that the plan runs from any directory (and the name above may be
+     * a relative path, or longer than the header's field) */
+    cJSON *mj = model_to_json(&env.model), *hj = cluster_to_json(&env.hw);
+    h.model_json = mj ? cJSON_PrintUnformatted(mj) : NULL;
+    h.hw_json = hj ? cJSON_PrintUnformatted(hj) : NULL;
+    cJSON_Delete(mj), cJSON_Delete(hj);
     if (out && (st = plan_writer_open(&w, out, &h, &err)) != DP_OK) {
+        free(h.model_json), free(h.hw_json);
         plan_env_release(&env);
         return cli_fail(cmd, &err);
     }
@@ -142,6 +150,7 @@ int cmd_plan(int argc, char **argv)
         if (out && strcmp(out, "-") != 0) fprintf(stderr, "dpsim: wrote %d iterations to %s\n", res.iterations, out);
     }
     study_result_release(&res);
+    free(h.model_json), free(h.hw_json);
     plan_env_release(&env);
     return st == DP_OK ? 0 : cli_fail(cmd, &err);
 }

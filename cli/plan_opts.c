@@ -243,6 +243,8 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     cost_opts co = p->cost;
     if (pl->h.model[0]) co.model = pl->h.model;
     if (pl->h.hw[0]) co.hw = pl->h.hw;
+    co.model_json = pl->h.model_json; /* a self-contained plan runs from anywhere */
+    co.hw_json = pl->h.hw_json;
     co.tp = pl->h.tp;
     recompute_parse(pl->h.recompute, &co.recompute);
     model_spec m;

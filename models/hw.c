@@ -146,7 +146,7 @@ dp_status cluster_resolve(const char *name_or_path, cluster_spec *c, dp_err *err
     return st;
 }
 
-dp_status cluster_write_json(const cluster_spec *c, const char *path, dp_err *err)
+cJSON *cluster_to_json(const cluster_spec *c)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
@@ -161,6 +161,13 @@ dp_status cluster_write_json(const cluster_spec *c, const char *path, dp_err *er
     cJSON_AddNumberToObject(o, "inter_gbit", c->inter_gbit);
     cJSON_AddNumberToObject(o, "inter_latency_us", c->inter_latency_us);
     cJSON_AddNumberToObject(o, "mem_limit_mb", c->mem_limit_mb);
+    return o;
+}
+
+dp_status cluster_write_json(const cluster_spec *c, const char *path, dp_err *err)
+{
+    cJSON *o = cluster_to_json(c);
+    if (!o) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     dp_status st = json_write_file(o, path, err);
     cJSON_Delete(o);
     return st;

@@ -52,6 +52,9 @@ int cluster_preset_at(int i, cluster_spec *c);
 dp_status cluster_resolve(const char *name_or_path, cluster_spec *c, dp_err *err);
 dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c, dp_err *err);
 dp_status cluster_write_json(const cluster_spec *c, const char *path, dp_err *err);
+/* The spec as the JSON object cluster_parse_json reads (the caller deletes it); NULL: no memory. */
+struct cJSON;
+struct cJSON *cluster_to_json(const cluster_spec *c);
 
 /* Applies what-if overrides of both links (negative = keep). */
 void cluster_override_links(cluster_spec *c, double gbit, double latency_us);

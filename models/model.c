@@ -156,6 +156,16 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24,
                  m->arch == ARCH_T5 ? 0 : 2048, &m->positions, err));
     TRY(json_bool(root, "glu", name, 0, &m->glu, err));
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
+    if (prof) { /* a file name under models/profiles/, as the presets carry */
+        if (!cJSON_IsString(prof) || !prof->valuestring[0] || strchr(prof->valuestring, '/') ||
+            strlen(prof->valuestring) >= sizeof m->profile) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: field \"profile\" must be a file name under "
+                         "models/profiles/ (no '/', under %zu characters)", name, sizeof m->profile);
+            goto out;
+        }
+        snprintf(m->profile, sizeof m->profile, "%s", prof->valuestring);
+    }
     TRY(model_validate(m, name, err));
 out:
     cJSON_Delete(root);
@@ -171,7 +181,7 @@ dp_status model_read_json(const char *path, model_spec *m, dp_err *err)
     return st;
 }
 
-dp_status model_write_json(const model_spec *m, const char *path, dp_err *err)
+cJSON *model_to_json(const model_spec *m)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", m->name);
@@ -189,6 +199,14 @@ dp_status model_write_json(const model_spec *m, const char *path, dp_err *err)
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab);
     cJSON_AddNumberToObject(o, "max_position_embeddings", m->positions);
     cJSON_AddBoolToObject(o, "glu", m->glu);
+    if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
+    return o;
+}
+
+dp_status model_write_json(const model_spec *m, const char *path, dp_err *err)
+{
+    cJSON *o = model_to_json(m);
+    if (!o) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     dp_status st = json_write_file(o, path, err);
     cJSON_Delete(o);
     return st;

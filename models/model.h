@@ -86,6 +86,9 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
 
 /* Writes m as a JSON spec (round-trips through model_read_json). */
 dp_status model_write_json(const model_spec *m, const char *path, dp_err *err);
+/* The spec as the JSON object model_parse_json reads (the caller deletes it); NULL: no memory. */
+struct cJSON;
+struct cJSON *model_to_json(const model_spec *m);
 
 /* Imports a Hugging Face config.json. */
 dp_status model_import_hf(const char *path, model_spec *m, dp_err *err);

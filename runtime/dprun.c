@@ -277,7 +277,7 @@ static int run_main(int argc, char **argv)
     }
     st = plan_check(&pl, plan_path, &err);
     model_spec m;
-    if (st == DP_OK) st = model_resolve(pl.h.model, &m, &err);
+    if (st == DP_OK) st = plan_model(&pl, &m, &err);
     if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
     if (st != DP_OK) {
         plan_release(&pl);

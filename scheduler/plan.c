@@ -249,6 +249,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(o, "zero", h->zero);
     cJSON_AddStringToObject(o, "recompute", h->recompute);
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
+    if (h->model_json) cJSON_AddItemToObject(o, "model_spec", cJSON_Parse(h->model_json));
+    if (h->hw_json) cJSON_AddItemToObject(o, "cluster_spec", cJSON_Parse(h->hw_json));
     cJSON_AddStringToObject(o, "schedule", h->schedule);
     cJSON_AddStringToObject(o, "batching", h->batching);
     cJSON *r = cJSON_AddObjectToObject(o, "rules");
@@ -482,6 +484,17 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, strs[i].key);
         snprintf((char *)h + strs[i].off, strs[i].cap, "%s", cJSON_IsString(v) ? v->valuestring : "");
     }
+    static const char *const specs[2] = {"model_spec", "cluster_spec"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, specs[k]);
+        if (!v) continue;
+        char *spec = cJSON_IsObject(v) ? cJSON_PrintUnformatted(v) : NULL;
+        if (!spec) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: \"%s\" must be an object", name, specs[k]);
+            goto out;
+        }
+        *(k ? &h->hw_json : &h->model_json) = spec;
+    }
     if (!h->act_dtype[0]) snprintf(h->act_dtype, sizeof h->act_dtype, "%s", PLAN_ACT_DTYPE);
     h->act_elem_bytes = plan_dtype_bytes(h->act_dtype);
     if (h->act_elem_bytes != 2) {
@@ -537,5 +550,19 @@ void plan_release(plan *p)
     if (!p) return;
     for (int i = 0; i < p->n_it; i++) plan_iter_release(&p->it[i]);
     free(p->it);
+    free(p->h.model_json);
+    free(p->h.hw_json);
     memset(p, 0, sizeof *p);
+}
+
+dp_status plan_model(const plan *p, model_spec *m, dp_err *err)
+{
+    if (p->h.model_json) return model_parse_json(p->h.model_json, "the plan's model_spec", m, err);
+    return model_resolve(p->h.model, m, err);
+}
+
+dp_status plan_cluster(const plan *p, cluster_spec *c, dp_err *err)
+{
+    if (p->h.hw_json) return cluster_parse_json(p->h.hw_json, "the plan's cluster_spec", c, err);
+    return cluster_resolve(p->h.hw, c, err);
 }

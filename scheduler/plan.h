@@ -4,7 +4,8 @@
  * The simulator (sim/) and the runtime (runtime/, dprun) consume exactly this. JSON form (version
  * 1, DESIGN.md "Execution plan JSON"):
  *
- *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "pp": S, "dp": D, "tp": T,
+ *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
+ *    "pp": S, "dp": D, "tp": T,
  *    "chunks": C, "zero": Z, "recompute": "none", "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
  *              "pad_multiple": 8, "min_padded": 16},
@@ -104,6 +105,12 @@ typedef struct plan_header {
     char act_dtype[8];  /* "fp16" or "bf16" */
     int act_elem_bytes; /* bytes per element of act_dtype: 2 */
     batch_rules rules;
+    /* The model and cluster specs the plan was made with, as JSON text ("model_spec",
+     * "cluster_spec" in the file), so that a plan runs anywhere: readers use them instead of
+     * resolving "model"/"hw" (names or paths relative to where the plan was made). NULL when
+     * the file has none (older plans). A read plan owns them (plan_release frees them); the
+     * writer only reads them. */
+    char *model_json, *hw_json;
 } plan_header;
 
 /* The activation dtype the simulated models use, and its element size. */
@@ -158,6 +165,11 @@ typedef struct plan {
 dp_status plan_read(const char *path, plan *p, dp_err *err);
 dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err);
 void plan_release(plan *p);
+
+/* The plan's model and cluster: its embedded specs where it has them, else "model"/"hw"
+ * resolved as presets or files (older plans). */
+dp_status plan_model(const plan *p, model_spec *m, dp_err *err);
+dp_status plan_cluster(const plan *p, cluster_spec *c, dp_err *err);
 
 /* Every rule a whole plan must keep, beyond the syntax: at least one iteration, unique iteration
  * ids, a known schedule, recompute mode and activation dtype, and plan_validate on every

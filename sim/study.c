@@ -283,8 +283,11 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
             break;
         }
         if (!o->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {
-            snprintf(l->why, sizeof l->why, "%s%s", why,
-                     o->batching->memory_aware ? "" : " (this batching does not cut by memory)");
+            snprintf(l->why, sizeof l->why, "%s%s%s", why,
+                     o->batching->memory_aware ? "" : " (this batching does not cut by memory)",
+                     strcmp(o->sched->name, "adaptive") == 0
+                         ? ""
+                         : "\nhint: --schedule adaptive admits micro-batches by memory");
             l->feasible = 0;
             break;
         }

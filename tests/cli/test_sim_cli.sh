@@ -23,6 +23,17 @@ expect "sim --json" 0 '"bubble_fraction"' -- "$DPSIM" sim --plan "$TMP/plan.json
 "$DPSIM" sim --plan "$TMP/plan.json" --json >"$TMP/m1.json" 2>/dev/null
 "$DPSIM" sim --iterations 5 --json >"$TMP/m2.json" 2>/dev/null
 check "plan file and direct run give the same timeline" bash -c "grep timeline_hash '$TMP/m1.json' | cmp -s - <(grep timeline_hash '$TMP/m2.json')"
+# a plan made with a model file given by a relative path runs from another folder (it embeds the
+# model and cluster specs)
+mkdir -p "$TMP/made" "$TMP/elsewhere"
+"$DPSIM" models --show gpt-tiny >"$TMP/made/mine.json"
+ABS_DPSIM=$(cd "$(dirname "$DPSIM")" && pwd)/$(basename "$DPSIM")
+(cd "$TMP/made" && "$ABS_DPSIM" plan --model mine.json --hw cpu --trace "$OLDPWD/tests/cli/golden/two_samples.csv" \
+   --global-tokens 128 --pp 2 -o plan.json >/dev/null 2>&1 && "$ABS_DPSIM" sim --plan plan.json --json >m.json 2>/dev/null)
+cp "$TMP/made/plan.json" "$TMP/elsewhere/"
+(cd "$TMP/elsewhere" && "$ABS_DPSIM" sim --plan plan.json --json >m.json 2>&1)
+check "a plan copied to another folder simulates to the same timeline hash" \
+  bash -c "grep -q timeline_hash '$TMP/made/m.json' && grep timeline_hash '$TMP/made/m.json' | cmp -s - <(grep timeline_hash '$TMP/elsewhere/m.json')"
 "$DPSIM" sim --iterations 5 --json >"$TMP/m3.json" 2>/dev/null
 check "same inputs, byte-identical metrics (but the planner's wall time)" bash -c "diff <(grep -v plan_ms '$TMP/m2.json') <(grep -v plan_ms '$TMP/m3.json')"
 expect "sim writes a timeline and a Chrome trace" 0 "" -- "$DPSIM" sim --iterations 2 --timeline "$TMP/t.csv" --chrome "$TMP/t.json"
