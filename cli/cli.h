@@ -157,6 +157,11 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
 dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
                               sim_config *cfg, dp_err *err);
 
+/* Every plan and cost option's value as "name=value" lines in a fixed order, skipping the
+ * options named in skip (a sweep's grid keys): a study's configuration, comparable as text. */
+void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, char *buf,
+                       size_t cap);
+
 /* Refuses (DP_ERR_INVALID, common/outfile.h) outputs that are the same file as an input of the
  * plan options (the trace, or the default trace; profile, fit, model and hardware files),
  * extra inputs (e.g. --plan), or each other. p may be NULL (no plan options). */

@@ -85,10 +85,16 @@ typedef struct sweep_ctx {
     const char *where_col[MAX_WHERE], *where_val[MAX_WHERE];
     int n_where;
     int ix, iy, is, iw[MAX_WHERE];
+    int ifeasible, ioom;  /* the sweep CSV's feasible and oom columns, -1 if absent */
+    int n_keys;           /* grid columns: those before the metrics (sweep CSVs), else 0 */
+    char *key_name[16];   /* their names */
+    char *key_first[16];  /* each one's first value, and whether it varies */
+    int key_varies[16];
     char *names[MAX_SERIES];
     int n_names;
     plot_point *pts;
     size_t n, cap;
+    long not_drawn;       /* infeasible or out-of-memory points: marked, not drawn as values */
 } sweep_ctx;
 
 static dp_status sweep_header(void *vctx, const csv_row *h, dp_err *err)
@@ -101,18 +107,41 @@ static dp_status sweep_header(void *vctx, const csv_row *h, dp_err *err)
     if (st != DP_OK) return st;
     c->ix = idx[0], c->iy = idx[1], c->is = c->series ? idx[2] : -1;
     for (int i = 0; i < c->n_where; i++) c->iw[i] = idx[3 + i];
+    c->ifeasible = c->ioom = -1;
+    for (size_t i = 0; i < h->nfields; i++) {
+        if (strcmp(h->fields[i], "feasible") == 0) c->ifeasible = (int)i;
+        if (strcmp(h->fields[i], "oom") == 0) c->ioom = (int)i;
+    }
+    /* a sweep CSV: the grid columns come before throughput_tokens_per_s */
+    for (size_t i = 0; i < h->nfields && strcmp(h->fields[i], "throughput_tokens_per_s") != 0; i++)
+        if (i + 1 < h->nfields && c->n_keys < 16) c->key_name[c->n_keys++] = dp_strdup(h->fields[i]);
+    int is_sweep = 0;
+    for (size_t i = 0; i < h->nfields; i++) is_sweep |= strcmp(h->fields[i], "throughput_tokens_per_s") == 0;
+    if (!is_sweep) c->n_keys = 0;
     return DP_OK;
 }
 
 static dp_status sweep_row(void *vctx, const csv_row *r, dp_err *err)
 {
     sweep_ctx *c = vctx;
+    for (int k = 0; k < c->n_keys; k++) { /* which grid columns vary */
+        const char *v = r->fields[k];
+        if (!c->key_first[k]) c->key_first[k] = dp_strdup(v);
+        else if (strcmp(c->key_first[k], v) != 0) c->key_varies[k] = 1;
+    }
     for (int i = 0; i < c->n_where; i++)
         if (strcmp(r->fields[c->iw[i]], c->where_val[i]) != 0) return DP_OK;
+    if ((c->ifeasible >= 0 && strcmp(r->fields[c->ifeasible], "1") != 0) ||
+        (c->ioom >= 0 && strcmp(r->fields[c->ioom], "0") != 0)) {
+        c->not_drawn++; /* a failed point has no value: drawing it at 0 would be a lie */
+        return DP_OK;
+    }
     double x, y;
     if (dp_parse_f64(r->fields[c->ix], &x) != 0 || dp_parse_f64(r->fields[c->iy], &y) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: %s or %s is not a number", r->path, r->line, c->x, c->y);
-    const char *name = c->is >= 0 ? r->fields[c->is] : c->y;
+    char label[600];
+    if (c->is >= 0) snprintf(label, sizeof label, "%s=%s", c->series, r->fields[c->is]);
+    const char *name = c->is >= 0 ? label : c->y; /* the legend names its key */
     int k = 0;
     while (k < c->n_names && strcmp(c->names[k], name) != 0) k++;
     if (k == c->n_names) {
@@ -182,15 +211,34 @@ static int plot_sweep_main(int argc, char **argv)
         return cli_usage_error(cmd, PLOT_USAGE, "%s", err.msg);
     dp_status st = csv_read_file(argv[optind], 1, sweep_header, sweep_row, &c, &err);
     if (st == DP_OK && c.n == 0)
-        st = dp_fail(&err, DP_ERR_INVALID, "%s: no row matches the --where filters", argv[optind]);
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: no feasible row matches the --where filters%s",
+                     argv[optind], c.not_drawn ? " (every matching point is infeasible or OOM)" : "");
+    for (int k = 0; st == DP_OK && k < c.n_keys; k++) { /* a dimension left free draws saw-teeth */
+        const char *kn = c.key_name[k];
+        int used = strcmp(kn, c.x) == 0 || (c.series && strcmp(kn, c.series) == 0);
+        for (int i = 0; i < c.n_where; i++) used |= strcmp(kn, c.where_col[i]) == 0;
+        if (c.key_varies[k] && !used)
+            fprintf(stderr, "dpsim plot sweep: warning: grid column %s varies but is neither --x, "
+                    "--series nor a --where filter: its points fall on one line\n", kn);
+    }
     if (st == DP_OK) {
         qsort(c.pts, c.n, sizeof *c.pts, cmp_point);
-        char t[512];
+        char t[512], full[700];
         snprintf(t, sizeof t, "%s against %s", c.y, c.x);
-        st = plot_lines(c.pts, (int)c.n, (const char *const *)c.names, c.n_names, title ? title : t,
+        const char *head = title ? title : t;
+        if (c.not_drawn) {
+            snprintf(full, sizeof full, "%s (%ld infeasible or out-of-memory points not drawn)",
+                     head, c.not_drawn);
+            fprintf(stderr, "dpsim plot sweep: %ld infeasible or out-of-memory points are not drawn\n",
+                    c.not_drawn);
+        } else {
+            snprintf(full, sizeof full, "%s", head);
+        }
+        st = plot_lines(c.pts, (int)c.n, (const char *const *)c.names, c.n_names, full,
                         xlabel ? xlabel : c.x, ylabel ? ylabel : c.y, logx, out, &err);
     }
     if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", out);
+    for (int k = 0; k < c.n_keys; k++) free(c.key_name[k]), free(c.key_first[k]);
     for (int i = 0; i < c.n_names; i++) free(c.names[i]);
     free(c.pts);
     return st == DP_OK ? 0 : cli_fail(cmd, &err);

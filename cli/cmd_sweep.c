@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <mpi.h>
 
 #include "../common/csv_table.h"
+#include "../common/json_util.h"
 #include "../sim/study.h"
 #include "cli.h"
 
@@ -102,6 +104,106 @@ static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
         return -1;
     }
     return 0;
+}
+
+/* The sweep's configuration beside its CSV (OUT.config): every option that is not a grid key,
+ * the trace's content hash and dpsim's version, one "name=value" per line. A resume must have
+ * the same, or it would mix rows of two studies. */
+static void sweep_config(const plan_cli *p, const grid *g, char *buf, size_t cap)
+{
+    cli_plan_describe(p, (const char *const *)g->keys, g->nkeys, buf, cap - 128);
+    int trace_in_grid = 0;
+    for (int k = 0; k < g->nkeys; k++) trace_in_grid |= strcmp(g->keys[k], "trace") == 0;
+    char def[4096];
+    const char *tpath = p->trace ? p->trace : cli_data_path("traces/flanv2-100k.csv", def, sizeof def);
+    uint64_t h = 0;
+    size_t at = strlen(buf);
+    if (!trace_in_grid && tpath && dp_hash_file(tpath, &h) == 0)
+        at += (size_t)snprintf(buf + at, cap - at, "trace_hash=%016llx\n", (unsigned long long)h);
+    snprintf(buf + at, cap - at, "dpsim=%s\n", DPSIM_VERSION);
+}
+
+/* The first line where two configurations differ, as "NAME=A there, NAME=B here"; 0 if none. */
+static int config_differs(const char *there, const char *here, char *what, size_t cap)
+{
+    while (*there || *here) {
+        size_t a = strcspn(there, "\n"), b = strcspn(here, "\n");
+        if (a != b || strncmp(there, here, a) != 0) {
+            snprintf(what, cap, "%.*s there, %.*s here", (int)(a < 300 ? a : 300), there,
+                     (int)(b < 300 ? b : 300), here);
+            return 1;
+        }
+        there += a + (there[a] == '\n');
+        here += b + (here[b] == '\n');
+    }
+    return 0;
+}
+
+/* Index of the point whose key (values joined by commas) starts row, or -1. */
+static long point_of_row(const grid *g, const char *row)
+{
+    long idx = 0;
+    for (int k = 0; k < g->nkeys; k++) {
+        size_t len = strcspn(row, ",\n");
+        int found = -1;
+        for (int v = 0; v < g->nvalues[k] && found < 0; v++)
+            if (strlen(g->values[k][v]) == len && strncmp(g->values[k][v], row, len) == 0) found = v;
+        if (found < 0) return -1;
+        idx = idx * g->nvalues[k] + found;
+        row += len + (row[len] == ',');
+    }
+    return idx;
+}
+
+typedef struct ordered_row {
+    long point;
+    size_t seq;
+    char *text;
+} ordered_row;
+
+static int cmp_rows(const void *a, const void *b)
+{
+    const ordered_row *x = a, *y = b;
+    if (x->point != y->point) return x->point < y->point ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Rewrites the CSV with its rows in grid order (workers finish in any order); the header first.
+ * Through a temporary and a rename: a failure leaves the file as it was. */
+static dp_status order_rows(const char *out, const grid *g, dp_err *err)
+{
+    FILE *in = fopen(out, "rb");
+    if (!in) return dp_fail(err, DP_ERR_IO, "%s: cannot reopen: %s", out, strerror(errno));
+    ordered_row *rows = NULL;
+    size_t n = 0, cap = 0, bcap = 0;
+    char *line = NULL, *header = NULL;
+    long len;
+    dp_status st = DP_OK;
+    while ((len = dp_read_line(in, &line, &bcap, DP_LINE_MAX)) > 0) {
+        char *copy = dp_strdup(line);
+        if (!copy || (header && dp_grow((void **)&rows, &cap, n + 1, sizeof *rows) != DP_OK)) {
+            free(copy);
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        if (!header) header = copy;
+        else rows[n] = (ordered_row){point_of_row(g, copy) < 0 ? LONG_MAX : point_of_row(g, copy), n, copy}, n++;
+    }
+    fclose(in);
+    free(line);
+    if (st == DP_OK && header) {
+        qsort(rows, n, sizeof *rows, cmp_rows);
+        out_file o;
+        st = out_open(&o, out, err);
+        if (st == DP_OK) {
+            fputs(header, o.fp);
+            for (size_t i = 0; i < n; i++) fputs(rows[i].text, o.fp);
+            st = out_commit(&o, err);
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(rows[i].text);
+    free(rows), free(header);
+    return st;
 }
 
 /* Value index of key k at point i (the last key varies fastest). */
@@ -402,6 +504,9 @@ int cmd_sweep(int argc, char **argv)
     done_set d = {0};
     d.nkeys = g.nkeys;
     dp_err err = {0};
+    char config[8192], config_path[4200];
+    sweep_config(&p, &g, config, sizeof config);
+    snprintf(config_path, sizeof config_path, "%s.config", out);
     int rc = 0;
     long *todo = malloc((size_t)g.points * sizeof *todo), n = 0, skipped = 0;
     file_sink fs = {-1, out, 0, 0};
@@ -420,6 +525,22 @@ int cmd_sweep(int argc, char **argv)
             dp_fail(&err, DP_ERR_INVALID,
                     "%s exists with other columns; it holds another sweep\nhint: choose a new --output",
                     out);
+            rc = cli_fail(cmd, &err);
+            goto out;
+        }
+        char *there = NULL, what[700];
+        dp_err cerr = {0};
+        if (json_slurp(config_path, &there, &cerr) != DP_OK) {
+            dp_fail(&err, DP_ERR_INVALID, "%s holds rows but %s, its configuration, cannot be read: "
+                    "a resume could mix two studies\nhint: choose a new --output", out, config_path);
+            rc = cli_fail(cmd, &err);
+            goto out;
+        }
+        int differs = config_differs(there, config, what, sizeof what);
+        free(there);
+        if (differs) {
+            dp_fail(&err, DP_ERR_INVALID, "%s was swept with another configuration (%s): resuming "
+                    "would mix two studies\nhint: the same options, or a new --output", out, what);
             rc = cli_fail(cmd, &err);
             goto out;
         }
@@ -449,7 +570,16 @@ int cmd_sweep(int argc, char **argv)
             goto out;
         }
         struct stat sb;
-        if (fstat(fs.fd, &sb) == 0 && sb.st_size == 0) emit_file(&fs, header);
+        if (fstat(fs.fd, &sb) == 0 && sb.st_size == 0) { /* fresh: the header, the configuration */
+            emit_file(&fs, header);
+            out_file cf;
+            if (out_open(&cf, config_path, &err) != DP_OK ||
+                (fputs(config, cf.fp), out_commit(&cf, &err)) != DP_OK) {
+                rc = cli_fail(cmd, &err);
+                if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+                goto out;
+            }
+        }
         fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s%s\n", g.points, skipped, out,
                 mpi ? "" : "");
         if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", size);
@@ -477,6 +607,8 @@ int cmd_sweep(int argc, char **argv)
         dp_fail(&err, DP_ERR_IO, "%s: write failed: %s (rows after the failure were lost; the "
                 "file holds only whole rows before it, and a resume continues from them)", out,
                 strerror(fs.errno_));
+        rc = cli_fail(cmd, &err);
+    } else if (rank == 0 && order_rows(out, &g, &err) != DP_OK) { /* grid order, reproducible */
         rc = cli_fail(cmd, &err);
     }
 out:

@@ -280,3 +280,44 @@ dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_e
     for (int i = 0; i < n_extra && n < 16; i++) in[n++] = extra_in[i];
     return out_distinct(in, n, outs, n_out, err);
 }
+
+void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, char *buf,
+                       size_t cap)
+{
+    char v[32][160];
+    const char *k[32];
+    int n = 0;
+#define ADD(key, ...) (k[n] = (key), snprintf(v[n], sizeof v[n], __VA_ARGS__), n++)
+    ADD("model", "%s", p->cost.model ? p->cost.model : "");
+    ADD("hw", "%s", p->cost.hw ? p->cost.hw : "");
+    ADD("profile", "%s", p->cost.profile ? p->cost.profile : "");
+    ADD("fit", "%s", p->cost.fit ? p->cost.fit : "");
+    ADD("analytic", "%s", p->cost.analytic ? "true" : "false");
+    ADD("tp", "%d", p->cost.tp);
+    ADD("recompute", "%s", recompute_name(p->cost.recompute));
+    ADD("trace", "%s", p->trace ? p->trace : DEFAULT_TRACE);
+    ADD("batching", "%s", p->batching);
+    ADD("schedule", "%s", p->schedule);
+    ADD("pp", "%d", p->pp);
+    ADD("dp", "%d", p->dp);
+    ADD("chunks", "%d", p->chunks);
+    ADD("zero", "%d", p->zero);
+    ADD("mbs", "%d", p->mbs);
+    ADD("mb-tokens", "%lld", (long long)p->mb_tokens);
+    ADD("global-tokens", "%lld", (long long)p->global_tokens);
+    ADD("max-seqlen", "%d", p->max_seqlen);
+    ADD("max-dec-seqlen", "%d", p->max_dec_seqlen);
+    ADD("dp-thin", "%.17g", p->thin_ms);
+    ADD("iterations", "%d", p->iterations);
+    ADD("mem-limit", "%.17g", p->mem_limit_mb);
+    ADD("link-gbps", "%.17g", p->link_gbit);
+    ADD("link-latency-us", "%.17g", p->link_latency_us);
+#undef ADD
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && at < cap; i++) {
+        int skipped = 0;
+        for (int j = 0; j < n_skip; j++) skipped |= strcmp(skip[j], k[i]) == 0;
+        if (!skipped) at += (size_t)snprintf(buf + at, cap - at, "%s=%s\n", k[i], v[i]);
+    }
+}

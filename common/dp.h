@@ -95,6 +95,9 @@ long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max);
 void *dp_xcalloc_at(size_t n, size_t size, const char *file, int line);
 #define dp_xcalloc(n, size) dp_xcalloc_at((n), (size), __FILE__, __LINE__)
 
+/* dp_hash_text's FNV-1a over a whole file's bytes; -1 when it cannot be read. */
+int dp_hash_file(const char *path, uint64_t *out);
+
 /* strdup that is C11-clean. Returns NULL on allocation failure. */
 char *dp_strdup(const char *s);
 

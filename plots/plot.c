@@ -59,6 +59,11 @@ dp_status plot_finish(plot *p, dp_err *err)
     fprintf(p->fp, "unset output\n");
     fclose(p->fp);
     p->fp = NULL;
+    const char *keep = getenv("DPSIM_GNUPLOT_SCRIPT"); /* tests read what gnuplot was given */
+    if (keep && *keep) {
+        FILE *k = fopen(keep, "wb");
+        if (k) fwrite(p->text, 1, p->len, k), fclose(k);
+    }
     FILE *g = popen("gnuplot 1>&2", "w"); /* a fixed command: no user text reaches the shell */
     if (!g) {
         st = dp_fail(err, DP_ERR_EXTERNAL, "cannot start gnuplot: %s", strerror(errno));

@@ -69,10 +69,25 @@ check "the sweep CSV has every metric" bash -c "head -1 '$TMP/sw.csv' | grep -q 
 expect "the sweep resumes: finished points are skipped" 0 "6 points, 4 already" -- "$DPSIM" sweep --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
 check "after resuming, 6 rows" bash -c "[ \$(wc -l <'$TMP/sw.csv') = 7 ]"
 expect "a sweep into a file of another sweep is refused" 1 "exists with other columns" -- "$DPSIM" sweep --grid 'pp=2,4' --iterations 2 -o "$TMP/sw.csv"
+check "the sweep records its configuration beside the CSV" bash -c "grep -qx 'iterations=3' '$TMP/sw.csv.config' && grep -q '^trace_hash=' '$TMP/sw.csv.config'"
+expect "a resumed sweep with a different --model is refused, naming it" 1 "another configuration \\(model=gpt-6.7b-16l there, model=gpt-6.7b-32l here\\)" -- \
+  "$DPSIM" sweep --model gpt-6.7b-32l --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
+check "rows are in grid order (the last key fastest), whatever order the workers finished in" \
+  bash -c "[ \"\$(tail -n +2 '$TMP/sw.csv' | cut -d, -f1,2 | tr '\\n' ' ')\" = '512,packing 512,dynamic 1024,packing 1024,dynamic 2048,packing 2048,dynamic ' ]"
 expect "a bad grid key" 2 "grid key \"speed\" is not a plan option" -- "$DPSIM" sweep --grid 'speed=1,2' -o "$TMP/sw2.csv"
 expect "a bad grid value" 2 "unknown --batching" -- "$DPSIM" sweep --grid 'batching=magic' -o "$TMP/sw2.csv"
 expect "plot the sweep" 0 "wrote" -- "$DPSIM" plot sweep "$TMP/sw.csv" --x max-seqlen --y throughput_tokens_per_s --series batching --logx -o "$TMP/sw.png"
 check "sweep.png" is_png "$TMP/sw.png" 10000
+# failed points are marked, not drawn at zero; legends name their key; a free dimension is warned of
+M=throughput_tokens_per_s,padding_efficiency,encoder_padding_efficiency,decoder_padding_efficiency,bubble_fraction,peak_mem_mb,oom,feasible,iterations,time_s,mean_iteration_ms,mean_closed_form_ms,plan_ms_per_iteration,plan_ms_p90,events,error
+printf 'pp,dp,batching,%s\n2,1,packing,100,1,1,0,0.1,1,0,1,1,1,1,1,1,1,1,""\n4,1,packing,0,1,1,0,0.1,1,0,0,1,1,1,1,1,1,1,"does not fit"\n8,1,packing,300,1,1,0,0.1,1,1,1,1,1,1,1,1,1,1,"oom"\n2,2,packing,150,1,1,0,0.1,1,0,1,1,1,1,1,1,1,1,""\n' "$M" >"$TMP/fail.csv"
+expect "plot sweep: infeasible and OOM points are said to be left out" 0 "2 infeasible or out-of-memory points are not drawn" -- \
+  env DPSIM_GNUPLOT_SCRIPT="$TMP/fail.gp" "$DPSIM" plot sweep "$TMP/fail.csv" --x pp --y throughput_tokens_per_s --series batching --where dp=1 -o "$TMP/fail.png"
+check "... and the gnuplot data holds only the feasible point (x 2), not the failed x 4 and x 8" \
+  bash -c "awk '/^\\\$s0 << EOD/ { on = 1; next } /^EOD/ { on = 0 } on' '$TMP/fail.gp' | tr '\\n' ' ' | grep -qx '2 100 '"
+check "... the legend names the key" grep -q "title 'batching=packing'" "$TMP/fail.gp"
+expect "a grid column left free is warned of" 0 "grid column dp varies but is neither" -- \
+  "$DPSIM" plot sweep "$TMP/fail.csv" --x pp --y throughput_tokens_per_s --series batching -o "$TMP/fail2.png"
 expect "a sweep split across 2 MPI ranks" 0 "2 MPI ranks" -- timeout 120 mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0 -np 2 "$DPSIM" sweep --grid 'max-seqlen=512,1024 batching=packing,dynamic' --iterations 2 -J 1 -o "$TMP/swm.csv"
 check "the MPI sweep wrote every point" bash -c "[ \$(wc -l <'$TMP/swm.csv') = 5 ]"
 expect "timeline figure from a timeline CSV" 0 "wrote" -- "$DPSIM" plot timeline "$TMP/t.csv" --iteration 1 -o "$TMP/gantt.png"
