@@ -101,6 +101,7 @@ typedef struct plan_cli {
     double mem_limit_mb;   /* 0: the hardware's */
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
     int stream;            /* read the trace CSV as a stream (bounded memory) */
+    int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, as a what-if */
     const char *fixed_by_plan; /* the first option given that a plan file fixes (--pp, --model,
                                 * ...), NULL if none: refused beside --plan, not ignored */
 } plan_cli;
@@ -116,7 +117,8 @@ void plan_cli_default(plan_cli *p);
         {"max-seqlen", required_argument, 0, 330}, {"max-dec-seqlen", required_argument, 0, 331},  \
         {"dp-thin", required_argument, 0, 332}, {"iterations", required_argument, 0, 333},         \
         {"mem-limit", required_argument, 0, 334}, {"link-gbps", required_argument, 0, 335},        \
-        {"link-latency-us", required_argument, 0, 336}, {"stream", no_argument, 0, 337}
+        {"link-latency-us", required_argument, 0, 336}, {"stream", no_argument, 0, 337},            \
+        {"allow-oversubscribe", no_argument, 0, 338}
 extern const char PLAN_OPTS_HELP[];
 
 /* Handles one plan (or cost) option: 1 handled, 0 not one, -1 usage error printed. */

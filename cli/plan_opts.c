@@ -49,7 +49,9 @@ const char PLAN_OPTS_HELP[] =
     "      --link-gbps G    what-if: every link's bandwidth, Gbit/s           [the cluster's]\n"
     "      --link-latency-us U  what-if: every link's latency, us            [the cluster's]\n"
     "      --stream         read a trace CSV as a stream, in bounded memory (automatic for\n"
-    "                       files over 256 MB)\n";
+    "                       files over 256 MB)\n"
+    "      --allow-oversubscribe  a layout of more GPUs (tp x pp x dp) than the cluster has,\n"
+    "                       as a what-if                                        [refused]\n";
 
 /* The options whose value a plan file carries (its header, micro-batches and instructions). */
 static const char *fixed_by_plan(int c)
@@ -148,6 +150,7 @@ int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const cha
         p->link_latency_us = d;
         return 1;
     case 337: p->stream = 1; return 1;
+    case 338: p->allow_oversubscribe = 1; return 1;
     }
     return 0;
 }
@@ -188,6 +191,14 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
                        p->pp, p->chunks, env->model.name, model_layers(&env->model));
     if (p->chunks > 1 && strcmp(p->schedule, "interleaved") != 0)
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+    int64_t gpus = (int64_t)p->cost.tp * p->pp * p->dp, have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
+    if (env->hw.nodes > 0 && gpus > have && !p->allow_oversubscribe)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--tp %d x --pp %d x --dp %d = %lld GPUs, but %s has %d node%s of %d GPUs "
+                       "(%lld)\nhint: a cluster with more nodes (--hw, \"nodes\" in its JSON), or "
+                       "--allow-oversubscribe for a what-if",
+                       p->cost.tp, p->pp, p->dp, (long long)gpus, env->hw.name, env->hw.nodes,
+                       env->hw.nodes == 1 ? "" : "s", env->hw.gpus_per_node, (long long)have);
     const char *path = p->trace;
     if (!path) {
         path = cli_data_path(DEFAULT_TRACE, env->trace_path, sizeof env->trace_path);

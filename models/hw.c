@@ -113,6 +113,7 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
         goto out;
     }
     TRY(json_int(root, "gpus_per_node", name, 1, 1 << 20, 8, &c->gpus_per_node, err));
+    TRY(json_int(root, "nodes", name, 0, 1 << 20, 0, &c->nodes, err));
     TRY(json_double(root, "intra_gbit", name, 1e-6, 1e9, 1, 0, &c->intra_gbit, err));
     TRY(json_double(root, "intra_latency_us", name, 0, 1e9, 0, 0, &c->intra_latency_us, err));
     TRY(json_double(root, "inter_gbit", name, 1e-6, 1e9, 0, c->intra_gbit, &c->inter_gbit, err));
@@ -132,6 +133,7 @@ dp_status cluster_resolve(const char *name_or_path, cluster_spec *c, dp_err *err
         cluster_preset("dgx-h100", c);
         c->gpu = *g;
         c->mem_limit_mb = g->mem_mb;
+        c->nodes = 1;
         snprintf(c->name, sizeof c->name, "%s", g->name);
         return DP_OK;
     }
@@ -156,6 +158,7 @@ cJSON *cluster_to_json(const cluster_spec *c)
     cJSON_AddNumberToObject(g, "hbm_gbps", c->gpu.hbm_gbps);
     cJSON_AddNumberToObject(g, "mem_mb", c->gpu.mem_mb);
     cJSON_AddNumberToObject(o, "gpus_per_node", c->gpus_per_node);
+    if (c->nodes) cJSON_AddNumberToObject(o, "nodes", c->nodes);
     cJSON_AddNumberToObject(o, "intra_gbit", c->intra_gbit);
     cJSON_AddNumberToObject(o, "intra_latency_us", c->intra_latency_us);
     cJSON_AddNumberToObject(o, "inter_gbit", c->inter_gbit);

@@ -36,6 +36,7 @@ typedef struct cluster_spec {
     char name[HW_NAME_MAX];
     gpu_spec gpu;
     int gpus_per_node;
+    int nodes;                           /* 0: as many as a layout needs; a GPU name: 1 */
     double intra_gbit, intra_latency_us; /* within a node */
     double inter_gbit, inter_latency_us; /* between nodes */
     double mem_limit_mb;                 /* usable device memory for the planner, MB */

@@ -15,6 +15,8 @@ expect "pp larger than the layers" 2 "more pipeline stages than" -- "$DPSIM" pla
 expect "mbs 0 is refused" 2 "--mbs \"0\"" -- "$DPSIM" plan --mbs 0
 expect "global tokens smaller than one sample" 1 "larger than --global-tokens 100" -- "$DPSIM" plan --global-tokens 100
 expect "chunks without interleaved" 2 "--chunks applies" -- "$DPSIM" plan --chunks 2
+expect "64 GPUs on one 8-GPU node are refused" 2 "= 64 GPUs, but h100 has 1 node of 8 GPUs" -- "$DPSIM" plan --hw h100 --analytic --tp 8 --pp 4 --dp 2 --iterations 1
+expect "... unless asked for as a what-if" 0 "iterations +1" -- "$DPSIM" plan --hw h100 --analytic --tp 8 --pp 4 --dp 2 --iterations 1 --allow-oversubscribe
 expect "a model that does not fit" 1 "exceeds the .* MB of device memory" -- "$DPSIM" plan --model gpt-175b-16l --hw a100-40gb --pp 2 --analytic
 
 # --- sim ---------------------------------------------------------------------------------------
