@@ -60,7 +60,8 @@ static int64_t ms_to_ns(double ms)
 static void emit_op(run *u, int r, plan_op op, int mb, int chunk, int64_t start, int64_t end)
 {
     if (!u->sink || !u->sink->on_op) return;
-    sim_op o = {u->it->id, r % u->cfg->pp, r / u->cfg->pp, op, mb, chunk, start, end};
+    sim_op o = {u->it->id, r % u->cfg->pp, r / u->cfg->pp, op, mb, chunk, start, end,
+                mb >= 0 ? &u->it->mb[mb] : NULL};
     u->sink->on_op(u->sink->ctx, &o);
 }
 
@@ -299,7 +300,11 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
             if (R->send_free[k] > done) done = R->send_free[k];
             if (R->recv_free[k] > done) done = R->recv_free[k];
         }
-        done += ms_to_ns(cfg->dp > 1 ? cfg->allreduce_ms[r % cfg->pp] : 0);
+        if (cfg->dp > 1) { /* the stage's gradient all-reduce follows its last op */
+            int64_t ar = ms_to_ns(cfg->allreduce_ms[r % cfg->pp]);
+            emit_op(&u, r, SIM_OP_ALLREDUCE, -1, 0, done, done + ar);
+            done += ar;
+        }
         if (done > end) end = done;
         res->busy_ns[r % cfg->pp] += R->busy / cfg->dp;
     }

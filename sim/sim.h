@@ -51,12 +51,16 @@ typedef struct sim_config {
 
 /* One executed operation, for timelines: compute ops, and transfers (recorded on the sender as
  * SEND_* and on the receiver as RECV_*, both with the transfer's start and end). */
+#define SIM_OP_ALLREDUCE OP_COUNT /* sim_op.op of a stage's gradient all-reduce (dp > 1) */
+
 typedef struct sim_op {
     int iteration;
     int stage, replica;
-    plan_op op;
+    plan_op op;               /* or SIM_OP_ALLREDUCE */
     int mb, chunk;
     int64_t start_ns, end_ns; /* absolute simulated time */
+    const plan_mb *mb_info;   /* the micro-batch (its shape, tokens, predictions); NULL for the
+                               * all-reduce. Valid during the callback. */
 } sim_op;
 
 /* A memory change on a stage (for memory-over-time figures and Chrome counters). */

@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrome_path, dp_err *err)
@@ -27,22 +28,61 @@ dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrom
     return DP_OK;
 }
 
+/* Chrome threads: four per stage (compute, send, receive, all-reduce) in its replica's process;
+ * each is named ("ph":"M" metadata) the first time it is used. */
+enum { TL_COMPUTE, TL_SEND, TL_RECV, TL_ALLREDUCE, TL_THREADS };
+static const char *const THREAD_NAMES[TL_THREADS] = {"compute", "send", "receive", "all-reduce"};
+
+static void name_thread(timeline_out *t, int pid, int stage, int kind)
+{
+    size_t at = ((size_t)pid * STAGE_MAX + (size_t)stage) * TL_THREADS + (size_t)kind;
+    if (at >= t->named_cap) {
+        size_t cap = t->named_cap;
+        if (dp_grow((void **)&t->named, &cap, at + 1, 1) != DP_OK) return;
+        memset(t->named + t->named_cap, 0, cap - t->named_cap);
+        t->named_cap = cap;
+    }
+    if (t->named[at]) return;
+    t->named[at] = 1;
+    int tid = stage * TL_THREADS + kind;
+    if (!t->named_process[pid < 64 ? pid : 63]) {
+        fprintf(t->chrome, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
+                "\"args\": {\"name\": \"replica %d\"}}", t->chrome_first ? "" : ",\n", pid, pid);
+        t->chrome_first = 0;
+        if (pid < 64) t->named_process[pid] = 1;
+    }
+    fprintf(t->chrome, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+            "\"args\": {\"name\": \"stage %d %s\"}}", pid, tid, stage, THREAD_NAMES[kind]);
+}
+
 void timeline_on_op(void *ctx, const sim_op *o)
 {
     timeline_out *t = ctx;
+    const char *name = o->op == SIM_OP_ALLREDUCE ? "ALLREDUCE" : plan_op_name(o->op);
     if (t->csv)
-        fprintf(t->csv, "%d,%d,%s,%d,%.3f,%.3f,%d,%d\n", o->iteration, o->stage,
-                plan_op_name(o->op), o->mb, (double)o->start_ns / 1e3, (double)o->end_ns / 1e3,
-                o->replica, o->chunk);
+        fprintf(t->csv, "%d,%d,%s,%d,%.3f,%.3f,%d,%d\n", o->iteration, o->stage, name, o->mb,
+                (double)o->start_ns / 1e3, (double)o->end_ns / 1e3, o->replica, o->chunk);
     if (t->chrome) {
         int compute = o->op == OP_F || o->op == OP_B || o->op == OP_W;
+        int kind = o->op == SIM_OP_ALLREDUCE                       ? TL_ALLREDUCE
+                   : compute                                       ? TL_COMPUTE
+                   : o->op == OP_SEND_ACT || o->op == OP_SEND_GRAD ? TL_SEND
+                                                                   : TL_RECV;
+        name_thread(t, o->replica, o->stage, kind);
+        double dur_us = (double)(o->end_ns - o->start_ns) / 1e3;
         fprintf(t->chrome,
                 "%s{\"name\": \"%s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
-                "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"iteration\": %d, \"chunk\": %d}}",
-                t->chrome_first ? "" : ",\n", plan_op_name(o->op), o->mb,
-                compute ? "compute" : "comm", o->replica, o->stage * 3 + (compute ? 0 : o->op == OP_SEND_ACT || o->op == OP_SEND_GRAD ? 1 : 2),
-                (double)o->start_ns / 1e3, (double)(o->end_ns - o->start_ns) / 1e3, o->iteration,
-                o->chunk);
+                "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"iteration\": %d, \"chunk\": %d",
+                t->chrome_first ? "" : ",\n", name, o->mb < 0 ? 0 : o->mb,
+                kind == TL_ALLREDUCE ? "allreduce" : compute ? "compute" : "comm", o->replica,
+                o->stage * TL_THREADS + kind, (double)o->start_ns / 1e3, dur_us, o->iteration, o->chunk);
+        const plan_mb *m = o->mb_info;
+        if (m) /* what the micro-batch is: its shape, tokens and samples */
+            fprintf(t->chrome, ", \"mbs\": %d, \"enc_len\": %d, \"dec_len\": %d, \"tokens\": %lld, "
+                    "\"padded_tokens\": %lld, \"samples\": %d, \"simulated_ms\": %.6f",
+                    m->mbs, m->enc_len, m->dec_len, (long long)(m->enc_tokens + m->dec_tokens),
+                    (long long)m->mbs * (m->enc_len + m->dec_len), m->n_samples, dur_us / 1e3);
+        fprintf(t->chrome, "}}");
         t->chrome_first = 0;
     }
 }
@@ -70,6 +110,9 @@ dp_status timeline_close(timeline_out *t, dp_err *err)
 
 void timeline_abort(timeline_out *t)
 {
+    free(t->named);
+    t->named = NULL;
+    t->named_cap = 0;
     out_abort(&t->csv_o);
     out_abort(&t->chrome_o);
     t->csv = t->chrome = NULL;

@@ -4,7 +4,10 @@
  * CSV: header `iteration,stage,op,mb,start_us,end_us,replica,chunk` (the DESIGN.md columns first,
  * then replica and chunk); one row per op, times in microseconds from the start of the run.
  * Chrome trace JSON (opens in Perfetto and chrome://tracing): ops as complete events ("ph":"X",
- * one thread per stage, pid = replica) and activation memory as counters ("ph":"C", MB).
+ * pid = replica, four threads per stage: compute, send, receive, all-reduce; args with the
+ * micro-batch's shape, tokens, samples and simulated time), process and thread names ("ph":"M",
+ * "replica r", "stage s compute", ...) and activation memory per stage as counters ("ph":"C",
+ * MB). The CSV writes the all-reduce as op ALLREDUCE.
  * Both are sim_sink callbacks, so a run streams into them.
  */
 #ifndef TIMELINE_H
@@ -19,6 +22,9 @@ typedef struct timeline_out {
     out_file csv_o, chrome_o; /* written to temporaries, renamed into place by timeline_close */
     FILE *csv, *chrome;       /* their streams; NULL when not asked for */
     int chrome_first;         /* no event written yet */
+    unsigned char *named;     /* Chrome threads named so far, by (replica, stage, kind) */
+    size_t named_cap;
+    unsigned char named_process[64];
     const char *csv_path, *chrome_path;
 } timeline_out;
 

@@ -41,6 +41,13 @@ check "same inputs, byte-identical metrics (but the planner's wall time)" bash -
 expect "sim writes a timeline and a Chrome trace" 0 "" -- "$DPSIM" sim --iterations 2 --timeline "$TMP/t.csv" --chrome "$TMP/t.json"
 check "timeline CSV header" bash -c "head -1 '$TMP/t.csv' | grep -q '^iteration,stage,op,mb,start_us,end_us'"
 check "Chrome trace has ops and memory counters" bash -c "grep -q '\"ph\": \"X\"' '$TMP/t.json' && grep -q '\"ph\": \"C\"' '$TMP/t.json'"
+"$DPSIM" sim --iterations 1 --dp 2 --chrome "$TMP/t2.json" >/dev/null 2>&1
+# every (pid, tid) of an op has a thread_name, and ops carry the micro-batch's shape
+pairs() { grep -F "$1" "$TMP/t2.json" | sed -n 's/.*"pid": \([0-9]*\), "tid": \([0-9]*\).*/\1 \2/p' | sort -u; }
+check "the Chrome trace names every thread it uses (stage, replica, stream)" \
+  bash -c "$(declare -f pairs); TMP='$TMP'; [ -n \"\$(pairs '\"ph\": \"X\"')\" ] && [ -z \"\$(comm -23 <(pairs '\"ph\": \"X\"') <(pairs 'thread_name'))\" ]"
+check "... with process names, micro-batch args and the all-reduce" \
+  bash -c "grep -q '\"args\": {\"name\": \"replica 1\"}' '$TMP/t2.json' && grep -q '\"mbs\": [0-9]*, \"enc_len\"' '$TMP/t2.json' && grep -q '\"name\": \"ALLREDUCE0\", \"cat\": \"allreduce\"' '$TMP/t2.json'"
 for s in gpipe 1f1b adaptive zb1; do
   expect "sim --schedule $s" 0 "timeline hash" -- "$DPSIM" sim --schedule "$s" --iterations 3
 done
