@@ -138,6 +138,8 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
             cJSON_AddNumberToObject(x, "throughput_tokens_per_s", w->r.throughput_tokens_per_s);
             if (isnan(w->speedup)) cJSON_AddNullToObject(x, "speedup_vs_packing");
             else cJSON_AddNumberToObject(x, "speedup_vs_packing", w->speedup);
+            cJSON_AddNumberToObject(x, "tflops_per_gpu", w->r.tflops_per_gpu);
+            cJSON_AddNumberToObject(x, "mfu", w->r.mfu);
             cJSON_AddNumberToObject(x, "padding_efficiency", w->r.padding_efficiency);
             cJSON_AddNumberToObject(x, "encoder_padding_efficiency", w->r.enc_padding_efficiency);
             cJSON_AddNumberToObject(x, "decoder_padding_efficiency", w->r.dec_padding_efficiency);
@@ -177,10 +179,10 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
             env->trace_path, env->trace.n, (long long)env->rules.global_tokens, env->rules.max_seqlen,
             env->cost_source);
     fprintf(fp, "# speed-up is over packing with 1f1b (the MLM+DS baseline); bubble is the mean over stages\n");
-    fprintf(fp, "%-11s %-11s %12s %8s %8s %7s %10s %4s %9s\n", "batching", "schedule", "throughput",
-            "speedup", "padding", "bubble", "peak_mem", "oom", "plan");
-    fprintf(fp, "%-11s %-11s %12s %8s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "eff_%",
-            "%", "MB(max)", "", "ms/iter");
+    fprintf(fp, "%-11s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
+            "throughput", "speedup", "mfu", "padding", "bubble", "peak_mem", "oom", "plan");
+    fprintf(fp, "%-11s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
+            "eff_%", "%", "MB(max)", "", "ms/iter");
     for (int i = 0; i < n; i++) {
         const row *w = &rows[i];
         if (w->st != DP_OK) {
@@ -188,14 +190,15 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
             continue;
         }
         if (!w->r.feasible) {
-            fprintf(fp, "%-11s %-11s %12s %8s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
-                    "infeasible", "-", "-", "-", "-", "yes", w->r.plan_ms_median);
+            fprintf(fp, "%-11s %-11s %12s %8s %6s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
+                    "infeasible", "-", "-", "-", "-", "-", "yes", w->r.plan_ms_median);
             continue;
         }
         char speed[16] = "-";
         if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
-        fprintf(fp, "%-11s %-11s %12.0f %8s %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
-                w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.padding_efficiency,
+        fprintf(fp, "%-11s %-11s %12.0f %8s %6.1f %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
+                w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
+                100 * w->r.padding_efficiency,
                 100 * mean_bubble(&w->r), max_peak(&w->r), w->r.oom ? "YES" : "no",
                 w->r.plan_ms_median);
     }

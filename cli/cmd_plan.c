@@ -41,6 +41,9 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     fprintf(fp, "%-34s %14.2f ms\n", "mean iteration (simulated)", mean_it);
     fprintf(fp, "%-34s %14.2f ms  (%+.2f%% vs simulated)\n", "mean closed form sum t+(S-1)max t",
             mean_cf, mean_it > 0 ? 100 * (mean_cf - mean_it) / mean_it : 0);
+    if (r->mfu > 0)
+        fprintf(fp, "%-34s %14.1f  (MFU %.1f%%: model FLOPs of the real tokens / time / GPUs / peak)\n",
+                "model TFLOP/s per GPU", r->tflops_per_gpu, 100 * r->mfu);
     fprintf(fp, "%-34s %13.1f%%  (encoder %.1f%%, decoder %.1f%%)\n", "padding efficiency",
             100 * r->padding_efficiency, 100 * r->enc_padding_efficiency,
             r->dec_padded ? 100 * r->dec_padding_efficiency : 0);

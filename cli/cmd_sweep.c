@@ -59,7 +59,8 @@ static int grid_bool(const char *v, int *out)
 static const char *const METRIC_COLUMNS =
     "throughput_tokens_per_s,padding_efficiency,encoder_padding_efficiency,"
     "decoder_padding_efficiency,bubble_fraction,peak_mem_mb,oom,feasible,iterations,time_s,"
-    "mean_iteration_ms,mean_closed_form_ms,plan_ms_per_iteration,plan_ms_p90,events,error";
+    "mean_iteration_ms,mean_closed_form_ms,plan_ms_per_iteration,plan_ms_p90,events,tflops_per_gpu,"
+    "mfu,error";
 
 /* Parses "k1=a,b k2=c" into grid (strings point into buf). Returns 0 or -1 with msg. */
 static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
@@ -252,11 +253,11 @@ static void run_point(const plan_cli *base, const grid *g, long i, char *row, si
     double bubble = 0, peak = 0, mit = 0, mcf = 0;
     for (int s = 0; s < r.pp; s++) bubble += r.bubble_fraction[s] / r.pp, peak = fmax(peak, r.peak_mem_mb[s]);
     for (int k = 0; k < r.iterations && r.feasible; k++) mit += r.iteration_ms[k] / r.iterations, mcf += r.closed_form_ms[k] / r.iterations;
-    snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%.4f,%.4f,%.4f,%llu,\"%s\"", key,
+    snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%.4f,%.4f,%.4f,%llu,%.3f,%.5f,\"%s\"", key,
              st == DP_OK ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
              r.enc_padding_efficiency, r.dec_padding_efficiency, bubble, peak, r.oom,
              st == DP_OK && r.feasible, r.iterations, r.time_s, mit, mcf, r.plan_ms_median,
-             r.plan_ms_p90, (unsigned long long)r.events, error);
+             r.plan_ms_p90, (unsigned long long)r.events, r.tflops_per_gpu, r.mfu, error);
     study_result_release(&r);
 }
 

@@ -298,3 +298,15 @@ dp_status model_resolve(const char *name_or_path, model_spec *m, dp_err *err)
     free(text);
     return st;
 }
+
+double model_train_flops(const model_spec *m, int32_t enc, int32_t dec)
+{
+    double hk = (double)m->heads * m->kv_channels, head = (double)m->vocab * m->hidden;
+    double e = enc, d = dec;
+    if (m->arch == ARCH_GPT)
+        return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e + head * e) +
+               12 * (double)m->enc_layers * hk * e * e;
+    return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e +
+                (double)m->dec_layers * (double)model_layer_params(m, 1) * d + head * d) +
+           12 * hk * ((double)m->enc_layers * e * e + (double)m->dec_layers * (d * d + e * d));
+}

@@ -65,6 +65,13 @@ int64_t model_embedding_params(const model_spec *m);
  * word embedding and not counted twice. */
 int64_t model_total_params(const model_spec *m);
 
+/* Model FLOPs of training on one sample of enc input (GPT: all) and dec target tokens, forward and
+ * backward, with no recomputation and no padding: 6 x the parameters a token passes through (its
+ * layers, and the LM head for the tokens it scores) per token, plus attention's 12 x L x heads x
+ * kv_channels x len^2 (PaLM, Chowdhery et al. 2022, App. B; T5 adds the decoder's cross-attention
+ * 12 x L_dec x heads x kv x enc x dec). The figure MFU divides. */
+double model_train_flops(const model_spec *m, int32_t enc, int32_t dec);
+
 /* Looks a preset up by name ("gpt-6.7b-16l"). Returns NULL when there is none. */
 const model_spec *model_preset(const char *name);
 

@@ -96,6 +96,8 @@ typedef struct plan_iter {
     plan_rank *ranks;  /* pp * dp ranks, index replica * pp + stage */
     int has_objective;
     double obj_value_ms, obj_tmax_ms, obj_sum_ms;
+    double model_flops; /* training FLOPs of the iteration's real tokens (model_train_flops), 0:
+                         * unknown ("model_flops" in the file) */
 } plan_iter;
 
 typedef struct plan_header {

@@ -121,6 +121,8 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     r->sim_wall_s += now_s() - w0;
     r->events += ir.events;
     count_tokens(r, it);
+    if (r->iterations == 0 || r->model_flops > 0) /* known only while every iteration says */
+        r->model_flops = it->model_flops > 0 ? r->model_flops + it->model_flops : 0;
     r->iteration_ms[r->iterations] = (double)ir.makespan_ns / 1e6;
     /* closed form per replica: sum t + (S-1) max t / C, t = max over stages of fwd + bwd */
     double cf = 0;
@@ -162,6 +164,12 @@ void study_end(study_acc *a)
     r->throughput_tokens_per_s = r->time_s > 0 && r->feasible ? (double)r->tokens / r->time_s : 0;
     for (int s = 0; s < a->cfg.pp; s++)
         r->bubble_fraction[s] = a->t_ns > 0 ? 1 - (double)a->busy[s] / (double)a->t_ns : 0;
+    double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1);
+    if (r->time_s > 0 && r->model_flops > 0 && r->feasible) {
+        r->tflops_per_gpu = r->model_flops / r->time_s / gpus / 1e12;
+        double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
+        r->mfu = peak > 0 ? r->tflops_per_gpu / peak : 0;
+    }
     r->timeline_hash = a->hash;
     sim_release(&a->s);
 }
@@ -359,6 +367,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             break;
         }
         if (!l.feasible) r->oom = 1, r->planned_oom++;
+        pi.model_flops = 0;
+        for (int i = 0; i < n; i++) pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec);
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
@@ -396,6 +406,8 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "padded_tokens", (double)r->padded_tokens);
     cJSON_AddNumberToObject(o, "throughput_tokens_per_s", r->throughput_tokens_per_s);
     cJSON_AddNumberToObject(o, "padding_efficiency", r->padding_efficiency);
+    cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
+    cJSON_AddNumberToObject(o, "mfu", r->mfu);
     cJSON_AddNumberToObject(o, "encoder_padding_efficiency", r->enc_padding_efficiency);
     cJSON_AddNumberToObject(o, "decoder_padding_efficiency", r->dec_padding_efficiency);
     cJSON *bf = cJSON_AddArrayToObject(o, "bubble_fraction");

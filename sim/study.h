@@ -11,6 +11,9 @@
  *                             textbook estimate, reported beside the simulated makespan
  *   peak_mem_mb[s]          = model state + peak activations; oom when above the device memory
  *   timeline_hash           = FNV-1a of every simulated operation: equal inputs, equal hash
+ *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens) / simulated
+ *                             time / (tp x pp x dp) / 1e12;  mfu = that / the GPU's peak
+ *                             (0 when a plan file's iterations do not carry model_flops)
  */
 #ifndef STUDY_H
 #define STUDY_H
@@ -60,6 +63,8 @@ typedef struct study_result {
     uint64_t events;
     int microbatches;
     int in_flight_fallback; /* iterations planned with one micro-batch in flight */
+    double model_flops;     /* training FLOPs of the real tokens simulated; 0: unknown */
+    double tflops_per_gpu, mfu;
     int planned_oom;        /* iterations the planner found not to fit in memory */
     int sim_oom;            /* iterations the simulation found over the device memory */
     int oom_unplanned;      /* of those, iterations the planner had called fitting (always 0:

@@ -445,9 +445,24 @@ static void test_calibration_on_a100_grid(void **state)
     cost_model_free(cm);
 }
 
+/* MFU's numerator against the published GPT-2 count: a token passes through every parameter but
+ * the position embeddings (786,432) and the final layer norm (1,536) in a matmul, 6 FLOPs each
+ * for training, plus PaLM's attention term 12 L h s per token. */
+static void test_model_train_flops_gpt2(void **state)
+{
+    (void)state;
+    const model_spec *m = model_preset("gpt2-124m");
+    double s = 1024, matmul = 124439808.0 - 786432 - 1536;
+    double want = 6 * matmul * s + 12 * 12 * 768 * s * s;
+    assert_rel(model_train_flops(m, 1024, 0), want, 1e-12);
+    /* twice the tokens: twice the dense part, four times attention */
+    assert_rel(model_train_flops(m, 2048, 0), 2 * 6 * matmul * s + 4 * 12 * 12 * 768 * s * s, 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_train_flops_gpt2),
         cmocka_unit_test(test_profile_exact_on_grid_points),
         cmocka_unit_test(test_profile_infeasible_with_reason),
         cmocka_unit_test(test_profile_exact_linear_interpolation),
