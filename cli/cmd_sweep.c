@@ -224,6 +224,16 @@ static void point_key(const grid *g, long i, char *out, size_t cap)
         n += (size_t)snprintf(out + n, cap - n, "%s%s", k ? "," : "", g->values[k][value_at(g, i, k)]);
 }
 
+/* GPUs of point i's layout: tp x pp x dp after its grid values. */
+static long long point_gpus(const plan_cli *base, const grid *g, long i)
+{
+    plan_cli p = *base;
+    for (int k = 0; k < g->nkeys; k++)
+        if (strcmp(g->keys[k], "analytic") != 0)
+            cli_plan_set(&p, g->keys[k], g->values[k][value_at(g, i, k)], "sweep", SWEEP_USAGE);
+    return (long long)p.cost.tp * p.pp * p.dp;
+}
+
 /* Runs point i and formats its CSV row (without a newline) into row. */
 static void run_point(const plan_cli *base, const grid *g, long i, char *row, size_t cap)
 {
@@ -429,6 +439,7 @@ int cmd_sweep(int argc, char **argv)
                                          {"grid", required_argument, 0, 'g'},
                                          {"output", required_argument, 0, 'o'},
                                          {"jobs", required_argument, 0, 'J'},
+                                         {"gpus", required_argument, 0, 'G'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "sweep", *out = NULL;
@@ -436,10 +447,10 @@ int cmd_sweep(int argc, char **argv)
     plan_cli p;
     plan_cli_default(&p);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t jobs = ncpu > 0 ? ncpu : 1;
+    int64_t jobs = ncpu > 0 ? ncpu : 1, gpus = 0;
     int c, r;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":g:o:J:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":g:o:J:G:h", opts, NULL)) != -1) {
         if ((r = cli_plan_opt(&p, c, optarg, cmd, SWEEP_USAGE)) != 0) {
             if (r < 0) return EXIT_USAGE;
             continue;
@@ -450,6 +461,9 @@ int cmd_sweep(int argc, char **argv)
         case 'J':
             if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
             break;
+        case 'G':
+            if (cli_int(cmd, "--gpus", optarg, 1, 1 << 24, &gpus)) return EXIT_USAGE;
+            break;
         case 'h':
             printf("usage: %s\n\nRuns every point of a grid over plan options (the same names as the\n"
                    "options, without --) and writes one CSV row per point with every metric. Points\n"
@@ -458,6 +472,8 @@ int cmd_sweep(int argc, char **argv)
                    "  -g, --grid SPEC      e.g. 'max-seqlen=512,1024,2048 batching=packing,dynamic'\n"
                    "  -o, --output FILE    CSV to write or resume                      (required)\n"
                    "  -J, --jobs N         parallel workers per process          [the machine's cores]\n"
+                   "  -G, --gpus N         keep only the points whose layout uses exactly N GPUs\n"
+                   "                       (tp x pp x dp), e.g. with grids over tp, pp and dp [all]\n"
                    "%s%s  -h, --help           this help\n",
                    SWEEP_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
             return 0;
@@ -507,6 +523,8 @@ int cmd_sweep(int argc, char **argv)
     dp_err err = {0};
     char config[8192], config_path[4200];
     sweep_config(&p, &g, config, sizeof config);
+    if (gpus) /* the sweep's own filter is part of what its rows mean */
+        snprintf(config + strlen(config), sizeof config - strlen(config), "gpus=%lld\n", (long long)gpus);
     snprintf(config_path, sizeof config_path, "%s.config", out);
     int rc = 0;
     long *todo = malloc((size_t)g.points * sizeof *todo), n = 0, skipped = 0;
@@ -546,7 +564,10 @@ int cmd_sweep(int argc, char **argv)
             goto out;
         }
     }
+    long kept = 0;
     for (long i = 0; i < g.points; i++) {
+        if (gpus && point_gpus(&p, &g, i) != gpus) continue; /* another GPU count */
+        kept++;
         char key[1024];
         point_key(&g, i, key, sizeof key);
         if (is_done(&d, key)) skipped++;
@@ -581,8 +602,11 @@ int cmd_sweep(int argc, char **argv)
                 goto out;
             }
         }
-        fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s%s\n", g.points, skipped, out,
-                mpi ? "" : "");
+        if (gpus)
+            fprintf(stderr, "dpsim sweep: %ld points of %lld GPUs (of %ld in the grid), %ld already in %s\n",
+                    kept, (long long)gpus, g.points, skipped, out);
+        else
+            fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s\n", g.points, skipped, out);
         if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", size);
     }
     int prog = cli_stderr_is_tty() && rank == 0;
@@ -593,7 +617,8 @@ int cmd_sweep(int argc, char **argv)
             for (long i = 0; i < g.points; i++) {
                 char key[1024];
                 point_key(&g, i, key, sizeof key);
-                if (!is_done(&d, key) && i % size != 0) expect++;
+                if (!is_done(&d, key) && i % size != 0 && (!gpus || point_gpus(&p, &g, i) == gpus))
+                    expect++;
             }
             char row[ROW_MAX];
             for (long k = 0; k < expect; k++) {

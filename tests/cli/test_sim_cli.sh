@@ -83,6 +83,10 @@ expect "a resumed sweep with a different --model is refused, naming it" 1 "anoth
   "$DPSIM" sweep --model gpt-6.7b-32l --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
 check "rows are in grid order (the last key fastest), whatever order the workers finished in" \
   bash -c "[ \"\$(tail -n +2 '$TMP/sw.csv' | cut -d, -f1,2 | tr '\\n' ' ')\" = '512,packing 512,dynamic 1024,packing 1024,dynamic 2048,packing 2048,dynamic ' ]"
+expect "sweep --gpus 8 keeps the layouts of 8 GPUs" 0 "7 points of 8 GPUs \\(of 32 in the grid\\)" -- \
+  "$DPSIM" sweep --analytic --trace $G/two_samples.csv --global-tokens 128 --grid 'pp=1,2,4,8 dp=1,2,4,8 tp=1,2' --gpus 8 -o "$TMP/g8.csv"
+check "... exactly those: every row's tp x pp x dp is 8, and all 7 are there" \
+  bash -c "[ \$(tail -n +2 '$TMP/g8.csv' | awk -F, '\$1 * \$2 * \$3 == 8' | wc -l) = 7 ] && [ \$(tail -n +2 '$TMP/g8.csv' | wc -l) = 7 ]"
 expect "a bad grid key" 2 "grid key \"speed\" is not a plan option" -- "$DPSIM" sweep --grid 'speed=1,2' -o "$TMP/sw2.csv"
 expect "a bad grid value" 2 "unknown --batching" -- "$DPSIM" sweep --grid 'batching=magic' -o "$TMP/sw2.csv"
 expect "plot the sweep" 0 "wrote" -- "$DPSIM" plot sweep "$TMP/sw.csv" --x max-seqlen --y throughput_tokens_per_s --series batching --logx -o "$TMP/sw.png"
