@@ -51,6 +51,17 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->bubble_fraction[s]);
     fprintf(fp, "\n%-34s", "peak memory per stage (MB)");
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %6.0f", r->peak_mem_mb[s]);
+    fprintf(fp, "\n%-34s", "  weights / grads / optimizer");
+    for (int s = 0; s < r->pp; s++)
+        fprintf(fp, " %.0f/%.0f/%.0f", r->weights_mb[s], r->grads_mb[s], r->optimizer_mb[s]);
+    fprintf(fp, "\n%-34s", "  stored / transient at the peak");
+    for (int s = 0; s < r->pp; s++)
+        fprintf(fp, " %.0f/%.0f", r->stored_at_peak_mb[s], r->transient_at_peak_mb[s]);
+    fprintf(fp, "\n%-34s %6.0f  (the device's memory less the planner's limit)", "  reserved per device",
+            r->reserved_mb);
+    double ranks = r->ranks > 0 ? r->ranks : 1;
+    fprintf(fp, "\n%-34s F %.0f, B %.0f, W %.0f, transfers %.0f (ms per rank)", "time per op type",
+            r->op_ms[0] / ranks, r->op_ms[1] / ranks, r->op_ms[2] / ranks, r->op_ms[3] / ranks);
     if (r->oom)
         fprintf(fp, "\n%-34s %14s  (%d of %d iterations do not fit, the planner says; the "
                 "simulation agrees on %d)\n", "out of memory", "YES", r->planned_oom, r->iterations,

@@ -1,6 +1,7 @@
 #include "memory.h"
 
-double memory_model_state_mb(double param_mb, int zero_stage, int dp)
+void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *weights_mb,
+                              double *grads_mb, double *optimizer_mb)
 {
     double params_m = param_mb / BYTES_WEIGHT; /* millions of parameters */
     double d = dp > 0 ? dp : 1;
@@ -8,6 +9,13 @@ double memory_model_state_mb(double param_mb, int zero_stage, int dp)
     if (zero_stage >= 1) o /= d;
     if (zero_stage >= 2) g /= d;
     if (zero_stage >= 3) w /= d;
+    *weights_mb = w, *grads_mb = g, *optimizer_mb = o;
+}
+
+double memory_model_state_mb(double param_mb, int zero_stage, int dp)
+{
+    double w, g, o;
+    memory_model_state_parts(param_mb, zero_stage, dp, &w, &g, &o);
     return w + g + o;
 }
 

@@ -17,6 +17,9 @@
 
 /* Model state MB on one GPU holding param_mb of fp16 parameters (i.e. param_mb / 2 M params). */
 double memory_model_state_mb(double param_mb, int zero_stage, int dp);
+/* Its three parts: fp16 weights, fp16 gradients, fp32 optimizer state, each after ZeRO. */
+void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *weights_mb,
+                              double *grads_mb, double *optimizer_mb);
 
 /* fp16 parameter MB of pipeline stage `stage` of `stages` when layers are split evenly (GPT:
  * the layers; T5: encoder layers on the first half of the stages, decoder layers on the second).

@@ -71,18 +71,27 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     }
 }
 
-double pm_rank_peak(const plan_machine *m, int r, double *held_end)
+double pm_rank_peak_parts(const plan_machine *m, int r, double *held_end, double *held_at_peak,
+                          double *transient_at_peak)
 {
-    double held = 0, peak = 0;
+    double held = 0, peak = 0, hp = 0, tp = 0;
     pm_step s;
     for (int i = 0; i < m->it->ranks[r].n; i++) {
         pm_resolve(m, r, i, &s);
         if (s.op == OP_F) held += s.stored_mb;
         if (s.op == OP_FREE) held -= s.stored_mb;
-        if (s.op == OP_F || s.op == OP_B || s.op == OP_W) peak = fmax(peak, held + s.transient_mb);
+        if ((s.op == OP_F || s.op == OP_B || s.op == OP_W) && held + s.transient_mb > peak)
+            peak = held + s.transient_mb, hp = held, tp = s.transient_mb;
     }
     if (held_end) *held_end = held;
+    if (held_at_peak) *held_at_peak = hp;
+    if (transient_at_peak) *transient_at_peak = tp;
     return peak;
+}
+
+double pm_rank_peak(const plan_machine *m, int r, double *held_end)
+{
+    return pm_rank_peak_parts(m, r, held_end, NULL, NULL);
 }
 
 int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap)

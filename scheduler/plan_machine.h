@@ -100,6 +100,10 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s);
 /* The activation memory a rank holds at its peak (see above), MB; with *held_end the memory
  * still held after its last instruction (0 in a valid plan). */
 double pm_rank_peak(const plan_machine *m, int r, double *held_end);
+/* The same, with the peak's two parts: stored activations held then, and the running op's
+ * transient (either may be NULL). */
+double pm_rank_peak_parts(const plan_machine *m, int r, double *held_end, double *held_at_peak,
+                          double *transient_at_peak);
 
 /* Whether every rank's peak (pm_rank_peak) fits its device's activation budget
  * budget_mb[stage]. *worst receives the largest peak / budget ratio over the ranks; when it

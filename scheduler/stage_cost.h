@@ -40,6 +40,7 @@ typedef struct stage_model {
     double mem_limit_mb;
     int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */
     double state_mb[STAGE_MAX];                       /* model state per device, MB */
+    double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
 } stage_model;
 

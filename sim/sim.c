@@ -44,6 +44,7 @@ typedef struct run {
     sim_mem *mem; /* memory changes (deltas), swept after the run */
     size_t n_mem, cap_mem;
     dp_status st;
+    int64_t op_ns[4]; /* F, B, W, transfers */
     char bad[512]; /* what went wrong, for DP_ERR_INVALID */
 } run;
 
@@ -106,6 +107,7 @@ static void try_sends(run *u, int a, int kind)
         }
         int64_t end = start + ms_to_ns(ms);
         A->send_free[kind] = u->ranks[b].recv_free[kind] = end;
+        u->op_ns[3] += end - start;
         dp_status st = engine_push(u->eng, end, 0, EV_TRANSFER_DONE, b, mb, s.peer_chunk, kind);
         if (st != DP_OK) u->st = st;
         emit_op(u, a, s.op, mb, s.x->chunk, start, end);
@@ -146,6 +148,7 @@ static void advance(run *u, int r, int64_t now)
             int64_t end = start + dur;
             Rs->compute_free = end;
             Rs->busy += dur;
+            u->op_ns[s.op == OP_F ? 0 : s.op == OP_B ? 1 : 2] += dur;
             if (s.op == OP_F) sl->f_end = end, mem_change(u, r, start, s.stored_mb);
             if (s.op == OP_B) sl->b_end = end;
             mem_change(u, r, start, s.transient_mb);
@@ -309,6 +312,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         res->busy_ns[r % cfg->pp] += R->busy / cfg->dp;
     }
     res->makespan_ns = end - t0_ns;
+    memcpy(res->op_ns, u.op_ns, sizeof res->op_ns);
     st = sweep_memory(&u, res, err);
 out:
     free(u.mem);

@@ -45,6 +45,7 @@ typedef struct sim_config {
     int tp;                          /* GPUs per rank (tensor parallelism), for placement */
     double wire_scale;               /* bytes moved per plan byte (0 or 1: as planned) */
     double state_mb[STAGE_MAX];      /* model state per stage, MB */
+    double weights_mb[STAGE_MAX], grads_mb[STAGE_MAX], optimizer_mb[STAGE_MAX]; /* its parts */
     double mem_limit_mb;             /* device memory for the OOM check, MB */
     double allreduce_ms[STAGE_MAX];  /* gradient all-reduce per stage (0 when dp == 1) */
 } sim_config;
@@ -82,6 +83,7 @@ typedef struct sim_iter_result {
     double peak_mb[STAGE_MAX];    /* model state + peak activations, max over replicas */
     int oom;                      /* some stage's peak exceeds mem_limit_mb */
     uint64_t events;              /* events processed (every one handled) */
+    int64_t op_ns[4];             /* time per op type over every rank: F, B, W, transfers */
 } sim_iter_result;
 
 typedef struct sim {

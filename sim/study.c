@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "../models/comm.h"
+#include "../models/memory.h"
 #include "../scheduler/plan_machine.h"
 
 void study_result_release(study_result *r)
@@ -30,6 +31,8 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->mem_limit_mb = sm->mem_limit_mb;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
+        memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp, &cfg->weights_mb[s],
+                                 &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         if (sm->dp > 1) {
             /* fp16 gradients of the stage, ring all-reduce across the replicas of stage s */
             double grad_bytes = 1e6 * (sm->enc_layers[s] * sm->cm->param_mb[COMP_ENCODER] +
@@ -88,7 +91,12 @@ void study_begin(study_acc *a, study_result *r, const sim_config *cfg, const sim
     a->sink = (sim_sink){hash_op, pass_mem, a};
     r->feasible = 1;
     r->pp = cfg->pp;
-    for (int s = 0; s < cfg->pp; s++) r->peak_mem_mb[s] = cfg->state_mb[s];
+    for (int s = 0; s < cfg->pp; s++) {
+        r->peak_mem_mb[s] = cfg->state_mb[s];
+        r->weights_mb[s] = cfg->weights_mb[s], r->grads_mb[s] = cfg->grads_mb[s];
+        r->optimizer_mb[s] = cfg->optimizer_mb[s];
+    }
+    r->reserved_mb = cfg->hw ? fmax(0, cfg->hw->gpu.mem_mb - cfg->mem_limit_mb) : 0;
 }
 
 static void count_tokens(study_result *r, const plan_iter *it)
@@ -138,10 +146,21 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     }
     r->closed_form_ms[r->iterations] = cf;
     a->t_ns += ir.makespan_ns;
+    for (int k = 0; k < 4; k++) r->op_ms[k] += (double)ir.op_ns[k] / 1e6;
+    plan_machine pm;
+    pm_init(&pm, it, cfg->chunks);
     for (int s = 0; s < cfg->pp; s++) {
         a->busy[s] += ir.busy_ns[s];
-        if (ir.peak_mb[s] > r->peak_mem_mb[s]) r->peak_mem_mb[s] = ir.peak_mb[s];
+        if (ir.peak_mb[s] > r->peak_mem_mb[s] || r->iterations == 0) {
+            r->peak_mem_mb[s] = fmax(r->peak_mem_mb[s], ir.peak_mb[s]);
+            double best = -1; /* the replica whose stage s peaks highest */
+            for (int rep = 0; rep < cfg->dp; rep++) {
+                double h, t, pk = pm_rank_peak_parts(&pm, rep * cfg->pp + s, NULL, &h, &t);
+                if (pk > best) best = pk, r->stored_at_peak_mb[s] = h, r->transient_at_peak_mb[s] = t;
+            }
+        }
     }
+    pm_release(&pm);
     if (ir.oom) r->sim_oom++;
     if (ir.oom && !r->oom) {
         r->oom = 1;
@@ -165,6 +184,7 @@ void study_end(study_acc *a)
     for (int s = 0; s < a->cfg.pp; s++)
         r->bubble_fraction[s] = a->t_ns > 0 ? 1 - (double)a->busy[s] / (double)a->t_ns : 0;
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1);
+    r->ranks = a->cfg.pp * a->cfg.dp;
     if (r->time_s > 0 && r->model_flops > 0 && r->feasible) {
         r->tflops_per_gpu = r->model_flops / r->time_s / gpus / 1e12;
         double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
@@ -416,6 +436,20 @@ char *study_metrics_json(const study_result *r)
         cJSON_AddItemToArray(bf, cJSON_CreateNumber(r->bubble_fraction[s]));
         cJSON_AddItemToArray(pm, cJSON_CreateNumber(r->peak_mem_mb[s]));
     }
+    cJSON *mb = cJSON_AddArrayToObject(o, "memory_breakdown_mb"); /* per stage, at its peak */
+    for (int s = 0; s < r->pp; s++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "weights", r->weights_mb[s]);
+        cJSON_AddNumberToObject(x, "gradients", r->grads_mb[s]);
+        cJSON_AddNumberToObject(x, "optimizer", r->optimizer_mb[s]);
+        cJSON_AddNumberToObject(x, "stored_activations", r->stored_at_peak_mb[s]);
+        cJSON_AddNumberToObject(x, "transient", r->transient_at_peak_mb[s]);
+        cJSON_AddNumberToObject(x, "reserved", r->reserved_mb);
+        cJSON_AddItemToArray(mb, x);
+    }
+    cJSON *ot = cJSON_AddObjectToObject(o, "op_time_ms"); /* summed over every rank */
+    static const char *const ops[4] = {"F", "B", "W", "transfers"};
+    for (int k = 0; k < 4; k++) cJSON_AddNumberToObject(ot, ops[k], r->op_ms[k]);
     cJSON_AddBoolToObject(o, "oom", r->oom);
     cJSON_AddNumberToObject(o, "planned_oom_iterations", r->planned_oom);
     cJSON_AddNumberToObject(o, "sim_oom_iterations", r->sim_oom);

@@ -53,6 +53,12 @@ typedef struct study_result {
         dec_padding_efficiency;
     double bubble_fraction[STAGE_MAX];
     double peak_mem_mb[STAGE_MAX];
+    /* what the peak holds, per stage (of the iteration with the highest peak): model state parts,
+     * the stored activations and the running op's transient at that moment (plan_machine.h),
+     * and what the device keeps back (its memory less the planner's limit) */
+    double weights_mb[STAGE_MAX], grads_mb[STAGE_MAX], optimizer_mb[STAGE_MAX];
+    double stored_at_peak_mb[STAGE_MAX], transient_at_peak_mb[STAGE_MAX], reserved_mb;
+    double op_ms[4]; /* time per op type summed over every rank: F, B, W, transfers (sender) */
     int pp;
     int oom;
     int feasible;      /* 0: some micro-batch could not be costed (outside the profile) */
@@ -65,6 +71,7 @@ typedef struct study_result {
     int in_flight_fallback; /* iterations planned with one micro-batch in flight */
     double model_flops;     /* training FLOPs of the real tokens simulated; 0: unknown */
     double tflops_per_gpu, mfu;
+    int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */
     int planned_oom;        /* iterations the planner found not to fit in memory */
     int sim_oom;            /* iterations the simulation found over the device memory */
     int oom_unplanned;      /* of those, iterations the planner had called fitting (always 0:
