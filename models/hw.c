@@ -27,7 +27,9 @@ typedef struct cluster_row {
 
 static const cluster_row CLUSTERS[] = {
     /* DynaPipe's experiments: AWS p4d.24xlarge, 600 GB/s NVLink, 100 Gbit/s between nodes with
-     * 4 ms latency in the authors' cost model; 36,000 MB planner limit on the 40 GB cards. */
+     * 4 ms latency in the authors' cost model; 36,000 MB planner limit on the 40 GB cards. The
+     * others (mem_limit 0) keep back the same share, HW_USABLE_SHARE, for the CUDA context, the
+     * libraries' workspaces and fragmentation. */
     {"p4d", "a100-40gb", 8, 4800, 0, 100, 4000, 36000},
     {"dgx-a100", "a100-80gb", 8, 4800, 2, 1600, 5, 0},
     {"dgx-h100", "h100", 8, 7200, 2, 3200, 5, 0},
@@ -66,7 +68,7 @@ int cluster_preset_at(int i, cluster_spec *c)
     c->intra_latency_us = r->intra_latency_us;
     c->inter_gbit = r->inter_gbit;
     c->inter_latency_us = r->inter_latency_us;
-    c->mem_limit_mb = r->mem_limit_mb > 0 ? r->mem_limit_mb : c->gpu.mem_mb;
+    c->mem_limit_mb = r->mem_limit_mb > 0 ? r->mem_limit_mb : HW_USABLE_SHARE * c->gpu.mem_mb;
     return 0;
 }
 
@@ -119,7 +121,8 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
     TRY(json_double(root, "inter_gbit", name, 1e-6, 1e9, 0, c->intra_gbit, &c->inter_gbit, err));
     TRY(json_double(root, "inter_latency_us", name, 0, 1e9, 0, c->intra_latency_us,
                     &c->inter_latency_us, err));
-    TRY(json_double(root, "mem_limit_mb", name, 1, 1e9, 0, c->gpu.mem_mb, &c->mem_limit_mb, err));
+    TRY(json_double(root, "mem_limit_mb", name, 1, 1e9, 0, HW_USABLE_SHARE * c->gpu.mem_mb,
+                    &c->mem_limit_mb, err));
 out:
     cJSON_Delete(root);
     return st;
@@ -132,7 +135,7 @@ dp_status cluster_resolve(const char *name_or_path, cluster_spec *c, dp_err *err
     if (g) { /* one node of this GPU with NVLink-class links */
         cluster_preset("dgx-h100", c);
         c->gpu = *g;
-        c->mem_limit_mb = g->mem_mb;
+        c->mem_limit_mb = HW_USABLE_SHARE * g->mem_mb;
         c->nodes = 1;
         snprintf(c->name, sizeof c->name, "%s", g->name);
         return DP_OK;

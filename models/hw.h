@@ -14,8 +14,8 @@
  *   {"name": "my-cluster", "gpu": "a100-40gb" | {"name":…, "peak_tflops":…, "hbm_gbps":…,
  *    "mem_mb":…}, "gpus_per_node": 8, "intra_gbit": 4800, "intra_latency_us": 0,
  *    "inter_gbit": 100, "inter_latency_us": 4000, "mem_limit_mb": 36000}
- * mem_limit_mb (optional, default the GPU's memory) is the usable device memory the planner
- * respects.
+ * mem_limit_mb (optional, default HW_USABLE_SHARE of the GPU's memory) is the usable device
+ * memory the planner respects; "nodes" (optional, 0: as many as a layout needs) bounds the GPUs.
  */
 #ifndef HW_H
 #define HW_H
@@ -31,6 +31,11 @@ typedef struct gpu_spec {
     double mem_mb;      /* device memory, MB */
     const char *source; /* datasheet the numbers come from */
 } gpu_spec;
+
+/* The share of a GPU's memory the planner may use when a preset or a GPU name does not say:
+ * 36,000 of 40,960 MB, DynaPipe's setting on p4d (the rest: CUDA context, NCCL and cuBLAS
+ * workspaces, allocator fragmentation). A cluster JSON's mem_limit_mb overrides it. */
+#define HW_USABLE_SHARE (36000.0 / 40960.0)
 
 typedef struct cluster_spec {
     char name[HW_NAME_MAX];
