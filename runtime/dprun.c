@@ -25,6 +25,7 @@
 #include "../scheduler/plan.h"
 #include "check_gpu.h"
 #include "exec.h"
+#include "rt_mpi.h"
 #include "profile.h"
 
 static const char USAGE[] =
@@ -164,11 +165,11 @@ static int profile_main(int argc, char **argv)
 static void mpi_check(int rc, const char *call)
 {
     if (rc == MPI_SUCCESS) return;
-    char es[MPI_MAX_ERROR_STRING];
-    int len = 0, rank = -1;
-    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", rc);
+    char msg[MPI_MAX_ERROR_STRING + 300];
+    int rank = -1;
+    rt_mpi_describe(rc, call, msg, sizeof msg);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    fprintf(stderr, "dprun: rank %d: %s failed: %s\n", rank, call, es);
+    fprintf(stderr, "dprun: rank %d: %s\n", rank, msg);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 3);
 }

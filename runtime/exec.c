@@ -10,6 +10,7 @@
 #include "../models/memory.h"
 #include "../scheduler/plan_machine.h"
 #include "layer.h"
+#include "rt_mpi.h"
 
 enum { KIND_ACT, KIND_GRAD };
 
@@ -85,22 +86,8 @@ static void die(const ctx *c, const char *what)
     exit(3); /* not reached */
 }
 
-/* Every MPI call's return code is checked (MPI_ERRORS_RETURN is set): a failure names the call
- * and MPI's reason and ends the job, instead of surfacing later as a time-out. */
-static void mpi_die(const ctx *c, const char *call, int rc)
-{
-    char es[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 200];
-    int len = 0;
-    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", rc);
-    snprintf(msg, sizeof msg, "%s failed: %s", call, es);
-    die(c, msg);
-}
 
-#define MPI_TRY(c, call)                                                                           \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != MPI_SUCCESS) mpi_die((c), #call, rc_);                                          \
-    } while (0)
+#define MPI_TRY(c, call) RT_MPI_TRY(die, c, call)
 
 /* Size class of a request: the next power of two, so that a block is reused only by requests of
  * its own class (best-fit across classes let small requests eat large blocks and kept the pool

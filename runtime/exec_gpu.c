@@ -45,6 +45,7 @@
 #include "../scheduler/plan_machine.h"
 #include "cuda/layer_cuda.h"
 #include "layer.h"
+#include "rt_mpi.h"
 #ifdef DPRUN_NCCL
 #include "cuda/nccl_link.h"
 #endif
@@ -129,21 +130,7 @@ static void die(const gctx *c, const char *what)
     exit(3); /* not reached */
 }
 
-/* A failed MPI call (MPI_ERRORS_RETURN is set) names itself and ends the job. */
-static void mpi_die(const gctx *c, const char *call, int rc)
-{
-    char es[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 200];
-    int len = 0;
-    if (MPI_Error_string(rc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", rc);
-    snprintf(msg, sizeof msg, "%s failed: %s", call, es);
-    die(c, msg);
-}
-
-#define MPI_TRY(c, call)                                                                           \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != MPI_SUCCESS) mpi_die((c), #call, rc_);                                          \
-    } while (0)
+#define MPI_TRY(c, call) RT_MPI_TRY(die, c, call) /* a failed MPI call ends the job, named */
 
 /* The next timing slot; its two events are created once and reused by later iterations, so the
  * enqueue loop does no event creation after the first iteration. */

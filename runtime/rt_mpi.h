@@ -1,0 +1,26 @@
+/*
+ * rt_mpi.h — checking MPI's return codes in the runtime (MPI_ERRORS_RETURN is set): a failed call
+ * is named with MPI's reason and handed to the caller's fatal handler (an executor's die, which
+ * prints the rank and ends the job), instead of surfacing later as a time-out.
+ */
+#ifndef RT_MPI_H
+#define RT_MPI_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+/* "CALL failed: MPI's reason" for return code rc. */
+void rt_mpi_describe(int rc, const char *call, char *msg, size_t cap);
+
+/* Runs call; on failure, die_fn(ctx, message) (die_fn does not return). */
+#define RT_MPI_TRY(die_fn, ctx, call)                                                              \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) {                                                                  \
+            char m_[MPI_MAX_ERROR_STRING + 300];                                                   \
+            rt_mpi_describe(rc_, #call, m_, sizeof m_);                                            \
+            die_fn((ctx), m_);                                                                     \
+        }                                                                                          \
+    } while (0)
+
+#endif /* RT_MPI_H */
