@@ -229,6 +229,7 @@ int cmd_sim(int argc, char **argv)
                                          {"ascii", no_argument, 0, 'a'},
                                          {"ascii-width", required_argument, 0, 'W'},
                                          {"ascii-iteration", required_argument, 0, 'I'},
+                                         {"ascii-order", no_argument, 0, 'O'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "sim";
@@ -238,7 +239,7 @@ int cmd_sim(int argc, char **argv)
     int c, r;
     int64_t v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":P:jT:C:aW:I:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":P:jT:C:aW:I:Oh", opts, NULL)) != -1) {
         if ((r = cli_plan_opt(&p, c, optarg, cmd, SIM_USAGE)) != 0) {
             if (r < 0) return EXIT_USAGE;
             continue;
@@ -249,6 +250,7 @@ int cmd_sim(int argc, char **argv)
         case 'T': sc.timeline = optarg; break;
         case 'C': sc.chrome = optarg; break;
         case 'a': sc.ascii = 1; break;
+        case 'O': sc.ascii = 2; break;
         case 'W':
             if (cli_int(cmd, "--ascii-width", optarg, 16, 1000, &v)) return EXIT_USAGE;
             sc.ascii_width = (int)v;
@@ -269,6 +271,7 @@ int cmd_sim(int argc, char **argv)
                    "  -a, --ascii          draw one iteration in the terminal\n"
                    "      --ascii-width N  columns of the drawing                    [96]\n"
                    "      --ascii-iteration K  iteration to draw                     [0]\n"
+                   "      --ascii-order    the drawing as each stage's op order (many micro-batches)\n"
                    "%s%s  -h, --help           this help\n",
                    SIM_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
             return 0;
@@ -334,7 +337,8 @@ int cmd_sim(int argc, char **argv)
         } else {
             print_summary(what, &res, stdout);
         }
-        if (sc.ascii) ascii_draw(&asc, pp, sc.ascii_width, stdout);
+        if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
+        if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);
     }
     ascii_release(&asc);
     int feasible = res.feasible;

@@ -18,7 +18,7 @@ void ascii_release(ascii_tl *a)
 void ascii_collect(void *ctx, const sim_op *op)
 {
     ascii_tl *a = ctx;
-    if (op->iteration != a->iteration || op->replica != 0) return;
+    if (op->iteration != a->iteration) return;
     if (op->op != OP_F && op->op != OP_B && op->op != OP_W) return;
     if (dp_grow((void **)&a->ops, &a->cap, a->n + 1, sizeof *a->ops) != DP_OK) return;
     a->ops[a->n++] = *op;
@@ -37,12 +37,16 @@ void ascii_draw(const ascii_tl *a, int pp, int width, FILE *fp)
     if (!row) return;
     fprintf(fp, "# iteration %d: %d columns of %.3f ms; F<k>/B<k>/W<k> = forward, backward, "
             "weight-gradient of micro-batch k, '.' = idle\n", a->iteration, width, slice / 1e6);
-    for (int s = 0; s < pp; s++) {
+    int replicas = 1;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->ops[i].replica + 1 > replicas) replicas = a->ops[i].replica + 1;
+    for (int q = 0; q < replicas * pp; q++) {
+        int rep = q / pp, s = q % pp;
         memset(row, '.', (size_t)width);
         row[width] = '\0';
         for (size_t i = 0; i < a->n; i++) {
             const sim_op *o = &a->ops[i];
-            if (o->stage != s) continue;
+            if (o->stage != s || o->replica != rep) continue;
             int c0 = (int)((double)(o->start_ns - t0) / slice + 0.5);
             int c1 = (int)((double)(o->end_ns - t0) / slice + 0.5);
             if (c1 > width) c1 = width;
@@ -55,7 +59,44 @@ void ascii_draw(const ascii_tl *a, int pp, int width, FILE *fp)
                                         : label[0];
             }
         }
-        fprintf(fp, "stage %2d |%s|\n", s, row);
+        if (replicas > 1) fprintf(fp, "replica %d stage %2d |%s|\n", rep, s, row);
+        else fprintf(fp, "stage %2d |%s|\n", s, row);
     }
     free(row);
+}
+
+static int cmp_start(const void *x, const void *y)
+{
+    const sim_op *a = x, *b = y;
+    if (a->replica != b->replica) return a->replica - b->replica;
+    if (a->stage != b->stage) return a->stage - b->stage;
+    return (a->start_ns > b->start_ns) - (a->start_ns < b->start_ns);
+}
+
+void ascii_draw_order(const ascii_tl *a, int pp, int width, FILE *fp)
+{
+    if (a->n == 0 || width < 8) return;
+    sim_op *ops = malloc(a->n * sizeof *ops);
+    if (!ops) return;
+    memcpy(ops, a->ops, a->n * sizeof *ops);
+    qsort(ops, a->n, sizeof *ops, cmp_start);
+    fprintf(fp, "# iteration %d, order view: each stage's ops in the order they ran, F/B/W for "
+            "even micro-batches, f/b/w for odd ones\n", a->iteration);
+    (void)pp;
+    for (size_t i = 0; i < a->n;) {
+        size_t j = i;
+        while (j < a->n && ops[j].replica == ops[i].replica && ops[j].stage == ops[i].stage) j++;
+        char label[32];
+        snprintf(label, sizeof label, "r%d s%d", ops[i].replica, ops[i].stage);
+        for (size_t k = i; k < j; k += (size_t)width) {
+            fprintf(fp, "%-8s |", k == i ? label : "");
+            for (size_t c = k; c < j && c < k + (size_t)width; c++) {
+                char ch = ops[c].op == OP_F ? 'F' : ops[c].op == OP_B ? 'B' : 'W';
+                fputc(ops[c].mb % 2 ? ch - 'A' + 'a' : ch, fp);
+            }
+            fputs("|\n", fp);
+        }
+        i = j;
+    }
+    free(ops);
 }

@@ -55,6 +55,8 @@ expect "sim --schedule interleaved" 0 "timeline hash" -- "$DPSIM" sim --schedule
 expect "link what-if changes the result" 0 "timeline hash" -- "$DPSIM" sim --iterations 3 --link-latency-us 5000 --link-gbps 10
 expect "ascii golden: 2 stages, 2 micro-batches, 1F1B" 0 "" -- "$DPSIM" sim --model gpt-tiny --hw cpu --analytic --pp 2 --trace $G/two_samples.csv --global-tokens 128 --batching padding --mbs 1 --ascii --ascii-width 48
 check "ascii matches the golden file" bash -c "tail -3 '$TMP/out' | diff - $G/ascii_1f1b_2x2.txt"
+expect "ascii: every replica is drawn and labelled" 0 "replica 1 stage  1 \\|" -- "$DPSIM" sim --model gpt-tiny --hw cpu --analytic --pp 2 --dp 2 --trace $G/two_samples.csv --global-tokens 256 --batching padding --mbs 1 --ascii --ascii-width 48
+expect "ascii: the order view for many micro-batches" 0 "^r0 s3 +\\|[FBfb]+\\|" -- "$DPSIM" sim --iterations 1 --ascii-order --ascii-width 60
 printf '{"version": 1, "pp": 2, "iterations": [{"microbatches": [], "stages": [{"stage": 0, "instructions": []}]}]}' >"$TMP/bad.json"
 expect "plan for the wrong rank count" 1 "has 1 stage lists, pp x dp = 2" -- "$DPSIM" sim --plan "$TMP/bad.json"
 expect "malformed plan file" 1 "nope.json: cannot open" -- "$DPSIM" sim --plan "$TMP/nope.json"
