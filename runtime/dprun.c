@@ -49,6 +49,8 @@ static void help(void)
            "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
            "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
            "  -w, --warmup N        unrecorded runs of the first iteration        [1]\n"
+           "      --no-noise        skip the noise repeat: the first iteration, run once more and\n"
+           "                        recorded with repeat 1 (dpsim validate reports the spread) [on]\n"
            "      --stall-rank R --stall-s S   fault injection: rank R sleeps S seconds first\n"
            "      --no-plan-check  fault injection: skip the same-plan-on-every-rank hash check\n"
            "profile:\n"
@@ -189,12 +191,14 @@ static int run_main(int argc, char **argv)
         {"out", required_argument, 0, 'o'},   {"output", required_argument, 0, 'o'},
         {"timeout", required_argument, 0, 't'}, {"iterations", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'}, {"stall-rank", required_argument, 0, 1},
+        {"no-noise", no_argument, 0, 4},
         {"stall-s", required_argument, 0, 2},  {"no-plan-check", no_argument, 0, 3},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *plan_path = NULL, *out = NULL, *backend = "cpu";
     double timeout = 60;
     int64_t iterations = 0, warmup = 1, stall_rank = -1;
+    int repeat_first = 1;
     double stall_s = 0;
     int c, check_plan = 1;
     optind = 1;
@@ -219,6 +223,7 @@ static int run_main(int argc, char **argv)
             if (dp_parse_f64(optarg, &stall_s) != 0 || stall_s < 0) return usage_error("bad --stall-s", optarg);
             break;
         case 3: check_plan = 0; break;
+        case 4: repeat_first = 0; break;
         case 'h': help(); return 0;
         default: return usage_error("unknown or incomplete option", argv[optind - 1]);
         }
@@ -285,7 +290,8 @@ static int run_main(int argc, char **argv)
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
         return fail_all(rank, msg);
     }
-    rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s};
+    rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s,
+                 repeat_first};
     rt_result res;
     st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {
@@ -320,13 +326,14 @@ static int run_main(int argc, char **argv)
              * act_dtype elements), so that dpsim validate simulates the bytes really moved;
              * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
             FILE *fp = of.fp;
-            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash\n");
+            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash,"
+                    "repeat\n");
             const rt_record *r = (const rt_record *)buf;
             for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx\n", r[i].iteration, r[i].stage,
+                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d\n", r[i].iteration, r[i].stage,
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
                         r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, RT_WIRE_ELEM_BYTES,
-                        (unsigned long long)h);
+                        (unsigned long long)h, r[i].repeat);
             if (out_commit(&of, &werr) != DP_OK) {
                 fprintf(stderr, "dprun: error: %s\n", werr.msg);
                 rc = 1;

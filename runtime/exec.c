@@ -173,7 +173,7 @@ static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_e
     if (!c->record) return;
     if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
         die(c, "out of host memory");
-    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk,
+    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record == 2,
                                      (t_start - c->t0) * 1e6, (t_end - c->t0) * 1e6};
 }
 
@@ -507,6 +507,11 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     for (int i = 0; i < n_it; i++) {
         c.iteration = pl->it[i].id;
         run_iteration(&c, &pl->it[i], stage_comm);
+        if (i == 0 && o->repeat_first) { /* the same iteration again: the machine's noise */
+            c.record = 2;
+            run_iteration(&c, &pl->it[0], stage_comm);
+            c.record = 1;
+        }
     }
     rt_layer_set_yield(NULL);
     MPI_Comm_free(&stage_comm);

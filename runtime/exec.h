@@ -52,6 +52,7 @@
 /* One measured operation (the timeline CSV row). */
 typedef struct rt_record {
     int32_t iteration, stage, replica, op, mb, chunk;
+    int32_t repeat; /* 1: the noise repeat of the first iteration (rt_opts.repeat_first) */
     double start_us, end_us;
 } rt_record;
 
@@ -63,6 +64,8 @@ typedef struct rt_opts {
     int iterations;    /* 0: all of the plan's */
     int stall_rank;    /* fault injection for tests: this rank sleeps stall_s before iteration 0 */
     double stall_s;
+    int repeat_first;  /* run the first iteration once more right after it, recorded with
+                        * repeat = 1: the machine's noise, which dpsim validate reports */
 } rt_opts;
 
 /* What a run leaves: the measured operations, and the sum of squares of the parameter gradients

@@ -55,7 +55,9 @@ static void on_pred(void *ctx, const sim_op *o)
 
 /* ---- the measured side ---- */
 typedef struct meas_ctx {
-    int idx[10];
+    int idx[11];
+    int repeat_k;        /* the plan iteration (index) of the noise repeat's rows, -1 none */
+    double repeat_end_ms; /* their latest end */
     uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
     op_list ops;
@@ -67,11 +69,11 @@ typedef struct meas_ctx {
 static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
 {
     meas_ctx *c = vctx;
-    static const csv_column cols[10] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
+    static const csv_column cols[11] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
                                         {"mb", 1},        {"start_us", 1}, {"end_us", 1},
                                         {"replica", 0},   {"chunk", 0},    {"wire_elem_bytes", 0},
-                                        {"plan_hash", 0}};
-    return csv_header_map(h, cols, 10, c->idx, err);
+                                        {"plan_hash", 0}, {"repeat", 0}};
+    return csv_header_map(h, cols, 11, c->idx, err);
 }
 
 static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
@@ -127,6 +129,14 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
                        "stage %lld, replica %lld, %s, mb %lld, chunk %lld)", r->path, r->line,
                        (long long)it, (long long)stage, (long long)rep, f[c->idx[2]],
                        (long long)mb, (long long)chunk);
+    if (c->idx[10] >= 0 && strcmp(f[c->idx[10]], "0") != 0) { /* the noise repeat */
+        if (strcmp(f[c->idx[10]], "1") != 0)
+            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: repeat \"%s\" must be 0 or 1", r->path,
+                           r->line, f[c->idx[10]]);
+        c->repeat_k = k;
+        if (t1 / 1e3 > c->repeat_end_ms) c->repeat_end_ms = t1 / 1e3;
+        return DP_OK;
+    }
     if (t1 / 1e3 > c->end_ms[k]) c->end_ms[k] = t1 / 1e3;
     plan_op op;
     if (plan_op_parse(f[c->idx[2]], &op) == 0 && (op == OP_F || op == OP_B || op == OP_W))
@@ -146,7 +156,7 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
                        const char *measured_path, val_result *v, dp_err *err)
 {
     memset(v, 0, sizeof *v);
-    meas_ctx mc = {.pl = pl, .plan_hash = plan_hash};
+    meas_ctx mc = {.pl = pl, .plan_hash = plan_hash, .repeat_k = -1};
     pred_ctx pc = {0};
     dp_status st = DP_OK;
     mc.end_ms = malloc((size_t)(pl->n_it + 1) * sizeof *mc.end_ms);
@@ -187,6 +197,12 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     if (v->iterations == 0) {
         st = dp_fail(err, DP_ERR_INVALID, "%s: no iteration of the plan was measured", measured_path);
         goto out;
+    }
+    v->noise_pct = -1;
+    if (mc.repeat_k >= 0 && mc.end_ms[mc.repeat_k] > 0) {
+        v->noise_first_ms = mc.end_ms[mc.repeat_k];
+        v->noise_repeat_ms = mc.repeat_end_ms;
+        v->noise_pct = 100 * fabs(v->noise_repeat_ms - v->noise_first_ms) / v->noise_first_ms;
     }
     for (int k = 0; k < v->iterations; k++) {
         double e = fabs(100 * (v->predicted_ms[k] - v->measured_ms[k]) / v->measured_ms[k]);
@@ -237,6 +253,7 @@ char *validate_json(const val_result *v)
     cJSON_AddNumberToObject(o, "max_abs_pct", v->max_abs_pct);
     if (v->wire_elem_bytes) cJSON_AddNumberToObject(o, "wire_elem_bytes", v->wire_elem_bytes);
     cJSON_AddNumberToObject(o, "wire_scale", v->wire_scale);
+    if (v->noise_pct >= 0) cJSON_AddNumberToObject(o, "noise_pct", v->noise_pct);
     cJSON *ops = cJSON_AddObjectToObject(o, "per_op");
     static const char *const names[3] = {"F", "B", "W"};
     for (int k = 0; k < 3; k++) {

@@ -14,6 +14,10 @@
  * that moves another type says so in the measured CSV's optional column wire_elem_bytes (dprun's
  * fp64 layers move 8), and the simulation is then run with the bytes the runtime moved
  * (sim_config.wire_scale = wire_elem_bytes / the plan's element size). All rows must agree.
+ *
+ * Noise: dprun runs the first iteration once more and marks its rows repeat = 1; the spread of
+ * the two measurements (noise_pct) is the error the machine alone makes, reported beside the
+ * simulation's. The repeat's rows take no part in the comparison.
  */
 #ifndef VALIDATE_H
 #define VALIDATE_H
@@ -33,6 +37,9 @@ typedef struct val_result {
     double mape_pct, max_abs_pct;
     val_op_stats per_op[3]; /* F, B, W */
     int wire_elem_bytes;    /* what the runtime moved per element (0: as the plan says) */
+    double noise_pct;       /* the machine's noise: |repeat - first| / first of the iteration
+                             * dprun ran twice (rows with repeat 1), %; -1 when not measured */
+    double noise_first_ms, noise_repeat_ms;
     double wire_scale;      /* the simulation's bytes per plan byte */
 } val_result;
 

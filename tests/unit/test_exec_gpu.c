@@ -37,7 +37,7 @@ static void run_and_check(const char *path)
     plan pl;
     model_spec m;
     load(path, &pl, &m);
-    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0};
+    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0};
     rt_result res;
     dp_err err = {0};
     if (rt_execute_gpu(&o, &res, &err) != DP_OK) fail_msg("%s: %s", path, err.msg);
@@ -98,7 +98,7 @@ static void test_deadlock_reported(void **state)
     plan_instr x = R->ins[g];
     memmove(&R->ins[1], &R->ins[0], (size_t)g * sizeof x);
     R->ins[0] = x;
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_DEADLOCK);
@@ -119,7 +119,7 @@ static void test_wrong_bytes_refused(void **state)
             R->ins[k].bytes += 2;
             break;
         }
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_INVALID);
