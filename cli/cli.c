@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -155,4 +156,21 @@ int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const ch
         return 1;
     }
     return 0;
+}
+
+void cli_progress(void *ctx, size_t done, size_t total)
+{
+    static const void *who;
+    static size_t last;
+    static struct timespec t0;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (who != ctx || done < last) who = ctx, last = 0, t0 = now; /* a new run */
+    if (total == 0 || (done != total && done - last < total / 200)) return;
+    last = done;
+    double el = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+    double frac = (double)done / (double)total;
+    fprintf(stderr, "\r%s: %5.1f%% of the trace", (const char *)ctx, 100 * frac);
+    if (frac > 0.01 && done != total) fprintf(stderr, ", ETA %.0f s   ", el * (1 - frac) / frac);
+    if (done == total) fprintf(stderr, ", %.1f s          \n", el);
 }

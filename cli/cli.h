@@ -45,6 +45,10 @@ const char *cli_data_path(const char *rel, char *buf, size_t cap);
 /* 1 when stderr is a terminal (progress bars are drawn only then). */
 int cli_stderr_is_tty(void);
 
+/* A study_opts.progress callback: "\rWHAT: 42.0% of the trace, ETA 12 s" on stderr (ctx is the
+ * WHAT string; the ETA from the elapsed time since the first call for that ctx). */
+void cli_progress(void *ctx, size_t done, size_t total);
+
 /* Subcommand entry points: argc/argv start at the subcommand name. */
 int cmd_trace(int argc, char **argv);
 int cmd_plot(int argc, char **argv);

@@ -291,9 +291,12 @@ int cmd_compare(int argc, char **argv)
             memset(w, 0, sizeof *w);
             w->batching = bs[i];
             w->schedule = ss[j];
-            if (cli_stderr_is_tty()) fprintf(stderr, "\rdpsim compare: %d/%d %s + %s ...        ", n, nb * ns, bs[i], ss[j]);
+            char label[200];
+            snprintf(label, sizeof label, "dpsim compare: %d/%d %s + %s", n, nb * ns, bs[i], ss[j]);
             study_opts o;
             cli_study_opts(&p, &env, bs[i], ss[j], &o);
+            o.progress = cli_stderr_is_tty() ? cli_progress : NULL; /* within a row, with an ETA */
+            o.progress_ctx = label;
             dp_err e = {0};
             w->st = study_run(&o, &env.trace, &w->r, &e);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);

@@ -13,16 +13,6 @@
 #include "cli.h"
 
 /* Progress on stderr when it is a terminal: samples consumed of the trace. */
-static void progress(void *ctx, size_t done, size_t total)
-{
-    const char *what = ctx;
-    static size_t last;
-    if (done != total && done - last < total / 200) return;
-    last = done;
-    fprintf(stderr, "\r%s: %5.1f%% of the trace", what, 100.0 * (double)done / (double)total);
-    if (done == total) fprintf(stderr, "\n");
-}
-
 static void print_summary(const char *what, const study_result *r, FILE *fp)
 {
     fprintf(fp, "# %s\n", what);
@@ -149,7 +139,7 @@ int cmd_plan(int argc, char **argv)
     cli_study_opts(&p, &env, p.batching, p.schedule, &o);
     o.validate = 1;
     o.plan_out = out ? &w : NULL;
-    o.progress = cli_stderr_is_tty() ? progress : NULL;
+    o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
     o.progress_ctx = (void *)"planning";
     study_result res;
     st = study_run(&o, &env.trace, &res, &err);
@@ -317,7 +307,7 @@ int cmd_sim(int argc, char **argv)
             cli_study_opts(&p, &env, p.batching, p.schedule, &o);
             o.validate = 1;
             o.sink = &sink;
-            o.progress = cli_stderr_is_tty() ? progress : NULL;
+            o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
             o.progress_ctx = (void *)"simulating";
             st = study_run(&o, &env.trace, &res, &err);
             snprintf(what, sizeof what, "sim: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
