@@ -3,12 +3,18 @@
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
                       int dec_len)
 {
-    double unit = 2.0 * mbs * m->hidden; /* fp16 */
+    double unit = (double)COMM_ACT_ELEM_BYTES * mbs * m->hidden;
     if (m->arch == ARCH_GPT) return unit * enc_len;
     int enc_stages = stages / 2;
     if (stages == 1 || stage < enc_stages - 1) return unit * enc_len; /* encoder → encoder */
     if (stage == enc_stages - 1) return unit * enc_len;               /* encoder output */
     return unit * ((double)dec_len + enc_len);                        /* decoder + encoder out */
+}
+
+int64_t comm_transfer_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
+                            int dec_len)
+{
+    return (int64_t)(comm_act_bytes(m, stage, stages, mbs, enc_len, dec_len) + 0.5);
 }
 
 static int same_node(const cluster_spec *c, int a, int b)

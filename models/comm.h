@@ -18,9 +18,15 @@
 #include "hw.h"
 #include "model.h"
 
+#define COMM_ACT_ELEM_BYTES 2 /* fp16/bf16 activations and gradients */
+
 /* Bytes of one activation (or its gradient) sent from `stage` to the next, for a micro-batch. */
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
                       int dec_len);
+/* The same as a transfer's byte count in a plan (rounded): what a schedule writes and what the
+ * validator requires (plan_check_model). */
+int64_t comm_transfer_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
+                            int dec_len);
 
 /* Time of one point-to-point transfer between global ranks a and b. */
 double comm_p2p_ms(const cluster_spec *c, int rank_a, int rank_b, double bytes);

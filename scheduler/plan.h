@@ -40,6 +40,7 @@
 #include <stdio.h>
 
 #include "../common/outfile.h"
+#include "../models/comm.h"
 #include "batch.h"
 #include "microbatch.h"
 
@@ -117,7 +118,7 @@ typedef struct plan_header {
 
 /* The activation dtype the simulated models use, and its element size. */
 #define PLAN_ACT_DTYPE "fp16"
-#define PLAN_ACT_ELEM_BYTES 2
+#define PLAN_ACT_ELEM_BYTES COMM_ACT_ELEM_BYTES
 
 /* Element size of a dtype name ("fp16", "bf16": 2; "fp32": 4; "fp64": 8), or 0 if unknown. */
 int plan_dtype_bytes(const char *name);

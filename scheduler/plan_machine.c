@@ -8,6 +8,13 @@
 #include "../models/comm.h"
 #include "schedule.h"
 
+/* The virtual stage a transfer on virtual stage v meets: activations go to v+1 and come from
+ * v-1, gradients the other way. */
+static int transfer_peer(plan_op op, int v)
+{
+    return op == OP_SEND_ACT || op == OP_RECV_GRAD ? v + 1 : v - 1;
+}
+
 void pm_init(plan_machine *m, const plan_iter *it, int chunks)
 {
     memset(m, 0, sizeof *m);
@@ -61,10 +68,9 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
         break;
     case OP_W: s->dur_ms = mb->w_ms[st] / C; break;
     case OP_FREE: s->stored_mb = mb->stored_mb[st] / C; break;
-    default: { /* transfers: activations go to v+1 and come from v-1, gradients the other way */
+    default: { /* transfers */
         s->kind = x->op == OP_SEND_ACT || x->op == OP_RECV_ACT ? PM_ACT : PM_GRAD;
-        int up = (s->kind == PM_ACT) == plan_op_is_send(x->op);
-        int pv = s->v + (up ? 1 : -1);
+        int pv = transfer_peer(x->op, s->v);
         s->peer_rank = R->replica * pp + pv % pp;
         s->peer_chunk = pv / pp;
     }
@@ -205,9 +211,7 @@ static dp_status check_indices(const plan_machine *m, const char *where, dp_err 
                 return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "replicas", why);
             }
             if (plan_op_is_send(x->op) || plan_op_is_recv(x->op)) {
-                int v = x->chunk * m->pp + R->stage;
-                int up = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD; /* peer is v + 1 */
-                int pv = up ? v + 1 : v - 1;
+                int v = x->chunk * m->pp + R->stage, pv = transfer_peer(x->op, v);
                 if (pv < 0 || pv >= m->nv || x->peer != pv % m->pp) {
                     snprintf(why, sizeof why, "the peer of virtual stage %d must be stage %d", v,
                              pv < 0 || pv >= m->nv ? -1 : pv % m->pp);
@@ -293,18 +297,19 @@ static dp_status check_order(const plan_machine *m, const char *where, dp_err *e
             if (it->mb[k].replica != R->replica) continue;
             for (int c = 0; c < m->chunks && st == DP_OK; c++) {
                 const seen *e = &sn[(size_t)k * (size_t)m->chunks + (size_t)c];
-                const char *miss = !e->n[OP_F]                ? "F"
-                                   : !e->n[OP_B]              ? "B"
-                                   : split && !e->n[OP_W]     ? "W"
-                                   : !e->n[OP_FREE]           ? "FREE"
-                                                              : NULL;
-                if (!miss) continue;
-                const char *rule = miss[0] == 'W' ? "a rank runs W for every micro-batch or for none"
-                                   : miss[0] == 'F' && miss[1] == 'R' ? "one FREE per (micro-batch, chunk)"
-                                                                      : "one F and one B per (micro-batch, chunk)";
-                st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: stage %d (replica %d) never "
-                             "runs %s of micro-batch %d chunk %d (rule: %s)", where, it->id,
-                             R->stage, R->replica, miss, k, c, rule);
+                static const struct {
+                    plan_op op;
+                    const char *rule;
+                } must[4] = {{OP_F, "one F and one B per (micro-batch, chunk)"},
+                             {OP_B, "one F and one B per (micro-batch, chunk)"},
+                             {OP_W, "a rank runs W for every micro-batch or for none"},
+                             {OP_FREE, "one FREE per (micro-batch, chunk)"}};
+                for (int q = 0; q < 4 && st == DP_OK; q++)
+                    if (!e->n[must[q].op] && (must[q].op != OP_W || split))
+                        st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: stage %d (replica %d) "
+                                     "never runs %s of micro-batch %d chunk %d (rule: %s)", where,
+                                     it->id, R->stage, R->replica, plan_op_name(must[q].op), k, c,
+                                     must[q].rule);
             }
         }
     }
@@ -460,10 +465,10 @@ dp_status plan_check_model(const plan *p, const model_spec *m, const char *where
                  * gradient) of u, sized by the model: what the executors allocate and move */
                 const plan_instr *x = &it->ranks[r].ins[j];
                 if (!(plan_op_is_send(x->op) || plan_op_is_recv(x->op))) continue;
-                int v = x->chunk * p->h.pp + it->ranks[r].stage;
-                int u = x->op == OP_SEND_ACT || x->op == OP_RECV_GRAD ? v : v - 1;
+                int v = x->chunk * p->h.pp + it->ranks[r].stage, pv = transfer_peer(x->op, v);
+                int u = v < pv ? v : pv;
                 const plan_mb *mb = &it->mb[x->mb];
-                int64_t want = (int64_t)(comm_act_bytes(m, u, nv, mb->mbs, mb->enc_len, mb->dec_len) + 0.5);
+                int64_t want = comm_transfer_bytes(m, u, nv, mb->mbs, mb->enc_len, mb->dec_len);
                 if (x->bytes != want) {
                     char a[256];
                     pm_describe(it, r, j, a, sizeof a);

@@ -9,8 +9,7 @@
 int64_t schedule_act_bytes(const stage_model *sm, const plan_mb *m, int v)
 {
     int nv = sm->pp * sm->chunks;
-    double b = comm_act_bytes(&sm->cm->model, v, nv, m->mbs, m->enc_len, m->dec_len);
-    return (int64_t)(b + 0.5);
+    return comm_transfer_bytes(&sm->cm->model, v, nv, m->mbs, m->enc_len, m->dec_len);
 }
 
 /* Emits the instructions of one rank. */
