@@ -17,6 +17,14 @@ typedef struct slot {
     int64_t f_end, b_end; /* producers of the sends; -1 not issued */
 } slot;
 
+/* A memory change on a rank: stored activations or the running op's transient. */
+typedef struct mem_delta {
+    int rank;
+    int transient; /* 1: a transient, 0: stored activations */
+    int64_t t_ns;
+    double mb;
+} mem_delta;
+
 /* A send waiting on its link, in issue order. */
 typedef struct queued {
     int ins;        /* instruction index */
@@ -41,7 +49,7 @@ typedef struct run {
     double wire_scale;
     slot *slots;
     rank_state *ranks;
-    sim_mem *mem; /* memory changes (deltas), swept after the run */
+    mem_delta *mem; /* memory changes, swept after the run */
     size_t n_mem, cap_mem;
     dp_status st;
     int64_t op_ns[4]; /* F, B, W, transfers */
@@ -66,15 +74,14 @@ static void emit_op(run *u, int r, plan_op op, int mb, int chunk, int64_t start,
     u->sink->on_op(u->sink->ctx, &o);
 }
 
-static void mem_change(run *u, int r, int64_t t, double delta)
+static void mem_change(run *u, int r, int transient, int64_t t, double delta)
 {
     if (u->st != DP_OK || delta == 0) return;
     if (dp_grow((void **)&u->mem, &u->cap_mem, u->n_mem + 1, sizeof *u->mem) != DP_OK) {
         u->st = DP_ERR_NOMEM;
         return;
     }
-    /* mb holds the delta until the sweep turns it into a level */
-    u->mem[u->n_mem++] = (sim_mem){r % u->cfg->pp, r / u->cfg->pp, t, delta};
+    u->mem[u->n_mem++] = (mem_delta){r, transient, t, delta};
 }
 
 /* Starts the sends of rank a's `kind` stream, in issue order, while the one at the head has its
@@ -149,10 +156,10 @@ static void advance(run *u, int r, int64_t now)
             Rs->compute_free = end;
             Rs->busy += dur;
             u->op_ns[s.op == OP_F ? 0 : s.op == OP_B ? 1 : 2] += dur;
-            if (s.op == OP_F) sl->f_end = end, mem_change(u, r, start, s.stored_mb);
+            if (s.op == OP_F) sl->f_end = end, mem_change(u, r, 0, start, s.stored_mb);
             if (s.op == OP_B) sl->b_end = end;
-            mem_change(u, r, start, s.transient_mb);
-            mem_change(u, r, end, -s.transient_mb);
+            mem_change(u, r, 1, start, s.transient_mb);
+            mem_change(u, r, 1, end, -s.transient_mb);
             emit_op(u, r, s.op, s.x->mb, s.x->chunk, start, end);
             break;
         }
@@ -162,7 +169,7 @@ static void advance(run *u, int r, int64_t now)
             try_sends(u, r, s.kind);
             break;
         case OP_FREE: /* stream-ordered: when the compute issued before it has ended */
-            mem_change(u, r, Rs->compute_free > now ? Rs->compute_free : now, -s.stored_mb);
+            mem_change(u, r, 0, Rs->compute_free > now ? Rs->compute_free : now, -s.stored_mb);
             break;
         default: break;
         }
@@ -185,33 +192,36 @@ void sim_release(sim *s)
 
 /* Per rank, memory changes in time order (each rank's are recorded in program order, which is
  * time order: its compute stream is sequential and a FREE takes the end of the compute before
- * it), grouped by rank with a stable counting sort, then turned into levels and peaks. */
+ * it), grouped by rank with a stable counting sort, then turned into levels (stored and
+ * transient apart, for the breakdown at the peak) and peaks. */
 static dp_status sweep_memory(run *u, sim_iter_result *res, dp_err *err)
 {
     const sim_config *cfg = u->cfg;
     size_t *start = calloc((size_t)u->nr + 1, sizeof *start);
-    sim_mem *byrank = malloc((u->n_mem ? u->n_mem : 1) * sizeof *byrank);
+    mem_delta *byrank = malloc((u->n_mem ? u->n_mem : 1) * sizeof *byrank);
     if (!start || !byrank) {
         free(start), free(byrank);
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
-    for (size_t i = 0; i < u->n_mem; i++) start[u->mem[i].replica * cfg->pp + u->mem[i].stage + 1]++;
+    for (size_t i = 0; i < u->n_mem; i++) start[u->mem[i].rank + 1]++;
     for (int r = 0; r < u->nr; r++) start[r + 1] += start[r];
-    for (size_t i = 0; i < u->n_mem; i++)
-        byrank[start[u->mem[i].replica * cfg->pp + u->mem[i].stage]++] = u->mem[i];
+    for (size_t i = 0; i < u->n_mem; i++) byrank[start[u->mem[i].rank]++] = u->mem[i];
     for (int s2 = 0; s2 < cfg->pp; s2++) res->peak_mb[s2] = cfg->state_mb[s2];
-    double level = 0;
+    double level[2] = {0, 0}; /* stored, transient */
     for (size_t i = 0; i < u->n_mem; i++) {
-        const sim_mem *m = &byrank[i];
-        if (i == 0 || m->stage != byrank[i - 1].stage || m->replica != byrank[i - 1].replica)
-            level = 0;
-        level += m->mb;
-        if (level < 1e-9 && level > -1e-9) level = 0;
-        double total = cfg->state_mb[m->stage] + level;
-        if (total > res->peak_mb[m->stage]) res->peak_mb[m->stage] = total;
+        const mem_delta *m = &byrank[i];
+        int stage = m->rank % cfg->pp;
+        if (i == 0 || m->rank != byrank[i - 1].rank) level[0] = level[1] = 0;
+        level[m->transient] += m->mb;
+        if (level[m->transient] < 1e-9 && level[m->transient] > -1e-9) level[m->transient] = 0;
+        double total = cfg->state_mb[stage] + level[0] + level[1];
+        if (total > res->peak_mb[stage]) {
+            res->peak_mb[stage] = total;
+            res->stored_at_peak_mb[stage] = level[0];
+            res->transient_at_peak_mb[stage] = level[1];
+        }
         if (u->sink && u->sink->on_mem) {
-            sim_mem lv = *m;
-            lv.mb = level;
+            sim_mem lv = {stage, m->rank / cfg->pp, m->t_ns, level[0] + level[1]};
             u->sink->on_mem(u->sink->ctx, &lv);
         }
     }

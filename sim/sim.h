@@ -81,6 +81,8 @@ typedef struct sim_iter_result {
     int64_t makespan_ns;          /* from t0 to the end of the last all-reduce */
     int64_t busy_ns[STAGE_MAX];   /* compute busy time per stage (mean over replicas) */
     double peak_mb[STAGE_MAX];    /* model state + peak activations, max over replicas */
+    double stored_at_peak_mb[STAGE_MAX], transient_at_peak_mb[STAGE_MAX]; /* the peak's activations:
+                                   * stored, and the running op's transient, at that moment */
     int oom;                      /* some stage's peak exceeds mem_limit_mb */
     uint64_t events;              /* events processed (every one handled) */
     int64_t op_ns[4];             /* time per op type over every rank: F, B, W, transfers */

@@ -147,20 +147,14 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     r->closed_form_ms[r->iterations] = cf;
     a->t_ns += ir.makespan_ns;
     for (int k = 0; k < 4; k++) r->op_ms[k] += (double)ir.op_ns[k] / 1e6;
-    plan_machine pm;
-    pm_init(&pm, it, cfg->chunks);
     for (int s = 0; s < cfg->pp; s++) {
         a->busy[s] += ir.busy_ns[s];
-        if (ir.peak_mb[s] > r->peak_mem_mb[s] || r->iterations == 0) {
-            r->peak_mem_mb[s] = fmax(r->peak_mem_mb[s], ir.peak_mb[s]);
-            double best = -1; /* the replica whose stage s peaks highest */
-            for (int rep = 0; rep < cfg->dp; rep++) {
-                double h, t, pk = pm_rank_peak_parts(&pm, rep * cfg->pp + s, NULL, &h, &t);
-                if (pk > best) best = pk, r->stored_at_peak_mb[s] = h, r->transient_at_peak_mb[s] = t;
-            }
+        if (ir.peak_mb[s] > r->peak_mem_mb[s]) { /* the run's peak, and what it holds */
+            r->peak_mem_mb[s] = ir.peak_mb[s];
+            r->stored_at_peak_mb[s] = ir.stored_at_peak_mb[s];
+            r->transient_at_peak_mb[s] = ir.transient_at_peak_mb[s];
         }
     }
-    pm_release(&pm);
     if (ir.oom) r->sim_oom++;
     if (ir.oom && !r->oom) {
         r->oom = 1;
