@@ -188,7 +188,10 @@ static dp_status order_rows(const char *out, const grid *g, dp_err *err)
             break;
         }
         if (!header) header = copy;
-        else rows[n] = (ordered_row){point_of_row(g, copy) < 0 ? LONG_MAX : point_of_row(g, copy), n, copy}, n++;
+        else {
+            long point = point_of_row(g, copy);
+            rows[n] = (ordered_row){point < 0 ? LONG_MAX : point, n, copy}, n++;
+        }
     }
     fclose(in);
     free(line);

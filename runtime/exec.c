@@ -65,7 +65,7 @@ typedef struct ctx {
     size_t n_rec, cap_rec;
     double t0;
     int iteration;
-    int record;
+    int record; /* RT_RECORD_OFF, _ON or _REPEAT (exec.h) */
 } ctx;
 
 /* Drives MPI's progress engine (the layer calls it between its GEMMs): with transports that
@@ -173,7 +173,7 @@ static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_e
     if (!c->record) return;
     if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
         die(c, "out of host memory");
-    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record == 2,
+    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record == RT_RECORD_REPEAT,
                                      (t_start - c->t0) * 1e6, (t_end - c->t0) * 1e6};
 }
 
@@ -500,17 +500,17 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     }
     for (int w = 0; w < o->warmup && n_it > 0; w++) {
         c.iteration = 0;
-        c.record = 0;
+        c.record = RT_RECORD_OFF;
         run_iteration(&c, &pl->it[0], stage_comm);
     }
-    c.record = 1;
+    c.record = RT_RECORD_ON;
     for (int i = 0; i < n_it; i++) {
         c.iteration = pl->it[i].id;
         run_iteration(&c, &pl->it[i], stage_comm);
         if (i == 0 && o->repeat_first) { /* the same iteration again: the machine's noise */
-            c.record = 2;
+            c.record = RT_RECORD_REPEAT;
             run_iteration(&c, &pl->it[0], stage_comm);
-            c.record = 1;
+            c.record = RT_RECORD_ON;
         }
     }
     rt_layer_set_yield(NULL);

@@ -46,6 +46,7 @@
 #include "../scheduler/plan.h"
 
 #define RT_OP_ALLREDUCE (-1) /* a record's op for the replicas' gradient all-reduce ("ALLREDUCE") */
+enum { RT_RECORD_OFF, RT_RECORD_ON, RT_RECORD_REPEAT }; /* an executor's recording of a run */
 #define RT_WIRE_DTYPE "fp64" /* what both backends compute in and move today */
 #define RT_WIRE_ELEM_BYTES 8
 

@@ -529,7 +529,7 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
             break;
         }
         res->rec[res->n_rec++] = (rt_record){iteration, t->stage, c->replica, t->op, t->mb,
-                                             t->chunk, record == 2, rt_cuda_event_ms(c->start, t->e0) * 1e3,
+                                             t->chunk, record == RT_RECORD_REPEAT, rt_cuda_event_ms(c->start, t->e0) * 1e3,
                                              rt_cuda_event_ms(c->start, t->e1) * 1e3};
     }
     c->n_timed = 0;
@@ -762,11 +762,11 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     size_t cap = 0;
     for (int w = 0; st == DP_OK && w < o->warmup && n_it > 0; w++)
-        st = run_iteration(&c, &pl->it[0], 0, 0, res, &cap);
+        st = run_iteration(&c, &pl->it[0], 0, RT_RECORD_OFF, res, &cap);
     for (int i = 0; st == DP_OK && i < n_it; i++) {
-        st = run_iteration(&c, &pl->it[i], pl->it[i].id, 1, res, &cap);
+        st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_ON, res, &cap);
         if (st == DP_OK && i == 0 && o->repeat_first) /* the machine's noise */
-            st = run_iteration(&c, &pl->it[0], pl->it[0].id, 2, res, &cap);
+            st = run_iteration(&c, &pl->it[0], pl->it[0].id, RT_RECORD_REPEAT, res, &cap);
     }
     if (st == DP_OK) st = gradient_figure(&c, &res->grad_sq);
     teardown(&c);

@@ -29,28 +29,35 @@ dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrom
 }
 
 /* Chrome threads: four per stage (compute, send, receive, all-reduce) in its replica's process;
- * each is named ("ph":"M" metadata) the first time it is used. */
+ * each process and thread is named ("ph":"M" metadata) the first time it is used. */
 enum { TL_COMPUTE, TL_SEND, TL_RECV, TL_ALLREDUCE, TL_THREADS };
 static const char *const THREAD_NAMES[TL_THREADS] = {"compute", "send", "receive", "all-reduce"};
 
-static void name_thread(timeline_out *t, int pid, int stage, int kind)
+/* Whether entry `at` of the named table was set before; sets it. */
+static int named_before(timeline_out *t, size_t at)
 {
-    size_t at = ((size_t)pid * STAGE_MAX + (size_t)stage) * TL_THREADS + (size_t)kind;
     if (at >= t->named_cap) {
         size_t cap = t->named_cap;
-        if (dp_grow((void **)&t->named, &cap, at + 1, 1) != DP_OK) return;
+        if (dp_grow((void **)&t->named, &cap, at + 1, 1) != DP_OK) return 1; /* names are optional */
         memset(t->named + t->named_cap, 0, cap - t->named_cap);
         t->named_cap = cap;
     }
-    if (t->named[at]) return;
+    int was = t->named[at];
     t->named[at] = 1;
-    int tid = stage * TL_THREADS + kind;
-    if (!t->named_process[pid < 64 ? pid : 63]) {
+    return was;
+}
+
+static void name_thread(timeline_out *t, int pid, int stage, int kind)
+{
+    /* per process: entry 0 its name, then one per (stage, kind) */
+    size_t base = (size_t)pid * (STAGE_MAX * TL_THREADS + 1);
+    if (!named_before(t, base)) {
         fprintf(t->chrome, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
                 "\"args\": {\"name\": \"replica %d\"}}", t->chrome_first ? "" : ",\n", pid, pid);
         t->chrome_first = 0;
-        if (pid < 64) t->named_process[pid] = 1;
     }
+    int tid = stage * TL_THREADS + kind;
+    if (named_before(t, base + 1 + (size_t)tid)) return;
     fprintf(t->chrome, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
             "\"args\": {\"name\": \"stage %d %s\"}}", pid, tid, stage, THREAD_NAMES[kind]);
 }

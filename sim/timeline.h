@@ -22,9 +22,8 @@ typedef struct timeline_out {
     out_file csv_o, chrome_o; /* written to temporaries, renamed into place by timeline_close */
     FILE *csv, *chrome;       /* their streams; NULL when not asked for */
     int chrome_first;         /* no event written yet */
-    unsigned char *named;     /* Chrome threads named so far, by (replica, stage, kind) */
+    unsigned char *named;     /* Chrome processes and threads named so far */
     size_t named_cap;
-    unsigned char named_process[64];
     const char *csv_path, *chrome_path;
 } timeline_out;
 
