@@ -32,7 +32,8 @@ void plan_cli_default(plan_cli *p)
 
 const char PLAN_OPTS_HELP[] =
     "      --trace FILE     trace (CSV, JSONL, .npy)     [traces/flanv2-100k.csv, synthetic]\n"
-    "      --batching B     padding | packing | packing-ffd | token | dynamic   [dynamic]\n"
+    "      --batching B     padding | packing | packing-batch | packing-ffd | token |\n"
+    "                       dynamic (packing: Megatron's --pack-dataset)      [dynamic]\n"
     "      --schedule S     gpipe | 1f1b | interleaved | adaptive | zb1         [1f1b]\n"
     "      --pp S           pipeline stages (devices)                         [4]\n"
     "      --dp D           data-parallel replicas                            [1]\n"
@@ -80,9 +81,13 @@ int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const cha
     case 320: p->trace = arg; return 1;
     case 321:
         if (!batcher_find(arg)) {
-            cli_usage_error(cmd, usage,
-                            "unknown --batching \"%s\" (padding, packing, packing-ffd, token, dynamic)",
-                            arg);
+            char names[256] = "";
+            int nb;
+            const batcher *bs = batcher_list(&nb);
+            for (int i = 0; i < nb; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                         bs[i].name);
+            cli_usage_error(cmd, usage, "unknown --batching \"%s\" (%s)", arg, names);
             return -1;
         }
         p->batching = arg;

@@ -51,6 +51,25 @@ sample_len batch_sample_of(const batch_rules *r, const trace_sample *s, size_t i
     return x;
 }
 
+int batch_row_fits(const batch_rules *r, const batch_row *w, const sample_len *x)
+{
+    return w->enc + x->enc <= r->max_seqlen &&
+           (r->arch == ARCH_GPT || w->dec + x->dec <= r->max_dec_seqlen);
+}
+
+int batch_pack_rows(const batch_rules *r, int mbs, int dp)
+{
+    int64_t unit = (int64_t)mbs * dp, rows = r->global_tokens / r->max_seqlen;
+    if (rows > (1 << 30)) rows = 1 << 30;
+    rows = rows / unit * unit;
+    return (int)(rows < unit ? unit : rows);
+}
+
+void batch_iter_pack_rows(batch_iter *it, int rows)
+{
+    it->pack_rows = rows;
+}
+
 void batch_iter_init(batch_iter *it, const trace *t, const batch_rules *r)
 {
     memset(it, 0, sizeof *it);
@@ -94,6 +113,8 @@ dp_status batch_next(batch_iter *it, const sample_len **out, int *n, dp_err *err
     *n = 0;
     *out = it->buf;
     int64_t tokens = 0;
+    int rows = 0;
+    batch_row row = {0, 0};
     for (;;) {
         trace_sample ts;
         int eof;
@@ -102,12 +123,19 @@ dp_status batch_next(batch_iter *it, const sample_len **out, int *n, dp_err *err
         if (eof) break;
         sample_len x = batch_sample_of(it->r, &ts, it->next);
         int64_t tok = (int64_t)x.enc + x.dec;
-        if (tok > it->r->global_tokens)
+        if (it->pack_rows > 0) { /* whole next-fit rows */
+            if (rows == 0 || !batch_row_fits(it->r, &row, &x)) {
+                if (rows == it->pack_rows) break;
+                rows++;
+                row = (batch_row){0, 0};
+            }
+            row.enc += x.enc, row.dec += x.dec;
+        } else if (tok > it->r->global_tokens)
             return dp_fail(err, DP_ERR_INVALID,
                            "trace sample %d (%d tokens after truncation) is larger than "
                            "--global-tokens %lld\nhint: raise --global-tokens or lower --max-seqlen",
                            x.id, (int)tok, (long long)it->r->global_tokens);
-        if (tokens + tok > it->r->global_tokens) break;
+        else if (tokens + tok > it->r->global_tokens) break;
         size_t cap = (size_t)it->cap;
         if (dp_grow((void **)&it->buf, &cap, (size_t)*n + 1, sizeof *it->buf) != DP_OK)
             return dp_fail(err, DP_ERR_NOMEM, "out of memory");

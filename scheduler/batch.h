@@ -12,6 +12,12 @@
  * A sample's tokens are enc + dec (real, unpadded). Iteration i takes consecutive trace samples
  * until their tokens would exceed global_tokens (DynaPipe's rule); a single sample larger than the
  * budget is an error, not a silent drop.
+ *
+ * Packed rows (batch_row_fits, the one packing rule): a row holds samples while their enc sum is at
+ * most max_seqlen and, for T5, their dec sum at most max_dec_seqlen. Megatron's --pack-dataset
+ * packs the whole trace first (next-fit, in trace order) and cuts the packed rows into global
+ * batches of a fixed number of rows: batch_iter_pack_rows makes the iterator cut that way, so that
+ * a batch is exactly the samples of its rows and next-fit over it rebuilds them.
  */
 #ifndef BATCH_H
 #define BATCH_H
@@ -52,6 +58,19 @@ sample_len batch_sample_of(const batch_rules *r, const trace_sample *s, size_t i
 /* The truncated lengths of trace sample i. */
 sample_len batch_sample(const batch_rules *r, const trace *t, size_t i);
 
+/* A packed row's use: real tokens in its encoder (GPT: sequence) and decoder. */
+typedef struct batch_row {
+    int enc, dec;
+} batch_row;
+
+/* Whether sample x still fits in row w (above). */
+int batch_row_fits(const batch_rules *r, const batch_row *w, const sample_len *x);
+
+/* Rows per global batch of pack-dataset packing: global_tokens / max_seqlen rounded down to a
+ * multiple of mbs x dp (Megatron's global batch of whole rows, divisible into micro-batches on
+ * every replica), and at least mbs x dp. */
+int batch_pack_rows(const batch_rules *r, int mbs, int dp);
+
 /* Walks a trace one global batch at a time: an in-memory trace, or a stream of any length. */
 typedef struct batch_iter {
     const trace *t;    /* in-memory source, or NULL */
@@ -61,6 +80,7 @@ typedef struct batch_iter {
     int has_pending;   /* streaming: a sample read but left for the next batch */
     trace_sample pending;
     int iteration;     /* index of the batch batch_next returns next */
+    int pack_rows;     /* > 0: batches of this many next-fit rows instead of the token budget */
     sample_len *buf;   /* the current batch */
     int cap;
 } batch_iter;
@@ -68,9 +88,11 @@ typedef struct batch_iter {
 void batch_iter_init(batch_iter *it, const trace *t, const batch_rules *r);
 void batch_iter_init_stream(batch_iter *it, trace_stream *ts, const batch_rules *r);
 void batch_iter_release(batch_iter *it);
+/* From now on, batches are `rows` packed rows each (rows >= 1), as Megatron's --pack-dataset. */
+void batch_iter_pack_rows(batch_iter *it, int rows);
 
 /* Fills *out with the next global batch (valid until the next call); *n = 0 at the end. Fails when
- * one sample alone exceeds the global token budget. */
+ * one sample alone exceeds the global token budget (token batches only: a row always holds one). */
 dp_status batch_next(batch_iter *it, const sample_len **out, int *n, dp_err *err);
 
 #endif /* BATCH_H */

@@ -156,15 +156,15 @@ static dp_status split_token(const batch_ctx *ctx, const sample_len *in, int n, 
 /* ---- packing ------------------------------------------------------------------------------- */
 
 typedef struct row {
-    int enc, dec; /* tokens used */
-    int first, n; /* samples in the packed order */
+    batch_row use; /* tokens used (batch_row_fits is the capacity rule) */
+    int first, n;  /* samples in the packed order */
 } row;
 
-/* Capacity of a packed row: enc <= max_seqlen, and for T5 dec <= max_dec_seqlen. */
-static int row_fits(const batch_rules *r, const row *w, const sample_len *x)
+static void row_add(row *w, const sample_len *x)
 {
-    return w->enc + x->enc <= r->max_seqlen &&
-           (r->arch == ARCH_GPT || w->dec + x->dec <= r->max_dec_seqlen);
+    w->use.enc += x->enc;
+    w->use.dec += x->dec;
+    w->n++;
 }
 
 /* Emits micro-batches of mbs rows each from rows over samples in `packed` order. */
@@ -191,10 +191,9 @@ static dp_status split_packing(const batch_ctx *ctx, const sample_len *s, int n,
     if (!rows) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     int nr = 0;
     for (int i = 0; i < n; i++) {
-        if (nr == 0 || !row_fits(ctx->rules, &rows[nr - 1], &s[i])) rows[nr++] = (row){0, 0, i, 0};
-        rows[nr - 1].enc += s[i].enc;
-        rows[nr - 1].dec += s[i].dec;
-        rows[nr - 1].n++;
+        if (nr == 0 || !batch_row_fits(ctx->rules, &rows[nr - 1].use, &s[i]))
+            rows[nr++] = (row){{0, 0}, i, 0};
+        row_add(&rows[nr - 1], &s[i]);
     }
     dp_status st = emit_rows(ctx, rows, nr, s, out, err);
     free(rows);
@@ -225,11 +224,9 @@ static dp_status split_packing_ffd(const batch_ctx *ctx, const sample_len *in, i
     int nr = 0;
     for (int i = 0; i < n; i++) {
         int r = 0;
-        while (r < nr && !row_fits(ctx->rules, &rows[r], &s[i])) r++;
-        if (r == nr) rows[nr++] = (row){0, 0, 0, 0};
-        rows[r].enc += s[i].enc;
-        rows[r].dec += s[i].dec;
-        rows[r].n++;
+        while (r < nr && !batch_row_fits(ctx->rules, &rows[r].use, &s[i])) r++;
+        if (r == nr) rows[nr++] = (row){{0, 0}, 0, 0};
+        row_add(&rows[r], &s[i]);
         row_of[i] = r;
     }
     /* Lay the samples out row by row. */
@@ -245,13 +242,17 @@ out:
 }
 
 static const batcher BATCHERS[] = {
-    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding, 0},
-    {"packing", "next-fit packing into --max-seqlen rows, --mbs rows (MLM+DS baseline)",
-     split_packing, 0},
-    {"packing-ffd", "first-fit-decreasing packing into the same rows", split_packing_ffd, 0},
+    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding, 0, 0},
+    {"packing", "Megatron's --pack-dataset: the trace packed next-fit into --max-seqlen rows, "
+     "global batches of whole rows, --mbs rows per micro-batch (MLM+DS baseline)",
+     split_packing, 0, 1},
+    {"packing-batch", "each global batch packed next-fit on its own (a partial last row)",
+     split_packing, 0, 0},
+    {"packing-ffd", "first-fit-decreasing packing of each global batch into the same rows",
+     split_packing_ffd, 0, 0},
     {"token", "ordered samples cut at --mb-tokens padded tokens (DynaPipe's token-based)",
-     split_token, 0},
-    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch, 1},
+     split_token, 0, 0},
+    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch, 1, 0},
 };
 
 const batcher *batcher_find(const char *name)

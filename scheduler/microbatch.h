@@ -4,10 +4,14 @@
  * Strategies (a const table chosen by name with --batching; batcher_list prints them):
  *   padding      fixed --mbs samples per micro-batch, in trace order, every sample padded to the
  *                longest of the global batch. The plain baseline.
- *   packing      the paper's MLM+DS baseline: sequential greedy next-fit packing in trace order
- *                into rows of --max-seqlen (T5: the input and target limits both apply); rows are
- *                padded to the maximum length; --mbs rows per micro-batch.
- *   packing-ffd  first-fit-decreasing packing into the same rows: the better packer.
+ *   packing      the paper's MLM+DS baseline as Megatron runs it (--pack-dataset): the trace is
+ *                packed next-fit in trace order into rows of --max-seqlen (T5: the input and
+ *                target limits both apply, batch_row_fits), and each global batch is a fixed
+ *                number of whole rows (batch_pack_rows: global tokens / max length, a multiple of
+ *                mbs x dp); rows are padded to the maximum length; --mbs rows per micro-batch.
+ *   packing-batch  the same next-fit, but over each token-budget global batch on its own (its
+ *                last row partly empty): what dpsim's packing was before it followed Megatron.
+ *   packing-ffd  first-fit-decreasing packing of each global batch into the same rows.
  *   token        DynaPipe's token-based partitioner: walk the ordered samples, cut when the
  *                micro-batch's padded tokens would exceed --mb-tokens.
  *   dynamic      DynaPipe's dynamic program (scheduler/dp.c): the contiguous partition of the
@@ -86,6 +90,7 @@ typedef struct batcher {
     dp_status (*split)(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
                        dp_err *err);
     int memory_aware; /* cuts by ctx->mem, so a lower scale gives micro-batches that fit better */
+    int pack_dataset; /* global batches are batch_pack_rows whole rows (batch_iter_pack_rows) */
 } batcher;
 
 const batcher *batcher_find(const char *name);

@@ -347,6 +347,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     } else {
         batch_iter_init(&bi, t, o->rules);
     }
+    if (o->batching->pack_dataset) batch_iter_pack_rows(&bi, batch_pack_rows(o->rules, o->mbs, o->dp));
     mb_list l;
     mb_list_init(&l);
     plan_iter pi;

@@ -108,4 +108,16 @@ check "the MPI sweep wrote every point" bash -c "[ \$(wc -l <'$TMP/swm.csv') = 5
 expect "timeline figure from a timeline CSV" 0 "wrote" -- "$DPSIM" plot timeline "$TMP/t.csv" --iteration 1 -o "$TMP/gantt.png"
 check "gantt.png" is_png "$TMP/gantt.png" 10000
 
+# Megatron's --pack-dataset: packing's padding efficiency against a next-fit written here (awk) over
+# the shipped trace (GPT-6.7B: a sample is input + target, cut at 8192; every row is padded to 8192)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+NEXTFIT=$(awk -F, 'NR > 1 { l = $2 + $3; if (l > 8192) l = 8192; tok += l;
+                            if (rows == 0 || used + l > 8192) { rows++; used = 0 } used += l }
+                   END { printf "%.6f", tok / (rows * 8192) }' "$SRC/traces/flanv2-100k.csv")
+"$DPSIM" sim --batching packing --max-seqlen 8192 --model gpt-6.7b --pp 4 --global-tokens 65536 \
+  --json >"$TMP/pack.json" 2>/dev/null
+check "packing's padding efficiency at 8192 is the pack-then-batch next-fit's ($NEXTFIT), within 1%" \
+  awk -v want="$NEXTFIT" '/"padding_efficiency"/ { gsub(/[^0-9.]/, "", $2); d = $2 - want;
+    ok = (d < 0 ? -d : d) <= 0.01 * want } END { exit !ok }' "$TMP/pack.json"
+
 finish

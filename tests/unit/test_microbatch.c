@@ -367,6 +367,61 @@ static void test_packing_rules(void **state)
     fixture_release(&f);
 }
 
+/* Megatron's --pack-dataset: batches of whole next-fit rows over the trace. Checked against a
+ * next-fit written here over the whole generated trace: the batches cover the trace in order,
+ * each (but the last) is exactly R rows, and packing each batch on its own rebuilds them. */
+static void test_pack_dataset_batches(void **state)
+{
+    (void)state;
+    trace_gen_opts o;
+    trace_gen_defaults(&o);
+    o.samples = 4000;
+    trace t;
+    dp_err err = {0};
+    trace_init(&t);
+    assert_int_equal(trace_generate(&o, &t, &err), DP_OK);
+    for (int t5 = 0; t5 < 2; t5++) {
+        batch_rules r;
+        batch_rules_default(&r, t5 ? ARCH_T5 : ARCH_GPT);
+        r.max_seqlen = 1024;
+        r.max_dec_seqlen = 256;
+        r.global_tokens = 20000;
+        int R = batch_pack_rows(&r, 2, 3); /* 19 rows -> 18, a multiple of 6 */
+        assert_int_equal(R, 18);
+        /* the reference: next-fit over the whole trace, the row of every sample */
+        int *row_of = malloc(t.n * sizeof *row_of), rows = 0, enc = 0, dec = 0;
+        for (size_t i = 0; i < t.n; i++) {
+            sample_len x = batch_sample(&r, &t, i);
+            int cap_dec = t5 ? r.max_dec_seqlen : 1 << 30;
+            if (i == 0 || enc + x.enc > r.max_seqlen || dec + x.dec > cap_dec) rows++, enc = dec = 0;
+            enc += x.enc, dec += x.dec;
+            row_of[i] = rows - 1;
+        }
+        batch_iter it;
+        batch_iter_init(&it, &t, &r);
+        batch_iter_pack_rows(&it, R);
+        size_t next = 0;
+        int batches = 0;
+        for (;;) {
+            const sample_len *b;
+            int n;
+            assert_int_equal(batch_next(&it, &b, &n, &err), DP_OK);
+            if (n == 0) break;
+            assert_int_equal(b[0].id, (int)next);
+            int first_row = row_of[next], last_row = row_of[next + (size_t)n - 1];
+            assert_true(next == 0 || row_of[next - 1] < first_row); /* starts a row */
+            if (next + (size_t)n < t.n) assert_int_equal(last_row - first_row + 1, R);
+            next += (size_t)n;
+            batches++;
+        }
+        assert_int_equal(next, t.n);
+        assert_true(batches > 5);
+        batch_iter_release(&it);
+        free(row_of);
+    }
+    trace_release(&t);
+}
+
 static void test_kk_balances(void **state)
 {
     (void)state;
@@ -383,6 +438,13 @@ static void test_kk_balances(void **state)
     double s3[3] = {0};
     for (int i = 0; i < 6; i++) s3[b3[i]] += w3[i];
     for (int k = 0; k < 3; k++) assert_near(s3[k], 11, 1e-12);
+    /* pack-dataset micro-batches are all alike: every replica gets the same number */
+    double eq[12];
+    int be[12], count[3] = {0};
+    for (int i = 0; i < 12; i++) eq[i] = 2.5;
+    assert_int_equal(kk_partition(eq, 12, 3, be), DP_OK);
+    for (int i = 0; i < 12; i++) count[be[i]]++;
+    for (int k = 0; k < 3; k++) assert_int_equal(count[k], 4);
 }
 
 static void test_t5_order_is_serpentine(void **state)
@@ -403,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_global_batches),
         cmocka_unit_test(test_streamed_batches_match),
         cmocka_unit_test(test_packing_rules),
+        cmocka_unit_test(test_pack_dataset_batches),
         cmocka_unit_test(test_kk_balances),
         cmocka_unit_test(test_t5_order_is_serpentine),
         cmocka_unit_test(test_dp_matches_brute_force),
