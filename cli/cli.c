@@ -93,6 +93,9 @@ void cost_opts_default(cost_opts *o)
 dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
                          char *source, size_t source_cap, dp_err *err)
 {
+    if (o->recompute_dynamic)
+        return dp_fail(err, DP_ERR_INVALID, "--recompute dynamic chooses a mode per iteration; it "
+                       "applies to plan, sim, compare and sweep");
     dp_status st = o->model_json ? model_parse_json(o->model_json, "the plan's model_spec", m, err)
                                  : model_resolve(o->model, m, err);
     if (st == DP_OK)
@@ -133,7 +136,8 @@ const char COST_OPTS_HELP[] =
     "      --fit FILE       fitted analytic model from 'dpsim calibrate -o'\n"
     "      --analytic       analytic cost model even where a profile exists\n"
     "      --tp T           tensor-parallel degree                            [1]\n"
-    "      --recompute R    none | selective | full                          [none]\n";
+    "      --recompute R    none | selective | full | dynamic (per iteration, the first\n"
+    "                       of none, selective, full whose plan fits; DynaPipe's rule)  [none]\n";
 
 int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage)
 {
@@ -149,8 +153,11 @@ int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const ch
         o->tp = (int)v;
         return 1;
     case 306:
-        if (recompute_parse(arg, &o->recompute) != 0) {
-            cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full)", arg);
+        o->recompute_dynamic = strcmp(arg, "dynamic") == 0;
+        if (o->recompute_dynamic) o->recompute = RECOMPUTE_NONE;
+        else if (recompute_parse(arg, &o->recompute) != 0) {
+            cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic)",
+                            arg);
             return -1;
         }
         return 1;

@@ -65,6 +65,8 @@ typedef struct cost_opts {
     int analytic;        /* 1: use the analytic model even if a profile exists */
     int tp;              /* tensor parallelism                           [1] */
     recompute_mode recompute; /*                                          [none] */
+    int recompute_dynamic;    /* --recompute dynamic: a mode per iteration (plan_env.recompute_cm);
+                               * cli_build_cost itself refuses it */
     const char *model_json, *hw_json; /* specs given as JSON text (a plan's): used instead of
                                        * resolving model / hw */
 } cost_opts;
@@ -106,6 +108,7 @@ typedef struct plan_cli {
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
     int stream;            /* read the trace CSV as a stream (bounded memory) */
     int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, as a what-if */
+    int keep_going;            /* iterations that cannot be planned to fit are left out */
     const char *fixed_by_plan; /* the first option given that a plan file fixes (--pp, --model,
                                 * ...), NULL if none: refused beside --plan, not ignored */
 } plan_cli;
@@ -122,7 +125,7 @@ void plan_cli_default(plan_cli *p);
         {"dp-thin", required_argument, 0, 332}, {"iterations", required_argument, 0, 333},         \
         {"mem-limit", required_argument, 0, 334}, {"link-gbps", required_argument, 0, 335},        \
         {"link-latency-us", required_argument, 0, 336}, {"stream", no_argument, 0, 337},            \
-        {"allow-oversubscribe", no_argument, 0, 338}
+        {"allow-oversubscribe", no_argument, 0, 338}, {"keep-going", no_argument, 0, 339}
 extern const char PLAN_OPTS_HELP[];
 
 /* Handles one plan (or cost) option: 1 handled, 0 not one, -1 usage error printed. */
@@ -133,6 +136,8 @@ typedef struct plan_env {
     model_spec model;
     cluster_spec hw;
     cost_model *cm;
+    cost_model *recompute_cm[RECOMPUTE_COUNT]; /* --recompute dynamic: one per mode (cm is the
+                                                * first); all NULL otherwise */
     char cost_source[4200];
     trace trace;
     char trace_path[4096];

@@ -151,6 +151,11 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
             if (w->r.why[0]) cJSON_AddStringToObject(x, "why", w->r.why);
             cJSON_AddNumberToObject(x, "plan_ms_per_iteration", w->r.plan_ms_median);
             cJSON_AddNumberToObject(x, "iterations", w->r.iterations);
+            cJSON_AddNumberToObject(x, "failed_iterations", w->r.failed_iterations);
+            cJSON *rc = cJSON_AddObjectToObject(x, "recompute_iterations");
+            for (int m = 0; m < RECOMPUTE_COUNT; m++)
+                cJSON_AddNumberToObject(rc, recompute_name((recompute_mode)m),
+                                        w->r.recompute_iterations[m]);
         }
         cJSON_AddItemToArray(arr, x);
     }
@@ -179,32 +184,44 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
             env->trace_path, env->trace.n, (long long)env->rules.global_tokens, env->rules.max_seqlen,
             env->cost_source);
     fprintf(fp, "# speed-up is over packing with 1f1b (the MLM+DS baseline); bubble is the mean over stages\n");
-    fprintf(fp, "%-11s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
+    fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
             "throughput", "speedup", "mfu", "padding", "bubble", "peak_mem", "oom", "plan");
-    fprintf(fp, "%-11s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
+    fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
             "eff_%", "%", "MB(max)", "", "ms/iter");
     for (int i = 0; i < n; i++) {
         const row *w = &rows[i];
         if (w->st != DP_OK) {
-            fprintf(fp, "%-11s %-11s error: %s\n", w->batching, w->schedule, w->error);
+            fprintf(fp, "%-13s %-11s error: %s\n", w->batching, w->schedule, w->error);
             continue;
         }
         if (!w->r.feasible) {
-            fprintf(fp, "%-11s %-11s %12s %8s %6s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
+            fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
                     "infeasible", "-", "-", "-", "-", "-", "yes", w->r.plan_ms_median);
             continue;
         }
         char speed[16] = "-";
         if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
-        fprintf(fp, "%-11s %-11s %12.0f %8s %6.1f %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
+        fprintf(fp, "%-13s %-11s %12.0f %8s %6.1f %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
                 w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
                 100 * w->r.padding_efficiency,
                 100 * mean_bubble(&w->r), max_peak(&w->r), w->r.oom ? "YES" : "no",
                 w->r.plan_ms_median);
     }
-    for (int i = 0; i < n; i++)
-        if (rows[i].st == DP_OK && rows[i].r.why[0])
-            fprintf(fp, "# %s/%s: %s\n", rows[i].batching, rows[i].schedule, rows[i].r.why);
+    for (int i = 0; i < n; i++) {
+        const study_result *r = &rows[i].r;
+        if (rows[i].st != DP_OK) continue;
+        if (r->failed_iterations)
+            fprintf(fp, "# %s/%s: %d of %d iterations left out (--keep-going); the first: ",
+                    rows[i].batching, rows[i].schedule, r->failed_iterations, r->n_iter);
+        else if (r->why[0])
+            fprintf(fp, "# %s/%s: ", rows[i].batching, rows[i].schedule);
+        if (r->why[0]) fprintf(fp, "%s\n", r->why);
+        if (p->cost.recompute_dynamic)
+            fprintf(fp, "# %s/%s: recompute per iteration: none %d, selective %d, full %d\n",
+                    rows[i].batching, rows[i].schedule, r->recompute_iterations[RECOMPUTE_NONE],
+                    r->recompute_iterations[RECOMPUTE_SELECTIVE],
+                    r->recompute_iterations[RECOMPUTE_FULL]);
+    }
 }
 
 int cmd_compare(int argc, char **argv)

@@ -21,9 +21,22 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
         return;
     }
     double mean_it = 0, mean_cf = 0;
-    for (int i = 0; i < r->iterations; i++) mean_it += r->iteration_ms[i], mean_cf += r->closed_form_ms[i];
+    for (int i = 0; i < r->n_iter; i++)
+        if (!r->iter[i].failed) mean_it += r->iter[i].ms, mean_cf += r->iter[i].closed_form_ms;
     if (r->iterations) mean_it /= r->iterations, mean_cf /= r->iterations;
     fprintf(fp, "%-34s %14d\n", "iterations", r->iterations);
+    if (r->failed_iterations) {
+        fprintf(fp, "%-34s %14d  (--keep-going; their tokens are not counted):", "iterations left out",
+                r->failed_iterations);
+        for (int i = 0, shown = 0; i < r->n_iter && shown < 8; i++)
+            if (r->iter[i].failed) fprintf(fp, " %d", r->iter[i].id), shown++;
+        fprintf(fp, "%s\n", r->failed_iterations > 8 ? " ..." : "");
+    }
+    int modes_used = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) modes_used += r->recompute_iterations[m] > 0;
+    if (modes_used > 1)
+        fprintf(fp, "%-34s none %d, selective %d, full %d\n", "iterations per recompute mode",
+                r->recompute_iterations[0], r->recompute_iterations[1], r->recompute_iterations[2]);
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
             r->iterations ? (double)r->microbatches / r->iterations : 0);
     fprintf(fp, "%-34s %14.0f tokens/s\n", "throughput (real tokens)", r->throughput_tokens_per_s);
@@ -121,7 +134,8 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.hw, sizeof h.hw, "%s", env.hw.name);
     snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
     snprintf(h.batching, sizeof h.batching, "%s", p.batching);
-    snprintf(h.recompute, sizeof h.recompute, "%s", recompute_name(p.cost.recompute));
+    snprintf(h.recompute, sizeof h.recompute, "%s",
+             p.cost.recompute_dynamic ? "dynamic" : recompute_name(p.cost.recompute));
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.rules = env.rules;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be

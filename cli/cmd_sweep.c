@@ -265,7 +265,9 @@ static void run_point(const plan_cli *base, const grid *g, long i, char *row, si
         if (*c == '"' || *c == '\n' || *c == ',') *c = *c == '"' ? '\'' : ' ';
     double bubble = 0, peak = 0, mit = 0, mcf = 0;
     for (int s = 0; s < r.pp; s++) bubble += r.bubble_fraction[s] / r.pp, peak = fmax(peak, r.peak_mem_mb[s]);
-    for (int k = 0; k < r.iterations && r.feasible; k++) mit += r.iteration_ms[k] / r.iterations, mcf += r.closed_form_ms[k] / r.iterations;
+    for (int k = 0; k < r.n_iter && r.feasible; k++)
+        if (!r.iter[k].failed)
+            mit += r.iter[k].ms / r.iterations, mcf += r.iter[k].closed_form_ms / r.iterations;
     snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%.4f,%.4f,%.4f,%llu,%.3f,%.5f,\"%s\"", key,
              st == DP_OK ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
              r.enc_padding_efficiency, r.dec_padding_efficiency, bubble, peak, r.oom,

@@ -52,7 +52,9 @@ const char PLAN_OPTS_HELP[] =
     "      --stream         read a trace CSV as a stream, in bounded memory (automatic for\n"
     "                       files over 256 MB)\n"
     "      --allow-oversubscribe  a layout of more GPUs (tp x pp x dp) than the cluster has,\n"
-    "                       as a what-if                                        [refused]\n";
+    "                       as a what-if                                        [refused]\n"
+    "      --keep-going     an iteration that cannot be planned to fit (out of memory, a\n"
+    "                       sample that fits nowhere) is counted, named and left out [stop]\n";
 
 /* The options whose value a plan file carries (its header, micro-batches and instructions). */
 static const char *fixed_by_plan(int c)
@@ -156,6 +158,7 @@ int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const cha
         return 1;
     case 337: p->stream = 1; return 1;
     case 338: p->allow_oversubscribe = 1; return 1;
+    case 339: p->keep_going = 1; return 1;
     }
     return 0;
 }
@@ -173,11 +176,29 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
 {
     memset(env, 0, sizeof *env);
     trace_init(&env->trace);
-    dp_status st = cli_build_cost(&p->cost, &env->model, &env->hw, &env->cm, env->cost_source,
-                                  sizeof env->cost_source, err);
-    if (st != DP_OK) return st;
+    dp_status st;
+    if (p->cost.recompute_dynamic) { /* one cost model per mode, tried in order per iteration */
+        for (int m = RECOMPUTE_COUNT - 1; m >= 0; m--) { /* none last: the source names it */
+            cost_opts one = p->cost;
+            one.recompute_dynamic = 0;
+            one.recompute = (recompute_mode)m;
+            st = cli_build_cost(&one, &env->model, &env->hw, &env->recompute_cm[m],
+                                env->cost_source, sizeof env->cost_source, err);
+            if (st != DP_OK) return st;
+        }
+        env->cm = env->recompute_cm[0];
+        size_t at = strlen(env->cost_source);
+        snprintf(env->cost_source + at, sizeof env->cost_source - at,
+                 "; --recompute dynamic: none, selective or full per iteration");
+    } else {
+        st = cli_build_cost(&p->cost, &env->model, &env->hw, &env->cm, env->cost_source,
+                            sizeof env->cost_source, err);
+        if (st != DP_OK) return st;
+    }
     cluster_override_links(&env->hw, p->link_gbit, p->link_latency_us);
     env->cm->hw = env->hw;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (env->recompute_cm[m]) env->recompute_cm[m]->hw = env->hw;
     env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
     batch_rules_default(&env->rules, env->model.arch);
     env->rules.global_tokens = p->global_tokens;
@@ -226,7 +247,8 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
 
 void plan_env_release(plan_env *env)
 {
-    cost_model_free(env->cm);
+    if (!env->recompute_cm[0]) cost_model_free(env->cm);
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(env->recompute_cm[m]);
     trace_release(&env->trace);
     memset(env, 0, sizeof *env);
 }
@@ -249,6 +271,8 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
     o->thin_ms = p->thin_ms;
     o->max_iterations = p->iterations;
     o->stream_path = env->stream_path;
+    o->keep_going = p->keep_going;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = env->recompute_cm[m];
 }
 
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,
@@ -262,7 +286,8 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     co.model_json = pl->h.model_json; /* a self-contained plan runs from anywhere */
     co.hw_json = pl->h.hw_json;
     co.tp = pl->h.tp;
-    recompute_parse(pl->h.recompute, &co.recompute);
+    co.recompute_dynamic = 0; /* model state, the config's only use of it, is the same in every mode */
+    if (recompute_parse(pl->h.recompute, &co.recompute) != 0) co.recompute = RECOMPUTE_NONE;
     model_spec m;
     cost_model *cm = NULL;
     char source[4200];
@@ -310,7 +335,7 @@ void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, c
     ADD("fit", "%s", p->cost.fit ? p->cost.fit : "");
     ADD("analytic", "%s", p->cost.analytic ? "true" : "false");
     ADD("tp", "%d", p->cost.tp);
-    ADD("recompute", "%s", recompute_name(p->cost.recompute));
+    ADD("recompute", "%s", p->cost.recompute_dynamic ? "dynamic" : recompute_name(p->cost.recompute));
     ADD("trace", "%s", p->trace ? p->trace : DEFAULT_TRACE);
     ADD("batching", "%s", p->batching);
     ADD("schedule", "%s", p->schedule);
@@ -328,6 +353,7 @@ void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, c
     ADD("mem-limit", "%.17g", p->mem_limit_mb);
     ADD("link-gbps", "%.17g", p->link_gbit);
     ADD("link-latency-us", "%.17g", p->link_latency_us);
+    ADD("keep-going", "%d", p->keep_going);
 #undef ADD
     size_t at = 0;
     buf[0] = '\0';

@@ -223,6 +223,7 @@ static cJSON *iter_json(const plan_iter *it)
         cJSON_AddItemToArray(stages, s);
     }
     if (it->model_flops > 0) cJSON_AddNumberToObject(o, "model_flops", it->model_flops);
+    if (it->recompute[0]) cJSON_AddStringToObject(o, "recompute", it->recompute);
     if (it->has_objective) {
         cJSON *ob = cJSON_AddObjectToObject(o, "objective");
         cJSON_AddNumberToObject(ob, "value", it->obj_value_ms);
@@ -448,6 +449,12 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
     }
     (void)seen;
     TRY(json_double(o, "model_flops", name, 0, 1e30, 0, 0, &it->model_flops, err));
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(o, "recompute");
+    if (rc && !cJSON_IsString(rc)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"recompute\" must be a string", name, where);
+        goto out;
+    }
+    snprintf(it->recompute, sizeof it->recompute, "%s", rc ? rc->valuestring : "");
     const cJSON *ob = cJSON_GetObjectItemCaseSensitive(o, "objective");
     if (cJSON_IsObject(ob)) {
         it->has_objective = 1;

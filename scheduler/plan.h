@@ -6,10 +6,11 @@
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T,
- *    "chunks": C, "zero": Z, "recompute": "none", "schedule": "1f1b", "batching": "dynamic",
+ *    "chunks": C, "zero": Z, "recompute": "none" (or "dynamic": each iteration names its own),
+ *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
  *              "pad_multiple": 8, "min_padded": 16},
- *    "iterations": [{"id": i,
+ *    "iterations": [{"id": i, "recompute": "selective" (dynamic plans),
  *       "microbatches": [{"id": k, "samples": [trace ids], "mbs": m, "enc_len": A, "dec_len": B,
  *                         "tokens": real, "padded_tokens": …, "replica": r,
  *                         "pred_ms": {"fwd": [per stage], "bwd": [per stage], "w": [per stage]},
@@ -99,6 +100,9 @@ typedef struct plan_iter {
     double obj_value_ms, obj_tmax_ms, obj_sum_ms;
     double model_flops; /* training FLOPs of the iteration's real tokens (model_train_flops), 0:
                          * unknown ("model_flops" in the file) */
+    char recompute[16]; /* the iteration's recompute mode ("recompute" in the file: none,
+                         * selective or full); "" = the header's. A plan made with --recompute
+                         * dynamic says "dynamic" in its header and a mode in every iteration */
 } plan_iter;
 
 typedef struct plan_header {

@@ -434,9 +434,21 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
                        "(rule: known names; dpsim plan --list)", where, p->h.schedule);
     recompute_mode rc;
-    if (recompute_parse(p->h.recompute, &rc) != 0)
-        return dp_fail(err, DP_ERR_INVALID, "%s: \"recompute\" \"%s\" is not none, selective or "
-                       "full (rule: known names)", where, p->h.recompute);
+    int dynamic = strcmp(p->h.recompute, "dynamic") == 0;
+    if (!dynamic && recompute_parse(p->h.recompute, &rc) != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"recompute\" \"%s\" is not none, selective, "
+                       "full or dynamic (rule: known names)", where, p->h.recompute);
+    for (int i = 0; i < p->n_it; i++) {
+        const char *m = p->it[i].recompute;
+        if (m[0] ? recompute_parse(m, &rc) != 0 : dynamic)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" is not "
+                           "none, selective or full (rule: known names; a dynamic plan names the "
+                           "mode of every iteration)", where, p->it[i].id, m);
+        if (m[0] && !dynamic && strcmp(m, p->h.recompute) != 0)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" differs "
+                           "from the plan's \"%s\" (rule: one mode, unless the plan says "
+                           "\"dynamic\")", where, p->it[i].id, m, p->h.recompute);
+    }
     if (plan_dtype_bytes(p->h.act_dtype) != PLAN_ACT_ELEM_BYTES)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"act_dtype\" \"%s\" is not fp16 or bf16 (rule: "
                        "known names)", where, p->h.act_dtype);

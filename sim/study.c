@@ -14,8 +14,7 @@
 void study_result_release(study_result *r)
 {
     if (!r) return;
-    free(r->iteration_ms);
-    free(r->closed_form_ms);
+    free(r->iter);
     memset(r, 0, sizeof *r);
 }
 
@@ -111,17 +110,34 @@ static void count_tokens(study_result *r, const plan_iter *it)
     r->microbatches += it->n_mb;
 }
 
+/* A new entry of r->iter, zeroed. */
+static study_iter *new_iter(study_acc *a, int id)
+{
+    study_result *r = a->r;
+    if (dp_grow((void **)&r->iter, &a->cap, (size_t)r->n_iter + 1, sizeof *r->iter) != DP_OK)
+        return NULL;
+    study_iter *x = &r->iter[r->n_iter++];
+    memset(x, 0, sizeof *x);
+    x->id = id;
+    x->recompute = -1;
+    return x;
+}
+
+dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why)
+{
+    study_iter *x = new_iter(a, id);
+    if (!x) return DP_ERR_NOMEM;
+    x->failed = 1;
+    x->tokens = tokens;
+    snprintf(x->why, sizeof x->why, "%.159s", why);
+    a->r->failed_iterations++;
+    return DP_OK;
+}
+
 dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
 {
     study_result *r = a->r;
     const sim_config *cfg = &a->cfg;
-    size_t cap = a->cap;
-    if (dp_grow((void **)&r->iteration_ms, &cap, (size_t)r->iterations + 1, sizeof(double)) != DP_OK)
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    cap = a->cap;
-    if (dp_grow((void **)&r->closed_form_ms, &cap, (size_t)r->iterations + 1, sizeof(double)) != DP_OK)
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    a->cap = cap;
     sim_iter_result ir;
     double w0 = now_s();
     dp_status st = sim_iteration(&a->s, cfg, it, a->t_ns, &a->sink, &ir, err);
@@ -131,7 +147,16 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     count_tokens(r, it);
     if (r->iterations == 0 || r->model_flops > 0) /* known only while every iteration says */
         r->model_flops = it->model_flops > 0 ? r->model_flops + it->model_flops : 0;
-    r->iteration_ms[r->iterations] = (double)ir.makespan_ns / 1e6;
+    study_iter *x = new_iter(a, it->id);
+    if (!x) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    recompute_mode rc;
+    if (it->recompute[0] && recompute_parse(it->recompute, &rc) == 0) {
+        x->recompute = (int)rc;
+        r->recompute_iterations[rc]++;
+    }
+    x->microbatches = it->n_mb;
+    for (int k = 0; k < it->n_mb; k++) x->tokens += it->mb[k].enc_tokens + it->mb[k].dec_tokens;
+    x->ms = (double)ir.makespan_ns / 1e6;
     /* closed form per replica: sum t + (S-1) max t / C, t = max over stages of fwd + bwd */
     double cf = 0;
     for (int rep = 0; rep < cfg->dp; rep++) {
@@ -144,7 +169,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         }
         cf = fmax(cf, sum + (cfg->pp - 1) * mx / cfg->chunks);
     }
-    r->closed_form_ms[r->iterations] = cf;
+    x->closed_form_ms = cf;
     a->t_ns += ir.makespan_ns;
     for (int k = 0; k < 4; k++) r->op_ms[k] += (double)ir.op_ns[k] / 1e6;
     for (int s = 0; s < cfg->pp; s++) {
@@ -321,19 +346,43 @@ out:
     return st;
 }
 
+/* The cost models a run plans with: the modes of --recompute dynamic in order, or cm alone. */
+static int study_modes(const study_opts *o, const cost_model **cms)
+{
+    int n = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (o->recompute_cm[m]) cms[n++] = o->recompute_cm[m];
+    if (n == 0) cms[n++] = o->cm;
+    return n;
+}
+
+/* Points the planner at one stage model (one recompute mode). */
+static void planner_use(planner *p, const stage_model *sm)
+{
+    p->sm = sm;
+    p->ctx.sm = sm;
+    p->sctx.sm = sm;
+}
+
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
 {
     dp_status st = DP_OK;
-    stage_model sm;
+    const cost_model *cms[RECOMPUTE_COUNT];
+    int modes = study_modes(o, cms);
+    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
     memset(r, 0, sizeof *r);
-    st = stage_model_init(&sm, o->cm, o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
-    if (st != DP_OK) return st;
+    for (int m = 0; m < modes && st == DP_OK; m++)
+        st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
+    if (st != DP_OK) {
+        free(sm);
+        return st;
+    }
     sim_config cfg;
-    study_sim_config(&sm, &o->cm->hw, &cfg);
+    study_sim_config(&sm[0], &o->cm->hw, &cfg); /* model state: the same in every mode */
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
-    planner pl = {o, &sm, {o->rules, &sm, o->mbs, o->mb_tokens, o->thin_ms, NULL}, {&sm}, &cfg,
-                  &acc.s};
+    planner pl = {o, &sm[0], {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL}, {&sm[0]},
+                  &cfg, &acc.s};
     batch_iter bi;
     trace_stream ts;
     int streaming = o->stream_path != NULL;
@@ -341,6 +390,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         st = trace_stream_open(&ts, o->stream_path, err);
         if (st != DP_OK) {
             study_end(&acc);
+            free(sm);
             return st;
         }
         batch_iter_init_stream(&bi, &ts, o->rules);
@@ -362,10 +412,25 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         TRY(batch_next(&bi, &b, &n, err));
         if (n == 0) break;
         double t0 = now_s();
-        int answerable = 0;
-        st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, err);
+        int answerable = 0, mode = 0;
+        dp_err why = {0};
+        /* the first mode whose plan fits (one mode: that one, fitting or not) */
+        for (mode = 0; mode < modes; mode++) {
+            planner_use(&pl, &sm[mode]);
+            answerable = 0;
+            st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
+            int last = mode + 1 == modes;
+            if (st == DP_ERR_INFEASIBLE && (!last || o->keep_going)) { /* fits nowhere */
+                if (!last) continue;
+                break;
+            }
+            if (st != DP_OK) break;
+            if ((answerable && l.feasible) || last) break;
+        }
+        if (mode == modes) mode = modes - 1;
         double dt_ms = (now_s() - t0) * 1e3;
-        if (st != DP_OK) {
+        if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
+            *err = why;
             dp_err_prefix(err, "iteration %d", planned);
             goto out;
         }
@@ -374,9 +439,21 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             goto out;
         }
         plan_ms[planned++] = dt_ms;
+        int64_t tokens = 0;
+        for (int i = 0; i < n; i++) tokens += b[i].enc + b[i].dec;
+        /* what failed, if anything: a sample that fits nowhere, a shape beyond the cost model,
+         * a plan over memory */
+        const char *failure = st != DP_OK ? why.msg : !answerable || !l.feasible ? l.why : NULL;
+        if (failure && !r->why[0])
+            snprintf(r->why, sizeof r->why, "iteration %d: %.560s", planned - 1, failure);
+        if (failure && o->keep_going) {
+            st = DP_OK;
+            TRY(study_skip(&acc, planned - 1, tokens, failure));
+            r->iter[r->n_iter - 1].plan_ms = dt_ms;
+            if (o->progress) o->progress(o->progress_ctx, bi.next, streaming ? 0 : t->n);
+            continue;
+        }
         if (l.in_flight == 1 && o->pp > 1) r->in_flight_fallback++;
-        if (!l.feasible && !r->why[0])
-            snprintf(r->why, sizeof r->why, "iteration %d: %s", planned - 1, l.why);
         if (!answerable) { /* beyond the cost model: this configuration cannot run */
             r->feasible = 0;
             break;
@@ -384,10 +461,12 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (!l.feasible) r->oom = 1, r->planned_oom++;
         pi.model_flops = 0;
         for (int i = 0; i < n; i++) pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec);
+        snprintf(pi.recompute, sizeof pi.recompute, "%s", recompute_name(cms[mode]->recompute));
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
         TRY(study_add(&acc, &pi, err));
+        r->iter[r->n_iter - 1].plan_ms = dt_ms;
         if (r->sim_oom > sim_oom && l.feasible) r->oom_unplanned++;
         if (o->progress) o->progress(o->progress_ctx, bi.next, streaming ? 0 : t->n);
     }
@@ -399,6 +478,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
 out:
     study_end(&acc);
     free(plan_ms);
+    free(sm);
     plan_iter_release(&pi);
     mb_list_release(&l);
     batch_iter_release(&bi);
@@ -412,10 +492,31 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "iterations", r->iterations);
     cJSON *a = cJSON_AddArrayToObject(o, "iteration_ms");
     cJSON *c = cJSON_AddArrayToObject(o, "closed_form_ms");
-    for (int i = 0; i < r->iterations && r->feasible; i++) {
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(r->iteration_ms[i]));
-        cJSON_AddItemToArray(c, cJSON_CreateNumber(r->closed_form_ms[i]));
+    for (int i = 0; i < r->n_iter && r->feasible; i++)
+        if (!r->iter[i].failed) {
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(r->iter[i].ms));
+            cJSON_AddItemToArray(c, cJSON_CreateNumber(r->iter[i].closed_form_ms));
+        }
+    cJSON *per = cJSON_AddArrayToObject(o, "per_iteration");
+    for (int i = 0; i < r->n_iter; i++) {
+        const study_iter *x = &r->iter[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", x->id);
+        cJSON_AddStringToObject(e, "status", x->failed ? "failed" : "ok");
+        if (x->failed) cJSON_AddStringToObject(e, "why", x->why);
+        cJSON_AddNumberToObject(e, "ms", x->ms);
+        cJSON_AddNumberToObject(e, "closed_form_ms", x->closed_form_ms);
+        cJSON_AddNumberToObject(e, "microbatches", x->microbatches);
+        cJSON_AddNumberToObject(e, "tokens", (double)x->tokens);
+        if (x->recompute >= 0)
+            cJSON_AddStringToObject(e, "recompute", recompute_name((recompute_mode)x->recompute));
+        cJSON_AddNumberToObject(e, "plan_ms", x->plan_ms);
+        cJSON_AddItemToArray(per, e);
     }
+    cJSON_AddNumberToObject(o, "failed_iterations", r->failed_iterations);
+    cJSON *rci = cJSON_AddObjectToObject(o, "recompute_iterations");
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        cJSON_AddNumberToObject(rci, recompute_name((recompute_mode)m), r->recompute_iterations[m]);
     cJSON_AddNumberToObject(o, "time_s", r->time_s);
     cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
     cJSON_AddNumberToObject(o, "padded_tokens", (double)r->padded_tokens);

@@ -11,6 +11,9 @@
  *                             textbook estimate, reported beside the simulated makespan
  *   peak_mem_mb[s]          = model state + peak activations; oom when above the device memory
  *   timeline_hash           = FNV-1a of every simulated operation: equal inputs, equal hash
+ *   per_iteration           = every iteration: id, simulated and closed-form ms, micro-batches,
+ *                             tokens, recompute mode, planning ms, and "failed" with why for one
+ *                             left out (--keep-going); tokens of those are not in the throughput
  *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens) / simulated
  *                             time / (tp x pp x dp) / 1e12;  mfu = that / the GPU's peak
  *                             (0 when a plan file's iterations do not carry model_flops)
@@ -42,11 +45,34 @@ typedef struct study_opts {
     void (*progress)(void *ctx, size_t done, size_t total); /* optional, samples consumed */
     void *progress_ctx;
     const char *stream_path; /* a trace CSV read as a stream instead of the in-memory trace */
+    /* --recompute dynamic (DynaPipe's rule): the cost model of each mode, tried per iteration in
+     * the order none, selective, full; the first whose plan fits is kept (NULL entries are
+     * skipped). All NULL: cm's own mode for every iteration. */
+    const cost_model *recompute_cm[RECOMPUTE_COUNT];
+    int keep_going; /* an iteration that cannot be planned to fit (a sample that fits nowhere, a
+                     * plan over memory, a shape beyond the cost model) is counted, named in
+                     * study_result.iter and left out, instead of ending (or spoiling) the run */
 } study_opts;
 
+/* One planned iteration, as the per-iteration metrics report it. */
+typedef struct study_iter {
+    int id;
+    int failed;         /* 1: left out (keep_going); why says what failed */
+    int recompute;      /* the recompute_mode it was planned with; -1: unknown (plan files) */
+    int microbatches;
+    int64_t tokens;     /* real tokens */
+    double ms;          /* simulated iteration time (0 when failed) */
+    double closed_form_ms;
+    double plan_ms;     /* planner wall time (0 for plan files) */
+    char why[160];
+} study_iter;
+
 typedef struct study_result {
-    int iterations;
-    double *iteration_ms, *closed_form_ms; /* per iteration */
+    int iterations;         /* iterations simulated */
+    study_iter *iter;       /* every iteration planned (or read), simulated or left out */
+    int n_iter;
+    int failed_iterations;  /* left out under keep_going */
+    int recompute_iterations[RECOMPUTE_COUNT]; /* simulated iterations per recompute mode */
     double time_s;
     int64_t tokens, padded_tokens, enc_tokens, enc_padded, dec_tokens, dec_padded;
     double throughput_tokens_per_s, padding_efficiency, enc_padding_efficiency,
@@ -95,7 +121,9 @@ typedef struct study_acc {
 void study_begin(study_acc *a, study_result *r, const sim_config *cfg, const sim_sink *sink);
 /* Simulates one planned iteration and adds it to the totals. */
 dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err);
-/* Counts an iteration that could not be costed (its tokens count, it is not simulated). */
+/* Records an iteration left out (keep_going): its id, tokens and why; it is not simulated. */
+dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
+/* Finishes the totals (throughput, efficiencies, MFU) and releases the simulator. */
 void study_end(study_acc *a);
 
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored). */

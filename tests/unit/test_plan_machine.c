@@ -224,7 +224,21 @@ static void test_plan_level_rules(void **state)
     strcpy(p.h.schedule, "1f1b");
     strcpy(p.h.recompute, "most");
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
-    assert_msg_has(err.msg, "\"most\" is not none, selective or full");
+    assert_msg_has(err.msg, "\"most\" is not none, selective, full or dynamic");
+    /* a dynamic plan names every iteration's mode; a fixed one names none other than its own */
+    strcpy(p.h.recompute, "dynamic");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "a dynamic plan names the mode of every iteration");
+    for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "selective");
+    if (plan_check(&p, "p.json", &err) != DP_OK) fail_msg("%s", err.msg);
+    strcpy(p.h.recompute, "none");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"selective\" differs from the plan's \"none\"");
+    strcpy(p.it[0].recompute, "some");
+    strcpy(p.h.recompute, "dynamic");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"some\" is not none, selective or full");
+    for (int i = 0; i < p.n_it; i++) p.it[i].recompute[0] = '\0';
     strcpy(p.h.recompute, "none");
     int n_it = p.n_it;
     p.n_it = 0;
