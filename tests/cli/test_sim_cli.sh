@@ -108,6 +108,19 @@ check "the MPI sweep wrote every point" bash -c "[ \$(wc -l <'$TMP/swm.csv') = 5
 expect "timeline figure from a timeline CSV" 0 "wrote" -- "$DPSIM" plot timeline "$TMP/t.csv" --iteration 1 -o "$TMP/gantt.png"
 check "gantt.png" is_png "$TMP/gantt.png" 10000
 
+# --recompute dynamic: a mode per iteration, in the plan file, and the plan replays to the same timeline
+expect "plan --recompute dynamic mixes modes at 8192" 0 "iterations per recompute mode +none [0-9]+, selective [1-9]" -- \
+  "$DPSIM" plan --recompute dynamic --max-seqlen 8192 --iterations 12 -o "$TMP/dyn.json"
+check "... each iteration of the plan names its mode" grep -q '"recompute":"selective"' "$TMP/dyn.json"
+"$DPSIM" sim --recompute dynamic --max-seqlen 8192 --iterations 12 --json >"$TMP/dyn1.json" 2>/dev/null
+"$DPSIM" sim --plan "$TMP/dyn.json" --json >"$TMP/dyn2.json" 2>/dev/null
+check "... and simulates to the same timeline as the direct run" \
+  bash -c "grep timeline_hash '$TMP/dyn1.json' | cmp -s - <(grep timeline_hash '$TMP/dyn2.json')"
+expect "--recompute dynamic is for planning commands only" 2 "applies to plan, sim, compare and sweep" -- \
+  "$DPSIM" cost --recompute dynamic --mbs 1 --seqlen 512
+expect "--keep-going leaves out and names what does not fit" 0 "iterations left out +[1-9][0-9]* .*--keep-going" -- \
+  "$DPSIM" sim --max-seqlen 8192 --iterations 12 --keep-going
+
 # Megatron's --pack-dataset: packing's padding efficiency against a next-fit written here (awk) over
 # the shipped trace (GPT-6.7B: a sample is input + target, cut at 8192; every row is padded to 8192)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
