@@ -10,6 +10,7 @@
 #include "../models/comm.h"
 #include "../models/memory.h"
 #include "../scheduler/plan_machine.h"
+#include "order_search.h"
 
 void study_result_release(study_result *r)
 {
@@ -213,64 +214,6 @@ void study_end(study_acc *a)
     sim_release(&a->s);
 }
 
-/* DynaPipe's planner tries a few micro-batch orders under its adaptive schedule and keeps the
- * best that fits in memory. Candidates: the planned order (ascending length), descending,
- * alternating largest/smallest, and alternating smallest/largest. */
-#define ADAPTIVE_ORDERS 4
-
-static void order_candidate(const microbatch *in, int n, int which, microbatch *out)
-{
-    for (int k = 0; k < n; k++) {
-        int src;
-        switch (which) {
-        case 1: src = n - 1 - k; break;                                 /* descending */
-        case 2: src = k % 2 ? k / 2 : n - 1 - k / 2; break;             /* large, small, ... */
-        case 3: src = k % 2 ? n - 1 - k / 2 : k / 2; break;             /* small, large, ... */
-        default: src = k;
-        }
-        out[k] = in[src];
-    }
-}
-
-/* Reorders l's micro-batches to the candidate order whose simulated iteration is shortest among
- * those that fit in memory (or has the lowest peak when none fits). */
-static dp_status choose_adaptive_order(const stage_model *sm, const schedule_ctx *sctx,
-                                       const study_opts *o, const sim_config *cfg, sim *s,
-                                       mb_list *l, dp_err *err)
-{
-    int n = l->n_mb;
-    if (n < 2) return DP_OK;
-    microbatch *orig = malloc((size_t)n * sizeof *orig), *cand = malloc((size_t)n * sizeof *cand);
-    if (!orig || !cand) {
-        free(orig), free(cand);
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    }
-    memcpy(orig, l->mb, (size_t)n * sizeof *orig);
-    int best = 0, best_fits = 0;
-    double best_ms = 0, best_peak = 0;
-    dp_status st = DP_OK;
-    for (int which = 0; which < ADAPTIVE_ORDERS && st == DP_OK; which++) {
-        order_candidate(orig, n, which, cand);
-        memcpy(l->mb, cand, (size_t)n * sizeof *cand);
-        plan_iter pi;
-        plan_iter_init(&pi);
-        sim_iter_result ir;
-        st = plan_iter_from_mbs(&pi, 0, l, sm, err);
-        if (st == DP_OK) st = o->sched->build(sctx, &pi, err);
-        if (st == DP_OK) st = sim_iteration(s, cfg, &pi, 0, NULL, &ir, err);
-        plan_iter_release(&pi);
-        if (st != DP_OK) break;
-        double ms = (double)ir.makespan_ns / 1e6, peak = 0;
-        for (int d = 0; d < cfg->pp; d++) peak = peak > ir.peak_mb[d] ? peak : ir.peak_mb[d];
-        int fits = !ir.oom;
-        if (which == 0 || (fits && (!best_fits || ms < best_ms)) || (!fits && !best_fits && peak < best_peak))
-            best = which, best_ms = ms, best_fits = fits, best_peak = peak;
-    }
-    order_candidate(orig, n, best, l->mb);
-    free(orig), free(cand);
-    return st;
-}
-
 /* Everything one iteration's planning needs. */
 typedef struct planner {
     const study_opts *o;
@@ -314,8 +257,10 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         for (int k = 0; k < l->n_mb; k++)
             if (isnan(l->mb[k].t_ms)) *answerable = 0;
         if (!*answerable) break;
-        if (strcmp(o->sched->name, "adaptive") == 0)
-            TRY(choose_adaptive_order(p->sm, &p->sctx, o, p->cfg, p->s, l, err));
+        if (strcmp(o->sched->name, "adaptive") == 0) { /* sim/order_search.h */
+            order_result orr;
+            TRY(order_search(p->sm, o->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, &orr, err));
+        }
         plan_iter_release(pi);
         TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
         TRY(o->sched->build(&p->sctx, pi, err));

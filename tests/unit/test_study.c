@@ -4,6 +4,8 @@
  */
 #include "testutil.h"
 
+#include "../../scheduler/plan.h"
+#include "../../sim/order_search.h"
 #include "../../sim/study.h"
 
 #define GPT_PROFILE "models/profiles/a100_gpt_6.7b_profile.csv"
@@ -148,12 +150,101 @@ static void test_keep_going(void **state)
     setup_release(&s);
 }
 
+/* The adaptive schedule's order search on random micro-batches (2, 4, 8 stages; 8, 16, 32
+ * micro-batches): every candidate simulated here on its own; the search keeps the best that fits,
+ * and it is never worse than the earlier four-order search (whose orders it contains). */
+static void test_order_search_best_of_candidates(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 2048);
+    unsigned seed = 7;
+    double sum_all = 0, sum_fixed = 0;
+    int cases = 0, better = 0;
+    static const int stages[] = {2, 4, 8}, counts[] = {8, 16, 32};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int rep = 0; rep < 4; rep++) {
+                int S = stages[a], n = counts[b];
+                stage_model sm;
+                dp_err err = {0};
+                double mem = rep % 2 ? 1e9 : s.hw.mem_limit_mb; /* unlimited, and the A100's */
+                if (stage_model_init(&sm, s.cm[0], S, 1, 1, 1, mem, &err) != DP_OK) fail_msg("%s", err.msg);
+                sim_config cfg;
+                study_sim_config(&sm, &s.hw, &cfg);
+                mb_list l;
+                mb_list_init(&l);
+                /* heterogeneous: 1-8 rows of 64..2048 tokens, in ascending length (as the
+                 * batchers cut them, which the four fixed orders assume) */
+                int mbs_of[32], len_of[32];
+                for (int k = 0; k < n; k++) {
+                    int mbs = 1 << (rand_r(&seed) % 4), len = 64 + 8 * (int)(rand_r(&seed) % 249);
+                    if (mbs * len > 8192) mbs = 8192 / len > 0 ? 8192 / len : 1;
+                    int at = k;
+                    while (at > 0 && len_of[at - 1] > len)
+                        len_of[at] = len_of[at - 1], mbs_of[at] = mbs_of[at - 1], at--;
+                    len_of[at] = len, mbs_of[at] = mbs;
+                }
+                for (int k = 0; k < n; k++) {
+                    sample_len one = {k, len_of[k], 0};
+                    assert_int_equal(mb_list_add(&l, &one, 1, mbs_of[k], len_of[k], 0), DP_OK);
+                }
+                int *perm = NULL, count = order_candidates(&l, &sm, ORDER_SEARCH_ALL, &perm);
+                assert_true(count > 4 && count <= ORDER_MAX_CANDIDATES);
+                /* every candidate, simulated here */
+                sim sim_;
+                sim_init(&sim_);
+                mb_list c;
+                mb_list_init(&c);
+                double best = INFINITY;
+                microbatch *orig = malloc((size_t)n * sizeof *orig);
+                memcpy(orig, l.mb, (size_t)n * sizeof *orig);
+                for (int q = 0; q < count; q++) {
+                    for (int k = 0; k < n; k++) l.mb[k] = orig[perm[q * n + k]];
+                    plan_iter pi;
+                    plan_iter_init(&pi);
+                    schedule_ctx sctx = {&sm};
+                    sim_iter_result ir;
+                    assert_int_equal(plan_iter_from_mbs(&pi, 0, &l, &sm, &err), DP_OK);
+                    assert_int_equal(schedule_find("adaptive")->build(&sctx, &pi, &err), DP_OK);
+                    assert_int_equal(sim_iteration(&sim_, &cfg, &pi, 0, NULL, &ir, &err), DP_OK);
+                    if (!ir.oom) best = fmin(best, (double)ir.makespan_ns / 1e6);
+                    plan_iter_release(&pi);
+                }
+                memcpy(l.mb, orig, (size_t)n * sizeof *orig);
+                order_result all, fixed;
+                assert_int_equal(order_search(&sm, schedule_find("adaptive"), &cfg, &sim_,
+                                              ORDER_SEARCH_FIXED, &l, &fixed, &err), DP_OK);
+                memcpy(l.mb, orig, (size_t)n * sizeof *orig);
+                assert_int_equal(order_search(&sm, schedule_find("adaptive"), &cfg, &sim_,
+                                              ORDER_SEARCH_ALL, &l, &all, &err), DP_OK);
+                if (isfinite(best)) {
+                    assert_true(all.fits);
+                    assert_near(all.best_ms, best, 1e-9);
+                    assert_true(!fixed.fits || all.best_ms <= fixed.best_ms + 1e-9);
+                    if (fixed.fits) {
+                        sum_all += all.best_ms, sum_fixed += fixed.best_ms, cases++;
+                        better += all.best_ms < fixed.best_ms - 1e-9;
+                    }
+                }
+                free(orig), free(perm);
+                mb_list_release(&l), mb_list_release(&c);
+                sim_release(&sim_);
+            }
+    assert_true(cases >= 18);
+    print_message("order search: %d cases, mean makespan %.2f ms (clusters + fixed) vs %.2f ms "
+                  "(the four fixed orders), %.2f%% shorter; better in %d\n",
+                  cases, sum_all / cases, sum_fixed / cases, 100 * (1 - sum_all / sum_fixed), better);
+    setup_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dynamic_recompute_gpt_8192),
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
         cmocka_unit_test(test_keep_going),
+        cmocka_unit_test(test_order_search_best_of_candidates),
     };
     return cmocka_run_group_tests_name("study", tests, NULL, NULL);
 }
