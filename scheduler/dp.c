@@ -238,10 +238,15 @@ dp_status dp_batch(const batch_ctx *ctx, const sample_len *in, int n, mb_list *o
     sample_len *s = malloc((size_t)(n ? n : 1) * sizeof *s);
     if (!s) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     memcpy(s, in, (size_t)n * sizeof *s);
-    if (mb_order(ctx->rules, s, n) != DP_OK) {
-        free(s);
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    }
+    dp_status st = mb_order(ctx->rules, s, n) == DP_OK ? dp_batch_ordered(ctx, s, n, out, err)
+                                                        : dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    free(s);
+    return st;
+}
+
+dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                           dp_err *err)
+{
     int passes = 0;
     int first_ids = out->n_ids, first_mb = out->n_mb;
     out->in_flight = 0;
@@ -256,6 +261,5 @@ dp_status dp_batch(const batch_ctx *ctx, const sample_len *in, int n, mb_list *o
         st = solve(ctx, s, n, 1, out, &passes, err);
     }
     out->dp_passes = passes;
-    free(s);
     return st;
 }

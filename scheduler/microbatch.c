@@ -60,18 +60,62 @@ static int cmp_gpt(const void *a, const void *b)
     return x->id - y->id;
 }
 
-/* T5 samples keyed by their padded input length: the groups the serpentine walks. */
+/* T5: the samples' padded (input, target) pairs are the points of an open travelling-salesman
+ * path under the L1 distance: nearest neighbour from the smallest point, then 2-opt until no move
+ * shortens it (at most T5_ORDER_PASSES passes). Samples of one point stay together, by id. */
+#define T5_ORDER_PASSES 32
+
 typedef struct t5_key {
-    int padded_enc;
+    int pe, pd; /* padded input and target lengths */
     sample_len s;
 } t5_key;
 
 static int cmp_t5(const void *a, const void *b)
 {
     const t5_key *x = a, *y = b;
-    if (x->padded_enc != y->padded_enc) return x->padded_enc - y->padded_enc;
-    if (x->s.dec != y->s.dec) return x->s.dec - y->s.dec;
+    if (x->pe != y->pe) return x->pe - y->pe;
+    if (x->pd != y->pd) return x->pd - y->pd;
     return x->s.id - y->s.id;
+}
+
+static int l1(const t5_key *a, const t5_key *b)
+{
+    return abs(a->pe - b->pe) + abs(a->pd - b->pd);
+}
+
+/* The open path over m points (pt[i] is a point's first key); path receives their order. */
+static void t5_path(const t5_key *const *pt, int m, int *path, char *used)
+{
+    memset(used, 0, (size_t)m);
+    path[0] = 0;
+    used[0] = 1;
+    for (int k = 1; k < m; k++) { /* nearest neighbour; ties to the smaller point */
+        int best = -1, bd = 0, at = path[k - 1];
+        for (int q = 0; q < m; q++)
+            if (!used[q] && (best < 0 || l1(pt[at], pt[q]) < bd)) best = q, bd = l1(pt[at], pt[q]);
+        path[k] = best;
+        used[best] = 1;
+    }
+    /* 2-opt on the open path: reversing path[i+1 .. j] replaces the edges (i, i+1) and (j, j+1)
+     * by (i, j) and (i+1, j+1); at the ends a missing edge costs nothing */
+    for (int pass = 0; pass < T5_ORDER_PASSES; pass++) {
+        int improved = 0;
+        for (int i = -1; i < m - 2; i++)
+            for (int j = i + 2; j < m; j++) {
+                const t5_key *a = i >= 0 ? pt[path[i]] : NULL, *b = pt[path[i + 1]];
+                const t5_key *c = pt[path[j]], *d = j + 1 < m ? pt[path[j + 1]] : NULL;
+                int before = (a ? l1(a, b) : 0) + (d ? l1(c, d) : 0);
+                int after = (a ? l1(a, c) : 0) + (d ? l1(b, d) : 0);
+                if (after < before) {
+                    for (int x = i + 1, y = j; x < y; x++, y--) {
+                        int t = path[x];
+                        path[x] = path[y], path[y] = t;
+                    }
+                    improved = 1;
+                }
+            }
+        if (!improved) break;
+    }
 }
 
 dp_status mb_order(const batch_rules *r, sample_len *s, int n)
@@ -80,29 +124,25 @@ dp_status mb_order(const batch_rules *r, sample_len *s, int n)
         qsort(s, (size_t)n, sizeof *s, cmp_gpt);
         return DP_OK;
     }
-    /* by padded input length, then target length (sorting on the raw input length would leave
-     * the targets unordered inside a padded group) */
     t5_key *k = malloc((size_t)(n ? n : 1) * sizeof *k);
-    if (!k) return DP_ERR_NOMEM;
-    for (int i = 0; i < n; i++) k[i] = (t5_key){batch_pad(r, s[i].enc), s[i]};
-    qsort(k, (size_t)n, sizeof *k, cmp_t5);
-    for (int i = 0; i < n; i++) s[i] = k[i].s;
-    free(k);
-    /* Serpentine: within each padded input length, targets alternate ascending/descending, so the
-     * last sample of one group and the first of the next have close target lengths. */
-    int group = 0;
-    for (int i = 0; i < n;) {
-        int j = i, p = batch_pad(r, s[i].enc);
-        while (j < n && batch_pad(r, s[j].enc) == p) j++;
-        if (group % 2) /* reverse targets: re-sort this group by descending dec */
-            for (int a = i, b = j - 1; a < b; a++, b--) {
-                sample_len t = s[a];
-                s[a] = s[b];
-                s[b] = t;
-            }
-        group++;
-        i = j;
+    const t5_key **pt = malloc((size_t)(n ? n : 1) * sizeof *pt);
+    int *first = malloc((size_t)(n + 1) * sizeof *first), *path = malloc((size_t)(n ? n : 1) * sizeof *path);
+    char *used = malloc((size_t)(n ? n : 1));
+    if (!k || !pt || !first || !path || !used) {
+        free(k), free(pt), free(first), free(path), free(used);
+        return DP_ERR_NOMEM;
     }
+    for (int i = 0; i < n; i++) k[i] = (t5_key){batch_pad(r, s[i].enc), batch_pad(r, s[i].dec), s[i]};
+    qsort(k, (size_t)n, sizeof *k, cmp_t5);
+    int m = 0; /* distinct points: k[first[p] .. first[p + 1]) */
+    for (int i = 0; i < n; i++)
+        if (i == 0 || k[i].pe != k[i - 1].pe || k[i].pd != k[i - 1].pd) pt[m] = &k[i], first[m++] = i;
+    first[m] = n;
+    if (m > 0) t5_path(pt, m, path, used);
+    int at = 0;
+    for (int q = 0; q < m; q++)
+        for (int i = first[path[q]]; i < first[path[q] + 1]; i++) s[at++] = k[i].s;
+    free(k), free(pt), free(first), free(path), free(used);
     return DP_OK;
 }
 

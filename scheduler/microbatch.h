@@ -17,10 +17,13 @@
  *   dynamic      DynaPipe's dynamic program (scheduler/dp.c): the contiguous partition of the
  *                ordered samples minimising (S-1)*max_k t_k / C + sum_k t_k / D, subject to memory.
  *
- * Order ("the ordered samples" of token and dynamic): GPT by length; T5 by padded input length,
- * then by target length (within one padded input length), in alternating direction from one padded
- * input length to the next (a serpentine
- * that keeps neighbours close in both lengths, deterministic and O(n log n)).
+ * Order ("the ordered samples" of token and dynamic): GPT by length. T5 as DynaPipe intends
+ * (neighbours close in both lengths): the distinct padded (input, target) pairs are visited along an
+ * open travelling-salesman path under the L1 distance (nearest neighbour from the smallest pair,
+ * then 2-opt), the samples of one pair together. Deterministic; O(m^2) per 2-opt pass for m
+ * distinct pairs (a few hundred per batch). DynaPipe clusters the raw pairs (complete linkage,
+ * distance 16) and solves the TSP over the cluster centres with LKH; tests/unit/test_study.c
+ * compares the two on the same batches.
  *
  * Every strategy's micro-batches are then costed on the same stage model (mb_list_finish): stage
  * time t_k, memory fit, the DP objective (so strategies can be compared on it), and for D > 1 the
@@ -110,5 +113,9 @@ dp_status kk_partition(const double *w, int n, int k, int *bin);
 
 /* dynamic, exposed for tests: the exact DP (thin_ms = 0) or the thinned one. */
 dp_status dp_batch(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out, dp_err *err);
+/* The same DP over samples already in the order wanted (dp_batch is mb_order + this): for
+ * comparing orders on the same batches. */
+dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                           dp_err *err);
 
 #endif /* MICROBATCH_H */

@@ -238,6 +238,120 @@ static void test_order_search_best_of_candidates(void **state)
     setup_release(&s);
 }
 
+/* DynaPipe's T5 order, written here from its description: complete-linkage agglomerative
+ * clustering of the raw (input, target) pairs, merging while the (Euclidean) linkage distance is
+ * under 16; the clusters visited along an open path over their centres (L1; DynaPipe solves it
+ * with LKH, here nearest neighbour + 2-opt), samples inside a cluster in trace order. */
+static void dynapipe_t5_order(const sample_len *in, int n, sample_len *out)
+{
+    double *d = malloc((size_t)n * n * sizeof *d);
+    int *cl = malloc((size_t)n * sizeof *cl), *alive = malloc((size_t)n * sizeof *alive);
+    for (int i = 0; i < n; i++) {
+        cl[i] = i, alive[i] = 1;
+        for (int j = 0; j < n; j++)
+            d[i * n + j] = hypot(in[i].enc - in[j].enc, in[i].dec - in[j].dec);
+    }
+    for (;;) { /* merge the closest pair; complete linkage: d(k, a+b) = max(d(k,a), d(k,b)) */
+        int a = -1, b = -1;
+        double best = 16;
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; alive[i] && j < n; j++)
+                if (alive[j] && d[i * n + j] < best) best = d[i * n + j], a = i, b = j;
+        if (a < 0) break;
+        for (int k = 0; k < n; k++) d[a * n + k] = d[k * n + a] = fmax(d[a * n + k], d[b * n + k]);
+        alive[b] = 0;
+        for (int k = 0; k < n; k++)
+            if (cl[k] == b) cl[k] = a;
+    }
+    int m = 0, *id = malloc((size_t)n * sizeof *id);
+    double (*c)[2] = calloc((size_t)n, sizeof *c);
+    int *cnt = calloc((size_t)n, sizeof *cnt);
+    for (int i = 0; i < n; i++) id[i] = alive[i] ? m++ : -1;
+    for (int i = 0; i < n; i++) {
+        int k = id[cl[i]];
+        c[k][0] += in[i].enc, c[k][1] += in[i].dec, cnt[k]++;
+    }
+    for (int k = 0; k < m; k++) c[k][0] /= cnt[k], c[k][1] /= cnt[k];
+    int *path = malloc((size_t)m * sizeof *path);
+    char *used = calloc((size_t)m, 1);
+    int start = 0;
+    for (int k = 1; k < m; k++)
+        if (c[k][0] + c[k][1] < c[start][0] + c[start][1]) start = k;
+    path[0] = start, used[start] = 1;
+#define L1(p, q) (fabs(c[p][0] - c[q][0]) + fabs(c[p][1] - c[q][1]))
+    for (int k = 1; k < m; k++) {
+        int best = -1;
+        for (int q = 0; q < m; q++)
+            if (!used[q] && (best < 0 || L1(path[k - 1], q) < L1(path[k - 1], best))) best = q;
+        path[k] = best, used[best] = 1;
+    }
+    for (int improved = 1, pass = 0; improved && pass < 50; pass++) {
+        improved = 0;
+        for (int i = -1; i < m - 2; i++)
+            for (int j = i + 2; j < m; j++) {
+                double before = (i >= 0 ? L1(path[i], path[i + 1]) : 0) + (j + 1 < m ? L1(path[j], path[j + 1]) : 0);
+                double after = (i >= 0 ? L1(path[i], path[j]) : 0) + (j + 1 < m ? L1(path[i + 1], path[j + 1]) : 0);
+                if (after < before - 1e-9) {
+                    for (int x = i + 1, y = j; x < y; x++, y--) {
+                        int t = path[x];
+                        path[x] = path[y], path[y] = t;
+                    }
+                    improved = 1;
+                }
+            }
+    }
+#undef L1
+    int at = 0;
+    for (int q = 0; q < m; q++)
+        for (int i = 0; i < n; i++)
+            if (id[cl[i]] == path[q]) out[at++] = in[i];
+    free(d), free(cl), free(alive), free(id), free(c), free(cnt), free(path), free(used);
+}
+
+/* The T5 order against DynaPipe's on the same global batches of the shipped trace (T5-11B,
+ * 4 stages, the exact DP): padding efficiency at least as good. */
+static void test_t5_order_against_dynapipe(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "t5-11b-12l", T5_PROFILE, 2048);
+    stage_model sm;
+    dp_err err = {0};
+    if (stage_model_init(&sm, s.cm[RECOMPUTE_FULL], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    batch_ctx ctx = {&s.rules, &sm, 1, 2048, 0, NULL};
+    batch_iter it;
+    batch_iter_init(&it, &s.t, &s.rules);
+    int64_t real = 0, pad_ours = 0, pad_theirs = 0;
+    for (int b = 0; b < 12; b++) {
+        const sample_len *x;
+        int n;
+        assert_int_equal(batch_next(&it, &x, &n, &err), DP_OK);
+        sample_len *ours = malloc((size_t)n * sizeof *ours), *theirs = malloc((size_t)n * sizeof *theirs);
+        memcpy(ours, x, (size_t)n * sizeof *ours);
+        assert_int_equal(mb_order(&s.rules, ours, n), DP_OK);
+        dynapipe_t5_order(x, n, theirs);
+        for (int k = 0; k < 2; k++) {
+            mb_list l;
+            mb_list_init(&l);
+            if (dp_batch_ordered(&ctx, k ? theirs : ours, n, &l, &err) != DP_OK) fail_msg("%s", err.msg);
+            for (int q = 0; q < l.n_mb; q++) {
+                int64_t padded = (int64_t)l.mb[q].mbs * (l.mb[q].enc_len + l.mb[q].dec_len);
+                *(k ? &pad_theirs : &pad_ours) += padded;
+                if (!k) real += l.mb[q].enc_tokens + l.mb[q].dec_tokens;
+            }
+            mb_list_release(&l);
+        }
+        free(ours), free(theirs);
+    }
+    batch_iter_release(&it);
+    double e_ours = (double)real / pad_ours, e_theirs = (double)real / pad_theirs;
+    print_message("T5-11B padding efficiency over 12 batches: %.4f (dpsim's path) vs %.4f "
+                  "(DynaPipe's clusters + path)\n", e_ours, e_theirs);
+    assert_true(e_ours >= e_theirs - 0.002);
+    setup_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
         cmocka_unit_test(test_keep_going),
         cmocka_unit_test(test_order_search_best_of_candidates),
+        cmocka_unit_test(test_t5_order_against_dynapipe),
     };
     return cmocka_run_group_tests_name("study", tests, NULL, NULL);
 }
