@@ -29,6 +29,7 @@
 
 #include "../common/csv_table.h"
 #include "../common/json_util.h"
+#include "../common/pool.h"
 #include "../sim/study.h"
 #include "cli.h"
 
@@ -326,83 +327,45 @@ static void draw_progress(long done, long total, double t0)
     if (done == total) fputc('\n', stderr);
 }
 
-/* Runs the given points with a pool of `jobs` forked workers; calls emit(row) per finished one. */
+/* The sweep's points in a pool of forked workers (common/pool.h): each runs one point and sends
+ * its row; the parent hands it to emit (the file, or rank 0 over MPI). */
 typedef void (*emit_fn)(void *ctx, const char *row);
+
+typedef struct sweep_pool {
+    const plan_cli *base;
+    const grid *g;
+    const long *todo;
+    emit_fn emit;
+    void *emit_ctx;
+    double t0;
+} sweep_pool;
+
+static void pool_point(void *ctx, long i, char *out, size_t cap)
+{
+    sweep_pool *sp = ctx;
+    run_point(sp->base, sp->g, sp->todo[i], out, cap);
+}
+
+static void pool_row(void *ctx, long i, const char *row)
+{
+    sweep_pool *sp = ctx;
+    (void)i;
+    if (!row) /* its point is not written; a rerun retries it */
+        fprintf(stderr, "\ndpsim sweep: a worker died; its point will be retried on resume\n");
+    sp->emit(sp->emit_ctx, row);
+}
+
+static void pool_progress_bar(void *ctx, long finished, long n)
+{
+    draw_progress(finished, n, ((sweep_pool *)ctx)->t0);
+}
 
 static int run_pool(const plan_cli *base, const grid *g, const long *todo, long n, int jobs,
                     emit_fn emit, void *ctx, int progress)
 {
-    typedef struct worker {
-        pid_t pid;
-        int fd;
-    } worker;
-    worker *w = calloc((size_t)jobs, sizeof *w);
-    if (!w) return -1;
-    long next = 0, finished = 0;
-    int running = 0, failed = 0;
-    double t0 = (double)time(NULL);
-    if (progress) draw_progress(0, n, t0);
-    while (finished < n) {
-        while (running < jobs && next < n) {
-            int fds[2];
-            if (pipe(fds) != 0) {
-                failed = 1;
-                break;
-            }
-            fflush(NULL);
-            pid_t pid = fork();
-            if (pid == 0) {
-                close(fds[0]);
-                char row[ROW_MAX];
-                run_point(base, g, todo[next], row, sizeof row);
-                size_t len = strlen(row);
-                ssize_t wr = write(fds[1], row, len);
-                _exit(wr == (ssize_t)len ? 0 : 1);
-            }
-            close(fds[1]);
-            if (pid < 0) {
-                close(fds[0]);
-                failed = 1;
-                break;
-            }
-            for (int k = 0; k < jobs; k++)
-                if (w[k].pid == 0) {
-                    w[k] = (worker){pid, fds[0]};
-                    break;
-                }
-            running++;
-            next++;
-        }
-        if (running == 0) break;
-        int status;
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0) {
-            if (errno == EINTR) continue;
-            failed = 1;
-            break;
-        }
-        for (int k = 0; k < jobs; k++) {
-            if (w[k].pid != pid) continue;
-            char row[ROW_MAX];
-            ssize_t got = read(w[k].fd, row, sizeof row - 1);
-            close(w[k].fd);
-            w[k].pid = 0;
-            if (got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-                row[got] = '\0';
-                emit(ctx, row);
-            } else {
-                failed = 1; /* a worker crashed: its point is not written, a rerun retries it */
-                emit(ctx, NULL);
-                fprintf(stderr, "\ndpsim sweep: a worker died (%s); its point will be retried on resume\n",
-                        WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit status");
-            }
-            running--;
-            finished++;
-            if (progress) draw_progress(finished, n, t0);
-        }
-    }
-    free(w);
-    return failed ? -1 : 0;
+    sweep_pool sp = {base, g, todo, emit, ctx, (double)time(NULL)};
+    if (progress) draw_progress(0, n, sp.t0);
+    return pool_run(n, jobs, pool_point, pool_row, progress ? pool_progress_bar : NULL, &sp);
 }
 
 typedef struct file_sink {

@@ -1,0 +1,27 @@
+/*
+ * pool.h — independent jobs in forked worker processes (sweep and tune points).
+ *
+ * pool_run runs job(ctx, i, out, cap) for every i in [0, n) in at most `jobs` forked workers at a
+ * time. A job writes a text result of at most POOL_RESULT_MAX - 1 bytes into out; the parent
+ * receives it with done(ctx, i, text) as each worker finishes (in finishing order, not index
+ * order), or done(ctx, i, NULL) when the worker died (a crash, a signal): its job has no result
+ * and pool_run returns -1 at the end, after every other job. progress(ctx, finished, n), if
+ * given, is called after each. Workers share nothing with the parent after the fork: a job must
+ * report through its text only. jobs = 1 still forks (a crash never takes the caller down).
+ */
+#ifndef POOL_H
+#define POOL_H
+
+#include <stddef.h>
+
+#define POOL_RESULT_MAX 4096
+
+typedef void (*pool_job)(void *ctx, long i, char *out, size_t cap);
+typedef void (*pool_done)(void *ctx, long i, const char *text);
+typedef void (*pool_progress)(void *ctx, long finished, long n);
+
+/* 0 when every job reported; -1 when one died or a pipe or fork failed (jobs not started then
+ * are reported to done with NULL too, so that every index is accounted for). */
+int pool_run(long n, int jobs, pool_job job, pool_done done, pool_progress progress, void *ctx);
+
+#endif /* POOL_H */
