@@ -179,7 +179,29 @@ void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, c
 dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_extra,
                             const out_role *outs, int n_out, dp_err *err);
 
+/* Splits a comma list into at most max names (pointers into buf, which strtok cuts). */
+int cli_split_list(char *buf, const char **items, int max);
+
+/* The machine's cores: the default worker count of sweep and tune. */
+int cli_jobs_default(void);
+
+/* dpsim tune's search (sim/tune.h) over sp, every configuration simulated with the base options
+ * (its --iterations, trace, lengths, memory) in `jobs` forked workers, one cost model per (tp,
+ * mode) built before the fork. *out (ranked, tune_rank; the caller frees it) holds n results.
+ * Progress on stderr when it is a terminal. */
+struct tune_space;
+struct tune_result;
+void cli_tune_space(const plan_cli *p, const plan_env *env, int gpus, struct tune_space *sp);
+dp_status cli_tune(const plan_cli *base, const plan_env *env, const struct tune_space *sp, int jobs,
+                   struct tune_result **out, long *n, dp_err *err);
+
+/* The name of a plan option (getopt code c, PLAN_LONG_OPTS) that tune searches, so that it cannot
+ * be fixed beside it (--tp, --pp, --dp, --zero, --recompute, --mbs, --mb-tokens, --batching,
+ * --schedule); NULL for any other. */
+const char *cli_tune_searched(int c);
+
 int cmd_plan(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_compare(int argc, char **argv);

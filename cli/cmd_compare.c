@@ -11,23 +11,18 @@
 #include "../plots/plot.h"
 #include "../sim/ascii.h"
 #include "../sim/study.h"
+#include "../sim/tune.h"
 #include "cli.h"
 
 static const char COMPARE_USAGE[] =
-    "dpsim compare [--batchings LIST] [--schedules LIST] [PLAN OPTIONS] [--out DIR] [--json]";
+    "dpsim compare [--batchings LIST] [--schedules LIST] [--tuned [--gpus N]] [PLAN OPTIONS] "
+    "[--out DIR] [--json]";
 
 #define MAX_ITEMS 8
 
-/* Splits a comma list into at most MAX_ITEMS names (pointers into buf). */
-static int split_list(char *buf, const char **items)
-{
-    int n = 0;
-    for (char *tok = strtok(buf, ","); tok && n < MAX_ITEMS; tok = strtok(NULL, ",")) items[n++] = tok;
-    return n;
-}
-
 typedef struct row {
     const char *batching, *schedule;
+    char tuned[200]; /* --tuned: the configuration the row ran with */
     study_result r;
     double speedup;
     dp_status st;
@@ -132,6 +127,7 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "batching", w->batching);
         cJSON_AddStringToObject(x, "schedule", w->schedule);
+        if (w->tuned[0]) cJSON_AddStringToObject(x, "tuned", w->tuned);
         if (w->st != DP_OK) {
             cJSON_AddStringToObject(x, "error", w->error);
         } else {
@@ -176,14 +172,22 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
     return text;
 }
 
-static void print_table(const plan_cli *p, const plan_env *env, const row *rows, int n, FILE *fp)
+static void print_table(const plan_cli *p, const plan_env *env, const row *rows, int n, int tuned,
+                        FILE *fp)
 {
-    fprintf(fp, "# dpsim compare: %s, pp %d, dp %d, tp %d on %s (%s, %.0f MB usable)\n", env->model.name,
-            p->pp, p->dp, p->cost.tp, env->hw.name, env->hw.gpu.name, env->mem_limit_mb);
+    if (tuned)
+        fprintf(fp, "# dpsim compare --tuned: %s, each batching at its best configuration of %d GPUs "
+                "(below the table) on %s (%s, %.0f MB usable)\n", env->model.name, tuned,
+                env->hw.name, env->hw.gpu.name, env->mem_limit_mb);
+    else
+        fprintf(fp, "# dpsim compare: %s, pp %d, dp %d, tp %d on %s (%s, %.0f MB usable)\n",
+                env->model.name, p->pp, p->dp, p->cost.tp, env->hw.name, env->hw.gpu.name,
+                env->mem_limit_mb);
     fprintf(fp, "# trace %s (%zu samples); %lld tokens per iteration; max length %d; cost %s\n",
             env->trace_path, env->trace.n, (long long)env->rules.global_tokens, env->rules.max_seqlen,
             env->cost_source);
-    fprintf(fp, "# speed-up is over packing with 1f1b (the MLM+DS baseline); bubble is the mean over stages\n");
+    fprintf(fp, "# speed-up is over packing with %s (the MLM+DS baseline); bubble is the mean over stages\n",
+            tuned ? "its tuned configuration" : "1f1b");
     fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
             "throughput", "speedup", "mfu", "padding", "bubble", "peak_mem", "oom", "plan");
     fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
@@ -209,6 +213,7 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
     }
     for (int i = 0; i < n; i++) {
         const study_result *r = &rows[i].r;
+        if (rows[i].tuned[0]) fprintf(fp, "# %s tuned: %s\n", rows[i].batching, rows[i].tuned);
         if (rows[i].st != DP_OK) continue;
         if (r->failed_iterations)
             fprintf(fp, "# %s/%s: %d of %d iterations left out (--keep-going); the first: ",
@@ -224,6 +229,66 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
     }
 }
 
+/* --tuned: tunes every batching (cli_tune over the compare's schedules, tune_iterations each),
+ * then runs each at its best configuration with the user's options (a row per batching). */
+static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const char *const *bs, int nb,
+                               const char *const *ss, int ns, int *gpus_io, int tune_iterations,
+                               int jobs, row *rows, int *n, dp_err *err)
+{
+    int have = env->hw.nodes * env->hw.gpus_per_node, gpus = *gpus_io;
+    if (gpus == 0) gpus = have > 0 ? have : p->cost.tp * p->pp * p->dp;
+    *gpus_io = gpus;
+    if (have > 0 && gpus > have && !p->allow_oversubscribe)
+        return dp_fail(err, DP_ERR_INVALID, "--gpus %d, but %s has %d\nhint: a cluster with more "
+                       "nodes, or --allow-oversubscribe", gpus, env->hw.name, have);
+    tune_space sp;
+    cli_tune_space(p, env, gpus, &sp);
+    for (int i = 0; i < nb; i++) sp.batchings[sp.n_batchings++] = bs[i];
+    for (int j = 0; j < ns; j++)
+        if (strcmp(ss[j], "interleaved") != 0) sp.schedules[sp.n_schedules++] = ss[j];
+    plan_cli tp = *p;
+    tp.iterations = tune_iterations;
+    tune_result *res = NULL;
+    long count = 0;
+    dp_status st = cli_tune(&tp, env, &sp, jobs, &res, &count, err);
+    if (st != DP_OK) return st;
+    for (int i = 0; i < nb; i++) {
+        row *w = &rows[(*n)++];
+        memset(w, 0, sizeof *w);
+        w->batching = bs[i];
+        const tune_result *best = tune_best(res, count, bs[i]);
+        if (!best) {
+            w->schedule = "-";
+            w->st = DP_ERR_INFEASIBLE;
+            snprintf(w->error, sizeof w->error, "no configuration of %d GPUs fits (dpsim tune "
+                     "--batchings %s -o F.csv says why for each)", gpus, bs[i]);
+            continue;
+        }
+        for (int j = 0; j < ns; j++)
+            if (strcmp(ss[j], best->pt.schedule) == 0) w->schedule = ss[j];
+        tune_point_describe(&best->pt, w->tuned, sizeof w->tuned);
+        plan_cli q = *p;
+        char rc[16];
+        snprintf(rc, sizeof rc, "%s", best->pt.recompute);
+        q.cost.tp = best->pt.tp, q.pp = best->pt.pp, q.dp = best->pt.dp, q.zero = best->pt.zero;
+        q.mbs = best->pt.mbs, q.mb_tokens = best->pt.mb_tokens;
+        q.cost.recompute_dynamic = strcmp(rc, "dynamic") == 0;
+        if (!q.cost.recompute_dynamic) recompute_parse(rc, &q.cost.recompute);
+        plan_env e2;
+        dp_err e = {0};
+        w->st = cli_plan_setup(&q, &e2, &e);
+        if (w->st == DP_OK) {
+            study_opts o;
+            cli_study_opts(&q, &e2, w->batching, w->schedule, &o);
+            w->st = study_run(&o, &e2.trace, &w->r, &e);
+        }
+        if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
+        plan_env_release(&e2);
+    }
+    free(res);
+    return DP_OK;
+}
+
 int cmd_compare(int argc, char **argv)
 {
     static const struct option opts[] = {PLAN_LONG_OPTS,
@@ -232,15 +297,22 @@ int cmd_compare(int argc, char **argv)
                                          {"out", required_argument, 0, 'o'},
                                          {"no-figures", no_argument, 0, 'n'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"tuned", no_argument, 0, 't'},
+                                         {"gpus", required_argument, 0, 'g'},
+                                         {"tune-iterations", required_argument, 0, 'T'},
+                                         {"jobs", required_argument, 0, 'J'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "compare", *out = "dpsim-out";
     char blist[256] = "padding,packing,token,dynamic", slist[256] = "1f1b,adaptive";
     plan_cli p;
     plan_cli_default(&p);
-    int json = 0, figures = 1, c, r;
+    int json = 0, figures = 1, tuned = 0, tuned_gpus = 0, c, r;
+    int64_t gpus = 0, tune_iterations = 8, jobs = cli_jobs_default();
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:s:o:njh", opts, NULL)) != -1) {
+    const char *searched = NULL; /* an option --tuned chooses itself */
+    while ((c = getopt_long(argc, argv, ":b:s:o:njtg:T:J:h", opts, NULL)) != -1) {
+        if (!searched && c != 321 && c != 322) searched = cli_tune_searched(c);
         if ((r = cli_plan_opt(&p, c, optarg, cmd, COMPARE_USAGE)) != 0) {
             if (r < 0) return EXIT_USAGE;
             continue;
@@ -251,6 +323,17 @@ int cmd_compare(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'n': figures = 0; break;
         case 'j': json = 1; break;
+        case 't': tuned = 1; break;
+        case 'g':
+            if (cli_int(cmd, "--gpus", optarg, 1, 1 << 20, &gpus)) return EXIT_USAGE;
+            tuned_gpus = (int)gpus;
+            break;
+        case 'T':
+            if (cli_int(cmd, "--tune-iterations", optarg, 1, 1 << 20, &tune_iterations)) return EXIT_USAGE;
+            break;
+        case 'J':
+            if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
+            break;
         case 'h':
             printf("usage: %s\n\nThe main job: simulates the whole trace under every (batching,\n"
                    "schedule) pair and prints one table: throughput (real tokens/s), speed-up over\n"
@@ -261,6 +344,11 @@ int cmd_compare(int argc, char **argv)
                    "  -o, --out DIR         folder for the figures     [dpsim-out]\n"
                    "  -n, --no-figures      skip the figures\n"
                    "  -j, --json            print the comparison JSON contract instead of the table\n"
+                   "  -t, --tuned           each batching at its own best configuration (dpsim tune:\n"
+                   "                        tp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)\n"
+                   "  -g, --gpus N          --tuned: GPUs to use      [every GPU of the cluster]\n"
+                   "  -T, --tune-iterations K  --tuned: iterations per configuration tried   [8]\n"
+                   "  -J, --jobs N          --tuned: parallel workers  [the machine's cores]\n"
                    "%s%s  -h, --help            this help\n",
                    COMPARE_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
             return 0;
@@ -270,8 +358,11 @@ int cmd_compare(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(cmd, COMPARE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    if (tuned && searched)
+        return cli_usage_error(cmd, COMPARE_USAGE, "--tuned chooses %s itself; drop it, or drop --tuned",
+                               searched);
     const char *bs[MAX_ITEMS], *ss[MAX_ITEMS];
-    int nb = split_list(blist, bs), ns = split_list(slist, ss);
+    int nb = cli_split_list(blist, bs, MAX_ITEMS), ns = cli_split_list(slist, ss, MAX_ITEMS);
     for (int i = 0; i < nb; i++)
         if (!batcher_find(bs[i]))
             return cli_usage_error(cmd, COMPARE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);
@@ -302,7 +393,16 @@ int cmd_compare(int argc, char **argv)
     }
     row rows[MAX_ITEMS * MAX_ITEMS];
     int n = 0;
-    for (int i = 0; i < nb; i++)
+    if (tuned) {
+        st = compare_tuned(&p, &env, bs, nb, ss, ns, &tuned_gpus, (int)tune_iterations, (int)jobs,
+                           rows, &n, &err);
+        if (st != DP_OK) {
+            plan_env_release(&env);
+            return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg)
+                                        : cli_fail(cmd, &err);
+        }
+    }
+    for (int i = 0; i < nb && !tuned; i++)
         for (int j = 0; j < ns; j++) {
             row *w = &rows[n++];
             memset(w, 0, sizeof *w);
@@ -322,7 +422,7 @@ int cmd_compare(int argc, char **argv)
     double base = 0;
     for (int i = 0; i < n; i++)
         if (rows[i].st == DP_OK && strcmp(rows[i].batching, "packing") == 0 &&
-            strcmp(rows[i].schedule, "1f1b") == 0 && rows[i].r.feasible)
+            (tuned || strcmp(rows[i].schedule, "1f1b") == 0) && rows[i].r.feasible)
             base = rows[i].r.throughput_tokens_per_s;
     for (int i = 0; i < n; i++)
         rows[i].speedup = base > 0 && rows[i].st == DP_OK ? rows[i].r.throughput_tokens_per_s / base : NAN;
@@ -331,7 +431,7 @@ int cmd_compare(int argc, char **argv)
         if (text) puts(text);
         free(text);
     } else {
-        print_table(&p, &env, rows, n, stdout);
+        print_table(&p, &env, rows, n, tuned ? tuned_gpus : 0, stdout);
     }
     if (figures) {
         /* the timeline figure shows dynamic + adaptive when compared, else the first row */

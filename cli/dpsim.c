@@ -21,6 +21,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"sim", cmd_sim, "simulate execution plans: iteration time, bubbles, memory"},
     {"compare", cmd_compare, "the main job: batching x schedule comparison table and figures"},
     {"sweep", cmd_sweep, "grid of plan parameters, one CSV row per point"},
+    {"tune", cmd_tune, "the best configuration of each batching method on N GPUs"},
     {"plot", cmd_plot, "draw figures with gnuplot"},
     {"validate", cmd_validate, "compare a simulated plan with a measured timeline"},
 };

@@ -121,6 +121,23 @@ expect "--recompute dynamic is for planning commands only" 2 "applies to plan, s
 expect "--keep-going leaves out and names what does not fit" 0 "iterations left out +[1-9][0-9]* .*--keep-going" -- \
   "$DPSIM" sim --max-seqlen 8192 --iterations 12 --keep-going
 
+# dpsim tune: the best configuration per method; the ranking is ordered, and a configuration of the
+# space simulated directly (tp 1, pp 2, dp 2, mbs 1, selective recompute: it fits) is no better
+expect "tune prints the best configuration of each method" 0 "^packing .*batching=packing schedule=" -- \
+  "$DPSIM" tune --gpus 4 --iterations 2 --batchings packing,dynamic --jobs 2 -o "$TMP/rank.csv"
+check "... and writes the ranking, best first" \
+  awk -F, 'NR == 1 { ok = $1 == "rank" } NR > 1 && $11 == 1 { if (prev != "" && $12 > prev + 1e-6) ok = 0; prev = $12 }
+           END { exit !(ok && NR > 100) }' "$TMP/rank.csv"
+BEST_PACK=$(awk -F, '$2 == "packing" && $11 == 1 { print $12; exit }' "$TMP/rank.csv")
+"$DPSIM" sim --batching packing --tp 1 --pp 2 --dp 2 --zero 1 --mbs 1 --recompute selective \
+  --iterations 2 --json >"$TMP/art.json" 2>/dev/null
+check "... no slower than one of its configurations simulated alone" \
+  awk -v best="$BEST_PACK" '/"throughput_tokens_per_s"/ { gsub(/[^0-9.]/, "", $2); v = $2 }
+    /"oom":/ { oom = /true/ } END { exit !(v > 0 && !oom && best + 1e-6 >= v) }' "$TMP/art.json"
+expect "tune refuses an option it searches" 2 "--pp is what tune searches" -- "$DPSIM" tune --pp 2
+expect "compare --tuned: every method at its own best" 0 "# dynamic tuned: batching=dynamic" -- \
+  "$DPSIM" compare --tuned --gpus 4 --tune-iterations 2 --iterations 4 --batchings packing,dynamic --no-figures --jobs 2
+
 # Megatron's --pack-dataset: packing's padding efficiency against a next-fit written here (awk) over
 # the shipped trace (GPT-6.7B: a sample is input + target, cut at 8192; every row is padded to 8192)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)

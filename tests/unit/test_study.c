@@ -7,6 +7,7 @@
 #include "../../scheduler/plan.h"
 #include "../../sim/order_search.h"
 #include "../../sim/study.h"
+#include "../../sim/tune.h"
 
 #define GPT_PROFILE "models/profiles/a100_gpt_6.7b_profile.csv"
 #define T5_PROFILE "models/profiles/a100_t5_11b_profile.csv"
@@ -352,6 +353,55 @@ static void test_t5_order_against_dynapipe(void **state)
     setup_release(&s);
 }
 
+/* The tune space against an enumeration written here: every layout of exactly the GPUs, tp within
+ * a node, pp within the layers (even for T5), ZeRO 1 only with data parallelism, the method's own
+ * knob and modes; no point twice. And the ranking: feasible first, by throughput. */
+static void test_tune_space(void **state)
+{
+    (void)state;
+    for (int t5 = 0; t5 < 2; t5++) {
+        tune_space sp;
+        tune_space_default(&sp, 16, 8, t5 ? 24 : 16, t5);
+        static const char *const bs[] = {"padding", "packing", "token", "dynamic"};
+        for (int i = 0; i < 4; i++) sp.batchings[sp.n_batchings++] = bs[i];
+        sp.schedules[sp.n_schedules++] = "1f1b";
+        sp.schedules[sp.n_schedules++] = "adaptive";
+        tune_point *pts = NULL;
+        long n = tune_points(&sp, &pts);
+        long want = 0;
+        for (int tp = 1; tp <= 8; tp *= 2)
+            for (int pp = 1; pp <= 16; pp++)
+                for (int dp = 1; dp <= 16; dp++) {
+                    if (tp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
+                    int zeros = dp > 1 ? 2 : 1;
+                    /* padding, packing: 3 modes x 4 mbs; token: 3 x 5; dynamic: 4 x 1 */
+                    want += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
+                }
+        assert_int_equal(n, want);
+        for (long i = 0; i < n; i++) {
+            const tune_point *p = &pts[i];
+            assert_int_equal(p->tp * p->pp * p->dp, 16);
+            assert_true(p->tp <= 8 && p->pp <= (t5 ? 24 : 16));
+            assert_true(p->zero == 0 || p->dp > 1);
+            assert_true(strcmp(p->recompute, "dynamic") != 0 || strcmp(p->batching, "dynamic") == 0);
+            for (long j = i + 1; j < n && j < i + 64; j++)
+                assert_false(memcmp(p, &pts[j], sizeof *p) == 0);
+        }
+        free(pts);
+    }
+    tune_result r[4] = {{.index = 0, .ok = 0, .throughput = 9}, {.index = 1, .ok = 1, .throughput = 5},
+                        {.index = 2, .ok = 1, .throughput = 7}, {.index = 3, .ok = 1, .throughput = 7}};
+    r[1].pt.batching = "packing", r[2].pt.batching = "dynamic", r[3].pt.batching = "packing";
+    r[0].pt.batching = "packing";
+    tune_rank(r, 4);
+    assert_int_equal(r[0].index, 2);
+    assert_int_equal(r[1].index, 3);
+    assert_int_equal(r[2].index, 1);
+    assert_int_equal(r[3].index, 0); /* not feasible: last, whatever its throughput */
+    assert_int_equal(tune_best(r, 4, "packing")->index, 3);
+    assert_null(tune_best(r, 4, "token"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_keep_going),
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),
+        cmocka_unit_test(test_tune_space),
     };
     return cmocka_run_group_tests_name("study", tests, NULL, NULL);
 }

@@ -1,0 +1,313 @@
+/* dpsim tune — the best configuration of each batching method on a number of GPUs (sim/tune.h),
+ * searched in forked workers (common/pool.h); compare --tuned uses the same search (cli_tune). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/outfile.h"
+#include "../common/pool.h"
+#include "../sim/study.h"
+#include "../sim/tune.h"
+#include "cli.h"
+
+static const char TUNE_USAGE[] =
+    "dpsim tune [--gpus N] [--batchings LIST] [--schedules LIST] [-o ranking.csv] [PLAN OPTIONS]";
+
+/* What the workers share: the base options and environment, and a cost model per (tp, mode),
+ * built once before the fork. */
+typedef struct tune_job {
+    const plan_cli *base;
+    const plan_env *env;
+    const tune_space *sp;
+    const tune_point *pts;
+    tune_result *res;
+    cost_model *cm[TUNE_MAX_LIST][RECOMPUTE_COUNT];
+    char cm_err[TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
+    time_t t0;
+    int progress;
+} tune_job;
+
+static int tp_slot(const tune_space *sp, int tp)
+{
+    for (int t = 0; t < sp->n_tps; t++)
+        if (sp->tps[t] == tp) return t;
+    return 0;
+}
+
+/* One point, in a worker: "OK THROUGHPUT MFU PEAK WHY". */
+static void tune_eval(void *ctx, long i, char *out, size_t cap)
+{
+    tune_job *j = ctx;
+    const tune_point *pt = &j->pts[i];
+    int t = tp_slot(j->sp, pt->tp), dynamic = strcmp(pt->recompute, "dynamic") == 0;
+    recompute_mode rc = RECOMPUTE_NONE;
+    if (!dynamic) recompute_parse(pt->recompute, &rc);
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if ((dynamic || m == (int)rc) && !j->cm[t][m]) {
+            snprintf(out, cap, "0 0 0 0 %s", j->cm_err[t][m]);
+            return;
+        }
+    plan_cli p = *j->base;
+    p.batching = pt->batching, p.schedule = pt->schedule;
+    p.cost.tp = pt->tp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
+    p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
+    study_opts o;
+    cli_study_opts(&p, j->env, pt->batching, pt->schedule, &o);
+    o.cm = j->cm[t][dynamic ? 0 : rc];
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) o.recompute_cm[m] = dynamic ? j->cm[t][m] : NULL;
+    study_result r;
+    dp_err err = {0};
+    dp_status st = study_run(&o, &j->env->trace, &r, &err);
+    double peak = 0;
+    for (int s = 0; s < r.pp; s++) peak = fmax(peak, r.peak_mem_mb[s]);
+    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0;
+    const char *why = st != DP_OK ? err.msg : ok ? "" : r.why[0] ? r.why : "no iteration";
+    snprintf(out, cap, "%d %.17g %.17g %.17g %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
+             r.mfu, peak, why);
+    study_result_release(&r);
+}
+
+static void tune_done(void *ctx, long i, const char *text)
+{
+    tune_job *j = ctx;
+    tune_result *r = &j->res[i];
+    r->pt = j->pts[i];
+    r->index = i;
+    int used = 0;
+    if (!text || sscanf(text, "%d %lf %lf %lf %n", &r->ok, &r->throughput, &r->mfu, &r->peak_mb,
+                        &used) < 4) {
+        r->ok = 0;
+        snprintf(r->why, sizeof r->why, "the worker died");
+        return;
+    }
+    snprintf(r->why, sizeof r->why, "%s", text + used);
+    for (char *c = r->why; *c; c++)
+        if (*c == '\n') *c = ' ';
+}
+
+static void tune_progress(void *ctx, long finished, long n)
+{
+    tune_job *j = ctx;
+    if (!j->progress) return;
+    double el = difftime(time(NULL), j->t0);
+    fprintf(stderr, "\rdpsim tune: %ld/%ld configurations", finished, n);
+    if (finished > 0 && finished < n) fprintf(stderr, ", ETA %.0f s   ", el / finished * (n - finished));
+    if (finished == n) fprintf(stderr, ", %.0f s          \n", el);
+}
+
+dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *sp, int jobs,
+                   tune_result **out, long *n_out, dp_err *err)
+{
+    *out = NULL, *n_out = 0;
+    tune_point *pts = NULL;
+    long n = tune_points(sp, &pts);
+    if (n == 0)
+        return dp_fail(err, DP_ERR_INVALID, "no configuration of %d GPUs to try (tp at most %d per "
+                       "node, pp at most %d layers%s)", sp->gpus, sp->gpus_per_node, sp->layers,
+                       sp->t5 ? ", even for T5" : "");
+    tune_job *j = dp_xcalloc(1, sizeof *j);
+    j->base = base, j->env = env, j->sp = sp, j->pts = pts;
+    j->res = dp_xcalloc((size_t)n, sizeof *j->res);
+    j->t0 = time(NULL);
+    j->progress = cli_stderr_is_tty();
+    for (int t = 0; t < sp->n_tps; t++) { /* the cost models the points use, once */
+        int used = 0;
+        for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t];
+        for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
+            cost_opts co = base->cost;
+            co.recompute_dynamic = 0, co.tp = sp->tps[t], co.recompute = (recompute_mode)m;
+            model_spec ms;
+            cluster_spec hw;
+            char source[4200];
+            dp_err e = {0};
+            if (cli_build_cost(&co, &ms, &hw, &j->cm[t][m], source, sizeof source, &e) != DP_OK)
+                snprintf(j->cm_err[t][m], sizeof j->cm_err[t][m], "%.230s", e.msg);
+            else
+                j->cm[t][m]->hw = env->hw; /* with the what-if link overrides */
+        }
+    }
+    if (j->progress) fprintf(stderr, "dpsim tune: %ld configurations on %d GPUs, %d workers\n", n,
+                             sp->gpus, jobs);
+    int rc = pool_run(n, jobs, tune_eval, tune_done, tune_progress, j);
+    for (int t = 0; t < sp->n_tps; t++)
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[t][m]);
+    (void)rc; /* a dead worker's point is reported as not ok, with why */
+    tune_rank(j->res, n);
+    *out = j->res;
+    *n_out = n;
+    free(j);
+    free(pts);
+    return DP_OK;
+}
+
+void cli_tune_space(const plan_cli *p, const plan_env *env, int gpus, tune_space *sp)
+{
+    int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
+    tune_space_default(sp, gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
+                       env->model.arch == ARCH_T5);
+    (void)p;
+}
+
+int cli_jobs_default(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 ? (int)ncpu : 1;
+}
+
+const char *cli_tune_searched(int c)
+{
+    switch (c) {
+    case 305: return "--tp";
+    case 306: return "--recompute";
+    case 321: return "--batching (use --batchings)";
+    case 322: return "--schedule (use --schedules)";
+    case 323: return "--pp";
+    case 324: return "--dp";
+    case 326: return "--zero";
+    case 327: return "--mbs";
+    case 328: return "--mb-tokens";
+    }
+    return NULL;
+}
+
+/* Splits a comma list into at most TUNE_MAX_LIST names (pointers into buf). */
+int cli_split_list(char *buf, const char **items, int max)
+{
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) items[n++] = tok;
+    return n;
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    static const struct option opts[] = {PLAN_LONG_OPTS,
+                                         {"gpus", required_argument, 0, 'g'},
+                                         {"batchings", required_argument, 0, 'b'},
+                                         {"schedules", required_argument, 0, 's'},
+                                         {"jobs", required_argument, 0, 'J'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *cmd = "tune", *out = NULL;
+    char blist[256] = "padding,packing,token,dynamic", slist[256] = "1f1b,adaptive";
+    plan_cli p;
+    plan_cli_default(&p);
+    p.iterations = 8;
+    int64_t gpus = 0, jobs = cli_jobs_default();
+    int c, r;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":g:b:s:J:o:h", opts, NULL)) != -1) {
+        if (cli_tune_searched(c))
+            return cli_usage_error(cmd, TUNE_USAGE, "%s is what tune searches; it cannot be fixed",
+                                   cli_tune_searched(c));
+        if ((r = cli_plan_opt(&p, c, optarg, cmd, TUNE_USAGE)) != 0) {
+            if (r < 0) return EXIT_USAGE;
+            continue;
+        }
+        switch (c) {
+        case 'g':
+            if (cli_int(cmd, "--gpus", optarg, 1, 1 << 20, &gpus)) return EXIT_USAGE;
+            break;
+        case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
+        case 's': snprintf(slist, sizeof slist, "%s", optarg); break;
+        case 'J':
+            if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
+            break;
+        case 'o': out = optarg; break;
+        case 'h':
+            printf("usage: %s\n\nSearches, for each batching method, every configuration of --gpus GPUs:\n"
+                   "tp x pp x dp layouts (tp within a node), ZeRO 0/1 (with dp > 1), recompute\n"
+                   "none/selective/full (and dynamic for the dynamic batcher), each schedule, and the\n"
+                   "method's knob (--mbs 1/2/4/8 for padding and packing, --mb-tokens 1k-16k for\n"
+                   "token), simulating --iterations global batches of the trace [8] for each, in\n"
+                   "parallel. Prints the best feasible configuration per method; -o writes the whole\n"
+                   "ranking as CSV. ZeRO 2 and 3 are not searched: their communication is not modelled.\n\n"
+                   "  -g, --gpus N          GPUs to use          [every GPU of the cluster]\n"
+                   "  -b, --batchings LIST  methods to tune      [padding,packing,token,dynamic]\n"
+                   "  -s, --schedules LIST  schedules to try     [1f1b,adaptive]\n"
+                   "  -J, --jobs N          parallel workers     [the machine's cores]\n"
+                   "  -o, --output FILE     the ranking CSV\n"
+                   "%s%s  -h, --help            this help\n",
+                   TUNE_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
+            return 0;
+        case ':': return cli_usage_error(cmd, TUNE_USAGE, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, TUNE_USAGE, "unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, TUNE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    tune_space sp;
+    const char *bs[TUNE_MAX_LIST], *ss[TUNE_MAX_LIST];
+    int nb = cli_split_list(blist, bs, TUNE_MAX_LIST), ns = cli_split_list(slist, ss, TUNE_MAX_LIST);
+    for (int i = 0; i < nb; i++)
+        if (!batcher_find(bs[i]))
+            return cli_usage_error(cmd, TUNE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);
+    for (int i = 0; i < ns; i++)
+        if (!schedule_find(ss[i]) || strcmp(ss[i], "interleaved") == 0)
+            return cli_usage_error(cmd, TUNE_USAGE, "schedule \"%s\" in --schedules: one of gpipe, "
+                                   "1f1b, adaptive, zb1", ss[i]);
+    if (nb == 0 || ns == 0) return cli_usage_error(cmd, TUNE_USAGE, "empty --batchings or --schedules");
+    dp_err err = {0};
+    out_role outs[] = {{"-o", out}};
+    if (cli_check_outputs(&p, NULL, 0, outs, 1, &err) != DP_OK)
+        return cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg);
+    p.pp = 1, p.dp = 1; /* the setup's own layout check passes; each point sets its own */
+    plan_env env;
+    dp_status st = cli_plan_setup(&p, &env, &err);
+    if (st != DP_OK) {
+        plan_env_release(&env);
+        return st == DP_ERR_INVALID ? cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
+    }
+    int have = env.hw.nodes * env.hw.gpus_per_node;
+    if (gpus == 0) gpus = have > 0 ? have : 8;
+    if (have > 0 && gpus > have && !p.allow_oversubscribe) {
+        plan_env_release(&env);
+        return cli_usage_error(cmd, TUNE_USAGE, "--gpus %lld, but %s has %d\nhint: a cluster with "
+                               "more nodes, or --allow-oversubscribe", (long long)gpus, env.hw.name, have);
+    }
+    cli_tune_space(&p, &env, (int)gpus, &sp);
+    for (int i = 0; i < nb; i++) sp.batchings[sp.n_batchings++] = bs[i];
+    for (int i = 0; i < ns; i++) sp.schedules[sp.n_schedules++] = ss[i];
+    tune_result *res = NULL;
+    long n = 0;
+    st = cli_tune(&p, &env, &sp, (int)jobs, &res, &n, &err);
+    if (st == DP_OK) {
+        printf("# dpsim tune: %s on %lld x %s (%s), %lld tokens per iteration, max length %d, "
+               "%d iterations per configuration; %ld configurations\n",
+               env.model.name, (long long)gpus, env.hw.gpu.name, env.hw.name,
+               (long long)env.rules.global_tokens, env.rules.max_seqlen, p.iterations, n);
+        const tune_result *base = tune_best(res, n, "packing");
+        printf("%-13s %12s %8s %6s  %s\n", "batching", "tokens/s", "x pack", "mfu%", "best configuration");
+        for (int i = 0; i < nb; i++) {
+            const tune_result *b = tune_best(res, n, bs[i]);
+            char desc[256];
+            if (!b) {
+                printf("%-13s %12s %8s %6s  no configuration fits\n", bs[i], "-", "-", "-");
+                continue;
+            }
+            tune_point_describe(&b->pt, desc, sizeof desc);
+            char x[16] = "-";
+            if (base) snprintf(x, sizeof x, "%.2f", b->throughput / base->throughput);
+            printf("%-13s %12.0f %8s %6.1f  %s\n", bs[i], b->throughput, x, 100 * b->mfu, desc);
+        }
+        if (out) {
+            out_file of;
+            if ((st = out_open(&of, out, &err)) == DP_OK) {
+                fprintf(of.fp, "%s\n", TUNE_CSV_HEADER);
+                char row[600];
+                for (long i = 0; i < n; i++) {
+                    tune_csv_row(&res[i], i + 1, row, sizeof row);
+                    fprintf(of.fp, "%s\n", row);
+                }
+                st = out_commit(&of, &err);
+                if (st == DP_OK) fprintf(stderr, "dpsim: wrote the ranking of %ld configurations to %s\n", n, out);
+            }
+        }
+    }
+    free(res);
+    plan_env_release(&env);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}

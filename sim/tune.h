@@ -1,0 +1,77 @@
+/*
+ * tune.h — the search space behind dpsim tune and compare --tuned: every configuration of each
+ * batching method on a fixed number of GPUs, and its ranking by simulated throughput.
+ *
+ * A configuration (tune_point) is a layout tp x pp x dp = gpus (tp at most a node's GPUs, pp at
+ * most the model's layers, even for T5 unless 1), a ZeRO stage (0 or 1 with data parallelism, 0
+ * without: stages 2 and 3 are left out while their communication is not modelled, since they
+ * would look free), a recompute mode (none, selective, full; dynamic as well for the dynamic
+ * batcher, DynaPipe's per-iteration rule), a schedule from the list, and the method's own knob:
+ * --mbs for padding and the packers, --mb-tokens for token, none for dynamic.
+ *
+ * Points come in a fixed order (batching, schedule, tp, pp, zero, recompute, knob), so a search
+ * is reproducible; tune_rank orders results by throughput, feasible ones first, ties by that
+ * order.
+ */
+#ifndef TUNE_H
+#define TUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TUNE_MAX_LIST 16
+
+typedef struct tune_point {
+    const char *batching, *schedule; /* point into the space's lists */
+    int tp, pp, dp, zero, mbs;
+    int64_t mb_tokens;
+    const char *recompute; /* "none", "selective", "full" or "dynamic" */
+} tune_point;
+
+typedef struct tune_space {
+    int gpus;          /* layouts of exactly this many GPUs */
+    int gpus_per_node; /* tensor parallelism stays inside a node */
+    int layers;        /* the model's pipeline-able layers (GPT: layers; T5: encoder + decoder) */
+    int t5;            /* 1: pp must be 1 or even */
+    const char *batchings[TUNE_MAX_LIST];
+    int n_batchings;
+    const char *schedules[TUNE_MAX_LIST];
+    int n_schedules;
+    int tps[TUNE_MAX_LIST], n_tps;          /* [1 2 4 8] */
+    int mbs[TUNE_MAX_LIST], n_mbs;          /* padding, packing: [1 2 4 8] */
+    int64_t mb_tokens[TUNE_MAX_LIST];       /* token: [1024 2048 4096 8192 16384] */
+    int n_mb_tokens;
+} tune_space;
+
+/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers; the
+ * caller adds the batchings and schedules. */
+void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5);
+
+/* Every point of the space, in the fixed order; returns how many (0: none, or out of memory, with
+ * *out NULL). The caller frees *out. */
+long tune_points(const tune_space *sp, tune_point **out);
+
+/* Writes "batching=packing schedule=1f1b tp=1 ..." (the plan options that select the point). */
+void tune_point_describe(const tune_point *p, char *buf, size_t cap);
+
+typedef struct tune_result {
+    tune_point pt;
+    long index;            /* the point's place in the space */
+    int ok;                /* ran, fitted in memory, every iteration answerable */
+    double throughput;     /* real tokens/s over the iterations tried */
+    double mfu;
+    double peak_mb;        /* the largest stage's peak */
+    char why[240];         /* when not ok */
+} tune_result;
+
+/* Feasible first, by throughput (descending), ties by index; in place. */
+void tune_rank(tune_result *r, long n);
+
+/* The best ok result of batching in a ranked array, or NULL. */
+const tune_result *tune_best(const tune_result *r, long n, const char *batching);
+
+/* The ranking CSV: header, and one row per result (no newline). */
+extern const char TUNE_CSV_HEADER[];
+void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap);
+
+#endif /* TUNE_H */
