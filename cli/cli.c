@@ -103,8 +103,9 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                         : cluster_resolve(o->hw, hw, err);
     if (st != DP_OK) return st;
     if (o->fit) {
-        snprintf(source, source_cap, "analytic, fitted (%s)", o->fit);
-        return cost_fit_load(o->fit, m, cm, err);
+        snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s", o->fit, o->tp,
+                 recompute_name(o->recompute));
+        return cost_fit_load(o->fit, m, o->tp, o->recompute, cm, err);
     }
     const char *profile = o->profile;
     char buf[4096];

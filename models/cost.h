@@ -155,9 +155,13 @@ double analytic_stored_act_bytes(const model_spec *m, cost_component c, const co
                                  int tp, recompute_mode rc);
 
 /* Reads a fitted model (`dpsim calibrate -o fit.json`): {"kind": "analytic", "params": {...},
- * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. */
-dp_status cost_fit_load(const char *path, const model_spec *m, cost_model **out, dp_err *err);
-dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m,
+ * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. The fitted
+ * parameters (efficiencies, floors, backward ratio: properties of the GPU and its kernels) are
+ * applied at tensor parallelism tp and recompute mode rc, which the analytic formulas carry; the
+ * file's "tp" and "recompute" say only what the fit was made at (tp < 1: the file's own). */
+dp_status cost_fit_load(const char *path, const model_spec *m, int tp, int rc, cost_model **out,
+                        dp_err *err);
+dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m, int tp, int rc,
                          cost_model **out, dp_err *err);
 
 #endif /* COST_H */

@@ -217,7 +217,8 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
     return DP_OK;
 }
 
-dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m,
+dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m, int want_tp,
+                         int want_rc,
                          cost_model **out, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -261,17 +262,19 @@ dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m
         st = dp_fail(err, DP_ERR_PARSE, "%s: efficiencies must be positive", name);
         goto out;
     }
+    if (want_tp >= 1) tp = want_tp, rc = (recompute_mode)want_rc;
     TRY(cost_analytic_new(m, &hw, tp, rc, &p, out, err));
 out:
     cJSON_Delete(root);
     return st;
 }
 
-dp_status cost_fit_load(const char *path, const model_spec *m, cost_model **out, dp_err *err)
+dp_status cost_fit_load(const char *path, const model_spec *m, int tp, int rc, cost_model **out,
+                        dp_err *err)
 {
     char *text = NULL;
     dp_status st = json_slurp(path, &text, err);
-    if (st == DP_OK) st = cost_fit_parse(text, path, m, out, err);
+    if (st == DP_OK) st = cost_fit_parse(text, path, m, tp, rc, out, err);
     free(text);
     return st;
 }
