@@ -229,8 +229,11 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
     }
 }
 
+#define TUNED_FALLBACKS 8 /* configurations of a method tried on the whole run at most */
+
 /* --tuned: tunes every batching (cli_tune over the compare's schedules, tune_iterations each),
- * then runs each at its best configuration with the user's options (a row per batching). */
+ * then runs each at its best configuration with the user's options (a row per batching): the best
+ * whose whole run fits, among the first TUNED_FALLBACKS of its ranking (else the last tried). */
 static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const char *const *bs, int nb,
                                const char *const *ss, int ns, int *gpus_io, int tune_iterations,
                                int jobs, row *rows, int *n, dp_err *err)
@@ -256,34 +259,43 @@ static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const cha
         row *w = &rows[(*n)++];
         memset(w, 0, sizeof *w);
         w->batching = bs[i];
-        const tune_result *best = tune_best(res, count, bs[i]);
-        if (!best) {
-            w->schedule = "-";
-            w->st = DP_ERR_INFEASIBLE;
-            snprintf(w->error, sizeof w->error, "no configuration of %d GPUs fits (dpsim tune "
-                     "--batchings %s -o F.csv says why for each)", gpus, bs[i]);
-            continue;
+        w->schedule = "-";
+        w->st = DP_ERR_INFEASIBLE;
+        snprintf(w->error, sizeof w->error, "no configuration of %d GPUs fits (dpsim tune "
+                 "--batchings %s -o F.csv says why for each)", gpus, bs[i]);
+        /* the best configuration that runs the whole run: tune tried a few iterations, so one
+         * that fits them may leave out others; then the next in the ranking */
+        int tried = 0;
+        for (long k = 0; k < count && tried < TUNED_FALLBACKS; k++) {
+            const tune_result *best = &res[k];
+            if (!best->ok || strcmp(best->pt.batching, bs[i]) != 0) continue;
+            tried++;
+            study_result_release(&w->r);
+            for (int j = 0; j < ns; j++)
+                if (strcmp(ss[j], best->pt.schedule) == 0) w->schedule = ss[j];
+            tune_point_describe(&best->pt, w->tuned, sizeof w->tuned);
+            if (tried > 1) {
+                size_t at = strlen(w->tuned);
+                snprintf(w->tuned + at, sizeof w->tuned - at, " (rank %d of its method: the "
+                         "better ones leave iterations out)", tried);
+            }
+            plan_cli q = *p;
+            q.cost.tp = best->pt.tp, q.pp = best->pt.pp, q.dp = best->pt.dp, q.zero = best->pt.zero;
+            q.mbs = best->pt.mbs, q.mb_tokens = best->pt.mb_tokens;
+            q.cost.recompute_dynamic = strcmp(best->pt.recompute, "dynamic") == 0;
+            if (!q.cost.recompute_dynamic) recompute_parse(best->pt.recompute, &q.cost.recompute);
+            plan_env e2;
+            dp_err e = {0};
+            w->st = cli_plan_setup(&q, &e2, &e);
+            if (w->st == DP_OK) {
+                study_opts o;
+                cli_study_opts(&q, &e2, w->batching, w->schedule, &o);
+                w->st = study_run(&o, &e2.trace, &w->r, &e);
+            }
+            plan_env_release(&e2);
+            if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
+            if (w->st == DP_OK && w->r.feasible && !w->r.oom && !w->r.failed_iterations) break;
         }
-        for (int j = 0; j < ns; j++)
-            if (strcmp(ss[j], best->pt.schedule) == 0) w->schedule = ss[j];
-        tune_point_describe(&best->pt, w->tuned, sizeof w->tuned);
-        plan_cli q = *p;
-        char rc[16];
-        snprintf(rc, sizeof rc, "%s", best->pt.recompute);
-        q.cost.tp = best->pt.tp, q.pp = best->pt.pp, q.dp = best->pt.dp, q.zero = best->pt.zero;
-        q.mbs = best->pt.mbs, q.mb_tokens = best->pt.mb_tokens;
-        q.cost.recompute_dynamic = strcmp(rc, "dynamic") == 0;
-        if (!q.cost.recompute_dynamic) recompute_parse(rc, &q.cost.recompute);
-        plan_env e2;
-        dp_err e = {0};
-        w->st = cli_plan_setup(&q, &e2, &e);
-        if (w->st == DP_OK) {
-            study_opts o;
-            cli_study_opts(&q, &e2, w->batching, w->schedule, &o);
-            w->st = study_run(&o, &e2.trace, &w->r, &e);
-        }
-        if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
-        plan_env_release(&e2);
     }
     free(res);
     return DP_OK;

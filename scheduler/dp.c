@@ -112,8 +112,9 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             free(c);
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "trace sample %d (%d input, %d target tokens after truncation) does "
-                           "not fit in a micro-batch even alone: %s\nhint: try --recompute full, "
-                           "more --tp or --pp, or a smaller --max-seqlen",
+                           "not fit in a micro-batch even alone: %s\nhint: try --recompute dynamic "
+                           "(or full), more --tp or --pp, a smaller --max-seqlen, or --keep-going "
+                           "to leave such iterations out",
                            s[i].id, s[i].enc, s[i].dec, why);
         }
     }

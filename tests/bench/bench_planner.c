@@ -14,6 +14,7 @@
 
 #include "../../scheduler/batch.h"
 #include "../../scheduler/microbatch.h"
+#include "../../sim/order_search.h"
 #include "../../sim/study.h"
 #include "benchutil.h"
 
@@ -65,7 +66,7 @@ static int bench_setup(const setup *su, const trace *t)
         if (batch_next(&it, &b, &n, &err) != DP_OK || n == 0) break;
         double obj[2];
         for (int v = 0; v < 2; v++) {
-            batch_ctx ctx = {&r, &sm, 1, 2048, v ? 5.0 : 0};
+            batch_ctx ctx = {&r, &sm, 1, 2048, v ? 5.0 : 0, NULL};
             mb_list_clear(&l);
             double t0 = bench_now_s();
             dp_status st = dp_batch(&ctx, b, n, &l, &err);
@@ -109,9 +110,11 @@ static int bench_sim(const trace *t)
            "Mevents/s", "total_wall_s", "timeline hash");
     const char *names[] = {"gpipe", "1f1b", "interleaved", "adaptive", "zb1"};
     for (int i = 0; i < 5; i++) {
-        study_opts o = {cm, &r, batcher_find("dynamic"), schedule_find(names[i]), 4,
-                        strcmp(names[i], "interleaved") == 0 ? 2 : 1, 1, 1, 1e9, 1, 2048, 0,
-                        0, 0, NULL, NULL, NULL, NULL, NULL};
+        study_opts o = {0};
+        o.cm = cm, o.rules = &r, o.batching = batcher_find("dynamic");
+        o.sched = schedule_find(names[i]);
+        o.pp = 4, o.chunks = strcmp(names[i], "interleaved") == 0 ? 2 : 1, o.dp = 1, o.zero = 1;
+        o.mem_limit_mb = 1e9, o.mbs = 1, o.mb_tokens = 2048;
         study_result res;
         dp_err err = {0};
         double t0 = bench_now_s();
@@ -126,6 +129,88 @@ static int bench_sim(const trace *t)
         study_result_release(&res);
     }
     cost_model_free(cm);
+    return 0;
+}
+
+/* What the order choices cost: the T5 order (mb_order, a TSP path) beside the DP it feeds, and the
+ * adaptive schedule's order search with DynaPipe's cluster permutations against the four fixed
+ * orders alone, on the same dynamic micro-batches of the default trace. */
+static int bench_orders(const trace *t)
+{
+    static const setup sus[2] = {
+        {"GPT-6.7B, 4 stages, 2048", "gpt-6.7b-16l", "models/profiles/a100_gpt_6.7b_profile.csv", 1, 4, 2048},
+        {"T5-11B, 4 stages, 2048", "t5-11b-12l", "models/profiles/a100_t5_11b_profile.csv", 4, 4, 2048},
+    };
+    printf("\n# order costs per global batch (65,536 tokens), the same batches for both columns\n");
+    printf("%-26s %7s %10s %10s %12s %12s %10s %10s %7s\n", "setup", "batches", "order_ms", "dp_ms",
+           "search4_ms", "search_ms", "mean4_ms", "mean_ms", "cands");
+    for (int k = 0; k < 2; k++) {
+        model_spec m;
+        cluster_spec hw;
+        cost_model *cm;
+        if (load(&sus[k], NULL, &cm, &m, &hw) != 0) return -1;
+        dp_err err = {0};
+        stage_model sm;
+        if (stage_model_init(&sm, cm, sus[k].pp, 1, 1, 1, hw.mem_limit_mb, &err) != DP_OK) {
+            fprintf(stderr, "bench_planner: %s\n", err.msg);
+            return -1;
+        }
+        sim_config cfg;
+        study_sim_config(&sm, &hw, &cfg);
+        sim s;
+        sim_init(&s);
+        batch_rules r;
+        batch_rules_default(&r, m.arch);
+        batch_iter it;
+        batch_iter_init(&it, t, &r);
+        double ord[60], dpt[60], s4[60], sa[60], m4 = 0, ma = 0;
+        int nb = 0;
+        long cands = 0;
+        mb_list l;
+        mb_list_init(&l);
+        for (; nb < 60; nb++) {
+            const sample_len *b;
+            int n;
+            if (batch_next(&it, &b, &n, &err) != DP_OK || n == 0) break;
+            sample_len *x = malloc((size_t)n * sizeof *x);
+            memcpy(x, b, (size_t)n * sizeof *x);
+            double t0 = bench_now_s();
+            mb_order(&r, x, n);
+            ord[nb] = (bench_now_s() - t0) * 1e3;
+            batch_ctx ctx = {&r, &sm, 1, 2048, 0, NULL};
+            mb_list_clear(&l);
+            t0 = bench_now_s();
+            if (dp_batch_ordered(&ctx, x, n, &l, &err) != DP_OK) {
+                fprintf(stderr, "bench_planner: %s\n", err.msg);
+                return -1;
+            }
+            dpt[nb] = (bench_now_s() - t0) * 1e3;
+            free(x);
+            microbatch *orig = malloc((size_t)l.n_mb * sizeof *orig);
+            memcpy(orig, l.mb, (size_t)l.n_mb * sizeof *orig);
+            order_result o4, oa;
+            t0 = bench_now_s();
+            order_search(&sm, schedule_find("adaptive"), &cfg, &s, ORDER_SEARCH_FIXED, &l, &o4, &err);
+            s4[nb] = (bench_now_s() - t0) * 1e3;
+            memcpy(l.mb, orig, (size_t)l.n_mb * sizeof *orig);
+            t0 = bench_now_s();
+            order_search(&sm, schedule_find("adaptive"), &cfg, &s, ORDER_SEARCH_ALL, &l, &oa, &err);
+            sa[nb] = (bench_now_s() - t0) * 1e3;
+            free(orig);
+            if (oa.best_ms > o4.best_ms + 1e-9 && o4.fits) {
+                fprintf(stderr, "bench_planner: validation failed: the full search lost to the four orders\n");
+                return -1;
+            }
+            m4 += o4.best_ms, ma += oa.best_ms, cands += oa.candidates;
+        }
+        printf("%-26s %7d %10.3f %10.3f %12.3f %12.3f %10.2f %10.2f %7.1f\n", sus[k].label, nb,
+               bench_median(ord, nb), bench_median(dpt, nb), bench_median(s4, nb), bench_median(sa, nb),
+               m4 / nb, ma / nb, (double)cands / nb);
+        mb_list_release(&l);
+        batch_iter_release(&it);
+        sim_release(&s);
+        cost_model_free(cm);
+    }
     return 0;
 }
 
@@ -148,7 +233,7 @@ int main(void)
            "thin_ms", "thin_p90", "thin/ex", "passes", "objective checksum");
     for (size_t i = 0; i < sizeof setups / sizeof *setups; i++)
         if (bench_setup(&setups[i], &t) != 0) return 1;
-    int rc = bench_sim(&t) != 0;
+    int rc = bench_orders(&t) != 0 || bench_sim(&t) != 0;
     trace_release(&t);
     return rc;
 }
