@@ -304,8 +304,11 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         st = dp_fail(err, DP_ERR_DEADLOCK, "iteration %d deadlocks: waiting: %s", it->id, waiting);
         goto out;
     }
-    /* End: the last compute or transfer, then each stage's gradient all-reduce. */
-    int64_t end = t0_ns;
+    /* End: the last compute or transfer of every rank; then, with replicas, each stage's gradient
+     * all-reduce, once per stage: a collective over the stage's replicas, it starts when the
+     * slowest of them is done. */
+    int64_t end = t0_ns, stage_done[STAGE_MAX];
+    for (int s2 = 0; s2 < cfg->pp; s2++) stage_done[s2] = t0_ns;
     for (int r = 0; r < u.nr; r++) {
         rank_state *R = &u.ranks[r];
         int64_t done = R->compute_free;
@@ -313,13 +316,18 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
             if (R->send_free[k] > done) done = R->send_free[k];
             if (R->recv_free[k] > done) done = R->recv_free[k];
         }
-        if (cfg->dp > 1) { /* the stage's gradient all-reduce follows its last op */
-            int64_t ar = ms_to_ns(cfg->allreduce_ms[r % cfg->pp]);
-            emit_op(&u, r, SIM_OP_ALLREDUCE, -1, 0, done, done + ar);
+        if (done > stage_done[r % cfg->pp]) stage_done[r % cfg->pp] = done;
+        res->busy_ns[r % cfg->pp] += R->busy / cfg->dp;
+    }
+    for (int s2 = 0; s2 < cfg->pp; s2++) {
+        int64_t done = stage_done[s2];
+        if (cfg->dp > 1) {
+            int64_t ar = ms_to_ns(cfg->allreduce_ms[s2]);
+            for (int rep = 0; u.sink && rep < cfg->dp; rep++) /* every rank takes part */
+                emit_op(&u, rep * cfg->pp + s2, SIM_OP_ALLREDUCE, -1, 0, done, done + ar);
             done += ar;
         }
         if (done > end) end = done;
-        res->busy_ns[r % cfg->pp] += R->busy / cfg->dp;
     }
     res->makespan_ns = end - t0_ns;
     memcpy(res->op_ns, u.op_ns, sizeof res->op_ns);

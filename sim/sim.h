@@ -22,8 +22,9 @@
  * its FREE) + the running op's transient. The peak equals pm_rank_peak's (the planner's check)
  * by construction; OOM when it exceeds the device's memory.
  *
- * With D > 1 replicas each stage all-reduces its gradients after its last backward
- * (allreduce_ms[s]); the iteration ends when every stage has finished that.
+ * With D > 1 replicas each stage all-reduces its gradients (allreduce_ms[s], a ring over the
+ * stage's replicas): one collective per stage, starting when the slowest replica of the stage has
+ * finished its last op; the iteration ends when every stage has finished that.
  *
  * A plan that cannot finish (the queue empties with instructions left) is DP_ERR_DEADLOCK with
  * the waiting instructions named; the simulator never hangs. The simulator expects a plan that

@@ -305,6 +305,74 @@ static void test_determinism_variable_sizes(void **state)
     assert_int_equal(hashes[0], hashes[1]);
 }
 
+/* The gradient all-reduce of a stage is one collective over its replicas: it starts when the
+ * slowest replica is done, on every replica (2 stages x 3 replicas, one slow micro-batch). */
+typedef struct ar_seen {
+    int64_t start[8], end[8];
+    int n;
+} ar_seen;
+
+static void on_ar(void *ctx, const sim_op *o)
+{
+    ar_seen *a = ctx;
+    if (o->op != SIM_OP_ALLREDUCE || a->n >= 8) return;
+    a->start[o->replica * 2 + o->stage] = o->start_ns, a->end[o->replica * 2 + o->stage] = o->end_ns;
+    a->n++;
+}
+
+static void test_allreduce_waits_for_the_slowest_replica(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 2, 1, 0, 1e9);
+    plan_iter it;
+    plan_iter_init(&it);
+    const int D = 3;
+    assert_int_equal(plan_iter_alloc(&it, 0, 2, D, D, D), DP_OK);
+    for (int k = 0; k < D; k++) { /* micro-batch k on replica k; replica 1's is 10x longer */
+        plan_mb *x = &it.mb[k];
+        x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
+        x->replica = k;
+        it.ids[k] = k;
+        for (int st = 0; st < 2; st++)
+            x->fwd_ms[st] = k == 1 ? 10 : 1, x->bwd_ms[st] = k == 1 ? 20 : 2, x->stored_mb[st] = x->peak_mb[st] = 1;
+    }
+    for (int rep = 0; rep < D; rep++) { /* F to stage 1, B back, FREE */
+        plan_rank *r0 = &it.ranks[rep * 2], *r1 = &it.ranks[rep * 2 + 1];
+        assert_int_equal(plan_rank_push(r0, OP_F, rep, 0, -1, 0), DP_OK);
+        assert_int_equal(plan_rank_push(r0, OP_SEND_ACT, rep, 0, 1, 8), DP_OK);
+        assert_int_equal(plan_rank_push(r1, OP_RECV_ACT, rep, 0, 0, 8), DP_OK);
+        assert_int_equal(plan_rank_push(r1, OP_F, rep, 0, -1, 0), DP_OK);
+        assert_int_equal(plan_rank_push(r1, OP_B, rep, 0, -1, 0), DP_OK);
+        assert_int_equal(plan_rank_push(r1, OP_SEND_GRAD, rep, 0, 0, 8), DP_OK);
+        assert_int_equal(plan_rank_push(r1, OP_FREE, rep, 0, -1, 0), DP_OK);
+        assert_int_equal(plan_rank_push(r0, OP_RECV_GRAD, rep, 0, 1, 8), DP_OK);
+        assert_int_equal(plan_rank_push(r0, OP_B, rep, 0, -1, 0), DP_OK);
+        assert_int_equal(plan_rank_push(r0, OP_FREE, rep, 0, -1, 0), DP_OK);
+    }
+    w.cfg.dp = D;
+    w.cfg.allreduce_ms[0] = 5, w.cfg.allreduce_ms[1] = 7;
+    ar_seen a = {{0}, {0}, 0};
+    sim_sink sink = {on_ar, NULL, &a};
+    sim s;
+    sim_init(&s);
+    sim_iter_result res;
+    dp_err err = {0};
+    if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(a.n, 2 * D);
+    /* stage 1 of replica 1 ends at 10 + 10 + 20 = 40 ms (the links are instant), stage 0 at 60 */
+    for (int rep = 0; rep < D; rep++) {
+        assert_int_equal(a.start[rep * 2 + 1], 40000000);
+        assert_int_equal(a.end[rep * 2 + 1], 47000000);
+        assert_int_equal(a.start[rep * 2], 60000000);
+        assert_int_equal(a.end[rep * 2], 65000000);
+    }
+    assert_int_equal(res.makespan_ns, 65000000);
+    sim_release(&s);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_latency_on_critical_path),
         cmocka_unit_test(test_bad_plans_rejected),
         cmocka_unit_test(test_determinism_variable_sizes),
+        cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
     };
     return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
 }
