@@ -103,6 +103,7 @@ typedef struct plan_cli {
     int64_t mb_tokens, global_tokens;
     int max_seqlen, max_dec_seqlen; /* 0: defaults (2048; T5 decoder: 512) */
     double thin_ms;
+    int dp_split;          /* DP_SPLIT_AUTO | _GLOBAL | _REPLICA                 [auto] */
     int iterations;        /* 0: the whole trace */
     double mem_limit_mb;   /* 0: the hardware's */
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
@@ -125,7 +126,8 @@ void plan_cli_default(plan_cli *p);
         {"dp-thin", required_argument, 0, 332}, {"iterations", required_argument, 0, 333},         \
         {"mem-limit", required_argument, 0, 334}, {"link-gbps", required_argument, 0, 335},        \
         {"link-latency-us", required_argument, 0, 336}, {"stream", no_argument, 0, 337},            \
-        {"allow-oversubscribe", no_argument, 0, 338}, {"keep-going", no_argument, 0, 339}
+        {"allow-oversubscribe", no_argument, 0, 338}, {"keep-going", no_argument, 0, 339},     \
+        {"dp-split", required_argument, 0, 340}
 extern const char PLAN_OPTS_HELP[];
 
 /* Handles one plan (or cost) option: 1 handled, 0 not one, -1 usage error printed. */

@@ -45,6 +45,9 @@ const char PLAN_OPTS_HELP[] =
     "      --max-seqlen L   input (GPT: sequence) truncation, tokens          [2048]\n"
     "      --max-dec-seqlen L  T5 decoder length cap incl. BOS/EOS           [512]\n"
     "      --dp-thin MS     dynamic: DynaPipe's candidate thinning, 0 = exact [0]\n"
+    "      --dp-split M     dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
+    "                       replica (samples dealt to replicas, one DP each) |\n"
+    "                       auto (global up to 16 replicas)                   [auto]\n"
     "      --iterations K   iterations to plan, 0 = the whole trace           [0]\n"
     "      --mem-limit MB   device memory the plan must fit     [the hardware's usable memory]\n"
     "      --link-gbps G    what-if: every link's bandwidth, Gbit/s           [the cluster's]\n"
@@ -66,7 +69,7 @@ static const char *fixed_by_plan(int c)
              {321, "--batching"}, {322, "--schedule"}, {323, "--pp"}, {324, "--dp"},
              {325, "--chunks"}, {326, "--zero"}, {327, "--mbs"}, {328, "--mb-tokens"},
              {329, "--global-tokens"}, {330, "--max-seqlen"}, {331, "--max-dec-seqlen"},
-             {332, "--dp-thin"}, {333, "--iterations"}, {337, "--stream"}};
+             {332, "--dp-thin"}, {333, "--iterations"}, {337, "--stream"}, {340, "--dp-split"}};
     for (size_t i = 0; i < sizeof T / sizeof *T; i++)
         if (T[i].code == c) return T[i].name;
     return NULL;
@@ -159,6 +162,15 @@ int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const cha
     case 337: p->stream = 1; return 1;
     case 338: p->allow_oversubscribe = 1; return 1;
     case 339: p->keep_going = 1; return 1;
+    case 340:
+        if (strcmp(arg, "auto") == 0) p->dp_split = DP_SPLIT_AUTO;
+        else if (strcmp(arg, "global") == 0) p->dp_split = DP_SPLIT_GLOBAL;
+        else if (strcmp(arg, "replica") == 0) p->dp_split = DP_SPLIT_REPLICA;
+        else {
+            cli_usage_error(cmd, usage, "unknown --dp-split \"%s\" (auto, global, replica)", arg);
+            return -1;
+        }
+        return 1;
     }
     return 0;
 }
@@ -269,6 +281,7 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
     o->mbs = p->mbs;
     o->mb_tokens = p->mb_tokens;
     o->thin_ms = p->thin_ms;
+    o->dp_split = p->dp_split;
     o->max_iterations = p->iterations;
     o->stream_path = env->stream_path;
     o->keep_going = p->keep_going;
@@ -349,6 +362,7 @@ void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, c
     ADD("max-seqlen", "%d", p->max_seqlen);
     ADD("max-dec-seqlen", "%d", p->max_dec_seqlen);
     ADD("dp-thin", "%.17g", p->thin_ms);
+    ADD("dp-split", "%s", p->dp_split == DP_SPLIT_GLOBAL ? "global" : p->dp_split == DP_SPLIT_REPLICA ? "replica" : "auto");
     ADD("iterations", "%d", p->iterations);
     ADD("mem-limit", "%.17g", p->mem_limit_mb);
     ADD("link-gbps", "%.17g", p->link_gbit);

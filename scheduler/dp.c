@@ -173,12 +173,12 @@ static dp_status emit(const batch_ctx *ctx, const sample_len *s, const dp_cell *
     return st;
 }
 
-/* Solves for one in-flight count; *passes counts DP passes. */
-static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int one_held,
+/* Solves for one in-flight count, with D replicas in the objective; *passes counts DP passes. */
+static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int D, int one_held,
                        mb_list *out, int *passes, dp_err *err)
 {
     const stage_model *sm = ctx->sm;
-    int S = sm->pp, C = sm->chunks, D = sm->dp;
+    int S = sm->pp, C = sm->chunks;
     seg_table T;
     mem_rule rule;
     mb_mem_rule(ctx, one_held, &rule);
@@ -245,22 +245,54 @@ dp_status dp_batch(const batch_ctx *ctx, const sample_len *in, int n, mb_list *o
     return st;
 }
 
-dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
-                           dp_err *err)
+/* The DP over s[0..n) with D replicas in the objective, and DynaPipe's one-held fallback. */
+static dp_status dp_solve(const batch_ctx *ctx, const sample_len *s, int n, int D, mb_list *out,
+                          int *passes, dp_err *err)
 {
-    int passes = 0;
-    int first_ids = out->n_ids, first_mb = out->n_mb;
-    out->in_flight = 0;
-    dp_status st = solve(ctx, s, n, 0, out, &passes, err);
-    if (st == DP_ERR_INFEASIBLE && ctx->sm->pp > 1) {
+    int first_ids = out->n_ids, first_mb = out->n_mb, p = 0;
+    dp_status st = solve(ctx, s, n, D, out->in_flight == 1, out, &p, err);
+    *passes += p;
+    if (st == DP_ERR_INFEASIBLE && ctx->sm->pp > 1 && out->in_flight != 1) {
         /* DynaPipe's fallback: budget for one micro-batch held; the schedule must then admit
          * micro-batches by memory (the adaptive schedule does), or the batch have so few
          * micro-batches that the schedule holds fewer: the planner's exact check decides. */
         out->n_ids = first_ids;
         out->n_mb = first_mb;
         out->in_flight = 1;
-        st = solve(ctx, s, n, 1, out, &passes, err);
+        p = 0;
+        st = solve(ctx, s, n, D, 1, out, &p, err);
+        *passes += p;
     }
+    return st;
+}
+
+dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                           dp_err *err)
+{
+    int passes = 0, D = ctx->sm->dp;
+    out->in_flight = 0;
+    int split = ctx->dp_split == DP_SPLIT_REPLICA ||
+                (ctx->dp_split == DP_SPLIT_AUTO && D > DP_SPLIT_AUTO_MAX);
+    if (D <= 1 || !split || n < 2 * D) {
+        dp_status st = dp_solve(ctx, s, n, D, out, &passes, err);
+        out->dp_passes = passes;
+        return st;
+    }
+    /* Deal the ordered samples to the replicas in a snake, then one DP per replica. */
+    sample_len *g = malloc((size_t)n * sizeof *g);
+    if (!g) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    dp_status st = DP_OK;
+    for (int rep = 0, first = 0; rep < D && st == DP_OK; rep++) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (((i / D) % 2 ? D - 1 - i % D : i % D) == rep) g[first + k++] = s[i];
+        int mb0 = out->n_mb;
+        st = dp_solve(ctx, g + first, k, 1, out, &passes, err);
+        for (int q = mb0; q < out->n_mb; q++) out->mb[q].replica = rep;
+        first += k;
+    }
+    out->replicas_set = 1;
     out->dp_passes = passes;
+    free(g);
     return st;
 }

@@ -25,6 +25,7 @@ void mb_list_clear(mb_list *l)
     l->why[0] = '\0';
     l->dp_passes = 0;
     l->in_flight = 0;
+    l->replicas_set = 0;
 }
 
 dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_len, int dec_len)
@@ -364,7 +365,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
     l->obj_sum_ms = sum;
     l->obj_value_ms = (S - 1) * tmax / C + sum / D;
     dp_status st = DP_OK;
-    if (D > 1 && l->n_mb > 0) {
+    if (D > 1 && l->n_mb > 0 && !l->replicas_set) {
         st = kk_partition(w, l->n_mb, D, bin);
         if (st == DP_OK)
             for (int k = 0; k < l->n_mb; k++) l->mb[k].replica = bin[k];

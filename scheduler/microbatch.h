@@ -27,7 +27,8 @@
  *
  * Every strategy's micro-batches are then costed on the same stage model (mb_list_finish): stage
  * time t_k, memory fit, the DP objective (so strategies can be compared on it), and for D > 1 the
- * assignment to data-parallel replicas by Karmarkar–Karp largest differencing.
+ * assignment to data-parallel replicas by Karmarkar–Karp largest differencing (unless the batcher
+ * dealt samples to replicas itself: dynamic with DP_SPLIT_REPLICA).
  */
 #ifndef MICROBATCH_H
 #define MICROBATCH_H
@@ -63,6 +64,7 @@ typedef struct mb_list {
     int in_flight;         /* 1: the memory check assumed one micro-batch held (DynaPipe's
                             * fallback); otherwise the context's mem_rule */
     int dp_passes;         /* dynamic: DP passes run */
+    int replicas_set;      /* the batcher assigned replicas itself (mb_list_finish keeps them) */
 } mb_list;
 
 void mb_list_init(mb_list *l);
@@ -81,7 +83,20 @@ typedef struct batch_ctx {
     int64_t mb_tokens; /* token: padded-token budget of a micro-batch           [2048] */
     double thin_ms;    /* dynamic: DynaPipe's candidate thinning; 0 = exact       [0] */
     const mem_rule *mem; /* the schedule's memory rule (stage_cost.h); NULL: S held, scale 1 */
+    int dp_split;      /* dynamic with D > 1 replicas: DP_SPLIT_AUTO, _GLOBAL or _REPLICA (below) */
 } batch_ctx;
+
+/* How the dynamic batcher treats D > 1 data-parallel replicas:
+ *   GLOBAL   one DP over the whole global batch with the objective's sum divided by D, then the
+ *            micro-batches dealt to replicas by Karmarkar-Karp (DynaPipe's way). Its breakpoint
+ *            descent runs more passes as D grows (the max term weighs D times the sum's).
+ *   REPLICA  the ordered samples dealt to the replicas first, in a snake (0, 1, .., D-1, D-1, ..,
+ *            0, ...), so that every replica gets the same spread of lengths and about the same
+ *            predicted cost; then one DP per replica (D = 1 in its objective) on about n/D samples:
+ *            planning grows about linearly with the global batch.
+ *   AUTO     GLOBAL up to DP_SPLIT_AUTO_MAX replicas, REPLICA beyond. */
+enum { DP_SPLIT_AUTO = 0, DP_SPLIT_GLOBAL = 1, DP_SPLIT_REPLICA = 2 };
+#define DP_SPLIT_AUTO_MAX 16
 
 /* The memory rule a micro-batch list is checked under: ctx's (or S held when NULL), or with
  * one_held one micro-batch on every device at ctx's scale. */

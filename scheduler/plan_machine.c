@@ -374,11 +374,10 @@ enum { GOT_ACT = 1, GOT_GRAD = 2 };
 dp_status pm_run(plan_machine *m, const char *where, dp_err *err)
 {
     const plan_iter *it = m->it;
-    size_t cells = (size_t)m->nr * (size_t)(m->nmb ? m->nmb : 1) * (size_t)m->chunks;
     free(m->flags), free(m->pc);
-    m->flags = dp_xcalloc(cells, 1);
+    m->flags = dp_xcalloc(pm_slots(m), 1);
     m->pc = dp_xcalloc((size_t)m->nr, sizeof *m->pc);
-#define FLAG(r, mb, c) m->flags[((size_t)(r) * (size_t)m->nmb + (size_t)(mb)) * (size_t)m->chunks + (size_t)(c)]
+#define FLAG(r, mb, c) m->flags[pm_slot(m, r, mb, c)]
     pm_step s;
     for (int progress = 1; progress;) {
         progress = 0;

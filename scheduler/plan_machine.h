@@ -84,7 +84,7 @@ typedef struct plan_machine {
     int pp, chunks, nv, nr, nmb;
     uint8_t *split;    /* per rank: runs W */
     /* untimed state (pm_run): */
-    uint8_t *flags;    /* per (rank, mb, chunk) */
+    uint8_t *flags;    /* per slot (pm_slot) */
     int *pc;           /* per rank */
 } plan_machine;
 
@@ -92,6 +92,18 @@ typedef struct plan_machine {
  * from the checked allocator, dp_xcalloc: it cannot fail). pm_release frees it. */
 void pm_init(plan_machine *m, const plan_iter *it, int chunks);
 void pm_release(plan_machine *m);
+
+/* The per-(rank, micro-batch, chunk) state a run keeps, indexed compactly: a micro-batch lives on
+ * one replica (rule: replicas), so (micro-batch, stage, chunk) names the rank's slot, and there
+ * are pm_slots = n_mb x pp x chunks of them however many replicas there are. */
+static inline size_t pm_slot(const plan_machine *m, int r, int mb, int c)
+{
+    return ((size_t)mb * (size_t)m->pp + (size_t)(r % m->pp)) * (size_t)m->chunks + (size_t)c;
+}
+static inline size_t pm_slots(const plan_machine *m)
+{
+    return (size_t)(m->nmb ? m->nmb : 1) * (size_t)m->pp * (size_t)m->chunks;
+}
 
 /* Resolves instruction i of rank r. Needs the plan to have passed plan_validate's checks on
  * micro-batch, chunk and peer indices (pm_resolve does not bound-check them). */

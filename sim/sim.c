@@ -10,7 +10,7 @@
 
 enum { EV_TRANSFER_DONE }; /* the only event: a transfer reached its receiver */
 
-/* Per (rank, micro-batch, chunk) timing state. */
+/* Per (rank, micro-batch, chunk) timing state, indexed by pm_slot. */
 typedef struct slot {
     int64_t posted[2];  /* RECV posted (act, grad); -1 not yet */
     int64_t arrived[2]; /* data arrived; -1 not yet */
@@ -58,7 +58,7 @@ typedef struct run {
 
 static slot *slot_at(run *u, int r, int mb, int c)
 {
-    return &u->slots[((size_t)r * (size_t)u->nmb + (size_t)mb) * (size_t)u->C + (size_t)c];
+    return &u->slots[pm_slot(&u->pm, r, mb, c)];
 }
 
 static int64_t ms_to_ns(double ms)
@@ -246,7 +246,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     u.wire_scale = cfg->wire_scale > 0 ? cfg->wire_scale : 1;
     pm_init(&u.pm, it, cfg->chunks);
     dp_status st = DP_OK;
-    size_t nslots = (size_t)u.nr * (size_t)(u.nmb ? u.nmb : 1) * (size_t)u.C;
+    size_t nslots = pm_slots(&u.pm);
     size_t n_ins = 0;
     for (int r = 0; r < u.nr; r++) n_ins += (size_t)it->ranks[r].n;
     size_t need = nslots * sizeof(slot) + (size_t)u.nr * sizeof(rank_state) +

@@ -326,7 +326,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_sim_config(&sm[0], &o->cm->hw, &cfg); /* model state: the same in every mode */
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
-    planner pl = {o, &sm[0], {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL}, {&sm[0]},
+    planner pl = {o, &sm[0], {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split},
+                  {&sm[0]},
                   &cfg, &acc.s};
     batch_iter bi;
     trace_stream ts;

@@ -38,6 +38,7 @@ typedef struct study_opts {
     int mbs;             /* padding/packing rows per micro-batch */
     int64_t mb_tokens;   /* token batcher budget */
     double thin_ms;      /* dynamic: 0 exact */
+    int dp_split;        /* dynamic with replicas: DP_SPLIT_AUTO, _GLOBAL, _REPLICA (microbatch.h) */
     int max_iterations;  /* 0: the whole trace */
     int validate;        /* run plan_validate on every iteration */
     plan_writer *plan_out;   /* optional: every iteration is written here */

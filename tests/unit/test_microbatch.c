@@ -68,7 +68,7 @@ static void fixture_init(fixture *f, unsigned *seed, int t5, int S, int C, int D
     batch_rules_default(&f->rules, f->m.arch);
     f->rules.max_seqlen = 256;
     f->rules.max_dec_seqlen = 256;
-    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL};
+    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL, DP_SPLIT_AUTO};
 }
 
 static void fixture_release(fixture *f)
@@ -96,10 +96,10 @@ static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int h
 }
 
 /* Minimum of (S-1)*max*D + sum*C over every contiguous partition, or INT64_MAX. */
-static int64_t brute_force(const fixture *f, const sample_len *s, int n, int in_flight)
+static int64_t brute_force_d(const fixture *f, const sample_len *s, int n, int in_flight, int D)
 {
     int64_t best = INT64_MAX;
-    int S = f->sm.pp, C = f->sm.chunks, D = f->sm.dp;
+    int S = f->sm.pp, C = f->sm.chunks;
     for (unsigned mask = 0; mask < (1u << (n - 1)); mask++) {
         int64_t sum = 0, mx = 0;
         int start = 0, ok = 1;
@@ -116,6 +116,11 @@ static int64_t brute_force(const fixture *f, const sample_len *s, int n, int in_
         if (sc < best) best = sc;
     }
     return best;
+}
+
+static int64_t brute_force(const fixture *f, const sample_len *s, int n, int in_flight)
+{
+    return brute_force_d(f, s, n, in_flight, f->sm.dp);
 }
 
 static int64_t plan_score(const fixture *f, const mb_list *l, const sample_len *ordered, int n)
@@ -188,6 +193,62 @@ static void test_dp_matches_brute_force(void **state)
                     }
     assert_true(cases >= 240);
     assert_true(constrained > 20);
+}
+
+/* --dp-split replica: the ordered samples dealt to the replicas in a snake (written here), then
+ * each replica's partition the best of its own (D = 1 in the objective), by brute force. */
+static void test_replica_split(void **state)
+{
+    (void)state;
+    unsigned seed = 4242;
+    int cases = 0;
+    for (int rep = 0; rep < 24; rep++) {
+        int S = 1 << (rep % 3), D = 2 + rep % 2, t5 = rep % 4 == 3;
+        if (t5 && S == 1) S = 2;
+        fixture f;
+        fixture_init(&f, &seed, t5, S, 1, D, 1e6);
+        f.ctx.dp_split = DP_SPLIT_REPLICA;
+        int n = 2 * D + rand_r(&seed) % (D * 10 - 2 * D + 1); /* at most 10 per replica */
+        sample_len s[30], g[3][30];
+        int ng[3] = {0, 0, 0};
+        random_samples(&seed, s, n, t5);
+        mb_list l;
+        mb_list_init(&l);
+        dp_err err = {0};
+        if (dp_batch(&f.ctx, s, n, &l, &err) != DP_OK) fail_msg("%s", err.msg);
+        assert_true(l.replicas_set);
+        assert_int_equal(mb_order(&f.rules, s, n), DP_OK);
+        for (int i = 0; i < n; i++) { /* the snake: 0 1 .. D-1 D-1 .. 0 0 1 .. */
+            int r = (i / D) % 2 ? D - 1 - i % D : i % D;
+            g[r][ng[r]++] = s[i];
+        }
+        for (int r = 0; r < D; r++) {
+            assert_true(ng[r] >= n / D && ng[r] <= n / D + 1);
+            /* replica r's micro-batches, in order, hold exactly g[r] */
+            int at = 0;
+            int64_t sum = 0, mx = 0;
+            for (int k = 0; k < l.n_mb; k++) {
+                const microbatch *m = &l.mb[k];
+                if (m->replica != r) continue;
+                for (int q = 0; q < m->n_samples; q++) assert_int_equal(l.ids[m->first + q], g[r][at + q].id);
+                int64_t t = seg_ns(&f, g[r], at, at + m->n_samples, l.in_flight == 1 ? 1 : S);
+                assert_true(t >= 0);
+                sum += t, mx = t > mx ? t : mx;
+                at += m->n_samples;
+            }
+            assert_int_equal(at, ng[r]);
+            assert_int_equal((int64_t)(S - 1) * mx + sum, brute_force_d(&f, g[r], ng[r], S, 1));
+        }
+        /* mb_list_finish keeps the replicas the batcher chose */
+        int before[64];
+        for (int k = 0; k < l.n_mb && k < 64; k++) before[k] = l.mb[k].replica;
+        assert_int_equal(mb_list_finish(&f.ctx, &l, &err), DP_OK);
+        for (int k = 0; k < l.n_mb && k < 64; k++) assert_int_equal(l.mb[k].replica, before[k]);
+        mb_list_release(&l);
+        fixture_release(&f);
+        cases++;
+    }
+    assert_int_equal(cases, 24);
 }
 
 static void test_thinned_never_better_and_properties(void **state)
@@ -545,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_kk_balances),
         cmocka_unit_test(test_t5_order_is_a_short_path),
         cmocka_unit_test(test_dp_matches_brute_force),
+        cmocka_unit_test(test_replica_split),
         cmocka_unit_test(test_thinned_never_better_and_properties),
     };
     return cmocka_run_group_tests_name("microbatch", tests, NULL, NULL);
