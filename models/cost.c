@@ -26,3 +26,9 @@ int recompute_parse(const char *name, recompute_mode *r)
         }
     return -1;
 }
+
+uint64_t cost_model_next_serial(void)
+{
+    static uint64_t next;
+    return ++next;
+}

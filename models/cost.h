@@ -30,6 +30,8 @@
 #ifndef COST_H
 #define COST_H
 
+#include <stdint.h>
+
 #include "../common/dp.h"
 #include "hw.h"
 #include "model.h"
@@ -77,7 +79,12 @@ struct cost_model {
     double param_mb[COMP_COUNT];  /* fp16 parameters per layer on one GPU (after TP), MB */
     double embedding_param_mb;    /* fp16 word (+position) embedding on one GPU, MB */
     void *impl;                   /* the kind's own state */
+    uint64_t serial;              /* unique among the cost models this process made: what caches
+                                   * of its answers key on (an address may be reused) */
 };
+
+/* The next serial number (constructors call it). */
+uint64_t cost_model_next_serial(void);
 
 static inline dp_status cost_query(const cost_model *cm, cost_component c, const cost_shape *s,
                                    cost_layer *out, dp_err *err)

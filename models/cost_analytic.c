@@ -198,6 +198,7 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
         return dp_fail(err, DP_ERR_INVALID, "--tp %d does not divide the %d attention heads of %s",
                        tp, m->heads, m->name);
     cost_model *cm = calloc(1, sizeof *cm);
+    if (cm) cm->serial = cost_model_next_serial();
     analytic *a = calloc(1, sizeof *a);
     if (!cm || !a) {
         free(cm), free(a);

@@ -8,7 +8,8 @@
  * fit in memory.
  *
  * 1. Segment costs are tabulated once per batch, in C: t(i, j) for every feasible segment, as
- *    integer nanoseconds so that sums and ties are exact. Extending a segment never shrinks its
+ *    integer nanoseconds so that sums and ties are exact; a shape's cost comes from the run's
+ *    shape_cache when the batch allows it (below), so most segments cost a table lookup. Extending a segment never shrinks its
  *    shape (more rows, lengths are maxima), so once a segment stops fitting in memory or leaves the
  *    profile's measured region, longer ones starting at i are not tried (costs and activation
  *    memory are non-decreasing in micro-batch size and length).
@@ -41,7 +42,7 @@ typedef struct seg_table {
     int n;
     int *len;     /* len[i]: feasible segments [i, i+1) .. [i, i+len[i]] */
     int64_t **t;  /* t[i][l-1]: cost of [i, i+l), ns */
-    int64_t *all; /* every tabulated cost, sorted unique */
+    int64_t *all; /* the batch's distinct shapes' costs (sorted and unique for the thinned DP) */
     int n_all;
 } seg_table;
 
@@ -70,6 +71,96 @@ static cost_shape seg_shape(const batch_rules *r, const sample_len *s, int i, in
     return (cost_shape){j - i, batch_pad(r, enc), batch_pad(r, dec)};
 }
 
+/* A segment's cost depends on its shape only. When the samples are sorted by length with no
+ * decoder (GPT, mb_order), the shape of [i, j) is (j - i, pad(s[j-1].enc)), and a shape_cache
+ * (microbatch.h) answers it: a dense table over (rows, padded length / pad_multiple) of stage
+ * times in ns (or "does not fit"), kept across batches while the stage model (compared whole,
+ * its cost model by serial number), the memory rule and the length rules stay the same (it is
+ * cleared when they change). Only the distinct shapes of a
+ * batch go into its sorted cost list. */
+#define CACHE_UNKNOWN INT64_MIN
+#define CACHE_NO_FIT (-1)
+#define CACHE_MAX_CELLS (1 << 24)
+
+struct shape_cache {
+    stage_model sm; /* a copy: the cache is valid for this stage model... */
+    uint64_t cm_serial; /* ...and this cost model */
+    mem_rule rule;
+    int pad_multiple, min_padded, cols;
+    int64_t **row;  /* row[rows - 1][col]: ns, CACHE_NO_FIT, or CACHE_UNKNOWN */
+    uint32_t **seen; /* the batch that last used a cell (for the batch's distinct costs) */
+    int n_rows;
+    uint32_t batch;
+};
+
+shape_cache *shape_cache_new(void)
+{
+    return calloc(1, sizeof(shape_cache));
+}
+
+static void cache_clear(shape_cache *c)
+{
+    for (int r = 0; r < c->n_rows; r++) free(c->row[r]), free(c->seen[r]);
+    free(c->row), free(c->seen);
+    c->row = NULL, c->seen = NULL, c->n_rows = 0;
+}
+
+void shape_cache_free(shape_cache *c)
+{
+    if (!c) return;
+    cache_clear(c);
+    free(c);
+}
+
+/* Readies c for a batch under ctx and rule; 0 when the batch cannot use it (a decoder, an order
+ * not by length, a table too large). */
+static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rule,
+                       const sample_len *s, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (s[k].dec != 0 || (k > 0 && s[k].enc < s[k - 1].enc)) return 0;
+    const batch_rules *r = ctx->rules;
+    int cols = batch_pad(r, r->max_seqlen) / r->pad_multiple + 1;
+    if ((size_t)cols * (size_t)n > CACHE_MAX_CELLS) return 0;
+    if (memcmp(&c->sm, ctx->sm, sizeof c->sm) != 0 || c->cm_serial != ctx->sm->cm->serial ||
+        c->pad_multiple != r->pad_multiple ||
+        c->min_padded != r->min_padded || c->cols != cols ||
+        memcmp(&c->rule, rule, sizeof *rule) != 0) {
+        cache_clear(c);
+        c->sm = *ctx->sm, c->cm_serial = ctx->sm->cm->serial, c->rule = *rule, c->cols = cols;
+        c->pad_multiple = r->pad_multiple, c->min_padded = r->min_padded;
+    }
+    c->batch++;
+    return 1;
+}
+
+/* The cell of `rows` rows at padded length plen, growing the table; NULL when out of memory. */
+static int64_t *cache_cell(shape_cache *c, int rows, int plen, uint32_t **seen)
+{
+    if (rows > c->n_rows) {
+        int64_t **nr = realloc(c->row, (size_t)rows * sizeof *nr);
+        if (!nr) return NULL;
+        c->row = nr;
+        uint32_t **ns = realloc(c->seen, (size_t)rows * sizeof *ns);
+        if (!ns) return NULL;
+        c->seen = ns;
+        for (int q = c->n_rows; q < rows; q++) {
+            c->row[q] = malloc((size_t)c->cols * sizeof **c->row);
+            c->seen[q] = calloc((size_t)c->cols, sizeof **c->seen);
+            if (!c->row[q] || !c->seen[q]) {
+                free(c->row[q]), free(c->seen[q]);
+                c->n_rows = q;
+                return NULL;
+            }
+            for (int k = 0; k < c->cols; k++) c->row[q][k] = CACHE_UNKNOWN;
+        }
+        c->n_rows = rows;
+    }
+    int col = plen / c->pad_multiple;
+    *seen = &c->seen[rows - 1][col];
+    return &c->row[rows - 1][col];
+}
+
 /* Tabulates t(i, j). Fails (with the sample named) when a single sample does not fit. */
 static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, const mem_rule *rule,
                            seg_table *T, dp_err *err)
@@ -80,25 +171,47 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
     T->t = calloc((size_t)n, sizeof *T->t);
     size_t all_cap = 0;
     if (!T->len || !T->t) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n; i++) {
+    shape_cache *own = NULL, *cache = ctx->cache;
+    if (!cache) cache = own = shape_cache_new();
+    int cached = cache && cache_begin(cache, ctx, rule, s, n);
+    dp_status st = DP_OK;
+    for (int i = 0; i < n && st == DP_OK; i++) {
         int enc = 0, dec = 0, cap = 0;
         for (int j = i + 1; j <= n; j++) {
             if (s[j - 1].enc > enc) enc = s[j - 1].enc;
             if (s[j - 1].dec > dec) dec = s[j - 1].dec;
             cost_shape sh = {j - i, batch_pad(ctx->rules, enc), batch_pad(ctx->rules, dec)};
-            double t_ms;
-            int fits;
-            if (stage_model_time(ctx->sm, &sh, rule, &t_ms, &fits) != DP_OK || !fits) break;
+            uint32_t *seen = NULL;
+            int64_t ns = CACHE_UNKNOWN, *cell = cached ? cache_cell(cache, j - i, sh.enc_len, &seen) : NULL;
+            if (cached && !cell) {
+                st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+                break;
+            }
+            if (cell) ns = *cell;
+            if (ns == CACHE_UNKNOWN) {
+                double t_ms;
+                int fits;
+                ns = stage_model_time(ctx->sm, &sh, rule, &t_ms, &fits) != DP_OK || !fits
+                         ? CACHE_NO_FIT
+                         : llround(t_ms * 1e6);
+                if (cell) *cell = ns;
+            }
+            if (ns == CACHE_NO_FIT) break;
+            int fresh = !seen || *seen != cache->batch; /* this batch's first segment of the shape */
+            if (seen) *seen = cache->batch;
             size_t c = (size_t)cap;
             if (dp_grow((void **)&T->t[i], &c, (size_t)(j - i), sizeof **T->t) != DP_OK ||
-                dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1, sizeof *T->all) != DP_OK)
-                return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+                (fresh && dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1,
+                                  sizeof *T->all) != DP_OK)) {
+                st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+                break;
+            }
             cap = (int)c;
-            int64_t ns = llround(t_ms * 1e6);
             T->t[i][j - i - 1] = ns;
-            T->all[T->n_all++] = ns;
+            if (fresh) T->all[T->n_all++] = ns;
             T->len[i] = j - i;
         }
+        if (st != DP_OK) break;
         if (T->len[i] == 0) {
             /* Say why the single sample does not fit. */
             cost_shape sh = seg_shape(ctx->rules, s, i, i + 1);
@@ -110,6 +223,7 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             else if (c)
                 stage_model_fits(ctx->sm, c, rule, why, sizeof why);
             free(c);
+            shape_cache_free(own);
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "trace sample %d (%d input, %d target tokens after truncation) does "
                            "not fit in a micro-batch even alone: %s\nhint: try --recompute dynamic "
@@ -118,6 +232,8 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
                            s[i].id, s[i].enc, s[i].dec, why);
         }
     }
+    shape_cache_free(own);
+    if (st != DP_OK || ctx->thin_ms <= 0) return st; /* the exact descent needs no order */
     qsort(T->all, (size_t)T->n_all, sizeof *T->all, cmp_i64);
     int u = 0;
     for (int k = 0; k < T->n_all; k++)
@@ -198,15 +314,13 @@ static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int D, 
                 memcpy(best, f, (size_t)(n + 1) * sizeof *f);
             }
             if (f[n].sum * C >= best_score) break; /* the sum alone can no longer win */
-            /* next cap: the largest segment cost strictly below the realised max */
-            int lo = 0, hi = T.n_all; /* first index with all[idx] >= max */
-            while (lo < hi) {
-                int mid = (lo + hi) / 2;
-                if (T.all[mid] < f[n].max) lo = mid + 1;
-                else hi = mid;
-            }
-            if (lo == 0) break;
-            tau = T.all[lo - 1];
+            /* next cap: the largest segment cost strictly below the realised max (a scan of the
+             * batch's distinct costs: cheaper than keeping them sorted) */
+            int64_t next = -1;
+            for (int k = 0; k < T.n_all; k++)
+                if (T.all[k] < f[n].max && T.all[k] > next) next = T.all[k];
+            if (next < 0) break;
+            tau = next;
         }
     } else {
         int64_t thin = llround(ctx->thin_ms * 1e6), last = INT64_MIN;

@@ -75,6 +75,14 @@ void mb_list_clear(mb_list *l);
  * tokens are the samples' own. */
 dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_len, int dec_len);
 
+/* The dynamic batcher's table of stage times per micro-batch shape (scheduler/dp.c), kept across
+ * the batches of a run: the caller owns it (one per stage model, for speed); it clears itself when
+ * the stage model, its cost model (cost_model.serial), the memory rule or the length rules
+ * change. NULL in batch_ctx: a table per call. */
+typedef struct shape_cache shape_cache;
+shape_cache *shape_cache_new(void); /* NULL when out of memory */
+void shape_cache_free(shape_cache *c);
+
 /* Everything a strategy needs. */
 typedef struct batch_ctx {
     const batch_rules *rules;
@@ -84,6 +92,7 @@ typedef struct batch_ctx {
     double thin_ms;    /* dynamic: DynaPipe's candidate thinning; 0 = exact       [0] */
     const mem_rule *mem; /* the schedule's memory rule (stage_cost.h); NULL: S held, scale 1 */
     int dp_split;      /* dynamic with D > 1 replicas: DP_SPLIT_AUTO, _GLOBAL or _REPLICA (below) */
+    shape_cache *cache; /* dynamic: kept across batches; NULL: one per call */
 } batch_ctx;
 
 /* How the dynamic batcher treats D > 1 data-parallel replicas:

@@ -326,7 +326,10 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_sim_config(&sm[0], &o->cm->hw, &cfg); /* model state: the same in every mode */
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
-    planner pl = {o, &sm[0], {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split},
+    shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
+    for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
+    planner pl = {o, &sm[0],
+                  {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0]},
                   {&sm[0]},
                   &cfg, &acc.s};
     batch_iter bi;
@@ -336,6 +339,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         st = trace_stream_open(&ts, o->stream_path, err);
         if (st != DP_OK) {
             study_end(&acc);
+            for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
             free(sm);
             return st;
         }
@@ -363,6 +367,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         /* the first mode whose plan fits (one mode: that one, fitting or not) */
         for (mode = 0; mode < modes; mode++) {
             planner_use(&pl, &sm[mode]);
+            pl.ctx.cache = cache[mode];
             answerable = 0;
             st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
             int last = mode + 1 == modes;
@@ -424,6 +429,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
 out:
     study_end(&acc);
     free(plan_ms);
+    for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
     free(sm);
     plan_iter_release(&pi);
     mb_list_release(&l);

@@ -8,6 +8,7 @@
  * Prints a checksum of the objectives so a speed run also proves the answers did not change.
  */
 #include <math.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ static int bench_setup(const setup *su, const trace *t)
         if (batch_next(&it, &b, &n, &err) != DP_OK || n == 0) break;
         double obj[2];
         for (int v = 0; v < 2; v++) {
-            batch_ctx ctx = {&r, &sm, 1, 2048, v ? 5.0 : 0, NULL, DP_SPLIT_AUTO};
+            batch_ctx ctx = {&r, &sm, 1, 2048, v ? 5.0 : 0, NULL, DP_SPLIT_AUTO, NULL};
             mb_list_clear(&l);
             double t0 = bench_now_s();
             dp_status st = dp_batch(&ctx, b, n, &l, &err);
@@ -177,7 +178,7 @@ static int bench_orders(const trace *t)
             double t0 = bench_now_s();
             mb_order(&r, x, n);
             ord[nb] = (bench_now_s() - t0) * 1e3;
-            batch_ctx ctx = {&r, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO};
+            batch_ctx ctx = {&r, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL};
             mb_list_clear(&l);
             t0 = bench_now_s();
             if (dp_batch_ordered(&ctx, x, n, &l, &err) != DP_OK) {
@@ -214,6 +215,75 @@ static int bench_orders(const trace *t)
     return 0;
 }
 
+/* One iteration of a large job on the analytic model of a DGX-H100 cluster: planning and
+ * simulation time; rc < 0 when it fails. */
+static int bench_one(const char *label, const char *model, int pp, int tp, int dp, int64_t tokens,
+                     recompute_mode rc, int split, const trace *t)
+{
+    model_spec m = *model_preset(model);
+    cluster_spec hw;
+    cluster_preset("dgx-h100", &hw);
+    analytic_params ap;
+    analytic_params_default(&ap);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(&m, &hw, tp, rc, &ap, &cm, &err) != DP_OK) {
+        fprintf(stderr, "bench_planner: %s\n", err.msg);
+        return -1;
+    }
+    batch_rules r;
+    batch_rules_default(&r, m.arch);
+    r.global_tokens = tokens;
+    study_opts o = {0};
+    o.cm = cm, o.rules = &r, o.batching = batcher_find("dynamic"), o.sched = schedule_find("1f1b");
+    o.pp = pp, o.chunks = 1, o.dp = dp, o.zero = 1, o.mem_limit_mb = hw.mem_limit_mb;
+    o.mbs = 1, o.mb_tokens = 2048, o.max_iterations = 1, o.dp_split = split;
+    study_result res;
+    double t0 = bench_now_s();
+    dp_status st = study_run(&o, t, &res, &err);
+    double wall = bench_now_s() - t0;
+    if (st != DP_OK) {
+        fprintf(stderr, "bench_planner: %s: %s\n", label, err.msg);
+        cost_model_free(cm);
+        return -1;
+    }
+    printf("%-34s %7d %9.1f %9.3f %9llu %9.2f %9.3f %12.0f\n", label, tp * pp * dp,
+           res.plan_ms_median, res.sim_wall_s, (unsigned long long)res.events,
+           res.sim_wall_s > 0 ? res.events / res.sim_wall_s / 1e6 : 0, wall,
+           res.throughput_tokens_per_s);
+    study_result_release(&res);
+    cost_model_free(cm);
+    return 0;
+}
+
+/* Scale: the data-parallel sweep (8, 64, 512 replicas of GPT-6.7B-32L on 8 stages, 8,192 tokens
+ * per replica), the global DP against the per-replica split where the global one is still
+ * affordable, and the 16,384-GPU job (GPT-175B width, 16 stages x TP 8 x 128 replicas). */
+static int bench_scale(const trace *t)
+{
+    printf("\n# scale: one iteration, dynamic + 1f1b, analytic DGX-H100 (plan ms; sim s; M events/s)\n");
+    printf("%-34s %7s %9s %9s %9s %9s %9s %12s\n", "setup", "GPUs", "plan_ms", "sim_s", "events",
+           "Mev/s", "wall_s", "tokens/s");
+    static const int dps[] = {8, 64, 512};
+    for (int i = 0; i < 3; i++)
+        for (int split = DP_SPLIT_GLOBAL; split <= DP_SPLIT_REPLICA; split++) {
+            if (split == DP_SPLIT_GLOBAL && dps[i] > 64) continue; /* minutes per iteration */
+            char label[80];
+            snprintf(label, sizeof label, "gpt-6.7b-32l pp 8 dp %d, %s", dps[i],
+                     split == DP_SPLIT_GLOBAL ? "global DP" : "per replica");
+            if (bench_one(label, "gpt-6.7b-32l", 8, 1, dps[i], (int64_t)8192 * dps[i], RECOMPUTE_NONE,
+                          split, t) != 0)
+                return -1;
+        }
+    if (bench_one("gpt-175b-16l pp 16 tp 8 dp 128", "gpt-175b-16l", 16, 8, 128, 4194304,
+                  RECOMPUTE_FULL, DP_SPLIT_AUTO, t) != 0)
+        return -1;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("peak RSS of this benchmark: %.0f MB\n", (double)ru.ru_maxrss / 1024);
+    return 0;
+}
+
 int main(void)
 {
     trace t;
@@ -233,7 +303,7 @@ int main(void)
            "thin_ms", "thin_p90", "thin/ex", "passes", "objective checksum");
     for (size_t i = 0; i < sizeof setups / sizeof *setups; i++)
         if (bench_setup(&setups[i], &t) != 0) return 1;
-    int rc = bench_orders(&t) != 0 || bench_sim(&t) != 0;
+    int rc = bench_orders(&t) != 0 || bench_sim(&t) != 0 || bench_scale(&t) != 0;
     trace_release(&t);
     return rc;
 }

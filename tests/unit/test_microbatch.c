@@ -68,7 +68,7 @@ static void fixture_init(fixture *f, unsigned *seed, int t5, int S, int C, int D
     batch_rules_default(&f->rules, f->m.arch);
     f->rules.max_seqlen = 256;
     f->rules.max_dec_seqlen = 256;
-    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL, DP_SPLIT_AUTO};
+    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL, DP_SPLIT_AUTO, NULL};
 }
 
 static void fixture_release(fixture *f)
@@ -156,6 +156,8 @@ static void test_dp_matches_brute_force(void **state)
     unsigned seed = 12345;
     static const int Ss[] = {1, 2, 4, 8};
     int cases = 0, constrained = 0;
+    /* one shape cache through every case: fixtures change under it (it must clear itself) */
+    shape_cache *cache = shape_cache_new();
     for (int t5 = 0; t5 <= 1; t5++)
         for (int si = 0; si < 4; si++)
             for (int C = 1; C <= 2; C++)
@@ -167,6 +169,7 @@ static void test_dp_matches_brute_force(void **state)
                         double mem = rep == 0 ? 1e6 : 40 + rand_r(&seed) % 200;
                         fixture f;
                         fixture_init(&f, &seed, t5, S, C, D, mem);
+                        f.ctx.cache = rep % 2 ? cache : NULL;
                         int n = 2 + rand_r(&seed) % 11;
                         sample_len s[12];
                         random_samples(&seed, s, n, t5);
@@ -191,6 +194,7 @@ static void test_dp_matches_brute_force(void **state)
                         fixture_release(&f);
                         cases++;
                     }
+    shape_cache_free(cache);
     assert_true(cases >= 240);
     assert_true(constrained > 20);
 }

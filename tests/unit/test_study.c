@@ -320,7 +320,7 @@ static void test_t5_order_against_dynapipe(void **state)
     dp_err err = {0};
     if (stage_model_init(&sm, s.cm[RECOMPUTE_FULL], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
         fail_msg("%s", err.msg);
-    batch_ctx ctx = {&s.rules, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO};
+    batch_ctx ctx = {&s.rules, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL};
     batch_iter it;
     batch_iter_init(&it, &s.t, &s.rules);
     int64_t real = 0, pad_ours = 0, pad_theirs = 0;
