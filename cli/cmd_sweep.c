@@ -414,8 +414,7 @@ int cmd_sweep(int argc, char **argv)
     char gridbuf[4096] = "";
     plan_cli p;
     plan_cli_default(&p);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t jobs = ncpu > 0 ? ncpu : 1, gpus = 0;
+    int64_t jobs = cli_jobs_default(), gpus = 0;
     int c, r;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":g:o:J:G:h", opts, NULL)) != -1) {
