@@ -18,7 +18,8 @@
  *    equal prefix sums a smaller prefix max is never worse).
  * 3. Breakpoint descent (DESIGN.md): solve with no cap, note the realised max m_1; solve again with
  *    tau = the largest segment cost below m_1; repeat; stop once the sum alone (sum / D) reaches
- *    the best score. Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
+ *    the best score. (A tighter bound, the sum plus the costliest sample alone as the max, would
+ *    need costs monotone in the micro-batch size, which a measured profile need not be.) Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
  *    max, so the descent is exact without enumerating every candidate.
  *
  * Scores are compared exactly as integers: (S-1)*m*D + sum*C (score * C * D, in ns).
