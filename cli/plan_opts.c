@@ -47,7 +47,7 @@ const char PLAN_OPTS_HELP[] =
     "      --dp-thin MS     dynamic: DynaPipe's candidate thinning, 0 = exact [0]\n"
     "      --dp-split M     dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
     "                       replica (samples dealt to replicas, one DP each) |\n"
-    "                       auto (global up to 16 replicas)                   [auto]\n"
+    "                       auto (global up to 64 replicas)                   [auto]\n"
     "      --iterations K   iterations to plan, 0 = the whole trace           [0]\n"
     "      --mem-limit MB   device memory the plan must fit     [the hardware's usable memory]\n"
     "      --link-gbps G    what-if: every link's bandwidth, Gbit/s           [the cluster's]\n"

@@ -105,7 +105,7 @@ typedef struct batch_ctx {
  *            planning grows about linearly with the global batch.
  *   AUTO     GLOBAL up to DP_SPLIT_AUTO_MAX replicas, REPLICA beyond. */
 enum { DP_SPLIT_AUTO = 0, DP_SPLIT_GLOBAL = 1, DP_SPLIT_REPLICA = 2 };
-#define DP_SPLIT_AUTO_MAX 16
+#define DP_SPLIT_AUTO_MAX 64
 
 /* The memory rule a micro-batch list is checked under: ctx's (or S held when NULL), or with
  * one_held one micro-batch on every device at ctx's scale. */
