@@ -42,6 +42,8 @@ OUT=${1:-paper-out}
 ITER=${ITER:-0}
 CLUSTERS=${CLUSTERS:-small mid large xlarge}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+# An interrupt stops every point still running (xargs and its workers too), not only this script.
+trap 'trap - INT TERM; kill 0' INT TERM
 mkdir -p "$OUT/points"
 OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT"/points/*
