@@ -193,7 +193,11 @@ int cli_jobs_default(void);
  * Progress on stderr when it is a terminal. */
 struct tune_space;
 struct tune_result;
-void cli_tune_space(const plan_cli *p, const plan_env *env, int gpus, struct tune_space *sp);
+/* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings and the
+ * schedules (interleaved left out); DP_ERR_INVALID when the cluster has fewer GPUs (unless
+ * --allow-oversubscribe). */
+dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, const char *const *bs,
+                         int nb, const char *const *ss, int ns, struct tune_space *sp, dp_err *err);
 dp_status cli_tune(const plan_cli *base, const plan_env *env, const struct tune_space *sp, int jobs,
                    struct tune_result **out, long *n, dp_err *err);
 

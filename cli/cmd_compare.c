@@ -238,22 +238,15 @@ static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const cha
                                const char *const *ss, int ns, int *gpus_io, int tune_iterations,
                                int jobs, row *rows, int *n, dp_err *err)
 {
-    int have = env->hw.nodes * env->hw.gpus_per_node, gpus = *gpus_io;
-    if (gpus == 0) gpus = have > 0 ? have : p->cost.tp * p->pp * p->dp;
-    *gpus_io = gpus;
-    if (have > 0 && gpus > have && !p->allow_oversubscribe)
-        return dp_fail(err, DP_ERR_INVALID, "--gpus %d, but %s has %d\nhint: a cluster with more "
-                       "nodes, or --allow-oversubscribe", gpus, env->hw.name, have);
     tune_space sp;
-    cli_tune_space(p, env, gpus, &sp);
-    for (int i = 0; i < nb; i++) sp.batchings[sp.n_batchings++] = bs[i];
-    for (int j = 0; j < ns; j++)
-        if (strcmp(ss[j], "interleaved") != 0) sp.schedules[sp.n_schedules++] = ss[j];
+    dp_status st = cli_tune_space(p, env, gpus_io, bs, nb, ss, ns, &sp, err);
+    if (st != DP_OK) return st;
+    int gpus = *gpus_io;
     plan_cli tp = *p;
     tp.iterations = tune_iterations;
     tune_result *res = NULL;
     long count = 0;
-    dp_status st = cli_tune(&tp, env, &sp, jobs, &res, &count, err);
+    st = cli_tune(&tp, env, &sp, jobs, &res, &count, err);
     if (st != DP_OK) return st;
     for (int i = 0; i < nb; i++) {
         row *w = &rows[(*n)++];
@@ -358,7 +351,7 @@ int cmd_compare(int argc, char **argv)
                    "  -j, --json            print the comparison JSON contract instead of the table\n"
                    "  -t, --tuned           each batching at its own best configuration (dpsim tune:\n"
                    "                        tp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)\n"
-                   "  -g, --gpus N          --tuned: GPUs to use      [every GPU of the cluster]\n"
+                   "  -g, --gpus N          --tuned: GPUs to use [the cluster's; one node if unbounded]\n"
                    "  -T, --tune-iterations K  --tuned: iterations per configuration tried   [8]\n"
                    "  -J, --jobs N          --tuned: parallel workers  [the machine's cores]\n"
                    "%s%s  -h, --help            this help\n",

@@ -144,12 +144,21 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
     return DP_OK;
 }
 
-void cli_tune_space(const plan_cli *p, const plan_env *env, int gpus, tune_space *sp)
+dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, const char *const *bs,
+                         int nb, const char *const *ss, int ns, tune_space *sp, dp_err *err)
 {
+    int have = env->hw.nodes * env->hw.gpus_per_node;
+    if (*gpus == 0) *gpus = have > 0 ? have : env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8;
+    if (have > 0 && *gpus > have && !p->allow_oversubscribe)
+        return dp_fail(err, DP_ERR_INVALID, "--gpus %d, but %s has %d\nhint: a cluster with more "
+                       "nodes, or --allow-oversubscribe", *gpus, env->hw.name, have);
     int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
-    tune_space_default(sp, gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
+    tune_space_default(sp, *gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
                        env->model.arch == ARCH_T5);
-    (void)p;
+    for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
+    for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++)
+        if (strcmp(ss[j], "interleaved") != 0) sp->schedules[sp->n_schedules++] = ss[j];
+    return DP_OK;
 }
 
 int cli_jobs_default(void)
@@ -226,7 +235,7 @@ int cmd_tune(int argc, char **argv)
                    "token), simulating --iterations global batches of the trace [8] for each, in\n"
                    "parallel. Prints the best feasible configuration per method; -o writes the whole\n"
                    "ranking as CSV. ZeRO 2 and 3 are not searched: their communication is not modelled.\n\n"
-                   "  -g, --gpus N          GPUs to use          [every GPU of the cluster]\n"
+                   "  -g, --gpus N          GPUs to use   [the cluster's; one node if it has no count]\n"
                    "  -b, --batchings LIST  methods to tune      [padding,packing,token,dynamic]\n"
                    "  -s, --schedules LIST  schedules to try     [1f1b,adaptive]\n"
                    "  -J, --jobs N          parallel workers     [the machine's cores]\n"
@@ -261,16 +270,12 @@ int cmd_tune(int argc, char **argv)
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
     }
-    int have = env.hw.nodes * env.hw.gpus_per_node;
-    if (gpus == 0) gpus = have > 0 ? have : 8;
-    if (have > 0 && gpus > have && !p.allow_oversubscribe) {
+    int ngpus = (int)gpus;
+    if ((st = cli_tune_space(&p, &env, &ngpus, bs, nb, ss, ns, &sp, &err)) != DP_OK) {
         plan_env_release(&env);
-        return cli_usage_error(cmd, TUNE_USAGE, "--gpus %lld, but %s has %d\nhint: a cluster with "
-                               "more nodes, or --allow-oversubscribe", (long long)gpus, env.hw.name, have);
+        return cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg);
     }
-    cli_tune_space(&p, &env, (int)gpus, &sp);
-    for (int i = 0; i < nb; i++) sp.batchings[sp.n_batchings++] = bs[i];
-    for (int i = 0; i < ns; i++) sp.schedules[sp.n_schedules++] = ss[i];
+    gpus = ngpus;
     tune_result *res = NULL;
     long n = 0;
     st = cli_tune(&p, &env, &sp, (int)jobs, &res, &n, &err);
