@@ -364,21 +364,16 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         double t0 = now_s();
         int answerable = 0, mode = 0;
         dp_err why = {0};
-        /* the first mode whose plan fits (one mode: that one, fitting or not) */
-        for (mode = 0; mode < modes; mode++) {
+        /* the first mode whose plan fits; the last one's plan is kept, fitting or not */
+        for (mode = 0;; mode++) {
             planner_use(&pl, &sm[mode]);
             pl.ctx.cache = cache[mode];
             answerable = 0;
             st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
-            int last = mode + 1 == modes;
-            if (st == DP_ERR_INFEASIBLE && (!last || o->keep_going)) { /* fits nowhere */
-                if (!last) continue;
-                break;
-            }
-            if (st != DP_OK) break;
-            if ((answerable && l.feasible) || last) break;
+            if (mode + 1 == modes) break;
+            if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
+            if (st != DP_OK || (answerable && l.feasible)) break;
         }
-        if (mode == modes) mode = modes - 1;
         double dt_ms = (now_s() - t0) * 1e3;
         if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
             *err = why;
