@@ -240,6 +240,9 @@ int cmd_tune(int argc, char **argv)
                    "  -s, --schedules LIST  schedules to try     [1f1b,adaptive]\n"
                    "  -J, --jobs N          parallel workers     [the machine's cores]\n"
                    "  -o, --output FILE     the ranking CSV\n"
+                   "The plan options, but for those tune searches (--tp --pp --dp --zero --recompute\n"
+                   "--mbs --mb-tokens --batching --schedule), refused here; --iterations is per\n"
+                   "configuration, default 8:\n"
                    "%s%s  -h, --help            this help\n",
                    TUNE_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
             return 0;
