@@ -2,13 +2,14 @@
  * The analytic cost model: FLOPs and bytes against the GPU's peak rates.
  *
  * Notation (per layer, on one GPU of a TP group of t): b micro-batch size, s sequence length
- * (T5 decoder: s_d, encoder output s_e), h hidden, a heads, hk = a * kv_channels, f ffn width,
- * m = 2 MLP matrices (3 when gated), V vocabulary. All FLOPs count a multiply-add as 2.
+ * (T5 decoder: s_d, encoder output s_e), h hidden, a heads, hk = a * kv_channels, hkv = the
+ * key/value heads * kv_channels (= hk without grouped-query attention), f ffn width, m = 2 MLP
+ * matrices (3 when gated), V vocabulary. All FLOPs count a multiply-add as 2.
  *
  * Forward FLOPs (Narayanan et al. 2021, "Efficient large-scale language model training on GPU
  * clusters", eq. 3, generalised to hk != h and f != 4h):
- *   GPT / T5 encoder layer   dense = 2bs(3h*hk + hk*h + m*h*f)          attn = 4*b*s^2*hk
- *   T5 decoder layer         dense = 2b*s_d(3h*hk + hk*h) + 2b*s_d(2h*hk) + 2b*s_e(2h*hk)
+ *   GPT / T5 encoder layer   dense = 2bs(h*hk + 2h*hkv + hk*h + m*h*f)  attn = 4*b*s^2*hk
+ *   T5 decoder layer         dense = 2b*s_d(h*hk + 2h*hkv + hk*h) + 2b*s_d(2h*hk) + 2b*s_e(2h*hkv)
  *                                    + 2b*s_d*m*h*f                      attn = 4b*hk(s_d^2 + s_d*s_e)
  *   postprocess (LM head)    dense = 2*b*s*h*V  (s = s_d for T5)         attn = 0
  * each divided by t. Causal masking is not subtracted: without flash-attention (as in the
@@ -28,7 +29,9 @@
  *
  * Activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, fp16 with 1-byte dropout
  * masks, no sequence parallelism), generalised:
- *   attention block(sq, skv) = 5*sq*b*h + (4*sq*hk + 4*skv*hk) * b / t + 5*a*sq*skv*b / t
+ *   attention block(sq, skv) = 5*sq*b*h + (4*sq*hk + 4*skv*hkv) * b / t + 5*a*sq*skv*b / t
+ *                              (Q and the context over the query heads, K and V over the
+ *                              key/value heads)
  *   MLP block(s)             = 5*s*b*h + 2m*s*b*f / t
  *   GPT / T5 encoder layer   = attention(s, s) + MLP(s)           (= sbh(10 + 24/t + 5as/(ht))
  *                                                                    for hk = h, f = 4h, m = 2)
@@ -80,16 +83,16 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
                     double *dense, double *attn)
 {
     double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
-    double mats = m->glu ? 3 : 2;
+    double hkv = (double)model_kv_heads(m) * m->kv_channels, mats = m->glu ? 3 : 2;
     double se = s->enc_len, sd = s->dec_len;
     switch (c) {
     case COMP_ENCODER:
-        *dense = 2 * b * se * (3 * h * hk + hk * h + mats * h * f);
+        *dense = 2 * b * se * (h * hk + 2 * h * hkv + hk * h + mats * h * f);
         *attn = 4 * b * se * se * hk;
         break;
     case COMP_DECODER:
-        *dense = 2 * b * sd * (3 * h * hk + hk * h) + 2 * b * sd * (2 * h * hk) +
-                 2 * b * se * (2 * h * hk) + 2 * b * sd * mats * h * f;
+        *dense = 2 * b * sd * (h * hk + 2 * h * hkv + hk * h) + 2 * b * sd * (2 * h * hk) +
+                 2 * b * se * (2 * h * hkv) + 2 * b * sd * mats * h * f;
         *attn = 4 * b * hk * (sd * sd + sd * se);
         break;
     default: {
@@ -102,10 +105,10 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
     *attn /= tp;
 }
 
-static double attention_block(double b, double sq, double skv, double h, double hk, double a,
-                              double t, int keep_scores)
+static double attention_block(double b, double sq, double skv, double h, double hk, double hkv,
+                              double a, double t, int keep_scores)
 {
-    return 5 * sq * b * h + (4 * sq * hk + 4 * skv * hk) * b / t +
+    return 5 * sq * b * h + (4 * sq * hk + 4 * skv * hkv) * b / t +
            (keep_scores ? 5 * a * sq * skv * b / t : 0);
 }
 
@@ -113,15 +116,16 @@ double analytic_stored_act_bytes(const model_spec *m, cost_component c, const co
                                  int tp, recompute_mode rc)
 {
     double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
-    double a = m->heads, t = tp, mats = m->glu ? 3 : 2;
+    double hkv = (double)model_kv_heads(m) * m->kv_channels, a = m->heads, t = tp,
+           mats = m->glu ? 3 : 2;
     double se = s->enc_len, sd = s->dec_len;
     if (c == COMP_POSTPROCESS) return 2 * b * (m->arch == ARCH_T5 ? sd : se) * m->vocab / t;
     double sq = c == COMP_DECODER ? sd : se;
     if (rc == RECOMPUTE_FULL) return 2 * sq * b * h;
     int keep = rc == RECOMPUTE_NONE;
     double mlp = 5 * sq * b * h + 2 * mats * sq * b * f / t;
-    double bytes = attention_block(b, sq, sq, h, hk, a, t, keep) + mlp;
-    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, h, hk, a, t, keep);
+    double bytes = attention_block(b, sq, sq, h, hk, hkv, a, t, keep) + mlp;
+    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, h, hk, hkv, a, t, keep);
     return bytes;
 }
 
@@ -194,9 +198,9 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
 {
     *out = NULL;
     if (tp < 1) return dp_fail(err, DP_ERR_INVALID, "--tp must be at least 1");
-    if (m->heads % tp != 0)
-        return dp_fail(err, DP_ERR_INVALID, "--tp %d does not divide the %d attention heads of %s",
-                       tp, m->heads, m->name);
+    if (m->heads % tp != 0 || model_kv_heads(m) % tp != 0)
+        return dp_fail(err, DP_ERR_INVALID, "--tp %d does not divide the %d attention heads (%d "
+                       "key/value heads) of %s", tp, m->heads, model_kv_heads(m), m->name);
     cost_model *cm = calloc(1, sizeof *cm);
     if (cm) cm->serial = cost_model_next_serial();
     analytic *a = calloc(1, sizeof *a);

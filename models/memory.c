@@ -48,7 +48,13 @@ double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
     int enc, dec;
     memory_stage_layers(&cm->model, stage, stages, &enc, &dec);
     double mb = enc * cm->param_mb[COMP_ENCODER] + dec * cm->param_mb[COMP_DECODER];
-    if (stage == 0) mb += cm->embedding_param_mb;
-    if (stage == stages - 1 && stages > 1) mb += cm->embedding_param_mb; /* tied LM head copy */
+    return mb + memory_embedding_share_mb(cm, stage, stages);
+}
+
+double memory_embedding_share_mb(const cost_model *cm, int stage, int stages)
+{
+    double mb = stage == 0 ? cm->embedding_param_mb : 0;
+    if (stage == stages - 1 && (stages > 1 || cm->model.untied_head))
+        mb += cm->embedding_param_mb; /* the head: V x h (and the positions' h per position) */
     return mb;
 }

@@ -26,6 +26,11 @@ void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *w
  * The first stage holds the embedding; the last the (tied) LM head copy. */
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages);
 
+/* The embedding's and LM head's fp16 parameters on device `stage` of `stages`: the embedding on
+ * the first; the head on the last, as a copy of the tied embedding (Megatron keeps one there)
+ * when there are several stages, or as its own weights when it is untied. */
+double memory_embedding_share_mb(const cost_model *cm, int stage, int stages);
+
 /* Layers of each component on a stage: *enc and *dec (same split as memory_stage_param_mb). */
 void memory_stage_layers(const model_spec *m, int stage, int stages, int *enc, int *dec);
 

@@ -14,25 +14,26 @@
 #define A100_T5 "a100_t5_11b_profile.csv"
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
- * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile} */
+ * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
+ * untied_head} */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 2048, ""},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 2048, ""},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 2048, "", 0, 0},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 2048, "", 0, 0},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, ""},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, ""},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 0, ""},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 0, "", 0, 1},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 1024, ""},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, ""},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 1024, "", 0, 0},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -46,11 +47,18 @@ int model_layers(const model_spec *m)
     return m->enc_layers + m->dec_layers;
 }
 
-/* One attention block: Q, K, V and output projections with biases. */
+int model_kv_heads(const model_spec *m)
+{
+    return m->kv_heads > 0 ? m->kv_heads : m->heads;
+}
+
+/* One attention block: Q, K, V (K and V over the key/value heads) and output projections with
+ * biases. */
 static int64_t attention_params(const model_spec *m)
 {
-    int64_t h = m->hidden, hk = (int64_t)m->heads * m->kv_channels;
-    return h * 3 * hk + 3 * hk + hk * h + h;
+    int64_t h = m->hidden, hk = (int64_t)m->heads * m->kv_channels,
+            hkv = (int64_t)model_kv_heads(m) * m->kv_channels;
+    return h * hk + 2 * h * hkv + hk + 2 * hkv + hk * h + h;
 }
 
 int64_t model_layer_params(const model_spec *m, int decoder)
@@ -70,8 +78,9 @@ int64_t model_embedding_params(const model_spec *m)
 int64_t model_total_params(const model_spec *m)
 {
     int64_t final_ln = (m->arch == ARCH_T5 ? 2 : 1) * 2 * (int64_t)m->hidden;
+    int64_t head = m->untied_head ? (int64_t)m->vocab * m->hidden : 0; /* its own weights */
     return m->enc_layers * model_layer_params(m, 0) + m->dec_layers * model_layer_params(m, 1) +
-           model_embedding_params(m) + final_ln;
+           model_embedding_params(m) + head + final_ln;
 }
 
 const model_spec *model_preset(const char *name)
@@ -101,6 +110,7 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
         {"ffn_hidden_size", m->ffn, 1},
         {"vocab_size", m->vocab, 1},
         {"max_position_embeddings", m->positions, 0},
+        {"num_query_groups", m->kv_heads, 0},
     };
     for (size_t i = 0; i < sizeof checks / sizeof *checks; i++)
         if (checks[i].value < checks[i].min)
@@ -108,6 +118,9 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
                            where, checks[i].field, checks[i].value, checks[i].min);
     if (m->arch == ARCH_GPT && m->dec_layers != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s: a GPT model has no decoder_num_layers", where);
+    if (m->kv_heads > m->heads || m->heads % model_kv_heads(m) != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s: %d key/value heads must divide the %d attention "
+                       "heads (grouped-query attention)", where, model_kv_heads(m), m->heads);
     /* every field within its range can still multiply past int64: the parameter count, in
      * floating point first, must stay below MODEL_MAX_PARAMS (then the integer sums cannot
      * overflow, nor can bytes = 16 x params) */
@@ -156,6 +169,8 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24,
                  m->arch == ARCH_T5 ? 0 : 2048, &m->positions, err));
     TRY(json_bool(root, "glu", name, 0, &m->glu, err));
+    TRY(json_int(root, "num_query_groups", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
+    TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
     if (prof) { /* a file name under models/profiles/, as the presets carry */
         if (!cJSON_IsString(prof) || !prof->valuestring[0] || strchr(prof->valuestring, '/') ||
@@ -199,6 +214,8 @@ cJSON *model_to_json(const model_spec *m)
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab);
     cJSON_AddNumberToObject(o, "max_position_embeddings", m->positions);
     cJSON_AddBoolToObject(o, "glu", m->glu);
+    cJSON_AddNumberToObject(o, "num_query_groups", model_kv_heads(m));
+    cJSON_AddBoolToObject(o, "untie_embeddings_and_output_weights", m->untied_head);
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
 }
@@ -220,6 +237,14 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
     memset(m, 0, sizeof *m);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(type) ? type->valuestring : "hf");
+    const char *mtype = cJSON_IsString(type) ? type->valuestring : "";
+    if (cJSON_HasObjectItem(root, "num_local_experts") || cJSON_HasObjectItem(root, "num_experts") ||
+        strstr(mtype, "moe") || strcmp(mtype, "mixtral") == 0) {
+        st = dp_fail(err, DP_ERR_INVALID, "%s: a mixture-of-experts model (%s): dpsim does not "
+                     "model experts yet, and counting it as dense would be silently wrong",
+                     name, mtype[0] ? mtype : "num_local_experts");
+        goto out;
+    }
     if (cJSON_HasObjectItem(root, "d_model")) { /* T5 */
         m->arch = ARCH_T5;
         TRY(json_int(root, "num_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
@@ -250,8 +275,13 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                      err));
         TRY(json_int(root, "intermediate_size", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, 32000, &m->vocab, err));
-        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-        m->glu = !(cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt_neox") == 0);
+        m->glu = strcmp(mtype, "gpt_neox") != 0;
+        TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
+        /* Hugging Face's own defaults: LLaMA-family configs untie the LM head */
+        int untied_default = strcmp(mtype, "llama") == 0 || strcmp(mtype, "mistral") == 0 ||
+                             strcmp(mtype, "qwen2") == 0 || strcmp(mtype, "gemma") == 0, tied;
+        TRY(json_bool(root, "tie_word_embeddings", name, !untied_default, &tied, err));
+        m->untied_head = !tied;
     } else {
         st = dp_fail(err, DP_ERR_PARSE,
                      "%s: not a recognised Hugging Face config (no n_layer, num_hidden_layers or "
@@ -302,7 +332,7 @@ dp_status model_resolve(const char *name_or_path, model_spec *m, dp_err *err)
 double model_train_flops(const model_spec *m, int32_t enc, int32_t dec)
 {
     double hk = (double)m->heads * m->kv_channels, head = (double)m->vocab * m->hidden;
-    double e = enc, d = dec;
+    double e = enc, d = dec; /* the LM head's 2·V·h per token counts once, tied or not */
     if (m->arch == ARCH_GPT)
         return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e + head * e) +
                12 * (double)m->enc_layers * hk * e * e;

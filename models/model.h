@@ -11,19 +11,24 @@
  * T5 uses "encoder_num_layers" and "decoder_num_layers" instead of "num_layers" (and "arch": "t5"
  * is then implied). "name", "arch", "kv_channels" (default hidden/heads), "ffn_hidden_size"
  * (default 4*hidden), "vocab_size" (GPT 50257, T5 32128), "max_position_embeddings" (GPT 2048,
- * T5 0) and "glu" (false) are optional.
+ * T5 0), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
+ * name; default the heads) and "untie_embeddings_and_output_weights" (false: the LM head is the
+ * word embedding) are optional.
  *
  * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner), LLaMA-style
  * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
- * and T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv). Grouped-query attention
- * is counted as full multi-head attention (an overestimate of K/V projection cost).
+ * with num_key_value_heads (grouped-query attention) and tie_word_embeddings (default: untied for
+ * llama, mistral, qwen2 and gemma model types, tied otherwise), and T5 (d_model, num_layers,
+ * num_decoder_layers, d_ff, num_heads, d_kv). A mixture-of-experts config (num_local_experts,
+ * num_experts, or model_type mixtral) is refused: experts are not modelled.
  *
  * Parameter counts follow Megatron-LM (biases and two layer norms per block):
- *   GPT layer    = h*3hk + 3hk  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
+ *   GPT layer    = h*hk + 2h*hkv + hk + 2hkv  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
  *   T5 encoder   = the same with bidirectional attention
  *   T5 decoder   = GPT layer + cross-attention (h*hk*4 + 3hk + h ... as self-attention) + 2h (LN)
- *   embedding    = V*h + positions*h (learned positions: GPT only)
- * where hk = heads * kv_channels, f = ffn, m = 2 (3 with a gated MLP). GPT-2 124M comes out at
+ *   embedding    = V*h + positions*h (learned positions: GPT only); an untied LM head adds V*h
+ * where hk = heads * kv_channels, hkv = kv_heads * kv_channels (= hk without grouped-query
+ * attention), f = ffn, m = 2 (3 with a gated MLP). GPT-2 124M comes out at
  * 124,439,808 parameters, T5-11B's layers at the calibration files' param_mb_per_layer.
  */
 #ifndef MODEL_H
@@ -50,7 +55,12 @@ typedef struct model_spec {
     int glu;         /* 1: gated MLP with three matrices (LLaMA); 0: two (GPT, T5) */
     int positions;   /* learned position embeddings (GPT-2: 1024, Megatron GPT: 2048; T5: 0) */
     char profile[64]; /* preset's measured profile under models/profiles/, "" if none */
+    int kv_heads;    /* key/value heads (grouped-query attention); 0: as many as heads */
+    int untied_head; /* 1: the LM head has its own weights (LLaMA); 0: tied to the embedding */
 } model_spec;
+
+/* Key/value heads: kv_heads, or heads when 0. */
+int model_kv_heads(const model_spec *m);
 
 /* Total layers (enc + dec). */
 int model_layers(const model_spec *m);

@@ -285,6 +285,10 @@ static int run_main(int argc, char **argv)
     model_spec m;
     if (st == DP_OK) st = plan_model(&pl, &m, &err);
     if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
+    if (st == DP_OK && model_kv_heads(&m) != m.heads)
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: %s uses grouped-query attention (%d key/value "
+                     "heads of %d), which the validation runtime's layers do not implement",
+                     plan_path, m.name, model_kv_heads(&m), m.heads);
     if (st != DP_OK) {
         plan_release(&pl);
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);

@@ -44,8 +44,7 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     for (int s = 0; s < pp; s++) {
         double param_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
                           sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
-        if (s == 0) param_mb += cm->embedding_param_mb;
-        if (s == pp - 1 && pp > 1) param_mb += cm->embedding_param_mb; /* tied LM head copy */
+        param_mb += memory_embedding_share_mb(cm, s, pp);
         sm->param_mb[s] = param_mb;
         sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, dp);
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];

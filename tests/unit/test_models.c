@@ -328,6 +328,87 @@ static void test_hf_import(void **state)
     assert_int_equal(m.ffn, 11008);
 }
 
+/* Grouped-query attention and untied LM heads, from Hugging Face configs: Llama-3-8B is 8.03 B
+ * parameters and Mistral-7B 7.24 B (their model cards); as many key/value heads as heads is plain
+ * multi-head attention in parameters, FLOPs and activation memory; a mixture of experts is
+ * refused. */
+static void test_gqa_and_untied_heads(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    static const char llama3[] =
+        "{\"model_type\": \"llama\", \"num_hidden_layers\": 32, \"hidden_size\": 4096,"
+        "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"intermediate_size\": 14336,"
+        "\"vocab_size\": 128256, \"tie_word_embeddings\": false}";
+    assert_int_equal(model_parse_hf(llama3, "config.json", &m, &err), DP_OK);
+    assert_int_equal(model_kv_heads(&m), 8);
+    assert_int_equal(m.untied_head, 1);
+    assert_rel((double)model_total_params(&m), 8.03e9, 0.005);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 32,"
+                                    "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
+                                    "\"num_key_value_heads\": 8, \"intermediate_size\": 14336,"
+                                    "\"vocab_size\": 32000}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.untied_head, 1); /* Mistral's default */
+    assert_rel((double)model_total_params(&m), 7.24e9, 0.005);
+    /* kv heads = heads: the same as multi-head attention everywhere */
+    model_spec mha = *model_preset("gpt-6.7b-16l"), gqa = mha;
+    gqa.kv_heads = gqa.heads;
+    assert_int_equal(model_total_params(&gqa), model_total_params(&mha));
+    cost_shape sh = {2, 1024, 0};
+    double d1, a1, d2, a2;
+    analytic_flops(&mha, COMP_ENCODER, &sh, 2, &d1, &a1);
+    analytic_flops(&gqa, COMP_ENCODER, &sh, 2, &d2, &a2);
+    assert_near(d1, d2, 0);
+    assert_near(a1, a2, 0);
+    assert_near(analytic_stored_act_bytes(&gqa, COMP_ENCODER, &sh, 2, RECOMPUTE_NONE),
+                analytic_stored_act_bytes(&mha, COMP_ENCODER, &sh, 2, RECOMPUTE_NONE), 0);
+    /* fewer key/value heads: K and V projections shrink by hand, attention FLOPs do not */
+    gqa.kv_heads = 8;
+    double h = 4096, hk = 4096, hkv = 8 * 128, b = 2, s = 1024, f = 16384;
+    analytic_flops(&gqa, COMP_ENCODER, &sh, 1, &d2, &a2);
+    analytic_flops(&mha, COMP_ENCODER, &sh, 1, &d1, &a1);
+    assert_near(d2, 2 * b * s * (h * hk + 2 * h * hkv + hk * h + 2 * h * f), 1);
+    assert_near(a2, a1, 0);
+    assert_near(analytic_stored_act_bytes(&mha, COMP_ENCODER, &sh, 1, RECOMPUTE_SELECTIVE) -
+                    analytic_stored_act_bytes(&gqa, COMP_ENCODER, &sh, 1, RECOMPUTE_SELECTIVE),
+                4 * s * (hk - hkv) * b, 1e-6);
+    assert_int_equal(model_total_params(&mha) - model_total_params(&gqa),
+                     16 * (int64_t)(2 * h * (hk - hkv) + 2 * (hk - hkv)));
+    /* --tp must divide the key/value heads too */
+    cluster_spec hw = p4d();
+    analytic_params ap;
+    analytic_params_default(&ap);
+    cost_model *cm = NULL;
+    gqa.kv_heads = 2;
+    assert_int_equal(cost_analytic_new(&gqa, &hw, 4, RECOMPUTE_NONE, &ap, &cm, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "(2 key/value heads)");
+    /* the untied head adds V x h, on the last stage even with one stage */
+    model_spec tied = *model_preset("llama2-7b");
+    tied.untied_head = 0;
+    assert_int_equal(model_total_params(model_preset("llama2-7b")) - model_total_params(&tied),
+                     (int64_t)32000 * 4096);
+    /* round trip of the spec keeps both */
+    m.name[0] = 'x';
+    const char *path = tmp_file(".json", "");
+    model_spec back;
+    assert_int_equal(model_write_json(&m, path, &err), DP_OK);
+    assert_int_equal(model_read_json(path, &back, &err), DP_OK);
+    assert_int_equal(model_kv_heads(&back), 8);
+    assert_int_equal(back.untied_head, 1);
+    assert_int_equal(model_total_params(&back), model_total_params(&m));
+    /* experts are refused, not counted as dense */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"mixtral\", \"num_hidden_layers\": 32,"
+                                    "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
+                                    "\"num_local_experts\": 8, \"intermediate_size\": 14336}",
+                                    "config.json", &m, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "mixture-of-experts");
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
+                                      "\"num_query_groups\": 3}", "spec.json", &m, &err),
+                     DP_ERR_INVALID);
+    assert_msg_has(err.msg, "3 key/value heads must divide the 8");
+}
+
 static void expect_spec_error(const char *text, const char *want)
 {
     model_spec m;
@@ -476,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_hf_import),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_memory_and_comm_closed_forms),
+        cmocka_unit_test(test_gqa_and_untied_heads),
         cmocka_unit_test(test_calibration_recovers_known_parameters),
         cmocka_unit_test(test_calibration_on_a100_grid),
     };
