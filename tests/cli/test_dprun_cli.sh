@@ -48,6 +48,15 @@ if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: the cuda backend says wh
     expect "the multi-GPU mode without a GPU" 1 "which has 0 GPUs|without CUDA" -- \
       timeout 60 $MPIRUN -np 4 "$DPRUN" --plan $G/plan_4ranks.json --backend cuda --out "$TMP/x.csv"
 fi
+# a grouped-query model: its layers are not the runtime's (multi-head only), so it is refused
+cat >"$TMP/gqa.json" <<'EOF'
+{"name": "gqa-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
+ "ffn_hidden_size": 1024, "vocab_size": 1024, "max_position_embeddings": 1024}
+EOF
+"$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 1 --max-seqlen 64 --global-tokens 256 \
+  --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
+expect "a grouped-query plan is refused by dprun" 1 "grouped-query attention.*refused before anything ran" -- \
+  timeout 60 "$DPRUN" --plan "$TMP/gqa_plan.json" --out "$TMP/x.csv"
 expect "an unknown backend" 1 "unknown backend" -- timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend tpu --out "$TMP/x.csv"
 
 # --- the cuda backend's host logic on a fake GPU (tests/unit/fake_cuda.c: the CPU layer, NCCL as
