@@ -9,18 +9,20 @@
  *
  * 1. Segment costs are tabulated once per batch, in C: t(i, j) for every feasible segment, as
  *    integer nanoseconds so that sums and ties are exact; a shape's cost comes from the run's
- *    shape_cache when the batch allows it (below), so most segments cost a table lookup. Extending a segment never shrinks its
- *    shape (more rows, lengths are maxima), so once a segment stops fitting in memory or leaves the
- *    profile's measured region, longer ones starting at i are not tried (costs and activation
- *    memory are non-decreasing in micro-batch size and length).
+ *    shape_cache when the batch allows it (below), so most segments cost a table lookup.
+ *    Extending a segment never shrinks its shape (more rows, lengths are maxima), so once a
+ *    segment stops fitting in memory or leaves the profile's measured region, longer ones
+ *    starting at i are not tried (activation memory and the measured region grow with micro-batch
+ *    size and length).
  * 2. For a cap tau, one DP pass finds the partition of least sum with every t_k <= tau, breaking
  *    ties in the sum towards the smaller realised max m (lexicographic (sum, max): exact, since for
  *    equal prefix sums a smaller prefix max is never worse).
  * 3. Breakpoint descent (DESIGN.md): solve with no cap, note the realised max m_1; solve again with
  *    tau = the largest segment cost below m_1; repeat; stop once the sum alone (sum / D) reaches
- *    the best score. (A tighter bound, the sum plus the costliest sample alone as the max, would
- *    need costs monotone in the micro-batch size, which a measured profile need not be.) Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
- *    max, so the descent is exact without enumerating every candidate.
+ *    the best score. Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
+ *    max, so the descent is exact without enumerating every candidate. (A tighter stop, the sum
+ *    plus the costliest sample alone as the max, needs times monotone in the micro-batch size,
+ *    which a measured profile need not be: tried, it changed T5's objective.)
  *
  * Scores are compared exactly as integers: (S-1)*m*D + sum*C (score * C * D, in ns).
  *
@@ -393,19 +395,27 @@ dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_
         out->dp_passes = passes;
         return st;
     }
-    /* Deal the ordered samples to the replicas in a snake, then one DP per replica. */
+    /* Deal the ordered samples to the replicas in a snake (0, 1, .., D-1, D-1, .., 0, 0, ..), in
+     * one pass into contiguous groups, then one DP per replica. */
     sample_len *g = malloc((size_t)n * sizeof *g);
-    if (!g) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    int *at = calloc((size_t)D + 1, sizeof *at);
+    if (!g || !at) {
+        free(g), free(at);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+#define SNAKE(i) (((i) / D) % 2 ? D - 1 - (i) % D : (i) % D)
+    for (int i = 0; i < n; i++) at[SNAKE(i) + 1]++;
+    for (int rep = 0; rep < D; rep++) at[rep + 1] += at[rep]; /* at[rep]: group rep's start */
+    for (int i = 0; i < n; i++) g[at[SNAKE(i)]++] = s[i];     /* at[rep]: now group rep's end */
+#undef SNAKE
     dp_status st = DP_OK;
     for (int rep = 0, first = 0; rep < D && st == DP_OK; rep++) {
-        int k = 0;
-        for (int i = 0; i < n; i++)
-            if (((i / D) % 2 ? D - 1 - i % D : i % D) == rep) g[first + k++] = s[i];
         int mb0 = out->n_mb;
-        st = dp_solve(ctx, g + first, k, 1, out, &passes, err);
+        st = dp_solve(ctx, g + first, at[rep] - first, 1, out, &passes, err);
         for (int q = mb0; q < out->n_mb; q++) out->mb[q].replica = rep;
-        first += k;
+        first = at[rep];
     }
+    free(at);
     out->replicas_set = 1;
     out->dp_passes = passes;
     free(g);

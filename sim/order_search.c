@@ -164,6 +164,8 @@ dp_status order_search(const stage_model *sm, const schedule *sched, const sim_c
                        int which, mb_list *l, order_result *res, dp_err *err)
 {
     int n = l->n_mb;
+    order_result none;
+    if (!res) res = &none;
     memset(res, 0, sizeof *res);
     res->candidates = 1;
     if (n < 2) return DP_OK;

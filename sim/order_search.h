@@ -41,7 +41,8 @@ typedef struct order_result {
 } order_result;
 
 /* Reorders l's micro-batches to the best candidate of `which` under schedule sched (see above),
- * simulating each on s with cfg. On failure l is left in its planned order. */
+ * simulating each on s with cfg; res (may be NULL) says which won. On failure l is left in its
+ * planned order. */
 dp_status order_search(const stage_model *sm, const schedule *sched, const sim_config *cfg, sim *s,
                        int which, mb_list *l, order_result *res, dp_err *err);
 

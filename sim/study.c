@@ -99,16 +99,20 @@ void study_begin(study_acc *a, study_result *r, const sim_config *cfg, const sim
     r->reserved_mb = cfg->hw ? fmax(0, cfg->hw->gpu.mem_mb - cfg->mem_limit_mb) : 0;
 }
 
-static void count_tokens(study_result *r, const plan_iter *it)
+/* Adds the iteration's tokens to the totals; returns its real tokens. */
+static int64_t count_tokens(study_result *r, const plan_iter *it)
 {
+    int64_t real = 0;
     for (int k = 0; k < it->n_mb; k++) {
         const plan_mb *m = &it->mb[k];
         r->enc_tokens += m->enc_tokens;
         r->dec_tokens += m->dec_tokens;
         r->enc_padded += (int64_t)m->mbs * m->enc_len;
         r->dec_padded += (int64_t)m->mbs * m->dec_len;
+        real += m->enc_tokens + m->dec_tokens;
     }
     r->microbatches += it->n_mb;
+    return real;
 }
 
 /* A new entry of r->iter, zeroed. */
@@ -145,7 +149,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     if (st != DP_OK) return st;
     r->sim_wall_s += now_s() - w0;
     r->events += ir.events;
-    count_tokens(r, it);
+    int64_t tokens = count_tokens(r, it);
     if (r->iterations == 0 || r->model_flops > 0) /* known only while every iteration says */
         r->model_flops = it->model_flops > 0 ? r->model_flops + it->model_flops : 0;
     study_iter *x = new_iter(a, it->id);
@@ -156,7 +160,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         r->recompute_iterations[rc]++;
     }
     x->microbatches = it->n_mb;
-    for (int k = 0; k < it->n_mb; k++) x->tokens += it->mb[k].enc_tokens + it->mb[k].dec_tokens;
+    x->tokens = tokens;
     x->ms = (double)ir.makespan_ns / 1e6;
     /* closed form per replica: sum t + (S-1) max t / C, t = max over stages of fwd + bwd */
     double cf = 0;
@@ -257,10 +261,8 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         for (int k = 0; k < l->n_mb; k++)
             if (isnan(l->mb[k].t_ms)) *answerable = 0;
         if (!*answerable) break;
-        if (strcmp(o->sched->name, "adaptive") == 0) { /* sim/order_search.h */
-            order_result orr;
-            TRY(order_search(p->sm, o->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, &orr, err));
-        }
+        if (strcmp(o->sched->name, "adaptive") == 0) /* sim/order_search.h */
+            TRY(order_search(p->sm, o->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, NULL, err));
         plan_iter_release(pi);
         TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
         TRY(o->sched->build(&p->sctx, pi, err));
@@ -301,11 +303,12 @@ static int study_modes(const study_opts *o, const cost_model **cms)
     return n;
 }
 
-/* Points the planner at one stage model (one recompute mode). */
-static void planner_use(planner *p, const stage_model *sm)
+/* Points the planner at one stage model (one recompute mode) and its shape cache. */
+static void planner_use(planner *p, const stage_model *sm, shape_cache *cache)
 {
     p->sm = sm;
     p->ctx.sm = sm;
+    p->ctx.cache = cache;
     p->sctx.sm = sm;
 }
 
@@ -366,8 +369,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         dp_err why = {0};
         /* the first mode whose plan fits; the last one's plan is kept, fitting or not */
         for (mode = 0;; mode++) {
-            planner_use(&pl, &sm[mode]);
-            pl.ctx.cache = cache[mode];
+            planner_use(&pl, &sm[mode], cache[mode]);
             answerable = 0;
             st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
             if (mode + 1 == modes) break;
@@ -385,14 +387,14 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             goto out;
         }
         plan_ms[planned++] = dt_ms;
-        int64_t tokens = 0;
-        for (int i = 0; i < n; i++) tokens += b[i].enc + b[i].dec;
         /* what failed, if anything: a sample that fits nowhere, a shape beyond the cost model,
          * a plan over memory */
         const char *failure = st != DP_OK ? why.msg : !answerable || !l.feasible ? l.why : NULL;
         if (failure && !r->why[0])
             snprintf(r->why, sizeof r->why, "iteration %d: %.560s", planned - 1, failure);
         if (failure && o->keep_going) {
+            int64_t tokens = 0;
+            for (int i = 0; i < n; i++) tokens += b[i].enc + b[i].dec;
             st = DP_OK;
             TRY(study_skip(&acc, planned - 1, tokens, failure));
             r->iter[r->n_iter - 1].plan_ms = dt_ms;
