@@ -130,6 +130,17 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
     return cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err);
 }
 
+dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model_spec *m,
+                            cluster_spec *hw, cost_model **cm, char *source, size_t source_cap,
+                            dp_err *err)
+{
+    cost_opts one = *o;
+    one.recompute_dynamic = 0;
+    one.tp = tp;
+    one.recompute = rc;
+    return cli_build_cost(&one, m, hw, cm, source, source_cap, err);
+}
+
 const char COST_OPTS_HELP[] =
     "      --model M        model preset or JSON/HF config file (dpsim models) [gpt-6.7b-16l]\n"
     "      --hw H           cluster or GPU preset, or JSON file               [p4d]\n"

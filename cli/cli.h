@@ -79,6 +79,12 @@ void cost_opts_default(cost_opts *o);
 dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
                          char *source, size_t source_cap, dp_err *err);
 
+/* The same at tensor parallelism tp and one recompute mode rc, whatever o says of them (one of
+ * --recompute dynamic's modes, a point of tune's search). */
+dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model_spec *m,
+                            cluster_spec *hw, cost_model **cm, char *source, size_t source_cap,
+                            dp_err *err);
+
 /* Long options of cost_opts, for a getopt_long table, and their help lines. */
 #define COST_LONG_OPTS                                                                             \
     {"model", required_argument, 0, 300}, {"hw", required_argument, 0, 301},                       \
@@ -193,6 +199,13 @@ int cli_jobs_default(void);
  * Progress on stderr when it is a terminal. */
 struct tune_space;
 struct tune_result;
+struct tune_point;
+struct study_result;
+/* Runs one point of the search with base's other options on env's trace and length rules (what
+ * tune scores it on). cms[m], when given, are the cost models of the point's tp per recompute
+ * mode (tune builds them once); NULL: they are built for this run. */
+dp_status cli_tune_run(const plan_cli *base, const plan_env *env, const struct tune_point *pt,
+                       cost_model *const *cms, struct study_result *r, dp_err *err);
 /* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings and the
  * schedules (interleaved left out); DP_ERR_INVALID when the cluster has fewer GPUs (unless
  * --allow-oversubscribe). */

@@ -272,20 +272,8 @@ static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const cha
                 snprintf(w->tuned + at, sizeof w->tuned - at, " (rank %d of its method: the "
                          "better ones leave iterations out)", tried);
             }
-            plan_cli q = *p;
-            q.cost.tp = best->pt.tp, q.pp = best->pt.pp, q.dp = best->pt.dp, q.zero = best->pt.zero;
-            q.mbs = best->pt.mbs, q.mb_tokens = best->pt.mb_tokens;
-            q.cost.recompute_dynamic = strcmp(best->pt.recompute, "dynamic") == 0;
-            if (!q.cost.recompute_dynamic) recompute_parse(best->pt.recompute, &q.cost.recompute);
-            plan_env e2;
-            dp_err e = {0};
-            w->st = cli_plan_setup(&q, &e2, &e);
-            if (w->st == DP_OK) {
-                study_opts o;
-                cli_study_opts(&q, &e2, w->batching, w->schedule, &o);
-                w->st = study_run(&o, &e2.trace, &w->r, &e);
-            }
-            plan_env_release(&e2);
+            dp_err e = {0}; /* the whole run, on the trace already loaded */
+            w->st = cli_tune_run(p, env, &best->pt, NULL, &w->r, &e);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
             if (w->st == DP_OK && w->r.feasible && !w->r.oom && !w->r.failed_iterations) break;
         }

@@ -38,6 +38,45 @@ static int tp_slot(const tune_space *sp, int tp)
     return 0;
 }
 
+dp_status cli_tune_run(const plan_cli *base, const plan_env *env, const tune_point *pt,
+                       cost_model *const *cms, study_result *r, dp_err *err)
+{
+    int dynamic = strcmp(pt->recompute, "dynamic") == 0;
+    recompute_mode rc = RECOMPUTE_NONE;
+    if (!dynamic) recompute_parse(pt->recompute, &rc);
+    cost_model *own[RECOMPUTE_COUNT] = {NULL}, *use[RECOMPUTE_COUNT] = {NULL};
+    dp_status st = DP_OK;
+    memset(r, 0, sizeof *r);
+    for (int m = 0; m < RECOMPUTE_COUNT && st == DP_OK; m++) {
+        if (!dynamic && m != (int)rc) continue;
+        if (cms) {
+            use[m] = cms[m];
+            if (!use[m]) st = dp_fail(err, DP_ERR_INVALID, "no cost model for tp %d", pt->tp);
+            continue;
+        }
+        model_spec ms;
+        cluster_spec hw;
+        char source[4200];
+        st = cli_build_cost_at(&base->cost, pt->tp, (recompute_mode)m, &ms, &hw, &own[m], source,
+                               sizeof source, err);
+        if (st == DP_OK) own[m]->hw = env->hw, use[m] = own[m]; /* with the what-if links */
+    }
+    if (st == DP_OK) {
+        plan_cli p = *base;
+        p.batching = pt->batching, p.schedule = pt->schedule;
+        p.cost.tp = pt->tp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
+        p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
+        p.cost.recompute_dynamic = dynamic, p.cost.recompute = rc;
+        study_opts o;
+        cli_study_opts(&p, env, pt->batching, pt->schedule, &o);
+        o.cm = use[dynamic ? 0 : rc];
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) o.recompute_cm[m] = dynamic ? use[m] : NULL;
+        st = study_run(&o, &env->trace, r, err);
+    }
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(own[m]);
+    return st;
+}
+
 /* One point, in a worker: "OK THROUGHPUT MFU PEAK WHY". */
 static void tune_eval(void *ctx, long i, char *out, size_t cap)
 {
@@ -47,21 +86,13 @@ static void tune_eval(void *ctx, long i, char *out, size_t cap)
     recompute_mode rc = RECOMPUTE_NONE;
     if (!dynamic) recompute_parse(pt->recompute, &rc);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if ((dynamic || m == (int)rc) && !j->cm[t][m]) {
+        if ((dynamic || m == (int)rc) && !j->cm[t][m]) { /* why its cost model could not be made */
             snprintf(out, cap, "0 0 0 0 %s", j->cm_err[t][m]);
             return;
         }
-    plan_cli p = *j->base;
-    p.batching = pt->batching, p.schedule = pt->schedule;
-    p.cost.tp = pt->tp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
-    p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
-    study_opts o;
-    cli_study_opts(&p, j->env, pt->batching, pt->schedule, &o);
-    o.cm = j->cm[t][dynamic ? 0 : rc];
-    for (int m = 0; m < RECOMPUTE_COUNT; m++) o.recompute_cm[m] = dynamic ? j->cm[t][m] : NULL;
     study_result r;
     dp_err err = {0};
-    dp_status st = study_run(&o, &j->env->trace, &r, &err);
+    dp_status st = cli_tune_run(j->base, j->env, pt, j->cm[t], &r, &err);
     double peak = 0;
     for (int s = 0; s < r.pp; s++) peak = fmax(peak, r.peak_mem_mb[s]);
     int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0;
@@ -118,13 +149,12 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
         int used = 0;
         for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t];
         for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
-            cost_opts co = base->cost;
-            co.recompute_dynamic = 0, co.tp = sp->tps[t], co.recompute = (recompute_mode)m;
             model_spec ms;
             cluster_spec hw;
             char source[4200];
             dp_err e = {0};
-            if (cli_build_cost(&co, &ms, &hw, &j->cm[t][m], source, sizeof source, &e) != DP_OK)
+            if (cli_build_cost_at(&base->cost, sp->tps[t], (recompute_mode)m, &ms, &hw, &j->cm[t][m],
+                                  source, sizeof source, &e) != DP_OK)
                 snprintf(j->cm_err[t][m], sizeof j->cm_err[t][m], "%.230s", e.msg);
             else
                 j->cm[t][m]->hw = env->hw; /* with the what-if link overrides */

@@ -191,11 +191,9 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
     dp_status st;
     if (p->cost.recompute_dynamic) { /* one cost model per mode, tried in order per iteration */
         for (int m = RECOMPUTE_COUNT - 1; m >= 0; m--) { /* none last: the source names it */
-            cost_opts one = p->cost;
-            one.recompute_dynamic = 0;
-            one.recompute = (recompute_mode)m;
-            st = cli_build_cost(&one, &env->model, &env->hw, &env->recompute_cm[m],
-                                env->cost_source, sizeof env->cost_source, err);
+            st = cli_build_cost_at(&p->cost, p->cost.tp, (recompute_mode)m, &env->model, &env->hw,
+                                   &env->recompute_cm[m], env->cost_source,
+                                   sizeof env->cost_source, err);
             if (st != DP_OK) return st;
         }
         env->cm = env->recompute_cm[0];
