@@ -357,16 +357,23 @@ static void test_global_batches(void **state)
     trace_release(&t);
 }
 
+/* A generated FLAN-like trace of n samples. */
+static void generated_trace(trace *t, size_t n)
+{
+    trace_gen_opts o;
+    trace_gen_defaults(&o);
+    o.samples = n;
+    dp_err err = {0};
+    trace_init(t);
+    if (trace_generate(&o, t, &err) != DP_OK) fail_msg("%s", err.msg);
+}
+
 static void test_streamed_batches_match(void **state)
 {
     (void)state;
-    trace_gen_opts o;
-    trace_gen_defaults(&o);
-    o.samples = 5000;
     trace t;
     dp_err err = {0};
-    trace_init(&t);
-    assert_int_equal(trace_generate(&o, &t, &err), DP_OK);
+    generated_trace(&t, 5000);
     const char *path = tmp_file(".csv", "");
     assert_int_equal(trace_write_csv(&t, path, &err), DP_OK);
     batch_rules r;
@@ -438,13 +445,9 @@ static void test_packing_rules(void **state)
 static void test_pack_dataset_batches(void **state)
 {
     (void)state;
-    trace_gen_opts o;
-    trace_gen_defaults(&o);
-    o.samples = 4000;
     trace t;
     dp_err err = {0};
-    trace_init(&t);
-    assert_int_equal(trace_generate(&o, &t, &err), DP_OK);
+    generated_trace(&t, 4000);
     for (int t5 = 0; t5 < 2; t5++) {
         batch_rules r;
         batch_rules_default(&r, t5 ? ARCH_T5 : ARCH_GPT);
@@ -476,6 +479,17 @@ static void test_pack_dataset_batches(void **state)
             int first_row = row_of[next], last_row = row_of[next + (size_t)n - 1];
             assert_true(next == 0 || row_of[next - 1] < first_row); /* starts a row */
             if (next + (size_t)n < t.n) assert_int_equal(last_row - first_row + 1, R);
+            /* the packer, run on the batch alone, rebuilds exactly those rows (one per micro-batch
+             * at mbs 1) */
+            batch_ctx pc = {&r, NULL, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL};
+            mb_list l;
+            mb_list_init(&l);
+            assert_int_equal(batcher_find("packing")->split(&pc, b, n, &l, &err), DP_OK);
+            assert_int_equal(l.n_mb, last_row - first_row + 1);
+            for (int k = 0; k < l.n_mb; k++)
+                for (int q = 0; q < l.mb[k].n_samples; q++)
+                    assert_int_equal(row_of[l.ids[l.mb[k].first + q]], first_row + k);
+            mb_list_release(&l);
             next += (size_t)n;
             batches++;
         }
