@@ -69,7 +69,7 @@ static const char *fixed_by_plan(int c)
              {321, "--batching"}, {322, "--schedule"}, {323, "--pp"}, {324, "--dp"},
              {325, "--chunks"}, {326, "--zero"}, {327, "--mbs"}, {328, "--mb-tokens"},
              {329, "--global-tokens"}, {330, "--max-seqlen"}, {331, "--max-dec-seqlen"},
-             {332, "--dp-thin"}, {333, "--iterations"}, {337, "--stream"}, {340, "--dp-split"}};
+             {332, "--dp-thin"}, {333, "--iterations"}, {337, "--stream"}, {339, "--keep-going"}, {340, "--dp-split"}};
     for (size_t i = 0; i < sizeof T / sizeof *T; i++)
         if (T[i].code == c) return T[i].name;
     return NULL;
