@@ -90,6 +90,13 @@ void cost_opts_default(cost_opts *o)
     o->recompute = RECOMPUTE_NONE;
 }
 
+/* Applies --flash-attention to a cost model just built (st its constructor's status). */
+static dp_status flash(dp_status st, const cost_opts *o, cost_model **cm)
+{
+    if (st == DP_OK) (*cm)->flash_attn = o->flash_attn;
+    return st;
+}
+
 dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
                          char *source, size_t source_cap, dp_err *err)
 {
@@ -105,7 +112,7 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
     if (o->fit) {
         snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s", o->fit, o->tp,
                  recompute_name(o->recompute));
-        return cost_fit_load(o->fit, m, o->tp, o->recompute, cm, err);
+        return flash(cost_fit_load(o->fit, m, o->tp, o->recompute, cm, err), o, cm);
     }
     const char *profile = o->profile;
     char buf[4096];
@@ -120,14 +127,26 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                            buf, m->name);
     }
     if (profile && !o->analytic) {
-        snprintf(source, source_cap, "profile %s (tp %d, recompute %s)", profile, o->tp,
-                 recompute_name(o->recompute));
-        return cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err);
+        snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
+                 recompute_name(o->recompute), o->flash_attn ? ", FlashAttention memory" : "");
+        return flash(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, cm);
     }
     analytic_params p;
     analytic_params_default(&p);
-    snprintf(source, source_cap, "analytic on %s (default parameters)", hw->gpu.name);
-    return cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err);
+    const char *fitted_on = analytic_params_provenance();
+    int foreign = strcmp(hw->gpu.name, ANALYTIC_DEFAULT_GPU) != 0;
+    snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s",
+             hw->gpu.name, ANALYTIC_DEFAULT_GPU, foreign ? ": an assumption on this GPU" : "",
+             o->flash_attn ? ", FlashAttention memory" : "");
+    static int told;
+    if (foreign && !told) {
+        told = 1;
+        fprintf(stderr, "dpsim: note: the analytic model's efficiencies and per-layer floor are %s; "
+                "on %s they are an assumption\nhint: measure a profile on it (dprun profile) and "
+                "fit them: dpsim calibrate --profile CSV --hw %s -o fit.json, then --fit "
+                "fit.json\n", fitted_on, hw->gpu.name, hw->gpu.name);
+    }
+    return flash(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, cm);
 }
 
 dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model_spec *m,
@@ -149,7 +168,9 @@ const char COST_OPTS_HELP[] =
     "      --analytic       analytic cost model even where a profile exists\n"
     "      --tp T           tensor-parallel degree                            [1]\n"
     "      --recompute R    none | selective | full | dynamic (per iteration, the first\n"
-    "                       of none, selective, full whose plan fits; DynaPipe's rule)  [none]\n";
+    "                       of none, selective, full whose plan fits; DynaPipe's rule)  [none]\n"
+    "      --flash-attention  FlashAttention memory: attention scores never stored (the\n"
+    "                       profiles and the analytic model store them by default)\n";
 
 int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage)
 {
@@ -160,6 +181,7 @@ int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const ch
     case 302: o->profile = arg; return 1;
     case 303: o->fit = arg; return 1;
     case 304: o->analytic = 1; return 1;
+    case 307: o->flash_attn = 1; return 1;
     case 305:
         if (cli_int(cmd, "--tp", arg, 1, 1024, &v)) return -1;
         o->tp = (int)v;

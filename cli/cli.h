@@ -69,13 +69,16 @@ typedef struct cost_opts {
                                * cli_build_cost itself refuses it */
     const char *model_json, *hw_json; /* specs given as JSON text (a plan's): used instead of
                                        * resolving model / hw */
+    int flash_attn;      /* --flash-attention: no s x s scores stored (cost_model.flash_attn) */
 } cost_opts;
 
 void cost_opts_default(cost_opts *o);
 
 /* Resolves model and hardware and builds the cost model the options ask for. The model's measured
  * profile is used by default when the hardware's GPU is the one it was measured on (A100-40GB);
- * otherwise the analytic model. *source describes the choice for the user. */
+ * otherwise the analytic model. *source describes the choice for the user. The analytic model at
+ * its default parameters on a GPU they were not fitted to says so on stderr, once per process
+ * (analytic_params_provenance). */
 dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
                          char *source, size_t source_cap, dp_err *err);
 
@@ -90,7 +93,7 @@ dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model
     {"model", required_argument, 0, 300}, {"hw", required_argument, 0, 301},                       \
         {"profile", required_argument, 0, 302}, {"fit", required_argument, 0, 303},                \
         {"analytic", no_argument, 0, 304}, {"tp", required_argument, 0, 305},                      \
-        {"recompute", required_argument, 0, 306}
+        {"recompute", required_argument, 0, 306}, {"flash-attention", no_argument, 0, 307}
 extern const char COST_OPTS_HELP[];
 
 /* Handles one cost option (getopt code c, value optarg): 1 handled, 0 not a cost option, -1 usage
@@ -187,7 +190,8 @@ void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, c
 dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_extra,
                             const out_role *outs, int n_out, dp_err *err);
 
-/* Splits a comma list into at most max names (pointers into buf, which strtok cuts). */
+/* Splits a comma list into at most max names (pointers into buf, which strtok cuts); -1 when
+ * it has more. */
 int cli_split_list(char *buf, const char **items, int max);
 
 /* The machine's cores: the default worker count of sweep and tune. */

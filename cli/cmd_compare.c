@@ -18,7 +18,7 @@ static const char COMPARE_USAGE[] =
     "dpsim compare [--batchings LIST] [--schedules LIST] [--tuned [--gpus N]] [PLAN OPTIONS] "
     "[--out DIR] [--json]";
 
-#define MAX_ITEMS 8
+#define MAX_ITEMS 16
 
 typedef struct row {
     const char *batching, *schedule;
@@ -172,6 +172,28 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
     return text;
 }
 
+/* Every batching by default: the paper's four, the varlen packers and balancers, DynaPipe on
+ * varlen kernels. */
+#define COMPARE_BATCHINGS                                                                          \
+    "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
+    "dynamic,dynamic-varlen"
+
+/* The best feasible row whose batching is (dynamic 1) or is not (0) DynaPipe's DP among the
+ * varlen ones (dynamic 0) or DynaPipe's (1, either attention); -1 when none. */
+static int best_row(const row *rows, int n, int dynamic)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        const batcher *b = batcher_find(rows[i].batching);
+        if (!b || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom) continue;
+        int is_dp = b->split == batcher_find("dynamic")->split;
+        if (dynamic ? !is_dp : (is_dp || !b->varlen)) continue;
+        if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
+            best = i;
+    }
+    return best;
+}
+
 static void print_table(const plan_cli *p, const plan_env *env, const row *rows, int n, int tuned,
                         FILE *fp)
 {
@@ -188,29 +210,34 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
             env->cost_source);
     fprintf(fp, "# speed-up is over packing with %s (the MLM+DS baseline); bubble is the mean over stages\n",
             tuned ? "its tuned configuration" : "1f1b");
-    fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
+    fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
             "throughput", "speedup", "mfu", "padding", "bubble", "peak_mem", "oom", "plan");
-    fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
+    fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
             "eff_%", "%", "MB(max)", "", "ms/iter");
     for (int i = 0; i < n; i++) {
         const row *w = &rows[i];
         if (w->st != DP_OK) {
-            fprintf(fp, "%-13s %-11s error: %s\n", w->batching, w->schedule, w->error);
+            fprintf(fp, "%-18s %-11s error: %s\n", w->batching, w->schedule, w->error);
             continue;
         }
         if (!w->r.feasible) {
-            fprintf(fp, "%-13s %-11s %12s %8s %6s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
+            fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
                     "infeasible", "-", "-", "-", "-", "-", "yes", w->r.plan_ms_median);
             continue;
         }
         char speed[16] = "-";
         if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
-        fprintf(fp, "%-13s %-11s %12.0f %8s %6.1f %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
+        fprintf(fp, "%-18s %-11s %12.0f %8s %6.1f %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
                 w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
                 100 * w->r.padding_efficiency,
                 100 * mean_bubble(&w->r), max_peak(&w->r), w->r.oom ? "YES" : "no",
                 w->r.plan_ms_median);
     }
+    int bv = best_row(rows, n, 0), bd = best_row(rows, n, 1);
+    if (bv >= 0 && bd >= 0)
+        fprintf(fp, "# best DynaPipe (%s/%s) over the best varlen packer (%s/%s): %.2fx\n",
+                rows[bd].batching, rows[bd].schedule, rows[bv].batching, rows[bv].schedule,
+                rows[bd].r.throughput_tokens_per_s / rows[bv].r.throughput_tokens_per_s);
     for (int i = 0; i < n; i++) {
         const study_result *r = &rows[i].r;
         if (rows[i].tuned[0]) fprintf(fp, "# %s tuned: %s\n", rows[i].batching, rows[i].tuned);
@@ -297,7 +324,7 @@ int cmd_compare(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "compare", *out = "dpsim-out";
-    char blist[256] = "padding,packing,token,dynamic", slist[256] = "1f1b,adaptive";
+    char blist[256] = COMPARE_BATCHINGS, slist[256] = "1f1b,adaptive";
     plan_cli p;
     plan_cli_default(&p);
     int json = 0, figures = 1, tuned = 0, tuned_gpus = 0, c, r;
@@ -332,7 +359,8 @@ int cmd_compare(int argc, char **argv)
                    "schedule) pair and prints one table: throughput (real tokens/s), speed-up over\n"
                    "packing + 1f1b, padding efficiency, bubble fraction, peak memory, OOM and\n"
                    "planning time. Writes throughput.png, timeline.png and memory.png into --out.\n\n"
-                   "  -b, --batchings LIST  comma list of strategies   [padding,packing,token,dynamic]\n"
+                   "  -b, --batchings LIST  comma list of strategies (dpsim plan --help lists them)\n"
+                   "                        [" COMPARE_BATCHINGS "]\n"
                    "  -s, --schedules LIST  comma list of schedules    [1f1b,adaptive]\n"
                    "  -o, --out DIR         folder for the figures     [dpsim-out]\n"
                    "  -n, --no-figures      skip the figures\n"
@@ -356,6 +384,9 @@ int cmd_compare(int argc, char **argv)
                                searched);
     const char *bs[MAX_ITEMS], *ss[MAX_ITEMS];
     int nb = cli_split_list(blist, bs, MAX_ITEMS), ns = cli_split_list(slist, ss, MAX_ITEMS);
+    if (nb < 0 || ns < 0)
+        return cli_usage_error(cmd, COMPARE_USAGE, "more than %d items in --%s", MAX_ITEMS,
+                               nb < 0 ? "batchings" : "schedules");
     for (int i = 0; i < nb; i++)
         if (!batcher_find(bs[i]))
             return cli_usage_error(cmd, COMPARE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);
@@ -384,12 +415,17 @@ int cmd_compare(int argc, char **argv)
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
     }
-    row rows[MAX_ITEMS * MAX_ITEMS];
+    row *rows = calloc((size_t)(nb * ns), sizeof *rows); /* tuned: nb rows */
+    if (!rows) {
+        plan_env_release(&env);
+        return cli_fail(cmd, &(dp_err){DP_ERR_NOMEM, "out of memory"});
+    }
     int n = 0;
     if (tuned) {
         st = compare_tuned(&p, &env, bs, nb, ss, ns, &tuned_gpus, (int)tune_iterations, (int)jobs,
                            rows, &n, &err);
         if (st != DP_OK) {
+            free(rows);
             plan_env_release(&env);
             return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg)
                                         : cli_fail(cmd, &err);
@@ -439,6 +475,7 @@ int cmd_compare(int argc, char **argv)
             fprintf(stderr, "dpsim: wrote %s/throughput.png, %s/timeline.png and %s/memory.png\n", out, out, out);
     }
     for (int i = 0; i < n; i++) study_result_release(&rows[i].r);
+    free(rows);
     plan_env_release(&env);
     return st == DP_OK ? 0 : cli_fail(cmd, &err);
 }

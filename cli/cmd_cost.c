@@ -10,7 +10,40 @@
 #include "cli.h"
 
 static const char COST_USAGE[] =
-    "dpsim cost [--model M] (--profile CSV | --hw H) --mbs N --seqlen L [--dec-seqlen D] [--json]";
+    "dpsim cost [--model M] (--profile CSV | --hw H) --mbs N --seqlen L [--dec-seqlen D] "
+    "[--samples LIST] [--json]";
+
+/* --samples: the lengths of the samples in the micro-batch (T5: INPUT:TARGET pairs), attending
+ * each to itself (varlen, cost.h): their padded squares summed into s. */
+static int parse_samples(const char *cmd, const char *arg, const model_spec *m, cost_shape *s)
+{
+    batch_rules r;
+    batch_rules_default(&r, m->arch);
+    char buf[4096];
+    const char *item[512];
+    if (strlen(arg) >= sizeof buf)
+        return cli_usage_error(cmd, COST_USAGE, "--samples is longer than %zu characters",
+                               sizeof buf - 1);
+    strcpy(buf, arg);
+    int n = cli_split_list(buf, item, 512);
+    if (n <= 0) return cli_usage_error(cmd, COST_USAGE, "--samples needs 1 to 512 lengths");
+    s->varlen = 1;
+    for (int i = 0; i < n; i++) {
+        int64_t e = 0, d = 0;
+        char *colon = strchr(item[i], ':');
+        if (colon) *colon = '\0';
+        if (dp_parse_i64(item[i], 1, 1 << 24, &e) != 0 ||
+            (colon && dp_parse_i64(colon + 1, 1, 1 << 24, &d) != 0) ||
+            (m->arch == ARCH_T5) != (colon != NULL))
+            return cli_usage_error(cmd, COST_USAGE, "--samples item %d \"%s%s%s\" is not %s", i + 1,
+                                   item[i], colon ? ":" : "", colon ? colon + 1 : "",
+                                   m->arch == ARCH_T5 ? "INPUT:TARGET (whole numbers >= 1)"
+                                                      : "a length (a whole number >= 1)");
+        double pe = batch_pad(&r, (int)e), pd = batch_pad(&r, (int)d);
+        s->enc_sq += pe * pe, s->dec_sq += pd * pd, s->enc_dec += pe * pd;
+    }
+    return 0;
+}
 
 int cmd_cost(int argc, char **argv)
 {
@@ -19,6 +52,7 @@ int cmd_cost(int argc, char **argv)
                                          {"seqlen", required_argument, 0, 'l'},
                                          {"dec-seqlen", required_argument, 0, 'd'},
                                          {"pp", required_argument, 0, 'p'},
+                                         {"samples", required_argument, 0, 'S'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -27,8 +61,9 @@ int cmd_cost(int argc, char **argv)
     cost_opts_default(&co);
     int64_t mbs = -1, seqlen = -1, dec = 0, pp = 1;
     int json = 0, c, r;
+    const char *samples = NULL;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:l:d:p:jh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:l:d:p:S:jh", opts, NULL)) != -1) {
         if ((r = cli_cost_opt(&co, c, optarg, cmd, COST_USAGE)) != 0) {
             if (r < 0) return EXIT_USAGE;
             continue;
@@ -46,6 +81,7 @@ int cmd_cost(int argc, char **argv)
         case 'p':
             if (cli_int(cmd, "--pp", optarg, 1, 4096, &pp)) return EXIT_USAGE;
             break;
+        case 'S': samples = optarg; break;
         case 'j': json = 1; break;
         case 'h':
             printf("usage: %s\n\nOne cost-model query: forward and backward time per layer and per\n"
@@ -54,6 +90,8 @@ int cmd_cost(int argc, char **argv)
                    "  -l, --seqlen L       sequence length; T5: encoder length, tokens   (required)\n"
                    "  -d, --dec-seqlen D   T5 decoder length, tokens                     (T5: required)\n"
                    "  -p, --pp S           pipeline stages, for the per-stage figures    [1]\n"
+                   "  -S, --samples LIST   the micro-batch's samples (T5: IN:TARGET pairs), each\n"
+                   "                       attending to itself (varlen/THD): attention per sample\n"
                    "  -j, --json           print the cost query JSON contract\n"
                    "%s  -h, --help           this help\n",
                    COST_USAGE, COST_OPTS_HELP);
@@ -89,7 +127,15 @@ int cmd_cost(int argc, char **argv)
         cost_model_free(cm);
         return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
     }
-    cost_shape s = {(int)mbs, (int)seqlen, (int)dec};
+    cost_shape s = cost_shape_rows((int)mbs, (int)seqlen, (int)dec);
+    if (samples && parse_samples(cmd, samples, &m, &s) != 0) {
+        cost_model_free(cm);
+        return EXIT_USAGE;
+    }
+    cost_attn_fit fit[2];
+    int has_fit[2];
+    for (int k = 0; k < 2; k++)
+        has_fit[k] = cost_profile_attn_fit(cm, (cost_component)k, &fit[k], NULL) == DP_OK;
     cost_layer layer[2] = {{0}};
     st = cost_query(cm, COMP_ENCODER, &s, &layer[0], &err);
     if (st == DP_OK && m.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, &s, &layer[1], &err);
@@ -141,6 +187,13 @@ int cmd_cost(int argc, char **argv)
                recompute_name(co.recompute), s.mbs, s.enc_len);
         if (m.arch == ARCH_T5) printf(", dec-seqlen %d", s.dec_len);
         printf("\n# cost model: %s\n", source);
+        if (samples) printf("# attention per sample (varlen) over %s\n", samples);
+        for (int k = 0; k < 2; k++)
+            if (has_fit[k])
+                printf("# the profile's %s attention term (what varlen and --flash-attention "
+                       "move) is fitted over %d grid points above the launch floor: held-out "
+                       "error median %.1f%%, max %.1f%%\n", component_name((cost_component)k),
+                       fit[k].n_points, fit[k].median_err_pct, fit[k].max_err_pct);
         if (!feasible) {
             printf("infeasible: %s\n", err.msg);
         } else {

@@ -270,7 +270,7 @@ static dp_status tl_row(void *vctx, const csv_row *r, dp_err *err)
     double t0, t1;
     if (dp_parse_i64(r->fields[c->idx[0]], 0, INT32_MAX, &it) != 0 ||
         dp_parse_i64(r->fields[c->idx[1]], 0, 4096, &stage) != 0 ||
-        dp_parse_i64(r->fields[c->idx[3]], 0, INT32_MAX, &mb) != 0 ||
+        dp_parse_i64(r->fields[c->idx[3]], -1, INT32_MAX, &mb) != 0 || /* -1: a stage-wide op */
         dp_parse_f64(r->fields[c->idx[4]], &t0) != 0 || dp_parse_f64(r->fields[c->idx[5]], &t1) != 0 || t1 < t0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: bad iteration, stage, mb or times", r->path, r->line);
     if (it != c->iteration) return DP_OK;

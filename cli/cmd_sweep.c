@@ -364,6 +364,15 @@ static int run_pool(const plan_cli *base, const grid *g, const long *todo, long 
                     emit_fn emit, void *ctx, int progress)
 {
     sweep_pool sp = {base, g, todo, emit, ctx, (double)time(NULL)};
+    /* the base options' cost model, built once here so that what cli_build_cost says once per
+     * process (the analytic constants' provenance) is said once, not by every worker */
+    model_spec m;
+    cluster_spec hw;
+    cost_model *cm = NULL;
+    char source[4200];
+    dp_err err = {0};
+    if (cli_build_cost(&base->cost, &m, &hw, &cm, source, sizeof source, &err) == DP_OK)
+        cost_model_free(cm);
     if (progress) draw_progress(0, n, sp.t0);
     return pool_run(n, jobs, pool_point, pool_row, progress ? pool_progress_bar : NULL, &sp);
 }

@@ -217,7 +217,10 @@ const char *cli_tune_searched(int c)
 int cli_split_list(char *buf, const char **items, int max)
 {
     int n = 0;
-    for (char *tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) items[n++] = tok;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max) return -1;
+        items[n++] = tok;
+    }
     return n;
 }
 
@@ -284,6 +287,9 @@ int cmd_tune(int argc, char **argv)
     tune_space sp;
     const char *bs[TUNE_MAX_LIST], *ss[TUNE_MAX_LIST];
     int nb = cli_split_list(blist, bs, TUNE_MAX_LIST), ns = cli_split_list(slist, ss, TUNE_MAX_LIST);
+    if (nb < 0 || ns < 0)
+        return cli_usage_error(cmd, TUNE_USAGE, "more than %d items in --%s", TUNE_MAX_LIST,
+                               nb < 0 ? "batchings" : "schedules");
     for (int i = 0; i < nb; i++)
         if (!batcher_find(bs[i]))
             return cli_usage_error(cmd, TUNE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);

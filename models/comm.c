@@ -37,3 +37,19 @@ double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double b
     double lat_us = spans_nodes ? c->inter_latency_us : c->intra_latency_us;
     return 2.0 * (n - 1) * lat_us / 1e3 + 2.0 * (n - 1) / n * bytes * 8 / (gbit * 1e9) * 1e3;
 }
+
+double comm_allgather_ms(const cluster_spec *c, int n, int spans_nodes, double bytes)
+{
+    return comm_allreduce_ms(c, n, spans_nodes, bytes) / 2;
+}
+
+int comm_dp_spans_nodes(const cluster_spec *c, int pp, int dp, int tp, int stage)
+{
+    int first = stage * tp, last = ((dp - 1) * pp + stage + 1) * tp - 1;
+    return first / c->gpus_per_node != last / c->gpus_per_node;
+}
+
+int comm_tp_spans_nodes(const cluster_spec *c, int tp)
+{
+    return tp > c->gpus_per_node;
+}

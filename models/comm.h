@@ -3,6 +3,8 @@
  *
  *   p2p_ms        = latency + bytes / bandwidth            (Hockney's alpha-beta model)
  *   allreduce_ms  = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth   (ring; Patarasuk & Yuan 2009)
+ *   allgather_ms = reduce_scatter_ms = (n-1) * latency + (n-1)/n * bytes / bandwidth  (half a ring
+ *                  all-reduce: bytes is the whole gathered or reduced buffer; NCCL's ring)
  *
  * The link is intra-node when both ranks sit in one node (rank / gpus_per_node equal), else
  * inter-node; a ring that spans nodes runs at the inter-node link.
@@ -33,5 +35,14 @@ double comm_p2p_ms(const cluster_spec *c, int rank_a, int rank_b, double bytes);
 
 /* Ring all-reduce of bytes across n ranks; spans_nodes selects the inter-node link. */
 double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double bytes);
+/* Ring all-gather (or reduce-scatter) of a bytes buffer across n ranks. */
+double comm_allgather_ms(const cluster_spec *c, int n, int spans_nodes, double bytes);
+
+/* Whether the data-parallel group of pipeline stage `stage` spans nodes. Placement: rank
+ * r = replica * pp + stage holds GPUs r * tp .. r * tp + tp - 1 (tensor parallelism innermost,
+ * then the pipeline, then the replicas: Megatron's order), gpus_per_node to a node. */
+int comm_dp_spans_nodes(const cluster_spec *c, int pp, int dp, int tp, int stage);
+/* Whether a tensor-parallel group spans nodes (tp > gpus_per_node). */
+int comm_tp_spans_nodes(const cluster_spec *c, int tp);
 
 #endif /* COMM_H */

@@ -1,4 +1,5 @@
 /* Parts of the cost-model interface shared by every kind. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,4 +32,16 @@ uint64_t cost_model_next_serial(void)
 {
     static uint64_t next;
     return ++next;
+}
+
+void cost_shape_attn(const cost_shape *s, double *enc_sq, double *dec_sq, double *enc_dec)
+{
+    double b = s->mbs, e = s->enc_len, d = s->dec_len;
+    *enc_sq = b * e * e;
+    *dec_sq = b * d * d;
+    *enc_dec = b * e * d;
+    if (!s->varlen) return;
+    *enc_sq = fmin(*enc_sq, s->enc_sq);
+    *dec_sq = fmin(*dec_sq, s->dec_sq);
+    *enc_dec = fmin(*enc_dec, s->enc_dec);
 }

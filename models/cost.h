@@ -54,7 +54,28 @@ typedef struct cost_shape {
     int mbs;     /* samples (or packed rows) in the micro-batch */
     int enc_len; /* padded encoder (GPT: whole sequence) length, tokens */
     int dec_len; /* padded decoder length, tokens (0 for GPT) */
+    /* Variable-length attention (THD with cu_seqlens, as Megatron-Core's packed sequences, Hugging
+     * Face's DataCollatorWithFlattening or PyTorch's varlen_attn run it): when varlen is set, each
+     * sample attends to itself only, so attention's s-squared work and memory are sums over the
+     * samples of their own padded lengths: enc_sq = sum e_i^2, dec_sq = sum d_i^2, enc_dec = sum
+     * e_i * d_i (T5's cross attention). The GEMMs, element-wise work and transfers stay on the
+     * mbs x enc_len (x dec_len) tensor. varlen 0 (a zeroed shape): attention over whole rows. */
+    int varlen;
+    double enc_sq, dec_sq, enc_dec;
 } cost_shape;
+
+/* A shape of whole rows (varlen 0). */
+static inline cost_shape cost_shape_rows(int mbs, int enc_len, int dec_len)
+{
+    cost_shape s = {0};
+    s.mbs = mbs, s.enc_len = enc_len, s.dec_len = dec_len;
+    return s;
+}
+
+/* The attention sums a shape costs (above): its varlen sums, each at most the padded rows' (a
+ * sample padded to the pad multiple can push a full row's sum past it), or for whole rows
+ * mbs * enc_len^2, mbs * dec_len^2 and mbs * enc_len * dec_len. */
+void cost_shape_attn(const cost_shape *s, double *enc_sq, double *dec_sq, double *enc_dec);
 
 typedef struct cost_layer {
     double fwd_ms, bwd_ms;
@@ -78,6 +99,11 @@ struct cost_model {
     recompute_mode recompute;
     double param_mb[COMP_COUNT];  /* fp16 parameters per layer on one GPU (after TP), MB */
     double embedding_param_mb;    /* fp16 word (+position) embedding on one GPU, MB */
+    int flash_attn;               /* FlashAttention-style memory: the s x s scores and their
+                                   * dropout mask are never stored (recomputed in the backward
+                                   * kernel), so stored and peak activations lose the attention
+                                   * score terms; times unchanged. Set by the caller after
+                                   * construction, before the first query */
     void *impl;                   /* the kind's own state */
     uint64_t serial;              /* unique among the cost models this process made: what caches
                                    * of its answers key on (an address may be reused) */
@@ -121,6 +147,23 @@ typedef struct cost_point {
     cost_layer cost;
 } cost_point;
 
+/* How well a profile's attention term is separated from the rest (cost_profile.c fits it over
+ * the grid: the s-squared terms against the token-linear ones; varlen shapes and FlashAttention
+ * memory move only that term). The error is the fit's relative error on held-out grid points
+ * (every 4th, left out of a second fit), fwd_ms and bwd_ms, median and largest. */
+typedef struct cost_attn_fit {
+    int ok;                 /* every metric fitted (enough points) */
+    int n_points;           /* grid points with fwd_ms */
+    int n_held_out;         /* held-out points the errors are over (fwd and bwd) */
+    double median_err_pct, max_err_pct;
+} cost_attn_fit;
+
+/* The fit of component c (encoder or decoder); fwd_ms_per_sq, when non-NULL, receives the
+ * forward time per squared token of attention (enc^2; T5 decoder: dec^2), ms. UNSUPPORTED for
+ * another kind of cost model, INFEASIBLE for a component the profile lacks. */
+dp_status cost_profile_attn_fit(const cost_model *cm, cost_component c, cost_attn_fit *out,
+                                double *fwd_ms_per_sq);
+
 /* Every measured cell of the loaded grid with fwd_ms and bwd_ms (memory metrics NaN when the
  * profile lacks them), encoder and decoder layers only. *pts is malloc'd. */
 dp_status cost_profile_points(const cost_model *cm, cost_point **pts, size_t *n, dp_err *err);
@@ -141,6 +184,11 @@ typedef struct analytic_params {
 
 /* Defaults: the fit to the A100 GPT-6.7B TP1 grid, rounded (see README "Cost models"). */
 void analytic_params_default(analytic_params *p);
+
+/* Where the defaults come from, for the user: the GPU (ANALYTIC_DEFAULT_GPU, a gpu_spec name)
+ * and the data they were fitted to. On any other GPU they are an assumption. */
+#define ANALYTIC_DEFAULT_GPU "a100-40gb"
+const char *analytic_params_provenance(void);
 
 /* Array view for fitting: params as double[ANALYTIC_N_PARAMS] in the order above. */
 void analytic_params_to_array(const analytic_params *p, double *a);

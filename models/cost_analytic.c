@@ -13,11 +13,18 @@
  *                                    + 2b*s_d*m*h*f                      attn = 4b*hk(s_d^2 + s_d*s_e)
  *   postprocess (LM head)    dense = 2*b*s*h*V  (s = s_d for T5)         attn = 0
  * each divided by t. Causal masking is not subtracted: without flash-attention (as in the
- * profiles) the full s^2 matrix is computed.
+ * profiles) the full s^2 matrix is computed. With varlen attention (cost.h) b*s^2 is the sum of
+ * the samples' own s_i^2 (T5: s_d^2 and s_d*s_e likewise), so a packed row's samples do not see
+ * each other.
  *
  * Bytes moved through HBM: the layer's fp16 weights once, plus elementwise traffic of
  * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations and 2 passes over (b, s, f / t)
  * (layer norms, GeLU, dropout, residuals); the postprocess adds fp32 softmax over (b, s, V / t).
+ *
+ * Tensor parallelism (t > 1) adds Megatron's all-reduces of the (b, s, h) fp16 activations, two
+ * per layer forward (after attention and after the MLP; three in a T5 decoder layer) and as many
+ * in the backward (twice with full recompute, which reruns the forward), each a ring all-reduce
+ * over the t GPUs (comm.h; the intra-node link unless t exceeds a node), not overlapped.
  *
  * Time (each term against its ceiling, then a soft floor for launch-bound small shapes):
  *   work_fwd = dense / (P * gemm_eff) + attn / (P * attn_eff) + bytes / (BW * mem_eff)
@@ -36,7 +43,9 @@
  *   GPT / T5 encoder layer   = attention(s, s) + MLP(s)           (= sbh(10 + 24/t + 5as/(ht))
  *                                                                    for hk = h, f = 4h, m = 2)
  *   T5 decoder layer         = attention(s_d, s_d) + attention(s_d, s_e) + MLP(s_d)
- *   selective recompute drops the 5*a*sq*skv*b/t terms; full recompute keeps the input, 2*s*b*h.
+ *   selective recompute drops the 5*a*sq*skv*b/t terms (score entries: varlen, the samples' own);
+ *   so does FlashAttention memory (cost_model.flash_attn), whatever the recompute mode; full
+ *   recompute keeps the input, 2*s*b*h.
  *   transient over the stored ones (the peak during a layer's backward): what recomputation
  *   rebuilds, plus one (b, s, f/t) fp16 gradient buffer.
  *   postprocess: the fp16 logits, 2*b*s*V/t, stored; fp32 softmax, 4*b*s*V/t, transient.
@@ -46,6 +55,7 @@
 #include <string.h>
 
 #include "../common/json_util.h"
+#include "comm.h"
 #include "cost.h"
 
 #define ELEMENTWISE_PASSES 8.0 /* fp16 passes over (b, s, h) per layer forward */
@@ -67,6 +77,13 @@ void analytic_params_default(analytic_params *p)
     p->bwd_ratio = 1.77;
 }
 
+const char *analytic_params_provenance(void)
+{
+    return "fitted (dpsim calibrate) to the A100-40GB measurements of GPT-6.7B, tp 1, no "
+           "recompute (models/profiles/a100_gpt_6.7b_profile.csv, the DynaPipe authors' "
+           "profiling)";
+}
+
 void analytic_params_to_array(const analytic_params *p, double *a)
 {
     a[0] = p->gemm_eff, a[1] = p->attn_eff, a[2] = p->mem_eff;
@@ -84,16 +101,17 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
 {
     double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
     double hkv = (double)model_kv_heads(m) * m->kv_channels, mats = m->glu ? 3 : 2;
-    double se = s->enc_len, sd = s->dec_len;
+    double se = s->enc_len, sd = s->dec_len, ee, dd, ed;
+    cost_shape_attn(s, &ee, &dd, &ed);
     switch (c) {
     case COMP_ENCODER:
         *dense = 2 * b * se * (h * hk + 2 * h * hkv + hk * h + mats * h * f);
-        *attn = 4 * b * se * se * hk;
+        *attn = 4 * ee * hk;
         break;
     case COMP_DECODER:
         *dense = 2 * b * sd * (h * hk + 2 * h * hkv + hk * h) + 2 * b * sd * (2 * h * hk) +
                  2 * b * se * (2 * h * hkv) + 2 * b * sd * mats * h * f;
-        *attn = 4 * b * hk * (sd * sd + sd * se);
+        *attn = 4 * hk * (dd + ed);
         break;
     default: {
         double s_out = m->arch == ARCH_T5 ? sd : se;
@@ -105,15 +123,17 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
     *attn /= tp;
 }
 
-static double attention_block(double b, double sq, double skv, double h, double hk, double hkv,
-                              double a, double t, int keep_scores)
+/* scores: the sum over rows (varlen: over samples) of sq * skv, the attention score entries */
+static double attention_block(double b, double sq, double skv, double scores, double h, double hk,
+                              double hkv, double a, double t, int keep_scores)
 {
     return 5 * sq * b * h + (4 * sq * hk + 4 * skv * hkv) * b / t +
-           (keep_scores ? 5 * a * sq * skv * b / t : 0);
+           (keep_scores ? 5 * a * scores / t : 0);
 }
 
-double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
-                                 int tp, recompute_mode rc)
+/* The stored bytes, without the attention scores when flash (FlashAttention never stores them). */
+static double stored_bytes(const model_spec *m, cost_component c, const cost_shape *s, int tp,
+                           recompute_mode rc, int flash)
 {
     double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
     double hkv = (double)model_kv_heads(m) * m->kv_channels, a = m->heads, t = tp,
@@ -122,11 +142,20 @@ double analytic_stored_act_bytes(const model_spec *m, cost_component c, const co
     if (c == COMP_POSTPROCESS) return 2 * b * (m->arch == ARCH_T5 ? sd : se) * m->vocab / t;
     double sq = c == COMP_DECODER ? sd : se;
     if (rc == RECOMPUTE_FULL) return 2 * sq * b * h;
-    int keep = rc == RECOMPUTE_NONE;
+    int keep = rc == RECOMPUTE_NONE && !flash;
+    double ee, dd, ed;
+    cost_shape_attn(s, &ee, &dd, &ed);
     double mlp = 5 * sq * b * h + 2 * mats * sq * b * f / t;
-    double bytes = attention_block(b, sq, sq, h, hk, hkv, a, t, keep) + mlp;
-    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, h, hk, hkv, a, t, keep);
+    double bytes =
+        attention_block(b, sq, sq, c == COMP_DECODER ? dd : ee, h, hk, hkv, a, t, keep) + mlp;
+    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, ed, h, hk, hkv, a, t, keep);
     return bytes;
+}
+
+double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
+                                 int tp, recompute_mode rc)
+{
+    return stored_bytes(m, c, s, tp, rc, 0);
 }
 
 typedef struct analytic {
@@ -171,12 +200,22 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     if (c == COMP_POSTPROCESS) recompute = 0;
     out->fwd_ms = smoothmax(p->fwd_floor_ms, work);
     out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * work + recompute);
-    double stored = analytic_stored_act_bytes(m, c, s, cm->tp, cm->recompute);
+    if (cm->tp > 1 && c != COMP_POSTPROCESS) {
+        /* Megatron's tensor-parallel all-reduces of the (b, s, h) fp16 activations: after the
+         * attention and after the MLP (a T5 decoder layer also after its cross attention), the
+         * same in the backward on the gradients; not overlapped with compute */
+        double n_ar = c == COMP_DECODER ? 3 : 2;
+        double ar = comm_allreduce_ms(&cm->hw, cm->tp, comm_tp_spans_nodes(&cm->hw, cm->tp),
+                                      2.0 * b * sq * h);
+        out->fwd_ms += n_ar * ar;
+        out->bwd_ms += n_ar * ar * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
+    }
+    double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn);
     double transient;
     if (c == COMP_POSTPROCESS) {
         transient = 4 * b * sq * m->vocab / t;
     } else {
-        double full = analytic_stored_act_bytes(m, c, s, cm->tp, RECOMPUTE_NONE);
+        double full = stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn);
         transient = (full - stored) + 2 * b * sq * m->ffn / t;
     }
     out->stored_act_mb = stored / 1e6;

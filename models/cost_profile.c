@@ -10,6 +10,7 @@
  * holes (cells that ran out of memory): a NaN corner would poison neighbouring exact points.
  */
 #include <gsl/gsl_interp.h>
+#include <gsl/gsl_multifit.h>
 #include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,8 +24,14 @@ static const char *const METRIC_NAMES[N_METRICS] = {"fwd_ms", "bwd_ms", "stored_
                                                     "peak_act_mb"};
 static const char *const COMPONENT_NAMES[COMP_COUNT] = {"encoder", "decoder", "postprocess"};
 
+/* The attention terms of a component, fitted over its grid (attn_fit below): per metric, the
+ * coefficients of the sums enc_sq, dec_sq and enc_dec (cost.h). */
+enum { A_EE, A_DD, A_ED, N_ATTN };
+
 typedef struct grid {
     int present;               /* the file has rows for this component */
+    double attn[N_METRICS][N_ATTN];
+    cost_attn_fit fit;         /* how well the fit holds (cost_profile_attn_fit) */
     int has_metric[N_METRICS]; /* the component has any value of this metric */
     size_t n[3];               /* axis lengths: mbs, enc, dec */
     double *axis[3];           /* sorted unique values */
@@ -210,6 +217,127 @@ static dp_status build_grid(grid *g, const raw_row *rows, size_t lo, size_t hi)
     return DP_OK;
 }
 
+/* ---- the attention term ------------------------------------------------------------------ */
+
+/* A layer's cost over its grid is fitted, by least squares relative to each value (GSL's
+ * gsl_multifit_wlinear, weights 1/y^2), as
+ *   encoder (GPT layer)  y = c0 + c1 b + c2 b e + c3 b e^2
+ *   T5 decoder           y = c0 + c1 b + c2 b d + c3 b e + c4 b d^2 + c5 b d e
+ * (b micro-batch size, e and d the lengths). The quadratic coefficients are the attention terms
+ * (score work and score memory grow with the square of the length; everything else with the
+ * tokens), clamped at 0. A query then keeps the grid's own interpolated value and moves only its
+ * attention part: varlen attention replaces the rows' b e^2 (b d^2, b d e) by the samples' sums,
+ * FlashAttention memory drops them from stored and peak memory. */
+#define FIT_MAX_FEATURES 6
+#define FIT_HOLDOUT_EVERY 4 /* every 4th grid point is held out to measure the fit's error */
+#define FIT_ABOVE_FLOOR 2.0 /* points within 2x of the grid's smallest value are launch-bound
+                             * (a flat floor no polynomial term describes) and left out */
+
+static int fit_features(cost_component c, double b, double e, double d, double *x, int *attn_at)
+{
+    if (c == COMP_ENCODER) {
+        x[0] = 1, x[1] = b, x[2] = b * e, x[3] = b * e * e;
+        attn_at[A_EE] = 3, attn_at[A_DD] = attn_at[A_ED] = -1;
+        return 4;
+    }
+    x[0] = 1, x[1] = b, x[2] = b * d, x[3] = b * e, x[4] = b * d * d, x[5] = b * d * e;
+    attn_at[A_EE] = -1, attn_at[A_DD] = 4, attn_at[A_ED] = 5;
+    return 6;
+}
+
+typedef struct fit_point {
+    double x[FIT_MAX_FEATURES], y;
+} fit_point;
+
+/* Least squares over the points that `use` selects (held_out: every FIT_HOLDOUT_EVERY-th
+ * left out, or all); coef receives p values. 0 when too few points. */
+static int fit_solve(const fit_point *pt, size_t n, int p, int hold_out, double *coef)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) m += !hold_out || i % FIT_HOLDOUT_EVERY != 0;
+    if (m < (size_t)p + 2) return 0;
+    gsl_matrix *X = gsl_matrix_alloc(m, (size_t)p), *cov = gsl_matrix_alloc((size_t)p, (size_t)p);
+    gsl_vector *y = gsl_vector_alloc(m), *w = gsl_vector_alloc(m), *c = gsl_vector_alloc((size_t)p);
+    gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc(m, (size_t)p);
+    int ok = X && cov && y && w && c && ws;
+    if (ok) {
+        size_t r = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (hold_out && i % FIT_HOLDOUT_EVERY == 0) continue;
+            for (int k = 0; k < p; k++) gsl_matrix_set(X, r, (size_t)k, pt[i].x[k]);
+            gsl_vector_set(y, r, pt[i].y);
+            gsl_vector_set(w, r, 1 / (pt[i].y * pt[i].y));
+            r++;
+        }
+        double chisq;
+        ok = gsl_multifit_wlinear(X, w, y, c, cov, &chisq, ws) == 0;
+        for (int k = 0; ok && k < p; k++) coef[k] = gsl_vector_get(c, (size_t)k);
+    }
+    gsl_multifit_linear_free(ws);
+    gsl_vector_free(c), gsl_vector_free(w), gsl_vector_free(y);
+    gsl_matrix_free(cov), gsl_matrix_free(X);
+    return ok;
+}
+
+/* Fits every metric of a grid (encoder or decoder); fills g->attn and g->fit. NOMEM only. */
+static dp_status attn_fit(grid *g, cost_component c)
+{
+    size_t cells = g->n[0] * g->n[1] * g->n[2];
+    fit_point *pt = malloc((cells ? cells : 1) * sizeof *pt);
+    double *err = malloc((cells ? cells : 1) * sizeof *err);
+    if (!pt || !err) {
+        free(pt), free(err);
+        return DP_ERR_NOMEM;
+    }
+    int attn_at[N_ATTN], p = 0;
+    g->fit.ok = 1;
+    g->fit.median_err_pct = g->fit.max_err_pct = 0;
+    for (int m = 0; m < N_METRICS; m++) {
+        size_t n = 0;
+        double floor = INFINITY; /* the grid's smallest value: the launch-bound floor */
+        for (size_t k = 0; g->has_metric[m] && k < cells; k++)
+            if (g->val[m][k] > 0) floor = fmin(floor, g->val[m][k]);
+        for (size_t i = 0; g->has_metric[m] && i < g->n[0]; i++)
+            for (size_t j = 0; j < g->n[1]; j++)
+                for (size_t l = 0; l < g->n[2]; l++) {
+                    double v = g->val[m][cell(g, i, j, l)];
+                    if (isnan(v) || v <= 0 || v < FIT_ABOVE_FLOOR * floor) continue;
+                    p = fit_features(c, g->axis[0][i], g->axis[1][j], g->axis[2][l], pt[n].x,
+                                     attn_at);
+                    pt[n++].y = v;
+                }
+        if (m == M_FWD) g->fit.n_points = (int)n;
+        double coef[FIT_MAX_FEATURES] = {0};
+        if (!g->has_metric[m]) continue; /* a profile without memory metrics: nothing to move */
+        if (!fit_solve(pt, n, p, 0, coef)) {
+            g->fit.ok = 0;
+            continue;
+        }
+        for (int a = 0; a < N_ATTN; a++)
+            g->attn[m][a] = attn_at[a] >= 0 ? fmax(0, coef[attn_at[a]]) : 0;
+        if (m != M_FWD && m != M_BWD) continue;
+        /* the error of the same fit made without every 4th point, on those points */
+        double held[FIT_MAX_FEATURES];
+        size_t ne = 0;
+        if (!fit_solve(pt, n, p, 1, held)) continue;
+        for (size_t i = 0; i < n; i += FIT_HOLDOUT_EVERY) {
+            double yhat = 0;
+            for (int k = 0; k < p; k++) yhat += held[k] * pt[i].x[k];
+            err[ne++] = 100 * fabs(yhat - pt[i].y) / pt[i].y;
+        }
+        qsort(err, ne, sizeof *err, cmp_double);
+        if (ne) {
+            g->fit.median_err_pct = fmax(g->fit.median_err_pct,
+                                         gsl_stats_median_from_sorted_data(err, 1, ne));
+            g->fit.max_err_pct = fmax(g->fit.max_err_pct, err[ne - 1]);
+            g->fit.n_held_out += (int)ne;
+        }
+    }
+    free(pt), free(err);
+    return DP_OK;
+}
+
+
 static void profile_release(cost_model *cm)
 {
     profile *p = cm->impl;
@@ -284,6 +412,25 @@ static dp_status profile_query(const cost_model *cm, cost_component c, const cos
         }
     next_corner:;
     }
+    if ((s->varlen || cm->flash_attn) && c != COMP_POSTPROCESS) {
+        if (!g->fit.ok)
+            return dp_fail(err, DP_ERR_INFEASIBLE, "the profile's %s grid has %d points, too few "
+                           "to separate attention from the rest (varlen attention, FlashAttention "
+                           "memory)", COMPONENT_NAMES[c], g->fit.n_points);
+        /* what the rows' attention would be, and what the samples' own is (cost.h) */
+        cost_shape rows = cost_shape_rows(s->mbs, s->enc_len, s->dec_len);
+        double whole[N_ATTN], own[N_ATTN];
+        cost_shape_attn(&rows, &whole[A_EE], &whole[A_DD], &whole[A_ED]);
+        cost_shape_attn(s, &own[A_EE], &own[A_DD], &own[A_ED]);
+        for (int m = 0; m < N_METRICS; m++) {
+            int memory = m == M_STORED || m == M_PEAK;
+            for (int a = 0; a < N_ATTN; a++) {
+                double keep = memory && cm->flash_attn ? 0 : own[a];
+                acc[m] -= g->attn[m][a] * (whole[a] - keep);
+            }
+            if (acc[m] < 0) acc[m] = 0;
+        }
+    }
     out->fwd_ms = acc[M_FWD];
     out->bwd_ms = acc[M_BWD];
     out->stored_act_mb = acc[M_STORED];
@@ -352,8 +499,16 @@ static dp_status load_params(const char *profile_path, cost_model *cm, dp_err *e
     FILE *probe = fopen(path, "rb");
     if (!probe) return DP_OK;
     fclose(probe);
-    params_ctx c = {.tp = cm->tp, .rc = recompute_name(cm->recompute)};
+    /* Parameters do not depend on the recompute mode; the measured files give each mode its own
+     * rows, equal but for rounding (402.7706 and 402.7701 MB): the `none` rows serve every mode,
+     * so that model state and the optimizer step are the same in each (--recompute dynamic
+     * mixes them). A file without them: the mode's own. */
+    params_ctx c = {.tp = cm->tp, .rc = recompute_name(RECOMPUTE_NONE)};
     dp_status st = csv_read_file(path, 1, params_header, params_row, &c, err);
+    if (st == DP_OK && !c.seen[COMP_ENCODER]) {
+        c = (params_ctx){.tp = cm->tp, .rc = recompute_name(cm->recompute)};
+        st = csv_read_file(path, 1, params_header, params_row, &c, err);
+    }
     if (st != DP_OK) return st;
     for (int k = COMP_ENCODER; k <= COMP_DECODER; k++) {
         if (!c.seen[k] || cm->param_mb[k] == 0) continue;
@@ -405,6 +560,11 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
         }
         r = e;
     }
+    for (int k = COMP_ENCODER; k <= COMP_DECODER; k++)
+        if (p->g[k].present && attn_fit(&p->g[k], (cost_component)k) != DP_OK) {
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
     if (!p->g[COMP_ENCODER].present ||
         (m->arch == ARCH_T5 && !p->g[COMP_DECODER].present)) {
         st = dp_fail(err, DP_ERR_INVALID, "%s: no %s rows for tp %d, recompute %s: not a profile "
@@ -472,11 +632,22 @@ dp_status cost_profile_points(const cost_model *cm, cost_point **pts, size_t *n,
                     }
                     cost_point *pt = &(*pts)[(*n)++];
                     pt->comp = (cost_component)c;
-                    pt->shape = (cost_shape){(int)g->axis[0][i], (int)g->axis[1][j],
-                                             (int)g->axis[2][l]};
+                    pt->shape = cost_shape_rows((int)g->axis[0][i], (int)g->axis[1][j],
+                                             (int)g->axis[2][l]);
                     pt->cost = (cost_layer){g->val[M_FWD][k], g->val[M_BWD][k],
                                             g->val[M_STORED][k], g->val[M_PEAK][k]};
                 }
     }
+    return DP_OK;
+}
+
+dp_status cost_profile_attn_fit(const cost_model *cm, cost_component c, cost_attn_fit *out,
+                                double *fwd_ms_per_sq)
+{
+    if (cm->ops != &PROFILE_OPS) return DP_ERR_UNSUPPORTED;
+    const grid *g = &((const profile *)cm->impl)->g[c];
+    if (!g->present || c == COMP_POSTPROCESS) return DP_ERR_INFEASIBLE;
+    *out = g->fit;
+    if (fwd_ms_per_sq) *fwd_ms_per_sq = g->attn[M_FWD][c == COMP_ENCODER ? A_EE : A_DD];
     return DP_OK;
 }

@@ -37,7 +37,7 @@ static void a100_reference(const model_spec *m, int mbs, int seq, double *fwd, d
     cluster_spec hw;
     cost_model *cm = NULL;
     cost_layer c;
-    cost_shape shape = {mbs, seq, 0};
+    cost_shape shape = cost_shape_rows(mbs, seq, 0);
     if (cluster_resolve("a100-40gb", &hw, NULL) != DP_OK ||
         cost_profile_load("models/profiles/a100_gpt_6.7b_profile.csv", m, &hw, 1, RECOMPUTE_NONE,
                           &cm, NULL) != DP_OK)

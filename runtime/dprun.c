@@ -289,6 +289,13 @@ static int run_main(int argc, char **argv)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: %s uses grouped-query attention (%d key/value "
                      "heads of %d), which the validation runtime's layers do not implement",
                      plan_path, m.name, model_kv_heads(&m), m.heads);
+    for (int i = 0; st == DP_OK && i < pl.n_it; i++)
+        for (int k = 0; st == DP_OK && k < pl.it[i].n_mb; k++)
+            if (pl.it[i].mb[k].varlen)
+                st = dp_fail(&err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d has varlen "
+                             "attention (each sample attending to itself), which the validation "
+                             "runtime's layers do not implement yet: plan with a batching that "
+                             "attends over whole rows (padding, packing, token, dynamic)", plan_path, pl.it[i].id, k);
     if (st != DP_OK) {
         plan_release(&pl);
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);

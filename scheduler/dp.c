@@ -63,15 +63,25 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Adds sample x's own attention sums to a varlen shape (microbatch.h mb_list_add's rule). */
+static void seg_attn_add(const batch_rules *r, cost_shape *sh, const sample_len *x)
+{
+    double e = batch_pad(r, x->enc), d = batch_pad(r, x->dec);
+    sh->enc_sq += e * e, sh->dec_sq += d * d, sh->enc_dec += e * d;
+}
+
 /* Shape of the segment [i, j) of ordered samples. */
-static cost_shape seg_shape(const batch_rules *r, const sample_len *s, int i, int j)
+static cost_shape seg_shape(const batch_ctx *ctx, const sample_len *s, int i, int j)
 {
     int enc = 0, dec = 0;
     for (int k = i; k < j; k++) {
         if (s[k].enc > enc) enc = s[k].enc;
         if (s[k].dec > dec) dec = s[k].dec;
     }
-    return (cost_shape){j - i, batch_pad(r, enc), batch_pad(r, dec)};
+    cost_shape sh = cost_shape_rows(j - i, batch_pad(ctx->rules, enc), batch_pad(ctx->rules, dec));
+    sh.varlen = ctx->varlen;
+    for (int k = i; ctx->varlen && k < j; k++) seg_attn_add(ctx->rules, &sh, &s[k]);
+    return sh;
 }
 
 /* A segment's cost depends on its shape only. When the samples are sorted by length with no
@@ -116,10 +126,11 @@ void shape_cache_free(shape_cache *c)
 }
 
 /* Readies c for a batch under ctx and rule; 0 when the batch cannot use it (a decoder, an order
- * not by length, a table too large). */
+ * not by length, a table too large, varlen attention: a segment's cost depends on its samples). */
 static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rule,
                        const sample_len *s, int n)
 {
+    if (ctx->varlen) return 0;
     for (int k = 0; k < n; k++)
         if (s[k].dec != 0 || (k > 0 && s[k].enc < s[k - 1].enc)) return 0;
     const batch_rules *r = ctx->rules;
@@ -180,10 +191,14 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
     dp_status st = DP_OK;
     for (int i = 0; i < n && st == DP_OK; i++) {
         int enc = 0, dec = 0, cap = 0;
+        cost_shape sh = cost_shape_rows(0, 0, 0);
+        sh.varlen = ctx->varlen;
         for (int j = i + 1; j <= n; j++) {
             if (s[j - 1].enc > enc) enc = s[j - 1].enc;
             if (s[j - 1].dec > dec) dec = s[j - 1].dec;
-            cost_shape sh = {j - i, batch_pad(ctx->rules, enc), batch_pad(ctx->rules, dec)};
+            sh.mbs = j - i, sh.enc_len = batch_pad(ctx->rules, enc);
+            sh.dec_len = batch_pad(ctx->rules, dec);
+            if (ctx->varlen) seg_attn_add(ctx->rules, &sh, &s[j - 1]);
             uint32_t *seen = NULL;
             int64_t ns = CACHE_UNKNOWN, *cell = cached ? cache_cell(cache, j - i, sh.enc_len, &seen) : NULL;
             if (cached && !cell) {
@@ -217,11 +232,11 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
         if (st != DP_OK) break;
         if (T->len[i] == 0) {
             /* Say why the single sample does not fit. */
-            cost_shape sh = seg_shape(ctx->rules, s, i, i + 1);
+            cost_shape one = seg_shape(ctx, s, i, i + 1);
             mb_cost *c = malloc(sizeof *c);
             char why[400] = "out of memory";
             dp_err qerr = {0};
-            if (c && stage_model_cost(ctx->sm, &sh, c, &qerr) != DP_OK)
+            if (c && stage_model_cost(ctx->sm, &one, c, &qerr) != DP_OK)
                 snprintf(why, sizeof why, "%.380s", qerr.msg);
             else if (c)
                 stage_model_fits(ctx->sm, c, rule, why, sizeof why);
@@ -285,8 +300,8 @@ static dp_status emit(const batch_ctx *ctx, const sample_len *s, const dp_cell *
     dp_status st = DP_OK;
     for (int q = k - 1; q > 0 && st == DP_OK; q--) {
         int i = cuts[q], j = cuts[q - 1];
-        cost_shape sh = seg_shape(ctx->rules, s, i, j);
-        st = mb_list_add(out, s + i, j - i, j - i, sh.enc_len, sh.dec_len);
+        cost_shape sh = seg_shape(ctx, s, i, j);
+        st = mb_list_add(out, ctx, s + i, j - i, j - i, sh.enc_len, sh.dec_len);
     }
     free(cuts);
     return st;

@@ -28,7 +28,16 @@ void mb_list_clear(mb_list *l)
     l->replicas_set = 0;
 }
 
-dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_len, int dec_len)
+cost_shape mb_shape(const microbatch *m)
+{
+    cost_shape s = cost_shape_rows(m->mbs, m->enc_len, m->dec_len);
+    s.varlen = m->varlen;
+    s.enc_sq = m->enc_sq, s.dec_sq = m->dec_sq, s.enc_dec = m->enc_dec;
+    return s;
+}
+
+dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int n, int mbs,
+                      int enc_len, int dec_len)
 {
     size_t icap = (size_t)l->ids_cap, mcap = (size_t)l->mb_cap;
     if (dp_grow((void **)&l->ids, &icap, (size_t)(l->n_ids + n), sizeof *l->ids) != DP_OK ||
@@ -44,10 +53,14 @@ dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_l
     m->enc_len = enc_len;
     m->dec_len = dec_len;
     m->t_ms = NAN;
+    m->varlen = ctx && ctx->varlen;
     for (int i = 0; i < n; i++) {
         l->ids[l->n_ids++] = s[i].id;
         m->enc_tokens += s[i].enc;
         m->dec_tokens += s[i].dec;
+        if (!m->varlen) continue;
+        double e = batch_pad(ctx->rules, s[i].enc), d = batch_pad(ctx->rules, s[i].dec);
+        m->enc_sq += e * e, m->dec_sq += d * d, m->enc_dec += e * d;
     }
     return DP_OK;
 }
@@ -161,7 +174,7 @@ static dp_status split_padding(const batch_ctx *ctx, const sample_len *s, int n,
     dec = batch_pad(ctx->rules, dec);
     for (int i = 0; i < n; i += ctx->mbs) {
         int k = n - i < ctx->mbs ? n - i : ctx->mbs;
-        if (mb_list_add(out, s + i, k, k, enc, dec) != DP_OK)
+        if (mb_list_add(out, ctx, s + i, k, k, enc, dec) != DP_OK)
             return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
     return DP_OK;
@@ -186,7 +199,7 @@ static dp_status split_token(const batch_ctx *ctx, const sample_len *in, int n, 
             if ((int64_t)(j - i + 1) * (e2 + d2) > ctx->mb_tokens) break;
             enc = e2, dec = d2, j++;
         }
-        if (mb_list_add(out, s + i, j - i, j - i, enc, dec) != DP_OK)
+        if (mb_list_add(out, ctx, s + i, j - i, j - i, enc, dec) != DP_OK)
             st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
         i = j;
     }
@@ -208,21 +221,45 @@ static void row_add(row *w, const sample_len *x)
     w->n++;
 }
 
-/* Emits micro-batches of mbs rows each from rows over samples in `packed` order. */
-static dp_status emit_rows(const batch_ctx *ctx, const row *rows, int n_rows,
-                           const sample_len *packed, mb_list *out, dp_err *err)
+/* Emits micro-batches of per_mb rows each from rows over samples in `packed` order (a row's
+ * samples contiguous, rows in order). Rows of whole-row attention are padded to the maximum
+ * length (Megatron's fixed [mbs, seq] tensor); varlen rows (THD) to their micro-batch's fullest
+ * row. replica >= 0 assigns the micro-batches to that replica. */
+static dp_status emit_rows(const batch_ctx *ctx, const row *rows, int n_rows, int per_mb,
+                           const sample_len *packed, int replica, mb_list *out, dp_err *err)
 {
     const batch_rules *r = ctx->rules;
-    int enc = batch_pad(r, r->max_seqlen);
-    int dec = r->arch == ARCH_T5 ? batch_pad(r, r->max_dec_seqlen) : 0;
-    for (int i = 0; i < n_rows; i += ctx->mbs) {
-        int k = n_rows - i < ctx->mbs ? n_rows - i : ctx->mbs;
-        int first = rows[i].first, count = 0;
-        for (int q = i; q < i + k; q++) count += rows[q].n;
-        if (mb_list_add(out, packed + first, count, k, enc, dec) != DP_OK)
+    int t5 = r->arch == ARCH_T5;
+    for (int i = 0; i < n_rows; i += per_mb) {
+        int k = n_rows - i < per_mb ? n_rows - i : per_mb;
+        int first = rows[i].first, count = 0, enc = 0, dec = 0;
+        for (int q = i; q < i + k; q++) {
+            count += rows[q].n;
+            if (rows[q].use.enc > enc) enc = rows[q].use.enc;
+            if (rows[q].use.dec > dec) dec = rows[q].use.dec;
+        }
+        if (!ctx->varlen) enc = r->max_seqlen, dec = t5 ? r->max_dec_seqlen : 0;
+        if (mb_list_add(out, ctx, packed + first, count, k, batch_pad(r, enc),
+                        t5 ? batch_pad(r, dec) : 0) != DP_OK)
             return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        if (replica >= 0) out->mb[out->n_mb - 1].replica = replica;
     }
     return DP_OK;
+}
+
+/* Lays samples out bin by bin (bin_of[i] of s[i], bins 0..nb-1, in s's order within a bin) into
+ * packed, filling rows[b]. */
+static void lay_out_bins(const sample_len *s, int n, const int *bin_of, int nb, row *rows,
+                         sample_len *packed)
+{
+    for (int b = 0; b < nb; b++) rows[b] = (row){{0, 0}, 0, 0};
+    for (int i = 0; i < n; i++) row_add(&rows[bin_of[i]], &s[i]);
+    for (int b = 0, at = 0; b < nb; b++) {
+        rows[b].first = at;
+        at += rows[b].n;
+    }
+    for (int i = 0; i < n; i++) packed[rows[bin_of[i]].first++] = s[i]; /* first as a cursor */
+    for (int b = 0; b < nb; b++) rows[b].first -= rows[b].n;
 }
 
 static dp_status split_packing(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
@@ -236,7 +273,7 @@ static dp_status split_packing(const batch_ctx *ctx, const sample_len *s, int n,
             rows[nr++] = (row){{0, 0}, i, 0};
         row_add(&rows[nr - 1], &s[i]);
     }
-    dp_status st = emit_rows(ctx, rows, nr, s, out, err);
+    dp_status st = emit_rows(ctx, rows, nr, ctx->mbs, s, -1, out, err);
     free(rows);
     return st;
 }
@@ -270,30 +307,283 @@ static dp_status split_packing_ffd(const batch_ctx *ctx, const sample_len *in, i
         row_add(&rows[r], &s[i]);
         row_of[i] = r;
     }
-    /* Lay the samples out row by row. */
-    for (int r = 0, at = 0; r < nr; r++) {
-        rows[r].first = at;
-        for (int i = 0; i < n; i++)
-            if (row_of[i] == r) packed[at++] = s[i];
-    }
-    st = emit_rows(ctx, rows, nr, packed, out, err);
+    lay_out_bins(s, n, row_of, nr, rows, packed);
+    st = emit_rows(ctx, rows, nr, ctx->mbs, packed, -1, out, err);
 out:
     free(s), free(packed), free(rows), free(row_of);
     return st;
 }
 
+/* ---- varlen balancers ---------------------------------------------------------------------- */
+
+/* A sample's workload under the stage model, as verl's balancer weighs it: a * s + s^2 (T5:
+ * a * (e + d) + e^2 + d^2 + e * d), with a the ratio of the token-linear cost per token to the
+ * attention cost per squared token, both read off the stage model's own costs at half the
+ * maximum length: a row's time with and without its attention term (a varlen shape whose
+ * samples' sums are 0), and two rows against one. A cost model whose attention costs nothing
+ * weighs tokens alone. */
+typedef struct workload {
+    double a;
+    int tokens_only;
+} workload;
+
+static dp_status workload_of(const batch_ctx *ctx, workload *w, dp_err *err)
+{
+    const batch_rules *r = ctx->rules;
+    int t5 = r->arch == ARCH_T5;
+    int e = batch_pad(r, r->max_seqlen / 2 > 0 ? r->max_seqlen / 2 : 1);
+    int d = t5 ? batch_pad(r, r->max_dec_seqlen / 2 > 0 ? r->max_dec_seqlen / 2 : 1) : 0;
+    mb_cost *c = malloc(sizeof *c);
+    if (!c) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    double t_rows = 0, t_one = 0, t_two = 0;
+    cost_shape sh = cost_shape_rows(1, e, d);
+    dp_status st = stage_model_cost(ctx->sm, &sh, c, err);
+    if (st == DP_OK) t_rows = c->t_ms, sh.varlen = 1, st = stage_model_cost(ctx->sm, &sh, c, err);
+    if (st == DP_OK) t_one = c->t_ms, sh.mbs = 2, st = stage_model_cost(ctx->sm, &sh, c, err);
+    if (st == DP_OK) t_two = c->t_ms;
+    free(c);
+    if (st != DP_OK) return st;
+    double tokens = e + d, squares = (double)e * e + (double)d * d + (double)e * d;
+    double per_sq = (t_rows - t_one) / squares, per_token = (t_two - t_one) / tokens;
+    w->tokens_only = !(per_sq > 0);
+    w->a = w->tokens_only ? 0 : fmax(0, per_token) / per_sq;
+    return DP_OK;
+}
+
+static double sample_work(const workload *w, const sample_len *x)
+{
+    double e = x->enc, d = x->dec;
+    if (w->tokens_only) return e + d;
+    return w->a * (e + d) + e * e + d * d + e * d;
+}
+
+/* Deals a balancer's nb micro-batches (out->mb[first ..], one per bin, of workloads load[]) to
+ * the D replicas: heaviest first, in a snake (0, 1, .., D-1, D-1, .., 0, ...), so that every
+ * replica runs as many micro-batches as the others (Megatron and verl run the same count on
+ * every data-parallel rank), within one when nb is not a multiple of D. */
+static dp_status deal_snake(mb_list *out, int first, const double *load, int nb, int D)
+{
+    if (D <= 1) return DP_OK;
+    int *order = malloc((size_t)(nb ? nb : 1) * sizeof *order);
+    if (!order) return DP_ERR_NOMEM;
+    for (int b = 0; b < nb; b++) {
+        int at = b;
+        while (at > 0 && load[order[at - 1]] < load[b]) order[at] = order[at - 1], at--;
+        order[at] = b;
+    }
+    for (int k = 0; k < nb; k++) {
+        int lap = k / D, pos = k % D;
+        out->mb[first + order[k]].replica = lap % 2 == 0 ? pos : D - 1 - pos;
+    }
+    out->replicas_set = 1;
+    free(order);
+    return DP_OK;
+}
+
+/* verl's balancer (seqlen-balanced partitions with the a*s + s^2 workload): Karmarkar-Karp over
+ * k bins, k the fewest multiple of D whose bins each fit one --max-seqlen row (batch_row_fits),
+ * starting from the tokens over the row length; each bin is one varlen micro-batch, dealt to
+ * the replicas by deal_snake. */
+static dp_status split_packing_kk(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
+                                  dp_err *err)
+{
+    workload wl;
+    dp_status wst = workload_of(ctx, &wl, err);
+    if (wst != DP_OK) return wst;
+    const batch_rules *r = ctx->rules;
+    int D = ctx->sm->dp;
+    double *w = malloc((size_t)(n ? n : 1) * sizeof *w), *load = NULL;
+    int *bin = malloc((size_t)(n ? n : 1) * sizeof *bin);
+    row *rows = calloc((size_t)(n + D), sizeof *rows);
+    sample_len *packed = malloc((size_t)(n ? n : 1) * sizeof *packed);
+    dp_status st = DP_OK;
+    if (!w || !bin || !rows || !packed) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    int64_t enc = 0, dec = 0;
+    for (int i = 0; i < n; i++) w[i] = sample_work(&wl, &s[i]), enc += s[i].enc, dec += s[i].dec;
+    int64_t k = (enc + r->max_seqlen - 1) / r->max_seqlen;
+    if (r->arch == ARCH_T5) {
+        int64_t kd = (dec + r->max_dec_seqlen - 1) / r->max_dec_seqlen;
+        if (kd > k) k = kd;
+    }
+    k = (k + D - 1) / D * D;
+    if (k < D) k = D;
+    for (;; k += D) {
+        if (k > n) k = (n + D - 1) / D * D; /* one sample per bin always fits */
+        if (n > 0 && kk_partition(w, n, (int)k, bin) != DP_OK) {
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        int fits = 1;
+        for (int b = 0; b < k; b++) rows[b].use = (batch_row){0, 0};
+        for (int i = 0; i < n && fits; i++) {
+            fits = batch_row_fits(r, &rows[bin[i]].use, &s[i]);
+            rows[bin[i]].use.enc += s[i].enc, rows[bin[i]].use.dec += s[i].dec;
+        }
+        if (fits || k >= n) break;
+    }
+    /* bins left empty (fewer samples than bins) are dropped */
+    int nb = 0;
+    for (int b = 0; b < k; b++) {
+        int used = 0;
+        for (int i = 0; i < n && !used; i++) used = bin[i] == b;
+        if (!used) continue;
+        for (int i = 0; i < n; i++)
+            if (bin[i] == b) bin[i] = -1 - nb; /* renumber, marked */
+        nb++;
+    }
+    for (int i = 0; i < n; i++) bin[i] = -1 - bin[i];
+    lay_out_bins(s, n, bin, nb, rows, packed);
+    int first = out->n_mb;
+    st = emit_rows(ctx, rows, nb, 1, packed, -1, out, err);
+    load = calloc((size_t)(nb ? nb : 1), sizeof *load);
+    if (st == DP_OK && !load) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == DP_OK && i < n; i++) load[bin[i]] += w[i];
+    if (st == DP_OK && deal_snake(out, first, load, nb, D) != DP_OK)
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+out:
+    free(w), free(bin), free(rows), free(packed), free(load);
+    return st;
+}
+
+/* A WLB-LLM-style workload-balanced packer: bins as many as first-fit-decreasing needs, rounded
+ * up to a multiple of D; samples by workload, heaviest first, each into the bin of least
+ * workload that still holds it (batch_row_fits), a new bin when none does. Each bin is one varlen
+ * micro-batch, dealt to the replicas by deal_snake. (WLB-LLM also delays outlier samples to later iterations; that changes the global
+ * batches and is not done here.) */
+typedef struct weighed {
+    double w;
+    sample_len s;
+} weighed;
+
+static int cmp_weighed(const void *a, const void *b)
+{
+    const weighed *x = a, *y = b;
+    if (x->w != y->w) return x->w < y->w ? 1 : -1;
+    return x->s.id - y->s.id;
+}
+
+static dp_status split_packing_wlb(const batch_ctx *ctx, const sample_len *in, int n,
+                                   mb_list *out, dp_err *err)
+{
+    workload wl;
+    dp_status wst = workload_of(ctx, &wl, err);
+    if (wst != DP_OK) return wst;
+    const batch_rules *r = ctx->rules;
+    int D = ctx->sm->dp;
+    weighed *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    sample_len *s = malloc((size_t)(n ? n : 1) * sizeof *s);
+    sample_len *packed = malloc((size_t)(n ? n : 1) * sizeof *packed);
+    row *rows = calloc((size_t)(n + D), sizeof *rows);
+    double *load = calloc((size_t)(n + D), sizeof *load);
+    int *bin = malloc((size_t)(n ? n : 1) * sizeof *bin);
+    dp_status st = DP_OK;
+    if (!x || !s || !packed || !rows || !load || !bin) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) x[i] = (weighed){sample_work(&wl, &in[i]), in[i]};
+    qsort(x, (size_t)n, sizeof *x, cmp_weighed);
+    /* first-fit-decreasing's row count (by workload order, which for one length is by length) */
+    int nb = 0;
+    for (int i = 0; i < n; i++) {
+        int b = 0;
+        while (b < nb && !batch_row_fits(r, &rows[b].use, &x[i].s)) b++;
+        if (b == nb) rows[nb++].use = (batch_row){0, 0};
+        rows[b].use.enc += x[i].s.enc, rows[b].use.dec += x[i].s.dec;
+    }
+    nb = (nb + D - 1) / D * D;
+    if (nb > n) nb = n;
+    for (int b = 0; b < nb; b++) rows[b].use = (batch_row){0, 0};
+    for (int i = 0; i < n; i++) {
+        int best = -1;
+        for (int b = 0; b < nb; b++)
+            if (batch_row_fits(r, &rows[b].use, &x[i].s) && (best < 0 || load[b] < load[best]))
+                best = b;
+        if (best < 0) best = nb++, rows[best].use = (batch_row){0, 0};
+        rows[best].use.enc += x[i].s.enc, rows[best].use.dec += x[i].s.dec;
+        load[best] += x[i].w;
+        s[i] = x[i].s;
+        bin[i] = best;
+    }
+    lay_out_bins(s, n, bin, nb, rows, packed);
+    int first = out->n_mb;
+    st = emit_rows(ctx, rows, nb, 1, packed, -1, out, err);
+    if (st == DP_OK && deal_snake(out, first, load, nb, D) != DP_OK)
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+out:
+    free(x), free(s), free(packed), free(rows), free(load), free(bin);
+    return st;
+}
+
+/* Megatron-Core's dp_balanced packing scheduler, as its documentation describes it: sequences
+ * in their original order, packed into rows of --max-seqlen, with the data-parallel ranks'
+ * loads balanced. Here: each sample in trace order goes to the replica with the fewest tokens
+ * so far (the lowest on a tie), and each replica packs its samples next-fit in that order;
+ * --mbs rows per micro-batch. With one replica it is next-fit over the batch. */
+static dp_status split_dp_balanced(const batch_ctx *ctx, const sample_len *s, int n,
+                                   mb_list *out, dp_err *err)
+{
+    int D = ctx->sm->dp;
+    int *rep = malloc((size_t)(n ? n : 1) * sizeof *rep);
+    int64_t *tokens = calloc((size_t)D, sizeof *tokens);
+    sample_len *mine = malloc((size_t)(n ? n : 1) * sizeof *mine);
+    row *rows = calloc((size_t)(n ? n : 1), sizeof *rows);
+    dp_status st = DP_OK;
+    if (!rep || !tokens || !mine || !rows) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        for (int d = 1; d < D; d++)
+            if (tokens[d] < tokens[best]) best = d;
+        rep[i] = best;
+        tokens[best] += s[i].enc + s[i].dec;
+    }
+    for (int d = 0; d < D && st == DP_OK; d++) {
+        int m = 0, nr = 0;
+        for (int i = 0; i < n; i++)
+            if (rep[i] == d) mine[m++] = s[i];
+        for (int i = 0; i < m; i++) {
+            if (nr == 0 || !batch_row_fits(ctx->rules, &rows[nr - 1].use, &mine[i]))
+                rows[nr++] = (row){{0, 0}, i, 0};
+            row_add(&rows[nr - 1], &mine[i]);
+        }
+        st = emit_rows(ctx, rows, nr, ctx->mbs, mine, D > 1 ? d : -1, out, err);
+    }
+    if (D > 1) out->replicas_set = 1;
+out:
+    free(rep), free(tokens), free(mine), free(rows);
+    return st;
+}
+
 static const batcher BATCHERS[] = {
-    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding, 0, 0},
+    {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding, 0, 0, 0},
     {"packing", "Megatron's --pack-dataset: the trace packed next-fit into --max-seqlen rows, "
      "global batches of whole rows, --mbs rows per micro-batch (MLM+DS baseline)",
-     split_packing, 0, 1},
+     split_packing, 0, 1, 0},
     {"packing-batch", "each global batch packed next-fit on its own (a partial last row)",
-     split_packing, 0, 0},
+     split_packing, 0, 0, 0},
     {"packing-ffd", "first-fit-decreasing packing of each global batch into the same rows",
-     split_packing_ffd, 0, 0},
+     split_packing_ffd, 0, 0, 0},
     {"token", "ordered samples cut at --mb-tokens padded tokens (DynaPipe's token-based)",
-     split_token, 0, 0},
-    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch, 1, 0},
+     split_token, 0, 0, 0},
+    {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch, 1, 0, 0},
+    {"packing-varlen", "Megatron-Core's THD packing: packing's rows, attention per sample "
+     "(cu_seqlens), rows as long as their micro-batch's fullest", split_packing, 0, 1, 1},
+    {"packing-ffd-varlen", "Multipack: first-fit-decreasing rows of each global batch, "
+     "attention per sample", split_packing_ffd, 0, 0, 1},
+    {"dp-balanced", "Megatron-Core's dp_balanced: samples in order dealt to the replica with "
+     "fewest tokens, next-fit rows per replica, attention per sample", split_dp_balanced, 0, 0, 1},
+    {"packing-kk", "verl: Karmarkar-Karp over the fewest rows that fit, workload a*s + s^2, one "
+     "varlen row per micro-batch", split_packing_kk, 0, 0, 1},
+    {"packing-wlb", "WLB-LLM-style: heaviest sample first into the least-loaded row that holds "
+     "it, one varlen row per micro-batch", split_packing_wlb, 0, 0, 1},
+    {"dynamic-varlen", "DynaPipe's dynamic program on varlen kernels: attention per sample",
+     dp_batch, 1, 0, 1},
 };
 
 const batcher *batcher_find(const char *name)
@@ -336,7 +626,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
     }
     for (int k = 0; k < l->n_mb; k++) {
         microbatch *m = &l->mb[k];
-        cost_shape s = {m->mbs, m->enc_len, m->dec_len};
+        cost_shape s = mb_shape(m);
         dp_err why = {0};
         if (stage_model_cost(sm, &s, c, &why) != DP_OK) {
             m->t_ms = NAN;

@@ -49,7 +49,12 @@ typedef struct microbatch {
     int replica;        /* data-parallel replica, 0 .. D-1 */
     double t_ms;        /* stage time t_k (max over devices of fwd + bwd); NAN if unknown */
     int fits;           /* fits in memory with the in-flight count used */
+    int varlen;         /* attention per sample (cost.h cost_shape.varlen), with the samples' */
+    double enc_sq, dec_sq, enc_dec; /* sums of padded e_i^2, d_i^2, e_i * d_i */
 } microbatch;
+
+/* The shape a micro-batch is costed at (its rows, and with varlen its samples' sums). */
+cost_shape mb_shape(const microbatch *m);
 
 /* The micro-batches of one iteration. */
 typedef struct mb_list {
@@ -71,9 +76,13 @@ void mb_list_init(mb_list *l);
 void mb_list_release(mb_list *l);
 void mb_list_clear(mb_list *l);
 
+typedef struct batch_ctx batch_ctx;
+
 /* Appends a micro-batch holding samples s[0..n) in mbs rows of the given padded shape; its real
- * tokens are the samples' own. */
-dp_status mb_list_add(mb_list *l, const sample_len *s, int n, int mbs, int enc_len, int dec_len);
+ * tokens are the samples' own; with ctx->varlen its attention is per sample (the samples' padded
+ * lengths under ctx->rules). ctx NULL: attention over whole rows. */
+dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int n, int mbs,
+                      int enc_len, int dec_len);
 
 /* The dynamic batcher's table of stage times per micro-batch shape (scheduler/dp.c), kept across
  * the batches of a run: the caller owns it (one per stage model, for speed); it clears itself when
@@ -84,7 +93,7 @@ shape_cache *shape_cache_new(void); /* NULL when out of memory */
 void shape_cache_free(shape_cache *c);
 
 /* Everything a strategy needs. */
-typedef struct batch_ctx {
+struct batch_ctx {
     const batch_rules *rules;
     const stage_model *sm;
     int mbs;           /* padding and packing: samples or rows per micro-batch   [1] */
@@ -93,7 +102,9 @@ typedef struct batch_ctx {
     const mem_rule *mem; /* the schedule's memory rule (stage_cost.h); NULL: S held, scale 1 */
     int dp_split;      /* dynamic with D > 1 replicas: DP_SPLIT_AUTO, _GLOBAL or _REPLICA (below) */
     shape_cache *cache; /* dynamic: kept across batches; NULL: one per call */
-} batch_ctx;
+    int varlen;        /* attention per sample (varlen kernels, THD) for every micro-batch made:
+                        * the planner sets it from batcher.varlen (sim/study.c) */
+};
 
 /* How the dynamic batcher treats D > 1 data-parallel replicas:
  *   GLOBAL   one DP over the whole global batch with the objective's sum divided by D, then the
@@ -118,6 +129,7 @@ typedef struct batcher {
                        dp_err *err);
     int memory_aware; /* cuts by ctx->mem, so a lower scale gives micro-batches that fit better */
     int pack_dataset; /* global batches are batch_pack_rows whole rows (batch_iter_pack_rows) */
+    int varlen;       /* attention per sample (cost_shape.varlen): the planner sets ctx->varlen */
 } batcher;
 
 const batcher *batcher_find(const char *name);

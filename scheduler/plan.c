@@ -119,7 +119,8 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
         m->enc_tokens = src->enc_tokens;
         m->dec_tokens = src->dec_tokens;
         m->replica = src->replica;
-        cost_shape s = {src->mbs, src->enc_len, src->dec_len};
+        m->varlen = src->varlen;
+        cost_shape s = mb_shape(src);
         st = stage_model_cost(sm, &s, c, err);
         if (st != DP_OK) {
             dp_err_prefix(err, "iteration %d, micro-batch %d", id, k);
@@ -192,6 +193,7 @@ static cJSON *iter_json(const plan_iter *it)
         cJSON_AddNumberToObject(x, "enc_tokens", (double)m->enc_tokens);
         cJSON_AddNumberToObject(x, "dec_tokens", (double)m->dec_tokens);
         cJSON_AddNumberToObject(x, "replica", m->replica);
+        if (m->varlen) cJSON_AddStringToObject(x, "attention", "varlen");
         cJSON *pred = cJSON_AddObjectToObject(x, "pred_ms");
         cJSON_AddItemToObject(pred, "fwd", array_of(m->fwd_ms, it->pp));
         cJSON_AddItemToObject(pred, "bwd", array_of(m->bwd_ms, it->pp));
@@ -367,6 +369,14 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
         if (et == 0 && dt == 0) TRY(json_double(m, "tokens", name, 0, 1e15, 0, 0, &et, err));
         x->enc_tokens = (int64_t)et;
         x->dec_tokens = (int64_t)dt;
+        const cJSON *attn = cJSON_GetObjectItemCaseSensitive(m, "attention");
+        if (attn && (!cJSON_IsString(attn) || (strcmp(attn->valuestring, "varlen") != 0 &&
+                                               strcmp(attn->valuestring, "rows") != 0))) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].attention must be \"varlen\" "
+                         "or \"rows\"", name, where, k);
+            goto out;
+        }
+        x->varlen = attn && strcmp(attn->valuestring, "varlen") == 0;
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "samples"), *v;
         x->first = at;
         cJSON_ArrayForEach(v, s)

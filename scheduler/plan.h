@@ -13,6 +13,7 @@
  *    "iterations": [{"id": i, "recompute": "selective" (dynamic plans),
  *       "microbatches": [{"id": k, "samples": [trace ids], "mbs": m, "enc_len": A, "dec_len": B,
  *                         "tokens": real, "padded_tokens": …, "replica": r,
+ *                         "attention": "varlen" (only where each sample attends to itself),
  *                         "pred_ms": {"fwd": [per stage], "bwd": [per stage], "w": [per stage]},
  *                         "mem_mb": {"stored": [per stage], "peak": [per stage]}}],
  *       "stages": [{"stage": s, "replica": r, "instructions": [
@@ -83,6 +84,7 @@ typedef struct plan_mb {
     int mbs, enc_len, dec_len;
     int64_t enc_tokens, dec_tokens;
     int replica;
+    int varlen; /* "attention": "varlen": each sample attends to itself (cost_shape.varlen) */
     double *fwd_ms, *bwd_ms, *w_ms; /* per device, ms */
     double *stored_mb, *peak_mb;    /* per device, MB */
 } plan_mb;

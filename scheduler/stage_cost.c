@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../models/comm.h"
 #include "../models/memory.h"
 
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
@@ -17,6 +18,11 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     if (dp < 1) return dp_fail(err, DP_ERR_INVALID, "--dp must be at least 1");
     if (zero_stage < 0 || zero_stage > 3)
         return dp_fail(err, DP_ERR_INVALID, "--zero must be 0, 1, 2 or 3");
+    if (zero_stage >= 2 && pp > 1)
+        return dp_fail(err, DP_ERR_INVALID, "--zero %d with --pp %d: ZeRO-2 and ZeRO-3 do not "
+                       "combine with pipeline parallelism (DeepSpeed refuses it; Megatron's "
+                       "distributed optimizer is ZeRO-1)\nhint: --zero 1, or --pp 1", zero_stage,
+                       pp);
     int virt = pp * chunks;
     if (m->arch == ARCH_GPT && virt > m->enc_layers)
         return dp_fail(err, DP_ERR_INVALID,
@@ -48,6 +54,13 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         sm->param_mb[s] = param_mb;
         sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, dp);
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
+        if (zero_stage >= 2 && dp > 1) {
+            int spans = comm_dp_spans_nodes(&cm->hw, pp, dp, cm->tp, s);
+            double bytes = 1e6 * param_mb; /* fp16 parameters, and as many gradient bytes */
+            double gather = comm_allgather_ms(&cm->hw, dp, spans, bytes);
+            sm->zero_bwd_ms[s] = gather; /* the gradients' reduce-scatter */
+            if (zero_stage == 3) sm->zero_fwd_ms[s] = gather, sm->zero_bwd_ms[s] += gather;
+        }
         if (sm->budget_mb[s] <= 0)
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "the model state of stage %d (%.0f MB: weights, gradients and Adam "
@@ -84,8 +97,8 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     out->t_ms = 0;
     for (int d = 0; d < sm->pp; d++) {
         int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
-        out->fwd_ms[d] = ne * enc.fwd_ms + nd * dec.fwd_ms;
-        out->bwd_ms[d] = ne * enc.bwd_ms + nd * dec.bwd_ms;
+        out->fwd_ms[d] = ne * enc.fwd_ms + nd * dec.fwd_ms + sm->zero_fwd_ms[d];
+        out->bwd_ms[d] = ne * enc.bwd_ms + nd * dec.bwd_ms + sm->zero_bwd_ms[d];
         out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
         double tr = fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
         if (d == sm->pp - 1) {

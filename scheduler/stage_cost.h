@@ -42,6 +42,12 @@ typedef struct stage_model {
     double state_mb[STAGE_MAX];                       /* model state per device, MB */
     double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
+    /* ZeRO's collectives of every micro-batch on device s, on its compute stream (not
+     * overlapped: an upper bound): ZeRO-3 all-gathers the device's fp16 parameters before each
+     * forward and each backward and reduce-scatters its gradients after each backward; ZeRO-2
+     * reduce-scatters the gradients after each backward (DeepSpeed's partitioned gradients).
+     * Added to fwd_ms / bwd_ms by stage_model_cost. ZeRO 0 and 1: 0. */
+    double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
 } stage_model;
 
 /* The planner's memory rule (above). */
@@ -60,8 +66,10 @@ typedef struct mb_cost {
     double t_ms; /* max over devices of fwd + bwd */
 } mb_cost;
 
-/* Fails when pp exceeds the layers, a T5 pipeline has an odd pp > 1, or the model state alone
- * does not fit in memory (with the per-device figures). */
+/* Fails when pp exceeds the layers, a T5 pipeline has an odd pp > 1, ZeRO-2 or 3 is asked with
+ * pipeline parallelism (DeepSpeed refuses both: the per-micro-batch gradient reduce-scatter and
+ * parameter gathers of every stage; Megatron's distributed optimizer is ZeRO-1), or the model
+ * state alone does not fit in memory (with the per-device figures). */
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err);
 

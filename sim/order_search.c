@@ -134,7 +134,7 @@ int order_candidates(const mb_list *l, const stage_model *sm, int which, int **p
         int ok = x && label && c;
         for (int k = 0; ok && k < n; k++) {
             const microbatch *m = &l->mb[k];
-            cost_shape s = {m->mbs, m->enc_len, m->dec_len};
+            cost_shape s = mb_shape(m);
             dp_err err = {0};
             if (stage_model_cost(sm, &s, c, &err) != DP_OK) ok = 0;
             else {

@@ -321,11 +321,17 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     }
     for (int s2 = 0; s2 < cfg->pp; s2++) {
         int64_t done = stage_done[s2];
-        if (cfg->dp > 1) {
+        if (cfg->dp > 1 && cfg->allreduce_ms[s2] > 0) {
             int64_t ar = ms_to_ns(cfg->allreduce_ms[s2]);
             for (int rep = 0; u.sink && rep < cfg->dp; rep++) /* every rank takes part */
                 emit_op(&u, rep * cfg->pp + s2, SIM_OP_ALLREDUCE, -1, 0, done, done + ar);
             done += ar;
+        }
+        if (cfg->optimizer_ms[s2] > 0) {
+            int64_t step = ms_to_ns(cfg->optimizer_ms[s2]);
+            for (int rep = 0; u.sink && rep < cfg->dp; rep++)
+                emit_op(&u, rep * cfg->pp + s2, SIM_OP_OPTIMIZER, -1, 0, done, done + step);
+            done += step;
         }
         if (done > end) end = done;
     }

@@ -24,7 +24,8 @@
  *
  * With D > 1 replicas each stage all-reduces its gradients (allreduce_ms[s], a ring over the
  * stage's replicas): one collective per stage, starting when the slowest replica of the stage has
- * finished its last op; the iteration ends when every stage has finished that.
+ * finished its last op; then every rank of the stage runs its optimizer step (optimizer_ms[s]);
+ * the iteration ends when every stage has finished that.
  *
  * A plan that cannot finish (the queue empties with instructions left) is DP_ERR_DEADLOCK with
  * the waiting instructions named; the simulator never hangs. The simulator expects a plan that
@@ -48,12 +49,17 @@ typedef struct sim_config {
     double state_mb[STAGE_MAX];      /* model state per stage, MB */
     double weights_mb[STAGE_MAX], grads_mb[STAGE_MAX], optimizer_mb[STAGE_MAX]; /* its parts */
     double mem_limit_mb;             /* device memory for the OOM check, MB */
-    double allreduce_ms[STAGE_MAX];  /* gradient all-reduce per stage (0 when dp == 1) */
+    double allreduce_ms[STAGE_MAX];  /* end-of-iteration collective per stage (0 when dp == 1):
+                                      * ZeRO 0/1 the gradients' all-reduce (ZeRO-1: reduce-
+                                      * scatter + all-gather, the same ring volume), ZeRO-2 the
+                                      * updated parameters' all-gather, ZeRO-3 none */
+    double optimizer_ms[STAGE_MAX];  /* the optimizer step per stage, after that collective */
 } sim_config;
 
 /* One executed operation, for timelines: compute ops, and transfers (recorded on the sender as
  * SEND_* and on the receiver as RECV_*, both with the transfer's start and end). */
-#define SIM_OP_ALLREDUCE OP_COUNT /* sim_op.op of a stage's gradient all-reduce (dp > 1) */
+#define SIM_OP_ALLREDUCE OP_COUNT      /* sim_op.op of a stage's gradient all-reduce (dp > 1) */
+#define SIM_OP_OPTIMIZER (OP_COUNT + 1) /* sim_op.op of a stage's optimizer step */
 
 typedef struct sim_op {
     int iteration;

@@ -33,16 +33,23 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
         cfg->state_mb[s] = sm->state_mb[s];
         memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp, &cfg->weights_mb[s],
                                  &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
+        /* fp16 gradients (and parameters) of the stage, embedding included */
+        double bytes = 1e6 * sm->param_mb[s];
         if (sm->dp > 1) {
-            /* fp16 gradients of the stage, ring all-reduce across the replicas of stage s */
-            double grad_bytes = 1e6 * (sm->enc_layers[s] * sm->cm->param_mb[COMP_ENCODER] +
-                                       sm->dec_layers[s] * sm->cm->param_mb[COMP_DECODER]);
-            /* rank r = replica * pp + stage holds GPUs r*tp .. r*tp + tp-1 */
-            int tp = sm->cm->tp, first = s * tp, last = ((sm->dp - 1) * sm->pp + s + 1) * tp - 1;
-            int spans = first / hw->gpus_per_node != last / hw->gpus_per_node;
-            cfg->allreduce_ms[s] = comm_allreduce_ms(hw, sm->dp, spans, grad_bytes);
+            int spans = comm_dp_spans_nodes(hw, sm->pp, sm->dp, sm->cm->tp, s);
+            cfg->allreduce_ms[s] = sm->zero_stage <= 1 ? comm_allreduce_ms(hw, sm->dp, spans, bytes)
+                                   : sm->zero_stage == 2 ? comm_allgather_ms(hw, sm->dp, spans, bytes)
+                                                         : 0;
         }
+        cfg->optimizer_ms[s] = study_optimizer_ms(hw, sm->param_mb[s], sm->zero_stage, sm->dp);
     }
+}
+
+double study_optimizer_ms(const cluster_spec *hw, double param_mb, int zero_stage, int dp)
+{
+    double params = 1e6 * param_mb / BYTES_WEIGHT; /* the device's parameters */
+    if (zero_stage >= 1) params /= dp;             /* the shard it steps */
+    return params * OPTIMIZER_STEP_BYTES / (hw->gpu.hbm_gbps * 1e9 * OPTIMIZER_HBM_EFF) * 1e3;
 }
 
 static double now_s(void)
@@ -304,9 +311,11 @@ static int study_modes(const study_opts *o, const cost_model **cms)
 }
 
 /* Points the planner at one stage model (one recompute mode) and its shape cache. */
-static void planner_use(planner *p, const stage_model *sm, shape_cache *cache)
+static void planner_use(planner *p, const stage_model *sm, const sim_config *cfg,
+                        shape_cache *cache)
 {
     p->sm = sm;
+    p->cfg = cfg;
     p->ctx.sm = sm;
     p->ctx.cache = cache;
     p->sctx.sm = sm;
@@ -325,16 +334,19 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         free(sm);
         return st;
     }
-    sim_config cfg;
-    study_sim_config(&sm[0], &o->cm->hw, &cfg); /* model state: the same in every mode */
+    /* each mode's simulator configuration (model state and the optimizer step are the same in
+     * every mode; the planner and the simulator of an iteration still take its mode's own) */
+    sim_config cfg[RECOMPUTE_COUNT];
+    for (int m = 0; m < modes; m++) study_sim_config(&sm[m], &o->cm->hw, &cfg[m]);
     study_acc acc;
-    study_begin(&acc, r, &cfg, o->sink);
+    study_begin(&acc, r, &cfg[0], o->sink);
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
     for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
     planner pl = {o, &sm[0],
-                  {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0]},
+                  {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
+                   o->batching->varlen},
                   {&sm[0]},
-                  &cfg, &acc.s};
+                  &cfg[0], &acc.s};
     batch_iter bi;
     trace_stream ts;
     int streaming = o->stream_path != NULL;
@@ -369,7 +381,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         dp_err why = {0};
         /* the first mode whose plan fits; the last one's plan is kept, fitting or not */
         for (mode = 0;; mode++) {
-            planner_use(&pl, &sm[mode], cache[mode]);
+            planner_use(&pl, &sm[mode], &cfg[mode], cache[mode]);
             answerable = 0;
             st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
             if (mode + 1 == modes) break;
@@ -413,6 +425,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
+        acc.cfg = cfg[mode];
         TRY(study_add(&acc, &pi, err));
         r->iter[r->n_iter - 1].plan_ms = dt_ms;
         if (r->sim_oom > sim_oom && l.feasible) r->oom_unplanned++;

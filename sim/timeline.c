@@ -31,7 +31,8 @@ dp_status timeline_open(timeline_out *t, const char *csv_path, const char *chrom
 /* Chrome threads: four per stage (compute, send, receive, all-reduce) in its replica's process;
  * each process and thread is named ("ph":"M" metadata) the first time it is used. */
 enum { TL_COMPUTE, TL_SEND, TL_RECV, TL_ALLREDUCE, TL_THREADS };
-static const char *const THREAD_NAMES[TL_THREADS] = {"compute", "send", "receive", "all-reduce"};
+static const char *const THREAD_NAMES[TL_THREADS] = {"compute", "send", "receive",
+                                                     "all-reduce + optimizer"};
 
 /* Whether entry `at` of the named table was set before; sets it. */
 static int named_before(timeline_out *t, size_t at)
@@ -65,13 +66,15 @@ static void name_thread(timeline_out *t, int pid, int stage, int kind)
 void timeline_on_op(void *ctx, const sim_op *o)
 {
     timeline_out *t = ctx;
-    const char *name = o->op == SIM_OP_ALLREDUCE ? "ALLREDUCE" : plan_op_name(o->op);
+    const char *name = o->op == SIM_OP_ALLREDUCE   ? "ALLREDUCE"
+                       : o->op == SIM_OP_OPTIMIZER ? "OPTIMIZER"
+                                                   : plan_op_name(o->op);
     if (t->csv)
         fprintf(t->csv, "%d,%d,%s,%d,%.3f,%.3f,%d,%d\n", o->iteration, o->stage, name, o->mb,
                 (double)o->start_ns / 1e3, (double)o->end_ns / 1e3, o->replica, o->chunk);
     if (t->chrome) {
         int compute = o->op == OP_F || o->op == OP_B || o->op == OP_W;
-        int kind = o->op == SIM_OP_ALLREDUCE                       ? TL_ALLREDUCE
+        int kind = o->op == SIM_OP_ALLREDUCE || o->op == SIM_OP_OPTIMIZER ? TL_ALLREDUCE
                    : compute                                       ? TL_COMPUTE
                    : o->op == OP_SEND_ACT || o->op == OP_SEND_GRAD ? TL_SEND
                                                                    : TL_RECV;
@@ -81,7 +84,8 @@ void timeline_on_op(void *ctx, const sim_op *o)
                 "%s{\"name\": \"%s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                 "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"iteration\": %d, \"chunk\": %d",
                 t->chrome_first ? "" : ",\n", name, o->mb < 0 ? 0 : o->mb,
-                kind == TL_ALLREDUCE ? "allreduce" : compute ? "compute" : "comm", o->replica,
+                o->op == SIM_OP_OPTIMIZER ? "optimizer" : kind == TL_ALLREDUCE ? "allreduce"
+                : compute ? "compute" : "comm", o->replica,
                 o->stage * TL_THREADS + kind, (double)o->start_ns / 1e3, dur_us, o->iteration, o->chunk);
         const plan_mb *m = o->mb_info;
         if (m) /* what the micro-batch is: its shape, tokens and samples */

@@ -4,10 +4,10 @@
  * CSV: header `iteration,stage,op,mb,start_us,end_us,replica,chunk` (the DESIGN.md columns first,
  * then replica and chunk); one row per op, times in microseconds from the start of the run.
  * Chrome trace JSON (opens in Perfetto and chrome://tracing): ops as complete events ("ph":"X",
- * pid = replica, four threads per stage: compute, send, receive, all-reduce; args with the
+ * pid = replica, four threads per stage: compute, send, receive, all-reduce + optimizer; args with the
  * micro-batch's shape, tokens, samples and simulated time), process and thread names ("ph":"M",
  * "replica r", "stage s compute", ...) and activation memory per stage as counters ("ph":"C",
- * MB). The CSV writes the all-reduce as op ALLREDUCE.
+ * MB). The CSV writes the all-reduce as op ALLREDUCE and the optimizer step as OPTIMIZER.
  * Both are sim_sink callbacks, so a run streams into them.
  */
 #ifndef TIMELINE_H

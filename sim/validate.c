@@ -122,7 +122,8 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
     /* the row must name an op of the plan: a known op on an existing rank, micro-batch, chunk */
     const plan_iter *pi = &c->pl->it[k];
     plan_op op0;
-    int known = plan_op_parse(f[c->idx[2]], &op0) == 0 || strcmp(f[c->idx[2]], "ALLREDUCE") == 0;
+    int known = plan_op_parse(f[c->idx[2]], &op0) == 0 || strcmp(f[c->idx[2]], "ALLREDUCE") == 0 ||
+                strcmp(f[c->idx[2]], "OPTIMIZER") == 0;
     if (!known || stage >= pi->pp || rep >= pi->dp || mb >= (pi->n_mb ? pi->n_mb : 1) ||
         chunk >= c->pl->h.chunks)
         return dp_fail(err, DP_ERR_INVALID, "%s:%ld: no such op in the plan (iteration %lld, "

@@ -44,10 +44,10 @@ int main(void)
     cost_shape shapes[N_SHAPES];
     srand(1);
     for (int i = 0; i < N_SHAPES; i++)
-        shapes[i] = (cost_shape){1 + rand() % 32, 16 + 8 * (rand() % 255), 0};
+        shapes[i] = cost_shape_rows(1 + rand() % 32, 16 + 8 * (rand() % 255), 0);
     /* validate: a grid point answers its measurement */
     cost_layer l;
-    cost_shape g = {1, 2048, 0};
+    cost_shape g = cost_shape_rows(1, 2048, 0);
     if (cost_query(prof, COMP_ENCODER, &g, &l, NULL) != DP_OK || fabs(l.fwd_ms - 5.78) > 1e-12) {
         fprintf(stderr, "bench_cost: validation failed\n");
         return 1;

@@ -68,7 +68,7 @@ static int bench_setup(const setup *su, const trace *t)
         if (batch_next(&it, &b, &n, &err) != DP_OK || n == 0) break;
         double obj[2];
         for (int v = 0; v < 2; v++) {
-            batch_ctx ctx = {&r, &sm, 1, 2048, v ? 5.0 : 0, NULL, DP_SPLIT_AUTO, cache[v]};
+            batch_ctx ctx = {&r, &sm, 1, 2048, v ? 5.0 : 0, NULL, DP_SPLIT_AUTO, cache[v], 0};
             mb_list_clear(&l);
             double t0 = bench_now_s();
             dp_status st = dp_batch(&ctx, b, n, &l, &err);
@@ -180,7 +180,7 @@ static int bench_orders(const trace *t)
             double t0 = bench_now_s();
             mb_order(&r, x, n);
             ord[nb] = (bench_now_s() - t0) * 1e3;
-            batch_ctx ctx = {&r, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL};
+            batch_ctx ctx = {&r, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL, 0};
             mb_list_clear(&l);
             t0 = bench_now_s();
             if (dp_batch_ordered(&ctx, x, n, &l, &err) != DP_OK) {

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static const int mbs[] = {1, 3, 8, 100}, lens[] = {16, 40, 512, 9000};
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 4; j++) {
-                cost_shape s = {mbs[i], lens[j], lens[3 - j]};
+                cost_shape s = cost_shape_rows(mbs[i], lens[j], lens[3 - j]);
                 cost_layer l;
                 for (int c = 0; c < COMP_COUNT; c++) cost_query(cm, (cost_component)c, &s, &l, &err);
             }

@@ -26,7 +26,7 @@ static double memory_for(const cost_model *cm, int pp, int dp, int zero, const b
     stage_model sm;
     dp_err err = {0};
     if (stage_model_init(&sm, cm, pp, 1, dp, zero, 1e12, &err) != DP_OK) return -1;
-    cost_shape one = {1, r->max_seqlen, cm->model.arch == ARCH_T5 ? r->max_dec_seqlen : 0};
+    cost_shape one = cost_shape_rows(1, r->max_seqlen, cm->model.arch == ARCH_T5 ? r->max_dec_seqlen : 0);
     mb_cost c;
     if (stage_model_cost(&sm, &one, &c, &err) != DP_OK) return -1;
     double state = 0, stored = 0, peak = 0;

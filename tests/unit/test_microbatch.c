@@ -68,7 +68,7 @@ static void fixture_init(fixture *f, unsigned *seed, int t5, int S, int C, int D
     batch_rules_default(&f->rules, f->m.arch);
     f->rules.max_seqlen = 256;
     f->rules.max_dec_seqlen = 256;
-    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL, DP_SPLIT_AUTO, NULL};
+    f->ctx = (batch_ctx){&f->rules, &f->sm, 2, 512, 0, NULL, DP_SPLIT_AUTO, NULL, 0};
 }
 
 static void fixture_release(fixture *f)
@@ -86,7 +86,7 @@ static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int h
         if (s[k].enc > enc) enc = s[k].enc;
         if (s[k].dec > dec) dec = s[k].dec;
     }
-    cost_shape sh = {j - i, batch_pad(&f->rules, enc), batch_pad(&f->rules, dec)};
+    cost_shape sh = cost_shape_rows(j - i, batch_pad(&f->rules, enc), batch_pad(&f->rules, dec));
     mb_cost c;
     if (stage_model_cost(&f->sm, &sh, &c, NULL) != DP_OK) return -1;
     for (int d = 0; d < f->sm.pp; d++)
@@ -481,7 +481,7 @@ static void test_pack_dataset_batches(void **state)
             if (next + (size_t)n < t.n) assert_int_equal(last_row - first_row + 1, R);
             /* the packer, run on the batch alone, rebuilds exactly those rows (one per micro-batch
              * at mbs 1) */
-            batch_ctx pc = {&r, NULL, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL};
+            batch_ctx pc = {&r, NULL, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL, 0};
             mb_list l;
             mb_list_init(&l);
             assert_int_equal(batcher_find("packing")->split(&pc, b, n, &l, &err), DP_OK);
@@ -545,6 +545,122 @@ static int cmp_serpentine_key(const void *a, const void *b)
 /* The T5 order: a permutation, each padded pair contiguous, and a shorter path through the points
  * than the serpentine it replaced (by padded input, targets alternating direction per group),
  * written here; on tiny sets, the optimal path found by trying every order. */
+/* The varlen packers and balancers (microbatch.h): over random batches of GPT and T5 samples and
+ * 1, 2 and 4 replicas, every sample lands in exactly one micro-batch; every micro-batch is
+ * varlen with its samples' own squared padded lengths (summed here); a balancer's micro-batch is
+ * one row that keeps the row rule (batch_row_fits, unless a sample alone); the balancers give
+ * every replica as many micro-batches (within one where their count is not a multiple of D);
+ * dp-balanced deals tokens to replicas within one sample
+ * of each other. */
+static void test_varlen_batchers(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"packing-varlen", "packing-ffd-varlen", "dp-balanced",
+                                        "packing-kk", "packing-wlb", "dynamic-varlen"};
+    unsigned seed = 99;
+    int checked = 0;
+    for (int t5 = 0; t5 <= 1; t5++)
+        for (int D = 1; D <= 4; D *= 2) {
+            fixture f;
+            fixture_init(&f, &seed, t5, 2, 1, D, 1e6);
+            f.ctx.varlen = 1;
+            for (int trial = 0; trial < 6; trial++) {
+                sample_len s[80];
+                int n = 20 + (int)(rand_r(&seed) % 60);
+                random_samples(&seed, s, n, t5);
+                for (size_t b = 0; b < sizeof names / sizeof *names; b++) {
+                    const batcher *bt = batcher_find(names[b]);
+                    assert_non_null(bt);
+                    assert_true(bt->varlen);
+                    mb_list l;
+                    mb_list_init(&l);
+                    dp_err err = {0};
+                    if (bt->split(&f.ctx, s, n, &l, &err) != DP_OK) fail_msg("%s: %s", names[b], err.msg);
+                    assert_int_equal(mb_list_finish(&f.ctx, &l, &err), DP_OK);
+                    char seen[80] = {0};
+                    int per_replica[4] = {0};
+                    int64_t tokens[4] = {0};
+                    int balancer = strcmp(names[b], "packing-kk") == 0 ||
+                                   strcmp(names[b], "packing-wlb") == 0;
+                    for (int k = 0; k < l.n_mb; k++) {
+                        const microbatch *m = &l.mb[k];
+                        double sq = 0, dsq = 0;
+                        batch_row use = {0, 0};
+                        int fits = 1;
+                        for (int q = 0; q < m->n_samples; q++) {
+                            int id = l.ids[m->first + q];
+                            assert_true(id >= 0 && id < n && !seen[id]);
+                            seen[id] = 1;
+                            double e = batch_pad(&f.rules, s[id].enc), d = batch_pad(&f.rules, s[id].dec);
+                            sq += e * e, dsq += d * d;
+                            fits = fits && batch_row_fits(&f.rules, &use, &s[id]);
+                            use.enc += s[id].enc, use.dec += s[id].dec;
+                            tokens[m->replica] += s[id].enc + s[id].dec;
+                        }
+                        assert_true(m->varlen);
+                        assert_rel(m->enc_sq, sq, 1e-12);
+                        if (t5) assert_rel(m->dec_sq, dsq, 1e-12);
+                        if (balancer) {
+                            assert_int_equal(m->mbs, 1);
+                            assert_true(fits || m->n_samples == 1);
+                        }
+                        per_replica[m->replica]++;
+                    }
+                    for (int i = 0; i < n; i++) assert_true(seen[i]);
+                    for (int r = 1; balancer && r < D; r++) {
+                        int gap = abs(per_replica[r] - per_replica[0]);
+                        assert_true(gap <= (l.n_mb % D == 0 ? 0 : 1));
+                    }
+                    if (strcmp(names[b], "dp-balanced") == 0 && D > 1) {
+                        assert_true(l.replicas_set);
+                        int64_t lo = tokens[0], hi = tokens[0];
+                        for (int r = 1; r < D; r++) {
+                            if (tokens[r] < lo) lo = tokens[r];
+                            if (tokens[r] > hi) hi = tokens[r];
+                        }
+                        int64_t biggest = 0;
+                        for (int i = 0; i < n; i++)
+                            if (s[i].enc + s[i].dec > biggest) biggest = s[i].enc + s[i].dec;
+                        assert_true(hi - lo <= biggest);
+                    }
+                    mb_list_release(&l);
+                    checked++;
+                }
+            }
+            fixture_release(&f);
+        }
+    assert_int_equal(checked, 2 * 3 * 6 * 6);
+}
+
+/* Varlen attention never makes DynaPipe's DP worse: on the same ordered samples its objective
+ * with per-sample attention is at most the whole-row one's (each micro-batch costs no more). */
+static void test_dynamic_varlen_never_worse(void **state)
+{
+    (void)state;
+    unsigned seed = 5;
+    for (int t5 = 0; t5 <= 1; t5++) {
+        fixture f;
+        fixture_init(&f, &seed, t5, 4, 1, 1, 1e6);
+        for (int trial = 0; trial < 10; trial++) {
+            sample_len s[60];
+            random_samples(&seed, s, 60, t5);
+            double obj[2];
+            for (int v = 0; v <= 1; v++) {
+                f.ctx.varlen = v;
+                mb_list l;
+                mb_list_init(&l);
+                dp_err err = {0};
+                if (dp_batch(&f.ctx, s, 60, &l, &err) != DP_OK) fail_msg("%s", err.msg);
+                assert_int_equal(mb_list_finish(&f.ctx, &l, &err), DP_OK);
+                obj[v] = l.obj_value_ms;
+                mb_list_release(&l);
+            }
+            assert_true(obj[1] <= obj[0] + 1e-9);
+        }
+        fixture_release(&f);
+    }
+}
+
 static void test_t5_order_is_a_short_path(void **state)
 {
     (void)state;
@@ -622,6 +738,8 @@ int main(void)
         cmocka_unit_test(test_packing_rules),
         cmocka_unit_test(test_pack_dataset_batches),
         cmocka_unit_test(test_kk_balances),
+        cmocka_unit_test(test_varlen_batchers),
+        cmocka_unit_test(test_dynamic_varlen_never_worse),
         cmocka_unit_test(test_t5_order_is_a_short_path),
         cmocka_unit_test(test_dp_matches_brute_force),
         cmocka_unit_test(test_replica_split),

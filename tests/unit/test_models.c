@@ -34,18 +34,18 @@ static void test_profile_exact_on_grid_points(void **state)
     (void)state;
     cost_model *cm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
     cost_layer l;
-    cost_shape s = {1, 2048, 0};
+    cost_shape s = cost_shape_rows(1, 2048, 0);
     assert_int_equal(cost_query(cm, COMP_ENCODER, &s, &l, NULL), DP_OK);
     assert_near(l.fwd_ms, 5.78, 1e-12);
     assert_near(l.bwd_ms, 9.65, 1e-12);
     assert_near(l.stored_act_mb, 966.55, 0.1); /* README: 966.6 MB per layer */
-    cost_shape big = {1, 8192, 0};              /* next to unmeasured cells, still exact */
+    cost_shape big = cost_shape_rows(1, 8192, 0);              /* next to unmeasured cells, still exact */
     assert_int_equal(cost_query(cm, COMP_ENCODER, &big, &l, NULL), DP_OK);
     assert_near(l.fwd_ms, 44.23, 1e-12);
     cost_model_free(cm);
     /* T5 decoder entries need (mbs, enc, dec); repeated encoder keys combine by median. */
     cm = load_profile(T5_PROFILE, "t5-11b-24l", 8, RECOMPUTE_NONE);
-    cost_shape t5 = {4, 512, 128};
+    cost_shape t5 = cost_shape_rows(4, 512, 128);
     dp_err err = {0};
     if (cost_query(cm, COMP_ENCODER, &t5, &l, &err) != DP_OK) fail_msg("%s", err.msg);
     assert_true(l.fwd_ms > 1.7 && l.fwd_ms < 2.2);
@@ -60,13 +60,13 @@ static void test_profile_infeasible_with_reason(void **state)
     cost_model *cm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
     cost_layer l;
     dp_err err = {0};
-    cost_shape hole = {16, 4096, 0}; /* out of memory when measured */
+    cost_shape hole = cost_shape_rows(16, 4096, 0); /* out of memory when measured */
     assert_int_equal(cost_query(cm, COMP_ENCODER, &hole, &l, &err), DP_ERR_INFEASIBLE);
     assert_msg_has(err.msg, "lies in a cell the profile lacks");
-    cost_shape outside = {1, 9000, 0};
+    cost_shape outside = cost_shape_rows(1, 9000, 0);
     assert_int_equal(cost_query(cm, COMP_ENCODER, &outside, &l, &err), DP_ERR_INFEASIBLE);
     assert_msg_has(err.msg, "enc_seqlen 9000 is outside the measured region [16, 8192]");
-    cost_shape tiny = {1, 8, 0};
+    cost_shape tiny = cost_shape_rows(1, 8, 0);
     assert_int_equal(cost_query(cm, COMP_ENCODER, &tiny, &l, &err), DP_ERR_INFEASIBLE);
     assert_int_equal(cost_query(cm, COMP_DECODER, &tiny, &l, NULL), DP_ERR_INFEASIBLE);
     cost_model_free(cm);
@@ -116,14 +116,14 @@ static void test_profile_exact_linear_interpolation(void **state)
     static const int qm[] = {1, 2, 3, 4}, ql[] = {16, 20, 33, 48, 64};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 5; j++) {
-            cost_shape s = {qm[i], ql[j], ql[4 - j]};
+            cost_shape s = cost_shape_rows(qm[i], ql[j], ql[4 - j]);
             if (cost_query(cm, COMP_ENCODER, &s, &l, &err) != DP_OK) fail_msg("%s", err.msg);
             assert_near(l.fwd_ms, synth(qm[i], ql[j], 0), 1e-9);
             assert_near(l.peak_act_mb, 4 * synth(qm[i], ql[j], 0), 1e-9);
             assert_int_equal(cost_query(cm, COMP_DECODER, &s, &l, NULL), DP_OK);
             assert_near(l.bwd_ms, 2 * synth(qm[i], ql[j], ql[4 - j]), 1e-9);
         }
-    cost_shape p = {1, 16, 16};
+    cost_shape p = cost_shape_rows(1, 16, 16);
     assert_int_equal(cost_query(cm, COMP_POSTPROCESS, &p, &l, NULL), DP_OK);
     assert_near(l.fwd_ms, 7, 1e-12);
     cost_model_free(cm);
@@ -139,7 +139,7 @@ static void test_profile_monotone_where_data_is(void **state)
     for (int seq = 512; seq <= 2048; seq += 256) {
         double prev = 0;
         for (int mbs = 1; mbs <= 8; mbs++) {
-            cost_shape s = {mbs, seq, 0};
+            cost_shape s = cost_shape_rows(mbs, seq, 0);
             if (cost_query(cm, COMP_ENCODER, &s, &l, NULL) != DP_OK) break;
             assert_true(l.fwd_ms >= prev && l.bwd_ms > 0);
             prev = l.fwd_ms;
@@ -148,7 +148,7 @@ static void test_profile_monotone_where_data_is(void **state)
     for (int mbs = 4; mbs <= 16; mbs += 4) {
         double prev = 0;
         for (int seq = 256; seq <= 1024; seq += 24) {
-            cost_shape s = {mbs, seq, 0};
+            cost_shape s = cost_shape_rows(mbs, seq, 0);
             if (cost_query(cm, COMP_ENCODER, &s, &l, NULL) != DP_OK) break;
             assert_true(l.fwd_ms >= prev);
             assert_true(l.stored_act_mb > 0);
@@ -232,13 +232,13 @@ static void test_flops_by_hand(void **state)
 {
     (void)state;
     double dense, attn;
-    cost_shape s = {2, 8, 0};
+    cost_shape s = cost_shape_rows(2, 8, 0);
     analytic_flops(model_preset("gpt-tiny"), COMP_ENCODER, &s, 1, &dense, &attn);
     assert_near(dense, 2.0 * 2 * 8 * (3 * 256 * 256 + 256 * 256 + 2 * 256 * 1024), 0);
     assert_near(attn, 4.0 * 2 * 8 * 8 * 256, 0);
     analytic_flops(model_preset("gpt-tiny"), COMP_ENCODER, &s, 2, &dense, &attn);
     assert_near(dense, 2.0 * 2 * 8 * 786432 / 2, 0);
-    cost_shape t = {1, 8, 4};
+    cost_shape t = cost_shape_rows(1, 8, 4);
     analytic_flops(model_preset("t5-tiny"), COMP_DECODER, &t, 1, &dense, &attn);
     /* self 2*4*(3*256*256+256*256) + cross q,o 2*4*(2*256*256) + cross k,v 2*8*(2*256*256)
      * + mlp 2*4*2*256*1024 */
@@ -254,7 +254,7 @@ static void test_korthikanti_closed_form(void **state)
     /* hk = h and f = 4h: stored = sbh(10 + 24/t + 5as/(ht)); selective sbh(10 + 24/t); full 2sbh */
     const model_spec *m = model_preset("gpt-6.7b-16l");
     double s = 2048, b = 2, h = 4096, a = 32;
-    cost_shape sh = {2, 2048, 0};
+    cost_shape sh = cost_shape_rows(2, 2048, 0);
     for (int t = 1; t <= 8; t *= 2) {
         assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_NONE),
                     s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1e-3);
@@ -355,7 +355,7 @@ static void test_gqa_and_untied_heads(void **state)
     model_spec mha = *model_preset("gpt-6.7b-16l"), gqa = mha;
     gqa.kv_heads = gqa.heads;
     assert_int_equal(model_total_params(&gqa), model_total_params(&mha));
-    cost_shape sh = {2, 1024, 0};
+    cost_shape sh = cost_shape_rows(2, 1024, 0);
     double d1, a1, d2, a2;
     analytic_flops(&mha, COMP_ENCODER, &sh, 2, &d1, &a1);
     analytic_flops(&gqa, COMP_ENCODER, &sh, 2, &d2, &a2);
@@ -492,7 +492,7 @@ static void test_calibration_recovers_known_parameters(void **state)
     for (int mbs = 1; mbs <= 64; mbs *= 2)
         for (int s = 64; s <= 4096; s *= 2) {
             cost_layer l;
-            cost_shape sh = {mbs, s, 0};
+            cost_shape sh = cost_shape_rows(mbs, s, 0);
             assert_int_equal(cost_query(am, COMP_ENCODER, &sh, &l, NULL), DP_OK);
             n += (size_t)snprintf(buf + n, sizeof buf - n,
                                   "1,none,encoder,fwd_ms,%d,%d,0,%.12g\n1,none,encoder,bwd_ms,%d,%d,0,%.12g\n",
@@ -529,6 +529,195 @@ static void test_calibration_on_a100_grid(void **state)
 /* MFU's numerator against the published GPT-2 count: a token passes through every parameter but
  * the position embeddings (786,432) and the final layer norm (1,536) in a matmul, 6 FLOPs each
  * for training, plus PaLM's attention term 12 L h s per token. */
+/* ---- varlen attention and FlashAttention memory (cost.h cost_shape.varlen) ------------------- */
+
+/* A varlen shape of the given samples (GPT lengths, already padded) in one row of length row. */
+static cost_shape varlen_row(const int *len, int n, int row)
+{
+    cost_shape s = cost_shape_rows(1, row, 0);
+    s.varlen = 1;
+    for (int i = 0; i < n; i++) s.enc_sq += (double)len[i] * len[i];
+    return s;
+}
+
+static void assert_layer_equal(const cost_layer *a, const cost_layer *b, double tol)
+{
+    assert_near(a->fwd_ms, b->fwd_ms, tol);
+    assert_near(a->bwd_ms, b->bwd_ms, tol);
+    assert_near(a->stored_act_mb, b->stored_act_mb, tol);
+    assert_near(a->peak_act_mb, b->peak_act_mb, tol);
+}
+
+static void test_varlen_row_of_one_sample_costs_the_sample(void **state)
+{
+    (void)state;
+    /* Both cost models, every recompute mode: a row holding one sample is that sample alone. */
+    cluster_spec hw = p4d();
+    analytic_params p;
+    analytic_params_default(&p);
+    for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
+        cost_model *cms[2] = {load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, (recompute_mode)rc),
+                              NULL};
+        dp_err err = {0};
+        assert_int_equal(cost_analytic_new(model_preset("gpt-6.7b-16l"), &hw, 1,
+                                           (recompute_mode)rc, &p, &cms[1], &err), DP_OK);
+        static const int lens[] = {16, 120, 512, 1000, 2048};
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 5; i++) {
+                cost_shape alone = cost_shape_rows(1, lens[i], 0), row = varlen_row(&lens[i], 1, lens[i]);
+                cost_layer a, b;
+                if (cost_query(cms[k], COMP_ENCODER, &alone, &a, &err) != DP_OK) fail_msg("%s", err.msg);
+                assert_int_equal(cost_query(cms[k], COMP_ENCODER, &row, &b, &err), DP_OK);
+                assert_layer_equal(&a, &b, 1e-9);
+            }
+        /* T5 on its profile: one (input, target) pair */
+        cost_model_free(cms[0]), cost_model_free(cms[1]);
+    }
+    cost_model *t5 = load_profile(T5_PROFILE, "t5-11b-12l", 1, RECOMPUTE_NONE);
+    cost_shape alone = cost_shape_rows(1, 512, 128), row = alone;
+    row.varlen = 1, row.enc_sq = 512.0 * 512, row.dec_sq = 128.0 * 128, row.enc_dec = 512.0 * 128;
+    for (int c = COMP_ENCODER; c <= COMP_DECODER; c++) {
+        cost_layer a, b;
+        assert_int_equal(cost_query(t5, (cost_component)c, &alone, &a, NULL), DP_OK);
+        assert_int_equal(cost_query(t5, (cost_component)c, &row, &b, NULL), DP_OK);
+        assert_layer_equal(&a, &b, 1e-9);
+    }
+    cost_model_free(t5);
+}
+
+static void test_varlen_row_never_costs_more_than_padded(void **state)
+{
+    (void)state;
+    /* Random rows of samples summing to at most the row: per-sample attention is never dearer
+     * than the whole row's, for either cost model, and strictly cheaper with two samples or more
+     * (the analytic model's attention term, the profile's fitted one, are positive). */
+    cluster_spec hw = p4d();
+    analytic_params p;
+    analytic_params_default(&p);
+    cost_model *cms[3] = {load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE), NULL,
+                          load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_SELECTIVE)};
+    assert_int_equal(cost_analytic_new(model_preset("gpt-6.7b-16l"), &hw, 1, RECOMPUTE_NONE, &p,
+                                       &cms[1], NULL), DP_OK);
+    srand(7);
+    for (int trial = 0; trial < 300; trial++) {
+        int row = 16 * (1 + rand() % 128), lens[64], n = 0, used = 0;
+        while (n < 64) {
+            int l = 8 * (1 + rand() % (row / 8));
+            if (used + l > row) break;
+            lens[n++] = l, used += l;
+        }
+        if (n == 0) continue;
+        cost_shape padded = cost_shape_rows(1, row, 0), v = varlen_row(lens, n, row);
+        for (int k = 0; k < 3; k++) {
+            cost_layer a, b;
+            assert_int_equal(cost_query(cms[k], COMP_ENCODER, &padded, &a, NULL), DP_OK);
+            assert_int_equal(cost_query(cms[k], COMP_ENCODER, &v, &b, NULL), DP_OK);
+            assert_true(b.fwd_ms <= a.fwd_ms + 1e-12 && b.bwd_ms <= a.bwd_ms + 1e-12);
+            assert_true(b.stored_act_mb <= a.stored_act_mb + 1e-12);
+            assert_true(b.peak_act_mb <= a.peak_act_mb + 1e-12);
+            if (n >= 2 && k < 2 && row >= 512) assert_true(b.fwd_ms < a.fwd_ms);
+        }
+    }
+    for (int k = 0; k < 3; k++) cost_model_free(cms[k]);
+}
+
+static void test_varlen_analytic_flops_are_the_samples_own(void **state)
+{
+    (void)state;
+    /* The analytic attention FLOPs of a varlen row are the sum of each sample's alone; the dense
+     * FLOPs are the row's. Closed form: 4 * s^2 * hk per sample. */
+    const model_spec *m = model_preset("gpt-6.7b-16l");
+    static const int lens[] = {512, 256, 1024, 64};
+    cost_shape v = varlen_row(lens, 4, 2048), whole = cost_shape_rows(1, 2048, 0);
+    double dense, attn, dense_row, attn_row, sum = 0;
+    analytic_flops(m, COMP_ENCODER, &v, 1, &dense, &attn);
+    analytic_flops(m, COMP_ENCODER, &whole, 1, &dense_row, &attn_row);
+    for (int i = 0; i < 4; i++) {
+        cost_shape one = cost_shape_rows(1, lens[i], 0);
+        double d1, a1;
+        analytic_flops(m, COMP_ENCODER, &one, 1, &d1, &a1);
+        sum += a1;
+    }
+    double hk = (double)m->heads * m->kv_channels;
+    assert_rel(attn, sum, 1e-12);
+    assert_rel(attn, 4 * hk * (512.0 * 512 + 256.0 * 256 + 1024.0 * 1024 + 64.0 * 64), 1e-12);
+    assert_rel(dense, dense_row, 1e-12);
+    assert_rel(attn_row, 4 * hk * 2048.0 * 2048, 1e-12);
+}
+
+static void test_profile_attention_fit_recovers_a_known_term(void **state)
+{
+    (void)state;
+    /* A profile written from a known polynomial (a token-linear part and an attention term c * b
+     * * s^2, no floor) is fitted back: the varlen correction then matches the polynomial at
+     * the samples' own lengths exactly, and the held-out error is ~0. */
+    const double c0 = 0.5, c1 = 0.01, c2 = 2e-3, c3 = 3e-7, m3 = 2e-5;
+    static char buf[1 << 16];
+    size_t n = (size_t)snprintf(buf, sizeof buf,
+                                "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
+    for (int b = 1; b <= 16; b *= 2)
+        for (int s = 128; s <= 4096; s *= 2) {
+            double t = c0 + c1 * b + c2 * b * s + c3 * b * (double)s * s;
+            double mem = 10 + 0.1 * b * s + m3 * b * (double)s * s;
+            n += (size_t)snprintf(buf + n, sizeof buf - n,
+                                  "1,none,encoder,fwd_ms,%d,%d,0,%.15g\n1,none,encoder,bwd_ms,%d,%d,0,"
+                                  "%.15g\n1,none,encoder,stored_act_mb,%d,%d,0,%.15g\n1,none,encoder,"
+                                  "peak_act_mb,%d,%d,0,%.15g\n",
+                                  b, s, t, b, s, 2 * t, b, s, mem, b, s, mem + 1);
+        }
+    cluster_spec hw = p4d();
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_profile_load(tmp_file(".csv", buf), model_preset("gpt-6.7b-16l"), &hw, 1,
+                          RECOMPUTE_NONE, &cm, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    cost_attn_fit fit;
+    double per_sq;
+    assert_int_equal(cost_profile_attn_fit(cm, COMP_ENCODER, &fit, &per_sq), DP_OK);
+    assert_true(fit.ok);
+    assert_rel(per_sq, c3, 1e-6);
+    assert_true(fit.max_err_pct < 1e-6);
+    static const int lens[] = {1024, 512, 256};
+    cost_shape v = varlen_row(lens, 3, 2048);
+    cost_layer l;
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &v, &l, NULL), DP_OK);
+    double sq = 1024.0 * 1024 + 512.0 * 512 + 256.0 * 256;
+    assert_rel(l.fwd_ms, c0 + c1 + c2 * 2048 + c3 * sq, 1e-6);
+    assert_rel(l.stored_act_mb, 10 + 0.1 * 2048 + m3 * sq, 1e-6);
+    /* FlashAttention memory drops the s^2 memory term whole; times stay */
+    cm->flash_attn = 1;
+    cost_shape row = cost_shape_rows(2, 2048, 0);
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &row, &l, NULL), DP_OK);
+    assert_rel(l.stored_act_mb, 10 + 0.1 * 4096, 1e-6);
+    assert_rel(l.fwd_ms, c0 + 2 * c1 + c2 * 4096 + c3 * 2 * 2048.0 * 2048, 1e-9);
+    cost_model_free(cm);
+}
+
+static void test_flash_attention_memory_agrees_across_models(void **state)
+{
+    (void)state;
+    /* FlashAttention memory: the analytic model drops exactly its 5as^2b/t score bytes; the
+     * profile drops its fitted s^2 term. On the A100 GPT-6.7B profile the two stored figures
+     * land within 5% of each other at 2048 (the profile's score term is fitted, the analytic
+     * one is Korthikanti's closed form). */
+    cluster_spec hw = p4d();
+    analytic_params p;
+    analytic_params_default(&p);
+    const model_spec *m = model_preset("gpt-6.7b-16l");
+    cost_model *am = NULL, *pm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
+    assert_int_equal(cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &p, &am, NULL), DP_OK);
+    am->flash_attn = pm->flash_attn = 1;
+    cost_shape s = cost_shape_rows(1, 2048, 0);
+    cost_layer a, b;
+    assert_int_equal(cost_query(am, COMP_ENCODER, &s, &a, NULL), DP_OK);
+    assert_int_equal(cost_query(pm, COMP_ENCODER, &s, &b, NULL), DP_OK);
+    double full = analytic_stored_act_bytes(m, COMP_ENCODER, &s, 1, RECOMPUTE_NONE) / 1e6;
+    double scores = 5.0 * m->heads * 2048.0 * 2048 / 1e6;
+    assert_rel(a.stored_act_mb, full - scores, 1e-12);
+    assert_rel(b.stored_act_mb, a.stored_act_mb, 0.05);
+    cost_model_free(am), cost_model_free(pm);
+}
+
 static void test_model_train_flops_gpt2(void **state)
 {
     (void)state;
@@ -544,6 +733,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_train_flops_gpt2),
+        cmocka_unit_test(test_varlen_row_of_one_sample_costs_the_sample),
+        cmocka_unit_test(test_varlen_row_never_costs_more_than_padded),
+        cmocka_unit_test(test_varlen_analytic_flops_are_the_samples_own),
+        cmocka_unit_test(test_profile_attention_fit_recovers_a_known_term),
+        cmocka_unit_test(test_flash_attention_memory_agrees_across_models),
         cmocka_unit_test(test_profile_exact_on_grid_points),
         cmocka_unit_test(test_profile_infeasible_with_reason),
         cmocka_unit_test(test_profile_exact_linear_interpolation),

@@ -188,7 +188,7 @@ static void test_order_search_best_of_candidates(void **state)
                 }
                 for (int k = 0; k < n; k++) {
                     sample_len one = {k, len_of[k], 0};
-                    assert_int_equal(mb_list_add(&l, &one, 1, mbs_of[k], len_of[k], 0), DP_OK);
+                    assert_int_equal(mb_list_add(&l, NULL, &one, 1, mbs_of[k], len_of[k], 0), DP_OK);
                 }
                 int *perm = NULL, count = order_candidates(&l, &sm, ORDER_SEARCH_ALL, &perm);
                 assert_true(count > 4 && count <= ORDER_MAX_CANDIDATES);
@@ -320,7 +320,7 @@ static void test_t5_order_against_dynapipe(void **state)
     dp_err err = {0};
     if (stage_model_init(&sm, s.cm[RECOMPUTE_FULL], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
         fail_msg("%s", err.msg);
-    batch_ctx ctx = {&s.rules, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL};
+    batch_ctx ctx = {&s.rules, &sm, 1, 2048, 0, NULL, DP_SPLIT_AUTO, NULL, 0};
     batch_iter it;
     batch_iter_init(&it, &s.t, &s.rules);
     int64_t real = 0, pad_ours = 0, pad_theirs = 0;
@@ -356,6 +356,54 @@ static void test_t5_order_against_dynapipe(void **state)
 /* The tune space against an enumeration written here: every layout of exactly the GPUs, tp within
  * a node, pp within the layers (even for T5), ZeRO 1 only with data parallelism, the method's own
  * knob and modes; no point twice. And the ranking: feasible first, by throughput. */
+/* ZeRO's communication (stage_cost.h, sim.h): on slow links ZeRO-2 (a gradient reduce-scatter
+ * per micro-batch) and ZeRO-3 (parameter gathers per forward and backward besides) are slower
+ * than ZeRO-1, whose end-of-iteration collectives move what ZeRO-0's all-reduce moves; ZeRO-1
+ * steps a 1/D shard of the optimizer state. Same micro-batches in every run (padding, memory
+ * unbounded). ZeRO-2/3 with a pipeline are refused. */
+static void test_zero_communication(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 2048);
+    cluster_override_links(&s.hw, 25, 5);
+    analytic_params p;
+    analytic_params_default(&p);
+    cost_model *cm = NULL;
+    assert_int_equal(cost_analytic_new(&s.m, &s.hw, 1, RECOMPUTE_NONE, &p, &cm, NULL), DP_OK);
+    double t[4];
+    int mbs[4];
+    for (int z = 0; z < 4; z++) {
+        study_opts o = {0};
+        o.cm = cm;
+        o.rules = &s.rules;
+        o.batching = batcher_find("padding");
+        o.sched = schedule_find("1f1b");
+        o.pp = 1, o.chunks = 1, o.dp = 4, o.zero = z;
+        o.mem_limit_mb = 1e9;
+        o.mbs = 4, o.mb_tokens = 2048;
+        o.max_iterations = 3;
+        study_result r;
+        dp_err err = {0};
+        if (study_run(&o, &s.t, &r, &err) != DP_OK) fail_msg("%s", err.msg);
+        t[z] = r.time_s, mbs[z] = r.microbatches;
+        study_result_release(&r);
+    }
+    for (int z = 1; z < 4; z++) assert_int_equal(mbs[z], mbs[0]);
+    assert_true(t[1] < t[0]); /* the same collective volume; a quarter of the optimizer step */
+    assert_true(t[2] > t[1] * 1.05);
+    assert_true(t[3] > t[2] * 1.05);
+    assert_rel(study_optimizer_ms(&s.hw, 1000, 0, 4), 4 * study_optimizer_ms(&s.hw, 1000, 1, 4), 1e-12);
+    /* 1 GB of fp16 parameters: 5e8 parameters x 28 bytes at 80% of 1555 GB/s */
+    assert_rel(study_optimizer_ms(&s.hw, 1000, 0, 1), 5e8 * 28 / (0.8 * 1555e9) * 1e3, 1e-12);
+    stage_model sm;
+    dp_err err = {0};
+    assert_int_equal(stage_model_init(&sm, cm, 2, 1, 4, 2, 1e9, &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "ZeRO-2 and ZeRO-3 do not combine with pipeline"));
+    cost_model_free(cm);
+    setup_release(&s);
+}
+
 static void test_tune_space(void **state)
 {
     (void)state;
@@ -410,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_keep_going),
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),
+        cmocka_unit_test(test_zero_communication),
         cmocka_unit_test(test_tune_space),
     };
     return cmocka_run_group_tests_name("study", tests, NULL, NULL);
