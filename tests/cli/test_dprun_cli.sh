@@ -57,6 +57,11 @@ EOF
   --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
 expect "a grouped-query plan is refused by dprun" 1 "grouped-query attention.*refused before anything ran" -- \
   timeout 60 "$DPRUN" --plan "$TMP/gqa_plan.json" --out "$TMP/x.csv"
+# a varlen plan: the runtime's attention is over whole rows, so it is refused up front
+"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 1 --max-seqlen 64 --global-tokens 256 \
+  --batching packing-varlen --iterations 1 -o "$TMP/varlen_plan.json" >/dev/null 2>&1
+expect "a varlen plan is refused by dprun" 1 "varlen attention.*refused before anything ran" -- \
+  timeout 60 "$DPRUN" --plan "$TMP/varlen_plan.json" --out "$TMP/x.csv"
 expect "an unknown backend" 1 "unknown backend" -- timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend tpu --out "$TMP/x.csv"
 
 # --- the cuda backend's host logic on a fake GPU (tests/unit/fake_cuda.c: the CPU layer, NCCL as

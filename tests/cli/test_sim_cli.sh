@@ -150,4 +150,29 @@ check "packing's padding efficiency at 8192 is the pack-then-batch next-fit's ($
   awk -v want="$NEXTFIT" '/"padding_efficiency"/ { gsub(/[^0-9.]/, "", $2); d = $2 - want;
     ok = (d < 0 ? -d : d) <= 0.01 * want } END { exit !ok }' "$TMP/pack.json"
 
+
+# --- varlen attention, the 2026 packers, ZeRO, FlashAttention (issue: modern baselines) ------
+VARLEN="packing-varlen packing-ffd-varlen dp-balanced packing-kk packing-wlb dynamic-varlen"
+"$DPSIM" compare --iterations 2 --no-figures --schedules 1f1b > "$TMP/cmp_varlen.txt" 2>&1
+check "compare lists every varlen packer and balancer by default" \
+  bash -c "for b in $VARLEN; do grep -q \"^\$b \" '$TMP/cmp_varlen.txt' || exit 1; done"
+check "... and DynaPipe's speed-up over the best of them" grep -q "^# best DynaPipe (dynamic.*) over the best varlen packer" "$TMP/cmp_varlen.txt"
+expect "more batchings than compare holds are refused, not cut" 2 "more than 16 items in --batchings" -- \
+  "$DPSIM" compare --batchings padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding
+ALONE=$("$DPSIM" cost --mbs 1 --seqlen 1000 | awk '$1 == "layer" {print $2, $3, $4, $5}')
+ROW=$("$DPSIM" cost --mbs 1 --seqlen 1000 --samples 1000 | awk '$1 == "layer" {print $2, $3, $4, $5}')
+check "cost --samples: a row of one sample costs the sample alone ($ALONE)" test -n "$ALONE" -a "$ALONE" = "$ROW"
+check "cost --samples: four samples in the row cost less than the row" \
+  bash -c "a=\$('$DPSIM' cost --mbs 1 --seqlen 2048 | awk '\$1 == \"layer\" {print \$2}'); b=\$('$DPSIM' cost --mbs 1 --seqlen 2048 --samples 512,512,512,512 | awk '\$1 == \"layer\" {print \$2}'); awk -v a=\$a -v b=\$b 'BEGIN {exit !(b < a)}'"
+expect "cost prints the attention fit's held-out error" 0 "held-out error median [0-9.]*%, max" -- "$DPSIM" cost --mbs 1 --seqlen 1024
+expect "cost --samples refuses a bad length" 2 "--samples item 2 \"x\" is not a length" -- "$DPSIM" cost --mbs 1 --seqlen 1024 --samples 12,x
+expect "--flash-attention drops the scores from memory" 0 "FlashAttention memory" -- "$DPSIM" cost --mbs 1 --seqlen 2048 --flash-attention
+expect "ZeRO-3 with a pipeline is refused" 1 "ZeRO-2 and ZeRO-3 do not combine with pipeline" -- "$DPSIM" plan --zero 3 --pp 4 --dp 2 --iterations 1
+expect "the analytic constants' provenance is said on another GPU" 0 "on h100 they are an assumption" -- "$DPSIM" cost --hw h100 --mbs 1 --seqlen 1024
+"$DPSIM" plan --batching packing-varlen --iterations 2 -o "$TMP/varlen.json" > /dev/null 2>&1
+check "a varlen plan marks its micro-batches" grep -q '"attention":"varlen"' "$TMP/varlen.json"
+expect "... and simulates from the file" 0 "throughput" -- "$DPSIM" sim --plan "$TMP/varlen.json"
+"$DPSIM" sim --dp 2 --iterations 1 --chrome "$TMP/opt.json" > /dev/null 2>&1
+check "the Chrome trace has the optimizer step" grep -q '"cat": "optimizer"' "$TMP/opt.json"
+
 finish
