@@ -130,7 +130,10 @@ typedef struct batcher {
     int memory_aware; /* cuts by ctx->mem, so a lower scale gives micro-batches that fit better */
     int pack_dataset; /* global batches are batch_pack_rows whole rows (batch_iter_pack_rows) */
     int varlen;       /* attention per sample (cost_shape.varlen): the planner sets ctx->varlen */
+    int knob;         /* the option that sizes its micro-batches: BATCH_KNOB_* */
 } batcher;
+
+enum { BATCH_KNOB_NONE, BATCH_KNOB_MBS /* --mbs */, BATCH_KNOB_MB_TOKENS /* --mb-tokens */ };
 
 const batcher *batcher_find(const char *name);
 const batcher *batcher_list(int *count);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../scheduler/microbatch.h"
+
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5)
 {
     memset(sp, 0, sizeof *sp);
@@ -18,11 +20,6 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     for (int i = 0; i < 5; i++) sp->mb_tokens[sp->n_mb_tokens++] = tok[i];
 }
 
-static int is_packer(const char *b)
-{
-    return strcmp(b, "padding") == 0 || strncmp(b, "packing", 7) == 0;
-}
-
 /* Fills out[] (when given) with every point in order; returns the count. */
 static long each_point(const tune_space *sp, tune_point *out)
 {
@@ -30,8 +27,11 @@ static long each_point(const tune_space *sp, tune_point *out)
     long n = 0;
     for (int b = 0; b < sp->n_batchings; b++) {
         const char *bt = sp->batchings[b];
-        int dynamic = strcmp(bt, "dynamic") == 0, token = strcmp(bt, "token") == 0;
-        int knobs = is_packer(bt) ? sp->n_mbs : token ? sp->n_mb_tokens : 1;
+        const batcher *by = batcher_find(bt);
+        if (!by) continue; /* the caller checks the names */
+        int dynamic = by->memory_aware, packer = by->knob == BATCH_KNOB_MBS;
+        int token = by->knob == BATCH_KNOB_MB_TOKENS;
+        int knobs = packer ? sp->n_mbs : token ? sp->n_mb_tokens : 1;
         for (int s = 0; s < sp->n_schedules; s++)
             for (int t = 0; t < sp->n_tps; t++) {
                 int tp = sp->tps[t];
@@ -39,12 +39,14 @@ static long each_point(const tune_space *sp, tune_point *out)
                 for (int pp = 1; pp <= sp->gpus / tp && pp <= sp->layers; pp++) {
                     if ((sp->gpus / tp) % pp || (sp->t5 && pp > 1 && pp % 2)) continue;
                     int dp = sp->gpus / tp / pp;
-                    for (int zero = 0; zero <= (dp > 1); zero++)
+                    /* ZeRO 2 and 3 only without a pipeline (stage_cost.h) */
+                    int zero_max = dp == 1 ? 0 : pp == 1 ? 3 : 1;
+                    for (int zero = 0; zero <= zero_max; zero++)
                         for (int m = 0; m < 3 + dynamic; m++)
                             for (int k = 0; k < knobs; k++) {
                                 if (out)
                                     out[n] = (tune_point){bt, sp->schedules[s], tp, pp, dp, zero,
-                                                          is_packer(bt) ? sp->mbs[k] : 1,
+                                                          packer ? sp->mbs[k] : 1,
                                                           token ? sp->mb_tokens[k] : 2048, modes[m]};
                                 n++;
                             }
@@ -67,9 +69,11 @@ void tune_point_describe(const tune_point *p, char *buf, size_t cap)
 {
     int at = snprintf(buf, cap, "batching=%s schedule=%s tp=%d pp=%d dp=%d zero=%d recompute=%s",
                       p->batching, p->schedule, p->tp, p->pp, p->dp, p->zero, p->recompute);
+    const batcher *by = batcher_find(p->batching);
+    int knob = by ? by->knob : BATCH_KNOB_NONE;
     if (at > 0 && (size_t)at < cap) {
-        if (is_packer(p->batching)) snprintf(buf + at, cap - (size_t)at, " mbs=%d", p->mbs);
-        else if (strcmp(p->batching, "token") == 0)
+        if (knob == BATCH_KNOB_MBS) snprintf(buf + at, cap - (size_t)at, " mbs=%d", p->mbs);
+        else if (knob == BATCH_KNOB_MB_TOKENS)
             snprintf(buf + at, cap - (size_t)at, " mb-tokens=%lld", (long long)p->mb_tokens);
     }
 }
