@@ -21,7 +21,8 @@
 #              search chose for the baseline (TP, PP, micro-batch size, recompute, ZeRO), on the whole
 #              40,960 MB of the card as the artifact ran it
 #   tuned      packing + 1F1B at the best configuration dpsim tune finds for it on the same GPUs
-#              (TP x PP x DP, ZeRO 0/1, recompute, micro-batch size), under DynaPipe's 36,000 MB
+#              (TP x PP x DP, ZeRO 0-3, 2 and 3 without a pipeline, recompute, micro-batch size),
+#              under DynaPipe's 36,000 MB
 #   dynapipe   dynamic micro-batching + the adaptive schedule with DynaPipe's configuration (TP, PP,
 #              ZeRO 1), recompute chosen per iteration (--recompute dynamic), 36,000 MB
 #   dynapipe-tuned  the same at the best configuration dpsim tune finds for it (recompute dynamic
