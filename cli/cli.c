@@ -160,43 +160,40 @@ dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model
     return cli_build_cost(&one, m, hw, cm, source, source_cap, err);
 }
 
-const char COST_OPTS_HELP[] =
-    "      --model M        model preset or JSON/HF config file (dpsim models) [gpt-6.7b-16l]\n"
-    "      --hw H           cluster or GPU preset, or JSON file               [p4d]\n"
-    "      --profile CSV    measured cost profile      [the model's own on A100-40GB]\n"
-    "      --fit FILE       fitted analytic model from 'dpsim calibrate -o'\n"
-    "      --analytic       analytic cost model even where a profile exists\n"
-    "      --tp T           tensor-parallel degree                            [1]\n"
-    "      --recompute R    none | selective | full | dynamic (per iteration, the first\n"
-    "                       of none, selective, full whose plan fits; DynaPipe's rule)  [none]\n"
-    "      --flash-attention  FlashAttention memory: attention scores never stored (the\n"
-    "                       profiles and the analytic model store them by default)\n";
-
-int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage)
+static int set_recompute(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    int64_t v;
-    switch (c) {
-    case 300: o->model = arg; return 1;
-    case 301: o->hw = arg; return 1;
-    case 302: o->profile = arg; return 1;
-    case 303: o->fit = arg; return 1;
-    case 304: o->analytic = 1; return 1;
-    case 307: o->flash_attn = 1; return 1;
-    case 305:
-        if (cli_int(cmd, "--tp", arg, 1, 1024, &v)) return -1;
-        o->tp = (int)v;
-        return 1;
-    case 306:
-        o->recompute_dynamic = strcmp(arg, "dynamic") == 0;
-        if (o->recompute_dynamic) o->recompute = RECOMPUTE_NONE;
-        else if (recompute_parse(arg, &o->recompute) != 0) {
-            cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic)",
-                            arg);
-            return -1;
-        }
-        return 1;
+    cost_opts *o = ctx;
+    o->recompute_dynamic = strcmp(arg, "dynamic") == 0;
+    if (o->recompute_dynamic) o->recompute = RECOMPUTE_NONE;
+    else if (recompute_parse(arg, &o->recompute) != 0) {
+        cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic)",
+                        arg);
+        return -1;
     }
     return 0;
+}
+
+void cli_cost_options(cli_opts *t, cost_opts *o)
+{
+    cli_opt_string(t, "model", 0, &o->model, "M",
+                   "gpt-6.7b-16l", "model preset or JSON/HF config file (dpsim models)")
+        ->marks = OPT_FIXED_BY_PLAN;
+    cli_opt_string(t, "hw", 0, &o->hw, "H", "p4d", "cluster or GPU preset, or JSON file")->marks =
+        OPT_FIXED_BY_PLAN;
+    cli_opt_string(t, "profile", 0, &o->profile, "CSV", "the model's own on A100-40GB",
+                   "measured cost profile");
+    cli_opt_string(t, "fit", 0, &o->fit, "FILE", NULL,
+                   "fitted analytic model from 'dpsim calibrate -o'");
+    cli_opt_flag(t, "analytic", 0, &o->analytic, "analytic cost model even where a profile exists");
+    cli_opt_int(t, "tp", 0, &o->tp, "T", 1, 1024, "1", "tensor-parallel degree")->marks =
+        OPT_FIXED_BY_PLAN | OPT_TUNED;
+    cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
+                 "none | selective | full | dynamic (per iteration, the first\n"
+                 "of none, selective, full whose plan fits; DynaPipe's rule)")
+        ->marks = OPT_FIXED_BY_PLAN | OPT_TUNED;
+    cli_opt_flag(t, "flash-attention", 0, &o->flash_attn,
+                 "FlashAttention memory: attention scores never stored (the\n"
+                 "profiles and the analytic model store them by default)");
 }
 
 void cli_progress(void *ctx, size_t done, size_t total)

@@ -16,6 +16,7 @@
 #include "../scheduler/plan.h"
 #include "../sim/sim.h"
 #include "../traces/trace.h"
+#include "options.h"
 
 #define DPSIM_VERSION "0.1.0"
 
@@ -88,17 +89,9 @@ dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model
                             cluster_spec *hw, cost_model **cm, char *source, size_t source_cap,
                             dp_err *err);
 
-/* Long options of cost_opts, for a getopt_long table, and their help lines. */
-#define COST_LONG_OPTS                                                                             \
-    {"model", required_argument, 0, 300}, {"hw", required_argument, 0, 301},                       \
-        {"profile", required_argument, 0, 302}, {"fit", required_argument, 0, 303},                \
-        {"analytic", no_argument, 0, 304}, {"tp", required_argument, 0, 305},                      \
-        {"recompute", required_argument, 0, 306}, {"flash-attention", no_argument, 0, 307}
-extern const char COST_OPTS_HELP[];
-
-/* Handles one cost option (getopt code c, value optarg): 1 handled, 0 not a cost option, -1 usage
- * error already printed. */
-int cli_cost_opt(cost_opts *o, int c, const char *arg, const char *cmd, const char *usage);
+/* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp,
+ * --recompute, --flash-attention) into o to a command's table (options.h). */
+void cli_cost_options(cli_opts *t, cost_opts *o);
 
 /* ---- plan options (shared by plan, sim, compare, sweep) ---------------------------------------- */
 
@@ -119,28 +112,18 @@ typedef struct plan_cli {
     int stream;            /* read the trace CSV as a stream (bounded memory) */
     int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, as a what-if */
     int keep_going;            /* iterations that cannot be planned to fit are left out */
-    const char *fixed_by_plan; /* the first option given that a plan file fixes (--pp, --model,
-                                * ...), NULL if none: refused beside --plan, not ignored */
+    const char *fixed_by_plan; /* the first option given that a plan file fixes ("pp", "model",
+                                * ...: its long name), NULL if none: refused beside --plan */
 } plan_cli;
 
 void plan_cli_default(plan_cli *p);
 
-#define PLAN_LONG_OPTS                                                                             \
-    COST_LONG_OPTS, {"trace", required_argument, 0, 320}, {"batching", required_argument, 0, 321}, \
-        {"schedule", required_argument, 0, 322}, {"pp", required_argument, 0, 323},                \
-        {"dp", required_argument, 0, 324}, {"chunks", required_argument, 0, 325},                  \
-        {"zero", required_argument, 0, 326}, {"mbs", required_argument, 0, 327},                   \
-        {"mb-tokens", required_argument, 0, 328}, {"global-tokens", required_argument, 0, 329},    \
-        {"max-seqlen", required_argument, 0, 330}, {"max-dec-seqlen", required_argument, 0, 331},  \
-        {"dp-thin", required_argument, 0, 332}, {"iterations", required_argument, 0, 333},         \
-        {"mem-limit", required_argument, 0, 334}, {"link-gbps", required_argument, 0, 335},        \
-        {"link-latency-us", required_argument, 0, 336}, {"stream", no_argument, 0, 337},            \
-        {"allow-oversubscribe", no_argument, 0, 338}, {"keep-going", no_argument, 0, 339},     \
-        {"dp-split", required_argument, 0, 340}
-extern const char PLAN_OPTS_HELP[];
-
-/* Handles one plan (or cost) option: 1 handled, 0 not one, -1 usage error printed. */
-int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const char *usage);
+/* Appends the plan options (the cost model's, then --trace, --batching, --schedule, --pp, ...)
+ * into p to a command's table (options.h). Those a plan file fixes carry OPT_FIXED_BY_PLAN, those
+ * tune searches OPT_TUNED; after parsing, cli_plan_parsed copies the first fixed one given into
+ * p->fixed_by_plan. */
+void cli_plan_options(cli_opts *t, plan_cli *p);
+void cli_plan_parsed(const cli_opts *t, plan_cli *p);
 
 /* Everything a plan needs, resolved: model, hardware (with overrides), cost model, trace, rules. */
 typedef struct plan_env {
@@ -217,11 +200,6 @@ dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, cons
                          int nb, const char *const *ss, int ns, struct tune_space *sp, dp_err *err);
 dp_status cli_tune(const plan_cli *base, const plan_env *env, const struct tune_space *sp, int jobs,
                    struct tune_result **out, long *n, dp_err *err);
-
-/* The name of a plan option (getopt code c, PLAN_LONG_OPTS) that tune searches, so that it cannot
- * be fixed beside it (--tp, --pp, --dp, --zero, --recompute, --mbs, --mb-tokens, --batching,
- * --schedule); NULL for any other. */
-const char *cli_tune_searched(int c);
 
 int cmd_plan(int argc, char **argv);
 int cmd_tune(int argc, char **argv);

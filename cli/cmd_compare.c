@@ -1,7 +1,6 @@
 /* dpsim compare — the main job: every (batching, schedule) on one setup, one table, figures. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,74 +310,54 @@ static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const cha
 
 int cmd_compare(int argc, char **argv)
 {
-    static const struct option opts[] = {PLAN_LONG_OPTS,
-                                         {"batchings", required_argument, 0, 'b'},
-                                         {"schedules", required_argument, 0, 's'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"no-figures", no_argument, 0, 'n'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"tuned", no_argument, 0, 't'},
-                                         {"gpus", required_argument, 0, 'g'},
-                                         {"tune-iterations", required_argument, 0, 'T'},
-                                         {"jobs", required_argument, 0, 'J'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "compare", *out = "dpsim-out";
-    char blist[256] = COMPARE_BATCHINGS, slist[256] = "1f1b,adaptive";
+    const char *blist_arg = COMPARE_BATCHINGS, *slist_arg = "1f1b,adaptive";
     plan_cli p;
     plan_cli_default(&p);
-    int json = 0, figures = 1, tuned = 0, tuned_gpus = 0, c, r;
-    int64_t gpus = 0, tune_iterations = 8, jobs = cli_jobs_default();
-    optind = 1;
-    const char *searched = NULL; /* an option --tuned chooses itself */
-    while ((c = getopt_long(argc, argv, ":b:s:o:njtg:T:J:h", opts, NULL)) != -1) {
-        if (!searched && c != 321 && c != 322) searched = cli_tune_searched(c);
-        if ((r = cli_plan_opt(&p, c, optarg, cmd, COMPARE_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
-        case 's': snprintf(slist, sizeof slist, "%s", optarg); break;
-        case 'o': out = optarg; break;
-        case 'n': figures = 0; break;
-        case 'j': json = 1; break;
-        case 't': tuned = 1; break;
-        case 'g':
-            if (cli_int(cmd, "--gpus", optarg, 1, 1 << 20, &gpus)) return EXIT_USAGE;
-            tuned_gpus = (int)gpus;
-            break;
-        case 'T':
-            if (cli_int(cmd, "--tune-iterations", optarg, 1, 1 << 20, &tune_iterations)) return EXIT_USAGE;
-            break;
-        case 'J':
-            if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
-            break;
-        case 'h':
-            printf("usage: %s\n\nThe main job: simulates the whole trace under every (batching,\n"
-                   "schedule) pair and prints one table: throughput (real tokens/s), speed-up over\n"
-                   "packing + 1f1b, padding efficiency, bubble fraction, peak memory, OOM and\n"
-                   "planning time. Writes throughput.png, timeline.png and memory.png into --out.\n\n"
-                   "  -b, --batchings LIST  comma list of strategies (dpsim plan --help lists them)\n"
-                   "                        [" COMPARE_BATCHINGS "]\n"
-                   "  -s, --schedules LIST  comma list of schedules    [1f1b,adaptive]\n"
-                   "  -o, --out DIR         folder for the figures     [dpsim-out]\n"
-                   "  -n, --no-figures      skip the figures\n"
-                   "  -j, --json            print the comparison JSON contract instead of the table\n"
-                   "  -t, --tuned           each batching at its own best configuration (dpsim tune:\n"
-                   "                        tp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)\n"
-                   "  -g, --gpus N          --tuned: GPUs to use [the cluster's; one node if unbounded]\n"
-                   "  -T, --tune-iterations K  --tuned: iterations per configuration tried   [8]\n"
-                   "  -J, --jobs N          --tuned: parallel workers  [the machine's cores]\n"
-                   "%s%s  -h, --help            this help\n",
-                   COMPARE_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, COMPARE_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, COMPARE_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, COMPARE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    int json = 0, no_figures = 0, tuned = 0, tuned_gpus = 0;
+    int tune_iterations = 8, jobs = cli_jobs_default();
+    cli_opts t;
+    cli_opts_init(&t, cmd, COMPARE_USAGE,
+                  "The main job: simulates the whole trace under every (batching,\n"
+                  "schedule) pair and prints one table: throughput (real tokens/s), speed-up over\n"
+                  "packing + 1f1b, padding efficiency, bubble fraction, peak memory, OOM and\n"
+                  "planning time. Writes throughput.png, timeline.png and memory.png into --out.");
+    cli_opt_string(&t, "batchings", 'b', &blist_arg, "LIST", COMPARE_BATCHINGS,
+                   "comma list of strategies (dpsim plan --help lists them)");
+    cli_opt_string(&t, "schedules", 's', &slist_arg, "LIST", "1f1b,adaptive",
+                   "comma list of schedules");
+    cli_opt_string(&t, "out", 'o', &out, "DIR", "dpsim-out", "folder for the figures");
+    cli_opt_flag(&t, "no-figures", 'n', &no_figures, "skip the figures");
+    cli_opt_flag(&t, "json", 'j', &json, "print the comparison JSON contract instead of the table");
+    cli_opt_flag(&t, "tuned", 't', &tuned,
+                 "each batching at its own best configuration (dpsim tune:\n"
+                 "tp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)");
+    cli_opt_int(&t, "gpus", 'g', &tuned_gpus, "N", 1, 1 << 20,
+                "the cluster's; one node if unbounded", "--tuned: GPUs to use");
+    cli_opt_int(&t, "tune-iterations", 'T', &tune_iterations, "K", 1, 1 << 20, "8",
+                "--tuned: iterations per configuration tried");
+    cli_opt_int(&t, "jobs", 'J', &jobs, "N", 1, 1024, "the machine's cores",
+                "--tuned: parallel workers");
+    cli_plan_options(&t, &p);
+    /* compare's rows come from --batchings and --schedules: --batching and --schedule are not
+     * what --tuned would refuse */
+    cli_opts_find(&t, "batching")->marks &= ~OPT_TUNED;
+    cli_opts_find(&t, "schedule")->marks &= ~OPT_TUNED;
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&t, &p);
+    char searched_buf[80];
+    const char *searched = t.first[OPT_TUNED] ? cli_opt_label(t.first[OPT_TUNED], searched_buf,
+                                                              sizeof searched_buf)
+                                              : NULL; /* an option --tuned chooses itself */
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
+    int figures = !no_figures;
+    char blist[256], slist[256];
+    if (strlen(blist_arg) >= sizeof blist || strlen(slist_arg) >= sizeof slist)
+        return cli_usage_error(cmd, COMPARE_USAGE, "--batchings or --schedules is longer than %zu "
+                               "characters", sizeof blist - 1);
+    strcpy(blist, blist_arg);
+    strcpy(slist, slist_arg);
     if (tuned && searched)
         return cli_usage_error(cmd, COMPARE_USAGE, "--tuned chooses %s itself; drop it, or drop --tuned",
                                searched);

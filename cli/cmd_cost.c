@@ -1,6 +1,5 @@
 /* dpsim cost — one cost-model query; dpsim calibrate — fit the analytic model to a profile. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,61 +46,31 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
 
 int cmd_cost(int argc, char **argv)
 {
-    static const struct option opts[] = {COST_LONG_OPTS,
-                                         {"mbs", required_argument, 0, 'b'},
-                                         {"seqlen", required_argument, 0, 'l'},
-                                         {"dec-seqlen", required_argument, 0, 'd'},
-                                         {"pp", required_argument, 0, 'p'},
-                                         {"samples", required_argument, 0, 'S'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "cost";
     cost_opts co;
     cost_opts_default(&co);
     int64_t mbs = -1, seqlen = -1, dec = 0, pp = 1;
-    int json = 0, c, r;
+    int json = 0;
     const char *samples = NULL;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:l:d:p:S:jh", opts, NULL)) != -1) {
-        if ((r = cli_cost_opt(&co, c, optarg, cmd, COST_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'b':
-            if (cli_int(cmd, "--mbs", optarg, 1, 1 << 24, &mbs)) return EXIT_USAGE;
-            break;
-        case 'l':
-            if (cli_int(cmd, "--seqlen", optarg, 1, 1 << 24, &seqlen)) return EXIT_USAGE;
-            break;
-        case 'd':
-            if (cli_int(cmd, "--dec-seqlen", optarg, 1, 1 << 24, &dec)) return EXIT_USAGE;
-            break;
-        case 'p':
-            if (cli_int(cmd, "--pp", optarg, 1, 4096, &pp)) return EXIT_USAGE;
-            break;
-        case 'S': samples = optarg; break;
-        case 'j': json = 1; break;
-        case 'h':
-            printf("usage: %s\n\nOne cost-model query: forward and backward time per layer and per\n"
-                   "stage, and stored/peak activation memory, for one micro-batch shape.\n\n"
-                   "  -b, --mbs N          micro-batch size (samples)                   (required)\n"
-                   "  -l, --seqlen L       sequence length; T5: encoder length, tokens   (required)\n"
-                   "  -d, --dec-seqlen D   T5 decoder length, tokens                     (T5: required)\n"
-                   "  -p, --pp S           pipeline stages, for the per-stage figures    [1]\n"
-                   "  -S, --samples LIST   the micro-batch's samples (T5: IN:TARGET pairs), each\n"
-                   "                       attending to itself (varlen/THD): attention per sample\n"
-                   "  -j, --json           print the cost query JSON contract\n"
-                   "%s  -h, --help           this help\n",
-                   COST_USAGE, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, COST_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, COST_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, COST_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts t;
+    cli_opts_init(&t, cmd, COST_USAGE,
+                  "One cost-model query: forward and backward time per layer and per\n"
+                  "stage, and stored/peak activation memory, for one micro-batch shape.");
+    cli_opt_int64(&t, "mbs", 'b', &mbs, "N", 1, 1 << 24, "required", "micro-batch size (samples)");
+    cli_opt_int64(&t, "seqlen", 'l', &seqlen, "L", 1, 1 << 24, "required",
+                  "sequence length; T5: encoder length, tokens");
+    cli_opt_int64(&t, "dec-seqlen", 'd', &dec, "D", 1, 1 << 24, "T5: required",
+                  "T5 decoder length, tokens");
+    cli_opt_int64(&t, "pp", 'p', &pp, "S", 1, 4096, "1",
+                  "pipeline stages, for the per-stage figures");
+    cli_opt_string(&t, "samples", 'S', &samples, "LIST", NULL,
+                   "the micro-batch's samples (T5: IN:TARGET pairs), each\n"
+                   "attending to itself (varlen/THD): attention per sample");
+    cli_opt_flag(&t, "json", 'j', &json, "print the cost query JSON contract");
+    cli_cost_options(&t, &co);
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
     if (mbs < 0 || seqlen < 0) return cli_usage_error(cmd, COST_USAGE, "--mbs and --seqlen are required");
 
     dp_err err = {0};
@@ -223,49 +192,25 @@ static const char CALIB_USAGE[] =
 
 int cmd_calibrate(int argc, char **argv)
 {
-    static const struct option opts[] = {COST_LONG_OPTS,
-                                         {"holdout", required_argument, 0, 'H'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "calibrate", *out = NULL;
     cost_opts co;
     cost_opts_default(&co);
     double holdout = 0.2;
     int64_t seed = 1;
-    int c, r;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":H:s:o:h", opts, NULL)) != -1) {
-        if ((r = cli_cost_opt(&co, c, optarg, cmd, CALIB_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'H':
-            if (cli_double(cmd, "--holdout", optarg, 0, 0.9, &holdout)) return EXIT_USAGE;
-            break;
-        case 's':
-            if (cli_int(cmd, "--seed", optarg, 0, UINT32_MAX, &seed)) return EXIT_USAGE;
-            break;
-        case 'o': out = optarg; break;
-        case 'h':
-            printf("usage: %s\n\nFits the analytic cost model's free parameters (efficiencies,\n"
-                   "floors, backward ratio) to a measured profile with GSL's nonlinear least\n"
-                   "squares, and reports the error on held-out grid points. The fitted JSON is a\n"
-                   "cost model: pass it to --fit.\n\n"
-                   "  -H, --holdout F      fraction of grid points held out for the error [0.2]\n"
-                   "  -s, --seed S         seed of the hold-out draw                      [1]\n"
-                   "  -o, --output FILE    fitted model JSON, - for stdout                (optional)\n"
-                   "%s  -h, --help           this help\n",
-                   CALIB_USAGE, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, CALIB_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, CALIB_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, CALIB_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts t;
+    cli_opts_init(&t, cmd, CALIB_USAGE,
+                  "Fits the analytic cost model's free parameters (efficiencies,\n"
+                  "floors, backward ratio) to a measured profile with GSL's nonlinear least\n"
+                  "squares, and reports the error on held-out grid points. The fitted JSON is a\n"
+                  "cost model: pass it to --fit.");
+    cli_opt_double(&t, "holdout", 'H', &holdout, "F", 0, 0.9, "0.2",
+                   "fraction of grid points held out for the error");
+    cli_opt_int64(&t, "seed", 's', &seed, "S", 0, UINT32_MAX, "1", "seed of the hold-out draw");
+    cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "fitted model JSON, - for stdout");
+    cli_cost_options(&t, &co);
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
     if (co.fit || co.analytic)
         return cli_usage_error(cmd, CALIB_USAGE, "calibrate fits a profile: drop --fit/--analytic");
     dp_err err = {0};

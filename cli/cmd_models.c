@@ -1,5 +1,4 @@
 /* dpsim models — the model, GPU and cluster presets. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,27 +20,16 @@ static void print_model(const model_spec *m)
 
 int cmd_models(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"show", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *show = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":s:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 's': show = optarg; break;
-        case 'h':
-            printf("usage: %s\n\nLists the model, GPU and cluster presets that --model and --hw\n"
-                   "accept (a JSON or Hugging Face config.json file works too).\n\n"
-                   "  -s, --show NAME   print one model or cluster as a JSON spec\n"
-                   "  -h, --help        this help\n",
-                   MODELS_USAGE);
-            return 0;
-        case ':': return cli_usage_error("models", MODELS_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("models", MODELS_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error("models", MODELS_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts ot;
+    cli_opts_init(&ot, "models", MODELS_USAGE,
+                  "Lists the model, GPU and cluster presets that --model and --hw\n"
+                  "accept (a JSON or Hugging Face config.json file works too).");
+    cli_opt_string(&ot, "show", 's', &show, "NAME", NULL,
+                   "print one model or cluster as a JSON spec");
+    int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
     dp_err err = {0};
     if (show) {
         model_spec m;

@@ -1,6 +1,5 @@
 /* dpsim plan — micro-batch a trace and write execution plans; dpsim sim — simulate them. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,36 +84,21 @@ static const char PLAN_USAGE[] = "dpsim plan [OPTIONS] [-o plan.json]";
 
 int cmd_plan(int argc, char **argv)
 {
-    static const struct option opts[] = {PLAN_LONG_OPTS,
-                                         {"output", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "plan", *out = NULL;
     plan_cli p;
     plan_cli_default(&p);
-    int c, r;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
-        if ((r = cli_plan_opt(&p, c, optarg, cmd, PLAN_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'h':
-            printf("usage: %s\n\nCuts each global batch of the trace into micro-batches, orders them\n"
-                   "under the pipeline schedule, validates the plan, and writes it as the\n"
-                   "execution-plan JSON (the simulator and dprun run it). Prints a summary:\n"
-                   "padding efficiency (encoder and decoder), objective, planning time.\n\n"
-                   "  -o, --output FILE    plan JSON to write, - for stdout          (optional)\n"
-                   "%s%s  -h, --help           this help\n",
-                   PLAN_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, PLAN_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, PLAN_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return cli_usage_error(cmd, PLAN_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts t;
+    cli_opts_init(&t, cmd, PLAN_USAGE,
+                  "Cuts each global batch of the trace into micro-batches, orders them\n"
+                  "under the pipeline schedule, validates the plan, and writes it as the\n"
+                  "execution-plan JSON (the simulator and dprun run it). Prints a summary:\n"
+                  "padding efficiency (encoder and decoder), objective, planning time.");
+    cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "plan JSON to write, - for stdout");
+    cli_plan_options(&t, &p);
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&t, &p);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
     dp_err err = {0};
     plan_env env;
     dp_status st = cli_plan_setup(&p, &env, &err);
@@ -225,67 +209,36 @@ static void tee_mem(void *ctx, const sim_mem *m)
 
 int cmd_sim(int argc, char **argv)
 {
-    static const struct option opts[] = {PLAN_LONG_OPTS,
-                                         {"plan", required_argument, 0, 'P'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"timeline", required_argument, 0, 'T'},
-                                         {"chrome", required_argument, 0, 'C'},
-                                         {"ascii", no_argument, 0, 'a'},
-                                         {"ascii-width", required_argument, 0, 'W'},
-                                         {"ascii-iteration", required_argument, 0, 'I'},
-                                         {"ascii-order", no_argument, 0, 'O'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "sim";
     plan_cli p;
     plan_cli_default(&p);
     sim_cli sc = {NULL, NULL, NULL, 0, 0, 96, 0};
-    int c, r;
-    int64_t v;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":P:jT:C:aW:I:Oh", opts, NULL)) != -1) {
-        if ((r = cli_plan_opt(&p, c, optarg, cmd, SIM_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'P': sc.plan_path = optarg; break;
-        case 'j': sc.json = 1; break;
-        case 'T': sc.timeline = optarg; break;
-        case 'C': sc.chrome = optarg; break;
-        case 'a': sc.ascii = 1; break;
-        case 'O': sc.ascii = 2; break;
-        case 'W':
-            if (cli_int(cmd, "--ascii-width", optarg, 16, 1000, &v)) return EXIT_USAGE;
-            sc.ascii_width = (int)v;
-            break;
-        case 'I':
-            if (cli_int(cmd, "--ascii-iteration", optarg, 0, 1 << 30, &v)) return EXIT_USAGE;
-            sc.ascii_iteration = (int)v;
-            break;
-        case 'h':
-            printf("usage: %s\n\nSimulates execution plans with the discrete-event engine: per stage\n"
-                   "one compute, one send and one receive stream; prints iteration time,\n"
-                   "throughput, bubbles, padding efficiency, peak memory, the closed-form\n"
-                   "estimate beside the simulated makespan, and a timeline hash.\n\n"
-                   "  -P, --plan FILE      simulate this plan JSON (else plan from the options)\n"
-                   "  -j, --json           print the metrics JSON contract\n"
-                   "  -T, --timeline FILE  write the timeline CSV\n"
-                   "  -C, --chrome FILE    write a Chrome trace JSON (open in Perfetto)\n"
-                   "  -a, --ascii          draw one iteration in the terminal\n"
-                   "      --ascii-width N  columns of the drawing                    [96]\n"
-                   "      --ascii-iteration K  iteration to draw                     [0]\n"
-                   "      --ascii-order    the drawing as each stage's op order (many micro-batches)\n"
-                   "%s%s  -h, --help           this help\n",
-                   SIM_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, SIM_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, SIM_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return cli_usage_error(cmd, SIM_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, SIM_USAGE,
+                  "Simulates execution plans with the discrete-event engine: per stage\n"
+                  "one compute, one send and one receive stream; prints iteration time,\n"
+                  "throughput, bubbles, padding efficiency, peak memory, the closed-form\n"
+                  "estimate beside the simulated makespan, and a timeline hash.");
+    cli_opt_string(&ot, "plan", 'P', &sc.plan_path, "FILE", NULL,
+                   "simulate this plan JSON (else plan from the options)");
+    cli_opt_flag(&ot, "json", 'j', &sc.json, "print the metrics JSON contract");
+    cli_opt_string(&ot, "timeline", 'T', &sc.timeline, "FILE", NULL, "write the timeline CSV");
+    cli_opt_string(&ot, "chrome", 'C', &sc.chrome, "FILE", NULL,
+                   "write a Chrome trace JSON (open in Perfetto)");
+    cli_opt_flag(&ot, "ascii", 'a', &sc.ascii, "draw one iteration in the terminal");
+    cli_opt_int(&ot, "ascii-width", 'W', &sc.ascii_width, "N", 16, 1000, "96",
+                "columns of the drawing");
+    cli_opt_int(&ot, "ascii-iteration", 'I', &sc.ascii_iteration, "K", 0, 1 << 30, "0",
+                "iteration to draw");
+    cli_opt_flag(&ot, "ascii-order", 'O', &sc.ascii,
+                 "the drawing as each stage's op order (many micro-batches)")->flag_value = 2;
+    cli_plan_options(&ot, &p);
+    int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&ot, &p);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
     if (sc.plan_path && p.fixed_by_plan)
-        return cli_usage_error(cmd, SIM_USAGE, "%s cannot apply with --plan: the plan file fixes it "
+        return cli_usage_error(cmd, SIM_USAGE, "--%s cannot apply with --plan: the plan file fixes it "
                                "(only --mem-limit, --link-gbps, --link-latency-us and the cost "
                                "model's --profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};

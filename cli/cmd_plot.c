@@ -1,5 +1,4 @@
 /* dpsim plot KIND — figures drawn with gnuplot. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,31 +29,30 @@ static void plot_help(void)
            PLOT_USAGE);
 }
 
+static int set_trace_format(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    if (trace_format_parse(arg, ctx) == 0) return 0;
+    cli_usage_error(cmd, usage, "unknown --format \"%s\"", arg);
+    return -1;
+}
+
 static int plot_lengths_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *cmd = "plot lengths", *out = "lengths.png";
+    const char *cmd = "plot lengths", *out = "lengths.png", *file[1];
     trace_format fmt = TRACE_FORMAT_AUTO;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":o:f:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'f':
-            if (trace_format_parse(optarg, &fmt) != 0)
-                return cli_usage_error(cmd, PLOT_USAGE, "unknown --format \"%s\"", optarg);
-            break;
-        case 'h': plot_help(); return 0;
-        case ':': return cli_usage_error(cmd, PLOT_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, PLOT_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one trace FILE");
-    const char *path = argv[optind];
+    int n_file = 0;
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, "dpsim plot lengths [--format F] FILE [-o OUT.png|OUT.svg]",
+                  "Log2 histogram of a trace's input and target lengths (gnuplot; SVG when OUT\n"
+                  "ends in .svg).");
+    cli_opt_string(&ot, "output", 'o', &out, "OUT", "lengths.png", "figure to write (.png or .svg)");
+    cli_opt_call(&ot, "format", 'f', set_trace_format, &fmt, "F", "auto",
+                 "trace format: auto | csv | jsonl | npy | cot");
+    int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (n_file != 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one trace FILE");
+    const char *path = file[0];
     dp_err err = {0};
     out_role in[] = {{"FILE", path}}, outs[] = {{"-o", out}};
     if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
@@ -162,57 +160,56 @@ static int cmp_point(const void *a, const void *b)
     return (p->x > q->x) - (p->x < q->x);
 }
 
+static int add_where(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    sweep_ctx *c = ctx;
+    char *eq = strchr(arg, '=');
+    if (!eq || c->n_where == MAX_WHERE) {
+        cli_usage_error(cmd, usage, "--where takes COL=VALUE (at most %d)", MAX_WHERE);
+        return -1;
+    }
+    *eq = '\0'; /* argv's own string, cut in place */
+    c->where_col[c->n_where] = arg;
+    c->where_val[c->n_where++] = eq + 1;
+    return 0;
+}
+
 static int plot_sweep_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
-                                         {"x", required_argument, 0, 'x'},
-                                         {"y", required_argument, 0, 'y'},
-                                         {"series", required_argument, 0, 's'},
-                                         {"where", required_argument, 0, 'w'},
-                                         {"logx", no_argument, 0, 'l'},
-                                         {"title", required_argument, 0, 't'},
-                                         {"ylabel", required_argument, 0, 'Y'},
-                                         {"xlabel", required_argument, 0, 'X'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "plot sweep", *out = "sweep.png", *title = NULL, *ylabel = NULL, *xlabel = NULL;
+    const char *file[1];
     sweep_ctx c = {0};
-    int logx = 0, opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, ":o:x:y:s:w:lt:Y:X:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'o': out = optarg; break;
-        case 'x': c.x = optarg; break;
-        case 'y': c.y = optarg; break;
-        case 's': c.series = optarg; break;
-        case 'w': {
-            char *eq = strchr(optarg, '=');
-            if (!eq || c.n_where == MAX_WHERE)
-                return cli_usage_error(cmd, PLOT_USAGE, "--where takes COL=VALUE (at most %d)", MAX_WHERE);
-            *eq = '\0';
-            c.where_col[c.n_where] = optarg;
-            c.where_val[c.n_where++] = eq + 1;
-            break;
-        }
-        case 'l': logx = 1; break;
-        case 't': title = optarg; break;
-        case 'Y': ylabel = optarg; break;
-        case 'X': xlabel = optarg; break;
-        case 'h': plot_help(); return 0;
-        case ':': return cli_usage_error(cmd, PLOT_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, PLOT_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one CSV FILE");
+    int logx = 0, n_file = 0;
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, "dpsim plot sweep --x COL --y COL [--series COL] [--where COL=V] FILE "
+                  "[-o OUT.png|OUT.svg]",
+                  "Lines of one CSV column against another, one line per series (a dpsim sweep\n"
+                  "output, or any CSV with a header). Infeasible and OOM points are marked, not\n"
+                  "drawn as values; a column that varies but is neither the x axis, the series nor\n"
+                  "filtered is warned about.");
+    cli_opt_string(&ot, "output", 'o', &out, "OUT", "sweep.png", "figure to write (.png or .svg)");
+    cli_opt_string(&ot, "x", 'x', &c.x, "COL", "required", "the x column");
+    cli_opt_string(&ot, "y", 'y', &c.y, "COL", "required", "the y column");
+    cli_opt_string(&ot, "series", 's', &c.series, "COL", NULL, "one line per value of this column");
+    cli_opt_call(&ot, "where", 'w', add_where, &c, "COL=VALUE", NULL,
+                 "keep the rows where COL is VALUE (repeatable)");
+    cli_opt_flag(&ot, "logx", 'l', &logx, "logarithmic x axis");
+    cli_opt_string(&ot, "title", 't', &title, "TEXT", NULL, "the figure's title");
+    cli_opt_string(&ot, "ylabel", 'Y', &ylabel, "TEXT", "the y column", "the y axis label");
+    cli_opt_string(&ot, "xlabel", 'X', &xlabel, "TEXT", "the x column", "the x axis label");
+    int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (n_file != 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one CSV FILE");
     if (!c.x || !c.y) return cli_usage_error(cmd, PLOT_USAGE, "--x and --y are required");
     dp_err err = {0};
-    out_role in[] = {{"FILE", argv[optind]}}, outs[] = {{"-o", out}};
+    out_role in[] = {{"FILE", file[0]}}, outs[] = {{"-o", out}};
     if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, PLOT_USAGE, "%s", err.msg);
-    dp_status st = csv_read_file(argv[optind], 1, sweep_header, sweep_row, &c, &err);
+    dp_status st = csv_read_file(file[0], 1, sweep_header, sweep_row, &c, &err);
     if (st == DP_OK && c.n == 0)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: no feasible row matches the --where filters%s",
-                     argv[optind], c.not_drawn ? " (every matching point is infeasible or OOM)" : "");
+                     file[0], c.not_drawn ? " (every matching point is infeasible or OOM)" : "");
     for (int k = 0; st == DP_OK && k < c.n_keys; k++) { /* a dimension left free draws saw-teeth */
         const char *kn = c.key_name[k];
         int used = strcmp(kn, c.x) == 0 || (c.series && strcmp(kn, c.series) == 0);
@@ -287,36 +284,27 @@ static dp_status tl_row(void *vctx, const csv_row *r, dp_err *err)
 
 static int plot_timeline_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
-                                         {"iteration", required_argument, 0, 'i'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *cmd = "plot timeline", *out = "timeline.png";
+    const char *cmd = "plot timeline", *out = "timeline.png", *file[1];
     tl_ctx c = {0};
-    int64_t v;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, ":o:i:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'o': out = optarg; break;
-        case 'i':
-            if (cli_int(cmd, "--iteration", optarg, 0, INT32_MAX, &v)) return EXIT_USAGE;
-            c.iteration = (int)v;
-            break;
-        case 'h': plot_help(); return 0;
-        case ':': return cli_usage_error(cmd, PLOT_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, PLOT_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one timeline CSV");
+    int n_file = 0;
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, "dpsim plot timeline [--iteration K] FILE [-o OUT.png|OUT.svg]",
+                  "Gantt chart of one iteration of a timeline CSV (dpsim sim --timeline, or\n"
+                  "dprun's measured one).");
+    cli_opt_string(&ot, "output", 'o', &out, "OUT", "timeline.png", "figure to write (.png or .svg)");
+    cli_opt_int(&ot, "iteration", 'i', &c.iteration, "K", 0, INT32_MAX, "0", "the iteration drawn");
+    int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (n_file != 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one timeline CSV");
     dp_err err = {0};
-    dp_status st = csv_read_file(argv[optind], 1, tl_header, tl_row, &c, &err);
+    dp_status st = csv_read_file(file[0], 1, tl_header, tl_row, &c, &err);
     if (st == DP_OK && c.n == 0)
-        st = dp_fail(&err, DP_ERR_INVALID, "%s: no compute ops in iteration %d", argv[optind], c.iteration);
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: no compute ops in iteration %d", file[0], c.iteration);
     if (st == DP_OK) {
         for (size_t i = 0; i < c.n; i++) c.boxes[i].t0_ms -= c.t0, c.boxes[i].t1_ms -= c.t0;
         char title[512];
-        snprintf(title, sizeof title, "Pipeline timeline of %s, iteration %d", argv[optind], c.iteration);
+        snprintf(title, sizeof title, "Pipeline timeline of %s, iteration %d", file[0], c.iteration);
         st = plot_gantt(c.boxes, (int)c.n, c.rows, title, out, &err);
     }
     if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", out);

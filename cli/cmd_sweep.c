@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <sys/file.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -412,52 +411,34 @@ static void emit_mpi(void *ctx, const char *row)
 
 int cmd_sweep(int argc, char **argv)
 {
-    static const struct option opts[] = {PLAN_LONG_OPTS,
-                                         {"grid", required_argument, 0, 'g'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"jobs", required_argument, 0, 'J'},
-                                         {"gpus", required_argument, 0, 'G'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *cmd = "sweep", *out = NULL;
-    char gridbuf[4096] = "";
+    const char *cmd = "sweep", *out = NULL, *grid_arg = "";
     plan_cli p;
     plan_cli_default(&p);
     int64_t jobs = cli_jobs_default(), gpus = 0;
-    int c, r;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":g:o:J:G:h", opts, NULL)) != -1) {
-        if ((r = cli_plan_opt(&p, c, optarg, cmd, SWEEP_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'g': snprintf(gridbuf, sizeof gridbuf, "%s", optarg); break;
-        case 'o': out = optarg; break;
-        case 'J':
-            if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
-            break;
-        case 'G':
-            if (cli_int(cmd, "--gpus", optarg, 1, 1 << 24, &gpus)) return EXIT_USAGE;
-            break;
-        case 'h':
-            printf("usage: %s\n\nRuns every point of a grid over plan options (the same names as the\n"
-                   "options, without --) and writes one CSV row per point with every metric. Points\n"
-                   "run in parallel; an existing output file is resumed; under mpirun the points are\n"
-                   "split across the ranks.\n\n"
-                   "  -g, --grid SPEC      e.g. 'max-seqlen=512,1024,2048 batching=packing,dynamic'\n"
-                   "  -o, --output FILE    CSV to write or resume                      (required)\n"
-                   "  -J, --jobs N         parallel workers per process          [the machine's cores]\n"
-                   "  -G, --gpus N         keep only the points whose layout uses exactly N GPUs\n"
-                   "                       (tp x pp x dp), e.g. with grids over tp, pp and dp [all]\n"
-                   "%s%s  -h, --help           this help\n",
-                   SWEEP_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, SWEEP_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, SWEEP_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return cli_usage_error(cmd, SWEEP_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts t;
+    cli_opts_init(&t, cmd, SWEEP_USAGE,
+                  "Runs every point of a grid over plan options (the same names as the\n"
+                  "options, without --) and writes one CSV row per point with every metric. Points\n"
+                  "run in parallel; an existing output file is resumed; under mpirun the points are\n"
+                  "split across the ranks.");
+    cli_opt_string(&t, "grid", 'g', &grid_arg, "SPEC", NULL,
+                   "e.g. 'max-seqlen=512,1024,2048 batching=packing,dynamic'");
+    cli_opt_string(&t, "output", 'o', &out, "FILE", "required", "CSV to write or resume");
+    cli_opt_int64(&t, "jobs", 'J', &jobs, "N", 1, 1024, "the machine's cores",
+                  "parallel workers per process");
+    cli_opt_int64(&t, "gpus", 'G', &gpus, "N", 1, 1 << 24, "all",
+                  "keep only the points whose layout uses exactly N GPUs\n"
+                  "(tp x pp x dp), e.g. with grids over tp, pp and dp");
+    cli_plan_options(&t, &p);
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&t, &p);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
+    char gridbuf[4096];
+    if (strlen(grid_arg) >= sizeof gridbuf)
+        return cli_usage_error(cmd, SWEEP_USAGE, "--grid is longer than %zu characters",
+                               sizeof gridbuf - 1);
+    strcpy(gridbuf, grid_arg);
     if (!out) return cli_usage_error(cmd, SWEEP_USAGE, "--output is required");
     {
         dp_err oerr = {0};

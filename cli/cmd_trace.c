@@ -1,5 +1,4 @@
 /* dpsim trace gen|import|stats — make, convert and describe length traces. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,86 +25,52 @@ static void trace_help(void)
 
 static const char GEN_USAGE[] = "dpsim trace gen [--mix M] [--samples N] [--seed S] -o FILE";
 
-static void gen_help(void)
+static int set_mix(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    printf("usage: %s\n\n"
-           "Draws a synthetic trace. FLAN mixes are \"synthetic, fitted to published FLANv2\n"
-           "statistics\", not FLANv2 itself (see README, \"Traces\").\n\n"
-           "  -m, --mix M          flanv2 | flan2021-zs | uniform | fixed      [flanv2]\n"
-           "  -n, --samples N      number of samples                           [100000]\n"
-           "  -s, --seed S         random seed; same seed, same file           [1]\n"
-           "  -t, --tokenizer T    t5 | gpt2 (GPT-2 lengths are 0.90x T5's)    [t5]\n"
-           "      --max-input L    truncate inputs to L tokens, 0 = never      [2048]\n"
-           "      --max-target L   truncate targets to L tokens, 0 = never     [512]\n"
-           "      --min A          uniform: shortest input                     [1]\n"
-           "      --max B          uniform: longest input                      [2048]\n"
-           "      --len L          fixed: input length                         [512]\n"
-           "      --target-len L   uniform, fixed: target length               [0]\n"
-           "  -o, --output FILE    trace CSV to write, - for stdout            [-]\n"
-           "  -h, --help           this help\n",
-           GEN_USAGE);
+    if (trace_mix_parse(arg, ctx) == 0) return 0;
+    cli_usage_error(cmd, usage, "unknown --mix \"%s\" (flanv2, flan2021-zs, uniform, fixed)", arg);
+    return -1;
+}
+
+static int set_tokenizer(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    if (trace_tokenizer_parse(arg, ctx) == 0) return 0;
+    cli_usage_error(cmd, usage, "unknown --tokenizer \"%s\" (t5, gpt2)", arg);
+    return -1;
 }
 
 static int trace_gen_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"mix", required_argument, 0, 'm'},      {"samples", required_argument, 0, 'n'},
-        {"seed", required_argument, 0, 's'},     {"tokenizer", required_argument, 0, 't'},
-        {"max-input", required_argument, 0, 1},  {"max-target", required_argument, 0, 2},
-        {"min", required_argument, 0, 3},        {"max", required_argument, 0, 4},
-        {"len", required_argument, 0, 5},        {"target-len", required_argument, 0, 6},
-        {"output", required_argument, 0, 'o'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
     const char *cmd = "trace gen";
     trace_gen_opts o;
     trace_gen_defaults(&o);
     const char *out = "-";
-    int64_t v;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":m:n:s:t:o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            if (trace_mix_parse(optarg, &o.mix) != 0)
-                return cli_usage_error(cmd, GEN_USAGE,
-                                       "unknown --mix \"%s\" (flanv2, flan2021-zs, uniform, fixed)",
-                                       optarg);
-            break;
-        case 'n':
-            if (cli_int(cmd, "--samples", optarg, 1, 1000000000, &v)) return EXIT_USAGE;
-            o.samples = (size_t)v;
-            break;
-        case 's':
-            if (cli_int(cmd, "--seed", optarg, 0, UINT32_MAX, &v)) return EXIT_USAGE;
-            o.seed = (uint64_t)v;
-            break;
-        case 't':
-            if (trace_tokenizer_parse(optarg, &o.tokenizer) != 0)
-                return cli_usage_error(cmd, GEN_USAGE, "unknown --tokenizer \"%s\" (t5, gpt2)",
-                                       optarg);
-            break;
-        case 1:
-        case 2:
-        case 3:
-        case 4:
-        case 5:
-        case 6: {
-            static const char *const names[] = {"", "--max-input", "--max-target", "--min",
-                                                "--max", "--len", "--target-len"};
-            if (cli_int(cmd, names[c], optarg, 0, TRACE_MAX_LEN, &v)) return EXIT_USAGE;
-            int32_t *dst[] = {NULL, &o.max_input, &o.max_target, &o.min_len,
-                              &o.max_len, &o.len, &o.target_len};
-            *dst[c] = (int32_t)v;
-            break;
-        }
-        case 'o': out = optarg; break;
-        case 'h': gen_help(); return 0;
-        case ':': return cli_usage_error(cmd, GEN_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, GEN_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, GEN_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    int64_t samples = (int64_t)o.samples, seed = (int64_t)o.seed;
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, GEN_USAGE,
+                  "Draws a synthetic trace. FLAN mixes are \"synthetic, fitted to published FLANv2\n"
+                  "statistics\", not FLANv2 itself (see README, \"Traces\").");
+    cli_opt_call(&ot, "mix", 'm', set_mix, &o.mix, "M", "flanv2",
+                 "flanv2 | flan2021-zs | uniform | fixed");
+    cli_opt_int64(&ot, "samples", 'n', &samples, "N", 1, 1000000000, "100000", "number of samples");
+    cli_opt_int64(&ot, "seed", 's', &seed, "S", 0, UINT32_MAX, "1",
+                  "random seed; same seed, same file");
+    cli_opt_call(&ot, "tokenizer", 't', set_tokenizer, &o.tokenizer, "T", "t5",
+                 "t5 | gpt2 (GPT-2 lengths are 0.90x T5's)");
+    cli_opt_int(&ot, "max-input", 0, &o.max_input, "L", 0, TRACE_MAX_LEN, "2048",
+                "truncate inputs to L tokens, 0 = never");
+    cli_opt_int(&ot, "max-target", 0, &o.max_target, "L", 0, TRACE_MAX_LEN, "512",
+                "truncate targets to L tokens, 0 = never");
+    cli_opt_int(&ot, "min", 0, &o.min_len, "A", 0, TRACE_MAX_LEN, "1", "uniform: shortest input");
+    cli_opt_int(&ot, "max", 0, &o.max_len, "B", 0, TRACE_MAX_LEN, "2048", "uniform: longest input");
+    cli_opt_int(&ot, "len", 0, &o.len, "L", 0, TRACE_MAX_LEN, "512", "fixed: input length");
+    cli_opt_int(&ot, "target-len", 0, &o.target_len, "L", 0, TRACE_MAX_LEN, "0",
+                "uniform, fixed: target length");
+    cli_opt_string(&ot, "output", 'o', &out, "FILE", "-", "trace CSV to write, - for stdout");
+    int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    o.samples = (size_t)samples, o.seed = (uint64_t)seed;
 
     dp_err err = {0};
     trace t;
@@ -130,18 +95,6 @@ typedef struct load_opts {
     int no_target;
 } load_opts;
 
-static const char LOAD_OPTS_HELP[] =
-    "  -f, --format F       auto | csv | jsonl | npy | cot (auto: by extension)  [auto]\n"
-    "      --task-field F   column/field holding the task name\n"
-    "                       [csv: task, jsonl: task_name, cot: dataset]\n"
-    "      --input-field F  column/field holding the input length\n"
-    "                       [csv: input_len, jsonl: input_seq_len, cot: question_t5]\n"
-    "      --target-field F column/field holding the target length\n"
-    "                       [csv: target_len, jsonl: target_seq_len, cot: target_t5]\n"
-    "      --no-target      the data has no target lengths (decoder-only): targets are 0\n"
-    "      --targets FILE   npy: the target-length file (inputs are the main FILE)\n"
-    "  -t, --tokenizer T    cot: t5 | gpt2 token counts                       [t5]\n";
-
 /* Loads FILE with the options; fills err. */
 static dp_status load_with(const load_opts *lo, const char *path, trace *t, dp_err *err)
 {
@@ -161,37 +114,34 @@ static dp_status load_with(const load_opts *lo, const char *path, trace *t, dp_e
     return trace_load(path, fmt, &f, lo->targets_npy, t, err);
 }
 
-/* Handles one shared load option; returns 1 if c was one, 0 if not, -1 on a usage error. */
-static int load_opt(load_opts *lo, int c, const char *cmd, const char *usage)
+static int set_format(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    switch (c) {
-    case 'f':
-        if (trace_format_parse(optarg, &lo->format) != 0) {
-            cli_usage_error(cmd, usage, "unknown --format \"%s\" (auto, csv, jsonl, npy, cot)",
-                            optarg);
-            return -1;
-        }
-        return 1;
-    case 't':
-        if (trace_tokenizer_parse(optarg, &lo->tokenizer) != 0) {
-            cli_usage_error(cmd, usage, "unknown --tokenizer \"%s\" (t5, gpt2)", optarg);
-            return -1;
-        }
-        return 1;
-    case 20: lo->task_field = optarg; return 1;
-    case 21: lo->input_field = optarg; return 1;
-    case 22: lo->target_field = optarg; return 1;
-    case 23: lo->targets_npy = optarg; return 1;
-    case 24: lo->no_target = 1; return 1;
-    }
-    return 0;
+    if (trace_format_parse(arg, ctx) == 0) return 0;
+    cli_usage_error(cmd, usage, "unknown --format \"%s\" (auto, csv, jsonl, npy, cot)", arg);
+    return -1;
 }
 
-#define LOAD_LONG_OPTS                                                                             \
-    {"format", required_argument, 0, 'f'}, {"tokenizer", required_argument, 0, 't'},              \
-        {"task-field", required_argument, 0, 20}, {"input-field", required_argument, 0, 21},       \
-        {"target-field", required_argument, 0, 22}, {"targets", required_argument, 0, 23},         \
-        {"no-target", no_argument, 0, 24}
+/* The options import and stats share, into lo. */
+static void load_options(cli_opts *t, load_opts *lo)
+{
+    cli_opt_call(t, "format", 'f', set_format, &lo->format, "F", "auto",
+                 "auto | csv | jsonl | npy | cot (auto: by extension)");
+    cli_opt_string(t, "task-field", 0, &lo->task_field, "F",
+                   "csv: task, jsonl: task_name, cot: dataset",
+                   "column/field holding the task name");
+    cli_opt_string(t, "input-field", 0, &lo->input_field, "F",
+                   "csv: input_len, jsonl: input_seq_len, cot: question_t5",
+                   "column/field holding the input length");
+    cli_opt_string(t, "target-field", 0, &lo->target_field, "F",
+                   "csv: target_len, jsonl: target_seq_len, cot: target_t5",
+                   "column/field holding the target length");
+    cli_opt_flag(t, "no-target", 0, &lo->no_target,
+                 "the data has no target lengths (decoder-only): targets are 0");
+    cli_opt_string(t, "targets", 0, &lo->targets_npy, "FILE", NULL,
+                   "npy: the target-length file (inputs are the main FILE)");
+    cli_opt_call(t, "tokenizer", 't', set_tokenizer, &lo->tokenizer, "T", "t5",
+                 "cot: t5 | gpt2 token counts");
+}
 
 /* ---- import ------------------------------------------------------------------------------- */
 
@@ -199,45 +149,29 @@ static const char IMPORT_USAGE[] = "dpsim trace import [--format F] FILE [-o OUT
 
 static int trace_import_main(int argc, char **argv)
 {
-    static const struct option opts[] = {LOAD_LONG_OPTS,
-                                         {"output", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "trace import";
     load_opts lo = {0};
-    const char *out = "-";
-    int c, r;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":f:t:o:h", opts, NULL)) != -1) {
-        if ((r = load_opt(&lo, c, cmd, IMPORT_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'h':
-            printf("usage: %s\n\nReads a trace in any supported format and writes it as a trace "
-                   "CSV.\n\n%s"
-                   "  -o, --output FILE    trace CSV to write, - for stdout            [-]\n"
-                   "  -h, --help           this help\n",
-                   IMPORT_USAGE, LOAD_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, IMPORT_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, IMPORT_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return cli_usage_error(cmd, IMPORT_USAGE, "expected exactly one input FILE");
+    const char *out = "-", *file[1];
+    int n_file = 0;
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, IMPORT_USAGE,
+                  "Reads a trace in any supported format and writes it as a trace CSV.");
+    load_options(&ot, &lo);
+    cli_opt_string(&ot, "output", 'o', &out, "FILE", "-", "trace CSV to write, - for stdout");
+    int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (n_file != 1) return cli_usage_error(cmd, IMPORT_USAGE, "expected exactly one input FILE");
     dp_err err = {0};
-    out_role in[] = {{"FILE", argv[optind]}}, outs[] = {{"-o", out}};
+    out_role in[] = {{"FILE", file[0]}}, outs[] = {{"-o", out}};
     if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, IMPORT_USAGE, "%s", err.msg);
     trace t;
     trace_init(&t);
-    dp_status st = load_with(&lo, argv[optind], &t, &err);
+    dp_status st = load_with(&lo, file[0], &t, &err);
     if (st == DP_OK) st = trace_write_csv(&t, out, &err);
     if (st == DP_OK)
-        fprintf(stderr, "dpsim: imported %zu samples from %s, hash %016llx\n", t.n, argv[optind],
+        fprintf(stderr, "dpsim: imported %zu samples from %s, hash %016llx\n", t.n, file[0],
                 (unsigned long long)trace_hash(&t));
     trace_release(&t);
     return st == DP_OK ? 0 : cli_fail(cmd, &err);
@@ -249,42 +183,24 @@ static const char STATS_USAGE[] = "dpsim trace stats [--json] [--tasks N] FILE";
 
 static int trace_stats_main(int argc, char **argv)
 {
-    static const struct option opts[] = {LOAD_LONG_OPTS,
-                                         {"json", no_argument, 0, 'j'},
-                                         {"tasks", required_argument, 0, 'k'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "trace stats";
     load_opts lo = {0};
-    int json = 0, c, r;
+    int json = 0, n_file = 0;
     int64_t max_tasks = 20;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":f:t:jk:h", opts, NULL)) != -1) {
-        if ((r = load_opt(&lo, c, cmd, STATS_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'j': json = 1; break;
-        case 'k':
-            if (cli_int(cmd, "--tasks", optarg, 0, INT32_MAX, &max_tasks)) return EXIT_USAGE;
-            break;
-        case 'h':
-            printf("usage: %s\n\nCount, mean, p10/p50/p90/p99 and max of input, target and total\n"
-                   "(input+target) lengths; the same per task; and a log2 histogram.\n\n%s"
-                   "  -j, --json           print one JSON object (every task) instead of tables\n"
-                   "  -k, --tasks N        tasks shown in the table, most samples first, 0 = all"
-                   " [20]\n"
-                   "  -h, --help           this help\n",
-                   STATS_USAGE, LOAD_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, STATS_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, STATS_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return cli_usage_error(cmd, STATS_USAGE, "expected exactly one trace FILE");
-    const char *path = argv[optind];
+    const char *file[1];
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, STATS_USAGE,
+                  "Count, mean, p10/p50/p90/p99 and max of input, target and total\n"
+                  "(input+target) lengths; the same per task; and a log2 histogram.");
+    load_options(&ot, &lo);
+    cli_opt_flag(&ot, "json", 'j', &json, "print one JSON object (every task) instead of tables");
+    cli_opt_int64(&ot, "tasks", 'k', &max_tasks, "N", 0, INT32_MAX, "20",
+                  "tasks shown in the table, most samples first, 0 = all");
+    int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (n_file != 1) return cli_usage_error(cmd, STATS_USAGE, "expected exactly one trace FILE");
+    const char *path = file[0];
     dp_err err = {0};
     trace t;
     trace_stats s;

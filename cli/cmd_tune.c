@@ -1,6 +1,5 @@
 /* dpsim tune — the best configuration of each batching method on a number of GPUs (sim/tune.h),
  * searched in forked workers (common/pool.h); compare --tuned uses the same search (cli_tune). */
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,22 +196,6 @@ int cli_jobs_default(void)
     return ncpu > 0 ? (int)ncpu : 1;
 }
 
-const char *cli_tune_searched(int c)
-{
-    switch (c) {
-    case 305: return "--tp";
-    case 306: return "--recompute";
-    case 321: return "--batching (use --batchings)";
-    case 322: return "--schedule (use --schedules)";
-    case 323: return "--pp";
-    case 324: return "--dp";
-    case 326: return "--zero";
-    case 327: return "--mbs";
-    case 328: return "--mb-tokens";
-    }
-    return NULL;
-}
-
 /* Splits a comma list into at most TUNE_MAX_LIST names (pointers into buf). */
 int cli_split_list(char *buf, const char **items, int max)
 {
@@ -226,64 +209,46 @@ int cli_split_list(char *buf, const char **items, int max)
 
 int cmd_tune(int argc, char **argv)
 {
-    static const struct option opts[] = {PLAN_LONG_OPTS,
-                                         {"gpus", required_argument, 0, 'g'},
-                                         {"batchings", required_argument, 0, 'b'},
-                                         {"schedules", required_argument, 0, 's'},
-                                         {"jobs", required_argument, 0, 'J'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "tune", *out = NULL;
-    char blist[256] = "padding,packing,token,dynamic", slist[256] = "1f1b,adaptive";
+    const char *blist_arg = "padding,packing,token,dynamic", *slist_arg = "1f1b,adaptive";
     plan_cli p;
     plan_cli_default(&p);
     p.iterations = 8;
     int64_t gpus = 0, jobs = cli_jobs_default();
-    int c, r;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":g:b:s:J:o:h", opts, NULL)) != -1) {
-        if (cli_tune_searched(c))
-            return cli_usage_error(cmd, TUNE_USAGE, "%s is what tune searches; it cannot be fixed",
-                                   cli_tune_searched(c));
-        if ((r = cli_plan_opt(&p, c, optarg, cmd, TUNE_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'g':
-            if (cli_int(cmd, "--gpus", optarg, 1, 1 << 20, &gpus)) return EXIT_USAGE;
-            break;
-        case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
-        case 's': snprintf(slist, sizeof slist, "%s", optarg); break;
-        case 'J':
-            if (cli_int(cmd, "--jobs", optarg, 1, 1024, &jobs)) return EXIT_USAGE;
-            break;
-        case 'o': out = optarg; break;
-        case 'h':
-            printf("usage: %s\n\nSearches, for each batching method, every configuration of --gpus GPUs:\n"
-                   "tp x pp x dp layouts (tp within a node), ZeRO 0/1 (with dp > 1), recompute\n"
-                   "none/selective/full (and dynamic for the dynamic batcher), each schedule, and the\n"
-                   "method's knob (--mbs 1/2/4/8 for padding and packing, --mb-tokens 1k-16k for\n"
-                   "token), simulating --iterations global batches of the trace [8] for each, in\n"
-                   "parallel. Prints the best feasible configuration per method; -o writes the whole\n"
-                   "ranking as CSV. ZeRO 2 and 3 are not searched: their communication is not modelled.\n\n"
-                   "  -g, --gpus N          GPUs to use   [the cluster's; one node if it has no count]\n"
-                   "  -b, --batchings LIST  methods to tune      [padding,packing,token,dynamic]\n"
-                   "  -s, --schedules LIST  schedules to try     [1f1b,adaptive]\n"
-                   "  -J, --jobs N          parallel workers     [the machine's cores]\n"
-                   "  -o, --output FILE     the ranking CSV\n"
-                   "The plan options, but for those tune searches (--tp --pp --dp --zero --recompute\n"
-                   "--mbs --mb-tokens --batching --schedule), refused here; --iterations is per\n"
-                   "configuration, default 8:\n"
-                   "%s%s  -h, --help            this help\n",
-                   TUNE_USAGE, PLAN_OPTS_HELP, COST_OPTS_HELP);
-            return 0;
-        case ':': return cli_usage_error(cmd, TUNE_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, TUNE_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return cli_usage_error(cmd, TUNE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    cli_opts t;
+    cli_opts_init(&t, cmd, TUNE_USAGE,
+                  "Searches, for each batching method, every configuration of --gpus GPUs:\n"
+                  "tp x pp x dp layouts (tp within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too\n"
+                  "without a pipeline), recompute none/selective/full (and dynamic for the dynamic\n"
+                  "batchers), each schedule, and the method's knob (--mbs 1/2/4/8 for padding and\n"
+                  "the packers that take it, --mb-tokens 1k-16k for token), simulating --iterations\n"
+                  "global batches of the trace [8] for each, in parallel. Prints the best feasible\n"
+                  "configuration per method; -o writes the whole ranking as CSV. The plan options\n"
+                  "that tune searches (--tp --pp --dp --zero --recompute --mbs --mb-tokens\n"
+                  "--batching --schedule) are refused here; --iterations is per configuration.");
+    cli_opt_int64(&t, "gpus", 'g', &gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
+                  "GPUs to use");
+    cli_opt_string(&t, "batchings", 'b', &blist_arg, "LIST", "padding,packing,token,dynamic",
+                   "methods to tune");
+    cli_opt_string(&t, "schedules", 's', &slist_arg, "LIST", "1f1b,adaptive", "schedules to try");
+    cli_opt_int64(&t, "jobs", 'J', &jobs, "N", 1, 1024, "the machine's cores", "parallel workers");
+    cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "the ranking CSV");
+    cli_plan_options(&t, &p);
+    cli_opts_find(&t, "iterations")->deflt = "8";
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&t, &p);
+    char searched[80];
+    if (r == 0 && t.first[OPT_TUNED])
+        r = cli_usage_error(cmd, TUNE_USAGE, "%s is what tune searches; it cannot be fixed",
+                            cli_opt_label(t.first[OPT_TUNED], searched, sizeof searched));
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
+    char blist[256], slist[256];
+    if (strlen(blist_arg) >= sizeof blist || strlen(slist_arg) >= sizeof slist)
+        return cli_usage_error(cmd, TUNE_USAGE, "--batchings or --schedules is longer than %zu "
+                               "characters", sizeof blist - 1);
+    strcpy(blist, blist_arg);
+    strcpy(slist, slist_arg);
     tune_space sp;
     const char *bs[TUNE_MAX_LIST], *ss[TUNE_MAX_LIST];
     int nb = cli_split_list(blist, bs, TUNE_MAX_LIST), ns = cli_split_list(slist, ss, TUNE_MAX_LIST);

@@ -1,5 +1,4 @@
 /* dpsim validate — the simulated plan against dprun's measured timeline. */
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,49 +13,30 @@ static const char VALIDATE_USAGE[] = "dpsim validate --plan plan.json --measured
 
 int cmd_validate(int argc, char **argv)
 {
-    static const struct option opts[] = {PLAN_LONG_OPTS,
-                                         {"plan", required_argument, 0, 'P'},
-                                         {"measured", required_argument, 0, 'M'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"plot", required_argument, 0, 'g'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *cmd = "validate", *plan_path = NULL, *measured = NULL, *fig = NULL;
     plan_cli p;
     plan_cli_default(&p);
-    int json = 0, c, r;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":P:M:jg:h", opts, NULL)) != -1) {
-        if ((r = cli_plan_opt(&p, c, optarg, cmd, VALIDATE_USAGE)) != 0) {
-            if (r < 0) return EXIT_USAGE;
-            continue;
-        }
-        switch (c) {
-        case 'P': plan_path = optarg; break;
-        case 'M': measured = optarg; break;
-        case 'j': json = 1; break;
-        case 'g': fig = optarg; break;
-        case 'h':
-            printf("usage: %s\n\nSimulates the plan and compares it with the timeline dprun measured:\n"
-                   "per iteration the predicted and measured makespans and their error, the mean\n"
-                   "absolute percentage error and the maximum, and per op type (F, B, W) the mean\n"
-                   "predicted and measured durations.\n\n"
-                   "  -P, --plan FILE      the plan dprun ran                            (required)\n"
-                   "  -M, --measured FILE  dprun's timeline CSV                          (required)\n"
-                   "  -j, --json           print the validation JSON contract\n"
-                   "  -g, --plot FILE      draw simulated against measured iteration time\n"
-                   "  -h, --help           this help\n"
-                   "The plan options (--link-gbps, --mem-limit, ...) adjust the simulation.\n",
-                   VALIDATE_USAGE);
-            return 0;
-        case ':': return cli_usage_error(cmd, VALIDATE_USAGE, "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error(cmd, VALIDATE_USAGE, "unknown option %s", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return cli_usage_error(cmd, VALIDATE_USAGE, "unexpected argument \"%s\"", argv[optind]);
+    int json = 0;
+    cli_opts t;
+    cli_opts_init(&t, cmd, VALIDATE_USAGE,
+                  "Simulates the plan and compares it with the timeline dprun measured:\n"
+                  "per iteration the predicted and measured makespans and their error, the mean\n"
+                  "absolute percentage error and the maximum, and per op type (F, B, W) the mean\n"
+                  "predicted and measured durations. The plan options that a plan does not fix\n"
+                  "(--link-gbps, --mem-limit, the cost model's) adjust the simulation.");
+    cli_opt_string(&t, "plan", 'P', &plan_path, "FILE", "required", "the plan dprun ran");
+    cli_opt_string(&t, "measured", 'M', &measured, "FILE", "required", "dprun's timeline CSV");
+    cli_opt_flag(&t, "json", 'j', &json, "print the validation JSON contract");
+    cli_opt_string(&t, "plot", 'g', &fig, "FILE", NULL,
+                   "draw simulated against measured iteration time");
+    cli_plan_options(&t, &p);
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&t, &p);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
     if (!plan_path || !measured) return cli_usage_error(cmd, VALIDATE_USAGE, "--plan and --measured are required");
     if (p.fixed_by_plan)
-        return cli_usage_error(cmd, VALIDATE_USAGE, "%s cannot apply: the plan file fixes it (only "
+        return cli_usage_error(cmd, VALIDATE_USAGE, "--%s cannot apply: the plan file fixes it (only "
                                "--mem-limit, --link-gbps, --link-latency-us and the cost model's "
                                "--profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};

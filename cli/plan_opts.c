@@ -1,5 +1,4 @@
 /* Options shared by plan, sim, compare and sweep, and their resolution into a plan_env. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,158 +29,118 @@ void plan_cli_default(plan_cli *p)
     p->link_latency_us = -1;
 }
 
-const char PLAN_OPTS_HELP[] =
-    "      --trace FILE     trace (CSV, JSONL, .npy)     [traces/flanv2-100k.csv, synthetic]\n"
-    "      --batching B     padding | packing | packing-batch | packing-ffd | token |\n"
-    "                       dynamic (packing: Megatron's --pack-dataset)      [dynamic]\n"
-    "      --schedule S     gpipe | 1f1b | interleaved | adaptive | zb1         [1f1b]\n"
-    "      --pp S           pipeline stages (devices)                         [4]\n"
-    "      --dp D           data-parallel replicas                            [1]\n"
-    "      --chunks C       model chunks per device (interleaved)             [1]\n"
-    "      --zero Z         ZeRO stage 0..3                                   [1]\n"
-    "      --mbs N          padding/packing: samples or rows per micro-batch  [1]\n"
-    "      --mb-tokens N    token: padded tokens per micro-batch              [2048]\n"
-    "      --global-tokens N  tokens per iteration (global batch)             [65536]\n"
-    "      --max-seqlen L   input (GPT: sequence) truncation, tokens          [2048]\n"
-    "      --max-dec-seqlen L  T5 decoder length cap incl. BOS/EOS           [512]\n"
-    "      --dp-thin MS     dynamic: DynaPipe's candidate thinning, 0 = exact [0]\n"
-    "      --dp-split M     dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
-    "                       replica (samples dealt to replicas, one DP each) |\n"
-    "                       auto (global up to 64 replicas)                   [auto]\n"
-    "      --iterations K   iterations to plan, 0 = the whole trace           [0]\n"
-    "      --mem-limit MB   device memory the plan must fit     [the hardware's usable memory]\n"
-    "      --link-gbps G    what-if: every link's bandwidth, Gbit/s           [the cluster's]\n"
-    "      --link-latency-us U  what-if: every link's latency, us            [the cluster's]\n"
-    "      --stream         read a trace CSV as a stream, in bounded memory (automatic for\n"
-    "                       files over 256 MB)\n"
-    "      --allow-oversubscribe  a layout of more GPUs (tp x pp x dp) than the cluster has,\n"
-    "                       as a what-if                                        [refused]\n"
-    "      --keep-going     an iteration that cannot be planned to fit (out of memory, a\n"
-    "                       sample that fits nowhere) is counted, named and left out [stop]\n";
-
-/* The options whose value a plan file carries (its header, micro-batches and instructions). */
-static const char *fixed_by_plan(int c)
+static int set_batching(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    static const struct {
-        int code;
-        const char *name;
-    } T[] = {{300, "--model"}, {301, "--hw"}, {305, "--tp"}, {306, "--recompute"}, {320, "--trace"},
-             {321, "--batching"}, {322, "--schedule"}, {323, "--pp"}, {324, "--dp"},
-             {325, "--chunks"}, {326, "--zero"}, {327, "--mbs"}, {328, "--mb-tokens"},
-             {329, "--global-tokens"}, {330, "--max-seqlen"}, {331, "--max-dec-seqlen"},
-             {332, "--dp-thin"}, {333, "--iterations"}, {337, "--stream"}, {339, "--keep-going"}, {340, "--dp-split"}};
-    for (size_t i = 0; i < sizeof T / sizeof *T; i++)
-        if (T[i].code == c) return T[i].name;
-    return NULL;
+    if (!batcher_find(arg)) {
+        char names[512] = "";
+        int nb;
+        const batcher *bs = batcher_list(&nb);
+        for (int i = 0; i < nb; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     bs[i].name);
+        cli_usage_error(cmd, usage, "unknown --batching \"%s\" (%s)", arg, names);
+        return -1;
+    }
+    ((plan_cli *)ctx)->batching = arg;
+    return 0;
 }
 
-int cli_plan_opt(plan_cli *p, int c, const char *arg, const char *cmd, const char *usage)
+static int set_schedule(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    if (!p->fixed_by_plan) p->fixed_by_plan = fixed_by_plan(c);
-    int r = cli_cost_opt(&p->cost, c, arg, cmd, usage);
-    if (r != 0) return r;
-    int64_t v;
-    double d;
-    switch (c) {
-    case 320: p->trace = arg; return 1;
-    case 321:
-        if (!batcher_find(arg)) {
-            char names[256] = "";
-            int nb;
-            const batcher *bs = batcher_list(&nb);
-            for (int i = 0; i < nb; i++)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                         bs[i].name);
-            cli_usage_error(cmd, usage, "unknown --batching \"%s\" (%s)", arg, names);
-            return -1;
-        }
-        p->batching = arg;
-        return 1;
-    case 322:
-        if (!schedule_find(arg)) {
-            cli_usage_error(cmd, usage,
-                            "unknown --schedule \"%s\" (gpipe, 1f1b, interleaved, adaptive, zb1)", arg);
-            return -1;
-        }
-        p->schedule = arg;
-        return 1;
-    case 323:
-        if (cli_int(cmd, "--pp", arg, 1, STAGE_MAX, &v)) return -1;
-        p->pp = (int)v;
-        return 1;
-    case 324:
-        if (cli_int(cmd, "--dp", arg, 1, 4096, &v)) return -1;
-        p->dp = (int)v;
-        return 1;
-    case 325:
-        if (cli_int(cmd, "--chunks", arg, 1, 64, &v)) return -1;
-        p->chunks = (int)v;
-        return 1;
-    case 326:
-        if (cli_int(cmd, "--zero", arg, 0, 3, &v)) return -1;
-        p->zero = (int)v;
-        return 1;
-    case 327:
-        if (cli_int(cmd, "--mbs", arg, 1, 1 << 20, &v)) return -1;
-        p->mbs = (int)v;
-        return 1;
-    case 328:
-        if (cli_int(cmd, "--mb-tokens", arg, 1, INT64_C(1) << 40, &v)) return -1;
-        p->mb_tokens = v;
-        return 1;
-    case 329:
-        if (cli_int(cmd, "--global-tokens", arg, 1, INT64_C(1) << 40, &v)) return -1;
-        p->global_tokens = v;
-        return 1;
-    case 330:
-        if (cli_int(cmd, "--max-seqlen", arg, 1, 1 << 24, &v)) return -1;
-        p->max_seqlen = (int)v;
-        return 1;
-    case 331:
-        if (cli_int(cmd, "--max-dec-seqlen", arg, 3, 1 << 24, &v)) return -1;
-        p->max_dec_seqlen = (int)v;
-        return 1;
-    case 332:
-        if (cli_double(cmd, "--dp-thin", arg, 0, 1e6, &p->thin_ms)) return -1;
-        return 1;
-    case 333:
-        if (cli_int(cmd, "--iterations", arg, 0, 1 << 30, &v)) return -1;
-        p->iterations = (int)v;
-        return 1;
-    case 334:
-        if (cli_double(cmd, "--mem-limit", arg, 1, 1e9, &p->mem_limit_mb)) return -1;
-        return 1;
-    case 335:
-        if (cli_double(cmd, "--link-gbps", arg, 1e-6, 1e9, &d)) return -1;
-        p->link_gbit = d;
-        return 1;
-    case 336:
-        if (cli_double(cmd, "--link-latency-us", arg, 0, 1e9, &d)) return -1;
-        p->link_latency_us = d;
-        return 1;
-    case 337: p->stream = 1; return 1;
-    case 338: p->allow_oversubscribe = 1; return 1;
-    case 339: p->keep_going = 1; return 1;
-    case 340:
-        if (strcmp(arg, "auto") == 0) p->dp_split = DP_SPLIT_AUTO;
-        else if (strcmp(arg, "global") == 0) p->dp_split = DP_SPLIT_GLOBAL;
-        else if (strcmp(arg, "replica") == 0) p->dp_split = DP_SPLIT_REPLICA;
-        else {
-            cli_usage_error(cmd, usage, "unknown --dp-split \"%s\" (auto, global, replica)", arg);
-            return -1;
-        }
-        return 1;
+    if (!schedule_find(arg)) {
+        cli_usage_error(cmd, usage,
+                        "unknown --schedule \"%s\" (gpipe, 1f1b, interleaved, adaptive, zb1)", arg);
+        return -1;
+    }
+    ((plan_cli *)ctx)->schedule = arg;
+    return 0;
+}
+
+static int set_dp_split(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    plan_cli *p = ctx;
+    if (strcmp(arg, "auto") == 0) p->dp_split = DP_SPLIT_AUTO;
+    else if (strcmp(arg, "global") == 0) p->dp_split = DP_SPLIT_GLOBAL;
+    else if (strcmp(arg, "replica") == 0) p->dp_split = DP_SPLIT_REPLICA;
+    else {
+        cli_usage_error(cmd, usage, "unknown --dp-split \"%s\" (auto, global, replica)", arg);
+        return -1;
     }
     return 0;
+}
+
+void cli_plan_options(cli_opts *t, plan_cli *p)
+{
+    enum { F = OPT_FIXED_BY_PLAN, T = OPT_TUNED };
+    cli_cost_options(t, &p->cost);
+    cli_opt_string(t, "trace", 0, &p->trace, "FILE", "traces/flanv2-100k.csv, synthetic",
+                   "trace (CSV, JSONL, .npy)")->marks = F;
+    cli_opt *o = cli_opt_call(t, "batching", 0, set_batching, p, "B", "dynamic",
+                              "padding | packing | packing-batch | packing-ffd | token | dynamic\n"
+                              "(packing: Megatron's --pack-dataset); varlen (attention per\n"
+                              "sample): packing-varlen | packing-ffd-varlen | dp-balanced |\n"
+                              "packing-kk | packing-wlb | dynamic-varlen");
+    o->marks = F | T, o->mark_name = "--batching (use --batchings)";
+    o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
+                     "gpipe | 1f1b | interleaved | adaptive | zb1");
+    o->marks = F | T, o->mark_name = "--schedule (use --schedules)";
+    cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
+        F | T;
+    cli_opt_int(t, "dp", 0, &p->dp, "D", 1, 4096, "1", "data-parallel replicas")->marks = F | T;
+    cli_opt_int(t, "chunks", 0, &p->chunks, "C", 1, 64, "1",
+                "model chunks per device (interleaved)")->marks = F;
+    cli_opt_int(t, "zero", 0, &p->zero, "Z", 0, 3, "1",
+                "ZeRO stage 0..3 (2 and 3 without a pipeline)")->marks = F | T;
+    cli_opt_int(t, "mbs", 0, &p->mbs, "N", 1, 1 << 20, "1",
+                "padding/packing: samples or rows per micro-batch")->marks = F | T;
+    cli_opt_int64(t, "mb-tokens", 0, &p->mb_tokens, "N", 1, INT64_C(1) << 40, "2048",
+                  "token: padded tokens per micro-batch")->marks = F | T;
+    cli_opt_int64(t, "global-tokens", 0, &p->global_tokens, "N", 1, INT64_C(1) << 40, "65536",
+                  "tokens per iteration (global batch)")->marks = F;
+    cli_opt_int(t, "max-seqlen", 0, &p->max_seqlen, "L", 1, 1 << 24, "2048",
+                "input (GPT: sequence) truncation, tokens")->marks = F;
+    cli_opt_int(t, "max-dec-seqlen", 0, &p->max_dec_seqlen, "L", 3, 1 << 24, "512",
+                "T5 decoder length cap incl. BOS/EOS")->marks = F;
+    cli_opt_double(t, "dp-thin", 0, &p->thin_ms, "MS", 0, 1e6, "0",
+                   "dynamic: DynaPipe's candidate thinning, 0 = exact")->marks = F;
+    cli_opt_call(t, "dp-split", 0, set_dp_split, p, "M", "auto",
+                 "dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
+                 "replica (samples dealt to replicas, one DP each) |\n"
+                 "auto (global up to 64 replicas)")->marks = F;
+    cli_opt_int(t, "iterations", 0, &p->iterations, "K", 0, 1 << 30, "0",
+                "iterations to plan, 0 = the whole trace")->marks = F;
+    cli_opt_double(t, "mem-limit", 0, &p->mem_limit_mb, "MB", 1, 1e9,
+                   "the hardware's usable memory", "device memory the plan must fit");
+    cli_opt_double(t, "link-gbps", 0, &p->link_gbit, "G", 1e-6, 1e9, "the cluster's",
+                   "what-if: every link's bandwidth, Gbit/s");
+    cli_opt_double(t, "link-latency-us", 0, &p->link_latency_us, "U", 0, 1e9, "the cluster's",
+                   "what-if: every link's latency, us");
+    cli_opt_flag(t, "stream", 0, &p->stream,
+                 "read a trace CSV as a stream, in bounded memory (automatic for\n"
+                 "files over 256 MB)")->marks = F;
+    cli_opt_flag(t, "allow-oversubscribe", 0, &p->allow_oversubscribe,
+                 "a layout of more GPUs (tp x pp x dp) than the cluster has,\n"
+                 "as a what-if (refused otherwise)");
+    cli_opt_flag(t, "keep-going", 0, &p->keep_going,
+                 "an iteration that cannot be planned to fit (out of memory, a\n"
+                 "sample that fits nowhere) is counted, named and left out (else: stop)")
+        ->marks = F;
+}
+
+void cli_plan_parsed(const cli_opts *t, plan_cli *p)
+{
+    p->fixed_by_plan = t->first[OPT_FIXED_BY_PLAN] ? t->first[OPT_FIXED_BY_PLAN]->name : NULL;
 }
 
 int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *cmd,
                  const char *usage)
 {
-    static const struct option table[] = {PLAN_LONG_OPTS, {0, 0, 0, 0}};
-    for (const struct option *o = table; o->name; o++)
-        if (strcmp(o->name, name) == 0) return cli_plan_opt(p, o->val, value, cmd, usage);
-    return 0;
+    cli_opts t;
+    cli_opts_init(&t, cmd, usage, NULL);
+    cli_plan_options(&t, p);
+    int r = cli_opts_set(&t, name, value);
+    cli_opts_release(&t);
+    return r;
 }
 
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)

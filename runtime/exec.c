@@ -504,6 +504,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         run_iteration(&c, &pl->it[0], stage_comm);
     }
     c.record = RT_RECORD_ON;
+    double started = rt_now_s();
     for (int i = 0; i < n_it; i++) {
         c.iteration = pl->it[i].id;
         run_iteration(&c, &pl->it[i], stage_comm);
@@ -512,6 +513,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             run_iteration(&c, &pl->it[0], stage_comm);
             c.record = RT_RECORD_ON;
         }
+        rt_progress(c.rank, i + 1, n_it, started);
     }
     rt_layer_set_yield(NULL);
     MPI_Comm_free(&stage_comm);
@@ -531,4 +533,20 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     res->rec = c.rec;
     res->n_rec = c.n_rec;
     return DP_OK;
+}
+
+double rt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void rt_progress(int rank, int done, int total, double started_s)
+{
+    if (rank != 0 || total <= 0 || !isatty(STDERR_FILENO)) return;
+    double el = rt_now_s() - started_s;
+    fprintf(stderr, "\rdprun: iteration %d of %d", done, total);
+    if (done < total) fprintf(stderr, ", ETA %.0f s   ", el * (total - done) / done);
+    else fprintf(stderr, ", %.1f s          \n", el);
 }

@@ -1,0 +1,110 @@
+/*
+ * options.h — one declarative option table per subcommand: it parses argv (getopt_long, built
+ * from the table), range-checks every value, and prints --help with each option's default, for
+ * every cmd_*.c. The options several subcommands share (the cost model's, the plan's) are rows
+ * that cli_cost_options and cli_plan_options (cli.h) append to a command's table, so they are
+ * written once.
+ *
+ * A row says: the long name (and a short letter), what the value is (a flag, a whole number or a
+ * real number in [lo, hi], a string, or a value that a callback parses), where it goes, the
+ * metavariable and help text for --help, and the default it shows ("[2048]"). Values are stored
+ * as they are parsed, left to right; a later option overwrites an earlier one.
+ *
+ * Messages (all usage errors: exit 2, printed by cli_usage_error): "--mbs \"0\" must be a whole
+ * number in [1, 1048576]" (cli_int's), "unknown option --x", "--mbs needs a value", "unexpected
+ * argument \"x\"". Marks let a command ask which options were given: the first row given with
+ * a mark is kept in cli_opts.first[mark] (OPT_FIXED_BY_PLAN: what a plan file fixes, refused beside
+ * --plan; OPT_TUNED: what tune searches, refused beside it); cli_opt_label names it.
+ *
+ * Ownership: a table holds pointers to the caller's destinations and strings (static, or alive
+ * as long as the table); cli_opts_release frees the table's own rows only.
+ */
+#ifndef OPTIONS_H
+#define OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum cli_opt_kind {
+    OPT_FLAG,   /* no value: *(int *)dest = flag_value (1 when 0) */
+    OPT_INT,    /* a whole number in [lo, hi]: *(int *)dest */
+    OPT_INT64,  /* a whole number in [lo, hi]: *(int64_t *)dest */
+    OPT_DOUBLE, /* a finite number in [lo, hi]: *(double *)dest */
+    OPT_STRING, /* *(const char **)dest = the argument */
+    OPT_CALL,   /* call(ctx, arg, cmd, usage) parses it: 0 done, -1 usage error printed */
+} cli_opt_kind;
+
+enum { OPT_FIXED_BY_PLAN = 1, OPT_TUNED = 2 }; /* marks (bits) */
+#define OPT_MARKS 3                           /* first[] slots: index = the mark's bit value */
+
+typedef struct cli_opt {
+    const char *name;  /* long name without "--" */
+    char letter;       /* short option, 0: none */
+    cli_opt_kind kind;
+    void *dest;
+    const char *meta;  /* the value's name in --help ("N", "FILE"); NULL for flags */
+    const char *help;  /* help text; '\n' starts a further line */
+    const char *deflt; /* the default --help shows as [..]; NULL: none shown */
+    double lo, hi;     /* OPT_INT, OPT_INT64, OPT_DOUBLE: the accepted range */
+    int (*call)(void *ctx, const char *arg, const char *cmd, const char *usage);
+    void *ctx;         /* OPT_CALL's first argument */
+    int marks;         /* OPT_FIXED_BY_PLAN | OPT_TUNED */
+    const char *mark_name; /* how a mark names it ("--batching (use --batchings)"); NULL: --name */
+    int flag_value;    /* OPT_FLAG: the value stored; 0 means 1 */
+} cli_opt;
+
+typedef struct cli_opts {
+    const char *cmd;   /* "cost": messages say "dpsim cost: ..." */
+    const char *usage; /* the usage line */
+    const char *about; /* --help's paragraph after the usage line */
+    cli_opt *row;
+    int n, cap;
+    const cli_opt *first[OPT_MARKS]; /* after parsing: the first row given with each mark (valid
+                                      * while the table is) */
+} cli_opts;
+
+/* An empty table for cmd (no rows; --help is always understood). */
+void cli_opts_init(cli_opts *t, const char *cmd, const char *usage, const char *about);
+void cli_opts_release(cli_opts *t);
+
+/* Appends a row (aborts when out of memory, as dp_xcalloc). Returns the row for marks. */
+cli_opt *cli_opts_add(cli_opts *t, cli_opt row);
+
+/* Shorthands for the common rows. */
+cli_opt *cli_opt_flag(cli_opts *t, const char *name, char letter, int *dest, const char *help);
+cli_opt *cli_opt_int(cli_opts *t, const char *name, char letter, int *dest, const char *meta,
+                     int64_t lo, int64_t hi, const char *deflt, const char *help);
+cli_opt *cli_opt_int64(cli_opts *t, const char *name, char letter, int64_t *dest,
+                       const char *meta, int64_t lo, int64_t hi, const char *deflt,
+                       const char *help);
+cli_opt *cli_opt_double(cli_opts *t, const char *name, char letter, double *dest,
+                        const char *meta, double lo, double hi, const char *deflt,
+                        const char *help);
+cli_opt *cli_opt_string(cli_opts *t, const char *name, char letter, const char **dest,
+                        const char *meta, const char *deflt, const char *help);
+cli_opt *cli_opt_call(cli_opts *t, const char *name, char letter,
+                      int (*call)(void *ctx, const char *arg, const char *cmd, const char *usage),
+                      void *ctx, const char *meta, const char *deflt, const char *help);
+
+/* Parses argv[1 ..] (argv[0] is the subcommand). Arguments that are not options go to pos (at
+ * most max_pos of them, *n_pos set; pos may be NULL when none is accepted). Returns 0 to go on,
+ * 1 when --help was printed on stdout (the command returns 0), or EXIT_USAGE (2) after printing
+ * a usage error. */
+int cli_opts_parse(cli_opts *t, int argc, char **argv, const char **pos, int max_pos, int *n_pos);
+
+/* Applies one option by its long name, as if given on the command line (sweep's grid keys):
+ * 1 applied, 0 no such option in the table, -1 a usage error printed. */
+int cli_opts_set(cli_opts *t, const char *name, const char *value);
+
+/* The row of a long name, or NULL. */
+cli_opt *cli_opts_find(cli_opts *t, const char *name);
+
+/* How messages name a row: its mark_name, or "--name" (in buf). */
+const char *cli_opt_label(const cli_opt *o, char *buf, size_t cap);
+
+/* The --help text: usage, about, one line per option (short and long name, metavariable, help,
+ * default), and -h, --help. */
+void cli_opts_help(const cli_opts *t, FILE *fp);
+
+#endif /* OPTIONS_H */
