@@ -57,6 +57,11 @@ EOF
   --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
 expect "a grouped-query plan is refused by dprun" 1 "grouped-query attention.*refused before anything ran" -- \
   timeout 60 "$DPRUN" --plan "$TMP/gqa_plan.json" --out "$TMP/x.csv"
+# progress: on a terminal (script gives it one) rank 0 reports every iteration
+"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 1 --max-seqlen 64 --global-tokens 256 \
+  --iterations 3 -o "$TMP/p1.json" >/dev/null 2>&1
+check "dprun shows its progress on a terminal" \
+  bash -c "script -qec 'timeout 60 \"$DPRUN\" --plan \"$TMP/p1.json\" --out \"$TMP/p1.csv\"' /dev/null | tr '\\r' '\\n' | grep -q '^dprun: iteration 3 of 3, [0-9.]* s'"
 # a varlen plan: the runtime's attention is over whole rows, so it is refused up front
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 1 --max-seqlen 64 --global-tokens 256 \
   --batching packing-varlen --iterations 1 -o "$TMP/varlen_plan.json" >/dev/null 2>&1
