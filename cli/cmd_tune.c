@@ -94,7 +94,8 @@ static void tune_eval(void *ctx, long i, char *out, size_t cap)
     dp_status st = cli_tune_run(j->base, j->env, pt, j->cm[t], &r, &err);
     double peak = 0;
     for (int s = 0; s < r.pp; s++) peak = fmax(peak, r.peak_mem_mb[s]);
-    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0;
+    /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
+    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations;
     const char *why = st != DP_OK ? err.msg : ok ? "" : r.why[0] ? r.why : "no iteration";
     snprintf(out, cap, "%d %.17g %.17g %.17g %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
              r.mfu, peak, why);
@@ -141,6 +142,21 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
                        sp->t5 ? ", even for T5" : "");
     tune_job *j = dp_xcalloc(1, sizeof *j);
     j->base = base, j->env = env, j->sp = sp, j->pts = pts;
+    /* scored on the first batches and the one with the longest sample (sim/tune.h), where the
+     * trace is in memory */
+    plan_env *scored = NULL;
+    if (!env->stream_path && base->iterations > 0) {
+        scored = dp_xcalloc(1, sizeof *scored);
+        *scored = *env;
+        int longest;
+        dp_status st = tune_scoring_trace(&env->trace, &env->rules, base->iterations,
+                                          &scored->trace, &longest, err);
+        if (st != DP_OK) {
+            free(scored), free(j), free(pts);
+            return st;
+        }
+        j->env = scored;
+    }
     j->res = dp_xcalloc((size_t)n, sizeof *j->res);
     j->t0 = time(NULL);
     j->progress = cli_stderr_is_tty();
@@ -168,6 +184,8 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
     tune_rank(j->res, n);
     *out = j->res;
     *n_out = n;
+    if (scored) trace_release(&scored->trace);
+    free(scored);
     free(j);
     free(pts);
     return DP_OK;

@@ -114,3 +114,48 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
              r->peak_mb, why);
 }
+
+dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace *out,
+                             int *longest_batch, dp_err *err)
+{
+    trace_init(out);
+    *longest_batch = -1;
+    /* the batches' first samples, and where the longest sample is */
+    size_t cap = 0, *start = NULL;
+    int n_batches = 0, where = -1;
+    int32_t longest = -1;
+    batch_iter it;
+    batch_iter_init(&it, t, r);
+    dp_status st = DP_OK;
+    for (;;) {
+        const sample_len *b;
+        int n;
+        size_t first = it.next;
+        if ((st = batch_next(&it, &b, &n, err)) != DP_OK || n == 0) break;
+        if (dp_grow((void **)&start, &cap, (size_t)n_batches + 2, sizeof *start) != DP_OK) {
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        start[n_batches] = first;
+        for (int i = 0; i < n; i++)
+            if (b[i].enc + b[i].dec > longest) longest = b[i].enc + b[i].dec, where = n_batches;
+        n_batches++;
+    }
+    batch_iter_release(&it);
+    if (st == DP_OK && n_batches > 0) {
+        start[n_batches] = t->n;
+        int keep = k < n_batches ? k : n_batches;
+        int last = where >= keep - 1 ? where : keep - 1; /* the k-th batch: the longest's */
+        *longest_batch = where;
+        for (int q = 0; q < keep && st == DP_OK; q++) {
+            int bi = q < keep - 1 ? q : last;
+            for (size_t i = start[bi]; i < start[bi + 1] && st == DP_OK; i++)
+                st = trace_push(out, t->tasks[t->samples[i].task], t->samples[i].input_len,
+                                t->samples[i].target_len);
+        }
+        if (st != DP_OK) dp_fail(err, st, "out of memory");
+    }
+    free(start);
+    if (st != DP_OK) trace_release(out);
+    return st;
+}

@@ -3,11 +3,15 @@
  * batching method on a fixed number of GPUs, and its ranking by simulated throughput.
  *
  * A configuration (tune_point) is a layout tp x pp x dp = gpus (tp at most a node's GPUs, pp at
- * most the model's layers, even for T5 unless 1), a ZeRO stage (0 or 1 with data parallelism, 0
- * without: stages 2 and 3 are left out while their communication is not modelled, since they
- * would look free), a recompute mode (none, selective, full; dynamic as well for the dynamic
- * batcher, DynaPipe's per-iteration rule), a schedule from the list, and the method's own knob:
- * --mbs for padding and the packers, --mb-tokens for token, none for dynamic.
+ * most the model's layers, even for T5 unless 1), a ZeRO stage (0 or 1 with data parallelism,
+ * 2 and 3 as well without a pipeline, 0 without replicas), a recompute mode (none, selective,
+ * full; dynamic as well for the memory-aware batchers, DynaPipe's per-iteration rule), a
+ * schedule from the list, and the method's own knob (batcher.knob): --mbs for padding and the
+ * packers that take it, --mb-tokens for token, none for the others.
+ *
+ * Each point is scored on a few global batches (tune_scoring_trace): the first ones and the
+ * batch that holds the trace's longest sample, so that a configuration that only fits short
+ * batches does not win on them.
  *
  * Points come in a fixed order (batching, schedule, tp, pp, zero, recompute, knob), so a search
  * is reproducible; tune_rank orders results by throughput, feasible ones first, ties by that
@@ -18,6 +22,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "../common/dp.h"
+#include "../scheduler/batch.h"
+#include "../traces/trace.h"
 
 #define TUNE_MAX_LIST 16
 
@@ -50,6 +58,13 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
 /* Every point of the space, in the fixed order; returns how many (0: none, or out of memory, with
  * *out NULL). The caller frees *out. */
 long tune_points(const tune_space *sp, tune_point **out);
+
+/* The trace a search scores on: the first k - 1 global batches of t under r (the token budget)
+ * and the batch that holds t's longest sample after the length rules (input + target), k
+ * batches in all (the first k when that batch is among them, all of t when it has fewer). out is
+ * initialised here; the caller releases it. *longest_batch receives that batch's index in t. */
+dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace *out,
+                             int *longest_batch, dp_err *err);
 
 /* Writes "batching=packing schedule=1f1b tp=1 ..." (the plan options that select the point). */
 void tune_point_describe(const tune_point *p, char *buf, size_t cap);
