@@ -404,6 +404,68 @@ static void test_zero_communication(void **state)
     setup_release(&s);
 }
 
+/* tune's scoring trace (sim/tune.h): the first k-1 global batches of the shipped trace, then the
+ * batch holding its longest sample; re-batched, the scored trace gives exactly those batches. */
+static void test_tune_scoring_trace(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 8192);
+    for (int k = 1; k <= 8; k += 7) {
+        trace sub;
+        int longest;
+        dp_err err = {0};
+        if (tune_scoring_trace(&s.t, &s.rules, k, &sub, &longest, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+        /* the batches of the whole trace, written out here */
+        int32_t best = -1, where = -1, nb = 0;
+        size_t starts[4096];
+        batch_iter it;
+        batch_iter_init(&it, &s.t, &s.rules);
+        for (;;) {
+            const sample_len *b;
+            int n;
+            size_t first = it.next;
+            assert_int_equal(batch_next(&it, &b, &n, &err), DP_OK);
+            if (n == 0) break;
+            starts[nb] = first;
+            for (int i = 0; i < n; i++)
+                if (b[i].enc + b[i].dec > best) best = b[i].enc + b[i].dec, where = nb;
+            nb++;
+        }
+        starts[nb] = s.t.n;
+        batch_iter_release(&it);
+        assert_int_equal(longest, where);
+        int want[8], nw = 0;
+        for (int q = 0; q < k - 1; q++) want[nw++] = q;
+        want[nw++] = where > k - 1 ? where : k - 1;
+        size_t at = 0;
+        for (int q = 0; q < nw; q++)
+            for (size_t i = starts[want[q]]; i < starts[want[q] + 1]; i++, at++) {
+                assert_true(at < sub.n);
+                assert_int_equal(sub.samples[at].input_len, s.t.samples[i].input_len);
+                assert_int_equal(sub.samples[at].target_len, s.t.samples[i].target_len);
+            }
+        assert_int_equal(at, sub.n);
+        /* and it re-batches into nw batches, one of them holding the longest sample */
+        batch_iter_init(&it, &sub, &s.rules);
+        int count = 0, has = 0;
+        for (;;) {
+            const sample_len *b;
+            int n;
+            assert_int_equal(batch_next(&it, &b, &n, &err), DP_OK);
+            if (n == 0) break;
+            count++;
+            for (int i = 0; i < n; i++) has |= b[i].enc + b[i].dec == best;
+        }
+        batch_iter_release(&it);
+        assert_int_equal(count, nw);
+        assert_true(has);
+        trace_release(&sub);
+    }
+    setup_release(&s);
+}
+
 static void test_tune_space(void **state)
 {
     (void)state;
@@ -460,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),
         cmocka_unit_test(test_zero_communication),
+        cmocka_unit_test(test_tune_scoring_trace),
         cmocka_unit_test(test_tune_space),
     };
     return cmocka_run_group_tests_name("study", tests, NULL, NULL);
