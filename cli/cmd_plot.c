@@ -122,13 +122,13 @@ static dp_status sweep_header(void *vctx, const csv_row *h, dp_err *err)
 static dp_status sweep_row(void *vctx, const csv_row *r, dp_err *err)
 {
     sweep_ctx *c = vctx;
-    for (int k = 0; k < c->n_keys; k++) { /* which grid columns vary */
+    for (int i = 0; i < c->n_where; i++)
+        if (strcmp(r->fields[c->iw[i]], c->where_val[i]) != 0) return DP_OK;
+    for (int k = 0; k < c->n_keys; k++) { /* which grid columns vary among the rows kept */
         const char *v = r->fields[k];
         if (!c->key_first[k]) c->key_first[k] = dp_strdup(v);
         else if (strcmp(c->key_first[k], v) != 0) c->key_varies[k] = 1;
     }
-    for (int i = 0; i < c->n_where; i++)
-        if (strcmp(r->fields[c->iw[i]], c->where_val[i]) != 0) return DP_OK;
     if ((c->ifeasible >= 0 && strcmp(r->fields[c->ifeasible], "1") != 0) ||
         (c->ioom >= 0 && strcmp(r->fields[c->ioom], "0") != 0)) {
         c->not_drawn++; /* a failed point has no value: drawing it at 0 would be a lie */
@@ -186,7 +186,7 @@ static int plot_sweep_main(int argc, char **argv)
                   "Lines of one CSV column against another, one line per series (a dpsim sweep\n"
                   "output, or any CSV with a header). Infeasible and OOM points are marked, not\n"
                   "drawn as values; a column that varies but is neither the x axis, the series nor\n"
-                  "filtered is warned about.");
+                  "filtered, so that one series has several points at one x, is warned about.");
     cli_opt_string(&ot, "output", 'o', &out, "OUT", "sweep.png", "figure to write (.png or .svg)");
     cli_opt_string(&ot, "x", 'x', &c.x, "COL", "required", "the x column");
     cli_opt_string(&ot, "y", 'y', &c.y, "COL", "required", "the y column");
@@ -210,21 +210,26 @@ static int plot_sweep_main(int argc, char **argv)
     if (st == DP_OK && c.n == 0)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: no feasible row matches the --where filters%s",
                      file[0], c.not_drawn ? " (every matching point is infeasible or OOM)" : "");
-    for (int k = 0; st == DP_OK && k < c.n_keys; k++) { /* a dimension left free draws saw-teeth */
+    /* a dimension left free draws saw-teeth: several points of one series at one x */
+    qsort(c.pts, c.n, sizeof *c.pts, cmp_point);
+    int stacked = 0;
+    for (size_t i = 1; i < c.n; i++)
+        stacked |= c.pts[i].series == c.pts[i - 1].series && c.pts[i].x == c.pts[i - 1].x;
+    for (int k = 0; st == DP_OK && stacked && k < c.n_keys; k++) {
         const char *kn = c.key_name[k];
         int used = strcmp(kn, c.x) == 0 || (c.series && strcmp(kn, c.series) == 0);
         for (int i = 0; i < c.n_where; i++) used |= strcmp(kn, c.where_col[i]) == 0;
         if (c.key_varies[k] && !used)
             fprintf(stderr, "dpsim plot sweep: warning: grid column %s varies but is neither --x, "
-                    "--series nor a --where filter: its points fall on one line\n", kn);
+                    "--series nor a --where filter: its points share one line at the same x\n",
+                    kn);
     }
     if (st == DP_OK) {
-        qsort(c.pts, c.n, sizeof *c.pts, cmp_point);
         char t[512], full[700];
         snprintf(t, sizeof t, "%s against %s", c.y, c.x);
         const char *head = title ? title : t;
         if (c.not_drawn) {
-            snprintf(full, sizeof full, "%s (%ld infeasible or out-of-memory points not drawn)",
+            snprintf(full, sizeof full, "%s\n(%ld infeasible or out-of-memory points not drawn)",
                      head, c.not_drawn);
             fprintf(stderr, "dpsim plot sweep: %ld infeasible or out-of-memory points are not drawn\n",
                     c.not_drawn);

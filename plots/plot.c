@@ -95,10 +95,14 @@ out:
 /* Writes text as a gnuplot single-quoted string: '' for a quote, a space for every control
  * character and backquote (a newline would end the literal and start a command), and
  * enhanced-text markup neutralised (file names are not markup). */
-static void put_str(FILE *fp, const char *text)
+static void put_text(FILE *fp, const char *text, int breaks)
 {
     fputc('\'', fp);
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '\n' && breaks) { /* a line break: the quoted string joined to a fixed "\n" */
+            fputs("' . \"\\n\" . '", fp);
+            continue;
+        }
         if (*c < 0x20 || *c == 0x7f || *c == '`') {
             fputc(' ', fp);
             continue;
@@ -111,10 +115,16 @@ static void put_str(FILE *fp, const char *text)
     fputc('\'', fp);
 }
 
+static void put_str(FILE *fp, const char *text)
+{
+    put_text(fp, text, 0);
+}
+
+/* A title or label: put_str's, but a newline in it breaks the line. */
 static void put_title(FILE *fp, const char *cmd, const char *title)
 {
     fprintf(fp, "%s ", cmd);
-    put_str(fp, title);
+    put_text(fp, title, 1);
     fputc('\n', fp);
 }
 
