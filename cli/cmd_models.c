@@ -12,9 +12,11 @@ static const char MODELS_USAGE[] = "dpsim models [--show NAME]";
 
 static void print_model(const model_spec *m)
 {
-    printf("%-14s %-4s %4d %4d %6d %5d %5d %5d %6d %6d %4s %9.2f  %s\n", m->name,
+    char ctx[16] = "-";
+    if (m->positions) snprintf(ctx, sizeof ctx, "%d%s", m->positions, m->rope ? "r" : "");
+    printf("%-14s %-4s %4d %4d %6d %5d %5d %5d %6d %6d %4s %6s %9.2f  %s\n", m->name,
            model_arch_name(m->arch), m->enc_layers, m->dec_layers, m->hidden, m->heads,
-           model_kv_heads(m), m->kv_channels, m->ffn, m->vocab, m->glu ? "yes" : "no",
+           model_kv_heads(m), m->kv_channels, m->ffn, m->vocab, m->glu ? "yes" : "no", ctx,
            (double)model_total_params(m) / 1e9, m->profile[0] ? m->profile : "-");
 }
 
@@ -52,11 +54,12 @@ int cmd_models(int argc, char **argv)
     }
     int n;
     const model_spec *ms = model_presets(&n);
-    printf("# models (--model)\n%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %9s  %s\n", "name",
-           "arch", "enc", "dec", "hidden", "heads", "kvh", "kv", "ffn", "vocab", "glu", "params",
-           "measured profile");
-    printf("%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %9s\n", "#", "", "layer", "layer", "",
-           "", "", "", "", "", "", "billions");
+    printf("# models (--model); context: the longest sequence, tokens (r: rotary positions, no "
+           "learned table; -: no limit)\n%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %6s %9s  %s\n",
+           "name", "arch", "enc", "dec", "hidden", "heads", "kvh", "kv", "ffn", "vocab", "glu",
+           "ctx", "params", "measured profile");
+    printf("%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %6s %9s\n", "#", "", "layer", "layer", "",
+           "", "", "", "", "", "", "tokens", "billions");
     for (int i = 0; i < n; i++) print_model(&ms[i]);
     const gpu_spec *gs = gpu_presets(&n);
     printf("\n# GPUs\n%-10s %11s %9s %9s  %s\n", "name", "peak", "HBM", "memory", "source");

@@ -179,6 +179,15 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
         env->rules.min_padded = range.enc_min;
     st = batch_rules_validate(&env->rules, err);
     if (st != DP_OK) return st;
+    /* the model's context: a GPT sequence (input + target) is truncated at --max-seqlen, which
+     * must not exceed it (T5's relative positions have no limit) */
+    if (env->model.positions > 0 && env->rules.max_seqlen > env->model.positions)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--max-seqlen %d is longer than the %d tokens %s takes (its "
+                       "max_position_embeddings)\nhint: --max-seqlen %d or less, or a model spec "
+                       "with a longer context (\"max_position_embeddings\" in its JSON)",
+                       env->rules.max_seqlen, env->model.positions, env->model.name,
+                       env->model.positions);
     if (p->pp * p->chunks > model_layers(&env->model) ||
         (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers))
         return dp_fail(err, DP_ERR_INVALID,

@@ -15,25 +15,26 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head} */
+ * untied_head, rope}. The paper's GPT shapes learn 8192 positions: it runs them at max lengths up
+ * to 8192, which Megatron allows only with a position table that long. */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 2048, "", 0, 0},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 2048, "", 0, 0},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 0, "", 0, 1},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 1024, "", 0, 0},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -72,7 +73,7 @@ int64_t model_layer_params(const model_spec *m, int decoder)
 
 int64_t model_embedding_params(const model_spec *m)
 {
-    return (int64_t)m->vocab * m->hidden + (int64_t)m->positions * m->hidden;
+    return (int64_t)m->vocab * m->hidden + (m->rope ? 0 : (int64_t)m->positions * m->hidden);
 }
 
 int64_t model_total_params(const model_spec *m)
@@ -127,7 +128,7 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
     double h = m->hidden, f = m->ffn, hk = (double)m->heads * m->kv_channels;
     double attn = 4 * h * hk + 4 * hk, mlp = 3 * h * f + 2 * f + 5 * h;
     double total = (double)m->enc_layers * (attn + mlp) + (double)m->dec_layers * (2 * attn + mlp + 2 * h) +
-                   ((double)m->vocab + m->positions) * h;
+                   ((double)m->vocab + (m->rope ? 0 : m->positions)) * h;
     if (total > MODEL_MAX_PARAMS)
         return dp_fail(err, DP_ERR_INVALID, "%s: %.3g parameters, more than the %.0e dpsim "
                        "models (the fields are each in range, their product is not)",
@@ -168,6 +169,14 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
                  m->arch == ARCH_T5 ? T5_VOCAB : GPT_VOCAB, &m->vocab, err));
     TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24,
                  m->arch == ARCH_T5 ? 0 : 2048, &m->positions, err));
+    const cJSON *pet = cJSON_GetObjectItemCaseSensitive(root, "position_embedding_type");
+    if (pet && (!cJSON_IsString(pet) || (strcmp(pet->valuestring, "rope") != 0 &&
+                                         strcmp(pet->valuestring, "learned_absolute") != 0))) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"position_embedding_type\" must be "
+                     "\"learned_absolute\" or \"rope\"", name);
+        goto out;
+    }
+    m->rope = pet && strcmp(pet->valuestring, "rope") == 0;
     TRY(json_bool(root, "glu", name, 0, &m->glu, err));
     TRY(json_int(root, "num_query_groups", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
@@ -213,6 +222,8 @@ cJSON *model_to_json(const model_spec *m)
     cJSON_AddNumberToObject(o, "ffn_hidden_size", m->ffn);
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab);
     cJSON_AddNumberToObject(o, "max_position_embeddings", m->positions);
+    if (m->arch == ARCH_GPT)
+        cJSON_AddStringToObject(o, "position_embedding_type", m->rope ? "rope" : "learned_absolute");
     cJSON_AddBoolToObject(o, "glu", m->glu);
     cJSON_AddNumberToObject(o, "num_query_groups", model_kv_heads(m));
     cJSON_AddBoolToObject(o, "untie_embeddings_and_output_weights", m->untied_head);
@@ -275,6 +286,8 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                      err));
         TRY(json_int(root, "intermediate_size", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, 32000, &m->vocab, err));
+        TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24, 2048, &m->positions, err));
+        m->rope = 1; /* LLaMA-style models (and GPT-NeoX) rotate; no learned table */
         m->glu = strcmp(mtype, "gpt_neox") != 0;
         TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
         /* Hugging Face's own defaults: LLaMA-family configs untie the LM head */

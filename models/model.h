@@ -10,8 +10,9 @@
  *    "num_attn_heads": 32, "kv_channels": 128, "ffn_hidden_size": 16384, "vocab_size": 50257}
  * T5 uses "encoder_num_layers" and "decoder_num_layers" instead of "num_layers" (and "arch": "t5"
  * is then implied). "name", "arch", "kv_channels" (default hidden/heads), "ffn_hidden_size"
- * (default 4*hidden), "vocab_size" (GPT 50257, T5 32128), "max_position_embeddings" (GPT 2048,
- * T5 0), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
+ * (default 4*hidden), "vocab_size" (GPT 50257, T5 32128), "max_position_embeddings" (the context:
+ * GPT 2048, T5 0 = none), "position_embedding_type" (Megatron's: "learned_absolute", the default,
+ * or "rope"), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
  * name; default the heads) and "untie_embeddings_and_output_weights" (false: the LM head is the
  * word embedding) are optional.
  *
@@ -26,7 +27,8 @@
  *   GPT layer    = h*hk + 2h*hkv + hk + 2hkv  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
  *   T5 encoder   = the same with bidirectional attention
  *   T5 decoder   = GPT layer + cross-attention (h*hk*4 + 3hk + h ... as self-attention) + 2h (LN)
- *   embedding    = V*h + positions*h (learned positions: GPT only); an untied LM head adds V*h
+ *   embedding    = V*h + positions*h (learned positions: GPT without rope); an untied LM head
+ *                  adds V*h
  * where hk = heads * kv_channels, hkv = kv_heads * kv_channels (= hk without grouped-query
  * attention), f = ffn, m = 2 (3 with a gated MLP). GPT-2 124M comes out at
  * 124,439,808 parameters, T5-11B's layers at the calibration files' param_mb_per_layer.
@@ -53,10 +55,13 @@ typedef struct model_spec {
     int ffn;         /* f, MLP inner width */
     int vocab;       /* V */
     int glu;         /* 1: gated MLP with three matrices (LLaMA); 0: two (GPT, T5) */
-    int positions;   /* learned position embeddings (GPT-2: 1024, Megatron GPT: 2048; T5: 0) */
+    int positions;   /* the longest sequence the model takes, tokens (max_position_embeddings):
+                      * with learned positions also the rows of their table (GPT-2: 1024); T5's
+                      * relative positions: 0, no limit */
     char profile[64]; /* preset's measured profile under models/profiles/, "" if none */
     int kv_heads;    /* key/value heads (grouped-query attention); 0: as many as heads */
     int untied_head; /* 1: the LM head has its own weights (LLaMA); 0: tied to the embedding */
+    int rope;        /* 1: rotary position embeddings (LLaMA), no learned table; 0: learned */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */

@@ -139,12 +139,13 @@ expect "compare --tuned: every method at its own best" 0 "# dynamic tuned: batch
   "$DPSIM" compare --tuned --gpus 4 --tune-iterations 2 --iterations 4 --batchings packing,dynamic --no-figures --jobs 2
 
 # Megatron's --pack-dataset: packing's padding efficiency against a next-fit written here (awk) over
-# the shipped trace (GPT-6.7B: a sample is input + target, cut at 8192; every row is padded to 8192)
+# the shipped trace (GPT-6.7B 16L, which takes 8192 tokens: a sample is input + target, cut at 8192; every row is
+# padded to 8192)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 NEXTFIT=$(awk -F, 'NR > 1 { l = $2 + $3; if (l > 8192) l = 8192; tok += l;
                             if (rows == 0 || used + l > 8192) { rows++; used = 0 } used += l }
                    END { printf "%.6f", tok / (rows * 8192) }' "$SRC/traces/flanv2-100k.csv")
-"$DPSIM" sim --batching packing --max-seqlen 8192 --model gpt-6.7b --pp 4 --global-tokens 65536 \
+"$DPSIM" sim --batching packing --max-seqlen 8192 --model gpt-6.7b-16l --pp 4 --global-tokens 65536 \
   --json >"$TMP/pack.json" 2>/dev/null
 check "packing's padding efficiency at 8192 is the pack-then-batch next-fit's ($NEXTFIT), within 1%" \
   awk -v want="$NEXTFIT" '/"padding_efficiency"/ { gsub(/[^0-9.]/, "", $2); d = $2 - want;
@@ -174,5 +175,10 @@ check "a varlen plan marks its micro-batches" grep -q '"attention":"varlen"' "$T
 expect "... and simulates from the file" 0 "throughput" -- "$DPSIM" sim --plan "$TMP/varlen.json"
 "$DPSIM" sim --dp 2 --iterations 1 --chrome "$TMP/opt.json" > /dev/null 2>&1
 check "the Chrome trace has the optimizer step" grep -q '"cat": "optimizer"' "$TMP/opt.json"
+expect "a max length beyond the model's context is refused" 2 "--max-seqlen 4096 is longer than the 2048 tokens gpt-6.7b takes" -- \
+  "$DPSIM" plan --model gpt-6.7b --max-seqlen 4096 --iterations 1
+expect "... the paper's shapes take 8192 (the paper runs them there)" 0 "iterations  *1" -- \
+  "$DPSIM" plan --max-seqlen 8192 --iterations 1
+expect "dpsim models shows each model's context" 0 "llama2-7b .* 4096r" -- "$DPSIM" models
 
 finish

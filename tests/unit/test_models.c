@@ -279,7 +279,19 @@ static void test_json_round_trips(void **state)
         assert_string_equal(back.name, ps[i].name);
         assert_int_equal(model_total_params(&back), model_total_params(&ps[i]));
         assert_int_equal(back.arch, ps[i].arch);
+        assert_int_equal(back.positions, ps[i].positions); /* the context */
+        assert_int_equal(back.rope, ps[i].rope);
     }
+    /* rotary positions have no table: the context does not count as parameters */
+    model_spec rope = *model_preset("llama2-7b"), learned = rope;
+    learned.rope = 0;
+    assert_int_equal(rope.positions, 4096);
+    assert_int_equal(model_total_params(&learned) - model_total_params(&rope),
+                     (int64_t)4096 * rope.hidden);
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
+                                      "\"position_embedding_type\": \"sinusoid\"}", "x.json", &learned,
+                                      &err), DP_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "position_embedding_type"));
     for (int i = 0; i < cluster_preset_count(); i++) {
         cluster_spec c, back;
         cluster_preset_at(i, &c);
@@ -321,11 +333,15 @@ static void test_hf_import(void **state)
     assert_int_equal(model_layer_params(&m, 1), model_layer_params(model_preset("t5-11b-24l"), 1));
     assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 32,"
                                     "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
-                                    "\"intermediate_size\": 11008, \"vocab_size\": 32000}",
+                                    "\"intermediate_size\": 11008, \"vocab_size\": 32000,"
+                                    "\"max_position_embeddings\": 4096}",
                                     "config.json", &m, &err),
                      DP_OK);
     assert_int_equal(m.glu, 1);
     assert_int_equal(m.ffn, 11008);
+    assert_int_equal(m.positions, 4096); /* its context, */
+    assert_int_equal(m.rope, 1);         /* with rotary positions: no learned table */
+    assert_int_equal(model_total_params(&m), model_total_params(model_preset("llama2-7b")));
 }
 
 /* Grouped-query attention and untied LM heads, from Hugging Face configs: Llama-3-8B is 8.03 B
