@@ -214,7 +214,7 @@ int cli_jobs_default(void)
     return ncpu > 0 ? (int)ncpu : 1;
 }
 
-/* Splits a comma list into at most TUNE_MAX_LIST names (pointers into buf). */
+/* cli.h */
 int cli_split_list(char *buf, const char **items, int max)
 {
     int n = 0;

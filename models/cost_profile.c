@@ -249,8 +249,8 @@ typedef struct fit_point {
     double x[FIT_MAX_FEATURES], y;
 } fit_point;
 
-/* Least squares over the points that `use` selects (held_out: every FIT_HOLDOUT_EVERY-th
- * left out, or all); coef receives p values. 0 when too few points. */
+/* Least squares over the points (hold_out: all but every FIT_HOLDOUT_EVERY-th); coef receives
+ * p values. 0 when too few points. */
 static int fit_solve(const fit_point *pt, size_t n, int p, int hold_out, double *coef)
 {
     size_t m = 0;

@@ -424,17 +424,16 @@ static dp_status split_packing_kk(const batch_ctx *ctx, const sample_len *s, int
         }
         if (fits || k >= n) break;
     }
-    /* bins left empty (fewer samples than bins) are dropped */
-    int nb = 0;
-    for (int b = 0; b < k; b++) {
-        int used = 0;
-        for (int i = 0; i < n && !used; i++) used = bin[i] == b;
-        if (!used) continue;
-        for (int i = 0; i < n; i++)
-            if (bin[i] == b) bin[i] = -1 - nb; /* renumber, marked */
-        nb++;
+    /* bins left empty (fewer samples than bins) are dropped: renumber the others in order */
+    int nb = 0, *renum = calloc((size_t)(k > 0 ? k : 1), sizeof *renum);
+    if (!renum) {
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        goto out;
     }
-    for (int i = 0; i < n; i++) bin[i] = -1 - bin[i];
+    for (int i = 0; i < n; i++) renum[bin[i]] = 1;
+    for (int b = 0; b < k; b++) renum[b] = renum[b] ? nb++ : -1;
+    for (int i = 0; i < n; i++) bin[i] = renum[bin[i]];
+    free(renum);
     lay_out_bins(s, n, bin, nb, rows, packed);
     int first = out->n_mb;
     st = emit_rows(ctx, rows, nb, 1, packed, -1, out, err);
@@ -450,9 +449,9 @@ out:
 
 /* A WLB-LLM-style workload-balanced packer: bins as many as first-fit-decreasing needs, rounded
  * up to a multiple of D; samples by workload, heaviest first, each into the bin of least
- * workload that still holds it (batch_row_fits), a new bin when none does. Each bin is one varlen
- * micro-batch, dealt to the replicas by deal_snake. (WLB-LLM also delays outlier samples to later iterations; that changes the global
- * batches and is not done here.) */
+ * workload that still holds it (batch_row_fits), a new bin when none does. Each bin is one
+ * varlen micro-batch, dealt to the replicas by deal_snake. (WLB-LLM also delays outlier samples
+ * to later iterations; that changes the global batches and is not done here.) */
 typedef struct weighed {
     double w;
     sample_len s;

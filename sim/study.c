@@ -311,11 +311,9 @@ static int study_modes(const study_opts *o, const cost_model **cms)
 }
 
 /* Points the planner at one stage model (one recompute mode) and its shape cache. */
-static void planner_use(planner *p, const stage_model *sm, const sim_config *cfg,
-                        shape_cache *cache)
+static void planner_use(planner *p, const stage_model *sm, shape_cache *cache)
 {
     p->sm = sm;
-    p->cfg = cfg;
     p->ctx.sm = sm;
     p->ctx.cache = cache;
     p->sctx.sm = sm;
@@ -334,19 +332,19 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         free(sm);
         return st;
     }
-    /* each mode's simulator configuration (model state and the optimizer step are the same in
-     * every mode; the planner and the simulator of an iteration still take its mode's own) */
-    sim_config cfg[RECOMPUTE_COUNT];
-    for (int m = 0; m < modes; m++) study_sim_config(&sm[m], &o->cm->hw, &cfg[m]);
+    /* model state, collectives and the optimizer step: the same in every mode (the parameters
+     * are; cost_profile.c reads one size for every mode) */
+    sim_config cfg;
+    study_sim_config(&sm[0], &o->cm->hw, &cfg);
     study_acc acc;
-    study_begin(&acc, r, &cfg[0], o->sink);
+    study_begin(&acc, r, &cfg, o->sink);
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
     for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
     planner pl = {o, &sm[0],
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    o->batching->varlen},
                   {&sm[0]},
-                  &cfg[0], &acc.s};
+                  &cfg, &acc.s};
     batch_iter bi;
     trace_stream ts;
     int streaming = o->stream_path != NULL;
@@ -381,7 +379,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         dp_err why = {0};
         /* the first mode whose plan fits; the last one's plan is kept, fitting or not */
         for (mode = 0;; mode++) {
-            planner_use(&pl, &sm[mode], &cfg[mode], cache[mode]);
+            planner_use(&pl, &sm[mode], cache[mode]);
             answerable = 0;
             st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
             if (mode + 1 == modes) break;
@@ -425,7 +423,6 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
-        acc.cfg = cfg[mode];
         TRY(study_add(&acc, &pi, err));
         r->iter[r->n_iter - 1].plan_ms = dt_ms;
         if (r->sim_oom > sim_oom && l.feasible) r->oom_unplanned++;
