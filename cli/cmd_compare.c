@@ -177,15 +177,15 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
     "dynamic,dynamic-varlen"
 
-/* The best feasible row whose batching is (dynamic 1) or is not (0) DynaPipe's DP among the
- * varlen ones (dynamic 0) or DynaPipe's (1, either attention); -1 when none. */
+/* The fastest row that fits among DynaPipe's DP batchings (dynamic 1, either attention) or
+ * among the varlen packers and balancers (dynamic 0); -1 when none. */
 static int best_row(const row *rows, int n, int dynamic)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
         const batcher *b = batcher_find(rows[i].batching);
         if (!b || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom) continue;
-        int is_dp = b->split == batcher_find("dynamic")->split;
+        int is_dp = b->memory_aware; /* dynamic, dynamic-varlen */
         if (dynamic ? !is_dp : (is_dp || !b->varlen)) continue;
         if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
             best = i;

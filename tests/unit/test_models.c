@@ -556,6 +556,19 @@ static cost_shape varlen_row(const int *len, int n, int row)
     return s;
 }
 
+/* The analytic model of a preset on p4d at its default parameters. */
+static cost_model *default_analytic(const char *model, recompute_mode rc)
+{
+    cluster_spec hw = p4d();
+    analytic_params p;
+    analytic_params_default(&p);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(model_preset(model), &hw, 1, rc, &p, &cm, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    return cm;
+}
+
 static void assert_layer_equal(const cost_layer *a, const cost_layer *b, double tol)
 {
     assert_near(a->fwd_ms, b->fwd_ms, tol);
@@ -568,15 +581,10 @@ static void test_varlen_row_of_one_sample_costs_the_sample(void **state)
 {
     (void)state;
     /* Both cost models, every recompute mode: a row holding one sample is that sample alone. */
-    cluster_spec hw = p4d();
-    analytic_params p;
-    analytic_params_default(&p);
     for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
         cost_model *cms[2] = {load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, (recompute_mode)rc),
-                              NULL};
+                              default_analytic("gpt-6.7b-16l", (recompute_mode)rc)};
         dp_err err = {0};
-        assert_int_equal(cost_analytic_new(model_preset("gpt-6.7b-16l"), &hw, 1,
-                                           (recompute_mode)rc, &p, &cms[1], &err), DP_OK);
         static const int lens[] = {16, 120, 512, 1000, 2048};
         for (int k = 0; k < 2; k++)
             for (int i = 0; i < 5; i++) {
@@ -607,13 +615,9 @@ static void test_varlen_row_never_costs_more_than_padded(void **state)
     /* Random rows of samples summing to at most the row: per-sample attention is never dearer
      * than the whole row's, for either cost model, and strictly cheaper with two samples or more
      * (the analytic model's attention term, the profile's fitted one, are positive). */
-    cluster_spec hw = p4d();
-    analytic_params p;
-    analytic_params_default(&p);
-    cost_model *cms[3] = {load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE), NULL,
+    cost_model *cms[3] = {load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE),
+                          default_analytic("gpt-6.7b-16l", RECOMPUTE_NONE),
                           load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_SELECTIVE)};
-    assert_int_equal(cost_analytic_new(model_preset("gpt-6.7b-16l"), &hw, 1, RECOMPUTE_NONE, &p,
-                                       &cms[1], NULL), DP_OK);
     srand(7);
     for (int trial = 0; trial < 300; trial++) {
         int row = 16 * (1 + rand() % 128), lens[64], n = 0, used = 0;
@@ -716,12 +720,9 @@ static void test_flash_attention_memory_agrees_across_models(void **state)
      * profile drops its fitted s^2 term. On the A100 GPT-6.7B profile the two stored figures
      * land within 5% of each other at 2048 (the profile's score term is fitted, the analytic
      * one is Korthikanti's closed form). */
-    cluster_spec hw = p4d();
-    analytic_params p;
-    analytic_params_default(&p);
     const model_spec *m = model_preset("gpt-6.7b-16l");
-    cost_model *am = NULL, *pm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
-    assert_int_equal(cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &p, &am, NULL), DP_OK);
+    cost_model *am = default_analytic("gpt-6.7b-16l", RECOMPUTE_NONE),
+               *pm = load_profile(GPT_PROFILE, "gpt-6.7b-16l", 1, RECOMPUTE_NONE);
     am->flash_attn = pm->flash_attn = 1;
     cost_shape s = cost_shape_rows(1, 2048, 0);
     cost_layer a, b;
