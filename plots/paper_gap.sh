@@ -9,12 +9,13 @@
 # Rows (tokens/s of the baseline → DynaPipe, and the speed-up):
 #   paper       as in make paper (paper.csv)
 #   batch       the baseline packing each batch on its own (packing-batch) instead of Megatron's
-#   recompute   DynaPipe with the best single recompute mode for the whole trace instead of one
-#               per iteration
+#   recompute   DynaPipe with the best single recompute mode for the whole trace (one that leaves
+#               no iteration out) instead of one per iteration
 #   memory      DynaPipe on 40,960 MB like the baseline instead of 36,000 (GPT)
 #   dec512      the T5 decoder cap at 512 for both (paper.csv's dec512 variant)
 #   trace       the shipped FLANv2-like trace instead of the Flan2021 zero-shot preset
-# Every run is `dpsim sim --keep-going` over the whole trace at the point's configurations.
+# Every run is `dpsim sim --keep-going` over the whole trace at the point's configurations; a
+# run that leaves an iteration out counts as 0 (its throughput would be of fewer tokens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DPSIM=${DPSIM:-build/dpsim}
@@ -33,9 +34,15 @@ row() { # model variant len method
   awk -F, -v m="$1" -v v="$2" -v l="$3" -v t="$4" \
     '$1 == m && $2 == "small" && $4 == "maxlen" && $5 == v && $6 == l && $8 == t' "$CSV"
 }
-thr() { # sim options...: the throughput of the whole trace
-  "$DPSIM" sim --json --iterations 0 --keep-going "$@" 2>/dev/null |
-    sed -n 's/.*"throughput_tokens_per_s":[[:space:]]*\([0-9.e+]*\).*/\1/p' | head -n 1
+thr() { # sim options...: the throughput of the whole trace; 0 when an iteration was left out
+  local json
+  json=$("$DPSIM" sim --json --iterations 0 --keep-going "$@" 2>/dev/null)
+  if printf '%s' "$json" | grep -q '"failed_iterations":[[:space:]]*0[,}]'; then
+    printf '%s' "$json" | sed -n 's/.*"throughput_tokens_per_s":[[:space:]]*\([0-9.e+]*\).*/\1/p' |
+      head -n 1
+  else
+    echo 0
+  fi
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "-" }'; }
 
