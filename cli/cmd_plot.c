@@ -10,6 +10,10 @@
 #include "cli.h"
 
 static const char PLOT_USAGE[] = "dpsim plot KIND [OPTIONS] FILE -o OUT.png|OUT.svg";
+static const char LENGTHS_USAGE[] = "dpsim plot lengths [--format F] FILE [-o OUT.png|OUT.svg]";
+static const char SWEEP_USAGE[] = "dpsim plot sweep --x COL --y COL [--series COL] [--where COL=V] "
+                                  "FILE [-o OUT.png|OUT.svg]";
+static const char TIMELINE_USAGE[] = "dpsim plot timeline [--iteration K] FILE [-o OUT.png|OUT.svg]";
 
 static void plot_help(void)
 {
@@ -42,7 +46,7 @@ static int plot_lengths_main(int argc, char **argv)
     trace_format fmt = TRACE_FORMAT_AUTO;
     int n_file = 0;
     cli_opts ot;
-    cli_opts_init(&ot, cmd, "dpsim plot lengths [--format F] FILE [-o OUT.png|OUT.svg]",
+    cli_opts_init(&ot, cmd, LENGTHS_USAGE,
                   "Log2 histogram of a trace's input and target lengths (gnuplot; SVG when OUT\n"
                   "ends in .svg).");
     cli_opt_string(&ot, "output", 'o', &out, "OUT", "lengths.png", "figure to write (.png or .svg)");
@@ -51,12 +55,12 @@ static int plot_lengths_main(int argc, char **argv)
     int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
-    if (n_file != 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one trace FILE");
+    if (n_file != 1) return cli_usage_error(cmd, LENGTHS_USAGE, "expected exactly one trace FILE");
     const char *path = file[0];
     dp_err err = {0};
     out_role in[] = {{"FILE", path}}, outs[] = {{"-o", out}};
     if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
-        return cli_usage_error(cmd, PLOT_USAGE, "%s", err.msg);
+        return cli_usage_error(cmd, LENGTHS_USAGE, "%s", err.msg);
     trace t;
     trace_stats s = {0};
     trace_init(&t);
@@ -181,8 +185,7 @@ static int plot_sweep_main(int argc, char **argv)
     sweep_ctx c = {0};
     int logx = 0, n_file = 0;
     cli_opts ot;
-    cli_opts_init(&ot, cmd, "dpsim plot sweep --x COL --y COL [--series COL] [--where COL=V] FILE "
-                  "[-o OUT.png|OUT.svg]",
+    cli_opts_init(&ot, cmd, SWEEP_USAGE,
                   "Lines of one CSV column against another, one line per series (a dpsim sweep\n"
                   "output, or any CSV with a header). Infeasible and OOM points are marked, not\n"
                   "drawn as values; a column that varies but is neither the x axis, the series nor\n"
@@ -200,12 +203,12 @@ static int plot_sweep_main(int argc, char **argv)
     int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
-    if (n_file != 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one CSV FILE");
-    if (!c.x || !c.y) return cli_usage_error(cmd, PLOT_USAGE, "--x and --y are required");
+    if (n_file != 1) return cli_usage_error(cmd, SWEEP_USAGE, "expected exactly one CSV FILE");
+    if (!c.x || !c.y) return cli_usage_error(cmd, SWEEP_USAGE, "--x and --y are required");
     dp_err err = {0};
     out_role in[] = {{"FILE", file[0]}}, outs[] = {{"-o", out}};
     if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
-        return cli_usage_error(cmd, PLOT_USAGE, "%s", err.msg);
+        return cli_usage_error(cmd, SWEEP_USAGE, "%s", err.msg);
     dp_status st = csv_read_file(file[0], 1, sweep_header, sweep_row, &c, &err);
     if (st == DP_OK && c.n == 0)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: no feasible row matches the --where filters%s",
@@ -293,7 +296,7 @@ static int plot_timeline_main(int argc, char **argv)
     tl_ctx c = {0};
     int n_file = 0;
     cli_opts ot;
-    cli_opts_init(&ot, cmd, "dpsim plot timeline [--iteration K] FILE [-o OUT.png|OUT.svg]",
+    cli_opts_init(&ot, cmd, TIMELINE_USAGE,
                   "Gantt chart of one iteration of a timeline CSV (dpsim sim --timeline, or\n"
                   "dprun's measured one).");
     cli_opt_string(&ot, "output", 'o', &out, "OUT", "timeline.png", "figure to write (.png or .svg)");
@@ -301,7 +304,7 @@ static int plot_timeline_main(int argc, char **argv)
     int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
-    if (n_file != 1) return cli_usage_error(cmd, PLOT_USAGE, "expected exactly one timeline CSV");
+    if (n_file != 1) return cli_usage_error(cmd, TIMELINE_USAGE, "expected exactly one timeline CSV");
     dp_err err = {0};
     dp_status st = csv_read_file(file[0], 1, tl_header, tl_row, &c, &err);
     if (st == DP_OK && c.n == 0)
