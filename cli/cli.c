@@ -173,6 +173,12 @@ static int set_recompute(void *ctx, const char *arg, const char *cmd, const char
     return 0;
 }
 
+static void show_recompute(const void *ctx, char *buf, size_t cap)
+{
+    const cost_opts *o = ctx;
+    snprintf(buf, cap, "%s", o->recompute_dynamic ? "dynamic" : recompute_name(o->recompute));
+}
+
 void cli_cost_options(cli_opts *t, cost_opts *o)
 {
     cli_opt_string(t, "model", 0, &o->model, "M",
@@ -187,10 +193,10 @@ void cli_cost_options(cli_opts *t, cost_opts *o)
     cli_opt_flag(t, "analytic", 0, &o->analytic, "analytic cost model even where a profile exists");
     cli_opt_int(t, "tp", 0, &o->tp, "T", 1, 1024, "1", "tensor-parallel degree")->marks =
         OPT_FIXED_BY_PLAN | OPT_TUNED;
-    cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
-                 "none | selective | full | dynamic (per iteration, the first\n"
-                 "of none, selective, full whose plan fits; DynaPipe's rule)")
-        ->marks = OPT_FIXED_BY_PLAN | OPT_TUNED;
+    cli_opt *r = cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
+                              "none | selective | full | dynamic (per iteration, the first\n"
+                              "of none, selective, full whose plan fits; DynaPipe's rule)");
+    r->marks = OPT_FIXED_BY_PLAN | OPT_TUNED, r->show = show_recompute;
     cli_opt_flag(t, "flash-attention", 0, &o->flash_attn,
                  "FlashAttention memory: attention scores never stored (the\n"
                  "profiles and the analytic model store them by default)");

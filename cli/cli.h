@@ -162,8 +162,10 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
 dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
                               sim_config *cfg, dp_err *err);
 
-/* Every plan and cost option's value as "name=value" lines in a fixed order, skipping the
- * options named in skip (a sweep's grid keys): a study's configuration, comparable as text. */
+/* Every plan and cost option's value as "name=value" lines, in the order of their table rows
+ * (cli_plan_options: an option added there is described too), leaving out those that change
+ * no result (OPT_NO_RESULT) and those named in skip (a sweep's grid keys): a study's
+ * configuration, comparable as text. */
 void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, char *buf,
                        size_t cap);
 

@@ -169,6 +169,25 @@ int cli_opts_parse(cli_opts *t, int argc, char **argv, const char **pos, int max
     return rc;
 }
 
+void cli_opt_value(const cli_opt *o, char *buf, size_t cap)
+{
+    const char *str;
+    switch (o->kind) {
+    case OPT_FLAG: snprintf(buf, cap, "%s", *(const int *)o->dest ? "true" : "false"); break;
+    case OPT_INT: snprintf(buf, cap, "%d", *(const int *)o->dest); break;
+    case OPT_INT64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)o->dest); break;
+    case OPT_DOUBLE: snprintf(buf, cap, "%.17g", *(const double *)o->dest); break;
+    case OPT_STRING:
+        str = *(const char *const *)o->dest;
+        snprintf(buf, cap, "%s", str ? str : "");
+        break;
+    case OPT_CALL:
+        if (o->show) o->show(o->ctx, buf, cap);
+        else snprintf(buf, cap, "?");
+        break;
+    }
+}
+
 cli_opt *cli_opts_find(cli_opts *t, const char *name)
 {
     for (int i = 0; i < t->n; i++)

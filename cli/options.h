@@ -37,6 +37,8 @@ typedef enum cli_opt_kind {
 
 enum { OPT_FIXED_BY_PLAN = 1, OPT_TUNED = 2 }; /* marks (bits) */
 #define OPT_MARKS 3                           /* first[] slots: index = the mark's bit value */
+#define OPT_NO_RESULT 4 /* a mark of its own: the option changes no result (--stream), so a
+                         * configuration's description leaves it out */
 
 typedef struct cli_opt {
     const char *name;  /* long name without "--" */
@@ -52,6 +54,8 @@ typedef struct cli_opt {
     int marks;         /* OPT_FIXED_BY_PLAN | OPT_TUNED */
     const char *mark_name; /* how a mark names it ("--batching (use --batchings)"); NULL: --name */
     int flag_value;    /* OPT_FLAG: the value stored; 0 means 1 */
+    /* OPT_CALL: writes the current value as it would be given (cli_opt_value) */
+    void (*show)(const void *ctx, char *buf, size_t cap);
 } cli_opt;
 
 typedef struct cli_opts {
@@ -99,6 +103,10 @@ int cli_opts_set(cli_opts *t, const char *name, const char *value);
 
 /* The row of a long name, or NULL. */
 cli_opt *cli_opts_find(cli_opts *t, const char *name);
+
+/* A row's current value as text, as it would be given: a flag "true"/"false", numbers in full
+ * precision, a string ("" when unset), a call's by its show function. */
+void cli_opt_value(const cli_opt *o, char *buf, size_t cap);
 
 /* How messages name a row: its mark_name, or "--name" (in buf). */
 const char *cli_opt_label(const cli_opt *o, char *buf, size_t cap);

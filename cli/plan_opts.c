@@ -69,6 +69,22 @@ static int set_dp_split(void *ctx, const char *arg, const char *cmd, const char 
     return 0;
 }
 
+static void show_batching(const void *ctx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", ((const plan_cli *)ctx)->batching);
+}
+
+static void show_schedule(const void *ctx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", ((const plan_cli *)ctx)->schedule);
+}
+
+static void show_dp_split(const void *ctx, char *buf, size_t cap)
+{
+    int m = ((const plan_cli *)ctx)->dp_split;
+    snprintf(buf, cap, "%s", m == DP_SPLIT_GLOBAL ? "global" : m == DP_SPLIT_REPLICA ? "replica" : "auto");
+}
+
 void cli_plan_options(cli_opts *t, plan_cli *p)
 {
     enum { F = OPT_FIXED_BY_PLAN, T = OPT_TUNED };
@@ -80,10 +96,10 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
                               "(packing: Megatron's --pack-dataset); varlen (attention per\n"
                               "sample): packing-varlen | packing-ffd-varlen | dp-balanced |\n"
                               "packing-kk | packing-wlb | dynamic-varlen");
-    o->marks = F | T, o->mark_name = "--batching (use --batchings)";
+    o->marks = F | T, o->mark_name = "--batching (use --batchings)", o->show = show_batching;
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
                      "gpipe | 1f1b | interleaved | adaptive | zb1");
-    o->marks = F | T, o->mark_name = "--schedule (use --schedules)";
+    o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;
     cli_opt_int(t, "dp", 0, &p->dp, "D", 1, 4096, "1", "data-parallel replicas")->marks = F | T;
@@ -103,10 +119,11 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
                 "T5 decoder length cap incl. BOS/EOS")->marks = F;
     cli_opt_double(t, "dp-thin", 0, &p->thin_ms, "MS", 0, 1e6, "0",
                    "dynamic: DynaPipe's candidate thinning, 0 = exact")->marks = F;
-    cli_opt_call(t, "dp-split", 0, set_dp_split, p, "M", "auto",
-                 "dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
-                 "replica (samples dealt to replicas, one DP each) |\n"
-                 "auto (global up to 64 replicas)")->marks = F;
+    o = cli_opt_call(t, "dp-split", 0, set_dp_split, p, "M", "auto",
+                     "dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
+                     "replica (samples dealt to replicas, one DP each) |\n"
+                     "auto (global up to 64 replicas)");
+    o->marks = F, o->show = show_dp_split;
     cli_opt_int(t, "iterations", 0, &p->iterations, "K", 0, 1 << 30, "0",
                 "iterations to plan, 0 = the whole trace")->marks = F;
     cli_opt_double(t, "mem-limit", 0, &p->mem_limit_mb, "MB", 1, 1e9,
@@ -117,10 +134,10 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
                    "what-if: every link's latency, us");
     cli_opt_flag(t, "stream", 0, &p->stream,
                  "read a trace CSV as a stream, in bounded memory (automatic for\n"
-                 "files over 256 MB)")->marks = F;
+                 "files over 256 MB)")->marks = F | OPT_NO_RESULT;
     cli_opt_flag(t, "allow-oversubscribe", 0, &p->allow_oversubscribe,
                  "a layout of more GPUs (tp x pp x dp) than the cluster has,\n"
-                 "as a what-if (refused otherwise)");
+                 "as a what-if (refused otherwise)")->marks = OPT_NO_RESULT;
     cli_opt_flag(t, "keep-going", 0, &p->keep_going,
                  "an iteration that cannot be planned to fit (out of memory, a\n"
                  "sample that fits nowhere) is counted, named and left out (else: stop)")
@@ -304,42 +321,22 @@ dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_e
 void cli_plan_describe(const plan_cli *p, const char *const *skip, int n_skip, char *buf,
                        size_t cap)
 {
-    char v[32][160];
-    const char *k[32];
-    int n = 0;
-#define ADD(key, ...) (k[n] = (key), snprintf(v[n], sizeof v[n], __VA_ARGS__), n++)
-    ADD("model", "%s", p->cost.model ? p->cost.model : "");
-    ADD("hw", "%s", p->cost.hw ? p->cost.hw : "");
-    ADD("profile", "%s", p->cost.profile ? p->cost.profile : "");
-    ADD("fit", "%s", p->cost.fit ? p->cost.fit : "");
-    ADD("analytic", "%s", p->cost.analytic ? "true" : "false");
-    ADD("tp", "%d", p->cost.tp);
-    ADD("recompute", "%s", p->cost.recompute_dynamic ? "dynamic" : recompute_name(p->cost.recompute));
-    ADD("trace", "%s", p->trace ? p->trace : DEFAULT_TRACE);
-    ADD("batching", "%s", p->batching);
-    ADD("schedule", "%s", p->schedule);
-    ADD("pp", "%d", p->pp);
-    ADD("dp", "%d", p->dp);
-    ADD("chunks", "%d", p->chunks);
-    ADD("zero", "%d", p->zero);
-    ADD("mbs", "%d", p->mbs);
-    ADD("mb-tokens", "%lld", (long long)p->mb_tokens);
-    ADD("global-tokens", "%lld", (long long)p->global_tokens);
-    ADD("max-seqlen", "%d", p->max_seqlen);
-    ADD("max-dec-seqlen", "%d", p->max_dec_seqlen);
-    ADD("dp-thin", "%.17g", p->thin_ms);
-    ADD("dp-split", "%s", p->dp_split == DP_SPLIT_GLOBAL ? "global" : p->dp_split == DP_SPLIT_REPLICA ? "replica" : "auto");
-    ADD("iterations", "%d", p->iterations);
-    ADD("mem-limit", "%.17g", p->mem_limit_mb);
-    ADD("link-gbps", "%.17g", p->link_gbit);
-    ADD("link-latency-us", "%.17g", p->link_latency_us);
-    ADD("keep-going", "%d", p->keep_going);
-#undef ADD
+    /* every row of the plan options' table: an option added there is described too */
+    plan_cli q = *p;
+    if (!q.trace) q.trace = DEFAULT_TRACE;
+    cli_opts t;
+    cli_opts_init(&t, "describe", "", NULL);
+    cli_plan_options(&t, &q);
     size_t at = 0;
     buf[0] = '\0';
-    for (int i = 0; i < n && at < cap; i++) {
-        int skipped = 0;
-        for (int j = 0; j < n_skip; j++) skipped |= strcmp(skip[j], k[i]) == 0;
-        if (!skipped) at += (size_t)snprintf(buf + at, cap - at, "%s=%s\n", k[i], v[i]);
+    for (int i = 0; i < t.n && at < cap; i++) {
+        const cli_opt *o = &t.row[i];
+        int skipped = (o->marks & OPT_NO_RESULT) != 0;
+        for (int j = 0; j < n_skip; j++) skipped |= strcmp(skip[j], o->name) == 0;
+        if (skipped) continue;
+        char v[4200];
+        cli_opt_value(o, v, sizeof v);
+        at += (size_t)snprintf(buf + at, cap - at, "%s=%s\n", o->name, v);
     }
+    cli_opts_release(&t);
 }

@@ -83,6 +83,8 @@ expect "a sweep into a file of another sweep is refused" 1 "exists with other co
 check "the sweep records its configuration beside the CSV" bash -c "grep -qx 'iterations=3' '$TMP/sw.csv.config' && grep -q '^trace_hash=' '$TMP/sw.csv.config'"
 expect "a resumed sweep with a different --model is refused, naming it" 1 "another configuration \\(model=gpt-6.7b-16l there, model=gpt-6.7b-32l here\\)" -- \
   "$DPSIM" sweep --model gpt-6.7b-32l --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
+expect "... and so is one with --flash-attention (every plan option is in the configuration)" 1 "flash-attention=false there, flash-attention=true here" -- \
+  "$DPSIM" sweep --flash-attention --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
 check "rows are in grid order (the last key fastest), whatever order the workers finished in" \
   bash -c "[ \"\$(tail -n +2 '$TMP/sw.csv' | cut -d, -f1,2 | tr '\\n' ' ')\" = '512,packing 512,dynamic 1024,packing 1024,dynamic 2048,packing 2048,dynamic ' ]"
 expect "sweep --gpus 8 keeps the layouts of 8 GPUs" 0 "7 points of 8 GPUs \\(of 32 in the grid\\)" -- \

@@ -164,6 +164,26 @@ static void test_shared_plan_options(void **state)
     char buf[64];
     assert_string_equal(cli_opt_label(t.first[OPT_TUNED], buf, sizeof buf), "--pp");
     cli_opts_release(&t);
+    /* the configuration a sweep records: a line per row of the table, so no option is missed;
+     * the ones that change no result and the skipped (grid) keys are left out */
+    static char desc[8192];
+    const char *skip[] = {"pp"};
+    cli_plan_describe(&p, skip, 1, desc, sizeof desc);
+    static const char *const want[] = {"\nrecompute=dynamic\n", "\nbatching=packing-kk\n",
+                                       "\ntp=2\n", "\nmem-limit=1000\n", "\nflash-attention=false\n",
+                                       "\ndp-split=auto\n", "\ntrace=traces/flanv2-100k.csv\n"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(desc, want[i])) fail_msg("the description lacks %s:\n%s", want[i], desc);
+    assert_null(strstr(desc, "\npp="));
+    assert_null(strstr(desc, "stream="));
+    assert_null(strstr(desc, "allow-oversubscribe="));
+    cli_opts_init(&t, "test", "dpsim test", NULL);
+    cli_plan_options(&t, &p);
+    int lines = 0, described = 0;
+    for (const char *c = desc; *c; c++) lines += *c == '\n';
+    for (int i = 0; i < t.n; i++) described += !(t.row[i].marks & OPT_NO_RESULT);
+    assert_int_equal(lines, described - 1); /* every row but the skipped one */
+    cli_opts_release(&t);
     /* the sweep's setter reaches the same rows */
     assert_int_equal(cli_plan_set(&p, "max-seqlen", "4096", "test", "usage"), 1);
     assert_int_equal(p.max_seqlen, 4096);
