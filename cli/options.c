@@ -93,7 +93,16 @@ static int apply(cli_opts *t, const cli_opt *o, const char *arg)
     snprintf(opt, sizeof opt, "--%s", o->name);
     int64_t v;
     switch (o->kind) {
-    case OPT_FLAG: *(int *)o->dest = o->flag_value ? o->flag_value : 1; break;
+    case OPT_FLAG: /* on the command line it takes no value; by name (a grid) true or false */
+        if (!arg || strcmp(arg, "true") == 0 || strcmp(arg, "1") == 0) {
+            *(int *)o->dest = o->flag_value ? o->flag_value : 1;
+        } else if (strcmp(arg, "false") == 0 || strcmp(arg, "0") == 0) {
+            *(int *)o->dest = 0;
+        } else {
+            cli_usage_error(t->cmd, t->usage, "%s \"%s\" must be true or false", opt, arg);
+            return -1;
+        }
+        break;
     case OPT_INT:
     case OPT_INT64:
         if (cli_int(t->cmd, opt, arg, (int64_t)o->lo, (int64_t)o->hi, &v)) return -1;

@@ -97,8 +97,9 @@ cli_opt *cli_opt_call(cli_opts *t, const char *name, char letter,
  * a usage error. */
 int cli_opts_parse(cli_opts *t, int argc, char **argv, const char **pos, int max_pos, int *n_pos);
 
-/* Applies one option by its long name, as if given on the command line (sweep's grid keys):
- * 1 applied, 0 no such option in the table, -1 a usage error printed. */
+/* Applies one option by its long name, as if given on the command line (sweep's grid keys; a
+ * flag takes true or false, 1 or 0 here): 1 applied, 0 no such option in the table, -1 a usage
+ * error printed. */
 int cli_opts_set(cli_opts *t, const char *name, const char *value);
 
 /* The row of a long name, or NULL. */

@@ -75,6 +75,16 @@ static void test_values_and_positionals(void **state)
     assert_int_equal(cli_opts_set(&t, "nope", "9"), 0);
     assert_int_equal(cli_opts_set(&t, "n", "11"), -1);
     assert_int_equal(v.n, 9);
+    assert_int_equal(cli_opts_set(&t, "flag", "false"), 1); /* a flag by name: true or false */
+    assert_int_equal(v.flag, 0);
+    assert_int_equal(cli_opts_set(&t, "flag", "true"), 1);
+    assert_int_equal(v.flag, 1);
+    assert_int_equal(cli_opts_set(&t, "mode-two", "0"), 1);
+    assert_int_equal(v.mode, 0);
+    assert_int_equal(cli_opts_set(&t, "mode-two", "1"), 1);
+    assert_int_equal(v.mode, 2);
+    assert_int_equal(cli_opts_set(&t, "flag", "maybe"), -1);
+    assert_int_equal(v.flag, 1);
     cli_opts_release(&t);
 }
 
