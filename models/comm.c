@@ -53,3 +53,14 @@ int comm_tp_spans_nodes(const cluster_spec *c, int tp)
 {
     return tp > c->gpus_per_node;
 }
+
+zero_comm comm_zero(const cluster_spec *c, int zero, int dp, int spans_nodes, double bytes)
+{
+    zero_comm z = {0, 0, 0};
+    if (dp <= 1) return z;
+    double gather = comm_allgather_ms(c, dp, spans_nodes, bytes); /* = a reduce-scatter */
+    if (zero <= 1) z.iter_ms = comm_allreduce_ms(c, dp, spans_nodes, bytes);
+    if (zero == 2) z.bwd_ms = gather, z.iter_ms = gather;
+    if (zero >= 3) z.fwd_ms = gather, z.bwd_ms = 2 * gather;
+    return z;
+}

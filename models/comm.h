@@ -38,6 +38,21 @@ double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double b
 /* Ring all-gather (or reduce-scatter) of a bytes buffer across n ranks. */
 double comm_allgather_ms(const cluster_spec *c, int n, int spans_nodes, double bytes);
 
+/* What ZeRO stage `zero` moves for a device holding `bytes` of fp16 parameters (and as many
+ * gradient bytes) over its dp replicas (the ZeRO paper, §7; DeepSpeed), with spans_nodes as
+ * comm_dp_spans_nodes says:
+ *   fwd_ms   before every micro-batch's forward: ZeRO-3's parameter all-gather
+ *   bwd_ms   with every micro-batch's backward: ZeRO-2 and 3's gradient reduce-scatter, and
+ *            ZeRO-3's parameter all-gather again
+ *   iter_ms  at the end of the iteration: ZeRO 0 and 1 the gradients' all-reduce (ZeRO-1 as a
+ *            reduce-scatter and an all-gather of the updated parameters: the same ring volume),
+ *            ZeRO-2 the updated parameters' all-gather, ZeRO-3 nothing
+ * All 0 with one replica. The per-micro-batch terms run on the compute stream, not overlapped. */
+typedef struct zero_comm {
+    double fwd_ms, bwd_ms, iter_ms;
+} zero_comm;
+zero_comm comm_zero(const cluster_spec *c, int zero, int dp, int spans_nodes, double bytes);
+
 /* Whether the data-parallel group of pipeline stage `stage` spans nodes. Placement: rank
  * r = replica * pp + stage holds GPUs r * tp .. r * tp + tp - 1 (tensor parallelism innermost,
  * then the pipeline, then the replicas: Megatron's order), gpus_per_node to a node. */

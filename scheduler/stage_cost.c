@@ -54,13 +54,9 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         sm->param_mb[s] = param_mb;
         sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, dp);
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
-        if (zero_stage >= 2 && dp > 1) {
-            int spans = comm_dp_spans_nodes(&cm->hw, pp, dp, cm->tp, s);
-            double bytes = 1e6 * param_mb; /* fp16 parameters, and as many gradient bytes */
-            double gather = comm_allgather_ms(&cm->hw, dp, spans, bytes);
-            sm->zero_bwd_ms[s] = gather; /* the gradients' reduce-scatter */
-            if (zero_stage == 3) sm->zero_fwd_ms[s] = gather, sm->zero_bwd_ms[s] += gather;
-        }
+        zero_comm z = comm_zero(&cm->hw, zero_stage, dp,
+                                comm_dp_spans_nodes(&cm->hw, pp, dp, cm->tp, s), 1e6 * param_mb);
+        sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
         if (sm->budget_mb[s] <= 0)
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "the model state of stage %d (%.0f MB: weights, gradients and Adam "

@@ -42,12 +42,10 @@ typedef struct stage_model {
     double state_mb[STAGE_MAX];                       /* model state per device, MB */
     double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
-    /* ZeRO's collectives of every micro-batch on device s, on its compute stream (not
-     * overlapped: an upper bound): ZeRO-3 all-gathers the device's fp16 parameters before each
-     * forward and each backward and reduce-scatters its gradients after each backward; ZeRO-2
-     * reduce-scatters the gradients after each backward (DeepSpeed's partitioned gradients).
-     * Added to fwd_ms / bwd_ms by stage_model_cost. ZeRO 0 and 1: 0. */
-    double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
+    /* ZeRO's collectives on device s (models/comm.h comm_zero): those of every micro-batch,
+     * which stage_model_cost adds to fwd_ms / bwd_ms, and the end of the iteration's, which the
+     * simulator runs after the last backward (sim_config.allreduce_ms) */
+    double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX], zero_iter_ms[STAGE_MAX];
 } stage_model;
 
 /* The planner's memory rule (above). */

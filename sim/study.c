@@ -33,22 +33,14 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
         cfg->state_mb[s] = sm->state_mb[s];
         memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp, &cfg->weights_mb[s],
                                  &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
-        /* fp16 gradients (and parameters) of the stage, embedding included */
-        double bytes = 1e6 * sm->param_mb[s];
-        if (sm->dp > 1) {
-            int spans = comm_dp_spans_nodes(hw, sm->pp, sm->dp, sm->cm->tp, s);
-            cfg->allreduce_ms[s] = sm->zero_stage <= 1 ? comm_allreduce_ms(hw, sm->dp, spans, bytes)
-                                   : sm->zero_stage == 2 ? comm_allgather_ms(hw, sm->dp, spans, bytes)
-                                                         : 0;
-        }
-        cfg->optimizer_ms[s] = study_optimizer_ms(hw, sm->param_mb[s], sm->zero_stage, sm->dp);
+        cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
+        cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);
     }
 }
 
-double study_optimizer_ms(const cluster_spec *hw, double param_mb, int zero_stage, int dp)
+double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb)
 {
-    double params = 1e6 * param_mb / BYTES_WEIGHT; /* the device's parameters */
-    if (zero_stage >= 1) params /= dp;             /* the shard it steps */
+    double params = 1e6 * optimizer_mb / BYTES_OPTIMIZER; /* the parameters of the shard */
     return params * OPTIMIZER_STEP_BYTES / (hw->gpu.hbm_gbps * 1e9 * OPTIMIZER_HBM_EFF) * 1e3;
 }
 

@@ -134,14 +134,15 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
  * step) for a stage model. */
 void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config *cfg);
 
-/* The optimizer step of a device holding param_mb of fp16 parameters: mixed-precision Adam reads
- * the fp16 gradient and the fp32 master weight, momentum and variance and writes the last three
- * and the fp16 weight, OPTIMIZER_STEP_BYTES per parameter, streamed through HBM at
- * OPTIMIZER_HBM_EFF of its bandwidth (a fused multi-tensor step is bandwidth-bound); ZeRO >= 1
- * steps the device's 1/dp shard only. ms. */
+/* The optimizer step of a device whose optimizer state is optimizer_mb (the fp32 state of the
+ * parameters it steps: all of them, or its 1/dp shard under ZeRO >= 1, as models/memory.h
+ * partitions it): mixed-precision Adam reads the fp16 gradient and the fp32 master weight,
+ * momentum and variance and writes the last three and the fp16 weight, OPTIMIZER_STEP_BYTES
+ * per parameter, streamed through HBM at OPTIMIZER_HBM_EFF of its bandwidth (a fused
+ * multi-tensor step is bandwidth-bound). ms. */
 #define OPTIMIZER_STEP_BYTES 28.0
 #define OPTIMIZER_HBM_EFF 0.8
-double study_optimizer_ms(const cluster_spec *hw, double param_mb, int zero_stage, int dp);
+double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb);
 
 /* Writes r as the metrics JSON contract (see DESIGN.md). */
 char *study_metrics_json(const study_result *r);

@@ -4,6 +4,8 @@
  */
 #include "testutil.h"
 
+#include "../../models/comm.h"
+#include "../../models/memory.h"
 #include "../../scheduler/plan.h"
 #include "../../sim/order_search.h"
 #include "../../sim/study.h"
@@ -393,9 +395,27 @@ static void test_zero_communication(void **state)
     assert_true(t[1] < t[0]); /* the same collective volume; a quarter of the optimizer step */
     assert_true(t[2] > t[1] * 1.05);
     assert_true(t[3] > t[2] * 1.05);
-    assert_rel(study_optimizer_ms(&s.hw, 1000, 0, 4), 4 * study_optimizer_ms(&s.hw, 1000, 1, 4), 1e-12);
+    /* the step follows the optimizer state memory.h keeps: ZeRO-1 over 4 steps a quarter */
+    double w, g, o0, o1;
+    memory_model_state_parts(1000, 0, 4, &w, &g, &o0);
+    memory_model_state_parts(1000, 1, 4, &w, &g, &o1);
+    assert_rel(study_optimizer_ms(&s.hw, o0), 4 * study_optimizer_ms(&s.hw, o1), 1e-12);
     /* 1 GB of fp16 parameters: 5e8 parameters x 28 bytes at 80% of 1555 GB/s */
-    assert_rel(study_optimizer_ms(&s.hw, 1000, 0, 1), 5e8 * 28 / (0.8 * 1555e9) * 1e3, 1e-12);
+    assert_rel(study_optimizer_ms(&s.hw, o0), 5e8 * 28 / (0.8 * 1555e9) * 1e3, 1e-12);
+    /* ZeRO's transfers (comm.h) against their closed forms: a ring all-gather of B bytes over n
+     * ranks is (n-1) latencies + (n-1)/n B / bandwidth; ZeRO-2 pays one per backward and one at
+     * the end, ZeRO-3 one per forward and two per backward, ZeRO 0/1 an all-reduce at the end */
+    double B = 1e9, n = 4, lat = s.hw.intra_latency_us / 1e3;
+    double ag = (n - 1) * lat + (n - 1) / n * B * 8 / (s.hw.intra_gbit * 1e9) * 1e3;
+    zero_comm z1 = comm_zero(&s.hw, 1, 4, 0, B), z2 = comm_zero(&s.hw, 2, 4, 0, B),
+              z3 = comm_zero(&s.hw, 3, 4, 0, B), one = comm_zero(&s.hw, 3, 1, 0, B);
+    assert_rel(z1.iter_ms, 2 * ag, 1e-12);
+    assert_true(z1.fwd_ms == 0 && z1.bwd_ms == 0);
+    assert_rel(z2.bwd_ms, ag, 1e-12);
+    assert_rel(z2.iter_ms, ag, 1e-12);
+    assert_rel(z3.fwd_ms, ag, 1e-12);
+    assert_rel(z3.bwd_ms, 2 * ag, 1e-12);
+    assert_true(z3.iter_ms == 0 && one.fwd_ms == 0 && one.bwd_ms == 0 && one.iter_ms == 0);
     stage_model sm;
     dp_err err = {0};
     assert_int_equal(stage_model_init(&sm, cm, 2, 1, 4, 2, 1e9, &err), DP_ERR_INVALID);
