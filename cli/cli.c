@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../scheduler/schedule.h"
+
 #ifndef DPSIM_SRCDIR
 #define DPSIM_SRCDIR "."
 #endif
@@ -206,15 +208,67 @@ void cli_progress(void *ctx, size_t done, size_t total)
 {
     static const void *who;
     static size_t last;
-    static struct timespec t0;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    static double t0;
+    double now = dp_now_s();
     if (who != ctx || done < last) who = ctx, last = 0, t0 = now; /* a new run */
     if (total == 0 || (done != total && done - last < total / 200)) return;
     last = done;
-    double el = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+    double el = now - t0;
     double frac = (double)done / (double)total;
     fprintf(stderr, "\r%s: %5.1f%% of the trace", (const char *)ctx, 100 * frac);
     if (frac > 0.01 && done != total) fprintf(stderr, ", ETA %.0f s   ", el * (1 - frac) / frac);
     if (done == total) fprintf(stderr, ", %.1f s          \n", el);
+}
+
+int cli_jobs_default(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 ? (int)ncpu : 1;
+}
+
+int cli_split_list(char *buf, const char **items, int max)
+{
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max) return -1;
+        items[n++] = tok;
+    }
+    return n;
+}
+
+int cli_method_lists(const char *cmd, const char *usage, const char *batchings,
+                     const char *schedules, int interleaved_ok, method_lists *out)
+{
+    memset(out, 0, sizeof *out);
+    if (strlen(batchings) >= sizeof out->buf_b || strlen(schedules) >= sizeof out->buf_s) {
+        cli_usage_error(cmd, usage, "--batchings or --schedules is longer than %zu characters",
+                        sizeof out->buf_b - 1);
+        return -1;
+    }
+    strcpy(out->buf_b, batchings);
+    strcpy(out->buf_s, schedules);
+    out->nb = cli_split_list(out->buf_b, out->batchings, METHOD_LIST_MAX);
+    out->ns = cli_split_list(out->buf_s, out->schedules, METHOD_LIST_MAX);
+    if (out->nb < 0 || out->ns < 0) {
+        cli_usage_error(cmd, usage, "more than %d items in --%s", METHOD_LIST_MAX,
+                        out->nb < 0 ? "batchings" : "schedules");
+        return -1;
+    }
+    for (int i = 0; i < out->nb; i++)
+        if (!batcher_find(out->batchings[i])) {
+            cli_usage_error(cmd, usage, "unknown batching \"%s\" in --batchings", out->batchings[i]);
+            return -1;
+        }
+    for (int i = 0; i < out->ns; i++)
+        if (!schedule_find(out->schedules[i]) ||
+            (!interleaved_ok && strcmp(out->schedules[i], "interleaved") == 0)) {
+            cli_usage_error(cmd, usage, "schedule \"%s\" in --schedules: one of gpipe, 1f1b, %sadaptive, "
+                            "zb1", out->schedules[i], interleaved_ok ? "interleaved, " : "");
+            return -1;
+        }
+    if (out->nb == 0 || out->ns == 0) {
+        cli_usage_error(cmd, usage, "empty --batchings or --schedules");
+        return -1;
+    }
+    return 0;
 }

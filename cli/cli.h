@@ -179,6 +179,18 @@ dp_status cli_check_outputs(const plan_cli *p, const out_role *extra_in, int n_e
  * it has more. */
 int cli_split_list(char *buf, const char **items, int max);
 
+/* --batchings and --schedules of compare and tune, split and checked: every name a known
+ * batcher or schedule (interleaved only where interleaved_ok), neither list empty, at most
+ * METHOD_LIST_MAX each. 0, or -1 after a usage error. */
+#define METHOD_LIST_MAX 16
+typedef struct method_lists {
+    char buf_b[256], buf_s[256]; /* the lists, cut by cli_split_list */
+    const char *batchings[METHOD_LIST_MAX], *schedules[METHOD_LIST_MAX];
+    int nb, ns;
+} method_lists;
+int cli_method_lists(const char *cmd, const char *usage, const char *batchings,
+                     const char *schedules, int interleaved_ok, method_lists *out);
+
 /* The machine's cores: the default worker count of sweep and tune. */
 int cli_jobs_default(void);
 

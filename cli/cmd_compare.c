@@ -17,7 +17,7 @@ static const char COMPARE_USAGE[] =
     "dpsim compare [--batchings LIST] [--schedules LIST] [--tuned [--gpus N]] [PLAN OPTIONS] "
     "[--out DIR] [--json]";
 
-#define MAX_ITEMS 16
+#define MAX_ITEMS METHOD_LIST_MAX
 
 typedef struct row {
     const char *batching, *schedule;
@@ -352,27 +352,13 @@ int cmd_compare(int argc, char **argv)
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
     int figures = !no_figures;
-    char blist[256], slist[256];
-    if (strlen(blist_arg) >= sizeof blist || strlen(slist_arg) >= sizeof slist)
-        return cli_usage_error(cmd, COMPARE_USAGE, "--batchings or --schedules is longer than %zu "
-                               "characters", sizeof blist - 1);
-    strcpy(blist, blist_arg);
-    strcpy(slist, slist_arg);
     if (tuned && searched)
         return cli_usage_error(cmd, COMPARE_USAGE, "--tuned chooses %s itself; drop it, or drop --tuned",
                                searched);
-    const char *bs[MAX_ITEMS], *ss[MAX_ITEMS];
-    int nb = cli_split_list(blist, bs, MAX_ITEMS), ns = cli_split_list(slist, ss, MAX_ITEMS);
-    if (nb < 0 || ns < 0)
-        return cli_usage_error(cmd, COMPARE_USAGE, "more than %d items in --%s", MAX_ITEMS,
-                               nb < 0 ? "batchings" : "schedules");
-    for (int i = 0; i < nb; i++)
-        if (!batcher_find(bs[i]))
-            return cli_usage_error(cmd, COMPARE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);
-    for (int i = 0; i < ns; i++)
-        if (!schedule_find(ss[i]))
-            return cli_usage_error(cmd, COMPARE_USAGE, "unknown schedule \"%s\" in --schedules", ss[i]);
-    if (nb == 0 || ns == 0) return cli_usage_error(cmd, COMPARE_USAGE, "empty --batchings or --schedules");
+    method_lists ml;
+    if (cli_method_lists(cmd, COMPARE_USAGE, blist_arg, slist_arg, 1, &ml) != 0) return EXIT_USAGE;
+    const char *const *bs = ml.batchings, *const *ss = ml.schedules;
+    int nb = ml.nb, ns = ml.ns;
     p.schedule = ss[0];
     for (int i = 0; i < ns; i++)
         if (strcmp(ss[i], "interleaved") == 0) p.schedule = "interleaved";
@@ -401,7 +387,7 @@ int cmd_compare(int argc, char **argv)
     }
     int n = 0;
     if (tuned) {
-        st = compare_tuned(&p, &env, bs, nb, ss, ns, &tuned_gpus, (int)tune_iterations, (int)jobs,
+        st = compare_tuned(&p, &env, bs, nb, ss, ns, &tuned_gpus, tune_iterations, jobs,
                            rows, &n, &err);
         if (st != DP_OK) {
             free(rows);

@@ -208,23 +208,6 @@ dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, cons
     return DP_OK;
 }
 
-int cli_jobs_default(void)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    return ncpu > 0 ? (int)ncpu : 1;
-}
-
-/* cli.h */
-int cli_split_list(char *buf, const char **items, int max)
-{
-    int n = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == max) return -1;
-        items[n++] = tok;
-    }
-    return n;
-}
-
 int cmd_tune(int argc, char **argv)
 {
     const char *cmd = "tune", *out = NULL;
@@ -261,26 +244,11 @@ int cmd_tune(int argc, char **argv)
                             cli_opt_label(t.first[OPT_TUNED], searched, sizeof searched));
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
-    char blist[256], slist[256];
-    if (strlen(blist_arg) >= sizeof blist || strlen(slist_arg) >= sizeof slist)
-        return cli_usage_error(cmd, TUNE_USAGE, "--batchings or --schedules is longer than %zu "
-                               "characters", sizeof blist - 1);
-    strcpy(blist, blist_arg);
-    strcpy(slist, slist_arg);
+    method_lists ml;
+    if (cli_method_lists(cmd, TUNE_USAGE, blist_arg, slist_arg, 0, &ml) != 0) return EXIT_USAGE;
+    const char *const *bs = ml.batchings, *const *ss = ml.schedules;
+    int nb = ml.nb, ns = ml.ns;
     tune_space sp;
-    const char *bs[TUNE_MAX_LIST], *ss[TUNE_MAX_LIST];
-    int nb = cli_split_list(blist, bs, TUNE_MAX_LIST), ns = cli_split_list(slist, ss, TUNE_MAX_LIST);
-    if (nb < 0 || ns < 0)
-        return cli_usage_error(cmd, TUNE_USAGE, "more than %d items in --%s", TUNE_MAX_LIST,
-                               nb < 0 ? "batchings" : "schedules");
-    for (int i = 0; i < nb; i++)
-        if (!batcher_find(bs[i]))
-            return cli_usage_error(cmd, TUNE_USAGE, "unknown batching \"%s\" in --batchings", bs[i]);
-    for (int i = 0; i < ns; i++)
-        if (!schedule_find(ss[i]) || strcmp(ss[i], "interleaved") == 0)
-            return cli_usage_error(cmd, TUNE_USAGE, "schedule \"%s\" in --schedules: one of gpipe, "
-                                   "1f1b, adaptive, zb1", ss[i]);
-    if (nb == 0 || ns == 0) return cli_usage_error(cmd, TUNE_USAGE, "empty --batchings or --schedules");
     dp_err err = {0};
     out_role outs[] = {{"-o", out}};
     if (cli_check_outputs(&p, NULL, 0, outs, 1, &err) != DP_OK)
@@ -307,18 +275,18 @@ int cmd_tune(int argc, char **argv)
                env.model.name, (long long)gpus, env.hw.gpu.name, env.hw.name,
                (long long)env.rules.global_tokens, env.rules.max_seqlen, p.iterations, n);
         const tune_result *base = tune_best(res, n, "packing");
-        printf("%-13s %12s %8s %6s  %s\n", "batching", "tokens/s", "x pack", "mfu%", "best configuration");
+        printf("%-18s %12s %8s %6s  %s\n", "batching", "tokens/s", "x pack", "mfu%", "best configuration");
         for (int i = 0; i < nb; i++) {
             const tune_result *b = tune_best(res, n, bs[i]);
             char desc[256];
             if (!b) {
-                printf("%-13s %12s %8s %6s  no configuration fits\n", bs[i], "-", "-", "-");
+                printf("%-18s %12s %8s %6s  no configuration fits\n", bs[i], "-", "-", "-");
                 continue;
             }
             tune_point_describe(&b->pt, desc, sizeof desc);
             char x[16] = "-";
             if (base) snprintf(x, sizeof x, "%.2f", b->throughput / base->throughput);
-            printf("%-13s %12.0f %8s %6.1f  %s\n", bs[i], b->throughput, x, 100 * b->mfu, desc);
+            printf("%-18s %12.0f %8s %6.1f  %s\n", bs[i], b->throughput, x, 100 * b->mfu, desc);
         }
         if (out) {
             out_file of;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *dp_strerror(dp_status st)
 {
@@ -190,4 +191,11 @@ int dp_hash_file(const char *path, uint64_t *out)
     if (bad) return -1;
     *out = h;
     return 0;
+}
+
+double dp_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

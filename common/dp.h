@@ -105,4 +105,7 @@ char *dp_strdup(const char *s);
  * DP_ERR_NOMEM. Growth is geometric so that appending n items is O(n). */
 dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem);
 
+/* A monotonic clock (CLOCK_MONOTONIC), seconds: what wall times and ETAs are measured with. */
+double dp_now_s(void);
+
 #endif /* DP_H */

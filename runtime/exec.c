@@ -504,7 +504,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         run_iteration(&c, &pl->it[0], stage_comm);
     }
     c.record = RT_RECORD_ON;
-    double started = rt_now_s();
+    double started = dp_now_s();
     for (int i = 0; i < n_it; i++) {
         c.iteration = pl->it[i].id;
         run_iteration(&c, &pl->it[i], stage_comm);
@@ -535,18 +535,11 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     return DP_OK;
 }
 
-double rt_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void rt_progress(int rank, int done, int total, double started_s)
 {
     static int last_tenth; /* not a terminal: the tenth of the run last reported */
     if (rank != 0 || total <= 0 || done <= 0) return;
-    double el = rt_now_s() - started_s, eta = el * (total - done) / done;
+    double el = dp_now_s() - started_s, eta = el * (total - done) / done;
     if (isatty(STDERR_FILENO)) {
         fprintf(stderr, "\rdprun: iteration %d of %d", done, total);
         if (done < total) fprintf(stderr, ", ETA %.0f s   ", eta);

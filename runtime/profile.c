@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../common/outfile.h"
 #include "layer.h"
@@ -13,13 +12,6 @@
 #endif
 
 #define ROTATE 4 /* activation sets cycled through while timing */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -75,12 +67,12 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
         rt_layer_acts *ar = &a[(r + warmup) % ROTATE];
         ar->enc = enc;
         ar->denc = denc;
-        double t0 = now_ms();
+        double t0 = 1e3 * dp_now_s();
         rt_layer_fwd(p, s, B, S, x, y, ar);
-        double t1 = now_ms();
+        double t1 = 1e3 * dp_now_s();
         rt_layer_bwd_input(p, g, s, B, S, y, dx, ar);
         rt_layer_bwd_weight(g, s, B, S, ar);
-        double t2 = now_ms();
+        double t2 = 1e3 * dp_now_s();
         if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
     }
     out->fwd_ms = median(tf, R);
@@ -106,14 +98,14 @@ static dp_status time_head(const model_spec *m, int n, int R, int warmup, point 
         goto out;
     }
     for (int r = -warmup; r < R; r++) {
-        double t0 = now_ms();
+        double t0 = 1e3 * dp_now_s();
         if (rt_lm_head_fwd(y, emb, logits, dl, n, H, V, 0) != 0) {
             st = dp_fail(err, DP_ERR_NOMEM, "out of memory for the LM head on %d tokens", n);
             goto out;
         }
-        double t1 = now_ms();
+        double t1 = 1e3 * dp_now_s();
         rt_lm_head_bwd(dl, emb, y, dy, demb, n, H, V);
-        double t2 = now_ms();
+        double t2 = 1e3 * dp_now_s();
         if (r >= 0) pf[r] = t1 - t0, pb[r] = t2 - t1;
     }
     out->fwd_ms = median(pf, R);

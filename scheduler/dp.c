@@ -418,11 +418,9 @@ dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_
         free(g), free(at);
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
-#define SNAKE(i) (((i) / D) % 2 ? D - 1 - (i) % D : (i) % D)
-    for (int i = 0; i < n; i++) at[SNAKE(i) + 1]++;
+    for (int i = 0; i < n; i++) at[mb_snake(i, D) + 1]++;
     for (int rep = 0; rep < D; rep++) at[rep + 1] += at[rep]; /* at[rep]: group rep's start */
-    for (int i = 0; i < n; i++) g[at[SNAKE(i)]++] = s[i];     /* at[rep]: now group rep's end */
-#undef SNAKE
+    for (int i = 0; i < n; i++) g[at[mb_snake(i, D)]++] = s[i]; /* at[rep]: group rep's end */
     dp_status st = DP_OK;
     for (int rep = 0, first = 0; rep < D && st == DP_OK; rep++) {
         int mb0 = out->n_mb;

@@ -371,10 +371,7 @@ static dp_status deal_snake(mb_list *out, int first, const double *load, int nb,
         while (at > 0 && load[order[at - 1]] < load[b]) order[at] = order[at - 1], at--;
         order[at] = b;
     }
-    for (int k = 0; k < nb; k++) {
-        int lap = k / D, pos = k % D;
-        out->mb[first + order[k]].replica = lap % 2 == 0 ? pos : D - 1 - pos;
-    }
+    for (int k = 0; k < nb; k++) out->mb[first + order[k]].replica = mb_snake(k, D);
     out->replicas_set = 1;
     free(order);
     return DP_OK;

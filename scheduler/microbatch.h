@@ -118,6 +118,13 @@ struct batch_ctx {
 enum { DP_SPLIT_AUTO = 0, DP_SPLIT_GLOBAL = 1, DP_SPLIT_REPLICA = 2 };
 #define DP_SPLIT_AUTO_MAX 64
 
+/* The replica of the k-th of items dealt to D replicas in a snake (0, 1, .., D-1, D-1, .., 0,
+ * 0, ..): the dynamic batcher's per-replica split and the varlen balancers deal this way. */
+static inline int mb_snake(int k, int D)
+{
+    return (k / D) % 2 ? D - 1 - k % D : k % D;
+}
+
 /* The memory rule a micro-batch list is checked under: ctx's (or S held when NULL), or with
  * one_held one micro-batch on every device at ctx's scale. */
 void mb_mem_rule(const batch_ctx *ctx, int one_held, mem_rule *out);

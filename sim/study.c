@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../models/comm.h"
 #include "../models/memory.h"
@@ -42,13 +41,6 @@ double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb)
 {
     double params = 1e6 * optimizer_mb / BYTES_OPTIMIZER; /* the parameters of the shard */
     return params * OPTIMIZER_STEP_BYTES / (hw->gpu.hbm_gbps * 1e9 * OPTIMIZER_HBM_EFF) * 1e3;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* The study's own sink: hashes every op, then forwards to the caller's. */
@@ -143,10 +135,10 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     study_result *r = a->r;
     const sim_config *cfg = &a->cfg;
     sim_iter_result ir;
-    double w0 = now_s();
+    double w0 = dp_now_s();
     dp_status st = sim_iteration(&a->s, cfg, it, a->t_ns, &a->sink, &ir, err);
     if (st != DP_OK) return st;
-    r->sim_wall_s += now_s() - w0;
+    r->sim_wall_s += dp_now_s() - w0;
     r->events += ir.events;
     int64_t tokens = count_tokens(r, it);
     if (r->iterations == 0 || r->model_flops > 0) /* known only while every iteration says */
@@ -366,7 +358,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         int n;
         TRY(batch_next(&bi, &b, &n, err));
         if (n == 0) break;
-        double t0 = now_s();
+        double t0 = dp_now_s();
         int answerable = 0, mode = 0;
         dp_err why = {0};
         /* the first mode whose plan fits; the last one's plan is kept, fitting or not */
@@ -378,7 +370,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
             if (st != DP_OK || (answerable && l.feasible)) break;
         }
-        double dt_ms = (now_s() - t0) * 1e3;
+        double dt_ms = (dp_now_s() - t0) * 1e3;
         if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
             *err = why;
             dp_err_prefix(err, "iteration %d", planned);
