@@ -177,27 +177,22 @@ if printf '%s' "$CLUSTERS" | grep -qw small; then
   echo "paper: figures (small cluster)" >&2
   for model in gpt-6.7b-16l t5-11b-12l; do
     short=${model%%-*}
-    W=(--where "model=$model" --where variant=base)
-    "$DPSIM" plot sweep "$CSV" "${W[@]}" --where experiment=maxlen --x max_seqlen \
-      --y throughput_tokens_per_s --series method --logx --xlabel 'max sequence length (tokens)' \
-      --ylabel 'throughput (real tokens/s)' --title "Fig. 13: $model on 4 GPUs, throughput vs max length" \
-      -o "$OUT/fig13_$short.png" 2>/dev/null
-    "$DPSIM" plot sweep "$CSV" "${W[@]}" --where experiment=batch --x global_tokens \
-      --y throughput_tokens_per_s --series method --logx --xlabel 'global batch (tokens)' \
-      --ylabel 'throughput (real tokens/s)' --title "Fig. 14: $model on 4 GPUs, throughput vs global batch" \
-      -o "$OUT/fig14_$short.png" 2>/dev/null
-    "$DPSIM" plot sweep "$CSV" "${W[@]}" --where experiment=maxlen --x max_seqlen \
-      --y padding_efficiency --series method --logx --xlabel 'max sequence length (tokens)' \
-      --ylabel 'padding efficiency (real / padded tokens)' --title "Fig. 15: $model, padding efficiency" \
-      -o "$OUT/fig15_$short.png" 2>/dev/null
-    "$DPSIM" plot sweep "$CSV" "${W[@]}" --where experiment=ablation --x max_seqlen \
-      --y throughput_tokens_per_s --series method --logx --xlabel 'max sequence length (tokens)' \
-      --ylabel 'throughput (real tokens/s)' --title "Fig. 16: $model, ablation of micro-batching and schedule" \
-      -o "$OUT/fig16_$short.png" 2>/dev/null
-    "$DPSIM" plot sweep "$CSV" "${W[@]}" --where experiment=batch --where method=dynapipe \
-      --x global_tokens --y plan_ms_per_iteration --series method --logx --xlabel 'global batch (tokens)' \
-      --ylabel 'planning time per iteration (ms)' --title "Fig. 17: $model, planning time per iteration" \
-      -o "$OUT/fig17_$short.png" 2>/dev/null
+    # fig N EXPERIMENT X Y XLABEL YLABEL TITLE [more plot options]: one figure of the small cluster
+    fig() {
+      "$DPSIM" plot sweep "$CSV" --where "model=$model" --where variant=base --where "experiment=$2" \
+        --x "$3" --y "$4" --series method --logx --xlabel "$5" --ylabel "$6" --title "Fig. $1: $7" \
+        "${@:8}" -o "$OUT/fig$1_$short.png" 2>/dev/null
+    }
+    fig 13 maxlen max_seqlen throughput_tokens_per_s 'max sequence length (tokens)' \
+      'throughput (real tokens/s)' "$model on 4 GPUs, throughput vs max length"
+    fig 14 batch global_tokens throughput_tokens_per_s 'global batch (tokens)' \
+      'throughput (real tokens/s)' "$model on 4 GPUs, throughput vs global batch"
+    fig 15 maxlen max_seqlen padding_efficiency 'max sequence length (tokens)' \
+      'padding efficiency (real / padded tokens)' "$model, padding efficiency"
+    fig 16 ablation max_seqlen throughput_tokens_per_s 'max sequence length (tokens)' \
+      'throughput (real tokens/s)' "$model, ablation of micro-batching and schedule"
+    fig 17 batch global_tokens plan_ms_per_iteration 'global batch (tokens)' \
+      'planning time per iteration (ms)' "$model, planning time per iteration" --where method=dynapipe
   done
 fi
 
