@@ -259,13 +259,15 @@ int cli_method_lists(const char *cmd, const char *usage, const char *batchings,
             cli_usage_error(cmd, usage, "unknown batching \"%s\" in --batchings", out->batchings[i]);
             return -1;
         }
-    for (int i = 0; i < out->ns; i++)
-        if (!schedule_find(out->schedules[i]) ||
-            (!interleaved_ok && strcmp(out->schedules[i], "interleaved") == 0)) {
-            cli_usage_error(cmd, usage, "schedule \"%s\" in --schedules: one of gpipe, 1f1b, %sadaptive, "
-                            "zb1", out->schedules[i], interleaved_ok ? "interleaved, " : "");
+    for (int i = 0; i < out->ns; i++) {
+        int known = schedule_find(out->schedules[i]) != NULL;
+        if (!known || (!interleaved_ok && strcmp(out->schedules[i], "interleaved") == 0)) {
+            cli_usage_error(cmd, usage, "%sschedule \"%s\" in --schedules (one of gpipe, 1f1b, "
+                            "%sadaptive, zb1)", known ? "" : "unknown ", out->schedules[i],
+                            interleaved_ok ? "interleaved, " : "");
             return -1;
         }
+    }
     if (out->nb == 0 || out->ns == 0) {
         cli_usage_error(cmd, usage, "empty --batchings or --schedules");
         return -1;

@@ -194,10 +194,6 @@ int cli_method_lists(const char *cmd, const char *usage, const char *batchings,
 /* The machine's cores: the default worker count of sweep and tune. */
 int cli_jobs_default(void);
 
-/* dpsim tune's search (sim/tune.h) over sp, every configuration simulated with the base options
- * (its --iterations, trace, lengths, memory) in `jobs` forked workers, one cost model per (tp,
- * mode) built before the fork. *out (ranked, tune_rank; the caller frees it) holds n results.
- * Progress on stderr when it is a terminal. */
 struct tune_space;
 struct tune_result;
 struct tune_point;
@@ -212,6 +208,10 @@ dp_status cli_tune_run(const plan_cli *base, const plan_env *env, const struct t
  * --allow-oversubscribe). */
 dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, const char *const *bs,
                          int nb, const char *const *ss, int ns, struct tune_space *sp, dp_err *err);
+/* dpsim tune's search (sim/tune.h) over sp, every configuration simulated with the base options
+ * (its --iterations global batches, tune_scoring_trace's, where the trace is in memory; lengths,
+ * memory) in `jobs` forked workers, one cost model per (tp, mode) built before the fork. *out
+ * (ranked, tune_rank; the caller frees it) holds n results. Progress on stderr on a terminal. */
 dp_status cli_tune(const plan_cli *base, const plan_env *env, const struct tune_space *sp, int jobs,
                    struct tune_result **out, long *n, dp_err *err);
 

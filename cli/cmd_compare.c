@@ -117,6 +117,8 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
     return st;
 }
 
+static int best_row(const row *rows, int n, int dynamic);
+
 static char *compare_json(const plan_cli *p, const plan_env *env, const row *rows, int n)
 {
     cJSON *o = cJSON_CreateObject();
@@ -154,6 +156,10 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
         }
         cJSON_AddItemToArray(arr, x);
     }
+    int bv = best_row(rows, n, 0), bd = best_row(rows, n, 1); /* the table's last line */
+    if (bv >= 0 && bd >= 0)
+        cJSON_AddNumberToObject(o, "dynapipe_over_best_varlen",
+                                rows[bd].r.throughput_tokens_per_s / rows[bv].r.throughput_tokens_per_s);
     cJSON *c = cJSON_AddObjectToObject(o, "config");
     cJSON_AddStringToObject(c, "model", env->model.name);
     cJSON_AddStringToObject(c, "hw", env->hw.name);

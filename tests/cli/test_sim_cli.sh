@@ -160,6 +160,7 @@ VARLEN="packing-varlen packing-ffd-varlen dp-balanced packing-kk packing-wlb dyn
 check "compare lists every varlen packer and balancer by default" \
   bash -c "for b in $VARLEN; do grep -q \"^\$b \" '$TMP/cmp_varlen.txt' || exit 1; done"
 check "... and DynaPipe's speed-up over the best of them" grep -q "^# best DynaPipe (dynamic.*) over the best varlen packer" "$TMP/cmp_varlen.txt"
+check "... in the JSON too, the same figure" bash -c "x=\$(sed -n 's/.*best varlen packer.*: \\([0-9.]*\\)x\$/\\1/p' '$TMP/cmp_varlen.txt'); '$DPSIM' compare --iterations 2 --no-figures --schedules 1f1b --json 2>/dev/null | awk -v x=\$x '/dynapipe_over_best_varlen/ { gsub(/[^0-9.]/, \"\", \$2); d = \$2 - x; ok = (d < 0 ? -d : d) < 0.006 } END { exit !ok }'"
 expect "more batchings than compare holds are refused, not cut" 2 "more than 16 items in --batchings" -- \
   "$DPSIM" compare --batchings padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding,padding
 ALONE=$("$DPSIM" cost --mbs 1 --seqlen 1000 | awk '$1 == "layer" {print $2, $3, $4, $5}')
