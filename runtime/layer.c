@@ -221,20 +221,14 @@ void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out,
 size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block)
 {
     memset(p, 0, sizeof *p);
-    size_t h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
-    size_t sizes[20] = {h, h, h * 3 * hk, 3 * hk, hk * h, h, h, h, h * f, f, f * h, h,
-                        h, h, h * hk, hk, h * 2 * hk, 2 * hk, hk * h, h};
-    double **slots[20] = {&p->ln1_g, &p->ln1_b, &p->wqkv, &p->bqkv, &p->wo,   &p->bo,   &p->ln2_g,
-                          &p->ln2_b, &p->w1,    &p->b1,   &p->w2,   &p->b2,   &p->lnc_g, &p->lnc_b,
-                          &p->wqc,   &p->bqc,   &p->wkvc, &p->bkvc, &p->woc,  &p->boc};
-    int n = s->cross ? 20 : 12;
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        if (block) *slots[i] = block + at;
-        at += sizes[i];
-    }
-    p->count = at;
-    return at;
+    double **slots[RT_P_COUNT] = {
+        &p->ln1_g, &p->ln1_b, &p->wqkv, &p->bqkv, &p->wo,   &p->bo,   &p->ln2_g,
+        &p->ln2_b, &p->w1,    &p->b1,   &p->w2,   &p->b2,   &p->lnc_g, &p->lnc_b,
+        &p->wqc,   &p->bqc,   &p->wkvc, &p->bkvc, &p->woc,  &p->boc};
+    size_t off[RT_P_COUNT], len[RT_P_COUNT];
+    int n = rt_layer_params_layout(s, off, len, &p->count);
+    for (int i = 0; block && i < n; i++) *slots[i] = block + off[i];
+    return p->count;
 }
 
 int rt_layer_params_alloc(rt_layer_params *p, const rt_layer_shape *s)
@@ -265,36 +259,9 @@ void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned 
     }
 }
 
-/* The activation buffers of a layer, in one table so that sizing and binding agree. */
-static int acts_layout(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se,
-                       size_t *sizes, double ***slots)
-{
-    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
-    size_t ne = (size_t)B * (s->cross ? Se : 0);
-    size_t sz[28] = {n * h, n * h, n, n, n * 3 * hk, (size_t)B * s->heads * S * S, n * hk, n * h,
-                     n * h, n, n, n * f, n * f, n * 3 * hk, n * h, n * f, n * h,
-                     /* cross-attention */
-                     n * h, n * h, n, n, n * hk, ne * 2 * hk, (size_t)B * s->heads * S * (s->cross ? Se : 0),
-                     n * hk, n * hk, ne * 2 * hk, n * h};
-    double **sl[28] = {&a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv,  &a->p,    &a->ctx,
-                       &a->x2,  &a->h2,    &a->mean2, &a->rstd2, &a->u,    &a->g,    &a->d_qkv,
-                       &a->d_o, &a->d_u,   &a->d_y,   &a->xc,    &a->hc,   &a->meanc, &a->rstdc,
-                       &a->qc,  &a->kvc,   &a->pc,    &a->ctxc,  &a->d_qc, &a->d_kvc, &a->d_oc};
-    int count = s->cross ? 28 : 17;
-    memcpy(sizes, sz, sizeof sz);
-    memcpy(slots, sl, sizeof sl);
-    return count;
-}
-
 size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S, int Se)
 {
-    rt_layer_acts tmp;
-    size_t sizes[28];
-    double **slots[28];
-    int n = acts_layout(&tmp, s, B, S, Se, sizes, slots);
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += sizes[i];
-    return total;
+    return rt_layer_acts_bytes(s, B, S, Se, RT_FP64) / sizeof(double);
 }
 
 int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se)
@@ -310,15 +277,15 @@ void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S,
                         double *block)
 {
     memset(a, 0, sizeof *a);
-    size_t sizes[28];
-    double **slots[28];
-    int n = acts_layout(a, s, B, S, Se, sizes, slots);
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        *slots[i] = block + at;
-        at += sizes[i];
-    }
-    a->count = at;
+    double **slots[RT_A_COUNT] = {
+        &a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv,   &a->p,    &a->ctx,
+        &a->x2,  &a->h2,    &a->mean2, &a->rstd2, &a->u,     &a->g,    &a->d_qkv,
+        &a->d_o, &a->d_u,   &a->d_y,   &a->xc,    &a->hc,    &a->meanc, &a->rstdc,
+        &a->qc,  &a->kvc,   &a->pc,    &a->ctxc,  &a->d_qc,  &a->d_kvc, &a->d_oc};
+    rt_acts_layout l;
+    rt_layer_acts_layout(s, B, S, Se, RT_FP64, &l);
+    for (int i = 0; i < l.count; i++) *slots[i] = block + l.off[i] / sizeof *block;
+    a->count = l.total / sizeof *block;
     a->Se = Se;
 }
 

@@ -30,6 +30,8 @@
 
 #include <stddef.h>
 
+#include "layout.h"
+
 /* y (n, out) = x (n, in) W (in, out) + b (out) */
 void rt_linear_fwd(const double *x, const double *w, const double *b, double *y, int n, int in,
                    int out);
@@ -102,11 +104,7 @@ void rt_layer_set_yield(void (*fn)(void));
 
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
-typedef struct rt_layer_shape {
-    int hidden, heads, kv, ffn;
-    int causal; /* masked self-attention (GPT, T5 decoder) or not (T5 encoder) */
-    int cross;  /* a T5 decoder layer: cross-attention to the encoder output */
-} rt_layer_shape;
+/* rt_layer_shape, the parameters' and activations' layouts: runtime/layout.h */
 
 /* Parameters (and their gradients, same layout) of one layer. */
 typedef struct rt_layer_params {
@@ -140,7 +138,8 @@ typedef struct rt_layer_acts {
     double *xc, *hc, *meanc, *rstdc, *qc, *kvc, *pc, *ctxc, *d_qc, *d_kvc, *d_oc;
 } rt_layer_acts;
 
-/* Se is the encoder length of a cross layer (ignored otherwise). */
+/* Se is the encoder length of a cross layer (ignored otherwise): rt_layer_acts_bytes(s, B, S,
+ * Se, RT_FP64) / 8. */
 size_t rt_layer_acts_doubles(const rt_layer_shape *s, int B, int S, int Se);
 int rt_layer_acts_alloc(rt_layer_acts *a, const rt_layer_shape *s, int B, int S, int Se);
 /* Lays the activations out in a caller-owned block of rt_layer_acts_doubles() doubles (a->block

@@ -1,0 +1,196 @@
+#include "layout.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *rt_dtype_name(rt_dtype dt) { return dt == RT_BF16 ? "bf16" : "fp64"; }
+
+int rt_dtype_parse(const char *name, rt_dtype *dt)
+{
+    if (strcmp(name, "fp64") == 0) return *dt = RT_FP64, 0;
+    if (strcmp(name, "bf16") == 0) return *dt = RT_BF16, 0;
+    return -1;
+}
+
+size_t rt_dtype_act_bytes(rt_dtype dt) { return dt == RT_BF16 ? 2 : 8; }
+size_t rt_dtype_stat_bytes(rt_dtype dt) { return dt == RT_BF16 ? 4 : 8; }
+
+uint16_t rt_bf16_from_double(double v)
+{
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if (isnan(f)) return (uint16_t)((u >> 16) | 0x40); /* a quiet NaN */
+    u += 0x7fff + ((u >> 16) & 1);                      /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+double rt_bf16_to_double(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void rt_to_dtype(void *dst, const double *src, size_t n, rt_dtype dt)
+{
+    if (dt == RT_FP64) {
+        memmove(dst, src, n * sizeof *src);
+        return;
+    }
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = rt_bf16_from_double(src[i]);
+}
+
+void rt_from_dtype(double *dst, const void *src, size_t n, rt_dtype dt)
+{
+    if (dt == RT_FP64) {
+        memmove(dst, src, n * sizeof *dst);
+        return;
+    }
+    const uint16_t *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = rt_bf16_to_double(s[i]);
+}
+
+void rt_to_stat(void *dst, const double *src, size_t n, rt_dtype dt)
+{
+    if (dt == RT_FP64) {
+        memmove(dst, src, n * sizeof *src);
+        return;
+    }
+    float *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = (float)src[i];
+}
+
+void rt_from_stat(double *dst, const void *src, size_t n, rt_dtype dt)
+{
+    if (dt == RT_FP64) {
+        memmove(dst, src, n * sizeof *dst);
+        return;
+    }
+    const float *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = s[i];
+}
+
+static size_t align_up(size_t bytes) { return (bytes + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
+
+/* ---- parameters ------------------------------------------------------------------------------ */
+
+int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size_t len[RT_P_COUNT],
+                           size_t *count)
+{
+    size_t h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
+    const size_t sizes[RT_P_COUNT] = {
+        [RT_P_LN1_G] = h,          [RT_P_LN1_B] = h,      [RT_P_WQKV] = h * 3 * hk,
+        [RT_P_BQKV] = 3 * hk,      [RT_P_WO] = hk * h,    [RT_P_BO] = h,
+        [RT_P_LN2_G] = h,          [RT_P_LN2_B] = h,      [RT_P_W1] = h * f,
+        [RT_P_B1] = f,             [RT_P_W2] = f * h,     [RT_P_B2] = h,
+        [RT_P_LNC_G] = h,          [RT_P_LNC_B] = h,      [RT_P_WQC] = h * hk,
+        [RT_P_BQC] = hk,           [RT_P_WKVC] = h * 2 * hk, [RT_P_BKVC] = 2 * hk,
+        [RT_P_WOC] = hk * h,       [RT_P_BOC] = h};
+    int n = s->cross ? RT_P_COUNT : RT_P_LNC_G;
+    size_t at = 0;
+    for (int i = 0; i < RT_P_COUNT; i++) {
+        off[i] = at;
+        len[i] = i < n ? sizes[i] : 0;
+        at += len[i];
+    }
+    *count = at;
+    return n;
+}
+
+size_t rt_param_copy_offset(size_t count, rt_dtype dt)
+{
+    return dt == RT_BF16 ? align_up(count * 4) : 0;
+}
+
+size_t rt_param_block_bytes(size_t count, rt_dtype dt)
+{
+    return dt == RT_BF16 ? rt_param_copy_offset(count, dt) + count * 2 : count * 8;
+}
+
+size_t rt_grad_block_bytes(size_t count, rt_dtype dt) { return count * rt_dtype_stat_bytes(dt); }
+
+void rt_param_block_pack(void *dst, const double *src, size_t count, rt_dtype dt)
+{
+    if (dt == RT_FP64) {
+        memmove(dst, src, count * sizeof *src);
+        return;
+    }
+    float *master = dst;
+    uint16_t *copy = (uint16_t *)((char *)dst + rt_param_copy_offset(count, dt));
+    for (size_t i = 0; i < count; i++) {
+        master[i] = (float)src[i];
+        copy[i] = rt_bf16_from_double(master[i]);
+    }
+}
+
+/* ---- saved activations ----------------------------------------------------------------------- */
+
+enum { CLASS_ACT, CLASS_STAT, CLASS_SOFTMAX };
+
+void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt,
+                          rt_acts_layout *out)
+{
+    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv;
+    size_t f = (size_t)s->ffn, a = (size_t)s->heads, se = s->cross ? (size_t)Se : 0;
+    size_t ne = (size_t)B * se;
+    /* the attention's saved state: probabilities (fp64) or a log-sum-exp per query (bf16) */
+    size_t self_attn = dt == RT_BF16 ? (size_t)B * a * S : (size_t)B * a * S * S;
+    size_t cross_attn = dt == RT_BF16 ? (s->cross ? (size_t)B * a * S : 0) : (size_t)B * a * S * se;
+    const struct {
+        size_t elems;
+        int cls;
+    } t[RT_A_COUNT] = {
+        [RT_A_X] = {n * h, CLASS_ACT},        [RT_A_H1] = {n * h, CLASS_ACT},
+        [RT_A_MEAN1] = {n, CLASS_STAT},       [RT_A_RSTD1] = {n, CLASS_STAT},
+        [RT_A_QKV] = {n * 3 * hk, CLASS_ACT}, [RT_A_P] = {self_attn, CLASS_SOFTMAX},
+        [RT_A_CTX] = {n * hk, CLASS_ACT},     [RT_A_X2] = {n * h, CLASS_ACT},
+        [RT_A_H2] = {n * h, CLASS_ACT},       [RT_A_MEAN2] = {n, CLASS_STAT},
+        [RT_A_RSTD2] = {n, CLASS_STAT},       [RT_A_U] = {n * f, CLASS_ACT},
+        [RT_A_G] = {n * f, CLASS_ACT},        [RT_A_D_QKV] = {n * 3 * hk, CLASS_ACT},
+        [RT_A_D_O] = {n * h, CLASS_ACT},      [RT_A_D_U] = {n * f, CLASS_ACT},
+        [RT_A_D_Y] = {n * h, CLASS_ACT},      [RT_A_XC] = {n * h, CLASS_ACT},
+        [RT_A_HC] = {n * h, CLASS_ACT},       [RT_A_MEANC] = {n, CLASS_STAT},
+        [RT_A_RSTDC] = {n, CLASS_STAT},       [RT_A_QC] = {n * hk, CLASS_ACT},
+        [RT_A_KVC] = {ne * 2 * hk, CLASS_ACT}, [RT_A_PC] = {cross_attn, CLASS_SOFTMAX},
+        [RT_A_CTXC] = {n * hk, CLASS_ACT},    [RT_A_D_QC] = {n * hk, CLASS_ACT},
+        [RT_A_D_KVC] = {ne * 2 * hk, CLASS_ACT}, [RT_A_D_OC] = {n * h, CLASS_ACT}};
+    memset(out, 0, sizeof *out);
+    out->count = s->cross ? RT_A_COUNT : RT_A_XC;
+    size_t at = 0;
+    for (int i = 0; i < out->count; i++) {
+        size_t eb = t[i].cls == CLASS_ACT ? rt_dtype_act_bytes(dt) : rt_dtype_stat_bytes(dt);
+        if (dt == RT_BF16) at = align_up(at);
+        out->off[i] = at;
+        out->elems[i] = t[i].elems;
+        out->bytes[i] = t[i].elems * eb;
+        at += out->bytes[i];
+    }
+    out->total = dt == RT_BF16 ? align_up(at) : at;
+}
+
+size_t rt_layer_acts_bytes(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt)
+{
+    rt_acts_layout l;
+    rt_layer_acts_layout(s, B, S, Se, dt, &l);
+    return l.total;
+}
+
+int rt_act_is_forward(int id)
+{
+    switch (id) {
+    case RT_A_D_QKV: case RT_A_D_O: case RT_A_D_U: case RT_A_D_Y:
+    case RT_A_D_QC: case RT_A_D_KVC: case RT_A_D_OC: return 0;
+    default: return 1;
+    }
+}
+
+size_t rt_acts_forward_bytes(const rt_acts_layout *l)
+{
+    size_t b = 0;
+    for (int i = 0; i < l->count; i++)
+        if (rt_act_is_forward(i)) b += l->bytes[i];
+    return b;
+}

@@ -1,0 +1,128 @@
+/*
+ * layout.h — what one transformer layer of the runtime stores, where and in what element type:
+ * the one rule that the CPU layer (layer.c), the GPU layer (cuda/), the executors (exec.c,
+ * exec_gpu.c), dprun profile and the host fake of the GPU (tests/unit/fake_cuda.c) all read.
+ *
+ * Element types (rt_dtype):
+ *   fp64  every tensor is a double: the exact-check path (the CPU layer; the GPU layer's fp64
+ *         mode, which agrees with it to rounding);
+ *   bf16  training precision (the GPU layer's default): activations, their gradients and the
+ *         wire in bf16 (2 bytes, as the plan's act_dtype counts them); layer-norm statistics and
+ *         the attention's softmax statistics in fp32; parameters as fp32 master weights with a
+ *         bf16 working copy that the GEMMs read (an optimizer would refresh it after its step);
+ *         gradients accumulated in fp32.
+ *
+ * Parameters of a layer are `count` elements (rt_layer_params_layout: element offsets, the same
+ * in every type). A parameter block at a type (rt_param_block_bytes) is
+ *   fp64  [count doubles]
+ *   bf16  [count fp32 masters | pad to RT_ALIGN | count bf16 copies]   (rt_param_copy_offset)
+ * and its gradient block (rt_grad_block_bytes) is count doubles (fp64) or count floats (bf16).
+ *
+ * Saved activations of one layer's forward on a micro-batch (B rows of S tokens; a T5 decoder
+ * layer also reads an encoder output of Se tokens per row) are RT_A_COUNT tensors in one block,
+ * each at a byte offset (rt_layer_acts_layout). Their sizes depend on the type:
+ *   - activation tensors (x, qkv, u, ...): elements of the type (8 or 2 bytes);
+ *   - layer-norm mean and rstd per token: 8 or 4 bytes;
+ *   - the attention's saved state RT_A_P (and RT_A_PC): fp64 keeps the softmax probabilities,
+ *     B * heads * S * Sk doubles (what layer.c's backward reads); bf16 keeps only the softmax's
+ *     log-sum-exp per query, B * heads * S floats, as fused (flash) attention does, whose
+ *     backward recomputes the probabilities: no S^2 term is stored.
+ * fp64 tensors follow each other without padding (the CPU layer's block); bf16 tensors start at
+ * multiples of RT_ALIGN bytes (what cuBLASLt and cuDNN want of their operands).
+ * The tensors RT_A_D_* are the input-gradient pass's results kept for the weight-gradient pass
+ * (ZB-H1's W); the others are what the forward saves (rt_act_is_forward).
+ *
+ * Everything here is host arithmetic, without a device; nothing fails.
+ */
+#ifndef RT_LAYOUT_H
+#define RT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rt_dtype { RT_FP64, RT_BF16 } rt_dtype;
+
+#define RT_ALIGN 256 /* bytes: where each bf16 tensor of a block starts */
+
+const char *rt_dtype_name(rt_dtype dt); /* "fp64", "bf16" */
+/* 0 and *dt set for "fp64" or "bf16"; -1 otherwise. */
+int rt_dtype_parse(const char *name, rt_dtype *dt);
+size_t rt_dtype_act_bytes(rt_dtype dt);  /* activations, their gradients, the wire: 8 | 2 */
+size_t rt_dtype_stat_bytes(rt_dtype dt); /* statistics, master weights, gradients, logits: 8 | 4 */
+
+/* bf16 <-> double on the host: round to nearest even (NaN stays NaN), and exact widening. */
+uint16_t rt_bf16_from_double(double v);
+double rt_bf16_to_double(uint16_t b);
+/* n elements of type dt at dst from doubles, and back (fp64: a copy). */
+void rt_to_dtype(void *dst, const double *src, size_t n, rt_dtype dt);
+void rt_from_dtype(double *dst, const void *src, size_t n, rt_dtype dt);
+/* Statistics-type elements (8 or 4 bytes) from and to doubles: gradients, master weights. */
+void rt_to_stat(void *dst, const double *src, size_t n, rt_dtype dt);
+void rt_from_stat(double *dst, const void *src, size_t n, rt_dtype dt);
+
+/* The layer's shape (runtime/layer.h's, here so that the layout needs nothing else). */
+typedef struct rt_layer_shape {
+    int hidden, heads, kv, ffn;
+    int causal; /* masked self-attention (GPT, T5 decoder) or not (T5 encoder) */
+    int cross;  /* a T5 decoder layer: cross-attention to the encoder output */
+} rt_layer_shape;
+
+/* ---- parameters ------------------------------------------------------------------------------ */
+
+enum {
+    RT_P_LN1_G, RT_P_LN1_B, RT_P_WQKV, RT_P_BQKV, RT_P_WO, RT_P_BO, RT_P_LN2_G, RT_P_LN2_B,
+    RT_P_W1, RT_P_B1, RT_P_W2, RT_P_B2,
+    /* cross-attention (T5 decoder layers) */
+    RT_P_LNC_G, RT_P_LNC_B, RT_P_WQC, RT_P_BQC, RT_P_WKVC, RT_P_BKVC, RT_P_WOC, RT_P_BOC,
+    RT_P_COUNT
+};
+
+/* Element offsets and lengths of the layer's parameters (a weight W (in, out) row-major);
+ * returns how many the shape has (12, or 20 with cross-attention); *count gets the total. */
+int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size_t len[RT_P_COUNT],
+                           size_t *count);
+/* Bytes of a parameter block of `count` elements at dt, the byte offset of its bf16 copy
+ * (bf16; 0 for fp64), and the bytes of its gradient block. */
+size_t rt_param_block_bytes(size_t count, rt_dtype dt);
+size_t rt_param_copy_offset(size_t count, rt_dtype dt);
+size_t rt_grad_block_bytes(size_t count, rt_dtype dt);
+/* Fills a parameter block (rt_param_block_bytes) from count host doubles: fp64 copies them;
+ * bf16 writes the fp32 masters and their bf16 copies. */
+void rt_param_block_pack(void *dst, const double *src, size_t count, rt_dtype dt);
+
+/* ---- saved activations ----------------------------------------------------------------------- */
+
+enum {
+    RT_A_X, RT_A_H1, RT_A_MEAN1, RT_A_RSTD1, RT_A_QKV, RT_A_P, RT_A_CTX, RT_A_X2, RT_A_H2,
+    RT_A_MEAN2, RT_A_RSTD2, RT_A_U, RT_A_G, RT_A_D_QKV, RT_A_D_O, RT_A_D_U, RT_A_D_Y,
+    /* cross-attention (T5 decoder layers) */
+    RT_A_XC, RT_A_HC, RT_A_MEANC, RT_A_RSTDC, RT_A_QC, RT_A_KVC, RT_A_PC, RT_A_CTXC, RT_A_D_QC,
+    RT_A_D_KVC, RT_A_D_OC,
+    RT_A_COUNT
+};
+
+typedef struct rt_acts_layout {
+    int count;                  /* tensors the shape has (17, or 28 with cross-attention) */
+    size_t off[RT_A_COUNT];     /* byte offset in the block */
+    size_t bytes[RT_A_COUNT];   /* bytes of the tensor (0 past count) */
+    size_t elems[RT_A_COUNT];   /* its elements */
+    size_t total;               /* bytes of the block */
+} rt_acts_layout;
+
+void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt,
+                          rt_acts_layout *out);
+size_t rt_layer_acts_bytes(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt);
+/* 1 for what the forward saves for the backward, 0 for the RT_A_D_* tensors kept for W. */
+int rt_act_is_forward(int id);
+/* Bytes of the tensors the forward saves (rt_act_is_forward) in a layout. */
+size_t rt_acts_forward_bytes(const rt_acts_layout *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RT_LAYOUT_H */

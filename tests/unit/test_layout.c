@@ -1,0 +1,188 @@
+/*
+ * test_layout.c — runtime/layout.h, the one rule of what a runtime layer stores where and in what
+ * type: bf16 rounding against hand-computed values and a bound over many, the fp64 activation
+ * block against the formula written out here (the CPU layer's layout before layout.h existed),
+ * the bf16 block's alignment and sizes, the parameter blocks, and the bf16 layer's stored bytes
+ * against the analytic cost model's FlashAttention memory (models/cost_analytic.c: Korthikanti's
+ * formula without the score terms), which is what the planner checks memory with.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../../models/cost.h"
+#include "../../models/hw.h"
+#include "../../runtime/layout.h"
+
+static void test_bf16_rounding(void **state)
+{
+    (void)state;
+    assert_int_equal(rt_bf16_from_double(1.0), 0x3f80);
+    assert_int_equal(rt_bf16_from_double(-2.0), 0xc000);
+    /* 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1) */
+    assert_int_equal(rt_bf16_from_double(1.0 + 1.0 / 256), 0x3f80);
+    /* 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even) */
+    assert_int_equal(rt_bf16_from_double(1.0 + 3.0 / 256), 0x3f82);
+    assert_true(isnan(rt_bf16_to_double(rt_bf16_from_double(NAN))));
+    assert_true(isinf(rt_bf16_to_double(rt_bf16_from_double(INFINITY))));
+    /* round to nearest (through float, as the GPU's conversions: 2^-24 more at most): relative
+     * error at most 2^-8, bf16's unit roundoff (8 significant bits), over a spread of magnitudes
+     * (truncation would reach 2^-7), and exact on values bf16 holds */
+    unsigned s = 7;
+    for (int i = 0; i < 100000; i++) {
+        s = s * 1664525u + 1013904223u;
+        double v = ((double)(s >> 8) / (1u << 24) - 0.5) * pow(10, (int)(s % 13) - 6);
+        double r = rt_bf16_to_double(rt_bf16_from_double(v));
+        assert_true(fabs(r - v) <= fabs(v) * (1.0 / 256 + 1.0 / (1 << 24)));
+        assert_true(rt_bf16_to_double(rt_bf16_from_double(r)) == r);
+    }
+    double src[3] = {0.1, -3.5, 1e-3}, back[3];
+    uint16_t raw[3];
+    rt_to_dtype(raw, src, 3, RT_BF16);
+    rt_from_dtype(back, raw, 3, RT_BF16);
+    for (int i = 0; i < 3; i++) assert_true(fabs(back[i] - src[i]) <= fabs(src[i]) / 256);
+}
+
+/* The doubles of the fp64 activation block, written out: every tensor of layer.c's layer. */
+static size_t fp64_acts_by_hand(const rt_layer_shape *s, size_t B, size_t S, size_t Se)
+{
+    size_t n = B * S, h = s->hidden, hk = (size_t)s->heads * s->kv, f = s->ffn, a = s->heads;
+    size_t t = n * h * 6        /* x, h1, x2, h2, d_o, d_y */
+               + n * 4          /* mean1, rstd1, mean2, rstd2 */
+               + n * 3 * hk * 2 /* qkv, d_qkv */
+               + B * a * S * S  /* probabilities */
+               + n * hk         /* ctx */
+               + n * f * 3;     /* u, g, d_u */
+    if (s->cross)
+        t += n * h * 3 + n * 2 + n * hk * 3 + B * Se * 2 * hk * 2 + B * a * S * Se;
+    return t;
+}
+
+static void test_fp64_layout_is_the_cpu_layers(void **state)
+{
+    (void)state;
+    const rt_layer_shape shapes[] = {{64, 4, 16, 256, 1, 0}, {48, 3, 8, 100, 0, 0}, {64, 4, 16, 256, 1, 1}};
+    for (int k = 0; k < 3; k++)
+        for (int B = 1; B <= 3; B++)
+            for (int S = 8; S <= 40; S += 16) {
+                int Se = S + 8;
+                rt_acts_layout l;
+                rt_layer_acts_layout(&shapes[k], B, S, Se, RT_FP64, &l);
+                assert_int_equal(l.total, 8 * fp64_acts_by_hand(&shapes[k], B, S, Se));
+                for (int i = 0; i + 1 < l.count; i++) /* packed, in order */
+                    assert_int_equal(l.off[i] + l.bytes[i], l.off[i + 1]);
+            }
+}
+
+static void test_bf16_layout(void **state)
+{
+    (void)state;
+    rt_layer_shape s = {96, 6, 16, 384, 1, 1};
+    int B = 3, S = 40, Se = 56;
+    rt_acts_layout l, d;
+    rt_layer_acts_layout(&s, B, S, Se, RT_BF16, &l);
+    rt_layer_acts_layout(&s, B, S, Se, RT_FP64, &d);
+    assert_int_equal(l.count, RT_A_COUNT);
+    for (int i = 0; i < l.count; i++) {
+        assert_int_equal(l.off[i] % RT_ALIGN, 0);
+        if (i + 1 < l.count) assert_true(l.off[i] + l.bytes[i] <= l.off[i + 1]);
+        size_t n = (size_t)B * S;
+        if (i == RT_A_P || i == RT_A_PC) { /* a log-sum-exp per query and head: no S^2 */
+            assert_int_equal(l.elems[i], (size_t)B * s.heads * S);
+            assert_int_equal(l.bytes[i], l.elems[i] * 4);
+        } else if (i == RT_A_MEAN1 || i == RT_A_RSTD1 || i == RT_A_MEAN2 || i == RT_A_RSTD2 ||
+                   i == RT_A_MEANC || i == RT_A_RSTDC) {
+            assert_int_equal(l.elems[i], n);
+            assert_int_equal(l.bytes[i], n * 4);
+        } else { /* the same tensor as fp64's, a quarter of the bytes */
+            assert_int_equal(l.elems[i], d.elems[i]);
+            assert_int_equal(l.bytes[i] * 4, d.bytes[i]);
+        }
+    }
+    assert_true(l.total >= l.off[l.count - 1] + l.bytes[l.count - 1] && l.total % RT_ALIGN == 0);
+    assert_int_equal(rt_layer_acts_bytes(&s, B, S, Se, RT_BF16), l.total);
+    /* without cross-attention the decoder's tensors are absent */
+    s.cross = 0;
+    rt_layer_acts_layout(&s, B, S, Se, RT_BF16, &l);
+    assert_int_equal(l.count, RT_A_XC);
+    assert_int_equal(l.bytes[RT_A_KVC], 0);
+}
+
+static void test_param_blocks(void **state)
+{
+    (void)state;
+    size_t count = 1001; /* not a multiple of anything */
+    assert_int_equal(rt_param_block_bytes(count, RT_FP64), count * 8);
+    assert_int_equal(rt_grad_block_bytes(count, RT_FP64), count * 8);
+    assert_int_equal(rt_grad_block_bytes(count, RT_BF16), count * 4);
+    size_t copy = rt_param_copy_offset(count, RT_BF16);
+    assert_true(copy >= count * 4 && copy % RT_ALIGN == 0 && copy < count * 4 + RT_ALIGN);
+    assert_int_equal(rt_param_block_bytes(count, RT_BF16), copy + count * 2);
+    double *src = malloc(count * sizeof *src);
+    char *blk = malloc(rt_param_block_bytes(count, RT_BF16));
+    for (size_t i = 0; i < count; i++) src[i] = sin((double)i) * 0.02;
+    rt_param_block_pack(blk, src, count, RT_BF16);
+    const float *master = (const float *)blk;
+    const uint16_t *b16 = (const uint16_t *)(blk + copy);
+    for (size_t i = 0; i < count; i++) {
+        assert_true(master[i] == (float)src[i]);
+        assert_int_equal(b16[i], rt_bf16_from_double(master[i]));
+    }
+    free(src), free(blk);
+    /* parameter offsets: the layer's twelve (twenty) tensors, packed */
+    rt_layer_shape sh = {64, 4, 16, 256, 1, 1};
+    size_t off[RT_P_COUNT], len[RT_P_COUNT], total;
+    assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
+    size_t h = 64, hk = 64, f = 256;
+    assert_int_equal(total, 4 * h + 3 * hk * h + 3 * hk + hk * h + h + 2 * h * f + f + h + /* self, MLP */
+                                2 * h + h * hk + hk + h * 2 * hk + 2 * hk + hk * h + h); /* cross */
+    for (int i = 0; i + 1 < RT_P_COUNT; i++) assert_int_equal(off[i] + len[i], off[i + 1]);
+    rt_dtype dt;
+    assert_int_equal(rt_dtype_parse("bf16", &dt), 0);
+    assert_int_equal(dt, RT_BF16);
+    assert_int_equal(rt_dtype_parse("fp16", &dt), -1);
+    assert_string_equal(rt_dtype_name(RT_FP64), "fp64");
+}
+
+/* The bf16 layer saves about what the planner's memory model charges a layer with FlashAttention
+ * (Korthikanti's 34 s b h bytes at ffn 4h, without the score terms): within 10% for GPT-6.7B,
+ * and nothing like the 5 a s^2 b bytes of stored scores. */
+static void test_bf16_stored_bytes_match_the_memory_model(void **state)
+{
+    (void)state;
+    const model_spec *m = model_preset("gpt-6.7b-16l");
+    cluster_spec hw;
+    dp_err err = {0};
+    analytic_params ap;
+    analytic_params_default(&ap);
+    cost_model *cm = NULL;
+    assert_int_equal(cluster_resolve("a100-40gb", &hw, &err), DP_OK);
+    assert_int_equal(cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err), DP_OK);
+    cm->flash_attn = 1;
+    rt_layer_shape s = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 0};
+    static const int shapes[][2] = {{1, 2048}, {4, 1024}, {2, 4096}};
+    for (int i = 0; i < 3; i++) {
+        int B = shapes[i][0], S = shapes[i][1];
+        cost_shape cs = cost_shape_rows(B, S, 0);
+        cost_layer c;
+        assert_int_equal(cost_query(cm, COMP_ENCODER, &cs, &c, &err), DP_OK);
+        rt_acts_layout l;
+        rt_layer_acts_layout(&s, B, S, 0, RT_BF16, &l);
+        double mine = (double)rt_acts_forward_bytes(&l) / 1e6, model = c.stored_act_mb;
+        assert_true(fabs(mine - model) < 0.10 * model);
+    }
+    cost_model_free(cm);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_fp64_layout_is_the_cpu_layers),
+        cmocka_unit_test(test_bf16_layout),
+        cmocka_unit_test(test_param_blocks),
+        cmocka_unit_test(test_bf16_stored_bytes_match_the_memory_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
