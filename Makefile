@@ -61,15 +61,22 @@ $(info ✗ nccl.h not found: the NCCL transport is not built)
 endif
 endif
 
-# The CUDA layer (runtime/cuda/) is built where nvcc and cuBLAS are found, for Hopper (sm_90) with
-# PTX for newer chips; dprun then gets `--backend cuda` (one GPU; with NCCL, one rank per GPU
-# under mpirun) and `check-gpu`.
+# The CUDA layer (runtime/cuda/) is built where nvcc, cuBLAS, cuBLASLt and cuDNN are found, for
+# Hopper (sm_90) with PTX for newer chips; dprun then gets `--backend cuda` (one GPU; with NCCL,
+# one rank per GPU under mpirun; bf16 on cuBLASLt and cuDNN, or fp64) and `check-gpu`.
 CUBLAS := $(wildcard $(CUDA_HOME)/lib64/libcublas.so)
+CUBLASLT := $(wildcard $(CUDA_HOME)/lib64/libcublasLt.so)
+CUDNN := $(and $(wildcard $(CUDA_HOME)/lib64/libcudnn.so),$(wildcard $(CUDA_HOME)/include/cudnn.h))
 ifneq ($(NVCC),)
-ifneq ($(CUBLAS),)
+ifeq ($(and $(CUBLAS),$(CUBLASLT),$(CUDNN)),)
+$(info ✗ cuBLAS, cuBLASLt or cuDNN not found in $(CUDA_HOME): the CUDA backend is not built)
+endif
+endif
+ifneq ($(NVCC),)
+ifneq ($(and $(CUBLAS),$(CUBLASLT),$(CUDNN)),)
 ifneq ($(FUZZ),1)
 CUDA_OBJS := $(patsubst runtime/cuda/%.cu,$(BUILD)/obj/runtime/cuda/%.o,$(wildcard runtime/cuda/*.cu))
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
 CUDA_DEFS := -DDPRUN_CUDA
 NVCCFLAGS := -O2 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
              -Xcompiler -Wall -std=c++17
@@ -123,7 +130,8 @@ $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
 # The validation runtime: MPI ranks, BLAS kernels.
 $(RT_OBJS) $(BUILD)/obj/runtime/dprun.o: ALL_CFLAGS += $(MPI_CFLAGS) $(CUDA_DEFS)
 
-$(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.cu runtime/cuda/layer_cuda.h runtime/layer.h
+$(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.cu runtime/cuda/layer_cuda.h runtime/cuda/cuda_ctx.h \
+                                runtime/layer.h runtime/layout.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -252,7 +260,7 @@ fuzz: deps
 # on one GPU (and over NCCL with two GPUs or more) through dpsim validate, their gradient norms
 # against the cpu backend's (tests/gpu/check_gpu.sh).
 check-gpu: all
-	BUILD=$(BUILD) tests/gpu/check_gpu.sh
+	BUILD=$(BUILD) GPU_OUT=gpu-out tests/gpu/check_gpu.sh
 
 # The same script rehearsed without a GPU (about 2 minutes): dprun replaced by the fake-GPU build
 # (tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI; its timings are meaningless), so that the
@@ -260,7 +268,7 @@ check-gpu: all
 check-gpu-rehearsal: all $(BUILD)/tests/dprun-fake-gpu
 	rm -rf $(BUILD)/rehearsal && mkdir -p $(BUILD)/rehearsal
 	ln -s ../dpsim $(BUILD)/rehearsal/dpsim && ln -s ../tests/dprun-fake-gpu $(BUILD)/rehearsal/dprun
-	BUILD=$(BUILD)/rehearsal OUT=$(BUILD)/rehearsal/out tests/gpu/check_gpu.sh
+	BUILD=$(BUILD)/rehearsal GPU_OUT=$(BUILD)/rehearsal/out REHEARSAL=1 tests/gpu/check_gpu.sh
 
 # The paper's experiments in simulation (Figs. 13-17) into paper-out/.
 paper: all

@@ -45,6 +45,17 @@ const gpu_spec *gpu_preset(const char *name)
     return NULL;
 }
 
+const gpu_spec *gpu_preset_for_device(const char *device_name)
+{
+    static const struct {
+        const char *part, *preset;
+    } by_name[] = {{"H200", "h200"}, {"H100", "h100"}, {"A100-SXM4-80GB", "a100-80gb"},
+                   {"A100 80GB", "a100-80gb"}, {"A100", "a100-40gb"}};
+    for (size_t i = 0; device_name && i < sizeof by_name / sizeof by_name[0]; i++)
+        if (strstr(device_name, by_name[i].part)) return gpu_preset(by_name[i].preset);
+    return NULL;
+}
+
 const gpu_spec *gpu_presets(int *count)
 {
     *count = N_GPUS;

@@ -49,6 +49,9 @@ typedef struct cluster_spec {
 
 const gpu_spec *gpu_preset(const char *name);
 const gpu_spec *gpu_presets(int *count);
+/* The preset of a GPU from the name its driver reports ("NVIDIA H200", "NVIDIA A100-SXM4-40GB"),
+ * the first preset whose part number the name holds; NULL when none does. */
+const gpu_spec *gpu_preset_for_device(const char *device_name);
 /* Fills c with the named cluster preset; 0 on success, -1 when there is none. */
 int cluster_preset(const char *name, cluster_spec *c);
 int cluster_preset_count(void);

@@ -1,12 +1,18 @@
 /*
  * check_gpu.c — `dprun check-gpu`: the first thing a GPU machine runs (make check-gpu).
  *
- * Numerics: each kind of layer of the given model (GPT; T5's encoder and decoder), forward and
- * both backward passes, on the CPU (runtime/layer.c) and on the GPU (runtime/cuda/layer_cuda.cu)
- * from the same parameters and inputs; the relative difference of the output, the input gradient,
- * every parameter gradient (and a decoder's encoder-output gradient) must stay under 1e-9 (both are fp64; only summation orders differ). Speed: the GPU's time per
- * layer for a few shapes, printed beside the A100 profile's (which is bf16: a different precision,
- * so the ratio is information, not a check).
+ * Numerics, for each kind of layer of the given model (GPT; T5's encoder and decoder), forward
+ * and both backward passes from the same parameters and inputs on three backends: the CPU layer
+ * (runtime/layer.c, fp64), the GPU layer in fp64 and the GPU layer in bf16 (runtime/cuda/). Each
+ * quantity (the output, the input gradient, all parameter gradients, a decoder's encoder-output
+ * gradient) is compared as a relative error in norm, ||a - b|| / ||b||:
+ *   GPU fp64 against the CPU:  under RT_CHECK_FP64_TOL (only summation orders differ);
+ *   GPU bf16 against GPU fp64: under RT_CHECK_BF16_OUT_TOL (the output) and
+ *                              RT_CHECK_BF16_GRAD_TOL (gradients), check_gpu.h's reasons.
+ * Speed: a GPT-6.7B-width layer in bf16 for a few shapes, its TFLOP/s (the FLOPs of
+ * models/cost.h's analytic_flops, the simulator's own count, backward twice the forward) and
+ * MFU against the GPU's bf16 peak (models/hw.h's presets, the GPU found by its name or --hw),
+ * beside cuBLASLt's rate on the layer's four GEMM shapes and the A100 profile's times.
  */
 #include "check_gpu.h"
 
@@ -29,6 +35,189 @@ static double rel_err(const double *a, const double *b, size_t n)
     return sqrt(num / (den > 0 ? den : 1));
 }
 
+/* v[i] rounded to the nearest bf16 value, in place. */
+static void to_bf16_values(double *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) v[i] = rt_bf16_to_double(rt_bf16_from_double(v[i]));
+}
+
+/* What one layer check feeds every backend, and what each gives back (host doubles). */
+typedef struct layer_io {
+    const rt_layer_shape *s;
+    int B, S, Se;
+    size_t nh, ne, np;
+    double *params, *x, *dy, *enc; /* inputs */
+} layer_io;
+
+typedef struct layer_out {
+    double *y, *dx, *grads, *denc;
+} layer_out;
+
+static void out_free(layer_out *o) { free(o->y), free(o->dx), free(o->grads), free(o->denc); }
+
+static int out_alloc(layer_out *o, const layer_io *io)
+{
+    o->y = calloc(io->nh, sizeof(double)), o->dx = calloc(io->nh, sizeof(double));
+    o->grads = calloc(io->np, sizeof(double)), o->denc = calloc(io->ne + 1, sizeof(double));
+    return o->y && o->dx && o->grads && o->denc ? 0 : -1;
+}
+
+/* The CPU layer: forward, input and weight gradients. */
+static int run_cpu(const layer_io *io, layer_out *o)
+{
+    rt_layer_params p, g;
+    rt_layer_acts a;
+    int rc = -1;
+    memset(&a, 0, sizeof a);
+    if (out_alloc(o, io) != 0 || rt_layer_acts_alloc(&a, io->s, io->B, io->S, io->Se) != 0)
+        goto out;
+    rt_layer_params_bind(&p, io->s, io->params);
+    rt_layer_params_bind(&g, io->s, o->grads);
+    a.enc = io->enc, a.denc = o->denc;
+    rt_layer_fwd(&p, io->s, io->B, io->S, io->x, o->y, &a);
+    rt_layer_bwd_input(&p, &g, io->s, io->B, io->S, io->dy, o->dx, &a);
+    rt_layer_bwd_weight(&g, io->s, io->B, io->S, &a);
+    rc = 0;
+out:
+    rt_layer_acts_free(&a);
+    return rc;
+}
+
+/* Host doubles to n device elements of type dt (NULL on failure). */
+static void *upload(const double *h, size_t n, rt_dtype dt)
+{
+    size_t bytes = n * rt_dtype_act_bytes(dt);
+    void *staging = malloc(bytes ? bytes : 1), *d = rt_cuda_alloc(bytes);
+    if (staging && d) rt_to_dtype(staging, h, n, dt);
+    if (!staging || !d || rt_cuda_put(d, staging, bytes) != 0) rt_cuda_free(d), d = NULL;
+    free(staging);
+    return d;
+}
+
+static int download(double *h, const void *d, size_t n, rt_dtype dt, int stat)
+{
+    size_t bytes = n * (stat ? rt_dtype_stat_bytes(dt) : rt_dtype_act_bytes(dt));
+    void *staging = malloc(bytes ? bytes : 1);
+    int rc = staging && rt_cuda_get(staging, d, bytes) == 0 ? 0 : -1;
+    if (rc == 0 && stat) rt_from_stat(h, staging, n, dt);
+    if (rc == 0 && !stat) rt_from_dtype(h, staging, n, dt);
+    free(staging);
+    return rc;
+}
+
+/* The GPU layer at type dt, the same passes; 0, or -1 with the reason on stderr. */
+static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
+{
+    char why[256];
+    int rc = -1;
+    size_t pb = rt_param_block_bytes(io->np, dt), gb = rt_grad_block_bytes(io->np, dt);
+    void *staging = malloc(pb);
+    rt_cuda_layer lp = {*io->s, dt, rt_cuda_alloc(pb), io->np};
+    rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np};
+    void *x = upload(io->x, io->nh, dt), *dy = upload(io->dy, io->nh, dt);
+    void *enc = upload(io->enc, io->ne, dt);
+    void *y = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt)), *dx = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt));
+    void *denc = rt_cuda_alloc(io->ne * rt_dtype_act_bytes(dt));
+    void *acts = rt_cuda_alloc(rt_layer_acts_bytes(io->s, io->B, io->S, io->Se, dt));
+    if (out_alloc(o, io) != 0 || !staging || !lp.block || !lg.block || !x || !dy || !enc || !y ||
+        !dx || !denc || !acts) {
+        fprintf(stderr, "dprun check-gpu: out of host or device memory\n");
+        goto out;
+    }
+    rt_param_block_pack(staging, io->params, io->np, dt);
+    if (rt_cuda_put(lp.block, staging, pb) != 0) goto out;
+    rt_cuda_zero(g, lg.block, gb);
+    rt_cuda_zero(g, denc, io->ne * rt_dtype_act_bytes(dt));
+    rt_cuda_layer_fwd(g, &lp, io->B, io->S, x, y, acts, enc, io->Se);
+    rt_cuda_layer_bwd_input(g, &lp, &lg, io->B, io->S, dy, dx, acts, io->Se, denc);
+    rt_cuda_layer_bwd_weight(g, &lg, io->B, io->S, acts, enc, io->Se);
+    if (rt_cuda_sync(g, why, sizeof why) != 0) {
+        fprintf(stderr, "dprun check-gpu: %s layer: %s\n", rt_dtype_name(dt), why);
+        goto out;
+    }
+    rc = download(o->y, y, io->nh, dt, 0) | download(o->dx, dx, io->nh, dt, 0) |
+         download(o->grads, lg.block, io->np, dt, 1) | download(o->denc, denc, io->ne, dt, 0);
+out:
+    free(staging);
+    rt_cuda_free(lp.block), rt_cuda_free(lg.block), rt_cuda_free(x), rt_cuda_free(dy);
+    rt_cuda_free(enc), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(denc), rt_cuda_free(acts);
+    return rc;
+}
+
+/* Prints the rows comparing `got` with `want` under tolerance tol_out (the output) and tol_grad
+ * (gradients); returns how many failed. */
+static int compare(const char *title, const layer_io *io, const layer_out *got,
+                   const layer_out *want, double tol_out, double tol_grad)
+{
+    struct {
+        const char *what;
+        double err, tol;
+    } rows[4] = {{"layer output", rel_err(got->y, want->y, io->nh), tol_out},
+                 {"input gradient", rel_err(got->dx, want->dx, io->nh), tol_grad},
+                 {"parameter gradients", rel_err(got->grads, want->grads, io->np), tol_grad},
+                 {"encoder-output grad.", rel_err(got->denc, want->denc, io->ne), tol_grad}};
+    int failed = 0;
+    printf("%s, relative error in norm\n", title);
+    for (int i = 0; i < (io->s->cross ? 4 : 3); i++) {
+        int ok = rows[i].err < rows[i].tol; /* NaN fails */
+        failed += !ok;
+        printf("  %-22s %10.3e  (tolerance %.0e)  %s\n", rows[i].what, rows[i].err, rows[i].tol,
+               ok ? "PASS" : "FAIL");
+    }
+    return failed;
+}
+
+/* One kind of layer on (B, S) (an encoder output of length Se for a cross layer) on the three
+ * backends; adds its rows to *n_rows and returns how many failed. */
+static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, int B, int S,
+                       int Se, int *n_rows)
+{
+    layer_io io = {s, B, S, s->cross ? Se : 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+    io.nh = (size_t)B * S * s->hidden, io.ne = (size_t)B * io.Se * s->hidden;
+    rt_layer_params p;
+    layer_out cpu = {0}, f64 = {0}, b16 = {0}, gemm = {0};
+    int rows = s->cross ? 4 : 3, failed = 3 * rows;
+    *n_rows += 3 * rows;
+    io.x = malloc(io.nh * sizeof(double)), io.dy = malloc(io.nh * sizeof(double));
+    io.enc = calloc(io.ne + 1, sizeof(double));
+    if (rt_layer_params_alloc(&p, s) != 0 || !io.x || !io.dy || !io.enc) goto out;
+    rt_layer_params_init(&p, s, 5);
+    io.params = p.block, io.np = p.count;
+    for (size_t i = 0; i < io.nh; i++) io.x[i] = sin(0.37 * (double)i), io.dy[i] = cos(0.11 * (double)i);
+    for (size_t i = 0; i < io.ne; i++) io.enc[i] = sin(0.23 * (double)i + 1);
+    /* every backend starts from values bf16 holds exactly, so that the bf16 comparison measures
+     * the bf16 path's own roundings, not those of its inputs */
+    to_bf16_values(p.block, p.count), to_bf16_values(io.x, io.nh);
+    to_bf16_values(io.dy, io.nh), to_bf16_values(io.enc, io.ne);
+    printf("# %s layer, B %d, S %d", name, B, S);
+    if (s->cross) printf(", encoder output of length %d", Se);
+    printf("\n");
+    if (run_cpu(&io, &cpu) != 0 || run_gpu(g, &io, RT_FP64, &f64) != 0) goto out;
+    failed = compare("GPU fp64 against the CPU layer (fp64)", &io, &f64, &cpu, RT_CHECK_FP64_TOL,
+                     RT_CHECK_FP64_TOL);
+    /* bf16 twice: as a run goes (cuDNN's fused attention where it builds), then with attention
+     * on the GEMM path, so that one run on a GPU checks both */
+    int b16_failed = rows, gemm_failed = rows;
+    if (run_gpu(g, &io, RT_BF16, &b16) == 0) {
+        char title[400];
+        snprintf(title, sizeof title, "GPU bf16 against GPU fp64 (attention: %s)", rt_cuda_attention_path(g));
+        b16_failed = compare(title, &io, &b16, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL);
+    }
+    rt_cuda_set_attention(g, RT_ATTN_GEMM);
+    if (run_gpu(g, &io, RT_BF16, &gemm) == 0) {
+        char title[400];
+        snprintf(title, sizeof title, "GPU bf16 against GPU fp64 (attention: %s)", rt_cuda_attention_path(g));
+        gemm_failed = compare(title, &io, &gemm, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL);
+    }
+    rt_cuda_set_attention(g, RT_ATTN_AUTO);
+    failed += b16_failed + gemm_failed;
+out:
+    rt_layer_params_free(&p);
+    free(io.x), free(io.dy), free(io.enc);
+    out_free(&cpu), out_free(&f64), out_free(&b16), out_free(&gemm);
+    return failed;
+}
+
 /* The A100 profile's time per GPT-6.7B layer (bf16, TP1) for the shape, or NaN when the shipped
  * profile cannot be read (check-gpu runs from the source folder). */
 static void a100_reference(const model_spec *m, int mbs, int seq, double *fwd, double *bwd)
@@ -46,147 +235,97 @@ static void a100_reference(const model_spec *m, int mbs, int seq, double *fwd, d
     cost_model_free(cm);
 }
 
-/* Times one GPT-6.7B-width layer on the GPU for a few shapes, beside the A100 profile. */
-static void print_gpu_timings(rt_cuda *g)
+/* cuBLASLt's bf16 rate on the four GEMMs of a layer on n tokens, TFLOP/s (NaN on failure). */
+static double gemm_rate(rt_cuda *g, const rt_layer_shape *s, int n)
+{
+    int h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    const int mnk[4][3] = {{n, 3 * hk, h}, {n, h, hk}, {n, f, h}, {n, h, f}};
+    double flops = 0, ms = 0;
+    for (int i = 0; i < 4; i++) {
+        double t;
+        if (rt_cuda_time_gemm(g, mnk[i][0], mnk[i][1], mnk[i][2], RT_BF16, 10, &t) != 0) return NAN;
+        flops += 2.0 * mnk[i][0] * mnk[i][1] * mnk[i][2], ms += t;
+    }
+    return ms > 0 ? flops / ms / 1e9 : NAN;
+}
+
+/* Times one GPT-6.7B-width layer in bf16 for a few shapes: TFLOP/s and MFU beside cuBLASLt's
+ * GEMM rate and the A100 profile. */
+static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
 {
     const model_spec *big = model_preset("gpt-6.7b-16l");
     rt_layer_shape bs = {big->hidden, big->heads, big->kv_channels, big->ffn, 1, 0};
     rt_layer_params bp;
     if (rt_layer_params_alloc(&bp, &bs) != 0) return;
     rt_layer_params_init(&bp, &bs, 9);
-    rt_cuda_layer bl = {bs, rt_cuda_alloc(bp.count), bp.count};
-    if (bl.block && rt_cuda_put(bl.block, bp.block, bp.count) == 0) {
-        static const int shapes[][2] = {{1, 512}, {1, 2048}, {4, 1024}};
-        printf("\n# time per GPT-6.7B-width layer: this GPU (fp64) beside the A100 profile (bf16)\n");
-        printf("%-10s %12s %12s %12s %12s\n", "mbs x seq", "gpu_fwd_ms", "gpu_bwd_ms",
-               "a100_fwd_ms", "a100_bwd_ms");
-        for (int i = 0; i < 3; i++) {
-            double f, b, af, ab;
-            a100_reference(big, shapes[i][0], shapes[i][1], &af, &ab);
-            if (rt_cuda_time_layer(g, &bl, shapes[i][0], shapes[i][1], 0, 5, &f, &b) == 0)
-                printf("%4d x %-4d %12.3f %12.3f %12.3f %12.3f\n", shapes[i][0], shapes[i][1], f, b,
-                       af, ab);
+    size_t pb = rt_param_block_bytes(bp.count, RT_BF16);
+    void *staging = malloc(pb);
+    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_alloc(pb), bp.count};
+    if (staging && bl.block) {
+        rt_param_block_pack(staging, bp.block, bp.count, RT_BF16);
+        if (rt_cuda_put(bl.block, staging, pb) != 0) goto out;
+        static const int shapes[][2] = {{1, 2048}, {4, 2048}, {8, 1024}, {1, 8192}};
+        printf("\n# speed: one GPT-6.7B-width layer in bf16 on %s, forward and backward;\n"
+               "# TFLOP/s from the simulator's FLOP count (models/cost.h analytic_flops, backward "
+               "2x forward);\n# gemm_tflops: cuBLASLt alone on the layer's four GEMM shapes\n",
+               gpu_found);
+        if (gpu)
+            printf("# MFU against %s's %.0f TFLOP/s bf16 dense peak (models/hw.c)\n", gpu->name,
+                   gpu->peak_tflops);
+        else
+            printf("# MFU: unknown GPU (dprun check-gpu --hw NAME names its preset)\n");
+        printf("%-11s %10s %10s %9s %8s %12s %12s %12s\n", "mbs x seq", "fwd_ms", "bwd_ms",
+               "tflops", "mfu", "gemm_tflops", "a100_fwd_ms", "a100_bwd_ms");
+        for (int i = 0; i < 4; i++) {
+            int B = shapes[i][0], S = shapes[i][1];
+            double f, b, af, ab, dense, attn;
+            cost_shape cs = cost_shape_rows(B, S, 0);
+            analytic_flops(big, COMP_ENCODER, &cs, 1, &dense, &attn);
+            a100_reference(big, B, S, &af, &ab);
+            if (rt_cuda_time_layer(g, &bl, B, S, 0, 5, &f, &b) != 0) {
+                printf("%4d x %-5d the GPU failed (out of memory?)\n", B, S);
+                continue;
+            }
+            double tflops = 3 * (dense + attn) / (f + b) / 1e9;
+            printf("%4d x %-5d %10.3f %10.3f %9.1f %7.1f%% %12.1f %12.3f %12.3f\n", B, S, f, b,
+                   tflops, gpu ? 100 * tflops / gpu->peak_tflops : NAN, gemm_rate(g, &bs, B * S),
+                   af, ab);
         }
+        printf("# bf16 attention ran on: %s\n", rt_cuda_attention_path(g));
     }
+out:
+    free(staging);
     rt_cuda_free(bl.block);
     rt_layer_params_free(&bp);
 }
 
-/* Host and device copies of what one layer check reads and writes. */
-typedef struct layer_case {
-    rt_layer_params p, gc;   /* CPU parameters and gradients */
-    rt_layer_acts a;
-    double *x, *dy, *enc, *y, *dx, *denc; /* CPU inputs and results */
-    double *yg, *dxg, *dencg, *gg;       /* the GPU's results, copied back */
-    rt_cuda_layer dp, dg;
-    double *x_d, *y_d, *dx_d, *dy_d, *enc_d, *denc_d, *acts_d;
-} layer_case;
-
-static void case_free(layer_case *c)
+int rt_check_gpu(const model_spec *m, const char *hw, int speed)
 {
-    rt_layer_params_free(&c->p), rt_layer_params_free(&c->gc), rt_layer_acts_free(&c->a);
-    free(c->x), free(c->dy), free(c->enc), free(c->y), free(c->dx), free(c->denc);
-    free(c->yg), free(c->dxg), free(c->dencg), free(c->gg);
-    rt_cuda_free(c->dp.block), rt_cuda_free(c->dg.block), rt_cuda_free(c->x_d);
-    rt_cuda_free(c->y_d), rt_cuda_free(c->dx_d), rt_cuda_free(c->dy_d), rt_cuda_free(c->enc_d);
-    rt_cuda_free(c->denc_d), rt_cuda_free(c->acts_d);
-}
-
-/* One layer of shape s (on (B, S), an encoder output of length Se for a cross layer) on both
- * backends; prints a row per compared quantity and returns how many failed (-1: no memory). */
-static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, int B, int S,
-                       int Se)
-{
-    layer_case c;
-    memset(&c, 0, sizeof c);
-    size_t nh = (size_t)B * S * s->hidden, ne = (size_t)B * Se * s->hidden;
-    size_t na = rt_layer_acts_doubles(s, B, S, Se);
-    int failed = -1;
-    char why[256];
-    if (rt_layer_params_alloc(&c.p, s) || rt_layer_params_alloc(&c.gc, s) ||
-        rt_layer_acts_alloc(&c.a, s, B, S, Se))
-        goto out;
-    rt_layer_params_init(&c.p, s, 5);
-    size_t np = c.p.count;
-    c.x = malloc(nh * sizeof(double)), c.dy = malloc(nh * sizeof(double));
-    c.y = malloc(nh * sizeof(double)), c.dx = malloc(nh * sizeof(double));
-    c.yg = malloc(nh * sizeof(double)), c.dxg = malloc(nh * sizeof(double));
-    c.enc = calloc(ne + 1, sizeof(double)), c.denc = calloc(ne + 1, sizeof(double));
-    c.dencg = calloc(ne + 1, sizeof(double)), c.gg = malloc(np * sizeof(double));
-    c.dp = (rt_cuda_layer){*s, rt_cuda_alloc(np), np};
-    c.dg = (rt_cuda_layer){*s, rt_cuda_alloc(np), np};
-    c.x_d = rt_cuda_alloc(nh), c.y_d = rt_cuda_alloc(nh), c.dx_d = rt_cuda_alloc(nh);
-    c.dy_d = rt_cuda_alloc(nh), c.enc_d = rt_cuda_alloc(ne), c.denc_d = rt_cuda_alloc(ne);
-    c.acts_d = rt_cuda_alloc(na);
-    if (!c.x || !c.dy || !c.y || !c.dx || !c.yg || !c.dxg || !c.enc || !c.denc || !c.dencg ||
-        !c.gg || !c.dp.block || !c.dg.block || !c.x_d || !c.y_d || !c.dx_d || !c.dy_d ||
-        !c.enc_d || !c.denc_d || !c.acts_d)
-        goto out;
-    for (size_t i = 0; i < nh; i++) c.x[i] = sin(0.37 * (double)i), c.dy[i] = cos(0.11 * (double)i);
-    for (size_t i = 0; i < ne; i++) c.enc[i] = sin(0.23 * (double)i + 1);
-    c.a.enc = c.enc, c.a.denc = c.denc;
-    rt_layer_fwd(&c.p, s, B, S, c.x, c.y, &c.a);
-    rt_layer_bwd_input(&c.p, &c.gc, s, B, S, c.dy, c.dx, &c.a);
-    rt_layer_bwd_weight(&c.gc, s, B, S, &c.a);
-    memset(c.gg, 0, np * sizeof(double));
-    if (rt_cuda_put(c.dp.block, c.p.block, np) || rt_cuda_put(c.dg.block, c.gg, np) ||
-        rt_cuda_put(c.x_d, c.x, nh) || rt_cuda_put(c.dy_d, c.dy, nh) ||
-        rt_cuda_put(c.enc_d, c.enc, ne) || rt_cuda_put(c.denc_d, c.dencg, ne))
-        goto out;
-    rt_cuda_layer_fwd(g, &c.dp, B, S, c.x_d, c.y_d, c.acts_d, c.enc_d, Se);
-    rt_cuda_layer_bwd_input(g, &c.dp, &c.dg, B, S, c.dy_d, c.dx_d, c.acts_d, Se, c.denc_d);
-    rt_cuda_layer_bwd_weight(g, &c.dg, B, S, c.acts_d, c.enc_d, Se);
-    if (rt_cuda_sync(g, why, sizeof why) != 0) {
-        fprintf(stderr, "dprun check-gpu: %s\n", why);
-        goto out;
-    }
-    rt_cuda_get(c.yg, c.y_d, nh), rt_cuda_get(c.dxg, c.dx_d, nh), rt_cuda_get(c.gg, c.dg.block, np);
-    rt_cuda_get(c.dencg, c.denc_d, ne);
-    struct {
-        const char *what;
-        double err;
-    } rows[4] = {{"layer output", rel_err(c.yg, c.y, nh)},
-                 {"input gradient", rel_err(c.dxg, c.dx, nh)},
-                 {"parameter gradients", rel_err(c.gg, c.gc.block, np)},
-                 {"encoder-output grad.", rel_err(c.dencg, c.denc, ne)}};
-    printf("# %s layer, B %d, S %d", name, B, S);
-    if (s->cross) printf(", encoder output of length %d", Se);
-    printf(": GPU vs CPU (fp64), relative error\n");
-    failed = 0;
-    for (int i = 0; i < (s->cross ? 4 : 3); i++) {
-        int ok = rows[i].err < 1e-9;
-        failed += !ok;
-        printf("%-22s %10.3e  %s\n", rows[i].what, rows[i].err, ok ? "ok" : "FAILED");
-    }
-out:
-    case_free(&c);
-    if (failed < 0) fprintf(stderr, "dprun check-gpu: out of host or device memory\n");
-    return failed;
-}
-
-int rt_check_gpu(const model_spec *m)
-{
-    char why[256];
+    char why[256], name[128];
     rt_cuda *g = rt_cuda_open(0, why, sizeof why);
     if (!g) {
         fprintf(stderr, "dprun check-gpu: %s\n", why);
         return 1;
     }
+    rt_cuda_device_name(g, name, sizeof name);
+    const gpu_spec *gpu = hw ? gpu_preset(hw) : gpu_preset_for_device(name);
+    if (hw && !gpu) {
+        fprintf(stderr, "dprun check-gpu: unknown GPU \"%s\" (see dpsim models)\n", hw);
+        rt_cuda_close(g);
+        return 1;
+    }
     rt_layer_shape gpt = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 0};
     rt_layer_shape enc = {m->hidden, m->heads, m->kv_channels, m->ffn, 0, 0};
     rt_layer_shape dec = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 1};
-    int n_rows = 0, n_failed = 0, f;
-    printf("# check-gpu numerics: %s\n", m->name);
+    int n_rows = 0, n_failed = 0;
+    printf("# check-gpu numerics: %s on %s\n", m->name, name);
     if (m->arch == ARCH_T5) {
-        f = check_layer(g, "T5 encoder (bidirectional)", &enc, 2, 48, 0);
-        n_rows += 3, n_failed += f < 0 ? 3 : f;
-        f = check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48);
-        n_rows += 4, n_failed += f < 0 ? 4 : f;
+        n_failed += check_layer(g, "T5 encoder (bidirectional)", &enc, 2, 48, 0, &n_rows);
+        n_failed += check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48, &n_rows);
     } else {
-        f = check_layer(g, "GPT (causal)", &gpt, 2, 64, 0);
-        n_rows += 3, n_failed += f < 0 ? 3 : f;
+        n_failed += check_layer(g, "GPT (causal)", &gpt, 2, 64, 0, &n_rows);
     }
-    print_gpu_timings(g);
+    if (speed) print_speed(g, gpu, name);
     rt_cuda_close(g);
     printf("%d passed, %d failed\n", n_rows - n_failed, n_failed);
     return n_failed != 0;
@@ -194,9 +333,9 @@ int rt_check_gpu(const model_spec *m)
 
 #else
 
-int rt_check_gpu(const model_spec *m)
+int rt_check_gpu(const model_spec *m, const char *hw, int speed)
 {
-    (void)m;
+    (void)m, (void)hw, (void)speed;
     fprintf(stderr, "dprun check-gpu: this dprun was built without CUDA (no nvcc or cuBLAS was "
                     "found at build time)\n");
     return 1;

@@ -1,10 +1,30 @@
-/* check_gpu.h — `dprun check-gpu`: GPU layer numerics against the CPU layer, and GPU timings. */
+/*
+ * check_gpu.h — `dprun check-gpu`: the GPU layer's numerics (fp64 against the CPU layer, bf16
+ * against fp64) and its speed in bf16 (TFLOP/s, MFU, cuBLASLt's GEMM rate).
+ *
+ * Tolerances, relative errors in norm (||a - b|| / ||b|| over all elements of a quantity):
+ *   RT_CHECK_FP64_TOL       both compute in fp64 and differ only in summation order;
+ *   RT_CHECK_BF16_OUT_TOL   a bf16 value carries a relative rounding error up to 2^-8 (0.4%);
+ *                           the output rounds the input, the weights' bf16 copy and the
+ *                           intermediate activations (about ten roundings in series with fp32
+ *                           accumulation; in norm they add up like a random walk, about 1%): 2%;
+ *   RT_CHECK_BF16_GRAD_TOL  the gradients go back through the same roundings once more and
+ *                           through the softmax's recomputation: 5%.
+ * A bf16 path that computes something else (a wrong mask, a transposed operand, a missing bias)
+ * is off by tens of percent or more, far above these.
+ */
 #ifndef RT_CHECK_GPU_H
 #define RT_CHECK_GPU_H
 
 #include "../models/model.h"
 
-/* Returns 0 when every check passed (prints a table and "N passed, N failed"). */
-int rt_check_gpu(const model_spec *m);
+#define RT_CHECK_FP64_TOL 1e-9
+#define RT_CHECK_BF16_OUT_TOL 2e-2
+#define RT_CHECK_BF16_GRAD_TOL 5e-2
+
+/* Returns 0 when every check passed (prints the tables and "N passed, N failed"). hw names the
+ * GPU preset for MFU (NULL: found from the device's name; MFU is left out when unknown); speed 0
+ * leaves the speed table out. */
+int rt_check_gpu(const model_spec *m, const char *hw, int speed);
 
 #endif /* RT_CHECK_GPU_H */

@@ -29,9 +29,10 @@
 #include "profile.h"
 
 static const char USAGE[] =
-    "dprun [run] --plan FILE --backend cpu|cuda --out FILE [--timeout S]\n"
-    "       dprun profile --backend cpu|cuda --model M [--mbs LIST] [--seqlen LIST] -o FILE\n"
-    "       dprun check-gpu [MODEL]";
+    "dprun [run] --plan FILE --backend cpu|cuda [--dtype bf16|fp64] --out FILE [--timeout S]\n"
+    "       dprun profile --backend cpu|cuda [--dtype bf16|fp64] --model M [--mbs LIST]\n"
+    "                     [--seqlen LIST] -o FILE\n"
+    "       dprun check-gpu [MODEL] [--hw GPU] [--no-speed]";
 
 static void help(void)
 {
@@ -45,6 +46,10 @@ static void help(void)
            "  -p, --plan FILE       execution plan JSON                          (required)\n"
            "  -b, --backend B       cpu (MPI ranks) | cuda (under mpirun one rank per GPU,\n"
            "                        NCCL between them; without mpirun every stage on one GPU) [cpu]\n"
+           "  -d, --dtype T         what the layers compute in and the transfers carry: bf16\n"
+           "                        (training precision: cuBLASLt, cuDNN attention, fp32 master\n"
+           "                        weights) or fp64 (the exact check); the cpu backend is fp64\n"
+           "                        [bf16 on cuda, fp64 on cpu]\n"
            "  -o, --out FILE        measured timeline CSV, written by rank 0      (required)\n"
            "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
            "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
@@ -55,14 +60,19 @@ static void help(void)
            "      --no-plan-check  fault injection: skip the same-plan-on-every-rank hash check\n"
            "profile:\n"
            "  -b, --backend B       cpu | cuda (CUDA-event means)                  [cpu]\n"
+           "  -d, --dtype T         bf16 | fp64 (cuda; the cpu layer is fp64)  [bf16 on cuda]\n"
            "  -m, --model M         model preset or JSON spec (GPT or T5)        [gpt-tiny]\n"
            "      --mbs LIST        micro-batch sizes                             [1,2,4,8]\n"
            "      --seqlen LIST     sequence lengths (T5: encoder lengths)        [32,64,128,256]\n"
            "      --dec-seqlen LIST T5: decoder lengths                           [the --seqlen list]\n"
            "  -r, --repeats N       timed repeats per point (median)              [5]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
-           "check-gpu [MODEL]       GPU layer against the CPU layer (fp64), and GPU timings\n"
-           "                        (needs a build with CUDA and a GPU; make check-gpu)\n"
+           "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
+           "                        against fp64 (stated tolerances), GPT-6.7B-width layer\n"
+           "                        TFLOP/s and MFU beside cuBLASLt's GEMM rate (needs a build\n"
+           "                        with CUDA and a GPU; make check-gpu)           [gpt-tiny]\n"
+           "      --hw GPU          the GPU preset for MFU       [found from the device's name]\n"
+           "      --no-speed        numerics only (no GPT-6.7B-width timing)\n"
            "  -h, --help            this help\n",
            USAGE);
 }
@@ -92,6 +102,23 @@ static int parse_list(const char *text, int *out)
     return n;
 }
 
+/* The element type of a run or profile: --dtype's (NULL: bf16 on the GPU, fp64 on the CPU).
+ * 0, or -1 with the reason in msg. */
+static int resolve_dtype(const char *arg, int on_gpu, rt_dtype *dt, char *msg, size_t cap)
+{
+    if (!arg) return *dt = on_gpu ? RT_BF16 : RT_FP64, 0;
+    if (rt_dtype_parse(arg, dt) != 0) {
+        snprintf(msg, cap, "unknown --dtype \"%s\" (bf16 or fp64)", arg);
+        return -1;
+    }
+    if (!on_gpu && *dt != RT_FP64) {
+        snprintf(msg, cap, "--dtype %s needs --backend cuda: the cpu backend's layers compute in "
+                 "fp64", arg);
+        return -1;
+    }
+    return 0;
+}
+
 static void barrier(void)
 {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -101,20 +128,22 @@ static int profile_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
+        {"dtype", required_argument, 0, 'd'},
         {"mbs", required_argument, 0, 1},       {"seqlen", required_argument, 0, 2},
         {"dec-seqlen", required_argument, 0, 3},
         {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
         {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *model = "gpt-tiny", *out = NULL, *backend = "cpu";
+    const char *model = "gpt-tiny", *out = NULL, *backend = "cpu", *dtype = NULL;
     int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
     int64_t repeats = 5;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:m:r:o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:m:d:r:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'b': backend = optarg; break;
         case 'm': model = optarg; break;
+        case 'd': dtype = optarg; break;
         case 1:
             if ((n_mbs = parse_list(optarg, mbs)) <= 0) return usage_error("bad --mbs list", optarg);
             break;
@@ -138,6 +167,9 @@ static int profile_main(int argc, char **argv)
         fprintf(stderr, "dprun profile: unknown backend \"%s\" (cpu or cuda)\n", backend);
         return 1;
     }
+    rt_dtype dt;
+    char why[200];
+    if (resolve_dtype(dtype, on_gpu, &dt, why, sizeof why) != 0) return usage_error(why, NULL);
     dp_err err = {0};
     model_spec m;
     if (model_resolve(model, &m, &err) != DP_OK) {
@@ -151,7 +183,7 @@ static int profile_main(int argc, char **argv)
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     }
     rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,
-                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu};
+                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu, dt};
     int rc = 0;
     if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);
@@ -161,6 +193,34 @@ static int profile_main(int argc, char **argv)
     }
     if (mpi) MPI_Finalize();
     return rc;
+}
+
+/* dprun check-gpu [MODEL] [--hw GPU] [--no-speed] */
+static int check_gpu_main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"hw", required_argument, 0, 1},
+                                         {"no-speed", no_argument, 0, 2},
+                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *hw = NULL, *model = "gpt-tiny";
+    int c, speed = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 1: hw = optarg; break;
+        case 2: speed = 0; break;
+        case 'h': help(); return 0;
+        default: return usage_error("unknown or incomplete option", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) model = argv[optind++];
+    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve(model, &m, &err) != DP_OK) {
+        fprintf(stderr, "dprun check-gpu: error: %s\n", err.msg);
+        return 1;
+    }
+    return rt_check_gpu(&m, hw, speed);
 }
 
 /* A failed collective (MPI_ERRORS_RETURN is set): the rank says which and why, the job ends. */
@@ -188,6 +248,7 @@ static int run_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"plan", required_argument, 0, 'p'},  {"backend", required_argument, 0, 'b'},
+        {"dtype", required_argument, 0, 'd'},
         {"out", required_argument, 0, 'o'},   {"output", required_argument, 0, 'o'},
         {"timeout", required_argument, 0, 't'}, {"iterations", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'}, {"stall-rank", required_argument, 0, 1},
@@ -195,17 +256,18 @@ static int run_main(int argc, char **argv)
         {"stall-s", required_argument, 0, 2},  {"no-plan-check", no_argument, 0, 3},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *plan_path = NULL, *out = NULL, *backend = "cpu";
+    const char *plan_path = NULL, *out = NULL, *backend = "cpu", *dtype = NULL;
     double timeout = 60;
     int64_t iterations = 0, warmup = 1, stall_rank = -1;
     int repeat_first = 1;
     double stall_s = 0;
     int c, check_plan = 1;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":p:b:o:t:n:w:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:b:d:o:t:n:w:h", opts, NULL)) != -1) {
         switch (c) {
         case 'p': plan_path = optarg; break;
         case 'b': backend = optarg; break;
+        case 'd': dtype = optarg; break;
         case 'o': out = optarg; break;
         case 't':
             if (dp_parse_f64(optarg, &timeout) != 0 || timeout <= 0) return usage_error("bad --timeout", optarg);
@@ -230,6 +292,13 @@ static int run_main(int argc, char **argv)
     }
     if (optind < argc) return usage_error("unexpected argument", argv[optind]);
     if (!plan_path || !out) return usage_error("run needs --plan and --out", NULL);
+    rt_dtype dt = RT_FP64;
+    {
+        char why[200];
+        int gpu = strcmp(backend, "cuda") == 0;
+        if ((gpu || strcmp(backend, "cpu") == 0) && resolve_dtype(dtype, gpu, &dt, why, sizeof why) != 0)
+            return usage_error(why, NULL);
+    }
     {
         dp_err derr = {0};
         out_role in[] = {{"--plan", plan_path}}, outs[] = {{"--out", out}};
@@ -302,7 +371,7 @@ static int run_main(int argc, char **argv)
         return fail_all(rank, msg);
     }
     rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s,
-                 repeat_first};
+                 repeat_first, dt};
     rt_result res;
     st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {
@@ -343,7 +412,7 @@ static int run_main(int argc, char **argv)
             for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
                 fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d\n", r[i].iteration, r[i].stage,
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
-                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, RT_WIRE_ELEM_BYTES,
+                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, (int)rt_dtype_act_bytes(dt),
                         (unsigned long long)h, r[i].repeat);
             if (out_commit(&of, &werr) != DP_OK) {
                 fprintf(stderr, "dprun: error: %s\n", werr.msg);
@@ -351,10 +420,11 @@ static int run_main(int argc, char **argv)
             }
             int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
             if (on_gpu && size == 1)
-                fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations", pl.h.pp, n_run);
+                fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations in %s", pl.h.pp,
+                        n_run, rt_dtype_name(dt));
             else
-                fprintf(stderr, "dprun: %d ranks%s ran %d iterations", size,
-                        on_gpu ? " (one GPU each)" : "", n_run);
+                fprintf(stderr, "dprun: %d ranks%s ran %d iterations in %s", size,
+                        on_gpu ? " (one GPU each)" : "", n_run, rt_dtype_name(dt));
             fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
                     rc ? "could not write" : "wrote", out);
         }
@@ -377,15 +447,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "profile") == 0) return profile_main(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "check-gpu") == 0) {
-        model_spec m;
-        dp_err err = {0};
-        if (model_resolve(argc >= 3 ? argv[2] : "gpt-tiny", &m, &err) != DP_OK) {
-            fprintf(stderr, "dprun check-gpu: error: %s\n", err.msg);
-            return 1;
-        }
-        return rt_check_gpu(&m);
-    }
+    if (argc >= 2 && strcmp(argv[1], "check-gpu") == 0) return check_gpu_main(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "run") == 0) return run_main(argc - 1, argv + 1);
     return run_main(argc, argv);
 }

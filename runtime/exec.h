@@ -14,8 +14,9 @@
  *            layer calls back between its GEMMs and the executor drives MPI's progress there);
  *   FREE     releases the slot's buffers; those a send still reads go once it completes (never
  *            waits there: a receiver may post later than the plan's untimed order suggests).
- * Transfers: the plan's bytes count act_dtype elements (2 bytes); the CPU layer computes and
- * moves fp64, 8 bytes per element (RT_WIRE_ELEM_BYTES), which dprun records in the measured
+ * Transfers: the plan's bytes count act_dtype elements (2 bytes). The CPU layer computes and
+ * moves fp64, 8 bytes per element; the cuda backend bf16 (2 bytes: the plan's bytes exactly) or,
+ * with --dtype fp64, 8 (rt_opts.dtype, runtime/layout.h). dprun records the size in the measured
  * timeline (column wire_elem_bytes) so that dpsim validate simulates the bytes really moved.
  * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
  * With D > 1 replicas, each stage all-reduces its gradients across replicas after an iteration.
@@ -44,11 +45,10 @@
 
 #include "../models/model.h"
 #include "../scheduler/plan.h"
+#include "layout.h"
 
 #define RT_OP_ALLREDUCE (-1) /* a record's op for the replicas' gradient all-reduce ("ALLREDUCE") */
 enum { RT_RECORD_OFF, RT_RECORD_ON, RT_RECORD_REPEAT }; /* an executor's recording of a run */
-#define RT_WIRE_DTYPE "fp64" /* what both backends compute in and move today */
-#define RT_WIRE_ELEM_BYTES 8
 
 /* One measured operation (the timeline CSV row). */
 typedef struct rt_record {
@@ -67,6 +67,8 @@ typedef struct rt_opts {
     double stall_s;
     int repeat_first;  /* run the first iteration once more right after it, recorded with
                         * repeat = 1: the machine's noise, which dpsim validate reports */
+    rt_dtype dtype;    /* what the layers compute in and the transfers carry (layout.h): the cpu
+                        * backend runs fp64 only; the cuda backend either (bf16 by default) */
 } rt_opts;
 
 /* What a run leaves: the measured operations, and the sum of squares of the parameter gradients

@@ -67,17 +67,18 @@ typedef struct gchunk { /* the layers of one virtual stage */
  * stage receives enc alone and sends d(enc) alone (runtime/exec.c's wire format). */
 typedef struct gslot {
     int B, S, Se;                  /* S: this stage's length; Se: the encoder's (decoders) */
-    size_t nh, ne, na;             /* B*S*H, B*Se*H, one layer's saved activations */
-    double *in, *out, *dout, *din, *acts, *dlogits;
-    double *enc, *denc, *wire[2];  /* decoder stages */
+    size_t nh, ne;                 /* elements: B*S*H, B*Se*H */
+    size_t na;                     /* bytes of one layer's saved activations (layout.h) */
+    void *in, *out, *dout, *din, *acts, *dlogits; /* elements of the run's dtype */
+    void *enc, *denc, *wire[2];    /* decoder stages */
     void *arrived[2]; /* a remote RECV's completion event, per kind; NULL when local */
 } gslot;
 
 typedef struct gmsg { /* a local SEND that a RECV may consume */
     int posted;
     void *ev;
-    const double *src;
-    size_t n;
+    const void *src;
+    size_t n; /* elements */
 } gmsg;
 
 typedef struct gtimed {
@@ -88,6 +89,8 @@ typedef struct gtimed {
 typedef struct gctx {
     const rt_opts *o;
     int pp, chunks, nv, hidden, vocab;
+    rt_dtype dt;               /* what the layers compute in and the wire carries (layout.h) */
+    size_t eb;                 /* bytes of one activation element: rt_dtype_act_bytes(dt) */
     int multi;                 /* multi-GPU mode: this process drives one stage */
     int rank, stage, replica;  /* multi-GPU mode: this rank's place */
     char host[64];
@@ -95,8 +98,8 @@ typedef struct gctx {
     plan_machine pm;           /* the plan's semantics for the iteration being run */
     rt_cuda **stream;          /* per stage; NULL for the stages of other ranks */
     gchunk *ch;                /* nv; layers only for driven virtual stages */
-    double *emb, *demb, *logits;
-    size_t logits_cap;
+    void *emb, *demb, *logits; /* the tied embedding's parameter and gradient blocks; scratch */
+    size_t logits_cap;         /* elements */
     gslot *slots;              /* n_mb * nv */
     gmsg *msgs;                /* 2 * n_mb * nv, by (kind, mb, receiving virtual stage) */
     gtimed *timed;             /* this iteration's timed instructions */
@@ -184,23 +187,24 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             s->Se = ch->decoder ? it->mb[mb].enc_len : 0;
             s->nh = (size_t)s->B * s->S * c->hidden;
             s->ne = (size_t)s->B * s->Se * c->hidden;
-            s->na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
-            s->in = rt_cuda_alloc(s->nh), s->out = rt_cuda_alloc(s->nh);
-            s->dout = rt_cuda_alloc(s->nh), s->din = rt_cuda_alloc(s->nh);
+            s->na = rt_layer_acts_bytes(&ch->shape, s->B, s->S, s->Se, c->dt);
+            size_t bh = s->nh * c->eb, be = s->ne * c->eb;
+            s->in = rt_cuda_alloc(bh), s->out = rt_cuda_alloc(bh);
+            s->dout = rt_cuda_alloc(bh), s->din = rt_cuda_alloc(bh);
             s->acts = rt_cuda_alloc(s->na * (size_t)ch->layers);
-            if (ch->last) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab);
+            if (ch->last) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab * c->eb);
             int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->last && !s->dlogits);
             if (ch->decoder) {
-                s->enc = rt_cuda_alloc(s->ne), s->denc = rt_cuda_alloc(s->ne);
-                s->wire[KIND_ACT] = rt_cuda_alloc(s->nh + s->ne);
-                s->wire[KIND_GRAD] = rt_cuda_alloc(s->nh + s->ne);
+                s->enc = rt_cuda_alloc(be), s->denc = rt_cuda_alloc(be);
+                s->wire[KIND_ACT] = rt_cuda_alloc(bh + be);
+                s->wire[KIND_GRAD] = rt_cuda_alloc(bh + be);
                 bad |= !s->enc || !s->denc || !s->wire[KIND_ACT] || !s->wire[KIND_GRAD];
             }
             if (bad) return no_memory(c, "the micro-batches' activations");
             size_t rows = (size_t)s->B * s->S * c->vocab;
             if (ch->last && rows > c->logits_cap) {
                 rt_cuda_free(c->logits);
-                c->logits = rt_cuda_alloc(rows);
+                c->logits = rt_cuda_alloc(rows * rt_dtype_stat_bytes(c->dt));
                 c->logits_cap = rows;
                 if (!c->logits) return no_memory(c, "the logits");
             }
@@ -208,8 +212,9 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
     return DP_OK;
 }
 
-/* Where a transfer of `kind` is read from (send) or lands (receive) on slot s, and its size. */
-static double *wire_of(const gchunk *ch, gslot *s, int kind, int send, size_t *n)
+/* Where a transfer of `kind` is read from (send) or lands (receive) on slot s, and its size in
+ * elements. */
+static void *wire_of(const gchunk *ch, gslot *s, int kind, int send, size_t *n)
 {
     *n = s->nh;
     if (!ch->decoder)
@@ -220,74 +225,75 @@ static double *wire_of(const gchunk *ch, gslot *s, int kind, int send, size_t *n
     return s->wire[kind];
 }
 
-/* [a | b] to or from a decoder stage's wire buffer. */
-static void pack(rt_cuda *g, gslot *s, int kind, const double *a, const double *b)
+/* [a | b] to or from a decoder stage's wire buffer (eb bytes per element). */
+static void pack(rt_cuda *g, gslot *s, int kind, const void *a, const void *b, size_t eb)
 {
-    rt_cuda_copy(g, s->wire[kind], a, s->nh);
-    rt_cuda_copy(g, s->wire[kind] + s->nh, b, s->ne);
+    rt_cuda_copy(g, s->wire[kind], a, s->nh * eb);
+    rt_cuda_copy(g, (char *)s->wire[kind] + s->nh * eb, b, s->ne * eb);
 }
 
-static void unpack(rt_cuda *g, gslot *s, int kind, double *a, double *b)
+static void unpack(rt_cuda *g, gslot *s, int kind, void *a, void *b, size_t eb)
 {
-    rt_cuda_copy(g, a, s->wire[kind], s->nh);
-    rt_cuda_copy(g, b, s->wire[kind] + s->nh, s->ne);
+    rt_cuda_copy(g, a, s->wire[kind], s->nh * eb);
+    rt_cuda_copy(g, b, (const char *)s->wire[kind] + s->nh * eb, s->ne * eb);
 }
+
+/* Layer l's saved activations in a slot's block. */
+static void *acts_at(const gslot *s, int l) { return (char *)s->acts + (size_t)l * s->na; }
 
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
     if (ch->first_decoder) /* the target embedding; the encoder output has arrived in enc */
-        rt_cuda_fill(g, s->in, s->nh, (unsigned)(mb * 977 + iteration), 1.0);
+        rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 977 + iteration), 1.0);
     else if (ch->first) /* the input embedding */
-        rt_cuda_fill(g, s->in, s->nh, (unsigned)(mb * 131 + iteration), 1.0);
+        rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 131 + iteration), 1.0);
     else if (ch->decoder)
-        unpack(g, s, KIND_ACT, s->in, s->enc);
-    const double *cur = s->in;
+        unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
+    const void *cur = s->in;
     for (int l = 0; l < ch->layers; l++) {
-        double *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
-        rt_cuda_layer_fwd(g, &ch->p[l], s->B, s->S, cur, dst, s->acts + (size_t)l * s->na, s->enc,
-                          s->Se);
+        void *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
+        rt_cuda_layer_fwd(g, &ch->p[l], s->B, s->S, cur, dst, acts_at(s, l), s->enc, s->Se);
         cur = dst;
     }
-    if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh);
+    if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh * c->eb);
     if (ch->last)
         rt_cuda_lm_head_fwd(g, s->out, c->emb, c->logits, s->dlogits, s->B * s->S, c->hidden,
-                            c->vocab, mb);
+                            c->vocab, mb, c->dt);
     else if (ch->decoder)
-        pack(g, s, KIND_ACT, s->out, s->enc);
+        pack(g, s, KIND_ACT, s->out, s->enc, c->eb);
 }
 
 static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
 {
     if (ch->last) {
         rt_cuda_lm_head_bwd(g, s->dlogits, c->emb, s->out, s->dout, c->demb, s->B * s->S,
-                            c->hidden, c->vocab);
-        if (ch->decoder) rt_cuda_zero(g, s->denc, s->ne);
+                            c->hidden, c->vocab, c->dt);
+        if (ch->decoder) rt_cuda_zero(g, s->denc, s->ne * c->eb);
     } else if (ch->decoder) {
-        unpack(g, s, KIND_GRAD, s->dout, s->denc);
+        unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
     }
     /* ping-pong between din and in (the layer inputs are kept in acts, so in is scratch by now),
      * ending in din at layer 0; every decoder layer adds its encoder-output gradient to denc */
-    const double *cur = s->dout;
+    const void *cur = s->dout;
     for (int l = ch->layers - 1; l >= 0; l--) {
-        double *dst = l % 2 == 0 ? s->din : s->in;
-        rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], s->B, s->S, cur, dst,
-                                s->acts + (size_t)l * s->na, s->Se, s->denc);
+        void *dst = l % 2 == 0 ? s->din : s->in;
+        rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], s->B, s->S, cur, dst, acts_at(s, l),
+                                s->Se, s->denc);
         cur = dst;
     }
-    if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh);
-    if (ch->decoder && !ch->first_decoder) pack(g, s, KIND_GRAD, s->din, s->denc);
+    if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
+    if (ch->decoder && !ch->first_decoder) pack(g, s, KIND_GRAD, s->din, s->denc, c->eb);
 }
 
 static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
 {
     for (int l = ch->layers - 1; l >= 0; l--)
-        rt_cuda_layer_bwd_weight(g, &ch->g[l], s->B, s->S, s->acts + (size_t)l * s->na, s->enc,
-                                 s->Se);
+        rt_cuda_layer_bwd_weight(g, &ch->g[l], s->B, s->S, acts_at(s, l), s->enc, s->Se);
 }
 
 /* A transfer with a stage of another rank: the link stream waits for the stage to reach the
  * instruction (t->e0), moves the buffer over NCCL, and records t->e1. */
-static int remote_transfer(gctx *c, gtimed *t, int send, int kind, double *buf, size_t n)
+static int remote_transfer(gctx *c, gtimed *t, int send, int kind, void *buf, size_t n)
 {
 #ifdef DPRUN_NCCL
     int link = kind == KIND_ACT ? (send ? LINK_ACT_OUT : LINK_ACT_IN)
@@ -295,8 +301,8 @@ static int remote_transfer(gctx *c, gtimed *t, int send, int kind, double *buf, 
     rt_cuda *ls = c->link_stream[link];
     char why[256];
     rt_cuda_wait_event(ls, t->e0);
-    int rc = send ? rt_nccl_send(c->link[link], buf, n, 1, ls, why, sizeof why)
-                  : rt_nccl_recv(c->link[link], buf, n, 0, ls, why, sizeof why);
+    int rc = send ? rt_nccl_send(c->link[link], buf, n * c->eb, 1, ls, why, sizeof why)
+                  : rt_nccl_recv(c->link[link], buf, n * c->eb, 0, ls, why, sizeof why);
     if (rc != 0) {
         dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
         return -1;
@@ -330,7 +336,7 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, int i, int iteration
     gmsg *in_msg = is_recv ? &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + v] : NULL;
     if (is_recv && !remote && !in_msg->posted) return 0;
     size_t n = 0, eb = (size_t)c->o->pl->h.act_elem_bytes;
-    double *buf = is_send || is_recv ? wire_of(ch, s, kind, is_send, &n) : NULL;
+    void *buf = is_send || is_recv ? wire_of(ch, s, kind, is_send, &n) : NULL;
     if ((is_send || is_recv) && (size_t)x->bytes != eb * n) {
         dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
                 "micro-batch's shape needs %zu (%zu %s elements)", plan_op_name(x->op), x->mb,
@@ -374,7 +380,7 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, int i, int iteration
     case OP_RECV_ACT:
     case OP_RECV_GRAD:
         rt_cuda_wait_event(g, in_msg->ev);
-        rt_cuda_copy(g, buf, in_msg->src, n);
+        rt_cuda_copy(g, buf, in_msg->src, n * c->eb);
         break;
     default: break; /* FREE: the slot is released (plan_machine.h); its device buffers, allocated
                      * before the iteration so that no allocation is timed, are reused after it */
@@ -431,7 +437,7 @@ static dp_status enqueue_allreduce(gctx *c)
     for (int k = 0; k < c->chunks; k++) {
         gchunk *ch = &c->ch[k * c->pp + c->stage];
         for (int l = 0; l < ch->layers; l++)
-            if (rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, g, why,
+            if (rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, c->dt, g, why,
                                   sizeof why) != 0)
                 return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
     }
@@ -509,9 +515,11 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
         for (int v = 0; v < c->nv; v++) {
             rt_cuda *g = c->stream[v % c->pp];
             for (int l = 0; g && l < c->ch[v].layers; l++)
-                rt_cuda_zero(g, c->ch[v].g[l].block, c->ch[v].g[l].count);
+                rt_cuda_zero(g, c->ch[v].g[l].block, rt_grad_block_bytes(c->ch[v].g[l].count, c->dt));
         }
-        if (c->demb) rt_cuda_zero(c->stream[c->pp - 1], c->demb, (size_t)c->vocab * c->hidden);
+        if (c->demb)
+            rt_cuda_zero(c->stream[c->pp - 1], c->demb,
+                         rt_grad_block_bytes((size_t)c->vocab * c->hidden, c->dt));
         rt_cuda_event_record(c->stream[first], c->start);
         for (int r = first + 1; r < c->pp; r++)
             if (c->stream[r]) rt_cuda_wait_event(c->stream[r], c->start);
@@ -565,6 +573,23 @@ static dp_status pick_device(gctx *c, int *device)
     return DP_OK;
 }
 
+/* A device parameter block of `count` parameters (layout.h, at the run's dtype) from host doubles,
+ * and a zeroed gradient block beside it. */
+static dp_status upload_params(gctx *c, rt_cuda *g, const double *host, size_t count, void **params,
+                               void **grads)
+{
+    size_t pb = rt_param_block_bytes(count, c->dt), gb = rt_grad_block_bytes(count, c->dt);
+    void *staging = malloc(pb);
+    if (!staging) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    rt_param_block_pack(staging, host, count, c->dt);
+    *params = rt_cuda_alloc(pb), *grads = rt_cuda_alloc(gb);
+    int bad = !*params || !*grads || rt_cuda_put(*params, staging, pb) != 0;
+    free(staging);
+    if (bad) return no_memory(c, "the parameters");
+    rt_cuda_zero(g, *grads, gb);
+    return DP_OK;
+}
+
 static dp_status setup(gctx *c, const model_spec *m)
 {
     char why[256];
@@ -603,23 +628,21 @@ static dp_status setup(gctx *c, const model_spec *m)
             if (rt_layer_params_alloc(&host, &ch->shape) != 0)
                 return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             rt_layer_params_init(&host, &ch->shape, (unsigned)(v * 1000 + l));
-            rt_cuda_layer d = {ch->shape, NULL, host.count};
+            rt_cuda_layer d = {ch->shape, c->dt, NULL, host.count};
             ch->p[l] = ch->g[l] = d;
-            ch->p[l].block = rt_cuda_alloc(host.count);
-            ch->g[l].block = rt_cuda_alloc(host.count);
-            int bad = !ch->p[l].block || !ch->g[l].block ||
-                      rt_cuda_put(ch->p[l].block, host.block, host.count) != 0;
+            st = upload_params(c, g0, host.block, host.count, &ch->p[l].block, &ch->g[l].block);
             rt_layer_params_free(&host);
-            if (bad) return no_memory(c, "the parameters");
-            rt_cuda_zero(g0, ch->g[l].block, host.count);
+            if (st != DP_OK) return st;
         }
     }
     if (has_last) { /* the tied embedding: the LM head's weights */
         size_t ne = (size_t)m->vocab * m->hidden;
-        c->emb = rt_cuda_alloc(ne), c->demb = rt_cuda_alloc(ne);
-        if (!c->emb || !c->demb) return no_memory(c, "the embedding");
-        rt_cuda_fill(g0, c->emb, ne, 99, 0.04);
-        rt_cuda_zero(g0, c->demb, ne);
+        double *host = malloc(ne * sizeof *host);
+        if (!host) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+        rt_fill(host, ne, 99, 0.04);
+        st = upload_params(c, g0, host, ne, &c->emb, &c->demb);
+        free(host);
+        if (st != DP_OK) return st;
     }
     if (!(c->start = rt_cuda_event_new())) return no_memory(c, "an event");
     return rt_cuda_sync(g0, why, sizeof why) == 0
@@ -694,16 +717,21 @@ static void teardown(gctx *c)
     rt_cuda_event_free(c->start);
 }
 
-/* *acc += the sum of squares of n doubles on the device. */
-static dp_status add_sum_sq(gctx *c, const double *dev, size_t n, double *acc)
+/* *acc += the sum of squares of a gradient block of n elements on the device. */
+static dp_status add_sum_sq(gctx *c, const void *dev, size_t n, double *acc)
 {
+    size_t bytes = rt_grad_block_bytes(n, c->dt);
     double *h = malloc((n ? n : 1) * sizeof *h);
-    if (!h) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-    int bad = rt_cuda_get(h, dev, n) != 0;
-    if (!bad) *acc += rt_sum_sq(h, n);
-    free(h);
-    return bad ? dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): could not read the gradients back")
-               : DP_OK;
+    void *raw = malloc(bytes ? bytes : 1);
+    dp_status st = DP_OK;
+    if (!h || !raw)
+        st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    else if (rt_cuda_get(raw, dev, bytes) != 0)
+        st = dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): could not read the gradients back");
+    else
+        rt_from_stat(h, raw, n, c->dt), *acc += rt_sum_sq(h, n);
+    free(h), free(raw);
+    return st;
 }
 
 /* The sum of squares of the gradients this process holds (rt_result.grad_sq). */
@@ -741,6 +769,7 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     c.o = o, c.err = err;
     c.pp = pl->h.pp, c.chunks = pl->h.chunks, c.nv = c.pp * c.chunks;
     c.hidden = m->hidden, c.vocab = m->vocab;
+    c.dt = o->dtype, c.eb = rt_dtype_act_bytes(o->dtype);
     c.multi = size > 1;
     if (c.multi) {
         MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);

@@ -30,15 +30,15 @@ typedef struct point {
     double fwd_ms, bwd_ms, stored_mb, peak_mb;
 } point;
 
-/* stored: what the forward keeps for the backward; peak: with the backward's buffers too */
-static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, point *out)
+/* stored: what the forward keeps for the backward (layout.h); peak: with the gradients kept for
+ * the weight pass and three activation-sized buffers of the backward too, at type dt */
+static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt, point *out)
 {
-    size_t hk = (size_t)s->heads * s->kv, n = (size_t)B * S, nh = n * (size_t)s->hidden;
-    size_t grads = n * (3 * hk + 2 * (size_t)s->hidden + s->ffn) +
-                   (s->cross ? n * (hk + (size_t)s->hidden) + (size_t)B * Se * 2 * hk : 0);
-    size_t total = rt_layer_acts_doubles(s, B, S, Se);
-    out->stored_mb = (double)(total - grads) * 8 / 1e6;
-    out->peak_mb = (double)total * 8 / 1e6 + (double)nh * 8 * 3 / 1e6;
+    rt_acts_layout l;
+    rt_layer_acts_layout(s, B, S, Se, dt, &l);
+    size_t nh = (size_t)B * S * (size_t)s->hidden;
+    out->stored_mb = (double)rt_acts_forward_bytes(&l) / 1e6;
+    out->peak_mb = (double)l.total / 1e6 + (double)(nh * rt_dtype_act_bytes(dt)) * 3 / 1e6;
 }
 
 /* Times one layer of shape s on (B, S) (encoder output (B, Se) for a cross layer): the median of
@@ -77,7 +77,7 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
     }
     out->fwd_ms = median(tf, R);
     out->bwd_ms = median(tb, R);
-    layer_memory(s, B, S, Se, out);
+    layer_memory(s, B, S, Se, RT_FP64, out);
 out:
     for (int k = 0; k < have; k++) rt_layer_acts_free(&a[k]);
     free(x), free(y), free(dx), free(enc), free(denc), free(tf), free(tb);
@@ -150,9 +150,13 @@ static dp_status prober_open(prober *pr, dp_err *err)
     if (!(pr->gpu = rt_cuda_open(0, why, sizeof why))) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
     for (int k = 0; k <= t5; k++) {
         rt_cuda_layer *l = &pr->dev[k];
-        *l = (rt_cuda_layer){*pr->shape[k], rt_cuda_alloc(pr->p[k].count), pr->p[k].count};
-        if (!l->block || rt_cuda_put(l->block, pr->p[k].block, pr->p[k].count) != 0)
-            return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
+        size_t n = pr->p[k].count, bytes = rt_param_block_bytes(n, pr->o->dtype);
+        void *staging = malloc(bytes);
+        *l = (rt_cuda_layer){*pr->shape[k], pr->o->dtype, rt_cuda_alloc(bytes), n};
+        if (staging) rt_param_block_pack(staging, pr->p[k].block, n, pr->o->dtype);
+        int bad = !staging || !l->block || rt_cuda_put(l->block, staging, bytes) != 0;
+        free(staging);
+        if (bad) return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
     }
     return DP_OK;
 #else
@@ -183,7 +187,7 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, point *pt,
     if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], B, S, Se, R, &pt->fwd_ms, &pt->bwd_ms) != 0)
         return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of device "
                        "memory?)", B, S);
-    layer_memory(pr->shape[k], B, S, Se, pt);
+    layer_memory(pr->shape[k], B, S, Se, o->dtype, pt);
 #endif
     return DP_OK;
 }
@@ -197,8 +201,8 @@ static dp_status probe_head(prober *pr, int n, point *pt, dp_err *err)
     if (!o->on_gpu) return time_head(o->model, n, R, o->warmup, pt, err);
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
-    if (rt_cuda_time_head(pr->gpu, n, o->model->hidden, o->model->vocab, R, &pt->fwd_ms,
-                          &pt->bwd_ms) != 0)
+    if (rt_cuda_time_head(pr->gpu, n, o->model->hidden, o->model->vocab, o->dtype, R,
+                          &pt->fwd_ms, &pt->bwd_ms) != 0)
         return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed on the LM head at %d tokens (out of "
                        "device memory?)", n);
 #endif
@@ -244,8 +248,8 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
                 fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
             }
             if (o->progress)
-                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer%s\n",
-                        B, S, pt.fwd_ms, pt.bwd_ms, o->on_gpu ? " (GPU)" : "");
+                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer (%s, %s)\n",
+                        B, S, pt.fwd_ms, pt.bwd_ms, o->on_gpu ? "GPU" : "CPU", rt_dtype_name(o->dtype));
             for (int k = 0; t5 && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
                 st = probe_layer(&pr, 1, B, decs[k], S, &pt, err);
                 if (st == DP_OK) write_layer(fp, "decoder", B, S, decs[k], &pt);

@@ -10,7 +10,9 @@
  * decoder lengths, postprocess on (mbs, dec). `dpsim --profile` uses the file directly.
  *
  * With on_gpu (dprun profile --backend cuda, a CUDA build) the same grid is timed on the GPU
- * layer (runtime/cuda/) instead, by CUDA-event means.
+ * layer (runtime/cuda/) instead, by CUDA-event means, at the element type `dtype` (bf16, the
+ * training precision, by default; the stored and peak memory then are the bf16 layer's: no S^2
+ * attention term, layout.h). The CPU layer is fp64.
  *
  * Under mpirun every rank measures the same grid at the same time (a barrier per point), so the
  * timings include the contention of busy neighbouring ranks, as in a run; rank 0 writes the file.
@@ -19,6 +21,7 @@
 #define RT_PROFILE_H
 
 #include "../models/model.h"
+#include "layout.h"
 
 typedef struct rt_profile_opts {
     const model_spec *model;
@@ -33,6 +36,7 @@ typedef struct rt_profile_opts {
     int progress; /* a line per grid point on stderr */
     void (*sync)(void); /* called before each grid point (MPI_Barrier when all ranks profile) */
     int on_gpu; /* on the CUDA layer (CUDA-event means; not under mpirun) */
+    rt_dtype dtype; /* the layer's element type (RT_FP64 on the CPU) */
 } rt_profile_opts;
 
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err);

@@ -1,23 +1,13 @@
-// The layers of runtime/layer.c (GPT, T5 encoder and decoder) on the GPU: cuBLAS for the GEMMs,
-// small kernels for the rest.
-// Mirrors layer.c step by step, in fp64, with the same activation layout, so that `dprun
-// check-gpu` can compare the two backends value by value.
-#include "layer_cuda.h"
+// The GPU context, memory, events, and the fp64 layers of runtime/layer.c (GPT, T5 encoder and
+// decoder): cuBLAS for the GEMMs, small kernels for the rest, step by step as layer.c with the
+// same activation layout, so that `dprun check-gpu` compares the two backends value by value.
+// The bf16 layers are layer_bf16.cu's; the public functions here dispatch on the layer's dtype.
+#include "cuda_ctx.h"
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct rt_cuda {
-    int device;
-    cudaStream_t stream;
-    cublasHandle_t blas;
-};
-
-#define THREADS 256
 
 extern "C" rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
 {
@@ -38,19 +28,34 @@ extern "C" rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
         return NULL;
     }
     g->device = device;
+    if (rt_bf16_open(g, why, why_cap) != 0) {
+        rt_cuda_close(g);
+        return NULL;
+    }
     return g;
 }
 
 extern "C" void rt_cuda_close(rt_cuda *g)
 {
     if (!g) return;
+    rt_bf16_close(g);
     cublasDestroy(g->blas);
     cudaStreamDestroy(g->stream);
     free(g);
 }
 
+// A failure the bf16 layer found while enqueueing (layer_bf16.cu), reported once.
+static int enqueue_failed(rt_cuda *g, char *why, size_t why_cap)
+{
+    if (!g->fail[0]) return 0;
+    snprintf(why, why_cap, "%s", g->fail);
+    g->fail[0] = '\0';
+    return 1;
+}
+
 extern "C" int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap)
 {
+    if (enqueue_failed(g, why, why_cap)) return -1;
     cudaError_t e = cudaStreamSynchronize(g->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess) return 0;
@@ -60,6 +65,7 @@ extern "C" int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap)
 
 extern "C" int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap)
 {
+    if (enqueue_failed(g, why, why_cap)) return -1;
     cudaError_t e = cudaStreamQuery(g->stream);
     if (e == cudaErrorNotReady) return 0;
     if (e == cudaSuccess) e = cudaGetLastError();
@@ -70,32 +76,44 @@ extern "C" int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap)
 
 extern "C" void *rt_cuda_stream(rt_cuda *g) { return (void *)g->stream; }
 
+extern "C" void rt_cuda_device_name(rt_cuda *g, char *buf, size_t cap)
+{
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, g->device) == cudaSuccess)
+        snprintf(buf, cap, "%s", prop.name);
+    else
+        snprintf(buf, cap, "CUDA device %d", g->device);
+}
+
 extern "C" int rt_cuda_device_count(void)
 {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-extern "C" double *rt_cuda_alloc(size_t n)
+extern "C" void *rt_cuda_alloc(size_t bytes)
 {
     void *p = NULL;
-    return cudaMalloc(&p, (n ? n : 1) * sizeof(double)) == cudaSuccess ? (double *)p : NULL;
+    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
 }
 
-extern "C" void rt_cuda_free(double *p)
+extern "C" void rt_cuda_free(void *p)
 {
     if (p) cudaFree(p);
 }
 
-extern "C" int rt_cuda_put(double *dst, const double *src, size_t n)
+extern "C" int rt_cuda_put(void *dst, const void *src, size_t bytes)
 {
-    return cudaMemcpy(dst, src, n * sizeof(double), cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
 }
 
-extern "C" int rt_cuda_get(double *dst, const double *src, size_t n)
+extern "C" int rt_cuda_get(void *dst, const void *src, size_t bytes)
 {
-    return cudaMemcpy(dst, src, n * sizeof(double), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
+
+// Device doubles (the fp64 layer's scratch).
+static double *alloc_doubles(size_t n) { return (double *)rt_cuda_alloc(n * sizeof(double)); }
 
 // ---- GEMM in row-major terms -------------------------------------------------------------------
 // C (M x N) = alpha op(A) (M x K) op(B) (K x N) + beta C, row-major: cuBLAS (column-major) computes
@@ -136,35 +154,6 @@ __global__ void k_colsum(double *db, const double *dy, int n, int out)
         for (int i = 0; i < n; i++) s += dy[(long long)i * out + j];
         db[j] += s;
     }
-}
-
-// Block-wide sum of v (THREADS threads).
-__device__ double block_sum(double v)
-{
-    __shared__ double buf[THREADS];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = buf[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ double block_max(double v)
-{
-    __shared__ double buf[THREADS];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) buf[threadIdx.x] = fmax(buf[threadIdx.x], buf[threadIdx.x + s]);
-        __syncthreads();
-    }
-    double r = buf[0];
-    __syncthreads();
-    return r;
 }
 
 #define LN_EPS 1e-5
@@ -250,26 +239,20 @@ __global__ void k_softmax_bwd(double *dp, const double *p, int sk, double scale)
     for (int j = threadIdx.x; j < sk; j += THREADS) dr[j] = pr[j] * (dr[j] - dot) * scale;
 }
 
-static int grid_for(long long n)
-{
-    long long b = (n + THREADS - 1) / THREADS;
-    return (int)(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
-
 // ---- the layer ------------------------------------------------------------------------------
 // Parameters and saved activations are laid out by runtime/layer.c's binders: pointer arithmetic
 // on the device block, nothing is dereferenced on the host.
 static rt_layer_params params_of(const rt_cuda_layer *l)
 {
     rt_layer_params p;
-    rt_layer_params_bind(&p, &l->shape, l->block);
+    rt_layer_params_bind(&p, &l->shape, (double *)l->block);
     return p;
 }
 
-static rt_layer_acts acts_of(const rt_cuda_layer *l, int B, int S, int Se, double *block)
+static rt_layer_acts acts_of(const rt_cuda_layer *l, int B, int S, int Se, const void *block)
 {
     rt_layer_acts a;
-    rt_layer_acts_bind(&a, &l->shape, B, S, Se, block);
+    rt_layer_acts_bind(&a, &l->shape, B, S, Se, (double *)block);
     return a;
 }
 
@@ -318,8 +301,8 @@ static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, int l
     }
 }
 
-extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const double *x,
-                                  double *y, double *acts, const double *enc, int Se)
+static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const double *x,
+                          double *y, void *acts, const double *enc, int Se)
 {
     rt_layer_params p = params_of(l);
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
@@ -349,9 +332,9 @@ extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
 }
 
-extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
-                                        int B, int S, const double *dy, double *dx, double *acts,
-                                        int Se, double *denc)
+static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad, int B,
+                                int S, const double *dy, double *dx, void *acts, int Se,
+                                double *denc)
 {
     rt_layer_params p = params_of(l), gr = params_of(grad);
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
@@ -410,11 +393,11 @@ static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, dou
     k_colsum<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
 }
 
-extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
-                                         const double *acts, const double *enc, int Se)
+static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
+                                 const void *acts, const double *enc, int Se)
 {
     rt_layer_params gr = params_of(grad);
-    rt_layer_acts a = acts_of(grad, B, S, Se, (double *)acts);
+    rt_layer_acts a = acts_of(grad, B, S, Se, acts);
     int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv;
     int f = grad->shape.ffn;
     linear_bwd_weight(g, a.g, a.d_y, gr.w2, gr.b2, n, f, h);
@@ -428,46 +411,46 @@ extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B,
     linear_bwd_weight(g, a.h1, a.d_qkv, gr.wqkv, gr.bqkv, n, h, 3 * hk);
 }
 
-// Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.
-template <class Fwd, class Bwd>
-static int time_fwd_bwd(rt_cuda *g, int repeats, Fwd fwd, Bwd bwd, double *fwd_ms, double *bwd_ms)
+// ---- the public layer: fp64 here, bf16 in layer_bf16.cu ----------------------------------------
+extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x,
+                                  void *y, void *acts, const void *enc, int Se)
 {
-    cudaEvent_t e[3] = {NULL, NULL, NULL};
-    for (int k = 0; k < 3; k++) cudaEventCreate(&e[k]);
-    float tf = 0, tb = 0;
-    for (int r = -1; r < repeats; r++) {
-        cudaEventRecord(e[0], g->stream);
-        fwd();
-        cudaEventRecord(e[1], g->stream);
-        bwd();
-        cudaEventRecord(e[2], g->stream);
-        cudaEventSynchronize(e[2]);
-        float a = 0, b = 0;
-        cudaEventElapsedTime(&a, e[0], e[1]);
-        cudaEventElapsedTime(&b, e[1], e[2]);
-        if (r >= 0) tf += a, tb += b;
-    }
-    *fwd_ms = tf / repeats;
-    *bwd_ms = tb / repeats;
-    for (int k = 0; k < 3; k++) cudaEventDestroy(e[k]);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    if (l->dtype == RT_BF16) return rt_bf16_layer_fwd(g, l, B, S, x, y, acts, enc, Se);
+    f64_layer_fwd(g, l, B, S, (const double *)x, (double *)y, acts, (const double *)enc, Se);
+}
+
+extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
+                                        int B, int S, const void *dy, void *dx, void *acts, int Se,
+                                        void *denc)
+{
+    if (l->dtype == RT_BF16) return rt_bf16_layer_bwd_input(g, l, grad, B, S, dy, dx, acts, Se, denc);
+    f64_layer_bwd_input(g, l, grad, B, S, (const double *)dy, (double *)dx, acts, Se, (double *)denc);
+}
+
+extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
+                                         const void *acts, const void *enc, int Se)
+{
+    if (grad->dtype == RT_BF16) return rt_bf16_layer_bwd_weight(g, grad, B, S, acts, enc, Se);
+    f64_layer_bwd_weight(g, grad, B, S, acts, (const double *)enc, Se);
 }
 
 extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se,
                                   int repeats, double *fwd_ms, double *bwd_ms)
 {
-    size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
-    if (!l->shape.cross) ne = 0, Se = 0;
-    double *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh);
-    double *enc = rt_cuda_alloc(ne), *denc = rt_cuda_alloc(ne);
-    double *acts = rt_cuda_alloc(rt_layer_acts_doubles(&l->shape, B, S, Se));
+    rt_dtype dt = l->dtype;
+    if (!l->shape.cross) Se = 0;
+    size_t nh = (size_t)B * S * l->shape.hidden * rt_dtype_act_bytes(dt);
+    size_t ne = (size_t)B * Se * l->shape.hidden * rt_dtype_act_bytes(dt);
+    void *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh);
+    void *enc = rt_cuda_alloc(ne), *denc = rt_cuda_alloc(ne);
+    void *acts = rt_cuda_alloc(rt_layer_acts_bytes(&l->shape, B, S, Se, dt));
     rt_cuda_layer grad = *l;
-    grad.block = rt_cuda_alloc(l->count);
+    grad.block = rt_cuda_alloc(rt_grad_block_bytes(l->count, dt));
     int rc = -1;
     if (x && y && dx && enc && denc && acts && grad.block) {
-        cudaMemsetAsync(x, 0, nh * sizeof(double), g->stream);
-        cudaMemsetAsync(enc, 0, (ne ? ne : 1) * sizeof(double), g->stream);
-        cudaMemsetAsync(grad.block, 0, l->count * sizeof(double), g->stream);
+        rt_cuda_fill(g, x, nh / rt_dtype_act_bytes(dt), dt, 3, 1.0);
+        rt_cuda_fill(g, enc, ne / rt_dtype_act_bytes(dt), dt, 4, 1.0);
+        cudaMemsetAsync(grad.block, 0, rt_grad_block_bytes(l->count, dt), g->stream);
         rc = time_fwd_bwd(
             g, repeats, [&] { rt_cuda_layer_fwd(g, l, B, S, x, y, acts, enc, Se); },
             [&] {
@@ -479,6 +462,30 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int
     rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(enc), rt_cuda_free(denc);
     rt_cuda_free(acts), rt_cuda_free(grad.block);
     return rc;
+}
+
+extern "C" int rt_cuda_time_gemm(rt_cuda *g, int M, int N, int K, rt_dtype dt, int repeats,
+                                 double *ms)
+{
+    if (dt == RT_BF16) return rt_bf16_time_gemm(g, M, N, K, repeats, ms);
+    double *a = alloc_doubles((size_t)M * K), *b = alloc_doubles((size_t)K * N);
+    double *c = alloc_doubles((size_t)M * N);
+    int rc = -1;
+    if (a && b && c) {
+        cudaMemsetAsync(a, 0, (size_t)M * K * sizeof(double), g->stream);
+        cudaMemsetAsync(b, 0, (size_t)K * N * sizeof(double), g->stream);
+        double unused;
+        rc = time_fwd_bwd(
+            g, repeats, [&] { gemm(g, 0, 0, M, N, K, 1.0, a, K, b, N, 0.0, c, N); }, [] {}, ms,
+            &unused);
+    }
+    rt_cuda_free(a), rt_cuda_free(b), rt_cuda_free(c);
+    return rc;
+}
+
+extern "C" const char *rt_cuda_attention_path(rt_cuda *g)
+{
+    return g->attn_path[0] ? g->attn_path : "none";
 }
 
 // ---- for the plan executor (runtime/exec_gpu.c) ---------------------------------------------------------
@@ -510,14 +517,14 @@ extern "C" double rt_cuda_event_ms(void *from, void *to)
     return ms;
 }
 
-extern "C" void rt_cuda_copy(rt_cuda *g, double *dst, const double *src, size_t n)
+extern "C" void rt_cuda_copy(rt_cuda *g, void *dst, const void *src, size_t bytes)
 {
-    cudaMemcpyAsync(dst, src, n * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->stream);
 }
 
-extern "C" void rt_cuda_zero(rt_cuda *g, double *v, size_t n)
+extern "C" void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes)
 {
-    cudaMemsetAsync(v, 0, n * sizeof(double), g->stream);
+    cudaMemsetAsync(v, 0, bytes, g->stream);
 }
 
 __global__ void k_fill(double *v, long long n, unsigned seed, double scale)
@@ -527,9 +534,10 @@ __global__ void k_fill(double *v, long long n, unsigned seed, double scale)
     }
 }
 
-extern "C" void rt_cuda_fill(rt_cuda *g, double *v, size_t n, unsigned seed, double scale)
+extern "C" void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale)
 {
-    k_fill<<<grid_for((long long)n), THREADS, 0, g->stream>>>(v, (long long)n, seed, scale);
+    if (dt == RT_BF16) return rt_bf16_fill(g, v, n, seed, scale);
+    k_fill<<<grid_for((long long)n), THREADS, 0, g->stream>>>((double *)v, (long long)n, seed, scale);
 }
 
 // One block per row: dlogits = (softmax(logits) - onehot(target)) / n.
@@ -547,36 +555,45 @@ __global__ void k_softmax_xent(const double *logits, double *dlogits, int n, int
         dl[j] = (exp(l[j] - mx) / s - (j == target ? 1.0 : 0.0)) / n;
 }
 
-extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb,
-                                    double *logits, double *dlogits, int n, int H, int V,
-                                    int target_offset)
+extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
+                                    void *dlogits, int n, int H, int V, int target_offset,
+                                    rt_dtype dt)
 {
-    gemm(g, 0, 1, n, V, H, 1.0, out, H, emb, H, 0.0, logits, V);
-    k_softmax_xent<<<n, THREADS, 0, g->stream>>>(logits, dlogits, n, V, target_offset);
+    if (dt == RT_BF16) return rt_bf16_lm_head_fwd(g, out, emb, logits, dlogits, n, H, V, target_offset);
+    gemm(g, 0, 1, n, V, H, 1.0, (const double *)out, H, (const double *)emb, H, 0.0,
+         (double *)logits, V);
+    k_softmax_xent<<<n, THREADS, 0, g->stream>>>((const double *)logits, (double *)dlogits, n, V,
+                                                 target_offset);
 }
 
-extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb,
-                                    const double *out, double *dout, double *demb, int n, int H,
-                                    int V)
+extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb,
+                                    const void *out, void *dout, void *demb, int n, int H, int V,
+                                    rt_dtype dt)
 {
-    gemm(g, 0, 0, n, H, V, 1.0, dlogits, V, emb, H, 0.0, dout, H);
-    gemm(g, 1, 0, V, H, n, 1.0, dlogits, V, out, H, 1.0, demb, H);
+    if (dt == RT_BF16) return rt_bf16_lm_head_bwd(g, dlogits, emb, out, dout, demb, n, H, V);
+    gemm(g, 0, 0, n, H, V, 1.0, (const double *)dlogits, V, (const double *)emb, H, 0.0,
+         (double *)dout, H);
+    gemm(g, 1, 0, V, H, n, 1.0, (const double *)dlogits, V, (const double *)out, H, 1.0,
+         (double *)demb, H);
 }
 
-extern "C" int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_ms,
-                                 double *bwd_ms)
+extern "C" int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, int repeats,
+                                 double *fwd_ms, double *bwd_ms)
 {
-    double *out = rt_cuda_alloc((size_t)n * H), *dout = rt_cuda_alloc((size_t)n * H);
-    double *emb = rt_cuda_alloc((size_t)V * H), *demb = rt_cuda_alloc((size_t)V * H);
-    double *logits = rt_cuda_alloc((size_t)n * V), *dl = rt_cuda_alloc((size_t)n * V);
+    size_t ab = rt_dtype_act_bytes(dt), vh = (size_t)V * H;
+    void *out = rt_cuda_alloc((size_t)n * H * ab), *dout = rt_cuda_alloc((size_t)n * H * ab);
+    void *emb = rt_cuda_alloc(rt_param_block_bytes(vh, dt));
+    void *demb = rt_cuda_alloc(rt_grad_block_bytes(vh, dt));
+    void *logits = rt_cuda_alloc((size_t)n * V * rt_dtype_stat_bytes(dt));
+    void *dl = rt_cuda_alloc((size_t)n * V * ab);
     int rc = -1;
     if (out && dout && emb && demb && logits && dl) {
-        rt_cuda_fill(g, out, (size_t)n * H, 1, 1.0);
-        rt_cuda_fill(g, emb, (size_t)V * H, 2, 0.04);
-        rt_cuda_zero(g, demb, (size_t)V * H);
+        rt_cuda_fill(g, out, (size_t)n * H, dt, 1, 1.0);
+        rt_cuda_zero(g, emb, rt_param_block_bytes(vh, dt)); /* values do not change the time */
+        rt_cuda_zero(g, demb, rt_grad_block_bytes(vh, dt));
         rc = time_fwd_bwd(
-            g, repeats, [&] { rt_cuda_lm_head_fwd(g, out, emb, logits, dl, n, H, V, 0); },
-            [&] { rt_cuda_lm_head_bwd(g, dl, emb, out, dout, demb, n, H, V); }, fwd_ms, bwd_ms);
+            g, repeats, [&] { rt_cuda_lm_head_fwd(g, out, emb, logits, dl, n, H, V, 0, dt); },
+            [&] { rt_cuda_lm_head_bwd(g, dl, emb, out, dout, demb, n, H, V, dt); }, fwd_ms, bwd_ms);
     }
     rt_cuda_free(out), rt_cuda_free(dout), rt_cuda_free(emb), rt_cuda_free(demb);
     rt_cuda_free(logits), rt_cuda_free(dl);

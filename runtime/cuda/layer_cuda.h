@@ -1,12 +1,25 @@
 /*
- * layer_cuda.h — the CPU layer of runtime/layer.h on an NVIDIA GPU: cuBLAS GEMMs and CUDA kernels,
- * the same pre-LN blocks (GPT, T5 encoder and decoder), fp64 as on the CPU so that the two
- * backends agree to rounding.
+ * layer_cuda.h — the layers of runtime/layer.h on an NVIDIA GPU, at either element type of
+ * runtime/layout.h:
+ *   fp64  cuBLAS DGEMMs and plain CUDA kernels, step by step as layer.c, so that the two backends
+ *         agree to rounding (the exact check of the executor and of the GPU's arithmetic);
+ *   bf16  training precision (cuda/layer_bf16.cu): GEMMs on cuBLASLt (bf16 operands, fp32
+ *         accumulation, the bias in the epilogue, weight gradients accumulated in fp32),
+ *         attention on cuDNN's fused scaled-dot-product attention (forward and backward; causal
+ *         for GPT and T5's decoder, bidirectional for T5's encoder and its cross-attention; only
+ *         the softmax's log-sum-exp is saved), layer norm and GELU kernels in bf16 with fp32
+ *         statistics, fp32 master weights with a bf16 working copy. Where cuDNN cannot build the
+ *         attention graph on this GPU, attention runs on cuBLASLt batched GEMMs and a softmax
+ *         kernel instead, with the same saved state (the probabilities recomputed from the
+ *         log-sum-exp in the backward): rt_cuda_attention_path says which ran.
+ * Tensor sizes, layouts and byte counts at each type are layout.h's; a layer's type is its
+ * rt_cuda_layer.dtype, and every buffer handed to it holds elements of that type.
  *
- * Built only where nvcc and cuBLAS are found (the Makefile defines DPRUN_CUDA). All pointers are
- * device pointers; every call is asynchronous on the stream of the context. Status: compiled on
- * the development machines (no GPU there); `dprun check-gpu` compares it with the CPU layer and
- * is what a GPU machine runs first (make check-gpu).
+ * Built only where nvcc, cuBLAS(Lt) and cuDNN are found (the Makefile defines DPRUN_CUDA). All
+ * pointers are device pointers; every call is asynchronous on the stream of the context.
+ * Status: compiled on the development machines (no GPU there); the executor's use of it is
+ * tested on a host fake (tests/unit/fake_cuda.c); `dprun check-gpu` checks it on a GPU
+ * (make check-gpu).
  */
 #ifndef RT_LAYER_CUDA_H
 #define RT_LAYER_CUDA_H
@@ -32,43 +45,61 @@ int rt_cuda_sync(rt_cuda *g, char *why, size_t why_cap);
 int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap);
 /* The cudaStream_t of g (for NCCL, runtime/cuda/nccl_link.c). */
 void *rt_cuda_stream(rt_cuda *g);
+/* The device's name as its driver reports it ("NVIDIA H200"), into buf. */
+void rt_cuda_device_name(rt_cuda *g, char *buf, size_t cap);
 /* How many CUDA devices this process sees (0 when none, or no driver). */
 int rt_cuda_device_count(void);
 
-/* Device memory (doubles) and copies (synchronous, for set-up and checks). */
-double *rt_cuda_alloc(size_t n);
-void rt_cuda_free(double *p);
-int rt_cuda_put(double *dst, const double *src, size_t n);
-int rt_cuda_get(double *dst, const double *src, size_t n);
+/* Device memory, in bytes, and synchronous copies (for set-up and checks). NULL / -1 on failure. */
+void *rt_cuda_alloc(size_t bytes);
+void rt_cuda_free(void *p);
+int rt_cuda_put(void *dst, const void *src, size_t bytes);
+int rt_cuda_get(void *dst, const void *src, size_t bytes);
 
-/* One layer's device parameters: a block of `count` doubles laid out as rt_layer_params. The
- * shape says which layer: GPT (causal), T5 encoder (bidirectional) or T5 decoder (causal, with
- * cross-attention to the encoder output). */
+/* One layer on the device: a parameter block of `count` parameters laid out as layout.h says for
+ * dtype (rt_param_block_bytes; fill it with rt_param_block_pack and rt_cuda_put), or, for a
+ * layer's gradients, a gradient block (rt_grad_block_bytes). The shape says which layer: GPT
+ * (causal), T5 encoder (bidirectional) or T5 decoder (causal, with cross-attention to the
+ * encoder output). */
 typedef struct rt_cuda_layer {
     rt_layer_shape shape;
-    double *block; /* device */
+    rt_dtype dtype;
+    void *block; /* device */
     size_t count;
 } rt_cuda_layer;
 
-/* Forward of one layer on (B, S): x, y (B*S, H); acts is a device block of
- * rt_layer_acts_doubles(shape, B, S, Se) laid out as rt_layer_acts (runtime/layer.c). A cross
+/* Forward of one layer on (B, S): x, y (B*S, H) of the layer's type; acts is a device block of
+ * rt_layer_acts_bytes(shape, B, S, Se, dtype) laid out as rt_layer_acts_layout says. A cross
  * layer reads the encoder output enc (B*Se, H), which must stay untouched until its backward;
  * other layers ignore enc and Se (NULL, 0). */
-void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, int B, int S, const double *x,
-                       double *y, double *acts, const double *enc, int Se);
-/* Input gradient (and layer-norm parameter gradients) into dx and grad; a cross layer adds the
- * gradient of the encoder output into denc (B*Se, H) when denc is not NULL. */
+void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, int B, int S, const void *x, void *y,
+                       void *acts, const void *enc, int Se);
+/* Input gradient (and layer-norm parameter gradients) into dx and grad (a gradient block of the
+ * same type); a cross layer adds the gradient of the encoder output into denc (B*Se, H) when
+ * denc is not NULL. */
 void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *grad, int B,
-                             int S, const double *dy, double *dx, double *acts, int Se,
-                             double *denc);
+                             int S, const void *dy, void *dx, void *acts, int Se, void *denc);
 /* Weight gradients of the linear ops into grad (a cross layer's read enc again). */
-void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const double *acts,
-                              const double *enc, int Se);
+void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const void *acts,
+                              const void *enc, int Se);
 
 /* Mean forward and backward time of one layer on (B, S) (a cross layer: against an encoder
- * output of length Se) over `repeats` runs, by CUDA events. */
+ * output of length Se) over `repeats` runs after a warm-up, by CUDA events. 0, or -1. */
 int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se, int repeats,
                        double *fwd_ms, double *bwd_ms);
+/* Mean time of one GEMM C (M x N) = A (M x K) B (K x N) at dtype (bf16: cuBLASLt, fp32
+ * accumulation; fp64: cuBLAS), over `repeats` runs: the library's own rate on a layer's shapes,
+ * for check-gpu's comparison. 0, or -1. */
+int rt_cuda_time_gemm(rt_cuda *g, int M, int N, int K, rt_dtype dt, int repeats, double *ms);
+/* Which bf16 attention runs: RT_ATTN_AUTO (cuDNN's fused attention where cuDNN builds it, else
+ * the GEMM path; the default, or DPRUN_ATTENTION=gemm in the environment for RT_ATTN_GEMM) or
+ * RT_ATTN_GEMM (always the GEMM path). check-gpu checks both. */
+enum { RT_ATTN_AUTO, RT_ATTN_GEMM };
+void rt_cuda_set_attention(rt_cuda *g, int mode);
+/* What the last bf16 attention backward and the forward before it ran on: "forward cudnn-sdpa,
+ * backward cudnn-sdpa", or gemm-softmax for either with why cuDNN was not used; "none" before any
+ * bf16 attention backward ran. */
+const char *rt_cuda_attention_path(rt_cuda *g);
 
 /* ---- for the plan executor (runtime/exec_gpu.c) ------------------------------------------- */
 
@@ -80,21 +111,24 @@ void rt_cuda_event_record(rt_cuda *g, void *e);
 void rt_cuda_wait_event(rt_cuda *g, void *e);
 double rt_cuda_event_ms(void *from, void *to);
 
-/* Asynchronous device-to-device copy, and a deterministic pseudo-random fill in [-scale/2,
- * scale/2) (the embedding lookup of a micro-batch's tokens), on g's stream. */
-void rt_cuda_copy(rt_cuda *g, double *dst, const double *src, size_t n);
-void rt_cuda_fill(rt_cuda *g, double *v, size_t n, unsigned seed, double scale);
-void rt_cuda_zero(rt_cuda *g, double *v, size_t n);
+/* Asynchronous device-to-device copy and zeroing of `bytes` bytes, and a deterministic
+ * pseudo-random fill of n elements of type dt, in [-scale/2, scale/2) (RT_FILL_VALUE: the
+ * embedding lookup of a micro-batch's tokens), on g's stream. */
+void rt_cuda_copy(rt_cuda *g, void *dst, const void *src, size_t bytes);
+void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes);
+void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale);
 
-/* The tied LM head and softmax cross-entropy of runtime/exec.c: logits = out emb^T (n x V, a
- * device scratch), dlogits = d(mean loss)/d(logits) for targets (i * 7919 + target_offset) % V. */
-void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb, double *logits,
-                         double *dlogits, int n, int H, int V, int target_offset);
-/* dout = dlogits emb; demb += dlogits^T out. */
-void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb, const double *out,
-                         double *dout, double *demb, int n, int H, int V);
+/* The tied LM head and softmax cross-entropy of runtime/exec.c at type dt: logits = out emb^T
+ * (n x V, a device scratch of rt_dtype_stat_bytes elements: fp32 for bf16), dlogits = d(mean
+ * loss)/d(logits) (of type dt) for targets (i * 7919 + target_offset) % V. emb is a parameter
+ * block of V*H elements (rt_param_block_bytes). */
+void rt_cuda_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
+                         void *dlogits, int n, int H, int V, int target_offset, rt_dtype dt);
+/* dout = dlogits emb; demb (a gradient block of V*H) += dlogits^T out. */
+void rt_cuda_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
+                         void *dout, void *demb, int n, int H, int V, rt_dtype dt);
 /* Mean forward and backward time of the LM head and loss on n tokens over `repeats` runs. */
-int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_ms,
+int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, int repeats, double *fwd_ms,
                       double *bwd_ms);
 
 #ifdef __cplusplus

@@ -73,23 +73,24 @@ void rt_nccl_free(rt_nccl *c)
     free(c);
 }
 
-int rt_nccl_send(rt_nccl *c, const double *buf, size_t n, int peer, rt_cuda *g, char *why,
+int rt_nccl_send(rt_nccl *c, const void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap)
 {
-    return nccl_failed(ncclSend(buf, n, ncclFloat64, peer, c->comm, (cudaStream_t)rt_cuda_stream(g)),
+    return nccl_failed(ncclSend(buf, bytes, ncclUint8, peer, c->comm, (cudaStream_t)rt_cuda_stream(g)),
                        "send", why, why_cap);
 }
 
-int rt_nccl_recv(rt_nccl *c, double *buf, size_t n, int peer, rt_cuda *g, char *why,
+int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap)
 {
-    return nccl_failed(ncclRecv(buf, n, ncclFloat64, peer, c->comm, (cudaStream_t)rt_cuda_stream(g)),
+    return nccl_failed(ncclRecv(buf, bytes, ncclUint8, peer, c->comm, (cudaStream_t)rt_cuda_stream(g)),
                        "recv", why, why_cap);
 }
 
-int rt_nccl_allreduce(rt_nccl *c, double *buf, size_t n, rt_cuda *g, char *why, size_t why_cap)
+int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
+                      size_t why_cap)
 {
-    return nccl_failed(ncclAllReduce(buf, buf, n, ncclFloat64, ncclSum, c->comm,
+    return nccl_failed(ncclAllReduce(buf, buf, n, dt == RT_BF16 ? ncclFloat32 : ncclFloat64, ncclSum, c->comm,
                                      (cudaStream_t)rt_cuda_stream(g)),
                        "all-reduce", why, why_cap);
 }

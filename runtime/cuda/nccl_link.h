@@ -31,12 +31,15 @@ int rt_nccl_world(rt_cuda *g, rt_nccl **world, char *why, size_t why_cap);
 int rt_nccl_split(rt_nccl *world, int color, int key, rt_nccl **sub, char *why, size_t why_cap);
 void rt_nccl_free(rt_nccl *c);
 
-/* n doubles to / from rank `peer` of c, on g's stream; 0, or -1 with NCCL's message in why. */
-int rt_nccl_send(rt_nccl *c, const double *buf, size_t n, int peer, rt_cuda *g, char *why,
+/* `bytes` bytes to / from rank `peer` of c, on g's stream (activations and gradients of any
+ * element type travel as bytes); 0, or -1 with NCCL's message in why. */
+int rt_nccl_send(rt_nccl *c, const void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap);
-int rt_nccl_recv(rt_nccl *c, double *buf, size_t n, int peer, rt_cuda *g, char *why,
+int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap);
-/* In-place sum of n doubles over every rank of c, on g's stream. */
-int rt_nccl_allreduce(rt_nccl *c, double *buf, size_t n, rt_cuda *g, char *why, size_t why_cap);
+/* In-place sum over every rank of c, on g's stream, of n gradient elements of a layer of type dt
+ * (layout.h: doubles for fp64, floats for bf16). */
+int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
+                      size_t why_cap);
 
 #endif /* RT_NCCL_LINK_H */

@@ -68,20 +68,28 @@ check "dprun shows its progress on a terminal" \
 expect "a varlen plan is refused by dprun" 1 "varlen attention.*refused before anything ran" -- \
   timeout 60 "$DPRUN" --plan "$TMP/varlen_plan.json" --out "$TMP/x.csv"
 expect "an unknown backend" 1 "unknown backend" -- timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend tpu --out "$TMP/x.csv"
+expect "bf16 on the cpu backend is refused" 2 "needs --backend cuda: the cpu backend's layers compute in fp64" -- \
+  timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend cpu --dtype bf16 --out "$TMP/x.csv"
+expect "an unknown --dtype" 2 'unknown --dtype "fp16" .bf16 or fp64.' -- \
+  timeout 60 "$DPRUN" --plan $G/plan_4ranks.json --backend cuda --dtype fp16 --out "$TMP/x.csv"
+expect "dprun profile refuses bf16 on the cpu" 2 "needs --backend cuda" -- \
+  timeout 60 "$DPRUN" profile --dtype bf16 -o "$TMP/x.csv"
 
 # --- the cuda backend's host logic on a fake GPU (tests/unit/fake_cuda.c: the CPU layer, NCCL as
-# MPI): the same plan must end with the same gradient norm as on the cpu backend, in both modes.
+# MPI): in fp64 the same plan must end with the same gradient norm as on the cpu backend, in both
+# modes; in bf16 (the default) close to it but not equal (the fake rounds where the GPU's bf16
+# layer stores), with 2-byte wire elements and exactly the plan's bytes handed to NCCL.
 FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
 norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
 # same_norm NAME NP PLAN: cpu on NP ranks, the multi-GPU mode on NP ranks, the single-GPU mode.
 same_norm() {
   local name=$1 np=$2 plan=$3
   timeout 300 $MPIRUN -np "$np" "$DPRUN" --plan "$plan" --backend cpu --out "$TMP/c.csv" >"$TMP/cpu.out" 2>&1
-  timeout 300 $MPIRUN -np "$np" "$FAKE" --plan "$plan" --backend cuda --out "$TMP/g.csv" >"$TMP/multi.out" 2>&1
+  timeout 300 $MPIRUN -np "$np" "$FAKE" --plan "$plan" --backend cuda --dtype fp64 --out "$TMP/g.csv" >"$TMP/multi.out" 2>&1
   local a b c where="cpu ranks and NCCL ranks"
   a=$(norm "$TMP/cpu.out") b=$(norm "$TMP/multi.out") c=$b
   if grep -q '"dp":1,' "$plan"; then # one GPU runs plans without replicas
-    timeout 300 "$FAKE" --plan "$plan" --backend cuda --out "$TMP/g1.csv" >"$TMP/single.out" 2>&1
+    timeout 300 "$FAKE" --plan "$plan" --backend cuda --dtype fp64 --out "$TMP/g1.csv" >"$TMP/single.out" 2>&1
     c=$(norm "$TMP/single.out") where="cpu ranks, NCCL ranks and one GPU"
   fi
   if [ -n "$a" ] && awk -v a="$a" -v b="$b" -v c="$c" 'function d(x, y) { return (x > y ? x - y : y - x) / x }
@@ -92,20 +100,46 @@ same_norm() {
       "$(tail -c 300 "$TMP/cpu.out")" "$(tail -c 300 "$TMP/multi.out")"
   fi
 }
+# bf16_run NAME NP PLAN (after same_norm on PLAN, whose cpu run it compares with): the multi-GPU
+# mode in bf16, no warm-up or noise repeat, so that NCCL carries each of the plan's sends once.
+plan_send_bytes() { grep -Eo '"op": ?"SEND_[A-Z]+"[^}]*' "$1" | grep -Eo '"bytes": ?[0-9]+' | tr -dc '0-9\n' | awk '{s += $1} END {print s + 0}'; }
+bf16_run() {
+  local name=$1 np=$2 plan=$3
+  timeout 300 $MPIRUN -np "$np" -x FAKE_CUDA_REPORT=1 "$FAKE" --plan "$plan" --backend cuda --warmup 0 \
+    --no-noise --out "$TMP/b.csv" >"$TMP/bf16.out" 2>&1
+  local a b sent want wire
+  a=$(norm "$TMP/cpu.out") b=$(norm "$TMP/bf16.out")
+  sent=$(grep -Eo 'sent [0-9]+ bytes over NCCL' "$TMP/bf16.out" | awk '{s += $2} END {print s + 0}')
+  want=$(plan_send_bytes "$plan")
+  wire=$(tail -n +2 "$TMP/b.csv" 2>/dev/null | cut -d, -f9 | sort -u | tr '\n' ' ')
+  if [ -n "$a" ] && [ -n "$b" ] && [ "$sent" = "$want" ] && [ "$wire" = "2 " ] &&
+     awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d > 1e-7 && d < 2e-2) }'; then
+    ok "$name in bf16: gradient norm $b (fp64 $a), $sent bytes sent as the plan says, 2-byte wire elements"
+  else
+    not_ok "$name in bf16: near the fp64 norm, the plan's bytes, 2-byte elements" \
+      "fp64 $a, bf16 ${b:-none}; sent ${sent:-none} bytes, the plan ${want}; wire_elem_bytes ${wire:-none}" \
+      "$(tail -c 400 "$TMP/bf16.out")"
+  fi
+}
 same_norm "1F1B on 4 stages" 4 $G/plan_4ranks.json
+bf16_run "1F1B on 4 stages" 4 $G/plan_4ranks.json
 same_norm "ZB-H1 on 4 stages (B and W split, FREE after W)" 4 $G/plan_zb1_4stages.json
 for sched in gpipe adaptive; do # every schedule: the same plan file, the same gradient norm
   "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 4 --schedule $sched --batching dynamic --max-seqlen 64 --global-tokens 512 --iterations 1 -o "$TMP/$sched.json" >/dev/null 2>&1
   same_norm "$sched on 4 stages" 4 "$TMP/$sched.json"
 done
 same_norm "interleaved, 2 chunks on 2 stages (a link from the last stage to the first)" 2 $G/plan_interleaved_2x2.json
+bf16_run "interleaved, 2 chunks on 2 stages" 2 $G/plan_interleaved_2x2.json
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --global-tokens 1024 --iterations 2 -o "$TMP/dp2.json" >/dev/null 2>&1
 same_norm "2 stages x 2 replicas (gradients all-reduced)" 4 "$TMP/dp2.json"
+cp "$TMP/g.csv" "$TMP/g_dp2.csv" # the fp64 multi-GPU timeline, for the checks below
+bf16_run "2 stages x 2 replicas (fp32 gradients all-reduced)" 4 "$TMP/dp2.json"
 check "the multi-GPU timeline has a record per instruction, and ALLREDUCE (2 iterations + the noise repeat of the first, 4 ranks)" \
-  bash -c "[ \$(grep -c ',ALLREDUCE,' '$TMP/g.csv') -eq 12 ] && [ \$(grep -c ',ALLREDUCE,.*,1\$' '$TMP/g.csv') -eq 4 ] && [ \$(tail -n +2 '$TMP/g.csv' | wc -l) -eq \$(tail -n +2 '$TMP/c.csv' | wc -l) ]"
+  bash -c "[ \$(grep -c ',ALLREDUCE,' '$TMP/g_dp2.csv') -eq 12 ] && [ \$(grep -c ',ALLREDUCE,.*,1\$' '$TMP/g_dp2.csv') -eq 4 ] && [ \$(tail -n +2 '$TMP/g_dp2.csv' | wc -l) -eq \$(tail -n +2 '$TMP/c.csv' | wc -l) ]"
 expect "dpsim validate reports the machine's noise beside the error" 0 "machine noise: the first iteration measured .* ms run again" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/c.csv"
-expect "dpsim validate reads the multi-GPU timeline" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/g.csv"
+expect "dpsim validate reads the multi-GPU timeline" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/g_dp2.csv"
 same_norm "T5 on 4 stages (the encoder output travels with the decoder's hidden state)" 4 "$TMP/t5.json"
+bf16_run "T5 on 4 stages" 4 "$TMP/t5.json"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"

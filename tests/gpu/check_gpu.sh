@@ -1,73 +1,153 @@
 #!/bin/bash
-# make check-gpu: what a machine with a GPU runs, in one short script (a few minutes at most).
-#   1. dprun check-gpu: the CUDA layer against the CPU layer (fp64, < 1e-9): GPT's, then T5's
-#      encoder and decoder (cross-attention); GPU layer times at GPT-6.7B width beside the A100
-#      profile;
-#   2. dprun profile --backend cuda: the gpt-tiny grid measured on the GPU;
-#   3. three gpt-tiny plans on that profile (1F1B on 2 stages, ZB-H1 on 4, interleaved 2 x 2
-#      chunks) run by the single-GPU mode (dprun --backend cuda), each validated against its
-#      plan: the simulation error on the GPU. All stages share one GPU here, so overlapping
-#      stages compete for it and the error is an upper bound for one stage per GPU. Each plan
-#      also runs on cpu ranks: the gradient norms must agree (the whole plan's numerics);
-#   4. a T5 plan (4 stages: encoder, then decoder) on one GPU, against CPU ranks the same way;
-#   5. with as many GPUs as stages, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the
-#      2-stage plans, validated and compared the same way; skipped, and said so, with one GPU.
-# Writes into ${OUT:-gpu-out}/. Exit status: non-zero when any step fails.
+# make check-gpu: what a machine with a GPU runs, in one script (a few minutes on an H200). Every
+# step prints a line "PASS name (seconds): figure" or "FAIL name (exit N, seconds): why" into
+# $GPU_OUT/summary.txt as well as the screen, and the script goes on after a failure, so that one
+# run tells everything. The folder (logs, profiles, plans, timelines, plots) is also packed into
+# $GPU_OUT.tgz: on the device tool, copy summary.txt and the .tgz into $OUT.
+#   1. dprun check-gpu: the CUDA layer in fp64 against the CPU layer (1e-9), in bf16 against fp64
+#      (check_gpu.h's tolerances) with cuDNN's fused attention and with the GEMM path; the bf16
+#      speed of a GPT-6.7B-width layer (TFLOP/s, MFU, cuBLASLt's rate on its GEMMs);
+#   2. dprun profile --dtype bf16: gpt-tiny's grid (for the small plans), and the widths the
+#      simulator models, GPT-6.7B and T5-11B, one layer at a time, TP 1; dpsim calibrate fits the
+#      analytic model's constants for this GPU from the GPT-6.7B profile;
+#   3. gpt-tiny plans on that profile (1F1B on 2 stages, ZB-H1 on 4, interleaved 2 x 2 chunks)
+#      run by the single-GPU mode in bf16, each validated against its plan (the simulation error
+#      on the GPU; all stages share the GPU here, so overlapping stages compete for it and the
+#      error is an upper bound for one stage per GPU); the same plan in fp64 must end with the
+#      cpu ranks' gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's;
+#   4. a T5 plan (4 stages: encoder, then decoder) the same way;
+#   5. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
+#      simulation error at the width the paper's experiments use;
+#   6. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
+#      plans, validated and compared the same way; skipped, and said so, with one GPU.
+# Exit status: non-zero when any step failed. REHEARSAL=1 (make check-gpu-rehearsal, on a fake GPU)
+# leaves out what only a GPU does in time.
 set -u
 BUILD=${BUILD:-build}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-fail=0
-step() { echo "== $*"; "$@" || { echo "FAILED: $*"; fail=1; }; }
-
-step "$BUILD/dprun" check-gpu gpt-tiny
-step "$BUILD/dprun" check-gpu t5-tiny
-step "$BUILD/dprun" profile --backend cuda --model gpt-tiny --mbs 1,2,3,4,6,8 \
-    --seqlen 32,64,96,128,192,256 -o "$OUT/gpu_profile.csv"
-common=(--model gpt-tiny --hw h200 --profile "$OUT/gpu_profile.csv" --batching token --mb-tokens 512 --max-seqlen 256
-        --global-tokens 4096 --iterations 6)
-step "$BUILD/dpsim" plan "${common[@]}" --pp 2 --schedule 1f1b -o "$OUT/plan_1f1b.json"
-step "$BUILD/dpsim" plan "${common[@]}" --pp 4 --schedule zb1 -o "$OUT/plan_zb1.json"
-step "$BUILD/dpsim" plan "${common[@]}" --pp 2 --chunks 2 --schedule interleaved -o "$OUT/plan_interleaved.json"
+GPU_OUT=${GPU_OUT:-gpu-out}
+mkdir -p "$GPU_OUT"
+SUMMARY=$GPU_OUT/summary.txt
+: >"$SUMMARY"
+n_pass=0 n_fail=0
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-# logged LOG CMD...: runs CMD, its output into LOG and onto the screen.
-logged() { local log=$1; shift; "$@" >"$log" 2>&1; local rc=$?; cat "$log"; return $rc; }
+
+{ date; nvidia-smi -L 2>&1; nvcc --version 2>&1 | tail -n 2; uname -a; } >"$GPU_OUT/env.txt"
+cat "$GPU_OUT/env.txt"
+
+# step NAME FIGURE CMD...: runs CMD with its output in $GPU_OUT/NAME.log (and on the screen);
+# FIGURE is a function that prints the step's figure from that log.
+step() {
+    local name=$1 figure=$2
+    shift 2
+    local log="$GPU_OUT/$name.log" t0 rc secs fig line
+    echo "== $name: $*"
+    t0=$(date +%s.%N)
+    "$@" >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    fig=$("$figure" "$log" 2>/dev/null | tr '\n' ' ')
+    if [ "$rc" = 0 ]; then
+        line="PASS $name ($secs s): $fig"
+        n_pass=$((n_pass + 1))
+    else
+        line="FAIL $name (exit $rc, $secs s): ${fig:-$(tail -n 1 "$log")}"
+        n_fail=$((n_fail + 1))
+    fi
+    echo "$line" | tee -a "$SUMMARY"
+}
+
+# figures, each read from a step's log
+fig_none() { :; }
+fig_checks() { # check-gpu: its count, the attention paths, the speed rows
+    grep -E '^[0-9]+ passed' "$1"
+    grep -Eo 'attention: [^)]*' "$1" | sort -u | head -n 2
+    awk '/^mbs x seq/ { on = 1; next } on && /^ *[0-9]+ x/ { printf "%s x %s: %s TFLOP/s, MFU %s, GEMMs %s TFLOP/s; ", $1, $3, $6, $7, $8 }' "$1"
+}
+fig_profile() { grep -c 'dprun profile: mbs' "$1" | sed 's/$/ grid points/'; }
+fig_fit() { grep -E 'APE' "$1" | tr -s ' ' | tr '\n' ';'; }
+fig_validate() { grep -Ei 'mean absolute error|makespan' "$1" | head -n 2; }
+fig_norms() { grep -E 'gradient norms' "$1"; }
+fig_wrote() { grep -Eo 'gradient norm [0-9.e+-]+' "$1"; }
+
 norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
-# same_norm A_LOG B_LOG: the two runs' gradient norms agree to 1e-9 (relative).
-same_norm() {
+# close A_LOG B_LOG TOL: the two runs' gradient norms agree within TOL (relative).
+close() {
     local a b
     a=$(norm "$1") b=$(norm "$2")
-    echo "gradient norms: $a ($1) vs $b ($2)"
-    [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < 1e-9) }'
+    echo "gradient norms: $a ($(basename "$1")) vs $b ($(basename "$2")), tolerance $3"
+    [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$3" 'BEGIN { d = (a > b ? a - b : b - a) / a; printf "relative difference %.3e\n", d; exit !(d < t) }'
 }
-pp_of() { grep -Eo '"pp":[0-9]+' "$1" | head -1 | cut -d: -f2; }
-for s in 1f1b zb1 interleaved; do
-    step logged "$OUT/run_$s.log" "$BUILD/dprun" --plan "$OUT/plan_$s.json" --backend cuda --out "$OUT/measured_$s.csv"
-    step "$BUILD/dpsim" validate --plan "$OUT/plan_$s.json" --measured "$OUT/measured_$s.csv" \
-        --plot "$OUT/validate_$s.png"
-    $MPIRUN -np "$(pp_of "$OUT/plan_$s.json")" "$BUILD/dprun" --plan "$OUT/plan_$s.json" --backend cpu \
-        --out "$OUT/cpu_$s.csv" >"$OUT/cpu_$s.log" 2>&1
-    step same_norm "$OUT/run_$s.log" "$OUT/cpu_$s.log"
+pp_of() { grep -Eo '"pp": ?[0-9]+' "$1" | head -n 1 | grep -Eo '[0-9]+$'; }
+DPRUN=$BUILD/dprun DPSIM=$BUILD/dpsim
+
+# 1. the layer
+step check_gpu_gpt fig_checks "$DPRUN" check-gpu gpt-tiny
+step check_gpu_t5 fig_checks "$DPRUN" check-gpu t5-tiny --no-speed
+
+# 2. profiles
+step profile_gpt_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-tiny \
+    --mbs 1,2,3,4,6,8 --seqlen 32,64,96,128,192,256 -o "$GPU_OUT/gpu_profile.csv"
+step profile_gpt_6.7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-6.7b-16l \
+    --mbs 1,2,4,8 --seqlen 256,512,1024,2048,4096 -o "$GPU_OUT/h200_gpt_6.7b_profile.csv"
+step profile_t5_11b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model t5-11b-8l \
+    --mbs 1,2,4 --seqlen 256,512,1024,2048 --dec-seqlen 64,128,256,512 -o "$GPU_OUT/h200_t5_11b_profile.csv"
+step calibrate_gpt_6.7b fig_fit "$DPSIM" calibrate --profile "$GPU_OUT/h200_gpt_6.7b_profile.csv" \
+    --model gpt-6.7b-16l --hw h200 -o "$GPU_OUT/h200_gpt_6.7b_fit.json"
+
+# 3.-4. small plans: bf16 validated, fp64 against the cpu ranks, bf16 against fp64
+common=(--model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" --batching token --mb-tokens 512
+        --max-seqlen 256 --global-tokens 4096 --iterations 6)
+step plan_1f1b fig_none "$DPSIM" plan "${common[@]}" --pp 2 --schedule 1f1b -o "$GPU_OUT/plan_1f1b.json"
+step plan_zb1 fig_none "$DPSIM" plan "${common[@]}" --pp 4 --schedule zb1 -o "$GPU_OUT/plan_zb1.json"
+step plan_interleaved fig_none "$DPSIM" plan "${common[@]}" --pp 2 --chunks 2 --schedule interleaved \
+    -o "$GPU_OUT/plan_interleaved.json"
+step profile_t5_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model t5-tiny \
+    --mbs 1,2,4 --seqlen 32,64,128 --dec-seqlen 16,32,64 -o "$GPU_OUT/gpu_t5_profile.csv"
+step plan_t5 fig_none "$DPSIM" plan --model t5-tiny --hw h200 --profile "$GPU_OUT/gpu_t5_profile.csv" --pp 4 \
+    --max-seqlen 128 --max-dec-seqlen 64 --global-tokens 2048 --iterations 4 -o "$GPU_OUT/plan_t5.json"
+for s in 1f1b zb1 interleaved t5; do
+    plan=$GPU_OUT/plan_$s.json
+    step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
+    step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \
+        --plot "$GPU_OUT/validate_$s.png"
+    step "run_${s}_fp64" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --dtype fp64 --out "$GPU_OUT/fp64_$s.csv"
+    step "run_${s}_cpu" fig_wrote $MPIRUN -np "$(pp_of "$plan")" "$DPRUN" --plan "$plan" --backend cpu \
+        --out "$GPU_OUT/cpu_$s.csv"
+    step "norm_${s}_fp64_vs_cpu" fig_norms close "$GPU_OUT/run_${s}_fp64.log" "$GPU_OUT/run_${s}_cpu.log" 1e-9
+    step "norm_${s}_bf16_vs_fp64" fig_norms close "$GPU_OUT/run_${s}_bf16.log" "$GPU_OUT/run_${s}_fp64.log" 5e-2
 done
-step "$BUILD/dprun" profile --backend cuda --model t5-tiny --mbs 1,2,4 --seqlen 32,64,128 \
-    --dec-seqlen 16,32,64 -o "$OUT/gpu_t5_profile.csv"
-step "$BUILD/dpsim" plan --model t5-tiny --hw h200 --profile "$OUT/gpu_t5_profile.csv" --pp 4 \
-    --max-seqlen 128 --max-dec-seqlen 64 --global-tokens 2048 --iterations 4 -o "$OUT/plan_t5.json"
-step logged "$OUT/run_t5.log" "$BUILD/dprun" --plan "$OUT/plan_t5.json" --backend cuda --out "$OUT/measured_t5.csv"
-step "$BUILD/dpsim" validate --plan "$OUT/plan_t5.json" --measured "$OUT/measured_t5.csv"
-$MPIRUN -np 4 "$BUILD/dprun" --plan "$OUT/plan_t5.json" --backend cpu --out "$OUT/cpu_t5.csv" >"$OUT/cpu_t5.log" 2>&1
-step same_norm "$OUT/run_t5.log" "$OUT/cpu_t5.log"
+
+# 5. the paper's width: GPT-6.7B on its own bf16 profile (not in the rehearsal: its fake GPU runs
+# the CPU layer, for which sixteen GPT-6.7B layers are hours of work)
+if [ -n "${REHEARSAL:-}" ]; then
+    echo "SKIP the GPT-6.7B plan: a rehearsal (the fake GPU computes on the CPU)" | tee -a "$SUMMARY"
+else
+step plan_gpt_6.7b fig_none "$DPSIM" plan --model gpt-6.7b-16l --hw h200 --profile "$GPU_OUT/h200_gpt_6.7b_profile.csv" \
+    --pp 2 --schedule 1f1b --max-seqlen 2048 --global-tokens 16384 --iterations 3 -o "$GPU_OUT/plan_gpt_6.7b.json"
+step run_gpt_6.7b_bf16 fig_wrote "$DPRUN" --plan "$GPU_OUT/plan_gpt_6.7b.json" --backend cuda \
+    --out "$GPU_OUT/measured_gpt_6.7b.csv"
+step validate_gpt_6.7b fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_gpt_6.7b.json" \
+    --measured "$GPU_OUT/measured_gpt_6.7b.csv" --plot "$GPU_OUT/validate_gpt_6.7b.png"
+fi
+
+# 6. NCCL, one rank per GPU
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [ "$gpus" -ge 2 ]; then
+if [ "${gpus:-0}" -ge 2 ]; then
     for s in 1f1b interleaved; do
-        step logged "$OUT/nccl_$s.log" $MPIRUN -np 2 "$BUILD/dprun" --plan "$OUT/plan_$s.json" \
-            --backend cuda --out "$OUT/measured_nccl_$s.csv"
-        step "$BUILD/dpsim" validate --plan "$OUT/plan_$s.json" --measured "$OUT/measured_nccl_$s.csv" \
-            --plot "$OUT/validate_nccl_$s.png"
-        step same_norm "$OUT/nccl_$s.log" "$OUT/cpu_$s.log"
+        step "nccl_$s" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$s.json" --backend cuda \
+            --out "$GPU_OUT/measured_nccl_$s.csv"
+        step "validate_nccl_$s" fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_$s.json" \
+            --measured "$GPU_OUT/measured_nccl_$s.csv"
+        step "nccl_${s}_fp64" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$s.json" --backend cuda \
+            --dtype fp64 --out "$GPU_OUT/nccl_fp64_$s.csv"
+        step "norm_nccl_${s}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_${s}_fp64.log" "$GPU_OUT/run_${s}_cpu.log" 1e-9
     done
 else
-    echo "== multi-GPU mode skipped: this machine has $gpus GPU(s), the 2-stage plans need 2 (NCCL refuses two ranks on one GPU)"
+    echo "SKIP multi-GPU mode: this machine has ${gpus:-0} GPU(s), the 2-stage plans need 2 (NCCL refuses two ranks on one GPU)" |
+        tee -a "$SUMMARY"
 fi
-[ $fail = 0 ] && echo "check-gpu: all steps passed" || echo "check-gpu: some steps FAILED"
-exit $fail
+
+echo "check-gpu: $n_pass steps passed, $n_fail failed" | tee -a "$SUMMARY"
+tar -czf "$GPU_OUT.tgz" -C "$(dirname "$GPU_OUT")" "$(basename "$GPU_OUT")"
+[ "$n_fail" = 0 ]

@@ -5,6 +5,12 @@
  * event records a global tick, so that a test can check the order in which the executor
  * enqueued its work.
  *
+ * Every buffer the executor hands over is checked against the allocation it lies in, at the bytes
+ * the layer's element type needs (runtime/layout.h): a size computed for the wrong type aborts.
+ * A bf16 layer runs the fp64 CPU layer on values rounded to bf16 where the GPU's bf16 layer
+ * stores them (inputs, outputs, the parameters' bf16 copy), with fp32 gradient blocks; its
+ * saved fp64 activations live beside the (smaller) bf16 activation block.
+ *
  * NCCL is MPI: a communicator is an MPI communicator (ncclCommSplit: MPI_Comm_split), a send or
  * receive is an MPI_Isend / MPI_Irecv left pending on its stream, and it completes when another
  * stream waits for an event recorded after it, or when its stream is synchronised or queried
@@ -13,6 +19,7 @@
  */
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +84,11 @@ int rt_cuda_query(rt_cuda *g, char *why, size_t why_cap)
 
 void *rt_cuda_stream(rt_cuda *g) { return g; }
 
+void rt_cuda_device_name(rt_cuda *g, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "fake GPU %d (the CPU layer on the host)", g->device);
+}
+
 /* FAKE_CUDA_DEVICES (default 8): how many GPUs the fake pretends to have. */
 int rt_cuda_device_count(void)
 {
@@ -84,61 +96,256 @@ int rt_cuda_device_count(void)
     return e ? atoi(e) : 8;
 }
 
-double *rt_cuda_alloc(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-void rt_cuda_free(double *p) { free(p); }
+/* ---- device memory: host blocks whose every use is checked against what was allocated ---- */
 
-int rt_cuda_put(double *dst, const double *src, size_t n)
+typedef struct fake_block {
+    char *base;
+    size_t bytes;
+} fake_block;
+
+static fake_block *blocks; /* live allocations, unordered */
+static size_t n_blocks, cap_blocks;
+
+void *rt_cuda_alloc(size_t bytes)
 {
-    memcpy(dst, src, n * sizeof *dst);
+    char *p = calloc(bytes ? bytes : 1, 1);
+    if (!p) return NULL;
+    if (dp_grow((void **)&blocks, &cap_blocks, n_blocks + 1, sizeof *blocks) != DP_OK) abort();
+    blocks[n_blocks++] = (fake_block){p, bytes};
+    return p;
+}
+
+static void forget_side_acts(const char *base, size_t bytes);
+
+void rt_cuda_free(void *p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < n_blocks; i++)
+        if (blocks[i].base == p) {
+            forget_side_acts(blocks[i].base, blocks[i].bytes);
+            blocks[i] = blocks[--n_blocks];
+            free(p);
+            return;
+        }
+    fprintf(stderr, "fake_cuda: rt_cuda_free of %p, which rt_cuda_alloc did not return\n", p);
+    abort();
+}
+
+/* [p, p + bytes) must lie inside one allocation: an executor that sizes a buffer for another
+ * element type, or a layout that overruns its block, stops the test here. */
+static void in_bounds(const void *p, size_t bytes, const char *what)
+{
+    const char *c = p;
+    if (bytes == 0) return;
+    for (size_t i = 0; i < n_blocks; i++)
+        if (c >= blocks[i].base && c + bytes <= blocks[i].base + blocks[i].bytes) return;
+    fprintf(stderr, "fake_cuda: %s: %zu bytes at %p are not inside one device allocation\n", what,
+            bytes, p);
+    abort();
+}
+
+int rt_cuda_put(void *dst, const void *src, size_t bytes)
+{
+    in_bounds(dst, bytes, "rt_cuda_put");
+    memcpy(dst, src, bytes);
     return 0;
 }
 
-int rt_cuda_get(double *dst, const double *src, size_t n) { return rt_cuda_put(dst, src, n); }
+int rt_cuda_get(void *dst, const void *src, size_t bytes)
+{
+    in_bounds(src, bytes, "rt_cuda_get");
+    memcpy(dst, src, bytes);
+    return 0;
+}
 
-void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const double *x,
-                       double *y, double *acts, const double *enc, int Se)
+/* ---- the layer: the CPU layer in fp64 on values of the buffers' element type ---------------- */
+
+/* n elements of type dt at dev, widened to a new host array (NULL: abort). */
+static double *widen(const void *dev, size_t n, rt_dtype dt, const char *what)
+{
+    in_bounds(dev, n * rt_dtype_act_bytes(dt), what);
+    double *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) abort();
+    rt_from_dtype(h, dev, n, dt);
+    return h;
+}
+
+static void narrow(void *dev, const double *h, size_t n, rt_dtype dt, const char *what)
+{
+    in_bounds(dev, n * rt_dtype_act_bytes(dt), what);
+    rt_to_dtype(dev, h, n, dt);
+}
+
+/* The parameters the GEMMs read: fp64 the block itself; bf16 its bf16 working copy, widened. */
+static double *params_read(const void *block, size_t count, rt_dtype dt)
+{
+    in_bounds(block, rt_param_block_bytes(count, dt), "parameter block");
+    return widen((const char *)block + rt_param_copy_offset(count, dt), count, dt, "bf16 copy");
+}
+
+/* A gradient block (fp64 or fp32) as doubles, and back after accumulating. */
+static double *grads_read(const void *block, size_t count, rt_dtype dt)
+{
+    in_bounds(block, rt_grad_block_bytes(count, dt), "gradient block");
+    double *h = malloc((count ? count : 1) * sizeof *h);
+    if (!h) abort();
+    rt_from_stat(h, block, count, dt);
+    return h;
+}
+
+static void grads_write(void *block, double *h, size_t count, rt_dtype dt)
+{
+    rt_to_stat(block, h, count, dt);
+    free(h);
+}
+
+/* The fp64 activations the CPU layer saves for a device activation block, kept beside it (a
+ * bf16 block is too small for them: it has no S^2 term), keyed by the block's address. */
+typedef struct side_acts {
+    const char *key;
+    double *block;
+    size_t doubles;
+} side_acts;
+static side_acts *sides;
+static size_t n_sides, cap_sides;
+
+static double *side_for(const void *acts, size_t doubles)
+{
+    for (size_t i = 0; i < n_sides; i++)
+        if (sides[i].key == acts) {
+            if (sides[i].doubles < doubles) {
+                free(sides[i].block);
+                if (!(sides[i].block = calloc(doubles, sizeof(double)))) abort();
+                sides[i].doubles = doubles;
+            }
+            return sides[i].block;
+        }
+    if (dp_grow((void **)&sides, &cap_sides, n_sides + 1, sizeof *sides) != DP_OK) abort();
+    double *b = calloc(doubles ? doubles : 1, sizeof *b);
+    if (!b) abort();
+    sides[n_sides++] = (side_acts){acts, b, doubles};
+    return b;
+}
+
+static void forget_side_acts(const char *base, size_t bytes)
+{
+    for (size_t i = 0; i < n_sides;)
+        if (sides[i].key >= base && sides[i].key < base + (bytes ? bytes : 1)) {
+            free(sides[i].block);
+            sides[i] = sides[--n_sides];
+        } else {
+            i++;
+        }
+}
+
+/* Binds the CPU layer's activations for the device block `acts` of layer l on (B, S, Se),
+ * checking that the device block is as large as layout.h says for the layer's type. */
+static void bind_acts(const rt_cuda_layer *l, int B, int S, int Se, const void *acts,
+                      rt_layer_acts *a)
+{
+    in_bounds(acts, rt_layer_acts_bytes(&l->shape, B, S, Se, l->dtype), "activation block");
+    size_t doubles = rt_layer_acts_doubles(&l->shape, B, S, Se);
+    rt_layer_acts_bind(a, &l->shape, B, S, Se,
+                       l->dtype == RT_FP64 ? (double *)acts : side_for(acts, doubles));
+}
+
+void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x, void *y,
+                       void *acts, const void *enc, int Se)
 {
     (void)g;
+    size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p;
     rt_layer_acts a;
-    rt_layer_params_bind(&p, &l->shape, l->block);
-    rt_layer_acts_bind(&a, &l->shape, B, S, Se, acts);
-    a.enc = enc;
-    rt_layer_fwd(&p, &l->shape, B, S, x, y, &a);
+    double *w = params_read(l->block, l->count, l->dtype);
+    double *xh = widen(x, nh, l->dtype, "layer input"), *yh = calloc(nh + 1, sizeof *yh);
+    double *eh = l->shape.cross ? widen(enc, ne, l->dtype, "encoder output") : NULL;
+    if (!yh) abort();
+    rt_layer_params_bind(&p, &l->shape, w);
+    bind_acts(l, B, S, Se, acts, &a);
+    a.enc = eh;
+    rt_layer_fwd(&p, &l->shape, B, S, xh, yh, &a);
+    narrow(y, yh, nh, l->dtype, "layer output");
+    free(w), free(xh), free(yh), free(eh);
+}
+
+/* The encoder output a cross layer's weight pass reads (the executor keeps it untouched since
+ * the forward), widened into *own. NULL for other layers. */
+static const double *enc_for_backward(const rt_cuda_layer *l, const void *enc, size_t ne,
+                                      double **own)
+{
+    *own = l->shape.cross ? widen(enc, ne, l->dtype, "encoder output") : NULL;
+    return *own;
 }
 
 void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad, int B,
-                             int S, const double *dy, double *dx, double *acts, int Se,
-                             double *denc)
+                             int S, const void *dy, void *dx, void *acts, int Se, void *denc)
 {
     (void)g;
+    size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p, gp;
     rt_layer_acts a;
-    rt_layer_params_bind(&p, &l->shape, l->block);
-    rt_layer_params_bind(&gp, &l->shape, grad->block);
-    rt_layer_acts_bind(&a, &l->shape, B, S, Se, acts);
-    a.denc = denc;
-    rt_layer_bwd_input(&p, &gp, &l->shape, B, S, dy, dx, &a);
+    double *w = params_read(l->block, l->count, l->dtype);
+    double *gr = grads_read(grad->block, grad->count, grad->dtype);
+    double *dyh = widen(dy, nh, l->dtype, "output gradient"), *dxh = calloc(nh + 1, sizeof *dxh);
+    double *dench = denc ? widen(denc, ne, l->dtype, "encoder-output gradient") : NULL;
+    if (!dxh) abort();
+    rt_layer_params_bind(&p, &l->shape, w);
+    rt_layer_params_bind(&gp, &l->shape, gr);
+    bind_acts(l, B, S, Se, acts, &a);
+    a.denc = dench;
+    rt_layer_bwd_input(&p, &gp, &l->shape, B, S, dyh, dxh, &a);
+    narrow(dx, dxh, nh, l->dtype, "input gradient");
+    if (denc) narrow(denc, dench, ne, l->dtype, "encoder-output gradient");
+    grads_write(grad->block, gr, grad->count, grad->dtype);
+    free(w), free(dyh), free(dxh), free(dench);
 }
 
-void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const double *acts,
-                              const double *enc, int Se)
+void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const void *acts,
+                              const void *enc, int Se)
 {
     (void)g;
+    size_t ne = (size_t)B * Se * grad->shape.hidden;
     rt_layer_params gp;
     rt_layer_acts a;
-    rt_layer_params_bind(&gp, &grad->shape, grad->block);
-    rt_layer_acts_bind(&a, &grad->shape, B, S, Se, (double *)acts);
-    a.enc = enc;
+    double *gr = grads_read(grad->block, grad->count, grad->dtype), *own;
+    rt_layer_params_bind(&gp, &grad->shape, gr);
+    bind_acts(grad, B, S, Se, acts, &a);
+    a.enc = enc_for_backward(grad, enc, ne, &own);
     rt_layer_bwd_weight(&gp, &grad->shape, B, S, &a);
+    grads_write(grad->block, gr, grad->count, grad->dtype);
+    free(own);
 }
+
+/* The fake's timings: its FLOPs at FAKE_TFLOPS, backward twice the forward, so that the
+ * rehearsal's profiles, fits and validations see plausible numbers (the work is not run). */
+#define FAKE_TFLOPS 100.0
+static double fake_ms(double flops) { return flops / (FAKE_TFLOPS * 1e9); }
 
 int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se, int repeats,
                        double *fwd_ms, double *bwd_ms)
 {
-    (void)g, (void)l, (void)B, (void)S, (void)Se, (void)repeats;
-    *fwd_ms = *bwd_ms = 0;
+    (void)g, (void)repeats;
+    double n = (double)B * S, hk = (double)l->shape.heads * l->shape.kv;
+    double flops = 2 * n * (double)l->count + 4 * n * S * hk;
+    if (l->shape.cross) flops += 4 * n * Se * hk;
+    *fwd_ms = fake_ms(flops) + 0.01;
+    *bwd_ms = 2 * fake_ms(flops) + 0.02;
     return 0;
+}
+
+int rt_cuda_time_gemm(rt_cuda *g, int M, int N, int K, rt_dtype dt, int repeats, double *ms)
+{
+    (void)g, (void)dt, (void)repeats;
+    *ms = fake_ms(2.0 * M * N * K);
+    return 0;
+}
+
+void rt_cuda_set_attention(rt_cuda *g, int mode) { (void)g, (void)mode; }
+
+const char *rt_cuda_attention_path(rt_cuda *g)
+{
+    (void)g;
+    return "fake (the CPU layer)";
 }
 
 void *rt_cuda_event_new(void) { return calloc(1, sizeof(fake_event)); }
@@ -162,43 +369,66 @@ double rt_cuda_event_ms(void *from, void *to)
     return (double)((fake_event *)to)->tick - (double)((fake_event *)from)->tick;
 }
 
-void rt_cuda_copy(rt_cuda *g, double *dst, const double *src, size_t n)
+void rt_cuda_copy(rt_cuda *g, void *dst, const void *src, size_t bytes)
 {
     (void)g;
-    memmove(dst, src, n * sizeof *dst);
+    in_bounds(dst, bytes, "rt_cuda_copy destination");
+    in_bounds(src, bytes, "rt_cuda_copy source");
+    memmove(dst, src, bytes);
 }
 
-void rt_cuda_zero(rt_cuda *g, double *v, size_t n)
+void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes)
 {
     (void)g;
-    memset(v, 0, n * sizeof *v);
+    in_bounds(v, bytes, "rt_cuda_zero");
+    memset(v, 0, bytes);
 }
 
-void rt_cuda_fill(rt_cuda *g, double *v, size_t n, unsigned seed, double scale)
+void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale)
 {
     (void)g;
-    rt_fill(v, n, seed, scale);
+    double *h = malloc((n ? n : 1) * sizeof *h);
+    if (!h) abort();
+    rt_fill(h, n, seed, scale);
+    narrow(v, h, n, dt, "rt_cuda_fill");
+    free(h);
 }
 
-void rt_cuda_lm_head_fwd(rt_cuda *g, const double *out, const double *emb, double *logits,
-                         double *dlogits, int n, int H, int V, int target_offset)
+void rt_cuda_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
+                         void *dlogits, int n, int H, int V, int target_offset, rt_dtype dt)
 {
     (void)g;
-    if (rt_lm_head_fwd(out, emb, logits, dlogits, n, H, V, target_offset) != 0) abort();
+    size_t nv = (size_t)n * V;
+    in_bounds(logits, nv * rt_dtype_stat_bytes(dt), "logits scratch");
+    double *oh = widen(out, (size_t)n * H, dt, "LM head input");
+    double *eh = params_read(emb, (size_t)V * H, dt);
+    double *lh = malloc((nv ? nv : 1) * sizeof *lh), *dlh = malloc((nv ? nv : 1) * sizeof *dlh);
+    if (!lh || !dlh || rt_lm_head_fwd(oh, eh, lh, dlh, n, H, V, target_offset) != 0) abort();
+    narrow(dlogits, dlh, nv, dt, "logit gradients");
+    free(oh), free(eh), free(lh), free(dlh);
 }
 
-void rt_cuda_lm_head_bwd(rt_cuda *g, const double *dlogits, const double *emb, const double *out,
-                         double *dout, double *demb, int n, int H, int V)
+void rt_cuda_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
+                         void *dout, void *demb, int n, int H, int V, rt_dtype dt)
 {
     (void)g;
-    rt_lm_head_bwd(dlogits, emb, out, dout, demb, n, H, V);
+    size_t nh = (size_t)n * H, vh = (size_t)V * H;
+    double *dlh = widen(dlogits, (size_t)n * V, dt, "logit gradients");
+    double *eh = params_read(emb, vh, dt), *oh = widen(out, nh, dt, "LM head input");
+    double *doh = calloc(nh + 1, sizeof *doh), *gr = grads_read(demb, vh, dt);
+    if (!doh) abort();
+    rt_lm_head_bwd(dlh, eh, oh, doh, gr, n, H, V);
+    narrow(dout, doh, nh, dt, "LM head input gradient");
+    grads_write(demb, gr, vh, dt);
+    free(dlh), free(eh), free(oh), free(doh);
 }
 
-int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_ms,
+int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, int repeats, double *fwd_ms,
                       double *bwd_ms)
 {
-    (void)g, (void)n, (void)H, (void)V, (void)repeats;
-    *fwd_ms = *bwd_ms = 0;
+    (void)g, (void)dt, (void)repeats;
+    *fwd_ms = fake_ms(2.0 * n * H * V) + 0.01;
+    *bwd_ms = fake_ms(4.0 * n * H * V) + 0.02;
     return 0;
 }
 
@@ -207,6 +437,16 @@ int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, int repeats, double *fwd_
 struct rt_nccl {
     MPI_Comm comm;
 };
+
+/* Bytes this process handed to NCCL sends; with FAKE_CUDA_REPORT set, printed at exit
+ * ("fake_cuda: rank R sent N bytes over NCCL") so that a test can hold them to the plan's. */
+static size_t fake_nccl_sent_bytes;
+static int fake_rank;
+
+static void report_sent(void)
+{
+    fprintf(stderr, "fake_cuda: rank %d sent %zu bytes over NCCL\n", fake_rank, fake_nccl_sent_bytes);
+}
 
 static void push(rt_cuda *g, MPI_Request r)
 {
@@ -220,6 +460,8 @@ int rt_nccl_world(rt_cuda *g, rt_nccl **world, char *why, size_t why_cap)
     (void)g, (void)why, (void)why_cap;
     *world = calloc(1, sizeof **world);
     MPI_Comm_dup(MPI_COMM_WORLD, &(*world)->comm);
+    MPI_Comm_rank(MPI_COMM_WORLD, &fake_rank);
+    if (getenv("FAKE_CUDA_REPORT")) atexit(report_sent);
     return 0;
 }
 
@@ -243,31 +485,37 @@ void rt_nccl_free(rt_nccl *c)
     free(c);
 }
 
-int rt_nccl_send(rt_nccl *c, const double *buf, size_t n, int peer, rt_cuda *g, char *why,
+int rt_nccl_send(rt_nccl *c, const void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap)
 {
     (void)why, (void)why_cap;
+    in_bounds(buf, bytes, "NCCL send");
     MPI_Request r;
-    MPI_Isend(buf, (int)n, MPI_DOUBLE, peer, 0, c->comm, &r);
+    fake_nccl_sent_bytes += bytes;
+    MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 0, c->comm, &r);
     push(g, r);
     return 0;
 }
 
-int rt_nccl_recv(rt_nccl *c, double *buf, size_t n, int peer, rt_cuda *g, char *why,
+int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap)
 {
     (void)why, (void)why_cap;
+    in_bounds(buf, bytes, "NCCL receive");
     MPI_Request r;
-    MPI_Irecv(buf, (int)n, MPI_DOUBLE, peer, 0, c->comm, &r);
+    MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 0, c->comm, &r);
     push(g, r);
     return 0;
 }
 
-int rt_nccl_allreduce(rt_nccl *c, double *buf, size_t n, rt_cuda *g, char *why, size_t why_cap)
+int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
+                      size_t why_cap)
 {
     (void)why, (void)why_cap;
+    in_bounds(buf, rt_grad_block_bytes(n, dt), "NCCL all-reduce");
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, c->comm, &r);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, dt == RT_BF16 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM,
+                   c->comm, &r);
     push(g, r);
     return 0;
 }

@@ -3,12 +3,17 @@
  * the CUDA layer (fake_cuda.c: synchronous streams, events as ticks). What it checks: every
  * instruction of every stage runs once, each receive after the send that feeds it, F before B
  * and W per (micro-batch, chunk); a plan that deadlocks is reported, and a transfer whose bytes
- * disagree with the shapes is refused. (The layer's numerics on a GPU are dprun check-gpu's.)
+ * disagree with the shapes is refused. In bf16 the fake checks every buffer the executor hands
+ * it against layout.h's sizes for that type (it aborts otherwise) and rounds where the GPU's
+ * bf16 layer stores: the gradients come out near fp64's, not equal. (The layer's numerics on a
+ * GPU are dprun check-gpu's.)
  */
 #include "testutil.h"
 
 #include "../../common/json_util.h"
 #include "../../runtime/exec.h"
+
+#include <math.h>
 
 #define GOLDEN "tests/cli/golden/"
 
@@ -32,12 +37,13 @@ static long find(const rt_record *r, size_t n, int iteration, int stage, int op,
     return -1;
 }
 
-static void run_and_check(const char *path)
+/* Runs the plan at dt, checks its records, and returns the gradient figure. */
+static double run_and_check(const char *path, rt_dtype dt)
 {
     plan pl;
     model_spec m;
     load(path, &pl, &m);
-    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0};
+    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0, dt};
     rt_result res;
     dp_err err = {0};
     if (rt_execute_gpu(&o, &res, &err) != DP_OK) fail_msg("%s: %s", path, err.msg);
@@ -73,14 +79,20 @@ static void run_and_check(const char *path)
     }
     free(rec);
     plan_release(&pl);
+    return res.grad_sq;
 }
 
 static void test_schedules_run(void **state)
 {
     (void)state;
-    run_and_check(GOLDEN "plan_4ranks.json");          /* 1F1B, 4 stages */
-    run_and_check(GOLDEN "plan_zb1_4stages.json");     /* B and W split */
-    run_and_check(GOLDEN "plan_interleaved_2x2.json"); /* 2 chunks on 2 stages */
+    static const char *plans[] = {GOLDEN "plan_4ranks.json",          /* 1F1B, 4 stages */
+                                  GOLDEN "plan_zb1_4stages.json",     /* B and W split */
+                                  GOLDEN "plan_interleaved_2x2.json"}; /* 2 chunks on 2 stages */
+    for (int i = 0; i < 3; i++) {
+        double f64 = run_and_check(plans[i], RT_FP64), b16 = run_and_check(plans[i], RT_BF16);
+        double d = fabs(b16 - f64) / f64;
+        assert_true(d > 1e-9 && d < 2e-2); /* rounded, and only by bf16's rounding */
+    }
 }
 
 static void test_deadlock_reported(void **state)
@@ -98,7 +110,7 @@ static void test_deadlock_reported(void **state)
     plan_instr x = R->ins[g];
     memmove(&R->ins[1], &R->ins[0], (size_t)g * sizeof x);
     R->ins[0] = x;
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_DEADLOCK);
@@ -119,7 +131,7 @@ static void test_wrong_bytes_refused(void **state)
             R->ins[k].bytes += 2;
             break;
         }
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_INVALID);

@@ -1,0 +1,143 @@
+// cuda_ctx.h — private to runtime/cuda/: the context behind rt_cuda (layer_cuda.h) and the
+// helpers its two layer implementations share (layer_cuda.cu: fp64; layer_bf16.cu: bf16).
+#ifndef RT_CUDA_CTX_H
+#define RT_CUDA_CTX_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cudnn.h>
+
+#include "layer_cuda.h"
+
+#define THREADS 256
+#define LT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's workspace (what its heuristics may use)
+#define LT_CACHE 96                    // GEMM configurations kept (descriptors, chosen algorithm)
+#define SDPA_CACHE 32                  // cuDNN attention graphs kept (per shape and direction)
+
+struct lt_plan;   // layer_bf16.cu: one cached cuBLASLt GEMM configuration
+struct sdpa_plan; // sdpa_cudnn.cu: one cached cuDNN attention graph
+
+struct rt_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;   // fp64 GEMMs
+    cublasLtHandle_t lt;   // bf16 GEMMs
+    void *lt_ws;           // LT_WORKSPACE_BYTES of device memory
+    cudnnHandle_t dnn;     // NULL when cuDNN could not start (the attention falls back)
+    char dnn_why[160];     // why cuDNN is not used, once known
+    struct lt_plan *lt_cache;
+    int n_lt;
+    struct sdpa_plan *sdpa_cache;
+    int n_sdpa;
+    void *sdpa_ws;         // cuDNN's workspace, grown on demand
+    size_t sdpa_ws_bytes;
+    char attn_path[300];   // rt_cuda_attention_path
+    int attn_mode;         // RT_ATTN_AUTO or RT_ATTN_GEMM (layer_cuda.h rt_cuda_set_attention)
+    int last_fwd_cudnn;    // the last bf16 attention forward ran on cuDNN
+    char fail[200];        // a failure found while enqueueing (no cuBLASLt algorithm): reported
+                           // by the next rt_cuda_sync or rt_cuda_query
+};
+
+// What one bf16 attention call reads and writes: B samples, a heads of width d, sq queries and
+// sk keys per sample; q (B*sq rows of ldq elements), k and v (B*sk rows of ldkv), o (B*sq rows of
+// a*d), head h at column h*d; lse (B, a, sq) fp32, the log-sum-exp of each query's scaled,
+// masked scores (natural log). Backward: dout in o's layout; dq, dk, dv in q's, k's and v's,
+// zeroed by the caller (a path may add to them or overwrite them).
+struct attn_io {
+    int B, a, sq, sk, d, causal, ldq, ldkv;
+    const __nv_bfloat16 *q, *k, *v;
+    __nv_bfloat16 *o;
+    float *lse;
+    const __nv_bfloat16 *dout;
+    __nv_bfloat16 *dq, *dk, *dv;
+};
+
+// cuDNN's fused attention (sdpa_cudnn.cu): 0 when it ran the call, -1 when cuDNN has no engine
+// for it (g->dnn_why says why; the caller runs the GEMM path instead). Graphs are cached per
+// shape; a shape cuDNN refused is not tried again.
+int rt_sdpa_fwd(rt_cuda *g, const attn_io *x);
+int rt_sdpa_bwd(rt_cuda *g, const attn_io *x);
+void rt_sdpa_free(rt_cuda *g);
+
+// Opens and closes the bf16 side of a context (cuBLASLt, its workspace, cuDNN); layer_bf16.cu.
+// A failure to start cuDNN is not an error (the attention falls back and says so).
+int rt_bf16_open(rt_cuda *g, char *why, size_t why_cap);
+void rt_bf16_close(rt_cuda *g);
+
+// The bf16 layer (layer_bf16.cu), behind layer_cuda.h's dispatch on rt_cuda_layer.dtype.
+void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x, void *y,
+                       void *acts, const void *enc, int Se);
+void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad, int B,
+                             int S, const void *dy, void *dx, void *acts, int Se, void *denc);
+void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const void *acts,
+                              const void *enc, int Se);
+void rt_bf16_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
+                         void *dlogits, int n, int H, int V, int target_offset);
+void rt_bf16_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
+                         void *dout, void *demb, int n, int H, int V);
+void rt_bf16_fill(rt_cuda *g, void *v, size_t n, unsigned seed, double scale);
+int rt_bf16_time_gemm(rt_cuda *g, int M, int N, int K, int repeats, double *ms);
+
+static inline int grid_for(long long n)
+{
+    long long b = (n + THREADS - 1) / THREADS;
+    return (int)(b < 65535 ? (b > 0 ? b : 1) : 65535);
+}
+
+// Block-wide sum and maximum over THREADS threads, in T (double or float).
+template <class T> __device__ inline T block_sum(T v)
+{
+    __shared__ T buf[THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+        __syncthreads();
+    }
+    T r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+template <class T> __device__ inline T block_max(T v)
+{
+    __shared__ T buf[THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) buf[threadIdx.x] = buf[threadIdx.x] > buf[threadIdx.x + s] ? buf[threadIdx.x] : buf[threadIdx.x + s];
+        __syncthreads();
+    }
+    T r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+// Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.
+template <class Fwd, class Bwd>
+static int time_fwd_bwd(rt_cuda *g, int repeats, Fwd fwd, Bwd bwd, double *fwd_ms, double *bwd_ms)
+{
+    cudaEvent_t e[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++) cudaEventCreate(&e[k]);
+    float tf = 0, tb = 0;
+    for (int r = -1; r < repeats; r++) {
+        cudaEventRecord(e[0], g->stream);
+        fwd();
+        cudaEventRecord(e[1], g->stream);
+        bwd();
+        cudaEventRecord(e[2], g->stream);
+        cudaEventSynchronize(e[2]);
+        float a = 0, b = 0;
+        cudaEventElapsedTime(&a, e[0], e[1]);
+        cudaEventElapsedTime(&b, e[1], e[2]);
+        if (r >= 0) tf += a, tb += b;
+    }
+    *fwd_ms = tf / repeats;
+    *bwd_ms = tb / repeats;
+    for (int k = 0; k < 3; k++) cudaEventDestroy(e[k]);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+#endif // RT_CUDA_CTX_H

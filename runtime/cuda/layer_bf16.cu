@@ -1,0 +1,674 @@
+// The bf16 layers of layer_cuda.h: the same pre-LN blocks as runtime/layer.c at training
+// precision. GEMMs on cuBLASLt (bf16 operands, fp32 accumulation, the bias in the epilogue,
+// residual adds as its C operand, weight gradients accumulated into fp32); layer norm, GELU and
+// the loss in small kernels (bf16 in and out, fp32 arithmetic and statistics); attention on
+// cuDNN's fused scaled-dot-product attention graph where cuDNN builds it, else on cuBLASLt
+// batched GEMMs and a softmax kernel; either way only the log-sum-exp of the softmax is saved and
+// the backward recomputes the probabilities. Buffers are laid out as runtime/layout.h says for
+// RT_BF16.
+#include "cuda_ctx.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define LN_EPS 1e-5f
+#define GELU_C 0.7978845608028654f
+
+// ---- cuBLASLt ---------------------------------------------------------------------------------
+
+// One GEMM configuration: its descriptors and the algorithm the heuristics chose.
+struct lt_plan {
+    int ta, tb, M, N, K, lda, ldb, ldc, batch, bias, align;
+    long long sa, sb, sc;
+    cudaDataType_t ct;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int ok;
+};
+
+static void lt_plan_free(lt_plan *p)
+{
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
+}
+
+// The largest power of two up to 256 that divides every pointer: what cuBLASLt may assume.
+static int alignment_of(const void *a, const void *b, const void *c, const void *d, const void *e)
+{
+    uintptr_t x = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e | 256;
+    return (int)(x & (~x + 1));
+}
+
+static cublasLtMatrixLayout_t lt_layout(cudaDataType_t t, int rows, int cols, int ld, int batch,
+                                        long long stride)
+{
+    cublasLtMatrixLayout_t l = NULL;
+    if (cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS)
+        return NULL;
+    if (batch > 1) {
+        int32_t n = batch;
+        int64_t s = stride;
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n);
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s);
+    }
+    return l;
+}
+
+// Builds plan p (its key fields set): row-major C (M x N) = op(A) (M x K) op(B) (K x N) is
+// column-major C^T = op(B)^T op(A)^T, so cuBLASLt's first operand is B and its second A.
+static int lt_plan_build(rt_cuda *g, lt_plan *p)
+{
+    cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (p->bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        int32_t bt = CUDA_R_16BF;
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+    }
+    p->la = lt_layout(CUDA_R_16BF, p->tb ? p->K : p->N, p->tb ? p->N : p->K, p->ldb, p->batch, p->sb);
+    p->lb = lt_layout(CUDA_R_16BF, p->ta ? p->M : p->K, p->ta ? p->K : p->M, p->lda, p->batch, p->sa);
+    p->lc = lt_layout(p->ct, p->N, p->M, p->ldc, p->batch, p->sc);
+    if (!p->la || !p->lb || !p->lc) return -1;
+    cublasLtMatmulPreference_t pref = NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return -1;
+    uint64_t ws = LT_WORKSPACE_BYTES;
+    uint32_t al = (uint32_t)p->align;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc,
+                                                       pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return -1;
+    p->algo = res.algo;
+    p->ok = 1;
+    return 0;
+}
+
+// The cached plan of a configuration (built on first use); NULL when cuBLASLt has none.
+static lt_plan *lt_plan_get(rt_cuda *g, const lt_plan *key)
+{
+    for (int i = 0; i < g->n_lt; i++) {
+        lt_plan *p = &g->lt_cache[i];
+        if (p->ta == key->ta && p->tb == key->tb && p->M == key->M && p->N == key->N &&
+            p->K == key->K && p->lda == key->lda && p->ldb == key->ldb && p->ldc == key->ldc &&
+            p->batch == key->batch && p->bias == key->bias && p->align == key->align &&
+            p->sa == key->sa && p->sb == key->sb && p->sc == key->sc && p->ct == key->ct)
+            return p->ok ? p : NULL;
+    }
+    int slot = g->n_lt < LT_CACHE ? g->n_lt++ : (int)((unsigned)key->M * 7919u % LT_CACHE);
+    lt_plan *p = &g->lt_cache[slot];
+    lt_plan_free(p);
+    *p = *key;
+    p->op = NULL, p->la = p->lb = p->lc = NULL, p->ok = 0;
+    return lt_plan_build(g, p) == 0 ? p : NULL;
+}
+
+// Row-major C (M x N, ldc) = alpha op(A) op(B) + beta Cin (+ bias (N) when not NULL), A and B
+// bf16, C and Cin of type ct (CUDA_R_16BF or CUDA_R_32F), `batch` of them at the given element
+// strides. Cin may be C; beta 0 ignores it. A GEMM cuBLASLt cannot run is left undone and
+// leaves a CUDA error for rt_cuda_sync to report.
+static void lt_gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, float alpha, const bf16 *A,
+                    int lda, long long sa, const bf16 *B, int ldb, long long sb, float beta,
+                    const void *Cin, void *C, int ldc, long long sc, cudaDataType_t ct,
+                    const bf16 *bias, int batch)
+{
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    if (!Cin) Cin = C;
+    lt_plan key;
+    memset(&key, 0, sizeof key);
+    key.ta = ta, key.tb = tb, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb;
+    key.ldc = ldc, key.batch = batch, key.bias = bias != NULL, key.sa = sa, key.sb = sb;
+    key.sc = sc, key.ct = ct, key.align = alignment_of(A, B, Cin, C, bias);
+    lt_plan *p = lt_plan_get(g, &key);
+    if (!p) { // the next rt_cuda_sync reports it
+        if (!g->fail[0])
+            snprintf(g->fail, sizeof g->fail, "cuBLASLt has no bf16 algorithm for a %d x %d x %d "
+                     "GEMM (batch %d)", M, N, K, batch);
+        return;
+    }
+    if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    cublasLtMatmul(g->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, Cin, p->lc, C, p->lc, &p->algo,
+                   g->lt_ws, LT_WORKSPACE_BYTES, g->stream);
+}
+
+// The common single GEMM: C = op(A) op(B) (+ beta C) with bf16 C.
+static void gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, const bf16 *A, int lda,
+                 const bf16 *B, int ldb, float beta, bf16 *C, int ldc)
+{
+    lt_gemm(g, ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C, C, ldc, 0, CUDA_R_16BF, NULL, 1);
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);                  \
+         i += (long long)gridDim.x * blockDim.x)
+
+__global__ void k_add_bf16(bf16 *y, const bf16 *x, long long n)
+{
+    GRID_STRIDE(i, n) y[i] = __float2bfloat16(__bfloat162float(y[i]) + __bfloat162float(x[i]));
+}
+
+// db (out, fp32) += column sums of dy (n x out, bf16).
+__global__ void k_colsum_bf16(float *db, const bf16 *dy, int n, int out)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
+        float s = 0;
+        for (int i = 0; i < n; i++) s += __bfloat162float(dy[(long long)i * out + j]);
+        db[j] += s;
+    }
+}
+
+__global__ void k_ln_fwd_bf16(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y, float *mean,
+                              float *rstd, int h)
+{
+    const bf16 *xi = x + (long long)blockIdx.x * h;
+    float s = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) s += __bfloat162float(xi[j]);
+    float m = block_sum(s) / h, v = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        float d = __bfloat162float(xi[j]) - m;
+        v += d * d;
+    }
+    float r = rsqrtf(block_sum(v) / h + LN_EPS);
+    for (int j = threadIdx.x; j < h; j += THREADS)
+        y[(long long)blockIdx.x * h + j] = __float2bfloat16(
+            (__bfloat162float(xi[j]) - m) * r * __bfloat162float(gm[j]) + __bfloat162float(bt[j]));
+    if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
+}
+
+__global__ void k_ln_bwd_bf16(const bf16 *dy, const bf16 *x, const bf16 *gm, const float *mean,
+                              const float *rstd, bf16 *dx, float *dg, float *db, int h)
+{
+    long long row = blockIdx.x;
+    const bf16 *xi = x + row * h, *dyi = dy + row * h;
+    float m = mean[row], r = rstd[row], a = 0, c = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        float xhat = (__bfloat162float(xi[j]) - m) * r, d = __bfloat162float(dyi[j]);
+        float dxhat = d * __bfloat162float(gm[j]);
+        a += dxhat;
+        c += dxhat * xhat;
+        atomicAdd(&dg[j], d * xhat);
+        atomicAdd(&db[j], d);
+    }
+    a = block_sum(a) / h;
+    c = block_sum(c) / h;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        float xhat = (__bfloat162float(xi[j]) - m) * r;
+        dx[row * h + j] = __float2bfloat16(
+            r * (__bfloat162float(dyi[j]) * __bfloat162float(gm[j]) - a - xhat * c));
+    }
+}
+
+__global__ void k_gelu_fwd_bf16(const bf16 *u, bf16 *gv, long long n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = __bfloat162float(u[i]);
+        gv[i] = __float2bfloat16(0.5f * x * (1 + tanhf(GELU_C * (x + 0.044715f * x * x * x))));
+    }
+}
+
+__global__ void k_gelu_bwd_bf16(const bf16 *dg, const bf16 *u, bf16 *du, long long n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = __bfloat162float(u[i]), t = tanhf(GELU_C * (x + 0.044715f * x * x * x));
+        float d = 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715f * x * x);
+        du[i] = __float2bfloat16(__bfloat162float(dg[i]) * d);
+    }
+}
+
+__global__ void k_fill_bf16(bf16 *v, long long n, unsigned seed, double scale)
+{
+    GRID_STRIDE(i, n) v[i] = __float2bfloat16((float)RT_FILL_VALUE(i, seed, scale));
+}
+
+// One block per row: dlogits (bf16) = (softmax(logits) - onehot(target)) / n, logits fp32.
+__global__ void k_softmax_xent_bf16(const float *logits, bf16 *dlogits, int n, int V, int offset)
+{
+    long long row = blockIdx.x;
+    const float *l = logits + row * V;
+    bf16 *dl = dlogits + row * V;
+    float mx = -INFINITY, s = 0;
+    for (int j = threadIdx.x; j < V; j += THREADS) mx = fmaxf(mx, l[j]);
+    mx = block_max(mx);
+    for (int j = threadIdx.x; j < V; j += THREADS) s += expf(l[j] - mx);
+    s = block_sum(s);
+    int target = (int)((row * 7919 + offset) % V);
+    for (int j = threadIdx.x; j < V; j += THREADS)
+        dl[j] = __float2bfloat16((expf(l[j] - mx) / s - (j == target ? 1.0f : 0.0f)) / n);
+}
+
+// ---- attention on GEMMs and a softmax kernel (the path where cuDNN is not used) -------------
+
+// Query i of a causal attention sees keys 0..i (top-left aligned, as layer.c).
+__device__ inline int last_key(int i, int sk, int causal) { return causal ? (i < sk ? i : sk - 1) : sk - 1; }
+
+// Rows of sk scores s (fp32, unscaled): p (bf16) = softmax(scale * s, masked), lse (fp32) the
+// log-sum-exp of each row's scaled scores. One block per row; row r is query r % sq.
+__global__ void k_attn_softmax(const float *s, bf16 *p, float *lse, int sq, int sk, int causal,
+                               float scale)
+{
+    long long row = blockIdx.x;
+    int i = (int)(row % sq), last = last_key(i, sk, causal);
+    const float *sr = s + row * sk;
+    bf16 *pr = p + row * sk;
+    float mx = -INFINITY, sum = 0;
+    for (int j = threadIdx.x; j <= last; j += THREADS) mx = fmaxf(mx, sr[j] * scale);
+    mx = block_max(mx);
+    for (int j = threadIdx.x; j <= last; j += THREADS) sum += expf(sr[j] * scale - mx);
+    sum = block_sum(sum);
+    for (int j = threadIdx.x; j < sk; j += THREADS)
+        pr[j] = __float2bfloat16(j <= last ? expf(sr[j] * scale - mx) / sum : 0.0f);
+    if (threadIdx.x == 0) lse[row] = mx + logf(sum);
+}
+
+// The probabilities again from the scores and the saved log-sum-exp.
+__global__ void k_attn_recompute(const float *s, const float *lse, bf16 *p, int sq, int sk,
+                                 int causal, float scale)
+{
+    long long row = blockIdx.x;
+    int i = (int)(row % sq), last = last_key(i, sk, causal);
+    float l = lse[row];
+    for (int j = threadIdx.x; j < sk; j += THREADS)
+        p[row * sk + j] = __float2bfloat16(j <= last ? expf(s[row * sk + j] * scale - l) : 0.0f);
+}
+
+// D[h * sq + i] = sum over the head's d columns of dO o O for query i (rows of ld elements, head
+// h at column h * d): the softmax backward's row sums, as rowsum(dP o P) = rowsum(dO o O).
+__global__ void k_attn_rowdot(const bf16 *dout, const bf16 *out, int ld, int d, int sq, float *D)
+{
+    long long r = blockIdx.x; // h * sq + i
+    int h = (int)(r / sq), i = (int)(r % sq);
+    const bf16 *a = dout + (long long)i * ld + (long long)h * d, *b = out + (long long)i * ld + (long long)h * d;
+    float s = 0;
+    for (int c = threadIdx.x; c < d; c += THREADS) s += __bfloat162float(a[c]) * __bfloat162float(b[c]);
+    s = block_sum(s);
+    if (threadIdx.x == 0) D[r] = s;
+}
+
+// dS (bf16) = P o (dP - D) * scale, row by row.
+__global__ void k_attn_dsoftmax(const float *dp, const bf16 *p, const float *D, bf16 *ds, int sk,
+                                float scale)
+{
+    long long row = blockIdx.x;
+    float dr = D[row];
+    for (int j = threadIdx.x; j < sk; j += THREADS) {
+        long long k = row * sk + j;
+        ds[k] = __float2bfloat16(__bfloat162float(p[k]) * (dp[k] - dr) * scale);
+    }
+}
+
+static void gemm_attn_fwd(rt_cuda *g, const attn_io *x)
+{
+    float scale = 1.0f / sqrtf((float)x->d);
+    long long pp = (long long)x->sq * x->sk;
+    int ldo = x->a * x->d;
+    float *s = NULL;
+    bf16 *p = NULL;
+    cudaMallocAsync((void **)&s, (size_t)x->a * pp * sizeof *s, g->stream);
+    cudaMallocAsync((void **)&p, (size_t)x->a * pp * sizeof *p, g->stream);
+    if (!s || !p) goto out;
+    for (int b = 0; b < x->B; b++) {
+        const bf16 *qb = x->q + (long long)b * x->sq * x->ldq, *kb = x->k + (long long)b * x->sk * x->ldkv;
+        const bf16 *vb = x->v + (long long)b * x->sk * x->ldkv;
+        lt_gemm(g, 0, 1, x->sq, x->sk, x->d, 1.0f, qb, x->ldq, x->d, kb, x->ldkv, x->d, 0.0f, s, s,
+                x->sk, pp, CUDA_R_32F, NULL, x->a);
+        k_attn_softmax<<<x->a * x->sq, THREADS, 0, g->stream>>>(s, p, x->lse + (long long)b * x->a * x->sq,
+                                                                 x->sq, x->sk, x->causal, scale);
+        lt_gemm(g, 0, 0, x->sq, x->d, x->sk, 1.0f, p, x->sk, pp, vb, x->ldkv, x->d, 0.0f,
+                x->o + (long long)b * x->sq * ldo, x->o + (long long)b * x->sq * ldo, ldo, x->d,
+                CUDA_R_16BF, NULL, x->a);
+    }
+out:
+    if (s) cudaFreeAsync(s, g->stream);
+    if (p) cudaFreeAsync(p, g->stream);
+}
+
+// The backward adds into dq, dk, dv (which the caller zeroed).
+static void gemm_attn_bwd(rt_cuda *g, const attn_io *x)
+{
+    float scale = 1.0f / sqrtf((float)x->d);
+    long long pp = (long long)x->sq * x->sk;
+    int ldo = x->a * x->d;
+    float *s = NULL, *dp = NULL, *D = NULL;
+    bf16 *p = NULL, *ds = NULL;
+    cudaMallocAsync((void **)&s, (size_t)x->a * pp * sizeof *s, g->stream);
+    cudaMallocAsync((void **)&dp, (size_t)x->a * pp * sizeof *dp, g->stream);
+    cudaMallocAsync((void **)&p, (size_t)x->a * pp * sizeof *p, g->stream);
+    cudaMallocAsync((void **)&ds, (size_t)x->a * pp * sizeof *ds, g->stream);
+    cudaMallocAsync((void **)&D, (size_t)x->a * x->sq * sizeof *D, g->stream);
+    if (!s || !dp || !p || !ds || !D) goto out;
+    for (int b = 0; b < x->B; b++) {
+        long long qo = (long long)b * x->sq * x->ldq, ko = (long long)b * x->sk * x->ldkv;
+        long long oo = (long long)b * x->sq * ldo;
+        const bf16 *dob = x->dout + oo;
+        k_attn_rowdot<<<x->a * x->sq, THREADS, 0, g->stream>>>(dob, x->o + oo, ldo, x->d, x->sq, D);
+        lt_gemm(g, 0, 1, x->sq, x->sk, x->d, 1.0f, x->q + qo, x->ldq, x->d, x->k + ko, x->ldkv,
+                x->d, 0.0f, s, s, x->sk, pp, CUDA_R_32F, NULL, x->a); // S again
+        k_attn_recompute<<<x->a * x->sq, THREADS, 0, g->stream>>>(
+            s, x->lse + (long long)b * x->a * x->sq, p, x->sq, x->sk, x->causal, scale);
+        // dV += P^T dO; dP = dO V^T; dS; dQ += dS K; dK += dS^T Q
+        lt_gemm(g, 1, 0, x->sk, x->d, x->sq, 1.0f, p, x->sk, pp, dob, ldo, x->d, 1.0f, x->dv + ko,
+                x->dv + ko, x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm(g, 0, 1, x->sq, x->sk, x->d, 1.0f, dob, ldo, x->d, x->v + ko, x->ldkv, x->d, 0.0f,
+                dp, dp, x->sk, pp, CUDA_R_32F, NULL, x->a);
+        k_attn_dsoftmax<<<x->a * x->sq, THREADS, 0, g->stream>>>(dp, p, D, ds, x->sk, scale);
+        lt_gemm(g, 0, 0, x->sq, x->d, x->sk, 1.0f, ds, x->sk, pp, x->k + ko, x->ldkv, x->d, 1.0f,
+                x->dq + qo, x->dq + qo, x->ldq, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm(g, 1, 0, x->sk, x->d, x->sq, 1.0f, ds, x->sk, pp, x->q + qo, x->ldq, x->d, 1.0f,
+                x->dk + ko, x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
+    }
+out:
+    if (s) cudaFreeAsync(s, g->stream);
+    if (dp) cudaFreeAsync(dp, g->stream);
+    if (p) cudaFreeAsync(p, g->stream);
+    if (ds) cudaFreeAsync(ds, g->stream);
+    if (D) cudaFreeAsync(D, g->stream);
+}
+
+// ---- attention on cuDNN's fused SDPA (the backend graph API) ---------------------------------
+
+static void note_path(rt_cuda *g, const char *fwd, const char *bwd)
+{
+    char buf[sizeof g->attn_path];
+    snprintf(buf, sizeof buf, "forward %s, backward %s%s%s%s", fwd, bwd, g->dnn_why[0] ? " (cuDNN: " : "",
+             g->dnn_why, g->dnn_why[0] ? ")" : "");
+    memcpy(g->attn_path, buf, sizeof buf);
+}
+
+static void attn_fwd(rt_cuda *g, const attn_io *x)
+{
+    if (g->attn_mode != RT_ATTN_GEMM && rt_sdpa_fwd(g, x) == 0) {
+        g->last_fwd_cudnn = 1;
+        return;
+    }
+    g->last_fwd_cudnn = 0;
+    gemm_attn_fwd(g, x);
+}
+
+static void attn_bwd(rt_cuda *g, const attn_io *x)
+{
+    int bwd_cudnn = g->attn_mode != RT_ATTN_GEMM && rt_sdpa_bwd(g, x) == 0;
+    if (!bwd_cudnn) gemm_attn_bwd(g, x);
+    note_path(g, g->last_fwd_cudnn ? "cudnn-sdpa" : "gemm-softmax", bwd_cudnn ? "cudnn-sdpa" : "gemm-softmax");
+}
+
+// ---- the layer ----------------------------------------------------------------------------------
+
+// Device pointers of a bf16 layer: the parameters' bf16 copies, their fp32 gradients and the
+// saved activations, at layout.h's offsets.
+struct bview {
+    const bf16 *w[RT_P_COUNT];
+    float *gw[RT_P_COUNT];
+    rt_acts_layout L;
+    char *acts;
+};
+
+// The parameters' pointers of a layer of shape s: into a parameter block's bf16 copy (params)
+// and into a gradient block (grads); either may be NULL (its pointers are then NULL).
+static void view_params(const rt_layer_shape *s, const void *params, void *grads, bview *v)
+{
+    size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+    rt_layer_params_layout(s, off, len, &count);
+    const bf16 *copy = params ? (const bf16 *)((const char *)params + rt_param_copy_offset(count, RT_BF16)) : NULL;
+    for (int i = 0; i < RT_P_COUNT; i++) {
+        v->w[i] = copy ? copy + off[i] : NULL;
+        v->gw[i] = grads ? (float *)grads + off[i] : NULL;
+    }
+}
+
+static void view_acts(const rt_layer_shape *s, int B, int S, int Se, const void *acts, bview *v)
+{
+    rt_layer_acts_layout(s, B, S, Se, RT_BF16, &v->L);
+    v->acts = (char *)acts;
+}
+
+static bf16 *A(const bview *v, int id) { return (bf16 *)(v->acts + v->L.off[id]); }
+static float *AF(const bview *v, int id) { return (float *)(v->acts + v->L.off[id]); }
+
+// y (n, out) = x (n, in) W (in, out) + b, plus res (n, out) when not NULL.
+static void linear(rt_cuda *g, const bf16 *x, const bf16 *w, const bf16 *b, const bf16 *res,
+                   bf16 *y, int n, int in, int out)
+{
+    lt_gemm(g, 0, 0, n, out, in, 1.0f, x, in, 0, w, out, 0, res ? 1.0f : 0.0f, res ? res : y, y,
+            out, 0, CUDA_R_16BF, b, 1);
+}
+
+// dW (in, out, fp32) += x^T dy; db += column sums of dy.
+static void linear_bwd_weight(rt_cuda *g, const bf16 *x, const bf16 *dy, float *dw, float *db,
+                              int n, int in, int out)
+{
+    lt_gemm(g, 1, 0, in, out, n, 1.0f, x, in, 0, dy, out, 0, 1.0f, dw, dw, out, 0, CUDA_R_32F, NULL, 1);
+    k_colsum_bf16<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
+}
+
+void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x,
+                                  void *y, void *acts, const void *enc, int Se)
+{
+    bview v;
+    view_params(&l->shape, l->block, NULL, &v);
+    view_acts(&l->shape, B, S, Se, acts, &v);
+    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
+    long long nh = (long long)n * h;
+    cudaMemcpyAsync(A(&v, RT_A_X), x, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
+    k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_X), v.w[RT_P_LN1_G], v.w[RT_P_LN1_B],
+                                                 A(&v, RT_A_H1), AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), h);
+    linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, 3 * hk);
+    bf16 *qkv = A(&v, RT_A_QKV);
+    attn_io self = {B, l->shape.heads, S, S, l->shape.kv, l->shape.causal, 3 * hk, 3 * hk,
+                    qkv, qkv + hk, qkv + 2 * hk, A(&v, RT_A_CTX), AF(&v, RT_A_P), NULL, NULL, NULL, NULL};
+    attn_fwd(g, &self);
+    linear(g, A(&v, RT_A_CTX), v.w[RT_P_WO], v.w[RT_P_BO], A(&v, RT_A_X), A(&v, RT_A_X2), n, hk, h);
+    if (l->shape.cross) { // xc = the self-attention block's output; x2 = xc + cross-attention
+        cudaMemcpyAsync(A(&v, RT_A_XC), A(&v, RT_A_X2), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                        g->stream);
+        k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_XC), v.w[RT_P_LNC_G], v.w[RT_P_LNC_B],
+                                                     A(&v, RT_A_HC), AF(&v, RT_A_MEANC), AF(&v, RT_A_RSTDC), h);
+        linear(g, A(&v, RT_A_HC), v.w[RT_P_WQC], v.w[RT_P_BQC], NULL, A(&v, RT_A_QC), n, h, hk);
+        linear(g, (const bf16 *)enc, v.w[RT_P_WKVC], v.w[RT_P_BKVC], NULL, A(&v, RT_A_KVC), B * Se,
+               h, 2 * hk);
+        bf16 *kvc = A(&v, RT_A_KVC);
+        attn_io cross = {B, l->shape.heads, S, Se, l->shape.kv, 0, hk, 2 * hk, A(&v, RT_A_QC), kvc,
+                         kvc + hk, A(&v, RT_A_CTXC), AF(&v, RT_A_PC), NULL, NULL, NULL, NULL};
+        attn_fwd(g, &cross);
+        linear(g, A(&v, RT_A_CTXC), v.w[RT_P_WOC], v.w[RT_P_BOC], A(&v, RT_A_XC), A(&v, RT_A_X2), n,
+               hk, h);
+    }
+    k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_X2), v.w[RT_P_LN2_G], v.w[RT_P_LN2_B],
+                                                 A(&v, RT_A_H2), AF(&v, RT_A_MEAN2), AF(&v, RT_A_RSTD2), h);
+    linear(g, A(&v, RT_A_H2), v.w[RT_P_W1], v.w[RT_P_B1], NULL, A(&v, RT_A_U), n, h, f);
+    k_gelu_fwd_bf16<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(A(&v, RT_A_U), A(&v, RT_A_G),
+                                                                            (long long)n * f);
+    linear(g, A(&v, RT_A_G), v.w[RT_P_W2], v.w[RT_P_B2], A(&v, RT_A_X2), (bf16 *)y, n, f, h);
+}
+
+void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
+                                        int B, int S, const void *dy_, void *dx_, void *acts,
+                                        int Se, void *denc_)
+{
+    bview v;
+    view_params(&l->shape, l->block, grad->block, &v);
+    view_acts(&l->shape, B, S, Se, acts, &v);
+    const bf16 *dy = (const bf16 *)dy_;
+    bf16 *dx = (bf16 *)dx_, *denc = (bf16 *)denc_;
+    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
+    int ne = B * Se, heads = l->shape.heads, kv = l->shape.kv;
+    long long nh = (long long)n * h;
+    bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL;
+    cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(bf16), g->stream);
+    cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(bf16), g->stream);
+    cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(bf16), g->stream);
+    if (!tmp_f || !tmp_h || !dctx) goto out;
+    cudaMemcpyAsync(A(&v, RT_A_D_Y), dy, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
+    gemm(g, 0, 1, n, f, h, dy, h, v.w[RT_P_W2], h, 0.0f, tmp_f, f); // dg = dy W2^T
+    k_gelu_bwd_bf16<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(tmp_f, A(&v, RT_A_U),
+                                                                            A(&v, RT_A_D_U), (long long)n * f);
+    gemm(g, 0, 1, n, h, f, A(&v, RT_A_D_U), f, v.w[RT_P_W1], f, 0.0f, tmp_h, h); // dh2
+    k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
+                                                 AF(&v, RT_A_RSTD2), A(&v, RT_A_D_O), v.gw[RT_P_LN2_G],
+                                                 v.gw[RT_P_LN2_B], h);
+    k_add_bf16<<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), dy, nh); // dx2
+    if (l->shape.cross) { // back through the cross-attention: d_o becomes d(self-attention out)
+        cudaMemcpyAsync(A(&v, RT_A_D_OC), A(&v, RT_A_D_O), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                        g->stream);
+        gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_OC), h, v.w[RT_P_WOC], h, 0.0f, dctx, hk);
+        cudaMemsetAsync(A(&v, RT_A_D_QC), 0, (size_t)n * hk * sizeof(bf16), g->stream);
+        cudaMemsetAsync(A(&v, RT_A_D_KVC), 0, (size_t)ne * 2 * hk * sizeof(bf16), g->stream);
+        bf16 *kvc = A(&v, RT_A_KVC), *dkvc = A(&v, RT_A_D_KVC);
+        attn_io cross = {B, heads, S, Se, kv, 0, hk, 2 * hk, A(&v, RT_A_QC), kvc, kvc + hk,
+                         A(&v, RT_A_CTXC), AF(&v, RT_A_PC), dctx, A(&v, RT_A_D_QC), dkvc, dkvc + hk};
+        attn_bwd(g, &cross);
+        gemm(g, 0, 1, n, h, hk, A(&v, RT_A_D_QC), hk, v.w[RT_P_WQC], hk, 0.0f, tmp_h, h); // d(hc)
+        if (denc) // d(enc) += d_kvc Wkvc^T
+            gemm(g, 0, 1, ne, h, 2 * hk, dkvc, 2 * hk, v.w[RT_P_WKVC], 2 * hk, 1.0f, denc, h);
+        k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_XC), v.w[RT_P_LNC_G], AF(&v, RT_A_MEANC),
+                                                     AF(&v, RT_A_RSTDC), A(&v, RT_A_D_O), v.gw[RT_P_LNC_G],
+                                                     v.gw[RT_P_LNC_B], h);
+        k_add_bf16<<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), A(&v, RT_A_D_OC), nh);
+    }
+    gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_O), h, v.w[RT_P_WO], h, 0.0f, dctx, hk);
+    cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * 3 * hk * sizeof(bf16), g->stream);
+    {
+        bf16 *qkv = A(&v, RT_A_QKV), *dqkv = A(&v, RT_A_D_QKV);
+        attn_io self = {B, heads, S, S, kv, l->shape.causal, 3 * hk, 3 * hk, qkv, qkv + hk, qkv + 2 * hk,
+                        A(&v, RT_A_CTX), AF(&v, RT_A_P), dctx, dqkv, dqkv + hk, dqkv + 2 * hk};
+        attn_bwd(g, &self);
+    }
+    gemm(g, 0, 1, n, h, 3 * hk, A(&v, RT_A_D_QKV), 3 * hk, v.w[RT_P_WQKV], 3 * hk, 0.0f, tmp_h, h); // dh1
+    k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
+                                                 AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], h);
+    k_add_bf16<<<grid_for(nh), THREADS, 0, g->stream>>>(dx, A(&v, RT_A_D_O), nh);
+out:
+    if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
+    if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
+    if (dctx) cudaFreeAsync(dctx, g->stream);
+}
+
+void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
+                                         const void *acts, const void *enc, int Se)
+{
+    bview v;
+    view_params(&grad->shape, NULL, grad->block, &v);
+    view_acts(&grad->shape, B, S, Se, acts, &v);
+    int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv, f = grad->shape.ffn;
+    linear_bwd_weight(g, A(&v, RT_A_G), A(&v, RT_A_D_Y), v.gw[RT_P_W2], v.gw[RT_P_B2], n, f, h);
+    linear_bwd_weight(g, A(&v, RT_A_H2), A(&v, RT_A_D_U), v.gw[RT_P_W1], v.gw[RT_P_B1], n, h, f);
+    if (grad->shape.cross) {
+        linear_bwd_weight(g, A(&v, RT_A_CTXC), A(&v, RT_A_D_OC), v.gw[RT_P_WOC], v.gw[RT_P_BOC], n, hk, h);
+        linear_bwd_weight(g, A(&v, RT_A_HC), A(&v, RT_A_D_QC), v.gw[RT_P_WQC], v.gw[RT_P_BQC], n, h, hk);
+        linear_bwd_weight(g, (const bf16 *)enc, A(&v, RT_A_D_KVC), v.gw[RT_P_WKVC], v.gw[RT_P_BKVC],
+                          B * Se, h, 2 * hk);
+    }
+    linear_bwd_weight(g, A(&v, RT_A_CTX), A(&v, RT_A_D_O), v.gw[RT_P_WO], v.gw[RT_P_BO], n, hk, h);
+    linear_bwd_weight(g, A(&v, RT_A_H1), A(&v, RT_A_D_QKV), v.gw[RT_P_WQKV], v.gw[RT_P_BQKV], n, h, 3 * hk);
+}
+
+// ---- the LM head, fills, GEMM timing ------------------------------------------------------------
+
+// The bf16 copy of a parameter block of `count` elements.
+static const bf16 *copy_of(const void *block, size_t count)
+{
+    return (const bf16 *)((const char *)block + rt_param_copy_offset(count, RT_BF16));
+}
+
+void rt_bf16_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
+                                    void *dlogits, int n, int H, int V, int target_offset)
+{
+    lt_gemm(g, 0, 1, n, V, H, 1.0f, (const bf16 *)out, H, 0, copy_of(emb, (size_t)V * H), H, 0,
+            0.0f, logits, logits, V, 0, CUDA_R_32F, NULL, 1);
+    k_softmax_xent_bf16<<<n, THREADS, 0, g->stream>>>((const float *)logits, (bf16 *)dlogits, n, V,
+                                                       target_offset);
+}
+
+void rt_bf16_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
+                                    void *dout, void *demb, int n, int H, int V)
+{
+    gemm(g, 0, 0, n, H, V, (const bf16 *)dlogits, V, copy_of(emb, (size_t)V * H), H, 0.0f,
+         (bf16 *)dout, H);
+    lt_gemm(g, 1, 0, V, H, n, 1.0f, (const bf16 *)dlogits, V, 0, (const bf16 *)out, H, 0, 1.0f, demb,
+            demb, H, 0, CUDA_R_32F, NULL, 1);
+}
+
+void rt_bf16_fill(rt_cuda *g, void *v, size_t n, unsigned seed, double scale)
+{
+    k_fill_bf16<<<grid_for((long long)n), THREADS, 0, g->stream>>>((bf16 *)v, (long long)n, seed, scale);
+}
+
+int rt_bf16_time_gemm(rt_cuda *g, int M, int N, int K, int repeats, double *ms)
+{
+    bf16 *a = NULL, *b = NULL, *c = NULL;
+    cudaMalloc((void **)&a, (size_t)M * K * sizeof(bf16));
+    cudaMalloc((void **)&b, (size_t)K * N * sizeof(bf16));
+    cudaMalloc((void **)&c, (size_t)M * N * sizeof(bf16));
+    int rc = -1;
+    if (a && b && c) {
+        cudaMemsetAsync(a, 0, (size_t)M * K * sizeof(bf16), g->stream);
+        cudaMemsetAsync(b, 0, (size_t)K * N * sizeof(bf16), g->stream);
+        double unused;
+        rc = time_fwd_bwd(
+            g, repeats, [&] { gemm(g, 0, 0, M, N, K, a, K, b, N, 0.0f, c, N); }, [] {}, ms, &unused);
+    }
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    if (c) cudaFree(c);
+    return rc;
+}
+
+// ---- the context's bf16 side ----------------------------------------------------------------------
+
+int rt_bf16_open(rt_cuda *g, char *why, size_t why_cap)
+{
+    if (cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&g->lt_ws, LT_WORKSPACE_BYTES) != cudaSuccess ||
+        !(g->lt_cache = (lt_plan *)calloc(LT_CACHE, sizeof *g->lt_cache))) {
+        snprintf(why, why_cap, "cuBLASLt could not be initialised on device %d", g->device);
+        return -1;
+    }
+    const char *mode = getenv("DPRUN_ATTENTION");
+    g->attn_mode = mode && strcmp(mode, "gemm") == 0 ? RT_ATTN_GEMM : RT_ATTN_AUTO;
+    cudnnStatus_t st = cudnnCreate(&g->dnn);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(g->dnn, g->stream);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        snprintf(g->dnn_why, sizeof g->dnn_why, "could not start: %s", cudnnGetErrorString(st));
+        if (g->dnn) cudnnDestroy(g->dnn);
+        g->dnn = NULL;
+    }
+    return 0;
+}
+
+void rt_bf16_close(rt_cuda *g)
+{
+    for (int i = 0; g->lt_cache && i < g->n_lt; i++) lt_plan_free(&g->lt_cache[i]);
+    free(g->lt_cache);
+    rt_sdpa_free(g);
+    if (g->lt_ws) cudaFree(g->lt_ws);
+    if (g->sdpa_ws) cudaFree(g->sdpa_ws);
+    if (g->lt) cublasLtDestroy(g->lt);
+    if (g->dnn) cudnnDestroy(g->dnn);
+}
+
+extern "C" void rt_cuda_set_attention(rt_cuda *g, int mode)
+{
+    g->attn_mode = mode;
+    g->attn_path[0] = '\0';
+}
