@@ -254,7 +254,7 @@ static double gemm_rate(rt_cuda *g, const rt_layer_shape *s, int n)
 static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
 {
     const model_spec *big = model_preset("gpt-6.7b-16l");
-    rt_layer_shape bs = {big->hidden, big->heads, big->kv_channels, big->ffn, 1, 0};
+    rt_layer_shape bs = rt_layer_shape_of(big, RT_LAYER_GPT);
     rt_layer_params bp;
     if (rt_layer_params_alloc(&bp, &bs) != 0) return;
     rt_layer_params_init(&bp, &bs, 9);
@@ -314,9 +314,9 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
         rt_cuda_close(g);
         return 1;
     }
-    rt_layer_shape gpt = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 0};
-    rt_layer_shape enc = {m->hidden, m->heads, m->kv_channels, m->ffn, 0, 0};
-    rt_layer_shape dec = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 1};
+    rt_layer_shape gpt = rt_layer_shape_of(m, RT_LAYER_GPT);
+    rt_layer_shape enc = rt_layer_shape_of(m, RT_LAYER_ENCODER);
+    rt_layer_shape dec = rt_layer_shape_of(m, RT_LAYER_DECODER);
     int n_rows = 0, n_failed = 0;
     printf("# check-gpu numerics: %s on %s\n", m->name, name);
     if (m->arch == ARCH_T5) {

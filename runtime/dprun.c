@@ -25,6 +25,7 @@
 #include "../scheduler/plan.h"
 #include "check_gpu.h"
 #include "exec.h"
+#include "layer.h"
 #include "rt_mpi.h"
 #include "profile.h"
 
@@ -354,10 +355,9 @@ static int run_main(int argc, char **argv)
     model_spec m;
     if (st == DP_OK) st = plan_model(&pl, &m, &err);
     if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
-    if (st == DP_OK && model_kv_heads(&m) != m.heads)
-        st = dp_fail(&err, DP_ERR_INVALID, "%s: %s uses grouped-query attention (%d key/value "
-                     "heads of %d), which the validation runtime's layers do not implement",
-                     plan_path, m.name, model_kv_heads(&m), m.heads);
+    char unsupported[300];
+    if (st == DP_OK && rt_layer_supports(&m, unsupported, sizeof unsupported) != DP_OK)
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: %s", plan_path, unsupported);
     for (int i = 0; st == DP_OK && i < pl.n_it; i++)
         for (int k = 0; st == DP_OK && k < pl.it[i].n_mb; k++)
             if (pl.it[i].mb[k].varlen)

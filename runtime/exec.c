@@ -471,8 +471,8 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         ch->decoder = m->arch == ARCH_T5 && v >= enc_virt && c.nv > 1;
         ch->first_decoder = ch->decoder && v == enc_virt;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
-        ch->shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn,
-                                     m->arch == ARCH_GPT || ch->decoder, ch->decoder};
+        ch->shape = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
+                                         : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
         ch->layers = ch->decoder ? dec : enc;
         ch->first = v == 0;
         ch->last = v == c.nv - 1;

@@ -616,8 +616,8 @@ static dp_status setup(gctx *c, const model_spec *m)
         ch->first_decoder = v == enc_virt;
         has_last |= ch->last;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
-        ch->shape = (rt_layer_shape){m->hidden, m->heads, m->kv_channels, m->ffn,
-                                     m->arch == ARCH_GPT || ch->decoder, ch->decoder};
+        ch->shape = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
+                                         : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
         int layers = ch->decoder ? dec : enc;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
         ch->g = calloc((size_t)layers + 1, sizeof *ch->g);

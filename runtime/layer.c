@@ -2,8 +2,11 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../models/model.h"
 
 /* rt_layer_set_yield's function, called after every GEMM-sized step (a linear op, one sample's
  * attention). */
@@ -100,6 +103,44 @@ void rt_gelu_bwd(const double *dg, const double *u, double *du, size_t n)
         double d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x);
         du[i] = dg[i] * d;
     }
+}
+
+static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
+
+void rt_swiglu_fwd(const double *u, double *g, int n, int f)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < f; j++) {
+            double a = u[(size_t)i * 2 * f + j], b = u[(size_t)i * 2 * f + f + j];
+            g[(size_t)i * f + j] = a * sigmoid(a) * b;
+        }
+}
+
+void rt_swiglu_bwd(const double *dg, const double *u, double *du, int n, int f)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < f; j++) {
+            double a = u[(size_t)i * 2 * f + j], b = u[(size_t)i * 2 * f + f + j];
+            double sg = sigmoid(a), d = dg[(size_t)i * f + j];
+            du[(size_t)i * 2 * f + j] = d * b * sg * (1 + a * (1 - sg));
+            du[(size_t)i * 2 * f + f + j] = d * a * sg;
+        }
+}
+
+void rt_mlp_act_fwd(const rt_layer_shape *s, const double *u, double *g, int n)
+{
+    if (s->glu)
+        rt_swiglu_fwd(u, g, n, s->ffn);
+    else
+        rt_gelu_fwd(u, g, (size_t)n * s->ffn);
+}
+
+void rt_mlp_act_bwd(const rt_layer_shape *s, const double *dg, const double *u, double *du, int n)
+{
+    if (s->glu)
+        rt_swiglu_bwd(dg, u, du, n, s->ffn);
+    else
+        rt_gelu_bwd(dg, u, du, (size_t)n * s->ffn);
 }
 
 void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
@@ -218,6 +259,21 @@ void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out,
 
 /* ---- the whole layer ------------------------------------------------------------------------- */
 
+rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
+{
+    rt_layer_shape s = {m->hidden, m->heads, m->kv_channels, m->ffn, kind != RT_LAYER_ENCODER,
+                        kind == RT_LAYER_DECODER, m->glu};
+    return s;
+}
+
+int rt_layer_supports(const model_spec *m, char *why, size_t why_cap)
+{
+    if (model_kv_heads(m) == m->heads) return DP_OK;
+    snprintf(why, why_cap, "%s uses grouped-query attention (%d key/value heads of %d), which the "
+             "validation runtime's layers do not implement", m->name, model_kv_heads(m), m->heads);
+    return DP_ERR_INVALID;
+}
+
 size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block)
 {
     memset(p, 0, sizeof *p);
@@ -318,8 +374,8 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
         for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
     }
     rt_layernorm_fwd(a->x2, p->ln2_g, p->ln2_b, a->h2, a->mean2, a->rstd2, n, h);
-    rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, f);
-    rt_gelu_fwd(a->u, a->g, (size_t)n * f);
+    rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, rt_layer_ffn_in(s));
+    rt_mlp_act_fwd(s, a->u, a->g, n);
     rt_linear_fwd(a->g, p->w2, p->b2, y, n, f, h);
     for (size_t i = 0; i < (size_t)n * h; i++) y[i] += a->x2[i];
 }
@@ -334,8 +390,8 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     if (!tmp_f || !tmp_h || !dctx) abort();
     memcpy(a->d_y, dy, nh * sizeof *dy);
     rt_linear_bwd_input(dy, p->w2, tmp_f, n, f, h);            /* dg */
-    rt_gelu_bwd(tmp_f, a->u, a->d_u, (size_t)n * f);           /* du */
-    rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, f);        /* dh2 */
+    rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);                 /* du */
+    rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, rt_layer_ffn_in(s)); /* dh2 */
     rt_layernorm_bwd(tmp_h, a->x2, p->ln2_g, a->mean2, a->rstd2, a->d_o, grad->ln2_g, grad->ln2_b, n, h);
     for (size_t i = 0; i < nh; i++) a->d_o[i] += dy[i];        /* dx2 = d(attention out) */
     if (s->cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
@@ -373,7 +429,7 @@ void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, 
 {
     int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
     rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
-    rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, f);
+    rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, rt_layer_ffn_in(s));
     if (s->cross) {
         rt_linear_bwd_weight(a->ctxc, a->d_oc, grad->woc, grad->boc, n, hk, h);
         rt_linear_bwd_weight(a->hc, a->d_qc, grad->wqc, grad->bqc, n, h, hk);

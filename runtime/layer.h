@@ -9,7 +9,8 @@
  *                                          or none (T5 encoder)
  *   x2  = x + ctx Wo + bo
  *   h2  = LN2(x2)
- *   u   = h2 W1 + b1,  g = GELU(u)         (tanh approximation)
+ *   u   = h2 W1 + b1,  g = GELU(u)         (tanh approximation); with SwiGLU (shape.glu, LLaMA)
+ *                                          u = [gate | up] (B*S, 2F), g = silu(gate) o up
  *   y   = x2 + g W2 + b2
  *
  * A T5 decoder layer (shape.cross) adds cross-attention between the self-attention and the MLP,
@@ -52,6 +53,15 @@ void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const 
 /* GELU, tanh approximation, elementwise over n values. */
 void rt_gelu_fwd(const double *u, double *g, size_t n);
 void rt_gelu_bwd(const double *dg, const double *u, double *du, size_t n);
+/* SwiGLU on n rows: u (n, 2f) holds [gate | up] per row, g (n, f) = silu(gate) o up, silu(x) =
+ * x sigmoid(x); the backward writes du (n, 2f) from dg (n, f). */
+void rt_swiglu_fwd(const double *u, double *g, int n, int f);
+void rt_swiglu_bwd(const double *dg, const double *u, double *du, int n, int f);
+
+/* The activation of a layer's MLP: GELU, or SwiGLU when s->glu; u of rt_layer_ffn_in(s) columns,
+ * g of s->ffn, on n rows. */
+void rt_mlp_act_fwd(const rt_layer_shape *s, const double *u, double *g, int n);
+void rt_mlp_act_bwd(const rt_layer_shape *s, const double *dg, const double *u, double *du, int n);
 
 /* Attention of B samples, heads a, query length sq, key length sk, head width d. q (B*sq, a*d),
  * k and v (B*sk, a*d) as row slices of a wider matrix with row stride ld_q / ld_kv; ctx
@@ -105,6 +115,18 @@ void rt_layer_set_yield(void (*fn)(void));
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
 /* rt_layer_shape, the parameters' and activations' layouts: runtime/layout.h */
+
+/* The shape of a model's layers as the executors run them: kind RT_LAYER_GPT (causal), _ENCODER
+ * (T5's, bidirectional) or _DECODER (T5's: causal with cross-attention); SwiGLU where the model's
+ * MLP is gated. */
+enum { RT_LAYER_GPT, RT_LAYER_ENCODER, RT_LAYER_DECODER };
+struct model_spec;
+rt_layer_shape rt_layer_shape_of(const struct model_spec *m, int kind);
+/* DP_OK when the runtime's layers compute what the model's layers do: not for grouped-query
+ * attention (DP_ERR_INVALID, with the reason; the layers have a key and value per head). The
+ * layers differ from LLaMA's in ways that change little of the work: layer norm, not RMSNorm;
+ * biases on every projection; no rotary embedding. */
+int rt_layer_supports(const struct model_spec *m, char *why, size_t why_cap);
 
 /* Parameters (and their gradients, same layout) of one layer. */
 typedef struct rt_layer_params {

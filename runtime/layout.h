@@ -12,6 +12,9 @@
  *         bf16 working copy that the GEMMs read (an optimizer would refresh it after its step);
  *         gradients accumulated in fp32.
  *
+ * With SwiGLU (shape.glu) the MLP's first projection, its bias and the tensors u and d_u are twice
+ * as wide (gate and up side by side); g and W2 keep the ffn width.
+ *
  * Parameters of a layer are `count` elements (rt_layer_params_layout: element offsets, the same
  * in every type). A parameter block at a type (rt_param_block_bytes) is
  *   fp64  [count doubles]
@@ -69,7 +72,12 @@ typedef struct rt_layer_shape {
     int hidden, heads, kv, ffn;
     int causal; /* masked self-attention (GPT, T5 decoder) or not (T5 encoder) */
     int cross;  /* a T5 decoder layer: cross-attention to the encoder output */
+    int glu;    /* SwiGLU MLP (LLaMA): W1 (hidden, 2 ffn) holds [gate | up], g = silu(gate) o up;
+                 * 0: GELU, W1 (hidden, ffn) */
 } rt_layer_shape;
+
+/* The MLP's first projection width: 2 ffn with SwiGLU, else ffn. */
+static inline int rt_layer_ffn_in(const rt_layer_shape *s) { return s->glu ? 2 * s->ffn : s->ffn; }
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 

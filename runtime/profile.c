@@ -213,8 +213,8 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
     int t5 = m->arch == ARCH_T5;
-    rt_layer_shape enc_shape = {m->hidden, m->heads, m->kv_channels, m->ffn, !t5, 0};
-    rt_layer_shape dec_shape = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 1};
+    rt_layer_shape enc_shape = rt_layer_shape_of(m, t5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
+    rt_layer_shape dec_shape = rt_layer_shape_of(m, RT_LAYER_DECODER);
     prober pr;
     memset(&pr, 0, sizeof pr);
     pr.o = o;

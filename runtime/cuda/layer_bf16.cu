@@ -237,6 +237,48 @@ __global__ void k_gelu_bwd_bf16(const bf16 *dg, const bf16 *u, bf16 *du, long lo
     }
 }
 
+__global__ void k_swiglu_fwd_bf16(const bf16 *u, bf16 *gv, int f, long long nf)
+{
+    GRID_STRIDE(i, nf)
+    {
+        long long r = i / f, j = i % f;
+        float a = __bfloat162float(u[r * 2 * f + j]), b = __bfloat162float(u[r * 2 * f + f + j]);
+        gv[i] = __float2bfloat16(a / (1 + expf(-a)) * b);
+    }
+}
+
+__global__ void k_swiglu_bwd_bf16(const bf16 *dg, const bf16 *u, bf16 *du, int f, long long nf)
+{
+    GRID_STRIDE(i, nf)
+    {
+        long long r = i / f, j = i % f;
+        float a = __bfloat162float(u[r * 2 * f + j]), b = __bfloat162float(u[r * 2 * f + f + j]);
+        float sg = 1 / (1 + expf(-a)), d = __bfloat162float(dg[i]);
+        du[r * 2 * f + j] = __float2bfloat16(d * b * sg * (1 + a * (1 - sg)));
+        du[r * 2 * f + f + j] = __float2bfloat16(d * a * sg);
+    }
+}
+
+// The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows.
+static void mlp_act_fwd(rt_cuda *g, const rt_layer_shape *s, const bf16 *u, bf16 *gv, int n)
+{
+    long long nf = (long long)n * s->ffn;
+    if (s->glu)
+        k_swiglu_fwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, s->ffn, nf);
+    else
+        k_gelu_fwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, nf);
+}
+
+static void mlp_act_bwd(rt_cuda *g, const rt_layer_shape *s, const bf16 *dg, const bf16 *u,
+                        bf16 *du, int n)
+{
+    long long nf = (long long)n * s->ffn;
+    if (s->glu)
+        k_swiglu_bwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, s->ffn, nf);
+    else
+        k_gelu_bwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, nf);
+}
+
 __global__ void k_fill_bf16(bf16 *v, long long n, unsigned seed, double scale)
 {
     GRID_STRIDE(i, n) v[i] = __float2bfloat16((float)RT_FILL_VALUE(i, seed, scale));
@@ -496,9 +538,9 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const v
     }
     k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_X2), v.w[RT_P_LN2_G], v.w[RT_P_LN2_B],
                                                  A(&v, RT_A_H2), AF(&v, RT_A_MEAN2), AF(&v, RT_A_RSTD2), h);
-    linear(g, A(&v, RT_A_H2), v.w[RT_P_W1], v.w[RT_P_B1], NULL, A(&v, RT_A_U), n, h, f);
-    k_gelu_fwd_bf16<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(A(&v, RT_A_U), A(&v, RT_A_G),
-                                                                            (long long)n * f);
+    linear(g, A(&v, RT_A_H2), v.w[RT_P_W1], v.w[RT_P_B1], NULL, A(&v, RT_A_U), n, h,
+           rt_layer_ffn_in(&l->shape));
+    mlp_act_fwd(g, &l->shape, A(&v, RT_A_U), A(&v, RT_A_G), n);
     linear(g, A(&v, RT_A_G), v.w[RT_P_W2], v.w[RT_P_B2], A(&v, RT_A_X2), (bf16 *)y, n, f, h);
 }
 
@@ -513,6 +555,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     bf16 *dx = (bf16 *)dx_, *denc = (bf16 *)denc_;
     int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
     int ne = B * Se, heads = l->shape.heads, kv = l->shape.kv;
+    int f1 = rt_layer_ffn_in(&l->shape);
     long long nh = (long long)n * h;
     bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL;
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(bf16), g->stream);
@@ -521,9 +564,8 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     if (!tmp_f || !tmp_h || !dctx) goto out;
     cudaMemcpyAsync(A(&v, RT_A_D_Y), dy, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
     gemm(g, 0, 1, n, f, h, dy, h, v.w[RT_P_W2], h, 0.0f, tmp_f, f); // dg = dy W2^T
-    k_gelu_bwd_bf16<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(tmp_f, A(&v, RT_A_U),
-                                                                            A(&v, RT_A_D_U), (long long)n * f);
-    gemm(g, 0, 1, n, h, f, A(&v, RT_A_D_U), f, v.w[RT_P_W1], f, 0.0f, tmp_h, h); // dh2
+    mlp_act_bwd(g, &l->shape, tmp_f, A(&v, RT_A_U), A(&v, RT_A_D_U), n);
+    gemm(g, 0, 1, n, h, f1, A(&v, RT_A_D_U), f1, v.w[RT_P_W1], f1, 0.0f, tmp_h, h); // dh2
     k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
                                                  AF(&v, RT_A_RSTD2), A(&v, RT_A_D_O), v.gw[RT_P_LN2_G],
                                                  v.gw[RT_P_LN2_B], h);
@@ -572,7 +614,8 @@ void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
     view_acts(&grad->shape, B, S, Se, acts, &v);
     int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv, f = grad->shape.ffn;
     linear_bwd_weight(g, A(&v, RT_A_G), A(&v, RT_A_D_Y), v.gw[RT_P_W2], v.gw[RT_P_B2], n, f, h);
-    linear_bwd_weight(g, A(&v, RT_A_H2), A(&v, RT_A_D_U), v.gw[RT_P_W1], v.gw[RT_P_B1], n, h, f);
+    linear_bwd_weight(g, A(&v, RT_A_H2), A(&v, RT_A_D_U), v.gw[RT_P_W1], v.gw[RT_P_B1], n, h,
+                      rt_layer_ffn_in(&grad->shape));
     if (grad->shape.cross) {
         linear_bwd_weight(g, A(&v, RT_A_CTXC), A(&v, RT_A_D_OC), v.gw[RT_P_WOC], v.gw[RT_P_BOC], n, hk, h);
         linear_bwd_weight(g, A(&v, RT_A_HC), A(&v, RT_A_D_QC), v.gw[RT_P_WQC], v.gw[RT_P_BQC], n, h, hk);

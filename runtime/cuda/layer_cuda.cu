@@ -210,6 +210,46 @@ __global__ void k_gelu_bwd(const double *dg, const double *u, double *du, long l
     }
 }
 
+// SwiGLU on n rows: u (n, 2f) = [gate | up], g (n, f) = silu(gate) o up; and its backward.
+__global__ void k_swiglu_fwd(const double *u, double *gv, int f, long long nf)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nf; i += (long long)gridDim.x * blockDim.x) {
+        long long r = i / f, j = i % f;
+        double a = u[r * 2 * f + j], b = u[r * 2 * f + f + j];
+        gv[i] = a / (1 + exp(-a)) * b;
+    }
+}
+
+__global__ void k_swiglu_bwd(const double *dg, const double *u, double *du, int f, long long nf)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nf; i += (long long)gridDim.x * blockDim.x) {
+        long long r = i / f, j = i % f;
+        double a = u[r * 2 * f + j], b = u[r * 2 * f + f + j], sg = 1 / (1 + exp(-a));
+        du[r * 2 * f + j] = dg[i] * b * sg * (1 + a * (1 - sg));
+        du[r * 2 * f + f + j] = dg[i] * a * sg;
+    }
+}
+
+// The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows.
+static void mlp_act_fwd(rt_cuda *g, const rt_layer_shape *s, const double *u, double *gv, int n)
+{
+    long long nf = (long long)n * s->ffn;
+    if (s->glu)
+        k_swiglu_fwd<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, s->ffn, nf);
+    else
+        k_gelu_fwd<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, nf);
+}
+
+static void mlp_act_bwd(rt_cuda *g, const rt_layer_shape *s, const double *dg, const double *u,
+                        double *du, int n)
+{
+    long long nf = (long long)n * s->ffn;
+    if (s->glu)
+        k_swiglu_bwd<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, s->ffn, nf);
+    else
+        k_gelu_bwd<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, nf);
+}
+
 // Rows of sk scores (row i of a sq x sk matrix is row % sq), masked causally when asked.
 __global__ void k_softmax(double *p, int sq, int sk, int causal)
 {
@@ -326,8 +366,8 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, cons
         k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
     k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, h);
-    linear(g, a.h2, p.w1, p.b1, a.u, n, h, f);
-    k_gelu_fwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(a.u, a.g, (long long)n * f);
+    linear(g, a.h2, p.w1, p.b1, a.u, n, h, rt_layer_ffn_in(&l->shape));
+    mlp_act_fwd(g, &l->shape, a.u, a.g, n);
     linear(g, a.g, p.w2, p.b2, y, n, f, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
 }
@@ -341,6 +381,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
     int heads = l->shape.heads, kv = l->shape.kv, ne = B * Se;
     int sk_max = l->shape.cross && Se > S ? Se : S;
+    int f1 = rt_layer_ffn_in(&l->shape);
     long long nh = (long long)n * h;
     /* temporaries from the stream-ordered allocator: no device-wide synchronisation inside a
      * timed backward; a failed allocation is left for rt_cuda_sync (cudaGetLastError) to report */
@@ -352,8 +393,8 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     if (!tmp_f || !tmp_h || !dctx || !dp) goto out;
     cudaMemcpyAsync(a.d_y, dy, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
-    k_gelu_bwd<<<grid_for((long long)n * f), THREADS, 0, g->stream>>>(tmp_f, a.u, a.d_u, (long long)n * f);
-    gemm(g, 0, 1, n, h, f, 1.0, a.d_u, f, p.w1, f, 0.0, tmp_h, h); /* dh2 */
+    mlp_act_bwd(g, &l->shape, tmp_f, a.u, a.d_u, n);
+    gemm(g, 0, 1, n, h, f1, 1.0, a.d_u, f1, p.w1, f1, 0.0, tmp_h, h); /* dh2 */
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o,
                                            gr.ln2_g, gr.ln2_b, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh); /* dx2 */
@@ -401,7 +442,7 @@ static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
     int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv;
     int f = grad->shape.ffn;
     linear_bwd_weight(g, a.g, a.d_y, gr.w2, gr.b2, n, f, h);
-    linear_bwd_weight(g, a.h2, a.d_u, gr.w1, gr.b1, n, h, f);
+    linear_bwd_weight(g, a.h2, a.d_u, gr.w1, gr.b1, n, h, rt_layer_ffn_in(&grad->shape));
     if (grad->shape.cross) {
         linear_bwd_weight(g, a.ctxc, a.d_oc, gr.woc, gr.boc, n, hk, h);
         linear_bwd_weight(g, a.hc, a.d_qc, gr.wqc, gr.bqc, n, h, hk);

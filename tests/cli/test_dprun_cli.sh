@@ -140,6 +140,15 @@ expect "dpsim validate reports the machine's noise beside the error" 0 "machine 
 expect "dpsim validate reads the multi-GPU timeline" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/g_dp2.csv"
 same_norm "T5 on 4 stages (the encoder output travels with the decoder's hidden state)" 4 "$TMP/t5.json"
 bf16_run "T5 on 4 stages" 4 "$TMP/t5.json"
+# a LLaMA-style model (SwiGLU MLP: three matrices) runs its own layers on every backend
+cat >"$TMP/glu.json" <<'EOF'
+{"name": "glu-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "ffn_hidden_size": 688,
+ "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true, "position_embedding_type": "rope"}
+EOF
+"$DPSIM" plan --model "$TMP/glu.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 512 \
+  --iterations 1 -o "$TMP/glu_plan.json" >/dev/null 2>&1
+same_norm "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
+bf16_run "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"

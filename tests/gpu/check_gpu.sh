@@ -8,8 +8,8 @@
 #      (check_gpu.h's tolerances) with cuDNN's fused attention and with the GEMM path; the bf16
 #      speed of a GPT-6.7B-width layer (TFLOP/s, MFU, cuBLASLt's rate on its GEMMs);
 #   2. dprun profile --dtype bf16: gpt-tiny's grid (for the small plans), and the widths the
-#      simulator models, GPT-6.7B and T5-11B, one layer at a time, TP 1; dpsim calibrate fits the
-#      analytic model's constants for this GPU from the GPT-6.7B profile;
+#      simulator models, GPT-6.7B, Llama-2-7B (SwiGLU) and T5-11B, one layer at a time, TP 1;
+#      dpsim calibrate fits the analytic model's constants for this GPU from the GPT-6.7B profile;
 #   3. gpt-tiny plans on that profile (1F1B on 2 stages, ZB-H1 on 4, interleaved 2 x 2 chunks)
 #      run by the single-GPU mode in bf16, each validated against its plan (the simulation error
 #      on the GPU; all stages share the GPU here, so overlapping stages compete for it and the
@@ -90,6 +90,8 @@ step profile_gpt_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 -
     --mbs 1,2,3,4,6,8 --seqlen 32,64,96,128,192,256 -o "$GPU_OUT/gpu_profile.csv"
 step profile_gpt_6.7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-6.7b-16l \
     --mbs 1,2,4,8 --seqlen 256,512,1024,2048,4096 -o "$GPU_OUT/h200_gpt_6.7b_profile.csv"
+step profile_llama2_7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model llama2-7b \
+    --mbs 1,2,4 --seqlen 512,1024,2048,4096 -o "$GPU_OUT/h200_llama2_7b_profile.csv"
 step profile_t5_11b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model t5-11b-8l \
     --mbs 1,2,4 --seqlen 256,512,1024,2048 --dec-seqlen 64,128,256,512 -o "$GPU_OUT/h200_t5_11b_profile.csv"
 step calibrate_gpt_6.7b fig_fit "$DPSIM" calibrate --profile "$GPU_OUT/h200_gpt_6.7b_profile.csv" \

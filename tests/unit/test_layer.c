@@ -1,6 +1,8 @@
 /* Gradient checks of every op of the CPU transformer layer against central finite differences. */
 #include "testutil.h"
 
+#include <math.h>
+
 #include "../../runtime/layer.h"
 
 static unsigned rng = 12345;
@@ -111,6 +113,29 @@ static void test_gelu_grad(void **state)
     free(x.u), free(R), free(du);
 }
 
+/* ---- SwiGLU ---- */
+typedef struct swiglu_ctx { double *u; int n, f; } swiglu_ctx;
+static void swiglu_fwd(void *c, double *g)
+{
+    swiglu_ctx *x = c;
+    rt_swiglu_fwd(x->u, g, x->n, x->f);
+}
+
+static void test_swiglu_grad(void **state)
+{
+    (void)state;
+    swiglu_ctx x = {rnd(3 * 2 * 7), 3, 7};
+    for (int i = 0; i < 42; i++) x.u[i] *= 3;
+    double *R = rnd(21), *du = malloc(42 * sizeof *du), g[21];
+    rt_swiglu_bwd(R, x.u, du, 3, 7);
+    check_grad("swiglu", swiglu_fwd, &x, x.u, 42, du, R, 21);
+    /* g = silu(gate) * up, by hand for one element */
+    swiglu_fwd(&x, g);
+    double a = x.u[2 * 7 + 1], b = x.u[2 * 7 + 7 + 1];
+    assert_true(fabs(g[7 + 1] - a / (1 + exp(-a)) * b) < 1e-15);
+    free(x.u), free(R), free(du);
+}
+
 /* ---- attention ---- */
 typedef struct att_ctx { double *q, *k, *v, *p; int B, a, sq, sk, d, causal; } att_ctx;
 static void att_fwd(void *c, double *ctx)
@@ -178,10 +203,11 @@ static void layer_fwd(void *c, double *y)
 static void test_layer_grad(void **state)
 {
     (void)state;
-    /* a GPT layer, a T5 encoder layer, and a T5 decoder layer with cross-attention */
-    for (int kind = 0; kind < 3; kind++) {
-        int causal = kind != 1, cross = kind == 2;
-        layer_ctx l = {.s = {8, 2, 3, 12, causal, cross}, .B = 2, .S = 4, .Se = cross ? 5 : 0};
+    /* a GPT layer, a T5 encoder layer, a T5 decoder layer with cross-attention, and a LLaMA-style
+     * layer (SwiGLU) */
+    for (int kind = 0; kind < 4; kind++) {
+        int causal = kind != 1, cross = kind == 2, glu = kind == 3;
+        layer_ctx l = {.s = {8, 2, 3, 12, causal, cross, glu}, .B = 2, .S = 4, .Se = cross ? 5 : 0};
         assert_int_equal(rt_layer_params_alloc(&l.p, &l.s), 0);
         rt_layer_params_init(&l.p, &l.s, 7);
         for (size_t i = 0; i < l.p.count; i++) l.p.block[i] *= 10; /* away from linear regime */
@@ -212,7 +238,7 @@ static void count_yield(void) { yields++; }
 static void test_yield_between_gemms(void **state)
 {
     (void)state;
-    rt_layer_shape s = {8, 2, 3, 12, 1, 0};
+    rt_layer_shape s = {8, 2, 3, 12, 1, 0, 0};
     int B = 2, S = 4;
     size_t n = (size_t)B * S * s.hidden;
     rt_layer_params p, grad;
@@ -243,7 +269,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_grad),    cmocka_unit_test(test_layernorm_grad),
-        cmocka_unit_test(test_gelu_grad),      cmocka_unit_test(test_attention_grad),
+        cmocka_unit_test(test_gelu_grad),      cmocka_unit_test(test_swiglu_grad),
+        cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),
         cmocka_unit_test(test_yield_between_gemms),
     };
