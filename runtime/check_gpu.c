@@ -1,7 +1,8 @@
 /*
  * check_gpu.c — `dprun check-gpu`: the first thing a GPU machine runs (make check-gpu).
  *
- * Numerics, for each kind of layer of the given model (GPT; T5's encoder and decoder), forward
+ * Numerics, for each kind of layer of the given model (GPT, and the same width with the other MLP,
+ * GELU or SwiGLU; T5's encoder and decoder), forward
  * and both backward passes from the same parameters and inputs on three backends: the CPU layer
  * (runtime/layer.c, fp64), the GPU layer in fp64 and the GPU layer in bf16 (runtime/cuda/). Each
  * quantity (the output, the input gradient, all parameter gradients, a decoder's encoder-output
@@ -323,7 +324,11 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
         n_failed += check_layer(g, "T5 encoder (bidirectional)", &enc, 2, 48, 0, &n_rows);
         n_failed += check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48, &n_rows);
     } else {
-        n_failed += check_layer(g, "GPT (causal)", &gpt, 2, 64, 0, &n_rows);
+        n_failed += check_layer(g, gpt.glu ? "GPT (causal, SwiGLU)" : "GPT (causal)", &gpt, 2, 64, 0, &n_rows);
+        rt_layer_shape other = gpt; /* the other MLP at the same width, so both kernels run */
+        other.glu = !gpt.glu;
+        n_failed += check_layer(g, other.glu ? "GPT (causal) with a SwiGLU MLP" : "GPT (causal) with a GELU MLP",
+                                &other, 2, 64, 0, &n_rows);
     }
     if (speed) print_speed(g, gpu, name);
     rt_cuda_close(g);
