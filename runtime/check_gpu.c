@@ -46,6 +46,7 @@ static void to_bf16_values(double *v, size_t n)
 typedef struct layer_io {
     const rt_layer_shape *s;
     int B, S, Se;
+    const rt_seqs *seqs, *enc_seqs; /* NULL: whole rows */
     size_t nh, ne, np;
     double *params, *x, *dy, *enc; /* inputs */
 } layer_io;
@@ -74,7 +75,7 @@ static int run_cpu(const layer_io *io, layer_out *o)
         goto out;
     rt_layer_params_bind(&p, io->s, io->params);
     rt_layer_params_bind(&g, io->s, o->grads);
-    a.enc = io->enc, a.denc = o->denc;
+    a.enc = io->enc, a.denc = o->denc, a.seqs = io->seqs, a.enc_seqs = io->enc_seqs;
     rt_layer_fwd(&p, io->s, io->B, io->S, io->x, o->y, &a);
     rt_layer_bwd_input(&p, &g, io->s, io->B, io->S, io->dy, o->dx, &a);
     rt_layer_bwd_weight(&g, io->s, io->B, io->S, &a);
@@ -129,9 +130,10 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
     if (rt_cuda_put(lp.block, staging, pb) != 0) goto out;
     rt_cuda_zero(g, lg.block, gb);
     rt_cuda_zero(g, denc, io->ne * rt_dtype_act_bytes(dt));
-    rt_cuda_layer_fwd(g, &lp, io->B, io->S, x, y, acts, enc, io->Se);
-    rt_cuda_layer_bwd_input(g, &lp, &lg, io->B, io->S, dy, dx, acts, io->Se, denc);
-    rt_cuda_layer_bwd_weight(g, &lg, io->B, io->S, acts, enc, io->Se);
+    rt_batch mb = {io->B, io->S, io->Se, io->seqs, io->enc_seqs};
+    rt_cuda_layer_fwd(g, &lp, &mb, x, y, acts, enc);
+    rt_cuda_layer_bwd_input(g, &lp, &lg, &mb, dy, dx, acts, denc);
+    rt_cuda_layer_bwd_weight(g, &lg, &mb, acts, enc);
     if (rt_cuda_sync(g, why, sizeof why) != 0) {
         fprintf(stderr, "dprun check-gpu: %s layer: %s\n", rt_dtype_name(dt), why);
         goto out;
@@ -168,12 +170,13 @@ static int compare(const char *title, const layer_io *io, const layer_out *got,
     return failed;
 }
 
-/* One kind of layer on (B, S) (an encoder output of length Se for a cross layer) on the three
- * backends; adds its rows to *n_rows and returns how many failed. */
+/* One kind of layer on (B, S) (an encoder output of length Se for a cross layer; seqs and
+ * enc_seqs: varlen sequences, NULL for whole rows) on the three backends; adds its rows to
+ * *n_rows and returns how many failed. */
 static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, int B, int S,
-                       int Se, int *n_rows)
+                       int Se, const rt_seqs *seqs, const rt_seqs *enc_seqs, int *n_rows)
 {
-    layer_io io = {s, B, S, s->cross ? Se : 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+    layer_io io = {s, B, S, s->cross ? Se : 0, seqs, enc_seqs, 0, 0, 0, NULL, NULL, NULL, NULL};
     io.nh = (size_t)B * S * s->hidden, io.ne = (size_t)B * io.Se * s->hidden;
     rt_layer_params p;
     layer_out cpu = {0}, f64 = {0}, b16 = {0}, gemm = {0};
@@ -192,6 +195,15 @@ static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, in
     to_bf16_values(io.dy, io.nh), to_bf16_values(io.enc, io.ne);
     printf("# %s layer, B %d, S %d", name, B, S);
     if (s->cross) printf(", encoder output of length %d", Se);
+    if (seqs) {
+        printf(", varlen: %d samples of", seqs->n);
+        for (int j = 0; j < seqs->n; j++) printf(" %d", seqs->len[j]);
+        if (enc_seqs) {
+            printf(" (encoder:");
+            for (int j = 0; j < enc_seqs->n; j++) printf(" %d", enc_seqs->len[j]);
+            printf(")");
+        }
+    }
     printf("\n");
     if (run_cpu(&io, &cpu) != 0 || run_gpu(g, &io, RT_FP64, &f64) != 0) goto out;
     failed = compare("GPU fp64 against the CPU layer (fp64)", &io, &f64, &cpu, RT_CHECK_FP64_TOL,
@@ -320,15 +332,25 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
     rt_layer_shape dec = rt_layer_shape_of(m, RT_LAYER_DECODER);
     int n_rows = 0, n_failed = 0;
     printf("# check-gpu numerics: %s on %s\n", m->name, name);
+    /* varlen (THD): three samples packed back to back into two rows, padding at the end */
+    static const int off[3] = {0, 40, 70}, len[3] = {40, 30, 50};
+    static const int doff[3] = {0, 20, 36}, dlen[3] = {20, 16, 24};
+    static const int eoff[3] = {0, 30, 70}, elen[3] = {30, 40, 20};
+    rt_seqs gpt_seqs = {3, off, len}, dec_seqs = {3, doff, dlen}, enc_seqs = {3, eoff, elen};
     if (m->arch == ARCH_T5) {
-        n_failed += check_layer(g, "T5 encoder (bidirectional)", &enc, 2, 48, 0, &n_rows);
-        n_failed += check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48, &n_rows);
+        n_failed += check_layer(g, "T5 encoder (bidirectional)", &enc, 2, 48, 0, NULL, NULL, &n_rows);
+        n_failed += check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48, NULL,
+                                NULL, &n_rows);
+        n_failed += check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48,
+                                &dec_seqs, &enc_seqs, &n_rows);
     } else {
-        n_failed += check_layer(g, gpt.glu ? "GPT (causal, SwiGLU)" : "GPT (causal)", &gpt, 2, 64, 0, &n_rows);
+        n_failed += check_layer(g, gpt.glu ? "GPT (causal, SwiGLU)" : "GPT (causal)", &gpt, 2, 64, 0,
+                                NULL, NULL, &n_rows);
         rt_layer_shape other = gpt; /* the other MLP at the same width, so both kernels run */
         other.glu = !gpt.glu;
         n_failed += check_layer(g, other.glu ? "GPT (causal) with a SwiGLU MLP" : "GPT (causal) with a GELU MLP",
-                                &other, 2, 64, 0, &n_rows);
+                                &other, 2, 64, 0, NULL, NULL, &n_rows);
+        n_failed += check_layer(g, "GPT (causal)", &gpt, 2, 64, 0, &gpt_seqs, NULL, &n_rows);
     }
     if (speed) print_speed(g, gpu, name);
     rt_cuda_close(g);

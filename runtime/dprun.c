@@ -358,13 +358,7 @@ static int run_main(int argc, char **argv)
     char unsupported[300];
     if (st == DP_OK && rt_layer_supports(&m, unsupported, sizeof unsupported) != DP_OK)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: %s", plan_path, unsupported);
-    for (int i = 0; st == DP_OK && i < pl.n_it; i++)
-        for (int k = 0; st == DP_OK && k < pl.it[i].n_mb; k++)
-            if (pl.it[i].mb[k].varlen)
-                st = dp_fail(&err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d has varlen "
-                             "attention (each sample attending to itself), which the validation "
-                             "runtime's layers do not implement yet: plan with a batching that "
-                             "attends over whole rows (padding, packing, token, dynamic)", plan_path, pl.it[i].id, k);
+    if (st == DP_OK) st = rt_plan_check_lens(&pl, plan_path, &err);
     if (st != DP_OK) {
         plan_release(&pl);
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);

@@ -37,6 +37,8 @@ typedef struct slot {
     double *rx[2], *tx[2];         /* wire buffers of each kind (activation, gradient) */
     size_t rx_n[2], tx_n[2];       /* their sizes, doubles */
     rt_layer_acts *acts;           /* one per layer */
+    rt_seqs seqs[2];               /* varlen: the encoder's (GPT's) and decoder's sequences */
+    int *seq_store[2];
     double *dlogits;               /* last virtual stage: (B*S, V) */
     MPI_Request recv[2], send[2];
     int free_pending;              /* FREE came before its sends completed */
@@ -177,6 +179,40 @@ static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_e
                                      (t_start - c->t0) * 1e6, (t_end - c->t0) * 1e6};
 }
 
+int rt_mb_seqs(const plan_iter *it, const plan_mb *m, int dec, rt_seqs *s, int **store)
+{
+    memset(s, 0, sizeof *s);
+    *store = NULL;
+    if (!m->varlen || m->n_samples == 0) return 0;
+    int *b = malloc(2 * (size_t)m->n_samples * sizeof *b);
+    if (!b) return -1;
+    for (int q = 0, at = 0; q < m->n_samples; q++) {
+        int len = it->lens[2 * (m->first + q) + (dec ? 1 : 0)];
+        b[q] = at, b[m->n_samples + q] = len;
+        at += len;
+    }
+    s->n = m->n_samples, s->off = b, s->len = b + m->n_samples;
+    *store = b;
+    return 0;
+}
+
+dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err)
+{
+    for (int i = 0; i < pl->n_it; i++)
+        for (int k = 0; k < pl->it[i].n_mb; k++) {
+            const plan_iter *it = &pl->it[i];
+            const plan_mb *m = &it->mb[k];
+            int64_t sum = 0;
+            for (int q = 0; m->varlen && q < m->n_samples; q++) sum += it->lens[2 * (m->first + q)];
+            if (m->varlen && m->n_samples > 0 && sum == 0)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d has varlen "
+                               "attention but no \"seq_lens\" (the samples' own lengths, which "
+                               "the runtime attends over); plan it again with this dpsim", path,
+                               it->id, k);
+        }
+    return DP_OK;
+}
+
 static slot *slot_of(ctx *c, int mb, int chunk)
 {
     return &c->slots[(size_t)mb * (size_t)c->chunks + (size_t)chunk];
@@ -200,6 +236,22 @@ static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
         s->denc = pool_get(c, s->ne);
     }
     s->recv[0] = s->recv[1] = s->send[0] = s->send[1] = MPI_REQUEST_NULL;
+    for (int side = 0; side < 2; side++)
+        if (rt_mb_seqs(c->it, m, side, &s->seqs[side], &s->seq_store[side]) != 0)
+            die(c, "out of host memory");
+}
+
+/* The sequences a layer of this slot's chunk attends within: its own side's, and (decoders) the
+ * encoder's; NULL for whole rows. */
+static const rt_seqs *self_seqs(const slot *s, const chunk_state *ch)
+{
+    const rt_seqs *q = &s->seqs[ch->decoder ? 1 : 0];
+    return q->n ? q : NULL;
+}
+
+static const rt_seqs *enc_seqs(const slot *s, const chunk_state *ch)
+{
+    return ch->decoder && s->seqs[0].n ? &s->seqs[0] : NULL;
 }
 
 static void slot_free(ctx *c, slot *s, const chunk_state *ch)
@@ -214,6 +266,7 @@ static void slot_free(ctx *c, slot *s, const chunk_state *ch)
     for (int k = 0; k < 2; k++) pool_put(c, s->rx[k], s->rx_n[k]), pool_put(c, s->tx[k], s->tx_n[k]);
     pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab);
     free(s->acts);
+    free(s->seq_store[0]), free(s->seq_store[1]);
     memset(s, 0, sizeof *s);
 }
 
@@ -268,6 +321,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     for (int l = 0; l < ch->layers; l++) {
         double *dst = l % 2 == 0 ? tmp : s->out;
         s->acts[l].enc = s->enc;
+        s->acts[l].seqs = self_seqs(s, ch), s->acts[l].enc_seqs = enc_seqs(s, ch);
         rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, &s->acts[l]);
         cur = dst;
     }

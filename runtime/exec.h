@@ -45,6 +45,7 @@
 
 #include "../models/model.h"
 #include "../scheduler/plan.h"
+#include "layer.h"
 #include "layout.h"
 
 #define RT_OP_ALLREDUCE (-1) /* a record's op for the replicas' gradient all-reduce ("ALLREDUCE") */
@@ -81,6 +82,16 @@ typedef struct rt_result {
     size_t n_rec;
     double grad_sq;
 } rt_result;
+
+/* A micro-batch's token sequences on one side (runtime/layer.h rt_seqs), from the plan: with
+ * varlen attention each sample's own tokens (plan_iter.lens: the encoder's, GPT's, or with dec
+ * the decoder's) back to back from token 0, in *store (2 ints per sample, malloc'd; the caller
+ * frees it); without varlen s->n is 0 and the layers attend over whole rows (pass NULL).
+ * Returns 0, or -1 when out of host memory. */
+int rt_mb_seqs(const plan_iter *it, const plan_mb *m, int dec, rt_seqs *s, int **store);
+/* Every varlen micro-batch of the plan gives its samples' lengths (plans written before the
+ * runtime ran varlen attention do not): DP_OK, or DP_ERR_INVALID naming the first that does not. */
+dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err);
 
 /* Runs the plan on this rank (MPI is initialised). Fails (without aborting) only on set-up
  * problems that every rank detects alike; run-time faults abort. */

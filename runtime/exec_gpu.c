@@ -72,6 +72,9 @@ typedef struct gslot {
     void *in, *out, *dout, *din, *acts, *dlogits; /* elements of the run's dtype */
     void *enc, *denc, *wire[2];    /* decoder stages */
     void *arrived[2]; /* a remote RECV's completion event, per kind; NULL when local */
+    rt_seqs seqs[2];  /* varlen: the encoder's (GPT's) and decoder's sequences (exec.h) */
+    int *seq_store[2];
+    rt_batch mb;      /* what the layers see: B, S, Se and the sequences */
 } gslot;
 
 typedef struct gmsg { /* a local SEND that a RECV may consume */
@@ -163,6 +166,7 @@ static void free_slots(gctx *c, size_t n)
         rt_cuda_free(s->in), rt_cuda_free(s->out), rt_cuda_free(s->dout), rt_cuda_free(s->din);
         rt_cuda_free(s->acts), rt_cuda_free(s->dlogits), rt_cuda_free(s->enc);
         rt_cuda_free(s->denc), rt_cuda_free(s->wire[0]), rt_cuda_free(s->wire[1]);
+        free(s->seq_store[0]), free(s->seq_store[1]);
     }
     free(c->slots);
     c->slots = NULL;
@@ -188,6 +192,12 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             s->nh = (size_t)s->B * s->S * c->hidden;
             s->ne = (size_t)s->B * s->Se * c->hidden;
             s->na = rt_layer_acts_bytes(&ch->shape, s->B, s->S, s->Se, c->dt);
+            for (int side = 0; side < 2; side++)
+                if (rt_mb_seqs(it, &it->mb[mb], side, &s->seqs[side], &s->seq_store[side]) != 0)
+                    return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+            const rt_seqs *own = &s->seqs[ch->decoder ? 1 : 0];
+            s->mb = (rt_batch){s->B, s->S, s->Se, own->n ? own : NULL,
+                               ch->decoder && s->seqs[0].n ? &s->seqs[0] : NULL};
             size_t bh = s->nh * c->eb, be = s->ne * c->eb;
             s->in = rt_cuda_alloc(bh), s->out = rt_cuda_alloc(bh);
             s->dout = rt_cuda_alloc(bh), s->din = rt_cuda_alloc(bh);
@@ -252,7 +262,7 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
     const void *cur = s->in;
     for (int l = 0; l < ch->layers; l++) {
         void *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
-        rt_cuda_layer_fwd(g, &ch->p[l], s->B, s->S, cur, dst, acts_at(s, l), s->enc, s->Se);
+        rt_cuda_layer_fwd(g, &ch->p[l], &s->mb, cur, dst, acts_at(s, l), s->enc);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh * c->eb);
@@ -277,8 +287,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
     const void *cur = s->dout;
     for (int l = ch->layers - 1; l >= 0; l--) {
         void *dst = l % 2 == 0 ? s->din : s->in;
-        rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], s->B, s->S, cur, dst, acts_at(s, l),
-                                s->Se, s->denc);
+        rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
@@ -288,7 +297,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
 static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
 {
     for (int l = ch->layers - 1; l >= 0; l--)
-        rt_cuda_layer_bwd_weight(g, &ch->g[l], s->B, s->S, acts_at(s, l), s->enc, s->Se);
+        rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
 }
 
 /* A transfer with a stage of another rank: the link stream waits for the stage to reach the

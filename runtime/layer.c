@@ -143,49 +143,75 @@ void rt_mlp_act_bwd(const rt_layer_shape *s, const double *dg, const double *u, 
         rt_gelu_bwd(dg, u, du, (size_t)n * s->ffn);
 }
 
+void rt_seqs_rows(rt_seqs *s, int B, int S, int *off, int *len)
+{
+    for (int b = 0; b < B; b++) off[b] = b * S, len[b] = S;
+    s->n = B, s->off = off, s->len = len;
+}
+
+size_t rt_seqs_pairs(const rt_seqs *qs, const rt_seqs *ks)
+{
+    size_t t = 0;
+    for (int j = 0; j < qs->n; j++) t += (size_t)qs->len[j] * (size_t)ks->len[j];
+    return t;
+}
+
+/* A query's last visible key: all of them, or (causal) the keys up to its own position. */
+static int last_key(int i, int lk, int causal) { return causal ? (i < lk ? i : lk - 1) : lk - 1; }
+
 void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
-                      double *p, double *ctx, int B, int a, int sq, int sk, int d, int causal)
+                      double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks, int a, int d,
+                      int causal)
 {
     double scale = 1 / sqrt((double)d);
     int ld_ctx = a * d;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < a; h++) {
-            const double *qb = q + (size_t)b * sq * ld_q + (size_t)h * d;
-            const double *kb = k + (size_t)b * sk * ld_kv + (size_t)h * d;
-            const double *vb = v + (size_t)b * sk * ld_kv + (size_t)h * d;
-            double *pb = p + ((size_t)b * a + h) * (size_t)sq * sk;
+    size_t at = 0; /* sequence j's probabilities start after those of the sequences before it */
+    for (int j = 0; j < qs->n; j++) {
+        int sq = qs->len[j], sk = ks->len[j];
+        size_t qo = (size_t)qs->off[j], ko = (size_t)ks->off[j];
+        for (int h = 0; h < a && sq > 0 && sk > 0; h++) {
+            const double *qb = q + qo * ld_q + (size_t)h * d, *kb = k + ko * ld_kv + (size_t)h * d;
+            const double *vb = v + ko * ld_kv + (size_t)h * d;
+            double *pb = p + at + (size_t)h * sq * sk;
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, sk, d, scale, qb, ld_q, kb,
                         ld_kv, 0.0, pb, sk);
             for (int i = 0; i < sq; i++) {
                 double *row = pb + (size_t)i * sk, mx = -INFINITY, sum = 0;
-                int last = causal ? (i < sk ? i : sk - 1) : sk - 1;
-                for (int j = 0; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
-                for (int j = 0; j < sk; j++) {
-                    row[j] = j <= last ? exp(row[j] - mx) : 0;
-                    sum += row[j];
+                int last = last_key(i, sk, causal);
+                for (int c = 0; c <= last; c++) mx = row[c] > mx ? row[c] : mx;
+                for (int c = 0; c < sk; c++) {
+                    row[c] = c <= last ? exp(row[c] - mx) : 0;
+                    sum += row[c];
                 }
-                for (int j = 0; j <= last; j++) row[j] /= sum;
+                for (int c = 0; c <= last; c++) row[c] /= sum;
             }
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, sk, 1.0, pb, sk, vb,
-                        ld_kv, 0.0, ctx + (size_t)b * sq * ld_ctx + (size_t)h * d, ld_ctx);
+                        ld_kv, 0.0, ctx + qo * ld_ctx + (size_t)h * d, ld_ctx);
             yield();
         }
+        at += (size_t)a * sq * sk;
+    }
 }
 
 void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
                       int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
-                      int B, int a, int sq, int sk, int d, int causal)
+                      const rt_seqs *qs, const rt_seqs *ks, int a, int d)
 {
-    (void)causal; /* masked probabilities are 0, so their gradients vanish on their own */
+    /* masked probabilities are 0, so their gradients vanish on their own */
     double scale = 1 / sqrt((double)d);
-    int ld_ctx = a * d;
-    double *dp = malloc((size_t)sq * sk * sizeof *dp);
+    int ld_ctx = a * d, max_pair = 0;
+    for (int j = 0; j < qs->n; j++)
+        if (qs->len[j] * ks->len[j] > max_pair) max_pair = qs->len[j] * ks->len[j];
+    double *dp = malloc((size_t)(max_pair ? max_pair : 1) * sizeof *dp);
     if (!dp) abort();
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < a; h++) {
-            size_t qo = (size_t)b * sq * ld_q + (size_t)h * d, ko = (size_t)b * sk * ld_kv + (size_t)h * d;
-            const double *dcb = dctx + (size_t)b * sq * ld_ctx + (size_t)h * d;
-            const double *pb = p + ((size_t)b * a + h) * (size_t)sq * sk;
+    size_t at = 0;
+    for (int j = 0; j < qs->n; j++) {
+        int sq = qs->len[j], sk = ks->len[j];
+        size_t qo0 = (size_t)qs->off[j], ko0 = (size_t)ks->off[j];
+        for (int h = 0; h < a && sq > 0 && sk > 0; h++) {
+            size_t qo = qo0 * ld_q + (size_t)h * d, ko = ko0 * ld_kv + (size_t)h * d;
+            const double *dcb = dctx + qo0 * ld_ctx + (size_t)h * d;
+            const double *pb = p + at + (size_t)h * sq * sk;
             /* dP = dctx V^T; dV += P^T dctx */
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, sk, d, 1.0, dcb, ld_ctx,
                         v + ko, ld_kv, 0.0, dp, sk);
@@ -196,8 +222,8 @@ void rt_attention_bwd(const double *dctx, const double *q, const double *k, cons
                 double *dr = dp + (size_t)i * sk;
                 const double *pr = pb + (size_t)i * sk;
                 double dot = 0;
-                for (int j = 0; j < sk; j++) dot += dr[j] * pr[j];
-                for (int j = 0; j < sk; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+                for (int c = 0; c < sk; c++) dot += dr[c] * pr[c];
+                for (int c = 0; c < sk; c++) dr[c] = pr[c] * (dr[c] - dot) * scale;
             }
             /* dQ += dS K; dK += dS^T Q */
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sq, d, sk, 1.0, dp, sk, k + ko,
@@ -206,6 +232,8 @@ void rt_attention_bwd(const double *dctx, const double *q, const double *k, cons
                         ld_q, 1.0, dk + ko, ld_kv);
             yield();
         }
+        at += (size_t)a * sq * sk;
+    }
     free(dp);
 }
 
@@ -351,15 +379,48 @@ void rt_layer_acts_free(rt_layer_acts *a)
     memset(a, 0, sizeof *a);
 }
 
+void rt_batch_seqs_init(rt_batch_seqs *bs, const rt_batch *mb)
+{
+    size_t need = (mb->seqs ? 0 : 2 * (size_t)mb->B) + (mb->enc_seqs ? 0 : 2 * (size_t)mb->B);
+    bs->store = need ? malloc(need * sizeof *bs->store) : NULL;
+    if (need && !bs->store) abort();
+    int *at = bs->store;
+    bs->rows = !mb->seqs && !mb->enc_seqs;
+    if (mb->seqs)
+        bs->self = *mb->seqs;
+    else
+        rt_seqs_rows(&bs->self, mb->B, mb->S, at, at + mb->B), at += 2 * mb->B;
+    if (mb->enc_seqs)
+        bs->enc = *mb->enc_seqs;
+    else
+        rt_seqs_rows(&bs->enc, mb->B, mb->Se, at, at + mb->B);
+}
+
+void rt_batch_seqs_free(rt_batch_seqs *bs)
+{
+    free(bs->store);
+    bs->store = NULL;
+}
+
+/* The sequences of a CPU pass: the activations' (a->seqs, a->enc_seqs) or whole rows. */
+static void pass_seqs_init(rt_batch_seqs *ps, const rt_layer_acts *a, int B, int S)
+{
+    rt_batch mb = {B, S, a->Se, a->seqs, a->enc_seqs};
+    rt_batch_seqs_init(ps, &mb);
+}
+
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a)
 {
     int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    rt_batch_seqs ps;
+    pass_seqs_init(&ps, a, B, S);
     memcpy(a->x, x, (size_t)n * h * sizeof *x);
     rt_layernorm_fwd(a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
     rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, 3 * hk);
-    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->ctx, B,
-                     s->heads, S, S, s->kv, s->causal);
+    memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
+    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->ctx,
+                     &ps.self, &ps.self, s->heads, s->kv, s->causal);
     rt_linear_fwd(a->ctx, p->wo, p->bo, a->x2, n, hk, h);
     for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->x[i];
     if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
@@ -368,8 +429,9 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
         rt_layernorm_fwd(a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
         rt_linear_fwd(a->hc, p->wqc, p->bqc, a->qc, n, h, hk);
         rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hk);
-        rt_attention_fwd(a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->ctxc, B, s->heads, S,
-                         a->Se, s->kv, 0);
+        memset(a->ctxc, 0, (size_t)n * hk * sizeof *a->ctxc);
+        rt_attention_fwd(a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->ctxc, &ps.self, &ps.enc,
+                         s->heads, s->kv, 0);
         rt_linear_fwd(a->ctxc, p->woc, p->boc, a->x2, n, hk, h);
         for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
     }
@@ -378,6 +440,7 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     rt_mlp_act_fwd(s, a->u, a->g, n);
     rt_linear_fwd(a->g, p->w2, p->b2, y, n, f, h);
     for (size_t i = 0; i < (size_t)n * h; i++) y[i] += a->x2[i];
+    rt_batch_seqs_free(&ps);
 }
 
 void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,
@@ -388,6 +451,8 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     double *tmp_f = malloc((size_t)n * f * sizeof *tmp_f), *tmp_h = malloc(nh * sizeof *tmp_h);
     double *dctx = malloc((size_t)n * hk * sizeof *dctx);
     if (!tmp_f || !tmp_h || !dctx) abort();
+    rt_batch_seqs ps;
+    pass_seqs_init(&ps, a, B, S);
     memcpy(a->d_y, dy, nh * sizeof *dy);
     rt_linear_bwd_input(dy, p->w2, tmp_f, n, f, h);            /* dg */
     rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);                 /* du */
@@ -401,7 +466,7 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
         memset(a->d_qc, 0, (size_t)n * hk * sizeof *a->d_qc);
         memset(a->d_kvc, 0, (size_t)ne * 2 * hk * sizeof *a->d_kvc);
         rt_attention_bwd(dctx, a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->d_qc, a->d_kvc,
-                         a->d_kvc + hk, B, s->heads, S, a->Se, s->kv, 0);
+                         a->d_kvc + hk, &ps.self, &ps.enc, s->heads, s->kv);
         rt_linear_bwd_input(a->d_qc, p->wqc, tmp_h, n, h, hk); /* d(hc) */
         if (a->denc) {
             double *de = malloc((size_t)ne * h * sizeof *de);
@@ -417,11 +482,12 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
     memset(a->d_qkv, 0, (size_t)n * 3 * hk * sizeof *a->d_qkv);
     rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->d_qkv,
-                     a->d_qkv + hk, a->d_qkv + 2 * hk, B, s->heads, S, S, s->kv, s->causal);
+                     a->d_qkv + hk, a->d_qkv + 2 * hk, &ps.self, &ps.self, s->heads, s->kv);
     rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, 3 * hk); /* dh1 */
     rt_layernorm_bwd(tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
     for (size_t i = 0; i < nh; i++) dx[i] += a->d_o[i];
     free(tmp_f), free(tmp_h), free(dctx);
+    rt_batch_seqs_free(&ps);
 }
 
 void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, int S,

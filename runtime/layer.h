@@ -63,15 +63,52 @@ void rt_swiglu_bwd(const double *dg, const double *u, double *du, int n, int f);
 void rt_mlp_act_fwd(const rt_layer_shape *s, const double *u, double *g, int n);
 void rt_mlp_act_bwd(const rt_layer_shape *s, const double *dg, const double *u, double *du, int n);
 
-/* Attention of B samples, heads a, query length sq, key length sk, head width d. q (B*sq, a*d),
- * k and v (B*sk, a*d) as row slices of a wider matrix with row stride ld_q / ld_kv; ctx
- * (B*sq, a*d). p (B, a, sq, sk) keeps the softmax probabilities for the backward. */
+/* The token sequences attention runs within: sequence j is the tokens off[j] .. off[j]+len[j]-1
+ * of a micro-batch's flattened B*S tokens. Whole-row attention has a sequence per row
+ * (rt_seqs_rows); a varlen (THD) micro-batch one per sample, laid back to back. Tokens in no
+ * sequence are padding: attention writes nothing for them. */
+typedef struct rt_seqs {
+    int n;
+    const int *off, *len;
+} rt_seqs;
+
+/* A micro-batch as a layer sees it: B rows of S tokens; for a cross layer an encoder output of B
+ * rows of Se tokens; the sequences attention runs within, paired sample by sample (NULL: whole
+ * rows). The GPU layer (cuda/layer_cuda.h) takes it whole. */
+typedef struct rt_batch {
+    int B, S, Se;
+    const rt_seqs *seqs, *enc_seqs;
+} rt_batch;
+
+/* B rows of S tokens into s, with the caller's arrays off and len (B ints each). */
+void rt_seqs_rows(rt_seqs *s, int B, int S, int *off, int *len);
+
+/* The sequences of one pass over a micro-batch: mb's own, or whole rows (B of S; B of Se) built
+ * in store, which rt_batch_seqs_free releases; rows: both are whole rows. Aborts when out of
+ * host memory (a few ints per row). */
+typedef struct rt_batch_seqs {
+    rt_seqs self, enc;
+    int rows;
+    int *store;
+} rt_batch_seqs;
+void rt_batch_seqs_init(rt_batch_seqs *bs, const rt_batch *mb);
+void rt_batch_seqs_free(rt_batch_seqs *bs);
+/* The score entries of paired sequences, sum of qs->len[j] * ks->len[j]: per head, what the
+ * attention's saved probabilities hold (the fp64 layout's B * S * Sk for rows is the bound). */
+size_t rt_seqs_pairs(const rt_seqs *qs, const rt_seqs *ks);
+
+/* Attention, a heads of width d: sequence j of the queries qs attends to sequence j of the keys
+ * ks (the same n), causally (query i sees keys 0..i of its sequence) or not. q (rows of ld_q), k
+ * and v (rows of ld_kv) are row slices of wider matrices, head h at column h*d; ctx (rows of a*d)
+ * is written for the queries' tokens only. p keeps the softmax probabilities for the backward:
+ * sequence j's (a, lq, lk) block after those of the sequences before it. */
 void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
-                      double *p, double *ctx, int B, int a, int sq, int sk, int d, int causal);
-/* Gradients of q, k, v (same layouts and strides as the forward) from dctx. They are added to. */
+                      double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks, int a, int d,
+                      int causal);
+/* Gradients of q, k, v (same layouts) from dctx, added to. */
 void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
                       int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
-                      int B, int a, int sq, int sk, int d, int causal);
+                      const rt_seqs *qs, const rt_seqs *ks, int a, int d);
 
 /* Softmax cross-entropy of logits (n, V) against targets (n): returns the mean loss and writes
  * dlogits = (softmax - onehot) / n. */
@@ -157,6 +194,10 @@ typedef struct rt_layer_acts {
     int Se;
     const double *enc;
     double *denc;
+    /* the micro-batch's sequences (its tokens', and for a cross layer the encoder output's,
+     * paired sample by sample), set by the caller before the forward and kept until the
+     * backward; NULL: whole rows (B of S, B of Se) */
+    const rt_seqs *seqs, *enc_seqs;
     double *xc, *hc, *meanc, *rstdc, *qc, *kvc, *pc, *ctxc, *d_qc, *d_kvc, *d_oc;
 } rt_layer_acts;
 

@@ -13,6 +13,7 @@ void mb_list_init(mb_list *l)
 void mb_list_release(mb_list *l)
 {
     free(l->ids);
+    free(l->lens);
     free(l->mb);
     mb_list_init(l);
 }
@@ -39,11 +40,13 @@ cost_shape mb_shape(const microbatch *m)
 dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int n, int mbs,
                       int enc_len, int dec_len)
 {
-    size_t icap = (size_t)l->ids_cap, mcap = (size_t)l->mb_cap;
+    size_t icap = (size_t)l->ids_cap, lcap = (size_t)l->lens_cap, mcap = (size_t)l->mb_cap;
     if (dp_grow((void **)&l->ids, &icap, (size_t)(l->n_ids + n), sizeof *l->ids) != DP_OK ||
+        dp_grow((void **)&l->lens, &lcap, (size_t)(l->n_ids + n) * 2, sizeof *l->lens) != DP_OK ||
         dp_grow((void **)&l->mb, &mcap, (size_t)(l->n_mb + 1), sizeof *l->mb) != DP_OK)
         return DP_ERR_NOMEM;
     l->ids_cap = (int)icap;
+    l->lens_cap = (int)lcap;
     l->mb_cap = (int)mcap;
     microbatch *m = &l->mb[l->n_mb++];
     memset(m, 0, sizeof *m);
@@ -55,6 +58,7 @@ dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int
     m->t_ms = NAN;
     m->varlen = ctx && ctx->varlen;
     for (int i = 0; i < n; i++) {
+        l->lens[2 * l->n_ids] = s[i].enc, l->lens[2 * l->n_ids + 1] = s[i].dec;
         l->ids[l->n_ids++] = s[i].id;
         m->enc_tokens += s[i].enc;
         m->dec_tokens += s[i].dec;

@@ -59,7 +59,8 @@ cost_shape mb_shape(const microbatch *m);
 /* The micro-batches of one iteration. */
 typedef struct mb_list {
     int32_t *ids; /* trace sample ids, micro-batch by micro-batch */
-    int n_ids, ids_cap;
+    int32_t *lens; /* beside ids: each sample's own tokens, encoder then decoder (2 per id) */
+    int n_ids, ids_cap, lens_cap;
     microbatch *mb;
     int n_mb, mb_cap;
     /* filled by mb_list_finish */

@@ -50,6 +50,7 @@ void plan_iter_release(plan_iter *it)
         for (int r = 0; r < it->pp * it->dp; r++) free(it->ranks[r].ins);
     free(it->ranks);
     free(it->ids);
+    free(it->lens);
     free(it->mb);
     free(it->per_stage);
     plan_iter_init(it);
@@ -66,9 +67,10 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
     it->n_ids = n_ids;
     it->mb = calloc((size_t)(n_mb ? n_mb : 1), sizeof *it->mb);
     it->ids = calloc((size_t)(n_ids ? n_ids : 1), sizeof *it->ids);
+    it->lens = calloc((size_t)(n_ids ? n_ids : 1) * 2, sizeof *it->lens);
     it->per_stage = calloc((size_t)(n_mb ? n_mb : 1) * 5 * (size_t)pp, sizeof *it->per_stage);
     it->ranks = calloc((size_t)pp * (size_t)dp, sizeof *it->ranks);
-    if (!it->mb || !it->ids || !it->per_stage || !it->ranks) return DP_ERR_NOMEM;
+    if (!it->mb || !it->ids || !it->lens || !it->per_stage || !it->ranks) return DP_ERR_NOMEM;
     for (int k = 0; k < n_mb; k++) {
         double *b = it->per_stage + (size_t)k * 5 * (size_t)pp;
         plan_mb *m = &it->mb[k];
@@ -105,6 +107,7 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
     if (plan_iter_alloc(it, id, pp, sm->dp, l->n_mb, l->n_ids) != DP_OK)
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     memcpy(it->ids, l->ids, (size_t)l->n_ids * sizeof *it->ids);
+    if (l->n_ids) memcpy(it->lens, l->lens, (size_t)l->n_ids * 2 * sizeof *it->lens);
     mb_cost *c = malloc(sizeof *c);
     if (!c) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     dp_status st = DP_OK;
@@ -193,7 +196,17 @@ static cJSON *iter_json(const plan_iter *it)
         cJSON_AddNumberToObject(x, "enc_tokens", (double)m->enc_tokens);
         cJSON_AddNumberToObject(x, "dec_tokens", (double)m->dec_tokens);
         cJSON_AddNumberToObject(x, "replica", m->replica);
-        if (m->varlen) cJSON_AddStringToObject(x, "attention", "varlen");
+        if (m->varlen) {
+            cJSON_AddStringToObject(x, "attention", "varlen");
+            cJSON *lens = cJSON_AddArrayToObject(x, "seq_lens");
+            for (int q = 0; q < m->n_samples; q++)
+                cJSON_AddItemToArray(lens, cJSON_CreateNumber(it->lens[2 * (m->first + q)]));
+            if (m->dec_len > 0) {
+                cJSON *dl = cJSON_AddArrayToObject(x, "dec_lens");
+                for (int q = 0; q < m->n_samples; q++)
+                    cJSON_AddItemToArray(dl, cJSON_CreateNumber(it->lens[2 * (m->first + q) + 1]));
+            }
+        }
         cJSON *pred = cJSON_AddObjectToObject(x, "pred_ms");
         cJSON_AddItemToObject(pred, "fwd", array_of(m->fwd_ms, it->pp));
         cJSON_AddItemToObject(pred, "bwd", array_of(m->bwd_ms, it->pp));
@@ -324,6 +337,35 @@ static dp_status read_doubles(const cJSON *arr, int n, double *out, const char *
     return DP_OK;
 }
 
+/* A micro-batch's "seq_lens" or "dec_lens" (arr, NULL: absent, left 0): one length per sample in
+ * 0..len, together at most the mbs x len tensor; written every second int32 from out. */
+static dp_status read_lens(const cJSON *arr, const char *what, const plan_mb *x, int len,
+                           int32_t *out, const char *name, const char *where, int k, dp_err *err)
+{
+    if (!arr) return DP_OK;
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != x->n_samples)
+        return dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].%s must hold a length per "
+                       "sample (%d)", name, where, k, what, x->n_samples);
+    int i = 0;
+    int64_t sum = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, arr)
+    {
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble ||
+            v->valuedouble < 0 || v->valuedouble > len)
+            return dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].%s[%d] must be a whole "
+                           "number of tokens from 0 to the micro-batch's length %d", name, where,
+                           k, what, i, len);
+        out[2 * i++] = (int32_t)v->valuedouble;
+        sum += (int64_t)v->valuedouble;
+    }
+    if (sum > (int64_t)x->mbs * len)
+        return dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].%s adds up to %lld tokens, more "
+                       "than the %d x %d tensor holds", name, where, k, what, (long long)sum,
+                       x->mbs, len);
+    return DP_OK;
+}
+
 static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const char *name,
                             plan_iter *it, dp_err *err)
 {
@@ -389,6 +431,11 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
             it->ids[at++] = (int32_t)v->valuedouble;
         }
         x->n_samples = at - x->first;
+        for (int side = 0; side < 2 && st == DP_OK; side++)
+            st = read_lens(cJSON_GetObjectItemCaseSensitive(m, side ? "dec_lens" : "seq_lens"),
+                           side ? "dec_lens" : "seq_lens", x, side ? x->dec_len : x->enc_len,
+                           it->lens + 2 * x->first + side, name, where, k, err);
+        if (st != DP_OK) goto out;
         const cJSON *pred = cJSON_GetObjectItemCaseSensitive(m, "pred_ms");
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(m, "mem_mb");
         TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(pred, "fwd"), h->pp, x->fwd_ms,

@@ -14,6 +14,9 @@
  *       "microbatches": [{"id": k, "samples": [trace ids], "mbs": m, "enc_len": A, "dec_len": B,
  *                         "tokens": real, "padded_tokens": …, "replica": r,
  *                         "attention": "varlen" (only where each sample attends to itself),
+ *                         "seq_lens": [each sample's own tokens], "dec_lens": [T5: decoder's]
+ *                         (varlen micro-batches: the runtime attends over exactly these,
+ *                         laid back to back in the flattened mbs x enc_len tensor),
  *                         "pred_ms": {"fwd": [per stage], "bwd": [per stage], "w": [per stage]},
  *                         "mem_mb": {"stored": [per stage], "peak": [per stage]}}],
  *       "stages": [{"stage": s, "replica": r, "instructions": [
@@ -93,6 +96,9 @@ typedef struct plan_iter {
     int id;
     int pp, dp;
     int32_t *ids;
+    int32_t *lens; /* beside ids: each sample's own encoder (GPT: sequence) and decoder tokens, 2
+                    * per id; 0 where the file does not say (it says for varlen micro-batches:
+                    * "seq_lens", "dec_lens") */
     int n_ids;
     plan_mb *mb;
     int n_mb;

@@ -40,13 +40,17 @@ struct rt_cuda {
                            // by the next rt_cuda_sync or rt_cuda_query
 };
 
-// What one bf16 attention call reads and writes: B samples, a heads of width d, sq queries and
-// sk keys per sample; q (B*sq rows of ldq elements), k and v (B*sk rows of ldkv), o (B*sq rows of
-// a*d), head h at column h*d; lse (B, a, sq) fp32, the log-sum-exp of each query's scaled,
-// masked scores (natural log). Backward: dout in o's layout; dq, dk, dv in q's, k's and v's,
-// zeroed by the caller (a path may add to them or overwrite them).
+// What one bf16 attention call reads and writes: sequence j of the queries qs attends to
+// sequence j of the keys ks (runtime/layer.h rt_seqs; rows: they are B whole rows of sq and sk
+// tokens, which cuDNN's fused attention takes as a batch), a heads of width d; q (rows of ldq
+// elements), k and v (rows of ldkv), o (rows of a*d), head h at column h*d; lse, fp32, the
+// log-sum-exp of each query's scaled, masked scores (natural log), sequence j's (a, lq) block at
+// a * qs->off[j] (for rows: (B, a, sq)). Backward: dout in o's layout; dq, dk, dv in q's, k's and
+// v's, zeroed by the caller (a path may add to them or overwrite them).
 struct attn_io {
-    int B, a, sq, sk, d, causal, ldq, ldkv;
+    const rt_seqs *qs, *ks;
+    int rows, B, sq, sk;
+    int a, d, causal, ldq, ldkv;
     const __nv_bfloat16 *q, *k, *v;
     __nv_bfloat16 *o;
     float *lse;
@@ -67,12 +71,12 @@ int rt_bf16_open(rt_cuda *g, char *why, size_t why_cap);
 void rt_bf16_close(rt_cuda *g);
 
 // The bf16 layer (layer_bf16.cu), behind layer_cuda.h's dispatch on rt_cuda_layer.dtype.
-void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x, void *y,
-                       void *acts, const void *enc, int Se);
-void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad, int B,
-                             int S, const void *dy, void *dx, void *acts, int Se, void *denc);
-void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const void *acts,
-                              const void *enc, int Se);
+void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const void *x,
+                       void *y, void *acts, const void *enc);
+void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
+                             const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc);
+void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
+                              const void *acts, const void *enc);
 void rt_bf16_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
                          void *dlogits, int n, int H, int V, int target_offset);
 void rt_bf16_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,

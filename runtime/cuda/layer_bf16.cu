@@ -360,26 +360,36 @@ __global__ void k_attn_dsoftmax(const float *dp, const bf16 *p, const float *D, 
     }
 }
 
+// The largest lq * lk of the call's paired sequences (the scratch of one sequence's scores).
+static long long max_pair(const attn_io *x)
+{
+    long long m = 0;
+    for (int j = 0; j < x->qs->n; j++)
+        if ((long long)x->qs->len[j] * x->ks->len[j] > m) m = (long long)x->qs->len[j] * x->ks->len[j];
+    return m;
+}
+
 static void gemm_attn_fwd(rt_cuda *g, const attn_io *x)
 {
     float scale = 1.0f / sqrtf((float)x->d);
-    long long pp = (long long)x->sq * x->sk;
+    long long most = max_pair(x);
     int ldo = x->a * x->d;
     float *s = NULL;
     bf16 *p = NULL;
-    cudaMallocAsync((void **)&s, (size_t)x->a * pp * sizeof *s, g->stream);
-    cudaMallocAsync((void **)&p, (size_t)x->a * pp * sizeof *p, g->stream);
+    cudaMallocAsync((void **)&s, (size_t)(x->a * most + 1) * sizeof *s, g->stream);
+    cudaMallocAsync((void **)&p, (size_t)(x->a * most + 1) * sizeof *p, g->stream);
     if (!s || !p) goto out;
-    for (int b = 0; b < x->B; b++) {
-        const bf16 *qb = x->q + (long long)b * x->sq * x->ldq, *kb = x->k + (long long)b * x->sk * x->ldkv;
-        const bf16 *vb = x->v + (long long)b * x->sk * x->ldkv;
-        lt_gemm(g, 0, 1, x->sq, x->sk, x->d, 1.0f, qb, x->ldq, x->d, kb, x->ldkv, x->d, 0.0f, s, s,
-                x->sk, pp, CUDA_R_32F, NULL, x->a);
-        k_attn_softmax<<<x->a * x->sq, THREADS, 0, g->stream>>>(s, p, x->lse + (long long)b * x->a * x->sq,
-                                                                 x->sq, x->sk, x->causal, scale);
-        lt_gemm(g, 0, 0, x->sq, x->d, x->sk, 1.0f, p, x->sk, pp, vb, x->ldkv, x->d, 0.0f,
-                x->o + (long long)b * x->sq * ldo, x->o + (long long)b * x->sq * ldo, ldo, x->d,
-                CUDA_R_16BF, NULL, x->a);
+    for (int j = 0; j < x->qs->n; j++) {
+        int sq = x->qs->len[j], sk = x->ks->len[j];
+        long long pp = (long long)sq * sk, qo = x->qs->off[j], ko = x->ks->off[j];
+        if (pp == 0) continue;
+        bf16 *o = x->o + qo * ldo;
+        lt_gemm(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo * x->ldq, x->ldq, x->d, x->k + ko * x->ldkv,
+                x->ldkv, x->d, 0.0f, s, s, sk, pp, CUDA_R_32F, NULL, x->a);
+        k_attn_softmax<<<x->a * sq, THREADS, 0, g->stream>>>(s, p, x->lse + qo * x->a, sq, sk,
+                                                              x->causal, scale);
+        lt_gemm(g, 0, 0, sq, x->d, sk, 1.0f, p, sk, pp, x->v + ko * x->ldkv, x->ldkv, x->d, 0.0f, o,
+                o, ldo, x->d, CUDA_R_16BF, NULL, x->a);
     }
 out:
     if (s) cudaFreeAsync(s, g->stream);
@@ -390,35 +400,39 @@ out:
 static void gemm_attn_bwd(rt_cuda *g, const attn_io *x)
 {
     float scale = 1.0f / sqrtf((float)x->d);
-    long long pp = (long long)x->sq * x->sk;
-    int ldo = x->a * x->d;
+    long long most = max_pair(x);
+    int ldo = x->a * x->d, most_q = 0;
+    for (int j = 0; j < x->qs->n; j++) most_q = x->qs->len[j] > most_q ? x->qs->len[j] : most_q;
     float *s = NULL, *dp = NULL, *D = NULL;
     bf16 *p = NULL, *ds = NULL;
-    cudaMallocAsync((void **)&s, (size_t)x->a * pp * sizeof *s, g->stream);
-    cudaMallocAsync((void **)&dp, (size_t)x->a * pp * sizeof *dp, g->stream);
-    cudaMallocAsync((void **)&p, (size_t)x->a * pp * sizeof *p, g->stream);
-    cudaMallocAsync((void **)&ds, (size_t)x->a * pp * sizeof *ds, g->stream);
-    cudaMallocAsync((void **)&D, (size_t)x->a * x->sq * sizeof *D, g->stream);
+    size_t n = (size_t)(x->a * most + 1);
+    cudaMallocAsync((void **)&s, n * sizeof *s, g->stream);
+    cudaMallocAsync((void **)&dp, n * sizeof *dp, g->stream);
+    cudaMallocAsync((void **)&p, n * sizeof *p, g->stream);
+    cudaMallocAsync((void **)&ds, n * sizeof *ds, g->stream);
+    cudaMallocAsync((void **)&D, (size_t)(x->a * most_q + 1) * sizeof *D, g->stream);
     if (!s || !dp || !p || !ds || !D) goto out;
-    for (int b = 0; b < x->B; b++) {
-        long long qo = (long long)b * x->sq * x->ldq, ko = (long long)b * x->sk * x->ldkv;
-        long long oo = (long long)b * x->sq * ldo;
+    for (int j = 0; j < x->qs->n; j++) {
+        int sq = x->qs->len[j], sk = x->ks->len[j];
+        long long pp = (long long)sq * sk, q0 = x->qs->off[j], k0 = x->ks->off[j];
+        if (pp == 0) continue;
+        long long qo = q0 * x->ldq, ko = k0 * x->ldkv, oo = q0 * ldo;
         const bf16 *dob = x->dout + oo;
-        k_attn_rowdot<<<x->a * x->sq, THREADS, 0, g->stream>>>(dob, x->o + oo, ldo, x->d, x->sq, D);
-        lt_gemm(g, 0, 1, x->sq, x->sk, x->d, 1.0f, x->q + qo, x->ldq, x->d, x->k + ko, x->ldkv,
-                x->d, 0.0f, s, s, x->sk, pp, CUDA_R_32F, NULL, x->a); // S again
-        k_attn_recompute<<<x->a * x->sq, THREADS, 0, g->stream>>>(
-            s, x->lse + (long long)b * x->a * x->sq, p, x->sq, x->sk, x->causal, scale);
+        k_attn_rowdot<<<x->a * sq, THREADS, 0, g->stream>>>(dob, x->o + oo, ldo, x->d, sq, D);
+        lt_gemm(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo, x->ldq, x->d, x->k + ko, x->ldkv, x->d, 0.0f,
+                s, s, sk, pp, CUDA_R_32F, NULL, x->a); // S again
+        k_attn_recompute<<<x->a * sq, THREADS, 0, g->stream>>>(s, x->lse + q0 * x->a, p, sq, sk,
+                                                                x->causal, scale);
         // dV += P^T dO; dP = dO V^T; dS; dQ += dS K; dK += dS^T Q
-        lt_gemm(g, 1, 0, x->sk, x->d, x->sq, 1.0f, p, x->sk, pp, dob, ldo, x->d, 1.0f, x->dv + ko,
-                x->dv + ko, x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
-        lt_gemm(g, 0, 1, x->sq, x->sk, x->d, 1.0f, dob, ldo, x->d, x->v + ko, x->ldkv, x->d, 0.0f,
-                dp, dp, x->sk, pp, CUDA_R_32F, NULL, x->a);
-        k_attn_dsoftmax<<<x->a * x->sq, THREADS, 0, g->stream>>>(dp, p, D, ds, x->sk, scale);
-        lt_gemm(g, 0, 0, x->sq, x->d, x->sk, 1.0f, ds, x->sk, pp, x->k + ko, x->ldkv, x->d, 1.0f,
-                x->dq + qo, x->dq + qo, x->ldq, x->d, CUDA_R_16BF, NULL, x->a);
-        lt_gemm(g, 1, 0, x->sk, x->d, x->sq, 1.0f, ds, x->sk, pp, x->q + qo, x->ldq, x->d, 1.0f,
-                x->dk + ko, x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm(g, 1, 0, sk, x->d, sq, 1.0f, p, sk, pp, dob, ldo, x->d, 1.0f, x->dv + ko, x->dv + ko,
+                x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm(g, 0, 1, sq, sk, x->d, 1.0f, dob, ldo, x->d, x->v + ko, x->ldkv, x->d, 0.0f, dp, dp,
+                sk, pp, CUDA_R_32F, NULL, x->a);
+        k_attn_dsoftmax<<<x->a * sq, THREADS, 0, g->stream>>>(dp, p, D, ds, sk, scale);
+        lt_gemm(g, 0, 0, sq, x->d, sk, 1.0f, ds, sk, pp, x->k + ko, x->ldkv, x->d, 1.0f, x->dq + qo,
+                x->dq + qo, x->ldq, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm(g, 1, 0, sk, x->d, sq, 1.0f, ds, sk, pp, x->q + qo, x->ldq, x->d, 1.0f, x->dk + ko,
+                x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
     }
 out:
     if (s) cudaFreeAsync(s, g->stream);
@@ -504,12 +518,27 @@ static void linear_bwd_weight(rt_cuda *g, const bf16 *x, const bf16 *dy, float *
     k_colsum_bf16<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
 }
 
-void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x,
-                                  void *y, void *acts, const void *enc, int Se)
+// The attention of one pass: queries qs against keys ks (the batch's sequences), B rows of sq
+// and sk tokens when they are whole rows.
+static attn_io attn_of(const rt_cuda_layer *l, const rt_batch_seqs *bs, const rt_seqs *ks, int B,
+                       int sq, int sk, int causal, int ldq, int ldkv)
 {
+    attn_io x;
+    memset(&x, 0, sizeof x);
+    x.qs = &bs->self, x.ks = ks, x.rows = bs->rows, x.B = B, x.sq = sq, x.sk = sk;
+    x.a = l->shape.heads, x.d = l->shape.kv, x.causal = causal, x.ldq = ldq, x.ldkv = ldkv;
+    return x;
+}
+
+void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const void *x,
+                       void *y, void *acts, const void *enc)
+{
+    int B = mb->B, S = mb->S, Se = mb->Se;
     bview v;
     view_params(&l->shape, l->block, NULL, &v);
     view_acts(&l->shape, B, S, Se, acts, &v);
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
     int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
     long long nh = (long long)n * h;
     cudaMemcpyAsync(A(&v, RT_A_X), x, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
@@ -517,8 +546,10 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const v
                                                  A(&v, RT_A_H1), AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), h);
     linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, 3 * hk);
     bf16 *qkv = A(&v, RT_A_QKV);
-    attn_io self = {B, l->shape.heads, S, S, l->shape.kv, l->shape.causal, 3 * hk, 3 * hk,
-                    qkv, qkv + hk, qkv + 2 * hk, A(&v, RT_A_CTX), AF(&v, RT_A_P), NULL, NULL, NULL, NULL};
+    attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, 3 * hk, 3 * hk);
+    self.q = qkv, self.k = qkv + hk, self.v = qkv + 2 * hk, self.o = A(&v, RT_A_CTX);
+    self.lse = AF(&v, RT_A_P);
+    cudaMemsetAsync(self.o, 0, (size_t)n * hk * sizeof(bf16), g->stream); // padding tokens
     attn_fwd(g, &self);
     linear(g, A(&v, RT_A_CTX), v.w[RT_P_WO], v.w[RT_P_BO], A(&v, RT_A_X), A(&v, RT_A_X2), n, hk, h);
     if (l->shape.cross) { // xc = the self-attention block's output; x2 = xc + cross-attention
@@ -530,8 +561,10 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const v
         linear(g, (const bf16 *)enc, v.w[RT_P_WKVC], v.w[RT_P_BKVC], NULL, A(&v, RT_A_KVC), B * Se,
                h, 2 * hk);
         bf16 *kvc = A(&v, RT_A_KVC);
-        attn_io cross = {B, l->shape.heads, S, Se, l->shape.kv, 0, hk, 2 * hk, A(&v, RT_A_QC), kvc,
-                         kvc + hk, A(&v, RT_A_CTXC), AF(&v, RT_A_PC), NULL, NULL, NULL, NULL};
+        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hk);
+        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hk, cross.o = A(&v, RT_A_CTXC);
+        cross.lse = AF(&v, RT_A_PC);
+        cudaMemsetAsync(cross.o, 0, (size_t)n * hk * sizeof(bf16), g->stream);
         attn_fwd(g, &cross);
         linear(g, A(&v, RT_A_CTXC), v.w[RT_P_WOC], v.w[RT_P_BOC], A(&v, RT_A_XC), A(&v, RT_A_X2), n,
                hk, h);
@@ -542,19 +575,22 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const v
            rt_layer_ffn_in(&l->shape));
     mlp_act_fwd(g, &l->shape, A(&v, RT_A_U), A(&v, RT_A_G), n);
     linear(g, A(&v, RT_A_G), v.w[RT_P_W2], v.w[RT_P_B2], A(&v, RT_A_X2), (bf16 *)y, n, f, h);
+    rt_batch_seqs_free(&bs);
 }
 
 void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
-                                        int B, int S, const void *dy_, void *dx_, void *acts,
-                                        int Se, void *denc_)
+                             const rt_batch *mb, const void *dy_, void *dx_, void *acts, void *denc_)
 {
+    int B = mb->B, S = mb->S, Se = mb->Se;
     bview v;
     view_params(&l->shape, l->block, grad->block, &v);
     view_acts(&l->shape, B, S, Se, acts, &v);
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
     const bf16 *dy = (const bf16 *)dy_;
     bf16 *dx = (bf16 *)dx_, *denc = (bf16 *)denc_;
     int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
-    int ne = B * Se, heads = l->shape.heads, kv = l->shape.kv;
+    int ne = B * Se;
     int f1 = rt_layer_ffn_in(&l->shape);
     long long nh = (long long)n * h;
     bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL;
@@ -577,8 +613,10 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         cudaMemsetAsync(A(&v, RT_A_D_QC), 0, (size_t)n * hk * sizeof(bf16), g->stream);
         cudaMemsetAsync(A(&v, RT_A_D_KVC), 0, (size_t)ne * 2 * hk * sizeof(bf16), g->stream);
         bf16 *kvc = A(&v, RT_A_KVC), *dkvc = A(&v, RT_A_D_KVC);
-        attn_io cross = {B, heads, S, Se, kv, 0, hk, 2 * hk, A(&v, RT_A_QC), kvc, kvc + hk,
-                         A(&v, RT_A_CTXC), AF(&v, RT_A_PC), dctx, A(&v, RT_A_D_QC), dkvc, dkvc + hk};
+        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hk);
+        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hk, cross.o = A(&v, RT_A_CTXC);
+        cross.lse = AF(&v, RT_A_PC), cross.dout = dctx;
+        cross.dq = A(&v, RT_A_D_QC), cross.dk = dkvc, cross.dv = dkvc + hk;
         attn_bwd(g, &cross);
         gemm(g, 0, 1, n, h, hk, A(&v, RT_A_D_QC), hk, v.w[RT_P_WQC], hk, 0.0f, tmp_h, h); // d(hc)
         if (denc) // d(enc) += d_kvc Wkvc^T
@@ -592,8 +630,10 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * 3 * hk * sizeof(bf16), g->stream);
     {
         bf16 *qkv = A(&v, RT_A_QKV), *dqkv = A(&v, RT_A_D_QKV);
-        attn_io self = {B, heads, S, S, kv, l->shape.causal, 3 * hk, 3 * hk, qkv, qkv + hk, qkv + 2 * hk,
-                        A(&v, RT_A_CTX), AF(&v, RT_A_P), dctx, dqkv, dqkv + hk, dqkv + 2 * hk};
+        attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, 3 * hk, 3 * hk);
+        self.q = qkv, self.k = qkv + hk, self.v = qkv + 2 * hk, self.o = A(&v, RT_A_CTX);
+        self.lse = AF(&v, RT_A_P), self.dout = dctx;
+        self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + 2 * hk;
         attn_bwd(g, &self);
     }
     gemm(g, 0, 1, n, h, 3 * hk, A(&v, RT_A_D_QKV), 3 * hk, v.w[RT_P_WQKV], 3 * hk, 0.0f, tmp_h, h); // dh1
@@ -604,11 +644,13 @@ out:
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
     if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
     if (dctx) cudaFreeAsync(dctx, g->stream);
+    rt_batch_seqs_free(&bs);
 }
 
-void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
-                                         const void *acts, const void *enc, int Se)
+void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
+                              const void *acts, const void *enc)
 {
+    int B = mb->B, S = mb->S, Se = mb->Se;
     bview v;
     view_params(&grad->shape, NULL, grad->block, &v);
     view_acts(&grad->shape, B, S, Se, acts, &v);

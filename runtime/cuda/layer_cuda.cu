@@ -303,57 +303,83 @@ static void linear(rt_cuda *g, const double *x, const double *w, const double *b
     gemm(g, 0, 0, n, out, in, 1.0, x, in, w, out, 1.0, y, out);
 }
 
-// Attention of B samples, a heads of width d: queries (B*sq rows, stride ldq), keys and values
-// (B*sk rows, stride ldkv), as rt_attention_fwd (runtime/layer.c). p (B, a, sq, sk).
+// Attention within sequences (runtime/layer.h rt_seqs): sequence j of the queries qs (rows of
+// ldq) attends to sequence j of the keys ks (rows of ldkv), a heads of width d, as
+// rt_attention_fwd (runtime/layer.c): p holds sequence j's (a, lq, lk) probabilities after
+// those of the sequences before it; ctx (rows of a*d) is written for the queries' tokens only.
 static void attention_fwd(rt_cuda *g, const double *q, int ldq, const double *k, const double *v,
-                          int ldkv, double *p, double *ctx, int B, int a, int sq, int sk, int d,
-                          int causal)
+                          int ldkv, double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks,
+                          int a, int d, int causal)
 {
     double scale = 1 / sqrt((double)d);
-    long long pp = (long long)sq * sk;
-    for (int b = 0; b < B; b++) {
-        const double *qb = q + (long long)b * sq * ldq, *kb = k + (long long)b * sk * ldkv,
-                     *vb = v + (long long)b * sk * ldkv;
-        double *pb = p + (long long)b * a * pp;
-        gemm_batched(g, 0, 1, sq, sk, d, scale, qb, ldq, d, kb, ldkv, d, 0.0, pb, sk, pp, a);
-        k_softmax<<<a * sq, THREADS, 0, g->stream>>>(pb, sq, sk, causal);
-        gemm_batched(g, 0, 0, sq, d, sk, 1.0, pb, sk, pp, vb, ldkv, d, 0.0,
-                     ctx + (long long)b * sq * a * d, a * d, d, a);
+    long long at = 0;
+    for (int j = 0; j < qs->n; j++) {
+        int sq = qs->len[j], sk = ks->len[j];
+        long long pp = (long long)sq * sk, qo = qs->off[j], ko = ks->off[j];
+        if (pp > 0) {
+            double *pb = p + at;
+            gemm_batched(g, 0, 1, sq, sk, d, scale, q + qo * ldq, ldq, d, k + ko * ldkv, ldkv, d,
+                         0.0, pb, sk, pp, a);
+            k_softmax<<<a * sq, THREADS, 0, g->stream>>>(pb, sq, sk, causal);
+            gemm_batched(g, 0, 0, sq, d, sk, 1.0, pb, sk, pp, v + ko * ldkv, ldkv, d, 0.0,
+                         ctx + qo * a * d, a * d, d, a);
+        }
+        at += a * pp;
     }
 }
 
-// Its backward: dq, dk, dv (same layouts) are added to; dp is scratch of a * sq * sk.
+// Its backward: dq, dk, dv (same layouts) are added to; dp is scratch of a * lq * lk for the
+// largest pair of sequences.
 static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, int ldq,
                           const double *k, const double *v, int ldkv, const double *p, double *dq,
-                          double *dk, double *dv, int B, int a, int sq, int sk, int d, double *dp)
+                          double *dk, double *dv, const rt_seqs *qs, const rt_seqs *ks, int a,
+                          int d, double *dp)
 {
     double scale = 1 / sqrt((double)d);
     int ldc = a * d;
-    long long pp = (long long)sq * sk;
-    for (int b = 0; b < B; b++) {
-        long long qo = (long long)b * sq * ldq, ko = (long long)b * sk * ldkv;
-        const double *dcb = dctx + (long long)b * sq * ldc, *pb = p + (long long)b * a * pp;
-        gemm_batched(g, 0, 1, sq, sk, d, 1.0, dcb, ldc, d, v + ko, ldkv, d, 0.0, dp, sk, pp, a);
-        gemm_batched(g, 1, 0, sk, d, sq, 1.0, pb, sk, pp, dcb, ldc, d, 1.0, dv + ko, ldkv, d, a);
-        k_softmax_bwd<<<a * sq, THREADS, 0, g->stream>>>(dp, pb, sk, scale);
-        gemm_batched(g, 0, 0, sq, d, sk, 1.0, dp, sk, pp, k + ko, ldkv, d, 1.0, dq + qo, ldq, d, a);
-        gemm_batched(g, 1, 0, sk, d, sq, 1.0, dp, sk, pp, q + qo, ldq, d, 1.0, dk + ko, ldkv, d, a);
+    long long at = 0;
+    for (int j = 0; j < qs->n; j++) {
+        int sq = qs->len[j], sk = ks->len[j];
+        long long pp = (long long)sq * sk, qo = qs->off[j] * (long long)ldq,
+                  ko = ks->off[j] * (long long)ldkv;
+        if (pp > 0) {
+            const double *dcb = dctx + (long long)qs->off[j] * ldc, *pb = p + at;
+            gemm_batched(g, 0, 1, sq, sk, d, 1.0, dcb, ldc, d, v + ko, ldkv, d, 0.0, dp, sk, pp, a);
+            gemm_batched(g, 1, 0, sk, d, sq, 1.0, pb, sk, pp, dcb, ldc, d, 1.0, dv + ko, ldkv, d, a);
+            k_softmax_bwd<<<a * sq, THREADS, 0, g->stream>>>(dp, pb, sk, scale);
+            gemm_batched(g, 0, 0, sq, d, sk, 1.0, dp, sk, pp, k + ko, ldkv, d, 1.0, dq + qo, ldq, d, a);
+            gemm_batched(g, 1, 0, sk, d, sq, 1.0, dp, sk, pp, q + qo, ldq, d, 1.0, dk + ko, ldkv, d, a);
+        }
+        at += a * pp;
     }
 }
 
-static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const double *x,
-                          double *y, void *acts, const double *enc, int Se)
+// The largest lq * lk of paired sequences.
+static long long max_pair(const rt_seqs *qs, const rt_seqs *ks)
 {
+    long long m = 0;
+    for (int j = 0; j < qs->n; j++)
+        if ((long long)qs->len[j] * ks->len[j] > m) m = (long long)qs->len[j] * ks->len[j];
+    return m;
+}
+
+static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const double *x,
+                          double *y, void *acts, const double *enc)
+{
+    int B = mb->B, S = mb->S, Se = mb->Se;
     rt_layer_params p = params_of(l);
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
     int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
     int heads = l->shape.heads, kv = l->shape.kv;
     long long nh = (long long)n * h;
     cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, h);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, 3 * hk);
-    attention_fwd(g, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, B, heads, S, S,
-                  kv, l->shape.causal);
+    cudaMemsetAsync(a.ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
+    attention_fwd(g, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, &bs.self,
+                  &bs.self, heads, kv, l->shape.causal);
     linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
     if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
@@ -361,7 +387,9 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, cons
         k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, h);
         linear(g, a.hc, p.wqc, p.bqc, a.qc, n, h, hk);
         linear(g, enc, p.wkvc, p.bkvc, a.kvc, B * Se, h, 2 * hk);
-        attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.ctxc, B, heads, S, Se, kv, 0);
+        cudaMemsetAsync(a.ctxc, 0, (size_t)n * hk * sizeof(double), g->stream);
+        attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.ctxc, &bs.self, &bs.enc,
+                      heads, kv, 0);
         linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
         k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
@@ -370,18 +398,23 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, cons
     mlp_act_fwd(g, &l->shape, a.u, a.g, n);
     linear(g, a.g, p.w2, p.b2, y, n, f, h);
     k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
+    rt_batch_seqs_free(&bs);
 }
 
-static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad, int B,
-                                int S, const double *dy, double *dx, void *acts, int Se,
+static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
+                                const rt_batch *mb, const double *dy, double *dx, void *acts,
                                 double *denc)
 {
+    int B = mb->B, S = mb->S, Se = mb->Se;
     rt_layer_params p = params_of(l), gr = params_of(grad);
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
     int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
     int heads = l->shape.heads, kv = l->shape.kv, ne = B * Se;
-    int sk_max = l->shape.cross && Se > S ? Se : S;
     int f1 = rt_layer_ffn_in(&l->shape);
+    long long pairs = max_pair(&bs.self, &bs.self);
+    if (l->shape.cross && max_pair(&bs.self, &bs.enc) > pairs) pairs = max_pair(&bs.self, &bs.enc);
     long long nh = (long long)n * h;
     /* temporaries from the stream-ordered allocator: no device-wide synchronisation inside a
      * timed backward; a failed allocation is left for rt_cuda_sync (cudaGetLastError) to report */
@@ -389,7 +422,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(double), g->stream);
     cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(double), g->stream);
     cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(double), g->stream);
-    cudaMallocAsync((void **)&dp, (size_t)heads * S * sk_max * sizeof(double), g->stream);
+    cudaMallocAsync((void **)&dp, (size_t)(heads * pairs + 1) * sizeof(double), g->stream);
     if (!tmp_f || !tmp_h || !dctx || !dp) goto out;
     cudaMemcpyAsync(a.d_y, dy, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
@@ -404,7 +437,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
         cudaMemsetAsync(a.d_qc, 0, (size_t)n * hk * sizeof(double), g->stream);
         cudaMemsetAsync(a.d_kvc, 0, (size_t)ne * 2 * hk * sizeof(double), g->stream);
         attention_bwd(g, dctx, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.d_qc, a.d_kvc,
-                      a.d_kvc + hk, B, heads, S, Se, kv, dp);
+                      a.d_kvc + hk, &bs.self, &bs.enc, heads, kv, dp);
         gemm(g, 0, 1, n, h, hk, 1.0, a.d_qc, hk, p.wqc, hk, 0.0, tmp_h, h); /* d(hc) */
         if (denc) /* d(enc) += d_kvc Wkvc^T */
             gemm(g, 0, 1, ne, h, 2 * hk, 1.0, a.d_kvc, 2 * hk, p.wkvc, 2 * hk, 1.0, denc, h);
@@ -415,7 +448,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * 3 * hk * sizeof(double), g->stream);
     attention_bwd(g, dctx, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.d_qkv,
-                  a.d_qkv + hk, a.d_qkv + 2 * hk, B, heads, S, S, kv, dp);
+                  a.d_qkv + hk, a.d_qkv + 2 * hk, &bs.self, &bs.self, heads, kv, dp);
     gemm(g, 0, 1, n, h, 3 * hk, 1.0, a.d_qkv, 3 * hk, p.wqkv, 3 * hk, 0.0, tmp_h, h); /* dh1 */
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g,
                                            gr.ln1_b, h);
@@ -425,6 +458,7 @@ out:
     if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
     if (dctx) cudaFreeAsync(dctx, g->stream);
     if (dp) cudaFreeAsync(dp, g->stream);
+    rt_batch_seqs_free(&bs);
 }
 
 static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, double *dw, double *db,
@@ -434,9 +468,10 @@ static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, dou
     k_colsum<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
 }
 
-static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
-                                 const void *acts, const double *enc, int Se)
+static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
+                                 const void *acts, const double *enc)
 {
+    int B = mb->B, S = mb->S, Se = mb->Se;
     rt_layer_params gr = params_of(grad);
     rt_layer_acts a = acts_of(grad, B, S, Se, acts);
     int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv;
@@ -453,26 +488,26 @@ static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
 }
 
 // ---- the public layer: fp64 here, bf16 in layer_bf16.cu ----------------------------------------
-extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x,
-                                  void *y, void *acts, const void *enc, int Se)
+extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
+                                  const void *x, void *y, void *acts, const void *enc)
 {
-    if (l->dtype == RT_BF16) return rt_bf16_layer_fwd(g, l, B, S, x, y, acts, enc, Se);
-    f64_layer_fwd(g, l, B, S, (const double *)x, (double *)y, acts, (const double *)enc, Se);
+    if (l->dtype == RT_BF16) return rt_bf16_layer_fwd(g, l, mb, x, y, acts, enc);
+    f64_layer_fwd(g, l, mb, (const double *)x, (double *)y, acts, (const double *)enc);
 }
 
 extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
-                                        int B, int S, const void *dy, void *dx, void *acts, int Se,
+                                        const rt_batch *mb, const void *dy, void *dx, void *acts,
                                         void *denc)
 {
-    if (l->dtype == RT_BF16) return rt_bf16_layer_bwd_input(g, l, grad, B, S, dy, dx, acts, Se, denc);
-    f64_layer_bwd_input(g, l, grad, B, S, (const double *)dy, (double *)dx, acts, Se, (double *)denc);
+    if (l->dtype == RT_BF16) return rt_bf16_layer_bwd_input(g, l, grad, mb, dy, dx, acts, denc);
+    f64_layer_bwd_input(g, l, grad, mb, (const double *)dy, (double *)dx, acts, (double *)denc);
 }
 
-extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S,
-                                         const void *acts, const void *enc, int Se)
+extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
+                                         const void *acts, const void *enc)
 {
-    if (grad->dtype == RT_BF16) return rt_bf16_layer_bwd_weight(g, grad, B, S, acts, enc, Se);
-    f64_layer_bwd_weight(g, grad, B, S, acts, (const double *)enc, Se);
+    if (grad->dtype == RT_BF16) return rt_bf16_layer_bwd_weight(g, grad, mb, acts, enc);
+    f64_layer_bwd_weight(g, grad, mb, acts, (const double *)enc);
 }
 
 extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se,
@@ -492,11 +527,12 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int
         rt_cuda_fill(g, x, nh / rt_dtype_act_bytes(dt), dt, 3, 1.0);
         rt_cuda_fill(g, enc, ne / rt_dtype_act_bytes(dt), dt, 4, 1.0);
         cudaMemsetAsync(grad.block, 0, rt_grad_block_bytes(l->count, dt), g->stream);
+        rt_batch mb = {B, S, Se, NULL, NULL};
         rc = time_fwd_bwd(
-            g, repeats, [&] { rt_cuda_layer_fwd(g, l, B, S, x, y, acts, enc, Se); },
+            g, repeats, [&] { rt_cuda_layer_fwd(g, l, &mb, x, y, acts, enc); },
             [&] {
-                rt_cuda_layer_bwd_input(g, l, &grad, B, S, y, dx, acts, Se, l->shape.cross ? denc : NULL);
-                rt_cuda_layer_bwd_weight(g, &grad, B, S, acts, enc, Se);
+                rt_cuda_layer_bwd_input(g, l, &grad, &mb, y, dx, acts, l->shape.cross ? denc : NULL);
+                rt_cuda_layer_bwd_weight(g, &grad, &mb, acts, enc);
             },
             fwd_ms, bwd_ms);
     }

@@ -68,20 +68,21 @@ typedef struct rt_cuda_layer {
     size_t count;
 } rt_cuda_layer;
 
-/* Forward of one layer on (B, S): x, y (B*S, H) of the layer's type; acts is a device block of
- * rt_layer_acts_bytes(shape, B, S, Se, dtype) laid out as rt_layer_acts_layout says. A cross
+/* Forward of one layer on the micro-batch mb (runtime/layer.h rt_batch: B rows of S tokens, and
+ * the sequences attention runs within): x, y (B*S, H) of the layer's type; acts is a device block
+ * of rt_layer_acts_bytes(shape, B, S, Se, dtype) laid out as rt_layer_acts_layout says. A cross
  * layer reads the encoder output enc (B*Se, H), which must stay untouched until its backward;
- * other layers ignore enc and Se (NULL, 0). */
-void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, int B, int S, const void *x, void *y,
-                       void *acts, const void *enc, int Se);
+ * other layers ignore enc (NULL). mb and its sequences are host memory, read during the call. */
+void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, const rt_batch *mb, const void *x,
+                       void *y, void *acts, const void *enc);
 /* Input gradient (and layer-norm parameter gradients) into dx and grad (a gradient block of the
  * same type); a cross layer adds the gradient of the encoder output into denc (B*Se, H) when
  * denc is not NULL. */
-void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *grad, int B,
-                             int S, const void *dy, void *dx, void *acts, int Se, void *denc);
+void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *grad,
+                             const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc);
 /* Weight gradients of the linear ops into grad (a cross layer's read enc again). */
-void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const void *acts,
-                              const void *enc, int Se);
+void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
+                              const void *acts, const void *enc);
 
 /* Mean forward and backward time of one layer on (B, S) (a cross layer: against an encoder
  * output of length Se) over `repeats` runs after a warm-up, by CUDA events. 0, or -1. */

@@ -394,7 +394,7 @@ static int execute(rt_cuda *g, const sdpa_plan *p, const int64_t *uids, void *co
 
 int rt_sdpa_fwd(rt_cuda *g, const attn_io *x)
 {
-    if (!g->dnn) return -1;
+    if (!g->dnn || !x->rows) return -1;
     sdpa_plan *p = plan_for(g, DIR_FWD, x);
     if (!p) return -1;
     float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX;
@@ -405,7 +405,7 @@ int rt_sdpa_fwd(rt_cuda *g, const attn_io *x)
 
 int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
 {
-    if (!g->dnn) return -1;
+    if (!g->dnn || !x->rows) return -1;
     sdpa_plan *p = plan_for(g, DIR_BWD, x);
     if (!p) return -1;
     float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX, *rowsum = NULL;

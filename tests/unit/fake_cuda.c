@@ -249,10 +249,11 @@ static void bind_acts(const rt_cuda_layer *l, int B, int S, int Se, const void *
                        l->dtype == RT_FP64 ? (double *)acts : side_for(acts, doubles));
 }
 
-void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const void *x, void *y,
-                       void *acts, const void *enc, int Se)
+void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const void *x,
+                       void *y, void *acts, const void *enc)
 {
     (void)g;
+    int B = mb->B, S = mb->S, Se = mb->Se;
     size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p;
     rt_layer_acts a;
@@ -262,7 +263,7 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, int B, int S, const v
     if (!yh) abort();
     rt_layer_params_bind(&p, &l->shape, w);
     bind_acts(l, B, S, Se, acts, &a);
-    a.enc = eh;
+    a.enc = eh, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
     rt_layer_fwd(&p, &l->shape, B, S, xh, yh, &a);
     narrow(y, yh, nh, l->dtype, "layer output");
     free(w), free(xh), free(yh), free(eh);
@@ -277,10 +278,11 @@ static const double *enc_for_backward(const rt_cuda_layer *l, const void *enc, s
     return *own;
 }
 
-void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad, int B,
-                             int S, const void *dy, void *dx, void *acts, int Se, void *denc)
+void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
+                             const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc)
 {
     (void)g;
+    int B = mb->B, S = mb->S, Se = mb->Se;
     size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p, gp;
     rt_layer_acts a;
@@ -292,7 +294,7 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     rt_layer_params_bind(&p, &l->shape, w);
     rt_layer_params_bind(&gp, &l->shape, gr);
     bind_acts(l, B, S, Se, acts, &a);
-    a.denc = dench;
+    a.denc = dench, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
     rt_layer_bwd_input(&p, &gp, &l->shape, B, S, dyh, dxh, &a);
     narrow(dx, dxh, nh, l->dtype, "input gradient");
     if (denc) narrow(denc, dench, ne, l->dtype, "encoder-output gradient");
@@ -300,10 +302,11 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     free(w), free(dyh), free(dxh), free(dench);
 }
 
-void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, int B, int S, const void *acts,
-                              const void *enc, int Se)
+void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
+                              const void *acts, const void *enc)
 {
     (void)g;
+    int B = mb->B, S = mb->S, Se = mb->Se;
     size_t ne = (size_t)B * Se * grad->shape.hidden;
     rt_layer_params gp;
     rt_layer_acts a;

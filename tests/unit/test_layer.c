@@ -137,25 +137,30 @@ static void test_swiglu_grad(void **state)
 }
 
 /* ---- attention ---- */
-typedef struct att_ctx { double *q, *k, *v, *p; int B, a, sq, sk, d, causal; } att_ctx;
+typedef struct att_ctx { double *q, *k, *v, *p; int B, a, sq, sk, d, causal; rt_seqs qs, ks; } att_ctx;
 static void att_fwd(void *c, double *ctx)
 {
     att_ctx *t = c;
-    rt_attention_fwd(t->q, t->k, t->v, t->a * t->d, t->a * t->d, t->p, ctx, t->B, t->a, t->sq,
-                     t->sk, t->d, t->causal);
+    memset(ctx, 0, (size_t)t->B * t->sq * t->a * t->d * sizeof *ctx);
+    rt_attention_fwd(t->q, t->k, t->v, t->a * t->d, t->a * t->d, t->p, ctx, &t->qs, &t->ks, t->a,
+                     t->d, t->causal);
 }
 
-static void attention_case(int causal, int sq, int sk)
+/* Rows (qs, ks NULL: B rows of sq and of sk tokens) or the given sequences. */
+static void attention_case(int causal, int sq, int sk, const rt_seqs *qs, const rt_seqs *ks)
 {
-    int B = 2, a = 2, d = 3, w = a * d;
+    int B = 2, a = 2, d = 3, w = a * d, qo[2], ql[2], ko[2], kl[2];
     att_ctx t = {rnd((size_t)B * sq * w), rnd((size_t)B * sk * w), rnd((size_t)B * sk * w),
-                 malloc((size_t)B * a * sq * sk * sizeof(double)), B, a, sq, sk, d, causal};
+                 malloc((size_t)B * a * sq * sk * sizeof(double)), B, a, sq, sk, d, causal,
+                 {0, NULL, NULL}, {0, NULL, NULL}};
+    if (qs) t.qs = *qs, t.ks = *ks;
+    else rt_seqs_rows(&t.qs, B, sq, qo, ql), rt_seqs_rows(&t.ks, B, sk, ko, kl);
     size_t no = (size_t)B * sq * w;
     double *R = rnd(no), *ctx = malloc(no * sizeof *ctx);
     double *dq = calloc((size_t)B * sq * w, sizeof *dq), *dk = calloc((size_t)B * sk * w, sizeof *dk),
            *dv = calloc((size_t)B * sk * w, sizeof *dv);
     att_fwd(&t, ctx);
-    rt_attention_bwd(R, t.q, t.k, t.v, w, w, t.p, dq, dk, dv, B, a, sq, sk, d, causal);
+    rt_attention_bwd(R, t.q, t.k, t.v, w, w, t.p, dq, dk, dv, &t.qs, &t.ks, a, d);
     check_grad("attention dq", att_fwd, &t, t.q, (size_t)B * sq * w, dq, R, no);
     check_grad("attention dk", att_fwd, &t, t.k, (size_t)B * sk * w, dk, R, no);
     check_grad("attention dv", att_fwd, &t, t.v, (size_t)B * sk * w, dv, R, no);
@@ -165,9 +170,17 @@ static void attention_case(int causal, int sq, int sk)
 static void test_attention_grad(void **state)
 {
     (void)state;
-    attention_case(1, 5, 5); /* causal self-attention (GPT, T5 decoder) */
-    attention_case(0, 5, 5); /* bidirectional (T5 encoder) */
-    attention_case(0, 3, 6); /* cross-attention: queries from the decoder, keys from the encoder */
+    attention_case(1, 5, 5, NULL, NULL); /* causal self-attention (GPT, T5 decoder) */
+    attention_case(0, 5, 5, NULL, NULL); /* bidirectional (T5 encoder) */
+    attention_case(0, 3, 6, NULL, NULL); /* cross-attention: decoder queries, encoder keys */
+    /* varlen: three samples packed into 2 rows of 6 tokens with 2 tokens of padding, causal
+     * and not; and cross-attention pairing the samples' decoder and encoder tokens */
+    static const int off[3] = {0, 4, 7}, len[3] = {4, 3, 3};
+    static const int eoff[3] = {0, 5, 6}, elen[3] = {5, 1, 4};
+    rt_seqs s3 = {3, off, len}, e3 = {3, eoff, elen};
+    attention_case(1, 6, 6, &s3, &s3);
+    attention_case(0, 6, 6, &s3, &s3);
+    attention_case(0, 6, 6, &s3, &e3);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -231,6 +244,68 @@ static void test_layer_grad(void **state)
     }
 }
 
+/* A varlen (THD) micro-batch is its samples run one by one: samples packed back to back into
+ * rows, attending each to itself, give every sample's tokens the outputs and input gradients
+ * that the sample alone (a row of its own length) gets, and the parameter gradients add up
+ * (padding tokens carry no gradient). For a GPT layer and a T5 decoder layer, whose queries
+ * attend to their own sample's encoder tokens. */
+static void varlen_case(int cross)
+{
+    rt_layer_shape s = {8, 2, 3, 12, 1, cross, 0};
+    enum { N = 3 };
+    const int len[N] = {5, 3, 4}, elen[N] = {4, 5, 2};
+    int off[N], eoff[N], B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;
+    for (int j = 0, t = 0, e = 0; j < N; t += len[j], e += elen[j], j++) off[j] = t, eoff[j] = e;
+    rt_seqs seqs = {N, off, len}, enc_seqs = {N, eoff, elen};
+    size_t n = (size_t)B * S * h, ne = (size_t)B * Se * h;
+    rt_layer_params p, g, g1;
+    rt_layer_acts a;
+    assert_int_equal(rt_layer_params_alloc(&p, &s), 0);
+    assert_int_equal(rt_layer_params_alloc(&g, &s), 0);
+    assert_int_equal(rt_layer_params_alloc(&g1, &s), 0);
+    rt_layer_params_init(&p, &s, 11);
+    for (size_t i = 0; i < p.count; i++) p.block[i] *= 10;
+    double *x = rnd(n), *dy = rnd(n), *enc = cross ? rnd(ne) : NULL;
+    double *denc = cross ? calloc(ne, sizeof *denc) : NULL;
+    for (size_t i = (size_t)(off[N - 1] + len[N - 1]) * h; i < n; i++) dy[i] = 0; /* padding */
+    double *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
+    assert_int_equal(rt_layer_acts_alloc(&a, &s, B, S, Se), 0);
+    a.enc = enc, a.denc = denc, a.seqs = &seqs, a.enc_seqs = cross ? &enc_seqs : NULL;
+    rt_layer_fwd(&p, &s, B, S, x, y, &a);
+    rt_layer_bwd_input(&p, &g, &s, B, S, dy, dx, &a);
+    rt_layer_bwd_weight(&g, &s, B, S, &a);
+    rt_layer_acts_free(&a);
+    for (int j = 0; j < N; j++) { /* sample j alone */
+        size_t nj = (size_t)len[j] * h, nej = cross ? (size_t)elen[j] * h : 0;
+        double *yj = malloc(nj * sizeof *yj), *dxj = malloc(nj * sizeof *dxj);
+        double *dencj = cross ? calloc(nej, sizeof *dencj) : NULL;
+        rt_layer_acts aj;
+        assert_int_equal(rt_layer_acts_alloc(&aj, &s, 1, len[j], cross ? elen[j] : 0), 0);
+        aj.enc = cross ? enc + (size_t)eoff[j] * h : NULL, aj.denc = dencj;
+        rt_layer_fwd(&p, &s, 1, len[j], x + (size_t)off[j] * h, yj, &aj);
+        rt_layer_bwd_input(&p, &g1, &s, 1, len[j], dy + (size_t)off[j] * h, dxj, &aj);
+        rt_layer_bwd_weight(&g1, &s, 1, len[j], &aj);
+        for (size_t i = 0; i < nj; i++) {
+            assert_true(fabs(yj[i] - y[(size_t)off[j] * h + i]) < 1e-12);
+            assert_true(fabs(dxj[i] - dx[(size_t)off[j] * h + i]) < 1e-12);
+        }
+        for (size_t i = 0; i < nej; i++) assert_true(fabs(dencj[i] - denc[(size_t)eoff[j] * h + i]) < 1e-12);
+        rt_layer_acts_free(&aj);
+        free(yj), free(dxj), free(dencj);
+    }
+    for (size_t i = 0; i < p.count; i++) /* g1 accumulated the samples one after another */
+        assert_true(fabs(g1.block[i] - g.block[i]) < 1e-10 * (1 + fabs(g.block[i])));
+    rt_layer_params_free(&p), rt_layer_params_free(&g), rt_layer_params_free(&g1);
+    free(x), free(dy), free(enc), free(denc), free(y), free(dx);
+}
+
+static void test_varlen_is_the_samples_alone(void **state)
+{
+    (void)state;
+    varlen_case(0);
+    varlen_case(1);
+}
+
 /* rt_layer_set_yield: the executor's progress hook runs between the GEMMs of every pass. */
 static int yields;
 static void count_yield(void) { yields++; }
@@ -272,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_gelu_grad),      cmocka_unit_test(test_swiglu_grad),
         cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),
+        cmocka_unit_test(test_varlen_is_the_samples_alone),
         cmocka_unit_test(test_yield_between_gemms),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
