@@ -7,9 +7,11 @@
 #   make bench    benchmarks (ratios measured in the same run)
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
-#   make check-gpu  on a GPU machine: the CUDA layer against the CPU layer, its timings, and
-#                   small plans on one GPU, and on one rank per GPU where there are several
-#                   (tests/gpu/check_gpu.sh); make check-gpu-rehearsal runs it here on a fake GPU
+#   make check-gpu  on a GPU machine: the CUDA layer (fp64 against the CPU, bf16 against fp64),
+#                   its speed, bf16 profiles, and small plans on one GPU, and on one rank per GPU
+#                   where there are several (tests/gpu/check_gpu.sh); make check-gpu-rehearsal
+#                   runs it here on a fake GPU; make gpu-bundle packs its binaries and libraries
+#                   for a GPU machine without the Debian packages
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
@@ -111,7 +113,7 @@ BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 REPLAY_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
-.PHONY: all deps demo check test bench clean help default-trace paper fuzz check-gpu check-gpu-rehearsal
+.PHONY: all deps demo check test bench clean help default-trace paper fuzz check-gpu check-gpu-rehearsal gpu-bundle
 all: $(BUILD)/dpsim $(BUILD)/dprun
 
 $(BUILD)/obj/%.o: %.c
@@ -270,6 +272,11 @@ check-gpu-rehearsal: all $(BUILD)/tests/dprun-fake-gpu
 	ln -s ../dpsim $(BUILD)/rehearsal/dpsim && ln -s ../tests/dprun-fake-gpu $(BUILD)/rehearsal/dprun
 	BUILD=$(BUILD)/rehearsal GPU_OUT=$(BUILD)/rehearsal/out REHEARSAL=1 tests/gpu/check_gpu.sh
 
+# dpsim, dprun and the libraries a GPU machine without this project's Debian packages lacks, for
+# tests/gpu/check_gpu.sh there (tools/gpu_bundle.sh says how to run it).
+gpu-bundle: all
+	BUILD=$(BUILD) tools/gpu_bundle.sh
+
 # The paper's experiments in simulation (Figs. 13-17) into paper-out/.
 paper: all
 	plots/paper.sh paper-out
@@ -278,4 +285,4 @@ clean:
 	rm -rf build
 
 help:
-	@sed -n '1,9p' Makefile
+	@sed -n '1,/SANITIZE=1/p' Makefile

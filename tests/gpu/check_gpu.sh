@@ -78,6 +78,8 @@ close() {
     echo "gradient norms: $a ($(basename "$1")) vs $b ($(basename "$2")), tolerance $3"
     [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$3" 'BEGIN { d = (a > b ? a - b : b - a) / a; printf "relative difference %.3e\n", d; exit !(d < t) }'
 }
+# --plot FILE where gnuplot is there to draw it (a GPU machine may lack it)
+plot() { command -v gnuplot >/dev/null 2>&1 && echo "--plot $1"; }
 pp_of() { grep -Eo '"pp": ?[0-9]+' "$1" | head -n 1 | grep -Eo '[0-9]+$'; }
 DPRUN=$BUILD/dprun DPSIM=$BUILD/dpsim
 
@@ -112,7 +114,7 @@ for s in 1f1b zb1 interleaved t5; do
     plan=$GPU_OUT/plan_$s.json
     step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
     step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \
-        --plot "$GPU_OUT/validate_$s.png"
+        $(plot "$GPU_OUT/validate_$s.png")
     step "run_${s}_fp64" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --dtype fp64 --out "$GPU_OUT/fp64_$s.csv"
     step "run_${s}_cpu" fig_wrote $MPIRUN -np "$(pp_of "$plan")" "$DPRUN" --plan "$plan" --backend cpu \
         --out "$GPU_OUT/cpu_$s.csv"
@@ -130,7 +132,7 @@ step plan_gpt_6.7b fig_none "$DPSIM" plan --model gpt-6.7b-16l --hw h200 --profi
 step run_gpt_6.7b_bf16 fig_wrote "$DPRUN" --plan "$GPU_OUT/plan_gpt_6.7b.json" --backend cuda \
     --out "$GPU_OUT/measured_gpt_6.7b.csv"
 step validate_gpt_6.7b fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_gpt_6.7b.json" \
-    --measured "$GPU_OUT/measured_gpt_6.7b.csv" --plot "$GPU_OUT/validate_gpt_6.7b.png"
+    --measured "$GPU_OUT/measured_gpt_6.7b.csv" $(plot "$GPU_OUT/validate_gpt_6.7b.png")
 fi
 
 # 6. NCCL, one rank per GPU
