@@ -5,8 +5,9 @@
  *
  *   h1  = LN1(x)                           layer norm with scale and bias, eps 1e-5
  *   qkv = h1 Wqkv + bqkv                   (B*S, 3*HK), HK = heads * kv
- *   ctx = softmax(q k^T / sqrt(kv) + mask) v   per (sample, head); mask causal (GPT, T5 decoder)
- *                                          or none (T5 encoder)
+ *   ctx = softmax(q k^T / sqrt(kv) + mask) v   per (sequence, head): a row, or a varlen
+ *                                          micro-batch's sample (rt_seqs); mask causal (GPT,
+ *                                          T5 decoder) or none (T5 encoder)
  *   x2  = x + ctx Wo + bo
  *   h2  = LN2(x2)
  *   u   = h2 W1 + b1,  g = GELU(u)         (tanh approximation); with SwiGLU (shape.glu, LLaMA)
@@ -16,13 +17,16 @@
  * A T5 decoder layer (shape.cross) adds cross-attention between the self-attention and the MLP,
  * its keys and values projected from the encoder output e (B, Se, H):
  *   hc = LNc(x2), qc = hc Wqc + bqc, kvc = e Wkvc + bkvc, x2 += softmax(qc kc^T/sqrt(kv)) vc Woc + boc
- * (the MLP then reads that x2). Its backward also returns the gradient of e.
+ * (the MLP then reads that x2), each sample's decoder tokens attending to its own encoder
+ * tokens. Its backward also returns the gradient of e.
  *
  * Every op is its own function pair (forward, backward) so that each is gradient-checked against
  * finite differences on small shapes (tests/unit/test_layer.c). The backward of the linear ops is
  * split into the input gradient (rt_linear_bwd_input, ZB-H1's B) and the weight gradient
  * (rt_linear_bwd_weight, its W). GEMMs go through CBLAS (OpenBLAS from Debian). Values are fp64:
- * dprun measures time, and fp64 keeps the gradient checks tight.
+ * dprun measures time, and fp64 keeps the gradient checks tight (the GPU's bf16 layer,
+ * runtime/cuda/, is checked against this arithmetic by dprun check-gpu). What the layer stores
+ * where is runtime/layout.h's.
  *
  * Matrices are row-major; shapes are in the comments as (rows, cols).
  */
