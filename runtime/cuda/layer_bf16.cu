@@ -123,8 +123,8 @@ static lt_plan *lt_plan_get(rt_cuda *g, const lt_plan *key)
 
 // Row-major C (M x N, ldc) = alpha op(A) op(B) + beta Cin (+ bias (N) when not NULL), A and B
 // bf16, C and Cin of type ct (CUDA_R_16BF or CUDA_R_32F), `batch` of them at the given element
-// strides. Cin may be C; beta 0 ignores it. A GEMM cuBLASLt cannot run is left undone and
-// leaves a CUDA error for rt_cuda_sync to report.
+// strides. Cin may be C; beta 0 ignores it. A GEMM cuBLASLt has no algorithm for is left undone
+// and noted in g->fail, which the next rt_cuda_sync (or rt_cuda_query) reports.
 static void lt_gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, float alpha, const bf16 *A,
                     int lda, long long sa, const bf16 *B, int ldb, long long sb, float beta,
                     const void *Cin, void *C, int ldc, long long sc, cudaDataType_t ct,

@@ -28,5 +28,10 @@ expect "calibrate the GPT grid" 0 "held-out median APE" -- "$DPSIM" calibrate --
 check "the fit is a JSON cost model" grep -q '"kind":[[:space:]]*"analytic"' "$TMP/fit.json"
 expect "the fit answers queries" 0 "analytic, fitted" -- "$DPSIM" cost --fit "$TMP/fit.json" --mbs 1 --seqlen 2048
 expect "calibrate without a profile" 2 "no measured profile" -- "$DPSIM" calibrate --model gpt-13b-40l
+# a GPU far from the A100 the defaults were fitted to: the rehearsal's fake GPU's profile (FLOPs
+# at 100 TFLOP/s plus bytes at 2 TB/s) on an H200 (peak 989). From the defaults alone the fit lost
+# its way (every efficiency driven to 0) and its infinite errors were reported as a result.
+expect "calibrate a profile far from the defaults (the fit's further starts)" 0 "held-out median APE +[0-4]\.[0-9]+ %" -- \
+  "$DPSIM" calibrate --profile tests/cli/golden/fake_h200_gpt_6.7b_profile.csv --model gpt-6.7b-16l --hw h200 -o "$TMP/fit_h200.json"
 
 finish

@@ -319,10 +319,13 @@ void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
     free(own);
 }
 
-/* The fake's timings: its FLOPs at FAKE_TFLOPS, backward twice the forward, so that the
- * rehearsal's profiles, fits and validations see plausible numbers (the work is not run). */
+/* The fake's timings: its FLOPs at FAKE_TFLOPS plus its bytes at FAKE_GBPS, backward twice the
+ * forward, so that the rehearsal's profiles, fits and validations see plausible numbers (the
+ * work is not run). */
 #define FAKE_TFLOPS 100.0
+#define FAKE_GBPS 2000.0
 static double fake_ms(double flops) { return flops / (FAKE_TFLOPS * 1e9); }
+static double fake_bytes_ms(double bytes) { return bytes / (FAKE_GBPS * 1e6); }
 
 int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se, int repeats,
                        double *fwd_ms, double *bwd_ms)
@@ -331,8 +334,11 @@ int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se,
     double n = (double)B * S, hk = (double)l->shape.heads * l->shape.kv;
     double flops = 2 * n * (double)l->count + 4 * n * S * hk;
     if (l->shape.cross) flops += 4 * n * Se * hk;
-    *fwd_ms = fake_ms(flops) + 0.01;
-    *bwd_ms = 2 * fake_ms(flops) + 0.02;
+    /* the weights once, the saved activations written (read again in the backward) */
+    double bytes = (double)rt_param_block_bytes(l->count, l->dtype) +
+                   (double)rt_layer_acts_bytes(&l->shape, B, S, Se, l->dtype);
+    *fwd_ms = fake_ms(flops) + fake_bytes_ms(bytes) + 0.01;
+    *bwd_ms = 2 * fake_ms(flops) + 2 * fake_bytes_ms(bytes) + 0.02;
     return 0;
 }
 
