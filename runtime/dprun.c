@@ -356,7 +356,7 @@ static int run_main(int argc, char **argv)
     if (st == DP_OK) st = plan_model(&pl, &m, &err);
     if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
     char unsupported[300];
-    if (st == DP_OK && rt_layer_supports(&m, unsupported, sizeof unsupported) != DP_OK)
+    if (st == DP_OK && rt_layer_supports(&m, unsupported, sizeof unsupported) != 0)
         st = dp_fail(&err, DP_ERR_INVALID, "%s: %s", plan_path, unsupported);
     if (st == DP_OK) st = rt_plan_check_lens(&pl, plan_path, &err);
     if (st != DP_OK) {

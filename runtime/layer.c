@@ -296,10 +296,10 @@ rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
 
 int rt_layer_supports(const model_spec *m, char *why, size_t why_cap)
 {
-    if (model_kv_heads(m) == m->heads) return DP_OK;
+    if (model_kv_heads(m) == m->heads) return 0;
     snprintf(why, why_cap, "%s uses grouped-query attention (%d key/value heads of %d), which the "
              "validation runtime's layers do not implement", m->name, model_kv_heads(m), m->heads);
-    return DP_ERR_INVALID;
+    return -1;
 }
 
 size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block)

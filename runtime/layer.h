@@ -163,8 +163,8 @@ void rt_layer_set_yield(void (*fn)(void));
 enum { RT_LAYER_GPT, RT_LAYER_ENCODER, RT_LAYER_DECODER };
 struct model_spec;
 rt_layer_shape rt_layer_shape_of(const struct model_spec *m, int kind);
-/* DP_OK when the runtime's layers compute what the model's layers do: not for grouped-query
- * attention (DP_ERR_INVALID, with the reason; the layers have a key and value per head). The
+/* 0 when the runtime's layers compute what the model's layers do; -1 with the reason in why for
+ * grouped-query attention (the layers have a key and a value per head). The
  * layers differ from LLaMA's in ways that change little of the work: layer norm, not RMSNorm;
  * biases on every projection; no rotary embedding. */
 int rt_layer_supports(const struct model_spec *m, char *why, size_t why_cap);
