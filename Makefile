@@ -163,10 +163,14 @@ $(BUILD)/tests/test_options: $(BUILD)/obj/tests/unit/test_options.o $(TEST_CLI_O
 # The cuda backend's host logic, tested without a GPU: exec_gpu.c built with CUDA and NCCL on,
 # over a host fake of the CUDA layer and of NCCL (tests/unit/fake_cuda.c, NCCL as MPI) instead of
 # runtime/cuda/: the unit test (single-GPU mode), and a dprun for mpirun (multi-GPU mode).
-FAKE_GPU_OBJS := $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o $(BUILD)/obj/tests/unit/fake_cuda.o
+FAKE_GPU_OBJS := $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o $(BUILD)/obj/tests/unit/cuda_host_on_fake.o \
+                 $(BUILD)/obj/tests/unit/fake_cuda.o
 $(BUILD)/obj/tests/unit/exec_gpu_on_fake.o: runtime/exec_gpu.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -DDPRUN_CUDA -DDPRUN_NCCL -c $< -o $@
+$(BUILD)/obj/tests/unit/cuda_host_on_fake.o: runtime/cuda_host.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DDPRUN_CUDA -c $< -o $@
 
 $(BUILD)/tests/test_exec_gpu: $(BUILD)/obj/tests/unit/test_exec_gpu.o $(FAKE_GPU_OBJS) $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)
@@ -203,7 +207,7 @@ $(BUILD)/fuzzer/differential: $(DIFF_OBJS)
 tests: $(TEST_BINS) $(REPLAY_BINS) $(BUILD)/tests/dprun-fake-gpu
 
 -include $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/obj/tests/fuzz/%.d)
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(BUILD)/obj/tests/unit/fake_cuda.d $(BUILD)/obj/tests/unit/exec_gpu_on_fake.d $(BUILD)/obj/runtime/cuda/nccl_link.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(RT_OBJS:.o=.d) $(BUILD)/obj/runtime/dprun.d $(BUILD)/obj/tests/unit/fake_cuda.d $(BUILD)/obj/tests/unit/exec_gpu_on_fake.d $(BUILD)/obj/tests/unit/cuda_host_on_fake.d $(BUILD)/obj/runtime/cuda/nccl_link.d $(TEST_SRCS:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/obj/tests/bench/%.d)
 
 # ---- set-up, demo, tests ------------------------------------------------------------------------

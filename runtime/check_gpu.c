@@ -85,49 +85,24 @@ out:
     return rc;
 }
 
-/* Host doubles to n device elements of type dt (NULL on failure). */
-static void *upload(const double *h, size_t n, rt_dtype dt)
-{
-    size_t bytes = n * rt_dtype_act_bytes(dt);
-    void *staging = malloc(bytes ? bytes : 1), *d = rt_cuda_alloc(bytes);
-    if (staging && d) rt_to_dtype(staging, h, n, dt);
-    if (!staging || !d || rt_cuda_put(d, staging, bytes) != 0) rt_cuda_free(d), d = NULL;
-    free(staging);
-    return d;
-}
-
-static int download(double *h, const void *d, size_t n, rt_dtype dt, int stat)
-{
-    size_t bytes = n * (stat ? rt_dtype_stat_bytes(dt) : rt_dtype_act_bytes(dt));
-    void *staging = malloc(bytes ? bytes : 1);
-    int rc = staging && rt_cuda_get(staging, d, bytes) == 0 ? 0 : -1;
-    if (rc == 0 && stat) rt_from_stat(h, staging, n, dt);
-    if (rc == 0 && !stat) rt_from_dtype(h, staging, n, dt);
-    free(staging);
-    return rc;
-}
-
 /* The GPU layer at type dt, the same passes; 0, or -1 with the reason on stderr. */
 static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
 {
     char why[256];
     int rc = -1;
-    size_t pb = rt_param_block_bytes(io->np, dt), gb = rt_grad_block_bytes(io->np, dt);
-    void *staging = malloc(pb);
-    rt_cuda_layer lp = {*io->s, dt, rt_cuda_alloc(pb), io->np};
+    size_t gb = rt_grad_block_bytes(io->np, dt);
+    rt_cuda_layer lp = {*io->s, dt, rt_cuda_params_new(io->params, io->np, dt), io->np};
     rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np};
-    void *x = upload(io->x, io->nh, dt), *dy = upload(io->dy, io->nh, dt);
-    void *enc = upload(io->enc, io->ne, dt);
+    void *x = rt_cuda_acts_new(io->x, io->nh, dt), *dy = rt_cuda_acts_new(io->dy, io->nh, dt);
+    void *enc = rt_cuda_acts_new(io->enc, io->ne, dt);
     void *y = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt)), *dx = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt));
     void *denc = rt_cuda_alloc(io->ne * rt_dtype_act_bytes(dt));
     void *acts = rt_cuda_alloc(rt_layer_acts_bytes(io->s, io->B, io->S, io->Se, dt));
-    if (out_alloc(o, io) != 0 || !staging || !lp.block || !lg.block || !x || !dy || !enc || !y ||
-        !dx || !denc || !acts) {
+    if (out_alloc(o, io) != 0 || !lp.block || !lg.block || !x || !dy || !enc || !y || !dx ||
+        !denc || !acts) {
         fprintf(stderr, "dprun check-gpu: out of host or device memory\n");
         goto out;
     }
-    rt_param_block_pack(staging, io->params, io->np, dt);
-    if (rt_cuda_put(lp.block, staging, pb) != 0) goto out;
     rt_cuda_zero(g, lg.block, gb);
     rt_cuda_zero(g, denc, io->ne * rt_dtype_act_bytes(dt));
     rt_batch mb = {io->B, io->S, io->Se, io->seqs, io->enc_seqs};
@@ -138,10 +113,10 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
         fprintf(stderr, "dprun check-gpu: %s layer: %s\n", rt_dtype_name(dt), why);
         goto out;
     }
-    rc = download(o->y, y, io->nh, dt, 0) | download(o->dx, dx, io->nh, dt, 0) |
-         download(o->grads, lg.block, io->np, dt, 1) | download(o->denc, denc, io->ne, dt, 0);
+    rc = rt_cuda_acts_get(o->y, y, io->nh, dt) | rt_cuda_acts_get(o->dx, dx, io->nh, dt) |
+         rt_cuda_grads_get(o->grads, lg.block, io->np, dt) |
+         rt_cuda_acts_get(o->denc, denc, io->ne, dt);
 out:
-    free(staging);
     rt_cuda_free(lp.block), rt_cuda_free(lg.block), rt_cuda_free(x), rt_cuda_free(dy);
     rt_cuda_free(enc), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(denc), rt_cuda_free(acts);
     return rc;
@@ -271,12 +246,8 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
     rt_layer_params bp;
     if (rt_layer_params_alloc(&bp, &bs) != 0) return;
     rt_layer_params_init(&bp, &bs, 9);
-    size_t pb = rt_param_block_bytes(bp.count, RT_BF16);
-    void *staging = malloc(pb);
-    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_alloc(pb), bp.count};
-    if (staging && bl.block) {
-        rt_param_block_pack(staging, bp.block, bp.count, RT_BF16);
-        if (rt_cuda_put(bl.block, staging, pb) != 0) goto out;
+    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_params_new(bp.block, bp.count, RT_BF16), bp.count};
+    if (bl.block) {
         static const int shapes[][2] = {{1, 2048}, {4, 2048}, {8, 1024}, {1, 8192}};
         printf("\n# speed: one GPT-6.7B-width layer in bf16 on %s, forward and backward;\n"
                "# TFLOP/s from the simulator's FLOP count (models/cost.h analytic_flops, backward "
@@ -306,8 +277,6 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
         }
         printf("# bf16 attention ran on: %s\n", rt_cuda_attention_path(g));
     }
-out:
-    free(staging);
     rt_cuda_free(bl.block);
     rt_layer_params_free(&bp);
 }

@@ -7,7 +7,8 @@
  *   RT_CHECK_BF16_OUT_TOL   a bf16 value carries a relative rounding error up to 2^-8 (0.4%);
  *                           the output rounds the input, the weights' bf16 copy and the
  *                           intermediate activations (about ten roundings in series with fp32
- *                           accumulation; in norm they add up like a random walk, about 1%): 2%;
+ *                           accumulation; in norm they should add up like a random walk, to
+ *                           about 1%: an expectation, not yet a GPU measurement): 2%;
  *   RT_CHECK_BF16_GRAD_TOL  the gradients go back through the same roundings once more and
  *                           through the softmax's recomputation: 5%.
  * A bf16 path that computes something else (a wrong mask, a transposed operand, a missing bias)

@@ -587,14 +587,9 @@ static dp_status pick_device(gctx *c, int *device)
 static dp_status upload_params(gctx *c, rt_cuda *g, const double *host, size_t count, void **params,
                                void **grads)
 {
-    size_t pb = rt_param_block_bytes(count, c->dt), gb = rt_grad_block_bytes(count, c->dt);
-    void *staging = malloc(pb);
-    if (!staging) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-    rt_param_block_pack(staging, host, count, c->dt);
-    *params = rt_cuda_alloc(pb), *grads = rt_cuda_alloc(gb);
-    int bad = !*params || !*grads || rt_cuda_put(*params, staging, pb) != 0;
-    free(staging);
-    if (bad) return no_memory(c, "the parameters");
+    size_t gb = rt_grad_block_bytes(count, c->dt);
+    *params = rt_cuda_params_new(host, count, c->dt), *grads = rt_cuda_alloc(gb);
+    if (!*params || !*grads) return no_memory(c, "the parameters");
     rt_cuda_zero(g, *grads, gb);
     return DP_OK;
 }
@@ -729,17 +724,15 @@ static void teardown(gctx *c)
 /* *acc += the sum of squares of a gradient block of n elements on the device. */
 static dp_status add_sum_sq(gctx *c, const void *dev, size_t n, double *acc)
 {
-    size_t bytes = rt_grad_block_bytes(n, c->dt);
     double *h = malloc((n ? n : 1) * sizeof *h);
-    void *raw = malloc(bytes ? bytes : 1);
     dp_status st = DP_OK;
-    if (!h || !raw)
+    if (!h)
         st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-    else if (rt_cuda_get(raw, dev, bytes) != 0)
+    else if (rt_cuda_grads_get(h, dev, n, c->dt) != 0)
         st = dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): could not read the gradients back");
     else
-        rt_from_stat(h, raw, n, c->dt), *acc += rt_sum_sq(h, n);
-    free(h), free(raw);
+        *acc += rt_sum_sq(h, n);
+    free(h);
     return st;
 }
 

@@ -150,13 +150,10 @@ static dp_status prober_open(prober *pr, dp_err *err)
     if (!(pr->gpu = rt_cuda_open(0, why, sizeof why))) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
     for (int k = 0; k <= t5; k++) {
         rt_cuda_layer *l = &pr->dev[k];
-        size_t n = pr->p[k].count, bytes = rt_param_block_bytes(n, pr->o->dtype);
-        void *staging = malloc(bytes);
-        *l = (rt_cuda_layer){*pr->shape[k], pr->o->dtype, rt_cuda_alloc(bytes), n};
-        if (staging) rt_param_block_pack(staging, pr->p[k].block, n, pr->o->dtype);
-        int bad = !staging || !l->block || rt_cuda_put(l->block, staging, bytes) != 0;
-        free(staging);
-        if (bad) return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
+        size_t n = pr->p[k].count;
+        *l = (rt_cuda_layer){*pr->shape[k], pr->o->dtype,
+                             rt_cuda_params_new(pr->p[k].block, n, pr->o->dtype), n};
+        if (!l->block) return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
     }
     return DP_OK;
 #else

@@ -56,6 +56,15 @@ void rt_cuda_free(void *p);
 int rt_cuda_put(void *dst, const void *src, size_t bytes);
 int rt_cuda_get(void *dst, const void *src, size_t bytes);
 
+/* Host staging (runtime/cuda_host.c; synchronous, for set-up and checks): a device parameter block
+ * (rt_param_block_bytes) packed from `count` host doubles, and n activation elements of type dt
+ * from host doubles (NULL on failure, rt_cuda_free releases them); n activation elements, or a
+ * gradient block of `count` elements, read back as host doubles (0, or -1). */
+void *rt_cuda_params_new(const double *host, size_t count, rt_dtype dt);
+void *rt_cuda_acts_new(const double *host, size_t n, rt_dtype dt);
+int rt_cuda_acts_get(double *host, const void *dev, size_t n, rt_dtype dt);
+int rt_cuda_grads_get(double *host, const void *dev, size_t count, rt_dtype dt);
+
 /* One layer on the device: a parameter block of `count` parameters laid out as layout.h says for
  * dtype (rt_param_block_bytes; fill it with rt_param_block_pack and rt_cuda_put), or, for a
  * layer's gradients, a gradient block (rt_grad_block_bytes). The shape says which layer: GPT

@@ -1,5 +1,6 @@
 #!/bin/bash
-# make check-gpu: what a machine with a GPU runs, in one script (a few minutes on an H200). Every
+# make check-gpu: what a machine with a GPU runs, in one script (meant to take a few minutes on an
+# H200; not yet timed on one). Every
 # step prints a line "PASS name (seconds): figure" or "FAIL name (exit N, seconds): why" into
 # $GPU_OUT/summary.txt as well as the screen, and the script goes on after a failure, so that one
 # run tells everything. The folder (logs, profiles, plans, timelines, plots) is also packed into
