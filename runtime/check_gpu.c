@@ -332,8 +332,8 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
 int rt_check_gpu(const model_spec *m, const char *hw, int speed)
 {
     (void)m, (void)hw, (void)speed;
-    fprintf(stderr, "dprun check-gpu: this dprun was built without CUDA (no nvcc or cuBLAS was "
-                    "found at build time)\n");
+    fprintf(stderr, "dprun check-gpu: this dprun was built without CUDA (no nvcc, cuBLAS, "
+                    "cuBLASLt or cuDNN was found at build time)\n");
     return 1;
 }
 

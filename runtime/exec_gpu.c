@@ -816,8 +816,8 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
 {
     (void)o;
     memset(res, 0, sizeof *res);
-    return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or cuBLAS "
-                   "was found at build time): --backend cuda is not available");
+    return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc, cuBLAS, "
+                   "cuBLASLt or cuDNN was found at build time): --backend cuda is not available");
 }
 
 #endif

@@ -157,8 +157,8 @@ static dp_status prober_open(prober *pr, dp_err *err)
     }
     return DP_OK;
 #else
-    return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc or "
-                   "cuBLAS was found at build time)");
+    return dp_fail(err, DP_ERR_UNSUPPORTED, "this dprun was built without CUDA (no nvcc, cuBLAS, "
+                   "cuBLASLt or cuDNN was found at build time)");
 #endif
 }
 
