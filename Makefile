@@ -133,7 +133,7 @@ $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
 $(RT_OBJS) $(BUILD)/obj/runtime/dprun.o: ALL_CFLAGS += $(MPI_CFLAGS) $(CUDA_DEFS)
 
 $(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.cu runtime/cuda/layer_cuda.h runtime/cuda/cuda_ctx.h \
-                                runtime/layer.h runtime/layout.h
+                                runtime/layer.h runtime/layout.h runtime/ragged.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -149,6 +149,8 @@ $(BUILD)/dprun: $(BUILD)/obj/runtime/dprun.o $(CUDA_OBJS) $(NCCL_OBJS) $(LIBRT) 
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS)
 
 $(BUILD)/obj/tests/unit/%.o: ALL_CFLAGS += $(MPI_CFLAGS)
+# test_ragged also has cuDNN check the attention graphs' descriptors where the backend is built.
+$(BUILD)/obj/tests/unit/test_ragged.o: ALL_CFLAGS += $(CUDA_DEFS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CUDA_OBJS) $(NCCL_OBJS) $(LIBRT) $(LIBDPSIM)
 	@mkdir -p $(dir $@)

@@ -14,7 +14,7 @@
 #define THREADS 256
 #define LT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's workspace (what its heuristics may use)
 #define LT_CACHE 96                    // GEMM configurations kept (descriptors, chosen algorithm)
-#define SDPA_CACHE 32                  // cuDNN attention graphs kept (per shape and direction)
+#define SDPA_CACHE 64                  // cuDNN attention graphs kept (per shape and direction)
 
 struct lt_plan;   // layer_bf16.cu: one cached cuBLASLt GEMM configuration
 struct sdpa_plan; // sdpa_cudnn.cu: one cached cuDNN attention graph
@@ -42,7 +42,8 @@ struct rt_cuda {
 
 // What one bf16 attention call reads and writes: sequence j of the queries qs attends to
 // sequence j of the keys ks (runtime/layer.h rt_seqs; rows: they are B whole rows of sq and sk
-// tokens, which cuDNN's fused attention takes as a batch), a heads of width d; q (rows of ldq
+// tokens, which cuDNN's fused attention takes as a batch; otherwise cuDNN takes the sequences
+// in its ragged form, runtime/ragged.h), a heads of width d; q (rows of ldq
 // elements), k and v (rows of ldkv), o (rows of a*d), head h at column h*d; lse, fp32, the
 // log-sum-exp of each query's scaled, masked scores (natural log), sequence j's (a, lq) block at
 // a * qs->off[j] (for rows: (B, a, sq)). Backward: dout in o's layout; dq, dk, dv in q's, k's and

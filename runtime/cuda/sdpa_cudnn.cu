@@ -1,20 +1,32 @@
 // Attention on cuDNN's fused flash attention, through the backend graph API (C; no frontend):
-// the operation graphs that cuDNN's runtime fusion engine recognises as scaled-dot-product
-// attention, as the cuDNN frontend lowers its SDPA node (cudnn-frontend's
-// scaled_dot_product_flash_attention.h, read for the pattern, not copied):
-//   forward   S = Q K^T; S *= scale; causal: S = (row >= col) ? S : lowest; softmax as
-//             max = rowmax(S), E = exp(S - max), Z = rowsum(E), stats = max + log(Z), P = E / Z
-//             (P in bf16); O = P V. stats is the log-sum-exp layout.h saves.
-//   backward  D = rowsum(dO o O); S again from Q K^T (scaled, masked); P = exp(S - stats);
-//             dV = P^T dO; dP = dO V^T; dS = P o (dP - D) * scale; dQ = dS K; dK = dS^T Q
-//             (the transposes as reshape operations).
-// Tensors are [batch, head, sequence, width] views of the layer's buffers: Q, K and V are column
-// slices of the fused projections (strides of the rows), so nothing is copied.
+// the operation graphs that cuDNN's runtime fusion engines recognise as scaled-dot-product
+// attention, built as cudnn-frontend lowers its SDPA nodes (scaled_dot_product_flash_attention.h
+// and its score modifiers, read for the pattern — operation order, types, which tensors are real —
+// not copied):
+//   forward   S = Q K^T; S *= scale; [padding mask]; [causal mask]; softmax as max = rowmax(S),
+//             E = exp(S - max), Z = rowsum(E), stats = max + log(Z), P = E / Z (P in bf16);
+//             O = P V. stats is the log-sum-exp layout.h saves.
+//   backward  D = rowsum(dO o O) * 1 (a real fp32 tensor); S again from Q K^T, scaled,
+//             [padding mask]; S - stats; [causal mask]; P = exp(.); dV = P^T dO;
+//             dS = (dO V^T - D) o P * scale (fp32); dK = dS^T Q; dQ = dS K into a real fp32
+//             accumulator, copied to dQ by an identity (K as a reshape of K^T, the transposes as
+//             reshapes).
+// The masks: causal keeps row >= column; padding keeps row < seq_q[b] and column < seq_k[b].
+//
+// Two forms of the batch:
+//   rows    B whole rows of sq and sk tokens: Q, K and V are [B, head, token, width] views of
+//           the layer's buffers (column slices of the fused projections, strides of the rows);
+//   ragged  varlen micro-batches (THD): each sequence of the micro-batch is a batch entry whose
+//           tokens lie at its ragged offset (runtime/ragged.h: offsets, the sequence lengths of
+//           the padding mask, the GEMMs' M/N/K overrides); the softmax statistics are a dense
+//           [n, head, max_q] scratch, moved to and from layout.h's per-sequence blocks here.
+// Nothing is copied except those statistics.
 //
 // Status: compiled on the development machines; never run (no GPU there). If cuDNN finds no
 // engine for a graph (the status and cuDNN's own message go to g->dnn_why), the caller runs the
 // GEMM path, and rt_cuda_attention_path says so: check-gpu prints it.
 #include "cuda_ctx.h"
+#include "../ragged.h"
 
 #include <float.h>
 #include <math.h>
@@ -27,11 +39,19 @@ typedef cudnnBackendDescriptor_t bd;
 enum { DIR_FWD, DIR_BWD };
 
 // Unique ids of the graphs' real tensors (the variant pack's keys).
-enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_KN, U_VT, U_SUM, U_LOWEST,
-       U_VIRTUAL = 100 };
+enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_SUM, U_DQ_ACC, U_LOWEST,
+       U_ONE, U_SEQ_Q, U_SEQ_K, U_OFF_Q, U_OFF_K, U_OFF_O, U_VIRTUAL = 100 };
+
+// What a graph is built for (the plan cache's key): B batch entries (rows, or the ragged form's
+// sequences) of at most sq queries and sk keys, a heads of width d, the row lengths of the query,
+// key/value and output matrices; ragged: 0, or the ragged offsets' width in bytes (4 or 8).
+struct sdpa_shape {
+    int B, a, sq, sk, d, causal, ldq, ldkv, ldo, ragged;
+};
 
 struct sdpa_plan {
-    int dir, B, a, sq, sk, d, causal, ldq, ldkv;
+    int dir;
+    sdpa_shape shape;
     bd plan;      // NULL: cuDNN refused this graph (not retried)
     int64_t ws;   // workspace bytes
 };
@@ -39,14 +59,21 @@ struct sdpa_plan {
 // A graph under construction: every descriptor made (destroyed at the end), the operations, and
 // the first failure.
 struct gbuild {
-    bd all[128];
+    bd all[192];
     int n_all;
-    bd ops[40];
+    bd ops[48];
     int n_ops;
     int64_t next_virtual;
     cudnnStatus_t st;
     char what[96];
 };
+
+static void gbuild_init(gbuild *b)
+{
+    memset(b, 0, sizeof *b);
+    b->st = CUDNN_STATUS_SUCCESS;
+    b->next_virtual = U_VIRTUAL;
+}
 
 static void failed(gbuild *b, cudnnStatus_t st, const char *what)
 {
@@ -78,9 +105,9 @@ static void fin(gbuild *b, bd d, const char *what)
     if (b->st == CUDNN_STATUS_SUCCESS && d) failed(b, cudnnBackendFinalize(d), what);
 }
 
-// A 4-d tensor [b, h, s, w] with strides; uid 0 makes a virtual one.
-static bd tensor(gbuild *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
-                 const int64_t str[4], int by_value)
+// A 4-d tensor with strides; uid 0 makes a virtual one; ragged: its ragged-offset tensor or NULL.
+static bd tensor_r(gbuild *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
+                   const int64_t str[4], int by_value, bd ragged)
 {
     bd t = make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     bool virt = uid == 0, val = by_value != 0;
@@ -92,8 +119,24 @@ static bd tensor(gbuild *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4
     set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
     set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual");
     if (val) set(b, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &val, "tensor by value");
+    if (ragged)
+        set(b, t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged,
+            "tensor ragged offset");
     fin(b, t, "a tensor");
     return t;
+}
+
+static bd tensor(gbuild *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
+                 const int64_t str[4], int by_value)
+{
+    return tensor_r(b, uid, dt, dim, str, by_value, NULL);
+}
+
+// A real per-entry integer tensor [n, 1, 1, 1] (sequence lengths; ragged offsets, n = B + 1).
+static bd index_tensor(gbuild *b, int64_t uid, int64_t n, cudnnDataType_t dt)
+{
+    int64_t dim[4] = {n, 1, 1, 1}, str[4] = {1, 1, 1, 1};
+    return tensor(b, uid, dt, dim, str, 0);
 }
 
 static void add_op(gbuild *b, bd op)
@@ -106,11 +149,12 @@ static void add_op(gbuild *b, bd op)
     b->ops[b->n_ops++] = op;
 }
 
-// y = mode(x, bb, t) (bb, t NULL where the mode takes fewer inputs); axis for GEN_INDEX.
-static void pointwise(gbuild *b, cudnnPointwiseMode_t mode, bd x, bd bb, bd t, bd y, int64_t axis)
+// y = mode(x, bb, t) computed in prec (bb, t NULL where the mode takes fewer inputs); axis for
+// GEN_INDEX.
+static void pointwise_p(gbuild *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec, bd x, bd bb,
+                        bd t, bd y, int64_t axis)
 {
     bd pw = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
     set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
     set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise precision");
     if (mode == CUDNN_POINTWISE_GEN_INDEX)
@@ -126,7 +170,14 @@ static void pointwise(gbuild *b, cudnnPointwiseMode_t mode, bd x, bd bb, bd t, b
     add_op(b, op);
 }
 
-static void matmul(gbuild *b, bd x, bd w, bd y)
+static void pointwise(gbuild *b, cudnnPointwiseMode_t mode, bd x, bd bb, bd t, bd y)
+{
+    pointwise_p(b, mode, CUDNN_DATA_FLOAT, x, bb, t, y, 0);
+}
+
+// c = a b, the GEMM's M, N and K cut per batch entry by the tensors m, n, k where given (the
+// ragged form's sequence lengths; NULL: the full dimensions).
+static void matmul(gbuild *b, bd x, bd w, bd y, bd m, bd n, bd k)
 {
     bd mm = make(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     cudnnDataType_t prec = CUDNN_DATA_FLOAT;
@@ -137,6 +188,9 @@ static void matmul(gbuild *b, bd x, bd w, bd y)
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "matmul b");
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "matmul c");
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "matmul desc");
+    if (m) set(b, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, "matmul m");
+    if (n) set(b, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, "matmul n");
+    if (k) set(b, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k, "matmul k");
     fin(b, op, "a matmul operation");
     add_op(b, op);
 }
@@ -157,7 +211,7 @@ static void reduction(gbuild *b, cudnnReduceTensorOp_t mode, bd x, bd y)
 }
 
 // y is x with its last two dimensions swapped (a transpose, as a reshape operation).
-static void transpose(gbuild *b, bd x, bd y)
+static void reshape(gbuild *b, bd x, bd y)
 {
     bd op = make(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
     set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reshape x");
@@ -217,139 +271,204 @@ static void build_free(gbuild *b)
     b->n_all = 0;
 }
 
-// The [b, h, s, w] view of rows of `ld` elements holding `heads` heads of width w side by side.
-static void rows_view(const attn_io *x, int s, int w, int ld, int64_t dim[4], int64_t str[4])
+// The tensors both graphs share: the by-value scalars, the ragged form's lengths and offsets,
+// and the dimensions of the scores and of the per-query statistics.
+struct common_t {
+    bd scale, lowest;             // lowest: NULL when no mask needs it
+    bd seq_q, seq_k;              // NULL for rows
+    bd off_q, off_k, off_o;       // NULL for rows
+    int64_t sd[4], ss[4];         // scores [B, a, sq, sk]
+    int64_t rd[4], rs[4];         // statistics [B, a, sq, 1]
+};
+
+static void common_of(gbuild *b, const sdpa_shape *x, common_t *c)
 {
-    dim[0] = x->B, dim[1] = x->a, dim[2] = s, dim[3] = w;
+    memset(c, 0, sizeof *c);
+    int64_t one[4] = {1, 1, 1, 1};
+    int64_t sd[4] = {x->B, x->a, x->sq, x->sk};
+    int64_t ss[4] = {(int64_t)x->a * x->sq * x->sk, (int64_t)x->sq * x->sk, x->sk, 1};
+    int64_t rd[4] = {x->B, x->a, x->sq, 1}, rs[4] = {(int64_t)x->a * x->sq, x->sq, 1, 1};
+    memcpy(c->sd, sd, sizeof sd), memcpy(c->ss, ss, sizeof ss);
+    memcpy(c->rd, rd, sizeof rd), memcpy(c->rs, rs, sizeof rs);
+    c->scale = tensor(b, U_SCALE, CUDNN_DATA_FLOAT, one, one, 1);
+    if (x->causal || x->ragged) c->lowest = tensor(b, U_LOWEST, CUDNN_DATA_FLOAT, one, one, 1);
+    if (x->ragged) {
+        cudnnDataType_t ot = x->ragged == 8 ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32;
+        c->seq_q = index_tensor(b, U_SEQ_Q, x->B, CUDNN_DATA_INT32);
+        c->seq_k = index_tensor(b, U_SEQ_K, x->B, CUDNN_DATA_INT32);
+        c->off_q = index_tensor(b, U_OFF_Q, x->B + 1, ot);
+        c->off_k = index_tensor(b, U_OFF_K, x->B + 1, ot);
+        c->off_o = index_tensor(b, U_OFF_O, x->B + 1, ot);
+    }
+}
+
+// The [b, h, s, w] view of rows of `ld` elements holding the heads side by side, and the same
+// with its last two dimensions swapped (K^T, V^T).
+static void rows_view(const sdpa_shape *x, int s, int ld, int64_t dim[4], int64_t str[4])
+{
+    dim[0] = x->B, dim[1] = x->a, dim[2] = s, dim[3] = x->d;
     str[0] = (int64_t)s * ld, str[1] = x->d, str[2] = ld, str[3] = 1;
 }
 
-static void swap_last(const int64_t dim[4], const int64_t str[4], int64_t d2[4], int64_t s2[4])
+static void swap_last(int64_t dim[4], int64_t str[4])
 {
-    memcpy(d2, dim, 4 * sizeof *d2), memcpy(s2, str, 4 * sizeof *s2);
-    d2[2] = dim[3], d2[3] = dim[2], s2[2] = str[3], s2[3] = str[2];
+    int64_t t = dim[2];
+    dim[2] = dim[3], dim[3] = t;
+    t = str[2], str[2] = str[3], str[3] = t;
 }
 
-// Scores S = Q K^T * scale, causally masked when asked: the head of both graphs. Returns S.
-static bd scores(gbuild *b, const attn_io *x, bd q, bd kt, bd scale, bd lowest)
+// The masks on scores s (returns the masked scores): padding (ragged form), as the frontend's
+// padding_mask; causal, as its top-left causal mask.
+static bd padding_mask(gbuild *b, const common_t *c, bd s)
 {
-    int64_t sd[4] = {x->B, x->a, x->sq, x->sk};
-    int64_t ss[4] = {(int64_t)x->a * x->sq * x->sk, (int64_t)x->sq * x->sk, x->sk, 1};
-    bd s0 = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0), s1 = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0);
-    matmul(b, q, kt, s0);
-    pointwise(b, CUDNN_POINTWISE_MUL, s0, scale, NULL, s1, 0);
-    if (!x->causal) return s1;
-    bd row = tensor(b, 0, CUDNN_DATA_INT32, sd, ss, 0), col = tensor(b, 0, CUDNN_DATA_INT32, sd, ss, 0);
-    bd keep = tensor(b, 0, CUDNN_DATA_BOOLEAN, sd, ss, 0), s2 = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0);
-    pointwise(b, CUDNN_POINTWISE_GEN_INDEX, s1, NULL, NULL, row, 2);
-    pointwise(b, CUDNN_POINTWISE_GEN_INDEX, s1, NULL, NULL, col, 3);
-    pointwise(b, CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, 0);
-    pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, s1, lowest, keep, s2, 0);
-    return s2;
+    if (!c->seq_q) return s;
+    bd row = tensor(b, 0, CUDNN_DATA_INT32, c->sd, c->ss, 0), col = tensor(b, 0, CUDNN_DATA_INT32, c->sd, c->ss, 0);
+    bd rm = tensor(b, 0, CUDNN_DATA_BOOLEAN, c->sd, c->ss, 0), cm = tensor(b, 0, CUDNN_DATA_BOOLEAN, c->sd, c->ss, 0);
+    bd keep = tensor(b, 0, CUDNN_DATA_BOOLEAN, c->sd, c->ss, 0), out = tensor(b, 0, CUDNN_DATA_FLOAT, c->sd, c->ss, 0);
+    pointwise_p(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, NULL, NULL, row, 2);
+    pointwise_p(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, NULL, NULL, col, 3);
+    pointwise_p(b, CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, row, c->seq_q, NULL, rm, 0);
+    pointwise_p(b, CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, col, c->seq_k, NULL, cm, 0);
+    pointwise_p(b, CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, rm, cm, NULL, keep, 0);
+    pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, s, c->lowest, keep, out);
+    return out;
 }
 
-static void build_fwd(gbuild *b, const attn_io *x)
+static bd causal_mask(gbuild *b, const sdpa_shape *x, const common_t *c, bd s)
 {
-    int64_t one[4] = {1, 1, 1, 1}, dim[4], str[4], d2[4], s2[4];
-    int64_t sd[4] = {x->B, x->a, x->sq, x->sk};
-    int64_t ss[4] = {(int64_t)x->a * x->sq * x->sk, (int64_t)x->sq * x->sk, x->sk, 1};
-    int64_t rd[4] = {x->B, x->a, x->sq, 1}, rs[4] = {(int64_t)x->a * x->sq, x->sq, 1, 1};
-    rows_view(x, x->sq, x->d, x->ldq, dim, str);
-    bd q = tensor(b, U_Q, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    rows_view(x, x->sk, x->d, x->ldkv, dim, str);
-    swap_last(dim, str, d2, s2);
-    bd kt = tensor(b, U_K, CUDNN_DATA_BFLOAT16, d2, s2, 0);
-    bd v = tensor(b, U_V, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    rows_view(x, x->sq, x->d, x->a * x->d, dim, str);
-    bd o = tensor(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    bd stats = tensor(b, U_STATS, CUDNN_DATA_FLOAT, rd, rs, 0);
-    bd scale = tensor(b, U_SCALE, CUDNN_DATA_FLOAT, one, one, 1);
-    bd lowest = tensor(b, U_LOWEST, CUDNN_DATA_FLOAT, one, one, 1);
-    bd s = scores(b, x, q, kt, scale, lowest);
-    bd mx = tensor(b, 0, CUDNN_DATA_FLOAT, rd, rs, 0), sub = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0);
-    bd e = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0), z = tensor(b, 0, CUDNN_DATA_FLOAT, rd, rs, 0);
-    bd lz = tensor(b, 0, CUDNN_DATA_FLOAT, rd, rs, 0), p = tensor(b, 0, CUDNN_DATA_BFLOAT16, sd, ss, 0);
+    if (!x->causal) return s;
+    bd row = tensor(b, 0, CUDNN_DATA_INT32, c->sd, c->ss, 0), col = tensor(b, 0, CUDNN_DATA_INT32, c->sd, c->ss, 0);
+    bd keep = tensor(b, 0, CUDNN_DATA_BOOLEAN, c->sd, c->ss, 0), out = tensor(b, 0, CUDNN_DATA_FLOAT, c->sd, c->ss, 0);
+    pointwise_p(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, row, 2);
+    pointwise_p(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, col, 3);
+    pointwise_p(b, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, 0);
+    pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, s, c->lowest, keep, out);
+    return out;
+}
+
+// Scaled scores Q K^T * scale (the head of both graphs).
+static bd scaled_scores(gbuild *b, const common_t *c, bd q, bd kt)
+{
+    bd s0 = tensor(b, 0, CUDNN_DATA_FLOAT, c->sd, c->ss, 0), s1 = tensor(b, 0, CUDNN_DATA_FLOAT, c->sd, c->ss, 0);
+    matmul(b, q, kt, s0, c->seq_q, c->seq_k, NULL);
+    pointwise(b, CUDNN_POINTWISE_MUL, s0, c->scale, NULL, s1);
+    return s1;
+}
+
+static void build_fwd(gbuild *b, const sdpa_shape *x)
+{
+    common_t c;
+    common_of(b, x, &c);
+    int64_t dim[4], str[4];
+    rows_view(x, x->sq, x->ldq, dim, str);
+    bd q = tensor_r(b, U_Q, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_q);
+    rows_view(x, x->sk, x->ldkv, dim, str);
+    bd v = tensor_r(b, U_V, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
+    swap_last(dim, str);
+    bd kt = tensor_r(b, U_K, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
+    rows_view(x, x->sq, x->ldo, dim, str);
+    bd o = tensor_r(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
+    bd stats = tensor(b, U_STATS, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
+    bd s = causal_mask(b, x, &c, padding_mask(b, &c, scaled_scores(b, &c, q, kt)));
+    bd mx = tensor(b, 0, CUDNN_DATA_FLOAT, c.rd, c.rs, 0), sub = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
+    bd e = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), z = tensor(b, 0, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
+    bd lz = tensor(b, 0, CUDNN_DATA_FLOAT, c.rd, c.rs, 0), p = tensor(b, 0, CUDNN_DATA_BFLOAT16, c.sd, c.ss, 0);
     reduction(b, CUDNN_REDUCE_TENSOR_MAX, s, mx);
-    pointwise(b, CUDNN_POINTWISE_SUB, s, mx, NULL, sub, 0);
-    pointwise(b, CUDNN_POINTWISE_EXP, sub, NULL, NULL, e, 0);
+    pointwise(b, CUDNN_POINTWISE_SUB, s, mx, NULL, sub);
+    pointwise(b, CUDNN_POINTWISE_EXP, sub, NULL, NULL, e);
     reduction(b, CUDNN_REDUCE_TENSOR_ADD, e, z);
-    pointwise(b, CUDNN_POINTWISE_LOG, z, NULL, NULL, lz, 0);
-    pointwise(b, CUDNN_POINTWISE_ADD, mx, lz, NULL, stats, 0);
-    pointwise(b, CUDNN_POINTWISE_DIV, e, z, NULL, p, 0);
-    matmul(b, p, v, o);
+    pointwise(b, CUDNN_POINTWISE_LOG, z, NULL, NULL, lz);
+    pointwise(b, CUDNN_POINTWISE_ADD, mx, lz, NULL, stats);
+    pointwise(b, CUDNN_POINTWISE_DIV, e, z, NULL, p);
+    matmul(b, p, v, o, c.seq_q, NULL, c.seq_k);
 }
 
-static void build_bwd(gbuild *b, const attn_io *x)
+static void build_bwd(gbuild *b, const sdpa_shape *x)
 {
-    int64_t one[4] = {1, 1, 1, 1}, dim[4], str[4], d2[4], s2[4];
-    int64_t sd[4] = {x->B, x->a, x->sq, x->sk};
-    int64_t ss[4] = {(int64_t)x->a * x->sq * x->sk, (int64_t)x->sq * x->sk, x->sk, 1};
+    common_t c;
+    common_of(b, x, &c);
+    int64_t dim[4], str[4], one[4] = {1, 1, 1, 1};
     int64_t td[4] = {x->B, x->a, x->sk, x->sq};
     int64_t ts[4] = {(int64_t)x->a * x->sq * x->sk, (int64_t)x->sq * x->sk, 1, x->sk};
-    int64_t rd[4] = {x->B, x->a, x->sq, 1}, rs[4] = {(int64_t)x->a * x->sq, x->sq, 1, 1};
-    rows_view(x, x->sq, x->d, x->ldq, dim, str);
-    bd q = tensor(b, U_Q, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    bd dq = tensor(b, U_DQ, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    rows_view(x, x->sk, x->d, x->ldkv, dim, str);
-    swap_last(dim, str, d2, s2);
-    bd kt = tensor(b, U_K, CUDNN_DATA_BFLOAT16, d2, s2, 0);
-    bd vt = tensor(b, U_VT, CUDNN_DATA_BFLOAT16, d2, s2, 0);
-    bd kn = tensor(b, U_KN, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    bd dk = tensor(b, U_DK, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    bd dv = tensor(b, U_DV, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    rows_view(x, x->sq, x->d, x->a * x->d, dim, str);
-    bd o = tensor(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    bd dout = tensor(b, U_DO, CUDNN_DATA_BFLOAT16, dim, str, 0);
-    bd stats = tensor(b, U_STATS, CUDNN_DATA_FLOAT, rd, rs, 0);
-    bd rowsum = tensor(b, U_SUM, CUDNN_DATA_FLOAT, rd, rs, 0);
-    bd scale = tensor(b, U_SCALE, CUDNN_DATA_FLOAT, one, one, 1);
-    bd lowest = tensor(b, U_LOWEST, CUDNN_DATA_FLOAT, one, one, 1);
-    // D = rowsum(dO o O)
-    bd prod = tensor(b, 0, CUDNN_DATA_FLOAT, dim, str, 0);
-    pointwise(b, CUDNN_POINTWISE_MUL, dout, o, NULL, prod, 0);
-    reduction(b, CUDNN_REDUCE_TENSOR_ADD, prod, rowsum);
-    // P = exp(S - stats)
-    bd s = scores(b, x, q, kt, scale, lowest);
-    bd sub = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0), p = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0);
-    pointwise(b, CUDNN_POINTWISE_SUB, s, stats, NULL, sub, 0);
-    pointwise(b, CUDNN_POINTWISE_EXP, sub, NULL, NULL, p, 0);
+    rows_view(x, x->sq, x->ldq, dim, str);
+    bd q = tensor_r(b, U_Q, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_q);
+    bd dq = tensor_r(b, U_DQ, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_q);
+    rows_view(x, x->sk, x->ldkv, dim, str);
+    bd dk = tensor_r(b, U_DK, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
+    bd dv = tensor_r(b, U_DV, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
+    bd kn = tensor_r(b, 0, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k); // K, reshaped from K^T
+    swap_last(dim, str);
+    bd kt = tensor_r(b, U_K, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
+    bd vt = tensor_r(b, U_V, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
+    rows_view(x, x->sq, x->ldo, dim, str);
+    bd o = tensor_r(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
+    bd dout = tensor_r(b, U_DO, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
+    // dQ's fp32 accumulator: dense [B, a, sq, d] for rows; for the ragged form packed like the
+    // output (rows of ldo = a * d), at the output's offsets, so that it is sized by tokens
+    int64_t acc_d[4] = {x->B, x->a, x->sq, x->d}, acc_s[4];
+    if (x->ragged)
+        memcpy(acc_s, str, sizeof acc_s);
+    else
+        acc_s[0] = (int64_t)x->a * x->sq * x->d, acc_s[1] = (int64_t)x->sq * x->d, acc_s[2] = x->d, acc_s[3] = 1;
+    bd acc = tensor_r(b, U_DQ_ACC, CUDNN_DATA_FLOAT, acc_d, acc_s, 0, c.off_o);
+    bd stats = tensor(b, U_STATS, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
+    bd sum = tensor(b, U_SUM, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
+    bd one_v = tensor(b, U_ONE, CUDNN_DATA_FLOAT, one, one, 1);
+    // D = rowsum(dO o O) * 1
+    int64_t pd[4] = {x->B, x->a, x->sq, x->d};
+    int64_t ps[4] = {(int64_t)x->a * x->sq * x->d, (int64_t)x->sq * x->d, (int64_t)x->a * x->d, 1};
+    bd prod = tensor(b, 0, CUDNN_DATA_FLOAT, pd, ps, 0), red = tensor(b, 0, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
+    pointwise(b, CUDNN_POINTWISE_MUL, dout, o, NULL, prod);
+    reduction(b, CUDNN_REDUCE_TENSOR_ADD, prod, red);
+    pointwise(b, CUDNN_POINTWISE_MUL, red, one_v, NULL, sum);
+    // P = exp(masked S - stats)
+    bd s = padding_mask(b, &c, scaled_scores(b, &c, q, kt));
+    bd sub = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), p = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
+    pointwise(b, CUDNN_POINTWISE_SUB, s, stats, NULL, sub);
+    pointwise(b, CUDNN_POINTWISE_EXP, causal_mask(b, x, &c, sub), NULL, NULL, p);
     // dV = P^T dO
     bd pt = tensor(b, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
-    transpose(b, p, pt);
-    matmul(b, pt, dout, dv);
-    // dS = P o (dO V^T - D) * scale
-    bd dp = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0), dd = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0);
-    bd ds0 = tensor(b, 0, CUDNN_DATA_FLOAT, sd, ss, 0), ds = tensor(b, 0, CUDNN_DATA_BFLOAT16, sd, ss, 0);
-    matmul(b, dout, vt, dp);
-    pointwise(b, CUDNN_POINTWISE_SUB, dp, rowsum, NULL, dd, 0);
-    pointwise(b, CUDNN_POINTWISE_MUL, p, dd, NULL, ds0, 0);
-    pointwise(b, CUDNN_POINTWISE_MUL, ds0, scale, NULL, ds, 0);
-    // dQ = dS K; dK = dS^T Q
-    matmul(b, ds, kn, dq);
+    reshape(b, p, pt);
+    matmul(b, pt, dout, dv, c.seq_k, NULL, c.seq_q);
+    // dS = (dO V^T - D) o P * scale
+    bd dp = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), dd = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
+    bd ds0 = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), ds = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
+    matmul(b, dout, vt, dp, c.seq_q, c.seq_k, NULL);
+    pointwise(b, CUDNN_POINTWISE_SUB, dp, sum, NULL, dd);
+    pointwise(b, CUDNN_POINTWISE_MUL, dd, p, NULL, ds0);
+    pointwise(b, CUDNN_POINTWISE_MUL, ds0, c.scale, NULL, ds);
+    // dK = dS^T Q
     bd dst = tensor(b, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
-    transpose(b, ds, dst);
-    matmul(b, dst, q, dk);
+    reshape(b, ds, dst);
+    matmul(b, dst, q, dk, c.seq_k, NULL, c.seq_q);
+    // dQ = dS K, accumulated in fp32
+    reshape(b, kt, kn);
+    matmul(b, ds, kn, acc, c.seq_q, NULL, c.seq_k);
+    pointwise(b, CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, dq);
+}
+
+static int same_shape(const sdpa_shape *a, const sdpa_shape *b)
+{
+    return a->B == b->B && a->a == b->a && a->sq == b->sq && a->sk == b->sk && a->d == b->d &&
+           a->causal == b->causal && a->ldq == b->ldq && a->ldkv == b->ldkv && a->ldo == b->ldo &&
+           a->ragged == b->ragged;
 }
 
 // The cached plan of (direction, shape), built on first use; NULL when cuDNN refused it.
-static sdpa_plan *plan_for(rt_cuda *g, int dir, const attn_io *x)
+static sdpa_plan *plan_for(rt_cuda *g, int dir, const sdpa_shape *x)
 {
     for (int i = 0; i < g->n_sdpa; i++) {
         sdpa_plan *p = &g->sdpa_cache[i];
-        if (p->dir == dir && p->B == x->B && p->a == x->a && p->sq == x->sq && p->sk == x->sk &&
-            p->d == x->d && p->causal == x->causal && p->ldq == x->ldq && p->ldkv == x->ldkv)
-            return p->plan ? p : NULL;
+        if (p->dir == dir && same_shape(&p->shape, x)) return p->plan ? p : NULL;
     }
     if (!g->sdpa_cache && !(g->sdpa_cache = (sdpa_plan *)calloc(SDPA_CACHE, sizeof *g->sdpa_cache)))
         return NULL;
-    int slot = g->n_sdpa < SDPA_CACHE ? g->n_sdpa++ : (x->B * 31 + x->sq) % SDPA_CACHE;
+    int slot = g->n_sdpa < SDPA_CACHE ? g->n_sdpa++ : (x->B * 31 + x->sq + dir) % SDPA_CACHE;
     sdpa_plan *p = &g->sdpa_cache[slot];
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
-    *p = (sdpa_plan){dir, x->B, x->a, x->sq, x->sk, x->d, x->causal, x->ldq, x->ldkv, NULL, 0};
+    p->dir = dir, p->shape = *x, p->plan = NULL, p->ws = 0;
     gbuild b;
-    memset(&b, 0, sizeof b);
-    b.st = CUDNN_STATUS_SUCCESS;
-    b.next_virtual = U_VIRTUAL;
+    gbuild_init(&b);
     if (dir == DIR_FWD)
         build_fwd(&b, x);
     else
@@ -359,15 +478,28 @@ static sdpa_plan *plan_for(rt_cuda *g, int dir, const attn_io *x)
     if (!p->plan) {
         char msg[256] = "";
         cudnnGetLastErrorString(msg, sizeof msg);
-        snprintf(g->dnn_why, sizeof g->dnn_why, "%s graph: %s: %s%s%s", dir == DIR_FWD ? "forward" : "backward",
-                 b.what, cudnnGetErrorString(b.st), msg[0] ? ": " : "", msg);
+        snprintf(g->dnn_why, sizeof g->dnn_why, "%s%s graph: %s: %s%s%s", x->ragged ? "ragged " : "",
+                 dir == DIR_FWD ? "forward" : "backward", b.what, cudnnGetErrorString(b.st),
+                 msg[0] ? ": " : "", msg);
         return NULL;
     }
     return p;
 }
 
-// Runs plan p with the tensors (uids, pointers), growing the shared workspace when needed.
-static int execute(rt_cuda *g, const sdpa_plan *p, const int64_t *uids, void *const *ptrs, int n)
+// The variant pack under construction: tensor ids and their addresses.
+struct pack_t {
+    int64_t uid[24];
+    void *ptr[24];
+    int n;
+};
+
+static void bind(pack_t *k, int64_t uid, const void *ptr)
+{
+    k->uid[k->n] = uid, k->ptr[k->n] = (void *)ptr, k->n++;
+}
+
+// Runs plan p with pack k, growing the shared workspace when needed.
+static int execute(rt_cuda *g, const sdpa_plan *p, const pack_t *k)
 {
     if ((size_t)p->ws > g->sdpa_ws_bytes) {
         if (g->sdpa_ws) cudaFree(g->sdpa_ws);
@@ -376,11 +508,10 @@ static int execute(rt_cuda *g, const sdpa_plan *p, const int64_t *uids, void *co
         g->sdpa_ws_bytes = (size_t)p->ws;
     }
     gbuild b;
-    memset(&b, 0, sizeof b);
-    b.st = CUDNN_STATUS_SUCCESS;
+    gbuild_init(&b);
     bd pack = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    set(&b, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids, "variant ids");
-    set(&b, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs, "variant pointers");
+    set(&b, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, k->n, k->uid, "variant ids");
+    set(&b, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, k->n, k->ptr, "variant pointers");
     set(&b, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &g->sdpa_ws, "workspace");
     fin(&b, pack, "the variant pack");
     if (b.st == CUDNN_STATUS_SUCCESS) failed(&b, cudnnBackendExecute(g->dnn, p->plan, pack), "execute");
@@ -392,31 +523,151 @@ static int execute(rt_cuda *g, const sdpa_plan *p, const int64_t *uids, void *co
     return 0;
 }
 
+// The ragged form's statistics: the dense [n, a, max_q] scratch against layout.h's blocks
+// (sequence c's (a, lq) block at a * tok_q[c]); one block per (sequence, head).
+__global__ void k_stats_move(float *dense, float *lse, const int *seq_q, const int *tok_q, int a,
+                             int max_q, int to_lse)
+{
+    int c = blockIdx.x, h = blockIdx.y, lq = seq_q[c];
+    float *dn = dense + ((long long)c * a + h) * max_q;
+    float *ls = lse + (long long)a * tok_q[c] + (long long)h * lq;
+    for (int i = threadIdx.x; i < lq; i += blockDim.x)
+        if (to_lse)
+            ls[i] = dn[i];
+        else
+            dn[i] = ls[i];
+}
+
+// One call's device state: the shape, for the ragged form its arrays uploaded, and scratch.
+struct call_t {
+    sdpa_shape shape;
+    rt_ragged r;
+    void *blob;          // the ragged arrays on the device (rt_ragged_pack's layout)
+    size_t at[RT_RG_COUNT];
+    float *stats;        // the ragged form's dense statistics; rows: x->lse itself
+};
+
+// The graph's shape for an attention call (x: its sequences, heads and matrices), and for the
+// ragged form the sequences r (released by the caller). 0, or -1 with why.
+static int shape_for(const attn_io *x, sdpa_shape *s, rt_ragged *r, char *why, size_t why_cap)
+{
+    sdpa_shape rows = {x->B, x->a, x->sq, x->sk, x->d, x->causal, x->ldq, x->ldkv, x->a * x->d, 0};
+    *s = rows;
+    memset(r, 0, sizeof *r);
+    if (x->rows) return 0;
+    if (rt_ragged_build(r, x->qs, x->ks, x->ldq, x->ldkv, x->a * x->d, why, why_cap) != 0) return -1;
+    s->B = r->n, s->sq = r->max_q, s->sk = r->max_k, s->ragged = r->wide ? 8 : 4;
+    return 0;
+}
+
+static int call_open(rt_cuda *g, const attn_io *x, call_t *c)
+{
+    memset(c, 0, sizeof *c);
+    char why[120];
+    if (shape_for(x, &c->shape, &c->r, why, sizeof why) != 0) {
+        snprintf(g->dnn_why, sizeof g->dnn_why, "ragged: %s", why);
+        return -1;
+    }
+    if (!c->shape.ragged) {
+        c->stats = x->lse;
+        return 0;
+    }
+    size_t bytes = rt_ragged_pack(&c->r, NULL, c->at);
+    void *host = malloc(bytes);
+    if (!host) return -1;
+    rt_ragged_pack(&c->r, host, c->at);
+    size_t stat_bytes = (size_t)c->r.n * x->a * c->r.max_q * sizeof(float);
+    cudaMallocAsync(&c->blob, bytes, g->stream);
+    cudaMallocAsync((void **)&c->stats, stat_bytes, g->stream);
+    // pageable memory: the copy has left `host` when cudaMemcpyAsync returns
+    if (c->blob) cudaMemcpyAsync(c->blob, host, bytes, cudaMemcpyHostToDevice, g->stream);
+    free(host);
+    // rows past a sequence's length are masked; zeros keep whatever reads them finite
+    if (c->stats) cudaMemsetAsync(c->stats, 0, stat_bytes, g->stream);
+    return c->blob && c->stats ? 0 : -1;
+}
+
+static const void *call_array(const call_t *c, int which)
+{
+    return (const char *)c->blob + c->at[which];
+}
+
+static void call_bind_ragged(const call_t *c, pack_t *k)
+{
+    if (!c->shape.ragged) return;
+    bind(k, U_SEQ_Q, call_array(c, RT_RG_SEQ_Q));
+    bind(k, U_SEQ_K, call_array(c, RT_RG_SEQ_K));
+    bind(k, U_OFF_Q, call_array(c, RT_RG_OFF_Q));
+    bind(k, U_OFF_K, call_array(c, RT_RG_OFF_K));
+    bind(k, U_OFF_O, call_array(c, RT_RG_OFF_O));
+}
+
+static void call_move_stats(rt_cuda *g, const call_t *c, const attn_io *x, int to_lse)
+{
+    if (!c->shape.ragged) return;
+    dim3 grid((unsigned)c->r.used, (unsigned)x->a);
+    k_stats_move<<<grid, THREADS, 0, g->stream>>>(c->stats, x->lse, (const int *)call_array(c, RT_RG_SEQ_Q),
+                                                  (const int *)call_array(c, RT_RG_TOK_Q), x->a,
+                                                  c->r.max_q, to_lse);
+}
+
+static void call_close(rt_cuda *g, call_t *c)
+{
+    if (c->blob) cudaFreeAsync(c->blob, g->stream);
+    if (c->shape.ragged && c->stats) cudaFreeAsync(c->stats, g->stream);
+    rt_ragged_release(&c->r);
+}
+
 int rt_sdpa_fwd(rt_cuda *g, const attn_io *x)
 {
-    if (!g->dnn || !x->rows) return -1;
-    sdpa_plan *p = plan_for(g, DIR_FWD, x);
-    if (!p) return -1;
-    float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX;
-    int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_LOWEST};
-    void *ptrs[] = {(void *)x->q, (void *)x->k, (void *)x->v, x->o, x->lse, &scale, &lowest};
-    return execute(g, p, uids, ptrs, x->causal ? 7 : 6);
+    if (!g->dnn) return -1;
+    call_t c;
+    int rc = -1;
+    sdpa_plan *p = NULL;
+    if (call_open(g, x, &c) == 0 && (p = plan_for(g, DIR_FWD, &c.shape))) {
+        float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX;
+        pack_t k = {{0}, {0}, 0};
+        bind(&k, U_Q, x->q), bind(&k, U_K, x->k), bind(&k, U_V, x->v), bind(&k, U_O, x->o);
+        bind(&k, U_STATS, c.stats), bind(&k, U_SCALE, &scale);
+        if (x->causal || c.shape.ragged) bind(&k, U_LOWEST, &lowest);
+        call_bind_ragged(&c, &k);
+        rc = execute(g, p, &k);
+        if (rc == 0) call_move_stats(g, &c, x, 1);
+    }
+    call_close(g, &c);
+    return rc;
 }
 
 int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
 {
-    if (!g->dnn || !x->rows) return -1;
-    sdpa_plan *p = plan_for(g, DIR_BWD, x);
-    if (!p) return -1;
-    float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX, *rowsum = NULL;
-    cudaMallocAsync((void **)&rowsum, (size_t)x->B * x->a * x->sq * sizeof *rowsum, g->stream);
-    if (!rowsum) return -1;
-    int64_t uids[] = {U_Q, U_K, U_KN, U_VT, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SUM, U_SCALE,
-                      U_LOWEST};
-    void *ptrs[] = {(void *)x->q, (void *)x->k, (void *)x->k, (void *)x->v, x->o, x->lse,
-                    (void *)x->dout, x->dq, x->dk, x->dv, rowsum, &scale, &lowest};
-    int rc = execute(g, p, uids, ptrs, x->causal ? 13 : 12);
-    cudaFreeAsync(rowsum, g->stream);
+    if (!g->dnn) return -1;
+    call_t c;
+    int rc = -1;
+    sdpa_plan *p = NULL;
+    float *sum = NULL, *acc = NULL;
+    if (call_open(g, x, &c) == 0 && (p = plan_for(g, DIR_BWD, &c.shape))) {
+        const sdpa_shape *s = &c.shape;
+        size_t sum_n = (size_t)s->B * s->a * s->sq;
+        // the accumulator: dense for rows; for the ragged form, the output's extent
+        size_t acc_n = s->ragged ? (size_t)c.r.off_o[c.r.n] : sum_n * s->d;
+        cudaMallocAsync((void **)&sum, sum_n * sizeof *sum, g->stream);
+        cudaMallocAsync((void **)&acc, (acc_n ? acc_n : 1) * sizeof *acc, g->stream);
+        if (sum && acc) {
+            call_move_stats(g, &c, x, 0);
+            float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX, one = 1.0f;
+            pack_t k = {{0}, {0}, 0};
+            bind(&k, U_Q, x->q), bind(&k, U_K, x->k), bind(&k, U_V, x->v), bind(&k, U_O, x->o);
+            bind(&k, U_DO, x->dout), bind(&k, U_DQ, x->dq), bind(&k, U_DK, x->dk), bind(&k, U_DV, x->dv);
+            bind(&k, U_STATS, c.stats), bind(&k, U_SUM, sum), bind(&k, U_DQ_ACC, acc);
+            bind(&k, U_SCALE, &scale), bind(&k, U_ONE, &one);
+            if (x->causal || s->ragged) bind(&k, U_LOWEST, &lowest);
+            call_bind_ragged(&c, &k);
+            rc = execute(g, p, &k);
+        }
+    }
+    if (sum) cudaFreeAsync(sum, g->stream);
+    if (acc) cudaFreeAsync(acc, g->stream);
+    call_close(g, &c);
     return rc;
 }
 
@@ -426,4 +677,40 @@ void rt_sdpa_free(rt_cuda *g)
         if (g->sdpa_cache[i].plan) cudnnBackendDestroyDescriptor(g->sdpa_cache[i].plan);
     free(g->sdpa_cache);
     g->sdpa_cache = NULL, g->n_sdpa = 0;
+}
+
+int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int d, int causal, int cross,
+                                   char *why, size_t why_cap)
+{
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
+    int hk = a * d;
+    attn_io x;
+    memset(&x, 0, sizeof x);
+    x.qs = &bs.self, x.ks = cross ? &bs.enc : &bs.self, x.rows = bs.rows;
+    x.B = mb->B, x.sq = mb->S, x.sk = cross ? mb->Se : mb->S, x.a = a, x.d = d, x.causal = causal;
+    x.ldq = cross ? hk : 3 * hk, x.ldkv = cross ? 2 * hk : 3 * hk;
+    sdpa_shape s;
+    rt_ragged r;
+    int rc = shape_for(&x, &s, &r, why, why_cap);
+    for (int dir = DIR_FWD; rc == 0 && dir <= DIR_BWD; dir++) {
+        gbuild b;
+        gbuild_init(&b);
+        if (dir == DIR_FWD)
+            build_fwd(&b, &s);
+        else
+            build_bwd(&b, &s);
+        if (b.st != CUDNN_STATUS_SUCCESS) {
+            char msg[256] = "";
+            cudnnGetLastErrorString(msg, sizeof msg);
+            snprintf(why, why_cap, "%s%s graph: %s: %s%s%s", s.ragged ? "ragged " : "",
+                     dir == DIR_FWD ? "forward" : "backward", b.what, cudnnGetErrorString(b.st),
+                     msg[0] ? ": " : "", msg);
+            rc = -1;
+        }
+        build_free(&b);
+    }
+    rt_ragged_release(&r);
+    rt_batch_seqs_free(&bs);
+    return rc;
 }
