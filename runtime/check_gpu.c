@@ -208,18 +208,17 @@ out:
 
 /* The A100 profile's time per GPT-6.7B layer (bf16, TP1) for the shape, or NaN when the shipped
  * profile cannot be read (check-gpu runs from the source folder). */
-static void a100_reference(const model_spec *m, int mbs, int seq, double *fwd, double *bwd)
+static void a100_reference(const model_spec *m, const cost_shape *shape, double *fwd, double *bwd)
 {
     *fwd = *bwd = NAN;
     cluster_spec hw;
     cost_model *cm = NULL;
     cost_layer c;
-    cost_shape shape = cost_shape_rows(mbs, seq, 0);
     if (cluster_resolve("a100-40gb", &hw, NULL) != DP_OK ||
         cost_profile_load("models/profiles/a100_gpt_6.7b_profile.csv", m, &hw, 1, RECOMPUTE_NONE,
                           &cm, NULL) != DP_OK)
         return;
-    if (cost_query(cm, COMP_ENCODER, &shape, &c, NULL) == DP_OK) *fwd = c.fwd_ms, *bwd = c.bwd_ms;
+    if (cost_query(cm, COMP_ENCODER, shape, &c, NULL) == DP_OK) *fwd = c.fwd_ms, *bwd = c.bwd_ms;
     cost_model_free(cm);
 }
 
@@ -248,34 +247,43 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
     rt_layer_params_init(&bp, &bs, 9);
     rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_params_new(bp.block, bp.count, RT_BF16), bp.count};
     if (bl.block) {
-        static const int shapes[][2] = {{1, 2048}, {4, 2048}, {8, 1024}, {1, 8192}};
+        /* mbs, seq, and for a varlen micro-batch (THD) the samples it packs, of equal lengths:
+         * each beside the rows of the same samples, so that the table shows what packing costs */
+        static const int shapes[][3] = {{1, 2048, 0}, {4, 2048, 0}, {8, 1024, 0}, {1, 8192, 0},
+                                        {1, 8192, 4}, {1, 8192, 8}};
         printf("\n# speed: one GPT-6.7B-width layer in bf16 on %s, forward and backward;\n"
                "# TFLOP/s from the simulator's FLOP count (models/cost.h analytic_flops, backward "
-               "2x forward);\n# gemm_tflops: cuBLASLt alone on the layer's four GEMM shapes\n",
+               "2x forward);\n# gemm_tflops: cuBLASLt alone on the layer's four GEMM shapes;\n"
+               "# 'varlen N': the row packs N samples, each attending to itself (THD)\n",
                gpu_found);
         if (gpu)
             printf("# MFU against %s's %.0f TFLOP/s bf16 dense peak (models/hw.c)\n", gpu->name,
                    gpu->peak_tflops);
         else
             printf("# MFU: unknown GPU (dprun check-gpu --hw NAME names its preset)\n");
-        printf("%-11s %10s %10s %9s %8s %12s %12s %12s\n", "mbs x seq", "fwd_ms", "bwd_ms",
+        printf("%-20s %10s %10s %9s %8s %12s %12s %12s\n", "mbs x seq", "fwd_ms", "bwd_ms",
                "tflops", "mfu", "gemm_tflops", "a100_fwd_ms", "a100_bwd_ms");
-        for (int i = 0; i < 4; i++) {
-            int B = shapes[i][0], S = shapes[i][1];
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int B = shapes[i][0], S = shapes[i][1], k = shapes[i][2], off[8], len[8];
             double f, b, af, ab, dense, attn;
+            char label[32];
             cost_shape cs = cost_shape_rows(B, S, 0);
+            rt_seqs seqs = {k, off, len};
+            rt_batch mb = {B, S, 0, k ? &seqs : NULL, NULL};
+            for (int j = 0; j < k; j++) off[j] = j * (S / k), len[j] = S / k;
+            if (k) cs.varlen = 1, cs.enc_sq = (double)k * (S / k) * (S / k);
+            snprintf(label, sizeof label, k ? "%d x %d varlen %d" : "%d x %d", B, S, k);
             analytic_flops(big, COMP_ENCODER, &cs, 1, &dense, &attn);
-            a100_reference(big, B, S, &af, &ab);
-            if (rt_cuda_time_layer(g, &bl, B, S, 0, 5, &f, &b) != 0) {
-                printf("%4d x %-5d the GPU failed (out of memory?)\n", B, S);
+            a100_reference(big, &cs, &af, &ab);
+            if (rt_cuda_time_layer(g, &bl, &mb, 5, &f, &b) != 0) {
+                printf("%-20s the GPU failed (out of memory?)\n", label);
                 continue;
             }
             double tflops = 3 * (dense + attn) / (f + b) / 1e9;
-            printf("%4d x %-5d %10.3f %10.3f %9.1f %7.1f%% %12.1f %12.3f %12.3f\n", B, S, f, b,
-                   tflops, gpu ? 100 * tflops / gpu->peak_tflops : NAN, gemm_rate(g, &bs, B * S),
-                   af, ab);
+            printf("%-20s %10.3f %10.3f %9.1f %7.1f%% %12.1f %12.3f %12.3f\n", label, f, b, tflops,
+                   gpu ? 100 * tflops / gpu->peak_tflops : NAN, gemm_rate(g, &bs, B * S), af, ab);
+            printf("#   attention: %s\n", rt_cuda_attention_path(g));
         }
-        printf("# bf16 attention ran on: %s\n", rt_cuda_attention_path(g));
     }
     rt_cuda_free(bl.block);
     rt_layer_params_free(&bp);

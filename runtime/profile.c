@@ -181,7 +181,8 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, point *pt,
     if (!o->on_gpu) return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, R, o->warmup, pt, err);
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
-    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], B, S, Se, R, &pt->fwd_ms, &pt->bwd_ms) != 0)
+    rt_batch mb = {B, S, Se, NULL, NULL};
+    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], &mb, R, &pt->fwd_ms, &pt->bwd_ms) != 0)
         return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of device "
                        "memory?)", B, S);
     layer_memory(pr->shape[k], B, S, Se, o->dtype, pt);

@@ -444,11 +444,16 @@ out:
 
 // ---- attention on cuDNN's fused SDPA (the backend graph API) ---------------------------------
 
-static void note_path(rt_cuda *g, const char *fwd, const char *bwd)
+// The path of the last attention; why cuDNN was not used only when it was not (an earlier
+// call's refusal does not describe a later call that cuDNN ran).
+static void note_path(rt_cuda *g, int fwd_cudnn, int bwd_cudnn)
 {
     char buf[sizeof g->attn_path];
-    snprintf(buf, sizeof buf, "forward %s, backward %s%s%s%s", fwd, bwd, g->dnn_why[0] ? " (cuDNN: " : "",
-             g->dnn_why, g->dnn_why[0] ? ")" : "");
+    const char *why = g->attn_mode == RT_ATTN_GEMM ? "the GEMM path was asked for" : g->dnn_why;
+    int say = (!fwd_cudnn || !bwd_cudnn) && why[0];
+    snprintf(buf, sizeof buf, "forward %s, backward %s%s%s%s", fwd_cudnn ? "cudnn-sdpa" : "gemm-softmax",
+             bwd_cudnn ? "cudnn-sdpa" : "gemm-softmax", say ? " (cuDNN: " : "", say ? why : "",
+             say ? ")" : "");
     memcpy(g->attn_path, buf, sizeof buf);
 }
 
@@ -466,7 +471,7 @@ static void attn_bwd(rt_cuda *g, const attn_io *x)
 {
     int bwd_cudnn = g->attn_mode != RT_ATTN_GEMM && rt_sdpa_bwd(g, x) == 0;
     if (!bwd_cudnn) gemm_attn_bwd(g, x);
-    note_path(g, g->last_fwd_cudnn ? "cudnn-sdpa" : "gemm-softmax", bwd_cudnn ? "cudnn-sdpa" : "gemm-softmax");
+    note_path(g, g->last_fwd_cudnn, bwd_cudnn);
 }
 
 // ---- the layer ----------------------------------------------------------------------------------

@@ -510,11 +510,11 @@ extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const 
     f64_layer_bwd_weight(g, grad, mb, acts, (const double *)enc);
 }
 
-extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se,
+extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *batch,
                                   int repeats, double *fwd_ms, double *bwd_ms)
 {
     rt_dtype dt = l->dtype;
-    if (!l->shape.cross) Se = 0;
+    int B = batch->B, S = batch->S, Se = l->shape.cross ? batch->Se : 0;
     size_t nh = (size_t)B * S * l->shape.hidden * rt_dtype_act_bytes(dt);
     size_t ne = (size_t)B * Se * l->shape.hidden * rt_dtype_act_bytes(dt);
     void *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh);
@@ -527,7 +527,7 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int
         rt_cuda_fill(g, x, nh / rt_dtype_act_bytes(dt), dt, 3, 1.0);
         rt_cuda_fill(g, enc, ne / rt_dtype_act_bytes(dt), dt, 4, 1.0);
         cudaMemsetAsync(grad.block, 0, rt_grad_block_bytes(l->count, dt), g->stream);
-        rt_batch mb = {B, S, Se, NULL, NULL};
+        rt_batch mb = {B, S, Se, batch->seqs, l->shape.cross ? batch->enc_seqs : NULL};
         rc = time_fwd_bwd(
             g, repeats, [&] { rt_cuda_layer_fwd(g, l, &mb, x, y, acts, enc); },
             [&] {

@@ -93,9 +93,10 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *
 void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
                               const void *acts, const void *enc);
 
-/* Mean forward and backward time of one layer on (B, S) (a cross layer: against an encoder
- * output of length Se) over `repeats` runs after a warm-up, by CUDA events. 0, or -1. */
-int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, int B, int S, int Se, int repeats,
+/* Mean forward and backward time of one layer on the micro-batch mb (B rows of S tokens; a cross
+ * layer against an encoder output of Se per row; varlen when mb has sequences) over `repeats`
+ * runs after a warm-up, by CUDA events, on synthetic inputs. 0, or -1. */
+int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, int repeats,
                        double *fwd_ms, double *bwd_ms);
 /* Mean time of one GEMM C (M x N) = A (M x K) B (K x N) at dtype (bf16: cuBLASLt, fp32
  * accumulation; fp64: cuBLAS), over `repeats` runs: the library's own rate on a layer's shapes,

@@ -54,6 +54,7 @@ struct sdpa_plan {
     sdpa_shape shape;
     bd plan;      // NULL: cuDNN refused this graph (not retried)
     int64_t ws;   // workspace bytes
+    char why[sizeof ((rt_cuda *)0)->dnn_why]; // why it refused
 };
 
 // A graph under construction: every descriptor made (destroyed at the end), the operations, and
@@ -459,14 +460,17 @@ static sdpa_plan *plan_for(rt_cuda *g, int dir, const sdpa_shape *x)
 {
     for (int i = 0; i < g->n_sdpa; i++) {
         sdpa_plan *p = &g->sdpa_cache[i];
-        if (p->dir == dir && same_shape(&p->shape, x)) return p->plan ? p : NULL;
+        if (p->dir == dir && same_shape(&p->shape, x)) {
+            if (!p->plan) memcpy(g->dnn_why, p->why, sizeof p->why);
+            return p->plan ? p : NULL;
+        }
     }
     if (!g->sdpa_cache && !(g->sdpa_cache = (sdpa_plan *)calloc(SDPA_CACHE, sizeof *g->sdpa_cache)))
         return NULL;
     int slot = g->n_sdpa < SDPA_CACHE ? g->n_sdpa++ : (x->B * 31 + x->sq + dir) % SDPA_CACHE;
     sdpa_plan *p = &g->sdpa_cache[slot];
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
-    p->dir = dir, p->shape = *x, p->plan = NULL, p->ws = 0;
+    p->dir = dir, p->shape = *x, p->plan = NULL, p->ws = 0, p->why[0] = '\0';
     gbuild b;
     gbuild_init(&b);
     if (dir == DIR_FWD)
@@ -481,6 +485,7 @@ static sdpa_plan *plan_for(rt_cuda *g, int dir, const sdpa_shape *x)
         snprintf(g->dnn_why, sizeof g->dnn_why, "%s%s graph: %s: %s%s%s", x->ragged ? "ragged " : "",
                  dir == DIR_FWD ? "forward" : "backward", b.what, cudnnGetErrorString(b.st),
                  msg[0] ? ": " : "", msg);
+        memcpy(p->why, g->dnn_why, sizeof p->why);
         return NULL;
     }
     return p;

@@ -63,7 +63,9 @@ fig_none() { :; }
 fig_checks() { # check-gpu: its count, the attention paths, the speed rows
     grep -E '^[0-9]+ passed' "$1"
     grep -Eo 'attention: [^)]*' "$1" | sort -u | head -n 2
-    awk '/^mbs x seq/ { on = 1; next } on && /^ *[0-9]+ x/ { printf "%s x %s: %s TFLOP/s, MFU %s, GEMMs %s TFLOP/s; ", $1, $3, $6, $7, $8 }' "$1"
+    awk '/^mbs x seq/ { on = 1; next }
+         on && /^ *[0-9]+ x/ { v = ($4 == "varlen") ? 2 : 0; label = $1 " x " $3 (v ? " varlen " $5 : "")
+                               printf "%s: %s TFLOP/s, MFU %s, GEMMs %s TFLOP/s; ", label, $(6 + v), $(7 + v), $(8 + v) }' "$1"
 }
 fig_profile() { grep -c 'dprun profile: mbs' "$1" | sed 's/$/ grid points/'; }
 fig_fit() { grep -E 'APE' "$1" | tr -s ' ' | tr '\n' ';'; }
