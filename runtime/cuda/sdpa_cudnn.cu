@@ -9,8 +9,8 @@
 //   backward  D = rowsum(dO o O) * 1 (a real fp32 tensor); S again from Q K^T, scaled,
 //             [padding mask]; S - stats; [causal mask]; P = exp(.); dV = P^T dO;
 //             dS = (dO V^T - D) o P * scale (fp32); dK = dS^T Q; dQ = dS K into a real fp32
-//             accumulator, copied to dQ by an identity (K as a reshape of K^T, the transposes as
-//             reshapes).
+//             accumulator (for the ragged form in dQ's layout, at dQ's offsets), copied to dQ by
+//             an identity (K as a reshape of K^T, the transposes as reshapes).
 // The masks: causal keeps row >= column; padding keeps row < seq_q[b] and column < seq_k[b].
 //
 // Two forms of the batch:
@@ -404,14 +404,15 @@ static void build_bwd(gbuild *b, const sdpa_shape *x)
     rows_view(x, x->sq, x->ldo, dim, str);
     bd o = tensor_r(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
     bd dout = tensor_r(b, U_DO, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
-    // dQ's fp32 accumulator: dense [B, a, sq, d] for rows; for the ragged form packed like the
-    // output (rows of ldo = a * d), at the output's offsets, so that it is sized by tokens
+    // dQ's fp32 accumulator: dense [B, a, sq, d] for rows; for the ragged form dQ's own strides
+    // and offsets (the frontend's THD accumulator), so that it is sized by the tokens
     int64_t acc_d[4] = {x->B, x->a, x->sq, x->d}, acc_s[4];
+    rows_view(x, x->sq, x->ldq, dim, str);
     if (x->ragged)
         memcpy(acc_s, str, sizeof acc_s);
     else
         acc_s[0] = (int64_t)x->a * x->sq * x->d, acc_s[1] = (int64_t)x->sq * x->d, acc_s[2] = x->d, acc_s[3] = 1;
-    bd acc = tensor_r(b, U_DQ_ACC, CUDNN_DATA_FLOAT, acc_d, acc_s, 0, c.off_o);
+    bd acc = tensor_r(b, U_DQ_ACC, CUDNN_DATA_FLOAT, acc_d, acc_s, 0, c.off_q);
     bd stats = tensor(b, U_STATS, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
     bd sum = tensor(b, U_SUM, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
     bd one_v = tensor(b, U_ONE, CUDNN_DATA_FLOAT, one, one, 1);
@@ -653,8 +654,9 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
     if (call_open(g, x, &c) == 0 && (p = plan_for(g, DIR_BWD, &c.shape))) {
         const sdpa_shape *s = &c.shape;
         size_t sum_n = (size_t)s->B * s->a * s->sq;
-        // the accumulator: dense for rows; for the ragged form, the output's extent
-        size_t acc_n = s->ragged ? (size_t)c.r.off_o[c.r.n] : sum_n * s->d;
+        // the accumulator: dense for rows; for the ragged form the queries' extent (the last
+        // offset: what cuDNN reads as the total)
+        size_t acc_n = s->ragged ? (size_t)c.r.off_q[c.r.n] : sum_n * s->d;
         cudaMallocAsync((void **)&sum, sum_n * sizeof *sum, g->stream);
         cudaMallocAsync((void **)&acc, (acc_n ? acc_n : 1) * sizeof *acc, g->stream);
         if (sum && acc) {
