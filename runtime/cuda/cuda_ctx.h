@@ -15,6 +15,7 @@
 #define LT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's workspace (what its heuristics may use)
 #define LT_CACHE 96                    // GEMM configurations kept (descriptors, chosen algorithm)
 #define SDPA_CACHE 64                  // cuDNN attention graphs kept (per shape and direction)
+#define DNN_WHY_BYTES 160              // why cuDNN was not used: rt_cuda.dnn_why, per cached graph
 
 struct lt_plan;   // layer_bf16.cu: one cached cuBLASLt GEMM configuration
 struct sdpa_plan; // sdpa_cudnn.cu: one cached cuDNN attention graph
@@ -26,7 +27,7 @@ struct rt_cuda {
     cublasLtHandle_t lt;   // bf16 GEMMs
     void *lt_ws;           // LT_WORKSPACE_BYTES of device memory
     cudnnHandle_t dnn;     // NULL when cuDNN could not start (the attention falls back)
-    char dnn_why[160];     // why cuDNN is not used, once known
+    char dnn_why[DNN_WHY_BYTES];     // why cuDNN is not used, once known
     struct lt_plan *lt_cache;
     int n_lt;
     struct sdpa_plan *sdpa_cache;

@@ -54,7 +54,7 @@ struct sdpa_plan {
     sdpa_shape shape;
     bd plan;      // NULL: cuDNN refused this graph (not retried)
     int64_t ws;   // workspace bytes
-    char why[sizeof ((rt_cuda *)0)->dnn_why]; // why it refused
+    char why[DNN_WHY_BYTES]; // why it refused
 };
 
 // A graph under construction: every descriptor made (destroyed at the end), the operations, and
@@ -510,7 +510,11 @@ static int execute(rt_cuda *g, const sdpa_plan *p, const pack_t *k)
     if ((size_t)p->ws > g->sdpa_ws_bytes) {
         if (g->sdpa_ws) cudaFree(g->sdpa_ws);
         g->sdpa_ws = NULL, g->sdpa_ws_bytes = 0;
-        if (cudaMalloc(&g->sdpa_ws, (size_t)p->ws) != cudaSuccess) return -1;
+        if (cudaMalloc(&g->sdpa_ws, (size_t)p->ws) != cudaSuccess) {
+            snprintf(g->dnn_why, sizeof g->dnn_why, "no device memory for its %.0f MB of workspace",
+                     (double)p->ws / 1e6);
+            return -1;
+        }
         g->sdpa_ws_bytes = (size_t)p->ws;
     }
     gbuild b;

@@ -16,7 +16,9 @@
 #      on the GPU; all stages share the GPU here, so overlapping stages compete for it and the
 #      error is an upper bound for one stage per GPU); the same plan in fp64 must end with the
 #      cpu ranks' gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's;
-#   4. a T5 plan (4 stages: encoder, then decoder) the same way;
+#   4. a T5 plan (4 stages: encoder, then decoder) and a varlen GPT plan (packing-ffd-varlen:
+#      samples packed into rows, each attending to itself, on cuDNN's ragged attention) the same
+#      way;
 #   5. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
 #      simulation error at the width the paper's experiments use;
 #   6. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
@@ -113,7 +115,10 @@ step profile_t5_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --
     --mbs 1,2,4 --seqlen 32,64,128 --dec-seqlen 16,32,64 -o "$GPU_OUT/gpu_t5_profile.csv"
 step plan_t5 fig_none "$DPSIM" plan --model t5-tiny --hw h200 --profile "$GPU_OUT/gpu_t5_profile.csv" --pp 4 \
     --max-seqlen 128 --max-dec-seqlen 64 --global-tokens 2048 --iterations 4 -o "$GPU_OUT/plan_t5.json"
-for s in 1f1b zb1 interleaved t5; do
+step plan_varlen fig_none "$DPSIM" plan --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" \
+    --batching packing-ffd-varlen --max-seqlen 256 --global-tokens 4096 --iterations 6 --pp 2 \
+    --schedule 1f1b -o "$GPU_OUT/plan_varlen.json"
+for s in 1f1b zb1 interleaved t5 varlen; do
     plan=$GPU_OUT/plan_$s.json
     step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
     step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \
