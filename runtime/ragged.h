@@ -15,8 +15,8 @@
  *   - the given ones are qs's sequences that have queries and keys, in order (one without either
  *     has nothing to attend: the caller's zeroed output stands, as on the GEMM path);
  *   - then empty ones (lengths 0, offsets at the end of the last) up to n, a power of two, and
- *     max_q, max_k are powers of two of at least RT_RAGGED_MIN_LEN: a kernel plan is built per
- *     shape (tens of milliseconds), so micro-batches of similar shape share one;
+ *     max_q, max_k are powers of two of at least RT_RAGGED_MIN_LEN: cuDNN builds a plan per
+ *     shape, an expensive step, so micro-batches of similar shape share one;
  *   - entry n of each offset array is the end of the last sequence (the kernel's convention).
  * The kernel needs each sequence's tokens contiguous and the sequences in increasing order, as
  * rt_seqs makes them; other input is refused, and the caller runs its GEMM path instead.
