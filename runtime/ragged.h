@@ -67,6 +67,24 @@ size_t rt_ragged_pack(const rt_ragged *r, void *blob, size_t at[RT_RG_COUNT]);
 /* The power of two >= max(v, floor) (floor >= 1). */
 int rt_ragged_bucket(int v, int floor);
 
+/* The softmax statistics of query i (head h) of given sequence c, which starts at token tok_q
+ * and has lq queries: where the kernel keeps it in its dense [n, a, max_q] statistics, and where
+ * layout.h keeps it (the sequence's (a, lq) block at a * tok_q). The CUDA kernel that moves them
+ * between the two and the tests both use these. */
+#if defined(__CUDACC__)
+#define RT_RAGGED_HD __host__ __device__
+#else
+#define RT_RAGGED_HD
+#endif
+static inline RT_RAGGED_HD long long rt_ragged_stat_at(int a, int max_q, int c, int h, int i)
+{
+    return ((long long)c * a + h) * max_q + i;
+}
+static inline RT_RAGGED_HD long long rt_ragged_lse_at(int a, int tok_q, int lq, int h, int i)
+{
+    return (long long)a * tok_q + (long long)h * lq + i;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -539,13 +539,14 @@ __global__ void k_stats_move(float *dense, float *lse, const int *seq_q, const i
                              int max_q, int to_lse)
 {
     int c = blockIdx.x, h = blockIdx.y, lq = seq_q[c];
-    float *dn = dense + ((long long)c * a + h) * max_q;
-    float *ls = lse + (long long)a * tok_q[c] + (long long)h * lq;
-    for (int i = threadIdx.x; i < lq; i += blockDim.x)
+    for (int i = threadIdx.x; i < lq; i += blockDim.x) {
+        float *dn = dense + rt_ragged_stat_at(a, max_q, c, h, i);
+        float *ls = lse + rt_ragged_lse_at(a, tok_q[c], lq, h, i);
         if (to_lse)
-            ls[i] = dn[i];
+            *ls = *dn;
         else
-            dn[i] = ls[i];
+            *dn = *ls;
+    }
 }
 
 // One call's device state: the shape, for the ragged form its arrays uploaded, and scratch.

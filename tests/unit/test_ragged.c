@@ -4,13 +4,16 @@
  * every query token the kernel is told of is checked against the rt_seqs it came from, token by
  * token (a walk written here over the tokens, not over the offsets), the padding to the buckets
  * and the end entries against their definitions, the upload unpacked again at 32 and 64 bits,
- * and the refusals. Where the CUDA backend is built, cuDNN itself then checks every descriptor
+ * and the refusals. cuDNN's ragged attention as its documentation defines it, emulated on the
+ * host from nothing but the description, must give the CPU layer's attention output, and the
+ * statistics moved into layout.h's blocks a log-sum-exp computed here. Where the CUDA backend is built, cuDNN itself then checks every descriptor
  * of the attention graphs built from them (runtime/cuda/sdpa_cudnn.cu; host-side finalisation,
  * no GPU needed): whole rows and ragged, causal and not, self- and cross-attention, 32- and
  * 64-bit offsets.
  */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +235,111 @@ static void test_refusals(void **state)
     assert_int_equal(rt_ragged_build(&r, &q3, &k1, 8, 8, 8, why, sizeof why), -1);
 }
 
+/* cuDNN's ragged attention as documented, reading nothing but r: entry c's query i, head h, at
+ * q + off_q[c] + i ldq + h d, its key j at k + off_k[c] + j ldkv + h d (values alike), rows
+ * i < seq_q[c] and keys j < seq_k[c] (j <= i when causal, the top-left causal mask), the output
+ * at o + off_o[c] + i ldo + h d and max + log(sum) into the dense statistics. */
+static void emulate_cudnn_fwd(const rt_ragged *r, const double *q, const double *k,
+                              const double *v, int ldq, int ldkv, int ldo, int a, int d,
+                              int causal, double *o, double *stats)
+{
+    double *sc = malloc((size_t)r->max_k * sizeof *sc);
+    assert_non_null(sc);
+    for (int c = 0; c < r->n; c++)
+        for (int h = 0; h < a; h++)
+            for (int i = 0; i < r->seq_q[c]; i++) {
+                const double *qi = q + r->off_q[c] + (long long)i * ldq + h * d;
+                int keys = causal && i + 1 < r->seq_k[c] ? i + 1 : r->seq_k[c];
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < keys; j++) {
+                    const double *kj = k + r->off_k[c] + (long long)j * ldkv + h * d;
+                    double dot = 0;
+                    for (int e = 0; e < d; e++) dot += qi[e] * kj[e];
+                    sc[j] = dot / sqrt((double)d);
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j < keys; j++) sum += exp(sc[j] - mx);
+                double *oi = o + r->off_o[c] + (long long)i * ldo + h * d;
+                for (int e = 0; e < d; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < keys; j++)
+                        acc += exp(sc[j] - mx) / sum * v[r->off_k[c] + (long long)j * ldkv + h * d + e];
+                    oi[e] = acc;
+                }
+                stats[rt_ragged_stat_at(a, r->max_q, c, h, i)] = mx + log(sum);
+            }
+    free(sc);
+}
+
+static void fill(double *x, size_t n, unsigned *seed)
+{
+    for (size_t i = 0; i < n; i++) x[i] = (double)(lcg(seed) % 2001) / 1000.0 - 1.0;
+}
+
+static void test_emulated_cudnn_is_the_layers_attention(void **state)
+{
+    (void)state;
+    unsigned seed = 5;
+    const int a = 2, d = 4, hk = a * d;
+    for (int trial = 0; trial < 60; trial++) {
+        int B = 1 + (int)(lcg(&seed) % 3), S = 8 + (int)(lcg(&seed) % 40), Se = 40;
+        int cross = trial % 2, causal = !cross;
+        int ldq = cross ? hk : 3 * hk, ldkv = cross ? 2 * hk : 3 * hk, ldo = hk;
+        batch b;
+        random_batch(&b, B, S, Se, cross, &seed);
+        rt_seqs qs = {b.n, b.off, b.len}, ks = {b.n, b.koff, b.klen};
+        rt_ragged r;
+        char why[128];
+        if (rt_ragged_build(&r, &qs, &ks, ldq, ldkv, ldo, why, sizeof why) != 0) continue;
+        size_t nq = (size_t)B * S, nk = cross ? (size_t)B * Se : nq;
+        double *qm = malloc(nq * ldq * sizeof *qm), *km = cross ? malloc(nk * ldkv * sizeof *km) : qm;
+        double *o = calloc(nq * ldo, sizeof *o), *ctx = calloc(nq * ldo, sizeof *ctx);
+        double *p = calloc((size_t)a * rt_seqs_pairs(&qs, &ks) + 1, sizeof *p);
+        double *stats = calloc((size_t)r.n * a * r.max_q, sizeof *stats);
+        double *lse = calloc(nq * a, sizeof *lse);
+        assert_true(qm && km && o && ctx && p && stats && lse);
+        fill(qm, nq * ldq, &seed);
+        if (cross) fill(km, nk * ldkv, &seed);
+        /* self-attention: q, k, v are the fused projection's thirds; cross: q apart, [k | v] */
+        const double *q = qm, *k = cross ? km : qm + hk, *v = cross ? km + hk : qm + 2 * hk;
+        emulate_cudnn_fwd(&r, q, k, v, ldq, ldkv, ldo, a, d, causal, o, stats);
+        rt_attention_fwd(q, k, v, ldq, ldkv, p, ctx, &qs, &ks, a, d, causal);
+        for (size_t i = 0; i < nq * ldo; i++)
+            if (fabs(o[i] - ctx[i]) > 1e-12)
+                fail_msg("trial %d: output element %zu: emulated cuDNN %.15g, the layer %.15g", trial,
+                         i, o[i], ctx[i]);
+        /* the statistics moved as the kernel moves them, then read at layout.h's place */
+        for (int c = 0; c < r.used; c++)
+            for (int h = 0; h < a; h++)
+                for (int i = 0; i < r.seq_q[c]; i++)
+                    lse[rt_ragged_lse_at(a, r.tok_q[c], r.seq_q[c], h, i)] =
+                        stats[rt_ragged_stat_at(a, r.max_q, c, h, i)];
+        for (int j = 0; j < b.n; j++) {
+            if (b.len[j] == 0 || b.klen[j] == 0) continue;
+            for (int h = 0; h < a; h++)
+                for (int i = 0; i < b.len[j]; i++) {
+                    /* layout.h: sequence j's (a, lq) block at a * off[j] */
+                    double got = lse[(size_t)a * b.off[j] + (size_t)h * b.len[j] + i], sum = 0;
+                    int keys = causal && i + 1 < b.klen[j] ? i + 1 : b.klen[j];
+                    for (int t = 0; t < keys; t++) {
+                        double dot = 0;
+                        for (int e = 0; e < d; e++)
+                            dot += q[(size_t)(b.off[j] + i) * ldq + h * d + e] *
+                                   k[(size_t)(b.koff[j] + t) * ldkv + h * d + e];
+                        sum += exp(dot / sqrt((double)d));
+                    }
+                    if (fabs(got - log(sum)) > 1e-12)
+                        fail_msg("trial %d: sequence %d head %d query %d: log-sum-exp %.15g, expected %.15g",
+                                 trial, j, h, i, got, log(sum));
+                }
+        }
+        free(qm);
+        if (cross) free(km);
+        free(o), free(ctx), free(p), free(stats), free(lse);
+        rt_ragged_release(&r);
+    }
+}
+
 static void test_cudnn_accepts_the_attention_descriptors(void **state)
 {
     (void)state;
@@ -283,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_random_batches),
         cmocka_unit_test(test_pack),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_emulated_cudnn_is_the_layers_attention),
         cmocka_unit_test(test_cudnn_accepts_the_attention_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
