@@ -55,6 +55,9 @@ static void help(void)
            "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
            "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
            "  -w, --warmup N        unrecorded runs of the first iteration        [1]\n"
+           "      --no-prepare      cuda: skip the unrecorded run of every iteration before the\n"
+           "                        measured ones (it keeps cuBLASLt's and cuDNN's per-shape plan\n"
+           "                        building, slow first calls, out of the timeline)       [on]\n"
            "      --no-noise        skip the noise repeat: the first iteration, run once more and\n"
            "                        recorded with repeat 1 (dpsim validate reports the spread) [on]\n"
            "      --stall-rank R --stall-s S   fault injection: rank R sleeps S seconds first\n"
@@ -253,14 +256,14 @@ static int run_main(int argc, char **argv)
         {"out", required_argument, 0, 'o'},   {"output", required_argument, 0, 'o'},
         {"timeout", required_argument, 0, 't'}, {"iterations", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'}, {"stall-rank", required_argument, 0, 1},
-        {"no-noise", no_argument, 0, 4},
+        {"no-noise", no_argument, 0, 4},       {"no-prepare", no_argument, 0, 5},
         {"stall-s", required_argument, 0, 2},  {"no-plan-check", no_argument, 0, 3},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *plan_path = NULL, *out = NULL, *backend = "cpu", *dtype = NULL;
     double timeout = 60;
     int64_t iterations = 0, warmup = 1, stall_rank = -1;
-    int repeat_first = 1;
+    int repeat_first = 1, prepare = 1;
     double stall_s = 0;
     int c, check_plan = 1;
     optind = 1;
@@ -287,6 +290,7 @@ static int run_main(int argc, char **argv)
             break;
         case 3: check_plan = 0; break;
         case 4: repeat_first = 0; break;
+        case 5: prepare = 0; break;
         case 'h': help(); return 0;
         default: return usage_error("unknown or incomplete option", argv[optind - 1]);
         }
@@ -365,7 +369,7 @@ static int run_main(int argc, char **argv)
         return fail_all(rank, msg);
     }
     rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s,
-                 repeat_first, dt};
+                 repeat_first, dt, prepare};
     rt_result res;
     st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {

@@ -794,6 +794,8 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     size_t cap = 0;
     for (int w = 0; st == DP_OK && w < o->warmup && n_it > 0; w++)
         st = run_iteration(&c, &pl->it[0], 0, RT_RECORD_OFF, res, &cap);
+    for (int i = o->warmup > 0 ? 1 : 0; st == DP_OK && o->prepare && i < n_it; i++)
+        st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_OFF, res, &cap);
     double started = dp_now_s();
     for (int i = 0; st == DP_OK && i < n_it; i++) {
         st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_ON, res, &cap);

@@ -10,6 +10,7 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=
 export OMPI_MCA_btl_vader_single_copy_mechanism=none # quiet in containers without CMA
 
 expect "dprun --help" 0 "profile" -- "$DPRUN" --help
+expect "dprun --help names the prepare pass and how to skip it" 0 "no-prepare.*cuda: skip the unrecorded run of every iteration" -- "$DPRUN" --help
 expect "dprun without a plan is a usage error" 2 "needs --plan and --out" -- "$DPRUN" --out x.csv
 
 # --- the round trip --------------------------------------------------------------------------------
@@ -105,8 +106,8 @@ same_norm() {
   fi
 }
 # bf16_run NAME NP PLAN [all] (after same_norm on PLAN, whose cpu run it compares with): the
-# multi-GPU mode in bf16, no warm-up or noise repeat, so that NCCL carries each of the plan's
-# sends once. Under the sanitizer build (several times slower) only the runs marked "all" run;
+# multi-GPU mode in bf16, no warm-up, prepare pass or noise repeat, so that NCCL carries each of
+# the plan's sends once. Under the sanitizer build (several times slower) only the runs marked "all" run;
 # the normal build runs every one.
 case "$DPSIM" in */san/*) SANITIZED=1 ;; *) SANITIZED= ;; esac
 plan_send_bytes() { grep -Eo '"op": ?"SEND_[A-Z]+"[^}]*' "$1" | grep -Eo '"bytes": ?[0-9]+' | tr -dc '0-9\n' | awk '{s += $1} END {print s + 0}'; }
@@ -114,7 +115,7 @@ bf16_run() {
   local name=$1 np=$2 plan=$3
   [ -n "$SANITIZED" ] && [ "${4:-}" != all ] && return 0
   timeout 300 $MPIRUN -np "$np" -x FAKE_CUDA_REPORT=1 "$FAKE" --plan "$plan" --backend cuda --warmup 0 \
-    --no-noise --out "$TMP/b.csv" >"$TMP/bf16.out" 2>&1
+    --no-prepare --no-noise --out "$TMP/b.csv" >"$TMP/bf16.out" 2>&1
   local a b sent want wire
   a=$(norm "$TMP/cpu.out") b=$(norm "$TMP/bf16.out")
   sent=$(grep -Eo 'sent [0-9]+ bytes over NCCL' "$TMP/bf16.out" | awk '{s += $2} END {print s + 0}')

@@ -43,7 +43,7 @@ static double run_and_check(const char *path, rt_dtype dt)
     plan pl;
     model_spec m;
     load(path, &pl, &m);
-    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0, dt};
+    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0, dt, 0};
     rt_result res;
     dp_err err = {0};
     if (rt_execute_gpu(&o, &res, &err) != DP_OK) fail_msg("%s: %s", path, err.msg);
@@ -95,6 +95,40 @@ static void test_schedules_run(void **state)
     }
 }
 
+extern long fake_cuda_layer_fwd_calls; /* fake_cuda.c */
+
+/* The prepare pass runs every iteration once more, unrecorded, and changes nothing measured. */
+static void test_prepare_runs_every_iteration_unrecorded(void **state)
+{
+    (void)state;
+    plan pl;
+    model_spec m;
+    load(GOLDEN "plan_zb1_4stages.json", &pl, &m);
+    assert_true(pl.n_it >= 2);
+    rt_result r[3];
+    long calls[3];
+    for (int k = 0; k < 3; k++) { /* iteration 0 alone; all (warm-up 1); all, prepared */
+        rt_opts o = {&pl, &m, 60, k == 0 ? 0 : 1, k == 0 ? 1 : 0, -1, 0, 0, RT_FP64, k == 2};
+        dp_err err = {0};
+        long before = fake_cuda_layer_fwd_calls;
+        if (rt_execute_gpu(&o, &r[k], &err) != DP_OK) fail_msg("%s", err.msg);
+        calls[k] = fake_cuda_layer_fwd_calls - before;
+    }
+    /* plain: iteration 0 twice (warm-up, measured) and the others once; prepared: every one twice */
+    assert_true(calls[0] > 0);
+    assert_int_equal(calls[2] - calls[1], calls[1] - 2 * calls[0]);
+    assert_true(calls[2] > calls[1]);
+    assert_int_equal(r[2].n_rec, r[1].n_rec);
+    assert_true(r[2].grad_sq == r[1].grad_sq); /* gradients are each iteration's own */
+    for (size_t i = 0; i < r[1].n_rec; i++) {
+        assert_int_equal(r[2].rec[i].iteration, r[1].rec[i].iteration);
+        assert_int_equal(r[2].rec[i].op, r[1].rec[i].op);
+        assert_int_equal(r[2].rec[i].repeat, 0);
+    }
+    for (int k = 0; k < 3; k++) free(r[k].rec);
+    plan_release(&pl);
+}
+
 static void test_deadlock_reported(void **state)
 {
     (void)state;
@@ -110,7 +144,7 @@ static void test_deadlock_reported(void **state)
     plan_instr x = R->ins[g];
     memmove(&R->ins[1], &R->ins[0], (size_t)g * sizeof x);
     R->ins[0] = x;
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 0};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_DEADLOCK);
@@ -131,7 +165,7 @@ static void test_wrong_bytes_refused(void **state)
             R->ins[k].bytes += 2;
             break;
         }
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 0};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_INVALID);
@@ -144,6 +178,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedules_run),
+        cmocka_unit_test(test_prepare_runs_every_iteration_unrecorded),
         cmocka_unit_test(test_deadlock_reported),
         cmocka_unit_test(test_wrong_bytes_refused),
     };
