@@ -266,11 +266,14 @@ fuzz: deps
 
 # On a machine with a GPU: the GPU layer against the CPU layer, a GPU profile, and small plans run
 # on one GPU (and over NCCL with two GPUs or more) through dpsim validate, their gradient norms
-# against the cpu backend's (tests/gpu/check_gpu.sh).
+# against the cpu backend's (tests/gpu/check_gpu.sh). GPU_OUT (the output folder) and
+# CHECK_GPU_BUDGET / STEP_TIMEOUT (seconds) pass through to it.
+GPU_OUT ?= gpu-out
 check-gpu: all
-	BUILD=$(BUILD) GPU_OUT=gpu-out tests/gpu/check_gpu.sh
+	BUILD=$(BUILD) GPU_OUT=$(GPU_OUT) tests/gpu/check_gpu.sh
 
-# The same script rehearsed without a GPU (about 2 minutes): dprun replaced by the fake-GPU build
+# The same script rehearsed without a GPU (about 7 minutes here, most of it the fake GPU running
+# the CPU layer): dprun replaced by the fake-GPU build
 # (tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI; its timings are meaningless), so that the
 # script's steps are known to work before GPU time is spent on them.
 check-gpu-rehearsal: all $(BUILD)/tests/dprun-fake-gpu

@@ -7,7 +7,10 @@
 # Python wheel put it when /usr/local/cuda has none).
 #
 # On the GPU machine, from the repository's root:
-#   tar xJf gpu-bundle.tar.xz && . gpu-bundle/env.sh && BUILD=gpu-bundle/bin tests/gpu/check_gpu.sh
+#   tar xJf gpu-bundle.tar.xz && . gpu-bundle/env.sh &&
+#     BUILD=gpu-bundle/bin GPU_OUT=$OUT/gpu-out CHECK_GPU_BUDGET=480 tests/gpu/check_gpu.sh
+# (GPU_OUT under the device tool's $OUT: what was written comes back even if the command is cut
+# off; the budget leaves the script time to pack its folder before a 600-second limit)
 # OpenMPI is relocated with OPAL_PREFIX, which env.sh sets: the bundle keeps its files at their
 # Debian paths under gpu-bundle/usr.
 set -eu

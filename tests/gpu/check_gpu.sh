@@ -25,13 +25,20 @@
 #      plans, validated and compared the same way; skipped, and said so, with one GPU.
 # Exit status: non-zero when any step failed. REHEARSAL=1 (make check-gpu-rehearsal, on a fake GPU)
 # leaves out what only a GPU does in time.
+# Time limits, for a machine lent by the minute: a step that runs past STEP_TIMEOUT seconds [300]
+# is stopped and fails; once CHECK_GPU_BUDGET seconds [0: no budget] have passed since the start,
+# the remaining steps are skipped, each said so, and the folder is still packed. On the device
+# tool, GPU_OUT=$OUT/gpu-out brings back whatever was written even if the command is cut off.
 set -u
 BUILD=${BUILD:-build}
 GPU_OUT=${GPU_OUT:-gpu-out}
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+CHECK_GPU_BUDGET=${CHECK_GPU_BUDGET:-0}
+T_START=$(date +%s)
 mkdir -p "$GPU_OUT"
 SUMMARY=$GPU_OUT/summary.txt
 : >"$SUMMARY"
-n_pass=0 n_fail=0
+n_pass=0 n_fail=0 n_skip=0
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 
 { date; nvidia-smi -L 2>&1; nvcc --version 2>&1 | tail -n 2; uname -a; } >"$GPU_OUT/env.txt"
@@ -39,17 +46,28 @@ cat "$GPU_OUT/env.txt"
 
 # step NAME FIGURE CMD...: runs CMD with its output in $GPU_OUT/NAME.log (and on the screen);
 # FIGURE is a function that prints the step's figure from that log.
+# A program runs under `timeout` (STEP_TIMEOUT); a shell function of this script as it is.
 step() {
     local name=$1 figure=$2
     shift 2
     local log="$GPU_OUT/$name.log" t0 rc secs fig line
+    if [ "$CHECK_GPU_BUDGET" -gt 0 ] && [ $(($(date +%s) - T_START)) -ge "$CHECK_GPU_BUDGET" ]; then
+        echo "SKIP $name: the time budget of $CHECK_GPU_BUDGET s is spent" | tee -a "$SUMMARY"
+        n_skip=$((n_skip + 1))
+        return 0
+    fi
     echo "== $name: $*"
     t0=$(date +%s.%N)
-    "$@" >"$log" 2>&1
+    if [ "$(type -t "$1")" = function ]; then
+        "$@" >"$log" 2>&1
+    else
+        timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$log" 2>&1
+    fi
     rc=$?
     cat "$log"
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     fig=$("$figure" "$log" 2>/dev/null | tr '\n' ' ')
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] && fig="stopped after $STEP_TIMEOUT s (STEP_TIMEOUT) $fig"
     if [ "$rc" = 0 ]; then
         line="PASS $name ($secs s): $fig"
         n_pass=$((n_pass + 1))
@@ -160,6 +178,6 @@ else
         tee -a "$SUMMARY"
 fi
 
-echo "check-gpu: $n_pass steps passed, $n_fail failed" | tee -a "$SUMMARY"
+echo "check-gpu: $n_pass steps passed, $n_fail failed, $n_skip skipped for time" | tee -a "$SUMMARY"
 tar -czf "$GPU_OUT.tgz" -C "$(dirname "$GPU_OUT")" "$(basename "$GPU_OUT")"
 [ "$n_fail" = 0 ]
