@@ -67,7 +67,8 @@ step() {
     cat "$log"
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     fig=$("$figure" "$log" 2>/dev/null | tr '\n' ' ')
-    [ "$rc" = 124 ] || [ "$rc" = 137 ] && fig="stopped after $STEP_TIMEOUT s (STEP_TIMEOUT) $fig"
+    [ "$rc" = 124 ] && fig="stopped after $STEP_TIMEOUT s (STEP_TIMEOUT) $fig"
+    [ "$rc" = 137 ] && fig="killed (past STEP_TIMEOUT and its grace, or out of memory) $fig"
     if [ "$rc" = 0 ]; then
         line="PASS $name ($secs s): $fig"
         n_pass=$((n_pass + 1))
