@@ -272,7 +272,7 @@ GPU_OUT ?= gpu-out
 check-gpu: all
 	BUILD=$(BUILD) GPU_OUT=$(GPU_OUT) tests/gpu/check_gpu.sh
 
-# The same script rehearsed without a GPU (about 7 minutes here, most of it the fake GPU running
+# The same script rehearsed without a GPU (about 11 minutes here, most of it the fake GPU running
 # the CPU layer): dprun replaced by the fake-GPU build
 # (tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI; its timings are meaningless), so that the
 # script's steps are known to work before GPU time is spent on them.
