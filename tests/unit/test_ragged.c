@@ -6,10 +6,10 @@
  * and the end entries against their definitions, the upload unpacked again at 32 and 64 bits,
  * and the refusals. cuDNN's ragged attention as its documentation defines it, emulated on the
  * host from nothing but the description, must give the CPU layer's attention output, and the
- * statistics moved into layout.h's blocks a log-sum-exp computed here. Where the CUDA backend is built, cuDNN itself then checks every descriptor
- * of the attention graphs built from them (runtime/cuda/sdpa_cudnn.cu; host-side finalisation,
- * no GPU needed): whole rows and ragged, causal and not, self- and cross-attention, 32- and
- * 64-bit offsets.
+ * statistics moved into layout.h's blocks a log-sum-exp computed here. Where the CUDA backend
+ * is built, cuDNN itself then checks every descriptor of the attention graphs built from them
+ * (runtime/cuda/sdpa_cudnn.cu; host-side finalisation, no GPU needed): whole rows and ragged,
+ * causal and not, self- and cross-attention, 32- and 64-bit offsets.
  */
 #include "testutil.h"
 
