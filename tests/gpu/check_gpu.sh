@@ -4,25 +4,26 @@
 # step prints a line "PASS name (seconds): figure" or "FAIL name (exit N, seconds): why" into
 # $GPU_OUT/summary.txt as well as the screen, and the script goes on after a failure, so that one
 # run tells everything. The folder (logs, profiles, plans, timelines, plots) is also packed into
-# $GPU_OUT.tgz: on the device tool, copy summary.txt and the .tgz into $OUT.
+# $GPU_OUT.tgz.
 #   1. dprun check-gpu: the CUDA layer in fp64 against the CPU layer (1e-9), in bf16 against fp64
 #      (check_gpu.h's tolerances) with cuDNN's fused attention and with the GEMM path; the bf16
 #      speed of a GPT-6.7B-width layer (TFLOP/s, MFU, cuBLASLt's rate on its GEMMs);
-#   2. dprun profile --dtype bf16: gpt-tiny's grid (for the small plans), and the widths the
-#      simulator models, GPT-6.7B, Llama-2-7B (SwiGLU) and T5-11B, one layer at a time, TP 1;
-#      dpsim calibrate fits the analytic model's constants for this GPU from the GPT-6.7B profile;
-#   3. gpt-tiny plans on that profile (1F1B on 2 stages, ZB-H1 on 4, interleaved 2 x 2 chunks)
-#      run by the single-GPU mode in bf16, each validated against its plan (the simulation error
-#      on the GPU; all stages share the GPU here, so overlapping stages compete for it and the
-#      error is an upper bound for one stage per GPU); the same plan in fp64 must end with the
-#      cpu ranks' gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's;
-#   4. a T5 plan (4 stages: encoder, then decoder) and a varlen GPT plan (packing-ffd-varlen:
-#      samples packed into rows, each attending to itself, on cuDNN's ragged attention) the same
-#      way;
-#   5. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
+#   2. small plans on gpt-tiny's and t5-tiny's bf16 profiles (1F1B on 2 stages, a varlen 1F1B
+#      plan — packing-ffd-varlen: samples packed into rows, each attending to itself, on cuDNN's
+#      ragged attention —, T5 on 4 stages, ZB-H1 on 4, interleaved 2 x 2 chunks) run by the
+#      single-GPU mode in bf16, each validated against its plan (the simulation error on the
+#      GPU; all stages share the GPU here, so overlapping stages compete for it and the error is
+#      an upper bound for one stage per GPU); the same plan in fp64 must end with the cpu ranks'
+#      gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's;
+#   3. dprun profile --dtype bf16 at the widths the simulator models, GPT-6.7B, Llama-2-7B
+#      (SwiGLU) and T5-11B, one layer at a time, TP 1; dpsim calibrate fits the analytic model's
+#      constants for this GPU from the GPT-6.7B profile;
+#   4. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
 #      simulation error at the width the paper's experiments use;
-#   6. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
+#   5. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
 #      plans, validated and compared the same way; skipped, and said so, with one GPU.
+# The order puts the cheapest figures first, so that a time budget that ends the run early
+# (below) costs the most expensive ones.
 # Exit status: non-zero when any step failed. REHEARSAL=1 (make check-gpu-rehearsal, on a fake GPU)
 # leaves out what only a GPU does in time.
 # Time limits, for a machine lent by the minute: a step that runs past STEP_TIMEOUT seconds [300]
@@ -111,22 +112,16 @@ DPRUN=$BUILD/dprun DPSIM=$BUILD/dpsim
 step check_gpu_gpt fig_checks "$DPRUN" check-gpu gpt-tiny
 step check_gpu_t5 fig_checks "$DPRUN" check-gpu t5-tiny --no-speed
 
-# 2. profiles
+# 2. small plans on small profiles, the cheapest figures first (a budget may end the run early):
+# bf16 validated, fp64 against the cpu ranks, bf16 against fp64
 step profile_gpt_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-tiny \
     --mbs 1,2,3,4,6,8 --seqlen 32,64,96,128,192,256 -o "$GPU_OUT/gpu_profile.csv"
-step profile_gpt_6.7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-6.7b-16l \
-    --mbs 1,2,4,8 --seqlen 256,512,1024,2048,4096 -o "$GPU_OUT/h200_gpt_6.7b_profile.csv"
-step profile_llama2_7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model llama2-7b \
-    --mbs 1,2,4 --seqlen 512,1024,2048,4096 -o "$GPU_OUT/h200_llama2_7b_profile.csv"
-step profile_t5_11b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model t5-11b-8l \
-    --mbs 1,2,4 --seqlen 256,512,1024,2048 --dec-seqlen 64,128,256,512 -o "$GPU_OUT/h200_t5_11b_profile.csv"
-step calibrate_gpt_6.7b fig_fit "$DPSIM" calibrate --profile "$GPU_OUT/h200_gpt_6.7b_profile.csv" \
-    --model gpt-6.7b-16l --hw h200 -o "$GPU_OUT/h200_gpt_6.7b_fit.json"
-
-# 3.-4. small plans: bf16 validated, fp64 against the cpu ranks, bf16 against fp64
 common=(--model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" --batching token --mb-tokens 512
         --max-seqlen 256 --global-tokens 4096 --iterations 6)
 step plan_1f1b fig_none "$DPSIM" plan "${common[@]}" --pp 2 --schedule 1f1b -o "$GPU_OUT/plan_1f1b.json"
+step plan_varlen fig_none "$DPSIM" plan --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" \
+    --batching packing-ffd-varlen --max-seqlen 256 --global-tokens 4096 --iterations 6 --pp 2 \
+    --schedule 1f1b -o "$GPU_OUT/plan_varlen.json"
 step plan_zb1 fig_none "$DPSIM" plan "${common[@]}" --pp 4 --schedule zb1 -o "$GPU_OUT/plan_zb1.json"
 step plan_interleaved fig_none "$DPSIM" plan "${common[@]}" --pp 2 --chunks 2 --schedule interleaved \
     -o "$GPU_OUT/plan_interleaved.json"
@@ -134,10 +129,7 @@ step profile_t5_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --
     --mbs 1,2,4 --seqlen 32,64,128 --dec-seqlen 16,32,64 -o "$GPU_OUT/gpu_t5_profile.csv"
 step plan_t5 fig_none "$DPSIM" plan --model t5-tiny --hw h200 --profile "$GPU_OUT/gpu_t5_profile.csv" --pp 4 \
     --max-seqlen 128 --max-dec-seqlen 64 --global-tokens 2048 --iterations 4 -o "$GPU_OUT/plan_t5.json"
-step plan_varlen fig_none "$DPSIM" plan --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" \
-    --batching packing-ffd-varlen --max-seqlen 256 --global-tokens 4096 --iterations 6 --pp 2 \
-    --schedule 1f1b -o "$GPU_OUT/plan_varlen.json"
-for s in 1f1b zb1 interleaved t5 varlen; do
+for s in 1f1b varlen t5 zb1 interleaved; do
     plan=$GPU_OUT/plan_$s.json
     step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
     step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \
@@ -149,7 +141,17 @@ for s in 1f1b zb1 interleaved t5 varlen; do
     step "norm_${s}_bf16_vs_fp64" fig_norms close "$GPU_OUT/run_${s}_bf16.log" "$GPU_OUT/run_${s}_fp64.log" 5e-2
 done
 
-# 5. the paper's width: GPT-6.7B on its own bf16 profile (not in the rehearsal: its fake GPU runs
+# 3. profiles at the widths the simulator models, and the analytic model fitted to this GPU
+step profile_gpt_6.7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-6.7b-16l \
+    --mbs 1,2,4,8 --seqlen 256,512,1024,2048,4096 -o "$GPU_OUT/h200_gpt_6.7b_profile.csv"
+step calibrate_gpt_6.7b fig_fit "$DPSIM" calibrate --profile "$GPU_OUT/h200_gpt_6.7b_profile.csv" \
+    --model gpt-6.7b-16l --hw h200 -o "$GPU_OUT/h200_gpt_6.7b_fit.json"
+step profile_llama2_7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model llama2-7b \
+    --mbs 1,2,4 --seqlen 512,1024,2048,4096 -o "$GPU_OUT/h200_llama2_7b_profile.csv"
+step profile_t5_11b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model t5-11b-8l \
+    --mbs 1,2,4 --seqlen 256,512,1024,2048 --dec-seqlen 64,128,256,512 -o "$GPU_OUT/h200_t5_11b_profile.csv"
+
+# 4. the paper's width: GPT-6.7B on its own bf16 profile (not in the rehearsal: its fake GPU runs
 # the CPU layer, for which sixteen GPT-6.7B layers are hours of work)
 if [ -n "${REHEARSAL:-}" ]; then
     echo "SKIP the GPT-6.7B plan: a rehearsal (the fake GPU computes on the CPU)" | tee -a "$SUMMARY"
@@ -162,7 +164,7 @@ step validate_gpt_6.7b fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_gpt_
     --measured "$GPU_OUT/measured_gpt_6.7b.csv" $(plot "$GPU_OUT/validate_gpt_6.7b.png")
 fi
 
-# 6. NCCL, one rank per GPU
+# 5. NCCL, one rank per GPU
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "${gpus:-0}" -ge 2 ]; then
     for s in 1f1b interleaved; do
