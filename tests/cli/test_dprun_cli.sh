@@ -86,7 +86,9 @@ FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
 norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
 norm_of() { norm "$1"; }
 export -f norm norm_of
-# same_norm NAME NP PLAN: cpu on NP ranks, the multi-GPU mode on NP ranks, the single-GPU mode.
+# same_norm NAME NP PLAN: cpu on NP ranks, the multi-GPU mode on NP ranks (with the prepare pass,
+# so its NCCL traffic is exercised too), the single-GPU mode (without it: test_exec_gpu checks
+# that it changes nothing, and it doubles the fake's CPU time).
 same_norm() {
   local name=$1 np=$2 plan=$3
   timeout 300 $MPIRUN -np "$np" "$DPRUN" --plan "$plan" --backend cpu --out "$TMP/c.csv" >"$TMP/cpu.out" 2>&1
@@ -94,7 +96,7 @@ same_norm() {
   local a b c where="cpu ranks and NCCL ranks"
   a=$(norm "$TMP/cpu.out") b=$(norm "$TMP/multi.out") c=$b
   if grep -q '"dp":1,' "$plan"; then # one GPU runs plans without replicas
-    timeout 300 "$FAKE" --plan "$plan" --backend cuda --dtype fp64 --out "$TMP/g1.csv" >"$TMP/single.out" 2>&1
+    timeout 300 "$FAKE" --plan "$plan" --backend cuda --dtype fp64 --no-prepare --out "$TMP/g1.csv" >"$TMP/single.out" 2>&1
     c=$(norm "$TMP/single.out") where="cpu ranks, NCCL ranks and one GPU"
   fi
   if [ -n "$a" ] && awk -v a="$a" -v b="$b" -v c="$c" 'function d(x, y) { return (x > y ? x - y : y - x) / x }
