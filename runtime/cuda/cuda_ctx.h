@@ -121,6 +121,101 @@ template <class T> __device__ inline T block_max(T v)
     return r;
 }
 
+#define GRID_STRIDE(i, n)                                                                          \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);                  \
+         i += (long long)gridDim.x * blockDim.x)
+
+// An element type of the layers and the type its arithmetic runs in: fp64 in double, bf16 in
+// float (loaded widened, stored rounded to nearest).
+template <class T> struct elem;
+template <> struct elem<double> {
+    typedef double math;
+    static __device__ inline double load(double v) { return v; }
+    static __device__ inline double store(double v) { return v; }
+};
+template <> struct elem<__nv_bfloat16> {
+    typedef float math;
+    static __device__ inline float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+    static __device__ inline __nv_bfloat16 store(float v) { return __float2bfloat16(v); }
+};
+
+// The element-wise ops both layers run, once for both types (the CPU layer, layer.c, has the
+// same formulas; check-gpu compares them). y += x.
+template <class T> __global__ void k_add(T *y, const T *x, long long n)
+{
+    GRID_STRIDE(i, n) y[i] = elem<T>::store(elem<T>::load(y[i]) + elem<T>::load(x[i]));
+}
+
+// GELU, tanh approximation, and its backward du = dg * GELU'(u).
+template <class T> __global__ void k_gelu_fwd(const T *u, T *gv, long long n)
+{
+    typedef typename elem<T>::math M;
+    const M c = (M)0.7978845608028654, k = (M)0.044715;
+    GRID_STRIDE(i, n)
+    {
+        M x = elem<T>::load(u[i]);
+        gv[i] = elem<T>::store((M)0.5 * x * (1 + tanh(c * (x + k * x * x * x))));
+    }
+}
+
+template <class T> __global__ void k_gelu_bwd(const T *dg, const T *u, T *du, long long n)
+{
+    typedef typename elem<T>::math M;
+    const M c = (M)0.7978845608028654, k = (M)0.044715;
+    GRID_STRIDE(i, n)
+    {
+        M x = elem<T>::load(u[i]), t = tanh(c * (x + k * x * x * x));
+        M d = (M)0.5 * (1 + t) + (M)0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+        du[i] = elem<T>::store(elem<T>::load(dg[i]) * d);
+    }
+}
+
+// SwiGLU on rows of u (n, 2f) = [gate | up]: g (n, f) = silu(gate) o up; and its backward.
+template <class T> __global__ void k_swiglu_fwd(const T *u, T *gv, int f, long long nf)
+{
+    typedef typename elem<T>::math M;
+    GRID_STRIDE(i, nf)
+    {
+        long long r = i / f, j = i % f;
+        M a = elem<T>::load(u[r * 2 * f + j]), b = elem<T>::load(u[r * 2 * f + f + j]);
+        gv[i] = elem<T>::store(a / (1 + exp(-a)) * b);
+    }
+}
+
+template <class T> __global__ void k_swiglu_bwd(const T *dg, const T *u, T *du, int f, long long nf)
+{
+    typedef typename elem<T>::math M;
+    GRID_STRIDE(i, nf)
+    {
+        long long r = i / f, j = i % f;
+        M a = elem<T>::load(u[r * 2 * f + j]), b = elem<T>::load(u[r * 2 * f + f + j]);
+        M sg = 1 / (1 + exp(-a)), d = elem<T>::load(dg[i]);
+        du[r * 2 * f + j] = elem<T>::store(d * b * sg * (1 + a * (1 - sg)));
+        du[r * 2 * f + f + j] = elem<T>::store(d * a * sg);
+    }
+}
+
+// The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows, and its backward.
+template <class T>
+static void mlp_act_fwd(rt_cuda *g, const rt_layer_shape *s, const T *u, T *gv, int n)
+{
+    long long nf = (long long)n * s->ffn;
+    if (s->glu)
+        k_swiglu_fwd<T><<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, s->ffn, nf);
+    else
+        k_gelu_fwd<T><<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, nf);
+}
+
+template <class T>
+static void mlp_act_bwd(rt_cuda *g, const rt_layer_shape *s, const T *dg, const T *u, T *du, int n)
+{
+    long long nf = (long long)n * s->ffn;
+    if (s->glu)
+        k_swiglu_bwd<T><<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, s->ffn, nf);
+    else
+        k_gelu_bwd<T><<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, nf);
+}
+
 // Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.
 template <class Fwd, class Bwd>
 static int time_fwd_bwd(rt_cuda *g, int repeats, Fwd fwd, Bwd bwd, double *fwd_ms, double *bwd_ms)

@@ -17,7 +17,6 @@
 typedef __nv_bfloat16 bf16;
 
 #define LN_EPS 1e-5f
-#define GELU_C 0.7978845608028654f
 
 // ---- cuBLASLt ---------------------------------------------------------------------------------
 
@@ -158,15 +157,6 @@ static void gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, const bf16 *A,
 
 // ---- kernels ----------------------------------------------------------------------------------
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);                  \
-         i += (long long)gridDim.x * blockDim.x)
-
-__global__ void k_add_bf16(bf16 *y, const bf16 *x, long long n)
-{
-    GRID_STRIDE(i, n) y[i] = __float2bfloat16(__bfloat162float(y[i]) + __bfloat162float(x[i]));
-}
-
 // db (out, fp32) += column sums of dy (n x out, bf16).
 __global__ void k_colsum_bf16(float *db, const bf16 *dy, int n, int out)
 {
@@ -216,67 +206,6 @@ __global__ void k_ln_bwd_bf16(const bf16 *dy, const bf16 *x, const bf16 *gm, con
         dx[row * h + j] = __float2bfloat16(
             r * (__bfloat162float(dyi[j]) * __bfloat162float(gm[j]) - a - xhat * c));
     }
-}
-
-__global__ void k_gelu_fwd_bf16(const bf16 *u, bf16 *gv, long long n)
-{
-    GRID_STRIDE(i, n)
-    {
-        float x = __bfloat162float(u[i]);
-        gv[i] = __float2bfloat16(0.5f * x * (1 + tanhf(GELU_C * (x + 0.044715f * x * x * x))));
-    }
-}
-
-__global__ void k_gelu_bwd_bf16(const bf16 *dg, const bf16 *u, bf16 *du, long long n)
-{
-    GRID_STRIDE(i, n)
-    {
-        float x = __bfloat162float(u[i]), t = tanhf(GELU_C * (x + 0.044715f * x * x * x));
-        float d = 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715f * x * x);
-        du[i] = __float2bfloat16(__bfloat162float(dg[i]) * d);
-    }
-}
-
-__global__ void k_swiglu_fwd_bf16(const bf16 *u, bf16 *gv, int f, long long nf)
-{
-    GRID_STRIDE(i, nf)
-    {
-        long long r = i / f, j = i % f;
-        float a = __bfloat162float(u[r * 2 * f + j]), b = __bfloat162float(u[r * 2 * f + f + j]);
-        gv[i] = __float2bfloat16(a / (1 + expf(-a)) * b);
-    }
-}
-
-__global__ void k_swiglu_bwd_bf16(const bf16 *dg, const bf16 *u, bf16 *du, int f, long long nf)
-{
-    GRID_STRIDE(i, nf)
-    {
-        long long r = i / f, j = i % f;
-        float a = __bfloat162float(u[r * 2 * f + j]), b = __bfloat162float(u[r * 2 * f + f + j]);
-        float sg = 1 / (1 + expf(-a)), d = __bfloat162float(dg[i]);
-        du[r * 2 * f + j] = __float2bfloat16(d * b * sg * (1 + a * (1 - sg)));
-        du[r * 2 * f + f + j] = __float2bfloat16(d * a * sg);
-    }
-}
-
-// The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows.
-static void mlp_act_fwd(rt_cuda *g, const rt_layer_shape *s, const bf16 *u, bf16 *gv, int n)
-{
-    long long nf = (long long)n * s->ffn;
-    if (s->glu)
-        k_swiglu_fwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, s->ffn, nf);
-    else
-        k_gelu_fwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, nf);
-}
-
-static void mlp_act_bwd(rt_cuda *g, const rt_layer_shape *s, const bf16 *dg, const bf16 *u,
-                        bf16 *du, int n)
-{
-    long long nf = (long long)n * s->ffn;
-    if (s->glu)
-        k_swiglu_bwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, s->ffn, nf);
-    else
-        k_gelu_bwd_bf16<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, nf);
 }
 
 __global__ void k_fill_bf16(bf16 *v, long long n, unsigned seed, double scale)
@@ -610,7 +539,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
                                                  AF(&v, RT_A_RSTD2), A(&v, RT_A_D_O), v.gw[RT_P_LN2_G],
                                                  v.gw[RT_P_LN2_B], h);
-    k_add_bf16<<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), dy, nh); // dx2
+    k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), dy, nh); // dx2
     if (l->shape.cross) { // back through the cross-attention: d_o becomes d(self-attention out)
         cudaMemcpyAsync(A(&v, RT_A_D_OC), A(&v, RT_A_D_O), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
                         g->stream);
@@ -629,7 +558,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_XC), v.w[RT_P_LNC_G], AF(&v, RT_A_MEANC),
                                                      AF(&v, RT_A_RSTDC), A(&v, RT_A_D_O), v.gw[RT_P_LNC_G],
                                                      v.gw[RT_P_LNC_B], h);
-        k_add_bf16<<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), A(&v, RT_A_D_OC), nh);
+        k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), A(&v, RT_A_D_OC), nh);
     }
     gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_O), h, v.w[RT_P_WO], h, 0.0f, dctx, hk);
     cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * 3 * hk * sizeof(bf16), g->stream);
@@ -644,7 +573,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     gemm(g, 0, 1, n, h, 3 * hk, A(&v, RT_A_D_QKV), 3 * hk, v.w[RT_P_WQKV], 3 * hk, 0.0f, tmp_h, h); // dh1
     k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
                                                  AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], h);
-    k_add_bf16<<<grid_for(nh), THREADS, 0, g->stream>>>(dx, A(&v, RT_A_D_O), nh);
+    k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, A(&v, RT_A_D_O), nh);
 out:
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
     if (tmp_h) cudaFreeAsync(tmp_h, g->stream);

@@ -141,12 +141,6 @@ __global__ void k_bias_rows(double *y, const double *b, int n, int out)
         y[i] = b[i % out];
 }
 
-__global__ void k_add(double *y, const double *x, long long n)
-{
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        y[i] += x[i];
-}
-
 __global__ void k_colsum(double *db, const double *dy, int n, int out)
 {
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
@@ -192,65 +186,6 @@ __global__ void k_ln_bwd(const double *dy, const double *x, const double *gm, co
     }
 }
 
-#define GELU_C 0.7978845608028654
-
-__global__ void k_gelu_fwd(const double *u, double *gv, long long n)
-{
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        double x = u[i];
-        gv[i] = 0.5 * x * (1 + tanh(GELU_C * (x + 0.044715 * x * x * x)));
-    }
-}
-
-__global__ void k_gelu_bwd(const double *dg, const double *u, double *du, long long n)
-{
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        double x = u[i], t = tanh(GELU_C * (x + 0.044715 * x * x * x));
-        du[i] = dg[i] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x));
-    }
-}
-
-// SwiGLU on n rows: u (n, 2f) = [gate | up], g (n, f) = silu(gate) o up; and its backward.
-__global__ void k_swiglu_fwd(const double *u, double *gv, int f, long long nf)
-{
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nf; i += (long long)gridDim.x * blockDim.x) {
-        long long r = i / f, j = i % f;
-        double a = u[r * 2 * f + j], b = u[r * 2 * f + f + j];
-        gv[i] = a / (1 + exp(-a)) * b;
-    }
-}
-
-__global__ void k_swiglu_bwd(const double *dg, const double *u, double *du, int f, long long nf)
-{
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nf; i += (long long)gridDim.x * blockDim.x) {
-        long long r = i / f, j = i % f;
-        double a = u[r * 2 * f + j], b = u[r * 2 * f + f + j], sg = 1 / (1 + exp(-a));
-        du[r * 2 * f + j] = dg[i] * b * sg * (1 + a * (1 - sg));
-        du[r * 2 * f + f + j] = dg[i] * a * sg;
-    }
-}
-
-// The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows.
-static void mlp_act_fwd(rt_cuda *g, const rt_layer_shape *s, const double *u, double *gv, int n)
-{
-    long long nf = (long long)n * s->ffn;
-    if (s->glu)
-        k_swiglu_fwd<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, s->ffn, nf);
-    else
-        k_gelu_fwd<<<grid_for(nf), THREADS, 0, g->stream>>>(u, gv, nf);
-}
-
-static void mlp_act_bwd(rt_cuda *g, const rt_layer_shape *s, const double *dg, const double *u,
-                        double *du, int n)
-{
-    long long nf = (long long)n * s->ffn;
-    if (s->glu)
-        k_swiglu_bwd<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, s->ffn, nf);
-    else
-        k_gelu_bwd<<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, nf);
-}
-
-// Rows of sk scores (row i of a sq x sk matrix is row % sq), masked causally when asked.
 __global__ void k_softmax(double *p, int sq, int sk, int causal)
 {
     long long row = blockIdx.x;
@@ -381,7 +316,7 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     attention_fwd(g, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, &bs.self,
                   &bs.self, heads, kv, l->shape.causal);
     linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
-    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
+    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
     if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
         cudaMemcpyAsync(a.xc, a.x2, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
         k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, h);
@@ -391,13 +326,13 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
         attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.ctxc, &bs.self, &bs.enc,
                       heads, kv, 0);
         linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
-        k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
+        k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
     k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, h);
     linear(g, a.h2, p.w1, p.b1, a.u, n, h, rt_layer_ffn_in(&l->shape));
     mlp_act_fwd(g, &l->shape, a.u, a.g, n);
     linear(g, a.g, p.w2, p.b2, y, n, f, h);
-    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
+    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
     rt_batch_seqs_free(&bs);
 }
 
@@ -430,7 +365,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     gemm(g, 0, 1, n, h, f1, 1.0, a.d_u, f1, p.w1, f1, 0.0, tmp_h, h); /* dh2 */
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o,
                                            gr.ln2_g, gr.ln2_b, h);
-    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh); /* dx2 */
+    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh); /* dx2 */
     if (l->shape.cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
         cudaMemcpyAsync(a.d_oc, a.d_o, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
         gemm(g, 0, 1, n, hk, h, 1.0, a.d_oc, h, p.woc, h, 0.0, dctx, hk);
@@ -443,7 +378,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
             gemm(g, 0, 1, ne, h, 2 * hk, 1.0, a.d_kvc, 2 * hk, p.wkvc, 2 * hk, 1.0, denc, h);
         k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.xc, p.lnc_g, a.meanc, a.rstdc, a.d_o,
                                                gr.lnc_g, gr.lnc_b, h);
-        k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, a.d_oc, nh);
+        k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, a.d_oc, nh);
     }
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * 3 * hk * sizeof(double), g->stream);
@@ -452,7 +387,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     gemm(g, 0, 1, n, h, 3 * hk, 1.0, a.d_qkv, 3 * hk, p.wqkv, 3 * hk, 0.0, tmp_h, h); /* dh1 */
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g,
                                            gr.ln1_b, h);
-    k_add<<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
+    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
 out:
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
     if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
