@@ -359,9 +359,6 @@ static int run_main(int argc, char **argv)
     model_spec m;
     if (st == DP_OK) st = plan_model(&pl, &m, &err);
     if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
-    char unsupported[300];
-    if (st == DP_OK && rt_layer_supports(&m, unsupported, sizeof unsupported) != 0)
-        st = dp_fail(&err, DP_ERR_INVALID, "%s: %s", plan_path, unsupported);
     if (st == DP_OK) st = rt_plan_check_lens(&pl, plan_path, &err);
     if (st != DP_OK) {
         plan_release(&pl);

@@ -160,8 +160,8 @@ size_t rt_seqs_pairs(const rt_seqs *qs, const rt_seqs *ks)
 static int last_key(int i, int lk, int causal) { return causal ? (i < lk ? i : lk - 1) : lk - 1; }
 
 void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
-                      double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks, int a, int d,
-                      int causal)
+                      double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks, int a, int g,
+                      int d, int causal)
 {
     double scale = 1 / sqrt((double)d);
     int ld_ctx = a * d;
@@ -170,8 +170,9 @@ void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_
         int sq = qs->len[j], sk = ks->len[j];
         size_t qo = (size_t)qs->off[j], ko = (size_t)ks->off[j];
         for (int h = 0; h < a && sq > 0 && sk > 0; h++) {
-            const double *qb = q + qo * ld_q + (size_t)h * d, *kb = k + ko * ld_kv + (size_t)h * d;
-            const double *vb = v + ko * ld_kv + (size_t)h * d;
+            size_t kh = (size_t)rt_kv_head(h, a, g) * d;
+            const double *qb = q + qo * ld_q + (size_t)h * d, *kb = k + ko * ld_kv + kh;
+            const double *vb = v + ko * ld_kv + kh;
             double *pb = p + at + (size_t)h * sq * sk;
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sq, sk, d, scale, qb, ld_q, kb,
                         ld_kv, 0.0, pb, sk);
@@ -195,7 +196,7 @@ void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_
 
 void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
                       int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
-                      const rt_seqs *qs, const rt_seqs *ks, int a, int d)
+                      const rt_seqs *qs, const rt_seqs *ks, int a, int g, int d)
 {
     /* masked probabilities are 0, so their gradients vanish on their own */
     double scale = 1 / sqrt((double)d);
@@ -209,7 +210,8 @@ void rt_attention_bwd(const double *dctx, const double *q, const double *k, cons
         int sq = qs->len[j], sk = ks->len[j];
         size_t qo0 = (size_t)qs->off[j], ko0 = (size_t)ks->off[j];
         for (int h = 0; h < a && sq > 0 && sk > 0; h++) {
-            size_t qo = qo0 * ld_q + (size_t)h * d, ko = ko0 * ld_kv + (size_t)h * d;
+            size_t qo = qo0 * ld_q + (size_t)h * d;
+            size_t ko = ko0 * ld_kv + (size_t)rt_kv_head(h, a, g) * d;
             const double *dcb = dctx + qo0 * ld_ctx + (size_t)h * d;
             const double *pb = p + at + (size_t)h * sq * sk;
             /* dP = dctx V^T; dV += P^T dctx */
@@ -290,16 +292,8 @@ void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out,
 rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
 {
     rt_layer_shape s = {m->hidden, m->heads, m->kv_channels, m->ffn, kind != RT_LAYER_ENCODER,
-                        kind == RT_LAYER_DECODER, m->glu};
+                        kind == RT_LAYER_DECODER, m->glu, model_kv_heads(m)};
     return s;
-}
-
-int rt_layer_supports(const model_spec *m, char *why, size_t why_cap)
-{
-    if (model_kv_heads(m) == m->heads) return 0;
-    snprintf(why, why_cap, "%s uses grouped-query attention (%d key/value heads of %d), which the "
-             "validation runtime's layers do not implement", m->name, model_kv_heads(m), m->heads);
-    return -1;
 }
 
 size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double *block)
@@ -412,15 +406,16 @@ static void pass_seqs_init(rt_batch_seqs *ps, const rt_layer_acts *a, int B, int
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a)
 {
-    int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s), g = rt_layer_kv_heads(s);
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
     memcpy(a->x, x, (size_t)n * h * sizeof *x);
     rt_layernorm_fwd(a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
-    rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, 3 * hk);
+    rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, qkv);
     memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
-    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->ctx,
-                     &ps.self, &ps.self, s->heads, s->kv, s->causal);
+    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps.self,
+                     &ps.self, s->heads, g, s->kv, s->causal);
     rt_linear_fwd(a->ctx, p->wo, p->bo, a->x2, n, hk, h);
     for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->x[i];
     if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
@@ -428,10 +423,10 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
         memcpy(a->xc, a->x2, (size_t)n * h * sizeof *a->xc);
         rt_layernorm_fwd(a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
         rt_linear_fwd(a->hc, p->wqc, p->bqc, a->qc, n, h, hk);
-        rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hk);
+        rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hkv);
         memset(a->ctxc, 0, (size_t)n * hk * sizeof *a->ctxc);
-        rt_attention_fwd(a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->ctxc, &ps.self, &ps.enc,
-                         s->heads, s->kv, 0);
+        rt_attention_fwd(a->qc, a->kvc, a->kvc + hkv, hk, 2 * hkv, a->pc, a->ctxc, &ps.self,
+                         &ps.enc, s->heads, g, s->kv, 0);
         rt_linear_fwd(a->ctxc, p->woc, p->boc, a->x2, n, hk, h);
         for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
     }
@@ -446,7 +441,8 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
 void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,
                         int B, int S, const double *dy, double *dx, rt_layer_acts *a)
 {
-    int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s), g = rt_layer_kv_heads(s);
     size_t nh = (size_t)n * h;
     double *tmp_f = malloc((size_t)n * f * sizeof *tmp_f), *tmp_h = malloc(nh * sizeof *tmp_h);
     double *dctx = malloc((size_t)n * hk * sizeof *dctx);
@@ -464,14 +460,14 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
         memcpy(a->d_oc, a->d_o, nh * sizeof *a->d_oc);
         rt_linear_bwd_input(a->d_oc, p->woc, dctx, n, hk, h);
         memset(a->d_qc, 0, (size_t)n * hk * sizeof *a->d_qc);
-        memset(a->d_kvc, 0, (size_t)ne * 2 * hk * sizeof *a->d_kvc);
-        rt_attention_bwd(dctx, a->qc, a->kvc, a->kvc + hk, hk, 2 * hk, a->pc, a->d_qc, a->d_kvc,
-                         a->d_kvc + hk, &ps.self, &ps.enc, s->heads, s->kv);
+        memset(a->d_kvc, 0, (size_t)ne * 2 * hkv * sizeof *a->d_kvc);
+        rt_attention_bwd(dctx, a->qc, a->kvc, a->kvc + hkv, hk, 2 * hkv, a->pc, a->d_qc, a->d_kvc,
+                         a->d_kvc + hkv, &ps.self, &ps.enc, s->heads, g, s->kv);
         rt_linear_bwd_input(a->d_qc, p->wqc, tmp_h, n, h, hk); /* d(hc) */
         if (a->denc) {
             double *de = malloc((size_t)ne * h * sizeof *de);
             if (!de) abort();
-            rt_linear_bwd_input(a->d_kvc, p->wkvc, de, ne, h, 2 * hk);
+            rt_linear_bwd_input(a->d_kvc, p->wkvc, de, ne, h, 2 * hkv);
             for (size_t i = 0; i < (size_t)ne * h; i++) a->denc[i] += de[i];
             free(de);
         }
@@ -480,10 +476,10 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
         for (size_t i = 0; i < nh; i++) a->d_o[i] += a->d_oc[i];
     }
     rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
-    memset(a->d_qkv, 0, (size_t)n * 3 * hk * sizeof *a->d_qkv);
-    rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + 2 * hk, 3 * hk, 3 * hk, a->p, a->d_qkv,
-                     a->d_qkv + hk, a->d_qkv + 2 * hk, &ps.self, &ps.self, s->heads, s->kv);
-    rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, 3 * hk); /* dh1 */
+    memset(a->d_qkv, 0, (size_t)n * qkv * sizeof *a->d_qkv);
+    rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->d_qkv,
+                     a->d_qkv + hk, a->d_qkv + hk + hkv, &ps.self, &ps.self, s->heads, g, s->kv);
+    rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, qkv); /* dh1 */
     rt_layernorm_bwd(tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
     for (size_t i = 0; i < nh; i++) dx[i] += a->d_o[i];
     free(tmp_f), free(tmp_h), free(dctx);
@@ -493,14 +489,15 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
 void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, int S,
                          const rt_layer_acts *a)
 {
-    int n = B * S, h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
+    int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
     rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
     rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, rt_layer_ffn_in(s));
     if (s->cross) {
         rt_linear_bwd_weight(a->ctxc, a->d_oc, grad->woc, grad->boc, n, hk, h);
         rt_linear_bwd_weight(a->hc, a->d_qc, grad->wqc, grad->bqc, n, h, hk);
-        rt_linear_bwd_weight(a->enc, a->d_kvc, grad->wkvc, grad->bkvc, B * a->Se, h, 2 * hk);
+        rt_linear_bwd_weight(a->enc, a->d_kvc, grad->wkvc, grad->bkvc, B * a->Se, h, 2 * hkv);
     }
     rt_linear_bwd_weight(a->ctx, a->d_o, grad->wo, grad->bo, n, hk, h);
-    rt_linear_bwd_weight(a->h1, a->d_qkv, grad->wqkv, grad->bqkv, n, h, 3 * hk);
+    rt_linear_bwd_weight(a->h1, a->d_qkv, grad->wqkv, grad->bqkv, n, h, qkv);
 }

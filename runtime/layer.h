@@ -101,18 +101,21 @@ void rt_batch_seqs_free(rt_batch_seqs *bs);
  * attention's saved probabilities hold (the fp64 layout's B * S * Sk for rows is the bound). */
 size_t rt_seqs_pairs(const rt_seqs *qs, const rt_seqs *ks);
 
-/* Attention, a heads of width d: sequence j of the queries qs attends to sequence j of the keys
- * ks (the same n), causally (query i sees keys 0..i of its sequence) or not. q (rows of ld_q), k
- * and v (rows of ld_kv) are row slices of wider matrices, head h at column h*d; ctx (rows of a*d)
- * is written for the queries' tokens only. p keeps the softmax probabilities for the backward:
- * sequence j's (a, lq, lk) block after those of the sequences before it. */
+/* Attention, a query heads and g key/value heads (g divides a; g = a without grouped-query
+ * attention) of width d: sequence j of the queries qs attends to sequence j of the keys ks (the
+ * same n), causally (query i sees keys 0..i of its sequence) or not. q (rows of ld_q), k and v
+ * (rows of ld_kv) are row slices of wider matrices, query head h at column h*d of q, the
+ * key/value head it reads (rt_kv_head, layout.h) at column rt_kv_head(h, a, g)*d of k and v; ctx
+ * (rows of a*d) is written for the queries' tokens only. p keeps the softmax probabilities for
+ * the backward: sequence j's (a, lq, lk) block after those of the sequences before it. */
 void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_q, int ld_kv,
-                      double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks, int a, int d,
-                      int causal);
-/* Gradients of q, k, v (same layouts) from dctx, added to. */
+                      double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks, int a, int g,
+                      int d, int causal);
+/* Gradients of q, k, v (same layouts) from dctx, added to (a key/value head's gradient sums over
+ * the query heads that read it). */
 void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
                       int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
-                      const rt_seqs *qs, const rt_seqs *ks, int a, int d);
+                      const rt_seqs *qs, const rt_seqs *ks, int a, int g, int d);
 
 /* Softmax cross-entropy of logits (n, V) against targets (n): returns the mean loss and writes
  * dlogits = (softmax - onehot) / n. */
@@ -159,15 +162,12 @@ void rt_layer_set_yield(void (*fn)(void));
 
 /* The shape of a model's layers as the executors run them: kind RT_LAYER_GPT (causal), _ENCODER
  * (T5's, bidirectional) or _DECODER (T5's: causal with cross-attention); SwiGLU where the model's
- * MLP is gated. */
+ * MLP is gated; the model's key/value heads (grouped-query attention). The layers differ from
+ * LLaMA's in ways that change little of the work: layer norm, not RMSNorm; biases on every
+ * projection; no rotary embedding. */
 enum { RT_LAYER_GPT, RT_LAYER_ENCODER, RT_LAYER_DECODER };
 struct model_spec;
 rt_layer_shape rt_layer_shape_of(const struct model_spec *m, int kind);
-/* 0 when the runtime's layers compute what the model's layers do; -1 with the reason in why for
- * grouped-query attention (the layers have a key and a value per head). The
- * layers differ from LLaMA's in ways that change little of the work: layer norm, not RMSNorm;
- * biases on every projection; no rotary embedding. */
-int rt_layer_supports(const struct model_spec *m, char *why, size_t why_cap);
 
 /* Parameters (and their gradients, same layout) of one layer. */
 typedef struct rt_layer_params {

@@ -80,15 +80,16 @@ static size_t align_up(size_t bytes) { return (bytes + RT_ALIGN - 1) / RT_ALIGN 
 int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size_t len[RT_P_COUNT],
                            size_t *count)
 {
-    size_t h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv, f = (size_t)s->ffn;
+    size_t h = (size_t)s->hidden, hk = (size_t)rt_layer_q_width(s), f = (size_t)s->ffn;
+    size_t hkv = (size_t)rt_layer_kv_width(s), qkv = (size_t)rt_layer_qkv_width(s);
     size_t f1 = (size_t)rt_layer_ffn_in(s);
     const size_t sizes[RT_P_COUNT] = {
-        [RT_P_LN1_G] = h,          [RT_P_LN1_B] = h,      [RT_P_WQKV] = h * 3 * hk,
-        [RT_P_BQKV] = 3 * hk,      [RT_P_WO] = hk * h,    [RT_P_BO] = h,
+        [RT_P_LN1_G] = h,          [RT_P_LN1_B] = h,      [RT_P_WQKV] = h * qkv,
+        [RT_P_BQKV] = qkv,         [RT_P_WO] = hk * h,    [RT_P_BO] = h,
         [RT_P_LN2_G] = h,          [RT_P_LN2_B] = h,      [RT_P_W1] = h * f1,
         [RT_P_B1] = f1,            [RT_P_W2] = f * h,     [RT_P_B2] = h,
         [RT_P_LNC_G] = h,          [RT_P_LNC_B] = h,      [RT_P_WQC] = h * hk,
-        [RT_P_BQC] = hk,           [RT_P_WKVC] = h * 2 * hk, [RT_P_BKVC] = 2 * hk,
+        [RT_P_BQC] = hk,           [RT_P_WKVC] = h * 2 * hkv, [RT_P_BKVC] = 2 * hkv,
         [RT_P_WOC] = hk * h,       [RT_P_BOC] = h};
     int n = s->cross ? RT_P_COUNT : RT_P_LNC_G;
     size_t at = 0;
@@ -134,7 +135,8 @@ enum { CLASS_ACT, CLASS_STAT, CLASS_SOFTMAX };
 void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt,
                           rt_acts_layout *out)
 {
-    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)s->heads * s->kv;
+    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)rt_layer_q_width(s);
+    size_t hkv = (size_t)rt_layer_kv_width(s), qkv = (size_t)rt_layer_qkv_width(s);
     size_t f = (size_t)s->ffn, f1 = (size_t)rt_layer_ffn_in(s), a = (size_t)s->heads;
     size_t se = s->cross ? (size_t)Se : 0;
     size_t ne = (size_t)B * se;
@@ -147,18 +149,18 @@ void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtyp
     } t[RT_A_COUNT] = {
         [RT_A_X] = {n * h, CLASS_ACT},        [RT_A_H1] = {n * h, CLASS_ACT},
         [RT_A_MEAN1] = {n, CLASS_STAT},       [RT_A_RSTD1] = {n, CLASS_STAT},
-        [RT_A_QKV] = {n * 3 * hk, CLASS_ACT}, [RT_A_P] = {self_attn, CLASS_SOFTMAX},
+        [RT_A_QKV] = {n * qkv, CLASS_ACT},    [RT_A_P] = {self_attn, CLASS_SOFTMAX},
         [RT_A_CTX] = {n * hk, CLASS_ACT},     [RT_A_X2] = {n * h, CLASS_ACT},
         [RT_A_H2] = {n * h, CLASS_ACT},       [RT_A_MEAN2] = {n, CLASS_STAT},
         [RT_A_RSTD2] = {n, CLASS_STAT},       [RT_A_U] = {n * f1, CLASS_ACT},
-        [RT_A_G] = {n * f, CLASS_ACT},        [RT_A_D_QKV] = {n * 3 * hk, CLASS_ACT},
+        [RT_A_G] = {n * f, CLASS_ACT},        [RT_A_D_QKV] = {n * qkv, CLASS_ACT},
         [RT_A_D_O] = {n * h, CLASS_ACT},      [RT_A_D_U] = {n * f1, CLASS_ACT},
         [RT_A_D_Y] = {n * h, CLASS_ACT},      [RT_A_XC] = {n * h, CLASS_ACT},
         [RT_A_HC] = {n * h, CLASS_ACT},       [RT_A_MEANC] = {n, CLASS_STAT},
         [RT_A_RSTDC] = {n, CLASS_STAT},       [RT_A_QC] = {n * hk, CLASS_ACT},
-        [RT_A_KVC] = {ne * 2 * hk, CLASS_ACT}, [RT_A_PC] = {cross_attn, CLASS_SOFTMAX},
+        [RT_A_KVC] = {ne * 2 * hkv, CLASS_ACT}, [RT_A_PC] = {cross_attn, CLASS_SOFTMAX},
         [RT_A_CTXC] = {n * hk, CLASS_ACT},    [RT_A_D_QC] = {n * hk, CLASS_ACT},
-        [RT_A_D_KVC] = {ne * 2 * hk, CLASS_ACT}, [RT_A_D_OC] = {n * h, CLASS_ACT}};
+        [RT_A_D_KVC] = {ne * 2 * hkv, CLASS_ACT}, [RT_A_D_OC] = {n * h, CLASS_ACT}};
     memset(out, 0, sizeof *out);
     out->count = s->cross ? RT_A_COUNT : RT_A_XC;
     size_t at = 0;

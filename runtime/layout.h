@@ -69,12 +69,30 @@ void rt_from_stat(double *dst, const void *src, size_t n, rt_dtype dt);
 
 /* The layer's shape (runtime/layer.h's, here so that the layout needs nothing else). */
 typedef struct rt_layer_shape {
-    int hidden, heads, kv, ffn;
+    int hidden, heads, kv, ffn; /* kv: a head's width (kv_channels) */
     int causal; /* masked self-attention (GPT, T5 decoder) or not (T5 encoder) */
     int cross;  /* a T5 decoder layer: cross-attention to the encoder output */
     int glu;    /* SwiGLU MLP (LLaMA): W1 (hidden, 2 ffn) holds [gate | up], g = silu(gate) o up;
                  * 0: GELU, W1 (hidden, ffn) */
+    int kv_heads; /* key/value heads, grouped-query attention (a divisor of heads); 0: heads */
 } rt_layer_shape;
+
+/* Grouped-query attention: the keys and values have kv_heads heads, each shared by heads /
+ * kv_heads consecutive query heads (query head h reads key/value head rt_kv_head(s, h), as
+ * Megatron's query groups and Hugging Face's repeat_kv). The fused projection's row is
+ * [q: heads x kv | k: kv_heads x kv | v: kv_heads x kv], and a cross layer's KV projection's
+ * [k | v] over kv_heads too, as models/model.c counts them. */
+static inline int rt_layer_kv_heads(const rt_layer_shape *s)
+{
+    return s->kv_heads > 0 ? s->kv_heads : s->heads;
+}
+static inline int rt_kv_head(int h, int heads, int kv_heads) { return h / (heads / kv_heads); }
+static inline int rt_layer_q_width(const rt_layer_shape *s) { return s->heads * s->kv; }
+static inline int rt_layer_kv_width(const rt_layer_shape *s) { return rt_layer_kv_heads(s) * s->kv; }
+static inline int rt_layer_qkv_width(const rt_layer_shape *s)
+{
+    return rt_layer_q_width(s) + 2 * rt_layer_kv_width(s);
+}
 
 /* The MLP's first projection width: 2 ffn with SwiGLU, else ffn. */
 static inline int rt_layer_ffn_in(const rt_layer_shape *s) { return s->glu ? 2 * s->ffn : s->ffn; }

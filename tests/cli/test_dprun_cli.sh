@@ -49,15 +49,6 @@ if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: the cuda backend says wh
     expect "the multi-GPU mode without a GPU" 1 "which has 0 GPUs|without CUDA" -- \
       timeout 60 $MPIRUN -np 4 "$DPRUN" --plan $G/plan_4ranks.json --backend cuda --out "$TMP/x.csv"
 fi
-# a grouped-query model: its layers are not the runtime's (multi-head only), so it is refused
-cat >"$TMP/gqa.json" <<'EOF'
-{"name": "gqa-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
- "ffn_hidden_size": 1024, "vocab_size": 1024, "max_position_embeddings": 1024}
-EOF
-"$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 1 --max-seqlen 64 --global-tokens 256 \
-  --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
-expect "a grouped-query plan is refused by dprun" 1 "grouped-query attention.*refused before anything ran" -- \
-  timeout 60 "$DPRUN" --plan "$TMP/gqa_plan.json" --out "$TMP/x.csv"
 # progress: on a terminal (script gives it one) rank 0 reports every iteration
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 1 --max-seqlen 64 --global-tokens 256 \
   --iterations 3 -o "$TMP/p1.json" >/dev/null 2>&1
@@ -177,6 +168,17 @@ EOF
   --iterations 1 -o "$TMP/glu_plan.json" >/dev/null 2>&1
 same_norm "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
 bf16_run "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
+# a LLaMA-3-style model: grouped-query attention (4 query heads on 2 key/value heads) and SwiGLU
+cat >"$TMP/gqa.json" <<'EOF'
+{"name": "gqa-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
+ "ffn_hidden_size": 688, "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true,
+ "position_embedding_type": "rope"}
+EOF
+"$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
+  --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
+same_norm "grouped-query layers on 2 stages" 2 "$TMP/gqa_plan.json"
+expect "dpsim validate on the grouped-query run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/gqa_plan.json" --measured "$TMP/c.csv"
+bf16_run "grouped-query layers on 2 stages" 2 "$TMP/gqa_plan.json"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"

@@ -137,50 +137,55 @@ static void test_swiglu_grad(void **state)
 }
 
 /* ---- attention ---- */
-typedef struct att_ctx { double *q, *k, *v, *p; int B, a, sq, sk, d, causal; rt_seqs qs, ks; } att_ctx;
+typedef struct att_ctx { double *q, *k, *v, *p; int B, a, g, sq, sk, d, causal; rt_seqs qs, ks; } att_ctx;
 static void att_fwd(void *c, double *ctx)
 {
     att_ctx *t = c;
     memset(ctx, 0, (size_t)t->B * t->sq * t->a * t->d * sizeof *ctx);
-    rt_attention_fwd(t->q, t->k, t->v, t->a * t->d, t->a * t->d, t->p, ctx, &t->qs, &t->ks, t->a,
-                     t->d, t->causal);
+    rt_attention_fwd(t->q, t->k, t->v, t->a * t->d, t->g * t->d, t->p, ctx, &t->qs, &t->ks, t->a,
+                     t->g, t->d, t->causal);
 }
 
-/* Rows (qs, ks NULL: B rows of sq and of sk tokens) or the given sequences. */
-static void attention_case(int causal, int sq, int sk, const rt_seqs *qs, const rt_seqs *ks)
+/* a query heads and g key/value heads; rows (qs, ks NULL: B rows of sq and of sk tokens) or the
+ * given sequences. */
+static void attention_case(int causal, int sq, int sk, const rt_seqs *qs, const rt_seqs *ks, int a,
+                           int g)
 {
-    int B = 2, a = 2, d = 3, w = a * d, qo[2], ql[2], ko[2], kl[2];
-    att_ctx t = {rnd((size_t)B * sq * w), rnd((size_t)B * sk * w), rnd((size_t)B * sk * w),
-                 malloc((size_t)B * a * sq * sk * sizeof(double)), B, a, sq, sk, d, causal,
+    int B = 2, d = 3, w = a * d, wk = g * d, qo[2], ql[2], ko[2], kl[2];
+    att_ctx t = {rnd((size_t)B * sq * w), rnd((size_t)B * sk * wk), rnd((size_t)B * sk * wk),
+                 malloc((size_t)B * a * sq * sk * sizeof(double)), B, a, g, sq, sk, d, causal,
                  {0, NULL, NULL}, {0, NULL, NULL}};
     if (qs) t.qs = *qs, t.ks = *ks;
     else rt_seqs_rows(&t.qs, B, sq, qo, ql), rt_seqs_rows(&t.ks, B, sk, ko, kl);
-    size_t no = (size_t)B * sq * w;
+    size_t no = (size_t)B * sq * w, nk = (size_t)B * sk * wk;
     double *R = rnd(no), *ctx = malloc(no * sizeof *ctx);
-    double *dq = calloc((size_t)B * sq * w, sizeof *dq), *dk = calloc((size_t)B * sk * w, sizeof *dk),
-           *dv = calloc((size_t)B * sk * w, sizeof *dv);
+    double *dq = calloc(no, sizeof *dq), *dk = calloc(nk, sizeof *dk), *dv = calloc(nk, sizeof *dv);
     att_fwd(&t, ctx);
-    rt_attention_bwd(R, t.q, t.k, t.v, w, w, t.p, dq, dk, dv, &t.qs, &t.ks, a, d);
-    check_grad("attention dq", att_fwd, &t, t.q, (size_t)B * sq * w, dq, R, no);
-    check_grad("attention dk", att_fwd, &t, t.k, (size_t)B * sk * w, dk, R, no);
-    check_grad("attention dv", att_fwd, &t, t.v, (size_t)B * sk * w, dv, R, no);
+    rt_attention_bwd(R, t.q, t.k, t.v, w, wk, t.p, dq, dk, dv, &t.qs, &t.ks, a, g, d);
+    check_grad("attention dq", att_fwd, &t, t.q, no, dq, R, no);
+    check_grad("attention dk", att_fwd, &t, t.k, nk, dk, R, no);
+    check_grad("attention dv", att_fwd, &t, t.v, nk, dv, R, no);
     free(t.q), free(t.k), free(t.v), free(t.p), free(R), free(ctx), free(dq), free(dk), free(dv);
 }
 
 static void test_attention_grad(void **state)
 {
     (void)state;
-    attention_case(1, 5, 5, NULL, NULL); /* causal self-attention (GPT, T5 decoder) */
-    attention_case(0, 5, 5, NULL, NULL); /* bidirectional (T5 encoder) */
-    attention_case(0, 3, 6, NULL, NULL); /* cross-attention: decoder queries, encoder keys */
+    attention_case(1, 5, 5, NULL, NULL, 2, 2); /* causal self-attention (GPT, T5 decoder) */
+    attention_case(0, 5, 5, NULL, NULL, 2, 2); /* bidirectional (T5 encoder) */
+    attention_case(0, 3, 6, NULL, NULL, 2, 2); /* cross-attention: decoder queries, encoder keys */
     /* varlen: three samples packed into 2 rows of 6 tokens with 2 tokens of padding, causal
      * and not; and cross-attention pairing the samples' decoder and encoder tokens */
     static const int off[3] = {0, 4, 7}, len[3] = {4, 3, 3};
     static const int eoff[3] = {0, 5, 6}, elen[3] = {5, 1, 4};
     rt_seqs s3 = {3, off, len}, e3 = {3, eoff, elen};
-    attention_case(1, 6, 6, &s3, &s3);
-    attention_case(0, 6, 6, &s3, &s3);
-    attention_case(0, 6, 6, &s3, &e3);
+    attention_case(1, 6, 6, &s3, &s3, 2, 2);
+    attention_case(0, 6, 6, &s3, &s3, 2, 2);
+    attention_case(0, 6, 6, &s3, &e3, 2, 2);
+    /* grouped-query: 4 query heads on 2 key/value heads, and on 1 (multi-query) */
+    attention_case(1, 5, 5, NULL, NULL, 4, 2);
+    attention_case(1, 6, 6, &s3, &s3, 4, 1);
+    attention_case(0, 6, 6, &s3, &e3, 4, 2);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -216,11 +221,14 @@ static void layer_fwd(void *c, double *y)
 static void test_layer_grad(void **state)
 {
     (void)state;
-    /* a GPT layer, a T5 encoder layer, a T5 decoder layer with cross-attention, and a LLaMA-style
-     * layer (SwiGLU) */
-    for (int kind = 0; kind < 4; kind++) {
-        int causal = kind != 1, cross = kind == 2, glu = kind == 3;
-        layer_ctx l = {.s = {8, 2, 3, 12, causal, cross, glu}, .B = 2, .S = 4, .Se = cross ? 5 : 0};
+    /* a GPT layer, a T5 encoder layer, a T5 decoder layer with cross-attention, a LLaMA-style
+     * layer (SwiGLU); with grouped-query attention (4 query heads on 2 key/value heads) a
+     * LLaMA-3-style layer and a decoder layer */
+    for (int kind = 0; kind < 6; kind++) {
+        int causal = kind != 1, cross = kind == 2 || kind == 5, glu = kind == 3 || kind == 4;
+        int gqa = kind >= 4;
+        layer_ctx l = {.s = {8, gqa ? 4 : 2, gqa ? 2 : 3, 12, causal, cross, glu, gqa ? 2 : 0},
+                       .B = 2, .S = 4, .Se = cross ? 5 : 0};
         assert_int_equal(rt_layer_params_alloc(&l.p, &l.s), 0);
         rt_layer_params_init(&l.p, &l.s, 7);
         for (size_t i = 0; i < l.p.count; i++) l.p.block[i] *= 10; /* away from linear regime */
@@ -251,7 +259,7 @@ static void test_layer_grad(void **state)
  * attend to their own sample's encoder tokens. */
 static void varlen_case(int cross)
 {
-    rt_layer_shape s = {8, 2, 3, 12, 1, cross, 0};
+    rt_layer_shape s = {8, 2, 3, 12, 1, cross, 0, 0};
     enum { N = 3 };
     const int len[N] = {5, 3, 4}, elen[N] = {4, 5, 2};
     int off[N], eoff[N], B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;
@@ -306,6 +314,108 @@ static void test_varlen_is_the_samples_alone(void **state)
     varlen_case(1);
 }
 
+/* A grouped-query layer is the multi-head layer whose key and value heads are copies: query head h
+ * of the multi-head layer reads copy h of key/value head h / (heads / kv_heads). Its outputs and
+ * input gradients are the same, and a shared key/value head's weight gradient is the sum of its
+ * copies'. For a T5 decoder layer (the fused QKV and the cross-attention's KV projection). */
+
+/* The grouped-query column that multi-head column c of a [q (q_cols) | k | v] projection copies. */
+static int gqa_col(int c, int q_cols, int a, int g, int d)
+{
+    if (c < q_cols) return c;
+    c -= q_cols;
+    int part = c / (a * d), h = c % (a * d) / d, j = c % d;
+    return q_cols + part * g * d + h / (a / g) * d + j;
+}
+
+static void test_gqa_is_mha_with_copied_heads(void **state)
+{
+    (void)state;
+    rt_layer_shape sg = {8, 4, 2, 12, 1, 1, 0, 2}, sm = sg;
+    sm.kv_heads = 0;
+    int B = 2, S = 4, Se = 3, hk = 8, a = 4, g = 2, d = 2, h = sg.hidden;
+    rt_layer_params pg, pm, gg, gm;
+    rt_layer_acts ag, am;
+    assert_int_equal(rt_layer_params_alloc(&pg, &sg), 0);
+    assert_int_equal(rt_layer_params_alloc(&pm, &sm), 0);
+    assert_int_equal(rt_layer_params_alloc(&gg, &sg), 0);
+    assert_int_equal(rt_layer_params_alloc(&gm, &sm), 0);
+    assert_true(pm.count > pg.count);
+    rt_layer_params_init(&pg, &sg, 5);
+    for (size_t i = 0; i < pg.count; i++) pg.block[i] *= 10;
+    /* the same parameters; the multi-head layer's K and V columns copied from their groups' */
+    const double *from[] = {pg.ln1_g, pg.ln1_b, pg.wo, pg.bo, pg.ln2_g, pg.ln2_b, pg.w1, pg.b1,
+                            pg.w2, pg.b2, pg.lnc_g, pg.lnc_b, pg.wqc, pg.bqc, pg.woc, pg.boc};
+    double *to[] = {pm.ln1_g, pm.ln1_b, pm.wo, pm.bo, pm.ln2_g, pm.ln2_b, pm.w1, pm.b1,
+                    pm.w2, pm.b2, pm.lnc_g, pm.lnc_b, pm.wqc, pm.bqc, pm.woc, pm.boc};
+    const size_t len[] = {h, h, hk * h, h, h, h, h * 12, 12, 12 * h, h, h, h, h * hk, hk, hk * h, h};
+    for (int i = 0; i < 16; i++) memcpy(to[i], from[i], len[i] * sizeof(double));
+    int qkv_m = 3 * hk, qkv_g = hk + 2 * g * d, kvc_m = 2 * hk, kvc_g = 2 * g * d;
+    for (int c = 0; c < qkv_m; c++) {
+        int cg = gqa_col(c, hk, a, g, d);
+        pm.bqkv[c] = pg.bqkv[cg];
+        for (int i = 0; i < h; i++) pm.wqkv[i * qkv_m + c] = pg.wqkv[i * qkv_g + cg];
+    }
+    for (int c = 0; c < kvc_m; c++) {
+        int cg = gqa_col(c, 0, a, g, d);
+        pm.bkvc[c] = pg.bkvc[cg];
+        for (int i = 0; i < h; i++) pm.wkvc[i * kvc_m + c] = pg.wkvc[i * kvc_g + cg];
+    }
+    size_t n = (size_t)B * S * h, ne = (size_t)B * Se * h;
+    double *x = rnd(n), *enc = rnd(ne), *dy = rnd(n);
+    double *yg = malloc(n * sizeof *yg), *ym = malloc(n * sizeof *ym);
+    double *dxg = malloc(n * sizeof *dxg), *dxm = malloc(n * sizeof *dxm);
+    double *deg = calloc(ne, sizeof *deg), *dem = calloc(ne, sizeof *dem);
+    assert_int_equal(rt_layer_acts_alloc(&ag, &sg, B, S, Se), 0);
+    assert_int_equal(rt_layer_acts_alloc(&am, &sm, B, S, Se), 0);
+    ag.enc = am.enc = enc, ag.denc = deg, am.denc = dem;
+    rt_layer_fwd(&pg, &sg, B, S, x, yg, &ag);
+    rt_layer_fwd(&pm, &sm, B, S, x, ym, &am);
+    rt_layer_bwd_input(&pg, &gg, &sg, B, S, dy, dxg, &ag);
+    rt_layer_bwd_input(&pm, &gm, &sm, B, S, dy, dxm, &am);
+    rt_layer_bwd_weight(&gg, &sg, B, S, &ag);
+    rt_layer_bwd_weight(&gm, &sm, B, S, &am);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(fabs(yg[i] - ym[i]) < 1e-12 * (1 + fabs(ym[i])));
+        assert_true(fabs(dxg[i] - dxm[i]) < 1e-12 * (1 + fabs(dxm[i])));
+    }
+    for (size_t i = 0; i < ne; i++) assert_true(fabs(deg[i] - dem[i]) < 1e-12 * (1 + fabs(dem[i])));
+    for (int i = 0; i < 16; i++) { /* the shared parameters' gradients, at the same offsets */
+        size_t at = (size_t)(from[i] - pg.block);
+        for (size_t e = 0; e < len[i]; e++)
+            assert_true(fabs(gg.block[at + e] - gm.block[(size_t)(to[i] - pm.block) + e]) <
+                        1e-10 * (1 + fabs(gg.block[at + e])));
+    }
+    double *sum_w = calloc((size_t)h * qkv_g, sizeof *sum_w), *sum_b = calloc(qkv_g, sizeof *sum_b);
+    for (int c = 0; c < qkv_m; c++) { /* a shared head's gradient: its copies' sum */
+        int cg = gqa_col(c, hk, a, g, d);
+        sum_b[cg] += gm.bqkv[c];
+        for (int i = 0; i < h; i++) sum_w[i * qkv_g + cg] += gm.wqkv[i * qkv_m + c];
+    }
+    for (int c = 0; c < qkv_g; c++) {
+        assert_true(fabs(sum_b[c] - gg.bqkv[c]) < 1e-10 * (1 + fabs(gg.bqkv[c])));
+        for (int i = 0; i < h; i++)
+            assert_true(fabs(sum_w[i * qkv_g + c] - gg.wqkv[i * qkv_g + c]) <
+                        1e-10 * (1 + fabs(gg.wqkv[i * qkv_g + c])));
+    }
+    memset(sum_w, 0, (size_t)h * kvc_g * sizeof *sum_w), memset(sum_b, 0, kvc_g * sizeof *sum_b);
+    for (int c = 0; c < kvc_m; c++) {
+        int cg = gqa_col(c, 0, a, g, d);
+        sum_b[cg] += gm.bkvc[c];
+        for (int i = 0; i < h; i++) sum_w[i * kvc_g + cg] += gm.wkvc[i * kvc_m + c];
+    }
+    for (int c = 0; c < kvc_g; c++) {
+        assert_true(fabs(sum_b[c] - gg.bkvc[c]) < 1e-10 * (1 + fabs(gg.bkvc[c])));
+        for (int i = 0; i < h; i++)
+            assert_true(fabs(sum_w[i * kvc_g + c] - gg.wkvc[i * kvc_g + c]) <
+                        1e-10 * (1 + fabs(gg.wkvc[i * kvc_g + c])));
+    }
+    rt_layer_params_free(&pg), rt_layer_params_free(&pm), rt_layer_params_free(&gg);
+    rt_layer_params_free(&gm), rt_layer_acts_free(&ag), rt_layer_acts_free(&am);
+    free(x), free(enc), free(dy), free(yg), free(ym), free(dxg), free(dxm), free(deg), free(dem);
+    free(sum_w), free(sum_b);
+}
+
 /* rt_layer_set_yield: the executor's progress hook runs between the GEMMs of every pass. */
 static int yields;
 static void count_yield(void) { yields++; }
@@ -313,7 +423,7 @@ static void count_yield(void) { yields++; }
 static void test_yield_between_gemms(void **state)
 {
     (void)state;
-    rt_layer_shape s = {8, 2, 3, 12, 1, 0, 0};
+    rt_layer_shape s = {8, 2, 3, 12, 1, 0, 0, 0};
     int B = 2, S = 4;
     size_t n = (size_t)B * S * s.hidden;
     rt_layer_params p, grad;
@@ -348,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),
         cmocka_unit_test(test_varlen_is_the_samples_alone),
+        cmocka_unit_test(test_gqa_is_mha_with_copied_heads),
         cmocka_unit_test(test_yield_between_gemms),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);

@@ -13,6 +13,7 @@
 
 #include "../../models/cost.h"
 #include "../../models/hw.h"
+#include "../../runtime/layer.h"
 #include "../../runtime/layout.h"
 
 static void test_bf16_rounding(void **state)
@@ -48,22 +49,27 @@ static void test_bf16_rounding(void **state)
 static size_t fp64_acts_by_hand(const rt_layer_shape *s, size_t B, size_t S, size_t Se)
 {
     size_t n = B * S, h = s->hidden, hk = (size_t)s->heads * s->kv, f = s->ffn, a = s->heads;
+    size_t hkv = (size_t)(s->kv_heads ? s->kv_heads : s->heads) * s->kv;
     size_t t = n * h * 6                   /* x, h1, x2, h2, d_o, d_y */
                + n * 4                     /* mean1, rstd1, mean2, rstd2 */
-               + n * 3 * hk * 2            /* qkv, d_qkv */
+               + n * (hk + 2 * hkv) * 2    /* qkv, d_qkv */
                + B * a * S * S             /* probabilities */
                + n * hk                    /* ctx */
                + n * f * (s->glu ? 5 : 3); /* u, d_u (twice as wide with SwiGLU), g */
     if (s->cross)
-        t += n * h * 3 + n * 2 + n * hk * 3 + B * Se * 2 * hk * 2 + B * a * S * Se;
+        t += n * h * 3 + n * 2 + n * hk * 3 + B * Se * 2 * hkv * 2 + B * a * S * Se;
     return t;
 }
 
 static void test_fp64_layout_is_the_cpu_layers(void **state)
 {
     (void)state;
-    const rt_layer_shape shapes[] = {{64, 4, 16, 256, 1, 0, 0}, {48, 3, 8, 100, 0, 0, 0}, {64, 4, 16, 256, 1, 1, 0}, {64, 4, 16, 256, 1, 0, 1}};
-    for (int k = 0; k < 4; k++)
+    /* GPT, T5 encoder, T5 decoder, LLaMA-style; grouped-query (4 query heads on 2 key/value
+     * heads, 8 on 1) with SwiGLU and with cross-attention */
+    const rt_layer_shape shapes[] = {{64, 4, 16, 256, 1, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0},
+                                     {64, 4, 16, 256, 1, 1, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0},
+                                     {64, 4, 16, 256, 1, 0, 1, 2}, {64, 8, 8, 256, 1, 1, 0, 1}};
+    for (int k = 0; k < 6; k++)
         for (int B = 1; B <= 3; B++)
             for (int S = 8; S <= 40; S += 16) {
                 int Se = S + 8;
@@ -78,7 +84,7 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
 static void test_bf16_layout(void **state)
 {
     (void)state;
-    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0};
+    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0};
     int B = 3, S = 40, Se = 56;
     rt_acts_layout l, d;
     rt_layer_acts_layout(&s, B, S, Se, RT_BF16, &l);
@@ -131,7 +137,7 @@ static void test_param_blocks(void **state)
     }
     free(src), free(blk);
     /* parameter offsets: the layer's twelve (twenty) tensors, packed */
-    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0};
+    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0};
     size_t off[RT_P_COUNT], len[RT_P_COUNT], total;
     assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
     size_t h = 64, hk = 64, f = 256;
@@ -143,6 +149,12 @@ static void test_param_blocks(void **state)
     assert_int_equal(len[RT_P_W1], 2 * h * f);
     assert_int_equal(len[RT_P_B1], 2 * f);
     assert_int_equal(len[RT_P_W2], f * h);
+    sh.glu = 0, sh.cross = 1, sh.kv_heads = 2; /* grouped-query: K and V over 2 heads of 16 */
+    assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
+    assert_int_equal(len[RT_P_WQKV], h * (hk + 2 * 32));
+    assert_int_equal(len[RT_P_BQKV], hk + 2 * 32);
+    assert_int_equal(len[RT_P_WKVC], h * 2 * 32);
+    assert_int_equal(len[RT_P_WQC], h * hk);
     rt_dtype dt;
     assert_int_equal(rt_dtype_parse("bf16", &dt), 0);
     assert_int_equal(dt, RT_BF16);
@@ -154,9 +166,17 @@ static void test_param_blocks(void **state)
  * (Korthikanti's 34 s b h bytes at ffn 4h, without the score terms): within 10% for GPT-6.7B and
  * for LLaMA-2-7B (SwiGLU: three MLP matrices), and nothing like the 5 a s^2 b bytes of stored
  * scores. */
-static void stored_bytes_case(const char *preset)
+/* Llama-3-8B's shape (grouped-query: 8 key/value heads of 32), from llama2-7b's preset. */
+static model_spec llama3_8b(void)
 {
-    const model_spec *m = model_preset(preset);
+    model_spec m = *model_preset("llama2-7b");
+    snprintf(m.name, sizeof m.name, "llama3-8b");
+    m.ffn = 14336, m.vocab = 128256, m.kv_heads = 8;
+    return m;
+}
+
+static void stored_bytes_case(const model_spec *m)
+{
     cluster_spec hw;
     dp_err err = {0};
     analytic_params ap;
@@ -165,7 +185,7 @@ static void stored_bytes_case(const char *preset)
     assert_int_equal(cluster_resolve("a100-40gb", &hw, &err), DP_OK);
     assert_int_equal(cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err), DP_OK);
     cm->flash_attn = 1;
-    rt_layer_shape s = {m->hidden, m->heads, m->kv_channels, m->ffn, 1, 0, m->glu};
+    rt_layer_shape s = rt_layer_shape_of(m, RT_LAYER_GPT);
     static const int shapes[][2] = {{1, 2048}, {4, 1024}, {2, 4096}};
     for (int i = 0; i < 3; i++) {
         int B = shapes[i][0], S = shapes[i][1];
@@ -185,8 +205,37 @@ static void stored_bytes_case(const char *preset)
 static void test_bf16_stored_bytes_match_the_memory_model(void **state)
 {
     (void)state;
-    stored_bytes_case("gpt-6.7b-16l");
-    stored_bytes_case("llama2-7b");
+    stored_bytes_case(model_preset("gpt-6.7b-16l"));
+    stored_bytes_case(model_preset("llama2-7b"));
+    model_spec l3 = llama3_8b();
+    stored_bytes_case(&l3);
+}
+
+/* The runtime's layer has the parameters the planner counts (models/model.c's
+ * model_layer_params, which its memory model and its weights' all-reduce charge): every preset's
+ * encoder (GPT) and decoder layers, and a grouped-query model. */
+static void test_params_are_the_models(void **state)
+{
+    (void)state;
+    model_spec l3 = llama3_8b();
+    int presets = 0;
+    const model_spec *table = model_presets(&presets), *ms[64];
+    assert_true(presets >= 10 && presets < 64);
+    int n = 0;
+    for (; n < presets; n++) ms[n] = &table[n];
+    ms[n++] = &l3;
+    for (int i = 0; i < n; i++) {
+        size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+        rt_layer_shape s = rt_layer_shape_of(ms[i], RT_LAYER_GPT);
+        rt_layer_params_layout(&s, off, len, &count);
+        if ((int64_t)count != model_layer_params(ms[i], 0))
+            fail_msg("%s: the runtime's layer has %zu parameters, the planner counts %lld",
+                     ms[i]->name, count, (long long)model_layer_params(ms[i], 0));
+        if (ms[i]->arch != ARCH_T5) continue;
+        s = rt_layer_shape_of(ms[i], RT_LAYER_DECODER);
+        rt_layer_params_layout(&s, off, len, &count);
+        assert_int_equal(count, model_layer_params(ms[i], 1));
+    }
 }
 
 int main(void)
@@ -197,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_bf16_layout),
         cmocka_unit_test(test_param_blocks),
         cmocka_unit_test(test_bf16_stored_bytes_match_the_memory_model),
+        cmocka_unit_test(test_params_are_the_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
