@@ -225,8 +225,9 @@ static void a100_reference(const model_spec *m, const cost_shape *shape, double 
 /* cuBLASLt's bf16 rate on the four GEMMs of a layer on n tokens, TFLOP/s (NaN on failure). */
 static double gemm_rate(rt_cuda *g, const rt_layer_shape *s, int n)
 {
-    int h = s->hidden, hk = s->heads * s->kv, f = s->ffn;
-    const int mnk[4][3] = {{n, 3 * hk, h}, {n, h, hk}, {n, f, h}, {n, h, f}};
+    int h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    const int mnk[4][3] = {{n, rt_layer_qkv_width(s), h}, {n, h, hk}, {n, rt_layer_ffn_in(s), h},
+                           {n, h, f}};
     double flops = 0, ms = 0;
     for (int i = 0; i < 4; i++) {
         double t;
@@ -328,6 +329,18 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
         n_failed += check_layer(g, other.glu ? "GPT (causal) with a SwiGLU MLP" : "GPT (causal) with a GELU MLP",
                                 &other, 2, 64, 0, NULL, NULL, &n_rows);
         n_failed += check_layer(g, "GPT (causal)", &gpt, 2, 64, 0, &gpt_seqs, NULL, &n_rows);
+        /* grouped-query attention (the model's, or half as many key/value heads as query heads),
+         * rows and varlen: cuDNN's broadcast K/V and its per-group dK/dV reduction, and the GEMM
+         * path's head groups */
+        rt_layer_shape gqa = gpt;
+        if (rt_layer_kv_heads(&gqa) == gqa.heads && gqa.heads % 2 == 0) gqa.kv_heads = gqa.heads / 2;
+        if (rt_layer_kv_heads(&gqa) != gqa.heads) {
+            char title[120];
+            snprintf(title, sizeof title, "GPT (causal), %d query heads on %d key/value heads",
+                     gqa.heads, rt_layer_kv_heads(&gqa));
+            n_failed += check_layer(g, title, &gqa, 2, 64, 0, NULL, NULL, &n_rows);
+            n_failed += check_layer(g, title, &gqa, 2, 64, 0, &gpt_seqs, NULL, &n_rows);
+        }
     }
     if (speed) print_speed(g, gpu, name);
     rt_cuda_close(g);

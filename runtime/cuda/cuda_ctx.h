@@ -41,18 +41,38 @@ struct rt_cuda {
                            // by the next rt_cuda_sync or rt_cuda_query
 };
 
+// Attention's GEMMs under grouped-query attention, batched over heads: with a query heads on g
+// key/value heads (r = a / g per group), query head h = group * r + i reads key/value head
+// `group` (layout.h rt_kv_head). The GEMMs run once per i, batched over the g groups: an operand
+// on the query heads (q, o, scores) starts at its head i and steps r heads per batch entry; one
+// on the key/value heads (k, v) starts at head 0 and steps one head. Without grouping (r = 1)
+// that is one GEMM over the a heads. A batch entry writes its own output, so a key/value
+// gradient's r contributions add up one GEMM after another, never racing.
+enum { HEADS_KV_A = 1, HEADS_KV_B = 2, HEADS_KV_C = 4 }; // which operands are key/value-side
+struct head_step {
+    long long off, stride;
+};
+static inline head_step head_step_of(int i, int r, long long head_elems, int kv_side)
+{
+    head_step s;
+    s.off = kv_side ? 0 : i * head_elems;
+    s.stride = kv_side ? head_elems : r * head_elems;
+    return s;
+}
+
 // What one bf16 attention call reads and writes: sequence j of the queries qs attends to
 // sequence j of the keys ks (runtime/layer.h rt_seqs; rows: they are B whole rows of sq and sk
 // tokens, which cuDNN's fused attention takes as a batch; otherwise cuDNN takes the sequences
-// in its ragged form, runtime/ragged.h), a heads of width d; q (rows of ldq
-// elements), k and v (rows of ldkv), o (rows of a*d), head h at column h*d; lse, fp32, the
+// in its ragged form, runtime/ragged.h), a query heads and g key/value heads (g divides a) of
+// width d; q (rows of ldq elements), o (rows of a*d), query head h at column h*d; k and v (rows
+// of ldkv), key/value head rt_kv_head(h, a, g) at column rt_kv_head(h, a, g)*d; lse, fp32, the
 // log-sum-exp of each query's scaled, masked scores (natural log), sequence j's (a, lq) block at
 // a * qs->off[j] (for rows: (B, a, sq)). Backward: dout in o's layout; dq, dk, dv in q's, k's and
 // v's, zeroed by the caller (a path may add to them or overwrite them).
 struct attn_io {
     const rt_seqs *qs, *ks;
     int rows, B, sq, sk;
-    int a, d, causal, ldq, ldkv;
+    int a, g, d, causal, ldq, ldkv;
     const __nv_bfloat16 *q, *k, *v;
     __nv_bfloat16 *o;
     float *lse;

@@ -289,6 +289,26 @@ __global__ void k_attn_dsoftmax(const float *dp, const bf16 *p, const float *D, 
     }
 }
 
+// An attention GEMM over a query heads on gk key/value heads (cuda_ctx.h head_step_of), C read
+// and written in place (type ct): sa, sb, sc are the elements from one head to the next, kv_side
+// (HEADS_KV_*) says which operands are on the key/value heads.
+static void lt_gemm_heads(rt_cuda *g, int ta, int tb, int M, int N, int K, float alpha,
+                          const bf16 *A, int lda, long long sa, const bf16 *B, int ldb,
+                          long long sb, float beta, void *C, int ldc, long long sc,
+                          cudaDataType_t ct, int a, int gk, int kv_side)
+{
+    int r = a / gk;
+    size_t cb = ct == CUDA_R_32F ? sizeof(float) : sizeof(bf16);
+    for (int i = 0; i < r; i++) {
+        head_step ha = head_step_of(i, r, sa, kv_side & HEADS_KV_A);
+        head_step hb = head_step_of(i, r, sb, kv_side & HEADS_KV_B);
+        head_step hc = head_step_of(i, r, sc, kv_side & HEADS_KV_C);
+        char *c = (char *)C + hc.off * cb;
+        lt_gemm(g, ta, tb, M, N, K, alpha, A + ha.off, lda, ha.stride, B + hb.off, ldb, hb.stride,
+                beta, c, c, ldc, hc.stride, ct, NULL, gk);
+    }
+}
+
 // The largest lq * lk of the call's paired sequences (the scratch of one sequence's scores).
 static long long max_pair(const attn_io *x)
 {
@@ -313,12 +333,13 @@ static void gemm_attn_fwd(rt_cuda *g, const attn_io *x)
         long long pp = (long long)sq * sk, qo = x->qs->off[j], ko = x->ks->off[j];
         if (pp == 0) continue;
         bf16 *o = x->o + qo * ldo;
-        lt_gemm(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo * x->ldq, x->ldq, x->d, x->k + ko * x->ldkv,
-                x->ldkv, x->d, 0.0f, s, s, sk, pp, CUDA_R_32F, NULL, x->a);
+        lt_gemm_heads(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo * x->ldq, x->ldq, x->d,
+                      x->k + ko * x->ldkv, x->ldkv, x->d, 0.0f, s, sk, pp, CUDA_R_32F, x->a, x->g,
+                      HEADS_KV_B);
         k_attn_softmax<<<x->a * sq, THREADS, 0, g->stream>>>(s, p, x->lse + qo * x->a, sq, sk,
                                                               x->causal, scale);
-        lt_gemm(g, 0, 0, sq, x->d, sk, 1.0f, p, sk, pp, x->v + ko * x->ldkv, x->ldkv, x->d, 0.0f, o,
-                o, ldo, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm_heads(g, 0, 0, sq, x->d, sk, 1.0f, p, sk, pp, x->v + ko * x->ldkv, x->ldkv, x->d,
+                      0.0f, o, ldo, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_B);
     }
 out:
     if (s) cudaFreeAsync(s, g->stream);
@@ -348,20 +369,20 @@ static void gemm_attn_bwd(rt_cuda *g, const attn_io *x)
         long long qo = q0 * x->ldq, ko = k0 * x->ldkv, oo = q0 * ldo;
         const bf16 *dob = x->dout + oo;
         k_attn_rowdot<<<x->a * sq, THREADS, 0, g->stream>>>(dob, x->o + oo, ldo, x->d, sq, D);
-        lt_gemm(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo, x->ldq, x->d, x->k + ko, x->ldkv, x->d, 0.0f,
-                s, s, sk, pp, CUDA_R_32F, NULL, x->a); // S again
+        lt_gemm_heads(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo, x->ldq, x->d, x->k + ko, x->ldkv,
+                      x->d, 0.0f, s, sk, pp, CUDA_R_32F, x->a, x->g, HEADS_KV_B); // S again
         k_attn_recompute<<<x->a * sq, THREADS, 0, g->stream>>>(s, x->lse + q0 * x->a, p, sq, sk,
                                                                 x->causal, scale);
         // dV += P^T dO; dP = dO V^T; dS; dQ += dS K; dK += dS^T Q
-        lt_gemm(g, 1, 0, sk, x->d, sq, 1.0f, p, sk, pp, dob, ldo, x->d, 1.0f, x->dv + ko, x->dv + ko,
-                x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
-        lt_gemm(g, 0, 1, sq, sk, x->d, 1.0f, dob, ldo, x->d, x->v + ko, x->ldkv, x->d, 0.0f, dp, dp,
-                sk, pp, CUDA_R_32F, NULL, x->a);
+        lt_gemm_heads(g, 1, 0, sk, x->d, sq, 1.0f, p, sk, pp, dob, ldo, x->d, 1.0f, x->dv + ko,
+                      x->ldkv, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_C);
+        lt_gemm_heads(g, 0, 1, sq, sk, x->d, 1.0f, dob, ldo, x->d, x->v + ko, x->ldkv, x->d, 0.0f,
+                      dp, sk, pp, CUDA_R_32F, x->a, x->g, HEADS_KV_B);
         k_attn_dsoftmax<<<x->a * sq, THREADS, 0, g->stream>>>(dp, p, D, ds, sk, scale);
-        lt_gemm(g, 0, 0, sq, x->d, sk, 1.0f, ds, sk, pp, x->k + ko, x->ldkv, x->d, 1.0f, x->dq + qo,
-                x->dq + qo, x->ldq, x->d, CUDA_R_16BF, NULL, x->a);
-        lt_gemm(g, 1, 0, sk, x->d, sq, 1.0f, ds, sk, pp, x->q + qo, x->ldq, x->d, 1.0f, x->dk + ko,
-                x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, NULL, x->a);
+        lt_gemm_heads(g, 0, 0, sq, x->d, sk, 1.0f, ds, sk, pp, x->k + ko, x->ldkv, x->d, 1.0f,
+                      x->dq + qo, x->ldq, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_B);
+        lt_gemm_heads(g, 1, 0, sk, x->d, sq, 1.0f, ds, sk, pp, x->q + qo, x->ldq, x->d, 1.0f,
+                      x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_C);
     }
 out:
     if (s) cudaFreeAsync(s, g->stream);
@@ -460,7 +481,8 @@ static attn_io attn_of(const rt_cuda_layer *l, const rt_batch_seqs *bs, const rt
     attn_io x;
     memset(&x, 0, sizeof x);
     x.qs = &bs->self, x.ks = ks, x.rows = bs->rows, x.B = B, x.sq = sq, x.sk = sk;
-    x.a = l->shape.heads, x.d = l->shape.kv, x.causal = causal, x.ldq = ldq, x.ldkv = ldkv;
+    x.a = l->shape.heads, x.g = rt_layer_kv_heads(&l->shape), x.d = l->shape.kv;
+    x.causal = causal, x.ldq = ldq, x.ldkv = ldkv;
     return x;
 }
 
@@ -473,15 +495,16 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     view_acts(&l->shape, B, S, Se, acts, &v);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
+    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
+    int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape);
     long long nh = (long long)n * h;
     cudaMemcpyAsync(A(&v, RT_A_X), x, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
     k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_X), v.w[RT_P_LN1_G], v.w[RT_P_LN1_B],
                                                  A(&v, RT_A_H1), AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), h);
-    linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, 3 * hk);
+    linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, qkv_w);
     bf16 *qkv = A(&v, RT_A_QKV);
-    attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, 3 * hk, 3 * hk);
-    self.q = qkv, self.k = qkv + hk, self.v = qkv + 2 * hk, self.o = A(&v, RT_A_CTX);
+    attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, qkv_w, qkv_w);
+    self.q = qkv, self.k = qkv + hk, self.v = qkv + hk + hkv, self.o = A(&v, RT_A_CTX);
     self.lse = AF(&v, RT_A_P);
     cudaMemsetAsync(self.o, 0, (size_t)n * hk * sizeof(bf16), g->stream); // padding tokens
     attn_fwd(g, &self);
@@ -493,10 +516,10 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
                                                      A(&v, RT_A_HC), AF(&v, RT_A_MEANC), AF(&v, RT_A_RSTDC), h);
         linear(g, A(&v, RT_A_HC), v.w[RT_P_WQC], v.w[RT_P_BQC], NULL, A(&v, RT_A_QC), n, h, hk);
         linear(g, (const bf16 *)enc, v.w[RT_P_WKVC], v.w[RT_P_BKVC], NULL, A(&v, RT_A_KVC), B * Se,
-               h, 2 * hk);
+               h, 2 * hkv);
         bf16 *kvc = A(&v, RT_A_KVC);
-        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hk);
-        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hk, cross.o = A(&v, RT_A_CTXC);
+        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hkv);
+        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hkv, cross.o = A(&v, RT_A_CTXC);
         cross.lse = AF(&v, RT_A_PC);
         cudaMemsetAsync(cross.o, 0, (size_t)n * hk * sizeof(bf16), g->stream);
         attn_fwd(g, &cross);
@@ -523,8 +546,8 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     rt_batch_seqs_init(&bs, mb);
     const bf16 *dy = (const bf16 *)dy_;
     bf16 *dx = (bf16 *)dx_, *denc = (bf16 *)denc_;
-    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
-    int ne = B * Se;
+    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
+    int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape), ne = B * Se;
     int f1 = rt_layer_ffn_in(&l->shape);
     long long nh = (long long)n * h;
     bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL;
@@ -545,32 +568,32 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
                         g->stream);
         gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_OC), h, v.w[RT_P_WOC], h, 0.0f, dctx, hk);
         cudaMemsetAsync(A(&v, RT_A_D_QC), 0, (size_t)n * hk * sizeof(bf16), g->stream);
-        cudaMemsetAsync(A(&v, RT_A_D_KVC), 0, (size_t)ne * 2 * hk * sizeof(bf16), g->stream);
+        cudaMemsetAsync(A(&v, RT_A_D_KVC), 0, (size_t)ne * 2 * hkv * sizeof(bf16), g->stream);
         bf16 *kvc = A(&v, RT_A_KVC), *dkvc = A(&v, RT_A_D_KVC);
-        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hk);
-        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hk, cross.o = A(&v, RT_A_CTXC);
+        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hkv);
+        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hkv, cross.o = A(&v, RT_A_CTXC);
         cross.lse = AF(&v, RT_A_PC), cross.dout = dctx;
-        cross.dq = A(&v, RT_A_D_QC), cross.dk = dkvc, cross.dv = dkvc + hk;
+        cross.dq = A(&v, RT_A_D_QC), cross.dk = dkvc, cross.dv = dkvc + hkv;
         attn_bwd(g, &cross);
         gemm(g, 0, 1, n, h, hk, A(&v, RT_A_D_QC), hk, v.w[RT_P_WQC], hk, 0.0f, tmp_h, h); // d(hc)
         if (denc) // d(enc) += d_kvc Wkvc^T
-            gemm(g, 0, 1, ne, h, 2 * hk, dkvc, 2 * hk, v.w[RT_P_WKVC], 2 * hk, 1.0f, denc, h);
+            gemm(g, 0, 1, ne, h, 2 * hkv, dkvc, 2 * hkv, v.w[RT_P_WKVC], 2 * hkv, 1.0f, denc, h);
         k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_XC), v.w[RT_P_LNC_G], AF(&v, RT_A_MEANC),
                                                      AF(&v, RT_A_RSTDC), A(&v, RT_A_D_O), v.gw[RT_P_LNC_G],
                                                      v.gw[RT_P_LNC_B], h);
         k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), A(&v, RT_A_D_OC), nh);
     }
     gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_O), h, v.w[RT_P_WO], h, 0.0f, dctx, hk);
-    cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * 3 * hk * sizeof(bf16), g->stream);
+    cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * qkv_w * sizeof(bf16), g->stream);
     {
         bf16 *qkv = A(&v, RT_A_QKV), *dqkv = A(&v, RT_A_D_QKV);
-        attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, 3 * hk, 3 * hk);
-        self.q = qkv, self.k = qkv + hk, self.v = qkv + 2 * hk, self.o = A(&v, RT_A_CTX);
+        attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, qkv_w, qkv_w);
+        self.q = qkv, self.k = qkv + hk, self.v = qkv + hk + hkv, self.o = A(&v, RT_A_CTX);
         self.lse = AF(&v, RT_A_P), self.dout = dctx;
-        self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + 2 * hk;
+        self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + hk + hkv;
         attn_bwd(g, &self);
     }
-    gemm(g, 0, 1, n, h, 3 * hk, A(&v, RT_A_D_QKV), 3 * hk, v.w[RT_P_WQKV], 3 * hk, 0.0f, tmp_h, h); // dh1
+    gemm(g, 0, 1, n, h, qkv_w, A(&v, RT_A_D_QKV), qkv_w, v.w[RT_P_WQKV], qkv_w, 0.0f, tmp_h, h); // dh1
     k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
                                                  AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], h);
     k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, A(&v, RT_A_D_O), nh);
@@ -588,7 +611,8 @@ void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
     bview v;
     view_params(&grad->shape, NULL, grad->block, &v);
     view_acts(&grad->shape, B, S, Se, acts, &v);
-    int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv, f = grad->shape.ffn;
+    int n = B * S, h = grad->shape.hidden, hk = rt_layer_q_width(&grad->shape), f = grad->shape.ffn;
+    int hkv = rt_layer_kv_width(&grad->shape), qkv_w = rt_layer_qkv_width(&grad->shape);
     linear_bwd_weight(g, A(&v, RT_A_G), A(&v, RT_A_D_Y), v.gw[RT_P_W2], v.gw[RT_P_B2], n, f, h);
     linear_bwd_weight(g, A(&v, RT_A_H2), A(&v, RT_A_D_U), v.gw[RT_P_W1], v.gw[RT_P_B1], n, h,
                       rt_layer_ffn_in(&grad->shape));
@@ -596,10 +620,10 @@ void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
         linear_bwd_weight(g, A(&v, RT_A_CTXC), A(&v, RT_A_D_OC), v.gw[RT_P_WOC], v.gw[RT_P_BOC], n, hk, h);
         linear_bwd_weight(g, A(&v, RT_A_HC), A(&v, RT_A_D_QC), v.gw[RT_P_WQC], v.gw[RT_P_BQC], n, h, hk);
         linear_bwd_weight(g, (const bf16 *)enc, A(&v, RT_A_D_KVC), v.gw[RT_P_WKVC], v.gw[RT_P_BKVC],
-                          B * Se, h, 2 * hk);
+                          B * Se, h, 2 * hkv);
     }
     linear_bwd_weight(g, A(&v, RT_A_CTX), A(&v, RT_A_D_O), v.gw[RT_P_WO], v.gw[RT_P_BO], n, hk, h);
-    linear_bwd_weight(g, A(&v, RT_A_H1), A(&v, RT_A_D_QKV), v.gw[RT_P_WQKV], v.gw[RT_P_BQKV], n, h, 3 * hk);
+    linear_bwd_weight(g, A(&v, RT_A_H1), A(&v, RT_A_D_QKV), v.gw[RT_P_WQKV], v.gw[RT_P_BQKV], n, h, qkv_w);
 }
 
 // ---- the LM head, fills, GEMM timing ------------------------------------------------------------

@@ -133,6 +133,24 @@ static void gemm_batched(rt_cuda *g, int ta, int tb, int M, int N, int K, double
                               N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, count);
 }
 
+// The batched GEMM of an attention over a query heads on g key/value heads (cuda_ctx.h
+// head_step_of): sa, sb, sc are the elements from one head to the next in A, B and C, and
+// kv_side (HEADS_KV_*) says which of them are on the key/value heads.
+static void gemm_heads(rt_cuda *g, int ta, int tb, int M, int N, int K, double alpha,
+                       const double *A, int lda, long long sa, const double *B, int ldb,
+                       long long sb, double beta, double *C, int ldc, long long sc, int a, int gk,
+                       int kv_side)
+{
+    int r = a / gk;
+    for (int i = 0; i < r; i++) {
+        head_step ha = head_step_of(i, r, sa, kv_side & HEADS_KV_A);
+        head_step hb = head_step_of(i, r, sb, kv_side & HEADS_KV_B);
+        head_step hc = head_step_of(i, r, sc, kv_side & HEADS_KV_C);
+        gemm_batched(g, ta, tb, M, N, K, alpha, A + ha.off, lda, ha.stride, B + hb.off, ldb,
+                     hb.stride, beta, C + hc.off, ldc, hc.stride, gk);
+    }
+}
+
 // ---- kernels --------------------------------------------------------------------------------
 __global__ void k_bias_rows(double *y, const double *b, int n, int out)
 {
@@ -239,12 +257,13 @@ static void linear(rt_cuda *g, const double *x, const double *w, const double *b
 }
 
 // Attention within sequences (runtime/layer.h rt_seqs): sequence j of the queries qs (rows of
-// ldq) attends to sequence j of the keys ks (rows of ldkv), a heads of width d, as
-// rt_attention_fwd (runtime/layer.c): p holds sequence j's (a, lq, lk) probabilities after
-// those of the sequences before it; ctx (rows of a*d) is written for the queries' tokens only.
+// ldq) attends to sequence j of the keys ks (rows of ldkv), a query heads on gk key/value heads
+// of width d, as rt_attention_fwd (runtime/layer.c): p holds sequence j's (a, lq, lk)
+// probabilities after those of the sequences before it; ctx (rows of a*d) is written for the
+// queries' tokens only.
 static void attention_fwd(rt_cuda *g, const double *q, int ldq, const double *k, const double *v,
                           int ldkv, double *p, double *ctx, const rt_seqs *qs, const rt_seqs *ks,
-                          int a, int d, int causal)
+                          int a, int gk, int d, int causal)
 {
     double scale = 1 / sqrt((double)d);
     long long at = 0;
@@ -253,11 +272,11 @@ static void attention_fwd(rt_cuda *g, const double *q, int ldq, const double *k,
         long long pp = (long long)sq * sk, qo = qs->off[j], ko = ks->off[j];
         if (pp > 0) {
             double *pb = p + at;
-            gemm_batched(g, 0, 1, sq, sk, d, scale, q + qo * ldq, ldq, d, k + ko * ldkv, ldkv, d,
-                         0.0, pb, sk, pp, a);
+            gemm_heads(g, 0, 1, sq, sk, d, scale, q + qo * ldq, ldq, d, k + ko * ldkv, ldkv, d,
+                       0.0, pb, sk, pp, a, gk, HEADS_KV_B);
             k_softmax<<<a * sq, THREADS, 0, g->stream>>>(pb, sq, sk, causal);
-            gemm_batched(g, 0, 0, sq, d, sk, 1.0, pb, sk, pp, v + ko * ldkv, ldkv, d, 0.0,
-                         ctx + qo * a * d, a * d, d, a);
+            gemm_heads(g, 0, 0, sq, d, sk, 1.0, pb, sk, pp, v + ko * ldkv, ldkv, d, 0.0,
+                       ctx + qo * a * d, a * d, d, a, gk, HEADS_KV_B);
         }
         at += a * pp;
     }
@@ -268,7 +287,7 @@ static void attention_fwd(rt_cuda *g, const double *q, int ldq, const double *k,
 static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, int ldq,
                           const double *k, const double *v, int ldkv, const double *p, double *dq,
                           double *dk, double *dv, const rt_seqs *qs, const rt_seqs *ks, int a,
-                          int d, double *dp)
+                          int gk, int d, double *dp)
 {
     double scale = 1 / sqrt((double)d);
     int ldc = a * d;
@@ -279,11 +298,15 @@ static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, int l
                   ko = ks->off[j] * (long long)ldkv;
         if (pp > 0) {
             const double *dcb = dctx + (long long)qs->off[j] * ldc, *pb = p + at;
-            gemm_batched(g, 0, 1, sq, sk, d, 1.0, dcb, ldc, d, v + ko, ldkv, d, 0.0, dp, sk, pp, a);
-            gemm_batched(g, 1, 0, sk, d, sq, 1.0, pb, sk, pp, dcb, ldc, d, 1.0, dv + ko, ldkv, d, a);
+            gemm_heads(g, 0, 1, sq, sk, d, 1.0, dcb, ldc, d, v + ko, ldkv, d, 0.0, dp, sk, pp, a,
+                       gk, HEADS_KV_B);
+            gemm_heads(g, 1, 0, sk, d, sq, 1.0, pb, sk, pp, dcb, ldc, d, 1.0, dv + ko, ldkv, d, a,
+                       gk, HEADS_KV_C);
             k_softmax_bwd<<<a * sq, THREADS, 0, g->stream>>>(dp, pb, sk, scale);
-            gemm_batched(g, 0, 0, sq, d, sk, 1.0, dp, sk, pp, k + ko, ldkv, d, 1.0, dq + qo, ldq, d, a);
-            gemm_batched(g, 1, 0, sk, d, sq, 1.0, dp, sk, pp, q + qo, ldq, d, 1.0, dk + ko, ldkv, d, a);
+            gemm_heads(g, 0, 0, sq, d, sk, 1.0, dp, sk, pp, k + ko, ldkv, d, 1.0, dq + qo, ldq, d,
+                       a, gk, HEADS_KV_B);
+            gemm_heads(g, 1, 0, sk, d, sq, 1.0, dp, sk, pp, q + qo, ldq, d, 1.0, dk + ko, ldkv, d,
+                       a, gk, HEADS_KV_C);
         }
         at += a * pp;
     }
@@ -306,25 +329,26 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
-    int heads = l->shape.heads, kv = l->shape.kv;
+    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
+    int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape);
+    int heads = l->shape.heads, gk = rt_layer_kv_heads(&l->shape), kv = l->shape.kv;
     long long nh = (long long)n * h;
     cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, h);
-    linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, 3 * hk);
+    linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, qkv);
     cudaMemsetAsync(a.ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
-    attention_fwd(g, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.ctx, &bs.self,
-                  &bs.self, heads, kv, l->shape.causal);
+    attention_fwd(g, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.ctx, &bs.self,
+                  &bs.self, heads, gk, kv, l->shape.causal);
     linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
     if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
         cudaMemcpyAsync(a.xc, a.x2, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
         k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, h);
         linear(g, a.hc, p.wqc, p.bqc, a.qc, n, h, hk);
-        linear(g, enc, p.wkvc, p.bkvc, a.kvc, B * Se, h, 2 * hk);
+        linear(g, enc, p.wkvc, p.bkvc, a.kvc, B * Se, h, 2 * hkv);
         cudaMemsetAsync(a.ctxc, 0, (size_t)n * hk * sizeof(double), g->stream);
-        attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.ctxc, &bs.self, &bs.enc,
-                      heads, kv, 0);
+        attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hkv, 2 * hkv, a.pc, a.ctxc, &bs.self, &bs.enc,
+                      heads, gk, kv, 0);
         linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
@@ -345,8 +369,9 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = B * S, h = l->shape.hidden, hk = l->shape.heads * l->shape.kv, f = l->shape.ffn;
-    int heads = l->shape.heads, kv = l->shape.kv, ne = B * Se;
+    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
+    int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape);
+    int heads = l->shape.heads, gk = rt_layer_kv_heads(&l->shape), kv = l->shape.kv, ne = B * Se;
     int f1 = rt_layer_ffn_in(&l->shape);
     long long pairs = max_pair(&bs.self, &bs.self);
     if (l->shape.cross && max_pair(&bs.self, &bs.enc) > pairs) pairs = max_pair(&bs.self, &bs.enc);
@@ -370,21 +395,21 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
         cudaMemcpyAsync(a.d_oc, a.d_o, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
         gemm(g, 0, 1, n, hk, h, 1.0, a.d_oc, h, p.woc, h, 0.0, dctx, hk);
         cudaMemsetAsync(a.d_qc, 0, (size_t)n * hk * sizeof(double), g->stream);
-        cudaMemsetAsync(a.d_kvc, 0, (size_t)ne * 2 * hk * sizeof(double), g->stream);
-        attention_bwd(g, dctx, a.qc, hk, a.kvc, a.kvc + hk, 2 * hk, a.pc, a.d_qc, a.d_kvc,
-                      a.d_kvc + hk, &bs.self, &bs.enc, heads, kv, dp);
+        cudaMemsetAsync(a.d_kvc, 0, (size_t)ne * 2 * hkv * sizeof(double), g->stream);
+        attention_bwd(g, dctx, a.qc, hk, a.kvc, a.kvc + hkv, 2 * hkv, a.pc, a.d_qc, a.d_kvc,
+                      a.d_kvc + hkv, &bs.self, &bs.enc, heads, gk, kv, dp);
         gemm(g, 0, 1, n, h, hk, 1.0, a.d_qc, hk, p.wqc, hk, 0.0, tmp_h, h); /* d(hc) */
         if (denc) /* d(enc) += d_kvc Wkvc^T */
-            gemm(g, 0, 1, ne, h, 2 * hk, 1.0, a.d_kvc, 2 * hk, p.wkvc, 2 * hk, 1.0, denc, h);
+            gemm(g, 0, 1, ne, h, 2 * hkv, 1.0, a.d_kvc, 2 * hkv, p.wkvc, 2 * hkv, 1.0, denc, h);
         k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.xc, p.lnc_g, a.meanc, a.rstdc, a.d_o,
                                                gr.lnc_g, gr.lnc_b, h);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, a.d_oc, nh);
     }
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
-    cudaMemsetAsync(a.d_qkv, 0, (size_t)n * 3 * hk * sizeof(double), g->stream);
-    attention_bwd(g, dctx, a.qkv, 3 * hk, a.qkv + hk, a.qkv + 2 * hk, 3 * hk, a.p, a.d_qkv,
-                  a.d_qkv + hk, a.d_qkv + 2 * hk, &bs.self, &bs.self, heads, kv, dp);
-    gemm(g, 0, 1, n, h, 3 * hk, 1.0, a.d_qkv, 3 * hk, p.wqkv, 3 * hk, 0.0, tmp_h, h); /* dh1 */
+    cudaMemsetAsync(a.d_qkv, 0, (size_t)n * qkv * sizeof(double), g->stream);
+    attention_bwd(g, dctx, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.d_qkv,
+                  a.d_qkv + hk, a.d_qkv + hk + hkv, &bs.self, &bs.self, heads, gk, kv, dp);
+    gemm(g, 0, 1, n, h, qkv, 1.0, a.d_qkv, qkv, p.wqkv, qkv, 0.0, tmp_h, h); /* dh1 */
     k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g,
                                            gr.ln1_b, h);
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
@@ -409,17 +434,18 @@ static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch
     int B = mb->B, S = mb->S, Se = mb->Se;
     rt_layer_params gr = params_of(grad);
     rt_layer_acts a = acts_of(grad, B, S, Se, acts);
-    int n = B * S, h = grad->shape.hidden, hk = grad->shape.heads * grad->shape.kv;
+    int n = B * S, h = grad->shape.hidden, hk = rt_layer_q_width(&grad->shape);
+    int hkv = rt_layer_kv_width(&grad->shape), qkv = rt_layer_qkv_width(&grad->shape);
     int f = grad->shape.ffn;
     linear_bwd_weight(g, a.g, a.d_y, gr.w2, gr.b2, n, f, h);
     linear_bwd_weight(g, a.h2, a.d_u, gr.w1, gr.b1, n, h, rt_layer_ffn_in(&grad->shape));
     if (grad->shape.cross) {
         linear_bwd_weight(g, a.ctxc, a.d_oc, gr.woc, gr.boc, n, hk, h);
         linear_bwd_weight(g, a.hc, a.d_qc, gr.wqc, gr.bqc, n, h, hk);
-        linear_bwd_weight(g, enc, a.d_kvc, gr.wkvc, gr.bkvc, B * Se, h, 2 * hk);
+        linear_bwd_weight(g, enc, a.d_kvc, gr.wkvc, gr.bkvc, B * Se, h, 2 * hkv);
     }
     linear_bwd_weight(g, a.ctx, a.d_o, gr.wo, gr.bo, n, hk, h);
-    linear_bwd_weight(g, a.h1, a.d_qkv, gr.wqkv, gr.bqkv, n, h, 3 * hk);
+    linear_bwd_weight(g, a.h1, a.d_qkv, gr.wqkv, gr.bqkv, n, h, qkv);
 }
 
 // ---- the public layer: fp64 here, bf16 in layer_bf16.cu ----------------------------------------

@@ -113,12 +113,13 @@ void rt_cuda_set_attention(rt_cuda *g, int mode);
 const char *rt_cuda_attention_path(rt_cuda *g);
 /* Builds every descriptor of the cuDNN attention graphs a bf16 attention on mb runs, forward and
  * backward — self-attention (cross 0: causal or not) or a decoder's cross-attention to the
- * encoder's tokens (cross 1), a heads of width d, as whole rows or in the ragged form of mb's
+ * encoder's tokens (cross 1), a query heads on g key/value heads (g = a: no grouping) of width d
+ * (the layer's matrices: layout.h), as whole rows or in the ragged form of mb's
  * sequences — and has cuDNN finalise each one, which checks their types, shapes and attributes
  * on the host. It stops before the operation graph, whose finalisation needs a device: no GPU is
  * used, so the unit tests run it where there is none. 0 when cuDNN accepted them all; -1 with
  * why (the descriptor, cuDNN's status and message). */
-int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int d, int causal, int cross,
+int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int g, int d, int causal, int cross,
                                    char *why, size_t why_cap);
 
 /* ---- for the plan executor (runtime/exec_gpu.c) ------------------------------------------- */

@@ -43,10 +43,12 @@ enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_SUM, 
        U_ONE, U_SEQ_Q, U_SEQ_K, U_OFF_Q, U_OFF_K, U_OFF_O, U_VIRTUAL = 100 };
 
 // What a graph is built for (the plan cache's key): B batch entries (rows, or the ragged form's
-// sequences) of at most sq queries and sk keys, a heads of width d, the row lengths of the query,
-// key/value and output matrices; ragged: 0, or the ragged offsets' width in bytes (4 or 8).
+// sequences) of at most sq queries and sk keys, a query heads on g key/value heads (g divides a:
+// query head h reads key/value head h / (a / g), as layout.h's rt_kv_head) of width d, the row
+// lengths of the query, key/value and output matrices; ragged: 0, or the ragged offsets' width in
+// bytes (4 or 8).
 struct sdpa_shape {
-    int B, a, sq, sk, d, causal, ldq, ldkv, ldo, ragged;
+    int B, a, g, sq, sk, d, causal, ldq, ldkv, ldo, ragged;
 };
 
 struct sdpa_plan {
@@ -303,11 +305,12 @@ static void common_of(gbuild *b, const sdpa_shape *x, common_t *c)
     }
 }
 
-// The [b, h, s, w] view of rows of `ld` elements holding the heads side by side, and the same
-// with its last two dimensions swapped (K^T, V^T).
-static void rows_view(const sdpa_shape *x, int s, int ld, int64_t dim[4], int64_t str[4])
+// The [b, h, s, w] view of rows of `ld` elements holding `heads` heads side by side (the query
+// heads for Q, O and their gradients, the key/value heads for K, V and theirs), and the same with
+// its last two dimensions swapped (K^T, V^T).
+static void rows_view(const sdpa_shape *x, int heads, int s, int ld, int64_t dim[4], int64_t str[4])
 {
-    dim[0] = x->B, dim[1] = x->a, dim[2] = s, dim[3] = x->d;
+    dim[0] = x->B, dim[1] = heads, dim[2] = s, dim[3] = x->d;
     str[0] = (int64_t)s * ld, str[1] = x->d, str[2] = ld, str[3] = 1;
 }
 
@@ -361,13 +364,13 @@ static void build_fwd(gbuild *b, const sdpa_shape *x)
     common_t c;
     common_of(b, x, &c);
     int64_t dim[4], str[4];
-    rows_view(x, x->sq, x->ldq, dim, str);
+    rows_view(x, x->a, x->sq, x->ldq, dim, str);
     bd q = tensor_r(b, U_Q, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_q);
-    rows_view(x, x->sk, x->ldkv, dim, str);
+    rows_view(x, x->g, x->sk, x->ldkv, dim, str); // broadcast over each group's query heads
     bd v = tensor_r(b, U_V, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
     swap_last(dim, str);
     bd kt = tensor_r(b, U_K, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
-    rows_view(x, x->sq, x->ldo, dim, str);
+    rows_view(x, x->a, x->sq, x->ldo, dim, str);
     bd o = tensor_r(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
     bd stats = tensor(b, U_STATS, CUDNN_DATA_FLOAT, c.rd, c.rs, 0);
     bd s = causal_mask(b, x, &c, padding_mask(b, &c, scaled_scores(b, &c, q, kt)));
@@ -384,6 +387,20 @@ static void build_fwd(gbuild *b, const sdpa_shape *x)
     matmul(b, p, v, o, c.seq_q, NULL, c.seq_k);
 }
 
+// Where a backward GEMM on the query heads writes a key/value gradient g_kv: g_kv itself without
+// grouping; under grouped-query attention a virtual [B, a, sk, d] tensor, one head per query
+// head, that a reduction adds up over each group into g_kv (the frontend's dK/dV "full head"
+// tensors; dense strides, as it lays them out without max_total_seq_len).
+static bd per_query_head(gbuild *b, const sdpa_shape *x, bd g_kv)
+{
+    if (x->g == x->a) return g_kv;
+    int64_t fd[4] = {x->B, x->a, x->sk, x->d};
+    int64_t fs[4] = {(int64_t)x->a * x->sk * x->d, (int64_t)x->sk * x->d, x->d, 1};
+    bd full = tensor(b, 0, CUDNN_DATA_BFLOAT16, fd, fs, 0);
+    reduction(b, CUDNN_REDUCE_TENSOR_ADD, full, g_kv);
+    return full;
+}
+
 static void build_bwd(gbuild *b, const sdpa_shape *x)
 {
     common_t c;
@@ -391,23 +408,23 @@ static void build_bwd(gbuild *b, const sdpa_shape *x)
     int64_t dim[4], str[4], one[4] = {1, 1, 1, 1};
     int64_t td[4] = {x->B, x->a, x->sk, x->sq};
     int64_t ts[4] = {(int64_t)x->a * x->sq * x->sk, (int64_t)x->sq * x->sk, 1, x->sk};
-    rows_view(x, x->sq, x->ldq, dim, str);
+    rows_view(x, x->a, x->sq, x->ldq, dim, str);
     bd q = tensor_r(b, U_Q, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_q);
     bd dq = tensor_r(b, U_DQ, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_q);
-    rows_view(x, x->sk, x->ldkv, dim, str);
+    rows_view(x, x->g, x->sk, x->ldkv, dim, str);
     bd dk = tensor_r(b, U_DK, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
     bd dv = tensor_r(b, U_DV, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
     bd kn = tensor_r(b, 0, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k); // K, reshaped from K^T
     swap_last(dim, str);
     bd kt = tensor_r(b, U_K, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
     bd vt = tensor_r(b, U_V, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_k);
-    rows_view(x, x->sq, x->ldo, dim, str);
+    rows_view(x, x->a, x->sq, x->ldo, dim, str);
     bd o = tensor_r(b, U_O, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
     bd dout = tensor_r(b, U_DO, CUDNN_DATA_BFLOAT16, dim, str, 0, c.off_o);
     // dQ's fp32 accumulator: dense [B, a, sq, d] for rows; for the ragged form dQ's own strides
     // and offsets (the frontend's THD accumulator), so that it is sized by the tokens
     int64_t acc_d[4] = {x->B, x->a, x->sq, x->d}, acc_s[4];
-    rows_view(x, x->sq, x->ldq, dim, str);
+    rows_view(x, x->a, x->sq, x->ldq, dim, str);
     if (x->ragged)
         memcpy(acc_s, str, sizeof acc_s);
     else
@@ -431,7 +448,7 @@ static void build_bwd(gbuild *b, const sdpa_shape *x)
     // dV = P^T dO
     bd pt = tensor(b, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
     reshape(b, p, pt);
-    matmul(b, pt, dout, dv, c.seq_k, NULL, c.seq_q);
+    matmul(b, pt, dout, per_query_head(b, x, dv), c.seq_k, NULL, c.seq_q);
     // dS = (dO V^T - D) o P * scale
     bd dp = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), dd = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
     bd ds0 = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), ds = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
@@ -442,7 +459,7 @@ static void build_bwd(gbuild *b, const sdpa_shape *x)
     // dK = dS^T Q
     bd dst = tensor(b, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
     reshape(b, ds, dst);
-    matmul(b, dst, q, dk, c.seq_k, NULL, c.seq_q);
+    matmul(b, dst, q, per_query_head(b, x, dk), c.seq_k, NULL, c.seq_q);
     // dQ = dS K, accumulated in fp32
     reshape(b, kt, kn);
     matmul(b, ds, kn, acc, c.seq_q, NULL, c.seq_k);
@@ -451,7 +468,7 @@ static void build_bwd(gbuild *b, const sdpa_shape *x)
 
 static int same_shape(const sdpa_shape *a, const sdpa_shape *b)
 {
-    return a->B == b->B && a->a == b->a && a->sq == b->sq && a->sk == b->sk && a->d == b->d &&
+    return a->B == b->B && a->a == b->a && a->g == b->g && a->sq == b->sq && a->sk == b->sk && a->d == b->d &&
            a->causal == b->causal && a->ldq == b->ldq && a->ldkv == b->ldkv && a->ldo == b->ldo &&
            a->ragged == b->ragged;
 }
@@ -562,7 +579,8 @@ struct call_t {
 // ragged form the sequences r (released by the caller). 0, or -1 with why.
 static int shape_for(const attn_io *x, sdpa_shape *s, rt_ragged *r, char *why, size_t why_cap)
 {
-    sdpa_shape rows = {x->B, x->a, x->sq, x->sk, x->d, x->causal, x->ldq, x->ldkv, x->a * x->d, 0};
+    sdpa_shape rows = {x->B, x->a, x->g, x->sq, x->sk, x->d, x->causal, x->ldq, x->ldkv,
+                       x->a * x->d, 0};
     *s = rows;
     memset(r, 0, sizeof *r);
     if (x->rows) return 0;
@@ -691,17 +709,17 @@ void rt_sdpa_free(rt_cuda *g)
     g->sdpa_cache = NULL, g->n_sdpa = 0;
 }
 
-int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int d, int causal, int cross,
+int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int g, int d, int causal, int cross,
                                    char *why, size_t why_cap)
 {
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int hk = a * d;
+    int hk = a * d, hkv = g * d;
     attn_io x;
     memset(&x, 0, sizeof x);
     x.qs = &bs.self, x.ks = cross ? &bs.enc : &bs.self, x.rows = bs.rows;
-    x.B = mb->B, x.sq = mb->S, x.sk = cross ? mb->Se : mb->S, x.a = a, x.d = d, x.causal = causal;
-    x.ldq = cross ? hk : 3 * hk, x.ldkv = cross ? 2 * hk : 3 * hk;
+    x.B = mb->B, x.sq = mb->S, x.sk = cross ? mb->Se : mb->S, x.a = a, x.g = g, x.d = d;
+    x.causal = causal, x.ldq = cross ? hk : hk + 2 * hkv, x.ldkv = cross ? 2 * hkv : hk + 2 * hkv;
     sdpa_shape s;
     rt_ragged r;
     int rc = shape_for(&x, &s, &r, why, why_cap);
