@@ -87,6 +87,25 @@ static inline int rt_layer_kv_heads(const rt_layer_shape *s)
     return s->kv_heads > 0 ? s->kv_heads : s->heads;
 }
 static inline int rt_kv_head(int h, int heads, int kv_heads) { return h / (heads / kv_heads); }
+/* Attention's GEMMs batched over heads (the GPU layers' GEMM paths): with a query heads on g
+ * key/value heads, r = a / g, query head h = group * r + i reads key/value head `group`. The
+ * GEMMs run once per i < r, batched over the g groups: an operand on the query heads (q, o, the
+ * scores) starts at its head i and steps r heads per batch entry; one on the key/value heads (k,
+ * v) starts at head 0 and steps one head (head_elems: the elements from one head to the next).
+ * Without grouping (r = 1) that is one GEMM over the a heads. Each batch entry writes its own
+ * output, so a key/value gradient's r contributions add up one GEMM after another. */
+enum { RT_HEADS_KV_A = 1, RT_HEADS_KV_B = 2, RT_HEADS_KV_C = 4 }; /* operands on key/value heads */
+typedef struct rt_head_step {
+    long long off, stride; /* elements: the first batch entry's head, and from entry to entry */
+} rt_head_step;
+static inline rt_head_step rt_head_step_of(int i, int r, long long head_elems, int kv_side)
+{
+    rt_head_step s;
+    s.off = kv_side ? 0 : i * head_elems;
+    s.stride = kv_side ? head_elems : r * head_elems;
+    return s;
+}
+
 static inline int rt_layer_q_width(const rt_layer_shape *s) { return s->heads * s->kv; }
 static inline int rt_layer_kv_width(const rt_layer_shape *s) { return rt_layer_kv_heads(s) * s->kv; }
 static inline int rt_layer_qkv_width(const rt_layer_shape *s)

@@ -41,25 +41,6 @@ struct rt_cuda {
                            // by the next rt_cuda_sync or rt_cuda_query
 };
 
-// Attention's GEMMs under grouped-query attention, batched over heads: with a query heads on g
-// key/value heads (r = a / g per group), query head h = group * r + i reads key/value head
-// `group` (layout.h rt_kv_head). The GEMMs run once per i, batched over the g groups: an operand
-// on the query heads (q, o, scores) starts at its head i and steps r heads per batch entry; one
-// on the key/value heads (k, v) starts at head 0 and steps one head. Without grouping (r = 1)
-// that is one GEMM over the a heads. A batch entry writes its own output, so a key/value
-// gradient's r contributions add up one GEMM after another, never racing.
-enum { HEADS_KV_A = 1, HEADS_KV_B = 2, HEADS_KV_C = 4 }; // which operands are key/value-side
-struct head_step {
-    long long off, stride;
-};
-static inline head_step head_step_of(int i, int r, long long head_elems, int kv_side)
-{
-    head_step s;
-    s.off = kv_side ? 0 : i * head_elems;
-    s.stride = kv_side ? head_elems : r * head_elems;
-    return s;
-}
-
 // What one bf16 attention call reads and writes: sequence j of the queries qs attends to
 // sequence j of the keys ks (runtime/layer.h rt_seqs; rows: they are B whole rows of sq and sk
 // tokens, which cuDNN's fused attention takes as a batch; otherwise cuDNN takes the sequences

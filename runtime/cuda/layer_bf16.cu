@@ -289,9 +289,9 @@ __global__ void k_attn_dsoftmax(const float *dp, const bf16 *p, const float *D, 
     }
 }
 
-// An attention GEMM over a query heads on gk key/value heads (cuda_ctx.h head_step_of), C read
+// An attention GEMM over a query heads on gk key/value heads (layout.h rt_head_step_of), C read
 // and written in place (type ct): sa, sb, sc are the elements from one head to the next, kv_side
-// (HEADS_KV_*) says which operands are on the key/value heads.
+// (RT_HEADS_KV_*) says which operands are on the key/value heads.
 static void lt_gemm_heads(rt_cuda *g, int ta, int tb, int M, int N, int K, float alpha,
                           const bf16 *A, int lda, long long sa, const bf16 *B, int ldb,
                           long long sb, float beta, void *C, int ldc, long long sc,
@@ -300,9 +300,9 @@ static void lt_gemm_heads(rt_cuda *g, int ta, int tb, int M, int N, int K, float
     int r = a / gk;
     size_t cb = ct == CUDA_R_32F ? sizeof(float) : sizeof(bf16);
     for (int i = 0; i < r; i++) {
-        head_step ha = head_step_of(i, r, sa, kv_side & HEADS_KV_A);
-        head_step hb = head_step_of(i, r, sb, kv_side & HEADS_KV_B);
-        head_step hc = head_step_of(i, r, sc, kv_side & HEADS_KV_C);
+        rt_head_step ha = rt_head_step_of(i, r, sa, kv_side & RT_HEADS_KV_A);
+        rt_head_step hb = rt_head_step_of(i, r, sb, kv_side & RT_HEADS_KV_B);
+        rt_head_step hc = rt_head_step_of(i, r, sc, kv_side & RT_HEADS_KV_C);
         char *c = (char *)C + hc.off * cb;
         lt_gemm(g, ta, tb, M, N, K, alpha, A + ha.off, lda, ha.stride, B + hb.off, ldb, hb.stride,
                 beta, c, c, ldc, hc.stride, ct, NULL, gk);
@@ -335,11 +335,11 @@ static void gemm_attn_fwd(rt_cuda *g, const attn_io *x)
         bf16 *o = x->o + qo * ldo;
         lt_gemm_heads(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo * x->ldq, x->ldq, x->d,
                       x->k + ko * x->ldkv, x->ldkv, x->d, 0.0f, s, sk, pp, CUDA_R_32F, x->a, x->g,
-                      HEADS_KV_B);
+                      RT_HEADS_KV_B);
         k_attn_softmax<<<x->a * sq, THREADS, 0, g->stream>>>(s, p, x->lse + qo * x->a, sq, sk,
                                                               x->causal, scale);
         lt_gemm_heads(g, 0, 0, sq, x->d, sk, 1.0f, p, sk, pp, x->v + ko * x->ldkv, x->ldkv, x->d,
-                      0.0f, o, ldo, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_B);
+                      0.0f, o, ldo, x->d, CUDA_R_16BF, x->a, x->g, RT_HEADS_KV_B);
     }
 out:
     if (s) cudaFreeAsync(s, g->stream);
@@ -370,19 +370,19 @@ static void gemm_attn_bwd(rt_cuda *g, const attn_io *x)
         const bf16 *dob = x->dout + oo;
         k_attn_rowdot<<<x->a * sq, THREADS, 0, g->stream>>>(dob, x->o + oo, ldo, x->d, sq, D);
         lt_gemm_heads(g, 0, 1, sq, sk, x->d, 1.0f, x->q + qo, x->ldq, x->d, x->k + ko, x->ldkv,
-                      x->d, 0.0f, s, sk, pp, CUDA_R_32F, x->a, x->g, HEADS_KV_B); // S again
+                      x->d, 0.0f, s, sk, pp, CUDA_R_32F, x->a, x->g, RT_HEADS_KV_B); // S again
         k_attn_recompute<<<x->a * sq, THREADS, 0, g->stream>>>(s, x->lse + q0 * x->a, p, sq, sk,
                                                                 x->causal, scale);
         // dV += P^T dO; dP = dO V^T; dS; dQ += dS K; dK += dS^T Q
         lt_gemm_heads(g, 1, 0, sk, x->d, sq, 1.0f, p, sk, pp, dob, ldo, x->d, 1.0f, x->dv + ko,
-                      x->ldkv, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_C);
+                      x->ldkv, x->d, CUDA_R_16BF, x->a, x->g, RT_HEADS_KV_C);
         lt_gemm_heads(g, 0, 1, sq, sk, x->d, 1.0f, dob, ldo, x->d, x->v + ko, x->ldkv, x->d, 0.0f,
-                      dp, sk, pp, CUDA_R_32F, x->a, x->g, HEADS_KV_B);
+                      dp, sk, pp, CUDA_R_32F, x->a, x->g, RT_HEADS_KV_B);
         k_attn_dsoftmax<<<x->a * sq, THREADS, 0, g->stream>>>(dp, p, D, ds, sk, scale);
         lt_gemm_heads(g, 0, 0, sq, x->d, sk, 1.0f, ds, sk, pp, x->k + ko, x->ldkv, x->d, 1.0f,
-                      x->dq + qo, x->ldq, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_B);
+                      x->dq + qo, x->ldq, x->d, CUDA_R_16BF, x->a, x->g, RT_HEADS_KV_B);
         lt_gemm_heads(g, 1, 0, sk, x->d, sq, 1.0f, ds, sk, pp, x->q + qo, x->ldq, x->d, 1.0f,
-                      x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, x->a, x->g, HEADS_KV_C);
+                      x->dk + ko, x->ldkv, x->d, CUDA_R_16BF, x->a, x->g, RT_HEADS_KV_C);
     }
 out:
     if (s) cudaFreeAsync(s, g->stream);

@@ -133,9 +133,9 @@ static void gemm_batched(rt_cuda *g, int ta, int tb, int M, int N, int K, double
                               N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, count);
 }
 
-// The batched GEMM of an attention over a query heads on g key/value heads (cuda_ctx.h
-// head_step_of): sa, sb, sc are the elements from one head to the next in A, B and C, and
-// kv_side (HEADS_KV_*) says which of them are on the key/value heads.
+// The batched GEMM of an attention over a query heads on g key/value heads (layout.h
+// rt_head_step_of): sa, sb, sc are the elements from one head to the next in A, B and C, and
+// kv_side (RT_HEADS_KV_*) says which of them are on the key/value heads.
 static void gemm_heads(rt_cuda *g, int ta, int tb, int M, int N, int K, double alpha,
                        const double *A, int lda, long long sa, const double *B, int ldb,
                        long long sb, double beta, double *C, int ldc, long long sc, int a, int gk,
@@ -143,9 +143,9 @@ static void gemm_heads(rt_cuda *g, int ta, int tb, int M, int N, int K, double a
 {
     int r = a / gk;
     for (int i = 0; i < r; i++) {
-        head_step ha = head_step_of(i, r, sa, kv_side & HEADS_KV_A);
-        head_step hb = head_step_of(i, r, sb, kv_side & HEADS_KV_B);
-        head_step hc = head_step_of(i, r, sc, kv_side & HEADS_KV_C);
+        rt_head_step ha = rt_head_step_of(i, r, sa, kv_side & RT_HEADS_KV_A);
+        rt_head_step hb = rt_head_step_of(i, r, sb, kv_side & RT_HEADS_KV_B);
+        rt_head_step hc = rt_head_step_of(i, r, sc, kv_side & RT_HEADS_KV_C);
         gemm_batched(g, ta, tb, M, N, K, alpha, A + ha.off, lda, ha.stride, B + hb.off, ldb,
                      hb.stride, beta, C + hc.off, ldc, hc.stride, gk);
     }
@@ -273,10 +273,10 @@ static void attention_fwd(rt_cuda *g, const double *q, int ldq, const double *k,
         if (pp > 0) {
             double *pb = p + at;
             gemm_heads(g, 0, 1, sq, sk, d, scale, q + qo * ldq, ldq, d, k + ko * ldkv, ldkv, d,
-                       0.0, pb, sk, pp, a, gk, HEADS_KV_B);
+                       0.0, pb, sk, pp, a, gk, RT_HEADS_KV_B);
             k_softmax<<<a * sq, THREADS, 0, g->stream>>>(pb, sq, sk, causal);
             gemm_heads(g, 0, 0, sq, d, sk, 1.0, pb, sk, pp, v + ko * ldkv, ldkv, d, 0.0,
-                       ctx + qo * a * d, a * d, d, a, gk, HEADS_KV_B);
+                       ctx + qo * a * d, a * d, d, a, gk, RT_HEADS_KV_B);
         }
         at += a * pp;
     }
@@ -299,14 +299,14 @@ static void attention_bwd(rt_cuda *g, const double *dctx, const double *q, int l
         if (pp > 0) {
             const double *dcb = dctx + (long long)qs->off[j] * ldc, *pb = p + at;
             gemm_heads(g, 0, 1, sq, sk, d, 1.0, dcb, ldc, d, v + ko, ldkv, d, 0.0, dp, sk, pp, a,
-                       gk, HEADS_KV_B);
+                       gk, RT_HEADS_KV_B);
             gemm_heads(g, 1, 0, sk, d, sq, 1.0, pb, sk, pp, dcb, ldc, d, 1.0, dv + ko, ldkv, d, a,
-                       gk, HEADS_KV_C);
+                       gk, RT_HEADS_KV_C);
             k_softmax_bwd<<<a * sq, THREADS, 0, g->stream>>>(dp, pb, sk, scale);
             gemm_heads(g, 0, 0, sq, d, sk, 1.0, dp, sk, pp, k + ko, ldkv, d, 1.0, dq + qo, ldq, d,
-                       a, gk, HEADS_KV_B);
+                       a, gk, RT_HEADS_KV_B);
             gemm_heads(g, 1, 0, sk, d, sq, 1.0, dp, sk, pp, q + qo, ldq, d, 1.0, dk + ko, ldkv, d,
-                       a, gk, HEADS_KV_C);
+                       a, gk, RT_HEADS_KV_C);
         }
         at += a * pp;
     }

@@ -416,6 +416,108 @@ static void test_gqa_is_mha_with_copied_heads(void **state)
     free(sum_w), free(sum_b);
 }
 
+/* The GPU layers' attention GEMMs under grouped-query attention (layout.h rt_head_step_of, as
+ * runtime/cuda/layer_cuda.cu's gemm_heads runs them on cuBLAS's strided batches), emulated with a
+ * plain GEMM written here: the forward and backward GEMM sequence of the GPU's fp64 attention
+ * gives rt_attention_fwd's outputs and rt_attention_bwd's gradients, for 4 query heads on 2 and
+ * on 1 and for 6 on 3, rows and varlen. */
+static void gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const double *A, int lda,
+                     const double *B, int ldb, double beta, double *C, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double t = 0;
+            for (int k = 0; k < K; k++)
+                t += (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                     (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+            C[(size_t)i * ldc + j] = alpha * t + (beta != 0 ? beta * C[(size_t)i * ldc + j] : 0);
+        }
+}
+
+static void gemm_heads_ref(int ta, int tb, int M, int N, int K, double alpha, const double *A,
+                           int lda, long long sa, const double *B, int ldb, long long sb,
+                           double beta, double *C, int ldc, long long sc, int a, int g, int kv_side)
+{
+    int r = a / g;
+    for (int i = 0; i < r; i++) {
+        rt_head_step ha = rt_head_step_of(i, r, sa, kv_side & RT_HEADS_KV_A);
+        rt_head_step hb = rt_head_step_of(i, r, sb, kv_side & RT_HEADS_KV_B);
+        rt_head_step hc = rt_head_step_of(i, r, sc, kv_side & RT_HEADS_KV_C);
+        for (int e = 0; e < g; e++) /* a strided batch of g entries */
+            gemm_ref(ta, tb, M, N, K, alpha, A + ha.off + e * ha.stride, lda,
+                     B + hb.off + e * hb.stride, ldb, beta, C + hc.off + e * hc.stride, ldc);
+    }
+}
+
+static void head_groups_case(int a, int g, const rt_seqs *given)
+{
+    int B = 2, S = 6, d = 3, wq = a * d, wk = g * d, o2[2], l2[2];
+    rt_seqs rows, qs;
+    rt_seqs_rows(&rows, B, S, o2, l2);
+    qs = given ? *given : rows;
+    size_t nq = (size_t)B * S * wq, nk = (size_t)B * S * wk, np = (size_t)a * rt_seqs_pairs(&qs, &qs);
+    double *q = rnd(nq), *k = rnd(nk), *v = rnd(nk), *dctx = rnd(nq);
+    double *p = malloc(np * sizeof *p), *p2 = malloc(np * sizeof *p2), *dp = malloc(np * sizeof *dp);
+    double *ctx = calloc(nq, sizeof *ctx), *ctx2 = calloc(nq, sizeof *ctx2);
+    double *dq = calloc(nq, sizeof *dq), *dk = calloc(nk, sizeof *dk), *dv = calloc(nk, sizeof *dv);
+    double *dq2 = calloc(nq, sizeof *dq2), *dk2 = calloc(nk, sizeof *dk2), *dv2 = calloc(nk, sizeof *dv2);
+    rt_attention_fwd(q, k, v, wq, wk, p, ctx, &qs, &qs, a, g, d, 1);
+    rt_attention_bwd(dctx, q, k, v, wq, wk, p, dq, dk, dv, &qs, &qs, a, g, d);
+    double scale = 1 / sqrt((double)d);
+    long long at = 0;
+    for (int j = 0; j < qs.n; j++) { /* layer_cuda.cu's attention_fwd and attention_bwd */
+        int L = qs.len[j];
+        long long pp = (long long)L * L, o = qs.off[j];
+        if (pp == 0) continue;
+        double *pb = p2 + at, *db = dp + at;
+        gemm_heads_ref(0, 1, L, L, d, scale, q + o * wq, wq, d, k + o * wk, wk, d, 0.0, pb, L, pp,
+                       a, g, RT_HEADS_KV_B);
+        for (int r = 0; r < a * L; r++) { /* causal softmax of each row */
+            double *row = pb + (size_t)r * L, mx = -INFINITY, sum = 0;
+            int last = r % L;
+            for (int c = 0; c <= last; c++) mx = row[c] > mx ? row[c] : mx;
+            for (int c = 0; c < L; c++) sum += row[c] = c <= last ? exp(row[c] - mx) : 0;
+            for (int c = 0; c < L; c++) row[c] /= sum;
+        }
+        gemm_heads_ref(0, 0, L, d, L, 1.0, pb, L, pp, v + o * wk, wk, d, 0.0, ctx2 + o * wq, wq, d,
+                       a, g, RT_HEADS_KV_B);
+        gemm_heads_ref(0, 1, L, L, d, 1.0, dctx + o * wq, wq, d, v + o * wk, wk, d, 0.0, db, L, pp,
+                       a, g, RT_HEADS_KV_B);
+        gemm_heads_ref(1, 0, L, d, L, 1.0, pb, L, pp, dctx + o * wq, wq, d, 1.0, dv2 + o * wk, wk, d,
+                       a, g, RT_HEADS_KV_C);
+        for (int r = 0; r < a * L; r++) {
+            double *dr = db + (size_t)r * L, dot = 0;
+            const double *pr = pb + (size_t)r * L;
+            for (int c = 0; c < L; c++) dot += dr[c] * pr[c];
+            for (int c = 0; c < L; c++) dr[c] = pr[c] * (dr[c] - dot) * scale;
+        }
+        gemm_heads_ref(0, 0, L, d, L, 1.0, db, L, pp, k + o * wk, wk, d, 1.0, dq2 + o * wq, wq, d,
+                       a, g, RT_HEADS_KV_B);
+        gemm_heads_ref(1, 0, L, d, L, 1.0, db, L, pp, q + o * wq, wq, d, 1.0, dk2 + o * wk, wk, d,
+                       a, g, RT_HEADS_KV_C);
+        at += a * pp;
+    }
+    for (size_t i = 0; i < np; i++) assert_true(fabs(p[i] - p2[i]) < 1e-12);
+    for (size_t i = 0; i < nq; i++) {
+        assert_true(fabs(ctx[i] - ctx2[i]) < 1e-12);
+        assert_true(fabs(dq[i] - dq2[i]) < 1e-12);
+    }
+    for (size_t i = 0; i < nk; i++) assert_true(fabs(dk[i] - dk2[i]) < 1e-12 && fabs(dv[i] - dv2[i]) < 1e-12);
+    free(q), free(k), free(v), free(dctx), free(p), free(p2), free(dp), free(ctx), free(ctx2);
+    free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2);
+}
+
+static void test_head_groups_batched_gemms(void **state)
+{
+    (void)state;
+    static const int off[3] = {0, 4, 7}, len[3] = {4, 3, 3};
+    rt_seqs s3 = {3, off, len};
+    head_groups_case(4, 2, NULL);
+    head_groups_case(4, 1, NULL);
+    head_groups_case(6, 3, &s3);
+    head_groups_case(4, 4, &s3);
+}
+
 /* rt_layer_set_yield: the executor's progress hook runs between the GEMMs of every pass. */
 static int yields;
 static void count_yield(void) { yields++; }
@@ -459,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),
         cmocka_unit_test(test_varlen_is_the_samples_alone),
         cmocka_unit_test(test_gqa_is_mha_with_copied_heads),
+        cmocka_unit_test(test_head_groups_batched_gemms),
         cmocka_unit_test(test_yield_between_gemms),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
