@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test runner: every unit-test binary and every CLI test script, for each build folder
-# given (e.g. build and build/san). One line per test program; the very last line is exactly
+# given (e.g. build and build/san). One line per test program, with its wall-clock seconds (to
+# find what makes the run long; nothing asserts on them); the very last line is exactly
 # "N passed, N failed" (N counts test cases). Exits non-zero when anything failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -9,14 +10,15 @@ passed=0 failed=0 programs_failed=0
 logdir=$(mktemp -d /tmp/dpsim-tests.XXXXXX)
 trap 'rm -rf "$logdir"' EXIT
 
-report() { # name status cases_passed cases_failed log
-  local name=$1 ok=$2 p=$3 f=$4 log=$5
+started=$SECONDS
+report() { # name status cases_passed cases_failed log (the program ran since $started)
+  local name=$1 ok=$2 p=$3 f=$4 log=$5 took=$((SECONDS - started))
   passed=$((passed + p)); failed=$((failed + f))
   if [ "$ok" = 1 ]; then
-    printf 'PASS  %-44s %4d passed\n' "$name" "$p"
+    printf 'PASS  %-44s %4d passed  %4d s\n' "$name" "$p" "$took"
   else
     programs_failed=$((programs_failed + 1))
-    printf 'FAIL  %-44s %4d passed, %d failed\n' "$name" "$p" "$f"
+    printf 'FAIL  %-44s %4d passed, %d failed  %4d s\n' "$name" "$p" "$f" "$took"
     sed 's/^/      | /' "$log" | tail -n 40
   fi
 }
@@ -30,6 +32,7 @@ for build in "$@"; do
   for bin in "$build"/tests/test_*; do
     [ -x "$bin" ] || continue
     log="$logdir/$(echo "$bin" | tr / _).log"
+    started=$SECONDS
     "$bin" >"$log" 2>&1; rc=$?
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
     f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
@@ -41,6 +44,7 @@ for build in "$@"; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     log="$logdir/replay-$name-$(echo "$build" | tr / _).log"
+    started=$SECONDS
     # the differential target initialises MPI, whose unloaded components leak what ASan cannot
     # name (as for the MPI jobs of the CLI tests): its leak check is off, its memory checks on
     if [ "$name" = differential ]; then
@@ -55,6 +59,7 @@ for build in "$@"; do
   for script in tests/cli/test_*.sh; do
     [ -f "$script" ] || continue
     log="$logdir/$(basename "$script")-$(echo "$build" | tr / _).log"
+    started=$SECONDS
     DPSIM="$build/dpsim" bash "$script" >"$log" 2>&1; rc=$?
     p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
