@@ -7,10 +7,13 @@
 //             E = exp(S - max), Z = rowsum(E), stats = max + log(Z), P = E / Z (P in bf16);
 //             O = P V. stats is the log-sum-exp layout.h saves.
 //   backward  D = rowsum(dO o O) * 1 (a real fp32 tensor); S again from Q K^T, scaled,
-//             [padding mask]; S - stats; [causal mask]; P = exp(.); dV = P^T dO;
-//             dS = (dO V^T - D) o P * scale (fp32); dK = dS^T Q; dQ = dS K into a real fp32
-//             accumulator (for the ragged form in dQ's layout, at dQ's offsets), copied to dQ by
-//             an identity (K as a reshape of K^T, the transposes as reshapes).
+//             [padding mask]; S - stats; [padding mask again, cuDNN 9.0 to 9.9]; [causal mask];
+//             P = exp(.); dV = P^T dO; dS = (dO V^T - D) o P * scale (fp32); dK = dS^T Q;
+//             dQ = dS K into a real fp32 accumulator (zeroed; for the ragged form in dQ's layout,
+//             at dQ's offsets), copied to dQ by an identity (K as a reshape of K^T, the
+//             transposes as reshapes). Grouped-query attention: K and V have the key/value
+//             heads (the GEMMs broadcast them over each group's query heads), and dV and dK are
+//             computed per query head into virtual tensors that a sum over each group reduces.
 // The masks: causal keeps row >= column; padding keeps row < seq_q[b] and column < seq_k[b].
 //
 // Two forms of the batch:
@@ -444,6 +447,10 @@ static void build_bwd(gbuild *b, const sdpa_shape *x)
     bd s = padding_mask(b, &c, scaled_scores(b, &c, q, kt));
     bd sub = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0), p = tensor(b, 0, CUDNN_DATA_FLOAT, c.sd, c.ss, 0);
     pointwise(b, CUDNN_POINTWISE_SUB, s, stats, NULL, sub);
+    // cuDNN 9.0 to 9.9 want the padding applied again after the statistics are subtracted (the
+    // frontend does so for those versions only)
+    size_t version = cudnnGetVersion();
+    if (version >= 90000 && version < 91000) sub = padding_mask(b, &c, sub);
     pointwise(b, CUDNN_POINTWISE_EXP, causal_mask(b, x, &c, sub), NULL, NULL, p);
     // dV = P^T dO
     bd pt = tensor(b, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
@@ -682,6 +689,9 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
         size_t acc_n = s->ragged ? (size_t)c.r.off_q[c.r.n] : sum_n * s->d;
         cudaMallocAsync((void **)&sum, sum_n * sizeof *sum, g->stream);
         cudaMallocAsync((void **)&acc, (acc_n ? acc_n : 1) * sizeof *acc, g->stream);
+        // the GEMM adds into it: cuDNN 9.6 and later zero it themselves, earlier ones do not (the
+        // frontend zeroes it for those); zeroed here for every version, a memset beside the backward
+        if (acc) cudaMemsetAsync(acc, 0, (acc_n ? acc_n : 1) * sizeof *acc, g->stream);
         if (sum && acc) {
             call_move_stats(g, &c, x, 0);
             float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX, one = 1.0f;
