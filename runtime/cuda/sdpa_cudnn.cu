@@ -49,10 +49,18 @@ enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_SUM, 
 // sequences) of at most sq queries and sk keys, a query heads on g key/value heads (g divides a:
 // query head h reads key/value head h / (a / g), as layout.h's rt_kv_head) of width d, the row
 // lengths of the query, key/value and output matrices; ragged: 0, or the ragged offsets' width in
-// bytes (4 or 8).
+// bytes (4 or 8); pad_rows: whole rows under a padding mask of their full lengths
+// (needs_pad_rows).
 struct sdpa_shape {
-    int B, a, g, sq, sk, d, causal, ldq, ldkv, ldo, ragged;
+    int B, a, g, sq, sk, d, causal, ldq, ldkv, ldo, ragged, pad_rows;
 };
+
+// The backward on whole rows whose key count is not a multiple of 128 runs under a padding mask
+// of the rows' own lengths on cuDNN up to 9.15 (the frontend's workaround for those versions).
+static int needs_pad_rows(const sdpa_shape *s)
+{
+    return !s->ragged && s->sk % 128 != 0 && cudnnGetVersion() <= 91500;
+}
 
 struct sdpa_plan {
     int dir;
@@ -297,11 +305,14 @@ static void common_of(gbuild *b, const sdpa_shape *x, common_t *c)
     memcpy(c->sd, sd, sizeof sd), memcpy(c->ss, ss, sizeof ss);
     memcpy(c->rd, rd, sizeof rd), memcpy(c->rs, rs, sizeof rs);
     c->scale = tensor(b, U_SCALE, CUDNN_DATA_FLOAT, one, one, 1);
-    if (x->causal || x->ragged) c->lowest = tensor(b, U_LOWEST, CUDNN_DATA_FLOAT, one, one, 1);
-    if (x->ragged) {
-        cudnnDataType_t ot = x->ragged == 8 ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32;
+    int padded = x->ragged || x->pad_rows;
+    if (x->causal || padded) c->lowest = tensor(b, U_LOWEST, CUDNN_DATA_FLOAT, one, one, 1);
+    if (padded) {
         c->seq_q = index_tensor(b, U_SEQ_Q, x->B, CUDNN_DATA_INT32);
         c->seq_k = index_tensor(b, U_SEQ_K, x->B, CUDNN_DATA_INT32);
+    }
+    if (x->ragged) {
+        cudnnDataType_t ot = x->ragged == 8 ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32;
         c->off_q = index_tensor(b, U_OFF_Q, x->B + 1, ot);
         c->off_k = index_tensor(b, U_OFF_K, x->B + 1, ot);
         c->off_o = index_tensor(b, U_OFF_O, x->B + 1, ot);
@@ -477,7 +488,17 @@ static int same_shape(const sdpa_shape *a, const sdpa_shape *b)
 {
     return a->B == b->B && a->a == b->a && a->g == b->g && a->sq == b->sq && a->sk == b->sk && a->d == b->d &&
            a->causal == b->causal && a->ldq == b->ldq && a->ldkv == b->ldkv && a->ldo == b->ldo &&
-           a->ragged == b->ragged;
+           a->ragged == b->ragged && a->pad_rows == b->pad_rows;
+}
+
+// Why cuDNN refused graph b of (direction, shape): the form, the step, its status and message.
+static void say_refusal(char *why, size_t cap, const sdpa_shape *x, int dir, const gbuild *b)
+{
+    char msg[256] = "";
+    cudnnGetLastErrorString(msg, sizeof msg);
+    snprintf(why, cap, "%s%s graph: %s: %s%s%s", x->ragged ? "ragged " : x->pad_rows ? "padded " : "",
+             dir == DIR_FWD ? "forward" : "backward", b->what, cudnnGetErrorString(b->st),
+             msg[0] ? ": " : "", msg);
 }
 
 // The cached plan of (direction, shape), built on first use; NULL when cuDNN refused it.
@@ -505,11 +526,7 @@ static sdpa_plan *plan_for(rt_cuda *g, int dir, const sdpa_shape *x)
     build_plan(&b, g->dnn, &p->plan, &p->ws);
     build_free(&b);
     if (!p->plan) {
-        char msg[256] = "";
-        cudnnGetLastErrorString(msg, sizeof msg);
-        snprintf(g->dnn_why, sizeof g->dnn_why, "%s%s graph: %s: %s%s%s", x->ragged ? "ragged " : "",
-                 dir == DIR_FWD ? "forward" : "backward", b.what, cudnnGetErrorString(b.st),
-                 msg[0] ? ": " : "", msg);
+        say_refusal(g->dnn_why, sizeof g->dnn_why, x, dir, &b);
         memcpy(p->why, g->dnn_why, sizeof p->why);
         return NULL;
     }
@@ -587,7 +604,7 @@ struct call_t {
 static int shape_for(const attn_io *x, sdpa_shape *s, rt_ragged *r, char *why, size_t why_cap)
 {
     sdpa_shape rows = {x->B, x->a, x->g, x->sq, x->sk, x->d, x->causal, x->ldq, x->ldkv,
-                       x->a * x->d, 0};
+                       x->a * x->d, 0, 0};
     *s = rows;
     memset(r, 0, sizeof *r);
     if (x->rows) return 0;
@@ -681,8 +698,24 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
     int rc = -1;
     sdpa_plan *p = NULL;
     float *sum = NULL, *acc = NULL;
-    if (call_open(g, x, &c) == 0 && (p = plan_for(g, DIR_BWD, &c.shape))) {
+    int *lens = NULL; // pad_rows: the rows' lengths, B of sq then (16-byte aligned) B of sk
+    if (call_open(g, x, &c) == 0) {
+        c.shape.pad_rows = needs_pad_rows(&c.shape);
+        p = plan_for(g, DIR_BWD, &c.shape);
+    }
+    if (p) {
         const sdpa_shape *s = &c.shape;
+        int at_k = (s->B + 3) / 4 * 4;
+        if (s->pad_rows) {
+            int *host = (int *)malloc(2 * (size_t)at_k * sizeof *host);
+            cudaMallocAsync((void **)&lens, 2 * (size_t)at_k * sizeof *lens, g->stream);
+            for (int i = 0; host && i < s->B; i++) host[i] = s->sq, host[at_k + i] = s->sk;
+            if (host && lens)
+                cudaMemcpyAsync(lens, host, 2 * (size_t)at_k * sizeof *lens, cudaMemcpyHostToDevice, g->stream);
+            else if (lens)
+                cudaFreeAsync(lens, g->stream), lens = NULL;
+            free(host); // pageable memory: the copy has left it when cudaMemcpyAsync returns
+        }
         size_t sum_n = (size_t)s->B * s->a * s->sq;
         // the accumulator: dense for rows; for the ragged form the queries' extent (the last
         // offset: what cuDNN reads as the total)
@@ -692,7 +725,7 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
         // the GEMM adds into it: cuDNN 9.6 and later zero it themselves, earlier ones do not (the
         // frontend zeroes it for those); zeroed here for every version, a memset beside the backward
         if (acc) cudaMemsetAsync(acc, 0, (acc_n ? acc_n : 1) * sizeof *acc, g->stream);
-        if (sum && acc) {
+        if (sum && acc && (lens || !s->pad_rows)) {
             call_move_stats(g, &c, x, 0);
             float scale = 1.0f / sqrtf((float)x->d), lowest = -FLT_MAX, one = 1.0f;
             pack_t k = {{0}, {0}, 0};
@@ -700,11 +733,13 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
             bind(&k, U_DO, x->dout), bind(&k, U_DQ, x->dq), bind(&k, U_DK, x->dk), bind(&k, U_DV, x->dv);
             bind(&k, U_STATS, c.stats), bind(&k, U_SUM, sum), bind(&k, U_DQ_ACC, acc);
             bind(&k, U_SCALE, &scale), bind(&k, U_ONE, &one);
-            if (x->causal || s->ragged) bind(&k, U_LOWEST, &lowest);
+            if (x->causal || s->ragged || s->pad_rows) bind(&k, U_LOWEST, &lowest);
+            if (s->pad_rows) bind(&k, U_SEQ_Q, lens), bind(&k, U_SEQ_K, lens + at_k);
             call_bind_ragged(&c, &k);
             rc = execute(g, p, &k);
         }
     }
+    if (lens) cudaFreeAsync(lens, g->stream);
     if (sum) cudaFreeAsync(sum, g->stream);
     if (acc) cudaFreeAsync(acc, g->stream);
     call_close(g, &c);
@@ -733,7 +768,11 @@ int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int g, int d, int 
     sdpa_shape s;
     rt_ragged r;
     int rc = shape_for(&x, &s, &r, why, why_cap);
-    for (int dir = DIR_FWD; rc == 0 && dir <= DIR_BWD; dir++) {
+    // forward, backward, and for rows the backward under needs_pad_rows's mask too (whatever
+    // this machine's cuDNN version)
+    for (int step = 0; rc == 0 && step < (s.ragged ? 2 : 3); step++) {
+        int dir = step == 0 ? DIR_FWD : DIR_BWD;
+        s.pad_rows = step == 2;
         gbuild b;
         gbuild_init(&b);
         if (dir == DIR_FWD)
@@ -741,11 +780,7 @@ int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int g, int d, int 
         else
             build_bwd(&b, &s);
         if (b.st != CUDNN_STATUS_SUCCESS) {
-            char msg[256] = "";
-            cudnnGetLastErrorString(msg, sizeof msg);
-            snprintf(why, why_cap, "%s%s graph: %s: %s%s%s", s.ragged ? "ragged " : "",
-                     dir == DIR_FWD ? "forward" : "backward", b.what, cudnnGetErrorString(b.st),
-                     msg[0] ? ": " : "", msg);
+            say_refusal(why, why_cap, &s, dir, &b);
             rc = -1;
         }
         build_free(&b);
