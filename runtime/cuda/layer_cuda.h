@@ -114,8 +114,9 @@ const char *rt_cuda_attention_path(rt_cuda *g);
 /* Builds every descriptor of the cuDNN attention graphs a bf16 attention on mb runs, forward and
  * backward — self-attention (cross 0: causal or not) or a decoder's cross-attention to the
  * encoder's tokens (cross 1), a query heads on g key/value heads (g = a: no grouping) of width d
- * (the layer's matrices: layout.h), as whole rows or in the ragged form of mb's
- * sequences — and has cuDNN finalise each one, which checks their types, shapes and attributes
+ * (the layer's matrices: layout.h), as whole rows (the backward also under the padding mask
+ * older cuDNN versions get on rows) or in the ragged form of mb's sequences — and has cuDNN
+ * finalise each one, which checks their types, shapes and attributes
  * on the host. It stops before the operation graph, whose finalisation needs a device: no GPU is
  * used, so the unit tests run it where there is none. 0 when cuDNN accepted them all; -1 with
  * why (the descriptor, cuDNN's status and message). */

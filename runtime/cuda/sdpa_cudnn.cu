@@ -691,6 +691,20 @@ int rt_sdpa_fwd(rt_cuda *g, const attn_io *x)
     return rc;
 }
 
+// pad_rows's lengths on the device: B of sq, then from entry at_k (16-byte aligned) B of sk;
+// NULL when out of memory. The caller frees it (cudaFreeAsync).
+static int *row_lengths(rt_cuda *g, const sdpa_shape *s, int at_k)
+{
+    size_t bytes = 2 * (size_t)at_k * sizeof(int);
+    int *host = (int *)calloc(2 * (size_t)at_k, sizeof *host), *lens = NULL;
+    if (host) cudaMallocAsync((void **)&lens, bytes, g->stream);
+    for (int i = 0; host && i < s->B; i++) host[i] = s->sq, host[at_k + i] = s->sk;
+    // pageable memory: the copy has left `host` when cudaMemcpyAsync returns
+    if (lens) cudaMemcpyAsync(lens, host, bytes, cudaMemcpyHostToDevice, g->stream);
+    free(host);
+    return lens;
+}
+
 int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
 {
     if (!g->dnn) return -1;
@@ -706,16 +720,7 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
     if (p) {
         const sdpa_shape *s = &c.shape;
         int at_k = (s->B + 3) / 4 * 4;
-        if (s->pad_rows) {
-            int *host = (int *)malloc(2 * (size_t)at_k * sizeof *host);
-            cudaMallocAsync((void **)&lens, 2 * (size_t)at_k * sizeof *lens, g->stream);
-            for (int i = 0; host && i < s->B; i++) host[i] = s->sq, host[at_k + i] = s->sk;
-            if (host && lens)
-                cudaMemcpyAsync(lens, host, 2 * (size_t)at_k * sizeof *lens, cudaMemcpyHostToDevice, g->stream);
-            else if (lens)
-                cudaFreeAsync(lens, g->stream), lens = NULL;
-            free(host); // pageable memory: the copy has left it when cudaMemcpyAsync returns
-        }
+        if (s->pad_rows) lens = row_lengths(g, s, at_k);
         size_t sum_n = (size_t)s->B * s->a * s->sq;
         // the accumulator: dense for rows; for the ragged form the queries' extent (the last
         // offset: what cuDNN reads as the total)
