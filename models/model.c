@@ -15,26 +15,26 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope}. The paper's GPT shapes learn 8192 positions: it runs them at max lengths up
+ * untied_head, rope, rmsnorm, no_bias}. The paper's GPT shapes learn 8192 positions: it runs them at max lengths up
  * to 8192, which Megatron allows only with a position table that long. */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -53,21 +53,26 @@ int model_kv_heads(const model_spec *m)
     return m->kv_heads > 0 ? m->kv_heads : m->heads;
 }
 
-/* One attention block: Q, K, V (K and V over the key/value heads) and output projections with
- * biases. */
+/* One attention block: Q, K, V (K and V over the key/value heads) and output projections, with
+ * their biases unless no_bias. */
 static int64_t attention_params(const model_spec *m)
 {
     int64_t h = m->hidden, hk = (int64_t)m->heads * m->kv_channels,
             hkv = (int64_t)model_kv_heads(m) * m->kv_channels;
-    return h * hk + 2 * h * hkv + hk + 2 * hkv + hk * h + h;
+    return h * hk + 2 * h * hkv + hk * h + (m->no_bias ? 0 : hk + 2 * hkv + h);
+}
+
+int64_t model_norm_params(const model_spec *m)
+{
+    return (m->rmsnorm ? 1 : 2) * (int64_t)m->hidden;
 }
 
 int64_t model_layer_params(const model_spec *m, int decoder)
 {
     int64_t h = m->hidden, f = m->ffn, mats = m->glu ? 3 : 2;
-    int64_t mlp = mats * h * f + (mats - 1) * f + h;
-    int64_t p = attention_params(m) + mlp + 4 * h;
-    if (decoder) p += attention_params(m) + 2 * h; /* cross-attention and its layer norm */
+    int64_t mlp = mats * h * f + (m->no_bias ? 0 : (mats - 1) * f + h);
+    int64_t p = attention_params(m) + mlp + 2 * model_norm_params(m);
+    if (decoder) p += attention_params(m) + model_norm_params(m); /* cross-attention, its norm */
     return p;
 }
 
@@ -78,7 +83,7 @@ int64_t model_embedding_params(const model_spec *m)
 
 int64_t model_total_params(const model_spec *m)
 {
-    int64_t final_ln = (m->arch == ARCH_T5 ? 2 : 1) * 2 * (int64_t)m->hidden;
+    int64_t final_ln = (m->arch == ARCH_T5 ? 2 : 1) * model_norm_params(m);
     int64_t head = m->untied_head ? (int64_t)m->vocab * m->hidden : 0; /* its own weights */
     return m->enc_layers * model_layer_params(m, 0) + m->dec_layers * model_layer_params(m, 1) +
            model_embedding_params(m) + head + final_ln;
@@ -180,6 +185,17 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_bool(root, "glu", name, 0, &m->glu, err));
     TRY(json_int(root, "num_query_groups", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalization");
+    if (norm && (!cJSON_IsString(norm) || (strcmp(norm->valuestring, "LayerNorm") != 0 &&
+                                           strcmp(norm->valuestring, "RMSNorm") != 0))) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"normalization\" must be \"LayerNorm\" or "
+                     "\"RMSNorm\"", name);
+        goto out;
+    }
+    m->rmsnorm = norm && strcmp(norm->valuestring, "RMSNorm") == 0;
+    int bias;
+    TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
+    m->no_bias = !bias;
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
     if (prof) { /* a file name under models/profiles/, as the presets carry */
         if (!cJSON_IsString(prof) || !prof->valuestring[0] || strchr(prof->valuestring, '/') ||
@@ -227,6 +243,8 @@ cJSON *model_to_json(const model_spec *m)
     cJSON_AddBoolToObject(o, "glu", m->glu);
     cJSON_AddNumberToObject(o, "num_query_groups", model_kv_heads(m));
     cJSON_AddBoolToObject(o, "untie_embeddings_and_output_weights", m->untied_head);
+    cJSON_AddStringToObject(o, "normalization", m->rmsnorm ? "RMSNorm" : "LayerNorm");
+    cJSON_AddBoolToObject(o, "add_bias_linear", !m->no_bias);
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
 }
@@ -295,6 +313,13 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                              strcmp(mtype, "qwen2") == 0 || strcmp(mtype, "gemma") == 0, tied;
         TRY(json_bool(root, "tie_word_embeddings", name, !untied_default, &tied, err));
         m->untied_head = !tied;
+        /* the same four: RMSNorm, and biases only where the config (or qwen2's QKV) has them */
+        if (untied_default) {
+            int attn_bias, mlp_bias;
+            TRY(json_bool(root, "attention_bias", name, strcmp(mtype, "qwen2") == 0, &attn_bias, err));
+            TRY(json_bool(root, "mlp_bias", name, 0, &mlp_bias, err));
+            m->rmsnorm = 1, m->no_bias = !attn_bias && !mlp_bias;
+        }
     } else {
         st = dp_fail(err, DP_ERR_PARSE,
                      "%s: not a recognised Hugging Face config (no n_layer, num_hidden_layers or "

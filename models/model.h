@@ -13,18 +13,24 @@
  * (default 4*hidden), "vocab_size" (GPT 50257, T5 32128), "max_position_embeddings" (the context:
  * GPT 2048, T5 0 = none), "position_embedding_type" (Megatron's: "learned_absolute", the default,
  * or "rope"), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
- * name; default the heads) and "untie_embeddings_and_output_weights" (false: the LM head is the
- * word embedding) are optional.
+ * name; default the heads), "untie_embeddings_and_output_weights" (false: the LM head is the
+ * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm") and
+ * "add_bias_linear" (true: every projection has a bias) are optional.
  *
  * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner), LLaMA-style
  * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
  * with num_key_value_heads (grouped-query attention) and tie_word_embeddings (default: untied for
- * llama, mistral, qwen2 and gemma model types, tied otherwise), and T5 (d_model, num_layers,
+ * llama, mistral, qwen2 and gemma model types, tied otherwise); those four model types have
+ * RMSNorm and no biases unless attention_bias or mlp_bias say so (qwen2's default: biases, as its
+ * QKV projection has them; GPT-NeoX keeps layer norm and biases), and T5 (d_model, num_layers,
  * num_decoder_layers, d_ff, num_heads, d_kv). A mixture-of-experts config (num_local_experts,
  * num_experts, or model_type mixtral) is refused: experts are not modelled.
  *
  * Parameter counts follow Megatron-LM (biases and two layer norms per block):
  *   GPT layer    = h*hk + 2h*hkv + hk + 2hkv  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
+ *                  (no_bias: without the bias terms hk + 2hkv, h, (m-1)*f + h; rmsnorm: a norm
+ *                  has h parameters, not 2h, here and in the final norms; Llama-2-7B then comes
+ *                  out at its model card's 6,738,415,616)
  *   T5 encoder   = the same with bidirectional attention
  *   T5 decoder   = GPT layer + cross-attention (h*hk*4 + 3hk + h ... as self-attention) + 2h (LN)
  *   embedding    = V*h + positions*h (learned positions: GPT without rope); an untied LM head
@@ -62,6 +68,9 @@ typedef struct model_spec {
     int kv_heads;    /* key/value heads (grouped-query attention); 0: as many as heads */
     int untied_head; /* 1: the LM head has its own weights (LLaMA); 0: tied to the embedding */
     int rope;        /* 1: rotary position embeddings (LLaMA), no learned table; 0: learned */
+    int rmsnorm;     /* 1: RMSNorm (a scale, no bias: LLaMA); 0: layer norm (scale and bias) */
+    int no_bias;     /* 1: the projections have no biases (LLaMA; Megatron's
+                      * --disable-bias-linear); 0: every projection has one */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */
@@ -69,6 +78,9 @@ int model_kv_heads(const model_spec *m);
 
 /* Total layers (enc + dec). */
 int model_layers(const model_spec *m);
+
+/* Parameters of one norm: 2h for a layer norm (scale and bias), h for RMSNorm. */
+int64_t model_norm_params(const model_spec *m);
 
 /* Parameters of one layer of the given kind: 0 encoder/GPT layer, 1 T5 decoder layer. */
 int64_t model_layer_params(const model_spec *m, int decoder);

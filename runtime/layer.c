@@ -22,9 +22,9 @@ static void yield(void)
 void rt_linear_fwd(const double *x, const double *w, const double *b, double *y, int n, int in,
                    int out)
 {
-    for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in, 1.0, x, in, w, out, 1.0, y,
-                out);
+    for (int i = 0; b && i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in, 1.0, x, in, w, out,
+                b ? 1.0 : 0.0, y, out);
     yield();
 }
 
@@ -40,12 +40,10 @@ void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double 
 {
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, n, 1.0, x, in, dy, out, 1.0, dw,
                 out);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; db && i < n; i++)
         for (int j = 0; j < out; j++) db[j] += dy[(size_t)i * out + j];
     yield();
 }
-
-#define LN_EPS 1e-5
 
 void rt_layernorm_fwd(const double *x, const double *g, const double *b, double *y, double *mean,
                       double *rstd, int n, int h)
@@ -57,7 +55,7 @@ void rt_layernorm_fwd(const double *x, const double *g, const double *b, double 
         m /= h;
         for (int j = 0; j < h; j++) v += (xi[j] - m) * (xi[j] - m);
         v /= h;
-        double r = 1 / sqrt(v + LN_EPS);
+        double r = 1 / sqrt(v + RT_NORM_EPS);
         mean[i] = m;
         rstd[i] = r;
         for (int j = 0; j < h; j++) y[(size_t)i * h + j] = (xi[j] - m) * r * g[j] + b[j];
@@ -84,6 +82,53 @@ void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const 
             dx[(size_t)i * h + j] = rstd[i] * (dyi[j] * g[j] - a - xhat * c);
         }
     }
+}
+
+void rt_rmsnorm_fwd(const double *x, const double *g, double *y, double *rstd, int n, int h)
+{
+    for (int i = 0; i < n; i++) {
+        const double *xi = x + (size_t)i * h;
+        double v = 0;
+        for (int j = 0; j < h; j++) v += xi[j] * xi[j];
+        double r = 1 / sqrt(v / h + RT_NORM_EPS);
+        rstd[i] = r;
+        for (int j = 0; j < h; j++) y[(size_t)i * h + j] = xi[j] * r * g[j];
+    }
+}
+
+void rt_rmsnorm_bwd(const double *dy, const double *x, const double *g, const double *rstd,
+                    double *dx, double *dg, int n, int h)
+{
+    for (int i = 0; i < n; i++) {
+        const double *xi = x + (size_t)i * h, *dyi = dy + (size_t)i * h;
+        double c = 0, r = rstd[i];
+        for (int j = 0; j < h; j++) {
+            double xhat = xi[j] * r;
+            c += dyi[j] * g[j] * xhat;
+            dg[j] += dyi[j] * xhat;
+        }
+        c /= h;
+        for (int j = 0; j < h; j++) dx[(size_t)i * h + j] = r * (dyi[j] * g[j] - xi[j] * r * c);
+    }
+}
+
+void rt_norm_fwd(const rt_layer_shape *s, const double *x, const double *g, const double *b,
+                 double *y, double *mean, double *rstd, int n, int h)
+{
+    if (s->rmsnorm)
+        rt_rmsnorm_fwd(x, g, y, rstd, n, h);
+    else
+        rt_layernorm_fwd(x, g, b, y, mean, rstd, n, h);
+}
+
+void rt_norm_bwd(const rt_layer_shape *s, const double *dy, const double *x, const double *g,
+                 const double *mean, const double *rstd, double *dx, double *dg, double *db, int n,
+                 int h)
+{
+    if (s->rmsnorm)
+        rt_rmsnorm_bwd(dy, x, g, rstd, dx, dg, n, h);
+    else
+        rt_layernorm_bwd(dy, x, g, mean, rstd, dx, dg, db, n, h);
 }
 
 #define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
@@ -147,6 +192,29 @@ void rt_seqs_rows(rt_seqs *s, int B, int S, int *off, int *len)
 {
     for (int b = 0; b < B; b++) off[b] = b * S, len[b] = S;
     s->n = B, s->off = off, s->len = len;
+}
+
+void rt_seqs_positions(const rt_seqs *s, int n, int *pos)
+{
+    for (int t = 0; t < n; t++) pos[t] = -1;
+    for (int j = 0; j < s->n; j++)
+        for (int i = 0; i < s->len[j]; i++) pos[s->off[j] + i] = i;
+}
+
+void rt_rope(double *x, int ld, int heads, int d, const int *pos, int n, int inverse)
+{
+    int half = d / 2;
+    for (int t = 0; t < n; t++) {
+        if (pos[t] < 0) continue;
+        for (int j = 0; j < half; j++) {
+            double th = rt_rope_angle(pos[t], j, d), c = cos(th), sn = inverse ? -sin(th) : sin(th);
+            for (int h = 0; h < heads; h++) {
+                double *v = x + (size_t)t * ld + (size_t)h * d, a = v[j], b = v[j + half];
+                v[j] = a * c - b * sn;
+                v[j + half] = b * c + a * sn;
+            }
+        }
+    }
 }
 
 size_t rt_seqs_pairs(const rt_seqs *qs, const rt_seqs *ks)
@@ -291,8 +359,10 @@ void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out,
 
 rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
 {
-    rt_layer_shape s = {m->hidden, m->heads, m->kv_channels, m->ffn, kind != RT_LAYER_ENCODER,
-                        kind == RT_LAYER_DECODER, m->glu, model_kv_heads(m)};
+    rt_layer_shape s = {m->hidden,    m->heads,          m->kv_channels,
+                        m->ffn,       kind != RT_LAYER_ENCODER, kind == RT_LAYER_DECODER,
+                        m->glu,       model_kv_heads(m), m->rmsnorm,
+                        m->no_bias,   m->rope && kind == RT_LAYER_GPT};
     return s;
 }
 
@@ -305,7 +375,7 @@ size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double 
         &p->wqc,   &p->bqc,   &p->wkvc, &p->bkvc, &p->woc,  &p->boc};
     size_t off[RT_P_COUNT], len[RT_P_COUNT];
     int n = rt_layer_params_layout(s, off, len, &p->count);
-    for (int i = 0; block && i < n; i++) *slots[i] = block + off[i];
+    for (int i = 0; block && i < n; i++) *slots[i] = len[i] ? block + off[i] : NULL;
     return p->count;
 }
 
@@ -362,7 +432,7 @@ void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S,
         &a->qc,  &a->kvc,   &a->pc,    &a->ctxc,  &a->d_qc,  &a->d_kvc, &a->d_oc};
     rt_acts_layout l;
     rt_layer_acts_layout(s, B, S, Se, RT_FP64, &l);
-    for (int i = 0; i < l.count; i++) *slots[i] = block + l.off[i] / sizeof *block;
+    for (int i = 0; i < l.count; i++) *slots[i] = l.bytes[i] ? block + l.off[i] / sizeof *block : NULL;
     a->count = l.total / sizeof *block;
     a->Se = Se;
 }
@@ -403,6 +473,17 @@ static void pass_seqs_init(rt_batch_seqs *ps, const rt_layer_acts *a, int B, int
     rt_batch_seqs_init(ps, &mb);
 }
 
+/* RoPE on the q and k heads of a layer's fused projection (or its gradient) on n tokens of the
+ * sequences seqs. */
+static void rope_pass(const rt_layer_shape *s, const rt_seqs *seqs, double *qkv, int n, int inverse)
+{
+    int *pos = malloc((size_t)(n > 0 ? n : 1) * sizeof *pos);
+    if (!pos) abort();
+    rt_seqs_positions(seqs, n, pos);
+    rt_rope(qkv, rt_layer_qkv_width(s), s->heads + rt_layer_kv_heads(s), s->kv, pos, n, inverse);
+    free(pos);
+}
+
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a)
 {
@@ -411,8 +492,9 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
     memcpy(a->x, x, (size_t)n * h * sizeof *x);
-    rt_layernorm_fwd(a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
+    rt_norm_fwd(s, a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
     rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, qkv);
+    if (s->rope) rope_pass(s, &ps.self, a->qkv, n, 0); /* the saved q and k are rotated */
     memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
     rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps.self,
                      &ps.self, s->heads, g, s->kv, s->causal);
@@ -421,7 +503,7 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
         int ne = B * a->Se;
         memcpy(a->xc, a->x2, (size_t)n * h * sizeof *a->xc);
-        rt_layernorm_fwd(a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
+        rt_norm_fwd(s, a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
         rt_linear_fwd(a->hc, p->wqc, p->bqc, a->qc, n, h, hk);
         rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hkv);
         memset(a->ctxc, 0, (size_t)n * hk * sizeof *a->ctxc);
@@ -430,7 +512,7 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
         rt_linear_fwd(a->ctxc, p->woc, p->boc, a->x2, n, hk, h);
         for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
     }
-    rt_layernorm_fwd(a->x2, p->ln2_g, p->ln2_b, a->h2, a->mean2, a->rstd2, n, h);
+    rt_norm_fwd(s, a->x2, p->ln2_g, p->ln2_b, a->h2, a->mean2, a->rstd2, n, h);
     rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, rt_layer_ffn_in(s));
     rt_mlp_act_fwd(s, a->u, a->g, n);
     rt_linear_fwd(a->g, p->w2, p->b2, y, n, f, h);
@@ -453,7 +535,7 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     rt_linear_bwd_input(dy, p->w2, tmp_f, n, f, h);            /* dg */
     rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);                 /* du */
     rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, rt_layer_ffn_in(s)); /* dh2 */
-    rt_layernorm_bwd(tmp_h, a->x2, p->ln2_g, a->mean2, a->rstd2, a->d_o, grad->ln2_g, grad->ln2_b, n, h);
+    rt_norm_bwd(s, tmp_h, a->x2, p->ln2_g, a->mean2, a->rstd2, a->d_o, grad->ln2_g, grad->ln2_b, n, h);
     for (size_t i = 0; i < nh; i++) a->d_o[i] += dy[i];        /* dx2 = d(attention out) */
     if (s->cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
         int ne = B * a->Se;
@@ -471,16 +553,17 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
             for (size_t i = 0; i < (size_t)ne * h; i++) a->denc[i] += de[i];
             free(de);
         }
-        rt_layernorm_bwd(tmp_h, a->xc, p->lnc_g, a->meanc, a->rstdc, a->d_o, grad->lnc_g,
-                         grad->lnc_b, n, h);
+        rt_norm_bwd(s, tmp_h, a->xc, p->lnc_g, a->meanc, a->rstdc, a->d_o, grad->lnc_g,
+                    grad->lnc_b, n, h);
         for (size_t i = 0; i < nh; i++) a->d_o[i] += a->d_oc[i];
     }
     rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
     memset(a->d_qkv, 0, (size_t)n * qkv * sizeof *a->d_qkv);
     rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->d_qkv,
                      a->d_qkv + hk, a->d_qkv + hk + hkv, &ps.self, &ps.self, s->heads, g, s->kv);
+    if (s->rope) rope_pass(s, &ps.self, a->d_qkv, n, 1); /* d(rotated) to d(projected) */
     rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, qkv); /* dh1 */
-    rt_layernorm_bwd(tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
+    rt_norm_bwd(s, tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
     for (size_t i = 0; i < nh; i++) dx[i] += a->d_o[i];
     free(tmp_f), free(tmp_h), free(dctx);
     rt_batch_seqs_free(&ps);

@@ -3,8 +3,11 @@
  *
  * Pre-LN block (GPT-2 / Megatron style), on a micro-batch of shape (B, S, H):
  *
- *   h1  = LN1(x)                           layer norm with scale and bias, eps 1e-5
- *   qkv = h1 Wqkv + bqkv                   (B*S, 3*HK), HK = heads * kv
+ *   h1  = LN1(x)                           layer norm with scale and bias, eps 1e-5; RMSNorm
+ *                                          (shape.rmsnorm, LLaMA): a scale, no mean, no bias
+ *   qkv = h1 Wqkv + bqkv                   (B*S, HK + 2 HKV), HK = heads * kv, HKV = kv_heads *
+ *                                          kv (layout.h); no biases anywhere with shape.no_bias
+ *   q, k rotated (RoPE, shape.rope)        by each token's position in its sequence (rt_rope)
  *   ctx = softmax(q k^T / sqrt(kv) + mask) v   per (sequence, head): a row, or a varlen
  *                                          micro-batch's sample (rt_seqs); mask causal (GPT,
  *                                          T5 decoder) or none (T5 encoder)
@@ -33,18 +36,22 @@
 #ifndef RT_LAYER_H
 #define RT_LAYER_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "layout.h"
 
-/* y (n, out) = x (n, in) W (in, out) + b (out) */
+/* y (n, out) = x (n, in) W (in, out) + b (out); b NULL: no bias */
 void rt_linear_fwd(const double *x, const double *w, const double *b, double *y, int n, int in,
                    int out);
 /* dx (n, in) = dy (n, out) W^T */
 void rt_linear_bwd_input(const double *dy, const double *w, double *dx, int n, int in, int out);
-/* dW (in, out) += x^T dy; db (out) += column sums of dy */
+/* dW (in, out) += x^T dy; db (out) += column sums of dy (db NULL: no bias) */
 void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double *db, int n, int in,
                           int out);
+
+/* The norms' epsilon (every backend's): layer norm's and RMSNorm's, LLaMA's 1e-5. */
+#define RT_NORM_EPS 1e-5
 
 /* Layer norm over rows of x (n, h): y = (x - mean) / sqrt(var + eps) * g + b. mean and rstd (n)
  * are saved for the backward. */
@@ -53,6 +60,19 @@ void rt_layernorm_fwd(const double *x, const double *g, const double *b, double 
 /* dx (n, h) = d(LN)/dx . dy; dg, db (h) += parameter gradients. */
 void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const double *mean,
                       const double *rstd, double *dx, double *dg, double *db, int n, int h);
+
+/* RMSNorm over rows of x (n, h): y = x / sqrt(mean(x^2) + eps) * g; rstd
+ * (n) saved for the backward, which adds dg (h). */
+void rt_rmsnorm_fwd(const double *x, const double *g, double *y, double *rstd, int n, int h);
+void rt_rmsnorm_bwd(const double *dy, const double *x, const double *g, const double *rstd,
+                    double *dx, double *dg, int n, int h);
+/* The norm of a layer of shape s: RMSNorm when s->rmsnorm (b, mean and db unused: NULL), else
+ * layer norm. */
+void rt_norm_fwd(const rt_layer_shape *s, const double *x, const double *g, const double *b,
+                 double *y, double *mean, double *rstd, int n, int h);
+void rt_norm_bwd(const rt_layer_shape *s, const double *dy, const double *x, const double *g,
+                 const double *mean, const double *rstd, double *dx, double *dg, double *db, int n,
+                 int h);
 
 /* GELU, tanh approximation, elementwise over n values. */
 void rt_gelu_fwd(const double *u, double *g, size_t n);
@@ -116,6 +136,24 @@ void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_
 void rt_attention_bwd(const double *dctx, const double *q, const double *k, const double *v,
                       int ld_q, int ld_kv, const double *p, double *dq, double *dk, double *dv,
                       const rt_seqs *qs, const rt_seqs *ks, int a, int g, int d);
+
+/* Rotary position embeddings (LLaMA's, in Hugging Face's and Megatron's non-interleaved form):
+ * in each of `heads` heads of width d at the start of a row of x (rows of ld elements: the fused
+ * projection's q heads then k heads), the pair (j, j + d/2), j < d/2, of a token at position p
+ * turns by the angle rt_rope_angle(p, j, d) (a width d odd leaves its last column as it is).
+ * The position of token t is pos[t] (rt_seqs_positions), -1 leaving the token as it is; inverse
+ * turns back (the backward: the rotation's transpose). */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline double rt_rope_angle(int p, int j, int d)
+{
+    return (double)p * pow(10000.0, -2.0 * j / d); /* base 10000, Megatron's and LLaMA-2's */
+}
+void rt_rope(double *x, int ld, int heads, int d, const int *pos, int n, int inverse);
+/* The positions of n tokens within the sequences s (rt_seqs): token off[j] + i is at i; tokens in
+ * no sequence (padding) at -1. */
+void rt_seqs_positions(const rt_seqs *s, int n, int *pos);
 
 /* Softmax cross-entropy of logits (n, V) against targets (n): returns the mean loss and writes
  * dlogits = (softmax - onehot) / n. */

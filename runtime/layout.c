@@ -94,13 +94,25 @@ int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size
     int n = s->cross ? RT_P_COUNT : RT_P_LNC_G;
     size_t at = 0;
     for (int i = 0; i < RT_P_COUNT; i++) {
+        int absent = (s->rmsnorm && rt_param_is_norm_bias(i)) || (s->no_bias && rt_param_is_bias(i));
         off[i] = at;
-        len[i] = i < n ? sizes[i] : 0;
+        len[i] = i < n && !absent ? sizes[i] : 0;
         at += len[i];
     }
     *count = at;
     return n;
 }
+
+int rt_param_is_bias(int id)
+{
+    switch (id) {
+    case RT_P_BQKV: case RT_P_BO: case RT_P_B1: case RT_P_B2: case RT_P_BQC: case RT_P_BKVC:
+    case RT_P_BOC: return 1;
+    default: return 0;
+    }
+}
+
+int rt_param_is_norm_bias(int id) { return id == RT_P_LN1_B || id == RT_P_LN2_B || id == RT_P_LNC_B; }
 
 size_t rt_param_copy_offset(size_t count, rt_dtype dt)
 {
@@ -166,10 +178,11 @@ void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtyp
     size_t at = 0;
     for (int i = 0; i < out->count; i++) {
         size_t eb = t[i].cls == CLASS_ACT ? rt_dtype_act_bytes(dt) : rt_dtype_stat_bytes(dt);
+        int is_mean = i == RT_A_MEAN1 || i == RT_A_MEAN2 || i == RT_A_MEANC; /* RMSNorm has none */
         if (dt == RT_BF16) at = align_up(at);
         out->off[i] = at;
-        out->elems[i] = t[i].elems;
-        out->bytes[i] = t[i].elems * eb;
+        out->elems[i] = is_mean && s->rmsnorm ? 0 : t[i].elems;
+        out->bytes[i] = out->elems[i] * eb;
         at += out->bytes[i];
     }
     out->total = dt == RT_BF16 ? align_up(at) : at;

@@ -25,7 +25,7 @@
  * layer also reads an encoder output of Se tokens per row) are RT_A_COUNT tensors in one block,
  * each at a byte offset (rt_layer_acts_layout). Their sizes depend on the type:
  *   - activation tensors (x, qkv, u, ...): elements of the type (8 or 2 bytes);
- *   - layer-norm mean and rstd per token: 8 or 4 bytes;
+ *   - layer-norm mean and rstd per token: 8 or 4 bytes (RMSNorm: no mean, 0 elements);
  *   - the attention's saved state RT_A_P (and RT_A_PC): fp64 keeps the softmax probabilities,
  *     B * heads * S * Sk doubles (what layer.c's backward reads); bf16 keeps only the softmax's
  *     log-sum-exp per query, B * heads * S floats, as fused (flash) attention does, whose
@@ -75,6 +75,9 @@ typedef struct rt_layer_shape {
     int glu;    /* SwiGLU MLP (LLaMA): W1 (hidden, 2 ffn) holds [gate | up], g = silu(gate) o up;
                  * 0: GELU, W1 (hidden, ffn) */
     int kv_heads; /* key/value heads, grouped-query attention (a divisor of heads); 0: heads */
+    int rmsnorm;  /* RMSNorm (LLaMA): a scale, no bias, no mean saved; 0: layer norm */
+    int no_bias;  /* the projections have no biases (LLaMA); 0: each has one */
+    int rope;     /* rotary position embeddings on the self-attention's queries and keys (LLaMA) */
 } rt_layer_shape;
 
 /* Grouped-query attention: the keys and values have kv_heads heads, each shared by heads /
@@ -127,9 +130,15 @@ enum {
 };
 
 /* Element offsets and lengths of the layer's parameters (a weight W (in, out) row-major);
- * returns how many the shape has (12, or 20 with cross-attention); *count gets the total. */
+ * returns how many the shape has (12, or 20 with cross-attention); *count gets the total. The
+ * norms' biases have length 0 under RMSNorm, the projections' biases under no_bias (their offset
+ * is where the next tensor starts: nothing reads them). */
 int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size_t len[RT_P_COUNT],
                            size_t *count);
+/* 1 for a projection's bias (RT_P_BQKV, _BO, _B1, _B2, _BQC, _BKVC, _BOC), for a norm's bias
+ * (RT_P_LN1_B, _LN2_B, _LNC_B); 0 otherwise. */
+int rt_param_is_bias(int id);
+int rt_param_is_norm_bias(int id);
 /* Bytes of a parameter block of `count` elements at dt, the byte offset of its bf16 copy
  * (bf16; 0 for fp64), and the bytes of its gradient block. */
 size_t rt_param_block_bytes(size_t count, rt_dtype dt);

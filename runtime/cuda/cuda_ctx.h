@@ -196,6 +196,137 @@ template <class T> __global__ void k_swiglu_bwd(const T *dg, const T *u, T *du, 
     }
 }
 
+// db (out) += column sums of dy (n x out), in the type gradients accumulate in.
+template <class T> __global__ void k_colsum(typename elem<T>::math *db, const T *dy, int n, int out)
+{
+    typedef typename elem<T>::math M;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
+        M s = 0;
+        for (int i = 0; i < n; i++) s += elem<T>::load(dy[(long long)i * out + j]);
+        db[j] += s;
+    }
+}
+
+// The norm of a row (one block per row of h): layer norm y = (x - mean) rstd g + b, or RMSNorm
+// (rms) y = x rstd g with rstd = 1 / sqrt(mean(x^2) + eps) and no bias or mean (bt, mean NULL);
+// the statistics in the math type (layer.c's rt_layernorm_fwd and rt_rmsnorm_fwd).
+template <class T>
+__global__ void k_norm_fwd(const T *x, const T *gm, const T *bt, T *y, typename elem<T>::math *mean,
+                           typename elem<T>::math *rstd, int h, int rms)
+{
+    typedef typename elem<T>::math M;
+    const T *xi = x + (long long)blockIdx.x * h;
+    M s = 0;
+    for (int j = threadIdx.x; j < h && !rms; j += THREADS) s += elem<T>::load(xi[j]);
+    M m = rms ? 0 : block_sum(s) / h, v = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        M d = elem<T>::load(xi[j]) - m;
+        v += d * d;
+    }
+    M r = 1 / sqrt(block_sum(v) / h + (M)RT_NORM_EPS);
+    for (int j = threadIdx.x; j < h; j += THREADS)
+        y[(long long)blockIdx.x * h + j] = elem<T>::store(
+            (elem<T>::load(xi[j]) - m) * r * elem<T>::load(gm[j]) + (rms ? 0 : elem<T>::load(bt[j])));
+    if (threadIdx.x == 0) {
+        if (!rms) mean[blockIdx.x] = m;
+        rstd[blockIdx.x] = r;
+    }
+}
+
+// Its backward: dx = rstd (dy g - [mean(dy g)] - xhat mean(dy g xhat)), the bracket for layer norm
+// only; dg += dy xhat, db += dy (layer norm; db NULL for RMSNorm), xhat = (x - [mean]) rstd.
+template <class T>
+__global__ void k_norm_bwd(const T *dy, const T *x, const T *gm, const typename elem<T>::math *mean,
+                           const typename elem<T>::math *rstd, T *dx, typename elem<T>::math *dg,
+                           typename elem<T>::math *db, int h, int rms)
+{
+    typedef typename elem<T>::math M;
+    long long row = blockIdx.x;
+    const T *xi = x + row * h, *dyi = dy + row * h;
+    M m = rms ? 0 : mean[row], r = rstd[row], a = 0, c = 0;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        M xhat = (elem<T>::load(xi[j]) - m) * r, d = elem<T>::load(dyi[j]);
+        M dxhat = d * elem<T>::load(gm[j]);
+        a += dxhat;
+        c += dxhat * xhat;
+        atomicAdd(&dg[j], d * xhat);
+        if (!rms) atomicAdd(&db[j], d);
+    }
+    a = rms ? 0 : block_sum(a) / h;
+    c = block_sum(c) / h;
+    for (int j = threadIdx.x; j < h; j += THREADS) {
+        M xhat = (elem<T>::load(xi[j]) - m) * r;
+        dx[row * h + j] = elem<T>::store(r * (elem<T>::load(dyi[j]) * elem<T>::load(gm[j]) - a - xhat * c));
+    }
+}
+
+// The norm of a layer of shape s on n rows, and its backward (one truth with layer.c's rt_norm_*).
+template <class T>
+static void norm_fwd(rt_cuda *g, const rt_layer_shape *s, const T *x, const T *gm, const T *bt, T *y,
+                     typename elem<T>::math *mean, typename elem<T>::math *rstd, int n)
+{
+    k_norm_fwd<T><<<n, THREADS, 0, g->stream>>>(x, gm, bt, y, mean, rstd, s->hidden, s->rmsnorm);
+}
+
+template <class T>
+static void norm_bwd(rt_cuda *g, const rt_layer_shape *s, const T *dy, const T *x, const T *gm,
+                     const typename elem<T>::math *mean, const typename elem<T>::math *rstd, T *dx,
+                     typename elem<T>::math *dg, typename elem<T>::math *db, int n)
+{
+    k_norm_bwd<T><<<n, THREADS, 0, g->stream>>>(dy, x, gm, mean, rstd, dx, dg, db, s->hidden, s->rmsnorm);
+}
+
+// Rotary position embeddings (layer.h rt_rope): the pairs of the first `heads` heads of width d of
+// n rows of x (ld elements), token t at position pos[t] (-1: left as it is), or t % S when pos is
+// NULL (whole rows of S tokens); inverse turns back. The angle in double, its sine and cosine too.
+template <class T>
+__global__ void k_rope(T *x, int ld, int heads, int d, const int *pos, int S, long long n, int inverse)
+{
+    typedef typename elem<T>::math M;
+    int half = d / 2;
+    GRID_STRIDE(i, n * heads * half)
+    {
+        long long t = i / ((long long)heads * half);
+        int r = (int)(i % ((long long)heads * half)), hd = r / half, j = r % half;
+        int p = pos ? pos[t] : (int)(t % S);
+        if (p < 0) continue;
+        double th = rt_rope_angle(p, j, d);
+        M c = (M)cos(th), sn = (M)(inverse ? -sin(th) : sin(th));
+        T *v = x + t * ld + (long long)hd * d;
+        M a = elem<T>::load(v[j]), b = elem<T>::load(v[j + half]);
+        v[j] = elem<T>::store(a * c - b * sn);
+        v[j + half] = elem<T>::store(b * c + a * sn);
+    }
+}
+
+// RoPE on the q and k heads of a layer's fused projection qkv (or its gradient, inverse) on the
+// B x S tokens of a pass over the sequences bs: whole rows by position in the row, varlen by
+// position in the sample (rt_seqs_positions, uploaded). Out of memory for the positions is noted
+// in g->fail (the next rt_cuda_sync reports it).
+template <class T>
+static void rope_pass(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int S, T *qkv,
+                      int n, int inverse)
+{
+    int *pos = NULL, *host = NULL;
+    if (!bs->rows) {
+        host = (int *)malloc((size_t)(n > 0 ? n : 1) * sizeof *host);
+        if (host) cudaMallocAsync((void **)&pos, (size_t)(n > 0 ? n : 1) * sizeof *pos, g->stream);
+        if (!pos) {
+            free(host);
+            if (!g->fail[0]) snprintf(g->fail, sizeof g->fail, "out of memory for RoPE positions");
+            return;
+        }
+        rt_seqs_positions(&bs->self, n, host);
+        // pageable memory: the copy has left `host` when cudaMemcpyAsync returns
+        cudaMemcpyAsync(pos, host, (size_t)n * sizeof *pos, cudaMemcpyHostToDevice, g->stream);
+        free(host);
+    }
+    int heads = s->heads + rt_layer_kv_heads(s);
+    k_rope<T><<<grid_for((long long)n * heads * (s->kv / 2)), THREADS, 0, g->stream>>>(
+        qkv, rt_layer_qkv_width(s), heads, s->kv, pos, S, n, inverse);
+    if (pos) cudaFreeAsync(pos, g->stream);
+}
+
 // The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows, and its backward.
 template <class T>
 static void mlp_act_fwd(rt_cuda *g, const rt_layer_shape *s, const T *u, T *gv, int n)

@@ -16,7 +16,6 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define LN_EPS 1e-5f
 
 // ---- cuBLASLt ---------------------------------------------------------------------------------
 
@@ -156,57 +155,6 @@ static void gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, const bf16 *A,
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
-
-// db (out, fp32) += column sums of dy (n x out, bf16).
-__global__ void k_colsum_bf16(float *db, const bf16 *dy, int n, int out)
-{
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
-        float s = 0;
-        for (int i = 0; i < n; i++) s += __bfloat162float(dy[(long long)i * out + j]);
-        db[j] += s;
-    }
-}
-
-__global__ void k_ln_fwd_bf16(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y, float *mean,
-                              float *rstd, int h)
-{
-    const bf16 *xi = x + (long long)blockIdx.x * h;
-    float s = 0;
-    for (int j = threadIdx.x; j < h; j += THREADS) s += __bfloat162float(xi[j]);
-    float m = block_sum(s) / h, v = 0;
-    for (int j = threadIdx.x; j < h; j += THREADS) {
-        float d = __bfloat162float(xi[j]) - m;
-        v += d * d;
-    }
-    float r = rsqrtf(block_sum(v) / h + LN_EPS);
-    for (int j = threadIdx.x; j < h; j += THREADS)
-        y[(long long)blockIdx.x * h + j] = __float2bfloat16(
-            (__bfloat162float(xi[j]) - m) * r * __bfloat162float(gm[j]) + __bfloat162float(bt[j]));
-    if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
-}
-
-__global__ void k_ln_bwd_bf16(const bf16 *dy, const bf16 *x, const bf16 *gm, const float *mean,
-                              const float *rstd, bf16 *dx, float *dg, float *db, int h)
-{
-    long long row = blockIdx.x;
-    const bf16 *xi = x + row * h, *dyi = dy + row * h;
-    float m = mean[row], r = rstd[row], a = 0, c = 0;
-    for (int j = threadIdx.x; j < h; j += THREADS) {
-        float xhat = (__bfloat162float(xi[j]) - m) * r, d = __bfloat162float(dyi[j]);
-        float dxhat = d * __bfloat162float(gm[j]);
-        a += dxhat;
-        c += dxhat * xhat;
-        atomicAdd(&dg[j], d * xhat);
-        atomicAdd(&db[j], d);
-    }
-    a = block_sum(a) / h;
-    c = block_sum(c) / h;
-    for (int j = threadIdx.x; j < h; j += THREADS) {
-        float xhat = (__bfloat162float(xi[j]) - m) * r;
-        dx[row * h + j] = __float2bfloat16(
-            r * (__bfloat162float(dyi[j]) * __bfloat162float(gm[j]) - a - xhat * c));
-    }
-}
 
 __global__ void k_fill_bf16(bf16 *v, long long n, unsigned seed, double scale)
 {
@@ -442,9 +390,9 @@ static void view_params(const rt_layer_shape *s, const void *params, void *grads
     size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
     rt_layer_params_layout(s, off, len, &count);
     const bf16 *copy = params ? (const bf16 *)((const char *)params + rt_param_copy_offset(count, RT_BF16)) : NULL;
-    for (int i = 0; i < RT_P_COUNT; i++) {
-        v->w[i] = copy ? copy + off[i] : NULL;
-        v->gw[i] = grads ? (float *)grads + off[i] : NULL;
+    for (int i = 0; i < RT_P_COUNT; i++) { // an absent tensor (length 0: a bias the shape has not) is NULL
+        v->w[i] = copy && len[i] ? copy + off[i] : NULL;
+        v->gw[i] = grads && len[i] ? (float *)grads + off[i] : NULL;
     }
 }
 
@@ -454,10 +402,11 @@ static void view_acts(const rt_layer_shape *s, int B, int S, int Se, const void 
     v->acts = (char *)acts;
 }
 
-static bf16 *A(const bview *v, int id) { return (bf16 *)(v->acts + v->L.off[id]); }
-static float *AF(const bview *v, int id) { return (float *)(v->acts + v->L.off[id]); }
+// A saved tensor (bf16, or fp32 statistics), NULL when the shape has none (RMSNorm's mean).
+static bf16 *A(const bview *v, int id) { return v->L.bytes[id] ? (bf16 *)(v->acts + v->L.off[id]) : NULL; }
+static float *AF(const bview *v, int id) { return v->L.bytes[id] ? (float *)(v->acts + v->L.off[id]) : NULL; }
 
-// y (n, out) = x (n, in) W (in, out) + b, plus res (n, out) when not NULL.
+// y (n, out) = x (n, in) W (in, out) + b (NULL: none), plus res (n, out) when not NULL.
 static void linear(rt_cuda *g, const bf16 *x, const bf16 *w, const bf16 *b, const bf16 *res,
                    bf16 *y, int n, int in, int out)
 {
@@ -465,12 +414,12 @@ static void linear(rt_cuda *g, const bf16 *x, const bf16 *w, const bf16 *b, cons
             out, 0, CUDA_R_16BF, b, 1);
 }
 
-// dW (in, out, fp32) += x^T dy; db += column sums of dy.
+// dW (in, out, fp32) += x^T dy; db += column sums of dy (db NULL: no bias).
 static void linear_bwd_weight(rt_cuda *g, const bf16 *x, const bf16 *dy, float *dw, float *db,
                               int n, int in, int out)
 {
     lt_gemm(g, 1, 0, in, out, n, 1.0f, x, in, 0, dy, out, 0, 1.0f, dw, dw, out, 0, CUDA_R_32F, NULL, 1);
-    k_colsum_bf16<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
+    if (db) k_colsum<bf16><<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
 }
 
 // The attention of one pass: queries qs against keys ks (the batch's sequences), B rows of sq
@@ -499,10 +448,11 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape);
     long long nh = (long long)n * h;
     cudaMemcpyAsync(A(&v, RT_A_X), x, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
-    k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_X), v.w[RT_P_LN1_G], v.w[RT_P_LN1_B],
-                                                 A(&v, RT_A_H1), AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), h);
+    norm_fwd(g, &l->shape, A(&v, RT_A_X), v.w[RT_P_LN1_G], v.w[RT_P_LN1_B], A(&v, RT_A_H1),
+             AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), n);
     linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, qkv_w);
     bf16 *qkv = A(&v, RT_A_QKV);
+    if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, qkv, n, 0); // the saved q, k rotated
     attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, qkv_w, qkv_w);
     self.q = qkv, self.k = qkv + hk, self.v = qkv + hk + hkv, self.o = A(&v, RT_A_CTX);
     self.lse = AF(&v, RT_A_P);
@@ -512,8 +462,8 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     if (l->shape.cross) { // xc = the self-attention block's output; x2 = xc + cross-attention
         cudaMemcpyAsync(A(&v, RT_A_XC), A(&v, RT_A_X2), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
                         g->stream);
-        k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_XC), v.w[RT_P_LNC_G], v.w[RT_P_LNC_B],
-                                                     A(&v, RT_A_HC), AF(&v, RT_A_MEANC), AF(&v, RT_A_RSTDC), h);
+        norm_fwd(g, &l->shape, A(&v, RT_A_XC), v.w[RT_P_LNC_G], v.w[RT_P_LNC_B], A(&v, RT_A_HC),
+                 AF(&v, RT_A_MEANC), AF(&v, RT_A_RSTDC), n);
         linear(g, A(&v, RT_A_HC), v.w[RT_P_WQC], v.w[RT_P_BQC], NULL, A(&v, RT_A_QC), n, h, hk);
         linear(g, (const bf16 *)enc, v.w[RT_P_WKVC], v.w[RT_P_BKVC], NULL, A(&v, RT_A_KVC), B * Se,
                h, 2 * hkv);
@@ -526,8 +476,8 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
         linear(g, A(&v, RT_A_CTXC), v.w[RT_P_WOC], v.w[RT_P_BOC], A(&v, RT_A_XC), A(&v, RT_A_X2), n,
                hk, h);
     }
-    k_ln_fwd_bf16<<<n, THREADS, 0, g->stream>>>(A(&v, RT_A_X2), v.w[RT_P_LN2_G], v.w[RT_P_LN2_B],
-                                                 A(&v, RT_A_H2), AF(&v, RT_A_MEAN2), AF(&v, RT_A_RSTD2), h);
+    norm_fwd(g, &l->shape, A(&v, RT_A_X2), v.w[RT_P_LN2_G], v.w[RT_P_LN2_B], A(&v, RT_A_H2),
+             AF(&v, RT_A_MEAN2), AF(&v, RT_A_RSTD2), n);
     linear(g, A(&v, RT_A_H2), v.w[RT_P_W1], v.w[RT_P_B1], NULL, A(&v, RT_A_U), n, h,
            rt_layer_ffn_in(&l->shape));
     mlp_act_fwd(g, &l->shape, A(&v, RT_A_U), A(&v, RT_A_G), n);
@@ -559,9 +509,8 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     gemm(g, 0, 1, n, f, h, dy, h, v.w[RT_P_W2], h, 0.0f, tmp_f, f); // dg = dy W2^T
     mlp_act_bwd(g, &l->shape, tmp_f, A(&v, RT_A_U), A(&v, RT_A_D_U), n);
     gemm(g, 0, 1, n, h, f1, A(&v, RT_A_D_U), f1, v.w[RT_P_W1], f1, 0.0f, tmp_h, h); // dh2
-    k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
-                                                 AF(&v, RT_A_RSTD2), A(&v, RT_A_D_O), v.gw[RT_P_LN2_G],
-                                                 v.gw[RT_P_LN2_B], h);
+    norm_bwd(g, &l->shape, tmp_h, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
+             AF(&v, RT_A_RSTD2), A(&v, RT_A_D_O), v.gw[RT_P_LN2_G], v.gw[RT_P_LN2_B], n);
     k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), dy, nh); // dx2
     if (l->shape.cross) { // back through the cross-attention: d_o becomes d(self-attention out)
         cudaMemcpyAsync(A(&v, RT_A_D_OC), A(&v, RT_A_D_O), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
@@ -578,9 +527,8 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         gemm(g, 0, 1, n, h, hk, A(&v, RT_A_D_QC), hk, v.w[RT_P_WQC], hk, 0.0f, tmp_h, h); // d(hc)
         if (denc) // d(enc) += d_kvc Wkvc^T
             gemm(g, 0, 1, ne, h, 2 * hkv, dkvc, 2 * hkv, v.w[RT_P_WKVC], 2 * hkv, 1.0f, denc, h);
-        k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_XC), v.w[RT_P_LNC_G], AF(&v, RT_A_MEANC),
-                                                     AF(&v, RT_A_RSTDC), A(&v, RT_A_D_O), v.gw[RT_P_LNC_G],
-                                                     v.gw[RT_P_LNC_B], h);
+        norm_bwd(g, &l->shape, tmp_h, A(&v, RT_A_XC), v.w[RT_P_LNC_G], AF(&v, RT_A_MEANC),
+                 AF(&v, RT_A_RSTDC), A(&v, RT_A_D_O), v.gw[RT_P_LNC_G], v.gw[RT_P_LNC_B], n);
         k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), A(&v, RT_A_D_OC), nh);
     }
     gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_O), h, v.w[RT_P_WO], h, 0.0f, dctx, hk);
@@ -592,10 +540,11 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         self.lse = AF(&v, RT_A_P), self.dout = dctx;
         self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + hk + hkv;
         attn_bwd(g, &self);
+        if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, dqkv, n, 1); // d(rotated) to d(projected)
     }
     gemm(g, 0, 1, n, h, qkv_w, A(&v, RT_A_D_QKV), qkv_w, v.w[RT_P_WQKV], qkv_w, 0.0f, tmp_h, h); // dh1
-    k_ln_bwd_bf16<<<n, THREADS, 0, g->stream>>>(tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
-                                                 AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], h);
+    norm_bwd(g, &l->shape, tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
+             AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], n);
     k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, A(&v, RT_A_D_O), nh);
 out:
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);

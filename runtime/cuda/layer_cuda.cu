@@ -159,51 +159,6 @@ __global__ void k_bias_rows(double *y, const double *b, int n, int out)
         y[i] = b[i % out];
 }
 
-__global__ void k_colsum(double *db, const double *dy, int n, int out)
-{
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
-        double s = 0;
-        for (int i = 0; i < n; i++) s += dy[(long long)i * out + j];
-        db[j] += s;
-    }
-}
-
-#define LN_EPS 1e-5
-
-__global__ void k_ln_fwd(const double *x, const double *gm, const double *bt, double *y,
-                         double *mean, double *rstd, int h)
-{
-    const double *xi = x + (long long)blockIdx.x * h;
-    double s = 0;
-    for (int j = threadIdx.x; j < h; j += THREADS) s += xi[j];
-    double m = block_sum(s) / h, v = 0;
-    for (int j = threadIdx.x; j < h; j += THREADS) v += (xi[j] - m) * (xi[j] - m);
-    double r = 1 / sqrt(block_sum(v) / h + LN_EPS);
-    for (int j = threadIdx.x; j < h; j += THREADS) y[(long long)blockIdx.x * h + j] = (xi[j] - m) * r * gm[j] + bt[j];
-    if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
-}
-
-__global__ void k_ln_bwd(const double *dy, const double *x, const double *gm, const double *mean,
-                         const double *rstd, double *dx, double *dg, double *db, int h)
-{
-    long long row = blockIdx.x;
-    const double *xi = x + row * h, *dyi = dy + row * h;
-    double m = mean[row], r = rstd[row], a = 0, c = 0;
-    for (int j = threadIdx.x; j < h; j += THREADS) {
-        double xhat = (xi[j] - m) * r, dxhat = dyi[j] * gm[j];
-        a += dxhat;
-        c += dxhat * xhat;
-        atomicAdd(&dg[j], dyi[j] * xhat);
-        atomicAdd(&db[j], dyi[j]);
-    }
-    a = block_sum(a) / h;
-    c = block_sum(c) / h;
-    for (int j = threadIdx.x; j < h; j += THREADS) {
-        double xhat = (xi[j] - m) * r;
-        dx[row * h + j] = r * (dyi[j] * gm[j] - a - xhat * c);
-    }
-}
-
 __global__ void k_softmax(double *p, int sq, int sk, int causal)
 {
     long long row = blockIdx.x;
@@ -249,11 +204,12 @@ static rt_layer_acts acts_of(const rt_cuda_layer *l, int B, int S, int Se, const
     return a;
 }
 
+// y = x W + b (b NULL: no bias).
 static void linear(rt_cuda *g, const double *x, const double *w, const double *b, double *y, int n,
                    int in, int out)
 {
-    k_bias_rows<<<grid_for((long long)n * out), THREADS, 0, g->stream>>>(y, b, n, out);
-    gemm(g, 0, 0, n, out, in, 1.0, x, in, w, out, 1.0, y, out);
+    if (b) k_bias_rows<<<grid_for((long long)n * out), THREADS, 0, g->stream>>>(y, b, n, out);
+    gemm(g, 0, 0, n, out, in, 1.0, x, in, w, out, b ? 1.0 : 0.0, y, out);
 }
 
 // Attention within sequences (runtime/layer.h rt_seqs): sequence j of the queries qs (rows of
@@ -334,8 +290,9 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     int heads = l->shape.heads, gk = rt_layer_kv_heads(&l->shape), kv = l->shape.kv;
     long long nh = (long long)n * h;
     cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
-    k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, h);
+    norm_fwd(g, &l->shape, a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, n);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, qkv);
+    if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, a.qkv, n, 0); // the saved q, k rotated
     cudaMemsetAsync(a.ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
     attention_fwd(g, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.ctx, &bs.self,
                   &bs.self, heads, gk, kv, l->shape.causal);
@@ -343,7 +300,7 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
     if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
         cudaMemcpyAsync(a.xc, a.x2, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
-        k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, h);
+        norm_fwd(g, &l->shape, a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, n);
         linear(g, a.hc, p.wqc, p.bqc, a.qc, n, h, hk);
         linear(g, enc, p.wkvc, p.bkvc, a.kvc, B * Se, h, 2 * hkv);
         cudaMemsetAsync(a.ctxc, 0, (size_t)n * hk * sizeof(double), g->stream);
@@ -352,7 +309,7 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
         linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
-    k_ln_fwd<<<n, THREADS, 0, g->stream>>>(a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, h);
+    norm_fwd(g, &l->shape, a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, n);
     linear(g, a.h2, p.w1, p.b1, a.u, n, h, rt_layer_ffn_in(&l->shape));
     mlp_act_fwd(g, &l->shape, a.u, a.g, n);
     linear(g, a.g, p.w2, p.b2, y, n, f, h);
@@ -388,8 +345,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
     mlp_act_bwd(g, &l->shape, tmp_f, a.u, a.d_u, n);
     gemm(g, 0, 1, n, h, f1, 1.0, a.d_u, f1, p.w1, f1, 0.0, tmp_h, h); /* dh2 */
-    k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o,
-                                           gr.ln2_g, gr.ln2_b, h);
+    norm_bwd(g, &l->shape, tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o, gr.ln2_g, gr.ln2_b, n);
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh); /* dx2 */
     if (l->shape.cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
         cudaMemcpyAsync(a.d_oc, a.d_o, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
@@ -401,17 +357,16 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
         gemm(g, 0, 1, n, h, hk, 1.0, a.d_qc, hk, p.wqc, hk, 0.0, tmp_h, h); /* d(hc) */
         if (denc) /* d(enc) += d_kvc Wkvc^T */
             gemm(g, 0, 1, ne, h, 2 * hkv, 1.0, a.d_kvc, 2 * hkv, p.wkvc, 2 * hkv, 1.0, denc, h);
-        k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.xc, p.lnc_g, a.meanc, a.rstdc, a.d_o,
-                                               gr.lnc_g, gr.lnc_b, h);
+        norm_bwd(g, &l->shape, tmp_h, a.xc, p.lnc_g, a.meanc, a.rstdc, a.d_o, gr.lnc_g, gr.lnc_b, n);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, a.d_oc, nh);
     }
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * qkv * sizeof(double), g->stream);
     attention_bwd(g, dctx, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.d_qkv,
                   a.d_qkv + hk, a.d_qkv + hk + hkv, &bs.self, &bs.self, heads, gk, kv, dp);
+    if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, a.d_qkv, n, 1); /* d(rotated) to d(projected) */
     gemm(g, 0, 1, n, h, qkv, 1.0, a.d_qkv, qkv, p.wqkv, qkv, 0.0, tmp_h, h); /* dh1 */
-    k_ln_bwd<<<n, THREADS, 0, g->stream>>>(tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g,
-                                           gr.ln1_b, h);
+    norm_bwd(g, &l->shape, tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g, gr.ln1_b, n);
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
 out:
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
@@ -425,7 +380,7 @@ static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, dou
                               int n, int in, int out)
 {
     gemm(g, 1, 0, in, out, n, 1.0, x, in, dy, out, 1.0, dw, out);
-    k_colsum<<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
+    if (db) k_colsum<double><<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
 }
 
 static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,

@@ -168,17 +168,21 @@ EOF
   --iterations 1 -o "$TMP/glu_plan.json" >/dev/null 2>&1
 same_norm "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
 bf16_run "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
-# a LLaMA-3-style model: grouped-query attention (4 query heads on 2 key/value heads) and SwiGLU
+# LLaMA-3's layers: grouped-query attention (4 query heads on 2 key/value heads), SwiGLU, RMSNorm,
+# no biases, rotary positions; whole rows and varlen (each sample's positions from 0)
 cat >"$TMP/gqa.json" <<'EOF'
-{"name": "gqa-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
+{"name": "llama-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
  "ffn_hidden_size": 688, "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true,
- "position_embedding_type": "rope"}
+ "position_embedding_type": "rope", "normalization": "RMSNorm", "add_bias_linear": false}
 EOF
 "$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
   --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
-same_norm "grouped-query layers on 2 stages" 2 "$TMP/gqa_plan.json"
-expect "dpsim validate on the grouped-query run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/gqa_plan.json" --measured "$TMP/c.csv"
-bf16_run "grouped-query layers on 2 stages" 2 "$TMP/gqa_plan.json"
+same_norm "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
+expect "dpsim validate on the LLaMA-3 run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/gqa_plan.json" --measured "$TMP/c.csv"
+bf16_run "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
+"$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 128 --global-tokens 512 \
+  --batching packing-ffd-varlen --iterations 1 -o "$TMP/gqa_varlen.json" >/dev/null 2>&1
+same_norm "LLaMA-3's layers on varlen rows" 2 "$TMP/gqa_varlen.json"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"

@@ -94,6 +94,71 @@ static void test_layernorm_grad(void **state)
     free(l.x), free(l.g), free(l.b), free(l.mean), free(l.rstd), free(R), free(y), free(dx), free(dg), free(db);
 }
 
+/* ---- RMSNorm ---- */
+static void rms_fwd(void *c, double *y)
+{
+    ln_ctx *l = c;
+    rt_rmsnorm_fwd(l->x, l->g, y, l->rstd, l->n, l->h);
+}
+
+static void test_rmsnorm_grad(void **state)
+{
+    (void)state;
+    ln_ctx l = {rnd(4 * 6), rnd(6), NULL, NULL, calloc(4, sizeof(double)), 4, 6};
+    double *R = rnd(24), *y = malloc(24 * sizeof *y), *dx = calloc(24, sizeof *dx);
+    double *dg = calloc(6, sizeof *dg);
+    rms_fwd(&l, y);
+    rt_rmsnorm_bwd(R, l.x, l.g, l.rstd, dx, dg, 4, 6);
+    check_grad("rmsnorm dx", rms_fwd, &l, l.x, 24, dx, R, 24);
+    check_grad("rmsnorm dg", rms_fwd, &l, l.g, 6, dg, R, 24);
+    /* y = x / rms(x) * g, by hand for one row */
+    double ss = 0;
+    for (int j = 0; j < 6; j++) ss += l.x[6 + j] * l.x[6 + j];
+    assert_true(fabs(y[6 + 2] - l.x[6 + 2] / sqrt(ss / 6 + 1e-5) * l.g[2]) < 1e-14);
+    free(l.x), free(l.g), free(l.rstd), free(R), free(y), free(dx), free(dg);
+}
+
+/* ---- rotary position embeddings ---- */
+typedef struct rope_ctx { double *x; const int *pos; int n, ld, heads, d; } rope_ctx;
+static void rope_fwd(void *c, double *y)
+{
+    rope_ctx *r = c;
+    memcpy(y, r->x, (size_t)r->n * r->ld * sizeof *y);
+    rt_rope(y, r->ld, r->heads, r->d, r->pos, r->n, 0);
+}
+
+static void test_rope(void **state)
+{
+    (void)state;
+    /* 5 tokens (positions 0, 1, 2 of one sample, 0 of the next, one padding token) in rows of 3
+     * heads of width 4 and 2 more columns (a v head of width 2): the first 2 heads turn */
+    static const int pos[5] = {0, 1, 2, 0, -1};
+    rope_ctx r = {rnd(5 * 14), pos, 5, 14, 2, 4};
+    size_t n = 5 * 14;
+    double *R = rnd(n), *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
+    rope_fwd(&r, y);
+    for (int c = 0; c < 14; c++) { /* position 0 and padding: unchanged; the third head too */
+        assert_true(y[c] == r.x[c] && y[3 * 14 + c] == r.x[3 * 14 + c] && y[4 * 14 + c] == r.x[4 * 14 + c]);
+        assert_true(c < 8 || y[14 + c] == r.x[14 + c]);
+    }
+    /* position 2, pair (1, 3) of head 1: angle 2 * 10000^(-2/4) */
+    double th = 2 * pow(10000, -0.5), a = r.x[2 * 14 + 4 + 1], b = r.x[2 * 14 + 4 + 3];
+    assert_true(fabs(y[2 * 14 + 4 + 1] - (a * cos(th) - b * sin(th))) < 1e-15);
+    assert_true(fabs(y[2 * 14 + 4 + 3] - (b * cos(th) + a * sin(th))) < 1e-15);
+    /* the backward (the inverse rotation) is the gradient, and undoes the forward */
+    memcpy(dx, R, n * sizeof *dx);
+    rt_rope(dx, 14, 2, 4, pos, 5, 1);
+    check_grad("rope dx", rope_fwd, &r, r.x, n, dx, R, n);
+    rt_rope(y, 14, 2, 4, pos, 5, 1);
+    for (size_t i = 0; i < n; i++) assert_true(fabs(y[i] - r.x[i]) < 1e-15);
+    /* positions restart in each sequence; padding is -1 */
+    int off[2] = {0, 3}, len[2] = {3, 1}, got[5];
+    rt_seqs s = {2, off, len};
+    rt_seqs_positions(&s, 5, got);
+    for (int t = 0; t < 5; t++) assert_int_equal(got[t], pos[t]);
+    free(r.x), free(R), free(y), free(dx);
+}
+
 /* ---- GELU ---- */
 typedef struct gelu_ctx { double *u; size_t n; } gelu_ctx;
 static void gelu_fwd(void *c, double *g)
@@ -221,13 +286,16 @@ static void layer_fwd(void *c, double *y)
 static void test_layer_grad(void **state)
 {
     (void)state;
-    /* a GPT layer, a T5 encoder layer, a T5 decoder layer with cross-attention, a LLaMA-style
-     * layer (SwiGLU); with grouped-query attention (4 query heads on 2 key/value heads) a
-     * LLaMA-3-style layer and a decoder layer */
-    for (int kind = 0; kind < 6; kind++) {
-        int causal = kind != 1, cross = kind == 2 || kind == 5, glu = kind == 3 || kind == 4;
-        int gqa = kind >= 4;
-        layer_ctx l = {.s = {8, gqa ? 4 : 2, gqa ? 2 : 3, 12, causal, cross, glu, gqa ? 2 : 0},
+    /* a GPT layer, a T5 encoder layer, a T5 decoder layer with cross-attention, a SwiGLU layer;
+     * with grouped-query attention (4 query heads on 2 key/value heads) a SwiGLU layer and a
+     * decoder layer; LLaMA's layer (RMSNorm, no biases, rotary positions, SwiGLU, grouped-query);
+     * a decoder layer with RMSNorm and no biases */
+    for (int kind = 0; kind < 8; kind++) {
+        int causal = kind != 1, cross = kind == 2 || kind == 5 || kind == 7;
+        int glu = kind == 3 || kind == 4 || kind == 6, gqa = kind >= 4 && kind <= 6, llama = kind >= 6;
+        layer_ctx l = {.s = {.hidden = 8, .heads = gqa ? 4 : 2, .kv = gqa ? 2 : 3, .ffn = 12,
+                             .causal = causal, .cross = cross, .glu = glu, .kv_heads = gqa ? 2 : 0,
+                             .rmsnorm = llama, .no_bias = llama, .rope = kind == 6},
                        .B = 2, .S = 4, .Se = cross ? 5 : 0};
         assert_int_equal(rt_layer_params_alloc(&l.p, &l.s), 0);
         rt_layer_params_init(&l.p, &l.s, 7);
@@ -257,9 +325,11 @@ static void test_layer_grad(void **state)
  * that the sample alone (a row of its own length) gets, and the parameter gradients add up
  * (padding tokens carry no gradient). For a GPT layer and a T5 decoder layer, whose queries
  * attend to their own sample's encoder tokens. */
-static void varlen_case(int cross)
+static void varlen_case(int cross, int llama)
 {
-    rt_layer_shape s = {8, 2, 3, 12, 1, cross, 0, 0};
+    rt_layer_shape s = {.hidden = 8, .heads = llama ? 4 : 2, .kv = llama ? 2 : 3, .ffn = 12,
+                        .causal = 1, .cross = cross, .glu = llama, .kv_heads = llama ? 2 : 0,
+                        .rmsnorm = llama, .no_bias = llama, .rope = llama};
     enum { N = 3 };
     const int len[N] = {5, 3, 4}, elen[N] = {4, 5, 2};
     int off[N], eoff[N], B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;
@@ -310,8 +380,9 @@ static void varlen_case(int cross)
 static void test_varlen_is_the_samples_alone(void **state)
 {
     (void)state;
-    varlen_case(0);
-    varlen_case(1);
+    varlen_case(0, 0);
+    varlen_case(1, 0);
+    varlen_case(0, 1); /* LLaMA's layer: each sample's positions start at 0 */
 }
 
 /* A grouped-query layer is the multi-head layer whose key and value heads are copies: query head h
@@ -331,7 +402,8 @@ static int gqa_col(int c, int q_cols, int a, int g, int d)
 static void test_gqa_is_mha_with_copied_heads(void **state)
 {
     (void)state;
-    rt_layer_shape sg = {8, 4, 2, 12, 1, 1, 0, 2}, sm = sg;
+    rt_layer_shape sg = {.hidden = 8, .heads = 4, .kv = 2, .ffn = 12, .causal = 1, .cross = 1,
+                         .kv_heads = 2}, sm = sg;
     sm.kv_heads = 0;
     int B = 2, S = 4, Se = 3, hk = 8, a = 4, g = 2, d = 2, h = sg.hidden;
     rt_layer_params pg, pm, gg, gm;
@@ -525,7 +597,7 @@ static void count_yield(void) { yields++; }
 static void test_yield_between_gemms(void **state)
 {
     (void)state;
-    rt_layer_shape s = {8, 2, 3, 12, 1, 0, 0, 0};
+    rt_layer_shape s = {.hidden = 8, .heads = 2, .kv = 3, .ffn = 12, .causal = 1};
     int B = 2, S = 4;
     size_t n = (size_t)B * S * s.hidden;
     rt_layer_params p, grad;
@@ -556,6 +628,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_grad),    cmocka_unit_test(test_layernorm_grad),
+        cmocka_unit_test(test_rmsnorm_grad),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_gelu_grad),      cmocka_unit_test(test_swiglu_grad),
         cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),

@@ -49,15 +49,15 @@ static void test_bf16_rounding(void **state)
 static size_t fp64_acts_by_hand(const rt_layer_shape *s, size_t B, size_t S, size_t Se)
 {
     size_t n = B * S, h = s->hidden, hk = (size_t)s->heads * s->kv, f = s->ffn, a = s->heads;
-    size_t hkv = (size_t)(s->kv_heads ? s->kv_heads : s->heads) * s->kv;
+    size_t hkv = (size_t)(s->kv_heads ? s->kv_heads : s->heads) * s->kv, st = s->rmsnorm ? 1 : 2;
     size_t t = n * h * 6                   /* x, h1, x2, h2, d_o, d_y */
-               + n * 4                     /* mean1, rstd1, mean2, rstd2 */
+               + n * 2 * st                /* mean1 (not with RMSNorm), rstd1, mean2, rstd2 */
                + n * (hk + 2 * hkv) * 2    /* qkv, d_qkv */
                + B * a * S * S             /* probabilities */
                + n * hk                    /* ctx */
                + n * f * (s->glu ? 5 : 3); /* u, d_u (twice as wide with SwiGLU), g */
     if (s->cross)
-        t += n * h * 3 + n * 2 + n * hk * 3 + B * Se * 2 * hkv * 2 + B * a * S * Se;
+        t += n * h * 3 + n * st + n * hk * 3 + B * Se * 2 * hkv * 2 + B * a * S * Se;
     return t;
 }
 
@@ -66,10 +66,13 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
     (void)state;
     /* GPT, T5 encoder, T5 decoder, LLaMA-style; grouped-query (4 query heads on 2 key/value
      * heads, 8 on 1) with SwiGLU and with cross-attention */
-    const rt_layer_shape shapes[] = {{64, 4, 16, 256, 1, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0},
-                                     {64, 4, 16, 256, 1, 1, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0},
-                                     {64, 4, 16, 256, 1, 0, 1, 2}, {64, 8, 8, 256, 1, 1, 0, 1}};
-    for (int k = 0; k < 6; k++)
+    const rt_layer_shape shapes[] = {
+        {64, 4, 16, 256, 1, 0, 0, 0, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 0, 1, 2, 0, 0, 0}, {64, 8, 8, 256, 1, 1, 0, 1, 0, 0, 0},
+        /* LLaMA's (RMSNorm, no biases, rotary), and a decoder with RMSNorm */
+        {64, 4, 16, 256, 1, 0, 1, 2, 1, 1, 1}, {64, 4, 16, 256, 1, 1, 0, 0, 1, 1, 0}};
+    for (int k = 0; k < 8; k++)
         for (int B = 1; B <= 3; B++)
             for (int S = 8; S <= 40; S += 16) {
                 int Se = S + 8;
@@ -84,7 +87,7 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
 static void test_bf16_layout(void **state)
 {
     (void)state;
-    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0};
+    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0, 0, 0, 0};
     int B = 3, S = 40, Se = 56;
     rt_acts_layout l, d;
     rt_layer_acts_layout(&s, B, S, Se, RT_BF16, &l);
@@ -137,7 +140,7 @@ static void test_param_blocks(void **state)
     }
     free(src), free(blk);
     /* parameter offsets: the layer's twelve (twenty) tensors, packed */
-    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0};
+    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0};
     size_t off[RT_P_COUNT], len[RT_P_COUNT], total;
     assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
     size_t h = 64, hk = 64, f = 256;
@@ -155,6 +158,11 @@ static void test_param_blocks(void **state)
     assert_int_equal(len[RT_P_BQKV], hk + 2 * 32);
     assert_int_equal(len[RT_P_WKVC], h * 2 * 32);
     assert_int_equal(len[RT_P_WQC], h * hk);
+    sh.rmsnorm = 1, sh.no_bias = 1; /* LLaMA's: the norms' and projections' biases are absent */
+    rt_layer_params_layout(&sh, off, len, &total);
+    for (int i = 0; i < RT_P_COUNT; i++)
+        assert_int_equal(len[i] == 0, rt_param_is_bias(i) || rt_param_is_norm_bias(i));
+    assert_int_equal(len[RT_P_LN1_G], h);
     rt_dtype dt;
     assert_int_equal(rt_dtype_parse("bf16", &dt), 0);
     assert_int_equal(dt, RT_BF16);

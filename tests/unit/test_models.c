@@ -341,11 +341,30 @@ static void test_hf_import(void **state)
     assert_int_equal(m.ffn, 11008);
     assert_int_equal(m.positions, 4096); /* its context, */
     assert_int_equal(m.rope, 1);         /* with rotary positions: no learned table */
+    assert_int_equal(m.rmsnorm, 1);      /* RMSNorm, no biases */
+    assert_int_equal(m.no_bias, 1);
     assert_int_equal(model_total_params(&m), model_total_params(model_preset("llama2-7b")));
+    /* Llama-2-7B's model card: 6,738,415,616 */
+    assert_int_equal(model_total_params(&m), 6738415616LL);
+    /* GPT-NeoX keeps layer norm and biases; qwen2's QKV biases keep them counted; a config's
+     * attention_bias says so */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.rmsnorm + m.no_bias, 0);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.rmsnorm, 1);
+    assert_int_equal(m.no_bias, 0);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"attention_bias\": true}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.no_bias, 0);
 }
 
-/* Grouped-query attention and untied LM heads, from Hugging Face configs: Llama-3-8B is 8.03 B
- * parameters and Mistral-7B 7.24 B (their model cards); as many key/value heads as heads is plain
+/* Grouped-query attention and untied LM heads, from Hugging Face configs: Llama-3-8B is
+ * 8,030,261,248 parameters and Mistral-7B 7,241,732,096 (their model cards); as many key/value heads as heads is plain
  * multi-head attention in parameters, FLOPs and activation memory; a mixture of experts is
  * refused. */
 static void test_gqa_and_untied_heads(void **state)
@@ -360,13 +379,13 @@ static void test_gqa_and_untied_heads(void **state)
     assert_int_equal(model_parse_hf(llama3, "config.json", &m, &err), DP_OK);
     assert_int_equal(model_kv_heads(&m), 8);
     assert_int_equal(m.untied_head, 1);
-    assert_rel((double)model_total_params(&m), 8.03e9, 0.005);
+    assert_int_equal(model_total_params(&m), 8030261248LL);
     assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 32,"
                                     "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
                                     "\"num_key_value_heads\": 8, \"intermediate_size\": 14336,"
                                     "\"vocab_size\": 32000}", "config.json", &m, &err), DP_OK);
     assert_int_equal(m.untied_head, 1); /* Mistral's default */
-    assert_rel((double)model_total_params(&m), 7.24e9, 0.005);
+    assert_int_equal(model_total_params(&m), 7241732096LL);
     /* kv heads = heads: the same as multi-head attention everywhere */
     model_spec mha = *model_preset("gpt-6.7b-16l"), gqa = mha;
     gqa.kv_heads = gqa.heads;
@@ -412,6 +431,8 @@ static void test_gqa_and_untied_heads(void **state)
     assert_int_equal(model_read_json(path, &back, &err), DP_OK);
     assert_int_equal(model_kv_heads(&back), 8);
     assert_int_equal(back.untied_head, 1);
+    assert_int_equal(back.rmsnorm, 1);
+    assert_int_equal(back.no_bias, 1);
     assert_int_equal(model_total_params(&back), model_total_params(&m));
     /* experts are refused, not counted as dense */
     assert_int_equal(model_parse_hf("{\"model_type\": \"mixtral\", \"num_hidden_layers\": 32,"
@@ -423,6 +444,20 @@ static void test_gqa_and_untied_heads(void **state)
                                       "\"num_query_groups\": 3}", "spec.json", &m, &err),
                      DP_ERR_INVALID);
     assert_msg_has(err.msg, "3 key/value heads must divide the 8");
+    /* Megatron's normalization and add_bias_linear keys: RMSNorm has h parameters a norm, no
+     * biases drop hk + 2hkv + h + (m-1) f + h a layer */
+    model_spec ln, rms;
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8}",
+                                      "spec.json", &ln, &err), DP_OK);
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
+                                      "\"normalization\": \"RMSNorm\", \"add_bias_linear\": false}",
+                                      "spec.json", &rms, &err), DP_OK);
+    assert_int_equal(model_layer_params(&ln, 0) - model_layer_params(&rms, 0),
+                     2 * 64 + (64 + 2 * 64 + 64) + (256 + 64));
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
+                                      "\"normalization\": \"BatchNorm\"}", "spec.json", &m, &err),
+                     DP_ERR_PARSE);
+    assert_msg_has(err.msg, "\"normalization\" must be \"LayerNorm\" or \"RMSNorm\"");
 }
 
 static void expect_spec_error(const char *text, const char *want)
