@@ -180,9 +180,11 @@ EOF
 same_norm "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
 expect "dpsim validate on the LLaMA-3 run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/gqa_plan.json" --measured "$TMP/c.csv"
 bf16_run "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
-"$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 128 --global-tokens 512 \
-  --batching packing-ffd-varlen --iterations 1 -o "$TMP/gqa_varlen.json" >/dev/null 2>&1
-same_norm "LLaMA-3's layers on varlen rows" 2 "$TMP/gqa_varlen.json"
+if [ -z "$SANITIZED" ]; then # (the sanitizer build checks varlen RoPE's memory in test_layer)
+  "$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 128 --global-tokens 512 \
+    --batching packing-ffd-varlen --iterations 1 -o "$TMP/gqa_varlen.json" >/dev/null 2>&1
+  same_norm "LLaMA-3's layers on varlen rows" 2 "$TMP/gqa_varlen.json"
+fi
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"
