@@ -170,6 +170,20 @@ dp_status json_bool(const cJSON *obj, const char *key, const char *name, int def
     return dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be true or false", name, key);
 }
 
+dp_status json_choice(const cJSON *obj, const char *key, const char *name, const char *first,
+                      const char *second, int *out, dp_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = 0;
+    if (!v || (cJSON_IsString(v) && strcmp(v->valuestring, first) == 0)) return DP_OK;
+    if (cJSON_IsString(v) && strcmp(v->valuestring, second) == 0) {
+        *out = 1;
+        return DP_OK;
+    }
+    return dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be \"%s\" or \"%s\"", name, key,
+                   first, second);
+}
+
 dp_status json_write_file(const cJSON *obj, const char *path, dp_err *err)
 {
     char *text = cJSON_Print(obj);

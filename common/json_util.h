@@ -44,6 +44,11 @@ dp_status json_double(const cJSON *obj, const char *key, const char *name, doubl
 dp_status json_bool(const cJSON *obj, const char *key, const char *name, int def, int *out,
                     dp_err *err);
 
+/* A string field that names one of two choices: *out 0 for first (also when absent), 1 for
+ * second; anything else: "FILE: field \"KEY\" must be \"FIRST\" or \"SECOND\"". */
+dp_status json_choice(const cJSON *obj, const char *key, const char *name, const char *first,
+                      const char *second, int *out, dp_err *err);
+
 /* Pretty-prints obj to path ("-" is stdout) with a final newline. */
 dp_status json_write_file(const cJSON *obj, const char *path, dp_err *err);
 

@@ -174,25 +174,12 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
                  m->arch == ARCH_T5 ? T5_VOCAB : GPT_VOCAB, &m->vocab, err));
     TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24,
                  m->arch == ARCH_T5 ? 0 : 2048, &m->positions, err));
-    const cJSON *pet = cJSON_GetObjectItemCaseSensitive(root, "position_embedding_type");
-    if (pet && (!cJSON_IsString(pet) || (strcmp(pet->valuestring, "rope") != 0 &&
-                                         strcmp(pet->valuestring, "learned_absolute") != 0))) {
-        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"position_embedding_type\" must be "
-                     "\"learned_absolute\" or \"rope\"", name);
-        goto out;
-    }
-    m->rope = pet && strcmp(pet->valuestring, "rope") == 0;
+    TRY(json_choice(root, "position_embedding_type", name, "learned_absolute", "rope", &m->rope,
+                    err));
     TRY(json_bool(root, "glu", name, 0, &m->glu, err));
     TRY(json_int(root, "num_query_groups", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalization");
-    if (norm && (!cJSON_IsString(norm) || (strcmp(norm->valuestring, "LayerNorm") != 0 &&
-                                           strcmp(norm->valuestring, "RMSNorm") != 0))) {
-        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"normalization\" must be \"LayerNorm\" or "
-                     "\"RMSNorm\"", name);
-        goto out;
-    }
-    m->rmsnorm = norm && strcmp(norm->valuestring, "RMSNorm") == 0;
+    TRY(json_choice(root, "normalization", name, "LayerNorm", "RMSNorm", &m->rmsnorm, err));
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
     m->no_bias = !bias;
