@@ -399,6 +399,25 @@ static int gqa_col(int c, int q_cols, int a, int g, int d)
     return q_cols + part * g * d + h / (a / g) * d + j;
 }
 
+/* The grouped-query projection's gradient (wg (h, cols_g), bg) is the multi-head one's (wm (h,
+ * cols_m), bm) summed over each column's copies. */
+static void shared_heads_sum(const double *wg, const double *bg, const double *wm, const double *bm,
+                             int h, int cols_g, int cols_m, int q_cols, int a, int g, int d)
+{
+    double *sum_w = calloc((size_t)h * cols_g, sizeof *sum_w), *sum_b = calloc(cols_g, sizeof *sum_b);
+    for (int c = 0; c < cols_m; c++) {
+        int cg = gqa_col(c, q_cols, a, g, d);
+        sum_b[cg] += bm[c];
+        for (int i = 0; i < h; i++) sum_w[i * cols_g + cg] += wm[i * cols_m + c];
+    }
+    for (int c = 0; c < cols_g; c++) {
+        assert_true(fabs(sum_b[c] - bg[c]) < 1e-10 * (1 + fabs(bg[c])));
+        for (int i = 0; i < h; i++)
+            assert_true(fabs(sum_w[i * cols_g + c] - wg[i * cols_g + c]) < 1e-10 * (1 + fabs(wg[i * cols_g + c])));
+    }
+    free(sum_w), free(sum_b);
+}
+
 static void test_gqa_is_mha_with_copied_heads(void **state)
 {
     (void)state;
@@ -458,34 +477,12 @@ static void test_gqa_is_mha_with_copied_heads(void **state)
             assert_true(fabs(gg.block[at + e] - gm.block[(size_t)(to[i] - pm.block) + e]) <
                         1e-10 * (1 + fabs(gg.block[at + e])));
     }
-    double *sum_w = calloc((size_t)h * qkv_g, sizeof *sum_w), *sum_b = calloc(qkv_g, sizeof *sum_b);
-    for (int c = 0; c < qkv_m; c++) { /* a shared head's gradient: its copies' sum */
-        int cg = gqa_col(c, hk, a, g, d);
-        sum_b[cg] += gm.bqkv[c];
-        for (int i = 0; i < h; i++) sum_w[i * qkv_g + cg] += gm.wqkv[i * qkv_m + c];
-    }
-    for (int c = 0; c < qkv_g; c++) {
-        assert_true(fabs(sum_b[c] - gg.bqkv[c]) < 1e-10 * (1 + fabs(gg.bqkv[c])));
-        for (int i = 0; i < h; i++)
-            assert_true(fabs(sum_w[i * qkv_g + c] - gg.wqkv[i * qkv_g + c]) <
-                        1e-10 * (1 + fabs(gg.wqkv[i * qkv_g + c])));
-    }
-    memset(sum_w, 0, (size_t)h * kvc_g * sizeof *sum_w), memset(sum_b, 0, kvc_g * sizeof *sum_b);
-    for (int c = 0; c < kvc_m; c++) {
-        int cg = gqa_col(c, 0, a, g, d);
-        sum_b[cg] += gm.bkvc[c];
-        for (int i = 0; i < h; i++) sum_w[i * kvc_g + cg] += gm.wkvc[i * kvc_m + c];
-    }
-    for (int c = 0; c < kvc_g; c++) {
-        assert_true(fabs(sum_b[c] - gg.bkvc[c]) < 1e-10 * (1 + fabs(gg.bkvc[c])));
-        for (int i = 0; i < h; i++)
-            assert_true(fabs(sum_w[i * kvc_g + c] - gg.wkvc[i * kvc_g + c]) <
-                        1e-10 * (1 + fabs(gg.wkvc[i * kvc_g + c])));
-    }
+    /* a shared head's gradient: its copies' sum, in the fused QKV and the cross KV projection */
+    shared_heads_sum(gg.wqkv, gg.bqkv, gm.wqkv, gm.bqkv, h, qkv_g, qkv_m, hk, a, g, d);
+    shared_heads_sum(gg.wkvc, gg.bkvc, gm.wkvc, gm.bkvc, h, kvc_g, kvc_m, 0, a, g, d);
     rt_layer_params_free(&pg), rt_layer_params_free(&pm), rt_layer_params_free(&gg);
     rt_layer_params_free(&gm), rt_layer_acts_free(&ag), rt_layer_acts_free(&am);
     free(x), free(enc), free(dy), free(yg), free(ym), free(dxg), free(dxm), free(deg), free(dem);
-    free(sum_w), free(sum_b);
 }
 
 /* The GPU layers' attention GEMMs under grouped-query attention (layout.h rt_head_step_of, as
