@@ -340,15 +340,15 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
                      gqa.heads, rt_layer_kv_heads(&gqa));
             n_failed += check_layer(g, title, &gqa, 2, 64, 0, NULL, NULL, &n_rows);
             n_failed += check_layer(g, title, &gqa, 2, 64, 0, &gpt_seqs, NULL, &n_rows);
-            /* and LLaMA's layer at this width: RMSNorm, no biases, rotary positions (each
-             * varlen sample's from 0), SwiGLU, the same grouping */
-            rt_layer_shape llama = gqa;
-            llama.glu = llama.rmsnorm = llama.no_bias = llama.rope = 1;
-            n_failed += check_layer(g, "LLaMA (RMSNorm, rotary, no biases, SwiGLU, grouped-query)",
-                                    &llama, 2, 64, 0, NULL, NULL, &n_rows);
-            n_failed += check_layer(g, "LLaMA (RMSNorm, rotary, no biases, SwiGLU, grouped-query)",
-                                    &llama, 2, 64, 0, &gpt_seqs, NULL, &n_rows);
         }
+        /* and LLaMA's layer at this width: RMSNorm, no biases, rotary positions (each varlen
+         * sample's from 0), SwiGLU, the same grouping where there is one */
+        rt_layer_shape llama = gqa;
+        llama.glu = llama.rmsnorm = llama.no_bias = llama.rope = 1;
+        n_failed += check_layer(g, "LLaMA (RMSNorm, rotary, no biases, SwiGLU)", &llama, 2, 64, 0,
+                                NULL, NULL, &n_rows);
+        n_failed += check_layer(g, "LLaMA (RMSNorm, rotary, no biases, SwiGLU)", &llama, 2, 64, 0,
+                                &gpt_seqs, NULL, &n_rows);
     }
     if (speed) print_speed(g, gpu, name);
     rt_cuda_close(g);

@@ -200,9 +200,8 @@ void rt_layer_set_yield(void (*fn)(void));
 
 /* The shape of a model's layers as the executors run them: kind RT_LAYER_GPT (causal), _ENCODER
  * (T5's, bidirectional) or _DECODER (T5's: causal with cross-attention); SwiGLU where the model's
- * MLP is gated; the model's key/value heads (grouped-query attention). The layers differ from
- * LLaMA's in ways that change little of the work: layer norm, not RMSNorm; biases on every
- * projection; no rotary embedding. */
+ * MLP is gated; the model's key/value heads (grouped-query attention), its norm (RMSNorm or
+ * layer norm) and biases; rotary positions for a GPT-kind layer of a model that has them. */
 enum { RT_LAYER_GPT, RT_LAYER_ENCODER, RT_LAYER_DECODER };
 struct model_spec;
 rt_layer_shape rt_layer_shape_of(const struct model_spec *m, int kind);

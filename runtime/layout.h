@@ -81,8 +81,8 @@ typedef struct rt_layer_shape {
 } rt_layer_shape;
 
 /* Grouped-query attention: the keys and values have kv_heads heads, each shared by heads /
- * kv_heads consecutive query heads (query head h reads key/value head rt_kv_head(s, h), as
- * Megatron's query groups and Hugging Face's repeat_kv). The fused projection's row is
+ * kv_heads consecutive query heads (query head h reads key/value head
+ * rt_kv_head(h, heads, kv_heads), as Megatron's query groups and Hugging Face's repeat_kv). The fused projection's row is
  * [q: heads x kv | k: kv_heads x kv | v: kv_heads x kv], and a cross layer's KV projection's
  * [k | v] over kv_heads too, as models/model.c counts them. */
 static inline int rt_layer_kv_heads(const rt_layer_shape *s)
