@@ -133,7 +133,7 @@ $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
 $(RT_OBJS) $(BUILD)/obj/runtime/dprun.o: ALL_CFLAGS += $(MPI_CFLAGS) $(CUDA_DEFS)
 
 $(BUILD)/obj/runtime/cuda/%.o: runtime/cuda/%.cu runtime/cuda/layer_cuda.h runtime/cuda/cuda_ctx.h \
-                                runtime/layer.h runtime/layout.h runtime/ragged.h
+                                runtime/layer.h runtime/layout.h runtime/ragged.h runtime/dev_cache.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

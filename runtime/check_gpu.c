@@ -277,7 +277,9 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
             analytic_flops(big, COMP_ENCODER, &cs, 1, &dense, &attn);
             a100_reference(big, &cs, &af, &ab);
             if (rt_cuda_time_layer(g, &bl, &mb, 5, &f, &b) != 0) {
-                printf("%-20s the GPU failed (out of memory?)\n", label);
+                char why[240] = "";
+                rt_cuda_sync(g, why, sizeof why);
+                printf("%-20s the GPU failed: %s\n", label, why[0] ? why : "out of memory?");
                 continue;
             }
             double tflops = 3 * (dense + attn) / (f + b) / 1e9;

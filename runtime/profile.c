@@ -182,9 +182,12 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, point *pt,
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
     rt_batch mb = {B, S, Se, NULL, NULL};
-    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], &mb, R, &pt->fwd_ms, &pt->bwd_ms) != 0)
-        return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d (out of device "
-                       "memory?)", B, S);
+    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], &mb, R, &pt->fwd_ms, &pt->bwd_ms) != 0) {
+        char why[240] = "";
+        rt_cuda_sync(pr->gpu, why, sizeof why);
+        return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d: %s", B, S,
+                       why[0] ? why : "out of device memory?");
+    }
     layer_memory(pr->shape[k], B, S, Se, o->dtype, pt);
 #endif
     return DP_OK;

@@ -10,12 +10,15 @@
 #include <cudnn.h>
 
 #include "layer_cuda.h"
+#include "../dev_cache.h"
 
 #define THREADS 256
 #define LT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's workspace (what its heuristics may use)
 #define LT_CACHE 96                    // GEMM configurations kept (descriptors, chosen algorithm)
 #define SDPA_CACHE 64                  // cuDNN attention graphs kept (per shape and direction)
 #define DNN_WHY_BYTES 160              // why cuDNN was not used: rt_cuda.dnn_why, per cached graph
+#define SMALL_ENTRIES 4096             // small host arrays kept on the device (rt_cuda.small)
+#define SMALL_BYTES (64u << 20)        // and their device bytes at most
 
 struct lt_plan;   // layer_bf16.cu: one cached cuBLASLt GEMM configuration
 struct sdpa_plan; // sdpa_cudnn.cu: one cached cuDNN attention graph
@@ -39,6 +42,8 @@ struct rt_cuda {
     int last_fwd_cudnn;    // the last bf16 attention forward ran on cuDNN
     char fail[200];        // a failure found while enqueueing (no cuBLASLt algorithm): reported
                            // by the next rt_cuda_sync or rt_cuda_query
+    rt_dev_cache small;    // the calls' small host arrays on the device, one upload per content
+                           // (runtime/dev_cache.h: ragged offsets, RoPE positions, row lengths)
 };
 
 // What one bf16 attention call reads and writes: sequence j of the queries qs attends to
@@ -300,31 +305,31 @@ __global__ void k_rope(T *x, int ld, int heads, int d, const int *pos, int S, lo
 }
 
 // RoPE on the q and k heads of a layer's fused projection qkv (or its gradient, inverse) on the
-// B x S tokens of a pass over the sequences bs: whole rows by position in the row, varlen by
-// position in the sample (rt_seqs_positions, uploaded). Out of memory for the positions is noted
-// in g->fail (the next rt_cuda_sync reports it).
+// n = B x S tokens of a pass over the sequences bs: whole rows by position in the row, varlen by
+// position in the sample (rt_seqs_positions, on the device through g->small: one upload per
+// micro-batch). Out of memory for the positions is noted in g->fail (the next rt_cuda_sync
+// reports it).
 template <class T>
 static void rope_pass(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int S, T *qkv,
                       int n, int inverse)
 {
-    int *pos = NULL, *host = NULL;
+    if (n <= 0) return;
+    const int *pos = NULL;
     if (!bs->rows) {
-        host = (int *)malloc((size_t)(n > 0 ? n : 1) * sizeof *host);
-        if (host) cudaMallocAsync((void **)&pos, (size_t)(n > 0 ? n : 1) * sizeof *pos, g->stream);
+        int *host = (int *)malloc((size_t)n * sizeof *host);
+        if (host) {
+            rt_seqs_positions(&bs->self, n, host);
+            pos = (const int *)rt_dev_cache_get(&g->small, host, (size_t)n * sizeof *host);
+        }
+        free(host);
         if (!pos) {
-            free(host);
             if (!g->fail[0]) snprintf(g->fail, sizeof g->fail, "out of memory for RoPE positions");
             return;
         }
-        rt_seqs_positions(&bs->self, n, host);
-        // pageable memory: the copy has left `host` when cudaMemcpyAsync returns
-        cudaMemcpyAsync(pos, host, (size_t)n * sizeof *pos, cudaMemcpyHostToDevice, g->stream);
-        free(host);
     }
     int heads = s->heads + rt_layer_kv_heads(s);
     k_rope<T><<<grid_for((long long)n * heads * (s->kv / 2)), THREADS, 0, g->stream>>>(
         qkv, rt_layer_qkv_width(s), heads, s->kv, pos, S, n, inverse);
-    if (pos) cudaFreeAsync(pos, g->stream);
 }
 
 // The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows, and its backward.

@@ -9,6 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The device side of g->small (runtime/dev_cache.h), stream-ordered on g's stream, which every
+// user of the cache enqueues on: an entry is freed after the work that reads it. The copy reads
+// the cache's own host copy, pageable memory, which it has left when cudaMemcpyAsync returns.
+static void *small_alloc(void *ctx, size_t bytes)
+{
+    void *p = NULL;
+    return cudaMallocAsync(&p, bytes, ((rt_cuda *)ctx)->stream) == cudaSuccess ? p : NULL;
+}
+
+static int small_upload(void *ctx, void *dev, const void *host, size_t bytes)
+{
+    cudaStream_t s = ((rt_cuda *)ctx)->stream;
+    return cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -1;
+}
+
+static void small_release(void *ctx, void *dev) { cudaFreeAsync(dev, ((rt_cuda *)ctx)->stream); }
+
 extern "C" rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
 {
     rt_cuda *g = (rt_cuda *)calloc(1, sizeof *g);
@@ -28,6 +45,8 @@ extern "C" rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
         return NULL;
     }
     g->device = device;
+    rt_dev_ops small = {small_alloc, small_upload, small_release, g};
+    rt_dev_cache_init(&g->small, &small, SMALL_ENTRIES, SMALL_BYTES);
     if (rt_bf16_open(g, why, why_cap) != 0) {
         rt_cuda_close(g);
         return NULL;
@@ -39,6 +58,7 @@ extern "C" void rt_cuda_close(rt_cuda *g)
 {
     if (!g) return;
     rt_bf16_close(g);
+    rt_dev_cache_release(&g->small);
     cublasDestroy(g->blas);
     cudaStreamDestroy(g->stream);
     free(g);
@@ -444,6 +464,7 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_b
         rt_cuda_fill(g, enc, ne / rt_dtype_act_bytes(dt), dt, 4, 1.0);
         cudaMemsetAsync(grad.block, 0, rt_grad_block_bytes(l->count, dt), g->stream);
         rt_batch mb = {B, S, Se, batch->seqs, l->shape.cross ? batch->enc_seqs : NULL};
+        uint64_t uploads = g->small.uploads;
         rc = time_fwd_bwd(
             g, repeats, [&] { rt_cuda_layer_fwd(g, l, &mb, x, y, acts, enc); },
             [&] {
@@ -451,6 +472,15 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_b
                 rt_cuda_layer_bwd_weight(g, &grad, &mb, acts, enc);
             },
             fwd_ms, bwd_ms);
+        // the runs share their small arrays (ragged offsets, positions: at most 3 contents, in
+        // the warm-up); more uploads would put host waits into the timed runs
+        uploads = g->small.uploads - uploads;
+        if (rc == 0 && uploads > 3) {
+            snprintf(g->fail, sizeof g->fail, "the layer's small arrays were uploaded %llu times in "
+                     "%d runs: the device cache (dev_cache.h) missed", (unsigned long long)uploads,
+                     repeats + 1);
+            rc = -1;
+        }
     }
     rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(enc), rt_cuda_free(denc);
     rt_cuda_free(acts), rt_cuda_free(grad.block);

@@ -594,7 +594,7 @@ __global__ void k_stats_move(float *dense, float *lse, const int *seq_q, const i
 struct call_t {
     sdpa_shape shape;
     rt_ragged r;
-    void *blob;          // the ragged arrays on the device (rt_ragged_pack's layout)
+    const void *blob;    // the ragged arrays on the device (rt_ragged_pack's layout; g->small's)
     size_t at[RT_RG_COUNT];
     float *stats;        // the ragged form's dense statistics; rows: x->lse itself
 };
@@ -630,11 +630,9 @@ static int call_open(rt_cuda *g, const attn_io *x, call_t *c)
     if (!host) return -1;
     rt_ragged_pack(&c->r, host, c->at);
     size_t stat_bytes = (size_t)c->r.n * x->a * c->r.max_q * sizeof(float);
-    cudaMallocAsync(&c->blob, bytes, g->stream);
-    cudaMallocAsync((void **)&c->stats, stat_bytes, g->stream);
-    // pageable memory: the copy has left `host` when cudaMemcpyAsync returns
-    if (c->blob) cudaMemcpyAsync(c->blob, host, bytes, cudaMemcpyHostToDevice, g->stream);
+    c->blob = rt_dev_cache_get(&g->small, host, bytes); // one upload per micro-batch and form
     free(host);
+    cudaMallocAsync((void **)&c->stats, stat_bytes, g->stream);
     // rows past a sequence's length are masked; zeros keep whatever reads them finite
     if (c->stats) cudaMemsetAsync(c->stats, 0, stat_bytes, g->stream);
     return c->blob && c->stats ? 0 : -1;
@@ -666,7 +664,6 @@ static void call_move_stats(rt_cuda *g, const call_t *c, const attn_io *x, int t
 
 static void call_close(rt_cuda *g, call_t *c)
 {
-    if (c->blob) cudaFreeAsync(c->blob, g->stream);
     if (c->shape.ragged && c->stats) cudaFreeAsync(c->stats, g->stream);
     rt_ragged_release(&c->r);
 }
@@ -691,16 +688,14 @@ int rt_sdpa_fwd(rt_cuda *g, const attn_io *x)
     return rc;
 }
 
-// pad_rows's lengths on the device: B of sq, then from entry at_k (16-byte aligned) B of sk;
-// NULL when out of memory. The caller frees it (cudaFreeAsync).
-static int *row_lengths(rt_cuda *g, const sdpa_shape *s, int at_k)
+// pad_rows's lengths on the device (g->small's): B of sq, then from entry at_k (16-byte
+// aligned) B of sk; NULL when out of memory.
+static const int *row_lengths(rt_cuda *g, const sdpa_shape *s, int at_k)
 {
-    size_t bytes = 2 * (size_t)at_k * sizeof(int);
-    int *host = (int *)calloc(2 * (size_t)at_k, sizeof *host), *lens = NULL;
-    if (host) cudaMallocAsync((void **)&lens, bytes, g->stream);
+    int *host = (int *)calloc(2 * (size_t)at_k, sizeof *host);
+    const int *lens = NULL;
     for (int i = 0; host && i < s->B; i++) host[i] = s->sq, host[at_k + i] = s->sk;
-    // pageable memory: the copy has left `host` when cudaMemcpyAsync returns
-    if (lens) cudaMemcpyAsync(lens, host, bytes, cudaMemcpyHostToDevice, g->stream);
+    if (host) lens = (const int *)rt_dev_cache_get(&g->small, host, 2 * (size_t)at_k * sizeof *host);
     free(host);
     return lens;
 }
@@ -712,7 +707,7 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
     int rc = -1;
     sdpa_plan *p = NULL;
     float *sum = NULL, *acc = NULL;
-    int *lens = NULL; // pad_rows: the rows' lengths, B of sq then (16-byte aligned) B of sk
+    const int *lens = NULL; // pad_rows: the rows' lengths, B of sq then (16-byte aligned) B of sk
     if (call_open(g, x, &c) == 0) {
         c.shape.pad_rows = needs_pad_rows(&c.shape);
         p = plan_for(g, DIR_BWD, &c.shape);
@@ -744,7 +739,6 @@ int rt_sdpa_bwd(rt_cuda *g, const attn_io *x)
             rc = execute(g, p, &k);
         }
     }
-    if (lens) cudaFreeAsync(lens, g->stream);
     if (sum) cudaFreeAsync(sum, g->stream);
     if (acc) cudaFreeAsync(acc, g->stream);
     call_close(g, &c);
