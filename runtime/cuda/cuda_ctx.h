@@ -19,6 +19,7 @@
 #define DNN_WHY_BYTES 160              // why cuDNN was not used: rt_cuda.dnn_why, per cached graph
 #define SMALL_ENTRIES 4096             // small host arrays kept on the device (rt_cuda.small)
 #define SMALL_BYTES (64u << 20)        // and their device bytes at most
+#define POOL_KEEP_BYTES (2ull << 30)   // what cudaMallocAsync's pool keeps between synchronisations
 
 struct lt_plan;   // layer_bf16.cu: one cached cuBLASLt GEMM configuration
 struct sdpa_plan; // sdpa_cudnn.cu: one cached cuDNN attention graph
