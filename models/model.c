@@ -15,26 +15,26 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope, rmsnorm, no_bias}. The paper's GPT shapes learn 8192 positions: it runs them at max lengths up
+ * untied_head, rope, rmsnorm, no_bias, rope_base}. The paper's GPT shapes learn 8192 positions: it runs them at max lengths up
  * to 8192, which Megatron allows only with a position table that long. */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -51,6 +51,11 @@ int model_layers(const model_spec *m)
 int model_kv_heads(const model_spec *m)
 {
     return m->kv_heads > 0 ? m->kv_heads : m->heads;
+}
+
+double model_rope_base(const model_spec *m)
+{
+    return !m->rope ? 0 : m->rope_base > 0 ? m->rope_base : MODEL_ROPE_BASE;
 }
 
 /* One attention block: Q, K, V (K and V over the key/value heads) and output projections, with
@@ -180,6 +185,7 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_int(root, "num_query_groups", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
     TRY(json_choice(root, "normalization", name, "LayerNorm", "RMSNorm", &m->rmsnorm, err));
+    TRY(json_double(root, "rotary_base", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
     m->no_bias = !bias;
@@ -232,6 +238,7 @@ cJSON *model_to_json(const model_spec *m)
     cJSON_AddBoolToObject(o, "untie_embeddings_and_output_weights", m->untied_head);
     cJSON_AddStringToObject(o, "normalization", m->rmsnorm ? "RMSNorm" : "LayerNorm");
     cJSON_AddBoolToObject(o, "add_bias_linear", !m->no_bias);
+    if (m->rope) cJSON_AddNumberToObject(o, "rotary_base", model_rope_base(m));
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
 }
@@ -293,15 +300,16 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, 32000, &m->vocab, err));
         TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24, 2048, &m->positions, err));
         m->rope = 1; /* LLaMA-style models (and GPT-NeoX) rotate; no learned table */
+        TRY(json_double(root, "rope_theta", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
         m->glu = strcmp(mtype, "gpt_neox") != 0;
         TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
-        /* Hugging Face's own defaults: LLaMA-family configs untie the LM head */
+        /* Hugging Face's own defaults: llama, mistral and qwen2 untie the LM head (gemma ties it) */
         int untied_default = strcmp(mtype, "llama") == 0 || strcmp(mtype, "mistral") == 0 ||
-                             strcmp(mtype, "qwen2") == 0 || strcmp(mtype, "gemma") == 0, tied;
+                             strcmp(mtype, "qwen2") == 0, tied;
         TRY(json_bool(root, "tie_word_embeddings", name, !untied_default, &tied, err));
         m->untied_head = !tied;
-        /* the same four: RMSNorm, and biases only where the config (or qwen2's QKV) has them */
-        if (untied_default) {
+        /* those and gemma: RMSNorm, and biases only where the config (or qwen2's QKV) has them */
+        if (untied_default || strcmp(mtype, "gemma") == 0) {
             int attn_bias, mlp_bias;
             TRY(json_bool(root, "attention_bias", name, strcmp(mtype, "qwen2") == 0, &attn_bias, err));
             TRY(json_bool(root, "mlp_bias", name, 0, &mlp_bias, err));

@@ -14,13 +14,15 @@
  * GPT 2048, T5 0 = none), "position_embedding_type" (Megatron's: "learned_absolute", the default,
  * or "rope"), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
  * name; default the heads), "untie_embeddings_and_output_weights" (false: the LM head is the
- * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm") and
- * "add_bias_linear" (true: every projection has a bias) are optional.
+ * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm"),
+ * "add_bias_linear" (true: every projection has a bias) and "rotary_base" (10000; with rope) are
+ * optional.
  *
  * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner), LLaMA-style
  * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
- * with num_key_value_heads (grouped-query attention) and tie_word_embeddings (default: untied for
- * llama, mistral, qwen2 and gemma model types, tied otherwise); those four model types have
+ * with num_key_value_heads (grouped-query attention), rope_theta (10000) and tie_word_embeddings
+ * (default: untied for llama, mistral and qwen2 model types, tied otherwise, gemma included);
+ * those three and gemma have
  * RMSNorm and no biases unless attention_bias or mlp_bias say so (qwen2's default: biases, as its
  * QKV projection has them; GPT-NeoX keeps layer norm and biases), and T5 (d_model, num_layers,
  * num_decoder_layers, d_ff, num_heads, d_kv). A mixture-of-experts config (num_local_experts,
@@ -71,10 +73,16 @@ typedef struct model_spec {
     int rmsnorm;     /* 1: RMSNorm (a scale, no bias: LLaMA); 0: layer norm (scale and bias) */
     int no_bias;     /* 1: the projections have no biases (LLaMA; Megatron's
                       * --disable-bias-linear); 0: every projection has one */
+    double rope_base; /* rotary: the angles' base (Megatron's rotary_base, Hugging Face's
+                       * rope_theta: Llama-3 500000); 0: MODEL_ROPE_BASE, LLaMA-2's 10000 */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */
 int model_kv_heads(const model_spec *m);
+
+/* The rotary embeddings' base: rope_base, or MODEL_ROPE_BASE when 0; 0 without rope. */
+#define MODEL_ROPE_BASE 10000.0
+double model_rope_base(const model_spec *m);
 
 /* Total layers (enc + dec). */
 int model_layers(const model_spec *m);

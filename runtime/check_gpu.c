@@ -346,7 +346,8 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
         /* and LLaMA's layer at this width: RMSNorm, no biases, rotary positions (each varlen
          * sample's from 0), SwiGLU, the same grouping where there is one */
         rt_layer_shape llama = gqa;
-        llama.glu = llama.rmsnorm = llama.no_bias = llama.rope = 1;
+        llama.glu = llama.rmsnorm = llama.no_bias = 1;
+        llama.rope_base = 500000; /* Llama-3's */
         n_failed += check_layer(g, "LLaMA (RMSNorm, rotary, no biases, SwiGLU)", &llama, 2, 64, 0,
                                 NULL, NULL, &n_rows);
         n_failed += check_layer(g, "LLaMA (RMSNorm, rotary, no biases, SwiGLU)", &llama, 2, 64, 0,

@@ -201,13 +201,13 @@ void rt_seqs_positions(const rt_seqs *s, int n, int *pos)
         for (int i = 0; i < s->len[j]; i++) pos[s->off[j] + i] = i;
 }
 
-void rt_rope(double *x, int ld, int heads, int d, const int *pos, int n, int inverse)
+void rt_rope(double *x, int ld, int heads, int d, double base, const int *pos, int n, int inverse)
 {
     int half = d / 2;
     for (int t = 0; t < n; t++) {
         if (pos[t] < 0) continue;
         for (int j = 0; j < half; j++) {
-            double th = rt_rope_angle(pos[t], j, d), c = cos(th), sn = inverse ? -sin(th) : sin(th);
+            double th = rt_rope_angle(pos[t], j, d, base), c = cos(th), sn = inverse ? -sin(th) : sin(th);
             for (int h = 0; h < heads; h++) {
                 double *v = x + (size_t)t * ld + (size_t)h * d, a = v[j], b = v[j + half];
                 v[j] = a * c - b * sn;
@@ -362,7 +362,7 @@ rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
     rt_layer_shape s = {m->hidden,    m->heads,          m->kv_channels,
                         m->ffn,       kind != RT_LAYER_ENCODER, kind == RT_LAYER_DECODER,
                         m->glu,       model_kv_heads(m), m->rmsnorm,
-                        m->no_bias,   m->rope && kind == RT_LAYER_GPT};
+                        m->no_bias,   kind == RT_LAYER_GPT ? model_rope_base(m) : 0};
     return s;
 }
 
@@ -480,7 +480,8 @@ static void rope_pass(const rt_layer_shape *s, const rt_seqs *seqs, double *qkv,
     int *pos = malloc((size_t)(n > 0 ? n : 1) * sizeof *pos);
     if (!pos) abort();
     rt_seqs_positions(seqs, n, pos);
-    rt_rope(qkv, rt_layer_qkv_width(s), s->heads + rt_layer_kv_heads(s), s->kv, pos, n, inverse);
+    rt_rope(qkv, rt_layer_qkv_width(s), s->heads + rt_layer_kv_heads(s), s->kv, s->rope_base, pos, n,
+            inverse);
     free(pos);
 }
 
@@ -494,7 +495,7 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     memcpy(a->x, x, (size_t)n * h * sizeof *x);
     rt_norm_fwd(s, a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
     rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, qkv);
-    if (s->rope) rope_pass(s, &ps.self, a->qkv, n, 0); /* the saved q and k are rotated */
+    if (s->rope_base > 0) rope_pass(s, &ps.self, a->qkv, n, 0); /* the saved q and k are rotated */
     memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
     rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps.self,
                      &ps.self, s->heads, g, s->kv, s->causal);
@@ -561,7 +562,7 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     memset(a->d_qkv, 0, (size_t)n * qkv * sizeof *a->d_qkv);
     rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->d_qkv,
                      a->d_qkv + hk, a->d_qkv + hk + hkv, &ps.self, &ps.self, s->heads, g, s->kv);
-    if (s->rope) rope_pass(s, &ps.self, a->d_qkv, n, 1); /* d(rotated) to d(projected) */
+    if (s->rope_base > 0) rope_pass(s, &ps.self, a->d_qkv, n, 1); /* d(rotated) to d(projected) */
     rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, qkv); /* dh1 */
     rt_norm_bwd(s, tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
     for (size_t i = 0; i < nh; i++) dx[i] += a->d_o[i];

@@ -7,7 +7,7 @@
  *                                          (shape.rmsnorm, LLaMA): a scale, no mean, no bias
  *   qkv = h1 Wqkv + bqkv                   (B*S, HK + 2 HKV), HK = heads * kv, HKV = kv_heads *
  *                                          kv (layout.h); no biases anywhere with shape.no_bias
- *   q, k rotated (RoPE, shape.rope)        by each token's position in its sequence (rt_rope)
+ *   q, k rotated (RoPE, shape.rope_base)        by each token's position in its sequence (rt_rope)
  *   ctx = softmax(q k^T / sqrt(kv) + mask) v   per (sequence, head): a row, or a varlen
  *                                          micro-batch's sample (rt_seqs); mask causal (GPT,
  *                                          T5 decoder) or none (T5 encoder)
@@ -140,17 +140,18 @@ void rt_attention_bwd(const double *dctx, const double *q, const double *k, cons
 /* Rotary position embeddings (LLaMA's, in Hugging Face's and Megatron's non-interleaved form):
  * in each of `heads` heads of width d at the start of a row of x (rows of ld elements: the fused
  * projection's q heads then k heads), the pair (j, j + d/2), j < d/2, of a token at position p
- * turns by the angle rt_rope_angle(p, j, d) (a width d odd leaves its last column as it is).
+ * turns by the angle rt_rope_angle(p, j, d, base) = p base^(-2j/d) (a width d odd leaves its last
+ * column as it is).
  * The position of token t is pos[t] (rt_seqs_positions), -1 leaving the token as it is; inverse
  * turns back (the backward: the rotation's transpose). */
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-static inline double rt_rope_angle(int p, int j, int d)
+static inline double rt_rope_angle(int p, int j, int d, double base)
 {
-    return (double)p * pow(10000.0, -2.0 * j / d); /* base 10000, Megatron's and LLaMA-2's */
+    return (double)p * pow(base, -2.0 * j / d);
 }
-void rt_rope(double *x, int ld, int heads, int d, const int *pos, int n, int inverse);
+void rt_rope(double *x, int ld, int heads, int d, double base, const int *pos, int n, int inverse);
 /* The positions of n tokens within the sequences s (rt_seqs): token off[j] + i is at i; tokens in
  * no sequence (padding) at -1. */
 void rt_seqs_positions(const rt_seqs *s, int n, int *pos);

@@ -77,7 +77,8 @@ typedef struct rt_layer_shape {
     int kv_heads; /* key/value heads, grouped-query attention (a divisor of heads); 0: heads */
     int rmsnorm;  /* RMSNorm (LLaMA): a scale, no bias, no mean saved; 0: layer norm */
     int no_bias;  /* the projections have no biases (LLaMA); 0: each has one */
-    int rope;     /* rotary position embeddings on the self-attention's queries and keys (LLaMA) */
+    double rope_base; /* rotary position embeddings on the self-attention's queries and keys
+                       * (LLaMA): their base (models/model.h model_rope_base); 0: none */
 } rt_layer_shape;
 
 /* Grouped-query attention: the keys and values have kv_heads heads, each shared by heads /

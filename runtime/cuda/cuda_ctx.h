@@ -286,7 +286,8 @@ static void norm_bwd(rt_cuda *g, const rt_layer_shape *s, const T *dy, const T *
 // n rows of x (ld elements), token t at position pos[t] (-1: left as it is), or t % S when pos is
 // NULL (whole rows of S tokens); inverse turns back. The angle in double, its sine and cosine too.
 template <class T>
-__global__ void k_rope(T *x, int ld, int heads, int d, const int *pos, int S, long long n, int inverse)
+__global__ void k_rope(T *x, int ld, int heads, int d, double base, const int *pos, int S, long long n,
+                       int inverse)
 {
     typedef typename elem<T>::math M;
     int half = d / 2;
@@ -296,7 +297,7 @@ __global__ void k_rope(T *x, int ld, int heads, int d, const int *pos, int S, lo
         int r = (int)(i % ((long long)heads * half)), hd = r / half, j = r % half;
         int p = pos ? pos[t] : (int)(t % S);
         if (p < 0) continue;
-        double th = rt_rope_angle(p, j, d);
+        double th = rt_rope_angle(p, j, d, base);
         M c = (M)cos(th), sn = (M)(inverse ? -sin(th) : sin(th));
         T *v = x + t * ld + (long long)hd * d;
         M a = elem<T>::load(v[j]), b = elem<T>::load(v[j + half]);
@@ -330,7 +331,7 @@ static void rope_pass(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *
     }
     int heads = s->heads + rt_layer_kv_heads(s);
     k_rope<T><<<grid_for((long long)n * heads * (s->kv / 2)), THREADS, 0, g->stream>>>(
-        qkv, rt_layer_qkv_width(s), heads, s->kv, pos, S, n, inverse);
+        qkv, rt_layer_qkv_width(s), heads, s->kv, s->rope_base, pos, S, n, inverse);
 }
 
 // The MLP's activation (GELU, or SwiGLU for a gated layer) on n rows, and its backward.

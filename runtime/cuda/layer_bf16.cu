@@ -452,7 +452,7 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
              AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), n);
     linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, qkv_w);
     bf16 *qkv = A(&v, RT_A_QKV);
-    if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, qkv, n, 0); // the saved q, k rotated
+    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, qkv, n, 0); // the saved q, k rotated
     attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, qkv_w, qkv_w);
     self.q = qkv, self.k = qkv + hk, self.v = qkv + hk + hkv, self.o = A(&v, RT_A_CTX);
     self.lse = AF(&v, RT_A_P);
@@ -540,7 +540,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         self.lse = AF(&v, RT_A_P), self.dout = dctx;
         self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + hk + hkv;
         attn_bwd(g, &self);
-        if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, dqkv, n, 1); // d(rotated) to d(projected)
+        if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, dqkv, n, 1); // d(rotated) to d(projected)
     }
     gemm(g, 0, 1, n, h, qkv_w, A(&v, RT_A_D_QKV), qkv_w, v.w[RT_P_WQKV], qkv_w, 0.0f, tmp_h, h); // dh1
     norm_bwd(g, &l->shape, tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),

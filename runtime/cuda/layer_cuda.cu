@@ -320,7 +320,7 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     norm_fwd(g, &l->shape, a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, n);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, qkv);
-    if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, a.qkv, n, 0); // the saved q, k rotated
+    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.qkv, n, 0); // the saved q, k rotated
     cudaMemsetAsync(a.ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
     attention_fwd(g, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.ctx, &bs.self,
                   &bs.self, heads, gk, kv, l->shape.causal);
@@ -392,7 +392,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * qkv * sizeof(double), g->stream);
     attention_bwd(g, dctx, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.d_qkv,
                   a.d_qkv + hk, a.d_qkv + hk + hkv, &bs.self, &bs.self, heads, gk, kv, dp);
-    if (l->shape.rope) rope_pass(g, &l->shape, &bs, S, a.d_qkv, n, 1); /* d(rotated) to d(projected) */
+    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.d_qkv, n, 1); /* d(rotated) to d(projected) */
     gemm(g, 0, 1, n, h, qkv, 1.0, a.d_qkv, qkv, p.wqkv, qkv, 0.0, tmp_h, h); /* dh1 */
     norm_bwd(g, &l->shape, tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g, gr.ln1_b, n);
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);

@@ -169,11 +169,13 @@ EOF
 same_norm "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
 bf16_run "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
 # LLaMA-3's layers: grouped-query attention (4 query heads on 2 key/value heads), SwiGLU, RMSNorm,
-# no biases, rotary positions; whole rows and varlen (each sample's positions from 0)
+# no biases, rotary positions at LLaMA-3's base; whole rows and varlen (each sample's positions
+# from 0)
 cat >"$TMP/gqa.json" <<'EOF'
 {"name": "llama-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
  "ffn_hidden_size": 688, "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true,
- "position_embedding_type": "rope", "normalization": "RMSNorm", "add_bias_linear": false}
+ "position_embedding_type": "rope", "normalization": "RMSNorm", "add_bias_linear": false,
+ "rotary_base": 500000}
 EOF
 "$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
   --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1

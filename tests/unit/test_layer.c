@@ -119,12 +119,12 @@ static void test_rmsnorm_grad(void **state)
 }
 
 /* ---- rotary position embeddings ---- */
-typedef struct rope_ctx { double *x; const int *pos; int n, ld, heads, d; } rope_ctx;
+typedef struct rope_ctx { double *x; const int *pos; int n, ld, heads, d; double base; } rope_ctx;
 static void rope_fwd(void *c, double *y)
 {
     rope_ctx *r = c;
     memcpy(y, r->x, (size_t)r->n * r->ld * sizeof *y);
-    rt_rope(y, r->ld, r->heads, r->d, r->pos, r->n, 0);
+    rt_rope(y, r->ld, r->heads, r->d, r->base, r->pos, r->n, 0);
 }
 
 static void test_rope(void **state)
@@ -133,7 +133,7 @@ static void test_rope(void **state)
     /* 5 tokens (positions 0, 1, 2 of one sample, 0 of the next, one padding token) in rows of 3
      * heads of width 4 and 2 more columns (a v head of width 2): the first 2 heads turn */
     static const int pos[5] = {0, 1, 2, 0, -1};
-    rope_ctx r = {rnd(5 * 14), pos, 5, 14, 2, 4};
+    rope_ctx r = {rnd(5 * 14), pos, 5, 14, 2, 4, 10000};
     size_t n = 5 * 14;
     double *R = rnd(n), *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
     rope_fwd(&r, y);
@@ -145,11 +145,21 @@ static void test_rope(void **state)
     double th = 2 * pow(10000, -0.5), a = r.x[2 * 14 + 4 + 1], b = r.x[2 * 14 + 4 + 3];
     assert_true(fabs(y[2 * 14 + 4 + 1] - (a * cos(th) - b * sin(th))) < 1e-15);
     assert_true(fabs(y[2 * 14 + 4 + 3] - (b * cos(th) + a * sin(th))) < 1e-15);
+    /* Llama-3's base: angle 2 * 500000^(-2/4); pair (0, 2) turns by the position alone */
+    double *y3 = malloc(n * sizeof *y3);
+    r.base = 500000;
+    rope_fwd(&r, y3);
+    th = 2 * pow(500000, -0.5);
+    assert_true(fabs(y3[2 * 14 + 4 + 1] - (a * cos(th) - b * sin(th))) < 1e-15);
+    a = r.x[2 * 14], b = r.x[2 * 14 + 2];
+    assert_true(fabs(y3[2 * 14] - (a * cos(2.0) - b * sin(2.0))) < 1e-15);
+    free(y3);
+    r.base = 10000;
     /* the backward (the inverse rotation) is the gradient, and undoes the forward */
     memcpy(dx, R, n * sizeof *dx);
-    rt_rope(dx, 14, 2, 4, pos, 5, 1);
+    rt_rope(dx, 14, 2, 4, r.base, pos, 5, 1);
     check_grad("rope dx", rope_fwd, &r, r.x, n, dx, R, n);
-    rt_rope(y, 14, 2, 4, pos, 5, 1);
+    rt_rope(y, 14, 2, 4, r.base, pos, 5, 1);
     for (size_t i = 0; i < n; i++) assert_true(fabs(y[i] - r.x[i]) < 1e-15);
     /* positions restart in each sequence; padding is -1 */
     int off[2] = {0, 3}, len[2] = {3, 1}, got[5];
@@ -295,7 +305,8 @@ static void test_layer_grad(void **state)
         int glu = kind == 3 || kind == 4 || kind == 6, gqa = kind >= 4 && kind <= 6, llama = kind >= 6;
         layer_ctx l = {.s = {.hidden = 8, .heads = gqa ? 4 : 2, .kv = gqa ? 2 : 3, .ffn = 12,
                              .causal = causal, .cross = cross, .glu = glu, .kv_heads = gqa ? 2 : 0,
-                             .rmsnorm = llama, .no_bias = llama, .rope = kind == 6},
+                             .rmsnorm = llama, .no_bias = llama,
+                             .rope_base = kind == 6 ? 500000 : 0},
                        .B = 2, .S = 4, .Se = cross ? 5 : 0};
         assert_int_equal(rt_layer_params_alloc(&l.p, &l.s), 0);
         rt_layer_params_init(&l.p, &l.s, 7);
@@ -329,7 +340,7 @@ static void varlen_case(int cross, int llama)
 {
     rt_layer_shape s = {.hidden = 8, .heads = llama ? 4 : 2, .kv = llama ? 2 : 3, .ffn = 12,
                         .causal = 1, .cross = cross, .glu = llama, .kv_heads = llama ? 2 : 0,
-                        .rmsnorm = llama, .no_bias = llama, .rope = llama};
+                        .rmsnorm = llama, .no_bias = llama, .rope_base = llama ? 10000 : 0};
     enum { N = 3 };
     const int len[N] = {5, 3, 4}, elen[N] = {4, 5, 2};
     int off[N], eoff[N], B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;

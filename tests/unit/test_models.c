@@ -281,6 +281,7 @@ static void test_json_round_trips(void **state)
         assert_int_equal(back.arch, ps[i].arch);
         assert_int_equal(back.positions, ps[i].positions); /* the context */
         assert_int_equal(back.rope, ps[i].rope);
+        assert_true(model_rope_base(&back) == model_rope_base(&ps[i]));
     }
     /* rotary positions have no table: the context does not count as parameters */
     model_spec rope = *model_preset("llama2-7b"), learned = rope;
@@ -341,6 +342,7 @@ static void test_hf_import(void **state)
     assert_int_equal(m.ffn, 11008);
     assert_int_equal(m.positions, 4096); /* its context, */
     assert_int_equal(m.rope, 1);         /* with rotary positions: no learned table */
+    assert_true(model_rope_base(&m) == 10000); /* rope_theta's default, LLaMA-2's */
     assert_int_equal(m.rmsnorm, 1);      /* RMSNorm, no biases */
     assert_int_equal(m.no_bias, 1);
     assert_int_equal(model_total_params(&m), model_total_params(model_preset("llama2-7b")));
@@ -375,9 +377,10 @@ static void test_gqa_and_untied_heads(void **state)
     static const char llama3[] =
         "{\"model_type\": \"llama\", \"num_hidden_layers\": 32, \"hidden_size\": 4096,"
         "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"intermediate_size\": 14336,"
-        "\"vocab_size\": 128256, \"tie_word_embeddings\": false}";
+        "\"vocab_size\": 128256, \"tie_word_embeddings\": false, \"rope_theta\": 500000.0}";
     assert_int_equal(model_parse_hf(llama3, "config.json", &m, &err), DP_OK);
     assert_int_equal(model_kv_heads(&m), 8);
+    assert_true(model_rope_base(&m) == 500000); /* Llama-3's rope_theta */
     assert_int_equal(m.untied_head, 1);
     assert_int_equal(model_total_params(&m), 8030261248LL);
     assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 32,"
@@ -386,6 +389,17 @@ static void test_gqa_and_untied_heads(void **state)
                                     "\"vocab_size\": 32000}", "config.json", &m, &err), DP_OK);
     assert_int_equal(m.untied_head, 1); /* Mistral's default */
     assert_int_equal(model_total_params(&m), 7241732096LL);
+    /* Gemma ties its LM head by default (Gemma-7B's 8.54 billion count the embedding once), with
+     * RMSNorm and no biases as the LLaMA family */
+    model_spec gm;
+    assert_int_equal(model_parse_hf("{\"model_type\": \"gemma\", \"num_hidden_layers\": 28,"
+                                    "\"hidden_size\": 3072, \"num_attention_heads\": 16,"
+                                    "\"num_key_value_heads\": 16, \"head_dim\": 256,"
+                                    "\"intermediate_size\": 24576, \"vocab_size\": 256000}",
+                                    "config.json", &gm, &err), DP_OK);
+    assert_int_equal(gm.untied_head, 0);
+    assert_int_equal(gm.rmsnorm + gm.no_bias, 2);
+    assert_int_equal(model_total_params(&gm), 8537680896LL);
     /* kv heads = heads: the same as multi-head attention everywhere */
     model_spec mha = *model_preset("gpt-6.7b-16l"), gqa = mha;
     gqa.kv_heads = gqa.heads;
@@ -423,8 +437,9 @@ static void test_gqa_and_untied_heads(void **state)
     tied.untied_head = 0;
     assert_int_equal(model_total_params(model_preset("llama2-7b")) - model_total_params(&tied),
                      (int64_t)32000 * 4096);
-    /* round trip of the spec keeps both */
+    /* round trip of the spec keeps them, and the rotary base */
     m.name[0] = 'x';
+    m.rope_base = 500000;
     const char *path = tmp_file(".json", "");
     model_spec back;
     assert_int_equal(model_write_json(&m, path, &err), DP_OK);
@@ -433,6 +448,7 @@ static void test_gqa_and_untied_heads(void **state)
     assert_int_equal(back.untied_head, 1);
     assert_int_equal(back.rmsnorm, 1);
     assert_int_equal(back.no_bias, 1);
+    assert_true(model_rope_base(&back) == 500000);
     assert_int_equal(model_total_params(&back), model_total_params(&m));
     /* experts are refused, not counted as dense */
     assert_int_equal(model_parse_hf("{\"model_type\": \"mixtral\", \"num_hidden_layers\": 32,"
@@ -458,6 +474,16 @@ static void test_gqa_and_untied_heads(void **state)
                                       "\"normalization\": \"BatchNorm\"}", "spec.json", &m, &err),
                      DP_ERR_PARSE);
     assert_msg_has(err.msg, "\"normalization\" must be \"LayerNorm\" or \"RMSNorm\"");
+    /* Megatron's rotary_base; learned positions have none */
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
+                                      "\"position_embedding_type\": \"rope\", \"rotary_base\": 1000000}",
+                                      "spec.json", &m, &err), DP_OK);
+    assert_true(model_rope_base(&m) == 1e6);
+    assert_true(model_rope_base(&ln) == 0);
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
+                                      "\"position_embedding_type\": \"rope\", \"rotary_base\": 0}",
+                                      "spec.json", &m, &err), DP_ERR_PARSE);
+    assert_msg_has(err.msg, "spec.json: field \"rotary_base\"");
 }
 
 static void expect_spec_error(const char *text, const char *want)
