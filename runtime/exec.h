@@ -70,11 +70,13 @@ typedef struct rt_opts {
                         * repeat = 1: the machine's noise, which dpsim validate reports */
     rt_dtype dtype;    /* what the layers compute in and the transfers carry (layout.h): the cpu
                         * backend runs fp64 only; the cuda backend either (bf16 by default) */
-    int prepare;       /* cuda backend: run every iteration once, unrecorded, before the measured
-                        * runs: cuBLASLt and cuDNN build a plan on the first call of each shape
-                        * (slow), so a micro-batch shape first seen in a later iteration would
-                        * otherwise time that build. The cpu backend has no such plans and
-                        * ignores it. dprun sets it unless --no-prepare. */
+    int prepare;       /* cuda backend: run every iteration once, unrecorded, right before its
+                        * measured run (the first not again after a warm-up): cuBLASLt and cuDNN
+                        * build a plan on the first call of each shape (slow), and the small
+                        * arrays of the calls go to the device (runtime/dev_cache.h), so a
+                        * micro-batch shape first seen in a later iteration would otherwise time
+                        * that work. The cpu backend has no such plans and ignores it. dprun sets
+                        * it unless --no-prepare. */
 } rt_opts;
 
 /* What a run leaves: the measured operations, and the sum of squares of the parameter gradients

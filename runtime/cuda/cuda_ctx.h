@@ -14,8 +14,10 @@
 
 #define THREADS 256
 #define LT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's workspace (what its heuristics may use)
-#define LT_CACHE 96                    // GEMM configurations kept (descriptors, chosen algorithm)
-#define SDPA_CACHE 64                  // cuDNN attention graphs kept (per shape and direction)
+#define LT_CACHE 2048                  // GEMM configurations kept (descriptors, chosen algorithm):
+                                       // about 12 a layer kind per token count, so a varlen
+                                       // iteration's micro-batches fit
+#define SDPA_CACHE 256                 // cuDNN attention graphs kept (per shape and direction)
 #define DNN_WHY_BYTES 160              // why cuDNN was not used: rt_cuda.dnn_why, per cached graph
 #define SMALL_ENTRIES 4096             // small host arrays kept on the device (rt_cuda.small)
 #define SMALL_BYTES (64u << 20)        // and their device bytes at most

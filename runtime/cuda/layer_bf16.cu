@@ -105,7 +105,7 @@ static lt_plan *lt_plan_get(rt_cuda *g, const lt_plan *key)
 {
     for (int i = 0; i < g->n_lt; i++) {
         lt_plan *p = &g->lt_cache[i];
-        if (p->ta == key->ta && p->tb == key->tb && p->M == key->M && p->N == key->N &&
+        if (p->M == key->M && p->ta == key->ta && p->tb == key->tb && p->N == key->N &&
             p->K == key->K && p->lda == key->lda && p->ldb == key->ldb && p->ldc == key->ldc &&
             p->batch == key->batch && p->bias == key->bias && p->align == key->align &&
             p->sa == key->sa && p->sb == key->sb && p->sc == key->sc && p->ct == key->ct)
