@@ -96,8 +96,10 @@ static void test_schedules_run(void **state)
 }
 
 extern long fake_cuda_layer_fwd_calls; /* fake_cuda.c */
+extern int fake_cuda_fwd_len[8192];
 
-/* The prepare pass runs every iteration once more, unrecorded, and changes nothing measured. */
+/* The prepare pass runs every iteration once more, unrecorded, right before its measured run
+ * (so that the plan caches need hold one iteration's shapes), and changes nothing measured. */
 static void test_prepare_runs_every_iteration_unrecorded(void **state)
 {
     (void)state;
@@ -125,6 +127,21 @@ static void test_prepare_runs_every_iteration_unrecorded(void **state)
         assert_int_equal(r[2].rec[i].op, r[1].rec[i].op);
         assert_int_equal(r[2].rec[i].repeat, 0);
     }
+    /* the order, by the micro-batch lengths of the layer forwards (the plan's iterations
+     * differ): without warm-up or noise repeat, each iteration's calls come twice in a row */
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 1};
+    dp_err err = {0};
+    rt_result rp;
+    fake_cuda_layer_fwd_calls = 0;
+    if (rt_execute_gpu(&o, &rp, &err) != DP_OK) fail_msg("%s", err.msg);
+    long per = calls[0], total = fake_cuda_layer_fwd_calls; /* calls[0]: one iteration's */
+    assert_int_equal(total, 2 * pl.n_it * per);
+    assert_true(total <= 8192);
+    for (int i = 0; i < pl.n_it; i++)
+        assert_memory_equal(fake_cuda_fwd_len + 2 * i * per, fake_cuda_fwd_len + (2 * i + 1) * per,
+                            (size_t)per * sizeof(int));
+    assert_memory_not_equal(fake_cuda_fwd_len, fake_cuda_fwd_len + 2 * per, (size_t)per * sizeof(int));
+    free(rp.rec);
     for (int k = 0; k < 3; k++) free(r[k].rec);
     plan_release(&pl);
 }
