@@ -378,6 +378,9 @@ static int run_main(int argc, char **argv)
     /* the gradient norm: replicas hold the same gradients, so replica 0's stages sum it */
     double grad_sq = 0, mine_sq = rank < pl.h.pp ? res.grad_sq : 0;
     mpi_check(MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
+    /* the slow first calls inside the measured runs, every rank's */
+    long timed[3] = {res.timed_gemm_plans, res.timed_attn_graphs, res.timed_uploads}, firsts[3] = {0};
+    mpi_check(MPI_Reduce(timed, firsts, 3, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* gather every rank's records on rank 0 */
     int mine = (int)(n_rec * sizeof *rec), *counts = NULL, *displs = NULL, total = 0;
     if (rank == 0) counts = calloc((size_t)size, sizeof *counts), displs = calloc((size_t)size, sizeof *displs);
@@ -422,6 +425,12 @@ static int run_main(int argc, char **argv)
                         on_gpu ? " (one GPU each)" : "", n_run, rt_dtype_name(dt));
             fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
                     rc ? "could not write" : "wrote", out);
+            if (firsts[0] + firsts[1] + firsts[2] > 0)
+                fprintf(stderr, "dprun: warning: the measured runs built %ld GEMM configurations "
+                        "and %ld attention graphs and uploaded %ld small arrays, slow first calls "
+                        "that their times include (%s)\n", firsts[0], firsts[1], firsts[2],
+                        prepare ? "the plan caches did not keep an iteration's shapes"
+                                : "--no-prepare left them in");
         }
     }
     free(buf), free(counts), free(displs), free(rec);

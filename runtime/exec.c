@@ -503,6 +503,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     const model_spec *m = o->model;
     ctx c = {0};
     c.o = o;
+    memset(res, 0, sizeof *res);
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     gethostname(c.host, sizeof c.host - 1);
     c.pp = pl->h.pp;

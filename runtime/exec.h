@@ -88,6 +88,11 @@ typedef struct rt_result {
     rt_record *rec; /* malloc'd */
     size_t n_rec;
     double grad_sq;
+    /* cuda backend: slow first calls made inside the measured runs (so timed) by this process's
+     * stages: cuBLASLt GEMM configurations and cuDNN attention graphs built for a shape not seen
+     * before, and small host arrays put on the device (runtime/dev_cache.h). 0 when the prepare
+     * pass did them all; the cpu backend has none. */
+    long timed_gemm_plans, timed_attn_graphs, timed_uploads;
 } rt_result;
 
 /* A micro-batch's token sequences on one side (runtime/layer.h rt_seqs), from the plan: with

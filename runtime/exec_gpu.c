@@ -555,6 +555,19 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
     return st;
 }
 
+/* The slow first calls of this process's stages so far (layer_cuda.h rt_cuda_firsts). */
+static rt_cuda_firsts firsts(const gctx *c)
+{
+    rt_cuda_firsts sum = {0, 0, 0};
+    for (int r = 0; r < c->pp; r++) {
+        if (!c->stream[r]) continue;
+        rt_cuda_firsts f;
+        rt_cuda_firsts_of(c->stream[r], &f);
+        sum.gemm_plans += f.gemm_plans, sum.attn_graphs += f.attn_graphs, sum.uploads += f.uploads;
+    }
+    return sum;
+}
+
 static dp_status open_stream(gctx *c, int device, rt_cuda **g)
 {
     char why[256];
@@ -800,9 +813,14 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
          * GEMM and attention plans and of small arrays need to hold one iteration's shapes */
         if (o->prepare && !(i == 0 && o->warmup > 0))
             st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_OFF, res, &cap);
+        rt_cuda_firsts before = firsts(&c);
         if (st == DP_OK) st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_ON, res, &cap);
         if (st == DP_OK && i == 0 && o->repeat_first) /* the machine's noise */
             st = run_iteration(&c, &pl->it[0], pl->it[0].id, RT_RECORD_REPEAT, res, &cap);
+        rt_cuda_firsts after = firsts(&c);
+        res->timed_gemm_plans += after.gemm_plans - before.gemm_plans;
+        res->timed_attn_graphs += after.attn_graphs - before.attn_graphs;
+        res->timed_uploads += after.uploads - before.uploads;
         if (st == DP_OK) rt_progress(c.rank, i + 1, n_it, started);
     }
     if (st == DP_OK) st = gradient_figure(&c, &res->grad_sq);

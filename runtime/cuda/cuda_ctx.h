@@ -36,8 +36,10 @@ struct rt_cuda {
     char dnn_why[DNN_WHY_BYTES];     // why cuDNN is not used, once known
     struct lt_plan *lt_cache;
     int n_lt;
+    long lt_built;         // GEMM configurations built so far (rt_cuda_firsts_of)
     struct sdpa_plan *sdpa_cache;
     int n_sdpa;
+    long sdpa_built;       // attention graphs built so far
     void *sdpa_ws;         // cuDNN's workspace, grown on demand
     size_t sdpa_ws_bytes;
     char attn_path[300];   // rt_cuda_attention_path

@@ -114,6 +114,7 @@ static lt_plan *lt_plan_get(rt_cuda *g, const lt_plan *key)
     int slot = g->n_lt < LT_CACHE ? g->n_lt++ : (int)((unsigned)key->M * 7919u % LT_CACHE);
     lt_plan *p = &g->lt_cache[slot];
     lt_plan_free(p);
+    g->lt_built++;
     *p = *key;
     p->op = NULL, p->la = p->lb = p->lc = NULL, p->ok = 0;
     return lt_plan_build(g, p) == 0 ? p : NULL;

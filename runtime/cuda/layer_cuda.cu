@@ -62,6 +62,11 @@ extern "C" rt_cuda *rt_cuda_open(int device, char *why, size_t why_cap)
     return g;
 }
 
+extern "C" void rt_cuda_firsts_of(rt_cuda *g, rt_cuda_firsts *f)
+{
+    f->gemm_plans = g->lt_built, f->attn_graphs = g->sdpa_built, f->uploads = (long)g->small.uploads;
+}
+
 extern "C" void rt_cuda_close(rt_cuda *g)
 {
     if (!g) return;

@@ -125,6 +125,14 @@ int rt_cuda_sdpa_check_descriptors(const rt_batch *mb, int a, int g, int d, int 
 
 /* ---- for the plan executor (runtime/exec_gpu.c) ------------------------------------------- */
 
+/* The slow first calls g has made so far: cuBLASLt GEMM configurations and cuDNN attention
+ * graphs built (one per shape not seen before; a refused one counts too), and small host arrays
+ * uploaded (runtime/dev_cache.h). The executor compares them around its measured runs. */
+typedef struct rt_cuda_firsts {
+    long gemm_plans, attn_graphs, uploads;
+} rt_cuda_firsts;
+void rt_cuda_firsts_of(rt_cuda *g, rt_cuda_firsts *f);
+
 /* Timing events (opaque); elapsed milliseconds between two completed events. */
 void *rt_cuda_event_new(void);
 void rt_cuda_event_free(void *e);

@@ -515,6 +515,7 @@ static sdpa_plan *plan_for(rt_cuda *g, int dir, const sdpa_shape *x)
         return NULL;
     int slot = g->n_sdpa < SDPA_CACHE ? g->n_sdpa++ : (x->B * 31 + x->sq + dir) % SDPA_CACHE;
     sdpa_plan *p = &g->sdpa_cache[slot];
+    g->sdpa_built++;
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
     p->dir = dir, p->shape = *x, p->plan = NULL, p->ws = 0, p->why[0] = '\0';
     gbuild b;

@@ -189,6 +189,15 @@ if [ -z "$SANITIZED" ]; then # (the sanitizer build checks varlen RoPE's memory 
 fi
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
+# plan building inside the measured runs (the fake GPU "builds" on a layer shape's first call):
+# said when --no-prepare leaves a shape first met in a measured iteration (iteration 1 of this
+# plan has a micro-batch of a new length), never with the prepare pass
+expect "timed first calls are reported (--no-prepare)" 0 \
+  "warning: the measured runs built 4 GEMM configurations .*--no-prepare left them in" -- \
+  timeout 60 "$FAKE" --plan $G/plan_zb1_4stages.json --backend cuda --dtype fp64 --no-prepare --out "$TMP/x.csv"
+expect "the prepare pass keeps first calls out of the measured runs" 0 "" -- \
+  timeout 60 "$FAKE" --plan $G/plan_zb1_4stages.json --backend cuda --dtype fp64 --out "$TMP/x.csv"
+check "... and nothing is reported" bash -c "! grep -q 'slow first calls' '$TMP/out'"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"
 expect "two ranks on a host with one GPU are refused, on every rank" 1 "rank 0 on .*2 ranks run on host .*which has 1 GPU" -- \
   timeout 60 $MPIRUN -np 2 -x FAKE_CUDA_DEVICES=1 "$FAKE" --plan $G/plan_interleaved_2x2.json --backend cuda --out "$TMP/x.csv"

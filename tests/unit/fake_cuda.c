@@ -33,6 +33,9 @@ struct rt_cuda {
     MPI_Request *pending; /* this stream's transfers not known to be complete */
     size_t n_pending, cap;
     unsigned gen;         /* bumped when pending empties: older events are complete */
+    int shapes[512][4];   /* the layer shapes seen (B, S, Se, kind): the GPU's plan caches */
+    int n_shapes;
+    long gemm_plans;      /* a new shape "builds" its GEMM configurations (rt_cuda_firsts) */
 };
 
 typedef struct fake_event {
@@ -249,13 +252,29 @@ static void bind_acts(const rt_cuda_layer *l, int B, int S, int Se, const void *
                        l->dtype == RT_FP64 ? (double *)acts : side_for(acts, doubles));
 }
 
+/* The GPU layer builds cuBLASLt and cuDNN plans on the first call of a shape: counted here, so
+ * that the executor's accounting of first calls inside measured runs is tested. */
+static void first_call(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb)
+{
+    int key[4] = {mb->B, mb->S, mb->Se, l->shape.cross * 4 + (int)l->dtype};
+    for (int i = 0; i < g->n_shapes; i++)
+        if (memcmp(g->shapes[i], key, sizeof key) == 0) return;
+    if (g->n_shapes < 512) memcpy(g->shapes[g->n_shapes++], key, sizeof key);
+    g->gemm_plans++;
+}
+
+void rt_cuda_firsts_of(rt_cuda *g, rt_cuda_firsts *f)
+{
+    f->gemm_plans = g->gemm_plans, f->attn_graphs = 0, f->uploads = 0;
+}
+
 long fake_cuda_layer_fwd_calls; /* for the tests: layer forwards run so far, */
 int fake_cuda_fwd_len[8192];     /* and the first 8192's micro-batch lengths (S) */
 
 void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const void *x,
                        void *y, void *acts, const void *enc)
 {
-    (void)g;
+    first_call(g, l, mb);
     if (fake_cuda_layer_fwd_calls < 8192) fake_cuda_fwd_len[fake_cuda_layer_fwd_calls] = mb->S;
     fake_cuda_layer_fwd_calls++;
     int B = mb->B, S = mb->S, Se = mb->Se;

@@ -122,6 +122,11 @@ static void test_prepare_runs_every_iteration_unrecorded(void **state)
     assert_true(calls[2] > calls[1]);
     assert_int_equal(r[2].n_rec, r[1].n_rec);
     assert_true(r[2].grad_sq == r[1].grad_sq); /* gradients are each iteration's own */
+    /* iteration 1 has a micro-batch of a length iteration 0 has not: without the prepare pass
+     * each of the 4 stages meets it first in a measured run (the fake counts a new layer shape
+     * as a plan built), with it none does */
+    assert_int_equal(r[1].timed_gemm_plans, 4);
+    assert_int_equal(r[2].timed_gemm_plans, 0);
     for (size_t i = 0; i < r[1].n_rec; i++) {
         assert_int_equal(r[2].rec[i].iteration, r[1].rec[i].iteration);
         assert_int_equal(r[2].rec[i].op, r[1].rec[i].op);
