@@ -5,11 +5,18 @@
 
 #include "../common/dp.h"
 
+/* FNV-1a over 8-byte words, then the last bytes one by one: the contents are arrays of ints
+ * a layer call hashes every time (RoPE's positions: 4 bytes a token), so a word at a time. */
 static uint64_t fnv1a(const void *p, size_t bytes)
 {
     const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
+    uint64_t h = 1469598103934665603ull, w;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
