@@ -133,11 +133,16 @@ dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem)
     return DP_OK;
 }
 
+uint64_t dp_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
 uint64_t dp_hash_text(const char *s)
 {
-    uint64_t h = 14695981039346656037ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
+    return dp_fnv1a(DP_FNV_OFFSET, s, strlen(s));
 }
 
 long dp_read_line(FILE *fp, char **buf, size_t *cap, size_t max)
@@ -181,11 +186,10 @@ int dp_hash_file(const char *path, uint64_t *out)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) return -1;
-    uint64_t h = 14695981039346656037ULL;
+    uint64_t h = DP_FNV_OFFSET;
     unsigned char buf[1 << 16];
     size_t n;
-    while ((n = fread(buf, 1, sizeof buf, fp)) > 0)
-        for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 1099511628211ULL;
+    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) h = dp_fnv1a(h, buf, n);
     int bad = ferror(fp);
     fclose(fp);
     if (bad) return -1;

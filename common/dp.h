@@ -74,6 +74,10 @@ int dp_parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out);
 /* Parses a finite double (rejects NaN and infinity). Same return convention as dp_parse_i64. */
 int dp_parse_f64(const char *text, double *out);
 
+/* FNV-1a, 64 bits: h continued over n bytes at p (start from DP_FNV_OFFSET). */
+#define DP_FNV_OFFSET 14695981039346656037ULL
+uint64_t dp_fnv1a(uint64_t h, const void *p, size_t n);
+
 /* FNV-1a, 64 bits, of a NUL-terminated text: the plan file's identity (dprun checks that every
  * rank read the same plan, and writes it into the measured timeline for dpsim validate). */
 uint64_t dp_hash_text(const char *s);

@@ -5,21 +5,6 @@
 
 #include "../common/dp.h"
 
-/* FNV-1a over 8-byte words, then the last bytes one by one: the contents are arrays of ints
- * a layer call hashes every time (RoPE's positions: 4 bytes a token), so a word at a time. */
-static uint64_t fnv1a(const void *p, size_t bytes)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull, w;
-    size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-    }
-    for (; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 void rt_dev_cache_init(rt_dev_cache *c, const rt_dev_ops *ops, int max_entries, size_t max_bytes)
 {
     memset(c, 0, sizeof *c);
@@ -52,7 +37,7 @@ static int evict_one(rt_dev_cache *c)
 const void *rt_dev_cache_get(rt_dev_cache *c, const void *host, size_t bytes)
 {
     if (bytes == 0) return NULL;
-    uint64_t h = fnv1a(host, bytes);
+    uint64_t h = dp_fnv1a(DP_FNV_OFFSET, host, bytes);
     c->clock++;
     for (int i = 0; i < c->n; i++) {
         rt_dev_entry *e = &c->e[i];

@@ -46,7 +46,7 @@ typedef struct rt_dev_ops {
 #define RT_DEV_KEEP 4
 
 typedef struct rt_dev_entry {
-    uint64_t hash;      /* FNV-1a of the content (by 8-byte words) */
+    uint64_t hash;      /* FNV-1a of the content (common/dp.h dp_fnv1a) */
     uint64_t last_use;  /* the cache's clock at the last get */
     size_t bytes;
     void *host, *dev;   /* the content on the host (to compare) and on the device */

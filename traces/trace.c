@@ -66,24 +66,12 @@ void trace_release(trace *t)
     trace_init(t);
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
-#define FNV_OFFSET 14695981039346656037ULL
-
 static dp_status rehash_tasks(trace *t, size_t cap)
 {
     uint32_t *idx = calloc(cap, sizeof *idx);
     if (!idx) return DP_ERR_NOMEM;
     for (size_t i = 0; i < t->n_tasks; i++) {
-        size_t h = fnv1a(FNV_OFFSET, t->tasks[i], strlen(t->tasks[i])) & (cap - 1);
+        size_t h = dp_fnv1a(DP_FNV_OFFSET, t->tasks[i], strlen(t->tasks[i])) & (cap - 1);
         while (idx[h]) h = (h + 1) & (cap - 1);
         idx[h] = (uint32_t)i + 1;
     }
@@ -97,7 +85,7 @@ dp_status trace_intern_task(trace *t, const char *name, uint32_t *id)
 {
     size_t len = strlen(name);
     if (t->task_index_cap) {
-        size_t h = fnv1a(FNV_OFFSET, name, len) & (t->task_index_cap - 1);
+        size_t h = dp_fnv1a(DP_FNV_OFFSET, name, len) & (t->task_index_cap - 1);
         while (t->task_index[h]) {
             uint32_t cand = t->task_index[h] - 1;
             if (strcmp(t->tasks[cand], name) == 0) {
@@ -120,7 +108,7 @@ dp_status trace_intern_task(trace *t, const char *name, uint32_t *id)
             return DP_ERR_NOMEM;
         }
     } else {
-        size_t h = fnv1a(FNV_OFFSET, name, len) & (t->task_index_cap - 1);
+        size_t h = dp_fnv1a(DP_FNV_OFFSET, name, len) & (t->task_index_cap - 1);
         while (t->task_index[h]) h = (h + 1) & (t->task_index_cap - 1);
         t->task_index[h] = (uint32_t)t->n_tasks;
     }
@@ -166,13 +154,13 @@ dp_status trace_parse_len(const char *path, long line, const char *what, const c
 
 uint64_t trace_hash(const trace *t)
 {
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = DP_FNV_OFFSET;
     for (size_t i = 0; i < t->n; i++) {
         const trace_sample *s = &t->samples[i];
         const char *name = t->tasks[s->task];
-        h = fnv1a(h, name, strlen(name) + 1);
+        h = dp_fnv1a(h, name, strlen(name) + 1);
         int32_t lens[2] = {s->input_len, s->target_len};
-        h = fnv1a(h, lens, sizeof lens);
+        h = dp_fnv1a(h, lens, sizeof lens);
     }
     return h;
 }
