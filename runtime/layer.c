@@ -359,10 +359,12 @@ void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out,
 
 rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
 {
-    rt_layer_shape s = {m->hidden,    m->heads,          m->kv_channels,
-                        m->ffn,       kind != RT_LAYER_ENCODER, kind == RT_LAYER_DECODER,
-                        m->glu,       model_kv_heads(m), m->rmsnorm,
-                        m->no_bias,   kind == RT_LAYER_GPT ? model_rope_base(m) : 0};
+    rt_layer_shape s = {.hidden = m->hidden, .heads = m->heads, .kv = m->kv_channels,
+                        .ffn = m->ffn, .causal = kind != RT_LAYER_ENCODER,
+                        .cross = kind == RT_LAYER_DECODER, .glu = m->glu,
+                        .kv_heads = model_kv_heads(m), .rmsnorm = m->rmsnorm,
+                        .no_bias = m->no_bias,
+                        .rope_base = kind == RT_LAYER_GPT ? model_rope_base(m) : 0};
     return s;
 }
 
