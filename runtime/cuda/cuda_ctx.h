@@ -206,15 +206,38 @@ template <class T> __global__ void k_swiglu_bwd(const T *dg, const T *u, T *du, 
     }
 }
 
+// The column reductions below (bias and norm weight gradients) give a block THREADS columns and
+// COL_ROWS rows: each thread sums its column over the rows and adds the partial sum atomically.
+// A thread per column over all n rows would leave most of the GPU idle (4,096 columns are 16
+// blocks) and serialise each thread's n loads; an atomic add per element (n x columns of them on
+// `columns` addresses) would queue at those addresses.
+#define COL_ROWS 64
+
+static inline dim3 col_grid(int n, int cols)
+{
+    long long y = ((long long)n + COL_ROWS - 1) / COL_ROWS;
+    int x = (cols + THREADS - 1) / THREADS;
+    return dim3(x > 0 ? x : 1, (unsigned)(y < 1 ? 1 : y < 65535 ? y : 65535));
+}
+
 // db (out) += column sums of dy (n x out), in the type gradients accumulate in.
 template <class T> __global__ void k_colsum(typename elem<T>::math *db, const T *dy, int n, int out)
 {
     typedef typename elem<T>::math M;
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < out; j += gridDim.x * blockDim.x) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= out) return;
+    for (long long r0 = (long long)blockIdx.y * COL_ROWS; r0 < n; r0 += (long long)gridDim.y * COL_ROWS) {
+        long long r1 = r0 + COL_ROWS < n ? r0 + COL_ROWS : n;
         M s = 0;
-        for (int i = 0; i < n; i++) s += elem<T>::load(dy[(long long)i * out + j]);
-        db[j] += s;
+        for (long long i = r0; i < r1; i++) s += elem<T>::load(dy[i * out + j]);
+        atomicAdd(&db[j], s);
     }
+}
+
+template <class T>
+static void colsum(rt_cuda *g, typename elem<T>::math *db, const T *dy, int n, int out)
+{
+    k_colsum<T><<<col_grid(n, out), THREADS, 0, g->stream>>>(db, dy, n, out);
 }
 
 // The norm of a row (one block per row of h): layer norm y = (x - mean) rstd g + b, or RMSNorm
@@ -244,23 +267,19 @@ __global__ void k_norm_fwd(const T *x, const T *gm, const T *bt, T *y, typename 
 }
 
 // Its backward: dx = rstd (dy g - [mean(dy g)] - xhat mean(dy g xhat)), the bracket for layer norm
-// only; dg += dy xhat, db += dy (layer norm; db NULL for RMSNorm), xhat = (x - [mean]) rstd.
+// only, xhat = (x - [mean]) rstd; one block per row.
 template <class T>
 __global__ void k_norm_bwd(const T *dy, const T *x, const T *gm, const typename elem<T>::math *mean,
-                           const typename elem<T>::math *rstd, T *dx, typename elem<T>::math *dg,
-                           typename elem<T>::math *db, int h, int rms)
+                           const typename elem<T>::math *rstd, T *dx, int h, int rms)
 {
     typedef typename elem<T>::math M;
     long long row = blockIdx.x;
     const T *xi = x + row * h, *dyi = dy + row * h;
     M m = rms ? 0 : mean[row], r = rstd[row], a = 0, c = 0;
     for (int j = threadIdx.x; j < h; j += THREADS) {
-        M xhat = (elem<T>::load(xi[j]) - m) * r, d = elem<T>::load(dyi[j]);
-        M dxhat = d * elem<T>::load(gm[j]);
+        M xhat = (elem<T>::load(xi[j]) - m) * r, dxhat = elem<T>::load(dyi[j]) * elem<T>::load(gm[j]);
         a += dxhat;
         c += dxhat * xhat;
-        atomicAdd(&dg[j], d * xhat);
-        if (!rms) atomicAdd(&db[j], d);
     }
     a = rms ? 0 : block_sum(a) / h;
     c = block_sum(c) / h;
@@ -270,11 +289,35 @@ __global__ void k_norm_bwd(const T *dy, const T *x, const T *gm, const typename 
     }
 }
 
+// The norm's weight gradients, column by column (col_grid): dg += sum over rows of dy xhat, and
+// for layer norm db += sum of dy (db NULL for RMSNorm).
+template <class T>
+__global__ void k_norm_wgrad(const T *dy, const T *x, const typename elem<T>::math *mean,
+                             const typename elem<T>::math *rstd, typename elem<T>::math *dg,
+                             typename elem<T>::math *db, int n, int h, int rms)
+{
+    typedef typename elem<T>::math M;
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= h) return;
+    for (long long r0 = (long long)blockIdx.y * COL_ROWS; r0 < n; r0 += (long long)gridDim.y * COL_ROWS) {
+        long long r1 = r0 + COL_ROWS < n ? r0 + COL_ROWS : n;
+        M sg = 0, sb = 0;
+        for (long long i = r0; i < r1; i++) {
+            M d = elem<T>::load(dy[i * h + j]);
+            sg += d * (elem<T>::load(x[i * h + j]) - (rms ? 0 : mean[i])) * rstd[i];
+            sb += d;
+        }
+        atomicAdd(&dg[j], sg);
+        if (!rms) atomicAdd(&db[j], sb);
+    }
+}
+
 // The norm of a layer of shape s on n rows, and its backward (one truth with layer.c's rt_norm_*).
 template <class T>
 static void norm_fwd(rt_cuda *g, const rt_layer_shape *s, const T *x, const T *gm, const T *bt, T *y,
                      typename elem<T>::math *mean, typename elem<T>::math *rstd, int n)
 {
+    if (n <= 0) return;
     k_norm_fwd<T><<<n, THREADS, 0, g->stream>>>(x, gm, bt, y, mean, rstd, s->hidden, s->rmsnorm);
 }
 
@@ -283,7 +326,10 @@ static void norm_bwd(rt_cuda *g, const rt_layer_shape *s, const T *dy, const T *
                      const typename elem<T>::math *mean, const typename elem<T>::math *rstd, T *dx,
                      typename elem<T>::math *dg, typename elem<T>::math *db, int n)
 {
-    k_norm_bwd<T><<<n, THREADS, 0, g->stream>>>(dy, x, gm, mean, rstd, dx, dg, db, s->hidden, s->rmsnorm);
+    if (n <= 0) return;
+    k_norm_bwd<T><<<n, THREADS, 0, g->stream>>>(dy, x, gm, mean, rstd, dx, s->hidden, s->rmsnorm);
+    k_norm_wgrad<T><<<col_grid(n, s->hidden), THREADS, 0, g->stream>>>(dy, x, mean, rstd, dg, db, n,
+                                                                         s->hidden, s->rmsnorm);
 }
 
 // Rotary position embeddings (layer.h rt_rope): the pairs of the first `heads` heads of width d of

@@ -413,7 +413,7 @@ static void linear_bwd_weight(rt_cuda *g, const double *x, const double *dy, dou
                               int n, int in, int out)
 {
     gemm(g, 1, 0, in, out, n, 1.0, x, in, dy, out, 1.0, dw, out);
-    if (db) k_colsum<double><<<grid_for(out), THREADS, 0, g->stream>>>(db, dy, n, out);
+    if (db) colsum(g, db, dy, n, out);
 }
 
 static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
@@ -508,8 +508,8 @@ extern "C" int rt_cuda_time_gemm(rt_cuda *g, int M, int N, int K, rt_dtype dt, i
     double *c = alloc_doubles((size_t)M * N);
     int rc = -1;
     if (a && b && c) {
-        cudaMemsetAsync(a, 0, (size_t)M * K * sizeof(double), g->stream);
-        cudaMemsetAsync(b, 0, (size_t)K * N * sizeof(double), g->stream);
+        rt_cuda_fill(g, a, (size_t)M * K, RT_FP64, 11, 1.0); // as rt_bf16_time_gemm
+        rt_cuda_fill(g, b, (size_t)K * N, RT_FP64, 12, 1.0);
         double unused;
         rc = time_fwd_bwd(
             g, repeats, [&] { gemm(g, 0, 0, M, N, K, 1.0, a, K, b, N, 0.0, c, N); }, [] {}, ms,
