@@ -38,6 +38,11 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
                                    item[i], colon ? ":" : "", colon ? colon + 1 : "",
                                    m->arch == ARCH_T5 ? "INPUT:TARGET (whole numbers >= 1)"
                                                       : "a length (a whole number >= 1)");
+        char what[64];
+        dp_err err = {0};
+        snprintf(what, sizeof what, "--samples item %d (%lld tokens)", i + 1, (long long)e);
+        if (model_check_seqlen(m, (int)e, what, &err) != DP_OK)
+            return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
         double pe = batch_pad(&r, (int)e), pd = batch_pad(&r, (int)d);
         s->enc_sq += pe * pe, s->dec_sq += pd * pd, s->enc_dec += pe * pd;
     }
@@ -93,6 +98,13 @@ int cmd_cost(int argc, char **argv)
     stage_model sm;
     st = stage_model_init(&sm, cm, (int)pp, 1, 1, 0, 1e15, &err);
     if (st != DP_OK) {
+        cost_model_free(cm);
+        return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
+    }
+    /* the rows' attention spans the row; --samples' spans each sample */
+    char what[48];
+    snprintf(what, sizeof what, "--seqlen %lld", (long long)seqlen);
+    if (!samples && model_check_seqlen(&m, (int)seqlen, what, &err) != DP_OK) {
         cost_model_free(cm);
         return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
     }

@@ -196,15 +196,18 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
         env->rules.min_padded = range.enc_min;
     st = batch_rules_validate(&env->rules, err);
     if (st != DP_OK) return st;
-    /* the model's context: a GPT sequence (input + target) is truncated at --max-seqlen, which
-     * must not exceed it (T5's relative positions have no limit) */
-    if (env->model.positions > 0 && env->rules.max_seqlen > env->model.positions)
-        return dp_fail(err, DP_ERR_INVALID,
-                       "--max-seqlen %d is longer than the %d tokens %s takes (its "
-                       "max_position_embeddings)\nhint: --max-seqlen %d or less, or a model spec "
-                       "with a longer context (\"max_position_embeddings\" in its JSON)",
-                       env->rules.max_seqlen, env->model.positions, env->model.name,
-                       env->model.positions);
+    /* the model's context, and its attention window: a GPT sequence (input + target) is truncated
+     * at --max-seqlen, which must not exceed either (T5's relative positions have no limit) */
+    char what[48];
+    snprintf(what, sizeof what, "--max-seqlen %d", env->rules.max_seqlen);
+    if (model_check_seqlen(&env->model, env->rules.max_seqlen, what, err) != DP_OK) {
+        const model_spec *m = &env->model;
+        int ctx = m->positions > 0 && env->rules.max_seqlen > m->positions;
+        return dp_fail(err, DP_ERR_INVALID, "%s\nhint: --max-seqlen %d or less%s", err->msg,
+                       ctx ? m->positions : m->window,
+                       ctx ? ", or a model spec with a longer context (\"max_position_embeddings\" "
+                             "in its JSON)" : "");
+    }
     if (p->pp * p->chunks > model_layers(&env->model) ||
         (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers))
         return dp_fail(err, DP_ERR_INVALID,

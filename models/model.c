@@ -15,33 +15,45 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope, rmsnorm, no_bias, rope_base}. The paper's GPT shapes learn 8192 positions:
+ * untied_head, rope, rmsnorm, no_bias, rope_base, window}. The paper's GPT shapes learn 8192 positions:
  * it runs them at max lengths up to 8192, which Megatron allows only with a position table that
  * long. */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
 const char *model_arch_name(model_arch a)
 {
     return a == ARCH_T5 ? "t5" : "gpt";
+}
+
+dp_status model_check_seqlen(const model_spec *m, int seqlen, const char *what, dp_err *err)
+{
+    if (m->positions > 0 && seqlen > m->positions)
+        return dp_fail(err, DP_ERR_INVALID, "%s is longer than the %d tokens %s takes (its "
+                       "max_position_embeddings)", what, m->positions, m->name);
+    if (m->window > 0 && seqlen > m->window)
+        return dp_fail(err, DP_ERR_INVALID, "%s is longer than %s's sliding attention window of %d "
+                       "tokens (its sliding_window): dpsim costs full attention, which past the "
+                       "window is more work than the model does", what, m->name, m->window);
+    return DP_OK;
 }
 
 int model_layers(const model_spec *m)
@@ -123,6 +135,7 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
         {"vocab_size", m->vocab, 1},
         {"max_position_embeddings", m->positions, 0},
         {"num_query_groups", m->kv_heads, 0},
+        {"sliding_window", m->window, 0},
     };
     for (size_t i = 0; i < sizeof checks / sizeof *checks; i++)
         if (checks[i].value < checks[i].min)
@@ -145,6 +158,14 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
                        "models (the fields are each in range, their product is not)",
                        where, total, MODEL_MAX_PARAMS);
     return DP_OK;
+}
+
+/* "sliding_window": a number of tokens, or 0, null or absent for none. */
+static dp_status json_window(const cJSON *root, const char *name, int *window, dp_err *err)
+{
+    *window = 0;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) return DP_OK;
+    return json_int(root, "sliding_window", name, 0, 1 << 24, 0, window, err);
 }
 
 dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp_err *err)
@@ -187,6 +208,7 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
     TRY(json_choice(root, "normalization", name, "LayerNorm", "RMSNorm", &m->rmsnorm, err));
     TRY(json_double(root, "rotary_base", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
+    TRY(json_window(root, name, &m->window, err));
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
     m->no_bias = !bias;
@@ -240,6 +262,7 @@ cJSON *model_to_json(const model_spec *m)
     cJSON_AddStringToObject(o, "normalization", m->rmsnorm ? "RMSNorm" : "LayerNorm");
     cJSON_AddBoolToObject(o, "add_bias_linear", !m->no_bias);
     if (m->rope) cJSON_AddNumberToObject(o, "rotary_base", model_rope_base(m));
+    if (m->window > 0) cJSON_AddNumberToObject(o, "sliding_window", m->window);
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
 }
@@ -302,6 +325,12 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24, 2048, &m->positions, err));
         m->rope = 1; /* LLaMA-style models (and GPT-NeoX) rotate; no learned table */
         TRY(json_double(root, "rope_theta", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
+        /* Qwen's configs name a window they do not use unless use_sliding_window (false by
+         * default there); Mistral's have no such switch */
+        int use_window;
+        TRY(json_bool(root, "use_sliding_window", name, strncmp(mtype, "qwen", 4) != 0, &use_window,
+                      err));
+        if (use_window) TRY(json_window(root, name, &m->window, err));
         m->glu = strcmp(mtype, "gpt_neox") != 0;
         TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
         /* Hugging Face's own defaults: llama, mistral and qwen2 untie the LM head (gemma ties it) */

@@ -15,8 +15,8 @@
  * or "rope"), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
  * name; default the heads), "untie_embeddings_and_output_weights" (false: the LM head is the
  * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm"),
- * "add_bias_linear" (true: every projection has a bias) and "rotary_base" (10000; with rope) are
- * optional.
+ * "add_bias_linear" (true: every projection has a bias), "rotary_base" (10000; with rope) and
+ * "sliding_window" (0 or null: full attention) are optional.
  *
  * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner), LLaMA-style
  * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
@@ -26,7 +26,10 @@
  * (qwen2's default: biases, as its QKV projection has them; GPT-NeoX keeps layer norm and
  * biases), and T5 (d_model, num_layers,
  * num_decoder_layers, d_ff, num_heads, d_kv). A mixture-of-experts config (num_local_experts,
- * num_experts, or model_type mixtral) is refused: experts are not modelled.
+ * num_experts, or model_type mixtral) is refused: experts are not modelled. A sliding attention
+ * window (sliding_window: Mistral-7B-v0.1's 4096; for qwen model types only where
+ * use_sliding_window, false by default, says so) is kept, and sequences longer than it are
+ * refused (model_check_seqlen).
  *
  * Parameter counts follow Megatron-LM (biases and two layer norms per block):
  *   GPT layer    = h*hk + 2h*hkv + hk + 2hkv  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
@@ -75,6 +78,10 @@ typedef struct model_spec {
                       * --disable-bias-linear); 0: every projection has one */
     double rope_base; /* rotary: the angles' base (Megatron's rotary_base, Hugging Face's
                        * rope_theta: Llama-3 500000); 0: MODEL_ROPE_BASE, LLaMA-2's 10000 */
+    int window;      /* sliding-window attention: a token attends to at most this many tokens
+                      * (Hugging Face's sliding_window; Mistral-7B-v0.1: 4096); 0: to all before it.
+                      * dpsim's costs and dprun's layers are full attention, the same as the
+                      * window's up to its length: longer sequences are refused */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */
@@ -83,6 +90,12 @@ int model_kv_heads(const model_spec *m);
 /* The rotary embeddings' base: rope_base, or MODEL_ROPE_BASE when 0; 0 without rope. */
 #define MODEL_ROPE_BASE 10000.0
 double model_rope_base(const model_spec *m);
+
+/* Refuses sequences of seqlen tokens (what: what they are, for the message: "--max-seqlen 8192")
+ * that the model does not take (longer than its max_position_embeddings) or that dpsim cannot
+ * cost for it (longer than its sliding attention window: the full attention dpsim counts would
+ * be more work than the window's). DP_OK, or DP_ERR_INVALID with the limit and its field. */
+dp_status model_check_seqlen(const model_spec *m, int seqlen, const char *what, dp_err *err);
 
 /* Total layers (enc + dec). */
 int model_layers(const model_spec *m);

@@ -465,8 +465,36 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     return st;
 }
 
+/* A micro-batch's attention spans (a varlen row's samples, each attending to itself; else its
+ * rows) within the model's sliding window (model_check_seqlen: dpsim costs, and dprun runs, full
+ * attention). Its context is the planner's to enforce: a padded row may pass it by a few tokens. */
+static dp_status check_window(const plan_iter *it, int k, const model_spec *m,
+                              const char *where, dp_err *err)
+{
+    if (m->window <= 0) return DP_OK;
+    const plan_mb *mb = &it->mb[k];
+    int span = mb->enc_len;
+    if (mb->varlen) {
+        span = 0;
+        for (int s = 0; s < mb->n_samples; s++) {
+            int len = it->lens[2 * (mb->first + s)];
+            span = len > span ? len : span;
+        }
+    }
+    model_spec full = *m;
+    full.positions = 0; /* the window alone */
+    char what[160];
+    snprintf(what, sizeof what, "%s: iteration %d: micro-batch %d's %s of %d tokens", where, it->id,
+             k, mb->varlen ? "longest sample" : "rows", span);
+    if (model_check_seqlen(&full, span, what, err) != DP_OK)
+        return dp_fail(err, DP_ERR_INVALID, "%s (rule: attention spans within the model's window)",
+                       err->msg);
+    return DP_OK;
+}
+
 dp_status plan_check_model(const plan *p, const model_spec *m, const char *where, dp_err *err)
 {
+    dp_status st = DP_OK;
     int nv = p->h.pp * p->h.chunks;
     for (int i = 0; i < p->n_it; i++) {
         const plan_iter *it = &p->it[i];
@@ -490,6 +518,7 @@ dp_status plan_check_model(const plan *p, const model_spec *m, const char *where
                 }
             }
         for (int k = 0; k < p->it[i].n_mb; k++) {
+            TRY(check_window(&p->it[i], k, m, where, err));
             int dec = p->it[i].mb[k].dec_len;
             if (m->arch == ARCH_T5 && dec < 1)
                 return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d has no "
@@ -501,5 +530,6 @@ dp_status plan_check_model(const plan *p, const model_spec *m, const char *where
                                "decoder length)", where, p->it[i].id, k, dec, m->name);
         }
     }
-    return DP_OK;
+out:
+    return st;
 }

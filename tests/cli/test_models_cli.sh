@@ -13,7 +13,8 @@ expect "grid point: GPT-6.7B TP1 1x2048" 0 "^layer +5\.780 +9\.650" -- "$DPSIM" 
 expect "cost --json" 0 '"fwd_ms_per_layer":[[:space:]]*5\.78' -- "$DPSIM" cost --mbs 1 --seqlen 2048 --json
 expect "cost --json per stage" 0 '"fwd_ms_per_stage"' -- "$DPSIM" cost --mbs 1 --seqlen 2048 --json --pp 4
 expect "infeasible shape says why and exits 1" 1 "infeasible: .*out of memory when measured" -- "$DPSIM" cost --mbs 16 --seqlen 4096
-expect "infeasible in JSON" 1 '"feasible":[[:space:]]*false' -- "$DPSIM" cost --mbs 1 --seqlen 9000 --json
+expect "infeasible in JSON" 1 '"feasible":[[:space:]]*false' -- "$DPSIM" cost --mbs 16 --seqlen 4096 --json
+expect "a row past the model's context is refused" 2 "--seqlen 9000 is longer than the 8192 tokens gpt-6.7b-16l takes" -- "$DPSIM" cost --mbs 1 --seqlen 9000 --json
 expect "analytic on an H100" 0 "analytic on h100" -- "$DPSIM" cost --hw h100 --mbs 2 --seqlen 1024
 expect "T5 needs --dec-seqlen" 2 "needs --dec-seqlen" -- "$DPSIM" cost --model t5-11b-24l --mbs 1 --seqlen 512
 expect "unknown model preset" 2 "unknown model \"gpt-9z\"" -- "$DPSIM" cost --model gpt-9z --mbs 1 --seqlen 16

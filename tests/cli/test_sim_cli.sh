@@ -183,5 +183,24 @@ expect "a max length beyond the model's context is refused" 2 "--max-seqlen 4096
 expect "... the paper's shapes take 8192 (the paper runs them there)" 0 "iterations  *1" -- \
   "$DPSIM" plan --max-seqlen 8192 --iterations 1
 expect "dpsim models shows each model's context" 0 "llama2-7b .* 4096r" -- "$DPSIM" models
+cat > "$TMP/mistral.json" <<'EOF'
+{"model_type": "mistral", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 1024,
+ "max_position_embeddings": 32768, "sliding_window": 2048}
+EOF
+expect "a sequence past the model's sliding window is refused" 2 \
+  "--max-seqlen 4096 is longer than mistral's sliding attention window of 2048 tokens" -- \
+  "$DPSIM" plan --model "$TMP/mistral.json" --max-seqlen 4096 --iterations 1
+expect "... with the longest it takes" 2 "^hint: --max-seqlen 2048 or less$" -- \
+  "$DPSIM" plan --model "$TMP/mistral.json" --max-seqlen 4096 --iterations 1
+expect "... and up to the window it plans" 0 "iterations  *1" -- \
+  "$DPSIM" plan --model "$TMP/mistral.json" --max-seqlen 2048 --iterations 1
+expect "... as is a cost query's row past it" 2 "--seqlen 4096 is longer than mistral's sliding attention window" -- \
+  "$DPSIM" cost --model "$TMP/mistral.json" --hw h100 --mbs 1 --seqlen 4096
+expect "... or a varlen sample past it" 2 "--samples item 2 \\(3000 tokens\\) is longer than mistral's sliding" -- \
+  "$DPSIM" cost --model "$TMP/mistral.json" --hw h100 --mbs 1 --seqlen 4096 --samples 1000,3000
+expect "... while samples within it may share a longer row" 0 "attention per sample" -- \
+  "$DPSIM" cost --model "$TMP/mistral.json" --hw h100 --mbs 1 --seqlen 4096 --samples 2048,2048
+expect "... and the spec keeps the window" 0 '"sliding_window":[[:space:]]*2048' -- "$DPSIM" models --show "$TMP/mistral.json"
 
 finish

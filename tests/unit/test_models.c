@@ -365,6 +365,70 @@ static void test_hf_import(void **state)
     assert_int_equal(m.no_bias, 0);
 }
 
+/* A sliding attention window: read from Hugging Face's sliding_window (null: none; Qwen2 names
+ * one it does not use unless use_sliding_window), kept through a JSON spec, and the limit of the
+ * sequences model_check_seqlen accepts, as the context is. */
+static void test_sliding_window(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    static const char mistral[] =
+        "{\"model_type\": \"mistral\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
+        "\"num_attention_heads\": 4, \"max_position_embeddings\": 32768, \"sliding_window\": 4096}";
+    assert_int_equal(model_parse_hf(mistral, "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.window, 4096);
+    assert_int_equal(model_check_seqlen(&m, 4096, "--max-seqlen 4096", &err), DP_OK);
+    assert_int_equal(model_check_seqlen(&m, 4097, "--max-seqlen 4097", &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--max-seqlen 4097 is longer than mistral's sliding attention "
+                                    "window of 4096 tokens"));
+    /* the context still comes first where it is the shorter */
+    m.positions = 2048;
+    assert_int_equal(model_check_seqlen(&m, 3000, "rows of 3000", &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "rows of 3000 is longer than the 2048 tokens mistral takes"));
+    /* through a JSON spec and back */
+    m.positions = 32768;
+    const char *path = tmp_file(".json", "");
+    model_spec back;
+    assert_int_equal(model_write_json(&m, path, &err), DP_OK);
+    assert_int_equal(model_read_json(path, &back, &err), DP_OK);
+    assert_int_equal(back.window, 4096);
+    /* none: null, absent, or named but unused */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"sliding_window\": null}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.window, 0);
+    assert_int_equal(model_check_seqlen(&m, 2048, "--max-seqlen 2048", &err), DP_OK);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"sliding_window\": 4096, \"use_sliding_window\": false}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.window, 0);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"sliding_window\": 4096}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.window, 0); /* Qwen2's default: unused */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"sliding_window\": 4096, \"use_sliding_window\": true}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.window, 4096);
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
+                                      "\"sliding_window\": null}", "x.json", &m, &err), DP_OK);
+    assert_int_equal(m.window, 0);
+    /* T5's relative positions and no window: no limit */
+    assert_int_equal(model_check_seqlen(model_preset("t5-11b-8l"), 1 << 20, "x", &err), DP_OK);
+    /* a window is a number of tokens */
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
+                                      "\"sliding_window\": -1}", "x.json", &m, &err), DP_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "sliding_window"));
+    assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"sliding_window\": \"4k\"}", "config.json", &m, &err),
+                     DP_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "sliding_window"));
+}
+
 /* Grouped-query attention and untied LM heads, from Hugging Face configs: Llama-3-8B is
  * 8,030,261,248 parameters and Mistral-7B 7,241,732,096 (their model cards); as many key/value heads as heads is plain
  * multi-head attention in parameters, FLOPs and activation memory; a mixture of experts is
@@ -830,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_memory_and_comm_closed_forms),
         cmocka_unit_test(test_gqa_and_untied_heads),
+        cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_calibration_recovers_known_parameters),
         cmocka_unit_test(test_calibration_on_a100_grid),
     };

@@ -218,6 +218,31 @@ static void test_plan_level_rules(void **state)
     assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_OK);
     assert_int_equal(plan_check_model(&p, &t5, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "rule: T5 micro-batches have a decoder length");
+    /* a sliding attention window: rows up to it pass, one token more does not; a varlen row is
+     * its samples' spans, each attending to itself */
+    int longest = 0, widest = 0;
+    for (int k = 0; k < p.it[0].n_mb; k++)
+        if (p.it[0].mb[k].enc_len > longest) longest = p.it[0].mb[k].enc_len, widest = k;
+    gpt.window = longest;
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_OK);
+    gpt.window = longest - 1;
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_ERR_INVALID);
+    char want[160];
+    snprintf(want, sizeof want, "micro-batch %d's rows of %d tokens is longer than gpt-tiny's "
+             "sliding attention window of %d tokens", widest, longest, longest - 1);
+    assert_msg_has(err.msg, want);
+    assert_msg_has(err.msg, "rule: attention spans within the model's window");
+    for (int k = 0; k < p.it[0].n_mb; k++) { /* every sample half the row: within the window */
+        plan_mb *mb = &p.it[0].mb[k];
+        mb->varlen = 1;
+        for (int q = 0; q < mb->n_samples; q++) p.it[0].lens[2 * (mb->first + q)] = mb->enc_len / 2;
+    }
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_OK);
+    p.it[0].lens[2 * p.it[0].mb[widest].first] = longest; /* one sample the whole row */
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "longest sample of");
+    for (int k = 0; k < p.it[0].n_mb; k++) p.it[0].mb[k].varlen = 0;
+    gpt.window = 0;
     strcpy(p.h.schedule, "2f2b");
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "\"2f2b\" is not a known schedule");
