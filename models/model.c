@@ -338,8 +338,10 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                              strcmp(mtype, "qwen2") == 0, tied;
         TRY(json_bool(root, "tie_word_embeddings", name, !untied_default, &tied, err));
         m->untied_head = !tied;
-        /* those and gemma: RMSNorm, and biases only where the config (or qwen2's QKV) has them */
-        if (untied_default || strcmp(mtype, "gemma") == 0) {
+        /* those, gemma, and any config that names an rms_norm_eps (phi3, qwen3, ...; GPT-NeoX
+         * names layer_norm_eps): RMSNorm, and biases only where the config (or qwen2's QKV) has
+         * them */
+        if (untied_default || strcmp(mtype, "gemma") == 0 || cJSON_HasObjectItem(root, "rms_norm_eps")) {
             int attn_bias, mlp_bias;
             TRY(json_bool(root, "attention_bias", name, strcmp(mtype, "qwen2") == 0, &attn_bias, err));
             TRY(json_bool(root, "mlp_bias", name, 0, &mlp_bias, err));

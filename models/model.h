@@ -22,7 +22,8 @@
  * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
  * with num_key_value_heads (grouped-query attention), rope_theta (10000) and tie_word_embeddings
  * (default: untied for llama, mistral and qwen2 model types, tied otherwise, gemma included);
- * those three and gemma have RMSNorm and no biases unless attention_bias or mlp_bias say so
+ * those three, gemma and any config with an rms_norm_eps (phi3, qwen3) have RMSNorm and no
+ * biases unless attention_bias or mlp_bias say so
  * (qwen2's default: biases, as its QKV projection has them; GPT-NeoX keeps layer norm and
  * biases), and T5 (d_model, num_layers,
  * num_decoder_layers, d_ff, num_heads, d_kv). A mixture-of-experts config (num_local_experts,

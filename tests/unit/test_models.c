@@ -464,6 +464,24 @@ static void test_gqa_and_untied_heads(void **state)
     assert_int_equal(gm.untied_head, 0);
     assert_int_equal(gm.rmsnorm + gm.no_bias, 2);
     assert_int_equal(model_total_params(&gm), 8537680896LL);
+    model_spec other;
+    /* a model type not named here is LLaMA's kind when its config has an rms_norm_eps: Phi-3-mini
+     * and Qwen3-8B come out at their model cards' 3,821,079,552 and 8,190,735,360 (less Qwen3's
+     * per-head q and k norms, 36 x 256 parameters, which dpsim does not model) */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"phi3\", \"num_hidden_layers\": 32,"
+                                    "\"hidden_size\": 3072, \"num_attention_heads\": 32,"
+                                    "\"num_key_value_heads\": 32, \"intermediate_size\": 8192,"
+                                    "\"vocab_size\": 32064, \"rms_norm_eps\": 1e-05,"
+                                    "\"tie_word_embeddings\": false}", "config.json", &other, &err), DP_OK);
+    assert_int_equal(other.rmsnorm + other.no_bias, 2);
+    assert_int_equal(model_total_params(&other), 3821079552LL);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen3\", \"num_hidden_layers\": 36,"
+                                    "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
+                                    "\"num_key_value_heads\": 8, \"head_dim\": 128,"
+                                    "\"intermediate_size\": 12288, \"vocab_size\": 151936,"
+                                    "\"rms_norm_eps\": 1e-06, \"attention_bias\": false,"
+                                    "\"tie_word_embeddings\": false}", "config.json", &other, &err), DP_OK);
+    assert_int_equal(model_total_params(&other), 8190735360LL - 36 * 256);
     /* kv heads = heads: the same as multi-head attention everywhere */
     model_spec mha = *model_preset("gpt-6.7b-16l"), gqa = mha;
     gqa.kv_heads = gqa.heads;
