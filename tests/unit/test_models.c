@@ -365,19 +365,39 @@ static void test_hf_import(void **state)
     assert_int_equal(m.no_bias, 0);
 }
 
-/* A sliding attention window: read from Hugging Face's sliding_window (null: none; Qwen2 names
- * one it does not use unless use_sliding_window), kept through a JSON spec, and the limit of the
- * sequences model_check_seqlen accepts, as the context is. */
+/* The window of a small Hugging Face config of model type `type` with the fields `more` (-1:
+ * refused, the message in err). */
+static int hf_window(const char *type, const char *more, dp_err *err)
+{
+    char text[512];
+    model_spec m;
+    snprintf(text, sizeof text, "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, "
+             "\"hidden_size\": 256, \"num_attention_heads\": 4, \"max_position_embeddings\": "
+             "32768%s%s}", type, more[0] ? ", " : "", more);
+    return model_parse_hf(text, "config.json", &m, err) == DP_OK ? m.window : -1;
+}
+
+/* A sliding attention window: read from Hugging Face's sliding_window (null: none; Qwen's configs
+ * name one they do not use unless use_sliding_window), kept through a JSON spec, and the limit of
+ * the sequences model_check_seqlen accepts, as the context is. */
 static void test_sliding_window(void **state)
 {
     (void)state;
-    model_spec m;
     dp_err err = {0};
-    static const char mistral[] =
-        "{\"model_type\": \"mistral\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
-        "\"num_attention_heads\": 4, \"max_position_embeddings\": 32768, \"sliding_window\": 4096}";
-    assert_int_equal(model_parse_hf(mistral, "config.json", &m, &err), DP_OK);
-    assert_int_equal(m.window, 4096);
+    assert_int_equal(hf_window("mistral", "\"sliding_window\": 4096", &err), 4096);
+    assert_int_equal(hf_window("mistral", "\"sliding_window\": null", &err), 0);
+    assert_int_equal(hf_window("mistral", "", &err), 0);
+    assert_int_equal(hf_window("qwen2", "\"sliding_window\": 4096", &err), 0); /* unused by default */
+    assert_int_equal(hf_window("qwen2", "\"sliding_window\": 4096, \"use_sliding_window\": false",
+                               &err), 0);
+    assert_int_equal(hf_window("qwen2", "\"sliding_window\": 4096, \"use_sliding_window\": true",
+                               &err), 4096);
+    assert_int_equal(hf_window("mistral", "\"sliding_window\": \"4k\"", &err), -1);
+    assert_non_null(strstr(err.msg, "sliding_window"));
+    /* the limit */
+    model_spec m = *model_preset("gpt-tiny");
+    snprintf(m.name, sizeof m.name, "mistral");
+    m.positions = 32768, m.window = 4096;
     assert_int_equal(model_check_seqlen(&m, 4096, "--max-seqlen 4096", &err), DP_OK);
     assert_int_equal(model_check_seqlen(&m, 4097, "--max-seqlen 4097", &err), DP_ERR_INVALID);
     assert_non_null(strstr(err.msg, "--max-seqlen 4097 is longer than mistral's sliding attention "
@@ -386,46 +406,25 @@ static void test_sliding_window(void **state)
     m.positions = 2048;
     assert_int_equal(model_check_seqlen(&m, 3000, "rows of 3000", &err), DP_ERR_INVALID);
     assert_non_null(strstr(err.msg, "rows of 3000 is longer than the 2048 tokens mistral takes"));
-    /* through a JSON spec and back */
+    /* T5's relative positions and no window: no limit */
+    assert_int_equal(model_check_seqlen(model_preset("t5-11b-8l"), 1 << 20, "x", &err), DP_OK);
+    /* through a JSON spec and back; null and 0 are none there too, a negative window is refused */
     m.positions = 32768;
     const char *path = tmp_file(".json", "");
     model_spec back;
     assert_int_equal(model_write_json(&m, path, &err), DP_OK);
     assert_int_equal(model_read_json(path, &back, &err), DP_OK);
     assert_int_equal(back.window, 4096);
-    /* none: null, absent, or named but unused */
-    assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"sliding_window\": null}", "config.json", &m, &err), DP_OK);
-    assert_int_equal(m.window, 0);
-    assert_int_equal(model_check_seqlen(&m, 2048, "--max-seqlen 2048", &err), DP_OK);
-    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"sliding_window\": 4096, \"use_sliding_window\": false}",
-                                    "config.json", &m, &err), DP_OK);
-    assert_int_equal(m.window, 0);
-    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"sliding_window\": 4096}", "config.json", &m, &err), DP_OK);
-    assert_int_equal(m.window, 0); /* Qwen2's default: unused */
-    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"sliding_window\": 4096, \"use_sliding_window\": true}",
-                                    "config.json", &m, &err), DP_OK);
-    assert_int_equal(m.window, 4096);
+    static const char *const none[] = {"null", "0"};
+    for (int i = 0; i < 2; i++) {
+        char text[160];
+        snprintf(text, sizeof text, "{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4, "
+                 "\"sliding_window\": %s}", none[i]);
+        assert_int_equal(model_parse_json(text, "x.json", &back, &err), DP_OK);
+        assert_int_equal(back.window, 0);
+    }
     assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
-                                      "\"sliding_window\": null}", "x.json", &m, &err), DP_OK);
-    assert_int_equal(m.window, 0);
-    /* T5's relative positions and no window: no limit */
-    assert_int_equal(model_check_seqlen(model_preset("t5-11b-8l"), 1 << 20, "x", &err), DP_OK);
-    /* a window is a number of tokens */
-    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
-                                      "\"sliding_window\": -1}", "x.json", &m, &err), DP_ERR_PARSE);
-    assert_non_null(strstr(err.msg, "sliding_window"));
-    assert_int_equal(model_parse_hf("{\"model_type\": \"mistral\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"sliding_window\": \"4k\"}", "config.json", &m, &err),
-                     DP_ERR_PARSE);
+                                      "\"sliding_window\": -1}", "x.json", &back, &err), DP_ERR_PARSE);
     assert_non_null(strstr(err.msg, "sliding_window"));
 }
 
