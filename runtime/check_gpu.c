@@ -9,7 +9,10 @@
  * gradient) is compared as a relative error in norm, ||a - b|| / ||b||:
  *   GPU fp64 against the CPU:  under RT_CHECK_FP64_TOL (only summation orders differ);
  *   GPU bf16 against GPU fp64: under RT_CHECK_BF16_OUT_TOL (the output) and
- *                              RT_CHECK_BF16_GRAD_TOL (gradients), check_gpu.h's reasons.
+ *                              RT_CHECK_BF16_GRAD_TOL (gradients), check_gpu.h's reasons;
+ * and the parameter tensor whose gradient is furthest from the reference's relative to its own
+ * norm (RT_CHECK_FP64_TOL; RT_CHECK_BF16_TENSOR_TOL in bf16), which a wrong bias or norm
+ * gradient cannot hide in.
  * Speed: a GPT-6.7B-width layer in bf16 for a few shapes, its TFLOP/s (the FLOPs of
  * models/cost.h's analytic_flops, the simulator's own count, backward twice the forward) and
  * MFU against the GPU's bf16 peak (models/hw.h's presets, the GPU found by its name or --hw),
@@ -122,10 +125,29 @@ out:
     return rc;
 }
 
-/* Prints the rows comparing `got` with `want` under tolerance tol_out (the output) and tol_grad
- * (gradients); returns how many failed. */
+/* The parameter tensor whose gradient is furthest from want's, relative to the tensor's own norm
+ * (a small tensor, a bias or a norm's gain, can be wrong and hardly move the norm of them all):
+ * its error, and its name in *name. */
+static double worst_tensor(const layer_io *io, const layer_out *got, const layer_out *want,
+                           const char **name)
+{
+    size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+    int n = rt_layer_params_layout(io->s, off, len, &count);
+    double worst = 0;
+    *name = "-";
+    for (int i = 0; i < n; i++) {
+        double e = len[i] ? rel_err(got->grads + off[i], want->grads + off[i], len[i]) : 0;
+        if (e > worst || isnan(e)) worst = e, *name = rt_param_name(i);
+        if (isnan(e)) break;
+    }
+    return worst;
+}
+
+/* Prints the rows comparing `got` with `want` under tolerance tol_out (the output), tol_grad
+ * (gradients) and tol_tensor (the parameter tensor with the largest error of its own); returns how
+ * many failed. */
 static int compare(const char *title, const layer_io *io, const layer_out *got,
-                   const layer_out *want, double tol_out, double tol_grad)
+                   const layer_out *want, double tol_out, double tol_grad, double tol_tensor)
 {
     struct {
         const char *what;
@@ -142,6 +164,13 @@ static int compare(const char *title, const layer_io *io, const layer_out *got,
         printf("  %-22s %10.3e  (tolerance %.0e)  %s\n", rows[i].what, rows[i].err, rows[i].tol,
                ok ? "PASS" : "FAIL");
     }
+    const char *name;
+    double worst = worst_tensor(io, got, want, &name);
+    char what[40];
+    snprintf(what, sizeof what, "worst tensor (%s)", name);
+    int ok = worst < tol_tensor;
+    failed += !ok;
+    printf("  %-22s %10.3e  (tolerance %.0e)  %s\n", what, worst, tol_tensor, ok ? "PASS" : "FAIL");
     return failed;
 }
 
@@ -155,7 +184,7 @@ static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, in
     io.nh = (size_t)B * S * s->hidden, io.ne = (size_t)B * io.Se * s->hidden;
     rt_layer_params p;
     layer_out cpu = {0}, f64 = {0}, b16 = {0}, gemm = {0};
-    int rows = s->cross ? 4 : 3, failed = 3 * rows;
+    int rows = (s->cross ? 4 : 3) + 1, failed = 3 * rows; /* + the worst tensor's */
     *n_rows += 3 * rows;
     io.x = malloc(io.nh * sizeof(double)), io.dy = malloc(io.nh * sizeof(double));
     io.enc = calloc(io.ne + 1, sizeof(double));
@@ -182,20 +211,22 @@ static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, in
     printf("\n");
     if (run_cpu(&io, &cpu) != 0 || run_gpu(g, &io, RT_FP64, &f64) != 0) goto out;
     failed = compare("GPU fp64 against the CPU layer (fp64)", &io, &f64, &cpu, RT_CHECK_FP64_TOL,
-                     RT_CHECK_FP64_TOL);
+                     RT_CHECK_FP64_TOL, RT_CHECK_FP64_TOL);
     /* bf16 twice: as a run goes (cuDNN's fused attention where it builds), then with attention
      * on the GEMM path, so that one run on a GPU checks both */
     int b16_failed = rows, gemm_failed = rows;
     if (run_gpu(g, &io, RT_BF16, &b16) == 0) {
         char title[400];
         snprintf(title, sizeof title, "GPU bf16 against GPU fp64 (attention: %s)", rt_cuda_attention_path(g));
-        b16_failed = compare(title, &io, &b16, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL);
+        b16_failed = compare(title, &io, &b16, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL,
+                             RT_CHECK_BF16_TENSOR_TOL);
     }
     rt_cuda_set_attention(g, RT_ATTN_GEMM);
     if (run_gpu(g, &io, RT_BF16, &gemm) == 0) {
         char title[400];
         snprintf(title, sizeof title, "GPU bf16 against GPU fp64 (attention: %s)", rt_cuda_attention_path(g));
-        gemm_failed = compare(title, &io, &gemm, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL);
+        gemm_failed = compare(title, &io, &gemm, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL,
+                             RT_CHECK_BF16_TENSOR_TOL);
     }
     rt_cuda_set_attention(g, RT_ATTN_AUTO);
     failed += b16_failed + gemm_failed;

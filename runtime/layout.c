@@ -114,6 +114,14 @@ int rt_param_is_bias(int id)
 
 int rt_param_is_norm_bias(int id) { return id == RT_P_LN1_B || id == RT_P_LN2_B || id == RT_P_LNC_B; }
 
+const char *rt_param_name(int id)
+{
+    static const char *const names[RT_P_COUNT] = {
+        "ln1_g", "ln1_b", "wqkv", "bqkv", "wo", "bo", "ln2_g", "ln2_b", "w1", "b1", "w2", "b2",
+        "lnc_g", "lnc_b", "wqc", "bqc", "wkvc", "bkvc", "woc", "boc"};
+    return id >= 0 && id < RT_P_COUNT ? names[id] : "?";
+}
+
 size_t rt_param_copy_offset(size_t count, rt_dtype dt)
 {
     return dt == RT_BF16 ? align_up(count * 4) : 0;

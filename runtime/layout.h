@@ -140,6 +140,9 @@ int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size
  * (RT_P_LN1_B, _LN2_B, _LNC_B); 0 otherwise. */
 int rt_param_is_bias(int id);
 int rt_param_is_norm_bias(int id);
+/* A parameter's short name ("wqkv", "ln1_g"; Megatron's tensor names shortened), for messages;
+ * "?" out of range. */
+const char *rt_param_name(int id);
 /* Bytes of a parameter block of `count` elements at dt, the byte offset of its bf16 copy
  * (bf16; 0 for fp64), and the bytes of its gradient block. */
 size_t rt_param_block_bytes(size_t count, rt_dtype dt);

@@ -201,6 +201,15 @@ expect "the prepare pass keeps first calls out of the measured runs" 0 "" -- \
   env ASAN_OPTIONS=detect_leaks=0 timeout 60 "$FAKE" --plan $G/plan_zb1_4stages.json --backend cuda \
   --dtype fp64 --out "$TMP/x.csv"
 check "... and nothing is reported" bash -c "! grep -q 'slow first calls' '$TMP/out'"
+# check-gpu on the fake: its layer checks pass; a bf16 parameter gradient left undone (the fake's
+# FAKE_CUDA_FAULT) fails its tensor's row, though the norm of all the gradients stays within 5%
+expect "check-gpu's layer checks pass on the fake" 0 "^[0-9]+ passed, 0 failed$" -- \
+  env ASAN_OPTIONS=detect_leaks=0 timeout 60 "$FAKE" check-gpu gpt-tiny --no-speed
+expect "a missing bias gradient in bf16 fails its tensor's row" 1 \
+  "worst tensor \(b1\) +1\.000e\+00 +\(tolerance 2e-01\) +FAIL" -- \
+  env ASAN_OPTIONS=detect_leaks=0 FAKE_CUDA_FAULT=b1 timeout 60 "$FAKE" check-gpu gpt-tiny --no-speed
+check "... which the gradients' norm alone would pass" bash -c \
+  "grep -A3 '^GPU bf16' '$TMP/out' | grep -q 'parameter gradients .*PASS'"
 expect "one GPU refuses data parallelism" 1 "one GPU runs plans without data parallelism" -- timeout 60 "$FAKE" --plan "$TMP/dp2.json" --backend cuda --out "$TMP/x.csv"
 expect "two ranks on a host with one GPU are refused, on every rank" 1 "rank 0 on .*2 ranks run on host .*which has 1 GPU" -- \
   timeout 60 $MPIRUN -np 2 -x FAKE_CUDA_DEVICES=1 "$FAKE" --plan $G/plan_interleaved_2x2.json --backend cuda --out "$TMP/x.csv"

@@ -302,6 +302,35 @@ static const double *enc_for_backward(const rt_cuda_layer *l, const void *enc, s
     return *own;
 }
 
+/* FAKE_CUDA_FAULT=NAME (a parameter, layout.h's rt_param_name: "b1", "ln2_g"): the bf16 layer's
+ * backward leaves that parameter's gradient as it was, as a bf16 kernel that never ran would, so
+ * that a test sees dprun check-gpu find it (tests/cli/test_dprun_cli.sh). */
+typedef struct fake_fault {
+    size_t off, len;
+    double *saved; /* NULL: no fault here */
+} fake_fault;
+
+static fake_fault fault_save(const rt_layer_shape *s, rt_dtype dt, const double *gr)
+{
+    fake_fault f = {0, 0, NULL};
+    const char *name = getenv("FAKE_CUDA_FAULT");
+    size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+    int n = name && dt == RT_BF16 ? rt_layer_params_layout(s, off, len, &count) : 0;
+    for (int i = 0; i < n; i++)
+        if (len[i] && strcmp(rt_param_name(i), name) == 0) {
+            f.off = off[i], f.len = len[i];
+            if (!(f.saved = malloc(len[i] * sizeof *f.saved))) abort();
+            memcpy(f.saved, gr + off[i], len[i] * sizeof *f.saved);
+        }
+    return f;
+}
+
+static void fault_restore(fake_fault *f, double *gr)
+{
+    if (f->saved) memcpy(gr + f->off, f->saved, f->len * sizeof *f->saved);
+    free(f->saved);
+}
+
 void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc)
 {
@@ -319,7 +348,9 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     rt_layer_params_bind(&gp, &l->shape, gr);
     bind_acts(l, B, S, Se, acts, &a);
     a.denc = dench, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
+    fake_fault f = fault_save(&l->shape, grad->dtype, gr);
     rt_layer_bwd_input(&p, &gp, &l->shape, B, S, dyh, dxh, &a);
+    fault_restore(&f, gr);
     narrow(dx, dxh, nh, l->dtype, "input gradient");
     if (denc) narrow(denc, dench, ne, l->dtype, "encoder-output gradient");
     grads_write(grad->block, gr, grad->count, grad->dtype);
@@ -338,7 +369,9 @@ void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
     rt_layer_params_bind(&gp, &grad->shape, gr);
     bind_acts(grad, B, S, Se, acts, &a);
     a.enc = enc_for_backward(grad, enc, ne, &own);
+    fake_fault f = fault_save(&grad->shape, grad->dtype, gr);
     rt_layer_bwd_weight(&gp, &grad->shape, B, S, &a);
+    fault_restore(&f, gr);
     grads_write(grad->block, gr, grad->count, grad->dtype);
     free(own);
 }
