@@ -160,6 +160,16 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
     return DP_OK;
 }
 
+/* The model types of the num_hidden_layers kind whose MLP is not gated (two matrices, GELU or
+ * ReLU), which keep layer norms and biases too; the others are LLaMA's (SwiGLU, GeGLU). */
+static int ungated_mlp(const char *model_type)
+{
+    static const char *const types[] = {"gpt_neox", "phi", "starcoder2", "opt"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (strcmp(model_type, types[i]) == 0) return 1;
+    return 0;
+}
+
 /* "sliding_window": a number of tokens, or 0, null or absent for none. */
 static dp_status json_window(const cJSON *root, const char *name, int *window, dp_err *err)
 {
@@ -315,15 +325,17 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "n_positions", name, 0, 1 << 24, 1024, &m->positions, err));
     } else if (cJSON_HasObjectItem(root, "num_hidden_layers")) { /* LLaMA-style */
         m->arch = ARCH_GPT;
+        int is_opt = strcmp(mtype, "opt") == 0;
         TRY(json_int(root, "num_hidden_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
         TRY(json_int(root, "hidden_size", name, 1, 1 << 24, -1, &m->hidden, err));
         TRY(json_int(root, "num_attention_heads", name, 1, 1 << 16, -1, &m->heads, err));
         TRY(json_int(root, "head_dim", name, 1, 1 << 20, m->hidden / m->heads, &m->kv_channels,
                      err));
-        TRY(json_int(root, "intermediate_size", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
+        TRY(json_int(root, is_opt ? "ffn_dim" : "intermediate_size", name, 1, 1 << 26,
+                     4 * m->hidden, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, 32000, &m->vocab, err));
         TRY(json_int(root, "max_position_embeddings", name, 0, 1 << 24, 2048, &m->positions, err));
-        m->rope = 1; /* LLaMA-style models (and GPT-NeoX) rotate; no learned table */
+        m->rope = !is_opt; /* LLaMA-style models (and GPT-NeoX) rotate; OPT learns its positions */
         TRY(json_double(root, "rope_theta", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
         /* Qwen's configs name a window they do not use unless use_sliding_window (false by
          * default there); Mistral's have no such switch */
@@ -331,7 +343,7 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_bool(root, "use_sliding_window", name, strncmp(mtype, "qwen", 4) != 0, &use_window,
                       err));
         if (use_window) TRY(json_window(root, name, &m->window, err));
-        m->glu = strcmp(mtype, "gpt_neox") != 0;
+        m->glu = !ungated_mlp(mtype);
         TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
         /* Hugging Face's own defaults: llama, mistral and qwen2 untie the LM head (gemma ties it) */
         int untied_default = strcmp(mtype, "llama") == 0 || strcmp(mtype, "mistral") == 0 ||

@@ -25,7 +25,8 @@
  * those three, gemma and any config with an rms_norm_eps (phi3, qwen3) have RMSNorm and no
  * biases unless attention_bias or mlp_bias say so
  * (qwen2's default: biases, as its QKV projection has them; GPT-NeoX keeps layer norm and
- * biases), and T5 (d_model, num_layers,
+ * biases; it, phi, starcoder2 and opt have an ungated MLP, opt its width in ffn_dim and learned
+ * positions), and T5 (d_model, num_layers,
  * num_decoder_layers, d_ff, num_heads, d_kv). A mixture-of-experts config (num_local_experts,
  * num_experts, or model_type mixtral) is refused: experts are not modelled. A sliding attention
  * window (sliding_window: Mistral-7B-v0.1's 4096; for qwen model types only where

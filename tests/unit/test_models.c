@@ -348,6 +348,30 @@ static void test_hf_import(void **state)
     assert_int_equal(model_total_params(&m), model_total_params(model_preset("llama2-7b")));
     /* Llama-2-7B's model card: 6,738,415,616 */
     assert_int_equal(model_total_params(&m), 6738415616LL);
+    /* Phi-2, StarCoder2 and OPT are of this kind with an ungated MLP (two matrices), layer norms
+     * and biases: Phi-2 comes out at its 2,779,683,840 parameters but for its one layer norm a
+     * layer (parallel attention and MLP: 32 x 2 x 2560 fewer) and its LM head's bias (51,200
+     * more); OPT-125m at its 125,239,296 but for its position table's 2 offset rows (1,536), its
+     * MLP's width from ffn_dim and its positions learned */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"phi\", \"num_hidden_layers\": 32,"
+                                    "\"hidden_size\": 2560, \"num_attention_heads\": 32,"
+                                    "\"intermediate_size\": 10240, \"vocab_size\": 51200,"
+                                    "\"layer_norm_eps\": 1e-05, \"tie_word_embeddings\": false}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.glu + m.rmsnorm + m.no_bias, 0);
+    assert_int_equal(model_total_params(&m), 2779683840LL + 32 * 2 * 2560 - 51200);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"opt\", \"num_hidden_layers\": 12,"
+                                    "\"hidden_size\": 768, \"num_attention_heads\": 12,"
+                                    "\"ffn_dim\": 3072, \"vocab_size\": 50272,"
+                                    "\"max_position_embeddings\": 2048}", "config.json", &m, &err),
+                     DP_OK);
+    assert_int_equal(m.glu + m.rope, 0);
+    assert_int_equal(m.ffn, 3072);
+    assert_int_equal(model_total_params(&m), 125239296LL - 2 * 768);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"starcoder2\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.glu, 0);
     /* GPT-NeoX keeps layer norm and biases; qwen2's QKV biases keep them counted; a config's
      * attention_bias says so */
     assert_int_equal(model_parse_hf("{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2,"
