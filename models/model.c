@@ -323,6 +323,9 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "n_inner", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, GPT_VOCAB, &m->vocab, err));
         TRY(json_int(root, "n_positions", name, 0, 1 << 24, 1024, &m->positions, err));
+        int mqa; /* GPT-BigCode (StarCoder): one key/value head */
+        TRY(json_bool(root, "multi_query", name, 0, &mqa, err));
+        m->kv_heads = mqa ? 1 : 0;
     } else if (cJSON_HasObjectItem(root, "num_hidden_layers")) { /* LLaMA-style */
         m->arch = ARCH_GPT;
         int is_opt = strcmp(mtype, "opt") == 0;

@@ -325,6 +325,22 @@ static void test_hf_import(void **state)
                                     "config.json", &m, &err),
                      DP_OK);
     assert_int_equal(model_total_params(&m), 124439808);
+    /* GPT-BigCode's multi-query attention (StarCoderBase-1B): one key/value head, whose K and V
+     * projections are 2 x 24 x (2048 x 128 + 128) parameters where multi-head attention's were
+     * 2 x 24 x (2048 x 2048 + 2048) */
+    static const char bigcode[] = "{\"model_type\": \"gpt_bigcode\", \"n_layer\": 24, \"n_embd\": 2048,"
+                                  "\"n_head\": 16, \"n_inner\": 8192, \"vocab_size\": 49152,"
+                                  "\"n_positions\": 8192%s}";
+    char text[256];
+    model_spec mha;
+    snprintf(text, sizeof text, bigcode, ", \"multi_query\": true");
+    assert_int_equal(model_parse_hf(text, "config.json", &m, &err), DP_OK);
+    assert_int_equal(model_kv_heads(&m), 1);
+    snprintf(text, sizeof text, bigcode, "");
+    assert_int_equal(model_parse_hf(text, "config.json", &mha, &err), DP_OK);
+    assert_int_equal(model_kv_heads(&mha), 16);
+    assert_int_equal(model_total_params(&mha) - model_total_params(&m),
+                     2LL * 24 * ((2048LL * 2048 + 2048) - (2048LL * 128 + 128)));
     assert_int_equal(model_parse_hf("{\"d_model\": 1024, \"num_layers\": 24, \"num_decoder_layers\": 24,"
                                     "\"num_heads\": 128, \"d_kv\": 128, \"d_ff\": 65536,"
                                     "\"vocab_size\": 32128}",
