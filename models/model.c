@@ -295,11 +295,19 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(type) ? type->valuestring : "hf");
     const char *mtype = cJSON_IsString(type) ? type->valuestring : "";
-    if (cJSON_HasObjectItem(root, "num_local_experts") || cJSON_HasObjectItem(root, "num_experts") ||
-        strstr(mtype, "moe") || strcmp(mtype, "mixtral") == 0) {
+    /* experts by any of their names (a positive count): Mixtral's, Qwen-MoE's and OLMoE's,
+     * DeepSeek's, the number routed to; or by the model type */
+    static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts",
+                                              "num_experts_per_tok"};
+    const char *experts = strstr(mtype, "moe") || strcmp(mtype, "mixtral") == 0 ? mtype : NULL;
+    for (size_t i = 0; !experts && i < sizeof expert_keys / sizeof *expert_keys; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, expert_keys[i]);
+        if (cJSON_IsNumber(v) && v->valuedouble > 0) experts = expert_keys[i];
+    }
+    if (experts) {
         st = dp_fail(err, DP_ERR_INVALID, "%s: a mixture-of-experts model (%s): dpsim does not "
                      "model experts yet, and counting it as dense would be silently wrong",
-                     name, mtype[0] ? mtype : "num_local_experts");
+                     name, experts);
         goto out;
     }
     if (cJSON_HasObjectItem(root, "d_model")) { /* T5 */

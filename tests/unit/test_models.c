@@ -577,6 +577,20 @@ static void test_gqa_and_untied_heads(void **state)
                                     "\"num_local_experts\": 8, \"intermediate_size\": 14336}",
                                     "config.json", &m, &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "mixture-of-experts");
+    /* DeepSeek's name for them, and the routed count, whatever the model type */
+    static const char *const expert_keys[] = {"n_routed_experts", "num_experts_per_tok"};
+    for (int i = 0; i < 2; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"model_type\": \"deepseek_v2\", \"num_hidden_layers\": 2,"
+                 "\"hidden_size\": 256, \"num_attention_heads\": 4, \"%s\": 8}", expert_keys[i]);
+        assert_int_equal(model_parse_hf(text, "config.json", &m, &err), DP_ERR_INVALID);
+        assert_msg_has(err.msg, "mixture-of-experts model (");
+        assert_msg_has(err.msg, expert_keys[i]);
+    }
+    /* a dense config that names no experts (null) is dense */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
+                                    "\"num_experts\": null}", "config.json", &m, &err), DP_OK);
     assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
                                       "\"num_query_groups\": 3}", "spec.json", &m, &err),
                      DP_ERR_INVALID);
