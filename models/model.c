@@ -322,6 +322,9 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, T5_VOCAB, &m->vocab, err));
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "feed_forward_proj");
         m->glu = cJSON_IsString(act) && strncmp(act->valuestring, "gated", 5) == 0;
+        int tied; /* T5 v1.1 and Flan-T5 untie their LM head; T5 v1.0 ties it (the default) */
+        TRY(json_bool(root, "tie_word_embeddings", name, 1, &tied, err));
+        m->untied_head = !tied;
     } else if (cJSON_HasObjectItem(root, "n_layer")) { /* GPT-2 */
         m->arch = ARCH_GPT;
         TRY(json_int(root, "n_layer", name, 1, 1 << 20, -1, &m->enc_layers, err));

@@ -348,6 +348,15 @@ static void test_hf_import(void **state)
                      DP_OK);
     assert_int_equal(m.arch, ARCH_T5);
     assert_int_equal(model_layer_params(&m, 1), model_layer_params(model_preset("t5-11b-24l"), 1));
+    /* T5 v1.1's and Flan-T5's untied LM head counts its own V x h */
+    model_spec tied = m;
+    assert_int_equal(model_parse_hf("{\"d_model\": 1024, \"num_layers\": 24, \"num_decoder_layers\": 24,"
+                                    "\"num_heads\": 128, \"d_kv\": 128, \"d_ff\": 65536,"
+                                    "\"vocab_size\": 32128, \"tie_word_embeddings\": false}",
+                                    "config.json", &m, &err),
+                     DP_OK);
+    assert_int_equal(m.untied_head - tied.untied_head, 1);
+    assert_int_equal(model_total_params(&m) - model_total_params(&tied), 32128LL * 1024);
     assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 32,"
                                     "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
                                     "\"intermediate_size\": 11008, \"vocab_size\": 32000,"
