@@ -170,14 +170,6 @@ static int ungated_mlp(const char *model_type)
     return 0;
 }
 
-/* "sliding_window": a number of tokens, or 0, null or absent for none. */
-static dp_status json_window(const cJSON *root, const char *name, int *window, dp_err *err)
-{
-    *window = 0;
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) return DP_OK;
-    return json_int(root, "sliding_window", name, 0, 1 << 24, 0, window, err);
-}
-
 dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -218,7 +210,7 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
     TRY(json_choice(root, "normalization", name, "LayerNorm", "RMSNorm", &m->rmsnorm, err));
     TRY(json_double(root, "rotary_base", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
-    TRY(json_window(root, name, &m->window, err));
+    TRY(json_int(root, "sliding_window", name, 0, 1 << 24, 0, &m->window, err)); /* null: none */
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
     m->no_bias = !bias;
@@ -356,7 +348,7 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         int use_window;
         TRY(json_bool(root, "use_sliding_window", name, strncmp(mtype, "qwen", 4) != 0, &use_window,
                       err));
-        if (use_window) TRY(json_window(root, name, &m->window, err));
+        if (use_window) TRY(json_int(root, "sliding_window", name, 0, 1 << 24, 0, &m->window, err));
         m->glu = !ungated_mlp(mtype);
         TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
         /* Hugging Face's own defaults: llama, mistral and qwen2 untie the LM head (gemma ties it) */
