@@ -329,6 +329,11 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         int mqa; /* GPT-BigCode (StarCoder): one key/value head */
         TRY(json_bool(root, "multi_query", name, 0, &mqa, err));
         m->kv_heads = mqa ? 1 : 0;
+        /* GPT-J and CodeGen rotate (rotary_dim) and untie their LM head; GPT-2 ties it */
+        m->rope = cJSON_HasObjectItem(root, "rotary_dim");
+        int tied;
+        TRY(json_bool(root, "tie_word_embeddings", name, 1, &tied, err));
+        m->untied_head = !tied;
     } else if (cJSON_HasObjectItem(root, "num_hidden_layers")) { /* LLaMA-style */
         m->arch = ARCH_GPT;
         int is_opt = strcmp(mtype, "opt") == 0;

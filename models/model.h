@@ -19,7 +19,8 @@
  * "sliding_window" (0 or null: full attention) are optional.
  *
  * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner; GPT-BigCode's multi_query:
- * one key/value head), LLaMA-style
+ * one key/value head; GPT-J's rotary_dim: rotary positions; tie_word_embeddings, default true),
+ * LLaMA-style
  * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
  * with num_key_value_heads (grouped-query attention), rope_theta (10000) and tie_word_embeddings
  * (default: untied for llama, mistral and qwen2 model types, tied otherwise, gemma included);

@@ -325,6 +325,14 @@ static void test_hf_import(void **state)
                                     "config.json", &m, &err),
                      DP_OK);
     assert_int_equal(model_total_params(&m), 124439808);
+    /* GPT-J-6B: rotary positions (no table) and an untied LM head, within 0.1% of its
+     * 6,053,381,344 (its attention has no biases, its LM head has one; one layer norm a layer) */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"gptj\", \"n_layer\": 28, \"n_embd\": 4096,"
+                                    "\"n_head\": 16, \"n_inner\": null, \"rotary_dim\": 64,"
+                                    "\"vocab_size\": 50400, \"n_positions\": 2048,"
+                                    "\"tie_word_embeddings\": false}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(m.rope + m.untied_head, 2);
+    assert_true(fabs((double)model_total_params(&m) / 6053381344.0 - 1) < 1e-3);
     /* GPT-BigCode's multi-query attention (StarCoderBase-1B): one key/value head, whose K and V
      * projections are 2 x 24 x (2048 x 128 + 128) parameters where multi-head attention's were
      * 2 x 24 x (2048 x 2048 + 2048) */
