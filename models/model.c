@@ -164,7 +164,7 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
  * ReLU), which keep layer norms and biases too; the others are LLaMA's (SwiGLU, GeGLU). */
 static int ungated_mlp(const char *model_type)
 {
-    static const char *const types[] = {"gpt_neox", "phi", "starcoder2", "opt"};
+    static const char *const types[] = {"gpt_neox", "phi", "starcoder2", "opt", "falcon"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (strcmp(model_type, types[i]) == 0) return 1;
     return 0;
@@ -355,7 +355,16 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                       err));
         if (use_window) TRY(json_int(root, "sliding_window", name, 0, 1 << 24, 0, &m->window, err));
         m->glu = !ungated_mlp(mtype);
-        TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, m->heads, &m->kv_heads, err));
+        /* key/value heads: num_key_value_heads, or Falcon's num_kv_heads, or its multi_query's
+         * one */
+        int mqa, kv_default;
+        TRY(json_bool(root, "multi_query", name, 0, &mqa, err));
+        TRY(json_int(root, "num_kv_heads", name, 1, 1 << 16, mqa ? 1 : m->heads, &kv_default, err));
+        TRY(json_int(root, "num_key_value_heads", name, 1, 1 << 16, kv_default, &m->kv_heads, err));
+        /* a layer-norm model's biases, where its config says (Falcon's "bias") */
+        int bias;
+        TRY(json_bool(root, "bias", name, 1, &bias, err));
+        m->no_bias = !bias;
         /* Hugging Face's own defaults: llama, mistral and qwen2 untie the LM head (gemma ties it) */
         int untied_default = strcmp(mtype, "llama") == 0 || strcmp(mtype, "mistral") == 0 ||
                              strcmp(mtype, "qwen2") == 0, tied;

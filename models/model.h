@@ -27,8 +27,8 @@
  * those three, gemma and any config with an rms_norm_eps (phi3, qwen3) have RMSNorm and no
  * biases unless attention_bias or mlp_bias say so
  * (qwen2's default: biases, as its QKV projection has them; GPT-NeoX keeps layer norm and
- * biases; it, phi, starcoder2 and opt have an ungated MLP, opt its width in ffn_dim and learned
- * positions), and T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv;
+ * biases; it, phi, starcoder2, opt and falcon have an ungated MLP, opt its width in ffn_dim and
+ * learned positions; falcon's multi_query or num_kv_heads and its bias switch are read), and T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv;
  * tie_word_embeddings, default true). A mixture-of-experts config (a positive
  * num_local_experts, num_experts, n_routed_experts or num_experts_per_tok; model_type mixtral or
  * *moe*) is refused: experts are not modelled. A sliding attention

@@ -401,6 +401,21 @@ static void test_hf_import(void **state)
     assert_int_equal(m.glu + m.rope, 0);
     assert_int_equal(m.ffn, 3072);
     assert_int_equal(model_total_params(&m), 125239296LL - 2 * 768);
+    /* Falcon-7B: ungated, multi-query, no biases: within 0.005% of its 6,921,720,704 (one layer
+     * norm a layer: 32 x 2 x 4544 fewer); Falcon-40B's num_kv_heads */
+    assert_int_equal(model_parse_hf("{\"model_type\": \"falcon\", \"num_hidden_layers\": 32,"
+                                    "\"hidden_size\": 4544, \"num_attention_heads\": 71,"
+                                    "\"multi_query\": true, \"bias\": false, \"vocab_size\": 65024,"
+                                    "\"layer_norm_epsilon\": 1e-05}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(model_kv_heads(&m), 1);
+    assert_int_equal(m.glu + m.rmsnorm, 0);
+    assert_int_equal(m.no_bias, 1);
+    assert_int_equal(model_total_params(&m), 6921720704LL + 32 * 2 * 4544);
+    assert_int_equal(model_parse_hf("{\"model_type\": \"falcon\", \"num_hidden_layers\": 2,"
+                                    "\"hidden_size\": 256, \"num_attention_heads\": 8,"
+                                    "\"num_kv_heads\": 2, \"new_decoder_architecture\": true}",
+                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(model_kv_heads(&m), 2);
     assert_int_equal(model_parse_hf("{\"model_type\": \"starcoder2\", \"num_hidden_layers\": 2,"
                                     "\"hidden_size\": 256, \"num_attention_heads\": 4}",
                                     "config.json", &m, &err), DP_OK);
