@@ -1,4 +1,5 @@
-/* Fuzz target: the execution-plan JSON, its validator, and the simulator on plans that pass. */
+/* Fuzz target: the execution-plan JSON, its validator, its model rules (against the plan's own
+ * model_spec, or gpt-tiny with a sliding window), and the simulator on plans that pass. */
 #include "fuzz.h"
 
 #include "../../scheduler/plan.h"
@@ -26,6 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sim_iteration(&s, &cfg, &p.it[i], 0, NULL, &r, &err);
         }
         sim_release(&s);
+        model_spec m = *model_preset("gpt-tiny");
+        m.window = 64;
+        if (plan_check(&p, "fuzz-plan.json", &err) == DP_OK &&
+            (p.h.model_json == NULL || plan_model(&p, &m, &err) == DP_OK))
+            plan_check_model(&p, &m, "fuzz-plan.json", &err);
         plan_release(&p);
     }
     free(text);
