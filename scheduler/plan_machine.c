@@ -465,15 +465,17 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     return st;
 }
 
-/* A micro-batch's attention spans (a varlen row's samples, each attending to itself; else its
- * rows) within the model's sliding window (model_check_seqlen: dpsim costs, and dprun runs, full
- * attention). Its context is the planner's to enforce: a padded row may pass it by a few tokens. */
-static dp_status check_window(const plan_iter *it, int k, const model_spec *m,
+/* A micro-batch's attention spans within the model's sliding window (model_check_seqlen: dpsim
+ * costs, and dprun runs, full attention): a varlen row's samples, each attending to itself; else
+ * its rows' samples, at most the plan's max_seqlen (the padding after them, which a padded row
+ * can add past max_seqlen — to 2048 for Phi-3's window of 2047 —, is attended to by none of
+ * them). The context is the planner's to enforce, for the same padding. */
+static dp_status check_window(const plan *p, const plan_iter *it, int k, const model_spec *m,
                               const char *where, dp_err *err)
 {
     if (m->window <= 0) return DP_OK;
     const plan_mb *mb = &it->mb[k];
-    int span = mb->enc_len;
+    int span = mb->enc_len < p->h.rules.max_seqlen ? mb->enc_len : p->h.rules.max_seqlen;
     if (mb->varlen) {
         span = 0;
         for (int s = 0; s < mb->n_samples; s++) {
@@ -518,7 +520,7 @@ dp_status plan_check_model(const plan *p, const model_spec *m, const char *where
                 }
             }
         for (int k = 0; k < p->it[i].n_mb; k++) {
-            TRY(check_window(&p->it[i], k, m, where, err));
+            TRY(check_window(p, &p->it[i], k, m, where, err));
             int dec = p->it[i].mb[k].dec_len;
             if (m->arch == ARCH_T5 && dec < 1)
                 return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d has no "

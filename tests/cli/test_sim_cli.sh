@@ -195,6 +195,10 @@ expect "... with the longest it takes" 2 "^hint: --max-seqlen 2048 or less$" -- 
   "$DPSIM" plan --model "$TMP/mistral.json" --max-seqlen 4096 --iterations 1
 expect "... and up to the window it plans" 0 "iterations  *1" -- \
   "$DPSIM" plan --model "$TMP/mistral.json" --max-seqlen 2048 --iterations 1
+sed 's/"sliding_window": 2048/"sliding_window": 2047/' "$TMP/mistral.json" > "$TMP/window2047.json"
+"$DPSIM" plan --model "$TMP/window2047.json" --max-seqlen 2047 --batching padding --iterations 1 -o "$TMP/w2047.json" > /dev/null 2>&1
+expect "... and a plan at a window of 2047, its rows padded to 2048, simulates from the file" 0 "throughput" -- \
+  "$DPSIM" sim --plan "$TMP/w2047.json"
 expect "... as is a cost query's row past it" 2 "--seqlen 4096 is longer than mistral's sliding attention window" -- \
   "$DPSIM" cost --model "$TMP/mistral.json" --hw h100 --mbs 1 --seqlen 4096
 expect "... or a varlen sample past it" 2 "--samples item 2 \\(3000 tokens\\) is longer than mistral's sliding" -- \

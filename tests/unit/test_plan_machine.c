@@ -232,6 +232,12 @@ static void test_plan_level_rules(void **state)
              "sliding attention window of %d tokens", widest, longest, longest - 1);
     assert_msg_has(err.msg, want);
     assert_msg_has(err.msg, "rule: attention spans within the model's window");
+    /* a row padded past the plan's max_seqlen (Phi-3's window and max_seqlen 2047, its rows
+     * padded to 2048) holds at most max_seqlen tokens of samples: within the window */
+    int max_seqlen = p.h.rules.max_seqlen;
+    p.h.rules.max_seqlen = longest - 1;
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_OK);
+    p.h.rules.max_seqlen = max_seqlen;
     for (int k = 0; k < p.it[0].n_mb; k++) { /* every sample half the row: within the window */
         plan_mb *mb = &p.it[0].mb[k];
         mb->varlen = 1;
