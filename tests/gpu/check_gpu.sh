@@ -82,8 +82,13 @@ step() {
 
 # figures, each read from a step's log
 fig_none() { :; }
-fig_checks() { # check-gpu: its count, the attention paths, the speed rows
+fig_checks() { # check-gpu: its count, bf16's largest errors, the attention paths, the speed rows
     grep -E '^[0-9]+ passed' "$1"
+    awk '/^GPU bf16 against GPU fp64/ { on = 1; next } /^(GPU|#)/ { on = 0 }
+         on && $1 == "layer" { if ($3 + 0 > o) o = $3 + 0 }
+         on && ($1 == "input" || $1 == "parameter" || $1 == "encoder-output") { if ($3 + 0 > g) g = $3 + 0 }
+         on && $1 == "worst" { if ($4 + 0 >= t) { t = $4 + 0; name = $3 } }
+         END { if (o != "") printf "bf16 vs fp64, largest: output %.2e, gradients %.2e, a tensor %.2e %s;\n", o, g, t, name }' "$1"
     grep -Eo 'attention: [^)]*' "$1" | sort -u | head -n 2
     awk '/^mbs x seq/ { on = 1; next }
          on && /^ *[0-9]+ x/ { v = ($4 == "varlen") ? 2 : 0; label = $1 " x " $3 (v ? " varlen " $5 : "")
