@@ -15,9 +15,9 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope, rmsnorm, no_bias, rope_base, window}. The paper's GPT shapes learn 8192 positions:
- * it runs them at max lengths up to 8192, which Megatron allows only with a position table that
- * long. */
+ * untied_head, rope, rmsnorm, no_bias, rope_base, window}. The paper's GPT shapes learn 8192
+ * positions: it runs them at max lengths up to 8192, which Megatron allows only with a position
+ * table that long. */
 static const model_spec PRESETS[] = {
     {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
     {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
@@ -44,16 +44,21 @@ const char *model_arch_name(model_arch a)
     return a == ARCH_T5 ? "t5" : "gpt";
 }
 
-dp_status model_check_seqlen(const model_spec *m, int seqlen, const char *what, dp_err *err)
+dp_status model_check_window(const model_spec *m, int seqlen, const char *what, dp_err *err)
 {
-    if (m->positions > 0 && seqlen > m->positions)
-        return dp_fail(err, DP_ERR_INVALID, "%s is longer than the %d tokens %s takes (its "
-                       "max_position_embeddings)", what, m->positions, m->name);
     if (m->window > 0 && seqlen > m->window)
         return dp_fail(err, DP_ERR_INVALID, "%s is longer than %s's sliding attention window of %d "
                        "tokens (its sliding_window): dpsim costs full attention, which past the "
                        "window is more work than the model does", what, m->name, m->window);
     return DP_OK;
+}
+
+dp_status model_check_seqlen(const model_spec *m, int seqlen, const char *what, dp_err *err)
+{
+    if (m->positions > 0 && seqlen > m->positions)
+        return dp_fail(err, DP_ERR_INVALID, "%s is longer than the %d tokens %s takes (its "
+                       "max_position_embeddings)", what, m->positions, m->name);
+    return model_check_window(m, seqlen, what, err);
 }
 
 int model_layers(const model_spec *m)

@@ -18,22 +18,23 @@
  * "add_bias_linear" (true: every projection has a bias), "rotary_base" (10000; with rope) and
  * "sliding_window" (0 or null: full attention) are optional.
  *
- * Hugging Face config.json: GPT-2 (n_layer, n_embd, n_head, n_inner; GPT-BigCode's multi_query:
- * one key/value head; GPT-J's rotary_dim: rotary positions; tie_word_embeddings, default true),
- * LLaMA-style
- * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim; gated MLP)
- * with num_key_value_heads (grouped-query attention), rope_theta (10000) and tie_word_embeddings
- * (default: untied for llama, mistral and qwen2 model types, tied otherwise, gemma included);
- * those three, gemma and any config with an rms_norm_eps (phi3, qwen3) have RMSNorm and no
- * biases unless attention_bias or mlp_bias say so
- * (qwen2's default: biases, as its QKV projection has them; GPT-NeoX keeps layer norm and
- * biases; it, phi, starcoder2, opt and falcon have an ungated MLP, opt its width in ffn_dim and
- * learned positions; falcon's multi_query or num_kv_heads and its bias switch are read), and T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv;
- * tie_word_embeddings, default true). A mixture-of-experts config (a positive
- * num_local_experts, num_experts, n_routed_experts or num_experts_per_tok; model_type mixtral or
- * *moe*) is refused: experts are not modelled. A sliding attention
- * window (sliding_window: Mistral-7B-v0.1's 4096; for qwen model types only where
- * use_sliding_window, false by default, says so) is kept, and sequences longer than it are
+ * Hugging Face config.json:
+ *   GPT-2 kind (n_layer, n_embd, n_head, n_inner): GPT-BigCode's multi_query is one key/value
+ *   head, GPT-J's rotary_dim rotary positions; tie_word_embeddings (default true).
+ *   LLaMA kind (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, head_dim;
+ *   a gated MLP) with num_key_value_heads (grouped-query attention), rope_theta (10000) and
+ *   tie_word_embeddings (default: untied for the llama, mistral and qwen2 model types, tied
+ *   otherwise, gemma included); those three, gemma and any config with an rms_norm_eps (phi3,
+ *   qwen3) have RMSNorm and no biases unless attention_bias or mlp_bias say so (qwen2's default:
+ *   biases, as its QKV projection has them). gpt_neox, phi, starcoder2, opt and falcon have an
+ *   ungated MLP and layer norms with biases (unless falcon's "bias" is false); opt its MLP's
+ *   width in ffn_dim and learned positions; falcon's multi_query or num_kv_heads.
+ *   T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv; tie_word_embeddings,
+ *   default true).
+ * A mixture-of-experts config (a positive num_local_experts, num_experts, n_routed_experts or
+ * num_experts_per_tok; model_type mixtral or *moe*) is refused: experts are not modelled. A
+ * sliding attention window (sliding_window: Mistral-7B-v0.1's 4096; for qwen model types only
+ * where use_sliding_window, false by default, says so) is kept, and sequences longer than it are
  * refused (model_check_seqlen).
  *
  * Parameter counts follow Megatron-LM (biases and two layer norms per block):
@@ -98,9 +99,11 @@ double model_rope_base(const model_spec *m);
 
 /* Refuses sequences of seqlen tokens (what: what they are, for the message: "--max-seqlen 8192")
  * that the model does not take (longer than its max_position_embeddings) or that dpsim cannot
- * cost for it (longer than its sliding attention window: the full attention dpsim counts would
- * be more work than the window's). DP_OK, or DP_ERR_INVALID with the limit and its field. */
+ * cost for it (model_check_window). DP_OK, or DP_ERR_INVALID with the limit and its field. */
 dp_status model_check_seqlen(const model_spec *m, int seqlen, const char *what, dp_err *err);
+/* The window alone: a span of seqlen tokens longer than the model's sliding attention window is
+ * refused (the full attention dpsim counts would be more work than the window's). */
+dp_status model_check_window(const model_spec *m, int seqlen, const char *what, dp_err *err);
 
 /* Total layers (enc + dec). */
 int model_layers(const model_spec *m);

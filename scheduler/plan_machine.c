@@ -465,7 +465,7 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     return st;
 }
 
-/* A micro-batch's attention spans within the model's sliding window (model_check_seqlen: dpsim
+/* A micro-batch's attention spans within the model's sliding window (model_check_window: dpsim
  * costs, and dprun runs, full attention): a varlen row's samples, each attending to itself; else
  * its rows' samples, at most the plan's max_seqlen (the padding after them, which a padded row
  * can add past max_seqlen — to 2048 for Phi-3's window of 2047 —, is attended to by none of
@@ -483,12 +483,10 @@ static dp_status check_window(const plan *p, const plan_iter *it, int k, const m
             span = len > span ? len : span;
         }
     }
-    model_spec full = *m;
-    full.positions = 0; /* the window alone */
     char what[160];
     snprintf(what, sizeof what, "%s: iteration %d: micro-batch %d's %s of %d tokens", where, it->id,
              k, mb->varlen ? "longest sample" : "rows", span);
-    if (model_check_seqlen(&full, span, what, err) != DP_OK)
+    if (model_check_window(m, span, what, err) != DP_OK)
         return dp_fail(err, DP_ERR_INVALID, "%s (rule: attention spans within the model's window)",
                        err->msg);
     return DP_OK;
