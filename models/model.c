@@ -15,27 +15,27 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope, rmsnorm, no_bias, rope_base, window}. The paper's GPT shapes learn 8192
+ * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window}. The paper's GPT shapes learn 8192
  * positions: it runs them at max lengths up to 8192, which Megatron allows only with a position
  * table that long. */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0, 0},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -69,6 +69,11 @@ int model_layers(const model_spec *m)
 int model_kv_heads(const model_spec *m)
 {
     return m->kv_heads > 0 ? m->kv_heads : m->heads;
+}
+
+double model_norm_eps(const model_spec *m)
+{
+    return m->norm_eps > 0 ? m->norm_eps : MODEL_NORM_EPS;
 }
 
 double model_rope_base(const model_spec *m)
@@ -215,6 +220,7 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_bool(root, "untie_embeddings_and_output_weights", name, 0, &m->untied_head, err));
     TRY(json_choice(root, "normalization", name, "LayerNorm", "RMSNorm", &m->rmsnorm, err));
     TRY(json_double(root, "rotary_base", name, 1, 1e12, 0, MODEL_ROPE_BASE, &m->rope_base, err));
+    TRY(json_double(root, "norm_epsilon", name, 1e-30, 1, 0, MODEL_NORM_EPS, &m->norm_eps, err));
     TRY(json_int(root, "sliding_window", name, 0, 1 << 24, 0, &m->window, err)); /* null: none */
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
@@ -269,6 +275,8 @@ cJSON *model_to_json(const model_spec *m)
     cJSON_AddStringToObject(o, "normalization", m->rmsnorm ? "RMSNorm" : "LayerNorm");
     cJSON_AddBoolToObject(o, "add_bias_linear", !m->no_bias);
     if (m->rope) cJSON_AddNumberToObject(o, "rotary_base", model_rope_base(m));
+    if (m->norm_eps > 0 && m->norm_eps != MODEL_NORM_EPS)
+        cJSON_AddNumberToObject(o, "norm_epsilon", m->norm_eps);
     if (m->window > 0) cJSON_AddNumberToObject(o, "sliding_window", m->window);
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
@@ -307,6 +315,11 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                      name, experts);
         goto out;
     }
+    /* the norms' epsilon, by whichever of its names the config uses */
+    static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
+                                           "norm_epsilon"};
+    for (size_t i = 0; i < sizeof eps_keys / sizeof *eps_keys && !m->norm_eps; i++)
+        TRY(json_double(root, eps_keys[i], name, 1e-30, 1, 0, 0, &m->norm_eps, err));
     if (cJSON_HasObjectItem(root, "d_model")) { /* T5 */
         m->arch = ARCH_T5;
         TRY(json_int(root, "num_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));

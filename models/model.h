@@ -15,8 +15,8 @@
  * or "rope"), "glu" (false), "num_query_groups" (key/value heads for grouped-query attention, Megatron's
  * name; default the heads), "untie_embeddings_and_output_weights" (false: the LM head is the
  * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm"),
- * "add_bias_linear" (true: every projection has a bias), "rotary_base" (10000; with rope) and
- * "sliding_window" (0 or null: full attention) are optional.
+ * "add_bias_linear" (true: every projection has a bias), "rotary_base" (10000; with rope),
+ * "norm_epsilon" (1e-5) and "sliding_window" (0 or null: full attention) are optional.
  *
  * Hugging Face config.json:
  *   GPT-2 kind (n_layer, n_embd, n_head, n_inner): GPT-BigCode's multi_query is one key/value
@@ -31,6 +31,8 @@
  *   width in ffn_dim and learned positions; falcon's multi_query or num_kv_heads.
  *   T5 (d_model, num_layers, num_decoder_layers, d_ff, num_heads, d_kv; tie_word_embeddings,
  *   default true).
+ *   Every kind: the norms' epsilon from rms_norm_eps, layer_norm_eps, layer_norm_epsilon or
+ *   norm_epsilon, the first the config has (1e-5 where none).
  * A mixture-of-experts config (a positive num_local_experts, num_experts, n_routed_experts or
  * num_experts_per_tok; model_type mixtral or *moe*) is refused: experts are not modelled. A
  * sliding attention window (sliding_window: Mistral-7B-v0.1's 4096; for qwen model types only
@@ -84,6 +86,9 @@ typedef struct model_spec {
                       * --disable-bias-linear); 0: every projection has one */
     double rope_base; /* rotary: the angles' base (Megatron's rotary_base, Hugging Face's
                        * rope_theta: Llama-3 500000); 0: MODEL_ROPE_BASE, LLaMA-2's 10000 */
+    double norm_eps; /* the norms' epsilon (Megatron's norm_epsilon, Hugging Face's rms_norm_eps,
+                      * layer_norm_eps or layer_norm_epsilon: Qwen2's and Gemma's 1e-6); 0:
+                      * MODEL_NORM_EPS. What dprun's layers compute with, not what they cost */
     int window;      /* sliding-window attention: a token attends to at most this many tokens
                       * (Hugging Face's sliding_window; Mistral-7B-v0.1: 4096); 0: to all before it.
                       * dpsim's costs and dprun's layers are full attention, the same as the
@@ -96,6 +101,10 @@ int model_kv_heads(const model_spec *m);
 /* The rotary embeddings' base: rope_base, or MODEL_ROPE_BASE when 0; 0 without rope. */
 #define MODEL_ROPE_BASE 10000.0
 double model_rope_base(const model_spec *m);
+
+/* The norms' epsilon: norm_eps, or MODEL_NORM_EPS (Megatron's and LLaMA-2's 1e-5) when 0. */
+#define MODEL_NORM_EPS 1e-5
+double model_norm_eps(const model_spec *m);
 
 /* Refuses sequences of seqlen tokens (what: what they are, for the message: "--max-seqlen 8192")
  * that the model does not take (longer than its max_position_embeddings) or that dpsim cannot

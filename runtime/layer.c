@@ -46,7 +46,7 @@ void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double 
 }
 
 void rt_layernorm_fwd(const double *x, const double *g, const double *b, double *y, double *mean,
-                      double *rstd, int n, int h)
+                      double *rstd, int n, int h, double eps)
 {
     for (int i = 0; i < n; i++) {
         const double *xi = x + (size_t)i * h;
@@ -55,7 +55,7 @@ void rt_layernorm_fwd(const double *x, const double *g, const double *b, double 
         m /= h;
         for (int j = 0; j < h; j++) v += (xi[j] - m) * (xi[j] - m);
         v /= h;
-        double r = 1 / sqrt(v + RT_NORM_EPS);
+        double r = 1 / sqrt(v + eps);
         mean[i] = m;
         rstd[i] = r;
         for (int j = 0; j < h; j++) y[(size_t)i * h + j] = (xi[j] - m) * r * g[j] + b[j];
@@ -84,13 +84,14 @@ void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const 
     }
 }
 
-void rt_rmsnorm_fwd(const double *x, const double *g, double *y, double *rstd, int n, int h)
+void rt_rmsnorm_fwd(const double *x, const double *g, double *y, double *rstd, int n, int h,
+                    double eps)
 {
     for (int i = 0; i < n; i++) {
         const double *xi = x + (size_t)i * h;
         double v = 0;
         for (int j = 0; j < h; j++) v += xi[j] * xi[j];
-        double r = 1 / sqrt(v / h + RT_NORM_EPS);
+        double r = 1 / sqrt(v / h + eps);
         rstd[i] = r;
         for (int j = 0; j < h; j++) y[(size_t)i * h + j] = xi[j] * r * g[j];
     }
@@ -116,9 +117,9 @@ void rt_norm_fwd(const rt_layer_shape *s, const double *x, const double *g, cons
                  double *y, double *mean, double *rstd, int n, int h)
 {
     if (s->rmsnorm)
-        rt_rmsnorm_fwd(x, g, y, rstd, n, h);
+        rt_rmsnorm_fwd(x, g, y, rstd, n, h, rt_layer_norm_eps(s));
     else
-        rt_layernorm_fwd(x, g, b, y, mean, rstd, n, h);
+        rt_layernorm_fwd(x, g, b, y, mean, rstd, n, h, rt_layer_norm_eps(s));
 }
 
 void rt_norm_bwd(const rt_layer_shape *s, const double *dy, const double *x, const double *g,
@@ -364,7 +365,8 @@ rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
                         .cross = kind == RT_LAYER_DECODER, .glu = m->glu,
                         .kv_heads = model_kv_heads(m), .rmsnorm = m->rmsnorm,
                         .no_bias = m->no_bias,
-                        .rope_base = kind == RT_LAYER_GPT ? model_rope_base(m) : 0};
+                        .rope_base = kind == RT_LAYER_GPT ? model_rope_base(m) : 0,
+                        .norm_eps = model_norm_eps(m)};
     return s;
 }
 

@@ -50,20 +50,18 @@ void rt_linear_bwd_input(const double *dy, const double *w, double *dx, int n, i
 void rt_linear_bwd_weight(const double *x, const double *dy, double *dw, double *db, int n, int in,
                           int out);
 
-/* The norms' epsilon (every backend's): layer norm's and RMSNorm's, LLaMA's 1e-5. */
-#define RT_NORM_EPS 1e-5
-
 /* Layer norm over rows of x (n, h): y = (x - mean) / sqrt(var + eps) * g + b. mean and rstd (n)
  * are saved for the backward. */
 void rt_layernorm_fwd(const double *x, const double *g, const double *b, double *y, double *mean,
-                      double *rstd, int n, int h);
+                      double *rstd, int n, int h, double eps);
 /* dx (n, h) = d(LN)/dx . dy; dg, db (h) += parameter gradients. */
 void rt_layernorm_bwd(const double *dy, const double *x, const double *g, const double *mean,
                       const double *rstd, double *dx, double *dg, double *db, int n, int h);
 
 /* RMSNorm over rows of x (n, h): y = x / sqrt(mean(x^2) + eps) * g; rstd
  * (n) saved for the backward, which adds dg (h). */
-void rt_rmsnorm_fwd(const double *x, const double *g, double *y, double *rstd, int n, int h);
+void rt_rmsnorm_fwd(const double *x, const double *g, double *y, double *rstd, int n, int h,
+                    double eps);
 void rt_rmsnorm_bwd(const double *dy, const double *x, const double *g, const double *rstd,
                     double *dx, double *dg, int n, int h);
 /* The norm of a layer of shape s: RMSNorm when s->rmsnorm (b, mean and db unused: NULL), else

@@ -79,7 +79,15 @@ typedef struct rt_layer_shape {
     int no_bias;  /* the projections have no biases (LLaMA); 0: each has one */
     double rope_base; /* rotary position embeddings on the self-attention's queries and keys
                        * (LLaMA): their base (models/model.h model_rope_base); 0: none */
+    double norm_eps;  /* the norms' epsilon (models/model.h model_norm_eps); 0: RT_NORM_EPS */
 } rt_layer_shape;
+
+/* The norms' epsilon where a shape does not say (every backend's): Megatron's and LLaMA-2's. */
+#define RT_NORM_EPS 1e-5
+static inline double rt_layer_norm_eps(const rt_layer_shape *s)
+{
+    return s->norm_eps > 0 ? s->norm_eps : RT_NORM_EPS;
+}
 
 /* Grouped-query attention: the keys and values have kv_heads heads, each shared by heads /
  * kv_heads consecutive query heads (query head h reads key/value head

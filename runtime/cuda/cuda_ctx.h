@@ -245,7 +245,7 @@ static void colsum(rt_cuda *g, typename elem<T>::math *db, const T *dy, int n, i
 // the statistics in the math type (layer.c's rt_layernorm_fwd and rt_rmsnorm_fwd).
 template <class T>
 __global__ void k_norm_fwd(const T *x, const T *gm, const T *bt, T *y, typename elem<T>::math *mean,
-                           typename elem<T>::math *rstd, int h, int rms)
+                           typename elem<T>::math *rstd, int h, int rms, double eps)
 {
     typedef typename elem<T>::math M;
     const T *xi = x + (long long)blockIdx.x * h;
@@ -256,7 +256,7 @@ __global__ void k_norm_fwd(const T *x, const T *gm, const T *bt, T *y, typename 
         M d = elem<T>::load(xi[j]) - m;
         v += d * d;
     }
-    M r = 1 / sqrt(block_sum(v) / h + (M)RT_NORM_EPS);
+    M r = 1 / sqrt(block_sum(v) / h + (M)eps);
     for (int j = threadIdx.x; j < h; j += THREADS)
         y[(long long)blockIdx.x * h + j] = elem<T>::store(
             (elem<T>::load(xi[j]) - m) * r * elem<T>::load(gm[j]) + (rms ? 0 : elem<T>::load(bt[j])));
@@ -318,7 +318,8 @@ static void norm_fwd(rt_cuda *g, const rt_layer_shape *s, const T *x, const T *g
                      typename elem<T>::math *mean, typename elem<T>::math *rstd, int n)
 {
     if (n <= 0) return;
-    k_norm_fwd<T><<<n, THREADS, 0, g->stream>>>(x, gm, bt, y, mean, rstd, s->hidden, s->rmsnorm);
+    k_norm_fwd<T><<<n, THREADS, 0, g->stream>>>(x, gm, bt, y, mean, rstd, s->hidden, s->rmsnorm,
+                                                 rt_layer_norm_eps(s));
 }
 
 template <class T>

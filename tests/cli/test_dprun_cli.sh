@@ -180,8 +180,16 @@ EOF
 "$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
   --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
 same_norm "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
+llama_norm=$(norm "$TMP/cpu.out") # at the default epsilon, for the norm_epsilon check below
 expect "dpsim validate on the LLaMA-3 run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/gqa_plan.json" --measured "$TMP/c.csv"
 bf16_run "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
+# the model's norm epsilon reaches every backend through the plan (0.5, so that it shows)
+sed 's/"rotary_base": 500000}/"rotary_base": 500000, "norm_epsilon": 0.5}/' "$TMP/gqa.json" >"$TMP/eps.json"
+"$DPSIM" plan --model "$TMP/eps.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
+  --iterations 1 -o "$TMP/eps_plan.json" >/dev/null 2>&1
+check "a plan carries its model's norm_epsilon" grep -Eq '"norm_epsilon": ?0.5' "$TMP/eps_plan.json"
+same_norm "a norm epsilon of 0.5 on 2 stages" 2 "$TMP/eps_plan.json"
+check "... which changes the gradient norm" test -n "$llama_norm" -a "$(norm "$TMP/cpu.out")" != "$llama_norm"
 if [ -z "$SANITIZED" ]; then # (the sanitizer build checks varlen RoPE's memory in test_layer)
   "$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 128 --global-tokens 512 \
     --batching packing-ffd-varlen --iterations 1 -o "$TMP/gqa_varlen.json" >/dev/null 2>&1

@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include "../../models/model.h"
 #include "../../runtime/layer.h"
 
 static unsigned rng = 12345;
@@ -73,17 +74,18 @@ static void test_linear_grad(void **state)
 }
 
 /* ---- layer norm ---- */
-typedef struct ln_ctx { double *x, *g, *b, *mean, *rstd; int n, h; } ln_ctx;
+typedef struct ln_ctx { double *x, *g, *b, *mean, *rstd; int n, h; double eps; } ln_ctx;
 static void ln_fwd(void *c, double *y)
 {
     ln_ctx *l = c;
-    rt_layernorm_fwd(l->x, l->g, l->b, y, l->mean, l->rstd, l->n, l->h);
+    rt_layernorm_fwd(l->x, l->g, l->b, y, l->mean, l->rstd, l->n, l->h, l->eps);
 }
 
 static void test_layernorm_grad(void **state)
 {
     (void)state;
-    ln_ctx l = {rnd(4 * 6), rnd(6), rnd(6), calloc(4, sizeof(double)), calloc(4, sizeof(double)), 4, 6};
+    ln_ctx l = {rnd(4 * 6), rnd(6), rnd(6), calloc(4, sizeof(double)), calloc(4, sizeof(double)), 4, 6,
+                RT_NORM_EPS};
     double *R = rnd(24), *y = malloc(24 * sizeof *y), *dx = calloc(24, sizeof *dx);
     double *dg = calloc(6, sizeof *dg), *db = calloc(6, sizeof *db);
     ln_fwd(&l, y);
@@ -98,23 +100,36 @@ static void test_layernorm_grad(void **state)
 static void rms_fwd(void *c, double *y)
 {
     ln_ctx *l = c;
-    rt_rmsnorm_fwd(l->x, l->g, y, l->rstd, l->n, l->h);
+    rt_rmsnorm_fwd(l->x, l->g, y, l->rstd, l->n, l->h, l->eps);
 }
 
 static void test_rmsnorm_grad(void **state)
 {
     (void)state;
-    ln_ctx l = {rnd(4 * 6), rnd(6), NULL, NULL, calloc(4, sizeof(double)), 4, 6};
+    /* a large epsilon (0.25), so that the by-hand check below sees it */
+    ln_ctx l = {rnd(4 * 6), rnd(6), NULL, NULL, calloc(4, sizeof(double)), 4, 6, 0.25};
     double *R = rnd(24), *y = malloc(24 * sizeof *y), *dx = calloc(24, sizeof *dx);
     double *dg = calloc(6, sizeof *dg);
     rms_fwd(&l, y);
     rt_rmsnorm_bwd(R, l.x, l.g, l.rstd, dx, dg, 4, 6);
     check_grad("rmsnorm dx", rms_fwd, &l, l.x, 24, dx, R, 24);
     check_grad("rmsnorm dg", rms_fwd, &l, l.g, 6, dg, R, 24);
-    /* y = x / rms(x) * g, by hand for one row */
+    /* y = x / sqrt(mean(x^2) + eps) * g, by hand for one row */
     double ss = 0;
     for (int j = 0; j < 6; j++) ss += l.x[6 + j] * l.x[6 + j];
-    assert_true(fabs(y[6 + 2] - l.x[6 + 2] / sqrt(ss / 6 + 1e-5) * l.g[2]) < 1e-14);
+    assert_true(fabs(y[6 + 2] - l.x[6 + 2] / sqrt(ss / 6 + 0.25) * l.g[2]) < 1e-14);
+    /* a layer's norm takes its model's epsilon (Qwen2's 1e-6 here, 0.25 to be seen), by hand */
+    model_spec m = *model_preset("llama2-7b");
+    m.norm_eps = 0.25;
+    rt_layer_shape s = rt_layer_shape_of(&m, RT_LAYER_GPT);
+    s.hidden = 6;
+    rt_norm_fwd(&s, l.x, l.g, NULL, y, NULL, l.rstd, 4, 6);
+    assert_true(fabs(l.rstd[1] - 1 / sqrt(ss / 6 + 0.25)) < 1e-14);
+    m.norm_eps = 0; /* the default */
+    s = rt_layer_shape_of(&m, RT_LAYER_GPT);
+    s.hidden = 6;
+    rt_norm_fwd(&s, l.x, l.g, NULL, y, NULL, l.rstd, 4, 6);
+    assert_true(fabs(l.rstd[1] - 1 / sqrt(ss / 6 + 1e-5)) < 1e-14);
     free(l.x), free(l.g), free(l.rstd), free(R), free(y), free(dx), free(dg);
 }
 

@@ -1,6 +1,8 @@
 /* Unit tests for models/: specs, profile interpolation, analytic formulas, memory, comm, fit. */
 #include "testutil.h"
 
+#include <cjson/cJSON.h>
+
 #include "../../models/calibrate.h"
 #include "../../models/comm.h"
 #include "../../models/cost.h"
@@ -498,6 +500,40 @@ static void test_sliding_window(void **state)
     assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
                                       "\"sliding_window\": -1}", "x.json", &back, &err), DP_ERR_PARSE);
     assert_non_null(strstr(err.msg, "sliding_window"));
+}
+
+/* The norms' epsilon: Hugging Face's names for it, Megatron's norm_epsilon in a dpsim spec (written
+ * back only where it is not the default), 1e-5 where nothing says. */
+static void test_norm_epsilon(void **state)
+{
+    (void)state;
+    dp_err err = {0};
+    static const char *const keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
+                                       "norm_epsilon"};
+    model_spec m, back;
+    for (int i = 0; i < 4; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
+                 "\"hidden_size\": 256, \"num_attention_heads\": 4, \"%s\": 1e-06}", keys[i]);
+        assert_int_equal(model_parse_hf(text, "config.json", &m, &err), DP_OK);
+        assert_true(model_norm_eps(&m) == 1e-6);
+    }
+    assert_int_equal(model_parse_hf("{\"d_model\": 64, \"num_layers\": 2, \"num_heads\": 4,"
+                                    "\"d_ff\": 256, \"layer_norm_epsilon\": 1e-06}", "config.json",
+                                    &m, &err), DP_OK); /* T5's */
+    assert_true(model_norm_eps(&m) == 1e-6);
+    const char *path = tmp_file(".json", "");
+    assert_int_equal(model_write_json(&m, path, &err), DP_OK);
+    assert_int_equal(model_read_json(path, &back, &err), DP_OK);
+    assert_true(model_norm_eps(&back) == 1e-6);
+    /* the default: 1e-5, and a spec without the key (a plan's model_spec stays as it was) */
+    assert_true(model_norm_eps(model_preset("llama2-7b")) == MODEL_NORM_EPS);
+    cJSON *o = model_to_json(model_preset("llama2-7b"));
+    assert_false(cJSON_HasObjectItem(o, "norm_epsilon"));
+    cJSON_Delete(o);
+    assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 4,"
+                                      "\"norm_epsilon\": 0}", "x.json", &m, &err), DP_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "norm_epsilon"));
 }
 
 /* Grouped-query attention and untied LM heads, from Hugging Face configs: Llama-3-8B is
@@ -998,6 +1034,7 @@ int main(void)
         cmocka_unit_test(test_memory_and_comm_closed_forms),
         cmocka_unit_test(test_gqa_and_untied_heads),
         cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test(test_norm_epsilon),
         cmocka_unit_test(test_calibration_recovers_known_parameters),
         cmocka_unit_test(test_calibration_on_a100_grid),
     };
