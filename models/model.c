@@ -15,9 +15,9 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window}. The paper's GPT shapes learn 8192
- * positions: it runs them at max lengths up to 8192, which Megatron allows only with a position
- * table that long. */
+ * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window}. The paper's GPT shapes
+ * learn 8192 positions: it runs them at max lengths up to 8192, which Megatron allows only with a
+ * position table that long. */
 static const model_spec PRESETS[] = {
     {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0},

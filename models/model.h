@@ -86,9 +86,10 @@ typedef struct model_spec {
                       * --disable-bias-linear); 0: every projection has one */
     double rope_base; /* rotary: the angles' base (Megatron's rotary_base, Hugging Face's
                        * rope_theta: Llama-3 500000); 0: MODEL_ROPE_BASE, LLaMA-2's 10000 */
-    double norm_eps; /* the norms' epsilon (Megatron's norm_epsilon, Hugging Face's rms_norm_eps,
-                      * layer_norm_eps or layer_norm_epsilon: Qwen2's and Gemma's 1e-6); 0:
-                      * MODEL_NORM_EPS. What dprun's layers compute with, not what they cost */
+    double norm_eps; /* the norms' epsilon (Megatron's norm_epsilon; Hugging Face's rms_norm_eps,
+                      * layer_norm_eps, layer_norm_epsilon or norm_epsilon: Qwen2's and Gemma's
+                      * 1e-6); 0: MODEL_NORM_EPS. What dprun's layers compute with, not what they
+                      * cost */
     int window;      /* sliding-window attention: a token attends to at most this many tokens
                       * (Hugging Face's sliding_window; Mistral-7B-v0.1: 4096); 0: to all before it.
                       * dpsim's costs and dprun's layers are full attention, the same as the
