@@ -316,6 +316,17 @@ static void test_json_round_trips(void **state)
     assert_int_equal(model_total_params(&m), model_total_params(model_preset("t5-11b-24l")));
 }
 
+/* Parses a small Hugging Face config of model type `type` (2 layers, width 256, 4 heads, a context
+ * of 32768) with the further fields `more` ("" for none) into *m. */
+static dp_status hf_small(const char *type, const char *more, model_spec *m, dp_err *err)
+{
+    char text[512];
+    snprintf(text, sizeof text, "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, "
+             "\"hidden_size\": 256, \"num_attention_heads\": 4, \"max_position_embeddings\": "
+             "32768%s%s}", type, more[0] ? ", " : "", more);
+    return model_parse_hf(text, "config.json", m, err);
+}
+
 static void test_hf_import(void **state)
 {
     (void)state;
@@ -413,42 +424,27 @@ static void test_hf_import(void **state)
     assert_int_equal(m.glu + m.rmsnorm, 0);
     assert_int_equal(m.no_bias, 1);
     assert_int_equal(model_total_params(&m), 6921720704LL + 32 * 2 * 4544);
-    assert_int_equal(model_parse_hf("{\"model_type\": \"falcon\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 8,"
-                                    "\"num_kv_heads\": 2, \"new_decoder_architecture\": true}",
-                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(hf_small("falcon", "\"num_kv_heads\": 2, \"new_decoder_architecture\": true",
+                              &m, &err), DP_OK);
     assert_int_equal(model_kv_heads(&m), 2);
-    assert_int_equal(model_parse_hf("{\"model_type\": \"starcoder2\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4}",
-                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(hf_small("starcoder2", "", &m, &err), DP_OK);
     assert_int_equal(m.glu, 0);
     /* GPT-NeoX keeps layer norm and biases; qwen2's QKV biases keep them counted; a config's
      * attention_bias says so */
-    assert_int_equal(model_parse_hf("{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4}",
-                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(hf_small("gpt_neox", "", &m, &err), DP_OK);
     assert_int_equal(m.rmsnorm + m.no_bias, 0);
-    assert_int_equal(model_parse_hf("{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4}",
-                                    "config.json", &m, &err), DP_OK);
+    assert_int_equal(hf_small("qwen2", "", &m, &err), DP_OK);
     assert_int_equal(m.rmsnorm, 1);
     assert_int_equal(m.no_bias, 0);
-    assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"attention_bias\": true}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(hf_small("llama", "\"attention_bias\": true", &m, &err), DP_OK);
     assert_int_equal(m.no_bias, 0);
 }
 
-/* The window of a small Hugging Face config of model type `type` with the fields `more` (-1:
- * refused, the message in err). */
+/* The window of hf_small's config (-1: refused, the message in err). */
 static int hf_window(const char *type, const char *more, dp_err *err)
 {
-    char text[512];
     model_spec m;
-    snprintf(text, sizeof text, "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, "
-             "\"hidden_size\": 256, \"num_attention_heads\": 4, \"max_position_embeddings\": "
-             "32768%s%s}", type, more[0] ? ", " : "", more);
-    return model_parse_hf(text, "config.json", &m, err) == DP_OK ? m.window : -1;
+    return hf_small(type, more, &m, err) == DP_OK ? m.window : -1;
 }
 
 /* A sliding attention window: read from Hugging Face's sliding_window (null: none; Qwen's configs
@@ -512,10 +508,9 @@ static void test_norm_epsilon(void **state)
                                        "norm_epsilon"};
     model_spec m, back;
     for (int i = 0; i < 4; i++) {
-        char text[256];
-        snprintf(text, sizeof text, "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
-                 "\"hidden_size\": 256, \"num_attention_heads\": 4, \"%s\": 1e-06}", keys[i]);
-        assert_int_equal(model_parse_hf(text, "config.json", &m, &err), DP_OK);
+        char more[64];
+        snprintf(more, sizeof more, "\"%s\": 1e-06", keys[i]);
+        assert_int_equal(hf_small("qwen2", more, &m, &err), DP_OK);
         assert_true(model_norm_eps(&m) == 1e-6);
     }
     assert_int_equal(model_parse_hf("{\"d_model\": 64, \"num_layers\": 2, \"num_heads\": 4,"
@@ -648,17 +643,14 @@ static void test_gqa_and_untied_heads(void **state)
     /* DeepSeek's name for them, and the routed count, whatever the model type */
     static const char *const expert_keys[] = {"n_routed_experts", "num_experts_per_tok"};
     for (int i = 0; i < 2; i++) {
-        char text[256];
-        snprintf(text, sizeof text, "{\"model_type\": \"deepseek_v2\", \"num_hidden_layers\": 2,"
-                 "\"hidden_size\": 256, \"num_attention_heads\": 4, \"%s\": 8}", expert_keys[i]);
-        assert_int_equal(model_parse_hf(text, "config.json", &m, &err), DP_ERR_INVALID);
+        char more[64];
+        snprintf(more, sizeof more, "\"%s\": 8", expert_keys[i]);
+        assert_int_equal(hf_small("deepseek_v2", more, &m, &err), DP_ERR_INVALID);
         assert_msg_has(err.msg, "mixture-of-experts model (");
         assert_msg_has(err.msg, expert_keys[i]);
     }
     /* a dense config that names no experts (null) is dense */
-    assert_int_equal(model_parse_hf("{\"model_type\": \"llama\", \"num_hidden_layers\": 2,"
-                                    "\"hidden_size\": 256, \"num_attention_heads\": 4,"
-                                    "\"num_experts\": null}", "config.json", &m, &err), DP_OK);
+    assert_int_equal(hf_small("llama", "\"num_experts\": null", &m, &err), DP_OK);
     assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
                                       "\"num_query_groups\": 3}", "spec.json", &m, &err),
                      DP_ERR_INVALID);
