@@ -215,6 +215,10 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
                        p->pp, p->chunks, env->model.name, model_layers(&env->model));
     if (p->chunks > 1 && strcmp(p->schedule, "interleaved") != 0)
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+    const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
+    if (sc && !p->cost.recompute_dynamic &&
+        (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
+        return st;
     int64_t gpus = (int64_t)p->cost.tp * p->pp * p->dp, have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
     if (env->hw.nodes > 0 && gpus > have && !p->allow_oversubscribe)
         return dp_fail(err, DP_ERR_INVALID,

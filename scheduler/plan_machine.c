@@ -424,6 +424,13 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+recompute_mode pm_recompute(const plan *p, const plan_iter *it)
+{
+    recompute_mode rc = RECOMPUTE_NONE;
+    recompute_parse(it->recompute[0] ? it->recompute : p->h.recompute, &rc);
+    return rc;
+}
+
 dp_status plan_check(const plan *p, const char *where, dp_err *err)
 {
     if (p->n_it < 1)
@@ -462,6 +469,21 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     free(ids);
     for (int i = 0; i < p->n_it && st == DP_OK; i++)
         st = plan_validate(&p->it[i], p->h.chunks, where, err);
+    for (int i = 0; i < p->n_it && st == DP_OK; i++) {
+        const plan_iter *it = &p->it[i];
+        if (pm_recompute(p, it) != RECOMPUTE_FULL) continue;
+        for (int r = 0; r < it->pp * it->dp && st == DP_OK; r++)
+            for (int j = 0; j < it->ranks[r].n; j++)
+                if (it->ranks[r].ins[j].op == OP_W) {
+                    char a[256];
+                    pm_describe(it, r, j, a, sizeof a);
+                    st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: a W under full "
+                                 "recompute (rule: recompute; its B reruns the forward, whose "
+                                 "activations a W after it would need held, which stored_mb does "
+                                 "not count)", where, it->id, a);
+                    break;
+                }
+    }
     return st;
 }
 

@@ -412,14 +412,25 @@ void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, 
 }
 
 static const schedule SCHEDULES[] = {
-    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline},
-    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b},
+    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0},
+    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0},
     {"interleaved", "interleaved 1F1B with --chunks model chunks per device", build_interleaved,
-     holds_interleaved},
-    {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one},
+     holds_interleaved, 0},
+    {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0},
     {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
-     holds_pipeline},
+     holds_pipeline, 1},
 };
+
+dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err)
+{
+    if (sc->splits_backward && rc == RECOMPUTE_FULL)
+        return dp_fail(err, DP_ERR_INVALID, "--schedule %s splits the backward into B and W, and "
+                       "full recompute does not go with that: the activations B reruns would be "
+                       "held until W, which a plan's memory does not count"
+                       "\nhint: --recompute "
+                       "selective or none, or another --schedule", sc->name);
+    return DP_OK;
+}
 
 const schedule *schedule_find(const char *name)
 {

@@ -50,9 +50,16 @@ typedef struct schedule {
      * (it admits by memory itself); gpipe S, a first guess, since it holds all m (the exact
      * check after planning decides, see stage_cost.h). */
     double (*holds)(int S, int C, int s);
+    int splits_backward; /* its plans run a W after every B (zb1): see schedule_check_recompute */
 } schedule;
 
 const schedule *schedule_find(const char *name);
+
+/* Whether sc plans under recompute mode rc: a schedule that splits the backward leaves the weight
+ * gradients to a W, and under full recompute B reruns each layer's forward, whose activations W
+ * would then need held past B (plan_machine.h, rule "recompute"). DP_OK, or DP_ERR_INVALID with
+ * a hint. The planner asks it for every mode it tries (--recompute dynamic skips full there). */
+dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err);
 
 /* The planner's memory rule of schedule sc on sm's layout, at the given scale (stage_cost.h). */
 void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, mem_rule *rule);

@@ -284,13 +284,18 @@ out:
     return st;
 }
 
-/* The cost models a run plans with: the modes of --recompute dynamic in order, or cm alone. */
+/* The cost models a run plans with: the modes of --recompute dynamic in order that the schedule
+ * takes (schedule_check_recompute: none always), or cm alone. */
 static int study_modes(const study_opts *o, const cost_model **cms)
 {
-    int n = 0;
-    for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if (o->recompute_cm[m]) cms[n++] = o->recompute_cm[m];
-    if (n == 0) cms[n++] = o->cm;
+    int n = 0, dynamic = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) {
+        if (!o->recompute_cm[m]) continue;
+        dynamic = 1;
+        if (schedule_check_recompute(o->sched, (recompute_mode)m, NULL) == DP_OK)
+            cms[n++] = o->recompute_cm[m];
+    }
+    if (!dynamic) cms[n++] = o->cm;
     return n;
 }
 
@@ -308,8 +313,10 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     dp_status st = DP_OK;
     const cost_model *cms[RECOMPUTE_COUNT];
     int modes = study_modes(o, cms);
-    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
     memset(r, 0, sizeof *r);
+    for (int m = 0; m < modes; m++)
+        if ((st = schedule_check_recompute(o->sched, cms[m]->recompute, err)) != DP_OK) return st;
+    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
     for (int m = 0; m < modes && st == DP_OK; m++)
         st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
     if (st != DP_OK) {

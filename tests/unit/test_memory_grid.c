@@ -58,6 +58,7 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
     const schedule *sched = &ss[(which / nb + which % nb) % ns];
     int chunks = strcmp(sched->name, "interleaved") == 0 ? 2 : 1;
     if (chunks == 2 && (pp < 2 || m.arch == ARCH_T5)) sched = schedule_find("1f1b"), chunks = 1;
+    if (schedule_check_recompute(sched, rc, NULL) != DP_OK) sched = schedule_find("1f1b"); /* zb1, full */
     int zero = dp > 1 ? 1 : 0;
     double mem = memory_for(cm, pp, dp, zero, &rules, share);
     g->points++;

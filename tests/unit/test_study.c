@@ -46,8 +46,8 @@ static void setup_release(setup *s)
 }
 
 /* Runs dynamic + schedule on 4 stages; mode < 0: --recompute dynamic, else that mode alone. */
-static void run(setup *s, int mode, const char *sched, int iterations, int keep_going,
-                study_result *r)
+static dp_status try_run(setup *s, int mode, const char *sched, int iterations, int keep_going,
+                         study_result *r, dp_err *err)
 {
     study_opts o = {0};
     o.cm = s->cm[mode < 0 ? 0 : mode];
@@ -62,8 +62,14 @@ static void run(setup *s, int mode, const char *sched, int iterations, int keep_
     o.max_iterations = iterations;
     o.validate = 1;
     o.keep_going = keep_going;
+    return study_run(&o, &s->t, r, err);
+}
+
+static void run(setup *s, int mode, const char *sched, int iterations, int keep_going,
+                study_result *r)
+{
     dp_err err = {0};
-    if (study_run(&o, &s->t, r, &err) != DP_OK) fail_msg("%s", err.msg);
+    if (try_run(s, mode, sched, iterations, keep_going, r, &err) != DP_OK) fail_msg("%s", err.msg);
 }
 
 /* DynaPipe's rule, checked against each mode planned alone: every iteration of the dynamic run
@@ -113,6 +119,33 @@ static void test_dynamic_recompute_t5_4096(void **state)
     (void)state;
     /* none fits nowhere at 4096 on 4 A100s (a sample alone is over memory): the rule falls back */
     check_dynamic("t5-11b-12l", T5_PROFILE, 4096, 4, 0);
+}
+
+/* A schedule that splits the backward (zb1) never plans under full recompute, whose W would need
+ * the rerun activations held past B (plan_machine.h, rule "recompute"): refused as the run's one
+ * mode, skipped by --recompute dynamic, which keeps none and selective (at 8192 tokens on 4
+ * A100s, where 1F1B's dynamic run needs them both). Every other schedule takes every mode. */
+static void test_split_backward_without_full_recompute(void **state)
+{
+    (void)state;
+    int n;
+    const schedule *all = schedule_list(&n);
+    for (int i = 0; i < n; i++)
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) {
+            int refused = schedule_check_recompute(&all[i], (recompute_mode)m, NULL) != DP_OK;
+            assert_int_equal(refused, strcmp(all[i].name, "zb1") == 0 && m == RECOMPUTE_FULL);
+        }
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 8192);
+    study_result r;
+    dp_err err = {0};
+    assert_int_equal(try_run(&s, RECOMPUTE_FULL, "zb1", 4, 1, &r, &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--schedule zb1 splits the backward into B and W"));
+    run(&s, -1, "zb1", 24, 1, &r);
+    assert_int_equal(r.recompute_iterations[RECOMPUTE_FULL], 0);
+    assert_true(r.recompute_iterations[RECOMPUTE_NONE] > 0 && r.recompute_iterations[RECOMPUTE_SELECTIVE] > 0);
+    study_result_release(&r);
+    setup_release(&s);
 }
 
 /* --keep-going: the iterations that do not fit are left out and named; the rest is what a run
@@ -539,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_recompute_gpt_8192),
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
         cmocka_unit_test(test_keep_going),
+        cmocka_unit_test(test_split_backward_without_full_recompute),
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),
         cmocka_unit_test(test_zero_communication),
