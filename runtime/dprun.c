@@ -41,8 +41,10 @@ static void help(void)
            "Runs an execution plan from 'dpsim plan -o' on real ranks (one MPI rank per pipeline\n"
            "stage and data-parallel replica) and writes the measured timeline CSV, for 'dpsim\n"
            "validate', and the gradient norm at the end (the same plan gives the same norm on\n"
-           "every backend, to rounding). 'profile' measures a per-layer cost grid in the\n"
-           "profile CSV format.\n\n"
+           "every backend, to rounding). The plan's recompute runs as planned: selective\n"
+           "reruns each layer's attention core in the backward, full keeps only each layer's\n"
+           "input and reruns its forward (dprun says how many). 'profile' measures a per-layer\n"
+           "cost grid in the profile CSV format.\n\n"
            "run:\n"
            "  -p, --plan FILE       execution plan JSON                          (required)\n"
            "  -b, --backend B       cpu (MPI ranks) | cuda (under mpirun one rank per GPU,\n"
@@ -379,8 +381,9 @@ static int run_main(int argc, char **argv)
     double grad_sq = 0, mine_sq = rank < pl.h.pp ? res.grad_sq : 0;
     mpi_check(MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* the slow first calls inside the measured runs, every rank's */
-    long timed[3] = {res.timed_gemm_plans, res.timed_attn_graphs, res.timed_uploads}, firsts[3] = {0};
-    mpi_check(MPI_Reduce(timed, firsts, 3, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
+    long timed[5] = {res.timed_gemm_plans, res.timed_attn_graphs, res.timed_uploads,
+                     res.rerun_layers, res.rerun_attention}, firsts[5] = {0};
+    mpi_check(MPI_Reduce(timed, firsts, 5, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* gather every rank's records on rank 0 */
     int mine = (int)(n_rec * sizeof *rec), *counts = NULL, *displs = NULL, total = 0;
     if (rank == 0) counts = calloc((size_t)size, sizeof *counts), displs = calloc((size_t)size, sizeof *displs);
@@ -425,6 +428,9 @@ static int run_main(int argc, char **argv)
                         on_gpu ? " (one GPU each)" : "", n_run, rt_dtype_name(dt));
             fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
                     rc ? "could not write" : "wrote", out);
+            if (firsts[3] + firsts[4] > 0) /* the plan's recompute, done */
+                fprintf(stderr, "dprun: recompute (the plan's %s): the backwards reran %ld layer "
+                        "forwards and %ld attention cores\n", pl.h.recompute, firsts[3], firsts[4]);
             if (firsts[0] + firsts[1] + firsts[2] > 0)
                 fprintf(stderr, "dprun: warning: the measured runs built %ld GEMM configurations "
                         "and %ld attention graphs and uploaded %ld small arrays, slow first calls "

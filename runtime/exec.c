@@ -36,7 +36,8 @@ typedef struct slot {
     double *enc, *denc;            /* decoder stages: the encoder output and its gradient */
     double *rx[2], *tx[2];         /* wire buffers of each kind (activation, gradient) */
     size_t rx_n[2], tx_n[2];       /* their sizes, doubles */
-    rt_layer_acts *acts;           /* one per layer */
+    rt_layer_acts *acts;           /* one per layer; under full recompute none between F and B */
+    double *ckpt;                  /* full recompute: each layer's input, layers x (B*S, H) */
     rt_seqs seqs[2];               /* varlen: the encoder's (GPT's) and decoder's sequences */
     int *seq_store[2];
     double *dlogits;               /* last virtual stage: (B*S, V) */
@@ -67,6 +68,8 @@ typedef struct ctx {
     size_t n_rec, cap_rec;
     double t0;
     int iteration;
+    recompute_mode recompute; /* what this iteration's B reruns (plan_machine.h pm_recompute) */
+    long rerun[2];            /* measured runs: layer forwards (full), attention cores (selective) */
     int record; /* RT_RECORD_OFF, _ON or _REPEAT (exec.h) */
 } ctx;
 
@@ -261,6 +264,7 @@ static void slot_free(ctx *c, slot *s, const chunk_state *ch)
     size_t na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
     if (s->acts)
         for (int l = 0; l < ch->layers; l++) pool_put(c, s->acts[l].x, na); /* x: the block's start */
+    pool_put(c, s->ckpt, (size_t)ch->layers * s->nh);
     pool_put(c, s->in, s->nh), pool_put(c, s->out, s->nh), pool_put(c, s->dout, s->nh);
     pool_put(c, s->din, s->nh), pool_put(c, s->enc, s->ne), pool_put(c, s->denc, s->ne);
     for (int k = 0; k < 2; k++) pool_put(c, s->rx[k], s->rx_n[k]), pool_put(c, s->tx[k], s->tx_n[k]);
@@ -297,6 +301,18 @@ static void check_wire(const ctx *c, const plan_instr *x, size_t want)
     die(c, msg);
 }
 
+/* One layer's activation block from the pool, for full recompute's forward and rerun. */
+static void scratch_open(ctx *c, const slot *s, const chunk_state *ch, rt_layer_acts *a)
+{
+    size_t na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
+    rt_layer_acts_bind(a, &ch->shape, s->B, s->S, s->Se, pool_get(c, na));
+}
+
+static void scratch_close(ctx *c, const slot *s, const chunk_state *ch, rt_layer_acts *a)
+{
+    pool_put(c, a->x, rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se));
+}
+
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
@@ -311,22 +327,29 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
         memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
         if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
     }
-    if (!s->acts) {
+    int full = c->recompute == RECOMPUTE_FULL;
+    if (full && !s->ckpt) s->ckpt = pool_get(c, (size_t)ch->layers * s->nh);
+    if (!full && !s->acts) {
         s->acts = xcalloc(c, (size_t)ch->layers, sizeof *s->acts);
         size_t na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
         for (int l = 0; l < ch->layers; l++)
             rt_layer_acts_bind(&s->acts[l], &ch->shape, s->B, s->S, s->Se, pool_get(c, na));
     }
+    rt_layer_acts scratch; /* full recompute: one layer's activations at a time, dropped after */
+    if (full) scratch_open(c, s, ch, &scratch);
     double *cur = s->in, *tmp = pool_get(c, s->nh);
     for (int l = 0; l < ch->layers; l++) {
         double *dst = l % 2 == 0 ? tmp : s->out;
-        s->acts[l].enc = s->enc;
-        s->acts[l].seqs = self_seqs(s, ch), s->acts[l].enc_seqs = enc_seqs(s, ch);
-        rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, &s->acts[l]);
+        rt_layer_acts *a = full ? &scratch : &s->acts[l];
+        if (full) memcpy(s->ckpt + (size_t)l * s->nh, cur, s->nh * sizeof(double));
+        a->enc = s->enc;
+        a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
+        rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, a);
         cur = dst;
     }
     if (cur != s->out) memcpy(s->out, cur, s->nh * sizeof(double));
     pool_put(c, tmp, s->nh);
+    if (full) scratch_close(c, s, ch, &scratch);
     if (ch->last) { /* LM head (tied embedding) and loss */
         double *logits = pool_get(c, (size_t)n * c->vocab);
         s->dlogits = pool_get(c, (size_t)n * c->vocab);
@@ -347,15 +370,34 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         memcpy(s->dout, s->rx[KIND_GRAD], s->nh * sizeof(double));
         if (ch->decoder) memcpy(s->denc, s->rx[KIND_GRAD] + s->nh, s->ne * sizeof(double));
     }
+    /* pm_recompute: selective reruns each layer's attention core before its backward; full its
+     * whole forward from the saved input, then its weight gradients too (a full-recompute rank is
+     * never split), so that one layer's activations exist at a time */
+    int full = c->recompute == RECOMPUTE_FULL;
+    rt_layer_acts scratch;
+    double *rerun_y = NULL;
+    if (full) scratch_open(c, s, ch, &scratch), rerun_y = pool_get(c, s->nh);
     double *cur = s->dout, *tmp = pool_get(c, s->nh);
     for (int l = ch->layers - 1; l >= 0; l--) {
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
-        s->acts[l].denc = s->denc; /* every decoder layer adds its encoder-output gradient */
-        rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, &s->acts[l]);
+        rt_layer_acts *a = full ? &scratch : &s->acts[l];
+        if (full) {
+            a->enc = s->enc;
+            a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
+            rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, s->ckpt + (size_t)l * s->nh, rerun_y, a);
+            c->rerun[0] += c->record != RT_RECORD_OFF;
+        } else if (c->recompute == RECOMPUTE_SELECTIVE) {
+            rt_layer_recompute_attention(&ch->shape, s->B, s->S, a);
+            c->rerun[1] += c->record != RT_RECORD_OFF;
+        }
+        a->denc = s->denc; /* every decoder layer adds its encoder-output gradient */
+        rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, a);
+        if (full) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);
         cur = dst;
     }
     if (cur != s->din) memcpy(s->din, cur, s->nh * sizeof(double));
     pool_put(c, tmp, s->nh);
+    if (full) scratch_close(c, s, ch, &scratch), pool_put(c, rerun_y, s->nh);
 }
 
 static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
@@ -408,6 +450,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
     pm_init(&c->pm, it, c->chunks);
+    c->recompute = pm_recompute(c->o->pl, it);
     /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
     for (int k = 0; k < c->chunks; k++)
         for (int l = 0; l < c->ch[k].layers; l++)
@@ -452,7 +495,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
             if (step.waits >= 0) wait_req(c, &s->recv[step.waits], what);
             t = MPI_Wtime();
             do_backward_input(c, x, s);
-            if (!step.split) do_backward_weight(c, x, s);
+            if (!step.split && c->recompute != RECOMPUTE_FULL) do_backward_weight(c, x, s);
             record(c, OP_B, x->mb, x->chunk, t, MPI_Wtime());
             continue;
         case OP_W:
@@ -587,6 +630,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     free(c.pool.ptr), free(c.pool.size);
     res->rec = c.rec;
     res->n_rec = c.n_rec;
+    res->rerun_layers = c.rerun[0], res->rerun_attention = c.rerun[1];
     return DP_OK;
 }
 

@@ -93,6 +93,9 @@ typedef struct rt_result {
      * before, and small host arrays put on the device (runtime/dev_cache.h). 0 when the prepare
      * pass did them all; the cpu backend has none. */
     long timed_gemm_plans, timed_attn_graphs, timed_uploads;
+    /* what this process's backwards recomputed in the measured runs (plan_machine.h
+     * pm_recompute): layer forwards rerun under full recompute, attention cores under selective */
+    long rerun_layers, rerun_attention;
 } rt_result;
 
 /* A micro-batch's token sequences on one side (runtime/layer.h rt_seqs), from the plan: with

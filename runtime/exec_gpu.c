@@ -70,6 +70,8 @@ typedef struct gslot {
     size_t nh, ne;                 /* elements: B*S*H, B*Se*H */
     size_t na;                     /* bytes of one layer's saved activations (layout.h) */
     void *in, *out, *dout, *din, *acts, *dlogits; /* elements of the run's dtype */
+    void *ckpt, *rerun; /* full recompute: the layers' inputs (layers x nh), a rerun's output (nh);
+                         * acts then holds one layer's activations, not every layer's */
     void *enc, *denc, *wire[2];    /* decoder stages */
     void *arrived[2]; /* a remote RECV's completion event, per kind; NULL when local */
     rt_seqs seqs[2];  /* varlen: the encoder's (GPT's) and decoder's sequences (exec.h) */
@@ -99,6 +101,9 @@ typedef struct gctx {
     char host[64];
     int iteration;             /* for messages */
     plan_machine pm;           /* the plan's semantics for the iteration being run */
+    recompute_mode recompute;  /* what its B reruns (plan_machine.h pm_recompute) */
+    int recording;             /* the run is measured: count its reruns */
+    long rerun[2];             /* layer forwards (full), attention cores (selective) rerun */
     rt_cuda **stream;          /* per stage; NULL for the stages of other ranks */
     gchunk *ch;                /* nv; layers only for driven virtual stages */
     void *emb, *demb, *logits; /* the tied embedding's parameter and gradient blocks; scratch */
@@ -165,6 +170,7 @@ static void free_slots(gctx *c, size_t n)
         gslot *s = &c->slots[k];
         rt_cuda_free(s->in), rt_cuda_free(s->out), rt_cuda_free(s->dout), rt_cuda_free(s->din);
         rt_cuda_free(s->acts), rt_cuda_free(s->dlogits), rt_cuda_free(s->enc);
+        rt_cuda_free(s->ckpt), rt_cuda_free(s->rerun);
         rt_cuda_free(s->denc), rt_cuda_free(s->wire[0]), rt_cuda_free(s->wire[1]);
         free(s->seq_store[0]), free(s->seq_store[1]);
     }
@@ -201,9 +207,14 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             size_t bh = s->nh * c->eb, be = s->ne * c->eb;
             s->in = rt_cuda_alloc(bh), s->out = rt_cuda_alloc(bh);
             s->dout = rt_cuda_alloc(bh), s->din = rt_cuda_alloc(bh);
-            s->acts = rt_cuda_alloc(s->na * (size_t)ch->layers);
+            int full = c->recompute == RECOMPUTE_FULL && ch->layers > 0;
+            s->acts = rt_cuda_alloc(s->na * (size_t)(full ? 1 : ch->layers));
             if (ch->last) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab * c->eb);
             int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->last && !s->dlogits);
+            if (full) {
+                s->ckpt = rt_cuda_alloc(bh * (size_t)ch->layers), s->rerun = rt_cuda_alloc(bh);
+                bad |= !s->ckpt || !s->rerun;
+            }
             if (ch->decoder) {
                 s->enc = rt_cuda_alloc(be), s->denc = rt_cuda_alloc(be);
                 s->wire[KIND_ACT] = rt_cuda_alloc(bh + be);
@@ -248,8 +259,10 @@ static void unpack(rt_cuda *g, gslot *s, int kind, void *a, void *b, size_t eb)
     rt_cuda_copy(g, b, (const char *)s->wire[kind] + s->nh * eb, s->ne * eb);
 }
 
-/* Layer l's saved activations in a slot's block. */
-static void *acts_at(const gslot *s, int l) { return (char *)s->acts + (size_t)l * s->na; }
+/* Layer l's saved activations in a slot's block (full recompute: the one layer's at a time), and
+ * its input kept under full recompute. */
+static void *acts_at(const gslot *s, int l) { return (char *)s->acts + (s->ckpt ? 0 : (size_t)l * s->na); }
+static void *ckpt_at(const gctx *c, const gslot *s, int l) { return (char *)s->ckpt + (size_t)l * s->nh * c->eb; }
 
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
@@ -262,6 +275,7 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
     const void *cur = s->in;
     for (int l = 0; l < ch->layers; l++) {
         void *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
+        if (s->ckpt) rt_cuda_copy(g, ckpt_at(c, s, l), cur, s->nh * c->eb);
         rt_cuda_layer_fwd(g, &ch->p[l], &s->mb, cur, dst, acts_at(s, l), s->enc);
         cur = dst;
     }
@@ -282,12 +296,23 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
     } else if (ch->decoder) {
         unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
     }
-    /* ping-pong between din and in (the layer inputs are kept in acts, so in is scratch by now),
-     * ending in din at layer 0; every decoder layer adds its encoder-output gradient to denc */
+    /* ping-pong between din and in (the layer inputs are kept in acts or ckpt, so in is scratch
+     * by now), ending in din at layer 0; every decoder layer adds its encoder-output gradient to
+     * denc. pm_recompute: selective reruns each layer's attention cores before its backward; full
+     * its forward from the kept input, then its weight gradients too (never split), one layer's
+     * activations at a time */
     const void *cur = s->dout;
     for (int l = ch->layers - 1; l >= 0; l--) {
         void *dst = l % 2 == 0 ? s->din : s->in;
+        if (s->ckpt) {
+            rt_cuda_layer_fwd(g, &ch->p[l], &s->mb, ckpt_at(c, s, l), s->rerun, acts_at(s, l), s->enc);
+            c->rerun[0] += c->recording;
+        } else if (c->recompute == RECOMPUTE_SELECTIVE) {
+            rt_cuda_layer_recompute_attention(g, &ch->p[l], &s->mb, acts_at(s, l));
+            c->rerun[1] += c->recording;
+        }
         rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
+        if (s->ckpt) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
@@ -371,7 +396,7 @@ static int enqueue(gctx *c, const plan_iter *it, int stage, int i, int iteration
     case OP_B:
         if (step.waits >= 0 && s->arrived[step.waits]) rt_cuda_wait_event(g, s->arrived[step.waits]);
         backward_input(c, g, ch, s);
-        if (!step.split) backward_weight(g, ch, s);
+        if (!step.split && !s->ckpt) backward_weight(g, ch, s);
         break;
     case OP_W: backward_weight(g, ch, s); break;
     case OP_SEND_ACT:
@@ -511,6 +536,8 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
 {
     c->iteration = it->id;
     pm_init(&c->pm, it, c->chunks);
+    c->recompute = pm_recompute(c->o->pl, it);
+    c->recording = record != RT_RECORD_OFF;
     dp_status st = alloc_slots(c, it);
     if (c->multi) {
         if (st != DP_OK) die(c, c->err->msg);
@@ -824,6 +851,7 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
         if (st == DP_OK) rt_progress(c.rank, i + 1, n_it, started);
     }
     if (st == DP_OK) st = gradient_figure(&c, &res->grad_sq);
+    res->rerun_layers = c.rerun[0], res->rerun_attention = c.rerun[1];
     teardown(&c);
     if (st != DP_OK) {
         free(res->rec);

@@ -489,20 +489,45 @@ static void rope_pass(const rt_layer_shape *s, const rt_seqs *seqs, double *qkv,
     free(pos);
 }
 
+/* The attention cores of a layer (its self-attention, and a cross layer's attention to the
+ * encoder output): probabilities and context from the saved projections. */
+static void self_core(const rt_layer_shape *s, const rt_batch_seqs *ps, int n, rt_layer_acts *a)
+{
+    int hk = rt_layer_q_width(s), hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
+    memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
+    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps->self,
+                     &ps->self, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
+}
+
+static void cross_core(const rt_layer_shape *s, const rt_batch_seqs *ps, int n, rt_layer_acts *a)
+{
+    int hk = rt_layer_q_width(s), hkv = rt_layer_kv_width(s);
+    memset(a->ctxc, 0, (size_t)n * hk * sizeof *a->ctxc);
+    rt_attention_fwd(a->qc, a->kvc, a->kvc + hkv, hk, 2 * hkv, a->pc, a->ctxc, &ps->self, &ps->enc,
+                     s->heads, rt_layer_kv_heads(s), s->kv, 0);
+}
+
+void rt_layer_recompute_attention(const rt_layer_shape *s, int B, int S, rt_layer_acts *a)
+{
+    rt_batch_seqs ps;
+    pass_seqs_init(&ps, a, B, S);
+    self_core(s, &ps, B * S, a);
+    if (s->cross) cross_core(s, &ps, B * S, a);
+    rt_batch_seqs_free(&ps);
+}
+
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a)
 {
     int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
-    int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s), g = rt_layer_kv_heads(s);
+    int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
     memcpy(a->x, x, (size_t)n * h * sizeof *x);
     rt_norm_fwd(s, a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
     rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, qkv);
     if (s->rope_base > 0) rope_pass(s, &ps.self, a->qkv, n, 0); /* the saved q and k are rotated */
-    memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
-    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps.self,
-                     &ps.self, s->heads, g, s->kv, s->causal);
+    self_core(s, &ps, n, a);
     rt_linear_fwd(a->ctx, p->wo, p->bo, a->x2, n, hk, h);
     for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->x[i];
     if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
@@ -511,9 +536,7 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
         rt_norm_fwd(s, a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
         rt_linear_fwd(a->hc, p->wqc, p->bqc, a->qc, n, h, hk);
         rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hkv);
-        memset(a->ctxc, 0, (size_t)n * hk * sizeof *a->ctxc);
-        rt_attention_fwd(a->qc, a->kvc, a->kvc + hkv, hk, 2 * hkv, a->pc, a->ctxc, &ps.self,
-                         &ps.enc, s->heads, g, s->kv, 0);
+        cross_core(s, &ps, n, a);
         rt_linear_fwd(a->ctxc, p->woc, p->boc, a->x2, n, hk, h);
         for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
     }

@@ -254,6 +254,10 @@ void rt_layer_acts_free(rt_layer_acts *a);
 /* y (B*S, H) = layer(x); saves what the backward needs in a. */
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a);
+/* Selective recompute (scheduler/plan_machine.h pm_recompute): the attention cores again (the
+ * self-attention's, and a cross layer's), probabilities and context, from the projections a
+ * holds; the same values the forward saved, bit for bit. */
+void rt_layer_recompute_attention(const rt_layer_shape *s, int B, int S, rt_layer_acts *a);
 /* Input gradient: dx from dy; keeps the per-linear output gradients in a for rt_layer_bwd_weight.
  * Layer-norm parameter gradients are accumulated here too. */
 void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,

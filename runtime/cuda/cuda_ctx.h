@@ -86,6 +86,8 @@ void rt_bf16_close(rt_cuda *g);
 // The bf16 layer (layer_bf16.cu), behind layer_cuda.h's dispatch on rt_cuda_layer.dtype.
 void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const void *x,
                        void *y, void *acts, const void *enc);
+void rt_bf16_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
+                                       void *acts);
 void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc);
 void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,

@@ -436,6 +436,54 @@ static attn_io attn_of(const rt_cuda_layer *l, const rt_batch_seqs *bs, const rt
     return x;
 }
 
+// The self-attention and (cross layers) the attention to the encoder output of a layer, on its
+// saved projections, output and log-sum-exp: for the forward, selective recompute's rerun and
+// (with the gradients set) the backward.
+static attn_io self_io(const rt_cuda_layer *l, const rt_batch_seqs *bs, const bview *v, int B, int S)
+{
+    int hk = rt_layer_q_width(&l->shape), hkv = rt_layer_kv_width(&l->shape);
+    int qkv_w = rt_layer_qkv_width(&l->shape);
+    bf16 *qkv = A(v, RT_A_QKV);
+    attn_io x = attn_of(l, bs, &bs->self, B, S, S, l->shape.causal, qkv_w, qkv_w);
+    x.q = qkv, x.k = qkv + hk, x.v = qkv + hk + hkv, x.o = A(v, RT_A_CTX), x.lse = AF(v, RT_A_P);
+    return x;
+}
+
+static attn_io cross_io(const rt_cuda_layer *l, const rt_batch_seqs *bs, const bview *v, int B,
+                        int S, int Se)
+{
+    int hk = rt_layer_q_width(&l->shape), hkv = rt_layer_kv_width(&l->shape);
+    bf16 *kvc = A(v, RT_A_KVC);
+    attn_io x = attn_of(l, bs, &bs->enc, B, S, Se, 0, hk, 2 * hkv);
+    x.q = A(v, RT_A_QC), x.k = kvc, x.v = kvc + hkv, x.o = A(v, RT_A_CTXC), x.lse = AF(v, RT_A_PC);
+    return x;
+}
+
+// The forward of an attention whose output starts at zero (padding tokens attend to nothing).
+static void attn_fwd_zeroed(rt_cuda *g, const attn_io *x, int n, int hk)
+{
+    cudaMemsetAsync(x->o, 0, (size_t)n * hk * sizeof(bf16), g->stream);
+    attn_fwd(g, x);
+}
+
+void rt_bf16_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
+                                       void *acts)
+{
+    bview v;
+    view_params(&l->shape, NULL, NULL, &v);
+    view_acts(&l->shape, mb->B, mb->S, mb->Se, acts, &v);
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
+    int n = mb->B * mb->S, hk = rt_layer_q_width(&l->shape);
+    attn_io self = self_io(l, &bs, &v, mb->B, mb->S);
+    attn_fwd_zeroed(g, &self, n, hk);
+    if (l->shape.cross) {
+        attn_io cross = cross_io(l, &bs, &v, mb->B, mb->S, mb->Se);
+        attn_fwd_zeroed(g, &cross, n, hk);
+    }
+    rt_batch_seqs_free(&bs);
+}
+
 void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const void *x,
                        void *y, void *acts, const void *enc)
 {
@@ -454,11 +502,8 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, qkv_w);
     bf16 *qkv = A(&v, RT_A_QKV);
     if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, qkv, n, 0); // the saved q, k rotated
-    attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, qkv_w, qkv_w);
-    self.q = qkv, self.k = qkv + hk, self.v = qkv + hk + hkv, self.o = A(&v, RT_A_CTX);
-    self.lse = AF(&v, RT_A_P);
-    cudaMemsetAsync(self.o, 0, (size_t)n * hk * sizeof(bf16), g->stream); // padding tokens
-    attn_fwd(g, &self);
+    attn_io self = self_io(l, &bs, &v, B, S);
+    attn_fwd_zeroed(g, &self, n, hk);
     linear(g, A(&v, RT_A_CTX), v.w[RT_P_WO], v.w[RT_P_BO], A(&v, RT_A_X), A(&v, RT_A_X2), n, hk, h);
     if (l->shape.cross) { // xc = the self-attention block's output; x2 = xc + cross-attention
         cudaMemcpyAsync(A(&v, RT_A_XC), A(&v, RT_A_X2), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
@@ -468,12 +513,8 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
         linear(g, A(&v, RT_A_HC), v.w[RT_P_WQC], v.w[RT_P_BQC], NULL, A(&v, RT_A_QC), n, h, hk);
         linear(g, (const bf16 *)enc, v.w[RT_P_WKVC], v.w[RT_P_BKVC], NULL, A(&v, RT_A_KVC), B * Se,
                h, 2 * hkv);
-        bf16 *kvc = A(&v, RT_A_KVC);
-        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hkv);
-        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hkv, cross.o = A(&v, RT_A_CTXC);
-        cross.lse = AF(&v, RT_A_PC);
-        cudaMemsetAsync(cross.o, 0, (size_t)n * hk * sizeof(bf16), g->stream);
-        attn_fwd(g, &cross);
+        attn_io cross = cross_io(l, &bs, &v, B, S, Se);
+        attn_fwd_zeroed(g, &cross, n, hk);
         linear(g, A(&v, RT_A_CTXC), v.w[RT_P_WOC], v.w[RT_P_BOC], A(&v, RT_A_XC), A(&v, RT_A_X2), n,
                hk, h);
     }
@@ -519,10 +560,9 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_OC), h, v.w[RT_P_WOC], h, 0.0f, dctx, hk);
         cudaMemsetAsync(A(&v, RT_A_D_QC), 0, (size_t)n * hk * sizeof(bf16), g->stream);
         cudaMemsetAsync(A(&v, RT_A_D_KVC), 0, (size_t)ne * 2 * hkv * sizeof(bf16), g->stream);
-        bf16 *kvc = A(&v, RT_A_KVC), *dkvc = A(&v, RT_A_D_KVC);
-        attn_io cross = attn_of(l, &bs, &bs.enc, B, S, Se, 0, hk, 2 * hkv);
-        cross.q = A(&v, RT_A_QC), cross.k = kvc, cross.v = kvc + hkv, cross.o = A(&v, RT_A_CTXC);
-        cross.lse = AF(&v, RT_A_PC), cross.dout = dctx;
+        bf16 *dkvc = A(&v, RT_A_D_KVC);
+        attn_io cross = cross_io(l, &bs, &v, B, S, Se);
+        cross.dout = dctx;
         cross.dq = A(&v, RT_A_D_QC), cross.dk = dkvc, cross.dv = dkvc + hkv;
         attn_bwd(g, &cross);
         gemm(g, 0, 1, n, h, hk, A(&v, RT_A_D_QC), hk, v.w[RT_P_WQC], hk, 0.0f, tmp_h, h); // d(hc)
@@ -535,10 +575,9 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_O), h, v.w[RT_P_WO], h, 0.0f, dctx, hk);
     cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * qkv_w * sizeof(bf16), g->stream);
     {
-        bf16 *qkv = A(&v, RT_A_QKV), *dqkv = A(&v, RT_A_D_QKV);
-        attn_io self = attn_of(l, &bs, &bs.self, B, S, S, l->shape.causal, qkv_w, qkv_w);
-        self.q = qkv, self.k = qkv + hk, self.v = qkv + hk + hkv, self.o = A(&v, RT_A_CTX);
-        self.lse = AF(&v, RT_A_P), self.dout = dctx;
+        bf16 *dqkv = A(&v, RT_A_D_QKV);
+        attn_io self = self_io(l, &bs, &v, B, S);
+        self.dout = dctx;
         self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + hk + hkv;
         attn_bwd(g, &self);
         if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, dqkv, n, 1); // d(rotated) to d(projected)

@@ -310,6 +310,26 @@ static long long max_pair(const rt_seqs *qs, const rt_seqs *ks)
     return m;
 }
 
+// The attention cores (self, and a cross layer's), probabilities and context from the saved
+// projections: the forward's, and selective recompute's rerun (layer.c self_core, cross_core).
+static void f64_self_core(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int n,
+                          rt_layer_acts *a)
+{
+    int hk = rt_layer_q_width(s), hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
+    cudaMemsetAsync(a->ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
+    attention_fwd(g, a->qkv, qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, a->p, a->ctx, &bs->self,
+                  &bs->self, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
+}
+
+static void f64_cross_core(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int n,
+                           rt_layer_acts *a)
+{
+    int hk = rt_layer_q_width(s), hkv = rt_layer_kv_width(s);
+    cudaMemsetAsync(a->ctxc, 0, (size_t)n * hk * sizeof(double), g->stream);
+    attention_fwd(g, a->qc, hk, a->kvc, a->kvc + hkv, 2 * hkv, a->pc, a->ctxc, &bs->self, &bs->enc,
+                  s->heads, rt_layer_kv_heads(s), s->kv, 0);
+}
+
 static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, const double *x,
                           double *y, void *acts, const double *enc)
 {
@@ -320,15 +340,12 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     rt_batch_seqs_init(&bs, mb);
     int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
     int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape);
-    int heads = l->shape.heads, gk = rt_layer_kv_heads(&l->shape), kv = l->shape.kv;
     long long nh = (long long)n * h;
     cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
     norm_fwd(g, &l->shape, a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, n);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, qkv);
     if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.qkv, n, 0); // the saved q, k rotated
-    cudaMemsetAsync(a.ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
-    attention_fwd(g, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.ctx, &bs.self,
-                  &bs.self, heads, gk, kv, l->shape.causal);
+    f64_self_core(g, &l->shape, &bs, n, &a);
     linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
     k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
     if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
@@ -336,9 +353,7 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
         norm_fwd(g, &l->shape, a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, n);
         linear(g, a.hc, p.wqc, p.bqc, a.qc, n, h, hk);
         linear(g, enc, p.wkvc, p.bkvc, a.kvc, B * Se, h, 2 * hkv);
-        cudaMemsetAsync(a.ctxc, 0, (size_t)n * hk * sizeof(double), g->stream);
-        attention_fwd(g, a.qc, hk, a.kvc, a.kvc + hkv, 2 * hkv, a.pc, a.ctxc, &bs.self, &bs.enc,
-                      heads, gk, kv, 0);
+        f64_cross_core(g, &l->shape, &bs, n, &a);
         linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
@@ -442,6 +457,18 @@ extern "C" void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_b
 {
     if (l->dtype == RT_BF16) return rt_bf16_layer_fwd(g, l, mb, x, y, acts, enc);
     f64_layer_fwd(g, l, mb, (const double *)x, (double *)y, acts, (const double *)enc);
+}
+
+extern "C" void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l,
+                                                  const rt_batch *mb, void *acts)
+{
+    if (l->dtype == RT_BF16) return rt_bf16_layer_recompute_attention(g, l, mb, acts);
+    rt_layer_acts a = acts_of(l, mb->B, mb->S, mb->Se, acts);
+    rt_batch_seqs bs;
+    rt_batch_seqs_init(&bs, mb);
+    f64_self_core(g, &l->shape, &bs, mb->B * mb->S, &a);
+    if (l->shape.cross) f64_cross_core(g, &l->shape, &bs, mb->B * mb->S, &a);
+    rt_batch_seqs_free(&bs);
 }
 
 extern "C" void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,

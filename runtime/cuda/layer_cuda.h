@@ -89,6 +89,12 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, const rt_batch *mb, c
  * denc is not NULL. */
 void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *grad,
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc);
+/* Selective recompute (scheduler/plan_machine.h pm_recompute): the layer's attention cores
+ * again (self, and a cross layer's) from the projections its saved activations hold, rewriting
+ * their output and softmax state (fp64: the probabilities; bf16: the log-sum-exp, through the
+ * same attention path as the forward) with the values the forward saved. */
+void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
+                                       void *acts);
 /* Weight gradients of the linear ops into grad (a cross layer's read enc again). */
 void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
                               const void *acts, const void *enc);

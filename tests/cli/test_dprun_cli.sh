@@ -197,6 +197,56 @@ if [ -z "$SANITIZED" ]; then # (the sanitizer build checks varlen RoPE's memory 
 fi
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --pp 2 --dp 2 --max-seqlen 64 --max-dec-seqlen 32 --global-tokens 512 --iterations 2 -o "$TMP/t5dp2.json" >/dev/null 2>&1
 same_norm "T5 on 2 stages x 2 replicas" 4 "$TMP/t5dp2.json"
+# --- recompute: dprun runs the plan's (scheduler/plan_machine.h pm_recompute). One plan under
+# none, selective and full recompute (the header changed, so the micro-batches stay): the reruns
+# give back what the forward had, so every mode ends with the same gradient norm, on cpu ranks
+# and on the fake GPU; each B reruns one attention core (selective) or layer forward (full) per
+# layer, 2 on each of gpt-tiny's 2 stages. On the fake GPU with FAKE_CUDA_POISON_ATTENTION (every
+# forward leaves NaN in its saved attention cores, as selective recompute drops them) only a
+# backward that reruns them ends finite.
+"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 512 \
+  --iterations 2 -o "$TMP/rc_none.json" >/dev/null 2>&1
+for m in selective full; do
+  sed "s/\"recompute\": *\"none\"/\"recompute\": \"$m\"/" "$TMP/rc_none.json" >"$TMP/rc_$m.json"
+done
+FAKE1="env ASAN_OPTIONS=detect_leaks=0 timeout 120 $FAKE --backend cuda"
+timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_none.json" --out "$TMP/rc.csv" >"$TMP/rc_none.out" 2>&1
+rc_norm=$(norm "$TMP/rc_none.out")
+ere() { printf '%s' "$1" | sed 's/[.+]/\\&/g'; } # a figure as a grep -E pattern
+for m in selective:attention full:layer; do
+  mode=${m%%:*} unit=${m##*:}
+  timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_$mode.json" --out "$TMP/rc.csv" >"$TMP/rc_cpu.out" 2>&1
+  $FAKE1 --plan "$TMP/rc_$mode.json" --dtype fp64 --out "$TMP/rcg.csv" >"$TMP/rc_gpu.out" 2>&1
+  bs=$(grep -c ',B,' "$TMP/rc.csv")
+  if [ "$unit" = layer ]; then want="reran $((2 * bs)) layer forwards and 0 attention cores"
+  else want="reran 0 layer forwards and $((2 * bs)) attention cores"; fi
+  a=$(norm "$TMP/rc_cpu.out") b=$(norm "$TMP/rc_gpu.out")
+  if [ -n "$rc_norm" ] && [ "$a" = "$rc_norm" ] && [ "$b" = "$rc_norm" ] &&
+     grep -q "recompute (the plan's $mode): the backwards $want" "$TMP/rc_cpu.out" &&
+     grep -q "the backwards $want" "$TMP/rc_gpu.out"; then
+    ok "$mode recompute: gradient norm $a as without it, on cpu ranks and one GPU; $want ($bs B's)"
+  else
+    not_ok "$mode recompute: the norm without it ($rc_norm), and $want" "cpu ${a:-none}, GPU ${b:-none}" \
+      "$(tail -c 300 "$TMP/rc_cpu.out")" "$(tail -c 300 "$TMP/rc_gpu.out")"
+  fi
+done
+expect "poisoned attention cores, not rerun (recompute none): NaN" 0 "gradient norm nan" -- \
+  env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/rc_none.json" --dtype fp64 --out "$TMP/x.csv"
+expect "... rerun by selective recompute: the norm without poison" 0 "gradient norm $(ere "$rc_norm")" -- \
+  env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/rc_selective.json" --dtype fp64 --out "$TMP/x.csv"
+expect "... and in bf16" 0 "in bf16; gradient norm [0-9]" -- \
+  env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/rc_selective.json" --out "$TMP/x.csv"
+sed 's/"recompute": *"none"/"recompute": "selective"/' "$TMP/t5.json" >"$TMP/t5_sel.json"
+$FAKE1 --plan "$TMP/t5.json" --dtype fp64 --out "$TMP/x.csv" >"$TMP/t5_clean.out" 2>&1
+expect "T5's cross-attention cores rerun too (4 stages on one GPU)" 0 \
+  "gradient norm $(ere "$(norm "$TMP/t5_clean.out")")" -- \
+  env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/t5_sel.json" --dtype fp64 --out "$TMP/x.csv"
+sed 's/"recompute": *"none"/"recompute": "full"/' $G/plan_zb1_4stages.json >"$TMP/zb_full.json"
+expect "a W under full recompute is refused before anything runs" 1 \
+  "a W under full recompute \(rule: recompute.*refused before anything ran" -- \
+  $FAKE1 --plan "$TMP/zb_full.json" --out "$TMP/x.csv"
+expect "... and the planner does not make one" 2 "zb1 splits the backward into B and W, and full recompute" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --schedule zb1 --recompute full -o "$TMP/x.json"
 # plan building inside the measured runs (the fake GPU "builds" on a layer shape's first call):
 # said when --no-prepare leaves a shape first met in a measured iteration (iteration 1 of this
 # plan has a micro-batch of a new length), never with the prepare pass. (A single process

@@ -17,6 +17,7 @@
  * done — where a real stream would have waited for NCCL. So the multi-GPU mode runs under
  * mpirun on any machine, its transfers really moving the data.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -268,6 +269,22 @@ void rt_cuda_firsts_of(rt_cuda *g, rt_cuda_firsts *f)
     f->gemm_plans = g->gemm_plans, f->attn_graphs = 0, f->uploads = 0;
 }
 
+/* FAKE_CUDA_POISON_ATTENTION (set): every forward leaves NaN in its saved attention cores
+ * (probabilities and context, self and cross), as if the activations kept were those of
+ * selective recompute, which drops them: a backward that does not rerun them (the executor's
+ * pm_recompute) then gives NaN gradients (tests/cli/test_dprun_cli.sh). */
+static void poison_attention(const rt_layer_shape *s, int B, int S, int Se, rt_layer_acts *a)
+{
+    size_t n = (size_t)B * S, hk = (size_t)rt_layer_q_width(s);
+    size_t np = (size_t)B * s->heads * S * S, npc = (size_t)B * s->heads * S * Se;
+    for (size_t i = 0; i < n * hk; i++) a->ctx[i] = NAN;
+    for (size_t i = 0; i < np; i++) a->p[i] = NAN;
+    if (s->cross) {
+        for (size_t i = 0; i < n * hk; i++) a->ctxc[i] = NAN;
+        for (size_t i = 0; i < npc; i++) a->pc[i] = NAN;
+    }
+}
+
 long fake_cuda_layer_fwd_calls; /* for the tests: layer forwards run so far, */
 int fake_cuda_fwd_len[8192];     /* and the first 8192's micro-batch lengths (S) */
 
@@ -290,7 +307,22 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     a.enc = eh, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
     rt_layer_fwd(&p, &l->shape, B, S, xh, yh, &a);
     narrow(y, yh, nh, l->dtype, "layer output");
+    if (getenv("FAKE_CUDA_POISON_ATTENTION")) poison_attention(&l->shape, B, S, Se, &a);
     free(w), free(xh), free(yh), free(eh);
+}
+
+long fake_cuda_recompute_calls; /* for the tests: attention cores rerun so far */
+
+void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
+                                       void *acts)
+{
+    (void)g;
+    fake_cuda_recompute_calls++;
+    int B = mb->B, S = mb->S, Se = mb->Se;
+    rt_layer_acts a;
+    bind_acts(l, B, S, Se, acts, &a);
+    a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
+    rt_layer_recompute_attention(&l->shape, B, S, &a);
 }
 
 /* The encoder output a cross layer's weight pass reads (the executor keeps it untouched since

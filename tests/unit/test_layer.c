@@ -411,6 +411,66 @@ static void test_varlen_is_the_samples_alone(void **state)
     varlen_case(0, 1); /* LLaMA's layer: each sample's positions start at 0 */
 }
 
+/* Selective recompute reruns a layer's attention cores from its saved projections: after the
+ * forward's probabilities and contexts are overwritten, rt_layer_recompute_attention gives them
+ * back bit for bit (whole rows, varlen sequences, a T5 decoder layer's cross-attention and a
+ * LLaMA layer's rotated queries and keys), and the backward from them gives the gradients of
+ * the backward from the forward's own. */
+static void recompute_case(int cross, int varlen, int llama)
+{
+    rt_layer_shape s = {.hidden = 8, .heads = llama ? 4 : 2, .kv = llama ? 2 : 3, .ffn = 12,
+                        .causal = 1, .cross = cross, .glu = llama, .kv_heads = llama ? 2 : 0,
+                        .rmsnorm = llama, .no_bias = llama, .rope_base = llama ? 10000 : 0};
+    enum { N = 3 };
+    int off[N] = {0, 5, 8}, len[N] = {5, 3, 4}, eoff[N] = {0, 4, 9}, elen[N] = {4, 5, 2};
+    rt_seqs seqs = {N, off, len}, enc_seqs = {N, eoff, elen};
+    int B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;
+    size_t n = (size_t)B * S * h, ne = (size_t)B * Se * h;
+    rt_layer_params p, g0, g1;
+    assert_int_equal(rt_layer_params_alloc(&p, &s), 0);
+    assert_int_equal(rt_layer_params_alloc(&g0, &s), 0);
+    assert_int_equal(rt_layer_params_alloc(&g1, &s), 0);
+    rt_layer_params_init(&p, &s, 5);
+    double *x = rnd(n), *dy = rnd(n), *enc = cross ? rnd(ne) : NULL;
+    double *y = malloc(n * sizeof *y), *dx0 = malloc(n * sizeof *dx0), *dx1 = malloc(n * sizeof *dx1);
+    rt_layer_acts a;
+    assert_int_equal(rt_layer_acts_alloc(&a, &s, B, S, Se), 0);
+    a.enc = enc, a.seqs = varlen ? &seqs : NULL, a.enc_seqs = varlen && cross ? &enc_seqs : NULL;
+    rt_layer_fwd(&p, &s, B, S, x, y, &a);
+    size_t bytes = a.count * sizeof(double);
+    double *saved = malloc(bytes);
+    memcpy(saved, a.block, bytes);
+    rt_layer_bwd_input(&p, &g0, &s, B, S, dy, dx0, &a);
+    rt_layer_bwd_weight(&g0, &s, B, S, &a);
+    memcpy(a.block, saved, bytes); /* the forward's state again, then its cores spoilt */
+    size_t np = varlen ? (size_t)s.heads * rt_seqs_pairs(&seqs, &seqs) : (size_t)B * s.heads * S * S;
+    size_t npc = varlen ? (size_t)s.heads * rt_seqs_pairs(&seqs, &enc_seqs) : (size_t)B * s.heads * S * Se;
+    size_t nq = (size_t)B * S * rt_layer_q_width(&s);
+    for (size_t i = 0; i < np; i++) a.p[i] = NAN;
+    for (size_t i = 0; i < nq; i++) a.ctx[i] = NAN;
+    for (size_t i = 0; cross && i < npc; i++) a.pc[i] = NAN;
+    for (size_t i = 0; cross && i < nq; i++) a.ctxc[i] = NAN;
+    rt_layer_recompute_attention(&s, B, S, &a);
+    assert_memory_equal(a.block, saved, bytes);
+    rt_layer_bwd_input(&p, &g1, &s, B, S, dy, dx1, &a);
+    rt_layer_bwd_weight(&g1, &s, B, S, &a);
+    assert_memory_equal(dx0, dx1, n * sizeof *dx0);
+    assert_memory_equal(g0.block, g1.block, p.count * sizeof(double));
+    rt_layer_acts_free(&a);
+    rt_layer_params_free(&p), rt_layer_params_free(&g0), rt_layer_params_free(&g1);
+    free(x), free(dy), free(enc), free(y), free(dx0), free(dx1), free(saved);
+}
+
+static void test_recompute_attention(void **state)
+{
+    (void)state;
+    recompute_case(0, 0, 0);
+    recompute_case(0, 1, 0);
+    recompute_case(1, 0, 0);
+    recompute_case(1, 1, 0);
+    recompute_case(0, 1, 1);
+}
+
 /* A grouped-query layer is the multi-head layer whose key and value heads are copies: query head h
  * of the multi-head layer reads copy h of key/value head h / (heads / kv_heads). Its outputs and
  * input gradients are the same, and a shared key/value head's weight gradient is the sum of its
@@ -656,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_xent_grad),      cmocka_unit_test(test_layer_grad),
         cmocka_unit_test(test_varlen_is_the_samples_alone),
+        cmocka_unit_test(test_recompute_attention),
         cmocka_unit_test(test_gqa_is_mha_with_copied_heads),
         cmocka_unit_test(test_head_groups_batched_gemms),
         cmocka_unit_test(test_yield_between_gemms),
