@@ -546,8 +546,10 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
     TRY(csv_read_file(path, 1, on_header, on_row, &c, err));
     if (c.n == 0) {
         st = dp_fail(err, DP_ERR_INVALID,
-                     "%s: no rows for tp %d and recompute %s (the file has %ld other rows)", path,
-                     tp, c.rc, c.other_rows);
+                     "%s: no rows for tp %d and recompute %s (the file has %ld other rows)\nhint: "
+                     "dprun profile --recompute %s measures them; or plan on the analytic model "
+                     "(--analytic; dpsim calibrate fits it to a profile: --fit)", path, tp, c.rc,
+                     c.other_rows, c.rc);
         goto out;
     }
     qsort(c.rows, c.n, sizeof *c.rows, cmp_rows);

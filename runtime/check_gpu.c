@@ -307,7 +307,7 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
             snprintf(label, sizeof label, k ? "%d x %d varlen %d" : "%d x %d", B, S, k);
             analytic_flops(big, COMP_ENCODER, &cs, 1, &dense, &attn);
             a100_reference(big, &cs, &af, &ab);
-            if (rt_cuda_time_layer(g, &bl, &mb, 5, &f, &b) != 0) {
+            if (rt_cuda_time_layer(g, &bl, &mb, RECOMPUTE_NONE, 5, &f, &b) != 0) {
                 char why[240] = "";
                 rt_cuda_sync(g, why, sizeof why);
                 printf("%-20s the GPU failed: %s\n", label, why[0] ? why : "out of memory?");

@@ -1,8 +1,9 @@
 /*
  * cuda_host.c — the host side of moving a layer's data to and from the GPU at an element type
  * (cuda/layer_cuda.h "host staging"): the executor, dprun profile and check-gpu upload parameter
- * blocks and host doubles, and read gradients back, through these alone. Only rt_cuda_alloc,
- * rt_cuda_put and rt_cuda_get are called, so the host fake (tests/unit/fake_cuda.c) serves too.
+ * blocks and host doubles, and read gradients back, through these alone; and what a backward
+ * reruns under recompute (rt_cuda_layer_rerun), for the executor and dprun profile alike. Only
+ * rt_cuda_* calls of layer_cuda.h are made, so the host fake (tests/unit/fake_cuda.c) serves too.
  */
 #ifdef DPRUN_CUDA
 #include <stdlib.h>
@@ -52,4 +53,11 @@ int rt_cuda_grads_get(double *host, const void *dev, size_t count, rt_dtype dt)
     return staged_get(host, dev, count, rt_dtype_stat_bytes(dt), rt_from_stat, dt);
 }
 
+int rt_cuda_layer_rerun(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, recompute_mode rc,
+                        const void *x, void *y, void *acts, const void *enc)
+{
+    if (rc == RECOMPUTE_FULL) rt_cuda_layer_fwd(g, l, mb, x, y, acts, enc);
+    else if (rc == RECOMPUTE_SELECTIVE) rt_cuda_layer_recompute_attention(g, l, mb, acts);
+    return rc == RECOMPUTE_FULL || rc == RECOMPUTE_SELECTIVE;
+}
 #endif

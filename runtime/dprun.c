@@ -71,6 +71,8 @@ static void help(void)
            "      --mbs LIST        micro-batch sizes                             [1,2,4,8]\n"
            "      --seqlen LIST     sequence lengths (T5: encoder lengths)        [32,64,128,256]\n"
            "      --dec-seqlen LIST T5: decoder lengths                           [the --seqlen list]\n"
+           "      --recompute LIST  recompute modes measured (none, selective, full): each\n"
+           "                        backward as dprun runs it under the mode      [none]\n"
            "  -r, --repeats N       timed repeats per point (median)              [5]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
            "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
@@ -108,6 +110,24 @@ static int parse_list(const char *text, int *out)
     return n;
 }
 
+/* Parses "none,full" into bits 1 << recompute_mode. 0, or -1 on an unknown or empty name. */
+static int parse_modes(const char *text, unsigned *modes)
+{
+    *modes = 0;
+    for (const char *p = text;; p++) {
+        char buf[16];
+        size_t len = strcspn(p, ",");
+        recompute_mode rc;
+        if (len == 0 || len >= sizeof buf) return -1;
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        if (recompute_parse(buf, &rc) != 0) return -1;
+        *modes |= 1u << rc;
+        p += len;
+        if (!*p) return 0;
+    }
+}
+
 /* The element type of a run or profile: --dtype's (NULL: bf16 on the GPU, fp64 on the CPU).
  * 0, or -1 with the reason in msg. */
 static int resolve_dtype(const char *arg, int on_gpu, rt_dtype *dt, char *msg, size_t cap)
@@ -136,13 +156,14 @@ static int profile_main(int argc, char **argv)
         {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
         {"dtype", required_argument, 0, 'd'},
         {"mbs", required_argument, 0, 1},       {"seqlen", required_argument, 0, 2},
-        {"dec-seqlen", required_argument, 0, 3},
+        {"dec-seqlen", required_argument, 0, 3}, {"recompute", required_argument, 0, 4},
         {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
         {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *model = "gpt-tiny", *out = NULL, *backend = "cpu", *dtype = NULL;
     int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
     int64_t repeats = 5;
+    unsigned modes = 1u << RECOMPUTE_NONE;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:m:d:r:o:h", opts, NULL)) != -1) {
@@ -158,6 +179,10 @@ static int profile_main(int argc, char **argv)
             break;
         case 3:
             if ((n_dec = parse_list(optarg, dec)) <= 0) return usage_error("bad --dec-seqlen list", optarg);
+            break;
+        case 4:
+            if (parse_modes(optarg, &modes) != 0)
+                return usage_error("bad --recompute list (none, selective, full):", optarg);
             break;
         case 'r':
             if (dp_parse_i64(optarg, 1, 1000, &repeats) != 0) return usage_error("bad --repeats", optarg);
@@ -189,7 +214,8 @@ static int profile_main(int argc, char **argv)
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     }
     rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,
-                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu, dt};
+                         rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu, dt,
+                         modes};
     int rc = 0;
     if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);

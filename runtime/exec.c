@@ -381,15 +381,10 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
     for (int l = ch->layers - 1; l >= 0; l--) {
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
         rt_layer_acts *a = full ? &scratch : &s->acts[l];
-        if (full) {
-            a->enc = s->enc;
-            a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
-            rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, s->ckpt + (size_t)l * s->nh, rerun_y, a);
-            c->rerun[0] += c->record != RT_RECORD_OFF;
-        } else if (c->recompute == RECOMPUTE_SELECTIVE) {
-            rt_layer_recompute_attention(&ch->shape, s->B, s->S, a);
-            c->rerun[1] += c->record != RT_RECORD_OFF;
-        }
+        if (full) a->enc = s->enc, a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
+        if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, c->recompute,
+                           full ? s->ckpt + (size_t)l * s->nh : NULL, rerun_y, a))
+            c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
         a->denc = s->denc; /* every decoder layer adds its encoder-output gradient */
         rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, a);
         if (full) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);

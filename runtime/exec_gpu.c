@@ -304,13 +304,9 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
     const void *cur = s->dout;
     for (int l = ch->layers - 1; l >= 0; l--) {
         void *dst = l % 2 == 0 ? s->din : s->in;
-        if (s->ckpt) {
-            rt_cuda_layer_fwd(g, &ch->p[l], &s->mb, ckpt_at(c, s, l), s->rerun, acts_at(s, l), s->enc);
-            c->rerun[0] += c->recording;
-        } else if (c->recompute == RECOMPUTE_SELECTIVE) {
-            rt_cuda_layer_recompute_attention(g, &ch->p[l], &s->mb, acts_at(s, l));
-            c->rerun[1] += c->recording;
-        }
+        if (rt_cuda_layer_rerun(g, &ch->p[l], &s->mb, c->recompute, s->ckpt ? ckpt_at(c, s, l) : NULL,
+                                s->rerun, acts_at(s, l), s->enc))
+            c->rerun[s->ckpt ? 0 : 1] += c->recording;
         rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
         if (s->ckpt) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
         cur = dst;

@@ -548,6 +548,14 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     rt_batch_seqs_free(&ps);
 }
 
+int rt_layer_rerun(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
+                   recompute_mode rc, const double *x, double *y, rt_layer_acts *a)
+{
+    if (rc == RECOMPUTE_FULL) rt_layer_fwd(p, s, B, S, x, y, a);
+    else if (rc == RECOMPUTE_SELECTIVE) rt_layer_recompute_attention(s, B, S, a);
+    return rc == RECOMPUTE_FULL || rc == RECOMPUTE_SELECTIVE;
+}
+
 void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,
                         int B, int S, const double *dy, double *dx, rt_layer_acts *a)
 {

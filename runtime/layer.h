@@ -39,6 +39,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "../models/cost.h"
 #include "layout.h"
 
 /* y (n, out) = x (n, in) W (in, out) + b (out); b NULL: no bias */
@@ -258,6 +259,14 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
  * self-attention's, and a cross layer's), probabilities and context, from the projections a
  * holds; the same values the forward saved, bit for bit. */
 void rt_layer_recompute_attention(const rt_layer_shape *s, int B, int S, rt_layer_acts *a);
+/* What a backward under recompute mode rc (scheduler/plan_machine.h pm_recompute) reruns
+ * before the layer's gradients, the one rule the executor and dprun profile follow: none,
+ * nothing; selective, rt_layer_recompute_attention; full, the forward from the layer's kept input
+ * x (B*S, H) into a (which then need not hold anything of the first forward), its output to the
+ * scratch y. Returns 1 when it reran something. Under full the caller then runs both gradient
+ * passes at once (a full-recompute B is never split). */
+int rt_layer_rerun(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
+                   recompute_mode rc, const double *x, double *y, rt_layer_acts *a);
 /* Input gradient: dx from dy; keeps the per-linear output gradients in a for rt_layer_bwd_weight.
  * Layer-norm parameter gradients are accumulated here too. */
 void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,

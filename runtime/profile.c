@@ -30,15 +30,17 @@ typedef struct point {
     double fwd_ms, bwd_ms, stored_mb, peak_mb;
 } point;
 
-/* stored: what the forward keeps for the backward (layout.h); peak: with the gradients kept for
- * the weight pass and three activation-sized buffers of the backward too, at type dt */
-static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt, point *out)
+/* stored: what the forward keeps for the backward (layout.h; under full recompute the layer's
+ * input); peak: with the gradients kept for the weight pass and three activation-sized buffers of
+ * the backward too, at type dt (under full the rerun's whole block and its output besides) */
+static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt,
+                         recompute_mode rc, point *out)
 {
     rt_acts_layout l;
     rt_layer_acts_layout(s, B, S, Se, dt, &l);
-    size_t nh = (size_t)B * S * (size_t)s->hidden;
-    out->stored_mb = (double)rt_acts_forward_bytes(&l) / 1e6;
-    out->peak_mb = (double)l.total / 1e6 + (double)(nh * rt_dtype_act_bytes(dt)) * 3 / 1e6;
+    double h = (double)((size_t)B * S * (size_t)s->hidden * rt_dtype_act_bytes(dt)) / 1e6;
+    out->stored_mb = rc == RECOMPUTE_FULL ? h : (double)rt_acts_forward_bytes(&l) / 1e6;
+    out->peak_mb = (double)l.total / 1e6 + 3 * h + (rc == RECOMPUTE_FULL ? 2 * h : 0);
 }
 
 /* Times one layer of shape s on (B, S) (encoder output (B, Se) for a cross layer): the median of
@@ -46,18 +48,20 @@ static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype
  * sets of activations are used in turn, as a pipeline holds several micro-batches: timing one
  * warm buffer over and over would measure the cache, not the runtime. */
 static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const rt_layer_shape *s,
-                            int B, int S, int Se, int R, int warmup, point *out, dp_err *err)
+                            int B, int S, int Se, recompute_mode rc, int R, int warmup, point *out,
+                            dp_err *err)
 {
     int H = s->hidden;
     size_t nh = (size_t)B * S * H, ne = (size_t)B * Se * H;
     rt_layer_acts a[ROTATE];
     int have = 0;
     double *x = malloc(nh * sizeof *x), *y = malloc(nh * sizeof *y), *dx = malloc(nh * sizeof *dx);
+    double *ry = malloc(nh * sizeof *ry); /* a full rerun's output */
     double *enc = s->cross ? malloc(ne * sizeof *enc) : NULL, *denc = s->cross ? calloc(ne, sizeof *denc) : NULL;
     double *tf = malloc((size_t)R * sizeof *tf), *tb = malloc((size_t)R * sizeof *tb);
     while (have < ROTATE && rt_layer_acts_alloc(&a[have], s, B, S, Se) == 0) have++;
     dp_status st = DP_OK;
-    if (!x || !y || !dx || !tf || !tb || (s->cross && (!enc || !denc)) || have < ROTATE) {
+    if (!x || !y || !dx || !ry || !tf || !tb || (s->cross && (!enc || !denc)) || have < ROTATE) {
         st = dp_fail(err, DP_ERR_NOMEM, "out of memory at mbs %d, seqlen %d", B, S);
         goto out;
     }
@@ -70,6 +74,7 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
         double t0 = 1e3 * dp_now_s();
         rt_layer_fwd(p, s, B, S, x, y, ar);
         double t1 = 1e3 * dp_now_s();
+        rt_layer_rerun(p, s, B, S, rc, x, ry, ar); /* the executor's backward under rc */
         rt_layer_bwd_input(p, g, s, B, S, y, dx, ar);
         rt_layer_bwd_weight(g, s, B, S, ar);
         double t2 = 1e3 * dp_now_s();
@@ -77,10 +82,10 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
     }
     out->fwd_ms = median(tf, R);
     out->bwd_ms = median(tb, R);
-    layer_memory(s, B, S, Se, RT_FP64, out);
+    layer_memory(s, B, S, Se, RT_FP64, rc, out);
 out:
     for (int k = 0; k < have; k++) rt_layer_acts_free(&a[k]);
-    free(x), free(y), free(dx), free(enc), free(denc), free(tf), free(tb);
+    free(x), free(y), free(dx), free(ry), free(enc), free(denc), free(tf), free(tb);
     return st;
 }
 
@@ -115,12 +120,25 @@ out:
     return st;
 }
 
-static void write_layer(FILE *fp, const char *comp, int B, int enc, int dec, const point *p)
+static void write_layer(FILE *fp, recompute_mode rc, const char *comp, int B, int enc, int dec,
+                        const point *p)
 {
-    fprintf(fp, "1,none,%s,fwd_ms,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->fwd_ms);
-    fprintf(fp, "1,none,%s,bwd_ms,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->bwd_ms);
-    fprintf(fp, "1,none,%s,stored_act_mb,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->stored_mb);
-    fprintf(fp, "1,none,%s,peak_act_mb,%d,%d,%d,%.6f\n", comp, B, enc, dec, p->peak_mb);
+    const char *m = recompute_name(rc);
+    fprintf(fp, "1,%s,%s,fwd_ms,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->fwd_ms);
+    fprintf(fp, "1,%s,%s,bwd_ms,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->bwd_ms);
+    fprintf(fp, "1,%s,%s,stored_act_mb,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->stored_mb);
+    fprintf(fp, "1,%s,%s,peak_act_mb,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->peak_mb);
+}
+
+/* The LM head's rows (it does not recompute: the same figures in every mode measured). */
+static void write_head(FILE *fp, unsigned modes, int B, int enc, int dec, const point *p)
+{
+    for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
+        if (!(modes >> rc & 1)) continue;
+        const char *m = recompute_name((recompute_mode)rc);
+        fprintf(fp, "1,%s,postprocess,fwd_ms,%d,%d,%d,%.6f\n", m, B, enc, dec, p->fwd_ms);
+        fprintf(fp, "1,%s,postprocess,bwd_ms,%d,%d,%d,%.6f\n", m, B, enc, dec, p->bwd_ms);
+    }
 }
 
 /* The backend a grid point is measured on: the CPU layer, or (on_gpu) the CUDA layer with the
@@ -173,22 +191,24 @@ static void prober_close(prober *pr)
 
 /* One layer (k: 0 the encoder / GPT layer, 1 T5's decoder) on (B, S), against an encoder output
  * of length Se for the decoder. */
-static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, point *pt, dp_err *err)
+static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, recompute_mode rc, point *pt,
+                             dp_err *err)
 {
     const rt_profile_opts *o = pr->o;
     int R = o->repeats > 0 ? o->repeats : 1;
     if (o->sync) o->sync();
-    if (!o->on_gpu) return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, R, o->warmup, pt, err);
+    if (!o->on_gpu)
+        return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, rc, R, o->warmup, pt, err);
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
     rt_batch mb = {B, S, Se, NULL, NULL};
-    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], &mb, R, &pt->fwd_ms, &pt->bwd_ms) != 0) {
+    if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], &mb, rc, R, &pt->fwd_ms, &pt->bwd_ms) != 0) {
         char why[240] = "";
         rt_cuda_sync(pr->gpu, why, sizeof why);
         return dp_fail(err, DP_ERR_EXTERNAL, "the GPU failed at mbs %d, seqlen %d: %s", B, S,
                        why[0] ? why : "out of device memory?");
     }
-    layer_memory(pr->shape[k], B, S, Se, o->dtype, pt);
+    layer_memory(pr->shape[k], B, S, Se, o->dtype, rc, pt);
 #endif
     return DP_OK;
 }
@@ -236,32 +256,34 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
     fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
     const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
     int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
+    unsigned modes = o->modes ? o->modes : 1u << RECOMPUTE_NONE;
     for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
         for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
             int B = o->mbs[i], S = o->seqlen[j];
-            point pt = {0}, head = {0};
-            st = probe_layer(&pr, 0, B, S, 0, &pt, err);
-            if (st == DP_OK && !t5) st = probe_head(&pr, B * S, &head, err);
-            if (st != DP_OK) break;
-            write_layer(fp, "encoder", B, S, 0, &pt);
-            if (!t5) {
-                fprintf(fp, "1,none,postprocess,fwd_ms,%d,%d,0,%.6f\n", B, S, head.fwd_ms);
-                fprintf(fp, "1,none,postprocess,bwd_ms,%d,%d,0,%.6f\n", B, S, head.bwd_ms);
-            }
-            if (o->progress)
-                fprintf(stderr, "dprun profile: mbs %d seqlen %d: fwd %.3f ms, bwd %.3f ms per layer (%s, %s)\n",
-                        B, S, pt.fwd_ms, pt.bwd_ms, o->on_gpu ? "GPU" : "CPU", rt_dtype_name(o->dtype));
-            for (int k = 0; t5 && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
-                st = probe_layer(&pr, 1, B, decs[k], S, &pt, err);
-                if (st == DP_OK) write_layer(fp, "decoder", B, S, decs[k], &pt);
+            point head = {0};
+            if (!t5 && (st = probe_head(&pr, B * S, &head, err)) != DP_OK) break;
+            if (!t5) write_head(fp, modes, B, S, 0, &head);
+            for (int rc = 0; rc < RECOMPUTE_COUNT && st == DP_OK; rc++) {
+                if (!(modes >> rc & 1)) continue;
+                point pt = {0};
+                if ((st = probe_layer(&pr, 0, B, S, 0, (recompute_mode)rc, &pt, err)) != DP_OK) break;
+                write_layer(fp, (recompute_mode)rc, "encoder", B, S, 0, &pt);
+                if (o->progress)
+                    fprintf(stderr, "dprun profile: mbs %d seqlen %d%s%s: fwd %.3f ms, bwd %.3f ms per "
+                            "layer (%s, %s)\n", B, S, rc ? ", recompute " : "",
+                            rc ? recompute_name((recompute_mode)rc) : "", pt.fwd_ms, pt.bwd_ms,
+                            o->on_gpu ? "GPU" : "CPU", rt_dtype_name(o->dtype));
+                for (int k = 0; t5 && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
+                    st = probe_layer(&pr, 1, B, decs[k], S, (recompute_mode)rc, &pt, err);
+                    if (st == DP_OK) write_layer(fp, (recompute_mode)rc, "decoder", B, S, decs[k], &pt);
+                }
             }
         }
     for (int i = 0; t5 && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder lengths */
         for (int k = 0; k < n_dec && st == DP_OK; k++) {
             point head;
             if ((st = probe_head(&pr, o->mbs[i] * decs[k], &head, err)) != DP_OK) break;
-            fprintf(fp, "1,none,postprocess,fwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.fwd_ms);
-            fprintf(fp, "1,none,postprocess,bwd_ms,%d,0,%d,%.6f\n", o->mbs[i], decs[k], head.bwd_ms);
+            write_head(fp, modes, o->mbs[i], 0, decs[k], &head);
         }
     prober_close(&pr);
     if (st == DP_OK) st = out_commit(&of, err);

@@ -3,9 +3,14 @@
  *
  * For every (mbs, seqlen) of the grid it times one transformer layer's forward and backward
  * (input and weight gradients) and the LM head + loss, with warm-up runs and the median of the
- * repeats, and writes the profile CSV contract (models/cost.h): tp 1, recompute none, metrics
- * fwd_ms, bwd_ms, stored_act_mb (activations the layer keeps for its backward) and peak_act_mb
- * (those plus the backward's gradient buffers). GPT: components encoder (its layer) and
+ * repeats, and writes the profile CSV contract (models/cost.h): tp 1, metrics fwd_ms, bwd_ms,
+ * stored_act_mb (activations the layer keeps for its backward) and peak_act_mb (those plus the
+ * backward's gradient buffers), for each recompute mode asked for (rows "none", "selective",
+ * "full"). Under a mode the backward is the executor's (runtime/layer.h rt_layer_rerun first) and
+ * the memory what it holds: selective reruns the attention cores and keeps what none keeps (the
+ * bf16 layer stores no S^2 term anyway; the fp64 one keeps its probabilities); full keeps the
+ * layer's input, and its backward holds one layer's activations and the rerun's output besides.
+ * The LM head does not recompute: its rows are measured once and written for every mode. GPT: components encoder (its layer) and
  * postprocess on (mbs, seqlen). T5: encoder on (mbs, enc), decoder on (mbs, enc, dec) over the
  * decoder lengths, postprocess on (mbs, dec). `dpsim --profile` uses the file directly.
  *
@@ -37,6 +42,7 @@ typedef struct rt_profile_opts {
     void (*sync)(void); /* called before each grid point (MPI_Barrier when all ranks profile) */
     int on_gpu; /* on the CUDA layer (CUDA-event means; not under mpirun) */
     rt_dtype dtype; /* the layer's element type (RT_FP64 on the CPU) */
+    unsigned modes; /* recompute modes measured, bits 1 << recompute_mode; 0: none alone */
 } rt_profile_opts;
 
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err);

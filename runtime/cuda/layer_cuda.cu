@@ -487,19 +487,19 @@ extern "C" void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const 
 }
 
 extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *batch,
-                                  int repeats, double *fwd_ms, double *bwd_ms)
+                                  recompute_mode rcm, int repeats, double *fwd_ms, double *bwd_ms)
 {
     rt_dtype dt = l->dtype;
     int B = batch->B, S = batch->S, Se = l->shape.cross ? batch->Se : 0;
     size_t nh = (size_t)B * S * l->shape.hidden * rt_dtype_act_bytes(dt);
     size_t ne = (size_t)B * Se * l->shape.hidden * rt_dtype_act_bytes(dt);
-    void *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh);
+    void *x = rt_cuda_alloc(nh), *y = rt_cuda_alloc(nh), *dx = rt_cuda_alloc(nh), *ry = rt_cuda_alloc(nh);
     void *enc = rt_cuda_alloc(ne), *denc = rt_cuda_alloc(ne);
     void *acts = rt_cuda_alloc(rt_layer_acts_bytes(&l->shape, B, S, Se, dt));
     rt_cuda_layer grad = *l;
     grad.block = rt_cuda_alloc(rt_grad_block_bytes(l->count, dt));
     int rc = -1;
-    if (x && y && dx && enc && denc && acts && grad.block) {
+    if (x && y && dx && ry && enc && denc && acts && grad.block) {
         rt_cuda_fill(g, x, nh / rt_dtype_act_bytes(dt), dt, 3, 1.0);
         rt_cuda_fill(g, enc, ne / rt_dtype_act_bytes(dt), dt, 4, 1.0);
         cudaMemsetAsync(grad.block, 0, rt_grad_block_bytes(l->count, dt), g->stream);
@@ -508,6 +508,7 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_b
         rc = time_fwd_bwd(
             g, repeats, [&] { rt_cuda_layer_fwd(g, l, &mb, x, y, acts, enc); },
             [&] {
+                rt_cuda_layer_rerun(g, l, &mb, rcm, x, ry, acts, enc); // the executor's backward
                 rt_cuda_layer_bwd_input(g, l, &grad, &mb, y, dx, acts, l->shape.cross ? denc : NULL);
                 rt_cuda_layer_bwd_weight(g, &grad, &mb, acts, enc);
             },
@@ -522,7 +523,8 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_b
             rc = -1;
         }
     }
-    rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(enc), rt_cuda_free(denc);
+    rt_cuda_free(x), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(ry), rt_cuda_free(enc);
+    rt_cuda_free(denc);
     rt_cuda_free(acts), rt_cuda_free(grad.block);
     return rc;
 }

@@ -95,15 +95,22 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *p, rt_cuda_layer *
  * same attention path as the forward) with the values the forward saved. */
 void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
                                        void *acts);
+/* runtime/layer.h rt_layer_rerun on the device (runtime/cuda_host.c): what a backward under
+ * recompute mode rc reruns before the layer's gradients (full: the forward from the kept input x
+ * into acts, its output to the scratch y; selective: rt_cuda_layer_recompute_attention). 1 when
+ * it reran something. */
+int rt_cuda_layer_rerun(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, recompute_mode rc,
+                        const void *x, void *y, void *acts, const void *enc);
 /* Weight gradients of the linear ops into grad (a cross layer's read enc again). */
 void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
                               const void *acts, const void *enc);
 
 /* Mean forward and backward time of one layer on the micro-batch mb (B rows of S tokens; a cross
  * layer against an encoder output of Se per row; varlen when mb has sequences) over `repeats`
- * runs after a warm-up, by CUDA events, on synthetic inputs. 0, or -1. */
-int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, int repeats,
-                       double *fwd_ms, double *bwd_ms);
+ * runs after a warm-up, by CUDA events, on synthetic inputs; the backward under recompute mode rc
+ * (rt_cuda_layer_rerun first, as the executor's). 0, or -1. */
+int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, recompute_mode rc,
+                       int repeats, double *fwd_ms, double *bwd_ms);
 /* Mean time of one GEMM C (M x N) = A (M x K) B (K x N) at dtype (bf16: cuBLASLt, fp32
  * accumulation; fp64: cuBLAS), over `repeats` runs: the library's own rate on a layer's shapes,
  * for check-gpu's comparison. 0, or -1. */

@@ -27,6 +27,27 @@ expect "dpsim validate reports the error" 0 "mean absolute error" -- "$DPSIM" va
 expect "dpsim validate --json" 0 '"mape_pct"' -- "$DPSIM" validate --plan "$TMP/plan.json" --measured "$TMP/measured.csv" --json
 check "validation figure" is_png "$TMP/val.png" 10000
 
+# dprun profile --recompute: rows for every mode asked for, the backward measured as dprun runs it
+# under the mode; full recompute keeps the layer's input alone (closed form: mbs x seqlen x 256
+# hidden x 8 bytes in fp64), selective what none keeps; the planner then plans that mode on it
+expect "profile under none, selective and full recompute" 0 "wrote" -- \
+  timeout 300 "$DPRUN" profile --backend cpu --model gpt-tiny --mbs 1,2 --seqlen 32,64 --repeats 2 \
+  --recompute none,selective,full -o "$TMP/rc_profile.csv"
+check "... rows of each mode (16 layer and 8 head rows per mode)" bash -c "for m in none selective full; do \
+  test \$(grep -c \"^1,\$m,\" '$TMP/rc_profile.csv') -eq 24 || exit 1; done"
+check "... full keeps the input: stored_act_mb = mbs x seqlen x 256 x 8 bytes" bash -c \
+  "grep '^1,full,encoder,stored_act_mb,' '$TMP/rc_profile.csv' | awk -F, '{ if (\$8 != \$5 * \$6 * 256 * 8 / 1e6) bad = 1; n++ } END { exit bad || n != 4 }'"
+check "... selective keeps what none keeps" bash -c "diff <(grep '^1,none,encoder,stored_act_mb' '$TMP/rc_profile.csv' | cut -d, -f3-) \
+  <(grep '^1,selective,encoder,stored_act_mb' '$TMP/rc_profile.csv' | cut -d, -f3-)"
+expect "a plan under full recompute on the measured profile" 0 "wrote 1 iterations" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/rc_profile.csv" --recompute full --pp 2 \
+  --max-seqlen 64 --global-tokens 256 --iterations 1 -o "$TMP/rc_prof_plan.json"
+expect "a profile without the mode is refused, naming it" 2 "hint: dprun profile --recompute full measures them" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/tiny_profile.csv" --recompute full --pp 2 \
+  --max-seqlen 64 --global-tokens 256 --iterations 1 -o "$TMP/x.json"
+expect "an unknown --recompute mode in the profile list" 2 "bad --recompute list" -- \
+  "$DPRUN" profile --recompute none,half -o "$TMP/x.csv"
+
 # --- T5: encoder stages, then decoder stages with cross-attention ------------------------------------
 expect "profile a tiny T5 grid (encoder, decoder over (enc, dec), LM head)" 0 "wrote" -- \
   timeout 300 "$DPRUN" profile --model t5-tiny --mbs 1,2 --seqlen 32,64 --dec-seqlen 16,32 --repeats 2 -o "$TMP/t5_profile.csv"
@@ -241,6 +262,10 @@ $FAKE1 --plan "$TMP/t5.json" --dtype fp64 --out "$TMP/x.csv" >"$TMP/t5_clean.out
 expect "T5's cross-attention cores rerun too (4 stages on one GPU)" 0 \
   "gradient norm $(ere "$(norm "$TMP/t5_clean.out")")" -- \
   env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/t5_sel.json" --dtype fp64 --out "$TMP/x.csv"
+sed 's/"recompute": *"none"/"recompute": "full"/' "$TMP/t5.json" >"$TMP/t5_full.json"
+expect "... and T5's decoder layers rerun whole (full recompute, cpu ranks)" 0 \
+  "gradient norm $(ere "$(norm "$TMP/t5_clean.out")")" -- \
+  timeout 300 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/t5_full.json" --out "$TMP/x.csv"
 sed 's/"recompute": *"none"/"recompute": "full"/' $G/plan_zb1_4stages.json >"$TMP/zb_full.json"
 expect "a W under full recompute is refused before anything runs" 1 \
   "a W under full recompute \(rule: recompute.*refused before anything ran" -- \

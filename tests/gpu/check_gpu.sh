@@ -14,7 +14,9 @@
 #      single-GPU mode in bf16, each validated against its plan (the simulation error on the
 #      GPU; all stages share the GPU here, so overlapping stages compete for it and the error is
 #      an upper bound for one stage per GPU); the same plan in fp64 must end with the cpu ranks'
-#      gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's;
+#      gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's; 1F1B under selective
+#      and full recompute too (the profile measures all three modes), the backward's reruns run
+#      on the GPU and the norms compared the same way;
 #   3. dprun profile --dtype bf16 at the widths the simulator models, GPT-6.7B, Llama-2-7B
 #      (SwiGLU) and T5-11B, one layer at a time, TP 1; dpsim calibrate fits the analytic model's
 #      constants for this GPU from the GPT-6.7B profile;
@@ -94,12 +96,13 @@ fig_checks() { # check-gpu: its count, bf16's largest errors, the attention path
          on && /^ *[0-9]+ x/ { v = ($4 == "varlen") ? 2 : 0; label = $1 " x " $3 (v ? " varlen " $5 : "")
                                printf "%s: %s TFLOP/s, MFU %s, GEMMs %s TFLOP/s; ", label, $(6 + v), $(7 + v), $(8 + v) }' "$1"
 }
-fig_profile() { grep -c 'dprun profile: mbs' "$1" | sed 's/$/ grid points/'; }
+fig_profile() { grep -cE 'dprun profile: mbs [0-9]+ seqlen [0-9]+:' "$1" | sed 's/$/ grid points/'; }
 fig_fit() { grep -E 'APE' "$1" | tr -s ' ' | tr '\n' ';'; }
 fig_validate() { grep -Ei 'mean absolute error|makespan' "$1" | head -n 2; }
 fig_norms() { grep -E 'gradient norms' "$1"; }
 fig_wrote() { # the run's gradient norm, and slow first calls its measured runs timed (dprun warns)
     grep -Eo 'gradient norm [0-9.e+-]+' "$1"
+    grep -Eo 'reran [0-9]+ layer forwards and [0-9]+ attention cores' "$1"
     grep -Eo 'built [0-9]+ GEMM configurations and [0-9]+ attention graphs and uploaded [0-9]+ small arrays' "$1" |
         sed 's/^/(timed first calls: /; s/$/)/'
 }
@@ -124,7 +127,8 @@ step check_gpu_t5 fig_checks "$DPRUN" check-gpu t5-tiny --no-speed
 # 2. small plans on small profiles, the cheapest figures first (a budget may end the run early):
 # bf16 validated, fp64 against the cpu ranks, bf16 against fp64
 step profile_gpt_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-tiny \
-    --mbs 1,2,3,4,6,8 --seqlen 32,64,96,128,192,256 -o "$GPU_OUT/gpu_profile.csv"
+    --mbs 1,2,3,4,6,8 --seqlen 32,64,96,128,192,256 --recompute none,selective,full \
+    -o "$GPU_OUT/gpu_profile.csv"
 common=(--model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" --batching token --mb-tokens 512
         --max-seqlen 256 --global-tokens 4096 --iterations 6)
 step plan_1f1b fig_none "$DPSIM" plan "${common[@]}" --pp 2 --schedule 1f1b -o "$GPU_OUT/plan_1f1b.json"
@@ -138,7 +142,11 @@ step profile_t5_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --
     --mbs 1,2,4 --seqlen 32,64,128 --dec-seqlen 16,32,64 -o "$GPU_OUT/gpu_t5_profile.csv"
 step plan_t5 fig_none "$DPSIM" plan --model t5-tiny --hw h200 --profile "$GPU_OUT/gpu_t5_profile.csv" --pp 4 \
     --max-seqlen 128 --max-dec-seqlen 64 --global-tokens 2048 --iterations 4 -o "$GPU_OUT/plan_t5.json"
-for s in 1f1b varlen t5 zb1 interleaved; do
+for rc in selective full; do # the plan's recompute, run as planned (dprun says what it reran)
+    step "plan_$rc" fig_none "$DPSIM" plan "${common[@]}" --pp 2 --schedule 1f1b --recompute "$rc" \
+        -o "$GPU_OUT/plan_$rc.json"
+done
+for s in 1f1b varlen t5 zb1 interleaved selective full; do
     plan=$GPU_OUT/plan_$s.json
     step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
     step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \

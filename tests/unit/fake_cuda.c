@@ -416,22 +416,24 @@ void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
 static double fake_ms(double flops) { return flops / (FAKE_TFLOPS * 1e9); }
 static double fake_bytes_ms(double bytes) { return bytes / (FAKE_GBPS * 1e6); }
 
-int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, int repeats,
-                       double *fwd_ms, double *bwd_ms)
+int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, recompute_mode rc,
+                       int repeats, double *fwd_ms, double *bwd_ms)
 {
     (void)g, (void)repeats;
     int B = mb->B, S = mb->S, Se = l->shape.cross ? mb->Se : 0;
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
     double n = (double)B * S, hk = (double)l->shape.heads * l->shape.kv;
-    double flops = 2 * n * (double)l->count + 4 * (double)rt_seqs_pairs(&bs.self, &bs.self) * hk;
-    if (l->shape.cross) flops += 4 * (double)rt_seqs_pairs(&bs.self, &bs.enc) * hk;
+    double attn = 4 * (double)rt_seqs_pairs(&bs.self, &bs.self) * hk;
+    if (l->shape.cross) attn += 4 * (double)rt_seqs_pairs(&bs.self, &bs.enc) * hk;
+    double flops = 2 * n * (double)l->count + attn;
     rt_batch_seqs_free(&bs);
     /* the weights once, the saved activations written (read again in the backward) */
     double bytes = (double)rt_param_block_bytes(l->count, l->dtype) +
                    (double)rt_layer_acts_bytes(&l->shape, B, S, Se, l->dtype);
     *fwd_ms = fake_ms(flops) + fake_bytes_ms(bytes) + 0.01;
     *bwd_ms = 2 * fake_ms(flops) + 2 * fake_bytes_ms(bytes) + 0.02;
+    *bwd_ms += rc == RECOMPUTE_FULL ? *fwd_ms : rc == RECOMPUTE_SELECTIVE ? fake_ms(attn) : 0;
     return 0;
 }
 
