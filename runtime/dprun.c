@@ -454,6 +454,11 @@ static int run_main(int argc, char **argv)
                         on_gpu ? " (one GPU each)" : "", n_run, rt_dtype_name(dt));
             fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
                     rc ? "could not write" : "wrote", out);
+            if (!isfinite(grad_sq)) { /* the timeline stands; the numerics do not */
+                fprintf(stderr, "dprun: error: the gradient norm is not finite: the layers' "
+                        "arithmetic went wrong on this backend (the timeline was written)\n");
+                rc = 1;
+            }
             if (firsts[3] + firsts[4] > 0) /* the plan's recompute, done */
                 fprintf(stderr, "dprun: recompute (the plan's %s): the backwards reran %ld layer "
                         "forwards and %ld attention cores\n", pl.h.recompute, firsts[3], firsts[4]);

@@ -9,7 +9,9 @@
  *            then run the real layers of the stage's chunk on the CPU backend (runtime/layer.h):
  *            F the forward (plus embedding on the first virtual stage, LM head and loss on the
  *            last), B the input gradients (and the weight gradients unless the rank is split),
- *            W the weight gradients;
+ *            W the weight gradients; B first reruns what the iteration's recompute mode says
+ *            (plan_machine.h pm_recompute, layer.h rt_layer_rerun): under full, F keeps only
+ *            each layer's input and B reruns layer by layer;
  *   SEND_*   MPI_Isend of the produced activation or gradient (overlaps what follows: the
  *            layer calls back between its GEMMs and the executor drives MPI's progress there);
  *   FREE     releases the slot's buffers; those a send still reads go once it completes (never

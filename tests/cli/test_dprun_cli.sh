@@ -251,7 +251,7 @@ for m in selective:attention full:layer; do
       "$(tail -c 300 "$TMP/rc_cpu.out")" "$(tail -c 300 "$TMP/rc_gpu.out")"
   fi
 done
-expect "poisoned attention cores, not rerun (recompute none): NaN" 0 "gradient norm nan" -- \
+expect "poisoned attention cores, not rerun (recompute none): NaN, an error" 1 "error: the gradient norm is not finite: the layers. arithmetic went wrong" -- \
   env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/rc_none.json" --dtype fp64 --out "$TMP/x.csv"
 expect "... rerun by selective recompute: the norm without poison" 0 "gradient norm $(ere "$rc_norm")" -- \
   env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/rc_selective.json" --dtype fp64 --out "$TMP/x.csv"

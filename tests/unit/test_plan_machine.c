@@ -300,6 +300,41 @@ static void test_plan_level_rules(void **state)
 
 /* ---- memory: the simulator's timed accounting equals the machine's ---------------------------- */
 
+/* Rule "recompute": a W under full recompute is refused (its B reran the forward; W would need
+ * those activations held past B, which stored_mb does not count), by the mode that applies to
+ * the iteration (pm_recompute: its own, else the header's); a plan without W takes every mode. */
+static void test_recompute_rule(void **state)
+{
+    (void)state;
+    static const char *const files[2] = {"tests/cli/golden/plan_zb1_4stages.json",
+                                         "tests/cli/golden/plan_4ranks.json"};
+    for (int f = 0; f < 2; f++) {
+        plan p;
+        dp_err err = {0};
+        assert_int_equal(plan_read(files[f], &p, &err), DP_OK);
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) {
+            strcpy(p.h.recompute, recompute_name((recompute_mode)m));
+            assert_int_equal(pm_recompute(&p, &p.it[0]), m);
+            dp_status st = plan_check(&p, "p.json", &err);
+            if (f == 0 && m == RECOMPUTE_FULL) {
+                assert_int_equal(st, DP_ERR_INVALID);
+                assert_msg_has(err.msg, "p.json: iteration 0: stage 0 (replica 0) instruction");
+                assert_msg_has(err.msg, "a W under full recompute (rule: recompute");
+            } else if (st != DP_OK) {
+                fail_msg("%s under %s: %s", files[f], p.h.recompute, err.msg);
+            }
+        }
+        /* a dynamic plan: the iteration's own mode applies */
+        strcpy(p.h.recompute, "dynamic");
+        for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "selective");
+        assert_int_equal(plan_check(&p, "p.json", &err), DP_OK);
+        strcpy(p.it[p.n_it - 1].recompute, "full");
+        assert_int_equal(pm_recompute(&p, &p.it[p.n_it - 1]), RECOMPUTE_FULL);
+        assert_int_equal(plan_check(&p, "p.json", &err), f == 0 ? DP_ERR_INVALID : DP_OK);
+        plan_release(&p);
+    }
+}
+
 static void test_sim_memory_is_the_machine_memory(void **state)
 {
     (void)state;
@@ -521,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_each_data_rule),
         cmocka_unit_test(test_self_send),
         cmocka_unit_test(test_plan_level_rules),
+        cmocka_unit_test(test_recompute_rule),
         cmocka_unit_test(test_sim_memory_is_the_machine_memory),
         cmocka_unit_test(test_adaptive_matches_independent_evaluator),
         cmocka_unit_test(test_links_do_not_wait_for_each_other),
