@@ -88,11 +88,12 @@ out:
     return rc;
 }
 
-/* The GPU layer at type dt, the same passes; 0, or -1 with the reason on stderr. */
-static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
+/* The GPU layer at type dt, the same passes, the backward under recompute mode rc (its rerun
+ * first, as the executor's); 0, or -1 with the reason on stderr. */
+static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, recompute_mode rc, layer_out *o)
 {
     char why[256];
-    int rc = -1;
+    int st = -1;
     size_t gb = rt_grad_block_bytes(io->np, dt);
     rt_cuda_layer lp = {*io->s, dt, rt_cuda_params_new(io->params, io->np, dt), io->np};
     rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np};
@@ -101,8 +102,9 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
     void *y = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt)), *dx = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt));
     void *denc = rt_cuda_alloc(io->ne * rt_dtype_act_bytes(dt));
     void *acts = rt_cuda_alloc(rt_layer_acts_bytes(io->s, io->B, io->S, io->Se, dt));
+    void *ry = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt)); /* a full rerun's output */
     if (out_alloc(o, io) != 0 || !lp.block || !lg.block || !x || !dy || !enc || !y || !dx ||
-        !denc || !acts) {
+        !denc || !acts || !ry) {
         fprintf(stderr, "dprun check-gpu: out of host or device memory\n");
         goto out;
     }
@@ -110,19 +112,21 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, layer_out *o)
     rt_cuda_zero(g, denc, io->ne * rt_dtype_act_bytes(dt));
     rt_batch mb = {io->B, io->S, io->Se, io->seqs, io->enc_seqs};
     rt_cuda_layer_fwd(g, &lp, &mb, x, y, acts, enc);
+    rt_cuda_layer_rerun(g, &lp, &mb, rc, x, ry, acts, enc);
     rt_cuda_layer_bwd_input(g, &lp, &lg, &mb, dy, dx, acts, denc);
     rt_cuda_layer_bwd_weight(g, &lg, &mb, acts, enc);
     if (rt_cuda_sync(g, why, sizeof why) != 0) {
         fprintf(stderr, "dprun check-gpu: %s layer: %s\n", rt_dtype_name(dt), why);
         goto out;
     }
-    rc = rt_cuda_acts_get(o->y, y, io->nh, dt) | rt_cuda_acts_get(o->dx, dx, io->nh, dt) |
+    st = rt_cuda_acts_get(o->y, y, io->nh, dt) | rt_cuda_acts_get(o->dx, dx, io->nh, dt) |
          rt_cuda_grads_get(o->grads, lg.block, io->np, dt) |
          rt_cuda_acts_get(o->denc, denc, io->ne, dt);
 out:
     rt_cuda_free(lp.block), rt_cuda_free(lg.block), rt_cuda_free(x), rt_cuda_free(dy);
     rt_cuda_free(enc), rt_cuda_free(y), rt_cuda_free(dx), rt_cuda_free(denc), rt_cuda_free(acts);
-    return rc;
+    rt_cuda_free(ry);
+    return st;
 }
 
 /* The parameter tensor whose gradient is furthest from want's, relative to the tensor's own norm
@@ -184,8 +188,8 @@ static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, in
     io.nh = (size_t)B * S * s->hidden, io.ne = (size_t)B * io.Se * s->hidden;
     rt_layer_params p;
     layer_out cpu = {0}, f64 = {0}, b16 = {0}, gemm = {0};
-    int rows = (s->cross ? 4 : 3) + 1, failed = 3 * rows; /* + the worst tensor's */
-    *n_rows += 3 * rows;
+    int rows = (s->cross ? 4 : 3) + 1, failed = 7 * rows; /* + the worst tensor's */
+    *n_rows += 7 * rows; /* 3 comparisons, and 2 recompute modes in 2 types */
     io.x = malloc(io.nh * sizeof(double)), io.dy = malloc(io.nh * sizeof(double));
     io.enc = calloc(io.ne + 1, sizeof(double));
     if (rt_layer_params_alloc(&p, s) != 0 || !io.x || !io.dy || !io.enc) goto out;
@@ -209,20 +213,20 @@ static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, in
         }
     }
     printf("\n");
-    if (run_cpu(&io, &cpu) != 0 || run_gpu(g, &io, RT_FP64, &f64) != 0) goto out;
+    if (run_cpu(&io, &cpu) != 0 || run_gpu(g, &io, RT_FP64, RECOMPUTE_NONE, &f64) != 0) goto out;
     failed = compare("GPU fp64 against the CPU layer (fp64)", &io, &f64, &cpu, RT_CHECK_FP64_TOL,
                      RT_CHECK_FP64_TOL, RT_CHECK_FP64_TOL);
     /* bf16 twice: as a run goes (cuDNN's fused attention where it builds), then with attention
      * on the GEMM path, so that one run on a GPU checks both */
     int b16_failed = rows, gemm_failed = rows;
-    if (run_gpu(g, &io, RT_BF16, &b16) == 0) {
+    if (run_gpu(g, &io, RT_BF16, RECOMPUTE_NONE, &b16) == 0) {
         char title[400];
         snprintf(title, sizeof title, "GPU bf16 against GPU fp64 (attention: %s)", rt_cuda_attention_path(g));
         b16_failed = compare(title, &io, &b16, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL,
                              RT_CHECK_BF16_TENSOR_TOL);
     }
     rt_cuda_set_attention(g, RT_ATTN_GEMM);
-    if (run_gpu(g, &io, RT_BF16, &gemm) == 0) {
+    if (run_gpu(g, &io, RT_BF16, RECOMPUTE_NONE, &gemm) == 0) {
         char title[400];
         snprintf(title, sizeof title, "GPU bf16 against GPU fp64 (attention: %s)", rt_cuda_attention_path(g));
         gemm_failed = compare(title, &io, &gemm, &f64, RT_CHECK_BF16_OUT_TOL, RT_CHECK_BF16_GRAD_TOL,
@@ -230,6 +234,24 @@ static int check_layer(rt_cuda *g, const char *name, const rt_layer_shape *s, in
     }
     rt_cuda_set_attention(g, RT_ATTN_AUTO);
     failed += b16_failed + gemm_failed;
+    /* the backward's reruns give back what the forward had, in each type (a run that fails
+     * leaves its rows failed) */
+    for (int t = 0; t < 2; t++)
+        for (int rc = RECOMPUTE_SELECTIVE; rc <= RECOMPUTE_FULL; rc++) {
+            rt_dtype dt = t ? RT_BF16 : RT_FP64;
+            const layer_out *ref = t ? &b16 : &f64;
+            layer_out o = {0};
+            int rerun_failed = rows;
+            if (ref->y && run_gpu(g, &io, dt, (recompute_mode)rc, &o) == 0) {
+                char title[120];
+                snprintf(title, sizeof title, "GPU %s under %s recompute against the same without",
+                         rt_dtype_name(dt), recompute_name((recompute_mode)rc));
+                rerun_failed = compare(title, &io, &o, ref, RT_CHECK_RERUN_TOL, RT_CHECK_RERUN_TOL,
+                                       RT_CHECK_RERUN_TOL);
+            }
+            failed += rerun_failed;
+            out_free(&o);
+        }
 out:
     rt_layer_params_free(&p);
     free(io.x), free(io.dy), free(io.enc);

@@ -21,6 +21,14 @@
  *                           gradients' 5% where its gradient partly cancels (a key bias's is 0
  *                           in exact arithmetic, beside the query and value biases' in one
  *                           tensor): 20%.
+ * Recompute (scheduler/plan_machine.h pm_recompute): the same passes with the backward's rerun
+ * (rt_cuda_layer_rerun: selective, then full) against the same type without it, which the rerun
+ * must give back:
+ *   RT_CHECK_RERUN_TOL      in either type the rerun recomputes what the forward had; the
+ *                           backward itself may differ from one run to the next (cuDNN's
+ *                           attention backward and the bias and norm gradients add fp32 partial
+ *                           sums with atomics, in no fixed order): 1e-3, far under a rerun that
+ *                           is missing or reads another layer's state (tens of percent).
  */
 #ifndef RT_CHECK_GPU_H
 #define RT_CHECK_GPU_H
@@ -31,6 +39,7 @@
 #define RT_CHECK_BF16_OUT_TOL 2e-2
 #define RT_CHECK_BF16_GRAD_TOL 5e-2
 #define RT_CHECK_BF16_TENSOR_TOL 2e-1
+#define RT_CHECK_RERUN_TOL 1e-3
 
 /* Returns 0 when every check passed (prints the tables and "N passed, N failed"). hw names the
  * GPU preset for MFU (NULL: found from the device's name; MFU is left out when unknown); speed 0
