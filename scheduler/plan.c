@@ -87,8 +87,10 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
 
 /* Weight-gradient share of a backward (ZB-H1's W). With dense FLOPs d and attention FLOPs a of
  * the forward, the backward does ~2d + 2a: input gradients d + 2a (attention has no weights),
- * weight gradients d. So W = bwd * d / (2d + 2a), from the analytic FLOP counts of the shape. */
-static double w_fraction(const model_spec *m, const cost_shape *s, int tp)
+ * weight gradients d; and what it reruns first (plan_machine.h pm_recompute), which is B's:
+ * a under selective recompute, d + a under full. So W = bwd * d / (2d + 2a + rerun), from the
+ * analytic FLOP counts of the shape. */
+static double w_fraction(const model_spec *m, const cost_shape *s, int tp, recompute_mode rc)
 {
     double d = 0, a = 0, dd, aa;
     analytic_flops(m, COMP_ENCODER, s, tp, &dd, &aa);
@@ -97,7 +99,8 @@ static double w_fraction(const model_spec *m, const cost_shape *s, int tp)
         analytic_flops(m, COMP_DECODER, s, tp, &dd, &aa);
         d += dd, a += aa;
     }
-    return d + a > 0 ? d / (2 * d + 2 * a) : 0.5;
+    double rerun = rc == RECOMPUTE_SELECTIVE ? a : rc == RECOMPUTE_FULL ? d + a : 0;
+    return d + a > 0 ? d / (2 * d + 2 * a + rerun) : 0.5;
 }
 
 dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stage_model *sm,
@@ -129,7 +132,7 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
             dp_err_prefix(err, "iteration %d, micro-batch %d", id, k);
             break;
         }
-        double wf = w_fraction(&sm->cm->model, &s, sm->cm->tp);
+        double wf = w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
         for (int d = 0; d < pp; d++) {
             m->fwd_ms[d] = c->fwd_ms[d];
             m->bwd_ms[d] = c->bwd_ms[d];

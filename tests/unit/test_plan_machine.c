@@ -335,6 +335,48 @@ static void test_recompute_rule(void **state)
     }
 }
 
+/* ZB-H1's W share of a backward: the weight gradients' d of the backward's 2d + 2a analytic FLOPs
+ * (dense d, attention a), and of 2d + 3a under selective recompute, whose B reruns the attention
+ * (a) first; computed here from analytic_flops for micro-batches of several shapes. */
+static void test_w_share_of_the_backward(void **state)
+{
+    (void)state;
+    model_spec m = *model_preset("gpt-6.7b-16l");
+    cluster_spec hw;
+    cluster_preset("p4d", &hw);
+    analytic_params ap;
+    analytic_params_default(&ap);
+    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
+        cost_model *cm = NULL;
+        stage_model sm;
+        dp_err err = {0};
+        assert_int_equal(cost_analytic_new(&m, &hw, 1, (recompute_mode)rc, &ap, &cm, &err), DP_OK);
+        assert_int_equal(stage_model_init(&sm, cm, 2, 1, 1, 0, 1e9, &err), DP_OK);
+        mb_list l;
+        mb_list_init(&l);
+        static const int mbs[3] = {8, 2, 1}, len[3] = {256, 2048, 8192};
+        for (int k = 0; k < 3; k++) {
+            sample_len one = {k, len[k], 0};
+            assert_int_equal(mb_list_add(&l, NULL, &one, 1, mbs[k], len[k], 0), DP_OK);
+        }
+        plan_iter pi;
+        plan_iter_init(&pi);
+        assert_int_equal(plan_iter_from_mbs(&pi, 0, &l, &sm, &err), DP_OK);
+        for (int k = 0; k < 3; k++) {
+            double d, a;
+            cost_shape sh = cost_shape_rows(mbs[k], len[k], 0);
+            analytic_flops(&m, COMP_ENCODER, &sh, 1, &d, &a);
+            double want = d / (2 * d + 2 * a + (rc == RECOMPUTE_SELECTIVE ? a : 0));
+            if (len[k] >= 2048) assert_true(a > 0.05 * d); /* where attention matters */
+            for (int s = 0; s < 2; s++)
+                assert_near(pi.mb[k].w_ms[s] / pi.mb[k].bwd_ms[s], want, 1e-12);
+        }
+        plan_iter_release(&pi);
+        mb_list_release(&l);
+        cost_model_free(cm);
+    }
+}
+
 static void test_sim_memory_is_the_machine_memory(void **state)
 {
     (void)state;
@@ -557,6 +599,7 @@ int main(void)
         cmocka_unit_test(test_self_send),
         cmocka_unit_test(test_plan_level_rules),
         cmocka_unit_test(test_recompute_rule),
+        cmocka_unit_test(test_w_share_of_the_backward),
         cmocka_unit_test(test_sim_memory_is_the_machine_memory),
         cmocka_unit_test(test_adaptive_matches_independent_evaluator),
         cmocka_unit_test(test_links_do_not_wait_for_each_other),
