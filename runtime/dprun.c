@@ -406,10 +406,11 @@ static int run_main(int argc, char **argv)
     /* the gradient norm: replicas hold the same gradients, so replica 0's stages sum it */
     double grad_sq = 0, mine_sq = rank < pl.h.pp ? res.grad_sq : 0;
     mpi_check(MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
-    /* the slow first calls inside the measured runs, every rank's */
-    long timed[5] = {res.timed_gemm_plans, res.timed_attn_graphs, res.timed_uploads,
-                     res.rerun_layers, res.rerun_attention}, firsts[5] = {0};
-    mpi_check(MPI_Reduce(timed, firsts, 5, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
+    /* what the measured runs did beside the plan's instructions, every rank's: slow first calls
+     * (GEMM configurations, attention graphs, uploads) and the backwards' reruns */
+    long mine_n[5] = {res.timed_gemm_plans, res.timed_attn_graphs, res.timed_uploads,
+                      res.rerun_layers, res.rerun_attention}, all_n[5] = {0};
+    mpi_check(MPI_Reduce(mine_n, all_n, 5, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* gather every rank's records on rank 0 */
     int mine = (int)(n_rec * sizeof *rec), *counts = NULL, *displs = NULL, total = 0;
     if (rank == 0) counts = calloc((size_t)size, sizeof *counts), displs = calloc((size_t)size, sizeof *displs);
@@ -459,13 +460,13 @@ static int run_main(int argc, char **argv)
                         "arithmetic went wrong on this backend (the timeline was written)\n");
                 rc = 1;
             }
-            if (firsts[3] + firsts[4] > 0) /* the plan's recompute, done */
+            if (all_n[3] + all_n[4] > 0) /* the plan's recompute, done */
                 fprintf(stderr, "dprun: recompute (the plan's %s): the backwards reran %ld layer "
-                        "forwards and %ld attention cores\n", pl.h.recompute, firsts[3], firsts[4]);
-            if (firsts[0] + firsts[1] + firsts[2] > 0)
+                        "forwards and %ld attention cores\n", pl.h.recompute, all_n[3], all_n[4]);
+            if (all_n[0] + all_n[1] + all_n[2] > 0)
                 fprintf(stderr, "dprun: warning: the measured runs built %ld GEMM configurations "
                         "and %ld attention graphs and uploaded %ld small arrays, slow first calls "
-                        "that their times include (%s)\n", firsts[0], firsts[1], firsts[2],
+                        "that their times include (%s)\n", all_n[0], all_n[1], all_n[2],
                         prepare ? "the plan caches did not keep an iteration's shapes"
                                 : "--no-prepare left them in");
         }
