@@ -103,8 +103,9 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                          char *source, size_t source_cap, dp_err *err)
 {
     if (o->recompute_dynamic)
-        return dp_fail(err, DP_ERR_INVALID, "--recompute dynamic chooses a mode per iteration; it "
-                       "applies to plan, sim, compare and sweep");
+        return dp_fail(err, DP_ERR_INVALID, "--recompute %s chooses a mode per %s; it applies to "
+                       "plan, sim, compare and sweep", recompute_choice_name(o),
+                       o->recompute_dynamic == RECOMPUTE_PER_MB ? "micro-batch" : "iteration");
     dp_status st = o->model_json ? model_parse_json(o->model_json, "the plan's model_spec", m, err)
                                  : model_resolve(o->model, m, err);
     if (st == DP_OK)
@@ -165,20 +166,28 @@ dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model
 static int set_recompute(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     cost_opts *o = ctx;
-    o->recompute_dynamic = strcmp(arg, "dynamic") == 0;
+    o->recompute_dynamic = strcmp(arg, "dynamic") == 0   ? RECOMPUTE_PER_ITERATION
+                           : strcmp(arg, "mixed") == 0 ? RECOMPUTE_PER_MB
+                                                       : 0;
     if (o->recompute_dynamic) o->recompute = RECOMPUTE_NONE;
     else if (recompute_parse(arg, &o->recompute) != 0) {
-        cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic)",
-                        arg);
+        cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic, "
+                        "mixed)", arg);
         return -1;
     }
     return 0;
 }
 
+const char *recompute_choice_name(const cost_opts *o)
+{
+    return o->recompute_dynamic == RECOMPUTE_PER_MB          ? "mixed"
+           : o->recompute_dynamic == RECOMPUTE_PER_ITERATION ? "dynamic"
+                                                             : recompute_name(o->recompute);
+}
+
 static void show_recompute(const void *ctx, char *buf, size_t cap)
 {
-    const cost_opts *o = ctx;
-    snprintf(buf, cap, "%s", o->recompute_dynamic ? "dynamic" : recompute_name(o->recompute));
+    snprintf(buf, cap, "%s", recompute_choice_name(ctx));
 }
 
 void cli_cost_options(cli_opts *t, cost_opts *o)
@@ -197,7 +206,9 @@ void cli_cost_options(cli_opts *t, cost_opts *o)
         OPT_FIXED_BY_PLAN | OPT_TUNED;
     cli_opt *r = cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
                               "none | selective | full | dynamic (per iteration, the first\n"
-                              "of none, selective, full whose plan fits; DynaPipe's rule)");
+                              "of none, selective, full whose plan fits; DynaPipe's rule) |\n"
+                              "mixed (dynamic's plan, then per micro-batch a mode lower\n"
+                              "wherever it still fits)");
     r->marks = OPT_FIXED_BY_PLAN | OPT_TUNED, r->show = show_recompute;
     cli_opt_flag(t, "flash-attention", 0, &o->flash_attn,
                  "FlashAttention memory: attention scores never stored (the\n"

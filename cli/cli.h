@@ -58,6 +58,8 @@ int cmd_plot(int argc, char **argv);
 /* ---- choosing a cost model from options (shared by cost, calibrate, plan, sim, compare) ---- */
 
 
+enum { RECOMPUTE_PER_ITERATION = 1, RECOMPUTE_PER_MB = 2 }; /* cost_opts.recompute_dynamic */
+
 typedef struct cost_opts {
     const char *model;   /* preset or file                               [gpt-6.7b-16l] */
     const char *hw;      /* cluster/GPU preset or file                   [p4d] */
@@ -66,14 +68,19 @@ typedef struct cost_opts {
     int analytic;        /* 1: use the analytic model even if a profile exists */
     int tp;              /* tensor parallelism                           [1] */
     recompute_mode recompute; /*                                          [none] */
-    int recompute_dynamic;    /* --recompute dynamic: a mode per iteration (plan_env.recompute_cm);
-                               * cli_build_cost itself refuses it */
+    int recompute_dynamic;    /* --recompute dynamic (RECOMPUTE_PER_ITERATION): a mode per
+                               * iteration (plan_env.recompute_cm); mixed (RECOMPUTE_PER_MB): then
+                               * per micro-batch; 0: recompute for all. cli_build_cost refuses
+                               * both */
     const char *model_json, *hw_json; /* specs given as JSON text (a plan's): used instead of
                                        * resolving model / hw */
     int flash_attn;      /* --flash-attention: no s x s scores stored (cost_model.flash_attn) */
 } cost_opts;
 
 void cost_opts_default(cost_opts *o);
+
+/* What --recompute said: "none", "selective", "full", "dynamic" or "mixed" (a plan header's). */
+const char *recompute_choice_name(const cost_opts *o);
 
 /* Resolves model and hardware and builds the cost model the options ask for. The model's measured
  * profile is used by default when the hardware's GPU is the one it was measured on (A100-40GB);

@@ -253,7 +253,12 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
         else if (r->why[0])
             fprintf(fp, "# %s/%s: ", rows[i].batching, rows[i].schedule);
         if (r->why[0]) fprintf(fp, "%s\n", r->why);
-        if (p->cost.recompute_dynamic)
+        if (p->cost.recompute_dynamic == RECOMPUTE_PER_MB)
+            fprintf(fp, "# %s/%s: recompute per micro-batch: none %d, selective %d, full %d\n",
+                    rows[i].batching, rows[i].schedule, r->recompute_microbatches[RECOMPUTE_NONE],
+                    r->recompute_microbatches[RECOMPUTE_SELECTIVE],
+                    r->recompute_microbatches[RECOMPUTE_FULL]);
+        else if (p->cost.recompute_dynamic)
             fprintf(fp, "# %s/%s: recompute per iteration: none %d, selective %d, full %d\n",
                     rows[i].batching, rows[i].schedule, r->recompute_iterations[RECOMPUTE_NONE],
                     r->recompute_iterations[RECOMPUTE_SELECTIVE],

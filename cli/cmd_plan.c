@@ -36,6 +36,12 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     if (modes_used > 1)
         fprintf(fp, "%-34s none %d, selective %d, full %d\n", "iterations per recompute mode",
                 r->recompute_iterations[0], r->recompute_iterations[1], r->recompute_iterations[2]);
+    modes_used = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) modes_used += r->recompute_microbatches[m] > 0;
+    if (modes_used > 1)
+        fprintf(fp, "%-34s none %d, selective %d, full %d\n", "micro-batches per recompute mode",
+                r->recompute_microbatches[0], r->recompute_microbatches[1],
+                r->recompute_microbatches[2]);
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
             r->iterations ? (double)r->microbatches / r->iterations : 0);
     fprintf(fp, "%-34s %14.0f tokens/s\n", "throughput (real tokens)", r->throughput_tokens_per_s);
@@ -118,8 +124,7 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.hw, sizeof h.hw, "%s", env.hw.name);
     snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
     snprintf(h.batching, sizeof h.batching, "%s", p.batching);
-    snprintf(h.recompute, sizeof h.recompute, "%s",
-             p.cost.recompute_dynamic ? "dynamic" : recompute_name(p.cost.recompute));
+    snprintf(h.recompute, sizeof h.recompute, "%s", recompute_choice_name(&p.cost));
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.rules = env.rules;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be

@@ -175,7 +175,9 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
         env->cm = env->recompute_cm[0];
         size_t at = strlen(env->cost_source);
         snprintf(env->cost_source + at, sizeof env->cost_source - at,
-                 "; --recompute dynamic: none, selective or full per iteration");
+                 p->cost.recompute_dynamic == RECOMPUTE_PER_MB
+                     ? "; --recompute mixed: none, selective or full per micro-batch"
+                     : "; --recompute dynamic: none, selective or full per iteration");
     } else {
         st = cli_build_cost(&p->cost, &env->model, &env->hw, &env->cm, env->cost_source,
                             sizeof env->cost_source, err);
@@ -276,6 +278,7 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
     o->stream_path = env->stream_path;
     o->keep_going = p->keep_going;
     for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = env->recompute_cm[m];
+    o->recompute_per_mb = p->cost.recompute_dynamic == RECOMPUTE_PER_MB;
 }
 
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,

@@ -38,6 +38,7 @@ typedef struct slot {
     size_t rx_n[2], tx_n[2];       /* their sizes, doubles */
     rt_layer_acts *acts;           /* one per layer; under full recompute none between F and B */
     double *ckpt;                  /* full recompute: each layer's input, layers x (B*S, H) */
+    recompute_mode recompute;      /* what its B reruns (plan_machine.h pm_recompute) */
     rt_seqs seqs[2];               /* varlen: the encoder's (GPT's) and decoder's sequences */
     int *seq_store[2];
     double *dlogits;               /* last virtual stage: (B*S, V) */
@@ -68,7 +69,6 @@ typedef struct ctx {
     size_t n_rec, cap_rec;
     double t0;
     int iteration;
-    recompute_mode recompute; /* what this iteration's B reruns (plan_machine.h pm_recompute) */
     long rerun[2];            /* measured runs: layer forwards (full), attention cores (selective) */
     int record; /* RT_RECORD_OFF, _ON or _REPEAT (exec.h) */
 } ctx;
@@ -225,6 +225,7 @@ static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
 {
     if (s->alive) return;
     s->alive = 1;
+    s->recompute = pm_recompute(c->o->pl, c->it, m->id);
     s->B = m->mbs;
     s->S = ch->decoder ? m->dec_len : m->enc_len;
     s->Se = ch->decoder ? m->enc_len : 0;
@@ -327,7 +328,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
         memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
         if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
     }
-    int full = c->recompute == RECOMPUTE_FULL;
+    int full = s->recompute == RECOMPUTE_FULL;
     if (full && !s->ckpt) s->ckpt = pool_get(c, (size_t)ch->layers * s->nh);
     if (!full && !s->acts) {
         s->acts = xcalloc(c, (size_t)ch->layers, sizeof *s->acts);
@@ -371,9 +372,9 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         if (ch->decoder) memcpy(s->denc, s->rx[KIND_GRAD] + s->nh, s->ne * sizeof(double));
     }
     /* pm_recompute: selective reruns each layer's attention core before its backward; full its
-     * whole forward from the saved input, then its weight gradients too (a full-recompute rank is
+     * whole forward from the saved input, then its weight gradients too (a full-recompute micro-batch
      * never split), so that one layer's activations exist at a time */
-    int full = c->recompute == RECOMPUTE_FULL;
+    int full = s->recompute == RECOMPUTE_FULL;
     rt_layer_acts scratch;
     double *rerun_y = NULL;
     if (full) scratch_open(c, s, ch, &scratch), rerun_y = pool_get(c, s->nh);
@@ -382,7 +383,7 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
         rt_layer_acts *a = full ? &scratch : &s->acts[l];
         if (full) a->enc = s->enc, a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
-        if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, c->recompute,
+        if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, s->recompute,
                            full ? s->ckpt + (size_t)l * s->nh : NULL, rerun_y, a))
             c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
         a->denc = s->denc; /* every decoder layer adds its encoder-output gradient */
@@ -445,7 +446,6 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
     pm_init(&c->pm, it, c->chunks);
-    c->recompute = pm_recompute(c->o->pl, it);
     /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
     for (int k = 0; k < c->chunks; k++)
         for (int l = 0; l < c->ch[k].layers; l++)
@@ -490,7 +490,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
             if (step.waits >= 0) wait_req(c, &s->recv[step.waits], what);
             t = MPI_Wtime();
             do_backward_input(c, x, s);
-            if (!step.split && c->recompute != RECOMPUTE_FULL) do_backward_weight(c, x, s);
+            if (!step.split && s->recompute != RECOMPUTE_FULL) do_backward_weight(c, x, s);
             record(c, OP_B, x->mb, x->chunk, t, MPI_Wtime());
             continue;
         case OP_W:

@@ -70,6 +70,7 @@ typedef struct gslot {
     size_t nh, ne;                 /* elements: B*S*H, B*Se*H */
     size_t na;                     /* bytes of one layer's saved activations (layout.h) */
     void *in, *out, *dout, *din, *acts, *dlogits; /* elements of the run's dtype */
+    recompute_mode recompute; /* what its B reruns (plan_machine.h pm_recompute) */
     void *ckpt, *rerun; /* full recompute: the layers' inputs (layers x nh), a rerun's output (nh);
                          * acts then holds one layer's activations, not every layer's */
     void *enc, *denc, *wire[2];    /* decoder stages */
@@ -101,7 +102,6 @@ typedef struct gctx {
     char host[64];
     int iteration;             /* for messages */
     plan_machine pm;           /* the plan's semantics for the iteration being run */
-    recompute_mode recompute;  /* what its B reruns (plan_machine.h pm_recompute) */
     int recording;             /* the run is measured: count its reruns */
     long rerun[2];             /* layer forwards (full), attention cores (selective) rerun */
     rt_cuda **stream;          /* per stage; NULL for the stages of other ranks */
@@ -207,7 +207,8 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             size_t bh = s->nh * c->eb, be = s->ne * c->eb;
             s->in = rt_cuda_alloc(bh), s->out = rt_cuda_alloc(bh);
             s->dout = rt_cuda_alloc(bh), s->din = rt_cuda_alloc(bh);
-            int full = c->recompute == RECOMPUTE_FULL && ch->layers > 0;
+            s->recompute = pm_recompute(c->o->pl, it, mb);
+            int full = s->recompute == RECOMPUTE_FULL && ch->layers > 0;
             s->acts = rt_cuda_alloc(s->na * (size_t)(full ? 1 : ch->layers));
             if (ch->last) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab * c->eb);
             int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->last && !s->dlogits);
@@ -304,7 +305,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
     const void *cur = s->dout;
     for (int l = ch->layers - 1; l >= 0; l--) {
         void *dst = l % 2 == 0 ? s->din : s->in;
-        if (rt_cuda_layer_rerun(g, &ch->p[l], &s->mb, c->recompute, s->ckpt ? ckpt_at(c, s, l) : NULL,
+        if (rt_cuda_layer_rerun(g, &ch->p[l], &s->mb, s->recompute, s->ckpt ? ckpt_at(c, s, l) : NULL,
                                 s->rerun, acts_at(s, l), s->enc))
             c->rerun[s->ckpt ? 0 : 1] += c->recording;
         rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
@@ -532,7 +533,6 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
 {
     c->iteration = it->id;
     pm_init(&c->pm, it, c->chunks);
-    c->recompute = pm_recompute(c->o->pl, it);
     c->recording = record != RT_RECORD_OFF;
     dp_status st = alloc_slots(c, it);
     if (c->multi) {

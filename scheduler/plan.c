@@ -75,6 +75,7 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
         double *b = it->per_stage + (size_t)k * 5 * (size_t)pp;
         plan_mb *m = &it->mb[k];
         m->id = k;
+        m->recompute = -1;
         m->fwd_ms = b, m->bwd_ms = b + pp, m->w_ms = b + 2 * pp;
         m->stored_mb = b + 3 * pp, m->peak_mb = b + 4 * pp;
     }
@@ -103,6 +104,23 @@ static double w_fraction(const model_spec *m, const cost_shape *s, int tp, recom
     return d + a > 0 ? d / (2 * d + 2 * a + rerun) : 0.5;
 }
 
+dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_model *sm,
+                       mb_cost *scratch, dp_err *err)
+{
+    cost_shape s = mb_shape(src);
+    dp_status st = stage_model_cost(sm, &s, scratch, err);
+    if (st != DP_OK) return st;
+    double wf = w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
+    for (int d = 0; d < pp; d++) {
+        m->fwd_ms[d] = scratch->fwd_ms[d];
+        m->bwd_ms[d] = scratch->bwd_ms[d];
+        m->w_ms[d] = scratch->bwd_ms[d] * wf;
+        m->stored_mb[d] = scratch->stored_mb[d];
+        m->peak_mb[d] = scratch->peak_mb[d];
+    }
+    return DP_OK;
+}
+
 dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stage_model *sm,
                              dp_err *err)
 {
@@ -126,20 +144,8 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
         m->dec_tokens = src->dec_tokens;
         m->replica = src->replica;
         m->varlen = src->varlen;
-        cost_shape s = mb_shape(src);
-        st = stage_model_cost(sm, &s, c, err);
-        if (st != DP_OK) {
-            dp_err_prefix(err, "iteration %d, micro-batch %d", id, k);
-            break;
-        }
-        double wf = w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
-        for (int d = 0; d < pp; d++) {
-            m->fwd_ms[d] = c->fwd_ms[d];
-            m->bwd_ms[d] = c->bwd_ms[d];
-            m->w_ms[d] = c->bwd_ms[d] * wf;
-            m->stored_mb[d] = c->stored_mb[d];
-            m->peak_mb[d] = c->peak_mb[d];
-        }
+        st = plan_mb_cost(m, pp, src, sm, c, err);
+        if (st != DP_OK) dp_err_prefix(err, "iteration %d, micro-batch %d", id, k);
     }
     free(c);
     it->has_objective = 1;
@@ -210,6 +216,8 @@ static cJSON *iter_json(const plan_iter *it)
                     cJSON_AddItemToArray(dl, cJSON_CreateNumber(it->lens[2 * (m->first + q) + 1]));
             }
         }
+        if (m->recompute >= 0)
+            cJSON_AddStringToObject(x, "recompute", recompute_name((recompute_mode)m->recompute));
         cJSON *pred = cJSON_AddObjectToObject(x, "pred_ms");
         cJSON_AddItemToObject(pred, "fwd", array_of(m->fwd_ms, it->pp));
         cJSON_AddItemToObject(pred, "bwd", array_of(m->bwd_ms, it->pp));
@@ -422,6 +430,14 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
             goto out;
         }
         x->varlen = attn && strcmp(attn->valuestring, "varlen") == 0;
+        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(m, "recompute");
+        recompute_mode rc;
+        if (mode && (!cJSON_IsString(mode) || recompute_parse(mode->valuestring, &rc) != 0)) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].recompute must be \"none\", "
+                         "\"selective\" or \"full\"", name, where, k);
+            goto out;
+        }
+        x->recompute = mode ? (int)rc : -1;
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "samples"), *v;
         x->first = at;
         cJSON_ArrayForEach(v, s)

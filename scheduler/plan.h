@@ -6,13 +6,15 @@
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T,
- *    "chunks": C, "zero": Z, "recompute": "none" (or "dynamic": each iteration names its own),
+ *    "chunks": C, "zero": Z, "recompute": "none" (or "dynamic": each iteration names its own;
+ *    "mixed": each micro-batch names its own),
  *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
  *              "pad_multiple": 8, "min_padded": 16},
  *    "iterations": [{"id": i, "recompute": "selective" (dynamic plans),
  *       "microbatches": [{"id": k, "samples": [trace ids], "mbs": m, "enc_len": A, "dec_len": B,
  *                         "tokens": real, "padded_tokens": …, "replica": r,
+ *                         "recompute": "full" (mixed plans: this micro-batch's mode),
  *                         "attention": "varlen" (only where each sample attends to itself),
  *                         "seq_lens": [each sample's own tokens], "dec_lens": [T5: decoder's]
  *                         (varlen micro-batches: the runtime attends over exactly these,
@@ -88,6 +90,9 @@ typedef struct plan_mb {
     int64_t enc_tokens, dec_tokens;
     int replica;
     int varlen; /* "attention": "varlen": each sample attends to itself (cost_shape.varlen) */
+    int recompute; /* the micro-batch's own recompute_mode ("recompute", a plan that says
+                    * "mixed": a mode per micro-batch); -1: the iteration's (plan_machine.h
+                    * pm_recompute) */
     double *fwd_ms, *bwd_ms, *w_ms; /* per device, ms */
     double *stored_mb, *peak_mb;    /* per device, MB */
 } plan_mb;
@@ -146,6 +151,13 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
  * stored/peak memory). The ranks are allocated empty; a schedule fills them. */
 dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stage_model *sm,
                              dp_err *err);
+
+/* Costs one micro-batch on sm into m's per-stage arrays (pp values each): what
+ * plan_iter_from_mbs does for each, and what a per-micro-batch recompute choice
+ * (scheduler/mixed_recompute.h) calls to re-cost one in another mode. scratch is the caller's.
+ * On error m's arrays are unspecified. */
+dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_model *sm,
+                       mb_cost *scratch, dp_err *err);
 
 /* Appends one instruction to a rank. */
 dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, int64_t bytes);

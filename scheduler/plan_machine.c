@@ -424,8 +424,9 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-recompute_mode pm_recompute(const plan *p, const plan_iter *it)
+recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
 {
+    if (it->mb[mb].recompute >= 0) return (recompute_mode)it->mb[mb].recompute;
     recompute_mode rc = RECOMPUTE_NONE;
     recompute_parse(it->recompute[0] ? it->recompute : p->h.recompute, &rc);
     return rc;
@@ -440,20 +441,32 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
                        "(rule: known names; dpsim plan --list)", where, p->h.schedule);
     recompute_mode rc;
-    int dynamic = strcmp(p->h.recompute, "dynamic") == 0;
-    if (!dynamic && recompute_parse(p->h.recompute, &rc) != 0)
+    int dynamic = strcmp(p->h.recompute, "dynamic") == 0, mixed = strcmp(p->h.recompute, "mixed") == 0;
+    if (!dynamic && !mixed && recompute_parse(p->h.recompute, &rc) != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"recompute\" \"%s\" is not none, selective, "
-                       "full or dynamic (rule: known names)", where, p->h.recompute);
+                       "full, dynamic or mixed (rule: known names)", where, p->h.recompute);
     for (int i = 0; i < p->n_it; i++) {
-        const char *m = p->it[i].recompute;
+        const plan_iter *it = &p->it[i];
+        const char *m = it->recompute;
+        if (mixed && m[0])
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" in a "
+                           "mixed plan (rule: known names; a mixed plan names the mode of every "
+                           "micro-batch, and no iteration's)", where, it->id, m);
         if (m[0] ? recompute_parse(m, &rc) != 0 : dynamic)
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" is not "
                            "none, selective or full (rule: known names; a dynamic plan names the "
-                           "mode of every iteration)", where, p->it[i].id, m);
+                           "mode of every iteration)", where, it->id, m);
         if (m[0] && !dynamic && strcmp(m, p->h.recompute) != 0)
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" differs "
                            "from the plan's \"%s\" (rule: one mode, unless the plan says "
-                           "\"dynamic\")", where, p->it[i].id, m, p->h.recompute);
+                           "\"dynamic\")", where, it->id, m, p->h.recompute);
+        for (int k = 0; k < it->n_mb; k++)
+            if ((it->mb[k].recompute >= 0) != mixed)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d: %s (rule: "
+                               "known names; a micro-batch names its mode exactly where the plan "
+                               "says \"mixed\")", where, it->id, k,
+                               mixed ? "no \"recompute\" in a mixed plan"
+                                     : "a \"recompute\" of its own in a plan that is not mixed");
     }
     if (plan_dtype_bytes(p->h.act_dtype) != PLAN_ACT_ELEM_BYTES)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"act_dtype\" \"%s\" is not fp16 or bf16 (rule: "
@@ -471,10 +484,10 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
         st = plan_validate(&p->it[i], p->h.chunks, where, err);
     for (int i = 0; i < p->n_it && st == DP_OK; i++) {
         const plan_iter *it = &p->it[i];
-        if (pm_recompute(p, it) != RECOMPUTE_FULL) continue;
         for (int r = 0; r < it->pp * it->dp && st == DP_OK; r++)
             for (int j = 0; j < it->ranks[r].n; j++)
-                if (it->ranks[r].ins[j].op == OP_W) {
+                if (it->ranks[r].ins[j].op == OP_W &&
+                    pm_recompute(p, it, it->ranks[r].ins[j].mb) == RECOMPUTE_FULL) {
                     char a[256];
                     pm_describe(it, r, j, a, sizeof a);
                     st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: a W under full "

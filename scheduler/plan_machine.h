@@ -48,7 +48,7 @@
  *   times        0 <= w <= bwd, every time and memory finite, >= 0 and at most PLAN_MAX_VALUE
  *                (1e7 ms: the simulator's integer nanoseconds then cannot overflow);
  *   tokens       real tokens <= padded tokens (mbs * length), per encoder and decoder;
- *   recompute    an iteration under full recompute runs no W (plan_check; see pm_recompute);
+ *   recompute    no W of a micro-batch under full recompute (plan_check; see pm_recompute);
  *   no deadlock  the untimed run of every rank (receives complete once their send is issued)
  *                finishes.
  */
@@ -127,8 +127,9 @@ int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char 
  * instruction. Needs pm_check to have passed. */
 dp_status pm_run(plan_machine *m, const char *where, dp_err *err);
 
-/* What a B of iteration it reruns before its backward: the iteration's recompute mode (its own
- * "recompute", else the plan's header; plan_check has checked both names):
+/* What the B of micro-batch mb of iteration it reruns before its backward: the micro-batch's
+ * own mode (a "mixed" plan), else the iteration's ("dynamic"), else the plan header's
+ * (plan_check has checked every name, and that each is where the plan's kind says):
  *   none       nothing: F saved every layer's activations;
  *   selective  every layer's attention core (scores, softmax and context, from the saved queries,
  *              keys and values), then that layer's backward (Korthikanti et al.'s selective
@@ -137,7 +138,7 @@ dp_status pm_run(plan_machine *m, const char *where, dp_err *err);
  *              first, then that layer's input and weight gradients, so that one layer's
  *              activations exist at a time. Hence the rule "recompute": a split rank's W would
  *              need them all held past B, which the plan's stored_mb does not count. */
-recompute_mode pm_recompute(const plan *p, const plan_iter *it);
+recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb);
 
 /* The static rules above (everything but the untimed run) on one iteration. */
 dp_status pm_check(const plan_machine *m, const char *where, dp_err *err);

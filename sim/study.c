@@ -8,6 +8,7 @@
 
 #include "../models/comm.h"
 #include "../models/memory.h"
+#include "../scheduler/mixed_recompute.h"
 #include "../scheduler/plan_machine.h"
 #include "order_search.h"
 
@@ -149,6 +150,10 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     if (it->recompute[0] && recompute_parse(it->recompute, &rc) == 0) {
         x->recompute = (int)rc;
         r->recompute_iterations[rc]++;
+    }
+    for (int k = 0; k < it->n_mb; k++) {
+        int m = it->mb[k].recompute >= 0 ? it->mb[k].recompute : x->recompute;
+        if (m >= 0) r->recompute_microbatches[m]++;
     }
     x->microbatches = it->n_mb;
     x->tokens = tokens;
@@ -329,6 +334,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_sim_config(&sm[0], &o->cm->hw, &cfg);
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
+    const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
+    for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
     for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
     planner pl = {o, &sm[0],
@@ -377,6 +384,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
             if (st != DP_OK || (answerable && l.feasible)) break;
         }
+        /* --recompute mixed: then a mode lower per micro-batch wherever the plan still fits */
+        int relaxed = st == DP_OK && answerable && l.feasible && o->recompute_per_mb;
+        if (relaxed) st = mixed_recompute_relax(&pi, &l, by_mode, cms[mode]->recompute, NULL, &why);
         double dt_ms = (dp_now_s() - t0) * 1e3;
         if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
             *err = why;
@@ -410,7 +420,13 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (!l.feasible) r->oom = 1, r->planned_oom++;
         pi.model_flops = 0;
         for (int i = 0; i < n; i++) pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec);
-        snprintf(pi.recompute, sizeof pi.recompute, "%s", recompute_name(cms[mode]->recompute));
+        recompute_mode rc = cms[mode]->recompute;
+        if (o->recompute_per_mb) { /* a mode per micro-batch (set above where relaxed) */
+            for (int k = 0; k < pi.n_mb && !relaxed; k++) pi.mb[k].recompute = (int)rc;
+            pi.recompute[0] = '\0';
+        } else {
+            snprintf(pi.recompute, sizeof pi.recompute, "%s", recompute_name(rc));
+        }
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
@@ -467,6 +483,9 @@ char *study_metrics_json(const study_result *r)
     cJSON *rci = cJSON_AddObjectToObject(o, "recompute_iterations");
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
         cJSON_AddNumberToObject(rci, recompute_name((recompute_mode)m), r->recompute_iterations[m]);
+    cJSON *rcm = cJSON_AddObjectToObject(o, "recompute_microbatches");
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        cJSON_AddNumberToObject(rcm, recompute_name((recompute_mode)m), r->recompute_microbatches[m]);
     cJSON_AddNumberToObject(o, "time_s", r->time_s);
     cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
     cJSON_AddNumberToObject(o, "padded_tokens", (double)r->padded_tokens);

@@ -50,6 +50,9 @@ typedef struct study_opts {
      * the order none, selective, full; the first whose plan fits is kept (NULL entries are
      * skipped). All NULL: cm's own mode for every iteration. */
     const cost_model *recompute_cm[RECOMPUTE_COUNT];
+    /* --recompute mixed: with recompute_cm, the fitting plan's micro-batches then go down a mode
+     * where the memory allows (scheduler/mixed_recompute.h): a mode per micro-batch */
+    int recompute_per_mb;
     int keep_going; /* an iteration that cannot be planned to fit (a sample that fits nowhere, a
                      * plan over memory, a shape beyond the cost model) is counted, named in
                      * study_result.iter and left out, instead of ending (or spoiling) the run */
@@ -59,7 +62,8 @@ typedef struct study_opts {
 typedef struct study_iter {
     int id;
     int failed;         /* 1: left out (keep_going); why says what failed */
-    int recompute;      /* the recompute_mode it was planned with; -1: unknown (plan files) */
+    int recompute;      /* the recompute_mode it was planned with; -1: unknown (plan files) or
+                         * one per micro-batch (mixed) */
     int microbatches;
     int64_t tokens;     /* real tokens */
     double ms;          /* simulated iteration time (0 when failed) */
@@ -74,6 +78,7 @@ typedef struct study_result {
     int n_iter;
     int failed_iterations;  /* left out under keep_going */
     int recompute_iterations[RECOMPUTE_COUNT]; /* simulated iterations per recompute mode */
+    int recompute_microbatches[RECOMPUTE_COUNT]; /* and micro-batches, where their mode is known */
     double time_s;
     int64_t tokens, padded_tokens, enc_tokens, enc_padded, dec_tokens, dec_padded;
     double throughput_tokens_per_s, padding_efficiency, enc_padding_efficiency,

@@ -253,6 +253,35 @@ for m in $rc_modes; do
       "$(tail -c 300 "$TMP/rc_cpu.out")" "$(tail -c 300 "$TMP/rc_gpu.out")"
   fi
 done
+# A mixed plan (scheduler/mixed_recompute.h): the same plan with micro-batch k under none,
+# selective, full for k mod 3; each B reruns what its own micro-batch's mode says, and the norm
+# is still the one without recompute.
+sed '1s/"recompute":"none"/"recompute":"mixed"/; 2,$s/,"recompute":"none"//' "$TMP/rc_none.json" |
+  awk '{ out = ""
+         while (match($0, /"id":[0-9]+,"samples"/)) {
+           id = substr($0, RSTART + 5, RLENGTH - 15); m = id % 3 == 0 ? "none" : id % 3 == 1 ? "selective" : "full"
+           out = out substr($0, 1, RSTART - 1) "\"id\":" id ",\"recompute\":\"" m "\",\"samples\""
+           $0 = substr($0, RSTART + RLENGTH) }
+         print out $0 }' >"$TMP/rc_mixed.json"
+timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_mixed.json" --out "$TMP/rc.csv" >"$TMP/rc_cpu.out" 2>&1
+$FAKE1 --plan "$TMP/rc_mixed.json" --dtype fp64 --out "$TMP/rcg.csv" >"$TMP/rc_gpu.out" 2>&1
+nf=$(awk -F, '$3 == "B" && $4 % 3 == 2' "$TMP/rc.csv" | wc -l) ns=$(awk -F, '$3 == "B" && $4 % 3 == 1' "$TMP/rc.csv" | wc -l)
+want="reran $((2 * nf)) layer forwards and $((2 * ns)) attention cores"
+a=$(norm "$TMP/rc_cpu.out") b=$(norm "$TMP/rc_gpu.out")
+if [ -n "$rc_norm" ] && [ "$nf" -gt 0 ] && [ "$ns" -gt 0 ] && [ "$a" = "$rc_norm" ] && [ "$b" = "$rc_norm" ] &&
+   grep -q "recompute (the plan's mixed): the backwards $want" "$TMP/rc_cpu.out" &&
+   grep -q "the backwards $want" "$TMP/rc_gpu.out"; then
+  ok "mixed recompute: gradient norm $a as without it, on cpu ranks and one GPU; $want"
+else
+  not_ok "mixed recompute: the norm without it ($rc_norm), and $want" "cpu ${a:-none}, GPU ${b:-none}" \
+    "$(tail -c 300 "$TMP/rc_cpu.out")" "$(tail -c 300 "$TMP/rc_gpu.out")"
+fi
+expect "... and dpsim validate takes its timeline" 0 "mean absolute error" -- \
+  "$DPSIM" validate --plan "$TMP/rc_mixed.json" --measured "$TMP/rc.csv"
+sed 's/"id":0,"recompute":"none",/"id":0,/' "$TMP/rc_mixed.json" >"$TMP/x.json"
+expect "a mixed plan's micro-batch without a mode is refused, naming it" 1 \
+  "iteration 0, micro-batch 0: no \"recompute\" in a mixed plan" -- \
+  timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/x.json" --out "$TMP/x.csv"
 if [ -z "$SANITIZED" ]; then # (the sanitizer build runs the reruns above; these add no memory paths)
 expect "poisoned attention cores, not rerun (recompute none): NaN, an error" 1 "error: the gradient norm is not finite: the layers. arithmetic went wrong" -- \
   env FAKE_CUDA_POISON_ATTENTION=1 $FAKE1 --plan "$TMP/rc_none.json" --dtype fp64 --out "$TMP/x.csv"

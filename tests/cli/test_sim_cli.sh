@@ -120,6 +120,19 @@ check "... and simulates to the same timeline as the direct run" \
   bash -c "grep timeline_hash '$TMP/dyn1.json' | cmp -s - <(grep timeline_hash '$TMP/dyn2.json')"
 expect "--recompute dynamic is for planning commands only" 2 "applies to plan, sim, compare and sweep" -- \
   "$DPSIM" cost --recompute dynamic --mbs 1 --seqlen 512
+# --recompute mixed: dynamic's plans, then a mode per micro-batch (scheduler/mixed_recompute.h)
+expect "plan --recompute mixed lowers micro-batches at 8192" 0 "micro-batches per recompute mode +none [1-9][0-9]*, selective [1-9]" -- \
+  "$DPSIM" plan --recompute mixed --max-seqlen 8192 --iterations 12 -o "$TMP/mix.json"
+check "... each micro-batch of the plan names its mode, no iteration" \
+  bash -c "grep -q '\"recompute\":\"mixed\"' '$TMP/mix.json' && grep -q '\"recompute\":\"none\",\"pred_ms\"' '$TMP/mix.json' && ! grep -q 'model_flops\":[0-9.e+]*,\"recompute' '$TMP/mix.json'"
+"$DPSIM" sim --recompute mixed --max-seqlen 8192 --iterations 12 --json >"$TMP/mix1.json" 2>/dev/null
+"$DPSIM" sim --plan "$TMP/mix.json" --json >"$TMP/mix2.json" 2>/dev/null
+check "... and simulates to the same timeline as the direct run" \
+  bash -c "grep timeline_hash '$TMP/mix1.json' | cmp -s - <(grep timeline_hash '$TMP/mix2.json')"
+check "... faster than dynamic's (the same micro-batches, fewer reruns)" \
+  awk '/"time_s"/ { gsub(/[^0-9.e+-]/, "", $2); t[FILENAME] = $2 } END { exit !(t[ARGV[1]] < t[ARGV[2]]) }' "$TMP/mix1.json" "$TMP/dyn1.json"
+expect "--recompute mixed is for planning commands only" 2 "mixed chooses a mode per micro-batch" -- \
+  "$DPSIM" cost --recompute mixed --mbs 1 --seqlen 512
 expect "--keep-going leaves out and names what does not fit" 0 "iterations left out +[1-9][0-9]* .*--keep-going" -- \
   "$DPSIM" sim --max-seqlen 8192 --iterations 12 --keep-going
 

@@ -255,7 +255,7 @@ static void test_plan_level_rules(void **state)
     strcpy(p.h.schedule, "1f1b");
     strcpy(p.h.recompute, "most");
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
-    assert_msg_has(err.msg, "\"most\" is not none, selective, full or dynamic");
+    assert_msg_has(err.msg, "\"most\" is not none, selective, full, dynamic or mixed");
     /* a dynamic plan names every iteration's mode; a fixed one names none other than its own */
     strcpy(p.h.recompute, "dynamic");
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
@@ -269,7 +269,24 @@ static void test_plan_level_rules(void **state)
     strcpy(p.h.recompute, "dynamic");
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "\"some\" is not none, selective or full");
+    /* a mixed plan names every micro-batch's mode and no iteration's; no other plan names any */
+    strcpy(p.h.recompute, "mixed");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "iteration 0: \"recompute\" \"some\" in a mixed plan");
     for (int i = 0; i < p.n_it; i++) p.it[i].recompute[0] = '\0';
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "iteration 0, micro-batch 0: no \"recompute\" in a mixed plan");
+    for (int i = 0; i < p.n_it; i++)
+        for (int k = 0; k < p.it[i].n_mb; k++) p.it[i].mb[k].recompute = k % RECOMPUTE_COUNT;
+    if (plan_check(&p, "p.json", &err) != DP_OK) fail_msg("%s", err.msg);
+    strcpy(p.h.recompute, "dynamic");
+    for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "none");
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "micro-batch 0: a \"recompute\" of its own in a plan that is not mixed");
+    for (int i = 0; i < p.n_it; i++) {
+        p.it[i].recompute[0] = '\0';
+        for (int k = 0; k < p.it[i].n_mb; k++) p.it[i].mb[k].recompute = -1;
+    }
     strcpy(p.h.recompute, "none");
     int n_it = p.n_it;
     p.n_it = 0;
@@ -302,7 +319,8 @@ static void test_plan_level_rules(void **state)
 
 /* Rule "recompute": a W under full recompute is refused (its B reran the forward; W would need
  * those activations held past B, which stored_mb does not count), by the mode that applies to
- * the iteration (pm_recompute: its own, else the header's); a plan without W takes every mode. */
+ * the micro-batch (pm_recompute: its own, else its iteration's, else the header's); a plan
+ * without W takes every mode. */
 static void test_recompute_rule(void **state)
 {
     (void)state;
@@ -314,7 +332,7 @@ static void test_recompute_rule(void **state)
         assert_int_equal(plan_read(files[f], &p, &err), DP_OK);
         for (int m = 0; m < RECOMPUTE_COUNT; m++) {
             strcpy(p.h.recompute, recompute_name((recompute_mode)m));
-            assert_int_equal(pm_recompute(&p, &p.it[0]), m);
+            assert_int_equal(pm_recompute(&p, &p.it[0], 0), m);
             dp_status st = plan_check(&p, "p.json", &err);
             if (f == 0 && m == RECOMPUTE_FULL) {
                 assert_int_equal(st, DP_ERR_INVALID);
@@ -329,8 +347,28 @@ static void test_recompute_rule(void **state)
         for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "selective");
         assert_int_equal(plan_check(&p, "p.json", &err), DP_OK);
         strcpy(p.it[p.n_it - 1].recompute, "full");
-        assert_int_equal(pm_recompute(&p, &p.it[p.n_it - 1]), RECOMPUTE_FULL);
+        assert_int_equal(pm_recompute(&p, &p.it[p.n_it - 1], 0), RECOMPUTE_FULL);
         assert_int_equal(plan_check(&p, "p.json", &err), f == 0 ? DP_ERR_INVALID : DP_OK);
+        /* a mixed plan: the micro-batch's own mode applies; one full micro-batch of a split plan
+         * is refused at its W, the others take selective */
+        strcpy(p.h.recompute, "mixed");
+        const plan_iter *last = &p.it[p.n_it - 1];
+        for (int i = 0; i < p.n_it; i++) {
+            p.it[i].recompute[0] = '\0';
+            for (int k = 0; k < p.it[i].n_mb; k++) p.it[i].mb[k].recompute = RECOMPUTE_SELECTIVE;
+        }
+        assert_int_equal(plan_check(&p, "p.json", &err), DP_OK);
+        int k = last->n_mb - 1;
+        last->mb[k].recompute = RECOMPUTE_FULL;
+        assert_int_equal(pm_recompute(&p, last, k), RECOMPUTE_FULL);
+        assert_int_equal(pm_recompute(&p, last, 0), k > 0 ? RECOMPUTE_SELECTIVE : RECOMPUTE_FULL);
+        dp_status st = plan_check(&p, "p.json", &err);
+        assert_int_equal(st, f == 0 ? DP_ERR_INVALID : DP_OK);
+        if (f == 0) {
+            char want[64];
+            snprintf(want, sizeof want, "(W mb %d chunk 0)", k);
+            assert_msg_has(err.msg, want);
+        }
         plan_release(&p);
     }
 }

@@ -7,6 +7,7 @@
 #include "../../models/comm.h"
 #include "../../models/memory.h"
 #include "../../scheduler/plan.h"
+#include "../../scheduler/plan_machine.h"
 #include "../../sim/order_search.h"
 #include "../../sim/study.h"
 #include "../../sim/tune.h"
@@ -45,9 +46,9 @@ static void setup_release(setup *s)
     trace_release(&s->t);
 }
 
-/* Runs dynamic + schedule on 4 stages; mode < 0: --recompute dynamic, else that mode alone. */
-static dp_status try_run(setup *s, int mode, const char *sched, int iterations, int keep_going,
-                         study_result *r, dp_err *err)
+/* The options of a run of dynamic + schedule on 4 stages; mode < 0: --recompute dynamic, else
+ * that mode alone. */
+static study_opts opts_of(setup *s, int mode, const char *sched, int iterations, int keep_going)
 {
     study_opts o = {0};
     o.cm = s->cm[mode < 0 ? 0 : mode];
@@ -62,6 +63,13 @@ static dp_status try_run(setup *s, int mode, const char *sched, int iterations, 
     o.max_iterations = iterations;
     o.validate = 1;
     o.keep_going = keep_going;
+    return o;
+}
+
+static dp_status try_run(setup *s, int mode, const char *sched, int iterations, int keep_going,
+                         study_result *r, dp_err *err)
+{
+    study_opts o = opts_of(s, mode, sched, iterations, keep_going);
     return study_run(&o, &s->t, r, err);
 }
 
@@ -144,6 +152,226 @@ static void test_split_backward_without_full_recompute(void **state)
     run(&s, -1, "zb1", 24, 1, &r);
     assert_int_equal(r.recompute_iterations[RECOMPUTE_FULL], 0);
     assert_true(r.recompute_iterations[RECOMPUTE_NONE] > 0 && r.recompute_iterations[RECOMPUTE_SELECTIVE] > 0);
+    study_result_release(&r);
+    setup_release(&s);
+}
+
+/* --recompute mixed against --recompute dynamic on the same iterations, read back from the plan
+ * files they write: the same micro-batches and instructions; every micro-batch at or below its
+ * iteration's dynamic mode (never full under zb1), costed as its own mode's stage model prices it
+ * (stage_model_cost here, not plan_mb_cost; the file keeps 6 decimals); never slower simulated; fitting where
+ * dynamic's plan fits, and maximal there: lowering any one micro-batch by one more mode, where
+ * that saves time, breaks the exact memory check. Returns the one-mode steps the mixed plans
+ * took. */
+static int check_mixed(const char *model, const char *profile, int max_seqlen, const char *sched,
+                       int iterations)
+{
+    setup s;
+    setup_init(&s, model, profile, max_seqlen);
+    plan pl[2];
+    study_result r[2];
+    dp_err err = {0};
+    for (int v = 0; v < 2; v++) {
+        const char *path = tmp_file(".json", "");
+        plan_header h = {0};
+        snprintf(h.model, sizeof h.model, "%s", s.m.name);
+        snprintf(h.hw, sizeof h.hw, "%s", s.hw.name);
+        snprintf(h.schedule, sizeof h.schedule, "%s", sched);
+        snprintf(h.batching, sizeof h.batching, "dynamic");
+        snprintf(h.recompute, sizeof h.recompute, "%s", v ? "mixed" : "dynamic");
+        h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
+        h.rules = s.rules;
+        plan_writer w;
+        if (plan_writer_open(&w, path, &h, &err) != DP_OK) fail_msg("%s", err.msg);
+        study_opts o = opts_of(&s, -1, sched, iterations, 0);
+        o.recompute_per_mb = v;
+        o.plan_out = &w;
+        if (study_run(&o, &s.t, &r[v], &err) != DP_OK) fail_msg("%s", err.msg);
+        if (plan_writer_close(&w, &err) != DP_OK || plan_read(path, &pl[v], &err) != DP_OK ||
+            plan_check(&pl[v], path, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+        assert_int_equal(pl[v].n_it, iterations);
+    }
+    stage_model sm[RECOMPUTE_COUNT];
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (stage_model_init(&sm[m], s.cm[m], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+    int steps = 0, full = 0;
+    for (int i = 0; i < iterations; i++) {
+        plan_iter *a = &pl[0].it[i], *b = &pl[1].it[i];
+        assert_int_equal(a->n_mb, b->n_mb);
+        for (int q = 0; q < a->pp * a->dp; q++) {
+            assert_int_equal(a->ranks[q].n, b->ranks[q].n);
+            for (int j = 0; j < a->ranks[q].n; j++) {
+                assert_int_equal(a->ranks[q].ins[j].op, b->ranks[q].ins[j].op);
+                assert_int_equal(a->ranks[q].ins[j].mb, b->ranks[q].ins[j].mb);
+            }
+        }
+        int dyn = (int)pm_recompute(&pl[0], a, 0);
+        for (int k = 0; k < b->n_mb; k++) {
+            plan_mb *x = &b->mb[k];
+            int mode = (int)pm_recompute(&pl[1], b, k);
+            assert_int_equal(x->mbs, a->mb[k].mbs);
+            assert_int_equal(x->enc_len, a->mb[k].enc_len);
+            assert_true(mode <= dyn);
+            full += mode == RECOMPUTE_FULL;
+            steps += dyn - mode;
+            cost_shape sh = cost_shape_rows(x->mbs, x->enc_len, x->dec_len);
+            mb_cost c;
+            if (stage_model_cost(&sm[mode], &sh, &c, &err) != DP_OK) fail_msg("%s", err.msg);
+            for (int d = 0; d < b->pp; d++) {
+                assert_near(x->fwd_ms[d], c.fwd_ms[d], 1e-6);
+                assert_near(x->bwd_ms[d], c.bwd_ms[d], 1e-6);
+                assert_near(x->stored_mb[d], c.stored_mb[d], 1e-6);
+                assert_near(x->peak_mb[d], c.peak_mb[d], 1e-6);
+            }
+        }
+        if (r[1].iter[i].ms > r[0].iter[i].ms * (1 + 1e-12))
+            fail_msg("%s %s iteration %d: mixed %.6f ms, dynamic %.6f ms", model, sched, i,
+                     r[1].iter[i].ms, r[0].iter[i].ms);
+        plan_machine pm;
+        double worst;
+        pm_init(&pm, a, 1);
+        int dyn_fits = pm_fits(&pm, sm[dyn].budget_mb, &worst, NULL, 0);
+        pm_release(&pm);
+        if (!dyn_fits) continue;
+        pm_init(&pm, b, 1);
+        assert_true(pm_fits(&pm, sm[dyn].budget_mb, &worst, NULL, 0));
+        for (int k = 0; k < b->n_mb; k++) {
+            plan_mb *x = &b->mb[k];
+            if (x->recompute == RECOMPUTE_NONE) continue;
+            cost_shape sh = cost_shape_rows(x->mbs, x->enc_len, x->dec_len);
+            mb_cost c;
+            if (stage_model_cost(&sm[x->recompute - 1], &sh, &c, &err) != DP_OK) continue;
+            double saved = 0, keep[4][STAGE_MAX];
+            for (int d = 0; d < b->pp; d++) {
+                saved += x->fwd_ms[d] + x->bwd_ms[d] - c.fwd_ms[d] - c.bwd_ms[d];
+                keep[0][d] = x->fwd_ms[d], keep[1][d] = x->bwd_ms[d];
+                keep[2][d] = x->stored_mb[d], keep[3][d] = x->peak_mb[d];
+                x->fwd_ms[d] = c.fwd_ms[d], x->bwd_ms[d] = c.bwd_ms[d];
+                x->stored_mb[d] = c.stored_mb[d], x->peak_mb[d] = c.peak_mb[d];
+            }
+            if (saved > 0 && pm_fits(&pm, sm[dyn].budget_mb, &worst, NULL, 0))
+                fail_msg("%s %s iteration %d: micro-batch %d fits a mode lower too", model, sched,
+                         i, k);
+            for (int d = 0; d < b->pp; d++) {
+                x->fwd_ms[d] = keep[0][d], x->bwd_ms[d] = keep[1][d];
+                x->stored_mb[d] = keep[2][d], x->peak_mb[d] = keep[3][d];
+            }
+        }
+        pm_release(&pm);
+    }
+    int counted = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) counted += r[1].recompute_microbatches[m];
+    assert_int_equal(counted, r[1].microbatches);
+    if (strcmp(sched, "zb1") == 0) assert_int_equal(full, 0);
+    for (int v = 0; v < 2; v++) plan_release(&pl[v]), study_result_release(&r[v]);
+    setup_release(&s);
+    return steps;
+}
+
+static void test_mixed_recompute(void **state)
+{
+    (void)state;
+    /* at 8192 tokens dynamic needs selective for some iterations on 1F1B and zb1 (adaptive admits
+     * by memory and needs none there); T5 at 4096 fits none nowhere: every iteration starts
+     * above none */
+    assert_true(check_mixed("gpt-6.7b-16l", GPT_PROFILE, 8192, "1f1b", 12) > 0);
+    assert_true(check_mixed("gpt-6.7b-16l", GPT_PROFILE, 8192, "zb1", 6) > 0);
+    assert_true(check_mixed("t5-11b-12l", T5_PROFILE, 4096, "1f1b", 4) > 0);
+    assert_true(check_mixed("t5-11b-12l", T5_PROFILE, 4096, "adaptive", 2) > 0);
+}
+
+/* The mixed choice against brute force: on small global batches (16k tokens of up to 8192, on 4
+ * stages of 30 GB) every assignment of modes at or below the highest the greedy kept in an
+ * iteration (2^n or 3^n, at most 16384) is costed (stage_model_cost), checked (pm_fits) and
+ * simulated; the best that fits is an optimum the greedy's plan can never beat, and the greedy's
+ * gap to it is reported. */
+static void test_mixed_recompute_against_brute_force(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 8192);
+    s.rules.global_tokens = 16384;
+    s.hw.mem_limit_mb = 30000;
+    const int iterations = 40;
+    dp_err err = {0};
+    const char *path = tmp_file(".json", "");
+    plan_header h = {0};
+    snprintf(h.model, sizeof h.model, "%s", s.m.name);
+    snprintf(h.hw, sizeof h.hw, "%s", s.hw.name);
+    snprintf(h.schedule, sizeof h.schedule, "1f1b");
+    snprintf(h.batching, sizeof h.batching, "dynamic");
+    snprintf(h.recompute, sizeof h.recompute, "mixed");
+    h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
+    h.rules = s.rules;
+    plan_writer w;
+    plan pl;
+    study_result r;
+    if (plan_writer_open(&w, path, &h, &err) != DP_OK) fail_msg("%s", err.msg);
+    study_opts o = opts_of(&s, -1, "1f1b", iterations, 1);
+    o.recompute_per_mb = 1;
+    o.plan_out = &w;
+    if (study_run(&o, &s.t, &r, &err) != DP_OK || plan_writer_close(&w, &err) != DP_OK ||
+        plan_read(path, &pl, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    stage_model sm[RECOMPUTE_COUNT];
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (stage_model_init(&sm[m], s.cm[m], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+    sim_config cfg;
+    study_sim_config(&sm[0], &s.hw, &cfg);
+    sim des;
+    sim_init(&des);
+    int cases = 0, optimal = 0;
+    double sum_gap = 0, max_gap = 0;
+    for (int i = 0; i < pl.n_it; i++) {
+        plan_iter *it = &pl.it[i];
+        int n = it->n_mb, top = 0;
+        for (int k = 0; k < n; k++) top = it->mb[k].recompute > top ? it->mb[k].recompute : top;
+        /* every mode up to the highest the greedy kept, on every micro-batch */
+        long space = 1;
+        for (int k = 0; k < n && space <= 1 << 14; k++) space *= top + 1;
+        if (top == 0 || space > 1 << 14) continue;
+        sim_iter_result ir;
+        if (sim_iteration(&des, &cfg, it, 0, NULL, &ir, &err) != DP_OK) fail_msg("%s", err.msg);
+        double greedy = (double)ir.makespan_ns, best = INFINITY;
+        for (long code = 0; code < space; code++) {
+            long c = code;
+            for (int k = 0; k < n; k++, c /= top + 1) {
+                plan_mb *x = &it->mb[k];
+                x->recompute = (int)(c % (top + 1));
+                cost_shape sh = cost_shape_rows(x->mbs, x->enc_len, x->dec_len);
+                mb_cost mc;
+                if (stage_model_cost(&sm[x->recompute], &sh, &mc, &err) != DP_OK) fail_msg("%s", err.msg);
+                for (int d = 0; d < it->pp; d++) {
+                    x->fwd_ms[d] = mc.fwd_ms[d], x->bwd_ms[d] = mc.bwd_ms[d];
+                    x->stored_mb[d] = mc.stored_mb[d], x->peak_mb[d] = mc.peak_mb[d];
+                }
+            }
+            plan_machine pm;
+            double worst;
+            pm_init(&pm, it, 1);
+            int fits = pm_fits(&pm, sm[0].budget_mb, &worst, NULL, 0);
+            pm_release(&pm);
+            if (!fits) continue;
+            if (sim_iteration(&des, &cfg, it, 0, NULL, &ir, &err) != DP_OK) fail_msg("%s", err.msg);
+            best = fmin(best, (double)ir.makespan_ns);
+        }
+        assert_true(isfinite(best));
+        if (greedy < best * (1 - 1e-9))
+            fail_msg("iteration %d: the greedy's %.0f ns beats every fitting assignment's %.0f",
+                     it->id, greedy, best);
+        double gap = greedy / best - 1;
+        cases++, optimal += gap < 1e-9;
+        sum_gap += gap, max_gap = fmax(max_gap, gap);
+    }
+    print_message("mixed recompute against brute force: %d iterations, optimal in %d, mean gap "
+                  "%.3f%%, max %.3f%%\n", cases, optimal, cases ? 100 * sum_gap / cases : 0,
+                  100 * max_gap);
+    assert_true(cases >= 5);
+    sim_release(&des);
+    plan_release(&pl);
     study_result_release(&r);
     setup_release(&s);
 }
@@ -572,6 +800,8 @@ int main(void)
         cmocka_unit_test(test_dynamic_recompute_gpt_8192),
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
         cmocka_unit_test(test_keep_going),
+        cmocka_unit_test(test_mixed_recompute),
+        cmocka_unit_test(test_mixed_recompute_against_brute_force),
         cmocka_unit_test(test_split_backward_without_full_recompute),
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),

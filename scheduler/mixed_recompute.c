@@ -1,0 +1,101 @@
+/* mixed_recompute.c — recompute per micro-batch, where it pays (mixed_recompute.h). */
+#include "mixed_recompute.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_machine.h"
+
+/* Per micro-batch: the next step down, costed once. */
+typedef struct step {
+    int to;       /* mode it would go to; -1: no step left (or none worth taking) */
+    double ratio; /* compute ms saved per share of the budget it takes */
+    double *v;    /* its per-stage arrays, 5 x pp: fwd, bwd, w, stored, peak */
+} step;
+
+static double *arrays(const plan_mb *m) { return m->fwd_ms; } /* plan_iter_alloc: 5 x pp in a row */
+
+/* Costs micro-batch k's next mode below its current one into s (s->to = -1 where there is none,
+ * the model cannot price it, or it saves no time). */
+static void next_step(const plan_iter *it, const mb_list *l, const stage_model *const sm[],
+                      const double *budget, int k, step *s, mb_cost *scratch)
+{
+    const plan_mb *cur = &it->mb[k];
+    int pp = it->pp;
+    s->to = -1;
+    int to = cur->recompute - 1;
+    while (to >= 0 && !sm[to]) to--;
+    if (to < 0) return;
+    plan_mb trial = *cur;
+    trial.fwd_ms = s->v, trial.bwd_ms = s->v + pp, trial.w_ms = s->v + 2 * pp;
+    trial.stored_mb = s->v + 3 * pp, trial.peak_mb = s->v + 4 * pp;
+    dp_err ignored;
+    if (plan_mb_cost(&trial, pp, &l->mb[k], sm[to], scratch, &ignored) != DP_OK) return;
+    double saved = 0, takes = 0;
+    for (int d = 0; d < pp; d++) {
+        double was = cur->fwd_ms[d] + cur->bwd_ms[d], now = trial.fwd_ms[d] + trial.bwd_ms[d];
+        if (!isfinite(now) || !isfinite(trial.peak_mb[d]) || !isfinite(trial.stored_mb[d])) return;
+        saved += was - now;
+        double more = fmax(trial.stored_mb[d] - cur->stored_mb[d], trial.peak_mb[d] - cur->peak_mb[d]);
+        if (budget[d] > 0) takes = fmax(takes, more / budget[d]);
+    }
+    if (!(saved > 0)) return;
+    s->to = to;
+    s->ratio = saved / fmax(takes, 1e-12);
+}
+
+static int fits(const plan_iter *it, int chunks, const double *budget)
+{
+    plan_machine m;
+    pm_init(&m, it, chunks);
+    double worst;
+    int ok = pm_fits(&m, budget, &worst, NULL, 0);
+    pm_release(&m);
+    return ok;
+}
+
+dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
+                                const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
+                                int *lowered, dp_err *err)
+{
+    int n = it->n_mb, pp = it->pp, done = 0;
+    const double *budget = sm[from]->budget_mb;
+    size_t w = 5 * (size_t)pp;
+    for (int k = 0; k < n; k++) it->mb[k].recompute = (int)from;
+    if (lowered) *lowered = 0;
+    step *st = calloc((size_t)(n ? n : 1), sizeof *st);
+    double *store = calloc((size_t)(n ? n : 1) * w + w, sizeof *store);
+    mb_cost *scratch = malloc(sizeof *scratch);
+    if (!st || !store || !scratch) {
+        free(st), free(store), free(scratch);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    double *backup = store + (size_t)n * w;
+    for (int k = 0; k < n; k++) {
+        st[k].v = store + (size_t)k * w;
+        next_step(it, l, sm, budget, k, &st[k], scratch);
+    }
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < n; k++)
+            if (st[k].to >= 0 && (best < 0 || st[k].ratio > st[best].ratio)) best = k;
+        if (best < 0) break;
+        plan_mb *m = &it->mb[best];
+        int was = m->recompute;
+        memcpy(backup, arrays(m), w * sizeof *backup);
+        memcpy(arrays(m), st[best].v, w * sizeof *backup);
+        m->recompute = st[best].to;
+        if (fits(it, sm[from]->chunks, budget)) {
+            done++;
+            next_step(it, l, sm, budget, best, &st[best], scratch);
+        } else { /* every other step adds memory too: this one cannot fit later */
+            memcpy(arrays(m), backup, w * sizeof *backup);
+            m->recompute = was;
+            st[best].to = -1;
+        }
+    }
+    if (lowered) *lowered = done;
+    free(st), free(store), free(scratch);
+    return DP_OK;
+}
