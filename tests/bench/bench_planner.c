@@ -285,6 +285,55 @@ static int bench_scale(const trace *t)
     return 0;
 }
 
+/* Recompute per iteration (dynamic) against per micro-batch (mixed), the same 48 global batches of
+ * the default trace at 8192 tokens on 4 stages (1F1B, 36,000 MB): planning time per iteration
+ * (median and p90, the planner's own clock) and simulated throughput, in the same run. */
+static int bench_recompute(const trace *t)
+{
+    model_spec m = *model_preset("gpt-6.7b-16l");
+    cluster_spec hw;
+    cluster_preset("p4d", &hw);
+    cost_model *cms[RECOMPUTE_COUNT] = {NULL};
+    dp_err err = {0};
+    for (int k = 0; k < RECOMPUTE_COUNT; k++)
+        if (cost_profile_load("models/profiles/a100_gpt_6.7b_profile.csv", &m, &hw, 1,
+                              (recompute_mode)k, &cms[k], &err) != DP_OK) {
+            fprintf(stderr, "bench_planner: %s\n", err.msg);
+            return -1;
+        }
+    batch_rules r;
+    batch_rules_default(&r, m.arch);
+    r.max_seqlen = 8192;
+    printf("\n# recompute per iteration (dynamic) and per micro-batch (mixed): GPT-6.7B, 8192, pp 4, "
+           "1f1b, 48 batches\n");
+    printf("%-10s %10s %10s %14s  %s\n", "recompute", "plan_ms", "plan_p90", "tokens/s",
+           "micro-batches none/selective/full");
+    double thr[2] = {0};
+    for (int mixed = 0; mixed < 2; mixed++) {
+        study_opts o = {0};
+        o.cm = cms[0], o.rules = &r, o.batching = batcher_find("dynamic");
+        o.sched = schedule_find("1f1b");
+        o.pp = 4, o.chunks = 1, o.dp = 1, o.zero = 1;
+        o.mem_limit_mb = hw.mem_limit_mb, o.mbs = 1, o.mb_tokens = 2048, o.max_iterations = 48;
+        for (int k = 0; k < RECOMPUTE_COUNT; k++) o.recompute_cm[k] = cms[k];
+        o.recompute_per_mb = mixed;
+        study_result res;
+        if (study_run(&o, t, &res, &err) != DP_OK) {
+            fprintf(stderr, "bench_planner: %s\n", err.msg);
+            return -1;
+        }
+        thr[mixed] = res.throughput_tokens_per_s;
+        printf("%-10s %10.3f %10.3f %14.0f  %d/%d/%d\n", mixed ? "mixed" : "dynamic",
+               res.plan_ms_median, res.plan_ms_p90, res.throughput_tokens_per_s,
+               res.recompute_microbatches[0], res.recompute_microbatches[1],
+               res.recompute_microbatches[2]);
+        study_result_release(&res);
+    }
+    printf("mixed over dynamic: %.3fx throughput\n", thr[0] > 0 ? thr[1] / thr[0] : 0);
+    for (int k = 0; k < RECOMPUTE_COUNT; k++) cost_model_free(cms[k]);
+    return 0;
+}
+
 int main(void)
 {
     trace t;
@@ -304,7 +353,8 @@ int main(void)
            "thin_ms", "thin_p90", "thin/ex", "passes", "objective checksum");
     for (size_t i = 0; i < sizeof setups / sizeof *setups; i++)
         if (bench_setup(&setups[i], &t) != 0) return 1;
-    int rc = bench_orders(&t) != 0 || bench_sim(&t) != 0 || bench_scale(&t) != 0;
+    int rc = bench_orders(&t) != 0 || bench_recompute(&t) != 0 || bench_sim(&t) != 0 ||
+             bench_scale(&t) != 0;
     trace_release(&t);
     return rc;
 }

@@ -2,7 +2,8 @@
  * test_memory_grid.c — memory that the planner promises, the simulator confirms.
  *
  * A grid of configurations (GPT-6.7B and T5-11B widths on the analytic cost model; pp 1, 2, 4, 8;
- * dp 1, 2, 4; tp 1, 2, 4, 8; recompute none, selective, full; tight and loose device memory; every
+ * dp 1, 2, 4; tp 1, 2, 4, 8; recompute none, selective, full, and mixed (a mode per micro-batch,
+ * scheduler/mixed_recompute.h); tight and loose device memory; every
  * batching at each of these, and the schedules cycled over the points so that each meets each
  * batching) is planned and simulated, two global batches of 32k tokens of a FLAN-like trace each. The property: every iteration that the
  * planner calls fitting simulates without going over the device memory (study_result
@@ -38,17 +39,23 @@ static double memory_for(const cost_model *cm, int pp, int dp, int zero, const b
     return state + share * stored + (peak - stored);
 }
 
+/* rc: a recompute_mode, or RECOMPUTE_COUNT for mixed (every mode's cost model). */
 static void run_point(grid_stats *g, const trace *t, const char *model, int pp, int dp, int tp,
-                      recompute_mode rc, double share, int which)
+                      int rc, double share, int which)
 {
     model_spec m = *model_preset(model);
     cluster_spec hw;
     cluster_preset("p4d", &hw);
     analytic_params ap;
     analytic_params_default(&ap);
-    cost_model *cm = NULL;
+    cost_model *cms[RECOMPUTE_COUNT] = {NULL}, *cm;
+    int mixed = rc == RECOMPUTE_COUNT;
     dp_err err = {0};
-    if (cost_analytic_new(&m, &hw, tp, rc, &ap, &cm, &err) != DP_OK) fail_msg("%s", err.msg);
+    for (int k = 0; k < RECOMPUTE_COUNT; k++)
+        if ((mixed || k == rc) &&
+            cost_analytic_new(&m, &hw, tp, (recompute_mode)k, &ap, &cms[k], &err) != DP_OK)
+            fail_msg("%s", err.msg);
+    cm = cms[mixed ? 0 : rc];
     batch_rules rules;
     batch_rules_default(&rules, m.arch);
     rules.global_tokens = 32768;
@@ -58,7 +65,8 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
     const schedule *sched = &ss[(which / nb + which % nb) % ns];
     int chunks = strcmp(sched->name, "interleaved") == 0 ? 2 : 1;
     if (chunks == 2 && (pp < 2 || m.arch == ARCH_T5)) sched = schedule_find("1f1b"), chunks = 1;
-    if (schedule_check_recompute(sched, rc, NULL) != DP_OK) sched = schedule_find("1f1b"); /* zb1, full */
+    if (!mixed && schedule_check_recompute(sched, (recompute_mode)rc, NULL) != DP_OK)
+        sched = schedule_find("1f1b"); /* zb1, full (mixed skips full there) */
     int zero = dp > 1 ? 1 : 0;
     double mem = memory_for(cm, pp, dp, zero, &rules, share);
     g->points++;
@@ -67,6 +75,8 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
         o.cm = cm, o.rules = &rules, o.batching = &bs[which % nb], o.sched = sched;
         o.pp = pp, o.chunks = chunks, o.dp = dp, o.zero = zero, o.mem_limit_mb = mem;
         o.mbs = 2, o.mb_tokens = 4096, o.max_iterations = 2, o.validate = 1;
+        for (int k = 0; k < RECOMPUTE_COUNT && mixed; k++) o.recompute_cm[k] = cms[k];
+        o.recompute_per_mb = mixed;
         study_result r;
         dp_status st = study_run(&o, t, &r, &err);
         if (st == DP_OK) {
@@ -77,7 +87,7 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
             if (r.oom_unplanned)
                 fail_msg("%s pp %d dp %d tp %d %s %s/%s mem %.0f MB: %d iterations the planner "
                          "called fitting simulate out of memory (%s)", model, pp, dp, tp,
-                         recompute_name(rc), o.batching->name, sched->name, mem, r.oom_unplanned,
+                         mixed ? "mixed" : recompute_name((recompute_mode)rc), o.batching->name, sched->name, mem, r.oom_unplanned,
                          r.why);
         } else if (st == DP_ERR_INFEASIBLE) {
             g->refused_alone++; /* a sample that fits nowhere, or a model state that does not */
@@ -86,7 +96,7 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
         }
         study_result_release(&r);
     }
-    cost_model_free(cm);
+    for (int k = 0; k < RECOMPUTE_COUNT; k++) cost_model_free(cms[k]);
 }
 
 static void test_planned_fit_simulates_without_oom(void **state)
@@ -109,11 +119,11 @@ static void test_planned_fit_simulates_without_oom(void **state)
         for (int p = 0; p < 4; p++)
             for (int d = 0; d < 3; d++)
                 for (int q = 0; q < 4; q++)
-                    for (int rc = 0; rc < 3; rc++)
+                    for (int rc = 0; rc <= RECOMPUTE_COUNT; rc++)
                         for (int mem = 0; mem < 2; mem++)
                             for (int b = 0; b < 5; b++) /* every batching at every point */
                                 run_point(&g, &t, models[a], pps[p], dps[d], tps[q],
-                                          (recompute_mode)rc, shares[mem], which++);
+                                          rc, shares[mem], which++);
     printf("# memory grid: %d points, %d planned and simulated, %d refused (a sample fits nowhere); "
            "iterations: %d fit, %d refused by the planner, %d over memory though called fitting\n",
            g.points, g.run, g.refused_alone, g.iterations_fit, g.iterations_refused, g.unplanned);
