@@ -150,9 +150,13 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
             cJSON_AddNumberToObject(x, "iterations", w->r.iterations);
             cJSON_AddNumberToObject(x, "failed_iterations", w->r.failed_iterations);
             cJSON *rc = cJSON_AddObjectToObject(x, "recompute_iterations");
-            for (int m = 0; m < RECOMPUTE_COUNT; m++)
+            cJSON *rcm = cJSON_AddObjectToObject(x, "recompute_microbatches");
+            for (int m = 0; m < RECOMPUTE_COUNT; m++) {
                 cJSON_AddNumberToObject(rc, recompute_name((recompute_mode)m),
                                         w->r.recompute_iterations[m]);
+                cJSON_AddNumberToObject(rcm, recompute_name((recompute_mode)m),
+                                        w->r.recompute_microbatches[m]);
+            }
         }
         cJSON_AddItemToArray(arr, x);
     }

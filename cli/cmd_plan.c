@@ -12,6 +12,16 @@
 #include "cli.h"
 
 /* Progress on stderr when it is a terminal: samples consumed of the trace. */
+/* Counts per recompute mode, where more than one mode was used. */
+static void print_modes(FILE *fp, const char *what, const int *count)
+{
+    int used = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) used += count[m] > 0;
+    if (used > 1)
+        fprintf(fp, "%-34s none %d, selective %d, full %d\n", what, count[RECOMPUTE_NONE],
+                count[RECOMPUTE_SELECTIVE], count[RECOMPUTE_FULL]);
+}
+
 static void print_summary(const char *what, const study_result *r, FILE *fp)
 {
     fprintf(fp, "# %s\n", what);
@@ -31,17 +41,8 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
             if (r->iter[i].failed) fprintf(fp, " %d", r->iter[i].id), shown++;
         fprintf(fp, "%s\n", r->failed_iterations > 8 ? " ..." : "");
     }
-    int modes_used = 0;
-    for (int m = 0; m < RECOMPUTE_COUNT; m++) modes_used += r->recompute_iterations[m] > 0;
-    if (modes_used > 1)
-        fprintf(fp, "%-34s none %d, selective %d, full %d\n", "iterations per recompute mode",
-                r->recompute_iterations[0], r->recompute_iterations[1], r->recompute_iterations[2]);
-    modes_used = 0;
-    for (int m = 0; m < RECOMPUTE_COUNT; m++) modes_used += r->recompute_microbatches[m] > 0;
-    if (modes_used > 1)
-        fprintf(fp, "%-34s none %d, selective %d, full %d\n", "micro-batches per recompute mode",
-                r->recompute_microbatches[0], r->recompute_microbatches[1],
-                r->recompute_microbatches[2]);
+    print_modes(fp, "iterations per recompute mode", r->recompute_iterations);
+    print_modes(fp, "micro-batches per recompute mode", r->recompute_microbatches);
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
             r->iterations ? (double)r->microbatches / r->iterations : 0);
     fprintf(fp, "%-34s %14.0f tokens/s\n", "throughput (real tokens)", r->throughput_tokens_per_s);

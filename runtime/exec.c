@@ -372,8 +372,8 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         if (ch->decoder) memcpy(s->denc, s->rx[KIND_GRAD] + s->nh, s->ne * sizeof(double));
     }
     /* pm_recompute: selective reruns each layer's attention core before its backward; full its
-     * whole forward from the saved input, then its weight gradients too (a full-recompute micro-batch
-     * never split), so that one layer's activations exist at a time */
+     * whole forward from the saved input, then its weight gradients too (a full-recompute
+     * micro-batch's backward is never split), so that one layer's activations exist at a time */
     int full = s->recompute == RECOMPUTE_FULL;
     rt_layer_acts scratch;
     double *rerun_y = NULL;

@@ -14,7 +14,18 @@ typedef struct step {
     double *v;    /* its per-stage arrays, 5 x pp: fwd, bwd, w, stored, peak */
 } step;
 
-static double *arrays(const plan_mb *m) { return m->fwd_ms; } /* plan_iter_alloc: 5 x pp in a row */
+/* A micro-batch's five per-stage arrays to or from v (5 x pp: fwd, bwd, w, stored, peak). */
+static void save(const plan_mb *m, int pp, double *v)
+{
+    const double *a[5] = {m->fwd_ms, m->bwd_ms, m->w_ms, m->stored_mb, m->peak_mb};
+    for (int i = 0; i < 5; i++) memcpy(v + (size_t)i * pp, a[i], (size_t)pp * sizeof *v);
+}
+
+static void load(plan_mb *m, int pp, const double *v)
+{
+    double *a[5] = {m->fwd_ms, m->bwd_ms, m->w_ms, m->stored_mb, m->peak_mb};
+    for (int i = 0; i < 5; i++) memcpy(a[i], v + (size_t)i * pp, (size_t)pp * sizeof *v);
+}
 
 /* Costs micro-batch k's next mode below its current one into s (s->to = -1 where there is none,
  * the model cannot price it, or it saves no time). */
@@ -57,13 +68,12 @@ static int fits(const plan_iter *it, int chunks, const double *budget)
 
 dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
                                 const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
-                                int *lowered, dp_err *err)
+                                dp_err *err)
 {
-    int n = it->n_mb, pp = it->pp, done = 0;
+    int n = it->n_mb, pp = it->pp;
     const double *budget = sm[from]->budget_mb;
     size_t w = 5 * (size_t)pp;
     for (int k = 0; k < n; k++) it->mb[k].recompute = (int)from;
-    if (lowered) *lowered = 0;
     step *st = calloc((size_t)(n ? n : 1), sizeof *st);
     double *store = calloc((size_t)(n ? n : 1) * w + w, sizeof *store);
     mb_cost *scratch = malloc(sizeof *scratch);
@@ -83,19 +93,17 @@ dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
         if (best < 0) break;
         plan_mb *m = &it->mb[best];
         int was = m->recompute;
-        memcpy(backup, arrays(m), w * sizeof *backup);
-        memcpy(arrays(m), st[best].v, w * sizeof *backup);
+        save(m, pp, backup);
+        load(m, pp, st[best].v);
         m->recompute = st[best].to;
         if (fits(it, sm[from]->chunks, budget)) {
-            done++;
             next_step(it, l, sm, budget, best, &st[best], scratch);
         } else { /* every other step adds memory too: this one cannot fit later */
-            memcpy(arrays(m), backup, w * sizeof *backup);
+            load(m, pp, backup);
             m->recompute = was;
             st[best].to = -1;
         }
     }
-    if (lowered) *lowered = done;
     free(st), free(store), free(scratch);
     return DP_OK;
 }

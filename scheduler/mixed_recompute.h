@@ -6,7 +6,8 @@
  * reruns, although the memory is often short by much less than that mode frees. A mixed plan
  * starts from that fitting plan and gives back, one micro-batch at a time, the reruns that the
  * memory can afford: a micro-batch goes down a mode (full to selective, selective to none) while
- * the plan still fits, best first by compute time saved per MB of budget it takes.
+ * the plan still fits, best first by compute time saved per share of the activation budget it
+ * takes (the most on any stage).
  *
  * What is kept: the micro-batches and every rank's instructions (the schedule's order, or the
  * adaptive schedule's searched one). What changes: a lowered micro-batch's per-stage times and
@@ -33,11 +34,11 @@
  * micro-batch k is l->mb[k], plan_iter_from_mbs) on sm[from] and fits (pm_fits against
  * sm[from]->budget_mb); sm[m] is the stage model of mode m, NULL where the run may not use it.
  * Every micro-batch of it gets its mode in plan_mb.recompute (from, where none could go down).
- * *lowered (may be NULL) receives the number of one-mode steps taken. A micro-batch whose shape
+ * A micro-batch whose shape
  * a lower mode's cost model cannot price stays where it is. Fails only with DP_ERR_NOMEM, which
  * leaves it as it came but for the modes set. */
 dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
                                 const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
-                                int *lowered, dp_err *err);
+                                dp_err *err);
 
 #endif /* MIXED_RECOMPUTE_H */

@@ -386,7 +386,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         }
         /* --recompute mixed: then a mode lower per micro-batch wherever the plan still fits */
         int relaxed = st == DP_OK && answerable && l.feasible && o->recompute_per_mb;
-        if (relaxed) st = mixed_recompute_relax(&pi, &l, by_mode, cms[mode]->recompute, NULL, &why);
+        if (relaxed) st = mixed_recompute_relax(&pi, &l, by_mode, cms[mode]->recompute, &why);
         double dt_ms = (dp_now_s() - t0) * 1e3;
         if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
             *err = why;
