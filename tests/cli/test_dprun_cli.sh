@@ -254,15 +254,9 @@ for m in $rc_modes; do
   fi
 done
 # A mixed plan (scheduler/mixed_recompute.h): the same plan with micro-batch k under none,
-# selective, full for k mod 3; each B reruns what its own micro-batch's mode says, and the norm
-# is still the one without recompute.
-sed '1s/"recompute":"none"/"recompute":"mixed"/; 2,$s/,"recompute":"none"//' "$TMP/rc_none.json" |
-  awk '{ out = ""
-         while (match($0, /"id":[0-9]+,"samples"/)) {
-           id = substr($0, RSTART + 5, RLENGTH - 15); m = id % 3 == 0 ? "none" : id % 3 == 1 ? "selective" : "full"
-           out = out substr($0, 1, RSTART - 1) "\"id\":" id ",\"recompute\":\"" m "\",\"samples\""
-           $0 = substr($0, RSTART + RLENGTH) }
-         print out $0 }' >"$TMP/rc_mixed.json"
+# selective, full for k mod 3 (tests/mixed_plan.sh); each B reruns what its own micro-batch's
+# mode says, and the norm is still the one without recompute.
+tests/mixed_plan.sh "$TMP/rc_none.json" "$TMP/rc_mixed.json"
 timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_mixed.json" --out "$TMP/rc.csv" >"$TMP/rc_cpu.out" 2>&1
 $FAKE1 --plan "$TMP/rc_mixed.json" --dtype fp64 --out "$TMP/rcg.csv" >"$TMP/rc_gpu.out" 2>&1
 nf=$(awk -F, '$3 == "B" && $4 % 3 == 2' "$TMP/rc.csv" | wc -l) ns=$(awk -F, '$3 == "B" && $4 % 3 == 1' "$TMP/rc.csv" | wc -l)

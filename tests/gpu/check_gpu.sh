@@ -16,7 +16,9 @@
 #      an upper bound for one stage per GPU); the same plan in fp64 must end with the cpu ranks'
 #      gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's; 1F1B under selective
 #      and full recompute too (the profile measures all three modes), the backward's reruns run
-#      on the GPU and the norms compared the same way;
+#      on the GPU and the norms compared the same way; and the 1F1B plan with a mode per
+#      micro-batch (tests/mixed_plan.sh), run and compared the same way, and in fp64 against the
+#      1F1B plan's own norm (1e-9);
 #   3. dprun profile --dtype bf16 at the widths the simulator models, GPT-6.7B, Llama-2-7B
 #      (SwiGLU) and T5-11B, one layer at a time, TP 1; dpsim calibrate fits the analytic model's
 #      constants for this GPU from the GPT-6.7B profile;
@@ -146,17 +148,22 @@ for rc in selective full; do # the plan's recompute, run as planned (dprun says 
     step "plan_$rc" fig_none "$DPSIM" plan "${common[@]}" --pp 2 --schedule 1f1b --recompute "$rc" \
         -o "$GPU_OUT/plan_$rc.json"
 done
-for s in 1f1b varlen t5 zb1 interleaved selective full; do
+# a mode per micro-batch: plan_1f1b with micro-batch k under none, selective, full for k mod 3
+# (its times stay none's, so it is run and its norms compared, not validated)
+step plan_mixed fig_none tests/mixed_plan.sh "$GPU_OUT/plan_1f1b.json" "$GPU_OUT/plan_mixed.json"
+for s in 1f1b varlen t5 zb1 interleaved selective full mixed; do
     plan=$GPU_OUT/plan_$s.json
     step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
-    step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \
-        $(plot "$GPU_OUT/validate_$s.png")
+    [ "$s" = mixed ] ||
+        step "validate_$s" fig_validate "$DPSIM" validate --plan "$plan" --measured "$GPU_OUT/measured_$s.csv" \
+            $(plot "$GPU_OUT/validate_$s.png")
     step "run_${s}_fp64" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --dtype fp64 --out "$GPU_OUT/fp64_$s.csv"
     step "run_${s}_cpu" fig_wrote $MPIRUN -np "$(pp_of "$plan")" "$DPRUN" --plan "$plan" --backend cpu \
         --out "$GPU_OUT/cpu_$s.csv"
     step "norm_${s}_fp64_vs_cpu" fig_norms close "$GPU_OUT/run_${s}_fp64.log" "$GPU_OUT/run_${s}_cpu.log" 1e-9
     step "norm_${s}_bf16_vs_fp64" fig_norms close "$GPU_OUT/run_${s}_bf16.log" "$GPU_OUT/run_${s}_fp64.log" 5e-2
 done
+step norm_mixed_vs_none fig_norms close "$GPU_OUT/run_mixed_fp64.log" "$GPU_OUT/run_1f1b_fp64.log" 1e-9
 
 # 3. profiles at the widths the simulator models, and the analytic model fitted to this GPU
 step profile_gpt_6.7b fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model gpt-6.7b-16l \
