@@ -292,6 +292,10 @@ sed 's/"recompute": *"none"/"recompute": "full"/' "$TMP/t5.json" >"$TMP/t5_full.
 expect "... and T5's decoder layers rerun whole (full recompute, cpu ranks)" 0 \
   "gradient norm $(ere "$(norm "$TMP/t5_clean.out")")" -- \
   timeout 300 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/t5_full.json" --out "$TMP/x.csv"
+tests/mixed_plan.sh "$TMP/t5.json" "$TMP/t5_mixed.json"
+expect "... and a mode per micro-batch on T5's encoder and decoder (one GPU)" 0 \
+  "gradient norm $(ere "$(norm "$TMP/t5_clean.out")")" -- \
+  $FAKE1 --plan "$TMP/t5_mixed.json" --dtype fp64 --out "$TMP/x.csv"
 fi
 sed 's/"recompute": *"none"/"recompute": "full"/' $G/plan_zb1_4stages.json >"$TMP/zb_full.json"
 expect "a W under full recompute is refused before anything runs" 1 \
