@@ -234,42 +234,30 @@ FAKE1="env ASAN_OPTIONS=detect_leaks=0 timeout 120 $FAKE --backend cuda"
 timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_none.json" --out "$TMP/rc.csv" >"$TMP/rc_none.out" 2>&1
 rc_norm=$(norm "$TMP/rc_none.out")
 ere() { printf '%s' "$1" | sed 's/[.+]/\\&/g'; } # a figure as a grep -E pattern
-rc_modes="selective:attention full:layer"
-[ -n "$SANITIZED" ] && rc_modes=full:layer # (selective's rerun: check-gpu's rows on the fake, below)
-for m in $rc_modes; do
-  mode=${m%%:*} unit=${m##*:}
+# A mixed plan (scheduler/mixed_recompute.h) too: the same plan with micro-batch k under none,
+# selective, full for k mod 3 (tests/mixed_plan.sh), whose every B reruns what its own
+# micro-batch's mode says. reruns MODE CSV: the layer forwards and attention cores its B's rerun.
+tests/mixed_plan.sh "$TMP/rc_none.json" "$TMP/rc_mixed.json"
+reruns() {
+  awk -F, -v m="$1" '$3 == "B" { k = m == "mixed" ? $4 % 3 : m == "selective" ? 1 : 2; n[k]++ }
+                     END { printf "reran %d layer forwards and %d attention cores", 2 * n[2], 2 * n[1] }' "$2"
+}
+rc_modes="selective full mixed"
+[ -n "$SANITIZED" ] && rc_modes="full mixed" # (selective's rerun: check-gpu's rows on the fake, below)
+for mode in $rc_modes; do
   timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_$mode.json" --out "$TMP/rc.csv" >"$TMP/rc_cpu.out" 2>&1
   $FAKE1 --plan "$TMP/rc_$mode.json" --dtype fp64 --out "$TMP/rcg.csv" >"$TMP/rc_gpu.out" 2>&1
-  bs=$(grep -c ',B,' "$TMP/rc.csv")
-  if [ "$unit" = layer ]; then want="reran $((2 * bs)) layer forwards and 0 attention cores"
-  else want="reran 0 layer forwards and $((2 * bs)) attention cores"; fi
+  want=$(reruns "$mode" "$TMP/rc.csv")
   a=$(norm "$TMP/rc_cpu.out") b=$(norm "$TMP/rc_gpu.out")
   if [ -n "$rc_norm" ] && [ "$a" = "$rc_norm" ] && [ "$b" = "$rc_norm" ] &&
      grep -q "recompute (the plan's $mode): the backwards $want" "$TMP/rc_cpu.out" &&
      grep -q "the backwards $want" "$TMP/rc_gpu.out"; then
-    ok "$mode recompute: gradient norm $a as without it, on cpu ranks and one GPU; $want ($bs B's)"
+    ok "$mode recompute: gradient norm $a as without it, on cpu ranks and one GPU; $want"
   else
     not_ok "$mode recompute: the norm without it ($rc_norm), and $want" "cpu ${a:-none}, GPU ${b:-none}" \
       "$(tail -c 300 "$TMP/rc_cpu.out")" "$(tail -c 300 "$TMP/rc_gpu.out")"
   fi
 done
-# A mixed plan (scheduler/mixed_recompute.h): the same plan with micro-batch k under none,
-# selective, full for k mod 3 (tests/mixed_plan.sh); each B reruns what its own micro-batch's
-# mode says, and the norm is still the one without recompute.
-tests/mixed_plan.sh "$TMP/rc_none.json" "$TMP/rc_mixed.json"
-timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_mixed.json" --out "$TMP/rc.csv" >"$TMP/rc_cpu.out" 2>&1
-$FAKE1 --plan "$TMP/rc_mixed.json" --dtype fp64 --out "$TMP/rcg.csv" >"$TMP/rc_gpu.out" 2>&1
-nf=$(awk -F, '$3 == "B" && $4 % 3 == 2' "$TMP/rc.csv" | wc -l) ns=$(awk -F, '$3 == "B" && $4 % 3 == 1' "$TMP/rc.csv" | wc -l)
-want="reran $((2 * nf)) layer forwards and $((2 * ns)) attention cores"
-a=$(norm "$TMP/rc_cpu.out") b=$(norm "$TMP/rc_gpu.out")
-if [ -n "$rc_norm" ] && [ "$nf" -gt 0 ] && [ "$ns" -gt 0 ] && [ "$a" = "$rc_norm" ] && [ "$b" = "$rc_norm" ] &&
-   grep -q "recompute (the plan's mixed): the backwards $want" "$TMP/rc_cpu.out" &&
-   grep -q "the backwards $want" "$TMP/rc_gpu.out"; then
-  ok "mixed recompute: gradient norm $a as without it, on cpu ranks and one GPU; $want"
-else
-  not_ok "mixed recompute: the norm without it ($rc_norm), and $want" "cpu ${a:-none}, GPU ${b:-none}" \
-    "$(tail -c 300 "$TMP/rc_cpu.out")" "$(tail -c 300 "$TMP/rc_gpu.out")"
-fi
 expect "... and dpsim validate takes its timeline" 0 "mean absolute error" -- \
   "$DPSIM" validate --plan "$TMP/rc_mixed.json" --measured "$TMP/rc.csv"
 sed 's/"id":0,"recompute":"none",/"id":0,/' "$TMP/rc_mixed.json" >"$TMP/x.json"
