@@ -56,16 +56,6 @@ static void next_step(const plan_iter *it, const mb_list *l, const stage_model *
     s->ratio = saved / fmax(takes, 1e-12);
 }
 
-static int fits(const plan_iter *it, int chunks, const double *budget)
-{
-    plan_machine m;
-    pm_init(&m, it, chunks);
-    double worst;
-    int ok = pm_fits(&m, budget, &worst, NULL, 0);
-    pm_release(&m);
-    return ok;
-}
-
 dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
                                 const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
                                 dp_err *err)
@@ -82,6 +72,8 @@ dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
     double *backup = store + (size_t)n * w;
+    plan_machine pm; /* the instructions stay; pm_replica_fits reads the figures as they change */
+    pm_init(&pm, it, sm[from]->chunks);
     for (int k = 0; k < n; k++) {
         st[k].v = store + (size_t)k * w;
         next_step(it, l, sm, budget, k, &st[k], scratch);
@@ -96,7 +88,7 @@ dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
         save(m, pp, backup);
         load(m, pp, st[best].v);
         m->recompute = st[best].to;
-        if (fits(it, sm[from]->chunks, budget)) {
+        if (pm_replica_fits(&pm, m->replica, budget)) {
             next_step(it, l, sm, budget, best, &st[best], scratch);
         } else { /* every other step adds memory too: this one cannot fit later */
             load(m, pp, backup);
@@ -104,6 +96,7 @@ dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
             st[best].to = -1;
         }
     }
+    pm_release(&pm);
     free(st), free(store), free(scratch);
     return DP_OK;
 }

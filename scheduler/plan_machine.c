@@ -100,11 +100,13 @@ double pm_rank_peak(const plan_machine *m, int r, double *held_end)
     return pm_rank_peak_parts(m, r, held_end, NULL, NULL);
 }
 
-int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap)
+/* pm_fits over ranks [r0, r1). */
+static int ranks_fit(const plan_machine *m, int r0, int r1, const double *budget_mb, double *worst,
+                     char *why, size_t cap)
 {
     int fits = 1;
     *worst = 0;
-    for (int r = 0; r < m->nr; r++) {
+    for (int r = r0; r < r1; r++) {
         int s = m->it->ranks[r].stage;
         double peak = pm_rank_peak(m, r, NULL), ratio = peak / budget_mb[s];
         if (ratio <= *worst) continue;
@@ -118,6 +120,17 @@ int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char 
         }
     }
     return fits;
+}
+
+int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap)
+{
+    return ranks_fit(m, 0, m->nr, budget_mb, worst, why, cap);
+}
+
+int pm_replica_fits(const plan_machine *m, int replica, const double *budget_mb)
+{
+    double worst;
+    return ranks_fit(m, replica * m->pp, (replica + 1) * m->pp, budget_mb, &worst, NULL, 0);
 }
 
 void pm_describe(const plan_iter *it, int r, int i, char *buf, size_t cap)

@@ -122,6 +122,10 @@ double pm_rank_peak_parts(const plan_machine *m, int r, double *held_end, double
  * budget_mb[stage]. *worst receives the largest peak / budget ratio over the ranks; when it
  * does not fit and why is non-NULL, why names the rank and the figures. */
 int pm_fits(const plan_machine *m, const double *budget_mb, double *worst, char *why, size_t cap);
+/* pm_fits over the ranks of one replica alone: what a change to one of its micro-batches' times
+ * or memory can move. The machine reads the plan's figures as they are when called, so one
+ * machine serves while they change (the instructions may not). */
+int pm_replica_fits(const plan_machine *m, int replica, const double *budget_mb);
 
 /* The untimed run of every rank (no deadlock rule). DP_ERR_DEADLOCK names every waiting
  * instruction. Needs pm_check to have passed. */

@@ -453,6 +453,13 @@ static void test_sim_memory_is_the_machine_memory(void **state)
             assert_near(res.stored_at_peak_mb[r], held, 1e-6);
             assert_near(res.transient_at_peak_mb[r], transient, 1e-6);
         }
+        /* the fit: every stage's budget at its peak fits, and 1% less on one stage does not,
+         * for the whole plan and for its one replica alike */
+        double budget[STAGE_MAX], worst;
+        for (int r = 0; r < S; r++) budget[r] = pm_rank_peak(&pm, r, NULL);
+        assert_true(pm_fits(&pm, budget, &worst, NULL, 0) && pm_replica_fits(&pm, 0, budget));
+        budget[rep % S] *= 0.99;
+        assert_false(pm_fits(&pm, budget, &worst, NULL, 0) || pm_replica_fits(&pm, 0, budget));
         pm_release(&pm);
         sim_release(&s);
         plan_iter_release(&it);
