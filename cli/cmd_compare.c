@@ -257,16 +257,13 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
         else if (r->why[0])
             fprintf(fp, "# %s/%s: ", rows[i].batching, rows[i].schedule);
         if (r->why[0]) fprintf(fp, "%s\n", r->why);
-        if (p->cost.recompute_dynamic == RECOMPUTE_PER_MB)
-            fprintf(fp, "# %s/%s: recompute per micro-batch: none %d, selective %d, full %d\n",
-                    rows[i].batching, rows[i].schedule, r->recompute_microbatches[RECOMPUTE_NONE],
-                    r->recompute_microbatches[RECOMPUTE_SELECTIVE],
-                    r->recompute_microbatches[RECOMPUTE_FULL]);
-        else if (p->cost.recompute_dynamic)
-            fprintf(fp, "# %s/%s: recompute per iteration: none %d, selective %d, full %d\n",
-                    rows[i].batching, rows[i].schedule, r->recompute_iterations[RECOMPUTE_NONE],
-                    r->recompute_iterations[RECOMPUTE_SELECTIVE],
-                    r->recompute_iterations[RECOMPUTE_FULL]);
+        if (p->cost.recompute_dynamic) {
+            int per_mb = p->cost.recompute_dynamic == RECOMPUTE_PER_MB;
+            const int *c = per_mb ? r->recompute_microbatches : r->recompute_iterations;
+            fprintf(fp, "# %s/%s: recompute per %s: none %d, selective %d, full %d\n",
+                    rows[i].batching, rows[i].schedule, per_mb ? "micro-batch" : "iteration",
+                    c[RECOMPUTE_NONE], c[RECOMPUTE_SELECTIVE], c[RECOMPUTE_FULL]);
+        }
     }
 }
 

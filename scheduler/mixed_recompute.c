@@ -14,7 +14,14 @@ typedef struct step {
     double *v;    /* its per-stage arrays, 5 x pp: fwd, bwd, w, stored, peak */
 } step;
 
-/* A micro-batch's five per-stage arrays to or from v (5 x pp: fwd, bwd, w, stored, peak). */
+/* A micro-batch's five per-stage arrays (5 x pp: fwd, bwd, w, stored, peak): pointed at v, copied
+ * to v, copied from v. */
+static void bind(plan_mb *m, double *v, int pp)
+{
+    m->fwd_ms = v, m->bwd_ms = v + pp, m->w_ms = v + 2 * pp;
+    m->stored_mb = v + 3 * pp, m->peak_mb = v + 4 * pp;
+}
+
 static void save(const plan_mb *m, int pp, double *v)
 {
     const double *a[5] = {m->fwd_ms, m->bwd_ms, m->w_ms, m->stored_mb, m->peak_mb};
@@ -39,8 +46,7 @@ static void next_step(const plan_iter *it, const mb_list *l, const stage_model *
     while (to >= 0 && !sm[to]) to--;
     if (to < 0) return;
     plan_mb trial = *cur;
-    trial.fwd_ms = s->v, trial.bwd_ms = s->v + pp, trial.w_ms = s->v + 2 * pp;
-    trial.stored_mb = s->v + 3 * pp, trial.peak_mb = s->v + 4 * pp;
+    bind(&trial, s->v, pp);
     dp_err ignored;
     if (plan_mb_cost(&trial, pp, &l->mb[k], sm[to], scratch, &ignored) != DP_OK) return;
     double saved = 0, takes = 0;

@@ -467,6 +467,43 @@ static void test_sim_memory_is_the_machine_memory(void **state)
     }
 }
 
+/* pm_replica_fits looks at its replica's ranks and no other: 1F1B on 2 replicas of 4 stages, the
+ * budget at each stage's peak over both; one micro-batch of replica 1 grown breaks replica 1 and
+ * the whole plan, not replica 0. */
+static void test_replica_fit(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w, 4, 1, 3, 1e15);
+    w.sm.dp = 2;
+    plan_iter it;
+    assert_int_equal(plan_iter_alloc(&it, 0, 4, 2, 8, 8), DP_OK);
+    for (int k = 0; k < 8; k++) {
+        plan_mb *x = &it.mb[k];
+        x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
+        x->replica = k % 2;
+        it.ids[k] = k;
+        for (int s = 0; s < 4; s++)
+            x->fwd_ms[s] = 1, x->bwd_ms[s] = 2, x->stored_mb[s] = 1 + k, x->peak_mb[s] = 2 + k;
+    }
+    schedule_ctx ctx = {&w.sm};
+    dp_err err = {0};
+    if (schedule_find("1f1b")->build(&ctx, &it, &err) != DP_OK) fail_msg("%s", err.msg);
+    if (plan_validate(&it, 1, "1f1b", &err) != DP_OK) fail_msg("%s", err.msg);
+    plan_machine pm;
+    pm_init(&pm, &it, 1);
+    double budget[STAGE_MAX] = {0}, worst;
+    for (int r = 0; r < 8; r++) budget[r % 4] = fmax(budget[r % 4], pm_rank_peak(&pm, r, NULL));
+    assert_true(pm_fits(&pm, budget, &worst, NULL, 0));
+    assert_true(pm_replica_fits(&pm, 0, budget) && pm_replica_fits(&pm, 1, budget));
+    for (int s = 0; s < 4; s++) it.mb[7].stored_mb[s] += 100, it.mb[7].peak_mb[s] += 100;
+    assert_false(pm_replica_fits(&pm, 1, budget) || pm_fits(&pm, budget, &worst, NULL, 0));
+    assert_true(pm_replica_fits(&pm, 0, budget));
+    pm_release(&pm);
+    plan_iter_release(&it);
+    cost_model_free(w.cm);
+}
+
 /* ---- the adaptive order against an independent evaluator ------------------------------------ */
 
 /* Times each device's op list (F or B of micro-batch k, in order) with free links: an op starts
@@ -646,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_recompute_rule),
         cmocka_unit_test(test_w_share_of_the_backward),
         cmocka_unit_test(test_sim_memory_is_the_machine_memory),
+        cmocka_unit_test(test_replica_fit),
         cmocka_unit_test(test_adaptive_matches_independent_evaluator),
         cmocka_unit_test(test_links_do_not_wait_for_each_other),
         cmocka_unit_test(test_placement_counts_tensor_parallelism),

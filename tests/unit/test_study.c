@@ -156,6 +156,35 @@ static void test_split_backward_without_full_recompute(void **state)
     setup_release(&s);
 }
 
+/* A run of opts_of(s, dynamic, sched, iterations, keep_going), per micro-batch where mixed, with
+ * its plan file written and read back (and checked) into *pl, and the stage models of the three
+ * modes on its 4 stages into sm. */
+static void run_to_plan(setup *s, const char *sched, int iterations, int keep_going, int mixed,
+                        study_result *r, plan *pl, stage_model sm[RECOMPUTE_COUNT])
+{
+    dp_err err = {0};
+    const char *path = tmp_file(".json", "");
+    plan_header h = {0};
+    snprintf(h.model, sizeof h.model, "%s", s->m.name);
+    snprintf(h.hw, sizeof h.hw, "%s", s->hw.name);
+    snprintf(h.schedule, sizeof h.schedule, "%s", sched);
+    snprintf(h.batching, sizeof h.batching, "dynamic");
+    snprintf(h.recompute, sizeof h.recompute, "%s", mixed ? "mixed" : "dynamic");
+    h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
+    h.rules = s->rules;
+    plan_writer w;
+    if (plan_writer_open(&w, path, &h, &err) != DP_OK) fail_msg("%s", err.msg);
+    study_opts o = opts_of(s, -1, sched, iterations, keep_going);
+    o.recompute_per_mb = mixed;
+    o.plan_out = &w;
+    if (study_run(&o, &s->t, r, &err) != DP_OK || plan_writer_close(&w, &err) != DP_OK ||
+        plan_read(path, pl, &err) != DP_OK || plan_check(pl, path, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (stage_model_init(&sm[m], s->cm[m], 4, 1, 1, 1, s->hw.mem_limit_mb, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+}
+
 /* --recompute mixed against --recompute dynamic on the same iterations, read back from the plan
  * files they write: the same micro-batches and instructions; every micro-batch at or below its
  * iteration's dynamic mode (never full under zb1), costed as its own mode's stage model prices it
@@ -170,32 +199,12 @@ static int check_mixed(const char *model, const char *profile, int max_seqlen, c
     setup_init(&s, model, profile, max_seqlen);
     plan pl[2];
     study_result r[2];
+    stage_model sm[RECOMPUTE_COUNT];
     dp_err err = {0};
     for (int v = 0; v < 2; v++) {
-        const char *path = tmp_file(".json", "");
-        plan_header h = {0};
-        snprintf(h.model, sizeof h.model, "%s", s.m.name);
-        snprintf(h.hw, sizeof h.hw, "%s", s.hw.name);
-        snprintf(h.schedule, sizeof h.schedule, "%s", sched);
-        snprintf(h.batching, sizeof h.batching, "dynamic");
-        snprintf(h.recompute, sizeof h.recompute, "%s", v ? "mixed" : "dynamic");
-        h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
-        h.rules = s.rules;
-        plan_writer w;
-        if (plan_writer_open(&w, path, &h, &err) != DP_OK) fail_msg("%s", err.msg);
-        study_opts o = opts_of(&s, -1, sched, iterations, 0);
-        o.recompute_per_mb = v;
-        o.plan_out = &w;
-        if (study_run(&o, &s.t, &r[v], &err) != DP_OK) fail_msg("%s", err.msg);
-        if (plan_writer_close(&w, &err) != DP_OK || plan_read(path, &pl[v], &err) != DP_OK ||
-            plan_check(&pl[v], path, &err) != DP_OK)
-            fail_msg("%s", err.msg);
+        run_to_plan(&s, sched, iterations, 0, v, &r[v], &pl[v], sm);
         assert_int_equal(pl[v].n_it, iterations);
     }
-    stage_model sm[RECOMPUTE_COUNT];
-    for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if (stage_model_init(&sm[m], s.cm[m], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
-            fail_msg("%s", err.msg);
     int steps = 0, full = 0;
     for (int i = 0; i < iterations; i++) {
         plan_iter *a = &pl[0].it[i], *b = &pl[1].it[i];
@@ -294,31 +303,11 @@ static void test_mixed_recompute_against_brute_force(void **state)
     setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 8192);
     s.rules.global_tokens = 16384;
     s.hw.mem_limit_mb = 30000;
-    const int iterations = 40;
     dp_err err = {0};
-    const char *path = tmp_file(".json", "");
-    plan_header h = {0};
-    snprintf(h.model, sizeof h.model, "%s", s.m.name);
-    snprintf(h.hw, sizeof h.hw, "%s", s.hw.name);
-    snprintf(h.schedule, sizeof h.schedule, "1f1b");
-    snprintf(h.batching, sizeof h.batching, "dynamic");
-    snprintf(h.recompute, sizeof h.recompute, "mixed");
-    h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
-    h.rules = s.rules;
-    plan_writer w;
     plan pl;
     study_result r;
-    if (plan_writer_open(&w, path, &h, &err) != DP_OK) fail_msg("%s", err.msg);
-    study_opts o = opts_of(&s, -1, "1f1b", iterations, 1);
-    o.recompute_per_mb = 1;
-    o.plan_out = &w;
-    if (study_run(&o, &s.t, &r, &err) != DP_OK || plan_writer_close(&w, &err) != DP_OK ||
-        plan_read(path, &pl, &err) != DP_OK)
-        fail_msg("%s", err.msg);
     stage_model sm[RECOMPUTE_COUNT];
-    for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if (stage_model_init(&sm[m], s.cm[m], 4, 1, 1, 1, s.hw.mem_limit_mb, &err) != DP_OK)
-            fail_msg("%s", err.msg);
+    run_to_plan(&s, "1f1b", 40, 1, 1, &r, &pl, sm);
     sim_config cfg;
     study_sim_config(&sm[0], &s.hw, &cfg);
     sim des;
