@@ -14,10 +14,11 @@ static void print_model(const model_spec *m)
 {
     char ctx[16] = "-";
     if (m->positions) snprintf(ctx, sizeof ctx, "%d%s", m->positions, m->rope ? "r" : "");
-    printf("%-14s %-4s %4d %4d %6d %5d %5d %5d %6d %6d %4s %6s %9.2f  %s\n", m->name,
+    printf("%-14s %-4s %4d %4d %6d %5d %5d %5d %6d %6d %4s %6s %9.2f %-7s  %s\n", m->name,
            model_arch_name(m->arch), m->enc_layers, m->dec_layers, m->hidden, m->heads,
            model_kv_heads(m), m->kv_channels, m->ffn, m->vocab, m->glu ? "yes" : "no", ctx,
-           (double)model_total_params(m) / 1e9, m->profile[0] ? m->profile : "-");
+           (double)model_total_params(m) / 1e9, m->flash_attn ? "flash" : "unfused",
+           m->profile[0] ? m->profile : "-");
 }
 
 int cmd_models(int argc, char **argv)
@@ -55,32 +56,61 @@ int cmd_models(int argc, char **argv)
     int n;
     const model_spec *ms = model_presets(&n);
     printf("# models (--model); context: the longest sequence, tokens (r: rotary positions, no "
-           "learned table; -: no limit)\n%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %6s %9s  %s\n",
+           "learned table; -: no limit);\n# attention: what it trains with by default "
+           "(--flash-attention, --no-flash-attention)\n"
+           "%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %6s %9s %-7s  %s\n",
            "name", "arch", "enc", "dec", "hidden", "heads", "kvh", "kv", "ffn", "vocab", "glu",
-           "ctx", "params", "measured profile");
+           "ctx", "params", "attention", "measured profile");
     printf("%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %6s %9s\n", "#", "", "layer", "layer", "",
            "", "", "", "", "", "", "tokens", "billions");
     for (int i = 0; i < n; i++) print_model(&ms[i]);
     const gpu_spec *gs = gpu_presets(&n);
-    printf("\n# GPUs\n%-10s %11s %9s %9s  %s\n", "name", "peak", "HBM", "memory", "source");
-    printf("%-10s %11s %9s %9s\n", "#", "TFLOP/s", "GB/s", "MB");
-    for (int i = 0; i < n; i++)
-        printf("%-10s %11.1f %9.0f %9.0f  %s\n", gs[i].name, gs[i].peak_tflops, gs[i].hbm_gbps,
-               gs[i].mem_mb, gs[i].source);
-    printf("\n# clusters (--hw; a GPU name means one node of 8 with NVLink)\n"
+    printf("\n# GPUs (dense peaks; NVLink per direction, and NCCL's bus bandwidth over it on an "
+           "8-GPU node:\n# all-reduce as a ring and with NVLink SHARP (algBW), all-gather, "
+           "send/recv; matmul: best measured bf16 GEMM)\n"
+           "%-10s %8s %8s %6s %7s %7s %6s %6s %6s %6s %7s %-11s  %s\n", "name", "bf16", "fp8",
+           "HBM", "memory", "nvlink", "ar", "nvls", "ag", "p2p", "matmul", "attention", "source");
+    printf("%-10s %8s %8s %6s %7s %7s %6s %6s %6s %6s %7s\n", "#", "TFLOP/s", "TFLOP/s", "GB/s",
+           "GB", "GB/s", "GB/s", "GB/s", "GB/s", "GB/s", "%");
+    for (int i = 0; i < n; i++) {
+        const gpu_spec *g = &gs[i];
+        double link = g->nvlink_gbit / 8;
+        printf("%-10s %8.1f %8.0f %6.0f %7.1f %7.0f %6.0f %6.0f %6.0f %6.0f %7.1f %-11s  %s; %s\n",
+               g->name, g->peak_tflops, g->fp8_tflops, g->hbm_gbps, g->mem_mb / 1024, link,
+               link * g->nvlink_eff[COLL_ALL_REDUCE], link * g->nvls_eff,
+               link * g->nvlink_eff[COLL_ALL_GATHER], link * g->nvlink_eff[COLL_SEND_RECV],
+               100 * g->matmul_eff, g->attn ? g->attn->name : "unfused", g->source,
+               g->nvlink_source);
+    }
+    int nk;
+    const attn_kernel *ks = attn_kernels(&nk);
+    printf("\n# attention kernels (--attention-kernel): TFLOP/s at 2k / 4k / 8k / 16k tokens, head "
+           "dim 128\n%-11s %-23s %-23s %-23s %-23s  %s\n", "name", "fwd causal", "bwd causal",
+           "fwd full", "bwd full", "source");
+    for (int i = 0; i < nk; i++) {
+        const double *v[4] = {ks[i].fwd_causal, ks[i].bwd_causal, ks[i].fwd_full, ks[i].bwd_full};
+        printf("%-11s", ks[i].name);
+        for (int j = 0; j < 4; j++)
+            printf(" %5.0f %5.0f %5.0f %5.0f", v[j][0], v[j][1], v[j][2], v[j][3]);
+        printf("  %s\n", ks[i].source);
+    }
+    printf("\n# clusters (--hw; a GPU name means one node of its own cluster preset)\n"
            "# mem_limit: what the planner may use; reserved: kept back for the CUDA context, library\n"
            "# workspaces and fragmentation (DynaPipe's 36,000 of 40,960 MB share where a preset\n"
-           "# does not say)\n"
-           "%-10s %-10s %8s %10s %10s %10s %10s %9s %9s\n",
-           "name", "gpu", "per_node", "intra", "intra_lat", "inter", "inter_lat", "mem_limit", "reserved");
-    printf("%-10s %-10s %8s %10s %10s %10s %10s %9s %9s\n", "#", "", "GPUs", "Gbit/s", "us", "Gbit/s",
-           "us", "MB", "MB");
+           "# does not say); inter: per NIC, nics of them per node, busBW: NCCL's across nodes\n"
+           "%-10s %-10s %8s %10s %10s %6s %10s %8s %10s %9s %9s  %s\n",
+           "name", "gpu", "per_node", "intra", "intra_lat", "nics", "inter", "busBW", "inter_lat",
+           "mem_limit", "reserved", "network");
+    printf("%-10s %-10s %8s %10s %10s %6s %10s %8s %10s %9s %9s\n", "#", "", "GPUs", "Gbit/s", "us",
+           "", "Gbit/s", "GB/s", "us", "MB", "MB");
     for (int i = 0; i < cluster_preset_count(); i++) {
         cluster_spec cl;
         cluster_preset_at(i, &cl);
-        printf("%-10s %-10s %8d %10.0f %10.0f %10.0f %10.0f %9.0f %9.0f\n", cl.name, cl.gpu.name,
-               cl.gpus_per_node, cl.intra_gbit, cl.intra_latency_us, cl.inter_gbit,
-               cl.inter_latency_us, cl.mem_limit_mb, cl.gpu.mem_mb - cl.mem_limit_mb);
+        printf("%-10s %-10s %8d %10.0f %10.0f %6d %10.0f %8.1f %10.0f %9.0f %9.0f  %s\n", cl.name,
+               cl.gpu.name, cl.gpus_per_node, cl.intra_gbit, cl.intra_latency_us, cl.nics_per_node,
+               cl.inter_gbit, cl.inter_gbit / 8 * cl.coll_eff[SCOPE_INTER][COLL_ALL_REDUCE],
+               cl.inter_latency_us, cl.mem_limit_mb, cl.gpu.mem_mb - cl.mem_limit_mb,
+               cl.net_source);
     }
     return 0;
 }

@@ -1,5 +1,7 @@
 #include "comm.h"
 
+#include <math.h>
+
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
                       int dec_len)
 {
@@ -17,50 +19,99 @@ int64_t comm_transfer_bytes(const model_spec *m, int stage, int stages, int mbs,
     return (int64_t)(comm_act_bytes(m, stage, stages, mbs, enc_len, dec_len) + 0.5);
 }
 
-static int same_node(const cluster_spec *c, int a, int b)
+static int node_of(const cluster_spec *c, long long gpu)
 {
-    return a / c->gpus_per_node == b / c->gpus_per_node;
+    return (int)(gpu / c->gpus_per_node);
 }
 
-double comm_p2p_ms(const cluster_spec *c, int rank_a, int rank_b, double bytes)
+double comm_p2p_ms(const cluster_spec *c, int gpu_a, int gpu_b, double bytes)
 {
-    int intra = same_node(c, rank_a, rank_b);
-    double gbit = intra ? c->intra_gbit : c->inter_gbit;
-    double lat_us = intra ? c->intra_latency_us : c->inter_latency_us;
-    return lat_us / 1e3 + bytes * 8 / (gbit * 1e9) * 1e3;
+    comm_group g = comm_group_flat(2, node_of(c, gpu_a) != node_of(c, gpu_b));
+    double lat_us = g.spans_nodes ? c->inter_latency_us : c->intra_latency_us;
+    return lat_us / 1e3 + bytes / (comm_busbw_gbps(c, COLL_SEND_RECV, &g) * 1e9) * 1e3;
 }
 
-double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double bytes)
+comm_group comm_group_flat(int n, int spans_nodes)
 {
+    comm_group g = {n, spans_nodes, 1};
+    return g;
+}
+
+comm_group comm_tp_group(const cluster_spec *c, int tp)
+{
+    comm_group g = comm_group_flat(tp, tp > c->gpus_per_node);
+    if (g.spans_nodes) /* every GPU of a node in the group, all crossing */
+        g.nics = fmin(c->gpus_per_node, c->nics_per_node);
+    return g;
+}
+
+/* The data-parallel ring of a GPU crosses nodes (its first and last members differ). */
+static int dp_ring_crosses(const cluster_spec *c, int pp, int dp, int tp, long long gpu)
+{
+    long long r = gpu / tp, j = gpu % tp, s = r % pp;
+    long long first = s * tp + j, last = ((long long)(dp - 1) * pp + s) * tp + j;
+    return node_of(c, first) != node_of(c, last);
+}
+
+comm_group comm_dp_group(const cluster_spec *c, int pp, int dp, int tp, int stage)
+{
+    comm_group g = comm_group_flat(dp, 0);
+    long long total = (long long)pp * dp * tp;
+    for (int j = 0; j < tp; j++) {
+        if (!dp_ring_crosses(c, pp, dp, tp, (long long)stage * tp + j)) continue;
+        double worst = INFINITY;
+        for (int rep = 0; rep < dp;) { /* node by node along the ring */
+            long long gpu = ((long long)rep * pp + stage) * tp + j;
+            int node = node_of(c, gpu), members = 0;
+            for (; rep < dp && node_of(c, ((long long)rep * pp + stage) * tp + j) == node; rep++)
+                members++;
+            int crossing = 0;
+            long long lo = (long long)node * c->gpus_per_node;
+            for (long long x = lo; x < lo + c->gpus_per_node && x < total; x++)
+                crossing += dp_ring_crosses(c, pp, dp, tp, x);
+            double share = members * fmin(1, (double)c->nics_per_node / crossing);
+            worst = fmin(worst, share);
+        }
+        g.nics = g.spans_nodes ? fmin(g.nics, worst) : worst;
+        g.spans_nodes = 1;
+    }
+    return g;
+}
+
+double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g)
+{
+    double intra = c->intra_gbit / 8 * c->coll_eff[SCOPE_INTRA][k];
+    if (!g->spans_nodes) return intra;
+    return fmin(intra, c->inter_gbit / 8 * c->coll_eff[SCOPE_INTER][k] * g->nics);
+}
+
+double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes)
+{
+    int n = g->n;
     if (n <= 1) return 0;
-    double gbit = spans_nodes ? c->inter_gbit : c->intra_gbit;
-    double lat_us = spans_nodes ? c->inter_latency_us : c->intra_latency_us;
-    return 2.0 * (n - 1) * lat_us / 1e3 + 2.0 * (n - 1) / n * bytes * 8 / (gbit * 1e9) * 1e3;
+    double factor = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
+                    : k == COLL_SEND_RECV ? 1
+                                          : (double)(n - 1) / n;
+    double steps = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) : k == COLL_SEND_RECV ? 1 : n - 1;
+    double lat_us = g->spans_nodes ? c->inter_latency_us : c->intra_latency_us;
+    double ms = steps * lat_us / 1e3 + bytes * factor / (comm_busbw_gbps(c, k, g) * 1e9) * 1e3;
+    if (k == COLL_ALL_REDUCE && !g->spans_nodes && c->gpu.nvls_eff > 0) {
+        double nvls = COMM_NVLS_LATENCY_US / 1e3 +
+                      bytes / (c->intra_gbit / 8 * c->gpu.nvls_eff * 1e9) * 1e3;
+        ms = fmin(ms, nvls);
+    }
+    return ms;
 }
 
-double comm_allgather_ms(const cluster_spec *c, int n, int spans_nodes, double bytes)
+zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g, double bytes)
 {
-    return comm_allreduce_ms(c, n, spans_nodes, bytes) / 2;
-}
-
-int comm_dp_spans_nodes(const cluster_spec *c, int pp, int dp, int tp, int stage)
-{
-    int first = stage * tp, last = ((dp - 1) * pp + stage + 1) * tp - 1;
-    return first / c->gpus_per_node != last / c->gpus_per_node;
-}
-
-int comm_tp_spans_nodes(const cluster_spec *c, int tp)
-{
-    return tp > c->gpus_per_node;
-}
-
-zero_comm comm_zero(const cluster_spec *c, int zero, int dp, int spans_nodes, double bytes)
-{
-    zero_comm z = {0, 0, 0};
-    if (dp <= 1) return z;
-    double gather = comm_allgather_ms(c, dp, spans_nodes, bytes); /* = a reduce-scatter */
-    if (zero <= 1) z.iter_ms = comm_allreduce_ms(c, dp, spans_nodes, bytes);
-    if (zero == 2) z.bwd_ms = gather, z.iter_ms = gather;
-    if (zero >= 3) z.fwd_ms = gather, z.bwd_ms = 2 * gather;
+    zero_comm z = {0, 0, 0, 0};
+    if (g->n <= 1) return z;
+    double gather = comm_coll_ms(c, COLL_ALL_GATHER, g, bytes);
+    double scatter = comm_coll_ms(c, COLL_REDUCE_SCATTER, g, bytes);
+    if (zero == 0) z.iter_ms = z.grad_ms = comm_coll_ms(c, COLL_ALL_REDUCE, g, bytes);
+    if (zero == 1) z.grad_ms = scatter, z.iter_ms = scatter + gather;
+    if (zero == 2) z.bwd_ms = scatter, z.iter_ms = gather;
+    if (zero >= 3) z.fwd_ms = gather, z.bwd_ms = gather + scatter;
     return z;
 }

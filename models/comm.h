@@ -1,18 +1,37 @@
 /*
- * comm.h — communication time: point-to-point between stages and ring all-reduce across replicas.
+ * comm.h — communication time: point-to-point between stages, and the collectives of tensor and
+ * data parallelism as NCCL runs them.
  *
- *   p2p_ms        = latency + bytes / bandwidth            (Hockney's alpha-beta model)
- *   allreduce_ms  = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth   (ring; Patarasuk & Yuan 2009)
- *   allgather_ms = reduce_scatter_ms = (n-1) * latency + (n-1)/n * bytes / bandwidth  (half a ring
- *                  all-reduce: bytes is the whole gathered or reduced buffer; NCCL's ring)
+ * A collective of `bytes` (the whole buffer: what is all-reduced, the gathered result of an
+ * all-gather, the input of a reduce-scatter) over a group of n GPUs takes, by nccl-tests' own
+ * definitions (doc/PERFORMANCE.md: busBW = algBW x factor, algBW = bytes / time):
  *
- * The link is intra-node when both ranks sit in one node (rank / gpus_per_node equal), else
- * inter-node; a ring that spans nodes runs at the inter-node link.
+ *   time = steps x latency + bytes x factor / busBW
+ *
+ *   collective      factor        steps        (ring algorithms; Patarasuk & Yuan 2009)
+ *   all-reduce      2(n-1)/n      2(n-1)
+ *   all-gather      (n-1)/n       n-1
+ *   reduce-scatter  (n-1)/n       n-1
+ *   all-to-all      (n-1)/n       n-1
+ *   send/recv       1             1
+ *
+ * busBW is the link's rate times NCCL's achieved share of it (cluster_spec.coll_eff, measured by
+ * nccl-tests; models/hw.c cites each figure):
+ *   inside a node    intra_gbit x coll_eff[intra]
+ *   across nodes     min(inside, inter_gbit x coll_eff[inter] x nics)
+ * where nics is the NIC bandwidth the group gets at its busiest node (comm_group): a node's NICs
+ * (rails) are shared by the GPUs there whose groups cross nodes at the same time, each GPU using
+ * at most one, so a group with m members in a node gets m x min(1, nics_per_node / crossing GPUs)
+ * NICs there. With tp 8 each of a node's 8 GPUs runs its own data-parallel ring on its own NIC;
+ * two rings sharing one NIC take twice as long as one.
+ * An all-reduce inside a node with NVLink SHARP (gpu_spec.nvls_eff > 0: H100 and later) moves the
+ * buffer once each way through the switch: bytes / (intra_gbit x nvls_eff) + COMM_NVLS_LATENCY_US,
+ * when that is faster than the ring (NCCL picks the faster algorithm).
  *
  * Activation bytes between stages: a GPT stage sends (mbs, seq, hidden) fp16; a T5 encoder stage
  * sends its hidden state (mbs, enc, hidden); a T5 decoder stage sends the decoder hidden state
  * (mbs, dec, hidden) and passes the encoder output (mbs, enc, hidden) along too. Gradients going
- * back have the same sizes.
+ * back have the same sizes. A transfer is a send/recv between the two stages' first GPUs.
  */
 #ifndef COMM_H
 #define COMM_H
@@ -21,6 +40,7 @@
 #include "model.h"
 
 #define COMM_ACT_ELEM_BYTES 2 /* fp16/bf16 activations and gradients */
+#define COMM_NVLS_LATENCY_US 23.0 /* NCCL's NVLS base latency (src/graph/tuning.cc) */
 
 /* Bytes of one activation (or its gradient) sent from `stage` to the next, for a micro-batch. */
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
@@ -30,34 +50,47 @@ double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int e
 int64_t comm_transfer_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
                             int dec_len);
 
-/* Time of one point-to-point transfer between global ranks a and b. */
-double comm_p2p_ms(const cluster_spec *c, int rank_a, int rank_b, double bytes);
+/* Time of one point-to-point transfer between GPUs a and b (send/recv: NVLink inside a node, one
+ * NIC between nodes). */
+double comm_p2p_ms(const cluster_spec *c, int gpu_a, int gpu_b, double bytes);
 
-/* Ring all-reduce of bytes across n ranks; spans_nodes selects the inter-node link. */
-double comm_allreduce_ms(const cluster_spec *c, int n, int spans_nodes, double bytes);
-/* Ring all-gather (or reduce-scatter) of a bytes buffer across n ranks. */
-double comm_allgather_ms(const cluster_spec *c, int n, int spans_nodes, double bytes);
+/* The GPUs of one collective and what they share. */
+typedef struct comm_group {
+    int n;           /* GPUs in the group */
+    int spans_nodes; /* 1: over the NICs */
+    double nics;     /* across nodes: NICs' worth of bandwidth at the busiest node (above) */
+} comm_group;
+
+/* A group inside one node, or spread one GPU per node over n nodes with a NIC each. */
+comm_group comm_group_flat(int n, int spans_nodes);
+/* A tensor-parallel group of tp GPUs: inside a node unless tp exceeds it. */
+comm_group comm_tp_group(const cluster_spec *c, int tp);
+/* The data-parallel group of pipeline stage `stage`: its dp replicas, one ring per tensor-parallel
+ * rank. Placement: rank r = replica * pp + stage holds GPUs r * tp .. r * tp + tp - 1 (tensor
+ * parallelism innermost, then the pipeline, then the replicas: Megatron's order), gpus_per_node
+ * to a node. Every stage's rings are counted as crossing at once (the end-of-iteration
+ * reductions of the stages overlap), the slowest of the stage's tp rings is returned. */
+comm_group comm_dp_group(const cluster_spec *c, int pp, int dp, int tp, int stage);
+
+/* Time of collective k of bytes over group g, ms (0 for a group of one). */
+double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes);
+/* NCCL's bus bandwidth of collective k over group g, GB/s (what nccl-tests would print). */
+double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g);
 
 /* What ZeRO stage `zero` moves for a device holding `bytes` of fp16 parameters (and as many
- * gradient bytes) over its dp replicas (the ZeRO paper, §7; DeepSpeed), with spans_nodes as
- * comm_dp_spans_nodes says:
+ * gradient bytes) over its data-parallel group g (the ZeRO paper, §7; DeepSpeed):
  *   fwd_ms   before every micro-batch's forward: ZeRO-3's parameter all-gather
  *   bwd_ms   with every micro-batch's backward: ZeRO-2 and 3's gradient reduce-scatter, and
  *            ZeRO-3's parameter all-gather again
- *   iter_ms  at the end of the iteration: ZeRO 0 and 1 the gradients' all-reduce (ZeRO-1 as a
- *            reduce-scatter and an all-gather of the updated parameters: the same ring volume),
- *            ZeRO-2 the updated parameters' all-gather, ZeRO-3 nothing
- * All 0 with one replica. The per-micro-batch terms run on the compute stream, not overlapped. */
+ *   iter_ms  at the end of the iteration: ZeRO 0 the gradients' all-reduce, ZeRO-1 their
+ *            reduce-scatter and the updated parameters' all-gather, ZeRO-2 that all-gather,
+ *            ZeRO-3 nothing
+ *   grad_ms  the part of iter_ms that reduces gradients (ZeRO 0's all-reduce, ZeRO-1's
+ *            reduce-scatter): what may overlap the last backward (sim.h)
+ * All 0 with one replica. */
 typedef struct zero_comm {
-    double fwd_ms, bwd_ms, iter_ms;
+    double fwd_ms, bwd_ms, iter_ms, grad_ms;
 } zero_comm;
-zero_comm comm_zero(const cluster_spec *c, int zero, int dp, int spans_nodes, double bytes);
-
-/* Whether the data-parallel group of pipeline stage `stage` spans nodes. Placement: rank
- * r = replica * pp + stage holds GPUs r * tp .. r * tp + tp - 1 (tensor parallelism innermost,
- * then the pipeline, then the replicas: Megatron's order), gpus_per_node to a node. */
-int comm_dp_spans_nodes(const cluster_spec *c, int pp, int dp, int tp, int stage);
-/* Whether a tensor-parallel group spans nodes (tp > gpus_per_node). */
-int comm_tp_spans_nodes(const cluster_spec *c, int tp);
+zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g, double bytes);
 
 #endif /* COMM_H */

@@ -1,21 +1,31 @@
 /*
- * hw.h — GPUs and clusters: peak rates, memory, and the links between pipeline stages.
+ * hw.h — GPUs and clusters: peak rates, memory, attention kernels, links and the collectives
+ * NCCL runs over them.
  *
- * A cluster_spec is what `--hw` names: a GPU, how many sit in a node, and two kinds of link
- * (intra-node and inter-node), each with a bandwidth and a latency. Consecutive pipeline stages
- * (and data-parallel replicas) are placed node by node: ranks r and r+1 share a node when
- * r / gpus_per_node == (r+1) / gpus_per_node.
+ * A cluster_spec is what `--hw` names: a GPU, how many sit in a node, the GPU-to-GPU link inside a
+ * node (NVLink: per GPU, per direction) and the network between nodes (nics_per_node NICs of
+ * inter_gbit each; a rail-optimised node has one per GPU), each with a latency, and the bus
+ * bandwidth NCCL achieves on them per collective as a share of the link (coll_eff; busBW as
+ * nccl-tests defines it, models/comm.h turns it into time). A what-if link rate (--link-gbps)
+ * keeps those shares. Ranks are placed node by node: GPUs g and g' share a node when
+ * g / gpus_per_node == g' / gpus_per_node.
  *
  * Units: FLOP/s as TFLOP/s (1e12), bandwidths of memory in GB/s (1e9 bytes), link bandwidths in
  * Gbit/s (1e9 bits) as vendors quote them, latencies in microseconds, memory in MB (1e6 bytes, the
- * unit of the measured profiles).
+ * unit of the measured profiles), efficiencies as shares in (0, 1].
  *
  * JSON spec:
  *   {"name": "my-cluster", "gpu": "a100-40gb" | {"name":…, "peak_tflops":…, "hbm_gbps":…,
- *    "mem_mb":…}, "gpus_per_node": 8, "intra_gbit": 4800, "intra_latency_us": 0,
- *    "inter_gbit": 100, "inter_latency_us": 4000, "mem_limit_mb": 36000}
+ *    "mem_mb":…}, "gpus_per_node": 8, "intra_gbit": 2400, "intra_latency_us": 2,
+ *    "inter_gbit": 200, "inter_latency_us": 5, "nics_per_node": 8, "mem_limit_mb": 72000,
+ *    "intra_eff": {"all_reduce": 0.77, "all_gather": …, "reduce_scatter": …, "all_to_all": …,
+ *                  "send_recv": …}, "inter_eff": {…}}
  * mem_limit_mb (optional, default HW_USABLE_SHARE of the GPU's memory) is the usable device
- * memory the planner respects; "nodes" (optional, 0: as many as a layout needs) bounds the GPUs.
+ * memory the planner respects; "nodes" (optional, 0: as many as a layout needs) bounds the GPUs;
+ * nics_per_node (optional) defaults to gpus_per_node; intra_eff and inter_eff (optional; when
+ * given, every collective must be named) default to the GPU preset's own shares inside a node
+ * and to 1 (the wire rate) between nodes. Every rate and share must be positive and finite, and a
+ * share at most 1: anything else is refused naming the file and field.
  */
 #ifndef HW_H
 #define HW_H
@@ -24,12 +34,59 @@
 
 #define HW_NAME_MAX 64
 
+/* The collectives a training step runs, as nccl-tests names them (its *_perf binaries). */
+typedef enum hw_coll {
+    COLL_ALL_REDUCE,
+    COLL_ALL_GATHER,
+    COLL_REDUCE_SCATTER,
+    COLL_ALL_TO_ALL,
+    COLL_SEND_RECV,
+    COLL_COUNT,
+} hw_coll;
+
+const char *hw_coll_name(hw_coll k); /* "all_reduce", …: the JSON keys */
+
+/* Where a collective runs: over NVLink inside a node, or over the NICs between nodes. */
+typedef enum hw_scope { SCOPE_INTRA, SCOPE_INTER, SCOPE_COUNT } hw_scope;
+
+/* A fused attention kernel's measured throughput (FlashAttention's own benchmark tables), head
+ * dimension 128, bf16/fp16, forward and backward, causal and not, at ATTN_KERNEL_LENS sequence
+ * lengths 2k, 4k, 8k and 16k. TFLOP/s as the tables count them: a forward is 4 * s^2 * head_dim *
+ * heads FLOPs per sample (halved when causal), a backward 2.5 times its forward. Between lengths
+ * the throughput is interpolated in log2(length), held at the ends. */
+#define ATTN_KERNEL_LENS 4
+typedef struct attn_kernel {
+    const char *name;                   /* "fa2-h100": what --attention-kernel takes */
+    double fwd_causal[ATTN_KERNEL_LENS], bwd_causal[ATTN_KERNEL_LENS]; /* TFLOP/s */
+    double fwd_full[ATTN_KERNEL_LENS], bwd_full[ATTN_KERNEL_LENS];     /* TFLOP/s, not causal */
+    double hd64_share; /* throughput at head dimension 64 over 128 (linear between, 1 above) */
+    const char *source;                 /* the benchmark table the figures are read from */
+} attn_kernel;
+
+/* The kernel's throughput at an attention length (tokens) and head dimension, TFLOP/s. */
+double attn_kernel_tflops(const attn_kernel *k, int backward, int causal, double len,
+                          int head_dim);
+
 typedef struct gpu_spec {
     char name[HW_NAME_MAX];
     double peak_tflops; /* dense bf16/fp16 tensor-core peak, TFLOP/s */
+    double fp8_tflops;  /* dense fp8 tensor-core peak, TFLOP/s; 0: none (A100) */
     double hbm_gbps;    /* device memory bandwidth, GB/s */
     double mem_mb;      /* device memory, MB */
     const char *source; /* datasheet the numbers come from */
+    /* NVLink per GPU, per direction, Gbit/s, and NCCL's bus bandwidth over it as a share of that
+     * rate, per collective (an 8-GPU NVSwitch node, large messages), with its source; what a
+     * GPU name (--hw h100) and its cluster presets use inside a node */
+    double nvlink_gbit;
+    double nvlink_eff[COLL_COUNT];
+    const char *nvlink_source;
+    double nvls_eff;   /* NVLink SHARP all-reduce (in-switch reduction: each GPU sends and
+                        * receives the buffer once) as algBW / link rate; 0: none (A100) */
+    double matmul_eff; /* the best bf16 GEMM throughput measured on it, share of peak: what the
+                        * analytic model's GEMM efficiency, fitted on an A100, is scaled by */
+    const attn_kernel *attn; /* the fused attention kernel a 2026 trainer runs on it; NULL: none
+                              * measured (the analytic model then prices unfused attention) */
+    const char *node;        /* the cluster preset a GPU name resolves to (its links) */
 } gpu_spec;
 
 /* The share of a GPU's memory the planner may use when a preset or a GPU name does not say:
@@ -37,15 +94,27 @@ typedef struct gpu_spec {
  * workspaces, allocator fragmentation). A cluster JSON's mem_limit_mb overrides it. */
 #define HW_USABLE_SHARE (36000.0 / 40960.0)
 
+/* The A100's best measured bf16 GEMM, 271.2 of 312 TFLOP/s (ml-engineering's "Maximum Achievable
+ * Matmul FLOPS" table): the GPU the analytic model's defaults were fitted on (gpu_spec.matmul_eff) */
+#define HW_A100_MATMUL_EFF (271.2 / 312)
+
 typedef struct cluster_spec {
     char name[HW_NAME_MAX];
     gpu_spec gpu;
     int gpus_per_node;
     int nodes;                           /* 0: as many as a layout needs; a GPU name: 1 */
-    double intra_gbit, intra_latency_us; /* within a node */
-    double inter_gbit, inter_latency_us; /* between nodes */
+    double intra_gbit, intra_latency_us; /* within a node: per GPU, per direction */
+    double inter_gbit, inter_latency_us; /* between nodes: per NIC, per direction */
+    int nics_per_node;                   /* NICs of inter_gbit in a node (rails) */
+    double coll_eff[SCOPE_COUNT][COLL_COUNT]; /* NCCL busBW / link rate, (0, 1] */
     double mem_limit_mb;                 /* usable device memory for the planner, MB */
+    const char *net_source;              /* where the NICs and their shares come from */
 } cluster_spec;
+
+/* An attention kernel by name ("fa2-a100", …), for --attention-kernel; NULL when none. The
+ * table: attn_kernels. */
+const attn_kernel *attn_kernel_find(const char *name);
+const attn_kernel *attn_kernels(int *count);
 
 const gpu_spec *gpu_preset(const char *name);
 const gpu_spec *gpu_presets(int *count);
@@ -57,7 +126,8 @@ int cluster_preset(const char *name, cluster_spec *c);
 int cluster_preset_count(void);
 int cluster_preset_at(int i, cluster_spec *c);
 
-/* Resolves NAME as a cluster preset, a GPU preset (one node of 8 with NVLink), or a JSON file. */
+/* Resolves NAME as a cluster preset, a GPU preset (one node of its own cluster preset,
+ * gpu_spec.node), or a JSON file. */
 dp_status cluster_resolve(const char *name_or_path, cluster_spec *c, dp_err *err);
 dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c, dp_err *err);
 dp_status cluster_write_json(const cluster_spec *c, const char *path, dp_err *err);
@@ -65,7 +135,8 @@ dp_status cluster_write_json(const cluster_spec *c, const char *path, dp_err *er
 struct cJSON;
 struct cJSON *cluster_to_json(const cluster_spec *c);
 
-/* Applies what-if overrides of both links (negative = keep). */
+/* Applies what-if overrides of both links (negative = keep): the NVLink and NIC rates become
+ * gbit, the latencies latency_us; NCCL's shares of them are kept. */
 void cluster_override_links(cluster_spec *c, double gbit, double latency_us);
 
 #endif /* HW_H */

@@ -3,7 +3,9 @@
 . "$(dirname "$0")/lib.sh"
 
 expect "models lists the paper's presets" 0 "t5-11b-96l" -- "$DPSIM" models
-expect "models lists the p4d cluster" 0 "^p4d +a100-40gb +8 +4800 +0 +100 +4000 +36000" -- "$DPSIM" models
+expect "models lists the p4d cluster" 0 "^p4d +a100-40gb +8 +2400 +0 +8 +100 +12.5 +4000 +36000" -- "$DPSIM" models
+expect "... and each GPU's NCCL bus bandwidth and attention kernel" 0 "^h100 +989.0 +1979 +3350 +80.0 +450 +370 +275 +370 +370 +80.3 cudnn-h100" -- "$DPSIM" models
+expect "... and the B200 node" 0 "^dgx-b200 +b200 +8 +7200 +2 +8 +400 +48.0" -- "$DPSIM" models
 expect "models --show prints a JSON spec" 0 '"hidden_size":' -- "$DPSIM" models --show gpt-6.7b-16l
 "$DPSIM" models --show t5-11b-24l >"$TMP/t5.json" 2>/dev/null
 expect "a shown spec is a usable --model" 0 "decoder layer" -- "$DPSIM" cost --model "$TMP/t5.json" --tp 8 --mbs 2 --seqlen 512 --dec-seqlen 64

@@ -30,6 +30,8 @@ static void world_init(world *w, int S, int C, double latency_us, double gbit)
     w->hw.gpus_per_node = 64;
     w->hw.intra_gbit = w->hw.inter_gbit = gbit;
     w->hw.intra_latency_us = w->hw.inter_latency_us = latency_us;
+    for (int sc = 0; sc < SCOPE_COUNT; sc++) /* the wire's rate: transfers are bytes / gbit */
+        for (int k = 0; k < COLL_COUNT; k++) w->hw.coll_eff[sc][k] = 1;
     analytic_params p;
     analytic_params_default(&p);
     dp_err err = {0};
