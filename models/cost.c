@@ -1,5 +1,6 @@
 /* Parts of the cost-model interface shared by every kind. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,4 +45,47 @@ void cost_shape_attn(const cost_shape *s, double *enc_sq, double *dec_sq, double
     *enc_sq = fmin(*enc_sq, s->enc_sq);
     *dec_sq = fmin(*dec_sq, s->dec_sq);
     *enc_dec = fmin(*enc_dec, s->enc_dec);
+}
+
+void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel)
+{
+    cm->flash_attn = flash;
+    cm->attn = kernel ? kernel : cm->hw.gpu.attn;
+}
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} OVERLAPS[] = {{"dp", COST_OVERLAP_DP}, {"zero", COST_OVERLAP_ZERO}, {"tp", COST_OVERLAP_TP}};
+#define N_OVERLAPS (sizeof OVERLAPS / sizeof OVERLAPS[0])
+
+int cost_overlap_parse(const char *text, unsigned *bits)
+{
+    if (strcmp(text, "none") == 0) return *bits = 0, 0;
+    if (strcmp(text, "all") == 0) return *bits = COST_OVERLAP_DP | COST_OVERLAP_ZERO | COST_OVERLAP_TP, 0;
+    unsigned b = 0;
+    const char *p = text;
+    while (*p) {
+        size_t n = strcspn(p, ","), i;
+        for (i = 0; i < N_OVERLAPS; i++)
+            if (n == strlen(OVERLAPS[i].name) && strncmp(p, OVERLAPS[i].name, n) == 0) break;
+        if (i == N_OVERLAPS) return -1;
+        b |= OVERLAPS[i].bit;
+        p += n;
+        if (*p == ',' && !*++p) return -1; /* a trailing comma */
+    }
+    if (p == text) return -1;
+    *bits = b;
+    return 0;
+}
+
+const char *cost_overlap_name(unsigned bits, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_OVERLAPS; i++)
+        if (bits & OVERLAPS[i].bit && used < cap)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? "," : "", OVERLAPS[i].name);
+    if (!used) snprintf(buf, cap, "none");
+    return buf;
 }

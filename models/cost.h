@@ -30,6 +30,7 @@
 #ifndef COST_H
 #define COST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../common/dp.h"
@@ -99,15 +100,42 @@ struct cost_model {
     recompute_mode recompute;
     double param_mb[COMP_COUNT];  /* fp16 parameters per layer on one GPU (after TP), MB */
     double embedding_param_mb;    /* fp16 word (+position) embedding on one GPU, MB */
-    int flash_attn;               /* FlashAttention-style memory: the s x s scores and their
-                                   * dropout mask are never stored (recomputed in the backward
-                                   * kernel), so stored and peak activations lose the attention
-                                   * score terms; times unchanged. Set by the caller after
-                                   * construction, before the first query */
+    int flash_attn;               /* FlashAttention: the s x s scores and their dropout mask are
+                                   * never stored (recomputed in the backward kernel), so stored
+                                   * and peak activations lose the attention score terms; the
+                                   * analytic model also times attention as the GPU's fused kernel
+                                   * runs it (attn below; causal work halved). A profile's times
+                                   * stay as measured. Set by the caller after construction,
+                                   * before the first query (cost_model_set_attention) */
+    const attn_kernel *attn;      /* the fused kernel that times it: the GPU's (gpu_spec.attn)
+                                   * unless the caller chose another; NULL: none, attention is
+                                   * then timed unfused even with flash_attn */
+    unsigned overlap;             /* COST_OVERLAP_* bits: which communication overlaps compute */
     void *impl;                   /* the kind's own state */
     uint64_t serial;              /* unique among the cost models this process made: what caches
                                    * of its answers key on (an address may be reused) */
 };
+
+/* What communication overlaps compute (cost_model.overlap); without a bit it runs serially
+ * after the compute, the upper bound.
+ *   DP    the gradients' reduction (ZeRO 0 all-reduce, ZeRO-1 reduce-scatter) in buckets during
+ *         each stage's last backward, as PyTorch DDP and Megatron's overlap_grad_reduce do
+ *         (sim.h)
+ *   ZERO  ZeRO-2/3 (FSDP) per-micro-batch gathers and reduce-scatters prefetched layer by
+ *         layer behind the compute: only the first layer's is exposed (stage_cost.h)
+ *   TP    tensor-parallel collectives hidden behind the layer's GEMMs where they are shorter
+ *         (Megatron/Transformer Engine's TP communication overlap; analytic model only) */
+#define COST_OVERLAP_DP 1u
+#define COST_OVERLAP_ZERO 2u
+#define COST_OVERLAP_TP 4u
+#define COST_OVERLAP_DEFAULT (COST_OVERLAP_DP | COST_OVERLAP_ZERO) /* DDP's and FSDP's defaults */
+/* Parses "none", "all" or a comma list of dp, zero, tp into *bits; -1 on anything else. */
+int cost_overlap_parse(const char *text, unsigned *bits);
+/* "dp,zero", "none", …: what cost_overlap_parse reads back. */
+const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
+
+/* Sets FlashAttention on or off, and the kernel that times it (NULL: the GPU's own). */
+void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel);
 
 /* The next serial number (constructors call it). */
 uint64_t cost_model_next_serial(void);
@@ -184,6 +212,9 @@ typedef struct analytic_params {
 
 /* Defaults: the fit to the A100 GPT-6.7B TP1 grid, rounded (see README "Cost models"). */
 void analytic_params_default(analytic_params *p);
+/* The defaults carried to GPU g: the GEMM efficiency scaled by g's best measured GEMM over the
+ * A100's (gpu_spec.matmul_eff / HW_A100_MATMUL_EFF); the rest as fitted. */
+void analytic_params_for_gpu(const gpu_spec *g, analytic_params *p);
 
 /* Where the defaults come from, for the user: the GPU (ANALYTIC_DEFAULT_GPU, a gpu_spec name)
  * and the data they were fitted to. On any other GPU they are an assumption. */
@@ -213,10 +244,13 @@ double analytic_stored_act_bytes(const model_spec *m, cost_component c, const co
  * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. The fitted
  * parameters (efficiencies, floors, backward ratio: properties of the GPU and its kernels) are
  * applied at tensor parallelism tp and recompute mode rc, which the analytic formulas carry; the
- * file's "tp" and "recompute" say only what the fit was made at (tp < 1: the file's own). */
-dp_status cost_fit_load(const char *path, const model_spec *m, int tp, int rc, cost_model **out,
-                        dp_err *err);
-dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m, int tp, int rc,
-                         cost_model **out, dp_err *err);
+ * file's "tp" and "recompute" say only what the fit was made at (tp < 1: the file's own). The
+ * cluster is hw, the run's (--hw: its links price the tensor-parallel collectives, as they price
+ * the simulator's), which must have the GPU the fit names (else DP_ERR_INVALID); NULL: the file's
+ * "hw". Efficiencies outside (0, 1] are refused naming the field. */
+dp_status cost_fit_load(const char *path, const model_spec *m, const cluster_spec *hw, int tp,
+                        int rc, cost_model **out, dp_err *err);
+dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m,
+                         const cluster_spec *hw, int tp, int rc, cost_model **out, dp_err *err);
 
 #endif /* COST_H */

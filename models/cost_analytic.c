@@ -12,10 +12,10 @@
  *   T5 decoder layer         dense = 2b*s_d(h*hk + 2h*hkv + hk*h) + 2b*s_d(2h*hk) + 2b*s_e(2h*hkv)
  *                                    + 2b*s_d*m*h*f                      attn = 4b*hk(s_d^2 + s_d*s_e)
  *   postprocess (LM head)    dense = 2*b*s*h*V  (s = s_d for T5)         attn = 0
- * each divided by t. Causal masking is not subtracted: without flash-attention (as in the
- * profiles) the full s^2 matrix is computed. With varlen attention (cost.h) b*s^2 is the sum of
- * the samples' own s_i^2 (T5: s_d^2 and s_d*s_e likewise), so a packed row's samples do not see
- * each other.
+ * each divided by t. Causal masking is not subtracted from these model FLOPs: unfused attention
+ * (as in the profiles) computes the full s^2 matrix. With varlen attention (cost.h) b*s^2 is the
+ * sum of the samples' own s_i^2 (T5: s_d^2 and s_d*s_e likewise), so a packed row's samples do not
+ * see each other.
  *
  * Bytes moved through HBM: the layer's fp16 weights once, plus elementwise traffic of
  * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations and 2 passes over (b, s, f / t)
@@ -23,16 +23,29 @@
  *
  * Tensor parallelism (t > 1) adds Megatron's all-reduces of the (b, s, h) fp16 activations, two
  * per layer forward (after attention and after the MLP; three in a T5 decoder layer) and as many
- * in the backward (twice with full recompute, which reruns the forward), each a ring all-reduce
- * over the t GPUs (comm.h; the intra-node link unless t exceeds a node), not overlapped.
+ * in the backward (twice with full recompute, which reruns the forward), each an NCCL all-reduce
+ * over the t GPUs (comm.h: NVLink's achieved bus bandwidth unless t exceeds a node). With
+ * COST_OVERLAP_TP they hide behind the layer's GEMMs: only what exceeds the GEMM time is added.
  *
  * Time (each term against its ceiling, then a soft floor for launch-bound small shapes):
- *   work_fwd = dense / (P * gemm_eff) + attn / (P * attn_eff) + bytes / (BW * mem_eff)
+ *   work_fwd = dense / (P * gemm_eff) + t_attn_fwd + bytes / (BW * mem_eff)
  *   fwd_ms   = smoothmax(fwd_floor, work_fwd)           smoothmax(x, y) = (x^4 + y^4)^(1/4)
- *   bwd_ms   = smoothmax(bwd_floor, bwd_ratio * work_fwd + recompute)
- * where recompute is work_fwd (full) or the attention term (selective). The floor is a smooth
- * maximum, not a sum: the profiles show a flat ~1.5 ms per layer at small shapes and linear
- * growth beyond, with no floor added on top.
+ *   bwd_ms   = smoothmax(bwd_floor, bwd_ratio * (work_fwd - t_attn_fwd) + t_attn_bwd + recompute)
+ * where recompute is work_fwd (full) or t_attn_fwd (selective). The floor is a smooth maximum,
+ * not a sum: the profiles show a flat ~1.5 ms per layer at small shapes and linear growth beyond,
+ * with no floor added on top. Attention:
+ *   unfused      t_attn_fwd = attn / (P * attn_eff), t_attn_bwd = bwd_ratio * t_attn_fwd
+ *                (the full s^2 matrix, softmax and dropout through HBM: the fit to the A100
+ *                profile, measured without FlashAttention)
+ *   FlashAttention (cost_model.flash_attn with a kernel, cost_model.attn)
+ *                t_attn_fwd = attn_fwd / kernel_fwd(len, head_dim),
+ *                t_attn_bwd = 2.5 * attn_fwd / kernel_bwd(len, head_dim)
+ *                where attn_fwd is attn halved for causal self-attention (GPT, T5's decoder; a
+ *                T5 encoder and cross attention are not causal), len the attention length
+ *                (varlen: sum s_i^2 / rows' tokens, the samples' length weighted by their work),
+ *                and kernel_* the kernel's measured TFLOP/s (hw.h attn_kernel: FlashAttention's
+ *                own benchmark tables, which count FLOPs this way; the backward reruns the
+ *                forward's QK^T, hence 2.5).
  *
  * Activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, fp16 with 1-byte dropout
  * masks, no sequence parallelism), generalised:
@@ -75,6 +88,12 @@ void analytic_params_default(analytic_params *p)
     p->fwd_floor_ms = 1.6;
     p->bwd_floor_ms = 1.5;
     p->bwd_ratio = 1.77;
+}
+
+void analytic_params_for_gpu(const gpu_spec *g, analytic_params *p)
+{
+    analytic_params_default(p);
+    if (g->matmul_eff > 0) p->gemm_eff *= g->matmul_eff / HW_A100_MATMUL_EFF;
 }
 
 const char *analytic_params_provenance(void)
@@ -162,6 +181,28 @@ typedef struct analytic {
     analytic_params p;
 } analytic;
 
+/* FlashAttention's times of a layer's attention on one GPU, ms: forward and backward. */
+static void flash_attention_ms(const cost_model *cm, cost_component c, const cost_shape *s,
+                               double *fwd_ms, double *bwd_ms)
+{
+    const model_spec *m = &cm->model;
+    double hk = (double)m->heads * m->kv_channels / cm->tp, ee, dd, ed;
+    cost_shape_attn(s, &ee, &dd, &ed);
+    /* self-attention: causal in GPT and T5's decoder; T5's encoder and cross attention are not */
+    double self_sq = c == COMP_DECODER ? dd : ee;
+    int causal = m->arch == ARCH_GPT || c == COMP_DECODER;
+    double rows_tokens = (double)s->mbs * (c == COMP_DECODER ? s->dec_len : s->enc_len);
+    double len = rows_tokens > 0 ? self_sq / rows_tokens : 0;
+    double flops = 4 * self_sq * hk * (causal ? 0.5 : 1);
+    *fwd_ms = flops / (attn_kernel_tflops(cm->attn, 0, causal, len, m->kv_channels) * 1e12) * 1e3;
+    *bwd_ms = 2.5 * flops / (attn_kernel_tflops(cm->attn, 1, causal, len, m->kv_channels) * 1e12) * 1e3;
+    if (c == COMP_DECODER) { /* cross attention: s_d queries over s_e keys */
+        double x = 4 * ed * hk, xlen = s->dec_len > 0 ? ed / ((double)s->mbs * s->dec_len) : 0;
+        *fwd_ms += x / (attn_kernel_tflops(cm->attn, 0, 0, xlen, m->kv_channels) * 1e12) * 1e3;
+        *bwd_ms += 2.5 * x / (attn_kernel_tflops(cm->attn, 1, 0, xlen, m->kv_channels) * 1e12) * 1e3;
+    }
+}
+
 static double smoothmax(double floor_ms, double work_ms)
 {
     if (floor_ms <= 0) return work_ms;
@@ -192,23 +233,32 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     else
         bytes = 1e6 * cm->param_mb[c] + 2 * ELEMENTWISE_PASSES * b * sq * h +
                 2 * 2.0 * b * sq * m->ffn / t;
-    double t_attn = attn / (peak * p->attn_eff) * 1e3;
-    double work = dense / (peak * p->gemm_eff) * 1e3 + t_attn + bytes / (bw * p->mem_eff) * 1e3;
+    double t_attn = attn / (peak * p->attn_eff) * 1e3, t_attn_bwd = p->bwd_ratio * t_attn;
+    if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS)
+        flash_attention_ms(cm, c, s, &t_attn, &t_attn_bwd);
+    double t_gemm = dense / (peak * p->gemm_eff) * 1e3;
+    double rest = t_gemm + bytes / (bw * p->mem_eff) * 1e3; /* all but attention */
+    double work = rest + t_attn;
     double recompute = cm->recompute == RECOMPUTE_FULL        ? work
                        : cm->recompute == RECOMPUTE_SELECTIVE ? t_attn
                                                               : 0;
     if (c == COMP_POSTPROCESS) recompute = 0;
     out->fwd_ms = smoothmax(p->fwd_floor_ms, work);
-    out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * work + recompute);
+    out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * rest + t_attn_bwd + recompute);
     if (cm->tp > 1 && c != COMP_POSTPROCESS) {
         /* Megatron's tensor-parallel all-reduces of the (b, s, h) fp16 activations: after the
          * attention and after the MLP (a T5 decoder layer also after its cross attention), the
-         * same in the backward on the gradients; not overlapped with compute */
+         * same in the backward on the gradients */
         double n_ar = c == COMP_DECODER ? 3 : 2;
-        double ar = comm_allreduce_ms(&cm->hw, cm->tp, comm_tp_spans_nodes(&cm->hw, cm->tp),
-                                      2.0 * b * sq * h);
-        out->fwd_ms += n_ar * ar;
-        out->bwd_ms += n_ar * ar * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
+        comm_group g = comm_tp_group(&cm->hw, cm->tp);
+        double ar = n_ar * comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, 2.0 * b * sq * h);
+        double fwd_ar = ar, bwd_ar = ar * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
+        if (cm->overlap & COST_OVERLAP_TP) { /* hidden behind the GEMMs where shorter */
+            fwd_ar = fmax(0, fwd_ar - t_gemm);
+            bwd_ar = fmax(0, bwd_ar - p->bwd_ratio * t_gemm);
+        }
+        out->fwd_ms += fwd_ar;
+        out->bwd_ms += bwd_ar;
     }
     double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn);
     double transient;
@@ -253,6 +303,8 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
     cm->hw = *hw;
     cm->tp = tp;
     cm->recompute = rc;
+    cm->attn = hw->gpu.attn;
+    cm->overlap = COST_OVERLAP_DEFAULT;
     cm->impl = a;
     cm->param_mb[COMP_ENCODER] = 2.0 * (double)model_layer_params(m, 0) / tp / 1e6;
     cm->param_mb[COMP_DECODER] = m->dec_layers ? 2.0 * (double)model_layer_params(m, 1) / tp / 1e6 : 0;
@@ -261,9 +313,9 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
     return DP_OK;
 }
 
-dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m, int want_tp,
-                         int want_rc,
-                         cost_model **out, dp_err *err)
+dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m,
+                         const cluster_spec *run_hw, int want_tp, int want_rc, cost_model **out,
+                         dp_err *err)
 {
     dp_status st = DP_OK;
     cJSON *root = NULL;
@@ -281,6 +333,17 @@ dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m
         goto out;
     }
     TRY(cluster_resolve(hwname->valuestring, &hw, err));
+    if (run_hw) { /* the run's cluster (its links, nodes, memory), on the GPU the fit describes */
+        if (strcmp(run_hw->gpu.name, hw.gpu.name) != 0) {
+            st = dp_fail(err, DP_ERR_INVALID, "%s was fitted on %s (\"hw\": \"%s\"), but --hw %s "
+                         "has %s: its efficiencies describe another GPU\nhint: --hw with a %s, or "
+                         "fit a profile of %s (dprun profile, then dpsim calibrate)", name,
+                         hw.gpu.name, hwname->valuestring, run_hw->name, run_hw->gpu.name,
+                         hw.gpu.name, run_hw->gpu.name);
+            goto out;
+        }
+        hw = *run_hw;
+    }
     int tp;
     TRY(json_int(root, "tp", name, 1, 1 << 16, 1, &tp, err));
     const cJSON *rcj = cJSON_GetObjectItemCaseSensitive(root, "recompute");
@@ -302,10 +365,12 @@ dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m
     for (int i = 0; i < ANALYTIC_N_PARAMS; i++)
         TRY(json_double(pj, ANALYTIC_PARAM_NAMES[i], name, 0, 1e6, 0, arr[i], &arr[i], err));
     analytic_params_from_array(arr, &p);
-    if (p.gemm_eff <= 0 || p.attn_eff <= 0 || p.mem_eff <= 0) {
-        st = dp_fail(err, DP_ERR_PARSE, "%s: efficiencies must be positive", name);
-        goto out;
-    }
+    for (int i = 0; i < 3; i++) /* gemm_eff, attn_eff, mem_eff: shares of a peak */
+        if (!(arr[i] > 0 && arr[i] <= 1)) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: field \"params.%s\" must be a share in (0, 1], "
+                         "not %g", name, ANALYTIC_PARAM_NAMES[i], arr[i]);
+            goto out;
+        }
     if (want_tp >= 1) tp = want_tp, rc = (recompute_mode)want_rc;
     TRY(cost_analytic_new(m, &hw, tp, rc, &p, out, err));
 out:
@@ -313,12 +378,12 @@ out:
     return st;
 }
 
-dp_status cost_fit_load(const char *path, const model_spec *m, int tp, int rc, cost_model **out,
-                        dp_err *err)
+dp_status cost_fit_load(const char *path, const model_spec *m, const cluster_spec *hw, int tp, int rc,
+                        cost_model **out, dp_err *err)
 {
     char *text = NULL;
     dp_status st = json_slurp(path, &text, err);
-    if (st == DP_OK) st = cost_fit_parse(text, path, m, tp, rc, out, err);
+    if (st == DP_OK) st = cost_fit_parse(text, path, m, hw, tp, rc, out, err);
     free(text);
     return st;
 }

@@ -16,7 +16,8 @@
  * name; default the heads), "untie_embeddings_and_output_weights" (false: the LM head is the
  * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm"),
  * "add_bias_linear" (true: every projection has a bias), "rotary_base" (10000; with rope),
- * "norm_epsilon" (1e-5) and "sliding_window" (0 or null: full attention) are optional.
+ * "norm_epsilon" (1e-5), "sliding_window" (0 or null: full attention) and "flash_attention"
+ * (model_spec.flash_attn) are optional.
  *
  * Hugging Face config.json:
  *   GPT-2 kind (n_layer, n_embd, n_head, n_inner): GPT-BigCode's multi_query is one key/value
@@ -94,6 +95,13 @@ typedef struct model_spec {
                       * (Hugging Face's sliding_window; Mistral-7B-v0.1: 4096); 0: to all before it.
                       * dpsim's costs and dprun's layers are full attention, the same as the
                       * window's up to its length: longer sequences are refused */
+    int flash_attn;  /* 1: trained with FlashAttention (fused attention: no s x s scores stored,
+                      * attention timed as the GPU's fused kernel runs it; cost.h): the LLaMA-kind
+                      * Hugging Face configs (llama, mistral, qwen, gemma, phi3, …, whose
+                      * trainers all run it) and presets, and a dpsim spec's "flash_attention"
+                      * (default: true with rotary positions); 0: unfused attention (the paper's
+                      * GPT and T5 shapes, measured without it; GPT-2 kind; T5's relative
+                      * position bias, which FlashAttention does not take) */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */
@@ -137,6 +145,14 @@ int64_t model_total_params(const model_spec *m);
  * kv_channels x len^2 (PaLM, Chowdhery et al. 2022, App. B; T5 adds the decoder's cross-attention
  * 12 x L_dec x heads x kv x enc x dec). The figure MFU divides. */
 double model_train_flops(const model_spec *m, int32_t enc, int32_t dec);
+
+/* The forward FLOPs a recompute mode (0 none, 1 selective, 2 full: cost.h recompute_mode) adds
+ * to training on that sample: full reruns each layer's forward (2 x the layers' parameters per
+ * token plus attention's 4 x L x heads x kv_channels x len^2; not the LM head), selective the
+ * attention core only (the len^2 term). Model FLOPs plus these are Megatron's "hardware FLOPs"
+ * (Narayanan et al. 2021, eq. 3, whose 96 = 72 x 4/3 counts full recompute; Korthikanti et al.
+ * 2022, HFU). */
+double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, int mode);
 
 /* Looks a preset up by name ("gpt-6.7b-16l"). Returns NULL when there is none. */
 const model_spec *model_preset(const char *name);

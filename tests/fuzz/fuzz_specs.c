@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (model_parse_hf(text, "config.json", &m, &err) == DP_OK) (void)model_total_params(&m);
     cluster_parse_json(text, "hw.json", &c, &err);
     cost_model *cm = NULL;
-    if (cost_fit_parse(text, "fit.json", model_preset("gpt-tiny"), 0, 0, &cm, &err) == DP_OK) {
+    if (cost_fit_parse(text, "fit.json", model_preset("gpt-tiny"), NULL, 0, 0, &cm, &err) == DP_OK) {
         cost_shape s = cost_shape_rows(2, 64, 0);
         cost_layer l;
         cost_query(cm, COMP_ENCODER, &s, &l, &err);

@@ -721,6 +721,121 @@ static void test_bad_specs(void **state)
     free(bomb);
 }
 
+/* FlashAttention's time (cost_analytic.c) against the kernel tables, re-derived here: a causal
+ * self-attention forward is 4 s^2 hk / 2 FLOPs at the table's causal throughput, its backward 2.5
+ * times that at the backward's; a T5 encoder's is not causal; a varlen row's attention is the sum
+ * of its samples' (lengths under 2k, where the table is flat); causal work costs about half the
+ * full. The layer's other terms are unchanged (floors off, so the differences are exact). */
+static double flash_fwd_minus_unfused(const model_spec *m, const cluster_spec *hw,
+                                      const cost_shape *sh, cost_component c, double *bwd_diff)
+{
+    analytic_params p;
+    analytic_params_default(&p);
+    p.fwd_floor_ms = p.bwd_floor_ms = 0;
+    cost_model *on = NULL, *off = NULL;
+    assert_int_equal(cost_analytic_new(m, hw, 1, RECOMPUTE_NONE, &p, &on, NULL), DP_OK);
+    assert_int_equal(cost_analytic_new(m, hw, 1, RECOMPUTE_NONE, &p, &off, NULL), DP_OK);
+    cost_model_set_attention(on, 1, NULL);
+    cost_model_set_attention(off, 0, NULL);
+    cost_layer a, b;
+    assert_int_equal(cost_query(on, c, sh, &a, NULL), DP_OK);
+    assert_int_equal(cost_query(off, c, sh, &b, NULL), DP_OK);
+    double dense, attn;
+    analytic_flops(m, c, sh, 1, &dense, &attn);
+    double unfused = attn / (hw->gpu.peak_tflops * 1e12 * p.attn_eff) * 1e3;
+    *bwd_diff = a.bwd_ms - b.bwd_ms + p.bwd_ratio * unfused; /* the flash backward alone */
+    double fwd = a.fwd_ms - b.fwd_ms + unfused;              /* the flash forward alone */
+    cost_model_free(on);
+    cost_model_free(off);
+    return fwd;
+}
+
+static void test_flash_attention_time(void **state)
+{
+    (void)state;
+    cluster_spec h100;
+    assert_int_equal(cluster_resolve("h100", &h100, NULL), DP_OK);
+    const attn_kernel *k = h100.gpu.attn;
+    assert_non_null(k);
+    const model_spec *llama = model_preset("llama3-8b");
+    double hk = (double)llama->heads * llama->kv_channels, bwd;
+    /* 4096 tokens: the table's second column, causal */
+    cost_shape row = cost_shape_rows(1, 4096, 0);
+    double flops = 4.0 * 4096 * 4096 * hk / 2;
+    double fwd = flash_fwd_minus_unfused(llama, &h100, &row, COMP_ENCODER, &bwd);
+    assert_rel(fwd, flops / (k->fwd_causal[1] * 1e12) * 1e3, 1e-9);
+    assert_rel(bwd, 2.5 * flops / (k->bwd_causal[1] * 1e12) * 1e3, 1e-9);
+    /* about half of the same attention not causal */
+    double full = 2 * flops / (k->fwd_full[1] * 1e12) * 1e3;
+    print_message("causal / full attention forward at 4k: %.3f\n", fwd / full);
+    assert_true(fwd / full > 0.5 && fwd / full < 0.65);
+    /* a T5 encoder is not causal: the full table at 8k (third column) */
+    model_spec t5 = *model_preset("t5-11b-24l");
+    cost_shape enc = cost_shape_rows(1, 8192, 128);
+    double hk5 = (double)t5.heads * t5.kv_channels;
+    fwd = flash_fwd_minus_unfused(&t5, &h100, &enc, COMP_ENCODER, &bwd);
+    assert_rel(fwd, 4.0 * 8192 * 8192 * hk5 / (k->fwd_full[2] * 1e12) * 1e3, 1e-9);
+    /* a varlen row of samples 1000 and 1500: the sum of each alone */
+    cost_shape v = cost_shape_rows(1, 2500, 0);
+    v.varlen = 1, v.enc_sq = 1000.0 * 1000 + 1500.0 * 1500;
+    double sum = 0, b1;
+    for (int len = 1000; len <= 1500; len += 500) {
+        cost_shape one = cost_shape_rows(1, len, 0);
+        sum += flash_fwd_minus_unfused(llama, &h100, &one, COMP_ENCODER, &b1);
+    }
+    assert_rel(flash_fwd_minus_unfused(llama, &h100, &v, COMP_ENCODER, &b1), sum, 1e-9);
+    /* between table lengths: log2 interpolation; held beyond; head dim 64 at its share */
+    assert_rel(attn_kernel_tflops(k, 0, 1, 2048 * sqrt(2.0), 128),
+               (k->fwd_causal[0] + k->fwd_causal[1]) / 2, 1e-12);
+    assert_rel(attn_kernel_tflops(k, 1, 0, 1e6, 128), k->bwd_full[3], 1e-12);
+    assert_rel(attn_kernel_tflops(k, 1, 0, 100, 64), k->bwd_full[0] * k->hd64_share, 1e-12);
+}
+
+/* NCCL's collectives (comm.h) from each preset's bus bandwidth: a tp-8 all-reduce is the ring's
+ * 2(n-1)/n B / busBW (A100) or NVLink SHARP's B / algBW when faster (H100); with tp 8 each GPU's
+ * data-parallel ring gets one NIC, not the node's eight; two rings sharing one NIC take twice as
+ * long as one; a 16-GPU ring over two nodes gets the node's eight NICs, capped by NVLink. */
+static void test_nccl_collectives(void **state)
+{
+    (void)state;
+    double B = 256e6;
+    cluster_spec a100, h100;
+    assert_int_equal(cluster_preset("dgx-a100", &a100), 0);
+    assert_int_equal(cluster_preset("dgx-h100", &h100), 0);
+    comm_group tp8 = comm_tp_group(&a100, 8);
+    assert_int_equal(tp8.spans_nodes, 0);
+    assert_near(comm_busbw_gbps(&a100, COLL_ALL_REDUCE, &tp8), 235, 1e-9);
+    assert_rel(comm_coll_ms(&a100, COLL_ALL_REDUCE, &tp8, B),
+               14 * 2e-3 + 1.75 * B / 235e9 * 1e3, 1e-12);
+    double ring = 14 * 2e-3 + 1.75 * B / 370e9 * 1e3, nvls = 23e-3 + B / 275e9 * 1e3;
+    assert_true(nvls < ring);
+    assert_rel(comm_coll_ms(&h100, COLL_ALL_REDUCE, &tp8, B), nvls, 1e-12);
+    assert_rel(comm_coll_ms(&h100, COLL_ALL_GATHER, &tp8, B), 7 * 2e-3 + 0.875 * B / 370e9 * 1e3,
+               1e-12);
+    /* rails: tp 8, dp 2 over two nodes: every GPU's ring crosses on its own NIC (48 GB/s) */
+    comm_group rail = comm_dp_group(&h100, 1, 2, 8, 0);
+    assert_int_equal(rail.spans_nodes, 1);
+    assert_near(rail.nics, 1, 1e-12);
+    assert_near(comm_busbw_gbps(&h100, COLL_ALL_REDUCE, &rail), 48, 1e-9);
+    /* dp 16 over two nodes, tp 1: one ring with 8 members a node on 8 NICs, 192 GB/s < 235 */
+    comm_group wide = comm_dp_group(&a100, 1, 16, 1, 0);
+    assert_near(wide.nics, 8, 1e-12);
+    assert_near(comm_busbw_gbps(&a100, COLL_ALL_REDUCE, &wide), 192, 1e-9);
+    /* inside one node: no NIC */
+    assert_int_equal(comm_dp_group(&a100, 2, 4, 1, 1).spans_nodes, 0);
+    /* two GPUs a node, one NIC: their two rings share it, twice as long as with a NIC each */
+    cluster_spec c = a100;
+    c.gpus_per_node = 2, c.inter_latency_us = c.intra_latency_us = 0;
+    c.nics_per_node = 1;
+    comm_group shared = comm_dp_group(&c, 1, 2, 2, 0);
+    double t_shared = comm_coll_ms(&c, COLL_ALL_REDUCE, &shared, B);
+    c.nics_per_node = 2;
+    comm_group own = comm_dp_group(&c, 1, 2, 2, 0);
+    assert_near(shared.nics, 0.5, 1e-12);
+    assert_near(own.nics, 1, 1e-12);
+    assert_rel(t_shared, 2 * comm_coll_ms(&c, COLL_ALL_REDUCE, &own, B), 1e-12);
+}
+
 static void test_memory_and_comm_closed_forms(void **state)
 {
     (void)state;
@@ -730,11 +845,13 @@ static void test_memory_and_comm_closed_forms(void **state)
     assert_near(memory_model_state_mb(1000, 2, 4), 1000 + 1000 / 4.0 + 6000 / 4.0, 1e-9);
     assert_near(memory_model_state_mb(1000, 3, 4), 8000 / 4.0, 1e-9);
     cluster_spec c = p4d();
-    /* intra-node: 0 µs + 1e9 bytes at 4800 Gbit/s = 1.6667 ms; inter-node: 4 ms + 80 ms */
-    assert_near(comm_p2p_ms(&c, 0, 1, 1e9), 8e9 / 4800e9 * 1e3, 1e-9);
+    /* intra-node: 0 µs + 1e9 bytes at NVLink3's 300 GB/s per direction x NCCL's send/recv share
+     * (195 of 300 GB/s); inter-node: DynaPipe's 4 ms + 8e9 bits at 100 Gbit/s */
+    assert_near(comm_p2p_ms(&c, 0, 1, 1e9), 1e9 / 195e9 * 1e3, 1e-9);
     assert_near(comm_p2p_ms(&c, 7, 8, 1e9), 4.0 + 8e9 / 100e9 * 1e3, 1e-9);
-    assert_near(comm_allreduce_ms(&c, 4, 1, 1e9), 6 * 4.0 + 1.5 * 80.0, 1e-9);
-    assert_near(comm_allreduce_ms(&c, 1, 1, 1e9), 0, 0);
+    comm_group ring4 = comm_group_flat(4, 1), solo = comm_group_flat(1, 1);
+    assert_near(comm_coll_ms(&c, COLL_ALL_REDUCE, &ring4, 1e9), 6 * 4.0 + 1.5 * 80.0, 1e-9);
+    assert_near(comm_coll_ms(&c, COLL_ALL_REDUCE, &solo, 1e9), 0, 0);
     const model_spec *gpt = model_preset("gpt-6.7b-16l"), *t5 = model_preset("t5-11b-24l");
     assert_near(comm_act_bytes(gpt, 0, 4, 2, 1024, 0), 2.0 * 2 * 1024 * 4096, 0);
     assert_near(comm_act_bytes(t5, 2, 4, 1, 512, 64), 2.0 * 1024 * (512 + 64), 0);
@@ -1024,6 +1141,8 @@ int main(void)
         cmocka_unit_test(test_hf_import),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_memory_and_comm_closed_forms),
+        cmocka_unit_test(test_flash_attention_time),
+        cmocka_unit_test(test_nccl_collectives),
         cmocka_unit_test(test_gqa_and_untied_heads),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_norm_epsilon),
