@@ -90,13 +90,36 @@ void cost_opts_default(cost_opts *o)
     o->hw = "p4d";
     o->tp = 1;
     o->recompute = RECOMPUTE_NONE;
+    o->overlap = COST_OVERLAP_DEFAULT;
 }
 
-/* Applies --flash-attention to a cost model just built (st its constructor's status). */
-static dp_status flash(dp_status st, const cost_opts *o, cost_model **cm)
+/* Whether the run uses FlashAttention: what the options force, else the model's own. */
+static int flash_of(const cost_opts *o, const model_spec *m)
 {
-    if (st == DP_OK) (*cm)->flash_attn = o->flash_attn;
+    return o->flash_attn ? 1 : o->no_flash_attn ? 0 : m->flash_attn;
+}
+
+/* Applies the attention and overlap options to a cost model just built (st its constructor's
+ * status). */
+static dp_status finish(dp_status st, const cost_opts *o, const model_spec *m, cost_model **cm)
+{
+    if (st != DP_OK) return st;
+    cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
+    (*cm)->overlap = o->overlap;
     return st;
+}
+
+/* What the source line says of attention: ", FlashAttention (cudnn-h100)", ", FlashAttention
+ * memory" (a profile, or a GPU with no fused kernel measured), or "". */
+static const char *attention_note(const cost_opts *o, const model_spec *m, const cluster_spec *hw,
+                                  int timed, char *buf, size_t cap)
+{
+    const attn_kernel *k = o->attn_kernel ? attn_kernel_find(o->attn_kernel) : hw->gpu.attn;
+    if (!flash_of(o, m)) return "";
+    if (timed && k) snprintf(buf, cap, ", FlashAttention (%s%s)", k->name,
+                             o->flash_attn ? "" : ": the model's default");
+    else snprintf(buf, cap, ", FlashAttention memory%s", o->flash_attn ? "" : " (the model's default)");
+    return buf;
 }
 
 dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, cost_model **cm,
@@ -112,10 +135,25 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
         st = o->hw_json ? cluster_parse_json(o->hw_json, "the plan's cluster_spec", hw, err)
                         : cluster_resolve(o->hw, hw, err);
     if (st != DP_OK) return st;
+    if (o->flash_attn && o->no_flash_attn)
+        return dp_fail(err, DP_ERR_INVALID, "--flash-attention and --no-flash-attention contradict "
+                       "each other");
+    if (o->attn_kernel && !attn_kernel_find(o->attn_kernel)) {
+        char names[256] = "";
+        int n;
+        const attn_kernel *ks = attn_kernels(&n);
+        for (int i = 0; i < n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     ks[i].name);
+        return dp_fail(err, DP_ERR_INVALID, "unknown --attention-kernel \"%s\" (one of %s)",
+                       o->attn_kernel, names);
+    }
+    char note[128];
     if (o->fit) {
-        snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s", o->fit, o->tp,
-                 recompute_name(o->recompute));
-        return flash(cost_fit_load(o->fit, m, o->tp, o->recompute, cm, err), o, cm);
+        snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s", o->fit,
+                 o->tp, recompute_name(o->recompute),
+                 attention_note(o, m, hw, 1, note, sizeof note));
+        return finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
     }
     const char *profile = o->profile;
     char buf[4096];
@@ -131,25 +169,29 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
     }
     if (profile && !o->analytic) {
         snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
-                 recompute_name(o->recompute), o->flash_attn ? ", FlashAttention memory" : "");
-        return flash(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, cm);
+                 recompute_name(o->recompute), attention_note(o, m, hw, 0, note, sizeof note));
+        return finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
     }
     analytic_params p;
-    analytic_params_default(&p);
+    analytic_params_for_gpu(&hw->gpu, &p);
     const char *fitted_on = analytic_params_provenance();
     int foreign = strcmp(hw->gpu.name, ANALYTIC_DEFAULT_GPU) != 0;
     snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s",
-             hw->gpu.name, ANALYTIC_DEFAULT_GPU, foreign ? ": an assumption on this GPU" : "",
-             o->flash_attn ? ", FlashAttention memory" : "");
+             hw->gpu.name, ANALYTIC_DEFAULT_GPU,
+             foreign ? ": GEMM efficiency scaled by this GPU's measured matmul, the rest assumed"
+                     : "",
+             attention_note(o, m, hw, 1, note, sizeof note));
     static int told;
     if (foreign && !told) {
         told = 1;
         fprintf(stderr, "dpsim: note: the analytic model's efficiencies and per-layer floor are %s; "
-                "on %s they are an assumption\nhint: measure a profile on it (dprun profile) and "
-                "fit them: dpsim calibrate --profile CSV --hw %s -o fit.json, then --fit "
-                "fit.json\n", fitted_on, hw->gpu.name, hw->gpu.name);
+                "on %s its GEMM efficiency is scaled by the GPU's best measured matmul (%.0f%% of "
+                "peak against the A100's %.0f%%) and the floor and byte efficiency are an "
+                "assumption\nhint: measure a profile on it (dprun profile) and fit them: dpsim "
+                "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json\n", fitted_on,
+                hw->gpu.name, 100 * hw->gpu.matmul_eff, 100 * HW_A100_MATMUL_EFF, hw->gpu.name);
     }
-    return flash(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, cm);
+    return finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm);
 }
 
 dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model_spec *m,
@@ -185,6 +227,20 @@ const char *recompute_choice_name(const cost_opts *o)
                                                              : recompute_name(o->recompute);
 }
 
+static int set_overlap(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_opts *o = ctx;
+    if (cost_overlap_parse(arg, &o->overlap) == 0) return 0;
+    cli_usage_error(cmd, usage, "unknown --overlap \"%s\" (none, all, or a list of dp, zero, tp)",
+                    arg);
+    return -1;
+}
+
+static void show_overlap(const void *ctx, char *buf, size_t cap)
+{
+    cost_overlap_name(((const cost_opts *)ctx)->overlap, buf, cap);
+}
+
 static void show_recompute(const void *ctx, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", recompute_choice_name(ctx));
@@ -211,8 +267,20 @@ void cli_cost_options(cli_opts *t, cost_opts *o)
                               "wherever it still fits)");
     r->marks = OPT_FIXED_BY_PLAN | OPT_TUNED, r->show = show_recompute;
     cli_opt_flag(t, "flash-attention", 0, &o->flash_attn,
-                 "FlashAttention memory: attention scores never stored (the\n"
-                 "profiles and the analytic model store them by default)");
+                 "FlashAttention: attention scores never stored, and (analytic\n"
+                 "model) attention timed as the GPU's fused kernel runs it, causal\n"
+                 "work halved; the default for LLaMA-kind models (dpsim models)");
+    cli_opt_flag(t, "no-flash-attention", 0, &o->no_flash_attn,
+                 "unfused attention even where the model defaults to FlashAttention");
+    cli_opt_string(t, "attention-kernel", 0, &o->attn_kernel, "K", "the GPU's",
+                   "fused attention kernel's measured tables: fa2-a100, fa2-h100,\n"
+                   "fa3-h100, cudnn-h100, fa4-b200 (dpsim models lists them)");
+    cli_opt *ov = cli_opt_call(t, "overlap", 0, set_overlap, o, "LIST", "dp,zero",
+                               "communication that overlaps compute: dp (gradient reduction in\n"
+                               "buckets during the last backward), zero (ZeRO/FSDP prefetch),\n"
+                               "tp (TP collectives behind GEMMs), all, or none (serial: the\n"
+                               "upper bound)");
+    ov->show = show_overlap;
 }
 
 void cli_progress(void *ctx, size_t done, size_t total)

@@ -74,7 +74,13 @@ typedef struct cost_opts {
                                * both */
     const char *model_json, *hw_json; /* specs given as JSON text (a plan's): used instead of
                                        * resolving model / hw */
-    int flash_attn;      /* --flash-attention: no s x s scores stored (cost_model.flash_attn) */
+    int flash_attn;      /* --flash-attention: FlashAttention whatever the model says
+                          * (cost_model.flash_attn) */
+    int no_flash_attn;   /* --no-flash-attention: unfused attention whatever the model says;
+                          * neither: the model's own (model_spec.flash_attn) */
+    const char *attn_kernel; /* --attention-kernel: the fused kernel's tables (hw.h); NULL: the
+                              * GPU's own */
+    unsigned overlap;    /* --overlap: COST_OVERLAP_* bits          [dp,zero] */
 } cost_opts;
 
 void cost_opts_default(cost_opts *o);
@@ -97,7 +103,8 @@ dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model
                             dp_err *err);
 
 /* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp,
- * --recompute, --flash-attention) into o to a command's table (options.h). */
+ * --recompute, --flash-attention, --no-flash-attention, --attention-kernel, --overlap) into o to
+ * a command's table (options.h). */
 void cli_cost_options(cli_opts *t, cost_opts *o);
 
 /* ---- plan options (shared by plan, sim, compare, sweep) ---------------------------------------- */
@@ -167,7 +174,7 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
  * hw receives the hardware and must outlive cfg. Checks the plan against its model
  * (plan_check_model; where names the plan). */
 dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
-                              sim_config *cfg, dp_err *err);
+                              model_spec *model, sim_config *cfg, dp_err *err);
 
 /* Every plan and cost option's value as "name=value" lines, in the order of their table rows
  * (cli_plan_options: an option added there is described too), leaving out those that change

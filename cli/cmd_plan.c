@@ -53,6 +53,10 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     if (r->mfu > 0)
         fprintf(fp, "%-34s %14.1f  (MFU %.1f%%: model FLOPs of the real tokens / time / GPUs / peak)\n",
                 "model TFLOP/s per GPU", r->tflops_per_gpu, 100 * r->mfu);
+    if (r->hfu > 0)
+        fprintf(fp, "%-34s %14.1f  (HFU %.1f%%: the recomputed forwards counted too, as "
+                "Megatron's TFLOP/s)\n", "hardware TFLOP/s per GPU", r->hw_tflops_per_gpu,
+                100 * r->hfu);
     fprintf(fp, "%-34s %13.1f%%  (encoder %.1f%%, decoder %.1f%%)\n", "padding efficiency",
             100 * r->padding_efficiency, 100 * r->enc_padding_efficiency,
             r->dec_padded ? 100 * r->dec_padding_efficiency : 0);
@@ -179,14 +183,16 @@ static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_s
 {
     plan pl;
     cluster_spec hw;
+    model_spec model;
     sim_config cfg;
     dp_status st = plan_read(sc->plan_path, &pl, err);
     if (st != DP_OK) return st;
     TRY(plan_check(&pl, sc->plan_path, err));
-    TRY(cli_plan_sim_config(&pl, sc->plan_path, p, &hw, &cfg, err));
+    TRY(cli_plan_sim_config(&pl, sc->plan_path, p, &hw, &model, &cfg, err));
     cfg.hw = &hw;
     study_acc acc;
     study_begin(&acc, res, &cfg, sink);
+    acc.model = &model;
     for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = study_add(&acc, &pl.it[i], err);
     study_end(&acc);
 out:

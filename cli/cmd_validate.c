@@ -49,7 +49,7 @@ int cmd_validate(int argc, char **argv)
     val_result v = {0};
     dp_status st = plan_read(plan_path, &pl, &err);
     if (st != DP_OK) return cli_fail(cmd, &err);
-    st = cli_plan_sim_config(&pl, plan_path, &p, &hw, &cfg, &err);
+    st = cli_plan_sim_config(&pl, plan_path, &p, &hw, NULL, &cfg, &err);
     cfg.hw = &hw;
     for (int s = 0; s < STAGE_MAX; s++) cfg.optimizer_ms[s] = 0; /* dprun steps no optimizer */
     if (st == DP_OK) st = plan_check(&pl, plan_path, &err);

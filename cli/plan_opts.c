@@ -284,7 +284,7 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,
  * recompute and ZeRO give model state and links (with the what-if overrides of p). */
 dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli *p, cluster_spec *hw,
-                              sim_config *cfg, dp_err *err)
+                              model_spec *model, sim_config *cfg, dp_err *err)
 {
     cost_opts co = p->cost;
     if (pl->h.model[0]) co.model = pl->h.model;
@@ -301,6 +301,8 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     dp_status st = DP_OK;
     TRY(cli_build_cost(&co, &m, hw, &cm, source, sizeof source, err));
     cluster_override_links(hw, p->link_gbit, p->link_latency_us);
+    cm->hw = *hw;
+    if (model) *model = m;
     TRY(stage_model_init(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
                          p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
     TRY(plan_check_model(pl, &m, where, err));

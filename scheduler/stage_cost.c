@@ -54,9 +54,10 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         sm->param_mb[s] = param_mb;
         sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, dp);
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
-        zero_comm z = comm_zero(&cm->hw, zero_stage, dp,
-                                comm_dp_spans_nodes(&cm->hw, pp, dp, cm->tp, s), 1e6 * param_mb);
+        comm_group g = comm_dp_group(&cm->hw, pp, dp, cm->tp, s);
+        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, 1e6 * param_mb);
         sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
+        sm->zero_grad_ms[s] = z.grad_ms;
         if (sm->budget_mb[s] <= 0)
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "the model state of stage %d (%.0f MB: weights, gradients and Adam "
@@ -80,6 +81,15 @@ static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_la
     return st;
 }
 
+/* A device's compute plus ZeRO's per-micro-batch collectives over its layers: serial, or
+ * prefetched layer by layer (each layer's gathered while the one before computes), which leaves
+ * the first layer's exposed and the longer of the two streams. */
+static double with_zero(double compute_ms, double zero_ms, int layers, int prefetch)
+{
+    if (!prefetch || layers < 1 || zero_ms <= 0) return compute_ms + zero_ms;
+    return fmax(compute_ms, zero_ms) + zero_ms / layers;
+}
+
 static double transient(const cost_layer *l)
 {
     return fmax(0, l->peak_act_mb - l->stored_act_mb);
@@ -91,10 +101,13 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     dp_status st = layer_costs(sm, s, &enc, &dec, &head, err);
     if (st != DP_OK) return st;
     out->t_ms = 0;
+    int prefetch = (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;
     for (int d = 0; d < sm->pp; d++) {
         int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
-        out->fwd_ms[d] = ne * enc.fwd_ms + nd * dec.fwd_ms + sm->zero_fwd_ms[d];
-        out->bwd_ms[d] = ne * enc.bwd_ms + nd * dec.bwd_ms + sm->zero_bwd_ms[d];
+        out->fwd_ms[d] = with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d], ne + nd,
+                                   prefetch);
+        out->bwd_ms[d] = with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d], ne + nd,
+                                   prefetch);
         out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
         double tr = fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
         if (d == sm->pp - 1) {

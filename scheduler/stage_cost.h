@@ -42,10 +42,13 @@ typedef struct stage_model {
     double state_mb[STAGE_MAX];                       /* model state per device, MB */
     double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
-    /* ZeRO's collectives on device s (models/comm.h comm_zero): those of every micro-batch,
-     * which stage_model_cost adds to fwd_ms / bwd_ms, and the end of the iteration's, which the
-     * simulator runs after the last backward (sim_config.allreduce_ms) */
+    /* ZeRO's collectives on device s (models/comm.h comm_zero) over its data-parallel group
+     * (comm_dp_group): those of every micro-batch, which stage_model_cost adds to fwd_ms /
+     * bwd_ms (after the compute, or prefetched behind it with COST_OVERLAP_ZERO: the longer of
+     * the two plus one layer's share of the collectives), and the end of the iteration's, which
+     * the simulator runs (sim_config.allreduce_ms; grad_ms of it may overlap the last backward) */
     double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX], zero_iter_ms[STAGE_MAX];
+    double zero_grad_ms[STAGE_MAX];
 } stage_model;
 
 /* The planner's memory rule (above). */

@@ -34,6 +34,7 @@ typedef struct queued {
 typedef struct rank_state {
     int pc;
     int64_t compute_free, busy;
+    int64_t last_start;                 /* start of the last compute op (its gradients) */
     int64_t send_free[2], recv_free[2]; /* link streams per kind */
     queued *q[2];                       /* sends waiting per kind: q[k][head..tail) */
     int head[2], tail[2];
@@ -64,6 +65,15 @@ static slot *slot_at(run *u, int r, int mb, int c)
 static int64_t ms_to_ns(double ms)
 {
     return llround(ms * 1e6);
+}
+
+int64_t sim_grad_overlap_end(int64_t start, int64_t end, int64_t grad_ns, int buckets,
+                             int64_t *first_ns)
+{
+    int64_t k = buckets > 0 ? buckets : 1, each = grad_ns / k, d = end - start;
+    *first_ns = start + d / k; /* the first bucket's gradients are ready */
+    int64_t a = end + each, b = *first_ns + grad_ns;
+    return a > b ? a : b;
 }
 
 static void emit_op(run *u, int r, plan_op op, int mb, int chunk, int64_t start, int64_t end)
@@ -154,6 +164,7 @@ static void advance(run *u, int r, int64_t now)
             int64_t start = Rs->compute_free > now ? Rs->compute_free : now;
             int64_t end = start + dur;
             Rs->compute_free = end;
+            Rs->last_start = start;
             Rs->busy += dur;
             u->op_ns[s.op == OP_F ? 0 : s.op == OP_B ? 1 : 2] += dur;
             if (s.op == OP_F) sl->f_end = end, mem_change(u, r, 0, start, s.stored_mb);
@@ -267,7 +278,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     for (int r = 0; r < u.nr; r++) {
         rank_state *R = &u.ranks[r];
         memset(R, 0, sizeof *R);
-        R->compute_free = t0_ns;
+        R->compute_free = R->last_start = t0_ns;
         for (int k = 0; k < 2; k++) {
             R->send_free[k] = R->recv_free[k] = t0_ns;
             R->q[k] = pool;
@@ -305,25 +316,37 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         goto out;
     }
     /* End: the last compute or transfer of every rank; then, with replicas, each stage's gradient
-     * all-reduce, once per stage: a collective over the stage's replicas, it starts when the
-     * slowest of them is done. */
-    int64_t end = t0_ns, stage_done[STAGE_MAX];
-    for (int s2 = 0; s2 < cfg->pp; s2++) stage_done[s2] = t0_ns;
+     * collective, once per stage over its replicas: serially after the slowest of them is done,
+     * or its gradient part (grad_ms) in buckets during the stage's last compute op (grad_overlap_end) */
+    int64_t end = t0_ns, stage_done[STAGE_MAX], last_start[STAGE_MAX], last_end[STAGE_MAX];
+    for (int s2 = 0; s2 < cfg->pp; s2++) stage_done[s2] = last_start[s2] = last_end[s2] = t0_ns;
     for (int r = 0; r < u.nr; r++) {
         rank_state *R = &u.ranks[r];
+        int s2 = r % cfg->pp;
         int64_t done = R->compute_free;
         for (int k = 0; k < 2; k++) {
             if (R->send_free[k] > done) done = R->send_free[k];
             if (R->recv_free[k] > done) done = R->recv_free[k];
         }
-        if (done > stage_done[r % cfg->pp]) stage_done[r % cfg->pp] = done;
-        res->busy_ns[r % cfg->pp] += R->busy / cfg->dp;
+        if (done > stage_done[s2]) stage_done[s2] = done;
+        if (R->last_start > last_start[s2]) last_start[s2] = R->last_start;
+        if (R->compute_free > last_end[s2]) last_end[s2] = R->compute_free;
+        res->busy_ns[s2] += R->busy / cfg->dp;
     }
     for (int s2 = 0; s2 < cfg->pp; s2++) {
         int64_t done = stage_done[s2];
         if (cfg->dp > 1 && cfg->allreduce_ms[s2] > 0) {
             int64_t ar = ms_to_ns(cfg->allreduce_ms[s2]);
-            for (int rep = 0; u.sink && rep < cfg->dp; rep++) /* every rank takes part */
+            int64_t grad = ms_to_ns(fmin(cfg->grad_ms[s2], cfg->allreduce_ms[s2]));
+            if (grad > 0 && cfg->grad_buckets[s2] > 0) {
+                int64_t first, gend = sim_grad_overlap_end(last_start[s2], last_end[s2], grad,
+                                                           cfg->grad_buckets[s2], &first);
+                for (int rep = 0; u.sink && rep < cfg->dp; rep++)
+                    emit_op(&u, rep * cfg->pp + s2, SIM_OP_ALLREDUCE, -1, 0, first, gend);
+                if (gend > done) done = gend;
+                ar -= grad;
+            }
+            for (int rep = 0; u.sink && ar > 0 && rep < cfg->dp; rep++) /* every rank takes part */
                 emit_op(&u, rep * cfg->pp + s2, SIM_OP_ALLREDUCE, -1, 0, done, done + ar);
             done += ar;
         }

@@ -25,7 +25,14 @@
  * With D > 1 replicas each stage all-reduces its gradients (allreduce_ms[s], a ring over the
  * stage's replicas): one collective per stage, starting when the slowest replica of the stage has
  * finished its last op; then every rank of the stage runs its optimizer step (optimizer_ms[s]);
- * the iteration ends when every stage has finished that.
+ * the iteration ends when every stage has finished that. With grad_ms[s] > 0 that much of the
+ * collective (the gradients' reduction, COST_OVERLAP_DP) overlaps instead the stage's last compute
+ * op, the last micro-batch's backward (or W), which fills grad_buckets[s] equal buckets one after
+ * another (DDP's buckets, in reverse layer order): bucket j of k is ready at start + j * d / k
+ * (start and d = end - start over the slowest replicas), and the buckets are reduced in order on
+ * a stream of their own (sim_grad_overlap_end). The rest of the collective follows the stage's
+ * last op as before. The overlapped end is never before the compute's end and never after the
+ * serial one.
  *
  * A plan that cannot finish (the queue empties with instructions left) is DP_ERR_DEADLOCK with
  * the waiting instructions named; the simulator never hangs. The simulator expects a plan that
@@ -54,7 +61,17 @@ typedef struct sim_config {
                                       * scatter + all-gather, the same ring volume), ZeRO-2 the
                                       * updated parameters' all-gather, ZeRO-3 none */
     double optimizer_ms[STAGE_MAX];  /* the optimizer step per stage, after that collective */
+    double grad_ms[STAGE_MAX];       /* of allreduce_ms, the gradients' reduction that overlaps the
+                                      * stage's last backward (0: all of it runs after) */
+    int grad_buckets[STAGE_MAX];     /* buckets it is reduced in (>= 1 where grad_ms > 0) */
 } sim_config;
+
+/* The bucketed reduction of grad_ns over k buckets filled evenly during a compute op from start
+ * to end (ns): when the last bucket is reduced, max(end + grad/k, start + (end - start)/k + grad)
+ * (the buckets run back to back once the first is ready, or each waits for its gradients), and in
+ * *first_ns when the first bucket starts. */
+int64_t sim_grad_overlap_end(int64_t start, int64_t end, int64_t grad_ns, int buckets,
+                             int64_t *first_ns);
 
 /* One executed operation, for timelines: compute ops, and transfers (recorded on the sender as
  * SEND_* and on the receiver as RECV_*, both with the transfer's start and end). */

@@ -35,6 +35,11 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
                                  &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
         cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);
+        if (sm->cm->overlap & COST_OVERLAP_DP && sm->zero_grad_ms[s] > 0) {
+            cfg->grad_ms[s] = sm->zero_grad_ms[s];
+            cfg->grad_buckets[s] = (int)ceil(sm->param_mb[s] / STUDY_GRAD_BUCKET_MB);
+            if (cfg->grad_buckets[s] < 1) cfg->grad_buckets[s] = 1;
+        }
     }
 }
 
@@ -131,6 +136,26 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why)
     return DP_OK;
 }
 
+/* The forward FLOPs an iteration's recompute reran (model_recompute_flops over its samples at
+ * their micro-batch's mode, else the iteration's, iter_mode); -inf when a mode or a sample's
+ * length is unknown, so that the sum it joins is not finite and reads as unknown. */
+static double recompute_flops(const model_spec *m, const plan_iter *it, int iter_mode)
+{
+    double f = 0;
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *mb = &it->mb[k];
+        int mode = mb->recompute >= 0 ? mb->recompute : iter_mode;
+        if (mode == RECOMPUTE_NONE) continue;
+        if (mode < 0 || !m) return -INFINITY;
+        for (int q = 0; q < mb->n_samples; q++) {
+            int32_t e = it->lens[2 * (mb->first + q)], d = it->lens[2 * (mb->first + q) + 1];
+            if (e <= 0) return -INFINITY;
+            f += model_recompute_flops(m, e, d, mode);
+        }
+    }
+    return f;
+}
+
 dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
 {
     study_result *r = a->r;
@@ -151,6 +176,10 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         x->recompute = (int)rc;
         r->recompute_iterations[rc]++;
     }
+    if (r->iterations == 0 || r->hw_flops > 0) /* known only while every iteration's is */
+        r->hw_flops = r->model_flops > 0 ? r->hw_flops + it->model_flops +
+                                                recompute_flops(a->model, it, x->recompute)
+                                          : 0;
     for (int k = 0; k < it->n_mb; k++) {
         int m = it->mb[k].recompute >= 0 ? it->mb[k].recompute : x->recompute;
         if (m >= 0) r->recompute_microbatches[m]++;
@@ -209,6 +238,12 @@ void study_end(study_acc *a)
         r->tflops_per_gpu = r->model_flops / r->time_s / gpus / 1e12;
         double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
         r->mfu = peak > 0 ? r->tflops_per_gpu / peak : 0;
+    }
+    if (!(r->hw_flops > 0) || !isfinite(r->hw_flops)) r->hw_flops = 0;
+    if (r->time_s > 0 && r->hw_flops > 0 && r->feasible) {
+        r->hw_tflops_per_gpu = r->hw_flops / r->time_s / gpus / 1e12;
+        double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
+        r->hfu = peak > 0 ? r->hw_tflops_per_gpu / peak : 0;
     }
     r->timeline_hash = a->hash;
     sim_release(&a->s);
@@ -334,6 +369,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_sim_config(&sm[0], &o->cm->hw, &cfg);
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
+    acc.model = &o->cm->model;
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
@@ -493,6 +529,8 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "padding_efficiency", r->padding_efficiency);
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
     cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "hw_tflops_per_gpu", r->hw_tflops_per_gpu);
+    cJSON_AddNumberToObject(o, "hfu", r->hfu);
     cJSON_AddNumberToObject(o, "encoder_padding_efficiency", r->enc_padding_efficiency);
     cJSON_AddNumberToObject(o, "decoder_padding_efficiency", r->dec_padding_efficiency);
     cJSON *bf = cJSON_AddArrayToObject(o, "bubble_fraction");

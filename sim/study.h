@@ -17,6 +17,10 @@
  *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens) / simulated
  *                             time / (tp x pp x dp) / 1e12;  mfu = that / the GPU's peak
  *                             (0 when a plan file's iterations do not carry model_flops)
+ *   hw_tflops_per_gpu       = the same with the recomputed forwards counted too (hardware FLOPs:
+ *                             model_recompute_flops of each sample at its micro-batch's mode),
+ *                             what Megatron's papers and logs call TFLOP/s per GPU; hfu = that /
+ *                             the peak (0 when a micro-batch's mode or samples are unknown)
  */
 #ifndef STUDY_H
 #define STUDY_H
@@ -103,6 +107,8 @@ typedef struct study_result {
     int in_flight_fallback; /* iterations planned with one micro-batch in flight */
     double model_flops;     /* training FLOPs of the real tokens simulated; 0: unknown */
     double tflops_per_gpu, mfu;
+    double hw_flops;        /* model_flops + the recomputed forwards' FLOPs; 0: unknown */
+    double hw_tflops_per_gpu, hfu;
     int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */
     int planned_oom;        /* iterations the planner found not to fit in memory */
     int sim_oom;            /* iterations the simulation found over the device memory */
@@ -115,6 +121,7 @@ void study_result_release(study_result *r);
 /* The accumulation behind study_run, usable on iterations read from a plan file too. */
 typedef struct study_acc {
     study_result *r;
+    const model_spec *model; /* for the hardware FLOPs (NULL: unknown) */
     sim_config cfg;
     sim s;
     uint64_t hash;
@@ -136,7 +143,10 @@ void study_end(study_acc *a);
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 
 /* Builds the simulator configuration (model state, end-of-iteration collectives, optimizer
- * step) for a stage model. */
+ * step) for a stage model. With COST_OVERLAP_DP in the stage's cost model the gradients'
+ * reduction overlaps each stage's last backward in buckets of STUDY_GRAD_BUCKET_MB of fp16
+ * gradients (PyTorch DDP's bucket_cap_mb default, 25). */
+#define STUDY_GRAD_BUCKET_MB 25.0
 void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config *cfg);
 
 /* The optimizer step of a device whose optimizer state is optimizer_mb (the fp32 state of the

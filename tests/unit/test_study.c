@@ -623,6 +623,7 @@ static void test_zero_communication(void **state)
     analytic_params_default(&p);
     cost_model *cm = NULL;
     assert_int_equal(cost_analytic_new(&s.m, &s.hw, 1, RECOMPUTE_NONE, &p, &cm, NULL), DP_OK);
+    cm->overlap = 0; /* the collectives' volumes, serially (test_comm_overlap overlaps them) */
     double t[4];
     int mbs[4];
     for (int z = 0; z < 4; z++) {
@@ -652,25 +653,107 @@ static void test_zero_communication(void **state)
     assert_rel(study_optimizer_ms(&s.hw, o0), 4 * study_optimizer_ms(&s.hw, o1), 1e-12);
     /* 1 GB of fp16 parameters: 5e8 parameters x 28 bytes at 80% of 1555 GB/s */
     assert_rel(study_optimizer_ms(&s.hw, o0), 5e8 * 28 / (0.8 * 1555e9) * 1e3, 1e-12);
-    /* ZeRO's transfers (comm.h) against their closed forms: a ring all-gather of B bytes over n
-     * ranks is (n-1) latencies + (n-1)/n B / bandwidth; ZeRO-2 pays one per backward and one at
-     * the end, ZeRO-3 one per forward and two per backward, ZeRO 0/1 an all-reduce at the end */
+    /* ZeRO's transfers (comm.h) against their closed forms: a ring all-gather (or reduce-scatter)
+     * of B bytes over n ranks is (n-1) latencies + (n-1)/n B / busBW, busBW NCCL's share of the
+     * link; ZeRO-2 pays one per backward and one at the end, ZeRO-3 one per forward and two per
+     * backward, ZeRO-1 a reduce-scatter and an all-gather at the end, ZeRO 0 an all-reduce */
     double B = 1e9, n = 4, lat = s.hw.intra_latency_us / 1e3;
-    double ag = (n - 1) * lat + (n - 1) / n * B * 8 / (s.hw.intra_gbit * 1e9) * 1e3;
-    zero_comm z1 = comm_zero(&s.hw, 1, 4, 0, B), z2 = comm_zero(&s.hw, 2, 4, 0, B),
-              z3 = comm_zero(&s.hw, 3, 4, 0, B), one = comm_zero(&s.hw, 3, 1, 0, B);
-    assert_rel(z1.iter_ms, 2 * ag, 1e-12);
+    double busbw = s.hw.intra_gbit / 8 * 1e9 * s.hw.coll_eff[SCOPE_INTRA][COLL_ALL_GATHER];
+    double rs_bw = s.hw.intra_gbit / 8 * 1e9 * s.hw.coll_eff[SCOPE_INTRA][COLL_REDUCE_SCATTER];
+    double ar_bw = s.hw.intra_gbit / 8 * 1e9 * s.hw.coll_eff[SCOPE_INTRA][COLL_ALL_REDUCE];
+    double ag = (n - 1) * lat + (n - 1) / n * B / busbw * 1e3;
+    double rs = (n - 1) * lat + (n - 1) / n * B / rs_bw * 1e3;
+    double ar = 2 * (n - 1) * lat + 2 * (n - 1) / n * B / ar_bw * 1e3;
+    comm_group g4 = comm_group_flat(4, 0), g1 = comm_group_flat(1, 0);
+    zero_comm z0 = comm_zero(&s.hw, 0, &g4, B), z1 = comm_zero(&s.hw, 1, &g4, B),
+              z2 = comm_zero(&s.hw, 2, &g4, B), z3 = comm_zero(&s.hw, 3, &g4, B),
+              one = comm_zero(&s.hw, 3, &g1, B);
+    assert_rel(z0.iter_ms, ar, 1e-12);
+    assert_rel(z0.grad_ms, ar, 1e-12);
+    assert_rel(z1.iter_ms, rs + ag, 1e-12);
+    assert_rel(z1.grad_ms, rs, 1e-12);
     assert_true(z1.fwd_ms == 0 && z1.bwd_ms == 0);
-    assert_rel(z2.bwd_ms, ag, 1e-12);
+    assert_rel(z2.bwd_ms, rs, 1e-12);
     assert_rel(z2.iter_ms, ag, 1e-12);
+    assert_true(z2.grad_ms == 0);
     assert_rel(z3.fwd_ms, ag, 1e-12);
-    assert_rel(z3.bwd_ms, 2 * ag, 1e-12);
+    assert_rel(z3.bwd_ms, ag + rs, 1e-12);
     assert_true(z3.iter_ms == 0 && one.fwd_ms == 0 && one.bwd_ms == 0 && one.iter_ms == 0);
     stage_model sm;
     dp_err err = {0};
     assert_int_equal(stage_model_init(&sm, cm, 2, 1, 4, 2, 1e9, &err), DP_ERR_INVALID);
     assert_non_null(strstr(err.msg, "ZeRO-2 and ZeRO-3 do not combine with pipeline"));
     cost_model_free(cm);
+    setup_release(&s);
+}
+
+/* Overlap (cost.h COST_OVERLAP_*): the bucketed gradient reduction's end against its closed form
+ * and its bounds over a grid (never after the serial end, never before the compute's), then whole
+ * runs: with dp and zero overlap an iteration is never slower than serial and never faster than
+ * with free communication, and ZeRO-3's prefetch leaves a micro-batch's forward at
+ * max(compute, gathers) + one layer's gather. */
+static void test_comm_overlap(void **state)
+{
+    (void)state;
+    for (int64_t d = 0; d <= 9000; d += 3000)
+        for (int64_t g = 0; g <= 20000; g += 2500)
+            for (int k = 1; k <= 64; k *= 4) {
+                int64_t first, end = sim_grad_overlap_end(1000, 1000 + d, g, k, &first);
+                int64_t a = 1000 + d + g / k, b = 1000 + d / k + g;
+                assert_int_equal(end, a > b ? a : b);
+                assert_true(end >= 1000 + d && end <= 1000 + d + g);
+                assert_int_equal(first, 1000 + d / k);
+                if (k == 1) assert_int_equal(end, 1000 + d + g); /* one bucket: serial */
+            }
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 2048);
+    cluster_override_links(&s.hw, 25, 5); /* slow links: the collectives matter */
+    analytic_params p;
+    analytic_params_default(&p);
+    double t[3][2]; /* [overlap none, default, free links][zero 0, 3] */
+    for (int z = 0; z < 2; z++)
+        for (int v = 0; v < 3; v++) {
+            cluster_spec hw = s.hw;
+            if (v == 2) cluster_override_links(&hw, 1e9, 0);
+            cost_model *cm = NULL;
+            assert_int_equal(cost_analytic_new(&s.m, &hw, 1, RECOMPUTE_NONE, &p, &cm, NULL), DP_OK);
+            cm->overlap = v == 0 ? 0 : COST_OVERLAP_DEFAULT;
+            study_opts o = {0};
+            o.cm = cm;
+            o.rules = &s.rules;
+            o.batching = batcher_find("padding");
+            o.sched = schedule_find("1f1b");
+            o.pp = 1, o.chunks = 1, o.dp = 4, o.zero = z ? 3 : 0;
+            o.mem_limit_mb = 1e9;
+            o.mbs = 4, o.mb_tokens = 2048;
+            o.max_iterations = 3;
+            study_result r;
+            dp_err err = {0};
+            if (study_run(&o, &s.t, &r, &err) != DP_OK) fail_msg("%s", err.msg);
+            t[v][z] = r.time_s;
+            study_result_release(&r);
+            if (z && v == 1) { /* prefetch: one micro-batch's forward against its closed form */
+                stage_model sm;
+                assert_int_equal(stage_model_init(&sm, cm, 1, 1, 4, 3, 1e9, &err), DP_OK);
+                cost_shape sh = cost_shape_rows(4, 2048, 0);
+                mb_cost c;
+                cost_layer enc, head;
+                assert_int_equal(stage_model_cost(&sm, &sh, &c, &err), DP_OK);
+                assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &enc, &err), DP_OK);
+                assert_int_equal(cost_query(cm, COMP_POSTPROCESS, &sh, &head, &err), DP_OK);
+                double compute = s.m.enc_layers * enc.fwd_ms, zf = sm.zero_fwd_ms[0];
+                assert_true(zf > 0);
+                assert_rel(c.fwd_ms[0], fmax(compute, zf) + zf / s.m.enc_layers + head.fwd_ms,
+                           1e-12);
+            }
+            cost_model_free(cm);
+        }
+    for (int z = 0; z < 2; z++) {
+        print_message("zero %d: serial %.4f s, overlapped %.4f s, free links %.4f s\n", z ? 3 : 0,
+                      t[0][z], t[1][z], t[2][z]);
+        assert_true(t[1][z] < t[0][z]);  /* something overlapped */
+        assert_true(t[1][z] >= t[2][z]); /* never better than communication for free */
+    }
     setup_release(&s);
 }
 
@@ -795,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),
         cmocka_unit_test(test_zero_communication),
+        cmocka_unit_test(test_comm_overlap),
         cmocka_unit_test(test_tune_scoring_trace),
         cmocka_unit_test(test_tune_space),
     };
