@@ -1,5 +1,6 @@
 #define _DEFAULT_SOURCE /* realpath */
 #include "cli.h"
+#include "../sim/study.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -76,6 +77,18 @@ const char *cli_data_path(const char *rel, char *buf, size_t cap)
     }
     snprintf(buf, cap, "%s/%s", DPSIM_SRCDIR, rel);
     return readable(buf) ? buf : NULL;
+}
+
+void cli_warn_short_trace(const study_result *r, int64_t global_tokens)
+{
+    static int told;
+    if (told || r->short_batch_tokens <= 0) return;
+    told = 1;
+    fprintf(stderr, "dpsim: warning: the whole trace is one global batch of %lld tokens, less "
+            "than the %lld asked (--global-tokens): every figure is of that smaller batch\n"
+            "hint: a longer trace (dpsim trace gen -n), or --global-tokens %lld\n",
+            (long long)r->short_batch_tokens, (long long)global_tokens,
+            (long long)r->short_batch_tokens);
 }
 
 int cli_stderr_is_tty(void)

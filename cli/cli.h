@@ -46,6 +46,11 @@ const char *cli_data_path(const char *rel, char *buf, size_t cap);
 /* 1 when stderr is a terminal (progress bars are drawn only then). */
 int cli_stderr_is_tty(void);
 
+/* Warns on stderr, once per process, when a run's whole trace was one global batch smaller than
+ * asked (study_result.short_batch_tokens): its figures are not those of the batch asked for. */
+struct study_result;
+void cli_warn_short_trace(const struct study_result *r, int64_t global_tokens);
+
 /* A study_opts.progress callback: "\rWHAT: 42.0% of the trace, ETA 12 s" on stderr (ctx is the
  * WHAT string; the ETA from the elapsed time since the first call for that ctx). */
 void cli_progress(void *ctx, size_t done, size_t total);

@@ -422,6 +422,7 @@ int cmd_compare(int argc, char **argv)
             o.progress_ctx = label;
             dp_err e = {0};
             w->st = study_run(&o, &env.trace, &w->r, &e);
+            if (w->st == DP_OK) cli_warn_short_trace(&w->r, env.rules.global_tokens);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
         }
     if (cli_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");

@@ -336,7 +336,7 @@ dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m
     if (run_hw) { /* the run's cluster (its links, nodes, memory), on the GPU the fit describes */
         if (strcmp(run_hw->gpu.name, hw.gpu.name) != 0) {
             st = dp_fail(err, DP_ERR_INVALID, "%s was fitted on %s (\"hw\": \"%s\"), but --hw %s "
-                         "has %s: its efficiencies describe another GPU\nhint: --hw with a %s, or "
+                         "has %s: its efficiencies describe another GPU\nhint: a --hw of %s GPUs, or "
                          "fit a profile of %s (dprun profile, then dpsim calibrate)", name,
                          hw.gpu.name, hwname->valuestring, run_hw->name, run_hw->gpu.name,
                          hw.gpu.name, run_hw->gpu.name);

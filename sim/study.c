@@ -402,12 +402,19 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     size_t plan_cap = 0;
     double *plan_ms = NULL;
     int planned = 0;
+    int64_t first_tokens = 0;
     for (;;) {
         if (o->max_iterations && planned >= o->max_iterations) break;
         const sample_len *b;
         int n;
         TRY(batch_next(&bi, &b, &n, err));
-        if (n == 0) break;
+        if (n == 0) {
+            if (planned == 1 && first_tokens < o->rules->global_tokens)
+                r->short_batch_tokens = first_tokens; /* the trace ended inside one batch */
+            break;
+        }
+        if (planned == 0)
+            for (int i = 0; i < n; i++) first_tokens += b[i].enc + b[i].dec;
         double t0 = dp_now_s();
         int answerable = 0, mode = 0;
         dp_err why = {0};

@@ -112,6 +112,8 @@ typedef struct study_result {
     int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */
     int planned_oom;        /* iterations the planner found not to fit in memory */
     int sim_oom;            /* iterations the simulation found over the device memory */
+    int64_t short_batch_tokens; /* > 0: the whole trace is one global batch smaller than asked
+                                 * (batch_rules.global_tokens): its tokens */
     int oom_unplanned;      /* of those, iterations the planner had called fitting (always 0:
                              * the planner's check is the simulator's memory, plan_machine.h) */
 } study_result;

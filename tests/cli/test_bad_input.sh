@@ -45,6 +45,23 @@ expect "spec: JSON nesting bomb" 1 "bomb.json:1: malformed JSON" -- "$DPSIM" cos
 expect "unknown model preset" 2 "unknown model \"gpt-99t\"" -- "$DPSIM" cost --model gpt-99t --mbs 1 --seqlen 16
 expect "unknown hardware preset" 2 "unknown hardware \"tpu\"" -- "$DPSIM" plan --hw tpu
 expect "hardware JSON missing a field" 1 "hw.json: missing field \"intra_gbit\"" -- "$DPSIM" cost --hw "$(mk hw.json '{"gpu": "h100"}')" --mbs 1 --seqlen 16
+hwj() { mk "$1" "{\"gpu\": \"h100\", \"intra_gbit\": 3600, $2}"; }
+expect "hardware JSON: a zero rate" 1 "hw0.json: field \"inter_gbit\" must be a number in" -- "$DPSIM" cost --hw "$(hwj hw0.json '"inter_gbit": 0')" --mbs 1 --seqlen 16
+expect "hardware JSON: a negative latency" 1 "hwneg.json: field \"intra_latency_us\" must be a number in" -- "$DPSIM" cost --hw "$(hwj hwneg.json '"intra_latency_us": -2')" --mbs 1 --seqlen 16
+expect "hardware JSON: a non-finite rate" 1 "hwinf.json: field \"inter_gbit\"" -- "$DPSIM" cost --hw "$(hwj hwinf.json '"inter_gbit": 1e999')" --mbs 1 --seqlen 16
+expect "hardware JSON: a rate as a string" 1 "hwstr.json: field \"inter_gbit\"" -- "$DPSIM" cost --hw "$(hwj hwstr.json '"inter_gbit": "fast"')" --mbs 1 --seqlen 16
+expect "hardware JSON: a share above 1" 1 "hweff.json: field \"intra_eff\": field \"all_reduce\" must be a number in \\[1e-06, 1\\]" -- "$DPSIM" cost --hw "$(hwj hweff.json '"intra_eff": {"all_reduce": 1.2, "all_gather": 0.8, "reduce_scatter": 0.8, "all_to_all": 0.8, "send_recv": 0.8}')" --mbs 1 --seqlen 16
+expect "hardware JSON: a share missing" 1 "hwmiss.json: field \"inter_eff\": missing field \"send_recv\"" -- "$DPSIM" cost --hw "$(hwj hwmiss.json '"inter_eff": {"all_reduce": 0.9, "all_gather": 0.9, "reduce_scatter": 0.9, "all_to_all": 0.9}')" --mbs 1 --seqlen 16
+expect "hardware JSON: a zero share" 1 "hwz.json: field \"inter_eff\": field \"all_to_all\"" -- "$DPSIM" cost --hw "$(hwj hwz.json '"inter_eff": {"all_reduce": 0.9, "all_gather": 0.9, "reduce_scatter": 0.9, "all_to_all": 0, "send_recv": 0.9}')" --mbs 1 --seqlen 16
+expect "hardware JSON: a GPU's peak of zero" 1 "hwg.json: field \"gpu\": field \"peak_tflops\"" -- "$DPSIM" cost --hw "$(mk hwg.json '{"gpu": {"peak_tflops": 0, "hbm_gbps": 3000, "mem_mb": 80000}, "intra_gbit": 3600}')" --mbs 1 --seqlen 16
+expect "hardware JSON: a GPU's matmul share above 1" 1 "hwm.json: field \"gpu\": field \"matmul_eff\"" -- "$DPSIM" cost --hw "$(mk hwm.json '{"gpu": {"peak_tflops": 900, "hbm_gbps": 3000, "mem_mb": 80000, "matmul_eff": 1.5}, "intra_gbit": 3600}')" --mbs 1 --seqlen 16
+expect "hardware JSON: an unknown attention kernel" 1 "hwk.json: field \"gpu\".attention_kernel: unknown kernel \"fa9\"" -- "$DPSIM" cost --hw "$(mk hwk.json '{"gpu": {"peak_tflops": 900, "hbm_gbps": 3000, "mem_mb": 80000, "attention_kernel": "fa9"}, "intra_gbit": 3600}')" --mbs 1 --seqlen 16
+expect "hardware JSON: a cluster's shares and kernel round-trip" 0 "layer" -- "$DPSIM" cost --hw "$(mk hwok.json '{"gpu": {"peak_tflops": 900, "hbm_gbps": 3000, "mem_mb": 80000, "attention_kernel": "fa3-h100", "nvls_eff": 0.6}, "intra_gbit": 3600, "nics_per_node": 4, "inter_eff": {"all_reduce": 0.9, "all_gather": 0.9, "reduce_scatter": 0.9, "all_to_all": 0.9, "send_recv": 0.9}}')" --model llama3-8b --tp 2 --mbs 1 --seqlen 4096
+expect "a fit's efficiency above 1" 1 "fit.json: field \"params.gemm_eff\" must be a share in .0, 1., not 1.25" -- "$DPSIM" cost --fit "$(mk fit.json '{"kind": "analytic", "hw": "a100-40gb", "params": {"gemm_eff": 1.25}}')" --hw a100-40gb --mbs 1 --seqlen 16
+expect "a fit of another GPU than --hw's" 2 "was fitted on a100-40gb .\"hw\": \"a100-40gb\"., but --hw h100 has h100" -- "$DPSIM" cost --fit "$(mk fit2.json '{"kind": "analytic", "hw": "a100-40gb", "params": {"gemm_eff": 0.6}}')" --hw h100 --mbs 1 --seqlen 16
+expect "an unknown --attention-kernel" 2 "unknown --attention-kernel \"fa9\" .one of fa2-a100, fa2-h100, fa3-h100, cudnn-h100, fa4-b200" -- "$DPSIM" cost --attention-kernel fa9 --mbs 1 --seqlen 16
+expect "an unknown --overlap" 2 "unknown --overlap \"dp,pp\"" -- "$DPSIM" sim --overlap dp,pp
+expect "--flash-attention with --no-flash-attention" 2 "contradict each other" -- "$DPSIM" cost --flash-attention --no-flash-attention --mbs 1 --seqlen 16
 
 # --- contradictory flags --------------------------------------------------------------------------
 expect "pp larger than the layers" 2 "more pipeline stages than gpt-6.7b-16l has layers" -- "$DPSIM" plan --pp 17

@@ -220,4 +220,19 @@ expect "... while samples within it may share a longer row" 0 "attention per sam
   "$DPSIM" cost --model "$TMP/mistral.json" --hw h100 --mbs 1 --seqlen 4096 --samples 2048,2048
 expect "... and the spec keeps the window" 0 '"sliding_window":[[:space:]]*2048' -- "$DPSIM" models --show "$TMP/mistral.json"
 
+# A trace shorter than one global batch: said, with what was asked and what there was.
+"$DPSIM" trace gen --mix fixed --len 2048 --samples 20 -o "$TMP/short.csv" 2>/dev/null
+expect "a trace shorter than one global batch is said" 0 "one global batch of 40960 tokens, less than the 65536 asked" -- \
+  "$DPSIM" sim --trace "$TMP/short.csv" --max-seqlen 2048
+# Hardware FLOPs: full recompute counts the rerun forward (HFU over MFU near 4/3).
+expect "sim prints Megatron's hardware TFLOP/s beside the model's" 0 "hardware TFLOP/s per GPU +[0-9.]+ +.HFU" -- \
+  "$DPSIM" sim --model llama3-8b --hw dgx-h100 --pp 4 --dp 2 --recompute full --iterations 2
+# FlashAttention is the LLaMA models' default, and a what-if either way.
+expect "llama3-8b trains with FlashAttention by default" 0 "FlashAttention .cudnn-h100: the model's default." -- \
+  "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192
+expect "... --no-flash-attention turns it off (the scores stored again)" 0 "layer +[0-9.]+ +[0-9.]+ +11945\\.4 " -- \
+  "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --no-flash-attention
+expect "... another kernel: FlashAttention-2 is slower than cuDNN" 0 "FlashAttention .fa2-h100." -- \
+  "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --attention-kernel fa2-h100
+
 finish
