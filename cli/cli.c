@@ -195,7 +195,7 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                      : "",
              attention_note(o, m, hw, 1, note, sizeof note));
     static int told;
-    if (foreign && !told) {
+    if (foreign && !told && !o->quiet) {
         told = 1;
         fprintf(stderr, "dpsim: note: the analytic model's efficiencies and per-layer floor are %s; "
                 "on %s its GEMM efficiency is scaled by the GPU's best measured matmul (%.0f%% of "

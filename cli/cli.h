@@ -86,6 +86,8 @@ typedef struct cost_opts {
     const char *attn_kernel; /* --attention-kernel: the fused kernel's tables (hw.h); NULL: the
                               * GPU's own */
     unsigned overlap;    /* --overlap: COST_OVERLAP_* bits          [dp,zero] */
+    int quiet;           /* 1: no note on stderr about the analytic defaults (a cost model built
+                          * for what is not timed: a plan's model state) */
 } cost_opts;
 
 void cost_opts_default(cost_opts *o);

@@ -77,11 +77,12 @@ int cmd_validate(int argc, char **argv)
             printf("mean absolute error %.2f%%, max %.2f%% over %d iterations\n", v.mape_pct,
                    v.max_abs_pct, v.iterations);
             if (v.noise_pct >= 0)
-                printf("machine noise: the first iteration measured %.3f ms, and %.3f ms run again "
-                       "(%.2f%% apart): errors below that are the machine's, not the model's\n",
-                       v.noise_first_ms, v.noise_repeat_ms, v.noise_pct);
+                printf("machine noise band: runs of the same iteration lie %.2f%% apart (median "
+                       "over %d iteration%s run up to %d times; dprun --repeats): errors below "
+                       "that are the machine's, not the model's\n", v.noise_pct,
+                       v.noise_iterations, v.noise_iterations == 1 ? "" : "s", v.runs_max);
             else
-                printf("machine noise: not measured (a timeline without dprun's repeat)\n");
+                printf("machine noise: not measured (a timeline without dprun's repeats)\n");
             static const char *const names[3] = {"F", "B", "W"};
             printf("\n%-4s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
             for (int k = 0; k < 3; k++)

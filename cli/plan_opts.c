@@ -293,6 +293,7 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     co.hw_json = pl->h.hw_json;
     co.tp = pl->h.tp;
     co.recompute_dynamic = 0; /* model state, the config's only use of it, is the same in every mode */
+    co.quiet = 1;             /* the plan's times are its own: the cost model's are not used */
     if (recompute_parse(pl->h.recompute, &co.recompute) != 0) co.recompute = RECOMPUTE_NONE;
     model_spec m;
     cost_model *cm = NULL;

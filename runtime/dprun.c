@@ -60,8 +60,11 @@ static void help(void)
            "      --no-prepare      cuda: skip the unrecorded run of every iteration before its\n"
            "                        measured one (it keeps cuBLASLt's and cuDNN's per-shape plan\n"
            "                        building, slow first calls, out of the timeline)       [on]\n"
-           "      --no-noise        skip the noise repeat: the first iteration, run once more and\n"
-           "                        recorded with repeat 1 (dpsim validate reports the spread) [on]\n"
+           "  -r, --repeats R       measured runs of every iteration in a row, rows marked repeat\n"
+           "                        0 .. R-1: dpsim validate compares each iteration's median and\n"
+           "                        reports the runs' spread as the machine's noise band (1-16) [1]\n"
+           "      --no-noise        skip the noise repeat: with --repeats 1 the first iteration\n"
+           "                        is run once more, recorded with repeat 1              [on]\n"
            "      --stall-rank R --stall-s S   fault injection: rank R sleeps S seconds first\n"
            "      --no-plan-check  fault injection: skip the same-plan-on-every-rank hash check\n"
            "profile:\n"
@@ -73,7 +76,8 @@ static void help(void)
            "      --dec-seqlen LIST T5: decoder lengths                           [the --seqlen list]\n"
            "      --recompute LIST  recompute modes measured (none, selective, full): each\n"
            "                        backward as dprun runs it under the mode      [none]\n"
-           "  -r, --repeats N       timed repeats per point (median)              [5]\n"
+           "  -r, --repeats N       timed repeats per point, their median (cpu: passes over the\n"
+           "                        whole grid)                                  [5]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
            "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
            "                        against fp64 (stated tolerances), GPT-6.7B-width layer\n"
@@ -285,19 +289,23 @@ static int run_main(int argc, char **argv)
         {"timeout", required_argument, 0, 't'}, {"iterations", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'}, {"stall-rank", required_argument, 0, 1},
         {"no-noise", no_argument, 0, 4},       {"no-prepare", no_argument, 0, 5},
+        {"repeats", required_argument, 0, 'r'},
         {"stall-s", required_argument, 0, 2},  {"no-plan-check", no_argument, 0, 3},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *plan_path = NULL, *out = NULL, *backend = "cpu", *dtype = NULL;
     double timeout = 60;
-    int64_t iterations = 0, warmup = 1, stall_rank = -1;
+    int64_t iterations = 0, warmup = 1, stall_rank = -1, repeats = 1;
     int repeat_first = 1, prepare = 1;
     double stall_s = 0;
     int c, check_plan = 1;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":p:b:d:o:t:n:w:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:b:d:o:t:n:w:r:h", opts, NULL)) != -1) {
         switch (c) {
         case 'p': plan_path = optarg; break;
+        case 'r':
+            if (dp_parse_i64(optarg, 1, 16, &repeats) != 0) return usage_error("bad --repeats (1-16)", optarg);
+            break;
         case 'b': backend = optarg; break;
         case 'd': dtype = optarg; break;
         case 'o': out = optarg; break;
@@ -394,7 +402,7 @@ static int run_main(int argc, char **argv)
         return fail_all(rank, msg);
     }
     rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s,
-                 repeat_first, dt, prepare};
+                 repeat_first, dt, prepare, (int)repeats};
     rt_result res;
     st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {

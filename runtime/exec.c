@@ -178,7 +178,7 @@ static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_e
     if (!c->record) return;
     if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
         die(c, "out of host memory");
-    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record == RT_RECORD_REPEAT,
+    c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record - RT_RECORD_ON,
                                      (t_start - c->t0) * 1e6, (t_end - c->t0) * 1e6};
 }
 
@@ -596,15 +596,12 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         c.record = RT_RECORD_OFF;
         run_iteration(&c, &pl->it[0], stage_comm);
     }
-    c.record = RT_RECORD_ON;
     double started = dp_now_s();
     for (int i = 0; i < n_it; i++) {
         c.iteration = pl->it[i].id;
-        run_iteration(&c, &pl->it[i], stage_comm);
-        if (i == 0 && o->repeat_first) { /* the same iteration again: the machine's noise */
-            c.record = RT_RECORD_REPEAT;
-            run_iteration(&c, &pl->it[0], stage_comm);
-            c.record = RT_RECORD_ON;
+        for (int r = 0; r < rt_runs_of(o, i); r++) { /* repeats: the machine's noise */
+            c.record = RT_RECORD_ON + r;
+            run_iteration(&c, &pl->it[i], stage_comm);
         }
         rt_progress(c.rank, i + 1, n_it, started);
     }

@@ -51,12 +51,14 @@
 #include "layout.h"
 
 #define RT_OP_ALLREDUCE (-1) /* a record's op for the replicas' gradient all-reduce ("ALLREDUCE") */
-enum { RT_RECORD_OFF, RT_RECORD_ON, RT_RECORD_REPEAT }; /* an executor's recording of a run */
+/* An executor's recording of a run: off, or RT_RECORD_ON + r for the r-th measured run of an
+ * iteration (its rows' repeat r, rt_opts.repeats). */
+enum { RT_RECORD_OFF, RT_RECORD_ON };
 
 /* One measured operation (the timeline CSV row). */
 typedef struct rt_record {
     int32_t iteration, stage, replica, op, mb, chunk;
-    int32_t repeat; /* 1: the noise repeat of the first iteration (rt_opts.repeat_first) */
+    int32_t repeat; /* which measured run of the iteration: 0, 1, … (rt_runs_of) */
     double start_us, end_us;
 } rt_record;
 
@@ -79,6 +81,9 @@ typedef struct rt_opts {
                         * micro-batch shape first seen in a later iteration would otherwise time
                         * that work. The cpu backend has no such plans and ignores it. dprun sets
                         * it unless --no-prepare. */
+    int repeats;       /* measured runs of every iteration, one after another (rows' repeat 0 ..
+                        * repeats - 1): dpsim validate compares each iteration's median and
+                        * reports their spread as the machine's noise band; < 1: 1 */
 } rt_opts;
 
 /* What a run leaves: the measured operations, and the sum of squares of the parameter gradients
@@ -86,6 +91,14 @@ typedef struct rt_opts {
  * stage, of the last iteration run: gradients are zeroed at the start of every iteration, so
  * warm-up runs change nothing): the same plan on the same model gives the same figure on every
  * backend, to rounding, which is how the backends' numerics are compared. */
+/* Measured runs of plan iteration i (by index): rt_opts.repeats, and at least 2 for the first
+ * when repeat_first asks for the noise repeat. Both executors run and record these. */
+static inline int rt_runs_of(const rt_opts *o, int i)
+{
+    int runs = o->repeats > 1 ? o->repeats : 1;
+    return i == 0 && o->repeat_first && runs < 2 ? 2 : runs;
+}
+
 typedef struct rt_result {
     rt_record *rec; /* malloc'd */
     size_t n_rec;

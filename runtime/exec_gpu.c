@@ -569,7 +569,7 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
             break;
         }
         res->rec[res->n_rec++] = (rt_record){iteration, t->stage, c->replica, t->op, t->mb,
-                                             t->chunk, record == RT_RECORD_REPEAT, rt_cuda_event_ms(c->start, t->e0) * 1e3,
+                                             t->chunk, record - RT_RECORD_ON, rt_cuda_event_ms(c->start, t->e0) * 1e3,
                                              rt_cuda_event_ms(c->start, t->e1) * 1e3};
     }
     c->n_timed = 0;
@@ -837,9 +837,8 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
         if (o->prepare && !(i == 0 && o->warmup > 0))
             st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_OFF, res, &cap);
         rt_cuda_firsts before = firsts(&c);
-        if (st == DP_OK) st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_ON, res, &cap);
-        if (st == DP_OK && i == 0 && o->repeat_first) /* the machine's noise */
-            st = run_iteration(&c, &pl->it[0], pl->it[0].id, RT_RECORD_REPEAT, res, &cap);
+        for (int r = 0; st == DP_OK && r < rt_runs_of(o, i); r++) /* repeats: the machine's noise */
+            st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_ON + r, res, &cap);
         rt_cuda_firsts after = firsts(&c);
         res->timed_gemm_plans += after.gemm_plans - before.gemm_plans;
         res->timed_attn_graphs += after.attn_graphs - before.attn_graphs;

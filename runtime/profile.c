@@ -230,6 +230,48 @@ static dp_status probe_head(prober *pr, int n, point *pt, dp_err *err)
     return DP_OK;
 }
 
+/* One point of the grid: the LM head on B x S tokens (layer < 0; T5's on its decoder length), or
+ * a layer (0 the encoder / GPT layer, 1 T5's decoder) on (B, S) against an encoder output of Se,
+ * under recompute mode rc; its rows are written as (B, enc, dec). */
+typedef struct cell {
+    int layer, B, S, Se, rc, enc, dec;
+    double *tf, *tb; /* one figure a pass */
+    point pt;
+} cell;
+
+static dp_status probe_cell(prober *pr, cell *c, point *pt, dp_err *err)
+{
+    return c->layer < 0 ? probe_head(pr, c->B * c->S, pt, err)
+                        : probe_layer(pr, c->layer, c->B, c->S, c->Se, (recompute_mode)c->rc, pt,
+                                      err);
+}
+
+/* The grid's points in the order their rows are written; *n of them (malloc'd). */
+static cell *grid_cells(const rt_profile_opts *o, int t5, unsigned modes, int *n)
+{
+    const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
+    int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen, cap = 0, k = 0;
+    cap = o->n_mbs * o->n_seqlen * (1 + RECOMPUTE_COUNT * (1 + n_dec)) + o->n_mbs * n_dec;
+    cell *c = calloc((size_t)cap, sizeof *c);
+    if (!c) return NULL;
+    for (int i = 0; i < o->n_mbs; i++)
+        for (int j = 0; j < o->n_seqlen; j++) {
+            int B = o->mbs[i], S = o->seqlen[j];
+            if (!t5) c[k++] = (cell){-1, B, S, 0, 0, S, 0, NULL, NULL, {0, 0, 0, 0}};
+            for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
+                if (!(modes >> rc & 1)) continue;
+                c[k++] = (cell){0, B, S, 0, rc, S, 0, NULL, NULL, {0, 0, 0, 0}};
+                for (int d = 0; t5 && d < n_dec; d++) /* decoder on (enc S, dec D) */
+                    c[k++] = (cell){1, B, decs[d], S, rc, S, decs[d], NULL, NULL, {0, 0, 0, 0}};
+            }
+        }
+    for (int i = 0; t5 && i < o->n_mbs; i++) /* T5's head: decoder lengths */
+        for (int d = 0; d < n_dec; d++)
+            c[k++] = (cell){-1, o->mbs[i], decs[d], 0, 0, 0, decs[d], NULL, NULL, {0, 0, 0, 0}};
+    *n = k;
+    return c;
+}
+
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
@@ -238,55 +280,63 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
     rt_layer_shape dec_shape = rt_layer_shape_of(m, RT_LAYER_DECODER);
     prober pr;
     memset(&pr, 0, sizeof pr);
-    pr.o = o;
+    unsigned modes = o->modes ? o->modes : 1u << RECOMPUTE_NONE;
+    int n = 0, R = o->repeats > 0 ? o->repeats : 1;
+    /* On the CPU the repeats are passes over the whole grid, each point's median taken at the
+     * end: an interruption of the machine (another process, a neighbour's burst) then spoils one
+     * pass of many points, which the median drops, instead of every repeat of a few points (the
+     * CPU round trip's error varied 1.6-12% with the profile measured repeat by repeat). The GPU
+     * times its repeats back to back (CUDA events, no such interruptions). */
+    int passes = o->on_gpu ? 1 : R;
+    rt_profile_opts per = *o;
+    per.repeats = o->on_gpu ? R : 1;
+    pr.o = &per;
     pr.shape[0] = &enc_shape;
     pr.shape[1] = t5 ? &dec_shape : NULL;
+    cell *cells = grid_cells(o, t5, modes, &n);
+    double *times = cells ? malloc((size_t)n * 2 * (size_t)passes * sizeof *times) : NULL;
+    if (!cells || !times) {
+        free(cells), free(times);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        cells[i].tf = times + (size_t)i * 2 * passes, cells[i].tb = cells[i].tf + passes;
     dp_status st = prober_open(&pr, err);
-    if (st != DP_OK) {
-        prober_close(&pr);
-        return st;
-    }
     out_file of;
-    st = out_open(&of, o->out, err);
-    if (st != DP_OK) {
-        prober_close(&pr);
-        return st;
-    }
-    FILE *fp = of.fp;
-    fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
-    const int *decs = o->n_dec_seqlen ? o->dec_seqlen : o->seqlen;
-    int n_dec = o->n_dec_seqlen ? o->n_dec_seqlen : o->n_seqlen;
-    unsigned modes = o->modes ? o->modes : 1u << RECOMPUTE_NONE;
-    for (int i = 0; i < o->n_mbs && st == DP_OK; i++)
-        for (int j = 0; j < o->n_seqlen && st == DP_OK; j++) {
-            int B = o->mbs[i], S = o->seqlen[j];
-            point head = {0};
-            if (!t5 && (st = probe_head(&pr, B * S, &head, err)) != DP_OK) break;
-            if (!t5) write_head(fp, modes, B, S, 0, &head);
-            for (int rc = 0; rc < RECOMPUTE_COUNT && st == DP_OK; rc++) {
-                if (!(modes >> rc & 1)) continue;
-                point pt = {0};
-                if ((st = probe_layer(&pr, 0, B, S, 0, (recompute_mode)rc, &pt, err)) != DP_OK) break;
-                write_layer(fp, (recompute_mode)rc, "encoder", B, S, 0, &pt);
-                if (o->progress)
-                    fprintf(stderr, "dprun profile: mbs %d seqlen %d%s%s: fwd %.3f ms, bwd %.3f ms per "
-                            "layer (%s, %s)\n", B, S, rc ? ", recompute " : "",
-                            rc ? recompute_name((recompute_mode)rc) : "", pt.fwd_ms, pt.bwd_ms,
-                            o->on_gpu ? "GPU" : "CPU", rt_dtype_name(o->dtype));
-                for (int k = 0; t5 && k < n_dec && st == DP_OK; k++) { /* decoder on (enc S, dec D) */
-                    st = probe_layer(&pr, 1, B, decs[k], S, (recompute_mode)rc, &pt, err);
-                    if (st == DP_OK) write_layer(fp, (recompute_mode)rc, "decoder", B, S, decs[k], &pt);
-                }
+    int opened = 0;
+    if (st == DP_OK) st = out_open(&of, o->out, err), opened = st == DP_OK;
+    for (int p = 0; p < passes && st == DP_OK; p++)
+        for (int i = 0; i < n && st == DP_OK; i++) {
+            point pt = {0};
+            if ((st = probe_cell(&pr, &cells[i], &pt, err)) != DP_OK) break;
+            cells[i].tf[p] = pt.fwd_ms, cells[i].tb[p] = pt.bwd_ms;
+            cells[i].pt = pt; /* the memory figures: the same every pass */
+        }
+    if (st == DP_OK) {
+        FILE *fp = of.fp;
+        fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
+        for (int i = 0; i < n; i++) {
+            cell *c = &cells[i];
+            c->pt.fwd_ms = median(c->tf, passes);
+            c->pt.bwd_ms = median(c->tb, passes);
+            if (c->layer < 0) {
+                write_head(fp, modes, c->B, c->enc, c->dec, &c->pt);
+                continue;
             }
+            write_layer(fp, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B, c->enc,
+                        c->dec, &c->pt);
+            if (o->progress && c->layer == 0)
+                fprintf(stderr, "dprun profile: mbs %d seqlen %d%s%s: fwd %.3f ms, bwd %.3f ms per "
+                        "layer (%s, %s)\n", c->B, c->S, c->rc ? ", recompute " : "",
+                        c->rc ? recompute_name((recompute_mode)c->rc) : "", c->pt.fwd_ms,
+                        c->pt.bwd_ms, o->on_gpu ? "GPU" : "CPU", rt_dtype_name(o->dtype));
         }
-    for (int i = 0; t5 && i < o->n_mbs && st == DP_OK; i++) /* T5's head: decoder lengths */
-        for (int k = 0; k < n_dec && st == DP_OK; k++) {
-            point head;
-            if ((st = probe_head(&pr, o->mbs[i] * decs[k], &head, err)) != DP_OK) break;
-            write_head(fp, modes, o->mbs[i], 0, decs[k], &head);
-        }
+    }
     prober_close(&pr);
-    if (st == DP_OK) st = out_commit(&of, err);
-    else out_abort(&of);
+    free(cells), free(times);
+    if (opened) {
+        if (st == DP_OK) st = out_commit(&of, err);
+        else out_abort(&of);
+    }
     return st;
 }

@@ -3,7 +3,7 @@
  *
  * For every (mbs, seqlen) of the grid it times one transformer layer's forward and backward
  * (input and weight gradients) and the LM head + loss, with warm-up runs and the median of the
- * repeats, and writes the profile CSV contract (models/cost.h): tp 1, metrics fwd_ms, bwd_ms,
+ * repeats (on the CPU, repeats are passes over the whole grid: profile.c says why), and writes the profile CSV contract (models/cost.h): tp 1, metrics fwd_ms, bwd_ms,
  * stored_act_mb (activations the layer keeps for its backward) and peak_act_mb (those plus the
  * backward's gradient buffers), for each recompute mode asked for (rows "none", "selective",
  * "full"). Under a mode the backward is the executor's (runtime/layer.h rt_layer_rerun first) and

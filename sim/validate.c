@@ -7,10 +7,11 @@
 
 #include "../common/csv_table.h"
 
-/* A compute op's duration, keyed by where it ran. */
+/* A compute op's duration, keyed by where it ran (and, measured, which run of its iteration). */
 typedef struct op_time {
     int iteration, stage, replica, op, mb, chunk;
     double dur_ms;
+    int repeat;
 } op_time;
 
 typedef struct op_list {
@@ -39,6 +40,37 @@ static int cmp_op(const void *a, const void *b)
     return 0;
 }
 
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (n >= 1), which it sorts. */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Collapses the runs of one op (equal keys, adjacent once sorted) to one entry with their median
+ * duration; returns the new count. */
+static size_t collapse_runs(op_time *v, size_t n)
+{
+    size_t out = 0;
+    for (size_t a = 0; a < n;) {
+        size_t b = a + 1;
+        while (b < n && cmp_op(&v[a], &v[b]) == 0) b++;
+        double d[VAL_REPEATS_MAX];
+        int m = 0;
+        for (size_t i = a; i < b && m < VAL_REPEATS_MAX; i++) d[m++] = v[i].dur_ms;
+        v[out] = v[a];
+        v[out++].dur_ms = median_of(d, m);
+        a = b;
+    }
+    return out;
+}
+
 /* ---- the simulated side ---- */
 typedef struct pred_ctx {
     op_list ops;
@@ -50,19 +82,18 @@ static void on_pred(void *ctx, const sim_op *o)
     pred_ctx *p = ctx;
     if (o->op != OP_F && o->op != OP_B && o->op != OP_W) return;
     push_op(&p->ops, (op_time){o->iteration, o->stage, o->replica, (int)o->op, o->mb, o->chunk,
-                               (double)(o->end_ns - o->start_ns) / 1e6});
+                               (double)(o->end_ns - o->start_ns) / 1e6, 0});
 }
 
 /* ---- the measured side ---- */
 typedef struct meas_ctx {
     int idx[11];
-    int repeat_k;        /* the plan iteration (index) of the noise repeat's rows, -1 none */
-    double repeat_end_ms; /* their latest end */
     uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
     op_list ops;
     const plan *pl;
-    double *end_ms; /* per plan iteration (by index): latest end, -1 when not measured */
+    double *end_ms; /* per plan iteration (by index) and run: [k * VAL_REPEATS_MAX + repeat], the
+                     * latest end, -1 when not measured */
     int last;       /* index of the iteration found last (rows come grouped by iteration) */
 } meas_ctx;
 
@@ -130,18 +161,16 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
                        "stage %lld, replica %lld, %s, mb %lld, chunk %lld)", r->path, r->line,
                        (long long)it, (long long)stage, (long long)rep, f[c->idx[2]],
                        (long long)mb, (long long)chunk);
-    if (c->idx[10] >= 0 && strcmp(f[c->idx[10]], "0") != 0) { /* the noise repeat */
-        if (strcmp(f[c->idx[10]], "1") != 0)
-            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: repeat \"%s\" must be 0 or 1", r->path,
-                           r->line, f[c->idx[10]]);
-        c->repeat_k = k;
-        if (t1 / 1e3 > c->repeat_end_ms) c->repeat_end_ms = t1 / 1e3;
-        return DP_OK;
-    }
-    if (t1 / 1e3 > c->end_ms[k]) c->end_ms[k] = t1 / 1e3;
+    int64_t run = 0; /* which measured run of the iteration (dprun --repeats, the noise repeat) */
+    if (c->idx[10] >= 0 && dp_parse_i64(f[c->idx[10]], 0, VAL_REPEATS_MAX - 1, &run) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: repeat \"%s\" must be a whole number in [0, %d]",
+                       r->path, r->line, f[c->idx[10]], VAL_REPEATS_MAX - 1);
+    double *end = &c->end_ms[(size_t)k * VAL_REPEATS_MAX + run];
+    if (t1 / 1e3 > *end) *end = t1 / 1e3;
     plan_op op;
     if (plan_op_parse(f[c->idx[2]], &op) == 0 && (op == OP_F || op == OP_B || op == OP_W))
-        push_op(&c->ops, (op_time){(int)it, (int)stage, (int)rep, (int)op, (int)mb, (int)chunk, (t1 - t0) / 1e3});
+        push_op(&c->ops, (op_time){(int)it, (int)stage, (int)rep, (int)op, (int)mb, (int)chunk,
+                                   (t1 - t0) / 1e3, (int)run});
     return c->ops.st == DP_OK ? DP_OK : dp_fail(err, DP_ERR_NOMEM, "out of memory");
 }
 
@@ -157,15 +186,18 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
                        const char *measured_path, val_result *v, dp_err *err)
 {
     memset(v, 0, sizeof *v);
-    meas_ctx mc = {.pl = pl, .plan_hash = plan_hash, .repeat_k = -1};
+    meas_ctx mc = {.pl = pl, .plan_hash = plan_hash};
     pred_ctx pc = {0};
     dp_status st = DP_OK;
-    mc.end_ms = malloc((size_t)(pl->n_it + 1) * sizeof *mc.end_ms);
-    if (!mc.end_ms) {
+    size_t n_end = (size_t)(pl->n_it + 1) * VAL_REPEATS_MAX;
+    double *spread = NULL;
+    mc.end_ms = malloc(n_end * sizeof *mc.end_ms);
+    spread = malloc((size_t)(pl->n_it + 1) * sizeof *spread);
+    if (!mc.end_ms || !spread) {
         st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < pl->n_it; i++) mc.end_ms[i] = -1;
+    for (size_t i = 0; i < n_end; i++) mc.end_ms[i] = -1;
     TRY(csv_read_file(measured_path, 1, meas_header, meas_row, &mc, err));
     v->id = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->id);
     v->predicted_ms = calloc((size_t)(pl->n_it ? pl->n_it : 1), sizeof *v->predicted_ms);
@@ -182,16 +214,25 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     sim s;
     sim_init(&s);
     sim_sink sink = {on_pred, NULL, &pc};
+    int n_spread = 0;
     for (int i = 0; i < pl->n_it && st == DP_OK; i++) {
         const plan_iter *it = &pl->it[i];
-        if (mc.end_ms[i] < 0) continue; /* not measured */
+        double runs[VAL_REPEATS_MAX];
+        int n_runs = 0;
+        for (int r = 0; r < VAL_REPEATS_MAX; r++)
+            if (mc.end_ms[(size_t)i * VAL_REPEATS_MAX + r] >= 0)
+                runs[n_runs++] = mc.end_ms[(size_t)i * VAL_REPEATS_MAX + r];
+        if (n_runs == 0) continue; /* not measured */
         sim_iter_result r;
         st = sim_iteration(&s, cfg, it, 0, &sink, &r, err);
         if (st != DP_OK) break;
         int k = v->iterations++;
         v->id[k] = it->id;
         v->predicted_ms[k] = (double)r.makespan_ns / 1e6;
-        v->measured_ms[k] = mc.end_ms[i];
+        v->measured_ms[k] = median_of(runs, n_runs);
+        if (n_runs > v->runs_max) v->runs_max = n_runs;
+        if (n_runs > 1 && v->measured_ms[k] > 0) /* runs[] is sorted by median_of */
+            spread[n_spread++] = 100 * (runs[n_runs - 1] - runs[0]) / v->measured_ms[k];
     }
     sim_release(&s);
     if (st != DP_OK) goto out;
@@ -199,20 +240,18 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
         st = dp_fail(err, DP_ERR_INVALID, "%s: no iteration of the plan was measured", measured_path);
         goto out;
     }
-    v->noise_pct = -1;
-    if (mc.repeat_k >= 0 && mc.end_ms[mc.repeat_k] > 0) {
-        v->noise_first_ms = mc.end_ms[mc.repeat_k];
-        v->noise_repeat_ms = mc.repeat_end_ms;
-        v->noise_pct = 100 * fabs(v->noise_repeat_ms - v->noise_first_ms) / v->noise_first_ms;
-    }
+    v->noise_pct = n_spread ? median_of(spread, n_spread) : -1;
+    v->noise_iterations = n_spread;
     for (int k = 0; k < v->iterations; k++) {
         double e = fabs(100 * (v->predicted_ms[k] - v->measured_ms[k]) / v->measured_ms[k]);
         v->mape_pct += e / v->iterations;
         if (e > v->max_abs_pct) v->max_abs_pct = e;
     }
-    /* per op: match (iteration, replica, stage, op, mb, chunk) in both sorted lists */
+    /* per op: match (iteration, replica, stage, op, mb, chunk) in both sorted lists, an op run
+     * several times by its median */
     if (pc.ops.n) qsort(pc.ops.v, pc.ops.n, sizeof *pc.ops.v, cmp_op);
     if (mc.ops.n) qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op);
+    mc.ops.n = collapse_runs(mc.ops.v, mc.ops.n);
     for (size_t a = 0, b = 0; a < pc.ops.n && b < mc.ops.n;) {
         int c = cmp_op(&pc.ops.v[a], &mc.ops.v[b]);
         if (c < 0) a++;
@@ -237,6 +276,7 @@ out:
     free(pc.ops.v);
     free(mc.ops.v);
     free(mc.end_ms);
+    free(spread);
     if (st != DP_OK) val_result_release(v);
     return st;
 }
@@ -254,7 +294,11 @@ char *validate_json(const val_result *v)
     cJSON_AddNumberToObject(o, "max_abs_pct", v->max_abs_pct);
     if (v->wire_elem_bytes) cJSON_AddNumberToObject(o, "wire_elem_bytes", v->wire_elem_bytes);
     cJSON_AddNumberToObject(o, "wire_scale", v->wire_scale);
-    if (v->noise_pct >= 0) cJSON_AddNumberToObject(o, "noise_pct", v->noise_pct);
+    if (v->noise_pct >= 0) {
+        cJSON_AddNumberToObject(o, "noise_pct", v->noise_pct);
+        cJSON_AddNumberToObject(o, "noise_iterations", v->noise_iterations);
+    }
+    cJSON_AddNumberToObject(o, "runs_per_iteration", v->runs_max);
     cJSON *ops = cJSON_AddObjectToObject(o, "per_op");
     static const char *const names[3] = {"F", "B", "W"};
     for (int k = 0; k < 3; k++) {

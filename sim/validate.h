@@ -15,14 +15,19 @@
  * fp64 layers move 8), and the simulation is then run with the bytes the runtime moved
  * (sim_config.wire_scale = wire_elem_bytes / the plan's element size). All rows must agree.
  *
- * Noise: dprun runs the first iteration once more and marks its rows repeat = 1; the spread of
- * the two measurements (noise_pct) is the error the machine alone makes, reported beside the
- * simulation's. The repeat's rows take no part in the comparison.
+ * Noise: dprun runs an iteration several times in a row (--repeats R; by default the first
+ * iteration once more) and marks the rows of its r-th run repeat = r. An iteration's measured
+ * makespan is then the median of its runs' (and an op's duration the median of its runs'), and
+ * the spread of the runs, (slowest - fastest) / median, is the error the machine alone makes:
+ * noise_pct, the median spread over the iterations run more than once, reported beside the
+ * simulation's error as its band.
  */
 #ifndef VALIDATE_H
 #define VALIDATE_H
 
 #include "sim.h"
+
+#define VAL_REPEATS_MAX 16 /* runs of one iteration a timeline may hold (dprun --repeats) */
 
 typedef struct val_op_stats {
     int count;
@@ -37,9 +42,11 @@ typedef struct val_result {
     double mape_pct, max_abs_pct;
     val_op_stats per_op[3]; /* F, B, W */
     int wire_elem_bytes;    /* what the runtime moved per element (0: as the plan says) */
-    double noise_pct;       /* the machine's noise: |repeat - first| / first of the iteration
-                             * dprun ran twice (rows with repeat 1), %; -1 when not measured */
-    double noise_first_ms, noise_repeat_ms;
+    double noise_pct;       /* the machine's noise band: the median over the iterations run more
+                             * than once of (slowest - fastest run) / median run, %; -1 when no
+                             * iteration was */
+    int noise_iterations;   /* iterations run more than once */
+    int runs_max;           /* the most runs of one iteration */
     double wire_scale;      /* the simulation's bytes per plan byte */
 } val_result;
 

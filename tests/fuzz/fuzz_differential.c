@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sim_release(&s);
     /* 2. the fake-GPU executor runs it (T5 needs an encoder and a decoder stage, no chunks) */
     int t5_ok = m.arch != ARCH_T5 || (p.h.chunks == 1 && p.h.pp >= 2);
-    rt_opts o = {&p, &m, 30, 0, 0, -1, 0, 0, RT_FP64, 0};
+    rt_opts o = {&p, &m, 30, 0, 0, -1, 0, 0, RT_FP64, 0, 1};
     rt_result g = {0}, c = {0};
     if (t5_ok) {
         if (rt_execute_gpu(&o, &g, &err) != DP_OK) {

@@ -43,7 +43,7 @@ static double run_and_check(const char *path, rt_dtype dt)
     plan pl;
     model_spec m;
     load(path, &pl, &m);
-    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0, dt, 0};
+    rt_opts o = {&pl, &m, 60, 1, 0, -1, 0, 0, dt, 0, 1};
     rt_result res;
     dp_err err = {0};
     if (rt_execute_gpu(&o, &res, &err) != DP_OK) fail_msg("%s: %s", path, err.msg);
@@ -110,7 +110,7 @@ static void test_prepare_runs_every_iteration_unrecorded(void **state)
     rt_result r[3];
     long calls[3];
     for (int k = 0; k < 3; k++) { /* iteration 0 alone; all (warm-up 1); all, prepared */
-        rt_opts o = {&pl, &m, 60, k == 0 ? 0 : 1, k == 0 ? 1 : 0, -1, 0, 0, RT_FP64, k == 2};
+        rt_opts o = {&pl, &m, 60, k == 0 ? 0 : 1, k == 0 ? 1 : 0, -1, 0, 0, RT_FP64, k == 2, 1};
         dp_err err = {0};
         long before = fake_cuda_layer_fwd_calls;
         if (rt_execute_gpu(&o, &r[k], &err) != DP_OK) fail_msg("%s", err.msg);
@@ -134,7 +134,7 @@ static void test_prepare_runs_every_iteration_unrecorded(void **state)
     }
     /* the order, by the micro-batch lengths of the layer forwards (the plan's iterations
      * differ): without warm-up or noise repeat, each iteration's calls come twice in a row */
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 1};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 1, 1};
     dp_err err = {0};
     rt_result rp;
     fake_cuda_layer_fwd_calls = 0;
@@ -166,7 +166,7 @@ static void test_deadlock_reported(void **state)
     plan_instr x = R->ins[g];
     memmove(&R->ins[1], &R->ins[0], (size_t)g * sizeof x);
     R->ins[0] = x;
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 0};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 0, 1};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_DEADLOCK);
@@ -187,7 +187,7 @@ static void test_wrong_bytes_refused(void **state)
             R->ins[k].bytes += 2;
             break;
         }
-    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 0};
+    rt_opts o = {&pl, &m, 60, 0, 0, -1, 0, 0, RT_FP64, 0, 1};
     rt_result res;
     dp_err err = {0};
     assert_int_equal(rt_execute_gpu(&o, &res, &err), DP_ERR_INVALID);
