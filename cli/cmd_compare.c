@@ -137,6 +137,8 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
             else cJSON_AddNumberToObject(x, "speedup_vs_packing", w->speedup);
             cJSON_AddNumberToObject(x, "tflops_per_gpu", w->r.tflops_per_gpu);
             cJSON_AddNumberToObject(x, "mfu", w->r.mfu);
+            cJSON_AddNumberToObject(x, "hw_tflops_per_gpu", w->r.hw_tflops_per_gpu);
+            cJSON_AddNumberToObject(x, "hfu", w->r.hfu);
             cJSON_AddNumberToObject(x, "padding_efficiency", w->r.padding_efficiency);
             cJSON_AddNumberToObject(x, "encoder_padding_efficiency", w->r.enc_padding_efficiency);
             cJSON_AddNumberToObject(x, "decoder_padding_efficiency", w->r.dec_padding_efficiency);

@@ -181,6 +181,14 @@ typedef struct analytic {
     analytic_params p;
 } analytic;
 
+/* Time of attention work of `flops` forward FLOPs in the fused kernel, ms: the forward, or
+ * (backward) its backward, 2.5 times the FLOPs, at the kernel's measured rate for that length. */
+static double kernel_ms(const cost_model *cm, double flops, int backward, int causal, double len)
+{
+    double tflops = attn_kernel_tflops(cm->attn, backward, causal, len, cm->model.kv_channels);
+    return (backward ? 2.5 : 1) * flops / (tflops * 1e12) * 1e3;
+}
+
 /* FlashAttention's times of a layer's attention on one GPU, ms: forward and backward. */
 static void flash_attention_ms(const cost_model *cm, cost_component c, const cost_shape *s,
                                double *fwd_ms, double *bwd_ms)
@@ -194,12 +202,12 @@ static void flash_attention_ms(const cost_model *cm, cost_component c, const cos
     double rows_tokens = (double)s->mbs * (c == COMP_DECODER ? s->dec_len : s->enc_len);
     double len = rows_tokens > 0 ? self_sq / rows_tokens : 0;
     double flops = 4 * self_sq * hk * (causal ? 0.5 : 1);
-    *fwd_ms = flops / (attn_kernel_tflops(cm->attn, 0, causal, len, m->kv_channels) * 1e12) * 1e3;
-    *bwd_ms = 2.5 * flops / (attn_kernel_tflops(cm->attn, 1, causal, len, m->kv_channels) * 1e12) * 1e3;
+    *fwd_ms = kernel_ms(cm, flops, 0, causal, len);
+    *bwd_ms = kernel_ms(cm, flops, 1, causal, len);
     if (c == COMP_DECODER) { /* cross attention: s_d queries over s_e keys */
         double x = 4 * ed * hk, xlen = s->dec_len > 0 ? ed / ((double)s->mbs * s->dec_len) : 0;
-        *fwd_ms += x / (attn_kernel_tflops(cm->attn, 0, 0, xlen, m->kv_channels) * 1e12) * 1e3;
-        *bwd_ms += 2.5 * x / (attn_kernel_tflops(cm->attn, 1, 0, xlen, m->kv_channels) * 1e12) * 1e3;
+        *fwd_ms += kernel_ms(cm, x, 0, 0, xlen);
+        *bwd_ms += kernel_ms(cm, x, 1, 0, xlen);
     }
 }
 

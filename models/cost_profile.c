@@ -542,6 +542,8 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
     cm->hw = *hw;
     cm->tp = tp;
     cm->recompute = rc;
+    cm->attn = hw->gpu.attn;
+    cm->overlap = COST_OVERLAP_DEFAULT;
     cm->impl = p;
     TRY(csv_read_file(path, 1, on_header, on_row, &c, err));
     if (c.n == 0) {

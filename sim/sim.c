@@ -317,7 +317,8 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     }
     /* End: the last compute or transfer of every rank; then, with replicas, each stage's gradient
      * collective, once per stage over its replicas: serially after the slowest of them is done,
-     * or its gradient part (grad_ms) in buckets during the stage's last compute op (grad_overlap_end) */
+     * or its gradient part (grad_ms) in buckets during the stage's last compute op
+     * (sim_grad_overlap_end) */
     int64_t end = t0_ns, stage_done[STAGE_MAX], last_start[STAGE_MAX], last_end[STAGE_MAX];
     for (int s2 = 0; s2 < cfg->pp; s2++) stage_done[s2] = last_start[s2] = last_end[s2] = t0_ns;
     for (int r = 0; r < u.nr; r++) {
