@@ -51,7 +51,6 @@ int cmd_validate(int argc, char **argv)
     if (st != DP_OK) return cli_fail(cmd, &err);
     st = cli_plan_sim_config(&pl, plan_path, &p, &hw, NULL, &cfg, &err);
     cfg.hw = &hw;
-    for (int s = 0; s < STAGE_MAX; s++) cfg.optimizer_ms[s] = 0; /* dprun steps no optimizer */
     if (st == DP_OK) st = plan_check(&pl, plan_path, &err);
     char *ptext = NULL; /* the plan file's hash, as dprun wrote it into the timeline */
     uint64_t hash = 0;

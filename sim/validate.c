@@ -90,6 +90,7 @@ typedef struct meas_ctx {
     int idx[11];
     uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
+    int optimizer_rows;  /* the runtime recorded an optimizer step */
     op_list ops;
     const plan *pl;
     double *end_ms; /* per plan iteration (by index) and run: [k * VAL_REPEATS_MAX + repeat], the
@@ -161,6 +162,7 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
                        "stage %lld, replica %lld, %s, mb %lld, chunk %lld)", r->path, r->line,
                        (long long)it, (long long)stage, (long long)rep, f[c->idx[2]],
                        (long long)mb, (long long)chunk);
+    if (strcmp(f[c->idx[2]], "OPTIMIZER") == 0) c->optimizer_rows = 1;
     int64_t run = 0; /* which measured run of the iteration (dprun --repeats, the noise repeat) */
     if (c->idx[10] >= 0 && dp_parse_i64(f[c->idx[10]], 0, VAL_REPEATS_MAX - 1, &run) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: repeat \"%s\" must be a whole number in [0, %d]",
@@ -206,10 +208,15 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
         st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
         goto out;
     }
-    sim_config like = *cfg; /* simulate the bytes the runtime moved */
+    sim_config like = *cfg; /* simulate what the runtime ran */
     v->wire_elem_bytes = mc.wire_elem_bytes;
     v->wire_scale = mc.wire_elem_bytes ? (double)mc.wire_elem_bytes / pl->h.act_elem_bytes : 1;
     like.wire_scale = v->wire_scale;
+    for (int s = 0; s < like.pp && s < STAGE_MAX; s++) {
+        like.allreduce_ms[s] *= v->wire_scale; /* its gradients are of the moved type too */
+        like.grad_ms[s] = 0; /* the executors reduce them after their last op, not during it */
+        if (!mc.optimizer_rows) like.optimizer_ms[s] = 0; /* a runtime that steps no optimizer */
+    }
     cfg = &like;
     sim s;
     sim_init(&s);

@@ -13,7 +13,10 @@
  * Like with like: the plan's transfer bytes count its act_dtype's elements (2 bytes); a runtime
  * that moves another type says so in the measured CSV's optional column wire_elem_bytes (dprun's
  * fp64 layers move 8), and the simulation is then run with the bytes the runtime moved
- * (sim_config.wire_scale = wire_elem_bytes / the plan's element size). All rows must agree.
+ * (sim_config.wire_scale = wire_elem_bytes / the plan's element size; the gradient all-reduce's
+ * time scaled alike). All rows must agree. The simulation is of what the runtime runs: the
+ * gradient all-reduce after each rank's last op (dprun's executors do not overlap it), and no
+ * optimizer step when the timeline records none (dprun steps no optimizer).
  *
  * Noise: dprun runs an iteration several times in a row (--repeats R; by default the first
  * iteration once more) and marks the rows of its r-th run repeat = r. An iteration's measured

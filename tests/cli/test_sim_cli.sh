@@ -235,4 +235,21 @@ expect "... --no-flash-attention turns it off (the scores stored again)" 0 "laye
 expect "... another kernel: FlashAttention-2 is slower than cuDNN" 0 "FlashAttention .fa2-h100." -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --attention-kernel fa2-h100
 
+# validate with repeats: a simulated timeline as the measurement, run three times at 1.0, 1.1 and
+# 1.2 times its times: the median run (1.1x) is compared, the runs' spread (0.2 / 1.1) is the
+# band; per op the median too. A timeline without OPTIMIZER rows is compared without the step.
+"$DPSIM" sim --plan tests/cli/golden/plan_4ranks.json --timeline "$TMP/t4.csv" >/dev/null 2>&1
+awk -F, 'NR == 1 { print $0 ",repeat"; next } { if ($4 < 0) $4 = 0
+  for (r = 0; r < 3; r++) printf "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%d\n", $1, $2, $3, $4, $5 * (1 + r / 10), $6 * (1 + r / 10), $7, $8, r }' \
+  "$TMP/t4.csv" >"$TMP/r4.csv"
+expect "validate compares the median of an iteration's runs" 0 "mean absolute error 9.09%" -- \
+  "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/r4.csv"
+expect "... and reports their spread as the noise band" 0 "lie 18.18% apart .median over 1 iteration run up to 3 times" -- \
+  "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/r4.csv"
+expect "... and each op's median" 0 "^F +8 +4.291 +4.720 +9.09%" -- \
+  "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/r4.csv"
+awk -F, 'NR == 1 || $3 != "OPTIMIZER" { if (NR > 1 && $4 < 0) $4 = 0; print }' OFS=, "$TMP/t4.csv" >"$TMP/n4.csv"
+expect "a runtime that steps no optimizer is simulated without the step" 0 "mean absolute error 0.00%" -- \
+  "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/n4.csv"
+
 finish

@@ -368,6 +368,19 @@ static void test_allreduce_waits_for_the_slowest_replica(void **state)
         assert_int_equal(a.end[rep * 2], 65000000);
     }
     assert_int_equal(res.makespan_ns, 65000000);
+    /* Overlapped in 4 buckets during each stage's last backward (sim.h): stage 1's slowest
+     * replica runs it 20 -> 40 ms, so the reduction ends at max(40 + 7/4, 20 + 20/4 + 7) =
+     * 41.75 ms; stage 0's 40 -> 60 ms: max(60 + 5/4, 40 + 5 + 5) = 61.25 ms, the makespan */
+    for (int st = 0; st < 2; st++) w.cfg.grad_ms[st] = w.cfg.allreduce_ms[st], w.cfg.grad_buckets[st] = 4;
+    a.n = 0;
+    if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK) fail_msg("%s", err.msg);
+    for (int rep = 0; rep < D; rep++) {
+        assert_int_equal(a.start[rep * 2 + 1], 25000000);
+        assert_int_equal(a.end[rep * 2 + 1], 41750000);
+        assert_int_equal(a.start[rep * 2], 45000000);
+        assert_int_equal(a.end[rep * 2], 61250000);
+    }
+    assert_int_equal(res.makespan_ns, 61250000);
     sim_release(&s);
     plan_iter_release(&it);
     cost_model_free(w.cm);
