@@ -608,6 +608,23 @@ static void test_t5_order_against_dynapipe(void **state)
 /* The tune space against an enumeration written here: every layout of exactly the GPUs, tp within
  * a node, pp within the layers (even for T5), ZeRO 1 only with data parallelism, the method's own
  * knob and modes; no point twice. And the ranking: feasible first, by throughput. */
+/* 3 iterations of padding (4 rows of 2048) + 1F1B on one stage over 4 replicas at ZeRO `zero`,
+ * memory unbounded: the same micro-batches whatever the communication. */
+static void replicated_run(setup *s, const cost_model *cm, int zero, study_result *r)
+{
+    study_opts o = {0};
+    o.cm = cm;
+    o.rules = &s->rules;
+    o.batching = batcher_find("padding");
+    o.sched = schedule_find("1f1b");
+    o.pp = 1, o.chunks = 1, o.dp = 4, o.zero = zero;
+    o.mem_limit_mb = 1e9;
+    o.mbs = 4, o.mb_tokens = 2048;
+    o.max_iterations = 3;
+    dp_err err = {0};
+    if (study_run(&o, &s->t, r, &err) != DP_OK) fail_msg("%s", err.msg);
+}
+
 /* ZeRO's communication (stage_cost.h, sim.h): on slow links ZeRO-2 (a gradient reduce-scatter
  * per micro-batch) and ZeRO-3 (parameter gathers per forward and backward besides) are slower
  * than ZeRO-1, whose end-of-iteration collectives move what ZeRO-0's all-reduce moves; ZeRO-1
@@ -627,18 +644,8 @@ static void test_zero_communication(void **state)
     double t[4];
     int mbs[4];
     for (int z = 0; z < 4; z++) {
-        study_opts o = {0};
-        o.cm = cm;
-        o.rules = &s.rules;
-        o.batching = batcher_find("padding");
-        o.sched = schedule_find("1f1b");
-        o.pp = 1, o.chunks = 1, o.dp = 4, o.zero = z;
-        o.mem_limit_mb = 1e9;
-        o.mbs = 4, o.mb_tokens = 2048;
-        o.max_iterations = 3;
         study_result r;
-        dp_err err = {0};
-        if (study_run(&o, &s.t, &r, &err) != DP_OK) fail_msg("%s", err.msg);
+        replicated_run(&s, cm, z, &r);
         t[z] = r.time_s, mbs[z] = r.microbatches;
         study_result_release(&r);
     }
@@ -718,18 +725,9 @@ static void test_comm_overlap(void **state)
             cost_model *cm = NULL;
             assert_int_equal(cost_analytic_new(&s.m, &hw, 1, RECOMPUTE_NONE, &p, &cm, NULL), DP_OK);
             cm->overlap = v == 0 ? 0 : COST_OVERLAP_DEFAULT;
-            study_opts o = {0};
-            o.cm = cm;
-            o.rules = &s.rules;
-            o.batching = batcher_find("padding");
-            o.sched = schedule_find("1f1b");
-            o.pp = 1, o.chunks = 1, o.dp = 4, o.zero = z ? 3 : 0;
-            o.mem_limit_mb = 1e9;
-            o.mbs = 4, o.mb_tokens = 2048;
-            o.max_iterations = 3;
             study_result r;
             dp_err err = {0};
-            if (study_run(&o, &s.t, &r, &err) != DP_OK) fail_msg("%s", err.msg);
+            replicated_run(&s, cm, z ? 3 : 0, &r);
             t[v][z] = r.time_s;
             study_result_release(&r);
             if (z && v == 1) { /* prefetch: one micro-batch's forward against its closed form */
