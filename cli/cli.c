@@ -119,6 +119,7 @@ static dp_status finish(dp_status st, const cost_opts *o, const model_spec *m, c
     if (st != DP_OK) return st;
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
     (*cm)->overlap = o->overlap;
+    (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
     return st;
 }
 
@@ -162,10 +163,11 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                        o->attn_kernel, names);
     }
     char note[128];
+    const char *sp = o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism" : ", sequence parallelism";
     if (o->fit) {
-        snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s", o->fit,
+        snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s", o->fit,
                  o->tp, recompute_name(o->recompute),
-                 attention_note(o, m, hw, 1, note, sizeof note));
+                 attention_note(o, m, hw, 1, note, sizeof note), sp);
         return finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
     }
     const char *profile = o->profile;
@@ -189,11 +191,11 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
     analytic_params_for_gpu(&hw->gpu, &p);
     const char *fitted_on = analytic_params_provenance();
     int foreign = strcmp(hw->gpu.name, ANALYTIC_DEFAULT_GPU) != 0;
-    snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s",
+    snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
              hw->gpu.name, ANALYTIC_DEFAULT_GPU,
              foreign ? ": GEMM efficiency scaled by this GPU's measured matmul, the rest assumed"
                      : "",
-             attention_note(o, m, hw, 1, note, sizeof note));
+             attention_note(o, m, hw, 1, note, sizeof note), sp);
     static int told;
     if (foreign && !told && !o->quiet) {
         told = 1;
@@ -273,6 +275,10 @@ void cli_cost_options(cli_opts *t, cost_opts *o)
     cli_opt_flag(t, "analytic", 0, &o->analytic, "analytic cost model even where a profile exists");
     cli_opt_int(t, "tp", 0, &o->tp, "T", 1, 1024, "1", "tensor-parallel degree")->marks =
         OPT_FIXED_BY_PLAN | OPT_TUNED;
+    cli_opt_flag(t, "no-sp", 0, &o->no_sp,
+                 "tensor parallelism without Megatron's sequence parallelism (on by\n"
+                 "default with --tp > 1, analytic model: norms' and dropouts'\n"
+                 "activations split along the sequence, all-gather + reduce-scatter)");
     cli_opt *r = cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
                               "none | selective | full | dynamic (per iteration, the first\n"
                               "of none, selective, full whose plan fits; DynaPipe's rule) |\n"

@@ -86,6 +86,8 @@ typedef struct cost_opts {
     const char *attn_kernel; /* --attention-kernel: the fused kernel's tables (hw.h); NULL: the
                               * GPU's own */
     unsigned overlap;    /* --overlap: COST_OVERLAP_* bits          [dp,zero] */
+    int no_sp;           /* --no-sp: tensor parallelism without Megatron's sequence parallelism
+                          * (cost_model.seq_parallel, on by default) */
     int quiet;           /* 1: no note on stderr about the analytic defaults (a cost model built
                           * for what is not timed: a plan's model state) */
 } cost_opts;
@@ -109,7 +111,7 @@ dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model
                             cluster_spec *hw, cost_model **cm, char *source, size_t source_cap,
                             dp_err *err);
 
-/* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp,
+/* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp, --no-sp,
  * --recompute, --flash-attention, --no-flash-attention, --attention-kernel, --overlap) into o to
  * a command's table (options.h). */
 void cli_cost_options(cli_opts *t, cost_opts *o);

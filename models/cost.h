@@ -111,6 +111,12 @@ struct cost_model {
                                    * unless the caller chose another; NULL: none, attention is
                                    * then timed unfused even with flash_attn */
     unsigned overlap;             /* COST_OVERLAP_* bits: which communication overlaps compute */
+    int seq_parallel;             /* Megatron's sequence parallelism with tp > 1 (Korthikanti et
+                                   * al. 2022): the layer norms', dropouts' and residuals'
+                                   * activations and work split along the sequence over the tp
+                                   * GPUs, each all-reduce an all-gather plus a reduce-scatter
+                                   * (analytic model; a profile measured what it measured). On by
+                                   * default, as Megatron recommends with tp > 1 */
     void *impl;                   /* the kind's own state */
     uint64_t serial;              /* unique among the cost models this process made: what caches
                                    * of its answers key on (an address may be reused) */
@@ -236,9 +242,10 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
                     double *dense, double *attn);
 
 /* Stored activation bytes of one layer under a recompute mode (Korthikanti et al. 2022, Table 2,
- * generalised to kv_channels*heads != hidden and ffn != 4*hidden). */
+ * generalised to kv_channels*heads != hidden and ffn != 4*hidden), with sequence parallelism
+ * (sp) or without. */
 double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
-                                 int tp, recompute_mode rc);
+                                 int tp, recompute_mode rc, int sp);
 
 /* Reads a fitted model (`dpsim calibrate -o fit.json`): {"kind": "analytic", "params": {...},
  * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. The fitted

@@ -26,6 +26,8 @@
  * in the backward (twice with full recompute, which reruns the forward), each an NCCL all-reduce
  * over the t GPUs (comm.h: NVLink's achieved bus bandwidth unless t exceeds a node). With
  * COST_OVERLAP_TP they hide behind the layer's GEMMs: only what exceeds the GEMM time is added.
+ * With sequence parallelism each all-reduce is an all-gather before and a reduce-scatter after
+ * the block (the same bytes), and the elementwise passes over (b, s, h) are split over the t GPUs.
  *
  * Time (each term against its ceiling, then a soft floor for launch-bound small shapes):
  *   work_fwd = dense / (P * gemm_eff) + t_attn_fwd + bytes / (BW * mem_eff)
@@ -48,17 +50,18 @@
  *                forward's QK^T, hence 2.5).
  *
  * Activation memory (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, fp16 with 1-byte dropout
- * masks, no sequence parallelism), generalised:
- *   attention block(sq, skv) = 5*sq*b*h + (4*sq*hk + 4*skv*hkv) * b / t + 5*a*sq*skv*b / t
+ * masks), generalised; rep = t with sequence parallelism (cost_model.seq_parallel), else 1:
+ *   attention block(sq, skv) = 5*sq*b*h/rep + (4*sq*hk + 4*skv*hkv) * b / t + 5*a*sq*skv*b / t
  *                              (Q and the context over the query heads, K and V over the
  *                              key/value heads)
- *   MLP block(s)             = 5*s*b*h + 2m*s*b*f / t
+ *   MLP block(s)             = 5*s*b*h/rep + 2m*s*b*f / t
  *   GPT / T5 encoder layer   = attention(s, s) + MLP(s)           (= sbh(10 + 24/t + 5as/(ht))
- *                                                                    for hk = h, f = 4h, m = 2)
+ *                                                                    for hk = h, f = 4h, m = 2;
+ *                                                                    sbh(34/t + 5as/(ht)) with SP)
  *   T5 decoder layer         = attention(s_d, s_d) + attention(s_d, s_e) + MLP(s_d)
  *   selective recompute drops the 5*a*sq*skv*b/t terms (score entries: varlen, the samples' own);
  *   so does FlashAttention memory (cost_model.flash_attn), whatever the recompute mode; full
- *   recompute keeps the input, 2*s*b*h.
+ *   recompute keeps the input, 2*s*b*h/rep.
  *   transient over the stored ones (the peak during a layer's backward): what recomputation
  *   rebuilds, plus one (b, s, f/t) fp16 gradient buffer.
  *   postprocess: the fp16 logits, 2*b*s*V/t, stored; fp32 softmax, 4*b*s*V/t, transient.
@@ -142,39 +145,41 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
     *attn /= tp;
 }
 
-/* scores: the sum over rows (varlen: over samples) of sq * skv, the attention score entries */
+/* scores: the sum over rows (varlen: over samples) of sq * skv, the attention score entries; rep:
+ * the GPUs the sequence-wise terms (layer norm input, dropout mask, residual) are split over
+ * (tp with sequence parallelism, else 1) */
 static double attention_block(double b, double sq, double skv, double scores, double h, double hk,
-                              double hkv, double a, double t, int keep_scores)
+                              double hkv, double a, double t, double rep, int keep_scores)
 {
-    return 5 * sq * b * h + (4 * sq * hk + 4 * skv * hkv) * b / t +
+    return 5 * sq * b * h / rep + (4 * sq * hk + 4 * skv * hkv) * b / t +
            (keep_scores ? 5 * a * scores / t : 0);
 }
 
 /* The stored bytes, without the attention scores when flash (FlashAttention never stores them). */
 static double stored_bytes(const model_spec *m, cost_component c, const cost_shape *s, int tp,
-                           recompute_mode rc, int flash)
+                           recompute_mode rc, int flash, int sp)
 {
     double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
     double hkv = (double)model_kv_heads(m) * m->kv_channels, a = m->heads, t = tp,
-           mats = m->glu ? 3 : 2;
+           mats = m->glu ? 3 : 2, rep = sp ? t : 1;
     double se = s->enc_len, sd = s->dec_len;
     if (c == COMP_POSTPROCESS) return 2 * b * (m->arch == ARCH_T5 ? sd : se) * m->vocab / t;
     double sq = c == COMP_DECODER ? sd : se;
-    if (rc == RECOMPUTE_FULL) return 2 * sq * b * h;
+    if (rc == RECOMPUTE_FULL) return 2 * sq * b * h / rep;
     int keep = rc == RECOMPUTE_NONE && !flash;
     double ee, dd, ed;
     cost_shape_attn(s, &ee, &dd, &ed);
-    double mlp = 5 * sq * b * h + 2 * mats * sq * b * f / t;
-    double bytes =
-        attention_block(b, sq, sq, c == COMP_DECODER ? dd : ee, h, hk, hkv, a, t, keep) + mlp;
-    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, ed, h, hk, hkv, a, t, keep);
+    double mlp = 5 * sq * b * h / rep + 2 * mats * sq * b * f / t;
+    double bytes = attention_block(b, sq, sq, c == COMP_DECODER ? dd : ee, h, hk, hkv, a, t, rep,
+                                   keep) + mlp;
+    if (c == COMP_DECODER) bytes += attention_block(b, sd, se, ed, h, hk, hkv, a, t, rep, keep);
     return bytes;
 }
 
 double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
-                                 int tp, recompute_mode rc)
+                                 int tp, recompute_mode rc, int sp)
 {
-    return stored_bytes(m, c, s, tp, rc, 0);
+    return stored_bytes(m, c, s, tp, rc, 0, sp);
 }
 
 typedef struct analytic {
@@ -233,13 +238,14 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     analytic_flops(m, c, s, cm->tp, &dense, &attn);
     double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
     double b = s->mbs, h = m->hidden, t = cm->tp;
+    int sp = cm->seq_parallel && cm->tp > 1;
     double sq = c == COMP_DECODER || (c == COMP_POSTPROCESS && m->arch == ARCH_T5) ? s->dec_len
                                                                                    : s->enc_len;
     double bytes;
     if (c == COMP_POSTPROCESS)
         bytes = 2.0 * m->vocab * h / t + 3 * 4.0 * b * sq * m->vocab / t;
-    else
-        bytes = 1e6 * cm->param_mb[c] + 2 * ELEMENTWISE_PASSES * b * sq * h +
+    else /* the elementwise passes over (b, s, h) split along the sequence with SP */
+        bytes = 1e6 * cm->param_mb[c] + 2 * ELEMENTWISE_PASSES * b * sq * h / (sp ? t : 1) +
                 2 * 2.0 * b * sq * m->ffn / t;
     double t_attn = attn / (peak * p->attn_eff) * 1e3, t_attn_bwd = p->bwd_ratio * t_attn;
     if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS)
@@ -257,9 +263,11 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         /* Megatron's tensor-parallel all-reduces of the (b, s, h) fp16 activations: after the
          * attention and after the MLP (a T5 decoder layer also after its cross attention), the
          * same in the backward on the gradients */
-        double n_ar = c == COMP_DECODER ? 3 : 2;
+        double n_ar = c == COMP_DECODER ? 3 : 2, act = 2.0 * b * sq * h;
         comm_group g = comm_tp_group(&cm->hw, cm->tp);
-        double ar = n_ar * comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, 2.0 * b * sq * h);
+        double ar = n_ar * (sp ? comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &g, act) +
+                                     comm_coll_ms(&cm->hw, COLL_REDUCE_SCATTER, &g, act)
+                               : comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, act));
         double fwd_ar = ar, bwd_ar = ar * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
         if (cm->overlap & COST_OVERLAP_TP) { /* hidden behind the GEMMs where shorter */
             fwd_ar = fmax(0, fwd_ar - t_gemm);
@@ -268,12 +276,12 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         out->fwd_ms += fwd_ar;
         out->bwd_ms += bwd_ar;
     }
-    double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn);
+    double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn, sp);
     double transient;
     if (c == COMP_POSTPROCESS) {
         transient = 4 * b * sq * m->vocab / t;
     } else {
-        double full = stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn);
+        double full = stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn, sp);
         transient = (full - stored) + 2 * b * sq * m->ffn / t;
     }
     out->stored_act_mb = stored / 1e6;
@@ -313,6 +321,7 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
     cm->recompute = rc;
     cm->attn = hw->gpu.attn;
     cm->overlap = COST_OVERLAP_DEFAULT;
+    cm->seq_parallel = 1;
     cm->impl = a;
     cm->param_mb[COMP_ENCODER] = 2.0 * (double)model_layer_params(m, 0) / tp / 1e6;
     cm->param_mb[COMP_DECODER] = m->dec_layers ? 2.0 * (double)model_layer_params(m, 1) / tp / 1e6 : 0;

@@ -90,8 +90,10 @@ point() {
   [ "$variant" = dec512 ] && dec=512
   mem=36000
   json=$OUT/points/$id.json
+  # --no-sp: the artifact ran Megatron-DeepSpeed, without Megatron's sequence parallelism (the
+  # measured TP profiles are without it too)
   local common=(--model "$model" "${cost[@]}" --trace "$trace" --max-seqlen "$len" --max-dec-seqlen "$dec"
-                --global-tokens "$tokens" --iterations "$ITER" --keep-going)
+                --global-tokens "$tokens" --iterations "$ITER" --keep-going --no-sp)
   local thr=0 eff=0 ee=0 de=0 pms=0 oom=1 mfu=0 its=0 failed=0
   case $method in
     tuned|dynapipe-tuned)

@@ -59,7 +59,7 @@ for model in gpt-6.7b-16l t5-11b-12l; do
       --zero "$(field zero "$1")" --mbs "$(field mbs "$1")" --batching "$(field batching "$1")" \
       --schedule "$(field schedule "$1")"
   }
-  common=(--model "$model" --max-seqlen "$len" --max-dec-seqlen "$dec" --global-tokens 65536)
+  common=(--model "$model" --max-seqlen "$len" --max-dec-seqlen "$dec" --global-tokens 65536 --no-sp)
   a0=$(field throughput_tokens_per_s "$art"); d0=$(field throughput_tokens_per_s "$dyn")
   # shellcheck disable=SC2046
   arun() { thr "${common[@]}" $(cfg "$art") --recompute "$(field recompute "$art")" --mem-limit 40960 "$@"; }

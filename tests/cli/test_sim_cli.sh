@@ -252,4 +252,11 @@ awk -F, 'NR == 1 || $3 != "OPTIMIZER" { if (NR > 1 && $4 < 0) $4 = 0; print }' O
 expect "a runtime that steps no optimizer is simulated without the step" 0 "mean absolute error 0.00%" -- \
   "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/n4.csv"
 
+# Sequence parallelism: on by default with tp > 1; --no-sp stores the norms' and dropouts'
+# activations whole (Korthikanti et al.: about 3x at tp 8 with FlashAttention).
+expect "sequence parallelism is the default with --tp 8" 0 "layer +[0-9.]+ +[0-9.]+ +297\\.8 " -- \
+  "$DPSIM" cost --model llama3.1-70b --hw h200 --tp 8 --mbs 1 --seqlen 8192
+expect "... and --no-sp stores 3x as much" 0 "layer +[0-9.]+ +[0-9.]+ +885\\.0 " -- \
+  "$DPSIM" cost --model llama3.1-70b --hw h200 --tp 8 --mbs 1 --seqlen 8192 --no-sp
+
 finish

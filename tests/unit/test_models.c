@@ -258,12 +258,35 @@ static void test_korthikanti_closed_form(void **state)
     double s = 2048, b = 2, h = 4096, a = 32;
     cost_shape sh = cost_shape_rows(2, 2048, 0);
     for (int t = 1; t <= 8; t *= 2) {
-        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_NONE),
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_NONE, 0),
                     s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1e-3);
-        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_SELECTIVE),
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_SELECTIVE, 0),
                     s * b * h * (10 + 24.0 / t), 1e-3);
-        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_FULL),
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_FULL, 0),
                     2 * s * b * h, 1e-3);
+        /* with sequence parallelism (Table 2's last rows): sbh(34/t + 5as/(ht)), selective
+         * sbh * 34/t, full 2sbh/t */
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_NONE, 1),
+                    s * b * h * (34.0 / t + 5 * a * s / (h * t)), 1e-3);
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_SELECTIVE, 1),
+                    s * b * h * 34.0 / t, 1e-3);
+        assert_near(analytic_stored_act_bytes(m, COMP_ENCODER, &sh, t, RECOMPUTE_FULL, 1),
+                    2 * s * b * h / t, 1e-3);
+        /* the cost model's figure, with FlashAttention off and on (on: no score term) */
+        analytic_params p;
+        analytic_params_default(&p);
+        cluster_spec hw = p4d();
+        for (int flash = 0; flash <= 1; flash++) {
+            cost_model *cm = NULL;
+            assert_int_equal(cost_analytic_new(m, &hw, t, RECOMPUTE_NONE, &p, &cm, NULL), DP_OK);
+            assert_int_equal(cm->seq_parallel, 1); /* Megatron's recommendation: the default */
+            cost_model_set_attention(cm, flash, NULL);
+            cost_layer l;
+            assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &l, NULL), DP_OK);
+            double want = s * b * h * (34.0 / t + (flash ? 0 : 5 * a * s / (h * t)));
+            assert_near(l.stored_act_mb, want / 1e6, 1e-9); /* t = 1: the same sum, 10 + 24 */
+            cost_model_free(cm);
+        }
     }
 }
 
@@ -594,8 +617,8 @@ static void test_gqa_and_untied_heads(void **state)
     analytic_flops(&gqa, COMP_ENCODER, &sh, 2, &d2, &a2);
     assert_near(d1, d2, 0);
     assert_near(a1, a2, 0);
-    assert_near(analytic_stored_act_bytes(&gqa, COMP_ENCODER, &sh, 2, RECOMPUTE_NONE),
-                analytic_stored_act_bytes(&mha, COMP_ENCODER, &sh, 2, RECOMPUTE_NONE), 0);
+    assert_near(analytic_stored_act_bytes(&gqa, COMP_ENCODER, &sh, 2, RECOMPUTE_NONE, 0),
+                analytic_stored_act_bytes(&mha, COMP_ENCODER, &sh, 2, RECOMPUTE_NONE, 0), 0);
     /* fewer key/value heads: K and V projections shrink by hand, attention FLOPs do not */
     gqa.kv_heads = 8;
     double h = 4096, hk = 4096, hkv = 8 * 128, b = 2, s = 1024, f = 16384;
@@ -603,8 +626,8 @@ static void test_gqa_and_untied_heads(void **state)
     analytic_flops(&mha, COMP_ENCODER, &sh, 1, &d1, &a1);
     assert_near(d2, 2 * b * s * (h * hk + 2 * h * hkv + hk * h + 2 * h * f), 1);
     assert_near(a2, a1, 0);
-    assert_near(analytic_stored_act_bytes(&mha, COMP_ENCODER, &sh, 1, RECOMPUTE_SELECTIVE) -
-                    analytic_stored_act_bytes(&gqa, COMP_ENCODER, &sh, 1, RECOMPUTE_SELECTIVE),
+    assert_near(analytic_stored_act_bytes(&mha, COMP_ENCODER, &sh, 1, RECOMPUTE_SELECTIVE, 0) -
+                    analytic_stored_act_bytes(&gqa, COMP_ENCODER, &sh, 1, RECOMPUTE_SELECTIVE, 0),
                 4 * s * (hk - hkv) * b, 1e-6);
     assert_int_equal(model_total_params(&mha) - model_total_params(&gqa),
                      16 * (int64_t)(2 * h * (hk - hkv) + 2 * (hk - hkv)));
@@ -1101,7 +1124,7 @@ static void test_flash_attention_memory_agrees_across_models(void **state)
     cost_layer a, b;
     assert_int_equal(cost_query(am, COMP_ENCODER, &s, &a, NULL), DP_OK);
     assert_int_equal(cost_query(pm, COMP_ENCODER, &s, &b, NULL), DP_OK);
-    double full = analytic_stored_act_bytes(m, COMP_ENCODER, &s, 1, RECOMPUTE_NONE) / 1e6;
+    double full = analytic_stored_act_bytes(m, COMP_ENCODER, &s, 1, RECOMPUTE_NONE, 0) / 1e6;
     double scores = 5.0 * m->heads * 2048.0 * 2048 / 1e6;
     assert_rel(a.stored_act_mb, full - scores, 1e-12);
     assert_rel(b.stored_act_mb, a.stored_act_mb, 0.05);
