@@ -4,11 +4,52 @@
 #include <string.h>
 
 #include "../models/hw.h"
+#include "../models/memory.h"
 #include "../models/model.h"
 #include "../common/json_util.h"
 #include "cli.h"
 
-static const char MODELS_USAGE[] = "dpsim models [--show NAME]";
+static const char MODELS_USAGE[] = "dpsim models [--show NAME [--seqlen L] [--dp D]]";
+
+/* 8030261248 as "8,030,261,248" */
+static const char *grouped(int64_t v, char *buf, size_t cap)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%lld", (long long)v), o = 0;
+    for (int i = 0; i < n && o + 2 < (int)cap; i++) {
+        if (i && (n - i) % 3 == 0 && digits[i - 1] != '-') buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* What a shown model costs, on stderr beside its spec (stdout stays a spec --model reads back):
+ * its parameters, training FLOPs per token at seqlen tokens, and model state per GPU under each
+ * ZeRO stage over dp replicas (models/memory.h). */
+static void print_model_sizes(const model_spec *m, int seqlen, int dp)
+{
+    char buf[40];
+    int64_t params = model_total_params(m);
+    int dec = m->arch == ARCH_T5 ? seqlen : 0;
+    double per_token = model_train_flops(m, seqlen, dec) / (seqlen + dec);
+    double rerun = model_recompute_flops(m, seqlen, dec, RECOMPUTE_FULL) / (seqlen + dec);
+    fprintf(stderr, "# %s: %s parameters (%.2f GB of 16-bit weights)\n", m->name,
+            grouped(params, buf, sizeof buf), 2e-9 * (double)params);
+    fprintf(stderr, "# training FLOPs per token at %d tokens%s: %.2f GFLOP (MFU's count), %.2f "
+            "with full recompute (HFU's)\n", seqlen, dec ? " (encoder and decoder each)" : "",
+            per_token / 1e9, (per_token + rerun) / 1e9);
+    fprintf(stderr, "# model state per GPU over %d replicas, GB (one stage, tp 1: divide by tp x "
+            "pp), bf16 weights and grads, fp32 Adam\n#   zero  weights    grads  optimizer"
+            "    total\n", dp);
+    double param_mb = 2e-6 * (double)params;
+    for (int z = 0; z <= 3; z++) {
+        double w, g, o;
+        memory_model_state_parts(param_mb, z, dp, &w, &g, &o);
+        fprintf(stderr, "#   %4d %8.2f %8.2f %10.2f %8.2f\n", z, w / 1e3, g / 1e3, o / 1e3,
+                (w + g + o) / 1e3);
+    }
+}
 
 static void print_model(const model_spec *m)
 {
@@ -24,12 +65,18 @@ static void print_model(const model_spec *m)
 int cmd_models(int argc, char **argv)
 {
     const char *show = NULL;
+    int seqlen = 2048, dp = 8;
     cli_opts ot;
     cli_opts_init(&ot, "models", MODELS_USAGE,
                   "Lists the model, GPU and cluster presets that --model and --hw\n"
                   "accept (a JSON or Hugging Face config.json file works too).");
     cli_opt_string(&ot, "show", 's', &show, "NAME", NULL,
-                   "print one model or cluster as a JSON spec");
+                   "print one model or cluster as a JSON spec (a model's parameters,\n"
+                   "FLOPs per token and model state per GPU on stderr beside it)");
+    cli_opt_int(&ot, "seqlen", 0, &seqlen, "L", 1, 1 << 24, "2048",
+                "--show: the sequence length of the FLOPs per token");
+    cli_opt_int(&ot, "dp", 0, &dp, "D", 1, 1 << 20, "8",
+                "--show: the data-parallel replicas ZeRO shards the model state over");
     int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
@@ -38,8 +85,12 @@ int cmd_models(int argc, char **argv)
         model_spec m;
         cluster_spec cl;
         dp_err merr = {0};
-        if (model_resolve(show, &m, &merr) == DP_OK)
-            return model_write_json(&m, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
+        if (model_resolve(show, &m, &merr) == DP_OK) {
+            if (model_write_json(&m, "-", &err) != DP_OK) return cli_fail("models", &err);
+            fflush(stdout);
+            print_model_sizes(&m, seqlen, dp);
+            return 0;
+        }
         if (cluster_resolve(show, &cl, &err) == DP_OK)
             return cluster_write_json(&cl, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
         /* neither: report the reason of the kind the file looks like (a cluster names its GPU) */

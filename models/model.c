@@ -298,6 +298,37 @@ dp_status model_write_json(const model_spec *m, const char *path, dp_err *err)
     return st;
 }
 
+/* A Hugging Face config's model name: the last part of its _name_or_path
+ * ("meta-llama/Meta-Llama-3-8B" → "Meta-Llama-3-8B"), else its file's name without ".json" (the
+ * folder's for a config.json), else its model type. Printable ASCII only, cut to fit. */
+static void hf_model_name(const cJSON *root, const char *path, const char *mtype, char *out,
+                          size_t cap)
+{
+    const cJSON *np = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+    char buf[256] = "";
+    if (cJSON_IsString(np) && np->valuestring[0]) {
+        const char *slash = strrchr(np->valuestring, '/');
+        snprintf(buf, sizeof buf, "%s", slash && slash[1] ? slash + 1 : np->valuestring);
+    } else if (path && strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
+        snprintf(buf, sizeof buf, "%.*s", (int)(strlen(path) - 5), path);
+        char *base = strrchr(buf, '/');
+        if (strcmp(base ? base + 1 : buf, "config") == 0 && base) { /* .../Llama-3-8B/config */
+            *base = '\0';
+            char *parent = strrchr(buf, '/');
+            memmove(buf, parent ? parent + 1 : buf, strlen(parent ? parent + 1 : buf) + 1);
+        } else if (base) {
+            memmove(buf, base + 1, strlen(base + 1) + 1);
+        } else if (strcmp(buf, "config") == 0) {
+            buf[0] = '\0';
+        }
+    }
+    if (!buf[0]) snprintf(buf, sizeof buf, "%s", mtype[0] ? mtype : "hf");
+    size_t o = 0;
+    for (size_t i = 0; buf[i] && o + 1 < cap; i++)
+        out[o++] = buf[i] > ' ' && buf[i] < 127 ? buf[i] : '_';
+    out[o] = '\0';
+}
+
 dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -305,7 +336,8 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
     TRY(json_parse_object(text, name, &root, err));
     memset(m, 0, sizeof *m);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    snprintf(m->name, sizeof m->name, "%s", cJSON_IsString(type) ? type->valuestring : "hf");
+    hf_model_name(root, name, cJSON_IsString(type) ? type->valuestring : "", m->name,
+                  sizeof m->name);
     const char *mtype = cJSON_IsString(type) ? type->valuestring : "";
     /* experts by any of their names (a positive count): Mixtral's, Qwen-MoE's and OLMoE's,
      * DeepSeek's, the number routed to; or by the model type */

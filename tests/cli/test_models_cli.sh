@@ -7,6 +7,14 @@ expect "models lists the p4d cluster" 0 "^p4d +a100-40gb +8 +2400 +0 +8 +100 +12
 expect "... and each GPU's NCCL bus bandwidth and attention kernel" 0 "^h100 +989.0 +1979 +3350 +80.0 +450 +370 +275 +370 +370 +80.3 cudnn-h100" -- "$DPSIM" models
 expect "... and the B200 node" 0 "^dgx-b200 +b200 +8 +7200 +2 +8 +400 +48.0" -- "$DPSIM" models
 expect "models --show prints a JSON spec" 0 '"hidden_size":' -- "$DPSIM" models --show gpt-6.7b-16l
+expect "models --show gives a model's parameters" 0 "llama3-8b: 8,030,261,248 parameters" -- "$DPSIM" models --show llama3-8b
+expect "... its FLOPs per token (6 x 8.04e9 less the embedding, plus attention at 2048)" 0 "at 2048 tokens: 48.25 GFLOP .MFU's count., 63.28 with full recompute" -- "$DPSIM" models --show llama3-8b
+expect "... and its model state per GPU under ZeRO-3 over 64 replicas (16 bytes a parameter / 64)" 0 "^#  +3 +0.25 +0.25 +1.51 +2.01" -- "$DPSIM" models --show llama3-8b --dp 64
+mkdir -p "$TMP/Meta-Llama-3-8B"
+printf '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}' >"$TMP/Meta-Llama-3-8B/config.json"
+expect "a Hugging Face config is named by its folder" 0 '"name":[[:space:]]*"Meta-Llama-3-8B"' -- "$DPSIM" models --show "$TMP/Meta-Llama-3-8B/config.json"
+printf '{"_name_or_path": "org/My-Model-1B", "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}' >"$TMP/c.json"
+expect "... or by its _name_or_path" 0 '"name":[[:space:]]*"My-Model-1B"' -- "$DPSIM" models --show "$TMP/c.json"
 "$DPSIM" models --show t5-11b-24l >"$TMP/t5.json" 2>/dev/null
 expect "a shown spec is a usable --model" 0 "decoder layer" -- "$DPSIM" cost --model "$TMP/t5.json" --tp 8 --mbs 2 --seqlen 512 --dec-seqlen 64
 expect "cost --help lists options with defaults" 0 "\[gpt-6.7b-16l\]" -- "$DPSIM" cost --help
