@@ -57,9 +57,12 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
         fprintf(fp, "%-34s %14.1f  (HFU %.1f%%: the recomputed forwards counted too, as "
                 "Megatron's TFLOP/s)\n", "hardware TFLOP/s per GPU", r->hw_tflops_per_gpu,
                 100 * r->hfu);
-    fprintf(fp, "%-34s %13.1f%%  (encoder %.1f%%, decoder %.1f%%)\n", "padding efficiency",
-            100 * r->padding_efficiency, 100 * r->enc_padding_efficiency,
-            r->dec_padded ? 100 * r->dec_padding_efficiency : 0);
+    if (r->dec_padded) /* encoder-decoder: each side's own */
+        fprintf(fp, "%-34s %13.1f%%  (encoder %.1f%%, decoder %.1f%%)\n", "padding efficiency",
+                100 * r->padding_efficiency, 100 * r->enc_padding_efficiency,
+                100 * r->dec_padding_efficiency);
+    else
+        fprintf(fp, "%-34s %13.1f%%\n", "padding efficiency", 100 * r->padding_efficiency);
     fprintf(fp, "%-34s", "bubble fraction per stage");
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->bubble_fraction[s]);
     fprintf(fp, "\n%-34s", "peak memory per stage (MB)");
@@ -86,8 +89,11 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
             r->plan_ms_median, r->plan_ms_p90);
     if (r->in_flight_fallback)
         fprintf(fp, "%-34s %14d\n", "iterations planned 1-in-flight", r->in_flight_fallback);
-    fprintf(fp, "%-34s %14llu (%.1f M events/s)\n", "simulated events",
-            (unsigned long long)r->events, r->sim_wall_s > 0 ? r->events / r->sim_wall_s / 1e6 : 0);
+    if (r->events)
+        fprintf(fp, "%-34s %14llu (%.1f M events/s)\n", "simulated events",
+                (unsigned long long)r->events, r->sim_wall_s > 0 ? r->events / r->sim_wall_s / 1e6 : 0);
+    else /* one stage: nothing travels, the computes follow one another */
+        fprintf(fp, "%-34s %14s (no transfers between stages to simulate)\n", "simulated events", "0");
     fprintf(fp, "%-34s %016llx\n", "timeline hash", (unsigned long long)r->timeline_hash);
 }
 

@@ -236,6 +236,7 @@ int cmd_tune(int argc, char **argv)
     cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "the ranking CSV");
     cli_plan_options(&t, &p);
     cli_opts_find(&t, "iterations")->deflt = "8";
+    t.help_hides = OPT_TUNED; /* what tune searches is no option of it */
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
     cli_plan_parsed(&t, &p);
     char searched[80];

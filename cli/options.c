@@ -246,6 +246,7 @@ void cli_opts_help(const cli_opts *t, FILE *fp)
     if (t->about && t->about[0]) fprintf(fp, "%s\n\n", t->about);
     for (int i = 0; i < t->n; i++) {
         const cli_opt *o = &t->row[i];
+        if (o->marks & t->help_hides) continue;
         int at = o->letter ? fprintf(fp, "  -%c, --%s", o->letter, o->name)
                            : fprintf(fp, "      --%s", o->name);
         if (o->meta) at += fprintf(fp, " %s", o->meta);

@@ -66,6 +66,7 @@ typedef struct cli_opts {
     int n, cap;
     const cli_opt *first[OPT_MARKS]; /* after parsing: the first row given with each mark (valid
                                       * while the table is) */
+    int help_hides; /* marks whose rows --help leaves out (tune: OPT_TUNED, which it refuses) */
 } cli_opts;
 
 /* An empty table for cmd (no rows; --help is always understood). */

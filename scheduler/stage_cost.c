@@ -61,7 +61,7 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         if (sm->budget_mb[s] <= 0)
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "the model state of stage %d (%.0f MB: weights, gradients and Adam "
-                           "state of %.0f MB of fp16 parameters, ZeRO-%d over %d replicas) "
+                           "state of %.0f MB of 16-bit parameters, ZeRO-%d over %d replicas) "
                            "exceeds the %.0f MB of device memory\nhint: more --pp, --tp or --dp "
                            "with --zero",
                            s, sm->state_mb[s], param_mb, zero_stage, dp, mem_limit_mb);

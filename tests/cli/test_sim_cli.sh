@@ -259,4 +259,16 @@ expect "sequence parallelism is the default with --tp 8" 0 "layer +[0-9.]+ +[0-9
 expect "... and --no-sp stores 3x as much" 0 "layer +[0-9.]+ +[0-9.]+ +885\\.0 " -- \
   "$DPSIM" cost --model llama3.1-70b --hw h200 --tp 8 --mbs 1 --seqlen 8192 --no-sp
 
+# Wording: what does not apply is not printed as 0 (a decoder-only model, one stage), tune's help
+# lists no option it refuses, and --tp names the heads that bind.
+expect "a GPT run prints no decoder padding" 0 "^padding efficiency +[0-9.]+%\$" -- "$DPSIM" sim --model gpt-tiny --pp 1 --iterations 2
+expect "... and says why one stage has no events" 0 "no transfers between stages to simulate" -- "$DPSIM" sim --model gpt-tiny --pp 1 --iterations 2
+"$DPSIM" tune --help >"$TMP/tune_help.txt"
+check "tune --help lists none of the options it refuses" \
+  bash -c "! grep -Eq -- '^ +(-[a-z], )?--(tp|recompute|batching|schedule|pp|dp|zero|mbs) ' '$TMP/tune_help.txt'"
+expect "--tp that a model's key/value heads refuse names them" 2 "--tp 16 does not divide the 8 key/value heads of llama3.1-70b" -- \
+  "$DPSIM" cost --model llama3.1-70b --hw h200 --tp 16 --mbs 1 --seqlen 1024
+expect "... with a --tp that fits, and the node it exceeds" 2 "hint: --tp 8; and a tensor-parallel group wider than a node" -- \
+  "$DPSIM" cost --model llama3.1-70b --hw h200 --tp 16 --mbs 1 --seqlen 1024
+
 finish
