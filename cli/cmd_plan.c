@@ -201,7 +201,8 @@ static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_s
     study_begin(&acc, res, &cfg, sink);
     acc.model = &model;
     for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = study_add(&acc, &pl.it[i], err);
-    study_end(&acc);
+    dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
+    if (st == DP_OK) st = end;
 out:
     plan_release(&pl);
     return st;

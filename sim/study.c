@@ -220,7 +220,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     return DP_OK;
 }
 
-void study_end(study_acc *a)
+dp_status study_end(study_acc *a, dp_err *err)
 {
     study_result *r = a->r;
     r->time_s = (double)a->t_ns / 1e9;
@@ -247,6 +247,15 @@ void study_end(study_acc *a)
     }
     r->timeline_hash = a->hash;
     sim_release(&a->s);
+    double over = fmax(r->mfu, r->hfu);
+    if (over > 1)
+        return dp_fail(err, DP_ERR_INVALID, "the simulated run does %.0f%% of the GPU's peak "
+                       "(%.3g of %.3g TFLOP/s per GPU): its op times are faster than the hardware "
+                       "allows\nhint: a profile measured for another model or GPU, a fit of "
+                       "another GPU, or a plan file whose times were edited",
+                       100 * over, over * (a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0),
+                       a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0);
+    return DP_OK;
 }
 
 /* Everything one iteration's planning needs. */
@@ -385,7 +394,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     if (streaming) {
         st = trace_stream_open(&ts, o->stream_path, err);
         if (st != DP_OK) {
-            study_end(&acc);
+            study_end(&acc, NULL);
             for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
             free(sm);
             return st;
@@ -483,8 +492,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         r->plan_ms_median = plan_ms[planned / 2];
         r->plan_ms_p90 = plan_ms[(int)(0.9 * (planned - 1) + 0.5)];
     }
-out:
-    study_end(&acc);
+out:;
+    dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
+    if (st == DP_OK) st = end;
     free(plan_ms);
     for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
     free(sm);

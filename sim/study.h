@@ -138,8 +138,11 @@ void study_begin(study_acc *a, study_result *r, const sim_config *cfg, const sim
 dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err);
 /* Records an iteration left out (keep_going): its id, tokens and why; it is not simulated. */
 dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
-/* Finishes the totals (throughput, efficiencies, MFU) and releases the simulator. */
-void study_end(study_acc *a);
+/* Finishes the totals (throughput, efficiencies, MFU) and releases the simulator. A figure that
+ * cannot be true is DP_ERR_INVALID, naming it and the likely cause: model or hardware FLOP/s
+ * above the GPU's peak (the cost model's times are faster than the hardware allows: a profile
+ * of another model or GPU, or a plan file's times edited). The totals are filled either way. */
+dp_status study_end(study_acc *a, dp_err *err);
 
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored). */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);

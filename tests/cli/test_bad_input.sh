@@ -62,6 +62,13 @@ expect "a fit of another GPU than --hw's" 2 "was fitted on a100-40gb .\"hw\": \"
 expect "an unknown --attention-kernel" 2 "unknown --attention-kernel \"fa9\" .one of fa2-a100, fa2-h100, fa3-h100, cudnn-h100, fa4-b200" -- "$DPSIM" cost --attention-kernel fa9 --mbs 1 --seqlen 16
 expect "an unknown --overlap" 2 "unknown --overlap \"dp,pp\"" -- "$DPSIM" sim --overlap dp,pp
 expect "--flash-attention with --no-flash-attention" 2 "contradict each other" -- "$DPSIM" cost --flash-attention --no-flash-attention --mbs 1 --seqlen 16
+# A figure that cannot be true is refused, not printed (MFU over 100%): the A100 profile's times on
+# a CPU rank's peak, and a plan file whose model_flops were edited.
+expect "a profile of a faster GPU: MFU over 100% refused" 1 "the simulated run does [0-9]+% of the GPU's peak" -- \
+  "$DPSIM" sim --hw cpu --mem-limit 1000000 --profile models/profiles/a100_gpt_6.7b_profile.csv --iterations 2
+"$DPSIM" plan --iterations 2 -o "$TMP/pl.json" >/dev/null 2>&1
+sed -E 's/"model_flops":[[:space:]]*[0-9.eE+]+/"model_flops": 1e19/' "$TMP/pl.json" >"$TMP/pl_edit.json"
+expect "a plan file's edited model_flops: refused" 1 "faster than the hardware allows" -- "$DPSIM" sim --plan "$TMP/pl_edit.json"
 
 # --- contradictory flags --------------------------------------------------------------------------
 expect "pp larger than the layers" 2 "more pipeline stages than gpt-6.7b-16l has layers" -- "$DPSIM" plan --pp 17
