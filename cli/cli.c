@@ -132,7 +132,8 @@ static const char *attention_note(const cost_opts *o, const model_spec *m, const
     if (!flash_of(o, m)) return "";
     if (timed && k) snprintf(buf, cap, ", FlashAttention (%s%s)", k->name,
                              o->flash_attn ? "" : ": the model's default");
-    else snprintf(buf, cap, ", FlashAttention memory%s", o->flash_attn ? "" : " (the model's default)");
+    else snprintf(buf, cap, ", FlashAttention memory%s",
+                  o->flash_attn ? "" : " (the model's default)");
     return buf;
 }
 
@@ -163,7 +164,9 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                        o->attn_kernel, names);
     }
     char note[128];
-    const char *sp = o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism" : ", sequence parallelism";
+    const char *sp = o->tp < 2       ? ""
+                     : o->no_sp      ? ", no sequence parallelism"
+                                     : ", sequence parallelism";
     if (o->fit) {
         snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s", o->fit,
                  o->tp, recompute_name(o->recompute),

@@ -62,7 +62,8 @@ static const struct {
 int cost_overlap_parse(const char *text, unsigned *bits)
 {
     if (strcmp(text, "none") == 0) return *bits = 0, 0;
-    if (strcmp(text, "all") == 0) return *bits = COST_OVERLAP_DP | COST_OVERLAP_ZERO | COST_OVERLAP_TP, 0;
+    if (strcmp(text, "all") == 0)
+        return *bits = COST_OVERLAP_DP | COST_OVERLAP_ZERO | COST_OVERLAP_TP, 0;
     unsigned b = 0;
     const char *p = text;
     while (*p) {
@@ -85,7 +86,8 @@ const char *cost_overlap_name(unsigned bits, char *buf, size_t cap)
     buf[0] = '\0';
     for (size_t i = 0; i < N_OVERLAPS; i++)
         if (bits & OVERLAPS[i].bit && used < cap)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? "," : "", OVERLAPS[i].name);
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? "," : "",
+                                     OVERLAPS[i].name);
     if (!used) snprintf(buf, cap, "none");
     return buf;
 }

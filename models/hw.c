@@ -278,7 +278,8 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
         TRY(json_double(g, "fp8_tflops", where, 0, 1e7, 0, 0, &c->gpu.fp8_tflops, err));
         TRY(json_double(g, "hbm_gbps", where, 1e-3, 1e7, 1, 0, &c->gpu.hbm_gbps, err));
         TRY(json_double(g, "mem_mb", where, 1, 1e9, 1, 0, &c->gpu.mem_mb, err));
-        TRY(json_double(g, "matmul_eff", where, 1e-6, 1, 0, HW_A100_MATMUL_EFF, &c->gpu.matmul_eff, err));
+        TRY(json_double(g, "matmul_eff", where, 1e-6, 1, 0, HW_A100_MATMUL_EFF, &c->gpu.matmul_eff,
+                        err));
         TRY(json_double(g, "nvls_eff", where, 0, 1, 0, 0, &c->gpu.nvls_eff, err));
         const cJSON *ak = cJSON_GetObjectItemCaseSensitive(g, "attention_kernel");
         if (ak && !cJSON_IsNull(ak)) {
