@@ -227,12 +227,13 @@ static int set_recompute(void *ctx, const char *arg, const char *cmd, const char
 {
     cost_opts *o = ctx;
     o->recompute_dynamic = strcmp(arg, "dynamic") == 0   ? RECOMPUTE_PER_ITERATION
-                           : strcmp(arg, "mixed") == 0 ? RECOMPUTE_PER_MB
-                                                       : 0;
+                           : strcmp(arg, "mixed") == 0   ? RECOMPUTE_PER_MB
+                           : strcmp(arg, "fastest") == 0 ? RECOMPUTE_FASTEST
+                                                         : 0;
     if (o->recompute_dynamic) o->recompute = RECOMPUTE_NONE;
     else if (recompute_parse(arg, &o->recompute) != 0) {
         cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic, "
-                        "mixed)", arg);
+                        "mixed, fastest)", arg);
         return -1;
     }
     return 0;
@@ -240,9 +241,14 @@ static int set_recompute(void *ctx, const char *arg, const char *cmd, const char
 
 const char *recompute_choice_name(const cost_opts *o)
 {
-    return o->recompute_dynamic == RECOMPUTE_PER_MB          ? "mixed"
-           : o->recompute_dynamic == RECOMPUTE_PER_ITERATION ? "dynamic"
-                                                             : recompute_name(o->recompute);
+    return o->recompute_dynamic == RECOMPUTE_FASTEST ? "fastest" : recompute_plan_name(o);
+}
+
+const char *recompute_plan_name(const cost_opts *o)
+{
+    return o->recompute_dynamic == RECOMPUTE_PER_MB ? "mixed"
+           : o->recompute_dynamic                   ? "dynamic"
+                                                    : recompute_name(o->recompute);
 }
 
 static int set_overlap(void *ctx, const char *arg, const char *cmd, const char *usage)
@@ -286,7 +292,8 @@ void cli_cost_options(cli_opts *t, cost_opts *o)
                               "none | selective | full | dynamic (per iteration, the first\n"
                               "of none, selective, full whose plan fits; DynaPipe's rule) |\n"
                               "mixed (dynamic's plan, then per micro-batch a mode lower\n"
-                              "wherever it still fits)");
+                              "wherever it still fits) | fastest (per iteration, the mode\n"
+                              "whose plan simulates fastest of those that fit)");
     r->marks = OPT_FIXED_BY_PLAN | OPT_TUNED, r->show = show_recompute;
     cli_opt_flag(t, "flash-attention", 0, &o->flash_attn,
                  "FlashAttention: attention scores never stored, and (analytic\n"

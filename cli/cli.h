@@ -63,7 +63,10 @@ int cmd_plot(int argc, char **argv);
 /* ---- choosing a cost model from options (shared by cost, calibrate, plan, sim, compare) ---- */
 
 
-enum { RECOMPUTE_PER_ITERATION = 1, RECOMPUTE_PER_MB = 2 }; /* cost_opts.recompute_dynamic */
+/* cost_opts.recompute_dynamic: --recompute dynamic (DynaPipe's first mode that fits), mixed
+ * (then per micro-batch), fastest (per iteration, the mode whose plan simulates fastest among
+ * those that fit) */
+enum { RECOMPUTE_PER_ITERATION = 1, RECOMPUTE_PER_MB = 2, RECOMPUTE_FASTEST = 3 };
 
 typedef struct cost_opts {
     const char *model;   /* preset or file                               [gpt-6.7b-16l] */
@@ -94,8 +97,11 @@ typedef struct cost_opts {
 
 void cost_opts_default(cost_opts *o);
 
-/* What --recompute said: "none", "selective", "full", "dynamic" or "mixed" (a plan header's). */
+/* What --recompute said: "none", "selective", "full", "dynamic", "mixed" or "fastest". */
 const char *recompute_choice_name(const cost_opts *o);
+/* What a plan made with it says in its header (plan.h): "fastest" is "dynamic" there, a mode per
+ * iteration like DynaPipe's rule; the others as said. */
+const char *recompute_plan_name(const cost_opts *o);
 
 /* Resolves model and hardware and builds the cost model the options ask for. The model's measured
  * profile is used by default when the hardware's GPU is the one it was measured on (A100-40GB);

@@ -135,7 +135,7 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.hw, sizeof h.hw, "%s", env.hw.name);
     snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
     snprintf(h.batching, sizeof h.batching, "%s", p.batching);
-    snprintf(h.recompute, sizeof h.recompute, "%s", recompute_choice_name(&p.cost));
+    snprintf(h.recompute, sizeof h.recompute, "%s", recompute_plan_name(&p.cost));
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.rules = env.rules;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be

@@ -177,6 +177,8 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
         snprintf(env->cost_source + at, sizeof env->cost_source - at,
                  p->cost.recompute_dynamic == RECOMPUTE_PER_MB
                      ? "; --recompute mixed: none, selective or full per micro-batch"
+                 : p->cost.recompute_dynamic == RECOMPUTE_FASTEST
+                     ? "; --recompute fastest: per iteration, the mode that simulates fastest"
                      : "; --recompute dynamic: none, selective or full per iteration");
     } else {
         st = cli_build_cost(&p->cost, &env->model, &env->hw, &env->cm, env->cost_source,
@@ -279,6 +281,7 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
     o->keep_going = p->keep_going;
     for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = env->recompute_cm[m];
     o->recompute_per_mb = p->cost.recompute_dynamic == RECOMPUTE_PER_MB;
+    o->recompute_by_time = p->cost.recompute_dynamic == RECOMPUTE_FASTEST;
 }
 
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,

@@ -357,6 +357,29 @@ static void planner_use(planner *p, const stage_model *sm, shape_cache *cache)
     p->sctx.sm = sm;
 }
 
+/* --recompute fastest: the mode (index into sm) whose plan of this batch fits and simulates
+ * fastest, ties to the lower one; -1 when none fits (the caller then plans as --recompute dynamic
+ * does, to report why). Every mode's plan is built and simulated once. */
+static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache *const *cache,
+                                int modes, const sample_len *b, int n, int id, mb_list *l,
+                                plan_iter *pi)
+{
+    int best = -1;
+    int64_t best_ns = INT64_MAX;
+    for (int m = 0; m < modes; m++) {
+        planner_use(pl, &sm[m], cache[m]);
+        int answerable = 0;
+        dp_err why = {0};
+        if (plan_iteration(pl, b, n, id, l, pi, &answerable, &why) != DP_OK || !answerable ||
+            !l->feasible)
+            continue;
+        sim_iter_result ir;
+        if (sim_iteration(pl->s, pl->cfg, pi, 0, NULL, &ir, NULL) != DP_OK) continue;
+        if (ir.makespan_ns < best_ns) best_ns = ir.makespan_ns, best = m;
+    }
+    return best;
+}
+
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -427,12 +450,16 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         double t0 = dp_now_s();
         int answerable = 0, mode = 0;
         dp_err why = {0};
-        /* the first mode whose plan fits; the last one's plan is kept, fitting or not */
-        for (mode = 0;; mode++) {
+        /* the first mode whose plan fits; the last one's plan is kept, fitting or not; with
+         * recompute_by_time the fastest that fits, planned again (planning is deterministic) */
+        int fastest = o->recompute_by_time && modes > 1
+                          ? fastest_fitting_mode(&pl, sm, cache, modes, b, n, planned, &l, &pi)
+                          : -1;
+        for (mode = fastest >= 0 ? fastest : 0;; mode++) {
             planner_use(&pl, &sm[mode], cache[mode]);
             answerable = 0;
             st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
-            if (mode + 1 == modes) break;
+            if (fastest >= 0 || mode + 1 == modes) break;
             if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
             if (st != DP_OK || (answerable && l.feasible)) break;
         }

@@ -57,6 +57,10 @@ typedef struct study_opts {
     /* --recompute mixed: with recompute_cm, the fitting plan's micro-batches then go down a mode
      * where the memory allows (scheduler/mixed_recompute.h): a mode per micro-batch */
     int recompute_per_mb;
+    /* --recompute fastest: with recompute_cm, every mode's plan is built and simulated, and the
+     * fastest of those that fit is kept (DynaPipe's first fit can starve a pipeline the adaptive
+     * schedule fills by memory); ties go to the lower mode */
+    int recompute_by_time;
     int keep_going; /* an iteration that cannot be planned to fit (a sample that fits nowhere, a
                      * plan over memory, a shape beyond the cost model) is counted, named in
                      * study_result.iter and left out, instead of ending (or spoiling) the run */

@@ -271,4 +271,17 @@ expect "--tp that a model's key/value heads refuse names them" 2 "--tp 16 does n
 expect "... with a --tp that fits, and the node it exceeds" 2 "hint: --tp 8; and a tensor-parallel group wider than a node" -- \
   "$DPSIM" cost --model llama3.1-70b --hw h200 --tp 16 --mbs 1 --seqlen 1024
 
+# --recompute fastest: per iteration the mode that simulates fastest of those that fit. Where
+# DynaPipe's first fit starves the adaptive schedule (full packer rows at 8192), it is faster; its
+# plan says "dynamic" (a mode per iteration) and replays to the same timeline.
+"$DPSIM" plan --max-seqlen 8192 --recompute fastest --schedule adaptive --batching packing-ffd-varlen \
+  --iterations 3 -o "$TMP/pf.json" >"$TMP/pf.out" 2>/dev/null
+"$DPSIM" sim --max-seqlen 8192 --recompute dynamic --schedule adaptive --batching packing-ffd-varlen \
+  --iterations 3 >"$TMP/pd.out" 2>/dev/null
+check "--recompute fastest beats the first fit where it starves the pipeline" \
+  awk '/^throughput/ { t[FILENAME] = $(NF-1) } END { exit !(t[ARGV[1]] > 1.3 * t[ARGV[2]]) }' "$TMP/pf.out" "$TMP/pd.out"
+check "... its plan is a mode per iteration" grep -q '"recompute":[[:space:]]*"dynamic"' "$TMP/pf.json"
+hash=$(sed -n 's/^timeline hash *//p' "$TMP/pf.out")
+expect "... and replays to the same timeline" 0 "timeline hash +$hash" -- "$DPSIM" sim --plan "$TMP/pf.json"
+
 finish

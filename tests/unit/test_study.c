@@ -108,10 +108,36 @@ static void check_dynamic(const char *model, const char *profile, int max_seqlen
         assert_near(dyn.iter[i].ms, alone[want].iter[i].ms, 1e-9);
     }
     if (want_mixed) assert_true(used[RECOMPUTE_NONE] > 0 && used[RECOMPUTE_SELECTIVE] > 0);
-    for (int m = 0; m < RECOMPUTE_COUNT; m++) {
-        assert_int_equal(dyn.recompute_iterations[m], used[m]);
-        study_result_release(&alone[m]);
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) assert_int_equal(dyn.recompute_iterations[m], used[m]);
+    /* --recompute fastest: every iteration at the fastest mode that fits alone (the lower on a
+     * tie), never slower than DynaPipe's first fit, under 1F1B and the adaptive schedule (whose
+     * first fit can starve the pipeline) */
+    for (int q = 0; q < 2; q++) {
+        const char *sched = q ? "adaptive" : "1f1b";
+        study_result fast, one[RECOMPUTE_COUNT];
+        for (int m = 0; m < RECOMPUTE_COUNT; m++)
+            if (q) run(&s, m, sched, iterations, 1, &one[m]);
+            else one[m] = alone[m];
+        study_opts o = opts_of(&s, -1, sched, iterations, 0);
+        o.recompute_by_time = 1;
+        dp_err err = {0};
+        if (study_run(&o, &s.t, &fast, &err) != DP_OK) fail_msg("%s", err.msg);
+        assert_int_equal(fast.n_iter, iterations);
+        for (int i = 0; i < fast.n_iter; i++) {
+            int want = -1;
+            for (int m = 0; m < RECOMPUTE_COUNT; m++)
+                if (!one[m].iter[i].failed && (want < 0 || one[m].iter[i].ms < one[want].iter[i].ms))
+                    want = m;
+            if (want != fast.iter[i].recompute)
+                fail_msg("%s %s iteration %d: fastest chose %d, the fastest mode alone is %d", model,
+                         sched, i, fast.iter[i].recompute, want);
+            assert_near(fast.iter[i].ms, one[want].iter[i].ms, 1e-9);
+            if (!q) assert_true(fast.iter[i].ms <= dyn.iter[i].ms + 1e-9);
+        }
+        study_result_release(&fast);
+        for (int m = 0; q && m < RECOMPUTE_COUNT; m++) study_result_release(&one[m]);
     }
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) study_result_release(&alone[m]);
     study_result_release(&dyn);
     setup_release(&s);
 }
