@@ -1,6 +1,8 @@
 #include "profile.h"
 
 #include <errno.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,16 +15,11 @@
 
 #define ROTATE 4 /* activation sets cycled through while timing */
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
+/* The median of v[0..n), which it sorts (GSL). */
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    gsl_sort(v, 1, (size_t)n);
+    return gsl_stats_median_from_sorted_data(v, 1, (size_t)n);
 }
 
 /* What one grid point measured. */

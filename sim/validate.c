@@ -1,6 +1,8 @@
 #include "validate.h"
 
 #include <cjson/cJSON.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,17 +42,11 @@ static int cmp_op(const void *a, const void *b)
     return 0;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n) (n >= 1), which it sorts. */
+/* The median of v[0..n) (n >= 1), which it sorts (GSL). */
 static double median_of(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    gsl_sort(v, 1, (size_t)n);
+    return gsl_stats_median_from_sorted_data(v, 1, (size_t)n);
 }
 
 /* Collapses the runs of one op (equal keys, adjacent once sorted) to one entry with their median
