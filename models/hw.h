@@ -20,8 +20,10 @@
  *    "inter_gbit": 200, "inter_latency_us": 5, "nics_per_node": 8, "mem_limit_mb": 72000,
  *    "intra_eff": {"all_reduce": 0.77, "all_gather": …, "reduce_scatter": …, "all_to_all": …,
  *                  "send_recv": …}, "inter_eff": {…}}
- * mem_limit_mb (optional, default HW_USABLE_SHARE of the GPU's memory) is the usable device
- * memory the planner respects; "nodes" (optional, 0: as many as a layout needs) bounds the GPUs;
+ * A GPU object may also give fp8_tflops, matmul_eff, nvls_eff and attention_kernel (a name of
+ * attn_kernels; none: attention is timed unfused). mem_limit_mb (optional, default
+ * HW_USABLE_SHARE of the GPU's memory) is the usable device memory the planner respects; "nodes"
+ * (optional, 0: as many as a layout needs) bounds the GPUs;
  * nics_per_node (optional) defaults to gpus_per_node; intra_eff and inter_eff (optional; when
  * given, every collective must be named) default to the GPU preset's own shares inside a node
  * and to 1 (the wire rate) between nodes. Every rate and share must be positive and finite, and a
