@@ -59,10 +59,21 @@ static void fig_mem(void *ctx, const sim_mem *m)
     f->mem[f->n_mem++] = (plot_point){m->stage, (double)m->t_ns / 1e6, m->mb};
 }
 
+/* Appends a figure's name to the list of those written. */
+static void wrote_one(char *wrote, size_t cap, const char *dir, const char *name)
+{
+    size_t at = strlen(wrote);
+    snprintf(wrote + at, cap - at, "%s%s/%s", at ? ", " : "", dir, name);
+}
+
+/* The throughput chart, and the timeline and memory of one iteration of the figure row; *wrote
+ * lists what was written. A chart with no bar (every row out of memory or infeasible) is left
+ * out with a note, not handed to gnuplot; the other figures are drawn all the same. */
 static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row *rows, int n,
                               const char *dir, const char *fig_batching, const char *fig_schedule,
-                              dp_err *err)
+                              char *wrote, size_t wrote_cap, dp_err *err)
 {
+    wrote[0] = '\0';
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return dp_fail(err, DP_ERR_IO, "%s: cannot create the output folder: %s", dir, strerror(errno));
     char path[4200], title[512];
@@ -74,8 +85,17 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
              env->model.name, p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
              env->rules.max_seqlen);
     snprintf(path, sizeof path, "%s/throughput.png", dir);
-    dp_status st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
-    if (st != DP_OK) return st;
+    int bars_drawn = 0;
+    for (int i = 0; i < n; i++) bars_drawn += bars[i].value > 0;
+    dp_status st = DP_OK;
+    if (bars_drawn) {
+        st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
+        if (st != DP_OK) return st;
+        wrote_one(wrote, wrote_cap, dir, "throughput.png");
+    } else {
+        fprintf(stderr, "dpsim compare: %s not drawn: every row is out of memory or infeasible "
+                "(the table says why)\n", path);
+    }
 
     /* timeline and memory of one iteration of the figure row */
     figure_sink fs = {0};
@@ -99,6 +119,7 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
                  fig_batching, fig_schedule, env->model.name);
         snprintf(path, sizeof path, "%s/timeline.png", dir);
         if (st == DP_OK) st = plot_gantt(boxes, (int)fs.ops.n, p->pp, title, path, err);
+        if (st == DP_OK) wrote_one(wrote, wrote_cap, dir, "timeline.png");
         free(boxes);
         snprintf(title, sizeof title, "Device memory over iteration 0 (model state + activations): %s, %s",
                  fig_batching, fig_schedule);
@@ -109,6 +130,7 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
                                             env->mem_limit_mb, err) == DP_OK) {
             for (int i = 0; i < fs.n_mem; i++) fs.mem[i].y += sm.state_mb[fs.mem[i].series];
             st = plot_memory(fs.mem, fs.n_mem, p->pp, env->mem_limit_mb, title, path, err);
+            if (st == DP_OK) wrote_one(wrote, wrote_cap, dir, "memory.png");
         }
     }
     study_result_release(&r);
@@ -450,9 +472,9 @@ int cmd_compare(int argc, char **argv)
                 fb = rows[i].batching, fsch = rows[i].schedule;
                 if (strcmp(fsch, "adaptive") == 0) break;
             }
-        st = draw_figures(&p, &env, rows, n, out, fb, fsch, &err);
-        if (st == DP_OK)
-            fprintf(stderr, "dpsim: wrote %s/throughput.png, %s/timeline.png and %s/memory.png\n", out, out, out);
+        char wrote[3 * 4200];
+        st = draw_figures(&p, &env, rows, n, out, fb, fsch, wrote, sizeof wrote, &err);
+        if (st == DP_OK && wrote[0]) fprintf(stderr, "dpsim: wrote %s\n", wrote);
     }
     for (int i = 0; i < n; i++) study_result_release(&rows[i].r);
     free(rows);

@@ -284,4 +284,12 @@ check "... its plan is a mode per iteration" grep -q '"recompute":[[:space:]]*"d
 hash=$(sed -n 's/^timeline hash *//p' "$TMP/pf.out")
 expect "... and replays to the same timeline" 0 "timeline hash +$hash" -- "$DPSIM" sim --plan "$TMP/pf.json"
 
+# A comparison whose every row is out of memory (GPipe at 8192) draws what it can: no throughput
+# chart (gnuplot had failed on one without bars, and no figure was written), the timeline and the
+# memory over the limit, said on stderr.
+expect "compare with every row out of memory says the chart it left out" 0 "throughput.png not drawn: every row is out of memory" -- \
+  "$DPSIM" compare --schedules gpipe --batchings padding,packing --max-seqlen 8192 --iterations 1 --out "$TMP/oomc"
+check "... and draws the timeline and the memory" is_png "$TMP/oomc/memory.png" 10000
+check "... (the timeline too)" is_png "$TMP/oomc/timeline.png" 10000
+
 finish
