@@ -78,11 +78,13 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     double ranks = r->ranks > 0 ? r->ranks : 1;
     fprintf(fp, "\n%-34s F %.0f, B %.0f, W %.0f, transfers %.0f (ms per rank)", "time per op type",
             r->op_ms[0] / ranks, r->op_ms[1] / ranks, r->op_ms[2] / ranks, r->op_ms[3] / ranks);
-    if (r->oom)
-        fprintf(fp, "\n%-34s %14s  (%d of %d iterations do not fit, the planner says; the "
-                "simulation agrees on %d)\n", "out of memory", "YES", r->planned_oom, r->iterations,
-                r->sim_oom);
-    else
+    if (r->oom) {
+        fprintf(fp, "\n%-34s %14s  (%d of %d iterations over the device memory in the simulation",
+                "out of memory", "YES", r->sim_oom, r->iterations);
+        if (r->plan_ms_median > 0) /* planned here, not read from a plan file */
+            fprintf(fp, "; the planner found %d", r->planned_oom);
+        fprintf(fp, ")\n");
+    } else
         fprintf(fp, "\n%-34s %14s\n", "out of memory", "no");
     if (r->why[0]) fprintf(fp, "%-34s %s\n", "", r->why);
     fprintf(fp, "%-34s %11.3f ms  (p90 %.3f ms)\n", "planning time per iteration",
@@ -140,7 +142,9 @@ int cmd_plan(int argc, char **argv)
     h.rules = env.rules;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be
      * a relative path, or longer than the header's field) */
-    cJSON *mj = model_to_json(&env.model), *hj = cluster_to_json(&env.hw);
+    cluster_spec planned_on = env.hw; /* with the memory it was planned for (--mem-limit too) */
+    planned_on.mem_limit_mb = env.mem_limit_mb;
+    cJSON *mj = model_to_json(&env.model), *hj = cluster_to_json(&planned_on);
     h.model_json = mj ? cJSON_PrintUnformatted(mj) : NULL;
     h.hw_json = hj ? cJSON_PrintUnformatted(hj) : NULL;
     cJSON_Delete(mj), cJSON_Delete(hj);

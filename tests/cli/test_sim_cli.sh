@@ -292,4 +292,12 @@ expect "compare with every row out of memory says the chart it left out" 0 "thro
 check "... and draws the timeline and the memory" is_png "$TMP/oomc/memory.png" 10000
 check "... (the timeline too)" is_png "$TMP/oomc/timeline.png" 10000
 
+# A plan keeps the memory it was planned for (--mem-limit too): its replay is over memory where
+# the plan was, and says the simulation's count only; --mem-limit on the replay is a what-if.
+"$DPSIM" plan --mem-limit 24000 --batching packing --max-seqlen 2048 --iterations 2 -o "$TMP/pm.json" >"$TMP/pm.out" 2>&1
+check "a plan over its --mem-limit says so, with the planner's count" grep -Eq "out of memory +YES +.2 of 2 iterations over the device memory in the simulation; the planner found 2" "$TMP/pm.out"
+expect "... and so does its replay, without a planner's count" 0 "out of memory +YES +.2 of 2 iterations over the device memory in the simulation.\$" -- \
+  "$DPSIM" sim --plan "$TMP/pm.json"
+expect "... unless --mem-limit says otherwise" 0 "out of memory +no" -- "$DPSIM" sim --plan "$TMP/pm.json" --mem-limit 36000
+
 finish
