@@ -123,17 +123,20 @@ static dp_status finish(dp_status st, const cost_opts *o, const model_spec *m, c
     return st;
 }
 
-/* What the source line says of attention: ", FlashAttention (cudnn-h100)", ", FlashAttention
- * memory" (a profile, or a GPU with no fused kernel measured), or "". */
-static const char *attention_note(const cost_opts *o, const model_spec *m, const cluster_spec *hw,
-                                  int timed, char *buf, size_t cap)
+/* What the source line says of a built cost model's attention: ", FlashAttention (cudnn-h100)"
+ * where it is timed as a fused kernel (timed: the analytic model), ", FlashAttention memory"
+ * where only memory follows it (a profile, or no fused kernel measured on the GPU), or ""; and
+ * whether the model's default chose it. */
+static const char *attention_note(const cost_model *cm, const cost_opts *o, int timed, char *buf,
+                                  size_t cap)
 {
-    const attn_kernel *k = o->attn_kernel ? attn_kernel_find(o->attn_kernel) : hw->gpu.attn;
-    if (!flash_of(o, m)) return "";
-    if (timed && k) snprintf(buf, cap, ", FlashAttention (%s%s)", k->name,
-                             o->flash_attn ? "" : ": the model's default");
-    else snprintf(buf, cap, ", FlashAttention memory%s",
-                  o->flash_attn ? "" : " (the model's default)");
+    if (!cm->flash_attn) return "";
+    const char *why = o->flash_attn ? "" : "the model's default";
+    if (timed && cm->attn)
+        snprintf(buf, cap, ", FlashAttention (%s%s%s)", cm->attn->name, why[0] ? ": " : "", why);
+    else
+        snprintf(buf, cap, ", FlashAttention memory%s%s%s", why[0] ? " (" : "", why,
+                 why[0] ? ")" : "");
     return buf;
 }
 
@@ -168,10 +171,12 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                      : o->no_sp      ? ", no sequence parallelism"
                                      : ", sequence parallelism";
     if (o->fit) {
-        snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s", o->fit,
-                 o->tp, recompute_name(o->recompute),
-                 attention_note(o, m, hw, 1, note, sizeof note), sp);
-        return finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
+        st = finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
+        if (st == DP_OK)
+            snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s",
+                     o->fit, o->tp, recompute_name(o->recompute),
+                     attention_note(*cm, o, 1, note, sizeof note), sp);
+        return st;
     }
     const char *profile = o->profile;
     char buf[4096];
@@ -186,19 +191,16 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                            buf, m->name);
     }
     if (profile && !o->analytic) {
-        snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
-                 recompute_name(o->recompute), attention_note(o, m, hw, 0, note, sizeof note));
-        return finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
+        st = finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
+        if (st == DP_OK)
+            snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
+                     recompute_name(o->recompute), attention_note(*cm, o, 0, note, sizeof note));
+        return st;
     }
     analytic_params p;
     analytic_params_for_gpu(&hw->gpu, &p);
     const char *fitted_on = analytic_params_provenance();
     int foreign = strcmp(hw->gpu.name, ANALYTIC_DEFAULT_GPU) != 0;
-    snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
-             hw->gpu.name, ANALYTIC_DEFAULT_GPU,
-             foreign ? ": GEMM efficiency scaled by this GPU's measured matmul, the rest assumed"
-                     : "",
-             attention_note(o, m, hw, 1, note, sizeof note), sp);
     static int told;
     if (foreign && !told && !o->quiet) {
         told = 1;
@@ -209,7 +211,15 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                 "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json\n", fitted_on,
                 hw->gpu.name, 100 * hw->gpu.matmul_eff, 100 * HW_A100_MATMUL_EFF, hw->gpu.name);
     }
-    return finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm);
+    st = finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm);
+    if (st == DP_OK)
+        snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
+                 hw->gpu.name, ANALYTIC_DEFAULT_GPU,
+                 foreign ? ": GEMM efficiency scaled by this GPU's measured matmul, the rest "
+                           "assumed"
+                         : "",
+                 attention_note(*cm, o, 1, note, sizeof note), sp);
+    return st;
 }
 
 dp_status cli_build_cost_at(const cost_opts *o, int tp, recompute_mode rc, model_spec *m,

@@ -220,6 +220,16 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     return DP_OK;
 }
 
+/* TFLOP/s per GPU of `flops` over the run's time, and that over the peak; left 0 when the FLOPs
+ * or the time are unknown or the run infeasible. */
+static void per_gpu_rate(const study_result *r, double flops, double gpus, double peak,
+                         double *tflops, double *utilisation)
+{
+    if (!(r->time_s > 0 && flops > 0 && r->feasible)) return;
+    *tflops = flops / r->time_s / gpus / 1e12;
+    *utilisation = peak > 0 ? *tflops / peak : 0;
+}
+
 dp_status study_end(study_acc *a, dp_err *err)
 {
     study_result *r = a->r;
@@ -233,18 +243,11 @@ dp_status study_end(study_acc *a, dp_err *err)
     for (int s = 0; s < a->cfg.pp; s++)
         r->bubble_fraction[s] = a->t_ns > 0 ? 1 - (double)a->busy[s] / (double)a->t_ns : 0;
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1);
+    double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
-    if (r->time_s > 0 && r->model_flops > 0 && r->feasible) {
-        r->tflops_per_gpu = r->model_flops / r->time_s / gpus / 1e12;
-        double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
-        r->mfu = peak > 0 ? r->tflops_per_gpu / peak : 0;
-    }
     if (!(r->hw_flops > 0) || !isfinite(r->hw_flops)) r->hw_flops = 0;
-    if (r->time_s > 0 && r->hw_flops > 0 && r->feasible) {
-        r->hw_tflops_per_gpu = r->hw_flops / r->time_s / gpus / 1e12;
-        double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
-        r->hfu = peak > 0 ? r->hw_tflops_per_gpu / peak : 0;
-    }
+    per_gpu_rate(r, r->model_flops, gpus, peak, &r->tflops_per_gpu, &r->mfu);
+    per_gpu_rate(r, r->hw_flops, gpus, peak, &r->hw_tflops_per_gpu, &r->hfu);
     r->timeline_hash = a->hash;
     sim_release(&a->s);
     double over = fmax(r->mfu, r->hfu);
@@ -253,8 +256,7 @@ dp_status study_end(study_acc *a, dp_err *err)
                        "(%.3g of %.3g TFLOP/s per GPU): its op times are faster than the hardware "
                        "allows\nhint: a profile measured for another model or GPU, a fit of "
                        "another GPU, or a plan file whose times were edited",
-                       100 * over, over * (a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0),
-                       a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0);
+                       100 * over, over * peak, peak);
     return DP_OK;
 }
 

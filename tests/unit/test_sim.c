@@ -320,6 +320,18 @@ static void on_ar(void *ctx, const sim_op *o)
     a->n++;
 }
 
+/* Every replica's reduction of stage 1 ran [s1, e1] ms and of stage 0 [s0, e0] ms. */
+static void expect_reductions(const ar_seen *a, int replicas, double s1, double e1, double s0,
+                              double e0)
+{
+    for (int rep = 0; rep < replicas; rep++) {
+        assert_int_equal(a->start[rep * 2 + 1], llround(s1 * 1e6));
+        assert_int_equal(a->end[rep * 2 + 1], llround(e1 * 1e6));
+        assert_int_equal(a->start[rep * 2], llround(s0 * 1e6));
+        assert_int_equal(a->end[rep * 2], llround(e0 * 1e6));
+    }
+}
+
 static void test_allreduce_waits_for_the_slowest_replica(void **state)
 {
     (void)state;
@@ -361,12 +373,7 @@ static void test_allreduce_waits_for_the_slowest_replica(void **state)
     if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK) fail_msg("%s", err.msg);
     assert_int_equal(a.n, 2 * D);
     /* stage 1 of replica 1 ends at 10 + 10 + 20 = 40 ms (the links are instant), stage 0 at 60 */
-    for (int rep = 0; rep < D; rep++) {
-        assert_int_equal(a.start[rep * 2 + 1], 40000000);
-        assert_int_equal(a.end[rep * 2 + 1], 47000000);
-        assert_int_equal(a.start[rep * 2], 60000000);
-        assert_int_equal(a.end[rep * 2], 65000000);
-    }
+    expect_reductions(&a, D, 40, 47, 60, 65);
     assert_int_equal(res.makespan_ns, 65000000);
     /* Overlapped in 4 buckets during each stage's last backward (sim.h): stage 1's slowest
      * replica runs it 20 -> 40 ms, so the reduction ends at max(40 + 7/4, 20 + 20/4 + 7) =
@@ -374,12 +381,7 @@ static void test_allreduce_waits_for_the_slowest_replica(void **state)
     for (int st = 0; st < 2; st++) w.cfg.grad_ms[st] = w.cfg.allreduce_ms[st], w.cfg.grad_buckets[st] = 4;
     a.n = 0;
     if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK) fail_msg("%s", err.msg);
-    for (int rep = 0; rep < D; rep++) {
-        assert_int_equal(a.start[rep * 2 + 1], 25000000);
-        assert_int_equal(a.end[rep * 2 + 1], 41750000);
-        assert_int_equal(a.start[rep * 2], 45000000);
-        assert_int_equal(a.end[rep * 2], 61250000);
-    }
+    expect_reductions(&a, D, 25, 41.75, 45, 61.25);
     assert_int_equal(res.makespan_ns, 61250000);
     sim_release(&s);
     plan_iter_release(&it);
