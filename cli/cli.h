@@ -141,6 +141,9 @@ typedef struct plan_cli {
     int stream;            /* read the trace CSV as a stream (bounded memory) */
     int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, as a what-if */
     int keep_going;            /* iterations that cannot be planned to fit are left out */
+    const char *toy_costs;     /* --toy-costs F,B[,W]: textbook costs (cost.h cost_toy) */
+    int microbatches;          /* with toy_costs and no trace: that many equal samples of
+                                * --max-seqlen tokens, one iteration                  [8] */
     const char *fixed_by_plan; /* the first option given that a plan file fixes ("pp", "model",
                                 * ...: its long name), NULL if none: refused beside --plan */
 } plan_cli;

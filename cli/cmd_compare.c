@@ -35,6 +35,11 @@ static double mean_bubble(const study_result *r)
     return r->pp ? b / r->pp : 0;
 }
 
+static double mb_per_iteration(const study_result *r)
+{
+    return r->iterations ? (double)r->microbatches / r->iterations : 0;
+}
+
 static double max_peak(const study_result *r)
 {
     double m = 0;
@@ -66,9 +71,9 @@ static void wrote_one(char *wrote, size_t cap, const char *dir, const char *name
     snprintf(wrote + at, cap - at, "%s%s/%s", at ? ", " : "", dir, name);
 }
 
-/* The throughput chart, and the timeline and memory of one iteration of the figure row; *wrote
- * lists what was written. A chart with no bar (every row out of memory or infeasible) is left
- * out with a note, not handed to gnuplot; the other figures are drawn all the same. */
+/* The throughput chart (a row per batching and schedule; one out of memory or infeasible says
+ * so in place of its bar), and the timeline and memory of one iteration of the figure row;
+ * *wrote lists what was written. */
 static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row *rows, int n,
                               const char *dir, const char *fig_batching, const char *fig_schedule,
                               char *wrote, size_t wrote_cap, dp_err *err)
@@ -78,24 +83,22 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
         return dp_fail(err, DP_ERR_IO, "%s: cannot create the output folder: %s", dir, strerror(errno));
     char path[4200], title[512];
     plot_bar bars[MAX_ITEMS * MAX_ITEMS];
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        const study_result *r = &rows[i].r;
+        int ok = rows[i].st == DP_OK && r->feasible && !r->oom;
         bars[i] = (plot_bar){rows[i].batching, rows[i].schedule,
-                             rows[i].r.feasible && !rows[i].r.oom ? rows[i].r.throughput_tokens_per_s : 0};
-    snprintf(title, sizeof title, "%s on %d x %s, %lld tokens/batch, max length %d (missing bar: OOM)",
-             env->model.name, p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
+                             ok ? r->throughput_tokens_per_s : 0,
+                             rows[i].st != DP_OK ? "error" : !r->feasible ? "infeasible"
+                                                                        : "out of memory"};
+    }
+    snprintf(title, sizeof title, "%s, tp %d x pp %d x dp %d on %d x %s: %lld tokens/iteration, "
+             "max length %d", env->model.name, p->cost.tp, p->pp, p->dp,
+             p->cost.tp * p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
              env->rules.max_seqlen);
     snprintf(path, sizeof path, "%s/throughput.png", dir);
-    int bars_drawn = 0;
-    for (int i = 0; i < n; i++) bars_drawn += bars[i].value > 0;
-    dp_status st = DP_OK;
-    if (bars_drawn) {
-        st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
-        if (st != DP_OK) return st;
-        wrote_one(wrote, wrote_cap, dir, "throughput.png");
-    } else {
-        fprintf(stderr, "dpsim compare: %s not drawn: every row is out of memory or infeasible "
-                "(the table says why)\n", path);
-    }
+    dp_status st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
+    if (st != DP_OK) return st;
+    wrote_one(wrote, wrote_cap, dir, "throughput.png");
 
     /* timeline and memory of one iteration of the figure row */
     figure_sink fs = {0};
@@ -165,6 +168,9 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
             cJSON_AddNumberToObject(x, "encoder_padding_efficiency", w->r.enc_padding_efficiency);
             cJSON_AddNumberToObject(x, "decoder_padding_efficiency", w->r.dec_padding_efficiency);
             cJSON_AddNumberToObject(x, "bubble_fraction", mean_bubble(&w->r));
+            cJSON_AddNumberToObject(x, "pipeline_bubble", w->r.pipeline_bubble_mean);
+            cJSON_AddNumberToObject(x, "after_pipeline_share", w->r.after_pipeline_share);
+            cJSON_AddNumberToObject(x, "microbatches_per_iteration", mb_per_iteration(&w->r));
             cJSON *pm = cJSON_AddArrayToObject(x, "peak_mem_mb");
             for (int s = 0; s < w->r.pp; s++) cJSON_AddItemToArray(pm, cJSON_CreateNumber(w->r.peak_mem_mb[s]));
             cJSON_AddBoolToObject(x, "oom", w->r.oom);
@@ -241,12 +247,14 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
     fprintf(fp, "# trace %s (%zu samples); %lld tokens per iteration; max length %d; cost %s\n",
             env->trace_path, env->trace.n, (long long)env->rules.global_tokens, env->rules.max_seqlen,
             env->cost_source);
-    fprintf(fp, "# speed-up is over packing with %s (the MLM+DS baseline); bubble is the mean over stages\n",
-            tuned ? "its tuned configuration" : "1f1b");
-    fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "batching", "schedule",
-            "throughput", "speedup", "mfu", "padding", "bubble", "peak_mem", "oom", "plan");
-    fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %10s %4s %9s\n", "#", "", "tokens/s", "x", "%",
-            "eff_%", "%", "MB(max)", "", "ms/iter");
+    fprintf(fp, "# speed-up is over packing with %s (the MLM+DS baseline); bubble is the pipeline's "
+            "idle share (mean over stages), after the gradient sync and optimizer step's share of "
+            "the iteration\n", tuned ? "its tuned configuration" : "1f1b");
+    fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9s\n", "batching", "schedule",
+            "throughput", "speedup", "mfu", "padding", "mb", "bubble", "after", "peak_mem", "oom",
+            "plan");
+    fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9s\n", "#", "", "tokens/s", "x",
+            "%", "eff_%", "/iter", "%", "%", "MB(max)", "", "ms/iter");
     for (int i = 0; i < n; i++) {
         const row *w = &rows[i];
         if (w->st != DP_OK) {
@@ -254,17 +262,18 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
             continue;
         }
         if (!w->r.feasible) {
-            fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %10s %4s %9.3f\n", w->batching, w->schedule,
-                    "infeasible", "-", "-", "-", "-", "-", "yes", w->r.plan_ms_median);
+            fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9.3f\n", w->batching,
+                    w->schedule, "infeasible", "-", "-", "-", "-", "-", "-", "-", "yes",
+                    w->r.plan_ms_median);
             continue;
         }
         char speed[16] = "-";
         if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
-        fprintf(fp, "%-18s %-11s %12.0f %8s %6.1f %8.1f %7.1f %10.0f %4s %9.3f\n", w->batching,
-                w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
-                100 * w->r.padding_efficiency,
-                100 * mean_bubble(&w->r), max_peak(&w->r), w->r.oom ? "YES" : "no",
-                w->r.plan_ms_median);
+        fprintf(fp, "%-18s %-11s %12.0f %8s %6.1f %8.1f %7.1f %7.1f %6.1f %10.0f %4s %9.3f\n",
+                w->batching, w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
+                100 * w->r.padding_efficiency, mb_per_iteration(&w->r),
+                100 * w->r.pipeline_bubble_mean, 100 * w->r.after_pipeline_share,
+                max_peak(&w->r), w->r.oom ? "YES" : "no", w->r.plan_ms_median);
     }
     int bv = best_row(rows, n, 0), bd = best_row(rows, n, 1);
     if (bv >= 0 && bd >= 0)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../scheduler/plan.h"
+#include "../scheduler/schedule.h"
 #include "../sim/ascii.h"
 #include "../sim/study.h"
 #include "../sim/timeline.h"
@@ -33,6 +34,7 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     for (int i = 0; i < r->n_iter; i++)
         if (!r->iter[i].failed) mean_it += r->iter[i].ms, mean_cf += r->iter[i].closed_form_ms;
     if (r->iterations) mean_it /= r->iterations, mean_cf /= r->iterations;
+    const char *formula = r->closed_form_text ? r->closed_form_text : "unknown schedule";
     fprintf(fp, "%-34s %14d\n", "iterations", r->iterations);
     if (r->failed_iterations) {
         fprintf(fp, "%-34s %14d  (--keep-going; their tokens are not counted):", "iterations left out",
@@ -48,8 +50,11 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     fprintf(fp, "%-34s %14.0f tokens/s\n", "throughput (real tokens)", r->throughput_tokens_per_s);
     fprintf(fp, "%-34s %14.3f s\n", "simulated time", r->time_s);
     fprintf(fp, "%-34s %14.2f ms\n", "mean iteration (simulated)", mean_it);
-    fprintf(fp, "%-34s %14.2f ms  (%+.2f%% vs simulated)\n", "mean closed form sum t+(S-1)max t",
-            mean_cf, mean_it > 0 ? 100 * (mean_cf - mean_it) / mean_it : 0);
+    if (isnan(mean_cf))
+        fprintf(fp, "%-34s %14s     (%s)\n", "mean closed form", "none", formula);
+    else
+        fprintf(fp, "%-34s %14.2f ms  (%+.2f%% vs simulated; %s)\n", "mean closed form", mean_cf,
+                mean_it > 0 ? 100 * (mean_cf - mean_it) / mean_it : 0, formula);
     if (r->mfu > 0)
         fprintf(fp, "%-34s %14.1f  (MFU %.1f%%: model FLOPs of the real tokens / time / GPUs / peak)\n",
                 "model TFLOP/s per GPU", r->tflops_per_gpu, 100 * r->mfu);
@@ -63,7 +68,15 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
                 100 * r->dec_padding_efficiency);
     else
         fprintf(fp, "%-34s %13.1f%%\n", "padding efficiency", 100 * r->padding_efficiency);
-    fprintf(fp, "%-34s", "bubble fraction per stage");
+    fprintf(fp, "%-34s %13.2f%%", "pipeline bubble (mean of stages)",
+            100 * r->pipeline_bubble_mean);
+    if (!isnan(r->closed_form_bubble))
+        fprintf(fp, "  (closed form %.2f%%)", 100 * r->closed_form_bubble);
+    fprintf(fp, "\n%-34s", "  per stage");
+    for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->pipeline_bubble[s]);
+    fprintf(fp, "\n%-34s %13.2f%%  (gradient sync and optimizer step after the pipeline)\n",
+            "after the pipeline", 100 * r->after_pipeline_share);
+    fprintf(fp, "%-34s", "idle per stage, whole iteration");
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->bubble_fraction[s]);
     fprintf(fp, "\n%-34s", "peak memory per stage (MB)");
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %6.0f", r->peak_mem_mb[s]);
@@ -140,6 +153,7 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.recompute, sizeof h.recompute, "%s", recompute_plan_name(&p.cost));
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.rules = env.rules;
+    h.textbook = env.cm->toy.on;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be
      * a relative path, or longer than the header's field) */
     cluster_spec planned_on = env.hw; /* with the memory it was planned for (--mem-limit too) */
@@ -166,7 +180,7 @@ int cmd_plan(int argc, char **argv)
     else if (out) st = plan_writer_close(&w, &err);
     if (st == DP_OK) {
         char what[1024];
-        snprintf(what, sizeof what, "plan: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
+        snprintf(what, sizeof what, "plan: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.500s",
                  p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
                  env.trace_path, env.cost_source);
         print_summary(what, &res, out && strcmp(out, "-") == 0 ? stderr : stdout);
@@ -204,6 +218,7 @@ static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_s
     study_acc acc;
     study_begin(&acc, res, &cfg, sink);
     acc.model = &model;
+    acc.sched = schedule_find(pl.h.schedule);
     for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = study_add(&acc, &pl.it[i], err);
     dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
     if (st == DP_OK) st = end;
@@ -302,7 +317,7 @@ int cmd_sim(int argc, char **argv)
             o.progress_ctx = (void *)"simulating";
             st = study_run(&o, &env.trace, &res, &err);
     if (st == DP_OK) cli_warn_short_trace(&res, env.rules.global_tokens);
-            snprintf(what, sizeof what, "sim: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.150s",
+            snprintf(what, sizeof what, "sim: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.500s",
                      p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
                      env.trace_path, env.cost_source);
         }

@@ -27,6 +27,7 @@ void plan_cli_default(plan_cli *p)
     p->global_tokens = 65536;
     p->link_gbit = -1;
     p->link_latency_us = -1;
+    p->microbatches = 8;
 }
 
 static int set_batching(void *ctx, const char *arg, const char *cmd, const char *usage)
@@ -138,6 +139,13 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
     cli_opt_flag(t, "allow-oversubscribe", 0, &p->allow_oversubscribe,
                  "a layout of more GPUs (tp x pp x dp) than the cluster has,\n"
                  "as a what-if (refused otherwise)")->marks = OPT_NO_RESULT;
+    cli_opt_string(t, "toy-costs", 0, &p->toy_costs, "F,B[,W]", NULL,
+                   "textbook costs: every stage F ms forward, B backward (of which W\n"
+                   "weight gradients) per micro-batch of --max-seqlen tokens; no\n"
+                   "embedding or LM head, free links unless --link-* is given, no\n"
+                   "optimizer step; without --trace, --microbatches equal samples")->marks = F;
+    cli_opt_int(t, "microbatches", 0, &p->microbatches, "N", 1, 1 << 16, "8",
+                "with --toy-costs and no --trace: N equal micro-batches")->marks = F;
     cli_opt_flag(t, "keep-going", 0, &p->keep_going,
                  "an iteration that cannot be planned to fit (out of memory, a\n"
                  "sample that fits nowhere) is counted, named and left out (else: stop)")
@@ -158,6 +166,22 @@ int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *c
     int r = cli_opts_set(&t, name, value);
     cli_opts_release(&t);
     return r;
+}
+
+/* n equal samples of the rules' full lengths (GPT: max_seqlen; T5: max_seqlen in, the decoder's
+ * cap out), as one global batch of exactly those tokens. */
+static dp_status toy_trace(int n, batch_rules *rules, char *name, size_t name_cap, trace *t,
+                           dp_err *err)
+{
+    int32_t in = rules->max_seqlen, out = rules->max_dec_seqlen - rules->dec_extra;
+    if (rules->arch == ARCH_GPT) in = rules->max_seqlen - rules->max_seqlen / 2, out = rules->max_seqlen / 2;
+    for (int i = 0; i < n; i++)
+        if (trace_push(t, "textbook", in, out) != DP_OK)
+            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    sample_len x = batch_sample(rules, t, 0);
+    rules->global_tokens = (int64_t)n * (x.enc + x.dec);
+    snprintf(name, name_cap, "%d equal samples of %d tokens (textbook)", n, x.enc + x.dec);
+    return DP_OK;
 }
 
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
@@ -185,15 +209,30 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
                             sizeof env->cost_source, err);
         if (st != DP_OK) return st;
     }
-    cluster_override_links(&env->hw, p->link_gbit, p->link_latency_us);
-    env->cm->hw = env->hw;
-    for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if (env->recompute_cm[m]) env->recompute_cm[m]->hw = env->hw;
-    env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
+    cost_toy toy = {0};
+    if (p->toy_costs && (st = cost_toy_parse(p->toy_costs, &toy, err)) != DP_OK) return st;
+    int free_links = toy.on && p->link_gbit < 0 && p->link_latency_us < 0;
+    cluster_override_links(&env->hw, free_links ? COST_TOY_FREE_LINK_GBIT : p->link_gbit,
+                           free_links ? 0 : p->link_latency_us);
     batch_rules_default(&env->rules, env->model.arch);
     env->rules.global_tokens = p->global_tokens;
     if (p->max_seqlen) env->rules.max_seqlen = p->max_seqlen;
     if (p->max_dec_seqlen) env->rules.max_dec_seqlen = p->max_dec_seqlen;
+    /* textbook costs are per micro-batch of one full-length sample */
+    toy.unit_tokens = env->rules.max_seqlen +
+                      (env->model.arch == ARCH_T5 ? env->rules.max_dec_seqlen : 0);
+    env->cm->hw = env->hw, env->cm->toy = toy;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (env->recompute_cm[m]) env->recompute_cm[m]->hw = env->hw, env->recompute_cm[m]->toy = toy;
+    if (toy.on) {
+        size_t at = strlen(env->cost_source);
+        snprintf(env->cost_source + at, sizeof env->cost_source - at,
+                 "; textbook costs: f %g, b %g, w %g ms per micro-batch of %.0f tokens on every "
+                 "stage, no LM head, %s, no optimizer step",
+                 toy.f_ms, toy.b_ms, toy.w_ms, toy.unit_tokens,
+                 free_links ? "free links" : "links as given");
+    }
+    env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
     /* Pad to at least the profile's shortest measured length, so short samples stay answerable. */
     cost_profile_range range;
     if (cost_profile_range_of(env->cm, COMP_ENCODER, &range) == DP_OK && range.enc_min > 0)
@@ -231,6 +270,9 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
                        "--allow-oversubscribe for a what-if",
                        p->cost.tp, p->pp, p->dp, (long long)gpus, env->hw.name, env->hw.nodes,
                        env->hw.nodes == 1 ? "" : "s", env->hw.gpus_per_node, (long long)have);
+    if (toy.on && !p->trace) /* the textbook's equal micro-batches, one iteration */
+        return toy_trace(p->microbatches, &env->rules, env->trace_path, sizeof env->trace_path,
+                         &env->trace, err);
     const char *path = p->trace;
     if (!path) {
         path = cli_data_path(DEFAULT_TRACE, env->trace_path, sizeof env->trace_path);
@@ -306,6 +348,8 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     TRY(cli_build_cost(&co, &m, hw, &cm, source, sizeof source, err));
     cluster_override_links(hw, p->link_gbit, p->link_latency_us);
     cm->hw = *hw;
+    cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
+    cm->toy.unit_tokens = 1;     /* the plan carries its times: only the flag matters here */
     if (model) *model = m;
     TRY(stage_model_init(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
                          p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));

@@ -1,4 +1,5 @@
 /* Parts of the cost-model interface shared by every kind. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,43 @@ void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kern
 {
     cm->flash_attn = flash;
     cm->attn = kernel ? kernel : cm->hw.gpu.attn;
+}
+
+dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err)
+{
+    static const char *const FIELD[3] = {"F (forward)", "B (backward)", "W (weight gradients)"};
+    double v[3] = {0, 0, 0};
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        errno = 0;
+        double x = strtod(p, &end);
+        if (n == 3 || end == p || errno || !isfinite(x) || x < 0 || x > 1e6 ||
+            (*end != ',' && *end != '\0'))
+            return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": %s must be a number of ms "
+                           "in [0, 1e6]; give F,B or F,B,W (e.g. 1,2,1)", text,
+                           n < 3 ? FIELD[n] : "a fourth value is not allowed:");
+        v[n++] = x;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    if (n < 2)
+        return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": B (backward) is missing; give "
+                       "F,B or F,B,W (e.g. 1,2,1)", text);
+    if (!(v[0] > 0 && v[1] > 0))
+        return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": F and B must be above 0 ms", text);
+    if (v[2] > v[1])
+        return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": W (%g ms) is the weight-gradient "
+                       "share of the backward B (%g ms), so at most B", text, v[2], v[1]);
+    out->on = 1;
+    out->f_ms = v[0], out->b_ms = v[1], out->w_ms = v[2];
+    return DP_OK;
+}
+
+double cost_toy_scale(const cost_toy *t, const cost_shape *s)
+{
+    return (double)s->mbs * ((double)s->enc_len + s->dec_len) / t->unit_tokens;
 }
 
 static const struct {

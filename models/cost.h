@@ -85,6 +85,29 @@ typedef struct cost_layer {
 
 typedef struct cost_model cost_model;
 
+/* Textbook costs (--toy-costs F,B[,W]), for teaching: every stage takes f_ms forward and b_ms
+ * backward (W's share w_ms of it, which a schedule that splits the backward runs as its own op)
+ * per micro-batch of unit_tokens padded tokens, a micro-batch of n tokens n / unit_tokens of
+ * that; no embedding or LM head on any stage (equal stages, equal model state); no optimizer step
+ * and no gradient collective (sim/study.h); links free unless the caller sets them. Memory stays
+ * the cost model's (the layers' activations), so a schedule's memory still shows. */
+typedef struct cost_toy {
+    int on;
+    double f_ms, b_ms, w_ms; /* w_ms <= b_ms; 0: no W share (a split schedule's W is empty) */
+    double unit_tokens;      /* > 0 */
+} cost_toy;
+
+/* The links of textbook mode when none is given: the fastest a cluster spec holds (1e9 Gbit/s,
+ * latency 0), so a transfer of a GB takes nanoseconds. */
+#define COST_TOY_FREE_LINK_GBIT 1e9
+
+/* Parses "F,B" or "F,B,W" (ms, finite, F and B > 0, 0 <= W <= B) into out (unit_tokens left as
+ * it was); DP_ERR_INVALID naming the field otherwise. */
+dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err);
+
+/* The scale a shape's costs take under toy costs: its padded tokens / unit_tokens. */
+double cost_toy_scale(const cost_toy *t, const cost_shape *s);
+
 typedef struct cost_ops {
     const char *kind;
     dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
@@ -117,6 +140,8 @@ struct cost_model {
                                    * GPUs, each all-reduce an all-gather plus a reduce-scatter
                                    * (analytic model; a profile measured what it measured). On by
                                    * default, as Megatron recommends with tp > 1 */
+    cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
+                                   * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */
     uint64_t serial;              /* unique among the cost models this process made: what caches
                                    * of its answers key on (an address may be reused) */

@@ -53,6 +53,7 @@ double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 
 double memory_embedding_share_mb(const cost_model *cm, int stage, int stages)
 {
+    if (cm->toy.on) return 0; /* textbook stages are equal: no embedding, no head */
     double mb = stage == 0 ? cm->embedding_param_mb : 0;
     if (stage == stages - 1 && (stages > 1 || cm->model.untied_head))
         mb += cm->embedding_param_mb; /* the head: V x h (and the positions' h per position) */

@@ -178,55 +178,47 @@ static int find_name(const char **names, int n, const char *s)
     return -1;
 }
 
-dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const char *ylabel,
+dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const char *xlabel,
                           const char *out_path, dp_err *err)
 {
-    const char *groups[64], *series[16];
-    int ng = 0, ns = 0;
+    static const unsigned colors[] = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd, 0x8c564b};
+    const char *series[64];
+    int ns = 0;
+    double vmax = 0;
     for (int i = 0; i < n; i++) {
-        if (find_name(groups, ng, bars[i].group) < 0 && ng < 64) groups[ng++] = bars[i].group;
-        if (find_name(series, ns, bars[i].series) < 0 && ns < 16) series[ns++] = bars[i].series;
+        if (find_name(series, ns, bars[i].series) < 0 && ns < 64) series[ns++] = bars[i].series;
+        vmax = fmax(vmax, bars[i].value);
     }
     plot p;
-    dp_status st = plot_begin(&p, out_path, 1000, 600, err);
+    dp_status st = plot_begin(&p, out_path, 1000, 130 + 26 * (n > 0 ? n : 1), err);
     if (st != DP_OK) return st;
     FILE *fp = plot_script(&p);
-    /* one row per group: x, label, then one column per series (NaN = no bar) */
+    /* one row per bar, top to bottom: y, "group / series", value (0: none), colour, the text at
+     * its end (the value, or why there is no bar) */
     fprintf(fp, "$data << EOD\n");
-    for (int g = 0; g < ng; g++) {
-        fprintf(fp, "%d ", g);
-        put_field(fp, groups[g]);
-        for (int k = 0; k < ns; k++) {
-            double v = NAN;
-            for (int i = 0; i < n; i++)
-                if (strcmp(bars[i].group, groups[g]) == 0 && strcmp(bars[i].series, series[k]) == 0 &&
-                    bars[i].value > 0)
-                    v = bars[i].value;
-            if (isnan(v)) fprintf(fp, " NaN");
-            else fprintf(fp, " %.6g", v);
-        }
+    for (int i = 0; i < n; i++) {
+        char label[200], text[64];
+        snprintf(label, sizeof label, "%s / %s", bars[i].group, bars[i].series);
+        if (bars[i].value > 0) snprintf(text, sizeof text, "%.0f", bars[i].value);
+        else snprintf(text, sizeof text, "%s", bars[i].none ? bars[i].none : "no bar");
+        fprintf(fp, "%d ", i);
+        put_field(fp, label);
+        fprintf(fp, " %.6g %u ", bars[i].value > 0 ? bars[i].value : 0,
+                colors[find_name(series, ns, bars[i].series) % 6]);
+        put_field(fp, text);
         fprintf(fp, "\n");
     }
     fprintf(fp, "EOD\n");
     put_title(fp, "set title", title);
-    fprintf(fp, "set ylabel ");
-    put_str(fp, ylabel);
-    double w = 0.8 / ns;
-    fprintf(fp, "\nset xlabel 'micro-batching'\nset grid ytics\nset key top left\n"
-                "set style fill solid 0.75 border -1\nset boxwidth %g\nset yrange [0:*]\n"
-                "set offsets 0, 0, graph 0.08, 0\nset xrange [-0.6:%d.6]\nset xtics nomirror\n"
-                "set format y '%%.0f'\nplot ",
-            w, ng - 1);
-    static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
-    for (int k = 0; k < ns; k++) {
-        double off = -0.4 + w * (k + 0.5);
-        fprintf(fp, "%s$data using ($1%+g):%d%s with boxes lc rgb '%s' title ", k ? ", \\\n     " : "",
-                off, k + 3, k == 0 ? ":xtic(2)" : "", colors[k % 6]);
-        put_str(fp, series[k]);
-        fprintf(fp, ", $data using ($1%+g):%d:(sprintf('%%.0f', column(%d))) with labels offset 0,0.7 "
-                    "font ',8' notitle", off, k + 3, k + 3);
-    }
-    fprintf(fp, "\n");
+    fprintf(fp, "set xlabel ");
+    put_str(fp, xlabel);
+    /* the values' labels sit right of the bars: room for them past the longest */
+    fprintf(fp, "\nset grid xtics\nunset key\nset style fill solid 0.75 border -1\n"
+                "set yrange [%d.6:-0.6]\nset xrange [0:%.6g]\nset ytics nomirror font ',9'\n"
+                "set format x '%%.0f'\nset lmargin 26\n"
+                "plot $data using ($3/2):1:($3/2):(0.38):4:ytic(2) with boxxyerror lc rgb variable, \\\n"
+                "     $data using 3:1:5 with labels left offset 0.6,0 font ',9'\n",
+            n > 0 ? n - 1 : 0, vmax > 0 ? vmax * 1.18 : 1);
     return plot_finish(&p, err);
 }
 

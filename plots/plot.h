@@ -47,13 +47,17 @@ dp_status plot_lengths(const trace_stats *s, const char *title, const char *out_
 
 /* One bar of a throughput chart. */
 typedef struct plot_bar {
-    const char *group;  /* x group (e.g. the batching) */
-    const char *series; /* colour (e.g. the schedule) */
+    const char *group;  /* the row's first name (e.g. the batching) */
+    const char *series; /* its second name and colour (e.g. the schedule) */
     double value;       /* tokens/s; 0 draws no bar (OOM or infeasible) */
+    const char *none;   /* with value 0: what the row says instead ("out of memory"); NULL:
+                         * "no bar" */
 } plot_bar;
 
-/* Grouped bars of throughput, with the value printed over each bar. */
-dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const char *ylabel,
+/* Horizontal bars of throughput, one row per bar in the given order ("group / series" on the
+ * left, a colour per series), with the value (or `none`) printed at the bar's end: labels never
+ * collide however many rows. */
+dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const char *xlabel,
                           const char *out_path, dp_err *err);
 
 /* One box of a Gantt chart: row (stage), [t0, t1) in ms, kind 0 forward / 1 backward / 2 W,

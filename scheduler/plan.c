@@ -110,7 +110,9 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
     cost_shape s = mb_shape(src);
     dp_status st = stage_model_cost(sm, &s, scratch, err);
     if (st != DP_OK) return st;
-    double wf = w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
+    const cost_toy *toy = &sm->cm->toy;
+    double wf = toy->on ? toy->w_ms / toy->b_ms
+                        : w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
     for (int d = 0; d < pp; d++) {
         m->fwd_ms[d] = scratch->fwd_ms[d];
         m->bwd_ms[d] = scratch->bwd_ms[d];
@@ -277,6 +279,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(o, "zero", h->zero);
     cJSON_AddStringToObject(o, "recompute", h->recompute);
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
+    if (h->textbook) cJSON_AddTrueToObject(o, "textbook");
     if (h->model_json) cJSON_AddItemToObject(o, "model_spec", cJSON_Parse(h->model_json));
     if (h->hw_json) cJSON_AddItemToObject(o, "cluster_spec", cJSON_Parse(h->hw_json));
     cJSON_AddStringToObject(o, "schedule", h->schedule);
@@ -556,6 +559,7 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_int(root, "tp", name, 1, 4096, 1, &h->tp, err));
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
+    TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
     static const struct {
         const char *key;
         size_t off, cap;

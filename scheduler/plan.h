@@ -124,6 +124,8 @@ typedef struct plan_header {
     char recompute[16];
     char act_dtype[8];  /* "fp16" or "bf16" */
     int act_elem_bytes; /* bytes per element of act_dtype: 2 */
+    int textbook;       /* "textbook": true: planned with textbook costs (cost.h cost_toy): its
+                         * replay runs no gradient collective and no optimizer step */
     batch_rules rules;
     /* The model and cluster specs the plan was made with, as JSON text ("model_spec",
      * "cluster_spec" in the file), so that a plan runs anywhere: readers use them instead of

@@ -411,14 +411,49 @@ void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, 
     for (int s = 0; s < sm->pp; s++) rule->holds[s] = sc->holds(sm->pp, sm->chunks, s);
 }
 
+/* ---- closed forms (schedule.h) ------------------------------------------------------------- */
+
+/* sum_k t_k + (S-1) max_k u_k / C over replica rep's micro-batches, u_k = the schedule's bubble
+ * unit of micro-batch k (zb: f + b - 2w per stage, else f + b; max over stages). */
+static double closed_form_of(const plan_iter *it, int rep, int S, int C, int zb, double *bubble_ms)
+{
+    double sum = 0, unit = 0;
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *m = &it->mb[k];
+        if (m->replica != rep) continue;
+        double t = 0, u = 0;
+        for (int s = 0; s < S; s++) {
+            t = fmax(t, m->fwd_ms[s] + m->bwd_ms[s]);
+            u = fmax(u, zb ? m->fwd_ms[s] + m->bwd_ms[s] - 2 * m->w_ms[s]
+                           : m->fwd_ms[s] + m->bwd_ms[s]);
+        }
+        sum += t, unit = fmax(unit, u);
+    }
+    *bubble_ms = (S - 1) * unit / C;
+    return sum + *bubble_ms;
+}
+
+static double closed_form_1f1b(const plan_iter *it, int rep, int S, int C, double *bubble_ms)
+{
+    return closed_form_of(it, rep, S, C, 0, bubble_ms);
+}
+
+static double closed_form_zb(const plan_iter *it, int rep, int S, int C, double *bubble_ms)
+{
+    return closed_form_of(it, rep, S, C, 1, bubble_ms);
+}
+
+#define CF_1F1B closed_form_1f1b, "sum t + (S-1) max t / C"
+
 static const schedule SCHEDULES[] = {
-    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0},
-    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0},
+    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B},
+    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0, CF_1F1B},
     {"interleaved", "interleaved 1F1B with --chunks model chunks per device", build_interleaved,
-     holds_interleaved, 0},
-    {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0},
+     holds_interleaved, 0, CF_1F1B},
+    {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0, NULL,
+     "none (the order follows memory)"},
     {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
-     holds_pipeline, 1},
+     holds_pipeline, 1, closed_form_zb, "sum t + (S-1) max (f + b - 2w)"},
 };
 
 dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err)

@@ -51,6 +51,14 @@ typedef struct schedule {
      * check after planning decides, see stage_cost.h). */
     double (*holds)(int S, int C, int s);
     int splits_backward; /* its plans run a W after every B (zb1): see schedule_check_recompute */
+    /* The textbook estimate of one replica's iteration (its micro-batches k, t_k = max over
+     * stages of f + b, per stage as planned), ms, and in *bubble_ms its bubble term; NAN for a
+     * schedule without one (adaptive: its order follows memory). For equal micro-batches it is
+     * exact under free links: gpipe, 1f1b and interleaved sum t + (S-1) max t / C; zb1
+     * sum t + (S-1) max (f + b - 2w), the ZB paper's (S-1)(F + B - W) with its B the input-
+     * gradient part, b - w here (never below 0). */
+    double (*closed_form)(const plan_iter *it, int rep, int S, int C, double *bubble_ms);
+    const char *closed_form_text; /* the formula, as printed beside the figure */
 } schedule;
 
 const schedule *schedule_find(const char *name);

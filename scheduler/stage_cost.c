@@ -102,7 +102,19 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     if (st != DP_OK) return st;
     out->t_ms = 0;
     int prefetch = (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;
+    const cost_toy *toy = &sm->cm->toy;
+    double scale = toy->on ? cost_toy_scale(toy, s) : 0;
     for (int d = 0; d < sm->pp; d++) {
+        if (toy->on) { /* textbook: equal stages, no LM head, no collectives; the layers' memory */
+            int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
+            out->fwd_ms[d] = toy->f_ms * scale;
+            out->bwd_ms[d] = toy->b_ms * scale;
+            out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
+            out->peak_mb[d] = out->stored_mb[d] +
+                              fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
+            out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
+            continue;
+        }
         int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
         out->fwd_ms[d] = with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d], ne + nd,
                                    prefetch);

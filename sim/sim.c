@@ -330,6 +330,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
             if (R->recv_free[k] > done) done = R->recv_free[k];
         }
         if (done > stage_done[s2]) stage_done[s2] = done;
+        if (done - t0_ns > res->pipeline_ns) res->pipeline_ns = done - t0_ns;
         if (R->last_start > last_start[s2]) last_start[s2] = R->last_start;
         if (R->compute_free > last_end[s2]) last_end[s2] = R->compute_free;
         res->busy_ns[s2] += R->busy / cfg->dp;

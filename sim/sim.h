@@ -103,6 +103,9 @@ typedef struct sim_sink {
 
 typedef struct sim_iter_result {
     int64_t makespan_ns;          /* from t0 to the end of the last all-reduce */
+    int64_t pipeline_ns;          /* from t0 to the end of the last compute or transfer: the
+                                   * pipeline's own makespan, before the gradient collective and
+                                   * the optimizer step that follow it */
     int64_t busy_ns[STAGE_MAX];   /* compute busy time per stage (mean over replicas) */
     double peak_mb[STAGE_MAX];    /* model state + peak activations, max over replicas */
     double stored_at_peak_mb[STAGE_MAX], transient_at_peak_mb[STAGE_MAX]; /* the peak's activations:

@@ -33,6 +33,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
         cfg->state_mb[s] = sm->state_mb[s];
         memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp, &cfg->weights_mb[s],
                                  &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
+        if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
         cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);
         if (sm->cm->overlap & COST_OVERLAP_DP && sm->zero_grad_ms[s] > 0) {
@@ -187,20 +188,17 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     x->microbatches = it->n_mb;
     x->tokens = tokens;
     x->ms = (double)ir.makespan_ns / 1e6;
-    /* closed form per replica: sum t + (S-1) max t / C, t = max over stages of fwd + bwd */
-    double cf = 0;
-    for (int rep = 0; rep < cfg->dp; rep++) {
-        double sum = 0, mx = 0;
-        for (int k = 0; k < it->n_mb; k++) {
-            if (it->mb[k].replica != rep) continue;
-            double t = 0;
-            for (int s = 0; s < cfg->pp; s++) t = fmax(t, it->mb[k].fwd_ms[s] + it->mb[k].bwd_ms[s]);
-            sum += t, mx = fmax(mx, t);
-        }
-        cf = fmax(cf, sum + (cfg->pp - 1) * mx / cfg->chunks);
+    /* the schedule's closed form, the slowest replica's */
+    double cf = a->sched && a->sched->closed_form ? 0 : NAN, cf_bubble = cf;
+    for (int rep = 0; rep < cfg->dp && !isnan(cf); rep++) {
+        double bubble, c = a->sched->closed_form(it, rep, cfg->pp, cfg->chunks, &bubble);
+        if (c > cf) cf = c, cf_bubble = bubble;
     }
-    x->closed_form_ms = cf;
+    x->closed_form_ms = cf, x->closed_form_bubble_ms = cf_bubble;
+    x->pipeline_ms = (double)ir.pipeline_ns / 1e6;
+    a->cf_ms += cf, a->cf_bubble_ms += cf_bubble;
     a->t_ns += ir.makespan_ns;
+    a->pipe_ns += ir.pipeline_ns;
     for (int k = 0; k < 4; k++) r->op_ms[k] += (double)ir.op_ns[k] / 1e6;
     for (int s = 0; s < cfg->pp; s++) {
         a->busy[s] += ir.busy_ns[s];
@@ -240,8 +238,15 @@ dp_status study_end(study_acc *a, dp_err *err)
     r->enc_padding_efficiency = r->enc_padded ? (double)r->enc_tokens / (double)r->enc_padded : 0;
     r->dec_padding_efficiency = r->dec_padded ? (double)r->dec_tokens / (double)r->dec_padded : 0;
     r->throughput_tokens_per_s = r->time_s > 0 && r->feasible ? (double)r->tokens / r->time_s : 0;
-    for (int s = 0; s < a->cfg.pp; s++)
+    r->pipeline_bubble_mean = 0;
+    for (int s = 0; s < a->cfg.pp; s++) {
         r->bubble_fraction[s] = a->t_ns > 0 ? 1 - (double)a->busy[s] / (double)a->t_ns : 0;
+        r->pipeline_bubble[s] = a->pipe_ns > 0 ? 1 - (double)a->busy[s] / (double)a->pipe_ns : 0;
+        r->pipeline_bubble_mean += r->pipeline_bubble[s] / a->cfg.pp;
+    }
+    r->after_pipeline_share = a->t_ns > 0 ? 1 - (double)a->pipe_ns / (double)a->t_ns : 0;
+    r->closed_form_bubble = a->cf_ms > 0 ? a->cf_bubble_ms / a->cf_ms : NAN;
+    r->closed_form_text = a->sched ? a->sched->closed_form_text : NULL;
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1);
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
@@ -404,6 +409,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
     acc.model = &o->cm->model;
+    acc.sched = o->sched;
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
@@ -500,7 +506,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         }
         if (!l.feasible) r->oom = 1, r->planned_oom++;
         pi.model_flops = 0;
-        for (int i = 0; i < n; i++) pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec);
+        for (int i = 0; i < n && !o->cm->toy.on; i++) /* textbook times have no FLOP rate */
+            pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec);
         recompute_mode rc = cms[mode]->recompute;
         if (o->recompute_per_mb) { /* a mode per micro-batch (set above where relaxed) */
             for (int k = 0; k < pi.n_mb && !relaxed; k++) pi.mb[k].recompute = (int)rc;
@@ -580,8 +587,13 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "encoder_padding_efficiency", r->enc_padding_efficiency);
     cJSON_AddNumberToObject(o, "decoder_padding_efficiency", r->dec_padding_efficiency);
     cJSON *bf = cJSON_AddArrayToObject(o, "bubble_fraction");
+    cJSON *pb = cJSON_AddArrayToObject(o, "pipeline_bubble");
     cJSON *pm = cJSON_AddArrayToObject(o, "peak_mem_mb");
+    cJSON_AddNumberToObject(o, "pipeline_bubble_mean", r->pipeline_bubble_mean);
+    cJSON_AddNumberToObject(o, "after_pipeline_share", r->after_pipeline_share);
+    cJSON_AddNumberToObject(o, "closed_form_bubble", r->closed_form_bubble);
     for (int s = 0; s < r->pp; s++) {
+        cJSON_AddItemToArray(pb, cJSON_CreateNumber(r->pipeline_bubble[s]));
         cJSON_AddItemToArray(bf, cJSON_CreateNumber(r->bubble_fraction[s]));
         cJSON_AddItemToArray(pm, cJSON_CreateNumber(r->peak_mem_mb[s]));
     }

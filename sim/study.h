@@ -6,9 +6,17 @@
  *   throughput_tokens_per_s = real tokens / simulated time
  *   padding_efficiency      = real tokens / tokens in padded tensors (encoder and decoder also
  *                             separately, as the paper's Fig. 15)
- *   bubble_fraction[s]      = 1 - compute busy time of stage s / simulated time
- *   closed_form_ms          = per replica sum_k t_k + (S-1) * max_k t_k / C, max over replicas: the
- *                             textbook estimate, reported beside the simulated makespan
+ *   bubble_fraction[s]      = 1 - compute busy time of stage s / simulated time (the optimizer
+ *                             step and the exposed gradient collective counted as idle)
+ *   pipeline_bubble[s]      = 1 - compute busy time of stage s / the pipeline's own time (each
+ *                             iteration's last compute or transfer): the textbook's bubble; its
+ *                             mean over stages in pipeline_bubble_mean
+ *   after_pipeline_share    = 1 - the pipeline's time / simulated time: the share of the gradient
+ *                             collective and optimizer step not hidden behind the pipeline
+ *   closed_form_ms          = the schedule's textbook estimate per replica (schedule.h
+ *                             closed_form; NAN where the schedule has none), max over replicas,
+ *                             reported beside the simulated makespan; closed_form_bubble = its
+ *                             bubble terms over its sum (NAN: none)
  *   peak_mem_mb[s]          = model state + peak activations; oom when above the device memory
  *   timeline_hash           = FNV-1a of every simulated operation: equal inputs, equal hash
  *   per_iteration           = every iteration: id, simulated and closed-form ms, micro-batches,
@@ -75,7 +83,9 @@ typedef struct study_iter {
     int microbatches;
     int64_t tokens;     /* real tokens */
     double ms;          /* simulated iteration time (0 when failed) */
-    double closed_form_ms;
+    double closed_form_ms; /* NAN: the schedule has none */
+    double closed_form_bubble_ms;
+    double pipeline_ms; /* the pipeline's own time (sim_iter_result.pipeline_ns) */
     double plan_ms;     /* planner wall time (0 for plan files) */
     char why[160];
 } study_iter;
@@ -92,6 +102,9 @@ typedef struct study_result {
     double throughput_tokens_per_s, padding_efficiency, enc_padding_efficiency,
         dec_padding_efficiency;
     double bubble_fraction[STAGE_MAX];
+    double pipeline_bubble[STAGE_MAX], pipeline_bubble_mean, after_pipeline_share;
+    double closed_form_bubble; /* NAN: the schedule has no closed form */
+    const char *closed_form_text; /* the schedule's formula (schedule.h); NULL: unknown */
     double peak_mem_mb[STAGE_MAX];
     /* what the peak holds, per stage (of the iteration with the highest peak): model state parts,
      * the stored activations and the running op's transient at that moment (plan_machine.h),
@@ -128,12 +141,14 @@ void study_result_release(study_result *r);
 typedef struct study_acc {
     study_result *r;
     const model_spec *model; /* for the hardware FLOPs (NULL: unknown) */
+    const schedule *sched;   /* for the closed form (NULL: unknown, none printed) */
     sim_config cfg;
     sim s;
     uint64_t hash;
     const sim_sink *next;
     sim_sink sink;
-    int64_t t_ns, busy[STAGE_MAX];
+    int64_t t_ns, pipe_ns, busy[STAGE_MAX];
+    double cf_ms, cf_bubble_ms; /* closed forms summed over the iterations */
     size_t cap;
 } study_acc;
 

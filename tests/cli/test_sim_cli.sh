@@ -284,11 +284,12 @@ check "... its plan is a mode per iteration" grep -q '"recompute":[[:space:]]*"d
 hash=$(sed -n 's/^timeline hash *//p' "$TMP/pf.out")
 expect "... and replays to the same timeline" 0 "timeline hash +$hash" -- "$DPSIM" sim --plan "$TMP/pf.json"
 
-# A comparison whose every row is out of memory (GPipe at 8192) draws what it can: no throughput
-# chart (gnuplot had failed on one without bars, and no figure was written), the timeline and the
-# memory over the limit, said on stderr.
-expect "compare with every row out of memory says the chart it left out" 0 "throughput.png not drawn: every row is out of memory" -- \
+# A comparison whose every row is out of memory (GPipe at 8192) draws every figure (gnuplot had
+# crashed on a chart without bars, and no figure was written): each row of the throughput chart
+# says "out of memory" in place of its bar.
+expect "compare with every row out of memory draws the chart" 0 "wrote .*/oomc/throughput.png" -- \
   "$DPSIM" compare --schedules gpipe --batchings padding,packing --max-seqlen 8192 --iterations 1 --out "$TMP/oomc"
+check "... a chart of its rows" is_png "$TMP/oomc/throughput.png" 5000
 check "... and draws the timeline and the memory" is_png "$TMP/oomc/memory.png" 10000
 check "... (the timeline too)" is_png "$TMP/oomc/timeline.png" 10000
 
@@ -299,5 +300,33 @@ check "a plan over its --mem-limit says so, with the planner's count" grep -Eq "
 expect "... and so does its replay, without a planner's count" 0 "out of memory +YES +.2 of 2 iterations over the device memory in the simulation.\$" -- \
   "$DPSIM" sim --plan "$TMP/pm.json"
 expect "... unless --mem-limit says otherwise" 0 "out of memory +no" -- "$DPSIM" sim --plan "$TMP/pm.json" --mem-limit 36000
+
+
+# --- textbook mode (--toy-costs): the pipeline's bubble and each schedule's own closed form ------
+for c in "gpipe:27.27" "1f1b:27.27" "zb1:11.11"; do
+  expect "textbook f 1, b 2, w 1 on 4 stages, 8 micro-batches: ${c%%:*} bubble ${c#*:}%" 0 \
+    "pipeline bubble \(mean of stages\) +${c#*:}%  \(closed form ${c#*:}%\)" -- \
+    "$DPSIM" sim --toy-costs 1,2,1 --schedule "${c%%:*}"
+done
+expect "... interleaved with 2 chunks: 15.79%" 0 "pipeline bubble \(mean of stages\) +15.79%  \(closed form 15.79%\)" -- \
+  "$DPSIM" sim --toy-costs 1,2,1 --schedule interleaved --chunks 2
+check "... no optimizer step after the pipeline, 8 micro-batches" grep -Eq "after the pipeline +0.00%" "$TMP/out"
+expect "... zb1 prints its own formula" 0 "sum t \+ \(S-1\) max \(f \+ b - 2w\)" -- "$DPSIM" sim --toy-costs 1,2,1 --schedule zb1
+expect "... adaptive has no closed form" 0 "mean closed form +none" -- "$DPSIM" sim --toy-costs 1,2,1 --schedule adaptive
+expect "a real run shows the optimizer step apart from the bubble" 0 "after the pipeline +([1-9]|0\\.[1-9]|0\\.0[1-9])" -- "$DPSIM" sim --iterations 2
+expect "textbook plan" 0 "wrote 1 iterations" -- "$DPSIM" plan --toy-costs 1,2,1 --schedule zb1 -o "$TMP/toy.json"
+check "... says it is textbook" grep -q '"textbook":true' "$TMP/toy.json"
+"$DPSIM" sim --toy-costs 1,2,1 --schedule zb1 --json >"$TMP/toy1.json" 2>/dev/null
+"$DPSIM" sim --plan "$TMP/toy.json" --json >"$TMP/toy2.json" 2>/dev/null
+check "... and replays to the same timeline, bubble and no optimizer step" bash -c \
+  "grep -q '\"pipeline_bubble_mean\":\s*0.1111' '$TMP/toy2.json' && diff <(grep -E 'timeline_hash|pipeline_bubble_mean|after_pipeline' '$TMP/toy1.json') <(grep -E 'timeline_hash|pipeline_bubble_mean|after_pipeline' '$TMP/toy2.json')"
+expect "textbook costs scale with a trace's micro-batches" 0 "micro-batches per iteration" -- \
+  "$DPSIM" sim --toy-costs 1,2 --iterations 2
+expect "--toy-costs without B" 2 "B \(backward\) is missing" -- "$DPSIM" sim --toy-costs 1
+expect "--toy-costs with W over B" 2 "W \(3 ms\) is the weight-gradient share of the backward B" -- "$DPSIM" sim --toy-costs 1,2,3
+expect "--toy-costs not a number" 2 "--toy-costs \"1,x\": B \(backward\) must be a number" -- "$DPSIM" sim --toy-costs 1,x
+expect "compare's table counts micro-batches and the time after the pipeline" 0 "mb +bubble +after" -- \
+  "$DPSIM" compare --toy-costs 1,2,1 --schedules gpipe,1f1b,zb1 --batchings padding --out "$TMP/toyc"
+check "... a GPipe row out of memory drawn all the same" is_png "$TMP/toyc/throughput.png" 5000
 
 finish

@@ -157,6 +157,67 @@ static void test_zb1_bubble(void **state)
     }
 }
 
+static void test_schedule_closed_forms_equal_simulation(void **state)
+{
+    (void)state;
+    /* Each schedule's closed form (schedule.h), computed by the schedule, against the simulator
+     * on equal micro-batches with free links: equal wherever it claims one (m a multiple of S
+     * for interleaved, as Megatron's formula assumes); and the pipeline's own time (no
+     * collective, no optimizer step here) is the makespan. The textbook's figures ride along:
+     * f 1, b 2, w 1 on 4 stages and 8 micro-batches gives 27.27% (gpipe, 1f1b), 15.79%
+     * (interleaved, 2 chunks) and 11.11% (zb1). */
+    int n;
+    const schedule *all = schedule_list(&n);
+    for (int q = 0; q < n; q++) {
+        const schedule *sc = &all[q];
+        if (!sc->closed_form) {
+            assert_string_equal(sc->name, "adaptive"); /* the one without */
+            continue;
+        }
+        int Cmax = strcmp(sc->name, "interleaved") == 0 ? 3 : 1;
+        for (int S = 1; S <= 5; S++)
+            for (int C = Cmax > 1 ? 2 : 1; C <= Cmax; C++)
+                for (int mult = 1; mult <= 3; mult++) {
+                    int m = S * mult;
+                    double f = 1, b = 2, wgt = sc->splits_backward ? 0.75 : 0;
+                    world w;
+                    world_init(&w, S, C, 0, 1e15);
+                    plan_iter it;
+                    sim_iter_result res;
+                    equal_iter(&w, &it, m, f, b, wgt);
+                    int64_t got = run_schedule(&w, sc->name, &it, &res);
+                    double bubble, cf = sc->closed_form(&it, 0, S, C, &bubble);
+                    assert_int_equal(got, llround(cf * 1e6));
+                    assert_int_equal(res.pipeline_ns, got);
+                    plan_iter_release(&it);
+                    cost_model_free(w.cm);
+                }
+    }
+    static const struct {
+        const char *name;
+        int C;
+        double w, bubble;
+    } textbook[] = {{"gpipe", 1, 0, 3.0 / 11}, {"1f1b", 1, 0, 3.0 / 11},
+                    {"interleaved", 2, 0, 4.5 / 28.5}, {"zb1", 1, 1, 1.0 / 9}};
+    for (int i = 0; i < 4; i++) {
+        world w;
+        world_init(&w, 4, textbook[i].C, 0, 1e15);
+        plan_iter it;
+        sim_iter_result res;
+        equal_iter(&w, &it, 8, 1, 2, textbook[i].w);
+        run_schedule(&w, textbook[i].name, &it, &res);
+        double bubble, cf = schedule_find(textbook[i].name)->closed_form(&it, 0, 4, textbook[i].C,
+                                                                         &bubble);
+        assert_near(bubble / cf, textbook[i].bubble, 1e-12);
+        for (int s = 0; s < 4; s++)
+            assert_near(1 - (double)res.busy_ns[s] / (double)res.pipeline_ns, textbook[i].bubble, 1e-9);
+        /* stage 0 holds all 8 under GPipe, 4 under 1F1B (1 MB stored each) */
+        if (i < 2) assert_near(res.peak_mb[0], i == 0 ? 8 : 4, 1e-9);
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+}
+
 static void test_latency_on_critical_path(void **state)
 {
     (void)state;
@@ -394,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_engine_order),
         cmocka_unit_test(test_gpipe_and_1f1b_closed_form),
         cmocka_unit_test(test_interleaved_closed_form),
+        cmocka_unit_test(test_schedule_closed_forms_equal_simulation),
         cmocka_unit_test(test_interleaved_any_count),
         cmocka_unit_test(test_zb1_bubble),
         cmocka_unit_test(test_latency_on_critical_path),
