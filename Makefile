@@ -237,7 +237,11 @@ demo: deps
 default-trace: all
 	$(BUILD)/dpsim trace gen --mix flanv2 --samples 100000 --seed 1 -o $(DEFAULT_TRACE)
 
+# what only the tests need: a browser for the interactive page's test (tests/cli/test_html.sh)
+CHECK_PACKAGES := chromium
+
 check: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(CHECK_PACKAGES)"
 	@$(MAKE) --no-print-directory all tests
 	@$(MAKE) --no-print-directory SANITIZE=1 all tests
 	@tests/run.sh $(BUILD) build/san

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "../plots/plot.h"
-#include "../sim/ascii.h"
+#include "../sim/panels.h"
 #include "../sim/study.h"
 #include "../sim/tune.h"
 #include "cli.h"
@@ -45,23 +45,6 @@ static double max_peak(const study_result *r)
     double m = 0;
     for (int s = 0; s < r->pp; s++) m = fmax(m, r->peak_mem_mb[s]);
     return m;
-}
-
-/* Collects one iteration's compute ops and memory for the figures. */
-typedef struct figure_sink {
-    ascii_tl ops;
-    plot_point *mem;
-    int n_mem, cap_mem;
-} figure_sink;
-
-static void fig_mem(void *ctx, const sim_mem *m)
-{
-    figure_sink *f = ctx;
-    if (m->replica != 0) return;
-    size_t cap = (size_t)f->cap_mem;
-    if (dp_grow((void **)&f->mem, &cap, (size_t)f->n_mem + 1, sizeof *f->mem) != DP_OK) return;
-    f->cap_mem = (int)cap;
-    f->mem[f->n_mem++] = (plot_point){m->stage, (double)m->t_ns / 1e6, m->mb};
 }
 
 /* Appends a figure's name to the list of those written. */
@@ -101,44 +84,25 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
     wrote_one(wrote, wrote_cap, dir, "throughput.png");
 
     /* timeline and memory of one iteration of the figure row */
-    figure_sink fs = {0};
-    ascii_init(&fs.ops, 0);
-    sim_sink sink = {ascii_collect, fig_mem, &fs};
     study_opts o;
     cli_study_opts(p, env, fig_batching, fig_schedule, &o);
-    o.max_iterations = 1;
-    o.sink = &sink;
-    study_result r;
-    st = study_run(&o, &env->trace, &r, err);
-    if (st == DP_OK && fs.ops.n > 0) {
-        plot_box *boxes = malloc(fs.ops.n * sizeof *boxes);
-        if (!boxes) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; st == DP_OK && i < fs.ops.n; i++) {
-            const sim_op *x = &fs.ops.ops[i];
-            boxes[i] = (plot_box){x->stage, (double)x->start_ns / 1e6, (double)x->end_ns / 1e6,
-                                  x->op == OP_F ? 0 : x->op == OP_B ? 1 : 2, x->mb};
-        }
-        snprintf(title, sizeof title, "Pipeline timeline, iteration 0: %s micro-batching, %s schedule (%s)",
-                 fig_batching, fig_schedule, env->model.name);
-        snprintf(path, sizeof path, "%s/timeline.png", dir);
-        if (st == DP_OK) st = plot_gantt(boxes, (int)fs.ops.n, p->pp, title, path, err);
-        if (st == DP_OK) wrote_one(wrote, wrote_cap, dir, "timeline.png");
-        free(boxes);
-        snprintf(title, sizeof title, "Device memory over iteration 0 (model state + activations): %s, %s",
-                 fig_batching, fig_schedule);
-        snprintf(path, sizeof path, "%s/memory.png", dir);
-        /* add each stage's model state so the line compares with the device limit */
-        stage_model sm;
-        if (st == DP_OK && stage_model_init(&sm, env->cm, p->pp, p->chunks, p->dp, p->zero,
-                                            env->mem_limit_mb, err) == DP_OK) {
-            for (int i = 0; i < fs.n_mem; i++) fs.mem[i].y += sm.state_mb[fs.mem[i].series];
-            st = plot_memory(fs.mem, fs.n_mem, p->pp, env->mem_limit_mb, title, path, err);
-            if (st == DP_OK) wrote_one(wrote, wrote_cap, dir, "memory.png");
-        }
+    panel pn;
+    st = panel_collect(&o, &env->trace, 0, 0, &pn, err);
+    if (st == DP_ERR_INFEASIBLE) { /* the table says why */
+        fprintf(stderr, "dpsim compare: no timeline or memory figure: %s/%s cannot run\n",
+                fig_batching, fig_schedule);
+        return DP_OK;
     }
-    study_result_release(&r);
-    ascii_release(&fs.ops);
-    free(fs.mem);
+    if (st != DP_OK) return st;
+    snprintf(title, sizeof title, "%s, %s micro-batching, %s schedule, iteration 0", env->model.name,
+             fig_batching, fig_schedule);
+    snprintf(path, sizeof path, "%s/timeline.png", dir);
+    st = plot_panels(&pn, 1, title, path, err);
+    if (st == DP_OK) wrote_one(wrote, wrote_cap, dir, "timeline.png");
+    snprintf(path, sizeof path, "%s/memory.png", dir);
+    if (st == DP_OK) st = plot_panel_memory(&pn, 1, title, path, err);
+    if (st == DP_OK) wrote_one(wrote, wrote_cap, dir, "memory.png");
+    panel_release(&pn);
     return st;
 }
 

@@ -7,7 +7,10 @@
 
 #include "../scheduler/plan.h"
 #include "../scheduler/schedule.h"
+#include "../plots/html.h"
+#include "../plots/plot.h"
 #include "../sim/ascii.h"
+#include "../sim/panels.h"
 #include "../sim/study.h"
 #include "../sim/timeline.h"
 #include "cli.h"
@@ -200,10 +203,15 @@ static const char SIM_USAGE[] = "dpsim sim [--plan plan.json | PLAN OPTIONS] [--
 typedef struct sim_cli {
     const char *plan_path, *timeline, *chrome;
     int json, ascii, ascii_width, ascii_iteration;
+    const char *html, *figure, *memory_figure; /* one iteration's panel (sim/panels.h) */
+    int figure_iteration, figure_replica;
+    char schedule[32]; /* as run (a plan file's own) */
+    int pp, chunks;
+    double mem_limit_mb;
 } sim_cli;
 
 /* Simulates a plan file. */
-static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_sink *sink,
+static dp_status sim_plan_file(sim_cli *sc, const plan_cli *p, const sim_sink *sink,
                                study_result *res, dp_err *err)
 {
     plan pl;
@@ -215,6 +223,8 @@ static dp_status sim_plan_file(const sim_cli *sc, const plan_cli *p, const sim_s
     TRY(plan_check(&pl, sc->plan_path, err));
     TRY(cli_plan_sim_config(&pl, sc->plan_path, p, &hw, &model, &cfg, err));
     cfg.hw = &hw;
+    snprintf(sc->schedule, sizeof sc->schedule, "%s", pl.h.schedule);
+    sc->pp = pl.h.pp, sc->chunks = pl.h.chunks, sc->mem_limit_mb = cfg.mem_limit_mb;
     study_acc acc;
     study_begin(&acc, res, &cfg, sink);
     acc.model = &model;
@@ -227,10 +237,11 @@ out:
     return st;
 }
 
-/* One sink feeding the timeline files and the ASCII drawing. */
+/* One sink feeding the timeline files, the ASCII drawing and the figures' panel. */
 typedef struct tee {
     timeline_out *tl;
     ascii_tl *asc;
+    panel_collector *pc;
 } tee;
 
 static void tee_op(void *ctx, const sim_op *op)
@@ -238,12 +249,35 @@ static void tee_op(void *ctx, const sim_op *op)
     tee *t = ctx;
     timeline_on_op(t->tl, op);
     if (t->asc) ascii_collect(t->asc, op);
+    if (t->pc) panel_on_op(t->pc, op);
 }
 
 static void tee_mem(void *ctx, const sim_mem *m)
 {
     tee *t = ctx;
     timeline_on_mem(t->tl, m);
+    if (t->pc) panel_on_mem(t->pc, m);
+}
+
+/* The figures and page of --figure, --memory-figure and --html from the collected panel. */
+static dp_status sim_figures(const sim_cli *sc, panel_collector *pc, const study_result *res,
+                             const char *what, dp_err *err)
+{
+    dp_status st = panel_finish(pc, res, sc->schedule, sc->pp, sc->chunks, sc->mem_limit_mb, err);
+    const panel *pn = pc->p;
+    char title[600];
+    snprintf(title, sizeof title, "%.300s, iteration %d", what + (what[0] == '#' ? 2 : 0),
+             sc->figure_iteration);
+    char *cut = strstr(title, "; cost"); /* the cost model's provenance is too long for a title */
+    if (cut) snprintf(cut, sizeof title - (size_t)(cut - title), ", iteration %d", sc->figure_iteration);
+    if (st == DP_OK && sc->figure) st = plot_panels(pn, 1, title, sc->figure, err);
+    if (st == DP_OK && sc->memory_figure) st = plot_panel_memory(pn, 1, title, sc->memory_figure, err);
+    if (st == DP_OK && sc->html) st = html_write_panels(pn, 1, title, sc->html, err);
+    if (st == DP_OK)
+        fprintf(stderr, "dpsim: wrote%s%s%s%s%s%s\n", sc->figure ? " " : "", sc->figure ? sc->figure : "",
+                sc->memory_figure ? " " : "", sc->memory_figure ? sc->memory_figure : "",
+                sc->html ? " " : "", sc->html ? sc->html : "");
+    return st;
 }
 
 int cmd_sim(int argc, char **argv)
@@ -251,7 +285,8 @@ int cmd_sim(int argc, char **argv)
     const char *cmd = "sim";
     plan_cli p;
     plan_cli_default(&p);
-    sim_cli sc = {NULL, NULL, NULL, 0, 0, 96, 0};
+    sim_cli sc = {0};
+    sc.ascii_width = 96;
     cli_opts ot;
     cli_opts_init(&ot, cmd, SIM_USAGE,
                   "Simulates execution plans with the discrete-event engine: per stage\n"
@@ -271,6 +306,17 @@ int cmd_sim(int argc, char **argv)
                 "iteration to draw");
     cli_opt_flag(&ot, "ascii-order", 'O', &sc.ascii,
                  "the drawing as each stage's op order (many micro-batches)")->flag_value = 2;
+    cli_opt_string(&ot, "figure", 0, &sc.figure, "OUT", NULL,
+                   "draw one iteration's timeline (.png or .svg; gnuplot)");
+    cli_opt_string(&ot, "memory-figure", 0, &sc.memory_figure, "OUT", NULL,
+                   "draw one iteration's memory per stage over time (.png or .svg)");
+    cli_opt_string(&ot, "html", 0, &sc.html, "PAGE", NULL,
+                   "write one iteration as an interactive page (self-contained HTML:\n"
+                   "hover, step, play; dpsim plot schedules puts several side by side)");
+    cli_opt_int(&ot, "figure-iteration", 0, &sc.figure_iteration, "K", 0, 1 << 30, "0",
+                "the iteration --figure, --memory-figure and --html show");
+    cli_opt_int(&ot, "figure-replica", 0, &sc.figure_replica, "R", 0, 4095, "0",
+                "the data-parallel replica they show");
     cli_plan_options(&ot, &p);
     int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
     cli_plan_parsed(&ot, &p);
@@ -282,15 +328,22 @@ int cmd_sim(int argc, char **argv)
                                "model's --profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};
     out_role plan_in[] = {{"--plan", sc.plan_path}};
-    out_role outs[] = {{"--timeline", sc.timeline}, {"--chrome", sc.chrome}};
-    if (cli_check_outputs(&p, plan_in, 1, outs, 2, &err) != DP_OK)
+    out_role outs[] = {{"--timeline", sc.timeline}, {"--chrome", sc.chrome}, {"--figure", sc.figure},
+                       {"--memory-figure", sc.memory_figure}, {"--html", sc.html}};
+    if (cli_check_outputs(&p, plan_in, 1, outs, 5, &err) != DP_OK)
         return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
     timeline_out tl;
     ascii_tl asc;
     ascii_init(&asc, sc.ascii_iteration);
     dp_status st = timeline_open(&tl, sc.timeline, sc.chrome, &err);
     if (st != DP_OK) return cli_fail(cmd, &err);
-    tee t = {&tl, sc.ascii ? &asc : NULL};
+    panel pn;
+    panel_collector pc;
+    panel_collector_init(&pc, &pn, sc.figure_iteration, sc.figure_replica);
+    int figures = sc.figure || sc.memory_figure || sc.html;
+    tee t = {&tl, sc.ascii ? &asc : NULL, figures ? &pc : NULL};
+    snprintf(sc.schedule, sizeof sc.schedule, "%s", p.schedule);
+    sc.pp = p.pp, sc.chunks = strcmp(p.schedule, "interleaved") == 0 ? p.chunks : 1;
     sim_sink sink = {tee_op, tee_mem, &t};
     study_result res;
     memset(&res, 0, sizeof res);
@@ -308,6 +361,7 @@ int cmd_sim(int argc, char **argv)
             timeline_abort(&tl);
             return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
         }
+        sc.mem_limit_mb = env.mem_limit_mb;
         if (st == DP_OK) {
             study_opts o;
             cli_study_opts(&p, &env, p.batching, p.schedule, &o);
@@ -336,7 +390,9 @@ int cmd_sim(int argc, char **argv)
         }
         if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
         if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);
+        if (figures) st = sim_figures(&sc, &pc, &res, what, &err);
     }
+    panel_collector_release(&pc);
     ascii_release(&asc);
     int feasible = res.feasible;
     study_result_release(&res);

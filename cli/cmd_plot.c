@@ -4,7 +4,11 @@
 #include <string.h>
 
 #include "../common/csv_table.h"
+#include "../plots/html.h"
 #include "../plots/plot.h"
+#include "../scheduler/schedule.h"
+#include "../sim/panels.h"
+#include "../sim/study.h"
 #include "../traces/trace.h"
 #include "../traces/trace_stats.h"
 #include "cli.h"
@@ -14,6 +18,8 @@ static const char LENGTHS_USAGE[] = "dpsim plot lengths [--format F] FILE [-o OU
 static const char SWEEP_USAGE[] = "dpsim plot sweep --x COL --y COL [--series COL] [--where COL=V] "
                                   "FILE [-o OUT.png|OUT.svg]";
 static const char TIMELINE_USAGE[] = "dpsim plot timeline [--iteration K] FILE [-o OUT.png|OUT.svg]";
+static const char SCHEDULES_USAGE[] = "dpsim plot schedules [--schedules LIST] [PLAN OPTIONS] "
+                                      "[-o OUT.png] [--memory OUT.png] [--html PAGE.html]";
 
 static void plot_help(void)
 {
@@ -25,7 +31,10 @@ static void plot_help(void)
            "                  (a dpsim sweep output, or any CSV with a header): --x, --y,\n"
            "                  --series, --where COL=VALUE (repeatable), --logx, --title, --ylabel\n"
            "  timeline FILE   Gantt chart of one iteration of a timeline CSV (dpsim sim\n"
-           "                  --timeline, or dprun's measured one): --iteration K\n\n"
+           "                  --timeline, or dprun's measured one): --iteration K\n"
+           "  schedules       several schedules of the same micro-batches as panels on one\n"
+           "                  time axis (and their memory, and an interactive page):\n"
+           "                  --schedules, the plan options; dpsim plot schedules --help\n\n"
            "Options:\n"
            "  -o, --output OUT  figure to write (.png or .svg)             [lengths.png]\n"
            "  -f, --format F    trace format: auto | csv | jsonl | npy | cot  [auto]\n"
@@ -320,6 +329,88 @@ static int plot_timeline_main(int argc, char **argv)
     return st == DP_OK ? 0 : cli_fail(cmd, &err);
 }
 
+/* ---- schedules: panels of one iteration under several schedules ------------------------------ */
+
+static int plot_schedules_main(int argc, char **argv)
+{
+    const char *cmd = "plot schedules", *out = "schedules.png", *mem_out = NULL, *html = NULL;
+    const char *schedules = "gpipe,1f1b,zb1", *title = NULL;
+    int iteration = 0, replica = 0;
+    plan_cli p;
+    plan_cli_default(&p);
+    cli_opts ot;
+    cli_opts_init(&ot, cmd, SCHEDULES_USAGE,
+                  "Runs one iteration of the plan options under each schedule and draws them as\n"
+                  "panels on one shared time axis: each panel's title gives its iteration time,\n"
+                  "micro-batches and pipeline bubble with the schedule's closed form; boxes carry\n"
+                  "a micro-batch id that is the same in every panel, and its size where it fits;\n"
+                  "interleaved chunks in shades, weight gradients in green. With --toy-costs the\n"
+                  "textbook's figure: dpsim plot schedules --toy-costs 1,2,1.");
+    cli_opt_string(&ot, "output", 'o', &out, "OUT", "schedules.png", "figure to write (.png or .svg)");
+    cli_opt_string(&ot, "schedules", 0, &schedules, "LIST", "gpipe,1f1b,zb1",
+                   "the schedules, one panel each (gpipe, 1f1b, interleaved, adaptive, zb1)");
+    cli_opt_string(&ot, "memory", 0, &mem_out, "OUT", NULL,
+                   "also each panel's memory per stage over the iteration (.png or .svg)");
+    cli_opt_string(&ot, "html", 0, &html, "PAGE", NULL,
+                   "also an interactive page: hover, step, play (self-contained HTML)");
+    cli_opt_string(&ot, "title", 0, &title, "T", "the model, layout and batching",
+                   "the figure's title");
+    cli_opt_int(&ot, "iteration", 'i', &iteration, "K", 0, INT32_MAX, "0", "the iteration drawn");
+    cli_opt_int(&ot, "replica", 0, &replica, "R", 0, 4095, "0", "the data-parallel replica drawn");
+    cli_plan_options(&ot, &p);
+    int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
+    cli_plan_parsed(&ot, &p);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    method_lists ml;
+    if (cli_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return 2;
+    if (ml.nb != 1)
+        return cli_usage_error(cmd, SCHEDULES_USAGE, "--batching takes one batching here");
+    for (int i = 0; i < ml.ns; i++) /* --chunks is the interleaved panel's */
+        if (strcmp(ml.schedules[i], "interleaved") == 0) p.schedule = "interleaved";
+    dp_err err = {0};
+    out_role outs[] = {{"-o", out}, {"--memory", mem_out}, {"--html", html}};
+    if (cli_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
+        return cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg);
+    plan_env env;
+    dp_status st = cli_plan_setup(&p, &env, &err);
+    if (st == DP_ERR_INVALID) {
+        plan_env_release(&env);
+        return cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg);
+    }
+    panel ps[METHOD_LIST_MAX];
+    int n = 0;
+    for (int i = 0; st == DP_OK && i < ml.ns; i++) {
+        study_opts o;
+        cli_study_opts(&p, &env, p.batching, ml.schedules[i], &o);
+        st = panel_collect(&o, &env.trace, iteration, replica, &ps[n], &err);
+        if (st == DP_OK) n++;
+        else {
+            char msg[DP_ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err.msg);
+            dp_fail(&err, st, "--schedules %s: %s", ml.schedules[i], msg);
+        }
+    }
+    char auto_title[512];
+    snprintf(auto_title, sizeof auto_title, "%s, pp %d x dp %d x tp %d on %s, %s batching, iteration %d",
+             env.model.name, p.pp, p.dp, p.cost.tp, env.hw.gpu.name, p.batching, iteration);
+    if (env.cm->toy.on)
+        snprintf(auto_title, sizeof auto_title, "Textbook costs f %g, b %g, w %g ms; %d stages, %.300s",
+                 env.cm->toy.f_ms, env.cm->toy.b_ms, env.cm->toy.w_ms, p.pp, env.trace_path);
+    if (!title) title = auto_title;
+    char wrote[4200] = "";
+    if (st == DP_OK && (st = plot_panels(ps, n, title, out, &err)) == DP_OK)
+        snprintf(wrote, sizeof wrote, "%s", out);
+    if (st == DP_OK && mem_out && (st = plot_panel_memory(ps, n, title, mem_out, &err)) == DP_OK)
+        snprintf(wrote + strlen(wrote), sizeof wrote - strlen(wrote), ", %s", mem_out);
+    if (st == DP_OK && html && (st = html_write_panels(ps, n, title, html, &err)) == DP_OK)
+        snprintf(wrote + strlen(wrote), sizeof wrote - strlen(wrote), ", %s", html);
+    if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", wrote);
+    for (int i = 0; i < n; i++) panel_release(&ps[i]);
+    plan_env_release(&env);
+    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+}
+
 int cmd_plot(int argc, char **argv)
 {
     if (argc < 2) return cli_usage_error("plot", PLOT_USAGE, "missing figure KIND");
@@ -331,6 +422,7 @@ int cmd_plot(int argc, char **argv)
     if (strcmp(kind, "lengths") == 0) return plot_lengths_main(argc - 1, argv + 1);
     if (strcmp(kind, "sweep") == 0) return plot_sweep_main(argc - 1, argv + 1);
     if (strcmp(kind, "timeline") == 0) return plot_timeline_main(argc - 1, argv + 1);
+    if (strcmp(kind, "schedules") == 0) return plot_schedules_main(argc - 1, argv + 1);
     return cli_usage_error("plot", PLOT_USAGE,
-                           "unknown figure kind \"%s\" (lengths, sweep, timeline)", kind);
+                           "unknown figure kind \"%s\" (lengths, sweep, timeline, schedules)", kind);
 }

@@ -258,6 +258,146 @@ dp_status plot_gantt(const plot_box *boxes, int n, int rows, const char *title,
     return plot_finish(&p, err);
 }
 
+/* ---- panels (several schedules on one time axis) ---------------------------------------------- */
+
+/* Shades per chunk: forward blues, backward oranges (chunk 0 the strongest). */
+static const unsigned FWD_SHADE[4] = {0x4c9be8, 0x9cc8f2, 0x1f5fa8, 0x6fb0ee};
+static const unsigned BWD_SHADE[4] = {0xe8744c, 0xf2b09a, 0xb04a25, 0xee9473};
+#define W_SHADE 0x7bc96fu
+
+static unsigned op_colour(const panel_op *o)
+{
+    if (o->op == OP_W) return W_SHADE;
+    return (o->op == OP_F ? FWD_SHADE : BWD_SHADE)[o->chunk % 4];
+}
+
+/* A box's label: "id: samples×length" where it fits, else the id, else nothing (about 6.5 px a
+ * character at font 8 over px pixels of time axis). */
+static void box_label(const panel_op *o, double tmax, double px, char *buf, size_t cap)
+{
+    double chars = (o->t1_ms - o->t0_ms) / tmax * px / 6.5;
+    char size[48];
+    snprintf(size, sizeof size, "%d: %d×%d", o->id, o->mbs, o->enc_len + o->dec_len);
+    if (chars >= (double)strlen(size) - 1) snprintf(buf, cap, "%s", size); /* × is 2 bytes */
+    else if (chars >= (o->id >= 10 ? 2.2 : 1.2)) snprintf(buf, cap, "%d", o->id);
+    else buf[0] = '\0';
+}
+
+static double panels_tmax(const panel *ps, int n)
+{
+    double tmax = 0;
+    for (int k = 0; k < n; k++)
+        for (size_t i = 0; i < ps[k].n_ops; i++) tmax = fmax(tmax, ps[k].ops[i].t1_ms);
+    return tmax > 0 ? tmax : 1;
+}
+
+static void panel_heading(const panel *p, char *buf, size_t cap)
+{
+    char cf[48] = "";
+    if (!isnan(p->closed_form_bubble))
+        snprintf(cf, sizeof cf, " (closed form %.2f%%)", 100 * p->closed_form_bubble);
+    snprintf(buf, cap, "%s: %.2f ms, %d micro-batches, pipeline bubble %.2f%%%s%s", p->schedule,
+             p->makespan_ms, p->microbatches, 100 * p->pipeline_bubble, cf,
+             p->oom ? ", OUT OF MEMORY" : "");
+}
+
+dp_status plot_panels(const panel *ps, int n, const char *title, const char *out_path, dp_err *err)
+{
+    const int width = 1400, axis_px = 1180;
+    int height = 70;
+    for (int k = 0; k < n; k++) height += 90 + 46 * ps[k].pp;
+    plot p;
+    dp_status st = plot_begin(&p, out_path, width, height, err);
+    if (st != DP_OK) return st;
+    FILE *fp = plot_script(&p);
+    double tmax = panels_tmax(ps, n);
+    for (int k = 0; k < n; k++) {
+        fprintf(fp, "$p%d << EOD\n", k);
+        for (size_t i = 0; i < ps[k].n_ops; i++) {
+            const panel_op *o = &ps[k].ops[i];
+            char label[64];
+            box_label(o, tmax, axis_px, label, sizeof label);
+            fprintf(fp, "%.6f %.6f %d %u ", o->t0_ms, o->t1_ms, o->stage, op_colour(o));
+            put_field(fp, label);
+            fputc('\n', fp);
+        }
+        fprintf(fp, "0 0 -10 0 \"\"\nEOD\n"); /* never empty */
+    }
+    fprintf(fp, "set multiplot layout %d,1", n);
+    if (title) {
+        fprintf(fp, " title ");
+        put_str(fp, title);
+    }
+    fprintf(fp, "\nset xrange [0:%g]\nset grid xtics\nunset key\nset ytics 1\n"
+                "set style fill solid 0.85 border lc rgb '#333333'\nset lmargin 10\nset rmargin 4\n",
+            tmax * 1.01);
+    for (int k = 0; k < n; k++) {
+        char heading[256];
+        panel_heading(&ps[k], heading, sizeof heading);
+        put_title(fp, "set title", heading);
+        fprintf(fp, "set yrange [%d.6:-0.6]\nset ylabel 'stage'\nset xlabel %s\n"
+                    "plot $p%d using (($1+$2)/2):3:(($2-$1)/2):(0.4):4 with boxxyerror "
+                    "lc rgb variable, \\\n"
+                    "     $p%d using (($1+$2)/2):3:5 with labels font ',8'\n",
+                ps[k].pp - 1, k == n - 1 ? "'time (ms)'" : "''", k, k);
+    }
+    fprintf(fp, "unset multiplot\n");
+    return plot_finish(&p, err);
+}
+
+dp_status plot_panel_memory(const panel *ps, int n, const char *title, const char *out_path,
+                            dp_err *err)
+{
+    plot p;
+    dp_status st = plot_begin(&p, out_path, 1400, 70 + 300 * n, err);
+    if (st != DP_OK) return st;
+    FILE *fp = plot_script(&p);
+    double tmax = panels_tmax(ps, n);
+    for (int k = 0; k < n; k++) {
+        for (int s = 0; s < ps[k].pp; s++) {
+            fprintf(fp, "$m%d_%d << EOD\n", k, s);
+            int any = 0;
+            for (size_t i = 0; i < ps[k].n_mem; i++)
+                if (ps[k].mem[i].stage == s)
+                    fprintf(fp, "%.6f %.3f\n", ps[k].mem[i].t_ms, ps[k].mem[i].mb), any = 1;
+            if (!any) fprintf(fp, "0 NaN\n");
+            fprintf(fp, "EOD\n");
+        }
+    }
+    fprintf(fp, "set multiplot layout %d,1", n);
+    if (title) {
+        fprintf(fp, " title ");
+        put_str(fp, title);
+    }
+    fprintf(fp, "\nset xrange [0:%g]\nset grid\nset key outside right top\nset lmargin 12\n", tmax * 1.01);
+    for (int k = 0; k < n; k++) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t i = 0; i < ps[k].n_mem; i++) lo = fmin(lo, ps[k].mem[i].mb), hi = fmax(hi, ps[k].mem[i].mb);
+        if (!(hi >= lo)) lo = 0, hi = 1;
+        double pad = fmax(0.08 * (hi - lo), 1);
+        int limit_shown = ps[k].mem_limit_mb > 0 && ps[k].mem_limit_mb <= hi + 3 * (hi - lo + pad);
+        if (limit_shown) hi = fmax(hi, ps[k].mem_limit_mb);
+        char heading[256];
+        int at = snprintf(heading, sizeof heading, "%s: memory per stage (model state + activations)",
+                          ps[k].schedule);
+        if (!limit_shown && ps[k].mem_limit_mb > 0 && at > 0)
+            snprintf(heading + at, sizeof heading - (size_t)at, "; device limit %.0f MB, above",
+                     ps[k].mem_limit_mb);
+        put_title(fp, "set title", heading);
+        fprintf(fp, "set yrange [%g:%g]\nset ylabel 'MB'\nset xlabel %s\nplot ", lo - pad, hi + pad,
+                k == n - 1 ? "'time (ms)'" : "''");
+        for (int s = 0; s < ps[k].pp; s++)
+            fprintf(fp, "%s$m%d_%d using 1:2 with steps lw 2 title 'stage %d'", s ? ", \\\n     " : "",
+                    k, s, s);
+        if (limit_shown)
+            fprintf(fp, ", \\\n     %g with lines dt 2 lw 2 lc rgb '#d62728' title 'device limit'",
+                    ps[k].mem_limit_mb);
+        fputc('\n', fp);
+    }
+    fprintf(fp, "unset multiplot\n");
+    return plot_finish(&p, err);
+}
+
 dp_status plot_memory(const plot_point *pts, int n, int series, double limit_mb,
                       const char *title, const char *out_path, dp_err *err)
 {

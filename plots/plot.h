@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "../common/dp.h"
+#include "../sim/panels.h"
 #include "../traces/trace_stats.h"
 
 /* An open plot: the script is assembled in memory, then run by plot_finish.
@@ -73,6 +74,19 @@ typedef struct plot_box {
  * micro-batch; the gaps are the bubbles. */
 dp_status plot_gantt(const plot_box *boxes, int n, int rows, const char *title,
                      const char *out_path, dp_err *err);
+
+/* Panels of pipeline timelines, one per panel (e.g. schedule) on one shared time axis, each with
+ * its title (schedule, iteration time, pipeline bubble and its closed form): forwards in blues
+ * and backwards in oranges, a shade per interleaved chunk, weight gradients in green; every box
+ * labelled with its stable micro-batch id, and with its size ("3: 7×96", samples × padded
+ * length) where that fits. title NULL: a default naming the schedules. */
+dp_status plot_panels(const panel *ps, int n, const char *title, const char *out_path, dp_err *err);
+
+/* Each panel's memory over its iteration: a step line per stage (model state + activations) on
+ * an axis fitted to the lines, so their differences show; the device limit as a dashed line
+ * where it lies near them, else said in the panel's title. */
+dp_status plot_panel_memory(const panel *ps, int n, const char *title, const char *out_path,
+                            dp_err *err);
 
 /* A step line per stage of (t_ms, MB) points, with the device limit as a dashed line. */
 typedef struct plot_point {

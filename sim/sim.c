@@ -80,7 +80,7 @@ static void emit_op(run *u, int r, plan_op op, int mb, int chunk, int64_t start,
 {
     if (!u->sink || !u->sink->on_op) return;
     sim_op o = {u->it->id, r % u->cfg->pp, r / u->cfg->pp, op, mb, chunk, start, end,
-                mb >= 0 ? &u->it->mb[mb] : NULL};
+                mb >= 0 ? &u->it->mb[mb] : NULL, u->it};
     u->sink->on_op(u->sink->ctx, &o);
 }
 

@@ -86,6 +86,7 @@ typedef struct sim_op {
     int64_t start_ns, end_ns; /* absolute simulated time */
     const plan_mb *mb_info;   /* the micro-batch (its shape, tokens, predictions); NULL for the
                                * all-reduce. Valid during the callback. */
+    const plan_iter *iter;    /* the iteration (its sample ids); valid during the callback */
 } sim_op;
 
 /* A memory change on a stage (for memory-over-time figures and Chrome counters). */
