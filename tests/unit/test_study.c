@@ -9,6 +9,7 @@
 #include "../../scheduler/plan.h"
 #include "../../scheduler/plan_machine.h"
 #include "../../sim/order_search.h"
+#include "../../sim/panels.h"
 #include "../../sim/study.h"
 #include "../../sim/tune.h"
 
@@ -783,6 +784,49 @@ static void test_comm_overlap(void **state)
 
 /* tune's scoring trace (sim/tune.h): the first k-1 global batches of the shipped trace, then the
  * batch holding its longest sample; re-batched, the scored trace gives exactly those batches. */
+static void test_panels_stable_ids(void **state)
+{
+    (void)state;
+    /* The same micro-batches (packing does not cut by the schedule's memory) under 1f1b and under
+     * adaptive, which reorders and renumbers them: each panel numbers them by their smallest
+     * sample, so an id names the same shape in both; every F and B of every stage is there */
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 2048);
+    panel p[2];
+    const char *scheds[2] = {"1f1b", "adaptive"};
+    int shape[2][256][2], m = 0;
+    for (int k = 0; k < 2; k++) {
+        study_opts o = opts_of(&s, RECOMPUTE_NONE, scheds[k], 0, 0);
+        o.batching = batcher_find("packing");
+        dp_err err = {0};
+        if (panel_collect(&o, &s.t, 1, 0, &p[k], &err) != DP_OK) fail_msg("%s", err.msg);
+        m = p[k].microbatches;
+        assert_true(m > 4 && m <= 256);
+        assert_int_equal(p[k].n_ops, (size_t)(2 * 4 * m));
+        memset(shape[k], -1, sizeof shape[k]);
+        double busy = 0, end = 0;
+        for (size_t i = 0; i < p[k].n_ops; i++) {
+            const panel_op *x = &p[k].ops[i];
+            assert_true(x->id >= 0 && x->id < m);
+            busy += x->t1_ms - x->t0_ms, end = fmax(end, x->t1_ms);
+            if (x->op != OP_F || x->stage != 0) continue;
+            assert_int_equal(shape[k][x->id][0], -1); /* one forward per id on stage 0 */
+            shape[k][x->id][0] = x->mbs, shape[k][x->id][1] = x->enc_len;
+        }
+        /* the panel's bubble is its ops' idle share of the pipeline (no transfers on the end here
+         * to within the last backward on stage 0) */
+        assert_true(p[k].pipeline_bubble > 0 && p[k].pipeline_bubble < 1);
+        assert_true(p[k].pipeline_bubble <= 1 - busy / (4 * end) + 1e-9);
+        for (size_t i = 1; i < p[k].n_mem; i++) assert_true(p[k].mem[i].t_ms >= 0);
+    }
+    for (int id = 0; id < m; id++) {
+        assert_int_equal(shape[0][id][0], shape[1][id][0]);
+        assert_int_equal(shape[0][id][1], shape[1][id][1]);
+    }
+    panel_release(&p[0]), panel_release(&p[1]);
+    setup_release(&s);
+}
+
 static void test_tune_scoring_trace(void **state)
 {
     (void)state;
@@ -903,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_t5_order_against_dynapipe),
         cmocka_unit_test(test_zero_communication),
         cmocka_unit_test(test_comm_overlap),
+        cmocka_unit_test(test_panels_stable_ids),
         cmocka_unit_test(test_tune_scoring_trace),
         cmocka_unit_test(test_tune_space),
     };
