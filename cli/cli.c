@@ -102,6 +102,7 @@ void cost_opts_default(cost_opts *o)
     o->model = "gpt-6.7b-16l";
     o->hw = "p4d";
     o->tp = 1;
+    o->cp = 1;
     o->recompute = RECOMPUTE_NONE;
     o->overlap = COST_OVERLAP_DEFAULT;
 }
@@ -112,14 +113,19 @@ static int flash_of(const cost_opts *o, const model_spec *m)
     return o->flash_attn ? 1 : o->no_flash_attn ? 0 : m->flash_attn;
 }
 
-/* Applies the attention and overlap options to a cost model just built (st its constructor's
- * status). */
-static dp_status finish(dp_status st, const cost_opts *o, const model_spec *m, cost_model **cm)
+/* Applies the attention, overlap and context-parallel options to a cost model just built (st
+ * its constructor's status); on failure the model is freed. */
+static dp_status finish(dp_status st, const cost_opts *o, const model_spec *m, cost_model **cm,
+                        dp_err *err)
 {
     if (st != DP_OK) return st;
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
     (*cm)->overlap = o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
+    if ((st = cost_model_set_cp(*cm, o->cp > 0 ? o->cp : 1, o->cp_alltoall, err)) != DP_OK) {
+        cost_model_free(*cm);
+        *cm = NULL;
+    }
     return st;
 }
 
@@ -167,11 +173,13 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                        o->attn_kernel, names);
     }
     char note[128];
-    const char *sp = o->tp < 2       ? ""
-                     : o->no_sp      ? ", no sequence parallelism"
-                                     : ", sequence parallelism";
+    char sp[96];
+    snprintf(sp, sizeof sp, "%s%s", o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism"
+                                                              : ", sequence parallelism",
+             o->cp < 2 ? "" : o->cp_alltoall ? ", context parallelism (all-to-all)"
+                                             : ", context parallelism (ring)");
     if (o->fit) {
-        st = finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
+        st = finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm, err);
         if (st == DP_OK)
             snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s",
                      o->fit, o->tp, recompute_name(o->recompute),
@@ -191,7 +199,7 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                            buf, m->name);
     }
     if (profile && !o->analytic) {
-        st = finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm);
+        st = finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm, err);
         if (st == DP_OK)
             snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
                      recompute_name(o->recompute), attention_note(*cm, o, 0, note, sizeof note));
@@ -211,7 +219,7 @@ dp_status cli_build_cost(const cost_opts *o, model_spec *m, cluster_spec *hw, co
                 "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json\n", fitted_on,
                 hw->gpu.name, 100 * hw->gpu.matmul_eff, 100 * HW_A100_MATMUL_EFF, hw->gpu.name);
     }
-    st = finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm);
+    st = finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm, err);
     if (st == DP_OK)
         snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
                  hw->gpu.name, ANALYTIC_DEFAULT_GPU,
@@ -280,6 +288,23 @@ static void show_recompute(const void *ctx, char *buf, size_t cap)
     snprintf(buf, cap, "%s", recompute_choice_name(ctx));
 }
 
+static int set_cp_kind(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_opts *o = ctx;
+    if (strcmp(arg, "ring") == 0) o->cp_alltoall = 0;
+    else if (strcmp(arg, "all-to-all") == 0 || strcmp(arg, "ulysses") == 0) o->cp_alltoall = 1;
+    else {
+        cli_usage_error(cmd, usage, "unknown --cp-kind \"%s\" (ring, all-to-all)", arg);
+        return -1;
+    }
+    return 0;
+}
+
+static void show_cp_kind(const void *ctx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", ((const cost_opts *)ctx)->cp_alltoall ? "all-to-all" : "ring");
+}
+
 void cli_cost_options(cli_opts *t, cost_opts *o)
 {
     cli_opt_string(t, "model", 0, &o->model, "M",
@@ -294,6 +319,14 @@ void cli_cost_options(cli_opts *t, cost_opts *o)
     cli_opt_flag(t, "analytic", 0, &o->analytic, "analytic cost model even where a profile exists");
     cli_opt_int(t, "tp", 0, &o->tp, "T", 1, 1024, "1", "tensor-parallel degree")->marks =
         OPT_FIXED_BY_PLAN | OPT_TUNED;
+    cli_opt_int(t, "cp", 0, &o->cp, "C", 1, 1024, "1",
+                "context-parallel degree: each sequence split over C GPUs (with\n"
+                "their tp), 2C chunks for causal balance (analytic model, GPT)")->marks =
+        OPT_FIXED_BY_PLAN;
+    cli_opt *ck = cli_opt_call(t, "cp-kind", 0, set_cp_kind, o, "K", "ring",
+                               "ring (K/V passed around behind the attention) | all-to-all\n"
+                               "(DeepSpeed-Ulysses: heads across the group)");
+    ck->marks = OPT_FIXED_BY_PLAN, ck->show = show_cp_kind;
     cli_opt_flag(t, "no-sp", 0, &o->no_sp,
                  "tensor parallelism without Megatron's sequence parallelism (on by\n"
                  "default with --tp > 1, analytic model: norms' and dropouts'\n"

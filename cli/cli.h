@@ -75,6 +75,8 @@ typedef struct cost_opts {
     const char *fit;     /* fitted analytic model (dpsim calibrate -o) */
     int analytic;        /* 1: use the analytic model even if a profile exists */
     int tp;              /* tensor parallelism                           [1] */
+    int cp;              /* context parallelism (cost_model_set_cp)      [1] */
+    int cp_alltoall;     /* --cp-kind all-to-all (else ring)                 */
     recompute_mode recompute; /*                                          [none] */
     int recompute_dynamic;    /* --recompute dynamic (RECOMPUTE_PER_ITERATION): a mode per
                                * iteration (plan_env.recompute_cm); mixed (RECOMPUTE_PER_MB): then

@@ -262,14 +262,23 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
     if (sc && !p->cost.recompute_dynamic &&
         (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
         return st;
-    int64_t gpus = (int64_t)p->cost.tp * p->pp * p->dp, have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
+    int64_t gpus = (int64_t)p->cost.tp * p->cost.cp * p->pp * p->dp,
+            have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
+    char cp[32] = "";
+    if (p->cost.cp > 1) snprintf(cp, sizeof cp, " x --cp %d", p->cost.cp);
     if (env->hw.nodes > 0 && gpus > have && !p->allow_oversubscribe)
         return dp_fail(err, DP_ERR_INVALID,
-                       "--tp %d x --pp %d x --dp %d = %lld GPUs, but %s has %d node%s of %d GPUs "
+                       "--tp %d%s x --pp %d x --dp %d = %lld GPUs, but %s has %d node%s of %d GPUs "
                        "(%lld)\nhint: a cluster with more nodes (--hw, \"nodes\" in its JSON), or "
                        "--allow-oversubscribe for a what-if",
-                       p->cost.tp, p->pp, p->dp, (long long)gpus, env->hw.name, env->hw.nodes,
+                       p->cost.tp, cp, p->pp, p->dp, (long long)gpus, env->hw.name, env->hw.nodes,
                        env->hw.nodes == 1 ? "" : "s", env->hw.gpus_per_node, (long long)have);
+    /* ring attention cuts each sequence into 2 cp chunks: the padded length must split evenly */
+    if (p->cost.cp > 1 && env->rules.pad_multiple % (2 * p->cost.cp) != 0) {
+        int m = env->rules.pad_multiple;
+        while (m % (2 * p->cost.cp)) m += env->rules.pad_multiple;
+        env->rules.pad_multiple = m;
+    }
     if (toy.on && !p->trace) /* the textbook's equal micro-batches, one iteration */
         return toy_trace(p->microbatches, &env->rules, env->trace_path, sizeof env->trace_path,
                          &env->trace, err);
@@ -337,6 +346,7 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     co.model_json = pl->h.model_json; /* a self-contained plan runs from anywhere */
     co.hw_json = pl->h.hw_json;
     co.tp = pl->h.tp;
+    co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall;
     co.recompute_dynamic = 0; /* model state, the config's only use of it, is the same in every mode */
     co.quiet = 1;             /* the plan's times are its own: the cost model's are not used */
     if (recompute_parse(pl->h.recompute, &co.recompute) != 0) co.recompute = RECOMPUTE_NONE;

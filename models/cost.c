@@ -48,6 +48,27 @@ void cost_shape_attn(const cost_shape *s, double *enc_sq, double *dec_sq, double
     *enc_dec = fmin(*enc_dec, s->enc_dec);
 }
 
+dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err)
+{
+    const model_spec *m = &cm->model;
+    if (cp < 1) return dp_fail(err, DP_ERR_INVALID, "--cp must be at least 1");
+    if (cp > 1 && !cm->ops->context_parallel)
+        return dp_fail(err, DP_ERR_INVALID, "--cp %d needs the analytic cost model: a measured %s "
+                       "timed whole sequences on one GPU\nhint: --analytic", cp, cm->ops->kind);
+    if (cp > 1 && m->arch != ARCH_GPT)
+        return dp_fail(err, DP_ERR_INVALID, "--cp %d: context parallelism splits the sequence of "
+                       "a decoder-only model; %s is an encoder-decoder", cp, m->name);
+    int width = cm->tp * cp;
+    if (cp > 1 && alltoall && (m->heads % width || model_kv_heads(m) % width))
+        return dp_fail(err, DP_ERR_INVALID, "--cp %d --cp-kind all-to-all: the all-to-all form "
+                       "gives each of the tp x cp = %d GPUs whole heads, and %s has %d heads and %d "
+                       "key/value heads\nhint: --cp-kind ring, or a --cp that divides them",
+                       cp, width, m->name, m->heads, model_kv_heads(m));
+    cm->cp = cp;
+    cm->cp_alltoall = alltoall && cp > 1;
+    return DP_OK;
+}
+
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel)
 {
     cm->flash_attn = flash;

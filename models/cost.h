@@ -110,6 +110,7 @@ double cost_toy_scale(const cost_toy *t, const cost_shape *s);
 
 typedef struct cost_ops {
     const char *kind;
+    int context_parallel; /* 1: the kind prices cost_model.cp > 1 (the analytic model) */
     dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
                        cost_layer *out, dp_err *err);
     void (*release)(cost_model *cm);
@@ -140,6 +141,13 @@ struct cost_model {
                                    * GPUs, each all-reduce an all-gather plus a reduce-scatter
                                    * (analytic model; a profile measured what it measured). On by
                                    * default, as Megatron recommends with tp > 1 */
+    int cp;                       /* context parallelism: the cp GPUs of a rank (each with its tp)
+                                   * share every sequence, 2cp chunks so that causal work
+                                   * balances (Megatron-Core's CP); 1 (or 0): none. Set with
+                                   * cost_model_set_cp */
+    int cp_alltoall;              /* 1: the all-to-all form (DeepSpeed-Ulysses: heads across the
+                                   * group, four all-to-alls per layer), 0: ring attention (K/V
+                                   * blocks passed around the group behind each step's attention) */
     cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
                                    * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */
@@ -164,6 +172,19 @@ struct cost_model {
 int cost_overlap_parse(const char *text, unsigned *bits);
 /* "dp,zero", "none", …: what cost_overlap_parse reads back. */
 const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
+
+/* Context parallelism of degree cp (>= 1), ring or all-to-all. DP_ERR_INVALID, naming the option
+ * and why, for a cost kind that does not price it (a profile measured whole sequences), an
+ * encoder-decoder model, or (all-to-all) heads or key/value heads that tp x cp does not divide.
+ * What each form costs (analytic model, cost_analytic.c):
+ *   both   the layer's tokens, FLOPs, elementwise bytes, tensor-parallel collectives and stored
+ *          activations split over the cp GPUs; weights whole on each
+ *   ring   cp - 1 steps per layer, each passing a K/V block of 1/cp of the sequence to the next
+ *          GPU: forward (cp-1)/cp of the layer's K and V bytes, backward twice that (K/V and
+ *          their gradients); each step hidden behind that step's attention where shorter
+ *   a2a    four all-to-alls of 1/cp of the tokens (Q, K, V in, the output back) forward, four
+ *          backward, not hidden */
+dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
 
 /* Sets FlashAttention on or off, and the kernel that times it (NULL: the GPU's own). */
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel);
@@ -271,6 +292,12 @@ void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, 
  * (sp) or without. */
 double analytic_stored_act_bytes(const model_spec *m, cost_component c, const cost_shape *s,
                                  int tp, recompute_mode rc, int sp);
+
+/* Bytes a GPU sends around the context-parallel ring for one layer of shape s (ring form, GPT):
+ * cp - 1 blocks of 1/cp of the layer's K and V (fp16, its tp share of the key/value heads)
+ * forward; backward twice that (K/V and their gradients). */
+double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
+                              int backward);
 
 /* Reads a fitted model (`dpsim calibrate -o fit.json`): {"kind": "analytic", "params": {...},
  * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. The fitted

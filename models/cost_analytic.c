@@ -196,7 +196,7 @@ static double kernel_ms(const cost_model *cm, double flops, int backward, int ca
 
 /* FlashAttention's times of a layer's attention on one GPU, ms: forward and backward. */
 static void flash_attention_ms(const cost_model *cm, cost_component c, const cost_shape *s,
-                               double *fwd_ms, double *bwd_ms)
+                               double len_div, double *fwd_ms, double *bwd_ms)
 {
     const model_spec *m = &cm->model;
     double hk = (double)m->heads * m->kv_channels / cm->tp, ee, dd, ed;
@@ -205,7 +205,7 @@ static void flash_attention_ms(const cost_model *cm, cost_component c, const cos
     double self_sq = c == COMP_DECODER ? dd : ee;
     int causal = m->arch == ARCH_GPT || c == COMP_DECODER;
     double rows_tokens = (double)s->mbs * (c == COMP_DECODER ? s->dec_len : s->enc_len);
-    double len = rows_tokens > 0 ? self_sq / rows_tokens : 0;
+    double len = rows_tokens > 0 ? self_sq / rows_tokens / len_div : 0;
     double flops = 4 * self_sq * hk * (causal ? 0.5 : 1);
     *fwd_ms = kernel_ms(cm, flops, 0, causal, len);
     *bwd_ms = kernel_ms(cm, flops, 1, causal, len);
@@ -214,6 +214,43 @@ static void flash_attention_ms(const cost_model *cm, cost_component c, const cos
         *fwd_ms += kernel_ms(cm, x, 0, 0, xlen);
         *bwd_ms += kernel_ms(cm, x, 1, 0, xlen);
     }
+}
+
+/* Context parallelism's exposed communication per layer on one GPU, ms (cost.h
+ * cost_model_set_cp): ring, cp - 1 steps of a K/V block each way round the group, a step hidden
+ * behind that step's share of the attention (t_attn: the GPU's whole attention, forward or
+ * backward) where shorter; or the all-to-all form's four all-to-alls, not hidden. */
+static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn, double t_attn_bwd,
+                       double *fwd_ms, double *bwd_ms)
+{
+    const model_spec *m = &cm->model;
+    int cp = cm->cp, tp = cm->tp;
+    double hk = (double)m->heads * m->kv_channels, hkv = (double)model_kv_heads(m) * m->kv_channels;
+    double tokens = (double)s->mbs * s->enc_len, elem = COMM_ACT_ELEM_BYTES;
+    comm_group g = comm_tp_group(&cm->hw, tp * cp); /* the group's links: a node's, or the NICs */
+    g.n = cp;
+    if (cm->cp_alltoall) { /* Q, K, V to heads-sharded full sequences, and the output back */
+        double local = tokens / cp * elem / tp;
+        double one = comm_coll_ms(&cm->hw, COLL_ALL_TO_ALL, &g, local * hk) * 2 +
+                     comm_coll_ms(&cm->hw, COLL_ALL_TO_ALL, &g, local * hkv) * 2;
+        *fwd_ms = *bwd_ms = one;
+        return;
+    }
+    /* each of the cp - 1 steps carries one block of what the ring moves */
+    double step = comm_coll_ms(&cm->hw, COLL_SEND_RECV, &g,
+                               analytic_cp_ring_bytes(m, s, tp, cp, 0) / (cp - 1));
+    double step_bwd = comm_coll_ms(&cm->hw, COLL_SEND_RECV, &g,
+                                   analytic_cp_ring_bytes(m, s, tp, cp, 1) / (cp - 1));
+    *fwd_ms = (cp - 1) * fmax(0, step - t_attn / cp);
+    *bwd_ms = (cp - 1) * fmax(0, step_bwd - t_attn_bwd / cp);
+}
+
+double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
+                              int backward)
+{
+    double hkv = (double)model_kv_heads(m) * m->kv_channels;
+    double kv = 2.0 * s->mbs * s->enc_len * hkv * COMM_ACT_ELEM_BYTES / tp; /* K and V, all tokens */
+    return (backward ? 2 : 1) * (cp - 1) * kv / cp;
 }
 
 static double smoothmax(double floor_ms, double work_ms)
@@ -236,8 +273,12 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         return dp_fail(err, DP_ERR_INFEASIBLE, "a GPT model has no decoder layers");
     double dense, attn;
     analytic_flops(m, c, s, cm->tp, &dense, &attn);
+    /* context parallelism: each of the cp GPUs takes 1/cp of the tokens and (load-balanced
+     * chunks, or 1/cp of the heads) of the attention; the head's logits too */
+    double cp = cm->cp > 1 ? cm->cp : 1;
+    dense /= cp, attn /= cp;
     double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
-    double b = s->mbs, h = m->hidden, t = cm->tp;
+    double b = s->mbs / cp, h = m->hidden, t = cm->tp; /* b: the token share, as rows */
     int sp = cm->seq_parallel && cm->tp > 1;
     double sq = c == COMP_DECODER || (c == COMP_POSTPROCESS && m->arch == ARCH_T5) ? s->dec_len
                                                                                    : s->enc_len;
@@ -248,8 +289,11 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         bytes = 1e6 * cm->param_mb[c] + 2 * ELEMENTWISE_PASSES * b * sq * h / (sp ? t : 1) +
                 2 * 2.0 * b * sq * m->ffn / t;
     double t_attn = attn / (peak * p->attn_eff) * 1e3, t_attn_bwd = p->bwd_ratio * t_attn;
-    if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS)
-        flash_attention_ms(cm, c, s, &t_attn, &t_attn_bwd);
+    if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS) {
+        /* ring steps run blocks of 1/cp of the sequence; all-to-all keeps it whole */
+        flash_attention_ms(cm, c, s, cm->cp_alltoall ? 1 : cp, &t_attn, &t_attn_bwd);
+        t_attn /= cp, t_attn_bwd /= cp;
+    }
     double t_gemm = dense / (peak * p->gemm_eff) * 1e3;
     double rest = t_gemm + bytes / (bw * p->mem_eff) * 1e3; /* all but attention */
     double work = rest + t_attn;
@@ -259,6 +303,12 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     if (c == COMP_POSTPROCESS) recompute = 0;
     out->fwd_ms = smoothmax(p->fwd_floor_ms, work);
     out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * rest + t_attn_bwd + recompute);
+    if (cp > 1 && c != COMP_POSTPROCESS) {
+        double fwd_cp, bwd_cp;
+        cp_comm_ms(cm, s, t_attn, t_attn_bwd, &fwd_cp, &bwd_cp);
+        out->fwd_ms += fwd_cp; /* a recomputed forward (selective: its attention) reruns it */
+        out->bwd_ms += bwd_cp + (cm->recompute != RECOMPUTE_NONE ? fwd_cp : 0);
+    }
     if (cm->tp > 1 && c != COMP_POSTPROCESS) {
         /* Megatron's tensor-parallel all-reduces of the (b, s, h) fp16 activations: after the
          * attention and after the MLP (a T5 decoder layer also after its cross attention), the
@@ -276,12 +326,12 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         out->fwd_ms += fwd_ar;
         out->bwd_ms += bwd_ar;
     }
-    double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn, sp);
+    double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn, sp) / cp;
     double transient;
     if (c == COMP_POSTPROCESS) {
         transient = 4 * b * sq * m->vocab / t;
     } else {
-        double full = stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn, sp);
+        double full = stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn, sp) / cp;
         transient = (full - stored) + 2 * b * sq * m->ffn / t;
     }
     out->stored_act_mb = stored / 1e6;
@@ -295,7 +345,7 @@ static void analytic_release(cost_model *cm)
     cm->impl = NULL;
 }
 
-static const cost_ops ANALYTIC_OPS = {"analytic", analytic_query, analytic_release};
+static const cost_ops ANALYTIC_OPS = {"analytic", 1, analytic_query, analytic_release};
 
 dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, const analytic_params *p, cost_model **out,

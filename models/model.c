@@ -37,6 +37,8 @@ static const model_spec PRESETS[] = {
      * 8 key/value heads, an untied head, rope_theta 500000): 8,030,261,248 and 70,553,706,496
      * parameters */
     {"llama3-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 8192, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1},
+    /* Llama 3.1 8B: Llama 3's shapes with a 131,072-token context (its config.json, rope scaling) */
+    {"llama3.1-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1},
     {"llama3.1-70b", ARCH_GPT, 80, 0, 8192, 64, 128, 28672, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
     {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},

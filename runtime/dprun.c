@@ -383,6 +383,15 @@ static int run_main(int argc, char **argv)
     dp_status st = plan_parse(text, plan_path, &pl, &err);
     free(text);
     if (st != DP_OK) return fail_all(rank, err.msg);
+    /* a layout the executors do not build is refused, never run as another */
+    if (pl.h.tp > 1 || pl.h.cp > 1) {
+        snprintf(msg, sizeof msg, "%s is planned for tp %d x cp %d x pp %d x dp %d, and dprun runs "
+                 "whole layers on each rank (tp 1, cp 1): running it here would measure another "
+                 "layout\nhint: plan with --tp 1 --cp 1 to validate on this runtime",
+                 plan_path, pl.h.tp, pl.h.cp, pl.h.pp, pl.h.dp);
+        plan_release(&pl);
+        return fail_all(rank, msg);
+    }
     /* the cuda backend also runs in one process (every stage on one GPU) */
     if (size != pl.h.pp * pl.h.dp && !(on_gpu && size == 1)) {
         snprintf(msg, sizeof msg, "%s needs pp x dp = %d x %d = %d ranks%s, but mpirun started %d",

@@ -121,6 +121,7 @@ typedef struct plan_iter {
 typedef struct plan_header {
     char model[64], hw[64], schedule[32], batching[32];
     int pp, dp, tp, chunks, zero;
+    int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
     char recompute[16];
     char act_dtype[8];  /* "fp16" or "bf16" */
     int act_elem_bytes; /* bytes per element of act_dtype: 2 */

@@ -51,8 +51,10 @@
 typedef struct sim_config {
     const cluster_spec *hw;
     int pp, chunks, dp;
-    int tp;                          /* GPUs per rank (tensor parallelism), for placement */
-    double wire_scale;               /* bytes moved per plan byte (0 or 1: as planned) */
+    int tp;                          /* GPUs per rank (tp x cp: tensor parallelism innermost,
+                                      * then context parallelism), for placement */
+    double wire_scale;               /* bytes a link moves per plan byte (0 or 1: as planned;
+                                      * 1/cp: each context-parallel GPU sends its share) */
     double state_mb[STAGE_MAX];      /* model state per stage, MB */
     double weights_mb[STAGE_MAX], grads_mb[STAGE_MAX], optimizer_mb[STAGE_MAX]; /* its parts */
     double mem_limit_mb;             /* device memory for the OOM check, MB */

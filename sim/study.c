@@ -26,13 +26,14 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->pp = sm->pp;
     cfg->chunks = sm->chunks;
     cfg->dp = sm->dp;
-    cfg->tp = sm->cm->tp;
-    cfg->wire_scale = 1;
+    int cp = sm->cm->cp > 1 ? sm->cm->cp : 1;
+    cfg->tp = sm->cm->tp * cp;  /* the GPUs of a rank */
+    cfg->wire_scale = 1.0 / cp; /* each context-parallel GPU sends its share, side by side */
     cfg->mem_limit_mb = sm->mem_limit_mb;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
-        memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp, &cfg->weights_mb[s],
-                                 &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
+        memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp * cp,
+                                 &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
         cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);
@@ -247,7 +248,7 @@ dp_status study_end(study_acc *a, dp_err *err)
     r->after_pipeline_share = a->t_ns > 0 ? 1 - (double)a->pipe_ns / (double)a->t_ns : 0;
     r->closed_form_bubble = a->cf_ms > 0 ? a->cf_bubble_ms / a->cf_ms : NAN;
     r->closed_form_text = a->sched ? a->sched->closed_form_text : NULL;
-    double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1);
+    double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1); /* tp x cp */
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
     if (!(r->hw_flops > 0) || !isfinite(r->hw_flops)) r->hw_flops = 0;

@@ -329,4 +329,22 @@ expect "compare's table counts micro-batches and the time after the pipeline" 0 
   "$DPSIM" compare --toy-costs 1,2,1 --schedules gpipe,1f1b,zb1 --batchings padding --out "$TMP/toyc"
 check "... a GPipe row out of memory drawn all the same" is_png "$TMP/toyc/throughput.png" 5000
 
+# --- context parallelism (--cp) -------------------------------------------------------------------
+CP="--model llama3.1-8b --hw h200-node --tp 2 --pp 2 --max-seqlen 32768 --global-tokens 131072 --iterations 1 --batching packing-ffd-varlen"
+"$DPSIM" sim $CP --json >"$TMP/cp1.json" 2>/dev/null
+"$DPSIM" sim $CP --cp 2 --json >"$TMP/cp2.json" 2>/dev/null
+stored() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(max(x['stored_activations'] for x in d['memory_breakdown_mb']))" "$1"; }
+check "sim --cp 2 at 32k halves a stage's stored activations" \
+  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a > 0 and abs(b - a / 2) < 1e-6 * a else 1)" "$(stored "$TMP/cp1.json")" "$(stored "$TMP/cp2.json")"
+expect "... and names it in the cost model" 0 "context parallelism \\(ring\\)" -- "$DPSIM" sim $CP --cp 2
+expect "--cp beyond the cluster's GPUs names the product" 2 "--tp 2 x --cp 4 x --pp 2 x --dp 1 = 16 GPUs, but h200 has 1 node of 8" -- "$DPSIM" sim $CP --cp 4 --hw h200
+expect "all-to-all where tp x cp does not divide the key/value heads" 2 "8 key/value heads" -- \
+  "$DPSIM" sim $CP --cp 8 --pp 1 --cp-kind all-to-all
+expect "--cp with a measured profile" 2 "needs the analytic cost model" -- "$DPSIM" sim --cp 2 --iterations 1
+expect "--cp with T5" 2 "encoder-decoder" -- "$DPSIM" sim --model t5-11b-24l --analytic --cp 2 --iterations 1
+expect "a cp plan" 0 "wrote 1 iterations" -- "$DPSIM" plan $CP --cp 2 -o "$TMP/cp.json"
+check "... records its degree and kind" grep -q '"cp":2,"cp_kind":"ring"' "$TMP/cp.json"
+"$DPSIM" sim --plan "$TMP/cp.json" --json >"$TMP/cp3.json" 2>/dev/null
+check "... and replays to the same timeline and memory" bash -c "diff <(grep -E 'timeline_hash|peak_mem' '$TMP/cp2.json') <(grep -E 'timeline_hash|peak_mem' '$TMP/cp3.json')"
+
 finish

@@ -290,6 +290,72 @@ static void test_korthikanti_closed_form(void **state)
     }
 }
 
+static void test_context_parallelism(void **state)
+{
+    (void)state;
+    const model_spec *m = model_preset("llama3.1-8b");
+    cluster_spec hw;
+    assert_int_equal(cluster_preset("h200-node", &hw), 0);
+    analytic_params p;
+    analytic_params_for_gpu(&hw.gpu, &p);
+    cost_shape sh = cost_shape_rows(1, 32768, 0);
+    cost_layer one, base, two;
+    for (int tp = 1; tp <= 4; tp *= 2)
+        for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
+            cost_model *cm = NULL;
+            assert_int_equal(cost_analytic_new(m, &hw, tp, (recompute_mode)rc, &p, &cm, NULL), DP_OK);
+            cost_model_set_attention(cm, 1, NULL);
+            assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &base, NULL), DP_OK);
+            /* cp 1 is today's figure exactly */
+            assert_int_equal(cost_model_set_cp(cm, 1, 0, NULL), DP_OK);
+            assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &one, NULL), DP_OK);
+            assert_memory_equal(&one, &base, sizeof one);
+            /* cp 2: a GPU stores half of each sample's activations, peak too; the step is faster
+             * but not below half (the ring's exposed part only adds) */
+            for (int a2a = 0; a2a <= 1; a2a++) {
+                assert_int_equal(cost_model_set_cp(cm, 2, a2a, NULL), DP_OK);
+                assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &two, NULL), DP_OK);
+                assert_near(two.stored_act_mb, base.stored_act_mb / 2, 1e-9 * base.stored_act_mb);
+                assert_near(two.peak_act_mb, base.peak_act_mb / 2, 1e-9 * base.peak_act_mb);
+                assert_true(two.fwd_ms < base.fwd_ms && two.fwd_ms >= base.fwd_ms / 2 - 1e-9);
+                assert_true(two.bwd_ms < base.bwd_ms && two.bwd_ms >= base.bwd_ms / 2 - 1e-9);
+            }
+            cost_model_free(cm);
+        }
+    /* the ring's bytes per GPU and layer, counted step by step: each of the cp - 1 steps passes
+     * one block of 1/cp of the sequence's K and V (fp16, kv heads / tp); the backward passes
+     * their gradients too: 2 (cp - 1)/cp of the K/V bytes */
+    for (int tp = 1; tp <= 8; tp *= 2)
+        for (int cp = 1; cp <= 8; cp++) {
+            double kv = 2.0 /* K, V */ * 32768 * 8 /* kv heads */ * 128 * 2 /* bytes */ / tp;
+            double fwd = 0;
+            for (int step = 1; step < cp; step++) fwd += kv / cp;
+            assert_near(analytic_cp_ring_bytes(m, &sh, tp, cp, 0), fwd, 1e-6 * kv);
+            assert_near(analytic_cp_ring_bytes(m, &sh, tp, cp, 1), 2.0 * (cp - 1) / cp * kv, 1e-6 * kv);
+        }
+    /* refused: all-to-all where tp x cp does not divide the 8 key/value heads; a profile; T5 */
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    assert_int_equal(cost_analytic_new(m, &hw, 2, RECOMPUTE_NONE, &p, &cm, NULL), DP_OK);
+    assert_int_equal(cost_model_set_cp(cm, 8, 1, &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "8 key/value heads"));
+    assert_int_equal(cost_model_set_cp(cm, 8, 0, NULL), DP_OK); /* the ring has no such rule */
+    assert_int_equal(cost_model_set_cp(cm, 4, 1, NULL), DP_OK);
+    cost_model_free(cm);
+    cluster_spec a100 = p4d();
+    const model_spec *gpt = model_preset("gpt-6.7b-16l");
+    assert_int_equal(cost_profile_load("models/profiles/a100_gpt_6.7b_profile.csv", gpt, &a100, 1,
+                                       RECOMPUTE_NONE, &cm, NULL), DP_OK);
+    assert_int_equal(cost_model_set_cp(cm, 2, 0, &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "needs the analytic cost model"));
+    cost_model_free(cm);
+    assert_int_equal(cost_analytic_new(model_preset("t5-11b-24l"), &a100, 1, RECOMPUTE_NONE, &p, &cm,
+                                       NULL), DP_OK);
+    assert_int_equal(cost_model_set_cp(cm, 2, 0, &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "encoder-decoder"));
+    cost_model_free(cm);
+}
+
 static void test_json_round_trips(void **state)
 {
     (void)state;
@@ -1160,6 +1226,7 @@ int main(void)
         cmocka_unit_test(test_param_counts),
         cmocka_unit_test(test_flops_by_hand),
         cmocka_unit_test(test_korthikanti_closed_form),
+        cmocka_unit_test(test_context_parallelism),
         cmocka_unit_test(test_json_round_trips),
         cmocka_unit_test(test_hf_import),
         cmocka_unit_test(test_bad_specs),
