@@ -14,7 +14,8 @@ static void trace_help(void)
 {
     printf("usage: %s\n\n"
            "Make, convert and describe sequence-length traces (CSV: task,input_len,target_len).\n\n"
-           "  gen     draw a synthetic trace (FLANv2-like mixture, Flan2021 zero-shot, uniform, fixed)\n"
+           "  gen     draw a synthetic trace (FLANv2-like mixture, Flan2021 zero-shot, uniform,\n"
+           "          fixed, long chain-of-thought)\n"
            "  import  read CSV, JSONL, DynaPipe .npy or FLAN CoT lengths; write a trace CSV\n"
            "  stats   count, mean and percentiles of lengths, per task, and a log2 histogram\n\n"
            "'dpsim trace SUB --help' lists each one's options.\n",
@@ -28,7 +29,7 @@ static const char GEN_USAGE[] = "dpsim trace gen [--mix M] [--samples N] [--seed
 static int set_mix(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     if (trace_mix_parse(arg, ctx) == 0) return 0;
-    cli_usage_error(cmd, usage, "unknown --mix \"%s\" (flanv2, flan2021-zs, uniform, fixed)", arg);
+    cli_usage_error(cmd, usage, "unknown --mix \"%s\" (flanv2, flan2021-zs, uniform, fixed, long-cot)", arg);
     return -1;
 }
 
@@ -51,15 +52,17 @@ static int trace_gen_main(int argc, char **argv)
                   "Draws a synthetic trace. FLAN mixes are \"synthetic, fitted to published FLANv2\n"
                   "statistics\", not FLANv2 itself (see README, \"Traces\").");
     cli_opt_call(&ot, "mix", 'm', set_mix, &o.mix, "M", "flanv2",
-                 "flanv2 | flan2021-zs | uniform | fixed");
+                 "flanv2 | flan2021-zs | uniform | fixed | long-cot (reasoning\n"
+                 "fine-tuning: instructions, chains of thought to 32k, a long-context\n"
+                 "tail to 128k; docs/traces.md cites its figures)");
     cli_opt_int64(&ot, "samples", 'n', &samples, "N", 1, 1000000000, "100000", "number of samples");
     cli_opt_int64(&ot, "seed", 's', &seed, "S", 0, UINT32_MAX, "1",
                   "random seed; same seed, same file");
     cli_opt_call(&ot, "tokenizer", 't', set_tokenizer, &o.tokenizer, "T", "t5",
                  "t5 | gpt2 (GPT-2 lengths are 0.90x T5's)");
-    cli_opt_int(&ot, "max-input", 0, &o.max_input, "L", 0, TRACE_MAX_LEN, "2048",
+    cli_opt_int(&ot, "max-input", 0, &o.max_input, "L", 0, TRACE_MAX_LEN, "FLAN 2048, else never",
                 "truncate inputs to L tokens, 0 = never");
-    cli_opt_int(&ot, "max-target", 0, &o.max_target, "L", 0, TRACE_MAX_LEN, "512",
+    cli_opt_int(&ot, "max-target", 0, &o.max_target, "L", 0, TRACE_MAX_LEN, "FLAN 512, else never",
                 "truncate targets to L tokens, 0 = never");
     cli_opt_int(&ot, "min", 0, &o.min_len, "A", 0, TRACE_MAX_LEN, "1", "uniform: shortest input");
     cli_opt_int(&ot, "max", 0, &o.max_len, "B", 0, TRACE_MAX_LEN, "2048", "uniform: longest input");

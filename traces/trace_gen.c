@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const MIX_NAMES[] = {"flanv2", "flan2021-zs", "uniform", "fixed"};
+static const char *const MIX_NAMES[] = {"flanv2", "flan2021-zs", "uniform", "fixed", "long-cot"};
 static const char *const TOKENIZER_NAMES[] = {"t5", "gpt2"};
 
 const char *trace_mix_name(trace_mix m)
@@ -46,8 +46,8 @@ void trace_gen_defaults(trace_gen_opts *o)
     o->samples = 100000;
     o->seed = 1;
     o->tokenizer = TOKENIZER_T5;
-    o->max_input = FLAN_MAX_INPUT;
-    o->max_target = FLAN_MAX_TARGET;
+    o->max_input = -1; /* the mix's own */
+    o->max_target = -1;
     o->min_len = 1;
     o->max_len = 2048;
     o->len = 512;
@@ -134,8 +134,46 @@ static dp_status gen_flan(const trace_gen_opts *o, gsl_rng *r, trace *t, dp_err 
     return st;
 }
 
-dp_status trace_generate(const trace_gen_opts *o, trace *t, dp_err *err)
+/* The long chain-of-thought mix's components (trace_gen.h has the sources). */
+static const struct {
+    const char *task;
+    double weight, in_median, in_sigma, tgt_median, tgt_sigma, tgt_cap;
+} LONG_COT[] = {
+    {"instruction", 0.22, 290, 1.1, 225, 0.8, 0},
+    {"reasoning-cot", 0.77, 200, 0.9, 5000, 0.70, LONG_COT_REASONING_CAP},
+    {"long-context", 0.01, 29000, 0.75, 540, 0.8, 0},
+};
+#define N_LONG_COT (sizeof LONG_COT / sizeof LONG_COT[0])
+
+static dp_status gen_long_cot(const trace_gen_opts *o, gsl_rng *r, trace *t, dp_err *err)
 {
+    double w[N_LONG_COT];
+    for (size_t j = 0; j < N_LONG_COT; j++) w[j] = LONG_COT[j].weight;
+    gsl_ran_discrete_t *table = gsl_ran_discrete_preproc(N_LONG_COT, w);
+    if (!table) return dp_fail(err, DP_ERR_NOMEM, "cannot build the component alias table");
+    dp_status st = DP_OK;
+    for (size_t i = 0; i < o->samples && st == DP_OK; i++) {
+        size_t j = gsl_ran_discrete(r, table);
+        double x = round(gsl_ran_lognormal(r, log(LONG_COT[j].in_median), LONG_COT[j].in_sigma));
+        double y = round(gsl_ran_lognormal(r, log(LONG_COT[j].tgt_median), LONG_COT[j].tgt_sigma));
+        if (LONG_COT[j].tgt_cap > 0 && y > LONG_COT[j].tgt_cap) y = LONG_COT[j].tgt_cap;
+        y = fmax(1, y);
+        x = fmax(1, fmin(x, LONG_COT_MAX_TOTAL - y)); /* the total's cap: the input gives way */
+        int32_t in = finish_len(x, o->tokenizer, o->max_input, 1);
+        int32_t tg = finish_len(y, o->tokenizer, o->max_target, 1);
+        if (trace_push(t, LONG_COT[j].task, in, tg) != DP_OK)
+            st = dp_fail(err, DP_ERR_NOMEM, "out of memory after %zu samples", i);
+    }
+    gsl_ran_discrete_free(table);
+    return st;
+}
+
+dp_status trace_generate(const trace_gen_opts *in_opts, trace *t, dp_err *err)
+{
+    trace_gen_opts mixed = *in_opts, *o = &mixed;
+    int flan = o->mix == TRACE_MIX_FLANV2 || o->mix == TRACE_MIX_FLAN2021_ZS;
+    if (o->max_input == -1) o->max_input = flan ? FLAN_MAX_INPUT : 0;
+    if (o->max_target == -1) o->max_target = flan ? FLAN_MAX_TARGET : 0;
     if (o->samples == 0) return dp_fail(err, DP_ERR_INVALID, "--samples must be at least 1");
     if (o->max_input < 0 || o->max_target < 0)
         return dp_fail(err, DP_ERR_INVALID, "truncation lengths must not be negative");
@@ -154,6 +192,7 @@ dp_status trace_generate(const trace_gen_opts *o, trace *t, dp_err *err)
     switch (o->mix) {
     case TRACE_MIX_FLANV2:
     case TRACE_MIX_FLAN2021_ZS: st = gen_flan(o, r, t, err); break;
+    case TRACE_MIX_LONG_COT: st = gen_long_cot(o, r, t, err); break;
     case TRACE_MIX_UNIFORM:
     case TRACE_MIX_FIXED: {
         const char *task = trace_mix_name(o->mix);

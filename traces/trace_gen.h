@@ -1,5 +1,6 @@
 /*
- * trace_gen.h — synthetic length traces: a FLANv2-like mixture, Flan2021 zero-shot, uniform, fixed.
+ * trace_gen.h — synthetic length traces: a FLANv2-like mixture, Flan2021 zero-shot, uniform, fixed,
+ * and a long chain-of-thought reasoning mix.
  *
  * The FLAN generator follows ../shared/flan/README.md ("The generator"), with the per-task
  * parameters of flan_task_generator_params_t5.csv carried inside dpsim (traces/flan_tasks.c,
@@ -63,7 +64,29 @@ typedef enum trace_mix {
     TRACE_MIX_FLAN2021_ZS, /* Flan2021 zero-shot only: the DynaPipe experiments' data */
     TRACE_MIX_UNIFORM,     /* input ~ U{min_len..max_len} */
     TRACE_MIX_FIXED,       /* input = len */
+    TRACE_MIX_LONG_COT,    /* reasoning fine-tuning: instructions, chains of thought, long
+                            * context (below) */
 } trace_mix;
+
+/* The long chain-of-thought mix (--mix long-cot): three lognormal components of (input, target)
+ * lengths in tokens, each length exp(N(log median, sigma)) independently, the sample's total
+ * capped at LONG_COT_MAX_TOTAL (the input gives way). From published figures (docs/traces.md
+ * has the table):
+ *   instruction   22%  input median 290 (sigma 1.1), target 225 (0.8): Llama 3's SFT mix,
+ *                      535.7 context / 310.4 response tokens on average (arXiv 2407.21783
+ *                      Table 7); its weight DeepSeek-R1's 22.1% non-reasoning samples (arXiv
+ *                      2501.12948 Table 5)
+ *   reasoning     77%  input median 200 (0.9), target (the chain of thought) median 5,000 (0.70)
+ *                      capped at 32,768: mean ~6.4k against DeepSeek-R1's reasoning mean ~6.5k
+ *                      (Table 5), 75% under 8k as OpenR1-Math-220k reports, none above R1's
+ *                      32,768 generation limit (s1K: 0%, arXiv 2501.19393)
+ *   long context   1%  input median 29,000 (0.75), target 540 (0.8): Llama 3's long-context
+ *                      SFT samples, 37,395 context / 740.5 response on average, in buckets to
+ *                      128k (Table 7, Sec. 4.3.4); weighted 1% of samples (Llama 3 mixes 0.11%;
+ *                      ten times that keeps a tail in a trace of thousands), ~6.7% of tokens
+ * About 4.7% of samples exceed 16k tokens, 0.8% 32k, 0.15% 64k. */
+#define LONG_COT_MAX_TOTAL 131072
+#define LONG_COT_REASONING_CAP 32768
 
 typedef enum trace_tokenizer { TOKENIZER_T5, TOKENIZER_GPT2 } trace_tokenizer;
 
@@ -72,21 +95,22 @@ typedef struct trace_gen_opts {
     size_t samples;            /* number of samples to draw */
     uint64_t seed;             /* master seed */
     trace_tokenizer tokenizer; /* lengths in T5 or GPT-2 tokens (FLAN mixes only) */
-    int32_t max_input;         /* truncation of inputs, tokens; 0 = none */
-    int32_t max_target;        /* truncation of targets, tokens; 0 = none */
+    int32_t max_input;         /* truncation of inputs, tokens; 0 = none; -1: the mix's own
+                                * (FLAN 2048 and 512, the others none) */
+    int32_t max_target;        /* truncation of targets, tokens; 0 = none; -1 as above */
     int32_t min_len, max_len;  /* uniform: input range, tokens */
     int32_t len;               /* fixed: input length, tokens */
     int32_t target_len;        /* uniform and fixed: target length, tokens */
 } trace_gen_opts;
 
-/* Defaults: flanv2, 100000 samples, seed 1, T5, truncation 2048/512, uniform 1..2048, fixed 512. */
+/* Defaults: flanv2, 100000 samples, seed 1, T5, the mix's truncation, uniform 1..2048, fixed 512. */
 void trace_gen_defaults(trace_gen_opts *o);
 
 /* Appends o->samples samples to t (which is normally empty). Fails with DP_ERR_INVALID on
  * inconsistent options (min_len > max_len, zero samples, ...). */
 dp_status trace_generate(const trace_gen_opts *o, trace *t, dp_err *err);
 
-/* Mix and tokenizer names ("flanv2", "flan2021-zs", "uniform", "fixed"; "t5", "gpt2"). The
+/* Mix and tokenizer names ("flanv2", "flan2021-zs", "uniform", "fixed", "long-cot"; "t5", "gpt2"). The
  * parsers return 0 on success, -1 for an unknown name. */
 const char *trace_mix_name(trace_mix m);
 int trace_mix_parse(const char *name, trace_mix *m);

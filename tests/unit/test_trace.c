@@ -441,6 +441,58 @@ static void test_gen_flanv2_matches_published_table(void **state)
     trace_release(&t);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_gen_long_cot_mix(void **state)
+{
+    (void)state;
+    /* 100,000 draws against the mix's stated parameters (trace_gen.h): component shares within
+     * 4 standard errors, each component's median lengths within 3%, the reasoning chains capped
+     * at 32,768 and every total at 131,072, no truncation by FLAN's defaults */
+    trace_gen_opts o;
+    trace_gen_defaults(&o);
+    o.mix = TRACE_MIX_LONG_COT;
+    o.samples = 100000;
+    trace t;
+    trace_init(&t);
+    assert_int_equal(trace_generate(&o, &t, NULL), DP_OK);
+    static const struct {
+        const char *task;
+        double w, in_med, tg_med;
+    } want[] = {{"instruction", 0.22, 290, 225},
+                {"reasoning-cot", 0.77, 200, 5000},
+                {"long-context", 0.01, 29000, 540}};
+    double *in = malloc(t.n * sizeof *in), *tg = malloc(t.n * sizeof *tg);
+    size_t above16k = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < t.n; i++) {
+            const trace_sample *x = &t.samples[i];
+            assert_true(x->input_len >= 1 && x->target_len >= 1);
+            assert_true((int64_t)x->input_len + x->target_len <= LONG_COT_MAX_TOTAL);
+            if (strcmp(t.tasks[x->task], want[k].task) != 0) continue;
+            if (k == 1) assert_true(x->target_len <= LONG_COT_REASONING_CAP);
+            in[n] = x->input_len, tg[n] = x->target_len, n++;
+        }
+        double share = (double)n / t.n, se = sqrt(want[k].w * (1 - want[k].w) / t.n);
+        assert_true(fabs(share - want[k].w) < 4 * se);
+        qsort(in, n, sizeof *in, cmp_double);
+        qsort(tg, n, sizeof *tg, cmp_double);
+        assert_true(fabs(in[n / 2] / want[k].in_med - 1) < 0.03 + (k == 2 ? 0.08 : 0));
+        assert_true(fabs(tg[n / 2] / want[k].tg_med - 1) < 0.03 + (k == 2 ? 0.08 : 0));
+    }
+    for (size_t i = 0; i < t.n; i++)
+        above16k += (int64_t)t.samples[i].input_len + t.samples[i].target_len > 16384;
+    /* the header's figure: about 4.7% of samples above 16k */
+    assert_true(fabs((double)above16k / t.n - 0.047) < 0.01);
+    free(in), free(tg);
+    trace_release(&t);
+}
+
 static void test_gen_gpt2_scales_lengths(void **state)
 {
     (void)state;
@@ -570,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_gen_uniform_and_fixed),
         cmocka_unit_test(test_gen_deterministic),
         cmocka_unit_test(test_gen_flanv2_matches_published_table),
+        cmocka_unit_test(test_gen_long_cot_mix),
         cmocka_unit_test(test_gen_gpt2_scales_lengths),
         cmocka_unit_test(test_gen_rejects_bad_options),
         cmocka_unit_test(test_stats_closed_form),
