@@ -107,7 +107,8 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
     cli_opt_int(t, "chunks", 0, &p->chunks, "C", 1, 64, "1",
                 "model chunks per device (interleaved)")->marks = F;
     cli_opt_int(t, "zero", 0, &p->zero, "Z", 0, 3, "1",
-                "ZeRO stage 0..3 (2 and 3 without a pipeline)")->marks = F | T;
+                "ZeRO stage 0..3 (3: FSDP, with a pipeline too: each\n"
+                "micro-batch gathers its stage's parameters and reduce-scatters)")->marks = F | T;
     cli_opt_int(t, "mbs", 0, &p->mbs, "N", 1, 1 << 20, "1",
                 "padding/packing: samples or rows per micro-batch")->marks = F | T;
     cli_opt_int64(t, "mb-tokens", 0, &p->mb_tokens, "N", 1, INT64_C(1) << 40, "2048",

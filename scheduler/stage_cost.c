@@ -18,11 +18,6 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     if (dp < 1) return dp_fail(err, DP_ERR_INVALID, "--dp must be at least 1");
     if (zero_stage < 0 || zero_stage > 3)
         return dp_fail(err, DP_ERR_INVALID, "--zero must be 0, 1, 2 or 3");
-    if (zero_stage >= 2 && pp > 1)
-        return dp_fail(err, DP_ERR_INVALID, "--zero %d with --pp %d: ZeRO-2 and ZeRO-3 do not "
-                       "combine with pipeline parallelism (DeepSpeed refuses it; Megatron's "
-                       "distributed optimizer is ZeRO-1)\nhint: --zero 1, or --pp 1", zero_stage,
-                       pp);
     int virt = pp * chunks;
     if (m->arch == ARCH_GPT && virt > m->enc_layers)
         return dp_fail(err, DP_ERR_INVALID,
@@ -90,6 +85,17 @@ static double with_zero(double compute_ms, double zero_ms, int layers, int prefe
     return fmax(compute_ms, zero_ms) + zero_ms / layers;
 }
 
+/* ZeRO-3 (FSDP) on device d: while a layer runs its whole parameters are gathered, and the next
+ * layer's are being gathered behind it (prefetch): two layers' fp16 parameters over the sharded
+ * state, as FSDP's and DeepSpeed's prefetch of one layer hold them. */
+static double zero3_gathered_mb(const stage_model *sm, int d)
+{
+    if (sm->zero_stage < 3 || sm->dp * (sm->cm->cp > 1 ? sm->cm->cp : 1) < 2) return 0;
+    int layers = sm->enc_layers[d] + sm->dec_layers[d];
+    double per_layer = layers > 0 ? (sm->param_mb[d] - memory_embedding_share_mb(sm->cm, d, sm->pp)) / layers : 0;
+    return 2 * per_layer;
+}
+
 static double transient(const cost_layer *l)
 {
     return fmax(0, l->peak_act_mb - l->stored_act_mb);
@@ -128,7 +134,7 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
             out->stored_mb[d] += head.stored_act_mb;
             tr = fmax(tr, transient(&head));
         }
-        out->peak_mb[d] = out->stored_mb[d] + tr;
+        out->peak_mb[d] = out->stored_mb[d] + tr + zero3_gathered_mb(sm, d);
         out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
     }
     return DP_OK;

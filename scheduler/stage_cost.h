@@ -10,7 +10,8 @@
  *   fwd_ms[s], bwd_ms[s]   enc_s*(fwd, bwd of an encoder layer) + dec_s*(… decoder layer)
  *                          + the LM head on the last device
  *   stored_mb[s]           activations the micro-batch keeps on s from its forward to its backward
- *   peak_mb[s]             stored_mb[s] + the largest transient of one layer
+ *   peak_mb[s]             stored_mb[s] + the largest transient of one layer (+ ZeRO-3's two
+ *                          gathered layers)
  * and t_ms = max_s (fwd_ms[s] + bwd_ms[s]): the stage time the DP objective uses (for T5 the
  * slower of the encoder and decoder stages).
  *
@@ -67,10 +68,13 @@ typedef struct mb_cost {
     double t_ms; /* max over devices of fwd + bwd */
 } mb_cost;
 
-/* Fails when pp exceeds the layers, a T5 pipeline has an odd pp > 1, ZeRO-2 or 3 is asked with
- * pipeline parallelism (DeepSpeed refuses both: the per-micro-batch gradient reduce-scatter and
- * parameter gathers of every stage; Megatron's distributed optimizer is ZeRO-1), or the model
- * state alone does not fit in memory (with the per-device figures). */
+/* Fails when pp exceeds the layers, a T5 pipeline has an odd pp > 1, or the model state alone
+ * does not fit in memory (with the per-device figures). ZeRO-2 and 3 combine with a pipeline as
+ * FSDP does under torchtitan's and Megatron-FSDP's pipeline schedules with resharding after each
+ * forward: each micro-batch gathers its stage's parameters for the forward and again for the
+ * backward and reduce-scatters its gradients (models/comm.h comm_zero), the running and the
+ * prefetched layer held whole (peak_mb). FSDP that keeps the parameters gathered for the whole
+ * step (torchtitan's default with a pipeline) moves and holds what ZeRO-1 does: --zero 1. */
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err);
 

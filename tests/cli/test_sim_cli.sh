@@ -184,7 +184,7 @@ check "cost --samples: four samples in the row cost less than the row" \
 expect "cost prints the attention fit's held-out error" 0 "held-out error median [0-9.]*%, max" -- "$DPSIM" cost --mbs 1 --seqlen 1024
 expect "cost --samples refuses a bad length" 2 "--samples item 2 \"x\" is not a length" -- "$DPSIM" cost --mbs 1 --seqlen 1024 --samples 12,x
 expect "--flash-attention drops the scores from memory" 0 "FlashAttention memory" -- "$DPSIM" cost --mbs 1 --seqlen 2048 --flash-attention
-expect "ZeRO-3 with a pipeline is refused" 1 "ZeRO-2 and ZeRO-3 do not combine with pipeline" -- "$DPSIM" plan --zero 3 --pp 4 --dp 2 --iterations 1
+expect "ZeRO-3 (FSDP) with a pipeline plans" 0 "iterations +1" -- "$DPSIM" plan --zero 3 --pp 4 --dp 2 --iterations 1
 expect "the analytic constants' provenance is said on another GPU" 0 "on h100 its GEMM efficiency is scaled by the GPU.s best measured matmul" -- "$DPSIM" cost --hw h100 --mbs 1 --seqlen 1024
 "$DPSIM" plan --batching packing-varlen --iterations 2 -o "$TMP/varlen.json" > /dev/null 2>&1
 check "a varlen plan marks its micro-batches" grep -q '"attention":"varlen"' "$TMP/varlen.json"

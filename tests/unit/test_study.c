@@ -713,10 +713,28 @@ static void test_zero_communication(void **state)
     assert_rel(z3.fwd_ms, ag, 1e-12);
     assert_rel(z3.bwd_ms, ag + rs, 1e-12);
     assert_true(z3.iter_ms == 0 && one.fwd_ms == 0 && one.bwd_ms == 0 && one.iter_ms == 0);
-    stage_model sm;
+    /* FSDP with a pipeline: each stage's micro-batches pay its own gathers and reduce-scatters,
+     * over the stage's own parameters; the peak holds two gathered layers over the shards */
+    stage_model sm, sm0;
     dp_err err = {0};
-    assert_int_equal(stage_model_init(&sm, cm, 2, 1, 4, 2, 1e9, &err), DP_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "ZeRO-2 and ZeRO-3 do not combine with pipeline"));
+    assert_int_equal(stage_model_init(&sm, cm, 2, 1, 4, 3, 1e9, &err), DP_OK);
+    assert_int_equal(stage_model_init(&sm0, cm, 2, 1, 4, 1, 1e9, &err), DP_OK);
+    for (int d = 0; d < 2; d++) {
+        comm_group gd = comm_dp_group(&s.hw, 2, 4, 1, d);
+        zero_comm z = comm_zero(&s.hw, 3, &gd, 1e6 * sm.param_mb[d]);
+        assert_rel(sm.zero_fwd_ms[d], z.fwd_ms, 1e-12);
+        assert_rel(sm.zero_bwd_ms[d], z.bwd_ms, 1e-12);
+        assert_true(sm.state_mb[d] < sm0.state_mb[d]);
+    }
+    mb_cost c3, c1;
+    cost_shape sh = cost_shape_rows(1, 2048, 0);
+    assert_int_equal(stage_model_cost(&sm, &sh, &c3, NULL), DP_OK);
+    assert_int_equal(stage_model_cost(&sm0, &sh, &c1, NULL), DP_OK);
+    double layer = 2.0 * (double)model_layer_params(&cm->model, 0) / 1e6; /* fp16, tp 1 */
+    for (int d = 0; d < 2; d++) {
+        assert_rel(c3.peak_mb[d] - c1.peak_mb[d], 2 * layer, 1e-9);
+        assert_true(c3.fwd_ms[d] > c1.fwd_ms[d]);
+    }
     cost_model_free(cm);
     setup_release(&s);
 }
