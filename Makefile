@@ -3,6 +3,7 @@
 #   make          build build/dpsim (CPU parts always; CUDA parts only where nvcc and nccl.h exist)
 #   make deps     install the missing Debian packages (as root), or print the command to do so
 #   make demo     deps + build + the main job (dpsim compare) on the shipped default trace
+#   make test     build + the fast tier: unit tests and the quick CLI scripts (under 90 s here)
 #   make check    deps + build + every test (unit, CLI, and a second pass under ASan/UBSan)
 #   make bench    benchmarks (ratios measured in the same run)
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
@@ -246,8 +247,9 @@ check: deps
 	@$(MAKE) --no-print-directory SANITIZE=1 all tests
 	@tests/run.sh $(BUILD) build/san
 
+# the fast tier: unit tests and the CLI scripts not marked "# tier: full" (tests/run.sh)
 test: all tests
-	@tests/run.sh $(BUILD)
+	@DPSIM_TEST_TIER=fast tests/run.sh $(BUILD)
 
 bench: all $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do $$b || exit 1; echo; done

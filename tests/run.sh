@@ -3,6 +3,8 @@
 # given (e.g. build and build/san). One line per test program, with its wall-clock seconds (to
 # find what makes the run long; nothing asserts on them); the very last line is exactly
 # "N passed, N failed" (N counts test cases). Exits non-zero when anything failed.
+# DPSIM_TEST_TIER=fast (make test) skips the CLI scripts marked "# tier: full" in their first
+# lines (the MPI runs of the validation runtime); make check runs everything.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || set -- build
@@ -58,6 +60,10 @@ for build in "$@"; do
   done
   for script in tests/cli/test_*.sh; do
     [ -f "$script" ] || continue
+    # the fast tier (make test) leaves out the scripts whose first lines say "# tier: full"
+    if [ "${DPSIM_TEST_TIER:-full}" = fast ] && head -5 "$script" | grep -q '^# tier: full'; then
+      printf 'SKIP  %-44s (tier full: make check runs it)\n' "$script [$build]"; continue
+    fi
     log="$logdir/$(basename "$script")-$(echo "$build" | tr / _).log"
     started=$SECONDS
     DPSIM="$build/dpsim" bash "$script" >"$log" 2>&1; rc=$?

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: full (MPI runs of several ranks: about two minutes; make check runs it, make test not)
 # End-to-end tests of the validation runtime: dprun profile -> dpsim plan -> mpirun dprun ->
 # dpsim validate on CPU ranks, and the runtime's faults (every rank must end, with a message).
 . "$(dirname "$0")/lib.sh"
