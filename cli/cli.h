@@ -179,6 +179,12 @@ typedef struct plan_env {
 int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *cmd,
                  const char *usage);
 
+/* The canonical text of a plan option's value ("1" and "true" of a flag are both "true"; 4 and
+ * 04 are "4"), as the option table prints it: what tells two grid values apart. 0, or -1 when
+ * the name is not a plan option or the value is refused (nothing printed). */
+int cli_plan_canonical(const plan_cli *base, const char *name, const char *value, char *buf,
+                       size_t cap);
+
 /* Resolves p into env (loads the trace and the cost model). Usage-like problems (unknown
  * strategy, contradictory flags) come back as DP_ERR_INVALID. */
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);

@@ -40,7 +40,10 @@ static const char SWEEP_USAGE[] = "dpsim sweep --grid 'KEY=V1,V2 KEY=V1,...' -o 
 
 typedef struct grid {
     char *keys[MAX_KEYS];
-    char *values[MAX_KEYS][MAX_VALUES];
+    char *values[MAX_KEYS][MAX_VALUES]; /* as given (the CSV's key columns) */
+    const char *canon[MAX_KEYS][MAX_VALUES]; /* as the option table prints them (grid_canonical) */
+    char store[8192];                   /* canon's text */
+    size_t used;
     int nvalues[MAX_KEYS];
     int nkeys;
     long points;
@@ -85,13 +88,20 @@ static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
                 snprintf(msg, cap, "grid key \"%s\" appears twice", tok);
                 return -1;
             }
-        char *save = NULL;
-        for (char *v = strtok_r(eq + 1, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
+        for (char *v = eq + 1;;) { /* every value between commas, none empty */
+            char *comma = strchr(v, ',');
+            if (comma) *comma = '\0';
+            if (!*v) {
+                snprintf(msg, cap, "grid key \"%s\": value %d is empty", tok, g->nvalues[k] + 1);
+                return -1;
+            }
             if (g->nvalues[k] == MAX_VALUES) {
                 snprintf(msg, cap, "at most %d values per grid key", MAX_VALUES);
                 return -1;
             }
             g->values[k][g->nvalues[k]++] = v;
+            if (!comma) break;
+            v = comma + 1;
         }
         if (g->points > GRID_MAX_POINTS / g->nvalues[k]) {
             snprintf(msg, cap, "the grid has more than %d points (a sweep of that size is a "
@@ -140,8 +150,48 @@ static int config_differs(const char *there, const char *here, char *what, size_
     return 0;
 }
 
-/* Index of the point whose key (values joined by commas) starts row, or -1. */
-static long point_of_row(const grid *g, const char *row)
+/* The canonical text of grid value v of key k into buf (the analytic flag's own: true or false). */
+static int canonical_of(const plan_cli *p, const char *key, const char *v, char *buf, size_t cap)
+{
+    int b;
+    if (strcmp(key, "analytic") == 0) {
+        if (grid_bool(v, &b) != 0) return -1;
+        snprintf(buf, cap, "%s", b ? "true" : "false");
+        return 0;
+    }
+    return cli_plan_canonical(p, key, v, buf, cap);
+}
+
+/* Fills g->canon, and refuses a key that lists one value twice ("2,2", "true,1"): each point
+ * would run twice and double its rows. 0, or -1 with msg. */
+static int grid_canonical(const plan_cli *p, grid *g, char *msg, size_t cap)
+{
+    for (int k = 0; k < g->nkeys; k++)
+        for (int v = 0; v < g->nvalues[k]; v++) {
+            char *at = g->store + g->used;
+            size_t room = sizeof g->store - g->used;
+            if (canonical_of(p, g->keys[k], g->values[k][v], at, room) != 0 ||
+                strlen(at) + 1 >= room) {
+                snprintf(msg, cap, "grid key \"%s\": value \"%s\" cannot be read back",
+                         g->keys[k], g->values[k][v]);
+                return -1;
+            }
+            g->canon[k][v] = at;
+            g->used += strlen(at) + 1;
+            for (int w = 0; w < v; w++)
+                if (strcmp(g->canon[k][w], at) == 0) {
+                    snprintf(msg, cap, "grid key \"%s\" lists one value twice (\"%s\" and "
+                             "\"%s\"): every point would run twice", g->keys[k],
+                             g->values[k][w], g->values[k][v]);
+                    return -1;
+                }
+        }
+    return 0;
+}
+
+/* Index of the point whose key (values joined by commas) starts row, or -1. A value written
+ * another way ("1" for "true", as an earlier run of the same grid wrote it) is the same value. */
+static long point_of_row(const plan_cli *p, const grid *g, const char *row)
 {
     long idx = 0;
     for (int k = 0; k < g->nkeys; k++) {
@@ -149,6 +199,13 @@ static long point_of_row(const grid *g, const char *row)
         int found = -1;
         for (int v = 0; v < g->nvalues[k] && found < 0; v++)
             if (strlen(g->values[k][v]) == len && strncmp(g->values[k][v], row, len) == 0) found = v;
+        if (found < 0 && len < 1024) {
+            char raw[1024], canon[1024];
+            memcpy(raw, row, len), raw[len] = '\0';
+            if (canonical_of(p, g->keys[k], raw, canon, sizeof canon) == 0)
+                for (int v = 0; v < g->nvalues[k] && found < 0; v++)
+                    if (strcmp(g->canon[k][v], canon) == 0) found = v;
+        }
         if (found < 0) return -1;
         idx = idx * g->nvalues[k] + found;
         row += len + (row[len] == ',');
@@ -171,7 +228,7 @@ static int cmp_rows(const void *a, const void *b)
 
 /* Rewrites the CSV with its rows in grid order (workers finish in any order); the header first.
  * Through a temporary and a rename: a failure leaves the file as it was. */
-static dp_status order_rows(const char *out, const grid *g, dp_err *err)
+static dp_status order_rows(const char *out, const plan_cli *p, const grid *g, dp_err *err)
 {
     FILE *in = fopen(out, "rb");
     if (!in) return dp_fail(err, DP_ERR_IO, "%s: cannot reopen: %s", out, strerror(errno));
@@ -189,7 +246,7 @@ static dp_status order_rows(const char *out, const grid *g, dp_err *err)
         }
         if (!header) header = copy;
         else {
-            long point = point_of_row(g, copy);
+            long point = point_of_row(p, g, copy);
             rows[n] = (ordered_row){point < 0 ? LONG_MAX : point, n, copy}, n++;
         }
     }
@@ -282,6 +339,7 @@ typedef struct done_set {
     size_t n, cap;
     int nkeys;
     char header[ROW_MAX];
+    unsigned char *point_done; /* per grid point: 1 when a row of it is there (done_mark) */
 } done_set;
 
 static dp_status done_header(void *ctx, const csv_row *h, dp_err *err)
@@ -308,11 +366,22 @@ static dp_status done_row(void *ctx, const csv_row *r, dp_err *err)
     return DP_OK;
 }
 
-static int is_done(const done_set *d, const char *key)
+/* Marks the points whose rows are there, each row's values read as the grid's (canonical: a
+ * "1" an earlier run wrote is this run's "true"). 0, or -1 out of memory. */
+static int done_mark(const plan_cli *p, const grid *g, done_set *d)
 {
-    for (size_t i = 0; i < d->n; i++)
-        if (strcmp(d->keys[i], key) == 0) return 1;
+    d->point_done = calloc((size_t)g->points, 1);
+    if (!d->point_done) return -1;
+    for (size_t i = 0; i < d->n; i++) {
+        long point = point_of_row(p, g, d->keys[i]);
+        if (point >= 0) d->point_done[point] = 1;
+    }
     return 0;
+}
+
+static int is_done(const done_set *d, long point)
+{
+    return d->point_done && d->point_done[point];
 }
 
 static void draw_progress(long done, long total, double t0)
@@ -463,6 +532,8 @@ int cmd_sweep(int argc, char **argv)
                 return cli_usage_error(cmd, SWEEP_USAGE, "grid key \"%s\" is not a plan option", g.keys[k]);
             if (rc < 0) return EXIT_USAGE;
         }
+    if (grid_canonical(&p, &g, msg, sizeof msg) != 0)
+        return cli_usage_error(cmd, SWEEP_USAGE, "%s", msg);
     /* MPI, when launched by mpirun */
     int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
     int rank = 0, size = 1;
@@ -521,13 +592,16 @@ int cmd_sweep(int argc, char **argv)
             goto out;
         }
     }
+    if (done_mark(&p, &g, &d) != 0) {
+        dp_fail(&err, DP_ERR_NOMEM, "out of memory");
+        rc = cli_fail(cmd, &err);
+        goto out;
+    }
     long kept = 0;
     for (long i = 0; i < g.points; i++) {
         if (gpus && point_gpus(&p, &g, i) != gpus) continue; /* another GPU count */
         kept++;
-        char key[1024];
-        point_key(&g, i, key, sizeof key);
-        if (is_done(&d, key)) skipped++;
+        if (is_done(&d, i)) skipped++;
         else if (i % size == rank) todo[n++] = i;
     }
     /* every rank has read the resume state before rank 0 creates the file (a rank reading it
@@ -572,9 +646,7 @@ int cmd_sweep(int argc, char **argv)
         if (rank == 0) { /* rows from the other ranks */
             long expect = 0;
             for (long i = 0; i < g.points; i++) {
-                char key[1024];
-                point_key(&g, i, key, sizeof key);
-                if (!is_done(&d, key) && i % size != 0 && (!gpus || point_gpus(&p, &g, i) == gpus))
+                if (!is_done(&d, i) && i % size != 0 && (!gpus || point_gpus(&p, &g, i) == gpus))
                     expect++;
             }
             char row[ROW_MAX];
@@ -591,7 +663,7 @@ int cmd_sweep(int argc, char **argv)
                 "file holds only whole rows before it, and a resume continues from them)", out,
                 strerror(fs.errno_));
         rc = cli_fail(cmd, &err);
-    } else if (rank == 0 && order_rows(out, &g, &err) != DP_OK) { /* grid order, reproducible */
+    } else if (rank == 0 && order_rows(out, &p, &g, &err) != DP_OK) { /* grid order, reproducible */
         rc = cli_fail(cmd, &err);
     }
 out:
@@ -601,6 +673,7 @@ out:
     }
     for (size_t i = 0; i < d.n; i++) free(d.keys[i]);
     free(d.keys);
+    free(d.point_done);
     free(todo);
     return rc;
 }

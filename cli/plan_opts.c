@@ -185,6 +185,20 @@ static dp_status toy_trace(int n, batch_rules *rules, char *name, size_t name_ca
     return DP_OK;
 }
 
+int cli_plan_canonical(const plan_cli *base, const char *name, const char *value, char *buf,
+                       size_t cap)
+{
+    plan_cli probe = *base;
+    cli_opts t;
+    cli_opts_init(&t, "describe", "", NULL);
+    cli_plan_options(&t, &probe);
+    cli_opt *o = cli_opts_find(&t, name);
+    int ok = o && cli_opts_set(&t, name, value) == 1;
+    if (ok) cli_opt_value(o, buf, cap);
+    cli_opts_release(&t);
+    return ok ? 0 : -1;
+}
+
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
 {
     memset(env, 0, sizeof *env);

@@ -124,4 +124,17 @@ expect "a T5 spec whose fields are in range but whose size overflows" 2 "huge.js
 expect "a model file's error is reported as the model's" 1 "huge.json: .* parameters" -- "$DPSIM" models --show "$TMP/huge.json"
 D200=$(printf 'd%.0s' $(seq 1 200)); LONG="$D200/$D200/$D200/$D200/$D200/$D200/$D200"
 expect "a message longer than the buffer keeps its reason" 1 " \\.\\.\\. .*\\.csv: cannot open: No such file or directory" -- "$DPSIM" trace stats "$TMP/$LONG.csv"
+# --- grids: empty values, one value twice, the same value written another way on resume -----------
+for g in 'pp=,' 'pp=2,,4' 'pp=' ; do
+  expect "grid \"$g\" is refused, not divided by zero" 2 "empty|is not KEY=V1,V2" -- "$DPSIM" sweep --grid "$g" -o "$TMP/g.csv" --iterations 1
+done
+expect "a grid value listed twice is refused (2 and 02)" 2 "lists one value twice \\(\"2\" and \"02\"\\)" -- \
+  "$DPSIM" sweep --grid 'pp=2,02' -o "$TMP/g.csv" --iterations 1
+expect "... and true and 1 are one value" 2 "lists one value twice" -- \
+  "$DPSIM" sweep --grid 'flash-attention=true,1' -o "$TMP/g.csv" --iterations 1
+"$DPSIM" sweep --grid 'flash-attention=1,0' -o "$TMP/gr.csv" --iterations 1 >/dev/null 2>&1
+expect "a resume writing 1,0 as true,false finds its rows done" 0 "2 points, 2 already in" -- \
+  "$DPSIM" sweep --grid 'flash-attention=true,false' -o "$TMP/gr.csv" --iterations 1
+check "... and adds none" test "$(wc -l <"$TMP/gr.csv")" -eq 3
+
 finish
