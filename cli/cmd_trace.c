@@ -50,7 +50,7 @@ static int trace_gen_main(int argc, char **argv)
     cli_opts ot;
     cli_opts_init(&ot, cmd, GEN_USAGE,
                   "Draws a synthetic trace. FLAN mixes are \"synthetic, fitted to published FLANv2\n"
-                  "statistics\", not FLANv2 itself (see README, \"Traces\").");
+                  "statistics\", not FLANv2 itself (docs/traces.md).");
     cli_opt_call(&ot, "mix", 'm', set_mix, &o.mix, "M", "flanv2",
                  "flanv2 | flan2021-zs | uniform | fixed | long-cot (reasoning\n"
                  "fine-tuning: instructions, chains of thought to 32k, a long-context\n"

@@ -262,7 +262,7 @@ typedef struct analytic_params {
 
 #define ANALYTIC_N_PARAMS 6
 
-/* Defaults: the fit to the A100 GPT-6.7B TP1 grid, rounded (see README "Cost models"). */
+/* Defaults: the fit to the A100 GPT-6.7B TP1 grid, rounded (docs/cost-models.md). */
 void analytic_params_default(analytic_params *p);
 /* The defaults carried to GPU g: the GEMM efficiency scaled by g's best measured GEMM over the
  * A100's (gpu_spec.matmul_eff / HW_A100_MATMUL_EFF); the rest as fitted. */

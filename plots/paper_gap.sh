@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gap to the paper's headline, measured: the README's table of controlled changes at the
+# The gap to the paper's headline, measured: docs/paper.md's table of controlled changes at the
 # small cluster's headline points (GPT-6.7B 16L at max length 8192, T5-11B 12+12 at 4096), each
 # one change against `make paper`'s artifact and dynapipe columns.
 #

@@ -17,7 +17,7 @@
  * 2. For a cap tau, one DP pass finds the partition of least sum with every t_k <= tau, breaking
  *    ties in the sum towards the smaller realised max m (lexicographic (sum, max): exact, since for
  *    equal prefix sums a smaller prefix max is never worse).
- * 3. Breakpoint descent (DESIGN.md): solve with no cap, note the realised max m_1; solve again with
+ * 3. Breakpoint descent: solve with no cap, note the realised max m_1; solve again with
  *    tau = the largest segment cost below m_1; repeat; stop once the sum alone (sum / D) reaches
  *    the best score. Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
  *    max, so the descent is exact without enumerating every candidate. (A tighter stop, the sum

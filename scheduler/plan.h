@@ -2,7 +2,7 @@
  * plan.h — the execution plan: what each rank runs, in order, for each iteration.
  *
  * The simulator (sim/) and the runtime (runtime/, dprun) consume exactly this. JSON form (version
- * 1, DESIGN.md "Execution plan JSON"):
+ * 1, docs/formats.md "Execution plan JSON"):
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T,

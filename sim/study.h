@@ -183,7 +183,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
 #define OPTIMIZER_HBM_EFF 0.8
 double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb);
 
-/* Writes r as the metrics JSON contract (see DESIGN.md). */
+/* Writes r as the metrics JSON contract (docs/formats.md "Metrics JSON"). */
 char *study_metrics_json(const study_result *r);
 
 #endif /* STUDY_H */

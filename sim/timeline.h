@@ -1,8 +1,8 @@
 /*
  * timeline.h — writing simulated (or measured) timelines.
  *
- * CSV: header `iteration,stage,op,mb,start_us,end_us,replica,chunk` (the DESIGN.md columns first,
- * then replica and chunk); one row per op, times in microseconds from the start of the run.
+ * CSV: header `iteration,stage,op,mb,start_us,end_us,replica,chunk` (the contract's columns
+ * first, then replica and chunk; docs/formats.md); one row per op, times in microseconds from the start of the run.
  * Chrome trace JSON (opens in Perfetto and chrome://tracing): ops as complete events ("ph":"X",
  * pid = replica, four threads per stage: compute, send, receive, all-reduce + optimizer; args with the
  * micro-batch's shape, tokens, samples and simulated time), process and thread names ("ph":"M",

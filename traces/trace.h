@@ -5,7 +5,7 @@
  * input_len (encoder input for T5, the prompt for GPT; at least 1) and target_len (decoder target;
  * 0 for decoder-only data). Order matters: global batches take consecutive samples.
  *
- * File formats (see README "File formats"):
+ * File formats (docs/formats.md):
  *   - Trace CSV, the project's own contract: header `task,input_len,target_len`, one row per
  *     sample; extra columns are allowed and kept (written back unchanged by trace_write_csv).
  *   - Any CSV with other column names, through trace_fields (e.g. FLAN's raw CoT lengths).
