@@ -179,7 +179,7 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
  * varlen kernels. */
 #define COMPARE_BATCHINGS                                                                          \
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
-    "dynamic,dynamic-varlen"
+    "dynamic,dynamic-varlen,auto"
 
 /* The fastest row that fits among DynaPipe's DP batchings (dynamic 1, either attention) or
  * among the varlen packers and balancers (dynamic 0); -1 when none. */
@@ -188,7 +188,8 @@ static int best_row(const row *rows, int n, int dynamic)
     int best = -1;
     for (int i = 0; i < n; i++) {
         const batcher *b = batcher_find(rows[i].batching);
-        if (!b || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom) continue;
+        if (!b || b->chooses || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom)
+            continue;
         int is_dp = b->memory_aware; /* dynamic, dynamic-varlen */
         if (dynamic ? !is_dp : (is_dp || !b->varlen)) continue;
         if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
@@ -244,6 +245,21 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
         fprintf(fp, "# best DynaPipe (%s/%s) over the best varlen packer (%s/%s): %.2fx\n",
                 rows[bd].batching, rows[bd].schedule, rows[bv].batching, rows[bv].schedule,
                 rows[bd].r.throughput_tokens_per_s / rows[bv].r.throughput_tokens_per_s);
+    for (int i = 0; i < n; i++) { /* auto against every single method */
+        const batcher *b = batcher_find(rows[i].batching);
+        if (!b || !b->chooses || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom) continue;
+        int best = -1;
+        for (int j = 0; j < n; j++) {
+            const batcher *c = batcher_find(rows[j].batching);
+            if (c && !c->chooses && rows[j].st == DP_OK && rows[j].r.feasible && !rows[j].r.oom &&
+                (best < 0 || rows[j].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s))
+                best = j;
+        }
+        if (best >= 0)
+            fprintf(fp, "# auto/%s over the best other row (%s/%s): %.3fx\n", rows[i].schedule,
+                    rows[best].batching, rows[best].schedule,
+                    rows[i].r.throughput_tokens_per_s / rows[best].r.throughput_tokens_per_s);
+    }
     for (int i = 0; i < n; i++) {
         const study_result *r = &rows[i].r;
         if (rows[i].tuned[0]) fprintf(fp, "# %s tuned: %s\n", rows[i].batching, rows[i].tuned);

@@ -46,6 +46,13 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
             if (r->iter[i].failed) fprintf(fp, " %d", r->iter[i].id), shown++;
         fprintf(fp, "%s\n", r->failed_iterations > 8 ? " ..." : "");
     }
+    const char *names[BATCH_CANDIDATES_MAX];
+    int wins[BATCH_CANDIDATES_MAX], nw = study_batching_wins(r, names, wins, BATCH_CANDIDATES_MAX);
+    if (nw > 0) {
+        fprintf(fp, "%-34s", "iterations per batching (auto)");
+        for (int k = 0; k < nw; k++) fprintf(fp, "%s %s %d", k ? "," : "", names[k], wins[k]);
+        fprintf(fp, "\n");
+    }
     print_modes(fp, "iterations per recompute mode", r->recompute_iterations);
     print_modes(fp, "micro-batches per recompute mode", r->recompute_microbatches);
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",

@@ -96,7 +96,8 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
                               "padding | packing | packing-batch | packing-ffd | token | dynamic\n"
                               "(packing: Megatron's --pack-dataset); varlen (attention per\n"
                               "sample): packing-varlen | packing-ffd-varlen | dp-balanced |\n"
-                              "packing-kk | packing-wlb | dynamic-varlen");
+                              "packing-kk | packing-wlb | dynamic-varlen; auto: per iteration\n"
+                              "every one not packing the dataset, simulated, the fastest that fits");
     o->marks = F | T, o->mark_name = "--batching (use --batchings)", o->show = show_batching;
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
                      "gpipe | 1f1b | interleaved | adaptive | zb1");

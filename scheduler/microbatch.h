@@ -139,9 +139,14 @@ typedef struct batcher {
     int pack_dataset; /* global batches are batch_pack_rows whole rows (batch_iter_pack_rows) */
     int varlen;       /* attention per sample (cost_shape.varlen): the planner sets ctx->varlen */
     int knob;         /* the option that sizes its micro-batches: BATCH_KNOB_* */
+    int chooses;      /* plans no micro-batches itself: the planner plans every batching that
+                       * shares its global batches (not pack_dataset) per iteration and keeps
+                       * the fastest that fits (sim/study.h, --batching auto); split is NULL */
 } batcher;
 
 enum { BATCH_KNOB_NONE, BATCH_KNOB_MBS /* --mbs */, BATCH_KNOB_MB_TOKENS /* --mb-tokens */ };
+
+#define BATCH_CANDIDATES_MAX 16 /* batchings --batching auto tries at most */
 
 const batcher *batcher_find(const char *name);
 const batcher *batcher_list(int *count);

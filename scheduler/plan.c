@@ -252,6 +252,7 @@ static cJSON *iter_json(const plan_iter *it)
     }
     if (it->model_flops > 0) cJSON_AddNumberToObject(o, "model_flops", it->model_flops);
     if (it->recompute[0]) cJSON_AddStringToObject(o, "recompute", it->recompute);
+    if (it->batching[0]) cJSON_AddStringToObject(o, "batching", it->batching);
     if (it->has_objective) {
         cJSON *ob = cJSON_AddObjectToObject(o, "objective");
         cJSON_AddNumberToObject(ob, "value", it->obj_value_ms);
@@ -538,6 +539,12 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
         goto out;
     }
     snprintf(it->recompute, sizeof it->recompute, "%s", rc ? rc->valuestring : "");
+    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "batching");
+    if (bt && (!cJSON_IsString(bt) || !batcher_find(bt->valuestring))) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"batching\" must name a batching", name, where);
+        goto out;
+    }
+    snprintf(it->batching, sizeof it->batching, "%s", bt ? bt->valuestring : "");
     const cJSON *ob = cJSON_GetObjectItemCaseSensitive(o, "objective");
     if (cJSON_IsObject(ob)) {
         it->has_objective = 1;

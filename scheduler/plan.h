@@ -116,6 +116,9 @@ typedef struct plan_iter {
     char recompute[16]; /* the iteration's recompute mode ("recompute" in the file: none,
                          * selective or full); "" = the header's. A plan made with --recompute
                          * dynamic says "dynamic" in its header and a mode in every iteration */
+    char batching[32];  /* the batching that planned it ("batching"; --batching auto says
+                         * "auto" in its header and the winner in every iteration); "" = the
+                         * header's */
 } plan_iter;
 
 typedef struct plan_header {

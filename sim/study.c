@@ -12,6 +12,23 @@
 #include "../scheduler/plan_machine.h"
 #include "order_search.h"
 
+int study_batching_wins(const study_result *r, const char **names, int *wins, int max)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_iter; i++) {
+        const char *b = r->iter[i].batching;
+        if (!b[0] || r->iter[i].failed) continue;
+        int k = 0;
+        while (k < n && strcmp(names[k], b) != 0) k++;
+        if (k == n) {
+            if (n == max) continue;
+            names[n] = b, wins[n] = 0, n++;
+        }
+        wins[k]++;
+    }
+    return n;
+}
+
 void study_result_release(study_result *r)
 {
     if (!r) return;
@@ -188,6 +205,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     }
     x->microbatches = it->n_mb;
     x->tokens = tokens;
+    snprintf(x->batching, sizeof x->batching, "%s", it->batching);
     x->ms = (double)ir.makespan_ns / 1e6;
     /* the schedule's closed form, the slowest replica's */
     double cf = a->sched && a->sched->closed_form ? 0 : NAN, cf_bubble = cf;
@@ -269,6 +287,7 @@ dp_status study_end(study_acc *a, dp_err *err)
 /* Everything one iteration's planning needs. */
 typedef struct planner {
     const study_opts *o;
+    const batcher *batching; /* the batching planning now: o->batching, or auto's candidate */
     const stage_model *sm;
     batch_ctx ctx;
     schedule_ctx sctx;
@@ -296,7 +315,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         schedule_mem_rule(o->sched, p->sm, scale, &rule);
         p->ctx.mem = &rule;
         mb_list_clear(l);
-        st = o->batching->split(&p->ctx, b, n, l, err);
+        st = p->batching->split(&p->ctx, b, n, l, err);
         if (st == DP_ERR_INFEASIBLE && attempt > 0) {
             /* tightened until a sample fits nowhere: keep the previous plan, which does not fit */
             scale = prev, last = 1, st = DP_OK;
@@ -324,9 +343,9 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
             l->why[0] = '\0';
             break;
         }
-        if (!o->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {
+        if (!p->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {
             snprintf(l->why, sizeof l->why, "%s%s%s", why,
-                     o->batching->memory_aware ? "" : " (this batching does not cut by memory)",
+                     p->batching->memory_aware ? "" : " (this batching does not cut by memory)",
                      strcmp(o->sched->name, "adaptive") == 0
                          ? ""
                          : "\nhint: --schedule adaptive admits micro-batches by memory");
@@ -388,6 +407,71 @@ static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache 
     return best;
 }
 
+/* The batchings a run plans each iteration with: b itself, or (b->chooses) every batching that
+ * shares its global batches, the memory-aware ones first (ties go to them). Their count. */
+static int study_candidates(const batcher *b, const batcher **out)
+{
+    if (!b->chooses) return out[0] = b, 1;
+    int nb, n = 0;
+    const batcher *all = batcher_list(&nb);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nb && n < BATCH_CANDIDATES_MAX; i++)
+            if (!all[i].chooses && !all[i].pack_dataset && all[i].memory_aware == !pass)
+                out[n++] = &all[i];
+    return n;
+}
+
+/* Points the planner at a batching. */
+static void planner_batching(planner *p, const batcher *b)
+{
+    p->batching = b;
+    p->ctx.varlen = b->varlen;
+}
+
+/* Plans one batch under the run's recompute rule: the first mode whose plan fits (the last one's
+ * plan is kept, fitting or not), or with recompute_by_time the fastest that fits, planned again
+ * (planning is deterministic). *mode: the index into sm used. */
+static dp_status plan_modes(planner *pl, const stage_model *sm, shape_cache *const *cache, int modes,
+                            const sample_len *b, int n, int id, mb_list *l, plan_iter *pi,
+                            int *answerable, int *mode, dp_err *why)
+{
+    int fastest = pl->o->recompute_by_time && modes > 1
+                      ? fastest_fitting_mode(pl, sm, cache, modes, b, n, id, l, pi)
+                      : -1;
+    dp_status st;
+    for (*mode = fastest >= 0 ? fastest : 0;; (*mode)++) {
+        planner_use(pl, &sm[*mode], cache[*mode]);
+        *answerable = 0;
+        st = plan_iteration(pl, b, n, id, l, pi, answerable, why);
+        if (fastest >= 0 || *mode + 1 == modes) break;
+        if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
+        if (st != DP_OK || (*answerable && l->feasible)) break;
+    }
+    return st;
+}
+
+/* --batching auto: the candidate whose plan of this batch (under the recompute rule) fits and
+ * simulates fastest, ties to the earlier; 0 when none fits (its plan then reports why). */
+static int fastest_candidate(planner *pl, const batcher *const *cands, int n_cands,
+                             const stage_model *sm, shape_cache *const *cache, int modes,
+                             const sample_len *b, int n, int id, mb_list *l, plan_iter *pi)
+{
+    int best = 0;
+    int64_t best_ns = INT64_MAX;
+    for (int c = 0; c < n_cands; c++) {
+        planner_batching(pl, cands[c]);
+        int answerable = 0, mode;
+        dp_err why = {0};
+        if (plan_modes(pl, sm, cache, modes, b, n, id, l, pi, &answerable, &mode, &why) != DP_OK ||
+            !answerable || !l->feasible)
+            continue;
+        sim_iter_result ir;
+        if (sim_iteration(pl->s, pl->cfg, pi, 0, NULL, &ir, NULL) != DP_OK || ir.oom) continue;
+        if (ir.makespan_ns < best_ns) best_ns = ir.makespan_ns, best = c;
+    }
+    return best;
+}
+
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -415,9 +499,12 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
     for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
-    planner pl = {o, &sm[0],
+    /* the batchings planned per iteration: o's own, or auto's candidates */
+    const batcher *cands[BATCH_CANDIDATES_MAX];
+    int n_cands = study_candidates(o->batching, cands);
+    planner pl = {o, cands[0], &sm[0],
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
-                   o->batching->varlen},
+                   cands[0]->varlen},
                   {&sm[0]},
                   &cfg, &acc.s};
     batch_iter bi;
@@ -459,19 +546,13 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         double t0 = dp_now_s();
         int answerable = 0, mode = 0;
         dp_err why = {0};
-        /* the first mode whose plan fits; the last one's plan is kept, fitting or not; with
-         * recompute_by_time the fastest that fits, planned again (planning is deterministic) */
-        int fastest = o->recompute_by_time && modes > 1
-                          ? fastest_fitting_mode(&pl, sm, cache, modes, b, n, planned, &l, &pi)
-                          : -1;
-        for (mode = fastest >= 0 ? fastest : 0;; mode++) {
-            planner_use(&pl, &sm[mode], cache[mode]);
-            answerable = 0;
-            st = plan_iteration(&pl, b, n, planned, &l, &pi, &answerable, &why);
-            if (fastest >= 0 || mode + 1 == modes) break;
-            if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
-            if (st != DP_OK || (answerable && l.feasible)) break;
-        }
+        /* auto: the candidate whose plan fits and simulates fastest, planned again below
+         * (planning is deterministic); ties to the earlier candidate */
+        int winner = n_cands > 1 ? fastest_candidate(&pl, cands, n_cands, sm, cache, modes, b, n,
+                                                     planned, &l, &pi)
+                                 : 0;
+        planner_batching(&pl, cands[winner]);
+        st = plan_modes(&pl, sm, cache, modes, b, n, planned, &l, &pi, &answerable, &mode, &why);
         /* --recompute mixed: then a mode lower per micro-batch wherever the plan still fits */
         int relaxed = st == DP_OK && answerable && l.feasible && o->recompute_per_mb;
         if (relaxed) st = mixed_recompute_relax(&pi, &l, by_mode, cms[mode]->recompute, &why);
@@ -516,6 +597,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         } else {
             snprintf(pi.recompute, sizeof pi.recompute, "%s", recompute_name(rc));
         }
+        snprintf(pi.batching, sizeof pi.batching, "%s", n_cands > 1 ? cands[winner]->name : "");
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
@@ -566,6 +648,7 @@ char *study_metrics_json(const study_result *r)
         cJSON_AddNumberToObject(e, "tokens", (double)x->tokens);
         if (x->recompute >= 0)
             cJSON_AddStringToObject(e, "recompute", recompute_name((recompute_mode)x->recompute));
+        if (x->batching[0]) cJSON_AddStringToObject(e, "batching", x->batching);
         cJSON_AddNumberToObject(e, "plan_ms", x->plan_ms);
         cJSON_AddItemToArray(per, e);
     }

@@ -20,7 +20,8 @@
  *   peak_mem_mb[s]          = model state + peak activations; oom when above the device memory
  *   timeline_hash           = FNV-1a of every simulated operation: equal inputs, equal hash
  *   per_iteration           = every iteration: id, simulated and closed-form ms, micro-batches,
- *                             tokens, recompute mode, planning ms, and "failed" with why for one
+ *                             tokens, recompute mode, the batching where --batching auto chose
+ *                             it, planning ms, and "failed" with why for one
  *                             left out (--keep-going); tokens of those are not in the throughput
  *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens) / simulated
  *                             time / (tp x pp x dp) / 1e12;  mfu = that / the GPU's peak
@@ -87,6 +88,7 @@ typedef struct study_iter {
     double closed_form_bubble_ms;
     double pipeline_ms; /* the pipeline's own time (sim_iter_result.pipeline_ns) */
     double plan_ms;     /* planner wall time (0 for plan files) */
+    char batching[32];  /* the batching that planned it where chosen per iteration (auto) */
     char why[160];
 } study_iter;
 
@@ -136,6 +138,10 @@ typedef struct study_result {
 } study_result;
 
 void study_result_release(study_result *r);
+
+/* --batching auto: the batchings that won iterations of r, in order of their first win, and how
+ * many each (names point into r). Their count (at most max); 0 for a run of one batching. */
+int study_batching_wins(const study_result *r, const char **names, int *wins, int max);
 
 /* The accumulation behind study_run, usable on iterations read from a plan file too. */
 typedef struct study_acc {

@@ -347,4 +347,13 @@ check "... records its degree and kind" grep -q '"cp":2,"cp_kind":"ring"' "$TMP/
 "$DPSIM" sim --plan "$TMP/cp.json" --json >"$TMP/cp3.json" 2>/dev/null
 check "... and replays to the same timeline and memory" bash -c "diff <(grep -E 'timeline_hash|peak_mem' '$TMP/cp2.json') <(grep -E 'timeline_hash|peak_mem' '$TMP/cp3.json')"
 
+# --- --batching auto ------------------------------------------------------------------------------
+expect "auto plans, naming each iteration's batching" 0 "wrote 4 iterations" -- "$DPSIM" plan --batching auto --iterations 4 -o "$TMP/auto.json"
+check "... the header says auto, each iteration its winner" bash -c "grep -q '\"batching\":\"auto\"' '$TMP/auto.json' && [ \$(grep -o '\"batching\":\"[a-z-]*\"' '$TMP/auto.json' | grep -vc auto) -eq 4 ]"
+"$DPSIM" sim --batching auto --iterations 4 --json >"$TMP/auto1.json" 2>/dev/null
+"$DPSIM" sim --plan "$TMP/auto.json" --json >"$TMP/auto2.json" 2>/dev/null
+check "... and replays to the same timeline" bash -c "grep timeline_hash '$TMP/auto1.json' | cmp -s - <(grep timeline_hash '$TMP/auto2.json')"
+expect "compare puts auto beside the best other row" 0 "# auto/1f1b over the best other row \(.*\): 1\.[0-9]{3}x" -- \
+  "$DPSIM" compare --iterations 4 --schedules 1f1b --no-figures
+
 finish

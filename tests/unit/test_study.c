@@ -802,6 +802,59 @@ static void test_comm_overlap(void **state)
 
 /* tune's scoring trace (sim/tune.h): the first k-1 global batches of the shipped trace, then the
  * batch holding its longest sample; re-batched, the scored trace gives exactly those batches. */
+static void test_batching_auto(void **state)
+{
+    (void)state;
+    /* --batching auto against each candidate run alone (every non-pack-dataset batching plans
+     * the same global batches): per iteration its time is the fastest candidate's that fits,
+     * and it names that candidate; a run never slower than the best single batching */
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 4096);
+    for (int q = 0; q < 2; q++) {
+        const char *sched = q ? "adaptive" : "1f1b";
+        study_result ra;
+        study_opts o = opts_of(&s, RECOMPUTE_NONE, sched, 6, 1);
+        o.batching = batcher_find("auto");
+        dp_err err = {0};
+        if (study_run(&o, &s.t, &ra, &err) != DP_OK) fail_msg("%s", err.msg);
+        int nb;
+        const batcher *bs = batcher_list(&nb);
+        double best_ms[6] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+        double best_run = 0;
+        for (int b = 0; b < nb; b++) {
+            if (bs[b].chooses || bs[b].pack_dataset) continue;
+            study_result rb;
+            study_opts ob = opts_of(&s, RECOMPUTE_NONE, sched, 6, 1);
+            ob.batching = &bs[b];
+            if (study_run(&ob, &s.t, &rb, &err) != DP_OK) fail_msg("%s", err.msg);
+            assert_int_equal(rb.n_iter, ra.n_iter);
+            for (int i = 0; i < rb.n_iter; i++) {
+                /* an iteration over memory (the simulator's check) does not compete */
+                if (rb.iter[i].failed) continue;
+                best_ms[i] = fmin(best_ms[i], rb.iter[i].ms);
+                if (strcmp(ra.iter[i].batching, bs[b].name) == 0)
+                    assert_near(ra.iter[i].ms, rb.iter[i].ms, 1e-9);
+            }
+            if (!rb.oom && rb.feasible) best_run = fmax(best_run, rb.throughput_tokens_per_s);
+            study_result_release(&rb);
+        }
+        int fitted = 0;
+        for (int i = 0; i < ra.n_iter; i++) {
+            if (ra.iter[i].failed) { /* only where no candidate fits */
+                assert_true(isinf(best_ms[i]));
+                continue;
+            }
+            fitted++;
+            assert_near(ra.iter[i].ms, best_ms[i], 1e-9);
+            assert_non_null(batcher_find(ra.iter[i].batching));
+        }
+        assert_true(fitted >= 4);
+        if (!ra.failed_iterations) assert_true(ra.throughput_tokens_per_s >= best_run * (1 - 1e-12));
+        study_result_release(&ra);
+    }
+    setup_release(&s);
+}
+
 static void test_panels_stable_ids(void **state)
 {
     (void)state;
@@ -965,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_t5_order_against_dynapipe),
         cmocka_unit_test(test_zero_communication),
         cmocka_unit_test(test_comm_overlap),
+        cmocka_unit_test(test_batching_auto),
         cmocka_unit_test(test_panels_stable_ids),
         cmocka_unit_test(test_tune_scoring_trace),
         cmocka_unit_test(test_tune_space),
