@@ -176,13 +176,19 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
 }
 
 /* Every batching by default: the paper's four, the varlen packers and balancers, DynaPipe on
- * varlen kernels. */
+ * varlen kernels, the packers at smaller row caps and tapered, and auto over them. */
 #define COMPARE_BATCHINGS                                                                          \
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
-    "dynamic,dynamic-varlen,auto"
+    "dynamic,dynamic-varlen,packing-half,packing-quarter,packing-taper,auto"
 
 /* The fastest row that fits among DynaPipe's DP batchings (dynamic 1, either attention) or
  * among the varlen packers and balancers (dynamic 0); -1 when none. */
+/* A row that ran, fits and has a throughput. */
+static int fits_row(const row *w)
+{
+    return w->st == DP_OK && w->r.feasible && !w->r.oom;
+}
+
 static int best_row(const row *rows, int n, int dynamic)
 {
     int best = -1;
@@ -245,21 +251,32 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
         fprintf(fp, "# best DynaPipe (%s/%s) over the best varlen packer (%s/%s): %.2fx\n",
                 rows[bd].batching, rows[bd].schedule, rows[bv].batching, rows[bv].schedule,
                 rows[bd].r.throughput_tokens_per_s / rows[bv].r.throughput_tokens_per_s);
-    for (int i = 0; i < n; i++) { /* auto against every single method */
+    /* auto against the single methods: under its own schedule, and its best over all of them */
+    int best_auto = -1, best_other = -1;
+    for (int i = 0; i < n; i++) {
         const batcher *b = batcher_find(rows[i].batching);
-        if (!b || !b->chooses || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom) continue;
-        int best = -1;
+        if (!b || !fits_row(&rows[i])) continue;
+        int *best = b->chooses ? &best_auto : &best_other;
+        if (*best < 0 || rows[i].r.throughput_tokens_per_s > rows[*best].r.throughput_tokens_per_s)
+            *best = i;
+        if (!b->chooses) continue;
+        int same = -1;
         for (int j = 0; j < n; j++) {
             const batcher *c = batcher_find(rows[j].batching);
-            if (c && !c->chooses && rows[j].st == DP_OK && rows[j].r.feasible && !rows[j].r.oom &&
-                (best < 0 || rows[j].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s))
-                best = j;
+            if (c && !c->chooses && fits_row(&rows[j]) &&
+                strcmp(rows[j].schedule, rows[i].schedule) == 0 &&
+                (same < 0 || rows[j].r.throughput_tokens_per_s > rows[same].r.throughput_tokens_per_s))
+                same = j;
         }
-        if (best >= 0)
-            fprintf(fp, "# auto/%s over the best other row (%s/%s): %.3fx\n", rows[i].schedule,
-                    rows[best].batching, rows[best].schedule,
-                    rows[i].r.throughput_tokens_per_s / rows[best].r.throughput_tokens_per_s);
+        if (same >= 0)
+            fprintf(fp, "# auto/%s over the best other %s row (%s): %.3fx\n", rows[i].schedule,
+                    rows[i].schedule, rows[same].batching,
+                    rows[i].r.throughput_tokens_per_s / rows[same].r.throughput_tokens_per_s);
     }
+    if (best_auto >= 0 && best_other >= 0)
+        fprintf(fp, "# best auto (auto/%s) over the best other row (%s/%s): %.3fx\n",
+                rows[best_auto].schedule, rows[best_other].batching, rows[best_other].schedule,
+                rows[best_auto].r.throughput_tokens_per_s / rows[best_other].r.throughput_tokens_per_s);
     for (int i = 0; i < n; i++) {
         const study_result *r = &rows[i].r;
         if (rows[i].tuned[0]) fprintf(fp, "# %s tuned: %s\n", rows[i].batching, rows[i].tuned);

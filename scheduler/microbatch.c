@@ -290,8 +290,71 @@ static int cmp_longest_first(const void *a, const void *b)
     return x->id - y->id;
 }
 
+static dp_status packing_ffd_rows(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
+                                  dp_err *err);
+
 static dp_status split_packing_ffd(const batch_ctx *ctx, const sample_len *in, int n,
                                    mb_list *out, dp_err *err)
+{
+    return packing_ffd_rows(ctx, in, n, out, err);
+}
+
+/* packing-half: the rows of first-fit decreasing at half the maximum length (a sample longer than
+ * that in a row of its own): twice the micro-batches of half the size, so a shorter fill and
+ * drain and less attention per row, against more fixed costs per micro-batch. */
+static dp_status packing_capped(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
+                                int div, dp_err *err)
+{
+    batch_rules capped = *ctx->rules;
+    capped.max_seqlen = ctx->rules->max_seqlen / div > 0 ? ctx->rules->max_seqlen / div : 1;
+    if (capped.arch == ARCH_T5)
+        capped.max_dec_seqlen = ctx->rules->max_dec_seqlen / div > capped.dec_extra
+                                    ? ctx->rules->max_dec_seqlen / div
+                                    : capped.dec_extra + 1;
+    batch_ctx c = *ctx;
+    c.rules = &capped;
+    return packing_ffd_rows(&c, in, n, out, err);
+}
+
+static dp_status split_packing_half(const batch_ctx *ctx, const sample_len *in, int n,
+                                    mb_list *out, dp_err *err)
+{
+    return packing_capped(ctx, in, n, out, 2, err);
+}
+
+/* packing-quarter: the same at a quarter of the maximum length. */
+static dp_status split_packing_quarter(const batch_ctx *ctx, const sample_len *in, int n,
+                                       mb_list *out, dp_err *err)
+{
+    return packing_capped(ctx, in, n, out, 4, err);
+}
+
+/* packing-taper: first-fit decreasing's micro-batches with the lightest (fewest padded tokens)
+ * moved first and the next lightest last: the pipeline fills with a small micro-batch and drains
+ * behind one, where first-fit decreasing put its heaviest first. */
+static dp_status split_packing_taper(const batch_ctx *ctx, const sample_len *in, int n,
+                                     mb_list *out, dp_err *err)
+{
+    int first_mb = out->n_mb;
+    dp_status st = packing_ffd_rows(ctx, in, n, out, err);
+    int m = out->n_mb - first_mb;
+    if (st != DP_OK || m < 3) return st;
+    microbatch *mb = out->mb + first_mb;
+    for (int end = 0; end < 2; end++) { /* the lightest to the front, then the next to the back */
+        int lo = end ? 1 : 0, hi = m - 1, best = lo;
+        for (int k = lo; k <= hi; k++)
+            if ((int64_t)mb[k].mbs * (mb[k].enc_len + mb[k].dec_len) <
+                (int64_t)mb[best].mbs * (mb[best].enc_len + mb[best].dec_len))
+                best = k;
+        microbatch x = mb[best];
+        if (end) memmove(mb + best, mb + best + 1, (size_t)(hi - best) * sizeof *mb), mb[hi] = x;
+        else memmove(mb + 1, mb, (size_t)best * sizeof *mb), mb[0] = x;
+    }
+    return DP_OK;
+}
+
+static dp_status packing_ffd_rows(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
+                                  dp_err *err)
 {
     sample_len *s = malloc((size_t)n * sizeof *s), *packed = malloc((size_t)n * sizeof *packed);
     row *rows = calloc((size_t)n, sizeof *rows);
@@ -589,6 +652,12 @@ static const batcher BATCHERS[] = {
      "it, one varlen row per micro-batch", split_packing_wlb, 0, 0, 1, BATCH_KNOB_NONE, 0},
     {"dynamic-varlen", "DynaPipe's dynamic program on varlen kernels: attention per sample",
      dp_batch, 1, 0, 1, BATCH_KNOB_NONE, 0},
+    {"packing-half", "packing-ffd-varlen's rows at half the maximum length: more, smaller "
+     "micro-batches", split_packing_half, 0, 0, 1, BATCH_KNOB_MBS, 0},
+    {"packing-quarter", "packing-ffd-varlen's rows at a quarter of the maximum length",
+     split_packing_quarter, 0, 0, 1, BATCH_KNOB_MBS, 0},
+    {"packing-taper", "packing-ffd-varlen with its lightest micro-batches first and last: a "
+     "shorter fill and drain", split_packing_taper, 0, 0, 1, BATCH_KNOB_MBS, 0},
     {"auto", "per iteration, every batching above but the pack-dataset ones, each simulated: "
      "the fastest that fits", NULL, 1, 0, 0, BATCH_KNOB_MBS, 1},
 };

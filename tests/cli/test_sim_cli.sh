@@ -353,7 +353,7 @@ check "... the header says auto, each iteration its winner" bash -c "grep -q '\"
 "$DPSIM" sim --batching auto --iterations 4 --json >"$TMP/auto1.json" 2>/dev/null
 "$DPSIM" sim --plan "$TMP/auto.json" --json >"$TMP/auto2.json" 2>/dev/null
 check "... and replays to the same timeline" bash -c "grep timeline_hash '$TMP/auto1.json' | cmp -s - <(grep timeline_hash '$TMP/auto2.json')"
-expect "compare puts auto beside the best other row" 0 "# auto/1f1b over the best other row \(.*\): 1\.[0-9]{3}x" -- \
+expect "compare puts auto beside the best other row of its schedule" 0 "# auto/1f1b over the best other 1f1b row \\(.*\\): 1\\.[0-9]{3}x" -- \
   "$DPSIM" compare --iterations 4 --schedules 1f1b --no-figures
 
 finish
