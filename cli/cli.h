@@ -7,6 +7,7 @@
 #ifndef CLI_H
 #define CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -179,6 +180,15 @@ typedef struct plan_env {
 int cli_plan_set(plan_cli *p, const char *name, const char *value, const char *cmd,
                  const char *usage);
 
+/* A study's configuration as text, to tell whether a resumed output was made with the same
+ * inputs: cli_plan_describe's lines (less skip), then "NAME_hash=..." of the contents of every
+ * input file (trace, model, hw, profile, fit; a preset's name has none), then the dpsim
+ * version. Two configurations are compared line by line with cli_config_differs. */
+void cli_plan_config(const plan_cli *p, const char *const *skip, int n_skip, char *buf, size_t cap);
+/* The first line where two configurations differ, as "NAME=A there, NAME=B here" in what; 0 if
+ * none. */
+int cli_config_differs(const char *there, const char *here, char *what, size_t cap);
+
 /* The canonical text of a plan option's value ("1" and "true" of a flag are both "true"; 4 and
  * 04 are "4"), as the option table prints it: what tells two grid values apart. 0, or -1 when
  * the name is not a plan option or the value is refused (nothing printed). */
@@ -248,12 +258,33 @@ dp_status cli_tune_run(const plan_cli *base, const plan_env *env, const struct t
  * --allow-oversubscribe). */
 dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, const char *const *bs,
                          int nb, const char *const *ss, int ns, struct tune_space *sp, dp_err *err);
+/* How a search runs (all zero: quietly but for a terminal's progress, nothing written, to the
+ * end). */
+typedef struct tune_run_opts {
+    const char *out;      /* the ranking CSV, rewritten as results come (through a temporary and a
+                           * rename, every TUNE_WRITE_EVERY_S and at the end: a crash leaves a
+                           * valid CSV of what finished); NULL: none */
+    int resume;           /* read out's rows first and run only the other points */
+    int quiet;            /* no progress lines */
+    int progress_lines;   /* a progress line every TUNE_PROGRESS_EVERY_S on stderr, terminal
+                           * or not (else only on a terminal) */
+    const volatile sig_atomic_t *stop; /* set by a signal: no point starts after it (pool.h) */
+    /* filled in: */
+    long resumed;         /* points read back from out */
+    long ran, died;       /* points run now, and of those the ones whose worker died */
+    int stopped;          /* 1: *stop cut the search short (the ranking holds what finished) */
+} tune_run_opts;
+#define TUNE_WRITE_EVERY_S 2.0
+#define TUNE_PROGRESS_EVERY_S 5.0
+
 /* dpsim tune's search (sim/tune.h) over sp, every configuration simulated with the base options
  * (its --iterations global batches, tune_scoring_trace's, where the trace is in memory; lengths,
  * memory) in `jobs` forked workers, one cost model per (tp, mode) built before the fork. *out
- * (ranked, tune_rank; the caller frees it) holds n results. Progress on stderr on a terminal. */
+ * (ranked, tune_rank; the caller frees it) holds n results; those not run (stopped) have
+ * done 0. run may be NULL. Progress lines give done/total, the best so far and an ETA from the
+ * work left (each batching's mean time per configuration so far, over the workers). */
 dp_status cli_tune(const plan_cli *base, const plan_env *env, const struct tune_space *sp, int jobs,
-                   struct tune_result **out, long *n, dp_err *err);
+                   tune_run_opts *run, struct tune_result **out, long *n, dp_err *err);
 
 int cmd_plan(int argc, char **argv);
 int cmd_tune(int argc, char **argv);

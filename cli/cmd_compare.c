@@ -314,7 +314,7 @@ static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const cha
     tp.iterations = tune_iterations;
     tune_result *res = NULL;
     long count = 0;
-    st = cli_tune(&tp, env, &sp, jobs, &res, &count, err);
+    st = cli_tune(&tp, env, &sp, jobs, NULL, &res, &count, err);
     if (st != DP_OK) return st;
     for (int i = 0; i < nb; i++) {
         row *w = &rows[(*n)++];

@@ -122,32 +122,7 @@ static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
  * the same, or it would mix rows of two studies. */
 static void sweep_config(const plan_cli *p, const grid *g, char *buf, size_t cap)
 {
-    cli_plan_describe(p, (const char *const *)g->keys, g->nkeys, buf, cap - 128);
-    int trace_in_grid = 0;
-    for (int k = 0; k < g->nkeys; k++) trace_in_grid |= strcmp(g->keys[k], "trace") == 0;
-    char def[4096];
-    const char *tpath = p->trace ? p->trace : cli_data_path("traces/flanv2-100k.csv", def, sizeof def);
-    uint64_t h = 0;
-    size_t at = strlen(buf);
-    if (!trace_in_grid && tpath && dp_hash_file(tpath, &h) == 0)
-        at += (size_t)snprintf(buf + at, cap - at, "trace_hash=%016llx\n", (unsigned long long)h);
-    snprintf(buf + at, cap - at, "dpsim=%s\n", DPSIM_VERSION);
-}
-
-/* The first line where two configurations differ, as "NAME=A there, NAME=B here"; 0 if none. */
-static int config_differs(const char *there, const char *here, char *what, size_t cap)
-{
-    while (*there || *here) {
-        size_t a = strcspn(there, "\n"), b = strcspn(here, "\n");
-        if (a != b || strncmp(there, here, a) != 0) {
-            snprintf(what, cap, "%.*s there, %.*s here", (int)(a < 300 ? a : 300), there,
-                     (int)(b < 300 ? b : 300), here);
-            return 1;
-        }
-        there += a + (there[a] == '\n');
-        here += b + (here[b] == '\n');
-    }
-    return 0;
+    cli_plan_config(p, (const char *const *)g->keys, g->nkeys, buf, cap);
 }
 
 /* The canonical text of grid value v of key k into buf (the analytic flag's own: true or false). */
@@ -583,7 +558,7 @@ int cmd_sweep(int argc, char **argv)
             rc = cli_fail(cmd, &err);
             goto out;
         }
-        int differs = config_differs(there, config, what, sizeof what);
+        int differs = cli_config_differs(there, config, what, sizeof what);
         free(there);
         if (differs) {
             dp_fail(&err, DP_ERR_INVALID, "%s was swept with another configuration (%s): resuming "

@@ -1,14 +1,17 @@
 /* dpsim tune — the best configuration of each batching method on a number of GPUs (sim/tune.h),
  * searched in forked workers (common/pool.h); compare --tuned uses the same search (cli_tune). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/json_util.h"
 #include "../common/outfile.h"
 #include "../common/pool.h"
+#include "../scheduler/microbatch.h"
 #include "../sim/study.h"
 #include "../sim/tune.h"
 #include "cli.h"
@@ -26,8 +29,16 @@ typedef struct tune_job {
     tune_result *res;
     cost_model *cm[TUNE_MAX_LIST][RECOMPUTE_COUNT];
     char cm_err[TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
-    time_t t0;
-    int progress;
+    double t0, last_line, last_write;
+    int progress; /* 0 none, 1 a terminal's \r line, 2 lines every TUNE_PROGRESS_EVERY_S */
+    tune_run_opts *run;
+    long n, todo;  /* points in the space, and to run now */
+    int jobs;
+    long *order;   /* the points to run, by the pool's index */
+    int *group;    /* per point: its (batching, schedule) group, for the ETA */
+    double g_sum[TUNE_MAX_LIST * TUNE_MAX_LIST];  /* seconds of each group's finished points */
+    long g_done[TUNE_MAX_LIST * TUNE_MAX_LIST], g_left[TUNE_MAX_LIST * TUNE_MAX_LIST];
+    dp_err write_err;
 } tune_job;
 
 static int tp_slot(const tune_space *sp, int tp)
@@ -76,10 +87,12 @@ dp_status cli_tune_run(const plan_cli *base, const plan_env *env, const tune_poi
     return st;
 }
 
-/* One point, in a worker: "OK THROUGHPUT MFU PEAK WHY". */
-static void tune_eval(void *ctx, long i, char *out, size_t cap)
+/* One point, in a worker: "OK THROUGHPUT MFU PEAK SECONDS WHY". */
+static void tune_eval(void *ctx, long k, char *out, size_t cap)
 {
     tune_job *j = ctx;
+    long i = j->order[k];
+    double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
     int t = tp_slot(j->sp, pt->tp), dynamic = strcmp(pt->recompute, "dynamic") == 0;
     recompute_mode rc = RECOMPUTE_NONE;
@@ -97,42 +110,112 @@ static void tune_eval(void *ctx, long i, char *out, size_t cap)
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
     int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations;
     const char *why = st != DP_OK ? err.msg : ok ? "" : r.why[0] ? r.why : "no iteration";
-    snprintf(out, cap, "%d %.17g %.17g %.17g %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
-             r.mfu, peak, why);
+    snprintf(out, cap, "%d %.17g %.17g %.17g %.6f %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
+             r.mfu, peak, dp_now_s() - t0, why);
     study_result_release(&r);
 }
 
-static void tune_done(void *ctx, long i, const char *text)
+/* Writes the ranking of what is done so far to run->out (a temporary, then a rename). */
+static dp_status write_ranking(const tune_job *j, const char *path, dp_err *err)
+{
+    tune_result *done = malloc((size_t)(j->n ? j->n : 1) * sizeof *done);
+    if (!done) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    long m = 0;
+    for (long i = 0; i < j->n; i++)
+        if (j->res[i].done) done[m++] = j->res[i];
+    tune_rank(done, m);
+    out_file of;
+    dp_status st = out_open(&of, path, err);
+    if (st == DP_OK) {
+        fprintf(of.fp, "%s\n", TUNE_CSV_HEADER);
+        char row[600];
+        for (long i = 0; i < m; i++) {
+            tune_csv_row(&done[i], i + 1, row, sizeof row);
+            fprintf(of.fp, "%s\n", row);
+        }
+        st = out_commit(&of, err);
+    }
+    free(done);
+    return st;
+}
+
+static void tune_done(void *ctx, long k, const char *text)
 {
     tune_job *j = ctx;
+    long i = j->order[k];
     tune_result *r = &j->res[i];
-    r->pt = j->pts[i];
-    r->index = i;
+    r->done = 1;
+    j->run->ran++;
+    j->g_left[j->group[i]]--;
     int used = 0;
-    if (!text || sscanf(text, "%d %lf %lf %lf %n", &r->ok, &r->throughput, &r->mfu, &r->peak_mb,
-                        &used) < 4) {
-        r->ok = 0;
-        snprintf(r->why, sizeof r->why, "the worker died");
+    if (!text || sscanf(text, "%d %lf %lf %lf %lf %n", &r->ok, &r->throughput, &r->mfu,
+                        &r->peak_mb, &r->seconds, &used) < 5) {
+        r->ok = 0, r->died = 1;
+        j->run->died++;
+        snprintf(r->why, sizeof r->why, "the worker died (a crash or a signal): no result");
         return;
     }
     snprintf(r->why, sizeof r->why, "%s", text + used);
     for (char *c = r->why; *c; c++)
         if (*c == '\n') *c = ' ';
+    j->g_sum[j->group[i]] += r->seconds, j->g_done[j->group[i]]++;
+}
+
+/* The seconds the points not yet done will take over the workers: each (batching, schedule)
+ * group's mean time per point so far (the overall mean for a group with none yet) times what it
+ * has left; NAN before any point has finished. */
+static double eta_s(const tune_job *j)
+{
+    double all = 0, left = 0;
+    long nall = 0;
+    for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++) all += j->g_sum[g], nall += j->g_done[g];
+    if (nall == 0) return NAN;
+    for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++)
+        left += j->g_left[g] * (j->g_done[g] ? j->g_sum[g] / j->g_done[g] : all / nall);
+    return left / j->jobs;
 }
 
 static void tune_progress(void *ctx, long finished, long n)
 {
     tune_job *j = ctx;
+    double now = dp_now_s();
+    if (j->run->out && (now - j->last_write >= TUNE_WRITE_EVERY_S || finished == n)) {
+        if (write_ranking(j, j->run->out, &j->write_err) != DP_OK) j->run->out = NULL;
+        j->last_write = now;
+    }
     if (!j->progress) return;
-    double el = difftime(time(NULL), j->t0);
-    fprintf(stderr, "\rdpsim tune: %ld/%ld configurations", finished, n);
-    if (finished > 0 && finished < n) fprintf(stderr, ", ETA %.0f s   ", el / finished * (n - finished));
-    if (finished == n) fprintf(stderr, ", %.0f s          \n", el);
+    if (j->progress == 2 && now - j->last_line < TUNE_PROGRESS_EVERY_S && finished < n) return;
+    j->last_line = now;
+    const tune_result *best = NULL;
+    long feasible = 0;
+    for (long i = 0; i < j->n; i++)
+        if (j->res[i].done && j->res[i].ok) {
+            feasible++;
+            if (!best || j->res[i].throughput > best->throughput) best = &j->res[i];
+        }
+    char line[600], desc[256] = "";
+    int at = snprintf(line, sizeof line, "dpsim tune: %ld/%ld configurations done (%ld fit)",
+                      finished + j->run->resumed, j->n, feasible);
+    if (best) {
+        tune_point_describe(&best->pt, desc, sizeof desc);
+        at += snprintf(line + at, sizeof line - (size_t)at, ", best %.0f tokens/s (%s)",
+                       best->throughput, desc);
+    }
+    double eta = eta_s(j);
+    if (finished < n && !isnan(eta))
+        snprintf(line + at, sizeof line - (size_t)at, ", ETA %.0f s", eta);
+    else if (finished == n)
+        snprintf(line + at, sizeof line - (size_t)at, ", %.0f s", now - j->t0);
+    if (j->progress == 1) fprintf(stderr, "\r%-150.150s%s", line, finished == n ? "\n" : "");
+    else fprintf(stderr, "%s\n", line);
 }
 
 dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *sp, int jobs,
-                   tune_result **out, long *n_out, dp_err *err)
+                   tune_run_opts *run, tune_result **out, long *n_out, dp_err *err)
 {
+    tune_run_opts none = {0};
+    if (!run) run = &none;
+    run->resumed = run->ran = run->died = 0, run->stopped = 0;
     *out = NULL, *n_out = 0;
     tune_point *pts = NULL;
     long n = tune_points(sp, &pts);
@@ -158,8 +241,33 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
         j->env = scored;
     }
     j->res = dp_xcalloc((size_t)n, sizeof *j->res);
-    j->t0 = time(NULL);
-    j->progress = cli_stderr_is_tty();
+    for (long i = 0; i < n; i++) j->res[i].pt = pts[i], j->res[i].index = i;
+    j->run = run, j->n = n, j->jobs = jobs > 0 ? jobs : 1;
+    j->t0 = j->last_line = j->last_write = dp_now_s();
+    j->progress = run->quiet ? 0 : cli_stderr_is_tty() ? 1 : run->progress_lines ? 2 : 0;
+    if (run->resume && run->out) {
+        long foreign = 0;
+        dp_status st = tune_read_ranking(run->out, j->res, n, &run->resumed, &foreign, err);
+        if (st == DP_OK && foreign > 0)
+            st = dp_fail(err, DP_ERR_INVALID, "%s: %ld of its rows are configurations this search "
+                         "does not have: it was made with other options\nhint: the same options, "
+                         "or a new -o", run->out, foreign);
+        if (st != DP_OK) {
+            free(j->res), free(j), free(pts);
+            if (scored) trace_release(&scored->trace);
+            free(scored);
+            return st;
+        }
+    }
+    j->order = dp_xcalloc((size_t)n, sizeof *j->order);
+    j->group = dp_xcalloc((size_t)n, sizeof *j->group);
+    for (long i = 0; i < n; i++) {
+        int b = 0, q = 0;
+        while (b < sp->n_batchings - 1 && strcmp(sp->batchings[b], pts[i].batching) != 0) b++;
+        while (q < sp->n_schedules - 1 && strcmp(sp->schedules[q], pts[i].schedule) != 0) q++;
+        j->group[i] = b * TUNE_MAX_LIST + q;
+        if (!j->res[i].done) j->order[j->todo++] = i, j->g_left[j->group[i]]++;
+    }
     for (int t = 0; t < sp->n_tps; t++) { /* the cost models the points use, once */
         int used = 0;
         for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t];
@@ -175,20 +283,27 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
                 j->cm[t][m]->hw = env->hw; /* with the what-if link overrides */
         }
     }
-    if (j->progress) fprintf(stderr, "dpsim tune: %ld configurations on %d GPUs, %d workers\n", n,
-                             sp->gpus, jobs);
-    int rc = pool_run(n, jobs, tune_eval, tune_done, tune_progress, j);
+    if (j->progress)
+        fprintf(stderr, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers\n", n,
+                sp->gpus, j->todo, run->resumed ? " (the rest resumed)" : "", jobs);
+    int rc = pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j, run->stop);
+    run->stopped = rc == 1 || (rc == -1 && run->stop && *run->stop);
+    if (run->out && (run->stopped || j->todo == 0)) /* what finished, as it is */
+        if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
     for (int t = 0; t < sp->n_tps; t++)
         for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[t][m]);
-    (void)rc; /* a dead worker's point is reported as not ok, with why */
+    /* a dead worker's point is reported as not ok, with why, and counted in run->died */
     tune_rank(j->res, n);
+    dp_status wst = j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
+    if (wst != DP_OK) *err = j->write_err;
+    free(j->order), free(j->group);
     *out = j->res;
     *n_out = n;
     if (scored) trace_release(&scored->trace);
     free(scored);
     free(j);
     free(pts);
-    return DP_OK;
+    return wst;
 }
 
 dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, const char *const *bs,
@@ -208,10 +323,23 @@ dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, cons
     return DP_OK;
 }
 
+static volatile sig_atomic_t tune_stop;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    tune_stop = 1;
+}
+
+/* The default methods: Megatron's packing (the baseline), the two strongest varlen packers a 2026
+ * trainer runs, and DynaPipe's DP on both kernels. */
+#define TUNE_BATCHINGS "packing,packing-ffd-varlen,packing-wlb,dynamic,dynamic-varlen"
+
 int cmd_tune(int argc, char **argv)
 {
     const char *cmd = "tune", *out = NULL;
-    const char *blist_arg = "padding,packing,token,dynamic", *slist_arg = "1f1b,adaptive";
+    const char *blist_arg = TUNE_BATCHINGS, *slist_arg = "1f1b,adaptive";
+    int quiet = 0, resume = 0;
     plan_cli p;
     plan_cli_default(&p);
     p.iterations = 8;
@@ -229,11 +357,16 @@ int cmd_tune(int argc, char **argv)
                   "--batching --schedule) are refused here; --iterations is per configuration.");
     cli_opt_int64(&t, "gpus", 'g', &gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
-    cli_opt_string(&t, "batchings", 'b', &blist_arg, "LIST", "padding,packing,token,dynamic",
-                   "methods to tune");
+    cli_opt_string(&t, "batchings", 'b', &blist_arg, "LIST", TUNE_BATCHINGS, "methods to tune");
     cli_opt_string(&t, "schedules", 's', &slist_arg, "LIST", "1f1b,adaptive", "schedules to try");
     cli_opt_int64(&t, "jobs", 'J', &jobs, "N", 1, 1024, "the machine's cores", "parallel workers");
-    cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "the ranking CSV");
+    cli_opt_string(&t, "output", 'o', &out, "FILE", NULL,
+                   "the ranking CSV, rewritten as configurations finish (a\n"
+                   "temporary and a rename: an interrupted search leaves a valid one)");
+    cli_opt_flag(&t, "resume", 0, &resume,
+                 "go on from -o's rows (a search stopped by Ctrl-C or a crash),\n"
+                 "refused when the options or input files' contents changed");
+    cli_opt_flag(&t, "quiet", 'q', &quiet, "no progress lines on stderr");
     cli_plan_options(&t, &p);
     cli_opts_find(&t, "iterations")->deflt = "8";
     t.help_hides = OPT_TUNED; /* what tune searches is no option of it */
@@ -251,8 +384,11 @@ int cmd_tune(int argc, char **argv)
     int nb = ml.nb, ns = ml.ns;
     tune_space sp;
     dp_err err = {0};
-    out_role outs[] = {{"-o", out}};
-    if (cli_check_outputs(&p, NULL, 0, outs, 1, &err) != DP_OK)
+    if (resume && !out) return cli_usage_error(cmd, TUNE_USAGE, "--resume needs -o, the ranking to go on from");
+    char config_path[4200];
+    snprintf(config_path, sizeof config_path, "%s.config", out ? out : "");
+    out_role outs[] = {{"-o", out}, {"-o's configuration", out ? config_path : NULL}};
+    if (cli_check_outputs(&p, NULL, 0, outs, 2, &err) != DP_OK)
         return cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg);
     p.pp = 1, p.dp = 1; /* the setup's own layout check passes; each point sets its own */
     plan_env env;
@@ -267,21 +403,80 @@ int cmd_tune(int argc, char **argv)
         return cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg);
     }
     gpus = ngpus;
+    /* what the ranking means: the options, the input files' contents, the search's lists; a
+     * resume must find the same beside its CSV */
+    char config[12000];
+    cli_plan_config(&p, NULL, 0, config, sizeof config - 600);
+    snprintf(config + strlen(config), sizeof config - strlen(config),
+             "gpus=%lld\nbatchings=%s\nschedules=%s\n", (long long)gpus, blist_arg, slist_arg);
+    if (out && resume) {
+        char *there = NULL, what[700];
+        if (json_slurp(config_path, &there, &err) != DP_OK) {
+            plan_env_release(&env);
+            return cli_usage_error(cmd, TUNE_USAGE, "--resume: %s, the configuration of %s, cannot be "
+                                   "read: the search to go on from is unknown", config_path, out);
+        }
+        int differs = cli_config_differs(there, config, what, sizeof what);
+        free(there);
+        if (differs) {
+            plan_env_release(&env);
+            return cli_usage_error(cmd, TUNE_USAGE, "--resume: %s was searched with other inputs "
+                                   "(%s)\nhint: the same options and files, or a new -o", out, what);
+        }
+    } else if (out) {
+        out_file cf;
+        if ((st = out_open(&cf, config_path, &err)) == DP_OK) {
+            fputs(config, cf.fp);
+            st = out_commit(&cf, &err);
+        }
+        if (st != DP_OK) {
+            plan_env_release(&env);
+            return cli_fail(cmd, &err);
+        }
+    }
     tune_result *res = NULL;
     long n = 0;
-    st = cli_tune(&p, &env, &sp, (int)jobs, &res, &n, &err);
+    int exit_code = 0;
+    tune_run_opts run = {out, resume, quiet, 1, &tune_stop, 0, 0, 0, 0};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old_int, old_term;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    st = cli_tune(&p, &env, &sp, (int)jobs, &run, &res, &n, &err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (st == DP_OK) {
         printf("# dpsim tune: %s on %lld x %s (%s), %lld tokens per iteration, max length %d, "
                "%d iterations per configuration; %ld configurations\n",
                env.model.name, (long long)gpus, env.hw.gpu.name, env.hw.name,
                (long long)env.rules.global_tokens, env.rules.max_seqlen, p.iterations, n);
-        const tune_result *base = tune_best(res, n, "packing");
-        printf("%-18s %12s %8s %6s  %s\n", "batching", "tokens/s", "x pack", "mfu%", "best configuration");
+        /* the speed-up over the best varlen packer (what a 2026 trainer runs), else packing */
+        const tune_result *base = NULL;
+        const char *base_name = "packing";
+        for (int i = 0; i < nb; i++) {
+            const batcher *b = batcher_find(bs[i]);
+            const tune_result *best_b = tune_best(res, n, bs[i]);
+            if (b && b->varlen && !b->memory_aware && best_b &&
+                (!base || best_b->throughput > base->throughput))
+                base = best_b, base_name = bs[i];
+        }
+        if (!base) base = tune_best(res, n, "packing");
+        printf("%-18s %12s %8s %6s  %s\n", "batching", "tokens/s", "x best", "mfu%", "best configuration");
+        printf("%-18s %12s %8s %6s  (x best: over %s, the best %s)\n", "#", "", "", "", base_name,
+               base && strcmp(base_name, "packing") ? "varlen packer" : "baseline");
         for (int i = 0; i < nb; i++) {
             const tune_result *b = tune_best(res, n, bs[i]);
             char desc[256];
             if (!b) {
-                printf("%-18s %12s %8s %6s  no configuration fits\n", bs[i], "-", "-", "-");
+                long died = 0, done = 0;
+                for (long q = 0; q < n; q++)
+                    if (strcmp(res[q].pt.batching, bs[i]) == 0) died += res[q].died, done += res[q].done;
+                printf("%-18s %12s %8s %6s  %s\n", bs[i], "-", "-", "-",
+                       died ? "no result: its workers died" : done ? "no configuration fits"
+                                                               : "not run (interrupted)");
                 continue;
             }
             tune_point_describe(&b->pt, desc, sizeof desc);
@@ -289,21 +484,22 @@ int cmd_tune(int argc, char **argv)
             if (base) snprintf(x, sizeof x, "%.2f", b->throughput / base->throughput);
             printf("%-18s %12.0f %8s %6.1f  %s\n", bs[i], b->throughput, x, 100 * b->mfu, desc);
         }
-        if (out) {
-            out_file of;
-            if ((st = out_open(&of, out, &err)) == DP_OK) {
-                fprintf(of.fp, "%s\n", TUNE_CSV_HEADER);
-                char row[600];
-                for (long i = 0; i < n; i++) {
-                    tune_csv_row(&res[i], i + 1, row, sizeof row);
-                    fprintf(of.fp, "%s\n", row);
-                }
-                st = out_commit(&of, &err);
-                if (st == DP_OK) fprintf(stderr, "dpsim: wrote the ranking of %ld configurations to %s\n", n, out);
-            }
+        long done = run.resumed + run.ran;
+        if (out)
+            fprintf(stderr, "dpsim: wrote the ranking of %ld configurations to %s\n", done, out);
+        if (run.stopped) {
+            fprintf(stderr, "dpsim tune: interrupted after %ld of %ld configurations%s\n", done, n,
+                    out ? "; --resume with the same options goes on" : "");
+            exit_code = 130; /* as a shell reports a Ctrl-C */
+        }
+        if (run.died) {
+            fprintf(stderr, "dpsim tune: error: %ld configuration%s had no result: the worker died "
+                    "(a crash or a signal); they are ranked as failed\n", run.died,
+                    run.died == 1 ? "" : "s");
+            if (!exit_code) exit_code = EXIT_RUNTIME;
         }
     }
     free(res);
     plan_env_release(&env);
-    return st == DP_OK ? 0 : cli_fail(cmd, &err);
+    return st == DP_OK ? exit_code : cli_fail(cmd, &err);
 }

@@ -186,6 +186,46 @@ static dp_status toy_trace(int n, batch_rules *rules, char *name, size_t name_ca
     return DP_OK;
 }
 
+void cli_plan_config(const plan_cli *p, const char *const *skip, int n_skip, char *buf, size_t cap)
+{
+    cli_plan_describe(p, skip, n_skip, buf, cap > 1024 ? cap - 1024 : cap);
+    size_t at = strlen(buf);
+    char def[4096];
+    const struct {
+        const char *name, *path;
+    } in[] = {{"trace", p->trace ? p->trace : cli_data_path(DEFAULT_TRACE, def, sizeof def)},
+              {"model", p->cost.model}, {"hw", p->cost.hw}, {"profile", p->cost.profile},
+              {"fit", p->cost.fit}};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        int skipped = 0;
+        for (int j = 0; j < n_skip; j++) skipped |= strcmp(skip[j], in[i].name) == 0;
+        uint64_t h;
+        struct stat sb; /* a file (a preset's name is none): its content, not its path */
+        if (skipped || !in[i].path || stat(in[i].path, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+            dp_hash_file(in[i].path, &h) != 0)
+            continue;
+        at += (size_t)snprintf(buf + at, cap - at, "%s_hash=%016llx\n", in[i].name,
+                               (unsigned long long)h);
+        if (at >= cap) return;
+    }
+    snprintf(buf + at, cap - at, "dpsim=%s\n", DPSIM_VERSION);
+}
+
+int cli_config_differs(const char *there, const char *here, char *what, size_t cap)
+{
+    while (*there || *here) {
+        size_t a = strcspn(there, "\n"), b = strcspn(here, "\n");
+        if (a != b || strncmp(there, here, a) != 0) {
+            snprintf(what, cap, "%.*s there, %.*s here", (int)(a < 300 ? a : 300), there,
+                     (int)(b < 300 ? b : 300), here);
+            return 1;
+        }
+        there += a + (there[a] == '\n');
+        here += b + (here[b] == '\n');
+    }
+    return 0;
+}
+
 int cli_plan_canonical(const plan_cli *base, const char *name, const char *value, char *buf,
                        size_t cap)
 {

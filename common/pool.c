@@ -30,13 +30,21 @@ static ssize_t read_all(int fd, char *buf, size_t cap)
 
 int pool_run(long n, int jobs, pool_job job, pool_done done, pool_progress progress, void *ctx)
 {
+    return pool_run_until(n, jobs, job, done, progress, ctx, NULL);
+}
+
+int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress progress,
+                   void *ctx, const volatile sig_atomic_t *stop)
+{
     if (jobs < 1) jobs = 1;
     worker *w = calloc((size_t)jobs, sizeof *w);
     if (!w) return -1;
     long next = 0, finished = 0;
-    int running = 0, failed = 0;
+    int running = 0, failed = 0, stopped = 0;
     while (finished < n) {
-        while (running < jobs && next < n && !failed) {
+        if (stop && *stop) stopped = 1;
+        if (stopped && running == 0) break; /* the rest is not started */
+        while (running < jobs && next < n && !failed && !stopped) {
             int fds[2];
             if (pipe(fds) != 0) {
                 failed = 1;
@@ -46,6 +54,8 @@ int pool_run(long n, int jobs, pool_job job, pool_done done, pool_progress progr
             pid_t pid = fork();
             if (pid == 0) {
                 close(fds[0]);
+                if (stop) signal(SIGINT, SIG_IGN); /* a Ctrl-C stops the parent's loop; the
+                                                    * running jobs finish and report */
                 char out[POOL_RESULT_MAX];
                 out[0] = '\0';
                 job(ctx, next, out, sizeof out);
@@ -104,5 +114,5 @@ int pool_run(long n, int jobs, pool_job job, pool_done done, pool_progress progr
         }
     }
     free(w);
-    return failed ? -1 : 0;
+    return failed ? -1 : stopped ? 1 : 0;
 }

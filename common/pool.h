@@ -12,6 +12,7 @@
 #ifndef POOL_H
 #define POOL_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #define POOL_RESULT_MAX 4096
@@ -23,5 +24,12 @@ typedef void (*pool_progress)(void *ctx, long finished, long n);
 /* 0 when every job reported; -1 when one died or a pipe or fork failed (jobs not started then
  * are reported to done with NULL too, so that every index is accounted for). */
 int pool_run(long n, int jobs, pool_job job, pool_done done, pool_progress progress, void *ctx);
+
+/* The same, stopping early once *stop is set (a signal handler's flag): no job starts after
+ * that, the running ones finish and report, and 1 is returned (-1 still wins: a worker died);
+ * the jobs never started are not reported. The workers ignore SIGINT, so that a Ctrl-C at the
+ * terminal (sent to the whole process group) lets them finish. */
+int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress progress,
+                   void *ctx, const volatile sig_atomic_t *stop);
 
 #endif /* POOL_H */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/csv_table.h"
 #include "../scheduler/microbatch.h"
 
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5)
@@ -157,5 +158,64 @@ dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace 
     }
     free(start);
     if (st != DP_OK) trace_release(out);
+    return st;
+}
+
+/* ---- reading a ranking back (a resumed search) -------------------------------------------------- */
+
+typedef struct ranking_reader {
+    tune_result *res;
+    long n, read, foreign;
+    int idx[15];
+} ranking_reader;
+
+static dp_status ranking_header(void *ctx, const csv_row *h, dp_err *err)
+{
+    ranking_reader *r = ctx;
+    static const csv_column cols[15] = {
+        {"rank", 1},     {"batching", 1},  {"schedule", 1}, {"tp", 1},
+        {"pp", 1},       {"dp", 1},        {"zero", 1},     {"recompute", 1},
+        {"mbs", 1},      {"mb_tokens", 1}, {"feasible", 1}, {"throughput_tokens_per_s", 1},
+        {"mfu", 1},      {"peak_mem_mb", 1}, {"why", 1}};
+    return csv_header_map(h, cols, 15, r->idx, err);
+}
+
+static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
+{
+    ranking_reader *r = ctx;
+    const char *f[15];
+    for (int k = 0; k < 15; k++) f[k] = row->fields[r->idx[k]];
+    int64_t tp, pp, dp, zero, mbs, mbt, ok;
+    double thr, mfu, peak;
+    if (dp_parse_i64(f[3], 1, 1 << 20, &tp) || dp_parse_i64(f[4], 1, 1 << 20, &pp) ||
+        dp_parse_i64(f[5], 1, 1 << 20, &dp) || dp_parse_i64(f[6], 0, 3, &zero) ||
+        dp_parse_i64(f[8], 0, 1 << 30, &mbs) || dp_parse_i64(f[9], 0, INT64_C(1) << 40, &mbt) ||
+        dp_parse_i64(f[10], 0, 1, &ok) || dp_parse_f64(f[11], &thr) || dp_parse_f64(f[12], &mfu) ||
+        dp_parse_f64(f[13], &peak) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not a row of a tune ranking (tp, pp, dp, zero, "
+                       "mbs, mb_tokens, feasible, throughput, mfu or peak memory)", row->path,
+                       row->line);
+    for (long i = 0; i < r->n; i++) {
+        tune_result *x = &r->res[i];
+        const tune_point *p = &x->pt;
+        if (p->tp != tp || p->pp != pp || p->dp != dp || p->zero != zero || p->mbs != mbs ||
+            p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
+            strcmp(p->recompute, f[7]))
+            continue;
+        x->done = 1, x->ok = (int)ok, x->throughput = thr, x->mfu = mfu, x->peak_mb = peak;
+        snprintf(x->why, sizeof x->why, "%s", f[14]);
+        r->read++;
+        return DP_OK;
+    }
+    r->foreign++;
+    return DP_OK;
+}
+
+dp_status tune_read_ranking(const char *path, tune_result *res, long n, long *read, long *foreign,
+                            dp_err *err)
+{
+    ranking_reader r = {res, n, 0, 0, {0}};
+    dp_status st = csv_read_file(path, 0, ranking_header, ranking_row, &r, err);
+    *read = r.read, *foreign = r.foreign;
     return st;
 }

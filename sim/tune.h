@@ -77,6 +77,9 @@ typedef struct tune_result {
     double mfu;
     double peak_mb;        /* the largest stage's peak */
     char why[240];         /* when not ok */
+    int done;              /* 1: ran (or read back from a resumed ranking); 0: not run */
+    int died;              /* 1: its worker died (a crash): no result */
+    double seconds;        /* its worker's wall time */
 } tune_result;
 
 /* Feasible first, by throughput (descending), ties by index; in place. */
@@ -88,5 +91,12 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
 /* The ranking CSV: header, and one row per result (no newline). */
 extern const char TUNE_CSV_HEADER[];
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap);
+
+/* Reads a ranking CSV's rows back into the results of the points they name (matched on batching,
+ * schedule, tp, pp, dp, zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
+ * marked done; rows of points not in the space are counted in *foreign. DP_ERR_PARSE naming the
+ * file and line for a row that is not the contract's. */
+dp_status tune_read_ranking(const char *path, tune_result *res, long n, long *read, long *foreign,
+                            dp_err *err);
 
 #endif /* TUNE_H */

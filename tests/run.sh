@@ -64,6 +64,11 @@ for build in "$@"; do
     if [ "${DPSIM_TEST_TIER:-full}" = fast ] && head -5 "$script" | grep -q '^# tier: full'; then
       printf 'SKIP  %-44s (tier full: make check runs it)\n' "$script [$build]"; continue
     fi
+    # a script whose first lines say "# sanitizers: skip" runs in the plain build only (its time
+    # is in searches the sanitizer pass of the unit tests already covers)
+    if [ "$build" != "$1" ] && head -5 "$script" | grep -q '^# sanitizers: skip'; then
+      printf 'SKIP  %-44s (plain build only)\n' "$script [$build]"; continue
+    fi
     log="$logdir/$(basename "$script")-$(echo "$build" | tr / _).log"
     started=$SECONDS
     DPSIM="$build/dpsim" bash "$script" >"$log" 2>&1; rc=$?

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tier: full (three searches of some seconds each; make check runs it, make test not)
+# sanitizers: skip (the searches' code runs under ASan in test_study and the CLI scripts)
+# dpsim tune at scale: progress lines on a stderr that is no terminal, a Ctrl-C (SIGINT) that
+# leaves a valid partial ranking, and --resume that completes it to the same ranking as an
+# uninterrupted search; a resume against other inputs is refused.
+. "$(dirname "$0")/lib.sh"
+A="--model llama3-8b --hw dgx-h100 --gpus 8 --iterations 2 --max-seqlen 8192 --global-tokens 262144 --jobs 2"
+
+# shellcheck disable=SC2086
+"$DPSIM" tune $A -o "$TMP/full.csv" >"$TMP/full.out" 2>"$TMP/full.err"
+check "an uninterrupted search writes its ranking" test "$(wc -l <"$TMP/full.csv")" -gt 100
+check "... with progress lines on a stderr that is no terminal" grep -Eq '^dpsim tune: [0-9]+/[0-9]+ configurations done \([0-9]+ fit\), best [0-9]+ tokens/s' "$TMP/full.err"
+check "... and the speed-up over the best varlen packer" grep -q 'x best: over packing-' "$TMP/full.out"
+
+# shellcheck disable=SC2086
+"$DPSIM" tune $A -o "$TMP/part.csv" >"$TMP/part.out" 2>"$TMP/part.err" &
+pid=$!
+sleep 2
+kill -INT $pid
+wait $pid; rc=$?
+check "SIGINT stops the search with status 130" test $rc -eq 130
+check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
+rows=$(($(wc -l <"$TMP/part.csv") - 1))
+check "... leaving a valid partial ranking (header, then rows of 15 fields)" bash -c \
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && awk -F, 'NR > 1 && NF != 15 { exit 1 }' '$TMP/part.csv' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+# shellcheck disable=SC2086
+expect "--resume goes on from it" 0 "to run \\(the rest resumed\\)|configurations done" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
+check "... to the same ranking as the uninterrupted search" diff <(cut -d, -f2- "$TMP/full.csv" | sort) <(cut -d, -f2- "$TMP/part.csv" | sort)
+# shellcheck disable=SC2086
+expect "a resume with other options is refused" 2 "was searched with other inputs \\(max-seqlen=8192 there, max-seqlen=4096 here\\)" -- \
+  "$DPSIM" tune $A --max-seqlen 4096 -o "$TMP/part.csv" --resume
+cp tests/cli/golden/two_samples.csv "$TMP/tr.csv"
+"$DPSIM" tune --model gpt-tiny --hw cpu --analytic --trace "$TMP/tr.csv" --global-tokens 128 --gpus 2 -q -o "$TMP/small.csv" >/dev/null 2>&1
+echo "t,5,7" >>"$TMP/tr.csv"
+expect "... and one whose trace's content changed (same path)" 2 "trace_hash=" -- \
+  "$DPSIM" tune --model gpt-tiny --hw cpu --analytic --trace "$TMP/tr.csv" --global-tokens 128 --gpus 2 -q -o "$TMP/small.csv" --resume
+expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
+finish
