@@ -290,13 +290,13 @@ static int cmp_longest_first(const void *a, const void *b)
     return x->id - y->id;
 }
 
-static dp_status packing_ffd_rows(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
-                                  dp_err *err);
+static dp_status packing_ffd_rows(const batch_ctx *ctx, const batch_rules *fit, const sample_len *in,
+                                  int n, mb_list *out, dp_err *err);
 
 static dp_status split_packing_ffd(const batch_ctx *ctx, const sample_len *in, int n,
                                    mb_list *out, dp_err *err)
 {
-    return packing_ffd_rows(ctx, in, n, out, err);
+    return packing_ffd_rows(ctx, ctx->rules, in, n, out, err);
 }
 
 /* packing-half: the rows of first-fit decreasing at half the maximum length (a sample longer than
@@ -311,9 +311,7 @@ static dp_status packing_capped(const batch_ctx *ctx, const sample_len *in, int 
         capped.max_dec_seqlen = ctx->rules->max_dec_seqlen / div > capped.dec_extra
                                     ? ctx->rules->max_dec_seqlen / div
                                     : capped.dec_extra + 1;
-    batch_ctx c = *ctx;
-    c.rules = &capped;
-    return packing_ffd_rows(&c, in, n, out, err);
+    return packing_ffd_rows(ctx, &capped, in, n, out, err); /* rows cut at the cap */
 }
 
 static dp_status split_packing_half(const batch_ctx *ctx, const sample_len *in, int n,
@@ -336,7 +334,7 @@ static dp_status split_packing_taper(const batch_ctx *ctx, const sample_len *in,
                                      mb_list *out, dp_err *err)
 {
     int first_mb = out->n_mb;
-    dp_status st = packing_ffd_rows(ctx, in, n, out, err);
+    dp_status st = packing_ffd_rows(ctx, ctx->rules, in, n, out, err);
     int m = out->n_mb - first_mb;
     if (st != DP_OK || m < 3) return st;
     microbatch *mb = out->mb + first_mb;
@@ -353,8 +351,10 @@ static dp_status split_packing_taper(const batch_ctx *ctx, const sample_len *in,
     return DP_OK;
 }
 
-static dp_status packing_ffd_rows(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
-                                  dp_err *err)
+/* First-fit decreasing into rows that `fit` allows (ctx->rules' or a smaller cap), emitted under
+ * ctx's rules (padded rows at their full length, varlen rows at their own). */
+static dp_status packing_ffd_rows(const batch_ctx *ctx, const batch_rules *fit, const sample_len *in,
+                                  int n, mb_list *out, dp_err *err)
 {
     sample_len *s = malloc((size_t)n * sizeof *s), *packed = malloc((size_t)n * sizeof *packed);
     row *rows = calloc((size_t)n, sizeof *rows);
@@ -369,7 +369,7 @@ static dp_status packing_ffd_rows(const batch_ctx *ctx, const sample_len *in, in
     int nr = 0;
     for (int i = 0; i < n; i++) {
         int r = 0;
-        while (r < nr && !batch_row_fits(ctx->rules, &rows[r].use, &s[i])) r++;
+        while (r < nr && !batch_row_fits(fit, &rows[r].use, &s[i])) r++;
         if (r == nr) rows[nr++] = (row){{0, 0}, 0, 0};
         row_add(&rows[r], &s[i]);
         row_of[i] = r;
