@@ -61,7 +61,8 @@
 
 enum { PM_ACT = 0, PM_GRAD = 1 };
 
-#define PLAN_MAX_VALUE 1e7 /* the largest time (ms) or memory (MB) of one micro-batch on a stage */
+#define PLAN_MAX_VALUE STAGE_MAX_VALUE /* the largest time (ms) or memory (MB) of one micro-batch
+                                       * on a stage (stage_cost.h) */
 
 /* One instruction, resolved against its plan. */
 typedef struct pm_step {

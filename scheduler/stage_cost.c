@@ -101,6 +101,27 @@ static double transient(const cost_layer *l)
     return fmax(0, l->peak_act_mb - l->stored_act_mb);
 }
 
+/* A micro-batch's figures within what a plan and the simulator's integer clock hold
+ * (STAGE_MAX_VALUE ms or MB): beyond that the cost model's rates are implausible (a hardware JSON
+ * or fit of near-zero rates), said here rather than as a plan rule broken later. */
+static dp_status in_range(const stage_model *sm, const cost_shape *s, const mb_cost *c, dp_err *err)
+{
+    for (int d = 0; d < sm->pp; d++) {
+        const double v[4] = {c->fwd_ms[d], c->bwd_ms[d], c->stored_mb[d], c->peak_mb[d]};
+        for (int k = 0; k < 4; k++)
+            if (!(v[k] >= 0 && v[k] <= STAGE_MAX_VALUE))
+                return dp_fail(err, DP_ERR_INFEASIBLE,
+                               "a micro-batch of %d x %d tokens costs %.3g %s on stage %d (%s), "
+                               "beyond the simulator's range of %.0e: the cost model's rates are "
+                               "implausible\nhint: check the hardware's peak_tflops and hbm_gbps, "
+                               "or the fit's efficiencies", s->mbs, s->enc_len + s->dec_len, v[k],
+                               k < 2 ? "ms" : "MB", d,
+                               k == 0 ? "forward" : k == 1 ? "backward" : "stored activations",
+                               STAGE_MAX_VALUE);
+    }
+    return DP_OK;
+}
+
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err)
 {
     cost_layer enc, dec, head;
@@ -137,7 +158,7 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
         out->peak_mb[d] = out->stored_mb[d] + tr + zero3_gathered_mb(sm, d);
         out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
     }
-    return DP_OK;
+    return in_range(sm, s, out, err);
 }
 
 void mem_rule_uniform(mem_rule *r, int pp, double holds)

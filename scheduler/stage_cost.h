@@ -31,6 +31,10 @@
 #include "../models/cost.h"
 
 #define STAGE_MAX 256 /* pipeline stages (devices) */
+/* The largest time (ms) or memory (MB) of one micro-batch on a stage: what a plan may hold and
+ * the simulator's integer nanosecond clock adds up safely (plan_machine.h PLAN_MAX_VALUE);
+ * stage_model_cost refuses a cost beyond it (DP_ERR_INFEASIBLE naming the shape). */
+#define STAGE_MAX_VALUE 1e7
 
 typedef struct stage_model {
     const cost_model *cm;
@@ -78,7 +82,8 @@ typedef struct mb_cost {
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err);
 
-/* Costs of one micro-batch shape; DP_ERR_INFEASIBLE when the cost model cannot answer it. */
+/* Costs of one micro-batch shape; DP_ERR_INFEASIBLE when the cost model cannot answer it, or its
+ * answer exceeds STAGE_MAX_VALUE (implausible rates: the message names the shape and figure). */
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err);
 
 /* Only t_ms, and whether the shape fits under the rule (the planner's inner loop). Returns DP_OK

@@ -137,4 +137,11 @@ expect "a resume writing 1,0 as true,false finds its rows done" 0 "2 points, 2 a
   "$DPSIM" sweep --grid 'flash-attention=true,false' -o "$TMP/gr.csv" --iterations 1
 check "... and adds none" test "$(wc -l <"$TMP/gr.csv")" -eq 3
 
+# --- op times beyond the simulator's clock: said of the cost, before any plan ---------------------
+"$DPSIM" models --show p4d 2>/dev/null | sed 's/"peak_tflops":[[:space:]]*312/"peak_tflops": 1e-3/; s/"hbm_gbps":[[:space:]]*1555/"hbm_gbps": 1e-3/' >"$TMP/slow.json"
+for b in dynamic packing token auto; do
+  expect "a valid hardware JSON of near-zero rates ($b): the cost named, no plan rule" 1 "costs .* beyond the simulator's range of 1e\\+07: the cost model's rates are implausible" -- \
+    "$DPSIM" sim --hw "$TMP/slow.json" --analytic --iterations 1 --batching $b
+done
+
 finish
