@@ -336,9 +336,11 @@ int cmd_sim(int argc, char **argv)
                                "model's --profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};
     out_role plan_in[] = {{"--plan", sc.plan_path}};
+    /* the summary (or --json) is stdout's document unless an output takes stdout */
     out_role outs[] = {{"--timeline", sc.timeline}, {"--chrome", sc.chrome}, {"--figure", sc.figure},
-                       {"--memory-figure", sc.memory_figure}, {"--html", sc.html}};
-    if (cli_check_outputs(&p, plan_in, 1, outs, 5, &err) != DP_OK)
+                       {"--memory-figure", sc.memory_figure}, {"--html", sc.html},
+                       {"--json", sc.json ? "-" : NULL}};
+    if (cli_check_outputs(&p, plan_in, 1, outs, 6, &err) != DP_OK)
         return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
     timeline_out tl;
     ascii_tl asc;
@@ -393,8 +395,10 @@ int cmd_sim(int argc, char **argv)
             char *text = study_metrics_json(&res);
             if (text) puts(text);
             free(text);
-        } else {
-            print_summary(what, &res, stdout);
+        } else { /* beside an output on stdout, on stderr */
+            int taken = 0;
+            for (int k = 0; k < 5; k++) taken |= outs[k].path && strcmp(outs[k].path, "-") == 0;
+            print_summary(what, &res, taken ? stderr : stdout);
         }
         if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
         if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);

@@ -161,8 +161,16 @@ static int same(const file_id *a, const file_id *b)
 dp_status out_distinct(const out_role *inputs, int n_in, const out_role *outputs, int n_out,
                        dp_err *err)
 {
+    const out_role *on_stdout = NULL; /* one document on stdout at a time */
     for (int i = 0; i < n_out; i++) {
         const out_role *o = &outputs[i];
+        if (o->path && strcmp(o->path, "-") == 0) {
+            if (on_stdout)
+                return dp_fail(err, DP_ERR_INVALID, "%s - and %s - both write to stdout: their "
+                               "documents would interleave\nhint: one of them to a file",
+                               on_stdout->option, o->option);
+            on_stdout = o;
+        }
         if (!o->path || strcmp(o->path, "-") == 0) continue;
         file_id a, b;
         identify(o->path, &a);

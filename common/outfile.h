@@ -42,6 +42,8 @@ typedef struct out_role {
     const char *path;   /* NULL: not given */
 } out_role;
 
+/* DP_ERR_INVALID, naming both, when an output is the same file as an input or another output,
+ * or when two outputs are stdout ("-"): their documents would interleave. */
 dp_status out_distinct(const out_role *inputs, int n_in, const out_role *outputs, int n_out,
                        dp_err *err);
 

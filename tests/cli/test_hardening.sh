@@ -144,4 +144,12 @@ for b in dynamic packing token auto; do
     "$DPSIM" sim --hw "$TMP/slow.json" --analytic --iterations 1 --batching $b
 done
 
+# --- one document on stdout ----------------------------------------------------------------------
+expect "--timeline - --chrome - is refused (they would interleave)" 2 "--timeline - and --chrome - both write to stdout" -- \
+  "$DPSIM" sim --iterations 1 --timeline - --chrome -
+expect "... and --timeline - --json" 2 "--timeline - and --json - both write to stdout" -- "$DPSIM" sim --iterations 1 --timeline - --json
+"$DPSIM" sim --iterations 1 --timeline - >"$TMP/tl.csv" 2>"$TMP/tl.err"
+check "--timeline - alone: stdout is the CSV, the summary goes to stderr" bash -c \
+  "head -1 '$TMP/tl.csv' | grep -q '^iteration,stage,op' && ! grep -q 'timeline hash' '$TMP/tl.csv' && grep -q 'timeline hash' '$TMP/tl.err'"
+
 finish
