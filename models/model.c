@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,22 @@ static void hf_model_name(const cJSON *root, const char *path, const char *mtype
     out[o] = '\0';
 }
 
+/* The per-head width: the config's own (head_key, where it has one), else the width over the
+ * heads, which must then divide it (a width the heads do not split is no model). */
+static dp_status head_dim_of(const cJSON *root, const char *head_key, const char *width_key,
+                             const char *heads_key, const char *name, model_spec *m, dp_err *err)
+{
+    if (head_key && cJSON_HasObjectItem(root, head_key))
+        return json_int(root, head_key, name, 1, 1 << 20, -1, &m->kv_channels, err);
+    if (m->hidden % m->heads != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s: field \"%s\" %d is not a multiple of field "
+                       "\"%s\" %d: the heads must split the width%s%s%s", name, width_key,
+                       m->hidden, heads_key, m->heads, head_key ? " (or the config names its head "
+                       "width, \"" : "", head_key ? head_key : "", head_key ? "\")" : "");
+    m->kv_channels = m->hidden / m->heads;
+    return DP_OK;
+}
+
 dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -346,9 +363,22 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
     static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts",
                                               "num_experts_per_tok"};
     const char *experts = strstr(mtype, "moe") || strcmp(mtype, "mixtral") == 0 ? mtype : NULL;
+    const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
+    if (!experts && cJSON_IsString(arch) &&
+        (strstr(arch->valuestring, "Moe") || strstr(arch->valuestring, "MoE") ||
+         strstr(arch->valuestring, "Mixtral")))
+        experts = arch->valuestring;
     for (size_t i = 0; !experts && i < sizeof expert_keys / sizeof *expert_keys; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, expert_keys[i]);
-        if (cJSON_IsNumber(v) && v->valuedouble > 0) experts = expert_keys[i];
+        if (!v || cJSON_IsNull(v)) continue;
+        /* a count of 0 is a dense model; anything else present is experts, and a count written
+         * as text, a list, a boolean or a negative number is no count at all */
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be a whole number of experts "
+                         "(0 for a dense model)", name, expert_keys[i]);
+            goto out;
+        }
+        if (v->valuedouble > 0) experts = expert_keys[i];
     }
     if (experts) {
         st = dp_fail(err, DP_ERR_INVALID, "%s: a mixture-of-experts model (%s): dpsim does not "
@@ -368,7 +398,7 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                      err));
         TRY(json_int(root, "d_model", name, 1, 1 << 24, -1, &m->hidden, err));
         TRY(json_int(root, "num_heads", name, 1, 1 << 16, -1, &m->heads, err));
-        TRY(json_int(root, "d_kv", name, 1, 1 << 20, m->hidden / m->heads, &m->kv_channels, err));
+        TRY(head_dim_of(root, "d_kv", "d_model", "num_heads", name, m, err));
         TRY(json_int(root, "d_ff", name, 1, 1 << 26, -1, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, T5_VOCAB, &m->vocab, err));
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "feed_forward_proj");
@@ -381,7 +411,7 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "n_layer", name, 1, 1 << 20, -1, &m->enc_layers, err));
         TRY(json_int(root, "n_embd", name, 1, 1 << 24, -1, &m->hidden, err));
         TRY(json_int(root, "n_head", name, 1, 1 << 16, -1, &m->heads, err));
-        m->kv_channels = m->hidden / m->heads;
+        TRY(head_dim_of(root, NULL, "n_embd", "n_head", name, m, err));
         TRY(json_int(root, "n_inner", name, 1, 1 << 26, 4 * m->hidden, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, GPT_VOCAB, &m->vocab, err));
         TRY(json_int(root, "n_positions", name, 0, 1 << 24, 1024, &m->positions, err));
@@ -399,8 +429,7 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
         TRY(json_int(root, "num_hidden_layers", name, 1, 1 << 20, -1, &m->enc_layers, err));
         TRY(json_int(root, "hidden_size", name, 1, 1 << 24, -1, &m->hidden, err));
         TRY(json_int(root, "num_attention_heads", name, 1, 1 << 16, -1, &m->heads, err));
-        TRY(json_int(root, "head_dim", name, 1, 1 << 20, m->hidden / m->heads, &m->kv_channels,
-                     err));
+        TRY(head_dim_of(root, "head_dim", "hidden_size", "num_attention_heads", name, m, err));
         TRY(json_int(root, is_opt ? "ffn_dim" : "intermediate_size", name, 1, 1 << 26,
                      4 * m->hidden, &m->ffn, err));
         TRY(json_int(root, "vocab_size", name, 1, 1 << 24, 32000, &m->vocab, err));

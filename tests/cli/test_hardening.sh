@@ -152,4 +152,14 @@ expect "... and --timeline - --json" 2 "--timeline - and --json - both write to 
 check "--timeline - alone: stdout is the CSV, the summary goes to stderr" bash -c \
   "head -1 '$TMP/tl.csv' | grep -q '^iteration,stage,op' && ! grep -q 'timeline hash' '$TMP/tl.csv' && grep -q 'timeline hash' '$TMP/tl.err'"
 
+# --- imports: an expert count that is no count, heads that do not split the width ------------------
+for v in '"8"' '[8]' 'true' '-8'; do
+  printf '{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,"intermediate_size":14336,"vocab_size":32000,"num_local_experts":%s}' "$v" >"$TMP/moe.json"
+  expect "an expert count of $v is refused, not imported as dense" 1 'field "num_local_experts" must be a whole number of experts' -- "$DPSIM" models --show "$TMP/moe.json"
+done
+printf '{"architectures":["MixtralForCausalLM"],"hidden_size":4096,"num_attention_heads":32,"num_hidden_layers":32,"intermediate_size":14336,"vocab_size":32000}' >"$TMP/moe.json"
+expect "a Mixtral architecture without an expert count is still experts" 1 "a mixture-of-experts model \\(MixtralForCausalLM\\)" -- "$DPSIM" models --show "$TMP/moe.json"
+printf '{"model_type":"gpt2","n_embd":770,"n_head":12,"n_layer":12,"n_positions":1024,"vocab_size":50257}' >"$TMP/g2.json"
+expect "a GPT-2 config whose heads do not split the width" 1 'field "n_embd" 770 is not a multiple of field "n_head" 12' -- "$DPSIM" models --show "$TMP/g2.json"
+
 finish
