@@ -42,6 +42,78 @@ static int cmp_op(const void *a, const void *b)
     return 0;
 }
 
+/* cmp_op, then the run: a measured op's runs adjacent and in order. */
+static int cmp_op_run(const void *a, const void *b)
+{
+    int c = cmp_op(a, b);
+    if (c) return c;
+    const op_time *x = a, *y = b;
+    return (x->repeat > y->repeat) - (x->repeat < y->repeat);
+}
+
+static void describe_op(const op_time *o, char *buf, size_t cap)
+{
+    static const char *const names[3] = {"F", "B", "W"};
+    snprintf(buf, cap, "iteration %d, stage %d, replica %d, %s of micro-batch %d, chunk %d",
+             o->iteration, o->stage, o->replica, names[o->op], o->mb, o->chunk);
+}
+
+/* A measured timeline that can be compared with the plan: no compute op twice in one run, every
+ * compute op of each measured iteration there (in every run of it), and some time measured.
+ * pred: the simulated ops of the measured iterations, sorted by cmp_op; meas: by cmp_op_run. */
+static dp_status check_complete(const op_list *pred, const op_list *meas, const char *path,
+                                dp_err *err)
+{
+    char what[160];
+    double total = 0;
+    for (size_t i = 0; i < meas->n; i++) {
+        total += meas->v[i].dur_ms;
+        if (i && cmp_op_run(&meas->v[i - 1], &meas->v[i]) == 0) {
+            describe_op(&meas->v[i], what, sizeof what);
+            return dp_fail(err, DP_ERR_INVALID, "%s: %s appears twice in run %d: the timeline is "
+                           "not one run of the plan", path, what, meas->v[i].repeat);
+        }
+    }
+    if (meas->n && !(total > 0))
+        return dp_fail(err, DP_ERR_INVALID, "%s: every compute op takes 0 us: nothing was measured",
+                       path);
+    /* each run of an iteration holds the iteration's every op (both lists by iteration first) */
+    size_t m0 = 0;
+    for (size_t a = 0; a < pred->n;) {
+        int it = pred->v[a].iteration;
+        size_t b = a;
+        while (b < pred->n && pred->v[b].iteration == it) b++;
+        while (m0 < meas->n && meas->v[m0].iteration < it) m0++;
+        size_t m1 = m0;
+        while (m1 < meas->n && meas->v[m1].iteration == it) m1++;
+        int runs[64], n_runs = 0; /* the runs measured of this iteration */
+        for (size_t q = m0; q < m1; q++) {
+            int seen = 0;
+            for (int k = 0; k < n_runs; k++) seen |= runs[k] == meas->v[q].repeat;
+            if (!seen && n_runs < 64) runs[n_runs++] = meas->v[q].repeat;
+        }
+        for (int k = 0; k < n_runs; k++) {
+            size_t found = 0;
+            for (size_t q = m0; q < m1; q++) found += meas->v[q].repeat == runs[k];
+            if (found == b - a) continue;
+            /* name the first op of the plan that this run lacks */
+            for (size_t p = a; p < b; p++) {
+                int there = 0;
+                for (size_t q = m0; q < m1 && !there; q++)
+                    there = meas->v[q].repeat == runs[k] && cmp_op(&pred->v[p], &meas->v[q]) == 0;
+                if (there) continue;
+                describe_op(&pred->v[p], what, sizeof what);
+                return dp_fail(err, DP_ERR_INVALID, "%s: run %d of iteration %d has %zu of its %zu "
+                               "compute ops; it lacks %s", path, runs[k], it, found, b - a, what);
+            }
+            return dp_fail(err, DP_ERR_INVALID, "%s: run %d of iteration %d has %zu compute ops, "
+                           "the plan %zu", path, runs[k], it, found, b - a);
+        }
+        a = b;
+    }
+    return DP_OK;
+}
+
 /* The median of v[0..n) (n >= 1), which it sorts (GSL). */
 static double median_of(double *v, int n)
 {
@@ -114,8 +186,10 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: iteration \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[0]]);
     if (dp_parse_i64(f[c->idx[1]], 0, 1 << 20, &stage) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: stage \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[1]]);
-    if (dp_parse_i64(f[c->idx[3]], 0, 1 << 30, &mb) != 0)
-        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: mb \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[3]]);
+    int stage_wide = strcmp(f[c->idx[2]], "ALLREDUCE") == 0 || strcmp(f[c->idx[2]], "OPTIMIZER") == 0;
+    if (dp_parse_i64(f[c->idx[3]], stage_wide ? -1 : 0, 1 << 30, &mb) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: mb \"%s\" is not a whole number >= 0%s", r->path,
+                       r->line, f[c->idx[3]], stage_wide ? " (or -1 for a stage-wide op)" : "");
     if (dp_parse_f64(f[c->idx[4]], &t0) != 0 || dp_parse_f64(f[c->idx[5]], &t1) != 0 || t1 < t0 || t0 < 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: start_us/end_us must be numbers with 0 <= start <= end", r->path, r->line);
     if (c->idx[6] >= 0 && dp_parse_i64(f[c->idx[6]], 0, 1 << 20, &rep) != 0)
@@ -253,7 +327,8 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     /* per op: match (iteration, replica, stage, op, mb, chunk) in both sorted lists, an op run
      * several times by its median */
     if (pc.ops.n) qsort(pc.ops.v, pc.ops.n, sizeof *pc.ops.v, cmp_op);
-    if (mc.ops.n) qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op);
+    if (mc.ops.n) qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op_run);
+    TRY(check_complete(&pc.ops, &mc.ops, measured_path, err));
     mc.ops.n = collapse_runs(mc.ops.v, mc.ops.n);
     for (size_t a = 0, b = 0; a < pc.ops.n && b < mc.ops.n;) {
         int c = cmp_op(&pc.ops.v[a], &mc.ops.v[b]);

@@ -162,4 +162,18 @@ expect "a Mixtral architecture without an expert count is still experts" 1 "a mi
 printf '{"model_type":"gpt2","n_embd":770,"n_head":12,"n_layer":12,"n_positions":1024,"vocab_size":50257}' >"$TMP/g2.json"
 expect "a GPT-2 config whose heads do not split the width" 1 'field "n_embd" 770 is not a multiple of field "n_head" 12' -- "$DPSIM" models --show "$TMP/g2.json"
 
+# --- validate: a timeline that is not one whole run of the plan ------------------------------------
+"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --trace tests/cli/golden/two_samples.csv --global-tokens 128 -o "$TMP/vp.json" >/dev/null 2>&1
+"$DPSIM" sim --plan "$TMP/vp.json" --timeline "$TMP/vt.csv" >/dev/null 2>&1
+expect "validate takes the simulator's own timeline (stage-wide rows of mb -1 too)" 0 "mean absolute error" -- \
+  "$DPSIM" validate --plan "$TMP/vp.json" --measured "$TMP/vt.csv"
+awk 'BEGIN { FS = OFS = "," } NR == 1 { print; next } { $5 = "0.000"; $6 = "0.000"; print }' "$TMP/vt.csv" >"$TMP/vz.csv"
+expect "... refuses one whose ops all take no time (was inf%)" 1 "every compute op takes 0 us" -- \
+  "$DPSIM" validate --plan "$TMP/vp.json" --measured "$TMP/vz.csv"
+(cat "$TMP/vt.csv"; grep -v '^iteration' "$TMP/vt.csv") >"$TMP/vd.csv"
+expect "... one with every row twice" 1 "appears twice in run 0" -- "$DPSIM" validate --plan "$TMP/vp.json" --measured "$TMP/vd.csv"
+grep -v '^0,0,F,0,' "$TMP/vt.csv" >"$TMP/vm.csv"
+expect "... and one that lacks an op, naming it" 1 "lacks iteration 0, stage 0, replica 0, F of micro-batch 0" -- \
+  "$DPSIM" validate --plan "$TMP/vp.json" --measured "$TMP/vm.csv"
+
 finish
