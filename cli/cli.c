@@ -122,7 +122,7 @@ static dp_status finish(dp_status st, const cost_opts *o, const model_spec *m, c
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
     (*cm)->overlap = o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
-    if ((st = cost_model_set_cp(*cm, o->cp > 0 ? o->cp : 1, o->cp_alltoall, err)) != DP_OK) {
+    if ((st = cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
     }
@@ -412,7 +412,7 @@ int cli_method_lists(const char *cmd, const char *usage, const char *batchings,
         }
     for (int i = 0; i < out->ns; i++) {
         int known = schedule_find(out->schedules[i]) != NULL;
-        if (!known || (!interleaved_ok && strcmp(out->schedules[i], "interleaved") == 0)) {
+        if (!known || (!interleaved_ok && schedule_find(out->schedules[i])->chunked)) {
             cli_usage_error(cmd, usage, "%sschedule \"%s\" in --schedules (one of gpipe, 1f1b, "
                             "%sadaptive, zb1)", known ? "" : "unknown ", out->schedules[i],
                             interleaved_ok ? "interleaved, " : "");

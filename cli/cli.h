@@ -191,7 +191,8 @@ int cli_config_differs(const char *there, const char *here, char *what, size_t c
 
 /* The canonical text of a plan option's value ("1" and "true" of a flag are both "true"; 4 and
  * 04 are "4"), as the option table prints it: what tells two grid values apart. 0, or -1 when
- * the name is not a plan option or the value is refused (nothing printed). */
+ * the name is not a plan option or the value is refused (the option's usage error is printed,
+ * as on the command line). */
 int cli_plan_canonical(const plan_cli *base, const char *name, const char *value, char *buf,
                        size_t cap);
 
@@ -263,7 +264,9 @@ dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, cons
 typedef struct tune_run_opts {
     const char *out;      /* the ranking CSV, rewritten as results come (through a temporary and a
                            * rename, every TUNE_WRITE_EVERY_S and at the end: a crash leaves a
-                           * valid CSV of what finished); NULL: none */
+                           * valid CSV of what finished); NULL: none. A write that fails sets it
+                           * NULL (no more writes) and cli_tune returns that DP_ERR_IO at the
+                           * end, with the results */
     int resume;           /* read out's rows first and run only the other points */
     int quiet;            /* no progress lines */
     int progress_lines;   /* a progress line every TUNE_PROGRESS_EVERY_S on stderr, terminal

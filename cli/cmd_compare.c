@@ -74,9 +74,9 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
                              rows[i].st != DP_OK ? "error" : !r->feasible ? "infeasible"
                                                                         : "out of memory"};
     }
-    snprintf(title, sizeof title, "%s, tp %d x pp %d x dp %d on %d x %s: %lld tokens/iteration, "
+    snprintf(title, sizeof title, "%s, tp %d x pp %d x dp %d on %lld x %s: %lld tokens/iteration, "
              "max length %d", env->model.name, p->cost.tp, p->pp, p->dp,
-             p->cost.tp * p->cost.cp * p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
+             (long long)p->cost.tp * p->cost.cp * p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
              env->rules.max_seqlen);
     snprintf(path, sizeof path, "%s/throughput.png", dir);
     dp_status st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
@@ -181,21 +181,20 @@ static char *compare_json(const plan_cli *p, const plan_env *env, const row *row
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
     "dynamic,dynamic-varlen,packing-half,packing-quarter,packing-taper,auto"
 
-/* The fastest row that fits among DynaPipe's DP batchings (dynamic 1, either attention) or
- * among the varlen packers and balancers (dynamic 0); -1 when none. */
 /* A row that ran, fits and has a throughput. */
 static int fits_row(const row *w)
 {
     return w->st == DP_OK && w->r.feasible && !w->r.oom;
 }
 
+/* The fastest row that fits among DynaPipe's DP batchings (dynamic 1, either attention) or
+ * among the varlen packers and balancers (dynamic 0); -1 when none. */
 static int best_row(const row *rows, int n, int dynamic)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
         const batcher *b = batcher_find(rows[i].batching);
-        if (!b || b->chooses || rows[i].st != DP_OK || !rows[i].r.feasible || rows[i].r.oom)
-            continue;
+        if (!b || b->chooses || !fits_row(&rows[i])) continue;
         int is_dp = b->memory_aware; /* dynamic, dynamic-varlen */
         if (dynamic ? !is_dp : (is_dp || !b->varlen)) continue;
         if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
@@ -402,8 +401,8 @@ int cmd_compare(int argc, char **argv)
     const char *const *bs = ml.batchings, *const *ss = ml.schedules;
     int nb = ml.nb, ns = ml.ns;
     p.schedule = ss[0];
-    for (int i = 0; i < ns; i++)
-        if (strcmp(ss[i], "interleaved") == 0) p.schedule = "interleaved";
+    for (int i = 0; i < ns; i++) /* --chunks is the chunked (interleaved) schedule's */
+        if (schedule_find(ss[i])->chunked) p.schedule = ss[i];
     dp_err err = {0};
     if (figures) { /* the three figures must not land on an input */
         char f[3][4200];
@@ -459,7 +458,7 @@ int cmd_compare(int argc, char **argv)
     double base = 0;
     for (int i = 0; i < n; i++)
         if (rows[i].st == DP_OK && strcmp(rows[i].batching, "packing") == 0 &&
-            (tuned || strcmp(rows[i].schedule, "1f1b") == 0) && rows[i].r.feasible)
+            (tuned || schedule_find(rows[i].schedule) == schedule_baseline()) && rows[i].r.feasible)
             base = rows[i].r.throughput_tokens_per_s;
     for (int i = 0; i < n; i++)
         rows[i].speedup = base > 0 && rows[i].st == DP_OK ? rows[i].r.throughput_tokens_per_s / base : NAN;
@@ -476,7 +475,7 @@ int cmd_compare(int argc, char **argv)
         for (int i = 0; i < n; i++)
             if (strcmp(rows[i].batching, "dynamic") == 0) {
                 fb = rows[i].batching, fsch = rows[i].schedule;
-                if (strcmp(fsch, "adaptive") == 0) break;
+                if (schedule_find(fsch)->admits_by_memory) break;
             }
         char wrote[3 * 4200];
         st = draw_figures(&p, &env, rows, n, out, fb, fsch, wrote, sizeof wrote, &err);

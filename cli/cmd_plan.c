@@ -61,7 +61,7 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     fprintf(fp, "%-34s %14.3f s\n", "simulated time", r->time_s);
     fprintf(fp, "%-34s %14.2f ms\n", "mean iteration (simulated)", mean_it);
     if (isnan(mean_cf))
-        fprintf(fp, "%-34s %14s     (%s)\n", "mean closed form", "none", formula);
+        fprintf(fp, "%-34s %14s     (%s)\n", "mean closed form", "-", formula);
     else
         fprintf(fp, "%-34s %14.2f ms  (%+.2f%% vs simulated; %s)\n", "mean closed form", mean_cf,
                 mean_it > 0 ? 100 * (mean_cf - mean_it) / mean_it : 0, formula);
@@ -353,7 +353,8 @@ int cmd_sim(int argc, char **argv)
     int figures = sc.figure || sc.memory_figure || sc.html;
     tee t = {&tl, sc.ascii ? &asc : NULL, figures ? &pc : NULL};
     snprintf(sc.schedule, sizeof sc.schedule, "%s", p.schedule);
-    sc.pp = p.pp, sc.chunks = strcmp(p.schedule, "interleaved") == 0 ? p.chunks : 1;
+    const schedule *run_sched = schedule_find(p.schedule);
+    sc.pp = p.pp, sc.chunks = run_sched && run_sched->chunked ? p.chunks : 1;
     sim_sink sink = {tee_op, tee_mem, &t};
     study_result res;
     memset(&res, 0, sizeof res);

@@ -366,17 +366,18 @@ static int plot_schedules_main(int argc, char **argv)
     if (cli_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return 2;
     if (ml.nb != 1)
         return cli_usage_error(cmd, SCHEDULES_USAGE, "--batching takes one batching here");
-    for (int i = 0; i < ml.ns; i++) /* --chunks is the interleaved panel's */
-        if (strcmp(ml.schedules[i], "interleaved") == 0) p.schedule = "interleaved";
+    for (int i = 0; i < ml.ns; i++) /* --chunks is the chunked (interleaved) panel's */
+        if (schedule_find(ml.schedules[i])->chunked) p.schedule = ml.schedules[i];
     dp_err err = {0};
     out_role outs[] = {{"-o", out}, {"--memory", mem_out}, {"--html", html}};
     if (cli_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
         return cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg);
     plan_env env;
     dp_status st = cli_plan_setup(&p, &env, &err);
-    if (st == DP_ERR_INVALID) {
+    if (st != DP_OK) {
         plan_env_release(&env);
-        return cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg);
+        return st == DP_ERR_INVALID ? cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg)
+                                    : cli_fail(cmd, &err);
     }
     panel ps[METHOD_LIST_MAX];
     int n = 0;

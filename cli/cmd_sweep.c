@@ -300,10 +300,12 @@ static void run_point(const plan_cli *base, const grid *g, long i, char *row, si
     for (int k = 0; k < r.n_iter && r.feasible; k++)
         if (!r.iter[k].failed)
             mit += r.iter[k].ms / r.iterations, mcf += r.iter[k].closed_form_ms / r.iterations;
-    snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%.4f,%.4f,%.4f,%llu,%.3f,%.5f,\"%s\"", key,
+    char cf[32] = ""; /* empty where the schedule has no closed form (adaptive) */
+    if (!isnan(mcf)) snprintf(cf, sizeof cf, "%.4f", mcf);
+    snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%s,%.4f,%.4f,%llu,%.3f,%.5f,\"%s\"", key,
              st == DP_OK ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
              r.enc_padding_efficiency, r.dec_padding_efficiency, bubble, peak, r.oom,
-             st == DP_OK && r.feasible, r.iterations, r.time_s, mit, mcf, r.plan_ms_median,
+             st == DP_OK && r.feasible, r.iterations, r.time_s, mit, cf, r.plan_ms_median,
              r.plan_ms_p90, (unsigned long long)r.events, r.tflops_per_gpu, r.mfu, error);
     study_result_release(&r);
 }

@@ -1,10 +1,12 @@
 /* dpsim tune — the best configuration of each batching method on a number of GPUs (sim/tune.h),
  * searched in forked workers (common/pool.h); compare --tuned uses the same search (cli_tune). */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -152,7 +154,7 @@ static void tune_done(void *ctx, long k, const char *text)
                         &r->peak_mb, &r->seconds, &used) < 5) {
         r->ok = 0, r->died = 1;
         j->run->died++;
-        snprintf(r->why, sizeof r->why, "the worker died (a crash or a signal): no result");
+        snprintf(r->why, sizeof r->why, "%s", TUNE_WHY_DIED);
         return;
     }
     snprintf(r->why, sizeof r->why, "%s", text + used);
@@ -245,7 +247,8 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
     j->run = run, j->n = n, j->jobs = jobs > 0 ? jobs : 1;
     j->t0 = j->last_line = j->last_write = dp_now_s();
     j->progress = run->quiet ? 0 : cli_stderr_is_tty() ? 1 : run->progress_lines ? 2 : 0;
-    if (run->resume && run->out) {
+    struct stat sb;
+    if (run->resume && run->out && stat(run->out, &sb) == 0) { /* none yet: nothing to read */
         long foreign = 0;
         dp_status st = tune_read_ranking(run->out, j->res, n, &run->resumed, &foreign, err);
         if (st == DP_OK && foreign > 0)
@@ -319,7 +322,7 @@ dp_status cli_tune_space(const plan_cli *p, const plan_env *env, int *gpus, cons
                        env->model.arch == ARCH_T5);
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
     for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++)
-        if (strcmp(ss[j], "interleaved") != 0) sp->schedules[sp->n_schedules++] = ss[j];
+        if (!schedule_find(ss[j])->chunked) sp->schedules[sp->n_schedules++] = ss[j];
     return DP_OK;
 }
 
@@ -423,7 +426,13 @@ int cmd_tune(int argc, char **argv)
             return cli_usage_error(cmd, TUNE_USAGE, "--resume: %s was searched with other inputs "
                                    "(%s)\nhint: the same options and files, or a new -o", out, what);
         }
-    } else if (out) {
+    } else if (out) { /* a fresh search: no earlier ranking beside the new configuration */
+        if (unlink(out) != 0 && errno != ENOENT) {
+            plan_env_release(&env);
+            dp_fail(&err, DP_ERR_IO, "%s: cannot remove the earlier ranking: %s", out,
+                    strerror(errno));
+            return cli_fail(cmd, &err);
+        }
         out_file cf;
         if ((st = out_open(&cf, config_path, &err)) == DP_OK) {
             fputs(config, cf.fp);
@@ -441,6 +450,7 @@ int cmd_tune(int argc, char **argv)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C ends it at once */
     sigemptyset(&sa.sa_mask);
     struct sigaction old_int, old_term;
     sigaction(SIGINT, &sa, &old_int);

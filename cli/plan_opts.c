@@ -312,9 +312,9 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID,
                        "--pp %d x --chunks %d is more pipeline stages than %s has layers (%d)",
                        p->pp, p->chunks, env->model.name, model_layers(&env->model));
-    if (p->chunks > 1 && strcmp(p->schedule, "interleaved") != 0)
-        return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
+    if (p->chunks > 1 && !(sc && sc->chunked))
+        return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
     if (sc && !p->cost.recompute_dynamic &&
         (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
         return st;
@@ -375,7 +375,7 @@ void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching
     o->batching = batcher_find(batching);
     o->sched = schedule_find(sched);
     o->pp = p->pp;
-    o->chunks = strcmp(sched, "interleaved") == 0 ? p->chunks : 1;
+    o->chunks = o->sched && o->sched->chunked ? p->chunks : 1;
     o->dp = p->dp;
     o->zero = p->zero;
     o->mem_limit_mb = env->mem_limit_mb;

@@ -40,7 +40,7 @@ int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress
     worker *w = calloc((size_t)jobs, sizeof *w);
     if (!w) return -1;
     long next = 0, finished = 0;
-    int running = 0, failed = 0, stopped = 0;
+    int running = 0, failed = 0, stopped = 0, died = 0;
     while (finished < n) {
         if (stop && *stop) stopped = 1;
         if (stopped && running == 0) break; /* the rest is not started */
@@ -104,8 +104,8 @@ int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress
             w[k].pid = 0;
             if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
                 done(ctx, w[k].index, out);
-            } else {
-                failed = 1;
+            } else { /* this job has no result; the others go on */
+                died = 1;
                 done(ctx, w[k].index, NULL);
             }
             running--;
@@ -114,5 +114,5 @@ int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress
         }
     }
     free(w);
-    return failed ? -1 : stopped ? 1 : 0;
+    return failed || died ? -1 : stopped ? 1 : 0;
 }

@@ -4,10 +4,12 @@
  * pool_run runs job(ctx, i, out, cap) for every i in [0, n) in at most `jobs` forked workers at a
  * time. A job writes a text result of at most POOL_RESULT_MAX - 1 bytes into out; the parent
  * receives it with done(ctx, i, text) as each worker finishes (in finishing order, not index
- * order), or done(ctx, i, NULL) when the worker died (a crash, a signal): its job has no result
- * and pool_run returns -1 at the end, after every other job. progress(ctx, finished, n), if
- * given, is called after each. Workers share nothing with the parent after the fork: a job must
- * report through its text only. jobs = 1 still forks (a crash never takes the caller down).
+ * order), or done(ctx, i, NULL) when the worker died (a crash, a signal): that job has no result,
+ * the others run all the same, and pool_run returns -1 at the end. A pipe or fork that fails
+ * stops the starting of jobs: the ones not started are reported to done with NULL too.
+ * progress(ctx, finished, n), if given, is called after each. Workers share nothing with the
+ * parent after the fork: a job must report through its text only. jobs = 1 still forks (a crash
+ * never takes the caller down).
  */
 #ifndef POOL_H
 #define POOL_H
@@ -27,8 +29,9 @@ int pool_run(long n, int jobs, pool_job job, pool_done done, pool_progress progr
 
 /* The same, stopping early once *stop is set (a signal handler's flag): no job starts after
  * that, the running ones finish and report, and 1 is returned (-1 still wins: a worker died);
- * the jobs never started are not reported. The workers ignore SIGINT, so that a Ctrl-C at the
- * terminal (sent to the whole process group) lets them finish. */
+ * the jobs never started are not reported. With stop given the workers ignore SIGINT, so that a
+ * Ctrl-C at the terminal (sent to the whole process group) lets them finish; stop NULL is
+ * pool_run. */
 int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress progress,
                    void *ctx, const volatile sig_atomic_t *stop);
 

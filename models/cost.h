@@ -143,8 +143,8 @@ struct cost_model {
                                    * default, as Megatron recommends with tp > 1 */
     int cp;                       /* context parallelism: the cp GPUs of a rank (each with its tp)
                                    * share every sequence, 2cp chunks so that causal work
-                                   * balances (Megatron-Core's CP); 1 (or 0): none. Set with
-                                   * cost_model_set_cp */
+                                   * balances (Megatron-Core's CP); >= 1, 1 (the constructors'):
+                                   * none. Set with cost_model_set_cp */
     int cp_alltoall;              /* 1: the all-to-all form (DeepSpeed-Ulysses: heads across the
                                    * group, four all-to-alls per layer), 0: ring attention (K/V
                                    * blocks passed around the group behind each step's attention) */
@@ -173,8 +173,8 @@ int cost_overlap_parse(const char *text, unsigned *bits);
 /* "dp,zero", "none", …: what cost_overlap_parse reads back. */
 const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
 
-/* Context parallelism of degree cp (>= 1), ring or all-to-all. DP_ERR_INVALID, naming the option
- * and why, for a cost kind that does not price it (a profile measured whole sequences), an
+/* Context parallelism of degree cp (>= 1), ring or all-to-all; on failure the model is unchanged.
+ * DP_ERR_INVALID, naming the option and why, for a cost kind that does not price it (a profile measured whole sequences), an
  * encoder-decoder model, or (all-to-all) heads or key/value heads that tp x cp does not divide.
  * What each form costs (analytic model, cost_analytic.c):
  *   both   the layer's tokens, FLOPs, elementwise bytes, tensor-parallel collectives and stored

@@ -275,7 +275,7 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     analytic_flops(m, c, s, cm->tp, &dense, &attn);
     /* context parallelism: each of the cp GPUs takes 1/cp of the tokens and (load-balanced
      * chunks, or 1/cp of the heads) of the attention; the head's logits too */
-    double cp = cm->cp > 1 ? cm->cp : 1;
+    double cp = cm->cp;
     dense /= cp, attn /= cp;
     double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
     double b = s->mbs / cp, h = m->hidden, t = cm->tp; /* b: the token share, as rows */
@@ -367,7 +367,7 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                                                 "GPUs runs its all-reduces over the NICs" : "");
     }
     cost_model *cm = calloc(1, sizeof *cm);
-    if (cm) cm->serial = cost_model_next_serial();
+    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1;
     analytic *a = calloc(1, sizeof *a);
     if (!cm || !a) {
         free(cm), free(a);

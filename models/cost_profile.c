@@ -531,7 +531,7 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
     dp_status st = DP_OK;
     load_ctx c = {.tp = tp, .rc = recompute_name(rc)};
     cost_model *cm = calloc(1, sizeof *cm);
-    if (cm) cm->serial = cost_model_next_serial();
+    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1;
     profile *p = calloc(1, sizeof *p);
     if (!cm || !p) {
         free(cm), free(p);

@@ -108,12 +108,8 @@ static cJSON *panels_json(const panel *ps, int n, const char *title)
     for (int k = 0; k < n; k++) {
         const panel *p = &ps[k];
         cJSON *x = cJSON_CreateObject();
-        char heading[256], cf[48] = "";
-        if (!isnan(p->closed_form_bubble))
-            snprintf(cf, sizeof cf, " (closed form %.2f%%)", 100 * p->closed_form_bubble);
-        snprintf(heading, sizeof heading, "%s: %.2f ms, %d micro-batches, pipeline bubble %.2f%%%s%s",
-                 p->schedule, p->makespan_ms, p->microbatches, 100 * p->pipeline_bubble, cf,
-                 p->oom ? ", out of memory" : "");
+        char heading[256];
+        panel_heading(p, heading, sizeof heading);
         cJSON_AddStringToObject(x, "schedule", p->schedule);
         cJSON_AddStringToObject(x, "heading", heading);
         cJSON_AddNumberToObject(x, "pp", p->pp);

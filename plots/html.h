@@ -20,6 +20,8 @@
 #include "../common/dp.h"
 #include "../sim/panels.h"
 
+/* Writes the n panels (times in ms, memory in MB) under title (not NULL) to path ("-": stdout).
+ * DP_ERR_NOMEM, or DP_ERR_IO naming the path; an earlier file at path is then as it was. */
 dp_status html_write_panels(const panel *ps, int n, const char *title, const char *path, dp_err *err);
 
 #endif /* HTML_H */

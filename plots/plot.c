@@ -204,7 +204,7 @@ dp_status plot_throughput(const plot_bar *bars, int n, const char *title, const 
         fprintf(fp, "%d ", i);
         put_field(fp, label);
         fprintf(fp, " %.6g %u ", bars[i].value > 0 ? bars[i].value : 0,
-                colors[find_name(series, ns, bars[i].series) % 6]);
+                colors[(unsigned)find_name(series, ns, bars[i].series) % 6]); /* -1 past 64 */
         put_field(fp, text);
         fprintf(fp, "\n");
     }
@@ -289,16 +289,6 @@ static double panels_tmax(const panel *ps, int n)
     for (int k = 0; k < n; k++)
         for (size_t i = 0; i < ps[k].n_ops; i++) tmax = fmax(tmax, ps[k].ops[i].t1_ms);
     return tmax > 0 ? tmax : 1;
-}
-
-static void panel_heading(const panel *p, char *buf, size_t cap)
-{
-    char cf[48] = "";
-    if (!isnan(p->closed_form_bubble))
-        snprintf(cf, sizeof cf, " (closed form %.2f%%)", 100 * p->closed_form_bubble);
-    snprintf(buf, cap, "%s: %.2f ms, %d micro-batches, pipeline bubble %.2f%%%s%s", p->schedule,
-             p->makespan_ms, p->microbatches, 100 * p->pipeline_bubble, cf,
-             p->oom ? ", OUT OF MEMORY" : "");
 }
 
 dp_status plot_panels(const panel *ps, int n, const char *title, const char *out_path, dp_err *err)

@@ -79,7 +79,8 @@ dp_status plot_gantt(const plot_box *boxes, int n, int rows, const char *title,
  * its title (schedule, iteration time, pipeline bubble and its closed form): forwards in blues
  * and backwards in oranges, a shade per interleaved chunk, weight gradients in green; every box
  * labelled with its stable micro-batch id, and with its size ("3: 7×96", samples × padded
- * length) where that fits. title NULL: a default naming the schedules. */
+ * length) where that fits. title NULL: none above the panels. gnuplot's failure is
+ * DP_ERR_EXTERNAL naming the figure; out_path is written whole or not at all. */
 dp_status plot_panels(const panel *ps, int n, const char *title, const char *out_path, dp_err *err);
 
 /* Each panel's memory over its iteration: a step line per stage (model state + activations) on

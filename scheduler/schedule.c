@@ -445,16 +445,23 @@ static double closed_form_zb(const plan_iter *it, int rep, int S, int C, double 
 
 #define CF_1F1B closed_form_1f1b, "sum t + (S-1) max t / C"
 
+/* name, summary, build, holds, splits_backward, closed_form, closed_form_text, chunked,
+ * admits_by_memory */
 static const schedule SCHEDULES[] = {
-    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B},
-    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0, CF_1F1B},
+    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B, 0, 0},
+    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0, CF_1F1B, 0, 0},
     {"interleaved", "interleaved 1F1B with --chunks model chunks per device", build_interleaved,
-     holds_interleaved, 0, CF_1F1B},
+     holds_interleaved, 0, CF_1F1B, 1, 0},
     {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0, NULL,
-     "none (the order follows memory)"},
+     "none (the order follows memory)", 0, 1},
     {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
-     holds_pipeline, 1, closed_form_zb, "sum t + (S-1) max (f + b - 2w)"},
+     holds_pipeline, 1, closed_form_zb, "sum t + (S-1) max (f + b - 2w)", 0, 0},
 };
+
+const schedule *schedule_baseline(void)
+{
+    return &SCHEDULES[1];
+}
 
 dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err)
 {

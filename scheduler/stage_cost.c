@@ -42,24 +42,27 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         sm->enc_layers[v % pp] += enc;
         sm->dec_layers[v % pp] += dec;
     }
+    sm->zero_ranks = dp * cm->cp;
     for (int s = 0; s < pp; s++) {
         double param_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
                           sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
         param_mb += memory_embedding_share_mb(cm, s, pp);
         sm->param_mb[s] = param_mb;
-        sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, dp);
+        sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, sm->zero_ranks);
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
-        comm_group g = comm_dp_group(&cm->hw, pp, dp, cm->tp, s);
+        /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs) */
+        comm_group g = comm_dp_group(&cm->hw, pp, dp, cm->tp * cm->cp, s);
+        g.n = sm->zero_ranks;
         zero_comm z = comm_zero(&cm->hw, zero_stage, &g, 1e6 * param_mb);
         sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
         sm->zero_grad_ms[s] = z.grad_ms;
         if (sm->budget_mb[s] <= 0)
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "the model state of stage %d (%.0f MB: weights, gradients and Adam "
-                           "state of %.0f MB of 16-bit parameters, ZeRO-%d over %d replicas) "
+                           "state of %.0f MB of 16-bit parameters, ZeRO-%d over %d GPUs) "
                            "exceeds the %.0f MB of device memory\nhint: more --pp, --tp or --dp "
                            "with --zero",
-                           s, sm->state_mb[s], param_mb, zero_stage, dp, mem_limit_mb);
+                           s, sm->state_mb[s], param_mb, zero_stage, sm->zero_ranks, mem_limit_mb);
     }
     return DP_OK;
 }
@@ -90,9 +93,10 @@ static double with_zero(double compute_ms, double zero_ms, int layers, int prefe
  * state, as FSDP's and DeepSpeed's prefetch of one layer hold them. */
 static double zero3_gathered_mb(const stage_model *sm, int d)
 {
-    if (sm->zero_stage < 3 || sm->dp * (sm->cm->cp > 1 ? sm->cm->cp : 1) < 2) return 0;
+    if (sm->zero_stage < 3 || sm->zero_ranks < 2) return 0;
     int layers = sm->enc_layers[d] + sm->dec_layers[d];
-    double per_layer = layers > 0 ? (sm->param_mb[d] - memory_embedding_share_mb(sm->cm, d, sm->pp)) / layers : 0;
+    double per_layer =
+        layers > 0 ? (sm->param_mb[d] - memory_embedding_share_mb(sm->cm, d, sm->pp)) / layers : 0;
     return 2 * per_layer;
 }
 

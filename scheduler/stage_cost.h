@@ -41,6 +41,9 @@ typedef struct stage_model {
     int pp;         /* S: devices in the pipeline */
     int chunks;     /* C: interleaved model chunks per device */
     int dp;         /* D: data-parallel replicas */
+    int zero_ranks; /* the GPUs of a tensor-parallel rank that hold the same weights: dp x cp
+                     * (cost_model.cp). Gradients are reduced, and ZeRO shards, over them
+                     * (Megatron's data-parallel-with-context-parallel group) */
     int zero_stage; /* 0..3 */
     double mem_limit_mb;
     int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */

@@ -1,6 +1,7 @@
 #include "panels.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ void panel_collector_init(panel_collector *c, panel *out, int iteration, int rep
 void panel_on_op(void *ctx, const sim_op *o)
 {
     panel_collector *c = ctx;
+    if (o->iteration > c->iteration) c->past = 1;
     if (c->st != DP_OK || o->iteration != c->iteration || o->replica != c->replica ||
         (o->op != OP_F && o->op != OP_B && o->op != OP_W) || !o->mb_info)
         return;
@@ -39,7 +41,8 @@ void panel_on_op(void *ctx, const sim_op *o)
 void panel_on_mem(void *ctx, const sim_mem *m)
 {
     panel_collector *c = ctx;
-    if (c->st != DP_OK || m->replica != c->replica) return; /* the window is cut at the end */
+    /* the iteration's window is cut at the end; what follows it is not kept at all */
+    if (c->st != DP_OK || c->past || m->replica != c->replica) return;
     panel *p = c->p;
     if (dp_grow((void **)&p->mem, &p->cap_mem, p->n_mem + 1, sizeof *p->mem) != DP_OK) {
         c->st = DP_ERR_NOMEM;
@@ -79,8 +82,15 @@ dp_status panel_finish(panel_collector *c, const study_result *r, const char *sc
     dp_status st = DP_OK;
     const study_iter *x = NULL;
     for (int i = 0; i < r->n_iter; i++)
-        if (r->iter[i].id == c->iteration && !r->iter[i].failed) x = &r->iter[i];
+        if (r->iter[i].id == c->iteration) x = &r->iter[i];
+    int replicas = r->pp > 0 ? r->ranks / r->pp : 0;
     if (c->st != DP_OK) st = dp_fail(err, c->st, "out of memory");
+    else if (c->replica >= replicas)
+        st = dp_fail(err, DP_ERR_INVALID, "replica %d, but the run has %d replica%s", c->replica,
+                     replicas, replicas == 1 ? "" : "s");
+    else if (x && x->failed)
+        st = dp_fail(err, DP_ERR_INVALID, "iteration %d was left out of the run (--keep-going): "
+                     "%s", c->iteration, x->why);
     else if (!x || !c->have_t0)
         st = dp_fail(err, DP_ERR_INVALID, "iteration %d (replica %d) is not in the run, which has "
                      "%d iteration%s", c->iteration, c->replica, r->iterations,
@@ -162,6 +172,16 @@ void panel_collector_release(panel_collector *c)
     free(c->keys);
     c->keys = NULL;
     if (c->p) panel_release(c->p);
+}
+
+void panel_heading(const panel *p, char *buf, size_t cap)
+{
+    char cf[48] = "";
+    if (!isnan(p->closed_form_bubble))
+        snprintf(cf, sizeof cf, " (closed form %.2f%%)", 100 * p->closed_form_bubble);
+    snprintf(buf, cap, "%s: %.2f ms, %d micro-batches, pipeline bubble %.2f%%%s%s", p->schedule,
+             p->makespan_ms, p->microbatches, 100 * p->pipeline_bubble, cf,
+             p->oom ? ", out of memory" : "");
 }
 
 void panel_release(panel *p)

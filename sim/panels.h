@@ -55,6 +55,7 @@ typedef struct panel_collector {
     int have_t0;
     int32_t *keys; /* per op: the micro-batch's smallest sample id */
     size_t cap_keys;
+    int past;      /* an op of a later iteration was seen: nothing more is kept */
     dp_status st;
 } panel_collector;
 
@@ -68,7 +69,8 @@ void panel_on_mem(void *collector, const sim_mem *m);
 dp_status panel_finish(panel_collector *c, const study_result *r, const char *sched_name, int pp,
                        int chunks, double mem_limit_mb, dp_err *err);
 
-/* Frees what the collector holds and releases its panel (after panel_finish or without it). */
+/* Frees what the collector holds and releases its panel: after a failed panel_finish or none,
+ * and after a successful one too (the panel is then gone: draw it first). */
 void panel_collector_release(panel_collector *c);
 
 /* Runs study o (its sink is replaced) on trace t up to iteration `iteration` and collects that
@@ -77,5 +79,9 @@ void panel_collector_release(panel_collector *c);
 dp_status panel_collect(const study_opts *o, const trace *t, int iteration, int replica, panel *out,
                         dp_err *err);
 void panel_release(panel *p);
+
+/* A panel's title, as every figure and the page print it: "zb1: 27.00 ms, 8 micro-batches,
+ * pipeline bubble 11.11% (closed form 11.11%)", and ", out of memory" where it is. */
+void panel_heading(const panel *p, char *buf, size_t cap);
 
 #endif /* PANELS_H */

@@ -43,13 +43,12 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->pp = sm->pp;
     cfg->chunks = sm->chunks;
     cfg->dp = sm->dp;
-    int cp = sm->cm->cp > 1 ? sm->cm->cp : 1;
-    cfg->tp = sm->cm->tp * cp;  /* the GPUs of a rank */
-    cfg->wire_scale = 1.0 / cp; /* each context-parallel GPU sends its share, side by side */
+    cfg->tp = sm->cm->tp * sm->cm->cp;  /* the GPUs of a rank */
+    cfg->wire_scale = 1.0 / sm->cm->cp; /* each context-parallel GPU sends its share, side by side */
     cfg->mem_limit_mb = sm->mem_limit_mb;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
-        memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->dp * cp,
+        memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->zero_ranks,
                                  &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
@@ -328,7 +327,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         for (int k = 0; k < l->n_mb; k++)
             if (isnan(l->mb[k].t_ms)) *answerable = 0;
         if (!*answerable) break;
-        if (strcmp(o->sched->name, "adaptive") == 0) /* sim/order_search.h */
+        if (o->sched->admits_by_memory) /* its order: sim/order_search.h */
             TRY(order_search(p->sm, o->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, NULL, err));
         plan_iter_release(pi);
         TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
@@ -346,7 +345,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         if (!p->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {
             snprintf(l->why, sizeof l->why, "%s%s%s", why,
                      p->batching->memory_aware ? "" : " (this batching does not cut by memory)",
-                     strcmp(o->sched->name, "adaptive") == 0
+                     o->sched->admits_by_memory
                          ? ""
                          : "\nhint: --schedule adaptive admits micro-batches by memory");
             l->feasible = 0;

@@ -1,5 +1,6 @@
 #include "tune.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +84,10 @@ static int cmp_result(const void *a, const void *b)
 {
     const tune_result *x = a, *y = b;
     if (x->ok != y->ok) return y->ok - x->ok;
-    if (x->ok && x->throughput != y->throughput) return x->throughput < y->throughput ? 1 : -1;
+    /* throughputs as the ranking CSV writes them (0.01 tokens/s), so that a ranking read back
+     * (tune --resume) orders its ties as the search did */
+    double tx = round(x->throughput * 100), ty = round(y->throughput * 100);
+    if (x->ok && tx != ty) return tx < ty ? 1 : -1;
     return (x->index > y->index) - (x->index < y->index);
 }
 
@@ -202,6 +206,7 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
             strcmp(p->recompute, f[7]))
             continue;
+        if (strcmp(f[14], TUNE_WHY_DIED) == 0) return DP_OK; /* no result: to run again */
         x->done = 1, x->ok = (int)ok, x->throughput = thr, x->mfu = mfu, x->peak_mb = peak;
         snprintf(x->why, sizeof x->why, "%s", f[14]);
         r->read++;

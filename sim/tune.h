@@ -82,7 +82,8 @@ typedef struct tune_result {
     double seconds;        /* its worker's wall time */
 } tune_result;
 
-/* Feasible first, by throughput (descending), ties by index; in place. */
+/* Feasible first, by throughput (descending, to the 0.01 tokens/s the ranking CSV writes), ties
+ * by index; in place. */
 void tune_rank(tune_result *r, long n);
 
 /* The best ok result of batching in a ranked array, or NULL. */
@@ -92,10 +93,16 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
 extern const char TUNE_CSV_HEADER[];
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap);
 
+/* A result's why when its worker died: the point has no result, and a resumed search runs it
+ * again. */
+#define TUNE_WHY_DIED "the worker died (a crash or a signal): no result"
+
 /* Reads a ranking CSV's rows back into the results of the points they name (matched on batching,
  * schedule, tp, pp, dp, zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
- * marked done; rows of points not in the space are counted in *foreign. DP_ERR_PARSE naming the
- * file and line for a row that is not the contract's. */
+ * marked done, but for a row whose worker died (TUNE_WHY_DIED), left to run again; rows of
+ * points not in the space are counted in *foreign, a point's second row overwrites its first.
+ * DP_ERR_IO for a file that cannot be read, DP_ERR_PARSE naming the file and line for a row that
+ * is not the contract's; res[] then holds the rows before it, marked done. */
 dp_status tune_read_ranking(const char *path, tune_result *res, long n, long *read, long *foreign,
                             dp_err *err);
 

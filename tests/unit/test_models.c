@@ -333,6 +333,30 @@ static void test_context_parallelism(void **state)
             assert_near(analytic_cp_ring_bytes(m, &sh, tp, cp, 0), fwd, 1e-6 * kv);
             assert_near(analytic_cp_ring_bytes(m, &sh, tp, cp, 1), 2.0 * (cp - 1) / cp * kv, 1e-6 * kv);
         }
+    /* one figure by hand: tp 1, cp 2, 32,768 tokens, 8 key/value heads of 128: a K/V block is
+     * half of 2 x 32768 x 1024 x 2 bytes, 67,108,864 bytes, sent once forward and twice back */
+    assert_near(analytic_cp_ring_bytes(m, &sh, 1, 2, 0), 67108864.0, 1e-6);
+    assert_near(analytic_cp_ring_bytes(m, &sh, 1, 2, 1), 134217728.0, 1e-6);
+    /* on a slow link the ring shows: the forward grows by (cp - 1) x (step - attention step),
+     * the step a block over the link; on the node's NVLink it hides behind the attention */
+    {
+        cluster_spec slow = hw;
+        cluster_override_links(&slow, 1, 0); /* 1 Gbit/s, no latency */
+        cost_model *fast_cm = NULL, *slow_cm = NULL;
+        assert_int_equal(cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &p, &fast_cm, NULL), DP_OK);
+        assert_int_equal(cost_analytic_new(m, &slow, 1, RECOMPUTE_NONE, &p, &slow_cm, NULL), DP_OK);
+        cost_model_set_attention(fast_cm, 1, NULL), cost_model_set_attention(slow_cm, 1, NULL);
+        assert_int_equal(cost_model_set_cp(fast_cm, 2, 0, NULL), DP_OK);
+        assert_int_equal(cost_model_set_cp(slow_cm, 2, 0, NULL), DP_OK);
+        cost_layer f, sl;
+        assert_int_equal(cost_query(fast_cm, COMP_ENCODER, &sh, &f, NULL), DP_OK);
+        assert_int_equal(cost_query(slow_cm, COMP_ENCODER, &sh, &sl, NULL), DP_OK);
+        comm_group g = comm_tp_group(&slow, 2);
+        double step = comm_coll_ms(&slow, COLL_SEND_RECV, &g, 67108864.0);
+        assert_true(step > 100); /* half a second on 1 Gbit/s: far beyond the attention */
+        assert_true(sl.fwd_ms - f.fwd_ms > 0.9 * step && sl.fwd_ms - f.fwd_ms < step);
+        cost_model_free(fast_cm), cost_model_free(slow_cm);
+    }
     /* refused: all-to-all where tp x cp does not divide the 8 key/value heads; a profile; T5 */
     cost_model *cm = NULL;
     dp_err err = {0};

@@ -858,17 +858,18 @@ static void test_batching_auto(void **state)
 static void test_panels_stable_ids(void **state)
 {
     (void)state;
-    /* The same micro-batches (packing does not cut by the schedule's memory) under 1f1b and under
-     * adaptive, which reorders and renumbers them: each panel numbers them by their smallest
-     * sample, so an id names the same shape in both; every F and B of every stage is there */
+    /* The same micro-batches (packing-ffd-varlen does not cut by the schedule's memory) under
+     * 1f1b and under adaptive, which reorders and renumbers them: each panel numbers them by
+     * their smallest sample, so an id names the same micro-batch (rows, row length, samples: its
+     * varlen rows differ) in both; every F and B of every stage is there */
     setup s;
     setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 2048);
     panel p[2];
     const char *scheds[2] = {"1f1b", "adaptive"};
-    int shape[2][256][2], m = 0;
+    int shape[2][256][3], m = 0, distinct = 0;
     for (int k = 0; k < 2; k++) {
         study_opts o = opts_of(&s, RECOMPUTE_NONE, scheds[k], 0, 0);
-        o.batching = batcher_find("packing");
+        o.batching = batcher_find("packing-ffd-varlen");
         dp_err err = {0};
         if (panel_collect(&o, &s.t, 1, 0, &p[k], &err) != DP_OK) fail_msg("%s", err.msg);
         m = p[k].microbatches;
@@ -883,6 +884,7 @@ static void test_panels_stable_ids(void **state)
             if (x->op != OP_F || x->stage != 0) continue;
             assert_int_equal(shape[k][x->id][0], -1); /* one forward per id on stage 0 */
             shape[k][x->id][0] = x->mbs, shape[k][x->id][1] = x->enc_len;
+            shape[k][x->id][2] = x->n_samples;
         }
         /* the panel's bubble is its ops' idle share of the pipeline (no transfers on the end here
          * to within the last backward on stage 0) */
@@ -891,10 +893,54 @@ static void test_panels_stable_ids(void **state)
         for (size_t i = 1; i < p[k].n_mem; i++) assert_true(p[k].mem[i].t_ms >= 0);
     }
     for (int id = 0; id < m; id++) {
-        assert_int_equal(shape[0][id][0], shape[1][id][0]);
-        assert_int_equal(shape[0][id][1], shape[1][id][1]);
+        for (int q = 0; q < 3; q++) assert_int_equal(shape[0][id][q], shape[1][id][q]);
+        distinct += id > 0 && (shape[0][id][1] != shape[0][id - 1][1] ||
+                               shape[0][id][2] != shape[0][id - 1][2]);
     }
+    assert_true(distinct > m / 4); /* the shapes differ, so a wrong numbering would show */
     panel_release(&p[0]), panel_release(&p[1]);
+    setup_release(&s);
+}
+
+static void test_cp_memory_adds_up(void **state)
+{
+    (void)state;
+    /* with context parallelism and ZeRO over dp x cp, each stage's peak is the sum of the parts the
+     * run reports (weights, gradients, optimizer, stored, transient): the planner's budget, the
+     * simulator's memory and the breakdown shard the same way */
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 2048);
+    model_spec m = *model_preset("llama3.1-8b");
+    cluster_spec hw;
+    assert_int_equal(cluster_preset("h200-node", &hw), 0);
+    analytic_params ap;
+    analytic_params_for_gpu(&hw.gpu, &ap);
+    for (int zero = 0; zero <= 3; zero++) {
+        cost_model *cm = NULL;
+        assert_int_equal(cost_analytic_new(&m, &hw, 2, RECOMPUTE_NONE, &ap, &cm, NULL), DP_OK);
+        assert_int_equal(cost_model_set_cp(cm, 2, 0, NULL), DP_OK);
+        batch_rules rules;
+        batch_rules_default(&rules, ARCH_GPT);
+        rules.global_tokens = 65536, rules.max_seqlen = 8192;
+        study_opts o = {0};
+        o.cm = cm, o.rules = &rules, o.batching = batcher_find("packing-ffd-varlen");
+        o.sched = schedule_find("1f1b");
+        o.pp = 2, o.chunks = 1, o.dp = 2, o.zero = zero, o.mem_limit_mb = hw.mem_limit_mb;
+        o.mbs = 1, o.mb_tokens = 2048, o.max_iterations = 2, o.validate = 1;
+        study_result r;
+        dp_err err = {0};
+        if (study_run(&o, &s.t, &r, &err) != DP_OK) fail_msg("%s", err.msg);
+        for (int d = 0; d < 2; d++) {
+            double sum = r.weights_mb[d] + r.grads_mb[d] + r.optimizer_mb[d] +
+                         r.stored_at_peak_mb[d] + r.transient_at_peak_mb[d];
+            assert_near(r.peak_mem_mb[d], sum, 1e-6 * sum);
+            /* ZeRO-1 and up shard the optimizer over the 4 GPUs of dp x cp */
+            double all_weights = r.weights_mb[d] * (zero >= 3 ? 4 : 1);
+            if (zero >= 1) assert_near(r.optimizer_mb[d] * 4, 6 * all_weights, 1e-6 * all_weights);
+        }
+        study_result_release(&r);
+        cost_model_free(cm);
+    }
     setup_release(&s);
 }
 
@@ -1020,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_comm_overlap),
         cmocka_unit_test(test_batching_auto),
         cmocka_unit_test(test_panels_stable_ids),
+        cmocka_unit_test(test_cp_memory_adds_up),
         cmocka_unit_test(test_tune_scoring_trace),
         cmocka_unit_test(test_tune_space),
     };
