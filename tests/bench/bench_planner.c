@@ -135,6 +135,54 @@ static int bench_sim(const trace *t)
     return 0;
 }
 
+/* --batching auto beside the DP alone: planning time per iteration (median over 40 global
+ * batches, the study's own measure: micro-batching, order, schedule, memory check; auto plans and
+ * simulates every candidate), at the GPT default point under 1F1B and the adaptive schedule. */
+static int bench_auto(const trace *t)
+{
+    model_spec m;
+    cluster_spec hw;
+    cost_model *cm;
+    setup su = {"", "gpt-6.7b-16l", "models/profiles/a100_gpt_6.7b_profile.csv", 1, 4, 2048};
+    if (load(&su, NULL, &cm, &m, &hw) != 0) return -1;
+    batch_rules r;
+    batch_rules_default(&r, m.arch);
+    printf("\n# --batching auto against the DP: planning ms per iteration (median, p90), 40 global "
+           "batches, GPT-6.7B 16L, pp 4, 2048\n");
+    printf("%-10s %12s %10s %10s %10s %10s %12s\n", "schedule", "batching", "plan_ms", "plan_p90",
+           "tokens/s", "auto/dp", "ms ratio");
+    static const char *const scheds[2] = {"1f1b", "adaptive"};
+    for (int q = 0; q < 2; q++) {
+        double ms[2], p90[2], thr[2];
+        static const char *const bs[2] = {"dynamic", "auto"};
+        for (int b = 0; b < 2; b++) {
+            study_opts o = {0};
+            o.cm = cm, o.rules = &r, o.batching = batcher_find(bs[b]), o.sched = schedule_find(scheds[q]);
+            o.pp = 4, o.chunks = 1, o.dp = 1, o.zero = 1, o.mem_limit_mb = hw.mem_limit_mb;
+            o.mbs = 1, o.mb_tokens = 2048, o.max_iterations = 40;
+            study_result res;
+            dp_err err = {0};
+            if (study_run(&o, t, &res, &err) != DP_OK) {
+                fprintf(stderr, "bench_planner: %s\n", err.msg);
+                return -1;
+            }
+            ms[b] = res.plan_ms_median, p90[b] = res.plan_ms_p90, thr[b] = res.throughput_tokens_per_s;
+            study_result_release(&res);
+        }
+        for (int b = 0; b < 2; b++)
+            printf("%-10s %12s %10.3f %10.3f %10.0f %10s %12s\n", scheds[q], bs[b], ms[b], p90[b],
+                   thr[b], b ? "" : "-", b ? "" : "-");
+        printf("%-10s %12s %10s %10s %10s %10.3f %12.1f\n", scheds[q], "(same run)", "", "", "",
+               thr[1] / thr[0], ms[1] / ms[0]);
+        if (thr[1] < thr[0] * (1 - 1e-9)) {
+            fprintf(stderr, "bench_planner: validation failed: auto slower than the DP it chooses from\n");
+            return -1;
+        }
+    }
+    cost_model_free(cm);
+    return 0;
+}
+
 /* What the order choices cost: the T5 order (mb_order, a TSP path) beside the DP it feeds, and the
  * adaptive schedule's order search with DynaPipe's cluster permutations against the four fixed
  * orders alone, on the same dynamic micro-batches of the default trace. */
@@ -353,8 +401,8 @@ int main(void)
            "thin_ms", "thin_p90", "thin/ex", "passes", "objective checksum");
     for (size_t i = 0; i < sizeof setups / sizeof *setups; i++)
         if (bench_setup(&setups[i], &t) != 0) return 1;
-    int rc = bench_orders(&t) != 0 || bench_recompute(&t) != 0 || bench_sim(&t) != 0 ||
-             bench_scale(&t) != 0;
+    int rc = bench_orders(&t) != 0 || bench_recompute(&t) != 0 || bench_auto(&t) != 0 ||
+             bench_sim(&t) != 0 || bench_scale(&t) != 0;
     trace_release(&t);
     return rc;
 }
