@@ -33,17 +33,14 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
         fprintf(fp, "infeasible: %s\n", r->why);
         return;
     }
-    double mean_it = 0, mean_cf = 0;
-    for (int i = 0; i < r->n_iter; i++)
-        if (!r->iter[i].failed) mean_it += r->iter[i].ms, mean_cf += r->iter[i].closed_form_ms;
-    if (r->iterations) mean_it /= r->iterations, mean_cf /= r->iterations;
+    double mean_it = r->iterations ? r->sum_ms / r->iterations : 0;
+    double mean_cf = r->iterations ? r->sum_closed_form_ms / r->iterations : 0;
     const char *formula = r->closed_form_text ? r->closed_form_text : "unknown schedule";
     fprintf(fp, "%-34s %14d\n", "iterations", r->iterations);
     if (r->failed_iterations) {
         fprintf(fp, "%-34s %14d  (--keep-going; their tokens are not counted):", "iterations left out",
                 r->failed_iterations);
-        for (int i = 0, shown = 0; i < r->n_iter && shown < 8; i++)
-            if (r->iter[i].failed) fprintf(fp, " %d", r->iter[i].id), shown++;
+        for (int i = 0; i < r->n_first_failed; i++) fprintf(fp, " %d", r->first_failed[i]);
         fprintf(fp, "%s\n", r->failed_iterations > 8 ? " ..." : "");
     }
     const char *names[BATCH_CANDIDATES_MAX];

@@ -297,9 +297,8 @@ static void run_point(const plan_cli *base, const grid *g, long i, char *row, si
         if (*c == '"' || *c == '\n' || *c == ',') *c = *c == '"' ? '\'' : ' ';
     double bubble = 0, peak = 0, mit = 0, mcf = 0;
     for (int s = 0; s < r.pp; s++) bubble += r.bubble_fraction[s] / r.pp, peak = fmax(peak, r.peak_mem_mb[s]);
-    for (int k = 0; k < r.n_iter && r.feasible; k++)
-        if (!r.iter[k].failed)
-            mit += r.iter[k].ms / r.iterations, mcf += r.iter[k].closed_form_ms / r.iterations;
+    if (r.feasible && r.iterations)
+        mit = r.sum_ms / r.iterations, mcf = r.sum_closed_form_ms / r.iterations;
     char cf[32] = ""; /* empty where the schedule has no closed form (adaptive) */
     if (!isnan(mcf)) snprintf(cf, sizeof cf, "%.4f", mcf);
     snprintf(row, cap, "%s,%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%s,%.4f,%.4f,%llu,%.3f,%.5f,\"%s\"", key,

@@ -14,18 +14,8 @@
 
 int study_batching_wins(const study_result *r, const char **names, int *wins, int max)
 {
-    int n = 0;
-    for (int i = 0; i < r->n_iter; i++) {
-        const char *b = r->iter[i].batching;
-        if (!b[0] || r->iter[i].failed) continue;
-        int k = 0;
-        while (k < n && strcmp(names[k], b) != 0) k++;
-        if (k == n) {
-            if (n == max) continue;
-            names[n] = b, wins[n] = 0, n++;
-        }
-        wins[k]++;
-    }
+    int n = r->n_wins < max ? r->n_wins : max;
+    for (int k = 0; k < n; k++) names[k] = r->win_name[k], wins[k] = r->wins[k];
     return n;
 }
 
@@ -134,9 +124,15 @@ static int64_t count_tokens(study_result *r, const plan_iter *it)
 static study_iter *new_iter(study_acc *a, int id)
 {
     study_result *r = a->r;
-    if (dp_grow((void **)&r->iter, &a->cap, (size_t)r->n_iter + 1, sizeof *r->iter) != DP_OK)
-        return NULL;
-    study_iter *x = &r->iter[r->n_iter++];
+    study_iter *x = &a->spare;
+    if (a->keep_max && r->n_iter >= a->keep_max) {
+        r->iter_omitted++;
+    } else {
+        if (dp_grow((void **)&r->iter, &a->cap, (size_t)r->n_iter + 1, sizeof *r->iter) != DP_OK)
+            return NULL;
+        x = &r->iter[r->n_iter++];
+    }
+    a->last = x;
     memset(x, 0, sizeof *x);
     x->id = id;
     x->recompute = -1;
@@ -150,7 +146,9 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why)
     x->failed = 1;
     x->tokens = tokens;
     snprintf(x->why, sizeof x->why, "%.159s", why);
-    a->r->failed_iterations++;
+    study_result *r = a->r;
+    r->failed_iterations++;
+    if (r->n_first_failed < 8) r->first_failed[r->n_first_failed++] = id;
     return DP_OK;
 }
 
@@ -213,6 +211,14 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         if (c > cf) cf = c, cf_bubble = bubble;
     }
     x->closed_form_ms = cf, x->closed_form_bubble_ms = cf_bubble;
+    r->sum_ms += x->ms, r->sum_closed_form_ms += cf;
+    if (it->batching[0]) { /* auto's winners, every iteration counted */
+        int k = 0;
+        while (k < r->n_wins && strcmp(r->win_name[k], it->batching) != 0) k++;
+        if (k == r->n_wins && k < BATCH_CANDIDATES_MAX)
+            snprintf(r->win_name[r->n_wins++], sizeof r->win_name[0], "%s", it->batching);
+        if (k < r->n_wins) r->wins[k]++;
+    }
     x->pipeline_ms = (double)ir.pipeline_ns / 1e6;
     a->cf_ms += cf, a->cf_bubble_ms += cf_bubble;
     a->t_ns += ir.makespan_ns;
@@ -494,6 +500,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_begin(&acc, r, &cfg, o->sink);
     acc.model = &o->cm->model;
     acc.sched = o->sched;
+    if (o->stream_path) acc.keep_max = STUDY_ITER_KEEP; /* bounded memory */
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
@@ -576,7 +583,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             for (int i = 0; i < n; i++) tokens += b[i].enc + b[i].dec;
             st = DP_OK;
             TRY(study_skip(&acc, planned - 1, tokens, failure));
-            r->iter[r->n_iter - 1].plan_ms = dt_ms;
+            acc.last->plan_ms = dt_ms;
             if (o->progress) o->progress(o->progress_ctx, bi.next, streaming ? 0 : t->n);
             continue;
         }
@@ -601,7 +608,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
         TRY(study_add(&acc, &pi, err));
-        r->iter[r->n_iter - 1].plan_ms = dt_ms;
+        acc.last->plan_ms = dt_ms;
         if (r->sim_oom > sim_oom && l.feasible) r->oom_unplanned++;
         if (o->progress) o->progress(o->progress_ctx, bi.next, streaming ? 0 : t->n);
     }
@@ -651,6 +658,8 @@ char *study_metrics_json(const study_result *r)
         cJSON_AddNumberToObject(e, "plan_ms", x->plan_ms);
         cJSON_AddItemToArray(per, e);
     }
+    if (r->iter_omitted) /* a streamed run keeps its first records only */
+        cJSON_AddNumberToObject(o, "per_iteration_omitted", r->iter_omitted);
     cJSON_AddNumberToObject(o, "failed_iterations", r->failed_iterations);
     cJSON *rci = cJSON_AddObjectToObject(o, "recompute_iterations");
     for (int m = 0; m < RECOMPUTE_COUNT; m++)

@@ -92,10 +92,20 @@ typedef struct study_iter {
     char why[160];
 } study_iter;
 
+/* A streamed run keeps the records of its first STUDY_ITER_KEEP iterations only (its totals count
+ * them all), so that its memory does not grow with the trace. */
+#define STUDY_ITER_KEEP 4096
+
 typedef struct study_result {
     int iterations;         /* iterations simulated */
-    study_iter *iter;       /* every iteration planned (or read), simulated or left out */
+    study_iter *iter;       /* every iteration planned (or read), simulated or left out; a
+                             * streamed run's first STUDY_ITER_KEEP (iter_omitted the rest) */
     int n_iter;
+    int iter_omitted;       /* records not kept (streamed runs) */
+    double sum_ms, sum_closed_form_ms; /* over the simulated iterations (NAN: no closed form) */
+    int first_failed[8], n_first_failed; /* the ids of the first iterations left out */
+    char win_name[BATCH_CANDIDATES_MAX][32]; /* --batching auto: the batchings that won */
+    int wins[BATCH_CANDIDATES_MAX], n_wins;
     int failed_iterations;  /* left out under keep_going */
     int recompute_iterations[RECOMPUTE_COUNT]; /* simulated iterations per recompute mode */
     int recompute_microbatches[RECOMPUTE_COUNT]; /* and micro-batches, where their mode is known */
@@ -140,7 +150,8 @@ typedef struct study_result {
 void study_result_release(study_result *r);
 
 /* --batching auto: the batchings that won iterations of r, in order of their first win, and how
- * many each (names point into r). Their count (at most max); 0 for a run of one batching. */
+ * many each (names point into r; every iteration counted, kept or not). Their count (at most
+ * max); 0 for a run of one batching. */
 int study_batching_wins(const study_result *r, const char **names, int *wins, int max);
 
 /* The accumulation behind study_run, usable on iterations read from a plan file too. */
@@ -153,6 +164,9 @@ typedef struct study_acc {
     uint64_t hash;
     const sim_sink *next;
     sim_sink sink;
+    int keep_max;            /* records kept at most (0: all; STUDY_ITER_KEEP when streamed) */
+    study_iter spare;        /* where the records beyond keep_max go */
+    study_iter *last;        /* the record of the iteration added last */
     int64_t t_ns, pipe_ns, busy[STAGE_MAX];
     double cf_ms, cf_bubble_ms; /* closed forms summed over the iterations */
     size_t cap;
