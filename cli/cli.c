@@ -423,5 +423,15 @@ int cli_method_lists(const char *cmd, const char *usage, const char *batchings,
         cli_usage_error(cmd, usage, "empty --batchings or --schedules");
         return -1;
     }
+    for (int k = 0; k < 2; k++) { /* a name twice would run, and rank, the same rows twice */
+        const char *const *v = k ? out->schedules : out->batchings;
+        for (int i = 0, n = k ? out->ns : out->nb; i < n; i++)
+            for (int j = 0; j < i; j++)
+                if (strcmp(v[i], v[j]) == 0) {
+                    cli_usage_error(cmd, usage, "--%s names \"%s\" twice",
+                                    k ? "schedules" : "batchings", v[i]);
+                    return -1;
+                }
+    }
     return 0;
 }

@@ -104,6 +104,11 @@ static double w_fraction(const model_spec *m, const cost_shape *s, int tp, recom
     return d + a > 0 ? d / (2 * d + 2 * a + rerun) : 0.5;
 }
 
+double plan_round(double v)
+{
+    return round(v * 1e6) / 1e6;
+}
+
 dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_model *sm,
                        mb_cost *scratch, dp_err *err)
 {
@@ -113,12 +118,12 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
     const cost_toy *toy = &sm->cm->toy;
     double wf = toy->on ? toy->w_ms / toy->b_ms
                         : w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
-    for (int d = 0; d < pp; d++) {
-        m->fwd_ms[d] = scratch->fwd_ms[d];
-        m->bwd_ms[d] = scratch->bwd_ms[d];
-        m->w_ms[d] = scratch->bwd_ms[d] * wf;
-        m->stored_mb[d] = scratch->stored_mb[d];
-        m->peak_mb[d] = scratch->peak_mb[d];
+    for (int d = 0; d < pp; d++) { /* as the plan file holds them: a replay runs the same plan */
+        m->fwd_ms[d] = plan_round(scratch->fwd_ms[d]);
+        m->bwd_ms[d] = plan_round(scratch->bwd_ms[d]);
+        m->w_ms[d] = plan_round(scratch->bwd_ms[d] * wf);
+        m->stored_mb[d] = plan_round(scratch->stored_mb[d]);
+        m->peak_mb[d] = plan_round(scratch->peak_mb[d]);
     }
     return DP_OK;
 }
@@ -182,7 +187,7 @@ int plan_op_is_recv(plan_op op)
 static cJSON *array_of(const double *v, int n)
 {
     cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round(v[i] * 1e6) / 1e6));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(plan_round(v[i])));
     return a;
 }
 

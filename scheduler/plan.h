@@ -158,6 +158,10 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
 dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stage_model *sm,
                              dp_err *err);
 
+/* A prediction as a plan holds it: rounded to 1e-6 (a nanosecond of ms, a byte of MB), what the
+ * file writes, so that a plan built here and the same plan read back run alike. */
+double plan_round(double v);
+
 /* Costs one micro-batch on sm into m's per-stage arrays (pp values each): what
  * plan_iter_from_mbs does for each, and what a per-micro-batch recompute choice
  * (scheduler/mixed_recompute.h) calls to re-cost one in another mode. scratch is the caller's.

@@ -176,4 +176,14 @@ grep -v '^0,0,F,0,' "$TMP/vt.csv" >"$TMP/vm.csv"
 expect "... and one that lacks an op, naming it" 1 "lacks iteration 0, stage 0, replica 0, F of micro-batch 0" -- \
   "$DPSIM" validate --plan "$TMP/vp.json" --measured "$TMP/vm.csv"
 
+# --- plans that mean what they say: every schedule's plan replays to its own timeline --------------
+for s in gpipe 1f1b adaptive zb1; do
+  "$DPSIM" plan --schedule $s --iterations 3 -o "$TMP/rt_$s.json" >/dev/null 2>&1
+  a=$("$DPSIM" sim --schedule $s --iterations 3 --json 2>/dev/null | grep timeline_hash)
+  b=$("$DPSIM" sim --plan "$TMP/rt_$s.json" --json 2>/dev/null | grep timeline_hash)
+  check "a $s plan file replays to the timeline its run made (it was 1 ns off for zb1)" test -n "$a" -a "$a" = "$b"
+done
+expect "a method listed twice is refused, not ranked twice" 2 '--batchings names "packing" twice' -- "$DPSIM" tune --gpus 2 --batchings packing,packing
+expect "... in compare too" 2 '--schedules names "1f1b" twice' -- "$DPSIM" compare --schedules 1f1b,1f1b --no-figures
+
 finish
