@@ -406,8 +406,8 @@ static void test_w_share_of_the_backward(void **state)
             analytic_flops(&m, COMP_ENCODER, &sh, 1, &d, &a);
             double want = d / (2 * d + 2 * a + (rc == RECOMPUTE_SELECTIVE ? a : 0));
             if (len[k] >= 2048) assert_true(a > 0.05 * d); /* where attention matters */
-            for (int s = 0; s < 2; s++)
-                assert_near(pi.mb[k].w_ms[s] / pi.mb[k].bwd_ms[s], want, 1e-12);
+            for (int s = 0; s < 2; s++) /* both held to the plan's nanosecond (plan_round) */
+                assert_near(pi.mb[k].w_ms[s], want * pi.mb[k].bwd_ms[s], 1e-6);
         }
         plan_iter_release(&pi);
         mb_list_release(&l);
