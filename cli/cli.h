@@ -196,6 +196,11 @@ int cli_config_differs(const char *there, const char *here, char *what, size_t c
 int cli_plan_canonical(const plan_cli *base, const char *name, const char *value, char *buf,
                        size_t cap);
 
+/* --schedule auto: runs the plan options under every schedule (sim/study.h study_best_schedule)
+ * and sets p->schedule to the fastest that fits, saying so on stderr; any other schedule is left
+ * as it is. The set-up's errors as cli_plan_setup's. */
+dp_status cli_choose_schedule(plan_cli *p, dp_err *err);
+
 /* Resolves p into env (loads the trace and the cost model). Usage-like problems (unknown
  * strategy, contradictory flags) come back as DP_ERR_INVALID. */
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);

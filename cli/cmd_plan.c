@@ -140,7 +140,13 @@ int cmd_plan(int argc, char **argv)
     if (r != 0) return r == 1 ? 0 : r;
     dp_err err = {0};
     plan_env env;
-    dp_status st = cli_plan_setup(&p, &env, &err);
+    dp_status st = cli_choose_schedule(&p, &err);
+    if (st != DP_OK) {
+        memset(&env, 0, sizeof env);
+        trace_init(&env.trace);
+    } else {
+        st = cli_plan_setup(&p, &env, &err);
+    }
     if (st != DP_OK) {
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg)
@@ -349,9 +355,6 @@ int cmd_sim(int argc, char **argv)
     panel_collector_init(&pc, &pn, sc.figure_iteration, sc.figure_replica);
     int figures = sc.figure || sc.memory_figure || sc.html;
     tee t = {&tl, sc.ascii ? &asc : NULL, figures ? &pc : NULL};
-    snprintf(sc.schedule, sizeof sc.schedule, "%s", p.schedule);
-    const schedule *run_sched = schedule_find(p.schedule);
-    sc.pp = p.pp, sc.chunks = run_sched && run_sched->chunked ? p.chunks : 1;
     sim_sink sink = {tee_op, tee_mem, &t};
     study_result res;
     memset(&res, 0, sizeof res);
@@ -363,7 +366,13 @@ int cmd_sim(int argc, char **argv)
         pp = res.pp;
     } else {
         plan_env env;
-        st = cli_plan_setup(&p, &env, &err);
+        st = cli_choose_schedule(&p, &err);
+        if (st == DP_OK) st = cli_plan_setup(&p, &env, &err);
+        else memset(&env, 0, sizeof env), trace_init(&env.trace);
+        /* the schedule as run (auto's choice), for the figures */
+        snprintf(sc.schedule, sizeof sc.schedule, "%s", p.schedule);
+        const schedule *run_sched = schedule_find(p.schedule);
+        sc.pp = p.pp, sc.chunks = run_sched && run_sched->chunked ? p.chunks : 1;
         if (st == DP_ERR_INVALID) {
             plan_env_release(&env);
             timeline_abort(&tl);

@@ -48,9 +48,9 @@ static int set_batching(void *ctx, const char *arg, const char *cmd, const char 
 
 static int set_schedule(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    if (!schedule_find(arg)) {
-        cli_usage_error(cmd, usage,
-                        "unknown --schedule \"%s\" (gpipe, 1f1b, interleaved, adaptive, zb1)", arg);
+    if (!schedule_find(arg) && strcmp(arg, "auto") != 0) {
+        cli_usage_error(cmd, usage, "unknown --schedule \"%s\" (gpipe, 1f1b, interleaved, "
+                        "adaptive, zb1, auto)", arg);
         return -1;
     }
     ((plan_cli *)ctx)->schedule = arg;
@@ -100,7 +100,8 @@ void cli_plan_options(cli_opts *t, plan_cli *p)
                               "every one not packing the dataset, simulated, the fastest that fits");
     o->marks = F | T, o->mark_name = "--batching (use --batchings)", o->show = show_batching;
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
-                     "gpipe | 1f1b | interleaved | adaptive | zb1");
+                     "gpipe | 1f1b | interleaved | adaptive | zb1 | auto (plan and sim:\n"
+                     "each run, the one of the highest throughput that fits)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;
@@ -240,10 +241,40 @@ int cli_plan_canonical(const plan_cli *base, const char *name, const char *value
     return ok ? 0 : -1;
 }
 
+dp_status cli_choose_schedule(plan_cli *p, dp_err *err)
+{
+    if (strcmp(p->schedule, "auto") != 0) return DP_OK;
+    plan_cli q = *p;
+    q.schedule = p->chunks > 1 ? "interleaved" : "1f1b"; /* the set-up's checks of a schedule */
+    plan_env env;
+    dp_status st = cli_plan_setup(&q, &env, err);
+    const schedule *best = NULL;
+    double thr[16] = {0};
+    if (st == DP_OK) {
+        study_opts o;
+        cli_study_opts(&q, &env, q.batching, q.schedule, &o);
+        o.chunks = p->chunks;
+        st = study_best_schedule(&o, &env.trace, &best, thr, err);
+    }
+    plan_env_release(&env);
+    if (st != DP_OK) return st;
+    p->schedule = best->name;
+    int n;
+    const schedule *all = schedule_list(&n);
+    fprintf(stderr, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
+    for (int i = 0; i < n && i < 16; i++)
+        if (thr[i] > 0) fprintf(stderr, " %s %.0f", all[i].name, thr[i]);
+    fprintf(stderr, ")\n");
+    return DP_OK;
+}
+
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
 {
     memset(env, 0, sizeof *env);
     trace_init(&env->trace);
+    if (strcmp(p->schedule, "auto") == 0)
+        return dp_fail(err, DP_ERR_INVALID, "--schedule auto applies to plan and sim (compare "
+                       "and tune list schedules: --schedules)");
     dp_status st;
     if (p->cost.recompute_dynamic) { /* one cost model per mode, tried in order per iteration */
         for (int m = RECOMPUTE_COUNT - 1; m >= 0; m--) { /* none last: the source names it */

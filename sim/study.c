@@ -630,6 +630,41 @@ out:;
     return st;
 }
 
+dp_status study_best_schedule(const study_opts *o, const trace *t, const schedule **best,
+                              double *tokens_per_s, dp_err *err)
+{
+    int n;
+    const schedule *all = schedule_list(&n);
+    *best = NULL;
+    double top = 0;
+    char first[DP_ERR_MSG_MAX] = "";
+    for (int i = 0; i < n; i++) {
+        tokens_per_s[i] = 0;
+        const schedule *sc = &all[i];
+        if (sc->chunked && o->chunks < 2) continue; /* --chunks is the chunked one's */
+        int dynamic = 0;
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) dynamic |= o->recompute_cm[m] != NULL;
+        if (!dynamic && schedule_check_recompute(sc, o->cm->recompute, NULL) != DP_OK) continue;
+        study_opts q = *o;
+        q.sched = sc, q.sink = NULL, q.plan_out = NULL, q.progress = NULL;
+        if (!sc->chunked) q.chunks = 1;
+        study_result r;
+        dp_err e = {0};
+        dp_status st = study_run(&q, t, &r, &e);
+        int fits = st == DP_OK && r.feasible && !r.oom && !r.failed_iterations;
+        if (fits) tokens_per_s[i] = r.throughput_tokens_per_s;
+        else if (!first[0])
+            snprintf(first, sizeof first, "%s: %.900s", sc->name,
+                     st != DP_OK ? e.msg : r.why[0] ? r.why : "out of memory");
+        if (fits && r.throughput_tokens_per_s > top) top = r.throughput_tokens_per_s, *best = sc;
+        study_result_release(&r);
+        if (st == DP_ERR_NOMEM) return dp_fail(err, st, "out of memory");
+    }
+    if (!*best)
+        return dp_fail(err, DP_ERR_INFEASIBLE, "--schedule auto: no schedule's run fits (%s)", first);
+    return DP_OK;
+}
+
 char *study_metrics_json(const study_result *r)
 {
     cJSON *o = cJSON_CreateObject();

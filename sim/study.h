@@ -183,6 +183,15 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
  * of another model or GPU, or a plan file's times edited). The totals are filled either way. */
 dp_status study_end(study_acc *a, dp_err *err);
 
+/* --schedule auto (per run, as trainers fix one schedule): runs o under every schedule that can
+ * plan it (a chunked one only where o->chunks > 1; none that refuses the recompute mode), without
+ * o's sink, plan output or progress, and returns in *best the one of the highest throughput
+ * whose run fits (ties to the earlier in schedule_list), with each one's throughput in
+ * tokens_per_s[i] (schedule_list order; 0: it did not run or fit). DP_ERR_INFEASIBLE, naming
+ * the first failure, when none fits. */
+dp_status study_best_schedule(const study_opts *o, const trace *t, const schedule **best,
+                              double *tokens_per_s, dp_err *err);
+
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored). */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 

@@ -356,4 +356,15 @@ check "... and replays to the same timeline" bash -c "grep timeline_hash '$TMP/a
 expect "compare puts auto beside the best other row of its schedule" 0 "# auto/1f1b over the best other 1f1b row \\(.*\\): 1\\.[0-9]{3}x" -- \
   "$DPSIM" compare --iterations 4 --schedules 1f1b --no-figures
 
+# --- --schedule auto (per run) ---------------------------------------------------------------------
+expect "sim --schedule auto says what it chose and why" 0 "auto chose [a-z0-9]+ \\(tokens/s: 1f1b [0-9]+ adaptive [0-9]+ zb1 [0-9]+\\)" -- \
+  "$DPSIM" sim --schedule auto --iterations 3
+chosen=$(sed -n 's/.*auto chose \([a-z0-9]*\) .*/\1/p' "$TMP/out")
+best=$(for s in gpipe 1f1b adaptive zb1; do "$DPSIM" sim --schedule $s --iterations 3 2>/dev/null |
+  awk -v s=$s '/out of memory +YES/ { oom = 1 } /^throughput/ { t = $4 } END { if (!oom) print t, s }'; done | sort -n | tail -1 | cut -d' ' -f2)
+check "... the schedule whose own run is fastest and fits ($best)" test "$chosen" = "$best"
+expect "... and a plan of it names that schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
+check "... in its header" grep -q "\"schedule\":\"$chosen\"" "$TMP/sa.json"
+expect "--schedule auto is refused where schedules are listed" 2 "--schedule auto applies to plan and sim" -- "$DPSIM" plot schedules --schedule auto -o "$TMP/x.png"
+
 finish
