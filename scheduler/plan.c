@@ -310,6 +310,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     size_t len = strlen(text);
     text[len - 1] = '\0'; /* drop the closing brace: iterations follow */
     fprintf(w->fp, "%s,\n\"iterations\": [\n", text);
+    w->bytes = len + 20;
     free(text);
     return DP_OK; /* a failed write is caught by plan_writer_close */
 }
@@ -320,6 +321,13 @@ dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err)
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    w->bytes += strlen(text) + 2;
+    if (w->bytes + 8 > JSON_MAX_BYTES) { /* what sim --plan and dprun would refuse to read */
+        free(text);
+        return dp_fail(err, DP_ERR_INVALID, "%s: the plan grows past %u MB at iteration %d, more "
+                       "than sim --plan and dprun read\nhint: fewer --iterations per plan file",
+                       w->path, JSON_MAX_BYTES >> 20, it->id);
+    }
     int bad = fprintf(w->fp, "%s%s", w->count ? ",\n" : "", text) < 0;
     free(text);
     w->count++;

@@ -184,6 +184,7 @@ typedef struct plan_writer {
     FILE *fp;
     int count;
     const char *path;
+    size_t bytes; /* written so far: a plan is refused past JSON_MAX_BYTES, what a reader takes */
 } plan_writer;
 
 dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *h, dp_err *err);
