@@ -245,7 +245,11 @@ dp_status cli_choose_schedule(plan_cli *p, dp_err *err)
 {
     if (strcmp(p->schedule, "auto") != 0) return DP_OK;
     plan_cli q = *p;
-    q.schedule = p->chunks > 1 ? "interleaved" : "1f1b"; /* the set-up's checks of a schedule */
+    q.schedule = schedule_baseline()->name; /* the set-up's checks of a schedule: a chunked one */
+    int n;
+    const schedule *all = schedule_list(&n);
+    for (int i = 0; i < n && p->chunks > 1; i++)
+        if (all[i].chunked) q.schedule = all[i].name;
     plan_env env;
     dp_status st = cli_plan_setup(&q, &env, err);
     const schedule *best = NULL;
