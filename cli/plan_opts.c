@@ -263,8 +263,6 @@ dp_status cli_choose_schedule(plan_cli *p, dp_err *err)
     plan_env_release(&env);
     if (st != DP_OK) return st;
     p->schedule = best->name;
-    int n;
-    const schedule *all = schedule_list(&n);
     fprintf(stderr, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
     for (int i = 0; i < n && i < 16; i++)
         if (thr[i] > 0) fprintf(stderr, " %s %.0f", all[i].name, thr[i]);
