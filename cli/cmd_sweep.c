@@ -454,6 +454,34 @@ static void emit_mpi(void *ctx, const char *row)
     MPI_Send(row, (int)strlen(row) + 1, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
 }
 
+/* Copies stdin into a new temporary trace file, whose path goes to path. */
+static dp_status spool_stdin(char *path, size_t cap, dp_err *err)
+{
+    snprintf(path, cap, "/tmp/dpsim-stdin-XXXXXX"); /* read as CSV, as stdin is */
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        path[0] = '\0';
+        return dp_fail(err, DP_ERR_IO, "cannot create a temporary file for --trace -: %s",
+                       strerror(errno));
+    }
+    char buf[1 << 16];
+    ssize_t got;
+    dp_status st = DP_OK;
+    while (st == DP_OK && (got = read(STDIN_FILENO, buf, sizeof buf)) != 0) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) st = dp_fail(err, DP_ERR_IO, "--trace -: reading stdin: %s", strerror(errno));
+        for (ssize_t at = 0; st == DP_OK && at < got;) {
+            ssize_t w = write(fd, buf + at, (size_t)(got - at));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) st = dp_fail(err, DP_ERR_IO, "%s: %s", path, strerror(errno));
+            else at += w;
+        }
+    }
+    if (close(fd) != 0 && st == DP_OK) st = dp_fail(err, DP_ERR_IO, "%s: %s", path, strerror(errno));
+    if (st != DP_OK) unlink(path), path[0] = '\0';
+    return st;
+}
+
 int cmd_sweep(int argc, char **argv)
 {
     const char *cmd = "sweep", *out = NULL, *grid_arg = "";
@@ -517,6 +545,19 @@ int cmd_sweep(int argc, char **argv)
         MPI_Init(&argc, &argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    /* --trace -: stdin is read once, here, into a file every worker reads (a worker reading stdin
+     * would take what the one before left) */
+    char spool[64] = "";
+    if (p.trace && strcmp(p.trace, "-") == 0) {
+        dp_err serr = {0};
+        if (mpi) {
+            MPI_Finalize();
+            return cli_usage_error(cmd, SWEEP_USAGE, "--trace - under mpirun: only rank 0 reads "
+                                   "stdin\nhint: give the trace as a file");
+        }
+        if (spool_stdin(spool, sizeof spool, &serr) != DP_OK) return cli_fail(cmd, &serr);
+        p.trace = spool;
     }
     char header[ROW_MAX];
     size_t hn = 0;
@@ -651,5 +692,6 @@ out:
     free(d.keys);
     free(d.point_done);
     free(todo);
+    if (spool[0]) unlink(spool);
     return rc;
 }

@@ -186,4 +186,10 @@ done
 expect "a method listed twice is refused, not ranked twice" 2 '--batchings names "packing" twice' -- "$DPSIM" tune --gpus 2 --batchings packing,packing
 expect "... in compare too" 2 '--schedules names "1f1b" twice' -- "$DPSIM" compare --schedules 1f1b,1f1b --no-figures
 
+# --- --trace - is read once for every worker of a sweep --------------------------------------------
+"$DPSIM" trace gen -n 3000 --seed 2 -o "$TMP/tg.csv" 2>/dev/null
+"$DPSIM" sweep --grid 'pp=4,8' --trace - -o "$TMP/sw_stdin.csv" --iterations 1 --jobs 2 <"$TMP/tg.csv" >/dev/null 2>&1
+check "sweep --trace -: every point read the whole trace (it was read once per worker)" bash -c \
+  "[ \$(grep -c '^[48],[1-9]' '$TMP/sw_stdin.csv') -eq 2 ] && ! grep -q 'missing column' '$TMP/sw_stdin.csv'"
+
 finish
