@@ -400,9 +400,7 @@ int cmd_compare(int argc, char **argv)
     if (cli_method_lists(cmd, COMPARE_USAGE, blist_arg, slist_arg, 1, &ml) != 0) return EXIT_USAGE;
     const char *const *bs = ml.batchings, *const *ss = ml.schedules;
     int nb = ml.nb, ns = ml.ns;
-    p.schedule = ss[0];
-    for (int i = 0; i < ns; i++) /* --chunks is the chunked (interleaved) schedule's */
-        if (schedule_find(ss[i])->chunked) p.schedule = ss[i];
+    p.schedule = schedule_for_options(ss, ns);
     dp_err err = {0};
     if (figures) { /* the three figures must not land on an input */
         char f[3][4200];

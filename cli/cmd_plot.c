@@ -366,8 +366,7 @@ static int plot_schedules_main(int argc, char **argv)
     if (cli_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return 2;
     if (ml.nb != 1)
         return cli_usage_error(cmd, SCHEDULES_USAGE, "--batching takes one batching here");
-    for (int i = 0; i < ml.ns; i++) /* --chunks is the chunked (interleaved) panel's */
-        if (schedule_find(ml.schedules[i])->chunked) p.schedule = ml.schedules[i];
+    p.schedule = schedule_for_options(ml.schedules, ml.ns);
     dp_err err = {0};
     out_role outs[] = {{"-o", out}, {"--memory", mem_out}, {"--html", html}};
     if (cli_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
@@ -386,11 +385,7 @@ static int plot_schedules_main(int argc, char **argv)
         cli_study_opts(&p, &env, p.batching, ml.schedules[i], &o);
         st = panel_collect(&o, &env.trace, iteration, replica, &ps[n], &err);
         if (st == DP_OK) n++;
-        else {
-            char msg[DP_ERR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err.msg);
-            dp_fail(&err, st, "--schedules %s: %s", ml.schedules[i], msg);
-        }
+        else dp_err_prefix(&err, "--schedules %s", ml.schedules[i]);
     }
     char auto_title[512];
     snprintf(auto_title, sizeof auto_title, "%s, pp %d x dp %d x tp %d on %s, %s batching, iteration %d",

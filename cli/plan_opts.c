@@ -245,11 +245,12 @@ dp_status cli_choose_schedule(plan_cli *p, dp_err *err)
 {
     if (strcmp(p->schedule, "auto") != 0) return DP_OK;
     plan_cli q = *p;
-    q.schedule = schedule_baseline()->name; /* the set-up's checks of a schedule: a chunked one */
     int n;
     const schedule *all = schedule_list(&n);
-    for (int i = 0; i < n && p->chunks > 1; i++)
-        if (all[i].chunked) q.schedule = all[i].name;
+    const char *names[16];
+    for (int i = 0; i < n && i < 16; i++) names[i] = all[i].name;
+    /* the set-up's checks: with --chunks against the chunked schedule, else the baseline */
+    q.schedule = p->chunks > 1 ? schedule_for_options(names, n) : schedule_baseline()->name;
     plan_env env;
     dp_status st = cli_plan_setup(&q, &env, err);
     const schedule *best = NULL;

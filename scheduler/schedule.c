@@ -463,6 +463,15 @@ const schedule *schedule_baseline(void)
     return &SCHEDULES[1];
 }
 
+const char *schedule_for_options(const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const schedule *sc = schedule_find(names[i]);
+        if (sc && sc->chunked) return names[i];
+    }
+    return names[0];
+}
+
 dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err)
 {
     if (sc->splits_backward && rc == RECOMPUTE_FULL)

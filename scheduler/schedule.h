@@ -70,6 +70,10 @@ typedef struct schedule {
  * MLM+DS). */
 const schedule *schedule_baseline(void);
 
+/* Of the n schedule names (known ones), the one a run's options are checked against before it
+ * plans each: the chunked one where one is listed (--chunks is its), else the first. */
+const char *schedule_for_options(const char *const *names, int n);
+
 const schedule *schedule_find(const char *name);
 
 /* Whether sc plans under recompute mode rc: a schedule that splits the backward leaves the weight

@@ -220,7 +220,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         if (k < r->n_wins) r->wins[k]++;
     }
     x->pipeline_ms = (double)ir.pipeline_ns / 1e6;
-    a->cf_ms += cf, a->cf_bubble_ms += cf_bubble;
+    a->cf_bubble_ms += cf_bubble;
     a->t_ns += ir.makespan_ns;
     a->pipe_ns += ir.pipeline_ns;
     for (int k = 0; k < 4; k++) r->op_ms[k] += (double)ir.op_ns[k] / 1e6;
@@ -269,7 +269,8 @@ dp_status study_end(study_acc *a, dp_err *err)
         r->pipeline_bubble_mean += r->pipeline_bubble[s] / a->cfg.pp;
     }
     r->after_pipeline_share = a->t_ns > 0 ? 1 - (double)a->pipe_ns / (double)a->t_ns : 0;
-    r->closed_form_bubble = a->cf_ms > 0 ? a->cf_bubble_ms / a->cf_ms : NAN;
+    r->closed_form_bubble =
+        r->sum_closed_form_ms > 0 ? a->cf_bubble_ms / r->sum_closed_form_ms : NAN;
     r->closed_form_text = a->sched ? a->sched->closed_form_text : NULL;
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1); /* tp x cp */
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;

@@ -168,7 +168,7 @@ typedef struct study_acc {
     study_iter spare;        /* where the records beyond keep_max go */
     study_iter *last;        /* the record of the iteration added last */
     int64_t t_ns, pipe_ns, busy[STAGE_MAX];
-    double cf_ms, cf_bubble_ms; /* closed forms summed over the iterations */
+    double cf_bubble_ms;     /* the closed forms' bubble terms summed (their sums: the result's) */
     size_t cap;
 } study_acc;
 

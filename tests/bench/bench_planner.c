@@ -99,15 +99,22 @@ static int bench_setup(const setup *su, const trace *t)
     return 0;
 }
 
-static int bench_sim(const trace *t)
+/* The GPT default point (GPT-6.7B 16L, the A100 profile, pp 4, 2048) and its length rules. */
+static int gpt_default(cost_model **cm, cluster_spec *hw, batch_rules *r)
 {
     model_spec m;
+    setup su = {"", "gpt-6.7b-16l", "models/profiles/a100_gpt_6.7b_profile.csv", 1, 4, 2048};
+    if (load(&su, NULL, cm, &m, hw) != 0) return -1;
+    batch_rules_default(r, m.arch);
+    return 0;
+}
+
+static int bench_sim(const trace *t)
+{
     cluster_spec hw;
     cost_model *cm;
-    setup su = {"", "gpt-6.7b-16l", "models/profiles/a100_gpt_6.7b_profile.csv", 1, 4, 2048};
-    if (load(&su, NULL, &cm, &m, &hw) != 0) return -1;
     batch_rules r;
-    batch_rules_default(&r, m.arch);
+    if (gpt_default(&cm, &hw, &r) != 0) return -1;
     printf("\n# simulating the whole default trace (%zu samples), dynamic micro-batching, pp 4\n", t->n);
     printf("%-12s %10s %12s %12s %14s %12s  %s\n", "schedule", "iterations", "events", "sim_s",
            "Mevents/s", "total_wall_s", "timeline hash");
@@ -140,13 +147,10 @@ static int bench_sim(const trace *t)
  * simulates every candidate), at the GPT default point under 1F1B and the adaptive schedule. */
 static int bench_auto(const trace *t)
 {
-    model_spec m;
     cluster_spec hw;
     cost_model *cm;
-    setup su = {"", "gpt-6.7b-16l", "models/profiles/a100_gpt_6.7b_profile.csv", 1, 4, 2048};
-    if (load(&su, NULL, &cm, &m, &hw) != 0) return -1;
     batch_rules r;
-    batch_rules_default(&r, m.arch);
+    if (gpt_default(&cm, &hw, &r) != 0) return -1;
     printf("\n# --batching auto against the DP: planning ms per iteration (median, p90), 40 global "
            "batches, GPT-6.7B 16L, pp 4, 2048\n");
     printf("%-10s %12s %10s %10s %10s %10s %12s\n", "schedule", "batching", "plan_ms", "plan_p90",

@@ -365,6 +365,7 @@ best=$(for s in gpipe 1f1b adaptive zb1; do "$DPSIM" sim --schedule $s --iterati
 check "... the schedule whose own run is fastest and fits ($best)" test "$chosen" = "$best"
 expect "... and a plan of it names that schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
 check "... in its header" grep -q "\"schedule\":\"$chosen\"" "$TMP/sa.json"
-expect "--schedule auto is refused where schedules are listed" 2 "--schedule auto applies to plan and sim" -- "$DPSIM" plot schedules --schedule auto -o "$TMP/x.png"
+"$DPSIM" sweep --grid 'schedule=auto' --iterations 1 -o "$TMP/sa_sweep.csv" >/dev/null 2>&1
+check "--schedule auto elsewhere (a sweep point) is refused with the reason" grep -q "schedule auto applies to plan and sim" "$TMP/sa_sweep.csv"
 
 finish
