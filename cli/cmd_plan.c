@@ -166,6 +166,7 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.recompute, sizeof h.recompute, "%s", recompute_plan_name(&p.cost));
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.cp = p.cost.cp, h.cp_alltoall = p.cost.cp_alltoall;
+    h.sp = p.cost.tp > 1 && !p.cost.no_sp;
     h.rules = env.rules;
     h.textbook = env.cm->toy.on;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be

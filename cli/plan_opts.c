@@ -436,6 +436,7 @@ dp_status cli_plan_sim_config(const plan *pl, const char *where, const plan_cli 
     co.model_json = pl->h.model_json; /* a self-contained plan runs from anywhere */
     co.hw_json = pl->h.hw_json;
     co.tp = pl->h.tp;
+    co.no_sp = !pl->h.sp;
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall;
     co.recompute_dynamic = 0; /* model state, the config's only use of it, is the same in every mode */
     co.quiet = 1;             /* the plan's times are its own: the cost model's are not used */

@@ -6,6 +6,7 @@
  *   mpirun -np R dprun --plan plan.json --backend cuda --out measured.csv   (one rank per GPU)
  *   dprun --plan plan.json --backend cuda --out measured.csv                (every stage, one GPU)
  *   dprun profile --backend cpu|cuda --model gpt-tiny [--mbs 1,2,4] [--seqlen 32,64,128] -o prof.csv
+ *   mpirun -np T dprun profile --tp T [--no-sp] ...             (a layer as a tp T plan runs it)
  *
  * Exit status: 0 success, 1 a plan or set-up problem (every rank reports it alike), 2 usage,
  * 3 a run-time fault (a timeout, a truncated message): the failing rank prints why and MPI_Abort
@@ -32,14 +33,15 @@
 static const char USAGE[] =
     "dprun [run] --plan FILE --backend cpu|cuda [--dtype bf16|fp64] --out FILE [--timeout S]\n"
     "       dprun profile --backend cpu|cuda [--dtype bf16|fp64] --model M [--mbs LIST]\n"
-    "                     [--seqlen LIST] -o FILE\n"
+    "                     [--seqlen LIST] [--tp T [--no-sp]] -o FILE\n"
     "       dprun check-gpu [MODEL] [--hw GPU] [--no-speed]";
 
 static void help(void)
 {
     printf("usage: %s\n\n"
            "Runs an execution plan from 'dpsim plan -o' on real ranks (one MPI rank per pipeline\n"
-           "stage and data-parallel replica) and writes the measured timeline CSV, for 'dpsim\n"
+           "stage, data-parallel replica and tensor-parallel rank: mpirun -np tp x pp x dp, tp\n"
+           "ranks fastest) and writes the measured timeline CSV, for 'dpsim\n"
            "validate', and the gradient norm at the end (the same plan gives the same norm on\n"
            "every backend, to rounding). The plan's recompute runs as planned: selective\n"
            "reruns each layer's attention core in the backward, full keeps only each layer's\n"
@@ -78,6 +80,10 @@ static void help(void)
            "                        backward as dprun runs it under the mode      [none]\n"
            "  -r, --repeats N       timed repeats per point, their median (cpu: passes over the\n"
            "                        whole grid)                                  [5]\n"
+           "      --tp T            time the layer as a tp T plan runs it: under mpirun -np T (or\n"
+           "                        a multiple), each rank its share, the group's collectives\n"
+           "                        in the times; rows say tp T (cpu backend)    [1]\n"
+           "      --no-sp           with --tp: without sequence parallelism (all-reduces)\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
            "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
            "                        against fp64 (stated tolerances), GPT-6.7B-width layer\n"
@@ -154,6 +160,17 @@ static void barrier(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static void mpi_check(int rc, const char *call);
+
+/* A failed collective of dprun profile's tensor-parallel group: said, and the job ends. */
+static void profile_die(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "dprun profile: error: %s\n", msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
 static int profile_main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -163,8 +180,11 @@ static int profile_main(int argc, char **argv)
         {"dec-seqlen", required_argument, 0, 3}, {"recompute", required_argument, 0, 4},
         {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
         {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
+        {"tp", required_argument, 0, 5},        {"no-sp", no_argument, 0, 6},
         {0, 0, 0, 0}};
     const char *model = "gpt-tiny", *out = NULL, *backend = "cpu", *dtype = NULL;
+    int64_t tp = 1;
+    int sp = 1;
     int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
     int64_t repeats = 5;
     unsigned modes = 1u << RECOMPUTE_NONE;
@@ -191,11 +211,16 @@ static int profile_main(int argc, char **argv)
         case 'r':
             if (dp_parse_i64(optarg, 1, 1000, &repeats) != 0) return usage_error("bad --repeats", optarg);
             break;
+        case 5:
+            if (dp_parse_i64(optarg, 1, 1024, &tp) != 0) return usage_error("bad --tp (1-1024)", optarg);
+            break;
+        case 6: sp = 0; break;
         case 'o': out = optarg; break;
         case 'h': help(); return 0;
         default: return usage_error("unknown or incomplete option", argv[optind - 1]);
         }
     }
+    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
     if (!out) return usage_error("profile needs --out", NULL);
     int on_gpu = strcmp(backend, "cuda") == 0;
     if (!on_gpu && strcmp(backend, "cpu") != 0) {
@@ -211,15 +236,46 @@ static int profile_main(int argc, char **argv)
         fprintf(stderr, "dprun profile: error: %s\n", err.msg);
         return 1;
     }
+    char where[64];
+    snprintf(where, sizeof where, "dprun profile --tp %d", (int)tp);
+    if (rt_check_tp(&m, (int)tp, on_gpu, where, &err) != DP_OK) {
+        fprintf(stderr, "dprun profile: error: %s\n", err.msg);
+        return 1;
+    }
+    for (int i = 0; sp && tp > 1 && i < n_mbs; i++)
+        for (int j = 0; j < n_seq; j++)
+            if ((long long)mbs[i] * seq[j] % tp) {
+                fprintf(stderr, "dprun profile: error: mbs %d x seqlen %d tokens cannot be split "
+                        "over tp %d by sequence parallelism (--no-sp, or lengths tp divides)\n",
+                        mbs[i], seq[j], (int)tp);
+                return 1;
+            }
     openblas_set_num_threads(1);
-    int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"), rank = 0;
+    int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"), rank = 0, size = 1;
     if (mpi) {
         MPI_Init(&argc, &argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    if (size % tp != 0) {
+        if (rank == 0)
+            fprintf(stderr, "dprun profile: error: --tp %d needs a multiple of %d ranks (mpirun -np "
+                    "%d), but %s %d\n", (int)tp, (int)tp, (int)tp,
+                    mpi ? "mpirun started" : "it runs without mpirun, on", size);
+        if (mpi) MPI_Finalize();
+        return 1;
+    }
+    /* consecutive ranks form the tensor-parallel groups (tp fastest, as dprun runs a plan) */
+    MPI_Comm tp_comm = MPI_COMM_NULL;
+    rt_mpi_tp group;
+    if (tp > 1) {
+        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, rank / (int)tp, rank % (int)tp, &tp_comm),
+                  "MPI_Comm_split");
+        rt_mpi_tp_init(&group, tp_comm, sp, NULL, profile_die, NULL);
     }
     rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,
                          rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu, dt,
-                         modes};
+                         modes, tp > 1 ? &group.tp : NULL};
     int rc = 0;
     if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);
@@ -227,6 +283,7 @@ static int profile_main(int argc, char **argv)
     } else if (rank == 0) {
         fprintf(stderr, "dprun: wrote %s\n", out);
     }
+    if (tp_comm != MPI_COMM_NULL) MPI_Comm_free(&tp_comm);
     if (mpi) MPI_Finalize();
     return rc;
 }
@@ -383,28 +440,14 @@ static int run_main(int argc, char **argv)
     dp_status st = plan_parse(text, plan_path, &pl, &err);
     free(text);
     if (st != DP_OK) return fail_all(rank, err.msg);
-    /* a layout the executors do not build is refused, never run as another */
-    if (pl.h.tp > 1 || pl.h.cp > 1) {
-        snprintf(msg, sizeof msg, "%s is planned for tp %d x cp %d x pp %d x dp %d, and dprun runs "
-                 "whole layers on each rank (tp 1, cp 1): running it here would measure another "
-                 "layout\nhint: plan with --tp 1 --cp 1 to validate on this runtime",
-                 plan_path, pl.h.tp, pl.h.cp, pl.h.pp, pl.h.dp);
-        plan_release(&pl);
-        return fail_all(rank, msg);
-    }
-    /* the cuda backend also runs in one process (every stage on one GPU) */
-    if (size != pl.h.pp * pl.h.dp && !(on_gpu && size == 1)) {
-        snprintf(msg, sizeof msg, "%s needs pp x dp = %d x %d = %d ranks%s, but mpirun started %d",
-                 plan_path, pl.h.pp, pl.h.dp, pl.h.pp * pl.h.dp,
-                 on_gpu ? " (one per GPU), or 1 to run every stage on one GPU" : "", size);
-        plan_release(&pl);
-        return fail_all(rank, msg);
-    }
     st = plan_check(&pl, plan_path, &err);
     model_spec m;
     if (st == DP_OK) st = plan_model(&pl, &m, &err);
     if (st == DP_OK) st = plan_check_model(&pl, &m, plan_path, &err);
     if (st == DP_OK) st = rt_plan_check_lens(&pl, plan_path, &err);
+    /* a layout the executors do not build, or another rank count, is refused, never run as
+     * another layout */
+    if (st == DP_OK) st = rt_plan_check_layout(&pl, &m, size, on_gpu, plan_path, &err);
     if (st != DP_OK) {
         plan_release(&pl);
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
@@ -421,7 +464,7 @@ static int run_main(int argc, char **argv)
     rt_record *rec = res.rec;
     size_t n_rec = res.n_rec;
     /* the gradient norm: replicas hold the same gradients, so replica 0's stages sum it */
-    double grad_sq = 0, mine_sq = rank < pl.h.pp ? res.grad_sq : 0;
+    double grad_sq = 0, mine_sq = rt_place_of(&pl.h, rank).replica == 0 ? res.grad_sq : 0;
     mpi_check(MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* what the measured runs did beside the plan's instructions, every rank's: slow first calls
      * (GEMM configurations, attention graphs, uploads) and the backwards' reruns */
@@ -452,13 +495,13 @@ static int run_main(int argc, char **argv)
              * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
             FILE *fp = of.fp;
             fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash,"
-                    "repeat\n");
+                    "repeat,tp\n");
             const rt_record *r = (const rt_record *)buf;
             for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d\n", r[i].iteration, r[i].stage,
+                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d\n", r[i].iteration, r[i].stage,
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
                         r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, (int)rt_dtype_act_bytes(dt),
-                        (unsigned long long)h, r[i].repeat);
+                        (unsigned long long)h, r[i].repeat, pl.h.tp > 1 ? pl.h.tp : 1);
             if (out_commit(&of, &werr) != DP_OK) {
                 fprintf(stderr, "dprun: error: %s\n", werr.msg);
                 rc = 1;

@@ -1,6 +1,7 @@
 #include "exec.h"
 
 #include <mpi.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,8 @@ typedef struct slot {
     recompute_mode recompute;      /* what its B reruns (plan_machine.h pm_recompute) */
     rt_seqs seqs[2];               /* varlen: the encoder's (GPT's) and decoder's sequences */
     int *seq_store[2];
-    double *dlogits;               /* last virtual stage: (B*S, V) */
+    double *dlogits;               /* last virtual stage: (B*S, V / tp) */
+    double *head_in;               /* last virtual stage under SP: the whole output, (B*S, H) */
     MPI_Request recv[2], send[2];
     int free_pending;              /* FREE came before its sends completed */
 } slot;
@@ -61,6 +63,12 @@ typedef struct ctx {
     plan_machine pm;    /* the plan's semantics for this iteration */
     int rank, stage, replica, pp, chunks, nv;
     int hidden, vocab;
+    int tp_rank;        /* this process's index in its tensor-parallel group (rt_place) */
+    int vocab_local;    /* the LM head's rows here: vocab / tp */
+    int wire_share;     /* a transfer's share of the plan's bytes: tp with SP (each tp rank sends
+                         * its tokens), else 1 (each sends the whole activation) */
+    rt_mpi_tp tpg;      /* the tensor-parallel group (size 1: none) */
+    MPI_Comm tp_comm;
     chunk_state *ch;
     double *emb, *demb; /* tied embedding / LM head (V, H), on the first and last stages */
     slot *slots;        /* n_mb * chunks */
@@ -93,6 +101,23 @@ static void die(const ctx *c, const char *what)
 
 
 #define MPI_TRY(c, call) RT_MPI_TRY(die, c, call)
+
+/* Waits for a request, polling, until the timeout; checks for truncated messages. spin_s: how
+ * long it polls before it naps between polls (a tensor-parallel collective's peers are
+ * microseconds away, and a nap costs the timer's slack, some 60 us, at every one: 9.3% validation
+ * error at tp 2 with naps, 3.0% spinning 200 us first; a pipeline peer may be a whole compute
+ * away, and an oversubscribed core is better left to it). */
+#define RT_SPIN_TP_S 200e-6
+static void wait_poll(const ctx *c, MPI_Request *r, const char *what, double spin_s);
+/* The tensor-parallel group's collectives wait as every other request does (with the timeout) */
+static void tp_wait(void *vc, MPI_Request *rq, const char *what)
+{
+    wait_poll(vc, rq, what, RT_SPIN_TP_S);
+}
+static void tp_die(void *vc, const char *msg) { die(vc, msg); }
+
+/* The layer's view of the tensor-parallel group: NULL without TP. */
+static const rt_tp *tp_of(const ctx *c) { return c->tpg.tp.size > 1 ? &c->tpg.tp : NULL; }
 
 /* Size class of a request: the next power of two, so that a block is reused only by requests of
  * its own class (best-fit across classes let small requests eat large blocks and kept the pool
@@ -145,11 +170,10 @@ static int tag_of(int mb, int chunk, int kind)
     return (mb * 64 + chunk) * 2 + kind;
 }
 
-/* Waits for a request, polling, until the timeout; checks for truncated messages. */
-static void wait_req(const ctx *c, MPI_Request *r, const char *what)
+static void wait_poll(const ctx *c, MPI_Request *r, const char *what, double spin_s)
 {
     if (*r == MPI_REQUEST_NULL) return;
-    double deadline = MPI_Wtime() + c->o->timeout_s;
+    double start = MPI_Wtime(), deadline = start + c->o->timeout_s;
     struct timespec nap = {0, 20000};
     for (;;) {
         int flag = 0;
@@ -169,13 +193,15 @@ static void wait_req(const ctx *c, MPI_Request *r, const char *what)
             snprintf(msg, sizeof msg, "timed out after %.1f s waiting for %s", c->o->timeout_s, what);
             die(c, msg);
         }
-        nanosleep(&nap, NULL);
+        if (MPI_Wtime() - start >= spin_s) nanosleep(&nap, NULL);
     }
 }
 
+static void wait_req(const ctx *c, MPI_Request *r, const char *what) { wait_poll(c, r, what, 0); }
+
 static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_end)
 {
-    if (!c->record) return;
+    if (!c->record || c->tp_rank) return; /* a tp group's ranks run together: its first records */
     if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
         die(c, "out of host memory");
     c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record - RT_RECORD_ON,
@@ -216,6 +242,59 @@ dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err)
     return DP_OK;
 }
 
+dp_status rt_check_tp(const model_spec *m, int tp, int on_gpu, const char *where, dp_err *err)
+{
+    if (tp > 1 && on_gpu)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: tp %d, and the cuda backend runs whole layers "
+                       "(tp 1); the cpu backend runs tensor parallelism (--backend cpu)", where, tp);
+    if (tp > 1 && m->arch == ARCH_T5)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: tp %d, and dprun splits GPT-kind layers only "
+                       "(T5's cross-attention is not split)", where, tp);
+    const struct {
+        const char *what;
+        int n;
+    } parts[] = {{"attention heads", m->heads}, {"key/value heads", model_kv_heads(m)},
+                 {"MLP width (ffn)", m->ffn}, {"vocabulary", m->vocab}};
+    for (size_t k = 0; tp > 1 && k < sizeof parts / sizeof *parts; k++)
+        if (parts[k].n % tp)
+            return dp_fail(err, DP_ERR_INVALID, "%s: tp %d does not divide the %d %s of %s (each "
+                           "of the %d tensor-parallel ranks holds an equal share)", where, tp,
+                           parts[k].n, parts[k].what, m->name, tp);
+    return DP_OK;
+}
+
+dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,
+                               const char *path, dp_err *err)
+{
+    const plan_header *h = &pl->h;
+    int tp = h->tp > 1 ? h->tp : 1, need = h->pp * h->dp * tp;
+    if (h->cp > 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d (tp %d x cp %d x pp %d x "
+                       "dp %d = %d ranks), and dprun does not run context parallelism yet: running "
+                       "it here would measure another layout\nhint: plan with --cp 1 to validate "
+                       "on this runtime", path, h->cp, tp, h->cp, h->pp, h->dp, need * h->cp);
+    dp_status st = rt_check_tp(m, tp, on_gpu, path, err);
+    if (st != DP_OK) return st;
+    for (int i = 0; h->sp && tp > 1 && i < pl->n_it; i++)
+        for (int k = 0; k < pl->it[i].n_mb; k++) {
+            const plan_mb *mb = &pl->it[i].mb[k];
+            if ((long long)mb->mbs * mb->enc_len % tp)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d has %d x %d "
+                               "tokens, which sequence parallelism cannot split over tp %d (plan "
+                               "with --no-sp, or a --pad-multiple that tp divides)", path,
+                               pl->it[i].id, k, mb->mbs, mb->enc_len, tp);
+        }
+    if (ranks != need && !(on_gpu && ranks == 1)) {
+        char layout[80];
+        if (tp > 1) snprintf(layout, sizeof layout, "tp x pp x dp = %d x %d x %d", tp, h->pp, h->dp);
+        else snprintf(layout, sizeof layout, "pp x dp = %d x %d", h->pp, h->dp);
+        return dp_fail(err, DP_ERR_INVALID, "%s needs %s = %d ranks%s, but mpirun started %d", path,
+                       layout, need, on_gpu ? " (one per GPU), or 1 to run every stage on one GPU" : "",
+                       ranks);
+    }
+    return DP_OK;
+}
+
 static slot *slot_of(ctx *c, int mb, int chunk)
 {
     return &c->slots[(size_t)mb * (size_t)c->chunks + (size_t)chunk];
@@ -229,7 +308,7 @@ static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
     s->B = m->mbs;
     s->S = ch->decoder ? m->dec_len : m->enc_len;
     s->Se = ch->decoder ? m->enc_len : 0;
-    s->nh = (size_t)s->B * s->S * c->hidden;
+    s->nh = (size_t)rt_tp_tokens(tp_of(c), s->B * s->S) * c->hidden; /* this rank's tokens */
     s->ne = (size_t)s->B * s->Se * c->hidden;
     s->in = pool_get(c, s->nh);
     s->out = pool_get(c, s->nh);
@@ -269,7 +348,8 @@ static void slot_free(ctx *c, slot *s, const chunk_state *ch)
     pool_put(c, s->in, s->nh), pool_put(c, s->out, s->nh), pool_put(c, s->dout, s->nh);
     pool_put(c, s->din, s->nh), pool_put(c, s->enc, s->ne), pool_put(c, s->denc, s->ne);
     for (int k = 0; k < 2; k++) pool_put(c, s->rx[k], s->rx_n[k]), pool_put(c, s->tx[k], s->tx_n[k]);
-    pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab);
+    pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab_local);
+    pool_put(c, s->head_in, (size_t)s->B * s->S * c->hidden);
     free(s->acts);
     free(s->seq_store[0]), free(s->seq_store[1]);
     memset(s, 0, sizeof *s);
@@ -294,11 +374,12 @@ static void release_sent(ctx *c)
 static void check_wire(const ctx *c, const plan_instr *x, size_t want)
 {
     int eb = c->o->pl->h.act_elem_bytes;
-    if ((size_t)x->bytes == (size_t)eb * want) return;
+    size_t whole = want * (size_t)c->wire_share; /* the plan counts the whole activation */
+    if ((size_t)x->bytes == (size_t)eb * whole) return;
     char msg[240];
     snprintf(msg, sizeof msg, "%s mb %d: the plan says %lld bytes, the micro-batch's shape needs "
              "%zu (%zu %s elements)", plan_op_name(x->op), x->mb, (long long)x->bytes,
-             (size_t)eb * want, want, c->o->pl->h.act_dtype);
+             (size_t)eb * whole, whole, c->o->pl->h.act_dtype);
     die(c, msg);
 }
 
@@ -322,8 +403,9 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     if (ch->first_decoder) {
         memcpy(s->enc, s->rx[KIND_ACT], s->ne * sizeof(double));
         rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0); /* target embedding */
-    } else if (ch->first) {
-        rt_fill(s->in, s->nh, (unsigned)(x->mb * 131 + c->iteration), 1.0); /* input embedding */
+    } else if (ch->first) { /* input embedding: under SP this rank's tokens of it */
+        rt_fill_at(s->in, s->nh, tp_of(c) && tp_of(c)->sp ? (size_t)c->tp_rank * s->nh : 0,
+                   (unsigned)(x->mb * 131 + c->iteration), 1.0);
     } else {
         memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
         if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
@@ -345,18 +427,26 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
         if (full) memcpy(s->ckpt + (size_t)l * s->nh, cur, s->nh * sizeof(double));
         a->enc = s->enc;
         a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
+        a->tp = tp_of(c);
         rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, a);
         cur = dst;
     }
     if (cur != s->out) memcpy(s->out, cur, s->nh * sizeof(double));
     pool_put(c, tmp, s->nh);
     if (full) scratch_close(c, s, ch, &scratch);
-    if (ch->last) { /* LM head (tied embedding) and loss */
-        double *logits = pool_get(c, (size_t)n * c->vocab);
-        s->dlogits = pool_get(c, (size_t)n * c->vocab);
-        if (rt_lm_head_fwd(s->out, c->emb, logits, s->dlogits, n, H, c->vocab, x->mb) != 0)
+    if (ch->last) { /* LM head (tied embedding, split by vocabulary under TP) and loss */
+        size_t nv = (size_t)n * c->vocab_local;
+        const double *head_in = s->out;
+        if (s->nh < (size_t)n * H) { /* SP: the head reads every token */
+            s->head_in = pool_get(c, (size_t)n * H);
+            rt_tp_gather(tp_of(c), s->out, s->head_in, s->nh);
+            head_in = s->head_in;
+        }
+        double *logits = pool_get(c, nv);
+        s->dlogits = pool_get(c, nv);
+        if (rt_lm_head_fwd_tp(tp_of(c), head_in, c->emb, logits, s->dlogits, n, H, c->vocab, x->mb) != 0)
             die(c, "out of host memory");
-        pool_put(c, logits, (size_t)n * c->vocab);
+        pool_put(c, logits, nv);
     }
 }
 
@@ -365,7 +455,8 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
     chunk_state *ch = &c->ch[x->chunk];
     int n = s->B * s->S, H = c->hidden;
     if (ch->last) { /* LM head backward: d(out) and d(embedding) */
-        rt_lm_head_bwd(s->dlogits, c->emb, s->out, s->dout, c->demb, n, H, c->vocab);
+        rt_lm_head_bwd_tp(tp_of(c), s->dlogits, c->emb, s->head_in ? s->head_in : s->out, s->dout,
+                          c->demb, n, H, c->vocab);
         if (ch->decoder) memset(s->denc, 0, s->ne * sizeof(double));
     } else { /* unpack the received gradient */
         memcpy(s->dout, s->rx[KIND_GRAD], s->nh * sizeof(double));
@@ -383,6 +474,7 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
         rt_layer_acts *a = full ? &scratch : &s->acts[l];
         if (full) a->enc = s->enc, a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
+        a->tp = tp_of(c);
         if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, s->recompute,
                            full ? s->ckpt + (size_t)l * s->nh : NULL, rerun_y, a))
             c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
@@ -438,10 +530,19 @@ static void describe(char *buf, size_t cap, const plan_instr *x, int i)
     snprintf(buf, cap, "instruction %d (%s mb %d chunk %d)", i, plan_op_name(x->op), x->mb, x->chunk);
 }
 
+/* Sums n gradients over the stage's replicas (the same tp rank of each), in place. */
+static void allreduce_replicas(ctx *c, double *v, size_t n, MPI_Comm stage_comm)
+{
+    MPI_Request rq;
+    if (n > (size_t)INT_MAX) die(c, "a gradient block of more than 2^31 values");
+    MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, stage_comm, &rq));
+    wait_req(c, &rq, "the gradient all-reduce across replicas");
+}
+
 static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
 {
     c->it = it;
-    int me = c->replica * c->pp + c->stage;
+    int me = c->replica * c->pp + c->stage; /* the plan's rank: this tp group */
     const plan_rank *R = &it->ranks[me];
     size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
@@ -450,7 +551,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     for (int k = 0; k < c->chunks; k++)
         for (int l = 0; l < c->ch[k].layers; l++)
             memset(c->ch[k].g[l].block, 0, c->ch[k].g[l].count * sizeof(double));
-    if (c->demb) memset(c->demb, 0, (size_t)c->vocab * c->hidden * sizeof(double));
+    if (c->demb) memset(c->demb, 0, (size_t)c->vocab_local * c->hidden * sizeof(double));
     MPI_Request bar;
     MPI_TRY(c, MPI_Ibarrier(MPI_COMM_WORLD, &bar)); /* with the timeout: a stalled rank must not hang the rest */
     wait_req(c, &bar, "the other ranks at the start of the iteration");
@@ -462,7 +563,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         pm_resolve(&c->pm, me, i, &step);
         slot *s = slot_of(c, x->mb, x->chunk);
         const plan_mb *m = &it->mb[x->mb];
-        int peer = step.peer_rank;
+        int peer = rt_world_rank(&c->o->pl->h, step.peer_rank, c->tp_rank);
         double t = MPI_Wtime();
         switch (x->op) {
         case OP_RECV_ACT:
@@ -521,16 +622,23 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     free(c->slots);
     c->slots = NULL;
     pm_release(&c->pm);
+    if (tp_of(c) && tp_of(c)->sp) /* the norms' gradients were summed over this rank's tokens */
+        for (int k = 0; k < c->chunks; k++)
+            for (int l = 0; l < c->ch[k].layers; l++) {
+                size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+                rt_layer_params_layout(&c->ch[k].shape, off, len, &count);
+                static const int norms[] = {RT_P_LN1_G, RT_P_LN1_B, RT_P_LN2_G, RT_P_LN2_B};
+                for (size_t q = 0; q < sizeof norms / sizeof *norms; q++)
+                    if (len[norms[q]])
+                        c->tpg.tp.allreduce(&c->tpg, c->ch[k].g[l].block + off[norms[q]],
+                                            len[norms[q]], RT_TP_SUM);
+            }
     if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
         double t = MPI_Wtime();
         for (int k = 0; k < c->chunks; k++)
-            for (int l = 0; l < c->ch[k].layers; l++) {
-                MPI_Request rq;
-                MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, c->ch[k].g[l].block,
-                                          (int)c->ch[k].g[l].count, MPI_DOUBLE, MPI_SUM,
-                                          stage_comm, &rq));
-                wait_req(c, &rq, "the gradient all-reduce across replicas");
-            }
+            for (int l = 0; l < c->ch[k].layers; l++)
+                allreduce_replicas(c, c->ch[k].g[l].block, c->ch[k].g[l].count, stage_comm);
+        if (c->demb) allreduce_replicas(c, c->demb, (size_t)c->vocab_local * c->hidden, stage_comm);
         record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
 }
@@ -547,14 +655,19 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.pp = pl->h.pp;
     c.chunks = pl->h.chunks;
     c.nv = c.pp * c.chunks;
-    c.stage = c.rank % c.pp;
-    c.replica = c.rank / c.pp;
+    rt_place at = rt_place_of(&pl->h, c.rank);
+    c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank;
     if (m->arch == ARCH_T5 && (c.chunks > 1 || c.nv < 2))
         return dp_fail(err, DP_ERR_UNSUPPORTED,
                        "dprun runs T5 plans on at least 2 stages (encoder, then decoder) and "
                        "without interleaving");
+    int tp = pl->h.tp > 1 ? pl->h.tp : 1;
     c.hidden = m->hidden;
     c.vocab = m->vocab;
+    c.vocab_local = m->vocab / tp;
+    c.wire_share = pl->h.sp && tp > 1 ? tp : 1;
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group, at.tp_rank, &c.tp_comm));
+    rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, tp_wait, tp_die, &c);
     int enc_virt = m->arch == ARCH_T5 && c.nv > 1 ? c.nv / 2 : c.nv; /* T5: encoder stages first */
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
@@ -564,27 +677,34 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         ch->decoder = m->arch == ARCH_T5 && v >= enc_virt && c.nv > 1;
         ch->first_decoder = ch->decoder && v == enc_virt;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
-        ch->shape = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
-                                         : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
+        rt_layer_shape whole = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
+                                                 : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
+        ch->shape = rt_layer_shape_tp(&whole, tp); /* this tp rank's share of each layer */
         ch->layers = ch->decoder ? dec : enc;
         ch->first = v == 0;
         ch->last = v == c.nv - 1;
         ch->p = xcalloc(&c, (size_t)ch->layers, sizeof *ch->p);
         ch->g = xcalloc(&c, (size_t)ch->layers, sizeof *ch->g);
+        rt_layer_params full; /* the whole layer as tp 1 initialises it, of which this rank
+                               * takes its share: every layout trains the same numbers */
+        if (rt_layer_params_alloc(&full, &whole) != 0) die(&c, "out of host memory");
         for (int l = 0; l < ch->layers; l++) {
             if (rt_layer_params_alloc(&ch->p[l], &ch->shape) != 0 ||
                 rt_layer_params_alloc(&ch->g[l], &ch->shape) != 0)
                 die(&c, "out of host memory");
-            rt_layer_params_init(&ch->p[l], &ch->shape, (unsigned)(v * 1000 + l));
+            rt_layer_params_init(&full, &whole, (unsigned)(v * 1000 + l));
+            rt_layer_params_shard(&whole, full.block, tp, c.tp_rank, ch->p[l].block);
         }
-        if (ch->last) {
-            c.emb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));
-            c.demb = xcalloc(&c, (size_t)m->vocab * m->hidden, sizeof(double));
-            rt_fill(c.emb, (size_t)m->vocab * m->hidden, 99, 0.04);
+        rt_layer_params_free(&full);
+        if (ch->last) { /* under TP this rank's rows of the vocabulary */
+            size_t rows = (size_t)c.vocab_local * m->hidden;
+            c.emb = xcalloc(&c, rows, sizeof(double));
+            c.demb = xcalloc(&c, rows, sizeof(double));
+            rt_fill_at(c.emb, rows, (size_t)c.tp_rank * rows, 99, 0.04);
         }
     }
-    MPI_Comm stage_comm;
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage, c.replica, &stage_comm));
+    MPI_Comm stage_comm; /* this stage's replicas, the same tp rank of each */
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage * tp + c.tp_rank, c.replica, &stage_comm));
     rt_layer_set_yield(mpi_progress);
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     if (o->stall_rank == c.rank && o->stall_s > 0) {
@@ -607,16 +727,17 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     }
     rt_layer_set_yield(NULL);
     MPI_Comm_free(&stage_comm);
+    MPI_Comm_free(&c.tp_comm);
     res->grad_sq = 0;
     for (int k = 0; k < c.chunks; k++) {
         for (int l = 0; l < c.ch[k].layers; l++) {
-            res->grad_sq += rt_sum_sq(c.ch[k].g[l].block, c.ch[k].g[l].count);
+            res->grad_sq += rt_grad_sq_share(&c.ch[k].shape, c.ch[k].g[l].block, tp, c.tp_rank);
             rt_layer_params_free(&c.ch[k].p[l]);
             rt_layer_params_free(&c.ch[k].g[l]);
         }
         free(c.ch[k].p), free(c.ch[k].g);
     }
-    if (c.demb) res->grad_sq += rt_sum_sq(c.demb, (size_t)m->vocab * m->hidden);
+    if (c.demb) res->grad_sq += rt_sum_sq(c.demb, (size_t)c.vocab_local * m->hidden);
     free(c.ch), free(c.emb), free(c.demb);
     for (size_t i = 0; i < c.pool.n; i++) free(c.pool.ptr[i]);
     free(c.pool.ptr), free(c.pool.size);

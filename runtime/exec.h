@@ -123,6 +123,40 @@ int rt_mb_seqs(const plan_iter *it, const plan_mb *m, int dec, rt_seqs *s, int *
  * runtime ran varlen attention do not): DP_OK, or DP_ERR_INVALID naming the first that does not. */
 dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err);
 
+/* Where a process sits in a plan's layout: tensor-parallel ranks fastest (as Megatron orders
+ * them), then the pipeline's stages, then the replicas; world rank (group * tp + tp_rank), where
+ * group = replica * pp + stage is the plan's rank index (plan_iter.ranks). The tp ranks of a
+ * group run the group's instructions together, each with its share of every layer
+ * (runtime/layout.h rt_layer_shape_tp); a transfer goes between the same tp rank of two
+ * groups. */
+typedef struct rt_place {
+    int group, stage, replica, tp_rank;
+} rt_place;
+static inline rt_place rt_place_of(const plan_header *h, int world_rank)
+{
+    int tp = h->tp > 1 ? h->tp : 1, group = world_rank / tp;
+    rt_place p = {group, group % h->pp, group / h->pp, world_rank % tp};
+    return p;
+}
+static inline int rt_world_rank(const plan_header *h, int group, int tp_rank)
+{
+    return group * (h->tp > 1 ? h->tp : 1) + tp_rank;
+}
+
+/* Whether the runtime runs the plan's layout as planned on `ranks` processes of the cpu backend
+ * (on_gpu 0) or the cuda backend (1): pp x dp x tp ranks (the cuda backend also 1: every stage on
+ * one GPU); tensor parallelism on the cpu backend, for GPT-kind models, with t dividing the
+ * heads, the key/value heads, the MLP width and the vocabulary, and under sequence parallelism
+ * every micro-batch's tokens; no context parallelism yet. DP_OK, or DP_ERR_UNSUPPORTED /
+ * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
+ * another layout. The same answer on every rank. */
+dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,
+                               const char *path, dp_err *err);
+/* The part of it that is the model's: tensor parallelism of degree tp on this backend (the cpu's,
+ * GPT-kind layers, tp dividing the heads, key/value heads, MLP width and vocabulary); where
+ * names the plan or command in the message. dprun profile --tp asks it too. */
+dp_status rt_check_tp(const model_spec *m, int tp, int on_gpu, const char *where, dp_err *err);
+
 /* Runs the plan on this rank (MPI is initialised). Fails (without aborting) only on set-up
  * problems that every rank detects alike; run-time faults abort. */
 dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err);

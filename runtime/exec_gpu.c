@@ -472,6 +472,11 @@ static dp_status enqueue_allreduce(gctx *c)
                                   sizeof why) != 0)
                 return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
     }
+    /* the tied embedding's gradient on the last stage too, as the cpu backend sums it */
+    if (c->stage == c->pp - 1 && c->demb &&
+        rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab * c->hidden, c->dt, g, why,
+                          sizeof why) != 0)
+        return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
     rt_cuda_event_record(g, t->e1);
     return DP_OK;
 #else

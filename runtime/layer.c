@@ -335,9 +335,23 @@ int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double 
     return 0;
 }
 
-void rt_fill(double *v, size_t n, unsigned seed, double scale)
+void rt_fill(double *v, size_t n, unsigned seed, double scale) { rt_fill_at(v, n, 0, seed, scale); }
+
+void rt_fill_at(double *v, size_t n, size_t first, unsigned seed, double scale)
 {
-    for (size_t i = 0; i < n; i++) v[i] = RT_FILL_VALUE(i, seed, scale);
+    for (size_t i = 0; i < n; i++) v[i] = RT_FILL_VALUE(first + i, seed, scale);
+}
+
+double rt_grad_sq_share(const rt_layer_shape *s, const double *block, int tp, int tp_rank)
+{
+    size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+    int n = rt_layer_params_layout(s, off, len, &count);
+    if (tp <= 1) return rt_sum_sq(block, count);
+    double sq = 0;
+    for (int id = 0; id < n; id++)
+        if ( tp_rank == 0 || rt_param_tp_split(s, id) != RT_TP_WHOLE)
+            sq += rt_sum_sq(block + off[id], len[id]);
+    return sq;
 }
 
 double rt_sum_sq(const double *v, size_t n)
@@ -354,6 +368,78 @@ void rt_lm_head_bwd(const double *dlogits, const double *emb, const double *out,
                 dout, H);
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, H, n, 1.0, dlogits, V, out, H, 1.0, demb,
                 H);
+}
+
+/* ---- tensor parallelism ---------------------------------------------------------------------- */
+
+static int tp_on(const rt_tp *tp) { return tp && tp->size > 1; }
+static int tp_sp(const rt_tp *tp) { return tp_on(tp) && tp->sp; }
+
+int rt_tp_tokens(const rt_tp *tp, int n) { return tp_sp(tp) ? n / tp->size : n; }
+
+void rt_tp_gather(const rt_tp *tp, const double *local, double *full, size_t n_local)
+{
+    if (tp_sp(tp)) tp->allgather(tp->ctx, local, full, n_local);
+    else if (full != local) memcpy(full, local, n_local * sizeof *full);
+}
+
+void rt_tp_reduce(const rt_tp *tp, double *partial, double *local, size_t n_full)
+{
+    if (tp_sp(tp)) {
+        tp->reduce_scatter(tp->ctx, partial, local, n_full / (size_t)tp->size);
+        return;
+    }
+    if (tp_on(tp)) tp->allreduce(tp->ctx, partial, n_full, RT_TP_SUM);
+    if (local != partial) memcpy(local, partial, n_full * sizeof *local);
+}
+
+/* A row-parallel projection's bias: added by rank 0 only, so that the partial sums carry it once. */
+static const double *bias_once(const rt_tp *tp, const double *b) { return tp_on(tp) && tp->rank ? NULL : b; }
+
+int rt_lm_head_fwd_tp(const rt_tp *tp, const double *out, const double *emb, double *logits,
+                      double *dlogits, int n, int H, int V, int target_offset)
+{
+    if (!tp_on(tp)) return rt_lm_head_fwd(out, emb, logits, dlogits, n, H, V, target_offset);
+    int Vl = V / tp->size, first = tp->rank * Vl;
+    double *mx = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *mx), *sum = mx + n;
+    if (!mx) return -1;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, Vl, H, 1.0, out, H, emb, H, 0.0, logits, Vl);
+    for (int i = 0; i < n; i++) {
+        const double *l = logits + (size_t)i * Vl;
+        mx[i] = -INFINITY;
+        for (int j = 0; j < Vl; j++) mx[i] = l[j] > mx[i] ? l[j] : mx[i];
+    }
+    tp->allreduce(tp->ctx, mx, (size_t)n, RT_TP_MAX);
+    for (int i = 0; i < n; i++) {
+        const double *l = logits + (size_t)i * Vl;
+        sum[i] = 0;
+        for (int j = 0; j < Vl; j++) sum[i] += exp(l[j] - mx[i]);
+    }
+    tp->allreduce(tp->ctx, sum, (size_t)n, RT_TP_SUM);
+    for (int i = 0; i < n; i++) { /* the same synthetic targets as rt_lm_head_fwd */
+        const double *l = logits + (size_t)i * Vl;
+        double *dl = dlogits + (size_t)i * Vl;
+        int target = (int)(((long long)i * 7919 + target_offset) % V) - first;
+        for (int j = 0; j < Vl; j++) dl[j] = exp(l[j] - mx[i]) / sum[i] / n;
+        if (target >= 0 && target < Vl) dl[target] -= 1.0 / n;
+    }
+    free(mx);
+    return 0;
+}
+
+void rt_lm_head_bwd_tp(const rt_tp *tp, const double *dlogits, const double *emb, const double *out,
+                       double *dout, double *demb, int n, int H, int V)
+{
+    if (!tp_on(tp)) {
+        rt_lm_head_bwd(dlogits, emb, out, dout, demb, n, H, V);
+        return;
+    }
+    size_t nh = (size_t)n * H;
+    double *partial = malloc(nh * sizeof *partial); /* this rank's vocabulary's share */
+    if (!partial) abort();
+    rt_lm_head_bwd(dlogits, emb, out, partial, demb, n, H, V / tp->size);
+    rt_tp_reduce(tp, partial, dout, nh);
+    free(partial);
 }
 
 /* ---- the whole layer ------------------------------------------------------------------------- */
@@ -521,31 +607,43 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
 {
     int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
     int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
+    const rt_tp *tp = a->tp;
+    size_t nh = (size_t)n * h, nlh = (size_t)rt_tp_tokens(tp, n) * h; /* whole; this rank's */
+    int nl = rt_tp_tokens(tp, n);
+    /* with SP, a whole-sequence scratch: a norm's output before the gather, a projection's
+     * partial sums before the reduce-scatter */
+    double *full = tp_sp(tp) ? malloc(nh * sizeof *full) : NULL;
+    if (tp_sp(tp) && !full) abort();
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
-    memcpy(a->x, x, (size_t)n * h * sizeof *x);
-    rt_norm_fwd(s, a->x, p->ln1_g, p->ln1_b, a->h1, a->mean1, a->rstd1, n, h);
+    memcpy(a->x, x, nlh * sizeof *x);
+    rt_norm_fwd(s, a->x, p->ln1_g, p->ln1_b, full ? full : a->h1, a->mean1, a->rstd1, nl, h);
+    if (full) rt_tp_gather(tp, full, a->h1, nlh);
     rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, qkv);
     if (s->rope_base > 0) rope_pass(s, &ps.self, a->qkv, n, 0); /* the saved q and k are rotated */
     self_core(s, &ps, n, a);
-    rt_linear_fwd(a->ctx, p->wo, p->bo, a->x2, n, hk, h);
-    for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->x[i];
-    if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
+    rt_linear_fwd(a->ctx, p->wo, bias_once(tp, p->bo), full ? full : a->x2, n, hk, h);
+    rt_tp_reduce(tp, full ? full : a->x2, a->x2, nh);
+    for (size_t i = 0; i < nlh; i++) a->x2[i] += a->x[i];
+    if (s->cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention (no TP) */
         int ne = B * a->Se;
-        memcpy(a->xc, a->x2, (size_t)n * h * sizeof *a->xc);
+        memcpy(a->xc, a->x2, nh * sizeof *a->xc);
         rt_norm_fwd(s, a->xc, p->lnc_g, p->lnc_b, a->hc, a->meanc, a->rstdc, n, h);
         rt_linear_fwd(a->hc, p->wqc, p->bqc, a->qc, n, h, hk);
         rt_linear_fwd(a->enc, p->wkvc, p->bkvc, a->kvc, ne, h, 2 * hkv);
         cross_core(s, &ps, n, a);
         rt_linear_fwd(a->ctxc, p->woc, p->boc, a->x2, n, hk, h);
-        for (size_t i = 0; i < (size_t)n * h; i++) a->x2[i] += a->xc[i];
+        for (size_t i = 0; i < nh; i++) a->x2[i] += a->xc[i];
     }
-    rt_norm_fwd(s, a->x2, p->ln2_g, p->ln2_b, a->h2, a->mean2, a->rstd2, n, h);
+    rt_norm_fwd(s, a->x2, p->ln2_g, p->ln2_b, full ? full : a->h2, a->mean2, a->rstd2, nl, h);
+    if (full) rt_tp_gather(tp, full, a->h2, nlh);
     rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, rt_layer_ffn_in(s));
     rt_mlp_act_fwd(s, a->u, a->g, n);
-    rt_linear_fwd(a->g, p->w2, p->b2, y, n, f, h);
-    for (size_t i = 0; i < (size_t)n * h; i++) y[i] += a->x2[i];
+    rt_linear_fwd(a->g, p->w2, bias_once(tp, p->b2), full ? full : y, n, f, h);
+    rt_tp_reduce(tp, full ? full : y, y, nh);
+    for (size_t i = 0; i < nlh; i++) y[i] += a->x2[i];
     rt_batch_seqs_free(&ps);
+    free(full);
 }
 
 int rt_layer_rerun(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
@@ -561,18 +659,24 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
 {
     int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
     int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s), g = rt_layer_kv_heads(s);
-    size_t nh = (size_t)n * h;
+    const rt_tp *tp = a->tp;
+    int nl = rt_tp_tokens(tp, n), sp = tp_sp(tp);
+    size_t nh = (size_t)n * h, nlh = (size_t)nl * h;
     double *tmp_f = malloc((size_t)n * f * sizeof *tmp_f), *tmp_h = malloc(nh * sizeof *tmp_h);
     double *dctx = malloc((size_t)n * hk * sizeof *dctx);
-    if (!tmp_f || !tmp_h || !dctx) abort();
+    /* with SP, this rank's tokens of a norm's input gradient and of d(attention out) */
+    double *dnorm = sp ? malloc(nlh * sizeof *dnorm) : tmp_h;
+    double *d_o = sp ? malloc(nlh * sizeof *d_o) : a->d_o;
+    if (!tmp_f || !tmp_h || !dctx || !dnorm || !d_o) abort();
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
-    memcpy(a->d_y, dy, nh * sizeof *dy);
-    rt_linear_bwd_input(dy, p->w2, tmp_f, n, f, h);            /* dg */
-    rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);                 /* du */
-    rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, rt_layer_ffn_in(s)); /* dh2 */
-    rt_norm_bwd(s, tmp_h, a->x2, p->ln2_g, a->mean2, a->rstd2, a->d_o, grad->ln2_g, grad->ln2_b, n, h);
-    for (size_t i = 0; i < nh; i++) a->d_o[i] += dy[i];        /* dx2 = d(attention out) */
+    rt_tp_gather(tp, dy, a->d_y, nlh);                          /* W2's output gradient, whole */
+    rt_linear_bwd_input(a->d_y, p->w2, tmp_f, n, f, h);         /* dg */
+    rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);                  /* du */
+    rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, rt_layer_ffn_in(s)); /* dh2, partial */
+    rt_tp_reduce(tp, tmp_h, dnorm, nh);
+    rt_norm_bwd(s, dnorm, a->x2, p->ln2_g, a->mean2, a->rstd2, d_o, grad->ln2_g, grad->ln2_b, nl, h);
+    for (size_t i = 0; i < nlh; i++) d_o[i] += dy[i];           /* dx2 = d(attention out) */
     if (s->cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
         int ne = B * a->Se;
         memcpy(a->d_oc, a->d_o, nh * sizeof *a->d_oc);
@@ -593,14 +697,17 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
                     grad->lnc_b, n, h);
         for (size_t i = 0; i < nh; i++) a->d_o[i] += a->d_oc[i];
     }
+    rt_tp_gather(tp, d_o, a->d_o, nlh);                         /* Wo's output gradient, whole */
     rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
     memset(a->d_qkv, 0, (size_t)n * qkv * sizeof *a->d_qkv);
     rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->d_qkv,
                      a->d_qkv + hk, a->d_qkv + hk + hkv, &ps.self, &ps.self, s->heads, g, s->kv);
     if (s->rope_base > 0) rope_pass(s, &ps.self, a->d_qkv, n, 1); /* d(rotated) to d(projected) */
-    rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, qkv); /* dh1 */
-    rt_norm_bwd(s, tmp_h, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, n, h);
-    for (size_t i = 0; i < nh; i++) dx[i] += a->d_o[i];
+    rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, qkv); /* dh1, partial */
+    rt_tp_reduce(tp, tmp_h, dnorm, nh);
+    rt_norm_bwd(s, dnorm, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, nl, h);
+    for (size_t i = 0; i < nlh; i++) dx[i] += d_o[i];
+    if (sp) free(dnorm), free(d_o);
     free(tmp_f), free(tmp_h), free(dctx);
     rt_batch_seqs_free(&ps);
 }

@@ -183,16 +183,79 @@ static inline double rt_fill_mix_(unsigned h)
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
     return (double)(h >> 8) / (double)(1u << 24) - 0.5;
 }
-/* v[i] = RT_FILL_VALUE(i, seed, scale) for i < n. */
+/* v[i] = RT_FILL_VALUE(i, seed, scale) for i < n; rt_fill_at from index first on (a rank's
+ * share of a fill: v[i] = RT_FILL_VALUE(first + i, ...)). */
 void rt_fill(double *v, size_t n, unsigned seed, double scale);
+void rt_fill_at(double *v, size_t n, size_t first, unsigned seed, double scale);
 /* The sum of v[i]^2 (the executors' gradient figure, rt_result.grad_sq). */
 double rt_sum_sq(const double *v, size_t n);
+/* A tensor-parallel rank's share of the sum of squares of a layer's gradients (block, laid out
+ * for the rank's shape s): its parts of the split parameters, and the whole ones
+ * (layout.h RT_TP_WHOLE, the same on every rank) on rank 0 only, so that the group's shares
+ * add up to the whole layer's figure. tp 1: rt_sum_sq of the block. */
+double rt_grad_sq_share(const rt_layer_shape *s, const double *block, int tp, int tp_rank);
 
 /* A function the layer calls between its operations (NULL, the default: none). dprun's MPI
  * executor drives MPI's progress engine there: a transfer it started before a long compute must
  * not wait for the compute's end, which it would on transports that copy through the sender
  * (shared memory without a single-copy mechanism). */
 void rt_layer_set_yield(void (*fn)(void));
+
+/* ---- tensor parallelism ---------------------------------------------------------------------- */
+
+/* A tensor-parallel group as the layer sees it (Megatron's split, runtime/layout.h
+ * rt_layer_shape_tp): its size and this rank's index, whether sequence parallelism is on, and
+ * the group's collectives, which the caller supplies (dprun's cpu backend: MPI on the group's
+ * sub-communicator, waited on with its timeout). Every rank of a group calls the layer on the
+ * same micro-batches in the same order, so the collectives meet. NULL, or size 1: no TP.
+ *
+ * Where the ranks' work meets (Megatron's conjugate operators around a parallel region):
+ *   without SP  the layer's input and output are whole (B*S tokens) on every rank; the norms run
+ *               on every rank; the row-parallel projections' partial sums are all-reduced (in
+ *               the forward after Wo and W2, in the backward after the input gradients of Wqkv
+ *               and W1);
+ *   with SP     the layer's input and output are this rank's B*S / t consecutive tokens (rank
+ *               r's: tokens r*n/t ..), and so are the norms and residual adds; entering a
+ *               parallel region all-gathers the tokens, leaving it reduce-scatters the partial
+ *               sums, and their backwards are the other one. The norms' parameter gradients are
+ *               then sums over this rank's tokens: the caller all-reduces them over the group
+ *               (Megatron's sequence-parallel gradients) before using them.
+ * The collectives: the sum (op RT_TP_SUM) or maximum (RT_TP_MAX) of n values over the group, in
+ * place; the concatenation by rank of every rank's n values; the sum over the group of n * size
+ * values, of which this rank keeps its n (part rank). */
+enum { RT_TP_SUM, RT_TP_MAX };
+typedef struct rt_tp {
+    int size, rank, sp;
+    void (*allreduce)(void *ctx, double *v, size_t n, int op);
+    void (*allgather)(void *ctx, const double *mine, double *all, size_t n);
+    void (*reduce_scatter)(void *ctx, const double *all, double *mine, size_t n);
+    void *ctx;
+} rt_tp;
+
+/* The tokens a rank's layer input and output hold of n: n / size with SP, else n. */
+int rt_tp_tokens(const rt_tp *tp, int n);
+/* Entering a parallel region: the whole sequence (full, n_local * size values with SP) from this
+ * rank's n_local values (SP: all-gather; otherwise local is already whole: copied unless full is
+ * local). */
+void rt_tp_gather(const rt_tp *tp, const double *local, double *full, size_t n_local);
+/* Leaving one: the ranks' partial sums `partial` (n_full values) added up into local (SP: this
+ * rank's n_full / size of the sum, reduce-scatter; otherwise all n_full, all-reduced in place in
+ * partial and copied unless local is partial). */
+void rt_tp_reduce(const rt_tp *tp, double *partial, double *local, size_t n_full);
+
+/* The tied LM head and loss with the embedding split by vocabulary over the group (Megatron's
+ * vocabulary-parallel head and cross-entropy): emb holds this rank's V / size rows (rank r's:
+ * r*V/size ..), logits and dlogits (n, V / size) its columns; the softmax's maximum and sum over
+ * the whole vocabulary come from all-reduces, the target's logit counts on the rank whose rows
+ * hold it. out is whole (n tokens). Without TP, rt_lm_head_fwd. Returns 0, or -1 when out of host
+ * memory. */
+int rt_lm_head_fwd_tp(const rt_tp *tp, const double *out, const double *emb, double *logits,
+                      double *dlogits, int n, int H, int V, int target_offset);
+/* Its backward: dout = the group's sum of dlogits emb (rt_tp_reduce: with SP this rank's tokens
+ * of it, else all n); demb (this rank's rows) += dlogits^T out. Aborts when out of host memory
+ * (an (n, H) scratch). */
+void rt_lm_head_bwd_tp(const rt_tp *tp, const double *dlogits, const double *emb, const double *out,
+                       double *dout, double *demb, int n, int H, int V);
 
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
@@ -240,6 +303,10 @@ typedef struct rt_layer_acts {
      * backward; NULL: whole rows (B of S, B of Se) */
     const rt_seqs *seqs, *enc_seqs;
     double *xc, *hc, *meanc, *rstdc, *qc, *kvc, *pc, *ctxc, *d_qc, *d_kvc, *d_oc;
+    /* the tensor-parallel group the layer runs in, set by the caller like seqs (NULL: none);
+     * the shape is then the rank's (rt_layer_shape_tp), B*S the whole micro-batch's tokens, and
+     * with SP x, the norms' statistics, x2 and the output hold this rank's tokens only */
+    const rt_tp *tp;
 } rt_layer_acts;
 
 /* Se is the encoder length of a cross layer (ignored otherwise): rt_layer_acts_bytes(s, B, S,
@@ -252,7 +319,8 @@ void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S,
                         double *block);
 void rt_layer_acts_free(rt_layer_acts *a);
 
-/* y (B*S, H) = layer(x); saves what the backward needs in a. */
+/* y (B*S, H) = layer(x); saves what the backward needs in a. With a->tp, x and y hold
+ * rt_tp_tokens(a->tp, B*S) tokens. */
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a);
 /* Selective recompute (scheduler/plan_machine.h pm_recompute): the attention cores again (the

@@ -148,6 +148,75 @@ void rt_param_block_pack(void *dst, const double *src, size_t count, rt_dtype dt
     }
 }
 
+/* ---- tensor parallelism ---------------------------------------------------------------------- */
+
+rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t)
+{
+    rt_layer_shape l = *s;
+    l.kv_heads = rt_layer_kv_heads(s) / t;
+    l.heads = s->heads / t;
+    l.ffn = s->ffn / t;
+    return l;
+}
+
+int rt_param_tp_split(const rt_layer_shape *s, int id)
+{
+    (void)s;
+    switch (id) {
+    case RT_P_WQKV: case RT_P_BQKV: case RT_P_W1: case RT_P_B1: case RT_P_WQC: case RT_P_BQC:
+    case RT_P_WKVC: case RT_P_BKVC:
+        return RT_TP_COLUMNS;
+    case RT_P_WO: case RT_P_W2: case RT_P_WOC:
+        return RT_TP_ROWS;
+    default:
+        return RT_TP_WHOLE;
+    }
+}
+
+/* The column segments of a column-parallel parameter on shape s (widths, at most 3). */
+static int tp_segments(const rt_layer_shape *s, int id, size_t seg[3])
+{
+    size_t hk = (size_t)rt_layer_q_width(s), hkv = (size_t)rt_layer_kv_width(s), f = (size_t)s->ffn;
+    switch (id) {
+    case RT_P_WQKV: case RT_P_BQKV: seg[0] = hk, seg[1] = seg[2] = hkv; return 3;
+    case RT_P_W1: case RT_P_B1: seg[0] = seg[1] = f; return s->glu ? 2 : 1;
+    case RT_P_WKVC: case RT_P_BKVC: seg[0] = seg[1] = hkv; return 2;
+    default: seg[0] = hk; return 1; /* Wqc, bqc */
+    }
+}
+
+void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int r, double *dst)
+{
+    rt_layer_shape l = rt_layer_shape_tp(s, t);
+    size_t off[RT_P_COUNT], len[RT_P_COUNT], loff[RT_P_COUNT], llen[RT_P_COUNT], count;
+    int n = rt_layer_params_layout(s, off, len, &count);
+    rt_layer_params_layout(&l, loff, llen, &count);
+    for (int id = 0; id < n; id++) {
+        if (!len[id]) continue;
+        const double *from = src + off[id];
+        double *to = dst + loff[id];
+        int how = rt_param_tp_split(s, id);
+        if (how == RT_TP_WHOLE) {
+            memcpy(to, from, len[id] * sizeof *to);
+        } else if (how == RT_TP_ROWS) { /* rank r's rows, contiguous */
+            memcpy(to, from + (size_t)r * llen[id], llen[id] * sizeof *to);
+        } else {
+            size_t seg[3], cols = 0;
+            int ns = tp_segments(s, id, seg);
+            for (int k = 0; k < ns; k++) cols += seg[k];
+            for (size_t row = 0; row < len[id] / cols; row++) {
+                const double *fr = from + row * cols;
+                double *tr = to + row * (cols / t);
+                for (int k = 0, at = 0; k < ns; at += (int)seg[k], k++) {
+                    size_t part = seg[k] / t;
+                    memcpy(tr, fr + at + (size_t)r * part, part * sizeof *tr);
+                    tr += part;
+                }
+            }
+        }
+    }
+}
+
 /* ---- saved activations ----------------------------------------------------------------------- */
 
 enum { CLASS_ACT, CLASS_STAT, CLASS_SOFTMAX };

@@ -160,6 +160,28 @@ size_t rt_grad_block_bytes(size_t count, rt_dtype dt);
  * bf16 writes the fp32 masters and their bf16 copies. */
 void rt_param_block_pack(void *dst, const double *src, size_t count, rt_dtype dt);
 
+/* ---- tensor parallelism ---------------------------------------------------------------------- */
+
+/* Megatron's split of a layer over t tensor-parallel ranks: each holds heads / t query heads,
+ * kv_heads / t key/value heads (query head h and the key/value head it reads stay on one rank)
+ * and ffn / t MLP columns; the hidden width is whole. rt_layer_shape_tp is what one rank's layer
+ * runs (t divides heads, kv_heads and ffn: the runtime's layout check refuses other plans). */
+rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t);
+
+/* How a parameter splits over the group:
+ *   RT_TP_COLUMNS  column-parallel (the fused QKV projection and its bias, W1 and b1, a cross
+ *                  layer's Wqc, Wkvc and their biases): each of its column segments (q | k | v;
+ *                  SwiGLU's gate | up; k | v) is cut into t equal parts, rank r holding part r of
+ *                  each, side by side;
+ *   RT_TP_ROWS     row-parallel (Wo, W2, Woc): cut along its input rows;
+ *   RT_TP_WHOLE    the norms and the row-parallel projections' biases, whole on every rank (a
+ *                  row-parallel bias is added once, after the ranks' partial sums meet). */
+enum { RT_TP_WHOLE, RT_TP_COLUMNS, RT_TP_ROWS };
+int rt_param_tp_split(const rt_layer_shape *s, int id);
+/* Rank r's share (laid out as rt_layer_shape_tp(s, t) lays parameters out) of the parameters
+ * src of a whole layer of shape s, into dst. Element-wise copies; nothing fails. */
+void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int r, double *dst);
+
 /* ---- saved activations ----------------------------------------------------------------------- */
 
 enum {

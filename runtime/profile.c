@@ -45,8 +45,8 @@ static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype
  * sets of activations are used in turn, as a pipeline holds several micro-batches: timing one
  * warm buffer over and over would measure the cache, not the runtime. */
 static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const rt_layer_shape *s,
-                            int B, int S, int Se, recompute_mode rc, int R, int warmup, point *out,
-                            dp_err *err)
+                            int B, int S, int Se, recompute_mode rc, int R, int warmup,
+                            const rt_tp *tp, point *out, dp_err *err)
 {
     int H = s->hidden;
     size_t nh = (size_t)B * S * H, ne = (size_t)B * Se * H;
@@ -68,6 +68,7 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
         rt_layer_acts *ar = &a[(r + warmup) % ROTATE];
         ar->enc = enc;
         ar->denc = denc;
+        ar->tp = tp;
         double t0 = 1e3 * dp_now_s();
         rt_layer_fwd(p, s, B, S, x, y, ar);
         double t1 = 1e3 * dp_now_s();
@@ -87,9 +88,10 @@ out:
 }
 
 /* Times the LM head and loss on n = B * S tokens. */
-static dp_status time_head(const model_spec *m, int n, int R, int warmup, point *out, dp_err *err)
+static dp_status time_head(const model_spec *m, int n, int R, int warmup, const rt_tp *tp,
+                           point *out, dp_err *err)
 {
-    int V = m->vocab, H = m->hidden;
+    int H = m->hidden, V = tp && tp->size > 1 ? m->vocab / tp->size : m->vocab; /* this rank's rows */
     double *y = calloc((size_t)n * H, sizeof *y), *dy = malloc((size_t)n * H * sizeof *dy);
     double *logits = malloc((size_t)n * V * sizeof *logits), *dl = malloc((size_t)n * V * sizeof *dl);
     double *emb = calloc((size_t)V * H, sizeof *emb), *demb = calloc((size_t)V * H, sizeof *demb);
@@ -101,12 +103,12 @@ static dp_status time_head(const model_spec *m, int n, int R, int warmup, point 
     }
     for (int r = -warmup; r < R; r++) {
         double t0 = 1e3 * dp_now_s();
-        if (rt_lm_head_fwd(y, emb, logits, dl, n, H, V, 0) != 0) {
+        if (rt_lm_head_fwd_tp(tp, y, emb, logits, dl, n, H, m->vocab, 0) != 0) {
             st = dp_fail(err, DP_ERR_NOMEM, "out of memory for the LM head on %d tokens", n);
             goto out;
         }
         double t1 = 1e3 * dp_now_s();
-        rt_lm_head_bwd(dl, emb, y, dy, demb, n, H, V);
+        rt_lm_head_bwd_tp(tp, dl, emb, y, dy, demb, n, H, m->vocab);
         double t2 = 1e3 * dp_now_s();
         if (r >= 0) pf[r] = t1 - t0, pb[r] = t2 - t1;
     }
@@ -117,24 +119,24 @@ out:
     return st;
 }
 
-static void write_layer(FILE *fp, recompute_mode rc, const char *comp, int B, int enc, int dec,
-                        const point *p)
+static void write_layer(FILE *fp, int tp, recompute_mode rc, const char *comp, int B, int enc,
+                        int dec, const point *p)
 {
     const char *m = recompute_name(rc);
-    fprintf(fp, "1,%s,%s,fwd_ms,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->fwd_ms);
-    fprintf(fp, "1,%s,%s,bwd_ms,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->bwd_ms);
-    fprintf(fp, "1,%s,%s,stored_act_mb,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->stored_mb);
-    fprintf(fp, "1,%s,%s,peak_act_mb,%d,%d,%d,%.6f\n", m, comp, B, enc, dec, p->peak_mb);
+    fprintf(fp, "%d,%s,%s,fwd_ms,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->fwd_ms);
+    fprintf(fp, "%d,%s,%s,bwd_ms,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->bwd_ms);
+    fprintf(fp, "%d,%s,%s,stored_act_mb,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->stored_mb);
+    fprintf(fp, "%d,%s,%s,peak_act_mb,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->peak_mb);
 }
 
 /* The LM head's rows (it does not recompute: the same figures in every mode measured). */
-static void write_head(FILE *fp, unsigned modes, int B, int enc, int dec, const point *p)
+static void write_head(FILE *fp, int tp, unsigned modes, int B, int enc, int dec, const point *p)
 {
     for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
         if (!(modes >> rc & 1)) continue;
         const char *m = recompute_name((recompute_mode)rc);
-        fprintf(fp, "1,%s,postprocess,fwd_ms,%d,%d,%d,%.6f\n", m, B, enc, dec, p->fwd_ms);
-        fprintf(fp, "1,%s,postprocess,bwd_ms,%d,%d,%d,%.6f\n", m, B, enc, dec, p->bwd_ms);
+        fprintf(fp, "%d,%s,postprocess,fwd_ms,%d,%d,%d,%.6f\n", tp, m, B, enc, dec, p->fwd_ms);
+        fprintf(fp, "%d,%s,postprocess,bwd_ms,%d,%d,%d,%.6f\n", tp, m, B, enc, dec, p->bwd_ms);
     }
 }
 
@@ -195,7 +197,8 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, recompute_
     int R = o->repeats > 0 ? o->repeats : 1;
     if (o->sync) o->sync();
     if (!o->on_gpu)
-        return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, rc, R, o->warmup, pt, err);
+        return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, rc, R, o->warmup, o->tp,
+                          pt, err);
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
     rt_batch mb = {B, S, Se, NULL, NULL};
@@ -216,7 +219,7 @@ static dp_status probe_head(prober *pr, int n, point *pt, dp_err *err)
     const rt_profile_opts *o = pr->o;
     int R = o->repeats > 0 ? o->repeats : 1;
     if (o->sync) o->sync();
-    if (!o->on_gpu) return time_head(o->model, n, R, o->warmup, pt, err);
+    if (!o->on_gpu) return time_head(o->model, n, R, o->warmup, o->tp, pt, err);
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
     if (rt_cuda_time_head(pr->gpu, n, o->model->hidden, o->model->vocab, o->dtype, R,
@@ -273,8 +276,10 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
     int t5 = m->arch == ARCH_T5;
-    rt_layer_shape enc_shape = rt_layer_shape_of(m, t5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
+    int tp = o->tp && o->tp->size > 1 ? o->tp->size : 1;
+    rt_layer_shape enc_whole = rt_layer_shape_of(m, t5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
     rt_layer_shape dec_shape = rt_layer_shape_of(m, RT_LAYER_DECODER);
+    rt_layer_shape enc_shape = rt_layer_shape_tp(&enc_whole, tp); /* this rank's share */
     prober pr;
     memset(&pr, 0, sizeof pr);
     unsigned modes = o->modes ? o->modes : 1u << RECOMPUTE_NONE;
@@ -317,11 +322,11 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
             c->pt.fwd_ms = median(c->tf, passes);
             c->pt.bwd_ms = median(c->tb, passes);
             if (c->layer < 0) {
-                write_head(fp, modes, c->B, c->enc, c->dec, &c->pt);
+                write_head(fp, tp, modes, c->B, c->enc, c->dec, &c->pt);
                 continue;
             }
-            write_layer(fp, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B, c->enc,
-                        c->dec, &c->pt);
+            write_layer(fp, tp, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B,
+                        c->enc, c->dec, &c->pt);
             if (o->progress && c->layer == 0)
                 fprintf(stderr, "dprun profile: mbs %d seqlen %d%s%s: fwd %.3f ms, bwd %.3f ms per "
                         "layer (%s, %s)\n", c->B, c->S, c->rc ? ", recompute " : "",

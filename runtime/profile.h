@@ -19,6 +19,11 @@
  * training precision, by default; the stored and peak memory then are the bf16 layer's: no S^2
  * attention term, layout.h). The CPU layer is fp64.
  *
+ * With a tensor-parallel group (rt_profile_opts.tp, dprun profile --tp T under mpirun -np T) the
+ * CPU layer is timed as a tp plan runs it: each rank its share, the group's collectives
+ * (all-reduces, or with sequence parallelism all-gathers and reduce-scatters) inside the times,
+ * and the rows say tp T, which `dpsim plan --tp T --profile` reads.
+ *
  * Under mpirun every rank measures the same grid at the same time (a barrier per point), so the
  * timings include the contention of busy neighbouring ranks, as in a run; rank 0 writes the file.
  */
@@ -26,7 +31,7 @@
 #define RT_PROFILE_H
 
 #include "../models/model.h"
-#include "layout.h"
+#include "layer.h"
 
 typedef struct rt_profile_opts {
     const model_spec *model;
@@ -43,6 +48,10 @@ typedef struct rt_profile_opts {
     int on_gpu; /* on the CUDA layer (CUDA-event means; not under mpirun) */
     rt_dtype dtype; /* the layer's element type (RT_FP64 on the CPU) */
     unsigned modes; /* recompute modes measured, bits 1 << recompute_mode; 0: none alone */
+    const rt_tp *tp; /* a tensor-parallel group (runtime/layer.h; the cpu layer only): every rank
+                      * of it times its share of the layer (rt_layer_shape_tp) and of the
+                      * vocabulary-parallel head, with the group's collectives, at the same time,
+                      * as a tp plan runs them; rows say tp = its size. NULL: tp 1 */
 } rt_profile_opts;
 
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err);

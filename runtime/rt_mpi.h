@@ -9,6 +9,8 @@
 #include <mpi.h>
 #include <stddef.h>
 
+#include "layer.h"
+
 /* "CALL failed: MPI's reason" for return code rc. */
 void rt_mpi_describe(int rc, const char *call, char *msg, size_t cap);
 
@@ -22,5 +24,22 @@ void rt_mpi_describe(int rc, const char *call, char *msg, size_t cap);
             die_fn((ctx), m_);                                                                     \
         }                                                                                          \
     } while (0)
+
+/* A tensor-parallel group (runtime/layer.h rt_tp) over an MPI communicator, its ranks in the
+ * communicator's order: the collectives are nonblocking MPI calls, each finished by the caller's
+ * wait(ctx, request, what) (an executor's, with its timeout; NULL: MPI_Wait), a failed call handed
+ * to die(ctx, message), which does not return. The layer is given &g->tp. */
+typedef struct rt_mpi_tp {
+    rt_tp tp;
+    MPI_Comm comm;
+    void (*wait)(void *ctx, MPI_Request *rq, const char *what);
+    void (*die)(void *ctx, const char *msg);
+    void *ctx;
+} rt_mpi_tp;
+
+/* Sets g up on comm (the caller's; g does not own it), sequence parallelism on or off. */
+void rt_mpi_tp_init(rt_mpi_tp *g, MPI_Comm comm, int sp,
+                    void (*wait)(void *ctx, MPI_Request *rq, const char *what),
+                    void (*die)(void *ctx, const char *msg), void *ctx);
 
 #endif /* RT_MPI_H */

@@ -281,6 +281,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(o, "pp", h->pp);
     cJSON_AddNumberToObject(o, "dp", h->dp);
     cJSON_AddNumberToObject(o, "tp", h->tp);
+    if (h->tp > 1) cJSON_AddBoolToObject(o, "sp", h->sp);
     if (h->cp > 1) {
         cJSON_AddNumberToObject(o, "cp", h->cp);
         cJSON_AddStringToObject(o, "cp_kind", h->cp_alltoall ? "all-to-all" : "ring");
@@ -581,6 +582,8 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_int(root, "pp", name, 1, STAGE_MAX, JSON_REQUIRED, &h->pp, err));
     TRY(json_int(root, "dp", name, 1, 4096, 1, &h->dp, err));
     TRY(json_int(root, "tp", name, 1, 4096, 1, &h->tp, err));
+    TRY(json_bool(root, "sp", name, 1, &h->sp, err));
+    h->sp = h->sp && h->tp > 1;
     TRY(json_int(root, "cp", name, 1, 1024, 1, &h->cp, err));
     TRY(json_choice(root, "cp_kind", name, "ring", "all-to-all", &h->cp_alltoall, err));
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));

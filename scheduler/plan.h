@@ -5,7 +5,7 @@
  * 1, docs/formats.md "Execution plan JSON"):
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
- *    "pp": S, "dp": D, "tp": T,
+ *    "pp": S, "dp": D, "tp": T, "sp": true (with T > 1: sequence parallelism or not),
  *    "chunks": C, "zero": Z, "recompute": "none" (or "dynamic": each iteration names its own;
  *    "mixed": each micro-batch names its own),
  *    "schedule": "1f1b", "batching": "dynamic",
@@ -125,6 +125,8 @@ typedef struct plan_header {
     char model[64], hw[64], schedule[32], batching[32];
     int pp, dp, tp, chunks, zero;
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
+    int sp;              /* Megatron's sequence parallelism with tp > 1 ("sp": true or false; a
+                          * plan without it: on, dpsim's default); 0 with tp 1 */
     char recompute[16];
     char act_dtype[8];  /* "fp16" or "bf16" */
     int act_elem_bytes; /* bytes per element of act_dtype: 2 */

@@ -155,7 +155,7 @@ static void on_pred(void *ctx, const sim_op *o)
 
 /* ---- the measured side ---- */
 typedef struct meas_ctx {
-    int idx[11];
+    int idx[12];
     uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
     int optimizer_rows;  /* the runtime recorded an optimizer step */
@@ -169,11 +169,17 @@ typedef struct meas_ctx {
 static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
 {
     meas_ctx *c = vctx;
-    static const csv_column cols[11] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
+    static const csv_column cols[12] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
                                         {"mb", 1},        {"start_us", 1}, {"end_us", 1},
                                         {"replica", 0},   {"chunk", 0},    {"wire_elem_bytes", 0},
-                                        {"plan_hash", 0}, {"repeat", 0}};
-    return csv_header_map(h, cols, 11, c->idx, err);
+                                        {"plan_hash", 0}, {"repeat", 0},   {"tp", 0}};
+    dp_status st = csv_header_map(h, cols, 12, c->idx, err);
+    /* a timeline without the column ran every layer whole (dprun before tensor parallelism) */
+    if (st == DP_OK && c->idx[11] < 0 && c->pl->h.tp > 1)
+        return dp_fail(err, DP_ERR_INVALID, "%s: the plan is for tp %d, and the timeline does not "
+                       "say it ran tensor parallelism (no tp column): it measured another layout",
+                       h->path, c->pl->h.tp);
+    return st;
 }
 
 static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
@@ -213,6 +219,16 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
             return dp_fail(err, DP_ERR_INVALID, "%s:%ld: plan_hash %s is not this plan's (%s): the "
                            "timeline was measured on another plan file", r->path, r->line,
                            f[c->idx[9]], want);
+    }
+    if (c->idx[11] >= 0) {
+        int64_t tp;
+        int want = c->pl->h.tp > 1 ? c->pl->h.tp : 1;
+        if (dp_parse_i64(f[c->idx[11]], 1, 1 << 20, &tp) != 0)
+            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: tp \"%s\" is not a whole number >= 1",
+                           r->path, r->line, f[c->idx[11]]);
+        if (tp != want)
+            return dp_fail(err, DP_ERR_INVALID, "%s:%ld: the timeline ran tp %lld, the plan is for "
+                           "tp %d: it measured another layout", r->path, r->line, (long long)tp, want);
     }
     int k = c->last;
     if (k >= c->pl->n_it || c->pl->it[k].id != it)

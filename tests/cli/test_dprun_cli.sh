@@ -65,7 +65,7 @@ expect "4 ranks: crossing send orders are refused" 1 "orders cross.*refused befo
 expect "a plan for the wrong rank count" 1 "needs pp x dp = 4 x 1 = 4 ranks, but mpirun started 2" -- \
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/x.csv"
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --tp 2 --pp 2 --trace $G/two_samples.csv --global-tokens 128 -o "$TMP/tp2.json" >/dev/null 2>&1
-expect "a tp 2 plan is refused on every rank, naming its layout (never run as tp 1)" 1 "planned for tp 2 x cp 1 x pp 2 x dp 1, and dprun runs whole layers" -- \
+expect "a tp 2 plan on 2 ranks is refused on every rank, naming the counts (never run as tp 1)" 1 "needs tp x pp x dp = 2 x 2 x 1 = 4 ranks, but mpirun started 2" -- \
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/tp2.json" --out "$TMP/x.csv"
 expect "a plan file that differs between ranks" 1 "differs between ranks" -- \
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/x.csv" : -np 2 "$DPRUN" --plan $G/plan_4ranks_short.json --out "$TMP/x.csv"

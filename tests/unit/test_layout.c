@@ -4,11 +4,13 @@
  * block against the formula written out here (the CPU layer's layout before layout.h existed),
  * the bf16 block's alignment and sizes, the parameter blocks, and the bf16 layer's stored bytes
  * against the analytic cost model's FlashAttention memory (models/cost_analytic.c: Korthikanti's
- * formula without the score terms), which is what the planner checks memory with.
+ * formula without the score terms), which is what the planner checks memory with; and each
+ * tensor-parallel rank's share of a layer against head and column arithmetic written out here.
  */
 #include "testutil.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../models/cost.h"
@@ -246,6 +248,67 @@ static void test_params_are_the_models(void **state)
     }
 }
 
+/* Tensor parallelism (layout.h rt_layer_params_shard): with every element of a whole layer set to
+ * its own index, each rank's share says where each of its values came from. Checked against the
+ * head and column arithmetic written out here: the fused projection's columns are rank r's query
+ * heads, then its key heads, then its value heads; SwiGLU's gate and up columns; Wo's and W2's
+ * rows; the norms whole. The ranks' shares of a split parameter cover it exactly once, and a
+ * query head reads, on its rank, the key/value head it reads in the whole layer. */
+static void test_tp_shards(void **state)
+{
+    (void)state;
+    rt_layer_shape shapes[] = {
+        {.hidden = 16, .heads = 4, .kv = 4, .ffn = 24, .causal = 1}, /* GPT: biases, layer norm */
+        {.hidden = 16, .heads = 8, .kv = 2, .ffn = 12, .causal = 1, .glu = 1, .kv_heads = 4,
+         .rmsnorm = 1, .no_bias = 1, .rope_base = 10000}, /* LLaMA-3's kind: GQA, SwiGLU */
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int t = 1; t <= 4; t *= 2) {
+            const rt_layer_shape *s = &shapes[k];
+            rt_layer_shape l = rt_layer_shape_tp(s, t);
+            size_t off[RT_P_COUNT], len[RT_P_COUNT], loff[RT_P_COUNT], llen[RT_P_COUNT], n, nl;
+            int np = rt_layer_params_layout(s, off, len, &n);
+            rt_layer_params_layout(&l, loff, llen, &nl);
+            double *whole = malloc(n * sizeof *whole), *mine = malloc(nl * sizeof *mine);
+            int *seen = calloc(n, sizeof *seen);
+            assert_non_null(whole), assert_non_null(mine), assert_non_null(seen);
+            for (size_t i = 0; i < n; i++) whole[i] = (double)i;
+            int a = s->heads, g = rt_layer_kv_heads(s), d = s->kv, al = a / t, gl = g / t;
+            int hk = a * d, hkv = g * d, qkv = hk + 2 * hkv, f = s->ffn, fl = f / t;
+            for (int r = 0; r < t; r++) {
+                rt_layer_params_shard(s, whole, t, r, mine);
+                for (int id = 0; id < np; id++)
+                    for (size_t e = 0; e < llen[id]; e++) {
+                        size_t v = (size_t)mine[loff[id] + e], want;
+                        int split = rt_param_tp_split(s, id);
+                        if (split == RT_TP_WHOLE) {
+                            want = off[id] + e;
+                        } else if (id == RT_P_WQKV || id == RT_P_BQKV) {
+                            int lw = rt_layer_qkv_width(&l), row = (int)(e / lw), j = (int)(e % lw);
+                            int col = j < al * d ? (r * al + j / d) * d + j % d
+                                    : j < al * d + gl * d ? hk + (r * gl + (j - al * d) / d) * d + j % d
+                                    : hk + hkv + (r * gl + (j - al * d - gl * d) / d) * d + j % d;
+                            want = off[id] + (size_t)row * qkv + col;
+                        } else if (id == RT_P_W1 || id == RT_P_B1) {
+                            int lw = rt_layer_ffn_in(&l), row = (int)(e / lw), j = (int)(e % lw);
+                            int col = j < fl ? r * fl + j : f + r * fl + (j - fl);
+                            want = off[id] + (size_t)row * rt_layer_ffn_in(s) + col;
+                        } else { /* Wo, W2: rank r's input rows */
+                            want = off[id] + (size_t)r * llen[id] + e;
+                        }
+                        assert_true(v == want);
+                        if (split != RT_TP_WHOLE) seen[v]++;
+                    }
+                for (int h = 0; h < al; h++) /* GQA: the same key/value head, here and whole */
+                    assert_int_equal(r * gl + rt_kv_head(h, al, gl), rt_kv_head(r * al + h, a, g));
+            }
+            for (int id = 0; id < np; id++)
+                for (size_t e = 0; rt_param_tp_split(s, id) != RT_TP_WHOLE && e < len[id]; e++)
+                    assert_int_equal(seen[off[id] + e], 1);
+            free(whole), free(mine), free(seen);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_param_blocks),
         cmocka_unit_test(test_bf16_stored_bytes_match_the_memory_model),
         cmocka_unit_test(test_params_are_the_models),
+        cmocka_unit_test(test_tp_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

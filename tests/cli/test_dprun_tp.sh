@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# tier: full (MPI runs of up to 8 ranks: about a minute; make check runs it, make test not)
+# Tensor parallelism in the validation runtime (runtime/exec.c, layer.c): a plan made for tp 2
+# runs on tp x pp x dp ranks, each with its share of every layer (Megatron's split), and ends with
+# the gradient norm of the same samples run whole (tp 1), to 1e-9 relative, with sequence
+# parallelism on and off, over GPT and LLaMA-3-kind layers (GQA, RoPE, SwiGLU, RMSNorm), varlen
+# rows, split backwards (ZB-H1's W), full recompute and replicas. The plans are packed by a
+# batching that does not depend on the costs (the tp 1 and tp 2 plans hold the same micro-batches,
+# which the script checks). Then dprun profile --tp, dpsim validate at that layout, and every
+# refusal: wrong rank counts, a tp that does not divide the model, a cp plan, the cuda backend.
+. "$(dirname "$0")/lib.sh"
+DPRUN=$(dirname "$DPSIM")/dprun
+MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+case "$DPSIM" in */san/*) SANITIZED=1 ;; *) SANITIZED= ;; esac
+
+cat >"$TMP/llama.json" <<'EOF'
+{"name": "llama-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
+ "ffn_hidden_size": 688, "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true,
+ "position_embedding_type": "rope", "normalization": "RMSNorm", "add_bias_linear": false,
+ "rotary_base": 500000}
+EOF
+norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
+plan() { # NAME ARGS...: a one-iteration plan, cost-independent batching unless ARGS say
+  local name=$1; shift
+  "$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 "$@" -o "$TMP/$name.json" >/dev/null 2>&1
+}
+mbs_of() { grep -o '"samples": *\[[0-9, ]*\]' "$1" | tr -d ' '; }
+run_norm() { # NAME NP: runs plan NAME on NP cpu ranks; prints its gradient norm
+  timeout 300 $MPIRUN -np "$2" "$DPRUN" --plan "$TMP/$1.json" --out "$TMP/$1.csv" >"$TMP/$1.out" 2>&1
+  norm "$TMP/$1.out"
+}
+# same NAME REF NP: plan NAME on NP ranks ends with plan REF's norm (run before), same micro-batches
+same() {
+  local name=$1 ref=$2 np=$3 a b
+  a=$(norm "$TMP/$ref.out") b=$(run_norm "$name" "$np")
+  if [ "$(mbs_of "$TMP/$name.json")" != "$(mbs_of "$TMP/$ref.json")" ]; then
+    not_ok "$name: the same micro-batches as $ref" "$(mbs_of "$TMP/$name.json" | head -c 200)"
+  elif [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < 1e-9) }'; then
+    ok "$name on $np ranks: gradient norm $b, as $ref's"
+  else
+    not_ok "$name on $np ranks: gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/$name.out")"
+  fi
+}
+
+# --- the same numbers at every layout --------------------------------------------------------------
+plan gpt1 --model gpt-tiny --pp 2 --batching packing --max-seqlen 128
+plan gpt2 --model gpt-tiny --pp 2 --batching packing --max-seqlen 128 --tp 2
+check "a tp 2 plan says sequence parallelism is on (Megatron's default with tp)" grep -Eq '"sp": ?true' "$TMP/gpt2.json"
+run_norm gpt1 2 >/dev/null
+same gpt2 gpt1 4
+plan gpt2nosp --model gpt-tiny --pp 2 --batching packing --max-seqlen 128 --tp 2 --no-sp
+check "--no-sp is in the plan" grep -Eq '"sp": ?false' "$TMP/gpt2nosp.json"
+if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
+  same gpt2nosp gpt1 4
+  plan llama1 --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256
+  run_norm llama1 2 >/dev/null
+  check "the LLaMA plan packs several samples into a varlen row" grep -Eq '"seq_lens": ?\[[0-9]+, ?[0-9]' "$TMP/llama1.json"
+  plan llama2 --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2
+  same llama2 llama1 4
+  plan llama2nosp --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --no-sp
+  same llama2nosp llama1 4
+  plan llama2zb --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --schedule zb1
+  same llama2zb llama1 4
+  plan llama2full --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --recompute full
+  same llama2full llama1 4
+  plan dp1 --model gpt-tiny --pp 2 --dp 2 --batching packing --max-seqlen 128
+  run_norm dp1 4 >/dev/null
+  plan dp2 --model gpt-tiny --pp 2 --dp 2 --batching packing --max-seqlen 128 --tp 2
+  same dp2 dp1 8
+fi
+check "the tp 2 run recorded one row per op (the tp group's first rank), with its layout" \
+  bash -c "head -1 '$TMP/gpt2.csv' | grep -q ',tp$' && [ \$(grep -c ',F,' '$TMP/gpt2.csv') -eq \$(grep -c ',F,' '$TMP/gpt1.csv') ] && grep -q ',2$' '$TMP/gpt2.csv'"
+expect "dpsim validate reads the tp 2 timeline" 0 "mean absolute error" -- \
+  "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/gpt2.csv"
+cut -d, -f1-11 "$TMP/gpt2.csv" >"$TMP/notp.csv"
+expect "validate refuses a timeline that does not say it ran tp 2" 1 "the plan is for tp 2, and the timeline does not say" -- \
+  "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/notp.csv"
+sed 's/,2$/,1/' "$TMP/gpt2.csv" >"$TMP/tp1rows.csv"
+expect "... or says it ran another tp" 1 "the timeline ran tp 1, the plan is for tp 2" -- \
+  "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/tp1rows.csv"
+
+# --- a profile at the layout, and the round trip on it -----------------------------------------------
+expect "dprun profile --tp 2 on 2 ranks" 0 "wrote" -- \
+  timeout 300 $MPIRUN -np 2 "$DPRUN" profile --tp 2 --mbs 1,2,4 --seqlen 32,64 --repeats 3 -o "$TMP/prof2.csv"
+check "its rows say tp 2" bash -c "tail -n +2 '$TMP/prof2.csv' | cut -d, -f1 | sort -u | grep -qx 2"
+expect "dpsim plans tp 2 on the tp 2 profile" 0 "wrote 2 iterations" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2.csv" --tp 2 --pp 1 --max-seqlen 64 --global-tokens 512 --iterations 2 -o "$TMP/rt.json"
+expect "mpirun -np 2 runs it (tp 2 x pp 1)" 0 "2 ranks ran 2 iterations" -- \
+  timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rt.json" --out "$TMP/rt.csv"
+expect "dpsim validate on it" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/rt.json" --measured "$TMP/rt.csv"
+expect "profile --tp 2 without mpirun is refused" 1 "needs a multiple of 2 ranks" -- timeout 60 "$DPRUN" profile --tp 2 -o "$TMP/x.csv"
+expect "profile --tp 3 on 4 heads is refused" 1 "tp 3 does not divide the 4 attention heads" -- timeout 60 "$DPRUN" profile --tp 3 -o "$TMP/x.csv"
+
+# --- refusals: every rank exits, the counts named ----------------------------------------------------
+expect "a tp 2 x pp 2 plan on 2 ranks" 1 "needs tp x pp x dp = 2 x 2 x 1 = 4 ranks, but mpirun started 2" -- \
+  timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/gpt2.json" --out "$TMP/x.csv"
+expect "... on 6 ranks" 1 "= 4 ranks, but mpirun started 6" -- \
+  timeout 120 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/gpt2.json" --out "$TMP/x.csv"
+sed 's/"tp": *2/"tp": 3/' "$TMP/gpt2.json" >"$TMP/tp3.json"
+expect "a tp that does not divide the heads" 1 "tp 3 does not divide the 4 attention heads of gpt-tiny" -- \
+  timeout 120 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/tp3.json" --out "$TMP/x.csv"
+expect "the cuda backend refuses tp (the cpu backend runs it)" 1 "the cuda backend runs whole layers" -- \
+  timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
+plan cp2 --model gpt-tiny --pp 2 --batching packing --max-seqlen 128 --cp 2
+expect "a cp 2 plan is refused, never run as cp 1" 1 "does not run context parallelism yet" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/cp2.json" --out "$TMP/x.csv"
+"$DPSIM" plan --model t5-tiny --hw cpu --analytic --tp 2 --pp 2 --max-seqlen 64 --max-dec-seqlen 32 \
+  --global-tokens 256 --iterations 1 -o "$TMP/t5tp.json" >/dev/null 2>&1
+expect "a T5 tp plan is refused (cross-attention is not split)" 1 "splits GPT-kind layers only" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/t5tp.json" --out "$TMP/x.csv"
+finish
