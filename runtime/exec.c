@@ -273,6 +273,13 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "dp %d = %d ranks), and dprun does not run context parallelism yet: running "
                        "it here would measure another layout\nhint: plan with --cp 1 to validate "
                        "on this runtime", path, h->cp, tp, h->cp, h->pp, h->dp, need * h->cp);
+    if (h->zero >= 2 && h->dp > 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for ZeRO-%d over %d replicas (%s), "
+                       "and dprun all-reduces whole gradients after each iteration (what ZeRO-1 "
+                       "does without an optimizer step): running it here would measure another "
+                       "layout\nhint: plan with --zero 1 to validate on this runtime", path,
+                       h->zero, h->dp, h->zero == 2 ? "gradients reduce-scattered"
+                                                     : "parameters gathered layer by layer");
     dp_status st = rt_check_tp(m, tp, on_gpu, path, err);
     if (st != DP_OK) return st;
     for (int i = 0; h->sp && tp > 1 && i < pl->n_it; i++)

@@ -147,7 +147,8 @@ static inline int rt_world_rank(const plan_header *h, int group, int tp_rank)
  * (on_gpu 0) or the cuda backend (1): pp x dp x tp ranks (the cuda backend also 1: every stage on
  * one GPU); tensor parallelism on the cpu backend, for GPT-kind models, with t dividing the
  * heads, the key/value heads, the MLP width and the vocabulary, and under sequence parallelism
- * every micro-batch's tokens; no context parallelism yet. DP_OK, or DP_ERR_UNSUPPORTED /
+ * every micro-batch's tokens; ZeRO-1 at most across replicas (ZeRO-2's reduce-scatter and ZeRO-3's
+ * gathers are not built); no context parallelism yet. DP_OK, or DP_ERR_UNSUPPORTED /
  * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,

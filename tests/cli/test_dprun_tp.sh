@@ -105,6 +105,9 @@ expect "the cuda backend refuses tp (the cpu backend runs it)" 1 "the cuda backe
 plan cp2 --model gpt-tiny --pp 2 --batching packing --max-seqlen 128 --cp 2
 expect "a cp 2 plan is refused, never run as cp 1" 1 "does not run context parallelism yet" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/cp2.json" --out "$TMP/x.csv"
+plan z3 --model gpt-tiny --pp 2 --dp 2 --batching packing --max-seqlen 128 --zero 3
+expect "a ZeRO-3 plan over 2 replicas is refused, never run as ZeRO-1" 1 "planned for ZeRO-3 over 2 replicas" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/z3.json" --out "$TMP/x.csv"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --tp 2 --pp 2 --max-seqlen 64 --max-dec-seqlen 32 \
   --global-tokens 256 --iterations 1 -o "$TMP/t5tp.json" >/dev/null 2>&1
 expect "a T5 tp plan is refused (cross-attention is not split)" 1 "splits GPT-kind layers only" -- \
