@@ -633,12 +633,11 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         for (int k = 0; k < c->chunks; k++)
             for (int l = 0; l < c->ch[k].layers; l++) {
                 size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
-                rt_layer_params_layout(&c->ch[k].shape, off, len, &count);
-                static const int norms[] = {RT_P_LN1_G, RT_P_LN1_B, RT_P_LN2_G, RT_P_LN2_B};
-                for (size_t q = 0; q < sizeof norms / sizeof *norms; q++)
-                    if (len[norms[q]])
-                        c->tpg.tp.allreduce(&c->tpg, c->ch[k].g[l].block + off[norms[q]],
-                                            len[norms[q]], RT_TP_SUM);
+                int np = rt_layer_params_layout(&c->ch[k].shape, off, len, &count);
+                for (int id = 0; id < np; id++)
+                    if (len[id] && rt_param_sp_partial(id))
+                        c->tpg.tp.allreduce(&c->tpg, c->ch[k].g[l].block + off[id], len[id],
+                                            RT_TP_SUM);
             }
     if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
         double t = MPI_Wtime();

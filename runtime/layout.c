@@ -173,6 +173,17 @@ int rt_param_tp_split(const rt_layer_shape *s, int id)
     }
 }
 
+int rt_param_sp_partial(int id)
+{
+    switch (id) {
+    case RT_P_LN1_G: case RT_P_LN1_B: case RT_P_LN2_G: case RT_P_LN2_B: case RT_P_LNC_G:
+    case RT_P_LNC_B:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* The column segments of a column-parallel parameter on shape s (widths, at most 3). */
 static int tp_segments(const rt_layer_shape *s, int id, size_t seg[3])
 {

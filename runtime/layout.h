@@ -178,6 +178,11 @@ rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t);
  *                  row-parallel bias is added once, after the ranks' partial sums meet). */
 enum { RT_TP_WHOLE, RT_TP_COLUMNS, RT_TP_ROWS };
 int rt_param_tp_split(const rt_layer_shape *s, int id);
+/* 1 for a parameter whose gradient, under sequence parallelism, each rank sums over its own
+ * tokens only (the norms' scales and biases: whole parameters applied to the rank's tokens), which
+ * the group then all-reduces (runtime/layer.h rt_tp); 0 otherwise (a row-parallel bias's gradient
+ * is the sum over the gathered tokens, whole on every rank). */
+int rt_param_sp_partial(int id);
 /* Rank r's share (laid out as rt_layer_shape_tp(s, t) lays parameters out) of the parameters
  * src of a whole layer of shape s, into dst. Element-wise copies; nothing fails. */
 void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int r, double *dst);
