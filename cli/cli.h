@@ -204,6 +204,11 @@ dp_status cli_choose_schedule(plan_cli *p, dp_err *err);
 /* Resolves p into env (loads the trace and the cost model). Usage-like problems (unknown
  * strategy, contradictory flags) come back as DP_ERR_INVALID. */
 dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err);
+/* The GPUs of a layout: tp x cp x pp x dp (the set-up's check, compare's title, sweep --gpus). */
+static inline long long cli_plan_gpus(const plan_cli *p)
+{
+    return (long long)p->cost.tp * p->cost.cp * p->pp * p->dp;
+}
 void plan_env_release(plan_env *env);
 
 /* A study (sim/study.h) of batching + schedule with the plan options and the resolved env; the

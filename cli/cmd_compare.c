@@ -76,7 +76,7 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
     }
     snprintf(title, sizeof title, "%s, tp %d x pp %d x dp %d on %lld x %s: %lld tokens/iteration, "
              "max length %d", env->model.name, p->cost.tp, p->pp, p->dp,
-             (long long)p->cost.tp * p->cost.cp * p->pp * p->dp, env->hw.gpu.name, (long long)env->rules.global_tokens,
+             cli_plan_gpus(p), env->hw.gpu.name, (long long)env->rules.global_tokens,
              env->rules.max_seqlen);
     snprintf(path, sizeof path, "%s/throughput.png", dir);
     dp_status st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);

@@ -43,11 +43,10 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
         for (int i = 0; i < r->n_first_failed; i++) fprintf(fp, " %d", r->first_failed[i]);
         fprintf(fp, "%s\n", r->failed_iterations > 8 ? " ..." : "");
     }
-    const char *names[BATCH_CANDIDATES_MAX];
-    int wins[BATCH_CANDIDATES_MAX], nw = study_batching_wins(r, names, wins, BATCH_CANDIDATES_MAX);
-    if (nw > 0) {
+    if (r->n_wins > 0) { /* --batching auto: each winner, in order of its first win */
         fprintf(fp, "%-34s", "iterations per batching (auto)");
-        for (int k = 0; k < nw; k++) fprintf(fp, "%s %s %d", k ? "," : "", names[k], wins[k]);
+        for (int k = 0; k < r->n_wins; k++)
+            fprintf(fp, "%s %s %d", k ? "," : "", r->win_name[k], r->wins[k]);
         fprintf(fp, "\n");
     }
     print_modes(fp, "iterations per recompute mode", r->recompute_iterations);

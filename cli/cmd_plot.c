@@ -363,7 +363,7 @@ static int plot_schedules_main(int argc, char **argv)
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
     method_lists ml;
-    if (cli_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return 2;
+    if (cli_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return EXIT_USAGE;
     if (ml.nb != 1)
         return cli_usage_error(cmd, SCHEDULES_USAGE, "--batching takes one batching here");
     p.schedule = schedule_for_options(ml.schedules, ml.ns);

@@ -117,14 +117,6 @@ static int parse_grid(char *buf, grid *g, char *msg, size_t cap)
     return 0;
 }
 
-/* The sweep's configuration beside its CSV (OUT.config): every option that is not a grid key,
- * the trace's content hash and dpsim's version, one "name=value" per line. A resume must have
- * the same, or it would mix rows of two studies. */
-static void sweep_config(const plan_cli *p, const grid *g, char *buf, size_t cap)
-{
-    cli_plan_config(p, (const char *const *)g->keys, g->nkeys, buf, cap);
-}
-
 /* The canonical text of grid value v of key k into buf (the analytic flag's own: true or false). */
 static int canonical_of(const plan_cli *p, const char *key, const char *v, char *buf, size_t cap)
 {
@@ -266,7 +258,7 @@ static long long point_gpus(const plan_cli *base, const grid *g, long i)
     for (int k = 0; k < g->nkeys; k++)
         if (strcmp(g->keys[k], "analytic") != 0)
             cli_plan_set(&p, g->keys[k], g->values[k][value_at(g, i, k)], "sweep", SWEEP_USAGE);
-    return (long long)p.cost.tp * p.pp * p.dp;
+    return cli_plan_gpus(&p);
 }
 
 /* Runs point i and formats its CSV row (without a newline) into row. */
@@ -566,8 +558,18 @@ int cmd_sweep(int argc, char **argv)
     done_set d = {0};
     d.nkeys = g.nkeys;
     dp_err err = {0};
+    /* the sweep's configuration beside its CSV (OUT.config): every option that is not a grid
+     * key, the input files' content hashes and dpsim's version; a resume must find the same, or it
+     * would mix rows of two studies. A trace from stdin is described as "-" and hashed from its
+     * spool (whose name changes from run to run) */
     char config[8192], config_path[4200];
-    sweep_config(&p, &g, config, sizeof config);
+    plan_cli described = p;
+    if (spool[0]) described.trace = "-";
+    cli_plan_config(&described, (const char *const *)g.keys, g.nkeys, config, sizeof config);
+    uint64_t spool_hash;
+    if (spool[0] && dp_hash_file(spool, &spool_hash) == 0)
+        snprintf(config + strlen(config), sizeof config - strlen(config), "stdin_trace_hash=%016llx\n",
+                 (unsigned long long)spool_hash);
     if (gpus) /* the sweep's own filter is part of what its rows mean */
         snprintf(config + strlen(config), sizeof config - strlen(config), "gpus=%lld\n", (long long)gpus);
     snprintf(config_path, sizeof config_path, "%s.config", out);

@@ -388,6 +388,11 @@ int cmd_tune(int argc, char **argv)
     tune_space sp;
     dp_err err = {0};
     if (resume && !out) return cli_usage_error(cmd, TUNE_USAGE, "--resume needs -o, the ranking to go on from");
+    struct stat ob;
+    if (out && (strcmp(out, "-") == 0 || (stat(out, &ob) == 0 && !S_ISREG(ob.st_mode))))
+        return cli_usage_error(cmd, TUNE_USAGE, "-o %s: tune writes its ranking to a file as it goes, "
+                               "with its configuration beside it (a resume reads both); without -o "
+                               "it prints the ranking", out);
     char config_path[4200];
     snprintf(config_path, sizeof config_path, "%s.config", out ? out : "");
     out_role outs[] = {{"-o", out}, {"-o's configuration", out ? config_path : NULL}};

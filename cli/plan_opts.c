@@ -352,7 +352,7 @@ dp_status cli_plan_setup(const plan_cli *p, plan_env *env, dp_err *err)
     if (sc && !p->cost.recompute_dynamic &&
         (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
         return st;
-    int64_t gpus = (int64_t)p->cost.tp * p->cost.cp * p->pp * p->dp,
+    int64_t gpus = cli_plan_gpus(p),
             have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
     char cp[32] = "";
     if (p->cost.cp > 1) snprintf(cp, sizeof cp, " x --cp %d", p->cost.cp);

@@ -18,8 +18,8 @@ rows=$(for cfg in "${configs[@]}"; do
     run() { # shellcheck disable=SC2086
       "$B/dpsim" compare --model "$model" --hw "$hw" $layout --max-seqlen "$L" --iterations 40 \
         --recompute dynamic --schedules 1f1b,adaptive,zb1 --no-figures "$@" 2>/dev/null | grep '^# best auto'; }
-    line=$(run)
-    old=$(run --batchings "$TEN,auto")
+    line=$(run) || { echo "auto_grid: no result for $model $hw $L" >&2; exit 1; }
+    old=$(run --batchings "$TEN,auto") || { echo "auto_grid: no result for $model $hw $L (ten methods)" >&2; exit 1; }
     # "# best auto (auto/zb1) over the best other row (dynamic-varlen/zb1): 1.046x"
     a=$(sed 's/.*best auto (\([^)]*\)).*/\1/' <<<"$line")
     o=$(sed 's/.*best other row (\([^)]*\)).*/\1/' <<<"$line")

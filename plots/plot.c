@@ -388,30 +388,6 @@ dp_status plot_panel_memory(const panel *ps, int n, const char *title, const cha
     return plot_finish(&p, err);
 }
 
-dp_status plot_memory(const plot_point *pts, int n, int series, double limit_mb,
-                      const char *title, const char *out_path, dp_err *err)
-{
-    plot p;
-    dp_status st = plot_begin(&p, out_path, 1000, 600, err);
-    if (st != DP_OK) return st;
-    FILE *fp = plot_script(&p);
-    for (int k = 0; k < series; k++) {
-        fprintf(fp, "$s%d << EOD\n", k);
-        int any = 0;
-        for (int i = 0; i < n; i++)
-            if (pts[i].series == k) fprintf(fp, "%.6f %.3f\n", pts[i].x, pts[i].y), any = 1;
-        if (!any) fprintf(fp, "0 0\n");
-        fprintf(fp, "EOD\n");
-    }
-    put_title(fp, "set title", title);
-    fprintf(fp, "set xlabel 'time (ms)'\nset ylabel 'device memory (MB)'\nset grid\n"
-                "set key outside right top\nset yrange [0:*]\nplot ");
-    for (int k = 0; k < series; k++)
-        fprintf(fp, "$s%d using 1:2 with steps lw 2 title 'stage %d', \\\n     ", k, k);
-    fprintf(fp, "%g with lines dt 2 lw 2 lc rgb '#d62728' title 'device limit'\n", limit_mb);
-    return plot_finish(&p, err);
-}
-
 dp_status plot_lines(const plot_point *pts, int n, const char *const *series_names, int series,
                      const char *title, const char *xlabel, const char *ylabel, int logx,
                      const char *out_path, dp_err *err)

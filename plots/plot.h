@@ -89,14 +89,11 @@ dp_status plot_panels(const panel *ps, int n, const char *title, const char *out
 dp_status plot_panel_memory(const panel *ps, int n, const char *title, const char *out_path,
                             dp_err *err);
 
-/* A step line per stage of (t_ms, MB) points, with the device limit as a dashed line. */
+/* A point of series `series` (plot_lines). */
 typedef struct plot_point {
     int series;
     double x, y;
 } plot_point;
-
-dp_status plot_memory(const plot_point *pts, int n, int series, double limit_mb,
-                      const char *title, const char *out_path, dp_err *err);
 
 /* Lines of y against x per series (e.g. throughput vs max length per method). */
 dp_status plot_lines(const plot_point *pts, int n, const char *const *series_names, int series,

@@ -65,8 +65,6 @@ typedef struct ctx {
     int hidden, vocab;
     int tp_rank;        /* this process's index in its tensor-parallel group (rt_place) */
     int vocab_local;    /* the LM head's rows here: vocab / tp */
-    int wire_share;     /* a transfer's share of the plan's bytes: tp with SP (each tp rank sends
-                         * its tokens), else 1 (each sends the whole activation) */
     rt_mpi_tp tpg;      /* the tensor-parallel group (size 1: none) */
     MPI_Comm tp_comm;
     chunk_state *ch;
@@ -105,7 +103,7 @@ static void die(const ctx *c, const char *what)
 /* Waits for a request, polling, until the timeout; checks for truncated messages. spin_s: how
  * long it polls before it naps between polls (a tensor-parallel collective's peers are
  * microseconds away, and a nap costs the timer's slack, some 60 us, at every one: 9.3% validation
- * error at tp 2 with naps, 3.0% spinning 200 us first; a pipeline peer may be a whole compute
+ * error at tp 2 with naps, 5.8-7.6% spinning 200 us first (docs/runtime.md); a pipeline peer may be a whole compute
  * away, and an oversubscribed core is better left to it). */
 #define RT_SPIN_TP_S 200e-6
 static void wait_poll(const ctx *c, MPI_Request *r, const char *what, double spin_s);
@@ -118,6 +116,9 @@ static void tp_die(void *vc, const char *msg) { die(vc, msg); }
 
 /* The layer's view of the tensor-parallel group: NULL without TP. */
 static const rt_tp *tp_of(const ctx *c) { return c->tpg.tp.size > 1 ? &c->tpg.tp : NULL; }
+/* The tp ranks a layer's tokens are spread over: the group's size with SP (each holds, and sends
+ * to the next stage, its 1/tp of the tokens), else 1 (each holds the whole). */
+static int token_shards(const ctx *c) { return tp_of(c) && c->tpg.tp.sp ? c->tpg.tp.size : 1; }
 
 /* Size class of a request: the next power of two, so that a block is reused only by requests of
  * its own class (best-fit across classes let small requests eat large blocks and kept the pool
@@ -381,7 +382,7 @@ static void release_sent(ctx *c)
 static void check_wire(const ctx *c, const plan_instr *x, size_t want)
 {
     int eb = c->o->pl->h.act_elem_bytes;
-    size_t whole = want * (size_t)c->wire_share; /* the plan counts the whole activation */
+    size_t whole = want * (size_t)token_shards(c); /* the plan counts the whole activation */
     if ((size_t)x->bytes == (size_t)eb * whole) return;
     char msg[240];
     snprintf(msg, sizeof msg, "%s mb %d: the plan says %lld bytes, the micro-batch's shape needs "
@@ -411,7 +412,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
         memcpy(s->enc, s->rx[KIND_ACT], s->ne * sizeof(double));
         rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0); /* target embedding */
     } else if (ch->first) { /* input embedding: under SP this rank's tokens of it */
-        rt_fill_at(s->in, s->nh, tp_of(c) && tp_of(c)->sp ? (size_t)c->tp_rank * s->nh : 0,
+        rt_fill_at(s->in, s->nh, token_shards(c) > 1 ? (size_t)c->tp_rank * s->nh : 0,
                    (unsigned)(x->mb * 131 + c->iteration), 1.0);
     } else {
         memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
@@ -444,7 +445,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     if (ch->last) { /* LM head (tied embedding, split by vocabulary under TP) and loss */
         size_t nv = (size_t)n * c->vocab_local;
         const double *head_in = s->out;
-        if (s->nh < (size_t)n * H) { /* SP: the head reads every token */
+        if (token_shards(c) > 1) { /* SP: the head reads every token */
             s->head_in = pool_get(c, (size_t)n * H);
             rt_tp_gather(tp_of(c), s->out, s->head_in, s->nh);
             head_in = s->head_in;
@@ -629,7 +630,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     free(c->slots);
     c->slots = NULL;
     pm_release(&c->pm);
-    if (tp_of(c) && tp_of(c)->sp) /* the norms' gradients were summed over this rank's tokens */
+    if (token_shards(c) > 1) /* the norms' gradients were summed over this rank's tokens */
         for (int k = 0; k < c->chunks; k++)
             for (int l = 0; l < c->ch[k].layers; l++) {
                 size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
@@ -671,7 +672,6 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.hidden = m->hidden;
     c.vocab = m->vocab;
     c.vocab_local = m->vocab / tp;
-    c.wire_share = pl->h.sp && tp > 1 ? tp : 1;
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group, at.tp_rank, &c.tp_comm));
     rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, tp_wait, tp_die, &c);
     int enc_virt = m->arch == ARCH_T5 && c.nv > 1 ? c.nv / 2 : c.nv; /* T5: encoder stages first */

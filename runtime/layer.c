@@ -349,7 +349,7 @@ double rt_grad_sq_share(const rt_layer_shape *s, const double *block, int tp, in
     if (tp <= 1) return rt_sum_sq(block, count);
     double sq = 0;
     for (int id = 0; id < n; id++)
-        if ( tp_rank == 0 || rt_param_tp_split(s, id) != RT_TP_WHOLE)
+        if (tp_rank == 0 || rt_param_tp_split(id) != RT_TP_WHOLE)
             sq += rt_sum_sq(block + off[id], len[id]);
     return sq;
 }

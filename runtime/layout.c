@@ -159,9 +159,8 @@ rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t)
     return l;
 }
 
-int rt_param_tp_split(const rt_layer_shape *s, int id)
+int rt_param_tp_split(int id)
 {
-    (void)s;
     switch (id) {
     case RT_P_WQKV: case RT_P_BQKV: case RT_P_W1: case RT_P_B1: case RT_P_WQC: case RT_P_BQC:
     case RT_P_WKVC: case RT_P_BKVC:
@@ -206,7 +205,7 @@ void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, in
         if (!len[id]) continue;
         const double *from = src + off[id];
         double *to = dst + loff[id];
-        int how = rt_param_tp_split(s, id);
+        int how = rt_param_tp_split(id);
         if (how == RT_TP_WHOLE) {
             memcpy(to, from, len[id] * sizeof *to);
         } else if (how == RT_TP_ROWS) { /* rank r's rows, contiguous */

@@ -177,7 +177,7 @@ rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t);
  *   RT_TP_WHOLE    the norms and the row-parallel projections' biases, whole on every rank (a
  *                  row-parallel bias is added once, after the ranks' partial sums meet). */
 enum { RT_TP_WHOLE, RT_TP_COLUMNS, RT_TP_ROWS };
-int rt_param_tp_split(const rt_layer_shape *s, int id);
+int rt_param_tp_split(int id);
 /* 1 for a parameter whose gradient, under sequence parallelism, each rank sums over its own
  * tokens only (the norms' scales and biases: whole parameters applied to the rank's tokens), which
  * the group then all-reduces (runtime/layer.h rt_tp); 0 otherwise (a row-parallel bias's gradient

@@ -44,11 +44,18 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     }
     sm->zero_ranks = dp * cm->cp;
     for (int s = 0; s < pp; s++) {
-        double param_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
-                          sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
-        param_mb += memory_embedding_share_mb(cm, s, pp);
+        double layers_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
+                           sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
+        double param_mb = layers_mb + memory_embedding_share_mb(cm, s, pp);
         sm->param_mb[s] = param_mb;
-        sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, sm->zero_ranks);
+        /* ZeRO-3 (FSDP): while a layer runs its whole parameters are gathered, and the next
+         * layer's behind it (prefetch): two layers' fp16 parameters beside the sharded state, as
+         * FSDP's and DeepSpeed's prefetch of one layer hold them, whatever the micro-batch */
+        int layers = sm->enc_layers[s] + sm->dec_layers[s];
+        sm->zero3_gathered_mb[s] =
+            zero_stage >= 3 && sm->zero_ranks >= 2 && layers > 0 ? 2 * layers_mb / layers : 0;
+        sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, sm->zero_ranks) +
+                          sm->zero3_gathered_mb[s];
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
         /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs) */
         comm_group g = comm_dp_group(&cm->hw, pp, dp, cm->tp * cm->cp, s);
@@ -86,18 +93,6 @@ static double with_zero(double compute_ms, double zero_ms, int layers, int prefe
 {
     if (!prefetch || layers < 1 || zero_ms <= 0) return compute_ms + zero_ms;
     return fmax(compute_ms, zero_ms) + zero_ms / layers;
-}
-
-/* ZeRO-3 (FSDP) on device d: while a layer runs its whole parameters are gathered, and the next
- * layer's are being gathered behind it (prefetch): two layers' fp16 parameters over the sharded
- * state, as FSDP's and DeepSpeed's prefetch of one layer hold them. */
-static double zero3_gathered_mb(const stage_model *sm, int d)
-{
-    if (sm->zero_stage < 3 || sm->zero_ranks < 2) return 0;
-    int layers = sm->enc_layers[d] + sm->dec_layers[d];
-    double per_layer =
-        layers > 0 ? (sm->param_mb[d] - memory_embedding_share_mb(sm->cm, d, sm->pp)) / layers : 0;
-    return 2 * per_layer;
 }
 
 static double transient(const cost_layer *l)
@@ -159,7 +154,7 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
             out->stored_mb[d] += head.stored_act_mb;
             tr = fmax(tr, transient(&head));
         }
-        out->peak_mb[d] = out->stored_mb[d] + tr + zero3_gathered_mb(sm, d);
+        out->peak_mb[d] = out->stored_mb[d] + tr;
         out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
     }
     return in_range(sm, s, out, err);

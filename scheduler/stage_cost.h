@@ -10,8 +10,7 @@
  *   fwd_ms[s], bwd_ms[s]   enc_s*(fwd, bwd of an encoder layer) + dec_s*(… decoder layer)
  *                          + the LM head on the last device
  *   stored_mb[s]           activations the micro-batch keeps on s from its forward to its backward
- *   peak_mb[s]             stored_mb[s] + the largest transient of one layer (+ ZeRO-3's two
- *                          gathered layers)
+ *   peak_mb[s]             stored_mb[s] + the largest transient of one layer
  * and t_ms = max_s (fwd_ms[s] + bwd_ms[s]): the stage time the DP objective uses (for T5 the
  * slower of the encoder and decoder stages).
  *
@@ -47,7 +46,12 @@ typedef struct stage_model {
     int zero_stage; /* 0..3 */
     double mem_limit_mb;
     int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */
-    double state_mb[STAGE_MAX];                       /* model state per device, MB */
+    double state_mb[STAGE_MAX];                       /* model state per device, MB (with
+                                                       * zero3_gathered_mb) */
+    double zero3_gathered_mb[STAGE_MAX]; /* ZeRO-3 over 2+ GPUs: the running and the prefetched
+                                          * layer's fp16 parameters held whole, part of the
+                                          * state (not of a micro-batch's peak, which interleaved
+                                          * chunks share); 0 otherwise */
     double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
     /* ZeRO's collectives on device s (models/comm.h comm_zero) over its data-parallel group
@@ -80,7 +84,7 @@ typedef struct mb_cost {
  * FSDP does under torchtitan's and Megatron-FSDP's pipeline schedules with resharding after each
  * forward: each micro-batch gathers its stage's parameters for the forward and again for the
  * backward and reduce-scatters its gradients (models/comm.h comm_zero), the running and the
- * prefetched layer held whole (peak_mb). FSDP that keeps the parameters gathered for the whole
+ * prefetched layer held whole (zero3_gathered_mb, in state_mb). FSDP that keeps the parameters gathered for the whole
  * step (torchtitan's default with a pipeline) moves and holds what ZeRO-1 does: --zero 1. */
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err);

@@ -1,7 +1,7 @@
 /*
  * panels.h — one iteration of a run, collected for a figure: every compute op of one replica with
  * a micro-batch id that is stable across schedules, and each stage's memory over time. The
- * figures (plots/plot.h plot_panels, plot_memory) and the interactive page (plots/html.h) draw
+ * figures (plots/plot.h plot_panels, plot_panel_memory) and the interactive page (plots/html.h) draw
  * what this collects; `dpsim plot schedules` puts several side by side, `compare` draws its
  * figure row's.
  *

@@ -12,13 +12,6 @@
 #include "../scheduler/plan_machine.h"
 #include "order_search.h"
 
-int study_batching_wins(const study_result *r, const char **names, int *wins, int max)
-{
-    int n = r->n_wins < max ? r->n_wins : max;
-    for (int k = 0; k < n; k++) names[k] = r->win_name[k], wins[k] = r->wins[k];
-    return n;
-}
-
 void study_result_release(study_result *r)
 {
     if (!r) return;
@@ -40,6 +33,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
         cfg->state_mb[s] = sm->state_mb[s];
         memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->zero_ranks,
                                  &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
+        cfg->weights_mb[s] += sm->zero3_gathered_mb[s]; /* ZeRO-3's gathered layers are weights */
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
         cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);

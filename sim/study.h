@@ -149,11 +149,6 @@ typedef struct study_result {
 
 void study_result_release(study_result *r);
 
-/* --batching auto: the batchings that won iterations of r, in order of their first win, and how
- * many each (names point into r; every iteration counted, kept or not). Their count (at most
- * max); 0 for a run of one batching. */
-int study_batching_wins(const study_result *r, const char **names, int *wins, int max);
-
 /* The accumulation behind study_run, usable on iterations read from a plan file too. */
 typedef struct study_acc {
     study_result *r;

@@ -41,7 +41,9 @@ static long each_point(const tune_space *sp, tune_point *out)
                 for (int pp = 1; pp <= sp->gpus / tp && pp <= sp->layers; pp++) {
                     if ((sp->gpus / tp) % pp || (sp->t5 && pp > 1 && pp % 2)) continue;
                     int dp = sp->gpus / tp / pp;
-                    /* ZeRO 2 and 3 only without a pipeline (stage_cost.h) */
+                    /* ZeRO 2 and 3 only without a pipeline: with one they gather and
+                     * reduce-scatter a stage's parameters for every micro-batch (stage_cost.h),
+                     * which the search leaves out to keep its size; dpsim plan/sim run them */
                     int zero_max = dp == 1 ? 0 : pp == 1 ? 3 : 1;
                     for (int zero = 0; zero <= zero_max; zero++)
                         for (int m = 0; m < 3 + dynamic; m++)

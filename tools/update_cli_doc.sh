@@ -7,12 +7,15 @@ cd "$(dirname "$0")/.."
 B=${1:-build}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 i=0
-for c in "" "trace gen" "trace import" "trace stats" models cost calibrate plan sim compare tune sweep \
-         "plot lengths" "plot sweep" "plot timeline" "plot schedules" validate dprun; do
+# the dpsim commands whose --help docs/cli.md shows (one per line; the empty line: dpsim itself),
+# the list tests/cli/test_docs.sh checks too; then dprun
+while IFS= read -r c || [ -n "$c" ]; do
   i=$((i + 1))
   # shellcheck disable=SC2086
-  if [ "$c" = dprun ]; then "$B/dprun" --help >"$tmp/$i" 2>&1 || true; else "$B/dpsim" $c --help >"$tmp/$i" 2>&1 || true; fi
-done
+  "$B/dpsim" $c --help >"$tmp/$i" 2>&1 || true
+done <tools/cli_help_commands.txt
+i=$((i + 1))
+"$B/dprun" --help >"$tmp/$i" 2>&1 || true
 # replace, in order, each block whose first line is a help's first line
 awk -v dir="$tmp" -v n="$i" '
   BEGIN { for (k = 1; k <= n; k++) { f = dir "/" k; getline first[k] < f; close(f) } }

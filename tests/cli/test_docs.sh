@@ -7,14 +7,13 @@ DPRUN=${DPSIM%dpsim}dprun
 
 # the block of docs/cli.md that starts with the help's first line, up to its closing fence
 block_of() { awk -v first="$1" 'started && /^```/ { exit } started { print } $0 == first { started = 1; print }' docs/cli.md; }
-for c in "" "trace gen" "trace import" "trace stats" models cost calibrate plan sim compare tune sweep \
-         "plot lengths" "plot sweep" "plot timeline" "plot schedules" validate; do
+while IFS= read -r c || [ -n "$c" ]; do # the list tools/update_cli_doc.sh rewrites
   # shellcheck disable=SC2086
   "$DPSIM" $c --help >"$TMP/help.txt" 2>&1
   first=$(head -1 "$TMP/help.txt")
   block_of "$first" >"$TMP/doc.txt"
   check "docs/cli.md shows 'dpsim $c --help' as it is" diff "$TMP/doc.txt" "$TMP/help.txt"
-done
+done <tools/cli_help_commands.txt
 if [ -x "$DPRUN" ]; then
   "$DPRUN" --help >"$TMP/help.txt" 2>&1
   block_of "$(head -1 "$TMP/help.txt")" >"$TMP/doc.txt"

@@ -64,9 +64,6 @@ expect "4 ranks: crossing send orders are refused" 1 "orders cross.*refused befo
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan $G/crossed_4ranks.json --out "$TMP/x.csv"
 expect "a plan for the wrong rank count" 1 "needs pp x dp = 4 x 1 = 4 ranks, but mpirun started 2" -- \
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/x.csv"
-"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --tp 2 --pp 2 --trace $G/two_samples.csv --global-tokens 128 -o "$TMP/tp2.json" >/dev/null 2>&1
-expect "a tp 2 plan on 2 ranks is refused on every rank, naming the counts (never run as tp 1)" 1 "needs tp x pp x dp = 2 x 2 x 1 = 4 ranks, but mpirun started 2" -- \
-  timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/tp2.json" --out "$TMP/x.csv"
 expect "a plan file that differs between ranks" 1 "differs between ranks" -- \
   timeout 120 $MPIRUN -np 2 "$DPRUN" --plan $G/plan_4ranks.json --out "$TMP/x.csv" : -np 2 "$DPRUN" --plan $G/plan_4ranks_short.json --out "$TMP/x.csv"
 if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here: the cuda backend says why, and exits 1
@@ -196,27 +193,21 @@ bf16_run "SwiGLU layers on 2 stages" 2 "$TMP/glu_plan.json"
 # LLaMA-3's layers: grouped-query attention (4 query heads on 2 key/value heads), SwiGLU, RMSNorm,
 # no biases, rotary positions at LLaMA-3's base; whole rows and varlen (each sample's positions
 # from 0)
-cat >"$TMP/gqa.json" <<'EOF'
-{"name": "llama-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
- "ffn_hidden_size": 688, "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true,
- "position_embedding_type": "rope", "normalization": "RMSNorm", "add_bias_linear": false,
- "rotary_base": 500000}
-EOF
-"$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
+"$DPSIM" plan --model $G/llama_tiny.json --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
   --iterations 1 -o "$TMP/gqa_plan.json" >/dev/null 2>&1
 same_norm "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
 llama_norm=$(norm "$TMP/cpu.out") # at the default epsilon, for the norm_epsilon check below
 expect "dpsim validate on the LLaMA-3 run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/gqa_plan.json" --measured "$TMP/c.csv"
 bf16_run "LLaMA-3's layers on 2 stages" 2 "$TMP/gqa_plan.json"
 # the model's norm epsilon reaches every backend through the plan (0.5, so that it shows)
-sed 's/"rotary_base": 500000}/"rotary_base": 500000, "norm_epsilon": 0.5}/' "$TMP/gqa.json" >"$TMP/eps.json"
+sed 's/"rotary_base": 500000}/"rotary_base": 500000, "norm_epsilon": 0.5}/' $G/llama_tiny.json >"$TMP/eps.json"
 "$DPSIM" plan --model "$TMP/eps.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
   --iterations 1 -o "$TMP/eps_plan.json" >/dev/null 2>&1
 check "a plan carries its model's norm_epsilon" grep -Eq '"norm_epsilon": ?0.5' "$TMP/eps_plan.json"
 same_norm "a norm epsilon of 0.5 on 2 stages" 2 "$TMP/eps_plan.json"
 check "... which changes the gradient norm" test -n "$llama_norm" -a "$(norm "$TMP/cpu.out")" != "$llama_norm"
 if [ -z "$SANITIZED" ]; then # (the sanitizer build checks varlen RoPE's memory in test_layer)
-  "$DPSIM" plan --model "$TMP/gqa.json" --hw cpu --analytic --pp 2 --max-seqlen 128 --global-tokens 512 \
+  "$DPSIM" plan --model $G/llama_tiny.json --hw cpu --analytic --pp 2 --max-seqlen 128 --global-tokens 512 \
     --batching packing-ffd-varlen --iterations 1 -o "$TMP/gqa_varlen.json" >/dev/null 2>&1
   same_norm "LLaMA-3's layers on varlen rows" 2 "$TMP/gqa_varlen.json"
 fi

@@ -14,12 +14,6 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 case "$DPSIM" in */san/*) SANITIZED=1 ;; *) SANITIZED= ;; esac
 
-cat >"$TMP/llama.json" <<'EOF'
-{"name": "llama-tiny", "num_layers": 4, "hidden_size": 256, "num_attn_heads": 4, "num_query_groups": 2,
- "ffn_hidden_size": 688, "vocab_size": 1024, "max_position_embeddings": 1024, "glu": true,
- "position_embedding_type": "rope", "normalization": "RMSNorm", "add_bias_linear": false,
- "rotary_base": 500000}
-EOF
 norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
 plan() { # NAME ARGS...: a one-iteration plan, cost-independent batching unless ARGS say
   local name=$1; shift
@@ -53,16 +47,16 @@ plan gpt2nosp --model gpt-tiny --pp 2 --batching packing --max-seqlen 128 --tp 2
 check "--no-sp is in the plan" grep -Eq '"sp": ?false' "$TMP/gpt2nosp.json"
 if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
   same gpt2nosp gpt1 4
-  plan llama1 --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256
+  plan llama1 --model tests/cli/golden/llama_tiny.json --pp 2 --batching packing-ffd-varlen --max-seqlen 256
   run_norm llama1 2 >/dev/null
   check "the LLaMA plan packs several samples into a varlen row" grep -Eq '"seq_lens": ?\[[0-9]+, ?[0-9]' "$TMP/llama1.json"
-  plan llama2 --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2
+  plan llama2 --model tests/cli/golden/llama_tiny.json --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2
   same llama2 llama1 4
-  plan llama2nosp --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --no-sp
+  plan llama2nosp --model tests/cli/golden/llama_tiny.json --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --no-sp
   same llama2nosp llama1 4
-  plan llama2zb --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --schedule zb1
+  plan llama2zb --model tests/cli/golden/llama_tiny.json --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --schedule zb1
   same llama2zb llama1 4
-  plan llama2full --model "$TMP/llama.json" --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --recompute full
+  plan llama2full --model tests/cli/golden/llama_tiny.json --pp 2 --batching packing-ffd-varlen --max-seqlen 256 --tp 2 --recompute full
   same llama2full llama1 4
   plan dp1 --model gpt-tiny --pp 2 --dp 2 --batching packing --max-seqlen 128
   run_norm dp1 4 >/dev/null

@@ -184,6 +184,8 @@ for s in gpipe 1f1b adaptive zb1; do
   check "a $s plan file replays to the timeline its run made (it was 1 ns off for zb1)" test -n "$a" -a "$a" = "$b"
 done
 expect "a method listed twice is refused, not ranked twice" 2 '--batchings names "packing" twice' -- "$DPSIM" tune --gpus 2 --batchings packing,packing
+expect "tune -o - is refused (it writes a ranking file as it goes, and its configuration beside it)" 2 "tune writes its ranking to a file" -- "$DPSIM" tune --gpus 2 -o -
+expect "... and -o /dev/null too (never unlinked)" 2 "tune writes its ranking to a file" -- "$DPSIM" tune --gpus 2 -o /dev/null
 expect "... in compare too" 2 '--schedules names "1f1b" twice' -- "$DPSIM" compare --schedules 1f1b,1f1b --no-figures
 
 # --- --trace - is read once for every worker of a sweep --------------------------------------------
@@ -191,5 +193,10 @@ expect "... in compare too" 2 '--schedules names "1f1b" twice' -- "$DPSIM" compa
 "$DPSIM" sweep --grid 'pp=4,8' --trace - -o "$TMP/sw_stdin.csv" --iterations 1 --jobs 2 <"$TMP/tg.csv" >/dev/null 2>&1
 check "sweep --trace -: every point read the whole trace (it was read once per worker)" bash -c \
   "[ \$(grep -c '^[48],[1-9]' '$TMP/sw_stdin.csv') -eq 2 ] && ! grep -q 'missing column' '$TMP/sw_stdin.csv'"
+expect "... and a rerun on the same stdin resumes it (its config names the trace by content)" 0 "" -- \
+  bash -c "'$DPSIM' sweep --grid 'pp=4,8' --trace - -o '$TMP/sw_stdin.csv' --iterations 1 <'$TMP/tg.csv'"
+"$DPSIM" trace gen -n 3000 --seed 3 -o "$TMP/tg3.csv" 2>/dev/null
+expect "... another trace on stdin is refused" 1 "stdin_trace_hash" -- \
+  bash -c "'$DPSIM' sweep --grid 'pp=4,8' --trace - -o '$TMP/sw_stdin.csv' --iterations 1 <'$TMP/tg3.csv'"
 
 finish

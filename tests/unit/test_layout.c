@@ -280,7 +280,7 @@ static void test_tp_shards(void **state)
                 for (int id = 0; id < np; id++)
                     for (size_t e = 0; e < llen[id]; e++) {
                         size_t v = (size_t)mine[loff[id] + e], want;
-                        int split = rt_param_tp_split(s, id);
+                        int split = rt_param_tp_split(id);
                         if (split == RT_TP_WHOLE) {
                             want = off[id] + e;
                         } else if (id == RT_P_WQKV || id == RT_P_BQKV) {
@@ -303,7 +303,7 @@ static void test_tp_shards(void **state)
                     assert_int_equal(r * gl + rt_kv_head(h, al, gl), rt_kv_head(r * al + h, a, g));
             }
             for (int id = 0; id < np; id++)
-                for (size_t e = 0; rt_param_tp_split(s, id) != RT_TP_WHOLE && e < len[id]; e++)
+                for (size_t e = 0; rt_param_tp_split(id) != RT_TP_WHOLE && e < len[id]; e++)
                     assert_int_equal(seen[off[id] + e], 1);
             free(whole), free(mine), free(seen);
         }
