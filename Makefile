@@ -97,7 +97,7 @@ endif
 endif
 
 # ---- sources ------------------------------------------------------------------------------------
-LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c scheduler/*.c sim/*.c plots/*.c)
+LIB_SRCS := $(wildcard common/*.c traces/*.c models/*.c scheduler/*.c sim/*.c planner/*.c plots/*.c)
 CLI_SRCS := $(wildcard cli/*.c)
 RT_SRCS  := $(filter-out runtime/dprun.c,$(wildcard runtime/*.c))
 TEST_SRCS := $(wildcard tests/unit/test_*.c)

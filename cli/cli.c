@@ -1,6 +1,6 @@
 #define _DEFAULT_SOURCE /* realpath */
 #include "cli.h"
-#include "../sim/study.h"
+#include "../planner/study.h"
 
 #include <limits.h>
 #include <stdarg.h>

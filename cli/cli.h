@@ -196,7 +196,7 @@ int cli_config_differs(const char *there, const char *here, char *what, size_t c
 int cli_plan_canonical(const plan_cli *base, const char *name, const char *value, char *buf,
                        size_t cap);
 
-/* --schedule auto: runs the plan options under every schedule (sim/study.h study_best_schedule)
+/* --schedule auto: runs the plan options under every schedule (planner/study.h study_best_schedule)
  * and sets p->schedule to the fastest that fits, saying so on stderr; any other schedule is left
  * as it is. The set-up's errors as cli_plan_setup's. */
 dp_status cli_choose_schedule(plan_cli *p, dp_err *err);
@@ -211,7 +211,7 @@ static inline long long cli_plan_gpus(const plan_cli *p)
 }
 void plan_env_release(plan_env *env);
 
-/* A study (sim/study.h) of batching + schedule with the plan options and the resolved env; the
+/* A study (planner/study.h) of batching + schedule with the plan options and the resolved env; the
  * caller adds what it needs (plan output, timeline sink, progress, validation). */
 struct study_opts;
 void cli_study_opts(const plan_cli *p, const plan_env *env, const char *batching,
@@ -290,7 +290,7 @@ typedef struct tune_run_opts {
 #define TUNE_WRITE_EVERY_S 2.0
 #define TUNE_PROGRESS_EVERY_S 5.0
 
-/* dpsim tune's search (sim/tune.h) over sp, every configuration simulated with the base options
+/* dpsim tune's search (planner/tune.h) over sp, every configuration simulated with the base options
  * (its --iterations global batches, tune_scoring_trace's, where the trace is in memory; lengths,
  * memory) in `jobs` forked workers, one cost model per (tp, mode) built before the fork. *out
  * (ranked, tune_rank; the caller frees it) holds n results; those not run (stopped) have

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 
 #include "../plots/plot.h"
-#include "../sim/panels.h"
-#include "../sim/study.h"
-#include "../sim/tune.h"
+#include "../planner/panels.h"
+#include "../planner/study.h"
+#include "../planner/tune.h"
 #include "cli.h"
 
 static const char COMPARE_USAGE[] =

@@ -10,8 +10,8 @@
 #include "../plots/html.h"
 #include "../plots/plot.h"
 #include "../sim/ascii.h"
-#include "../sim/panels.h"
-#include "../sim/study.h"
+#include "../planner/panels.h"
+#include "../planner/study.h"
 #include "../sim/timeline.h"
 #include "cli.h"
 
@@ -214,7 +214,7 @@ static const char SIM_USAGE[] = "dpsim sim [--plan plan.json | PLAN OPTIONS] [--
 typedef struct sim_cli {
     const char *plan_path, *timeline, *chrome;
     int json, ascii, ascii_width, ascii_iteration;
-    const char *html, *figure, *memory_figure; /* one iteration's panel (sim/panels.h) */
+    const char *html, *figure, *memory_figure; /* one iteration's panel (planner/panels.h) */
     int figure_iteration, figure_replica;
     char schedule[32]; /* as run (a plan file's own) */
     int pp, chunks;

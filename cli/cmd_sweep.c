@@ -29,7 +29,7 @@
 #include "../common/csv_table.h"
 #include "../common/json_util.h"
 #include "../common/pool.h"
-#include "../sim/study.h"
+#include "../planner/study.h"
 #include "cli.h"
 
 static const char SWEEP_USAGE[] = "dpsim sweep --grid 'KEY=V1,V2 KEY=V1,...' -o sweep.csv [PLAN OPTIONS]";

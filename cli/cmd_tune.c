@@ -1,4 +1,4 @@
-/* dpsim tune — the best configuration of each batching method on a number of GPUs (sim/tune.h),
+/* dpsim tune — the best configuration of each batching method on a number of GPUs (planner/tune.h),
  * searched in forked workers (common/pool.h); compare --tuned uses the same search (cli_tune). */
 #include <errno.h>
 #include <math.h>
@@ -14,8 +14,8 @@
 #include "../common/outfile.h"
 #include "../common/pool.h"
 #include "../scheduler/microbatch.h"
-#include "../sim/study.h"
-#include "../sim/tune.h"
+#include "../planner/study.h"
+#include "../planner/tune.h"
 #include "cli.h"
 
 static const char TUNE_USAGE[] =
@@ -227,7 +227,7 @@ dp_status cli_tune(const plan_cli *base, const plan_env *env, const tune_space *
                        sp->t5 ? ", even for T5" : "");
     tune_job *j = dp_xcalloc(1, sizeof *j);
     j->base = base, j->env = env, j->sp = sp, j->pts = pts;
-    /* scored on the first batches and the one with the longest sample (sim/tune.h), where the
+    /* scored on the first batches and the one with the longest sample (planner/tune.h), where the
      * trace is in memory */
     plan_env *scored = NULL;
     if (!env->stream_path && base->iterations > 0) {

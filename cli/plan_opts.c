@@ -6,7 +6,7 @@
 
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
-#include "../sim/study.h"
+#include "../planner/study.h"
 #include "cli.h"
 
 #define DEFAULT_TRACE "traces/flanv2-100k.csv"

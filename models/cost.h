@@ -89,7 +89,7 @@ typedef struct cost_model cost_model;
  * backward (W's share w_ms of it, which a schedule that splits the backward runs as its own op)
  * per micro-batch of unit_tokens padded tokens, a micro-batch of n tokens n / unit_tokens of
  * that; no embedding or LM head on any stage (equal stages, equal model state); no optimizer step
- * and no gradient collective (sim/study.h); links free unless the caller sets them. Memory stays
+ * and no gradient collective (planner/study.h); links free unless the caller sets them. Memory stays
  * the cost model's (the layers' activations), so a schedule's memory still shows. */
 typedef struct cost_toy {
     int on;

@@ -1,6 +1,6 @@
 /*
  * html.h — the interactive timeline page: one self-contained HTML file (no network, no external
- * script or style) that draws panels (sim/panels.h) as SVG on one shared time axis, with a
+ * script or style) that draws panels (planner/panels.h) as SVG on one shared time axis, with a
  * memory track per stage under each panel, hover for an op's micro-batch, size, start, end and
  * its stage's memory, and a time cursor to step through ops (Step, Back) or play.
  *
@@ -18,7 +18,7 @@
 #define HTML_H
 
 #include "../common/dp.h"
-#include "../sim/panels.h"
+#include "../planner/panels.h"
 
 /* Writes the n panels (times in ms, memory in MB) under title (not NULL) to path ("-": stdout).
  * DP_ERR_NOMEM, or DP_ERR_IO naming the path; an earlier file at path is then as it was. */

@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "../common/dp.h"
-#include "../sim/panels.h"
+#include "../planner/panels.h"
 #include "../traces/trace_stats.h"
 
 /* An open plot: the script is assembled in memory, then run by plot_finish.

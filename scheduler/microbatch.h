@@ -141,7 +141,7 @@ typedef struct batcher {
     int knob;         /* the option that sizes its micro-batches: BATCH_KNOB_* */
     int chooses;      /* plans no micro-batches itself: the planner plans every batching that
                        * shares its global batches (not pack_dataset) per iteration and keeps
-                       * the fastest that fits (sim/study.h, --batching auto); split is NULL */
+                       * the fastest that fits (planner/study.h, --batching auto); split is NULL */
 } batcher;
 
 enum { BATCH_KNOB_NONE, BATCH_KNOB_MBS /* --mbs */, BATCH_KNOB_MB_TOKENS /* --mb-tokens */ };

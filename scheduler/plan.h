@@ -166,7 +166,7 @@ double plan_round(double v);
 
 /* Costs one micro-batch on sm into m's per-stage arrays (pp values each): what
  * plan_iter_from_mbs does for each, and what a per-micro-batch recompute choice
- * (scheduler/mixed_recompute.h) calls to re-cost one in another mode. scratch is the caller's.
+ * (planner/mixed_recompute.h) calls to re-cost one in another mode. scratch is the caller's.
  * On error m's arrays are unspecified. */
 dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_model *sm,
                        mb_cost *scratch, dp_err *err);

@@ -54,7 +54,7 @@ typedef struct schedule {
     /* The textbook estimate of replica rep's iteration on S stages with C chunks (its
      * micro-batches k, t_k = max over stages of f + b, per stage as planned), ms, and in
      * *bubble_ms (never NULL) its bubble term; NULL for a schedule without one (adaptive: its
-     * order follows memory; sim/study.h then reports NAN). For equal micro-batches it is
+     * order follows memory; planner/study.h then reports NAN). For equal micro-batches it is
      * exact under free links: gpipe, 1f1b and interleaved sum t + (S-1) max t / C; zb1
      * sum t + (S-1) max (f + b - 2w), the ZB paper's (S-1)(F + B - W) with its B the input-
      * gradient part, b - w here (never below 0). */
@@ -62,7 +62,7 @@ typedef struct schedule {
     const char *closed_form_text; /* the formula, as printed beside the figure */
     int chunked;          /* runs --chunks model chunks per device (interleaved); the others one */
     int admits_by_memory; /* orders its micro-batches by memory with the simulator (adaptive:
-                           * sim/order_search.h), so its plans never fail the memory rule for
+                           * planner/order_search.h), so its plans never fail the memory rule for
                            * want of an order */
 } schedule;
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/mixed_plan.sh IN OUT: a "mixed" plan (scheduler/mixed_recompute.h) made from IN, a plan
+# tests/mixed_plan.sh IN OUT: a "mixed" plan (planner/mixed_recompute.h) made from IN, a plan
 # under "recompute": "none" written by dpsim plan (compact JSON), with micro-batch k of every
 # iteration under none, selective, full for k mod 3. The micro-batches, instructions and predicted
 # times stay IN's (so the times do not price the reruns: this is for the executors, whose gradient

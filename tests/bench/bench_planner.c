@@ -15,8 +15,8 @@
 
 #include "../../scheduler/batch.h"
 #include "../../scheduler/microbatch.h"
-#include "../../sim/order_search.h"
-#include "../../sim/study.h"
+#include "../../planner/order_search.h"
+#include "../../planner/study.h"
 #include "benchutil.h"
 
 #define N_BATCHES 200

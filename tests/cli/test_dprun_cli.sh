@@ -229,7 +229,7 @@ FAKE1="env ASAN_OPTIONS=detect_leaks=0 timeout 120 $FAKE --backend cuda"
 timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rc_none.json" --out "$TMP/rc.csv" >"$TMP/rc_none.out" 2>&1
 rc_norm=$(norm "$TMP/rc_none.out")
 ere() { printf '%s' "$1" | sed 's/[.+]/\\&/g'; } # a figure as a grep -E pattern
-# A mixed plan (scheduler/mixed_recompute.h) too: the same plan with micro-batch k under none,
+# A mixed plan (planner/mixed_recompute.h) too: the same plan with micro-batch k under none,
 # selective, full for k mod 3 (tests/mixed_plan.sh), whose every B reruns what its own
 # micro-batch's mode says. reruns MODE CSV: the layer forwards and attention cores its B's rerun.
 tests/mixed_plan.sh "$TMP/rc_none.json" "$TMP/rc_mixed.json"

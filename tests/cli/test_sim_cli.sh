@@ -120,7 +120,7 @@ check "... and simulates to the same timeline as the direct run" \
   bash -c "grep timeline_hash '$TMP/dyn1.json' | cmp -s - <(grep timeline_hash '$TMP/dyn2.json')"
 expect "--recompute dynamic is for planning commands only" 2 "applies to plan, sim, compare and sweep" -- \
   "$DPSIM" cost --recompute dynamic --mbs 1 --seqlen 512
-# --recompute mixed: dynamic's plans, then a mode per micro-batch (scheduler/mixed_recompute.h)
+# --recompute mixed: dynamic's plans, then a mode per micro-batch (planner/mixed_recompute.h)
 expect "plan --recompute mixed lowers micro-batches at 8192" 0 "micro-batches per recompute mode +none [1-9][0-9]*, selective [1-9]" -- \
   "$DPSIM" plan --recompute mixed --max-seqlen 8192 --iterations 12 -o "$TMP/mix.json"
 check "... each micro-batch of the plan names its mode, no iteration" \

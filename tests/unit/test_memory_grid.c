@@ -3,7 +3,7 @@
  *
  * A grid of configurations (GPT-6.7B and T5-11B widths on the analytic cost model; pp 1, 2, 4, 8;
  * dp 1, 2, 4; tp 1, 2, 4, 8; recompute none, selective, full, and mixed (a mode per micro-batch,
- * scheduler/mixed_recompute.h); tight and loose device memory; every
+ * planner/mixed_recompute.h); tight and loose device memory; every
  * batching at each of these, and the schedules cycled over the points so that each meets each
  * batching) is planned and simulated, two global batches of 32k tokens of a FLAN-like trace each. The property: every iteration that the
  * planner calls fitting simulates without going over the device memory (study_result
@@ -12,7 +12,7 @@
  */
 #include "testutil.h"
 
-#include "../../sim/study.h"
+#include "../../planner/study.h"
 #include "../../traces/trace_gen.h"
 
 typedef struct grid_stats {

@@ -8,10 +8,10 @@
 #include "../../models/memory.h"
 #include "../../scheduler/plan.h"
 #include "../../scheduler/plan_machine.h"
-#include "../../sim/order_search.h"
-#include "../../sim/panels.h"
-#include "../../sim/study.h"
-#include "../../sim/tune.h"
+#include "../../planner/order_search.h"
+#include "../../planner/panels.h"
+#include "../../planner/study.h"
+#include "../../planner/tune.h"
 
 #define GPT_PROFILE "models/profiles/a100_gpt_6.7b_profile.csv"
 #define T5_PROFILE "models/profiles/a100_t5_11b_profile.csv"
@@ -954,7 +954,7 @@ static void test_cp_memory_adds_up(void **state)
     setup_release(&s);
 }
 
-/* tune's scoring trace (sim/tune.h): the first k-1 global batches of the shipped trace, then the
+/* tune's scoring trace (planner/tune.h): the first k-1 global batches of the shipped trace, then the
  * batch holding its longest sample; re-batched, the scored trace gives exactly those batches. */
 static void test_tune_scoring_trace(void **state)
 {

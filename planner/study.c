@@ -8,7 +8,7 @@
 
 #include "../models/comm.h"
 #include "../models/memory.h"
-#include "../scheduler/mixed_recompute.h"
+#include "mixed_recompute.h"
 #include "../scheduler/plan_machine.h"
 #include "order_search.h"
 

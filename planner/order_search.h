@@ -21,7 +21,7 @@
 
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
-#include "sim.h"
+#include "../sim/sim.h"
 
 enum { ORDER_SEARCH_FIXED = 1, ORDER_SEARCH_CLUSTERS = 2, ORDER_SEARCH_ALL = 3 };
 

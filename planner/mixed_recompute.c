@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_machine.h"
+#include "../scheduler/plan_machine.h"
 
 /* Per micro-batch: the next step down, costed once. */
 typedef struct step {

@@ -39,7 +39,7 @@
 #include "../scheduler/microbatch.h"
 #include "../scheduler/plan.h"
 #include "../scheduler/schedule.h"
-#include "sim.h"
+#include "../sim/sim.h"
 
 typedef struct study_opts {
     const cost_model *cm;

@@ -26,9 +26,9 @@
 #ifndef MIXED_RECOMPUTE_H
 #define MIXED_RECOMPUTE_H
 
-#include "microbatch.h"
-#include "plan.h"
-#include "stage_cost.h"
+#include "../scheduler/microbatch.h"
+#include "../scheduler/plan.h"
+#include "../scheduler/stage_cost.h"
 
 /* Lowers the recompute of it's micro-batches where memory allows. it was built from l (its
  * micro-batch k is l->mb[k], plan_iter_from_mbs) on sm[from] and fits (pm_fits against
