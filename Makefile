@@ -157,12 +157,6 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(CUDA_OBJS) $(NCCL_OBJS) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) $(CUDA_LIBS) -lcmocka
 
-# The option tables (cli/options.c) with the rows the subcommands share (cli.c, plan_opts.c).
-TEST_CLI_OBJS := $(BUILD)/obj/cli/options.o $(BUILD)/obj/cli/cli.o $(BUILD)/obj/cli/plan_opts.o
-$(BUILD)/tests/test_options: $(BUILD)/obj/tests/unit/test_options.o $(TEST_CLI_OBJS) $(LIBRT) $(LIBDPSIM)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS) -lcmocka
-
 # The cuda backend's host logic, tested without a GPU: exec_gpu.c built with CUDA and NCCL on,
 # over a host fake of the CUDA layer and of NCCL (tests/unit/fake_cuda.c, NCCL as MPI) instead of
 # runtime/cuda/: the unit test (single-GPU mode), and a dprun for mpirun (multi-GPU mode).

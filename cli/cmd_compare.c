@@ -57,7 +57,7 @@ static void wrote_one(char *wrote, size_t cap, const char *dir, const char *name
 /* The throughput chart (a row per batching and schedule; one out of memory or infeasible says
  * so in place of its bar), and the timeline and memory of one iteration of the figure row;
  * *wrote lists what was written. */
-static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row *rows, int n,
+static dp_status draw_figures(const plan_request *p, const plan_env *env, const row *rows, int n,
                               const char *dir, const char *fig_batching, const char *fig_schedule,
                               char *wrote, size_t wrote_cap, dp_err *err)
 {
@@ -76,7 +76,7 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
     }
     snprintf(title, sizeof title, "%s, tp %d x pp %d x dp %d on %lld x %s: %lld tokens/iteration, "
              "max length %d", env->model.name, p->cost.tp, p->pp, p->dp,
-             cli_plan_gpus(p), env->hw.gpu.name, (long long)env->rules.global_tokens,
+             plan_request_gpus(p), env->hw.gpu.name, (long long)env->rules.global_tokens,
              env->rules.max_seqlen);
     snprintf(path, sizeof path, "%s/throughput.png", dir);
     dp_status st = plot_throughput(bars, n, title, "throughput (real tokens/s)", path, err);
@@ -85,7 +85,7 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
 
     /* timeline and memory of one iteration of the figure row */
     study_opts o;
-    cli_study_opts(p, env, fig_batching, fig_schedule, &o);
+    planner_study_opts(p, env, fig_batching, fig_schedule, &o);
     panel pn;
     st = panel_collect(&o, &env->trace, 0, 0, &pn, err);
     if (st == DP_ERR_INFEASIBLE) { /* the table says why */
@@ -108,7 +108,7 @@ static dp_status draw_figures(const plan_cli *p, const plan_env *env, const row 
 
 static int best_row(const row *rows, int n, int dynamic);
 
-static char *compare_json(const plan_cli *p, const plan_env *env, const row *rows, int n)
+static char *compare_json(const plan_request *p, const plan_env *env, const row *rows, int n)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "rows");
@@ -203,7 +203,7 @@ static int best_row(const row *rows, int n, int dynamic)
     return best;
 }
 
-static void print_table(const plan_cli *p, const plan_env *env, const row *rows, int n, int tuned,
+static void print_table(const plan_request *p, const plan_env *env, const row *rows, int n, int tuned,
                         FILE *fp)
 {
     if (tuned)
@@ -298,22 +298,22 @@ static void print_table(const plan_cli *p, const plan_env *env, const row *rows,
 
 #define TUNED_FALLBACKS 8 /* configurations of a method tried on the whole run at most */
 
-/* --tuned: tunes every batching (cli_tune over the compare's schedules, tune_iterations each),
+/* --tuned: tunes every batching (planner_tune over the compare's schedules, tune_iterations each),
  * then runs each at its best configuration with the user's options (a row per batching): the best
  * whose whole run fits, among the first TUNED_FALLBACKS of its ranking (else the last tried). */
-static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const char *const *bs, int nb,
+static dp_status compare_tuned(const plan_request *p, const plan_env *env, const char *const *bs, int nb,
                                const char *const *ss, int ns, int *gpus_io, int tune_iterations,
                                int jobs, row *rows, int *n, dp_err *err)
 {
     tune_space sp;
-    dp_status st = cli_tune_space(p, env, gpus_io, bs, nb, ss, ns, &sp, err);
+    dp_status st = planner_tune_space(p, env, gpus_io, bs, nb, ss, ns, &sp, err);
     if (st != DP_OK) return st;
     int gpus = *gpus_io;
-    plan_cli tp = *p;
+    plan_request tp = *p;
     tp.iterations = tune_iterations;
     tune_result *res = NULL;
     long count = 0;
-    st = cli_tune(&tp, env, &sp, jobs, NULL, &res, &count, err);
+    st = planner_tune(&tp, env, &sp, jobs, NULL, &res, &count, err);
     if (st != DP_OK) return st;
     for (int i = 0; i < nb; i++) {
         row *w = &rows[(*n)++];
@@ -340,7 +340,7 @@ static dp_status compare_tuned(const plan_cli *p, const plan_env *env, const cha
                          "better ones leave iterations out)", tried);
             }
             dp_err e = {0}; /* the whole run, on the trace already loaded */
-            w->st = cli_tune_run(p, env, &best->pt, NULL, &w->r, &e);
+            w->st = planner_tune_point(p, env, &best->pt, NULL, &w->r, &e);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
             if (w->st == DP_OK && w->r.feasible && !w->r.oom && !w->r.failed_iterations) break;
         }
@@ -353,10 +353,10 @@ int cmd_compare(int argc, char **argv)
 {
     const char *cmd = "compare", *out = "dpsim-out";
     const char *blist_arg = COMPARE_BATCHINGS, *slist_arg = "1f1b,adaptive";
-    plan_cli p;
-    plan_cli_default(&p);
+    plan_request p;
+    plan_request_default(&p);
     int json = 0, no_figures = 0, tuned = 0, tuned_gpus = 0;
-    int tune_iterations = 8, jobs = cli_jobs_default();
+    int tune_iterations = 8, jobs = planner_jobs_default();
     cli_opts t;
     cli_opts_init(&t, cmd, COMPARE_USAGE,
                   "The main job: simulates the whole trace under every (batching,\n"
@@ -379,13 +379,13 @@ int cmd_compare(int argc, char **argv)
                 "--tuned: iterations per configuration tried");
     cli_opt_int(&t, "jobs", 'J', &jobs, "N", 1, 1024, "the machine's cores",
                 "--tuned: parallel workers");
-    cli_plan_options(&t, &p);
+    plan_request_options(&t, &p);
     /* compare's rows come from --batchings and --schedules: --batching and --schedule are not
      * what --tuned would refuse */
     cli_opts_find(&t, "batching")->marks &= ~OPT_TUNED;
     cli_opts_find(&t, "schedule")->marks &= ~OPT_TUNED;
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
-    cli_plan_parsed(&t, &p);
+    plan_request_parsed(&t, &p);
     char searched_buf[80];
     const char *searched = t.first[OPT_TUNED] ? cli_opt_label(t.first[OPT_TUNED], searched_buf,
                                                               sizeof searched_buf)
@@ -397,7 +397,7 @@ int cmd_compare(int argc, char **argv)
         return cli_usage_error(cmd, COMPARE_USAGE, "--tuned chooses %s itself; drop it, or drop --tuned",
                                searched);
     method_lists ml;
-    if (cli_method_lists(cmd, COMPARE_USAGE, blist_arg, slist_arg, 1, &ml) != 0) return EXIT_USAGE;
+    if (planner_method_lists(cmd, COMPARE_USAGE, blist_arg, slist_arg, 1, &ml) != 0) return EXIT_USAGE;
     const char *const *bs = ml.batchings, *const *ss = ml.schedules;
     int nb = ml.nb, ns = ml.ns;
     p.schedule = schedule_for_options(ss, ns);
@@ -410,11 +410,11 @@ int cmd_compare(int argc, char **argv)
             snprintf(f[k], sizeof f[k], "%s/%s", out, names[k]);
             outs[k] = (out_role){"--out", f[k]};
         }
-        if (cli_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
+        if (planner_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
             return cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg);
     }
     plan_env env;
-    dp_status st = cli_plan_setup(&p, &env, &err);
+    dp_status st = planner_setup(&p, &env, &err);
     if (st != DP_OK) {
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
@@ -444,7 +444,7 @@ int cmd_compare(int argc, char **argv)
             char label[200];
             snprintf(label, sizeof label, "dpsim compare: %d/%d %s + %s", n, nb * ns, bs[i], ss[j]);
             study_opts o;
-            cli_study_opts(&p, &env, bs[i], ss[j], &o);
+            planner_study_opts(&p, &env, bs[i], ss[j], &o);
             o.progress = cli_stderr_is_tty() ? cli_progress : NULL; /* within a row, with an ETA */
             o.progress_ctx = label;
             dp_err e = {0};

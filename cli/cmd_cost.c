@@ -24,7 +24,7 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
         return cli_usage_error(cmd, COST_USAGE, "--samples is longer than %zu characters",
                                sizeof buf - 1);
     strcpy(buf, arg);
-    int n = cli_split_list(buf, item, 512);
+    int n = planner_split_list(buf, item, 512);
     if (n <= 0) return cli_usage_error(cmd, COST_USAGE, "--samples needs 1 to 512 lengths");
     s->varlen = 1;
     for (int i = 0; i < n; i++) {
@@ -52,8 +52,8 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
 int cmd_cost(int argc, char **argv)
 {
     const char *cmd = "cost";
-    cost_opts co;
-    cost_opts_default(&co);
+    cost_request co;
+    cost_request_default(&co);
     int64_t mbs = -1, seqlen = -1, dec = 0, pp = 1;
     int json = 0;
     const char *samples = NULL;
@@ -72,7 +72,7 @@ int cmd_cost(int argc, char **argv)
                    "the micro-batch's samples (T5: IN:TARGET pairs), each\n"
                    "attending to itself (varlen/THD): attention per sample");
     cli_opt_flag(&t, "json", 'j', &json, "print the cost query JSON contract");
-    cli_cost_options(&t, &co);
+    cost_request_options(&t, &co);
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
@@ -83,7 +83,7 @@ int cmd_cost(int argc, char **argv)
     cluster_spec hw;
     cost_model *cm = NULL;
     char source[4200];
-    dp_status st = cli_build_cost(&co, &m, &hw, &cm, source, sizeof source, &err);
+    dp_status st = planner_build_cost(&co, &m, &hw, &cm, source, sizeof source, &err);
     if (st == DP_ERR_INVALID) return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
     if (st != DP_OK) return cli_fail(cmd, &err);
     if (m.arch == ARCH_T5 && dec == 0) {
@@ -205,8 +205,8 @@ static const char CALIB_USAGE[] =
 int cmd_calibrate(int argc, char **argv)
 {
     const char *cmd = "calibrate", *out = NULL;
-    cost_opts co;
-    cost_opts_default(&co);
+    cost_request co;
+    cost_request_default(&co);
     double holdout = 0.2;
     int64_t seed = 1;
     cli_opts t;
@@ -219,7 +219,7 @@ int cmd_calibrate(int argc, char **argv)
                    "fraction of grid points held out for the error");
     cli_opt_int64(&t, "seed", 's', &seed, "S", 0, UINT32_MAX, "1", "seed of the hold-out draw");
     cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "fitted model JSON, - for stdout");
-    cli_cost_options(&t, &co);
+    cost_request_options(&t, &co);
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
@@ -232,9 +232,9 @@ int cmd_calibrate(int argc, char **argv)
     char source[4200];
     out_role in[] = {{"--profile", co.profile}, {"--model", co.model}, {"--hw", co.hw}},
              outs[] = {{"-o", out}};
-    if (cli_check_outputs(NULL, in, 3, outs, 1, &err) != DP_OK)
+    if (planner_check_outputs(NULL, in, 3, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, CALIB_USAGE, "%s", err.msg);
-    dp_status st = cli_build_cost(&co, &m, &hw, &profile, source, sizeof source, &err);
+    dp_status st = planner_build_cost(&co, &m, &hw, &profile, source, sizeof source, &err);
     if (st == DP_ERR_INVALID) return cli_usage_error(cmd, CALIB_USAGE, "%s", err.msg);
     if (st != DP_OK) return cli_fail(cmd, &err);
     if (strncmp(source, "profile", 7) != 0) {

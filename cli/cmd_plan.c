@@ -123,8 +123,8 @@ static const char PLAN_USAGE[] = "dpsim plan [OPTIONS] [-o plan.json]";
 int cmd_plan(int argc, char **argv)
 {
     const char *cmd = "plan", *out = NULL;
-    plan_cli p;
-    plan_cli_default(&p);
+    plan_request p;
+    plan_request_default(&p);
     cli_opts t;
     cli_opts_init(&t, cmd, PLAN_USAGE,
                   "Cuts each global batch of the trace into micro-batches, orders them\n"
@@ -132,19 +132,19 @@ int cmd_plan(int argc, char **argv)
                   "execution-plan JSON (the simulator and dprun run it). Prints a summary:\n"
                   "padding efficiency (encoder and decoder), objective, planning time.");
     cli_opt_string(&t, "output", 'o', &out, "FILE", NULL, "plan JSON to write, - for stdout");
-    cli_plan_options(&t, &p);
+    plan_request_options(&t, &p);
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
-    cli_plan_parsed(&t, &p);
+    plan_request_parsed(&t, &p);
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
     dp_err err = {0};
     plan_env env;
-    dp_status st = cli_choose_schedule(&p, &err);
+    dp_status st = planner_choose_schedule(&p, &err);
     if (st != DP_OK) {
         memset(&env, 0, sizeof env);
         trace_init(&env.trace);
     } else {
-        st = cli_plan_setup(&p, &env, &err);
+        st = planner_setup(&p, &env, &err);
     }
     if (st != DP_OK) {
         plan_env_release(&env);
@@ -152,7 +152,7 @@ int cmd_plan(int argc, char **argv)
                                     : cli_fail(cmd, &err);
     }
     out_role outs[] = {{"-o", out}};
-    if ((st = cli_check_outputs(&p, NULL, 0, outs, 1, &err)) != DP_OK) {
+    if ((st = planner_check_outputs(&p, NULL, 0, outs, 1, &err)) != DP_OK) {
         plan_env_release(&env);
         return cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg);
     }
@@ -182,7 +182,7 @@ int cmd_plan(int argc, char **argv)
         return cli_fail(cmd, &err);
     }
     study_opts o;
-    cli_study_opts(&p, &env, p.batching, p.schedule, &o);
+    planner_study_opts(&p, &env, p.batching, p.schedule, &o);
     o.validate = 1;
     o.plan_out = out ? &w : NULL;
     o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
@@ -222,7 +222,7 @@ typedef struct sim_cli {
 } sim_cli;
 
 /* Simulates a plan file. */
-static dp_status sim_plan_file(sim_cli *sc, const plan_cli *p, const sim_sink *sink,
+static dp_status sim_plan_file(sim_cli *sc, const plan_request *p, const sim_sink *sink,
                                study_result *res, dp_err *err)
 {
     plan pl;
@@ -232,7 +232,7 @@ static dp_status sim_plan_file(sim_cli *sc, const plan_cli *p, const sim_sink *s
     dp_status st = plan_read(sc->plan_path, &pl, err);
     if (st != DP_OK) return st;
     TRY(plan_check(&pl, sc->plan_path, err));
-    TRY(cli_plan_sim_config(&pl, sc->plan_path, p, &hw, &model, &cfg, err));
+    TRY(planner_sim_config(&pl, sc->plan_path, p, &hw, &model, &cfg, err));
     cfg.hw = &hw;
     snprintf(sc->schedule, sizeof sc->schedule, "%s", pl.h.schedule);
     sc->pp = pl.h.pp, sc->chunks = pl.h.chunks, sc->mem_limit_mb = cfg.mem_limit_mb;
@@ -294,8 +294,8 @@ static dp_status sim_figures(const sim_cli *sc, panel_collector *pc, const study
 int cmd_sim(int argc, char **argv)
 {
     const char *cmd = "sim";
-    plan_cli p;
-    plan_cli_default(&p);
+    plan_request p;
+    plan_request_default(&p);
     sim_cli sc = {0};
     sc.ascii_width = 96;
     cli_opts ot;
@@ -328,9 +328,9 @@ int cmd_sim(int argc, char **argv)
                 "the iteration --figure, --memory-figure and --html show");
     cli_opt_int(&ot, "figure-replica", 0, &sc.figure_replica, "R", 0, 4095, "0",
                 "the data-parallel replica they show");
-    cli_plan_options(&ot, &p);
+    plan_request_options(&ot, &p);
     int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
-    cli_plan_parsed(&ot, &p);
+    plan_request_parsed(&ot, &p);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
     if (sc.plan_path && p.fixed_by_plan)
@@ -343,7 +343,7 @@ int cmd_sim(int argc, char **argv)
     out_role outs[] = {{"--timeline", sc.timeline}, {"--chrome", sc.chrome}, {"--figure", sc.figure},
                        {"--memory-figure", sc.memory_figure}, {"--html", sc.html},
                        {"--json", sc.json ? "-" : NULL}};
-    if (cli_check_outputs(&p, plan_in, 1, outs, 6, &err) != DP_OK)
+    if (planner_check_outputs(&p, plan_in, 1, outs, 6, &err) != DP_OK)
         return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
     timeline_out tl;
     ascii_tl asc;
@@ -366,8 +366,8 @@ int cmd_sim(int argc, char **argv)
         pp = res.pp;
     } else {
         plan_env env;
-        st = cli_choose_schedule(&p, &err);
-        if (st == DP_OK) st = cli_plan_setup(&p, &env, &err);
+        st = planner_choose_schedule(&p, &err);
+        if (st == DP_OK) st = planner_setup(&p, &env, &err);
         else memset(&env, 0, sizeof env), trace_init(&env.trace);
         /* the schedule as run (auto's choice), for the figures */
         snprintf(sc.schedule, sizeof sc.schedule, "%s", p.schedule);
@@ -381,7 +381,7 @@ int cmd_sim(int argc, char **argv)
         sc.mem_limit_mb = env.mem_limit_mb;
         if (st == DP_OK) {
             study_opts o;
-            cli_study_opts(&p, &env, p.batching, p.schedule, &o);
+            planner_study_opts(&p, &env, p.batching, p.schedule, &o);
             o.validate = 1;
             o.sink = &sink;
             o.progress = cli_stderr_is_tty() ? cli_progress : NULL;

@@ -68,7 +68,7 @@ static int plot_lengths_main(int argc, char **argv)
     const char *path = file[0];
     dp_err err = {0};
     out_role in[] = {{"FILE", path}}, outs[] = {{"-o", out}};
-    if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
+    if (planner_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, LENGTHS_USAGE, "%s", err.msg);
     trace t;
     trace_stats s = {0};
@@ -216,7 +216,7 @@ static int plot_sweep_main(int argc, char **argv)
     if (!c.x || !c.y) return cli_usage_error(cmd, SWEEP_USAGE, "--x and --y are required");
     dp_err err = {0};
     out_role in[] = {{"FILE", file[0]}}, outs[] = {{"-o", out}};
-    if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
+    if (planner_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, SWEEP_USAGE, "%s", err.msg);
     dp_status st = csv_read_file(file[0], 1, sweep_header, sweep_row, &c, &err);
     if (st == DP_OK && c.n == 0)
@@ -336,8 +336,8 @@ static int plot_schedules_main(int argc, char **argv)
     const char *cmd = "plot schedules", *out = "schedules.png", *mem_out = NULL, *html = NULL;
     const char *schedules = "gpipe,1f1b,zb1", *title = NULL;
     int iteration = 0, replica = 0;
-    plan_cli p;
-    plan_cli_default(&p);
+    plan_request p;
+    plan_request_default(&p);
     cli_opts ot;
     cli_opts_init(&ot, cmd, SCHEDULES_USAGE,
                   "Runs one iteration of the plan options under each schedule and draws them as\n"
@@ -357,22 +357,22 @@ static int plot_schedules_main(int argc, char **argv)
                    "the figure's title");
     cli_opt_int(&ot, "iteration", 'i', &iteration, "K", 0, INT32_MAX, "0", "the iteration drawn");
     cli_opt_int(&ot, "replica", 0, &replica, "R", 0, 4095, "0", "the data-parallel replica drawn");
-    cli_plan_options(&ot, &p);
+    plan_request_options(&ot, &p);
     int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
-    cli_plan_parsed(&ot, &p);
+    plan_request_parsed(&ot, &p);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
     method_lists ml;
-    if (cli_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return EXIT_USAGE;
+    if (planner_method_lists(cmd, SCHEDULES_USAGE, p.batching, schedules, 1, &ml) != 0) return EXIT_USAGE;
     if (ml.nb != 1)
         return cli_usage_error(cmd, SCHEDULES_USAGE, "--batching takes one batching here");
     p.schedule = schedule_for_options(ml.schedules, ml.ns);
     dp_err err = {0};
     out_role outs[] = {{"-o", out}, {"--memory", mem_out}, {"--html", html}};
-    if (cli_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
+    if (planner_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
         return cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg);
     plan_env env;
-    dp_status st = cli_plan_setup(&p, &env, &err);
+    dp_status st = planner_setup(&p, &env, &err);
     if (st != DP_OK) {
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, SCHEDULES_USAGE, "%s", err.msg)
@@ -382,7 +382,7 @@ static int plot_schedules_main(int argc, char **argv)
     int n = 0;
     for (int i = 0; st == DP_OK && i < ml.ns; i++) {
         study_opts o;
-        cli_study_opts(&p, &env, p.batching, ml.schedules[i], &o);
+        planner_study_opts(&p, &env, p.batching, ml.schedules[i], &o);
         st = panel_collect(&o, &env.trace, iteration, replica, &ps[n], &err);
         if (st == DP_OK) n++;
         else dp_err_prefix(&err, "--schedules %s", ml.schedules[i]);

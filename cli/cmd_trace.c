@@ -167,7 +167,7 @@ static int trace_import_main(int argc, char **argv)
     if (n_file != 1) return cli_usage_error(cmd, IMPORT_USAGE, "expected exactly one input FILE");
     dp_err err = {0};
     out_role in[] = {{"FILE", file[0]}}, outs[] = {{"-o", out}};
-    if (cli_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
+    if (planner_check_outputs(NULL, in, 1, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, IMPORT_USAGE, "%s", err.msg);
     trace t;
     trace_init(&t);

@@ -14,8 +14,8 @@ static const char VALIDATE_USAGE[] = "dpsim validate --plan plan.json --measured
 int cmd_validate(int argc, char **argv)
 {
     const char *cmd = "validate", *plan_path = NULL, *measured = NULL, *fig = NULL;
-    plan_cli p;
-    plan_cli_default(&p);
+    plan_request p;
+    plan_request_default(&p);
     int json = 0;
     cli_opts t;
     cli_opts_init(&t, cmd, VALIDATE_USAGE,
@@ -29,9 +29,9 @@ int cmd_validate(int argc, char **argv)
     cli_opt_flag(&t, "json", 'j', &json, "print the validation JSON contract");
     cli_opt_string(&t, "plot", 'g', &fig, "FILE", NULL,
                    "draw simulated against measured iteration time");
-    cli_plan_options(&t, &p);
+    plan_request_options(&t, &p);
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
-    cli_plan_parsed(&t, &p);
+    plan_request_parsed(&t, &p);
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
     if (!plan_path || !measured) return cli_usage_error(cmd, VALIDATE_USAGE, "--plan and --measured are required");
@@ -41,7 +41,7 @@ int cmd_validate(int argc, char **argv)
                                "--profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};
     out_role in[] = {{"--plan", plan_path}, {"--measured", measured}}, outs[] = {{"--plot", fig}};
-    if (cli_check_outputs(NULL, in, 2, outs, 1, &err) != DP_OK)
+    if (planner_check_outputs(NULL, in, 2, outs, 1, &err) != DP_OK)
         return cli_usage_error(cmd, VALIDATE_USAGE, "%s", err.msg);
     plan pl;
     cluster_spec hw;
@@ -49,7 +49,7 @@ int cmd_validate(int argc, char **argv)
     val_result v = {0};
     dp_status st = plan_read(plan_path, &pl, &err);
     if (st != DP_OK) return cli_fail(cmd, &err);
-    st = cli_plan_sim_config(&pl, plan_path, &p, &hw, NULL, &cfg, &err);
+    st = planner_sim_config(&pl, plan_path, &p, &hw, NULL, &cfg, &err);
     cfg.hw = &hw;
     if (st == DP_OK) st = plan_check(&pl, plan_path, &err);
     char *ptext = NULL; /* the plan file's hash, as dprun wrote it into the timeline */

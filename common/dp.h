@@ -38,6 +38,9 @@ typedef enum dp_status {
     DP_ERR_EXTERNAL,    /* an external program or library failed (gnuplot, MPI, GSL) */
 } dp_status;
 
+/* The version dpsim and dprun print, and that a study's configuration records. */
+#define DPSIM_VERSION "0.1.0"
+
 /* Room for one message with a hint line; a longer message keeps its first third and its end (the
  * reason), with " ... " between, never overflowed. */
 #define DP_ERR_MSG_MAX 1024

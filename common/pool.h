@@ -17,7 +17,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#define POOL_RESULT_MAX 4096
+#define POOL_RESULT_MAX 16384
 
 typedef void (*pool_job)(void *ctx, long i, char *out, size_t cap);
 typedef void (*pool_done)(void *ctx, long i, const char *text);

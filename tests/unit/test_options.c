@@ -1,8 +1,8 @@
-/* Unit tests for cli/options.c: the declarative option tables of the dpsim subcommands. */
+/* Unit tests for common/options.c: the declarative option tables of the dpsim subcommands. */
 #include "testutil.h"
 
-#include "../../cli/cli.h"
-#include "../../cli/options.h"
+#include "../../planner/request.h"
+#include "../../common/options.h"
 
 typedef struct vals {
     int flag, mode, n;
@@ -157,14 +157,14 @@ static void test_shared_plan_options(void **state)
     (void)state;
     /* the shared plan and cost rows: values, marks (what a plan fixes, what tune searches) */
     cli_opts t;
-    plan_cli p;
-    plan_cli_default(&p);
+    plan_request p;
+    plan_request_default(&p);
     cli_opts_init(&t, "test", "dpsim test", NULL);
-    cli_plan_options(&t, &p);
+    plan_request_options(&t, &p);
     const char *argv[] = {"test", "--mem-limit", "1000", "--pp", "2", "--batching", "packing-kk",
                           "--recompute", "dynamic", "--tp", "2"};
     assert_int_equal(cli_opts_parse(&t, 11, (char **)argv, NULL, 0, NULL), 0);
-    cli_plan_parsed(&t, &p);
+    plan_request_parsed(&t, &p);
     assert_int_equal(p.pp, 2);
     assert_int_equal(p.cost.tp, 2);
     assert_true(p.cost.recompute_dynamic);
@@ -178,7 +178,7 @@ static void test_shared_plan_options(void **state)
      * the ones that change no result and the skipped (grid) keys are left out */
     static char desc[8192];
     const char *skip[] = {"pp"};
-    cli_plan_describe(&p, skip, 1, desc, sizeof desc);
+    plan_request_describe(&p, skip, 1, desc, sizeof desc);
     static const char *const want[] = {"\nrecompute=dynamic\n", "\nbatching=packing-kk\n",
                                        "\ntp=2\n", "\nmem-limit=1000\n", "\nflash-attention=false\n",
                                        "\ndp-split=auto\n", "\ntrace=traces/flanv2-100k.csv\n"};
@@ -188,16 +188,16 @@ static void test_shared_plan_options(void **state)
     assert_null(strstr(desc, "stream="));
     assert_null(strstr(desc, "allow-oversubscribe="));
     cli_opts_init(&t, "test", "dpsim test", NULL);
-    cli_plan_options(&t, &p);
+    plan_request_options(&t, &p);
     int lines = 0, described = 0;
     for (const char *c = desc; *c; c++) lines += *c == '\n';
     for (int i = 0; i < t.n; i++) described += !(t.row[i].marks & OPT_NO_RESULT);
     assert_int_equal(lines, described - 1); /* every row but the skipped one */
     cli_opts_release(&t);
     /* the sweep's setter reaches the same rows */
-    assert_int_equal(cli_plan_set(&p, "max-seqlen", "4096", "test", "usage"), 1);
+    assert_int_equal(plan_request_set(&p, "max-seqlen", "4096", "test", "usage"), 1);
     assert_int_equal(p.max_seqlen, 4096);
-    assert_int_equal(cli_plan_set(&p, "batching", "magic", "test", "usage"), -1);
+    assert_int_equal(plan_request_set(&p, "batching", "magic", "test", "usage"), -1);
     assert_string_equal(p.batching, "packing-kk");
 }
 

@@ -2,10 +2,47 @@
 #include "options.h"
 
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "dp.h"
+
+static const char *program = "dpsim";
+
+void cli_opts_program(const char *name)
+{
+    program = name;
+}
+
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s %s: ", program, cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nusage: %s\nTry '%s %s --help' for the options.\n", usage, program, cmd);
+    return EXIT_USAGE;
+}
+
+int cli_int(const char *cmd, const char *opt, const char *text, int64_t lo, int64_t hi,
+            int64_t *out)
+{
+    if (dp_parse_i64(text, lo, hi, out) == 0) return 0;
+    fprintf(stderr, "%s %s: %s \"%s\" must be a whole number in [%lld, %lld]\n", program, cmd, opt,
+            text, (long long)lo, (long long)hi);
+    return -1;
+}
+
+int cli_double(const char *cmd, const char *opt, const char *text, double lo, double hi,
+               double *out)
+{
+    if (dp_parse_f64(text, out) == 0 && *out >= lo && *out <= hi) return 0;
+    fprintf(stderr, "%s %s: %s \"%s\" must be a number in [%g, %g]\n", program, cmd, opt, text, lo,
+            hi);
+    return -1;
+}
 
 #define CODE_BASE 1000 /* getopt code of row i without a letter: CODE_BASE + i */
 #define HELP_COLUMN 24 /* where --help's text starts */

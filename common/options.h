@@ -1,9 +1,9 @@
 /*
  * options.h — one declarative option table per subcommand: it parses argv (getopt_long, built
  * from the table), range-checks every value, and prints --help with each option's default, for
- * every cmd_*.c. The options several subcommands share (the cost model's, the plan's) are rows
- * that cli_cost_options and cli_plan_options (cli.h) append to a command's table, so they are
- * written once.
+ * every dpsim subcommand (cli/cmd_*.c). The options several subcommands share (the cost
+ * model's, the plan's) are rows that the planner's request tables (planner/request.h) append to
+ * a command's table, so they are written once; a sweep sets them by name (cli_opts_set).
  *
  * A row says: the long name (and a short letter), what the value is (a flag, a whole number or a
  * real number in [lo, hi], a string, or a value that a callback parses), where it goes, the
@@ -25,6 +25,27 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* Exit codes of the drivers: 0 success, 1 runtime failure (bad input file, infeasible plan, I/O),
+ * 2 usage error (unknown option or subcommand, bad option value). */
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* The program that messages name ("dpsim", the default; "dprun"). */
+void cli_opts_program(const char *name);
+
+/* Prints "PROGRAM CMD: message" and "usage: USAGE" (and a --help hint) on stderr; returns
+ * EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses an option value as an integer in [lo, hi]; on failure prints a usage error naming the
+ * option and returns -1 (caller returns EXIT_USAGE). */
+int cli_int(const char *cmd, const char *opt, const char *text, int64_t lo, int64_t hi,
+            int64_t *out);
+
+/* Parses a finite floating-point option value in [lo, hi], as cli_int. */
+int cli_double(const char *cmd, const char *opt, const char *text, double lo, double hi,
+               double *out);
 
 typedef enum cli_opt_kind {
     OPT_FLAG,   /* no value: *(int *)dest = flag_value (1 when 0) */

@@ -1,0 +1,385 @@
+/* setup.c — a request resolved into what a run needs: the cost model, the trace, the rules
+ * (setup.h). */
+#include "setup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../scheduler/microbatch.h"
+#include "../scheduler/schedule.h"
+#include "study.h"
+
+#define STREAM_ABOVE_BYTES (256L << 20) /* trace CSVs larger than this are streamed */
+
+/* Whether the run uses FlashAttention: what the options force, else the model's own. */
+static int flash_of(const cost_request *o, const model_spec *m)
+{
+    return o->flash_attn ? 1 : o->no_flash_attn ? 0 : m->flash_attn;
+}
+
+/* Applies the attention, overlap and context-parallel options to a cost model just built (st
+ * its constructor's status); on failure the model is freed. */
+static dp_status finish(dp_status st, const cost_request *o, const model_spec *m, cost_model **cm,
+                        dp_err *err)
+{
+    if (st != DP_OK) return st;
+    cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
+    (*cm)->overlap = o->overlap;
+    (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
+    if ((st = cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {
+        cost_model_free(*cm);
+        *cm = NULL;
+    }
+    return st;
+}
+
+/* What the source line says of a built cost model's attention: ", FlashAttention (cudnn-h100)"
+ * where it is timed as a fused kernel (timed: the analytic model), ", FlashAttention memory"
+ * where only memory follows it (a profile, or no fused kernel measured on the GPU), or ""; and
+ * whether the model's default chose it. */
+static const char *attention_note(const cost_model *cm, const cost_request *o, int timed, char *buf,
+                                  size_t cap)
+{
+    if (!cm->flash_attn) return "";
+    const char *why = o->flash_attn ? "" : "the model's default";
+    if (timed && cm->attn)
+        snprintf(buf, cap, ", FlashAttention (%s%s%s)", cm->attn->name, why[0] ? ": " : "", why);
+    else
+        snprintf(buf, cap, ", FlashAttention memory%s%s%s", why[0] ? " (" : "", why,
+                 why[0] ? ")" : "");
+    return buf;
+}
+
+dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec *hw, cost_model **cm,
+                         char *source, size_t source_cap, dp_err *err)
+{
+    if (o->recompute_dynamic)
+        return dp_fail(err, DP_ERR_INVALID, "--recompute %s chooses a mode per %s; it applies to "
+                       "plan, sim, compare and sweep", recompute_choice_name(o),
+                       o->recompute_dynamic == RECOMPUTE_PER_MB ? "micro-batch" : "iteration");
+    dp_status st = o->model_json ? model_parse_json(o->model_json, "the plan's model_spec", m, err)
+                                 : model_resolve(o->model, m, err);
+    if (st == DP_OK)
+        st = o->hw_json ? cluster_parse_json(o->hw_json, "the plan's cluster_spec", hw, err)
+                        : cluster_resolve(o->hw, hw, err);
+    if (st != DP_OK) return st;
+    if (o->flash_attn && o->no_flash_attn)
+        return dp_fail(err, DP_ERR_INVALID, "--flash-attention and --no-flash-attention contradict "
+                       "each other");
+    if (o->attn_kernel && !attn_kernel_find(o->attn_kernel)) {
+        char names[256] = "";
+        int n;
+        const attn_kernel *ks = attn_kernels(&n);
+        for (int i = 0; i < n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     ks[i].name);
+        return dp_fail(err, DP_ERR_INVALID, "unknown --attention-kernel \"%s\" (one of %s)",
+                       o->attn_kernel, names);
+    }
+    char note[128];
+    char sp[96];
+    snprintf(sp, sizeof sp, "%s%s", o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism"
+                                                              : ", sequence parallelism",
+             o->cp < 2 ? "" : o->cp_alltoall ? ", context parallelism (all-to-all)"
+                                             : ", context parallelism (ring)");
+    if (o->fit) {
+        st = finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm, err);
+        if (st == DP_OK)
+            snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s",
+                     o->fit, o->tp, recompute_name(o->recompute),
+                     attention_note(*cm, o, 1, note, sizeof note), sp);
+        return st;
+    }
+    const char *profile = o->profile;
+    char buf[4096];
+    if (!profile && !o->analytic && m->profile[0] && strcmp(hw->gpu.name, "a100-40gb") == 0) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/profiles/%s", m->profile);
+        profile = planner_data_path(rel, buf, sizeof buf);
+        if (!profile)
+            return dp_fail(err, DP_ERR_IO,
+                           "%s: the measured profile of %s is missing\nhint: set DPSIM_DATA to the "
+                           "dpsim source folder, or pass --profile or --analytic",
+                           buf, m->name);
+    }
+    if (profile && !o->analytic) {
+        st = finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm, err);
+        if (st == DP_OK)
+            snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
+                     recompute_name(o->recompute), attention_note(*cm, o, 0, note, sizeof note));
+        return st;
+    }
+    analytic_params p;
+    analytic_params_for_gpu(&hw->gpu, &p);
+    const char *fitted_on = analytic_params_provenance();
+    int foreign = strcmp(hw->gpu.name, ANALYTIC_DEFAULT_GPU) != 0;
+    static int told;
+    if (foreign && !told && !o->quiet) {
+        told = 1;
+        fprintf(stderr, "dpsim: note: the analytic model's efficiencies and per-layer floor are %s; "
+                "on %s its GEMM efficiency is scaled by the GPU's best measured matmul (%.0f%% of "
+                "peak against the A100's %.0f%%) and the floor and byte efficiency are an "
+                "assumption\nhint: measure a profile on it (dprun profile) and fit them: dpsim "
+                "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json\n", fitted_on,
+                hw->gpu.name, 100 * hw->gpu.matmul_eff, 100 * HW_A100_MATMUL_EFF, hw->gpu.name);
+    }
+    st = finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm, err);
+    if (st == DP_OK)
+        snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
+                 hw->gpu.name, ANALYTIC_DEFAULT_GPU,
+                 foreign ? ": GEMM efficiency scaled by this GPU's measured matmul, the rest "
+                           "assumed"
+                         : "",
+                 attention_note(*cm, o, 1, note, sizeof note), sp);
+    return st;
+}
+
+dp_status planner_build_cost_at(const cost_request *o, int tp, recompute_mode rc, model_spec *m,
+                            cluster_spec *hw, cost_model **cm, char *source, size_t source_cap,
+                            dp_err *err)
+{
+    cost_request one = *o;
+    one.recompute_dynamic = 0;
+    one.tp = tp;
+    one.recompute = rc;
+    return planner_build_cost(&one, m, hw, cm, source, source_cap, err);
+}
+
+/* n equal samples of the rules' full lengths (GPT: max_seqlen; T5: max_seqlen in, the decoder's
+ * cap out), as one global batch of exactly those tokens. */
+static dp_status toy_trace(int n, batch_rules *rules, char *name, size_t name_cap, trace *t,
+                           dp_err *err)
+{
+    int32_t in = rules->max_seqlen, out = rules->max_dec_seqlen - rules->dec_extra;
+    if (rules->arch == ARCH_GPT) in = rules->max_seqlen - rules->max_seqlen / 2, out = rules->max_seqlen / 2;
+    for (int i = 0; i < n; i++)
+        if (trace_push(t, "textbook", in, out) != DP_OK)
+            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    sample_len x = batch_sample(rules, t, 0);
+    rules->global_tokens = (int64_t)n * (x.enc + x.dec);
+    snprintf(name, name_cap, "%d equal samples of %d tokens (textbook)", n, x.enc + x.dec);
+    return DP_OK;
+}
+
+dp_status planner_choose_schedule(plan_request *p, dp_err *err)
+{
+    if (strcmp(p->schedule, "auto") != 0) return DP_OK;
+    plan_request q = *p;
+    int n;
+    const schedule *all = schedule_list(&n);
+    const char *names[16];
+    for (int i = 0; i < n && i < 16; i++) names[i] = all[i].name;
+    /* the set-up's checks: with --chunks against the chunked schedule, else the baseline */
+    q.schedule = p->chunks > 1 ? schedule_for_options(names, n) : schedule_baseline()->name;
+    plan_env env;
+    dp_status st = planner_setup(&q, &env, err);
+    const schedule *best = NULL;
+    double thr[16] = {0};
+    if (st == DP_OK) {
+        study_opts o;
+        planner_study_opts(&q, &env, q.batching, q.schedule, &o);
+        o.chunks = p->chunks;
+        st = study_best_schedule(&o, &env.trace, &best, thr, err);
+    }
+    plan_env_release(&env);
+    if (st != DP_OK) return st;
+    p->schedule = best->name;
+    fprintf(stderr, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
+    for (int i = 0; i < n && i < 16; i++)
+        if (thr[i] > 0) fprintf(stderr, " %s %.0f", all[i].name, thr[i]);
+    fprintf(stderr, ")\n");
+    return DP_OK;
+}
+
+dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
+{
+    memset(env, 0, sizeof *env);
+    trace_init(&env->trace);
+    if (strcmp(p->schedule, "auto") == 0)
+        return dp_fail(err, DP_ERR_INVALID, "--schedule auto applies to plan and sim (compare "
+                       "and tune list schedules: --schedules)");
+    dp_status st;
+    if (p->cost.recompute_dynamic) { /* one cost model per mode, tried in order per iteration */
+        for (int m = RECOMPUTE_COUNT - 1; m >= 0; m--) { /* none last: the source names it */
+            st = planner_build_cost_at(&p->cost, p->cost.tp, (recompute_mode)m, &env->model, &env->hw,
+                                   &env->recompute_cm[m], env->cost_source,
+                                   sizeof env->cost_source, err);
+            if (st != DP_OK) return st;
+        }
+        env->cm = env->recompute_cm[0];
+        size_t at = strlen(env->cost_source);
+        snprintf(env->cost_source + at, sizeof env->cost_source - at,
+                 p->cost.recompute_dynamic == RECOMPUTE_PER_MB
+                     ? "; --recompute mixed: none, selective or full per micro-batch"
+                 : p->cost.recompute_dynamic == RECOMPUTE_FASTEST
+                     ? "; --recompute fastest: per iteration, the mode that simulates fastest"
+                     : "; --recompute dynamic: none, selective or full per iteration");
+    } else {
+        st = planner_build_cost(&p->cost, &env->model, &env->hw, &env->cm, env->cost_source,
+                            sizeof env->cost_source, err);
+        if (st != DP_OK) return st;
+    }
+    cost_toy toy = {0};
+    if (p->toy_costs && (st = cost_toy_parse(p->toy_costs, &toy, err)) != DP_OK) return st;
+    int free_links = toy.on && p->link_gbit < 0 && p->link_latency_us < 0;
+    cluster_override_links(&env->hw, free_links ? COST_TOY_FREE_LINK_GBIT : p->link_gbit,
+                           free_links ? 0 : p->link_latency_us);
+    batch_rules_default(&env->rules, env->model.arch);
+    env->rules.global_tokens = p->global_tokens;
+    if (p->max_seqlen) env->rules.max_seqlen = p->max_seqlen;
+    if (p->max_dec_seqlen) env->rules.max_dec_seqlen = p->max_dec_seqlen;
+    /* textbook costs are per micro-batch of one full-length sample */
+    toy.unit_tokens = env->rules.max_seqlen +
+                      (env->model.arch == ARCH_T5 ? env->rules.max_dec_seqlen : 0);
+    env->cm->hw = env->hw, env->cm->toy = toy;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (env->recompute_cm[m]) env->recompute_cm[m]->hw = env->hw, env->recompute_cm[m]->toy = toy;
+    if (toy.on) {
+        size_t at = strlen(env->cost_source);
+        snprintf(env->cost_source + at, sizeof env->cost_source - at,
+                 "; textbook costs: f %g, b %g, w %g ms per micro-batch of %.0f tokens on every "
+                 "stage, no LM head, %s, no optimizer step",
+                 toy.f_ms, toy.b_ms, toy.w_ms, toy.unit_tokens,
+                 free_links ? "free links" : "links as given");
+    }
+    env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
+    /* Pad to at least the profile's shortest measured length, so short samples stay answerable. */
+    cost_profile_range range;
+    if (cost_profile_range_of(env->cm, COMP_ENCODER, &range) == DP_OK && range.enc_min > 0)
+        env->rules.min_padded = range.enc_min;
+    st = batch_rules_validate(&env->rules, err);
+    if (st != DP_OK) return st;
+    /* the model's context, and its attention window: a GPT sequence (input + target) is truncated
+     * at --max-seqlen, which must not exceed either (T5's relative positions have no limit) */
+    char what[48];
+    snprintf(what, sizeof what, "--max-seqlen %d", env->rules.max_seqlen);
+    if (model_check_seqlen(&env->model, env->rules.max_seqlen, what, err) != DP_OK) {
+        const model_spec *m = &env->model;
+        int ctx = m->positions > 0 && env->rules.max_seqlen > m->positions;
+        return dp_fail(err, DP_ERR_INVALID, "%s\nhint: --max-seqlen %d or less%s", err->msg,
+                       ctx ? m->positions : m->window,
+                       ctx ? ", or a model spec with a longer context (\"max_position_embeddings\" "
+                             "in its JSON)" : "");
+    }
+    if (p->pp * p->chunks > model_layers(&env->model) ||
+        (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers))
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--pp %d x --chunks %d is more pipeline stages than %s has layers (%d)",
+                       p->pp, p->chunks, env->model.name, model_layers(&env->model));
+    const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
+    if (p->chunks > 1 && !(sc && sc->chunked))
+        return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+    if (sc && !p->cost.recompute_dynamic &&
+        (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
+        return st;
+    int64_t gpus = plan_request_gpus(p),
+            have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
+    char cp[32] = "";
+    if (p->cost.cp > 1) snprintf(cp, sizeof cp, " x --cp %d", p->cost.cp);
+    if (env->hw.nodes > 0 && gpus > have && !p->allow_oversubscribe)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--tp %d%s x --pp %d x --dp %d = %lld GPUs, but %s has %d node%s of %d GPUs "
+                       "(%lld)\nhint: a cluster with more nodes (--hw, \"nodes\" in its JSON), or "
+                       "--allow-oversubscribe for a what-if",
+                       p->cost.tp, cp, p->pp, p->dp, (long long)gpus, env->hw.name, env->hw.nodes,
+                       env->hw.nodes == 1 ? "" : "s", env->hw.gpus_per_node, (long long)have);
+    /* ring attention cuts each sequence into 2 cp chunks: the padded length must split evenly */
+    if (p->cost.cp > 1 && env->rules.pad_multiple % (2 * p->cost.cp) != 0) {
+        int m = env->rules.pad_multiple;
+        while (m % (2 * p->cost.cp)) m += env->rules.pad_multiple;
+        env->rules.pad_multiple = m;
+    }
+    if (toy.on && !p->trace) /* the textbook's equal micro-batches, one iteration */
+        return toy_trace(p->microbatches, &env->rules, env->trace_path, sizeof env->trace_path,
+                         &env->trace, err);
+    const char *path = p->trace;
+    if (!path) {
+        path = planner_data_path(PLANNER_DEFAULT_TRACE, env->trace_path, sizeof env->trace_path);
+        if (!path)
+            return dp_fail(err, DP_ERR_IO,
+                           "the default trace %s is missing\nhint: pass --trace, or set DPSIM_DATA "
+                           "to the dpsim source folder",
+                           PLANNER_DEFAULT_TRACE);
+    } else {
+        snprintf(env->trace_path, sizeof env->trace_path, "%s", path);
+    }
+    struct stat sb;
+    int big = stat(env->trace_path, &sb) == 0 && sb.st_size > STREAM_ABOVE_BYTES;
+    if ((p->stream || big) && trace_format_for_path(env->trace_path) == TRACE_FORMAT_CSV) {
+        env->stream_path = env->trace_path; /* opened by each run */
+        return DP_OK;
+    }
+    return trace_load(env->trace_path, TRACE_FORMAT_AUTO, NULL, NULL, &env->trace, err);
+}
+
+void plan_env_release(plan_env *env)
+{
+    if (!env->recompute_cm[0]) cost_model_free(env->cm);
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(env->recompute_cm[m]);
+    trace_release(&env->trace);
+    memset(env, 0, sizeof *env);
+}
+
+void planner_study_opts(const plan_request *p, const plan_env *env, const char *batching,
+                    const char *sched, study_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->cm = env->cm;
+    o->rules = &env->rules;
+    o->batching = batcher_find(batching);
+    o->sched = schedule_find(sched);
+    o->pp = p->pp;
+    o->chunks = o->sched && o->sched->chunked ? p->chunks : 1;
+    o->dp = p->dp;
+    o->zero = p->zero;
+    o->mem_limit_mb = env->mem_limit_mb;
+    o->mbs = p->mbs;
+    o->mb_tokens = p->mb_tokens;
+    o->thin_ms = p->thin_ms;
+    o->dp_split = p->dp_split;
+    o->max_iterations = p->iterations;
+    o->stream_path = env->stream_path;
+    o->keep_going = p->keep_going;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = env->recompute_cm[m];
+    o->recompute_per_mb = p->cost.recompute_dynamic == RECOMPUTE_PER_MB;
+    o->recompute_by_time = p->cost.recompute_dynamic == RECOMPUTE_FASTEST;
+}
+
+/* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,
+ * recompute and ZeRO give model state and links (with the what-if overrides of p). */
+dp_status planner_sim_config(const plan *pl, const char *where, const plan_request *p, cluster_spec *hw,
+                              model_spec *model, sim_config *cfg, dp_err *err)
+{
+    cost_request co = p->cost;
+    if (pl->h.model[0]) co.model = pl->h.model;
+    if (pl->h.hw[0]) co.hw = pl->h.hw;
+    co.model_json = pl->h.model_json; /* a self-contained plan runs from anywhere */
+    co.hw_json = pl->h.hw_json;
+    co.tp = pl->h.tp;
+    co.no_sp = !pl->h.sp;
+    co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall;
+    co.recompute_dynamic = 0; /* model state, the config's only use of it, is the same in every mode */
+    co.quiet = 1;             /* the plan's times are its own: the cost model's are not used */
+    if (recompute_parse(pl->h.recompute, &co.recompute) != 0) co.recompute = RECOMPUTE_NONE;
+    model_spec m;
+    cost_model *cm = NULL;
+    char source[4200];
+    stage_model sm;
+    dp_status st = DP_OK;
+    TRY(planner_build_cost(&co, &m, hw, &cm, source, sizeof source, err));
+    cluster_override_links(hw, p->link_gbit, p->link_latency_us);
+    cm->hw = *hw;
+    cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
+    cm->toy.unit_tokens = 1;     /* the plan carries its times: only the flag matters here */
+    if (model) *model = m;
+    TRY(stage_model_init(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
+                         p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
+    TRY(plan_check_model(pl, &m, where, err));
+    study_sim_config(&sm, hw, cfg);
+out:
+    cost_model_free(cm);
+    return st;
+}
+

@@ -1,0 +1,322 @@
+/* tune_run.c — dpsim tune's search in forked workers (tune_run.h). */
+#include "tune_run.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/json_util.h"
+#include "../common/outfile.h"
+#include "../common/pool.h"
+#include "../scheduler/microbatch.h"
+#include "../scheduler/schedule.h"
+
+/* What the workers share: the base options and environment, and a cost model per (tp, mode),
+ * built once before the fork. */
+typedef struct tune_job {
+    const plan_request *base;
+    const plan_env *env;
+    const tune_space *sp;
+    const tune_point *pts;
+    tune_result *res;
+    cost_model *cm[TUNE_MAX_LIST][RECOMPUTE_COUNT];
+    char cm_err[TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
+    double t0, last_line, last_write;
+    int progress; /* 0 none, 1 a terminal's \r line, 2 lines every TUNE_PROGRESS_EVERY_S */
+    tune_run_opts *run;
+    long n, todo;  /* points in the space, and to run now */
+    int jobs;
+    long *order;   /* the points to run, by the pool's index */
+    int *group;    /* per point: its (batching, schedule) group, for the ETA */
+    double g_sum[TUNE_MAX_LIST * TUNE_MAX_LIST];  /* seconds of each group's finished points */
+    long g_done[TUNE_MAX_LIST * TUNE_MAX_LIST], g_left[TUNE_MAX_LIST * TUNE_MAX_LIST];
+    dp_err write_err;
+} tune_job;
+
+static int tp_slot(const tune_space *sp, int tp)
+{
+    for (int t = 0; t < sp->n_tps; t++)
+        if (sp->tps[t] == tp) return t;
+    return 0;
+}
+
+dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
+                       cost_model *const *cms, study_result *r, dp_err *err)
+{
+    int dynamic = strcmp(pt->recompute, "dynamic") == 0;
+    recompute_mode rc = RECOMPUTE_NONE;
+    if (!dynamic) recompute_parse(pt->recompute, &rc);
+    cost_model *own[RECOMPUTE_COUNT] = {NULL}, *use[RECOMPUTE_COUNT] = {NULL};
+    dp_status st = DP_OK;
+    memset(r, 0, sizeof *r);
+    for (int m = 0; m < RECOMPUTE_COUNT && st == DP_OK; m++) {
+        if (!dynamic && m != (int)rc) continue;
+        if (cms) {
+            use[m] = cms[m];
+            if (!use[m]) st = dp_fail(err, DP_ERR_INVALID, "no cost model for tp %d", pt->tp);
+            continue;
+        }
+        model_spec ms;
+        cluster_spec hw;
+        char source[4200];
+        st = planner_build_cost_at(&base->cost, pt->tp, (recompute_mode)m, &ms, &hw, &own[m], source,
+                               sizeof source, err);
+        if (st == DP_OK) own[m]->hw = env->hw, use[m] = own[m]; /* with the what-if links */
+    }
+    if (st == DP_OK) {
+        plan_request p = *base;
+        p.batching = pt->batching, p.schedule = pt->schedule;
+        p.cost.tp = pt->tp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
+        p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
+        p.cost.recompute_dynamic = dynamic, p.cost.recompute = rc;
+        study_opts o;
+        planner_study_opts(&p, env, pt->batching, pt->schedule, &o);
+        o.cm = use[dynamic ? 0 : rc];
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) o.recompute_cm[m] = dynamic ? use[m] : NULL;
+        st = study_run(&o, &env->trace, r, err);
+    }
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(own[m]);
+    return st;
+}
+
+/* One point, in a worker: "OK THROUGHPUT MFU PEAK SECONDS WHY". */
+static void tune_eval(void *ctx, long k, char *out, size_t cap)
+{
+    tune_job *j = ctx;
+    long i = j->order[k];
+    double t0 = dp_now_s();
+    const tune_point *pt = &j->pts[i];
+    int t = tp_slot(j->sp, pt->tp), dynamic = strcmp(pt->recompute, "dynamic") == 0;
+    recompute_mode rc = RECOMPUTE_NONE;
+    if (!dynamic) recompute_parse(pt->recompute, &rc);
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if ((dynamic || m == (int)rc) && !j->cm[t][m]) { /* why its cost model could not be made */
+            snprintf(out, cap, "0 0 0 0 %s", j->cm_err[t][m]);
+            return;
+        }
+    study_result r;
+    dp_err err = {0};
+    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[t], &r, &err);
+    double peak = 0;
+    for (int s = 0; s < r.pp; s++) peak = fmax(peak, r.peak_mem_mb[s]);
+    /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
+    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations;
+    const char *why = st != DP_OK ? err.msg : ok ? "" : r.why[0] ? r.why : "no iteration";
+    snprintf(out, cap, "%d %.17g %.17g %.17g %.6f %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
+             r.mfu, peak, dp_now_s() - t0, why);
+    study_result_release(&r);
+}
+
+/* Writes the ranking of what is done so far to run->out (a temporary, then a rename). */
+static dp_status write_ranking(const tune_job *j, const char *path, dp_err *err)
+{
+    tune_result *done = malloc((size_t)(j->n ? j->n : 1) * sizeof *done);
+    if (!done) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    long m = 0;
+    for (long i = 0; i < j->n; i++)
+        if (j->res[i].done) done[m++] = j->res[i];
+    tune_rank(done, m);
+    out_file of;
+    dp_status st = out_open(&of, path, err);
+    if (st == DP_OK) {
+        fprintf(of.fp, "%s\n", TUNE_CSV_HEADER);
+        char row[600];
+        for (long i = 0; i < m; i++) {
+            tune_csv_row(&done[i], i + 1, row, sizeof row);
+            fprintf(of.fp, "%s\n", row);
+        }
+        st = out_commit(&of, err);
+    }
+    free(done);
+    return st;
+}
+
+static void tune_done(void *ctx, long k, const char *text)
+{
+    tune_job *j = ctx;
+    long i = j->order[k];
+    tune_result *r = &j->res[i];
+    r->done = 1;
+    j->run->ran++;
+    j->g_left[j->group[i]]--;
+    int used = 0;
+    if (!text || sscanf(text, "%d %lf %lf %lf %lf %n", &r->ok, &r->throughput, &r->mfu,
+                        &r->peak_mb, &r->seconds, &used) < 5) {
+        r->ok = 0, r->died = 1;
+        j->run->died++;
+        snprintf(r->why, sizeof r->why, "%s", TUNE_WHY_DIED);
+        return;
+    }
+    snprintf(r->why, sizeof r->why, "%s", text + used);
+    for (char *c = r->why; *c; c++)
+        if (*c == '\n') *c = ' ';
+    j->g_sum[j->group[i]] += r->seconds, j->g_done[j->group[i]]++;
+}
+
+/* The seconds the points not yet done will take over the workers: each (batching, schedule)
+ * group's mean time per point so far (the overall mean for a group with none yet) times what it
+ * has left; NAN before any point has finished. */
+static double eta_s(const tune_job *j)
+{
+    double all = 0, left = 0;
+    long nall = 0;
+    for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++) all += j->g_sum[g], nall += j->g_done[g];
+    if (nall == 0) return NAN;
+    for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++)
+        left += j->g_left[g] * (j->g_done[g] ? j->g_sum[g] / j->g_done[g] : all / nall);
+    return left / j->jobs;
+}
+
+static void tune_progress(void *ctx, long finished, long n)
+{
+    tune_job *j = ctx;
+    double now = dp_now_s();
+    if (j->run->out && (now - j->last_write >= TUNE_WRITE_EVERY_S || finished == n)) {
+        if (write_ranking(j, j->run->out, &j->write_err) != DP_OK) j->run->out = NULL;
+        j->last_write = now;
+    }
+    if (!j->progress) return;
+    if (j->progress == 2 && now - j->last_line < TUNE_PROGRESS_EVERY_S && finished < n) return;
+    j->last_line = now;
+    const tune_result *best = NULL;
+    long feasible = 0;
+    for (long i = 0; i < j->n; i++)
+        if (j->res[i].done && j->res[i].ok) {
+            feasible++;
+            if (!best || j->res[i].throughput > best->throughput) best = &j->res[i];
+        }
+    char line[600], desc[256] = "";
+    int at = snprintf(line, sizeof line, "dpsim tune: %ld/%ld configurations done (%ld fit)",
+                      finished + j->run->resumed, j->n, feasible);
+    if (best) {
+        tune_point_describe(&best->pt, desc, sizeof desc);
+        at += snprintf(line + at, sizeof line - (size_t)at, ", best %.0f tokens/s (%s)",
+                       best->throughput, desc);
+    }
+    double eta = eta_s(j);
+    if (finished < n && !isnan(eta))
+        snprintf(line + at, sizeof line - (size_t)at, ", ETA %.0f s", eta);
+    else if (finished == n)
+        snprintf(line + at, sizeof line - (size_t)at, ", %.0f s", now - j->t0);
+    if (j->progress == 1) fprintf(stderr, "\r%-150.150s%s", line, finished == n ? "\n" : "");
+    else fprintf(stderr, "%s\n", line);
+}
+
+dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
+                   tune_run_opts *run, tune_result **out, long *n_out, dp_err *err)
+{
+    tune_run_opts none = {0};
+    if (!run) run = &none;
+    run->resumed = run->ran = run->died = 0, run->stopped = 0;
+    *out = NULL, *n_out = 0;
+    tune_point *pts = NULL;
+    long n = tune_points(sp, &pts);
+    if (n == 0)
+        return dp_fail(err, DP_ERR_INVALID, "no configuration of %d GPUs to try (tp at most %d per "
+                       "node, pp at most %d layers%s)", sp->gpus, sp->gpus_per_node, sp->layers,
+                       sp->t5 ? ", even for T5" : "");
+    tune_job *j = dp_xcalloc(1, sizeof *j);
+    j->base = base, j->env = env, j->sp = sp, j->pts = pts;
+    /* scored on the first batches and the one with the longest sample (planner/tune.h), where the
+     * trace is in memory */
+    plan_env *scored = NULL;
+    if (!env->stream_path && base->iterations > 0) {
+        scored = dp_xcalloc(1, sizeof *scored);
+        *scored = *env;
+        int longest;
+        dp_status st = tune_scoring_trace(&env->trace, &env->rules, base->iterations,
+                                          &scored->trace, &longest, err);
+        if (st != DP_OK) {
+            free(scored), free(j), free(pts);
+            return st;
+        }
+        j->env = scored;
+    }
+    j->res = dp_xcalloc((size_t)n, sizeof *j->res);
+    for (long i = 0; i < n; i++) j->res[i].pt = pts[i], j->res[i].index = i;
+    j->run = run, j->n = n, j->jobs = jobs > 0 ? jobs : 1;
+    j->t0 = j->last_line = j->last_write = dp_now_s();
+    j->progress = run->quiet ? 0 : isatty(STDERR_FILENO) ? 1 : run->progress_lines ? 2 : 0;
+    struct stat sb;
+    if (run->resume && run->out && stat(run->out, &sb) == 0) { /* none yet: nothing to read */
+        long foreign = 0;
+        dp_status st = tune_read_ranking(run->out, j->res, n, &run->resumed, &foreign, err);
+        if (st == DP_OK && foreign > 0)
+            st = dp_fail(err, DP_ERR_INVALID, "%s: %ld of its rows are configurations this search "
+                         "does not have: it was made with other options\nhint: the same options, "
+                         "or a new -o", run->out, foreign);
+        if (st != DP_OK) {
+            free(j->res), free(j), free(pts);
+            if (scored) trace_release(&scored->trace);
+            free(scored);
+            return st;
+        }
+    }
+    j->order = dp_xcalloc((size_t)n, sizeof *j->order);
+    j->group = dp_xcalloc((size_t)n, sizeof *j->group);
+    for (long i = 0; i < n; i++) {
+        int b = 0, q = 0;
+        while (b < sp->n_batchings - 1 && strcmp(sp->batchings[b], pts[i].batching) != 0) b++;
+        while (q < sp->n_schedules - 1 && strcmp(sp->schedules[q], pts[i].schedule) != 0) q++;
+        j->group[i] = b * TUNE_MAX_LIST + q;
+        if (!j->res[i].done) j->order[j->todo++] = i, j->g_left[j->group[i]]++;
+    }
+    for (int t = 0; t < sp->n_tps; t++) { /* the cost models the points use, once */
+        int used = 0;
+        for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t];
+        for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
+            model_spec ms;
+            cluster_spec hw;
+            char source[4200];
+            dp_err e = {0};
+            if (planner_build_cost_at(&base->cost, sp->tps[t], (recompute_mode)m, &ms, &hw, &j->cm[t][m],
+                                  source, sizeof source, &e) != DP_OK)
+                snprintf(j->cm_err[t][m], sizeof j->cm_err[t][m], "%.230s", e.msg);
+            else
+                j->cm[t][m]->hw = env->hw; /* with the what-if link overrides */
+        }
+    }
+    if (j->progress)
+        fprintf(stderr, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers\n", n,
+                sp->gpus, j->todo, run->resumed ? " (the rest resumed)" : "", jobs);
+    int rc = pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j, run->stop);
+    run->stopped = rc == 1 || (rc == -1 && run->stop && *run->stop);
+    if (run->out && (run->stopped || j->todo == 0)) /* what finished, as it is */
+        if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
+    for (int t = 0; t < sp->n_tps; t++)
+        for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[t][m]);
+    /* a dead worker's point is reported as not ok, with why, and counted in run->died */
+    tune_rank(j->res, n);
+    dp_status wst = j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
+    if (wst != DP_OK) *err = j->write_err;
+    free(j->order), free(j->group);
+    *out = j->res;
+    *n_out = n;
+    if (scored) trace_release(&scored->trace);
+    free(scored);
+    free(j);
+    free(pts);
+    return wst;
+}
+
+dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus, const char *const *bs,
+                         int nb, const char *const *ss, int ns, tune_space *sp, dp_err *err)
+{
+    int have = env->hw.nodes * env->hw.gpus_per_node;
+    if (*gpus == 0) *gpus = have > 0 ? have : env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8;
+    if (have > 0 && *gpus > have && !p->allow_oversubscribe)
+        return dp_fail(err, DP_ERR_INVALID, "--gpus %d, but %s has %d\nhint: a cluster with more "
+                       "nodes, or --allow-oversubscribe", *gpus, env->hw.name, have);
+    int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
+    tune_space_default(sp, *gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
+                       env->model.arch == ARCH_T5);
+    for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
+    for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++)
+        if (!schedule_find(ss[j])->chunked) sp->schedules[sp->n_schedules++] = ss[j];
+    return DP_OK;
+}

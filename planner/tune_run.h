@@ -1,0 +1,55 @@
+/*
+ * tune_run.h — dpsim tune's search run: every point of a search space (tune.h) simulated in
+ * forked workers (common/pool.h), ranked, written as it goes and resumable; compare --tuned runs
+ * the same search.
+ */
+#ifndef PLANNER_TUNE_RUN_H
+#define PLANNER_TUNE_RUN_H
+
+#include <signal.h>
+
+#include "setup.h"
+#include "study.h"
+#include "tune.h"
+
+/* Runs one point of the search with base's other options on env's trace and length rules (what
+ * tune scores it on). cms[m], when given, are the cost models of the point's tp per recompute
+ * mode (tune builds them once); NULL: they are built for this run. */
+dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
+                       cost_model *const *cms, study_result *r, dp_err *err);
+/* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings and the
+ * schedules (interleaved left out); DP_ERR_INVALID when the cluster has fewer GPUs (unless
+ * --allow-oversubscribe). */
+dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus, const char *const *bs,
+                         int nb, const char *const *ss, int ns, tune_space *sp, dp_err *err);
+/* How a search runs (all zero: quietly but for a terminal's progress, nothing written, to the
+ * end). */
+typedef struct tune_run_opts {
+    const char *out;      /* the ranking CSV, rewritten as results come (through a temporary and a
+                           * rename, every TUNE_WRITE_EVERY_S and at the end: a crash leaves a
+                           * valid CSV of what finished); NULL: none. A write that fails sets it
+                           * NULL (no more writes) and planner_tune returns that DP_ERR_IO at the
+                           * end, with the results */
+    int resume;           /* read out's rows first and run only the other points */
+    int quiet;            /* no progress lines */
+    int progress_lines;   /* a progress line every TUNE_PROGRESS_EVERY_S on stderr, terminal
+                           * or not (else only on a terminal) */
+    const volatile sig_atomic_t *stop; /* set by a signal: no point starts after it (pool.h) */
+    /* filled in: */
+    long resumed;         /* points read back from out */
+    long ran, died;       /* points run now, and of those the ones whose worker died */
+    int stopped;          /* 1: *stop cut the search short (the ranking holds what finished) */
+} tune_run_opts;
+#define TUNE_WRITE_EVERY_S 2.0
+#define TUNE_PROGRESS_EVERY_S 5.0
+
+/* dpsim tune's search (planner/tune.h) over sp, every configuration simulated with the base options
+ * (its --iterations global batches, tune_scoring_trace's, where the trace is in memory; lengths,
+ * memory) in `jobs` forked workers, one cost model per (tp, mode) built before the fork. *out
+ * (ranked, tune_rank; the caller frees it) holds n results; those not run (stopped) have
+ * done 0. run may be NULL. Progress lines give done/total, the best so far and an ETA from the
+ * work left (each batching's mean time per configuration so far, over the workers). */
+dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
+                   tune_run_opts *run, tune_result **out, long *n, dp_err *err);
+
+#endif /* PLANNER_TUNE_RUN_H */
