@@ -10,7 +10,7 @@
 #include "../plots/plot.h"
 #include "../planner/panels.h"
 #include "../planner/study.h"
-#include "../planner/tune.h"
+#include "../planner/compare.h"
 #include "cli.h"
 
 static const char COMPARE_USAGE[] =
@@ -18,34 +18,6 @@ static const char COMPARE_USAGE[] =
     "[--out DIR] [--json]";
 
 #define MAX_ITEMS METHOD_LIST_MAX
-
-typedef struct row {
-    const char *batching, *schedule;
-    char tuned[200]; /* --tuned: the configuration the row ran with */
-    study_result r;
-    double speedup;
-    dp_status st;
-    char error[DP_ERR_MSG_MAX];
-} row;
-
-static double mean_bubble(const study_result *r)
-{
-    double b = 0;
-    for (int s = 0; s < r->pp; s++) b += r->bubble_fraction[s];
-    return r->pp ? b / r->pp : 0;
-}
-
-static double mb_per_iteration(const study_result *r)
-{
-    return r->iterations ? (double)r->microbatches / r->iterations : 0;
-}
-
-static double max_peak(const study_result *r)
-{
-    double m = 0;
-    for (int s = 0; s < r->pp; s++) m = fmax(m, r->peak_mem_mb[s]);
-    return m;
-}
 
 /* Appends a figure's name to the list of those written. */
 static void wrote_one(char *wrote, size_t cap, const char *dir, const char *name)
@@ -57,7 +29,7 @@ static void wrote_one(char *wrote, size_t cap, const char *dir, const char *name
 /* The throughput chart (a row per batching and schedule; one out of memory or infeasible says
  * so in place of its bar), and the timeline and memory of one iteration of the figure row;
  * *wrote lists what was written. */
-static dp_status draw_figures(const plan_request *p, const plan_env *env, const row *rows, int n,
+static dp_status draw_figures(const plan_request *p, const plan_env *env, const compare_row *rows, int n,
                               const char *dir, const char *fig_batching, const char *fig_schedule,
                               char *wrote, size_t wrote_cap, dp_err *err)
 {
@@ -106,14 +78,12 @@ static dp_status draw_figures(const plan_request *p, const plan_env *env, const 
     return st;
 }
 
-static int best_row(const row *rows, int n, int dynamic);
-
-static char *compare_json(const plan_request *p, const plan_env *env, const row *rows, int n)
+static char *compare_json(const plan_request *p, const plan_env *env, const compare_row *rows, int n)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "rows");
     for (int i = 0; i < n; i++) {
-        const row *w = &rows[i];
+        const compare_row *w = &rows[i];
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "batching", w->batching);
         cJSON_AddStringToObject(x, "schedule", w->schedule);
@@ -131,10 +101,10 @@ static char *compare_json(const plan_request *p, const plan_env *env, const row 
             cJSON_AddNumberToObject(x, "padding_efficiency", w->r.padding_efficiency);
             cJSON_AddNumberToObject(x, "encoder_padding_efficiency", w->r.enc_padding_efficiency);
             cJSON_AddNumberToObject(x, "decoder_padding_efficiency", w->r.dec_padding_efficiency);
-            cJSON_AddNumberToObject(x, "bubble_fraction", mean_bubble(&w->r));
+            cJSON_AddNumberToObject(x, "bubble_fraction", study_mean_bubble(&w->r));
             cJSON_AddNumberToObject(x, "pipeline_bubble", w->r.pipeline_bubble_mean);
             cJSON_AddNumberToObject(x, "after_pipeline_share", w->r.after_pipeline_share);
-            cJSON_AddNumberToObject(x, "microbatches_per_iteration", mb_per_iteration(&w->r));
+            cJSON_AddNumberToObject(x, "microbatches_per_iteration", study_mb_per_iteration(&w->r));
             cJSON *pm = cJSON_AddArrayToObject(x, "peak_mem_mb");
             for (int s = 0; s < w->r.pp; s++) cJSON_AddItemToArray(pm, cJSON_CreateNumber(w->r.peak_mem_mb[s]));
             cJSON_AddBoolToObject(x, "oom", w->r.oom);
@@ -154,7 +124,7 @@ static char *compare_json(const plan_request *p, const plan_env *env, const row 
         }
         cJSON_AddItemToArray(arr, x);
     }
-    int bv = best_row(rows, n, 0), bd = best_row(rows, n, 1); /* the table's last line */
+    int bv = compare_best_row(rows, n, 0), bd = compare_best_row(rows, n, 1); /* the table's last line */
     if (bv >= 0 && bd >= 0)
         cJSON_AddNumberToObject(o, "dynapipe_over_best_varlen",
                                 rows[bd].r.throughput_tokens_per_s / rows[bv].r.throughput_tokens_per_s);
@@ -181,29 +151,7 @@ static char *compare_json(const plan_request *p, const plan_env *env, const row 
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
     "dynamic,dynamic-varlen,packing-half,packing-quarter,packing-taper,auto"
 
-/* A row that ran, fits and has a throughput. */
-static int fits_row(const row *w)
-{
-    return w->st == DP_OK && w->r.feasible && !w->r.oom;
-}
-
-/* The fastest row that fits among DynaPipe's DP batchings (dynamic 1, either attention) or
- * among the varlen packers and balancers (dynamic 0); -1 when none. */
-static int best_row(const row *rows, int n, int dynamic)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        const batcher *b = batcher_find(rows[i].batching);
-        if (!b || b->chooses || !fits_row(&rows[i])) continue;
-        int is_dp = b->memory_aware; /* dynamic, dynamic-varlen */
-        if (dynamic ? !is_dp : (is_dp || !b->varlen)) continue;
-        if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
-            best = i;
-    }
-    return best;
-}
-
-static void print_table(const plan_request *p, const plan_env *env, const row *rows, int n, int tuned,
+static void print_table(const plan_request *p, const plan_env *env, const compare_row *rows, int n, int tuned,
                         FILE *fp)
 {
     if (tuned)
@@ -226,7 +174,7 @@ static void print_table(const plan_request *p, const plan_env *env, const row *r
     fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9s\n", "#", "", "tokens/s", "x",
             "%", "eff_%", "/iter", "%", "%", "MB(max)", "", "ms/iter");
     for (int i = 0; i < n; i++) {
-        const row *w = &rows[i];
+        const compare_row *w = &rows[i];
         if (w->st != DP_OK) {
             fprintf(fp, "%-18s %-11s error: %s\n", w->batching, w->schedule, w->error);
             continue;
@@ -241,11 +189,11 @@ static void print_table(const plan_request *p, const plan_env *env, const row *r
         if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
         fprintf(fp, "%-18s %-11s %12.0f %8s %6.1f %8.1f %7.1f %7.1f %6.1f %10.0f %4s %9.3f\n",
                 w->batching, w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
-                100 * w->r.padding_efficiency, mb_per_iteration(&w->r),
+                100 * w->r.padding_efficiency, study_mb_per_iteration(&w->r),
                 100 * w->r.pipeline_bubble_mean, 100 * w->r.after_pipeline_share,
-                max_peak(&w->r), w->r.oom ? "YES" : "no", w->r.plan_ms_median);
+                study_max_peak_mb(&w->r), w->r.oom ? "YES" : "no", w->r.plan_ms_median);
     }
-    int bv = best_row(rows, n, 0), bd = best_row(rows, n, 1);
+    int bv = compare_best_row(rows, n, 0), bd = compare_best_row(rows, n, 1);
     if (bv >= 0 && bd >= 0)
         fprintf(fp, "# best DynaPipe (%s/%s) over the best varlen packer (%s/%s): %.2fx\n",
                 rows[bd].batching, rows[bd].schedule, rows[bv].batching, rows[bv].schedule,
@@ -254,7 +202,7 @@ static void print_table(const plan_request *p, const plan_env *env, const row *r
     int best_auto = -1, best_other = -1;
     for (int i = 0; i < n; i++) {
         const batcher *b = batcher_find(rows[i].batching);
-        if (!b || !fits_row(&rows[i])) continue;
+        if (!b || !compare_row_fits(&rows[i])) continue;
         int *best = b->chooses ? &best_auto : &best_other;
         if (*best < 0 || rows[i].r.throughput_tokens_per_s > rows[*best].r.throughput_tokens_per_s)
             *best = i;
@@ -262,7 +210,7 @@ static void print_table(const plan_request *p, const plan_env *env, const row *r
         int same = -1;
         for (int j = 0; j < n; j++) {
             const batcher *c = batcher_find(rows[j].batching);
-            if (c && !c->chooses && fits_row(&rows[j]) &&
+            if (c && !c->chooses && compare_row_fits(&rows[j]) &&
                 strcmp(rows[j].schedule, rows[i].schedule) == 0 &&
                 (same < 0 || rows[j].r.throughput_tokens_per_s > rows[same].r.throughput_tokens_per_s))
                 same = j;
@@ -294,59 +242,6 @@ static void print_table(const plan_request *p, const plan_env *env, const row *r
                     c[RECOMPUTE_NONE], c[RECOMPUTE_SELECTIVE], c[RECOMPUTE_FULL]);
         }
     }
-}
-
-#define TUNED_FALLBACKS 8 /* configurations of a method tried on the whole run at most */
-
-/* --tuned: tunes every batching (planner_tune over the compare's schedules, tune_iterations each),
- * then runs each at its best configuration with the user's options (a row per batching): the best
- * whose whole run fits, among the first TUNED_FALLBACKS of its ranking (else the last tried). */
-static dp_status compare_tuned(const plan_request *p, const plan_env *env, const char *const *bs, int nb,
-                               const char *const *ss, int ns, int *gpus_io, int tune_iterations,
-                               int jobs, row *rows, int *n, dp_err *err)
-{
-    tune_space sp;
-    dp_status st = planner_tune_space(p, env, gpus_io, bs, nb, ss, ns, &sp, err);
-    if (st != DP_OK) return st;
-    int gpus = *gpus_io;
-    plan_request tp = *p;
-    tp.iterations = tune_iterations;
-    tune_result *res = NULL;
-    long count = 0;
-    st = planner_tune(&tp, env, &sp, jobs, NULL, &res, &count, err);
-    if (st != DP_OK) return st;
-    for (int i = 0; i < nb; i++) {
-        row *w = &rows[(*n)++];
-        memset(w, 0, sizeof *w);
-        w->batching = bs[i];
-        w->schedule = "-";
-        w->st = DP_ERR_INFEASIBLE;
-        snprintf(w->error, sizeof w->error, "no configuration of %d GPUs fits (dpsim tune "
-                 "--batchings %s -o F.csv says why for each)", gpus, bs[i]);
-        /* the best configuration that runs the whole run: tune tried a few iterations, so one
-         * that fits them may leave out others; then the next in the ranking */
-        int tried = 0;
-        for (long k = 0; k < count && tried < TUNED_FALLBACKS; k++) {
-            const tune_result *best = &res[k];
-            if (!best->ok || strcmp(best->pt.batching, bs[i]) != 0) continue;
-            tried++;
-            study_result_release(&w->r);
-            for (int j = 0; j < ns; j++)
-                if (strcmp(ss[j], best->pt.schedule) == 0) w->schedule = ss[j];
-            tune_point_describe(&best->pt, w->tuned, sizeof w->tuned);
-            if (tried > 1) {
-                size_t at = strlen(w->tuned);
-                snprintf(w->tuned + at, sizeof w->tuned - at, " (rank %d of its method: the "
-                         "better ones leave iterations out)", tried);
-            }
-            dp_err e = {0}; /* the whole run, on the trace already loaded */
-            w->st = planner_tune_point(p, env, &best->pt, NULL, &w->r, &e);
-            if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
-            if (w->st == DP_OK && w->r.feasible && !w->r.oom && !w->r.failed_iterations) break;
-        }
-    }
-    free(res);
-    return DP_OK;
 }
 
 int cmd_compare(int argc, char **argv)
@@ -419,68 +314,34 @@ int cmd_compare(int argc, char **argv)
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
     }
-    row *rows = calloc((size_t)(nb * ns), sizeof *rows); /* tuned: nb rows */
-    if (!rows) {
-        plan_env_release(&env);
-        return cli_fail(cmd, &(dp_err){DP_ERR_NOMEM, "out of memory"});
-    }
+    compare_opts co = {.batchings = bs, .schedules = ss, .nb = nb, .ns = ns, .tuned = tuned,
+                       .gpus = tuned_gpus, .tune_iterations = tune_iterations, .jobs = jobs,
+                       .progress = cli_stderr_is_tty() ? cli_progress : NULL,
+                       .ran = cli_warn_short_trace};
+    compare_row *rows = NULL;
     int n = 0;
-    if (tuned) {
-        st = compare_tuned(&p, &env, bs, nb, ss, ns, &tuned_gpus, tune_iterations, jobs,
-                           rows, &n, &err);
-        if (st != DP_OK) {
-            free(rows);
-            plan_env_release(&env);
-            return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg)
-                                        : cli_fail(cmd, &err);
-        }
+    st = planner_compare(&p, &env, &co, &rows, &n, &err);
+    if (st != DP_OK) {
+        plan_env_release(&env);
+        return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg)
+                                    : cli_fail(cmd, &err);
     }
-    for (int i = 0; i < nb && !tuned; i++)
-        for (int j = 0; j < ns; j++) {
-            row *w = &rows[n++];
-            memset(w, 0, sizeof *w);
-            w->batching = bs[i];
-            w->schedule = ss[j];
-            char label[200];
-            snprintf(label, sizeof label, "dpsim compare: %d/%d %s + %s", n, nb * ns, bs[i], ss[j]);
-            study_opts o;
-            planner_study_opts(&p, &env, bs[i], ss[j], &o);
-            o.progress = cli_stderr_is_tty() ? cli_progress : NULL; /* within a row, with an ETA */
-            o.progress_ctx = label;
-            dp_err e = {0};
-            w->st = study_run(&o, &env.trace, &w->r, &e);
-            if (w->st == DP_OK) cli_warn_short_trace(&w->r, env.rules.global_tokens);
-            if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
-        }
     if (cli_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
-    double base = 0;
-    for (int i = 0; i < n; i++)
-        if (rows[i].st == DP_OK && strcmp(rows[i].batching, "packing") == 0 &&
-            (tuned || schedule_find(rows[i].schedule) == schedule_baseline()) && rows[i].r.feasible)
-            base = rows[i].r.throughput_tokens_per_s;
-    for (int i = 0; i < n; i++)
-        rows[i].speedup = base > 0 && rows[i].st == DP_OK ? rows[i].r.throughput_tokens_per_s / base : NAN;
     if (json) {
         char *text = compare_json(&p, &env, rows, n);
         if (text) puts(text);
         free(text);
     } else {
-        print_table(&p, &env, rows, n, tuned ? tuned_gpus : 0, stdout);
+        print_table(&p, &env, rows, n, tuned ? co.gpus : 0, stdout);
     }
     if (figures) {
-        /* the timeline figure shows dynamic + adaptive when compared, else the first row */
-        const char *fb = rows[0].batching, *fsch = rows[0].schedule;
-        for (int i = 0; i < n; i++)
-            if (strcmp(rows[i].batching, "dynamic") == 0) {
-                fb = rows[i].batching, fsch = rows[i].schedule;
-                if (schedule_find(fsch)->admits_by_memory) break;
-            }
+        int f = compare_figure_row(rows, n); /* dynamic + adaptive when compared */
+        const char *fb = rows[f].batching, *fsch = rows[f].schedule;
         char wrote[3 * 4200];
         st = draw_figures(&p, &env, rows, n, out, fb, fsch, wrote, sizeof wrote, &err);
         if (st == DP_OK && wrote[0]) fprintf(stderr, "dpsim: wrote %s\n", wrote);
     }
-    for (int i = 0; i < n; i++) study_result_release(&rows[i].r);
-    free(rows);
+    compare_rows_release(rows, n);
     plan_env_release(&env);
     return st == DP_OK ? 0 : cli_fail(cmd, &err);
 }
