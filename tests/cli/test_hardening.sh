@@ -77,6 +77,19 @@ sleep 0.5
 expect "two sweeps on one file: the second is refused" 1 "another sweep is writing this file" -- \
   "$DPSIM" sweep "${TINY[@]}" --grid 'pp=1,2' -o "$TMP/locked.csv"
 wait
+# a grid value with a double quote is a quoted cell, read back as its point on resume
+cp "$TWO" "$TMP/q\"t.csv"
+"$DPSIM" sweep "${TINY[@]}" --grid "trace=$TMP/q\"t.csv,$TWO pp=1,2" -o "$TMP/quoted.csv" >/dev/null 2>&1
+check "sweep: a grid value with a quote is written as a quoted CSV cell" grep -q '^"[^,]*q""t.csv",1,' "$TMP/quoted.csv"
+expect "... and a resume finds every point done (it reads the cell back)" 0 "4 points, 4 already in" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid "trace=$TMP/q\"t.csv,$TWO pp=1,2" -o "$TMP/quoted.csv"
+# a configuration that cannot be written leaves no header-only CSV to block the next run
+mkdir -p "$TMP/cf.csv.config"
+expect "sweep: OUT.config that cannot be written is an error" 1 "cf.csv.config" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid 'pp=1,2' -o "$TMP/cf.csv"
+rmdir "$TMP/cf.csv.config"
+expect "... the CSV was left empty, so the next run starts afresh" 0 "2 points, 0 already in" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid 'pp=1,2' -o "$TMP/cf.csv"
 
 # --- 4. readers bound what they buffer --------------------------------------------------------------
 expect "a trace CSV with an endless line" 1 "line longer than 64 MiB" -- timeout 60 "$DPSIM" trace stats --format csv /dev/zero
