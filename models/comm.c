@@ -2,15 +2,12 @@
 
 #include <math.h>
 
+#include "placement.h"
+
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
                       int dec_len)
 {
-    double unit = (double)COMM_ACT_ELEM_BYTES * mbs * m->hidden;
-    if (m->arch == ARCH_GPT) return unit * enc_len;
-    int enc_stages = stages / 2;
-    if (stages == 1 || stage < enc_stages - 1) return unit * enc_len; /* encoder → encoder */
-    if (stage == enc_stages - 1) return unit * enc_len;               /* encoder output */
-    return unit * ((double)dec_len + enc_len);                        /* decoder + encoder out */
+    return COMM_ACT_ELEM_BYTES * placement_act_elems(m, stage, stages, mbs, enc_len, dec_len);
 }
 
 int64_t comm_transfer_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,

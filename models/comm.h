@@ -28,10 +28,9 @@
  * buffer once each way through the switch: bytes / (intra_gbit x nvls_eff) + COMM_NVLS_LATENCY_US,
  * when that is faster than the ring (NCCL picks the faster algorithm).
  *
- * Activation bytes between stages: a GPT stage sends (mbs, seq, hidden) fp16; a T5 encoder stage
- * sends its hidden state (mbs, enc, hidden); a T5 decoder stage sends the decoder hidden state
- * (mbs, dec, hidden) and passes the encoder output (mbs, enc, hidden) along too. Gradients going
- * back have the same sizes. A transfer is a send/recv between the two stages' first GPUs.
+ * Activation bytes between stages: what crosses (placement.h placement_act_elems) in fp16/bf16.
+ * A transfer is a send/recv between the two stages' GPUs, each pair carrying its share
+ * (placement_wire_share) side by side.
  */
 #ifndef COMM_H
 #define COMM_H

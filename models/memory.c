@@ -1,5 +1,7 @@
 #include "memory.h"
 
+#include "placement.h"
+
 void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *weights_mb,
                               double *grads_mb, double *optimizer_mb)
 {
@@ -19,43 +21,19 @@ double memory_model_state_mb(double param_mb, int zero_stage, int dp)
     return w + g + o;
 }
 
-/* Splits n items over k parts as evenly as possible; part i gets base (+1 for the first rem). */
-static int share(int n, int k, int i)
-{
-    return n / k + (i < n % k ? 1 : 0);
-}
-
-void memory_stage_layers(const model_spec *m, int stage, int stages, int *enc, int *dec)
-{
-    if (m->arch == ARCH_GPT || stages == 1) {
-        *enc = m->arch == ARCH_GPT ? share(m->enc_layers, stages, stage)
-                                   : m->enc_layers;
-        *dec = m->arch == ARCH_GPT ? 0 : m->dec_layers;
-        return;
-    }
-    int enc_stages = stages / 2, dec_stages = stages - enc_stages;
-    if (stage < enc_stages) {
-        *enc = share(m->enc_layers, enc_stages, stage);
-        *dec = 0;
-    } else {
-        *enc = 0;
-        *dec = share(m->dec_layers, dec_stages, stage - enc_stages);
-    }
-}
-
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 {
-    int enc, dec;
-    memory_stage_layers(&cm->model, stage, stages, &enc, &dec);
-    double mb = enc * cm->param_mb[COMP_ENCODER] + dec * cm->param_mb[COMP_DECODER];
+    stage_placement pl = placement_stage(&cm->model, stage, stages);
+    double mb = pl.enc_layers * cm->param_mb[COMP_ENCODER] + pl.dec_layers * cm->param_mb[COMP_DECODER];
     return mb + memory_embedding_share_mb(cm, stage, stages);
 }
 
 double memory_embedding_share_mb(const cost_model *cm, int stage, int stages)
 {
     if (cm->toy.on) return 0; /* textbook stages are equal: no embedding, no head */
-    double mb = stage == 0 ? cm->embedding_param_mb : 0;
-    if (stage == stages - 1 && (stages > 1 || cm->model.untied_head))
+    stage_placement pl = placement_stage(&cm->model, stage, stages);
+    double mb = pl.embedding ? cm->embedding_param_mb : 0;
+    if (pl.head && (stages > 1 || cm->model.untied_head))
         mb += cm->embedding_param_mb; /* the head: V x h (and the positions' h per position) */
     return mb;
 }

@@ -21,17 +21,13 @@ double memory_model_state_mb(double param_mb, int zero_stage, int dp);
 void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *weights_mb,
                               double *grads_mb, double *optimizer_mb);
 
-/* fp16 parameter MB of pipeline stage `stage` of `stages` when layers are split evenly (GPT:
- * the layers; T5: encoder layers on the first half of the stages, decoder layers on the second).
- * The first stage holds the embedding; the last the (tied) LM head copy. */
+/* fp16 parameter MB of virtual stage `stage` of `stages`: its layers and embedding or head as
+ * placement.h places them (the last stage's head a copy of the tied embedding). */
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages);
 
 /* The embedding's and LM head's fp16 parameters on device `stage` of `stages`: the embedding on
  * the first; the head on the last, as a copy of the tied embedding (Megatron keeps one there)
  * when there are several stages, or as its own weights when it is untied. */
 double memory_embedding_share_mb(const cost_model *cm, int stage, int stages);
-
-/* Layers of each component on a stage: *enc and *dec (same split as memory_stage_param_mb). */
-void memory_stage_layers(const model_spec *m, int stage, int stages, int *enc, int *dec);
 
 #endif /* MEMORY_H */

@@ -8,6 +8,7 @@
 
 #include "../models/comm.h"
 #include "../models/memory.h"
+#include "../models/placement.h"
 #include "mixed_recompute.h"
 #include "../scheduler/plan_machine.h"
 #include "order_search.h"
@@ -27,7 +28,8 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->chunks = sm->chunks;
     cfg->dp = sm->dp;
     cfg->tp = sm->cm->tp * sm->cm->cp;  /* the GPUs of a rank */
-    cfg->wire_scale = 1.0 / sm->cm->cp; /* each context-parallel GPU sends its share, side by side */
+    /* each GPU pair of the rank carries its share, side by side (placement.h) */
+    cfg->wire_scale = placement_wire_share(sm->cm->tp, sm->cm->cp, sm->cm->seq_parallel);
     cfg->mem_limit_mb = sm->mem_limit_mb;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];

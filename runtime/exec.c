@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../models/memory.h"
+#include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
 #include "layer.h"
 #include "rt_mpi.h"
@@ -118,7 +118,10 @@ static void tp_die(void *vc, const char *msg) { die(vc, msg); }
 static const rt_tp *tp_of(const ctx *c) { return c->tpg.tp.size > 1 ? &c->tpg.tp : NULL; }
 /* The tp ranks a layer's tokens are spread over: the group's size with SP (each holds, and sends
  * to the next stage, its 1/tp of the tokens), else 1 (each holds the whole). */
-static int token_shards(const ctx *c) { return tp_of(c) && c->tpg.tp.sp ? c->tpg.tp.size : 1; }
+static int token_shards(const ctx *c)
+{
+    return tp_of(c) ? placement_token_shards(c->tpg.tp.size, c->tpg.tp.sp) : 1;
+}
 
 /* Size class of a request: the next power of two, so that a block is reused only by requests of
  * its own class (best-fit across classes let small requests eat large blocks and kept the pool
@@ -674,21 +677,20 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.vocab_local = m->vocab / tp;
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group, at.tp_rank, &c.tp_comm));
     rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, tp_wait, tp_die, &c);
-    int enc_virt = m->arch == ARCH_T5 && c.nv > 1 ? c.nv / 2 : c.nv; /* T5: encoder stages first */
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
-        int v = k * c.pp + c.stage, enc, dec;
-        memory_stage_layers(m, v, c.nv, &enc, &dec);
+        int v = k * c.pp + c.stage;
+        stage_placement place = placement_stage(m, v, c.nv);
         chunk_state *ch = &c.ch[k];
-        ch->decoder = m->arch == ARCH_T5 && v >= enc_virt && c.nv > 1;
-        ch->first_decoder = ch->decoder && v == enc_virt;
+        ch->decoder = place.decoder;
+        ch->first_decoder = place.first_decoder;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
         rt_layer_shape whole = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
         ch->shape = rt_layer_shape_tp(&whole, tp); /* this tp rank's share of each layer */
-        ch->layers = ch->decoder ? dec : enc;
-        ch->first = v == 0;
-        ch->last = v == c.nv - 1;
+        ch->layers = ch->decoder ? place.dec_layers : place.enc_layers;
+        ch->first = place.embedding;
+        ch->last = place.head;
         ch->p = xcalloc(&c, (size_t)ch->layers, sizeof *ch->p);
         ch->g = xcalloc(&c, (size_t)ch->layers, sizeof *ch->g);
         rt_layer_params full; /* the whole layer as tp 1 initialises it, of which this rank

@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../models/memory.h"
+#include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
 #include "cuda/layer_cuda.h"
 #include "layer.h"
@@ -653,17 +653,16 @@ static dp_status setup(gctx *c, const model_spec *m)
     for (int v = 0; v < c->nv; v++) {
         if (!drives(c, v % c->pp)) continue;
         gchunk *ch = &c->ch[v];
-        int enc, dec, enc_virt = m->arch == ARCH_T5 ? c->nv / 2 : c->nv; /* T5: encoder first */
-        memory_stage_layers(m, v, c->nv, &enc, &dec);
-        ch->first = v == 0;
-        ch->last = v == c->nv - 1;
-        ch->decoder = v >= enc_virt;
-        ch->first_decoder = v == enc_virt;
+        stage_placement place = placement_stage(m, v, c->nv);
+        ch->first = place.embedding;
+        ch->last = place.head;
+        ch->decoder = place.decoder;
+        ch->first_decoder = place.first_decoder;
         has_last |= ch->last;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
         ch->shape = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
                                          : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
-        int layers = ch->decoder ? dec : enc;
+        int layers = ch->decoder ? place.dec_layers : place.enc_layers;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
         ch->g = calloc((size_t)layers + 1, sizeof *ch->g);
         if (!ch->p || !ch->g) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");

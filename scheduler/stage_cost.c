@@ -6,6 +6,7 @@
 
 #include "../models/comm.h"
 #include "../models/memory.h"
+#include "../models/placement.h"
 
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err)
@@ -35,12 +36,11 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     sm->dp = dp;
     sm->zero_stage = zero_stage;
     sm->mem_limit_mb = mem_limit_mb;
-    /* Device s holds virtual stages s, s + S, s + 2S, ... (Megatron's interleaving). */
+    /* Device s holds virtual stages s, s + S, s + 2S, ... (placement.h). */
     for (int v = 0; v < virt; v++) {
-        int enc, dec;
-        memory_stage_layers(m, v, virt, &enc, &dec);
-        sm->enc_layers[v % pp] += enc;
-        sm->dec_layers[v % pp] += dec;
+        stage_placement pl = placement_stage(m, v, virt);
+        sm->enc_layers[v % pp] += pl.enc_layers;
+        sm->dec_layers[v % pp] += pl.dec_layers;
     }
     sm->zero_ranks = dp * cm->cp;
     for (int s = 0; s < pp; s++) {

@@ -297,7 +297,8 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     sim_config like = *cfg; /* simulate what the runtime ran */
     v->wire_elem_bytes = mc.wire_elem_bytes;
     v->wire_scale = mc.wire_elem_bytes ? (double)mc.wire_elem_bytes / pl->h.act_elem_bytes : 1;
-    like.wire_scale = v->wire_scale;
+    like.wire_scale = (cfg->wire_scale > 0 ? cfg->wire_scale : 1) * v->wire_scale; /* its share,
+                                                                                    * as moved */
     for (int s = 0; s < like.pp && s < STAGE_MAX; s++) {
         like.allreduce_ms[s] *= v->wire_scale; /* its gradients are of the moved type too */
         like.grad_ms[s] = 0; /* the executors reduce them after their last op, not during it */

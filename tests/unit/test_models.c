@@ -8,6 +8,7 @@
 #include "../../models/cost.h"
 #include "../../models/hw.h"
 #include "../../models/memory.h"
+#include "../../models/placement.h"
 #include "../../models/model.h"
 
 #define GPT_PROFILE "models/profiles/a100_gpt_6.7b_profile.csv"
@@ -968,14 +969,58 @@ static void test_memory_and_comm_closed_forms(void **state)
     const model_spec *gpt = model_preset("gpt-6.7b-16l"), *t5 = model_preset("t5-11b-24l");
     assert_near(comm_act_bytes(gpt, 0, 4, 2, 1024, 0), 2.0 * 2 * 1024 * 4096, 0);
     assert_near(comm_act_bytes(t5, 2, 4, 1, 512, 64), 2.0 * 1024 * (512 + 64), 0);
-    int enc, dec;
-    memory_stage_layers(t5, 1, 4, &enc, &dec);
-    assert_int_equal(enc, 12);
-    assert_int_equal(dec, 0);
-    memory_stage_layers(t5, 3, 4, &enc, &dec);
-    assert_int_equal(dec, 12);
-    memory_stage_layers(gpt, 0, 3, &enc, &dec);
-    assert_int_equal(enc, 6); /* 16 layers over 3 stages: 6, 5, 5 */
+    stage_placement pl = placement_stage(t5, 1, 4);
+    assert_int_equal(pl.enc_layers, 12);
+    assert_int_equal(pl.dec_layers, 0);
+    pl = placement_stage(t5, 3, 4);
+    assert_int_equal(pl.dec_layers, 12);
+    pl = placement_stage(gpt, 0, 3);
+    assert_int_equal(pl.enc_layers, 6); /* 16 layers over 3 stages: 6, 5, 5 */
+}
+
+/* Placement over a grid of models and stage counts, against its rules counted here: every layer
+ * placed once, sides split within one layer, one embedding and one head, T5's decoder the second
+ * half (its first stage the first decoder), and each boundary's transfer what that side holds. */
+static void test_placement_grid(void **state)
+{
+    (void)state;
+    for (int arch = 0; arch < 2; arch++)
+        for (int layers = 1; layers <= 9; layers++)
+            for (int nv = 1; nv <= 2 * layers; nv++) {
+                model_spec m = *model_preset(arch ? "t5-tiny" : "gpt-tiny");
+                m.enc_layers = m.dec_layers = layers;
+                if (arch && nv > 1 && (nv % 2 || nv / 2 > layers)) continue; /* refused */
+                if (!arch && nv > layers) continue;
+                int enc = 0, dec = 0, emb = 0, head = 0, lo[2] = {1 << 20, 1 << 20}, hi[2] = {0, 0};
+                for (int v = 0; v < nv; v++) {
+                    stage_placement p = placement_stage(&m, v, nv);
+                    enc += p.enc_layers, dec += p.dec_layers, emb += p.embedding, head += p.head;
+                    int side = p.decoder, n = side ? p.dec_layers : p.enc_layers;
+                    if (!(arch && nv == 1)) {
+                        lo[side] = n < lo[side] ? n : lo[side];
+                        hi[side] = n > hi[side] ? n : hi[side];
+                    }
+                    int want_decoder = arch && nv > 1 && v >= nv / 2;
+                    assert_int_equal(p.decoder, want_decoder);
+                    assert_int_equal(p.first_decoder, want_decoder && v == nv / 2);
+                    assert_int_equal(p.embedding, v == 0);
+                    assert_int_equal(p.head, v == nv - 1);
+                    double e = placement_act_elems(&m, v, nv, 3, 40, 7);
+                    assert_true(e == 3.0 * m.hidden * (want_decoder ? 47 : 40));
+                }
+                assert_int_equal(enc, layers);
+                assert_int_equal(dec, arch ? layers : 0);
+                assert_int_equal(emb, 1);
+                assert_int_equal(head, 1);
+                for (int side = 0; side < 2; side++)
+                    if (hi[side] > 0) assert_true(hi[side] - lo[side] <= 1);
+            }
+    assert_true(placement_wire_share(1, 1, 1) == 1.0);
+    assert_true(placement_wire_share(4, 1, 1) == 0.25);  /* SP: each tp GPU its tokens */
+    assert_true(placement_wire_share(4, 1, 0) == 1.0);   /* without: each the whole */
+    assert_true(placement_wire_share(2, 3, 1) == 1.0 / 6);
+    assert_int_equal(placement_token_shards(8, 1), 8);
+    assert_int_equal(placement_token_shards(8, 0), 1);
 }
 
 static void test_calibration_recovers_known_parameters(void **state)
@@ -1260,6 +1305,7 @@ int main(void)
         cmocka_unit_test(test_gqa_and_untied_heads),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_norm_epsilon),
+        cmocka_unit_test(test_placement_grid),
         cmocka_unit_test(test_calibration_recovers_known_parameters),
         cmocka_unit_test(test_calibration_on_a100_grid),
     };

@@ -1,0 +1,50 @@
+/*
+ * placement.h — what each virtual pipeline stage runs and what its transfers carry: the one rule
+ * that the memory model, the stage costs, the plan's transfers, the simulator and both dprun
+ * executors ask.
+ *
+ * Layers are split evenly over the virtual stages (the first stages take one more where they do
+ * not divide): GPT's over all of them; T5's encoder layers over the first half and its decoder
+ * layers over the second (a T5 pipeline has an even number of stages; with one stage it holds
+ * both). Virtual stage 0 holds the input embedding, the last one the LM head. Device s of a
+ * pipeline of S devices holds virtual stages s, s + S, s + 2S, ... (Megatron's interleaving).
+ *
+ * What crosses from virtual stage v to v + 1 per micro-batch of mbs samples: GPT's hidden state
+ * (mbs x seq x hidden); a T5 encoder stage's hidden state (mbs x enc x hidden); a T5 decoder
+ * stage's hidden state and the encoder output it passes along (mbs x (dec + enc) x hidden). The
+ * gradients going back have the same sizes. Over tensor (and context) parallelism each GPU pair
+ * carries its share side by side (placement_wire_share).
+ */
+#ifndef PLACEMENT_H
+#define PLACEMENT_H
+
+#include "model.h"
+
+typedef struct stage_placement {
+    int enc_layers;    /* GPT's layers, or T5's encoder layers, on the stage */
+    int dec_layers;    /* T5's decoder layers on the stage */
+    int decoder;       /* 1: a T5 decoder stage (of a pipeline of several stages) */
+    int first_decoder; /* 1: the first decoder stage: it receives the encoder output alone and
+                        * embeds the targets itself */
+    int embedding;     /* 1: holds the input embedding (the first stage) */
+    int head;          /* 1: holds the LM head and the loss (the last stage) */
+} stage_placement;
+
+/* The placement of virtual stage v of nv. */
+stage_placement placement_stage(const model_spec *m, int v, int nv);
+
+/* Elements of one activation (or its gradient) sent from virtual stage v of nv to the next, for a
+ * micro-batch of mbs samples of enc_len (GPT: seq) and dec_len tokens. */
+double placement_act_elems(const model_spec *m, int v, int nv, int mbs, int enc_len, int dec_len);
+
+/* The share of a transfer that one GPU pair carries, side by side with the others of its rank:
+ * 1/cp (each context-parallel GPU holds its share of the tokens), and 1/tp more with sequence
+ * parallelism (each tensor-parallel GPU holds 1/tp of the tokens between layers; without it every
+ * tensor-parallel GPU holds, and sends, the whole activation). */
+double placement_wire_share(int tp, int cp, int seq_parallel);
+
+/* The number of parts the tensor-parallel GPUs of a rank cut a transfer's tokens into: tp with
+ * sequence parallelism, else 1 (each sends the whole). */
+int placement_token_shards(int tp, int seq_parallel);
+
+#endif /* PLACEMENT_H */
