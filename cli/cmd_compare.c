@@ -234,8 +234,8 @@ static void print_table(const plan_request *p, const plan_env *env, const compar
         else if (r->why[0])
             fprintf(fp, "# %s/%s: ", rows[i].batching, rows[i].schedule);
         if (r->why[0]) fprintf(fp, "%s\n", r->why);
-        if (p->cost.recompute_dynamic) {
-            int per_mb = p->cost.recompute_dynamic == RECOMPUTE_PER_MB;
+        if (p->cost.recompute >= RECOMPUTE_COUNT) {
+            int per_mb = p->cost.recompute == RECOMPUTE_POLICY_MIXED;
             const int *c = per_mb ? r->recompute_microbatches : r->recompute_iterations;
             fprintf(fp, "# %s/%s: recompute per %s: none %d, selective %d, full %d\n",
                     rows[i].batching, rows[i].schedule, per_mb ? "micro-batch" : "iteration",

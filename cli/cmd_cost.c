@@ -165,7 +165,7 @@ int cmd_cost(int argc, char **argv)
         cJSON_Delete(o);
     } else {
         printf("# model %s, tp %d, recompute %s, mbs %d, seqlen %d", m.name, co.tp,
-               recompute_name(co.recompute), s.mbs, s.enc_len);
+               recompute_policy_name(co.recompute), s.mbs, s.enc_len);
         if (m.arch == ARCH_T5) printf(", dec-seqlen %d", s.dec_len);
         printf("\n# cost model: %s\n", source);
         if (samples) printf("# attention per sample (varlen) over %s\n", samples);

@@ -162,7 +162,7 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.hw, sizeof h.hw, "%s", env.hw.name);
     snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
     snprintf(h.batching, sizeof h.batching, "%s", p.batching);
-    snprintf(h.recompute, sizeof h.recompute, "%s", recompute_plan_name(&p.cost));
+    h.recompute = recompute_plan_policy(&p.cost);
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
     h.cp = p.cost.cp, h.cp_alltoall = p.cost.cp_alltoall;
     h.sp = p.cost.tp > 1 && !p.cost.no_sp;

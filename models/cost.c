@@ -16,15 +16,30 @@ void cost_model_free(cost_model *cm)
 
 const char *recompute_name(recompute_mode r)
 {
-    static const char *const names[RECOMPUTE_COUNT] = {"none", "selective", "full"};
-    return names[r];
+    return recompute_policy_name(r);
 }
 
 int recompute_parse(const char *name, recompute_mode *r)
 {
-    for (int i = 0; i < RECOMPUTE_COUNT; i++)
-        if (strcmp(name, recompute_name((recompute_mode)i)) == 0) {
-            *r = (recompute_mode)i;
+    int p;
+    if (recompute_policy_parse(name, &p) != 0 || p >= RECOMPUTE_COUNT) return -1;
+    *r = (recompute_mode)p;
+    return 0;
+}
+
+static const char *const POLICY_NAMES[RECOMPUTE_POLICY_END] = {"none", "selective", "full",
+                                                                  "dynamic", "mixed", "fastest"};
+
+const char *recompute_policy_name(int policy)
+{
+    return policy >= 0 && policy < RECOMPUTE_POLICY_END ? POLICY_NAMES[policy] : "?";
+}
+
+int recompute_policy_parse(const char *name, int *policy)
+{
+    for (int i = 0; i < RECOMPUTE_POLICY_END; i++)
+        if (strcmp(name, POLICY_NAMES[i]) == 0) {
+            *policy = i;
             return 0;
         }
     return -1;

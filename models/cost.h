@@ -203,6 +203,27 @@ void cost_model_free(cost_model *cm);
 
 const char *recompute_name(recompute_mode r);
 int recompute_parse(const char *name, recompute_mode *r);
+
+/* How a run chooses recompute (--recompute, a plan's header, a tune point): one mode for every
+ * micro-batch (the first RECOMPUTE_COUNT values, equal to recompute_mode's), or a rule. */
+typedef enum recompute_policy {
+    RECOMPUTE_POLICY_DYNAMIC = RECOMPUTE_COUNT, /* per iteration, the first of none, selective,
+                                                 * full whose plan fits (DynaPipe's rule) */
+    RECOMPUTE_POLICY_MIXED,   /* dynamic's plan, then per micro-batch a lower mode where it fits */
+    RECOMPUTE_POLICY_FASTEST, /* per iteration, the mode whose plan simulates fastest of those
+                               * that fit (a plan's header says "dynamic": a mode per iteration) */
+    RECOMPUTE_POLICY_END
+} recompute_policy;
+
+/* The one parser and printer of recompute's names: "none", "selective", "full", "dynamic",
+ * "mixed", "fastest". recompute_policy_parse returns 0, or -1 for another name. */
+int recompute_policy_parse(const char *name, int *policy);
+const char *recompute_policy_name(int policy);
+/* The mode of a policy that is one (RECOMPUTE_NONE for a rule: the first a rule tries). */
+static inline recompute_mode recompute_policy_mode(int policy)
+{
+    return policy < RECOMPUTE_COUNT ? (recompute_mode)policy : RECOMPUTE_NONE;
+}
 const char *component_name(cost_component c);
 
 /* ---- profile ------------------------------------------------------------------------------- */

@@ -60,12 +60,7 @@ void cost_request_default(cost_request *o)
 static int set_recompute(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     cost_request *o = ctx;
-    o->recompute_dynamic = strcmp(arg, "dynamic") == 0   ? RECOMPUTE_PER_ITERATION
-                           : strcmp(arg, "mixed") == 0   ? RECOMPUTE_PER_MB
-                           : strcmp(arg, "fastest") == 0 ? RECOMPUTE_FASTEST
-                                                         : 0;
-    if (o->recompute_dynamic) o->recompute = RECOMPUTE_NONE;
-    else if (recompute_parse(arg, &o->recompute) != 0) {
+    if (recompute_policy_parse(arg, &o->recompute) != 0) {
         cli_usage_error(cmd, usage, "unknown --recompute \"%s\" (none, selective, full, dynamic, "
                         "mixed, fastest)", arg);
         return -1;
@@ -73,16 +68,9 @@ static int set_recompute(void *ctx, const char *arg, const char *cmd, const char
     return 0;
 }
 
-const char *recompute_choice_name(const cost_request *o)
+int recompute_plan_policy(const cost_request *o)
 {
-    return o->recompute_dynamic == RECOMPUTE_FASTEST ? "fastest" : recompute_plan_name(o);
-}
-
-const char *recompute_plan_name(const cost_request *o)
-{
-    return o->recompute_dynamic == RECOMPUTE_PER_MB ? "mixed"
-           : o->recompute_dynamic                   ? "dynamic"
-                                                    : recompute_name(o->recompute);
+    return o->recompute == RECOMPUTE_POLICY_FASTEST ? RECOMPUTE_POLICY_DYNAMIC : o->recompute;
 }
 
 static int set_overlap(void *ctx, const char *arg, const char *cmd, const char *usage)
@@ -101,7 +89,7 @@ static void show_overlap(const void *ctx, char *buf, size_t cap)
 
 static void show_recompute(const void *ctx, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", recompute_choice_name(ctx));
+    snprintf(buf, cap, "%s", recompute_policy_name(((const cost_request *)ctx)->recompute));
 }
 
 static int set_cp_kind(void *ctx, const char *arg, const char *cmd, const char *usage)

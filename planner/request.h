@@ -24,11 +24,6 @@
 /* The trace a request without --trace reads, relative to the data folder (planner_data_path). */
 #define PLANNER_DEFAULT_TRACE "traces/flanv2-100k.csv"
 
-/* cost_request.recompute_dynamic: --recompute dynamic (DynaPipe's first mode that fits), mixed
- * (then per micro-batch), fastest (per iteration, the mode whose plan simulates fastest among
- * those that fit) */
-enum { RECOMPUTE_PER_ITERATION = 1, RECOMPUTE_PER_MB = 2, RECOMPUTE_FASTEST = 3 };
-
 typedef struct cost_request {
     const char *model;   /* preset or file                               [gpt-6.7b-16l] */
     const char *hw;      /* cluster/GPU preset or file                   [p4d] */
@@ -38,11 +33,9 @@ typedef struct cost_request {
     int tp;              /* tensor parallelism                           [1] */
     int cp;              /* context parallelism (cost_model_set_cp)      [1] */
     int cp_alltoall;     /* --cp-kind all-to-all (else ring)                 */
-    recompute_mode recompute; /*                                          [none] */
-    int recompute_dynamic;    /* --recompute dynamic (RECOMPUTE_PER_ITERATION): a mode per
-                               * iteration (plan_env.recompute_cm); mixed (RECOMPUTE_PER_MB): then
-                               * per micro-batch; 0: recompute for all. planner_build_cost refuses
-                               * both */
+    int recompute;       /* a recompute_policy (cost.h): one mode for all, or dynamic, mixed,
+                          * fastest (a cost model per mode: plan_env.recompute_cm), which
+                          * planner_build_cost refuses                    [none] */
     const char *model_json, *hw_json; /* specs given as JSON text (a plan's): used instead of
                                        * resolving model / hw */
     int flash_attn;      /* --flash-attention: FlashAttention whatever the model says
@@ -60,11 +53,9 @@ typedef struct cost_request {
 
 void cost_request_default(cost_request *o);
 
-/* What --recompute said: "none", "selective", "full", "dynamic", "mixed" or "fastest". */
-const char *recompute_choice_name(const cost_request *o);
-/* What a plan made with it says in its header (plan.h): "fastest" is "dynamic" there, a mode per
+/* What a plan made with o says in its header (plan.h): fastest is dynamic there, a mode per
  * iteration like DynaPipe's rule; the others as said. */
-const char *recompute_plan_name(const cost_request *o);
+int recompute_plan_policy(const cost_request *o);
 
 /* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp, --no-sp,
  * --recompute, --flash-attention, --no-flash-attention, --attention-kernel, --overlap) into o to

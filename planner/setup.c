@@ -55,10 +55,11 @@ static const char *attention_note(const cost_model *cm, const cost_request *o, i
 dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec *hw, cost_model **cm,
                          char *source, size_t source_cap, dp_err *err)
 {
-    if (o->recompute_dynamic)
+    if (o->recompute >= RECOMPUTE_COUNT)
         return dp_fail(err, DP_ERR_INVALID, "--recompute %s chooses a mode per %s; it applies to "
-                       "plan, sim, compare and sweep", recompute_choice_name(o),
-                       o->recompute_dynamic == RECOMPUTE_PER_MB ? "micro-batch" : "iteration");
+                       "plan, sim, compare and sweep", recompute_policy_name(o->recompute),
+                       o->recompute == RECOMPUTE_POLICY_MIXED ? "micro-batch" : "iteration");
+    recompute_mode mode = recompute_policy_mode(o->recompute);
     dp_status st = o->model_json ? model_parse_json(o->model_json, "the plan's model_spec", m, err)
                                  : model_resolve(o->model, m, err);
     if (st == DP_OK)
@@ -85,10 +86,10 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
              o->cp < 2 ? "" : o->cp_alltoall ? ", context parallelism (all-to-all)"
                                              : ", context parallelism (ring)");
     if (o->fit) {
-        st = finish(cost_fit_load(o->fit, m, hw, o->tp, o->recompute, cm, err), o, m, cm, err);
+        st = finish(cost_fit_load(o->fit, m, hw, o->tp, mode, cm, err), o, m, cm, err);
         if (st == DP_OK)
             snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s",
-                     o->fit, o->tp, recompute_name(o->recompute),
+                     o->fit, o->tp, recompute_name(mode),
                      attention_note(*cm, o, 1, note, sizeof note), sp);
         return st;
     }
@@ -105,10 +106,10 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                            buf, m->name);
     }
     if (profile && !o->analytic) {
-        st = finish(cost_profile_load(profile, m, hw, o->tp, o->recompute, cm, err), o, m, cm, err);
+        st = finish(cost_profile_load(profile, m, hw, o->tp, mode, cm, err), o, m, cm, err);
         if (st == DP_OK)
             snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
-                     recompute_name(o->recompute), attention_note(*cm, o, 0, note, sizeof note));
+                     recompute_name(mode), attention_note(*cm, o, 0, note, sizeof note));
         return st;
     }
     analytic_params p;
@@ -125,7 +126,7 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                 "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json\n", fitted_on,
                 hw->gpu.name, 100 * hw->gpu.matmul_eff, 100 * HW_A100_MATMUL_EFF, hw->gpu.name);
     }
-    st = finish(cost_analytic_new(m, hw, o->tp, o->recompute, &p, cm, err), o, m, cm, err);
+    st = finish(cost_analytic_new(m, hw, o->tp, mode, &p, cm, err), o, m, cm, err);
     if (st == DP_OK)
         snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
                  hw->gpu.name, ANALYTIC_DEFAULT_GPU,
@@ -141,7 +142,6 @@ dp_status planner_build_cost_at(const cost_request *o, int tp, recompute_mode rc
                             dp_err *err)
 {
     cost_request one = *o;
-    one.recompute_dynamic = 0;
     one.tp = tp;
     one.recompute = rc;
     return planner_build_cost(&one, m, hw, cm, source, source_cap, err);
@@ -201,7 +201,7 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID, "--schedule auto applies to plan and sim (compare "
                        "and tune list schedules: --schedules)");
     dp_status st;
-    if (p->cost.recompute_dynamic) { /* one cost model per mode, tried in order per iteration */
+    if (p->cost.recompute >= RECOMPUTE_COUNT) { /* a cost model per mode, chosen per iteration */
         for (int m = RECOMPUTE_COUNT - 1; m >= 0; m--) { /* none last: the source names it */
             st = planner_build_cost_at(&p->cost, p->cost.tp, (recompute_mode)m, &env->model, &env->hw,
                                    &env->recompute_cm[m], env->cost_source,
@@ -211,9 +211,9 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
         env->cm = env->recompute_cm[0];
         size_t at = strlen(env->cost_source);
         snprintf(env->cost_source + at, sizeof env->cost_source - at,
-                 p->cost.recompute_dynamic == RECOMPUTE_PER_MB
+                 p->cost.recompute == RECOMPUTE_POLICY_MIXED
                      ? "; --recompute mixed: none, selective or full per micro-batch"
-                 : p->cost.recompute_dynamic == RECOMPUTE_FASTEST
+                 : p->cost.recompute == RECOMPUTE_POLICY_FASTEST
                      ? "; --recompute fastest: per iteration, the mode that simulates fastest"
                      : "; --recompute dynamic: none, selective or full per iteration");
     } else {
@@ -271,7 +271,7 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
     if (p->chunks > 1 && !(sc && sc->chunked))
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
-    if (sc && !p->cost.recompute_dynamic &&
+    if (sc && p->cost.recompute < RECOMPUTE_COUNT &&
         (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
         return st;
     int64_t gpus = plan_request_gpus(p),
@@ -343,8 +343,8 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
     o->stream_path = env->stream_path;
     o->keep_going = p->keep_going;
     for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = env->recompute_cm[m];
-    o->recompute_per_mb = p->cost.recompute_dynamic == RECOMPUTE_PER_MB;
-    o->recompute_by_time = p->cost.recompute_dynamic == RECOMPUTE_FASTEST;
+    o->recompute_per_mb = p->cost.recompute == RECOMPUTE_POLICY_MIXED;
+    o->recompute_by_time = p->cost.recompute == RECOMPUTE_POLICY_FASTEST;
 }
 
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,
@@ -360,9 +360,9 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.tp = pl->h.tp;
     co.no_sp = !pl->h.sp;
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall;
-    co.recompute_dynamic = 0; /* model state, the config's only use of it, is the same in every mode */
-    co.quiet = 1;             /* the plan's times are its own: the cost model's are not used */
-    if (recompute_parse(pl->h.recompute, &co.recompute) != 0) co.recompute = RECOMPUTE_NONE;
+    co.quiet = 1; /* the plan's times are its own: the cost model's are not used */
+    /* model state, the config's only use of the mode, is the same in every mode */
+    co.recompute = recompute_policy_mode(pl->h.recompute);
     model_spec m;
     cost_model *cm = NULL;
     char source[4200];

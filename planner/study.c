@@ -183,10 +183,9 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
         r->model_flops = it->model_flops > 0 ? r->model_flops + it->model_flops : 0;
     study_iter *x = new_iter(a, it->id);
     if (!x) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    recompute_mode rc;
-    if (it->recompute[0] && recompute_parse(it->recompute, &rc) == 0) {
-        x->recompute = (int)rc;
-        r->recompute_iterations[rc]++;
+    if (it->recompute >= 0) {
+        x->recompute = it->recompute;
+        r->recompute_iterations[it->recompute]++;
     }
     if (r->iterations == 0 || r->hw_flops > 0) /* known only while every iteration's is */
         r->hw_flops = r->model_flops > 0 ? r->hw_flops + it->model_flops +
@@ -596,9 +595,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         recompute_mode rc = cms[mode]->recompute;
         if (o->recompute_per_mb) { /* a mode per micro-batch (set above where relaxed) */
             for (int k = 0; k < pi.n_mb && !relaxed; k++) pi.mb[k].recompute = (int)rc;
-            pi.recompute[0] = '\0';
+            pi.recompute = -1;
         } else {
-            snprintf(pi.recompute, sizeof pi.recompute, "%s", recompute_name(rc));
+            pi.recompute = (int)rc;
         }
         snprintf(pi.batching, sizeof pi.batching, "%s", n_cands > 1 ? cands[winner]->name : "");
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));

@@ -25,7 +25,6 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
 /* Fills out[] (when given) with every point in order; returns the count. */
 static long each_point(const tune_space *sp, tune_point *out)
 {
-    static const char *const modes[] = {"none", "selective", "full", "dynamic"};
     long n = 0;
     for (int b = 0; b < sp->n_batchings; b++) {
         const char *bt = sp->batchings[b];
@@ -46,12 +45,12 @@ static long each_point(const tune_space *sp, tune_point *out)
                      * which the search leaves out to keep its size; dpsim plan/sim run them */
                     int zero_max = dp == 1 ? 0 : pp == 1 ? 3 : 1;
                     for (int zero = 0; zero <= zero_max; zero++)
-                        for (int m = 0; m < 3 + dynamic; m++)
+                        for (int m = 0; m < RECOMPUTE_COUNT + dynamic; m++) /* + dynamic */
                             for (int k = 0; k < knobs; k++) {
                                 if (out)
                                     out[n] = (tune_point){bt, sp->schedules[s], tp, pp, dp, zero,
                                                           packer ? sp->mbs[k] : 1,
-                                                          token ? sp->mb_tokens[k] : 2048, modes[m]};
+                                                          token ? sp->mb_tokens[k] : 2048, m};
                                 n++;
                             }
                 }
@@ -72,7 +71,8 @@ long tune_points(const tune_space *sp, tune_point **out)
 void tune_point_describe(const tune_point *p, char *buf, size_t cap)
 {
     int at = snprintf(buf, cap, "batching=%s schedule=%s tp=%d pp=%d dp=%d zero=%d recompute=%s",
-                      p->batching, p->schedule, p->tp, p->pp, p->dp, p->zero, p->recompute);
+                      p->batching, p->schedule, p->tp, p->pp, p->dp, p->zero,
+                      recompute_policy_name(p->recompute));
     const batcher *by = batcher_find(p->batching);
     int knob = by ? by->knob : BATCH_KNOB_NONE;
     if (at > 0 && (size_t)at < cap) {
@@ -117,7 +117,8 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
         if (*c == '"' || *c == '\n' || *c == ',') *c = *c == '"' ? '\'' : ' ';
     const tune_point *p = &r->pt;
     snprintf(buf, cap, "%ld,%s,%s,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,\"%s\"", rank,
-             p->batching, p->schedule, p->tp, p->pp, p->dp, p->zero, p->recompute, p->mbs,
+             p->batching, p->schedule, p->tp, p->pp, p->dp, p->zero,
+             recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
              r->peak_mb, why);
 }
@@ -206,7 +207,7 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->pp != pp || p->dp != dp || p->zero != zero || p->mbs != mbs ||
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
-            strcmp(p->recompute, f[7]))
+            strcmp(recompute_policy_name(p->recompute), f[7]))
             continue;
         if (strcmp(f[14], TUNE_WHY_DIED) == 0) return DP_OK; /* no result: to run again */
         x->done = 1, x->ok = (int)ok, x->throughput = thr, x->mfu = mfu, x->peak_mb = peak;

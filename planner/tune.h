@@ -33,7 +33,7 @@ typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
     int tp, pp, dp, zero, mbs;
     int64_t mb_tokens;
-    const char *recompute; /* "none", "selective", "full" or "dynamic" */
+    int recompute;         /* a recompute_policy (cost.h): none, selective, full or dynamic */
 } tune_point;
 
 typedef struct tune_space {

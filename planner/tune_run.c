@@ -48,9 +48,8 @@ static int tp_slot(const tune_space *sp, int tp)
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, study_result *r, dp_err *err)
 {
-    int dynamic = strcmp(pt->recompute, "dynamic") == 0;
-    recompute_mode rc = RECOMPUTE_NONE;
-    if (!dynamic) recompute_parse(pt->recompute, &rc);
+    int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
+    recompute_mode rc = recompute_policy_mode(pt->recompute);
     cost_model *own[RECOMPUTE_COUNT] = {NULL}, *use[RECOMPUTE_COUNT] = {NULL};
     dp_status st = DP_OK;
     memset(r, 0, sizeof *r);
@@ -73,7 +72,7 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
         p.batching = pt->batching, p.schedule = pt->schedule;
         p.cost.tp = pt->tp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
         p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
-        p.cost.recompute_dynamic = dynamic, p.cost.recompute = rc;
+        p.cost.recompute = pt->recompute;
         study_opts o;
         planner_study_opts(&p, env, pt->batching, pt->schedule, &o);
         o.cm = use[dynamic ? 0 : rc];
@@ -91,9 +90,8 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     long i = j->order[k];
     double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
-    int t = tp_slot(j->sp, pt->tp), dynamic = strcmp(pt->recompute, "dynamic") == 0;
-    recompute_mode rc = RECOMPUTE_NONE;
-    if (!dynamic) recompute_parse(pt->recompute, &rc);
+    int t = tp_slot(j->sp, pt->tp), dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
+    recompute_mode rc = recompute_policy_mode(pt->recompute);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
         if ((dynamic || m == (int)rc) && !j->cm[t][m]) { /* why its cost model could not be made */
             snprintf(out, cap, "0 0 0 0 %s", j->cm_err[t][m]);

@@ -522,7 +522,8 @@ static int run_main(int argc, char **argv)
             }
             if (all_n[3] + all_n[4] > 0) /* the plan's recompute, done */
                 fprintf(stderr, "dprun: recompute (the plan's %s): the backwards reran %ld layer "
-                        "forwards and %ld attention cores\n", pl.h.recompute, all_n[3], all_n[4]);
+                        "forwards and %ld attention cores\n", recompute_policy_name(pl.h.recompute), all_n[3],
+                        all_n[4]);
             if (all_n[0] + all_n[1] + all_n[2] > 0)
                 fprintf(stderr, "dprun: warning: the measured runs built %ld GEMM configurations "
                         "and %ld attention graphs and uploaded %ld small arrays, slow first calls "

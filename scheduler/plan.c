@@ -41,6 +41,7 @@ int plan_dtype_bytes(const char *name)
 void plan_iter_init(plan_iter *it)
 {
     memset(it, 0, sizeof *it);
+    it->recompute = -1; /* the header's */
 }
 
 void plan_iter_release(plan_iter *it)
@@ -256,7 +257,8 @@ static cJSON *iter_json(const plan_iter *it)
         cJSON_AddItemToArray(stages, s);
     }
     if (it->model_flops > 0) cJSON_AddNumberToObject(o, "model_flops", it->model_flops);
-    if (it->recompute[0]) cJSON_AddStringToObject(o, "recompute", it->recompute);
+    if (it->recompute >= 0)
+        cJSON_AddStringToObject(o, "recompute", recompute_name((recompute_mode)it->recompute));
     if (it->batching[0]) cJSON_AddStringToObject(o, "batching", it->batching);
     if (it->has_objective) {
         cJSON *ob = cJSON_AddObjectToObject(o, "objective");
@@ -288,7 +290,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     }
     cJSON_AddNumberToObject(o, "chunks", h->chunks);
     cJSON_AddNumberToObject(o, "zero", h->zero);
-    cJSON_AddStringToObject(o, "recompute", h->recompute);
+    cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
     if (h->textbook) cJSON_AddTrueToObject(o, "textbook");
     if (h->model_json) cJSON_AddItemToObject(o, "model_spec", cJSON_Parse(h->model_json));
@@ -548,11 +550,13 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
     (void)seen;
     TRY(json_double(o, "model_flops", name, 0, 1e30, 0, 0, &it->model_flops, err));
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(o, "recompute");
-    if (rc && !cJSON_IsString(rc)) {
-        st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"recompute\" must be a string", name, where);
+    recompute_mode mode = RECOMPUTE_NONE;
+    if (rc && (!cJSON_IsString(rc) || recompute_parse(rc->valuestring, &mode) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"recompute\" must be \"none\", \"selective\" or "
+                     "\"full\" (rule: known names)", name, where);
         goto out;
     }
-    snprintf(it->recompute, sizeof it->recompute, "%s", rc ? rc->valuestring : "");
+    it->recompute = rc ? (int)mode : -1;
     const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "batching");
     if (bt && (!cJSON_IsString(bt) || !batcher_find(bt->valuestring))) {
         st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"batching\" must name a batching", name, where);
@@ -596,11 +600,18 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
                 {"hw", offsetof(plan_header, hw), 64},
                 {"schedule", offsetof(plan_header, schedule), 32},
                 {"batching", offsetof(plan_header, batching), 32},
-                {"recompute", offsetof(plan_header, recompute), 16},
                 {"act_dtype", offsetof(plan_header, act_dtype), 8}};
     for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, strs[i].key);
         snprintf((char *)h + strs[i].off, strs[i].cap, "%s", cJSON_IsString(v) ? v->valuestring : "");
+    }
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(root, "recompute");
+    h->recompute = -1;
+    if (rc && (!cJSON_IsString(rc) || recompute_policy_parse(rc->valuestring, &h->recompute) != 0 ||
+               h->recompute == RECOMPUTE_POLICY_FASTEST)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"recompute\" must be \"none\", \"selective\", \"full\", "
+                     "\"dynamic\" or \"mixed\" (rule: known names)", name);
+        goto out;
     }
     static const char *const specs[2] = {"model_spec", "cluster_spec"};
     for (int k = 0; k < 2; k++) {

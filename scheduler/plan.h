@@ -113,8 +113,8 @@ typedef struct plan_iter {
     double obj_value_ms, obj_tmax_ms, obj_sum_ms;
     double model_flops; /* training FLOPs of the iteration's real tokens (model_train_flops), 0:
                          * unknown ("model_flops" in the file) */
-    char recompute[16]; /* the iteration's recompute mode ("recompute" in the file: none,
-                         * selective or full); "" = the header's. A plan made with --recompute
+    int recompute;      /* the iteration's recompute_mode ("recompute" in the file: none,
+                         * selective or full); -1 = the header's. A plan made with --recompute
                          * dynamic says "dynamic" in its header and a mode in every iteration */
     char batching[32];  /* the batching that planned it ("batching"; --batching auto says
                          * "auto" in its header and the winner in every iteration); "" = the
@@ -127,7 +127,8 @@ typedef struct plan_header {
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
     int sp;              /* Megatron's sequence parallelism with tp > 1 ("sp": true or false; a
                           * plan without it: on, dpsim's default); 0 with tp 1 */
-    char recompute[16];
+    int recompute;      /* a recompute_policy (cost.h) but fastest: a mode, dynamic or mixed
+                         * ("recompute"); -1: the file did not say (refused by plan_check) */
     char act_dtype[8];  /* "fp16" or "bf16" */
     int act_elem_bytes; /* bytes per element of act_dtype: 2 */
     int textbook;       /* "textbook": true: planned with textbook costs (cost.h cost_toy): its

@@ -440,9 +440,7 @@ static int cmp_int(const void *a, const void *b)
 recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
 {
     if (it->mb[mb].recompute >= 0) return (recompute_mode)it->mb[mb].recompute;
-    recompute_mode rc = RECOMPUTE_NONE;
-    recompute_parse(it->recompute[0] ? it->recompute : p->h.recompute, &rc);
-    return rc;
+    return recompute_policy_mode(it->recompute >= 0 ? it->recompute : p->h.recompute);
 }
 
 dp_status plan_check(const plan *p, const char *where, dp_err *err)
@@ -453,26 +451,32 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     if (!schedule_find(p->h.schedule))
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
                        "(rule: known names; dpsim plan --list)", where, p->h.schedule);
-    recompute_mode rc;
-    int dynamic = strcmp(p->h.recompute, "dynamic") == 0, mixed = strcmp(p->h.recompute, "mixed") == 0;
-    if (!dynamic && !mixed && recompute_parse(p->h.recompute, &rc) != 0)
+    int dynamic = p->h.recompute == RECOMPUTE_POLICY_DYNAMIC;
+    int mixed = p->h.recompute == RECOMPUTE_POLICY_MIXED;
+    if (p->h.recompute < 0 || p->h.recompute >= RECOMPUTE_POLICY_FASTEST)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"recompute\" \"%s\" is not none, selective, "
-                       "full, dynamic or mixed (rule: known names)", where, p->h.recompute);
+                       "full, dynamic or mixed (rule: known names)", where,
+                       p->h.recompute < 0 ? "" : recompute_policy_name(p->h.recompute));
     for (int i = 0; i < p->n_it; i++) {
         const plan_iter *it = &p->it[i];
-        const char *m = it->recompute;
-        if (mixed && m[0])
+        int m = it->recompute;
+        if (m >= RECOMPUTE_COUNT)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" is not "
+                           "none, selective or full (rule: known names)", where, it->id,
+                           recompute_policy_name(m));
+        if (mixed && m >= 0)
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" in a "
                            "mixed plan (rule: known names; a mixed plan names the mode of every "
-                           "micro-batch, and no iteration's)", where, it->id, m);
-        if (m[0] ? recompute_parse(m, &rc) != 0 : dynamic)
-            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" is not "
-                           "none, selective or full (rule: known names; a dynamic plan names the "
-                           "mode of every iteration)", where, it->id, m);
-        if (m[0] && !dynamic && strcmp(m, p->h.recompute) != 0)
+                           "micro-batch, and no iteration's)", where, it->id, recompute_name(m));
+        if (dynamic && m < 0)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: no \"recompute\" (rule: known "
+                           "names; a dynamic plan names the mode of every iteration)", where,
+                           it->id);
+        if (m >= 0 && !dynamic && m != p->h.recompute)
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" differs "
                            "from the plan's \"%s\" (rule: one mode, unless the plan says "
-                           "\"dynamic\")", where, it->id, m, p->h.recompute);
+                           "\"dynamic\")", where, it->id, recompute_name(m),
+                           recompute_policy_name(p->h.recompute));
         for (int k = 0; k < it->n_mb; k++)
             if ((it->mb[k].recompute >= 0) != mixed)
                 return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d: %s (rule: "

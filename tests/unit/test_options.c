@@ -167,7 +167,7 @@ static void test_shared_plan_options(void **state)
     plan_request_parsed(&t, &p);
     assert_int_equal(p.pp, 2);
     assert_int_equal(p.cost.tp, 2);
-    assert_true(p.cost.recompute_dynamic);
+    assert_true(p.cost.recompute >= RECOMPUTE_COUNT);
     assert_string_equal(p.batching, "packing-kk");
     assert_true(p.mem_limit_mb == 1000);
     assert_string_equal(p.fixed_by_plan, "pp"); /* --mem-limit is not fixed by a plan */

@@ -253,41 +253,45 @@ static void test_plan_level_rules(void **state)
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "\"2f2b\" is not a known schedule");
     strcpy(p.h.schedule, "1f1b");
-    strcpy(p.h.recompute, "most");
+    p.h.recompute = -1; /* the file said none (an unknown name is refused by the parser) */
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
-    assert_msg_has(err.msg, "\"most\" is not none, selective, full, dynamic or mixed");
+    assert_msg_has(err.msg, "\"recompute\" \"\" is not none, selective, full, dynamic or mixed");
+    p.h.recompute = RECOMPUTE_POLICY_FASTEST; /* a run's rule, never a plan's */
+    assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"fastest\" is not none, selective, full, dynamic or mixed");
     /* a dynamic plan names every iteration's mode; a fixed one names none other than its own */
-    strcpy(p.h.recompute, "dynamic");
+    p.h.recompute = RECOMPUTE_POLICY_DYNAMIC;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "a dynamic plan names the mode of every iteration");
-    for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "selective");
+    for (int i = 0; i < p.n_it; i++) p.it[i].recompute = RECOMPUTE_SELECTIVE;
     if (plan_check(&p, "p.json", &err) != DP_OK) fail_msg("%s", err.msg);
-    strcpy(p.h.recompute, "none");
+    p.h.recompute = RECOMPUTE_NONE;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "\"selective\" differs from the plan's \"none\"");
-    strcpy(p.it[0].recompute, "some");
-    strcpy(p.h.recompute, "dynamic");
+    p.it[0].recompute = RECOMPUTE_POLICY_MIXED; /* a rule where a mode belongs */
+    p.h.recompute = RECOMPUTE_POLICY_DYNAMIC;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
-    assert_msg_has(err.msg, "\"some\" is not none, selective or full");
+    assert_msg_has(err.msg, "\"mixed\" is not none, selective or full");
+    p.it[0].recompute = RECOMPUTE_FULL;
     /* a mixed plan names every micro-batch's mode and no iteration's; no other plan names any */
-    strcpy(p.h.recompute, "mixed");
+    p.h.recompute = RECOMPUTE_POLICY_MIXED;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
-    assert_msg_has(err.msg, "iteration 0: \"recompute\" \"some\" in a mixed plan");
-    for (int i = 0; i < p.n_it; i++) p.it[i].recompute[0] = '\0';
+    assert_msg_has(err.msg, "iteration 0: \"recompute\" \"full\" in a mixed plan");
+    for (int i = 0; i < p.n_it; i++) p.it[i].recompute = -1;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "iteration 0, micro-batch 0: no \"recompute\" in a mixed plan");
     for (int i = 0; i < p.n_it; i++)
         for (int k = 0; k < p.it[i].n_mb; k++) p.it[i].mb[k].recompute = k % RECOMPUTE_COUNT;
     if (plan_check(&p, "p.json", &err) != DP_OK) fail_msg("%s", err.msg);
-    strcpy(p.h.recompute, "dynamic");
-    for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "none");
+    p.h.recompute = RECOMPUTE_POLICY_DYNAMIC;
+    for (int i = 0; i < p.n_it; i++) p.it[i].recompute = RECOMPUTE_NONE;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "micro-batch 0: a \"recompute\" of its own in a plan that is not mixed");
     for (int i = 0; i < p.n_it; i++) {
-        p.it[i].recompute[0] = '\0';
+        p.it[i].recompute = -1;
         for (int k = 0; k < p.it[i].n_mb; k++) p.it[i].mb[k].recompute = -1;
     }
-    strcpy(p.h.recompute, "none");
+    p.h.recompute = RECOMPUTE_NONE;
     int n_it = p.n_it;
     p.n_it = 0;
     assert_int_equal(plan_check(&p, "p.json", &err), DP_ERR_INVALID);
@@ -331,7 +335,7 @@ static void test_recompute_rule(void **state)
         dp_err err = {0};
         assert_int_equal(plan_read(files[f], &p, &err), DP_OK);
         for (int m = 0; m < RECOMPUTE_COUNT; m++) {
-            strcpy(p.h.recompute, recompute_name((recompute_mode)m));
+            p.h.recompute = m;
             assert_int_equal(pm_recompute(&p, &p.it[0], 0), m);
             dp_status st = plan_check(&p, "p.json", &err);
             if (f == 0 && m == RECOMPUTE_FULL) {
@@ -339,22 +343,22 @@ static void test_recompute_rule(void **state)
                 assert_msg_has(err.msg, "p.json: iteration 0: stage 0 (replica 0) instruction");
                 assert_msg_has(err.msg, "a W under full recompute (rule: recompute");
             } else if (st != DP_OK) {
-                fail_msg("%s under %s: %s", files[f], p.h.recompute, err.msg);
+                fail_msg("%s under %s: %s", files[f], recompute_name((recompute_mode)m), err.msg);
             }
         }
         /* a dynamic plan: the iteration's own mode applies */
-        strcpy(p.h.recompute, "dynamic");
-        for (int i = 0; i < p.n_it; i++) strcpy(p.it[i].recompute, "selective");
+        p.h.recompute = RECOMPUTE_POLICY_DYNAMIC;
+        for (int i = 0; i < p.n_it; i++) p.it[i].recompute = RECOMPUTE_SELECTIVE;
         assert_int_equal(plan_check(&p, "p.json", &err), DP_OK);
-        strcpy(p.it[p.n_it - 1].recompute, "full");
+        p.it[p.n_it - 1].recompute = RECOMPUTE_FULL;
         assert_int_equal(pm_recompute(&p, &p.it[p.n_it - 1], 0), RECOMPUTE_FULL);
         assert_int_equal(plan_check(&p, "p.json", &err), f == 0 ? DP_ERR_INVALID : DP_OK);
         /* a mixed plan: the micro-batch's own mode applies; one full micro-batch of a split plan
          * is refused at its W, the others take selective */
-        strcpy(p.h.recompute, "mixed");
+        p.h.recompute = RECOMPUTE_POLICY_MIXED;
         const plan_iter *last = &p.it[p.n_it - 1];
         for (int i = 0; i < p.n_it; i++) {
-            p.it[i].recompute[0] = '\0';
+            p.it[i].recompute = -1;
             for (int k = 0; k < p.it[i].n_mb; k++) p.it[i].mb[k].recompute = RECOMPUTE_SELECTIVE;
         }
         assert_int_equal(plan_check(&p, "p.json", &err), DP_OK);

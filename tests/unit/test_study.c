@@ -196,7 +196,7 @@ static void run_to_plan(setup *s, const char *sched, int iterations, int keep_go
     snprintf(h.hw, sizeof h.hw, "%s", s->hw.name);
     snprintf(h.schedule, sizeof h.schedule, "%s", sched);
     snprintf(h.batching, sizeof h.batching, "dynamic");
-    snprintf(h.recompute, sizeof h.recompute, "%s", mixed ? "mixed" : "dynamic");
+    h.recompute = mixed ? RECOMPUTE_POLICY_MIXED : RECOMPUTE_POLICY_DYNAMIC;
     h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
     h.rules = s->rules;
     plan_writer w;
@@ -1044,7 +1044,7 @@ static void test_tune_space(void **state)
             assert_true(p->tp <= 8 && p->pp <= (t5 ? 24 : 16));
             assert_true(p->zero == 0 || p->dp > 1);
             assert_true(p->zero <= 1 || p->pp == 1);
-            assert_true(strcmp(p->recompute, "dynamic") != 0 || strcmp(p->batching, "dynamic") == 0);
+            assert_true(p->recompute != RECOMPUTE_POLICY_DYNAMIC || strcmp(p->batching, "dynamic") == 0);
             for (long j = i + 1; j < n && j < i + 64; j++)
                 assert_false(memcmp(p, &pts[j], sizeof *p) == 0);
         }
