@@ -1,20 +1,10 @@
-#define _DEFAULT_SOURCE /* realpath */
+/* The dpsim subcommands' shared printing: failures, progress, warnings (cli.h). */
 #include "cli.h"
-#include "../planner/study.h"
 
-#include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "../scheduler/schedule.h"
-
-#ifndef DPSIM_SRCDIR
-#define DPSIM_SRCDIR "."
-#endif
+#include "../planner/study.h"
 
 int cli_fail(const char *cmd, const dp_err *err)
 {

@@ -1,8 +1,9 @@
 /*
- * cli.h — helpers shared by the dpsim subcommands: errors, numbers, data files, version.
- *
- * Exit codes: 0 success, 1 runtime failure (bad input file, infeasible plan, I/O), 2 usage error
- * (unknown option or subcommand, bad option value, subcommand not built yet).
+ * cli.h — the dpsim driver: the subcommands' entry points and what they share in printing
+ * (failures, progress lines, warnings). A subcommand declares its option table
+ * (common/options.h) with the request's rows (planner/request.h), fills a request, calls the
+ * planner, and prints the result. Exit codes (common/options.h): 0 success, 1 runtime failure
+ * (bad input file, infeasible plan, I/O), 2 usage error.
  */
 #ifndef CLI_H
 #define CLI_H
