@@ -265,11 +265,27 @@ dp_status csv_header_map(const csv_row *header, const csv_column *cols, size_t n
     return DP_OK;
 }
 
+/* Whether a field must be quoted to read back as itself (libcsv trims unquoted spaces). */
+static int needs_quotes(const char *text, size_t len)
+{
+    return (len > 0 && (text[0] == ' ' || text[len - 1] == ' ')) ||
+           strpbrk(text, ",\"\r\n") != NULL;
+}
+
 int csv_write_field(FILE *fp, const char *text)
 {
     size_t len = strlen(text);
-    int quote = len > 0 && (text[0] == ' ' || text[len - 1] == ' ');
-    if (!quote) quote = strpbrk(text, ",\"\r\n") != NULL;
-    if (!quote) return fputs(text, fp) < 0 ? -1 : 0;
+    if (!needs_quotes(text, len)) return fputs(text, fp) < 0 ? -1 : 0;
     return csv_fwrite(fp, text, len);
+}
+
+size_t csv_format_field(char *out, size_t cap, const char *text)
+{
+    size_t len = strlen(text);
+    size_t n = needs_quotes(text, len) ? csv_write(out, cap, text, len) : len;
+    if (cap == 0) return 0;
+    if (n >= cap) return out[0] = '\0', 0;
+    if (!needs_quotes(text, len)) memcpy(out, text, len);
+    out[n] = '\0';
+    return n;
 }

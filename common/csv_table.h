@@ -73,4 +73,8 @@ dp_status csv_header_map(const csv_row *header, const csv_column *cols, size_t n
  * end). Returns 0 on success. */
 int csv_write_field(FILE *fp, const char *text);
 
+/* The same field, by the same rule, as text in out (NUL-terminated). Returns its length, or 0
+ * with out "" when it does not fit in cap. */
+size_t csv_format_field(char *out, size_t cap, const char *text);
+
 #endif /* CSV_TABLE_H */

@@ -53,10 +53,4 @@ int compare_best_row(const compare_row *rows, int n, int dynamic);
  * memory when compared, else dynamic, else the first. */
 int compare_figure_row(const compare_row *rows, int n);
 
-/* Study metrics the table and the JSON print: the bubble's mean over stages, micro-batches per
- * iteration, the largest peak memory over stages. */
-double study_mean_bubble(const study_result *r);
-double study_mb_per_iteration(const study_result *r);
-double study_max_peak_mb(const study_result *r);
-
 #endif /* PLANNER_COMPARE_H */

@@ -747,3 +747,22 @@ char *study_metrics_json(const study_result *r)
     cJSON_Delete(o);
     return text;
 }
+
+double study_mean_bubble(const study_result *r)
+{
+    double b = 0;
+    for (int s = 0; s < r->pp; s++) b += r->bubble_fraction[s];
+    return r->pp ? b / r->pp : 0;
+}
+
+double study_mb_per_iteration(const study_result *r)
+{
+    return r->iterations ? (double)r->microbatches / r->iterations : 0;
+}
+
+double study_max_peak_mb(const study_result *r)
+{
+    double m = 0;
+    for (int s = 0; s < r->pp; s++) m = fmax(m, r->peak_mem_mb[s]);
+    return m;
+}

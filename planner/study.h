@@ -210,4 +210,10 @@ double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb);
 /* Writes r as the metrics JSON contract (docs/formats.md "Metrics JSON"). */
 char *study_metrics_json(const study_result *r);
 
+/* Figures of a result that the tables print: the bubble's mean over stages, micro-batches per
+ * iteration, the largest peak memory over stages (0 where nothing ran). */
+double study_mean_bubble(const study_result *r);
+double study_mb_per_iteration(const study_result *r);
+double study_max_peak_mb(const study_result *r);
+
 #endif /* STUDY_H */

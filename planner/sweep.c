@@ -172,27 +172,12 @@ void sweep_point_request(const plan_request *base, const sweep_grid *g, long i, 
     }
 }
 
-/* Appends field to out as a CSV cell: quoted, its quotes doubled, where it holds a quote, comma
- * or line break (RFC 4180). Returns the new length. */
-static size_t put_cell(char *out, size_t n, size_t cap, const char *field)
-{
-    int quote = strpbrk(field, "\",\r\n") != NULL;
-    if (n < cap && quote) out[n++] = '"';
-    for (const char *c = field; *c && n + 2 < cap; c++) {
-        if (*c == '"' && quote) out[n++] = '"';
-        out[n++] = *c;
-    }
-    if (n < cap && quote) out[n++] = '"';
-    if (n < cap) out[n] = '\0';
-    return n;
-}
-
 size_t sweep_point_key(const sweep_grid *g, long i, char *out, size_t cap)
 {
     size_t n = 0;
     out[0] = '\0';
     for (int k = 0; k < g->nkeys && n + 1 < cap; k++) {
-        n = put_cell(out, n, cap, g->values[k][value_at(g, i, k)]);
+        n += csv_format_field(out + n, cap - n, g->values[k][value_at(g, i, k)]);
         if (n + 1 < cap) out[n++] = ',', out[n] = '\0';
     }
     return n;
@@ -216,10 +201,9 @@ void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char
     plan_env_release(&env);
     if (st != DP_OK) snprintf(error, sizeof error, "%s", err.msg);
     else if (r.why[0]) snprintf(error, sizeof error, "%s", r.why);
-    for (char *c = error; *c; c++) /* one cell on one line */
+    for (char *c = error; *c; c++) /* one row on one line */
         if (*c == '\n' || *c == '\r') *c = ' ';
-    double bubble = 0, peak = 0, mit = 0, mcf = 0;
-    for (int s = 0; s < r.pp; s++) bubble += r.bubble_fraction[s] / r.pp, peak = fmax(peak, r.peak_mem_mb[s]);
+    double mit = 0, mcf = 0;
     if (r.feasible && r.iterations)
         mit = r.sum_ms / r.iterations, mcf = r.sum_closed_form_ms / r.iterations;
     char cf[32] = ""; /* empty where the schedule has no closed form (adaptive) */
@@ -228,16 +212,12 @@ void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char
     n += (size_t)snprintf(row + n, cap - n,
                           "%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%s,%.4f,%.4f,%llu,%.3f,%.5f,",
                           st == DP_OK ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
-                          r.enc_padding_efficiency, r.dec_padding_efficiency, bubble, peak, r.oom,
+                          r.enc_padding_efficiency, r.dec_padding_efficiency,
+                          study_mean_bubble(&r), study_max_peak_mb(&r), r.oom,
                           st == DP_OK && r.feasible, r.iterations, r.time_s, mit, cf,
                           r.plan_ms_median, r.plan_ms_p90, (unsigned long long)r.events,
                           r.tflops_per_gpu, r.mfu);
-    if (n < cap) {
-        char quoted[2 * DP_ERR_MSG_MAX + 3];
-        put_cell(quoted, 0, sizeof quoted, error);
-        if (quoted[0] != '"') snprintf(quoted, sizeof quoted, "\"%s\"", error); /* always quoted */
-        snprintf(row + n, cap - n, "%s", quoted);
-    }
+    if (n < cap) csv_format_field(row + n, cap - n, error);
     study_result_release(&r);
 }
 

@@ -111,16 +111,17 @@ const char TUNE_CSV_HEADER[] =
 
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
 {
-    char why[sizeof r->why];
+    char why[sizeof r->why], cell[2 * sizeof r->why + 3];
     snprintf(why, sizeof why, "%s", r->why);
-    for (char *c = why; *c; c++)
-        if (*c == '"' || *c == '\n' || *c == ',') *c = *c == '"' ? '\'' : ' ';
+    for (char *c = why; *c; c++) /* one row on one line */
+        if (*c == '\n' || *c == '\r') *c = ' ';
+    csv_format_field(cell, sizeof cell, why);
     const tune_point *p = &r->pt;
-    snprintf(buf, cap, "%ld,%s,%s,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,\"%s\"", rank,
+    snprintf(buf, cap, "%ld,%s,%s,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
              p->batching, p->schedule, p->tp, p->pp, p->dp, p->zero,
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
-             r->peak_mb, why);
+             r->peak_mb, cell);
 }
 
 dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace *out,

@@ -100,8 +100,7 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     study_result r;
     dp_err err = {0};
     dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[t], &r, &err);
-    double peak = 0;
-    for (int s = 0; s < r.pp; s++) peak = fmax(peak, r.peak_mem_mb[s]);
+    double peak = study_max_peak_mb(&r);
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
     int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations;
     const char *why = st != DP_OK ? err.msg : ok ? "" : r.why[0] ? r.why : "no iteration";

@@ -24,7 +24,7 @@ check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
 check "... leaving a valid partial ranking (header, then rows of 15 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && awk -F, 'NR > 1 && NF != 15 { exit 1 }' '$TMP/part.csv' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 15 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
