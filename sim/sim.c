@@ -337,7 +337,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     }
     for (int s2 = 0; s2 < cfg->pp; s2++) {
         int64_t done = stage_done[s2];
-        if (cfg->dp > 1 && cfg->allreduce_ms[s2] > 0) {
+        if (cfg->allreduce_ms[s2] > 0) { /* over the stage's dp x cp ranks (0 with one) */
             int64_t ar = ms_to_ns(cfg->allreduce_ms[s2]);
             int64_t grad = ms_to_ns(fmin(cfg->grad_ms[s2], cfg->allreduce_ms[s2]));
             if (grad > 0 && cfg->grad_buckets[s2] > 0) {

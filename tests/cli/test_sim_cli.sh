@@ -337,6 +337,10 @@ stored() { grep -o '"stored_activations":[[:space:]]*[0-9.e+-]*' "$1" | awk -F: 
 check "sim --cp 2 at 32k halves a stage's stored activations" \
   awk -v a="$(stored "$TMP/cp1.json")" -v b="$(stored "$TMP/cp2.json")" 'BEGIN { d = b - a / 2; exit !(a > 0 && d * d < (1e-6 * a) ^ 2) }'
 expect "... and names it in the cost model" 0 "context parallelism \\(ring\\)" -- "$DPSIM" sim $CP --cp 2
+"$DPSIM" sim $CP --timeline "$TMP/cp1t.csv" >/dev/null 2>&1
+"$DPSIM" sim $CP --cp 2 --timeline "$TMP/cp2t.csv" >/dev/null 2>&1
+check "the cp ranks all-reduce their gradients (one replica; cp 1 has nothing to reduce)" \
+  bash -c "grep -q ALLREDUCE '$TMP/cp2t.csv' && ! grep -q ALLREDUCE '$TMP/cp1t.csv'"
 expect "--cp beyond the cluster's GPUs names the product" 2 "--tp 2 x --cp 4 x --pp 2 x --dp 1 = 16 GPUs, but h200 has 1 node of 8" -- "$DPSIM" sim $CP --cp 4 --hw h200
 expect "all-to-all where tp x cp does not divide the key/value heads" 2 "8 key/value heads" -- \
   "$DPSIM" sim $CP --cp 8 --pp 1 --cp-kind all-to-all
