@@ -67,9 +67,14 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err)
 {
     const model_spec *m = &cm->model;
     if (cp < 1) return dp_fail(err, DP_ERR_INVALID, "--cp must be at least 1");
-    if (cp > 1 && !cm->ops->context_parallel)
-        return dp_fail(err, DP_ERR_INVALID, "--cp %d needs the analytic cost model: a measured %s "
-                       "timed whole sequences on one GPU\nhint: --analytic", cp, cm->ops->kind);
+    if (cp > 1 && !cm->ops->context_parallel && cm->cp != cp)
+        return dp_fail(err, DP_ERR_INVALID, "--cp %d needs the analytic cost model or a profile "
+                       "measured at cp %d: this %s timed %s\nhint: --analytic, or dprun profile "
+                       "--cp %d", cp, cp, cm->ops->kind, cm->cp > 1 ? "another cp" : "whole "
+                       "sequences on one GPU", cp);
+    if (cp > 1 && !cm->ops->context_parallel && alltoall)
+        return dp_fail(err, DP_ERR_INVALID, "--cp %d --cp-kind all-to-all: the %s was measured in "
+                       "the ring form\nhint: --cp-kind ring, or --analytic", cp, cm->ops->kind);
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_INVALID, "--cp %d: context parallelism splits the sequence of "
                        "a decoder-only model; %s is an encoder-decoder", cp, m->name);

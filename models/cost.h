@@ -174,7 +174,8 @@ int cost_overlap_parse(const char *text, unsigned *bits);
 const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
 
 /* Context parallelism of degree cp (>= 1), ring or all-to-all; on failure the model is unchanged.
- * DP_ERR_INVALID, naming the option and why, for a cost kind that does not price it (a profile measured whole sequences), an
+ * DP_ERR_INVALID, naming the option and why, for a cost kind that does not price it (a profile
+ * measured at another cp: cost_profile_load_at; or in the ring form, for all-to-all), an
  * encoder-decoder model, or (all-to-all) heads or key/value heads that tp x cp does not divide.
  * What each form costs (analytic model, cost_analytic.c):
  *   both   the layer's tokens, FLOPs, elementwise bytes, tensor-parallel collectives and stored
@@ -234,6 +235,12 @@ const char *component_name(cost_component c);
  * or lacks a component the model needs (a GPT profile for a T5 model). */
 dp_status cost_profile_load(const char *path, const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, cost_model **out, dp_err *err);
+/* The same for rows measured at context parallelism cp (the optional column "cp", 1 where the
+ * file has none: dprun profile --cp C writes it), each row one rank's share of the (mbs, seqlen)
+ * micro-batch, the ring's passes inside its times. The model then prices cp (cost_model.cp = cp)
+ * as measured: cost_model_set_cp accepts that cp and no other. */
+dp_status cost_profile_load_at(const char *path, const model_spec *m, const cluster_spec *hw,
+                               int tp, int cp, recompute_mode rc, cost_model **out, dp_err *err);
 
 /* Range of the loaded grid for a component: smallest and largest mbs and lengths. */
 typedef struct cost_profile_range {

@@ -50,12 +50,12 @@ typedef struct raw_row {
 } raw_row;
 
 typedef struct load_ctx {
-    int tp;
+    int tp, cp;
     const char *rc;
-    int idx[8];
+    int idx[9];
     raw_row *rows;
     size_t n, cap;
-    long other_rows; /* rows of other (tp, recompute) */
+    long other_rows; /* rows of other (tp, cp, recompute) */
 } load_ctx;
 
 const char *component_name(cost_component c)
@@ -66,10 +66,10 @@ const char *component_name(cost_component c)
 static dp_status on_header(void *vctx, const csv_row *h, dp_err *err)
 {
     load_ctx *c = vctx;
-    static const csv_column cols[8] = {{"tp", 1},    {"recompute", 1},  {"component", 1},
+    static const csv_column cols[9] = {{"tp", 1},    {"recompute", 1},  {"component", 1},
                                        {"metric", 1}, {"mbs", 1},        {"enc_seqlen", 1},
-                                       {"dec_seqlen", 1}, {"value", 1}};
-    return csv_header_map(h, cols, 8, c->idx, err);
+                                       {"dec_seqlen", 1}, {"value", 1},  {"cp", 0}};
+    return csv_header_map(h, cols, 9, c->idx, err);
 }
 
 static int find_name(const char *const *names, int n, const char *s)
@@ -84,10 +84,13 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
     load_ctx *c = vctx;
     const char *f[8];
     for (int i = 0; i < 8; i++) f[i] = r->fields[c->idx[i]];
-    int64_t tp, mbs, enc, dec;
+    int64_t tp, mbs, enc, dec, cp = 1;
     if (dp_parse_i64(f[0], 1, 1 << 20, &tp) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: tp \"%s\" is not a positive whole number",
                        r->path, r->line, f[0]);
+    if (c->idx[8] >= 0 && dp_parse_i64(r->fields[c->idx[8]], 1, 1 << 20, &cp) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: cp \"%s\" is not a positive whole number",
+                       r->path, r->line, r->fields[c->idx[8]]);
     recompute_mode rm;
     if (recompute_parse(f[1], &rm) != 0)
         return dp_fail(err, DP_ERR_PARSE,
@@ -120,7 +123,7 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
     if (v < 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: value \"%s\" is negative", r->path, r->line,
                        f[7]);
-    if (tp != c->tp || strcmp(f[1], c->rc) != 0) {
+    if (tp != c->tp || cp != c->cp || strcmp(f[1], c->rc) != 0) {
         c->other_rows++;
         return DP_OK;
     }
@@ -527,11 +530,19 @@ static dp_status load_params(const char *profile_path, cost_model *cm, dp_err *e
 dp_status cost_profile_load(const char *path, const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, cost_model **out, dp_err *err)
 {
+    return cost_profile_load_at(path, m, hw, tp, 1, rc, out, err);
+}
+
+dp_status cost_profile_load_at(const char *path, const model_spec *m, const cluster_spec *hw,
+                               int tp, int cp, recompute_mode rc, cost_model **out, dp_err *err)
+{
     *out = NULL;
     dp_status st = DP_OK;
-    load_ctx c = {.tp = tp, .rc = recompute_name(rc)};
+    load_ctx c = {.tp = tp, .cp = cp, .rc = recompute_name(rc)};
+    char at[32] = "";
+    if (cp > 1) snprintf(at, sizeof at, ", cp %d", cp);
     cost_model *cm = calloc(1, sizeof *cm);
-    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1;
+    if (cm) cm->serial = cost_model_next_serial(), cm->cp = cp;
     profile *p = calloc(1, sizeof *p);
     if (!cm || !p) {
         free(cm), free(p);
@@ -546,12 +557,18 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
     cm->overlap = COST_OVERLAP_DEFAULT;
     cm->impl = p;
     TRY(csv_read_file(path, 1, on_header, on_row, &c, err));
+    if (c.n == 0 && cp > 1 && c.idx[8] < 0) {
+        st = dp_fail(err, DP_ERR_INVALID, "%s: --cp %d needs the analytic cost model or a profile "
+                     "measured at cp %d, and this one timed whole sequences on one GPU (no cp "
+                     "column)\nhint: --analytic, or dprun profile --cp %d", path, cp, cp, cp);
+        goto out;
+    }
     if (c.n == 0) {
         st = dp_fail(err, DP_ERR_INVALID,
-                     "%s: no rows for tp %d and recompute %s (the file has %ld other rows)\nhint: "
-                     "dprun profile --recompute %s measures them; or plan on the analytic model "
-                     "(--analytic; dpsim calibrate fits it to a profile: --fit)", path, tp, c.rc,
-                     c.other_rows, c.rc);
+                     "%s: no rows for tp %d%s and recompute %s (the file has %ld other rows)\n"
+                     "hint: dprun profile --recompute %s%s measures them; or plan on the analytic "
+                     "model (--analytic; dpsim calibrate fits it to a profile: --fit)", path, tp,
+                     at, c.rc, c.other_rows, c.rc, cp > 1 ? " --cp N" : "");
         goto out;
     }
     qsort(c.rows, c.n, sizeof *c.rows, cmp_rows);
@@ -571,9 +588,9 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
         }
     if (!p->g[COMP_ENCODER].present ||
         (m->arch == ARCH_T5 && !p->g[COMP_DECODER].present)) {
-        st = dp_fail(err, DP_ERR_INVALID, "%s: no %s rows for tp %d, recompute %s: not a profile "
-                     "for a %s model",
-                     path, p->g[COMP_ENCODER].present ? "decoder" : "encoder", tp, c.rc,
+        st = dp_fail(err, DP_ERR_INVALID, "%s: no %s rows for tp %d%s, recompute %s: not a "
+                     "profile for a %s model",
+                     path, p->g[COMP_ENCODER].present ? "decoder" : "encoder", tp, at, c.rc,
                      model_arch_name(m->arch));
         goto out;
     }

@@ -106,9 +106,13 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                            buf, m->name);
     }
     if (profile && !o->analytic) {
-        st = finish(cost_profile_load(profile, m, hw, o->tp, mode, cm, err), o, m, cm, err);
+        /* a profile measured at the request's cp, when it asks for one */
+        st = finish(cost_profile_load_at(profile, m, hw, o->tp, o->cp > 1 ? o->cp : 1, mode, cm, err),
+                    o, m, cm, err);
+        char cp[24] = "";
+        if (o->cp > 1) snprintf(cp, sizeof cp, ", cp %d", o->cp);
         if (st == DP_OK)
-            snprintf(source, source_cap, "profile %s (tp %d, recompute %s%s)", profile, o->tp,
+            snprintf(source, source_cap, "profile %s (tp %d%s, recompute %s%s)", profile, o->tp, cp,
                      recompute_name(mode), attention_note(*cm, o, 0, note, sizeof note));
         return st;
     }

@@ -322,7 +322,7 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
             double f, b, af, ab, dense, attn;
             char label[32];
             cost_shape cs = cost_shape_rows(B, S, 0);
-            rt_seqs seqs = {k, off, len};
+            rt_seqs seqs = {.n = k, .off = off, .len = len};
             rt_batch mb = {B, S, 0, k ? &seqs : NULL, NULL};
             for (int j = 0; j < k; j++) off[j] = j * (S / k), len[j] = S / k;
             if (k) cs.varlen = 1, cs.enc_sq = (double)k * (S / k) * (S / k);
@@ -369,7 +369,7 @@ int rt_check_gpu(const model_spec *m, const char *hw, int speed)
     static const int off[3] = {0, 40, 70}, len[3] = {40, 30, 50};
     static const int doff[3] = {0, 20, 36}, dlen[3] = {20, 16, 24};
     static const int eoff[3] = {0, 30, 70}, elen[3] = {30, 40, 20};
-    rt_seqs gpt_seqs = {3, off, len}, dec_seqs = {3, doff, dlen}, enc_seqs = {3, eoff, elen};
+    rt_seqs gpt_seqs = {.n = 3, .off = off, .len = len}, dec_seqs = {.n = 3, .off = doff, .len = dlen}, enc_seqs = {.n = 3, .off = eoff, .len = elen};
     if (m->arch == ARCH_T5) {
         n_failed += check_layer(g, "T5 encoder (bidirectional)", &enc, 2, 48, 0, NULL, NULL, &n_rows);
         n_failed += check_layer(g, "T5 decoder (causal + cross-attention)", &dec, 2, 32, 48, NULL,

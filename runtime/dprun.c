@@ -7,6 +7,7 @@
  *   dprun --plan plan.json --backend cuda --out measured.csv                (every stage, one GPU)
  *   dprun profile --backend cpu|cuda --model gpt-tiny [--mbs 1,2,4] [--seqlen 32,64,128] -o prof.csv
  *   mpirun -np T dprun profile --tp T [--no-sp] ...             (a layer as a tp T plan runs it)
+ *   mpirun -np C dprun profile --cp C ...                       (... as a cp C plan runs it)
  *
  * Exit status: 0 success, 1 a plan or set-up problem (every rank reports it alike), 2 usage,
  * 3 a run-time fault (a timeout, a truncated message): the failing rank prints why and MPI_Abort
@@ -33,15 +34,15 @@
 static const char USAGE[] =
     "dprun [run] --plan FILE --backend cpu|cuda [--dtype bf16|fp64] --out FILE [--timeout S]\n"
     "       dprun profile --backend cpu|cuda [--dtype bf16|fp64] --model M [--mbs LIST]\n"
-    "                     [--seqlen LIST] [--tp T [--no-sp]] -o FILE\n"
+    "                     [--seqlen LIST] [--tp T [--no-sp]] [--cp C] -o FILE\n"
     "       dprun check-gpu [MODEL] [--hw GPU] [--no-speed]";
 
 static void help(void)
 {
     printf("usage: %s\n\n"
            "Runs an execution plan from 'dpsim plan -o' on real ranks (one MPI rank per pipeline\n"
-           "stage, data-parallel replica and tensor-parallel rank: mpirun -np tp x pp x dp, tp\n"
-           "ranks fastest) and writes the measured timeline CSV, for 'dpsim\n"
+           "stage, data-parallel replica, tensor-parallel and context-parallel rank: mpirun -np\n"
+           "tp x cp x pp x dp, tp ranks fastest, then cp) and writes the measured timeline CSV, for 'dpsim\n"
            "validate', and the gradient norm at the end (the same plan gives the same norm on\n"
            "every backend, to rounding). The plan's recompute runs as planned: selective\n"
            "reruns each layer's attention core in the backward, full keeps only each layer's\n"
@@ -84,6 +85,11 @@ static void help(void)
            "                        a multiple), each rank its share, the group's collectives\n"
            "                        in the times; rows say tp T (cpu backend)    [1]\n"
            "      --no-sp           with --tp: without sequence parallelism (all-reduces)\n"
+           "      --cp C            time the layer as a cp C plan runs it (ring attention): under\n"
+           "                        mpirun -np tp x C, each rank its share of each micro-batch's\n"
+           "                        tokens, the key/value gathers in the times; rows carry a cp\n"
+           "                        column (cpu backend, GPT-kind models; 2C divides each\n"
+           "                        --seqlen)                                    [1]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
            "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
            "                        against fp64 (stated tolerances), GPT-6.7B-width layer\n"
@@ -181,9 +187,9 @@ static int profile_main(int argc, char **argv)
         {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
         {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
         {"tp", required_argument, 0, 5},        {"no-sp", no_argument, 0, 6},
-        {0, 0, 0, 0}};
+        {"cp", required_argument, 0, 7},        {0, 0, 0, 0}};
     const char *model = "gpt-tiny", *out = NULL, *backend = "cpu", *dtype = NULL;
-    int64_t tp = 1;
+    int64_t tp = 1, cp = 1;
     int sp = 1;
     int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
     int64_t repeats = 5;
@@ -215,6 +221,9 @@ static int profile_main(int argc, char **argv)
             if (dp_parse_i64(optarg, 1, 1024, &tp) != 0) return usage_error("bad --tp (1-1024)", optarg);
             break;
         case 6: sp = 0; break;
+        case 7:
+            if (dp_parse_i64(optarg, 1, 1024, &cp) != 0) return usage_error("bad --cp (1-1024)", optarg);
+            break;
         case 'o': out = optarg; break;
         case 'h': help(); return 0;
         default: return usage_error("unknown or incomplete option", argv[optind - 1]);
@@ -242,12 +251,25 @@ static int profile_main(int argc, char **argv)
         fprintf(stderr, "dprun profile: error: %s\n", err.msg);
         return 1;
     }
+    if (cp > 1 && (on_gpu || m.arch != ARCH_GPT)) {
+        fprintf(stderr, "dprun profile: error: --cp %d: context parallelism runs on the cpu "
+                "backend, for decoder-only models (%s%s)\n", (int)cp, on_gpu ? "not cuda" : m.name,
+                on_gpu ? "" : " is an encoder-decoder");
+        return 1;
+    }
+    for (int j = 0; cp > 1 && j < n_seq; j++)
+        if (seq[j] % (2 * cp)) {
+            fprintf(stderr, "dprun profile: error: seqlen %d: context parallelism cuts each "
+                    "sequence into 2 x cp = %d chunks (a --seqlen that %d divides)\n", seq[j],
+                    (int)(2 * cp), (int)(2 * cp));
+            return 1;
+        }
     for (int i = 0; sp && tp > 1 && i < n_mbs; i++)
         for (int j = 0; j < n_seq; j++)
-            if ((long long)mbs[i] * seq[j] % tp) {
-                fprintf(stderr, "dprun profile: error: mbs %d x seqlen %d tokens cannot be split "
+            if ((long long)mbs[i] * seq[j] / cp % tp) {
+                fprintf(stderr, "dprun profile: error: mbs %d x seqlen %d tokens%s cannot be split "
                         "over tp %d by sequence parallelism (--no-sp, or lengths tp divides)\n",
-                        mbs[i], seq[j], (int)tp);
+                        mbs[i], seq[j], cp > 1 ? ", 1/cp of them on a rank," : "", (int)tp);
                 return 1;
             }
     openblas_set_num_threads(1);
@@ -257,25 +279,32 @@ static int profile_main(int argc, char **argv)
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
-    if (size % tp != 0) {
+    int width = (int)(tp * cp);
+    if (size % width != 0) {
         if (rank == 0)
-            fprintf(stderr, "dprun profile: error: --tp %d needs a multiple of %d ranks (mpirun -np "
-                    "%d), but %s %d\n", (int)tp, (int)tp, (int)tp,
+            fprintf(stderr, "dprun profile: error: --tp %d --cp %d needs a multiple of %d ranks "
+                    "(mpirun -np %d), but %s %d\n", (int)tp, (int)cp, width, width,
                     mpi ? "mpirun started" : "it runs without mpirun, on", size);
         if (mpi) MPI_Finalize();
         return 1;
     }
-    /* consecutive ranks form the tensor-parallel groups (tp fastest, as dprun runs a plan) */
-    MPI_Comm tp_comm = MPI_COMM_NULL;
-    rt_mpi_tp group;
+    /* consecutive ranks form the tensor-parallel groups, then the context-parallel ones (tp
+     * fastest, then cp, as dprun runs a plan) */
+    MPI_Comm tp_comm = MPI_COMM_NULL, cp_comm = MPI_COMM_NULL;
+    rt_mpi_tp group, cp_group;
     if (tp > 1) {
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, rank / (int)tp, rank % (int)tp, &tp_comm),
                   "MPI_Comm_split");
         rt_mpi_tp_init(&group, tp_comm, sp, NULL, profile_die, NULL);
     }
+    if (cp > 1) {
+        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, rank / width * (int)tp + rank % (int)tp,
+                                 rank / (int)tp % (int)cp, &cp_comm), "MPI_Comm_split");
+        rt_mpi_tp_init(&cp_group, cp_comm, 0, NULL, profile_die, NULL);
+    }
     rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,
                          rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu, dt,
-                         modes, tp > 1 ? &group.tp : NULL};
+                         modes, tp > 1 ? &group.tp : NULL, cp > 1 ? &cp_group.tp : NULL};
     int rc = 0;
     if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);
@@ -284,6 +313,7 @@ static int profile_main(int argc, char **argv)
         fprintf(stderr, "dprun: wrote %s\n", out);
     }
     if (tp_comm != MPI_COMM_NULL) MPI_Comm_free(&tp_comm);
+    if (cp_comm != MPI_COMM_NULL) MPI_Comm_free(&cp_comm);
     if (mpi) MPI_Finalize();
     return rc;
 }
@@ -463,8 +493,10 @@ static int run_main(int argc, char **argv)
     }
     rt_record *rec = res.rec;
     size_t n_rec = res.n_rec;
-    /* the gradient norm: replicas hold the same gradients, so replica 0's stages sum it */
-    double grad_sq = 0, mine_sq = rt_place_of(&pl.h, rank).replica == 0 ? res.grad_sq : 0;
+    /* the gradient norm: replicas and cp ranks hold the same (all-reduced) gradients, so replica
+     * 0's stages on cp rank 0 sum it */
+    rt_place at = rt_place_of(&pl.h, rank);
+    double grad_sq = 0, mine_sq = at.replica == 0 && at.cp_rank == 0 ? res.grad_sq : 0;
     mpi_check(MPI_Reduce(&mine_sq, &grad_sq, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
     /* what the measured runs did beside the plan's instructions, every rank's: slow first calls
      * (GEMM configurations, attention graphs, uploads) and the backwards' reruns */
@@ -495,13 +527,13 @@ static int run_main(int argc, char **argv)
              * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
             FILE *fp = of.fp;
             fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash,"
-                    "repeat,tp\n");
+                    "repeat,tp,cp\n");
             const rt_record *r = (const rt_record *)buf;
             for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d\n", r[i].iteration, r[i].stage,
+                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d,%d\n", r[i].iteration, r[i].stage,
                         r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
                         r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, (int)rt_dtype_act_bytes(dt),
-                        (unsigned long long)h, r[i].repeat, pl.h.tp > 1 ? pl.h.tp : 1);
+                        (unsigned long long)h, r[i].repeat, rt_plan_tp(&pl.h), rt_plan_cp(&pl.h));
             if (out_commit(&of, &werr) != DP_OK) {
                 fprintf(stderr, "dprun: error: %s\n", werr.msg);
                 rc = 1;

@@ -1,6 +1,7 @@
 #include "exec.h"
 
 #include <mpi.h>
+#include <sched.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,8 @@ typedef struct chunk_state {
  *   the first decoder stage    receives enc only and sends denc only. */
 typedef struct slot {
     int alive, B, S, Se;           /* S: this stage's length; Se: the encoder's (decoders only) */
-    size_t nh, ne;                 /* B*S*H and B*Se*H */
+    int n;                         /* this rank's tokens of the B*S: B*S / cp */
+    size_t nh, ne;                 /* this rank's tokens x H (with SP, n / tp of them); B*Se*H */
     double *in, *out, *dout, *din; /* (B*S, H) */
     double *enc, *denc;            /* decoder stages: the encoder output and its gradient */
     double *rx[2], *tx[2];         /* wire buffers of each kind (activation, gradient) */
@@ -43,7 +45,8 @@ typedef struct slot {
     rt_seqs seqs[2];               /* varlen: the encoder's (GPT's) and decoder's sequences */
     int *seq_store[2];
     double *dlogits;               /* last virtual stage: (B*S, V / tp) */
-    double *head_in;               /* last virtual stage under SP: the whole output, (B*S, H) */
+    double *head_in;               /* last virtual stage under SP: the whole output, (n, H) */
+    rt_cp cp;                      /* context parallelism: this rank's share of the tokens */
     MPI_Request recv[2], send[2];
     int free_pending;              /* FREE came before its sends completed */
 } slot;
@@ -64,9 +67,11 @@ typedef struct ctx {
     int rank, stage, replica, pp, chunks, nv;
     int hidden, vocab;
     int tp_rank;        /* this process's index in its tensor-parallel group (rt_place) */
+    int cp_rank;        /* ... and in its context-parallel group */
     int vocab_local;    /* the LM head's rows here: vocab / tp */
     rt_mpi_tp tpg;      /* the tensor-parallel group (size 1: none) */
-    MPI_Comm tp_comm;
+    rt_mpi_tp cpg;      /* the context-parallel group (size 1: none; its sp unused) */
+    MPI_Comm tp_comm, cp_comm;
     chunk_state *ch;
     double *emb, *demb; /* tied embedding / LM head (V, H), on the first and last stages */
     slot *slots;        /* n_mb * chunks */
@@ -101,16 +106,19 @@ static void die(const ctx *c, const char *what)
 #define MPI_TRY(c, call) RT_MPI_TRY(die, c, call)
 
 /* Waits for a request, polling, until the timeout; checks for truncated messages. spin_s: how
- * long it polls before it naps between polls (a tensor-parallel collective's peers are
- * microseconds away, and a nap costs the timer's slack, some 60 us, at every one: 9.3% validation
- * error at tp 2 with naps, 5.8-7.6% spinning 200 us first (docs/runtime.md); a pipeline peer may be a whole compute
- * away, and an oversubscribed core is better left to it). */
-#define RT_SPIN_TP_S 200e-6
+ * long it polls, giving the core way between polls (sched_yield), before it naps between them.
+ * A collective (a tensor- or context-parallel group's, the gradient all-reduce) moves only when
+ * its ranks poll, and a nap costs the timer's slack, some 60 us, at every step: it polls to the
+ * end (with naps the gradient all-reduce of gpt-tiny over 2 ranks took 66 ms instead of 10, and
+ * the tp 2 round trip's error was 5.8-7.6% spinning 200 us first, 2.2% polling throughout). A
+ * pipeline peer may be a whole compute away, and an oversubscribed core is better left to it:
+ * point-to-point waits nap at once. */
+#define RT_SPIN_COLLECTIVE_S 1e9
 static void wait_poll(const ctx *c, MPI_Request *r, const char *what, double spin_s);
-/* The tensor-parallel group's collectives wait as every other request does (with the timeout) */
-static void tp_wait(void *vc, MPI_Request *rq, const char *what)
+/* The groups' collectives wait as every other request does (with the timeout) */
+static void group_wait(void *vc, MPI_Request *rq, const char *what)
 {
-    wait_poll(vc, rq, what, RT_SPIN_TP_S);
+    wait_poll(vc, rq, what, RT_SPIN_COLLECTIVE_S);
 }
 static void tp_die(void *vc, const char *msg) { die(vc, msg); }
 
@@ -118,10 +126,14 @@ static void tp_die(void *vc, const char *msg) { die(vc, msg); }
 static const rt_tp *tp_of(const ctx *c) { return c->tpg.tp.size > 1 ? &c->tpg.tp : NULL; }
 /* The tp ranks a layer's tokens are spread over: the group's size with SP (each holds, and sends
  * to the next stage, its 1/tp of the tokens), else 1 (each holds the whole). */
-static int token_shards(const ctx *c)
+static int tp_shards(const ctx *c)
 {
     return tp_of(c) ? placement_token_shards(c->tpg.tp.size, c->tpg.tp.sp) : 1;
 }
+/* ... and the ranks of the group: times the cp ranks (each holds 1/cp of every micro-batch) */
+static int token_shards(const ctx *c) { return tp_shards(c) * c->cpg.tp.size; }
+/* The layer's view of a slot's context-parallel map: NULL without CP. */
+static const rt_cp *cp_of(const slot *s) { return s->cp.size > 1 ? &s->cp : NULL; }
 
 /* Size class of a request: the next power of two, so that a block is reused only by requests of
  * its own class (best-fit across classes let small requests eat large blocks and kept the pool
@@ -198,6 +210,7 @@ static void wait_poll(const ctx *c, MPI_Request *r, const char *what, double spi
             die(c, msg);
         }
         if (MPI_Wtime() - start >= spin_s) nanosleep(&nap, NULL);
+        else sched_yield();
     }
 }
 
@@ -205,7 +218,7 @@ static void wait_req(const ctx *c, MPI_Request *r, const char *what) { wait_poll
 
 static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_end)
 {
-    if (!c->record || c->tp_rank) return; /* a tp group's ranks run together: its first records */
+    if (!c->record || c->tp_rank || c->cp_rank) return; /* a group's ranks run together: its first records */
     if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
         die(c, "out of host memory");
     c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record - RT_RECORD_ON,
@@ -267,16 +280,61 @@ dp_status rt_check_tp(const model_spec *m, int tp, int on_gpu, const char *where
     return DP_OK;
 }
 
+/* Whether context parallelism of degree cp splits every micro-batch of the plan (rt_cp_split's
+ * rule: 2 cp divides each sample and each stretch of padding), and then tensor parallelism with SP
+ * each rank's share (cp 1: the whole micro-batch). */
+static dp_status check_token_split(const plan *pl, int cp, int tp, int sp, const char *path, dp_err *err)
+{
+    for (int i = 0; i < pl->n_it; i++)
+        for (int k = 0; k < pl->it[i].n_mb; k++) {
+            const plan_iter *it = &pl->it[i];
+            const plan_mb *mb = &it->mb[k];
+            int n = mb->mbs * mb->enc_len, *store = NULL, *rows = NULL, bad = 0, bad_len = 0, rc;
+            rt_seqs seqs;
+            rt_cp map;
+            if (rt_mb_seqs(it, mb, 0, &seqs, &store) != 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            if (!seqs.n) {
+                if (!(rows = malloc(2 * (size_t)mb->mbs * sizeof *rows))) {
+                    free(store);
+                    return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+                }
+                rt_seqs_rows(&seqs, mb->mbs, mb->enc_len, rows, rows + mb->mbs);
+            }
+            rc = cp > 1 ? rt_cp_split(&seqs, n, cp, 0, 1, &map, &bad, &bad_len) : 0;
+            if (rc == 0 && cp > 1) rt_cp_free(&map);
+            free(store), free(rows);
+            if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            if (rc > 0)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d: context "
+                               "parallelism cuts each sample (and each stretch of padding) into 2 "
+                               "x cp = %d chunks, and the %s at token %d is %d tokens long\nhint: "
+                               "plan it again with this dpsim (it pads to a multiple of 2 x cp), "
+                               "without a varlen batching", path, it->id, k, 2 * cp,
+                               seqs.n ? "sample or padding" : "padding", bad, bad_len);
+            if (sp && tp > 1 && n / cp % tp)
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d has %d x %d "
+                               "tokens%s, which sequence parallelism cannot split over tp %d (plan "
+                               "with --no-sp, or a --pad-multiple that tp divides)", path, it->id, k,
+                               mb->mbs, mb->enc_len, cp > 1 ? ", their 1/cp on a cp rank" : "", tp);
+        }
+    return DP_OK;
+}
+
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,
                                const char *path, dp_err *err)
 {
     const plan_header *h = &pl->h;
-    int tp = h->tp > 1 ? h->tp : 1, need = h->pp * h->dp * tp;
-    if (h->cp > 1)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d (tp %d x cp %d x pp %d x "
-                       "dp %d = %d ranks), and dprun does not run context parallelism yet: running "
-                       "it here would measure another layout\nhint: plan with --cp 1 to validate "
-                       "on this runtime", path, h->cp, tp, h->cp, h->pp, h->dp, need * h->cp);
+    int tp = rt_plan_tp(h), cp = rt_plan_cp(h), need = h->pp * h->dp * tp * cp;
+    if (cp > 1 && on_gpu)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d, and the cuda backend runs "
+                       "cp 1; the cpu backend runs context parallelism (--backend cpu)", path, cp);
+    if (cp > 1 && h->cp_alltoall)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d in the all-to-all form, and "
+                       "dprun runs the ring form: running it here would measure another layout\n"
+                       "hint: plan with --cp-kind ring to validate on this runtime", path, cp);
+    if (cp > 1 && m->arch != ARCH_GPT)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
+                       "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
     if (h->zero >= 2 && h->dp > 1)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for ZeRO-%d over %d replicas (%s), "
                        "and dprun all-reduces whole gradients after each iteration (what ZeRO-1 "
@@ -286,19 +344,15 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                                                      : "parameters gathered layer by layer");
     dp_status st = rt_check_tp(m, tp, on_gpu, path, err);
     if (st != DP_OK) return st;
-    for (int i = 0; h->sp && tp > 1 && i < pl->n_it; i++)
-        for (int k = 0; k < pl->it[i].n_mb; k++) {
-            const plan_mb *mb = &pl->it[i].mb[k];
-            if ((long long)mb->mbs * mb->enc_len % tp)
-                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d has %d x %d "
-                               "tokens, which sequence parallelism cannot split over tp %d (plan "
-                               "with --no-sp, or a --pad-multiple that tp divides)", path,
-                               pl->it[i].id, k, mb->mbs, mb->enc_len, tp);
-        }
+    if ((st = check_token_split(pl, cp, tp, h->sp, path, err)) != DP_OK) return st;
     if (ranks != need && !(on_gpu && ranks == 1)) {
         char layout[80];
-        if (tp > 1) snprintf(layout, sizeof layout, "tp x pp x dp = %d x %d x %d", tp, h->pp, h->dp);
-        else snprintf(layout, sizeof layout, "pp x dp = %d x %d", h->pp, h->dp);
+        if (cp > 1)
+            snprintf(layout, sizeof layout, "tp x cp x pp x dp = %d x %d x %d x %d", tp, cp, h->pp, h->dp);
+        else if (tp > 1)
+            snprintf(layout, sizeof layout, "tp x pp x dp = %d x %d x %d", tp, h->pp, h->dp);
+        else
+            snprintf(layout, sizeof layout, "pp x dp = %d x %d", h->pp, h->dp);
         return dp_fail(err, DP_ERR_INVALID, "%s needs %s = %d ranks%s, but mpirun started %d", path,
                        layout, need, on_gpu ? " (one per GPU), or 1 to run every stage on one GPU" : "",
                        ranks);
@@ -309,30 +363,6 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
 static slot *slot_of(ctx *c, int mb, int chunk)
 {
     return &c->slots[(size_t)mb * (size_t)c->chunks + (size_t)chunk];
-}
-
-static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
-{
-    if (s->alive) return;
-    s->alive = 1;
-    s->recompute = pm_recompute(c->o->pl, c->it, m->id);
-    s->B = m->mbs;
-    s->S = ch->decoder ? m->dec_len : m->enc_len;
-    s->Se = ch->decoder ? m->enc_len : 0;
-    s->nh = (size_t)rt_tp_tokens(tp_of(c), s->B * s->S) * c->hidden; /* this rank's tokens */
-    s->ne = (size_t)s->B * s->Se * c->hidden;
-    s->in = pool_get(c, s->nh);
-    s->out = pool_get(c, s->nh);
-    s->dout = pool_get(c, s->nh);
-    s->din = pool_get(c, s->nh);
-    if (ch->decoder) {
-        s->enc = pool_get(c, s->ne);
-        s->denc = pool_get(c, s->ne);
-    }
-    s->recv[0] = s->recv[1] = s->send[0] = s->send[1] = MPI_REQUEST_NULL;
-    for (int side = 0; side < 2; side++)
-        if (rt_mb_seqs(c->it, m, side, &s->seqs[side], &s->seq_store[side]) != 0)
-            die(c, "out of host memory");
 }
 
 /* The sequences a layer of this slot's chunk attends within: its own side's, and (decoders) the
@@ -348,6 +378,53 @@ static const rt_seqs *enc_seqs(const slot *s, const chunk_state *ch)
     return ch->decoder && s->seqs[0].n ? &s->seqs[0] : NULL;
 }
 
+/* The slot's shape on this rank: its share of the tokens under CP (the map, from the micro-batch's
+ * sequences, as rt_plan_check_layout checked it) and under SP; then its buffers. */
+static void slot_open_shape(ctx *c, slot *s, const chunk_state *ch)
+{
+    if (c->cpg.tp.size > 1) {
+        rt_seqs rows;
+        int *ol = malloc(2 * (size_t)s->B * sizeof *ol);
+        if (!ol) die(c, "out of host memory");
+        const rt_seqs *seqs = self_seqs(s, ch);
+        if (!seqs) rt_seqs_rows(&rows, s->B, s->S, ol, ol + s->B), seqs = &rows;
+        int bad = 0, bad_len = 0, rc = rt_cp_split(seqs, s->B * s->S, c->cpg.tp.size, c->cp_rank,
+                                                   ch->shape.causal, &s->cp, &bad, &bad_len);
+        free(ol);
+        if (rc < 0) die(c, "out of host memory");
+        if (rc > 0) die(c, "a micro-batch that context parallelism cannot split (the layout check "
+                           "passed it?)");
+        s->cp.group = &c->cpg.tp;
+        s->n = s->cp.n_local;
+    }
+    s->nh = (size_t)rt_tp_tokens(tp_of(c), s->n) * c->hidden; /* this rank's tokens */
+    s->in = pool_get(c, s->nh);
+    s->out = pool_get(c, s->nh);
+    s->dout = pool_get(c, s->nh);
+    s->din = pool_get(c, s->nh);
+    if (ch->decoder) {
+        s->enc = pool_get(c, s->ne);
+        s->denc = pool_get(c, s->ne);
+    }
+}
+
+static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
+{
+    if (s->alive) return;
+    s->alive = 1;
+    s->recompute = pm_recompute(c->o->pl, c->it, m->id);
+    s->B = m->mbs;
+    s->S = ch->decoder ? m->dec_len : m->enc_len;
+    s->Se = ch->decoder ? m->enc_len : 0;
+    s->n = s->B * s->S;
+    s->ne = (size_t)s->B * s->Se * c->hidden;
+    s->recv[0] = s->recv[1] = s->send[0] = s->send[1] = MPI_REQUEST_NULL;
+    for (int side = 0; side < 2; side++)
+        if (rt_mb_seqs(c->it, m, side, &s->seqs[side], &s->seq_store[side]) != 0)
+            die(c, "out of host memory");
+    slot_open_shape(c, s, ch);
+}
+
 static void slot_free(ctx *c, slot *s, const chunk_state *ch)
 {
     wait_req(c, &s->send[0], "SEND_ACT completion");
@@ -359,8 +436,9 @@ static void slot_free(ctx *c, slot *s, const chunk_state *ch)
     pool_put(c, s->in, s->nh), pool_put(c, s->out, s->nh), pool_put(c, s->dout, s->nh);
     pool_put(c, s->din, s->nh), pool_put(c, s->enc, s->ne), pool_put(c, s->denc, s->ne);
     for (int k = 0; k < 2; k++) pool_put(c, s->rx[k], s->rx_n[k]), pool_put(c, s->tx[k], s->tx_n[k]);
-    pool_put(c, s->dlogits, (size_t)s->B * s->S * c->vocab_local);
-    pool_put(c, s->head_in, (size_t)s->B * s->S * c->hidden);
+    pool_put(c, s->dlogits, (size_t)s->n * c->vocab_local);
+    pool_put(c, s->head_in, (size_t)s->n * c->hidden);
+    rt_cp_free(&s->cp);
     free(s->acts);
     free(s->seq_store[0]), free(s->seq_store[1]);
     memset(s, 0, sizeof *s);
@@ -406,17 +484,31 @@ static void scratch_close(ctx *c, const slot *s, const chunk_state *ch, rt_layer
     pool_put(c, a->x, rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se));
 }
 
+/* The input embedding's lookups of this rank's tokens (a hash of each token's index in the whole
+ * micro-batch, so that every layout trains on the same numbers): under SP its 1/tp of the cp
+ * rank's tokens, under CP the cp rank's pieces. */
+static void fill_input(const ctx *c, const slot *s, unsigned seed)
+{
+    size_t H = (size_t)c->hidden, n = s->nh / H, first = tp_shards(c) > 1 ? (size_t)c->tp_rank * n : 0;
+    const rt_cp *cp = cp_of(s);
+    if (!cp) { /* consecutive tokens */
+        rt_fill_at(s->in, s->nh, first * H, seed, 1.0);
+        return;
+    }
+    for (size_t t = 0; t < n; t++)
+        rt_fill_at(s->in + t * H, H, (size_t)rt_cp_token(cp, (int)(first + t)) * H, seed, 1.0);
+}
+
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
-    int n = s->B * s->S, H = c->hidden;
+    int n = s->n, H = c->hidden;
     /* unpack the received activation */
     if (ch->first_decoder) {
         memcpy(s->enc, s->rx[KIND_ACT], s->ne * sizeof(double));
         rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0); /* target embedding */
-    } else if (ch->first) { /* input embedding: under SP this rank's tokens of it */
-        rt_fill_at(s->in, s->nh, token_shards(c) > 1 ? (size_t)c->tp_rank * s->nh : 0,
-                   (unsigned)(x->mb * 131 + c->iteration), 1.0);
+    } else if (ch->first) { /* input embedding: this rank's tokens of it */
+        fill_input(c, s, (unsigned)(x->mb * 131 + c->iteration));
     } else {
         memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
         if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
@@ -438,7 +530,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
         if (full) memcpy(s->ckpt + (size_t)l * s->nh, cur, s->nh * sizeof(double));
         a->enc = s->enc;
         a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
-        a->tp = tp_of(c);
+        a->tp = tp_of(c), a->cp = cp_of(s);
         rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, a);
         cur = dst;
     }
@@ -448,14 +540,15 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     if (ch->last) { /* LM head (tied embedding, split by vocabulary under TP) and loss */
         size_t nv = (size_t)n * c->vocab_local;
         const double *head_in = s->out;
-        if (token_shards(c) > 1) { /* SP: the head reads every token */
+        if (tp_shards(c) > 1) { /* SP: the head reads every token of this cp rank */
             s->head_in = pool_get(c, (size_t)n * H);
             rt_tp_gather(tp_of(c), s->out, s->head_in, s->nh);
             head_in = s->head_in;
         }
         double *logits = pool_get(c, nv);
         s->dlogits = pool_get(c, nv);
-        if (rt_lm_head_fwd_tp(tp_of(c), head_in, c->emb, logits, s->dlogits, n, H, c->vocab, x->mb) != 0)
+        if (rt_lm_head_fwd_tp(tp_of(c), cp_of(s), head_in, c->emb, logits, s->dlogits, n, H, c->vocab,
+                              x->mb) != 0)
             die(c, "out of host memory");
         pool_put(c, logits, nv);
     }
@@ -464,7 +557,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
 static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
-    int n = s->B * s->S, H = c->hidden;
+    int n = s->n, H = c->hidden;
     if (ch->last) { /* LM head backward: d(out) and d(embedding) */
         rt_lm_head_bwd_tp(tp_of(c), s->dlogits, c->emb, s->head_in ? s->head_in : s->out, s->dout,
                           c->demb, n, H, c->vocab);
@@ -485,7 +578,7 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
         rt_layer_acts *a = full ? &scratch : &s->acts[l];
         if (full) a->enc = s->enc, a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
-        a->tp = tp_of(c);
+        a->tp = tp_of(c), a->cp = cp_of(s);
         if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, s->recompute,
                            full ? s->ckpt + (size_t)l * s->nh : NULL, rerun_y, a))
             c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
@@ -541,13 +634,13 @@ static void describe(char *buf, size_t cap, const plan_instr *x, int i)
     snprintf(buf, cap, "instruction %d (%s mb %d chunk %d)", i, plan_op_name(x->op), x->mb, x->chunk);
 }
 
-/* Sums n gradients over the stage's replicas (the same tp rank of each), in place. */
+/* Sums n gradients over the stage's replicas and cp ranks (the same tp rank of each), in place. */
 static void allreduce_replicas(ctx *c, double *v, size_t n, MPI_Comm stage_comm)
 {
     MPI_Request rq;
     if (n > (size_t)INT_MAX) die(c, "a gradient block of more than 2^31 values");
     MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, stage_comm, &rq));
-    wait_req(c, &rq, "the gradient all-reduce across replicas");
+    wait_poll(c, &rq, "the gradient all-reduce across replicas", RT_SPIN_COLLECTIVE_S);
 }
 
 static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
@@ -574,7 +667,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
         pm_resolve(&c->pm, me, i, &step);
         slot *s = slot_of(c, x->mb, x->chunk);
         const plan_mb *m = &it->mb[x->mb];
-        int peer = rt_world_rank(&c->o->pl->h, step.peer_rank, c->tp_rank);
+        int peer = rt_world_rank(&c->o->pl->h, step.peer_rank, c->cp_rank, c->tp_rank);
         double t = MPI_Wtime();
         switch (x->op) {
         case OP_RECV_ACT:
@@ -633,7 +726,7 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     free(c->slots);
     c->slots = NULL;
     pm_release(&c->pm);
-    if (token_shards(c) > 1) /* the norms' gradients were summed over this rank's tokens */
+    if (tp_shards(c) > 1) /* the norms' gradients were summed over this rank's tokens */
         for (int k = 0; k < c->chunks; k++)
             for (int l = 0; l < c->ch[k].layers; l++) {
                 size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
@@ -643,7 +736,8 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
                         c->tpg.tp.allreduce(&c->tpg, c->ch[k].g[l].block + off[id], len[id],
                                             RT_TP_SUM);
             }
-    if (c->o->pl->h.dp > 1) { /* gradient all-reduce across the replicas of this stage */
+    if (c->o->pl->h.dp * c->cpg.tp.size > 1) { /* gradient all-reduce: the stage's replicas and
+                                                * cp ranks (each summed over its own tokens) */
         double t = MPI_Wtime();
         for (int k = 0; k < c->chunks; k++)
             for (int l = 0; l < c->ch[k].layers; l++)
@@ -666,17 +760,19 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.chunks = pl->h.chunks;
     c.nv = c.pp * c.chunks;
     rt_place at = rt_place_of(&pl->h, c.rank);
-    c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank;
+    c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank, c.cp_rank = at.cp_rank;
     if (m->arch == ARCH_T5 && (c.chunks > 1 || c.nv < 2))
         return dp_fail(err, DP_ERR_UNSUPPORTED,
                        "dprun runs T5 plans on at least 2 stages (encoder, then decoder) and "
                        "without interleaving");
-    int tp = pl->h.tp > 1 ? pl->h.tp : 1;
+    int tp = rt_plan_tp(&pl->h), cp = rt_plan_cp(&pl->h);
     c.hidden = m->hidden;
     c.vocab = m->vocab;
     c.vocab_local = m->vocab / tp;
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group, at.tp_rank, &c.tp_comm));
-    rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, tp_wait, tp_die, &c);
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group * cp + at.cp_rank, at.tp_rank, &c.tp_comm));
+    rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, group_wait, tp_die, &c);
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group * tp + at.tp_rank, at.cp_rank, &c.cp_comm));
+    rt_mpi_tp_init(&c.cpg, c.cp_comm, 0, group_wait, tp_die, &c);
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
         int v = k * c.pp + c.stage;
@@ -688,6 +784,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         rt_layer_shape whole = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
         ch->shape = rt_layer_shape_tp(&whole, tp); /* this tp rank's share of each layer */
+        ch->shape.cp = cp;                          /* ... on its share of the tokens */
         ch->layers = ch->decoder ? place.dec_layers : place.enc_layers;
         ch->first = place.embedding;
         ch->last = place.head;
@@ -711,8 +808,9 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             rt_fill_at(c.emb, rows, (size_t)c.tp_rank * rows, 99, 0.04);
         }
     }
-    MPI_Comm stage_comm; /* this stage's replicas, the same tp rank of each */
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage * tp + c.tp_rank, c.replica, &stage_comm));
+    MPI_Comm stage_comm; /* this stage's replicas and cp ranks, the same tp rank of each */
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage * tp + c.tp_rank, c.replica * cp + c.cp_rank,
+                               &stage_comm));
     rt_layer_set_yield(mpi_progress);
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     if (o->stall_rank == c.rank && o->stall_s > 0) {
@@ -736,6 +834,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     rt_layer_set_yield(NULL);
     MPI_Comm_free(&stage_comm);
     MPI_Comm_free(&c.tp_comm);
+    MPI_Comm_free(&c.cp_comm);
     res->grad_sq = 0;
     for (int k = 0; k < c.chunks; k++) {
         for (int l = 0; l < c.ch[k].layers; l++) {

@@ -124,31 +124,36 @@ int rt_mb_seqs(const plan_iter *it, const plan_mb *m, int dec, rt_seqs *s, int *
 dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err);
 
 /* Where a process sits in a plan's layout: tensor-parallel ranks fastest (as Megatron orders
- * them), then the pipeline's stages, then the replicas; world rank (group * tp + tp_rank), where
- * group = replica * pp + stage is the plan's rank index (plan_iter.ranks). The tp ranks of a
- * group run the group's instructions together, each with its share of every layer
- * (runtime/layout.h rt_layer_shape_tp); a transfer goes between the same tp rank of two
- * groups. */
+ * them), then context-parallel ranks, then the pipeline's stages, then the replicas; world rank
+ * (group * cp + cp_rank) * tp + tp_rank, where group = replica * pp + stage is the plan's rank
+ * index (plan_iter.ranks). The tp x cp ranks of a group run the group's instructions together,
+ * each tp rank with its share of every layer (runtime/layout.h rt_layer_shape_tp), each cp rank
+ * with its share of every micro-batch's tokens (runtime/layer.h rt_cp); a transfer goes between
+ * the same (cp, tp) rank of two groups. */
 typedef struct rt_place {
-    int group, stage, replica, tp_rank;
+    int group, stage, replica, tp_rank, cp_rank;
 } rt_place;
+static inline int rt_plan_tp(const plan_header *h) { return h->tp > 1 ? h->tp : 1; }
+static inline int rt_plan_cp(const plan_header *h) { return h->cp > 1 ? h->cp : 1; }
 static inline rt_place rt_place_of(const plan_header *h, int world_rank)
 {
-    int tp = h->tp > 1 ? h->tp : 1, group = world_rank / tp;
-    rt_place p = {group, group % h->pp, group / h->pp, world_rank % tp};
+    int tp = rt_plan_tp(h), cp = rt_plan_cp(h), group = world_rank / (tp * cp);
+    rt_place p = {group, group % h->pp, group / h->pp, world_rank % tp, world_rank / tp % cp};
     return p;
 }
-static inline int rt_world_rank(const plan_header *h, int group, int tp_rank)
+static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, int tp_rank)
 {
-    return group * (h->tp > 1 ? h->tp : 1) + tp_rank;
+    return (group * rt_plan_cp(h) + cp_rank) * rt_plan_tp(h) + tp_rank;
 }
 
 /* Whether the runtime runs the plan's layout as planned on `ranks` processes of the cpu backend
- * (on_gpu 0) or the cuda backend (1): pp x dp x tp ranks (the cuda backend also 1: every stage on
- * one GPU); tensor parallelism on the cpu backend, for GPT-kind models, with t dividing the
- * heads, the key/value heads, the MLP width and the vocabulary, and under sequence parallelism
- * every micro-batch's tokens; ZeRO-1 at most across replicas (ZeRO-2's reduce-scatter and ZeRO-3's
- * gathers are not built); no context parallelism yet. DP_OK, or DP_ERR_UNSUPPORTED /
+ * (on_gpu 0) or the cuda backend (1): pp x dp x tp x cp ranks (the cuda backend also 1: every
+ * stage on one GPU); tensor parallelism on the cpu backend, for GPT-kind models, with t dividing
+ * the heads, the key/value heads, the MLP width and the vocabulary, and under sequence
+ * parallelism every micro-batch's tokens; context parallelism on the cpu backend in the ring
+ * form, for GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split)
+ * and tp (with SP) its share; ZeRO-1 at most across replicas (ZeRO-2's reduce-scatter and ZeRO-3's
+ * gathers are not built). DP_OK, or DP_ERR_UNSUPPORTED /
  * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,

@@ -192,14 +192,14 @@ void rt_mlp_act_bwd(const rt_layer_shape *s, const double *dg, const double *u, 
 void rt_seqs_rows(rt_seqs *s, int B, int S, int *off, int *len)
 {
     for (int b = 0; b < B; b++) off[b] = b * S, len[b] = S;
-    s->n = B, s->off = off, s->len = len;
+    s->n = B, s->off = off, s->len = len, s->pos = NULL;
 }
 
 void rt_seqs_positions(const rt_seqs *s, int n, int *pos)
 {
     for (int t = 0; t < n; t++) pos[t] = -1;
     for (int j = 0; j < s->n; j++)
-        for (int i = 0; i < s->len[j]; i++) pos[s->off[j] + i] = i;
+        for (int i = 0; i < s->len[j]; i++) pos[s->off[j] + i] = (s->pos ? s->pos[j] : 0) + i;
 }
 
 void rt_rope(double *x, int ld, int heads, int d, double base, const int *pos, int n, int inverse)
@@ -236,7 +236,7 @@ void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_
     int ld_ctx = a * d;
     size_t at = 0; /* sequence j's probabilities start after those of the sequences before it */
     for (int j = 0; j < qs->n; j++) {
-        int sq = qs->len[j], sk = ks->len[j];
+        int sq = qs->len[j], sk = ks->len[j], p0 = qs->pos ? qs->pos[j] : 0;
         size_t qo = (size_t)qs->off[j], ko = (size_t)ks->off[j];
         for (int h = 0; h < a && sq > 0 && sk > 0; h++) {
             size_t kh = (size_t)rt_kv_head(h, a, g) * d;
@@ -247,7 +247,7 @@ void rt_attention_fwd(const double *q, const double *k, const double *v, int ld_
                         ld_kv, 0.0, pb, sk);
             for (int i = 0; i < sq; i++) {
                 double *row = pb + (size_t)i * sk, mx = -INFINITY, sum = 0;
-                int last = last_key(i, sk, causal);
+                int last = last_key(p0 + i, sk, causal);
                 for (int c = 0; c <= last; c++) mx = row[c] > mx ? row[c] : mx;
                 for (int c = 0; c < sk; c++) {
                     row[c] = c <= last ? exp(row[c] - mx) : 0;
@@ -323,16 +323,31 @@ double rt_softmax_xent(const double *logits, const int *targets, double *dlogits
     return loss / n;
 }
 
-int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double *dlogits, int n,
-                   int H, int V, int target_offset)
+/* Token i's synthetic target: by its index in the whole micro-batch (rt_cp_token). */
+static int head_target(const rt_cp *cp, int i, int target_offset, int V)
+{
+    return (int)(((long long)rt_cp_token(cp, i) * 7919 + target_offset) % V);
+}
+
+/* The head on one rank's whole vocabulary; under cp the mean is over the group's n * size tokens */
+static int lm_head_whole(const rt_cp *cp, const double *out, const double *emb, double *logits,
+                         double *dlogits, int n, int H, int V, int target_offset)
 {
     int *targets = malloc((size_t)(n > 0 ? n : 1) * sizeof *targets);
     if (!targets) return -1;
-    for (int i = 0; i < n; i++) targets[i] = (int)(((long long)i * 7919 + target_offset) % V);
+    for (int i = 0; i < n; i++) targets[i] = head_target(cp, i, target_offset, V);
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, H, 1.0, out, H, emb, H, 0.0, logits, V);
     rt_softmax_xent(logits, targets, dlogits, n, V);
+    if (cp && cp->size > 1)
+        for (size_t i = 0; i < (size_t)n * V; i++) dlogits[i] /= cp->size;
     free(targets);
     return 0;
+}
+
+int rt_lm_head_fwd(const double *out, const double *emb, double *logits, double *dlogits, int n,
+                   int H, int V, int target_offset)
+{
+    return lm_head_whole(NULL, out, emb, logits, dlogits, n, H, V, target_offset);
 }
 
 void rt_fill(double *v, size_t n, unsigned seed, double scale) { rt_fill_at(v, n, 0, seed, scale); }
@@ -393,14 +408,133 @@ void rt_tp_reduce(const rt_tp *tp, double *partial, double *local, size_t n_full
     if (local != partial) memcpy(local, partial, n_full * sizeof *local);
 }
 
+/* ---- context parallelism --------------------------------------------------------------------- */
+
+int rt_cp_tokens(const rt_cp *cp, int n) { return cp && cp->size > 1 ? n / cp->size : n; }
+
+void rt_cp_free(rt_cp *cp)
+{
+    free(cp->store);
+    memset(cp, 0, sizeof *cp);
+}
+
+/* Calls fn(piece start, length, is_sequence) for the pieces of n tokens: each sequence of seqs and
+ * each stretch of padding before, between and after them (seqs in order, not overlapping; a
+ * sequence of length 0 is no piece). Returns the first nonzero fn returns, else 0. */
+static int each_piece(const rt_seqs *seqs, int n, int (*fn)(void *, int, int, int), void *arg)
+{
+    int at = 0, rc;
+    for (int j = 0; j <= seqs->n; j++) {
+        int start = j < seqs->n ? seqs->off[j] : n, len = j < seqs->n ? seqs->len[j] : 0;
+        if (start > at && (rc = fn(arg, at, start - at, 0)) != 0) return rc;
+        if (len > 0 && (rc = fn(arg, start, len, 1)) != 0) return rc;
+        at = start + len > at ? start + len : at;
+    }
+    return 0;
+}
+
+typedef struct cp_build {
+    int size, rank, causal, n_local;
+    int *cursor;   /* per rank: its tokens placed so far */
+    int *whole;    /* size * n_local */
+    int nq;        /* this rank's query pieces so far */
+    int *qoff, *qlen, *qpos, *koff, *klen; /* NULL while counting */
+    int bad, bad_len;
+} cp_build;
+
+static int cp_check_piece(void *arg, int start, int len, int is_seq)
+{
+    cp_build *b = arg;
+    (void)is_seq;
+    if (len % (2 * b->size) == 0) return 0;
+    b->bad = start, b->bad_len = len;
+    return 1;
+}
+
+static int cp_place_piece(void *arg, int start, int len, int is_seq)
+{
+    cp_build *b = arg;
+    int c2 = 2 * b->size, ch = len / c2;
+    for (int r = 0; r < b->size; r++) {
+        int chunk[2] = {r, c2 - 1 - r};
+        for (int k = 0; k < 2; k++) {
+            int first = chunk[k] * ch, *at = &b->cursor[r];
+            if (r == b->rank && is_seq) {
+                int q = b->nq++;
+                b->qoff[q] = *at, b->qlen[q] = ch, b->qpos[q] = first;
+                b->koff[q] = start, b->klen[q] = b->causal ? first + ch : len;
+            }
+            for (int i = 0; i < ch; i++) b->whole[r * b->n_local + (*at)++] = start + first + i;
+        }
+    }
+    return 0;
+}
+
+int rt_cp_split(const rt_seqs *seqs, int n, int size, int rank, int causal, rt_cp *out, int *bad,
+                int *bad_len)
+{
+    memset(out, 0, sizeof *out);
+    cp_build b = {.size = size, .rank = rank, .causal = causal, .n_local = n / size};
+    if (each_piece(seqs, n, cp_check_piece, &b)) {
+        *bad = b.bad, *bad_len = b.bad_len;
+        return 1;
+    }
+    size_t nseg = 2 * (size_t)seqs->n;
+    int *store = malloc(((size_t)n + (size_t)size + 5 * nseg + 1) * sizeof *store);
+    if (!store) return -1;
+    b.whole = store, b.cursor = store + n;
+    b.qoff = b.cursor + size, b.qlen = b.qoff + nseg, b.qpos = b.qlen + nseg;
+    b.koff = b.qpos + nseg, b.klen = b.koff + nseg;
+    memset(b.cursor, 0, (size_t)size * sizeof *b.cursor);
+    each_piece(seqs, n, cp_place_piece, &b);
+    *out = (rt_cp){.size = size, .rank = rank, .n_local = b.n_local, .whole = b.whole,
+                   .store = store};
+    out->q = (rt_seqs){b.nq, b.qoff, b.qlen, b.qpos};
+    out->k = (rt_seqs){b.nq, b.koff, b.klen, NULL};
+    return 0;
+}
+
+static int cp_on(const rt_cp *cp) { return cp && cp->size > 1; }
+
+/* The group's key/value projections (the columns after the queries of each of this rank's
+ * n_local rows of `qkv` width) gathered into kvg, the whole micro-batch's rows of 2 hkv. */
+static void cp_gather_kv(const rt_cp *cp, const double *qkv_rows, int hk, int hkv, int qkv,
+                         double *kvg)
+{
+    size_t w = 2 * (size_t)hkv, nl = (size_t)cp->n_local, all = nl * (size_t)cp->size;
+    double *mine = malloc(nl * w * sizeof *mine), *got = malloc(all * w * sizeof *got);
+    if (!mine || !got) abort();
+    for (size_t t = 0; t < nl; t++) memcpy(mine + t * w, qkv_rows + t * qkv + hk, w * sizeof *mine);
+    cp->group->allgather(cp->group->ctx, mine, got, nl * w);
+    for (size_t i = 0; i < all; i++) memcpy(kvg + (size_t)cp->whole[i] * w, got + i * w, w * sizeof *got);
+    free(mine), free(got);
+}
+
+/* The key/value gradients dkvg (the whole micro-batch's rows of 2 hkv, this rank's queries'
+ * contributions) summed over the group, each rank adding its tokens' rows to the key/value
+ * columns of d_qkv (n_local rows of qkv). */
+static void cp_scatter_dkv(const rt_cp *cp, const double *dkvg, int hk, int hkv, int qkv,
+                           double *d_qkv)
+{
+    size_t w = 2 * (size_t)hkv, nl = (size_t)cp->n_local, all = nl * (size_t)cp->size;
+    double *by_rank = malloc(all * w * sizeof *by_rank), *mine = malloc(nl * w * sizeof *mine);
+    if (!by_rank || !mine) abort();
+    for (size_t i = 0; i < all; i++) memcpy(by_rank + i * w, dkvg + (size_t)cp->whole[i] * w, w * sizeof *mine);
+    cp->group->reduce_scatter(cp->group->ctx, by_rank, mine, nl * w);
+    for (size_t t = 0; t < nl; t++)
+        for (size_t c = 0; c < w; c++) d_qkv[t * qkv + hk + c] += mine[t * w + c];
+    free(by_rank), free(mine);
+}
+
 /* A row-parallel projection's bias: added by rank 0 only, so that the partial sums carry it once. */
 static const double *bias_once(const rt_tp *tp, const double *b) { return tp_on(tp) && tp->rank ? NULL : b; }
 
-int rt_lm_head_fwd_tp(const rt_tp *tp, const double *out, const double *emb, double *logits,
-                      double *dlogits, int n, int H, int V, int target_offset)
+int rt_lm_head_fwd_tp(const rt_tp *tp, const rt_cp *cp, const double *out, const double *emb,
+                      double *logits, double *dlogits, int n, int H, int V, int target_offset)
 {
-    if (!tp_on(tp)) return rt_lm_head_fwd(out, emb, logits, dlogits, n, H, V, target_offset);
+    if (!tp_on(tp)) return lm_head_whole(cp, out, emb, logits, dlogits, n, H, V, target_offset);
     int Vl = V / tp->size, first = tp->rank * Vl;
+    double mean_over = (double)n * (cp ? cp->size : 1);
     double *mx = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *mx), *sum = mx + n;
     if (!mx) return -1;
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, Vl, H, 1.0, out, H, emb, H, 0.0, logits, Vl);
@@ -419,9 +553,9 @@ int rt_lm_head_fwd_tp(const rt_tp *tp, const double *out, const double *emb, dou
     for (int i = 0; i < n; i++) { /* the same synthetic targets as rt_lm_head_fwd */
         const double *l = logits + (size_t)i * Vl;
         double *dl = dlogits + (size_t)i * Vl;
-        int target = (int)(((long long)i * 7919 + target_offset) % V) - first;
-        for (int j = 0; j < Vl; j++) dl[j] = exp(l[j] - mx[i]) / sum[i] / n;
-        if (target >= 0 && target < Vl) dl[target] -= 1.0 / n;
+        int target = head_target(cp, i, target_offset, V) - first;
+        for (int j = 0; j < Vl; j++) dl[j] = exp(l[j] - mx[i]) / sum[i] / mean_over;
+        if (target >= 0 && target < Vl) dl[target] -= 1.0 / mean_over;
     }
     free(mx);
     return 0;
@@ -518,7 +652,7 @@ void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S,
     double **slots[RT_A_COUNT] = {
         &a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv,   &a->p,    &a->ctx,
         &a->x2,  &a->h2,    &a->mean2, &a->rstd2, &a->u,     &a->g,    &a->d_qkv,
-        &a->d_o, &a->d_u,   &a->d_y,   &a->xc,    &a->hc,    &a->meanc, &a->rstdc,
+        &a->d_o, &a->d_u,   &a->d_y,   &a->kvg,   &a->xc,    &a->hc,    &a->meanc, &a->rstdc,
         &a->qc,  &a->kvc,   &a->pc,    &a->ctxc,  &a->d_qc,  &a->d_kvc, &a->d_oc};
     rt_acts_layout l;
     rt_layer_acts_layout(s, B, S, Se, RT_FP64, &l);
@@ -577,12 +711,23 @@ static void rope_pass(const rt_layer_shape *s, const rt_seqs *seqs, double *qkv,
 
 /* The attention cores of a layer (its self-attention, and a cross layer's attention to the
  * encoder output): probabilities and context from the saved projections. */
+/* The queries of a pass's self-attention: the micro-batch's sequences, or (cp) this rank's pieces
+ * of them. */
+static const rt_seqs *self_queries(const rt_batch_seqs *ps, const rt_layer_acts *a)
+{
+    return cp_on(a->cp) ? &a->cp->q : &ps->self;
+}
+
 static void self_core(const rt_layer_shape *s, const rt_batch_seqs *ps, int n, rt_layer_acts *a)
 {
     int hk = rt_layer_q_width(s), hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
     memset(a->ctx, 0, (size_t)n * hk * sizeof *a->ctx); /* padding tokens attend to nothing */
-    rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps->self,
-                     &ps->self, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
+    if (cp_on(a->cp)) /* against the gathered keys and values of the whole micro-batch */
+        rt_attention_fwd(a->qkv, a->kvg, a->kvg + hkv, qkv, 2 * hkv, a->p, a->ctx, &a->cp->q,
+                         &a->cp->k, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
+    else
+        rt_attention_fwd(a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->ctx, &ps->self,
+                         &ps->self, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
 }
 
 static void cross_core(const rt_layer_shape *s, const rt_batch_seqs *ps, int n, rt_layer_acts *a)
@@ -597,7 +742,7 @@ void rt_layer_recompute_attention(const rt_layer_shape *s, int B, int S, rt_laye
 {
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
-    self_core(s, &ps, B * S, a);
+    self_core(s, &ps, rt_cp_tokens(a->cp, B * S), a);
     if (s->cross) cross_core(s, &ps, B * S, a);
     rt_batch_seqs_free(&ps);
 }
@@ -605,7 +750,7 @@ void rt_layer_recompute_attention(const rt_layer_shape *s, int B, int S, rt_laye
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a)
 {
-    int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    int n = rt_cp_tokens(a->cp, B * S), h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
     int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
     const rt_tp *tp = a->tp;
     size_t nh = (size_t)n * h, nlh = (size_t)rt_tp_tokens(tp, n) * h; /* whole; this rank's */
@@ -620,7 +765,8 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     rt_norm_fwd(s, a->x, p->ln1_g, p->ln1_b, full ? full : a->h1, a->mean1, a->rstd1, nl, h);
     if (full) rt_tp_gather(tp, full, a->h1, nlh);
     rt_linear_fwd(a->h1, p->wqkv, p->bqkv, a->qkv, n, h, qkv);
-    if (s->rope_base > 0) rope_pass(s, &ps.self, a->qkv, n, 0); /* the saved q and k are rotated */
+    if (s->rope_base > 0) rope_pass(s, self_queries(&ps, a), a->qkv, n, 0); /* saved rotated */
+    if (cp_on(a->cp)) cp_gather_kv(a->cp, a->qkv, hk, hkv, qkv, a->kvg);
     self_core(s, &ps, n, a);
     rt_linear_fwd(a->ctx, p->wo, bias_once(tp, p->bo), full ? full : a->x2, n, hk, h);
     rt_tp_reduce(tp, full ? full : a->x2, a->x2, nh);
@@ -657,7 +803,7 @@ int rt_layer_rerun(const rt_layer_params *p, const rt_layer_shape *s, int B, int
 void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const rt_layer_shape *s,
                         int B, int S, const double *dy, double *dx, rt_layer_acts *a)
 {
-    int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    int n = rt_cp_tokens(a->cp, B * S), h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
     int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s), g = rt_layer_kv_heads(s);
     const rt_tp *tp = a->tp;
     int nl = rt_tp_tokens(tp, n), sp = tp_sp(tp);
@@ -700,9 +846,19 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     rt_tp_gather(tp, d_o, a->d_o, nlh);                         /* Wo's output gradient, whole */
     rt_linear_bwd_input(a->d_o, p->wo, dctx, n, hk, h);
     memset(a->d_qkv, 0, (size_t)n * qkv * sizeof *a->d_qkv);
-    rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->d_qkv,
-                     a->d_qkv + hk, a->d_qkv + hk + hkv, &ps.self, &ps.self, s->heads, g, s->kv);
-    if (s->rope_base > 0) rope_pass(s, &ps.self, a->d_qkv, n, 1); /* d(rotated) to d(projected) */
+    if (cp_on(a->cp)) { /* the whole micro-batch's key/value gradients, then each rank's share */
+        size_t nkv = (size_t)B * S * 2 * hkv;
+        double *dkvg = calloc(nkv, sizeof *dkvg);
+        if (!dkvg) abort();
+        rt_attention_bwd(dctx, a->qkv, a->kvg, a->kvg + hkv, qkv, 2 * hkv, a->p, a->d_qkv, dkvg,
+                         dkvg + hkv, &a->cp->q, &a->cp->k, s->heads, g, s->kv);
+        cp_scatter_dkv(a->cp, dkvg, hk, hkv, qkv, a->d_qkv);
+        free(dkvg);
+    } else {
+        rt_attention_bwd(dctx, a->qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, qkv, a->p, a->d_qkv,
+                         a->d_qkv + hk, a->d_qkv + hk + hkv, &ps.self, &ps.self, s->heads, g, s->kv);
+    }
+    if (s->rope_base > 0) rope_pass(s, self_queries(&ps, a), a->d_qkv, n, 1); /* to d(projected) */
     rt_linear_bwd_input(a->d_qkv, p->wqkv, tmp_h, n, h, qkv); /* dh1, partial */
     rt_tp_reduce(tp, tmp_h, dnorm, nh);
     rt_norm_bwd(s, dnorm, a->x, p->ln1_g, a->mean1, a->rstd1, dx, grad->ln1_g, grad->ln1_b, nl, h);
@@ -715,7 +871,7 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
 void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, int S,
                          const rt_layer_acts *a)
 {
-    int n = B * S, h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
+    int n = rt_cp_tokens(a->cp, B * S), h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
     int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
     rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
     rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, rt_layer_ffn_in(s));

@@ -89,10 +89,12 @@ void rt_mlp_act_bwd(const rt_layer_shape *s, const double *dg, const double *u, 
 /* The token sequences attention runs within: sequence j is the tokens off[j] .. off[j]+len[j]-1
  * of a micro-batch's flattened B*S tokens. Whole-row attention has a sequence per row
  * (rt_seqs_rows); a varlen (THD) micro-batch one per sample, laid back to back. Tokens in no
- * sequence are padding: attention writes nothing for them. */
+ * sequence are padding: attention writes nothing for them. pos (NULL: all 0) is the position of
+ * each sequence's first token in its sample: a context-parallel rank's queries are pieces of
+ * samples (rt_cp), and a causal query at position pos[j] + i sees keys 0 .. pos[j] + i. */
 typedef struct rt_seqs {
     int n;
-    const int *off, *len;
+    const int *off, *len, *pos;
 } rt_seqs;
 
 /* A micro-batch as a layer sees it: B rows of S tokens; for a cross layer an encoder output of B
@@ -151,8 +153,8 @@ static inline double rt_rope_angle(int p, int j, int d, double base)
     return (double)p * pow(base, -2.0 * j / d);
 }
 void rt_rope(double *x, int ld, int heads, int d, double base, const int *pos, int n, int inverse);
-/* The positions of n tokens within the sequences s (rt_seqs): token off[j] + i is at i; tokens in
- * no sequence (padding) at -1. */
+/* The positions of n tokens within the sequences s (rt_seqs): token off[j] + i is at pos[j] + i
+ * (i without pos); tokens in no sequence (padding) at -1. */
 void rt_seqs_positions(const rt_seqs *s, int n, int *pos);
 
 /* Softmax cross-entropy of logits (n, V) against targets (n): returns the mean loss and writes
@@ -232,6 +234,59 @@ typedef struct rt_tp {
     void *ctx;
 } rt_tp;
 
+/* ---- context parallelism --------------------------------------------------------------------- */
+
+/* Context parallelism over c ranks (Megatron-Core's ring attention with causal load balancing, as
+ * models/cost.h prices it): every piece of a micro-batch's tokens (each sample, or row, and each
+ * stretch of padding between and after them) is cut into 2c equal chunks, and rank r holds chunk
+ * r and chunk 2c-1-r of each piece, in the micro-batch's order: under a causal mask each rank
+ * then has the same attention work. A layer on a rank runs everything but attention on its own
+ * tokens; for attention it gathers the group's rotated key/value projections into the whole
+ * micro-batch's order (what a ring passes round, block by block) and its queries attend to them,
+ * a query at position p of its sample to keys 0 .. p; the backward's key/value gradients are
+ * summed back to the ranks that hold the tokens (reduce-scatter). Weights are whole on every
+ * rank: their gradients are sums over each rank's tokens, which the caller adds up over the group
+ * as it does over data-parallel replicas. Encoder-decoder layers are not split (models/cost.h
+ * refuses cp for them too).
+ *
+ * A rank's map of one micro-batch (rt_cp_split; the same on every stage, so that a pipeline's
+ * transfers carry each rank's own tokens to the same rank of the next stage):
+ *   n_local      its tokens: n / c;
+ *   q            its query pieces: two per sample, offsets among its own tokens, pos their first
+ *                position in the sample;
+ *   k            piece j's keys: offsets in the gathered whole micro-batch, the sample's
+ *                tokens up to the piece's last (causal) or all of them;
+ *   whole        n ints: token t of rank r is token whole[r * n_local + t] of the micro-batch;
+ *   size, rank   the group's size and this rank's index in it;
+ *   group        the ranks' collectives (an rt_tp's all-gather and reduce-scatter, over the
+ *                context-parallel ranks of one tensor-parallel rank; its sp is not read).
+ * Under tensor parallelism with SP the layer's input is this rank's n_local / t tokens and the
+ * tensor-parallel gather restores its n_local before attention. */
+typedef struct rt_cp {
+    int size, rank;
+    const rt_tp *group;
+    int n_local;
+    rt_seqs q, k;
+    const int *whole;
+    int *store; /* the map's arrays, rt_cp_free's */
+} rt_cp;
+
+/* Rank `rank` of `size` of the micro-batch of n tokens whose sequences are seqs (samples or
+ * rows), causal or not. Returns 0; -1 out of host memory; 1 when a piece (a sequence, or the
+ * padding before, between or after them) is not a multiple of 2 * size tokens long: *bad then
+ * names the piece's first token and *bad_len its length (the layout check refuses such plans).
+ * group is left NULL for the caller. On failure nothing is held. */
+int rt_cp_split(const rt_seqs *seqs, int n, int size, int rank, int causal, rt_cp *out, int *bad,
+                int *bad_len);
+void rt_cp_free(rt_cp *cp);
+/* The tokens a context-parallel rank holds of n: n / size (cp NULL: n). */
+int rt_cp_tokens(const rt_cp *cp, int n);
+/* Token t of this rank: its index in the whole micro-batch (t without cp). */
+static inline int rt_cp_token(const rt_cp *cp, int t)
+{
+    return cp ? cp->whole[cp->rank * cp->n_local + t] : t;
+}
+
 /* The tokens a rank's layer input and output hold of n: n / size with SP, else n. */
 int rt_tp_tokens(const rt_tp *tp, int n);
 /* Entering a parallel region: the whole sequence (full, n_local * size values with SP) from this
@@ -247,10 +302,12 @@ void rt_tp_reduce(const rt_tp *tp, double *partial, double *local, size_t n_full
  * vocabulary-parallel head and cross-entropy): emb holds this rank's V / size rows (rank r's:
  * r*V/size ..), logits and dlogits (n, V / size) its columns; the softmax's maximum and sum over
  * the whole vocabulary come from all-reduces, the target's logit counts on the rank whose rows
- * hold it. out is whole (n tokens). Without TP, rt_lm_head_fwd. Returns 0, or -1 when out of host
- * memory. */
-int rt_lm_head_fwd_tp(const rt_tp *tp, const double *out, const double *emb, double *logits,
-                      double *dlogits, int n, int H, int V, int target_offset);
+ * hold it. out is whole (n tokens). Without TP, rt_lm_head_fwd's arithmetic. Under context
+ * parallelism (cp, else NULL) the n tokens are the rank's share: each token's target is its
+ * whole micro-batch index's (rt_cp_token) and the loss is the mean over all n * cp tokens.
+ * Returns 0, or -1 when out of host memory. */
+int rt_lm_head_fwd_tp(const rt_tp *tp, const rt_cp *cp, const double *out, const double *emb,
+                      double *logits, double *dlogits, int n, int H, int V, int target_offset);
 /* Its backward: dout = the group's sum of dlogits emb (rt_tp_reduce: with SP this rank's tokens
  * of it, else all n); demb (this rank's rows) += dlogits^T out. Aborts when out of host memory
  * (an (n, H) scratch). */
@@ -307,6 +364,11 @@ typedef struct rt_layer_acts {
      * the shape is then the rank's (rt_layer_shape_tp), B*S the whole micro-batch's tokens, and
      * with SP x, the norms' statistics, x2 and the output hold this rank's tokens only */
     const rt_tp *tp;
+    /* the context-parallel map of the micro-batch (rt_cp), set like tp (NULL: none); the shape's
+     * cp is then its size, B*S the whole micro-batch's tokens, and the token tensors hold
+     * cp->n_local of them; kvg is RT_A_KVG */
+    const rt_cp *cp;
+    double *kvg;
 } rt_layer_acts;
 
 /* Se is the encoder length of a cross layer (ignored otherwise): rt_layer_acts_bytes(s, B, S,

@@ -234,13 +234,14 @@ enum { CLASS_ACT, CLASS_STAT, CLASS_SOFTMAX };
 void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtype dt,
                           rt_acts_layout *out)
 {
-    size_t n = (size_t)B * S, h = (size_t)s->hidden, hk = (size_t)rt_layer_q_width(s);
+    size_t cp = s->cp > 1 ? (size_t)s->cp : 1, whole = (size_t)B * S;
+    size_t n = whole / cp, h = (size_t)s->hidden, hk = (size_t)rt_layer_q_width(s);
     size_t hkv = (size_t)rt_layer_kv_width(s), qkv = (size_t)rt_layer_qkv_width(s);
     size_t f = (size_t)s->ffn, f1 = (size_t)rt_layer_ffn_in(s), a = (size_t)s->heads;
     size_t se = s->cross ? (size_t)Se : 0;
     size_t ne = (size_t)B * se;
     /* the attention's saved state: probabilities (fp64) or a log-sum-exp per query (bf16) */
-    size_t self_attn = dt == RT_BF16 ? (size_t)B * a * S : (size_t)B * a * S * S;
+    size_t self_attn = dt == RT_BF16 ? n * a : n * a * S;
     size_t cross_attn = dt == RT_BF16 ? (s->cross ? (size_t)B * a * S : 0) : (size_t)B * a * S * se;
     const struct {
         size_t elems;
@@ -254,7 +255,8 @@ void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtyp
         [RT_A_RSTD2] = {n, CLASS_STAT},       [RT_A_U] = {n * f1, CLASS_ACT},
         [RT_A_G] = {n * f, CLASS_ACT},        [RT_A_D_QKV] = {n * qkv, CLASS_ACT},
         [RT_A_D_O] = {n * h, CLASS_ACT},      [RT_A_D_U] = {n * f1, CLASS_ACT},
-        [RT_A_D_Y] = {n * h, CLASS_ACT},      [RT_A_XC] = {n * h, CLASS_ACT},
+        [RT_A_D_Y] = {n * h, CLASS_ACT},      [RT_A_KVG] = {cp > 1 ? whole * 2 * hkv : 0, CLASS_ACT},
+        [RT_A_XC] = {n * h, CLASS_ACT},
         [RT_A_HC] = {n * h, CLASS_ACT},       [RT_A_MEANC] = {n, CLASS_STAT},
         [RT_A_RSTDC] = {n, CLASS_STAT},       [RT_A_QC] = {n * hk, CLASS_ACT},
         [RT_A_KVC] = {ne * 2 * hkv, CLASS_ACT}, [RT_A_PC] = {cross_attn, CLASS_SOFTMAX},

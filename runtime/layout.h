@@ -23,7 +23,10 @@
  *
  * Saved activations of one layer's forward on a micro-batch (B rows of S tokens; a T5 decoder
  * layer also reads an encoder output of Se tokens per row) are RT_A_COUNT tensors in one block,
- * each at a byte offset (rt_layer_acts_layout). Their sizes depend on the type:
+ * each at a byte offset (rt_layer_acts_layout). Under context parallelism (shape.cp = c > 1) a
+ * rank's layer holds B*S/c of the tokens, its probabilities are its queries' against the whole
+ * sequence (B * heads * S/c * S), and RT_A_KVG keeps the gathered (rotated) keys and values of
+ * all B*S tokens, rows of 2 x kv_heads x kv: [k | v] (0 elements without cp). Their sizes depend on the type:
  *   - activation tensors (x, qkv, u, ...): elements of the type (8 or 2 bytes);
  *   - layer-norm mean and rstd per token: 8 or 4 bytes (RMSNorm: no mean, 0 elements);
  *   - the attention's saved state RT_A_P (and RT_A_PC): fp64 keeps the softmax probabilities,
@@ -80,6 +83,8 @@ typedef struct rt_layer_shape {
     double rope_base; /* rotary position embeddings on the self-attention's queries and keys
                        * (LLaMA): their base (models/model.h model_rope_base); 0: none */
     double norm_eps;  /* the norms' epsilon (models/model.h model_norm_eps); 0: RT_NORM_EPS */
+    int cp;           /* context parallelism (runtime/layer.h rt_cp): the layer holds 1/cp of a
+                       * micro-batch's tokens and attends over the whole; 0 or 1: none */
 } rt_layer_shape;
 
 /* The norms' epsilon where a shape does not say (every backend's): Megatron's and LLaMA-2's. */
@@ -192,6 +197,7 @@ void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, in
 enum {
     RT_A_X, RT_A_H1, RT_A_MEAN1, RT_A_RSTD1, RT_A_QKV, RT_A_P, RT_A_CTX, RT_A_X2, RT_A_H2,
     RT_A_MEAN2, RT_A_RSTD2, RT_A_U, RT_A_G, RT_A_D_QKV, RT_A_D_O, RT_A_D_U, RT_A_D_Y,
+    RT_A_KVG, /* context parallelism: the whole micro-batch's rotated projections, gathered */
     /* cross-attention (T5 decoder layers) */
     RT_A_XC, RT_A_HC, RT_A_MEANC, RT_A_RSTDC, RT_A_QC, RT_A_KVC, RT_A_PC, RT_A_CTXC, RT_A_D_QC,
     RT_A_D_KVC, RT_A_D_OC,
@@ -199,7 +205,7 @@ enum {
 };
 
 typedef struct rt_acts_layout {
-    int count;                  /* tensors the shape has (17, or 28 with cross-attention) */
+    int count;                  /* tensors the shape has (18, or 29 with cross-attention) */
     size_t off[RT_A_COUNT];     /* byte offset in the block */
     size_t bytes[RT_A_COUNT];   /* bytes of the tensor (0 past count) */
     size_t elems[RT_A_COUNT];   /* its elements */

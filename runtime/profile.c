@@ -35,7 +35,8 @@ static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype
 {
     rt_acts_layout l;
     rt_layer_acts_layout(s, B, S, Se, dt, &l);
-    double h = (double)((size_t)B * S * (size_t)s->hidden * rt_dtype_act_bytes(dt)) / 1e6;
+    size_t n = (size_t)B * S / (s->cp > 1 ? (size_t)s->cp : 1); /* this rank's tokens */
+    double h = (double)(n * (size_t)s->hidden * rt_dtype_act_bytes(dt)) / 1e6;
     out->stored_mb = rc == RECOMPUTE_FULL ? h : (double)rt_acts_forward_bytes(&l) / 1e6;
     out->peak_mb = (double)l.total / 1e6 + 3 * h + (rc == RECOMPUTE_FULL ? 2 * h : 0);
 }
@@ -46,10 +47,10 @@ static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype
  * warm buffer over and over would measure the cache, not the runtime. */
 static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const rt_layer_shape *s,
                             int B, int S, int Se, recompute_mode rc, int R, int warmup,
-                            const rt_tp *tp, point *out, dp_err *err)
+                            const rt_tp *tp, const rt_cp *cp, point *out, dp_err *err)
 {
     int H = s->hidden;
-    size_t nh = (size_t)B * S * H, ne = (size_t)B * Se * H;
+    size_t nh = (size_t)rt_cp_tokens(cp, B * S) * H, ne = (size_t)B * Se * H;
     rt_layer_acts a[ROTATE];
     int have = 0;
     double *x = malloc(nh * sizeof *x), *y = malloc(nh * sizeof *y), *dx = malloc(nh * sizeof *dx);
@@ -68,7 +69,7 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
         rt_layer_acts *ar = &a[(r + warmup) % ROTATE];
         ar->enc = enc;
         ar->denc = denc;
-        ar->tp = tp;
+        ar->tp = tp, ar->cp = cp;
         double t0 = 1e3 * dp_now_s();
         rt_layer_fwd(p, s, B, S, x, y, ar);
         double t1 = 1e3 * dp_now_s();
@@ -87,9 +88,9 @@ out:
     return st;
 }
 
-/* Times the LM head and loss on n = B * S tokens. */
+/* Times the LM head and loss on n tokens (under cp this rank's share of them). */
 static dp_status time_head(const model_spec *m, int n, int R, int warmup, const rt_tp *tp,
-                           point *out, dp_err *err)
+                           const rt_cp *cp, point *out, dp_err *err)
 {
     int H = m->hidden, V = tp && tp->size > 1 ? m->vocab / tp->size : m->vocab; /* this rank's rows */
     double *y = calloc((size_t)n * H, sizeof *y), *dy = malloc((size_t)n * H * sizeof *dy);
@@ -103,7 +104,7 @@ static dp_status time_head(const model_spec *m, int n, int R, int warmup, const 
     }
     for (int r = -warmup; r < R; r++) {
         double t0 = 1e3 * dp_now_s();
-        if (rt_lm_head_fwd_tp(tp, y, emb, logits, dl, n, H, m->vocab, 0) != 0) {
+        if (rt_lm_head_fwd_tp(tp, cp, y, emb, logits, dl, n, H, m->vocab, 0) != 0) {
             st = dp_fail(err, DP_ERR_NOMEM, "out of memory for the LM head on %d tokens", n);
             goto out;
         }
@@ -119,25 +120,58 @@ out:
     return st;
 }
 
-static void write_layer(FILE *fp, int tp, recompute_mode rc, const char *comp, int B, int enc,
-                        int dec, const point *p)
+/* One row: the layout's tp, the cell, the figure, and (cp > 1) the cp column. */
+static void write_row(FILE *fp, int tp, int cp, const char *mode, const char *comp, const char *metric,
+                      int B, int enc, int dec, double v)
+{
+    fprintf(fp, "%d,%s,%s,%s,%d,%d,%d,%.6f", tp, mode, comp, metric, B, enc, dec, v);
+    if (cp > 1) fprintf(fp, ",%d", cp);
+    fputc('\n', fp);
+}
+
+static void write_layer(FILE *fp, int tp, int cp, recompute_mode rc, const char *comp, int B,
+                        int enc, int dec, const point *p)
 {
     const char *m = recompute_name(rc);
-    fprintf(fp, "%d,%s,%s,fwd_ms,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->fwd_ms);
-    fprintf(fp, "%d,%s,%s,bwd_ms,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->bwd_ms);
-    fprintf(fp, "%d,%s,%s,stored_act_mb,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->stored_mb);
-    fprintf(fp, "%d,%s,%s,peak_act_mb,%d,%d,%d,%.6f\n", tp, m, comp, B, enc, dec, p->peak_mb);
+    write_row(fp, tp, cp, m, comp, "fwd_ms", B, enc, dec, p->fwd_ms);
+    write_row(fp, tp, cp, m, comp, "bwd_ms", B, enc, dec, p->bwd_ms);
+    write_row(fp, tp, cp, m, comp, "stored_act_mb", B, enc, dec, p->stored_mb);
+    write_row(fp, tp, cp, m, comp, "peak_act_mb", B, enc, dec, p->peak_mb);
 }
 
 /* The LM head's rows (it does not recompute: the same figures in every mode measured). */
-static void write_head(FILE *fp, int tp, unsigned modes, int B, int enc, int dec, const point *p)
+static void write_head(FILE *fp, int tp, int cp, unsigned modes, int B, int enc, int dec,
+                       const point *p)
 {
     for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
         if (!(modes >> rc & 1)) continue;
         const char *m = recompute_name((recompute_mode)rc);
-        fprintf(fp, "%d,%s,postprocess,fwd_ms,%d,%d,%d,%.6f\n", tp, m, B, enc, dec, p->fwd_ms);
-        fprintf(fp, "%d,%s,postprocess,bwd_ms,%d,%d,%d,%.6f\n", tp, m, B, enc, dec, p->bwd_ms);
+        write_row(fp, tp, cp, m, "postprocess", "fwd_ms", B, enc, dec, p->fwd_ms);
+        write_row(fp, tp, cp, m, "postprocess", "bwd_ms", B, enc, dec, p->bwd_ms);
     }
+}
+
+/* The context-parallel map of B rows of S tokens on this rank (cp_group NULL or of size 1: none,
+ * *out NULL). Returns DP_OK, or fails naming a seqlen that 2 cp does not divide. */
+static dp_status rows_cp(const rt_tp *cp_group, int B, int S, int causal, rt_cp *map,
+                         const rt_cp **out, dp_err *err)
+{
+    *out = NULL;
+    if (!cp_group || cp_group->size < 2) return DP_OK;
+    int *ol = malloc(2 * (size_t)B * sizeof *ol), bad = 0, bad_len = 0, rc;
+    if (!ol) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    rt_seqs rows;
+    rt_seqs_rows(&rows, B, S, ol, ol + B);
+    rc = rt_cp_split(&rows, B * S, cp_group->size, cp_group->rank, causal, map, &bad, &bad_len);
+    free(ol);
+    if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (rc > 0)
+        return dp_fail(err, DP_ERR_INVALID, "seqlen %d: context parallelism cuts each sequence "
+                       "into 2 x cp = %d chunks (a --seqlen that %d divides)", S,
+                       2 * cp_group->size, 2 * cp_group->size);
+    map->group = cp_group;
+    *out = map;
+    return DP_OK;
 }
 
 /* The backend a grid point is measured on: the CPU layer, or (on_gpu) the CUDA layer with the
@@ -196,9 +230,16 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, recompute_
     const rt_profile_opts *o = pr->o;
     int R = o->repeats > 0 ? o->repeats : 1;
     if (o->sync) o->sync();
-    if (!o->on_gpu)
-        return time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, rc, R, o->warmup, o->tp,
-                          pt, err);
+    if (!o->on_gpu) {
+        rt_cp map;
+        const rt_cp *cp;
+        dp_status st = rows_cp(o->cp, B, S, pr->shape[k]->causal, &map, &cp, err);
+        if (st == DP_OK)
+            st = time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, rc, R, o->warmup, o->tp,
+                            cp, pt, err);
+        if (cp) rt_cp_free(&map);
+        return st;
+    }
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
     rt_batch mb = {B, S, Se, NULL, NULL};
@@ -213,13 +254,20 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, recompute_
     return DP_OK;
 }
 
-/* The LM head and loss on n tokens. */
-static dp_status probe_head(prober *pr, int n, point *pt, dp_err *err)
+/* The LM head and loss on B x S tokens. */
+static dp_status probe_head(prober *pr, int B, int S, point *pt, dp_err *err)
 {
     const rt_profile_opts *o = pr->o;
-    int R = o->repeats > 0 ? o->repeats : 1;
+    int R = o->repeats > 0 ? o->repeats : 1, n = B * S;
     if (o->sync) o->sync();
-    if (!o->on_gpu) return time_head(o->model, n, R, o->warmup, o->tp, pt, err);
+    if (!o->on_gpu) {
+        rt_cp map;
+        const rt_cp *cp;
+        dp_status st = rows_cp(o->cp, B, S, 1, &map, &cp, err);
+        if (st == DP_OK) st = time_head(o->model, rt_cp_tokens(cp, n), R, o->warmup, o->tp, cp, pt, err);
+        if (cp) rt_cp_free(&map);
+        return st;
+    }
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
     if (rt_cuda_time_head(pr->gpu, n, o->model->hidden, o->model->vocab, o->dtype, R,
@@ -241,7 +289,7 @@ typedef struct cell {
 
 static dp_status probe_cell(prober *pr, cell *c, point *pt, dp_err *err)
 {
-    return c->layer < 0 ? probe_head(pr, c->B * c->S, pt, err)
+    return c->layer < 0 ? probe_head(pr, c->B, c->S, pt, err)
                         : probe_layer(pr, c->layer, c->B, c->S, c->Se, (recompute_mode)c->rc, pt,
                                       err);
 }
@@ -276,10 +324,11 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
 {
     const model_spec *m = o->model;
     int t5 = m->arch == ARCH_T5;
-    int tp = o->tp && o->tp->size > 1 ? o->tp->size : 1;
+    int tp = o->tp && o->tp->size > 1 ? o->tp->size : 1, cp = o->cp && o->cp->size > 1 ? o->cp->size : 1;
     rt_layer_shape enc_whole = rt_layer_shape_of(m, t5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
     rt_layer_shape dec_shape = rt_layer_shape_of(m, RT_LAYER_DECODER);
     rt_layer_shape enc_shape = rt_layer_shape_tp(&enc_whole, tp); /* this rank's share */
+    enc_shape.cp = cp;                                            /* ... of the tokens */
     prober pr;
     memset(&pr, 0, sizeof pr);
     unsigned modes = o->modes ? o->modes : 1u << RECOMPUTE_NONE;
@@ -316,16 +365,17 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
         }
     if (st == DP_OK) {
         FILE *fp = of.fp;
-        fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n");
+        fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value%s\n",
+                cp > 1 ? ",cp" : "");
         for (int i = 0; i < n; i++) {
             cell *c = &cells[i];
             c->pt.fwd_ms = median(c->tf, passes);
             c->pt.bwd_ms = median(c->tb, passes);
             if (c->layer < 0) {
-                write_head(fp, tp, modes, c->B, c->enc, c->dec, &c->pt);
+                write_head(fp, tp, cp, modes, c->B, c->enc, c->dec, &c->pt);
                 continue;
             }
-            write_layer(fp, tp, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B,
+            write_layer(fp, tp, cp, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B,
                         c->enc, c->dec, &c->pt);
             if (o->progress && c->layer == 0)
                 fprintf(stderr, "dprun profile: mbs %d seqlen %d%s%s: fwd %.3f ms, bwd %.3f ms per "

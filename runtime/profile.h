@@ -24,6 +24,10 @@
  * (all-reduces, or with sequence parallelism all-gathers and reduce-scatters) inside the times,
  * and the rows say tp T, which `dpsim plan --tp T --profile` reads.
  *
+ * With a context-parallel group (rt_profile_opts.cp, dprun profile --cp C under mpirun -np
+ * tp x C) each rank times its share of every grid point's tokens (runtime/layer.h rt_cp_split:
+ * 2 C must divide each seqlen), and the rows say cp C in their own column.
+ *
  * Under mpirun every rank measures the same grid at the same time (a barrier per point), so the
  * timings include the contention of busy neighbouring ranks, as in a run; rank 0 writes the file.
  */
@@ -52,6 +56,11 @@ typedef struct rt_profile_opts {
                       * of it times its share of the layer (rt_layer_shape_tp) and of the
                       * vocabulary-parallel head, with the group's collectives, at the same time,
                       * as a tp plan runs them; rows say tp = its size. NULL: tp 1 */
+    const rt_tp *cp; /* a context-parallel group's collectives (runtime/layer.h rt_cp; the cpu
+                      * layer, GPT-kind): every rank of it times its share of each (mbs, seqlen)
+                      * micro-batch's tokens, the key/value gathers and gradient reduce-scatters
+                      * inside the times, as a cp plan runs them; rows carry a cp column, which
+                      * `dpsim plan --cp C --profile` reads. NULL: cp 1 (no column) */
 } rt_profile_opts;
 
 dp_status rt_profile(const rt_profile_opts *o, dp_err *err);

@@ -15,7 +15,7 @@ void rt_mpi_describe(int rc, const char *call, char *msg, size_t cap)
 
 static void tp_finish(rt_mpi_tp *g, MPI_Request *rq)
 {
-    static const char what[] = "a tensor-parallel collective (the group's other ranks)";
+    static const char what[] = "a tensor- or context-parallel collective (the group's other ranks)";
     if (g->wait) {
         g->wait(g->ctx, rq, what);
         return;

@@ -155,7 +155,7 @@ static void on_pred(void *ctx, const sim_op *o)
 
 /* ---- the measured side ---- */
 typedef struct meas_ctx {
-    int idx[12];
+    int idx[13];
     uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
     int optimizer_rows;  /* the runtime recorded an optimizer step */
@@ -166,19 +166,34 @@ typedef struct meas_ctx {
     int last;       /* index of the iteration found last (rows come grouped by iteration) */
 } meas_ctx;
 
+/* The layout columns a timeline says it ran (tp, then cp: columns LAYOUT_COL on), and the plan's. */
+enum { LAYOUT_COL = 11 };
+static const char *const layout_name[2] = {"tp", "cp"};
+static int layout_degree(const plan *pl, int k)
+{
+    int d = k ? pl->h.cp : pl->h.tp;
+    return d > 1 ? d : 1;
+}
+
 static dp_status meas_header(void *vctx, const csv_row *h, dp_err *err)
 {
     meas_ctx *c = vctx;
-    static const csv_column cols[12] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
+    static const csv_column cols[13] = {{"iteration", 1}, {"stage", 1},   {"op", 1},
                                         {"mb", 1},        {"start_us", 1}, {"end_us", 1},
                                         {"replica", 0},   {"chunk", 0},    {"wire_elem_bytes", 0},
-                                        {"plan_hash", 0}, {"repeat", 0},   {"tp", 0}};
-    dp_status st = csv_header_map(h, cols, 12, c->idx, err);
-    /* a timeline without the column ran every layer whole (dprun before tensor parallelism) */
-    if (st == DP_OK && c->idx[11] < 0 && c->pl->h.tp > 1)
-        return dp_fail(err, DP_ERR_INVALID, "%s: the plan is for tp %d, and the timeline does not "
-                       "say it ran tensor parallelism (no tp column): it measured another layout",
-                       h->path, c->pl->h.tp);
+                                        {"plan_hash", 0}, {"repeat", 0},   {"tp", 0},
+                                        {"cp", 0}};
+    dp_status st = csv_header_map(h, cols, 13, c->idx, err);
+    /* a timeline without the column ran every layer whole and every sequence on one rank (dprun
+     * before tensor or context parallelism) */
+    for (int k = 0; st == DP_OK && k < 2; k++) {
+        int want = layout_degree(c->pl, k);
+        if (c->idx[LAYOUT_COL + k] < 0 && want > 1)
+            return dp_fail(err, DP_ERR_INVALID, "%s: the plan is for %s %d, and the timeline does "
+                           "not say it ran %s parallelism (no %s column): it measured another "
+                           "layout", h->path, layout_name[k], want,
+                           k ? "context" : "tensor", layout_name[k]);
+    }
     return st;
 }
 
@@ -220,15 +235,17 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
                            "timeline was measured on another plan file", r->path, r->line,
                            f[c->idx[9]], want);
     }
-    if (c->idx[11] >= 0) {
-        int64_t tp;
-        int want = c->pl->h.tp > 1 ? c->pl->h.tp : 1;
-        if (dp_parse_i64(f[c->idx[11]], 1, 1 << 20, &tp) != 0)
-            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: tp \"%s\" is not a whole number >= 1",
-                           r->path, r->line, f[c->idx[11]]);
-        if (tp != want)
-            return dp_fail(err, DP_ERR_INVALID, "%s:%ld: the timeline ran tp %lld, the plan is for "
-                           "tp %d: it measured another layout", r->path, r->line, (long long)tp, want);
+    for (int k = 0; k < 2; k++) {
+        int col = c->idx[LAYOUT_COL + k], want = layout_degree(c->pl, k);
+        int64_t ran;
+        if (col < 0) continue;
+        if (dp_parse_i64(f[col], 1, 1 << 20, &ran) != 0)
+            return dp_fail(err, DP_ERR_PARSE, "%s:%ld: %s \"%s\" is not a whole number >= 1",
+                           r->path, r->line, layout_name[k], f[col]);
+        if (ran != want)
+            return dp_fail(err, DP_ERR_INVALID, "%s:%ld: the timeline ran %s %lld, the plan is for "
+                           "%s %d: it measured another layout", r->path, r->line, layout_name[k],
+                           (long long)ran, layout_name[k], want);
     }
     int k = c->last;
     if (k >= c->pl->n_it || c->pl->it[k].id != it)

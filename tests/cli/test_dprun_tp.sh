@@ -7,7 +7,8 @@
 # rows, split backwards (ZB-H1's W), full recompute and replicas. The plans are packed by a
 # batching that does not depend on the costs (the tp 1 and tp 2 plans hold the same micro-batches,
 # which the script checks). Then dprun profile --tp, dpsim validate at that layout, and every
-# refusal: wrong rank counts, a tp that does not divide the model, a cp plan, the cuda backend.
+# refusal: wrong rank counts, a tp that does not divide the model, the cuda backend
+# (test_dprun_cp.sh runs context parallelism).
 . "$(dirname "$0")/lib.sh"
 DPRUN=$(dirname "$DPSIM")/dprun
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
@@ -98,9 +99,6 @@ expect "a tp that does not divide the heads" 1 "tp 3 does not divide the 4 atten
   timeout 120 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/tp3.json" --out "$TMP/x.csv"
 expect "the cuda backend refuses tp (the cpu backend runs it)" 1 "the cuda backend runs whole layers" -- \
   timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
-plan cp2 --model gpt-tiny --pp 2 --batching packing --max-seqlen 128 --cp 2
-expect "a cp 2 plan is refused, never run as cp 1" 1 "does not run context parallelism yet" -- \
-  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/cp2.json" --out "$TMP/x.csv"
 plan z3 --model gpt-tiny --pp 2 --dp 2 --batching packing --max-seqlen 128 --zero 3
 expect "a ZeRO-3 plan over 2 replicas is refused, never run as ZeRO-1" 1 "planned for ZeRO-3 over 2 replicas" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/z3.json" --out "$TMP/x.csv"

@@ -178,7 +178,7 @@ static void test_rope(void **state)
     for (size_t i = 0; i < n; i++) assert_true(fabs(y[i] - r.x[i]) < 1e-15);
     /* positions restart in each sequence; padding is -1 */
     int off[2] = {0, 3}, len[2] = {3, 1}, got[5];
-    rt_seqs s = {2, off, len};
+    rt_seqs s = {.n = 2, .off = off, .len = len};
     rt_seqs_positions(&s, 5, got);
     for (int t = 0; t < 5; t++) assert_int_equal(got[t], pos[t]);
     free(r.x), free(R), free(y), free(dx);
@@ -244,7 +244,7 @@ static void attention_case(int causal, int sq, int sk, const rt_seqs *qs, const 
     int B = 2, d = 3, w = a * d, wk = g * d, qo[2], ql[2], ko[2], kl[2];
     att_ctx t = {rnd((size_t)B * sq * w), rnd((size_t)B * sk * wk), rnd((size_t)B * sk * wk),
                  malloc((size_t)B * a * sq * sk * sizeof(double)), B, a, g, sq, sk, d, causal,
-                 {0, NULL, NULL}, {0, NULL, NULL}};
+                 {0, NULL, NULL, NULL}, {0, NULL, NULL, NULL}};
     if (qs) t.qs = *qs, t.ks = *ks;
     else rt_seqs_rows(&t.qs, B, sq, qo, ql), rt_seqs_rows(&t.ks, B, sk, ko, kl);
     size_t no = (size_t)B * sq * w, nk = (size_t)B * sk * wk;
@@ -268,7 +268,7 @@ static void test_attention_grad(void **state)
      * and not; and cross-attention pairing the samples' decoder and encoder tokens */
     static const int off[3] = {0, 4, 7}, len[3] = {4, 3, 3};
     static const int eoff[3] = {0, 5, 6}, elen[3] = {5, 1, 4};
-    rt_seqs s3 = {3, off, len}, e3 = {3, eoff, elen};
+    rt_seqs s3 = {.n = 3, .off = off, .len = len}, e3 = {.n = 3, .off = eoff, .len = elen};
     attention_case(1, 6, 6, &s3, &s3, 2, 2);
     attention_case(0, 6, 6, &s3, &s3, 2, 2);
     attention_case(0, 6, 6, &s3, &e3, 2, 2);
@@ -360,7 +360,7 @@ static void varlen_case(int cross, int llama)
     const int len[N] = {5, 3, 4}, elen[N] = {4, 5, 2};
     int off[N], eoff[N], B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;
     for (int j = 0, t = 0, e = 0; j < N; t += len[j], e += elen[j], j++) off[j] = t, eoff[j] = e;
-    rt_seqs seqs = {N, off, len}, enc_seqs = {N, eoff, elen};
+    rt_seqs seqs = {.n = N, .off = off, .len = len}, enc_seqs = {.n = N, .off = eoff, .len = elen};
     size_t n = (size_t)B * S * h, ne = (size_t)B * Se * h;
     rt_layer_params p, g, g1;
     rt_layer_acts a;
@@ -423,7 +423,7 @@ static void recompute_case(int cross, int varlen, int llama)
                         .rmsnorm = llama, .no_bias = llama, .rope_base = llama ? 10000 : 0};
     enum { N = 3 };
     int off[N] = {0, 5, 8}, len[N] = {5, 3, 4}, eoff[N] = {0, 4, 9}, elen[N] = {4, 5, 2};
-    rt_seqs seqs = {N, off, len}, enc_seqs = {N, eoff, elen};
+    rt_seqs seqs = {.n = N, .off = off, .len = len}, enc_seqs = {.n = N, .off = eoff, .len = elen};
     int B = 2, S = 7, Se = cross ? 6 : 0, h = s.hidden;
     size_t n = (size_t)B * S * h, ne = (size_t)B * Se * h;
     rt_layer_params p, g0, g1;
@@ -666,7 +666,7 @@ static void test_head_groups_batched_gemms(void **state)
 {
     (void)state;
     static const int off[3] = {0, 4, 7}, len[3] = {4, 3, 3};
-    rt_seqs s3 = {3, off, len};
+    rt_seqs s3 = {.n = 3, .off = off, .len = len};
     head_groups_case(4, 2, NULL);
     head_groups_case(4, 1, NULL);
     head_groups_case(6, 3, &s3);
@@ -707,6 +707,135 @@ static void test_yield_between_gemms(void **state)
     free(x), free(y), free(dx);
 }
 
+/* ---- context parallelism (rt_cp_split, and attention on a rank's pieces) ---- */
+
+/* Micro-batches of n tokens: whole rows; samples with padding before, between and after them;
+ * one sample and padding; padding alone. Every piece is a multiple of 24 tokens, so that every
+ * cp up to 4 (2 cp chunks a piece) splits them. */
+typedef struct cp_case {
+    int n, nseq, off[3], len[3];
+} cp_case;
+static const cp_case CP_CASES[] = {{96, 2, {0, 48}, {48, 48}},
+                                   {144, 3, {24, 72, 96}, {48, 24, 24}},
+                                   {96, 1, {0}, {72}},
+                                   {48, 0, {0}, {0}}};
+
+static rt_seqs cp_case_seqs(const cp_case *c)
+{
+    return (rt_seqs){.n = c->nseq, .off = c->off, .len = c->len};
+}
+
+/* The split against its definition, rank by rank: the ranks' tokens are every token once; each
+ * query piece is a run of its sample at its position, against the sample's keys up to its last
+ * query; under a causal mask every rank has the same attention work (the point of the 2 cp
+ * chunks); the positions RoPE reads are the tokens' places in their samples. */
+static void test_cp_split_properties(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof CP_CASES / sizeof *CP_CASES; k++)
+        for (int size = 1; size <= 4; size++) {
+            const cp_case *c = &CP_CASES[k];
+            rt_seqs seqs = cp_case_seqs(c);
+            int *seen = calloc((size_t)c->n, sizeof *seen), *wpos = malloc((size_t)c->n * sizeof *wpos);
+            rt_seqs_positions(&seqs, c->n, wpos);
+            long work0 = -1;
+            for (int r = 0; r < size; r++) {
+                rt_cp cp;
+                int bad = -1, bad_len = -1;
+                assert_int_equal(rt_cp_split(&seqs, c->n, size, r, 1, &cp, &bad, &bad_len), 0);
+                assert_int_equal(cp.n_local, c->n / size);
+                assert_int_equal(rt_cp_tokens(&cp, c->n), c->n / size);
+                for (int t = 0; t < cp.n_local; t++) seen[cp.whole[r * cp.n_local + t]]++;
+                long work = 0;
+                for (int j = 0; j < cp.q.n; j++) {
+                    assert_int_equal(cp.k.len[j], cp.q.pos[j] + cp.q.len[j]); /* causal */
+                    for (int i = 0; i < cp.q.len[j]; i++)
+                        assert_int_equal(rt_cp_token(&cp, cp.q.off[j] + i),
+                                         cp.k.off[j] + cp.q.pos[j] + i);
+                    work += (long)cp.q.len[j] * cp.k.len[j];
+                }
+                if (work0 < 0) work0 = work;
+                assert_int_equal(work, work0);
+                int *pos = malloc((size_t)cp.n_local * sizeof *pos);
+                rt_seqs_positions(&cp.q, cp.n_local, pos);
+                for (int t = 0; t < cp.n_local; t++) assert_int_equal(pos[t], wpos[rt_cp_token(&cp, t)]);
+                free(pos);
+                /* every rank's map of every rank agrees (the same micro-batch on every stage) */
+                rt_cp other;
+                assert_int_equal(rt_cp_split(&seqs, c->n, size, (r + 1) % size, 1, &other, &bad, &bad_len), 0);
+                assert_memory_equal(other.whole, cp.whole, (size_t)c->n * sizeof *cp.whole);
+                rt_cp_free(&other);
+                rt_cp_free(&cp);
+            }
+            for (int i = 0; i < c->n; i++) assert_int_equal(seen[i], 1);
+            free(seen), free(wpos);
+        }
+    /* a piece that 2 cp does not divide: named, nothing held */
+    int off[1] = {10}, len[1] = {30}, bad = -1, bad_len = -1;
+    rt_seqs s = {.n = 1, .off = off, .len = len};
+    rt_cp cp;
+    assert_int_equal(rt_cp_split(&s, 48, 2, 0, 1, &cp, &bad, &bad_len), 1);
+    assert_int_equal(bad, 0), assert_int_equal(bad_len, 10); /* the padding before it, first */
+    off[0] = 8;
+    assert_int_equal(rt_cp_split(&s, 48, 2, 1, 1, &cp, &bad, &bad_len), 1);
+    assert_int_equal(bad, 8), assert_int_equal(bad_len, 30);
+    assert_null(cp.store);
+}
+
+/* Attention on a rank's pieces against the whole micro-batch's keys and values (what a ring
+ * passes round) gives that rank's rows of the whole attention, forward and backward; the key/value
+ * gradients of the ranks add up to the whole one (what the layer's reduce-scatter sums). Grouped
+ * queries (4 heads on 2), causal. */
+static void test_cp_attention_is_the_whole(void **state)
+{
+    (void)state;
+    const int a = 4, g = 2, d = 8, wq = a * d, wk = g * d;
+    for (size_t k = 0; k < sizeof CP_CASES / sizeof *CP_CASES; k++)
+        for (int size = 2; size <= 4; size++) {
+            const cp_case *c = &CP_CASES[k];
+            size_t n = (size_t)c->n;
+            rt_seqs seqs = cp_case_seqs(c);
+            double *q = rnd(n * wq), *kk = rnd(n * wk), *v = rnd(n * wk), *dctx = rnd(n * wq);
+            double *p = malloc((rt_seqs_pairs(&seqs, &seqs) * a + 1) * sizeof *p);
+            double *ctx = calloc(n * wq, sizeof *ctx), *dq = calloc(n * wq, sizeof *dq);
+            double *dk = calloc(n * wk, sizeof *dk), *dv = calloc(n * wk, sizeof *dv);
+            double *dk_sum = calloc(n * wk, sizeof *dk_sum), *dv_sum = calloc(n * wk, sizeof *dv_sum);
+            rt_attention_fwd(q, kk, v, wq, wk, p, ctx, &seqs, &seqs, a, g, d, 1);
+            rt_attention_bwd(dctx, q, kk, v, wq, wk, p, dq, dk, dv, &seqs, &seqs, a, g, d);
+            for (int r = 0; r < size; r++) {
+                rt_cp cp;
+                int bad, bad_len;
+                assert_int_equal(rt_cp_split(&seqs, c->n, size, r, 1, &cp, &bad, &bad_len), 0);
+                size_t nl = (size_t)cp.n_local;
+                double *ql = malloc(nl * wq * sizeof *ql), *dcl = malloc(nl * wq * sizeof *dcl);
+                double *cl = calloc(nl * wq, sizeof *cl), *dql = calloc(nl * wq, sizeof *dql);
+                double *pl = malloc((rt_seqs_pairs(&cp.q, &cp.k) * a + 1) * sizeof *pl);
+                for (size_t t = 0; t < nl; t++) {
+                    size_t w = (size_t)rt_cp_token(&cp, (int)t);
+                    memcpy(ql + t * wq, q + w * wq, wq * sizeof *ql);
+                    memcpy(dcl + t * wq, dctx + w * wq, wq * sizeof *dcl);
+                }
+                rt_attention_fwd(ql, kk, v, wq, wk, pl, cl, &cp.q, &cp.k, a, g, d, 1);
+                rt_attention_bwd(dcl, ql, kk, v, wq, wk, pl, dql, dk_sum, dv_sum, &cp.q, &cp.k, a, g, d);
+                for (size_t t = 0; t < nl; t++) {
+                    size_t w = (size_t)rt_cp_token(&cp, (int)t);
+                    for (int i = 0; i < wq; i++) {
+                        assert_true(fabs(cl[t * wq + i] - ctx[w * wq + i]) < 1e-12);
+                        assert_true(fabs(dql[t * wq + i] - dq[w * wq + i]) < 1e-12);
+                    }
+                }
+                free(ql), free(dcl), free(cl), free(dql), free(pl);
+                rt_cp_free(&cp);
+            }
+            for (size_t i = 0; i < n * wk; i++) {
+                assert_true(fabs(dk_sum[i] - dk[i]) < 1e-12);
+                assert_true(fabs(dv_sum[i] - dv[i]) < 1e-12);
+            }
+            free(q), free(kk), free(v), free(dctx), free(p), free(ctx), free(dq), free(dk), free(dv);
+            free(dk_sum), free(dv_sum);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -720,6 +849,8 @@ int main(void)
         cmocka_unit_test(test_gqa_is_mha_with_copied_heads),
         cmocka_unit_test(test_head_groups_batched_gemms),
         cmocka_unit_test(test_yield_between_gemms),
+        cmocka_unit_test(test_cp_split_properties),
+        cmocka_unit_test(test_cp_attention_is_the_whole),
     };
     return cmocka_run_group_tests_name("layer", tests, NULL, NULL);
 }

@@ -69,11 +69,11 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
     /* GPT, T5 encoder, T5 decoder, LLaMA-style; grouped-query (4 query heads on 2 key/value
      * heads, 8 on 1) with SwiGLU and with cross-attention */
     const rt_layer_shape shapes[] = {
-        {64, 4, 16, 256, 1, 0, 0, 0, 0, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0, 0, 0, 0, 0},
-        {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0, 0, 0, 0, 0},
-        {64, 4, 16, 256, 1, 0, 1, 2, 0, 0, 0, 0}, {64, 8, 8, 256, 1, 1, 0, 1, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0, 0, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 0, 1, 2, 0, 0, 0, 0, 0}, {64, 8, 8, 256, 1, 1, 0, 1, 0, 0, 0, 0, 0},
         /* LLaMA's (RMSNorm, no biases, rotary), and a decoder with RMSNorm */
-        {64, 4, 16, 256, 1, 0, 1, 2, 1, 1, 1, 0}, {64, 4, 16, 256, 1, 1, 0, 0, 1, 1, 0, 0}};
+        {64, 4, 16, 256, 1, 0, 1, 2, 1, 1, 1, 0, 0}, {64, 4, 16, 256, 1, 1, 0, 0, 1, 1, 0, 0, 0}};
     for (int k = 0; k < 8; k++)
         for (int B = 1; B <= 3; B++)
             for (int S = 8; S <= 40; S += 16) {
@@ -89,7 +89,7 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
 static void test_bf16_layout(void **state)
 {
     (void)state;
-    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0, 0, 0, 0, 0};
+    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0, 0, 0, 0, 0, 0};
     int B = 3, S = 40, Se = 56;
     rt_acts_layout l, d;
     rt_layer_acts_layout(&s, B, S, Se, RT_BF16, &l);
@@ -142,7 +142,7 @@ static void test_param_blocks(void **state)
     }
     free(src), free(blk);
     /* parameter offsets: the layer's twelve (twenty) tensors, packed */
-    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0};
+    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0};
     size_t off[RT_P_COUNT], len[RT_P_COUNT], total;
     assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
     size_t h = 64, hk = 64, f = 256;
@@ -254,6 +254,29 @@ static void test_params_are_the_models(void **state)
  * heads, then its key heads, then its value heads; SwiGLU's gate and up columns; Wo's and W2's
  * rows; the norms whole. The ranks' shares of a split parameter cover it exactly once, and a
  * query head reads, on its rank, the key/value head it reads in the whole layer. */
+/* Under context parallelism (shape.cp = c) a rank's tensors are its B*S/c tokens', its saved
+ * probabilities its queries' against the whole sequence, and RT_A_KVG the gathered keys and
+ * values of all B*S tokens; without it RT_A_KVG is empty: the cp 1 layout is the one before. */
+static void test_cp_layout(void **state)
+{
+    (void)state;
+    rt_layer_shape s = {.hidden = 32, .heads = 4, .kv = 8, .ffn = 64, .causal = 1, .kv_heads = 2};
+    int B = 2, S = 48;
+    for (int c = 1; c <= 4; c++) {
+        rt_layer_shape sc = s;
+        sc.cp = c;
+        rt_acts_layout l, whole;
+        rt_layer_acts_layout(&sc, B, S, 0, RT_FP64, &l);
+        rt_layer_acts_layout(&s, B, S, 0, RT_FP64, &whole);
+        size_t n = (size_t)B * S / c, hkv = 2 * 8;
+        assert_int_equal(l.elems[RT_A_X], n * 32);
+        assert_int_equal(l.elems[RT_A_QKV], n * (32 + 2 * hkv));
+        assert_int_equal(l.elems[RT_A_P], n * 4 * S);
+        assert_int_equal(l.elems[RT_A_KVG], c > 1 ? (size_t)B * S * 2 * hkv : 0);
+        if (c == 1) assert_memory_equal(&l, &whole, sizeof l);
+    }
+}
+
 static void test_tp_shards(void **state)
 {
     (void)state;
@@ -319,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_bf16_stored_bytes_match_the_memory_model),
         cmocka_unit_test(test_params_are_the_models),
         cmocka_unit_test(test_tp_shards),
+        cmocka_unit_test(test_cp_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,6 +106,53 @@ static const char *synthetic_profile(void)
     return tmp_file(".csv", buf);
 }
 
+/* A profile's rows at a cp (the optional cp column, dprun profile --cp): the loader takes the
+ * cp asked for and no other, a file without the column is cp 1, and the model then prices that cp
+ * as measured: cost_model_set_cp accepts it, refuses another and the all-to-all form. */
+static void test_profile_cp_rows(void **state)
+{
+    (void)state;
+    cluster_spec hw = p4d();
+    const model_spec *m = model_preset("gpt-tiny");
+    static char buf[1 << 14];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "cp,tp,recompute,component,metric,mbs,enc_seqlen,"
+                                                 "dec_seqlen,value\n");
+    for (int cp = 1; cp <= 2; cp++)
+        for (int mbs = 1; mbs <= 2; mbs++)
+            for (int s = 32; s <= 64; s *= 2)
+                for (int k = 0; k < 2; k++)
+                    n += (size_t)snprintf(buf + n, sizeof buf - n, "%d,1,none,%s,%s_ms,%d,%d,0,%d\n",
+                                          cp, k ? "postprocess" : "encoder", "fwd", mbs, s,
+                                          cp * 100 + mbs * s + k),
+                    n += (size_t)snprintf(buf + n, sizeof buf - n, "%d,1,none,%s,bwd_ms,%d,%d,0,1\n",
+                                          cp, k ? "postprocess" : "encoder", mbs, s);
+    const char *path = tmp_file(".csv", buf);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    cost_layer l;
+    cost_shape sh = cost_shape_rows(2, 64, 0);
+    for (int cp = 1; cp <= 2; cp++) {
+        assert_int_equal(cost_profile_load_at(path, m, &hw, 1, cp, RECOMPUTE_NONE, &cm, &err), DP_OK);
+        assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &l, &err), DP_OK);
+        assert_near(l.fwd_ms, cp * 100 + 128, 1e-9);
+        assert_int_equal(cost_model_set_cp(cm, cp, 0, &err), DP_OK);
+        assert_int_equal(cost_model_set_cp(cm, 4, 0, &err), DP_ERR_INVALID);
+        assert_non_null(strstr(err.msg, "a profile measured at cp 4"));
+        if (cp > 1) assert_int_equal(cost_model_set_cp(cm, cp, 1, &err), DP_ERR_INVALID);
+        cost_model_free(cm);
+    }
+    assert_int_equal(cost_profile_load_at(path, m, &hw, 1, 4, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "no rows for tp 1, cp 4"));
+    /* without the column every row is cp 1 */
+    const char *plain = tmp_file(".csv", "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n"
+                                         "1,none,encoder,fwd_ms,1,32,0,5\n1,none,encoder,bwd_ms,1,32,0,5\n"
+                                         "1,none,postprocess,fwd_ms,1,32,0,1\n"
+                                         "1,none,postprocess,bwd_ms,1,32,0,1\n");
+    assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 2, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
+    assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 1, RECOMPUTE_NONE, &cm, &err), DP_OK);
+    cost_model_free(cm);
+}
+
 static void test_profile_exact_linear_interpolation(void **state)
 {
     (void)state;
@@ -1289,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_profile_exact_on_grid_points),
         cmocka_unit_test(test_profile_infeasible_with_reason),
         cmocka_unit_test(test_profile_exact_linear_interpolation),
+        cmocka_unit_test(test_profile_cp_rows),
         cmocka_unit_test(test_profile_monotone_where_data_is),
         cmocka_unit_test(test_profile_bad_files),
         cmocka_unit_test(test_profile_refuses_other_width),

@@ -125,7 +125,7 @@ static void test_random_batches(void **state)
         int ldq = cross ? hk : 3 * hk, ldkv = cross ? 2 * hk : 3 * hk, ldo = hk;
         batch b;
         random_batch(&b, B, S, Se, cross, &seed);
-        rt_seqs qs = {b.n, b.off, b.len}, ks = {b.n, b.koff, b.klen};
+        rt_seqs qs = {.n = b.n, .off = b.off, .len = b.len}, ks = {.n = b.n, .off = b.koff, .len = b.klen};
         rt_ragged r;
         char why[128] = "";
         int given = 0;
@@ -188,7 +188,7 @@ static void test_pack(void **state)
 {
     (void)state;
     int off[3] = {0, 5, 40}, len[3] = {5, 30, 7};
-    rt_seqs s = {3, off, len};
+    rt_seqs s = {.n = 3, .off = off, .len = len};
     rt_ragged r;
     char why[128];
     assert_int_equal(rt_ragged_build(&r, &s, &s, 3 * 4096, 3 * 4096, 4096, why, sizeof why), 0);
@@ -201,7 +201,7 @@ static void test_pack(void **state)
     rt_ragged_release(&r);
     /* offsets beyond 32 bits: a long micro-batch of a wide model (T5-11B's 49152-element rows) */
     int off2[2] = {0, 50000}, len2[2] = {50000, 16000};
-    rt_seqs s2 = {2, off2, len2};
+    rt_seqs s2 = {.n = 2, .off = off2, .len = len2};
     assert_int_equal(rt_ragged_build(&r, &s2, &s2, 49152, 49152, 16384, why, sizeof why), 0);
     assert_int_equal(r.wide, 1);
     assert_int_equal(r.max_q, 65536);
@@ -217,21 +217,21 @@ static void test_refusals(void **state)
     rt_ragged r;
     char why[128];
     int off[2] = {10, 0}, len[2] = {4, 4}; /* out of order */
-    rt_seqs s = {2, off, len};
+    rt_seqs s = {.n = 2, .off = off, .len = len};
     why[0] = '\0';
     assert_int_equal(rt_ragged_build(&r, &s, &s, 8, 8, 8, why, sizeof why), -1);
     assert_true(why[0] != '\0');
     assert_null(r.seq_q);
     int off2[2] = {0, 3}, len2[2] = {4, 4}; /* overlapping */
-    rt_seqs s2 = {2, off2, len2};
+    rt_seqs s2 = {.n = 2, .off = off2, .len = len2};
     assert_int_equal(rt_ragged_build(&r, &s2, &s2, 8, 8, 8, why, sizeof why), -1);
     int koff[2] = {0, 4}, klen[2] = {0, 0}; /* no keys anywhere */
     int off3[2] = {0, 4}, len3[2] = {4, 4};
-    rt_seqs q3 = {2, off3, len3}, k3 = {2, koff, klen};
+    rt_seqs q3 = {.n = 2, .off = off3, .len = len3}, k3 = {.n = 2, .off = koff, .len = klen};
     why[0] = '\0';
     assert_int_equal(rt_ragged_build(&r, &q3, &k3, 8, 8, 8, why, sizeof why), -1);
     assert_non_null(strstr(why, "keys"));
-    rt_seqs k1 = {1, koff, klen}; /* counts differ */
+    rt_seqs k1 = {.n = 1, .off = koff, .len = klen}; /* counts differ */
     assert_int_equal(rt_ragged_build(&r, &q3, &k1, 8, 8, 8, why, sizeof why), -1);
 }
 
@@ -287,7 +287,7 @@ static void test_emulated_cudnn_is_the_layers_attention(void **state)
         int ldq = cross ? hk : 3 * hk, ldkv = cross ? 2 * hk : 3 * hk, ldo = hk;
         batch b;
         random_batch(&b, B, S, Se, cross, &seed);
-        rt_seqs qs = {b.n, b.off, b.len}, ks = {b.n, b.koff, b.klen};
+        rt_seqs qs = {.n = b.n, .off = b.off, .len = b.len}, ks = {.n = b.n, .off = b.koff, .len = b.klen};
         rt_ragged r;
         char why[128];
         if (rt_ragged_build(&r, &qs, &ks, ldq, ldkv, ldo, why, sizeof why) != 0) continue;
@@ -347,7 +347,7 @@ static void test_cudnn_accepts_the_attention_descriptors(void **state)
     char why[400];
     int off[3] = {0, 40, 128}, len[3] = {40, 88, 60}; /* two rows of 128: 2 + 1 samples */
     int eoff[3] = {0, 30, 64}, elen[3] = {30, 34, 50}; /* their encoder tokens, rows of 64 */
-    rt_seqs seqs = {3, off, len}, enc = {3, eoff, elen};
+    rt_seqs seqs = {.n = 3, .off = off, .len = len}, enc = {.n = 3, .off = eoff, .len = elen};
     struct {
         const char *name;
         rt_batch mb;
@@ -373,13 +373,13 @@ static void test_cudnn_accepts_the_attention_descriptors(void **state)
     }
     /* 64-bit offsets: T5-11B's width (128 heads of 128) over 66,000 tokens */
     int woff[2] = {0, 50000}, wlen[2] = {50000, 16000};
-    rt_seqs wide = {2, woff, wlen};
+    rt_seqs wide = {.n = 2, .off = woff, .len = wlen};
     rt_batch mb = {1, 66000, 0, &wide, NULL};
     if (rt_cuda_sdpa_check_descriptors(&mb, 128, 128, 128, 0, 0, why, sizeof why) != 0)
         fail_msg("64-bit offsets: cuDNN refused a descriptor: %s", why);
     /* and what cannot be given to cuDNN is said */
     int boff[2] = {64, 0}, blen[2] = {10, 10};
-    rt_seqs bad = {2, boff, blen};
+    rt_seqs bad = {.n = 2, .off = boff, .len = blen};
     rt_batch mb_bad = {1, 128, 0, &bad, NULL};
     assert_int_equal(rt_cuda_sdpa_check_descriptors(&mb_bad, 4, 4, 64, 1, 0, why, sizeof why), -1);
     assert_non_null(strstr(why, "order"));

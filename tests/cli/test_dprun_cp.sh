@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# tier: full (MPI runs of up to 8 ranks: about half a minute; make check runs it, make test not)
+# Context parallelism in the validation runtime (runtime/layer.h rt_cp, exec.c): a plan made for
+# cp 2 runs on tp x cp x pp x dp ranks, each with its pieces of every sample (2 cp chunks a
+# sample, causally balanced), the keys and values gathered for attention and their gradients
+# reduce-scattered back, and ends with the gradient norm of the same samples run whole (cp 1), to
+# 1e-9 relative: GPT and LLaMA-3-kind layers (GQA, RoPE, SwiGLU, RMSNorm), split backwards (ZB-H1's
+# W), full and selective recompute, with tensor parallelism (SP on and off), with replicas. Then
+# dprun profile --cp, dpsim plan on that profile, dpsim validate at that layout, and every refusal.
+. "$(dirname "$0")/lib.sh"
+DPRUN=$(dirname "$DPSIM")/dprun
+MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+case "$DPSIM" in */san/*) SANITIZED=1 ;; *) SANITIZED= ;; esac
+LLAMA=tests/cli/golden/llama_tiny.json
+
+norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
+plan() { # NAME ARGS...: a one-iteration plan, rows packed to 256 tokens (a multiple of 2 cp)
+  local name=$1; shift
+  "$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 --batching packing \
+    --max-seqlen 256 "$@" -o "$TMP/$name.json" >"$TMP/$name.plan" 2>&1
+}
+mbs_of() { grep -o '"samples": *\[[0-9, ]*\]' "$1" | tr -d ' '; }
+run_norm() { # NAME NP: runs plan NAME on NP cpu ranks; prints its gradient norm
+  timeout 300 $MPIRUN -np "$2" "$DPRUN" --plan "$TMP/$1.json" --out "$TMP/$1.csv" >"$TMP/$1.out" 2>&1
+  norm "$TMP/$1.out"
+}
+# same NAME REF NP: plan NAME on NP ranks ends with plan REF's norm (run before), same micro-batches
+same() {
+  local name=$1 ref=$2 np=$3 a b
+  a=$(norm "$TMP/$ref.out") b=$(run_norm "$name" "$np")
+  if [ "$(mbs_of "$TMP/$name.json")" != "$(mbs_of "$TMP/$ref.json")" ]; then
+    not_ok "$name: the same micro-batches as $ref" "$(mbs_of "$TMP/$name.json" | head -c 200)"
+  elif [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < 1e-9) }'; then
+    ok "$name on $np ranks: gradient norm $b, as $ref's"
+  else
+    not_ok "$name on $np ranks: gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/$name.out")"
+  fi
+}
+
+# --- the same numbers at every layout --------------------------------------------------------------
+plan gpt1 --model gpt-tiny --pp 2
+plan gpt2 --model gpt-tiny --pp 2 --cp 2
+run_norm gpt1 2 >/dev/null
+same gpt2 gpt1 4
+plan llama1 --model $LLAMA --pp 2
+run_norm llama1 2 >/dev/null
+plan llama2 --model $LLAMA --pp 2 --cp 2 --schedule zb1
+same llama2 llama1 4
+if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
+  plan llama2full --model $LLAMA --pp 2 --cp 2 --recompute full
+  same llama2full llama1 4
+  plan llama2sel --model $LLAMA --pp 2 --cp 2 --recompute selective
+  same llama2sel llama1 4
+  plan llama4 --model $LLAMA --pp 1 --cp 4
+  plan llama1pp1 --model $LLAMA --pp 1
+  run_norm llama1pp1 1 >/dev/null
+  same llama4 llama1pp1 4
+  plan tpcp --model $LLAMA --pp 2 --cp 2 --tp 2
+  same tpcp llama1 8
+  plan tpcpnosp --model $LLAMA --pp 2 --cp 2 --tp 2 --no-sp
+  same tpcpnosp llama1 8
+  plan dpcp --model $LLAMA --pp 2 --cp 2 --dp 2
+  same dpcp llama1 8
+fi
+check "the cp 2 run recorded one row per op (the group's first rank), with its layout" \
+  bash -c "head -1 '$TMP/gpt2.csv' | grep -q ',tp,cp$' && [ \$(grep -c ',F,' '$TMP/gpt2.csv') -eq \$(grep -c ',F,' '$TMP/gpt1.csv') ] && grep -q ',1,2$' '$TMP/gpt2.csv'"
+check "... and the gradient all-reduce over the cp ranks (one replica)" grep -q ',ALLREDUCE,' "$TMP/gpt2.csv"
+expect "dpsim validate reads the cp 2 timeline" 0 "mean absolute error" -- \
+  "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/gpt2.csv"
+cut -d, -f1-12 "$TMP/gpt2.csv" >"$TMP/nocp.csv"
+expect "validate refuses a timeline that does not say it ran cp 2" 1 "the plan is for cp 2, and the timeline does not say it ran context parallelism" -- \
+  "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/nocp.csv"
+sed 's/,2$/,1/' "$TMP/gpt2.csv" >"$TMP/cp1rows.csv"
+expect "... or says it ran another cp" 1 "the timeline ran cp 1, the plan is for cp 2" -- \
+  "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/cp1rows.csv"
+
+# --- a profile at the layout, and the round trip on it -----------------------------------------------
+expect "dprun profile --cp 2 on 2 ranks" 0 "wrote" -- \
+  timeout 300 $MPIRUN -np 2 "$DPRUN" profile --cp 2 --mbs 1,2 --seqlen 32,64,128 --repeats 3 -o "$TMP/prof2.csv"
+check "its rows carry cp 2" bash -c "head -1 '$TMP/prof2.csv' | grep -q ',cp$' && tail -n +2 '$TMP/prof2.csv' | awk -F, '\$9 != 2 { exit 1 }'"
+expect "dpsim plans cp 2 on the cp 2 profile" 0 "wrote 2 iterations" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2.csv" --cp 2 --pp 1 --max-seqlen 128 --global-tokens 512 --iterations 2 -o "$TMP/rt.json"
+expect "... and refuses cp 4 on it" 2 "no rows for tp 1, cp 4 and recompute none" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2.csv" --cp 4 --pp 1 --max-seqlen 128 --global-tokens 512 -o "$TMP/x.json"
+if [ -z "$SANITIZED" ]; then # (the sanitizer build runs the layer code above; this adds timing)
+  expect "mpirun -np 2 runs it (cp 2 x pp 1)" 0 "2 ranks ran 2 iterations" -- \
+    timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rt.json" --out "$TMP/rt.csv"
+  expect "dpsim validate on it" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/rt.json" --measured "$TMP/rt.csv"
+fi
+expect "profile --cp 2 with a seqlen 4 does not divide is refused" 1 "seqlen 30: context parallelism cuts each sequence into 2 x cp = 4 chunks" -- \
+  timeout 60 "$DPRUN" profile --cp 2 --seqlen 32,30 -o "$TMP/x.csv"
+expect "profile --cp 2 without mpirun is refused" 1 "needs a multiple of 2 ranks" -- timeout 60 "$DPRUN" profile --cp 2 -o "$TMP/x.csv"
+
+# --- refusals: every rank exits, the counts named ----------------------------------------------------
+expect "a cp 2 x pp 2 plan on 2 ranks" 1 "needs tp x cp x pp x dp = 1 x 2 x 2 x 1 = 4 ranks, but mpirun started 2" -- \
+  timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/gpt2.json" --out "$TMP/x.csv"
+"$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 --model $LLAMA --pp 2 --cp 2 \
+  --batching packing-ffd-varlen --max-seqlen 256 -o "$TMP/varlen.json" >/dev/null 2>&1
+expect "a varlen plan whose samples 2 cp does not divide" 1 "context parallelism cuts each sample .* into 2 x cp = 4 chunks, and the sample or padding at token [0-9]+ is [0-9]+ tokens long" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/varlen.json" --out "$TMP/x.csv"
+plan a2a --model gpt-tiny --pp 2 --cp 2 --cp-kind all-to-all
+expect "the all-to-all form is refused, never run as the ring" 1 "in the all-to-all form, and dprun runs the ring form" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/a2a.json" --out "$TMP/x.csv"
+expect "the cuda backend refuses cp (the cpu backend runs it)" 1 "the cuda backend runs cp 1" -- \
+  timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
+finish
