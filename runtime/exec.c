@@ -110,7 +110,7 @@ static void die(const ctx *c, const char *what)
  * A collective (a tensor- or context-parallel group's, the gradient all-reduce) moves only when
  * its ranks poll, and a nap costs the timer's slack, some 60 us, at every step: it polls to the
  * end (with naps the gradient all-reduce of gpt-tiny over 2 ranks took 66 ms instead of 10, and
- * the tp 2 round trip's error was 5.8-7.6% spinning 200 us first, 2.2% polling throughout). A
+ * the tp 2 round trip's error was 9.3%; docs/runtime.md). A
  * pipeline peer may be a whole compute away, and an oversubscribed core is better left to it:
  * point-to-point waits nap at once. */
 #define RT_SPIN_COLLECTIVE_S 1e9
