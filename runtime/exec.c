@@ -19,7 +19,10 @@ enum { KIND_ACT, KIND_GRAD };
 /* Model state of one chunk (the layers of one virtual stage) on this rank. */
 typedef struct chunk_state {
     int layers;
-    rt_layer_params *p, *g;
+    rt_layer_params *p, *g; /* under ZeRO-2/3 over several ranks: blocks of shard x ranks doubles */
+    double **ps, **gs;      /* ... and this rank's shards of each layer's parameters and reduced
+                             * gradients (ZeRO-2/3; NULL otherwise) */
+    size_t shard;           /* doubles of a shard: a layer's count / ranks, rounded up */
     rt_layer_shape shape;
     int first, last;     /* virtual stage 0 (embedding) / last (LM head) */
     int decoder;         /* a T5 decoder stage: its layers cross-attend to the encoder output */
@@ -72,6 +75,11 @@ typedef struct ctx {
     rt_mpi_tp tpg;      /* the tensor-parallel group (size 1: none) */
     rt_mpi_tp cpg;      /* the context-parallel group (size 1: none; its sp unused) */
     MPI_Comm tp_comm, cp_comm;
+    MPI_Comm stage_comm; /* this stage's replicas and cp ranks (the same tp rank of each): the
+                          * gradient all-reduce's, and ZeRO's shards' */
+    int zero;           /* the plan's ZeRO stage where it shards (2 or 3 over more than one rank
+                         * of stage_comm), else 0 */
+    int zranks, zrank;  /* stage_comm's size and this rank's index: its shard */
     chunk_state *ch;
     double *emb, *demb; /* tied embedding / LM head (V, H), on the first and last stages */
     slot *slots;        /* n_mb * chunks */
@@ -335,13 +343,14 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
-    if (h->zero >= 2 && h->dp > 1)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for ZeRO-%d over %d replicas (%s), "
-                       "and dprun all-reduces whole gradients after each iteration (what ZeRO-1 "
-                       "does without an optimizer step): running it here would measure another "
-                       "layout\nhint: plan with --zero 1 to validate on this runtime", path,
-                       h->zero, h->dp, h->zero == 2 ? "gradients reduce-scattered"
-                                                     : "parameters gathered layer by layer");
+    if (h->zero >= 2 && h->dp * cp > 1 && on_gpu)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for ZeRO-%d over %d ranks (%s), "
+                       "and the cuda backend all-reduces whole gradients after each iteration "
+                       "(what ZeRO-1 does without an optimizer step): running it there would "
+                       "measure another layout\nhint: --backend cpu runs ZeRO-2 and 3, or plan "
+                       "with --zero 1", path, h->zero, h->dp * cp,
+                       h->zero == 2 ? "gradients reduce-scattered"
+                                    : "parameters gathered layer by layer");
     dp_status st = rt_check_tp(m, tp, on_gpu, path, err);
     if (st != DP_OK) return st;
     if ((st = check_token_split(pl, cp, tp, h->sp, path, err)) != DP_OK) return st;
@@ -499,6 +508,73 @@ static void fill_input(const ctx *c, const slot *s, unsigned seed)
         rt_fill_at(s->in + t * H, H, (size_t)rt_cp_token(cp, (int)(first + t)) * H, seed, 1.0);
 }
 
+/* ---- ZeRO-2/3 over the stage's ranks (DeepSpeed's and FSDP's sharding as the stage model prices
+ * it, models/comm.h comm_zero: ZeRO-3 gathers each layer's parameters for every micro-batch's
+ * forward and backward, one layer ahead; ZeRO-2 and 3 reduce-scatter each micro-batch's gradients
+ * after its backward; ZeRO-2 gathers the parameters after the iteration, where an optimizer would
+ * have stepped its shard). Each rank keeps its shard of every layer; the whole blocks stay
+ * allocated (the CPU runtime times, it does not save memory). */
+
+static void zero_gather_start(ctx *c, chunk_state *ch, int l, MPI_Request *rq)
+{
+    if (ch->shard > (size_t)INT_MAX) die(c, "a parameter shard of more than 2^31 values");
+    MPI_TRY(c, MPI_Iallgather(ch->ps[l], (int)ch->shard, MPI_DOUBLE, ch->p[l].block, (int)ch->shard,
+                              MPI_DOUBLE, c->stage_comm, rq));
+}
+
+/* A pass over a chunk's layers under ZeRO-3: zero3_begin starts the gather of its first layer,
+ * zero3_layer waits for layer l's and starts the next one's (FSDP's prefetch); nothing otherwise. */
+typedef struct zero3_pass {
+    MPI_Request rq[2]; /* by the layer's parity: the one computed, the one gathered behind it */
+    int on;
+} zero3_pass;
+
+static void zero3_begin(ctx *c, chunk_state *ch, int first, zero3_pass *z)
+{
+    z->rq[0] = z->rq[1] = MPI_REQUEST_NULL;
+    z->on = c->zero >= 3 && ch->layers > 0;
+    if (z->on) zero_gather_start(c, ch, first, &z->rq[first & 1]);
+}
+
+static void zero3_layer(ctx *c, chunk_state *ch, int l, int next, zero3_pass *z)
+{
+    if (!z->on) return;
+    wait_poll(c, &z->rq[l & 1], "a ZeRO-3 parameter gather", RT_SPIN_COLLECTIVE_S);
+    if (next >= 0 && next < ch->layers) zero_gather_start(c, ch, next, &z->rq[next & 1]);
+}
+
+/* Under SP each tp rank summed the norms' gradients over its own tokens: their sum over the group
+ * (Megatron's sequence-parallel gradients), in place in a chunk's gradient blocks. */
+static void sp_sum_norm_grads(ctx *c, chunk_state *ch)
+{
+    if (tp_shards(c) <= 1) return;
+    for (int l = 0; l < ch->layers; l++) {
+        size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+        int np = rt_layer_params_layout(&ch->shape, off, len, &count);
+        for (int id = 0; id < np; id++)
+            if (len[id] && rt_param_sp_partial(id))
+                c->tpg.tp.allreduce(&c->tpg, ch->g[l].block + off[id], len[id], RT_TP_SUM);
+    }
+}
+
+/* ZeRO-2/3: the gradients a backward left in a chunk's blocks, reduce-scattered over the stage's
+ * ranks and added to this rank's shards; the blocks zeroed for the next backward. */
+static void zero_reduce(ctx *c, chunk_state *ch)
+{
+    if (!c->zero) return;
+    sp_sum_norm_grads(c, ch);
+    double *mine = pool_get(c, ch->shard);
+    for (int l = 0; l < ch->layers; l++) {
+        MPI_Request rq;
+        MPI_TRY(c, MPI_Ireduce_scatter_block(ch->g[l].block, mine, (int)ch->shard, MPI_DOUBLE,
+                                             MPI_SUM, c->stage_comm, &rq));
+        wait_poll(c, &rq, "a ZeRO gradient reduce-scatter", RT_SPIN_COLLECTIVE_S);
+        for (size_t i = 0; i < ch->shard; i++) ch->gs[l][i] += mine[i];
+        memset(ch->g[l].block, 0, ch->shard * (size_t)c->zranks * sizeof(double));
+    }
+    pool_put(c, mine, ch->shard);
+}
+
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
@@ -524,9 +600,12 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     rt_layer_acts scratch; /* full recompute: one layer's activations at a time, dropped after */
     if (full) scratch_open(c, s, ch, &scratch);
     double *cur = s->in, *tmp = pool_get(c, s->nh);
+    zero3_pass z;
+    zero3_begin(c, ch, 0, &z);
     for (int l = 0; l < ch->layers; l++) {
         double *dst = l % 2 == 0 ? tmp : s->out;
         rt_layer_acts *a = full ? &scratch : &s->acts[l];
+        zero3_layer(c, ch, l, l + 1, &z);
         if (full) memcpy(s->ckpt + (size_t)l * s->nh, cur, s->nh * sizeof(double));
         a->enc = s->enc;
         a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
@@ -574,9 +653,12 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
     double *rerun_y = NULL;
     if (full) scratch_open(c, s, ch, &scratch), rerun_y = pool_get(c, s->nh);
     double *cur = s->dout, *tmp = pool_get(c, s->nh);
+    zero3_pass z;
+    zero3_begin(c, ch, ch->layers - 1, &z);
     for (int l = ch->layers - 1; l >= 0; l--) {
         double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
         rt_layer_acts *a = full ? &scratch : &s->acts[l];
+        zero3_layer(c, ch, l, l - 1, &z);
         if (full) a->enc = s->enc, a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
         a->tp = tp_of(c), a->cp = cp_of(s);
         if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, s->recompute,
@@ -635,15 +717,15 @@ static void describe(char *buf, size_t cap, const plan_instr *x, int i)
 }
 
 /* Sums n gradients over the stage's replicas and cp ranks (the same tp rank of each), in place. */
-static void allreduce_replicas(ctx *c, double *v, size_t n, MPI_Comm stage_comm)
+static void allreduce_replicas(ctx *c, double *v, size_t n)
 {
     MPI_Request rq;
     if (n > (size_t)INT_MAX) die(c, "a gradient block of more than 2^31 values");
-    MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, stage_comm, &rq));
+    MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, c->stage_comm, &rq));
     wait_poll(c, &rq, "the gradient all-reduce across replicas", RT_SPIN_COLLECTIVE_S);
 }
 
-static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
+static void run_iteration(ctx *c, const plan_iter *it)
 {
     c->it = it;
     int me = c->replica * c->pp + c->stage; /* the plan's rank: this tp group */
@@ -653,8 +735,11 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     pm_init(&c->pm, it, c->chunks);
     /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
     for (int k = 0; k < c->chunks; k++)
-        for (int l = 0; l < c->ch[k].layers; l++)
-            memset(c->ch[k].g[l].block, 0, c->ch[k].g[l].count * sizeof(double));
+        for (int l = 0; l < c->ch[k].layers; l++) {
+            chunk_state *ch = &c->ch[k];
+            memset(ch->g[l].block, 0, (c->zero ? ch->shard * c->zranks : ch->g[l].count) * sizeof(double));
+            if (c->zero) memset(ch->gs[l], 0, ch->shard * sizeof(double));
+        }
     if (c->demb) memset(c->demb, 0, (size_t)c->vocab_local * c->hidden * sizeof(double));
     MPI_Request bar;
     MPI_TRY(c, MPI_Ibarrier(MPI_COMM_WORLD, &bar)); /* with the timeout: a stalled rank must not hang the rest */
@@ -696,10 +781,12 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
             t = MPI_Wtime();
             do_backward_input(c, x, s);
             if (!step.split && s->recompute != RECOMPUTE_FULL) do_backward_weight(c, x, s);
+            if (!step.split || s->recompute == RECOMPUTE_FULL) zero_reduce(c, &c->ch[x->chunk]);
             record(c, OP_B, x->mb, x->chunk, t, MPI_Wtime());
             continue;
         case OP_W:
             do_backward_weight(c, x, s);
+            zero_reduce(c, &c->ch[x->chunk]);
             record(c, OP_W, x->mb, x->chunk, t, MPI_Wtime());
             continue;
         case OP_SEND_ACT:
@@ -726,23 +813,23 @@ static void run_iteration(ctx *c, const plan_iter *it, MPI_Comm stage_comm)
     free(c->slots);
     c->slots = NULL;
     pm_release(&c->pm);
-    if (tp_shards(c) > 1) /* the norms' gradients were summed over this rank's tokens */
-        for (int k = 0; k < c->chunks; k++)
-            for (int l = 0; l < c->ch[k].layers; l++) {
-                size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
-                int np = rt_layer_params_layout(&c->ch[k].shape, off, len, &count);
-                for (int id = 0; id < np; id++)
-                    if (len[id] && rt_param_sp_partial(id))
-                        c->tpg.tp.allreduce(&c->tpg, c->ch[k].g[l].block + off[id], len[id],
-                                            RT_TP_SUM);
-            }
+    if (!c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
+        for (int k = 0; k < c->chunks; k++) sp_sum_norm_grads(c, &c->ch[k]);
     if (c->o->pl->h.dp * c->cpg.tp.size > 1) { /* gradient all-reduce: the stage's replicas and
                                                 * cp ranks (each summed over its own tokens) */
         double t = MPI_Wtime();
         for (int k = 0; k < c->chunks; k++)
-            for (int l = 0; l < c->ch[k].layers; l++)
-                allreduce_replicas(c, c->ch[k].g[l].block, c->ch[k].g[l].count, stage_comm);
-        if (c->demb) allreduce_replicas(c, c->demb, (size_t)c->vocab_local * c->hidden, stage_comm);
+            for (int l = 0; l < c->ch[k].layers; l++) {
+                chunk_state *ch = &c->ch[k];
+                if (!c->zero) { /* ZeRO-0/1: whole gradients */
+                    allreduce_replicas(c, ch->g[l].block, ch->g[l].count);
+                } else if (c->zero == 2) { /* the parameters after the shards' optimizer step */
+                    MPI_Request rq;
+                    zero_gather_start(c, ch, l, &rq);
+                    wait_poll(c, &rq, "a ZeRO-2 parameter gather", RT_SPIN_COLLECTIVE_S);
+                }
+            }
+        if (c->demb) allreduce_replicas(c, c->demb, (size_t)c->vocab_local * c->hidden);
         record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
 }
@@ -773,6 +860,12 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, group_wait, tp_die, &c);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group * tp + at.tp_rank, at.cp_rank, &c.cp_comm));
     rt_mpi_tp_init(&c.cpg, c.cp_comm, 0, group_wait, tp_die, &c);
+    /* this stage's replicas and cp ranks, the same tp rank of each */
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage * tp + c.tp_rank, c.replica * cp + c.cp_rank,
+                               &c.stage_comm));
+    MPI_Comm_size(c.stage_comm, &c.zranks);
+    MPI_Comm_rank(c.stage_comm, &c.zrank);
+    c.zero = pl->h.zero >= 2 && c.zranks > 1 ? pl->h.zero : 0;
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
         int v = k * c.pp + c.stage;
@@ -793,12 +886,25 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         rt_layer_params full; /* the whole layer as tp 1 initialises it, of which this rank
                                * takes its share: every layout trains the same numbers */
         if (rt_layer_params_alloc(&full, &whole) != 0) die(&c, "out of host memory");
+        rt_layer_params mine;
+        size_t count = rt_layer_params_bind(&mine, &ch->shape, NULL); /* a layer's, here */
+        ch->shard = c.zero ? (count + (size_t)c.zranks - 1) / (size_t)c.zranks : 0;
+        size_t block = c.zero ? ch->shard * (size_t)c.zranks : count; /* ZeRO: whole shards */
+        if (c.zero) {
+            ch->ps = xcalloc(&c, (size_t)ch->layers, sizeof *ch->ps);
+            ch->gs = xcalloc(&c, (size_t)ch->layers, sizeof *ch->gs);
+        }
         for (int l = 0; l < ch->layers; l++) {
-            if (rt_layer_params_alloc(&ch->p[l], &ch->shape) != 0 ||
-                rt_layer_params_alloc(&ch->g[l], &ch->shape) != 0)
-                die(&c, "out of host memory");
+            double *pb = xcalloc(&c, block, sizeof *pb), *gb = xcalloc(&c, block, sizeof *gb);
+            rt_layer_params_bind(&ch->p[l], &ch->shape, pb), ch->p[l].block = pb;
+            rt_layer_params_bind(&ch->g[l], &ch->shape, gb), ch->g[l].block = gb;
             rt_layer_params_init(&full, &whole, (unsigned)(v * 1000 + l));
             rt_layer_params_shard(&whole, full.block, tp, c.tp_rank, ch->p[l].block);
+            if (c.zero) { /* this rank's shard of the parameters; its gradients' */
+                ch->ps[l] = xcalloc(&c, ch->shard, sizeof(double));
+                ch->gs[l] = xcalloc(&c, ch->shard, sizeof(double));
+                memcpy(ch->ps[l], pb + (size_t)c.zrank * ch->shard, ch->shard * sizeof(double));
+            }
         }
         rt_layer_params_free(&full);
         if (ch->last) { /* under TP this rank's rows of the vocabulary */
@@ -808,9 +914,6 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             rt_fill_at(c.emb, rows, (size_t)c.tp_rank * rows, 99, 0.04);
         }
     }
-    MPI_Comm stage_comm; /* this stage's replicas and cp ranks, the same tp rank of each */
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage * tp + c.tp_rank, c.replica * cp + c.cp_rank,
-                               &stage_comm));
     rt_layer_set_yield(mpi_progress);
     int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
     if (o->stall_rank == c.rank && o->stall_s > 0) {
@@ -820,19 +923,24 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     for (int w = 0; w < o->warmup && n_it > 0; w++) {
         c.iteration = 0;
         c.record = RT_RECORD_OFF;
-        run_iteration(&c, &pl->it[0], stage_comm);
+        run_iteration(&c, &pl->it[0]);
     }
     double started = dp_now_s();
     for (int i = 0; i < n_it; i++) {
         c.iteration = pl->it[i].id;
         for (int r = 0; r < rt_runs_of(o, i); r++) { /* repeats: the machine's noise */
             c.record = RT_RECORD_ON + r;
-            run_iteration(&c, &pl->it[i], stage_comm);
+            run_iteration(&c, &pl->it[i]);
         }
         rt_progress(c.rank, i + 1, n_it, started);
     }
     rt_layer_set_yield(NULL);
-    MPI_Comm_free(&stage_comm);
+    for (int k = 0; c.zero && k < c.chunks; k++) /* the reduced gradients whole, for the figure */
+        for (int l = 0; l < c.ch[k].layers; l++)
+            MPI_TRY(&c, MPI_Allgather(c.ch[k].gs[l], (int)c.ch[k].shard, MPI_DOUBLE,
+                                      c.ch[k].g[l].block, (int)c.ch[k].shard, MPI_DOUBLE,
+                                      c.stage_comm));
+    MPI_Comm_free(&c.stage_comm);
     MPI_Comm_free(&c.tp_comm);
     MPI_Comm_free(&c.cp_comm);
     res->grad_sq = 0;
@@ -841,8 +949,9 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             res->grad_sq += rt_grad_sq_share(&c.ch[k].shape, c.ch[k].g[l].block, tp, c.tp_rank);
             rt_layer_params_free(&c.ch[k].p[l]);
             rt_layer_params_free(&c.ch[k].g[l]);
+            if (c.zero) free(c.ch[k].ps[l]), free(c.ch[k].gs[l]);
         }
-        free(c.ch[k].p), free(c.ch[k].g);
+        free(c.ch[k].p), free(c.ch[k].g), free(c.ch[k].ps), free(c.ch[k].gs);
     }
     if (c.demb) res->grad_sq += rt_sum_sq(c.demb, (size_t)c.vocab_local * m->hidden);
     free(c.ch), free(c.emb), free(c.demb);

@@ -1,5 +1,6 @@
 /*
- * exec.h — dprun's plan executor: one MPI rank per (stage, replica) runs its instruction list.
+ * exec.h — dprun's plan executor: the tp x cp ranks of each (stage, replica) run its instruction
+ * list together (rt_place below).
  *
  * Semantics are the plan machine's (scheduler/plan_machine.h: what each instruction waits for,
  * whether a B leaves its weight gradients to a W, which rank and chunk a transfer meets), on real
@@ -21,7 +22,12 @@
  * with --dtype fp64, 8 (rt_opts.dtype, runtime/layout.h). dprun records the size in the measured
  * timeline (column wire_elem_bytes) so that dpsim validate simulates the bytes really moved.
  * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
- * With D > 1 replicas, each stage all-reduces its gradients across replicas after an iteration.
+ * With D > 1 replicas (or cp > 1 ranks), each stage all-reduces its gradients across them after
+ * an iteration; under ZeRO-2/3 (cpu backend) each keeps a shard instead: ZeRO-3 all-gathers a
+ * layer's parameters before its forward and backward, one layer ahead, ZeRO-2 and 3 reduce-scatter
+ * each micro-batch's gradients at the end of the B (or W) that completes them, ZeRO-2 all-gathers
+ * the parameters after the iteration (where an optimizer would have stepped its shard); every
+ * collective inside the op that waits for it, as the stage model prices them (models/comm.h).
  *
  * Failure never hangs a job: a wait that passes the timeout, a message larger than the plan's
  * shape (the ranks disagree on the plan), or a compute error prints a message naming the rank,
@@ -152,8 +158,8 @@ static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, in
  * the heads, the key/value heads, the MLP width and the vocabulary, and under sequence
  * parallelism every micro-batch's tokens; context parallelism on the cpu backend in the ring
  * form, for GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split)
- * and tp (with SP) its share; ZeRO-1 at most across replicas (ZeRO-2's reduce-scatter and ZeRO-3's
- * gathers are not built). DP_OK, or DP_ERR_UNSUPPORTED /
+ * and tp (with SP) its share; ZeRO-2 and 3 across a stage's replicas and cp ranks on the cpu
+ * backend (the cuda backend: ZeRO-1 at most). DP_OK, or DP_ERR_UNSUPPORTED /
  * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,

@@ -99,9 +99,6 @@ expect "a tp that does not divide the heads" 1 "tp 3 does not divide the 4 atten
   timeout 120 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/tp3.json" --out "$TMP/x.csv"
 expect "the cuda backend refuses tp (the cpu backend runs it)" 1 "the cuda backend runs whole layers" -- \
   timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
-plan z3 --model gpt-tiny --pp 2 --dp 2 --batching packing --max-seqlen 128 --zero 3
-expect "a ZeRO-3 plan over 2 replicas is refused, never run as ZeRO-1" 1 "planned for ZeRO-3 over 2 replicas" -- \
-  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/z3.json" --out "$TMP/x.csv"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --tp 2 --pp 2 --max-seqlen 64 --max-dec-seqlen 32 \
   --global-tokens 256 --iterations 1 -o "$TMP/t5tp.json" >/dev/null 2>&1
 expect "a T5 tp plan is refused (cross-attention is not split)" 1 "splits GPT-kind layers only" -- \
