@@ -164,7 +164,7 @@ int cmd_plan(int argc, char **argv)
     snprintf(h.batching, sizeof h.batching, "%s", p.batching);
     h.recompute = recompute_plan_policy(&p.cost);
     h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
-    h.cp = p.cost.cp, h.cp_alltoall = p.cost.cp_alltoall;
+    h.cp = p.cost.cp, h.cp_alltoall = p.cost.cp_alltoall, h.cp_auto = p.cost.cp_auto;
     h.sp = p.cost.tp > 1 && !p.cost.no_sp;
     h.rules = env.rules;
     h.textbook = env.cm->toy.on;

@@ -86,7 +86,22 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err)
                        cp, width, m->name, m->heads, model_kv_heads(m));
     cm->cp = cp;
     cm->cp_alltoall = alltoall && cp > 1;
+    cm->cp_auto = 0;
     return DP_OK;
+}
+
+dp_status cost_model_set_cp_auto(cost_model *cm, int cp, int alltoall, dp_err *err)
+{
+    if (!cm->ops->context_parallel)
+        return dp_fail(err, DP_ERR_INVALID, "--cp auto prices each micro-batch at its own degree, "
+                       "which needs the analytic cost model: a measured %s timed one degree"
+                       "\nhint: --analytic", cm->ops->kind);
+    if (alltoall)
+        return dp_fail(err, DP_ERR_INVALID, "--cp auto runs the ring form: --cp-kind all-to-all "
+                       "fixes the heads each GPU holds\nhint: --cp-kind ring");
+    dp_status st = cost_model_set_cp(cm, cp, 0, err);
+    if (st == DP_OK) cm->cp_auto = 1;
+    return st;
 }
 
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel)

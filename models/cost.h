@@ -63,6 +63,10 @@ typedef struct cost_shape {
      * mbs x enc_len (x dec_len) tensor. varlen 0 (a zeroed shape): attention over whole rows. */
     int varlen;
     double enc_sq, dec_sq, enc_dec;
+    /* Per-micro-batch context parallelism (cost_model.cp_auto): the degree this micro-batch runs
+     * at, a divisor of the group cost_model.cp; 0 (a zeroed shape): the group's own degree. The
+     * stage model prices it (scheduler/stage_cost.h); a cost model's query ignores it. */
+    int cp;
 } cost_shape;
 
 /* A shape of whole rows (varlen 0). */
@@ -148,6 +152,11 @@ struct cost_model {
     int cp_alltoall;              /* 1: the all-to-all form (DeepSpeed-Ulysses: heads across the
                                    * group, four all-to-alls per layer), 0: ring attention (K/V
                                    * blocks passed around the group behind each step's attention) */
+    int cp_auto;                  /* --cp auto: cp is a group of GPUs, and each micro-batch runs at
+                                   * its own degree c dividing it (cost_shape.cp; ring form), the
+                                   * group's GPUs splitting its rows into cp / c parts side by side
+                                   * (Megatron-Core's dynamic CP); 0: every micro-batch at cp.
+                                   * Set with cost_model_set_cp */
     cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
                                    * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */
@@ -186,6 +195,10 @@ const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
  *   a2a    four all-to-alls of 1/cp of the tokens (Q, K, V in, the output back) forward, four
  *          backward, not hidden */
 dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
+/* The same for --cp auto: a group of cp GPUs whose micro-batches each run at their own degree
+ * (cost_model.cp_auto); DP_ERR_INVALID also for a cost kind priced at one degree (a profile) and
+ * the all-to-all form. */
+dp_status cost_model_set_cp_auto(cost_model *cm, int cp, int alltoall, dp_err *err);
 
 /* Sets FlashAttention on or off, and the kernel that times it (NULL: the GPU's own). */
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel);

@@ -53,6 +53,7 @@ void cost_request_default(cost_request *o)
     o->hw = "p4d";
     o->tp = 1;
     o->cp = 1;
+    o->cp_max = 4;
     o->recompute = RECOMPUTE_NONE;
     o->overlap = COST_OVERLAP_DEFAULT;
 }
@@ -104,6 +105,48 @@ static int set_cp_kind(void *ctx, const char *arg, const char *cmd, const char *
     return 0;
 }
 
+/* --cp C or auto, and --cp-max G, in either order: under auto cp is the group, cp_max */
+static int set_cp(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_request *o = ctx;
+    int64_t v;
+    if (strcmp(arg, "auto") == 0) {
+        o->cp_auto = 1, o->cp = o->cp_max;
+        return 0;
+    }
+    if (dp_parse_i64(arg, 1, 1024, &v) != 0) {
+        cli_usage_error(cmd, usage, "--cp \"%s\" is not a degree in [1, 1024] or auto", arg);
+        return -1;
+    }
+    o->cp_auto = 0, o->cp = (int)v;
+    return 0;
+}
+
+static void show_cp(const void *ctx, char *buf, size_t cap)
+{
+    const cost_request *o = ctx;
+    if (o->cp_auto) snprintf(buf, cap, "auto");
+    else snprintf(buf, cap, "%d", o->cp);
+}
+
+static int set_cp_max(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_request *o = ctx;
+    int64_t v;
+    if (dp_parse_i64(arg, 2, 1024, &v) != 0) {
+        cli_usage_error(cmd, usage, "--cp-max \"%s\" is not a group of 2 to 1024 GPUs", arg);
+        return -1;
+    }
+    o->cp_max = (int)v;
+    if (o->cp_auto) o->cp = o->cp_max;
+    return 0;
+}
+
+static void show_cp_max(const void *ctx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%d", ((const cost_request *)ctx)->cp_max);
+}
+
 static void show_cp_kind(const void *ctx, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", ((const cost_request *)ctx)->cp_alltoall ? "all-to-all" : "ring");
@@ -123,10 +166,16 @@ void cost_request_options(cli_opts *t, cost_request *o)
     cli_opt_flag(t, "analytic", 0, &o->analytic, "analytic cost model even where a profile exists");
     cli_opt_int(t, "tp", 0, &o->tp, "T", 1, 1024, "1", "tensor-parallel degree")->marks =
         OPT_FIXED_BY_PLAN | OPT_TUNED;
-    cli_opt_int(t, "cp", 0, &o->cp, "C", 1, 1024, "1",
-                "context-parallel degree: each sequence split over C GPUs (with\n"
-                "their tp), 2C chunks for causal balance (analytic model, GPT)")->marks =
-        OPT_FIXED_BY_PLAN;
+    cli_opt *cpo = cli_opt_call(t, "cp", 0, set_cp, o, "C", "1",
+                                "context-parallel degree: each sequence split over C GPUs (with\n"
+                                "their tp), 2C chunks for causal balance (analytic model, GPT);\n"
+                                "auto: a group of --cp-max GPUs, each micro-batch at its own\n"
+                                "degree dividing it (its rows split over the rest), the fastest\n"
+                                "that fits (ring form, whole-row batchings)");
+    cpo->marks = OPT_FIXED_BY_PLAN, cpo->show = show_cp;
+    cli_opt *cpm = cli_opt_call(t, "cp-max", 0, set_cp_max, o, "G", "4",
+                                "with --cp auto: the GPUs of a context-parallel group");
+    cpm->marks = OPT_FIXED_BY_PLAN, cpm->show = show_cp_max;
     cli_opt *ck = cli_opt_call(t, "cp-kind", 0, set_cp_kind, o, "K", "ring",
                                "ring (K/V passed around behind the attention) | all-to-all\n"
                                "(DeepSpeed-Ulysses: heads across the group)");

@@ -31,8 +31,11 @@ typedef struct cost_request {
     const char *fit;     /* fitted analytic model (dpsim calibrate -o) */
     int analytic;        /* 1: use the analytic model even if a profile exists */
     int tp;              /* tensor parallelism                           [1] */
-    int cp;              /* context parallelism (cost_model_set_cp)      [1] */
+    int cp;              /* context parallelism (cost_model_set_cp); under --cp auto the
+                          * group's GPUs, cp_max                          [1] */
     int cp_alltoall;     /* --cp-kind all-to-all (else ring)                 */
+    int cp_auto;         /* --cp auto: a degree per micro-batch (cost_model_set_cp_auto) */
+    int cp_max;          /* --cp-max: the group under --cp auto             [4] */
     int recompute;       /* a recompute_policy (cost.h): one mode for all, or dynamic, mixed,
                           * fastest (a cost model per mode: plan_env.recompute_cm), which
                           * planner_build_cost refuses                    [none] */

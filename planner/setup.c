@@ -28,7 +28,8 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
     (*cm)->overlap = o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
-    if ((st = cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {
+    if ((st = o->cp_auto ? cost_model_set_cp_auto(*cm, o->cp, o->cp_alltoall, err)
+                         : cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
     }
@@ -83,7 +84,8 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
     char sp[96];
     snprintf(sp, sizeof sp, "%s%s", o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism"
                                                               : ", sequence parallelism",
-             o->cp < 2 ? "" : o->cp_alltoall ? ", context parallelism (all-to-all)"
+             o->cp < 2 ? "" : o->cp_auto ? ", context parallelism per micro-batch (ring, group)"
+                            : o->cp_alltoall ? ", context parallelism (all-to-all)"
                                              : ", context parallelism (ring)");
     if (o->fit) {
         st = finish(cost_fit_load(o->fit, m, hw, o->tp, mode, cm, err), o, m, cm, err);
@@ -106,9 +108,10 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                            buf, m->name);
     }
     if (profile && !o->analytic) {
-        /* a profile measured at the request's cp, when it asks for one */
-        st = finish(cost_profile_load_at(profile, m, hw, o->tp, o->cp > 1 ? o->cp : 1, mode, cm, err),
-                    o, m, cm, err);
+        /* a profile measured at the request's cp, when it asks for one (--cp auto asks for
+         * every degree, which no profile holds: finish says so) */
+        int at_cp = o->cp > 1 && !o->cp_auto ? o->cp : 1;
+        st = finish(cost_profile_load_at(profile, m, hw, o->tp, at_cp, mode, cm, err), o, m, cm, err);
         char cp[24] = "";
         if (o->cp > 1) snprintf(cp, sizeof cp, ", cp %d", o->cp);
         if (st == DP_OK)
@@ -281,7 +284,8 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     int64_t gpus = plan_request_gpus(p),
             have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
     char cp[32] = "";
-    if (p->cost.cp > 1) snprintf(cp, sizeof cp, " x --cp %d", p->cost.cp);
+    if (p->cost.cp > 1)
+        snprintf(cp, sizeof cp, p->cost.cp_auto ? " x --cp-max %d" : " x --cp %d", p->cost.cp);
     if (env->hw.nodes > 0 && gpus > have && !p->allow_oversubscribe)
         return dp_fail(err, DP_ERR_INVALID,
                        "--tp %d%s x --pp %d x --dp %d = %lld GPUs, but %s has %d node%s of %d GPUs "
@@ -363,7 +367,7 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.hw_json = pl->h.hw_json;
     co.tp = pl->h.tp;
     co.no_sp = !pl->h.sp;
-    co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall;
+    co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall, co.cp_auto = pl->h.cp_auto;
     co.quiet = 1; /* the plan's times are its own: the cost model's are not used */
     /* model state, the config's only use of the mode, is the same in every mode */
     co.recompute = recompute_policy_mode(pl->h.recompute);

@@ -336,6 +336,11 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && on_gpu)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d, and the cuda backend runs "
                        "cp 1; the cpu backend runs context parallelism (--backend cpu)", path, cp);
+    if (h->cp_auto)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with a context-parallel degree per "
+                       "micro-batch (--cp auto, a group of %d), and dprun runs one degree for "
+                       "every micro-batch: running it here would measure another layout\nhint: "
+                       "plan with --cp N to validate on this runtime", path, cp);
     if (cp > 1 && h->cp_alltoall)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d in the all-to-all form, and "
                        "dprun runs the ring form: running it here would measure another layout\n"

@@ -34,6 +34,7 @@ cost_shape mb_shape(const microbatch *m)
     cost_shape s = cost_shape_rows(m->mbs, m->enc_len, m->dec_len);
     s.varlen = m->varlen;
     s.enc_sq = m->enc_sq, s.dec_sq = m->dec_sq, s.enc_dec = m->enc_dec;
+    s.cp = m->cp;
     return s;
 }
 
@@ -703,6 +704,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
     for (int k = 0; k < l->n_mb; k++) {
         microbatch *m = &l->mb[k];
         cost_shape s = mb_shape(m);
+        if (sm->cm->cp_auto) s.cp = 0, m->cp = s.cp = stage_model_pick_cp(sm, &s, &rule);
         dp_err why = {0};
         if (stage_model_cost(sm, &s, c, &why) != DP_OK) {
             m->t_ms = NAN;

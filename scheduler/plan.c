@@ -152,6 +152,7 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
         m->dec_tokens = src->dec_tokens;
         m->replica = src->replica;
         m->varlen = src->varlen;
+        m->cp = src->cp;
         st = plan_mb_cost(m, pp, src, sm, c, err);
         if (st != DP_OK) dp_err_prefix(err, "iteration %d, micro-batch %d", id, k);
     }
@@ -226,6 +227,7 @@ static cJSON *iter_json(const plan_iter *it)
         }
         if (m->recompute >= 0)
             cJSON_AddStringToObject(x, "recompute", recompute_name((recompute_mode)m->recompute));
+        if (m->cp > 0) cJSON_AddNumberToObject(x, "cp", m->cp);
         cJSON *pred = cJSON_AddObjectToObject(x, "pred_ms");
         cJSON_AddItemToObject(pred, "fwd", array_of(m->fwd_ms, it->pp));
         cJSON_AddItemToObject(pred, "bwd", array_of(m->bwd_ms, it->pp));
@@ -287,6 +289,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     if (h->cp > 1) {
         cJSON_AddNumberToObject(o, "cp", h->cp);
         cJSON_AddStringToObject(o, "cp_kind", h->cp_alltoall ? "all-to-all" : "ring");
+        if (h->cp_auto) cJSON_AddTrueToObject(o, "cp_auto");
     }
     cJSON_AddNumberToObject(o, "chunks", h->chunks);
     cJSON_AddNumberToObject(o, "zero", h->zero);
@@ -462,6 +465,18 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
             goto out;
         }
         x->recompute = mode ? (int)rc : -1;
+        TRY(json_int(m, "cp", name, 1, 1024, 0, &x->cp, err));
+        if (h->cp_auto && (x->cp == 0 || h->cp % x->cp)) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].cp must be a divisor of the "
+                         "plan's cp %d (the context-parallel group it runs in), and is %s%d", name,
+                         where, k, h->cp, x->cp ? "" : "missing: ", x->cp);
+            goto out;
+        }
+        if (!h->cp_auto && x->cp > 0) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].cp: a micro-batch names its "
+                         "own degree only in a \"cp_auto\" plan", name, where, k);
+            goto out;
+        }
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "samples"), *v;
         x->first = at;
         cJSON_ArrayForEach(v, s)
@@ -590,6 +605,10 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     h->sp = h->sp && h->tp > 1;
     TRY(json_int(root, "cp", name, 1, 1024, 1, &h->cp, err));
     TRY(json_choice(root, "cp_kind", name, "ring", "all-to-all", &h->cp_alltoall, err));
+    TRY(json_bool(root, "cp_auto", name, 0, &h->cp_auto, err));
+    if (h->cp_auto && (h->cp < 2 || h->cp_alltoall))
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"cp_auto\" needs a group (\"cp\" of 2 or more) "
+                       "in the ring form (\"cp_kind\": \"ring\")", name);
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));

@@ -93,6 +93,8 @@ typedef struct plan_mb {
     int recompute; /* the micro-batch's own recompute_mode ("recompute", a plan that says
                     * "mixed": a mode per micro-batch); -1: the iteration's (plan_machine.h
                     * pm_recompute) */
+    int cp;        /* its context-parallel degree under "cp_auto" ("cp", a divisor of the
+                    * header's cp, the group it runs in: cost.h cost_model.cp_auto); 0 otherwise */
     double *fwd_ms, *bwd_ms, *w_ms; /* per device, ms */
     double *stored_mb, *peak_mb;    /* per device, MB */
 } plan_mb;
@@ -125,6 +127,8 @@ typedef struct plan_header {
     char model[64], hw[64], schedule[32], batching[32];
     int pp, dp, tp, chunks, zero;
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
+    int cp_auto;         /* "cp_auto": true: cp is a group of GPUs, each micro-batch names its
+                          * own degree (plan_mb.cp; --cp auto) */
     int sp;              /* Megatron's sequence parallelism with tp > 1 ("sp": true or false; a
                           * plan without it: on, dpsim's default); 0 with tp 1 */
     int recompute;      /* a recompute_policy (cost.h) but fastest: a mode, dynamic or mixed

@@ -74,15 +74,24 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     return DP_OK;
 }
 
-/* Per-layer costs of both components (decoder zero for GPT) and of the LM head. */
+/* Per-layer costs of both components (decoder zero for GPT) and of the LM head. Under --cp auto
+ * at the shape's degree c (cost_shape.cp): the group's cp GPUs run the micro-batch's rows as
+ * cp / c parts side by side, each part's rows (the most any part gets) at context parallelism c. */
 static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_layer *enc,
                              cost_layer *dec, cost_layer *head, dp_err *err)
 {
+    const cost_model *cm = sm->cm;
+    cost_model at;
+    cost_shape part = *s;
+    if (cm->cp_auto && s->cp > 0 && s->cp != cm->cp) {
+        int parts = cm->cp / s->cp;
+        at = *cm, at.cp = s->cp, cm = &at;
+        part.mbs = (s->mbs + parts - 1) / parts;
+    }
     memset(dec, 0, sizeof *dec);
-    dp_status st = cost_query(sm->cm, COMP_ENCODER, s, enc, err);
-    if (st == DP_OK && sm->cm->model.arch == ARCH_T5)
-        st = cost_query(sm->cm, COMP_DECODER, s, dec, err);
-    if (st == DP_OK) st = cost_query(sm->cm, COMP_POSTPROCESS, s, head, err);
+    dp_status st = cost_query(cm, COMP_ENCODER, &part, enc, err);
+    if (st == DP_OK && cm->model.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, &part, dec, err);
+    if (st == DP_OK) st = cost_query(cm, COMP_POSTPROCESS, &part, head, err);
     return st;
 }
 
@@ -190,10 +199,31 @@ int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *ru
 dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem_rule *rule,
                            double *t_ms, int *fits)
 {
+    if (sm->cm->cp_auto && s->cp == 0) {
+        cost_shape at = *s;
+        at.cp = stage_model_pick_cp(sm, s, rule);
+        return stage_model_time(sm, &at, rule, t_ms, fits);
+    }
     mb_cost c;
     dp_status st = stage_model_cost(sm, s, &c, NULL);
     if (st != DP_OK) return st;
     *t_ms = c.t_ms;
     *fits = stage_model_fits(sm, &c, rule, NULL, 0);
     return DP_OK;
+}
+
+int stage_model_pick_cp(const stage_model *sm, const cost_shape *s, const mem_rule *rule)
+{
+    int group = sm->cm->cp, best = group;
+    double best_t = INFINITY;
+    mb_cost c;
+    for (int d = 1; d <= group; d++) {
+        if (group % d) continue;
+        cost_shape at = *s;
+        at.cp = d;
+        if (stage_model_cost(sm, &at, &c, NULL) != DP_OK || !stage_model_fits(sm, &c, rule, NULL, 0))
+            continue;
+        if (c.t_ms < best_t) best_t = c.t_ms, best = d;
+    }
+    return best;
 }

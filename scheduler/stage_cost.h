@@ -98,6 +98,12 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
 dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem_rule *rule,
                            double *t_ms, int *fits);
 
+/* --cp auto (cost_model.cp_auto): the degree a micro-batch of shape s (its cp ignored) runs at,
+ * a divisor of the group cm->cp: the fastest that fits under the rule, the group's own where none
+ * does. stage_model_time picks it for a shape whose cp is 0; stage_model_cost prices a shape at
+ * its cp (0: the group's). */
+int stage_model_pick_cp(const stage_model *sm, const cost_shape *s, const mem_rule *rule);
+
 /* Whether a costed micro-batch fits under the rule; if not and why is non-NULL, says which
  * device and limit. */
 int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *rule, char *why,

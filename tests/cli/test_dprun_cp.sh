@@ -102,6 +102,10 @@ expect "a varlen plan whose samples 2 cp does not divide" 1 "context parallelism
 plan a2a --model gpt-tiny --pp 2 --cp 2 --cp-kind all-to-all
 expect "the all-to-all form is refused, never run as the ring" 1 "in the all-to-all form, and dprun runs the ring form" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/a2a.json" --out "$TMP/x.csv"
+"$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 --model gpt-tiny --pp 2 --cp auto \
+  --cp-max 2 --batching dynamic --max-seqlen 256 -o "$TMP/auto.json" >/dev/null 2>&1
+expect "a plan with a degree per micro-batch (--cp auto) is refused" 1 "a context-parallel degree per micro-batch .* dprun runs one degree" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/auto.json" --out "$TMP/x.csv"
 expect "the cuda backend refuses cp (the cpu backend runs it)" 1 "the cuda backend runs cp 1" -- \
   timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
 finish

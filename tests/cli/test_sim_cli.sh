@@ -348,6 +348,21 @@ expect "--cp with a measured profile" 2 "needs the analytic cost model" -- "$DPS
 expect "--cp with T5" 2 "encoder-decoder" -- "$DPSIM" sim --model t5-11b-24l --analytic --cp 2 --iterations 1
 expect "a cp plan" 0 "wrote 1 iterations" -- "$DPSIM" plan $CP --cp 2 -o "$TMP/cp.json"
 check "... records its degree and kind" grep -q '"cp":2,"cp_kind":"ring"' "$TMP/cp.json"
+# --cp auto: a degree per micro-batch in a group of GPUs (stage_cost.h stage_model_pick_cp)
+"$DPSIM" trace gen --mix long-cot -n 3000 --seed 1 -o "$TMP/cot.csv" >/dev/null 2>&1
+AUTO="--model llama3.1-8b --hw dgx-h100 --tp 4 --pp 2 --cp auto --cp-max 2 --trace $TMP/cot.csv --max-seqlen 65536 --global-tokens 1048576 --iterations 2 --batching dynamic"
+expect "--cp auto plans a 64k long-CoT trace on 16 H100 (tp 4, pp 2, a group of 2)" 0 "wrote 2 iterations" -- \
+  "$DPSIM" plan $AUTO -o "$TMP/auto.json"
+check "... its header says cp_auto, each micro-batch its degree (1 or 2), both used" \
+  bash -c "grep -q '\"cp\":2,\"cp_kind\":\"ring\",\"cp_auto\":true' '$TMP/auto.json' && [ \$(grep -o '\"replica\":0,\"cp\":[12]' '$TMP/auto.json' | sort -u | wc -l) -eq 2 ] && [ \$(grep -o '\"replica\":0,\"cp\":[0-9]*' '$TMP/auto.json' | wc -l) -eq \$(grep -o '\"padded_tokens\"' '$TMP/auto.json' | wc -l) ]"
+expect "... and nothing goes over memory" 0 "out of memory +no" -- "$DPSIM" sim --plan "$TMP/auto.json"
+expect "--cp auto with a varlen batching is refused" 1 "--cp auto splits a micro-batch's rows over the group, and --batching packing-ffd-varlen" -- \
+  "$DPSIM" sim $AUTO --batching packing-ffd-varlen
+expect "--cp auto on a measured profile is refused" 2 "--cp auto prices each micro-batch at its own degree, which needs the analytic cost model" -- \
+  "$DPSIM" sim --cp auto --iterations 1
+expect "--cp auto in the all-to-all form is refused" 2 "--cp auto runs the ring form" -- "$DPSIM" sim $AUTO --cp-kind all-to-all
+expect "--cp-max 1 is refused" 2 "--cp-max \"1\" is not a group of 2 to 1024 GPUs" -- "$DPSIM" sim $AUTO --cp-max 1
+expect "--cp half is refused" 2 "--cp \"half\" is not a degree in \\[1, 1024\\] or auto" -- "$DPSIM" sim $AUTO --cp half
 "$DPSIM" sim --plan "$TMP/cp.json" --json >"$TMP/cp3.json" 2>/dev/null
 check "... and replays to the same timeline and memory" bash -c "diff <(grep -E 'timeline_hash|peak_mem' '$TMP/cp2.json') <(grep -E 'timeline_hash|peak_mem' '$TMP/cp3.json')"
 

@@ -150,6 +150,122 @@ static void random_samples(unsigned *seed, sample_len *s, int n, int t5)
     }
 }
 
+/* --cp auto: the DP, each segment priced at its fastest degree that fits (stage_model_pick_cp),
+ * finds the best objective over every contiguous partition and every assignment of degrees to its
+ * micro-batches (brute force, the memory rule written out); and each micro-batch of its list names
+ * the degree it was priced at. Llama-kind layers on the analytic model, a group of 4 GPUs,
+ * sequences to 4096 tokens, memory generous or binding. */
+typedef struct cp_fixture {
+    cost_model *cm;
+    stage_model sm;
+    batch_rules rules;
+    batch_ctx ctx;
+} cp_fixture;
+
+static int64_t cp_seg_ns(const cp_fixture *f, const sample_len *s, int i, int j, int d, int held)
+{
+    int enc = 0;
+    for (int k = i; k < j; k++) enc = s[k].enc > enc ? s[k].enc : enc;
+    cost_shape sh = cost_shape_rows(j - i, batch_pad(&f->rules, enc), 0);
+    sh.cp = d;
+    mb_cost c;
+    if (stage_model_cost(&f->sm, &sh, &c, NULL) != DP_OK) return -1;
+    for (int q = 0; q < f->sm.pp; q++)
+        if (held * c.stored_mb[q] + (c.peak_mb[q] - c.stored_mb[q]) / f->sm.chunks > f->sm.budget_mb[q])
+            return -1;
+    return llround(c.t_ms * 1e6);
+}
+
+static int64_t cp_brute_force(const cp_fixture *f, const sample_len *s, int n, int held)
+{
+    static const int degrees[] = {1, 2, 4};
+    int64_t best = INT64_MAX;
+    int S = f->sm.pp;
+    for (unsigned mask = 0; mask < (1u << (n - 1)); mask++) {
+        int cut[16], k = 0; /* the segments' ends */
+        for (int j = 1; j <= n; j++)
+            if (j == n || mask & (1u << (j - 1))) cut[k++] = j;
+        int pick[16] = {0};
+        for (;;) { /* every assignment of degrees to the k segments */
+            int64_t sum = 0, mx = 0;
+            int ok = 1;
+            for (int q = 0, start = 0; q < k && ok; start = cut[q++]) {
+                int64_t t = cp_seg_ns(f, s, start, cut[q], degrees[pick[q]], held);
+                if (t < 0) ok = 0;
+                sum += t, mx = t > mx ? t : mx;
+            }
+            if (ok && (int64_t)(S - 1) * mx + sum < best) best = (int64_t)(S - 1) * mx + sum;
+            int q = 0;
+            while (q < k && ++pick[q] == 3) pick[q++] = 0;
+            if (q == k) break;
+        }
+    }
+    return best;
+}
+
+static void test_cp_auto_matches_brute_force(void **state)
+{
+    (void)state;
+    unsigned seed = 777;
+    int cases = 0, mixed = 0;
+    for (int rep = 0; rep < 12; rep++) {
+        cp_fixture f;
+        memset(&f, 0, sizeof f);
+        model_spec m = *model_preset("gpt-tiny");
+        m.enc_layers = 8, m.hidden = 1024, m.heads = 8, m.kv_channels = 128, m.ffn = 4096;
+        cluster_spec hw;
+        cluster_preset("p4d", &hw);
+        analytic_params ap;
+        analytic_params_default(&ap);
+        dp_err err = {0};
+        if (cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &f.cm, &err) != DP_OK) fail_msg("%s", err.msg);
+        if (cost_model_set_cp_auto(f.cm, 4, 0, &err) != DP_OK) fail_msg("%s", err.msg);
+        int S = 1 + rep % 2;
+        double probe_state;
+        if (stage_model_init(&f.sm, f.cm, S, 1, 1, 0, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+        probe_state = f.sm.state_mb[0];
+        double mem = rep < 4 ? 1e6 : 300 + rand_r(&seed) % 2000; /* generous, then binding */
+        if (stage_model_init(&f.sm, f.cm, S, 1, 1, 0, probe_state + mem, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+        batch_rules_default(&f.rules, ARCH_GPT);
+        f.rules.max_seqlen = 4096;
+        f.ctx = (batch_ctx){&f.rules, &f.sm, 2, 512, 0, NULL, DP_SPLIT_AUTO, NULL, 0};
+        int n = 3 + rand_r(&seed) % 6;
+        sample_len s[12];
+        for (int i = 0; i < n; i++) s[i] = (sample_len){i, 64 + rand_r(&seed) % 4000, 0};
+        mb_list l;
+        mb_list_init(&l);
+        dp_status st = dp_batch(&f.ctx, s, n, &l, &err);
+        assert_int_equal(mb_order(&f.rules, s, n), DP_OK);
+        int held = S;
+        int64_t bf = cp_brute_force(&f, s, n, held);
+        if (bf == INT64_MAX) held = 1, bf = cp_brute_force(&f, s, n, 1);
+        if (bf == INT64_MAX) {
+            assert_int_equal(st, DP_ERR_INFEASIBLE);
+        } else {
+            if (st != DP_OK) fail_msg("%s", err.msg);
+            if (mb_list_finish(&f.ctx, &l, &err) != DP_OK) fail_msg("%s", err.msg);
+            int64_t sum = 0, mx = 0;
+            int seen[5] = {0};
+            for (int k = 0, at = 0; k < l.n_mb; at += l.mb[k++].n_samples) {
+                const microbatch *mb = &l.mb[k];
+                assert_true(mb->cp == 1 || mb->cp == 2 || mb->cp == 4);
+                seen[mb->cp] = 1;
+                int64_t t = cp_seg_ns(&f, s, at, at + mb->n_samples, mb->cp, held);
+                assert_true(t >= 0);
+                sum += t, mx = t > mx ? t : mx;
+            }
+            assert_int_equal((int64_t)(S - 1) * mx + sum, bf);
+            mixed += seen[1] + seen[2] + seen[4] > 1;
+            cases++;
+        }
+        mb_list_release(&l);
+        cost_model_free(f.cm);
+    }
+    assert_true(cases >= 8);
+    assert_true(mixed >= 1); /* some batch runs micro-batches of different degrees */
+}
+
 static void test_dp_matches_brute_force(void **state)
 {
     (void)state;
@@ -743,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_varlen_never_worse),
         cmocka_unit_test(test_t5_order_is_a_short_path),
         cmocka_unit_test(test_dp_matches_brute_force),
+        cmocka_unit_test(test_cp_auto_matches_brute_force),
         cmocka_unit_test(test_replica_split),
         cmocka_unit_test(test_thinned_never_better_and_properties),
     };
