@@ -40,6 +40,15 @@ double placement_act_elems(const model_spec *m, int v, int nv, int mbs, int enc_
     return unit * ((double)dec_len + enc_len); /* decoder hidden state + the encoder output */
 }
 
+placement_wire placement_wire_parts(const stage_placement *p, int grad, int send)
+{
+    placement_wire w = {1, p->decoder};
+    /* the first decoder stage's other side is the encoder: the encoder output comes in alone
+     * and its gradient goes back alone */
+    if (p->first_decoder && grad == send) w.hidden = 0;
+    return w;
+}
+
 int placement_token_shards(int tp, int seq_parallel)
 {
     return tp > 1 && seq_parallel ? tp : 1;

@@ -37,6 +37,18 @@ stage_placement placement_stage(const model_spec *m, int v, int nv);
  * micro-batch of mbs samples of enc_len (GPT: seq) and dec_len tokens. */
 double placement_act_elems(const model_spec *m, int v, int nv, int mbs, int enc_len, int dec_len);
 
+/* What one transfer of a virtual stage holds, side by side: its own hidden state (or that
+ * state's gradient) first, then the encoder output passed along (or its gradient). grad: 0 the
+ * activation, 1 its gradient; send: 1 what the stage sends, 0 what it receives. A GPT or T5
+ * encoder stage moves its hidden state alone (the last encoder stage receives the encoder
+ * output's gradient there); a decoder stage both; the first decoder stage receives the encoder
+ * output alone and sends back its gradient alone. Both dprun executors pack and size their wire
+ * buffers by it; placement_act_elems counts what a stage sends. */
+typedef struct placement_wire {
+    int hidden, enc; /* 1 where the part is there */
+} placement_wire;
+placement_wire placement_wire_parts(const stage_placement *p, int grad, int send);
+
 /* The share of a transfer that one GPU pair carries, side by side with the others of its rank:
  * 1/cp (each context-parallel GPU holds its share of the tokens), and 1/tp more with sequence
  * parallelism (each tensor-parallel GPU holds 1/tp of the tokens between layers; without it every

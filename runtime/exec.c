@@ -27,13 +27,13 @@ typedef struct chunk_state {
     int first, last;     /* virtual stage 0 (embedding) / last (LM head) */
     int decoder;         /* a T5 decoder stage: its layers cross-attend to the encoder output */
     int first_decoder;   /* receives only the encoder output; its input is the target embedding */
+    stage_placement place; /* what it runs and what its transfers carry (placement.h) */
 } chunk_state;
 
 /* Buffers of one (micro-batch, chunk). What travels (the wire buffers, sized by the plan's
- * bytes) is packed from and unpacked into the compute buffers:
- *   GPT and T5 encoder stages  activation = out; gradient = din
- *   T5 decoder stages          activation = [out | enc]; gradient = [din | denc]
- *   the first decoder stage    receives enc only and sends denc only. */
+ * bytes) is packed from and unpacked into the compute buffers by placement_wire_parts: the
+ * hidden part is out (sent activation), in (received), din (sent gradient), dout (received); the
+ * encoder part enc or denc. */
 typedef struct slot {
     int alive, B, S, Se;           /* S: this stage's length; Se: the encoder's (decoders only) */
     int n;                         /* this rank's tokens of the B*S: B*S / cp */
@@ -580,20 +580,33 @@ static void zero_reduce(ctx *c, chunk_state *ch)
     pool_put(c, mine, ch->shard);
 }
 
+/* The elements of a transfer of `kind` that slot s sends or receives (placement_wire_parts). */
+static size_t wire_elems(const chunk_state *ch, const slot *s, int kind, int send)
+{
+    placement_wire w = placement_wire_parts(&ch->place, kind == KIND_GRAD, send);
+    return (w.hidden ? s->nh : 0) + (w.enc ? s->ne : 0);
+}
+
+/* A received transfer into the compute buffers: in or dout, then enc or denc. */
+static void wire_unpack(const chunk_state *ch, slot *s, int kind)
+{
+    placement_wire w = placement_wire_parts(&ch->place, kind == KIND_GRAD, 0);
+    const double *at = s->rx[kind];
+    if (w.hidden) memcpy(kind == KIND_ACT ? s->in : s->dout, at, s->nh * sizeof(double)), at += s->nh;
+    if (w.enc) memcpy(kind == KIND_ACT ? s->enc : s->denc, at, s->ne * sizeof(double));
+}
+
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
     int n = s->n, H = c->hidden;
     /* unpack the received activation */
-    if (ch->first_decoder) {
-        memcpy(s->enc, s->rx[KIND_ACT], s->ne * sizeof(double));
-        rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0); /* target embedding */
-    } else if (ch->first) { /* input embedding: this rank's tokens of it */
+    if (ch->first) /* input embedding: this rank's tokens of it */
         fill_input(c, s, (unsigned)(x->mb * 131 + c->iteration));
-    } else {
-        memcpy(s->in, s->rx[KIND_ACT], s->nh * sizeof(double));
-        if (ch->decoder) memcpy(s->enc, s->rx[KIND_ACT] + s->nh, s->ne * sizeof(double));
-    }
+    else
+        wire_unpack(ch, s, KIND_ACT);
+    if (ch->first_decoder) /* its input is the target embedding (the encoder output came in) */
+        rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0);
     int full = s->recompute == RECOMPUTE_FULL;
     if (full && !s->ckpt) s->ckpt = pool_get(c, (size_t)ch->layers * s->nh);
     if (!full && !s->acts) {
@@ -646,9 +659,8 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         rt_lm_head_bwd_tp(tp_of(c), s->dlogits, c->emb, s->head_in ? s->head_in : s->out, s->dout,
                           c->demb, n, H, c->vocab);
         if (ch->decoder) memset(s->denc, 0, s->ne * sizeof(double));
-    } else { /* unpack the received gradient */
-        memcpy(s->dout, s->rx[KIND_GRAD], s->nh * sizeof(double));
-        if (ch->decoder) memcpy(s->denc, s->rx[KIND_GRAD] + s->nh, s->ne * sizeof(double));
+    } else {
+        wire_unpack(ch, s, KIND_GRAD);
     }
     /* pm_recompute: selective reruns each layer's attention core before its backward; full its
      * whole forward from the saved input, then its weight gradients too (a full-recompute
@@ -687,33 +699,19 @@ static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
 }
 
 /* Packs what a send carries into its wire buffer. */
+/* Packs what a send carries into its wire buffer. */
 static double *pack(ctx *c, const plan_instr *x, slot *s, int kind)
 {
-    chunk_state *ch = &c->ch[x->chunk];
-    size_t n = kind == KIND_ACT ? (ch->decoder ? s->nh + s->ne : s->nh)
-                                : (ch->first_decoder ? s->ne : ch->decoder ? s->nh + s->ne : s->nh);
+    const chunk_state *ch = &c->ch[x->chunk];
+    placement_wire parts = placement_wire_parts(&ch->place, kind == KIND_GRAD, 1);
+    size_t n = wire_elems(ch, s, kind, 1);
     check_wire(c, x, n);
-    double *w = pool_get(c, n);
+    double *w = pool_get(c, n), *at = w;
     s->tx[kind] = w;
     s->tx_n[kind] = n;
-    if (kind == KIND_ACT) {
-        memcpy(w, s->out, s->nh * sizeof(double));
-        if (ch->decoder) memcpy(w + s->nh, s->enc, s->ne * sizeof(double));
-    } else if (ch->first_decoder) {
-        memcpy(w, s->denc, s->ne * sizeof(double));
-    } else {
-        memcpy(w, s->din, s->nh * sizeof(double));
-        if (ch->decoder) memcpy(w + s->nh, s->denc, s->ne * sizeof(double));
-    }
+    if (parts.hidden) memcpy(at, kind == KIND_ACT ? s->out : s->din, s->nh * sizeof(double)), at += s->nh;
+    if (parts.enc) memcpy(at, kind == KIND_ACT ? s->enc : s->denc, s->ne * sizeof(double));
     return w;
-}
-
-/* The wire size of a receive: what the peer packs. */
-static size_t wire_in(const ctx *c, const plan_instr *x, const slot *s, int kind)
-{
-    const chunk_state *ch = &c->ch[x->chunk];
-    if (kind == KIND_ACT) return ch->first_decoder ? s->ne : ch->decoder ? s->nh + s->ne : s->nh;
-    return ch->decoder ? s->nh + s->ne : s->nh; /* the last encoder stage gets d(enc) = nh */
 }
 
 static void describe(char *buf, size_t cap, const plan_instr *x, int i)
@@ -764,7 +762,7 @@ static void run_iteration(ctx *c, const plan_iter *it)
         case OP_RECV_GRAD: {
             slot_open(c, s, m, &c->ch[x->chunk]);
             int kind = step.kind;
-            size_t n = wire_in(c, x, s, kind);
+            size_t n = wire_elems(&c->ch[x->chunk], s, kind, 0);
             check_wire(c, x, n);
             s->rx[kind] = pool_get(c, n);
             s->rx_n[kind] = n;
@@ -878,6 +876,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         chunk_state *ch = &c.ch[k];
         ch->decoder = place.decoder;
         ch->first_decoder = place.first_decoder;
+        ch->place = place;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
         rt_layer_shape whole = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);

@@ -57,14 +57,15 @@ enum { LINK_ACT_OUT, LINK_ACT_IN, LINK_GRAD_OUT, LINK_GRAD_IN, N_LINKS };
 typedef struct gchunk { /* the layers of one virtual stage */
     int layers, first, last;
     int decoder, first_decoder; /* T5: decoder layers (cross-attention); the first of them */
+    stage_placement place;      /* what it runs and what its transfers carry (placement.h) */
     rt_cuda_layer *p, *g;
     rt_layer_shape shape;
 } gchunk;
 
-/* Buffers of one (micro-batch, virtual stage). What a T5 decoder stage sends and receives is its
- * hidden state (or gradient) and the encoder output (or its gradient) in one wire buffer,
- * [hidden | enc], packed at the end of F and B and unpacked at their start; the first decoder
- * stage receives enc alone and sends d(enc) alone (runtime/exec.c's wire format). */
+/* Buffers of one (micro-batch, virtual stage). What a stage sends and receives is
+ * placement_wire_parts': a transfer of both parts (a T5 decoder stage's hidden state and the
+ * encoder output, or their gradients) goes through one wire buffer, [hidden | enc], packed at
+ * the end of F and B and unpacked at their start; a single part moves from its own buffer. */
 typedef struct gslot {
     int B, S, Se;                  /* S: this stage's length; Se: the encoder's (decoders) */
     size_t nh, ne;                 /* elements: B*S*H, B*Se*H */
@@ -238,13 +239,19 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
  * elements. */
 static void *wire_of(const gchunk *ch, gslot *s, int kind, int send, size_t *n)
 {
-    *n = s->nh;
-    if (!ch->decoder)
-        return kind == KIND_ACT ? (send ? s->out : s->in) : (send ? s->din : s->dout);
-    if (ch->first_decoder && kind == KIND_ACT && !send) return *n = s->ne, s->enc;
-    if (ch->first_decoder && kind == KIND_GRAD && send) return *n = s->ne, s->denc;
-    *n = s->nh + s->ne;
-    return s->wire[kind];
+    placement_wire w = placement_wire_parts(&ch->place, kind == KIND_GRAD, send);
+    *n = (w.hidden ? s->nh : 0) + (w.enc ? s->ne : 0);
+    if (w.hidden && w.enc) return s->wire[kind]; /* [hidden | enc], packed and unpacked */
+    if (w.enc) return kind == KIND_ACT ? s->enc : s->denc;
+    return kind == KIND_ACT ? (send ? s->out : s->in) : (send ? s->din : s->dout);
+}
+
+/* Whether a transfer of `kind` holds both parts (placement_wire_parts), [hidden | enc] in the
+ * slot's wire buffer, packed at the end of F and B and unpacked at their start. */
+static int packed(const gchunk *ch, int kind, int send)
+{
+    placement_wire w = placement_wire_parts(&ch->place, kind == KIND_GRAD, send);
+    return w.hidden && w.enc;
 }
 
 /* [a | b] to or from a decoder stage's wire buffer (eb bytes per element). */
@@ -271,7 +278,7 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
         rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 977 + iteration), 1.0);
     else if (ch->first) /* the input embedding */
         rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 131 + iteration), 1.0);
-    else if (ch->decoder)
+    else if (packed(ch, KIND_ACT, 0))
         unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
     const void *cur = s->in;
     for (int l = 0; l < ch->layers; l++) {
@@ -284,7 +291,7 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
     if (ch->last)
         rt_cuda_lm_head_fwd(g, s->out, c->emb, c->logits, s->dlogits, s->B * s->S, c->hidden,
                             c->vocab, mb, c->dt);
-    else if (ch->decoder)
+    else if (packed(ch, KIND_ACT, 1))
         pack(g, s, KIND_ACT, s->out, s->enc, c->eb);
 }
 
@@ -294,7 +301,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
         rt_cuda_lm_head_bwd(g, s->dlogits, c->emb, s->out, s->dout, c->demb, s->B * s->S,
                             c->hidden, c->vocab, c->dt);
         if (ch->decoder) rt_cuda_zero(g, s->denc, s->ne * c->eb);
-    } else if (ch->decoder) {
+    } else if (packed(ch, KIND_GRAD, 0)) {
         unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
     }
     /* ping-pong between din and in (the layer inputs are kept in acts or ckpt, so in is scratch
@@ -313,7 +320,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
-    if (ch->decoder && !ch->first_decoder) pack(g, s, KIND_GRAD, s->din, s->denc, c->eb);
+    if (packed(ch, KIND_GRAD, 1)) pack(g, s, KIND_GRAD, s->din, s->denc, c->eb);
 }
 
 static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
@@ -658,6 +665,7 @@ static dp_status setup(gctx *c, const model_spec *m)
         ch->last = place.head;
         ch->decoder = place.decoder;
         ch->first_decoder = place.first_decoder;
+        ch->place = place;
         has_last |= ch->last;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
         ch->shape = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER

@@ -159,7 +159,7 @@ same_norm "2 stages x 2 replicas (gradients all-reduced)" 4 "$TMP/dp2.json"
 cp "$TMP/g.csv" "$TMP/g_dp2.csv" # the fp64 multi-GPU timeline, for the checks below
 bf16_run "2 stages x 2 replicas (fp32 gradients all-reduced)" 4 "$TMP/dp2.json"
 check "the multi-GPU timeline has a record per instruction, and ALLREDUCE (2 iterations + the noise repeat of the first, 4 ranks)" \
-  bash -c "[ \$(grep -c ',ALLREDUCE,' '$TMP/g_dp2.csv') -eq 12 ] && [ \$(grep -c ',ALLREDUCE,.*,1,1\$' '$TMP/g_dp2.csv') -eq 4 ] && [ \$(tail -n +2 '$TMP/g_dp2.csv' | wc -l) -eq \$(tail -n +2 '$TMP/c.csv' | wc -l) ]"
+  bash -c "[ \$(grep -c ',ALLREDUCE,' '$TMP/g_dp2.csv') -eq 12 ] && [ \$(grep -c ',ALLREDUCE,.*,1,1,1\$' '$TMP/g_dp2.csv') -eq 4 ] && [ \$(tail -n +2 '$TMP/g_dp2.csv' | wc -l) -eq \$(tail -n +2 '$TMP/c.csv' | wc -l) ]"
 expect "dpsim validate reports the machine's noise beside the error" 0 "machine noise band: runs of the same iteration lie [0-9.]+% apart .median over 1 iteration run up to 2 times" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/c.csv"
 expect "dpsim validate reads the multi-GPU timeline" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/dp2.json" --measured "$TMP/g_dp2.csv"
 same_norm "T5 on 4 stages (the encoder output travels with the decoder's hidden state)" 4 "$TMP/t5.json"

@@ -65,13 +65,13 @@ if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
   same dp2 dp1 8
 fi
 check "the tp 2 run recorded one row per op (the tp group's first rank), with its layout" \
-  bash -c "head -1 '$TMP/gpt2.csv' | grep -q ',tp$' && [ \$(grep -c ',F,' '$TMP/gpt2.csv') -eq \$(grep -c ',F,' '$TMP/gpt1.csv') ] && grep -q ',2$' '$TMP/gpt2.csv'"
+  bash -c "head -1 '$TMP/gpt2.csv' | grep -q ',tp,cp$' && [ \$(grep -c ',F,' '$TMP/gpt2.csv') -eq \$(grep -c ',F,' '$TMP/gpt1.csv') ] && grep -q ',2,1$' '$TMP/gpt2.csv'"
 expect "dpsim validate reads the tp 2 timeline" 0 "mean absolute error" -- \
   "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/gpt2.csv"
 cut -d, -f1-11 "$TMP/gpt2.csv" >"$TMP/notp.csv"
 expect "validate refuses a timeline that does not say it ran tp 2" 1 "the plan is for tp 2, and the timeline does not say" -- \
   "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/notp.csv"
-sed 's/,2$/,1/' "$TMP/gpt2.csv" >"$TMP/tp1rows.csv"
+sed 's/,2,1$/,1,1/' "$TMP/gpt2.csv" >"$TMP/tp1rows.csv"
 expect "... or says it ran another tp" 1 "the timeline ran tp 1, the plan is for tp 2" -- \
   "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/tp1rows.csv"
 

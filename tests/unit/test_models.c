@@ -1054,6 +1054,21 @@ static void test_placement_grid(void **state)
                     assert_int_equal(p.head, v == nv - 1);
                     double e = placement_act_elems(&m, v, nv, 3, 40, 7);
                     assert_true(e == 3.0 * m.hidden * (want_decoder ? 47 : 40));
+                    /* the wire's parts: what v sends is what v + 1 receives, activation forward
+                     * and gradient back, and counts placement_act_elems; a stage's hidden state
+                     * is its own side's length (decoder 7, encoder 40), the encoder output 40 */
+                    if (v + 1 < nv) {
+                        stage_placement q = placement_stage(&m, v + 1, nv);
+                        double len_v = p.decoder ? 7 : 40, len_q = q.decoder ? 7 : 40;
+                        for (int grad = 0; grad < 2; grad++) {
+                            placement_wire out = placement_wire_parts(grad ? &q : &p, grad, 1);
+                            placement_wire in = placement_wire_parts(grad ? &p : &q, grad, 0);
+                            double sent = (out.hidden ? (grad ? len_q : len_v) : 0) + (out.enc ? 40 : 0);
+                            double got = (in.hidden ? (grad ? len_v : len_q) : 0) + (in.enc ? 40 : 0);
+                            assert_true(sent == got);
+                            assert_true(3.0 * m.hidden * sent == e);
+                        }
+                    }
                 }
                 assert_int_equal(enc, layers);
                 assert_int_equal(dec, arch ? layers : 0);
