@@ -297,20 +297,15 @@ static dp_status check_token_split(const plan *pl, int cp, int tp, int sp, const
         for (int k = 0; k < pl->it[i].n_mb; k++) {
             const plan_iter *it = &pl->it[i];
             const plan_mb *mb = &it->mb[k];
-            int n = mb->mbs * mb->enc_len, *store = NULL, *rows = NULL, bad = 0, bad_len = 0, rc;
+            int n = mb->mbs * mb->enc_len, *store = NULL, bad = 0, bad_len = 0, rc;
             rt_seqs seqs;
             rt_cp map;
             if (rt_mb_seqs(it, mb, 0, &seqs, &store) != 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-            if (!seqs.n) {
-                if (!(rows = malloc(2 * (size_t)mb->mbs * sizeof *rows))) {
-                    free(store);
-                    return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-                }
-                rt_seqs_rows(&seqs, mb->mbs, mb->enc_len, rows, rows + mb->mbs);
-            }
-            rc = cp > 1 ? rt_cp_split(&seqs, n, cp, 0, 1, &map, &bad, &bad_len) : 0;
+            rc = cp > 1 ? rt_cp_split_batch(seqs.n ? &seqs : NULL, mb->mbs, mb->enc_len, cp, 0, 1, &map,
+                                            &bad, &bad_len)
+                        : 0;
             if (rc == 0 && cp > 1) rt_cp_free(&map);
-            free(store), free(rows);
+            free(store);
             if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
             if (rc > 0)
                 return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d: context "
@@ -397,14 +392,9 @@ static const rt_seqs *enc_seqs(const slot *s, const chunk_state *ch)
 static void slot_open_shape(ctx *c, slot *s, const chunk_state *ch)
 {
     if (c->cpg.tp.size > 1) {
-        rt_seqs rows;
-        int *ol = malloc(2 * (size_t)s->B * sizeof *ol);
-        if (!ol) die(c, "out of host memory");
-        const rt_seqs *seqs = self_seqs(s, ch);
-        if (!seqs) rt_seqs_rows(&rows, s->B, s->S, ol, ol + s->B), seqs = &rows;
-        int bad = 0, bad_len = 0, rc = rt_cp_split(seqs, s->B * s->S, c->cpg.tp.size, c->cp_rank,
-                                                   ch->shape.causal, &s->cp, &bad, &bad_len);
-        free(ol);
+        int bad = 0, bad_len = 0;
+        int rc = rt_cp_split_batch(self_seqs(s, ch), s->B, s->S, c->cpg.tp.size, c->cp_rank,
+                                   ch->shape.causal, &s->cp, &bad, &bad_len);
         if (rc < 0) die(c, "out of host memory");
         if (rc > 0) die(c, "a micro-batch that context parallelism cannot split (the layout check "
                            "passed it?)");

@@ -412,6 +412,22 @@ void rt_tp_reduce(const rt_tp *tp, double *partial, double *local, size_t n_full
 
 int rt_cp_tokens(const rt_cp *cp, int n) { return cp && cp->size > 1 ? n / cp->size : n; }
 
+int rt_cp_split_batch(const rt_seqs *seqs, int B, int S, int size, int rank, int causal, rt_cp *out,
+                      int *bad, int *bad_len)
+{
+    if (seqs) return rt_cp_split(seqs, B * S, size, rank, causal, out, bad, bad_len);
+    int *ol = malloc(2 * (size_t)(B > 0 ? B : 1) * sizeof *ol);
+    if (!ol) {
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    rt_seqs rows;
+    rt_seqs_rows(&rows, B, S, ol, ol + B);
+    int rc = rt_cp_split(&rows, B * S, size, rank, causal, out, bad, bad_len);
+    free(ol);
+    return rc;
+}
+
 void rt_cp_free(rt_cp *cp)
 {
     free(cp->store);

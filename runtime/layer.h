@@ -278,6 +278,9 @@ typedef struct rt_cp {
  * group is left NULL for the caller. On failure nothing is held. */
 int rt_cp_split(const rt_seqs *seqs, int n, int size, int rank, int causal, rt_cp *out, int *bad,
                 int *bad_len);
+/* The same for a micro-batch of B rows of S tokens whose sequences are seqs, or (NULL) the rows. */
+int rt_cp_split_batch(const rt_seqs *seqs, int B, int S, int size, int rank, int causal, rt_cp *out,
+                      int *bad, int *bad_len);
 void rt_cp_free(rt_cp *cp);
 /* The tokens a context-parallel rank holds of n: n / size (cp NULL: n). */
 int rt_cp_tokens(const rt_cp *cp, int n);

@@ -158,12 +158,8 @@ static dp_status rows_cp(const rt_tp *cp_group, int B, int S, int causal, rt_cp 
 {
     *out = NULL;
     if (!cp_group || cp_group->size < 2) return DP_OK;
-    int *ol = malloc(2 * (size_t)B * sizeof *ol), bad = 0, bad_len = 0, rc;
-    if (!ol) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    rt_seqs rows;
-    rt_seqs_rows(&rows, B, S, ol, ol + B);
-    rc = rt_cp_split(&rows, B * S, cp_group->size, cp_group->rank, causal, map, &bad, &bad_len);
-    free(ol);
+    int bad = 0, bad_len = 0;
+    int rc = rt_cp_split_batch(NULL, B, S, cp_group->size, cp_group->rank, causal, map, &bad, &bad_len);
     if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     if (rc > 0)
         return dp_fail(err, DP_ERR_INVALID, "seqlen %d: context parallelism cuts each sequence "
