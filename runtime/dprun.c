@@ -24,6 +24,7 @@
 
 #include "../common/json_util.h"
 #include "../common/outfile.h"
+#include "../models/hw.h"
 #include "../scheduler/plan.h"
 #include "check_gpu.h"
 #include "exec.h"
@@ -34,7 +35,7 @@
 static const char USAGE[] =
     "dprun [run] --plan FILE --backend cpu|cuda [--dtype bf16|fp64] --out FILE [--timeout S]\n"
     "       dprun profile --backend cpu|cuda [--dtype bf16|fp64] --model M [--mbs LIST]\n"
-    "                     [--seqlen LIST] [--tp T [--no-sp]] [--cp C] -o FILE\n"
+    "                     [--seqlen LIST] [--tp T [--no-sp]] [--cp C] [--cluster-out FILE] -o FILE\n"
     "       dprun check-gpu [MODEL] [--hw GPU] [--no-speed]";
 
 static void help(void)
@@ -90,6 +91,11 @@ static void help(void)
            "                        tokens, the key/value gathers in the times; rows carry a cp\n"
            "                        column (cpu backend, GPT-kind models; 2C divides each\n"
            "                        --seqlen)                                    [1]\n"
+           "      --cluster-out FILE  also measure the links between the ranks (each collective's\n"
+           "                        bus bandwidth on 8 MB, nccl-tests' way, and a step's latency)\n"
+           "                        and write them as a cluster JSON for dpsim's --hw: the --hw\n"
+           "                        preset with its in-node link replaced (under mpirun -np 2+)\n"
+           "      --hw H            the cluster --cluster-out starts from           [cpu]\n"
            "  -o, --out FILE        profile CSV                                   (required)\n"
            "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
            "                        against fp64 (stated tolerances), GPT-6.7B-width layer\n"
@@ -187,8 +193,10 @@ static int profile_main(int argc, char **argv)
         {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
         {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
         {"tp", required_argument, 0, 5},        {"no-sp", no_argument, 0, 6},
-        {"cp", required_argument, 0, 7},        {0, 0, 0, 0}};
+        {"cp", required_argument, 0, 7},        {"cluster-out", required_argument, 0, 8},
+        {"hw", required_argument, 0, 9},        {0, 0, 0, 0}};
     const char *model = "gpt-tiny", *out = NULL, *backend = "cpu", *dtype = NULL;
+    const char *cluster_out = NULL, *hw = "cpu";
     int64_t tp = 1, cp = 1;
     int sp = 1;
     int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
@@ -224,6 +232,8 @@ static int profile_main(int argc, char **argv)
         case 7:
             if (dp_parse_i64(optarg, 1, 1024, &cp) != 0) return usage_error("bad --cp (1-1024)", optarg);
             break;
+        case 8: cluster_out = optarg; break;
+        case 9: hw = optarg; break;
         case 'o': out = optarg; break;
         case 'h': help(); return 0;
         default: return usage_error("unknown or incomplete option", argv[optind - 1]);
@@ -231,6 +241,12 @@ static int profile_main(int argc, char **argv)
     }
     if (optind < argc) return usage_error("unexpected argument", argv[optind]);
     if (!out) return usage_error("profile needs --out", NULL);
+    cluster_spec links;
+    dp_err herr = {0};
+    if (cluster_out && cluster_resolve(hw, &links, &herr) != DP_OK) {
+        fprintf(stderr, "dprun profile: error: --hw: %s\n", herr.msg);
+        return 1;
+    }
     int on_gpu = strcmp(backend, "cuda") == 0;
     if (!on_gpu && strcmp(backend, "cpu") != 0) {
         fprintf(stderr, "dprun profile: unknown backend \"%s\" (cpu or cuda)\n", backend);
@@ -306,11 +322,31 @@ static int profile_main(int argc, char **argv)
                          rank == 0 ? out : "/dev/null", rank == 0, mpi ? barrier : NULL, on_gpu, dt,
                          modes, tp > 1 ? &group.tp : NULL, cp > 1 ? &cp_group.tp : NULL};
     int rc = 0;
-    if (rt_profile(&o, &err) != DP_OK) {
+    if (cluster_out && size < 2) {
+        fprintf(stderr, "dprun profile: error: --cluster-out measures the links between ranks: run "
+                "it under mpirun -np 2 or more (it runs on %d)\n", size);
+        rc = 1;
+    } else if (rt_profile(&o, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);
         rc = 1;
     } else if (rank == 0) {
         fprintf(stderr, "dprun: wrote %s\n", out);
+    }
+    if (rc == 0 && cluster_out) { /* the links between the ranks, as dpsim's --hw reads them */
+        snprintf(links.name, sizeof links.name, "%s-measured", hw);
+        dp_status st = rt_mpi_measure_links(MPI_COMM_WORLD, (size_t)8 << 20, repeats > 5 ? (int)repeats : 5,
+                                            &links, &err);
+        if (st == DP_OK && rank == 0) st = cluster_write_json(&links, cluster_out, &err);
+        if (st != DP_OK) {
+            fprintf(stderr, "dprun profile: rank %d: error: %s\n", rank, err.msg);
+            rc = 1;
+        } else if (rank == 0) {
+            fprintf(stderr, "dprun: wrote %s (the links between %d ranks: all-reduce %.2f GB/s bus "
+                    "bandwidth, send/receive %.2f GB/s, %.1f us a step)\n", cluster_out, size,
+                    links.intra_gbit / 8 * links.coll_eff[SCOPE_INTRA][COLL_ALL_REDUCE],
+                    links.intra_gbit / 8 * links.coll_eff[SCOPE_INTRA][COLL_SEND_RECV],
+                    links.intra_latency_us);
+        }
     }
     if (tp_comm != MPI_COMM_NULL) MPI_Comm_free(&tp_comm);
     if (cp_comm != MPI_COMM_NULL) MPI_Comm_free(&cp_comm);

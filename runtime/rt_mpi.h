@@ -42,4 +42,19 @@ void rt_mpi_tp_init(rt_mpi_tp *g, MPI_Comm comm, int sp,
                     void (*wait)(void *ctx, MPI_Request *rq, const char *what),
                     void (*die)(void *ctx, const char *msg), void *ctx);
 
+/* The links between the ranks of comm, measured as nccl-tests measures NCCL's (the median of
+ * `repeats` timed runs after a warm-up, every rank at once): each collective's bus bandwidth on a
+ * message of `bytes` (all-reduce 2(n-1)/n x size / time, all-gather and reduce-scatter and
+ * all-to-all (n-1)/n x the whole size / time, send/receive between pairs size / time) and the
+ * latency of a step from an 8-byte all-reduce's time / 2(n-1). They replace c's link inside a
+ * node: intra_gbit the fastest collective's bus bandwidth, each collective's share of it
+ * (coll_eff, <= 1), intra_latency_us; `dprun profile --cluster-out` writes the result, so that
+ * dpsim prices the runtime's transfers and collectives at the machine's rates (a preset's are
+ * rough: the cpu preset's all-reduce was 7x faster than the ranks', docs/runtime.md). Every rank
+ * calls it; the same figures on every rank (rank 0's, broadcast). Needs 2 or more ranks
+ * (DP_ERR_INVALID otherwise); a failed MPI call fails with its reason. */
+struct cluster_spec;
+dp_status rt_mpi_measure_links(MPI_Comm comm, size_t bytes, int repeats, struct cluster_spec *c,
+                               dp_err *err);
+
 #endif /* RT_MPI_H */

@@ -77,11 +77,12 @@ expect "... or says it ran another cp" 1 "the timeline ran cp 1, the plan is for
 
 # --- a profile at the layout, and the round trip on it -----------------------------------------------
 if [ -z "$SANITIZED" ]; then # (the sanitizer build runs the layer code above; this adds timing)
-  expect "dprun profile --cp 2 on 2 ranks" 0 "wrote" -- \
-    timeout 300 $MPIRUN -np 2 "$DPRUN" profile --cp 2 --mbs 1,2 --seqlen 32,64,128 --repeats 3 -o "$TMP/prof2.csv"
+  expect "dprun profile --cp 2 on 2 ranks, measuring the links between them" 0 "wrote .*cpu2.json \\(the links between 2 ranks: all-reduce [0-9.]+ GB/s" -- \
+    timeout 300 $MPIRUN -np 2 "$DPRUN" profile --cp 2 --mbs 1,2 --seqlen 32,64,128 --repeats 3 -o "$TMP/prof2.csv" \
+    --cluster-out "$TMP/cpu2.json"
   check "its rows carry cp 2" bash -c "head -1 '$TMP/prof2.csv' | grep -q ',cp$' && tail -n +2 '$TMP/prof2.csv' | awk -F, '\$9 != 2 { exit 1 }'"
-  expect "dpsim plans cp 2 on the cp 2 profile" 0 "wrote 2 iterations" -- \
-    "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2.csv" --cp 2 --pp 1 --max-seqlen 128 --global-tokens 512 --iterations 2 -o "$TMP/rt.json"
+  expect "dpsim plans cp 2 on the cp 2 profile and the measured links" 0 "wrote 2 iterations" -- \
+    "$DPSIM" plan --model gpt-tiny --hw "$TMP/cpu2.json" --profile "$TMP/prof2.csv" --cp 2 --pp 1 --max-seqlen 128 --global-tokens 512 --iterations 2 -o "$TMP/rt.json"
   expect "... and refuses cp 4 on it" 2 "no rows for tp 1, cp 4 and recompute none" -- \
     "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2.csv" --cp 4 --pp 1 --max-seqlen 128 --global-tokens 512 -o "$TMP/x.json"
   expect "mpirun -np 2 runs it (cp 2 x pp 1)" 0 "2 ranks ran 2 iterations" -- \
@@ -91,6 +92,8 @@ fi
 expect "profile --cp 2 with a seqlen 4 does not divide is refused" 1 "seqlen 30: context parallelism cuts each sequence into 2 x cp = 4 chunks" -- \
   timeout 60 "$DPRUN" profile --cp 2 --seqlen 32,30 -o "$TMP/x.csv"
 expect "profile --cp 2 without mpirun is refused" 1 "needs a multiple of 2 ranks" -- timeout 60 "$DPRUN" profile --cp 2 -o "$TMP/x.csv"
+expect "--cluster-out without mpirun is refused" 1 "--cluster-out measures the links between ranks: run it under mpirun -np 2 or more" -- \
+  timeout 60 "$DPRUN" profile --cluster-out "$TMP/x.json" -o "$TMP/x.csv"
 
 # --- refusals: every rank exits, the counts named ----------------------------------------------------
 expect "a cp 2 x pp 2 plan on 2 ranks" 1 "needs tp x cp x pp x dp = 1 x 2 x 2 x 1 = 4 ranks, but mpirun started 2" -- \
