@@ -54,4 +54,10 @@ expect "dpsim validate reads the ZeRO-3 timeline" 0 "mean absolute error" -- \
   "$DPSIM" validate --plan "$TMP/z3.json" --measured "$TMP/z3.csv"
 expect "the cuda backend refuses ZeRO-3 over replicas (the cpu backend runs it)" 1 "planned for ZeRO-3 over 2 ranks .* the cuda backend all-reduces whole gradients" -- \
   timeout 60 "$DPRUN" --plan "$TMP/z3.json" --backend cuda --out "$TMP/x.csv"
+"$DPSIM" plan --hw cpu --analytic --model gpt-tiny --dp 2 --zero 3 --pp 1 --max-seqlen 64 \
+  --global-tokens 1536 --iterations 1 -o "$TMP/uneven.json" >/dev/null 2>&1
+check "(a ZeRO-3 plan whose replicas hold 1 and 2 micro-batches)" \
+  bash -c "[ \$(grep -o '\"replica\":0' '$TMP/uneven.json' | wc -l) -ne \$(grep -o '\"replica\":1' '$TMP/uneven.json' | wc -l) ]"
+expect "... is refused: the replicas' collectives meet in order" 1 "replica 0 runs [0-9]+ forwards and backwards, replica 1 [0-9]+, a different count" -- \
+  timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/uneven.json" --out "$TMP/x.csv"
 finish
