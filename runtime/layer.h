@@ -384,8 +384,8 @@ void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S,
                         double *block);
 void rt_layer_acts_free(rt_layer_acts *a);
 
-/* y (B*S, H) = layer(x); saves what the backward needs in a. With a->tp, x and y hold
- * rt_tp_tokens(a->tp, B*S) tokens. */
+/* y (B*S, H) = layer(x); saves what the backward needs in a. With a->tp and a->cp, x and y hold
+ * rt_tp_tokens(a->tp, rt_cp_tokens(a->cp, B*S)) tokens (this rank's). */
 void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int S,
                   const double *x, double *y, rt_layer_acts *a);
 /* Selective recompute (scheduler/plan_machine.h pm_recompute): the attention cores again (the
