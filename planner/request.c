@@ -170,8 +170,8 @@ void cost_request_options(cli_opts *t, cost_request *o)
                                 "context-parallel degree: each sequence split over C GPUs (with\n"
                                 "their tp), 2C chunks for causal balance (analytic model, GPT);\n"
                                 "auto: a group of --cp-max GPUs, each micro-batch at its own\n"
-                                "degree dividing it (its rows split over the rest), the fastest\n"
-                                "that fits (ring form, whole-row batchings)");
+                                "degree dividing it (its rows split whole over the rest), the\n"
+                                "fastest that fits (ring form)");
     cpo->marks = OPT_FIXED_BY_PLAN, cpo->show = show_cp;
     cli_opt *cpm = cli_opt_call(t, "cp-max", 0, set_cp_max, o, "G", "4",
                                 "with --cp auto: the GPUs of a context-parallel group");

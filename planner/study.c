@@ -409,18 +409,15 @@ static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache 
 }
 
 /* The batchings a run plans each iteration with: b itself, or (b->chooses) every batching that
- * shares its global batches, the memory-aware ones first (ties go to them); whole-row ones only
- * where the cost model chooses a degree per micro-batch (--cp auto splits rows over its group).
- * Their count. */
-static int study_candidates(const batcher *b, const cost_model *cm, const batcher **out)
+ * shares its global batches, the memory-aware ones first (ties go to them). Their count. */
+static int study_candidates(const batcher *b, const batcher **out)
 {
     if (!b->chooses) return out[0] = b, 1;
     int nb, n = 0;
     const batcher *all = batcher_list(&nb);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nb && n < BATCH_CANDIDATES_MAX; i++)
-            if (!all[i].chooses && !all[i].pack_dataset && all[i].memory_aware == !pass &&
-                !(cm->cp_auto && all[i].varlen))
+            if (!all[i].chooses && !all[i].pack_dataset && all[i].memory_aware == !pass)
                 out[n++] = &all[i];
     return n;
 }
@@ -482,11 +479,6 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     const cost_model *cms[RECOMPUTE_COUNT];
     int modes = study_modes(o, cms);
     memset(r, 0, sizeof *r);
-    if (o->cm->cp_auto && o->batching->varlen)
-        return dp_fail(err, DP_ERR_INVALID, "--cp auto splits a micro-batch's rows over the group, "
-                       "and --batching %s packs samples into rows that its degree cannot split "
-                       "without cutting a sample\nhint: a whole-row batching (dynamic, packing), "
-                       "or a fixed --cp", o->batching->name);
     for (int m = 0; m < modes; m++)
         if ((st = schedule_check_recompute(o->sched, cms[m]->recompute, err)) != DP_OK) return st;
     stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
@@ -511,7 +503,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
     /* the batchings planned per iteration: o's own, or auto's candidates */
     const batcher *cands[BATCH_CANDIDATES_MAX];
-    int n_cands = study_candidates(o->batching, o->cm, cands);
+    int n_cands = study_candidates(o->batching, cands);
     planner pl = {o, cands[0], &sm[0],
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    cands[0]->varlen},

@@ -76,7 +76,10 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
 
 /* Per-layer costs of both components (decoder zero for GPT) and of the LM head. Under --cp auto
  * at the shape's degree c (cost_shape.cp): the group's cp GPUs run the micro-batch's rows as
- * cp / c parts side by side, each part's rows (the most any part gets) at context parallelism c. */
+ * cp / c parts side by side, each part's rows (the most any part gets) at context parallelism c;
+ * a varlen row keeps its samples, and a part's attention sums are the rows' average share of the
+ * micro-batch's (the rows of a varlen batching are packed to even token counts; their attention
+ * sums are taken as even too). */
 static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_layer *enc,
                              cost_layer *dec, cost_layer *head, dp_err *err)
 {
@@ -87,6 +90,9 @@ static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_la
         int parts = cm->cp / s->cp;
         at = *cm, at.cp = s->cp, cm = &at;
         part.mbs = (s->mbs + parts - 1) / parts;
+        double share = (double)part.mbs / s->mbs;
+        part.enc_sq = s->enc_sq * share, part.dec_sq = s->dec_sq * share;
+        part.enc_dec = s->enc_dec * share;
     }
     memset(dec, 0, sizeof *dec);
     dp_status st = cost_query(cm, COMP_ENCODER, &part, enc, err);
