@@ -67,6 +67,9 @@ typedef struct cost_shape {
      * at, a divisor of the group cost_model.cp; 0 (a zeroed shape): the group's own degree. The
      * stage model prices it (scheduler/stage_cost.h); a cost model's query ignores it. */
     int cp;
+    /* varlen: the longest sample's padded encoder (GPT: sequence) length, which the stage model's
+     * per-micro-batch CP split keeps in one part; 0: unknown (taken as enc_len) */
+    int enc_max;
 } cost_shape;
 
 /* A shape of whole rows (varlen 0). */

@@ -68,6 +68,7 @@ static void seg_attn_add(const batch_rules *r, cost_shape *sh, const sample_len 
 {
     double e = batch_pad(r, x->enc), d = batch_pad(r, x->dec);
     sh->enc_sq += e * e, sh->dec_sq += d * d, sh->enc_dec += e * d;
+    if (e > sh->enc_max) sh->enc_max = (int)e;
 }
 
 /* Shape of the segment [i, j) of ordered samples. */

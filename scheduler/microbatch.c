@@ -35,6 +35,7 @@ cost_shape mb_shape(const microbatch *m)
     s.varlen = m->varlen;
     s.enc_sq = m->enc_sq, s.dec_sq = m->dec_sq, s.enc_dec = m->enc_dec;
     s.cp = m->cp;
+    s.enc_max = m->enc_max;
     return s;
 }
 
@@ -66,6 +67,7 @@ dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int
         if (!m->varlen) continue;
         double e = batch_pad(ctx->rules, s[i].enc), d = batch_pad(ctx->rules, s[i].dec);
         m->enc_sq += e * e, m->dec_sq += d * d, m->enc_dec += e * d;
+        if (e > m->enc_max) m->enc_max = (int)e;
     }
     return DP_OK;
 }

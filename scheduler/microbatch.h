@@ -51,6 +51,7 @@ typedef struct microbatch {
     int fits;           /* fits in memory with the in-flight count used */
     int varlen;         /* attention per sample (cost.h cost_shape.varlen), with the samples' */
     double enc_sq, dec_sq, enc_dec; /* sums of padded e_i^2, d_i^2, e_i * d_i */
+    int enc_max;        /* varlen: the longest padded e_i */
     int cp;             /* --cp auto: the degree it runs at (stage_model_pick_cp, chosen by
                          * mb_list_finish); 0: the cost model's */
 } microbatch;

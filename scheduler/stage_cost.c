@@ -75,11 +75,13 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
 }
 
 /* Per-layer costs of both components (decoder zero for GPT) and of the LM head. Under --cp auto
- * at the shape's degree c (cost_shape.cp): the group's cp GPUs run the micro-batch's rows as
- * cp / c parts side by side, each part's rows (the most any part gets) at context parallelism c;
- * a varlen row keeps its samples, and a part's attention sums are the rows' average share of the
- * micro-batch's (the rows of a varlen batching are packed to even token counts; their attention
- * sums are taken as even too). */
+ * at the shape's degree c (cost_shape.cp): the group's cp GPUs run the micro-batch as cp / c parts
+ * side by side, each at context parallelism c, the micro-batch's time and memory its heaviest
+ * part's. Whole rows are split whole (the most rows any part gets); a varlen micro-batch with
+ * fewer rows than parts has its samples spread over them instead (as Megatron-Core's dynamic CP
+ * regroups its ranks around a long sample): the heaviest part holds the longest sample or an even
+ * share of the tokens and of the attention sums, whichever is more (a balanced spread's bound);
+ * with as many rows as parts or more, rows go whole and the sums by their share. */
 static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_layer *enc,
                              cost_layer *dec, cost_layer *head, dp_err *err)
 {
@@ -89,10 +91,17 @@ static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_la
     if (cm->cp_auto && s->cp > 0 && s->cp != cm->cp) {
         int parts = cm->cp / s->cp;
         at = *cm, at.cp = s->cp, cm = &at;
-        part.mbs = (s->mbs + parts - 1) / parts;
-        double share = (double)part.mbs / s->mbs;
-        part.enc_sq = s->enc_sq * share, part.dec_sq = s->dec_sq * share;
-        part.enc_dec = s->enc_dec * share;
+        if (s->varlen && s->mbs < parts) { /* samples spread over the parts */
+            double tokens = (double)s->mbs * s->enc_len, longest = s->enc_max > 0 ? s->enc_max : s->enc_len;
+            part.mbs = 1;
+            part.enc_len = (int)ceil(fmax(longest, tokens / parts));
+            part.enc_sq = fmax(longest * longest, s->enc_sq / parts);
+        } else {
+            part.mbs = (s->mbs + parts - 1) / parts;
+            double share = (double)part.mbs / s->mbs;
+            part.enc_sq = s->enc_sq * share, part.dec_sq = s->dec_sq * share;
+            part.enc_dec = s->enc_dec * share;
+        }
     }
     memset(dec, 0, sizeof *dec);
     dp_status st = cost_query(cm, COMP_ENCODER, &part, enc, err);

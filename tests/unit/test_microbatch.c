@@ -266,6 +266,51 @@ static void test_cp_auto_matches_brute_force(void **state)
     assert_true(mixed >= 1); /* some batch runs micro-batches of different degrees */
 }
 
+/* --cp auto's split of a varlen micro-batch with fewer rows than parts: its samples spread over
+ * the group's G / c parts, the heaviest holding the longest sample or an even share of the tokens
+ * and attention sums, whichever is more; checked against the same model at a fixed degree on the
+ * part's shape written out here. */
+static void test_cp_auto_spreads_samples(void **state)
+{
+    (void)state;
+    model_spec m = *model_preset("gpt-tiny");
+    m.enc_layers = 4, m.hidden = 1024, m.heads = 8, m.kv_channels = 128, m.ffn = 4096;
+    cluster_spec hw;
+    cluster_preset("p4d", &hw);
+    analytic_params ap;
+    analytic_params_default(&ap);
+    cost_model *group = NULL, *fixed = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &group, &err) != DP_OK ||
+        cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &fixed, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(cost_model_set_cp_auto(group, 4, 0, &err), DP_OK);
+    stage_model sg, sf;
+    assert_int_equal(stage_model_init(&sg, group, 2, 1, 1, 0, 1e9, &err), DP_OK);
+    for (int c = 1; c <= 4; c *= 2) {
+        assert_int_equal(cost_model_set_cp(fixed, c, 0, &err), DP_OK);
+        assert_int_equal(stage_model_init(&sf, fixed, 2, 1, 1, 0, 1e9, &err), DP_OK);
+        for (int longest = 256; longest <= 4096; longest *= 4) {
+            /* one packed row of 4096 tokens: the longest sample and 256-token ones */
+            cost_shape row = cost_shape_rows(1, 4096, 0), part = cost_shape_rows(1, 0, 0);
+            row.varlen = 1, row.enc_max = longest, row.cp = c;
+            row.enc_sq = (double)longest * longest + (4096.0 - longest) / 256 * 256 * 256;
+            int parts = 4 / c;
+            part.varlen = 1;
+            part.enc_len = (int)fmax(longest, 4096.0 / parts);
+            part.enc_sq = fmax((double)longest * longest, row.enc_sq / parts);
+            mb_cost a, b;
+            assert_int_equal(stage_model_cost(&sg, &row, &a, &err), DP_OK);
+            assert_int_equal(stage_model_cost(&sf, &part, &b, &err), DP_OK);
+            for (int d = 0; d < 2; d++) {
+                assert_near(a.fwd_ms[d], b.fwd_ms[d], 1e-9 * b.fwd_ms[d]);
+                assert_near(a.stored_mb[d], b.stored_mb[d], 1e-9 * b.stored_mb[d]);
+            }
+        }
+    }
+    cost_model_free(group), cost_model_free(fixed);
+}
+
 static void test_dp_matches_brute_force(void **state)
 {
     (void)state;
@@ -860,6 +905,7 @@ int main(void)
         cmocka_unit_test(test_t5_order_is_a_short_path),
         cmocka_unit_test(test_dp_matches_brute_force),
         cmocka_unit_test(test_cp_auto_matches_brute_force),
+        cmocka_unit_test(test_cp_auto_spreads_samples),
         cmocka_unit_test(test_replica_split),
         cmocka_unit_test(test_thinned_never_better_and_properties),
     };
