@@ -369,6 +369,9 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.no_sp = !pl->h.sp;
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall, co.cp_auto = pl->h.cp_auto;
     co.quiet = 1; /* the plan's times are its own: the cost model's are not used */
+    /* a cp plan was priced on the analytic model or a profile at its cp: without a profile or fit
+     * named, the model's own (measured without cp) cannot stand for it */
+    if (pl->h.cp > 1 && (pl->h.cp_auto || (!co.profile && !co.fit))) co.analytic = 1;
     /* model state, the config's only use of the mode, is the same in every mode */
     co.recompute = recompute_policy_mode(pl->h.recompute);
     model_spec m;

@@ -356,6 +356,9 @@ expect "--cp auto plans a 64k long-CoT trace on 16 H100 (tp 4, pp 2, a group of 
 check "... its header says cp_auto, each micro-batch its degree (1 or 2), both used" \
   bash -c "grep -q '\"cp\":2,\"cp_kind\":\"ring\",\"cp_auto\":true' '$TMP/auto.json' && [ \$(grep -o '\"replica\":0,\"cp\":[12]' '$TMP/auto.json' | sort -u | wc -l) -eq 2 ] && [ \$(grep -o '\"replica\":0,\"cp\":[0-9]*' '$TMP/auto.json' | wc -l) -eq \$(grep -o '\"padded_tokens\"' '$TMP/auto.json' | wc -l) ]"
 expect "... and nothing goes over memory" 0 "out of memory +no" -- "$DPSIM" sim --plan "$TMP/auto.json"
+"$DPSIM" plan --analytic --cp 2 --iterations 1 --allow-oversubscribe -o "$TMP/cp_default.json" >/dev/null 2>&1
+expect "a cp plan of the default model (whose own profile has no cp) replays" 0 "timeline hash" -- \
+  "$DPSIM" sim --plan "$TMP/cp_default.json"
 expect "--cp auto with a varlen batching (its rows split whole over the group)" 0 "out of memory +no" -- \
   "$DPSIM" sim $AUTO --batching packing-ffd-varlen
 expect "--cp auto on a measured profile is refused" 2 "--cp auto prices each micro-batch at its own degree, which needs the analytic cost model" -- \
