@@ -3,12 +3,8 @@
 # End-to-end tests of the validation runtime: dprun profile -> dpsim plan -> mpirun dprun ->
 # dpsim validate on CPU ranks, and the runtime's faults (every rank must end, with a message).
 . "$(dirname "$0")/lib.sh"
-DPRUN=$(dirname "$DPSIM")/dprun
+. "$(dirname "$0")/lib_dprun.sh"
 G=tests/cli/golden
-# Under the sanitizer build, leak checking is off for MPI jobs: OpenMPI's components are unloaded
-# before exit, so what they keep cannot even be named (ASan's memory checks stay on).
-MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none # quiet in containers without CMA
 
 expect "dprun --help" 0 "profile" -- "$DPRUN" --help
 expect "dprun --help names the prepare pass and how to skip it" 0 "no-prepare.*cuda: skip the unrecorded run of every iteration" -- "$DPRUN" --help
@@ -96,7 +92,6 @@ expect "dprun profile refuses bf16 on the cpu" 2 "needs --backend cuda" -- \
 # modes; in bf16 (the default) close to it but not equal (the fake rounds where the GPU's bf16
 # layer stores), with 2-byte wire elements and exactly the plan's bytes handed to NCCL.
 FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
-norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
 norm_of() { norm "$1"; }
 export -f norm norm_of
 # same_norm NAME NP PLAN: cpu on NP ranks, the multi-GPU mode on NP ranks (with the prepare pass,
@@ -124,7 +119,6 @@ same_norm() {
 # multi-GPU mode in bf16, no warm-up, prepare pass or noise repeat, so that NCCL carries each of
 # the plan's sends once. Under the sanitizer build (several times slower) only the runs marked "all" run;
 # the normal build runs every one.
-case "$DPSIM" in */san/*) SANITIZED=1 ;; *) SANITIZED= ;; esac
 plan_send_bytes() { grep -Eo '"op": ?"SEND_[A-Z]+"[^}]*' "$1" | grep -Eo '"bytes": ?[0-9]+' | tr -dc '0-9\n' | awk '{s += $1} END {print s + 0}'; }
 bf16_run() {
   local name=$1 np=$2 plan=$3

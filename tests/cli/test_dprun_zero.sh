@@ -8,30 +8,13 @@
 # 1e-9 relative: split backwards (ZB-H1's W), full recompute, with tensor parallelism (SP) and with
 # context parallelism. The cuda backend refuses them by name.
 . "$(dirname "$0")/lib.sh"
-DPRUN=$(dirname "$DPSIM")/dprun
-MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-case "$DPSIM" in */san/*) SANITIZED=1 ;; *) SANITIZED= ;; esac
+. "$(dirname "$0")/lib_dprun.sh"
 LLAMA=tests/cli/golden/llama_tiny.json
 
-norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1" | awk '{print $3}'; }
 plan() { # NAME ARGS...: a one-iteration LLaMA-kind plan on 2 stages, rows packed to 256 tokens
   local name=$1; shift
   "$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 --batching packing \
     --max-seqlen 256 --model $LLAMA --pp 2 "$@" -o "$TMP/$name.json" >"$TMP/$name.plan" 2>&1
-}
-run_norm() { # NAME NP: runs plan NAME on NP cpu ranks; prints its gradient norm
-  timeout 300 $MPIRUN -np "$2" "$DPRUN" --plan "$TMP/$1.json" --out "$TMP/$1.csv" >"$TMP/$1.out" 2>&1
-  norm "$TMP/$1.out"
-}
-same() { # NAME REF NP: plan NAME on NP ranks ends with plan REF's norm (run before)
-  local name=$1 ref=$2 np=$3 a b
-  a=$(norm "$TMP/$ref.out") b=$(run_norm "$name" "$np")
-  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < 1e-9) }'; then
-    ok "$name on $np ranks: gradient norm $b, as $ref's"
-  else
-    not_ok "$name on $np ranks: gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/$name.out")"
-  fi
 }
 
 plan ref --dp 2

@@ -4,9 +4,7 @@
 # readers bound what they buffer, formats are strict, results that would be silently wrong are
 # refused. Every refusal exits 1 or 2 naming the file.
 . "$(dirname "$0")/lib.sh"
-DPRUN=$(dirname "$DPSIM")/dprun
-MPIRUN="mpirun --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=detect_leaks=0"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+. "$(dirname "$0")/lib_dprun.sh"
 G=tests/cli/golden
 TWO=$G/two_samples.csv
 TINY=(--model gpt-tiny --hw cpu --analytic --trace "$TWO" --global-tokens 128)
@@ -125,7 +123,6 @@ expect "validate: a measured timeline of another plan is refused" 1 "plan_hash .
 expect "validate: a row with an unknown stage is refused" 1 "unk.csv:2: no such op in the plan" -- \
   "$DPSIM" validate --plan "$TMP/a.json" --measured "$TMP/unk.csv"
 timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/a.json" --out "$TMP/mw.csv" --warmup 2 >"$TMP/r2.out" 2>&1
-norm() { grep -Eo 'gradient norm [0-9.e+-]+' "$1"; }
 check "dprun: warm-up runs do not change the gradient norm" bash -c "[ -n \"\$(grep -Eo 'gradient norm [0-9.e+-]+' '$TMP/r0.out')\" ] && [ \"\$(grep -Eo 'gradient norm [0-9.e+-]+' '$TMP/r0.out')\" = \"\$(grep -Eo 'gradient norm [0-9.e+-]+' '$TMP/r2.out')\" ]"
 expect "sim --plan with --zero is refused, not ignored" 2 "--zero cannot apply with --plan" -- "$DPSIM" sim --plan "$TMP/a.json" --zero 3
 expect "sim --plan with --dp is refused, not ignored" 2 "--dp cannot apply with --plan" -- "$DPSIM" sim --plan "$TMP/a.json" --dp 2
