@@ -24,10 +24,8 @@ typedef struct chunk_state {
                              * gradients (ZeRO-2/3; NULL otherwise) */
     size_t shard;           /* doubles of a shard: a layer's count / ranks, rounded up */
     rt_layer_shape shape;
-    int first, last;     /* virtual stage 0 (embedding) / last (LM head) */
-    int decoder;         /* a T5 decoder stage: its layers cross-attend to the encoder output */
-    int first_decoder;   /* receives only the encoder output; its input is the target embedding */
-    stage_placement place; /* what it runs and what its transfers carry (placement.h) */
+    stage_placement place; /* what it runs (embedding, head, T5 decoder layers that cross-attend to
+                            * the encoder output) and what its transfers carry (placement.h) */
 } chunk_state;
 
 /* Buffers of one (micro-batch, chunk). What travels (the wire buffers, sized by the plan's
@@ -414,13 +412,13 @@ static slot *slot_of(ctx *c, int mb, int chunk)
  * encoder's; NULL for whole rows. */
 static const rt_seqs *self_seqs(const slot *s, const chunk_state *ch)
 {
-    const rt_seqs *q = &s->seqs[ch->decoder ? 1 : 0];
+    const rt_seqs *q = &s->seqs[ch->place.decoder ? 1 : 0];
     return q->n ? q : NULL;
 }
 
 static const rt_seqs *enc_seqs(const slot *s, const chunk_state *ch)
 {
-    return ch->decoder && s->seqs[0].n ? &s->seqs[0] : NULL;
+    return ch->place.decoder && s->seqs[0].n ? &s->seqs[0] : NULL;
 }
 
 /* The slot's shape on this rank: its share of the tokens under CP (the map, from the micro-batch's
@@ -442,7 +440,7 @@ static void slot_open_shape(ctx *c, slot *s, const chunk_state *ch)
     s->out = pool_get(c, s->nh);
     s->dout = pool_get(c, s->nh);
     s->din = pool_get(c, s->nh);
-    if (ch->decoder) {
+    if (ch->place.decoder) {
         s->enc = pool_get(c, s->ne);
         s->denc = pool_get(c, s->ne);
     }
@@ -454,8 +452,8 @@ static void slot_open(ctx *c, slot *s, const plan_mb *m, const chunk_state *ch)
     s->alive = 1;
     s->recompute = pm_recompute(c->o->pl, c->it, m->id);
     s->B = m->mbs;
-    s->S = ch->decoder ? m->dec_len : m->enc_len;
-    s->Se = ch->decoder ? m->enc_len : 0;
+    s->S = ch->place.decoder ? m->dec_len : m->enc_len;
+    s->Se = ch->place.decoder ? m->enc_len : 0;
     s->n = s->B * s->S;
     s->ne = (size_t)s->B * s->Se * c->hidden;
     s->recv[0] = s->recv[1] = s->send[0] = s->send[1] = MPI_REQUEST_NULL;
@@ -627,11 +625,11 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     chunk_state *ch = &c->ch[x->chunk];
     int n = s->n, H = c->hidden;
     /* unpack the received activation */
-    if (ch->first) /* input embedding: this rank's tokens of it */
+    if (ch->place.embedding) /* input embedding: this rank's tokens of it */
         fill_input(c, s, (unsigned)(x->mb * 131 + c->iteration));
     else
         wire_unpack(ch, s, KIND_ACT);
-    if (ch->first_decoder) /* its input is the target embedding (the encoder output came in) */
+    if (ch->place.first_decoder) /* its input is the target embedding (the encoder output came in) */
         rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0);
     int full = s->recompute == RECOMPUTE_FULL;
     if (full && !s->ckpt) s->ckpt = pool_get(c, (size_t)ch->layers * s->nh);
@@ -660,7 +658,7 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     if (cur != s->out) memcpy(s->out, cur, s->nh * sizeof(double));
     pool_put(c, tmp, s->nh);
     if (full) scratch_close(c, s, ch, &scratch);
-    if (ch->last) { /* LM head (tied embedding, split by vocabulary under TP) and loss */
+    if (ch->place.head) { /* LM head (tied embedding, split by vocabulary under TP) and loss */
         size_t nv = (size_t)n * c->vocab_local;
         const double *head_in = s->out;
         if (tp_shards(c) > 1) { /* SP: the head reads every token of this cp rank */
@@ -681,10 +679,10 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
     int n = s->n, H = c->hidden;
-    if (ch->last) { /* LM head backward: d(out) and d(embedding) */
+    if (ch->place.head) { /* LM head backward: d(out) and d(embedding) */
         rt_lm_head_bwd_tp(tp_of(c), s->dlogits, c->emb, s->head_in ? s->head_in : s->out, s->dout,
                           c->demb, n, H, c->vocab);
-        if (ch->decoder) memset(s->denc, 0, s->ne * sizeof(double));
+        if (ch->place.decoder) memset(s->denc, 0, s->ne * sizeof(double));
     } else {
         wire_unpack(ch, s, KIND_GRAD);
     }
@@ -900,17 +898,13 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         int v = k * c.pp + c.stage;
         stage_placement place = placement_stage(m, v, c.nv);
         chunk_state *ch = &c.ch[k];
-        ch->decoder = place.decoder;
-        ch->first_decoder = place.first_decoder;
         ch->place = place;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
-        rt_layer_shape whole = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
+        rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
         ch->shape = rt_layer_shape_tp(&whole, tp); /* this tp rank's share of each layer */
         ch->shape.cp = cp;                          /* ... on its share of the tokens */
-        ch->layers = ch->decoder ? place.dec_layers : place.enc_layers;
-        ch->first = place.embedding;
-        ch->last = place.head;
+        ch->layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
         ch->p = xcalloc(&c, (size_t)ch->layers, sizeof *ch->p);
         ch->g = xcalloc(&c, (size_t)ch->layers, sizeof *ch->g);
         rt_layer_params full; /* the whole layer as tp 1 initialises it, of which this rank
@@ -937,7 +931,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             }
         }
         rt_layer_params_free(&full);
-        if (ch->last) { /* under TP this rank's rows of the vocabulary */
+        if (ch->place.head) { /* under TP this rank's rows of the vocabulary */
             size_t rows = (size_t)c.vocab_local * m->hidden;
             c.emb = xcalloc(&c, rows, sizeof(double));
             c.demb = xcalloc(&c, rows, sizeof(double));

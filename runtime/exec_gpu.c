@@ -55,9 +55,9 @@ enum { KIND_ACT, KIND_GRAD };
 enum { LINK_ACT_OUT, LINK_ACT_IN, LINK_GRAD_OUT, LINK_GRAD_IN, N_LINKS };
 
 typedef struct gchunk { /* the layers of one virtual stage */
-    int layers, first, last;
-    int decoder, first_decoder; /* T5: decoder layers (cross-attention); the first of them */
-    stage_placement place;      /* what it runs and what its transfers carry (placement.h) */
+    int layers;
+    stage_placement place; /* what it runs (embedding, head, T5 decoder layers) and what its
+                            * transfers carry (placement.h) */
     rt_cuda_layer *p, *g;
     rt_layer_shape shape;
 } gchunk;
@@ -194,30 +194,30 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             gslot *s = &c->slots[(size_t)mb * c->nv + v];
             const gchunk *ch = &c->ch[v];
             s->B = it->mb[mb].mbs;
-            s->S = ch->decoder ? it->mb[mb].dec_len : it->mb[mb].enc_len;
-            s->Se = ch->decoder ? it->mb[mb].enc_len : 0;
+            s->S = ch->place.decoder ? it->mb[mb].dec_len : it->mb[mb].enc_len;
+            s->Se = ch->place.decoder ? it->mb[mb].enc_len : 0;
             s->nh = (size_t)s->B * s->S * c->hidden;
             s->ne = (size_t)s->B * s->Se * c->hidden;
             s->na = rt_layer_acts_bytes(&ch->shape, s->B, s->S, s->Se, c->dt);
             for (int side = 0; side < 2; side++)
                 if (rt_mb_seqs(it, &it->mb[mb], side, &s->seqs[side], &s->seq_store[side]) != 0)
                     return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-            const rt_seqs *own = &s->seqs[ch->decoder ? 1 : 0];
+            const rt_seqs *own = &s->seqs[ch->place.decoder ? 1 : 0];
             s->mb = (rt_batch){s->B, s->S, s->Se, own->n ? own : NULL,
-                               ch->decoder && s->seqs[0].n ? &s->seqs[0] : NULL};
+                               ch->place.decoder && s->seqs[0].n ? &s->seqs[0] : NULL};
             size_t bh = s->nh * c->eb, be = s->ne * c->eb;
             s->in = rt_cuda_alloc(bh), s->out = rt_cuda_alloc(bh);
             s->dout = rt_cuda_alloc(bh), s->din = rt_cuda_alloc(bh);
             s->recompute = pm_recompute(c->o->pl, it, mb);
             int full = s->recompute == RECOMPUTE_FULL && ch->layers > 0;
             s->acts = rt_cuda_alloc(s->na * (size_t)(full ? 1 : ch->layers));
-            if (ch->last) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab * c->eb);
-            int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->last && !s->dlogits);
+            if (ch->place.head) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab * c->eb);
+            int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->place.head && !s->dlogits);
             if (full) {
                 s->ckpt = rt_cuda_alloc(bh * (size_t)ch->layers), s->rerun = rt_cuda_alloc(bh);
                 bad |= !s->ckpt || !s->rerun;
             }
-            if (ch->decoder) {
+            if (ch->place.decoder) {
                 s->enc = rt_cuda_alloc(be), s->denc = rt_cuda_alloc(be);
                 s->wire[KIND_ACT] = rt_cuda_alloc(bh + be);
                 s->wire[KIND_GRAD] = rt_cuda_alloc(bh + be);
@@ -225,7 +225,7 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             }
             if (bad) return no_memory(c, "the micro-batches' activations");
             size_t rows = (size_t)s->B * s->S * c->vocab;
-            if (ch->last && rows > c->logits_cap) {
+            if (ch->place.head && rows > c->logits_cap) {
                 rt_cuda_free(c->logits);
                 c->logits = rt_cuda_alloc(rows * rt_dtype_stat_bytes(c->dt));
                 c->logits_cap = rows;
@@ -274,9 +274,9 @@ static void *ckpt_at(const gctx *c, const gslot *s, int l) { return (char *)s->c
 
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
-    if (ch->first_decoder) /* the target embedding; the encoder output has arrived in enc */
+    if (ch->place.first_decoder) /* the target embedding; the encoder output has arrived in enc */
         rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 977 + iteration), 1.0);
-    else if (ch->first) /* the input embedding */
+    else if (ch->place.embedding) /* the input embedding */
         rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 131 + iteration), 1.0);
     else if (packed(ch, KIND_ACT, 0))
         unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
@@ -288,7 +288,7 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh * c->eb);
-    if (ch->last)
+    if (ch->place.head)
         rt_cuda_lm_head_fwd(g, s->out, c->emb, c->logits, s->dlogits, s->B * s->S, c->hidden,
                             c->vocab, mb, c->dt);
     else if (packed(ch, KIND_ACT, 1))
@@ -297,10 +297,10 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
 
 static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
 {
-    if (ch->last) {
+    if (ch->place.head) {
         rt_cuda_lm_head_bwd(g, s->dlogits, c->emb, s->out, s->dout, c->demb, s->B * s->S,
                             c->hidden, c->vocab, c->dt);
-        if (ch->decoder) rt_cuda_zero(g, s->denc, s->ne * c->eb);
+        if (ch->place.decoder) rt_cuda_zero(g, s->denc, s->ne * c->eb);
     } else if (packed(ch, KIND_GRAD, 0)) {
         unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
     }
@@ -661,16 +661,12 @@ static dp_status setup(gctx *c, const model_spec *m)
         if (!drives(c, v % c->pp)) continue;
         gchunk *ch = &c->ch[v];
         stage_placement place = placement_stage(m, v, c->nv);
-        ch->first = place.embedding;
-        ch->last = place.head;
-        ch->decoder = place.decoder;
-        ch->first_decoder = place.first_decoder;
         ch->place = place;
-        has_last |= ch->last;
+        has_last |= ch->place.head;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
-        ch->shape = rt_layer_shape_of(m, ch->decoder ? RT_LAYER_DECODER
+        ch->shape = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
                                          : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
-        int layers = ch->decoder ? place.dec_layers : place.enc_layers;
+        int layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
         ch->g = calloc((size_t)layers + 1, sizeof *ch->g);
         if (!ch->p || !ch->g) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
