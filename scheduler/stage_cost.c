@@ -211,16 +211,35 @@ int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *ru
     return 1;
 }
 
+/* --cp auto: the fastest degree that fits (its time in *t_ms), or 0 with none fitting. */
+static int pick_cp(const stage_model *sm, const cost_shape *s, const mem_rule *rule, double *t_ms)
+{
+    int group = sm->cm->cp, best = 0;
+    mb_cost c;
+    for (int d = 1; d <= group; d++) {
+        if (group % d) continue;
+        cost_shape at = *s;
+        at.cp = d;
+        if (stage_model_cost(sm, &at, &c, NULL) != DP_OK || !stage_model_fits(sm, &c, rule, NULL, 0))
+            continue;
+        if (!best || c.t_ms < *t_ms) *t_ms = c.t_ms, best = d;
+    }
+    return best;
+}
+
 dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem_rule *rule,
                            double *t_ms, int *fits)
 {
+    cost_shape at = *s;
     if (sm->cm->cp_auto && s->cp == 0) {
-        cost_shape at = *s;
-        at.cp = stage_model_pick_cp(sm, s, rule);
-        return stage_model_time(sm, &at, rule, t_ms, fits);
+        if ((at.cp = pick_cp(sm, s, rule, t_ms)) != 0) {
+            *fits = 1;
+            return DP_OK;
+        }
+        at.cp = sm->cm->cp; /* none fits: priced at the group's own degree */
     }
     mb_cost c;
-    dp_status st = stage_model_cost(sm, s, &c, NULL);
+    dp_status st = stage_model_cost(sm, &at, &c, NULL);
     if (st != DP_OK) return st;
     *t_ms = c.t_ms;
     *fits = stage_model_fits(sm, &c, rule, NULL, 0);
@@ -229,16 +248,7 @@ dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem
 
 int stage_model_pick_cp(const stage_model *sm, const cost_shape *s, const mem_rule *rule)
 {
-    int group = sm->cm->cp, best = group;
-    double best_t = INFINITY;
-    mb_cost c;
-    for (int d = 1; d <= group; d++) {
-        if (group % d) continue;
-        cost_shape at = *s;
-        at.cp = d;
-        if (stage_model_cost(sm, &at, &c, NULL) != DP_OK || !stage_model_fits(sm, &c, rule, NULL, 0))
-            continue;
-        if (c.t_ms < best_t) best_t = c.t_ms, best = d;
-    }
-    return best;
+    double t;
+    int d = pick_cp(sm, s, rule, &t);
+    return d ? d : sm->cm->cp;
 }
