@@ -82,13 +82,16 @@ double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g)
     return fmin(intra, c->inter_gbit / 8 * c->coll_eff[SCOPE_INTER][k] * g->nics);
 }
 
+double comm_busbw_factor(hw_coll k, int n)
+{
+    return k == COLL_ALL_REDUCE ? 2.0 * (n - 1) / n : k == COLL_SEND_RECV ? 1 : (double)(n - 1) / n;
+}
+
 double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes)
 {
     int n = g->n;
     if (n <= 1) return 0;
-    double factor = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
-                    : k == COLL_SEND_RECV ? 1
-                                          : (double)(n - 1) / n;
+    double factor = comm_busbw_factor(k, n);
     double steps = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) : k == COLL_SEND_RECV ? 1 : n - 1;
     double lat_us = g->spans_nodes ? c->inter_latency_us : c->intra_latency_us;
     double ms = steps * lat_us / 1e3 + bytes * factor / (comm_busbw_gbps(c, k, g) * 1e9) * 1e3;

@@ -73,6 +73,12 @@ comm_group comm_dp_group(const cluster_spec *c, int pp, int dp, int tp, int stag
 
 /* Time of collective k of bytes over group g, ms (0 for a group of one). */
 double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes);
+
+/* nccl-tests' bus-bandwidth factor of collective k over n ranks: the share of the message's bytes
+ * each rank's link carries (all-reduce 2(n-1)/n; all-gather, reduce-scatter and all-to-all
+ * (n-1)/n of the whole; send/receive 1), so that busBW = factor x bytes / time is comparable
+ * across collectives and group sizes. */
+double comm_busbw_factor(hw_coll k, int n);
 /* NCCL's bus bandwidth of collective k over group g, GB/s (what nccl-tests would print). */
 double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g);
 

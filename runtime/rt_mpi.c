@@ -6,6 +6,7 @@
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 
+#include "../models/comm.h"
 #include "../models/hw.h"
 
 void rt_mpi_describe(int rc, const char *call, char *msg, size_t cap)
@@ -127,6 +128,7 @@ dp_status rt_mpi_measure_links(MPI_Comm comm, size_t bytes, int repeats, cluster
     MPI_Comm_size(comm, &n);
     if (n < 2) return dp_fail(err, DP_ERR_INVALID, "measuring links needs 2 or more ranks, and there is %d", n);
     bytes = bytes / ((size_t)n * sizeof(double)) * (size_t)n * sizeof(double); /* whole parts */
+    /* every run's time is the slowest rank's (time_coll), so every rank reads the same figures */
     double *buf = malloc(bytes), *out = malloc(bytes), busbw[COLL_COUNT], best = 0, t = 0, lat_s = 0;
     if (!buf || !out) {
         free(buf), free(out);
@@ -136,9 +138,7 @@ dp_status rt_mpi_measure_links(MPI_Comm comm, size_t bytes, int repeats, cluster
     int rc = MPI_SUCCESS;
     for (int k = 0; k < COLL_COUNT && rc == MPI_SUCCESS; k++) {
         rc = time_coll(comm, (hw_coll)k, bytes, repeats, buf, out, &t);
-        double factor = k == COLL_ALL_REDUCE ? 2.0 * (n - 1) / n : k == COLL_SEND_RECV ? 1
-                                                                  : (double)(n - 1) / n;
-        busbw[k] = t > 0 ? bytes * factor / t / 1e9 : 0; /* GB/s */
+        busbw[k] = t > 0 ? bytes * comm_busbw_factor((hw_coll)k, n) / t / 1e9 : 0; /* GB/s */
         if (busbw[k] > best) best = busbw[k];
     }
     if (rc == MPI_SUCCESS) rc = time_coll(comm, COLL_ALL_REDUCE, sizeof(double) * (size_t)n, repeats,
@@ -149,16 +149,10 @@ dp_status rt_mpi_measure_links(MPI_Comm comm, size_t bytes, int repeats, cluster
         rt_mpi_describe(rc, "a collective timed for --cluster-out", msg, sizeof msg);
         return dp_fail(err, DP_ERR_EXTERNAL, "%s", msg);
     }
-    double bw[COLL_COUNT + 1] = {0};
-    for (int k = 0; k < COLL_COUNT; k++) bw[k] = busbw[k];
-    bw[COLL_COUNT] = lat_s;
-    MPI_Bcast(bw, COLL_COUNT + 1, MPI_DOUBLE, 0, comm); /* rank 0's figures everywhere */
-    best = 0;
-    for (int k = 0; k < COLL_COUNT; k++) best = bw[k] > best ? bw[k] : best;
     if (!(best > 0)) return dp_fail(err, DP_ERR_EXTERNAL, "the timed collectives took no time");
     c->intra_gbit = best * 8;
-    for (int k = 0; k < COLL_COUNT; k++) c->coll_eff[SCOPE_INTRA][k] = bw[k] > 0 ? bw[k] / best : 1e-3;
-    c->intra_latency_us = bw[COLL_COUNT] / (2.0 * (n - 1)) * 1e6;
+    for (int k = 0; k < COLL_COUNT; k++) c->coll_eff[SCOPE_INTRA][k] = busbw[k] > 0 ? busbw[k] / best : 1e-3;
+    c->intra_latency_us = lat_s / (2.0 * (n - 1)) * 1e6;
     c->gpu.nvls_eff = 0; /* no switch reductions between processes */
     return DP_OK;
 }

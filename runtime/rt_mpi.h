@@ -51,7 +51,8 @@ void rt_mpi_tp_init(rt_mpi_tp *g, MPI_Comm comm, int sp,
  * (coll_eff, <= 1), intra_latency_us; `dprun profile --cluster-out` writes the result, so that
  * dpsim prices the runtime's transfers and collectives at the machine's rates (a preset's are
  * rough: the cpu preset's all-reduce was 7x faster than the ranks', docs/runtime.md). Every rank
- * calls it; the same figures on every rank (rank 0's, broadcast). Needs 2 or more ranks
+ * calls it; each run counts the slowest rank's time, so every rank gets the same figures. The bus
+ * bandwidth is models/comm.h comm_busbw_factor's, the one the simulator divides by. Needs 2 or more ranks
  * (DP_ERR_INVALID otherwise); a failed MPI call fails with its reason. */
 struct cluster_spec;
 dp_status rt_mpi_measure_links(MPI_Comm comm, size_t bytes, int repeats, struct cluster_spec *c,
