@@ -79,20 +79,32 @@ static void fixture_release(fixture *f)
 /* Cost of segment [i, j) in ns, or -1 when it does not fit: the memory rule written out here
  * (stage_cost.h): with `held` micro-batches held on every device (the default rule holds S, the
  * fallback 1), held * stored + transient / C <= budget on every device. */
-static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int held)
+/* The whole-row shape of segment [i, j): its rows padded to its longest sample. */
+static cost_shape test_seg_shape(const batch_rules *r, const sample_len *s, int i, int j)
 {
     int enc = 0, dec = 0;
     for (int k = i; k < j; k++) {
         if (s[k].enc > enc) enc = s[k].enc;
         if (s[k].dec > dec) dec = s[k].dec;
     }
-    cost_shape sh = cost_shape_rows(j - i, batch_pad(&f->rules, enc), batch_pad(&f->rules, dec));
+    return cost_shape_rows(j - i, batch_pad(r, enc), batch_pad(r, dec));
+}
+
+/* A shape's time in ns under the memory rule written out, or -1 when it does not fit. */
+static int64_t shape_ns(const stage_model *sm, const cost_shape *sh, int held)
+{
     mb_cost c;
-    if (stage_model_cost(&f->sm, &sh, &c, NULL) != DP_OK) return -1;
-    for (int d = 0; d < f->sm.pp; d++)
-        if (held * c.stored_mb[d] + (c.peak_mb[d] - c.stored_mb[d]) / f->sm.chunks > f->sm.budget_mb[d])
+    if (stage_model_cost(sm, sh, &c, NULL) != DP_OK) return -1;
+    for (int d = 0; d < sm->pp; d++)
+        if (held * c.stored_mb[d] + (c.peak_mb[d] - c.stored_mb[d]) / sm->chunks > sm->budget_mb[d])
             return -1;
     return llround(c.t_ms * 1e6);
+}
+
+static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int held)
+{
+    cost_shape sh = test_seg_shape(&f->rules, s, i, j);
+    return shape_ns(&f->sm, &sh, held);
 }
 
 /* Minimum of (S-1)*max*D + sum*C over every contiguous partition, or INT64_MAX. */
@@ -164,16 +176,9 @@ typedef struct cp_fixture {
 
 static int64_t cp_seg_ns(const cp_fixture *f, const sample_len *s, int i, int j, int d, int held)
 {
-    int enc = 0;
-    for (int k = i; k < j; k++) enc = s[k].enc > enc ? s[k].enc : enc;
-    cost_shape sh = cost_shape_rows(j - i, batch_pad(&f->rules, enc), 0);
+    cost_shape sh = test_seg_shape(&f->rules, s, i, j);
     sh.cp = d;
-    mb_cost c;
-    if (stage_model_cost(&f->sm, &sh, &c, NULL) != DP_OK) return -1;
-    for (int q = 0; q < f->sm.pp; q++)
-        if (held * c.stored_mb[q] + (c.peak_mb[q] - c.stored_mb[q]) / f->sm.chunks > f->sm.budget_mb[q])
-            return -1;
-    return llround(c.t_ms * 1e6);
+    return shape_ns(&f->sm, &sh, held);
 }
 
 static int64_t cp_brute_force(const cp_fixture *f, const sample_len *s, int n, int held)
