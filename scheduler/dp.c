@@ -17,12 +17,18 @@
  * 2. For a cap tau, one DP pass finds the partition of least sum with every t_k <= tau, breaking
  *    ties in the sum towards the smaller realised max m (lexicographic (sum, max): exact, since for
  *    equal prefix sums a smaller prefix max is never worse).
- * 3. Breakpoint descent: solve with no cap, note the realised max m_1; solve again with
- *    tau = the largest segment cost below m_1; repeat; stop once the sum alone (sum / D) reaches
- *    the best score. Every skipped tau in [m_{k+1}, tau_k] has the same least sum and no smaller
- *    max, so the descent is exact without enumerating every candidate. (A tighter stop, the sum
- *    plus the costliest sample alone as the max, needs times monotone in the micro-batch size,
- *    which a measured profile need not be: tried, it changed T5's objective.)
+ * 3. Search over caps (descend): the score is the least, over the batch's distinct segment costs
+ *    m, of (S-1)*m*D + g(m)*C, with g(m) the least sum under cap m, a step function that only
+ *    grows as m falls. Solve with no cap; every cap from the realised max m_1 up gives that same
+ *    partition. The caps not tried form ranges; trying the middle cap of a range splits it (the
+ *    caps from its realised max up to it are settled at once), and a range is dropped when its
+ *    lowest cap with the least sum above it, (S-1)*lo*D + g(above)*C, cannot beat the best:
+ *    exact, with no cap enumerated one by one. (The earlier descent, one pass per realised max
+ *    from the top, gave the same partitions with 10-30x the passes on large batches. A tighter
+ *    bound, the sum plus the costliest sample alone as the max, needs times monotone in the
+ *    micro-batch size, which a measured profile need not be: tried, it changed T5's objective.)
+ *    A pass under cap tau stops at each start i once every longer segment costs more than tau
+ *    (suffix minima of the row).
  *
  * Scores are compared exactly as integers: (S-1)*m*D + sum*C (score * C * D, in ns).
  *
@@ -45,14 +51,17 @@ typedef struct seg_table {
     int n;
     int *len;     /* len[i]: feasible segments [i, i+1) .. [i, i+len[i]] */
     int64_t **t;  /* t[i][l-1]: cost of [i, i+l), ns */
-    int64_t *all; /* the batch's distinct shapes' costs (sorted and unique for the thinned DP) */
-    int n_all;
+    int64_t **lo; /* lo[i][l-1]: the least of t[i][l-1 ..]: a pass under cap tau stops at i once
+                   * lo exceeds tau (filled by seg_suffix_min before the second pass) */
+    int64_t *all; /* the batch's distinct shapes' costs (sorted and unique once `sorted`) */
+    int n_all, sorted;
 } seg_table;
 
 static void seg_release(seg_table *T)
 {
-    for (int i = 0; i < T->n; i++) free(T->t[i]);
+    for (int i = 0; i < T->n; i++) free(T->t[i]), free(T->lo ? T->lo[i] : NULL);
     free(T->t);
+    free(T->lo);
     free(T->len);
     free(T->all);
 }
@@ -61,6 +70,46 @@ static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* Sorts the batch's costs and drops repeats (once). */
+static void seg_sort_costs(seg_table *T)
+{
+    if (T->sorted) return;
+    qsort(T->all, (size_t)T->n_all, sizeof *T->all, cmp_i64);
+    int u = 0;
+    for (int k = 0; k < T->n_all; k++)
+        if (u == 0 || T->all[u - 1] != T->all[k]) T->all[u++] = T->all[k];
+    T->n_all = u;
+    T->sorted = 1;
+}
+
+/* The index of the first of the batch's costs >= c (T sorted). */
+static int seg_cost_index(const seg_table *T, int64_t c)
+{
+    int lo = 0, hi = T->n_all;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (T->all[mid] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Fills T->lo (suffix minima of each row); DP_ERR_NOMEM when out of memory. */
+static dp_status seg_suffix_min(seg_table *T)
+{
+    if (T->lo) return DP_OK;
+    T->lo = calloc((size_t)T->n, sizeof *T->lo);
+    if (!T->lo) return DP_ERR_NOMEM;
+    for (int i = 0; i < T->n; i++) {
+        int L = T->len[i];
+        T->lo[i] = malloc((size_t)(L ? L : 1) * sizeof **T->lo);
+        if (!T->lo[i]) return DP_ERR_NOMEM;
+        for (int l = L - 1; l >= 0; l--)
+            T->lo[i][l] = l == L - 1 || T->t[i][l] < T->lo[i][l + 1] ? T->t[i][l] : T->lo[i][l + 1];
+    }
+    return DP_OK;
 }
 
 /* Adds sample x's own attention sums to a varlen shape (microbatch.h mb_list_add's rule). */
@@ -90,8 +139,9 @@ static cost_shape seg_shape(const batch_ctx *ctx, const sample_len *s, int i, in
  * (microbatch.h) answers it: a dense table over (rows, padded length / pad_multiple) of stage
  * times in ns (or "does not fit"), kept across batches while the stage model (compared whole,
  * its cost model by serial number), the memory rule and the length rules stay the same (it is
- * cleared when they change). Only the distinct shapes of a
- * batch go into its sorted cost list. */
+ * cleared when they change). Its rows grow as segments need them, up to CACHE_MAX_CELLS cells;
+ * longer segments are priced directly. Only the distinct shapes of a batch go into its cost
+ * list. */
 #define CACHE_UNKNOWN INT64_MIN
 #define CACHE_NO_FIT (-1)
 #define CACHE_MAX_CELLS (1 << 24)
@@ -127,7 +177,7 @@ void shape_cache_free(shape_cache *c)
 }
 
 /* Readies c for a batch under ctx and rule; 0 when the batch cannot use it (a decoder, an order
- * not by length, a table too large, varlen attention: a segment's cost depends on its samples). */
+ * not by length, varlen attention: a segment's cost depends on its samples). */
 static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rule,
                        const sample_len *s, int n)
 {
@@ -136,7 +186,7 @@ static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rul
         if (s[k].dec != 0 || (k > 0 && s[k].enc < s[k - 1].enc)) return 0;
     const batch_rules *r = ctx->rules;
     int cols = batch_pad(r, r->max_seqlen) / r->pad_multiple + 1;
-    if ((size_t)cols * (size_t)n > CACHE_MAX_CELLS) return 0;
+    if ((size_t)cols > CACHE_MAX_CELLS) return 0;
     if (memcmp(&c->sm, ctx->sm, sizeof c->sm) != 0 || c->cm_serial != ctx->sm->cm->serial ||
         c->pad_multiple != r->pad_multiple ||
         c->min_padded != r->min_padded || c->cols != cols ||
@@ -149,15 +199,19 @@ static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rul
     return 1;
 }
 
-/* The cell of `rows` rows at padded length plen, growing the table; NULL when out of memory. */
-static int64_t *cache_cell(shape_cache *c, int rows, int plen, uint32_t **seen)
+/* Points *cell (and *seen) at the cell of `rows` rows at padded length plen, growing the table;
+ * both NULL when the table would pass CACHE_MAX_CELLS (the caller prices such shapes itself).
+ * Returns -1 when out of memory, else 0. */
+static int cache_cell(shape_cache *c, int rows, int plen, int64_t **cell, uint32_t **seen)
 {
+    *cell = NULL, *seen = NULL;
+    if (rows > c->n_rows && (size_t)rows * (size_t)c->cols > CACHE_MAX_CELLS) return 0;
     if (rows > c->n_rows) {
         int64_t **nr = realloc(c->row, (size_t)rows * sizeof *nr);
-        if (!nr) return NULL;
+        if (!nr) return -1;
         c->row = nr;
         uint32_t **ns = realloc(c->seen, (size_t)rows * sizeof *ns);
-        if (!ns) return NULL;
+        if (!ns) return -1;
         c->seen = ns;
         for (int q = c->n_rows; q < rows; q++) {
             c->row[q] = malloc((size_t)c->cols * sizeof **c->row);
@@ -165,7 +219,7 @@ static int64_t *cache_cell(shape_cache *c, int rows, int plen, uint32_t **seen)
             if (!c->row[q] || !c->seen[q]) {
                 free(c->row[q]), free(c->seen[q]);
                 c->n_rows = q;
-                return NULL;
+                return -1;
             }
             for (int k = 0; k < c->cols; k++) c->row[q][k] = CACHE_UNKNOWN;
         }
@@ -173,7 +227,8 @@ static int64_t *cache_cell(shape_cache *c, int rows, int plen, uint32_t **seen)
     }
     int col = plen / c->pad_multiple;
     *seen = &c->seen[rows - 1][col];
-    return &c->row[rows - 1][col];
+    *cell = &c->row[rows - 1][col];
+    return 0;
 }
 
 /* Tabulates t(i, j). Fails (with the sample named) when a single sample does not fit. */
@@ -201,8 +256,8 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             sh.dec_len = batch_pad(ctx->rules, dec);
             if (ctx->varlen) seg_attn_add(ctx->rules, &sh, &s[j - 1]);
             uint32_t *seen = NULL;
-            int64_t ns = CACHE_UNKNOWN, *cell = cached ? cache_cell(cache, j - i, sh.enc_len, &seen) : NULL;
-            if (cached && !cell) {
+            int64_t ns = CACHE_UNKNOWN, *cell = NULL;
+            if (cached && cache_cell(cache, j - i, sh.enc_len, &cell, &seen) != 0) {
                 st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
                 break;
             }
@@ -252,13 +307,8 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
         }
     }
     shape_cache_free(own);
-    if (st != DP_OK || ctx->thin_ms <= 0) return st; /* the exact descent needs no order */
-    qsort(T->all, (size_t)T->n_all, sizeof *T->all, cmp_i64);
-    int u = 0;
-    for (int k = 0; k < T->n_all; k++)
-        if (u == 0 || T->all[u - 1] != T->all[k]) T->all[u++] = T->all[k];
-    T->n_all = u;
-    return DP_OK;
+    if (st == DP_OK && ctx->thin_ms > 0) seg_sort_costs(T); /* the exact descent sorts on need */
+    return st;
 }
 
 typedef struct dp_cell {
@@ -274,9 +324,13 @@ static int dp_pass(const seg_table *T, int64_t tau, dp_cell *f)
     for (int j = 1; j <= n; j++) f[j] = (dp_cell){INT64_MAX, INT64_MAX, -1};
     for (int i = 0; i < n; i++) {
         if (f[i].from < 0) continue;
+        const int64_t *lo = T->lo ? T->lo[i] : NULL;
         for (int l = 1; l <= T->len[i]; l++) {
             int64_t t = T->t[i][l - 1];
-            if (t > tau) continue;
+            if (t > tau) {
+                if (lo && lo[l - 1] > tau) break; /* no longer segment from i is under the cap */
+                continue;
+            }
             int64_t sum = f[i].sum + t, mx = f[i].max > t ? f[i].max : t;
             dp_cell *g = &f[i + l];
             if (sum < g->sum || (sum == g->sum && mx < g->max)) *g = (dp_cell){sum, mx, i};
@@ -308,6 +362,71 @@ static dp_status emit(const batch_ctx *ctx, const sample_len *s, const dp_cell *
     return st;
 }
 
+/* Caps all[lo..hi) not yet tried, under each of which the least sum is at least sum_hi (the least
+ * sum under a cap above them). */
+typedef struct cap_range {
+    int lo, hi;
+    int64_t sum_hi;
+} cap_range;
+
+/* The exact search over caps (step 3 above): the least score (S-1)*m*D + sum*C over the batch's
+ * distinct costs m, each with the least sum of partitions whose segments all cost <= m. Tried
+ * caps split the untried ones into ranges; a range is dropped when even its lowest cap with the
+ * sum bound above it cannot win. Ties go to the larger max, and the partition written into best
+ * is the pass under the winning max itself (with one stage, under no cap). *best_score is
+ * INT64_MAX when nothing fits; DP_ERR_NOMEM when out of memory. */
+static dp_status descend(seg_table *T, int S, int C, int D, dp_cell *f, dp_cell *best,
+                         int64_t *best_score, int *passes)
+{
+    int n = T->n;
+    *best_score = INT64_MAX;
+    if (!dp_pass(T, INT64_MAX, f)) return DP_OK;
+    (*passes)++;
+    memcpy(best, f, (size_t)(n + 1) * sizeof *f);
+    *best_score = score_scaled(f[n].sum, f[n].max, S, C, D);
+    if (S == 1) return DP_OK; /* the sum alone decides */
+    seg_sort_costs(T);
+    cap_range *stack = malloc((size_t)(T->n_all + 1) * sizeof *stack);
+    if (!stack || seg_suffix_min(T) != DP_OK) {
+        free(stack);
+        return DP_ERR_NOMEM;
+    }
+    int64_t per = (int64_t)(S - 1) * D, best_m = f[n].max, best_cap = INT64_MAX;
+    int top = 0; /* the stack holds disjoint non-empty ranges: at most n_all */
+#define PUSH_RANGE(a, b, sum)                                      \
+    do {                                                           \
+        if ((a) < (b)) stack[top++] = (cap_range){(a), (b), (sum)}; \
+    } while (0)
+    PUSH_RANGE(0, seg_cost_index(T, f[n].max), f[n].sum);
+    while (top > 0) {
+        cap_range r = stack[--top];
+        int64_t bound = per * T->all[r.lo] + r.sum_hi * C;
+        if (bound > *best_score || (bound == *best_score && T->all[r.hi - 1] < best_m)) continue;
+        int k = r.lo + (r.hi - r.lo) / 2;
+        int64_t cap = T->all[k];
+        if (!dp_pass(T, cap, f)) { /* nothing fits under this cap or any below it */
+            PUSH_RANGE(k + 1, r.hi, r.sum_hi);
+            continue;
+        }
+        (*passes)++;
+        int64_t sc = score_scaled(f[n].sum, f[n].max, S, C, D);
+        if (sc < *best_score || (sc == *best_score && f[n].max > best_m)) {
+            *best_score = sc, best_m = f[n].max, best_cap = cap;
+            memcpy(best, f, (size_t)(n + 1) * sizeof *f);
+        }
+        /* every cap from the realised max up to this one gives this same partition */
+        PUSH_RANGE(k + 1, r.hi, r.sum_hi);
+        PUSH_RANGE(r.lo, seg_cost_index(T, f[n].max), f[n].sum);
+    }
+#undef PUSH_RANGE
+    free(stack);
+    if (best_cap != best_m) { /* the winning partition as the pass under its own max finds it */
+        dp_pass(T, best_m, best);
+        (*passes)++;
+    }
+    return DP_OK;
+}
+
 /* Solves for one in-flight count, with D replicas in the objective; *passes counts DP passes. */
 static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int D, int one_held,
                        mb_list *out, int *passes, dp_err *err)
@@ -324,22 +443,10 @@ static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int D, 
     int64_t best_score = INT64_MAX;
     *passes = 0;
     if (ctx->thin_ms <= 0) {
-        int64_t tau = INT64_MAX;
-        while (dp_pass(&T, tau, f)) {
-            (*passes)++;
-            int64_t sc = score_scaled(f[n].sum, f[n].max, S, C, D);
-            if (sc < best_score) {
-                best_score = sc;
-                memcpy(best, f, (size_t)(n + 1) * sizeof *f);
-            }
-            if (f[n].sum * C >= best_score) break; /* the sum alone can no longer win */
-            /* next cap: the largest segment cost strictly below the realised max (a scan of the
-             * batch's distinct costs: cheaper than keeping them sorted) */
-            int64_t next = -1;
-            for (int k = 0; k < T.n_all; k++)
-                if (T.all[k] < f[n].max && T.all[k] > next) next = T.all[k];
-            if (next < 0) break;
-            tau = next;
+        st = descend(&T, S, C, D, f, best, &best_score, passes);
+        if (st != DP_OK) {
+            st = dp_fail(err, st, "out of memory");
+            goto out;
         }
     } else {
         int64_t thin = llround(ctx->thin_ms * 1e6), last = INT64_MIN;

@@ -776,10 +776,68 @@ static void kk_sort(kk_node *x, int k)
         }
 }
 
+/* The live nodes by spread, largest first, ties to the lower slot (the order a scan of the slots
+ * for the two largest spreads would find): a binary heap of slots with each slot's heap index. */
+typedef struct kk_heap {
+    int *at;       /* at[h]: the slot in heap position h */
+    int *pos;      /* pos[slot]: its heap position */
+    double *spread; /* spread[slot] */
+    int size;
+} kk_heap;
+
+static int kk_before(const kk_heap *q, int s, int t)
+{
+    return q->spread[s] > q->spread[t] || (q->spread[s] == q->spread[t] && s < t);
+}
+
+static void kk_place(kk_heap *q, int h, int slot)
+{
+    q->at[h] = slot, q->pos[slot] = h;
+}
+
+static void kk_up(kk_heap *q, int h)
+{
+    int slot = q->at[h];
+    while (h > 0 && kk_before(q, slot, q->at[(h - 1) / 2])) {
+        kk_place(q, h, q->at[(h - 1) / 2]);
+        h = (h - 1) / 2;
+    }
+    kk_place(q, h, slot);
+}
+
+static void kk_down(kk_heap *q, int h)
+{
+    int slot = q->at[h];
+    for (;;) {
+        int c = 2 * h + 1;
+        if (c >= q->size) break;
+        if (c + 1 < q->size && kk_before(q, q->at[c + 1], q->at[c])) c++;
+        if (!kk_before(q, q->at[c], slot)) break;
+        kk_place(q, h, q->at[c]);
+        h = c;
+    }
+    kk_place(q, h, slot);
+}
+
+/* Removes the slot from the heap. */
+static void kk_remove(kk_heap *q, int slot)
+{
+    int h = q->pos[slot], last = q->at[--q->size];
+    if (last == slot) return;
+    kk_place(q, h, last);
+    kk_up(q, h);
+    kk_down(q, q->pos[last]);
+}
+
 dp_status kk_partition(const double *w, int n, int k, int *bin)
 {
     kk_node *nodes = calloc((size_t)n, sizeof *nodes);
-    if (!nodes) return DP_ERR_NOMEM;
+    kk_heap q = {malloc((size_t)(n ? n : 1) * sizeof(int)), malloc((size_t)(n ? n : 1) * sizeof(int)),
+                 malloc((size_t)(n ? n : 1) * sizeof(double)), 0};
+    if (!nodes || !q.at || !q.pos || !q.spread) {
+        free(nodes), free(q.at), free(q.pos), free(q.spread);
+        return DP_ERR_NOMEM;
+    }
     dp_status st = DP_OK;
     for (int i = 0; i < n && st == DP_OK; i++) {
         kk_node *x = &nodes[i];
@@ -795,15 +853,14 @@ dp_status kk_partition(const double *w, int n, int k, int *bin)
         }
     }
     int alive = n;
+    for (int i = 0; st == DP_OK && i < n; i++) {
+        q.spread[i] = kk_spread(&nodes[i], k);
+        kk_place(&q, q.size++, i);
+        kk_up(&q, i);
+    }
     while (st == DP_OK && alive > 1) {
-        /* the two nodes of largest spread */
-        int a = 0, b = 1;
-        if (kk_spread(&nodes[b], k) > kk_spread(&nodes[a], k)) a = 1, b = 0;
-        for (int i = 2; i < alive; i++) {
-            double sp = kk_spread(&nodes[i], k);
-            if (sp > kk_spread(&nodes[a], k)) b = a, a = i;
-            else if (sp > kk_spread(&nodes[b], k)) b = i;
-        }
+        /* the two nodes of largest spread: the heap's root and the better of its children */
+        int a = q.at[0], b = q.size > 2 && kk_before(&q, q.at[2], q.at[1]) ? q.at[2] : q.at[1];
         /* combine: a's largest with b's smallest, and so on */
         kk_node *x = &nodes[a], *y = &nodes[b];
         for (int j = 0; j < k && st == DP_OK; j++) {
@@ -820,20 +877,29 @@ dp_status kk_partition(const double *w, int n, int k, int *bin)
             x->sum[j] += y->sum[yj];
         }
         kk_sort(x, k);
+        q.spread[a] = kk_spread(x, k);
+        kk_up(&q, q.pos[a]);
+        kk_down(&q, q.pos[a]);
         /* drop b (move the last alive node into its place) */
         for (int j = 0; j < k; j++) free(y->items[j]);
         free(y->sum), free(y->items), free(y->count), free(y->cap);
-        nodes[b] = nodes[alive - 1];
+        kk_remove(&q, b);
+        if (b != alive - 1) {
+            nodes[b] = nodes[alive - 1];
+            q.spread[b] = q.spread[alive - 1];
+            kk_place(&q, q.pos[alive - 1], b); /* its slot drops: it can only rise */
+            kk_up(&q, q.pos[b]);
+        }
         alive--;
     }
     if (st == DP_OK && n > 0)
         for (int j = 0; j < k; j++)
-            for (int q = 0; q < nodes[0].count[j]; q++) bin[nodes[0].items[j][q]] = j;
+            for (int c = 0; c < nodes[0].count[j]; c++) bin[nodes[0].items[j][c]] = j;
     for (int i = 0; i < alive; i++) {
         kk_node *x = &nodes[i];
         for (int j = 0; x->items && j < k; j++) free(x->items[j]);
         free(x->sum), free(x->items), free(x->count), free(x->cap);
     }
-    free(nodes);
+    free(nodes), free(q.at), free(q.pos), free(q.spread);
     return st;
 }

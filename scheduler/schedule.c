@@ -282,10 +282,53 @@ static dp_status build_interleaved(const schedule_ctx *ctx, plan_iter *it, dp_er
 
 /* ---- adaptive (DynaPipe) --------------------------------------------------------------------- */
 
+/* A min-heap of (key, i), ties to the lower i: the adaptive pass's queues. */
+typedef struct op_heap {
+    double *key;
+    int *id;
+    int n;
+} op_heap;
+
+static int heap_before(const op_heap *h, int x, int y)
+{
+    return h->key[x] < h->key[y] || (h->key[x] == h->key[y] && h->id[x] < h->id[y]);
+}
+
+static void heap_swap(op_heap *h, int x, int y)
+{
+    double k = h->key[x];
+    h->key[x] = h->key[y], h->key[y] = k;
+    int i = h->id[x];
+    h->id[x] = h->id[y], h->id[y] = i;
+}
+
+static void heap_push(op_heap *h, double key, int id)
+{
+    int c = h->n++;
+    h->key[c] = key, h->id[c] = id;
+    while (c > 0 && heap_before(h, c, (c - 1) / 2)) heap_swap(h, c, (c - 1) / 2), c = (c - 1) / 2;
+}
+
+static void heap_pop(op_heap *h)
+{
+    h->n--;
+    heap_swap(h, 0, h->n);
+    for (int c = 0;;) {
+        int l = 2 * c + 1, best = c;
+        if (l < h->n && heap_before(h, l, best)) best = l;
+        if (l + 1 < h->n && heap_before(h, l + 1, best)) best = l + 1;
+        if (best == c) break;
+        heap_swap(h, c, best), c = best;
+    }
+}
+
 /* The cyclic pass: in each round every device runs at most one op, seeing only what its
- * neighbours finished in earlier rounds. Backwards first (the one whose gradient came first);
- * otherwise the next forward in order if its input is there and its peak fits next to the
- * activations the device holds (an empty device always admits, so the pass cannot stall). */
+ * neighbours finished in earlier rounds. Backwards first (the one whose gradient came first,
+ * ties to the earlier micro-batch); otherwise the next forward in order if its input is there
+ * and its peak fits next to the activations the device holds (an empty device always admits, so
+ * the pass cannot stall). Per device two heaps keep it O(S m log m): the backwards whose
+ * gradient has come, by arrival round; the held micro-batches by transient, largest first
+ * (entries whose backward ran are dropped when they surface). */
 static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, const int *mbs, int m,
                                  int *op_kind, int *op_mb, dp_status *st)
 {
@@ -293,29 +336,32 @@ static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, con
     size_t cells = (size_t)S * (size_t)(m ? m : 1);
     int *fdone = malloc(cells * sizeof *fdone), *bdone = malloc(cells * sizeof *bdone);
     int *nextf = calloc((size_t)S, sizeof *nextf), *nops = calloc((size_t)S, sizeof *nops);
-    double *held = calloc((size_t)S, sizeof *held);
-    int *heldn = calloc((size_t)S, sizeof *heldn);
-    if (!fdone || !bdone || !nextf || !nops || !held || !heldn) {
+    double *held = calloc((size_t)S, sizeof *held), *hkey = malloc(2 * cells * sizeof *hkey);
+    int *heldn = calloc((size_t)S, sizeof *heldn), *hid = malloc(2 * cells * sizeof *hid);
+    op_heap *ready = calloc((size_t)S, sizeof *ready), *trans = calloc((size_t)S, sizeof *trans);
+    if (!fdone || !bdone || !nextf || !nops || !held || !heldn || !hkey || !hid || !ready ||
+        !trans) {
         *st = DP_ERR_NOMEM;
         goto out;
     }
     for (size_t i = 0; i < cells; i++) fdone[i] = bdone[i] = -1;
+    for (int s = 0; s < S; s++) {
+        size_t base = (size_t)s * 2 * (size_t)(m ? m : 1);
+        ready[s] = (op_heap){hkey + base, hid + base, 0};
+        trans[s] = (op_heap){hkey + base + (size_t)(m ? m : 1), hid + base + (size_t)(m ? m : 1), 0};
+    }
 #define FD(s, i) fdone[(size_t)(s) * (size_t)m + (size_t)(i)]
 #define BD(s, i) bdone[(size_t)(s) * (size_t)m + (size_t)(i)]
     int remaining = 2 * S * m;
     for (int t = 0; remaining > 0 && t < 8 * S * m + 16; t++) {
         for (int s = 0; s < S; s++) {
-            /* backward whose gradient arrived first */
-            int best = -1, best_at = 0;
-            for (int i = 0; i < m; i++) {
-                if (FD(s, i) < 0 || BD(s, i) >= 0) continue;
-                int at = s == S - 1 ? FD(s, i) : BD(s + 1, i);
-                if (at < 0 || at >= t) continue;
-                if (best < 0 || at < best_at) best = i, best_at = at;
-            }
             int *kind = op_kind + (size_t)s * 2 * (size_t)m, *mbk = op_mb + (size_t)s * 2 * (size_t)m;
-            if (best >= 0) {
+            /* backward whose gradient arrived first (in an earlier round) */
+            if (ready[s].n > 0 && ready[s].key[0] < t) {
+                int best = ready[s].id[0];
+                heap_pop(&ready[s]);
                 BD(s, best) = t;
+                if (s > 0) heap_push(&ready[s - 1], t, best);
                 held[s] -= it->mb[mbs[best]].stored_mb[s];
                 heldn[s]--;
                 kind[nops[s]] = 1, mbk[nops[s]++] = best;
@@ -328,12 +374,13 @@ static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, con
             /* admitted only if every op that can run while it is held fits: the held stored
              * activations plus the largest transient among them (stage_cost.h) */
             const plan_mb *x = &it->mb[mbs[i]];
-            double tmax = fmax(0, x->peak_mb[s] - x->stored_mb[s]);
-            for (int j = 0; j < m; j++)
-                if (FD(s, j) >= 0 && BD(s, j) < 0)
-                    tmax = fmax(tmax, it->mb[mbs[j]].peak_mb[s] - it->mb[mbs[j]].stored_mb[s]);
+            double tx = fmax(0, x->peak_mb[s] - x->stored_mb[s]), tmax = tx;
+            while (trans[s].n > 0 && BD(s, trans[s].id[0]) >= 0) heap_pop(&trans[s]);
+            if (trans[s].n > 0) tmax = fmax(tmax, -trans[s].key[0]);
             if (heldn[s] > 0 && held[s] + x->stored_mb[s] + tmax > sm->budget_mb[s]) continue;
             FD(s, i) = t;
+            if (s == S - 1) heap_push(&ready[s], t, i);
+            heap_push(&trans[s], -(x->peak_mb[s] - x->stored_mb[s]), i);
             held[s] += x->stored_mb[s];
             heldn[s]++;
             nextf[s]++;
@@ -346,6 +393,7 @@ static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, con
 #undef BD
 out:
     free(fdone), free(bdone), free(nextf), free(nops), free(held), free(heldn);
+    free(hkey), free(hid), free(ready), free(trans);
 }
 
 static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *err)

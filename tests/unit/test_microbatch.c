@@ -693,6 +693,111 @@ static void test_kk_balances(void **state)
     for (int k = 0; k < 3; k++) assert_int_equal(count[k], 4);
 }
 
+/* Karmarkar-Karp as first written (the two largest spreads found by a scan of the nodes, ties
+ * to the lower slot; the last node moved into the merged one's slot): the heap in
+ * kk_partition must give the very same bins. */
+static void kk_by_scan(const double *w, int n, int k, int *bin)
+{
+    double *sum = calloc((size_t)n * (size_t)k, sizeof *sum);
+    int *owner = malloc((size_t)n * (size_t)k * sizeof *owner); /* item -> (node, bin) */
+    int *node_of = malloc((size_t)n * sizeof *node_of), *slot = malloc((size_t)n * sizeof *slot);
+    assert_non_null(sum), assert_non_null(owner), assert_non_null(node_of), assert_non_null(slot);
+    /* node x (by its original id) has k sums; item i belongs to node node_of[i], bin bin[i] */
+    for (int i = 0; i < n; i++) sum[(size_t)i * k] = w[i], node_of[i] = i, bin[i] = 0, slot[i] = i;
+    int alive = n;
+#define SP(x) (sum[(size_t)slot[x] * k] - sum[(size_t)slot[x] * k + k - 1])
+    while (alive > 1) {
+        int a = 0, b = 1;
+        if (SP(b) > SP(a)) a = 1, b = 0;
+        for (int i = 2; i < alive; i++) {
+            if (SP(i) > SP(a)) b = a, a = i;
+            else if (SP(i) > SP(b)) b = i;
+        }
+        double *x = &sum[(size_t)slot[a] * k], *y = &sum[(size_t)slot[b] * k];
+        int place[64]; /* y's bin yj joins x's bin k-1-yj; then x's bins are sorted descending */
+        for (int j = 0; j < k; j++) x[j] += y[k - 1 - j];
+        for (int i = 0; i < n; i++)
+            if (node_of[i] == slot[b]) node_of[i] = slot[a], bin[i] = k - 1 - bin[i];
+        /* insertion sort of x's bins, descending, stable as kk_sort's */
+        for (int j = 0; j < k; j++) place[j] = j;
+        for (int q = 1; q < k; q++)
+            for (int r = q; r > 0 && x[r] > x[r - 1]; r--) {
+                double t = x[r];
+                x[r] = x[r - 1], x[r - 1] = t;
+                int u = place[r];
+                place[r] = place[r - 1], place[r - 1] = u;
+            }
+        int where[64];
+        for (int j = 0; j < k; j++) where[place[j]] = j;
+        for (int i = 0; i < n; i++)
+            if (node_of[i] == slot[a]) bin[i] = where[bin[i]];
+        slot[b] = slot[alive - 1];
+        alive--;
+    }
+#undef SP
+    free(sum), free(owner), free(node_of), free(slot);
+}
+
+/* The heap-ordered Karmarkar-Karp assigns exactly as the scan did, over weights with many ties
+ * (a few distinct values) and without, k from 2 to 64. */
+static void test_kk_heap_equals_scan(void **state)
+{
+    (void)state;
+    unsigned seed = 4242;
+    static const int ks[] = {2, 3, 8, 64};
+    for (int rep = 0; rep < 48; rep++) {
+        int k = ks[rep % 4], n = 1 + rand_r(&seed) % 300, distinct = rep % 3 ? 4 : 100000;
+        double *w = malloc((size_t)n * sizeof *w);
+        int *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+        for (int i = 0; i < n; i++) w[i] = 0.5 * (1 + rand_r(&seed) % distinct);
+        assert_int_equal(kk_partition(w, n, k, got), DP_OK);
+        kk_by_scan(w, n, k, want);
+        for (int i = 0; i < n; i++) assert_int_equal(got[i], want[i]);
+        free(w), free(got), free(want);
+    }
+}
+
+/* The exact DP's range search over caps finds the objective of trying every cap one by one
+ * (the thinned DP with no thinning: a pass per distinct segment cost) on batches of hundreds of
+ * samples, S 2 to 8, D 1 to 16, memory generous and binding. */
+static void test_exact_equals_every_cap(void **state)
+{
+    (void)state;
+    unsigned seed = 9090;
+    static const int Ss[] = {2, 4, 8}, Ds[] = {1, 4, 16};
+    int cases = 0;
+    for (int rep = 0; rep < 18; rep++) {
+        int t5 = rep % 6 == 5, S = Ss[rep % 3], D = Ds[(rep / 3) % 3];
+        fixture f;
+        fixture_init(&f, &seed, t5, S, 1, D, rep % 2 ? 1e6 : 400);
+        f.ctx.dp_split = DP_SPLIT_GLOBAL;
+        int n = t5 ? 120 : 200 + rand_r(&seed) % 400;
+        sample_len *s = malloc((size_t)n * sizeof *s);
+        random_samples(&seed, s, n, t5);
+        mb_list exact, every;
+        mb_list_init(&exact), mb_list_init(&every);
+        dp_err err = {0};
+        dp_status st = dp_batch(&f.ctx, s, n, &exact, &err);
+        if (st == DP_OK) {
+            batch_ctx tc = f.ctx;
+            tc.thin_ms = 1e-9; /* below a nanosecond: every distinct cost is a cap */
+            if (dp_batch(&tc, s, n, &every, &err) != DP_OK) fail_msg("%s", err.msg);
+            every.in_flight = exact.in_flight;
+            assert_int_equal(mb_list_finish(&f.ctx, &exact, &err), DP_OK);
+            assert_int_equal(mb_list_finish(&tc, &every, &err), DP_OK);
+            assert_near(exact.obj_value_ms, every.obj_value_ms, 1e-9 * every.obj_value_ms);
+            assert_true(exact.dp_passes <= every.dp_passes);
+            cases++;
+        } else {
+            assert_int_equal(st, DP_ERR_INFEASIBLE);
+        }
+        mb_list_release(&exact), mb_list_release(&every);
+        free(s);
+        fixture_release(&f);
+    }
+    assert_true(cases >= 12);
+}
+
 /* L1 length of the path through the padded points of s (in order). */
 static int64_t padded_path(const batch_rules *r, const sample_len *s, int n)
 {
@@ -913,6 +1018,8 @@ int main(void)
         cmocka_unit_test(test_cp_auto_spreads_samples),
         cmocka_unit_test(test_replica_split),
         cmocka_unit_test(test_thinned_never_better_and_properties),
+        cmocka_unit_test(test_kk_heap_equals_scan),
+        cmocka_unit_test(test_exact_equals_every_cap),
     };
     return cmocka_run_group_tests_name("microbatch", tests, NULL, NULL);
 }

@@ -366,6 +366,92 @@ static void test_determinism_variable_sizes(void **state)
     assert_int_equal(hashes[0], hashes[1]);
 }
 
+/* The adaptive schedule's cyclic pass as first written (every round, every device scans its
+ * micro-batches for the backward whose gradient came first, and the held ones for the largest
+ * transient): the builder's per-device F/B order must be the same, under memory that binds. */
+static void adaptive_by_scan(const plan_iter *it, const double *budget, int S, int m, int *kind,
+                             int *mb)
+{
+    int fd[8][40], bd[8][40], nextf[8] = {0}, nops[8] = {0}, heldn[8] = {0};
+    double held[8] = {0};
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < m; i++) fd[s][i] = bd[s][i] = -1;
+    int remaining = 2 * S * m;
+    for (int t = 0; remaining > 0 && t < 8 * S * m + 16; t++)
+        for (int s = 0; s < S; s++) {
+            int best = -1, best_at = 0;
+            for (int i = 0; i < m; i++) {
+                if (fd[s][i] < 0 || bd[s][i] >= 0) continue;
+                int at = s == S - 1 ? fd[s][i] : bd[s + 1][i];
+                if (at < 0 || at >= t) continue;
+                if (best < 0 || at < best_at) best = i, best_at = at;
+            }
+            if (best >= 0) {
+                bd[s][best] = t;
+                held[s] -= it->mb[best].stored_mb[s];
+                heldn[s]--;
+                kind[s * 2 * m + nops[s]] = 1, mb[s * 2 * m + nops[s]++] = best;
+                remaining--;
+                continue;
+            }
+            int i = nextf[s];
+            if (i >= m || (s > 0 && (fd[s - 1][i] < 0 || fd[s - 1][i] >= t))) continue;
+            const plan_mb *x = &it->mb[i];
+            double tmax = fmax(0, x->peak_mb[s] - x->stored_mb[s]);
+            for (int j = 0; j < m; j++)
+                if (fd[s][j] >= 0 && bd[s][j] < 0)
+                    tmax = fmax(tmax, it->mb[j].peak_mb[s] - it->mb[j].stored_mb[s]);
+            if (heldn[s] > 0 && held[s] + x->stored_mb[s] + tmax > budget[s]) continue;
+            fd[s][i] = t;
+            held[s] += x->stored_mb[s];
+            heldn[s]++;
+            nextf[s]++;
+            kind[s * 2 * m + nops[s]] = 0, mb[s * 2 * m + nops[s]++] = i;
+            remaining--;
+        }
+    assert_int_equal(remaining, 0);
+}
+
+static void test_adaptive_equals_scan(void **state)
+{
+    (void)state;
+    unsigned seed = 515;
+    for (int rep = 0; rep < 60; rep++) {
+        int S = 1 + rep % 8, m = 1 + (int)(rand_r(&seed) % 40);
+        world w;
+        world_init(&w, S, 1, 0, 1e15);
+        plan_iter it;
+        equal_iter(&w, &it, m, 1, 2, 0);
+        for (int k = 0; k < m; k++)
+            for (int s = 0; s < S; s++) {
+                plan_mb *x = &it.mb[k];
+                x->fwd_ms[s] = 0.5 + (rand_r(&seed) % 100) / 50.0, x->bwd_ms[s] = 2 * x->fwd_ms[s];
+                x->stored_mb[s] = 1 + rand_r(&seed) % 4;
+                x->peak_mb[s] = x->stored_mb[s] + rand_r(&seed) % 3;
+            }
+        for (int s = 0; s < S; s++) w.sm.budget_mb[s] = rep % 4 ? 6 + rand_r(&seed) % 12 : 1e9;
+        schedule_ctx ctx = {&w.sm};
+        dp_err err = {0};
+        assert_int_equal(schedule_find("adaptive")->build(&ctx, &it, &err), DP_OK);
+        int kind[8 * 80], mb[8 * 80];
+        adaptive_by_scan(&it, w.sm.budget_mb, S, m, kind, mb);
+        for (int s = 0; s < S; s++) {
+            const plan_rank *R = &it.ranks[s];
+            int q = 0;
+            for (int i = 0; i < R->n; i++) {
+                if (R->ins[i].op != OP_F && R->ins[i].op != OP_B) continue;
+                assert_true(q < 2 * m);
+                assert_int_equal(R->ins[i].op == OP_B, kind[s * 2 * m + q]);
+                assert_int_equal(R->ins[i].mb, mb[s * 2 * m + q]);
+                q++;
+            }
+            assert_int_equal(q, 2 * m);
+        }
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+}
+
 /* The gradient all-reduce of a stage is one collective over its replicas: it starts when the
  * slowest replica is done, on every replica (2 stages x 3 replicas, one slow micro-batch). */
 typedef struct ar_seen {
@@ -462,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_bad_plans_rejected),
         cmocka_unit_test(test_determinism_variable_sizes),
         cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
+        cmocka_unit_test(test_adaptive_equals_scan),
     };
     return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
 }
