@@ -38,7 +38,7 @@ int cmd_tune(int argc, char **argv)
 {
     const char *cmd = "tune", *out = NULL;
     const char *blist_arg = TUNE_BATCHINGS, *slist_arg = "1f1b,adaptive";
-    int quiet = 0, resume = 0;
+    int quiet = 0, resume = 0, exhaustive = 0;
     plan_request p;
     plan_request_default(&p);
     p.iterations = 8;
@@ -66,6 +66,10 @@ int cmd_tune(int argc, char **argv)
                  "go on from -o's rows (a search stopped by Ctrl-C or a crash),\n"
                  "refused when the options or input files' contents changed");
     cli_opt_flag(&t, "quiet", 'q', &quiet, "no progress lines on stderr");
+    cli_opt_flag(&t, "exhaustive", 0, &exhaustive,
+                 "simulate every configuration to the end (by default one that a\n"
+                 "lower bound on its time shows cannot reach its batching's best of\n"
+                 "a first pass is dropped, \"pruned\" in the ranking: never a best)");
     plan_request_options(&t, &p);
     cli_opts_find(&t, "iterations")->deflt = "8";
     t.help_hides = OPT_TUNED; /* what tune searches is no option of it */
@@ -112,7 +116,8 @@ int cmd_tune(int argc, char **argv)
     char config[12000];
     plan_request_config(&p, NULL, 0, config, sizeof config - 600);
     snprintf(config + strlen(config), sizeof config - strlen(config),
-             "gpus=%lld\nbatchings=%s\nschedules=%s\n", (long long)gpus, blist_arg, slist_arg);
+             "gpus=%lld\nbatchings=%s\nschedules=%s\nexhaustive=%d\n", (long long)gpus, blist_arg,
+             slist_arg, exhaustive);
     if (out && resume) {
         char *there = NULL, what[700];
         if (json_slurp(config_path, &there, &err) != DP_OK) {
@@ -147,7 +152,7 @@ int cmd_tune(int argc, char **argv)
     tune_result *res = NULL;
     long n = 0;
     int exit_code = 0;
-    tune_run_opts run = {out, resume, quiet, 1, &tune_stop, 0, 0, 0, 0};
+    tune_run_opts run = {out, resume, quiet, 1, &tune_stop, exhaustive, 0, 0, 0, 0};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -195,6 +200,12 @@ int cmd_tune(int argc, char **argv)
             if (base) snprintf(x, sizeof x, "%.2f", b->throughput / base->throughput);
             printf("%-18s %12.0f %8s %6.1f  %s\n", bs[i], b->throughput, x, 100 * b->mfu, desc);
         }
+        long pruned = 0;
+        for (long q = 0; q < n; q++) pruned += res[q].done && tune_result_pruned(&res[q]);
+        if (pruned)
+            printf("# %ld of the %ld configurations pruned: a lower bound on their time showed them "
+                   "below their batching's best of a first pass (--exhaustive simulates them all)\n",
+                   pruned, n);
         long done = run.resumed + run.ran;
         if (out)
             fprintf(stderr, "dpsim: wrote the ranking of %ld configurations to %s\n", done, out);

@@ -1,5 +1,8 @@
 /* dpsim — the command-line driver. Thin: parse arguments, call the library, print. */
 #include <stdio.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 #include <gsl/gsl_errno.h>
@@ -48,6 +51,12 @@ static void help(void)
 int main(int argc, char **argv)
 {
     gsl_set_error_handler_off(); /* library code checks GSL's return codes instead */
+#ifdef __GLIBC__
+    /* Plans and simulations allocate and free large arrays per iteration and per candidate: keep
+     * them in the heap instead of a fresh mmap (and its page faults) each time. */
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+#endif
     if (argc < 2) {
         fprintf(stderr, "dpsim: missing subcommand\nusage: %s\n", USAGE);
         return EXIT_USAGE;

@@ -1,15 +1,17 @@
 /*
  * pool.h — independent jobs in forked worker processes (sweep and tune points).
  *
- * pool_run runs job(ctx, i, out, cap) for every i in [0, n) in at most `jobs` forked workers at a
- * time. A job writes a text result of at most POOL_RESULT_MAX - 1 bytes into out; the parent
- * receives it with done(ctx, i, text) as each worker finishes (in finishing order, not index
- * order), or done(ctx, i, NULL) when the worker died (a crash, a signal): that job has no result,
- * the others run all the same, and pool_run returns -1 at the end. A pipe or fork that fails
- * stops the starting of jobs: the ones not started are reported to done with NULL too.
- * progress(ctx, finished, n), if given, is called after each. Workers share nothing with the
- * parent after the fork: a job must report through its text only. jobs = 1 still forks (a crash
- * never takes the caller down).
+ * pool_run runs job(ctx, i, out, cap) for every i in [0, n) in at most `jobs` forked worker
+ * processes, each taking jobs one after another (forked when the run starts, or to replace one
+ * that died, each seeing the caller's state as it was then; a job must leave nothing behind that
+ * changes a later one's result). A job writes a text result of at most POOL_RESULT_MAX - 1 bytes into out; the parent
+ * receives it with done(ctx, i, text) as each job finishes (in finishing order, not index
+ * order), or done(ctx, i, NULL) when its worker died running it (a crash, a signal): that job
+ * has no result, a new worker takes the next job, the others run all the same, and pool_run
+ * returns -1 at the end. A pipe or fork that fails stops the starting of jobs: the ones not
+ * started are reported to done with NULL too. progress(ctx, finished, n), if given, is called
+ * after each. Workers share nothing with the parent after the fork: a job must report through
+ * its text only. jobs = 1 still forks (a crash never takes the caller down).
  */
 #ifndef POOL_H
 #define POOL_H

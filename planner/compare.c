@@ -83,7 +83,7 @@ static dp_status compare_tuned(const plan_request *p, const plan_env *env, compa
                          "better ones leave iterations out)", tried);
             }
             dp_err e = {0}; /* the whole run, on the trace already loaded */
-            w->st = planner_tune_point(p, env, &best->pt, NULL, &w->r, &e);
+            w->st = planner_tune_point(p, env, &best->pt, NULL, 0, &w->r, &e);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
             if (w->st == DP_OK && w->r.feasible && !w->r.oom && !w->r.failed_iterations) break;
         }

@@ -294,6 +294,11 @@ typedef struct planner {
     schedule_ctx sctx;
     const sim_config *cfg;
     sim *s;
+    double prune_left_ms; /* > 0: the time left under o->prune_ms, checked before the adaptive
+                           * order search (and the build): 0 none */
+    int prune_needs_fit;  /* 1: only where the plan fits in its planned order (then the order
+                           * search keeps a fitting one, and the attempt is the last) */
+    double pruned_lb_ms;  /* set by plan_iteration when the plan's lower bound passed it */
 } planner;
 
 /* Plans one global batch: micro-batches, their order (adaptive), the schedule, then the exact
@@ -329,6 +334,25 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         for (int k = 0; k < l->n_mb; k++)
             if (isnan(l->mb[k].t_ms)) *answerable = 0;
         if (!*answerable) break;
+        if (p->prune_left_ms > 0 && (!p->prune_needs_fit || o->sched->admits_by_memory)) {
+            /* study_opts.prune_ms: before the order search */
+            plan_iter_release(pi);
+            TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
+            int final = !p->prune_needs_fit;
+            if (!final) {
+                TRY(o->sched->build(&p->sctx, pi, err));
+                plan_machine m;
+                pm_init(&m, pi, p->sm->chunks);
+                double worst;
+                final = pm_fits(&m, p->sm->budget_mb, &worst, NULL, 0);
+                pm_release(&m);
+            }
+            double lb = final ? schedule_time_lower_bound(o->sched, pi, p->sm->pp, p->sm->chunks) : 0;
+            if (lb > p->prune_left_ms) {
+                p->pruned_lb_ms = lb;
+                break;
+            }
+        }
         if (o->sched->admits_by_memory) /* its order: sim/order_search.h */
             TRY(order_search(p->sm, o->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, NULL, err));
         plan_iter_release(pi);
@@ -508,7 +532,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    cands[0]->varlen},
                   {&sm[0]},
-                  &cfg, &acc.s};
+                  &cfg, &acc.s, 0, 0, 0};
     batch_iter bi;
     trace_stream ts;
     int streaming = o->stream_path != NULL;
@@ -533,6 +557,10 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     double *plan_ms = NULL;
     int planned = 0;
     int64_t first_tokens = 0;
+    /* study_opts.prune_ms: where a lower bound may be taken (after the fit; before it when the
+     * first plan is the only one) */
+    int prune_fit = o->prune_ms > 0 && !o->recompute_per_mb && !o->recompute_by_time && n_cands == 1;
+    int prune_early = prune_fit && modes == 1 && !o->batching->memory_aware;
     for (;;) {
         if (o->max_iterations && planned >= o->max_iterations) break;
         const sample_len *b;
@@ -554,7 +582,22 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
                                                      planned, &l, &pi)
                                  : 0;
         planner_batching(&pl, cands[winner]);
+        double spent_ms = (double)acc.t_ns / 1e6;
+        pl.prune_left_ms = prune_fit ? fmax(o->prune_ms - spent_ms, 1e-300) : 0;
+        pl.prune_needs_fit = !prune_early;
+        pl.pruned_lb_ms = 0;
         st = plan_modes(&pl, sm, cache, modes, b, n, planned, &l, &pi, &answerable, &mode, &why);
+        if (prune_fit && st == DP_OK && answerable && l.feasible && pl.pruned_lb_ms == 0) {
+            double lb = schedule_time_lower_bound(o->sched, &pi, o->pp, o->chunks);
+            if (spent_ms + lb > o->prune_ms) pl.pruned_lb_ms = lb;
+        }
+        if (pl.pruned_lb_ms > 0) {
+            r->pruned_ms = spent_ms + pl.pruned_lb_ms;
+            snprintf(r->why, sizeof r->why, "pruned at iteration %d: at least %.1f ms of "
+                     "simulated time, past the search's cut-off of %.1f ms", planned,
+                     r->pruned_ms, o->prune_ms);
+            break;
+        }
         /* --recompute mixed: then a mode lower per micro-batch wherever the plan still fits */
         int relaxed = st == DP_OK && answerable && l.feasible && o->recompute_per_mb;
         if (relaxed) st = mixed_recompute_relax(&pi, &l, by_mode, cms[mode]->recompute, &why);

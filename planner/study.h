@@ -73,6 +73,14 @@ typedef struct study_opts {
     int keep_going; /* an iteration that cannot be planned to fit (a sample that fits nowhere, a
                      * plan over memory, a shape beyond the cost model) is counted, named in
                      * study_result.iter and left out, instead of ending (or spoiling) the run */
+    /* > 0: a search's cut-off, ms of simulated time over the whole run. The run stops (pruned)
+     * once the time simulated so far plus a lower bound on the next iteration's
+     * (schedule_time_lower_bound) passes it: the run can only take longer. The bound is taken
+     * where the plan cannot change any more: before the adaptive order search where one plan
+     * is all there is (a batching that does not cut by memory, one recompute mode), else once
+     * the plan fits; never under per-micro-batch or fastest recompute, or a batching chosen per
+     * iteration. 0: off. */
+    double prune_ms;
 } study_opts;
 
 /* One planned iteration, as the per-iteration metrics report it. */
@@ -145,6 +153,9 @@ typedef struct study_result {
                                  * (batch_rules.global_tokens): its tokens */
     int oom_unplanned;      /* of those, iterations the planner had called fitting (always 0:
                              * the planner's check is the simulator's memory, plan_machine.h) */
+    double pruned_ms;       /* > 0: the run stopped at study_opts.prune_ms: the simulated time
+                             * before the iteration that passed it plus that one's lower bound;
+                             * the totals hold the iterations before it */
 } study_result;
 
 void study_result_release(study_result *r);

@@ -228,3 +228,14 @@ dp_status tune_read_ranking(const char *path, tune_result *res, long n, long *re
     *read = r.read, *foreign = r.foreign;
     return st;
 }
+
+int tune_result_pruned(const tune_result *r)
+{
+    return strncmp(r->why, TUNE_WHY_PRUNED, strlen(TUNE_WHY_PRUNED)) == 0;
+}
+
+int tune_first_pass(const tune_space *sp, const tune_point *p)
+{
+    return sp->n_schedules > 0 && strcmp(p->schedule, sp->schedules[0]) == 0 &&
+           p->recompute == (int)RECOMPUTE_NONE;
+}

@@ -97,6 +97,15 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap);
  * again. */
 #define TUNE_WHY_DIED "the worker died (a crash or a signal): no result"
 
+/* The start of a result's why when the search dropped it by a lower bound on its time
+ * (planner/tune_run.h): it could not have been its batching's best. */
+#define TUNE_WHY_PRUNED "pruned: "
+int tune_result_pruned(const tune_result *r);
+
+/* Whether point p is in the search's first pass (planner/tune_run.h): the first schedule of the
+ * space, no recompute. */
+int tune_first_pass(const tune_space *sp, const tune_point *p);
+
 /* Reads a ranking CSV's rows back into the results of the points they name (matched on batching,
  * schedule, tp, pp, dp, zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
  * marked done, but for a row whose worker died (TUNE_WHY_DIED), left to run again; rows of

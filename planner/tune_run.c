@@ -36,6 +36,12 @@ typedef struct tune_job {
     double g_sum[TUNE_MAX_LIST * TUNE_MAX_LIST];  /* seconds of each group's finished points */
     long g_done[TUNE_MAX_LIST * TUNE_MAX_LIST], g_left[TUNE_MAX_LIST * TUNE_MAX_LIST];
     dp_err write_err;
+    /* pruning (tune_run.h): the real tokens a point simulates at most, and per batching the
+     * best throughput of its first pass (0: none, no pruning) */
+    int64_t scored_tokens;
+    double cutoff_tps[TUNE_MAX_LIST];
+    long phase_base; /* points finished in the passes before this one */
+    int last_phase;
 } tune_job;
 
 static int tp_slot(const tune_space *sp, int tp)
@@ -46,7 +52,7 @@ static int tp_slot(const tune_space *sp, int tp)
 }
 
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
-                       cost_model *const *cms, study_result *r, dp_err *err)
+                       cost_model *const *cms, double prune_ms, study_result *r, dp_err *err)
 {
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     recompute_mode rc = recompute_policy_mode(pt->recompute);
@@ -76,6 +82,7 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
         study_opts o;
         planner_study_opts(&p, env, pt->batching, pt->schedule, &o);
         o.cm = use[dynamic ? 0 : rc];
+        o.prune_ms = prune_ms;
         for (int m = 0; m < RECOMPUTE_COUNT; m++) o.recompute_cm[m] = dynamic ? use[m] : NULL;
         st = study_run(&o, &env->trace, r, err);
     }
@@ -99,11 +106,20 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
         }
     study_result r;
     dp_err err = {0};
-    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[t], &r, &err);
+    double cutoff = j->cutoff_tps[j->group[i] / TUNE_MAX_LIST];
+    double prune_ms = cutoff > 0 && j->scored_tokens > 0 ? 1e3 * (double)j->scored_tokens / cutoff : 0;
+    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[t], prune_ms, &r, &err);
     double peak = study_max_peak_mb(&r);
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
-    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations;
-    const char *why = st != DP_OK ? err.msg : ok ? "" : r.why[0] ? r.why : "no iteration";
+    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations &&
+             !(r.pruned_ms > 0);
+    char pruned[240];
+    if (st == DP_OK && r.pruned_ms > 0)
+        snprintf(pruned, sizeof pruned, TUNE_WHY_PRUNED "at most %.0f tokens/s (a lower bound on "
+                 "its time), below the %.0f of the best configuration of the first pass",
+                 1e3 * (double)j->scored_tokens / r.pruned_ms, cutoff);
+    const char *why = st != DP_OK ? err.msg : ok ? "" : r.pruned_ms > 0 ? pruned
+                      : r.why[0] ? r.why : "no iteration";
     snprintf(out, cap, "%d %.17g %.17g %.17g %.6f %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
              r.mfu, peak, dp_now_s() - t0, why);
     study_result_release(&r);
@@ -173,12 +189,13 @@ static void tune_progress(void *ctx, long finished, long n)
 {
     tune_job *j = ctx;
     double now = dp_now_s();
+    int end = finished == n && j->last_phase; /* the search's last point */
     if (j->run->out && (now - j->last_write >= TUNE_WRITE_EVERY_S || finished == n)) {
         if (write_ranking(j, j->run->out, &j->write_err) != DP_OK) j->run->out = NULL;
         j->last_write = now;
     }
     if (!j->progress) return;
-    if (j->progress == 2 && now - j->last_line < TUNE_PROGRESS_EVERY_S && finished < n) return;
+    if (j->progress == 2 && now - j->last_line < TUNE_PROGRESS_EVERY_S && !end) return;
     j->last_line = now;
     const tune_result *best = NULL;
     long feasible = 0;
@@ -188,19 +205,22 @@ static void tune_progress(void *ctx, long finished, long n)
             if (!best || j->res[i].throughput > best->throughput) best = &j->res[i];
         }
     char line[600], desc[256] = "";
-    int at = snprintf(line, sizeof line, "dpsim tune: %ld/%ld configurations done (%ld fit)",
-                      finished + j->run->resumed, j->n, feasible);
+    long pruned = 0;
+    for (long i = 0; i < j->n; i++) pruned += j->res[i].done && tune_result_pruned(&j->res[i]);
+    int at = snprintf(line, sizeof line, "dpsim tune: %ld/%ld configurations done (%ld fit",
+                      finished + j->phase_base + j->run->resumed, j->n, feasible);
+    at += snprintf(line + at, sizeof line - (size_t)at, pruned ? ", %ld pruned)" : ")", pruned);
     if (best) {
         tune_point_describe(&best->pt, desc, sizeof desc);
         at += snprintf(line + at, sizeof line - (size_t)at, ", best %.0f tokens/s (%s)",
                        best->throughput, desc);
     }
     double eta = eta_s(j);
-    if (finished < n && !isnan(eta))
+    if (!end && !isnan(eta))
         snprintf(line + at, sizeof line - (size_t)at, ", ETA %.0f s", eta);
-    else if (finished == n)
+    else if (end)
         snprintf(line + at, sizeof line - (size_t)at, ", %.0f s", now - j->t0);
-    if (j->progress == 1) fprintf(stderr, "\r%-150.150s%s", line, finished == n ? "\n" : "");
+    if (j->progress == 1) fprintf(stderr, "\r%-150.150s%s", line, end ? "\n" : "");
     else fprintf(stderr, "%s\n", line);
 }
 
@@ -256,13 +276,20 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     }
     j->order = dp_xcalloc((size_t)n, sizeof *j->order);
     j->group = dp_xcalloc((size_t)n, sizeof *j->group);
+    long todo = 0;
     for (long i = 0; i < n; i++) {
         int b = 0, q = 0;
         while (b < sp->n_batchings - 1 && strcmp(sp->batchings[b], pts[i].batching) != 0) b++;
         while (q < sp->n_schedules - 1 && strcmp(sp->schedules[q], pts[i].schedule) != 0) q++;
         j->group[i] = b * TUNE_MAX_LIST + q;
-        if (!j->res[i].done) j->order[j->todo++] = i, j->g_left[j->group[i]]++;
+        if (!j->res[i].done) todo++, j->g_left[j->group[i]]++;
     }
+    if (j->env != env && !run->exhaustive) /* the scoring trace's real tokens: what a point
+                                            * simulates at most (0: no pruning) */
+        for (size_t i = 0; i < j->env->trace.n; i++) {
+            sample_len x = batch_sample(&j->env->rules, &j->env->trace, i);
+            j->scored_tokens += x.enc + x.dec;
+        }
     for (int t = 0; t < sp->n_tps; t++) { /* the cost models the points use, once */
         int used = 0;
         for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t];
@@ -280,10 +307,35 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     }
     if (j->progress)
         fprintf(stderr, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers\n", n,
-                sp->gpus, j->todo, run->resumed ? " (the rest resumed)" : "", jobs);
-    int rc = pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j, run->stop);
-    run->stopped = rc == 1 || (rc == -1 && run->stop && *run->stop);
-    if (run->out && (run->stopped || j->todo == 0)) /* what finished, as it is */
+                sp->gpus, todo, run->resumed ? " (the rest resumed)" : "", jobs);
+    /* Two passes: first each batching's points of the first schedule without recompute; then
+     * the rest, each dropped once a lower bound on its time says it cannot reach the best of
+     * its batching's first pass (as the ranking CSV writes it, so that a resumed search cuts at
+     * the same figure). The best is never dropped; which others are depends on the inputs only. */
+    for (int phase = 0; phase < 2 && !run->stopped; phase++) {
+        j->todo = 0;
+        for (long i = 0; i < n; i++)
+            if (!j->res[i].done && tune_first_pass(sp, &pts[i]) == (phase == 0))
+                j->order[j->todo++] = i;
+        if (phase == 1)
+            for (int b = 0; b < sp->n_batchings && j->scored_tokens > 0; b++) {
+                const tune_result *best = NULL;
+                for (long i = 0; i < n; i++)
+                    if (j->res[i].done && j->res[i].ok && j->group[i] / TUNE_MAX_LIST == b &&
+                        tune_first_pass(sp, &pts[i]) && (!best || j->res[i].throughput > best->throughput))
+                        best = &j->res[i];
+                char text[64];
+                snprintf(text, sizeof text, "%.2f", best ? best->throughput : 0);
+                j->cutoff_tps[b] = strtod(text, NULL);
+            }
+        j->last_phase = phase == 1;
+        int rc = j->todo ? pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j,
+                                          run->stop)
+                         : 0;
+        run->stopped = rc == 1 || (rc == -1 && run->stop && *run->stop);
+        j->phase_base += j->todo;
+    }
+    if (run->out && (run->stopped || todo == 0)) /* what finished, as it is */
         if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
     for (int t = 0; t < sp->n_tps; t++)
         for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[t][m]);

@@ -14,9 +14,10 @@
 
 /* Runs one point of the search with base's other options on env's trace and length rules (what
  * tune scores it on). cms[m], when given, are the cost models of the point's tp per recompute
- * mode (tune builds them once); NULL: they are built for this run. */
+ * mode (tune builds them once); NULL: they are built for this run. prune_ms > 0: the run stops
+ * once it cannot finish within that much simulated time (study_opts.prune_ms; r->pruned_ms). */
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
-                       cost_model *const *cms, study_result *r, dp_err *err);
+                       cost_model *const *cms, double prune_ms, study_result *r, dp_err *err);
 /* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings and the
  * schedules (interleaved left out); DP_ERR_INVALID when the cluster has fewer GPUs (unless
  * --allow-oversubscribe). */
@@ -35,6 +36,7 @@ typedef struct tune_run_opts {
     int progress_lines;   /* a progress line every TUNE_PROGRESS_EVERY_S on stderr, terminal
                            * or not (else only on a terminal) */
     const volatile sig_atomic_t *stop; /* set by a signal: no point starts after it (pool.h) */
+    int exhaustive;       /* every point simulated to the end, none pruned (below) */
     /* filled in: */
     long resumed;         /* points read back from out */
     long ran, died;       /* points run now, and of those the ones whose worker died */
@@ -48,7 +50,15 @@ typedef struct tune_run_opts {
  * memory) in `jobs` forked workers, one cost model per (tp, mode) built before the fork. *out
  * (ranked, tune_rank; the caller frees it) holds n results; those not run (stopped) have
  * done 0. run may be NULL. Progress lines give done/total, the best so far and an ETA from the
- * work left (each batching's mean time per configuration so far, over the workers). */
+ * work left (each batching's mean time per configuration so far, over the workers).
+ *
+ * Pruning, where the trace is in memory: the search runs in two passes. The first runs each
+ * batching's points of the first schedule without recompute (tune_first_pass); the second the
+ * rest, each with a cut-off from its batching's best of the first pass (as the CSV writes it):
+ * a point whose lower bound on time (schedule_time_lower_bound, summed over its iterations)
+ * says it cannot reach that throughput stops there, not ok, its why TUNE_WHY_PRUNED and the
+ * throughput it could at most reach. So a batching's best is never pruned, and which points are
+ * depends on the inputs only (a resumed search prunes the same ones). */
 dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
                    tune_run_opts *run, tune_result **out, long *n, dp_err *err);
 

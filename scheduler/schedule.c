@@ -461,6 +461,32 @@ void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, 
 
 /* ---- closed forms (schedule.h) ------------------------------------------------------------- */
 
+double schedule_time_lower_bound(const schedule *sc, const plan_iter *it, int S, int C)
+{
+    double best = 0;
+    for (int rep = 0; rep < it->dp; rep++) {
+        double fill = 0, drain = 0;
+        int m = 0;
+        for (int k = 0; k < it->n_mb; k++) m += it->mb[k].replica == rep;
+        if (m == 0) continue;
+        for (int s = 0; s < S; s++) {
+            double busy = 0, fmin = INFINITY, bmin = INFINITY;
+            for (int k = 0; k < it->n_mb; k++) {
+                const plan_mb *x = &it->mb[k];
+                if (x->replica != rep) continue;
+                busy += x->fwd_ms[s] + x->bwd_ms[s];
+                fmin = fmin < x->fwd_ms[s] ? fmin : x->fwd_ms[s];
+                bmin = bmin < x->bwd_ms[s] ? bmin : x->bwd_ms[s];
+            }
+            /* the simulator rounds each op to whole ns: a ns per op of slack */
+            double t = fill + busy + (sc->splits_backward ? 0 : drain) - 1e-6 * (3.0 * C * m + S);
+            best = t > best ? t : best;
+            fill += fmin / C, drain += bmin / C;
+        }
+    }
+    return best;
+}
+
 /* sum_k t_k + (S-1) max_k u_k / C over replica rep's micro-batches, u_k = the schedule's bubble
  * unit of micro-batch k (zb: f + b - 2w per stage, else f + b; max over stages). */
 static double closed_form_of(const plan_iter *it, int rep, int S, int C, int zb, double *bubble_ms)

@@ -86,6 +86,15 @@ dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err
 void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, mem_rule *rule);
 const schedule *schedule_list(int *count);
 
+/* A lower bound on the pipeline time of iteration it on S stages with C chunks, ms, whatever
+ * order schedule sc gives its micro-batches: on each replica's device s the first forward waits
+ * for the cheapest forward of every device before it, the device runs all its ops one at a time,
+ * and its last backward leaves at least the cheapest backward of each device before it to run
+ * (not counted where sc splits the backward: a W may come last). The simulated iteration (links,
+ * the gradient reduction and optimizer step after the pipeline) is never shorter; a search uses
+ * it to drop a configuration before simulating it (planner/study.h prune_ms). */
+double schedule_time_lower_bound(const schedule *sc, const plan_iter *it, int S, int C);
+
 /* Bytes of the activation sent from virtual stage v to v+1 (and of the gradient back). */
 int64_t schedule_act_bytes(const stage_model *sm, const plan_mb *m, int v);
 

@@ -452,6 +452,58 @@ static void test_adaptive_equals_scan(void **state)
     }
 }
 
+/* schedule_time_lower_bound never exceeds the simulated pipeline, over random micro-batches
+ * (times per stage, W shares), every schedule, 1 to 6 stages, chunks where the schedule takes
+ * them, links slow or free; and it is the simulated time itself for equal micro-batches under
+ * 1F1B and GPipe on free links ((m + S - 1)(f + b), tight). */
+static void test_time_lower_bound(void **state)
+{
+    (void)state;
+    unsigned seed = 99;
+    int n_sched;
+    const schedule *all = schedule_list(&n_sched);
+    for (int rep = 0; rep < 120; rep++)
+        for (int q = 0; q < n_sched; q++) {
+            const schedule *sc = &all[q];
+            int C = sc->chunked ? 2 : 1, S = 1 + rep % 6, m = 1 + (int)(rand_r(&seed) % 12);
+            if (sc->chunked && S < 2) continue;
+            world w;
+            world_init(&w, S, C, rep % 2 ? 5 : 0, rep % 2 ? 10 : 1e15);
+            plan_iter it;
+            equal_iter(&w, &it, m, 1, 2, 0);
+            for (int k = 0; k < m; k++)
+                for (int s = 0; s < S; s++) {
+                    plan_mb *x = &it.mb[k];
+                    x->fwd_ms[s] = 0.1 + (rand_r(&seed) % 100) / 20.0;
+                    x->bwd_ms[s] = x->fwd_ms[s] * (1 + (rand_r(&seed) % 100) / 50.0);
+                    x->w_ms[s] = sc->splits_backward ? x->bwd_ms[s] * 0.4 : 0;
+                }
+            sim_iter_result res;
+            int64_t got = run_schedule(&w, sc->name, &it, &res);
+            double lb = schedule_time_lower_bound(sc, &it, S, C);
+            assert_true(lb > 0);
+            assert_true(lb * 1e6 <= (double)res.pipeline_ns && res.pipeline_ns <= got);
+            plan_iter_release(&it);
+            cost_model_free(w.cm);
+        }
+    for (int S = 1; S <= 6; S++)
+        for (int m = 1; m <= 9; m += 4) {
+            const char *names[] = {"gpipe", "1f1b"};
+            for (int q = 0; q < 2; q++) {
+                world w;
+                world_init(&w, S, 1, 0, 1e15);
+                plan_iter it;
+                sim_iter_result res;
+                equal_iter(&w, &it, m, 1.5, 2.25, 0);
+                int64_t got = run_schedule(&w, names[q], &it, &res);
+                assert_near(schedule_time_lower_bound(schedule_find(names[q]), &it, S, 1), got / 1e6,
+                            1e-3);
+                plan_iter_release(&it);
+                cost_model_free(w.cm);
+            }
+        }
+}
+
 /* The gradient all-reduce of a stage is one collective over its replicas: it starts when the
  * slowest replica is done, on every replica (2 stages x 3 replicas, one slow micro-batch). */
 typedef struct ar_seen {
@@ -549,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_determinism_variable_sizes),
         cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
         cmocka_unit_test(test_adaptive_equals_scan),
+        cmocka_unit_test(test_time_lower_bound),
     };
     return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
 }
