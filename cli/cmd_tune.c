@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "../common/json_util.h"
 #include "../common/outfile.h"
 #include "../common/pool.h"
@@ -34,7 +36,46 @@ static void on_stop_signal(int sig)
  * trainer runs, and DynaPipe's DP on both kernels. */
 #define TUNE_BATCHINGS "packing,packing-ffd-varlen,packing-wlb,dynamic,dynamic-varlen"
 
+/* tune_run_opts.allgather over MPI_COMM_WORLD: every rank's text, in rank order. */
+static int mpi_allgather_text(void *ctx, const char *mine, char **all)
+{
+    (void)ctx;
+    int size, len = (int)strlen(mine);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int *lens = calloc((size_t)size, sizeof *lens), *at = calloc((size_t)size, sizeof *at);
+    if (!lens || !at || MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        free(lens), free(at);
+        return -1;
+    }
+    size_t total = 0;
+    for (int r = 0; r < size; r++) at[r] = (int)total, total += (size_t)lens[r];
+    *all = malloc(total + 1);
+    int rc = *all && MPI_Allgatherv(mine, len, MPI_CHAR, *all, lens, at, MPI_CHAR,
+                                    MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    if (*all) (*all)[total] = '\0';
+    free(lens), free(at);
+    return rc;
+}
+
+static int tune_main(int argc, char **argv, int rank, int ranks);
+
+/* Under mpirun (MPI's launcher environment) the search's points are spread over the ranks
+ * (planner/tune_run.h): rank 0 prints and writes, every rank reads a resumed ranking. */
 int cmd_tune(int argc, char **argv)
+{
+    int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"); /* launched by mpirun */
+    int rank = 0, ranks = 1;
+    if (mpi) {
+        MPI_Init(&argc, &argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    }
+    int rc = tune_main(argc, argv, rank, ranks);
+    if (mpi) MPI_Finalize();
+    return rc;
+}
+
+static int tune_main(int argc, char **argv, int rank, int ranks)
 {
     const char *cmd = "tune", *out = NULL;
     const char *blist_arg = TUNE_BATCHINGS, *slist_arg = "1f1b,adaptive";
@@ -132,7 +173,8 @@ int cmd_tune(int argc, char **argv)
             return cli_usage_error(cmd, TUNE_USAGE, "--resume: %s was searched with other inputs "
                                    "(%s)\nhint: the same options and files, or a new -o", out, what);
         }
-    } else if (out) { /* a fresh search: no earlier ranking beside the new configuration */
+    } else if (out && rank == 0) { /* a fresh search: no earlier ranking beside the new
+                                    * configuration */
         if (unlink(out) != 0 && errno != ENOENT) {
             plan_env_release(&env);
             dp_fail(&err, DP_ERR_IO, "%s: cannot remove the earlier ranking: %s", out,
@@ -152,7 +194,12 @@ int cmd_tune(int argc, char **argv)
     tune_result *res = NULL;
     long n = 0;
     int exit_code = 0;
-    tune_run_opts run = {out, resume, quiet, 1, &tune_stop, exhaustive, 0, 0, 0, 0};
+    tune_run_opts run = {.out = out, .resume = resume, .quiet = quiet || rank > 0,
+                         .progress_lines = 1, .stop = &tune_stop, .exhaustive = exhaustive,
+                         .rank = rank, .ranks = ranks, .allgather = mpi_allgather_text};
+    if (ranks > 1 && rank == 0 && !quiet)
+        fprintf(stderr, "dpsim tune: %d MPI ranks, each running one configuration in %d\n", ranks,
+                ranks);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -164,6 +211,11 @@ int cmd_tune(int argc, char **argv)
     st = planner_tune(&p, &env, &sp, (int)jobs, &run, &res, &n, &err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    if (st == DP_OK && rank > 0) { /* rank 0 says it all */
+        free(res);
+        plan_env_release(&env);
+        return 0;
+    }
     if (st == DP_OK) {
         printf("# dpsim tune: %s on %lld x %s (%s), %lld tokens per iteration, max length %d, "
                "%d iterations per configuration; %ld configurations\n",

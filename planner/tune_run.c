@@ -40,8 +40,8 @@ typedef struct tune_job {
      * best throughput of its first pass (0: none, no pruning) */
     int64_t scored_tokens;
     double cutoff_tps[TUNE_MAX_LIST];
-    long phase_base; /* points finished in the passes before this one */
     int last_phase;
+    int shared_all; /* every process's results are in (over processes: after the last pass) */
 } tune_job;
 
 static int tp_slot(const tune_space *sp, int tp)
@@ -125,6 +125,53 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     study_result_release(&r);
 }
 
+/* Hands the results of this pass's points run here to the other processes and takes theirs
+ * (tune_run_opts.allgather); every process's stop flag too: any stopped stops all. A line per
+ * result: "R index ok died throughput mfu peak seconds why", and "S stopped". */
+static dp_status share_pass(tune_job *j, dp_err *err)
+{
+    tune_run_opts *run = j->run;
+    size_t cap = 64 + (size_t)j->todo * 400, at = 0;
+    char *mine = malloc(cap), *all = NULL;
+    if (!mine) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    at += (size_t)snprintf(mine, cap, "S %d\n", run->stopped);
+    for (long k = 0; k < j->todo; k++) {
+        const tune_result *r = &j->res[j->order[k]];
+        if (!r->done) continue;
+        at += (size_t)snprintf(mine + at, cap - at, "R %ld %d %d %.17g %.17g %.17g %.6f %.300s\n",
+                               j->order[k], r->ok, r->died, r->throughput, r->mfu, r->peak_mb,
+                               r->seconds, r->why);
+    }
+    if (run->allgather(run->allgather_ctx, mine, &all) != 0) {
+        free(mine);
+        return dp_fail(err, DP_ERR_IO, "the processes of the search could not exchange results");
+    }
+    free(mine);
+    for (char *line = all; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = '\0';
+        int stopped, used = 0, ok, died;
+        long i;
+        tune_result x;
+        if (sscanf(line, "S %d", &stopped) == 1) {
+            run->stopped |= stopped;
+        } else if (sscanf(line, "R %ld %d %d %lf %lf %lf %lf %n", &i, &ok, &died, &x.throughput,
+                          &x.mfu, &x.peak_mb, &x.seconds, &used) >= 7 && i >= 0 && i < j->n &&
+                   !j->res[i].done) {
+            tune_result *r = &j->res[i];
+            r->ok = ok, r->died = died, r->done = 1;
+            r->throughput = x.throughput, r->mfu = x.mfu, r->peak_mb = x.peak_mb;
+            r->seconds = x.seconds;
+            snprintf(r->why, sizeof r->why, "%s", line + used);
+            run->ran++;
+            run->died += died;
+        }
+        line = end ? end + 1 : NULL;
+    }
+    free(all);
+    return DP_OK;
+}
+
 /* Writes the ranking of what is done so far to run->out (a temporary, then a rename). */
 static dp_status write_ranking(const tune_job *j, const char *path, dp_err *err)
 {
@@ -189,8 +236,10 @@ static void tune_progress(void *ctx, long finished, long n)
 {
     tune_job *j = ctx;
     double now = dp_now_s();
-    int end = finished == n && j->last_phase; /* the search's last point */
-    if (j->run->out && (now - j->last_write >= TUNE_WRITE_EVERY_S || finished == n)) {
+    /* the search's last point (over processes: once the last results are shared, below) */
+    int end = finished == n && j->last_phase && (j->run->ranks <= 1 || j->shared_all);
+    if (j->run->out && j->run->rank == 0 &&
+        (now - j->last_write >= TUNE_WRITE_EVERY_S || finished == n)) {
         if (write_ranking(j, j->run->out, &j->write_err) != DP_OK) j->run->out = NULL;
         j->last_write = now;
     }
@@ -205,10 +254,11 @@ static void tune_progress(void *ctx, long finished, long n)
             if (!best || j->res[i].throughput > best->throughput) best = &j->res[i];
         }
     char line[600], desc[256] = "";
-    long pruned = 0;
-    for (long i = 0; i < j->n; i++) pruned += j->res[i].done && tune_result_pruned(&j->res[i]);
+    long pruned = 0, done = 0; /* here, resumed, and shared by other processes */
+    for (long i = 0; i < j->n; i++)
+        done += j->res[i].done, pruned += j->res[i].done && tune_result_pruned(&j->res[i]);
     int at = snprintf(line, sizeof line, "dpsim tune: %ld/%ld configurations done (%ld fit",
-                      finished + j->phase_base + j->run->resumed, j->n, feasible);
+                      done, j->n, feasible);
     at += snprintf(line + at, sizeof line - (size_t)at, pruned ? ", %ld pruned)" : ")", pruned);
     if (best) {
         tune_point_describe(&best->pt, desc, sizeof desc);
@@ -312,10 +362,20 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
      * the rest, each dropped once a lower bound on its time says it cannot reach the best of
      * its batching's first pass (as the ranking CSV writes it, so that a resumed search cuts at
      * the same figure). The best is never dropped; which others are depends on the inputs only. */
-    for (int phase = 0; phase < 2 && !run->stopped; phase++) {
+    int ranks = run->ranks > 1 && run->allgather ? run->ranks : 1;
+    dp_status sst = DP_OK;
+    if (ranks > 1) { /* every process has read the resumed ranking before rank 0 rewrites it */
+        long todo_all = j->todo;
         j->todo = 0;
+        sst = share_pass(j, err);
+        j->todo = todo_all;
+    }
+    for (int phase = 0; phase < 2 && !run->stopped && sst == DP_OK; phase++) {
+        j->todo = 0;
+        long at = 0; /* this pass's points, every ranks-th one here */
         for (long i = 0; i < n; i++)
-            if (!j->res[i].done && tune_first_pass(sp, &pts[i]) == (phase == 0))
+            if (!j->res[i].done && tune_first_pass(sp, &pts[i]) == (phase == 0) &&
+                at++ % ranks == run->rank)
                 j->order[j->todo++] = i;
         if (phase == 1)
             for (int b = 0; b < sp->n_batchings && j->scored_tokens > 0; b++) {
@@ -333,16 +393,20 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
                                           run->stop)
                          : 0;
         run->stopped = rc == 1 || (rc == -1 && run->stop && *run->stop);
-        j->phase_base += j->todo;
+        if (ranks > 1) sst = share_pass(j, err);
     }
-    if (run->out && (run->stopped || todo == 0)) /* what finished, as it is */
+    if (ranks > 1 && sst == DP_OK) { /* the closing progress line, over every process's results */
+        j->shared_all = 1, j->last_phase = 1, j->last_line = 0;
+        tune_progress(j, 1, 1);
+    }
+    if (run->out && run->rank == 0) /* what finished, as it is */
         if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
     for (int t = 0; t < sp->n_tps; t++)
         for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[t][m]);
     /* a dead worker's point is reported as not ok, with why, and counted in run->died */
     tune_rank(j->res, n);
-    dp_status wst = j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
-    if (wst != DP_OK) *err = j->write_err;
+    dp_status wst = sst != DP_OK ? sst : j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
+    if (sst == DP_OK && wst != DP_OK) *err = j->write_err;
     free(j->order), free(j->group);
     *out = j->res;
     *n_out = n;

@@ -37,6 +37,14 @@ typedef struct tune_run_opts {
                            * or not (else only on a terminal) */
     const volatile sig_atomic_t *stop; /* set by a signal: no point starts after it (pool.h) */
     int exhaustive;       /* every point simulated to the end, none pruned (below) */
+    /* Spread over processes (dpsim tune under mpirun): this process is `rank` of `ranks` and runs
+     * every ranks-th point of each pass; after each pass allgather(ctx, mine, &all) hands every
+     * process the others' results (a collective: every rank calls it as often, in the same
+     * order; `all` is malloc'd, the ranks' texts one after another; 0 on success). Only rank 0
+     * writes out. ranks 0 or 1: one process (allgather unused). */
+    int rank, ranks;
+    int (*allgather)(void *ctx, const char *mine, char **all);
+    void *allgather_ctx;
     /* filled in: */
     long resumed;         /* points read back from out */
     long ran, died;       /* points run now, and of those the ones whose worker died */

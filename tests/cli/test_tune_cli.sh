@@ -3,7 +3,7 @@
 # sanitizers: skip (the searches' code runs under ASan in test_study and the CLI scripts)
 # dpsim tune at scale: progress lines on a stderr that is no terminal, a Ctrl-C (SIGINT) that
 # leaves a valid partial ranking, and --resume that completes it to the same ranking as an
-# uninterrupted search; a resume against other inputs is refused.
+# uninterrupted search; a resume against other inputs is refused; under mpirun the same ranking.
 . "$(dirname "$0")/lib.sh"
 A="--model llama3-8b --hw dgx-h100 --gpus 8 --iterations 2 --max-seqlen 8192 --global-tokens 262144 --jobs 2"
 
@@ -33,6 +33,15 @@ check "... to the same ranking as the uninterrupted search, rank by rank" diff "
 # shellcheck disable=SC2086
 expect "a resume with other options is refused" 2 "was searched with other inputs \\(max-seqlen=8192 there, max-seqlen=4096 here\\)" -- \
   "$DPSIM" tune $A --max-seqlen 4096 -o "$TMP/part.csv" --resume
+# under mpirun the configurations spread over the ranks (each its share, results shared after
+# each pass): the same ranking, byte for byte, as one process
+# shellcheck disable=SC2086
+timeout 300 mpirun --allow-run-as-root --oversubscribe -np 3 "$DPSIM" tune $A --jobs 1 -o "$TMP/mpi.csv" \
+  >"$TMP/mpi.out" 2>"$TMP/mpi.err"
+check "under mpirun -np 3 the same ranking as one process" diff "$TMP/full.csv" "$TMP/mpi.csv"
+check "... the same table, printed once" diff <(grep -v '^dpsim' "$TMP/full.out") "$TMP/mpi.out"
+check "... and the closing progress line counts every rank's configurations" \
+  grep -Eq '^dpsim tune: ([0-9]+)/\1 configurations done' "$TMP/mpi.err"
 cp tests/cli/golden/two_samples.csv "$TMP/tr.csv"
 "$DPSIM" tune --model gpt-tiny --hw cpu --analytic --trace "$TMP/tr.csv" --global-tokens 128 --gpus 2 -q -o "$TMP/small.csv" >/dev/null 2>&1
 echo "t,5,7" >>"$TMP/tr.csv"
