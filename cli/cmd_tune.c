@@ -94,7 +94,11 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
                   "global batches of the trace [8] for each, in parallel. Prints the best feasible\n"
                   "configuration per method; -o writes the whole ranking as CSV. The plan options\n"
                   "that tune searches (--tp --pp --dp --zero --recompute --mbs --mb-tokens\n"
-                  "--batching --schedule) are refused here; --iterations is per configuration.");
+                  "--batching --schedule) are refused here; --iterations is per configuration.\n"
+                  "A first pass runs each method's configurations of the first schedule without\n"
+                  "recompute; then a configuration is dropped (\"pruned\") once a lower bound on\n"
+                  "its time shows it below its method's best of that pass. Under mpirun the\n"
+                  "configurations spread over the ranks (rank 0 prints and writes -o).");
     cli_opt_int64(&t, "gpus", 'g', &gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
     cli_opt_string(&t, "batchings", 'b', &blist_arg, "LIST", TUNE_BATCHINGS, "methods to tune");
