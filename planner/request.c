@@ -387,7 +387,7 @@ void plan_request_options(cli_opts *t, plan_request *p)
     o = cli_opt_call(t, "dp-split", 0, set_dp_split, p, "M", "auto",
                      "dynamic with replicas: global (one DP, then Karmarkar-Karp) |\n"
                      "replica (samples dealt to replicas, one DP each) |\n"
-                     "auto (global up to 64 replicas)");
+                     "auto (global up to 1024 replicas)");
     o->marks = F, o->show = show_dp_split;
     cli_opt_int(t, "iterations", 0, &p->iterations, "K", 0, 1 << 30, "0",
                 "iterations to plan, 0 = the whole trace")->marks = F;

@@ -120,7 +120,7 @@ struct batch_ctx {
  *            planning grows about linearly with the global batch.
  *   AUTO     GLOBAL up to DP_SPLIT_AUTO_MAX replicas, REPLICA beyond. */
 enum { DP_SPLIT_AUTO = 0, DP_SPLIT_GLOBAL = 1, DP_SPLIT_REPLICA = 2 };
-#define DP_SPLIT_AUTO_MAX 64
+#define DP_SPLIT_AUTO_MAX 1024
 
 /* The replica of the k-th of items dealt to D replicas in a snake (0, 1, .., D-1, D-1, .., 0,
  * 0, ..): the dynamic batcher's per-replica split and the varlen balancers deal this way. */

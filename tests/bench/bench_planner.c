@@ -328,9 +328,11 @@ static int bench_scale(const trace *t)
                           split, t) != 0)
                 return -1;
         }
-    if (bench_one("gpt-175b-16l pp 16 tp 8 dp 128", "gpt-175b-16l", 16, 8, 128, 4194304,
-                  RECOMPUTE_FULL, DP_SPLIT_AUTO, t) != 0)
-        return -1;
+    for (int split = DP_SPLIT_GLOBAL; split <= DP_SPLIT_REPLICA; split++)
+        if (bench_one(split == DP_SPLIT_GLOBAL ? "gpt-175b-16l pp16 tp8 dp128, global"
+                                               : "gpt-175b-16l pp16 tp8 dp128, replica",
+                      "gpt-175b-16l", 16, 8, 128, 4194304, RECOMPUTE_FULL, split, t) != 0)
+            return -1;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak RSS of this benchmark: %.0f MB\n", (double)ru.ru_maxrss / 1024);
