@@ -149,7 +149,7 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
  * varlen kernels, the packers at smaller row caps and tapered, and auto over them. */
 #define COMPARE_BATCHINGS                                                                          \
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
-    "dynamic,dynamic-varlen,packing-half,packing-quarter,packing-taper,auto"
+    "dynamic,dynamic-varlen,packing-half,packing-quarter,packing-taper,packing-dp,auto"
 
 static void print_table(const plan_request *p, const plan_env *env, const compare_row *rows, int n, int tuned,
                         FILE *fp)

@@ -542,3 +542,46 @@ dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_
     free(g);
     return st;
 }
+
+dp_status dp_cut(int n, dp_seg_cost cost, void *cost_ctx, int S, int C, int D, int *ends,
+                 int *n_seg, dp_err *err)
+{
+    seg_table T;
+    memset(&T, 0, sizeof T);
+    T.n = n;
+    T.len = calloc((size_t)(n ? n : 1), sizeof *T.len);
+    T.t = calloc((size_t)(n ? n : 1), sizeof *T.t);
+    dp_cell *f = malloc((size_t)(n + 1) * sizeof *f), *best = malloc((size_t)(n + 1) * sizeof *best);
+    size_t all_cap = 0;
+    dp_status st = !T.len || !T.t || !f || !best ? dp_fail(err, DP_ERR_NOMEM, "out of memory") : DP_OK;
+    for (int i = 0; i < n && st == DP_OK; i++) {
+        size_t cap = 0;
+        for (int l = 1; i + l <= n; l++) {
+            int64_t ns = cost(cost_ctx, i, l);
+            if (ns < 0) break; /* no longer segment from i fits either */
+            if (dp_grow((void **)&T.t[i], &cap, (size_t)l, sizeof **T.t) != DP_OK ||
+                dp_grow((void **)&T.all, &all_cap, (size_t)T.n_all + 1, sizeof *T.all) != DP_OK) {
+                st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+                break;
+            }
+            T.t[i][l - 1] = ns, T.all[T.n_all++] = ns, T.len[i] = l;
+        }
+        if (st == DP_OK && T.len[i] == 0)
+            st = dp_fail(err, DP_ERR_INFEASIBLE, "item %d does not fit in a micro-batch even alone", i);
+    }
+    int64_t score = INT64_MAX;
+    int passes = 0;
+    if (st == DP_OK && n > 0 && descend(&T, S, C, D, f, best, &score, &passes) != DP_OK)
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (st == DP_OK && n > 0 && score == INT64_MAX)
+        st = dp_fail(err, DP_ERR_INFEASIBLE, "no partition fits");
+    *n_seg = 0;
+    if (st == DP_OK) {
+        for (int j = n; j > 0; j = best[j].from) (*n_seg)++;
+        int k = *n_seg;
+        for (int j = n; j > 0; j = best[j].from) ends[--k] = j;
+    }
+    free(f), free(best);
+    seg_release(&T);
+    return st;
+}

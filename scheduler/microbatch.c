@@ -384,6 +384,114 @@ out:
     return st;
 }
 
+/* packing-dp: first-fit decreasing's varlen rows, ordered by their tokens, grouped into
+ * micro-batches by the DP's search (dp_cut: DynaPipe's objective over contiguous runs of rows,
+ * each run one micro-batch of as many rows, its varlen shape priced on the stage model under the
+ * schedule's memory rule). The packers' full rows, as few micro-batches as pays: where the DP
+ * over samples pads, and the packers fix their rows per micro-batch. */
+typedef struct rows_dp {
+    const batch_ctx *ctx;
+    const row *rows;          /* by tokens, ascending */
+    const sample_len *packed; /* their samples, row after row */
+    mem_rule rule;
+    int i, l;                 /* the run the shape below holds (the DP extends it a row a time) */
+    microbatch m;
+} rows_dp;
+
+static int row_tokens(const row *w)
+{
+    return w->use.enc + w->use.dec;
+}
+
+static int cmp_row_tokens(const void *a, const void *b)
+{
+    const row *x = a, *y = b;
+    int tx = row_tokens(x), ty = row_tokens(y);
+    if (tx != ty) return tx - ty;
+    return x->first - y->first;
+}
+
+/* The time of rows [i, i+l) as one micro-batch, ns (-1: it does not fit): the shape emit_rows
+ * gives them (a test holds the two equal), built up a row at a time as the DP extends a run. */
+static int64_t rows_dp_cost(void *c, int i, int l)
+{
+    rows_dp *x = c;
+    const batch_rules *r = x->ctx->rules;
+    int t5 = r->arch == ARCH_T5;
+    if (x->i != i || x->l != l - 1) { /* a new run: from its first row */
+        memset(&x->m, 0, sizeof x->m);
+        x->m.varlen = x->ctx->varlen;
+        if (!x->m.varlen) /* whole rows: Megatron's fixed [mbs, seq] tensor */
+            x->m.enc_len = batch_pad(r, r->max_seqlen), x->m.dec_len = t5 ? batch_pad(r, r->max_dec_seqlen) : 0;
+        x->i = i, x->l = 0;
+    }
+    for (; x->l < l; x->l++) {
+        const row *w = &x->rows[i + x->l];
+        if (!x->m.varlen) continue;
+        int enc = batch_pad(r, w->use.enc), dec = t5 ? batch_pad(r, w->use.dec) : 0;
+        if (enc > x->m.enc_len) x->m.enc_len = enc;
+        if (dec > x->m.dec_len) x->m.dec_len = dec;
+        for (int q = 0; q < w->n; q++) {
+            const sample_len *y = &x->packed[w->first + q];
+            double e = batch_pad(r, y->enc), d = batch_pad(r, y->dec);
+            x->m.enc_sq += e * e, x->m.dec_sq += d * d, x->m.enc_dec += e * d;
+            if (e > x->m.enc_max) x->m.enc_max = (int)e;
+        }
+    }
+    x->m.mbs = l;
+    cost_shape sh = mb_shape(&x->m);
+    double t_ms;
+    int fits;
+    if (stage_model_time(x->ctx->sm, &sh, &x->rule, &t_ms, &fits) != DP_OK || !fits) return -1;
+    return llround(t_ms * 1e6);
+}
+
+static dp_status split_packing_dp(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
+                                  dp_err *err)
+{
+    mb_list rows_out; /* packing-ffd-varlen's micro-batches of one row each: its rows */
+    mb_list_init(&rows_out);
+    batch_ctx one = *ctx;
+    one.mbs = 1;
+    dp_status st = packing_ffd_rows(&one, ctx->rules, in, n, &rows_out, err);
+    int nr = rows_out.n_mb;
+    row *rows = calloc((size_t)(nr ? nr : 1), sizeof *rows);
+    sample_len *packed = malloc((size_t)(n ? n : 1) * sizeof *packed);
+    int *ends = malloc((size_t)(nr ? nr : 1) * sizeof *ends);
+    if (st == DP_OK && (!rows || !packed || !ends)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < nr && st == DP_OK; k++) {
+        const microbatch *m = &rows_out.mb[k];
+        rows[k] = (row){{(int)m->enc_tokens, (int)m->dec_tokens}, m->first, m->n_samples};
+    }
+    if (st == DP_OK) qsort(rows, (size_t)nr, sizeof *rows, cmp_row_tokens);
+    for (int k = 0, at = 0; k < nr && st == DP_OK; k++) { /* the rows' samples in the new order */
+        for (int q = 0; q < rows[k].n; q++) {
+            int id = rows_out.ids[rows[k].first + q];
+            packed[at + q] = (sample_len){id, rows_out.lens[2 * (rows[k].first + q)],
+                                          rows_out.lens[2 * (rows[k].first + q) + 1]};
+        }
+        rows[k].first = at, at += rows[k].n;
+    }
+    int n_mb = 0;
+    rows_dp x = {.ctx = ctx, .rows = rows, .packed = packed, .i = -1};
+    mb_mem_rule(ctx, 0, &x.rule);
+    for (int k = 0; k < nr && st == DP_OK; k++) /* a row that fits nowhere, named */
+        if (rows_dp_cost(&x, k, 1) < 0)
+            st = dp_fail(err, DP_ERR_INFEASIBLE, "packing-dp: a row of %d samples and %d tokens "
+                         "does not fit in a micro-batch even alone\nhint: try --recompute dynamic "
+                         "(or full), more --tp or --pp, or a smaller --max-seqlen",
+                         rows[k].n, row_tokens(&rows[k]));
+    if (st == DP_OK)
+        st = dp_cut(nr, rows_dp_cost, &x, ctx->sm->pp, ctx->sm->chunks, ctx->sm->dp, ends, &n_mb, err);
+    for (int k = 0, from = 0; k < n_mb && st == DP_OK; k++) {
+        st = emit_rows(ctx, rows + from, ends[k] - from, ends[k] - from, packed, -1, out, err);
+        from = ends[k];
+    }
+    free(rows), free(packed), free(ends);
+    mb_list_release(&rows_out);
+    return st;
+}
+
 /* ---- varlen balancers ---------------------------------------------------------------------- */
 
 /* A sample's workload under the stage model, as verl's balancer weighs it: a * s + s^2 (T5:
@@ -661,6 +769,9 @@ static const batcher BATCHERS[] = {
      split_packing_quarter, 0, 0, 1, BATCH_KNOB_MBS, 0},
     {"packing-taper", "packing-ffd-varlen with its lightest micro-batches first and last: a "
      "shorter fill and drain", split_packing_taper, 0, 0, 1, BATCH_KNOB_MBS, 0},
+    {"packing-dp", "packing-ffd-varlen's rows grouped into micro-batches by DynaPipe's dynamic "
+     "program (as many rows each as pays, under memory)", split_packing_dp, 1, 0, 1,
+     BATCH_KNOB_NONE, 0},
     {"auto", "per iteration, every batching above but the pack-dataset ones, each simulated: "
      "the fastest that fits", NULL, 1, 0, 0, BATCH_KNOB_MBS, 1},
 };

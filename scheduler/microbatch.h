@@ -168,6 +168,14 @@ dp_status kk_partition(const double *w, int n, int k, int *bin);
 
 /* dynamic, exposed for tests: the exact DP (thin_ms = 0) or the thinned one. */
 dp_status dp_batch(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out, dp_err *err);
+/* The DP's search (scheduler/dp.c) over any n items in a fixed order, cut into contiguous
+ * segments minimising (S-1) * max t / C + sum t / D: cost(cost_ctx, i, l) is the time of items
+ * [i, i+l) as one micro-batch in integer ns, or -1 when it does not fit (then no longer segment
+ * from i may fit either). ends (n entries) receives each segment's end, *n_seg their count.
+ * DP_ERR_INFEASIBLE when an item does not fit alone (named by its index), DP_ERR_NOMEM. */
+typedef int64_t (*dp_seg_cost)(void *cost_ctx, int i, int l);
+dp_status dp_cut(int n, dp_seg_cost cost, void *cost_ctx, int S, int C, int D, int *ends,
+                 int *n_seg, dp_err *err);
 /* The same DP over samples already in the order wanted (dp_batch is mb_order + this): for
  * comparing orders on the same batches. */
 dp_status dp_batch_ordered(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,

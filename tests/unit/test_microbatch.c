@@ -461,7 +461,9 @@ static void test_thinned_never_better_and_properties(void **state)
         for (int b = 0; b < nb; b++) {
             if (bs[b].chooses) continue; /* auto plans through the study, not alone */
             mb_list_clear(&other);
-            if (bs[b].split(&f.ctx, s, n, &other, &err) != DP_OK) fail_msg("%s", err.msg);
+            dp_status bst = bs[b].split(&f.ctx, s, n, &other, &err);
+            if (bst == DP_ERR_INFEASIBLE && bs[b].memory_aware) continue; /* said so, by memory */
+            if (bst != DP_OK) fail_msg("%s", err.msg);
             other.in_flight = exact.in_flight;
             assert_int_equal(mb_list_finish(&f.ctx, &other, &err), DP_OK);
             int cnt[80] = {0};
@@ -798,6 +800,190 @@ static void test_exact_equals_every_cap(void **state)
     assert_true(cases >= 12);
 }
 
+/* dp_cut over a cost table written in the test: random segment costs (ties among them), runs
+ * that stop fitting past a random length; the best (S-1)*max*D + sum*C found by trying every
+ * partition of up to 12 items. */
+typedef struct cut_table {
+    int n;
+    int64_t cost[12][13]; /* cost[i][l], -1: does not fit */
+} cut_table;
+
+static int64_t cut_cost(void *c, int i, int l)
+{
+    return ((cut_table *)c)->cost[i][l];
+}
+
+static void test_dp_cut_brute_force(void **state)
+{
+    (void)state;
+    unsigned seed = 31337;
+    int cases = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        cut_table t = {1 + (int)(rand_r(&seed) % 12), {{0}}};
+        int S = 1 + rep % 5, C = 1 + rep % 2, D = 1 + (rep / 5) % 3;
+        for (int i = 0; i < t.n; i++) {
+            int reach = 1 + (int)(rand_r(&seed) % (unsigned)(t.n - i)); /* fits up to this length */
+            for (int l = 1; l <= t.n - i; l++)
+                t.cost[i][l] = l <= reach ? 1 + (int64_t)(rand_r(&seed) % 9) * 100 : -1;
+        }
+        int64_t want = INT64_MAX;
+        for (unsigned mask = 0; mask < 1u << (t.n - 1); mask++) { /* bit k: a cut after item k */
+            int64_t sum = 0, mx = 0;
+            int ok = 1;
+            for (int i = 0; i < t.n && ok;) {
+                int j = i + 1;
+                while (j < t.n && !(mask >> (j - 1) & 1)) j++;
+                int64_t c = t.cost[i][j - i];
+                if (c < 0) ok = 0;
+                sum += c, mx = c > mx ? c : mx;
+                i = j;
+            }
+            int64_t sc = (int64_t)(S - 1) * mx * D + sum * C;
+            if (ok && sc < want) want = sc;
+        }
+        int ends[12], n_seg = 0;
+        dp_err err = {0};
+        assert_int_equal(dp_cut(t.n, cut_cost, &t, S, C, D, ends, &n_seg, &err), DP_OK);
+        int64_t sum = 0, mx = 0;
+        for (int k = 0, from = 0; k < n_seg; k++) {
+            assert_true(ends[k] > from);
+            int64_t c = t.cost[from][ends[k] - from];
+            assert_true(c >= 0);
+            sum += c, mx = c > mx ? c : mx;
+            from = ends[k];
+        }
+        assert_int_equal(ends[n_seg - 1], t.n);
+        assert_int_equal((int64_t)(S - 1) * mx * D + sum * C, want);
+        cases++;
+    }
+    assert_int_equal(cases, 300);
+    /* an item that fits nowhere is named */
+    cut_table bad = {3, {{0}}};
+    bad.cost[0][1] = 5, bad.cost[0][2] = 5, bad.cost[0][3] = 5;
+    bad.cost[1][1] = -1, bad.cost[2][1] = 5;
+    int ends[3], n_seg;
+    dp_err err = {0};
+    assert_int_equal(dp_cut(3, cut_cost, &bad, 2, 1, 1, ends, &n_seg, &err), DP_ERR_INFEASIBLE);
+    assert_msg_has(err.msg, "item 1 does not fit");
+}
+
+/* packing-dp: every sample once, each micro-batch whole rows of packing-ffd-varlen's (the same
+ * rows, so the same padding), every micro-batch fitting, and on DynaPipe's objective never worse
+ * than packing-ffd-varlen at one row per micro-batch (one of the groupings it chooses from). */
+static void test_packing_dp(void **state)
+{
+    (void)state;
+    unsigned seed = 2024;
+    const batcher *dp = batcher_find("packing-dp"), *ffd = batcher_find("packing-ffd-varlen");
+    assert_non_null(dp);
+    assert_true(dp->memory_aware && dp->varlen);
+    for (int rep = 0; rep < 24; rep++) {
+        int t5 = rep % 4 == 3;
+        fixture f;
+        fixture_init(&f, &seed, t5, 1 + rep % 4, 1, 1 + rep % 3, rep % 2 ? 1e6 : 600);
+        f.ctx.varlen = 1;
+        int n = 30 + (int)(rand_r(&seed) % 60);
+        sample_len s[90];
+        random_samples(&seed, s, n, t5);
+        mb_list a, b;
+        mb_list_init(&a), mb_list_init(&b);
+        dp_err err = {0};
+        dp_status st = dp->split(&f.ctx, s, n, &a, &err);
+        if (st == DP_ERR_INFEASIBLE) { /* a row too large for this memory: said so */
+            assert_msg_has(err.msg, "does not fit");
+        } else {
+            assert_int_equal(st, DP_OK);
+            assert_int_equal(ffd->split(&f.ctx, s, n, &b, &err), DP_OK);
+            assert_int_equal(mb_list_finish(&f.ctx, &a, &err), DP_OK);
+            assert_int_equal(mb_list_finish(&f.ctx, &b, &err), DP_OK);
+            int seen[90] = {0}, rows_a = 0, rows_b = 0;
+            for (int i = 0; i < a.n_ids; i++) seen[a.ids[i]]++;
+            for (int i = 0; i < n; i++) assert_int_equal(seen[i], 1);
+            for (int k = 0; k < a.n_mb; k++) rows_a += a.mb[k].mbs, assert_true(a.mb[k].fits);
+
+            for (int k = 0; k < b.n_mb; k++) rows_b += b.mb[k].mbs;
+            assert_int_equal(rows_a, rows_b);
+            int64_t tok_a = 0, tok_b = 0;
+            for (int k = 0; k < a.n_mb; k++) tok_a += a.mb[k].enc_tokens + a.mb[k].dec_tokens;
+            for (int k = 0; k < b.n_mb; k++) tok_b += b.mb[k].enc_tokens + b.mb[k].dec_tokens;
+            assert_int_equal(tok_a, tok_b);
+            if (b.feasible) assert_true(a.obj_value_ms <= b.obj_value_ms * (1 + 1e-9));
+        }
+        mb_list_release(&a), mb_list_release(&b);
+        fixture_release(&f);
+    }
+}
+
+/* packing-dp finds the best contiguous grouping of packing-ffd-varlen's rows, ordered by tokens,
+ * as mb_list_finish prices it: every grouping of up to 10 rows tried, each micro-batch built here
+ * as a varlen micro-batch of those rows' samples, padded to its fullest row. */
+static int cmp_row_mb(const void *a, const void *b)
+{
+    const microbatch *x = a, *y = b;
+    int64_t tx = x->enc_tokens + x->dec_tokens, ty = y->enc_tokens + y->dec_tokens;
+    if (tx != ty) return tx < ty ? -1 : 1;
+    return x->first - y->first;
+}
+
+static void test_packing_dp_brute_force(void **state)
+{
+    (void)state;
+    unsigned seed = 77;
+    int cases = 0;
+    for (int rep = 0; rep < 40 || cases < 20; rep++) {
+        int t5 = rep % 5 == 4, S = t5 ? 2 * (1 + rep % 2) : 1 + rep % 4, D = 1 + rep % 2;
+        fixture f;
+        fixture_init(&f, &seed, t5, S, 1, D, rep % 3 ? 1e6 : 500);
+        f.ctx.varlen = 1;
+        int n = 6 + (int)(rand_r(&seed) % 10);
+        sample_len s[16];
+        random_samples(&seed, s, n, t5);
+        mb_list rows, got, trial;
+        mb_list_init(&rows), mb_list_init(&got), mb_list_init(&trial);
+        batch_ctx one = f.ctx;
+        one.mbs = 1;
+        dp_err err = {0};
+        assert_int_equal(batcher_find("packing-ffd-varlen")->split(&one, s, n, &rows, &err), DP_OK);
+        int R = rows.n_mb;
+        dp_status st = batcher_find("packing-dp")->split(&f.ctx, s, n, &got, &err);
+        if (R > 10 || st != DP_OK) {
+            if (st != DP_OK) assert_int_equal(st, DP_ERR_INFEASIBLE);
+            mb_list_release(&rows), mb_list_release(&got), mb_list_release(&trial);
+            fixture_release(&f);
+            continue;
+        }
+        assert_int_equal(mb_list_finish(&f.ctx, &got, &err), DP_OK);
+        qsort(rows.mb, (size_t)R, sizeof *rows.mb, cmp_row_mb);
+        double best = INFINITY;
+        for (unsigned mask = 0; mask < 1u << (R - 1); mask++) {
+            mb_list_clear(&trial);
+            for (int i = 0; i < R;) {
+                int j = i + 1;
+                while (j < R && !(mask >> (j - 1) & 1)) j++;
+                sample_len x[16];
+                int m = 0, enc = 0, dec = 0;
+                for (int q = i; q < j; q++) {
+                    const microbatch *w = &rows.mb[q];
+                    int e = batch_pad(&f.rules, (int)w->enc_tokens), d = batch_pad(&f.rules, (int)w->dec_tokens);
+                    enc = e > enc ? e : enc, dec = d > dec ? d : dec;
+                    for (int k = 0; k < w->n_samples; k++, m++)
+                        x[m] = (sample_len){rows.ids[w->first + k], rows.lens[2 * (w->first + k)],
+                                            rows.lens[2 * (w->first + k) + 1]};
+                }
+                assert_int_equal(mb_list_add(&trial, &f.ctx, x, m, j - i, enc, t5 ? dec : 0), DP_OK);
+                i = j;
+            }
+            assert_int_equal(mb_list_finish(&f.ctx, &trial, &err), DP_OK);
+            if (trial.feasible && trial.obj_value_ms < best) best = trial.obj_value_ms;
+        }
+        assert_true(got.feasible);
+        assert_near(got.obj_value_ms, best, 1e-5 * R);
+        cases++;
+        mb_list_release(&rows), mb_list_release(&got), mb_list_release(&trial);
+        fixture_release(&f);
+    }
+}
+
 /* L1 length of the path through the padded points of s (in order). */
 static int64_t padded_path(const batch_rules *r, const sample_len *s, int n)
 {
@@ -1020,6 +1206,9 @@ int main(void)
         cmocka_unit_test(test_thinned_never_better_and_properties),
         cmocka_unit_test(test_kk_heap_equals_scan),
         cmocka_unit_test(test_exact_equals_every_cap),
+        cmocka_unit_test(test_dp_cut_brute_force),
+        cmocka_unit_test(test_packing_dp),
+        cmocka_unit_test(test_packing_dp_brute_force),
     };
     return cmocka_run_group_tests_name("microbatch", tests, NULL, NULL);
 }
