@@ -23,7 +23,7 @@ int compare_best_row(const compare_row *rows, int n, int dynamic)
     for (int i = 0; i < n; i++) {
         const batcher *b = batcher_find(rows[i].batching);
         if (!b || b->chooses || !compare_row_fits(&rows[i])) continue;
-        int is_dp = b->memory_aware; /* dynamic, dynamic-varlen */
+        int is_dp = b->memory_aware && !b->packs_rows; /* DynaPipe's DP over samples */
         if (dynamic ? !is_dp : (is_dp || !b->varlen)) continue;
         if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
             best = i;

@@ -357,8 +357,10 @@ void plan_request_options(cli_opts *t, plan_request *p)
                               "padding | packing | packing-batch | packing-ffd | token | dynamic\n"
                               "(packing: Megatron's --pack-dataset); varlen (attention per\n"
                               "sample): packing-varlen | packing-ffd-varlen | dp-balanced |\n"
-                              "packing-kk | packing-wlb | dynamic-varlen; auto: per iteration\n"
-                              "every one not packing the dataset, simulated, the fastest that fits");
+                              "packing-kk | packing-wlb | dynamic-varlen; varlen rows capped,\n"
+                              "tapered or grouped by the DP: packing-half | packing-quarter |\n"
+                              "packing-taper | packing-dp; auto: per iteration every one not\n"
+                              "packing the dataset, simulated, the fastest that fits");
     o->marks = F | T, o->mark_name = "--batching (use --batchings)", o->show = show_batching;
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
                      "gpipe | 1f1b | interleaved | adaptive | zb1 | auto (plan and sim:\n"

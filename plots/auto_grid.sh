@@ -3,7 +3,7 @@
 # models on two clusters, max lengths 1k-8k, 40 iterations, schedules 1f1b, adaptive and zb1,
 # --recompute dynamic. One row per point: the best auto row over the best other row (each
 # batching at its best schedule), against compare's every row (the new candidates among them:
-# packing-half, -quarter, -taper) and against the ten methods before them; then the geometric
+# packing-half, -quarter, -taper, -dp) and against the ten methods before them; then the geometric
 # means and the worst points.
 # usage: plots/auto_grid.sh [build]   (about a minute here)
 set -euo pipefail

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 B=${1:-build}
 OUT=${2:-regime-map}
 # the methods drawn: DynaPipe's DP (whole rows and varlen), the packers, the new candidates, auto
-METHODS="dynamic dynamic-varlen packing-ffd-varlen packing-wlb token packing-quarter auto"
+METHODS="dynamic dynamic-varlen packing-ffd-varlen packing-wlb token packing-quarter packing-dp auto"
 configs=("gpt-6.7b-16l p4d 8192 --pp 4" "llama3.1-8b dgx-h100 16384 --pp 4 --dp 2")
 echo "model,max_seqlen,method,speedup" >"$OUT.csv"
 for cfg in "${configs[@]}"; do

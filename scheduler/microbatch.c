@@ -737,43 +737,43 @@ out:
 /* name, summary, split, memory_aware, pack_dataset, varlen, knob, chooses */
 static const batcher BATCHERS[] = {
     {"padding", "fixed --mbs samples, all padded to the batch's longest", split_padding, 0, 0, 0,
-     BATCH_KNOB_MBS, 0},
+     BATCH_KNOB_MBS, 0, 0},
     {"packing", "Megatron's --pack-dataset: the trace packed next-fit into --max-seqlen rows, "
      "global batches of whole rows, --mbs rows per micro-batch (MLM+DS baseline)",
-     split_packing, 0, 1, 0, BATCH_KNOB_MBS, 0},
+     split_packing, 0, 1, 0, BATCH_KNOB_MBS, 0, 1},
     {"packing-batch", "each global batch packed next-fit on its own (a partial last row)",
-     split_packing, 0, 0, 0, BATCH_KNOB_MBS, 0},
+     split_packing, 0, 0, 0, BATCH_KNOB_MBS, 0, 1},
     {"packing-ffd", "first-fit-decreasing packing of each global batch into the same rows",
-     split_packing_ffd, 0, 0, 0, BATCH_KNOB_MBS, 0},
+     split_packing_ffd, 0, 0, 0, BATCH_KNOB_MBS, 0, 1},
     {"token", "ordered samples cut at --mb-tokens padded tokens (DynaPipe's token-based)",
-     split_token, 0, 0, 0, BATCH_KNOB_MB_TOKENS, 0},
+     split_token, 0, 0, 0, BATCH_KNOB_MB_TOKENS, 0, 0},
     {"dynamic", "DynaPipe's dynamic program over the ordered samples", dp_batch, 1, 0, 0,
-     BATCH_KNOB_NONE, 0},
+     BATCH_KNOB_NONE, 0, 0},
     {"packing-varlen", "Megatron-Core's THD packing: packing's rows, attention per sample "
      "(cu_seqlens), rows as long as their micro-batch's fullest", split_packing, 0, 1, 1,
-     BATCH_KNOB_MBS, 0},
+     BATCH_KNOB_MBS, 0, 1},
     {"packing-ffd-varlen", "Multipack: first-fit-decreasing rows of each global batch, "
-     "attention per sample", split_packing_ffd, 0, 0, 1, BATCH_KNOB_MBS, 0},
+     "attention per sample", split_packing_ffd, 0, 0, 1, BATCH_KNOB_MBS, 0, 1},
     {"dp-balanced", "Megatron-Core's dp_balanced: samples in order dealt to the replica with "
      "fewest tokens, next-fit rows per replica, attention per sample", split_dp_balanced, 0, 0, 1,
-     BATCH_KNOB_MBS, 0},
+     BATCH_KNOB_MBS, 0, 1},
     {"packing-kk", "verl: Karmarkar-Karp over the fewest rows that fit, workload a*s + s^2, one "
-     "varlen row per micro-batch", split_packing_kk, 0, 0, 1, BATCH_KNOB_NONE, 0},
+     "varlen row per micro-batch", split_packing_kk, 0, 0, 1, BATCH_KNOB_NONE, 0, 1},
     {"packing-wlb", "WLB-LLM-style: heaviest sample first into the least-loaded row that holds "
-     "it, one varlen row per micro-batch", split_packing_wlb, 0, 0, 1, BATCH_KNOB_NONE, 0},
+     "it, one varlen row per micro-batch", split_packing_wlb, 0, 0, 1, BATCH_KNOB_NONE, 0, 1},
     {"dynamic-varlen", "DynaPipe's dynamic program on varlen kernels: attention per sample",
-     dp_batch, 1, 0, 1, BATCH_KNOB_NONE, 0},
+     dp_batch, 1, 0, 1, BATCH_KNOB_NONE, 0, 0},
     {"packing-half", "packing-ffd-varlen's rows at half the maximum length: more, smaller "
-     "micro-batches", split_packing_half, 0, 0, 1, BATCH_KNOB_MBS, 0},
+     "micro-batches", split_packing_half, 0, 0, 1, BATCH_KNOB_MBS, 0, 1},
     {"packing-quarter", "packing-ffd-varlen's rows at a quarter of the maximum length",
-     split_packing_quarter, 0, 0, 1, BATCH_KNOB_MBS, 0},
+     split_packing_quarter, 0, 0, 1, BATCH_KNOB_MBS, 0, 1},
     {"packing-taper", "packing-ffd-varlen with its lightest micro-batches first and last: a "
-     "shorter fill and drain", split_packing_taper, 0, 0, 1, BATCH_KNOB_MBS, 0},
+     "shorter fill and drain", split_packing_taper, 0, 0, 1, BATCH_KNOB_MBS, 0, 1},
     {"packing-dp", "packing-ffd-varlen's rows grouped into micro-batches by DynaPipe's dynamic "
      "program (as many rows each as pays, under memory)", split_packing_dp, 1, 0, 1,
-     BATCH_KNOB_NONE, 0},
+     BATCH_KNOB_NONE, 0, 1},
     {"auto", "per iteration, every batching above but the pack-dataset ones, each simulated: "
-     "the fastest that fits", NULL, 1, 0, 0, BATCH_KNOB_MBS, 1},
+     "the fastest that fits", NULL, 1, 0, 0, BATCH_KNOB_MBS, 1, 0},
 };
 
 const batcher *batcher_find(const char *name)

@@ -145,6 +145,8 @@ typedef struct batcher {
     int chooses;      /* plans no micro-batches itself: the planner plans every batching that
                        * shares its global batches (not pack_dataset) per iteration and keeps
                        * the fastest that fits (planner/study.h, --batching auto); split is NULL */
+    int packs_rows;   /* its micro-batches are whole packed rows (the packers); else samples
+                       * cut one by one (padding, token, DynaPipe's DP over samples) */
 } batcher;
 
 enum { BATCH_KNOB_NONE, BATCH_KNOB_MBS /* --mbs */, BATCH_KNOB_MB_TOKENS /* --mb-tokens */ };
