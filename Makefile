@@ -6,6 +6,7 @@
 #   make test     build + the fast tier: unit tests and the quick CLI scripts (under 90 s here)
 #   make check    deps + build + every test (unit, CLI, and a second pass under ASan/UBSan)
 #   make bench    benchmarks (ratios measured in the same run)
+#   make figures  the docs' quick figures re-run, and any that moved from what the docs quote
 #   make paper    the DynaPipe paper's experiments in simulation, into paper-out/
 #   make fuzz     libFuzzer on every input parser, FUZZ_SECONDS (60) each
 #   make check-gpu  on a GPU machine: the CUDA layer (fp64 against the CPU, bf16 against fp64),
@@ -114,7 +115,7 @@ BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 REPLAY_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/%)
 LIBDPSIM := $(BUILD)/libdpsim.a
 
-.PHONY: all deps demo check test bench clean help default-trace paper fuzz check-gpu check-gpu-rehearsal gpu-bundle
+.PHONY: all deps demo check test bench figures clean help default-trace paper fuzz check-gpu check-gpu-rehearsal gpu-bundle
 all: $(BUILD)/dpsim $(BUILD)/dprun
 
 $(BUILD)/obj/%.o: %.c
@@ -248,6 +249,10 @@ test: all tests
 
 bench: all $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do $$b || exit 1; echo; done
+
+# The docs' quick figures re-run and compared with what the docs quote (tools/figures.sh).
+figures: all
+	@bash tools/figures.sh $(BUILD)
 
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 
