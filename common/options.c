@@ -279,7 +279,7 @@ static void help_text(FILE *fp, int at, const char *text, const char *deflt)
 
 void cli_opts_help(const cli_opts *t, FILE *fp)
 {
-    fprintf(fp, "usage: %s\n\n", t->usage);
+    if (t->usage) fprintf(fp, "usage: %s\n\n", t->usage); /* NULL: the rows alone */
     if (t->about && t->about[0]) fprintf(fp, "%s\n\n", t->about);
     for (int i = 0; i < t->n; i++) {
         const cli_opt *o = &t->row[i];

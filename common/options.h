@@ -135,7 +135,8 @@ void cli_opt_value(const cli_opt *o, char *buf, size_t cap);
 const char *cli_opt_label(const cli_opt *o, char *buf, size_t cap);
 
 /* The --help text: usage, about, one line per option (short and long name, metavariable, help,
- * default), and -h, --help. */
+ * default), and -h, --help. A table without usage or about prints its rows alone (dprun --help
+ * shows each subcommand's). */
 void cli_opts_help(const cli_opts *t, FILE *fp);
 
 #endif /* OPTIONS_H */

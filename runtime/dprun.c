@@ -14,7 +14,6 @@
  * ends every rank. A rank killed from outside makes mpirun end the others.
  */
 #include <cblas.h>
-#include <getopt.h>
 #include <malloc.h>
 #include <math.h>
 #include <mpi.h>
@@ -23,6 +22,7 @@
 #include <string.h>
 
 #include "../common/json_util.h"
+#include "../common/options.h"
 #include "../common/outfile.h"
 #include "../models/hw.h"
 #include "../scheduler/plan.h"
@@ -32,85 +32,188 @@
 #include "rt_mpi.h"
 #include "profile.h"
 
-static const char USAGE[] =
-    "dprun [run] --plan FILE --backend cpu|cuda [--dtype bf16|fp64] --out FILE [--timeout S]\n"
-    "       dprun profile --backend cpu|cuda [--dtype bf16|fp64] --model M [--mbs LIST]\n"
-    "                     [--seqlen LIST] [--tp T [--no-sp]] [--cp C] [--cluster-out FILE] -o FILE\n"
-    "       dprun check-gpu [MODEL] [--hw GPU] [--no-speed]";
+static const char RUN_USAGE[] =
+    "dprun [run] --plan FILE --backend cpu|cuda [--dtype bf16|fp64] --out FILE [--timeout S]";
+static const char PROFILE_USAGE[] =
+    "dprun profile --backend cpu|cuda [--dtype bf16|fp64] --model M [--mbs LIST] [--seqlen LIST]\n"
+    "                     [--tp T [--no-sp]] [--cp C] [--cluster-out FILE] -o FILE";
+static const char CHECK_USAGE[] = "dprun check-gpu [MODEL] [--hw GPU] [--no-speed]";
+static const char ABOUT[] =
+    "Runs an execution plan from 'dpsim plan -o' on real ranks (one MPI rank per pipeline\n"
+    "stage, data-parallel replica, tensor-parallel and context-parallel rank: mpirun -np\n"
+    "tp x cp x pp x dp, tp ranks fastest, then cp) and writes the measured timeline CSV, for\n"
+    "'dpsim validate', and the gradient norm at the end (the same plan gives the same norm on\n"
+    "every backend, to rounding). The plan's recompute runs as planned: selective reruns each\n"
+    "layer's attention core in the backward, full keeps only each layer's input and reruns its\n"
+    "forward (dprun says how many). 'profile' measures a per-layer cost grid in the profile CSV\n"
+    "format; 'check-gpu' checks the GPU layer.";
 
-static void help(void)
+/* The options of each subcommand (one table each, common/options.h): where they go. */
+typedef struct int_list {
+    int v[32], n;
+    const char *name; /* its option, for messages */
+} int_list;
+
+typedef struct run_args {
+    const char *plan, *out, *backend, *dtype;
+    double timeout, stall_s;
+    int64_t iterations, warmup, stall_rank, repeats;
+    int no_noise, no_prepare, no_plan_check;
+} run_args;
+
+typedef struct profile_args {
+    const char *model, *out, *backend, *dtype, *cluster_out, *hw;
+    int64_t tp, cp, repeats;
+    int no_sp;
+    int_list mbs, seq, dec;
+    unsigned modes;
+} profile_args;
+
+typedef struct check_args {
+    const char *hw;
+    int no_speed;
+} check_args;
+
+static int parse_list(const char *text, int *out);
+static int parse_modes(const char *text, unsigned *modes);
+
+static int set_list(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    printf("usage: %s\n\n"
-           "Runs an execution plan from 'dpsim plan -o' on real ranks (one MPI rank per pipeline\n"
-           "stage, data-parallel replica, tensor-parallel and context-parallel rank: mpirun -np\n"
-           "tp x cp x pp x dp, tp ranks fastest, then cp) and writes the measured timeline CSV, for 'dpsim\n"
-           "validate', and the gradient norm at the end (the same plan gives the same norm on\n"
-           "every backend, to rounding). The plan's recompute runs as planned: selective\n"
-           "reruns each layer's attention core in the backward, full keeps only each layer's\n"
-           "input and reruns its forward (dprun says how many). 'profile' measures a per-layer\n"
-           "cost grid in the profile CSV format.\n\n"
-           "run:\n"
-           "  -p, --plan FILE       execution plan JSON                          (required)\n"
-           "  -b, --backend B       cpu (MPI ranks) | cuda (under mpirun one rank per GPU,\n"
-           "                        NCCL between them; without mpirun every stage on one GPU) [cpu]\n"
-           "  -d, --dtype T         what the layers compute in and the transfers carry: bf16\n"
-           "                        (training precision: cuBLASLt, cuDNN attention, fp32 master\n"
-           "                        weights) or fp64 (the exact check); the cpu backend is fp64\n"
-           "                        [bf16 on cuda, fp64 on cpu]\n"
-           "  -o, --out FILE        measured timeline CSV, written by rank 0      (required)\n"
-           "  -t, --timeout S       a wait longer than S seconds aborts the job   [60]\n"
-           "  -n, --iterations K    run the first K iterations, 0 = all           [0]\n"
-           "  -w, --warmup N        unrecorded runs of the first iteration        [1]\n"
-           "      --no-prepare      cuda: skip the unrecorded run of every iteration before its\n"
-           "                        measured one (it keeps cuBLASLt's and cuDNN's per-shape plan\n"
-           "                        building, slow first calls, out of the timeline)       [on]\n"
-           "  -r, --repeats R       measured runs of every iteration in a row, rows marked repeat\n"
-           "                        0 .. R-1: dpsim validate compares each iteration's median and\n"
-           "                        reports the runs' spread as the machine's noise band (1-16) [1]\n"
-           "      --no-noise        skip the noise repeat: with --repeats 1 the first iteration\n"
-           "                        is run once more, recorded with repeat 1              [on]\n"
-           "      --stall-rank R --stall-s S   fault injection: rank R sleeps S seconds first\n"
-           "      --no-plan-check  fault injection: skip the same-plan-on-every-rank hash check\n"
-           "profile:\n"
-           "  -b, --backend B       cpu | cuda (CUDA-event means)                  [cpu]\n"
-           "  -d, --dtype T         bf16 | fp64 (cuda; the cpu layer is fp64)  [bf16 on cuda]\n"
-           "  -m, --model M         model preset or JSON spec (GPT or T5)        [gpt-tiny]\n"
-           "      --mbs LIST        micro-batch sizes                             [1,2,4,8]\n"
-           "      --seqlen LIST     sequence lengths (T5: encoder lengths)        [32,64,128,256]\n"
-           "      --dec-seqlen LIST T5: decoder lengths                           [the --seqlen list]\n"
-           "      --recompute LIST  recompute modes measured (none, selective, full): each\n"
-           "                        backward as dprun runs it under the mode      [none]\n"
-           "  -r, --repeats N       timed repeats per point, their median (cpu: passes over the\n"
-           "                        whole grid)                                  [5]\n"
-           "      --tp T            time the layer as a tp T plan runs it: under mpirun -np T (or\n"
-           "                        a multiple), each rank its share, the group's collectives\n"
-           "                        in the times; rows say tp T (cpu backend)    [1]\n"
-           "      --no-sp           with --tp: without sequence parallelism (all-reduces)\n"
-           "      --cp C            time the layer as a cp C plan runs it (ring attention): under\n"
-           "                        mpirun -np tp x C, each rank its share of each micro-batch's\n"
-           "                        tokens, the key/value gathers in the times; rows carry a cp\n"
-           "                        column (cpu backend, GPT-kind models; 2C divides each\n"
-           "                        --seqlen)                                    [1]\n"
-           "      --cluster-out FILE  also measure the links between the ranks (each collective's\n"
-           "                        bus bandwidth on 8 MB, nccl-tests' way, and a step's latency)\n"
-           "                        and write them as a cluster JSON for dpsim's --hw: the --hw\n"
-           "                        preset with its in-node link replaced (under mpirun -np 2+)\n"
-           "      --hw H            the cluster --cluster-out starts from           [cpu]\n"
-           "  -o, --out FILE        profile CSV                                   (required)\n"
-           "check-gpu [MODEL]       the GPU layer in fp64 against the CPU layer (to 1e-9), in bf16\n"
-           "                        against fp64 (stated tolerances), GPT-6.7B-width layer\n"
-           "                        TFLOP/s and MFU beside cuBLASLt's GEMM rate (needs a build\n"
-           "                        with CUDA and a GPU; make check-gpu)           [gpt-tiny]\n"
-           "      --hw GPU          the GPU preset for MFU       [found from the device's name]\n"
-           "      --no-speed        numerics only (no GPT-6.7B-width timing)\n"
-           "  -h, --help            this help\n",
-           USAGE);
+    int_list *l = ctx;
+    if ((l->n = parse_list(arg, l->v)) > 0) return 0;
+    cli_usage_error(cmd, usage, "bad %s list \"%s\": up to 32 whole numbers in [1, 1048576], "
+                    "comma-separated", l->name, arg);
+    return -1;
 }
 
-static int usage_error(const char *msg, const char *arg)
+static int set_modes(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    fprintf(stderr, "dprun: %s%s%s\nusage: %s\n", msg, arg ? " " : "", arg ? arg : "", USAGE);
-    return 2;
+    if (parse_modes(arg, ctx) == 0) return 0;
+    cli_usage_error(cmd, usage, "bad --recompute list (none, selective, full): %s", arg);
+    return -1;
+}
+
+static void run_table(cli_opts *t, run_args *a)
+{
+    *a = (run_args){.backend = "cpu", .timeout = 60, .warmup = 1, .stall_rank = -1, .repeats = 1};
+    cli_opts_init(t, "run", RUN_USAGE, ABOUT);
+    cli_opt_string(t, "plan", 'p', &a->plan, "FILE", NULL, "execution plan JSON (required)");
+    cli_opt_string(t, "backend", 'b', &a->backend, "B", "cpu",
+                   "cpu (MPI ranks) | cuda (under mpirun one rank per GPU,\n"
+                   "NCCL between them; without mpirun every stage on one GPU)");
+    cli_opt_string(t, "dtype", 'd', &a->dtype, "T", "bf16 on cuda, fp64 on cpu",
+                   "what the layers compute in and the transfers carry: bf16\n"
+                   "(training precision: cuBLASLt, cuDNN attention, fp32 master\n"
+                   "weights) or fp64 (the exact check); the cpu backend is fp64");
+    cli_opt_string(t, "out", 'o', &a->out, "FILE", NULL,
+                   "measured timeline CSV, written by rank 0 (required)");
+    cli_opt_string(t, "output", 0, &a->out, "FILE", NULL, "the same as --out");
+    cli_opt_double(t, "timeout", 't', &a->timeout, "S", 1e-3, 1e7, "60",
+                   "a wait longer than S seconds aborts the job");
+    cli_opt_int64(t, "iterations", 'n', &a->iterations, "K", 0, 1 << 30, "0",
+                  "run the first K iterations, 0 = all");
+    cli_opt_int64(t, "warmup", 'w', &a->warmup, "N", 0, 100, "1",
+                  "unrecorded runs of the first iteration");
+    cli_opt_flag(t, "no-prepare", 0, &a->no_prepare,
+                 "cuda: skip the unrecorded run of every iteration before its\n"
+                 "measured one (it keeps cuBLASLt's and cuDNN's per-shape plan\n"
+                 "building, slow first calls, out of the timeline)");
+    cli_opt_int64(t, "repeats", 'r', &a->repeats, "R", 1, 16, "1",
+                  "measured runs of every iteration in a row, rows marked repeat\n"
+                  "0 .. R-1: dpsim validate compares each iteration's median and\n"
+                  "reports the runs' spread as the machine's noise band");
+    cli_opt_flag(t, "no-noise", 0, &a->no_noise,
+                 "skip the noise repeat: with --repeats 1 the first iteration\n"
+                 "is run once more, recorded with repeat 1");
+    cli_opt_int64(t, "stall-rank", 0, &a->stall_rank, "R", 0, 1 << 20, NULL,
+                  "fault injection: rank R sleeps --stall-s seconds first");
+    cli_opt_double(t, "stall-s", 0, &a->stall_s, "S", 0, 1e6, "0", "fault injection: the sleep");
+    cli_opt_flag(t, "no-plan-check", 0, &a->no_plan_check,
+                 "fault injection: skip the same-plan-on-every-rank hash check");
+}
+
+static void profile_table(cli_opts *t, profile_args *a)
+{
+    *a = (profile_args){.model = "gpt-tiny", .backend = "cpu", .hw = "cpu", .tp = 1, .cp = 1,
+                        .repeats = 5, .mbs = {{1, 2, 4, 8}, 4, "--mbs"},
+                        .seq = {{32, 64, 128, 256}, 4, "--seqlen"}, .dec = {{0}, 0, "--dec-seqlen"},
+                        .modes = 1u << RECOMPUTE_NONE};
+    cli_opts_init(t, "profile", PROFILE_USAGE,
+                  "Measures a per-layer cost grid (forward, backward per micro-batch size and\n"
+                  "length) in the profile CSV format that dpsim --profile reads.");
+    cli_opt_string(t, "backend", 'b', &a->backend, "B", "cpu", "cpu | cuda (CUDA-event means)");
+    cli_opt_string(t, "dtype", 'd', &a->dtype, "T", "bf16 on cuda",
+                   "bf16 | fp64 (cuda; the cpu layer is fp64)");
+    cli_opt_string(t, "model", 'm', &a->model, "M", "gpt-tiny",
+                   "model preset or JSON spec (GPT or T5)");
+    cli_opt_call(t, "mbs", 0, set_list, &a->mbs, "LIST", "1,2,4,8", "micro-batch sizes");
+    cli_opt_call(t, "seqlen", 0, set_list, &a->seq, "LIST", "32,64,128,256",
+                 "sequence lengths (T5: encoder lengths)");
+    cli_opt_call(t, "dec-seqlen", 0, set_list, &a->dec, "LIST", "the --seqlen list",
+                 "T5: decoder lengths");
+    cli_opt_call(t, "recompute", 0, set_modes, &a->modes, "LIST", "none",
+                 "recompute modes measured (none, selective, full): each\n"
+                 "backward as dprun runs it under the mode");
+    cli_opt_int64(t, "repeats", 'r', &a->repeats, "N", 1, 1000, "5",
+                  "timed repeats per point, their median (cpu: passes over the\n"
+                  "whole grid)");
+    cli_opt_int64(t, "tp", 0, &a->tp, "T", 1, 1024, "1",
+                  "time the layer as a tp T plan runs it: under mpirun -np T (or\n"
+                  "a multiple), each rank its share, the group's collectives\n"
+                  "in the times; rows say tp T (cpu backend)");
+    cli_opt_flag(t, "no-sp", 0, &a->no_sp, "with --tp: without sequence parallelism (all-reduces)");
+    cli_opt_int64(t, "cp", 0, &a->cp, "C", 1, 1024, "1",
+                  "time the layer as a cp C plan runs it (ring attention): under\n"
+                  "mpirun -np tp x C, each rank its share of each micro-batch's\n"
+                  "tokens, the key/value gathers in the times; rows carry a cp\n"
+                  "column (cpu backend, GPT-kind models; 2C divides each\n"
+                  "--seqlen)");
+    cli_opt_string(t, "cluster-out", 0, &a->cluster_out, "FILE", NULL,
+                   "also measure the links between the ranks (each collective's\n"
+                   "bus bandwidth on 8 MB, nccl-tests' way, and a step's latency)\n"
+                   "and write them as a cluster JSON for dpsim's --hw: the --hw\n"
+                   "preset with its in-node link replaced (under mpirun -np 2+)");
+    cli_opt_string(t, "hw", 0, &a->hw, "H", "cpu", "the cluster --cluster-out starts from");
+    cli_opt_string(t, "out", 'o', &a->out, "FILE", NULL, "profile CSV (required)");
+    cli_opt_string(t, "output", 0, &a->out, "FILE", NULL, "the same as --out");
+}
+
+static void check_table(cli_opts *t, check_args *a)
+{
+    *a = (check_args){0};
+    cli_opts_init(t, "check-gpu", CHECK_USAGE,
+                  "The GPU layer of MODEL [gpt-tiny] in fp64 against the CPU layer (to 1e-9), in\n"
+                  "bf16 against fp64 (stated tolerances), and a GPT-6.7B-width layer's TFLOP/s and\n"
+                  "MFU beside cuBLASLt's GEMM rate (needs a build with CUDA and a GPU; make\n"
+                  "check-gpu).");
+    cli_opt_string(t, "hw", 0, &a->hw, "GPU", "found from the device's name",
+                   "the GPU preset for MFU");
+    cli_opt_flag(t, "no-speed", 0, &a->no_speed, "numerics only (no GPT-6.7B-width timing)");
+}
+
+/* dprun --help: what dprun does, then each subcommand's options. */
+static void help(void)
+{
+    printf("usage: %s\n       %s\n       %s\n\n%s\n", RUN_USAGE, PROFILE_USAGE, CHECK_USAGE, ABOUT);
+    cli_opts t;
+    run_args r;
+    profile_args pa;
+    check_args c;
+    run_table(&t, &r);
+    t.usage = NULL, t.about = NULL;
+    printf("\nrun:\n");
+    cli_opts_help(&t, stdout);
+    cli_opts_release(&t);
+    profile_table(&t, &pa);
+    t.usage = NULL, t.about = NULL;
+    printf("\nprofile:\n");
+    cli_opts_help(&t, stdout);
+    cli_opts_release(&t);
+    check_table(&t, &c);
+    t.usage = NULL, t.about = NULL;
+    printf("\ncheck-gpu [MODEL]:\n");
+    cli_opts_help(&t, stdout);
+    cli_opts_release(&t);
 }
 
 /* Parses "1,2,4" into at most 32 positive ints. */
@@ -185,62 +288,19 @@ static void profile_die(void *ctx, const char *msg)
 
 static int profile_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
-        {"dtype", required_argument, 0, 'd'},
-        {"mbs", required_argument, 0, 1},       {"seqlen", required_argument, 0, 2},
-        {"dec-seqlen", required_argument, 0, 3}, {"recompute", required_argument, 0, 4},
-        {"repeats", required_argument, 0, 'r'}, {"out", required_argument, 0, 'o'},
-        {"output", required_argument, 0, 'o'},  {"help", no_argument, 0, 'h'},
-        {"tp", required_argument, 0, 5},        {"no-sp", no_argument, 0, 6},
-        {"cp", required_argument, 0, 7},        {"cluster-out", required_argument, 0, 8},
-        {"hw", required_argument, 0, 9},        {0, 0, 0, 0}};
-    const char *model = "gpt-tiny", *out = NULL, *backend = "cpu", *dtype = NULL;
-    const char *cluster_out = NULL, *hw = "cpu";
-    int64_t tp = 1, cp = 1;
-    int sp = 1;
-    int mbs[32] = {1, 2, 4, 8}, seq[32] = {32, 64, 128, 256}, dec[32], n_mbs = 4, n_seq = 4, n_dec = 0;
-    int64_t repeats = 5;
-    unsigned modes = 1u << RECOMPUTE_NONE;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:m:d:r:o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'b': backend = optarg; break;
-        case 'm': model = optarg; break;
-        case 'd': dtype = optarg; break;
-        case 1:
-            if ((n_mbs = parse_list(optarg, mbs)) <= 0) return usage_error("bad --mbs list", optarg);
-            break;
-        case 2:
-            if ((n_seq = parse_list(optarg, seq)) <= 0) return usage_error("bad --seqlen list", optarg);
-            break;
-        case 3:
-            if ((n_dec = parse_list(optarg, dec)) <= 0) return usage_error("bad --dec-seqlen list", optarg);
-            break;
-        case 4:
-            if (parse_modes(optarg, &modes) != 0)
-                return usage_error("bad --recompute list (none, selective, full):", optarg);
-            break;
-        case 'r':
-            if (dp_parse_i64(optarg, 1, 1000, &repeats) != 0) return usage_error("bad --repeats", optarg);
-            break;
-        case 5:
-            if (dp_parse_i64(optarg, 1, 1024, &tp) != 0) return usage_error("bad --tp (1-1024)", optarg);
-            break;
-        case 6: sp = 0; break;
-        case 7:
-            if (dp_parse_i64(optarg, 1, 1024, &cp) != 0) return usage_error("bad --cp (1-1024)", optarg);
-            break;
-        case 8: cluster_out = optarg; break;
-        case 9: hw = optarg; break;
-        case 'o': out = optarg; break;
-        case 'h': help(); return 0;
-        default: return usage_error("unknown or incomplete option", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
-    if (!out) return usage_error("profile needs --out", NULL);
+    profile_args a;
+    cli_opts t;
+    profile_table(&t, &a);
+    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (!a.out) return cli_usage_error("profile", PROFILE_USAGE, "profile needs --out");
+    const char *model = a.model, *out = a.out, *backend = a.backend, *dtype = a.dtype;
+    const char *cluster_out = a.cluster_out, *hw = a.hw;
+    int64_t tp = a.tp, cp = a.cp, repeats = a.repeats;
+    int sp = !a.no_sp;
+    int *mbs = a.mbs.v, *seq = a.seq.v, *dec = a.dec.v, n_mbs = a.mbs.n, n_seq = a.seq.n, n_dec = a.dec.n;
+    unsigned modes = a.modes;
     cluster_spec links;
     dp_err herr = {0};
     if (cluster_out && cluster_resolve(hw, &links, &herr) != DP_OK) {
@@ -254,7 +314,8 @@ static int profile_main(int argc, char **argv)
     }
     rt_dtype dt;
     char why[200];
-    if (resolve_dtype(dtype, on_gpu, &dt, why, sizeof why) != 0) return usage_error(why, NULL);
+    if (resolve_dtype(dtype, on_gpu, &dt, why, sizeof why) != 0)
+        return cli_usage_error("profile", PROFILE_USAGE, "%s", why);
     dp_err err = {0};
     model_spec m;
     if (model_resolve(model, &m, &err) != DP_OK) {
@@ -357,22 +418,16 @@ static int profile_main(int argc, char **argv)
 /* dprun check-gpu [MODEL] [--hw GPU] [--no-speed] */
 static int check_gpu_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"hw", required_argument, 0, 1},
-                                         {"no-speed", no_argument, 0, 2},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *hw = NULL, *model = "gpt-tiny";
-    int c, speed = 1;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 1: hw = optarg; break;
-        case 2: speed = 0; break;
-        case 'h': help(); return 0;
-        default: return usage_error("unknown or incomplete option", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) model = argv[optind++];
-    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
+    check_args a;
+    cli_opts t;
+    check_table(&t, &a);
+    const char *pos[1] = {"gpt-tiny"};
+    int n_pos = 0;
+    int r = cli_opts_parse(&t, argc, argv, pos, 1, &n_pos);
+    cli_opts_release(&t);
+    if (r != 0) return r == 1 ? 0 : r;
+    const char *hw = a.hw, *model = pos[0];
+    int speed = !a.no_speed;
     model_spec m;
     dp_err err = {0};
     if (model_resolve(model, &m, &err) != DP_OK) {
@@ -405,68 +460,30 @@ static int fail_all(int rank, const char *msg)
 
 static int run_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"plan", required_argument, 0, 'p'},  {"backend", required_argument, 0, 'b'},
-        {"dtype", required_argument, 0, 'd'},
-        {"out", required_argument, 0, 'o'},   {"output", required_argument, 0, 'o'},
-        {"timeout", required_argument, 0, 't'}, {"iterations", required_argument, 0, 'n'},
-        {"warmup", required_argument, 0, 'w'}, {"stall-rank", required_argument, 0, 1},
-        {"no-noise", no_argument, 0, 4},       {"no-prepare", no_argument, 0, 5},
-        {"repeats", required_argument, 0, 'r'},
-        {"stall-s", required_argument, 0, 2},  {"no-plan-check", no_argument, 0, 3},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *plan_path = NULL, *out = NULL, *backend = "cpu", *dtype = NULL;
-    double timeout = 60;
-    int64_t iterations = 0, warmup = 1, stall_rank = -1, repeats = 1;
-    int repeat_first = 1, prepare = 1;
-    double stall_s = 0;
-    int c, check_plan = 1;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":p:b:d:o:t:n:w:r:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'p': plan_path = optarg; break;
-        case 'r':
-            if (dp_parse_i64(optarg, 1, 16, &repeats) != 0) return usage_error("bad --repeats (1-16)", optarg);
-            break;
-        case 'b': backend = optarg; break;
-        case 'd': dtype = optarg; break;
-        case 'o': out = optarg; break;
-        case 't':
-            if (dp_parse_f64(optarg, &timeout) != 0 || timeout <= 0) return usage_error("bad --timeout", optarg);
-            break;
-        case 'n':
-            if (dp_parse_i64(optarg, 0, 1 << 30, &iterations) != 0) return usage_error("bad --iterations", optarg);
-            break;
-        case 'w':
-            if (dp_parse_i64(optarg, 0, 100, &warmup) != 0) return usage_error("bad --warmup", optarg);
-            break;
-        case 1:
-            if (dp_parse_i64(optarg, 0, 1 << 20, &stall_rank) != 0) return usage_error("bad --stall-rank", optarg);
-            break;
-        case 2:
-            if (dp_parse_f64(optarg, &stall_s) != 0 || stall_s < 0) return usage_error("bad --stall-s", optarg);
-            break;
-        case 3: check_plan = 0; break;
-        case 4: repeat_first = 0; break;
-        case 5: prepare = 0; break;
-        case 'h': help(); return 0;
-        default: return usage_error("unknown or incomplete option", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument", argv[optind]);
-    if (!plan_path || !out) return usage_error("run needs --plan and --out", NULL);
+    run_args a;
+    cli_opts t;
+    run_table(&t, &a);
+    int parsed = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&t);
+    if (parsed != 0) return parsed == 1 ? 0 : parsed;
+    if (!a.plan || !a.out) return cli_usage_error("run", RUN_USAGE, "run needs --plan and --out");
+    const char *plan_path = a.plan, *out = a.out, *backend = a.backend, *dtype = a.dtype;
+    double timeout = a.timeout, stall_s = a.stall_s;
+    int64_t iterations = a.iterations, warmup = a.warmup, stall_rank = a.stall_rank,
+            repeats = a.repeats;
+    int repeat_first = !a.no_noise, prepare = !a.no_prepare, check_plan = !a.no_plan_check;
     rt_dtype dt = RT_FP64;
     {
         char why[200];
         int gpu = strcmp(backend, "cuda") == 0;
         if ((gpu || strcmp(backend, "cpu") == 0) && resolve_dtype(dtype, gpu, &dt, why, sizeof why) != 0)
-            return usage_error(why, NULL);
+            return cli_usage_error("run", RUN_USAGE, "%s", why);
     }
     {
         dp_err derr = {0};
         out_role in[] = {{"--plan", plan_path}}, outs[] = {{"--out", out}};
-        if (out_distinct(in, 1, outs, 1, &derr) != DP_OK) return usage_error(derr.msg, NULL);
+        if (out_distinct(in, 1, outs, 1, &derr) != DP_OK)
+            return cli_usage_error("run", RUN_USAGE, "%s", derr.msg);
     }
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -613,6 +630,7 @@ int main(int argc, char **argv)
      * (seen: 15% of a run). The profile runs under the same setting. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    cli_opts_program("dprun");
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         help();
         return 0;
