@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* A worker process: it reads job indices from `job_fd` (its stdin side) and answers each with a
+/* A worker process: it reads job indices from its job pipe and answers each with a
  * frame on `res_fd`: a uint32_t length, then the text. */
 typedef struct worker {
     pid_t pid;    /* 0: the slot is empty */
@@ -160,7 +160,8 @@ int pool_run_until(long n, int jobs, pool_job job, pool_done done, pool_progress
         for (int q = 0; q < np; q++) {
             if (!pfd[q].revents) continue;
             int k = 0;
-            while (w[k].pid == 0 || w[k].res_fd != pfd[q].fd) k++;
+            while (k < jobs && (w[k].pid == 0 || w[k].res_fd != pfd[q].fd)) k++;
+            if (k == jobs) continue; /* (cannot happen: each polled fd is a running worker's) */
             uint32_t len;
             long index = w[k].index;
             w[k].index = -1;

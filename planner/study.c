@@ -468,7 +468,7 @@ static dp_status plan_modes(planner *pl, const stage_model *sm, shape_cache *con
         planner_use(pl, &sm[*mode], cache[*mode]);
         *answerable = 0;
         st = plan_iteration(pl, b, n, id, l, pi, answerable, why);
-        if (fastest >= 0 || *mode + 1 == modes) break;
+        if (fastest >= 0 || *mode + 1 == modes || pl->pruned_lb_ms > 0) break;
         if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
         if (st != DP_OK || (*answerable && l->feasible)) break;
     }

@@ -131,7 +131,7 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
 static dp_status share_pass(tune_job *j, dp_err *err)
 {
     tune_run_opts *run = j->run;
-    size_t cap = 64 + (size_t)j->todo * 400, at = 0;
+    size_t cap = 64 + (size_t)j->todo * 600, at = 0; /* a line: 7 numbers and a why of < 240 */
     char *mine = malloc(cap), *all = NULL;
     if (!mine) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     at += (size_t)snprintf(mine, cap, "S %d\n", run->stopped);
