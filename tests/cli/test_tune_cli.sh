@@ -33,6 +33,25 @@ check "... to the same ranking as the uninterrupted search, rank by rank" diff "
 # shellcheck disable=SC2086
 expect "a resume with other options is refused" 2 "was searched with other inputs \\(max-seqlen=8192 there, max-seqlen=4096 here\\)" -- \
   "$DPSIM" tune $A --max-seqlen 4096 -o "$TMP/part.csv" --resume
+# a worker killed mid-search: its configuration has no result, the run goes on and exits 1 saying
+# how many, and --resume runs that configuration again, to the same ranking
+# (a worker killed in the instant between two configurations loses none: then again)
+for _ in 1 2 3; do
+  # shellcheck disable=SC2086
+  "$DPSIM" tune $A -o "$TMP/kill.csv" >"$TMP/kill.out" 2>"$TMP/kill.err" &
+  pid=$!
+  child=
+  for _ in $(seq 1 100); do child=$(pgrep -P $pid | head -1) && [ -n "$child" ] && break; sleep 0.1; done
+  [ -n "$child" ] && kill -9 "$child"
+  wait $pid; rc=$?
+  [ $rc -ne 0 ] && break
+done
+check "a killed worker: the search ends with status 1" test $rc -eq 1
+check "... saying how many configurations had no result" grep -q 'error: 1 configuration had no result: the worker died' "$TMP/kill.err"
+check "... its row says so in the ranking" grep -q 'the worker died' "$TMP/kill.csv"
+# shellcheck disable=SC2086
+"$DPSIM" tune $A -o "$TMP/kill.csv" --resume >/dev/null 2>&1
+check "... and --resume runs it again, to the same ranking" diff "$TMP/full.csv" "$TMP/kill.csv"
 # under mpirun the configurations spread over the ranks (each its share, results shared after
 # each pass): the same ranking, byte for byte, as one process
 # shellcheck disable=SC2086
