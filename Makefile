@@ -126,7 +126,7 @@ $(LIBDPSIM): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
-$(BUILD)/obj/cli/cmd_sweep.o $(BUILD)/obj/cli/cmd_tune.o: ALL_CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/obj/cli/cli.o $(BUILD)/obj/cli/cmd_sweep.o $(BUILD)/obj/cli/cmd_tune.o: ALL_CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/dpsim: $(CLI_OBJS) $(LIBDPSIM)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)

@@ -1,7 +1,9 @@
-/* The dpsim subcommands' shared printing: failures, progress, warnings (cli.h). */
+/* The dpsim subcommands' shared pieces: failures, progress, warnings, mpirun's start (cli.h). */
 #include "cli.h"
 
+#include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "../planner/study.h"
@@ -43,4 +45,14 @@ void cli_progress(void *ctx, size_t done, size_t total)
     fprintf(stderr, "\r%s: %5.1f%% of the trace", (const char *)ctx, 100 * frac);
     if (frac > 0.01 && done != total) fprintf(stderr, ", ETA %.0f s   ", el * (1 - frac) / frac);
     if (done == total) fprintf(stderr, ", %.1f s          \n", el);
+}
+
+int cli_mpi_begin(int *argc, char ***argv, int *rank, int *size)
+{
+    *rank = 0, *size = 1;
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) return 0;
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return 1;
 }

@@ -25,6 +25,11 @@ int cli_fail(const char *cmd, const dp_err *err);
 /* 1 when stderr is a terminal (progress bars are drawn only then). */
 int cli_stderr_is_tty(void);
 
+/* Under mpirun (detected by MPI's launcher environment: OpenMPI's or a PMI's), initialises MPI and
+ * fills *rank and *size, returning 1; else *rank 0, *size 1, returning 0. The caller ends MPI
+ * (MPI_Finalize) where it returned 1. sweep and tune spread their points this way. */
+int cli_mpi_begin(int *argc, char ***argv, int *rank, int *size);
+
 /* Warns on stderr, once per process, when a run's whole trace was one global batch smaller than
  * asked (study_result.short_batch_tokens): its figures are not those of the batch asked for. */
 struct study_result;

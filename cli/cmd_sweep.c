@@ -88,13 +88,7 @@ int cmd_sweep(int argc, char **argv)
         return cli_usage_error(cmd, SWEEP_USAGE, "%s", err.msg);
     static sweep_grid g; /* large: not on the stack */
     if (sweep_grid_parse(&p, grid_arg, &g, cmd, SWEEP_USAGE) != 0) return EXIT_USAGE;
-    int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"); /* launched by mpirun */
-    int rank = 0, size = 1;
-    if (mpi) {
-        MPI_Init(&argc, &argv);
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-    }
+    int rank, size, mpi = cli_mpi_begin(&argc, &argv, &rank, &size);
     /* --trace -: stdin is read once, here, into a file every worker reads (a worker reading stdin
      * would take what the one before left) */
     char spool[64] = "";

@@ -63,13 +63,7 @@ static int tune_main(int argc, char **argv, int rank, int ranks);
  * (planner/tune_run.h): rank 0 prints and writes, every rank reads a resumed ranking. */
 int cmd_tune(int argc, char **argv)
 {
-    int mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"); /* launched by mpirun */
-    int rank = 0, ranks = 1;
-    if (mpi) {
-        MPI_Init(&argc, &argv);
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    }
+    int rank, ranks, mpi = cli_mpi_begin(&argc, &argv, &rank, &ranks);
     int rc = tune_main(argc, argv, rank, ranks);
     if (mpi) MPI_Finalize();
     return rc;
