@@ -191,6 +191,15 @@ static void check_table(cli_opts *t, check_args *a)
     cli_opt_flag(t, "no-speed", 0, &a->no_speed, "numerics only (no GPT-6.7B-width timing)");
 }
 
+/* Parses argv with table t (positional arguments into pos, at most max_pos) and frees it: -1 to
+ * go on, else the command's exit status (0 after --help, EXIT_USAGE after a usage error). */
+static int parse_with(cli_opts *t, int argc, char **argv, const char **pos, int max_pos)
+{
+    int n_pos = 0, r = cli_opts_parse(t, argc, argv, pos, max_pos, pos ? &n_pos : NULL);
+    cli_opts_release(t);
+    return r == 0 ? -1 : r == 1 ? 0 : r;
+}
+
 /* dprun --help: what dprun does, then each subcommand's options. */
 static void help(void)
 {
@@ -291,9 +300,8 @@ static int profile_main(int argc, char **argv)
     profile_args a;
     cli_opts t;
     profile_table(&t, &a);
-    int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
-    cli_opts_release(&t);
-    if (r != 0) return r == 1 ? 0 : r;
+    int r = parse_with(&t, argc, argv, NULL, 0);
+    if (r >= 0) return r;
     if (!a.out) return cli_usage_error("profile", PROFILE_USAGE, "profile needs --out");
     const char *model = a.model, *out = a.out, *backend = a.backend, *dtype = a.dtype;
     const char *cluster_out = a.cluster_out, *hw = a.hw;
@@ -422,10 +430,8 @@ static int check_gpu_main(int argc, char **argv)
     cli_opts t;
     check_table(&t, &a);
     const char *pos[1] = {"gpt-tiny"};
-    int n_pos = 0;
-    int r = cli_opts_parse(&t, argc, argv, pos, 1, &n_pos);
-    cli_opts_release(&t);
-    if (r != 0) return r == 1 ? 0 : r;
+    int r = parse_with(&t, argc, argv, pos, 1);
+    if (r >= 0) return r;
     const char *hw = a.hw, *model = pos[0];
     int speed = !a.no_speed;
     model_spec m;
@@ -463,9 +469,8 @@ static int run_main(int argc, char **argv)
     run_args a;
     cli_opts t;
     run_table(&t, &a);
-    int parsed = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
-    cli_opts_release(&t);
-    if (parsed != 0) return parsed == 1 ? 0 : parsed;
+    int parsed = parse_with(&t, argc, argv, NULL, 0);
+    if (parsed >= 0) return parsed;
     if (!a.plan || !a.out) return cli_usage_error("run", RUN_USAGE, "run needs --plan and --out");
     const char *plan_path = a.plan, *out = a.out, *backend = a.backend, *dtype = a.dtype;
     double timeout = a.timeout, stall_s = a.stall_s;

@@ -39,6 +39,15 @@ cost_shape mb_shape(const microbatch *m)
     return s;
 }
 
+/* One sample's attention sums added to a varlen micro-batch: its padded lengths squared and
+ * their product, and the longest (mb_list_add's rule, and packing-dp's as it prices runs). */
+static void mb_attn_add(const batch_rules *r, microbatch *m, const sample_len *x)
+{
+    double e = batch_pad(r, x->enc), d = batch_pad(r, x->dec);
+    m->enc_sq += e * e, m->dec_sq += d * d, m->enc_dec += e * d;
+    if (e > m->enc_max) m->enc_max = (int)e;
+}
+
 dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int n, int mbs,
                       int enc_len, int dec_len)
 {
@@ -64,10 +73,7 @@ dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int
         l->ids[l->n_ids++] = s[i].id;
         m->enc_tokens += s[i].enc;
         m->dec_tokens += s[i].dec;
-        if (!m->varlen) continue;
-        double e = batch_pad(ctx->rules, s[i].enc), d = batch_pad(ctx->rules, s[i].dec);
-        m->enc_sq += e * e, m->dec_sq += d * d, m->enc_dec += e * d;
-        if (e > m->enc_max) m->enc_max = (int)e;
+        if (m->varlen) mb_attn_add(ctx->rules, m, &s[i]);
     }
     return DP_OK;
 }
@@ -232,22 +238,29 @@ static void row_add(row *w, const sample_len *x)
  * samples contiguous, rows in order). Rows of whole-row attention are padded to the maximum
  * length (Megatron's fixed [mbs, seq] tensor); varlen rows (THD) to their micro-batch's fullest
  * row. replica >= 0 assigns the micro-batches to that replica. */
+/* The padded lengths of a micro-batch of rows[0..k): varlen rows to its fullest row, whole
+ * rows to the maximum lengths (emit_rows's rule, and packing-dp's as it prices runs). */
+static void rows_lens(const batch_ctx *ctx, const row *rows, int k, int *enc_len, int *dec_len)
+{
+    const batch_rules *r = ctx->rules;
+    int t5 = r->arch == ARCH_T5, enc = 0, dec = 0;
+    for (int q = 0; q < k; q++) {
+        if (rows[q].use.enc > enc) enc = rows[q].use.enc;
+        if (rows[q].use.dec > dec) dec = rows[q].use.dec;
+    }
+    if (!ctx->varlen) enc = r->max_seqlen, dec = t5 ? r->max_dec_seqlen : 0;
+    *enc_len = batch_pad(r, enc), *dec_len = t5 ? batch_pad(r, dec) : 0;
+}
+
 static dp_status emit_rows(const batch_ctx *ctx, const row *rows, int n_rows, int per_mb,
                            const sample_len *packed, int replica, mb_list *out, dp_err *err)
 {
-    const batch_rules *r = ctx->rules;
-    int t5 = r->arch == ARCH_T5;
     for (int i = 0; i < n_rows; i += per_mb) {
         int k = n_rows - i < per_mb ? n_rows - i : per_mb;
-        int first = rows[i].first, count = 0, enc = 0, dec = 0;
-        for (int q = i; q < i + k; q++) {
-            count += rows[q].n;
-            if (rows[q].use.enc > enc) enc = rows[q].use.enc;
-            if (rows[q].use.dec > dec) dec = rows[q].use.dec;
-        }
-        if (!ctx->varlen) enc = r->max_seqlen, dec = t5 ? r->max_dec_seqlen : 0;
-        if (mb_list_add(out, ctx, packed + first, count, k, batch_pad(r, enc),
-                        t5 ? batch_pad(r, dec) : 0) != DP_OK)
+        int first = rows[i].first, count = 0, enc, dec;
+        for (int q = i; q < i + k; q++) count += rows[q].n;
+        rows_lens(ctx, rows + i, k, &enc, &dec);
+        if (mb_list_add(out, ctx, packed + first, count, k, enc, dec) != DP_OK)
             return dp_fail(err, DP_ERR_NOMEM, "out of memory");
         if (replica >= 0) out->mb[out->n_mb - 1].replica = replica;
     }
@@ -356,31 +369,43 @@ static dp_status split_packing_taper(const batch_ctx *ctx, const sample_len *in,
 
 /* First-fit decreasing into rows that `fit` allows (ctx->rules' or a smaller cap), emitted under
  * ctx's rules (padded rows at their full length, varlen rows at their own). */
-static dp_status packing_ffd_rows(const batch_ctx *ctx, const batch_rules *fit, const sample_len *in,
-                                  int n, mb_list *out, dp_err *err)
+/* First-fit decreasing of in[0..n) into rows under fit's lengths (longest sample first, each
+ * into the first row that holds it): rows[0..*nr) over packed, a row's samples contiguous; rows
+ * and packed hold n each. */
+static dp_status ffd_pack(const batch_rules *fit, const sample_len *in, int n, row *rows,
+                          sample_len *packed, int *nr, dp_err *err)
 {
-    sample_len *s = malloc((size_t)n * sizeof *s), *packed = malloc((size_t)n * sizeof *packed);
-    row *rows = calloc((size_t)n, sizeof *rows);
-    int *row_of = malloc((size_t)n * sizeof *row_of);
-    dp_status st = DP_OK;
-    if (!s || !packed || !rows || !row_of) {
-        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
-        goto out;
+    sample_len *s = malloc((size_t)(n ? n : 1) * sizeof *s);
+    int *row_of = malloc((size_t)(n ? n : 1) * sizeof *row_of);
+    if (!s || !row_of) {
+        free(s), free(row_of);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
     memcpy(s, in, (size_t)n * sizeof *s);
     qsort(s, (size_t)n, sizeof *s, cmp_longest_first);
-    int nr = 0;
+    *nr = 0;
     for (int i = 0; i < n; i++) {
         int r = 0;
-        while (r < nr && !batch_row_fits(fit, &rows[r].use, &s[i])) r++;
-        if (r == nr) rows[nr++] = (row){{0, 0}, 0, 0};
+        while (r < *nr && !batch_row_fits(fit, &rows[r].use, &s[i])) r++;
+        if (r == *nr) rows[(*nr)++] = (row){{0, 0}, 0, 0};
         row_add(&rows[r], &s[i]);
         row_of[i] = r;
     }
-    lay_out_bins(s, n, row_of, nr, rows, packed);
-    st = emit_rows(ctx, rows, nr, ctx->mbs, packed, -1, out, err);
-out:
-    free(s), free(packed), free(rows), free(row_of);
+    lay_out_bins(s, n, row_of, *nr, rows, packed);
+    free(s), free(row_of);
+    return DP_OK;
+}
+
+static dp_status packing_ffd_rows(const batch_ctx *ctx, const batch_rules *fit, const sample_len *in,
+                                  int n, mb_list *out, dp_err *err)
+{
+    row *rows = calloc((size_t)(n ? n : 1), sizeof *rows);
+    sample_len *packed = malloc((size_t)(n ? n : 1) * sizeof *packed);
+    int nr = 0;
+    dp_status st = !rows || !packed ? dp_fail(err, DP_ERR_NOMEM, "out of memory")
+                                    : ffd_pack(fit, in, n, rows, packed, &nr, err);
+    if (st == DP_OK) st = emit_rows(ctx, rows, nr, ctx->mbs, packed, -1, out, err);
+    free(rows), free(packed);
     return st;
 }
 
@@ -394,7 +419,8 @@ typedef struct rows_dp {
     const row *rows;          /* by tokens, ascending */
     const sample_len *packed; /* their samples, row after row */
     mem_rule rule;
-    int i, l;                 /* the run the shape below holds (the DP extends it a row a time) */
+    int i, l;                 /* the run whose attention sums m holds (the DP extends a run a row
+                               * at a time) */
     microbatch m;
 } rows_dp;
 
@@ -411,34 +437,23 @@ static int cmp_row_tokens(const void *a, const void *b)
     return x->first - y->first;
 }
 
-/* The time of rows [i, i+l) as one micro-batch, ns (-1: it does not fit): the shape emit_rows
- * gives them (a test holds the two equal), built up a row at a time as the DP extends a run. */
+/* The time of rows [i, i+l) as one micro-batch, ns (-1: it does not fit), at the shape emit_rows
+ * gives it (rows_lens, mb_attn_add). */
 static int64_t rows_dp_cost(void *c, int i, int l)
 {
     rows_dp *x = c;
-    const batch_rules *r = x->ctx->rules;
-    int t5 = r->arch == ARCH_T5;
-    if (x->i != i || x->l != l - 1) { /* a new run: from its first row */
+    if (x->i != i || x->l > l - 1) { /* a new run: from its first row */
         memset(&x->m, 0, sizeof x->m);
         x->m.varlen = x->ctx->varlen;
-        if (!x->m.varlen) /* whole rows: Megatron's fixed [mbs, seq] tensor */
-            x->m.enc_len = batch_pad(r, r->max_seqlen), x->m.dec_len = t5 ? batch_pad(r, r->max_dec_seqlen) : 0;
         x->i = i, x->l = 0;
     }
     for (; x->l < l; x->l++) {
         const row *w = &x->rows[i + x->l];
-        if (!x->m.varlen) continue;
-        int enc = batch_pad(r, w->use.enc), dec = t5 ? batch_pad(r, w->use.dec) : 0;
-        if (enc > x->m.enc_len) x->m.enc_len = enc;
-        if (dec > x->m.dec_len) x->m.dec_len = dec;
-        for (int q = 0; q < w->n; q++) {
-            const sample_len *y = &x->packed[w->first + q];
-            double e = batch_pad(r, y->enc), d = batch_pad(r, y->dec);
-            x->m.enc_sq += e * e, x->m.dec_sq += d * d, x->m.enc_dec += e * d;
-            if (e > x->m.enc_max) x->m.enc_max = (int)e;
-        }
+        for (int q = 0; q < w->n && x->m.varlen; q++)
+            mb_attn_add(x->ctx->rules, &x->m, &x->packed[w->first + q]);
     }
     x->m.mbs = l;
+    rows_lens(x->ctx, x->rows + i, l, &x->m.enc_len, &x->m.dec_len);
     cost_shape sh = mb_shape(&x->m);
     double t_ms;
     int fits;
@@ -449,31 +464,19 @@ static int64_t rows_dp_cost(void *c, int i, int l)
 static dp_status split_packing_dp(const batch_ctx *ctx, const sample_len *in, int n, mb_list *out,
                                   dp_err *err)
 {
-    mb_list rows_out; /* packing-ffd-varlen's micro-batches of one row each: its rows */
-    mb_list_init(&rows_out);
-    batch_ctx one = *ctx;
-    one.mbs = 1;
-    dp_status st = packing_ffd_rows(&one, ctx->rules, in, n, &rows_out, err);
-    int nr = rows_out.n_mb;
-    row *rows = calloc((size_t)(nr ? nr : 1), sizeof *rows);
-    sample_len *packed = malloc((size_t)(n ? n : 1) * sizeof *packed);
-    int *ends = malloc((size_t)(nr ? nr : 1) * sizeof *ends);
-    if (st == DP_OK && (!rows || !packed || !ends)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < nr && st == DP_OK; k++) {
-        const microbatch *m = &rows_out.mb[k];
-        rows[k] = (row){{(int)m->enc_tokens, (int)m->dec_tokens}, m->first, m->n_samples};
-    }
+    size_t cap = (size_t)(n ? n : 1);
+    row *rows = calloc(cap, sizeof *rows);
+    sample_len *packed = malloc(cap * sizeof *packed), *by_tokens = malloc(cap * sizeof *by_tokens);
+    int *ends = malloc(cap * sizeof *ends), nr = 0, n_mb = 0;
+    dp_status st = !rows || !packed || !by_tokens || !ends
+                       ? dp_fail(err, DP_ERR_NOMEM, "out of memory")
+                       : ffd_pack(ctx->rules, in, n, rows, packed, &nr, err);
     if (st == DP_OK) qsort(rows, (size_t)nr, sizeof *rows, cmp_row_tokens);
-    for (int k = 0, at = 0; k < nr && st == DP_OK; k++) { /* the rows' samples in the new order */
-        for (int q = 0; q < rows[k].n; q++) {
-            int id = rows_out.ids[rows[k].first + q];
-            packed[at + q] = (sample_len){id, rows_out.lens[2 * (rows[k].first + q)],
-                                          rows_out.lens[2 * (rows[k].first + q) + 1]};
-        }
+    for (int k = 0, at = 0; k < nr && st == DP_OK; k++) { /* the rows' samples in that order */
+        memcpy(by_tokens + at, packed + rows[k].first, (size_t)rows[k].n * sizeof *packed);
         rows[k].first = at, at += rows[k].n;
     }
-    int n_mb = 0;
-    rows_dp x = {.ctx = ctx, .rows = rows, .packed = packed, .i = -1};
+    rows_dp x = {.ctx = ctx, .rows = rows, .packed = by_tokens, .i = -1};
     mb_mem_rule(ctx, 0, &x.rule);
     for (int k = 0; k < nr && st == DP_OK; k++) /* a row that fits nowhere, named */
         if (rows_dp_cost(&x, k, 1) < 0)
@@ -484,11 +487,10 @@ static dp_status split_packing_dp(const batch_ctx *ctx, const sample_len *in, in
     if (st == DP_OK)
         st = dp_cut(nr, rows_dp_cost, &x, ctx->sm->pp, ctx->sm->chunks, ctx->sm->dp, ends, &n_mb, err);
     for (int k = 0, from = 0; k < n_mb && st == DP_OK; k++) {
-        st = emit_rows(ctx, rows + from, ends[k] - from, ends[k] - from, packed, -1, out, err);
+        st = emit_rows(ctx, rows + from, ends[k] - from, ends[k] - from, by_tokens, -1, out, err);
         from = ends[k];
     }
-    free(rows), free(packed), free(ends);
-    mb_list_release(&rows_out);
+    free(rows), free(packed), free(by_tokens), free(ends);
     return st;
 }
 

@@ -463,27 +463,35 @@ void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, 
 
 double schedule_time_lower_bound(const schedule *sc, const plan_iter *it, int S, int C)
 {
+    /* per (replica, stage), in one pass over the micro-batches: busy time, cheapest forward and
+     * backward; per replica, its micro-batch count */
+    size_t cells = (size_t)it->dp * (size_t)S;
+    double *busy = dp_xcalloc(3 * cells, sizeof *busy), *fmin = busy + cells, *bmin = fmin + cells;
+    int *m = dp_xcalloc((size_t)it->dp, sizeof *m);
+    for (size_t c = 0; c < cells; c++) fmin[c] = bmin[c] = INFINITY;
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *x = &it->mb[k];
+        size_t at = (size_t)x->replica * (size_t)S;
+        m[x->replica]++;
+        for (int s = 0; s < S; s++) {
+            busy[at + s] += x->fwd_ms[s] + x->bwd_ms[s];
+            fmin[at + s] = fmin[at + s] < x->fwd_ms[s] ? fmin[at + s] : x->fwd_ms[s];
+            bmin[at + s] = bmin[at + s] < x->bwd_ms[s] ? bmin[at + s] : x->bwd_ms[s];
+        }
+    }
     double best = 0;
     for (int rep = 0; rep < it->dp; rep++) {
         double fill = 0, drain = 0;
-        int m = 0;
-        for (int k = 0; k < it->n_mb; k++) m += it->mb[k].replica == rep;
-        if (m == 0) continue;
-        for (int s = 0; s < S; s++) {
-            double busy = 0, fmin = INFINITY, bmin = INFINITY;
-            for (int k = 0; k < it->n_mb; k++) {
-                const plan_mb *x = &it->mb[k];
-                if (x->replica != rep) continue;
-                busy += x->fwd_ms[s] + x->bwd_ms[s];
-                fmin = fmin < x->fwd_ms[s] ? fmin : x->fwd_ms[s];
-                bmin = bmin < x->bwd_ms[s] ? bmin : x->bwd_ms[s];
-            }
+        for (int s = 0; s < S && m[rep] > 0; s++) {
+            size_t at = (size_t)rep * (size_t)S + (size_t)s;
             /* the simulator rounds each op to whole ns: a ns per op of slack */
-            double t = fill + busy + (sc->splits_backward ? 0 : drain) - 1e-6 * (3.0 * C * m + S);
+            double t = fill + busy[at] + (sc->splits_backward ? 0 : drain) -
+                       1e-6 * (3.0 * C * m[rep] + S);
             best = t > best ? t : best;
-            fill += fmin / C, drain += bmin / C;
+            fill += fmin[at] / C, drain += bmin[at] / C;
         }
     }
+    free(busy), free(m);
     return best;
 }
 
