@@ -11,6 +11,7 @@
 
 #include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
+#include "exec_loop.h"
 #include "layer.h"
 #include "rt_mpi.h"
 
@@ -87,7 +88,9 @@ typedef struct ctx {
     double t0;
     int iteration;
     long rerun[2];            /* measured runs: layer forwards (full), attention cores (selective) */
-    int record; /* RT_RECORD_OFF, _ON or _REPEAT (exec.h) */
+    int record;         /* RT_RECORD_OFF, or RT_RECORD_ON + the measured run (exec.h) */
+    double t_op;        /* the running instruction's start, MPI_Wtime s */
+    unsigned char *drives; /* per stage: 1 for this process's (rt_loop_iteration) */
 } ctx;
 
 /* Drives MPI's progress engine (the layer calls it between its GEMMs): with transports that
@@ -738,11 +741,6 @@ static double *pack(ctx *c, const plan_instr *x, slot *s, int kind)
     return w;
 }
 
-static void describe(char *buf, size_t cap, const plan_instr *x, int i)
-{
-    snprintf(buf, cap, "instruction %d (%s mb %d chunk %d)", i, plan_op_name(x->op), x->mb, x->chunk);
-}
-
 /* Sums n gradients over the stage's replicas and cp ranks (the same tp rank of each), in place. */
 static void allreduce_replicas(ctx *c, double *v, size_t n)
 {
@@ -752,11 +750,117 @@ static void allreduce_replicas(ctx *c, double *v, size_t n)
     wait_poll(c, &rq, "the gradient all-reduce across replicas", RT_SPIN_COLLECTIVE_S);
 }
 
-static void run_iteration(ctx *c, const plan_iter *it)
+/* ---- The cpu medium of the executor loop (exec_loop.h): host compute, MPI transfers, MPI_Wtime
+ * timestamps. Faults end the job (die), so no hook returns -1. */
+
+static slot *slot_at(ctx *c, const pm_step *s) { return slot_of(c, s->x->mb, s->x->chunk); }
+/* the world rank at the other end of a transfer: the same (cp, tp) rank of the peer's group */
+static int peer_of(const ctx *c, const pm_step *s)
 {
+    return rt_world_rank(&c->o->pl->h, s->peer_rank, c->cp_rank, c->tp_rank);
+}
+
+static int cpu_begin(void *vc, const pm_step *s)
+{
+    (void)s;
+    ((ctx *)vc)->t_op = MPI_Wtime();
+    return 0;
+}
+
+static int cpu_end(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    record(c, s->op, s->x->mb, s->x->chunk, c->t_op, MPI_Wtime());
+    return 0;
+}
+
+static int cpu_recv(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    slot *sl = slot_at(c, s);
+    slot_open(c, sl, &c->it->mb[s->x->mb], &c->ch[s->x->chunk]);
+    size_t n = wire_elems(&c->ch[s->x->chunk], sl, s->kind, 0);
+    check_wire(c, s->x, n);
+    sl->rx[s->kind] = pool_get(c, n);
+    sl->rx_n[s->kind] = n;
+    MPI_TRY(c, MPI_Irecv(sl->rx[s->kind], (int)n, MPI_DOUBLE, peer_of(c, s),
+                         tag_of(s->x->mb, s->x->chunk, s->kind), MPI_COMM_WORLD, &sl->recv[s->kind]));
+    return 0;
+}
+
+static int cpu_await(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    char what[160];
+    snprintf(what, sizeof what, "instruction %d (%s mb %d chunk %d)", s->index, plan_op_name(s->op),
+             s->x->mb, s->x->chunk);
+    wait_req(c, &slot_at(c, s)->recv[s->waits], what);
+    return 0;
+}
+
+static int cpu_forward(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    slot *sl = slot_at(c, s);
+    slot_open(c, sl, &c->it->mb[s->x->mb], &c->ch[s->x->chunk]);
+    do_forward(c, s->x, sl);
+    return 0;
+}
+
+static int cpu_backward(void *vc, const pm_step *s, int weights)
+{
+    ctx *c = vc;
+    slot *sl = slot_at(c, s);
+    do_backward_input(c, s->x, sl); /* under full recompute with each layer's weight gradients */
+    if (weights && sl->recompute != RECOMPUTE_FULL) do_backward_weight(c, s->x, sl);
+    return 0;
+}
+
+static int cpu_weights(void *vc, const pm_step *s)
+{
+    do_backward_weight(vc, s->x, slot_at(vc, s));
+    return 0;
+}
+
+static int cpu_reduce(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    zero_reduce(c, &c->ch[s->x->chunk]);
+    return 0;
+}
+
+static int cpu_send(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    slot *sl = slot_at(c, s);
+    double *buf = pack(c, s->x, sl, s->kind);
+    MPI_TRY(c, MPI_Isend(buf, (int)sl->tx_n[s->kind], MPI_DOUBLE, peer_of(c, s),
+                         tag_of(s->x->mb, s->peer_chunk, s->kind), MPI_COMM_WORLD, &sl->send[s->kind]));
+    return 0;
+}
+
+/* plan_machine.h: the slot is released here; the wire buffers of its sends go once those
+ * complete (waiting here could deadlock a plan whose receiver posts later, with rendezvous-sized
+ * messages): FREE marks, sweeps release */
+static int cpu_release(void *vc, const pm_step *s)
+{
+    ctx *c = vc;
+    slot_at(c, s)->free_pending = 1;
+    release_sent(c);
+    return 0;
+}
+
+static const rt_medium CPU_MEDIUM = {NULL,        cpu_begin,   cpu_end,     cpu_recv,
+                                     cpu_await,   cpu_forward, cpu_backward, cpu_weights,
+                                     cpu_reduce,  cpu_send,    cpu_release};
+
+/* One run of an iteration (exec_loop.h rt_run_fn); faults abort, so it returns DP_OK. */
+static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int recording)
+{
+    ctx *c = vc;
     c->it = it;
-    int me = c->replica * c->pp + c->stage; /* the plan's rank: this tp group */
-    const plan_rank *R = &it->ranks[me];
+    c->iteration = iteration;
+    c->record = recording;
     size_t nslots = (size_t)it->n_mb * (size_t)c->chunks;
     c->slots = xcalloc(c, nslots, sizeof *c->slots);
     pm_init(&c->pm, it, c->chunks);
@@ -772,69 +876,7 @@ static void run_iteration(ctx *c, const plan_iter *it)
     MPI_TRY(c, MPI_Ibarrier(MPI_COMM_WORLD, &bar)); /* with the timeout: a stalled rank must not hang the rest */
     wait_req(c, &bar, "the other ranks at the start of the iteration");
     c->t0 = MPI_Wtime();
-    char what[160];
-    pm_step step;
-    for (int i = 0; i < R->n; i++) {
-        const plan_instr *x = &R->ins[i];
-        pm_resolve(&c->pm, me, i, &step);
-        slot *s = slot_of(c, x->mb, x->chunk);
-        const plan_mb *m = &it->mb[x->mb];
-        int peer = rt_world_rank(&c->o->pl->h, step.peer_rank, c->cp_rank, c->tp_rank);
-        double t = MPI_Wtime();
-        switch (x->op) {
-        case OP_RECV_ACT:
-        case OP_RECV_GRAD: {
-            slot_open(c, s, m, &c->ch[x->chunk]);
-            int kind = step.kind;
-            size_t n = wire_elems(&c->ch[x->chunk], s, kind, 0);
-            check_wire(c, x, n);
-            s->rx[kind] = pool_get(c, n);
-            s->rx_n[kind] = n;
-            MPI_TRY(c, MPI_Irecv(s->rx[kind], (int)n, MPI_DOUBLE, peer,
-                                 tag_of(x->mb, x->chunk, kind), MPI_COMM_WORLD, &s->recv[kind]));
-            break;
-        }
-        case OP_F:
-            slot_open(c, s, m, &c->ch[x->chunk]);
-            describe(what, sizeof what, x, i);
-            if (step.waits >= 0) wait_req(c, &s->recv[step.waits], what);
-            t = MPI_Wtime();
-            do_forward(c, x, s);
-            record(c, OP_F, x->mb, x->chunk, t, MPI_Wtime());
-            continue;
-        case OP_B:
-            describe(what, sizeof what, x, i);
-            if (step.waits >= 0) wait_req(c, &s->recv[step.waits], what);
-            t = MPI_Wtime();
-            do_backward_input(c, x, s);
-            if (!step.split && s->recompute != RECOMPUTE_FULL) do_backward_weight(c, x, s);
-            if (!step.split || s->recompute == RECOMPUTE_FULL) zero_reduce(c, &c->ch[x->chunk]);
-            record(c, OP_B, x->mb, x->chunk, t, MPI_Wtime());
-            continue;
-        case OP_W:
-            do_backward_weight(c, x, s);
-            zero_reduce(c, &c->ch[x->chunk]);
-            record(c, OP_W, x->mb, x->chunk, t, MPI_Wtime());
-            continue;
-        case OP_SEND_ACT:
-        case OP_SEND_GRAD: {
-            int kind = step.kind;
-            double *buf = pack(c, x, s, kind);
-            MPI_TRY(c, MPI_Isend(buf, (int)s->tx_n[kind], MPI_DOUBLE, peer,
-                                 tag_of(x->mb, step.peer_chunk, kind), MPI_COMM_WORLD, &s->send[kind]));
-            break;
-        }
-        case OP_FREE:
-            /* plan_machine.h: the slot is released here; the wire buffers of its sends go once
-             * those complete (waiting here could deadlock a plan whose receiver posts later,
-             * with rendezvous-sized messages): FREE marks, sweeps release */
-            s->free_pending = 1;
-            release_sent(c);
-            break;
-        default: break;
-        }
-        record(c, x->op, x->mb, x->chunk, t, MPI_Wtime());
-    }
+    rt_loop_iteration(&c->pm, c->replica, c->drives, &CPU_MEDIUM, c, NULL); /* faults abort */
     for (size_t k = 0; k < nslots; k++)
         if (c->slots[k].alive) slot_free(c, &c->slots[k], &c->ch[k % (size_t)c->chunks]);
     free(c->slots);
@@ -859,6 +901,7 @@ static void run_iteration(ctx *c, const plan_iter *it)
         if (c->demb) allreduce_replicas(c, c->demb, (size_t)c->vocab_local * c->hidden);
         record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
+    return DP_OK;
 }
 
 dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
@@ -938,27 +981,12 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             rt_fill_at(c.emb, rows, (size_t)c.tp_rank * rows, 99, 0.04);
         }
     }
+    c.drives = xcalloc(&c, (size_t)c.pp, 1);
+    c.drives[c.stage] = 1; /* the group's one stage */
     rt_layer_set_yield(mpi_progress);
-    int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
-    if (o->stall_rank == c.rank && o->stall_s > 0) {
-        fprintf(stderr, "dprun: rank %d stalls for %.1f s (fault injection)\n", c.rank, o->stall_s);
-        sleep((unsigned)o->stall_s);
-    }
-    for (int w = 0; w < o->warmup && n_it > 0; w++) {
-        c.iteration = 0;
-        c.record = RT_RECORD_OFF;
-        run_iteration(&c, &pl->it[0]);
-    }
-    double started = dp_now_s();
-    for (int i = 0; i < n_it; i++) {
-        c.iteration = pl->it[i].id;
-        for (int r = 0; r < rt_runs_of(o, i); r++) { /* repeats: the machine's noise */
-            c.record = RT_RECORD_ON + r;
-            run_iteration(&c, &pl->it[i]);
-        }
-        rt_progress(c.rank, i + 1, n_it, started);
-    }
+    rt_loop_runs(o, c.rank, 0, run_iteration, &c); /* no plans to prepare on the host */
     rt_layer_set_yield(NULL);
+    free(c.drives);
     for (int k = 0; c.zero && k < c.chunks; k++) /* the reduced gradients whole, for the figure */
         for (int l = 0; l < c.ch[k].layers; l++)
             MPI_TRY(&c, MPI_Allgather(c.ch[k].gs[l], (int)c.ch[k].shard, MPI_DOUBLE,

@@ -1,10 +1,11 @@
 /*
- * exec.h — dprun's plan executor: the tp x cp ranks of each (stage, replica) run its instruction
+ * exec.h — dprun's plan executors: the tp x cp ranks of each (stage, replica) run its instruction
  * list together (rt_place below).
  *
  * Semantics are the plan machine's (scheduler/plan_machine.h: what each instruction waits for,
- * whether a B leaves its weight gradients to a W, which rank and chunk a transfer meets), on real
- * processes:
+ * whether a B leaves its weight gradients to a W, which rank and chunk a transfer meets), stepped
+ * by the one executor loop (exec_loop.h) that both backends run, each with its own medium. The
+ * cpu backend's, on real processes:
  *   RECV_*   MPI_Irecv into a buffer sized from the plan's micro-batch shape (posted, not waited);
  *   F, B, W  wait only for the receive they consume (polling, so a stall past --timeout is caught),
  *            then run the real layers of the stage's chunk on the CPU backend (runtime/layer.h):

@@ -5,12 +5,13 @@
  *
  * A process drives some of the plan's stages: every stage of replica 0 (single-GPU mode), or the
  * one stage of its rank (multi-GPU mode: rank = replica * pp + stage, one GPU each). Each driven
- * stage has a CUDA stream. The host walks the driven stages' instruction lists round-robin and
- * enqueues each instruction on its stage's stream, so that the streams see the plan's order and
- * dependencies and nothing else:
- *   - a transfer between two stages of this process is a CUDA event: the RECV can be enqueued
- *     only once the matching SEND has been, and its stream then waits for the sender's event and
- *     copies the buffer. A pass in which no stage can move is a deadlock in the plan, reported;
+ * stage has a CUDA stream. The executor loop (exec_loop.h, the cpu backend's too) walks the
+ * driven stages' instruction lists round-robin, and this backend's medium enqueues each
+ * instruction on its stage's stream, so that the streams see the plan's order and dependencies
+ * and nothing else:
+ *   - a transfer between two stages of this process is a CUDA event: the RECV is ready only once
+ *     the matching SEND has been enqueued, and its stream then waits for the sender's event and
+ *     copies the buffer (a pass in which no stage can move is a deadlock, which the loop reports);
  *   - a transfer to a stage of another rank goes over NCCL on a stream of its own per directed
  *     link (this stage to the next for activations, to the previous for gradients, and back),
  *     each link its own two-rank communicator: NCCL runs one communicator's operations in
@@ -19,9 +20,10 @@
  *     stage to reach the SEND; the RECV is posted when the stage reaches it, and the F or B
  *     that consumes it waits for its arrival. The plan's receive order is its sender's send
  *     order (scheduler/schedule.c, checked by plan_validate), which is the order NCCL needs.
- * Timestamps are CUDA events around every instruction (a remote SEND or RECV: from the moment
- * the stage reaches it to its completion), relative to an event recorded at the start of each
- * iteration, after an MPI barrier in multi-GPU mode.
+ * Timestamps are CUDA events around every instruction (an F or B from the arrival of what it
+ * consumes, as on the cpu backend; a remote SEND or RECV from the moment the stage reaches it to
+ * its completion), relative to an event recorded at the start of each iteration, after an MPI
+ * barrier in multi-GPU mode.
  *
  * Device memory: every micro-batch's buffers of an iteration are allocated before the iteration
  * (FREE is recorded but frees nothing until the iteration ends), so no allocation is timed.
@@ -44,6 +46,7 @@
 #include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
 #include "cuda/layer_cuda.h"
+#include "exec_loop.h"
 #include "layer.h"
 #include "rt_mpi.h"
 #ifdef DPRUN_NCCL
@@ -102,7 +105,14 @@ typedef struct gctx {
     int rank, stage, replica;  /* multi-GPU mode: this rank's place */
     char host[64];
     int iteration;             /* for messages */
-    plan_machine pm;           /* the plan's semantics for the iteration being run */
+    int seed;                  /* the inputs' seed: the iteration's id (warm-up runs: 0) */
+    const plan_iter *it;       /* the iteration being run */
+    plan_machine pm;           /* the plan's semantics for it */
+    unsigned char *drives;     /* per stage: 1 where this process drives it */
+    gtimed *cur;               /* the instruction being enqueued: its timing events */
+    int cur_remote;            /* ... is a transfer over NCCL, its end on the link stream */
+    rt_result *res;            /* where measured runs' records go */
+    size_t cap_rec;            /* res->rec's capacity */
     int recording;             /* the run is measured: count its reruns */
     long rerun[2];             /* layer forwards (full), attention cores (selective) rerun */
     rt_cuda **stream;          /* per stage; NULL for the stages of other ranks */
@@ -354,114 +364,139 @@ static int remote_transfer(gctx *c, gtimed *t, int send, int kind, void *buf, si
 #endif
 }
 
-/* Enqueues instruction i of stage `stage`; returns 0 when it must wait for a local SEND not yet
- * enqueued, 1 when enqueued, -1 on failure (c->err set). */
-static int enqueue(gctx *c, const plan_iter *it, int stage, int i, int iteration)
+/* ---- The cuda medium of the executor loop (exec_loop.h): each instruction enqueued on its
+ * stage's stream, timed by CUDA events; failures return -1 with c->err set. */
+
+static gslot *gslot_at(gctx *c, const pm_step *s) { return &c->slots[(size_t)s->x->mb * c->nv + s->v]; }
+/* A transfer's other end (plan_machine.h): its virtual stage, and whether this process drives it */
+static int peer_v(const gctx *c, const pm_step *s) { return s->peer_chunk * c->pp + s->peer_rank % c->pp; }
+static int remote(const gctx *c, const pm_step *s) { return !drives(c, peer_v(c, s) % c->pp); }
+/* The local SEND a RECV of slot (mb, v) consumes, by kind */
+static gmsg *msg_of(gctx *c, int kind, int mb, int v)
 {
-    pm_step step;
-    pm_resolve(&c->pm, c->replica * c->pp + stage, i, &step);
-    const plan_instr *x = step.x;
-    rt_cuda *g = c->stream[stage];
-    int v = step.v;
-    gslot *s = &c->slots[(size_t)x->mb * c->nv + v];
-    const gchunk *ch = &c->ch[v];
-    int kind = step.kind >= 0 ? step.kind : step.waits;
-    int is_send = x->op == OP_SEND_ACT || x->op == OP_SEND_GRAD;
-    int is_recv = x->op == OP_RECV_ACT || x->op == OP_RECV_GRAD;
-    /* the other end (plan_machine.h) */
-    int peer_v = is_send || is_recv ? step.peer_chunk * c->pp + step.peer_rank % c->pp : -1;
-    int remote = (is_send || is_recv) && !drives(c, peer_v % c->pp);
-    gmsg *in_msg = is_recv ? &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + v] : NULL;
-    if (is_recv && !remote && !in_msg->posted) return 0;
-    size_t n = 0, eb = (size_t)c->o->pl->h.act_elem_bytes;
-    void *buf = is_send || is_recv ? wire_of(ch, s, kind, is_send, &n) : NULL;
-    if ((is_send || is_recv) && (size_t)x->bytes != eb * n) {
-        dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
-                "micro-batch's shape needs %zu (%zu %s elements)", plan_op_name(x->op), x->mb,
-                stage, (long long)x->bytes, eb * n, n, c->o->pl->h.act_dtype);
-        return -1;
-    }
-    gtimed *t = timed_new(c, stage, x->op, x->mb, x->chunk);
-    if (!t) {
+    return &c->msgs[((size_t)kind * c->it->n_mb + (size_t)mb) * c->nv + (size_t)v];
+}
+
+/* The buffer and elements a transfer moves (wire_of), checked against the plan's bytes. */
+static void *transfer_buf(gctx *c, const pm_step *s, int send, size_t *n)
+{
+    void *buf = wire_of(&c->ch[s->v], gslot_at(c, s), s->kind, send, n);
+    size_t eb = (size_t)c->o->pl->h.act_elem_bytes;
+    if ((size_t)s->x->bytes == eb * *n) return buf;
+    dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
+            "micro-batch's shape needs %zu (%zu %s elements)", plan_op_name(s->op), s->x->mb,
+            s->stage, (long long)s->x->bytes, eb * *n, *n, c->o->pl->h.act_dtype);
+    return NULL;
+}
+
+/* A local RECV waits for its SEND to be enqueued (on another stage's stream of this process). */
+static int gpu_ready(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    return !plan_op_is_recv(s->op) || remote(c, s) || msg_of(c, s->kind, s->x->mb, s->v)->posted;
+}
+
+static int gpu_begin(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    if (!(c->cur = timed_new(c, s->stage, s->op, s->x->mb, s->x->chunk))) {
         no_memory(c, "timing events");
         return -1;
     }
-    rt_cuda_event_record(g, t->e0);
-    if (remote) {
-        if (remote_transfer(c, t, is_send, kind, buf, n) != 0) return -1;
-        if (is_recv) s->arrived[kind] = t->e1;
-        return 1;
-    }
-    switch (x->op) {
-    case OP_F:
-        if (step.waits >= 0 && s->arrived[step.waits]) rt_cuda_wait_event(g, s->arrived[step.waits]);
-        forward(c, g, ch, s, x->mb, iteration);
-        break;
-    case OP_B:
-        if (step.waits >= 0 && s->arrived[step.waits]) rt_cuda_wait_event(g, s->arrived[step.waits]);
-        backward_input(c, g, ch, s);
-        if (!step.split && !s->ckpt) backward_weight(g, ch, s);
-        break;
-    case OP_W: backward_weight(g, ch, s); break;
-    case OP_SEND_ACT:
-    case OP_SEND_GRAD: {
-        gmsg *out = &c->msgs[((size_t)kind * it->n_mb + x->mb) * c->nv + peer_v];
-        if (!out->ev && !(out->ev = rt_cuda_event_new())) {
-            no_memory(c, "transfer events");
-            return -1;
-        }
-        rt_cuda_event_record(g, out->ev);
-        out->src = buf, out->n = n;
-        out->posted = 1;
-        break;
-    }
-    case OP_RECV_ACT:
-    case OP_RECV_GRAD:
-        rt_cuda_wait_event(g, in_msg->ev);
-        rt_cuda_copy(g, buf, in_msg->src, n * c->eb);
-        break;
-    default: break; /* FREE: the slot is released (plan_machine.h); its device buffers, allocated
-                     * before the iteration so that no allocation is timed, are reused after it */
-    }
-    rt_cuda_event_record(g, t->e1);
-    return 1;
+    c->cur_remote = 0;
+    rt_cuda_event_record(c->stream[s->stage], c->cur->e0);
+    return 0;
 }
 
-/* Enqueues every driven stage's instructions of the iteration; a deadlock is reported. */
-static dp_status enqueue_iteration(gctx *c, const plan_iter *it, int iteration)
+/* A remote transfer's end is recorded on its link stream (remote_transfer) */
+static int gpu_end(void *vc, const pm_step *s)
 {
-    int *pc = calloc((size_t)c->pp, sizeof *pc), left = 0;
-    if (!pc) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-    const plan_rank *R = &it->ranks[c->replica * c->pp];
-    for (int r = 0; r < c->pp; r++)
-        if (drives(c, r)) left += R[r].n;
-    dp_status st = DP_OK;
-    while (st == DP_OK && left > 0) {
-        int moved = 0;
-        for (int r = 0; r < c->pp && st == DP_OK; r++)
-            while (drives(c, r) && pc[r] < R[r].n) {
-                int k = enqueue(c, it, r, pc[r], iteration);
-                if (k < 0) st = c->err->status; /* enqueue set c->err */
-                if (k <= 0) break;
-                pc[r]++, left--, moved = 1;
-            }
-        if (st == DP_OK && !moved) {
-            char where[512] = "";
-            size_t at = 0;
-            for (int r = 0; r < c->pp && at < sizeof where; r++)
-                if (drives(c, r) && pc[r] < R[r].n) {
-                    const plan_instr *x = &R[r].ins[pc[r]];
-                    at += (size_t)snprintf(where + at, sizeof where - at,
-                                           "%sstage %d instruction %d (%s mb %d)", at ? "; " : "",
-                                           r, pc[r], plan_op_name(x->op), x->mb);
-                }
-            st = dp_fail(c->err, DP_ERR_DEADLOCK, "iteration %d deadlocks: every stage waits "
-                         "for a receive whose send comes later: %s", it->id, where);
-        }
-    }
-    free(pc);
-    return st;
+    gctx *c = vc;
+    if (!c->cur_remote) rt_cuda_event_record(c->stream[s->stage], c->cur->e1);
+    return 0;
 }
+
+static int gpu_recv(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    size_t n = 0;
+    void *buf = transfer_buf(c, s, 0, &n);
+    if (!buf) return -1;
+    if (remote(c, s)) {
+        c->cur_remote = 1;
+        if (remote_transfer(c, c->cur, 0, s->kind, buf, n) != 0) return -1;
+        gslot_at(c, s)->arrived[s->kind] = c->cur->e1;
+        return 0;
+    }
+    const gmsg *in = msg_of(c, s->kind, s->x->mb, s->v);
+    rt_cuda_wait_event(c->stream[s->stage], in->ev);
+    rt_cuda_copy(c->stream[s->stage], buf, in->src, n * c->eb);
+    return 0;
+}
+
+static int gpu_await(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    void *arrived = gslot_at(c, s)->arrived[s->waits]; /* NULL: a local copy, in stream order */
+    if (arrived) rt_cuda_wait_event(c->stream[s->stage], arrived);
+    return 0;
+}
+
+static int gpu_forward(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    forward(c, c->stream[s->stage], &c->ch[s->v], gslot_at(c, s), s->x->mb, c->seed);
+    return 0;
+}
+
+static int gpu_backward(void *vc, const pm_step *s, int weights)
+{
+    gctx *c = vc;
+    gslot *sl = gslot_at(c, s);
+    backward_input(c, c->stream[s->stage], &c->ch[s->v], sl); /* full recompute: weights too */
+    if (weights && sl->recompute != RECOMPUTE_FULL) backward_weight(c->stream[s->stage], &c->ch[s->v], sl);
+    return 0;
+}
+
+static int gpu_weights(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    backward_weight(c->stream[s->stage], &c->ch[s->v], gslot_at(c, s));
+    return 0;
+}
+
+static int gpu_send(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    size_t n = 0;
+    void *buf = transfer_buf(c, s, 1, &n);
+    if (!buf) return -1;
+    if (remote(c, s)) {
+        c->cur_remote = 1;
+        return remote_transfer(c, c->cur, 1, s->kind, buf, n);
+    }
+    gmsg *out = msg_of(c, s->kind, s->x->mb, peer_v(c, s));
+    if (!out->ev && !(out->ev = rt_cuda_event_new())) {
+        no_memory(c, "transfer events");
+        return -1;
+    }
+    rt_cuda_event_record(c->stream[s->stage], out->ev);
+    out->src = buf, out->n = n;
+    out->posted = 1;
+    return 0;
+}
+
+/* FREE: the slot is released (plan_machine.h); its device buffers, allocated before the iteration
+ * so that no allocation is timed, are reused after it */
+static int gpu_release(void *vc, const pm_step *s)
+{
+    (void)vc, (void)s;
+    return 0;
+}
+
+static const rt_medium GPU_MEDIUM = {gpu_ready,   gpu_begin,   gpu_end,      gpu_recv,
+                                     gpu_await,   gpu_forward, gpu_backward, gpu_weights,
+                                     NULL,        gpu_send,    gpu_release};
 
 /* Replicas' gradient all-reduce (multi-GPU mode, dp > 1), timed on the stage stream. */
 static dp_status enqueue_allreduce(gctx *c)
@@ -540,10 +575,27 @@ static void barrier(gctx *c)
     }
 }
 
-static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int record,
-                               rt_result *res, size_t *cap_rec)
+/* The slow first calls of this process's stages so far (layer_cuda.h rt_cuda_firsts). */
+static rt_cuda_firsts firsts(const gctx *c)
 {
+    rt_cuda_firsts sum = {0, 0, 0};
+    for (int r = 0; r < c->pp; r++) {
+        if (!c->stream[r]) continue;
+        rt_cuda_firsts f;
+        rt_cuda_firsts_of(c->stream[r], &f);
+        sum.gemm_plans += f.gemm_plans, sum.attn_graphs += f.attn_graphs, sum.uploads += f.uploads;
+    }
+    return sum;
+}
+
+/* One run of an iteration (exec_loop.h rt_run_fn). */
+static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int record)
+{
+    gctx *c = vc;
+    rt_result *res = c->res;
+    rt_cuda_firsts before = firsts(c);
     c->iteration = it->id;
+    c->it = it;
     pm_init(&c->pm, it, c->chunks);
     c->recording = record != RT_RECORD_OFF;
     dp_status st = alloc_slots(c, it);
@@ -567,7 +619,8 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
         rt_cuda_event_record(c->stream[first], c->start);
         for (int r = first + 1; r < c->pp; r++)
             if (c->stream[r]) rt_cuda_wait_event(c->stream[r], c->start);
-        st = enqueue_iteration(c, it, iteration);
+        c->seed = iteration;
+        st = rt_loop_iteration(&c->pm, c->replica, c->drives, &GPU_MEDIUM, c, c->err);
     }
     if (st == DP_OK && c->multi && c->o->pl->h.dp > 1) st = enqueue_allreduce(c);
     if (c->multi && st != DP_OK) die(c, c->err->msg);
@@ -576,7 +629,7 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
     if (c->multi && st != DP_OK) die(c, c->err->msg);
     for (size_t i = 0; st == DP_OK && record && i < c->n_timed; i++) {
         const gtimed *t = &c->timed[i];
-        if (dp_grow((void **)&res->rec, cap_rec, res->n_rec + 1, sizeof *res->rec) != DP_OK) {
+        if (dp_grow((void **)&res->rec, &c->cap_rec, res->n_rec + 1, sizeof *res->rec) != DP_OK) {
             st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             break;
         }
@@ -587,20 +640,13 @@ static dp_status run_iteration(gctx *c, const plan_iter *it, int iteration, int 
     c->n_timed = 0;
     free_slots(c, (size_t)it->n_mb * (size_t)c->nv);
     pm_release(&c->pm);
-    return st;
-}
-
-/* The slow first calls of this process's stages so far (layer_cuda.h rt_cuda_firsts). */
-static rt_cuda_firsts firsts(const gctx *c)
-{
-    rt_cuda_firsts sum = {0, 0, 0};
-    for (int r = 0; r < c->pp; r++) {
-        if (!c->stream[r]) continue;
-        rt_cuda_firsts f;
-        rt_cuda_firsts_of(c->stream[r], &f);
-        sum.gemm_plans += f.gemm_plans, sum.attn_graphs += f.attn_graphs, sum.uploads += f.uploads;
+    if (record != RT_RECORD_OFF) { /* slow first calls made inside a measured run */
+        rt_cuda_firsts after = firsts(c);
+        res->timed_gemm_plans += after.gemm_plans - before.gemm_plans;
+        res->timed_attn_graphs += after.attn_graphs - before.attn_graphs;
+        res->timed_uploads += after.uploads - before.uploads;
     }
-    return sum;
+    return st;
 }
 
 static dp_status open_stream(gctx *c, int device, rt_cuda **g)
@@ -648,7 +694,9 @@ static dp_status setup(gctx *c, const model_spec *m)
     int device = 0;
     c->stream = calloc((size_t)c->pp, sizeof *c->stream);
     c->ch = calloc((size_t)c->nv, sizeof *c->ch);
-    if (!c->stream || !c->ch) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    c->drives = calloc((size_t)c->pp, 1);
+    if (!c->stream || !c->ch || !c->drives) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    for (int r = 0; r < c->pp; r++) c->drives[r] = (unsigned char)drives(c, r);
     dp_status st;
     if (c->multi && (st = pick_device(c, &device)) != DP_OK) return st;
     for (int r = 0; r < c->pp; r++)
@@ -757,7 +805,7 @@ static void teardown(gctx *c)
     free(c->ch);
     rt_cuda_free(c->emb), rt_cuda_free(c->demb), rt_cuda_free(c->logits);
     for (int r = 0; c->stream && r < c->pp; r++) rt_cuda_close(c->stream[r]);
-    free(c->stream);
+    free(c->stream), free(c->drives);
     for (int k = 0; k < N_LINKS; k++) rt_cuda_close(c->link_stream[k]);
     for (size_t i = 0; i < c->n_events; i++)
         rt_cuda_event_free(c->timed[i].e0), rt_cuda_event_free(c->timed[i].e1);
@@ -828,31 +876,9 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
 #ifdef DPRUN_NCCL
         if (st == DP_OK) connect_ranks(&c);
 #endif
-        if (st == DP_OK && o->stall_rank == c.rank && o->stall_s > 0) {
-            fprintf(stderr, "dprun: rank %d stalls for %.1f s (fault injection)\n", c.rank,
-                    o->stall_s);
-            sleep((unsigned)o->stall_s);
-        }
     }
-    int n_it = o->iterations > 0 && o->iterations < pl->n_it ? o->iterations : pl->n_it;
-    size_t cap = 0;
-    for (int w = 0; st == DP_OK && w < o->warmup && n_it > 0; w++)
-        st = run_iteration(&c, &pl->it[0], 0, RT_RECORD_OFF, res, &cap);
-    double started = dp_now_s();
-    for (int i = 0; st == DP_OK && i < n_it; i++) {
-        /* the prepare pass right before the iteration's measured run, so that the caches of
-         * GEMM and attention plans and of small arrays need to hold one iteration's shapes */
-        if (o->prepare && !(i == 0 && o->warmup > 0))
-            st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_OFF, res, &cap);
-        rt_cuda_firsts before = firsts(&c);
-        for (int r = 0; st == DP_OK && r < rt_runs_of(o, i); r++) /* repeats: the machine's noise */
-            st = run_iteration(&c, &pl->it[i], pl->it[i].id, RT_RECORD_ON + r, res, &cap);
-        rt_cuda_firsts after = firsts(&c);
-        res->timed_gemm_plans += after.gemm_plans - before.gemm_plans;
-        res->timed_attn_graphs += after.attn_graphs - before.attn_graphs;
-        res->timed_uploads += after.uploads - before.uploads;
-        if (st == DP_OK) rt_progress(c.rank, i + 1, n_it, started);
-    }
+    c.res = res;
+    if (st == DP_OK) st = rt_loop_runs(o, c.rank, o->prepare, run_iteration, &c);
     if (st == DP_OK) st = gradient_figure(&c, &res->grad_sq);
     res->rerun_layers = c.rerun[0], res->rerun_attention = c.rerun[1];
     teardown(&c);

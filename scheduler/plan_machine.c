@@ -49,6 +49,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     s->x = x;
     s->op = x->op;
     s->rank = r;
+    s->index = i;
     s->stage = st;
     s->v = x->chunk * pp + st;
     s->kind = s->waits = s->peer_rank = s->peer_chunk = -1;

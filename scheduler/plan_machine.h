@@ -1,9 +1,9 @@
 /*
  * plan_machine.h — the one meaning of an execution plan's instructions.
  *
- * The validator (plan_validate), the simulator (sim/sim.c) and both executors of dprun
- * (runtime/exec.c, runtime/exec_gpu.c) step each rank's instruction list through this module and
- * derive nothing themselves: what an instruction waits for, which buffers it creates and releases,
+ * The validator (plan_validate), the simulator (sim/sim.c) and dprun's executor loop
+ * (runtime/exec_loop.h, which both of its backends run) step each rank's instruction list through
+ * this module and derive nothing themselves: what an instruction waits for, which buffers it creates and releases,
  * whether a backward leaves its weight gradients to a W, how long a compute takes and what memory
  * it holds all come from pm_resolve.
  *
@@ -69,6 +69,7 @@ typedef struct pm_step {
     const plan_instr *x;
     plan_op op;
     int rank;         /* replica * pp + stage */
+    int index;        /* its place in the rank's list */
     int stage, v;     /* device stage; virtual stage chunk * pp + stage */
     int kind;         /* SEND_* / RECV_*: PM_ACT or PM_GRAD; -1 otherwise */
     int waits;        /* F, B: the received kind it consumes (PM_ACT, PM_GRAD); -1 none */
