@@ -10,25 +10,32 @@
 
 #include "cuda/layer_cuda.h"
 
-/* A device block of `bytes`, filled on the host by fill from n doubles; NULL on failure. */
-static void *staged_put(size_t bytes, void (*fill)(void *dst, const double *src, size_t n, rt_dtype dt),
+/* A device block of `bytes` and `room` zeroed bytes after them, filled on the host by fill from
+ * n doubles; NULL on failure. */
+static void *staged_put(size_t bytes, size_t room,
+                        void (*fill)(void *dst, const double *src, size_t n, rt_dtype dt),
                         const double *src, size_t n, rt_dtype dt)
 {
-    void *staging = malloc(bytes ? bytes : 1), *d = rt_cuda_alloc(bytes);
+    void *staging = calloc(bytes + room ? bytes + room : 1, 1), *d = rt_cuda_alloc(bytes + room);
     if (staging && d) fill(staging, src, n, dt);
-    if (!staging || !d || rt_cuda_put(d, staging, bytes) != 0) rt_cuda_free(d), d = NULL;
+    if (!staging || !d || rt_cuda_put(d, staging, bytes + room) != 0) rt_cuda_free(d), d = NULL;
     free(staging);
     return d;
 }
 
+void *rt_cuda_params_new_room(const double *host, size_t count, rt_dtype dt, size_t room)
+{
+    return staged_put(rt_param_block_bytes(count, dt), room, rt_param_block_pack, host, count, dt);
+}
+
 void *rt_cuda_params_new(const double *host, size_t count, rt_dtype dt)
 {
-    return staged_put(rt_param_block_bytes(count, dt), rt_param_block_pack, host, count, dt);
+    return rt_cuda_params_new_room(host, count, dt, 0);
 }
 
 void *rt_cuda_acts_new(const double *host, size_t n, rt_dtype dt)
 {
-    return staged_put(n * rt_dtype_act_bytes(dt), rt_to_dtype, host, n, dt);
+    return staged_put(n * rt_dtype_act_bytes(dt), 0, rt_to_dtype, host, n, dt);
 }
 
 /* n elements of `elem` bytes from the device, widened to host doubles by widen. */

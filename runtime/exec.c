@@ -379,14 +379,6 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
-    if (h->zero >= 2 && h->dp * cp > 1 && on_gpu)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for ZeRO-%d over %d ranks (%s), "
-                       "and the cuda backend all-reduces whole gradients after each iteration "
-                       "(what ZeRO-1 does without an optimizer step): running it there would "
-                       "measure another layout\nhint: --backend cpu runs ZeRO-2 and 3, or plan "
-                       "with --zero 1", path, h->zero, h->dp * cp,
-                       h->zero == 2 ? "gradients reduce-scattered"
-                                    : "parameters gathered layer by layer");
     dp_status st = rt_check_tp(m, tp, on_gpu, path, err);
     if (st != DP_OK) return st;
     if (h->zero >= 2 && h->dp > 1 && (st = check_zero_lockstep(pl, path, err)) != DP_OK) return st;

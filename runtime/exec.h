@@ -24,11 +24,12 @@
  * timeline (column wire_elem_bytes) so that dpsim validate simulates the bytes really moved.
  * Every instruction is timestamped (MPI_Wtime from a barrier at the start of each iteration).
  * With D > 1 replicas (or cp > 1 ranks), each stage all-reduces its gradients across them after
- * an iteration; under ZeRO-2/3 (cpu backend) each keeps a shard instead: ZeRO-3 all-gathers a
+ * an iteration; under ZeRO-2/3 (both backends) each keeps a shard instead: ZeRO-3 all-gathers a
  * layer's parameters before its forward and backward, one layer ahead, ZeRO-2 and 3 reduce-scatter
  * each micro-batch's gradients at the end of the B (or W) that completes them, ZeRO-2 all-gathers
  * the parameters after the iteration (where an optimizer would have stepped its shard); every
- * collective inside the op that waits for it, as the stage model prices them (models/comm.h).
+ * collective inside the op that waits for it, as the stage model prices them (models/comm.h); the
+ * cuda backend prefetches ZeRO-3's gathers on a stream of their own (exec_gpu.c).
  *
  * Failure never hangs a job: a wait that passes the timeout, a message larger than the plan's
  * shape (the ranks disagree on the plan), or a compute error prints a message naming the rank,
@@ -159,9 +160,9 @@ static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, in
  * the heads, the key/value heads, the MLP width and the vocabulary, and under sequence
  * parallelism every micro-batch's tokens; context parallelism on the cpu backend in the ring
  * form, for GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split)
- * and tp (with SP) its share; ZeRO-2 and 3 across a stage's replicas and cp ranks on the cpu
- * backend where every replica of a stage runs the same sequence of F, B and W (their collectives
- * meet in order; the cuda backend: ZeRO-1 at most). DP_OK, or DP_ERR_UNSUPPORTED /
+ * and tp (with SP) its share; ZeRO-2 and 3 across a stage's replicas (and cp ranks, on the cpu
+ * backend) where every replica of a stage runs the same sequence of F, B and W (their collectives
+ * meet in order). DP_OK, or DP_ERR_UNSUPPORTED /
  * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,

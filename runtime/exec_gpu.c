@@ -63,6 +63,10 @@ typedef struct gchunk { /* the layers of one virtual stage */
                             * transfers carry (placement.h) */
     rt_cuda_layer *p, *g;
     rt_layer_shape shape;
+    void **pshard, **gshard; /* ZeRO-2/3: this rank's shard of each layer's parameters (the
+                              * elements the layer reads: fp64, or the bf16 copy) and of its
+                              * reduced gradients; NULL otherwise */
+    size_t shard;            /* ... elements of each: a layer's count / dp, rounded up */
 } gchunk;
 
 /* Buffers of one (micro-batch, virtual stage). What a stage sends and receives is
@@ -126,6 +130,13 @@ typedef struct gctx {
     size_t n_events;           /* entries of timed whose events exist (reused across iterations) */
     void *start;               /* the iteration's time origin */
     rt_cuda *link_stream[N_LINKS];
+    /* ZeRO-2/3 over the stage's replicas (multi-GPU mode; exec.h): */
+    int zero;                  /* the plan's ZeRO stage where it shards (2 or 3, dp > 1), else 0 */
+    rt_cuda *zstream;          /* every operation on the replicas' communicator, in order */
+    void *zscratch;            /* one shard of reduced gradients (the largest chunk's) */
+    void *zmark, *zdone[2], *zback; /* events: the stage's point a ZeRO operation starts after;
+                                     * a layer's gather done (by the layer's parity); a ZeRO step
+                                     * done, which the stage waits for */
 #ifdef DPRUN_NCCL
     rt_nccl *world, *replicas, *link[N_LINKS];
 #endif
@@ -282,6 +293,81 @@ static void unpack(rt_cuda *g, gslot *s, int kind, void *a, void *b, size_t eb)
 static void *acts_at(const gslot *s, int l) { return (char *)s->acts + (s->ckpt ? 0 : (size_t)l * s->na); }
 static void *ckpt_at(const gctx *c, const gslot *s, int l) { return (char *)s->ckpt + (size_t)l * s->nh * c->eb; }
 
+/* ---- ZeRO-2/3 over the stage's replicas (multi-GPU mode), as the cpu backend runs them (exec.h):
+ * ZeRO-3 gathers each layer's parameters for every forward and backward, one layer ahead: the
+ * gather of the next layer runs on the ZeRO stream while the stage stream computes the layer
+ * before (FSDP's prefetch); ZeRO-2 and 3 reduce-scatter a micro-batch's gradients when its B or W
+ * completes them, adding this rank's share to its shard, inside that op's time; ZeRO-2 gathers
+ * the parameters after the iteration. Every operation on the replicas' communicator runs on the
+ * ZeRO stream, in the same order on every replica (rt_plan_check_layout checks they run the same
+ * sequence), as NCCL needs. Whole blocks stay allocated: the runtime times, it does not save
+ * memory. Failures end the job (multi-GPU mode). */
+
+/* The ZeRO stream starts after the stage stream's work enqueued so far. */
+static void zero_follow(gctx *c, rt_cuda *g)
+{
+    rt_cuda_event_record(g, c->zmark);
+    rt_cuda_wait_event(c->zstream, c->zmark);
+}
+
+/* Where the elements a layer reads start in its parameter block (the bf16 copy, or fp64). */
+static void *read_part(const gctx *c, const rt_cuda_layer *p)
+{
+    return (char *)p->block + rt_param_copy_offset(p->count, c->dt);
+}
+
+/* Layer l's parameters gathered from the replicas' shards, done when c->zdone[l & 1] is. */
+static void zero3_gather(gctx *c, rt_cuda *g, const gchunk *ch, int l)
+{
+#ifdef DPRUN_NCCL
+    char why[256];
+    zero_follow(c, g); /* after every earlier reader of the block */
+    if (rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]), ch->shard * c->eb,
+                          c->zstream, why, sizeof why) != 0)
+        die(c, why);
+    rt_cuda_event_record(c->zstream, c->zdone[l & 1]);
+#else
+    (void)g, (void)ch, (void)l;
+    die(c, "ZeRO-3 without NCCL");
+#endif
+}
+
+/* A pass over a chunk's layers from `first` (the next one at l + step): before layer l computes,
+ * its gather is awaited and the next one's started. Nothing below ZeRO-3. */
+static void zero3_begin(gctx *c, rt_cuda *g, const gchunk *ch, int first)
+{
+    if (c->zero >= 3 && ch->layers > 0) zero3_gather(c, g, ch, first);
+}
+
+static void zero3_layer(gctx *c, rt_cuda *g, const gchunk *ch, int l, int next)
+{
+    if (c->zero < 3) return;
+    rt_cuda_wait_event(g, c->zdone[l & 1]);
+    if (next >= 0 && next < ch->layers) zero3_gather(c, g, ch, next);
+}
+
+/* ZeRO-2/3: the gradients a B or W left in a chunk's blocks, reduce-scattered over the replicas,
+ * this rank's share added to its shards, the blocks zeroed; the stage stream waits for it. */
+static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
+{
+#ifdef DPRUN_NCCL
+    char why[256];
+    zero_follow(c, g);
+    for (int l = 0; l < ch->layers; l++) {
+        if (rt_nccl_reduce_scatter(c->replicas, ch->g[l].block, c->zscratch, ch->shard, c->dt,
+                                   c->zstream, why, sizeof why) != 0)
+            die(c, why);
+        rt_cuda_add_grads(c->zstream, ch->gshard[l], c->zscratch, ch->shard, c->dt);
+        rt_cuda_zero(c->zstream, ch->g[l].block, rt_grad_block_bytes(ch->shard * c->o->pl->h.dp, c->dt));
+    }
+    rt_cuda_event_record(c->zstream, c->zback);
+    rt_cuda_wait_event(g, c->zback);
+#else
+    (void)g, (void)ch;
+    die(c, "ZeRO without NCCL");
+#endif
+}
+
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
     if (ch->place.first_decoder) /* the target embedding; the encoder output has arrived in enc */
@@ -291,8 +377,10 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
     else if (packed(ch, KIND_ACT, 0))
         unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
     const void *cur = s->in;
+    zero3_begin(c, g, ch, 0);
     for (int l = 0; l < ch->layers; l++) {
         void *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
+        zero3_layer(c, g, ch, l, l + 1);
         if (s->ckpt) rt_cuda_copy(g, ckpt_at(c, s, l), cur, s->nh * c->eb);
         rt_cuda_layer_fwd(g, &ch->p[l], &s->mb, cur, dst, acts_at(s, l), s->enc);
         cur = dst;
@@ -320,8 +408,10 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
      * its forward from the kept input, then its weight gradients too (never split), one layer's
      * activations at a time */
     const void *cur = s->dout;
+    zero3_begin(c, g, ch, ch->layers - 1);
     for (int l = ch->layers - 1; l >= 0; l--) {
         void *dst = l % 2 == 0 ? s->din : s->in;
+        zero3_layer(c, g, ch, l, l - 1);
         if (rt_cuda_layer_rerun(g, &ch->p[l], &s->mb, s->recompute, s->ckpt ? ckpt_at(c, s, l) : NULL,
                                 s->rerun, acts_at(s, l), s->enc))
             c->rerun[s->ckpt ? 0 : 1] += c->recording;
@@ -486,6 +576,13 @@ static int gpu_send(void *vc, const pm_step *s)
     return 0;
 }
 
+static int gpu_reduce(void *vc, const pm_step *s)
+{
+    gctx *c = vc;
+    if (c->zero) zero_reduce(c, c->stream[s->stage], &c->ch[s->v]);
+    return 0;
+}
+
 /* FREE: the slot is released (plan_machine.h); its device buffers, allocated before the iteration
  * so that no allocation is timed, are reused after it */
 static int gpu_release(void *vc, const pm_step *s)
@@ -496,29 +593,37 @@ static int gpu_release(void *vc, const pm_step *s)
 
 static const rt_medium GPU_MEDIUM = {gpu_ready,   gpu_begin,   gpu_end,      gpu_recv,
                                      gpu_await,   gpu_forward, gpu_backward, gpu_weights,
-                                     NULL,        gpu_send,    gpu_release};
+                                     gpu_reduce,  gpu_send,    gpu_release};
 
 /* Replicas' gradient all-reduce (multi-GPU mode, dp > 1), timed on the stage stream. */
 static dp_status enqueue_allreduce(gctx *c)
 {
 #ifdef DPRUN_NCCL
     rt_cuda *g = c->stream[c->stage];
+    rt_cuda *q = c->zero ? c->zstream : g; /* where the replicas' communicator runs */
     gtimed *t = timed_new(c, c->stage, RT_OP_ALLREDUCE, 0, 0);
     if (!t) return no_memory(c, "timing events");
     rt_cuda_event_record(g, t->e0);
+    if (c->zero) zero_follow(c, g);
     char why[256];
     for (int k = 0; k < c->chunks; k++) {
         gchunk *ch = &c->ch[k * c->pp + c->stage];
-        for (int l = 0; l < ch->layers; l++)
-            if (rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, c->dt, g, why,
-                                  sizeof why) != 0)
-                return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
+        for (int l = 0; l < ch->layers; l++) {
+            int rc = 0;
+            if (!c->zero) /* ZeRO-0/1: whole gradients */
+                rc = rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, c->dt, q, why, sizeof why);
+            else if (c->zero == 2) /* the parameters after the shards' optimizer step */
+                rc = rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
+                                       ch->shard * c->eb, q, why, sizeof why);
+            if (rc != 0) return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
+        }
     }
     /* the tied embedding's gradient on the last stage too, as the cpu backend sums it */
     if (c->stage == c->pp - 1 && c->demb &&
-        rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab * c->hidden, c->dt, g, why,
+        rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab * c->hidden, c->dt, q, why,
                           sizeof why) != 0)
         return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
+    if (c->zero) rt_cuda_event_record(c->zstream, c->zback), rt_cuda_wait_event(g, c->zback);
     rt_cuda_event_record(g, t->e1);
     return DP_OK;
 #else
@@ -526,10 +631,11 @@ static dp_status enqueue_allreduce(gctx *c)
 #endif
 }
 
-/* Stream i of this process: the stages' (NULL for other ranks' stages), then the links'. */
+/* Stream i of this process: the stages' (NULL for other ranks' stages), the links', ZeRO's. */
+#define N_STREAMS(c) ((c)->pp + N_LINKS + 1)
 static rt_cuda *stream_at(const gctx *c, int i)
 {
-    return i < c->pp ? c->stream[i] : c->link_stream[i - c->pp];
+    return i < c->pp ? c->stream[i] : i < c->pp + N_LINKS ? c->link_stream[i - c->pp] : c->zstream;
 }
 
 /* Waits, up to the timeout, for every stream of this process to finish the iteration. */
@@ -538,7 +644,7 @@ static dp_status wait_streams(gctx *c, const plan_iter *it)
     struct timespec t0, now, nap = {0, 50000};
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char why[256];
-    for (int i = 0; i < c->pp + N_LINKS;) {
+    for (int i = 0; i < N_STREAMS(c);) {
         rt_cuda *g = stream_at(c, i);
         int q = g ? rt_cuda_query(g, why, sizeof why) : 1;
         if (q < 0) return dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): iteration %d: %s", it->id, why);
@@ -610,8 +716,10 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
         /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
         for (int v = 0; v < c->nv; v++) {
             rt_cuda *g = c->stream[v % c->pp];
-            for (int l = 0; g && l < c->ch[v].layers; l++)
+            for (int l = 0; g && l < c->ch[v].layers; l++) {
                 rt_cuda_zero(g, c->ch[v].g[l].block, rt_grad_block_bytes(c->ch[v].g[l].count, c->dt));
+                if (c->zero) rt_cuda_zero(g, c->ch[v].gshard[l], rt_grad_block_bytes(c->ch[v].shard, c->dt));
+            }
         }
         if (c->demb)
             rt_cuda_zero(c->stream[c->pp - 1], c->demb,
@@ -678,13 +786,34 @@ static dp_status pick_device(gctx *c, int *device)
 
 /* A device parameter block of `count` parameters (layout.h, at the run's dtype) from host doubles,
  * and a zeroed gradient block beside it. */
-static dp_status upload_params(gctx *c, rt_cuda *g, const double *host, size_t count, void **params,
-                               void **grads)
+/* ... with room for `whole` >= count elements (ZeRO: its shards, end to end) in the part the
+ * layer reads and in the gradient block. */
+static dp_status upload_params(gctx *c, rt_cuda *g, const double *host, size_t count, size_t whole,
+                               void **params, void **grads)
 {
-    size_t gb = rt_grad_block_bytes(count, c->dt);
-    *params = rt_cuda_params_new(host, count, c->dt), *grads = rt_cuda_alloc(gb);
+    size_t gb = rt_grad_block_bytes(whole, c->dt);
+    *params = rt_cuda_params_new_room(host, count, c->dt, (whole - count) * c->eb);
+    *grads = rt_cuda_alloc(gb);
     if (!*params || !*grads) return no_memory(c, "the parameters");
     rt_cuda_zero(g, *grads, gb);
+    return DP_OK;
+}
+
+/* ZeRO-2/3: this rank's shards of layer l of a chunk (its replica's slice of the parameters the
+ * layer reads; zeroed reduced gradients), the chunk's lists allocated at its first layer. */
+static dp_status zero_shards(gctx *c, rt_cuda *g, gchunk *ch, int l)
+{
+    if (!ch->pshard) {
+        ch->pshard = calloc((size_t)ch->layers, sizeof *ch->pshard);
+        ch->gshard = calloc((size_t)ch->layers, sizeof *ch->gshard);
+        if (!ch->pshard || !ch->gshard) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    }
+    size_t gb = rt_grad_block_bytes(ch->shard, c->dt);
+    ch->pshard[l] = rt_cuda_alloc(ch->shard * c->eb), ch->gshard[l] = rt_cuda_alloc(gb);
+    if (!ch->pshard[l] || !ch->gshard[l]) return no_memory(c, "ZeRO's shards");
+    rt_cuda_copy(g, ch->pshard[l], (char *)read_part(c, &ch->p[l]) + (size_t)c->replica * ch->shard * c->eb,
+                 ch->shard * c->eb);
+    rt_cuda_zero(g, ch->gshard[l], gb);
     return DP_OK;
 }
 
@@ -726,17 +855,31 @@ static dp_status setup(gctx *c, const model_spec *m)
             rt_layer_params_init(&host, &ch->shape, (unsigned)(v * 1000 + l));
             rt_cuda_layer d = {ch->shape, c->dt, NULL, host.count};
             ch->p[l] = ch->g[l] = d;
-            st = upload_params(c, g0, host.block, host.count, &ch->p[l].block, &ch->g[l].block);
+            size_t dp = (size_t)c->o->pl->h.dp;
+            ch->shard = c->zero ? (host.count + dp - 1) / dp : 0;
+            st = upload_params(c, g0, host.block, host.count, c->zero ? ch->shard * dp : host.count,
+                               &ch->p[l].block, &ch->g[l].block);
             rt_layer_params_free(&host);
             if (st != DP_OK) return st;
+            if (c->zero && (st = zero_shards(c, g0, ch, l)) != DP_OK) return st;
         }
+    }
+    if (c->zero) { /* the replicas' communicator's stream, its events, a shard of scratch */
+        size_t most = 0;
+        for (int v = 0; v < c->nv; v++) most = c->ch[v].shard > most ? c->ch[v].shard : most;
+        if ((st = open_stream(c, device, &c->zstream)) != DP_OK) return st;
+        c->zscratch = rt_cuda_alloc(rt_grad_block_bytes(most, c->dt));
+        c->zmark = rt_cuda_event_new(), c->zback = rt_cuda_event_new();
+        c->zdone[0] = rt_cuda_event_new(), c->zdone[1] = rt_cuda_event_new();
+        if (!c->zscratch || !c->zmark || !c->zback || !c->zdone[0] || !c->zdone[1])
+            return no_memory(c, "ZeRO's buffers");
     }
     if (has_last) { /* the tied embedding: the LM head's weights */
         size_t ne = (size_t)m->vocab * m->hidden;
         double *host = malloc(ne * sizeof *host);
         if (!host) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
         rt_fill(host, ne, 99, 0.04);
-        st = upload_params(c, g0, host, ne, &c->emb, &c->demb);
+        st = upload_params(c, g0, host, ne, ne, &c->emb, &c->demb);
         free(host);
         if (st != DP_OK) return st;
     }
@@ -798,10 +941,16 @@ static void teardown(gctx *c)
     rt_nccl_free(c->replicas), rt_nccl_free(c->world);
 #endif
     for (int v = 0; c->ch && v < c->nv; v++) {
-        for (int l = 0; l < c->ch[v].layers && c->ch[v].p; l++)
-            rt_cuda_free(c->ch[v].p[l].block), rt_cuda_free(c->ch[v].g[l].block);
-        free(c->ch[v].p), free(c->ch[v].g);
+        gchunk *ch = &c->ch[v];
+        for (int l = 0; l < ch->layers && ch->p; l++) {
+            rt_cuda_free(ch->p[l].block), rt_cuda_free(ch->g[l].block);
+            if (ch->pshard) rt_cuda_free(ch->pshard[l]), rt_cuda_free(ch->gshard[l]);
+        }
+        free(ch->p), free(ch->g), free(ch->pshard), free(ch->gshard);
     }
+    rt_cuda_close(c->zstream), rt_cuda_free(c->zscratch);
+    rt_cuda_event_free(c->zmark), rt_cuda_event_free(c->zback);
+    rt_cuda_event_free(c->zdone[0]), rt_cuda_event_free(c->zdone[1]);
     free(c->ch);
     rt_cuda_free(c->emb), rt_cuda_free(c->demb), rt_cuda_free(c->logits);
     for (int r = 0; c->stream && r < c->pp; r++) rt_cuda_close(c->stream[r]);
@@ -826,6 +975,27 @@ static dp_status add_sum_sq(gctx *c, const void *dev, size_t n, double *acc)
         *acc += rt_sum_sq(h, n);
     free(h);
     return st;
+}
+
+/* ZeRO-2/3: the reduced gradients' shards gathered whole into the gradient blocks, for the
+ * figure (the cpu backend's too). */
+static dp_status zero_gather_grads(gctx *c)
+{
+#ifdef DPRUN_NCCL
+    char why[256];
+    for (int v = 0; v < c->nv; v++) {
+        gchunk *ch = &c->ch[v];
+        for (int l = 0; ch->gshard && l < ch->layers; l++)
+            if (rt_nccl_allgather(c->replicas, ch->gshard[l], ch->g[l].block,
+                                  rt_grad_block_bytes(ch->shard, c->dt), c->zstream, why, sizeof why) != 0)
+                return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
+    }
+    return rt_cuda_sync(c->zstream, why, sizeof why) == 0
+               ? DP_OK
+               : dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): %s", why);
+#else
+    return dp_fail(c->err, DP_ERR_UNSUPPORTED, "this dprun was built without NCCL");
+#endif
 }
 
 /* The sum of squares of the gradients this process holds (rt_result.grad_sq). */
@@ -869,6 +1039,7 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
         MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
         c.stage = c.rank % c.pp, c.replica = c.rank / c.pp;
     }
+    c.zero = c.multi && pl->h.zero >= 2 && pl->h.dp > 1 ? pl->h.zero : 0;
     gethostname(c.host, sizeof c.host - 1);
     dp_status st = setup(&c, m);
     if (c.multi) {
@@ -879,6 +1050,7 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     }
     c.res = res;
     if (st == DP_OK) st = rt_loop_runs(o, c.rank, o->prepare, run_iteration, &c);
+    if (st == DP_OK && c.zero) st = zero_gather_grads(&c);
     if (st == DP_OK) st = gradient_figure(&c, &res->grad_sq);
     res->rerun_layers = c.rerun[0], res->rerun_attention = c.rerun[1];
     teardown(&c);

@@ -146,6 +146,11 @@ template <> struct elem<double> {
     static __device__ inline double load(double v) { return v; }
     static __device__ inline double store(double v) { return v; }
 };
+template <> struct elem<float> { /* fp32: the bf16 layer's gradients and statistics */
+    typedef float math;
+    static __device__ inline float load(float v) { return v; }
+    static __device__ inline float store(float v) { return v; }
+};
 template <> struct elem<__nv_bfloat16> {
     typedef float math;
     static __device__ inline float load(__nv_bfloat16 v) { return __bfloat162float(v); }

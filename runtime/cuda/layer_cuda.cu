@@ -592,6 +592,14 @@ extern "C" void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes)
     cudaMemsetAsync(v, 0, bytes, g->stream);
 }
 
+extern "C" void rt_cuda_add_grads(rt_cuda *g, void *dst, const void *src, size_t n, rt_dtype dt)
+{
+    if (dt == RT_BF16)
+        k_add<float><<<grid_for((long long)n), THREADS, 0, g->stream>>>((float *)dst, (const float *)src, (long long)n);
+    else
+        k_add<double><<<grid_for((long long)n), THREADS, 0, g->stream>>>((double *)dst, (const double *)src, (long long)n);
+}
+
 __global__ void k_fill(double *v, long long n, unsigned seed, double scale)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {

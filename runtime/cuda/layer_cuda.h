@@ -61,6 +61,8 @@ int rt_cuda_get(void *dst, const void *src, size_t bytes);
  * from host doubles (NULL on failure, rt_cuda_free releases them); n activation elements, or a
  * gradient block of `count` elements, read back as host doubles (0, or -1). */
 void *rt_cuda_params_new(const double *host, size_t count, rt_dtype dt);
+/* The same block followed by `room` zeroed bytes (ZeRO's gathers land whole shards there). */
+void *rt_cuda_params_new_room(const double *host, size_t count, rt_dtype dt, size_t room);
 void *rt_cuda_acts_new(const double *host, size_t n, rt_dtype dt);
 int rt_cuda_acts_get(double *host, const void *dev, size_t n, rt_dtype dt);
 int rt_cuda_grads_get(double *host, const void *dev, size_t count, rt_dtype dt);
@@ -159,6 +161,9 @@ double rt_cuda_event_ms(void *from, void *to);
  * embedding lookup of a micro-batch's tokens), on g's stream. */
 void rt_cuda_copy(rt_cuda *g, void *dst, const void *src, size_t bytes);
 void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes);
+/* dst += src over n gradient elements of a layer of type dt (doubles for fp64, floats for bf16:
+ * rt_grad_block_bytes), on g's stream: a ZeRO shard adding a micro-batch's reduced gradients. */
+void rt_cuda_add_grads(rt_cuda *g, void *dst, const void *src, size_t n, rt_dtype dt);
 void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale);
 
 /* The tied LM head and softmax cross-entropy of runtime/exec.c at type dt: logits = out emb^T

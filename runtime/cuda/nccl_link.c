@@ -94,3 +94,18 @@ int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, 
                                      (cudaStream_t)rt_cuda_stream(g)),
                        "all-reduce", why, why_cap);
 }
+
+int rt_nccl_allgather(rt_nccl *c, const void *send, void *recv, size_t bytes, rt_cuda *g,
+                      char *why, size_t why_cap)
+{
+    return nccl_failed(ncclAllGather(send, recv, bytes, ncclUint8, c->comm, (cudaStream_t)rt_cuda_stream(g)),
+                       "all-gather", why, why_cap);
+}
+
+int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_dtype dt,
+                           rt_cuda *g, char *why, size_t why_cap)
+{
+    return nccl_failed(ncclReduceScatter(send, recv, n, dt == RT_BF16 ? ncclFloat32 : ncclFloat64,
+                                         ncclSum, c->comm, (cudaStream_t)rt_cuda_stream(g)),
+                       "reduce-scatter", why, why_cap);
+}

@@ -41,5 +41,13 @@ int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char
  * (layout.h: doubles for fp64, floats for bf16). */
 int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
                       size_t why_cap);
+/* ZeRO's collectives over every rank of c, on g's stream: the all-gather of `bytes` bytes from
+ * each rank into recv (bytes x ranks, in rank order; parameters travel as bytes), and the
+ * reduce-scatter that sums n x ranks gradient elements of type dt (as rt_nccl_allreduce) at send
+ * over the ranks and leaves rank r's n of the sum, elements [r n, (r + 1) n), in recv. */
+int rt_nccl_allgather(rt_nccl *c, const void *send, void *recv, size_t bytes, rt_cuda *g,
+                      char *why, size_t why_cap);
+int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_dtype dt,
+                           rt_cuda *g, char *why, size_t why_cap);
 
 #endif /* RT_NCCL_LINK_H */

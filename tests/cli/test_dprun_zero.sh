@@ -6,7 +6,7 @@
 # micro-batch's gradients after its backward, ZeRO-2 gathers the parameters after the iteration.
 # The gradients reduced over the shards end with the norm of the same samples run without ZeRO, to
 # 1e-9 relative: split backwards (ZB-H1's W), full recompute, with tensor parallelism (SP) and with
-# context parallelism. The cuda backend refuses them by name.
+# context parallelism. The cuda backend runs them over NCCL (on the fake GPU here) to the same norm.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
 LLAMA=tests/cli/golden/llama_tiny.json
@@ -35,8 +35,40 @@ if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
 fi
 expect "dpsim validate reads the ZeRO-3 timeline" 0 "mean absolute error" -- \
   "$DPSIM" validate --plan "$TMP/z3.json" --measured "$TMP/z3.csv"
-expect "the cuda backend refuses ZeRO-3 over replicas (the cpu backend runs it)" 1 "planned for ZeRO-3 over 2 ranks .* the cuda backend all-reduces whole gradients" -- \
-  timeout 60 "$DPRUN" --plan "$TMP/z3.json" --backend cuda --out "$TMP/x.csv"
+
+# The cuda backend runs them too (runtime/exec_gpu.c, NCCL's all-gather and reduce-scatter on a
+# stream of their own), here on the fake GPU (tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI):
+# in fp64 the norm of the CPU ranks to 1e-9, and each rank's collectives as many as the layout's
+# rule gives, counted from its own timeline (L layers a stage): ZeRO-3 gathers L for every F and
+# every B, ZeRO-2 L after the run; both reduce-scatter L for every B that completes the weight
+# gradients (or every W), and gather L more for the gradient figure.
+FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
+gpu_zero() { # NAME ZERO: plan NAME (2 stages x 2 replicas, 2 layers a stage) on 4 fake GPUs
+  local name=$1 zero=$2 a b
+  timeout 300 $MPIRUN -np 4 -x FAKE_CUDA_REPORT=1 "$FAKE" --plan "$TMP/$name.json" --backend cuda \
+    --dtype fp64 --warmup 0 --no-prepare --no-noise --out "$TMP/g$name.csv" >"$TMP/g$name.out" 2>&1
+  a=$(norm "$TMP/ref.out") b=$(norm "$TMP/g$name.out")
+  local counts want
+  counts=$(grep -Eo 'rank [0-9]+ sent [0-9]+ bytes over NCCL, [0-9]+ all-gathers, [0-9]+ reduce-scatters' "$TMP/g$name.out" |
+    awk '{print $2, $8, $10}' | sort -n | tr '\n' ' ')
+  want=$(awk -F, -v zero="$zero" 'NR > 1 { r = $7 * 2 + $2; n[r, $3]++ }
+    END { for (r = 0; r < 4; r++) {
+            w = n[r, "W"] ? n[r, "W"] : n[r, "B"]
+            ag = (zero == 3 ? 2 * (n[r, "F"] + n[r, "B"]) : 2) + 2
+            printf "%d %d %d ", r, ag, 2 * w } }' "$TMP/g$name.csv")
+  if [ -n "$a" ] && [ -n "$b" ] && [ "$counts" = "$want" ] &&
+     awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < 1e-9) }'; then
+    ok "$name on the cuda backend (fake GPU, fp64): gradient norm $b as the cpu ranks', collectives per rank (rank, all-gathers, reduce-scatters) $counts"
+  else
+    not_ok "$name on the cuda backend: norm ${b:-none} (cpu ${a:-none}), collectives '$counts', want '$want'" "$(tail -c 400 "$TMP/g$name.out")"
+  fi
+}
+gpu_zero z3 3
+if [ -z "$SANITIZED" ]; then
+  gpu_zero z2 2
+  gpu_zero z3zb 3
+  gpu_zero z3full 3
+fi
 "$DPSIM" plan --hw cpu --analytic --model gpt-tiny --dp 2 --zero 3 --pp 1 --max-seqlen 64 \
   --global-tokens 1536 --iterations 1 -o "$TMP/uneven.json" >/dev/null 2>&1
 check "(a ZeRO-3 plan whose replicas hold 1 and 2 micro-batches)" \

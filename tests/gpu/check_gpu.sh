@@ -25,7 +25,8 @@
 #   4. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
 #      simulation error at the width the paper's experiments use;
 #   5. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
-#      plans, validated and compared the same way; skipped, and said so, with one GPU.
+#      plans and on a ZeRO-3 plan over two replicas, validated and compared the same way; skipped,
+#      and said so, with one GPU.
 # The order puts the cheapest figures first, so that a time budget that ends the run early
 # (below) costs the most expensive ones.
 # Exit status: non-zero when any step failed. REHEARSAL=1 (make check-gpu-rehearsal, on a fake GPU)
@@ -200,6 +201,19 @@ if [ "${gpus:-0}" -ge 2 ]; then
             --dtype fp64 --out "$GPU_OUT/nccl_fp64_$s.csv"
         step "norm_nccl_${s}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_${s}_fp64.log" "$GPU_OUT/run_${s}_cpu.log" 1e-9
     done
+    # ZeRO-3 over two replicas (parameters gathered layer by layer, gradients reduce-scattered)
+    step plan_zero3 fig_none "$DPSIM" plan --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" \
+        --batching packing --max-seqlen 256 --global-tokens 4096 --iterations 2 --pp 1 --dp 2 --zero 3 \
+        -o "$GPU_OUT/plan_zero3.json"
+    step nccl_zero3 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cuda \
+        --out "$GPU_OUT/measured_nccl_zero3.csv"
+    step validate_nccl_zero3 fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_zero3.json" \
+        --measured "$GPU_OUT/measured_nccl_zero3.csv"
+    step nccl_zero3_fp64 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cuda \
+        --dtype fp64 --out "$GPU_OUT/nccl_fp64_zero3.csv"
+    step run_zero3_cpu fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cpu \
+        --out "$GPU_OUT/cpu_zero3.csv"
+    step norm_nccl_zero3_fp64_vs_cpu fig_norms close "$GPU_OUT/nccl_zero3_fp64.log" "$GPU_OUT/run_zero3_cpu.log" 1e-9
 else
     echo "SKIP multi-GPU mode: this machine has ${gpus:-0} GPU(s), the 2-stage plans need 2 (NCCL refuses two ranks on one GPU)" |
         tee -a "$SUMMARY"

@@ -485,6 +485,16 @@ void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes)
     memset(v, 0, bytes);
 }
 
+void rt_cuda_add_grads(rt_cuda *g, void *dst, const void *src, size_t n, rt_dtype dt)
+{
+    (void)g;
+    in_bounds(dst, rt_grad_block_bytes(n, dt), "rt_cuda_add_grads destination");
+    in_bounds(src, rt_grad_block_bytes(n, dt), "rt_cuda_add_grads source");
+    for (size_t i = 0; i < n; i++)
+        if (dt == RT_BF16) ((float *)dst)[i] += ((const float *)src)[i];
+        else ((double *)dst)[i] += ((const double *)src)[i];
+}
+
 void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale)
 {
     (void)g;
@@ -539,14 +549,17 @@ struct rt_nccl {
     MPI_Comm comm;
 };
 
-/* Bytes this process handed to NCCL sends; with FAKE_CUDA_REPORT set, printed at exit
- * ("fake_cuda: rank R sent N bytes over NCCL") so that a test can hold them to the plan's. */
+/* Bytes this process handed to NCCL sends, and its ZeRO collectives; with FAKE_CUDA_REPORT set,
+ * printed at exit ("fake_cuda: rank R sent N bytes over NCCL, A all-gathers, S reduce-scatters")
+ * so that a test can hold them to the plan's. */
 static size_t fake_nccl_sent_bytes;
+static long fake_allgathers, fake_reduce_scatters;
 static int fake_rank;
 
 static void report_sent(void)
 {
-    fprintf(stderr, "fake_cuda: rank %d sent %zu bytes over NCCL\n", fake_rank, fake_nccl_sent_bytes);
+    fprintf(stderr, "fake_cuda: rank %d sent %zu bytes over NCCL, %ld all-gathers, %ld reduce-scatters\n",
+            fake_rank, fake_nccl_sent_bytes, fake_allgathers, fake_reduce_scatters);
 }
 
 static void push(rt_cuda *g, MPI_Request r)
@@ -606,6 +619,37 @@ int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char
     MPI_Request r;
     MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 0, c->comm, &r);
     push(g, r);
+    return 0;
+}
+
+/* ZeRO's collectives complete at enqueue, as the fake's compute does (the stream's earlier
+ * transfers first, as a real stream orders them) */
+int rt_nccl_allgather(rt_nccl *c, const void *send, void *recv, size_t bytes, rt_cuda *g,
+                      char *why, size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    int ranks;
+    MPI_Comm_size(c->comm, &ranks);
+    in_bounds(send, bytes, "NCCL all-gather source");
+    in_bounds(recv, bytes * (size_t)ranks, "NCCL all-gather destination");
+    complete(g, g->n_pending);
+    fake_allgathers++;
+    MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
+    return 0;
+}
+
+int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_dtype dt,
+                           rt_cuda *g, char *why, size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    int ranks;
+    MPI_Comm_size(c->comm, &ranks);
+    in_bounds(send, rt_grad_block_bytes(n * (size_t)ranks, dt), "NCCL reduce-scatter source");
+    in_bounds(recv, rt_grad_block_bytes(n, dt), "NCCL reduce-scatter destination");
+    complete(g, g->n_pending);
+    fake_reduce_scatters++;
+    MPI_Reduce_scatter_block(send, recv, (int)n, dt == RT_BF16 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM,
+                             c->comm);
     return 0;
 }
 
