@@ -205,7 +205,7 @@ void cost_request_options(cli_opts *t, cost_request *o)
                                "buckets during the last backward), zero (ZeRO/FSDP prefetch),\n"
                                "tp (TP collectives behind GEMMs), all, or none (serial: the\n"
                                "upper bound)");
-    ov->show = show_overlap;
+    ov->show = show_overlap, ov->marks = OPT_FIXED_BY_PLAN;
 }
 
 int planner_jobs_default(void)

@@ -374,6 +374,7 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     if (pl->h.cp > 1 && (pl->h.cp_auto || (!co.profile && !co.fit))) co.analytic = 1;
     /* model state, the config's only use of the mode, is the same in every mode */
     co.recompute = recompute_policy_mode(pl->h.recompute);
+    co.overlap = pl->h.overlap; /* the replay overlaps what the plan's simulation did */
     model_spec m;
     cost_model *cm = NULL;
     char source[4200];

@@ -296,6 +296,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
     if (h->textbook) cJSON_AddTrueToObject(o, "textbook");
+    char ov[32];
+    cJSON_AddStringToObject(o, "overlap", cost_overlap_name(h->overlap, ov, sizeof ov));
     if (h->model_json) cJSON_AddItemToObject(o, "model_spec", cJSON_Parse(h->model_json));
     if (h->hw_json) cJSON_AddItemToObject(o, "cluster_spec", cJSON_Parse(h->hw_json));
     cJSON_AddStringToObject(o, "schedule", h->schedule);
@@ -612,6 +614,11 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overlap");
+    h->overlap = COST_OVERLAP_DEFAULT; /* plans written before it was recorded */
+    if (ov && (!cJSON_IsString(ov) || cost_overlap_parse(ov->valuestring, &h->overlap) != 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"overlap\" must be \"none\", \"all\" or a list of "
+                       "dp, zero, tp (what --overlap reads)", name);
     static const struct {
         const char *key;
         size_t off, cap;

@@ -7,7 +7,7 @@
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T, "sp": true (with T > 1: sequence parallelism or not),
  *    "chunks": C, "zero": Z, "recompute": "none" (or "dynamic": each iteration names its own;
- *    "mixed": each micro-batch names its own),
+ *    "mixed": each micro-batch names its own), "overlap": "dp,zero" (--overlap),
  *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
  *              "pad_multiple": 8, "min_padded": 16},
@@ -137,6 +137,9 @@ typedef struct plan_header {
     int act_elem_bytes; /* bytes per element of act_dtype: 2 */
     int textbook;       /* "textbook": true: planned with textbook costs (cost.h cost_toy): its
                          * replay runs no gradient collective and no optimizer step */
+    unsigned overlap;   /* the COST_OVERLAP_* bits it was priced and simulated with ("overlap":
+                         * "dp,zero", as --overlap reads; a plan without it: the default): its
+                         * replay overlaps what the plan's own simulation overlapped */
     batch_rules rules;
     /* The model and cluster specs the plan was made with, as JSON text ("model_spec",
      * "cluster_spec" in the file), so that a plan runs anywhere: readers use them instead of

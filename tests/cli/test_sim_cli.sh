@@ -284,6 +284,21 @@ check "... its plan is a mode per iteration" grep -q '"recompute":[[:space:]]*"d
 hash=$(sed -n 's/^timeline hash *//p' "$TMP/pf.out")
 expect "... and replays to the same timeline" 0 "timeline hash +$hash" -- "$DPSIM" sim --plan "$TMP/pf.json"
 
+# A plan keeps the overlap it was priced and simulated with: made with --overlap none (the DP
+# gradient reduction after the last backward, not in buckets during it), it replays serial too,
+# and --overlap on a replay is refused (the plan fixes it).
+"$DPSIM" plan --model gpt-6.7b-16l --hw p4d --pp 2 --dp 4 --global-tokens 65536 --iterations 2 \
+  --overlap none -o "$TMP/ovn.json" >"$TMP/ovn.out" 2>/dev/null
+"$DPSIM" plan --model gpt-6.7b-16l --hw p4d --pp 2 --dp 4 --global-tokens 65536 --iterations 2 \
+  -o "$TMP/ovd.json" >"$TMP/ovd.out" 2>/dev/null
+hash=$(sed -n 's/^timeline hash *//p' "$TMP/ovn.out")
+check "(--overlap none and the default give different timelines here)" \
+  bash -c "[ '$hash' != \"\$(sed -n 's/^timeline hash *//p' '$TMP/ovd.out')\" ]"
+expect "a plan made with --overlap none replays to its own timeline" 0 "timeline hash +$hash" -- \
+  "$DPSIM" sim --plan "$TMP/ovn.json"
+expect "... and --overlap on its replay is refused" 2 "--overlap cannot apply with --plan" -- \
+  "$DPSIM" sim --plan "$TMP/ovn.json" --overlap dp
+
 # A comparison whose every row is out of memory (GPipe at 8192) draws every figure (gnuplot had
 # crashed on a chart without bars, and no figure was written): each row of the throughput chart
 # says "out of memory" in place of its bar.
