@@ -670,7 +670,10 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
     }
 }
 
-static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
+/* A B: the input gradients of the chunk's layers, last first, and with `weights` each layer's
+ * weight gradients right after its input gradients (as autograd orders them, and as dprun
+ * profile times a layer's backward); full recompute always does (its B is never split). */
+static void do_backward(ctx *c, const plan_instr *x, slot *s, int weights)
 {
     chunk_state *ch = &c->ch[x->chunk];
     int n = s->n, H = c->hidden;
@@ -682,8 +685,8 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
         wire_unpack(ch, s, KIND_GRAD);
     }
     /* pm_recompute: selective reruns each layer's attention core before its backward; full its
-     * whole forward from the saved input, then its weight gradients too (a full-recompute
-     * micro-batch's backward is never split), so that one layer's activations exist at a time */
+     * whole forward from the saved input, then its gradients, so that one layer's activations
+     * exist at a time */
     int full = s->recompute == RECOMPUTE_FULL;
     rt_layer_acts scratch;
     double *rerun_y = NULL;
@@ -702,7 +705,7 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
             c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
         a->denc = s->denc; /* every decoder layer adds its encoder-output gradient */
         rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, a);
-        if (full) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);
+        if (full || weights) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);
         cur = dst;
     }
     if (cur != s->din) memcpy(s->din, cur, s->nh * sizeof(double));
@@ -710,6 +713,7 @@ static void do_backward_input(ctx *c, const plan_instr *x, slot *s)
     if (full) scratch_close(c, s, ch, &scratch), pool_put(c, rerun_y, s->nh);
 }
 
+/* A W: the weight gradients its B left (a split rank). */
 static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
@@ -803,8 +807,7 @@ static int cpu_backward(void *vc, const pm_step *s, int weights)
 {
     ctx *c = vc;
     slot *sl = slot_at(c, s);
-    do_backward_input(c, s->x, sl); /* under full recompute with each layer's weight gradients */
-    if (weights && sl->recompute != RECOMPUTE_FULL) do_backward_weight(c, s->x, sl);
+    do_backward(c, s->x, sl, weights);
     return 0;
 }
 

@@ -393,7 +393,9 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
         pack(g, s, KIND_ACT, s->out, s->enc, c->eb);
 }
 
-static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
+/* A B: the input gradients, last layer first, and with `weights` each layer's weight gradients
+ * right after its input gradients (the cpu backend's order; full recompute always). */
+static void backward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int weights)
 {
     if (ch->place.head) {
         rt_cuda_lm_head_bwd(g, s->dlogits, c->emb, s->out, s->dout, c->demb, s->B * s->S,
@@ -405,8 +407,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
     /* ping-pong between din and in (the layer inputs are kept in acts or ckpt, so in is scratch
      * by now), ending in din at layer 0; every decoder layer adds its encoder-output gradient to
      * denc. pm_recompute: selective reruns each layer's attention cores before its backward; full
-     * its forward from the kept input, then its weight gradients too (never split), one layer's
-     * activations at a time */
+     * its forward from the kept input, then its gradients, one layer's activations at a time */
     const void *cur = s->dout;
     zero3_begin(c, g, ch, ch->layers - 1);
     for (int l = ch->layers - 1; l >= 0; l--) {
@@ -416,7 +417,7 @@ static void backward_input(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
                                 s->rerun, acts_at(s, l), s->enc))
             c->rerun[s->ckpt ? 0 : 1] += c->recording;
         rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
-        if (s->ckpt) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
+        if (s->ckpt || weights) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
@@ -543,8 +544,7 @@ static int gpu_backward(void *vc, const pm_step *s, int weights)
 {
     gctx *c = vc;
     gslot *sl = gslot_at(c, s);
-    backward_input(c, c->stream[s->stage], &c->ch[s->v], sl); /* full recompute: weights too */
-    if (weights && sl->recompute != RECOMPUTE_FULL) backward_weight(c->stream[s->stage], &c->ch[s->v], sl);
+    backward(c, c->stream[s->stage], &c->ch[s->v], sl, weights);
     return 0;
 }
 

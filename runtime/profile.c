@@ -1,6 +1,7 @@
 #include "profile.h"
 
 #include <errno.h>
+#include <math.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 #include <stdio.h>
@@ -13,7 +14,10 @@
 #include "cuda/layer_cuda.h"
 #endif
 
-#define ROTATE 4 /* activation sets cycled through while timing */
+#define ROTATE 4 /* activation sets, and copies of a layer's parameters, cycled through */
+/* The most host memory the parameter copies of one layer kind take (their gradients as much
+ * again): a layer above it has one copy, whose weights no cache holds anyway. */
+#define PARAM_COPIES_MB 256.0
 
 /* The median of v[0..n), which it sorts (GSL). */
 static double median(double *v, int n)
@@ -41,13 +45,43 @@ static void layer_memory(const rt_layer_shape *s, int B, int S, int Se, rt_dtype
     out->peak_mb = (double)l.total / 1e6 + 3 * h + (rc == RECOMPUTE_FULL ? 2 * h : 0);
 }
 
+/* A layer kind's parameters and gradients on the host, in `copies` copies that successive timed
+ * runs take in turn (next: the copy the next run takes). */
+typedef struct layer_copies {
+    rt_layer_params p[ROTATE], g[ROTATE];
+    int copies, next;
+} layer_copies;
+
 /* Times one layer of shape s on (B, S) (encoder output (B, Se) for a cross layer): the median of
  * R forwards and R backwards (input and weight gradients), after `warmup` unrecorded runs. ROTATE
- * sets of activations are used in turn, as a pipeline holds several micro-batches: timing one
- * warm buffer over and over would measure the cache, not the runtime. */
-static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const rt_layer_shape *s,
-                            int B, int S, int Se, recompute_mode rc, int R, int warmup,
-                            const rt_tp *tp, const rt_cp *cp, point *out, dp_err *err)
+ * sets of activations are used in turn, as a pipeline holds several micro-batches, and each run
+ * takes the next copy of the parameters, as a stage runs its other layers before it comes back
+ * to this one: timing one warm buffer, or one layer's weights, over and over would measure the
+ * cache, not the runtime (on the CPU a small micro-batch's GEMMs read the weights faster from the
+ * cache: gpt-tiny's 1 x 72 forward took 5-7% less with one copy than with several, 4-5% less than
+ * the same layer in a run). */
+/* One forward (bwd 0) or backward (1: the executor's under rc, input and weight gradients) of a
+ * layer on activation set a, with the next copy of the parameters; its time, ms. */
+static double layer_op(layer_copies *lc, const rt_layer_shape *s, int B, int S, recompute_mode rc,
+                       rt_layer_acts *a, const double *x, double *y, double *dx, double *ry, int bwd)
+{
+    const rt_layer_params *p = &lc->p[lc->next];
+    rt_layer_params *g = &lc->g[lc->next];
+    lc->next = (lc->next + 1) % lc->copies;
+    double t0 = 1e3 * dp_now_s();
+    if (!bwd) {
+        rt_layer_fwd(p, s, B, S, x, y, a);
+    } else {
+        rt_layer_rerun(p, s, B, S, rc, x, ry, a);
+        rt_layer_bwd_input(p, g, s, B, S, y, dx, a);
+        rt_layer_bwd_weight(g, s, B, S, a);
+    }
+    return 1e3 * dp_now_s() - t0;
+}
+
+static dp_status time_layer(layer_copies *lc, const rt_layer_shape *s, int B, int S, int Se,
+                            recompute_mode rc, int R, int warmup, const rt_tp *tp, const rt_cp *cp,
+                            point *out, dp_err *err)
 {
     int H = s->hidden;
     size_t nh = (size_t)rt_cp_tokens(cp, B * S) * H, ne = (size_t)B * Se * H;
@@ -65,19 +99,20 @@ static dp_status time_layer(const rt_layer_params *p, rt_layer_params *g, const 
     }
     for (size_t k = 0; k < nh; k++) x[k] = (double)((k * 2654435761u) % 1000) / 1000 - 0.5;
     for (size_t k = 0; k < ne; k++) enc[k] = (double)((k * 40503u) % 1000) / 1000 - 0.5;
-    for (int r = -warmup; r < R; r++) {
-        rt_layer_acts *ar = &a[(r + warmup) % ROTATE];
-        ar->enc = enc;
-        ar->denc = denc;
-        ar->tp = tp, ar->cp = cp;
-        double t0 = 1e3 * dp_now_s();
-        rt_layer_fwd(p, s, B, S, x, y, ar);
-        double t1 = 1e3 * dp_now_s();
-        rt_layer_rerun(p, s, B, S, rc, x, ry, ar); /* the executor's backward under rc */
-        rt_layer_bwd_input(p, g, s, B, S, y, dx, ar);
-        rt_layer_bwd_weight(g, s, B, S, ar);
-        double t2 = 1e3 * dp_now_s();
-        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1;
+    for (int k = 0; k < ROTATE; k++) a[k].enc = enc, a[k].denc = denc, a[k].tp = tp, a[k].cp = cp;
+    /* 1F1B's steady state: micro-batch k's backward runs after k+1's forward, so that it reads
+     * activations other work has pushed out of the caches, as in a run; warm-up first (two
+     * forwards and a backward, or without warm-up the first forward alone) */
+    if (warmup > 0) {
+        layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 0);
+        layer_op(lc, s, B, S, rc, &a[1], x, y, dx, ry, 0);
+        layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 1);
+    } else {
+        layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 0);
+    }
+    for (int r = 0, next = warmup > 0 ? 2 : 1; r < R; r++, next++) {
+        tf[r] = layer_op(lc, s, B, S, rc, &a[next % ROTATE], x, y, dx, ry, 0);
+        tb[r] = layer_op(lc, s, B, S, rc, &a[(next - 1) % ROTATE], x, y, dx, ry, 1);
     }
     out->fwd_ms = median(tf, R);
     out->bwd_ms = median(tb, R);
@@ -175,7 +210,7 @@ static dp_status rows_cp(const rt_tp *cp_group, int B, int S, int causal, rt_cp 
 typedef struct prober {
     const rt_profile_opts *o;
     const rt_layer_shape *shape[2];
-    rt_layer_params p[2], g[2]; /* parameters and gradients on the host */
+    layer_copies host[2]; /* parameters and gradients on the host */
 #ifdef DPRUN_CUDA
     rt_cuda *gpu;
     rt_cuda_layer dev[2];
@@ -186,10 +221,15 @@ static dp_status prober_open(prober *pr, dp_err *err)
 {
     int t5 = pr->shape[1] != NULL;
     for (int k = 0; k <= t5; k++) {
-        if (rt_layer_params_alloc(&pr->p[k], pr->shape[k]) != 0 ||
-            rt_layer_params_alloc(&pr->g[k], pr->shape[k]) != 0)
-            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-        rt_layer_params_init(&pr->p[k], pr->shape[k], (unsigned)k + 1);
+        layer_copies *lc = &pr->host[k];
+        double mb = 8e-6 * (double)rt_layer_params_bind(&lc->p[0], pr->shape[k], NULL);
+        lc->copies = pr->o->on_gpu ? 1 : (int)fmin(ROTATE, fmax(1, PARAM_COPIES_MB / mb));
+        for (int c = 0; c < lc->copies; c++) {
+            if (rt_layer_params_alloc(&lc->p[c], pr->shape[k]) != 0 ||
+                rt_layer_params_alloc(&lc->g[c], pr->shape[k]) != 0)
+                return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            rt_layer_params_init(&lc->p[c], pr->shape[k], (unsigned)k + 1);
+        }
     }
     if (!pr->o->on_gpu) return DP_OK;
 #ifdef DPRUN_CUDA
@@ -197,9 +237,9 @@ static dp_status prober_open(prober *pr, dp_err *err)
     if (!(pr->gpu = rt_cuda_open(0, why, sizeof why))) return dp_fail(err, DP_ERR_EXTERNAL, "%s", why);
     for (int k = 0; k <= t5; k++) {
         rt_cuda_layer *l = &pr->dev[k];
-        size_t n = pr->p[k].count;
+        size_t n = pr->host[k].p[0].count;
         *l = (rt_cuda_layer){*pr->shape[k], pr->o->dtype,
-                             rt_cuda_params_new(pr->p[k].block, n, pr->o->dtype), n};
+                             rt_cuda_params_new(pr->host[k].p[0].block, n, pr->o->dtype), n};
         if (!l->block) return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
     }
     return DP_OK;
@@ -211,7 +251,9 @@ static dp_status prober_open(prober *pr, dp_err *err)
 
 static void prober_close(prober *pr)
 {
-    for (int k = 0; k < 2; k++) rt_layer_params_free(&pr->p[k]), rt_layer_params_free(&pr->g[k]);
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < pr->host[k].copies; c++)
+            rt_layer_params_free(&pr->host[k].p[c]), rt_layer_params_free(&pr->host[k].g[c]);
 #ifdef DPRUN_CUDA
     for (int k = 0; k < 2; k++) rt_cuda_free(pr->dev[k].block);
     if (pr->gpu) rt_cuda_close(pr->gpu);
@@ -231,7 +273,7 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, recompute_
         const rt_cp *cp;
         dp_status st = rows_cp(o->cp, B, S, pr->shape[k]->causal, &map, &cp, err);
         if (st == DP_OK)
-            st = time_layer(&pr->p[k], &pr->g[k], pr->shape[k], B, S, Se, rc, R, o->warmup, o->tp,
+            st = time_layer(&pr->host[k], pr->shape[k], B, S, Se, rc, R, o->warmup, o->tp,
                             cp, pt, err);
         if (cp) rt_cp_free(&map);
         return st;

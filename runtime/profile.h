@@ -3,7 +3,11 @@
  *
  * For every (mbs, seqlen) of the grid it times one transformer layer's forward and backward
  * (input and weight gradients) and the LM head + loss, with warm-up runs and the median of the
- * repeats (on the CPU, repeats are passes over the whole grid: profile.c says why), and writes the profile CSV contract (models/cost.h): tp 1, metrics fwd_ms, bwd_ms,
+ * repeats (on the CPU, repeats are passes over the whole grid: profile.c says why), as a run
+ * meets them on the CPU: in 1F1B's steady state (a micro-batch's backward after the next one's
+ * forward) over several activation sets and copies of the layer's parameters (the run's other
+ * layers), so that neither the activations nor the weights are warm in the caches as they would be
+ * timing one buffer over and over. It writes the profile CSV contract (models/cost.h): tp 1, metrics fwd_ms, bwd_ms,
  * stored_act_mb (activations the layer keeps for its backward) and peak_act_mb (those plus the
  * backward's gradient buffers), for each recompute mode asked for (rows "none", "selective",
  * "full"). Under a mode the backward is the executor's (runtime/layer.h rt_layer_rerun first) and
