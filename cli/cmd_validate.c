@@ -21,9 +21,10 @@ int cmd_validate(int argc, char **argv)
     cli_opts_init(&t, cmd, VALIDATE_USAGE,
                   "Simulates the plan and compares it with the timeline dprun measured:\n"
                   "per iteration the predicted and measured makespans and their error, the mean\n"
-                  "absolute percentage error and the maximum, and per op type (F, B, W) the mean\n"
-                  "predicted and measured durations. The plan options that a plan does not fix\n"
-                  "(--link-gbps, --mem-limit, the cost model's) adjust the simulation.");
+                  "absolute percentage error and the maximum, and per op type (F, B, W, and the\n"
+                  "stages' gradient collective, ALLREDUCE) the mean predicted and measured\n"
+                  "durations. The plan options that a plan does not fix (--link-gbps, --mem-limit,\n"
+                  "the cost model's) adjust the simulation.");
     cli_opt_string(&t, "plan", 'P', &plan_path, "FILE", "required", "the plan dprun ran");
     cli_opt_string(&t, "measured", 'M', &measured, "FILE", "required", "dprun's timeline CSV");
     cli_opt_flag(&t, "json", 'j', &json, "print the validation JSON contract");
@@ -82,11 +83,11 @@ int cmd_validate(int argc, char **argv)
                        v.noise_iterations, v.noise_iterations == 1 ? "" : "s", v.runs_max);
             else
                 printf("machine noise: not measured (a timeline without dprun's repeats)\n");
-            static const char *const names[3] = {"F", "B", "W"};
-            printf("\n%-4s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
-            for (int k = 0; k < 3; k++)
+            static const char *const names[VAL_OPS] = {"F", "B", "W", "ALLREDUCE"};
+            printf("\n%-9s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
+            for (int k = 0; k < VAL_OPS; k++)
                 if (v.per_op[k].count)
-                    printf("%-4s %7d %14.3f %14.3f %11.2f%%\n", names[k], v.per_op[k].count,
+                    printf("%-9s %7d %14.3f %14.3f %11.2f%%\n", names[k], v.per_op[k].count,
                            v.per_op[k].pred_ms, v.per_op[k].meas_ms, v.per_op[k].mape_pct);
         }
         if (fig) {

@@ -53,7 +53,7 @@ static int cmp_op_run(const void *a, const void *b)
 
 static void describe_op(const op_time *o, char *buf, size_t cap)
 {
-    static const char *const names[3] = {"F", "B", "W"};
+    static const char *const names[VAL_OPS] = {"F", "B", "W", "ALLREDUCE"};
     snprintf(buf, cap, "iteration %d, stage %d, replica %d, %s of micro-batch %d, chunk %d",
              o->iteration, o->stage, o->replica, names[o->op], o->mb, o->chunk);
 }
@@ -139,15 +139,38 @@ static size_t collapse_runs(op_time *v, size_t n)
     return out;
 }
 
+/* A stage's gradient collective, one entry per (iteration, stage, run): keyed as op VAL_ALLREDUCE
+ * of replica 0, mb -1, chunk 0, with the shortest of its replicas' durations (the one that came
+ * last waited least for the others: its time is the collective's own). */
+static void push_collective(op_list *l, int iteration, int stage, double dur_ms, int run)
+{
+    push_op(l, (op_time){iteration, stage, 0, VAL_ALLREDUCE, -1, 0, dur_ms, run});
+}
+
+/* Sorted by cmp_op_run: one entry per key and run, the shortest. */
+static size_t shortest_per_run(op_time *v, size_t n)
+{
+    size_t out = 0;
+    for (size_t a = 0; a < n; a++)
+        if (out && cmp_op_run(&v[out - 1], &v[a]) == 0) {
+            if (v[a].dur_ms < v[out - 1].dur_ms) v[out - 1].dur_ms = v[a].dur_ms;
+        } else {
+            v[out++] = v[a];
+        }
+    return out;
+}
+
 /* ---- the simulated side ---- */
 typedef struct pred_ctx {
-    op_list ops;
+    op_list ops, coll; /* compute ops; gradient collectives */
     int64_t iter_t0;
 } pred_ctx;
 
 static void on_pred(void *ctx, const sim_op *o)
 {
     pred_ctx *p = ctx;
+    if ((int)o->op == SIM_OP_ALLREDUCE)
+        push_collective(&p->coll, o->iteration, o->stage, (double)(o->end_ns - o->start_ns) / 1e6, 0);
     if (o->op != OP_F && o->op != OP_B && o->op != OP_W) return;
     push_op(&p->ops, (op_time){o->iteration, o->stage, o->replica, (int)o->op, o->mb, o->chunk,
                                (double)(o->end_ns - o->start_ns) / 1e6, 0});
@@ -159,7 +182,7 @@ typedef struct meas_ctx {
     uint64_t plan_hash;  /* the plan file's (dp_hash_text), 0 when unknown */
     int wire_elem_bytes; /* 0 until a row gives it */
     int optimizer_rows;  /* the runtime recorded an optimizer step */
-    op_list ops;
+    op_list ops, coll;   /* compute ops; gradient collectives */
     const plan *pl;
     double *end_ms; /* per plan iteration (by index) and run: [k * VAL_REPEATS_MAX + repeat], the
                      * latest end, -1 when not measured */
@@ -276,7 +299,8 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
     if (plan_op_parse(f[c->idx[2]], &op) == 0 && (op == OP_F || op == OP_B || op == OP_W))
         push_op(&c->ops, (op_time){(int)it, (int)stage, (int)rep, (int)op, (int)mb, (int)chunk,
                                    (t1 - t0) / 1e3, (int)run});
-    return c->ops.st == DP_OK ? DP_OK : dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (strcmp(f[c->idx[2]], "ALLREDUCE") == 0) push_collective(&c->coll, (int)it, (int)stage, (t1 - t0) / 1e3, (int)run);
+    return c->ops.st == DP_OK && c->coll.st == DP_OK ? DP_OK : dp_fail(err, DP_ERR_NOMEM, "out of memory");
 }
 
 void val_result_release(val_result *v)
@@ -285,6 +309,26 @@ void val_result_release(val_result *v)
     free(v->predicted_ms);
     free(v->measured_ms);
     memset(v, 0, sizeof *v);
+}
+
+/* Adds the ops of pred that meas has too (both sorted by cmp_op, one entry per key) to v's
+ * per-op statistics (sums; validate_run divides). */
+static void match_ops(const op_list *pred, const op_list *meas, val_result *v)
+{
+    for (size_t a = 0, b = 0; a < pred->n && b < meas->n;) {
+        int c = cmp_op(&pred->v[a], &meas->v[b]);
+        if (c < 0) a++;
+        else if (c > 0) b++;
+        else {
+            val_op_stats *o = &v->per_op[pred->v[a].op];
+            double p = pred->v[a].dur_ms, m = meas->v[b].dur_ms;
+            o->count++;
+            o->pred_ms += p;
+            o->meas_ms += m;
+            if (m > 0) o->mape_pct += fabs(100 * (p - m) / m);
+            a++, b++;
+        }
+    }
 }
 
 dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg,
@@ -364,29 +408,22 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     if (mc.ops.n) qsort(mc.ops.v, mc.ops.n, sizeof *mc.ops.v, cmp_op_run);
     TRY(check_complete(&pc.ops, &mc.ops, measured_path, err));
     mc.ops.n = collapse_runs(mc.ops.v, mc.ops.n);
-    for (size_t a = 0, b = 0; a < pc.ops.n && b < mc.ops.n;) {
-        int c = cmp_op(&pc.ops.v[a], &mc.ops.v[b]);
-        if (c < 0) a++;
-        else if (c > 0) b++;
-        else {
-            val_op_stats *o = &v->per_op[pc.ops.v[a].op];
-            double p = pc.ops.v[a].dur_ms, m = mc.ops.v[b].dur_ms;
-            o->count++;
-            o->pred_ms += p;
-            o->meas_ms += m;
-            if (m > 0) o->mape_pct += fabs(100 * (p - m) / m);
-            a++, b++;
-        }
-    }
-    for (int k = 0; k < 3; k++)
+    match_ops(&pc.ops, &mc.ops, v);
+    /* the gradient collectives where both have them (a stage's shortest replica, by run) */
+    if (pc.coll.n) qsort(pc.coll.v, pc.coll.n, sizeof *pc.coll.v, cmp_op_run);
+    if (mc.coll.n) qsort(mc.coll.v, mc.coll.n, sizeof *mc.coll.v, cmp_op_run);
+    pc.coll.n = shortest_per_run(pc.coll.v, pc.coll.n);
+    mc.coll.n = collapse_runs(mc.coll.v, shortest_per_run(mc.coll.v, mc.coll.n));
+    match_ops(&pc.coll, &mc.coll, v);
+    for (int k = 0; k < VAL_OPS; k++)
         if (v->per_op[k].count) {
             v->per_op[k].pred_ms /= v->per_op[k].count;
             v->per_op[k].meas_ms /= v->per_op[k].count;
             v->per_op[k].mape_pct /= v->per_op[k].count;
         }
 out:
-    free(pc.ops.v);
-    free(mc.ops.v);
+    free(pc.ops.v), free(pc.coll.v);
+    free(mc.ops.v), free(mc.coll.v);
     free(mc.end_ms);
     free(spread);
     if (st != DP_OK) val_result_release(v);
@@ -412,8 +449,8 @@ char *validate_json(const val_result *v)
     }
     cJSON_AddNumberToObject(o, "runs_per_iteration", v->runs_max);
     cJSON *ops = cJSON_AddObjectToObject(o, "per_op");
-    static const char *const names[3] = {"F", "B", "W"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const names[VAL_OPS] = {"F", "B", "W", "ALLREDUCE"};
+    for (int k = 0; k < VAL_OPS; k++) {
         if (!v->per_op[k].count) continue;
         cJSON *x = cJSON_AddObjectToObject(ops, names[k]);
         cJSON_AddNumberToObject(x, "count", v->per_op[k].count);

@@ -4,8 +4,8 @@
  * A measured timeline (dprun --out, the timeline CSV contract) is compared with the simulation of
  * the same plan: per iteration the predicted makespan (simulated) against the measured one (the
  * latest end of any op of the iteration, times being from the iteration's start barrier), and per
- * compute op type (F, B, W) the mean predicted duration against the mean measured one over the
- * ops present in both.
+ * op type (F, B, W, and the stages' gradient collective: VAL_OPS below) the mean predicted
+ * duration against the mean measured one over the ops present in both.
  *
  *   error_pct    = 100 * (predicted - measured) / measured
  *   mape_pct     = mean |error_pct| over iterations;  max_abs_pct = max |error_pct|
@@ -31,6 +31,12 @@
 #include "sim.h"
 
 #define VAL_REPEATS_MAX 16 /* runs of one iteration a timeline may hold (dprun --repeats) */
+/* The ops compared one by one: F, B, W (plan_op's numbers), then VAL_ALLREDUCE, a stage's gradient
+ * collective after its last op (the timeline's ALLREDUCE rows: the all-reduce, or under ZeRO-2
+ * the parameters' all-gather), where both the simulation and the measurement have it; its
+ * measured time is the shortest of the stage's replicas' (the one that came last waited least for
+ * the others: its time is the collective's own). */
+enum { VAL_ALLREDUCE = 3, VAL_OPS = 4 };
 
 typedef struct val_op_stats {
     int count;
@@ -43,7 +49,7 @@ typedef struct val_result {
     int *id;
     double *predicted_ms, *measured_ms;
     double mape_pct, max_abs_pct;
-    val_op_stats per_op[3]; /* F, B, W */
+    val_op_stats per_op[VAL_OPS]; /* F, B, W, and the stages' gradient collective */
     int wire_elem_bytes;    /* what the runtime moved per element (0: as the plan says) */
     double noise_pct;       /* the machine's noise band: the median over the iterations run more
                              * than once of (slowest - fastest run) / median run, %; -1 when no

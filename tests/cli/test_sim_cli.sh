@@ -248,6 +248,16 @@ expect "... and reports their spread as the noise band" 0 "lie 18.18% apart .med
   "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/r4.csv"
 expect "... and each op's median" 0 "^F +8 +4.291 +4.720 +9.09%" -- \
   "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/r4.csv"
+# the stages' gradient collective, op by op: each stage's shortest replica (the one that came last
+# waited least for the others), here replica 1's at 1.2 times the simulated time, replica 0's at 1.5
+"$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --dp 2 --overlap none --max-seqlen 128 \
+  --global-tokens 1024 --iterations 2 -o "$TMP/ar.json" >/dev/null 2>&1
+"$DPSIM" sim --plan "$TMP/ar.json" --timeline "$TMP/ar.csv" >/dev/null 2>&1
+awk 'BEGIN { FS = OFS = "," } NR > 1 && $3 == "ALLREDUCE" { $6 = $5 + ($6 - $5) * ($7 == 0 ? 1.5 : 1.2) } { print }' \
+  "$TMP/ar.csv" >"$TMP/ar2.csv"
+expect "validate compares the gradient collective per stage" 0 "^ALLREDUCE +4 +0.475 +0.570 +16.6[0-9]%" -- \
+  "$DPSIM" validate --plan "$TMP/ar.json" --measured "$TMP/ar2.csv"
+expect "... in the JSON too" 0 '"ALLREDUCE":[[:space:]]*\{' -- "$DPSIM" validate --plan "$TMP/ar.json" --measured "$TMP/ar2.csv" --json
 awk -F, 'NR == 1 || $3 != "OPTIMIZER" { if (NR > 1 && $4 < 0) $4 = 0; print }' OFS=, "$TMP/t4.csv" >"$TMP/n4.csv"
 expect "a runtime that steps no optimizer is simulated without the step" 0 "mean absolute error 0.00%" -- \
   "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$TMP/n4.csv"
