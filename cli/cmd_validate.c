@@ -83,11 +83,10 @@ int cmd_validate(int argc, char **argv)
                        v.noise_iterations, v.noise_iterations == 1 ? "" : "s", v.runs_max);
             else
                 printf("machine noise: not measured (a timeline without dprun's repeats)\n");
-            static const char *const names[VAL_OPS] = {"F", "B", "W", "ALLREDUCE"};
             printf("\n%-9s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
             for (int k = 0; k < VAL_OPS; k++)
                 if (v.per_op[k].count)
-                    printf("%-9s %7d %14.3f %14.3f %11.2f%%\n", names[k], v.per_op[k].count,
+                    printf("%-9s %7d %14.3f %14.3f %11.2f%%\n", val_op_name(k), v.per_op[k].count,
                            v.per_op[k].pred_ms, v.per_op[k].meas_ms, v.per_op[k].mape_pct);
         }
         if (fig) {

@@ -672,7 +672,8 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
 
 /* A B: the input gradients of the chunk's layers, last first, and with `weights` each layer's
  * weight gradients right after its input gradients (as autograd orders them, and as dprun
- * profile times a layer's backward); full recompute always does (its B is never split). */
+ * profile times a layer's backward); a full-recompute B always has them (plan_machine.h's rule
+ * "recompute": its B is never split). */
 static void do_backward(ctx *c, const plan_instr *x, slot *s, int weights)
 {
     chunk_state *ch = &c->ch[x->chunk];
@@ -705,7 +706,7 @@ static void do_backward(ctx *c, const plan_instr *x, slot *s, int weights)
             c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
         a->denc = s->denc; /* every decoder layer adds its encoder-output gradient */
         rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, a);
-        if (full || weights) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);
+        if (weights) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);
         cur = dst;
     }
     if (cur != s->din) memcpy(s->din, cur, s->nh * sizeof(double));
@@ -871,7 +872,9 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     MPI_TRY(c, MPI_Ibarrier(MPI_COMM_WORLD, &bar)); /* with the timeout: a stalled rank must not hang the rest */
     wait_req(c, &bar, "the other ranks at the start of the iteration");
     c->t0 = MPI_Wtime();
-    rt_loop_iteration(&c->pm, c->replica, c->drives, &CPU_MEDIUM, c, NULL); /* faults abort */
+    dp_err err = {0};
+    if (rt_loop_iteration(&c->pm, c->replica, c->drives, &CPU_MEDIUM, c, &err) != DP_OK)
+        die(c, err.msg); /* (the hooks abort on faults; this is the loop's own verdict) */
     for (size_t k = 0; k < nslots; k++)
         if (c->slots[k].alive) slot_free(c, &c->slots[k], &c->ch[k % (size_t)c->chunks]);
     free(c->slots);
@@ -930,7 +933,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
                                &c.stage_comm));
     MPI_Comm_size(c.stage_comm, &c.zranks);
     MPI_Comm_rank(c.stage_comm, &c.zrank);
-    c.zero = pl->h.zero >= 2 && c.zranks > 1 ? pl->h.zero : 0;
+    c.zero = rt_zero_stage(&pl->h, c.zranks);
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
         int v = k * c.pp + c.stage;
@@ -950,7 +953,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         if (rt_layer_params_alloc(&full, &whole) != 0) die(&c, "out of host memory");
         rt_layer_params mine;
         size_t count = rt_layer_params_bind(&mine, &ch->shape, NULL); /* a layer's, here */
-        ch->shard = c.zero ? (count + (size_t)c.zranks - 1) / (size_t)c.zranks : 0;
+        ch->shard = c.zero ? rt_zero_shard(count, c.zranks) : 0;
         size_t block = c.zero ? ch->shard * (size_t)c.zranks : count; /* ZeRO: whole shards */
         if (c.zero) {
             ch->ps = xcalloc(&c, (size_t)ch->layers, sizeof *ch->ps);

@@ -100,7 +100,7 @@ typedef struct rt_opts {
  * warm-up runs change nothing): the same plan on the same model gives the same figure on every
  * backend, to rounding, which is how the backends' numerics are compared. */
 /* Measured runs of plan iteration i (by index): rt_opts.repeats, and at least 2 for the first
- * when repeat_first asks for the noise repeat. Both executors run and record these. */
+ * when repeat_first asks for the noise repeat (exec_loop.h rt_loop_runs runs them). */
 static inline int rt_runs_of(const rt_opts *o, int i)
 {
     int runs = o->repeats > 1 ? o->repeats : 1;
@@ -143,6 +143,18 @@ typedef struct rt_place {
 } rt_place;
 static inline int rt_plan_tp(const plan_header *h) { return h->tp > 1 ? h->tp : 1; }
 static inline int rt_plan_cp(const plan_header *h) { return h->cp > 1 ? h->cp : 1; }
+/* ZeRO as the executors run it: the plan's stage where it shards a stage's `ranks` ranks (2 or 3
+ * over two or more; else 0: whole gradients all-reduced after the iteration), and the elements
+ * of one rank's shard of a layer of `count` parameters (the last one padded). */
+static inline int rt_zero_stage(const plan_header *h, int ranks)
+{
+    return h->zero >= 2 && ranks > 1 ? h->zero : 0;
+}
+static inline size_t rt_zero_shard(size_t count, int ranks)
+{
+    return (count + (size_t)ranks - 1) / (size_t)ranks;
+}
+
 static inline rt_place rt_place_of(const plan_header *h, int world_rank)
 {
     int tp = rt_plan_tp(h), cp = rt_plan_cp(h), group = world_rank / (tp * cp);

@@ -322,8 +322,8 @@ static void zero3_gather(gctx *c, rt_cuda *g, const gchunk *ch, int l)
 #ifdef DPRUN_NCCL
     char why[256];
     zero_follow(c, g); /* after every earlier reader of the block */
-    if (rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]), ch->shard * c->eb,
-                          c->zstream, why, sizeof why) != 0)
+    if (rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
+                          ch->shard * rt_param_read_bytes(c->dt), c->zstream, why, sizeof why) != 0)
         die(c, why);
     rt_cuda_event_record(c->zstream, c->zdone[l & 1]);
 #else
@@ -394,7 +394,8 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
 }
 
 /* A B: the input gradients, last layer first, and with `weights` each layer's weight gradients
- * right after its input gradients (the cpu backend's order; full recompute always). */
+ * right after its input gradients (the cpu backend's order; a full-recompute B always has them:
+ * plan_machine.h's rule "recompute"). */
 static void backward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int weights)
 {
     if (ch->place.head) {
@@ -417,7 +418,7 @@ static void backward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int weight
                                 s->rerun, acts_at(s, l), s->enc))
             c->rerun[s->ckpt ? 0 : 1] += c->recording;
         rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
-        if (s->ckpt || weights) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
+        if (weights) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
@@ -614,7 +615,7 @@ static dp_status enqueue_allreduce(gctx *c)
                 rc = rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, c->dt, q, why, sizeof why);
             else if (c->zero == 2) /* the parameters after the shards' optimizer step */
                 rc = rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
-                                       ch->shard * c->eb, q, why, sizeof why);
+                                       ch->shard * rt_param_read_bytes(c->dt), q, why, sizeof why);
             if (rc != 0) return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
         }
     }
@@ -792,27 +793,36 @@ static dp_status upload_params(gctx *c, rt_cuda *g, const double *host, size_t c
                                void **params, void **grads)
 {
     size_t gb = rt_grad_block_bytes(whole, c->dt);
-    *params = rt_cuda_params_new_room(host, count, c->dt, (whole - count) * c->eb);
+    *params = rt_cuda_params_new_room(host, count, c->dt, (whole - count) * rt_param_read_bytes(c->dt));
     *grads = rt_cuda_alloc(gb);
     if (!*params || !*grads) return no_memory(c, "the parameters");
     rt_cuda_zero(g, *grads, gb);
     return DP_OK;
 }
 
+static dp_status zero_no_memory(gctx *c)
+{
+    return dp_fail(c->err, DP_ERR_NOMEM, "dprun (cuda): out of device memory for ZeRO's shards and "
+                   "buffers (the whole layers stay allocated beside them: the runtime times ZeRO, it "
+                   "does not save memory); try fewer layers per stage");
+}
+
 /* ZeRO-2/3: this rank's shards of layer l of a chunk (its replica's slice of the parameters the
  * layer reads; zeroed reduced gradients), the chunk's lists allocated at its first layer. */
 static dp_status zero_shards(gctx *c, rt_cuda *g, gchunk *ch, int l)
 {
-    if (!ch->pshard) {
-        ch->pshard = calloc((size_t)ch->layers, sizeof *ch->pshard);
-        ch->gshard = calloc((size_t)ch->layers, sizeof *ch->gshard);
-        if (!ch->pshard || !ch->gshard) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+    if (!ch->pshard) { /* both lists or neither (teardown walks both) */
+        void **p = calloc((size_t)ch->layers, sizeof *p), **g2 = calloc((size_t)ch->layers, sizeof *g2);
+        if (!p || !g2) {
+            free(p), free(g2);
+            return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+        }
+        ch->pshard = p, ch->gshard = g2;
     }
-    size_t gb = rt_grad_block_bytes(ch->shard, c->dt);
-    ch->pshard[l] = rt_cuda_alloc(ch->shard * c->eb), ch->gshard[l] = rt_cuda_alloc(gb);
-    if (!ch->pshard[l] || !ch->gshard[l]) return no_memory(c, "ZeRO's shards");
-    rt_cuda_copy(g, ch->pshard[l], (char *)read_part(c, &ch->p[l]) + (size_t)c->replica * ch->shard * c->eb,
-                 ch->shard * c->eb);
+    size_t gb = rt_grad_block_bytes(ch->shard, c->dt), pb = ch->shard * rt_param_read_bytes(c->dt);
+    ch->pshard[l] = rt_cuda_alloc(pb), ch->gshard[l] = rt_cuda_alloc(gb);
+    if (!ch->pshard[l] || !ch->gshard[l]) return zero_no_memory(c);
+    rt_cuda_copy(g, ch->pshard[l], (char *)read_part(c, &ch->p[l]) + (size_t)c->replica * pb, pb);
     rt_cuda_zero(g, ch->gshard[l], gb);
     return DP_OK;
 }
@@ -856,7 +866,7 @@ static dp_status setup(gctx *c, const model_spec *m)
             rt_cuda_layer d = {ch->shape, c->dt, NULL, host.count};
             ch->p[l] = ch->g[l] = d;
             size_t dp = (size_t)c->o->pl->h.dp;
-            ch->shard = c->zero ? (host.count + dp - 1) / dp : 0;
+            ch->shard = c->zero ? rt_zero_shard(host.count, (int)dp) : 0;
             st = upload_params(c, g0, host.block, host.count, c->zero ? ch->shard * dp : host.count,
                                &ch->p[l].block, &ch->g[l].block);
             rt_layer_params_free(&host);
@@ -872,7 +882,7 @@ static dp_status setup(gctx *c, const model_spec *m)
         c->zmark = rt_cuda_event_new(), c->zback = rt_cuda_event_new();
         c->zdone[0] = rt_cuda_event_new(), c->zdone[1] = rt_cuda_event_new();
         if (!c->zscratch || !c->zmark || !c->zback || !c->zdone[0] || !c->zdone[1])
-            return no_memory(c, "ZeRO's buffers");
+            return zero_no_memory(c);
     }
     if (has_last) { /* the tied embedding: the LM head's weights */
         size_t ne = (size_t)m->vocab * m->hidden;
@@ -1039,7 +1049,7 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
         MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
         c.stage = c.rank % c.pp, c.replica = c.rank / c.pp;
     }
-    c.zero = c.multi && pl->h.zero >= 2 && pl->h.dp > 1 ? pl->h.zero : 0;
+    c.zero = c.multi ? rt_zero_stage(&pl->h, pl->h.dp) : 0;
     gethostname(c.host, sizeof c.host - 1);
     dp_status st = setup(&c, m);
     if (c.multi) {

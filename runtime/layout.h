@@ -156,6 +156,10 @@ int rt_param_is_norm_bias(int id);
 /* A parameter's short name ("wqkv", "ln1_g"; Megatron's tensor names shortened), for messages;
  * "?" out of range. */
 const char *rt_param_name(int id);
+/* Bytes of one parameter as the layer reads it: the fp64 block's double, or the bf16 copy's 2
+ * (what ZeRO's gathers move). */
+static inline size_t rt_param_read_bytes(rt_dtype dt) { return rt_dtype_act_bytes(dt); }
+
 /* Bytes of a parameter block of `count` elements at dt, the byte offset of its bf16 copy
  * (bf16; 0 for fp64), and the bytes of its gradient block. */
 size_t rt_param_block_bytes(size_t count, rt_dtype dt);

@@ -101,18 +101,13 @@ static dp_status time_layer(layer_copies *lc, const rt_layer_shape *s, int B, in
     for (size_t k = 0; k < ne; k++) enc[k] = (double)((k * 40503u) % 1000) / 1000 - 0.5;
     for (int k = 0; k < ROTATE; k++) a[k].enc = enc, a[k].denc = denc, a[k].tp = tp, a[k].cp = cp;
     /* 1F1B's steady state: micro-batch k's backward runs after k+1's forward, so that it reads
-     * activations other work has pushed out of the caches, as in a run; warm-up first (two
-     * forwards and a backward, or without warm-up the first forward alone) */
-    if (warmup > 0) {
-        layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 0);
-        layer_op(lc, s, B, S, rc, &a[1], x, y, dx, ry, 0);
-        layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 1);
-    } else {
-        layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 0);
-    }
-    for (int r = 0, next = warmup > 0 ? 2 : 1; r < R; r++, next++) {
-        tf[r] = layer_op(lc, s, B, S, rc, &a[next % ROTATE], x, y, dx, ry, 0);
-        tb[r] = layer_op(lc, s, B, S, rc, &a[(next - 1) % ROTATE], x, y, dx, ry, 1);
+     * activations other work has pushed out of the caches, as in a run. The first forward, then
+     * `warmup` unrecorded steps (a forward and a backward each), then R recorded ones. */
+    layer_op(lc, s, B, S, rc, &a[0], x, y, dx, ry, 0);
+    for (int r = -warmup, next = 1; r < R; r++, next++) {
+        double f = layer_op(lc, s, B, S, rc, &a[next % ROTATE], x, y, dx, ry, 0);
+        double b = layer_op(lc, s, B, S, rc, &a[(next - 1) % ROTATE], x, y, dx, ry, 1);
+        if (r >= 0) tf[r] = f, tb[r] = b;
     }
     out->fwd_ms = median(tf, R);
     out->bwd_ms = median(tb, R);

@@ -51,11 +51,16 @@ static int cmp_op_run(const void *a, const void *b)
     return (x->repeat > y->repeat) - (x->repeat < y->repeat);
 }
 
-static void describe_op(const op_time *o, char *buf, size_t cap)
+const char *val_op_name(int k)
 {
     static const char *const names[VAL_OPS] = {"F", "B", "W", "ALLREDUCE"};
+    return k >= 0 && k < VAL_OPS ? names[k] : "?";
+}
+
+static void describe_op(const op_time *o, char *buf, size_t cap)
+{
     snprintf(buf, cap, "iteration %d, stage %d, replica %d, %s of micro-batch %d, chunk %d",
-             o->iteration, o->stage, o->replica, names[o->op], o->mb, o->chunk);
+             o->iteration, o->stage, o->replica, val_op_name(o->op), o->mb, o->chunk);
 }
 
 /* A measured timeline that can be compared with the plan: no compute op twice in one run, every
@@ -449,10 +454,9 @@ char *validate_json(const val_result *v)
     }
     cJSON_AddNumberToObject(o, "runs_per_iteration", v->runs_max);
     cJSON *ops = cJSON_AddObjectToObject(o, "per_op");
-    static const char *const names[VAL_OPS] = {"F", "B", "W", "ALLREDUCE"};
     for (int k = 0; k < VAL_OPS; k++) {
         if (!v->per_op[k].count) continue;
-        cJSON *x = cJSON_AddObjectToObject(ops, names[k]);
+        cJSON *x = cJSON_AddObjectToObject(ops, val_op_name(k));
         cJSON_AddNumberToObject(x, "count", v->per_op[k].count);
         cJSON_AddNumberToObject(x, "predicted_ms_mean", v->per_op[k].pred_ms);
         cJSON_AddNumberToObject(x, "measured_ms_mean", v->per_op[k].meas_ms);

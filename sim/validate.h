@@ -37,6 +37,7 @@
  * measured time is the shortest of the stage's replicas' (the one that came last waited least for
  * the others: its time is the collective's own). */
 enum { VAL_ALLREDUCE = 3, VAL_OPS = 4 };
+const char *val_op_name(int k); /* "F", "B", "W", "ALLREDUCE" */
 
 typedef struct val_op_stats {
     int count;

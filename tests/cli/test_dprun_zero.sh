@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tier: full (MPI runs of 4 to 8 ranks: about 15 s; make check runs it, make test not)
-# ZeRO-2 and ZeRO-3 in the validation runtime (runtime/exec.c): a plan made for --zero 2 or 3 over
+# ZeRO-2 and ZeRO-3 in the validation runtime (both backends): a plan made for --zero 2 or 3 over
 # replicas (or cp ranks) runs with each rank holding its shard of every layer: ZeRO-3 gathers each
 # layer's parameters for every forward and backward (one layer ahead), both reduce-scatter each
 # micro-batch's gradients after its backward, ZeRO-2 gathers the parameters after the iteration.
@@ -43,7 +43,8 @@ expect "dpsim validate reads the ZeRO-3 timeline" 0 "mean absolute error" -- \
 # every B, ZeRO-2 L after the run; both reduce-scatter L for every B that completes the weight
 # gradients (or every W), and gather L more for the gradient figure.
 FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
-gpu_zero() { # NAME ZERO: plan NAME (2 stages x 2 replicas, 2 layers a stage) on 4 fake GPUs
+L=2 # layers a stage: llama_tiny's 4 over the plans' 2 stages
+gpu_zero() { # NAME ZERO: plan NAME (2 stages x 2 replicas) on 4 fake GPUs
   local name=$1 zero=$2 a b
   timeout 300 $MPIRUN -np 4 -x FAKE_CUDA_REPORT=1 "$FAKE" --plan "$TMP/$name.json" --backend cuda \
     --dtype fp64 --warmup 0 --no-prepare --no-noise --out "$TMP/g$name.csv" >"$TMP/g$name.out" 2>&1
@@ -51,11 +52,11 @@ gpu_zero() { # NAME ZERO: plan NAME (2 stages x 2 replicas, 2 layers a stage) on
   local counts want
   counts=$(grep -Eo 'rank [0-9]+ sent [0-9]+ bytes over NCCL, [0-9]+ all-gathers, [0-9]+ reduce-scatters' "$TMP/g$name.out" |
     awk '{print $2, $8, $10}' | sort -n | tr '\n' ' ')
-  want=$(awk -F, -v zero="$zero" 'NR > 1 { r = $7 * 2 + $2; n[r, $3]++ }
+  want=$(awk -F, -v zero="$zero" -v L=$L 'NR > 1 { r = $7 * 2 + $2; n[r, $3]++ }
     END { for (r = 0; r < 4; r++) {
             w = n[r, "W"] ? n[r, "W"] : n[r, "B"]
-            ag = (zero == 3 ? 2 * (n[r, "F"] + n[r, "B"]) : 2) + 2
-            printf "%d %d %d ", r, ag, 2 * w } }' "$TMP/g$name.csv")
+            ag = (zero == 3 ? L * (n[r, "F"] + n[r, "B"]) : L) + L
+            printf "%d %d %d ", r, ag, L * w } }' "$TMP/g$name.csv")
   if [ -n "$a" ] && [ -n "$b" ] && [ "$counts" = "$want" ] &&
      awk -v a="$a" -v b="$b" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < 1e-9) }'; then
     ok "$name on the cuda backend (fake GPU, fp64): gradient norm $b as the cpu ranks', collectives per rank (rank, all-gathers, reduce-scatters) $counts"
