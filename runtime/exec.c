@@ -888,9 +888,10 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
         for (int k = 0; k < c->chunks; k++)
             for (int l = 0; l < c->ch[k].layers; l++) {
                 chunk_state *ch = &c->ch[k];
-                if (!c->zero) { /* ZeRO-0/1: whole gradients */
+                rt_layer_end what = rt_zero_layer_end(c->zero);
+                if (what == RT_END_ALLREDUCE_GRADS) {
                     allreduce_replicas(c, ch->g[l].block, ch->g[l].count);
-                } else if (c->zero == 2) { /* the parameters after the shards' optimizer step */
+                } else if (what == RT_END_GATHER_PARAMS) {
                     MPI_Request rq;
                     zero_gather_start(c, ch, l, &rq);
                     wait_poll(c, &rq, "a ZeRO-2 parameter gather", RT_SPIN_COLLECTIVE_S);

@@ -611,9 +611,10 @@ static dp_status enqueue_allreduce(gctx *c)
         gchunk *ch = &c->ch[k * c->pp + c->stage];
         for (int l = 0; l < ch->layers; l++) {
             int rc = 0;
-            if (!c->zero) /* ZeRO-0/1: whole gradients */
+            rt_layer_end what = rt_zero_layer_end(c->zero);
+            if (what == RT_END_ALLREDUCE_GRADS)
                 rc = rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, c->dt, q, why, sizeof why);
-            else if (c->zero == 2) /* the parameters after the shards' optimizer step */
+            else if (what == RT_END_GATHER_PARAMS)
                 rc = rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
                                        ch->shard * rt_param_read_bytes(c->dt), q, why, sizeof why);
             if (rc != 0) return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
