@@ -168,7 +168,7 @@ int cmd_plan(int argc, char **argv)
     h.sp = p.cost.tp > 1 && !p.cost.no_sp;
     h.rules = env.rules;
     h.textbook = env.cm->toy.on;
-    h.overlap = p.cost.overlap;
+    h.overlap = env.cm->overlap; /* what it was priced with (none on CPU ranks: hw.h) */
     /* the specs themselves, so that the plan runs from any directory (and the name above may be
      * a relative path, or longer than the header's field) */
     cluster_spec planned_on = env.hw; /* with the memory it was planned for (--mem-limit too) */

@@ -69,6 +69,9 @@ int cmd_validate(int argc, char **argv)
                 printf("# transfers simulated with the bytes the runtime moved: %d per element, "
                        "the plan's %s has %d (x%.3g)\n", v.wire_elem_bytes, pl.h.act_dtype,
                        pl.h.act_elem_bytes, v.wire_scale);
+            if (v.zero_repriced)
+                printf("# ZeRO-%d's collectives inside the plan's forwards and backwards re-priced "
+                       "at those bytes too\n", pl.h.zero);
             printf("%9s %14s %14s %9s\n", "iteration", "predicted", "measured", "error");
             printf("%9s %14s %14s %9s\n", "#", "ms", "ms", "%");
             for (int k = 0; k < v.iterations; k++)

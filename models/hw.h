@@ -89,6 +89,10 @@ typedef struct gpu_spec {
     const attn_kernel *attn; /* the fused attention kernel a 2026 trainer runs on it; NULL: none
                               * measured (the analytic model then prices unfused attention) */
     const char *node;        /* the cluster preset a GPU name resolves to (its links) */
+    int comm_on_cores; /* 1: its communication runs on the cores that compute (CPU ranks: MPI
+                        * copies through shared memory), so none of it overlaps the compute,
+                        * whatever --overlap says; 0: beside it (a GPU's NCCL kernels and copy
+                        * engines). "comm_on_cores" in a cluster JSON's "gpu" */
 } gpu_spec;
 
 /* The share of a GPU's memory the planner may use when a preset or a GPU name does not say:

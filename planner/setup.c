@@ -26,7 +26,8 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
 {
     if (st != DP_OK) return st;
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
-    (*cm)->overlap = o->overlap;
+    /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
+    (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
     if ((st = o->cp_auto ? cost_model_set_cp_auto(*cm, o->cp, o->cp_alltoall, err)
                          : cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {

@@ -31,12 +31,15 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     /* each GPU pair of the rank carries its share, side by side (placement.h) */
     cfg->wire_scale = placement_wire_share(sm->cm->tp, sm->cm->cp, sm->cm->seq_parallel);
     cfg->mem_limit_mb = sm->mem_limit_mb;
+    cfg->zero_prefetch = stage_zero_prefetch(sm);
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
         memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->zero_ranks,
                                  &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         cfg->weights_mb[s] += sm->zero3_gathered_mb[s]; /* ZeRO-3's gathered layers are weights */
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
+        cfg->zero_fwd_ms[s] = sm->zero_fwd_ms[s], cfg->zero_bwd_ms[s] = sm->zero_bwd_ms[s];
+        cfg->zero_layers[s] = sm->enc_layers[s] + sm->dec_layers[s];
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
         cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);
         if (sm->cm->overlap & COST_OVERLAP_DP && sm->zero_grad_ms[s] > 0) {

@@ -110,13 +110,23 @@ static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_la
     return st;
 }
 
-/* A device's compute plus ZeRO's per-micro-batch collectives over its layers: serial, or
- * prefetched layer by layer (each layer's gathered while the one before computes), which leaves
- * the first layer's exposed and the longer of the two streams. */
-static double with_zero(double compute_ms, double zero_ms, int layers, int prefetch)
+int stage_zero_prefetch(const stage_model *sm)
+{
+    return (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;
+}
+
+double stage_with_zero(double compute_ms, double zero_ms, int layers, int prefetch)
 {
     if (!prefetch || layers < 1 || zero_ms <= 0) return compute_ms + zero_ms;
     return fmax(compute_ms, zero_ms) + zero_ms / layers;
+}
+
+double stage_zero_rescaled(double with_ms, double zero_ms, int layers, int prefetch, double k)
+{
+    if (zero_ms <= 0 || k == 1) return with_ms;
+    if (!prefetch || layers < 1) return with_ms + (k - 1) * zero_ms;
+    /* with = max(c, z) + z/L: c = with - z/L where c > z; else c <= z <= kz, which max hides */
+    return fmax(with_ms - zero_ms / layers, k * zero_ms) + k * zero_ms / layers;
 }
 
 static double transient(const cost_layer *l)
@@ -151,7 +161,7 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     dp_status st = layer_costs(sm, s, &enc, &dec, &head, err);
     if (st != DP_OK) return st;
     out->t_ms = 0;
-    int prefetch = (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;
+    int prefetch = stage_zero_prefetch(sm);
     const cost_toy *toy = &sm->cm->toy;
     double scale = toy->on ? cost_toy_scale(toy, s) : 0;
     for (int d = 0; d < sm->pp; d++) {
@@ -166,10 +176,10 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
             continue;
         }
         int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
-        out->fwd_ms[d] = with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d], ne + nd,
-                                   prefetch);
-        out->bwd_ms[d] = with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d], ne + nd,
-                                   prefetch);
+        out->fwd_ms[d] = stage_with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d],
+                                         ne + nd, prefetch);
+        out->bwd_ms[d] = stage_with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d],
+                                         ne + nd, prefetch);
         out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
         double tr = fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
         if (d == sm->pp - 1) {

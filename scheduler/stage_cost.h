@@ -93,6 +93,21 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
  * answer exceeds STAGE_MAX_VALUE (implausible rates: the message names the shape and figure). */
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err);
 
+/* A device's compute of compute_ms with ZeRO's per-micro-batch collectives of zero_ms over its
+ * `layers` layers (stage_model_cost's rule): serial, compute + zero; prefetched layer by layer
+ * (each layer's gathered while the one before computes), the longer of the two streams plus one
+ * layer's share of the collectives, which stays exposed. */
+double stage_with_zero(double compute_ms, double zero_ms, int layers, int prefetch);
+/* Whether sm's cost model prefetches ZeRO's collectives (COST_OVERLAP_ZERO). */
+int stage_zero_prefetch(const stage_model *sm);
+/* The inverse use: a time with_ms that stage_with_zero gave, re-priced with the collectives
+ * k >= 1 times as long (dpsim validate: a runtime that moved k times the plan's bytes). Serial:
+ * with + (k - 1) zero; prefetched: max(with - zero / layers, k zero) + k zero / layers, exact for
+ * a time of stage_with_zero alone (on the last stage the LM head's time, which the plan adds to
+ * the same figure, can make it short by up to that time where the compute lies between zero and
+ * k zero). */
+double stage_zero_rescaled(double with_ms, double zero_ms, int layers, int prefetch, double k);
+
 /* Only t_ms, and whether the shape fits under the rule (the planner's inner loop). Returns DP_OK
  * and *fits; DP_ERR_INFEASIBLE when the cost model cannot answer. */
 dp_status stage_model_time(const stage_model *sm, const cost_shape *s, const mem_rule *rule,

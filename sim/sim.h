@@ -66,6 +66,12 @@ typedef struct sim_config {
     double grad_ms[STAGE_MAX];       /* of allreduce_ms, the gradients' reduction that overlaps the
                                       * stage's last backward (0: all of it runs after) */
     int grad_buckets[STAGE_MAX];     /* buckets it is reduced in (>= 1 where grad_ms > 0) */
+    /* ZeRO-2/3's per-micro-batch collectives inside the plan's forward and backward times
+     * (stage_model.zero_fwd_ms, zero_bwd_ms), the layers they spread over and whether they are
+     * prefetched: not simulated (the times hold them), for dpsim validate to re-price them at
+     * the bytes a runtime moved (scheduler/stage_cost.h stage_zero_rescaled) */
+    double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
+    int zero_layers[STAGE_MAX], zero_prefetch;
 } sim_config;
 
 /* The bucketed reduction of grad_ns over k buckets filled evenly during a compute op from start

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../common/csv_table.h"
+#include "../scheduler/stage_cost.h"
 
 /* A compute op's duration, keyed by where it ran (and, measured, which run of its iteration). */
 typedef struct op_time {
@@ -316,6 +317,48 @@ void val_result_release(val_result *v)
     memset(v, 0, sizeof *v);
 }
 
+/* Whether cfg's plan has ZeRO collectives inside its forward and backward times. */
+static int has_zero_parts(const sim_config *cfg)
+{
+    for (int s = 0; s < cfg->pp && s < STAGE_MAX; s++)
+        if (cfg->zero_fwd_ms[s] > 0 || cfg->zero_bwd_ms[s] > 0) return 1;
+    return 0;
+}
+
+/* it as a runtime that moved k times the plan's bytes ran it: every micro-batch's forward and
+ * backward with ZeRO's collectives re-priced (scheduler/stage_cost.h stage_zero_rescaled), in
+ * *out, a shallow copy whose mb and per_stage arrays are its own (freed by the caller). */
+static dp_status zero_repriced(const plan_iter *it, const sim_config *cfg, double k, plan_iter *out,
+                               dp_err *err)
+{
+    size_t n = (size_t)it->n_mb * 5 * (size_t)it->pp;
+    *out = *it;
+    out->mb = malloc((it->n_mb ? (size_t)it->n_mb : 1) * sizeof *out->mb);
+    out->per_stage = malloc((n ? n : 1) * sizeof *out->per_stage);
+    if (!out->mb || !out->per_stage) {
+        free(out->mb), free(out->per_stage);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    memcpy(out->per_stage, it->per_stage, n * sizeof *out->per_stage);
+    for (int m = 0; m < it->n_mb; m++) {
+        const plan_mb *a = &it->mb[m];
+        plan_mb *b = &out->mb[m];
+        *b = *a;
+        b->fwd_ms = out->per_stage + (a->fwd_ms - it->per_stage);
+        b->bwd_ms = out->per_stage + (a->bwd_ms - it->per_stage);
+        b->w_ms = out->per_stage + (a->w_ms - it->per_stage);
+        b->stored_mb = out->per_stage + (a->stored_mb - it->per_stage);
+        b->peak_mb = out->per_stage + (a->peak_mb - it->per_stage);
+        for (int s = 0; s < it->pp && s < STAGE_MAX; s++) {
+            b->fwd_ms[s] = stage_zero_rescaled(a->fwd_ms[s], cfg->zero_fwd_ms[s], cfg->zero_layers[s],
+                                               cfg->zero_prefetch, k);
+            b->bwd_ms[s] = stage_zero_rescaled(a->bwd_ms[s], cfg->zero_bwd_ms[s], cfg->zero_layers[s],
+                                               cfg->zero_prefetch, k);
+        }
+    }
+    return DP_OK;
+}
+
 /* Adds the ops of pred that meas has too (both sorted by cmp_op, one entry per key) to v's
  * per-op statistics (sums; validate_run divides). */
 static void match_ops(const op_list *pred, const op_list *meas, val_result *v)
@@ -371,6 +414,7 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
         if (!mc.optimizer_rows) like.optimizer_ms[s] = 0; /* a runtime that steps no optimizer */
     }
     cfg = &like;
+    v->zero_repriced = v->wire_scale != 1 && has_zero_parts(cfg);
     sim s;
     sim_init(&s);
     sim_sink sink = {on_pred, NULL, &pc};
@@ -384,7 +428,11 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
                 runs[n_runs++] = mc.end_ms[(size_t)i * VAL_REPEATS_MAX + r];
         if (n_runs == 0) continue; /* not measured */
         sim_iter_result r;
-        st = sim_iteration(&s, cfg, it, 0, &sink, &r, err);
+        plan_iter moved;
+        int reprice = v->zero_repriced;
+        if (reprice && (st = zero_repriced(it, cfg, v->wire_scale, &moved, err)) != DP_OK) break;
+        st = sim_iteration(&s, cfg, reprice ? &moved : it, 0, &sink, &r, err);
+        if (reprice) free(moved.mb), free(moved.per_stage);
         if (st != DP_OK) break;
         int k = v->iterations++;
         v->id[k] = it->id;

@@ -14,7 +14,9 @@
  * that moves another type says so in the measured CSV's optional column wire_elem_bytes (dprun's
  * fp64 layers move 8), and the simulation is then run with the bytes the runtime moved
  * (sim_config.wire_scale = wire_elem_bytes / the plan's element size; the gradient all-reduce's
- * time scaled alike). All rows must agree. The simulation is of what the runtime runs: the
+ * time scaled alike, and ZeRO-2/3's collectives that the plan's forward and backward times hold,
+ * re-priced by scheduler/stage_cost.h stage_zero_rescaled: the runtime's parameters are of its
+ * element type too). All rows must agree. The simulation is of what the runtime runs: the
  * gradient all-reduce after each rank's last op (dprun's executors do not overlap it), and no
  * optimizer step when the timeline records none (dprun steps no optimizer).
  *
@@ -58,6 +60,9 @@ typedef struct val_result {
     int noise_iterations;   /* iterations run more than once */
     int runs_max;           /* the most runs of one iteration */
     double wire_scale;      /* the simulation's bytes per plan byte */
+    int zero_repriced;      /* ZeRO's per-micro-batch collectives inside the plan's forward and
+                             * backward times were re-priced at wire_scale (a runtime that moved
+                             * other bytes: stage_zero_rescaled) */
 } val_result;
 
 void val_result_release(val_result *v);

@@ -33,6 +33,10 @@ if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
   plan z3cp --cp 2 --zero 3
   same z3cp ref 4
 fi
+check "a plan for CPU ranks overlaps nothing (their cores move the data: hw.h comm_on_cores)" \
+  grep -q '"overlap":[[:space:]]*"none"' "$TMP/z3.json"
+expect "dpsim validate re-prices ZeRO-3's collectives at the bytes the runtime moved" 0 "ZeRO-3's collectives inside the plan's forwards and backwards re-priced" -- \
+  "$DPSIM" validate --plan "$TMP/z3.json" --measured "$TMP/z3.csv"
 expect "dpsim validate reads the ZeRO-3 timeline" 0 "mean absolute error" -- \
   "$DPSIM" validate --plan "$TMP/z3.json" --measured "$TMP/z3.csv"
 

@@ -657,6 +657,25 @@ static void replicated_run(setup *s, const cost_model *cm, int zero, study_resul
  * than ZeRO-1, whose end-of-iteration collectives move what ZeRO-0's all-reduce moves; ZeRO-1
  * steps a 1/D shard of the optimizer state. Same micro-batches in every run (padding, memory
  * unbounded). ZeRO-2/3 with a pipeline are refused. */
+/* dpsim validate's re-pricing of ZeRO's per-micro-batch collectives (stage_zero_rescaled) against
+ * the rule it inverts: a time stage_with_zero gave for (compute c, collectives z), re-priced k
+ * times as long, is the time it gives for (c, k z), serial and prefetched, whichever stream is the
+ * longer; k = 1 changes nothing. */
+static void test_zero_reprice_inverts_the_rule(void **state)
+{
+    (void)state;
+    unsigned seed = 3;
+    for (int rep = 0; rep < 2000; rep++) {
+        double c = (rand_r(&seed) % 1000) / 10.0, z = (rand_r(&seed) % 1000) / 25.0 + 0.01;
+        double k = 1 + (rand_r(&seed) % 70) / 10.0;
+        int L = 1 + rand_r(&seed) % 40, p = rep & 1;
+        double with = stage_with_zero(c, z, L, p), want = stage_with_zero(c, k * z, L, p);
+        assert_near(stage_zero_rescaled(with, z, L, p, k), want, 1e-9 * (1 + want));
+        assert_near(stage_zero_rescaled(with, z, L, p, 1), with, 0);
+    }
+    assert_near(stage_zero_rescaled(7, 0, 4, 1, 4), 7, 0); /* no collectives, nothing to move */
+}
+
 static void test_zero_communication(void **state)
 {
     (void)state;
@@ -1081,6 +1100,7 @@ int main(void)
         cmocka_unit_test(test_cp_memory_adds_up),
         cmocka_unit_test(test_tune_scoring_trace),
         cmocka_unit_test(test_tune_space),
+        cmocka_unit_test(test_zero_reprice_inverts_the_rule),
     };
     return cmocka_run_group_tests_name("study", tests, NULL, NULL);
 }
