@@ -652,11 +652,6 @@ static void replicated_run(setup *s, const cost_model *cm, int zero, study_resul
     if (study_run(&o, &s->t, r, &err) != DP_OK) fail_msg("%s", err.msg);
 }
 
-/* ZeRO's communication (stage_cost.h, sim.h): on slow links ZeRO-2 (a gradient reduce-scatter
- * per micro-batch) and ZeRO-3 (parameter gathers per forward and backward besides) are slower
- * than ZeRO-1, whose end-of-iteration collectives move what ZeRO-0's all-reduce moves; ZeRO-1
- * steps a 1/D shard of the optimizer state. Same micro-batches in every run (padding, memory
- * unbounded). ZeRO-2/3 with a pipeline are refused. */
 /* dpsim validate's re-pricing of ZeRO's per-micro-batch collectives (stage_zero_rescaled) against
  * the rule it inverts: a time stage_with_zero gave for (compute c, collectives z), re-priced k
  * times as long, is the time it gives for (c, k z), serial and prefetched, whichever stream is the
@@ -676,6 +671,11 @@ static void test_zero_reprice_inverts_the_rule(void **state)
     assert_near(stage_zero_rescaled(7, 0, 4, 1, 4), 7, 0); /* no collectives, nothing to move */
 }
 
+/* ZeRO's communication (stage_cost.h, sim.h): on slow links ZeRO-2 (a gradient reduce-scatter
+ * per micro-batch) and ZeRO-3 (parameter gathers per forward and backward besides) are slower
+ * than ZeRO-1, whose end-of-iteration collectives move what ZeRO-0's all-reduce moves; ZeRO-1
+ * steps a 1/D shard of the optimizer state. Same micro-batches in every run (padding, memory
+ * unbounded). ZeRO-2/3 with a pipeline are refused. */
 static void test_zero_communication(void **state)
 {
     (void)state;
