@@ -44,6 +44,21 @@ typedef struct tune_job {
     int shared_all; /* every process's results are in (over processes: after the last pass) */
 } tune_job;
 
+/* The figure phase 1 prunes batching b's points against: the best throughput of its first pass
+ * among the points done, as the ranking CSV writes it (0.01 tokens/s), so that a resumed search
+ * cuts at the same figure. */
+static double first_pass_cutoff(const tune_job *j, int b)
+{
+    const tune_result *best = NULL;
+    for (long i = 0; i < j->n; i++)
+        if (j->res[i].done && j->res[i].ok && j->group[i] / TUNE_MAX_LIST == b &&
+            tune_first_pass(j->sp, &j->pts[i]) && (!best || j->res[i].throughput > best->throughput))
+            best = &j->res[i];
+    char text[64];
+    snprintf(text, sizeof text, "%.2f", best ? best->throughput : 0);
+    return strtod(text, NULL);
+}
+
 static int tp_slot(const tune_space *sp, int tp)
 {
     for (int t = 0; t < sp->n_tps; t++)
@@ -370,24 +385,29 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
         sst = share_pass(j, err);
         j->todo = todo_all;
     }
+    /* A resumed ranking's second-pass rows were cut at the best of the first pass as it was then;
+     * one whose first pass had lost a point (a dead worker) may have cut at a lower figure than
+     * the whole first pass gives. Those rows run again once the first pass is whole. */
+    double resumed_cutoff[TUNE_MAX_LIST];
+    for (int b = 0; b < sp->n_batchings; b++) resumed_cutoff[b] = first_pass_cutoff(j, b);
     for (int phase = 0; phase < 2 && !run->stopped && sst == DP_OK; phase++) {
+        if (phase == 1)
+            for (int b = 0; b < sp->n_batchings && j->scored_tokens > 0; b++) {
+                j->cutoff_tps[b] = first_pass_cutoff(j, b);
+                if (j->cutoff_tps[b] == resumed_cutoff[b]) continue;
+                for (long i = 0; i < n; i++)
+                    if (j->res[i].done && j->group[i] / TUNE_MAX_LIST == b &&
+                        !tune_first_pass(sp, &pts[i])) {
+                        j->res[i] = (tune_result){.pt = pts[i], .index = i};
+                        run->resumed--, j->g_left[j->group[i]]++;
+                    }
+            }
         j->todo = 0;
         long at = 0; /* this pass's points, every ranks-th one here */
         for (long i = 0; i < n; i++)
             if (!j->res[i].done && tune_first_pass(sp, &pts[i]) == (phase == 0) &&
                 at++ % ranks == run->rank)
                 j->order[j->todo++] = i;
-        if (phase == 1)
-            for (int b = 0; b < sp->n_batchings && j->scored_tokens > 0; b++) {
-                const tune_result *best = NULL;
-                for (long i = 0; i < n; i++)
-                    if (j->res[i].done && j->res[i].ok && j->group[i] / TUNE_MAX_LIST == b &&
-                        tune_first_pass(sp, &pts[i]) && (!best || j->res[i].throughput > best->throughput))
-                        best = &j->res[i];
-                char text[64];
-                snprintf(text, sizeof text, "%.2f", best ? best->throughput : 0);
-                j->cutoff_tps[b] = strtod(text, NULL);
-            }
         j->last_phase = phase == 1;
         int rc = j->todo ? pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j,
                                           run->stop)

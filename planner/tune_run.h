@@ -66,7 +66,9 @@ typedef struct tune_run_opts {
  * a point whose lower bound on time (schedule_time_lower_bound, summed over its iterations)
  * says it cannot reach that throughput stops there, not ok, its why TUNE_WHY_PRUNED and the
  * throughput it could at most reach. So a batching's best is never pruned, and which points are
- * depends on the inputs only (a resumed search prunes the same ones). */
+ * depends on the inputs only (a resumed search prunes the same ones: where its first pass had
+ * lost a point to a dead worker, the second-pass rows it read, cut at the figure of the first
+ * pass without that point, run again once the first pass is whole and gives another figure). */
 dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
                    tune_run_opts *run, tune_result **out, long *n, dp_err *err);
 

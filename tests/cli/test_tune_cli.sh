@@ -52,6 +52,18 @@ check "... its row says so in the ranking" grep -q 'the worker died' "$TMP/kill.
 # shellcheck disable=SC2086
 "$DPSIM" tune $A -o "$TMP/kill.csv" --resume >/dev/null 2>&1
 check "... and --resume runs it again, to the same ranking" diff "$TMP/full.csv" "$TMP/kill.csv"
+# the same when the dead worker held its batching's best of the first pass: the second pass had
+# cut at a lower figure then (here: the best's row says its worker died, and the batching's pruned
+# rows were cut at 1 tokens/s), and --resume runs those rows again against the whole first pass
+best=$(sed -n 2p "$TMP/full.csv" | cut -d, -f2)
+cp "$TMP/full.csv.config" "$TMP/lost.csv.config"
+awk -F, -v OFS=, -v b="$best" 'NR == 2 { $11 = 0; $12 = "0.00"; $13 = "0.00000"; $14 = "0.0"; $15 = "the worker died (a crash or a signal): no result" }
+  NR > 2 && $2 == b { sub(/below the [0-9]+ of the best/, "below the 1 of the best") } { print }' \
+  "$TMP/full.csv" >"$TMP/lost.csv"
+# shellcheck disable=SC2086
+"$DPSIM" tune $A -o "$TMP/lost.csv" --resume >/dev/null 2>"$TMP/lost.err"
+check "... and when it held its batching's best, the rows cut without it run again" \
+  diff "$TMP/full.csv" "$TMP/lost.csv"
 # under mpirun the configurations spread over the ranks (each its share, results shared after
 # each pass): the same ranking, byte for byte, as one process
 # shellcheck disable=SC2086
