@@ -95,8 +95,8 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, recompute_mode r
     char why[256];
     int st = -1;
     size_t gb = rt_grad_block_bytes(io->np, dt);
-    rt_cuda_layer lp = {*io->s, dt, rt_cuda_params_new(io->params, io->np, dt), io->np};
-    rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np};
+    rt_cuda_layer lp = {*io->s, dt, rt_cuda_params_new(io->params, io->np, dt), io->np, NULL};
+    rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np, NULL};
     void *x = rt_cuda_acts_new(io->x, io->nh, dt), *dy = rt_cuda_acts_new(io->dy, io->nh, dt);
     void *enc = rt_cuda_acts_new(io->enc, io->ne, dt);
     void *y = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt)), *dx = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt));
@@ -299,7 +299,7 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
     rt_layer_params bp;
     if (rt_layer_params_alloc(&bp, &bs) != 0) return;
     rt_layer_params_init(&bp, &bs, 9);
-    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_params_new(bp.block, bp.count, RT_BF16), bp.count};
+    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_params_new(bp.block, bp.count, RT_BF16), bp.count, NULL};
     if (bl.block) {
         /* mbs, seq, and for a varlen micro-batch (THD) the samples it packs, of equal lengths:
          * each beside the rows of the same samples, so that the table shows what packing costs */

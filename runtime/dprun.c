@@ -332,8 +332,13 @@ static int profile_main(int argc, char **argv)
     }
     char where[64];
     snprintf(where, sizeof where, "dprun profile --tp %d", (int)tp);
-    if (rt_check_tp(&m, (int)tp, on_gpu, where, &err) != DP_OK) {
+    if (rt_check_tp(&m, (int)tp, where, &err) != DP_OK) {
         fprintf(stderr, "dprun profile: error: %s\n", err.msg);
+        return 1;
+    }
+    if (tp > 1 && on_gpu) { /* a rank's share timed alone would leave out the group's collectives */
+        fprintf(stderr, "dprun profile: error: --tp %d: the cuda backend times whole layers (tp 1); "
+                "the cpu backend profiles tensor parallelism (--backend cpu)\n", (int)tp);
         return 1;
     }
     if (cp > 1 && (on_gpu || m.arch != ARCH_GPT)) {

@@ -268,11 +268,8 @@ dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err)
     return DP_OK;
 }
 
-dp_status rt_check_tp(const model_spec *m, int tp, int on_gpu, const char *where, dp_err *err)
+dp_status rt_check_tp(const model_spec *m, int tp, const char *where, dp_err *err)
 {
-    if (tp > 1 && on_gpu)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: tp %d, and the cuda backend runs whole layers "
-                       "(tp 1); the cpu backend runs tensor parallelism (--backend cpu)", where, tp);
     if (tp > 1 && m->arch == ARCH_T5)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: tp %d, and dprun splits GPT-kind layers only "
                        "(T5's cross-attention is not split)", where, tp);
@@ -379,8 +376,12 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
-    dp_status st = rt_check_tp(m, tp, on_gpu, path, err);
+    dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
+    if (tp > 1 && on_gpu && ranks == 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for tp %d, and one GPU runs tp 1 plans "
+                       "(every stage in one process); tp %d runs one rank per GPU: mpirun -np %d "
+                       "(tp x pp x dp = %d x %d x %d)", path, tp, tp, need, tp, h->pp, h->dp);
     if (h->zero >= 2 && h->dp > 1 && (st = check_zero_lockstep(pl, path, err)) != DP_OK) return st;
     if ((st = check_token_split(pl, cp, tp, h->sp, path, err)) != DP_OK) return st;
     if (ranks != need && !(on_gpu && ranks == 1)) {

@@ -177,9 +177,9 @@ static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, in
 }
 
 /* Whether the runtime runs the plan's layout as planned on `ranks` processes of the cpu backend
- * (on_gpu 0) or the cuda backend (1): pp x dp x tp x cp ranks (the cuda backend also 1: every
- * stage on one GPU); tensor parallelism on the cpu backend, for GPT-kind models, with t dividing
- * the heads, the key/value heads, the MLP width and the vocabulary, and under sequence
+ * (on_gpu 0) or the cuda backend (1): pp x dp x tp x cp ranks (the cuda backend also 1 for a tp 1
+ * plan: every stage on one GPU); tensor parallelism on both backends, for GPT-kind models, with t
+ * dividing the heads, the key/value heads, the MLP width and the vocabulary, and under sequence
  * parallelism every micro-batch's tokens; context parallelism on the cpu backend in the ring
  * form, for GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split)
  * and tp (with SP) its share; ZeRO-2 and 3 across a stage's replicas (and cp ranks, on the cpu
@@ -189,10 +189,10 @@ static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, in
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,
                                const char *path, dp_err *err);
-/* The part of it that is the model's: tensor parallelism of degree tp on this backend (the cpu's,
- * GPT-kind layers, tp dividing the heads, key/value heads, MLP width and vocabulary); where
- * names the plan or command in the message. dprun profile --tp asks it too. */
-dp_status rt_check_tp(const model_spec *m, int tp, int on_gpu, const char *where, dp_err *err);
+/* The part of it that is the model's: tensor parallelism of degree tp (GPT-kind layers, tp
+ * dividing the heads, key/value heads, MLP width and vocabulary); where names the plan or command
+ * in the message. dprun profile --tp asks it too. */
+dp_status rt_check_tp(const model_spec *m, int tp, const char *where, dp_err *err);
 
 /* Runs the plan on this rank (MPI is initialised). Fails (without aborting) only on set-up
  * problems that every rank detects alike; run-time faults abort. */

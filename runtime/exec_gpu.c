@@ -75,9 +75,11 @@ typedef struct gchunk { /* the layers of one virtual stage */
  * the end of F and B and unpacked at their start; a single part moves from its own buffer. */
 typedef struct gslot {
     int B, S, Se;                  /* S: this stage's length; Se: the encoder's (decoders) */
-    size_t nh, ne;                 /* elements: B*S*H, B*Se*H */
+    size_t nh, ne;                 /* elements: this rank's tokens x H (with SP, B*S / tp of
+                                    * them), B*Se*H */
     size_t na;                     /* bytes of one layer's saved activations (layout.h) */
     void *in, *out, *dout, *din, *acts, *dlogits; /* elements of the run's dtype */
+    void *head_in;                 /* last virtual stage under SP: the whole output, (B*S, H) */
     recompute_mode recompute; /* what its B reruns (plan_machine.h pm_recompute) */
     void *ckpt, *rerun; /* full recompute: the layers' inputs (layers x nh), a rerun's output (nh);
                          * acts then holds one layer's activations, not every layer's */
@@ -106,7 +108,12 @@ typedef struct gctx {
     rt_dtype dt;               /* what the layers compute in and the wire carries (layout.h) */
     size_t eb;                 /* bytes of one activation element: rt_dtype_act_bytes(dt) */
     int multi;                 /* multi-GPU mode: this process drives one stage */
-    int rank, stage, replica;  /* multi-GPU mode: this rank's place */
+    int rank, stage, replica;  /* multi-GPU mode: this rank's place (exec.h rt_place) */
+    int tp, tp_rank;           /* its tensor-parallel group's size and its index there */
+    int shards;                /* the parts a layer's tokens are cut into over the group:
+                                * placement_token_shards (tp with SP, else 1) */
+    int vocab_local;           /* the LM head's rows here: vocab / tp */
+    rt_cuda_tp tpg;            /* the group's collectives (NCCL, on the stage's stream) */
     char host[64];
     int iteration;             /* for messages */
     int seed;                  /* the inputs' seed: the iteration's id (warm-up runs: 0) */
@@ -138,7 +145,7 @@ typedef struct gctx {
                                      * a layer's gather done (by the layer's parity); a ZeRO step
                                      * done, which the stage waits for */
 #ifdef DPRUN_NCCL
-    rt_nccl *world, *replicas, *link[N_LINKS];
+    rt_nccl *world, *replicas, *tpc, *link[N_LINKS];
 #endif
     dp_err *err;
 } gctx;
@@ -156,8 +163,8 @@ static dp_status no_memory(gctx *c, const char *what)
 /* Multi-GPU mode, after set-up: a failure ends the job (the other ranks would wait in NCCL). */
 static void die(const gctx *c, const char *what)
 {
-    fprintf(stderr, "dprun: rank %d (stage %d, replica %d, cuda) on %s: iteration %d: %s\n",
-            c->rank, c->stage, c->replica, c->host, c->iteration, what);
+    fprintf(stderr, "dprun: rank %d (stage %d, replica %d, tp rank %d, cuda) on %s: iteration %d: "
+            "%s\n", c->rank, c->stage, c->replica, c->tp_rank, c->host, c->iteration, what);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 3);
     exit(3); /* not reached */
@@ -192,6 +199,7 @@ static void free_slots(gctx *c, size_t n)
         gslot *s = &c->slots[k];
         rt_cuda_free(s->in), rt_cuda_free(s->out), rt_cuda_free(s->dout), rt_cuda_free(s->din);
         rt_cuda_free(s->acts), rt_cuda_free(s->dlogits), rt_cuda_free(s->enc);
+        rt_cuda_free(s->head_in);
         rt_cuda_free(s->ckpt), rt_cuda_free(s->rerun);
         rt_cuda_free(s->denc), rt_cuda_free(s->wire[0]), rt_cuda_free(s->wire[1]);
         free(s->seq_store[0]), free(s->seq_store[1]);
@@ -217,7 +225,7 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             s->B = it->mb[mb].mbs;
             s->S = ch->place.decoder ? it->mb[mb].dec_len : it->mb[mb].enc_len;
             s->Se = ch->place.decoder ? it->mb[mb].enc_len : 0;
-            s->nh = (size_t)s->B * s->S * c->hidden;
+            s->nh = (size_t)s->B * s->S / (size_t)c->shards * c->hidden; /* this rank's tokens */
             s->ne = (size_t)s->B * s->Se * c->hidden;
             s->na = rt_layer_acts_bytes(&ch->shape, s->B, s->S, s->Se, c->dt);
             for (int side = 0; side < 2; side++)
@@ -232,8 +240,12 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             s->recompute = pm_recompute(c->o->pl, it, mb);
             int full = s->recompute == RECOMPUTE_FULL && ch->layers > 0;
             s->acts = rt_cuda_alloc(s->na * (size_t)(full ? 1 : ch->layers));
-            if (ch->place.head) s->dlogits = rt_cuda_alloc((size_t)s->B * s->S * c->vocab * c->eb);
-            int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts || (ch->place.head && !s->dlogits);
+            size_t rows = (size_t)s->B * s->S * c->vocab_local; /* the head's logits here */
+            if (ch->place.head) s->dlogits = rt_cuda_alloc(rows * c->eb);
+            if (ch->place.head && c->shards > 1) /* SP: the head reads every token */
+                s->head_in = rt_cuda_alloc(bh * (size_t)c->shards);
+            int bad = !s->in || !s->out || !s->dout || !s->din || !s->acts ||
+                      (ch->place.head && (!s->dlogits || (c->shards > 1 && !s->head_in)));
             if (full) {
                 s->ckpt = rt_cuda_alloc(bh * (size_t)ch->layers), s->rerun = rt_cuda_alloc(bh);
                 bad |= !s->ckpt || !s->rerun;
@@ -245,7 +257,6 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
                 bad |= !s->enc || !s->denc || !s->wire[KIND_ACT] || !s->wire[KIND_GRAD];
             }
             if (bad) return no_memory(c, "the micro-batches' activations");
-            size_t rows = (size_t)s->B * s->S * c->vocab;
             if (ch->place.head && rows > c->logits_cap) {
                 rt_cuda_free(c->logits);
                 c->logits = rt_cuda_alloc(rows * rt_dtype_stat_bytes(c->dt));
@@ -292,6 +303,63 @@ static void unpack(rt_cuda *g, gslot *s, int kind, void *a, void *b, size_t eb)
  * its input kept under full recompute. */
 static void *acts_at(const gslot *s, int l) { return (char *)s->acts + (s->ckpt ? 0 : (size_t)l * s->na); }
 static void *ckpt_at(const gctx *c, const gslot *s, int l) { return (char *)s->ckpt + (size_t)l * s->nh * c->eb; }
+
+/* The group's tensor-parallel collectives (layer_cuda.h rt_cuda_tp), over NCCL on the stream of
+ * the layer that calls them: every rank of the group enqueues them in the same order. */
+static void tp_allreduce(void *vc, rt_cuda *g, void *buf, size_t n, rt_elem e, int op)
+{
+#ifdef DPRUN_NCCL
+    gctx *c = vc;
+    char why[256];
+    if (rt_nccl_allreduce(c->tpc, buf, n, e, op, g, why, sizeof why) != 0) die(c, why);
+#else
+    (void)g, (void)buf, (void)n, (void)e, (void)op;
+    die(vc, "tensor parallelism without NCCL");
+#endif
+}
+
+static void tp_allgather(void *vc, rt_cuda *g, const void *mine, void *all, size_t n, rt_elem e)
+{
+#ifdef DPRUN_NCCL
+    gctx *c = vc;
+    char why[256];
+    if (rt_nccl_allgather(c->tpc, mine, all, n * rt_elem_bytes(e), g, why, sizeof why) != 0) die(c, why);
+#else
+    (void)g, (void)mine, (void)all, (void)n, (void)e;
+    die(vc, "tensor parallelism without NCCL");
+#endif
+}
+
+static void tp_reduce_scatter(void *vc, rt_cuda *g, const void *all, void *mine, size_t n, rt_elem e)
+{
+#ifdef DPRUN_NCCL
+    gctx *c = vc;
+    char why[256];
+    if (rt_nccl_reduce_scatter(c->tpc, all, mine, n, e, g, why, sizeof why) != 0) die(c, why);
+#else
+    (void)g, (void)all, (void)mine, (void)n, (void)e;
+    die(vc, "tensor parallelism without NCCL");
+#endif
+}
+
+static const rt_cuda_tp *tp_of(const gctx *c) { return c->tp > 1 ? &c->tpg : NULL; }
+
+/* Under SP each tp rank summed the norms' gradients over its own tokens: their sum over the group
+ * (Megatron's sequence-parallel gradients), in place in a chunk's gradient blocks, on the stage's
+ * stream (exec.c sp_sum_norm_grads). */
+static void sp_sum_norm_grads(gctx *c, rt_cuda *g, const gchunk *ch)
+{
+    if (c->shards <= 1) return;
+    size_t sb = rt_dtype_stat_bytes(c->dt);
+    for (int l = 0; l < ch->layers; l++) {
+        size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
+        int np = rt_layer_params_layout(&ch->shape, off, len, &count);
+        for (int id = 0; id < np; id++)
+            if (len[id] && rt_param_sp_partial(id))
+                tp_allreduce(c, g, (char *)ch->g[l].block + off[id] * sb, len[id],
+                             rt_elem_stat(c->dt), RT_TP_SUM);
+    }
+}
 
 /* ---- ZeRO-2/3 over the stage's replicas (multi-GPU mode), as the cpu backend runs them (exec.h):
  * ZeRO-3 gathers each layer's parameters for every forward and backward, one layer ahead: the
@@ -352,10 +420,11 @@ static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
 {
 #ifdef DPRUN_NCCL
     char why[256];
+    sp_sum_norm_grads(c, g, ch); /* the group's sums first, as the cpu backend's */
     zero_follow(c, g);
     for (int l = 0; l < ch->layers; l++) {
-        if (rt_nccl_reduce_scatter(c->replicas, ch->g[l].block, c->zscratch, ch->shard, c->dt,
-                                   c->zstream, why, sizeof why) != 0)
+        if (rt_nccl_reduce_scatter(c->replicas, ch->g[l].block, c->zscratch, ch->shard,
+                                   rt_elem_stat(c->dt), c->zstream, why, sizeof why) != 0)
             die(c, why);
         rt_cuda_add_grads(c->zstream, ch->gshard[l], c->zscratch, ch->shard, c->dt);
         rt_cuda_zero(c->zstream, ch->g[l].block, rt_grad_block_bytes(ch->shard * c->o->pl->h.dp, c->dt));
@@ -370,10 +439,12 @@ static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
 
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
+    /* the embeddings' lookups of this rank's tokens (exec.c fill_input: under SP its 1/tp) */
+    size_t first = c->shards > 1 ? (size_t)c->tp_rank * s->nh : 0;
     if (ch->place.first_decoder) /* the target embedding; the encoder output has arrived in enc */
-        rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 977 + iteration), 1.0);
+        rt_cuda_fill_at(g, s->in, s->nh, first, c->dt, (unsigned)(mb * 977 + iteration), 1.0);
     else if (ch->place.embedding) /* the input embedding */
-        rt_cuda_fill(g, s->in, s->nh, c->dt, (unsigned)(mb * 131 + iteration), 1.0);
+        rt_cuda_fill_at(g, s->in, s->nh, first, c->dt, (unsigned)(mb * 131 + iteration), 1.0);
     else if (packed(ch, KIND_ACT, 0))
         unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
     const void *cur = s->in;
@@ -386,10 +457,12 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
         cur = dst;
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh * c->eb);
-    if (ch->place.head)
-        rt_cuda_lm_head_fwd(g, s->out, c->emb, c->logits, s->dlogits, s->B * s->S, c->hidden,
-                            c->vocab, mb, c->dt);
-    else if (packed(ch, KIND_ACT, 1))
+    if (ch->place.head) { /* the tied embedding, split by vocabulary under TP, and the loss */
+        if (s->head_in) /* SP: the head reads every token */
+            tp_allgather(c, g, s->out, s->head_in, s->nh, rt_elem_act(c->dt));
+        rt_cuda_lm_head_fwd(g, tp_of(c), s->head_in ? s->head_in : s->out, c->emb, c->logits,
+                            s->dlogits, s->B * s->S, c->hidden, c->vocab, mb, c->dt);
+    } else if (packed(ch, KIND_ACT, 1))
         pack(g, s, KIND_ACT, s->out, s->enc, c->eb);
 }
 
@@ -399,8 +472,8 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
 static void backward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int weights)
 {
     if (ch->place.head) {
-        rt_cuda_lm_head_bwd(g, s->dlogits, c->emb, s->out, s->dout, c->demb, s->B * s->S,
-                            c->hidden, c->vocab, c->dt);
+        rt_cuda_lm_head_bwd(g, tp_of(c), s->dlogits, c->emb, s->head_in ? s->head_in : s->out,
+                            s->dout, c->demb, s->B * s->S, c->hidden, c->vocab, c->dt);
         if (ch->place.decoder) rt_cuda_zero(g, s->denc, s->ne * c->eb);
     } else if (packed(ch, KIND_GRAD, 0)) {
         unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
@@ -474,10 +547,11 @@ static void *transfer_buf(gctx *c, const pm_step *s, int send, size_t *n)
 {
     void *buf = wire_of(&c->ch[s->v], gslot_at(c, s), s->kind, send, n);
     size_t eb = (size_t)c->o->pl->h.act_elem_bytes;
-    if ((size_t)s->x->bytes == eb * *n) return buf;
+    size_t whole = *n * (size_t)c->shards; /* the plan counts the whole activation */
+    if ((size_t)s->x->bytes == eb * whole) return buf;
     dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
             "micro-batch's shape needs %zu (%zu %s elements)", plan_op_name(s->op), s->x->mb,
-            s->stage, (long long)s->x->bytes, eb * *n, *n, c->o->pl->h.act_dtype);
+            s->stage, (long long)s->x->bytes, eb * whole, whole, c->o->pl->h.act_dtype);
     return NULL;
 }
 
@@ -613,7 +687,8 @@ static dp_status enqueue_allreduce(gctx *c)
             int rc = 0;
             rt_layer_end what = rt_zero_layer_end(c->zero);
             if (what == RT_END_ALLREDUCE_GRADS)
-                rc = rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count, c->dt, q, why, sizeof why);
+                rc = rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count,
+                                       rt_elem_stat(c->dt), RT_TP_SUM, q, why, sizeof why);
             else if (what == RT_END_GATHER_PARAMS)
                 rc = rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
                                        ch->shard * rt_param_read_bytes(c->dt), q, why, sizeof why);
@@ -622,8 +697,8 @@ static dp_status enqueue_allreduce(gctx *c)
     }
     /* the tied embedding's gradient on the last stage too, as the cpu backend sums it */
     if (c->stage == c->pp - 1 && c->demb &&
-        rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab * c->hidden, c->dt, q, why,
-                          sizeof why) != 0)
+        rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab_local * c->hidden,
+                          rt_elem_stat(c->dt), RT_TP_SUM, q, why, sizeof why) != 0)
         return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
     if (c->zero) rt_cuda_event_record(c->zstream, c->zback), rt_cuda_wait_event(g, c->zback);
     rt_cuda_event_record(g, t->e1);
@@ -725,13 +800,16 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
         }
         if (c->demb)
             rt_cuda_zero(c->stream[c->pp - 1], c->demb,
-                         rt_grad_block_bytes((size_t)c->vocab * c->hidden, c->dt));
+                         rt_grad_block_bytes((size_t)c->vocab_local * c->hidden, c->dt));
         rt_cuda_event_record(c->stream[first], c->start);
         for (int r = first + 1; r < c->pp; r++)
             if (c->stream[r]) rt_cuda_wait_event(c->stream[r], c->start);
         c->seed = iteration;
         st = rt_loop_iteration(&c->pm, c->replica, c->drives, &GPU_MEDIUM, c, c->err);
     }
+    if (st == DP_OK && !c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
+        for (int v = 0; v < c->nv; v++)
+            if (c->stream[v % c->pp]) sp_sum_norm_grads(c, c->stream[v % c->pp], &c->ch[v]);
     if (st == DP_OK && c->multi && c->o->pl->h.dp > 1) st = enqueue_allreduce(c);
     if (c->multi && st != DP_OK) die(c, c->err->msg);
     dp_status waited = wait_streams(c, it); /* also after a failure: the buffers go next */
@@ -852,25 +930,35 @@ static dp_status setup(gctx *c, const model_spec *m)
         ch->place = place;
         has_last |= ch->place.head;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
-        ch->shape = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
-                                         : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
+        rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
+                                                 : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
+        ch->shape = rt_layer_shape_tp(&whole, c->tp); /* this tp rank's share of each layer */
         int layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
         ch->g = calloc((size_t)layers + 1, sizeof *ch->g);
         if (!ch->p || !ch->g) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
         ch->layers = layers; /* teardown frees this many */
+        rt_layer_params unused;
+        size_t count = rt_layer_params_bind(&unused, &ch->shape, NULL); /* a layer's, here */
         for (int l = 0; l < layers; l++) {
-            rt_layer_params host;
-            if (rt_layer_params_alloc(&host, &ch->shape) != 0)
+            /* the whole layer as tp 1 initialises it, of which this rank takes its share (exec.c):
+             * every layout trains the same numbers */
+            rt_layer_params full;
+            double *mine = malloc(count * sizeof *mine);
+            if (!mine || rt_layer_params_alloc(&full, &whole) != 0) {
+                free(mine);
                 return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-            rt_layer_params_init(&host, &ch->shape, (unsigned)(v * 1000 + l));
-            rt_cuda_layer d = {ch->shape, c->dt, NULL, host.count};
+            }
+            rt_layer_params_init(&full, &whole, (unsigned)(v * 1000 + l));
+            rt_layer_params_shard(&whole, full.block, c->tp, c->tp_rank, mine);
+            rt_layer_params_free(&full);
+            rt_cuda_layer d = {ch->shape, c->dt, NULL, count, tp_of(c)};
             ch->p[l] = ch->g[l] = d;
             size_t dp = (size_t)c->o->pl->h.dp;
-            ch->shard = c->zero ? rt_zero_shard(host.count, (int)dp) : 0;
-            st = upload_params(c, g0, host.block, host.count, c->zero ? ch->shard * dp : host.count,
-                               &ch->p[l].block, &ch->g[l].block);
-            rt_layer_params_free(&host);
+            ch->shard = c->zero ? rt_zero_shard(count, (int)dp) : 0;
+            st = upload_params(c, g0, mine, count, c->zero ? ch->shard * dp : count, &ch->p[l].block,
+                               &ch->g[l].block);
+            free(mine);
             if (st != DP_OK) return st;
             if (c->zero && (st = zero_shards(c, g0, ch, l)) != DP_OK) return st;
         }
@@ -885,11 +973,11 @@ static dp_status setup(gctx *c, const model_spec *m)
         if (!c->zscratch || !c->zmark || !c->zback || !c->zdone[0] || !c->zdone[1])
             return zero_no_memory(c);
     }
-    if (has_last) { /* the tied embedding: the LM head's weights */
-        size_t ne = (size_t)m->vocab * m->hidden;
+    if (has_last) { /* the tied embedding: the LM head's weights (under TP this rank's rows) */
+        size_t ne = (size_t)c->vocab_local * m->hidden;
         double *host = malloc(ne * sizeof *host);
         if (!host) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-        rt_fill(host, ne, 99, 0.04);
+        rt_fill_at(host, ne, (size_t)c->tp_rank * ne, 99, 0.04);
         st = upload_params(c, g0, host, ne, ne, &c->emb, &c->demb);
         free(host);
         if (st != DP_OK) return st;
@@ -932,15 +1020,20 @@ static void connect_ranks(gctx *c)
             /* without interleaving, nothing flows from the last stage to the first */
             if (c->chunks == 1 && (kind == KIND_ACT ? to < from : to > from)) continue;
             int member = c->stage == from || c->stage == to;
-            rt_nccl *sub = NULL;
-            if (rt_nccl_split(c->world, member ? c->replica : -1, c->stage == from ? 0 : 1, &sub,
-                              why, sizeof why) != 0)
+            rt_nccl *sub = NULL; /* the same tp rank of the two stages of a replica */
+            if (rt_nccl_split(c->world, member ? c->replica * c->tp + c->tp_rank : -1,
+                              c->stage == from ? 0 : 1, &sub, why, sizeof why) != 0)
                 die(c, why);
             if (c->stage == from) c->link[kind == KIND_ACT ? LINK_ACT_OUT : LINK_GRAD_OUT] = sub;
             if (c->stage == to) c->link[kind == KIND_ACT ? LINK_ACT_IN : LINK_GRAD_IN] = sub;
         }
-    if (c->o->pl->h.dp > 1 &&
-        rt_nccl_split(c->world, c->stage, c->replica, &c->replicas, why, sizeof why) != 0)
+    if (c->o->pl->h.dp > 1 && /* the stage's replicas, the same tp rank of each */
+        rt_nccl_split(c->world, c->stage * c->tp + c->tp_rank, c->replica, &c->replicas, why,
+                      sizeof why) != 0)
+        die(c, why);
+    if (c->tp > 1 && /* the group: the tp ranks of this (stage, replica) */
+        rt_nccl_split(c->world, c->replica * c->pp + c->stage, c->tp_rank, &c->tpc, why,
+                      sizeof why) != 0)
         die(c, why);
 }
 #endif
@@ -949,7 +1042,7 @@ static void teardown(gctx *c)
 {
 #ifdef DPRUN_NCCL
     for (int k = 0; k < N_LINKS; k++) rt_nccl_free(c->link[k]);
-    rt_nccl_free(c->replicas), rt_nccl_free(c->world);
+    rt_nccl_free(c->replicas), rt_nccl_free(c->tpc), rt_nccl_free(c->world);
 #endif
     for (int v = 0; c->ch && v < c->nv; v++) {
         gchunk *ch = &c->ch[v];
@@ -973,8 +1066,11 @@ static void teardown(gctx *c)
     rt_cuda_event_free(c->start);
 }
 
-/* *acc += the sum of squares of a gradient block of n elements on the device. */
-static dp_status add_sum_sq(gctx *c, const void *dev, size_t n, double *acc)
+/* *acc += this rank's share of the sum of squares of a gradient block of n elements on the
+ * device: a layer's of `shape` (layer.h rt_grad_sq_share: under TP the group's shares add up to
+ * the whole layer's), or with shape NULL all of it (the embedding's rows here). */
+static dp_status add_sum_sq(gctx *c, const rt_layer_shape *shape, const void *dev, size_t n,
+                            double *acc)
 {
     double *h = malloc((n ? n : 1) * sizeof *h);
     dp_status st = DP_OK;
@@ -983,7 +1079,7 @@ static dp_status add_sum_sq(gctx *c, const void *dev, size_t n, double *acc)
     else if (rt_cuda_grads_get(h, dev, n, c->dt) != 0)
         st = dp_fail(c->err, DP_ERR_EXTERNAL, "dprun (cuda): could not read the gradients back");
     else
-        *acc += rt_sum_sq(h, n);
+        *acc += shape ? rt_grad_sq_share(shape, h, c->tp, c->tp_rank) : rt_sum_sq(h, n);
     free(h);
     return st;
 }
@@ -1016,8 +1112,9 @@ static dp_status gradient_figure(gctx *c, double *grad_sq)
     *grad_sq = 0;
     for (int v = 0; v < c->nv; v++)
         for (int l = 0; st == DP_OK && l < c->ch[v].layers; l++)
-            st = add_sum_sq(c, c->ch[v].g[l].block, c->ch[v].g[l].count, grad_sq);
-    if (st == DP_OK && c->demb) st = add_sum_sq(c, c->demb, (size_t)c->vocab * c->hidden, grad_sq);
+            st = add_sum_sq(c, &c->ch[v].shape, c->ch[v].g[l].block, c->ch[v].g[l].count, grad_sq);
+    if (st == DP_OK && c->demb)
+        st = add_sum_sq(c, NULL, c->demb, (size_t)c->vocab_local * c->hidden, grad_sq);
     return st;
 }
 
@@ -1032,6 +1129,9 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     if (m->arch == ARCH_T5 && (pl->h.chunks > 1 || pl->h.pp < 2))
         return dp_fail(err, DP_ERR_UNSUPPORTED, "dprun runs T5 plans on at least 2 stages "
                        "(encoder, then decoder) and without interleaving");
+    if (size == 1 && pl->h.tp > 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without tensor parallelism "
+                       "(this plan: tp %d); start tp x pp x dp ranks, one per GPU", pl->h.tp);
     if (size == 1 && pl->h.dp != 1)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without data parallelism "
                        "(this plan: dp %d); start pp x dp ranks, one per GPU", pl->h.dp);
@@ -1046,10 +1146,14 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     c.hidden = m->hidden, c.vocab = m->vocab;
     c.dt = o->dtype, c.eb = rt_dtype_act_bytes(o->dtype);
     c.multi = size > 1;
+    c.tp = rt_plan_tp(&pl->h), c.shards = placement_token_shards(c.tp, pl->h.sp);
+    c.vocab_local = m->vocab / c.tp;
     if (c.multi) {
         MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-        c.stage = c.rank % c.pp, c.replica = c.rank / c.pp;
+        rt_place at = rt_place_of(&pl->h, c.rank);
+        c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank;
     }
+    c.tpg = (rt_cuda_tp){c.tp, c.tp_rank, pl->h.sp, tp_allreduce, tp_allgather, tp_reduce_scatter, &c};
     c.zero = c.multi ? rt_zero_stage(&pl->h, pl->h.dp) : 0;
     gethostname(c.host, sizeof c.host - 1);
     dp_status st = setup(&c, m);

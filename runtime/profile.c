@@ -234,7 +234,7 @@ static dp_status prober_open(prober *pr, dp_err *err)
         rt_cuda_layer *l = &pr->dev[k];
         size_t n = pr->host[k].p[0].count;
         *l = (rt_cuda_layer){*pr->shape[k], pr->o->dtype,
-                             rt_cuda_params_new(pr->host[k].p[0].block, n, pr->o->dtype), n};
+                             rt_cuda_params_new(pr->host[k].p[0].block, n, pr->o->dtype), n, NULL};
         if (!l->block) return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
     }
     return DP_OK;

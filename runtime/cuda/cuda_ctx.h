@@ -92,11 +92,11 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc);
 void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
                               const void *acts, const void *enc);
-void rt_bf16_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
-                         void *dlogits, int n, int H, int V, int target_offset);
-void rt_bf16_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
-                         void *dout, void *demb, int n, int H, int V);
-void rt_bf16_fill(rt_cuda *g, void *v, size_t n, unsigned seed, double scale);
+void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
+                         void *logits, void *dlogits, int n, int H, int V, int target_offset);
+void rt_bf16_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,
+                         const void *out, void *dout, void *demb, int n, int H, int V);
+void rt_bf16_fill(rt_cuda *g, void *v, size_t n, size_t first, unsigned seed, double scale);
 int rt_bf16_time_gemm(rt_cuda *g, int M, int N, int K, int repeats, double *ms);
 
 static inline int grid_for(long long n)
@@ -411,6 +411,101 @@ static void mlp_act_bwd(rt_cuda *g, const rt_layer_shape *s, const T *dg, const 
         k_swiglu_bwd<T><<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, s->ffn, nf);
     else
         k_gelu_bwd<T><<<grid_for(nf), THREADS, 0, g->stream>>>(dg, u, du, nf);
+}
+
+// ---- tensor parallelism (layer_cuda.h rt_cuda_tp): layer.c's rt_tp_gather, rt_tp_reduce,
+// bias_once and vocabulary-parallel head, on the device, for both layers --------------------------
+static inline int tp_on(const rt_cuda_tp *tp) { return tp && tp->size > 1; }
+static inline int tp_sp(const rt_cuda_tp *tp) { return tp_on(tp) && tp->sp; }
+template <class T> static inline rt_elem elem_kind();
+template <> inline rt_elem elem_kind<double>() { return RT_ELEM_F64; }
+template <> inline rt_elem elem_kind<float>() { return RT_ELEM_F32; }
+template <> inline rt_elem elem_kind<__nv_bfloat16>() { return RT_ELEM_BF16; }
+
+// Entering a parallel region: the whole sequence full (n_local * size elements with SP) from this
+// rank's n_local (SP: all-gather; otherwise local is already whole: copied unless full is local).
+template <class T>
+static void tp_gather(rt_cuda *g, const rt_cuda_tp *tp, const T *local, T *full, size_t n_local)
+{
+    if (tp_sp(tp)) tp->allgather(tp->ctx, g, local, full, n_local, elem_kind<T>());
+    else if (full != local)
+        cudaMemcpyAsync(full, local, n_local * sizeof(T), cudaMemcpyDeviceToDevice, g->stream);
+}
+
+// Leaving one: the ranks' partial sums (n_full elements) added up into local (SP: this rank's
+// n_full / size of the sum; otherwise all of it, all-reduced in place in partial and copied
+// unless local is partial).
+template <class T>
+static void tp_reduce(rt_cuda *g, const rt_cuda_tp *tp, T *partial, T *local, size_t n_full)
+{
+    if (tp_sp(tp)) {
+        tp->reduce_scatter(tp->ctx, g, partial, local, n_full / (size_t)tp->size, elem_kind<T>());
+        return;
+    }
+    if (tp_on(tp)) tp->allreduce(tp->ctx, g, partial, n_full, elem_kind<T>(), RT_TP_SUM);
+    if (local != partial)
+        cudaMemcpyAsync(local, partial, n_full * sizeof(T), cudaMemcpyDeviceToDevice, g->stream);
+}
+
+// A row-parallel projection's bias is added once, on rank 0, after the partial sums meet.
+template <class T> static const T *bias_once(const rt_cuda_tp *tp, const T *b)
+{
+    return tp_on(tp) && tp->rank ? NULL : b;
+}
+
+// The vocabulary-parallel softmax cross-entropy (layer.c rt_lm_head_fwd_tp): this rank's logits
+// (n, V / size, of type L: double, or the bf16 head's fp32) give dlogits (of type D) =
+// (softmax over the whole vocabulary - onehot(target)) / n, the rows' maximum and sum of exponents
+// all-reduced over the group, the target (row * 7919 + offset) % V counted on the rank that holds
+// its row of the embedding. One block per row.
+template <class L> __global__ void k_row_max(const L *l, L *mx, int Vl)
+{
+    const L *r = l + (long long)blockIdx.x * Vl;
+    L m = -INFINITY;
+    for (int j = threadIdx.x; j < Vl; j += THREADS) m = r[j] > m ? r[j] : m;
+    m = block_max(m);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+template <class L> __global__ void k_row_sumexp(const L *l, const L *mx, L *sum, int Vl)
+{
+    const L *r = l + (long long)blockIdx.x * Vl;
+    L s = 0;
+    for (int j = threadIdx.x; j < Vl; j += THREADS) s += exp(r[j] - mx[blockIdx.x]);
+    s = block_sum(s);
+    if (threadIdx.x == 0) sum[blockIdx.x] = s;
+}
+
+template <class L, class D>
+__global__ void k_head_grad(const L *l, const L *mx, const L *sum, D *dl, int n, int Vl, int V,
+                            int first, int offset)
+{
+    long long row = blockIdx.x;
+    const L *r = l + row * Vl;
+    D *d = dl + row * Vl;
+    int target = (int)((row * 7919 + offset) % V) - first;
+    for (int j = threadIdx.x; j < Vl; j += THREADS)
+        d[j] = elem<D>::store((exp(r[j] - mx[row]) / sum[row] - (j == target ? 1 : 0)) / n);
+}
+
+template <class L, class D>
+static void head_softmax_tp(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D *dlogits, int n,
+                            int V, int offset)
+{
+    int Vl = V / tp->size;
+    L *mx = NULL; // the rows' maximum, then their sum of exponents
+    cudaMallocAsync((void **)&mx, 2 * (size_t)(n > 0 ? n : 1) * sizeof(L), g->stream);
+    if (!mx || n <= 0) { // a failed allocation is left for rt_cuda_sync to report
+        if (mx) cudaFreeAsync(mx, g->stream);
+        return;
+    }
+    k_row_max<L><<<n, THREADS, 0, g->stream>>>(logits, mx, Vl);
+    tp->allreduce(tp->ctx, g, mx, (size_t)n, elem_kind<L>(), RT_TP_MAX);
+    k_row_sumexp<L><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, Vl);
+    tp->allreduce(tp->ctx, g, mx + n, (size_t)n, elem_kind<L>(), RT_TP_SUM);
+    k_head_grad<L, D><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, dlogits, n, Vl, V,
+                                                    tp->rank * Vl, offset);
+    cudaFreeAsync(mx, g->stream);
 }
 
 // Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.

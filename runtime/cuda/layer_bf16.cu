@@ -157,9 +157,9 @@ static void gemm(rt_cuda *g, int ta, int tb, int M, int N, int K, const bf16 *A,
 
 // ---- kernels ----------------------------------------------------------------------------------
 
-__global__ void k_fill_bf16(bf16 *v, long long n, unsigned seed, double scale)
+__global__ void k_fill_bf16(bf16 *v, long long n, long long first, unsigned seed, double scale)
 {
-    GRID_STRIDE(i, n) v[i] = __float2bfloat16((float)RT_FILL_VALUE(i, seed, scale));
+    GRID_STRIDE(i, n) v[i] = __float2bfloat16((float)RT_FILL_VALUE(first + i, seed, scale));
 }
 
 // One block per row: dlogits (bf16) = (softmax(logits) - onehot(target)) / n, logits fp32.
@@ -495,16 +495,29 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     rt_batch_seqs_init(&bs, mb);
     int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
     int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape);
-    long long nh = (long long)n * h;
-    cudaMemcpyAsync(A(&v, RT_A_X), x, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
-    norm_fwd(g, &l->shape, A(&v, RT_A_X), v.w[RT_P_LN1_G], v.w[RT_P_LN1_B], A(&v, RT_A_H1),
-             AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), n);
+    // Under TP (layer_cuda.h rt_cuda_tp) the row-parallel projections' partial sums meet before
+    // the residual add, which the epilogue then cannot take; with SP the norms and residual adds
+    // run on this rank's nl tokens, and full is a whole-sequence scratch (layer.c rt_layer_fwd)
+    const rt_cuda_tp *tp = l->tp;
+    int on = tp_on(tp), nl = rt_cuda_tp_tokens(tp, n);
+    long long nh = (long long)n * h, nlh = (long long)nl * h;
+    bf16 *full = NULL, *x_ = A(&v, RT_A_X), *x2 = A(&v, RT_A_X2);
+    if (tp_sp(tp)) cudaMallocAsync((void **)&full, (size_t)nh * sizeof(bf16), g->stream);
+    cudaMemcpyAsync(x_, x, nlh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
+    norm_fwd(g, &l->shape, x_, v.w[RT_P_LN1_G], v.w[RT_P_LN1_B], full ? full : A(&v, RT_A_H1),
+             AF(&v, RT_A_MEAN1), AF(&v, RT_A_RSTD1), nl);
+    if (full) tp_gather(g, tp, full, A(&v, RT_A_H1), (size_t)nlh);
     linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, qkv_w);
     bf16 *qkv = A(&v, RT_A_QKV);
     if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, qkv, n, 0); // the saved q, k rotated
     attn_io self = self_io(l, &bs, &v, B, S);
     attn_fwd_zeroed(g, &self, n, hk);
-    linear(g, A(&v, RT_A_CTX), v.w[RT_P_WO], v.w[RT_P_BO], A(&v, RT_A_X), A(&v, RT_A_X2), n, hk, h);
+    linear(g, A(&v, RT_A_CTX), v.w[RT_P_WO], bias_once(tp, v.w[RT_P_BO]), on ? NULL : x_,
+           full ? full : x2, n, hk, h);
+    if (on) {
+        tp_reduce(g, tp, full ? full : x2, x2, (size_t)nh);
+        k_add<bf16><<<grid_for(nlh), THREADS, 0, g->stream>>>(x2, x_, nlh);
+    }
     if (l->shape.cross) { // xc = the self-attention block's output; x2 = xc + cross-attention
         cudaMemcpyAsync(A(&v, RT_A_XC), A(&v, RT_A_X2), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
                         g->stream);
@@ -518,12 +531,19 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
         linear(g, A(&v, RT_A_CTXC), v.w[RT_P_WOC], v.w[RT_P_BOC], A(&v, RT_A_XC), A(&v, RT_A_X2), n,
                hk, h);
     }
-    norm_fwd(g, &l->shape, A(&v, RT_A_X2), v.w[RT_P_LN2_G], v.w[RT_P_LN2_B], A(&v, RT_A_H2),
-             AF(&v, RT_A_MEAN2), AF(&v, RT_A_RSTD2), n);
+    norm_fwd(g, &l->shape, x2, v.w[RT_P_LN2_G], v.w[RT_P_LN2_B], full ? full : A(&v, RT_A_H2),
+             AF(&v, RT_A_MEAN2), AF(&v, RT_A_RSTD2), nl);
+    if (full) tp_gather(g, tp, full, A(&v, RT_A_H2), (size_t)nlh);
     linear(g, A(&v, RT_A_H2), v.w[RT_P_W1], v.w[RT_P_B1], NULL, A(&v, RT_A_U), n, h,
            rt_layer_ffn_in(&l->shape));
     mlp_act_fwd(g, &l->shape, A(&v, RT_A_U), A(&v, RT_A_G), n);
-    linear(g, A(&v, RT_A_G), v.w[RT_P_W2], v.w[RT_P_B2], A(&v, RT_A_X2), (bf16 *)y, n, f, h);
+    linear(g, A(&v, RT_A_G), v.w[RT_P_W2], bias_once(tp, v.w[RT_P_B2]), on ? NULL : x2,
+           full ? full : (bf16 *)y, n, f, h);
+    if (on) {
+        tp_reduce(g, tp, full ? full : (bf16 *)y, (bf16 *)y, (size_t)nh);
+        k_add<bf16><<<grid_for(nlh), THREADS, 0, g->stream>>>((bf16 *)y, x2, nlh);
+    }
+    if (full) cudaFreeAsync(full, g->stream);
     rt_batch_seqs_free(&bs);
 }
 
@@ -541,19 +561,31 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
     int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape), ne = B * Se;
     int f1 = rt_layer_ffn_in(&l->shape);
-    long long nh = (long long)n * h;
-    bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL;
+    // under TP (layer.c rt_layer_bwd_input): the partial input gradients meet before the norms;
+    // with SP dnorm and d_o hold this rank's tokens of a norm's input gradient and of
+    // d(attention out), otherwise they are tmp_h and the saved d_o
+    const rt_cuda_tp *tp = l->tp;
+    int nl = rt_cuda_tp_tokens(tp, n), sp = tp_sp(tp);
+    long long nh = (long long)n * h, nlh = (long long)nl * h;
+    bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL, *dnorm = NULL, *d_o = NULL;
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(bf16), g->stream);
     cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(bf16), g->stream);
     cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(bf16), g->stream);
-    if (!tmp_f || !tmp_h || !dctx) goto out;
-    cudaMemcpyAsync(A(&v, RT_A_D_Y), dy, nh * sizeof(bf16), cudaMemcpyDeviceToDevice, g->stream);
-    gemm(g, 0, 1, n, f, h, dy, h, v.w[RT_P_W2], h, 0.0f, tmp_f, f); // dg = dy W2^T
+    if (sp) {
+        cudaMallocAsync((void **)&dnorm, (size_t)nlh * sizeof(bf16), g->stream);
+        cudaMallocAsync((void **)&d_o, (size_t)nlh * sizeof(bf16), g->stream);
+    } else {
+        dnorm = tmp_h, d_o = A(&v, RT_A_D_O);
+    }
+    if (!tmp_f || !tmp_h || !dctx || !dnorm || !d_o) goto out;
+    tp_gather(g, tp, dy, A(&v, RT_A_D_Y), (size_t)nlh); // W2's output gradient, whole
+    gemm(g, 0, 1, n, f, h, A(&v, RT_A_D_Y), h, v.w[RT_P_W2], h, 0.0f, tmp_f, f); // dg = dy W2^T
     mlp_act_bwd(g, &l->shape, tmp_f, A(&v, RT_A_U), A(&v, RT_A_D_U), n);
-    gemm(g, 0, 1, n, h, f1, A(&v, RT_A_D_U), f1, v.w[RT_P_W1], f1, 0.0f, tmp_h, h); // dh2
-    norm_bwd(g, &l->shape, tmp_h, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
-             AF(&v, RT_A_RSTD2), A(&v, RT_A_D_O), v.gw[RT_P_LN2_G], v.gw[RT_P_LN2_B], n);
-    k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), dy, nh); // dx2
+    gemm(g, 0, 1, n, h, f1, A(&v, RT_A_D_U), f1, v.w[RT_P_W1], f1, 0.0f, tmp_h, h); // dh2, partial
+    tp_reduce(g, tp, tmp_h, dnorm, (size_t)nh);
+    norm_bwd(g, &l->shape, dnorm, A(&v, RT_A_X2), v.w[RT_P_LN2_G], AF(&v, RT_A_MEAN2),
+             AF(&v, RT_A_RSTD2), d_o, v.gw[RT_P_LN2_G], v.gw[RT_P_LN2_B], nl);
+    k_add<bf16><<<grid_for(nlh), THREADS, 0, g->stream>>>(d_o, dy, nlh); // dx2
     if (l->shape.cross) { // back through the cross-attention: d_o becomes d(self-attention out)
         cudaMemcpyAsync(A(&v, RT_A_D_OC), A(&v, RT_A_D_O), nh * sizeof(bf16), cudaMemcpyDeviceToDevice,
                         g->stream);
@@ -572,6 +604,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
                  AF(&v, RT_A_RSTDC), A(&v, RT_A_D_O), v.gw[RT_P_LNC_G], v.gw[RT_P_LNC_B], n);
         k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(A(&v, RT_A_D_O), A(&v, RT_A_D_OC), nh);
     }
+    tp_gather(g, tp, d_o, A(&v, RT_A_D_O), (size_t)nlh); // Wo's output gradient, whole
     gemm(g, 0, 1, n, hk, h, A(&v, RT_A_D_O), h, v.w[RT_P_WO], h, 0.0f, dctx, hk);
     cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * qkv_w * sizeof(bf16), g->stream);
     {
@@ -582,11 +615,14 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
         attn_bwd(g, &self);
         if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, dqkv, n, 1); // d(rotated) to d(projected)
     }
-    gemm(g, 0, 1, n, h, qkv_w, A(&v, RT_A_D_QKV), qkv_w, v.w[RT_P_WQKV], qkv_w, 0.0f, tmp_h, h); // dh1
-    norm_bwd(g, &l->shape, tmp_h, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
-             AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], n);
-    k_add<bf16><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, A(&v, RT_A_D_O), nh);
+    gemm(g, 0, 1, n, h, qkv_w, A(&v, RT_A_D_QKV), qkv_w, v.w[RT_P_WQKV], qkv_w, 0.0f, tmp_h, h); // dh1, partial
+    tp_reduce(g, tp, tmp_h, dnorm, (size_t)nh);
+    norm_bwd(g, &l->shape, dnorm, A(&v, RT_A_X), v.w[RT_P_LN1_G], AF(&v, RT_A_MEAN1),
+             AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], nl);
+    k_add<bf16><<<grid_for(nlh), THREADS, 0, g->stream>>>(dx, d_o, nlh);
 out:
+    if (sp && dnorm) cudaFreeAsync(dnorm, g->stream);
+    if (sp && d_o) cudaFreeAsync(d_o, g->stream);
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
     if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
     if (dctx) cudaFreeAsync(dctx, g->stream);
@@ -623,27 +659,41 @@ static const bf16 *copy_of(const void *block, size_t count)
     return (const bf16 *)((const char *)block + rt_param_copy_offset(count, RT_BF16));
 }
 
-void rt_bf16_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
-                                    void *dlogits, int n, int H, int V, int target_offset)
+// Under TP (layer_cuda.h rt_cuda_tp) emb holds this rank's V / size rows of the vocabulary and
+// logits and dlogits its columns (layer.c rt_lm_head_fwd_tp).
+void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
+                         void *logits, void *dlogits, int n, int H, int V, int target_offset)
 {
-    lt_gemm(g, 0, 1, n, V, H, 1.0f, (const bf16 *)out, H, 0, copy_of(emb, (size_t)V * H), H, 0,
-            0.0f, logits, logits, V, 0, CUDA_R_32F, NULL, 1);
-    k_softmax_xent_bf16<<<n, THREADS, 0, g->stream>>>((const float *)logits, (bf16 *)dlogits, n, V,
-                                                       target_offset);
+    int Vl = tp_on(tp) ? V / tp->size : V;
+    lt_gemm(g, 0, 1, n, Vl, H, 1.0f, (const bf16 *)out, H, 0, copy_of(emb, (size_t)Vl * H), H, 0,
+            0.0f, logits, logits, Vl, 0, CUDA_R_32F, NULL, 1);
+    if (tp_on(tp))
+        head_softmax_tp<float, bf16>(g, tp, (const float *)logits, (bf16 *)dlogits, n, V,
+                                     target_offset);
+    else
+        k_softmax_xent_bf16<<<n, THREADS, 0, g->stream>>>((const float *)logits, (bf16 *)dlogits,
+                                                           n, V, target_offset);
 }
 
-void rt_bf16_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
-                                    void *dout, void *demb, int n, int H, int V)
+void rt_bf16_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,
+                         const void *out, void *dout, void *demb, int n, int H, int V)
 {
-    gemm(g, 0, 0, n, H, V, (const bf16 *)dlogits, V, copy_of(emb, (size_t)V * H), H, 0.0f,
-         (bf16 *)dout, H);
-    lt_gemm(g, 1, 0, V, H, n, 1.0f, (const bf16 *)dlogits, V, 0, (const bf16 *)out, H, 0, 1.0f, demb,
-            demb, H, 0, CUDA_R_32F, NULL, 1);
+    int Vl = tp_on(tp) ? V / tp->size : V;
+    bf16 *partial = (bf16 *)dout; // this rank's vocabulary's share of d(out), whole tokens
+    if (tp_sp(tp)) cudaMallocAsync((void **)&partial, (size_t)n * H * sizeof(bf16), g->stream);
+    if (!partial) return; // left for rt_cuda_sync to report
+    gemm(g, 0, 0, n, H, Vl, (const bf16 *)dlogits, Vl, copy_of(emb, (size_t)Vl * H), H, 0.0f,
+         partial, H);
+    tp_reduce(g, tp, partial, (bf16 *)dout, (size_t)n * H);
+    if (partial != dout) cudaFreeAsync(partial, g->stream);
+    lt_gemm(g, 1, 0, Vl, H, n, 1.0f, (const bf16 *)dlogits, Vl, 0, (const bf16 *)out, H, 0, 1.0f,
+            demb, demb, H, 0, CUDA_R_32F, NULL, 1);
 }
 
-void rt_bf16_fill(rt_cuda *g, void *v, size_t n, unsigned seed, double scale)
+void rt_bf16_fill(rt_cuda *g, void *v, size_t n, size_t first, unsigned seed, double scale)
 {
-    k_fill_bf16<<<grid_for((long long)n), THREADS, 0, g->stream>>>((bf16 *)v, (long long)n, seed, scale);
+    k_fill_bf16<<<grid_for((long long)n), THREADS, 0, g->stream>>>((bf16 *)v, (long long)n,
+                                                                    (long long)first, seed, scale);
 }
 
 int rt_bf16_time_gemm(rt_cuda *g, int M, int N, int K, int repeats, double *ms)
@@ -655,8 +705,8 @@ int rt_bf16_time_gemm(rt_cuda *g, int M, int N, int K, int repeats, double *ms)
     int rc = -1;
     if (a && b && c) {
         // the layer's kind of values: a GEMM on zeros draws less power and may run faster
-        rt_bf16_fill(g, a, (size_t)M * K, 11, 1.0);
-        rt_bf16_fill(g, b, (size_t)K * N, 12, 1.0);
+        rt_bf16_fill(g, a, (size_t)M * K, 0, 11, 1.0);
+        rt_bf16_fill(g, b, (size_t)K * N, 0, 12, 1.0);
         double unused;
         rc = time_fwd_bwd(
             g, repeats, [&] { gemm(g, 0, 0, M, N, K, a, K, b, N, 0.0f, c, N); }, [] {}, ms, &unused);

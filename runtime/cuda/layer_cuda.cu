@@ -340,14 +340,22 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     rt_batch_seqs_init(&bs, mb);
     int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
     int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape);
-    long long nh = (long long)n * h;
-    cudaMemcpyAsync(a.x, x, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
-    norm_fwd(g, &l->shape, a.x, p.ln1_g, p.ln1_b, a.h1, a.mean1, a.rstd1, n);
+    const rt_cuda_tp *tp = l->tp;
+    int nl = rt_cuda_tp_tokens(tp, n); // this rank's tokens (layer.c rt_layer_fwd under TP)
+    long long nh = (long long)n * h, nlh = (long long)nl * h;
+    // with SP, a whole-sequence scratch: a norm's output before the gather, a projection's
+    // partial sums before the reduce-scatter
+    double *full = NULL;
+    if (tp_sp(tp)) cudaMallocAsync((void **)&full, (size_t)nh * sizeof(double), g->stream);
+    cudaMemcpyAsync(a.x, x, nlh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
+    norm_fwd(g, &l->shape, a.x, p.ln1_g, p.ln1_b, full ? full : a.h1, a.mean1, a.rstd1, nl);
+    if (full) tp_gather(g, tp, full, a.h1, (size_t)nlh);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, qkv);
     if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.qkv, n, 0); // the saved q, k rotated
     f64_self_core(g, &l->shape, &bs, n, &a);
-    linear(g, a.ctx, p.wo, p.bo, a.x2, n, hk, h);
-    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.x, nh);
+    linear(g, a.ctx, p.wo, bias_once(tp, p.bo), full ? full : a.x2, n, hk, h);
+    tp_reduce(g, tp, full ? full : a.x2, a.x2, (size_t)nh);
+    k_add<double><<<grid_for(nlh), THREADS, 0, g->stream>>>(a.x2, a.x, nlh);
     if (l->shape.cross) { /* xc = the self-attention block's output; x2 = xc + cross-attention */
         cudaMemcpyAsync(a.xc, a.x2, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
         norm_fwd(g, &l->shape, a.xc, p.lnc_g, p.lnc_b, a.hc, a.meanc, a.rstdc, n);
@@ -357,11 +365,14 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
         linear(g, a.ctxc, p.woc, p.boc, a.x2, n, hk, h);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.x2, a.xc, nh);
     }
-    norm_fwd(g, &l->shape, a.x2, p.ln2_g, p.ln2_b, a.h2, a.mean2, a.rstd2, n);
+    norm_fwd(g, &l->shape, a.x2, p.ln2_g, p.ln2_b, full ? full : a.h2, a.mean2, a.rstd2, nl);
+    if (full) tp_gather(g, tp, full, a.h2, (size_t)nlh);
     linear(g, a.h2, p.w1, p.b1, a.u, n, h, rt_layer_ffn_in(&l->shape));
     mlp_act_fwd(g, &l->shape, a.u, a.g, n);
-    linear(g, a.g, p.w2, p.b2, y, n, f, h);
-    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(y, a.x2, nh);
+    linear(g, a.g, p.w2, bias_once(tp, p.b2), full ? full : y, n, f, h);
+    tp_reduce(g, tp, full ? full : y, y, (size_t)nh);
+    k_add<double><<<grid_for(nlh), THREADS, 0, g->stream>>>(y, a.x2, nlh);
+    if (full) cudaFreeAsync(full, g->stream);
     rt_batch_seqs_free(&bs);
 }
 
@@ -380,21 +391,32 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     int f1 = rt_layer_ffn_in(&l->shape);
     long long pairs = max_pair(&bs.self, &bs.self);
     if (l->shape.cross && max_pair(&bs.self, &bs.enc) > pairs) pairs = max_pair(&bs.self, &bs.enc);
-    long long nh = (long long)n * h;
+    const rt_cuda_tp *tp = l->tp;
+    int nl = rt_cuda_tp_tokens(tp, n), sp = tp_sp(tp); // this rank's tokens (layer.c under TP)
+    long long nh = (long long)n * h, nlh = (long long)nl * h;
     /* temporaries from the stream-ordered allocator: no device-wide synchronisation inside a
-     * timed backward; a failed allocation is left for rt_cuda_sync (cudaGetLastError) to report */
-    double *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL, *dp = NULL;
+     * timed backward; a failed allocation is left for rt_cuda_sync (cudaGetLastError) to report.
+     * With SP, dnorm and d_o hold this rank's tokens of a norm's input gradient and of
+     * d(attention out); otherwise they are tmp_h and a.d_o */
+    double *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL, *dp = NULL, *dnorm = NULL, *d_o = NULL;
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(double), g->stream);
     cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(double), g->stream);
     cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(double), g->stream);
     cudaMallocAsync((void **)&dp, (size_t)(heads * pairs + 1) * sizeof(double), g->stream);
-    if (!tmp_f || !tmp_h || !dctx || !dp) goto out;
-    cudaMemcpyAsync(a.d_y, dy, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
-    gemm(g, 0, 1, n, f, h, 1.0, dy, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
+    if (sp) {
+        cudaMallocAsync((void **)&dnorm, (size_t)nlh * sizeof(double), g->stream);
+        cudaMallocAsync((void **)&d_o, (size_t)nlh * sizeof(double), g->stream);
+    } else {
+        dnorm = tmp_h, d_o = a.d_o;
+    }
+    if (!tmp_f || !tmp_h || !dctx || !dp || !dnorm || !d_o) goto out;
+    tp_gather(g, tp, dy, a.d_y, (size_t)nlh); /* W2's output gradient, whole */
+    gemm(g, 0, 1, n, f, h, 1.0, a.d_y, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
     mlp_act_bwd(g, &l->shape, tmp_f, a.u, a.d_u, n);
-    gemm(g, 0, 1, n, h, f1, 1.0, a.d_u, f1, p.w1, f1, 0.0, tmp_h, h); /* dh2 */
-    norm_bwd(g, &l->shape, tmp_h, a.x2, p.ln2_g, a.mean2, a.rstd2, a.d_o, gr.ln2_g, gr.ln2_b, n);
-    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, dy, nh); /* dx2 */
+    gemm(g, 0, 1, n, h, f1, 1.0, a.d_u, f1, p.w1, f1, 0.0, tmp_h, h); /* dh2, partial */
+    tp_reduce(g, tp, tmp_h, dnorm, (size_t)nh);
+    norm_bwd(g, &l->shape, dnorm, a.x2, p.ln2_g, a.mean2, a.rstd2, d_o, gr.ln2_g, gr.ln2_b, nl);
+    k_add<double><<<grid_for(nlh), THREADS, 0, g->stream>>>(d_o, dy, nlh); /* dx2 */
     if (l->shape.cross) { /* back through the cross-attention: d_o becomes d(self-attention out) */
         cudaMemcpyAsync(a.d_oc, a.d_o, nh * sizeof(double), cudaMemcpyDeviceToDevice, g->stream);
         gemm(g, 0, 1, n, hk, h, 1.0, a.d_oc, h, p.woc, h, 0.0, dctx, hk);
@@ -408,15 +430,19 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
         norm_bwd(g, &l->shape, tmp_h, a.xc, p.lnc_g, a.meanc, a.rstdc, a.d_o, gr.lnc_g, gr.lnc_b, n);
         k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(a.d_o, a.d_oc, nh);
     }
+    tp_gather(g, tp, d_o, a.d_o, (size_t)nlh); /* Wo's output gradient, whole */
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * qkv * sizeof(double), g->stream);
     attention_bwd(g, dctx, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.d_qkv,
                   a.d_qkv + hk, a.d_qkv + hk + hkv, &bs.self, &bs.self, heads, gk, kv, dp);
     if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.d_qkv, n, 1); /* d(rotated) to d(projected) */
-    gemm(g, 0, 1, n, h, qkv, 1.0, a.d_qkv, qkv, p.wqkv, qkv, 0.0, tmp_h, h); /* dh1 */
-    norm_bwd(g, &l->shape, tmp_h, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g, gr.ln1_b, n);
-    k_add<double><<<grid_for(nh), THREADS, 0, g->stream>>>(dx, a.d_o, nh);
+    gemm(g, 0, 1, n, h, qkv, 1.0, a.d_qkv, qkv, p.wqkv, qkv, 0.0, tmp_h, h); /* dh1, partial */
+    tp_reduce(g, tp, tmp_h, dnorm, (size_t)nh);
+    norm_bwd(g, &l->shape, dnorm, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g, gr.ln1_b, nl);
+    k_add<double><<<grid_for(nlh), THREADS, 0, g->stream>>>(dx, d_o, nlh);
 out:
+    if (sp && dnorm) cudaFreeAsync(dnorm, g->stream);
+    if (sp && d_o) cudaFreeAsync(d_o, g->stream);
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
     if (tmp_h) cudaFreeAsync(tmp_h, g->stream);
     if (dctx) cudaFreeAsync(dctx, g->stream);
@@ -600,17 +626,24 @@ extern "C" void rt_cuda_add_grads(rt_cuda *g, void *dst, const void *src, size_t
         k_add<double><<<grid_for((long long)n), THREADS, 0, g->stream>>>((double *)dst, (const double *)src, (long long)n);
 }
 
-__global__ void k_fill(double *v, long long n, unsigned seed, double scale)
+__global__ void k_fill(double *v, long long n, long long first, unsigned seed, double scale)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        v[i] = RT_FILL_VALUE(i, seed, scale); /* runtime/layer.h: the CPU backend's values */
+        v[i] = RT_FILL_VALUE(first + i, seed, scale); /* runtime/layer.h: the CPU backend's values */
     }
+}
+
+extern "C" void rt_cuda_fill_at(rt_cuda *g, void *v, size_t n, size_t first, rt_dtype dt,
+                                unsigned seed, double scale)
+{
+    if (dt == RT_BF16) return rt_bf16_fill(g, v, n, first, seed, scale);
+    k_fill<<<grid_for((long long)n), THREADS, 0, g->stream>>>((double *)v, (long long)n,
+                                                             (long long)first, seed, scale);
 }
 
 extern "C" void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale)
 {
-    if (dt == RT_BF16) return rt_bf16_fill(g, v, n, seed, scale);
-    k_fill<<<grid_for((long long)n), THREADS, 0, g->stream>>>((double *)v, (long long)n, seed, scale);
+    rt_cuda_fill_at(g, v, n, 0, dt, seed, scale);
 }
 
 // One block per row: dlogits = (softmax(logits) - onehot(target)) / n.
@@ -628,25 +661,37 @@ __global__ void k_softmax_xent(const double *logits, double *dlogits, int n, int
         dl[j] = (exp(l[j] - mx) / s - (j == target ? 1.0 : 0.0)) / n;
 }
 
-extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
-                                    void *dlogits, int n, int H, int V, int target_offset,
-                                    rt_dtype dt)
+extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out,
+                                    const void *emb, void *logits, void *dlogits, int n, int H,
+                                    int V, int target_offset, rt_dtype dt)
 {
-    if (dt == RT_BF16) return rt_bf16_lm_head_fwd(g, out, emb, logits, dlogits, n, H, V, target_offset);
-    gemm(g, 0, 1, n, V, H, 1.0, (const double *)out, H, (const double *)emb, H, 0.0,
-         (double *)logits, V);
-    k_softmax_xent<<<n, THREADS, 0, g->stream>>>((const double *)logits, (double *)dlogits, n, V,
-                                                 target_offset);
+    if (dt == RT_BF16)
+        return rt_bf16_lm_head_fwd(g, tp, out, emb, logits, dlogits, n, H, V, target_offset);
+    int Vl = tp_on(tp) ? V / tp->size : V;
+    gemm(g, 0, 1, n, Vl, H, 1.0, (const double *)out, H, (const double *)emb, H, 0.0,
+         (double *)logits, Vl);
+    if (tp_on(tp))
+        head_softmax_tp<double, double>(g, tp, (const double *)logits, (double *)dlogits, n, V,
+                                        target_offset);
+    else
+        k_softmax_xent<<<n, THREADS, 0, g->stream>>>((const double *)logits, (double *)dlogits, n,
+                                                     V, target_offset);
 }
 
-extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb,
-                                    const void *out, void *dout, void *demb, int n, int H, int V,
-                                    rt_dtype dt)
+extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits,
+                                    const void *emb, const void *out, void *dout, void *demb,
+                                    int n, int H, int V, rt_dtype dt)
 {
-    if (dt == RT_BF16) return rt_bf16_lm_head_bwd(g, dlogits, emb, out, dout, demb, n, H, V);
-    gemm(g, 0, 0, n, H, V, 1.0, (const double *)dlogits, V, (const double *)emb, H, 0.0,
-         (double *)dout, H);
-    gemm(g, 1, 0, V, H, n, 1.0, (const double *)dlogits, V, (const double *)out, H, 1.0,
+    if (dt == RT_BF16) return rt_bf16_lm_head_bwd(g, tp, dlogits, emb, out, dout, demb, n, H, V);
+    int Vl = tp_on(tp) ? V / tp->size : V;
+    double *partial = (double *)dout; // this rank's vocabulary's share of d(out), whole tokens
+    if (tp_sp(tp)) cudaMallocAsync((void **)&partial, (size_t)n * H * sizeof(double), g->stream);
+    if (!partial) return; // left for rt_cuda_sync to report
+    gemm(g, 0, 0, n, H, Vl, 1.0, (const double *)dlogits, Vl, (const double *)emb, H, 0.0,
+         partial, H);
+    tp_reduce(g, tp, partial, (double *)dout, (size_t)n * H);
+    if (partial != dout) cudaFreeAsync(partial, g->stream);
+    gemm(g, 1, 0, Vl, H, n, 1.0, (const double *)dlogits, Vl, (const double *)out, H, 1.0,
          (double *)demb, H);
 }
 
@@ -665,8 +710,9 @@ extern "C" int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, i
         rt_cuda_zero(g, emb, rt_param_block_bytes(vh, dt)); /* values do not change the time */
         rt_cuda_zero(g, demb, rt_grad_block_bytes(vh, dt));
         rc = time_fwd_bwd(
-            g, repeats, [&] { rt_cuda_lm_head_fwd(g, out, emb, logits, dl, n, H, V, 0, dt); },
-            [&] { rt_cuda_lm_head_bwd(g, dl, emb, out, dout, demb, n, H, V, dt); }, fwd_ms, bwd_ms);
+            g, repeats, [&] { rt_cuda_lm_head_fwd(g, NULL, out, emb, logits, dl, n, H, V, 0, dt); },
+            [&] { rt_cuda_lm_head_bwd(g, NULL, dl, emb, out, dout, demb, n, H, V, dt); }, fwd_ms,
+            bwd_ms);
     }
     rt_cuda_free(out), rt_cuda_free(dout), rt_cuda_free(emb), rt_cuda_free(demb);
     rt_cuda_free(logits), rt_cuda_free(dl);

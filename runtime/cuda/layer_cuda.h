@@ -67,6 +67,33 @@ void *rt_cuda_acts_new(const double *host, size_t n, rt_dtype dt);
 int rt_cuda_acts_get(double *host, const void *dev, size_t n, rt_dtype dt);
 int rt_cuda_grads_get(double *host, const void *dev, size_t count, rt_dtype dt);
 
+/* ---- tensor parallelism on the device --------------------------------------------------------- */
+
+/* What a collective's elements are: doubles, floats, or bf16. A layer's activations at dt are
+ * rt_elem_act's (fp64: doubles; bf16: bf16), its statistics and gradients rt_elem_stat's
+ * (doubles; floats). */
+typedef enum { RT_ELEM_F64, RT_ELEM_F32, RT_ELEM_BF16 } rt_elem;
+static inline rt_elem rt_elem_act(rt_dtype dt) { return dt == RT_BF16 ? RT_ELEM_BF16 : RT_ELEM_F64; }
+static inline rt_elem rt_elem_stat(rt_dtype dt) { return dt == RT_BF16 ? RT_ELEM_F32 : RT_ELEM_F64; }
+static inline size_t rt_elem_bytes(rt_elem e) { return e == RT_ELEM_F64 ? 8 : e == RT_ELEM_F32 ? 4 : 2; }
+
+/* The tensor-parallel group a device layer runs in: runtime/layer.h rt_tp's split (the layer's
+ * shape is the rank's, rt_layer_shape_tp), its collective points and its sequence-parallel rule
+ * (with sp the layer's input and output are this rank's B*S / size consecutive tokens, the
+ * norms' parameter gradients sums over them, which the caller all-reduces), on the device. The
+ * caller supplies the collectives, enqueued on g's stream (dprun: NCCL on the group's
+ * communicator; the host fake: MPI): the sum (op RT_TP_SUM) or maximum (RT_TP_MAX) of n
+ * elements over the group, in place; every rank's n elements, concatenated by rank; the sum of
+ * n * size elements, of which this rank keeps its n. A hook that fails ends the job (the other
+ * ranks would wait in theirs). NULL, or size 1: no TP. */
+typedef struct rt_cuda_tp {
+    int size, rank, sp;
+    void (*allreduce)(void *ctx, rt_cuda *g, void *buf, size_t n, rt_elem e, int op);
+    void (*allgather)(void *ctx, rt_cuda *g, const void *mine, void *all, size_t n, rt_elem e);
+    void (*reduce_scatter)(void *ctx, rt_cuda *g, const void *all, void *mine, size_t n, rt_elem e);
+    void *ctx;
+} rt_cuda_tp;
+
 /* One layer on the device: a parameter block of `count` parameters laid out as layout.h says for
  * dtype (rt_param_block_bytes; fill it with rt_param_block_pack and rt_cuda_put), or, for a
  * layer's gradients, a gradient block (rt_grad_block_bytes). The shape says which layer: GPT
@@ -77,10 +104,19 @@ typedef struct rt_cuda_layer {
     rt_dtype dtype;
     void *block; /* device */
     size_t count;
+    const rt_cuda_tp *tp; /* the tensor-parallel group it runs in (NULL: none); x, y, dx and dy
+                           * then hold rt_cuda_tp_tokens(tp, B*S) tokens. GPT-kind layers only. */
 } rt_cuda_layer;
 
+/* The tokens a rank's layer input and output hold of n: n / size with SP, else n. */
+static inline int rt_cuda_tp_tokens(const rt_cuda_tp *tp, int n)
+{
+    return tp && tp->size > 1 && tp->sp ? n / tp->size : n;
+}
+
 /* Forward of one layer on the micro-batch mb (runtime/layer.h rt_batch: B rows of S tokens, and
- * the sequences attention runs within): x, y (B*S, H) of the layer's type; acts is a device block
+ * the sequences attention runs within): x, y (B*S, H; under TP with SP this rank's tokens) of the
+ * layer's type; acts is a device block
  * of rt_layer_acts_bytes(shape, B, S, Se, dtype) laid out as rt_layer_acts_layout says. A cross
  * layer reads the encoder output enc (B*Se, H), which must stay untouched until its backward;
  * other layers ignore enc (NULL). mb and its sequences are host memory, read during the call. */
@@ -165,16 +201,26 @@ void rt_cuda_zero(rt_cuda *g, void *v, size_t bytes);
  * rt_grad_block_bytes), on g's stream: a ZeRO shard adding a micro-batch's reduced gradients. */
 void rt_cuda_add_grads(rt_cuda *g, void *dst, const void *src, size_t n, rt_dtype dt);
 void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale);
+/* The same from value `first` of the fill on (v[i] = RT_FILL_VALUE(first + i, ...)): a rank's
+ * share of a fill, as layer.h rt_fill_at. */
+void rt_cuda_fill_at(rt_cuda *g, void *v, size_t n, size_t first, rt_dtype dt, unsigned seed,
+                     double scale);
 
 /* The tied LM head and softmax cross-entropy of runtime/exec.c at type dt: logits = out emb^T
  * (n x V, a device scratch of rt_dtype_stat_bytes elements: fp32 for bf16), dlogits = d(mean
  * loss)/d(logits) (of type dt) for targets (i * 7919 + target_offset) % V. emb is a parameter
- * block of V*H elements (rt_param_block_bytes). */
-void rt_cuda_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
-                         void *dlogits, int n, int H, int V, int target_offset, rt_dtype dt);
-/* dout = dlogits emb; demb (a gradient block of V*H) += dlogits^T out. */
-void rt_cuda_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
-                         void *dout, void *demb, int n, int H, int V, rt_dtype dt);
+ * block of V*H elements (rt_param_block_bytes). Under tensor parallelism (tp, else NULL) the
+ * head is split by vocabulary as layer.h rt_lm_head_fwd_tp splits it: emb holds this rank's
+ * V / size rows, logits and dlogits (n, V / size) its columns, the softmax's maximum and sum
+ * all-reduced over the group; out is whole (n tokens). */
+void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
+                         void *logits, void *dlogits, int n, int H, int V, int target_offset,
+                         rt_dtype dt);
+/* dout = dlogits emb (under TP the group's sum, rt_tp_reduce's: with SP this rank's n / size
+ * tokens of it); demb (a gradient block of V*H, under TP this rank's rows) += dlogits^T out. */
+void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,
+                         const void *out, void *dout, void *demb, int n, int H, int V,
+                         rt_dtype dt);
 /* Mean forward and backward time of the LM head and loss on n tokens over `repeats` runs. */
 int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, int repeats, double *fwd_ms,
                       double *bwd_ms);

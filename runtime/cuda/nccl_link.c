@@ -87,11 +87,16 @@ int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char
                        "recv", why, why_cap);
 }
 
-int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
+static ncclDataType_t nccl_type(rt_elem e)
+{
+    return e == RT_ELEM_F64 ? ncclFloat64 : e == RT_ELEM_F32 ? ncclFloat32 : ncclBfloat16;
+}
+
+int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_elem e, int op, rt_cuda *g, char *why,
                       size_t why_cap)
 {
-    return nccl_failed(ncclAllReduce(buf, buf, n, dt == RT_BF16 ? ncclFloat32 : ncclFloat64, ncclSum, c->comm,
-                                     (cudaStream_t)rt_cuda_stream(g)),
+    return nccl_failed(ncclAllReduce(buf, buf, n, nccl_type(e), op == RT_TP_MAX ? ncclMax : ncclSum,
+                                     c->comm, (cudaStream_t)rt_cuda_stream(g)),
                        "all-reduce", why, why_cap);
 }
 
@@ -102,10 +107,10 @@ int rt_nccl_allgather(rt_nccl *c, const void *send, void *recv, size_t bytes, rt
                        "all-gather", why, why_cap);
 }
 
-int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_dtype dt,
+int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_elem e,
                            rt_cuda *g, char *why, size_t why_cap)
 {
-    return nccl_failed(ncclReduceScatter(send, recv, n, dt == RT_BF16 ? ncclFloat32 : ncclFloat64,
-                                         ncclSum, c->comm, (cudaStream_t)rt_cuda_stream(g)),
+    return nccl_failed(ncclReduceScatter(send, recv, n, nccl_type(e), ncclSum, c->comm,
+                                         (cudaStream_t)rt_cuda_stream(g)),
                        "reduce-scatter", why, why_cap);
 }

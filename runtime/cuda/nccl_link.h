@@ -1,7 +1,7 @@
 /*
  * nccl_link.h — NCCL communicators for dprun's multi-GPU mode (runtime/exec_gpu.c): one rank
  * per GPU, activations and gradients over ncclSend/ncclRecv, replicas' gradients over
- * ncclAllReduce.
+ * ncclAllReduce, ZeRO's and tensor parallelism's collectives.
  *
  * Built where nccl.h is found (the Makefile defines DPRUN_NCCL); MPI is initialised. Every call
  * that creates a communicator is collective over MPI_COMM_WORLD, in the same order on every
@@ -37,17 +37,18 @@ int rt_nccl_send(rt_nccl *c, const void *buf, size_t bytes, int peer, rt_cuda *g
                  size_t why_cap);
 int rt_nccl_recv(rt_nccl *c, void *buf, size_t bytes, int peer, rt_cuda *g, char *why,
                  size_t why_cap);
-/* In-place sum over every rank of c, on g's stream, of n gradient elements of a layer of type dt
- * (layout.h: doubles for fp64, floats for bf16). */
-int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
+/* In-place sum (op RT_TP_SUM, layer.h) or maximum (RT_TP_MAX) over every rank of c, on g's
+ * stream, of n elements of kind e (layer_cuda.h rt_elem: a layer's gradients are
+ * rt_elem_stat(dt)'s, its activations rt_elem_act(dt)'s). */
+int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_elem e, int op, rt_cuda *g, char *why,
                       size_t why_cap);
-/* ZeRO's collectives over every rank of c, on g's stream: the all-gather of `bytes` bytes from
- * each rank into recv (bytes x ranks, in rank order; parameters travel as bytes), and the
- * reduce-scatter that sums n x ranks gradient elements of type dt (as rt_nccl_allreduce) at send
- * over the ranks and leaves rank r's n of the sum, elements [r n, (r + 1) n), in recv. */
+/* ZeRO's and tensor parallelism's other collectives over every rank of c, on g's stream: the
+ * all-gather of `bytes` bytes from each rank into recv (bytes x ranks, in rank order; parameters
+ * and activations travel as bytes), and the reduce-scatter that sums n x ranks elements of kind
+ * e at send over the ranks and leaves rank r's n of the sum, elements [r n, (r + 1) n), in recv. */
 int rt_nccl_allgather(rt_nccl *c, const void *send, void *recv, size_t bytes, rt_cuda *g,
                       char *why, size_t why_cap);
-int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_dtype dt,
+int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_elem e,
                            rt_cuda *g, char *why, size_t why_cap);
 
 #endif /* RT_NCCL_LINK_H */

@@ -7,7 +7,7 @@
 # rows, split backwards (ZB-H1's W), full recompute and replicas. The plans are packed by a
 # batching that does not depend on the costs (the tp 1 and tp 2 plans hold the same micro-batches,
 # which the script checks). Then dprun profile --tp, dpsim validate at that layout, and every
-# refusal: wrong rank counts, a tp that does not divide the model, the cuda backend
+# refusal: wrong rank counts, a tp that does not divide the model; the cuda backend on the fake GPU
 # (test_dprun_cp.sh runs context parallelism).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
@@ -54,6 +54,38 @@ sed 's/,2,1$/,1,1/' "$TMP/gpt2.csv" >"$TMP/tp1rows.csv"
 expect "... or says it ran another tp" 1 "the timeline ran tp 1, the plan is for tp 2" -- \
   "$DPSIM" validate --plan "$TMP/gpt2.json" --measured "$TMP/tp1rows.csv"
 
+# --- the cuda backend runs them too (runtime/exec_gpu.c: the layers' collectives on the tp group's
+# NCCL communicator, the head split by vocabulary), here on the fake GPU (tests/unit/fake_cuda.c:
+# the CPU layer, NCCL as MPI): in fp64 the norm of the same samples run whole on the cpu ranks
+FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
+same_gpu() { # NAME REF NP [DTYPE]: plan NAME on NP fake GPUs ends with plan REF's norm (fp64: to 1e-9)
+  local name=$1 ref=$2 np=$3 dt=${4:-fp64} a b tol
+  timeout 300 $MPIRUN -np "$np" "$FAKE" --plan "$TMP/$name.json" --backend cuda --dtype "$dt" \
+    --warmup 0 --no-prepare --no-noise --out "$TMP/g$name.csv" >"$TMP/g$name.out" 2>&1
+  a=$(norm "$TMP/$ref.out") b=$(norm "$TMP/g$name.out") tol=$([ "$dt" = fp64 ] && echo 1e-9 || echo 1e-2)
+  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$tol" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < t) }'; then
+    ok "$name on $np fake GPUs ($dt): gradient norm $b, as $ref's on the cpu ranks (to $tol)"
+  else
+    not_ok "$name on $np fake GPUs ($dt): gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/g$name.out")"
+  fi
+}
+same_gpu gpt2 gpt1 4
+if [ -z "$SANITIZED" ]; then
+  same_gpu gpt2nosp gpt1 4
+  same_gpu llama2 llama1 4
+  same_gpu llama2nosp llama1 4
+  same_gpu llama2zb llama1 4
+  same_gpu llama2full llama1 4
+  same_gpu dp2 dp1 8
+  plan dp2z3 --model gpt-tiny --pp 2 --dp 2 --zero 3 --batching packing --max-seqlen 128 --tp 2
+  same_gpu dp2z3 dp1 8
+  same_gpu gpt2 gpt1 4 bf16
+fi
+expect "one GPU refuses a tp 2 plan, naming the ranks it needs" 1 "one GPU runs tp 1 plans .*mpirun -np 4" -- \
+  timeout 60 "$FAKE" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
+expect "dprun profile --tp on the cuda backend is refused" 1 "the cuda backend times whole layers" -- \
+  timeout 60 "$FAKE" profile --backend cuda --tp 2 -o "$TMP/x.csv"
+
 # --- a profile at the layout, and the round trip on it -----------------------------------------------
 if [ -z "$SANITIZED" ]; then # (the sanitizer build runs the layer code above; this adds timing)
   expect "dprun profile --tp 2 on 2 ranks" 0 "wrote" -- \
@@ -76,8 +108,6 @@ expect "... on 6 ranks" 1 "= 4 ranks, but mpirun started 6" -- \
 sed 's/"tp": *2/"tp": 3/' "$TMP/gpt2.json" >"$TMP/tp3.json"
 expect "a tp that does not divide the heads" 1 "tp 3 does not divide the 4 attention heads of gpt-tiny" -- \
   timeout 120 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/tp3.json" --out "$TMP/x.csv"
-expect "the cuda backend refuses tp (the cpu backend runs it)" 1 "the cuda backend runs whole layers" -- \
-  timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
 "$DPSIM" plan --model t5-tiny --hw cpu --analytic --tp 2 --pp 2 --max-seqlen 64 --max-dec-seqlen 32 \
   --global-tokens 256 --iterations 1 -o "$TMP/t5tp.json" >/dev/null 2>&1
 expect "a T5 tp plan is refused (cross-attention is not split)" 1 "splits GPT-kind layers only" -- \

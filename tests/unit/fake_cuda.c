@@ -285,6 +285,69 @@ static void poison_attention(const rt_layer_shape *s, int B, int S, int Se, rt_l
     }
 }
 
+/* A device layer's tensor-parallel group (layer_cuda.h rt_cuda_tp) as the CPU layer's (layer.h
+ * rt_tp): each collective stages the CPU layer's doubles through device memory, calls the
+ * executor's hook with fp64 elements (the fake computes in fp64 whatever the layer's type) and
+ * completes at once, as the CPU layer reads the result next. */
+typedef struct fake_tp {
+    const rt_cuda_tp *dev;
+    rt_cuda *g;
+    rt_tp cpu;
+} fake_tp;
+
+static void *staged(const double *h, size_t n)
+{
+    void *d = rt_cuda_alloc((n ? n : 1) * sizeof(double));
+    if (!d) abort();
+    if (h) memcpy(d, h, n * sizeof(double));
+    return d;
+}
+
+static void unstage(double *h, void *d, size_t n)
+{
+    memcpy(h, d, n * sizeof(double));
+    rt_cuda_free(d);
+}
+
+static void ftp_allreduce(void *ctx, double *v, size_t n, int op)
+{
+    fake_tp *f = ctx;
+    void *d = staged(v, n);
+    f->dev->allreduce(f->dev->ctx, f->g, d, n, RT_ELEM_F64, op);
+    complete(f->g, f->g->n_pending);
+    unstage(v, d, n);
+}
+
+static void ftp_allgather(void *ctx, const double *mine, double *all, size_t n)
+{
+    fake_tp *f = ctx;
+    void *d = staged(mine, n), *a = staged(NULL, n * (size_t)f->dev->size);
+    f->dev->allgather(f->dev->ctx, f->g, d, a, n, RT_ELEM_F64);
+    complete(f->g, f->g->n_pending);
+    rt_cuda_free(d);
+    unstage(all, a, n * (size_t)f->dev->size);
+}
+
+static void ftp_reduce_scatter(void *ctx, const double *all, double *mine, size_t n)
+{
+    fake_tp *f = ctx;
+    void *a = staged(all, n * (size_t)f->dev->size), *d = staged(NULL, n);
+    f->dev->reduce_scatter(f->dev->ctx, f->g, a, d, n, RT_ELEM_F64);
+    complete(f->g, f->g->n_pending);
+    rt_cuda_free(a);
+    unstage(mine, d, n);
+}
+
+/* The CPU layer's group for a device layer's (NULL for none). */
+static const rt_tp *fake_tp_of(const rt_cuda_tp *dev, rt_cuda *g, fake_tp *f)
+{
+    if (!dev || dev->size <= 1) return NULL;
+    f->dev = dev, f->g = g;
+    f->cpu = (rt_tp){dev->size, dev->rank, dev->sp, ftp_allreduce, ftp_allgather,
+                     ftp_reduce_scatter, f};
+    return &f->cpu;
+}
+
 long fake_cuda_layer_fwd_calls; /* for the tests: layer forwards run so far, */
 int fake_cuda_fwd_len[8192];     /* and the first 8192's micro-batch lengths (S) */
 
@@ -295,16 +358,18 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     if (fake_cuda_layer_fwd_calls < 8192) fake_cuda_fwd_len[fake_cuda_layer_fwd_calls] = mb->S;
     fake_cuda_layer_fwd_calls++;
     int B = mb->B, S = mb->S, Se = mb->Se;
-    size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
+    size_t nh = (size_t)rt_cuda_tp_tokens(l->tp, B * S) * l->shape.hidden; /* this rank's */
+    size_t ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p;
     rt_layer_acts a;
+    fake_tp ft;
     double *w = params_read(l->block, l->count, l->dtype);
     double *xh = widen(x, nh, l->dtype, "layer input"), *yh = calloc(nh + 1, sizeof *yh);
     double *eh = l->shape.cross ? widen(enc, ne, l->dtype, "encoder output") : NULL;
     if (!yh) abort();
     rt_layer_params_bind(&p, &l->shape, w);
     bind_acts(l, B, S, Se, acts, &a);
-    a.enc = eh, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
+    a.enc = eh, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(l->tp, g, &ft);
     rt_layer_fwd(&p, &l->shape, B, S, xh, yh, &a);
     narrow(y, yh, nh, l->dtype, "layer output");
     if (getenv("FAKE_CUDA_POISON_ATTENTION")) poison_attention(&l->shape, B, S, Se, &a);
@@ -363,11 +428,12 @@ static void fault_restore(fake_fault *f, double *gr)
 void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *grad,
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc)
 {
-    (void)g;
     int B = mb->B, S = mb->S, Se = mb->Se;
-    size_t nh = (size_t)B * S * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
+    size_t nh = (size_t)rt_cuda_tp_tokens(l->tp, B * S) * l->shape.hidden; /* this rank's */
+    size_t ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p, gp;
     rt_layer_acts a;
+    fake_tp ft;
     double *w = params_read(l->block, l->count, l->dtype);
     double *gr = grads_read(grad->block, grad->count, grad->dtype);
     double *dyh = widen(dy, nh, l->dtype, "output gradient"), *dxh = calloc(nh + 1, sizeof *dxh);
@@ -376,7 +442,7 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     rt_layer_params_bind(&p, &l->shape, w);
     rt_layer_params_bind(&gp, &l->shape, gr);
     bind_acts(l, B, S, Se, acts, &a);
-    a.denc = dench, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
+    a.denc = dench, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(l->tp, g, &ft);
     fake_fault f = fault_save(&l->shape, grad->dtype, gr);
     rt_layer_bwd_input(&p, &gp, &l->shape, B, S, dyh, dxh, &a);
     fault_restore(&f, gr);
@@ -495,41 +561,54 @@ void rt_cuda_add_grads(rt_cuda *g, void *dst, const void *src, size_t n, rt_dtyp
         else ((double *)dst)[i] += ((const double *)src)[i];
 }
 
-void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale)
+void rt_cuda_fill_at(rt_cuda *g, void *v, size_t n, size_t first, rt_dtype dt, unsigned seed,
+                     double scale)
 {
     (void)g;
     double *h = malloc((n ? n : 1) * sizeof *h);
     if (!h) abort();
-    rt_fill(h, n, seed, scale);
+    rt_fill_at(h, n, first, seed, scale);
     narrow(v, h, n, dt, "rt_cuda_fill");
     free(h);
 }
 
-void rt_cuda_lm_head_fwd(rt_cuda *g, const void *out, const void *emb, void *logits,
-                         void *dlogits, int n, int H, int V, int target_offset, rt_dtype dt)
+void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, double scale)
 {
-    (void)g;
-    size_t nv = (size_t)n * V;
+    rt_cuda_fill_at(g, v, n, 0, dt, seed, scale);
+}
+
+/* The head split by vocabulary under TP (layer.h rt_lm_head_fwd_tp): emb, logits and dlogits
+ * hold this rank's V / size of it. */
+void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
+                         void *logits, void *dlogits, int n, int H, int V, int target_offset,
+                         rt_dtype dt)
+{
+    fake_tp ft;
+    const rt_tp *cpu = fake_tp_of(tp, g, &ft);
+    size_t nv = (size_t)n * (cpu ? V / cpu->size : V);
     in_bounds(logits, nv * rt_dtype_stat_bytes(dt), "logits scratch");
     double *oh = widen(out, (size_t)n * H, dt, "LM head input");
-    double *eh = params_read(emb, (size_t)V * H, dt);
+    double *eh = params_read(emb, nv / (size_t)n * H, dt);
     double *lh = malloc((nv ? nv : 1) * sizeof *lh), *dlh = malloc((nv ? nv : 1) * sizeof *dlh);
-    if (!lh || !dlh || rt_lm_head_fwd(oh, eh, lh, dlh, n, H, V, target_offset) != 0) abort();
+    if (!lh || !dlh || rt_lm_head_fwd_tp(cpu, NULL, oh, eh, lh, dlh, n, H, V, target_offset) != 0)
+        abort();
     narrow(dlogits, dlh, nv, dt, "logit gradients");
     free(oh), free(eh), free(lh), free(dlh);
 }
 
-void rt_cuda_lm_head_bwd(rt_cuda *g, const void *dlogits, const void *emb, const void *out,
-                         void *dout, void *demb, int n, int H, int V, rt_dtype dt)
+void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,
+                         const void *out, void *dout, void *demb, int n, int H, int V, rt_dtype dt)
 {
-    (void)g;
-    size_t nh = (size_t)n * H, vh = (size_t)V * H;
-    double *dlh = widen(dlogits, (size_t)n * V, dt, "logit gradients");
+    fake_tp ft;
+    const rt_tp *cpu = fake_tp_of(tp, g, &ft);
+    size_t nh = (size_t)n * H, vh = (size_t)(cpu ? V / cpu->size : V) * H;
+    size_t nlh = (size_t)rt_cuda_tp_tokens(tp, n) * H; /* d(out): this rank's tokens */
+    double *dlh = widen(dlogits, vh / H * n, dt, "logit gradients");
     double *eh = params_read(emb, vh, dt), *oh = widen(out, nh, dt, "LM head input");
     double *doh = calloc(nh + 1, sizeof *doh), *gr = grads_read(demb, vh, dt);
     if (!doh) abort();
-    rt_lm_head_bwd(dlh, eh, oh, doh, gr, n, H, V);
-    narrow(dout, doh, nh, dt, "LM head input gradient");
+    rt_lm_head_bwd_tp(cpu, dlh, eh, oh, doh, gr, n, H, V);
+    narrow(dout, doh, nlh, dt, "LM head input gradient");
     grads_write(demb, gr, vh, dt);
     free(dlh), free(eh), free(oh), free(doh);
 }
@@ -638,28 +717,39 @@ int rt_nccl_allgather(rt_nccl *c, const void *send, void *recv, size_t bytes, rt
     return 0;
 }
 
-int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_dtype dt,
+/* MPI's type for an element kind: the fake's collectives move doubles and floats (its layers'
+ * tensor-parallel collectives are fp64 whatever the layer's type: fake_tp) */
+static MPI_Datatype mpi_type(rt_elem e)
+{
+    if (e == RT_ELEM_BF16) {
+        fprintf(stderr, "fake_cuda: a collective on bf16 elements, which the fake does not sum\n");
+        abort();
+    }
+    return e == RT_ELEM_F64 ? MPI_DOUBLE : MPI_FLOAT;
+}
+
+int rt_nccl_reduce_scatter(rt_nccl *c, const void *send, void *recv, size_t n, rt_elem e,
                            rt_cuda *g, char *why, size_t why_cap)
 {
     (void)why, (void)why_cap;
     int ranks;
     MPI_Comm_size(c->comm, &ranks);
-    in_bounds(send, rt_grad_block_bytes(n * (size_t)ranks, dt), "NCCL reduce-scatter source");
-    in_bounds(recv, rt_grad_block_bytes(n, dt), "NCCL reduce-scatter destination");
+    in_bounds(send, n * (size_t)ranks * rt_elem_bytes(e), "NCCL reduce-scatter source");
+    in_bounds(recv, n * rt_elem_bytes(e), "NCCL reduce-scatter destination");
     complete(g, g->n_pending);
     fake_reduce_scatters++;
-    MPI_Reduce_scatter_block(send, recv, (int)n, dt == RT_BF16 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM,
-                             c->comm);
+    MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type(e), MPI_SUM, c->comm);
     return 0;
 }
 
-int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_dtype dt, rt_cuda *g, char *why,
+int rt_nccl_allreduce(rt_nccl *c, void *buf, size_t n, rt_elem e, int op, rt_cuda *g, char *why,
                       size_t why_cap)
 {
     (void)why, (void)why_cap;
-    in_bounds(buf, rt_grad_block_bytes(n, dt), "NCCL all-reduce");
+    in_bounds(buf, n * rt_elem_bytes(e), "NCCL all-reduce");
+    complete(g, g->n_pending); /* after the stream's earlier work, as a stream orders it */
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, dt == RT_BF16 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM,
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(e), op == RT_TP_MAX ? MPI_MAX : MPI_SUM,
                    c->comm, &r);
     push(g, r);
     return 0;
