@@ -95,8 +95,8 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, recompute_mode r
     char why[256];
     int st = -1;
     size_t gb = rt_grad_block_bytes(io->np, dt);
-    rt_cuda_layer lp = {*io->s, dt, rt_cuda_params_new(io->params, io->np, dt), io->np, NULL};
-    rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np, NULL};
+    rt_cuda_layer lp = {*io->s, dt, rt_cuda_params_new(io->params, io->np, dt), io->np, NULL, NULL};
+    rt_cuda_layer lg = {*io->s, dt, rt_cuda_alloc(gb), io->np, NULL, NULL};
     void *x = rt_cuda_acts_new(io->x, io->nh, dt), *dy = rt_cuda_acts_new(io->dy, io->nh, dt);
     void *enc = rt_cuda_acts_new(io->enc, io->ne, dt);
     void *y = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt)), *dx = rt_cuda_alloc(io->nh * rt_dtype_act_bytes(dt));
@@ -110,7 +110,7 @@ static int run_gpu(rt_cuda *g, const layer_io *io, rt_dtype dt, recompute_mode r
     }
     rt_cuda_zero(g, lg.block, gb);
     rt_cuda_zero(g, denc, io->ne * rt_dtype_act_bytes(dt));
-    rt_batch mb = {io->B, io->S, io->Se, io->seqs, io->enc_seqs};
+    rt_batch mb = {io->B, io->S, io->Se, io->seqs, io->enc_seqs, NULL};
     rt_cuda_layer_fwd(g, &lp, &mb, x, y, acts, enc);
     rt_cuda_layer_rerun(g, &lp, &mb, rc, x, ry, acts, enc);
     rt_cuda_layer_bwd_input(g, &lp, &lg, &mb, dy, dx, acts, denc);
@@ -299,7 +299,7 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
     rt_layer_params bp;
     if (rt_layer_params_alloc(&bp, &bs) != 0) return;
     rt_layer_params_init(&bp, &bs, 9);
-    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_params_new(bp.block, bp.count, RT_BF16), bp.count, NULL};
+    rt_cuda_layer bl = {bs, RT_BF16, rt_cuda_params_new(bp.block, bp.count, RT_BF16), bp.count, NULL, NULL};
     if (bl.block) {
         /* mbs, seq, and for a varlen micro-batch (THD) the samples it packs, of equal lengths:
          * each beside the rows of the same samples, so that the table shows what packing costs */
@@ -323,7 +323,7 @@ static void print_speed(rt_cuda *g, const gpu_spec *gpu, const char *gpu_found)
             char label[32];
             cost_shape cs = cost_shape_rows(B, S, 0);
             rt_seqs seqs = {.n = k, .off = off, .len = len};
-            rt_batch mb = {B, S, 0, k ? &seqs : NULL, NULL};
+            rt_batch mb = {B, S, 0, k ? &seqs : NULL, NULL, NULL};
             for (int j = 0; j < k; j++) off[j] = j * (S / k), len[j] = S / k;
             if (k) cs.varlen = 1, cs.enc_sq = (double)k * (S / k) * (S / k);
             snprintf(label, sizeof label, k ? "%d x %d varlen %d" : "%d x %d", B, S, k);

@@ -361,9 +361,6 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
 {
     const plan_header *h = &pl->h;
     int tp = rt_plan_tp(h), cp = rt_plan_cp(h), need = h->pp * h->dp * tp * cp;
-    if (cp > 1 && on_gpu)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for cp %d, and the cuda backend runs "
-                       "cp 1; the cpu backend runs context parallelism (--backend cpu)", path, cp);
     if (h->cp_auto)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with a context-parallel degree per "
                        "micro-batch (--cp auto, a group of %d), and dprun runs one degree for "
@@ -378,10 +375,11 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
     dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
-    if (tp > 1 && on_gpu && ranks == 1)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for tp %d, and one GPU runs tp 1 plans "
-                       "(every stage in one process); tp %d runs one rank per GPU: mpirun -np %d "
-                       "(tp x pp x dp = %d x %d x %d)", path, tp, tp, need, tp, h->pp, h->dp);
+    if ((tp > 1 || cp > 1) && on_gpu && ranks == 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for tp %d and cp %d, and one GPU runs "
+                       "tp 1, cp 1 plans (every stage in one process); it runs one rank per GPU: "
+                       "mpirun -np %d (tp x cp x pp x dp = %d x %d x %d x %d)", path, tp, cp, need, tp,
+                       cp, h->pp, h->dp);
     if (h->zero >= 2 && h->dp > 1 && (st = check_zero_lockstep(pl, path, err)) != DP_OK) return st;
     if ((st = check_token_split(pl, cp, tp, h->sp, path, err)) != DP_OK) return st;
     if (ranks != need && !(on_gpu && ranks == 1)) {

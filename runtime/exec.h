@@ -43,9 +43,10 @@
  * rt_execute_gpu (exec_gpu.c, built with CUDA) is the cuda backend, the same plans, in two modes:
  *   single-GPU  one process runs every stage on one GPU, a CUDA stream per stage, CUDA events for
  *               the transfers (dp 1; NCCL refuses two ranks on one GPU, so one GPU needs this);
- *   multi-GPU   one MPI rank per GPU and (stage, replica), as above, activations and gradients
- *               over ncclSend/ncclRecv on a stream per link, replicas' gradients over
- *               ncclAllReduce (built where nccl.h is found).
+ *   multi-GPU   one MPI rank per GPU and (stage, replica, tp rank), placed as rt_place says,
+ *               activations and gradients over ncclSend/ncclRecv on a stream per link, replicas'
+ *               gradients over ncclAllReduce, a tp group's collectives inside its layers on its
+ *               own communicator (built where nccl.h is found).
  * CUDA events time every instruction; the records are the same.
  */
 #ifndef RT_EXEC_H

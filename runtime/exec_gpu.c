@@ -4,7 +4,9 @@
  * output (and its gradient) along.
  *
  * A process drives some of the plan's stages: every stage of replica 0 (single-GPU mode), or the
- * one stage of its rank (multi-GPU mode: rank = replica * pp + stage, one GPU each). Each driven
+ * one stage of its rank (multi-GPU mode: one GPU each, placed by exec.h rt_place_of; under tensor
+ * parallelism its share of each layer, rt_layer_shape_tp, whose collectives go over the group's
+ * NCCL communicator on the stage's stream, layer_cuda.h rt_cuda_tp). Each driven
  * stage has a CUDA stream. The executor loop (exec_loop.h, the cpu backend's too) walks the
  * driven stages' instruction lists round-robin, and this backend's medium enqueues each
  * instruction on its stage's stream, so that the streams see the plan's order and dependencies
@@ -87,7 +89,10 @@ typedef struct gslot {
     void *arrived[2]; /* a remote RECV's completion event, per kind; NULL when local */
     rt_seqs seqs[2];  /* varlen: the encoder's (GPT's) and decoder's sequences (exec.h) */
     int *seq_store[2];
-    rt_batch mb;      /* what the layers see: B, S, Se and the sequences */
+    rt_batch mb;      /* what the layers see: B, S, Se, the sequences and the CP map */
+    rt_cp cp;         /* under context parallelism this rank's map of the micro-batch (size 0:
+                       * none), rt_cp_free's */
+    int n;            /* the micro-batch's tokens here: B*S, or the map's n_local */
 } gslot;
 
 typedef struct gmsg { /* a local SEND that a RECV may consume */
@@ -102,6 +107,14 @@ typedef struct gtimed {
     void *e0, *e1;
 } gtimed;
 
+/* A tensor- or context-parallel group's hooks' context (layer_cuda.h rt_cuda_tp): the executor,
+ * and which of its communicators. */
+struct gctx;
+typedef struct ggroup {
+    struct gctx *c;
+    int cp; /* 0: the tp group's communicator; 1: the cp group's */
+} ggroup;
+
 typedef struct gctx {
     const rt_opts *o;
     int pp, chunks, nv, hidden, vocab;
@@ -110,10 +123,14 @@ typedef struct gctx {
     int multi;                 /* multi-GPU mode: this process drives one stage */
     int rank, stage, replica;  /* multi-GPU mode: this rank's place (exec.h rt_place) */
     int tp, tp_rank;           /* its tensor-parallel group's size and its index there */
-    int shards;                /* the parts a layer's tokens are cut into over the group:
+    int cp, cp_rank;           /* its context-parallel group's (layer.h rt_cp) */
+    int shards;                /* the parts a layer's tokens are cut into over the tp group:
                                 * placement_token_shards (tp with SP, else 1) */
+    int zranks, zrank;         /* the ranks a stage's gradients are summed over (its replicas and
+                                * cp ranks, the same tp rank of each) and this one's index there */
     int vocab_local;           /* the LM head's rows here: vocab / tp */
-    rt_cuda_tp tpg;            /* the group's collectives (NCCL, on the stage's stream) */
+    rt_cuda_tp tpg, cpg;       /* the groups' collectives (NCCL, on the stage's stream) */
+    ggroup tp_hooks, cp_hooks; /* ... their context */
     char host[64];
     int iteration;             /* for messages */
     int seed;                  /* the inputs' seed: the iteration's id (warm-up runs: 0) */
@@ -145,7 +162,7 @@ typedef struct gctx {
                                      * a layer's gather done (by the layer's parity); a ZeRO step
                                      * done, which the stage waits for */
 #ifdef DPRUN_NCCL
-    rt_nccl *world, *replicas, *tpc, *link[N_LINKS];
+    rt_nccl *world, *replicas, *tpc, *cpc, *link[N_LINKS];
 #endif
     dp_err *err;
 } gctx;
@@ -203,6 +220,7 @@ static void free_slots(gctx *c, size_t n)
         rt_cuda_free(s->ckpt), rt_cuda_free(s->rerun);
         rt_cuda_free(s->denc), rt_cuda_free(s->wire[0]), rt_cuda_free(s->wire[1]);
         free(s->seq_store[0]), free(s->seq_store[1]);
+        rt_cp_free(&s->cp);
     }
     free(c->slots);
     c->slots = NULL;
@@ -225,22 +243,35 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
             s->B = it->mb[mb].mbs;
             s->S = ch->place.decoder ? it->mb[mb].dec_len : it->mb[mb].enc_len;
             s->Se = ch->place.decoder ? it->mb[mb].enc_len : 0;
-            s->nh = (size_t)s->B * s->S / (size_t)c->shards * c->hidden; /* this rank's tokens */
             s->ne = (size_t)s->B * s->Se * c->hidden;
             s->na = rt_layer_acts_bytes(&ch->shape, s->B, s->S, s->Se, c->dt);
             for (int side = 0; side < 2; side++)
                 if (rt_mb_seqs(it, &it->mb[mb], side, &s->seqs[side], &s->seq_store[side]) != 0)
                     return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             const rt_seqs *own = &s->seqs[ch->place.decoder ? 1 : 0];
+            s->n = s->B * s->S;
+            if (c->cp > 1) { /* this rank's pieces of the micro-batch (rt_plan_check_layout checked
+                              * that they split) */
+                int bad = 0, bad_len = 0;
+                int rc = rt_cp_split_batch(own->n ? own : NULL, s->B, s->S, c->cp, c->cp_rank,
+                                           ch->shape.causal, &s->cp, &bad, &bad_len);
+                if (rc < 0) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
+                if (rc > 0) return dp_fail(c->err, DP_ERR_INVALID, "a micro-batch that context "
+                                           "parallelism cannot split (token %d, a piece of %d)",
+                                           bad, bad_len);
+                s->n = s->cp.n_local;
+            }
             s->mb = (rt_batch){s->B, s->S, s->Se, own->n ? own : NULL,
-                               ch->place.decoder && s->seqs[0].n ? &s->seqs[0] : NULL};
+                               ch->place.decoder && s->seqs[0].n ? &s->seqs[0] : NULL,
+                               c->cp > 1 ? &s->cp : NULL};
+            s->nh = (size_t)s->n / (size_t)c->shards * c->hidden; /* this rank's tokens */
             size_t bh = s->nh * c->eb, be = s->ne * c->eb;
             s->in = rt_cuda_alloc(bh), s->out = rt_cuda_alloc(bh);
             s->dout = rt_cuda_alloc(bh), s->din = rt_cuda_alloc(bh);
             s->recompute = pm_recompute(c->o->pl, it, mb);
             int full = s->recompute == RECOMPUTE_FULL && ch->layers > 0;
             s->acts = rt_cuda_alloc(s->na * (size_t)(full ? 1 : ch->layers));
-            size_t rows = (size_t)s->B * s->S * c->vocab_local; /* the head's logits here */
+            size_t rows = (size_t)s->n * c->vocab_local; /* the head's logits here */
             if (ch->place.head) s->dlogits = rt_cuda_alloc(rows * c->eb);
             if (ch->place.head && c->shards > 1) /* SP: the head reads every token */
                 s->head_in = rt_cuda_alloc(bh * (size_t)c->shards);
@@ -304,44 +335,52 @@ static void unpack(rt_cuda *g, gslot *s, int kind, void *a, void *b, size_t eb)
 static void *acts_at(const gslot *s, int l) { return (char *)s->acts + (s->ckpt ? 0 : (size_t)l * s->na); }
 static void *ckpt_at(const gctx *c, const gslot *s, int l) { return (char *)s->ckpt + (size_t)l * s->nh * c->eb; }
 
-/* The group's tensor-parallel collectives (layer_cuda.h rt_cuda_tp), over NCCL on the stream of
- * the layer that calls them: every rank of the group enqueues them in the same order. */
-static void tp_allreduce(void *vc, rt_cuda *g, void *buf, size_t n, rt_elem e, int op)
-{
+/* The tensor- and context-parallel groups' collectives (layer_cuda.h rt_cuda_tp), over NCCL on
+ * the stream of the layer that calls them: every rank of a group enqueues them in the same order.
+ * A group's hooks take its ggroup. */
 #ifdef DPRUN_NCCL
-    gctx *c = vc;
+static rt_nccl *group_comm(const ggroup *gr) { return gr->cp ? gr->c->cpc : gr->c->tpc; }
+#endif
+
+static void group_allreduce(void *vg, rt_cuda *g, void *buf, size_t n, rt_elem e, int op)
+{
+    ggroup *gr = vg;
+#ifdef DPRUN_NCCL
     char why[256];
-    if (rt_nccl_allreduce(c->tpc, buf, n, e, op, g, why, sizeof why) != 0) die(c, why);
+    if (rt_nccl_allreduce(group_comm(gr), buf, n, e, op, g, why, sizeof why) != 0) die(gr->c, why);
 #else
     (void)g, (void)buf, (void)n, (void)e, (void)op;
-    die(vc, "tensor parallelism without NCCL");
+    die(gr->c, "tensor or context parallelism without NCCL");
 #endif
 }
 
-static void tp_allgather(void *vc, rt_cuda *g, const void *mine, void *all, size_t n, rt_elem e)
+static void group_allgather(void *vg, rt_cuda *g, const void *mine, void *all, size_t n, rt_elem e)
 {
+    ggroup *gr = vg;
 #ifdef DPRUN_NCCL
-    gctx *c = vc;
     char why[256];
-    if (rt_nccl_allgather(c->tpc, mine, all, n * rt_elem_bytes(e), g, why, sizeof why) != 0) die(c, why);
+    if (rt_nccl_allgather(group_comm(gr), mine, all, n * rt_elem_bytes(e), g, why, sizeof why) != 0)
+        die(gr->c, why);
 #else
     (void)g, (void)mine, (void)all, (void)n, (void)e;
-    die(vc, "tensor parallelism without NCCL");
+    die(gr->c, "tensor or context parallelism without NCCL");
 #endif
 }
 
-static void tp_reduce_scatter(void *vc, rt_cuda *g, const void *all, void *mine, size_t n, rt_elem e)
+static void group_reduce_scatter(void *vg, rt_cuda *g, const void *all, void *mine, size_t n, rt_elem e)
 {
+    ggroup *gr = vg;
 #ifdef DPRUN_NCCL
-    gctx *c = vc;
     char why[256];
-    if (rt_nccl_reduce_scatter(c->tpc, all, mine, n, e, g, why, sizeof why) != 0) die(c, why);
+    if (rt_nccl_reduce_scatter(group_comm(gr), all, mine, n, e, g, why, sizeof why) != 0)
+        die(gr->c, why);
 #else
     (void)g, (void)all, (void)mine, (void)n, (void)e;
-    die(vc, "tensor parallelism without NCCL");
+    die(gr->c, "tensor or context parallelism without NCCL");
 #endif
 }
 
+static const rt_cuda_tp *cp_of(const gctx *c) { return c->cp > 1 ? &c->cpg : NULL; }
 static const rt_cuda_tp *tp_of(const gctx *c) { return c->tp > 1 ? &c->tpg : NULL; }
 
 /* Under SP each tp rank summed the norms' gradients over its own tokens: their sum over the group
@@ -356,8 +395,8 @@ static void sp_sum_norm_grads(gctx *c, rt_cuda *g, const gchunk *ch)
         int np = rt_layer_params_layout(&ch->shape, off, len, &count);
         for (int id = 0; id < np; id++)
             if (len[id] && rt_param_sp_partial(id))
-                tp_allreduce(c, g, (char *)ch->g[l].block + off[id] * sb, len[id],
-                             rt_elem_stat(c->dt), RT_TP_SUM);
+                c->tpg.allreduce(c->tpg.ctx, g, (char *)ch->g[l].block + off[id] * sb, len[id],
+                                 rt_elem_stat(c->dt), RT_TP_SUM);
     }
 }
 
@@ -427,7 +466,7 @@ static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
                                    rt_elem_stat(c->dt), c->zstream, why, sizeof why) != 0)
             die(c, why);
         rt_cuda_add_grads(c->zstream, ch->gshard[l], c->zscratch, ch->shard, c->dt);
-        rt_cuda_zero(c->zstream, ch->g[l].block, rt_grad_block_bytes(ch->shard * c->o->pl->h.dp, c->dt));
+        rt_cuda_zero(c->zstream, ch->g[l].block, rt_grad_block_bytes(ch->shard * c->zranks, c->dt));
     }
     rt_cuda_event_record(c->zstream, c->zback);
     rt_cuda_wait_event(g, c->zback);
@@ -437,14 +476,28 @@ static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
 #endif
 }
 
+/* The input embedding's lookups of this rank's tokens (exec.c fill_input: a hash of each token's
+ * index in the whole micro-batch, so that every layout trains on the same numbers; under SP its
+ * 1/tp of the cp rank's tokens, under CP the cp rank's pieces), a fill per run of consecutive
+ * tokens. */
+static void fill_input(const gctx *c, rt_cuda *g, gslot *s, unsigned seed)
+{
+    size_t H = (size_t)c->hidden, n = s->nh / H, first = c->shards > 1 ? (size_t)c->tp_rank * n : 0;
+    const rt_cp *cp = c->cp > 1 ? &s->cp : NULL;
+    for (size_t t = 0; t < n;) {
+        size_t run = 1, at = (size_t)rt_cp_token(cp, (int)(first + t));
+        while (t + run < n && (size_t)rt_cp_token(cp, (int)(first + t + run)) == at + run) run++;
+        rt_cuda_fill_at(g, (char *)s->in + t * H * c->eb, run * H, at * H, c->dt, seed, 1.0);
+        t += run;
+    }
+}
+
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
-    /* the embeddings' lookups of this rank's tokens (exec.c fill_input: under SP its 1/tp) */
-    size_t first = c->shards > 1 ? (size_t)c->tp_rank * s->nh : 0;
     if (ch->place.first_decoder) /* the target embedding; the encoder output has arrived in enc */
-        rt_cuda_fill_at(g, s->in, s->nh, first, c->dt, (unsigned)(mb * 977 + iteration), 1.0);
+        fill_input(c, g, s, (unsigned)(mb * 977 + iteration));
     else if (ch->place.embedding) /* the input embedding */
-        rt_cuda_fill_at(g, s->in, s->nh, first, c->dt, (unsigned)(mb * 131 + iteration), 1.0);
+        fill_input(c, g, s, (unsigned)(mb * 131 + iteration));
     else if (packed(ch, KIND_ACT, 0))
         unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
     const void *cur = s->in;
@@ -458,10 +511,10 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
     }
     if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh * c->eb);
     if (ch->place.head) { /* the tied embedding, split by vocabulary under TP, and the loss */
-        if (s->head_in) /* SP: the head reads every token */
-            tp_allgather(c, g, s->out, s->head_in, s->nh, rt_elem_act(c->dt));
-        rt_cuda_lm_head_fwd(g, tp_of(c), s->head_in ? s->head_in : s->out, c->emb, c->logits,
-                            s->dlogits, s->B * s->S, c->hidden, c->vocab, mb, c->dt);
+        if (s->head_in) /* SP: the head reads every token (of this cp rank) */
+            c->tpg.allgather(c->tpg.ctx, g, s->out, s->head_in, s->nh, rt_elem_act(c->dt));
+        rt_cuda_lm_head_fwd(g, tp_of(c), s->mb.cp, s->head_in ? s->head_in : s->out, c->emb,
+                            c->logits, s->dlogits, s->n, c->hidden, c->vocab, mb, c->dt);
     } else if (packed(ch, KIND_ACT, 1))
         pack(g, s, KIND_ACT, s->out, s->enc, c->eb);
 }
@@ -473,7 +526,7 @@ static void backward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int weight
 {
     if (ch->place.head) {
         rt_cuda_lm_head_bwd(g, tp_of(c), s->dlogits, c->emb, s->head_in ? s->head_in : s->out,
-                            s->dout, c->demb, s->B * s->S, c->hidden, c->vocab, c->dt);
+                            s->dout, c->demb, s->n, c->hidden, c->vocab, c->dt);
         if (ch->place.decoder) rt_cuda_zero(g, s->denc, s->ne * c->eb);
     } else if (packed(ch, KIND_GRAD, 0)) {
         unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
@@ -547,7 +600,7 @@ static void *transfer_buf(gctx *c, const pm_step *s, int send, size_t *n)
 {
     void *buf = wire_of(&c->ch[s->v], gslot_at(c, s), s->kind, send, n);
     size_t eb = (size_t)c->o->pl->h.act_elem_bytes;
-    size_t whole = *n * (size_t)c->shards; /* the plan counts the whole activation */
+    size_t whole = *n * (size_t)(c->shards * c->cp); /* the plan counts the whole activation */
     if ((size_t)s->x->bytes == eb * whole) return buf;
     dp_fail(c->err, DP_ERR_INVALID, "%s mb %d on stage %d: the plan says %lld bytes, the "
             "micro-batch's shape needs %zu (%zu %s elements)", plan_op_name(s->op), s->x->mb,
@@ -810,7 +863,7 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     if (st == DP_OK && !c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
         for (int v = 0; v < c->nv; v++)
             if (c->stream[v % c->pp]) sp_sum_norm_grads(c, c->stream[v % c->pp], &c->ch[v]);
-    if (st == DP_OK && c->multi && c->o->pl->h.dp > 1) st = enqueue_allreduce(c);
+    if (st == DP_OK && c->multi && c->zranks > 1) st = enqueue_allreduce(c);
     if (c->multi && st != DP_OK) die(c, c->err->msg);
     dp_status waited = wait_streams(c, it); /* also after a failure: the buffers go next */
     if (st == DP_OK) st = waited;
@@ -901,7 +954,7 @@ static dp_status zero_shards(gctx *c, rt_cuda *g, gchunk *ch, int l)
     size_t gb = rt_grad_block_bytes(ch->shard, c->dt), pb = ch->shard * rt_param_read_bytes(c->dt);
     ch->pshard[l] = rt_cuda_alloc(pb), ch->gshard[l] = rt_cuda_alloc(gb);
     if (!ch->pshard[l] || !ch->gshard[l]) return zero_no_memory(c);
-    rt_cuda_copy(g, ch->pshard[l], (char *)read_part(c, &ch->p[l]) + (size_t)c->replica * pb, pb);
+    rt_cuda_copy(g, ch->pshard[l], (char *)read_part(c, &ch->p[l]) + (size_t)c->zrank * pb, pb);
     rt_cuda_zero(g, ch->gshard[l], gb);
     return DP_OK;
 }
@@ -933,6 +986,7 @@ static dp_status setup(gctx *c, const model_spec *m)
         rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
         ch->shape = rt_layer_shape_tp(&whole, c->tp); /* this tp rank's share of each layer */
+        ch->shape.cp = c->cp;                          /* ... on its share of the tokens */
         int layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
         ch->g = calloc((size_t)layers + 1, sizeof *ch->g);
@@ -952,11 +1006,11 @@ static dp_status setup(gctx *c, const model_spec *m)
             rt_layer_params_init(&full, &whole, (unsigned)(v * 1000 + l));
             rt_layer_params_shard(&whole, full.block, c->tp, c->tp_rank, mine);
             rt_layer_params_free(&full);
-            rt_cuda_layer d = {ch->shape, c->dt, NULL, count, tp_of(c)};
+            rt_cuda_layer d = {ch->shape, c->dt, NULL, count, tp_of(c), cp_of(c)};
             ch->p[l] = ch->g[l] = d;
-            size_t dp = (size_t)c->o->pl->h.dp;
-            ch->shard = c->zero ? rt_zero_shard(count, (int)dp) : 0;
-            st = upload_params(c, g0, mine, count, c->zero ? ch->shard * dp : count, &ch->p[l].block,
+            size_t zr = (size_t)c->zranks;
+            ch->shard = c->zero ? rt_zero_shard(count, (int)zr) : 0;
+            st = upload_params(c, g0, mine, count, c->zero ? ch->shard * zr : count, &ch->p[l].block,
                                &ch->g[l].block);
             free(mine);
             if (st != DP_OK) return st;
@@ -1021,19 +1075,23 @@ static void connect_ranks(gctx *c)
             if (c->chunks == 1 && (kind == KIND_ACT ? to < from : to > from)) continue;
             int member = c->stage == from || c->stage == to;
             rt_nccl *sub = NULL; /* the same tp rank of the two stages of a replica */
-            if (rt_nccl_split(c->world, member ? c->replica * c->tp + c->tp_rank : -1,
+            /* (the same cp and tp rank of the two stages) */
+            if (rt_nccl_split(c->world, member ? (c->replica * c->cp + c->cp_rank) * c->tp + c->tp_rank : -1,
                               c->stage == from ? 0 : 1, &sub, why, sizeof why) != 0)
                 die(c, why);
             if (c->stage == from) c->link[kind == KIND_ACT ? LINK_ACT_OUT : LINK_GRAD_OUT] = sub;
             if (c->stage == to) c->link[kind == KIND_ACT ? LINK_ACT_IN : LINK_GRAD_IN] = sub;
         }
-    if (c->o->pl->h.dp > 1 && /* the stage's replicas, the same tp rank of each */
-        rt_nccl_split(c->world, c->stage * c->tp + c->tp_rank, c->replica, &c->replicas, why,
+    int group = c->replica * c->pp + c->stage;
+    if (c->zranks > 1 && /* the stage's replicas and cp ranks, the same tp rank of each */
+        rt_nccl_split(c->world, c->stage * c->tp + c->tp_rank, c->zrank, &c->replicas, why,
                       sizeof why) != 0)
         die(c, why);
-    if (c->tp > 1 && /* the group: the tp ranks of this (stage, replica) */
-        rt_nccl_split(c->world, c->replica * c->pp + c->stage, c->tp_rank, &c->tpc, why,
-                      sizeof why) != 0)
+    if (c->tp > 1 && /* the tp ranks of this (stage, replica, cp rank) */
+        rt_nccl_split(c->world, group * c->cp + c->cp_rank, c->tp_rank, &c->tpc, why, sizeof why) != 0)
+        die(c, why);
+    if (c->cp > 1 && /* the cp ranks of this (stage, replica, tp rank) */
+        rt_nccl_split(c->world, group * c->tp + c->tp_rank, c->cp_rank, &c->cpc, why, sizeof why) != 0)
         die(c, why);
 }
 #endif
@@ -1042,7 +1100,7 @@ static void teardown(gctx *c)
 {
 #ifdef DPRUN_NCCL
     for (int k = 0; k < N_LINKS; k++) rt_nccl_free(c->link[k]);
-    rt_nccl_free(c->replicas), rt_nccl_free(c->tpc), rt_nccl_free(c->world);
+    rt_nccl_free(c->replicas), rt_nccl_free(c->tpc), rt_nccl_free(c->cpc), rt_nccl_free(c->world);
 #endif
     for (int v = 0; c->ch && v < c->nv; v++) {
         gchunk *ch = &c->ch[v];
@@ -1129,9 +1187,10 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     if (m->arch == ARCH_T5 && (pl->h.chunks > 1 || pl->h.pp < 2))
         return dp_fail(err, DP_ERR_UNSUPPORTED, "dprun runs T5 plans on at least 2 stages "
                        "(encoder, then decoder) and without interleaving");
-    if (size == 1 && pl->h.tp > 1)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without tensor parallelism "
-                       "(this plan: tp %d); start tp x pp x dp ranks, one per GPU", pl->h.tp);
+    if (size == 1 && (pl->h.tp > 1 || pl->h.cp > 1))
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without tensor or context "
+                       "parallelism (this plan: tp %d, cp %d); start tp x cp x pp x dp ranks, one "
+                       "per GPU", pl->h.tp, pl->h.cp);
     if (size == 1 && pl->h.dp != 1)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "one GPU runs plans without data parallelism "
                        "(this plan: dp %d); start pp x dp ranks, one per GPU", pl->h.dp);
@@ -1147,14 +1206,20 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
     c.dt = o->dtype, c.eb = rt_dtype_act_bytes(o->dtype);
     c.multi = size > 1;
     c.tp = rt_plan_tp(&pl->h), c.shards = placement_token_shards(c.tp, pl->h.sp);
+    c.cp = rt_plan_cp(&pl->h);
     c.vocab_local = m->vocab / c.tp;
     if (c.multi) {
         MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
         rt_place at = rt_place_of(&pl->h, c.rank);
-        c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank;
+        c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank, c.cp_rank = at.cp_rank;
     }
-    c.tpg = (rt_cuda_tp){c.tp, c.tp_rank, pl->h.sp, tp_allreduce, tp_allgather, tp_reduce_scatter, &c};
-    c.zero = c.multi ? rt_zero_stage(&pl->h, pl->h.dp) : 0;
+    c.zranks = pl->h.dp * c.cp, c.zrank = c.replica * c.cp + c.cp_rank;
+    c.tp_hooks = (ggroup){&c, 0}, c.cp_hooks = (ggroup){&c, 1};
+    c.tpg = (rt_cuda_tp){c.tp, c.tp_rank, pl->h.sp, group_allreduce, group_allgather,
+                         group_reduce_scatter, &c.tp_hooks};
+    c.cpg = (rt_cuda_tp){c.cp, c.cp_rank, 0, group_allreduce, group_allgather, group_reduce_scatter,
+                         &c.cp_hooks};
+    c.zero = c.multi ? rt_zero_stage(&pl->h, c.zranks) : 0;
     gethostname(c.host, sizeof c.host - 1);
     dp_status st = setup(&c, m);
     if (c.multi) {

@@ -709,7 +709,7 @@ void rt_batch_seqs_free(rt_batch_seqs *bs)
 /* The sequences of a CPU pass: the activations' (a->seqs, a->enc_seqs) or whole rows. */
 static void pass_seqs_init(rt_batch_seqs *ps, const rt_layer_acts *a, int B, int S)
 {
-    rt_batch mb = {B, S, a->Se, a->seqs, a->enc_seqs};
+    rt_batch mb = {B, S, a->Se, a->seqs, a->enc_seqs, a->cp};
     rt_batch_seqs_init(ps, &mb);
 }
 

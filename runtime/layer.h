@@ -99,10 +99,13 @@ typedef struct rt_seqs {
 
 /* A micro-batch as a layer sees it: B rows of S tokens; for a cross layer an encoder output of B
  * rows of Se tokens; the sequences attention runs within, paired sample by sample (NULL: whole
- * rows). The GPU layer (cuda/layer_cuda.h) takes it whole. */
+ * rows); under context parallelism this rank's map of it (rt_cp, below; NULL: none). The GPU
+ * layer (cuda/layer_cuda.h) takes it whole. */
+struct rt_cp;
 typedef struct rt_batch {
     int B, S, Se;
     const rt_seqs *seqs, *enc_seqs;
+    const struct rt_cp *cp;
 } rt_batch;
 
 /* B rows of S tokens into s, with the caller's arrays off and len (B ints each). */

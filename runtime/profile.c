@@ -234,7 +234,7 @@ static dp_status prober_open(prober *pr, dp_err *err)
         rt_cuda_layer *l = &pr->dev[k];
         size_t n = pr->host[k].p[0].count;
         *l = (rt_cuda_layer){*pr->shape[k], pr->o->dtype,
-                             rt_cuda_params_new(pr->host[k].p[0].block, n, pr->o->dtype), n, NULL};
+                             rt_cuda_params_new(pr->host[k].p[0].block, n, pr->o->dtype), n, NULL, NULL};
         if (!l->block) return dp_fail(err, DP_ERR_EXTERNAL, "cannot copy the layer to the GPU");
     }
     return DP_OK;
@@ -275,7 +275,7 @@ static dp_status probe_layer(prober *pr, int k, int B, int S, int Se, recompute_
     }
 #ifdef DPRUN_CUDA
     memset(pt, 0, sizeof *pt);
-    rt_batch mb = {B, S, Se, NULL, NULL};
+    rt_batch mb = {B, S, Se, NULL, NULL, NULL};
     if (rt_cuda_time_layer(pr->gpu, &pr->dev[k], &mb, rc, R, &pt->fwd_ms, &pt->bwd_ms) != 0) {
         char why[240] = "";
         rt_cuda_sync(pr->gpu, why, sizeof why);

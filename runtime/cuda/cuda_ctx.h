@@ -92,8 +92,9 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc);
 void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
                               const void *acts, const void *enc);
-void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
-                         void *logits, void *dlogits, int n, int H, int V, int target_offset);
+void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, const void *out,
+                         const void *emb, void *logits, void *dlogits, int n, int H, int V,
+                         int target_offset);
 void rt_bf16_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,
                          const void *out, void *dout, void *demb, int n, int H, int V);
 void rt_bf16_fill(rt_cuda *g, void *v, size_t n, size_t first, unsigned seed, double scale);
@@ -364,21 +365,30 @@ __global__ void k_rope(T *x, int ld, int heads, int d, double base, const int *p
     }
 }
 
+// The query sequences of a layer's self-attention on the micro-batch mb (bs: its pass's
+// sequences): under context parallelism this rank's pieces (rt_cp.q, with their positions), else
+// the batch's own; NULL for whole rows.
+static inline const rt_seqs *self_queries(const rt_batch *mb, const rt_batch_seqs *bs)
+{
+    if (mb->cp && mb->cp->size > 1) return &mb->cp->q;
+    return bs->rows ? NULL : &bs->self;
+}
+
 // RoPE on the q and k heads of a layer's fused projection qkv (or its gradient, inverse) on the
-// n = B x S tokens of a pass over the sequences bs: whole rows by position in the row, varlen by
-// position in the sample (rt_seqs_positions, on the device through g->small: one upload per
-// micro-batch). Out of memory for the positions is noted in g->fail (the next rt_cuda_sync
-// reports it).
+// n tokens of a pass whose queries are the sequences qs (self_queries): with qs NULL whole rows of
+// S, by position in the row; otherwise by position in the sample (rt_seqs_positions, on the device
+// through g->small: one upload per micro-batch). Out of memory for the positions is noted in
+// g->fail (the next rt_cuda_sync reports it).
 template <class T>
-static void rope_pass(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int S, T *qkv,
-                      int n, int inverse)
+static void rope_pass(rt_cuda *g, const rt_layer_shape *s, const rt_seqs *qs, int S, T *qkv, int n,
+                      int inverse)
 {
     if (n <= 0) return;
     const int *pos = NULL;
-    if (!bs->rows) {
+    if (qs) {
         int *host = (int *)malloc((size_t)n * sizeof *host);
         if (host) {
-            rt_seqs_positions(&bs->self, n, host);
+            rt_seqs_positions(qs, n, host);
             pos = (const int *)rt_dev_cache_get(&g->small, host, (size_t)n * sizeof *host);
         }
         free(host);
@@ -477,20 +487,22 @@ template <class L> __global__ void k_row_sumexp(const L *l, const L *mx, L *sum,
 }
 
 template <class L, class D>
-__global__ void k_head_grad(const L *l, const L *mx, const L *sum, D *dl, int n, int Vl, int V,
-                            int first, int offset)
+__global__ void k_head_grad(const L *l, const L *mx, const L *sum, D *dl, const int *rows,
+                            double mean_over, int Vl, int V, int first, int offset)
 {
     long long row = blockIdx.x;
     const L *r = l + row * Vl;
     D *d = dl + row * Vl;
-    int target = (int)((row * 7919 + offset) % V) - first;
+    int target = (int)(((rows ? rows[row] : row) * 7919LL + offset) % V) - first;
     for (int j = threadIdx.x; j < Vl; j += THREADS)
-        d[j] = elem<D>::store((exp(r[j] - mx[row]) / sum[row] - (j == target ? 1 : 0)) / n);
+        d[j] = elem<D>::store((exp(r[j] - mx[row]) / sum[row] - (j == target ? 1 : 0)) / (L)mean_over);
 }
 
+// rows (device, NULL: row r is token r) and mean_over: under CP the rows' whole-micro-batch
+// indices and the whole micro-batch's token count (cp_rows_dev, cp_mean_over).
 template <class L, class D>
-static void head_softmax_tp(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D *dlogits, int n,
-                            int V, int offset)
+static void head_softmax_tp(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D *dlogits,
+                            const int *rows, double mean_over, int n, int V, int offset)
 {
     int Vl = V / tp->size;
     L *mx = NULL; // the rows' maximum, then their sum of exponents
@@ -503,10 +515,100 @@ static void head_softmax_tp(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D
     tp->allreduce(tp->ctx, g, mx, (size_t)n, elem_kind<L>(), RT_TP_MAX);
     k_row_sumexp<L><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, Vl);
     tp->allreduce(tp->ctx, g, mx + n, (size_t)n, elem_kind<L>(), RT_TP_SUM);
-    k_head_grad<L, D><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, dlogits, n, Vl, V,
-                                                    tp->rank * Vl, offset);
+    k_head_grad<L, D><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, dlogits, rows, mean_over,
+                                                    Vl, V, tp->rank * Vl, offset);
     cudaFreeAsync(mx, g->stream);
 }
+
+// ---- context parallelism (layer.h rt_cp; layer.c's cp_gather_kv and cp_scatter_dkv) ------------
+static inline int cp_on(const rt_cp *cp) { return cp && cp->size > 1; }
+
+// The map's whole[] on the device (g->small: one upload per micro-batch), NULL (noted in g->fail)
+// out of memory.
+static inline const int *cp_whole_dev(rt_cuda *g, const rt_cp *cp)
+{
+    size_t n = (size_t)cp->n_local * (size_t)cp->size;
+    const int *d = (const int *)rt_dev_cache_get(&g->small, cp->whole, n * sizeof(int));
+    if (!d && !g->fail[0]) snprintf(g->fail, sizeof g->fail, "out of memory for a context-parallel map");
+    return d;
+}
+
+// dst (rows of w) = columns col .. col + w - 1 of src (rows of ld); and back, added.
+template <class T> __global__ void k_cols_get(const T *src, int ld, int col, T *dst, int w, long long rows)
+{
+    GRID_STRIDE(i, rows * w) dst[i] = src[i / w * ld + col + i % w];
+}
+template <class T> __global__ void k_cols_add(T *dst, int ld, int col, const T *src, int w, long long rows)
+{
+    GRID_STRIDE(i, rows * w)
+    {
+        T *d = dst + i / w * ld + col + i % w;
+        *d = elem<T>::store(elem<T>::load(*d) + elem<T>::load(src[i]));
+    }
+}
+// Rows of w moved by a map: dst row map[r] = src row r (scatter), or dst row r = src row map[r].
+template <class T> __global__ void k_rows_scatter(const T *src, const int *map, T *dst, int w, long long rows)
+{
+    GRID_STRIDE(i, rows * w) dst[(long long)map[i / w] * w + i % w] = src[i];
+}
+template <class T> __global__ void k_rows_gather(const T *src, const int *map, T *dst, int w, long long rows)
+{
+    GRID_STRIDE(i, rows * w) dst[i] = src[(long long)map[i / w] * w + i % w];
+}
+
+// The group's rotated key/value projections (the columns after the queries of each of this
+// rank's n_local rows of qkv, width qkv_w) gathered into kvg, the whole micro-batch's rows of
+// 2 hkv, in its order.
+template <class T>
+static void cp_gather_kv(rt_cuda *g, const rt_cp *cp, const rt_cuda_tp *grp, const T *qkv, int hk,
+                         int hkv, int qkv_w, T *kvg)
+{
+    int w = 2 * hkv;
+    long long nl = cp->n_local, all = nl * cp->size;
+    const int *whole = cp_whole_dev(g, cp);
+    T *mine = NULL, *got = NULL;
+    cudaMallocAsync((void **)&mine, (size_t)(nl * w + 1) * sizeof(T), g->stream);
+    cudaMallocAsync((void **)&got, (size_t)(all * w + 1) * sizeof(T), g->stream);
+    if (whole && mine && got) {
+        k_cols_get<T><<<grid_for(nl * w), THREADS, 0, g->stream>>>(qkv, qkv_w, hk, mine, w, nl);
+        grp->allgather(grp->ctx, g, mine, got, (size_t)(nl * w), elem_kind<T>());
+        k_rows_scatter<T><<<grid_for(all * w), THREADS, 0, g->stream>>>(got, whole, kvg, w, all);
+    }
+    if (mine) cudaFreeAsync(mine, g->stream);
+    if (got) cudaFreeAsync(got, g->stream);
+}
+
+// The key/value gradients dkvg (the whole micro-batch's rows of 2 hkv, this rank's queries'
+// contributions) summed over the group, this rank's tokens' rows added to the key/value columns
+// of d_qkv (n_local rows of qkv_w).
+template <class T>
+static void cp_scatter_dkv(rt_cuda *g, const rt_cp *cp, const rt_cuda_tp *grp, const T *dkvg, int hk,
+                           int hkv, int qkv_w, T *d_qkv)
+{
+    int w = 2 * hkv;
+    long long nl = cp->n_local, all = nl * cp->size;
+    const int *whole = cp_whole_dev(g, cp);
+    T *by_rank = NULL, *mine = NULL;
+    cudaMallocAsync((void **)&by_rank, (size_t)(all * w + 1) * sizeof(T), g->stream);
+    cudaMallocAsync((void **)&mine, (size_t)(nl * w + 1) * sizeof(T), g->stream);
+    if (whole && by_rank && mine) {
+        k_rows_gather<T><<<grid_for(all * w), THREADS, 0, g->stream>>>(dkvg, whole, by_rank, w, all);
+        grp->reduce_scatter(grp->ctx, g, by_rank, mine, (size_t)(nl * w), elem_kind<T>());
+        k_cols_add<T><<<grid_for(nl * w), THREADS, 0, g->stream>>>(d_qkv, qkv_w, hk, mine, w, nl);
+    }
+    if (by_rank) cudaFreeAsync(by_rank, g->stream);
+    if (mine) cudaFreeAsync(mine, g->stream);
+}
+
+// The LM head's target rows under CP: each of this rank's tokens' index in the whole micro-batch
+// (the device map from its rank's entries on), NULL without CP; and what the loss averages over.
+static inline const int *cp_rows_dev(rt_cuda *g, const rt_cp *cp)
+{
+    if (!cp_on(cp)) return NULL;
+    const int *whole = cp_whole_dev(g, cp);
+    return whole ? whole + (size_t)cp->rank * cp->n_local : NULL;
+}
+static inline double cp_mean_over(const rt_cp *cp, int n) { return (double)n * (cp_on(cp) ? cp->size : 1); }
 
 // Mean time of fwd() and of bwd() over `repeats` runs after one warm-up, by CUDA events.
 template <class Fwd, class Bwd>

@@ -162,8 +162,10 @@ __global__ void k_fill_bf16(bf16 *v, long long n, long long first, unsigned seed
     GRID_STRIDE(i, n) v[i] = __float2bfloat16((float)RT_FILL_VALUE(first + i, seed, scale));
 }
 
-// One block per row: dlogits (bf16) = (softmax(logits) - onehot(target)) / n, logits fp32.
-__global__ void k_softmax_xent_bf16(const float *logits, bf16 *dlogits, int n, int V, int offset)
+// One block per row: dlogits (bf16) = (softmax(logits) - onehot(target)) / mean_over, logits
+// fp32, targets as layer_cuda.cu k_softmax_xent's.
+__global__ void k_softmax_xent_bf16(const float *logits, bf16 *dlogits, const int *rows,
+                                    float mean_over, int V, int offset)
 {
     long long row = blockIdx.x;
     const float *l = logits + row * V;
@@ -173,15 +175,20 @@ __global__ void k_softmax_xent_bf16(const float *logits, bf16 *dlogits, int n, i
     mx = block_max(mx);
     for (int j = threadIdx.x; j < V; j += THREADS) s += expf(l[j] - mx);
     s = block_sum(s);
-    int target = (int)((row * 7919 + offset) % V);
+    int target = (int)(((rows ? rows[row] : row) * 7919LL + offset) % V);
     for (int j = threadIdx.x; j < V; j += THREADS)
-        dl[j] = __float2bfloat16((expf(l[j] - mx) / s - (j == target ? 1.0f : 0.0f)) / n);
+        dl[j] = __float2bfloat16((expf(l[j] - mx) / s - (j == target ? 1.0f : 0.0f)) / mean_over);
 }
 
 // ---- attention on GEMMs and a softmax kernel (the path where cuDNN is not used) -------------
 
-// Query i of a causal attention sees keys 0..i (top-left aligned, as layer.c).
-__device__ inline int last_key(int i, int sk, int causal) { return causal ? (i < sk ? i : sk - 1) : sk - 1; }
+// Query i of sq in a causal attention sees keys 0 .. i + sk - sq (bottom-right aligned: a
+// context-parallel piece's queries start at position sk - sq of their sample, layer.h rt_cp;
+// without CP sk = sq, as layer.c).
+__device__ inline int last_key(int i, int sq, int sk, int causal)
+{
+    return causal ? (i + sk - sq < sk ? i + sk - sq : sk - 1) : sk - 1;
+}
 
 // Rows of sk scores s (fp32, unscaled): p (bf16) = softmax(scale * s, masked), lse (fp32) the
 // log-sum-exp of each row's scaled scores. One block per row; row r is query r % sq.
@@ -189,7 +196,7 @@ __global__ void k_attn_softmax(const float *s, bf16 *p, float *lse, int sq, int 
                                float scale)
 {
     long long row = blockIdx.x;
-    int i = (int)(row % sq), last = last_key(i, sk, causal);
+    int i = (int)(row % sq), last = last_key(i, sq, sk, causal);
     const float *sr = s + row * sk;
     bf16 *pr = p + row * sk;
     float mx = -INFINITY, sum = 0;
@@ -207,7 +214,7 @@ __global__ void k_attn_recompute(const float *s, const float *lse, bf16 *p, int 
                                  int causal, float scale)
 {
     long long row = blockIdx.x;
-    int i = (int)(row % sq), last = last_key(i, sk, causal);
+    int i = (int)(row % sq), last = last_key(i, sq, sk, causal);
     float l = lse[row];
     for (int j = threadIdx.x; j < sk; j += THREADS)
         p[row * sk + j] = __float2bfloat16(j <= last ? expf(s[row * sk + j] * scale - l) : 0.0f);
@@ -356,9 +363,16 @@ static void note_path(rt_cuda *g, int fwd_cudnn, int bwd_cudnn)
     memcpy(g->attn_path, buf, sizeof buf);
 }
 
+// Context-parallel pieces (queries with positions, rt_seqs.pos) run on the GEMM path: cuDNN's
+// causal mask is top-left aligned, the pieces' is bottom-right.
+static int gemm_only(const rt_cuda *g, const attn_io *x)
+{
+    return g->attn_mode == RT_ATTN_GEMM || x->qs->pos;
+}
+
 static void attn_fwd(rt_cuda *g, const attn_io *x)
 {
-    if (g->attn_mode != RT_ATTN_GEMM && rt_sdpa_fwd(g, x) == 0) {
+    if (!gemm_only(g, x) && rt_sdpa_fwd(g, x) == 0) {
         g->last_fwd_cudnn = 1;
         return;
     }
@@ -368,7 +382,7 @@ static void attn_fwd(rt_cuda *g, const attn_io *x)
 
 static void attn_bwd(rt_cuda *g, const attn_io *x)
 {
-    int bwd_cudnn = g->attn_mode != RT_ATTN_GEMM && rt_sdpa_bwd(g, x) == 0;
+    int bwd_cudnn = !gemm_only(g, x) && rt_sdpa_bwd(g, x) == 0;
     if (!bwd_cudnn) gemm_attn_bwd(g, x);
     note_path(g, g->last_fwd_cudnn, bwd_cudnn);
 }
@@ -439,13 +453,19 @@ static attn_io attn_of(const rt_cuda_layer *l, const rt_batch_seqs *bs, const rt
 // The self-attention and (cross layers) the attention to the encoder output of a layer, on its
 // saved projections, output and log-sum-exp: for the forward, selective recompute's rerun and
 // (with the gradients set) the backward.
-static attn_io self_io(const rt_cuda_layer *l, const rt_batch_seqs *bs, const bview *v, int B, int S)
+static attn_io self_io(const rt_cuda_layer *l, const rt_batch *mb, const rt_batch_seqs *bs,
+                       const bview *v, int B, int S)
 {
     int hk = rt_layer_q_width(&l->shape), hkv = rt_layer_kv_width(&l->shape);
     int qkv_w = rt_layer_qkv_width(&l->shape);
     bf16 *qkv = A(v, RT_A_QKV);
     attn_io x = attn_of(l, bs, &bs->self, B, S, S, l->shape.causal, qkv_w, qkv_w);
     x.q = qkv, x.k = qkv + hk, x.v = qkv + hk + hkv, x.o = A(v, RT_A_CTX), x.lse = AF(v, RT_A_P);
+    if (cp_on(mb->cp)) { // this rank's pieces against the gathered keys and values (layer.h rt_cp)
+        bf16 *kvg = A(v, RT_A_KVG);
+        x.qs = &mb->cp->q, x.ks = &mb->cp->k, x.rows = 0, x.ldkv = 2 * hkv;
+        x.k = kvg, x.v = kvg + hkv;
+    }
     return x;
 }
 
@@ -474,8 +494,8 @@ void rt_bf16_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const
     view_acts(&l->shape, mb->B, mb->S, mb->Se, acts, &v);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = mb->B * mb->S, hk = rt_layer_q_width(&l->shape);
-    attn_io self = self_io(l, &bs, &v, mb->B, mb->S);
+    int n = rt_cp_tokens(mb->cp, mb->B * mb->S), hk = rt_layer_q_width(&l->shape);
+    attn_io self = self_io(l, mb, &bs, &v, mb->B, mb->S);
     attn_fwd_zeroed(g, &self, n, hk);
     if (l->shape.cross) {
         attn_io cross = cross_io(l, &bs, &v, mb->B, mb->S, mb->Se);
@@ -493,8 +513,9 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     view_acts(&l->shape, B, S, Se, acts, &v);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
-    int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape);
+    // under CP this rank's tokens (layer.h rt_cp)
+    int n = rt_cp_tokens(mb->cp, B * S), h = l->shape.hidden, hk = rt_layer_q_width(&l->shape);
+    int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape), f = l->shape.ffn;
     // Under TP (layer_cuda.h rt_cuda_tp) the row-parallel projections' partial sums meet before
     // the residual add, which the epilogue then cannot take; with SP the norms and residual adds
     // run on this rank's nl tokens, and full is a whole-sequence scratch (layer.c rt_layer_fwd)
@@ -509,8 +530,9 @@ void rt_bf16_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     if (full) tp_gather(g, tp, full, A(&v, RT_A_H1), (size_t)nlh);
     linear(g, A(&v, RT_A_H1), v.w[RT_P_WQKV], v.w[RT_P_BQKV], NULL, A(&v, RT_A_QKV), n, h, qkv_w);
     bf16 *qkv = A(&v, RT_A_QKV);
-    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, qkv, n, 0); // the saved q, k rotated
-    attn_io self = self_io(l, &bs, &v, B, S);
+    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, self_queries(mb, &bs), S, qkv, n, 0); // the saved q, k rotated
+    if (cp_on(mb->cp)) cp_gather_kv(g, mb->cp, l->cp_group, (const bf16 *)qkv, hk, hkv, qkv_w, A(&v, RT_A_KVG));
+    attn_io self = self_io(l, mb, &bs, &v, B, S);
     attn_fwd_zeroed(g, &self, n, hk);
     linear(g, A(&v, RT_A_CTX), v.w[RT_P_WO], bias_once(tp, v.w[RT_P_BO]), on ? NULL : x_,
            full ? full : x2, n, hk, h);
@@ -558,8 +580,10 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     rt_batch_seqs_init(&bs, mb);
     const bf16 *dy = (const bf16 *)dy_;
     bf16 *dx = (bf16 *)dx_, *denc = (bf16 *)denc_;
-    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
+    const rt_cp *cp = cp_on(mb->cp) ? mb->cp : NULL;
+    int n = rt_cp_tokens(cp, B * S), h = l->shape.hidden, hk = rt_layer_q_width(&l->shape);
     int hkv = rt_layer_kv_width(&l->shape), qkv_w = rt_layer_qkv_width(&l->shape), ne = B * Se;
+    int f = l->shape.ffn;
     int f1 = rt_layer_ffn_in(&l->shape);
     // under TP (layer.c rt_layer_bwd_input): the partial input gradients meet before the norms;
     // with SP dnorm and d_o hold this rank's tokens of a norm's input gradient and of
@@ -568,6 +592,8 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     int nl = rt_cuda_tp_tokens(tp, n), sp = tp_sp(tp);
     long long nh = (long long)n * h, nlh = (long long)nl * h;
     bf16 *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL, *dnorm = NULL, *d_o = NULL;
+    bf16 *dkvg = NULL; // CP: the whole micro-batch's key/value gradients of this rank's queries
+    if (cp) cudaMallocAsync((void **)&dkvg, (size_t)B * S * 2 * hkv * sizeof(bf16), g->stream);
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(bf16), g->stream);
     cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(bf16), g->stream);
     cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(bf16), g->stream);
@@ -577,7 +603,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     } else {
         dnorm = tmp_h, d_o = A(&v, RT_A_D_O);
     }
-    if (!tmp_f || !tmp_h || !dctx || !dnorm || !d_o) goto out;
+    if (!tmp_f || !tmp_h || !dctx || !dnorm || !d_o || (cp && !dkvg)) goto out;
     tp_gather(g, tp, dy, A(&v, RT_A_D_Y), (size_t)nlh); // W2's output gradient, whole
     gemm(g, 0, 1, n, f, h, A(&v, RT_A_D_Y), h, v.w[RT_P_W2], h, 0.0f, tmp_f, f); // dg = dy W2^T
     mlp_act_bwd(g, &l->shape, tmp_f, A(&v, RT_A_U), A(&v, RT_A_D_U), n);
@@ -609,11 +635,16 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     cudaMemsetAsync(A(&v, RT_A_D_QKV), 0, (size_t)n * qkv_w * sizeof(bf16), g->stream);
     {
         bf16 *dqkv = A(&v, RT_A_D_QKV);
-        attn_io self = self_io(l, &bs, &v, B, S);
+        attn_io self = self_io(l, mb, &bs, &v, B, S);
         self.dout = dctx;
         self.dq = dqkv, self.dk = dqkv + hk, self.dv = dqkv + hk + hkv;
+        if (cp) { // the whole micro-batch's key/value gradients, then each rank's share
+            cudaMemsetAsync(dkvg, 0, (size_t)B * S * 2 * hkv * sizeof(bf16), g->stream);
+            self.dk = dkvg, self.dv = dkvg + hkv;
+        }
         attn_bwd(g, &self);
-        if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, dqkv, n, 1); // d(rotated) to d(projected)
+        if (cp) cp_scatter_dkv(g, cp, l->cp_group, (const bf16 *)dkvg, hk, hkv, qkv_w, dqkv);
+        if (l->shape.rope_base > 0) rope_pass(g, &l->shape, self_queries(mb, &bs), S, dqkv, n, 1); // d(rotated) to d(projected)
     }
     gemm(g, 0, 1, n, h, qkv_w, A(&v, RT_A_D_QKV), qkv_w, v.w[RT_P_WQKV], qkv_w, 0.0f, tmp_h, h); // dh1, partial
     tp_reduce(g, tp, tmp_h, dnorm, (size_t)nh);
@@ -621,6 +652,7 @@ void rt_bf16_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
              AF(&v, RT_A_RSTD1), dx, v.gw[RT_P_LN1_G], v.gw[RT_P_LN1_B], nl);
     k_add<bf16><<<grid_for(nlh), THREADS, 0, g->stream>>>(dx, d_o, nlh);
 out:
+    if (dkvg) cudaFreeAsync(dkvg, g->stream);
     if (sp && dnorm) cudaFreeAsync(dnorm, g->stream);
     if (sp && d_o) cudaFreeAsync(d_o, g->stream);
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
@@ -636,8 +668,9 @@ void rt_bf16_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
     bview v;
     view_params(&grad->shape, NULL, grad->block, &v);
     view_acts(&grad->shape, B, S, Se, acts, &v);
-    int n = B * S, h = grad->shape.hidden, hk = rt_layer_q_width(&grad->shape), f = grad->shape.ffn;
+    int n = rt_cp_tokens(mb->cp, B * S), h = grad->shape.hidden, hk = rt_layer_q_width(&grad->shape);
     int hkv = rt_layer_kv_width(&grad->shape), qkv_w = rt_layer_qkv_width(&grad->shape);
+    int f = grad->shape.ffn;
     linear_bwd_weight(g, A(&v, RT_A_G), A(&v, RT_A_D_Y), v.gw[RT_P_W2], v.gw[RT_P_B2], n, f, h);
     linear_bwd_weight(g, A(&v, RT_A_H2), A(&v, RT_A_D_U), v.gw[RT_P_W1], v.gw[RT_P_B1], n, h,
                       rt_layer_ffn_in(&grad->shape));
@@ -661,18 +694,22 @@ static const bf16 *copy_of(const void *block, size_t count)
 
 // Under TP (layer_cuda.h rt_cuda_tp) emb holds this rank's V / size rows of the vocabulary and
 // logits and dlogits its columns (layer.c rt_lm_head_fwd_tp).
-void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
-                         void *logits, void *dlogits, int n, int H, int V, int target_offset)
+void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, const void *out,
+                         const void *emb, void *logits, void *dlogits, int n, int H, int V,
+                         int target_offset)
 {
     int Vl = tp_on(tp) ? V / tp->size : V;
+    const int *rows = cp_rows_dev(g, cp);
+    if (n <= 0 || (cp_on(cp) && !rows)) return; // (out of memory: noted in g->fail)
     lt_gemm(g, 0, 1, n, Vl, H, 1.0f, (const bf16 *)out, H, 0, copy_of(emb, (size_t)Vl * H), H, 0,
             0.0f, logits, logits, Vl, 0, CUDA_R_32F, NULL, 1);
     if (tp_on(tp))
-        head_softmax_tp<float, bf16>(g, tp, (const float *)logits, (bf16 *)dlogits, n, V,
-                                     target_offset);
+        head_softmax_tp<float, bf16>(g, tp, (const float *)logits, (bf16 *)dlogits, rows,
+                                     cp_mean_over(cp, n), n, V, target_offset);
     else
         k_softmax_xent_bf16<<<n, THREADS, 0, g->stream>>>((const float *)logits, (bf16 *)dlogits,
-                                                           n, V, target_offset);
+                                                           rows, (float)cp_mean_over(cp, n), V,
+                                                           target_offset);
 }
 
 void rt_bf16_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,

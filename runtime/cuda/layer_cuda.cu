@@ -192,10 +192,12 @@ __global__ void k_bias_rows(double *y, const double *b, int n, int out)
         y[i] = b[i % out];
 }
 
+// Causal: query i of sq sees keys 0 .. i + sk - sq (bottom-right aligned: a context-parallel
+// piece's queries start at position sk - sq of the sample, layer.h rt_cp; without CP sk = sq).
 __global__ void k_softmax(double *p, int sq, int sk, int causal)
 {
     long long row = blockIdx.x;
-    int i = (int)(row % sq), last = causal ? (i < sk ? i : sk - 1) : sk - 1;
+    int i = (int)(row % sq), last = causal ? (i + sk - sq < sk ? i + sk - sq : sk - 1) : sk - 1;
     double *r = p + row * sk, mx = -INFINITY;
     for (int j = threadIdx.x; j <= last; j += THREADS) mx = fmax(mx, r[j]);
     mx = block_max(mx);
@@ -312,13 +314,17 @@ static long long max_pair(const rt_seqs *qs, const rt_seqs *ks)
 
 // The attention cores (self, and a cross layer's), probabilities and context from the saved
 // projections: the forward's, and selective recompute's rerun (layer.c self_core, cross_core).
-static void f64_self_core(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int n,
-                          rt_layer_acts *a)
+static void f64_self_core(rt_cuda *g, const rt_layer_shape *s, const rt_batch *mb,
+                          const rt_batch_seqs *bs, int n, rt_layer_acts *a)
 {
     int hk = rt_layer_q_width(s), hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
     cudaMemsetAsync(a->ctx, 0, (size_t)n * hk * sizeof(double), g->stream); // padding tokens
-    attention_fwd(g, a->qkv, qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, a->p, a->ctx, &bs->self,
-                  &bs->self, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
+    if (cp_on(mb->cp)) // against the gathered keys and values of the whole micro-batch
+        attention_fwd(g, a->qkv, qkv, a->kvg, a->kvg + hkv, 2 * hkv, a->p, a->ctx, &mb->cp->q,
+                      &mb->cp->k, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
+    else
+        attention_fwd(g, a->qkv, qkv, a->qkv + hk, a->qkv + hk + hkv, qkv, a->p, a->ctx, &bs->self,
+                      &bs->self, s->heads, rt_layer_kv_heads(s), s->kv, s->causal);
 }
 
 static void f64_cross_core(rt_cuda *g, const rt_layer_shape *s, const rt_batch_seqs *bs, int n,
@@ -338,8 +344,9 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
-    int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape);
+    // under CP this rank's tokens (layer.h rt_cp), under TP with SP its share of them
+    int n = rt_cp_tokens(mb->cp, B * S), h = l->shape.hidden, hk = rt_layer_q_width(&l->shape);
+    int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape), f = l->shape.ffn;
     const rt_cuda_tp *tp = l->tp;
     int nl = rt_cuda_tp_tokens(tp, n); // this rank's tokens (layer.c rt_layer_fwd under TP)
     long long nh = (long long)n * h, nlh = (long long)nl * h;
@@ -351,8 +358,9 @@ static void f64_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb
     norm_fwd(g, &l->shape, a.x, p.ln1_g, p.ln1_b, full ? full : a.h1, a.mean1, a.rstd1, nl);
     if (full) tp_gather(g, tp, full, a.h1, (size_t)nlh);
     linear(g, a.h1, p.wqkv, p.bqkv, a.qkv, n, h, qkv);
-    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.qkv, n, 0); // the saved q, k rotated
-    f64_self_core(g, &l->shape, &bs, n, &a);
+    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, self_queries(mb, &bs), S, a.qkv, n, 0); // the saved q, k rotated
+    if (cp_on(mb->cp)) cp_gather_kv(g, mb->cp, l->cp_group, a.qkv, hk, hkv, qkv, a.kvg);
+    f64_self_core(g, &l->shape, mb, &bs, n, &a);
     linear(g, a.ctx, p.wo, bias_once(tp, p.bo), full ? full : a.x2, n, hk, h);
     tp_reduce(g, tp, full ? full : a.x2, a.x2, (size_t)nh);
     k_add<double><<<grid_for(nlh), THREADS, 0, g->stream>>>(a.x2, a.x, nlh);
@@ -385,11 +393,12 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     rt_layer_acts a = acts_of(l, B, S, Se, acts);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    int n = B * S, h = l->shape.hidden, hk = rt_layer_q_width(&l->shape), f = l->shape.ffn;
-    int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape);
+    const rt_cp *cp = cp_on(mb->cp) ? mb->cp : NULL;
+    int n = rt_cp_tokens(cp, B * S), h = l->shape.hidden, hk = rt_layer_q_width(&l->shape);
+    int hkv = rt_layer_kv_width(&l->shape), qkv = rt_layer_qkv_width(&l->shape), f = l->shape.ffn;
     int heads = l->shape.heads, gk = rt_layer_kv_heads(&l->shape), kv = l->shape.kv, ne = B * Se;
     int f1 = rt_layer_ffn_in(&l->shape);
-    long long pairs = max_pair(&bs.self, &bs.self);
+    long long pairs = cp ? max_pair(&cp->q, &cp->k) : max_pair(&bs.self, &bs.self);
     if (l->shape.cross && max_pair(&bs.self, &bs.enc) > pairs) pairs = max_pair(&bs.self, &bs.enc);
     const rt_cuda_tp *tp = l->tp;
     int nl = rt_cuda_tp_tokens(tp, n), sp = tp_sp(tp); // this rank's tokens (layer.c under TP)
@@ -399,6 +408,8 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
      * With SP, dnorm and d_o hold this rank's tokens of a norm's input gradient and of
      * d(attention out); otherwise they are tmp_h and a.d_o */
     double *tmp_f = NULL, *tmp_h = NULL, *dctx = NULL, *dp = NULL, *dnorm = NULL, *d_o = NULL;
+    double *dkvg = NULL; // CP: the whole micro-batch's key/value gradients of this rank's queries
+    if (cp) cudaMallocAsync((void **)&dkvg, (size_t)B * S * 2 * hkv * sizeof(double), g->stream);
     cudaMallocAsync((void **)&tmp_f, (size_t)n * f * sizeof(double), g->stream);
     cudaMallocAsync((void **)&tmp_h, (size_t)nh * sizeof(double), g->stream);
     cudaMallocAsync((void **)&dctx, (size_t)n * hk * sizeof(double), g->stream);
@@ -409,7 +420,7 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     } else {
         dnorm = tmp_h, d_o = a.d_o;
     }
-    if (!tmp_f || !tmp_h || !dctx || !dp || !dnorm || !d_o) goto out;
+    if (!tmp_f || !tmp_h || !dctx || !dp || !dnorm || !d_o || (cp && !dkvg)) goto out;
     tp_gather(g, tp, dy, a.d_y, (size_t)nlh); /* W2's output gradient, whole */
     gemm(g, 0, 1, n, f, h, 1.0, a.d_y, h, p.w2, h, 0.0, tmp_f, f); /* dg = dy W2^T */
     mlp_act_bwd(g, &l->shape, tmp_f, a.u, a.d_u, n);
@@ -433,14 +444,22 @@ static void f64_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_laye
     tp_gather(g, tp, d_o, a.d_o, (size_t)nlh); /* Wo's output gradient, whole */
     gemm(g, 0, 1, n, hk, h, 1.0, a.d_o, h, p.wo, h, 0.0, dctx, hk);
     cudaMemsetAsync(a.d_qkv, 0, (size_t)n * qkv * sizeof(double), g->stream);
-    attention_bwd(g, dctx, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.d_qkv,
-                  a.d_qkv + hk, a.d_qkv + hk + hkv, &bs.self, &bs.self, heads, gk, kv, dp);
-    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, &bs, S, a.d_qkv, n, 1); /* d(rotated) to d(projected) */
+    if (cp) { /* the whole micro-batch's key/value gradients, then each rank's share */
+        cudaMemsetAsync(dkvg, 0, (size_t)B * S * 2 * hkv * sizeof(double), g->stream);
+        attention_bwd(g, dctx, a.qkv, qkv, a.kvg, a.kvg + hkv, 2 * hkv, a.p, a.d_qkv, dkvg,
+                      dkvg + hkv, &cp->q, &cp->k, heads, gk, kv, dp);
+        cp_scatter_dkv(g, cp, l->cp_group, dkvg, hk, hkv, qkv, a.d_qkv);
+    } else {
+        attention_bwd(g, dctx, a.qkv, qkv, a.qkv + hk, a.qkv + hk + hkv, qkv, a.p, a.d_qkv,
+                      a.d_qkv + hk, a.d_qkv + hk + hkv, &bs.self, &bs.self, heads, gk, kv, dp);
+    }
+    if (l->shape.rope_base > 0) rope_pass(g, &l->shape, self_queries(mb, &bs), S, a.d_qkv, n, 1); /* d(rotated) to d(projected) */
     gemm(g, 0, 1, n, h, qkv, 1.0, a.d_qkv, qkv, p.wqkv, qkv, 0.0, tmp_h, h); /* dh1, partial */
     tp_reduce(g, tp, tmp_h, dnorm, (size_t)nh);
     norm_bwd(g, &l->shape, dnorm, a.x, p.ln1_g, a.mean1, a.rstd1, dx, gr.ln1_g, gr.ln1_b, nl);
     k_add<double><<<grid_for(nlh), THREADS, 0, g->stream>>>(dx, d_o, nlh);
 out:
+    if (dkvg) cudaFreeAsync(dkvg, g->stream);
     if (sp && dnorm) cudaFreeAsync(dnorm, g->stream);
     if (sp && d_o) cudaFreeAsync(d_o, g->stream);
     if (tmp_f) cudaFreeAsync(tmp_f, g->stream);
@@ -463,7 +482,7 @@ static void f64_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch
     int B = mb->B, S = mb->S, Se = mb->Se;
     rt_layer_params gr = params_of(grad);
     rt_layer_acts a = acts_of(grad, B, S, Se, acts);
-    int n = B * S, h = grad->shape.hidden, hk = rt_layer_q_width(&grad->shape);
+    int n = rt_cp_tokens(mb->cp, B * S), h = grad->shape.hidden, hk = rt_layer_q_width(&grad->shape);
     int hkv = rt_layer_kv_width(&grad->shape), qkv = rt_layer_qkv_width(&grad->shape);
     int f = grad->shape.ffn;
     linear_bwd_weight(g, a.g, a.d_y, gr.w2, gr.b2, n, f, h);
@@ -492,7 +511,7 @@ extern "C" void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_laye
     rt_layer_acts a = acts_of(l, mb->B, mb->S, mb->Se, acts);
     rt_batch_seqs bs;
     rt_batch_seqs_init(&bs, mb);
-    f64_self_core(g, &l->shape, &bs, mb->B * mb->S, &a);
+    f64_self_core(g, &l->shape, mb, &bs, rt_cp_tokens(mb->cp, mb->B * mb->S), &a);
     if (l->shape.cross) f64_cross_core(g, &l->shape, &bs, mb->B * mb->S, &a);
     rt_batch_seqs_free(&bs);
 }
@@ -529,7 +548,7 @@ extern "C" int rt_cuda_time_layer(rt_cuda *g, const rt_cuda_layer *l, const rt_b
         rt_cuda_fill(g, x, nh / rt_dtype_act_bytes(dt), dt, 3, 1.0);
         rt_cuda_fill(g, enc, ne / rt_dtype_act_bytes(dt), dt, 4, 1.0);
         cudaMemsetAsync(grad.block, 0, rt_grad_block_bytes(l->count, dt), g->stream);
-        rt_batch mb = {B, S, Se, batch->seqs, l->shape.cross ? batch->enc_seqs : NULL};
+        rt_batch mb = {B, S, Se, batch->seqs, l->shape.cross ? batch->enc_seqs : NULL, NULL};
         uint64_t uploads = g->small.uploads;
         rc = time_fwd_bwd(
             g, repeats, [&] { rt_cuda_layer_fwd(g, l, &mb, x, y, acts, enc); },
@@ -646,8 +665,10 @@ extern "C" void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigne
     rt_cuda_fill_at(g, v, n, 0, dt, seed, scale);
 }
 
-// One block per row: dlogits = (softmax(logits) - onehot(target)) / n.
-__global__ void k_softmax_xent(const double *logits, double *dlogits, int n, int V, int offset)
+// One block per row: dlogits = (softmax(logits) - onehot(target)) / mean_over, the target of row r
+// (rows[r] under CP: its index in the whole micro-batch; rows NULL: r) * 7919 + offset, mod V.
+__global__ void k_softmax_xent(const double *logits, double *dlogits, const int *rows,
+                               double mean_over, int V, int offset)
 {
     long long row = blockIdx.x;
     const double *l = logits + row * V;
@@ -656,26 +677,28 @@ __global__ void k_softmax_xent(const double *logits, double *dlogits, int n, int
     mx = block_max(mx);
     for (int j = threadIdx.x; j < V; j += THREADS) s += exp(l[j] - mx);
     s = block_sum(s);
-    int target = (int)((row * 7919 + offset) % V);
+    int target = (int)(((rows ? rows[row] : row) * 7919LL + offset) % V);
     for (int j = threadIdx.x; j < V; j += THREADS)
-        dl[j] = (exp(l[j] - mx) / s - (j == target ? 1.0 : 0.0)) / n;
+        dl[j] = (exp(l[j] - mx) / s - (j == target ? 1.0 : 0.0)) / mean_over;
 }
 
-extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out,
-                                    const void *emb, void *logits, void *dlogits, int n, int H,
-                                    int V, int target_offset, rt_dtype dt)
+extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp,
+                                    const void *out, const void *emb, void *logits, void *dlogits,
+                                    int n, int H, int V, int target_offset, rt_dtype dt)
 {
     if (dt == RT_BF16)
-        return rt_bf16_lm_head_fwd(g, tp, out, emb, logits, dlogits, n, H, V, target_offset);
+        return rt_bf16_lm_head_fwd(g, tp, cp, out, emb, logits, dlogits, n, H, V, target_offset);
     int Vl = tp_on(tp) ? V / tp->size : V;
+    const int *rows = cp_rows_dev(g, cp);
+    if (n <= 0 || (cp_on(cp) && !rows)) return; // (out of memory: noted in g->fail)
     gemm(g, 0, 1, n, Vl, H, 1.0, (const double *)out, H, (const double *)emb, H, 0.0,
          (double *)logits, Vl);
     if (tp_on(tp))
-        head_softmax_tp<double, double>(g, tp, (const double *)logits, (double *)dlogits, n, V,
-                                        target_offset);
+        head_softmax_tp<double, double>(g, tp, (const double *)logits, (double *)dlogits, rows,
+                                        cp_mean_over(cp, n), n, V, target_offset);
     else
-        k_softmax_xent<<<n, THREADS, 0, g->stream>>>((const double *)logits, (double *)dlogits, n,
-                                                     V, target_offset);
+        k_softmax_xent<<<n, THREADS, 0, g->stream>>>((const double *)logits, (double *)dlogits,
+                                                     rows, cp_mean_over(cp, n), V, target_offset);
 }
 
 extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits,
@@ -710,7 +733,7 @@ extern "C" int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, i
         rt_cuda_zero(g, emb, rt_param_block_bytes(vh, dt)); /* values do not change the time */
         rt_cuda_zero(g, demb, rt_grad_block_bytes(vh, dt));
         rc = time_fwd_bwd(
-            g, repeats, [&] { rt_cuda_lm_head_fwd(g, NULL, out, emb, logits, dl, n, H, V, 0, dt); },
+            g, repeats, [&] { rt_cuda_lm_head_fwd(g, NULL, NULL, out, emb, logits, dl, n, H, V, 0, dt); },
             [&] { rt_cuda_lm_head_bwd(g, NULL, dl, emb, out, dout, demb, n, H, V, dt); }, fwd_ms,
             bwd_ms);
     }

@@ -106,6 +106,13 @@ typedef struct rt_cuda_layer {
     size_t count;
     const rt_cuda_tp *tp; /* the tensor-parallel group it runs in (NULL: none); x, y, dx and dy
                            * then hold rt_cuda_tp_tokens(tp, B*S) tokens. GPT-kind layers only. */
+    const rt_cuda_tp *cp_group; /* the context-parallel group's all-gather and reduce-scatter, for
+                                 * a micro-batch with a map (rt_batch.cp, layer.h rt_cp; the shape's
+                                 * cp its size): the layer then holds the map's n_local tokens (of
+                                 * which TP with SP its share), gathers the group's keys and values
+                                 * for attention and returns their gradients to their ranks; bf16
+                                 * attention then runs on the GEMM path (cuDNN's masks are not the
+                                 * pieces'). GPT-kind layers only. */
 } rt_cuda_layer;
 
 /* The tokens a rank's layer input and output hold of n: n / size with SP, else n. */
@@ -209,13 +216,16 @@ void rt_cuda_fill_at(rt_cuda *g, void *v, size_t n, size_t first, rt_dtype dt, u
 /* The tied LM head and softmax cross-entropy of runtime/exec.c at type dt: logits = out emb^T
  * (n x V, a device scratch of rt_dtype_stat_bytes elements: fp32 for bf16), dlogits = d(mean
  * loss)/d(logits) (of type dt) for targets (i * 7919 + target_offset) % V. emb is a parameter
- * block of V*H elements (rt_param_block_bytes). Under tensor parallelism (tp, else NULL) the
+ * block of V*H elements (rt_param_block_bytes). Under context parallelism (cp, the micro-batch's
+ * map, else NULL) the n tokens are the rank's: token i's target is its whole micro-batch index's
+ * and the loss the mean over all n * cp tokens (layer.h rt_lm_head_fwd_tp). Under tensor
+ * parallelism (tp, else NULL) the
  * head is split by vocabulary as layer.h rt_lm_head_fwd_tp splits it: emb holds this rank's
  * V / size rows, logits and dlogits (n, V / size) its columns, the softmax's maximum and sum
  * all-reduced over the group; out is whole (n tokens). */
-void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
-                         void *logits, void *dlogits, int n, int H, int V, int target_offset,
-                         rt_dtype dt);
+void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, const void *out,
+                         const void *emb, void *logits, void *dlogits, int n, int H, int V,
+                         int target_offset, rt_dtype dt);
 /* dout = dlogits emb (under TP the group's sum, rt_tp_reduce's: with SP this rank's n / size
  * tokens of it); demb (a gradient block of V*H, under TP this rank's rows) += dlogits^T out. */
 void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,

@@ -28,3 +28,18 @@ same() {
     not_ok "$name on $np ranks: gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/$name.out")"
   fi
 }
+# same_gpu NAME REF NP [DTYPE]: plan NAME on NP fake GPUs (the cuda backend's executor on
+# tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI) ends with plan REF's norm on the cpu ranks (run
+# before): fp64 to 1e-9 relative, bf16 to 1e-2
+FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
+same_gpu() {
+  local name=$1 ref=$2 np=$3 dt=${4:-fp64} a b tol
+  timeout 300 $MPIRUN -np "$np" "$FAKE" --plan "$TMP/$name.json" --backend cuda --dtype "$dt" \
+    --warmup 0 --no-prepare --no-noise --out "$TMP/g$name.csv" >"$TMP/g$name.out" 2>&1
+  a=$(norm "$TMP/$ref.out") b=$(norm "$TMP/g$name.out") tol=$([ "$dt" = fp64 ] && echo 1e-9 || echo 1e-2)
+  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$tol" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < t) }'; then
+    ok "$name on $np fake GPUs ($dt): gradient norm $b, as $ref's on the cpu ranks (to $tol)"
+  else
+    not_ok "$name on $np fake GPUs ($dt): gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/g$name.out")"
+  fi
+}

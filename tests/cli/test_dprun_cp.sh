@@ -5,8 +5,9 @@
 # sample, causally balanced), the keys and values gathered for attention and their gradients
 # reduce-scattered back, and ends with the gradient norm of the same samples run whole (cp 1), to
 # 1e-9 relative: GPT and LLaMA-3-kind layers (GQA, RoPE, SwiGLU, RMSNorm), split backwards (ZB-H1's
-# W), full and selective recompute, with tensor parallelism (SP on and off), with replicas. Then
-# dprun profile --cp, dpsim plan on that profile, dpsim validate at that layout, and every refusal.
+# W), full and selective recompute, with tensor parallelism (SP on and off), with replicas; the
+# cuda backend on the fake GPU the same. Then dprun profile --cp, dpsim plan on that profile,
+# dpsim validate at that layout, and every refusal.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
 LLAMA=tests/cli/golden/llama_tiny.json
@@ -41,6 +42,21 @@ if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
   same tpcpnosp llama1 8
   plan dpcp --model $LLAMA --pp 2 --cp 2 --dp 2
   same dpcp llama1 8
+fi
+# the cuda backend runs them too (runtime/exec_gpu.c: the keys and values gathered and their
+# gradients reduce-scattered on the cp group's NCCL communicator), here on the fake GPU
+same_gpu gpt2 gpt1 4
+if [ -z "$SANITIZED" ]; then
+  same_gpu llama2 llama1 4
+  same_gpu llama2full llama1 4
+  same_gpu llama2sel llama1 4
+  same_gpu llama4 llama1pp1 4
+  same_gpu tpcp llama1 8
+  same_gpu tpcpnosp llama1 8
+  same_gpu dpcp llama1 8
+  plan dpcpz3 --model $LLAMA --pp 2 --cp 2 --dp 2 --zero 3
+  same_gpu dpcpz3 llama1 8
+  same_gpu llama2 llama1 4 bf16
 fi
 check "the cp 2 run recorded one row per op (the group's first rank), with its layout" \
   bash -c "head -1 '$TMP/gpt2.csv' | grep -q ',tp,cp$' && [ \$(grep -c ',F,' '$TMP/gpt2.csv') -eq \$(grep -c ',F,' '$TMP/gpt1.csv') ] && grep -q ',1,2$' '$TMP/gpt2.csv'"
@@ -88,6 +104,8 @@ expect "the all-to-all form is refused, never run as the ring" 1 "in the all-to-
   --cp-max 2 --batching dynamic --max-seqlen 256 -o "$TMP/auto.json" >/dev/null 2>&1
 expect "a plan with a degree per micro-batch (--cp auto) is refused" 1 "a context-parallel degree per micro-batch .* dprun runs one degree" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/auto.json" --out "$TMP/x.csv"
-expect "the cuda backend refuses cp (the cpu backend runs it)" 1 "the cuda backend runs cp 1" -- \
-  timeout 60 "$DPRUN" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
+expect "one GPU refuses a cp 2 plan, naming the ranks it needs" 1 "one GPU runs tp 1, cp 1 plans .*mpirun -np 4" -- \
+  timeout 60 "$FAKE" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
+expect "dprun profile --cp on the cuda backend is refused" 1 "context parallelism runs on the cpu backend" -- \
+  timeout 60 "$FAKE" profile --backend cuda --cp 2 -o "$TMP/x.csv"
 finish

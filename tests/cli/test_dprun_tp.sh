@@ -57,18 +57,6 @@ expect "... or says it ran another tp" 1 "the timeline ran tp 1, the plan is for
 # --- the cuda backend runs them too (runtime/exec_gpu.c: the layers' collectives on the tp group's
 # NCCL communicator, the head split by vocabulary), here on the fake GPU (tests/unit/fake_cuda.c:
 # the CPU layer, NCCL as MPI): in fp64 the norm of the same samples run whole on the cpu ranks
-FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
-same_gpu() { # NAME REF NP [DTYPE]: plan NAME on NP fake GPUs ends with plan REF's norm (fp64: to 1e-9)
-  local name=$1 ref=$2 np=$3 dt=${4:-fp64} a b tol
-  timeout 300 $MPIRUN -np "$np" "$FAKE" --plan "$TMP/$name.json" --backend cuda --dtype "$dt" \
-    --warmup 0 --no-prepare --no-noise --out "$TMP/g$name.csv" >"$TMP/g$name.out" 2>&1
-  a=$(norm "$TMP/$ref.out") b=$(norm "$TMP/g$name.out") tol=$([ "$dt" = fp64 ] && echo 1e-9 || echo 1e-2)
-  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$tol" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < t) }'; then
-    ok "$name on $np fake GPUs ($dt): gradient norm $b, as $ref's on the cpu ranks (to $tol)"
-  else
-    not_ok "$name on $np fake GPUs ($dt): gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/g$name.out")"
-  fi
-}
 same_gpu gpt2 gpt1 4
 if [ -z "$SANITIZED" ]; then
   same_gpu gpt2nosp gpt1 4
@@ -81,7 +69,7 @@ if [ -z "$SANITIZED" ]; then
   same_gpu dp2z3 dp1 8
   same_gpu gpt2 gpt1 4 bf16
 fi
-expect "one GPU refuses a tp 2 plan, naming the ranks it needs" 1 "one GPU runs tp 1 plans .*mpirun -np 4" -- \
+expect "one GPU refuses a tp 2 plan, naming the ranks it needs" 1 "one GPU runs tp 1, cp 1 plans .*mpirun -np 4" -- \
   timeout 60 "$FAKE" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
 expect "dprun profile --tp on the cuda backend is refused" 1 "the cuda backend times whole layers" -- \
   timeout 60 "$FAKE" profile --backend cuda --tp 2 -o "$TMP/x.csv"

@@ -25,8 +25,9 @@
 #   4. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
 #      simulation error at the width the paper's experiments use;
 #   5. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
-#      plans and on a ZeRO-3 plan over two replicas, validated and compared the same way; skipped,
-#      and said so, with one GPU.
+#      plans, on a ZeRO-3 plan over two replicas and on tp 2 plans (LLaMA-kind layers, sequence
+#      parallelism on and off), validated and compared the same way; skipped, and said so, with
+#      one GPU (NCCL refuses two ranks on one GPU). The rehearsal runs it on the fake's ranks.
 # The order puts the cheapest figures first, so that a time budget that ends the run early
 # (below) costs the most expensive ones.
 # Exit status: non-zero when any step failed. REHEARSAL=1 (make check-gpu-rehearsal, on a fake GPU)
@@ -191,6 +192,7 @@ fi
 
 # 5. NCCL, one rank per GPU
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ -n "${REHEARSAL:-}" ] && gpus=2 # the fake GPU: NCCL as MPI between the ranks
 if [ "${gpus:-0}" -ge 2 ]; then
     for s in 1f1b interleaved; do
         step "nccl_$s" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$s.json" --backend cuda \
@@ -214,6 +216,27 @@ if [ "${gpus:-0}" -ge 2 ]; then
     step run_zero3_cpu fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cpu \
         --out "$GPU_OUT/cpu_zero3.csv"
     step norm_nccl_zero3_fp64_vs_cpu fig_norms close "$GPU_OUT/nccl_zero3_fp64.log" "$GPU_OUT/run_zero3_cpu.log" 1e-9
+    # tensor parallelism over two GPUs (the layers' all-reduces, or with sequence parallelism
+    # their all-gathers and reduce-scatters, and the head split by vocabulary, on NCCL), with SP
+    # and without: fp64 against the cpu ranks' norm (1e-9), bf16 within 5% of fp64, validated
+    for sp in sp nosp; do
+        flag=; [ "$sp" = nosp ] && flag=--no-sp
+        step "plan_tp2_$sp" fig_none "$DPSIM" plan --model tests/cli/golden/llama_tiny.json --hw h200 --analytic --tp 2 $flag \
+            --batching packing --max-seqlen 256 --global-tokens 4096 --iterations 2 --pp 1 \
+            -o "$GPU_OUT/plan_tp2_$sp.json"
+        step "nccl_tp2_$sp" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_tp2_$sp.json" --backend cuda \
+            --out "$GPU_OUT/measured_nccl_tp2_$sp.csv"
+        step "validate_nccl_tp2_$sp" fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_tp2_$sp.json" \
+            --measured "$GPU_OUT/measured_nccl_tp2_$sp.csv"
+        step "nccl_tp2_${sp}_fp64" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_tp2_$sp.json" --backend cuda \
+            --dtype fp64 --out "$GPU_OUT/nccl_fp64_tp2_$sp.csv"
+        step "run_tp2_${sp}_cpu" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_tp2_$sp.json" --backend cpu \
+            --out "$GPU_OUT/cpu_tp2_$sp.csv"
+        step "norm_nccl_tp2_${sp}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_tp2_${sp}_fp64.log" \
+            "$GPU_OUT/run_tp2_${sp}_cpu.log" 1e-9
+        step "norm_nccl_tp2_${sp}_bf16_vs_fp64" fig_norms close "$GPU_OUT/nccl_tp2_$sp.log" \
+            "$GPU_OUT/nccl_tp2_${sp}_fp64.log" 0.05
+    done
 else
     echo "SKIP multi-GPU mode: this machine has ${gpus:-0} GPU(s), the 2-stage plans need 2 (NCCL refuses two ranks on one GPU)" |
         tee -a "$SUMMARY"

@@ -348,6 +348,32 @@ static const rt_tp *fake_tp_of(const rt_cuda_tp *dev, rt_cuda *g, fake_tp *f)
     return &f->cpu;
 }
 
+/* A micro-batch's context-parallel map (rt_batch.cp) for the CPU layer, its group the device
+ * layer's cp group (NULL for none). */
+typedef struct fake_cp {
+    fake_tp group;
+    rt_cp map;
+} fake_cp;
+
+static const rt_cp *fake_cp_of(const rt_cuda_layer *l, const rt_batch *mb, rt_cuda *g, fake_cp *f)
+{
+    if (!mb->cp || mb->cp->size <= 1) return NULL;
+    f->map = *mb->cp;
+    f->map.group = fake_tp_of(l->cp_group, g, &f->group);
+    if (!f->map.group) {
+        fprintf(stderr, "fake_cuda: a context-parallel micro-batch on a layer without a cp group\n");
+        abort();
+    }
+    return &f->map;
+}
+
+/* The tokens of a layer's input and output on this rank: its cp rank's, of which TP with SP its
+ * share. */
+static size_t rank_tokens(const rt_cuda_layer *l, const rt_batch *mb)
+{
+    return (size_t)rt_cuda_tp_tokens(l->tp, rt_cp_tokens(mb->cp, mb->B * mb->S));
+}
+
 long fake_cuda_layer_fwd_calls; /* for the tests: layer forwards run so far, */
 int fake_cuda_fwd_len[8192];     /* and the first 8192's micro-batch lengths (S) */
 
@@ -358,11 +384,11 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     if (fake_cuda_layer_fwd_calls < 8192) fake_cuda_fwd_len[fake_cuda_layer_fwd_calls] = mb->S;
     fake_cuda_layer_fwd_calls++;
     int B = mb->B, S = mb->S, Se = mb->Se;
-    size_t nh = (size_t)rt_cuda_tp_tokens(l->tp, B * S) * l->shape.hidden; /* this rank's */
-    size_t ne = (size_t)B * Se * l->shape.hidden;
+    size_t nh = rank_tokens(l, mb) * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p;
     rt_layer_acts a;
     fake_tp ft;
+    fake_cp fc;
     double *w = params_read(l->block, l->count, l->dtype);
     double *xh = widen(x, nh, l->dtype, "layer input"), *yh = calloc(nh + 1, sizeof *yh);
     double *eh = l->shape.cross ? widen(enc, ne, l->dtype, "encoder output") : NULL;
@@ -370,6 +396,7 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     rt_layer_params_bind(&p, &l->shape, w);
     bind_acts(l, B, S, Se, acts, &a);
     a.enc = eh, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(l->tp, g, &ft);
+    a.cp = fake_cp_of(l, mb, g, &fc);
     rt_layer_fwd(&p, &l->shape, B, S, xh, yh, &a);
     narrow(y, yh, nh, l->dtype, "layer output");
     if (getenv("FAKE_CUDA_POISON_ATTENTION")) poison_attention(&l->shape, B, S, Se, &a);
@@ -379,11 +406,13 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
 void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
                                        void *acts)
 {
-    (void)g;
     int B = mb->B, S = mb->S, Se = mb->Se;
     rt_layer_acts a;
+    fake_tp ft;
+    fake_cp fc;
     bind_acts(l, B, S, Se, acts, &a);
-    a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs;
+    a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(l->tp, g, &ft);
+    a.cp = fake_cp_of(l, mb, g, &fc);
     rt_layer_recompute_attention(&l->shape, B, S, &a);
 }
 
@@ -429,11 +458,11 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
                              const rt_batch *mb, const void *dy, void *dx, void *acts, void *denc)
 {
     int B = mb->B, S = mb->S, Se = mb->Se;
-    size_t nh = (size_t)rt_cuda_tp_tokens(l->tp, B * S) * l->shape.hidden; /* this rank's */
-    size_t ne = (size_t)B * Se * l->shape.hidden;
+    size_t nh = rank_tokens(l, mb) * l->shape.hidden, ne = (size_t)B * Se * l->shape.hidden;
     rt_layer_params p, gp;
     rt_layer_acts a;
     fake_tp ft;
+    fake_cp fc;
     double *w = params_read(l->block, l->count, l->dtype);
     double *gr = grads_read(grad->block, grad->count, grad->dtype);
     double *dyh = widen(dy, nh, l->dtype, "output gradient"), *dxh = calloc(nh + 1, sizeof *dxh);
@@ -443,6 +472,7 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     rt_layer_params_bind(&gp, &l->shape, gr);
     bind_acts(l, B, S, Se, acts, &a);
     a.denc = dench, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(l->tp, g, &ft);
+    a.cp = fake_cp_of(l, mb, g, &fc);
     fake_fault f = fault_save(&l->shape, grad->dtype, gr);
     rt_layer_bwd_input(&p, &gp, &l->shape, B, S, dyh, dxh, &a);
     fault_restore(&f, gr);
@@ -455,15 +485,18 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
 void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
                               const void *acts, const void *enc)
 {
-    (void)g;
     int B = mb->B, S = mb->S, Se = mb->Se;
     size_t ne = (size_t)B * Se * grad->shape.hidden;
     rt_layer_params gp;
     rt_layer_acts a;
+    fake_tp ft;
+    fake_cp fc;
     double *gr = grads_read(grad->block, grad->count, grad->dtype), *own;
     rt_layer_params_bind(&gp, &grad->shape, gr);
     bind_acts(grad, B, S, Se, acts, &a);
     a.enc = enc_for_backward(grad, enc, ne, &own);
+    a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(grad->tp, g, &ft);
+    a.cp = fake_cp_of(grad, mb, g, &fc);
     fake_fault f = fault_save(&grad->shape, grad->dtype, gr);
     rt_layer_bwd_weight(&gp, &grad->shape, B, S, &a);
     fault_restore(&f, gr);
@@ -579,9 +612,9 @@ void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigned seed, dou
 
 /* The head split by vocabulary under TP (layer.h rt_lm_head_fwd_tp): emb, logits and dlogits
  * hold this rank's V / size of it. */
-void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, const void *emb,
-                         void *logits, void *dlogits, int n, int H, int V, int target_offset,
-                         rt_dtype dt)
+void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, const void *out,
+                         const void *emb, void *logits, void *dlogits, int n, int H, int V,
+                         int target_offset, rt_dtype dt)
 {
     fake_tp ft;
     const rt_tp *cpu = fake_tp_of(tp, g, &ft);
@@ -590,7 +623,7 @@ void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const void *out, cons
     double *oh = widen(out, (size_t)n * H, dt, "LM head input");
     double *eh = params_read(emb, nv / (size_t)n * H, dt);
     double *lh = malloc((nv ? nv : 1) * sizeof *lh), *dlh = malloc((nv ? nv : 1) * sizeof *dlh);
-    if (!lh || !dlh || rt_lm_head_fwd_tp(cpu, NULL, oh, eh, lh, dlh, n, H, V, target_offset) != 0)
+    if (!lh || !dlh || rt_lm_head_fwd_tp(cpu, cp && cp->size > 1 ? cp : NULL, oh, eh, lh, dlh, n, H, V, target_offset) != 0)
         abort();
     narrow(dlogits, dlh, nv, dt, "logit gradients");
     free(oh), free(eh), free(lh), free(dlh);

@@ -353,17 +353,17 @@ static void test_cudnn_accepts_the_attention_descriptors(void **state)
         rt_batch mb;
         int a, g, d, causal, cross;
     } cases[] = {
-        {"GPT rows", {2, 128, 0, NULL, NULL}, 4, 4, 64, 1, 0},
-        {"T5 encoder rows", {2, 128, 0, NULL, NULL}, 4, 4, 64, 0, 0},
-        {"T5 cross rows", {2, 128, 64, NULL, NULL}, 4, 4, 64, 0, 1},
-        {"GPT ragged", {2, 128, 0, &seqs, NULL}, 4, 4, 64, 1, 0},
-        {"T5 encoder ragged", {2, 128, 0, &seqs, NULL}, 4, 4, 64, 0, 0},
-        {"T5 cross ragged", {2, 128, 64, &seqs, &enc}, 4, 4, 64, 0, 1},
-        {"GPT-6.7B ragged", {2, 128, 0, &seqs, NULL}, 32, 32, 128, 1, 0},
+        {"GPT rows", {2, 128, 0, NULL, NULL, NULL}, 4, 4, 64, 1, 0},
+        {"T5 encoder rows", {2, 128, 0, NULL, NULL, NULL}, 4, 4, 64, 0, 0},
+        {"T5 cross rows", {2, 128, 64, NULL, NULL, NULL}, 4, 4, 64, 0, 1},
+        {"GPT ragged", {2, 128, 0, &seqs, NULL, NULL}, 4, 4, 64, 1, 0},
+        {"T5 encoder ragged", {2, 128, 0, &seqs, NULL, NULL}, 4, 4, 64, 0, 0},
+        {"T5 cross ragged", {2, 128, 64, &seqs, &enc, NULL}, 4, 4, 64, 0, 1},
+        {"GPT-6.7B ragged", {2, 128, 0, &seqs, NULL, NULL}, 32, 32, 128, 1, 0},
         /* grouped-query attention: Llama-3-8B's 32 query heads on 8, rows and ragged; MQA */
-        {"Llama-3-8B rows", {2, 128, 0, NULL, NULL}, 32, 8, 128, 1, 0},
-        {"Llama-3-8B ragged", {2, 128, 0, &seqs, NULL}, 32, 8, 128, 1, 0},
-        {"multi-query cross ragged", {2, 128, 64, &seqs, &enc}, 4, 1, 64, 0, 1},
+        {"Llama-3-8B rows", {2, 128, 0, NULL, NULL, NULL}, 32, 8, 128, 1, 0},
+        {"Llama-3-8B ragged", {2, 128, 0, &seqs, NULL, NULL}, 32, 8, 128, 1, 0},
+        {"multi-query cross ragged", {2, 128, 64, &seqs, &enc, NULL}, 4, 1, 64, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         why[0] = '\0';
@@ -374,13 +374,13 @@ static void test_cudnn_accepts_the_attention_descriptors(void **state)
     /* 64-bit offsets: T5-11B's width (128 heads of 128) over 66,000 tokens */
     int woff[2] = {0, 50000}, wlen[2] = {50000, 16000};
     rt_seqs wide = {.n = 2, .off = woff, .len = wlen};
-    rt_batch mb = {1, 66000, 0, &wide, NULL};
+    rt_batch mb = {1, 66000, 0, &wide, NULL, NULL};
     if (rt_cuda_sdpa_check_descriptors(&mb, 128, 128, 128, 0, 0, why, sizeof why) != 0)
         fail_msg("64-bit offsets: cuDNN refused a descriptor: %s", why);
     /* and what cannot be given to cuDNN is said */
     int boff[2] = {64, 0}, blen[2] = {10, 10};
     rt_seqs bad = {.n = 2, .off = boff, .len = blen};
-    rt_batch mb_bad = {1, 128, 0, &bad, NULL};
+    rt_batch mb_bad = {1, 128, 0, &bad, NULL, NULL};
     assert_int_equal(rt_cuda_sdpa_check_descriptors(&mb_bad, 4, 4, 64, 1, 0, why, sizeof why), -1);
     assert_non_null(strstr(why, "order"));
 #else
