@@ -181,11 +181,10 @@ static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, in
  * (on_gpu 0) or the cuda backend (1): pp x dp x tp x cp ranks (the cuda backend also 1 for a tp 1
  * plan: every stage on one GPU); tensor parallelism on both backends, for GPT-kind models, with t
  * dividing the heads, the key/value heads, the MLP width and the vocabulary, and under sequence
- * parallelism every micro-batch's tokens; context parallelism on the cpu backend in the ring
- * form, for GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split)
- * and tp (with SP) its share; ZeRO-2 and 3 across a stage's replicas (and cp ranks, on the cpu
- * backend) where every replica of a stage runs the same sequence of F, B and W (their collectives
- * meet in order). DP_OK, or DP_ERR_UNSUPPORTED /
+ * parallelism every micro-batch's tokens; context parallelism on both in the ring form, for
+ * GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split) and tp (with
+ * SP) its share; ZeRO-2 and 3 across a stage's replicas and cp ranks where every replica of a
+ * stage runs the same sequence of F, B and W (their collectives meet in order). DP_OK, or DP_ERR_UNSUPPORTED /
  * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,

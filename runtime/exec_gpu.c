@@ -5,8 +5,9 @@
  *
  * A process drives some of the plan's stages: every stage of replica 0 (single-GPU mode), or the
  * one stage of its rank (multi-GPU mode: one GPU each, placed by exec.h rt_place_of; under tensor
- * parallelism its share of each layer, rt_layer_shape_tp, whose collectives go over the group's
- * NCCL communicator on the stage's stream, layer_cuda.h rt_cuda_tp). Each driven
+ * parallelism its share of each layer, rt_layer_shape_tp, under context parallelism its pieces
+ * of each micro-batch, rt_cp; the groups' collectives go over their NCCL communicators on the
+ * stage's stream, layer_cuda.h rt_cuda_tp). Each driven
  * stage has a CUDA stream. The executor loop (exec_loop.h, the cpu backend's too) walks the
  * driven stages' instruction lists round-robin, and this backend's medium enqueues each
  * instruction on its stage's stream, so that the streams see the plan's order and dependencies

@@ -25,8 +25,8 @@
 #   4. a GPT-6.7B plan (2 stages of 8 layers, 1F1B) on the GPT-6.7B bf16 profile, validated: the
 #      simulation error at the width the paper's experiments use;
 #   5. with two GPUs or more, the multi-GPU mode (mpirun, one rank per GPU, NCCL) on the 2-stage
-#      plans, on a ZeRO-3 plan over two replicas and on tp 2 plans (LLaMA-kind layers, sequence
-#      parallelism on and off), validated and compared the same way; skipped, and said so, with
+#      plans, on a ZeRO-3 plan over two replicas, on tp 2 plans (LLaMA-kind layers, sequence
+#      parallelism on and off) and a cp 2 plan, validated and compared the same way; skipped, and said so, with
 #      one GPU (NCCL refuses two ranks on one GPU). The rehearsal runs it on the fake's ranks.
 # The order puts the cheapest figures first, so that a time budget that ends the run early
 # (below) costs the most expensive ones.
@@ -237,6 +237,22 @@ if [ "${gpus:-0}" -ge 2 ]; then
         step "norm_nccl_tp2_${sp}_bf16_vs_fp64" fig_norms close "$GPU_OUT/nccl_tp2_$sp.log" \
             "$GPU_OUT/nccl_tp2_${sp}_fp64.log" 0.05
     done
+    # context parallelism over two GPUs (ring attention's keys and values gathered, their
+    # gradients reduce-scattered, on NCCL; bf16 attention on the GEMM path), fp64 against the cpu
+    # ranks' norm (1e-9), bf16 within 5% of fp64, validated
+    step plan_cp2 fig_none "$DPSIM" plan --model tests/cli/golden/llama_tiny.json --hw h200 --analytic \
+        --cp 2 --batching packing --max-seqlen 256 --global-tokens 4096 --iterations 2 --pp 1 \
+        -o "$GPU_OUT/plan_cp2.json"
+    step nccl_cp2 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_cp2.json" --backend cuda \
+        --out "$GPU_OUT/measured_nccl_cp2.csv"
+    step validate_nccl_cp2 fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_cp2.json" \
+        --measured "$GPU_OUT/measured_nccl_cp2.csv"
+    step nccl_cp2_fp64 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_cp2.json" --backend cuda \
+        --dtype fp64 --out "$GPU_OUT/nccl_fp64_cp2.csv"
+    step run_cp2_cpu fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_cp2.json" --backend cpu \
+        --out "$GPU_OUT/cpu_cp2.csv"
+    step norm_nccl_cp2_fp64_vs_cpu fig_norms close "$GPU_OUT/nccl_cp2_fp64.log" "$GPU_OUT/run_cp2_cpu.log" 1e-9
+    step norm_nccl_cp2_bf16_vs_fp64 fig_norms close "$GPU_OUT/nccl_cp2.log" "$GPU_OUT/nccl_cp2_fp64.log" 0.05
 else
     echo "SKIP multi-GPU mode: this machine has ${gpus:-0} GPU(s), the 2-stage plans need 2 (NCCL refuses two ranks on one GPU)" |
         tee -a "$SUMMARY"
