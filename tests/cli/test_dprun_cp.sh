@@ -48,12 +48,8 @@ fi
 same_gpu gpt2 gpt1 4
 if [ -z "$SANITIZED" ]; then
   same_gpu llama2 llama1 4
-  same_gpu llama2full llama1 4
   same_gpu llama2sel llama1 4
-  same_gpu llama4 llama1pp1 4
   same_gpu tpcp llama1 8
-  same_gpu tpcpnosp llama1 8
-  same_gpu dpcp llama1 8
   plan dpcpz3 --model $LLAMA --pp 2 --cp 2 --dp 2 --zero 3
   same_gpu dpcpz3 llama1 8
   same_gpu llama2 llama1 4 bf16
