@@ -227,7 +227,7 @@ static void wait_req(const ctx *c, MPI_Request *r, const char *what) { wait_poll
 
 static void record(ctx *c, int op, int mb, int chunk, double t_start, double t_end)
 {
-    if (!c->record || c->tp_rank || c->cp_rank) return; /* a group's ranks run together: its first records */
+    if (!c->record || !rt_rank_records(c->tp_rank, c->cp_rank)) return;
     if (dp_grow((void **)&c->rec, &c->cap_rec, c->n_rec + 1, sizeof *c->rec) != DP_OK)
         die(c, "out of host memory");
     c->rec[c->n_rec++] = (rt_record){c->iteration, c->stage, c->replica, op, mb, chunk, c->record - RT_RECORD_ON,

@@ -172,6 +172,9 @@ static inline rt_place rt_place_of(const plan_header *h, int world_rank)
     rt_place p = {group, group % h->pp, group / h->pp, world_rank % tp, world_rank / tp % cp};
     return p;
 }
+/* Whether a process records the timeline's rows: the first rank of its tp x cp group (the group's
+ * ranks run its instructions together; one row per instruction). */
+static inline int rt_rank_records(int tp_rank, int cp_rank) { return tp_rank == 0 && cp_rank == 0; }
 static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, int tp_rank)
 {
     return (group * rt_plan_cp(h) + cp_rank) * rt_plan_tp(h) + tp_rank;

@@ -869,7 +869,8 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     dp_status waited = wait_streams(c, it); /* also after a failure: the buffers go next */
     if (st == DP_OK) st = waited;
     if (c->multi && st != DP_OK) die(c, c->err->msg);
-    for (size_t i = 0; st == DP_OK && record && i < c->n_timed; i++) {
+    int records = record && rt_rank_records(c->tp_rank, c->cp_rank);
+    for (size_t i = 0; st == DP_OK && records && i < c->n_timed; i++) {
         const gtimed *t = &c->timed[i];
         if (dp_grow((void **)&res->rec, &c->cap_rec, res->n_rec + 1, sizeof *res->rec) != DP_OK) {
             st = dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");

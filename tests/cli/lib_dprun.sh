@@ -39,6 +39,9 @@ same_gpu() {
   a=$(norm "$TMP/$ref.out") b=$(norm "$TMP/g$name.out") tol=$([ "$dt" = fp64 ] && echo 1e-9 || echo 1e-2)
   if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$tol" 'BEGIN { d = (a > b ? a - b : b - a) / a; exit !(d < t) }'; then
     ok "$name on $np fake GPUs ($dt): gradient norm $b, as $ref's on the cpu ranks (to $tol)"
+    # one row per instruction: a tp x cp group's first rank records
+    check "... its timeline a row per instruction" bash -c \
+      "[ -s '$TMP/g$name.csv' ] && [ -z \"\$(cut -d, -f1-4,7,8,11 '$TMP/g$name.csv' | sort | uniq -d)\" ]"
   else
     not_ok "$name on $np fake GPUs ($dt): gradient norm ${b:-none}, $ref's ${a:-none}" "$(tail -c 400 "$TMP/g$name.out")"
   fi
