@@ -521,14 +521,10 @@ static void scratch_close(ctx *c, const slot *s, const chunk_state *ch, rt_layer
  * rank's tokens, under CP the cp rank's pieces. */
 static void fill_input(const ctx *c, const slot *s, unsigned seed)
 {
-    size_t H = (size_t)c->hidden, n = s->nh / H, first = tp_shards(c) > 1 ? (size_t)c->tp_rank * n : 0;
-    const rt_cp *cp = cp_of(s);
-    if (!cp) { /* consecutive tokens */
-        rt_fill_at(s->in, s->nh, first * H, seed, 1.0);
-        return;
-    }
+    size_t H = (size_t)c->hidden, n = s->nh / H;
     for (size_t t = 0; t < n; t++)
-        rt_fill_at(s->in + t * H, H, (size_t)rt_cp_token(cp, (int)(first + t)) * H, seed, 1.0);
+        rt_fill_at(s->in + t * H, H, (size_t)rt_input_token(cp_of(s), tp_shards(c), c->tp_rank, (int)n, (int)t) * H,
+                   seed, 1.0);
 }
 
 /* ---- ZeRO-2/3 over the stage's ranks (DeepSpeed's and FSDP's sharding as the stage model prices

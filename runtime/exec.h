@@ -172,6 +172,15 @@ static inline rt_place rt_place_of(const plan_header *h, int world_rank)
     rt_place p = {group, group % h->pp, group / h->pp, world_rank % tp, world_rank / tp % cp};
     return p;
 }
+/* The index in the whole micro-batch of token t of the n a rank's first layer reads (every layout
+ * fills the input embedding of a token by that index, so that all train on the same numbers):
+ * under SP (shards > 1) its tp rank's n consecutive tokens of its cp rank's, under CP the cp
+ * rank's pieces (cp: the micro-batch's map, or NULL). */
+static inline int rt_input_token(const rt_cp *cp, int shards, int tp_rank, int n, int t)
+{
+    return rt_cp_token(cp, (shards > 1 ? tp_rank * n : 0) + t);
+}
+
 /* Whether a process records the timeline's rows: the first rank of its tp x cp group (the group's
  * ranks run its instructions together; one row per instruction). */
 static inline int rt_rank_records(int tp_rank, int cp_rank) { return tp_rank == 0 && cp_rank == 0; }

@@ -481,13 +481,17 @@ static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
  * index in the whole micro-batch, so that every layout trains on the same numbers; under SP its
  * 1/tp of the cp rank's tokens, under CP the cp rank's pieces), a fill per run of consecutive
  * tokens. */
+static size_t input_token(const gctx *c, const gslot *s, size_t n, size_t t)
+{
+    return (size_t)rt_input_token(c->cp > 1 ? &s->cp : NULL, c->shards, c->tp_rank, (int)n, (int)t);
+}
+
 static void fill_input(const gctx *c, rt_cuda *g, gslot *s, unsigned seed)
 {
-    size_t H = (size_t)c->hidden, n = s->nh / H, first = c->shards > 1 ? (size_t)c->tp_rank * n : 0;
-    const rt_cp *cp = c->cp > 1 ? &s->cp : NULL;
+    size_t H = (size_t)c->hidden, n = s->nh / H;
     for (size_t t = 0; t < n;) {
-        size_t run = 1, at = (size_t)rt_cp_token(cp, (int)(first + t));
-        while (t + run < n && (size_t)rt_cp_token(cp, (int)(first + t + run)) == at + run) run++;
+        size_t run = 1, at = input_token(c, s, n, t);
+        while (t + run < n && input_token(c, s, n, t + run) == at + run) run++;
         rt_cuda_fill_at(g, (char *)s->in + t * H * c->eb, run * H, at * H, c->dt, seed, 1.0);
         t += run;
     }
