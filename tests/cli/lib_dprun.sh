@@ -30,7 +30,7 @@ same() {
 }
 # same_gpu NAME REF NP [DTYPE]: plan NAME on NP fake GPUs (the cuda backend's executor on
 # tests/unit/fake_cuda.c: the CPU layer, NCCL as MPI) ends with plan REF's norm on the cpu ranks (run
-# before): fp64 to 1e-9 relative, bf16 to 1e-2
+# before): fp64 to 1e-9 relative, bf16 to 1e-2 (make check-gpu-rehearsal runs bf16)
 FAKE=$(dirname "$DPSIM")/tests/dprun-fake-gpu
 same_gpu() {
   local name=$1 ref=$2 np=$3 dt=${4:-fp64} a b tol

@@ -48,11 +48,9 @@ fi
 same_gpu gpt2 gpt1 4
 if [ -z "$SANITIZED" ]; then
   same_gpu llama2 llama1 4
-  same_gpu llama2sel llama1 4
   same_gpu tpcp llama1 8
   plan dpcpz3 --model $LLAMA --pp 2 --cp 2 --dp 2 --zero 3
   same_gpu dpcpz3 llama1 8
-  same_gpu llama2 llama1 4 bf16
 fi
 check "the cp 2 run recorded one row per op (the group's first rank), with its layout" \
   bash -c "head -1 '$TMP/gpt2.csv' | grep -q ',tp,cp$' && [ \$(grep -c ',F,' '$TMP/gpt2.csv') -eq \$(grep -c ',F,' '$TMP/gpt1.csv') ] && grep -q ',1,2$' '$TMP/gpt2.csv'"

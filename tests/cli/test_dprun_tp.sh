@@ -60,11 +60,9 @@ expect "... or says it ran another tp" 1 "the timeline ran tp 1, the plan is for
 same_gpu gpt2 gpt1 4
 if [ -z "$SANITIZED" ]; then
   same_gpu gpt2nosp gpt1 4
-  same_gpu llama2zb llama1 4
   same_gpu llama2full llama1 4
   plan dp2z3 --model gpt-tiny --pp 2 --dp 2 --zero 3 --batching packing --max-seqlen 128 --tp 2
   same_gpu dp2z3 dp1 8
-  same_gpu gpt2 gpt1 4 bf16
 fi
 expect "one GPU refuses a tp 2 plan, naming the ranks it needs" 1 "one GPU runs tp 1, cp 1 plans .*mpirun -np 4" -- \
   timeout 60 "$FAKE" --plan "$TMP/gpt2.json" --backend cuda --out "$TMP/x.csv"
