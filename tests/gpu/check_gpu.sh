@@ -203,56 +203,36 @@ if [ "${gpus:-0}" -ge 2 ]; then
             --dtype fp64 --out "$GPU_OUT/nccl_fp64_$s.csv"
         step "norm_nccl_${s}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_${s}_fp64.log" "$GPU_OUT/run_${s}_cpu.log" 1e-9
     done
+    # a layout over two GPUs, one rank each: plan NAME with the ARGS, run in bf16 and validated,
+    # in fp64 against the cpu ranks' norm (1e-9), bf16 within 5% of fp64
+    nccl_layout() {
+        local name=$1
+        shift
+        step "plan_$name" fig_none "$DPSIM" plan --batching packing --max-seqlen 256 --global-tokens 4096 \
+            --iterations 2 --pp 1 "$@" -o "$GPU_OUT/plan_$name.json"
+        step "nccl_$name" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cuda \
+            --out "$GPU_OUT/measured_nccl_$name.csv"
+        step "validate_nccl_$name" fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_$name.json" \
+            --measured "$GPU_OUT/measured_nccl_$name.csv"
+        step "nccl_${name}_fp64" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cuda \
+            --dtype fp64 --out "$GPU_OUT/nccl_fp64_$name.csv"
+        step "run_${name}_cpu" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cpu \
+            --out "$GPU_OUT/cpu_$name.csv"
+        step "norm_nccl_${name}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_${name}_fp64.log" \
+            "$GPU_OUT/run_${name}_cpu.log" 1e-9
+        step "norm_nccl_${name}_bf16_vs_fp64" fig_norms close "$GPU_OUT/nccl_$name.log" \
+            "$GPU_OUT/nccl_${name}_fp64.log" 0.05
+    }
     # ZeRO-3 over two replicas (parameters gathered layer by layer, gradients reduce-scattered)
-    step plan_zero3 fig_none "$DPSIM" plan --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" \
-        --batching packing --max-seqlen 256 --global-tokens 4096 --iterations 2 --pp 1 --dp 2 --zero 3 \
-        -o "$GPU_OUT/plan_zero3.json"
-    step nccl_zero3 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cuda \
-        --out "$GPU_OUT/measured_nccl_zero3.csv"
-    step validate_nccl_zero3 fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_zero3.json" \
-        --measured "$GPU_OUT/measured_nccl_zero3.csv"
-    step nccl_zero3_fp64 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cuda \
-        --dtype fp64 --out "$GPU_OUT/nccl_fp64_zero3.csv"
-    step run_zero3_cpu fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_zero3.json" --backend cpu \
-        --out "$GPU_OUT/cpu_zero3.csv"
-    step norm_nccl_zero3_fp64_vs_cpu fig_norms close "$GPU_OUT/nccl_zero3_fp64.log" "$GPU_OUT/run_zero3_cpu.log" 1e-9
-    # tensor parallelism over two GPUs (the layers' all-reduces, or with sequence parallelism
-    # their all-gathers and reduce-scatters, and the head split by vocabulary, on NCCL), with SP
-    # and without: fp64 against the cpu ranks' norm (1e-9), bf16 within 5% of fp64, validated
-    for sp in sp nosp; do
-        flag=; [ "$sp" = nosp ] && flag=--no-sp
-        step "plan_tp2_$sp" fig_none "$DPSIM" plan --model tests/cli/golden/llama_tiny.json --hw h200 --analytic --tp 2 $flag \
-            --batching packing --max-seqlen 256 --global-tokens 4096 --iterations 2 --pp 1 \
-            -o "$GPU_OUT/plan_tp2_$sp.json"
-        step "nccl_tp2_$sp" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_tp2_$sp.json" --backend cuda \
-            --out "$GPU_OUT/measured_nccl_tp2_$sp.csv"
-        step "validate_nccl_tp2_$sp" fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_tp2_$sp.json" \
-            --measured "$GPU_OUT/measured_nccl_tp2_$sp.csv"
-        step "nccl_tp2_${sp}_fp64" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_tp2_$sp.json" --backend cuda \
-            --dtype fp64 --out "$GPU_OUT/nccl_fp64_tp2_$sp.csv"
-        step "run_tp2_${sp}_cpu" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_tp2_$sp.json" --backend cpu \
-            --out "$GPU_OUT/cpu_tp2_$sp.csv"
-        step "norm_nccl_tp2_${sp}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_tp2_${sp}_fp64.log" \
-            "$GPU_OUT/run_tp2_${sp}_cpu.log" 1e-9
-        step "norm_nccl_tp2_${sp}_bf16_vs_fp64" fig_norms close "$GPU_OUT/nccl_tp2_$sp.log" \
-            "$GPU_OUT/nccl_tp2_${sp}_fp64.log" 0.05
-    done
-    # context parallelism over two GPUs (ring attention's keys and values gathered, their
-    # gradients reduce-scattered, on NCCL; bf16 attention on the GEMM path), fp64 against the cpu
-    # ranks' norm (1e-9), bf16 within 5% of fp64, validated
-    step plan_cp2 fig_none "$DPSIM" plan --model tests/cli/golden/llama_tiny.json --hw h200 --analytic \
-        --cp 2 --batching packing --max-seqlen 256 --global-tokens 4096 --iterations 2 --pp 1 \
-        -o "$GPU_OUT/plan_cp2.json"
-    step nccl_cp2 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_cp2.json" --backend cuda \
-        --out "$GPU_OUT/measured_nccl_cp2.csv"
-    step validate_nccl_cp2 fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_cp2.json" \
-        --measured "$GPU_OUT/measured_nccl_cp2.csv"
-    step nccl_cp2_fp64 fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_cp2.json" --backend cuda \
-        --dtype fp64 --out "$GPU_OUT/nccl_fp64_cp2.csv"
-    step run_cp2_cpu fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_cp2.json" --backend cpu \
-        --out "$GPU_OUT/cpu_cp2.csv"
-    step norm_nccl_cp2_fp64_vs_cpu fig_norms close "$GPU_OUT/nccl_cp2_fp64.log" "$GPU_OUT/run_cp2_cpu.log" 1e-9
-    step norm_nccl_cp2_bf16_vs_fp64 fig_norms close "$GPU_OUT/nccl_cp2.log" "$GPU_OUT/nccl_cp2_fp64.log" 0.05
+    nccl_layout zero3 --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" --dp 2 --zero 3
+    # tensor parallelism (the layers' all-reduces, or with sequence parallelism their all-gathers
+    # and reduce-scatters, and the head split by vocabulary, on NCCL), with SP and without
+    llama=(--model tests/cli/golden/llama_tiny.json --hw h200 --analytic)
+    nccl_layout tp2_sp "${llama[@]}" --tp 2
+    nccl_layout tp2_nosp "${llama[@]}" --tp 2 --no-sp
+    # context parallelism (ring attention's keys and values gathered, their gradients
+    # reduce-scattered, on NCCL; bf16 attention on the GEMM path)
+    nccl_layout cp2 "${llama[@]}" --cp 2
 else
     echo "SKIP multi-GPU mode: this machine has ${gpus:-0} GPU(s), the 2-stage plans need 2 (NCCL refuses two ranks on one GPU)" |
         tee -a "$SUMMARY"
