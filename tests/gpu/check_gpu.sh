@@ -194,35 +194,33 @@ fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ -n "${REHEARSAL:-}" ] && gpus=2 # the fake GPU: NCCL as MPI between the ranks
 if [ "${gpus:-0}" -ge 2 ]; then
-    for s in 1f1b interleaved; do
-        step "nccl_$s" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$s.json" --backend cuda \
-            --out "$GPU_OUT/measured_nccl_$s.csv"
-        step "validate_nccl_$s" fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_$s.json" \
-            --measured "$GPU_OUT/measured_nccl_$s.csv"
-        step "nccl_${s}_fp64" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$s.json" --backend cuda \
-            --dtype fp64 --out "$GPU_OUT/nccl_fp64_$s.csv"
-        step "norm_nccl_${s}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_${s}_fp64.log" "$GPU_OUT/run_${s}_cpu.log" 1e-9
-    done
-    # a layout over two GPUs, one rank each: plan NAME with the ARGS, run in bf16 and validated,
-    # in fp64 against the cpu ranks' norm (1e-9), bf16 within 5% of fp64
-    nccl_layout() {
+    # plan NAME ($GPU_OUT/plan_NAME.json, its cpu ranks' run in run_NAME_cpu.log) on two GPUs, one
+    # rank each: in bf16, validated; in fp64 against the cpu ranks' norm (1e-9); bf16 within 5% of
+    # fp64
+    nccl_run() {
         local name=$1
-        shift
-        step "plan_$name" fig_none "$DPSIM" plan --batching packing --max-seqlen 256 --global-tokens 4096 \
-            --iterations 2 --pp 1 "$@" -o "$GPU_OUT/plan_$name.json"
         step "nccl_$name" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cuda \
             --out "$GPU_OUT/measured_nccl_$name.csv"
         step "validate_nccl_$name" fig_validate "$DPSIM" validate --plan "$GPU_OUT/plan_$name.json" \
             --measured "$GPU_OUT/measured_nccl_$name.csv"
         step "nccl_${name}_fp64" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cuda \
             --dtype fp64 --out "$GPU_OUT/nccl_fp64_$name.csv"
-        step "run_${name}_cpu" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cpu \
-            --out "$GPU_OUT/cpu_$name.csv"
         step "norm_nccl_${name}_fp64_vs_cpu" fig_norms close "$GPU_OUT/nccl_${name}_fp64.log" \
             "$GPU_OUT/run_${name}_cpu.log" 1e-9
         step "norm_nccl_${name}_bf16_vs_fp64" fig_norms close "$GPU_OUT/nccl_$name.log" \
             "$GPU_OUT/nccl_${name}_fp64.log" 0.05
     }
+    # a layout of its own: plan NAME with the ARGS, run on the cpu ranks, then nccl_run
+    nccl_layout() {
+        local name=$1
+        shift
+        step "plan_$name" fig_none "$DPSIM" plan --batching packing --max-seqlen 256 --global-tokens 4096 \
+            --iterations 2 --pp 1 "$@" -o "$GPU_OUT/plan_$name.json"
+        step "run_${name}_cpu" fig_wrote $MPIRUN -np 2 "$DPRUN" --plan "$GPU_OUT/plan_$name.json" --backend cpu \
+            --out "$GPU_OUT/cpu_$name.csv"
+        nccl_run "$name"
+    }
+    for s in 1f1b interleaved; do nccl_run "$s"; done
     # ZeRO-3 over two replicas (parameters gathered layer by layer, gradients reduce-scattered)
     nccl_layout zero3 --model gpt-tiny --hw h200 --profile "$GPU_OUT/gpu_profile.csv" --dp 2 --zero 3
     # tensor parallelism (the layers' all-reduces, or with sequence parallelism their all-gathers
