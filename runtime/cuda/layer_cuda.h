@@ -67,7 +67,7 @@ void *rt_cuda_acts_new(const double *host, size_t n, rt_dtype dt);
 int rt_cuda_acts_get(double *host, const void *dev, size_t n, rt_dtype dt);
 int rt_cuda_grads_get(double *host, const void *dev, size_t count, rt_dtype dt);
 
-/* ---- tensor parallelism on the device --------------------------------------------------------- */
+/* ---- tensor and context parallelism on the device --------------------------------------------- */
 
 /* What a collective's elements are: doubles, floats, or bf16. A layer's activations at dt are
  * rt_elem_act's (fp64: doubles; bf16: bf16), its statistics and gradients rt_elem_stat's
@@ -85,7 +85,8 @@ static inline size_t rt_elem_bytes(rt_elem e) { return e == RT_ELEM_F64 ? 8 : e 
  * communicator; the host fake: MPI): the sum (op RT_TP_SUM) or maximum (RT_TP_MAX) of n
  * elements over the group, in place; every rank's n elements, concatenated by rank; the sum of
  * n * size elements, of which this rank keeps its n. A hook that fails ends the job (the other
- * ranks would wait in theirs). NULL, or size 1: no TP. */
+ * ranks would wait in theirs). NULL, or size 1: no TP. A context-parallel group has the same
+ * hooks (its sp is not read), as layer.h's rt_cp takes an rt_tp. */
 typedef struct rt_cuda_tp {
     int size, rank, sp;
     void (*allreduce)(void *ctx, rt_cuda *g, void *buf, size_t n, rt_elem e, int op);
@@ -122,9 +123,9 @@ static inline int rt_cuda_tp_tokens(const rt_cuda_tp *tp, int n)
 }
 
 /* Forward of one layer on the micro-batch mb (runtime/layer.h rt_batch: B rows of S tokens, and
- * the sequences attention runs within): x, y (B*S, H; under TP with SP this rank's tokens) of the
- * layer's type; acts is a device block
- * of rt_layer_acts_bytes(shape, B, S, Se, dtype) laid out as rt_layer_acts_layout says. A cross
+ * the sequences attention runs within): x, y (B*S, H; under CP and TP with SP this rank's tokens)
+ * of the layer's type; acts is a device block of rt_layer_acts_bytes(shape, B, S, Se, dtype)
+ * laid out as rt_layer_acts_layout says. A cross
  * layer reads the encoder output enc (B*Se, H), which must stay untouched until its backward;
  * other layers ignore enc (NULL). mb and its sequences are host memory, read during the call. */
 void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *p, const rt_batch *mb, const void *x,
@@ -219,10 +220,9 @@ void rt_cuda_fill_at(rt_cuda *g, void *v, size_t n, size_t first, rt_dtype dt, u
  * block of V*H elements (rt_param_block_bytes). Under context parallelism (cp, the micro-batch's
  * map, else NULL) the n tokens are the rank's: token i's target is its whole micro-batch index's
  * and the loss the mean over all n * cp tokens (layer.h rt_lm_head_fwd_tp). Under tensor
- * parallelism (tp, else NULL) the
- * head is split by vocabulary as layer.h rt_lm_head_fwd_tp splits it: emb holds this rank's
- * V / size rows, logits and dlogits (n, V / size) its columns, the softmax's maximum and sum
- * all-reduced over the group; out is whole (n tokens). */
+ * parallelism (tp, else NULL) the head is split by vocabulary as rt_lm_head_fwd_tp splits it:
+ * emb holds this rank's V / size rows, logits and dlogits (n, V / size) its columns, the
+ * softmax's maximum and sum all-reduced over the group; out is whole (n tokens). */
 void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, const void *out,
                          const void *emb, void *logits, void *dlogits, int n, int H, int V,
                          int target_offset, rt_dtype dt);
