@@ -463,11 +463,12 @@ template <class T> static const T *bias_once(const rt_cuda_tp *tp, const T *b)
     return tp_on(tp) && tp->rank ? NULL : b;
 }
 
-// The vocabulary-parallel softmax cross-entropy (layer.c rt_lm_head_fwd_tp): this rank's logits
-// (n, V / size, of type L: double, or the bf16 head's fp32) give dlogits (of type D) =
-// (softmax over the whole vocabulary - onehot(target)) / n, the rows' maximum and sum of exponents
-// all-reduced over the group, the target (row * 7919 + offset) % V counted on the rank that holds
-// its row of the embedding. One block per row.
+// The head's softmax cross-entropy, both layers' (layer.c rt_lm_head_fwd, and under TP
+// rt_lm_head_fwd_tp): this rank's logits (n, V / size, of type L: double, or the bf16 head's
+// fp32) give dlogits (of type D) = (softmax over the whole vocabulary - onehot(target)) /
+// mean_over, under TP the rows' maximum and sum of exponents all-reduced over the group, the
+// target (row * 7919 + offset) % V counted on the rank that holds its row of the embedding. One
+// block per row.
 template <class L> __global__ void k_row_max(const L *l, L *mx, int Vl)
 {
     const L *r = l + (long long)blockIdx.x * Vl;
@@ -498,13 +499,14 @@ __global__ void k_head_grad(const L *l, const L *mx, const L *sum, D *dl, const 
         d[j] = elem<D>::store((exp(r[j] - mx[row]) / sum[row] - (j == target ? 1 : 0)) / (L)mean_over);
 }
 
-// rows (device, NULL: row r is token r) and mean_over: under CP the rows' whole-micro-batch
-// indices and the whole micro-batch's token count (cp_rows_dev, cp_mean_over).
+// tp NULL: the whole vocabulary here. rows (device, NULL: row r is token r) and mean_over: under
+// CP the rows' whole-micro-batch indices and the whole micro-batch's token count (cp_rows_dev,
+// cp_mean_over); otherwise NULL and n.
 template <class L, class D>
-static void head_softmax_tp(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D *dlogits,
-                            const int *rows, double mean_over, int n, int V, int offset)
+static void head_softmax(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D *dlogits,
+                         const int *rows, double mean_over, int n, int V, int offset)
 {
-    int Vl = V / tp->size;
+    int on = tp_on(tp), Vl = on ? V / tp->size : V;
     L *mx = NULL; // the rows' maximum, then their sum of exponents
     cudaMallocAsync((void **)&mx, 2 * (size_t)(n > 0 ? n : 1) * sizeof(L), g->stream);
     if (!mx || n <= 0) { // a failed allocation is left for rt_cuda_sync to report
@@ -512,11 +514,11 @@ static void head_softmax_tp(rt_cuda *g, const rt_cuda_tp *tp, const L *logits, D
         return;
     }
     k_row_max<L><<<n, THREADS, 0, g->stream>>>(logits, mx, Vl);
-    tp->allreduce(tp->ctx, g, mx, (size_t)n, elem_kind<L>(), RT_TP_MAX);
+    if (on) tp->allreduce(tp->ctx, g, mx, (size_t)n, elem_kind<L>(), RT_TP_MAX);
     k_row_sumexp<L><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, Vl);
-    tp->allreduce(tp->ctx, g, mx + n, (size_t)n, elem_kind<L>(), RT_TP_SUM);
+    if (on) tp->allreduce(tp->ctx, g, mx + n, (size_t)n, elem_kind<L>(), RT_TP_SUM);
     k_head_grad<L, D><<<n, THREADS, 0, g->stream>>>(logits, mx, mx + n, dlogits, rows, mean_over,
-                                                    Vl, V, tp->rank * Vl, offset);
+                                                    Vl, V, on ? tp->rank * Vl : 0, offset);
     cudaFreeAsync(mx, g->stream);
 }
 

@@ -162,24 +162,6 @@ __global__ void k_fill_bf16(bf16 *v, long long n, long long first, unsigned seed
     GRID_STRIDE(i, n) v[i] = __float2bfloat16((float)RT_FILL_VALUE(first + i, seed, scale));
 }
 
-// One block per row: dlogits (bf16) = (softmax(logits) - onehot(target)) / mean_over, logits
-// fp32, targets as layer_cuda.cu k_softmax_xent's.
-__global__ void k_softmax_xent_bf16(const float *logits, bf16 *dlogits, const int *rows,
-                                    float mean_over, int V, int offset)
-{
-    long long row = blockIdx.x;
-    const float *l = logits + row * V;
-    bf16 *dl = dlogits + row * V;
-    float mx = -INFINITY, s = 0;
-    for (int j = threadIdx.x; j < V; j += THREADS) mx = fmaxf(mx, l[j]);
-    mx = block_max(mx);
-    for (int j = threadIdx.x; j < V; j += THREADS) s += expf(l[j] - mx);
-    s = block_sum(s);
-    int target = (int)(((rows ? rows[row] : row) * 7919LL + offset) % V);
-    for (int j = threadIdx.x; j < V; j += THREADS)
-        dl[j] = __float2bfloat16((expf(l[j] - mx) / s - (j == target ? 1.0f : 0.0f)) / mean_over);
-}
-
 // ---- attention on GEMMs and a softmax kernel (the path where cuDNN is not used) -------------
 
 // Query i of sq in a causal attention sees keys 0 .. i + sk - sq (bottom-right aligned: a
@@ -703,13 +685,8 @@ void rt_bf16_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, cons
     if (n <= 0 || (cp_on(cp) && !rows)) return; // (out of memory: noted in g->fail)
     lt_gemm(g, 0, 1, n, Vl, H, 1.0f, (const bf16 *)out, H, 0, copy_of(emb, (size_t)Vl * H), H, 0,
             0.0f, logits, logits, Vl, 0, CUDA_R_32F, NULL, 1);
-    if (tp_on(tp))
-        head_softmax_tp<float, bf16>(g, tp, (const float *)logits, (bf16 *)dlogits, rows,
-                                     cp_mean_over(cp, n), n, V, target_offset);
-    else
-        k_softmax_xent_bf16<<<n, THREADS, 0, g->stream>>>((const float *)logits, (bf16 *)dlogits,
-                                                           rows, (float)cp_mean_over(cp, n), V,
-                                                           target_offset);
+    head_softmax<float, bf16>(g, tp, (const float *)logits, (bf16 *)dlogits, rows,
+                              cp_mean_over(cp, n), n, V, target_offset);
 }
 
 void rt_bf16_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,

@@ -665,23 +665,6 @@ extern "C" void rt_cuda_fill(rt_cuda *g, void *v, size_t n, rt_dtype dt, unsigne
     rt_cuda_fill_at(g, v, n, 0, dt, seed, scale);
 }
 
-// One block per row: dlogits = (softmax(logits) - onehot(target)) / mean_over, the target of row r
-// (rows[r] under CP: its index in the whole micro-batch; rows NULL: r) * 7919 + offset, mod V.
-__global__ void k_softmax_xent(const double *logits, double *dlogits, const int *rows,
-                               double mean_over, int V, int offset)
-{
-    long long row = blockIdx.x;
-    const double *l = logits + row * V;
-    double *dl = dlogits + row * V, mx = -INFINITY, s = 0;
-    for (int j = threadIdx.x; j < V; j += THREADS) mx = fmax(mx, l[j]);
-    mx = block_max(mx);
-    for (int j = threadIdx.x; j < V; j += THREADS) s += exp(l[j] - mx);
-    s = block_sum(s);
-    int target = (int)(((rows ? rows[row] : row) * 7919LL + offset) % V);
-    for (int j = threadIdx.x; j < V; j += THREADS)
-        dl[j] = (exp(l[j] - mx) / s - (j == target ? 1.0 : 0.0)) / mean_over;
-}
-
 extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp,
                                     const void *out, const void *emb, void *logits, void *dlogits,
                                     int n, int H, int V, int target_offset, rt_dtype dt)
@@ -693,12 +676,8 @@ extern "C" void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_c
     if (n <= 0 || (cp_on(cp) && !rows)) return; // (out of memory: noted in g->fail)
     gemm(g, 0, 1, n, Vl, H, 1.0, (const double *)out, H, (const double *)emb, H, 0.0,
          (double *)logits, Vl);
-    if (tp_on(tp))
-        head_softmax_tp<double, double>(g, tp, (const double *)logits, (double *)dlogits, rows,
-                                        cp_mean_over(cp, n), n, V, target_offset);
-    else
-        k_softmax_xent<<<n, THREADS, 0, g->stream>>>((const double *)logits, (double *)dlogits,
-                                                     rows, cp_mean_over(cp, n), V, target_offset);
+    head_softmax<double, double>(g, tp, (const double *)logits, (double *)dlogits, rows,
+                                 cp_mean_over(cp, n), n, V, target_offset);
 }
 
 extern "C" void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits,
