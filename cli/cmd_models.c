@@ -32,20 +32,25 @@ static void print_model_sizes(const model_spec *m, int seqlen, int dp)
     char buf[40];
     int64_t params = model_total_params(m);
     int dec = m->arch == ARCH_T5 ? seqlen : 0;
-    double per_token = model_train_flops(m, seqlen, dec) / (seqlen + dec);
+    double per_token = model_train_flops(m, seqlen, dec, FLOPS_CAUSAL) / (seqlen + dec);
+    double whole = model_train_flops(m, seqlen, dec, FLOPS_NONCAUSAL) / (seqlen + dec);
     double rerun = model_recompute_flops(m, seqlen, dec, RECOMPUTE_FULL) / (seqlen + dec);
     fprintf(stderr, "# %s: %s parameters (%.2f GB of 16-bit weights)\n", m->name,
             grouped(params, buf, sizeof buf), 2e-9 * (double)params);
-    fprintf(stderr, "# training FLOPs per token at %d tokens%s: %.2f GFLOP (MFU's count), %.2f "
-            "with full recompute (HFU's)\n", seqlen, dec ? " (encoder and decoder each)" : "",
-            per_token / 1e9, (per_token + rerun) / 1e9);
+    fprintf(stderr, "# training FLOPs per token at %d tokens%s: %.2f GFLOP (MFU's count: causal "
+            "attention at half the square), %.2f with attention whole (PaLM's and Megatron-LM's "
+            "count), %.2f with full recompute (HFU's)\n", seqlen,
+            dec ? " (encoder and decoder each)" : "", per_token / 1e9, whole / 1e9,
+            (per_token + rerun) / 1e9);
+    train_precision prec = m->fp16 ? PRECISION_FP16 : PRECISION_BF16; /* the model's default */
+    state_bytes sb = {BYTES_WEIGHT, grad_reduce_bytes(prec, GRAD_REDUCE_AUTO), BYTES_OPTIMIZER};
     fprintf(stderr, "# model state per GPU over %d replicas, GB (one stage, tp 1: divide by tp x "
-            "pp), bf16 weights and grads, fp32 Adam\n#   zero  weights    grads  optimizer"
-            "    total\n", dp);
+            "pp), %s weights, %s grads, fp32 Adam\n#   zero  weights    grads  optimizer"
+            "    total\n", dp, precision_name(prec), sb.grad == 4 ? "fp32" : precision_name(prec));
     double param_mb = 2e-6 * (double)params;
     for (int z = 0; z <= 3; z++) {
         double w, g, o;
-        memory_model_state_parts(param_mb, z, dp, &w, &g, &o);
+        memory_model_state_parts(param_mb, &sb, z, dp, &w, &g, &o);
         fprintf(stderr, "#   %4d %8.2f %8.2f %10.2f %8.2f\n", z, w / 1e3, g / 1e3, o / 1e3,
                 (w + g + o) / 1e3);
     }

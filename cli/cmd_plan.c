@@ -61,9 +61,15 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     else
         fprintf(fp, "%-34s %14.2f ms  (%+.2f%% vs simulated; %s)\n", "mean closed form", mean_cf,
                 mean_it > 0 ? 100 * (mean_cf - mean_it) / mean_it : 0, formula);
-    if (r->mfu > 0)
-        fprintf(fp, "%-34s %14.1f  (MFU %.1f%%: model FLOPs of the real tokens / time / GPUs / peak)\n",
-                "model TFLOP/s per GPU", r->tflops_per_gpu, 100 * r->mfu);
+    if (r->mfu > 0) {
+        fprintf(fp, "%-34s %14.1f  (MFU %.1f%%: model FLOPs of the real tokens, causal attention "
+                "at half the square, / time / GPUs / bf16 peak", "model TFLOP/s per GPU",
+                r->tflops_per_gpu, 100 * r->mfu);
+        if (r->mfu_noncausal > 0)
+            fprintf(fp, "; %.1f%% with attention counted whole, as PaLM and Megatron-LM count",
+                    100 * r->mfu_noncausal);
+        fprintf(fp, ")\n");
+    }
     if (r->hfu > 0)
         fprintf(fp, "%-34s %14.1f  (HFU %.1f%%: the recomputed forwards counted too, as "
                 "Megatron's TFLOP/s)\n", "hardware TFLOP/s per GPU", r->hw_tflops_per_gpu,
@@ -169,6 +175,7 @@ int cmd_plan(int argc, char **argv)
     h.rules = env.rules;
     h.textbook = env.cm->toy.on;
     h.overlap = env.cm->overlap; /* what it was priced with (none on CPU ranks: hw.h) */
+    h.precision = (int)env.cm->precision, h.grad_bytes = env.cm->grad_bytes;
     /* the specs themselves, so that the plan runs from any directory (and the name above may be
      * a relative path, or longer than the header's field) */
     cluster_spec planned_on = env.hw; /* with the memory it was planned for (--mem-limit too) */

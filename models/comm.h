@@ -82,8 +82,9 @@ double comm_busbw_factor(hw_coll k, int n);
 /* NCCL's bus bandwidth of collective k over group g, GB/s (what nccl-tests would print). */
 double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g);
 
-/* What ZeRO stage `zero` moves for a device holding `bytes` of fp16 parameters (and as many
- * gradient bytes) over its data-parallel group g (the ZeRO paper, §7; DeepSpeed):
+/* What ZeRO stage `zero` moves for a device holding `bytes` of 16-bit parameters and
+ * `grad_bytes` of gradients as they are reduced (twice `bytes` in fp32: cost.h grad_reduce) over
+ * its data-parallel group g (the ZeRO paper, §7; DeepSpeed):
  *   fwd_ms   before every micro-batch's forward: ZeRO-3's parameter all-gather
  *   bwd_ms   with every micro-batch's backward: ZeRO-2 and 3's gradient reduce-scatter, and
  *            ZeRO-3's parameter all-gather again
@@ -96,6 +97,7 @@ double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g);
 typedef struct zero_comm {
     double fwd_ms, bwd_ms, iter_ms, grad_ms;
 } zero_comm;
-zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g, double bytes);
+zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g, double bytes,
+                    double grad_bytes);
 
 #endif /* COMM_H */

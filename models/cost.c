@@ -45,6 +45,57 @@ int recompute_policy_parse(const char *name, int *policy)
     return -1;
 }
 
+static const char *const PRECISION_NAMES[PRECISION_COUNT] = {"bf16", "fp16", "fp8"};
+
+const char *precision_name(train_precision p)
+{
+    return p >= 0 && p < PRECISION_COUNT ? PRECISION_NAMES[p] : "?";
+}
+
+int precision_parse(const char *name, train_precision *p)
+{
+    for (int i = 0; i < PRECISION_COUNT; i++)
+        if (strcmp(name, PRECISION_NAMES[i]) == 0) {
+            *p = (train_precision)i;
+            return 0;
+        }
+    return -1;
+}
+
+int grad_reduce_bytes(train_precision p, grad_reduce g)
+{
+    if (g == GRAD_REDUCE_AUTO) g = p == PRECISION_FP16 ? GRAD_REDUCE_16 : GRAD_REDUCE_FP32;
+    return g == GRAD_REDUCE_FP32 ? 4 : 2;
+}
+
+dp_status cost_model_set_precision(cost_model *cm, train_precision p, grad_reduce g, dp_err *err)
+{
+    if (p == PRECISION_FP8) {
+        if (!(cm->hw.gpu.fp8_tflops > 0))
+            return dp_fail(err, DP_ERR_INVALID, "--precision fp8: %s has no FP8 tensor cores (no "
+                           "fp8_tflops in its spec)\nhint: bf16, or a GPU with FP8 (h100, h200, "
+                           "b200)", cm->hw.gpu.name);
+        if (!(cm->hw.gpu.fp8_matmul_eff > 0))
+            return dp_fail(err, DP_ERR_INVALID, "--precision fp8: %s's spec has an FP8 peak but no "
+                           "measured FP8 GEMM (fp8_matmul_eff) to time FP8 GEMMs with",
+                           cm->hw.gpu.name);
+        if (strcmp(cm->ops->kind, "analytic") != 0)
+            return dp_fail(err, DP_ERR_INVALID, "--precision fp8 needs the analytic cost model: a "
+                           "%s cost model times what was measured\nhint: --analytic, or a profile "
+                           "measured in FP8", cm->ops->kind);
+    }
+    cm->precision = p;
+    cm->grad_bytes = grad_reduce_bytes(p, g);
+    return DP_OK;
+}
+
+double cost_gemm_speedup(const cost_model *cm)
+{
+    const gpu_spec *g = &cm->hw.gpu;
+    if (cm->precision != PRECISION_FP8 || !(g->matmul_eff > 0)) return 1;
+    return g->fp8_tflops * g->fp8_matmul_eff / (g->peak_tflops * g->matmul_eff);
+}
+
 uint64_t cost_model_next_serial(void)
 {
     static uint64_t next;

@@ -92,6 +92,38 @@ typedef struct cost_layer {
 
 typedef struct cost_model cost_model;
 
+/* The training's number format (--precision), as mixed-precision trainers run it:
+ *   bf16  bf16 GEMMs and activations, fp32 master weights and Adam state (the default for every
+ *         model but those measured in fp16)
+ *   fp16  the same in fp16 with loss scaling: what DynaPipe's A100 profiles were measured in, the
+ *         default of its paper shapes (model_spec.fp16)
+ *   fp8   Transformer Engine's recipe: the linear layers' three GEMMs (forward, input gradient,
+ *         weight gradient) in FP8 at the GPU's FP8 rate, attention and the other ops in bf16, each
+ *         GEMM's activation operands cast to FP8 (current scaling reads a tensor twice, and
+ *         Hopper transposes the cast copy for the weight gradient), the weights' FP8 copy and its
+ *         transpose kept beside the bf16 weights (TE docs, "Low precision training": "both
+ *         weight and weight^T quantized versions are created"; "Performance considerations").
+ *         Refused on a GPU without an FP8 peak. MFU stays against the bf16 peak, as published
+ *         tables state it. */
+typedef enum train_precision {
+    PRECISION_BF16,
+    PRECISION_FP16,
+    PRECISION_FP8,
+    PRECISION_COUNT
+} train_precision;
+const char *precision_name(train_precision p); /* "bf16", "fp16", "fp8" */
+int precision_parse(const char *name, train_precision *p); /* 0, or -1 for another name */
+
+/* The gradients' reduction dtype (--grad-reduce-dtype): fp32, what Megatron-LM does for bf16
+ * (arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
+ * unless --grad-reduce-in-bf16) and torchtitan's FSDP (mixed_precision_reduce "float32"): the
+ * gradient buffer holds 4 bytes per parameter and every gradient collective moves twice the
+ * 16-bit bytes; or the 16-bit training type, as fp16 training (and DeepSpeed's bf16 default)
+ * reduce. GRAD_REDUCE_AUTO: fp32 for bf16 and fp8, 16-bit for fp16. */
+typedef enum grad_reduce { GRAD_REDUCE_AUTO, GRAD_REDUCE_FP32, GRAD_REDUCE_16 } grad_reduce;
+/* Bytes per gradient element that a precision and a reduce choice give: 4 or 2. */
+int grad_reduce_bytes(train_precision p, grad_reduce g);
+
 /* Textbook costs (--toy-costs F,B[,W]), for teaching: every stage takes f_ms forward and b_ms
  * backward (W's share w_ms of it, which a schedule that splits the backward runs as its own op)
  * per micro-batch of unit_tokens padded tokens, a micro-batch of n tokens n / unit_tokens of
@@ -160,6 +192,9 @@ struct cost_model {
                                    * group's GPUs splitting its rows into cp / c parts side by side
                                    * (Megatron-Core's dynamic CP); 0: every micro-batch at cp.
                                    * Set with cost_model_set_cp */
+    train_precision precision;    /* the number format (above): bf16 (the constructors') */
+    int grad_bytes;               /* bytes of a gradient element as reduced and held: 4 (fp32) or
+                                   * 2; the constructors' 2. Set with cost_model_set_precision */
     cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
                                    * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */
@@ -202,6 +237,17 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
  * (cost_model.cp_auto); DP_ERR_INVALID also for a cost kind priced at one degree (a profile) and
  * the all-to-all form. */
 dp_status cost_model_set_cp_auto(cost_model *cm, int cp, int alltoall, dp_err *err);
+
+/* Sets the precision and the gradients' reduction dtype; on failure the model is unchanged.
+ * DP_ERR_INVALID naming --precision for fp8 on a GPU with no FP8 peak (gpu_spec.fp8_tflops), and
+ * for a cost kind that does not price fp8 (a profile measured what it measured: fp8 needs the
+ * analytic model). */
+dp_status cost_model_set_precision(cost_model *cm, train_precision p, grad_reduce g, dp_err *err);
+
+/* The GEMM throughput a precision reaches over the bf16 one on the model's GPU: 1 for bf16 and
+ * fp16; for fp8 the GPU's best measured FP8 GEMM over its best bf16 one (gpu_spec.fp8_matmul_eff
+ * x fp8_tflops over matmul_eff x peak_tflops: H100 1.77). */
+double cost_gemm_speedup(const cost_model *cm);
 
 /* Sets FlashAttention on or off, and the kernel that times it (NULL: the GPU's own). */
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel);

@@ -253,6 +253,24 @@ double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, 
     return (backward ? 2 : 1) * (cp - 1) * kv / cp;
 }
 
+/* Bytes the FP8 casts of one layer's forward move on one GPU for `tokens` tokens (its share): each
+ * activation operand of the four linear GEMMs (the QKV and MLP inputs, h wide, gathered whole
+ * under SP; the attention output, hk / t; the MLP's hidden, f / t; a T5 decoder layer's cross
+ * attention adds its query input and output) is read twice in bf16 (current scaling: the amax,
+ * then the cast; Transformer Engine's Float8CurrentScaling "requires reading the tensor twice"),
+ * written once in FP8 and transposed for the weight gradient (Hopper, TE's "Performance
+ * considerations"): 2 + 2 + 1 + 2 bytes an element. The backward casts the output gradients
+ * alike; bwd_ratio carries it with the rest of the byte term. */
+#define FP8_CAST_BYTES_PER_ELEM 7.0
+static double fp8_cast_bytes(const model_spec *m, cost_component c, double tokens, double t, int sp)
+{
+    (void)sp; /* SP gathers the input whole before the GEMM, as without it */
+    double h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
+    double elems = 2 * h + (hk + f) / t;
+    if (c == COMP_DECODER) elems += h + hk / t;
+    return FP8_CAST_BYTES_PER_ELEM * tokens * elems;
+}
+
 static double smoothmax(double floor_ms, double work_ms)
 {
     if (floor_ms <= 0) return work_ms;
@@ -294,7 +312,12 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         flash_attention_ms(cm, c, s, cm->cp_alltoall ? 1 : cp, &t_attn, &t_attn_bwd);
         t_attn /= cp, t_attn_bwd /= cp;
     }
-    double t_gemm = dense / (peak * p->gemm_eff) * 1e3;
+    /* fp8 (cost.h): the layer's GEMMs at the GPU's FP8 rate over its bf16 one, their activation
+     * operands cast (fp8_cast_bytes); the LM head stays bf16 (Megatron's output layer is not a
+     * Transformer Engine module) */
+    int fp8 = cm->precision == PRECISION_FP8 && c != COMP_POSTPROCESS;
+    if (fp8) bytes += fp8_cast_bytes(m, c, b * sq, t, sp);
+    double t_gemm = dense / (peak * p->gemm_eff * (fp8 ? cost_gemm_speedup(cm) : 1)) * 1e3;
     double rest = t_gemm + bytes / (bw * p->mem_eff) * 1e3; /* all but attention */
     double work = rest + t_attn;
     double recompute = cm->recompute == RECOMPUTE_FULL        ? work
@@ -367,7 +390,7 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                                                 "GPUs runs its all-reduces over the NICs" : "");
     }
     cost_model *cm = calloc(1, sizeof *cm);
-    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1;
+    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1, cm->grad_bytes = 2;
     analytic *a = calloc(1, sizeof *a);
     if (!cm || !a) {
         free(cm), free(a);

@@ -98,8 +98,9 @@ const char *hw_coll_name(hw_coll k)
  *         NVLink SHARP ~480 GB/s busBW = 275 GB/s algBW (nccl-tests #212, #272; nccl #1455)
  *   B200: NCCL's model 40.1 x 18 = 722 GB/s of 900 (topo.h SM100_NVLINK_BW); NVLS all-reduce
  *         830 GB/s busBW reported by a user (nccl #1807)
- * Best measured bf16 GEMM (ml-engineering, "Maximum Achievable Matmul FLOPS" table): A100 271.2,
- * H100 794.5, B200 1745 TFLOP/s. */
+ * Best measured bf16 GEMM (ml-engineering, "Maximum Achievable Matmul FLOPS" table, torch.mm):
+ * A100 271.2, H100 794.5, B200 1745 TFLOP/s; FP8 e4m3 in the same table: H100 1402.6 (70.9% of
+ * 1,979), H200 1453.4 (73.4%), B200 3432.5 (76.3% of 4,500) TFLOP/s. */
 #define NV3 {235 / 300.0, 235 / 300.0, 235 / 300.0, 235 / 300.0, 195 / 300.0}
 #define NV4 {370 / 450.0, 370 / 450.0, 370 / 450.0, 370 / 450.0, 370 / 450.0}
 #define NV5 {722 / 900.0, 722 / 900.0, 722 / 900.0, 722 / 900.0, 722 / 900.0}
@@ -111,20 +112,20 @@ const char *hw_coll_name(hw_coll k)
                 "SM100_NVLINK_BW x 18), NVLS all-reduce 474 GB/s algBW (user report, nccl #1807)"
 static const gpu_spec GPUS[] = {
     {"a100-40gb", 312, 0, 1555, 40960, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB), 2021",
-     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0},
+     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0, 0},
     {"a100-80gb", 312, 0, 2039, 81920, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB), 2021",
-     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0},
+     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0, 0},
     {"h100", 989, 1979, 3350, 81920, "NVIDIA H100 Tensor Core GPU datasheet (SXM5), 2023", 3600,
-     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "dgx-h100", 0},
+     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "dgx-h100", 0, 1402.6 / 1979},
     {"h200", 989, 1979, 4800, 144384, "NVIDIA H200 Tensor Core GPU datasheet (SXM), 2024", 3600,
-     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "h200-node", 0},
+     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "h200-node", 0, 1453.4 / 1979},
     {"b200", 2250, 4500, 8000, 184320, "NVIDIA DGX B200 datasheet (per GPU: 1,440 GB and 72 "
      "PFLOP/s fp8 sparse over 8), 2024", 7200, NV5, NV5_SRC, 474 / 900.0, 1745.0 / 2250,
-     &KERNELS[4], "dgx-b200", 0},
+     &KERNELS[4], "dgx-b200", 0, 3432.5 / 4500},
     /* A 2-core CPU rank of the validation runtime; rates are placeholders for the analytic
      * model until `dpsim calibrate` fits a measured profile. */
     {"cpu", 0.05, 0, 10, 4096, "rough figures for one core of a small x86 server", 80,
-     {1, 1, 1, 1, 1}, "shared memory, as fast as the wire", 0, HW_A100_MATMUL_EFF, NULL, "cpu", 1},
+     {1, 1, 1, 1, 1}, "shared memory, as fast as the wire", 0, HW_A100_MATMUL_EFF, NULL, "cpu", 1, 0},
 };
 #define N_GPUS ((int)(sizeof GPUS / sizeof GPUS[0]))
 
@@ -281,6 +282,7 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
         TRY(json_double(g, "matmul_eff", where, 1e-6, 1, 0, HW_A100_MATMUL_EFF, &c->gpu.matmul_eff,
                         err));
         TRY(json_double(g, "nvls_eff", where, 0, 1, 0, 0, &c->gpu.nvls_eff, err));
+        TRY(json_double(g, "fp8_matmul_eff", where, 0, 1, 0, 0, &c->gpu.fp8_matmul_eff, err));
         TRY(json_bool(g, "comm_on_cores", where, 0, &c->gpu.comm_on_cores, err));
         const cJSON *ak = cJSON_GetObjectItemCaseSensitive(g, "attention_kernel");
         if (ak && !cJSON_IsNull(ak)) {
@@ -358,6 +360,8 @@ cJSON *cluster_to_json(const cluster_spec *c)
     if (c->gpu.fp8_tflops > 0) cJSON_AddNumberToObject(g, "fp8_tflops", c->gpu.fp8_tflops);
     cJSON_AddNumberToObject(g, "matmul_eff", c->gpu.matmul_eff);
     if (c->gpu.nvls_eff > 0) cJSON_AddNumberToObject(g, "nvls_eff", c->gpu.nvls_eff);
+    if (c->gpu.fp8_matmul_eff > 0)
+        cJSON_AddNumberToObject(g, "fp8_matmul_eff", c->gpu.fp8_matmul_eff);
     if (c->gpu.comm_on_cores) cJSON_AddTrueToObject(g, "comm_on_cores");
     if (c->gpu.attn) cJSON_AddStringToObject(g, "attention_kernel", c->gpu.attn->name);
     cJSON_AddNumberToObject(o, "gpus_per_node", c->gpus_per_node);

@@ -20,7 +20,7 @@
  *    "inter_gbit": 200, "inter_latency_us": 5, "nics_per_node": 8, "mem_limit_mb": 72000,
  *    "intra_eff": {"all_reduce": 0.77, "all_gather": …, "reduce_scatter": …, "all_to_all": …,
  *                  "send_recv": …}, "inter_eff": {…}}
- * A GPU object may also give fp8_tflops, matmul_eff, nvls_eff and attention_kernel (a name of
+ * A GPU object may also give fp8_tflops, fp8_matmul_eff, matmul_eff, nvls_eff and attention_kernel (a name of
  * attn_kernels; none: attention is timed unfused). mem_limit_mb (optional, default
  * HW_USABLE_SHARE of the GPU's memory) is the usable device memory the planner respects; "nodes"
  * (optional, 0: as many as a layout needs) bounds the GPUs;
@@ -93,6 +93,8 @@ typedef struct gpu_spec {
                         * copies through shared memory), so none of it overlaps the compute,
                         * whatever --overlap says; 0: beside it (a GPU's NCCL kernels and copy
                         * engines). "comm_on_cores" in a cluster JSON's "gpu" */
+    double fp8_matmul_eff; /* the best FP8 (e4m3) GEMM throughput measured on it, share of
+                            * fp8_tflops; 0: none measured (--precision fp8 refused) */
 } gpu_spec;
 
 /* The share of a GPU's memory the planner may use when a preset or a GPU name does not say:

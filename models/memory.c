@@ -2,22 +2,32 @@
 
 #include "placement.h"
 
-void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *weights_mb,
-                              double *grads_mb, double *optimizer_mb)
+state_bytes memory_state_bytes(const cost_model *cm)
 {
+    state_bytes b = {BYTES_WEIGHT, cm->grad_bytes > 0 ? cm->grad_bytes : BYTES_GRAD,
+                     BYTES_OPTIMIZER};
+    if (cm->precision == PRECISION_FP8) b.weight += BYTES_FP8_WEIGHT_COPIES;
+    return b;
+}
+
+void memory_model_state_parts(double param_mb, const state_bytes *b, int zero_stage, int dp,
+                              double *weights_mb, double *grads_mb, double *optimizer_mb)
+{
+    static const state_bytes dynapipe = {BYTES_WEIGHT, BYTES_GRAD, BYTES_OPTIMIZER};
+    if (!b) b = &dynapipe;
     double params_m = param_mb / BYTES_WEIGHT; /* millions of parameters */
     double d = dp > 0 ? dp : 1;
-    double w = BYTES_WEIGHT * params_m, g = BYTES_GRAD * params_m, o = BYTES_OPTIMIZER * params_m;
+    double w = b->weight * params_m, g = b->grad * params_m, o = b->optimizer * params_m;
     if (zero_stage >= 1) o /= d;
     if (zero_stage >= 2) g /= d;
     if (zero_stage >= 3) w /= d;
     *weights_mb = w, *grads_mb = g, *optimizer_mb = o;
 }
 
-double memory_model_state_mb(double param_mb, int zero_stage, int dp)
+double memory_model_state_mb(double param_mb, const state_bytes *b, int zero_stage, int dp)
 {
     double w, g, o;
-    memory_model_state_parts(param_mb, zero_stage, dp, &w, &g, &o);
+    memory_model_state_parts(param_mb, b, zero_stage, dp, &w, &g, &o);
     return w + g + o;
 }
 

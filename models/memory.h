@@ -1,10 +1,13 @@
 /*
- * memory.h — model state memory per GPU: fp16 weights and gradients, fp32 Adam state, with ZeRO.
+ * memory.h — model state memory per GPU: 16-bit weights and gradients, fp32 Adam state, with ZeRO.
  *
- * Mixed-precision Adam keeps per parameter (Rajbhandari et al. 2020, ZeRO, §3.1): 2 bytes fp16
- * weight, 2 bytes fp16 gradient, 12 bytes fp32 optimizer state (master weight, momentum,
- * variance). ZeRO partitions across the D data-parallel replicas: stage 1 the optimizer state,
- * stage 2 also the gradients, stage 3 also the weights.
+ * Mixed-precision Adam keeps per parameter (Rajbhandari et al. 2020, ZeRO, §3.1): 2 bytes 16-bit
+ * weight, 2 bytes 16-bit gradient, 12 bytes fp32 optimizer state (master weight, momentum,
+ * variance): DynaPipe's 16 bytes. What the precision changes (cost.h): gradients accumulated and
+ * reduced in fp32 hold 4 bytes (Megatron-LM's bf16 default: its distributed optimizer's table
+ * gives 18 bytes per parameter, 6 + 12/d sharded); fp8 keeps the weights' FP8 copy and its
+ * transpose beside them, 2 bytes more. ZeRO partitions across the D data-parallel replicas: stage 1
+ * the optimizer state, stage 2 also the gradients, stage 3 also the weights (and their FP8 copies).
  */
 #ifndef MEMORY_H
 #define MEMORY_H
@@ -14,12 +17,23 @@
 #define BYTES_WEIGHT 2.0
 #define BYTES_GRAD 2.0
 #define BYTES_OPTIMIZER 12.0
+#define BYTES_FP8_WEIGHT_COPIES 2.0 /* the FP8 weight and its transpose (Hopper's wgrad) */
 
-/* Model state MB on one GPU holding param_mb of fp16 parameters (i.e. param_mb / 2 M params). */
-double memory_model_state_mb(double param_mb, int zero_stage, int dp);
-/* Its three parts: fp16 weights, fp16 gradients, fp32 optimizer state, each after ZeRO. */
-void memory_model_state_parts(double param_mb, int zero_stage, int dp, double *weights_mb,
-                              double *grads_mb, double *optimizer_mb);
+/* Bytes per parameter of each part of the model state. */
+typedef struct state_bytes {
+    double weight, grad, optimizer;
+} state_bytes;
+
+/* A cost model's: weights 2 (+ BYTES_FP8_WEIGHT_COPIES under fp8), gradients cm->grad_bytes,
+ * optimizer 12. */
+state_bytes memory_state_bytes(const cost_model *cm);
+
+/* Model state MB on one GPU holding param_mb of 16-bit parameters (i.e. param_mb / 2 M params),
+ * at b's bytes per parameter (NULL: DynaPipe's 2, 2, 12). */
+double memory_model_state_mb(double param_mb, const state_bytes *b, int zero_stage, int dp);
+/* Its three parts: weights, gradients, fp32 optimizer state, each after ZeRO. */
+void memory_model_state_parts(double param_mb, const state_bytes *b, int zero_stage, int dp,
+                              double *weights_mb, double *grads_mb, double *optimizer_mb);
 
 /* fp16 parameter MB of virtual stage `stage` of `stages`: its layers and embedding or head as
  * placement.h places them (the last stage's head a copy of the tied embedding). */

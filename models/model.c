@@ -16,34 +16,34 @@
 
 /* Presets: the paper's shapes (shared/paper/model_configs, DynaPipe artifact) and a few common
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
- * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window, flash_attn}. The paper's GPT shapes
+ * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window, flash_attn, fp16}. The paper's GPT shapes
  * learn 8192 positions: it runs them at max lengths up to 8192, which Megatron allows only with a
  * position table that long. */
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0, 0, 1},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0, 0, 1, 0},
     /* Llama-3-8B and Llama-3.1-70B as their config.json files say (grouped-query attention with
      * 8 key/value heads, an untied head, rope_theta 500000): 8,030,261,248 and 70,553,706,496
      * parameters */
-    {"llama3-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 8192, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1},
+    {"llama3-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 8192, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
     /* Llama 3.1 8B: Llama 3's shapes with a 131,072-token context (its config.json, rope scaling) */
-    {"llama3.1-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1},
-    {"llama3.1-70b", ARCH_GPT, 80, 0, 8192, 64, 128, 28672, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1},
+    {"llama3.1-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
+    {"llama3.1-70b", ARCH_GPT, 80, 0, 8192, 64, 128, 28672, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -231,6 +231,7 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_double(root, "norm_epsilon", name, 1e-30, 1, 0, MODEL_NORM_EPS, &m->norm_eps, err));
     TRY(json_int(root, "sliding_window", name, 0, 1 << 24, 0, &m->window, err)); /* null: none */
     TRY(json_bool(root, "flash_attention", name, m->rope, &m->flash_attn, err));
+    TRY(json_choice(root, "precision", name, "bf16", "fp16", &m->fp16, err));
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
     m->no_bias = !bias;
@@ -288,6 +289,7 @@ cJSON *model_to_json(const model_spec *m)
         cJSON_AddNumberToObject(o, "norm_epsilon", m->norm_eps);
     if (m->window > 0) cJSON_AddNumberToObject(o, "sliding_window", m->window);
     cJSON_AddBoolToObject(o, "flash_attention", m->flash_attn);
+    cJSON_AddStringToObject(o, "precision", m->fp16 ? "fp16" : "bf16");
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
 }
@@ -515,24 +517,32 @@ dp_status model_resolve(const char *name_or_path, model_spec *m, dp_err *err)
     return st;
 }
 
-double model_train_flops(const model_spec *m, int32_t enc, int32_t dec)
+/* Attention's s x s forward FLOPs of one sample over the layers (4 x heads x kv_channels per
+ * score entry), causal self-attention at half the square unless counted non-causally. */
+static double attention_flops(const model_spec *m, double e, double d, flops_count how)
 {
-    double hk = (double)m->heads * m->kv_channels, head = (double)m->vocab * m->hidden;
+    double hk = (double)m->heads * m->kv_channels, half = how == FLOPS_CAUSAL ? 0.5 : 1;
+    if (m->arch == ARCH_GPT) return 4 * hk * (double)m->enc_layers * e * e * half;
+    return 4 * hk * ((double)m->enc_layers * e * e + (double)m->dec_layers * (d * d * half + e * d));
+}
+
+double model_train_flops(const model_spec *m, int32_t enc, int32_t dec, flops_count how)
+{
+    double head = (double)m->vocab * m->hidden;
     double e = enc, d = dec; /* the LM head's 2·V·h per token counts once, tied or not */
+    double attn = 3 * attention_flops(m, e, d, how); /* forward, and twice it backward */
     if (m->arch == ARCH_GPT)
-        return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e + head * e) +
-               12 * (double)m->enc_layers * hk * e * e;
+        return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e + head * e) + attn;
     return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e +
                 (double)m->dec_layers * (double)model_layer_params(m, 1) * d + head * d) +
-           12 * hk * ((double)m->enc_layers * e * e + (double)m->dec_layers * (d * d + e * d));
+           attn;
 }
 
 double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, int mode)
 {
     if (mode <= 0) return 0;
-    double hk = (double)m->heads * m->kv_channels, e = enc, d = dec;
-    double attn = 4 * hk * ((double)m->enc_layers * e * e +
-                            (m->arch == ARCH_T5 ? (double)m->dec_layers * (d * d + e * d) : 0));
+    double e = enc, d = dec;
+    double attn = attention_flops(m, e, d, FLOPS_CAUSAL);
     if (mode == 1) return attn;
     double layers = (double)m->enc_layers * (double)model_layer_params(m, 0) * e;
     if (m->arch == ARCH_T5) layers += (double)m->dec_layers * (double)model_layer_params(m, 1) * d;

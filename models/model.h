@@ -102,6 +102,10 @@ typedef struct model_spec {
                       * (default: true with rotary positions); 0: unfused attention (the paper's
                       * GPT and T5 shapes, measured without it; GPT-2 kind; T5's relative
                       * position bias, which FlashAttention does not take) */
+    int fp16;        /* 1: trained in fp16 mixed precision, the default --precision (cost.h): the
+                      * paper's shapes, whose A100 profiles DynaPipe measured in fp16, and the
+                      * validation runtime's tiny models; a dpsim spec's "precision": "fp16".
+                      * 0: bf16, what 2026 trainers run */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */
@@ -139,19 +143,33 @@ int64_t model_embedding_params(const model_spec *m);
  * word embedding and not counted twice. */
 int64_t model_total_params(const model_spec *m);
 
+/* How model FLOPs count attention's two s x s products (QK^T and the scores times V).
+ *   FLOPS_CAUSAL     causal self-attention (GPT; T5's decoder) at half the full square, s^2 / 2
+ *                    entries per head: the work a causal kernel does and the count its benchmark
+ *                    tables use (FlashAttention, cuDNN); T5's encoder and cross attention whole.
+ *                    dpsim's MFU and HFU
+ *   FLOPS_NONCAUSAL  every attention at the full square, as PaLM (Chowdhery et al. 2022, App. B)
+ *                    and Megatron-LM's num_floating_point_operations count it: the convention of
+ *                    most published MFU tables, printed beside dpsim's for comparison.
+ * The two differ only in attention, and more at long sequences (Llama-3.1-8B: 2.2% at 2k tokens,
+ * 26% at 128k). */
+typedef enum flops_count { FLOPS_CAUSAL, FLOPS_NONCAUSAL } flops_count;
+
 /* Model FLOPs of training on one sample of enc input (GPT: all) and dec target tokens, forward and
  * backward, with no recomputation and no padding: 6 x the parameters a token passes through (its
  * layers, and the LM head for the tokens it scores) per token, plus attention's 12 x L x heads x
  * kv_channels x len^2 (PaLM, Chowdhery et al. 2022, App. B; T5 adds the decoder's cross-attention
- * 12 x L_dec x heads x kv x enc x dec). The figure MFU divides. */
-double model_train_flops(const model_spec *m, int32_t enc, int32_t dec);
+ * 12 x L_dec x heads x kv x enc x dec), its self-attention halved where causal under
+ * FLOPS_CAUSAL. The figure MFU divides. */
+double model_train_flops(const model_spec *m, int32_t enc, int32_t dec, flops_count how);
 
 /* The forward FLOPs a recompute mode (0 none, 1 selective, 2 full: cost.h recompute_mode) adds
  * to training on that sample: full reruns each layer's forward (2 x the layers' parameters per
- * token plus attention's 4 x L x heads x kv_channels x len^2; not the LM head), selective the
- * attention core only (the len^2 term). Model FLOPs plus these are Megatron's "hardware FLOPs"
- * (Narayanan et al. 2021, eq. 3, whose 96 = 72 x 4/3 counts full recompute; Korthikanti et al.
- * 2022, HFU). */
+ * token plus attention's 4 x L x heads x kv_channels x len^2, causal self-attention halved; not
+ * the LM head), selective the attention core only (the len^2 term). Model FLOPs (FLOPS_CAUSAL)
+ * plus these are the hardware FLOPs of HFU, what the kernels ran (Megatron's "hardware FLOPs",
+ * Narayanan et al. 2021, eq. 3, whose 96 = 72 x 4/3 counts full recompute; Korthikanti et al.
+ * 2022), so that HFU never exceeds the GEMMs' best share of the peak. */
 double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, int mode);
 
 /* Looks a preset up by name ("gpt-6.7b-16l"). Returns NULL when there is none. */

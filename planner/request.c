@@ -56,6 +56,45 @@ void cost_request_default(cost_request *o)
     o->cp_max = 4;
     o->recompute = RECOMPUTE_NONE;
     o->overlap = COST_OVERLAP_DEFAULT;
+    o->precision = -1;
+    o->grad_reduce = GRAD_REDUCE_AUTO;
+}
+
+static int set_precision(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_request *o = ctx;
+    train_precision p;
+    if (precision_parse(arg, &p) == 0) {
+        o->precision = (int)p;
+        return 0;
+    }
+    cli_usage_error(cmd, usage, "unknown --precision \"%s\" (bf16, fp16, fp8)", arg);
+    return -1;
+}
+
+static void show_precision(const void *ctx, char *buf, size_t cap)
+{
+    int p = ((const cost_request *)ctx)->precision;
+    snprintf(buf, cap, "%s", p < 0 ? "the model's" : precision_name((train_precision)p));
+}
+
+static int set_grad_reduce(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_request *o = ctx;
+    if (strcmp(arg, "fp32") == 0) o->grad_reduce = GRAD_REDUCE_FP32;
+    else if (strcmp(arg, "bf16") == 0 || strcmp(arg, "fp16") == 0) o->grad_reduce = GRAD_REDUCE_16;
+    else if (strcmp(arg, "auto") == 0) o->grad_reduce = GRAD_REDUCE_AUTO;
+    else {
+        cli_usage_error(cmd, usage, "unknown --grad-reduce-dtype \"%s\" (fp32, bf16, auto)", arg);
+        return -1;
+    }
+    return 0;
+}
+
+static void show_grad_reduce(const void *ctx, char *buf, size_t cap)
+{
+    int g = ((const cost_request *)ctx)->grad_reduce;
+    snprintf(buf, cap, "%s", g == GRAD_REDUCE_FP32 ? "fp32" : g == GRAD_REDUCE_16 ? "bf16" : "auto");
 }
 
 static int set_recompute(void *ctx, const char *arg, const char *cmd, const char *usage)
@@ -206,6 +245,18 @@ void cost_request_options(cli_opts *t, cost_request *o)
                                "tp (TP collectives behind GEMMs), all, or none (serial: the\n"
                                "upper bound)");
     ov->show = show_overlap, ov->marks = OPT_FIXED_BY_PLAN;
+    cli_opt *pr = cli_opt_call(t, "precision", 0, set_precision, o, "P", "the model's",
+                               "bf16 | fp16 | fp8 (Transformer Engine's recipe: the layers'\n"
+                               "GEMMs at the GPU's measured FP8 rate, casts and FP8 weight\n"
+                               "copies counted, attention and the LM head in bf16; analytic\n"
+                               "model); the model's: fp16 for the paper's shapes, else bf16");
+    pr->show = show_precision, pr->marks = OPT_FIXED_BY_PLAN;
+    cli_opt *gr = cli_opt_call(t, "grad-reduce-dtype", 0, set_grad_reduce, o, "D", "auto",
+                               "fp32 | bf16: the gradients' buffer and collectives (fp32: 4\n"
+                               "bytes a parameter, twice the bytes moved); auto: fp32 under\n"
+                               "bf16 and fp8 (Megatron-LM's and torchtitan's default), 16-bit\n"
+                               "under fp16");
+    gr->show = show_grad_reduce, gr->marks = OPT_FIXED_BY_PLAN;
 }
 
 int planner_jobs_default(void)

@@ -48,6 +48,10 @@ typedef struct cost_request {
     const char *attn_kernel; /* --attention-kernel: the fused kernel's tables (hw.h); NULL: the
                               * GPU's own */
     unsigned overlap;    /* --overlap: COST_OVERLAP_* bits          [dp,zero] */
+    int precision;       /* --precision: a train_precision (cost.h); -1: the model's own
+                          * (model_spec.fp16: fp16, else bf16)          [the model's] */
+    int grad_reduce;     /* --grad-reduce-dtype: a grad_reduce (cost.h)  [auto: fp32 but under
+                          * fp16] */
     int no_sp;           /* --no-sp: tensor parallelism without Megatron's sequence parallelism
                           * (cost_model.seq_parallel, on by default) */
     int quiet;           /* 1: no note on stderr about the analytic defaults (a cost model built

@@ -29,6 +29,14 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
+    train_precision prec = o->precision >= 0 ? (train_precision)o->precision
+                           : m->fp16             ? PRECISION_FP16
+                                                 : PRECISION_BF16;
+    if ((st = cost_model_set_precision(*cm, prec, (grad_reduce)o->grad_reduce, err)) != DP_OK) {
+        cost_model_free(*cm);
+        *cm = NULL;
+        return st;
+    }
     if ((st = o->cp_auto ? cost_model_set_cp_auto(*cm, o->cp, o->cp_alltoall, err)
                          : cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {
         cost_model_free(*cm);
@@ -376,6 +384,9 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     /* model state, the config's only use of the mode, is the same in every mode */
     co.recompute = recompute_policy_mode(pl->h.recompute);
     co.overlap = pl->h.overlap; /* the replay overlaps what the plan's simulation did */
+    co.precision = pl->h.precision; /* its model state and gradient collectives as priced */
+    co.grad_reduce = pl->h.grad_bytes == 4 ? GRAD_REDUCE_FP32 : GRAD_REDUCE_16;
+    if (pl->h.precision == PRECISION_FP8) co.analytic = 1; /* fp8 is priced analytically */
     model_spec m;
     cost_model *cm = NULL;
     char source[4200];

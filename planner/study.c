@@ -32,9 +32,13 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->wire_scale = placement_wire_share(sm->cm->tp, sm->cm->cp, sm->cm->seq_parallel);
     cfg->mem_limit_mb = sm->mem_limit_mb;
     cfg->zero_prefetch = stage_zero_prefetch(sm);
+    cfg->peak_share_max = sm->cm->precision == PRECISION_FP8 && hw->gpu.peak_tflops > 0
+                              ? fmax(1, hw->gpu.fp8_tflops / hw->gpu.peak_tflops)
+                              : 1;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
-        memory_model_state_parts(sm->param_mb[s], sm->zero_stage, sm->zero_ranks,
+        state_bytes sb = memory_state_bytes(sm->cm);
+        memory_model_state_parts(sm->param_mb[s], &sb, sm->zero_stage, sm->zero_ranks,
                                  &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         cfg->weights_mb[s] += sm->zero3_gathered_mb[s]; /* ZeRO-3's gathered layers are weights */
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
@@ -171,6 +175,20 @@ static double recompute_flops(const model_spec *m, const plan_iter *it, int iter
     return f;
 }
 
+/* The iteration's model FLOPs counted non-causally (model.h FLOPS_NONCAUSAL) over its samples;
+ * -inf when the model or a sample's length is unknown. */
+static double noncausal_flops(const model_spec *m, const plan_iter *it)
+{
+    double f = 0;
+    for (int k = 0; k < it->n_mb; k++)
+        for (int q = 0; q < it->mb[k].n_samples; q++) {
+            int32_t e = it->lens[2 * (it->mb[k].first + q)], d = it->lens[2 * (it->mb[k].first + q) + 1];
+            if (e <= 0 || !m) return -INFINITY;
+            f += model_train_flops(m, e, d, FLOPS_NONCAUSAL);
+        }
+    return f;
+}
+
 dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
 {
     study_result *r = a->r;
@@ -184,6 +202,10 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     int64_t tokens = count_tokens(r, it);
     if (r->iterations == 0 || r->model_flops > 0) /* known only while every iteration says */
         r->model_flops = it->model_flops > 0 ? r->model_flops + it->model_flops : 0;
+    if (r->iterations == 0 || r->model_flops_noncausal > 0)
+        r->model_flops_noncausal = r->model_flops > 0 ? r->model_flops_noncausal +
+                                                           noncausal_flops(a->model, it)
+                                                     : 0;
     study_iter *x = new_iter(a, it->id);
     if (!x) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     if (it->recompute >= 0) {
@@ -274,12 +296,16 @@ dp_status study_end(study_acc *a, dp_err *err)
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
     if (!(r->hw_flops > 0) || !isfinite(r->hw_flops)) r->hw_flops = 0;
+    if (!(r->model_flops_noncausal > 0) || !isfinite(r->model_flops_noncausal))
+        r->model_flops_noncausal = 0;
+    double tflops_noncausal = 0;
+    per_gpu_rate(r, r->model_flops_noncausal, gpus, peak, &tflops_noncausal, &r->mfu_noncausal);
     per_gpu_rate(r, r->model_flops, gpus, peak, &r->tflops_per_gpu, &r->mfu);
     per_gpu_rate(r, r->hw_flops, gpus, peak, &r->hw_tflops_per_gpu, &r->hfu);
     r->timeline_hash = a->hash;
     sim_release(&a->s);
-    double over = fmax(r->mfu, r->hfu);
-    if (over > 1)
+    double over = fmax(r->mfu, r->hfu), bound = a->cfg.peak_share_max > 0 ? a->cfg.peak_share_max : 1;
+    if (over > bound)
         return dp_fail(err, DP_ERR_INVALID, "the simulated run does %.0f%% of the GPU's peak "
                        "(%.3g of %.3g TFLOP/s per GPU): its op times are faster than the hardware "
                        "allows\nhint: a profile measured for another model or GPU, a fit of "
@@ -637,7 +663,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         if (!l.feasible) r->oom = 1, r->planned_oom++;
         pi.model_flops = 0;
         for (int i = 0; i < n && !o->cm->toy.on; i++) /* textbook times have no FLOP rate */
-            pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec);
+            pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec, FLOPS_CAUSAL);
         recompute_mode rc = cms[mode]->recompute;
         if (o->recompute_per_mb) { /* a mode per micro-batch (set above where relaxed) */
             for (int k = 0; k < pi.n_mb && !relaxed; k++) pi.mb[k].recompute = (int)rc;
@@ -751,6 +777,7 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "padding_efficiency", r->padding_efficiency);
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
     cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "mfu_noncausal", r->mfu_noncausal);
     cJSON_AddNumberToObject(o, "hw_tflops_per_gpu", r->hw_tflops_per_gpu);
     cJSON_AddNumberToObject(o, "hfu", r->hfu);
     cJSON_AddNumberToObject(o, "encoder_padding_efficiency", r->enc_padding_efficiency);

@@ -23,9 +23,13 @@
  *                             tokens, recompute mode, the batching where --batching auto chose
  *                             it, planning ms, and "failed" with why for one
  *                             left out (--keep-going); tokens of those are not in the throughput
- *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens) / simulated
- *                             time / (tp x pp x dp) / 1e12;  mfu = that / the GPU's peak
- *                             (0 when a plan file's iterations do not carry model_flops)
+ *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens, causal
+ *                             self-attention at half the square: FLOPS_CAUSAL) / simulated
+ *                             time / (tp x cp x pp x dp) / 1e12;  mfu = that / the GPU's bf16
+ *                             peak (0 when a plan file's iterations do not carry model_flops)
+ *   mfu_noncausal           = the same with attention counted whole (FLOPS_NONCAUSAL: PaLM's
+ *                             and Megatron-LM's count, what most published MFUs use; 0 when a
+ *                             sample's length is unknown)
  *   hw_tflops_per_gpu       = the same with the recomputed forwards counted too (hardware FLOPs:
  *                             model_recompute_flops of each sample at its micro-batch's mode),
  *                             what Megatron's papers and logs call TFLOP/s per GPU; hfu = that /
@@ -144,6 +148,8 @@ typedef struct study_result {
     int in_flight_fallback; /* iterations planned with one micro-batch in flight */
     double model_flops;     /* training FLOPs of the real tokens simulated; 0: unknown */
     double tflops_per_gpu, mfu;
+    double model_flops_noncausal; /* the same counted non-causally (FLOPS_NONCAUSAL); 0: unknown */
+    double mfu_noncausal;   /* MFU by that count: PaLM's and Megatron-LM's convention */
     double hw_flops;        /* model_flops + the recomputed forwards' FLOPs; 0: unknown */
     double hw_tflops_per_gpu, hfu;
     int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */

@@ -298,6 +298,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     if (h->textbook) cJSON_AddTrueToObject(o, "textbook");
     char ov[32];
     cJSON_AddStringToObject(o, "overlap", cost_overlap_name(h->overlap, ov, sizeof ov));
+    if (h->precision >= 0) cJSON_AddStringToObject(o, "precision", precision_name(h->precision));
+    cJSON_AddStringToObject(o, "grad_reduce", h->grad_bytes == 4 ? "fp32" : "16-bit");
     if (h->model_json) cJSON_AddItemToObject(o, "model_spec", cJSON_Parse(h->model_json));
     if (h->hw_json) cJSON_AddItemToObject(o, "cluster_spec", cJSON_Parse(h->hw_json));
     cJSON_AddStringToObject(o, "schedule", h->schedule);
@@ -619,6 +621,15 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     if (ov && (!cJSON_IsString(ov) || cost_overlap_parse(ov->valuestring, &h->overlap) != 0))
         return dp_fail(err, DP_ERR_PARSE, "%s: \"overlap\" must be \"none\", \"all\" or a list of "
                        "dp, zero, tp (what --overlap reads)", name);
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "precision");
+    train_precision prec = PRECISION_BF16;
+    if (pr && (!cJSON_IsString(pr) || precision_parse(pr->valuestring, &prec) != 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"precision\" must be \"bf16\", \"fp16\" or "
+                       "\"fp8\" (what --precision reads)", name);
+    h->precision = pr ? (int)prec : -1; /* older plans: the model's default */
+    int grad32;
+    TRY(json_choice(root, "grad_reduce", name, "16-bit", "fp32", &grad32, err));
+    h->grad_bytes = grad32 ? 4 : 2;
     static const struct {
         const char *key;
         size_t off, cap;

@@ -140,6 +140,10 @@ typedef struct plan_header {
     unsigned overlap;   /* the COST_OVERLAP_* bits it was priced and simulated with ("overlap":
                          * "dp,zero", as --overlap reads; a plan without it: the default): its
                          * replay overlaps what the plan's own simulation overlapped */
+    int precision;      /* the train_precision it was priced in ("precision": "bf16", "fp16",
+                         * "fp8"); -1: the file does not say (older plans: the model's default) */
+    int grad_bytes;     /* bytes per gradient element as reduced ("grad_reduce": "fp32" 4, "16-bit"
+                         * 2; older plans: 2), what its gradient collectives were priced at */
     batch_rules rules;
     /* The model and cluster specs the plan was made with, as JSON text ("model_spec",
      * "cluster_spec" in the file), so that a plan runs anywhere: readers use them instead of

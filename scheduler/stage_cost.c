@@ -54,22 +54,25 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         int layers = sm->enc_layers[s] + sm->dec_layers[s];
         sm->zero3_gathered_mb[s] =
             zero_stage >= 3 && sm->zero_ranks >= 2 && layers > 0 ? 2 * layers_mb / layers : 0;
-        sm->state_mb[s] = memory_model_state_mb(param_mb, zero_stage, sm->zero_ranks) +
+        state_bytes sb = memory_state_bytes(cm);
+        sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_ranks) +
                           sm->zero3_gathered_mb[s];
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
         /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs) */
         comm_group g = comm_dp_group(&cm->hw, pp, dp, cm->tp * cm->cp, s);
         g.n = sm->zero_ranks;
-        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, 1e6 * param_mb);
+        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, 1e6 * param_mb,
+                                1e6 * param_mb / BYTES_WEIGHT * cm->grad_bytes);
         sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
         sm->zero_grad_ms[s] = z.grad_ms;
         if (sm->budget_mb[s] <= 0)
             return dp_fail(err, DP_ERR_INFEASIBLE,
-                           "the model state of stage %d (%.0f MB: weights, gradients and Adam "
+                           "the model state of stage %d (%.0f MB: weights, %s gradients and Adam "
                            "state of %.0f MB of 16-bit parameters, ZeRO-%d over %d GPUs) "
                            "exceeds the %.0f MB of device memory\nhint: more --pp, --tp or --dp "
                            "with --zero",
-                           s, sm->state_mb[s], param_mb, zero_stage, sm->zero_ranks, mem_limit_mb);
+                           s, sm->state_mb[s], cm->grad_bytes == 4 ? "fp32" : "16-bit", param_mb,
+                           zero_stage, sm->zero_ranks, mem_limit_mb);
     }
     return DP_OK;
 }

@@ -72,6 +72,9 @@ typedef struct sim_config {
      * the bytes a runtime moved (scheduler/stage_cost.h stage_zero_rescaled) */
     double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
     int zero_layers[STAGE_MAX], zero_prefetch;
+    double peak_share_max; /* the most FLOP/s a GPU of the run can do over hw's bf16 peak: 1, or
+                            * under fp8 its FP8 peak over the bf16 one (0 reads as 1): the bound
+                            * planner/study.h checks MFU and HFU against */
 } sim_config;
 
 /* The bucketed reduction of grad_ns over k buckets filled evenly during a compute op from start

@@ -8,8 +8,8 @@ expect "... and each GPU's NCCL bus bandwidth and attention kernel" 0 "^h100 +98
 expect "... and the B200 node" 0 "^dgx-b200 +b200 +8 +7200 +2 +8 +400 +48.0" -- "$DPSIM" models
 expect "models --show prints a JSON spec" 0 '"hidden_size":' -- "$DPSIM" models --show gpt-6.7b-16l
 expect "models --show gives a model's parameters" 0 "llama3-8b: 8,030,261,248 parameters" -- "$DPSIM" models --show llama3-8b
-expect "... its FLOPs per token (6 x 8.04e9 less the embedding, plus attention at 2048)" 0 "at 2048 tokens: 48.25 GFLOP .MFU's count., 63.28 with full recompute" -- "$DPSIM" models --show llama3-8b
-expect "... and its model state per GPU under ZeRO-3 over 64 replicas (16 bytes a parameter / 64)" 0 "^#  +3 +0.25 +0.25 +1.51 +2.01" -- "$DPSIM" models --show llama3-8b --dp 64
+expect "... its FLOPs per token (6 x 8.04e9 less the embedding, plus causal attention at 2048)" 0 "at 2048 tokens: 46.64 GFLOP .MFU's count: causal attention at half the square., 48.25 with attention whole .PaLM's and Megatron-LM's count., 61.14 with full recompute" -- "$DPSIM" models --show llama3-8b
+expect "... and its model state per GPU under ZeRO-3 over 64 replicas (bf16 with fp32 gradients: Megatron's 18 bytes a parameter / 64)" 0 "^#  +3 +0.25 +0.50 +1.51 +2.26" -- "$DPSIM" models --show llama3-8b --dp 64
 mkdir -p "$TMP/Meta-Llama-3-8B"
 printf '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}' >"$TMP/Meta-Llama-3-8B/config.json"
 expect "a Hugging Face config is named by its folder" 0 '"name":[[:space:]]*"Meta-Llama-3-8B"' -- "$DPSIM" models --show "$TMP/Meta-Llama-3-8B/config.json"

@@ -1001,10 +1001,10 @@ static void test_memory_and_comm_closed_forms(void **state)
 {
     (void)state;
     /* 1000 MB of fp16 params = 500 M params: 16 bytes each without ZeRO. */
-    assert_near(memory_model_state_mb(1000, 0, 4), 8000, 1e-9);
-    assert_near(memory_model_state_mb(1000, 1, 4), 1000 + 1000 + 6000 / 4.0, 1e-9);
-    assert_near(memory_model_state_mb(1000, 2, 4), 1000 + 1000 / 4.0 + 6000 / 4.0, 1e-9);
-    assert_near(memory_model_state_mb(1000, 3, 4), 8000 / 4.0, 1e-9);
+    assert_near(memory_model_state_mb(1000, NULL, 0, 4), 8000, 1e-9);
+    assert_near(memory_model_state_mb(1000, NULL, 1, 4), 1000 + 1000 + 6000 / 4.0, 1e-9);
+    assert_near(memory_model_state_mb(1000, NULL, 2, 4), 1000 + 1000 / 4.0 + 6000 / 4.0, 1e-9);
+    assert_near(memory_model_state_mb(1000, NULL, 3, 4), 8000 / 4.0, 1e-9);
     cluster_spec c = p4d();
     /* intra-node: 0 µs + 1e9 bytes at NVLink3's 300 GB/s per direction x NCCL's send/recv share
      * (195 of 300 GB/s); inter-node: DynaPipe's 4 ms + 8e9 bits at 100 Gbit/s */
@@ -1333,16 +1333,36 @@ static void test_model_train_flops_gpt2(void **state)
     (void)state;
     const model_spec *m = model_preset("gpt2-124m");
     double s = 1024, matmul = 124439808.0 - 786432 - 1536;
+    /* PaLM's count (App. B): 6N per token plus 12 L H Q T, attention whole */
     double want = 6 * matmul * s + 12 * 12 * 768 * s * s;
-    assert_rel(model_train_flops(m, 1024, 0), want, 1e-12);
+    assert_rel(model_train_flops(m, 1024, 0, FLOPS_NONCAUSAL), want, 1e-12);
     /* twice the tokens: twice the dense part, four times attention */
-    assert_rel(model_train_flops(m, 2048, 0), 2 * 6 * matmul * s + 4 * 12 * 12 * 768 * s * s, 1e-12);
+    assert_rel(model_train_flops(m, 2048, 0, FLOPS_NONCAUSAL),
+               2 * 6 * matmul * s + 4 * 12 * 12 * 768 * s * s, 1e-12);
+    /* causal: a decoder-only model's attention is half the square */
+    assert_rel(model_train_flops(m, 1024, 0, FLOPS_CAUSAL), 6 * matmul * s + 6 * 12 * 768 * s * s,
+               1e-12);
+    /* selective recompute reruns the causal forward attention: 4 L H s^2 / 2 */
+    assert_rel(model_recompute_flops(m, 1024, 0, RECOMPUTE_SELECTIVE), 2 * 12 * 768 * s * s, 1e-12);
+}
+
+/* T5: only the decoder's self-attention is causal; the encoder's and the cross attention whole. */
+static void test_model_train_flops_t5_causal_parts(void **state)
+{
+    (void)state;
+    const model_spec *m = model_preset("t5-11b-8l");
+    assert_non_null(m);
+    double d = 128, hk = (double)m->heads * m->kv_channels;
+    double gap = model_train_flops(m, 512, 128, FLOPS_NONCAUSAL) -
+                 model_train_flops(m, 512, 128, FLOPS_CAUSAL);
+    assert_rel(gap, 12 * hk * m->dec_layers * d * d / 2, 1e-9);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_train_flops_gpt2),
+        cmocka_unit_test(test_model_train_flops_t5_causal_parts),
         cmocka_unit_test(test_varlen_row_of_one_sample_costs_the_sample),
         cmocka_unit_test(test_varlen_row_never_costs_more_than_padded),
         cmocka_unit_test(test_varlen_analytic_flops_are_the_samples_own),

@@ -701,8 +701,8 @@ static void test_zero_communication(void **state)
     assert_true(t[3] > t[2] * 1.05);
     /* the step follows the optimizer state memory.h keeps: ZeRO-1 over 4 steps a quarter */
     double w, g, o0, o1;
-    memory_model_state_parts(1000, 0, 4, &w, &g, &o0);
-    memory_model_state_parts(1000, 1, 4, &w, &g, &o1);
+    memory_model_state_parts(1000, NULL, 0, 4, &w, &g, &o0);
+    memory_model_state_parts(1000, NULL, 1, 4, &w, &g, &o1);
     assert_rel(study_optimizer_ms(&s.hw, o0), 4 * study_optimizer_ms(&s.hw, o1), 1e-12);
     /* 1 GB of fp16 parameters: 5e8 parameters x 28 bytes at 80% of 1555 GB/s */
     assert_rel(study_optimizer_ms(&s.hw, o0), 5e8 * 28 / (0.8 * 1555e9) * 1e3, 1e-12);
@@ -718,9 +718,9 @@ static void test_zero_communication(void **state)
     double rs = (n - 1) * lat + (n - 1) / n * B / rs_bw * 1e3;
     double ar = 2 * (n - 1) * lat + 2 * (n - 1) / n * B / ar_bw * 1e3;
     comm_group g4 = comm_group_flat(4, 0), g1 = comm_group_flat(1, 0);
-    zero_comm z0 = comm_zero(&s.hw, 0, &g4, B), z1 = comm_zero(&s.hw, 1, &g4, B),
-              z2 = comm_zero(&s.hw, 2, &g4, B), z3 = comm_zero(&s.hw, 3, &g4, B),
-              one = comm_zero(&s.hw, 3, &g1, B);
+    zero_comm z0 = comm_zero(&s.hw, 0, &g4, B, B), z1 = comm_zero(&s.hw, 1, &g4, B, B),
+              z2 = comm_zero(&s.hw, 2, &g4, B, B), z3 = comm_zero(&s.hw, 3, &g4, B, B),
+              one = comm_zero(&s.hw, 3, &g1, B, B);
     assert_rel(z0.iter_ms, ar, 1e-12);
     assert_rel(z0.grad_ms, ar, 1e-12);
     assert_rel(z1.iter_ms, rs + ag, 1e-12);
@@ -741,7 +741,7 @@ static void test_zero_communication(void **state)
     assert_int_equal(stage_model_init(&sm0, cm, 2, 1, 4, 1, 1e9, &err), DP_OK);
     for (int d = 0; d < 2; d++) {
         comm_group gd = comm_dp_group(&s.hw, 2, 4, 1, d);
-        zero_comm z = comm_zero(&s.hw, 3, &gd, 1e6 * sm.param_mb[d]);
+        zero_comm z = comm_zero(&s.hw, 3, &gd, 1e6 * sm.param_mb[d], 1e6 * sm.param_mb[d]);
         assert_rel(sm.zero_fwd_ms[d], z.fwd_ms, 1e-12);
         assert_rel(sm.zero_bwd_ms[d], z.bwd_ms, 1e-12);
         assert_true(sm.state_mb[d] < sm0.state_mb[d]);
@@ -754,7 +754,7 @@ static void test_zero_communication(void **state)
     for (int d = 0; d < 2; d++) {
         assert_rel(sm.zero3_gathered_mb[d], 2 * layer, 1e-9);
         assert_rel(sm.state_mb[d],
-                   memory_model_state_mb(sm.param_mb[d], 3, 4) + 2 * layer, 1e-12);
+                   memory_model_state_mb(sm.param_mb[d], NULL, 3, 4) + 2 * layer, 1e-12);
         assert_rel(c3.peak_mb[d], c1.peak_mb[d], 1e-12);
         assert_true(c3.fwd_ms[d] > c1.fwd_ms[d]);
     }
