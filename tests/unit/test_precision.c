@@ -1,0 +1,208 @@
+/*
+ * test_precision.c — the number formats (cost.h --precision, --grad-reduce-dtype) and honest
+ * utilisation: FP8 GEMMs faster than bf16 by the GPU's measured ratio and no more; fp32 gradient
+ * reduction moving twice the bytes and holding twice the gradient memory; HFU never above the
+ * best GEMM share of the peak over a grid of models, lengths, layouts, precisions and recompute.
+ */
+#include "testutil.h"
+
+#include "../../models/comm.h"
+#include "../../models/memory.h"
+#include "../../planner/study.h"
+#include "../../scheduler/stage_cost.h"
+
+static cost_model *analytic(const char *model, const char *hw, int tp, recompute_mode rc,
+                            const analytic_params *p)
+{
+    cluster_spec c;
+    assert_int_equal(cluster_resolve(hw, &c, NULL), DP_OK);
+    analytic_params ap;
+    if (p) ap = *p;
+    else analytic_params_for_gpu(&c.gpu, &ap);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(model_preset(model), &c, tp, rc, &ap, &cm, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    cost_model_set_attention(cm, cm->model.flash_attn, NULL);
+    return cm;
+}
+
+/* The layer's forward under fp8 is its bf16 forward less (1 - 1/r) of its GEMM time, r the GPU's
+ * best FP8 over best bf16 GEMM (1402.6 / 794.5 TFLOP/s on an H100), plus the casts' bytes at the
+ * byte rate: written out here from the formula's parts, floors off so that nothing else moves. */
+static void test_fp8_gemms_by_the_presets_ratio(void **state)
+{
+    (void)state;
+    analytic_params p;
+    cluster_spec c;
+    assert_int_equal(cluster_resolve("h100", &c, NULL), DP_OK);
+    analytic_params_for_gpu(&c.gpu, &p);
+    p.fwd_floor_ms = p.bwd_floor_ms = 0;
+    cost_model *bf = analytic("llama3.1-8b", "h100", 1, RECOMPUTE_NONE, &p);
+    cost_model *f8 = analytic("llama3.1-8b", "h100", 1, RECOMPUTE_NONE, &p);
+    assert_int_equal(cost_model_set_precision(bf, PRECISION_BF16, GRAD_REDUCE_AUTO, NULL), DP_OK);
+    assert_int_equal(cost_model_set_precision(f8, PRECISION_FP8, GRAD_REDUCE_AUTO, NULL), DP_OK);
+    double r = cost_gemm_speedup(f8);
+    assert_rel(r, 1402.6 / 794.5, 1e-12);
+    assert_rel(cost_gemm_speedup(bf), 1, 0);
+    const model_spec *m = &bf->model;
+    for (int len = 1024; len <= 32768; len *= 4) {
+        cost_shape s = cost_shape_rows(1, len, 0);
+        cost_layer a, b;
+        assert_int_equal(cost_query(bf, COMP_ENCODER, &s, &a, NULL), DP_OK);
+        assert_int_equal(cost_query(f8, COMP_ENCODER, &s, &b, NULL), DP_OK);
+        double dense, attn;
+        analytic_flops(m, COMP_ENCODER, &s, 1, &dense, &attn);
+        double gemm_ms = dense / (c.gpu.peak_tflops * 1e12 * p.gemm_eff) * 1e3;
+        double h = m->hidden, hk = (double)m->heads * m->kv_channels;
+        double cast_ms = 7.0 * len * (2 * h + hk + m->ffn) / (c.gpu.hbm_gbps * 1e9 * p.mem_eff) * 1e3;
+        assert_rel(a.fwd_ms - b.fwd_ms, gemm_ms * (1 - 1 / r) - cast_ms, 1e-9);
+        /* never faster than the ratio, and the memory the same (activations stay bf16) */
+        assert_true(b.fwd_ms * r >= a.fwd_ms && b.bwd_ms * r >= a.bwd_ms);
+        assert_rel(a.stored_act_mb, b.stored_act_mb, 0);
+        /* the LM head stays bf16 */
+        assert_int_equal(cost_query(bf, COMP_POSTPROCESS, &s, &a, NULL), DP_OK);
+        assert_int_equal(cost_query(f8, COMP_POSTPROCESS, &s, &b, NULL), DP_OK);
+        assert_rel(a.fwd_ms, b.fwd_ms, 0);
+    }
+    cost_model_free(bf), cost_model_free(f8);
+}
+
+static void test_fp8_refused_where_it_cannot_run(void **state)
+{
+    (void)state;
+    cost_model *cm = analytic("llama3.1-8b", "a100-80gb", 1, RECOMPUTE_NONE, NULL);
+    dp_err err = {0};
+    assert_int_equal(cost_model_set_precision(cm, PRECISION_FP8, GRAD_REDUCE_AUTO, &err),
+                     DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--precision fp8"));
+    assert_non_null(strstr(err.msg, "no FP8"));
+    assert_int_equal(cm->precision, PRECISION_BF16); /* unchanged */
+    cost_model_free(cm);
+    cluster_spec c;
+    assert_int_equal(cluster_resolve("p4d", &c, NULL), DP_OK);
+    c.gpu.fp8_tflops = 1000, c.gpu.fp8_matmul_eff = 0.7; /* a profile times what it measured */
+    assert_int_equal(cost_profile_load(DPSIM_SRCDIR "/models/profiles/a100_gpt_6.7b_profile.csv",
+                                       model_preset("gpt-6.7b-16l"), &c, 1, RECOMPUTE_NONE, &cm,
+                                       NULL), DP_OK);
+    assert_int_equal(cost_model_set_precision(cm, PRECISION_FP8, GRAD_REDUCE_AUTO, &err),
+                     DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "analytic"));
+    cost_model_free(cm);
+    /* the defaults: fp32 gradients under bf16 and fp8, 16-bit under fp16 */
+    assert_int_equal(grad_reduce_bytes(PRECISION_BF16, GRAD_REDUCE_AUTO), 4);
+    assert_int_equal(grad_reduce_bytes(PRECISION_FP8, GRAD_REDUCE_AUTO), 4);
+    assert_int_equal(grad_reduce_bytes(PRECISION_FP16, GRAD_REDUCE_AUTO), 2);
+    assert_int_equal(grad_reduce_bytes(PRECISION_BF16, GRAD_REDUCE_16), 2);
+}
+
+/* fp32 gradients: every gradient collective is the same collective over twice the bytes, the
+ * parameter gathers unchanged, and the gradient memory doubled; per ZeRO stage, over 8 replicas
+ * across nodes. */
+static void test_fp32_grad_reduce_moves_twice_the_bytes(void **state)
+{
+    (void)state;
+    for (int zero = 0; zero <= 3; zero++) {
+        cost_model *a = analytic("llama3.1-8b", "dgx-h100", 1, RECOMPUTE_NONE, NULL);
+        cost_model *b = analytic("llama3.1-8b", "dgx-h100", 1, RECOMPUTE_NONE, NULL);
+        assert_int_equal(cost_model_set_precision(a, PRECISION_BF16, GRAD_REDUCE_16, NULL), DP_OK);
+        assert_int_equal(cost_model_set_precision(b, PRECISION_BF16, GRAD_REDUCE_FP32, NULL), DP_OK);
+        stage_model s16, s32;
+        assert_int_equal(stage_model_init(&s16, a, 2, 1, 16, zero, 1e9, NULL), DP_OK);
+        assert_int_equal(stage_model_init(&s32, b, 2, 1, 16, zero, 1e9, NULL), DP_OK);
+        for (int d = 0; d < 2; d++) {
+            comm_group g = comm_dp_group(&a->hw, 2, 16, 1, d);
+            double P = 1e6 * s16.param_mb[d];
+            double ar = comm_coll_ms(&a->hw, COLL_ALL_REDUCE, &g, 2 * P);
+            double rs = comm_coll_ms(&a->hw, COLL_REDUCE_SCATTER, &g, 2 * P);
+            double ag = comm_coll_ms(&a->hw, COLL_ALL_GATHER, &g, P);
+            if (zero == 0) assert_rel(s32.zero_iter_ms[d], ar, 1e-12);
+            if (zero == 1) assert_rel(s32.zero_iter_ms[d], rs + ag, 1e-12);
+            if (zero == 2) assert_rel(s32.zero_bwd_ms[d], rs, 1e-12);
+            if (zero == 3) assert_rel(s32.zero_bwd_ms[d], rs + ag, 1e-12);
+            assert_rel(s32.zero_fwd_ms[d], s16.zero_fwd_ms[d], 0); /* gathers: 16-bit weights */
+            assert_true(s32.zero_iter_ms[d] + s32.zero_bwd_ms[d] >
+                        s16.zero_iter_ms[d] + s16.zero_bwd_ms[d]);
+            /* the gradient memory doubles, nothing else moves */
+            double w, g16, g32, o;
+            state_bytes b16 = memory_state_bytes(a), b32 = memory_state_bytes(b);
+            memory_model_state_parts(s16.param_mb[d], &b16, zero, 16, &w, &g16, &o);
+            memory_model_state_parts(s32.param_mb[d], &b32, zero, 16, &w, &g32, &o);
+            assert_rel(g32, 2 * g16, 1e-12);
+            assert_rel(s32.state_mb[d] - s16.state_mb[d], g32 - g16, 1e-9);
+        }
+        cost_model_free(a), cost_model_free(b);
+    }
+}
+
+/* HFU (the recomputed forwards counted, causal attention at half the square) never exceeds the
+ * best GEMM's share of the bf16 peak that the run's precision allows (matmul_eff; under fp8 the
+ * best FP8 GEMM over the bf16 peak), whatever the model, length, layout, precision and recompute:
+ * every op is timed at or below the best measured rate of the unit that runs it. The MFU is at
+ * most the HFU. */
+static void test_hfu_never_exceeds_the_best_gemm(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"llama3.1-8b", "llama3.1-70b", "gpt-6.7b-16l"};
+    static const int lens[] = {2048, 16384, 131072};
+    static const struct { int tp, cp, pp, dp, zero; } layouts[] = {
+        {1, 1, 1, 1, 0}, {8, 1, 1, 1, 1}, {1, 8, 1, 1, 1}, {8, 1, 4, 2, 1}, {1, 1, 1, 8, 3}};
+    int runs = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+            for (size_t y = 0; y < sizeof layouts / sizeof *layouts; y++)
+                for (int prec = PRECISION_BF16; prec <= PRECISION_FP8; prec += 2)
+                    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc += 2) {
+                        const model_spec *m = model_preset(models[mi]);
+                        int len = lens[li];
+                        if (m->positions && len > m->positions) continue;
+                        cost_model *cm = analytic(models[mi], "dgx-h100", layouts[y].tp,
+                                                  (recompute_mode)rc, NULL);
+                        if (cost_model_set_cp(cm, layouts[y].cp, 0, NULL) != DP_OK ||
+                            cost_model_set_precision(cm, (train_precision)prec, GRAD_REDUCE_AUTO,
+                                                     NULL) != DP_OK) {
+                            cost_model_free(cm);
+                            continue;
+                        }
+                        trace t;
+                        trace_init(&t);
+                        for (int i = 0; i < 16; i++) assert_int_equal(trace_push(&t, "a", len, 0), DP_OK);
+                        batch_rules rules;
+                        batch_rules_default(&rules, ARCH_GPT);
+                        rules.global_tokens = 4 * (int64_t)len, rules.max_seqlen = len;
+                        study_opts o = {0};
+                        o.cm = cm, o.rules = &rules, o.batching = batcher_find("packing");
+                        o.sched = schedule_find("1f1b");
+                        o.pp = layouts[y].pp, o.chunks = 1, o.dp = layouts[y].dp;
+                        o.zero = layouts[y].zero, o.mem_limit_mb = 1e9; /* time, not memory */
+                        o.mbs = 1, o.mb_tokens = len, o.max_iterations = 1;
+                        study_result r;
+                        dp_err err = {0};
+                        dp_status st = study_run(&o, &t, &r, &err);
+                        if (st == DP_OK && r.feasible) {
+                            double bound = cm->hw.gpu.matmul_eff * cost_gemm_speedup(cm);
+                            if (!(r.hfu > 0 && r.hfu <= bound && r.mfu <= r.hfu + 1e-12))
+                                fail_msg("%s at %d tokens, tp %d cp %d pp %d dp %d, %s, recompute "
+                                         "%s: HFU %.4f, MFU %.4f, bound %.4f", models[mi], len,
+                                         layouts[y].tp, layouts[y].cp, layouts[y].pp,
+                                         layouts[y].dp, precision_name((train_precision)prec),
+                                         recompute_name((recompute_mode)rc), r.hfu, r.mfu, bound);
+                            runs++;
+                        }
+                        if (st == DP_OK) study_result_release(&r);
+                        trace_release(&t);
+                        cost_model_free(cm);
+                    }
+    assert_true(runs >= 60); /* the grid was run, not skipped */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp8_gemms_by_the_presets_ratio),
+        cmocka_unit_test(test_fp8_refused_where_it_cannot_run),
+        cmocka_unit_test(test_fp32_grad_reduce_moves_twice_the_bytes),
+        cmocka_unit_test(test_hfu_never_exceeds_the_best_gemm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
