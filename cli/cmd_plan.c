@@ -74,6 +74,9 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
         fprintf(fp, "%-34s %14.1f  (HFU %.1f%%: the recomputed forwards counted too, as "
                 "Megatron's TFLOP/s)\n", "hardware TFLOP/s per GPU", r->hw_tflops_per_gpu,
                 100 * r->hfu);
+    if (r->straggler_share > 0)
+        fprintf(fp, "%-34s %13.2f%%  (of each stage's compute: the slowest of the job's GPUs, "
+                "--gpu-jitter)\n", "straggler wait", 100 * r->straggler_share);
     if (r->dec_padded) /* encoder-decoder: each side's own */
         fprintf(fp, "%-34s %13.1f%%  (encoder %.1f%%, decoder %.1f%%)\n", "padding efficiency",
                 100 * r->padding_efficiency, 100 * r->enc_padding_efficiency,

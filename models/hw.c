@@ -140,6 +140,7 @@ typedef struct cluster_row {
     double inter_eff;   /* NCCL busBW over the NIC rate, every collective */
     double mem_limit_mb; /* 0: HW_USABLE_SHARE of the GPU's memory */
     const char *net_source;
+    double gpu_jitter;   /* cluster_spec.gpu_jitter */
 } cluster_row;
 
 /* Between nodes: ~24 GB/s busBW per 200 Gbit/s HDR NIC and ~48 per 400 Gbit/s NDR one, 0.96 of
@@ -152,16 +153,16 @@ static const cluster_row CLUSTERS[] = {
      * planner limit on the 40 GB cards. The others (mem_limit 0) keep back the same share,
      * HW_USABLE_SHARE, for the CUDA context, the libraries' workspaces and fragmentation. */
     {"p4d", "a100-40gb", 8, 0, 0, 100, 4000, 8, 1, 36000,
-     "DynaPipe's cost model (100 Gbit/s per ring, 4 ms)"},
+     "DynaPipe's cost model (100 Gbit/s per ring, 4 ms)", 0},
     {"dgx-a100", "a100-80gb", 8, 0, 2, 200, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-6 HDR 200 Gbit/s (DGX A100), 24 GB/s busBW each (nccl-tests #119)"},
+     "8 x ConnectX-6 HDR 200 Gbit/s (DGX A100), 24 GB/s busBW each (nccl-tests #119)", HW_GPU_JITTER},
     {"dgx-h100", "h100", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-7 NDR 400 Gbit/s (DGX H100), 48 GB/s busBW each (nccl-tests #319)"},
+     "8 x ConnectX-7 NDR 400 Gbit/s (DGX H100), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER},
     {"h200-node", "h200", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-7 NDR 400 Gbit/s (HGX H200), 48 GB/s busBW each (nccl-tests #319)"},
+     "8 x ConnectX-7 NDR 400 Gbit/s (HGX H200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER},
     {"dgx-b200", "b200", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-7 400 Gbit/s (DGX B200), 48 GB/s busBW each (nccl-tests #319)"},
-    {"cpu", "cpu", 16, 80, 1, 10, 50, 16, 1, 0, "loopback, as fast as the wire"},
+     "8 x ConnectX-7 400 Gbit/s (DGX B200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER},
+    {"cpu", "cpu", 16, 80, 1, 10, 50, 16, 1, 0, "loopback, as fast as the wire", 0},
 };
 #define N_CLUSTERS ((int)(sizeof CLUSTERS / sizeof CLUSTERS[0]))
 
@@ -218,6 +219,7 @@ int cluster_preset_at(int i, cluster_spec *c)
     for (int k = 0; k < COLL_COUNT; k++) c->coll_eff[SCOPE_INTER][k] = r->inter_eff;
     c->mem_limit_mb = r->mem_limit_mb > 0 ? r->mem_limit_mb : HW_USABLE_SHARE * c->gpu.mem_mb;
     c->net_source = r->net_source;
+    c->gpu_jitter = r->gpu_jitter;
     return 0;
 }
 
@@ -318,6 +320,7 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
     TRY(parse_shares(root, "inter_eff", name, c->coll_eff[SCOPE_INTER], err));
     TRY(json_double(root, "mem_limit_mb", name, 1, 1e9, 0, HW_USABLE_SHARE * c->gpu.mem_mb,
                     &c->mem_limit_mb, err));
+    TRY(json_double(root, "gpu_jitter", name, 0, 0.5, 0, HW_GPU_JITTER, &c->gpu_jitter, err));
     c->net_source = "user JSON";
 out:
     cJSON_Delete(root);
@@ -378,6 +381,7 @@ cJSON *cluster_to_json(const cluster_spec *c)
             cJSON_AddNumberToObject(e, hw_coll_name((hw_coll)k), c->coll_eff[sc][k]);
     }
     cJSON_AddNumberToObject(o, "mem_limit_mb", c->mem_limit_mb);
+    cJSON_AddNumberToObject(o, "gpu_jitter", c->gpu_jitter);
     return o;
 }
 

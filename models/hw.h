@@ -106,6 +106,14 @@ typedef struct gpu_spec {
  * Matmul FLOPS" table): the GPU the analytic model's defaults were fitted on (gpu_spec.matmul_eff) */
 #define HW_A100_MATMUL_EFF (271.2 / 312)
 
+/* Per-GPU speed variation among GPUs of one part: Sinha et al., "Not All GPUs Are Created Equal"
+ * (arXiv 2208.11035v3): "8% (max 22%) average performance variation even though the GPU
+ * architecture and vendor SKU are identical within each cluster" (V100 and MI60 clusters of
+ * hundreds of GPUs; none of H100 published). Read as the expected spread between a cluster's
+ * fastest and slowest GPU, for ~256 GPUs 2 x 2.79 = 5.6 standard deviations of a normal, a per-GPU
+ * coefficient of variation of 0.08 / 5.6 = 1.4%. An assumption: --gpu-jitter sets another. */
+#define HW_GPU_JITTER 0.014
+
 typedef struct cluster_spec {
     char name[HW_NAME_MAX];
     gpu_spec gpu;
@@ -116,6 +124,13 @@ typedef struct cluster_spec {
     int nics_per_node;                   /* NICs of inter_gbit in a node (rails) */
     double coll_eff[SCOPE_COUNT][COLL_COUNT]; /* NCCL busBW / link rate, (0, 1] */
     double mem_limit_mb;                 /* usable device memory for the planner, MB */
+    double gpu_jitter;                   /* how much one GPU's speed differs from another's of the
+                                          * same part, as a coefficient of variation: a
+                                          * synchronous step waits for the slowest of its GPUs
+                                          * (models/straggler.h). HW_GPU_JITTER for the GPU
+                                          * presets and a JSON spec's default ("gpu_jitter"); 0
+                                          * for p4d (DynaPipe's cost model, kept as the authors
+                                          * had it) and CPU ranks (a measured run has its own) */
     const char *net_source;              /* where the NICs and their shares come from */
 } cluster_spec;
 

@@ -339,6 +339,7 @@ void plan_request_default(plan_request *p)
     p->global_tokens = 65536;
     p->link_gbit = -1;
     p->link_latency_us = -1;
+    p->gpu_jitter = -1;
     p->microbatches = 8;
 }
 
@@ -450,6 +451,11 @@ void plan_request_options(cli_opts *t, plan_request *p)
                    "what-if: every link's bandwidth, Gbit/s");
     cli_opt_double(t, "link-latency-us", 0, &p->link_latency_us, "U", 0, 1e9, "the cluster's",
                    "what-if: every link's latency, us");
+    cli_opt_double(t, "gpu-jitter", 0, &p->gpu_jitter, "CV", 0, 0.5, "the cluster's",
+                   "per-GPU speed variation (coefficient of variation): each step\n"
+                   "waits CV x E[max of N normals] of its compute for the slowest\n"
+                   "of the job's N GPUs; 0 turns it off (dpsim models: 1.4% for\n"
+                   "GPU presets, 0 for p4d and CPU ranks)");
     cli_opt_flag(t, "stream", 0, &p->stream,
                  "read a trace CSV as a stream, in bounded memory (automatic for\n"
                  "files over 256 MB)")->marks = F | OPT_NO_RESULT;

@@ -82,6 +82,7 @@ typedef struct plan_request {
     int iterations;        /* 0: the whole trace */
     double mem_limit_mb;   /* 0: the hardware's */
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
+    double gpu_jitter;     /* --gpu-jitter: cluster_spec.gpu_jitter; < 0 keeps the cluster's */
     int stream;            /* read the trace CSV as a stream (bounded memory) */
     int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, as a what-if */
     int keep_going;            /* iterations that cannot be planned to fit are left out */

@@ -242,6 +242,7 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     int free_links = toy.on && p->link_gbit < 0 && p->link_latency_us < 0;
     cluster_override_links(&env->hw, free_links ? COST_TOY_FREE_LINK_GBIT : p->link_gbit,
                            free_links ? 0 : p->link_latency_us);
+    if (p->gpu_jitter >= 0) env->hw.gpu_jitter = p->gpu_jitter;
     batch_rules_default(&env->rules, env->model.arch);
     env->rules.global_tokens = p->global_tokens;
     if (p->max_seqlen) env->rules.max_seqlen = p->max_seqlen;
@@ -394,6 +395,7 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     dp_status st = DP_OK;
     TRY(planner_build_cost(&co, &m, hw, &cm, source, sizeof source, err));
     cluster_override_links(hw, p->link_gbit, p->link_latency_us);
+    if (p->gpu_jitter >= 0) hw->gpu_jitter = p->gpu_jitter;
     cm->hw = *hw;
     cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
     cm->toy.unit_tokens = 1;     /* the plan carries its times: only the flag matters here */

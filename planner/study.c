@@ -9,6 +9,7 @@
 #include "../models/comm.h"
 #include "../models/memory.h"
 #include "../models/placement.h"
+#include "../models/straggler.h"
 #include "mixed_recompute.h"
 #include "../scheduler/plan_machine.h"
 #include "order_search.h"
@@ -32,6 +33,9 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->wire_scale = placement_wire_share(sm->cm->tp, sm->cm->cp, sm->cm->seq_parallel);
     cfg->mem_limit_mb = sm->mem_limit_mb;
     cfg->zero_prefetch = stage_zero_prefetch(sm);
+    if (!sm->cm->toy.on) /* every GPU of the job meets every step */
+        cfg->straggler_share = straggler_share(
+            hw->gpu_jitter, (long long)sm->cm->tp * sm->cm->cp * sm->pp * sm->dp);
     cfg->peak_share_max = sm->cm->precision == PRECISION_FP8 && hw->gpu.peak_tflops > 0
                               ? fmax(1, hw->gpu.fp8_tflops / hw->gpu.peak_tflops)
                               : 1;
@@ -295,6 +299,7 @@ dp_status study_end(study_acc *a, dp_err *err)
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1); /* tp x cp */
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
+    r->straggler_share = a->cfg.straggler_share;
     if (!(r->hw_flops > 0) || !isfinite(r->hw_flops)) r->hw_flops = 0;
     if (!(r->model_flops_noncausal > 0) || !isfinite(r->model_flops_noncausal))
         r->model_flops_noncausal = 0;

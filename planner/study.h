@@ -150,6 +150,8 @@ typedef struct study_result {
     double tflops_per_gpu, mfu;
     double model_flops_noncausal; /* the same counted non-causally (FLOPS_NONCAUSAL); 0: unknown */
     double mfu_noncausal;   /* MFU by that count: PaLM's and Megatron-LM's convention */
+    double straggler_share; /* the wait for the job's slowest GPU over a stage's compute
+                             * (sim_config.straggler_share) */
     double hw_flops;        /* model_flops + the recomputed forwards' FLOPs; 0: unknown */
     double hw_tflops_per_gpu, hfu;
     int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */

@@ -337,6 +337,14 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     }
     for (int s2 = 0; s2 < cfg->pp; s2++) {
         int64_t done = stage_done[s2];
+        int64_t wait = cfg->straggler_share > 0
+                           ? (int64_t)llround(cfg->straggler_share * (double)res->busy_ns[s2])
+                           : 0;
+        if (wait > 0) { /* the job's slowest GPU (models/straggler.h) */
+            for (int rep = 0; u.sink && rep < cfg->dp; rep++)
+                emit_op(&u, rep * cfg->pp + s2, SIM_OP_STRAGGLER, -1, 0, done, done + wait);
+            done += wait;
+        }
         if (cfg->allreduce_ms[s2] > 0) { /* over the stage's dp x cp ranks (0 with one) */
             int64_t ar = ms_to_ns(cfg->allreduce_ms[s2]);
             int64_t grad = ms_to_ns(fmin(cfg->grad_ms[s2], cfg->allreduce_ms[s2]));

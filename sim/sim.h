@@ -22,6 +22,10 @@
  * its FREE) + the running op's transient. The peak equals pm_rank_peak's (the planner's check)
  * by construction; OOM when it exceeds the device's memory.
  *
+ * Stragglers (straggler_share > 0): once a stage's ranks have finished their last op, the stage
+ * waits straggler_share x its compute time (per replica) for the job's slowest GPU, an op of its
+ * own on the all-reduce stream (SIM_OP_STRAGGLER), before its gradient collective.
+ *
  * With D > 1 replicas each stage all-reduces its gradients (allreduce_ms[s], a ring over the
  * stage's replicas): one collective per stage, starting when the slowest replica of the stage has
  * finished its last op; then every rank of the stage runs its optimizer step (optimizer_ms[s]);
@@ -72,6 +76,9 @@ typedef struct sim_config {
      * the bytes a runtime moved (scheduler/stage_cost.h stage_zero_rescaled) */
     double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
     int zero_layers[STAGE_MAX], zero_prefetch;
+    double straggler_share; /* the wait for the job's slowest GPU, as a share of each stage's
+                             * compute time (models/straggler.h straggler_share of the cluster's
+                             * gpu_jitter over every GPU of the job); 0: none */
     double peak_share_max; /* the most FLOP/s a GPU of the run can do over hw's bf16 peak: 1, or
                             * under fp8 its FP8 peak over the bf16 one (0 reads as 1): the bound
                             * planner/study.h checks MFU and HFU against */
@@ -88,6 +95,7 @@ int64_t sim_grad_overlap_end(int64_t start, int64_t end, int64_t grad_ns, int bu
  * SEND_* and on the receiver as RECV_*, both with the transfer's start and end). */
 #define SIM_OP_ALLREDUCE OP_COUNT      /* sim_op.op of a stage's gradient all-reduce (dp > 1) */
 #define SIM_OP_OPTIMIZER (OP_COUNT + 1) /* sim_op.op of a stage's optimizer step */
+#define SIM_OP_STRAGGLER (OP_COUNT + 2) /* sim_op.op of a stage's wait for the slowest GPU */
 
 typedef struct sim_op {
     int iteration;

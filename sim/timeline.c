@@ -66,15 +66,18 @@ static void name_thread(timeline_out *t, int pid, int stage, int kind)
 void timeline_on_op(void *ctx, const sim_op *o)
 {
     timeline_out *t = ctx;
-    const char *name = o->op == SIM_OP_ALLREDUCE   ? "ALLREDUCE"
-                       : o->op == SIM_OP_OPTIMIZER ? "OPTIMIZER"
-                                                   : plan_op_name(o->op);
+    int op = (int)o->op;
+    const char *name = op == SIM_OP_ALLREDUCE   ? "ALLREDUCE"
+                       : op == SIM_OP_OPTIMIZER ? "OPTIMIZER"
+                       : op == SIM_OP_STRAGGLER ? "STRAGGLER"
+                                                : plan_op_name(o->op);
     if (t->csv)
         fprintf(t->csv, "%d,%d,%s,%d,%.3f,%.3f,%d,%d\n", o->iteration, o->stage, name, o->mb,
                 (double)o->start_ns / 1e3, (double)o->end_ns / 1e3, o->replica, o->chunk);
     if (t->chrome) {
         int compute = o->op == OP_F || o->op == OP_B || o->op == OP_W;
-        int kind = o->op == SIM_OP_ALLREDUCE || o->op == SIM_OP_OPTIMIZER ? TL_ALLREDUCE
+        int kind = op == SIM_OP_ALLREDUCE || op == SIM_OP_OPTIMIZER || op == SIM_OP_STRAGGLER
+                       ? TL_ALLREDUCE
                    : compute                                       ? TL_COMPUTE
                    : o->op == OP_SEND_ACT || o->op == OP_SEND_GRAD ? TL_SEND
                                                                    : TL_RECV;
@@ -84,7 +87,8 @@ void timeline_on_op(void *ctx, const sim_op *o)
                 "%s{\"name\": \"%s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                 "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"iteration\": %d, \"chunk\": %d",
                 t->chrome_first ? "" : ",\n", name, o->mb < 0 ? 0 : o->mb,
-                o->op == SIM_OP_OPTIMIZER ? "optimizer" : kind == TL_ALLREDUCE ? "allreduce"
+                op == SIM_OP_OPTIMIZER ? "optimizer" : op == SIM_OP_STRAGGLER ? "straggler"
+                : kind == TL_ALLREDUCE ? "allreduce"
                 : compute ? "compute" : "comm", o->replica,
                 o->stage * TL_THREADS + kind, (double)o->start_ns / 1e3, dur_us, o->iteration, o->chunk);
         const plan_mb *m = o->mb_info;

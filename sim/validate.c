@@ -411,6 +411,7 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     for (int s = 0; s < like.pp && s < STAGE_MAX; s++) {
         like.allreduce_ms[s] *= v->wire_scale; /* its gradients are of the moved type too */
         like.grad_ms[s] = 0; /* the executors reduce them after their last op, not during it */
+        like.straggler_share = 0; /* a measured run's GPUs were as fast as they were */
         if (!mc.optimizer_rows) like.optimizer_ms[s] = 0; /* a runtime that steps no optimizer */
     }
     cfg = &like;

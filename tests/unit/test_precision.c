@@ -2,12 +2,18 @@
  * test_precision.c — the number formats (cost.h --precision, --grad-reduce-dtype) and honest
  * utilisation: FP8 GEMMs faster than bf16 by the GPU's measured ratio and no more; fp32 gradient
  * reduction moving twice the bytes and holding twice the gradient memory; HFU never above the
- * best GEMM share of the peak over a grid of models, lengths, layouts, precisions and recompute.
+ * best GEMM share of the peak over a grid of models, lengths, layouts, precisions and recompute;
+ * the straggler term (the expected slowest of N GPUs) against a brute-force sample, zero for one
+ * GPU and growing with N.
  */
 #include "testutil.h"
 
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+
 #include "../../models/comm.h"
 #include "../../models/memory.h"
+#include "../../models/straggler.h"
 #include "../../planner/study.h"
 #include "../../scheduler/stage_cost.h"
 
@@ -196,6 +202,88 @@ static void test_hfu_never_exceeds_the_best_gemm(void **state)
     assert_true(runs >= 60); /* the grid was run, not skipped */
 }
 
+/* E[max of n standard normals]: closed forms at n = 1, 2, 3 (0, 1/sqrt(pi), 3/(2 sqrt(pi))), a
+ * brute-force sample elsewhere, and the share growing with n and zero without jitter. */
+static void test_straggler_expected_max(void **state)
+{
+    (void)state;
+    assert_rel(straggler_expected_max(1), 0, 0);
+    assert_rel(straggler_expected_max(2), 1 / sqrt(M_PI), 1e-8);
+    assert_rel(straggler_expected_max(3), 1.5 / sqrt(M_PI), 1e-8);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 7);
+    static const int ns[] = {8, 64, 1024};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int trials = 20000;
+        double sum = 0, sum2 = 0;
+        for (int t = 0; t < trials; t++) {
+            double mx = -INFINITY;
+            for (int i = 0; i < ns[k]; i++) mx = fmax(mx, gsl_ran_ugaussian(rng));
+            sum += mx, sum2 += mx * mx;
+        }
+        double mean = sum / trials, sd = sqrt(sum2 / trials - mean * mean);
+        /* within 4 standard errors of the sample mean */
+        assert_true(fabs(straggler_expected_max(ns[k]) - mean) < 4 * sd / sqrt(trials));
+    }
+    gsl_rng_free(rng);
+    double prev = 0;
+    for (long long n = 2; n <= 1 << 20; n *= 4) {
+        double e = straggler_expected_max(n);
+        assert_true(e > prev);
+        prev = e;
+    }
+    assert_rel(straggler_share(0.014, 1), 0, 0);
+    assert_rel(straggler_share(0, 4096), 0, 0);
+    assert_rel(straggler_share(0.014, 8), 0.014 * straggler_expected_max(8), 1e-12);
+}
+
+/* The simulated wait: a stage's STRAGGLER op lasts the share of its compute time, the iteration
+ * grows by it on a single stage, and p4d (DynaPipe's cost model) has none. */
+typedef struct wait_sink {
+    double straggler_ns, compute_ns, step_ns; /* step: the optimizer's */
+} wait_sink;
+
+static void on_wait_op(void *ctx, const sim_op *o)
+{
+    wait_sink *w = ctx;
+    if ((int)o->op == SIM_OP_STRAGGLER) w->straggler_ns += (double)(o->end_ns - o->start_ns);
+    if ((int)o->op == SIM_OP_OPTIMIZER) w->step_ns += (double)(o->end_ns - o->start_ns);
+    if (o->op == OP_F || o->op == OP_B || o->op == OP_W) w->compute_ns += (double)(o->end_ns - o->start_ns);
+}
+
+static void test_straggler_on_the_timeline(void **state)
+{
+    (void)state;
+    for (int jitter = 0; jitter <= 1; jitter++) {
+        cost_model *cm = analytic("llama3.1-8b", "dgx-h100", 8, RECOMPUTE_NONE, NULL);
+        if (!jitter) cm->hw.gpu_jitter = 0;
+        trace t;
+        trace_init(&t);
+        for (int i = 0; i < 8; i++) assert_int_equal(trace_push(&t, "a", 4096, 0), DP_OK);
+        batch_rules rules;
+        batch_rules_default(&rules, ARCH_GPT);
+        rules.global_tokens = 8 * 4096, rules.max_seqlen = 4096;
+        study_opts o = {0};
+        o.cm = cm, o.rules = &rules, o.batching = batcher_find("packing");
+        o.sched = schedule_find("1f1b");
+        o.pp = 1, o.chunks = 1, o.dp = 1, o.zero = 0, o.mem_limit_mb = 1e9;
+        o.mbs = 1, o.mb_tokens = 4096, o.max_iterations = 1;
+        wait_sink w = {0, 0, 0};
+        sim_sink sink = {on_wait_op, NULL, &w};
+        o.sink = &sink;
+        study_result r;
+        assert_int_equal(study_run(&o, &t, &r, NULL), DP_OK);
+        double share = jitter ? 0.014 * straggler_expected_max(8) : 0;
+        assert_rel(r.straggler_share, share, 1e-12);
+        assert_near(w.straggler_ns, share * w.compute_ns, 2);
+        /* one stage: compute, the wait and the optimizer step back to back */
+        assert_near(r.time_s * 1e9, w.compute_ns + w.straggler_ns + w.step_ns, 2);
+        study_result_release(&r);
+        trace_release(&t);
+        cost_model_free(cm);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +291,8 @@ int main(void)
         cmocka_unit_test(test_fp8_refused_where_it_cannot_run),
         cmocka_unit_test(test_fp32_grad_reduce_moves_twice_the_bytes),
         cmocka_unit_test(test_hfu_never_exceeds_the_best_gemm),
+        cmocka_unit_test(test_straggler_expected_max),
+        cmocka_unit_test(test_straggler_on_the_timeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
