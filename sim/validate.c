@@ -409,7 +409,10 @@ dp_status validate_run(const plan *pl, uint64_t plan_hash, const sim_config *cfg
     like.wire_scale = (cfg->wire_scale > 0 ? cfg->wire_scale : 1) * v->wire_scale; /* its share,
                                                                                     * as moved */
     for (int s = 0; s < like.pp && s < STAGE_MAX; s++) {
-        like.allreduce_ms[s] *= v->wire_scale; /* its gradients are of the moved type too */
+        /* its gradients are of the moved type too (the plan priced them at its grad_bytes) */
+        like.allreduce_ms[s] *= mc.wire_elem_bytes && pl->h.grad_bytes > 0
+                                    ? (double)mc.wire_elem_bytes / pl->h.grad_bytes
+                                    : 1;
         like.grad_ms[s] = 0; /* the executors reduce them after their last op, not during it */
         like.straggler_share = 0; /* a measured run's GPUs were as fast as they were */
         if (!mc.optimizer_rows) like.optimizer_ms[s] = 0; /* a runtime that steps no optimizer */
