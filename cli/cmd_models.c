@@ -42,8 +42,8 @@ static void print_model_sizes(const model_spec *m, int seqlen, int dp)
             "count), %.2f with full recompute (HFU's)\n", seqlen,
             dec ? " (encoder and decoder each)" : "", per_token / 1e9, whole / 1e9,
             (per_token + rerun) / 1e9);
-    train_precision prec = m->fp16 ? PRECISION_FP16 : PRECISION_BF16; /* the model's default */
-    state_bytes sb = {BYTES_WEIGHT, grad_reduce_bytes(prec, GRAD_REDUCE_AUTO), BYTES_OPTIMIZER};
+    train_precision prec = precision_of_model(m);
+    state_bytes sb = memory_state_bytes(prec, grad_reduce_bytes(prec, GRAD_REDUCE_AUTO));
     fprintf(stderr, "# model state per GPU over %d replicas, GB (one stage, tp 1: divide by tp x "
             "pp), %s weights, %s grads, fp32 Adam\n#   zero  weights    grads  optimizer"
             "    total\n", dp, precision_name(prec), sb.grad == 4 ? "fp32" : precision_name(prec));

@@ -79,7 +79,7 @@ dp_status cost_model_set_precision(cost_model *cm, train_precision p, grad_reduc
             return dp_fail(err, DP_ERR_INVALID, "--precision fp8: %s's spec has an FP8 peak but no "
                            "measured FP8 GEMM (fp8_matmul_eff) to time FP8 GEMMs with",
                            cm->hw.gpu.name);
-        if (strcmp(cm->ops->kind, "analytic") != 0)
+        if (!cm->ops->fp8)
             return dp_fail(err, DP_ERR_INVALID, "--precision fp8 needs the analytic cost model: a "
                            "%s cost model times what was measured\nhint: --analytic, or a profile "
                            "measured in FP8", cm->ops->kind);

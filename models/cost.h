@@ -123,6 +123,12 @@ int precision_parse(const char *name, train_precision *p); /* 0, or -1 for anoth
 typedef enum grad_reduce { GRAD_REDUCE_AUTO, GRAD_REDUCE_FP32, GRAD_REDUCE_16 } grad_reduce;
 /* Bytes per gradient element that a precision and a reduce choice give: 4 or 2. */
 int grad_reduce_bytes(train_precision p, grad_reduce g);
+/* The precision a model trains in unless --precision says: fp16 where its spec says so
+ * (model_spec.fp16: the paper's shapes), else bf16. */
+static inline train_precision precision_of_model(const model_spec *m)
+{
+    return m->fp16 ? PRECISION_FP16 : PRECISION_BF16;
+}
 
 /* Textbook costs (--toy-costs F,B[,W]), for teaching: every stage takes f_ms forward and b_ms
  * backward (W's share w_ms of it, which a schedule that splits the backward runs as its own op)
@@ -150,6 +156,8 @@ double cost_toy_scale(const cost_toy *t, const cost_shape *s);
 typedef struct cost_ops {
     const char *kind;
     int context_parallel; /* 1: the kind prices cost_model.cp > 1 (the analytic model) */
+    int fp8;              /* 1: the kind prices --precision fp8 from rates (the analytic model); a
+                           * measured profile times the format it was measured in */
     dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
                        cost_layer *out, dp_err *err);
     void (*release)(cost_model *cm);
@@ -238,7 +246,8 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
  * the all-to-all form. */
 dp_status cost_model_set_cp_auto(cost_model *cm, int cp, int alltoall, dp_err *err);
 
-/* Sets the precision and the gradients' reduction dtype; on failure the model is unchanged.
+/* Sets the precision and the gradients' reduction dtype, after construction and before the first
+ * query (caches key on cost_model.serial, not on the precision); on failure the model is unchanged.
  * DP_ERR_INVALID naming --precision for fp8 on a GPU with no FP8 peak (gpu_spec.fp8_tflops), and
  * for a cost kind that does not price fp8 (a profile measured what it measured: fp8 needs the
  * analytic model). */

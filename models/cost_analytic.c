@@ -262,9 +262,8 @@ double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, 
  * considerations"): 2 + 2 + 1 + 2 bytes an element. The backward casts the output gradients
  * alike; bwd_ratio carries it with the rest of the byte term. */
 #define FP8_CAST_BYTES_PER_ELEM 7.0
-static double fp8_cast_bytes(const model_spec *m, cost_component c, double tokens, double t, int sp)
+static double fp8_cast_bytes(const model_spec *m, cost_component c, double tokens, double t)
 {
-    (void)sp; /* SP gathers the input whole before the GEMM, as without it */
     double h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
     double elems = 2 * h + (hk + f) / t;
     if (c == COMP_DECODER) elems += h + hk / t;
@@ -316,7 +315,7 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
      * operands cast (fp8_cast_bytes); the LM head stays bf16 (Megatron's output layer is not a
      * Transformer Engine module) */
     int fp8 = cm->precision == PRECISION_FP8 && c != COMP_POSTPROCESS;
-    if (fp8) bytes += fp8_cast_bytes(m, c, b * sq, t, sp);
+    if (fp8) bytes += fp8_cast_bytes(m, c, b * sq, t);
     double t_gemm = dense / (peak * p->gemm_eff * (fp8 ? cost_gemm_speedup(cm) : 1)) * 1e3;
     double rest = t_gemm + bytes / (bw * p->mem_eff) * 1e3; /* all but attention */
     double work = rest + t_attn;
@@ -368,7 +367,7 @@ static void analytic_release(cost_model *cm)
     cm->impl = NULL;
 }
 
-static const cost_ops ANALYTIC_OPS = {"analytic", 1, analytic_query, analytic_release};
+static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, analytic_query, analytic_release};
 
 dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, const analytic_params *p, cost_model **out,

@@ -2,11 +2,10 @@
 
 #include "placement.h"
 
-state_bytes memory_state_bytes(const cost_model *cm)
+state_bytes memory_state_bytes(train_precision p, int grad_bytes)
 {
-    state_bytes b = {BYTES_WEIGHT, cm->grad_bytes > 0 ? cm->grad_bytes : BYTES_GRAD,
-                     BYTES_OPTIMIZER};
-    if (cm->precision == PRECISION_FP8) b.weight += BYTES_FP8_WEIGHT_COPIES;
+    state_bytes b = {BYTES_WEIGHT, grad_bytes, BYTES_OPTIMIZER};
+    if (p == PRECISION_FP8) b.weight += BYTES_FP8_WEIGHT_COPIES;
     return b;
 }
 

@@ -24,9 +24,9 @@ typedef struct state_bytes {
     double weight, grad, optimizer;
 } state_bytes;
 
-/* A cost model's: weights 2 (+ BYTES_FP8_WEIGHT_COPIES under fp8), gradients cm->grad_bytes,
- * optimizer 12. */
-state_bytes memory_state_bytes(const cost_model *cm);
+/* A precision's: weights 2 (+ BYTES_FP8_WEIGHT_COPIES under fp8), gradients grad_bytes (cost.h
+ * grad_reduce_bytes; a cost model's cost_model.grad_bytes), optimizer 12. */
+state_bytes memory_state_bytes(train_precision p, int grad_bytes);
 
 /* Model state MB on one GPU holding param_mb of 16-bit parameters (i.e. param_mb / 2 M params),
  * at b's bytes per parameter (NULL: DynaPipe's 2, 2, 12). */

@@ -29,9 +29,8 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
-    train_precision prec = o->precision >= 0 ? (train_precision)o->precision
-                           : m->fp16             ? PRECISION_FP16
-                                                 : PRECISION_BF16;
+    train_precision prec =
+        o->precision >= 0 ? (train_precision)o->precision : precision_of_model(m);
     if ((st = cost_model_set_precision(*cm, prec, (grad_reduce)o->grad_reduce, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;

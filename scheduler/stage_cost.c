@@ -54,7 +54,7 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         int layers = sm->enc_layers[s] + sm->dec_layers[s];
         sm->zero3_gathered_mb[s] =
             zero_stage >= 3 && sm->zero_ranks >= 2 && layers > 0 ? 2 * layers_mb / layers : 0;
-        state_bytes sb = memory_state_bytes(cm);
+        state_bytes sb = memory_state_bytes(cm->precision, cm->grad_bytes);
         sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_ranks) +
                           sm->zero3_gathered_mb[s];
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];

@@ -131,7 +131,8 @@ static void test_fp32_grad_reduce_moves_twice_the_bytes(void **state)
                         s16.zero_iter_ms[d] + s16.zero_bwd_ms[d]);
             /* the gradient memory doubles, nothing else moves */
             double w, g16, g32, o;
-            state_bytes b16 = memory_state_bytes(a), b32 = memory_state_bytes(b);
+            state_bytes b16 = memory_state_bytes(a->precision, a->grad_bytes),
+                        b32 = memory_state_bytes(b->precision, b->grad_bytes);
             memory_model_state_parts(s16.param_mb[d], &b16, zero, 16, &w, &g16, &o);
             memory_model_state_parts(s32.param_mb[d], &b32, zero, 16, &w, &g32, &o);
             assert_rel(g32, 2 * g16, 1e-12);
