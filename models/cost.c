@@ -96,6 +96,12 @@ double cost_gemm_speedup(const cost_model *cm)
     return g->fp8_tflops * g->fp8_matmul_eff / (g->peak_tflops * g->matmul_eff);
 }
 
+double cost_gemm_shape_eff(const gpu_spec *g, int fp8, double k)
+{
+    double k0 = fp8 ? g->fp8_gemm_k0 : g->gemm_k0;
+    return k0 > 0 && k > 0 ? k / (k + k0) : 1;
+}
+
 uint64_t cost_model_next_serial(void)
 {
     static uint64_t next;

@@ -181,6 +181,8 @@ struct cost_model {
     const attn_kernel *attn;      /* the fused kernel that times it: the GPU's (gpu_spec.attn)
                                    * unless the caller chose another; NULL: none, attention is
                                    * then timed unfused even with flash_attn */
+    double attn_speed;            /* the kernel's measured rate times this (a what-if:
+                                   * assumptions.h); 1 (the constructors') */
     unsigned overlap;             /* COST_OVERLAP_* bits: which communication overlaps compute */
     int seq_parallel;             /* Megatron's sequence parallelism with tp > 1 (Korthikanti et
                                    * al. 2022): the layer norms', dropouts' and residuals'
@@ -257,6 +259,13 @@ dp_status cost_model_set_precision(cost_model *cm, train_precision p, grad_reduc
  * fp16; for fp8 the GPU's best measured FP8 GEMM over its best bf16 one (gpu_spec.fp8_matmul_eff
  * x fp8_tflops over matmul_eff x peak_tflops: H100 1.77). */
 double cost_gemm_speedup(const cost_model *cm);
+
+/* A GEMM's share of its large-K rate on GPU g at inner dimension k (bf16, or FP8 when fp8):
+ * k / (k + k0) with the GPU's measured k0 (gpu_spec.gemm_k0, fp8_gemm_k0); 1 where the GPU has
+ * none or k is not positive. The analytic model times each of a layer's GEMMs by it: forward at
+ * its K, backward's data gradient at the forward's N and weight gradient at its tokens, relative
+ * to the layer its efficiency was fitted on (cost_analytic.c). */
+double cost_gemm_shape_eff(const gpu_spec *g, int fp8, double k);
 
 /* Sets FlashAttention on or off, and the kernel that times it (NULL: the GPU's own). */
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel);
@@ -376,6 +385,9 @@ const char *analytic_params_provenance(void);
 void analytic_params_to_array(const analytic_params *p, double *a);
 void analytic_params_from_array(const double *a, analytic_params *p);
 extern const char *const ANALYTIC_PARAM_NAMES[ANALYTIC_N_PARAMS];
+
+/* The parameters an analytic cost model runs with; NULL for any other kind. */
+const analytic_params *cost_analytic_params(const cost_model *cm);
 
 dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, const analytic_params *p, cost_model **out,

@@ -190,7 +190,8 @@ typedef struct analytic {
  * (backward) its backward, 2.5 times the FLOPs, at the kernel's measured rate for that length. */
 static double kernel_ms(const cost_model *cm, double flops, int backward, int causal, double len)
 {
-    double tflops = attn_kernel_tflops(cm->attn, backward, causal, len, cm->model.kv_channels);
+    double tflops = cm->attn_speed *
+                    attn_kernel_tflops(cm->attn, backward, causal, len, cm->model.kv_channels);
     return (backward ? 2.5 : 1) * flops / (tflops * 1e12) * 1e3;
 }
 
@@ -270,6 +271,88 @@ static double fp8_cast_bytes(const model_spec *m, cost_component c, double token
     return FP8_CAST_BYTES_PER_ELEM * tokens * elems;
 }
 
+/* One GEMM of a layer on one GPU: its forward FLOPs, rows m (tokens), inner dimension k and
+ * output width n. */
+typedef struct gemm {
+    double flops, m, k, n;
+} gemm;
+
+static gemm gemm_of(double m, double k, double n)
+{
+    gemm g = {2 * m * k * n, m, k, n};
+    return g;
+}
+
+/* The GEMMs of a layer on one GPU of a TP group of t, whose self-attention queries and MLP run
+ * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
+ * to analytic_flops' dense term. Returns how many (at most 8). */
+static int layer_gemms(const model_spec *m, cost_component c, double tq, double tkv, double t,
+                       gemm *g)
+{
+    double h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
+    double hkv = (double)model_kv_heads(m) * m->kv_channels, mats = m->glu ? 3 : 2;
+    int n = 0;
+    if (c == COMP_POSTPROCESS) {
+        g[n++] = gemm_of(tq, h, m->vocab / t);
+        return n;
+    }
+    g[n++] = gemm_of(tq, h, (hk + 2 * hkv) / t); /* Q, K and V */
+    g[n++] = gemm_of(tq, hk / t, h);             /* the attention's output projection */
+    if (c == COMP_DECODER) {                     /* cross attention: Q, then K and V of the encoder */
+        g[n++] = gemm_of(tq, h, hk / t);
+        g[n++] = gemm_of(tkv, h, 2 * hkv / t);
+        g[n++] = gemm_of(tq, hk / t, h);
+    }
+    g[n++] = gemm_of(tq, h, (mats - 1) * f / t); /* up (and gate) */
+    g[n++] = gemm_of(tq, f / t, h);              /* down */
+    return n;
+}
+
+/* The shape's cost over the layer's GEMMs at their large-K rate, forward and backward: the FLOPs
+ * weighted by 1 / cost_gemm_shape_eff of the forward's K; the backward's data gradient (inner
+ * dimension the forward's n) and weight gradient (inner dimension the tokens) each half. */
+static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, double *fwd,
+                            double *bwd)
+{
+    double total = 0, f = 0, b = 0;
+    for (int i = 0; i < n; i++) {
+        total += g[i].flops;
+        f += g[i].flops / cost_gemm_shape_eff(gpu, fp8, g[i].k);
+        b += g[i].flops * (1 / cost_gemm_shape_eff(gpu, fp8, g[i].n) +
+                           1 / cost_gemm_shape_eff(gpu, fp8, g[i].m)) / 2;
+    }
+    *fwd = total > 0 ? f / total : 1;
+    *bwd = total > 0 ? b / total : 1;
+}
+
+/* The layer the A100 fit measured (GPT-6.7B, tp 1; analytic_params_default) at 4,096 tokens, the
+ * profile's middle: its GEMMs' shape cost is the one the fitted efficiency already holds, so a
+ * layer's GEMM time scales by its own shape cost over this one's. */
+#define FIT_HIDDEN 4096.0
+#define FIT_FFN 16384.0
+#define FIT_TOKENS 4096.0
+
+/* The time multipliers of a layer's GEMMs for their shapes, forward and backward (1 on a GPU
+ * without a measured K curve): its shape cost over the fitted layer's in bf16, the precision the
+ * fit and the GPUs' best-GEMM ratios (cost_gemm_speedup) are stated in. FP8's larger k0 makes its
+ * speed-up over bf16 at a shape r s_fp8(K) / s_bf16(K), never above r. */
+static void gemm_shape_multipliers(const cost_model *cm, cost_component c, double tq, double tkv,
+                                   int fp8, double *fwd, double *bwd)
+{
+    const gpu_spec *gpu = &cm->hw.gpu;
+    gemm g[8], ref[8];
+    int n = layer_gemms(&cm->model, c, tq, tkv, cm->tp, g);
+    model_spec fit = cm->model; /* the fitted layer: the shape of GPT-6.7B, tp 1 */
+    fit.hidden = (int)FIT_HIDDEN, fit.ffn = (int)FIT_FFN, fit.glu = 0;
+    fit.heads = fit.kv_heads = 32, fit.kv_channels = 128;
+    int nref = layer_gemms(&fit, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, ref);
+    double f, b, fref, bref;
+    gemm_shape_cost(gpu, fp8, g, n, &f, &b);
+    gemm_shape_cost(gpu, 0, ref, nref, &fref, &bref);
+    *fwd = f / fref;
+    *bwd = b / bref;
+}
+
 static double smoothmax(double floor_ms, double work_ms)
 {
     if (floor_ms <= 0) return work_ms;
@@ -316,15 +399,21 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
      * Transformer Engine module) */
     int fp8 = cm->precision == PRECISION_FP8 && c != COMP_POSTPROCESS;
     if (fp8) bytes += fp8_cast_bytes(m, c, b * sq, t);
+    /* each GEMM at its shape's share of the large-K rate (cost_gemm_shape_eff), as the fitted
+     * layer's were; the rows are this GPU's tokens (a T5 decoder's cross K/V: the encoder's) */
+    double shape_fwd, shape_bwd;
+    gemm_shape_multipliers(cm, c, b * sq, b * s->enc_len, fp8, &shape_fwd, &shape_bwd);
     double t_gemm = dense / (peak * p->gemm_eff * (fp8 ? cost_gemm_speedup(cm) : 1)) * 1e3;
-    double rest = t_gemm + bytes / (bw * p->mem_eff) * 1e3; /* all but attention */
+    double t_bytes = bytes / (bw * p->mem_eff) * 1e3;
+    double rest = t_gemm * shape_fwd + t_bytes; /* all but attention */
+    double rest_bwd = t_gemm * shape_bwd + t_bytes;
     double work = rest + t_attn;
     double recompute = cm->recompute == RECOMPUTE_FULL        ? work
                        : cm->recompute == RECOMPUTE_SELECTIVE ? t_attn
                                                               : 0;
     if (c == COMP_POSTPROCESS) recompute = 0;
     out->fwd_ms = smoothmax(p->fwd_floor_ms, work);
-    out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * rest + t_attn_bwd + recompute);
+    out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * rest_bwd + t_attn_bwd + recompute);
     if (cp > 1 && c != COMP_POSTPROCESS) {
         double fwd_cp, bwd_cp;
         cp_comm_ms(cm, s, t_attn, t_attn_bwd, &fwd_cp, &bwd_cp);
@@ -342,8 +431,8 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
                                : comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, act));
         double fwd_ar = ar, bwd_ar = ar * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
         if (cm->overlap & COST_OVERLAP_TP) { /* hidden behind the GEMMs where shorter */
-            fwd_ar = fmax(0, fwd_ar - t_gemm);
-            bwd_ar = fmax(0, bwd_ar - p->bwd_ratio * t_gemm);
+            fwd_ar = fmax(0, fwd_ar - t_gemm * shape_fwd);
+            bwd_ar = fmax(0, bwd_ar - p->bwd_ratio * t_gemm * shape_bwd);
         }
         out->fwd_ms += fwd_ar;
         out->bwd_ms += bwd_ar;
@@ -369,6 +458,11 @@ static void analytic_release(cost_model *cm)
 
 static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, analytic_query, analytic_release};
 
+const analytic_params *cost_analytic_params(const cost_model *cm)
+{
+    return cm && cm->ops == &ANALYTIC_OPS ? &((const analytic *)cm->impl)->p : NULL;
+}
+
 dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, const analytic_params *p, cost_model **out,
                             dp_err *err)
@@ -389,7 +483,7 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                                                 "GPUs runs its all-reduces over the NICs" : "");
     }
     cost_model *cm = calloc(1, sizeof *cm);
-    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1, cm->grad_bytes = 2;
+    if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1, cm->grad_bytes = 2, cm->attn_speed = 1;
     analytic *a = calloc(1, sizeof *a);
     if (!cm || !a) {
         free(cm), free(a);

@@ -100,7 +100,17 @@ const char *hw_coll_name(hw_coll k)
  *         830 GB/s busBW reported by a user (nccl #1807)
  * Best measured bf16 GEMM (ml-engineering, "Maximum Achievable Matmul FLOPS" table, torch.mm):
  * A100 271.2, H100 794.5, B200 1745 TFLOP/s; FP8 e4m3 in the same table: H100 1402.6 (70.9% of
- * 1,979), H200 1453.4 (73.4%), B200 3432.5 (76.3% of 4,500) TFLOP/s. */
+ * 1,979), H200 1453.4 (73.4%), B200 3432.5 (76.3% of 4,500) TFLOP/s.
+ * GEMM efficiency by inner dimension K on Hopper: TileLang's autotuned GEMMs on an H800 SXM (the
+ * H100 SXM's compute), M = N = 8192, K = 256 … 16384 (tile-ai/tilelang benchmark/matmul and
+ * benchmark/matmul_fp8 READMEs): fp16 386, 520, 628, 705, 736, 758, 766 TFLOP/s and FP8 569, 858,
+ * 1129, 1343, 1467, 1507, 1541. Both follow K / (K + k0) of a large-K rate, each output tile's
+ * fixed work worth k0 more of K: solved from K = 1024 and 16384, k0 = 244 (fp16; the curve then
+ * lies within 3.1% of all seven points) and 409 (FP8: its main loop is twice as fast, the epilogue
+ * is not; within 7%). B200: no published K sweep; Hopper's k0 assumed. A100: none; its figures
+ * are the fitted profile's own (0). */
+#define HOPPER_GEMM_K0 244.0
+#define HOPPER_FP8_GEMM_K0 409.0
 #define NV3 {235 / 300.0, 235 / 300.0, 235 / 300.0, 235 / 300.0, 195 / 300.0}
 #define NV4 {370 / 450.0, 370 / 450.0, 370 / 450.0, 370 / 450.0, 370 / 450.0}
 #define NV5 {722 / 900.0, 722 / 900.0, 722 / 900.0, 722 / 900.0, 722 / 900.0}
@@ -112,20 +122,22 @@ const char *hw_coll_name(hw_coll k)
                 "SM100_NVLINK_BW x 18), NVLS all-reduce 474 GB/s algBW (user report, nccl #1807)"
 static const gpu_spec GPUS[] = {
     {"a100-40gb", 312, 0, 1555, 40960, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB), 2021",
-     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0, 0},
+     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0, 0, 0, 0},
     {"a100-80gb", 312, 0, 2039, 81920, "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB), 2021",
-     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0, 0},
+     2400, NV3, NV3_SRC, 0, HW_A100_MATMUL_EFF, &KERNELS[0], "dgx-a100", 0, 0, 0, 0},
     {"h100", 989, 1979, 3350, 81920, "NVIDIA H100 Tensor Core GPU datasheet (SXM5), 2023", 3600,
-     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "dgx-h100", 0, 1402.6 / 1979},
+     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "dgx-h100", 0, 1402.6 / 1979,
+     HOPPER_GEMM_K0, HOPPER_FP8_GEMM_K0},
     {"h200", 989, 1979, 4800, 144384, "NVIDIA H200 Tensor Core GPU datasheet (SXM), 2024", 3600,
-     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "h200-node", 0, 1453.4 / 1979},
+     NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "h200-node", 0, 1453.4 / 1979,
+     HOPPER_GEMM_K0, HOPPER_FP8_GEMM_K0},
     {"b200", 2250, 4500, 8000, 184320, "NVIDIA DGX B200 datasheet (per GPU: 1,440 GB and 72 "
      "PFLOP/s fp8 sparse over 8), 2024", 7200, NV5, NV5_SRC, 474 / 900.0, 1745.0 / 2250,
-     &KERNELS[4], "dgx-b200", 0, 3432.5 / 4500},
+     &KERNELS[4], "dgx-b200", 0, 3432.5 / 4500, HOPPER_GEMM_K0, HOPPER_FP8_GEMM_K0},
     /* A 2-core CPU rank of the validation runtime; rates are placeholders for the analytic
      * model until `dpsim calibrate` fits a measured profile. */
     {"cpu", 0.05, 0, 10, 4096, "rough figures for one core of a small x86 server", 80,
-     {1, 1, 1, 1, 1}, "shared memory, as fast as the wire", 0, HW_A100_MATMUL_EFF, NULL, "cpu", 1, 0},
+     {1, 1, 1, 1, 1}, "shared memory, as fast as the wire", 0, HW_A100_MATMUL_EFF, NULL, "cpu", 1, 0, 0, 0},
 };
 #define N_GPUS ((int)(sizeof GPUS / sizeof GPUS[0]))
 
@@ -285,6 +297,8 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
                         err));
         TRY(json_double(g, "nvls_eff", where, 0, 1, 0, 0, &c->gpu.nvls_eff, err));
         TRY(json_double(g, "fp8_matmul_eff", where, 0, 1, 0, 0, &c->gpu.fp8_matmul_eff, err));
+        TRY(json_double(g, "gemm_k0", where, 0, 1e6, 0, 0, &c->gpu.gemm_k0, err));
+        TRY(json_double(g, "fp8_gemm_k0", where, 0, 1e6, 0, 0, &c->gpu.fp8_gemm_k0, err));
         TRY(json_bool(g, "comm_on_cores", where, 0, &c->gpu.comm_on_cores, err));
         const cJSON *ak = cJSON_GetObjectItemCaseSensitive(g, "attention_kernel");
         if (ak && !cJSON_IsNull(ak)) {
@@ -365,6 +379,8 @@ cJSON *cluster_to_json(const cluster_spec *c)
     if (c->gpu.nvls_eff > 0) cJSON_AddNumberToObject(g, "nvls_eff", c->gpu.nvls_eff);
     if (c->gpu.fp8_matmul_eff > 0)
         cJSON_AddNumberToObject(g, "fp8_matmul_eff", c->gpu.fp8_matmul_eff);
+    if (c->gpu.gemm_k0 > 0) cJSON_AddNumberToObject(g, "gemm_k0", c->gpu.gemm_k0);
+    if (c->gpu.fp8_gemm_k0 > 0) cJSON_AddNumberToObject(g, "fp8_gemm_k0", c->gpu.fp8_gemm_k0);
     if (c->gpu.comm_on_cores) cJSON_AddTrueToObject(g, "comm_on_cores");
     if (c->gpu.attn) cJSON_AddStringToObject(g, "attention_kernel", c->gpu.attn->name);
     cJSON_AddNumberToObject(o, "gpus_per_node", c->gpus_per_node);

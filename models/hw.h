@@ -20,7 +20,8 @@
  *    "inter_gbit": 200, "inter_latency_us": 5, "nics_per_node": 8, "mem_limit_mb": 72000,
  *    "intra_eff": {"all_reduce": 0.77, "all_gather": …, "reduce_scatter": …, "all_to_all": …,
  *                  "send_recv": …}, "inter_eff": {…}}
- * A GPU object may also give fp8_tflops, fp8_matmul_eff, matmul_eff, nvls_eff and attention_kernel (a name of
+ * A GPU object may also give fp8_tflops, fp8_matmul_eff, matmul_eff, gemm_k0, fp8_gemm_k0,
+ * nvls_eff and attention_kernel (a name of
  * attn_kernels; none: attention is timed unfused). mem_limit_mb (optional, default
  * HW_USABLE_SHARE of the GPU's memory) is the usable device memory the planner respects; "nodes"
  * (optional, 0: as many as a layout needs) bounds the GPUs;
@@ -95,6 +96,11 @@ typedef struct gpu_spec {
                         * engines). "comm_on_cores" in a cluster JSON's "gpu" */
     double fp8_matmul_eff; /* the best FP8 (e4m3) GEMM throughput measured on it, share of
                             * fp8_tflops; 0: none measured (--precision fp8 refused) */
+    /* GEMM efficiency by shape: a GEMM of inner dimension K runs at K / (K + k0) of its
+     * large-K rate (each output tile's fixed prologue and epilogue cost as much as k0 more of
+     * K), bf16 and FP8; 0: not measured on this GPU, every shape at one rate (cost.h
+     * cost_gemm_shape_eff). "gemm_k0" and "fp8_gemm_k0" in a cluster JSON's "gpu" */
+    double gemm_k0, fp8_gemm_k0;
 } gpu_spec;
 
 /* The share of a GPU's memory the planner may use when a preset or a GPU name does not say:
