@@ -53,5 +53,6 @@ int cmd_sweep(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
 
 #endif /* CLI_H */

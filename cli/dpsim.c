@@ -27,6 +27,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"tune", cmd_tune, "the best configuration of each batching method on N GPUs"},
     {"plot", cmd_plot, "draw figures with gnuplot"},
     {"validate", cmd_validate, "compare a simulated plan with a measured timeline"},
+    {"explain", cmd_explain, "the assumptions behind a run's answer and how far each moves it"},
 };
 #define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
 

@@ -542,7 +542,7 @@ dp_status cost_profile_load_at(const char *path, const model_spec *m, const clus
     char at[32] = "";
     if (cp > 1) snprintf(at, sizeof at, ", cp %d", cp);
     cost_model *cm = calloc(1, sizeof *cm);
-    if (cm) cm->serial = cost_model_next_serial(), cm->cp = cp, cm->grad_bytes = 2;
+    if (cm) cm->serial = cost_model_next_serial(), cm->cp = cp, cm->grad_bytes = 2, cm->attn_speed = 1;
     profile *p = calloc(1, sizeof *p);
     if (!cm || !p) {
         free(cm), free(p);

@@ -56,6 +56,8 @@ typedef struct cost_request {
                           * (cost_model.seq_parallel, on by default) */
     int quiet;           /* 1: no note on stderr about the analytic defaults (a cost model built
                           * for what is not timed: a plan's model state) */
+    const struct cost_what_if *what_if; /* constants scaled as a what-if (models/assumptions.h:
+                                         * `dpsim explain`); NULL: as resolved */
 } cost_request;
 
 void cost_request_default(cost_request *o);

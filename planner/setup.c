@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../models/assumptions.h"
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
 #include "study.h"
@@ -26,6 +27,7 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
 {
     if (st != DP_OK) return st;
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
+    if (o->what_if) (*cm)->attn_speed = o->what_if->scale[ASSUME_ATTN_KERNEL];
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
@@ -75,6 +77,7 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
         st = o->hw_json ? cluster_parse_json(o->hw_json, "the plan's cluster_spec", hw, err)
                         : cluster_resolve(o->hw, hw, err);
     if (st != DP_OK) return st;
+    if (o->what_if) cost_what_if_cluster(o->what_if, hw);
     if (o->flash_attn && o->no_flash_attn)
         return dp_fail(err, DP_ERR_INVALID, "--flash-attention and --no-flash-attention contradict "
                        "each other");
@@ -129,6 +132,7 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
     }
     analytic_params p;
     analytic_params_for_gpu(&hw->gpu, &p);
+    if (o->what_if) cost_what_if_params(o->what_if, &p);
     const char *fitted_on = analytic_params_provenance();
     int foreign = strcmp(hw->gpu.name, ANALYTIC_DEFAULT_GPU) != 0;
     static int told;

@@ -46,3 +46,12 @@ expect "calibrate a profile far from the defaults (the fit's further starts)" 0 
   "$DPSIM" calibrate --profile tests/cli/golden/fake_h200_gpt_6.7b_profile.csv --model gpt-6.7b-16l --hw h200 -o "$TMP/fit_h200.json"
 
 finish
+
+# dpsim explain: the constants behind an answer, each moved 10% (planner/explain.h)
+EXPLAIN=(--model llama3.1-8b --hw h100 --pp 2 --dp 2 --max-seqlen 2048 --global-tokens 65536 --iterations 1)
+expect "explain lists the GEMM efficiency as fitted, with its source" 0 "gemm_eff +fitted +0.6[0-9]* of peak: fitted to the A100-40GB profile" -- "$DPSIM" explain "${EXPLAIN[@]}"
+expect "... and the sum of the worse moves" 0 "throughput would move by about -[0-9.]*%" -- "$DPSIM" explain "${EXPLAIN[@]}"
+expect "explain --json: a lower and a higher move per constant" 0 '"name":[[:space:]]*"bwd_ratio"' -- "$DPSIM" explain "${EXPLAIN[@]}" --json
+expect "explain refuses a share outside (0, 1)" 2 "--share" -- "$DPSIM" explain "${EXPLAIN[@]}" --share 2
+expect "explain on a measured profile lists no analytic parameter" 0 "usable_memory" -- "$DPSIM" explain --pp 4 --iterations 1
+check "... and no gemm_eff" sh -c "'$DPSIM' explain --pp 4 --iterations 1 >'$TMP/explain.txt' 2>/dev/null && grep -q usable_memory '$TMP/explain.txt' && ! grep -q gemm_eff '$TMP/explain.txt'"
