@@ -267,7 +267,7 @@ int cmd_compare(int argc, char **argv)
     cli_opt_flag(&t, "json", 'j', &json, "print the comparison JSON contract instead of the table");
     cli_opt_flag(&t, "tuned", 't', &tuned,
                  "each batching at its own best configuration (dpsim tune:\n"
-                 "tp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)");
+                 "tp x cp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)");
     cli_opt_int(&t, "gpus", 'g', &tuned_gpus, "N", 1, 1 << 20,
                 "the cluster's; one node if unbounded", "--tuned: GPUs to use");
     cli_opt_int(&t, "tune-iterations", 'T', &tune_iterations, "K", 1, 1 << 20, "8",

@@ -75,7 +75,7 @@ int cmd_sweep(int argc, char **argv)
                   "parallel workers per process");
     cli_opt_int64(&t, "gpus", 'G', &gpus, "N", 1, 1 << 24, "all",
                   "keep only the points whose layout uses exactly N GPUs\n"
-                  "(tp x pp x dp), e.g. with grids over tp, pp and dp");
+                  "(tp x cp x pp x dp), e.g. with grids over tp, pp and dp");
     plan_request_options(&t, &p);
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
     plan_request_parsed(&t, &p);

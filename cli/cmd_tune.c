@@ -81,8 +81,9 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     cli_opts t;
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
-                  "tp x pp x dp layouts (tp within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too\n"
-                  "without a pipeline), recompute none/selective/full (and dynamic for the dynamic\n"
+                  "tp x cp x pp x dp layouts (cp fixed by --cp; tp within a node), ZeRO 0/1 (with\n"
+                  "dp > 1; 2 and 3 too without a pipeline), recompute none/selective/full (and\n"
+                  "dynamic for the dynamic\n"
                   "batchers), each schedule, and the method's knob (--mbs 1/2/4/8 for padding and\n"
                   "the packers that take it, --mb-tokens 1k-16k for token), simulating --iterations\n"
                   "global batches of the trace [8] for each, in parallel. Prints the best feasible\n"

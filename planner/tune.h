@@ -2,7 +2,8 @@
  * tune.h — the search space behind dpsim tune and compare --tuned: every configuration of each
  * batching method on a fixed number of GPUs, and its ranking by simulated throughput.
  *
- * A configuration (tune_point) is a layout tp x pp x dp = gpus (tp at most a node's GPUs, pp at
+ * A configuration (tune_point) is a layout tp x cp x pp x dp = gpus, cp the request's context
+ * parallelism, the same for every point (tp at most a node's GPUs, pp at
  * most the model's layers, even for T5 unless 1), a ZeRO stage (0 or 1 with data parallelism,
  * 2 and 3 as well without a pipeline, 0 without replicas), a recompute mode (none, selective,
  * full; dynamic as well for the memory-aware batchers, DynaPipe's per-iteration rule), a
@@ -31,13 +32,14 @@
 
 typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
-    int tp, pp, dp, zero, mbs;
+    int tp, cp, pp, dp, zero, mbs;
     int64_t mb_tokens;
     int recompute;         /* a recompute_policy (cost.h): none, selective, full or dynamic */
 } tune_point;
 
 typedef struct tune_space {
-    int gpus;          /* layouts of exactly this many GPUs */
+    int gpus;          /* layouts of exactly this many GPUs: tp x cp x pp x dp */
+    int cp;            /* every layout's context-parallel degree (the request's; 1: none) */
     int gpus_per_node; /* tensor parallelism stays inside a node */
     int layers;        /* the model's pipeline-able layers (GPT: layers; T5: encoder + decoder) */
     int t5;            /* 1: pp must be 1 or even */
@@ -51,8 +53,8 @@ typedef struct tune_space {
     int n_mb_tokens;
 } tune_space;
 
-/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers; the
- * caller adds the batchings and schedules. */
+/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers, cp 1;
+ * the caller adds the batchings and schedules (and a cp dividing gpus). */
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5);
 
 /* Every point of the space, in the fixed order; returns how many (0: none, or out of memory, with
@@ -107,7 +109,7 @@ int tune_result_pruned(const tune_result *r);
 int tune_first_pass(const tune_space *sp, const tune_point *p);
 
 /* Reads a ranking CSV's rows back into the results of the points they name (matched on batching,
- * schedule, tp, pp, dp, zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
+ * schedule, tp, cp, pp, dp, zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
  * marked done, but for a row whose worker died (TUNE_WHY_DIED), left to run again; rows of
  * points not in the space are counted in *foreign, a point's second row overwrites its first.
  * DP_ERR_IO for a file that cannot be read, DP_ERR_PARSE naming the file and line for a row that

@@ -91,7 +91,7 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
     if (st == DP_OK) {
         plan_request p = *base;
         p.batching = pt->batching, p.schedule = pt->schedule;
-        p.cost.tp = pt->tp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
+        p.cost.tp = pt->tp, p.cost.cp = pt->cp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
         p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
         p.cost.recompute = pt->recompute;
         study_opts o;
@@ -445,9 +445,20 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
     if (have > 0 && *gpus > have && !p->allow_oversubscribe)
         return dp_fail(err, DP_ERR_INVALID, "--gpus %d, but %s has %d\nhint: a cluster with more "
                        "nodes, or --allow-oversubscribe", *gpus, env->hw.name, have);
+    int cp = p->cost.cp > 1 ? p->cost.cp : 1; /* every layout's (--cp auto: the group's) */
+    if (*gpus % cp) {
+        int lo = *gpus / cp * cp, hi = lo + cp;
+        char near[64];
+        if (lo > 0) snprintf(near, sizeof near, "--gpus %d or %d", lo, hi);
+        else snprintf(near, sizeof near, "--gpus %d", hi);
+        return dp_fail(err, DP_ERR_INVALID, "--gpus %d is not a multiple of --cp %d: every layout "
+                       "uses tp x cp x pp x dp GPUs\nhint: %s, or a --cp dividing %d", *gpus, cp,
+                       near, *gpus);
+    }
     int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
     tune_space_default(sp, *gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
                        env->model.arch == ARCH_T5);
+    sp->cp = cp;
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
     for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++)
         if (!schedule_find(ss[j])->chunked) sp->schedules[sp->n_schedules++] = ss[j];

@@ -25,8 +25,8 @@ wait $pid; rc=$?
 check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
-check "... leaving a valid partial ranking (header, then rows of 15 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 15 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+check "... leaving a valid partial ranking (header, then rows of 16 fields)" bash -c \
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 16 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
@@ -57,7 +57,7 @@ check "... and --resume runs it again, to the same ranking" diff "$TMP/full.csv"
 # rows were cut at 1 tokens/s), and --resume runs those rows again against the whole first pass
 best=$(sed -n 2p "$TMP/full.csv" | cut -d, -f2)
 cp "$TMP/full.csv.config" "$TMP/lost.csv.config"
-awk -F, -v OFS=, -v b="$best" 'NR == 2 { $11 = 0; $12 = "0.00"; $13 = "0.00000"; $14 = "0.0"; $15 = "the worker died (a crash or a signal): no result" }
+awk -F, -v OFS=, -v b="$best" 'NR == 2 { $12 = 0; $13 = "0.00"; $14 = "0.00000"; $15 = "0.0"; $16 = "the worker died (a crash or a signal): no result" }
   NR > 2 && $2 == b { sub(/below the [0-9]+ of the best/, "below the 1 of the best") } { print }' \
   "$TMP/full.csv" >"$TMP/lost.csv"
 # shellcheck disable=SC2086
@@ -80,3 +80,12 @@ expect "... and one whose trace's content changed (same path)" 2 "trace_hash=" -
   "$DPSIM" tune --model gpt-tiny --hw cpu --analytic --trace "$TMP/tr.csv" --global-tokens 128 --gpus 2 -q -o "$TMP/small.csv" --resume
 expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
 finish
+
+# --gpus counts every degree: with --cp 2, every ranked layout has tp x cp x pp x dp = 8
+"$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 2 --iterations 1 --max-seqlen 8192 \
+  --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cp.csv" >/dev/null 2>&1
+check "tune --gpus 8 --cp 2: every row uses 8 GPUs" bash -c \
+  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$4 * \$5 * \$6 * \$7 != 8 { exit 1 } NR == 1 && \$5 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
+expect "tune refuses --gpus that --cp does not divide, with the nearest" 2 "--gpus 10 is not a multiple of --cp 4.*" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 10 --cp 4 --iterations 1 -o "$TMP/no.csv"
+check "... writing nothing" test ! -e "$TMP/no.csv"

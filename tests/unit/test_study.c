@@ -1068,6 +1068,28 @@ static void test_tune_space(void **state)
                 assert_false(memcmp(p, &pts[j], sizeof *p) == 0);
         }
         free(pts);
+        /* with context parallelism every layout still uses the GPUs asked for: tp x cp x pp x dp */
+        for (int cp = 2; cp <= 4; cp *= 2) {
+            sp.cp = cp;
+            n = tune_points(&sp, &pts);
+            long want_cp = 0;
+            for (int tp = 1; tp <= 8; tp *= 2)
+                for (int pp = 1; pp <= 16; pp++)
+                    for (int dp = 1; dp <= 16; dp++) {
+                        if (tp * cp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
+                        int zeros = dp == 1 ? 1 : pp == 1 ? 4 : 2;
+                        want_cp += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
+                    }
+            assert_int_equal(n, want_cp);
+            for (long i = 0; i < n; i++) {
+                assert_int_equal(pts[i].cp, cp);
+                assert_int_equal(pts[i].tp * pts[i].cp * pts[i].pp * pts[i].dp, 16);
+            }
+            free(pts);
+        }
+        sp.cp = 3; /* not dividing 16: no layout */
+        assert_int_equal(tune_points(&sp, &pts), 0);
+        assert_null(pts);
     }
     tune_result r[4] = {{.index = 0, .ok = 0, .throughput = 9}, {.index = 1, .ok = 1, .throughput = 5},
                         {.index = 2, .ok = 1, .throughput = 7}, {.index = 3, .ok = 1, .throughput = 7}};
