@@ -40,11 +40,10 @@ static dp_status draw_figures(const plan_request *p, const plan_env *env, const 
     plot_bar bars[MAX_ITEMS * MAX_ITEMS];
     for (int i = 0; i < n; i++) {
         const study_result *r = &rows[i].r;
-        int ok = rows[i].st == DP_OK && r->feasible && !r->oom;
+        int ok = compare_row_fits(&rows[i]);
         bars[i] = (plot_bar){rows[i].batching, rows[i].schedule,
                              ok ? r->throughput_tokens_per_s : 0,
-                             rows[i].st != DP_OK ? "error" : !r->feasible ? "infeasible"
-                                                                        : "out of memory"};
+                             rows[i].st != DP_OK ? "error" : study_why_not(r)};
     }
     snprintf(title, sizeof title, "%s, tp %d x pp %d x dp %d on %lld x %s: %lld tokens/iteration, "
              "max length %d", env->model.name, p->cost.tp, p->pp, p->dp,
@@ -91,13 +90,15 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
         if (w->st != DP_OK) {
             cJSON_AddStringToObject(x, "error", w->error);
         } else {
-            cJSON_AddNumberToObject(x, "throughput_tokens_per_s", w->r.throughput_tokens_per_s);
+            int fits = compare_row_fits(w); /* no throughput for a row that does not fit */
+            cJSON_AddNumberToObject(x, "throughput_tokens_per_s",
+                                    fits ? w->r.throughput_tokens_per_s : 0);
             if (isnan(w->speedup)) cJSON_AddNullToObject(x, "speedup_vs_packing");
             else cJSON_AddNumberToObject(x, "speedup_vs_packing", w->speedup);
-            cJSON_AddNumberToObject(x, "tflops_per_gpu", w->r.tflops_per_gpu);
-            cJSON_AddNumberToObject(x, "mfu", w->r.mfu);
-            cJSON_AddNumberToObject(x, "hw_tflops_per_gpu", w->r.hw_tflops_per_gpu);
-            cJSON_AddNumberToObject(x, "hfu", w->r.hfu);
+            cJSON_AddNumberToObject(x, "tflops_per_gpu", fits ? w->r.tflops_per_gpu : 0);
+            cJSON_AddNumberToObject(x, "mfu", fits ? w->r.mfu : 0);
+            cJSON_AddNumberToObject(x, "hw_tflops_per_gpu", fits ? w->r.hw_tflops_per_gpu : 0);
+            cJSON_AddNumberToObject(x, "hfu", fits ? w->r.hfu : 0);
             cJSON_AddNumberToObject(x, "padding_efficiency", w->r.padding_efficiency);
             cJSON_AddNumberToObject(x, "encoder_padding_efficiency", w->r.enc_padding_efficiency);
             cJSON_AddNumberToObject(x, "decoder_padding_efficiency", w->r.dec_padding_efficiency);
@@ -108,7 +109,7 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
             cJSON *pm = cJSON_AddArrayToObject(x, "peak_mem_mb");
             for (int s = 0; s < w->r.pp; s++) cJSON_AddItemToArray(pm, cJSON_CreateNumber(w->r.peak_mem_mb[s]));
             cJSON_AddBoolToObject(x, "oom", w->r.oom);
-            cJSON_AddBoolToObject(x, "feasible", w->r.feasible);
+            cJSON_AddBoolToObject(x, "feasible", fits);
             if (w->r.why[0]) cJSON_AddStringToObject(x, "why", w->r.why);
             cJSON_AddNumberToObject(x, "plan_ms_per_iteration", w->r.plan_ms_median);
             cJSON_AddNumberToObject(x, "iterations", w->r.iterations);
@@ -179,9 +180,13 @@ static void print_table(const plan_request *p, const plan_env *env, const compar
             fprintf(fp, "%-18s %-11s error: %s\n", w->batching, w->schedule, w->error);
             continue;
         }
-        if (!w->r.feasible) {
+        if (!compare_row_fits(w)) { /* no throughput: why not, and the memory it would need */
+            char peak[24] = "-";
+            if (w->r.feasible && w->r.iterations > 0)
+                snprintf(peak, sizeof peak, "%.0f", study_max_peak_mb(&w->r));
             fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9.3f\n", w->batching,
-                    w->schedule, "infeasible", "-", "-", "-", "-", "-", "-", "-", "yes",
+                    w->schedule, w->r.oom ? "OOM" : w->r.feasible ? "none fits" : "infeasible",
+                    "-", "-", "-", "-", "-", "-", peak, w->r.oom ? "YES" : "-",
                     w->r.plan_ms_median);
             continue;
         }

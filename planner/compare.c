@@ -14,7 +14,7 @@
 
 int compare_row_fits(const compare_row *w)
 {
-    return w->st == DP_OK && w->r.feasible && !w->r.oom;
+    return w->st == DP_OK && study_result_fits(&w->r);
 }
 
 int compare_best_row(const compare_row *rows, int n, int dynamic)
@@ -85,7 +85,7 @@ static dp_status compare_tuned(const plan_request *p, const plan_env *env, compa
             dp_err e = {0}; /* the whole run, on the trace already loaded */
             w->st = planner_tune_point(p, env, &best->pt, NULL, 0, &w->r, &e);
             if (w->st != DP_OK) snprintf(w->error, sizeof w->error, "%s", e.msg);
-            if (w->st == DP_OK && w->r.feasible && !w->r.oom && !w->r.failed_iterations) break;
+            if (compare_row_fits(w) && !w->r.failed_iterations) break;
         }
     }
     free(res);
@@ -125,13 +125,13 @@ dp_status planner_compare(const plan_request *p, const plan_env *env, compare_op
         }
     double base = 0; /* packing under the baseline schedule (tuned: its own) */
     for (int i = 0; i < n; i++)
-        if (rows[i].st == DP_OK && strcmp(rows[i].batching, "packing") == 0 &&
-            (o->tuned || schedule_find(rows[i].schedule) == schedule_baseline()) &&
-            rows[i].r.feasible)
+        if (compare_row_fits(&rows[i]) && strcmp(rows[i].batching, "packing") == 0 &&
+            (o->tuned || schedule_find(rows[i].schedule) == schedule_baseline()))
             base = rows[i].r.throughput_tokens_per_s;
-    for (int i = 0; i < n; i++)
-        rows[i].speedup = base > 0 && rows[i].st == DP_OK ? rows[i].r.throughput_tokens_per_s / base
-                                                          : NAN;
+    for (int i = 0; i < n; i++) /* none for a row that does not fit (study_result_fits) */
+        rows[i].speedup = base > 0 && compare_row_fits(&rows[i])
+                              ? rows[i].r.throughput_tokens_per_s / base
+                              : NAN;
     *rows_out = rows, *n_out = n;
     return DP_OK;
 }

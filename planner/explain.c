@@ -26,9 +26,10 @@ static dp_status run_one(const plan_request *p, study_result *r, plan_env *env_o
     return st;
 }
 
+/* explain compares whole runs: one that left an iteration out does not answer the same question */
 static int fits(const study_result *r)
 {
-    return r->feasible && !r->oom && r->iterations > 0 && r->failed_iterations == 0;
+    return study_result_fits(r) && r->failed_iterations == 0;
 }
 
 static double worse(const explain_row *w)

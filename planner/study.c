@@ -826,6 +826,17 @@ char *study_metrics_json(const study_result *r)
     return text;
 }
 
+int study_result_fits(const study_result *r)
+{
+    return r->feasible && !r->oom && r->iterations > 0;
+}
+
+const char *study_why_not(const study_result *r)
+{
+    return !r->feasible ? "infeasible" : r->oom ? "out of memory"
+                       : r->iterations <= 0 ? "no iteration fits" : "";
+}
+
 double study_mean_bubble(const study_result *r)
 {
     double b = 0;

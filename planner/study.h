@@ -231,6 +231,14 @@ char *study_metrics_json(const study_result *r);
 
 /* Figures of a result that the tables print: the bubble's mean over stages, micro-batches per
  * iteration, the largest peak memory over stages (0 where nothing ran). */
+/* Whether a run answers: every micro-batch was costed (feasible), it fits the device's memory
+ * (no oom) and at least one iteration ran. A run that does not has no throughput: every report
+ * (compare's table, JSON and chart, sweep's and tune's CSVs, explain) prints none for it and
+ * ranks it last; study_why_not says why in a word. */
+int study_result_fits(const study_result *r);
+/* "infeasible", "out of memory", "no iteration fits" (or "" when it fits). */
+const char *study_why_not(const study_result *r);
+
 double study_mean_bubble(const study_result *r);
 double study_mb_per_iteration(const study_result *r);
 double study_max_peak_mb(const study_result *r);

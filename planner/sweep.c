@@ -203,20 +203,21 @@ void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char
     else if (r.why[0]) snprintf(error, sizeof error, "%s", r.why);
     for (char *c = error; *c; c++) /* one row on one line */
         if (*c == '\n' || *c == '\r') *c = ' ';
+    int fits = st == DP_OK && study_result_fits(&r); /* no throughput where it does not fit */
     double mit = 0, mcf = 0;
-    if (r.feasible && r.iterations)
+    if (fits)
         mit = r.sum_ms / r.iterations, mcf = r.sum_closed_form_ms / r.iterations;
     char cf[32] = ""; /* empty where the schedule has no closed form (adaptive) */
     if (!isnan(mcf)) snprintf(cf, sizeof cf, "%.4f", mcf);
     size_t n = sweep_point_key(g, i, row, cap);
     n += (size_t)snprintf(row + n, cap - n,
                           "%.2f,%.6f,%.6f,%.6f,%.6f,%.1f,%d,%d,%d,%.6f,%.4f,%s,%.4f,%.4f,%llu,%.3f,%.5f,",
-                          st == DP_OK ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
+                          fits ? r.throughput_tokens_per_s : 0, r.padding_efficiency,
                           r.enc_padding_efficiency, r.dec_padding_efficiency,
                           study_mean_bubble(&r), study_max_peak_mb(&r), r.oom,
-                          st == DP_OK && r.feasible, r.iterations, r.time_s, mit, cf,
+                          fits, r.iterations, r.time_s, mit, cf,
                           r.plan_ms_median, r.plan_ms_p90, (unsigned long long)r.events,
-                          r.tflops_per_gpu, r.mfu);
+                          fits ? r.tflops_per_gpu : 0, fits ? r.mfu : 0);
     if (n < cap) csv_format_field(row + n, cap - n, error);
     study_result_release(&r);
 }

@@ -105,7 +105,15 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
     return st;
 }
 
-/* One point, in a worker: "OK THROUGHPUT MFU PEAK SECONDS WHY". */
+/* A worker's reply for one point, the one writer of what tune_done reads: "OK THROUGHPUT MFU
+ * PEAK SECONDS WHY". */
+static void eval_reply(char *out, size_t cap, int ok, double tps, double mfu, double peak,
+                       double seconds, const char *why)
+{
+    snprintf(out, cap, "%d %.17g %.17g %.17g %.6f %.230s", ok, tps, mfu, peak, seconds, why);
+}
+
+/* One point, in a worker (eval_reply). */
 static void tune_eval(void *ctx, long k, char *out, size_t cap)
 {
     tune_job *j = ctx;
@@ -116,7 +124,7 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     recompute_mode rc = recompute_policy_mode(pt->recompute);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
         if ((dynamic || m == (int)rc) && !j->cm[t][m]) { /* why its cost model could not be made */
-            snprintf(out, cap, "0 0 0 0 %s", j->cm_err[t][m]);
+            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[t][m]);
             return;
         }
     study_result r;
@@ -126,8 +134,7 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[t], prune_ms, &r, &err);
     double peak = study_max_peak_mb(&r);
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
-    int ok = st == DP_OK && r.feasible && !r.oom && r.iterations > 0 && !r.failed_iterations &&
-             !(r.pruned_ms > 0);
+    int ok = st == DP_OK && study_result_fits(&r) && !r.failed_iterations && !(r.pruned_ms > 0);
     char pruned[240];
     if (st == DP_OK && r.pruned_ms > 0)
         snprintf(pruned, sizeof pruned, TUNE_WHY_PRUNED "at most %.0f tokens/s (a lower bound on "
@@ -135,8 +142,8 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
                  1e3 * (double)j->scored_tokens / r.pruned_ms, cutoff);
     const char *why = st != DP_OK ? err.msg : ok ? "" : r.pruned_ms > 0 ? pruned
                       : r.why[0] ? r.why : "no iteration";
-    snprintf(out, cap, "%d %.17g %.17g %.17g %.6f %.230s", ok, ok ? r.throughput_tokens_per_s : 0,
-             r.mfu, peak, dp_now_s() - t0, why);
+    eval_reply(out, cap, ok, ok ? r.throughput_tokens_per_s : 0, ok ? r.mfu : 0, peak,
+               dp_now_s() - t0, why);
     study_result_release(&r);
 }
 

@@ -209,4 +209,28 @@ expect "... and a rerun on the same stdin resumes it (its config names the trace
 expect "... another trace on stdin is refused" 1 "stdin_trace_hash" -- \
   bash -c "'$DPSIM' sweep --grid 'pp=4,8' --trace - -o '$TMP/sw_stdin.csv' --iterations 1 <'$TMP/tg3.csv'"
 
+
+# --- rows that do not fit carry no throughput (study_result_fits: one rule for every report) ----
+"$DPSIM" compare "${TINY[@]}" --mem-limit 100 --no-figures --json >"$TMP/oom.json" 2>/dev/null
+check "compare --json: an out-of-memory row is not feasible and has no throughput" python3 -c "
+import json, sys
+rows = json.load(open('$TMP/oom.json'))['rows']
+bad = [r for r in rows if r.get('oom') and (r['feasible'] or r['throughput_tokens_per_s'] or r['mfu'])]
+sys.exit(1 if bad or not any(r.get('oom') for r in rows) else 0)"
+expect "compare's table says OOM in place of a throughput" 0 "^packing +1f1b +OOM +- " -- \
+  "$DPSIM" compare "${TINY[@]}" --mem-limit 100 --no-figures
+"$DPSIM" sweep "${TINY[@]}" --grid 'mem-limit=100,4000 batching=packing,padding' -o "$TMP/oom.csv" >/dev/null 2>&1
+check "sweep: a row with oom=1 has feasible=0 and throughput 0 (and the fitting rows do not)" awk -F, '
+  NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  $c["oom"] == 1 { n++; if ($c["feasible"] != 0 || $c["throughput_tokens_per_s"] + 0 != 0 || $c["mfu"] + 0 != 0) bad = 1 }
+  $c["oom"] == 0 && $c["feasible"] == 1 { fit++ }
+  END { exit bad || !n || !fit }' "$TMP/oom.csv"
+# a worker's error reply is read as that point's error, not as a dead worker (one writer, one reader)
+printf '{"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 96, "num_attention_heads": 6, "intermediate_size": 192, "vocab_size": 512}' >"$TMP/h6.json"
+"$DPSIM" tune --model "$TMP/h6.json" --hw cpu --analytic --trace "$TWO" --global-tokens 128 --gpus 4 \
+  --batchings packing --schedules 1f1b -q -o "$TMP/h6.csv" >/dev/null 2>&1
+check "tune: a tp that does not divide the heads is that row's reason, no worker died" bash -c \
+  "grep -q ',--tp 4 does not divide the 6 attention heads' '$TMP/h6.csv' && ! grep -q 'worker died' '$TMP/h6.csv'"
+check "tune: no row that does not fit carries a throughput" awk -F, 'NR > 1 && $12 == 0 && $13 + 0 != 0 { exit 1 }' "$TMP/h6.csv"
+
 finish
