@@ -137,6 +137,8 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
     cJSON_AddNumberToObject(c, "pp", p->pp);
     cJSON_AddNumberToObject(c, "dp", p->dp);
     cJSON_AddNumberToObject(c, "tp", p->cost.tp);
+    cJSON_AddNumberToObject(c, "cp", p->cost.cp);
+    cJSON_AddNumberToObject(c, "gpus", (double)plan_request_gpus(p));
     cJSON_AddNumberToObject(c, "global_tokens", (double)env->rules.global_tokens);
     cJSON_AddNumberToObject(c, "max_seqlen", env->rules.max_seqlen);
     cJSON_AddNumberToObject(c, "mbs", p->mbs);
@@ -160,9 +162,9 @@ static void print_table(const plan_request *p, const plan_env *env, const compar
                 "(below the table) on %s (%s, %.0f MB usable)\n", env->model.name, tuned,
                 env->hw.name, env->hw.gpu.name, env->mem_limit_mb);
     else
-        fprintf(fp, "# dpsim compare: %s, pp %d, dp %d, tp %d on %s (%s, %.0f MB usable)\n",
-                env->model.name, p->pp, p->dp, p->cost.tp, env->hw.name, env->hw.gpu.name,
-                env->mem_limit_mb);
+        fprintf(fp, "# dpsim compare: %s, tp %d x cp %d x pp %d x dp %d = %lld GPUs on %s (%s, %.0f "
+                "MB usable)\n", env->model.name, p->cost.tp, p->cost.cp, p->pp, p->dp,
+                plan_request_gpus(p), env->hw.name, env->hw.gpu.name, env->mem_limit_mb);
     fprintf(fp, "# trace %s (%zu samples); %lld tokens per iteration; max length %d; cost %s\n",
             env->trace_path, env->trace.n, (long long)env->rules.global_tokens, env->rules.max_seqlen,
             env->cost_source);

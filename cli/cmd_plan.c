@@ -26,7 +26,16 @@ static void print_modes(FILE *fp, const char *what, const int *count)
                 count[RECOMPUTE_SELECTIVE], count[RECOMPUTE_FULL]);
 }
 
-static void print_summary(const char *what, const study_result *r, FILE *fp)
+/* A duration of h hours as text: hours, or minutes under one. */
+static const char *hours_text(double h, char *buf, size_t cap)
+{
+    if (h >= 1) snprintf(buf, cap, "%.2f h", h);
+    else snprintf(buf, cap, "%.1f min", 60 * h);
+    return buf;
+}
+
+/* trace_tokens: the real tokens of a pass over the trace (0: unknown, a plan file's run) */
+static void print_summary(const char *what, const study_result *r, double trace_tokens, FILE *fp)
 {
     fprintf(fp, "# %s\n", what);
     if (!r->feasible) {
@@ -53,7 +62,19 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
     print_modes(fp, "micro-batches per recompute mode", r->recompute_microbatches);
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
             r->iterations ? (double)r->microbatches / r->iterations : 0);
-    fprintf(fp, "%-34s %14.0f tokens/s\n", "throughput (real tokens)", r->throughput_tokens_per_s);
+    fprintf(fp, "%-34s %14.0f tokens/s%s\n", "throughput (real tokens)", r->throughput_tokens_per_s,
+            r->oom ? "  (out of memory: the timeline's, not an answer)" : "");
+    if (study_result_fits(r)) { /* what a budget needs */
+        char t[32];
+        fprintf(fp, "%-34s %16s  (%.1f GPU-hours on %lld GPUs)\n", "time per billion tokens",
+                hours_text(study_hours_for(r, 1e9), t, sizeof t), study_gpu_hours_for(r, 1e9),
+                r->gpus);
+        if (trace_tokens > 0)
+            fprintf(fp, "%-34s %16s  (%.1f GPU-hours; %.0f real tokens)\n",
+                    "a pass over the trace", hours_text(study_hours_for(r, trace_tokens), t,
+                                                        sizeof t),
+                    study_gpu_hours_for(r, trace_tokens), trace_tokens);
+    }
     fprintf(fp, "%-34s %14.3f s\n", "simulated time", r->time_s);
     fprintf(fp, "%-34s %14.2f ms\n", "mean iteration (simulated)", mean_it);
     if (isnan(mean_cf))
@@ -83,10 +104,15 @@ static void print_summary(const char *what, const study_result *r, FILE *fp)
                 100 * r->dec_padding_efficiency);
     else
         fprintf(fp, "%-34s %13.1f%%\n", "padding efficiency", 100 * r->padding_efficiency);
-    fprintf(fp, "%-34s %13.2f%%", "pipeline bubble (mean of stages)",
-            100 * r->pipeline_bubble_mean);
-    if (!isnan(r->closed_form_bubble))
-        fprintf(fp, "  (closed form %.2f%%)", 100 * r->closed_form_bubble);
+    if (r->pp > 1) {
+        fprintf(fp, "%-34s %13.2f%%", "pipeline bubble (mean of stages)",
+                100 * r->pipeline_bubble_mean);
+        if (!isnan(r->closed_form_bubble))
+            fprintf(fp, "  (closed form %.2f%%)", 100 * r->closed_form_bubble);
+    } else { /* no pipeline: the idle share is the replicas waiting for the busiest one */
+        fprintf(fp, "%-34s %13.2f%%  (idle while the busiest data-parallel replica computes)",
+                "replica imbalance", 100 * r->pipeline_bubble_mean);
+    }
     fprintf(fp, "\n%-34s", "  per stage");
     for (int s = 0; s < r->pp; s++) fprintf(fp, " %5.1f%%", 100 * r->pipeline_bubble[s]);
     fprintf(fp, "\n%-34s %13.2f%%  (gradient sync and optimizer step after the pipeline)\n",
@@ -205,10 +231,12 @@ int cmd_plan(int argc, char **argv)
     else if (out) st = plan_writer_close(&w, &err);
     if (st == DP_OK) {
         char what[1024];
-        snprintf(what, sizeof what, "plan: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.500s",
-                 p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
+        snprintf(what, sizeof what, "plan: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = %lld "
+                 "GPUs; trace %.300s; cost %.500s", p.batching, p.schedule, env.model.name,
+                 env.hw.name, p.cost.tp, p.cost.cp, p.pp, p.dp, plan_request_gpus(&p),
                  env.trace_path, env.cost_source);
-        print_summary(what, &res, out && strcmp(out, "-") == 0 ? stderr : stdout);
+        print_summary(what, &res, (double)batch_trace_tokens(&env.rules, &env.trace),
+                      out && strcmp(out, "-") == 0 ? stderr : stdout);
         if (out && strcmp(out, "-") != 0) fprintf(stderr, "dpsim: wrote %d iterations to %s\n", res.iterations, out);
     }
     study_result_release(&res);
@@ -370,6 +398,7 @@ int cmd_sim(int argc, char **argv)
     study_result res;
     memset(&res, 0, sizeof res);
     char what[1024] = "sim";
+    double trace_tokens = 0; /* a pass over the trace; unknown for a plan file */
     int pp = p.pp;
     if (sc.plan_path) {
         st = sim_plan_file(&sc, &p, &sink, &res, &err);
@@ -399,9 +428,11 @@ int cmd_sim(int argc, char **argv)
             o.progress_ctx = (void *)"simulating";
             st = study_run(&o, &env.trace, &res, &err);
     if (st == DP_OK) cli_warn_short_trace(&res, env.rules.global_tokens);
-            snprintf(what, sizeof what, "sim: %s, %s, %s on %s, pp %d dp %d tp %d; trace %.300s; cost %.500s",
-                     p.batching, p.schedule, env.model.name, env.hw.name, p.pp, p.dp, p.cost.tp,
-                     env.trace_path, env.cost_source);
+            snprintf(what, sizeof what, "sim: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = "
+                     "%lld GPUs; trace %.300s; cost %.500s", p.batching, p.schedule,
+                     env.model.name, env.hw.name, p.cost.tp, p.cost.cp, p.pp, p.dp,
+                     plan_request_gpus(&p), env.trace_path, env.cost_source);
+            trace_tokens = env.stream_path ? 0 : (double)batch_trace_tokens(&env.rules, &env.trace);
         }
         plan_env_release(&env);
     }
@@ -416,7 +447,7 @@ int cmd_sim(int argc, char **argv)
         } else { /* beside an output on stdout, on stderr */
             int taken = 0;
             for (int k = 0; k < 5; k++) taken |= outs[k].path && strcmp(outs[k].path, "-") == 0;
-            print_summary(what, &res, taken ? stderr : stdout);
+            print_summary(what, &res, trace_tokens, taken ? stderr : stdout);
         }
         if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
         if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -54,6 +55,37 @@ static dp_status spool_stdin(char *path, size_t cap, dp_err *err)
     if (close(fd) != 0 && st == DP_OK) st = dp_fail(err, DP_ERR_IO, "%s: %s", path, strerror(errno));
     if (st != DP_OK) unlink(path), path[0] = '\0';
     return st;
+}
+
+/* Progress of a sweep on stderr: a bar redrawn on a terminal; elsewhere (a log, CI) a line every
+ * SWEEP_PROGRESS_EVERY_S seconds and at the end, each with the points done and an ETA from the
+ * time per point so far. */
+#define SWEEP_PROGRESS_EVERY_S 10
+typedef struct sweep_progress_state {
+    time_t t0, last_line;
+    int tty;
+} sweep_progress_state;
+
+static void sweep_progress(void *ctx, long done, long total)
+{
+    sweep_progress_state *ps = ctx;
+    time_t now = time(NULL);
+    double el = difftime(now, ps->t0), eta = done > 0 ? el / done * (double)(total - done) : 0;
+    if (ps->tty) {
+        int width = 30, fill = total ? (int)(width * done / total) : width;
+        fprintf(stderr, "\r[");
+        for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
+        fprintf(stderr, "] %ld/%ld points, ETA %dm%02ds ", done, total, (int)eta / 60,
+                (int)eta % 60);
+        if (done == total) fputc('\n', stderr);
+        return;
+    }
+    if (done > 0 && done < total && difftime(now, ps->last_line) < SWEEP_PROGRESS_EVERY_S) return;
+    if (done == 0) { ps->last_line = now; return; } /* the start line is the caller's */
+    ps->last_line = now;
+    fprintf(stderr, "dpsim sweep: %ld/%ld points done, %.0f s so far", done, total, el);
+    if (done < total) fprintf(stderr, ", ETA %dm%02ds", (int)eta / 60, (int)eta % 60);
+    fputc('\n', stderr);
 }
 
 int cmd_sweep(int argc, char **argv)
@@ -126,8 +158,9 @@ int cmd_sweep(int argc, char **argv)
             fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s\n", g.points, s.skipped, out);
         if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", size);
     }
-    int progress = cli_stderr_is_tty() && rank == 0;
-    if (sweep_run(&s, (int)jobs, progress, rank == 0 ? sweep_emit_local : emit_mpi, &s) != 0)
+    sweep_progress_state ps = {time(NULL), 0, cli_stderr_is_tty()};
+    if (sweep_run(&s, (int)jobs, rank == 0 ? sweep_progress : NULL, &ps,
+                  rank == 0 ? sweep_emit_local : emit_mpi, &s) != 0)
         rc = EXIT_RUNTIME;
     if (mpi) {
         static char row[SWEEP_ROW_MAX];

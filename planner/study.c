@@ -299,6 +299,7 @@ dp_status study_end(study_acc *a, dp_err *err)
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1); /* tp x cp */
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
+    r->gpus = (long long)gpus;
     r->straggler_share = a->cfg.straggler_share;
     if (!(r->hw_flops > 0) || !isfinite(r->hw_flops)) r->hw_flops = 0;
     if (!(r->model_flops_noncausal > 0) || !isfinite(r->model_flops_noncausal))
@@ -782,6 +783,9 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "padding_efficiency", r->padding_efficiency);
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
     cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "gpus", (double)r->gpus);
+    cJSON_AddNumberToObject(o, "hours_per_billion_tokens", study_hours_for(r, 1e9));
+    cJSON_AddNumberToObject(o, "gpu_hours_per_billion_tokens", study_gpu_hours_for(r, 1e9));
     cJSON_AddNumberToObject(o, "mfu_noncausal", r->mfu_noncausal);
     cJSON_AddNumberToObject(o, "hw_tflops_per_gpu", r->hw_tflops_per_gpu);
     cJSON_AddNumberToObject(o, "hfu", r->hfu);
@@ -835,6 +839,18 @@ const char *study_why_not(const study_result *r)
 {
     return !r->feasible ? "infeasible" : r->oom ? "out of memory"
                        : r->iterations <= 0 ? "no iteration fits" : "";
+}
+
+double study_hours_for(const study_result *r, double tokens)
+{
+    return study_result_fits(r) && r->throughput_tokens_per_s > 0
+               ? tokens / r->throughput_tokens_per_s / 3600
+               : 0;
+}
+
+double study_gpu_hours_for(const study_result *r, double tokens)
+{
+    return study_hours_for(r, tokens) * (double)r->gpus;
 }
 
 double study_mean_bubble(const study_result *r)

@@ -155,6 +155,7 @@ typedef struct study_result {
     double hw_flops;        /* model_flops + the recomputed forwards' FLOPs; 0: unknown */
     double hw_tflops_per_gpu, hfu;
     int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */
+    long long gpus;         /* tp x cp x pp x dp: every GPU the run uses */
     int planned_oom;        /* iterations the planner found not to fit in memory */
     int sim_oom;            /* iterations the simulation found over the device memory */
     int64_t short_batch_tokens; /* > 0: the whole trace is one global batch smaller than asked
@@ -238,6 +239,12 @@ char *study_metrics_json(const study_result *r);
 int study_result_fits(const study_result *r);
 /* "infeasible", "out of memory", "no iteration fits" (or "" when it fits). */
 const char *study_why_not(const study_result *r);
+
+/* What a budget needs, from a run that fits (0 for one that does not): wall-clock hours and
+ * GPU-hours (hours x every GPU the run uses) to train on `tokens` real tokens at its throughput
+ * (1e9: per billion tokens; a trace's batch_trace_tokens: a pass over it). */
+double study_hours_for(const study_result *r, double tokens);
+double study_gpu_hours_for(const study_result *r, double tokens);
 
 double study_mean_bubble(const study_result *r);
 double study_mb_per_iteration(const study_result *r);

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../common/csv_table.h"
@@ -426,19 +425,9 @@ typedef struct sweep_pool {
     sweep *s;
     void (*emit)(void *ctx, const char *row);
     void *ctx;
-    double t0;
+    void (*progress)(void *ctx, long done, long total);
+    void *progress_ctx;
 } sweep_pool;
-
-static void draw_progress(long done, long total, double t0)
-{
-    double el = (double)time(NULL) - t0;
-    double eta = done > 0 ? el / done * (total - done) : 0;
-    int width = 30, fill = total ? (int)(width * done / total) : width;
-    fprintf(stderr, "\r[");
-    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
-    fprintf(stderr, "] %ld/%ld points, ETA %dm%02ds ", done, total, (int)eta / 60, (int)eta % 60);
-    if (done == total) fputc('\n', stderr);
-}
 
 static void pool_point(void *ctx, long i, char *out, size_t cap)
 {
@@ -455,15 +444,16 @@ static void pool_row(void *ctx, long i, const char *row)
     sp->emit(sp->ctx, row);
 }
 
-static void pool_progress_bar(void *ctx, long finished, long n)
+static void point_done(void *ctx, long finished, long n)
 {
-    draw_progress(finished, n, ((sweep_pool *)ctx)->t0);
+    sweep_pool *sp = ctx;
+    sp->progress(sp->progress_ctx, finished, n);
 }
 
-int sweep_run(sweep *s, int jobs, int progress, void (*emit)(void *ctx, const char *row),
-              void *ctx)
+int sweep_run(sweep *s, int jobs, void (*progress)(void *ctx, long done, long total),
+              void *progress_ctx, void (*emit)(void *ctx, const char *row), void *ctx)
 {
-    sweep_pool sp = {s, emit, ctx, (double)time(NULL)};
+    sweep_pool sp = {s, emit, ctx, progress, progress_ctx};
     /* the base options' cost model, built once here so that what planner_build_cost says once per
      * process (the analytic constants' provenance) is said once, not by every worker */
     model_spec m;
@@ -473,9 +463,8 @@ int sweep_run(sweep *s, int jobs, int progress, void (*emit)(void *ctx, const ch
     dp_err err = {0};
     if (planner_build_cost(&s->base->cost, &m, &hw, &cm, source, sizeof source, &err) == DP_OK)
         cost_model_free(cm);
-    if (progress) draw_progress(0, s->n_todo, sp.t0);
-    return pool_run(s->n_todo, jobs, pool_point, pool_row, progress ? pool_progress_bar : NULL,
-                    &sp);
+    if (progress) progress(progress_ctx, 0, s->n_todo);
+    return pool_run(s->n_todo, jobs, pool_point, pool_row, progress ? point_done : NULL, &sp);
 }
 
 /* ---- the end --------------------------------------------------------------------------------- */

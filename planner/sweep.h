@@ -99,10 +99,11 @@ dp_status sweep_prepare(sweep *s, dp_err *err);
 dp_status sweep_create(sweep *s, dp_err *err);
 
 /* Runs this rank's points in `jobs` forked workers; each row goes to emit (rank 0: sweep_append
- * through sweep_emit_local), NULL for a point whose worker died. progress: a bar on stderr. 0, or
- * -1 when the pool could not run. */
-int sweep_run(sweep *s, int jobs, int progress, void (*emit)(void *ctx, const char *row),
-              void *ctx);
+ * through sweep_emit_local), NULL for a point whose worker died. progress (optional) is told
+ * (done, total) once before the first point and after each. 0, or -1 when the pool could not
+ * run. */
+int sweep_run(sweep *s, int jobs, void (*progress)(void *ctx, long done, long total),
+              void *progress_ctx, void (*emit)(void *ctx, const char *row), void *ctx);
 
 /* Rank 0: appends one row (NULL or "" are skipped: a point without a row). A failing write sets
  * failed; the file then keeps the whole rows before it. */

@@ -37,6 +37,16 @@ sample_len batch_sample(const batch_rules *r, const trace *t, size_t i)
     return batch_sample_of(r, &t->samples[i], i);
 }
 
+int64_t batch_trace_tokens(const batch_rules *r, const trace *t)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        sample_len x = batch_sample(r, t, i);
+        n += x.enc + x.dec;
+    }
+    return n;
+}
+
 sample_len batch_sample_of(const batch_rules *r, const trace_sample *s, size_t i)
 {
     sample_len x = {(int32_t)i, 0, 0};

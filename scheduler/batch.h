@@ -57,6 +57,8 @@ int batch_pad(const batch_rules *r, int len);
 sample_len batch_sample_of(const batch_rules *r, const trace_sample *s, size_t i);
 /* The truncated lengths of trace sample i. */
 sample_len batch_sample(const batch_rules *r, const trace *t, size_t i);
+/* The real tokens of the whole trace after the length rules (input + target): a pass over it. */
+int64_t batch_trace_tokens(const batch_rules *r, const trace *t);
 
 /* A packed row's use: real tokens in its encoder (GPT: sequence) and decoder. */
 typedef struct batch_row {

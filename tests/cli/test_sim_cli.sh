@@ -79,6 +79,7 @@ check "one CSV row per point plus the header" bash -c "[ \$(wc -l <'$TMP/sw.csv'
 check "the sweep CSV has every metric" bash -c "head -1 '$TMP/sw.csv' | grep -q '^max-seqlen,batching,throughput_tokens_per_s,padding_efficiency'"
 expect "the sweep resumes: finished points are skipped" 0 "6 points, 4 already" -- "$DPSIM" sweep --grid 'max-seqlen=512,1024,2048 batching=packing,dynamic' --iterations 3 -o "$TMP/sw.csv"
 check "after resuming, 6 rows" bash -c "[ \$(wc -l <'$TMP/sw.csv') = 7 ]"
+expect "... saying its progress on a stderr that is no terminal, to the last point" 0 "dpsim sweep: 2/2 points done" -- "$DPSIM" sweep --grid 'max-seqlen=512 batching=packing,dynamic' --iterations 1 -o "$TMP/sw_prog.csv"
 expect "a sweep into a file of another sweep is refused" 1 "exists with other columns" -- "$DPSIM" sweep --grid 'pp=2,4' --iterations 2 -o "$TMP/sw.csv"
 check "the sweep records its configuration beside the CSV" bash -c "grep -qx 'iterations=3' '$TMP/sw.csv.config' && grep -q '^trace_hash=' '$TMP/sw.csv.config'"
 expect "a resumed sweep with a different --model is refused, naming it" 1 "another configuration \\(model=gpt-6.7b-16l there, model=gpt-6.7b-32l here\\)" -- \
@@ -415,5 +416,17 @@ expect "... and a plan of it names that schedule" 0 "wrote 3 iterations" -- "$DP
 check "... in its header" grep -q "\"schedule\":\"$chosen\"" "$TMP/sa.json"
 "$DPSIM" sweep --grid 'schedule=auto' --iterations 1 -o "$TMP/sa_sweep.csv" >/dev/null 2>&1
 check "--schedule auto elsewhere (a sweep point) is refused with the reason" grep -q "schedule auto applies to plan and sim" "$TMP/sa_sweep.csv"
+
+
+# --- the lines a budget needs ---------------------------------------------------------------------
+expect "sim's header names every degree and the GPU count" 0 "^# sim: .* tp 1 x cp 1 x pp 2 x dp 2 = 4 GPUs" -- "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2
+expect "... and the time and GPU-hours per billion tokens" 0 "^time per billion tokens +[0-9.]+ h +\([0-9.]+ GPU-hours on 4 GPUs\)" -- "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2
+expect "at pp 1 the idle share is the replicas' imbalance, not a pipeline bubble" 0 "^replica imbalance " -- "$DPSIM" sim --pp 1 --dp 4 --recompute full --iterations 2
+"$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2 --json >"$TMP/budget.json" 2>/dev/null
+check "... GPU-hours are hours x GPUs, hours 1e9 / throughput / 3600 (JSON)" python3 -c "
+import json, sys
+j = json.load(open('$TMP/budget.json'))
+h = 1e9 / j['throughput_tokens_per_s'] / 3600
+sys.exit(0 if j['gpus'] == 4 and abs(j['hours_per_billion_tokens'] / h - 1) < 1e-9 and abs(j['gpu_hours_per_billion_tokens'] / (4 * h) - 1) < 1e-9 else 1)"
 
 finish
