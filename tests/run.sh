@@ -2,22 +2,24 @@
 # The one test runner: every unit-test binary and every CLI test script, for each build folder
 # given (e.g. build and build/san). One line per test program, with its wall-clock seconds (to
 # find what makes the run long; nothing asserts on them); the very last line is exactly
-# "N passed, N failed" (N counts test cases). Exits non-zero when anything failed.
-# DPSIM_TEST_TIER=fast (make test) skips the CLI scripts marked "# tier: full" in their first
-# lines (the MPI runs of the validation runtime); make check runs everything.
+# "N passed, N failed, N skipped" (test cases; a skipped program counts one). Exits non-zero when
+# anything failed. DPSIM_TEST_TIER=fast (make test) skips the unit tests and CLI scripts marked
+# "tier: full" in their first lines (the MPI runs of the validation runtime, the fake GPU's
+# plans, the browser and valgrind passes); make check runs everything.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || set -- build
-passed=0 failed=0 programs_failed=0
+passed=0 failed=0 skipped=0 programs_failed=0
 logdir=$(mktemp -d /tmp/dpsim-tests.XXXXXX)
 trap 'rm -rf "$logdir"' EXIT
 
 started=$SECONDS
-report() { # name status cases_passed cases_failed log (the program ran since $started)
-  local name=$1 ok=$2 p=$3 f=$4 log=$5 took=$((SECONDS - started))
-  passed=$((passed + p)); failed=$((failed + f))
+report() { # name status cases_passed cases_failed log [cases_skipped] (ran since $started)
+  local name=$1 ok=$2 p=$3 f=$4 log=$5 sk=${6:-0} took=$((SECONDS - started))
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + sk))
   if [ "$ok" = 1 ]; then
-    printf 'PASS  %-44s %4d passed  %4d s\n' "$name" "$p" "$took"
+    printf 'PASS  %-44s %4d passed  %4d s%s\n' "$name" "$p" "$took" \
+      "$([ "$sk" -gt 0 ] && echo "  ($sk skipped)")"
   else
     programs_failed=$((programs_failed + 1))
     printf 'FAIL  %-44s %4d passed, %d failed  %4d s\n' "$name" "$p" "$f" "$took"
@@ -33,18 +35,26 @@ for build in "$@"; do
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   for bin in "$build"/tests/test_*; do
     [ -x "$bin" ] || continue
+    src="tests/unit/$(basename "$bin").c"
+    if [ "${DPSIM_TEST_TIER:-full}" = fast ] && [ -f "$src" ] && head -5 "$src" | grep -q 'tier: full'; then
+      printf 'SKIP  %-44s (tier full: make check runs it)\n' "$bin"; skipped=$((skipped + 1)); continue
+    fi
     log="$logdir/$(echo "$bin" | tr / _).log"
     started=$SECONDS
     "$bin" >"$log" 2>&1; rc=$?
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
     f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
-    p=${p:-0}; f=${f:-0}
+    sk=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    p=${p:-0}; f=${f:-0}; sk=${sk:-0}
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi   # crashed or sanitizer abort
-    report "$bin" $([ $rc -eq 0 ] && echo 1 || echo 0) "$p" "$f" "$log"
+    report "$bin" $([ $rc -eq 0 ] && echo 1 || echo 0) "$p" "$f" "$log" "$sk"
   done
   for bin in "$build"/fuzz-replay/*; do  # seed corpora and every crash ever found
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
+    if [ "${DPSIM_TEST_TIER:-full}" = fast ] && head -5 "tests/fuzz/fuzz_$name.c" 2>/dev/null | grep -q 'tier: full'; then
+      printf 'SKIP  %-44s (tier full: make check runs it)\n' "$bin (corpus replay)"; skipped=$((skipped + 1)); continue
+    fi
     log="$logdir/replay-$name-$(echo "$build" | tr / _).log"
     started=$SECONDS
     # the differential target initialises MPI, whose unloaded components leak what ASan cannot
@@ -62,20 +72,22 @@ for build in "$@"; do
     [ -f "$script" ] || continue
     # the fast tier (make test) leaves out the scripts whose first lines say "# tier: full"
     if [ "${DPSIM_TEST_TIER:-full}" = fast ] && head -5 "$script" | grep -q '^# tier: full'; then
-      printf 'SKIP  %-44s (tier full: make check runs it)\n' "$script [$build]"; continue
+      printf 'SKIP  %-44s (tier full: make check runs it)\n' "$script [$build]"
+      skipped=$((skipped + 1)); continue
     fi
     # a script whose first lines say "# sanitizers: skip" runs in the plain build only (its time
     # is in searches the sanitizer pass of the unit tests already covers)
     if [ "$build" != "$1" ] && head -5 "$script" | grep -q '^# sanitizers: skip'; then
-      printf 'SKIP  %-44s (plain build only)\n' "$script [$build]"; continue
+      printf 'SKIP  %-44s (plain build only)\n' "$script [$build]"; skipped=$((skipped + 1)); continue
     fi
     log="$logdir/$(basename "$script")-$(echo "$build" | tr / _).log"
     started=$SECONDS
     DPSIM="$build/dpsim" bash "$script" >"$log" 2>&1; rc=$?
-    p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+    sk=$(grep -c '^ok [0-9]* # SKIP' "$log"); p=$(($(grep -c '^ok ' "$log") - sk))
+    f=$(grep -c '^not ok ' "$log")
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
-    report "$script [$build]" $([ $rc -eq 0 ] && [ "$f" = 0 ] && echo 1 || echo 0) "$p" "$f" "$log"
+    report "$script [$build]" $([ $rc -eq 0 ] && [ "$f" = 0 ] && echo 1 || echo 0) "$p" "$f" "$log" "$sk"
   done
 done
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] && [ "$programs_failed" -eq 0 ]

@@ -8,6 +8,7 @@ trap 'rm -rf "$TMP"' EXIT
 n=0 nfail=0
 
 ok()     { n=$((n + 1)); echo "ok $n - $1"; }
+skip()   { n=$((n + 1)); echo "ok $n # SKIP $1"; }  # not run here, and said so (run.sh counts it)
 not_ok() { n=$((n + 1)); nfail=$((nfail + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "#   $l"; done; }
 
 # expect NAME RC PATTERN -- CMD...: runs CMD, wants exit status RC and PATTERN (an extended

@@ -70,11 +70,12 @@ expect "sweep: a failing write exits 1 naming the file" 1 "sw.csv: write failed"
 check "... the file holds whole rows only, and a resume continues from them" \
   bash -c "sed 's/\"[^\"]*\"/q/g' '$TMP/sw.csv' | awk -F, 'NR > 1 && NF != 20 { exit 1 }' && '$DPSIM' sweep ${TINY[*]} --grid 'pp=1,2 mbs=1,2,3,4,5,6,7,8' -o '$TMP/sw.csv' && [ \$(wc -l < '$TMP/sw.csv') = 17 ]"
 expect "plan -o to a full device is an error" 1 "write failed" -- "$DPSIM" plan "${TINY[@]}" -o /dev/full
-( flock 9; sleep 3 ) 9>>"$TMP/locked.csv" &
-sleep 0.5
+( flock 9; sleep 10 ) 9>>"$TMP/locked.csv" &
+holder=$!
+for _ in $(seq 1 50); do flock -n "$TMP/locked.csv" true 2>/dev/null || break; sleep 0.05; done
 expect "two sweeps on one file: the second is refused" 1 "another sweep is writing this file" -- \
   "$DPSIM" sweep "${TINY[@]}" --grid 'pp=1,2' -o "$TMP/locked.csv"
-wait
+pkill -P "$holder" 2>/dev/null; kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 # a grid value with a double quote is a quoted cell, read back as its point on resume
 cp "$TWO" "$TMP/q\"t.csv"
 "$DPSIM" sweep "${TINY[@]}" --grid "trace=$TMP/q\"t.csv,$TWO pp=1,2" -o "$TMP/quoted.csv" >/dev/null 2>&1

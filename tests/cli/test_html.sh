@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: full (a headless browser, 12 s; make check runs it, make test not)
 # The interactive timeline page (dpsim sim --html, dpsim plot schedules --html) in a real browser:
 # headless Chromium (Debian's `chromium`, which make check installs) loads the page, runs its
 # script, and the test reads the DOM it built: one box per compute op of the plan (counted
@@ -30,7 +31,7 @@ expect "a page of an iteration the run does not have is refused" 1 "iteration 5 
 
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROMIUM" ]; then
-  echo "ok # SKIP the browser checks: chromium is not installed (make check installs it: apt-get install chromium)"
+  skip "the browser checks: chromium is not installed (make check installs it: apt-get install chromium)"
   finish; exit $?
 fi
 dom() { # the DOM after the page's script ran

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
+# tier: full (a compare under valgrind; make check runs it, make test not)
 # One `dpsim compare` under valgrind: no leaks, no invalid accesses (the plain build only; the
 # sanitizer build is checked by ASan itself).
 . "$(dirname "$0")/lib.sh"
 case "$DPSIM" in
-  */san/*) ok "valgrind pass skipped for the sanitizer build"; finish; exit ;;
+  */san/*) skip "the valgrind pass: not under the sanitizers' build"; finish; exit ;;
 esac
 if ! command -v valgrind >/dev/null; then not_ok "valgrind is installed (make deps installs it)"; finish; exit; fi
 expect "dpsim compare under valgrind: no errors, no leaks" 0 "ERROR SUMMARY: 0 errors" -- \

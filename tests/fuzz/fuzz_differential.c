@@ -1,4 +1,5 @@
 /*
+ * tier: full (its corpus replay runs the fake GPU and the CPU executor, 12 s: make check)
  * Differential fuzz target: a plan that the validator accepts (plan_check, plan_check_model) must
  * simulate, and run on the fake-GPU executor (every stage in one process, the CPU layer on host
  * "streams") without a crash and with a gradient norm; where it has one stage and one replica it

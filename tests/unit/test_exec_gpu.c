@@ -1,4 +1,5 @@
 /*
+ * tier: full (30 s of the fake GPU's plans; make check runs it, make test not)
  * test_exec_gpu.c — the single-GPU executor's host logic (runtime/exec_gpu.c) on the host fake of
  * the CUDA layer (fake_cuda.c: synchronous streams, events as ticks). What it checks: every
  * instruction of every stage runs once, each receive after the send that feeds it, F before B
