@@ -20,29 +20,39 @@ static const attn_kernel KERNELS[] = {
      324 / 370.0,
      "FlashAttention-2 on A100 (Dao 2023, arXiv 2307.08691: forward up to 73% and backward up to "
      "63% of the 312 TFLOP/s peak at 16k, not causal); the shape over lengths and the causal "
-     "share are FlashAttention-2's on H100 (FlashAttention-3 paper, arXiv 2407.08608, Figs. 5-6)"},
+     "share are FlashAttention-2's on H100 (FlashAttention-3 paper, arXiv 2407.08608, Figs. 5-6)",
+     "a100-40gb,a100-80gb"},
     {"fa2-h100",
      {298, 315, 328, 335}, {240, 263, 282, 291}, {362, 365, 368, 370}, {291, 305, 316, 322},
      324 / 370.0,
      "FlashAttention-2 on H100 SXM5 (FlashAttention-3 paper, arXiv 2407.08608, Figs. 5-6); causal "
-     "backward inferred as the non-causal backward times the forward's causal share"},
+     "backward inferred as the non-causal backward times the forward's causal share",
+     "h100,h200"},
     {"fa3-h100",
      {521, 579, 602, 616}, {418, 492, 521, 533}, {625, 638, 646, 648}, {501, 542, 559, 561},
      497 / 648.0,
      "FlashAttention-3 on H100 SXM5 (arXiv 2407.08608, Figs. 5-6, bf16); causal backward "
-     "inferred as the non-causal backward times the forward's causal share"},
+     "inferred as the non-causal backward times the forward's causal share", "h100,h200"},
     {"cudnn-h100",
      {484, 510, 527, 539}, {365, 410, 445, 469}, {617, 610, 602, 595}, {465, 490, 508, 518},
      413 / 617.0,
      "cuDNN 9 fused attention (Transformer Engine's and Megatron-Core's default on Hopper) on "
      "H100 SXM5, as benchmarked in the FlashAttention-3 paper (arXiv 2407.08608, Figs. 5-6); "
-     "causal backward inferred as for FlashAttention-3"},
+     "causal backward inferred as for FlashAttention-3", "h100,h200"},
     {"fa4-b200",
      {1345, 1463, 1503, 1534}, {1076, 1244, 1300, 1328}, {1613, 1613, 1613, 1613},
      {1293, 1370, 1396, 1397}, 497 / 648.0,
      "FlashAttention-4 on B200 (arXiv 2603.05451: forward 1,613 TFLOP/s bf16, 71% of peak); the "
      "causal share and the backward over the forward are FlashAttention-3's on H100 (inferred: "
-     "no B200 backward has been published)"},
+     "no B200 backward has been published)", "b200"},
+    {"triton-h100",
+     {323, 353, 369, 378}, {260, 295, 317, 328}, {389, 389, 392, 395}, {313, 325, 337, 344},
+     403 / 395.0,
+     "Triton's fused attention (the kernel FlexAttention and torch.compile stacks generate) on "
+     "H100 SXM5, forward as benchmarked in the FlashAttention-3 paper (arXiv 2407.08608, Fig. 5, "
+     "hd 128; hd 64: 403 against 395 at 16k); backward not published: inferred as "
+     "FlashAttention-2's backward times Triton's forward over FlashAttention-2's at each length",
+     "h100,h200"},
 };
 #define N_KERNELS ((int)(sizeof KERNELS / sizeof KERNELS[0]))
 static const double KERNEL_LENS[ATTN_KERNEL_LENS] = {2048, 4096, 8192, 16384};
@@ -73,6 +83,19 @@ const attn_kernel *attn_kernel_find(const char *name)
     for (int i = 0; name && i < N_KERNELS; i++)
         if (strcmp(KERNELS[i].name, name) == 0) return &KERNELS[i];
     return NULL;
+}
+
+int attn_kernel_runs_on(const attn_kernel *k, const char *gpu)
+{
+    if (!gpu_preset(gpu)) return 1;
+    size_t n = strlen(gpu);
+    for (const char *p = k->runs_on; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && strncmp(p, gpu, n) == 0) return 1;
+        p = comma ? comma + 1 : p + len;
+    }
+    return 0;
 }
 
 const attn_kernel *attn_kernels(int *count)

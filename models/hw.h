@@ -64,6 +64,8 @@ typedef struct attn_kernel {
     double fwd_full[ATTN_KERNEL_LENS], bwd_full[ATTN_KERNEL_LENS];     /* TFLOP/s, not causal */
     double hd64_share; /* throughput at head dimension 64 over 128 (linear between, 1 above) */
     const char *source;                 /* the benchmark table the figures are read from */
+    const char *runs_on; /* the GPU presets of the architecture it was measured on and needs
+                          * ("h100,h200"): --attention-kernel is refused on another preset */
 } attn_kernel;
 
 /* The kernel's throughput at an attention length (tokens) and head dimension, TFLOP/s. */
@@ -143,6 +145,9 @@ typedef struct cluster_spec {
 /* An attention kernel by name ("fa2-a100", …), for --attention-kernel; NULL when none. The
  * table: attn_kernels. */
 const attn_kernel *attn_kernel_find(const char *name);
+/* Whether kernel k runs on (and was measured for) the GPU named gpu: 1 when gpu is one of
+ * k->runs_on or not a preset at all (a user's GPU, whose architecture dpsim cannot tell). */
+int attn_kernel_runs_on(const attn_kernel *k, const char *gpu);
 const attn_kernel *attn_kernels(int *count);
 
 const gpu_spec *gpu_preset(const char *name);

@@ -46,8 +46,9 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
     return st;
 }
 
-/* What the source line says of a built cost model's attention: ", FlashAttention (cudnn-h100)"
- * where it is timed as a fused kernel (timed: the analytic model), ", FlashAttention memory"
+/* What the source line says of a built cost model's attention: ", FlashAttention (the model's
+ * default; the GPU's default kernel, cudnn-h100)" where it is timed as a fused kernel (timed: the
+ * analytic model; or "--attention-kernel K" where the user chose it), ", FlashAttention memory"
  * where only memory follows it (a profile, or no fused kernel measured on the GPU), or ""; and
  * whether the model's default chose it. */
 static const char *attention_note(const cost_model *cm, const cost_request *o, int timed, char *buf,
@@ -56,7 +57,9 @@ static const char *attention_note(const cost_model *cm, const cost_request *o, i
     if (!cm->flash_attn) return "";
     const char *why = o->flash_attn ? "" : "the model's default";
     if (timed && cm->attn)
-        snprintf(buf, cap, ", FlashAttention (%s%s%s)", cm->attn->name, why[0] ? ": " : "", why);
+        snprintf(buf, cap, ", FlashAttention (%s%s%s%s)", why, why[0] ? "; " : "",
+                 o->attn_kernel ? "--attention-kernel " : "the GPU's default kernel, ",
+                 cm->attn->name);
     else
         snprintf(buf, cap, ", FlashAttention memory%s%s%s", why[0] ? " (" : "", why,
                  why[0] ? ")" : "");
@@ -90,6 +93,20 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                      ks[i].name);
         return dp_fail(err, DP_ERR_INVALID, "unknown --attention-kernel \"%s\" (one of %s)",
                        o->attn_kernel, names);
+    }
+    const attn_kernel *chosen = attn_kernel_find(o->attn_kernel);
+    if (chosen && !attn_kernel_runs_on(chosen, hw->gpu.name)) {
+        char names[256] = "";
+        int n;
+        const attn_kernel *ks = attn_kernels(&n);
+        for (int i = 0; i < n; i++)
+            if (attn_kernel_runs_on(&ks[i], hw->gpu.name))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         names[0] ? ", " : "", ks[i].name);
+        return dp_fail(err, DP_ERR_INVALID, "--attention-kernel %s was measured on %s and needs "
+                       "their architecture: %s cannot run it\nhint: %s%s, or --no-flash-attention",
+                       chosen->name, chosen->runs_on, hw->gpu.name,
+                       names[0] ? "on it: " : "no fused kernel is measured on it", names);
     }
     char note[128];
     char sp[96];

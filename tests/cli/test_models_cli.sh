@@ -55,3 +55,11 @@ expect "explain --json: a lower and a higher move per constant" 0 '"name":[[:spa
 expect "explain refuses a share outside (0, 1)" 2 "--share" -- "$DPSIM" explain "${EXPLAIN[@]}" --share 2
 expect "explain on a measured profile lists no analytic parameter" 0 "usable_memory" -- "$DPSIM" explain --pp 4 --iterations 1
 check "... and no gemm_eff" sh -c "'$DPSIM' explain --pp 4 --iterations 1 >'$TMP/explain.txt' 2>/dev/null && grep -q usable_memory '$TMP/explain.txt' && ! grep -q gemm_eff '$TMP/explain.txt'"
+
+# attention kernels: each runs on the GPUs it was measured on (hw.h attn_kernel.runs_on)
+expect "a kernel the GPU cannot run is refused, naming the ones it can" 2 "fa3-h100 was measured on h100,h200 .*a100-80gb cannot run it" -- \
+  "$DPSIM" sim --hw dgx-a100 --model llama3-8b --attention-kernel fa3-h100 --iterations 1
+expect "... and a B200 kernel on an H100" 2 "fa4-b200 was measured on b200" -- \
+  "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel fa4-b200 --mbs 1 --seqlen 4096
+expect "Triton's fused attention (FlexAttention) on an H100, named in the source line" 0 "FlashAttention .*--attention-kernel triton-h100" -- \
+  "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel triton-h100 --mbs 1 --seqlen 8192

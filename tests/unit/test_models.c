@@ -1358,10 +1358,40 @@ static void test_model_train_flops_t5_causal_parts(void **state)
     assert_rel(gap, 12 * hk * m->dec_layers * d * d / 2, 1e-9);
 }
 
+/* The kernels' inferred figures follow the rule their sources state, from the published ones:
+ * Triton's backward is FlashAttention-2's times Triton's forward over FA2's (to the TFLOP/s the
+ * tables round to); each kernel runs on its own architecture's presets and on a user's GPU. */
+static void test_attention_kernels_inferred_and_placed(void **state)
+{
+    (void)state;
+    const attn_kernel *tr = attn_kernel_find("triton-h100"), *fa2 = attn_kernel_find("fa2-h100");
+    assert_non_null(tr);
+    assert_non_null(fa2);
+    for (int i = 0; i < ATTN_KERNEL_LENS; i++) {
+        assert_true(fabs(tr->bwd_causal[i] - fa2->bwd_causal[i] * tr->fwd_causal[i] /
+                                                 fa2->fwd_causal[i]) <= 1.0);
+        assert_true(fabs(tr->bwd_full[i] - fa2->bwd_full[i] * tr->fwd_full[i] / fa2->fwd_full[i]) <=
+                    1.0);
+    }
+    int n;
+    const attn_kernel *ks = attn_kernels(&n);
+    for (int i = 0; i < n; i++) {
+        int on_a100 = attn_kernel_runs_on(&ks[i], "a100-80gb"),
+            on_h100 = attn_kernel_runs_on(&ks[i], "h100"), on_b200 = attn_kernel_runs_on(&ks[i], "b200");
+        assert_int_equal(on_a100 + on_h100 + on_b200, 1); /* one architecture each */
+        assert_true(attn_kernel_runs_on(&ks[i], "my-own-gpu"));
+    }
+    /* every preset's default kernel runs on it */
+    const gpu_spec *g = gpu_presets(&n);
+    for (int i = 0; i < n; i++)
+        if (g[i].attn) assert_true(attn_kernel_runs_on(g[i].attn, g[i].name));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_train_flops_gpt2),
+        cmocka_unit_test(test_attention_kernels_inferred_and_placed),
         cmocka_unit_test(test_model_train_flops_t5_causal_parts),
         cmocka_unit_test(test_varlen_row_of_one_sample_costs_the_sample),
         cmocka_unit_test(test_varlen_row_never_costs_more_than_padded),
