@@ -27,6 +27,7 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
     int n = planner_split_list(buf, item, 512);
     if (n <= 0) return cli_usage_error(cmd, COST_USAGE, "--samples needs 1 to 512 lengths");
     s->varlen = 1;
+    int64_t sum_e = 0, sum_d = 0; /* the samples fill the micro-batch's rows, at most */
     for (int i = 0; i < n; i++) {
         int64_t e = 0, d = 0;
         char *colon = strchr(item[i], ':');
@@ -43,6 +44,14 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
         snprintf(what, sizeof what, "--samples item %d (%lld tokens)", i + 1, (long long)e);
         if (model_check_seqlen(m, (int)e, what, &err) != DP_OK)
             return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
+        sum_e += e, sum_d += d;
+        if (e > s->enc_len || d > s->dec_len || sum_e > (int64_t)s->mbs * s->enc_len ||
+            sum_d > (int64_t)s->mbs * s->dec_len)
+            return cli_usage_error(cmd, COST_USAGE, "--samples item %d (%lld tokens) does not fit "
+                                   "the micro-batch: --mbs %d rows of --seqlen %d%s (%lld tokens "
+                                   "so far)", i + 1, (long long)(e + d), s->mbs, s->enc_len,
+                                   m->arch == ARCH_T5 ? " and --dec-seqlen" : "",
+                                   (long long)(sum_e + sum_d));
         double pe = batch_pad(&r, (int)e), pd = batch_pad(&r, (int)d);
         s->enc_sq += pe * pe, s->dec_sq += pd * pd, s->enc_dec += pe * pd;
     }

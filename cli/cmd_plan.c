@@ -449,9 +449,13 @@ int cmd_sim(int argc, char **argv)
             for (int k = 0; k < 5; k++) taken |= outs[k].path && strcmp(outs[k].path, "-") == 0;
             print_summary(what, &res, trace_tokens, taken ? stderr : stdout);
         }
-        if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
-        if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);
-        if (figures) st = sim_figures(&sc, &pc, &res, what, &err);
+        if (sc.ascii && asc.n == 0) /* nothing drawn is an error, not an empty chart */
+            st = dp_fail(&err, DP_ERR_INVALID, "--ascii-iteration %d: the run has no such iteration "
+                         "(it simulated %d, ids from %d)", sc.ascii_iteration, res.iterations,
+                         res.n_iter > 0 ? res.iter[0].id : 0);
+        else if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
+        else if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);
+        if (figures && st == DP_OK) st = sim_figures(&sc, &pc, &res, what, &err);
     }
     panel_collector_release(&pc);
     ascii_release(&asc);

@@ -109,6 +109,7 @@ int cmd_sweep(int argc, char **argv)
                   "keep only the points whose layout uses exactly N GPUs\n"
                   "(tp x cp x pp x dp), e.g. with grids over tp, pp and dp");
     plan_request_options(&t, &p);
+    t.defer_only_with = 1; /* a grid may set what an option applies with */
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
     plan_request_parsed(&t, &p);
     cli_opts_release(&t);

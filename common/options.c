@@ -159,7 +159,15 @@ static int apply(cli_opts *t, const cli_opt *o, const char *arg)
     }
     for (int m = 1; m < OPT_MARKS; m++)
         if ((o->marks & m) && !t->first[m]) t->first[m] = o;
+    ((cli_opt *)o)->given = 1;
     return 0;
+}
+
+cli_opt *cli_opt_only_with(cli_opt *o, int (*applies)(const void *ctx), const void *ctx,
+                           const char *only_with)
+{
+    o->applies = applies, o->applies_ctx = ctx, o->only_with = only_with;
+    return o;
 }
 
 int cli_opts_parse(cli_opts *t, int argc, char **argv, const char **pos, int max_pos, int *n_pos)
@@ -182,6 +190,7 @@ int cli_opts_parse(cli_opts *t, int argc, char **argv, const char **pos, int max
     int c, rc = 0;
     if (n_pos) *n_pos = 0;
     for (int m = 0; m < OPT_MARKS; m++) t->first[m] = NULL;
+    for (int i = 0; i < t->n; i++) t->row[i].given = 0;
     optind = 1;
     opterr = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
@@ -202,6 +211,12 @@ int cli_opts_parse(cli_opts *t, int argc, char **argv, const char **pos, int max
             break;
         }
         if (apply(t, o, optarg) != 0) rc = EXIT_USAGE;
+    }
+    for (int i = 0; rc == 0 && !t->defer_only_with && i < t->n; i++) { /* nothing ignored */
+        const cli_opt *o = &t->row[i];
+        if (o->given && o->applies && !o->applies(o->applies_ctx))
+            rc = cli_usage_error(t->cmd, t->usage, "--%s applies only with %s", o->name,
+                                 o->only_with);
     }
     for (; rc == 0 && optind < argc; optind++) {
         if (!pos || !n_pos || *n_pos >= max_pos) {

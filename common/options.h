@@ -77,6 +77,14 @@ typedef struct cli_opt {
     int flag_value;    /* OPT_FLAG: the value stored; 0 means 1 */
     /* OPT_CALL: writes the current value as it would be given (cli_opt_value) */
     void (*show)(const void *ctx, char *buf, size_t cap);
+    /* "Only with": an option that does nothing unless another says so. applies(applies_ctx),
+     * asked once every option is parsed, reads their destinations; given where it returns 0, the
+     * option is refused as "--cp-max applies only with --cp auto" (only_with), not ignored. NULL:
+     * it always applies. */
+    int (*applies)(const void *ctx);
+    const void *applies_ctx;
+    const char *only_with;
+    int given; /* set by cli_opts_parse: the option was on the command line */
 } cli_opt;
 
 typedef struct cli_opts {
@@ -88,6 +96,8 @@ typedef struct cli_opts {
     const cli_opt *first[OPT_MARKS]; /* after parsing: the first row given with each mark (valid
                                       * while the table is) */
     int help_hides; /* marks whose rows --help leaves out (tune: OPT_TUNED, which it refuses) */
+    int defer_only_with; /* 1: cli_opts_parse leaves the "only with" check to the caller (a sweep,
+                          * whose grid may set the condition: each point's set-up checks it) */
 } cli_opts;
 
 /* An empty table for cmd (no rows; --help is always understood). */
@@ -112,6 +122,10 @@ cli_opt *cli_opt_string(cli_opts *t, const char *name, char letter, const char *
 cli_opt *cli_opt_call(cli_opts *t, const char *name, char letter,
                       int (*call)(void *ctx, const char *arg, const char *cmd, const char *usage),
                       void *ctx, const char *meta, const char *deflt, const char *help);
+
+/* Marks row o as applying only when applies(ctx) (cli_opt.applies); returns o. */
+cli_opt *cli_opt_only_with(cli_opt *o, int (*applies)(const void *ctx), const void *ctx,
+                           const char *only_with);
 
 /* Parses argv[1 ..] (argv[0] is the subcommand). Arguments that are not options go to pos (at
  * most max_pos of them, *n_pos set; pos may be NULL when none is accepted). Returns 0 to go on,

@@ -189,8 +189,11 @@ dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err)
     if (n < 2)
         return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": B (backward) is missing; give "
                        "F,B or F,B,W (e.g. 1,2,1)", text);
-    if (!(v[0] > 0 && v[1] > 0))
-        return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": F and B must be above 0 ms", text);
+    /* the simulator's clock ticks in nanoseconds: a cost below one tick would time as nothing */
+    if (!(v[0] >= COST_TOY_MIN_MS && v[1] >= COST_TOY_MIN_MS) || (v[2] > 0 && v[2] < COST_TOY_MIN_MS))
+        return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": F and B must be at least %g ms "
+                       "(W 0 or at least that): the simulator's clock ticks in nanoseconds", text,
+                       COST_TOY_MIN_MS);
     if (v[2] > v[1])
         return dp_fail(err, DP_ERR_INVALID, "--toy-costs \"%s\": W (%g ms) is the weight-gradient "
                        "share of the backward B (%g ms), so at most B", text, v[2], v[1]);

@@ -146,8 +146,11 @@ typedef struct cost_toy {
  * latency 0), so a transfer of a GB takes nanoseconds. */
 #define COST_TOY_FREE_LINK_GBIT 1e9
 
-/* Parses "F,B" or "F,B,W" (ms, finite, F and B > 0, 0 <= W <= B) into out (unit_tokens left as
- * it was); DP_ERR_INVALID naming the field otherwise. */
+/* The smallest toy cost, ms: the simulator's clock tick (1 ns); a smaller one would time as 0. */
+#define COST_TOY_MIN_MS 1e-6
+
+/* Parses "F,B" or "F,B,W" (ms, finite, F and B at least COST_TOY_MIN_MS, W 0 or at least that and
+ * at most B) into out (unit_tokens left as it was); DP_ERR_INVALID naming the field otherwise. */
 dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err);
 
 /* The scale a shape's costs take under toy costs: its padded tokens / unit_tokens. */

@@ -145,6 +145,24 @@ static int set_cp_kind(void *ctx, const char *arg, const char *cmd, const char *
 }
 
 /* --cp C or auto, and --cp-max G, in either order: under auto cp is the group, cp_max */
+/* "Only with" conditions (options.h cli_opt_only_with), read once every option is parsed. */
+static int cp_auto_on(const void *ctx)
+{
+    return ((const cost_request *)ctx)->cp_auto;
+}
+
+static int cp_on(const void *ctx)
+{
+    const cost_request *o = ctx;
+    return o->cp > 1 || o->cp_auto;
+}
+
+static int toy_without_trace(const void *ctx)
+{
+    const plan_request *p = ctx;
+    return p->toy_costs && !p->trace;
+}
+
 static int set_cp(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     cost_request *o = ctx;
@@ -215,14 +233,17 @@ void cost_request_options(cli_opts *t, cost_request *o)
     cli_opt *cpm = cli_opt_call(t, "cp-max", 0, set_cp_max, o, "G", "4",
                                 "with --cp auto: the GPUs of a context-parallel group");
     cpm->marks = OPT_FIXED_BY_PLAN, cpm->show = show_cp_max;
+    cli_opt_only_with(cpm, cp_auto_on, o, "--cp auto");
     cli_opt *ck = cli_opt_call(t, "cp-kind", 0, set_cp_kind, o, "K", "ring",
                                "ring (K/V passed around behind the attention) | all-to-all\n"
                                "(DeepSpeed-Ulysses: heads across the group)");
     ck->marks = OPT_FIXED_BY_PLAN, ck->show = show_cp_kind;
+    cli_opt_only_with(ck, cp_on, o, "--cp above 1 or auto");
     cli_opt_flag(t, "no-sp", 0, &o->no_sp,
                  "tensor parallelism without Megatron's sequence parallelism (on by\n"
                  "default with --tp > 1, analytic model: norms' and dropouts'\n"
-                 "activations split along the sequence, all-gather + reduce-scatter)");
+                 "activations split along the sequence, all-gather + reduce-scatter)")
+        ->marks = OPT_FIXED_BY_PLAN;
     cli_opt *r = cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
                               "none | selective | full | dynamic (per iteration, the first\n"
                               "of none, selective, full whose plan fits; DynaPipe's rule) |\n"
@@ -467,8 +488,10 @@ void plan_request_options(cli_opts *t, plan_request *p)
                    "weight gradients) per micro-batch of --max-seqlen tokens; no\n"
                    "embedding or LM head, free links unless --link-* is given, no\n"
                    "optimizer step; without --trace, --microbatches equal samples")->marks = F;
-    cli_opt_int(t, "microbatches", 0, &p->microbatches, "N", 1, 1 << 16, "8",
-                "with --toy-costs and no --trace: N equal micro-batches")->marks = F;
+    cli_opt_only_with(cli_opt_int(t, "microbatches", 0, &p->microbatches, "N", 1, 1 << 16, "8",
+                                  "with --toy-costs and no --trace: N equal micro-batches"),
+                      toy_without_trace, p, "--toy-costs and no --trace")
+        ->marks = F;
     cli_opt_flag(t, "keep-going", 0, &p->keep_going,
                  "an iteration that cannot be planned to fit (out of memory, a\n"
                  "sample that fits nowhere) is counted, named and left out (else: stop)")

@@ -94,4 +94,14 @@ expect "plan: cp_auto without a group" 1 "cpg.json: \"cp_auto\" needs a group" -
 expect "timeline: iteration not in the plan" 1 "meas.csv:2: iteration 7 is not in the plan" -- "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$(mk meas.csv 'iteration,stage,op,mb,start_us,end_us\n7,0,F,0,0,10\n')"
 expect "timeline: end before start" 1 "meas2.csv:2: start_us/end_us" -- "$DPSIM" validate --plan tests/cli/golden/plan_4ranks.json --measured "$(mk meas2.csv 'iteration,stage,op,mb,start_us,end_us\n0,0,F,0,10,5\n')"
 
+
+# options accepted and ignored are refused (options.h cli_opt_only_with; hardening round 4, class F)
+expect "--cp-max without --cp auto" 2 "--cp-max applies only with --cp auto" -- "$DPSIM" sim --cp-max 8 --iterations 1
+expect "--cp-kind at cp 1" 2 "--cp-kind applies only with --cp above 1 or auto" -- "$DPSIM" sim --cp-kind all-to-all --iterations 1
+expect "--microbatches without --toy-costs" 2 "--microbatches applies only with --toy-costs and no --trace" -- "$DPSIM" sim --microbatches 4 --iterations 1
+expect "--no-sp beside --plan (the plan fixes it)" 2 "--no-sp cannot apply with --plan" -- "$DPSIM" sim --plan tests/cli/golden/plan_4ranks.json --no-sp
+expect "toy costs below the simulator's clock" 2 "at least 1e-06 ms" -- "$DPSIM" sim --toy-costs 1e-9,1e-9 --pp 2
+expect "--ascii-iteration beyond the run" 1 "--ascii-iteration 5: the run has no such iteration" -- "$DPSIM" sim --iterations 2 --ascii --ascii-iteration 5
+expect "cost --samples beyond the micro-batch's rows" 2 "--samples item 2 .400 tokens. does not fit the micro-batch" -- "$DPSIM" cost --mbs 1 --seqlen 512 --samples 400,400
+
 finish

@@ -229,11 +229,11 @@ expect "a trace shorter than one global batch is said" 0 "one global batch of 40
 expect "sim prints Megatron's hardware TFLOP/s beside the model's" 0 "hardware TFLOP/s per GPU +[0-9.]+ +.HFU" -- \
   "$DPSIM" sim --model llama3-8b --hw dgx-h100 --pp 4 --dp 2 --recompute full --iterations 2
 # FlashAttention is the LLaMA models' default, and a what-if either way.
-expect "llama3-8b trains with FlashAttention by default" 0 "FlashAttention .cudnn-h100: the model's default." -- \
+expect "llama3-8b trains with FlashAttention by default" 0 "FlashAttention .the model's default; the GPU's default kernel, cudnn-h100." -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192
 expect "... --no-flash-attention turns it off (the scores stored again)" 0 "layer +[0-9.]+ +[0-9.]+ +11945\\.4 " -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --no-flash-attention
-expect "... another kernel: FlashAttention-2 is slower than cuDNN" 0 "FlashAttention .fa2-h100." -- \
+expect "... another kernel: FlashAttention-2 is slower than cuDNN" 0 "FlashAttention .the model's default; --attention-kernel fa2-h100." -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --attention-kernel fa2-h100
 
 # validate with repeats: a simulated timeline as the measurement, run three times at 1.0, 1.1 and

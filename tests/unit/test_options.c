@@ -201,6 +201,53 @@ static void test_shared_plan_options(void **state)
     assert_string_equal(p.batching, "packing-kk");
 }
 
+/* No option is accepted and ignored: every row of the plan options that applies only with
+ * another, given alone at its default value, is refused naming what it needs; given with its
+ * condition, accepted. */
+static void test_only_with_rows_refused_alone(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *with[4];
+    } cond[] = {{"cp-max", {"--cp", "auto"}},
+                {"cp-kind", {"--cp", "2"}},
+                {"microbatches", {"--toy-costs", "1,2"}}};
+    cli_opts t;
+    plan_request p;
+    plan_request_default(&p);
+    cli_opts_init(&t, "test", "dpsim test", NULL);
+    plan_request_options(&t, &p);
+    int checked = 0;
+    for (int i = 0; i < t.n; i++) {
+        const cli_opt *o = &t.row[i];
+        if (!o->applies) continue;
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s", o->name);
+        char *argv[] = {"test", opt, (char *)o->deflt, NULL};
+        int argc = o->kind == OPT_FLAG ? 2 : 3;
+        cli_opts u;
+        plan_request q;
+        plan_request_default(&q);
+        cli_opts_init(&u, "test", "dpsim test", NULL);
+        plan_request_options(&u, &q);
+        assert_int_equal(cli_opts_parse(&u, argc, argv, NULL, 0, NULL), EXIT_USAGE);
+        cli_opts_release(&u);
+        size_t k = 0;
+        while (k < sizeof cond / sizeof *cond && strcmp(cond[k].name, o->name) != 0) k++;
+        if (k == sizeof cond / sizeof *cond) fail_msg("--%s: add its condition here", o->name);
+        char *with[] = {"test", opt, (char *)o->deflt, (char *)cond[k].with[0],
+                        (char *)cond[k].with[1], NULL};
+        plan_request_default(&q);
+        cli_opts_init(&u, "test", "dpsim test", NULL);
+        plan_request_options(&u, &q);
+        assert_int_equal(cli_opts_parse(&u, 5, with, NULL, 0, NULL), 0);
+        cli_opts_release(&u);
+        checked++;
+    }
+    assert_true(checked >= 3);
+    cli_opts_release(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_help_lists_every_row_with_defaults),
         cmocka_unit_test(test_shared_plan_options),
+        cmocka_unit_test(test_only_with_rows_refused_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
