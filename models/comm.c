@@ -34,12 +34,20 @@ comm_group comm_group_flat(int n, int spans_nodes)
     return g;
 }
 
+comm_group comm_strided_group(const cluster_spec *c, int n, int stride)
+{
+    int gpn = c->gpus_per_node > 0 ? c->gpus_per_node : 1, st = stride > 0 ? stride : 1;
+    comm_group g = comm_group_flat(n, (long long)n * st > gpn);
+    if (g.spans_nodes) {
+        double members = st < gpn ? (double)(gpn / st) : 1; /* of one group on a node */
+        g.nics = fmin(members, c->nics_per_node * members / gpn);
+    }
+    return g;
+}
+
 comm_group comm_tp_group(const cluster_spec *c, int tp)
 {
-    comm_group g = comm_group_flat(tp, tp > c->gpus_per_node);
-    if (g.spans_nodes) /* every GPU of a node in the group, all crossing */
-        g.nics = fmin(c->gpus_per_node, c->nics_per_node);
-    return g;
+    return comm_strided_group(c, tp, 1);
 }
 
 /* The data-parallel ring of a GPU crosses nodes (its first and last members differ). */

@@ -62,8 +62,17 @@ typedef struct comm_group {
 
 /* A group inside one node, or spread one GPU per node over n nodes with a NIC each. */
 comm_group comm_group_flat(int n, int spans_nodes);
-/* A tensor-parallel group of tp GPUs: inside a node unless tp exceeds it. */
+/* A tensor-parallel group of tp GPUs: inside a node unless tp exceeds it (comm_strided_group
+ * of stride 1). */
 comm_group comm_tp_group(const cluster_spec *c, int tp);
+/* A group of n GPUs whose members are `stride` apart in the placement (GPUs g, g + stride, ...:
+ * a context-parallel ring of the same tensor-parallel rank has stride tp), where every GPU of a
+ * node is in one such group and all run their collective at once: what each group gets. Inside
+ * a node when n x stride GPUs fit in one; else over the NICs, which the groups crossing a node
+ * share: each has m = max(1, gpus_per_node / stride) members on a node, gpus_per_node / m
+ * groups cross it together, so each gets nics_per_node x m / gpus_per_node NICs' worth (at most
+ * its m members' own: a rail per GPU). */
+comm_group comm_strided_group(const cluster_spec *c, int n, int stride);
 /* The data-parallel group of pipeline stage `stage`: its dp replicas, one ring per tensor-parallel
  * rank. Placement: rank r = replica * pp + stage holds GPUs r * tp .. r * tp + tp - 1 (tensor
  * parallelism innermost, then the pipeline, then the replicas: Megatron's order), gpus_per_node

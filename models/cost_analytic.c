@@ -228,8 +228,9 @@ static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn,
     int cp = cm->cp, tp = cm->tp;
     double hk = (double)m->heads * m->kv_channels, hkv = (double)model_kv_heads(m) * m->kv_channels;
     double tokens = (double)s->mbs * s->enc_len, elem = COMM_ACT_ELEM_BYTES;
-    comm_group g = comm_tp_group(&cm->hw, tp * cp); /* the group's links: a node's, or the NICs */
-    g.n = cp;
+    /* one ring per tensor-parallel rank, its members tp GPUs apart, all at once: across nodes
+     * they share the node's NICs */
+    comm_group g = comm_strided_group(&cm->hw, cp, tp);
     if (cm->cp_alltoall) { /* Q, K, V to heads-sharded full sequences, and the output back */
         double local = tokens / cp * elem / tp;
         double one = comm_coll_ms(&cm->hw, COLL_ALL_TO_ALL, &g, local * hk) * 2 +

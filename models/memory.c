@@ -37,12 +37,35 @@ double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
     return mb + memory_embedding_share_mb(cm, stage, stages);
 }
 
-double memory_embedding_share_mb(const cost_model *cm, int stage, int stages)
+int memory_embedding_units(const cost_model *cm, int stage, int stages, double unit_mb[2])
 {
     if (cm->toy.on) return 0; /* textbook stages are equal: no embedding, no head */
     stage_placement pl = placement_stage(&cm->model, stage, stages);
-    double mb = pl.embedding ? cm->embedding_param_mb : 0;
+    int n = 0;
+    if (pl.embedding) unit_mb[n++] = cm->embedding_param_mb;
     if (pl.head && (stages > 1 || cm->model.untied_head))
-        mb += cm->embedding_param_mb; /* the head: V x h (and the positions' h per position) */
+        unit_mb[n++] = cm->embedding_param_mb; /* the head: V x h (and the positions' h each) */
+    return n;
+}
+
+double memory_embedding_share_mb(const cost_model *cm, int stage, int stages)
+{
+    double unit[2], mb = 0;
+    int n = memory_embedding_units(cm, stage, stages, unit);
+    for (int i = 0; i < n; i++) mb += unit[i];
     return mb;
+}
+
+double memory_zero3_gathered_mb(const cost_model *cm, int stage, int stages, int layers,
+                                double layer_mb, int zero_stage, int zero_ranks)
+{
+    if (zero_stage < 3 || zero_ranks < 2) return 0;
+    double unit[2], first = 0, second = 0; /* the two largest units */
+    int n = memory_embedding_units(cm, stage, stages, unit);
+    for (int i = 0; i < n + (layers > 0 ? 2 : 0); i++) { /* two layers stand for all of them */
+        double u = i < n ? unit[i] : layer_mb;
+        if (u > first) second = first, first = u;
+        else if (u > second) second = u;
+    }
+    return first + second;
 }

@@ -43,5 +43,13 @@ double memory_stage_param_mb(const cost_model *cm, int stage, int stages);
  * the first; the head on the last, as a copy of the tied embedding (Megatron keeps one there)
  * when there are several stages, or as its own weights when it is untied. */
 double memory_embedding_share_mb(const cost_model *cm, int stage, int stages);
+/* The same as units gathered whole under ZeRO-3: the embedding's and the head's, each its own
+ * (at most 2, into unit_mb), their sum memory_embedding_share_mb. Returns how many. */
+int memory_embedding_units(const cost_model *cm, int stage, int stages, double unit_mb[2]);
+/* ZeRO-3's gathered working set on a device, MB: the unit that runs and the one prefetched behind
+ * it, i.e. the two largest of the units it gathers whole (each of its `layers` layers of
+ * layer_mb, and the embedding and the head where it holds them); 0 without ZeRO-3 over 2+ GPUs. */
+double memory_zero3_gathered_mb(const cost_model *cm, int stage, int stages, int layers,
+                                double layer_mb, int zero_stage, int zero_ranks);
 
 #endif /* MEMORY_H */

@@ -48,12 +48,12 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
                            sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
         double param_mb = layers_mb + memory_embedding_share_mb(cm, s, pp);
         sm->param_mb[s] = param_mb;
-        /* ZeRO-3 (FSDP): while a layer runs its whole parameters are gathered, and the next
-         * layer's behind it (prefetch): two layers' fp16 parameters beside the sharded state, as
-         * FSDP's and DeepSpeed's prefetch of one layer hold them, whatever the micro-batch */
+        /* ZeRO-3 (FSDP): while a unit runs its whole parameters are gathered, and the next
+         * unit's behind it (prefetch), as FSDP's and DeepSpeed's prefetch of one unit hold them,
+         * whatever the micro-batch: the two largest of its layers, embedding and head */
         int layers = sm->enc_layers[s] + sm->dec_layers[s];
-        sm->zero3_gathered_mb[s] =
-            zero_stage >= 3 && sm->zero_ranks >= 2 && layers > 0 ? 2 * layers_mb / layers : 0;
+        sm->zero3_gathered_mb[s] = memory_zero3_gathered_mb(
+            cm, s, pp, layers, layers > 0 ? layers_mb / layers : 0, zero_stage, sm->zero_ranks);
         state_bytes sb = memory_state_bytes(cm->precision, cm->grad_bytes);
         sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_ranks) +
                           sm->zero3_gathered_mb[s];

@@ -49,7 +49,8 @@ typedef struct stage_model {
     double state_mb[STAGE_MAX];                       /* model state per device, MB (with
                                                        * zero3_gathered_mb) */
     double zero3_gathered_mb[STAGE_MAX]; /* ZeRO-3 over 2+ GPUs: the running and the prefetched
-                                          * layer's fp16 parameters held whole, part of the
+                                          * unit's fp16 parameters held whole (the two largest
+                                          * of layers, embedding, head), part of the
                                           * state (not of a micro-batch's peak, which interleaved
                                           * chunks share); 0 otherwise */
     double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
@@ -84,7 +85,8 @@ typedef struct mb_cost {
  * FSDP does under torchtitan's and Megatron-FSDP's pipeline schedules with resharding after each
  * forward: each micro-batch gathers its stage's parameters for the forward and again for the
  * backward and reduce-scatters its gradients (models/comm.h comm_zero), the running and the
- * prefetched layer held whole (zero3_gathered_mb, in state_mb). FSDP that keeps the parameters gathered for the whole
+ * prefetched unit held whole (zero3_gathered_mb, in state_mb: the two largest of a stage's
+ * layers, embedding and head; memory_zero3_gathered_mb). FSDP that keeps the parameters gathered for the whole
  * step (torchtitan's default with a pipeline) moves and holds what ZeRO-1 does: --zero 1. */
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err);

@@ -973,6 +973,18 @@ static void test_nccl_collectives(void **state)
     assert_rel(comm_coll_ms(&h100, COLL_ALL_REDUCE, &tp8, B), nvls, 1e-12);
     assert_rel(comm_coll_ms(&h100, COLL_ALL_GATHER, &tp8, B), 7 * 2e-3 + 0.875 * B / 370e9 * 1e3,
                1e-12);
+    /* concurrent groups share the NICs: tp 8 x cp 2 puts eight cp rings (one per tp rank, 8
+     * GPUs apart) across two nodes at once, one NIC each, as the data-parallel rails below get
+     * (comm_dp_group counts its rings another way: the two must agree); tp 2 x cp 8 puts two
+     * rings of four members a node on its eight NICs, four each; a tp group over two nodes
+     * keeps all eight */
+    comm_group cp2 = comm_strided_group(&h100, 2, 8), cp8 = comm_strided_group(&h100, 8, 2);
+    assert_int_equal(cp2.spans_nodes, 1);
+    assert_near(cp2.nics, comm_dp_group(&h100, 1, 2, 8, 0).nics, 1e-12);
+    assert_near(cp2.nics, 1, 1e-12);
+    assert_near(cp8.nics, 4, 1e-12);
+    assert_near(comm_tp_group(&h100, 16).nics, 8, 1e-12);
+    assert_int_equal(comm_strided_group(&h100, 4, 2).spans_nodes, 0); /* 8 GPUs: one node */
     /* rails: tp 8, dp 2 over two nodes: every GPU's ring crosses on its own NIC (48 GB/s) */
     comm_group rail = comm_dp_group(&h100, 1, 2, 8, 0);
     assert_int_equal(rail.spans_nodes, 1);
