@@ -59,7 +59,7 @@ check regime README.md "regime map: llama3.1-8b 1024 packing-dp / packing" 1.68 
 check regime docs/scheduling.md "regime map: gpt 4096 auto / packing" 1.7859 0.1 '$1 == "gpt-6.7b-16l" && $2 == 4096 && $3 == "auto" { print $4 }'
 check toy README.md "textbook ZB-H1 bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check longctx README.md "long context: 8B, 64 GPUs, 128k, cp auto" 472397 0.1 '$1 == "llama3.1-8b" && $2 == 64 && $6 == 131072 { print $13 }'
-check longctx README.md "long context: 70B, 32k, cp 2" 44622 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
+check longctx README.md "long context: 70B, 32k, cp 2" 44562 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
 if [ "$moved" -gt 0 ]; then
   echo "figures: $moved figure(s) moved or missing: re-measure them in the pages named" >&2
   exit 1
