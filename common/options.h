@@ -96,8 +96,8 @@ typedef struct cli_opts {
     const cli_opt *first[OPT_MARKS]; /* after parsing: the first row given with each mark (valid
                                       * while the table is) */
     int help_hides; /* marks whose rows --help leaves out (tune: OPT_TUNED, which it refuses) */
-    int defer_only_with; /* 1: cli_opts_parse leaves the "only with" check to the caller (a sweep,
-                          * whose grid may set the condition: each point's set-up checks it) */
+    int defer_only_with; /* 1: cli_opts_parse skips the "only with" check (a sweep, whose grid may
+                          * set the condition point by point: its base options are not refused) */
 } cli_opts;
 
 /* An empty table for cmd (no rows; --help is always understood). */

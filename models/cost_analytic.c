@@ -284,17 +284,29 @@ static gemm gemm_of(double m, double k, double n)
     return g;
 }
 
+/* A layer's widths as its GEMMs see them: hidden, query heads x head size, key/value heads x head
+ * size, ffn, MLP matrices (3 when gated), vocabulary. */
+typedef struct layer_dims {
+    double h, hk, hkv, f, mats, vocab;
+} layer_dims;
+
+static layer_dims dims_of(const model_spec *m)
+{
+    layer_dims d = {m->hidden, (double)m->heads * m->kv_channels,
+                    (double)model_kv_heads(m) * m->kv_channels, m->ffn, m->glu ? 3 : 2, m->vocab};
+    return d;
+}
+
 /* The GEMMs of a layer on one GPU of a TP group of t, whose self-attention queries and MLP run
  * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
  * to analytic_flops' dense term. Returns how many (at most 8). */
-static int layer_gemms(const model_spec *m, cost_component c, double tq, double tkv, double t,
+static int layer_gemms(const layer_dims *d, cost_component c, double tq, double tkv, double t,
                        gemm *g)
 {
-    double h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
-    double hkv = (double)model_kv_heads(m) * m->kv_channels, mats = m->glu ? 3 : 2;
+    double h = d->h, hk = d->hk, hkv = d->hkv, f = d->f;
     int n = 0;
     if (c == COMP_POSTPROCESS) {
-        g[n++] = gemm_of(tq, h, m->vocab / t);
+        g[n++] = gemm_of(tq, h, d->vocab / t);
         return n;
     }
     g[n++] = gemm_of(tq, h, (hk + 2 * hkv) / t); /* Q, K and V */
@@ -304,8 +316,8 @@ static int layer_gemms(const model_spec *m, cost_component c, double tq, double 
         g[n++] = gemm_of(tkv, h, 2 * hkv / t);
         g[n++] = gemm_of(tq, hk / t, h);
     }
-    g[n++] = gemm_of(tq, h, (mats - 1) * f / t); /* up (and gate) */
-    g[n++] = gemm_of(tq, f / t, h);              /* down */
+    g[n++] = gemm_of(tq, h, (d->mats - 1) * f / t); /* up (and gate) */
+    g[n++] = gemm_of(tq, f / t, h);                 /* down */
     return n;
 }
 
@@ -326,11 +338,11 @@ static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, 
     *bwd = total > 0 ? b / total : 1;
 }
 
-/* The layer the A100 fit measured (GPT-6.7B, tp 1; analytic_params_default) at 4,096 tokens, the
- * profile's middle: its GEMMs' shape cost is the one the fitted efficiency already holds, so a
- * layer's GEMM time scales by its own shape cost over this one's. */
-#define FIT_HIDDEN 4096.0
-#define FIT_FFN 16384.0
+/* The layer the A100 fit measured (GPT-6.7B: hidden 4,096, ffn 16,384, 32 heads of 128, tp 1;
+ * analytic_params_default) at 4,096 tokens, the profile's middle: its GEMMs' shape cost is the one
+ * the fitted efficiency already holds, so a layer's GEMM time scales by its own shape cost over
+ * this one's. */
+static const layer_dims FIT_LAYER = {4096, 4096, 4096, 16384, 2, 0};
 #define FIT_TOKENS 4096.0
 
 /* The time multipliers of a layer's GEMMs for their shapes, forward and backward (1 on a GPU
@@ -341,12 +353,14 @@ static void gemm_shape_multipliers(const cost_model *cm, cost_component c, doubl
                                    int fp8, double *fwd, double *bwd)
 {
     const gpu_spec *gpu = &cm->hw.gpu;
+    if (!(gpu->gemm_k0 > 0) && !(fp8 && gpu->fp8_gemm_k0 > 0)) {
+        *fwd = *bwd = 1; /* no curve: every shape at the fitted rate */
+        return;
+    }
     gemm g[8], ref[8];
-    int n = layer_gemms(&cm->model, c, tq, tkv, cm->tp, g);
-    model_spec fit = cm->model; /* the fitted layer: the shape of GPT-6.7B, tp 1 */
-    fit.hidden = (int)FIT_HIDDEN, fit.ffn = (int)FIT_FFN, fit.glu = 0;
-    fit.heads = fit.kv_heads = 32, fit.kv_channels = 128;
-    int nref = layer_gemms(&fit, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, ref);
+    layer_dims d = dims_of(&cm->model);
+    int n = layer_gemms(&d, c, tq, tkv, cm->tp, g);
+    int nref = layer_gemms(&FIT_LAYER, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, ref);
     double f, b, fref, bref;
     gemm_shape_cost(gpu, fp8, g, n, &f, &b);
     gemm_shape_cost(gpu, 0, ref, nref, &fref, &bref);
