@@ -259,7 +259,8 @@ void cost_request_options(cli_opts *t, cost_request *o)
                  "unfused attention even where the model defaults to FlashAttention");
     cli_opt_string(t, "attention-kernel", 0, &o->attn_kernel, "K", "the GPU's",
                    "fused attention kernel's measured tables: fa2-a100, fa2-h100,\n"
-                   "fa3-h100, cudnn-h100, fa4-b200 (dpsim models lists them)");
+                   "fa3-h100, cudnn-h100, triton-h100, fa4-b200, each on its own GPUs\n"
+                   "(dpsim models lists them)");
     cli_opt *ov = cli_opt_call(t, "overlap", 0, set_overlap, o, "LIST", "dp,zero",
                                "communication that overlaps compute: dp (gradient reduction in\n"
                                "buckets during the last backward), zero (ZeRO/FSDP prefetch),\n"
