@@ -45,35 +45,39 @@ comm_group comm_strided_group(const cluster_spec *c, int n, int stride)
     return g;
 }
 
-comm_group comm_tp_group(const cluster_spec *c, int tp)
+comm_group comm_mesh_group(const cluster_spec *c, const mesh *m, mesh_kind k)
 {
-    return comm_strided_group(c, tp, 1);
+    mesh_coord first = {0, 0, 0, 0};
+    long long size = mesh_size(m) / mesh_groups(m, k);
+    long long stride = size > 1 ? mesh_member(m, first, k, 1) - mesh_member(m, first, k, 0) : 1;
+    return comm_strided_group(c, (int)size, (int)stride);
 }
 
-/* The data-parallel ring of a GPU crosses nodes (its first and last members differ). */
-static int dp_ring_crosses(const cluster_spec *c, int pp, int dp, int tp, long long gpu)
+/* The data-parallel ring of the GPU at x (its replicas: MESH_DP) crosses nodes (its first and
+ * last members differ). */
+static int dp_ring_crosses(const cluster_spec *c, const mesh *m, mesh_coord x)
 {
-    long long r = gpu / tp, j = gpu % tp, s = r % pp;
-    long long first = s * tp + j, last = ((long long)(dp - 1) * pp + s) * tp + j;
-    return node_of(c, first) != node_of(c, last);
+    return node_of(c, mesh_member(m, x, MESH_DP, 0)) !=
+           node_of(c, mesh_member(m, x, MESH_DP, m->dp - 1));
 }
 
-comm_group comm_dp_group(const cluster_spec *c, int pp, int dp, int tp, int stage)
+comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage)
 {
-    comm_group g = comm_group_flat(dp, 0);
-    long long total = (long long)pp * dp * tp;
-    for (int j = 0; j < tp; j++) {
-        if (!dp_ring_crosses(c, pp, dp, tp, (long long)stage * tp + j)) continue;
+    comm_group g = comm_group_flat(m->dp, 0);
+    long long total = mesh_size(m);
+    mesh_coord first = {0, 0, stage, 0};
+    for (int j = 0; j < mesh_width(m); j++) { /* each (tp, cp) rank of the stage: a ring */
+        mesh_coord x = mesh_place(m, mesh_member(m, first, MESH_TP_CP, j));
+        if (!dp_ring_crosses(c, m, x)) continue;
         double worst = INFINITY;
-        for (int rep = 0; rep < dp;) { /* node by node along the ring */
-            long long gpu = ((long long)rep * pp + stage) * tp + j;
-            int node = node_of(c, gpu), members = 0;
-            for (; rep < dp && node_of(c, ((long long)rep * pp + stage) * tp + j) == node; rep++)
+        for (int rep = 0; rep < m->dp;) { /* node by node along the ring */
+            int node = node_of(c, mesh_member(m, x, MESH_DP, rep)), members = 0;
+            for (; rep < m->dp && node_of(c, mesh_member(m, x, MESH_DP, rep)) == node; rep++)
                 members++;
             int crossing = 0;
             long long lo = (long long)node * c->gpus_per_node;
-            for (long long x = lo; x < lo + c->gpus_per_node && x < total; x++)
-                crossing += dp_ring_crosses(c, pp, dp, tp, x);
+            for (long long y = lo; y < lo + c->gpus_per_node && y < total; y++)
+                crossing += dp_ring_crosses(c, m, mesh_place(m, y));
             double share = members * fmin(1, (double)c->nics_per_node / crossing);
             worst = fmin(worst, share);
         }

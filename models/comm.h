@@ -36,6 +36,7 @@
 #define COMM_H
 
 #include "hw.h"
+#include "mesh.h"
 #include "model.h"
 
 #define COMM_ACT_ELEM_BYTES 2 /* fp16/bf16 activations and gradients */
@@ -62,9 +63,6 @@ typedef struct comm_group {
 
 /* A group inside one node, or spread one GPU per node over n nodes with a NIC each. */
 comm_group comm_group_flat(int n, int spans_nodes);
-/* A tensor-parallel group of tp GPUs: inside a node unless tp exceeds it (comm_strided_group
- * of stride 1). */
-comm_group comm_tp_group(const cluster_spec *c, int tp);
 /* A group of n GPUs whose members are `stride` apart in the placement (GPUs g, g + stride, ...:
  * a context-parallel ring of the same tensor-parallel rank has stride tp), where every GPU of a
  * node is in one such group and all run their collective at once: what each group gets. Inside
@@ -73,12 +71,18 @@ comm_group comm_tp_group(const cluster_spec *c, int tp);
  * groups cross it together, so each gets nics_per_node x m / gpus_per_node NICs' worth (at most
  * its m members' own: a rail per GPU). */
 comm_group comm_strided_group(const cluster_spec *c, int n, int stride);
-/* The data-parallel group of pipeline stage `stage`: its dp replicas, one ring per tensor-parallel
- * rank. Placement: rank r = replica * pp + stage holds GPUs r * tp .. r * tp + tp - 1 (tensor
- * parallelism innermost, then the pipeline, then the replicas: Megatron's order), gpus_per_node
- * to a node. Every stage's rings are counted as crossing at once (the end-of-iteration
- * reductions of the stages overlap), the slowest of the stage's tp rings is returned. */
-comm_group comm_dp_group(const cluster_spec *c, int pp, int dp, int tp, int stage);
+/* The groups of kind k of layout m (from mesh_of) as comm_strided_group counts them: their size
+ * and the distance between consecutive members in the mesh's placement (a tensor-parallel group:
+ * tp GPUs 1 apart, inside a node unless tp exceeds it; a context-parallel ring: cp GPUs tp apart).
+ * For the kinds of one dimension (MESH_TP, MESH_CP, MESH_PP, MESH_DP), whose members are evenly
+ * spaced. */
+comm_group comm_mesh_group(const cluster_spec *c, const mesh *m, mesh_kind k);
+/* The data-parallel group of pipeline stage `stage` of layout m (from mesh_of): its dp replicas,
+ * one ring per tensor- and context-parallel rank, on the GPUs the mesh places them (models/mesh.h:
+ * Megatron's order, gpus_per_node consecutive GPUs to a node). Every stage's rings are counted as
+ * crossing at once (the end-of-iteration reductions of the stages overlap), the slowest of the
+ * stage's rings is returned (n = dp; a caller reducing over dp x cp sets n). */
+comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage);
 
 /* Time of collective k of bytes over group g, ms (0 for a group of one). */
 double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes);

@@ -230,7 +230,8 @@ static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn,
     double tokens = (double)s->mbs * s->enc_len, elem = COMM_ACT_ELEM_BYTES;
     /* one ring per tensor-parallel rank, its members tp GPUs apart, all at once: across nodes
      * they share the node's NICs */
-    comm_group g = comm_strided_group(&cm->hw, cp, tp);
+    mesh layout = mesh_of(tp, cp, 1, 1);
+    comm_group g = comm_mesh_group(&cm->hw, &layout, MESH_CP);
     if (cm->cp_alltoall) { /* Q, K, V to heads-sharded full sequences, and the output back */
         double local = tokens / cp * elem / tp;
         double one = comm_coll_ms(&cm->hw, COLL_ALL_TO_ALL, &g, local * hk) * 2 +
@@ -440,7 +441,8 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
          * attention and after the MLP (a T5 decoder layer also after its cross attention), the
          * same in the backward on the gradients */
         double n_ar = c == COMP_DECODER ? 3 : 2, act = 2.0 * b * sq * h;
-        comm_group g = comm_tp_group(&cm->hw, cm->tp);
+        mesh layout = mesh_of(cm->tp, 1, 1, 1);
+        comm_group g = comm_mesh_group(&cm->hw, &layout, MESH_TP);
         double ar = n_ar * (sp ? comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &g, act) +
                                      comm_coll_ms(&cm->hw, COLL_REDUCE_SCATTER, &g, act)
                                : comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, act));

@@ -378,18 +378,20 @@ static int profile_main(int argc, char **argv)
         if (mpi) MPI_Finalize();
         return 1;
     }
-    /* consecutive ranks form the tensor-parallel groups, then the context-parallel ones (tp
-     * fastest, then cp, as dprun runs a plan) */
+    /* the ranks as a plan of one stage places them (models/mesh.h: tp fastest, then cp), as many
+     * copies of the tp x cp group as mpirun started */
+    mesh layout = mesh_of((int)tp, (int)cp, 1, size / width);
+    mesh_coord here = mesh_place(&layout, rank);
     MPI_Comm tp_comm = MPI_COMM_NULL, cp_comm = MPI_COMM_NULL;
     rt_mpi_tp group, cp_group;
     if (tp > 1) {
-        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, rank / (int)tp, rank % (int)tp, &tp_comm),
-                  "MPI_Comm_split");
+        mesh_group g = mesh_group_of(&layout, here, MESH_TP);
+        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &tp_comm), "MPI_Comm_split");
         rt_mpi_tp_init(&group, tp_comm, sp, NULL, profile_die, NULL);
     }
     if (cp > 1) {
-        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, rank / width * (int)tp + rank % (int)tp,
-                                 rank / (int)tp % (int)cp, &cp_comm), "MPI_Comm_split");
+        mesh_group g = mesh_group_of(&layout, here, MESH_CP);
+        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &cp_comm), "MPI_Comm_split");
         rt_mpi_tp_init(&cp_group, cp_comm, 0, NULL, profile_die, NULL);
     }
     rt_profile_opts o = {&m, mbs, n_mbs, seq, n_seq, n_dec ? dec : NULL, n_dec, (int)repeats, 1,

@@ -920,13 +920,17 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.hidden = m->hidden;
     c.vocab = m->vocab;
     c.vocab_local = m->vocab / tp;
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group * cp + at.cp_rank, at.tp_rank, &c.tp_comm));
+    mesh layout = rt_plan_mesh(&pl->h);
+    mesh_coord here = mesh_place(&layout, c.rank);
+    mesh_group g = mesh_group_of(&layout, here, MESH_TP);
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.tp_comm));
     rt_mpi_tp_init(&c.tpg, c.tp_comm, pl->h.sp, group_wait, tp_die, &c);
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, at.group * tp + at.tp_rank, at.cp_rank, &c.cp_comm));
+    g = mesh_group_of(&layout, here, MESH_CP);
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.cp_comm));
     rt_mpi_tp_init(&c.cpg, c.cp_comm, 0, group_wait, tp_die, &c);
     /* this stage's replicas and cp ranks, the same tp rank of each */
-    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, c.stage * tp + c.tp_rank, c.replica * cp + c.cp_rank,
-                               &c.stage_comm));
+    g = mesh_group_of(&layout, here, MESH_DP_CP);
+    MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.stage_comm));
     MPI_Comm_size(c.stage_comm, &c.zranks);
     MPI_Comm_rank(c.stage_comm, &c.zrank);
     c.zero = rt_zero_stage(&pl->h, c.zranks);

@@ -54,6 +54,7 @@
 
 #include <stdint.h>
 
+#include "../models/mesh.h"
 #include "../models/model.h"
 #include "../scheduler/plan.h"
 #include "layer.h"
@@ -132,13 +133,13 @@ int rt_mb_seqs(const plan_iter *it, const plan_mb *m, int dec, rt_seqs *s, int *
  * runtime ran varlen attention do not): DP_OK, or DP_ERR_INVALID naming the first that does not. */
 dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err);
 
-/* Where a process sits in a plan's layout: tensor-parallel ranks fastest (as Megatron orders
- * them), then context-parallel ranks, then the pipeline's stages, then the replicas; world rank
- * (group * cp + cp_rank) * tp + tp_rank, where group = replica * pp + stage is the plan's rank
- * index (plan_iter.ranks). The tp x cp ranks of a group run the group's instructions together,
- * each tp rank with its share of every layer (runtime/layout.h rt_layer_shape_tp), each cp rank
- * with its share of every micro-batch's tokens (runtime/layer.h rt_cp); a transfer goes between
- * the same (cp, tp) rank of two groups. */
+/* Where a process sits in a plan's layout, as the mesh places it (models/mesh.h: tensor-parallel
+ * ranks fastest, as Megatron orders them, then context-parallel ranks, then the pipeline's stages,
+ * then the replicas); group = replica * pp + stage is the plan's rank index (plan_iter.ranks). The
+ * tp x cp ranks of a group run the group's instructions together, each tp rank with its share of
+ * every layer (runtime/layout.h rt_layer_shape_tp), each cp rank with its share of every
+ * micro-batch's tokens (runtime/layer.h rt_cp); a transfer goes between the same (cp, tp) rank of
+ * two groups. */
 typedef struct rt_place {
     int group, stage, replica, tp_rank, cp_rank;
 } rt_place;
@@ -166,10 +167,16 @@ static inline rt_layer_end rt_zero_layer_end(int zero_stage)
                                                                       : RT_END_NOTHING;
 }
 
+/* The plan's layout as a mesh: tp x cp x pp x dp ranks. */
+static inline mesh rt_plan_mesh(const plan_header *h)
+{
+    return mesh_of(rt_plan_tp(h), rt_plan_cp(h), h->pp, h->dp);
+}
 static inline rt_place rt_place_of(const plan_header *h, int world_rank)
 {
-    int tp = rt_plan_tp(h), cp = rt_plan_cp(h), group = world_rank / (tp * cp);
-    rt_place p = {group, group % h->pp, group / h->pp, world_rank % tp, world_rank / tp % cp};
+    mesh m = rt_plan_mesh(h);
+    mesh_coord c = mesh_place(&m, world_rank);
+    rt_place p = {mesh_group_index(&m, c), c.stage, c.replica, c.tp_rank, c.cp_rank};
     return p;
 }
 /* The index in the whole micro-batch of token t of the n a rank's first layer reads (every layout
@@ -184,9 +191,12 @@ static inline int rt_input_token(const rt_cp *cp, int shards, int tp_rank, int n
 /* Whether a process records the timeline's rows: the first rank of its tp x cp group (the group's
  * ranks run its instructions together; one row per instruction). */
 static inline int rt_rank_records(int tp_rank, int cp_rank) { return tp_rank == 0 && cp_rank == 0; }
+/* The world rank of (tp_rank, cp_rank) of the plan's rank index `group`. */
 static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, int tp_rank)
 {
-    return (group * rt_plan_cp(h) + cp_rank) * rt_plan_tp(h) + tp_rank;
+    mesh m = rt_plan_mesh(h);
+    mesh_coord c = {tp_rank, cp_rank, group % h->pp, group / h->pp};
+    return (int)mesh_rank(&m, c);
 }
 
 /* Whether the runtime runs the plan's layout as planned on `ranks` processes of the cpu backend

@@ -1074,31 +1074,30 @@ static void connect_ranks(gctx *c)
     char why[256];
     rt_cuda *g = c->stream[c->stage];
     if (rt_nccl_world(g, &c->world, why, sizeof why) != 0) die(c, why);
+    mesh layout = rt_plan_mesh(&c->o->pl->h);
+    mesh_coord here = mesh_place(&layout, c->rank);
+    mesh_group pipe = mesh_group_of(&layout, here, MESH_PP);
     for (int kind = KIND_ACT; kind <= KIND_GRAD; kind++)
         for (int from = 0; from < c->pp && c->pp > 1; from++) {
             int to = (from + (kind == KIND_ACT ? 1 : c->pp - 1)) % c->pp;
             /* without interleaving, nothing flows from the last stage to the first */
             if (c->chunks == 1 && (kind == KIND_ACT ? to < from : to > from)) continue;
             int member = c->stage == from || c->stage == to;
-            rt_nccl *sub = NULL; /* the same tp rank of the two stages of a replica */
-            /* (the same cp and tp rank of the two stages) */
-            if (rt_nccl_split(c->world, member ? (c->replica * c->cp + c->cp_rank) * c->tp + c->tp_rank : -1,
-                              c->stage == from ? 0 : 1, &sub, why, sizeof why) != 0)
+            rt_nccl *sub = NULL; /* the same tp and cp rank of the two stages of a replica */
+            if (rt_nccl_split(c->world, member ? pipe.colour : -1, c->stage == from ? 0 : 1, &sub,
+                              why, sizeof why) != 0)
                 die(c, why);
             if (c->stage == from) c->link[kind == KIND_ACT ? LINK_ACT_OUT : LINK_GRAD_OUT] = sub;
             if (c->stage == to) c->link[kind == KIND_ACT ? LINK_ACT_IN : LINK_GRAD_IN] = sub;
         }
-    int group = c->replica * c->pp + c->stage;
-    if (c->zranks > 1 && /* the stage's replicas and cp ranks, the same tp rank of each */
-        rt_nccl_split(c->world, c->stage * c->tp + c->tp_rank, c->zrank, &c->replicas, why,
-                      sizeof why) != 0)
-        die(c, why);
-    if (c->tp > 1 && /* the tp ranks of this (stage, replica, cp rank) */
-        rt_nccl_split(c->world, group * c->cp + c->cp_rank, c->tp_rank, &c->tpc, why, sizeof why) != 0)
-        die(c, why);
-    if (c->cp > 1 && /* the cp ranks of this (stage, replica, tp rank) */
-        rt_nccl_split(c->world, group * c->tp + c->tp_rank, c->cp_rank, &c->cpc, why, sizeof why) != 0)
-        die(c, why);
+    /* the stage's replicas and cp ranks (ZeRO's and the gradients' group), the tp group, the cp ring */
+    mesh_kind kinds[] = {MESH_DP_CP, MESH_TP, MESH_CP};
+    rt_nccl **comms[] = {&c->replicas, &c->tpc, &c->cpc};
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+        mesh_group grp = mesh_group_of(&layout, here, kinds[i]);
+        if (grp.size > 1 && rt_nccl_split(c->world, grp.colour, grp.key, comms[i], why, sizeof why) != 0)
+            die(c, why);
+    }
 }
 #endif
 
@@ -1219,7 +1218,10 @@ dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err)
         rt_place at = rt_place_of(&pl->h, c.rank);
         c.stage = at.stage, c.replica = at.replica, c.tp_rank = at.tp_rank, c.cp_rank = at.cp_rank;
     }
-    c.zranks = pl->h.dp * c.cp, c.zrank = c.replica * c.cp + c.cp_rank;
+    mesh layout = rt_plan_mesh(&pl->h); /* ZeRO's group: the stage's replicas and cp ranks */
+    mesh_coord here = {c.tp_rank, c.cp_rank, c.stage, c.replica};
+    mesh_group zg = mesh_group_of(&layout, here, MESH_DP_CP);
+    c.zranks = zg.size, c.zrank = zg.key;
     c.tp_hooks = (ggroup){&c, 0}, c.cp_hooks = (ggroup){&c, 1};
     c.tpg = (rt_cuda_tp){c.tp, c.tp_rank, pl->h.sp, group_allreduce, group_allgather,
                          group_reduce_scatter, &c.tp_hooks};

@@ -59,7 +59,8 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
                           sm->zero3_gathered_mb[s];
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
         /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs) */
-        comm_group g = comm_dp_group(&cm->hw, pp, dp, cm->tp * cm->cp, s);
+        mesh layout = mesh_of(cm->tp, cm->cp, pp, dp);
+        comm_group g = comm_dp_group(&cm->hw, &layout, s);
         g.n = sm->zero_ranks;
         zero_comm z = comm_zero(&cm->hw, zero_stage, &g, 1e6 * param_mb,
                                 1e6 * param_mb / BYTES_WEIGHT * cm->grad_bytes);

@@ -46,7 +46,8 @@ typedef struct run {
     const sim_sink *sink;
     engine *eng;
     plan_machine pm;
-    int nr, nmb, C, tp;
+    int nr, nmb, C;
+    mesh layout; /* where each rank's GPUs are (models/mesh.h) */
     double wire_scale;
     slot *slots;
     rank_state *ranks;
@@ -113,7 +114,8 @@ static void try_sends(run *u, int a, int kind)
         if (A->send_free[kind] > start) start = A->send_free[kind];
         if (u->ranks[b].recv_free[kind] > start) start = u->ranks[b].recv_free[kind];
         double bytes = (double)s.x->bytes * u->wire_scale;
-        double ms = comm_p2p_ms(u->cfg->hw, a * u->tp, b * u->tp, bytes);
+        double ms = comm_p2p_ms(u->cfg->hw, (int)mesh_group_first(&u->layout, a),
+                                (int)mesh_group_first(&u->layout, b), bytes);
         if (!(ms <= PLAN_MAX_VALUE)) { /* integer ns would overflow: refuse, do not wrap */
             char what[200];
             pm_describe(u->it, a, q->ins, what, sizeof what);
@@ -253,7 +255,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     memset(&u, 0, sizeof u);
     u.cfg = cfg, u.it = it, u.sink = sink, u.eng = &s->eng;
     u.nr = cfg->pp * cfg->dp, u.nmb = it->n_mb, u.C = cfg->chunks;
-    u.tp = cfg->tp > 0 ? cfg->tp : 1;
+    u.layout = mesh_of(cfg->tp, 1, cfg->pp, cfg->dp); /* a rank's tp x cp GPUs as one block */
     u.wire_scale = cfg->wire_scale > 0 ? cfg->wire_scale : 1;
     pm_init(&u.pm, it, cfg->chunks);
     dp_status st = DP_OK;

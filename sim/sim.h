@@ -13,7 +13,7 @@
  *   SEND_*    queue, in issue order, on the rank's send stream of that kind; a transfer starts
  *             at max(issued, producer's end, receiver posted, both link streams free) and takes
  *             latency + bytes * wire_scale / bandwidth of the link between the two ranks' GPUs
- *             (models/comm.h; rank r's first GPU is r * tp);
+ *             (models/comm.h; each rank's first GPU, as models/mesh.h places it);
  *   FREE      stream-ordered: the stored activations go when the compute before it ends.
  * Issuing blocks only on a compute whose inputs are missing; transfers overlap compute. The only
  * events are transfer completions, each handled (it wakes the receiver).
@@ -55,8 +55,8 @@
 typedef struct sim_config {
     const cluster_spec *hw;
     int pp, chunks, dp;
-    int tp;                          /* GPUs per rank (tp x cp: tensor parallelism innermost,
-                                      * then context parallelism), for placement */
+    int tp;                          /* GPUs per rank (tp x cp), for placement (models/mesh.h:
+                                      * a rank's GPUs are one block, the ranks in plan order) */
     double wire_scale;               /* bytes a link moves per plan byte (0 or 1: as planned;
                                       * 1/cp: each context-parallel GPU sends its share) */
     double state_mb[STAGE_MAX];      /* model state per stage, MB */

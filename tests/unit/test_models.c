@@ -399,7 +399,7 @@ static void test_context_parallelism(void **state)
         cost_layer f, sl;
         assert_int_equal(cost_query(fast_cm, COMP_ENCODER, &sh, &f, NULL), DP_OK);
         assert_int_equal(cost_query(slow_cm, COMP_ENCODER, &sh, &sl, NULL), DP_OK);
-        comm_group g = comm_tp_group(&slow, 2);
+        comm_group g = comm_mesh_group(&slow, &(mesh){2, 1, 1, 1}, MESH_TP);
         double step = comm_coll_ms(&slow, COLL_SEND_RECV, &g, 67108864.0);
         assert_true(step > 100); /* half a second on 1 Gbit/s: far beyond the attention */
         assert_true(sl.fwd_ms - f.fwd_ms > 0.9 * step && sl.fwd_ms - f.fwd_ms < step);
@@ -963,7 +963,7 @@ static void test_nccl_collectives(void **state)
     cluster_spec a100, h100;
     assert_int_equal(cluster_preset("dgx-a100", &a100), 0);
     assert_int_equal(cluster_preset("dgx-h100", &h100), 0);
-    comm_group tp8 = comm_tp_group(&a100, 8);
+    comm_group tp8 = comm_mesh_group(&a100, &(mesh){8, 1, 1, 1}, MESH_TP);
     assert_int_equal(tp8.spans_nodes, 0);
     assert_near(comm_busbw_gbps(&a100, COLL_ALL_REDUCE, &tp8), 235, 1e-9);
     assert_rel(comm_coll_ms(&a100, COLL_ALL_REDUCE, &tp8, B),
@@ -980,30 +980,30 @@ static void test_nccl_collectives(void **state)
      * keeps all eight */
     comm_group cp2 = comm_strided_group(&h100, 2, 8), cp8 = comm_strided_group(&h100, 8, 2);
     assert_int_equal(cp2.spans_nodes, 1);
-    assert_near(cp2.nics, comm_dp_group(&h100, 1, 2, 8, 0).nics, 1e-12);
+    assert_near(cp2.nics, comm_dp_group(&h100, &(mesh){8, 1, 1, 2}, 0).nics, 1e-12);
     assert_near(cp2.nics, 1, 1e-12);
     assert_near(cp8.nics, 4, 1e-12);
-    assert_near(comm_tp_group(&h100, 16).nics, 8, 1e-12);
+    assert_near(comm_mesh_group(&h100, &(mesh){16, 1, 1, 1}, MESH_TP).nics, 8, 1e-12);
     assert_int_equal(comm_strided_group(&h100, 4, 2).spans_nodes, 0); /* 8 GPUs: one node */
     /* rails: tp 8, dp 2 over two nodes: every GPU's ring crosses on its own NIC (48 GB/s) */
-    comm_group rail = comm_dp_group(&h100, 1, 2, 8, 0);
+    comm_group rail = comm_dp_group(&h100, &(mesh){8, 1, 1, 2}, 0);
     assert_int_equal(rail.spans_nodes, 1);
     assert_near(rail.nics, 1, 1e-12);
     assert_near(comm_busbw_gbps(&h100, COLL_ALL_REDUCE, &rail), 48, 1e-9);
     /* dp 16 over two nodes, tp 1: one ring with 8 members a node on 8 NICs, 192 GB/s < 235 */
-    comm_group wide = comm_dp_group(&a100, 1, 16, 1, 0);
+    comm_group wide = comm_dp_group(&a100, &(mesh){1, 1, 1, 16}, 0);
     assert_near(wide.nics, 8, 1e-12);
     assert_near(comm_busbw_gbps(&a100, COLL_ALL_REDUCE, &wide), 192, 1e-9);
     /* inside one node: no NIC */
-    assert_int_equal(comm_dp_group(&a100, 2, 4, 1, 1).spans_nodes, 0);
+    assert_int_equal(comm_dp_group(&a100, &(mesh){1, 1, 2, 4}, 1).spans_nodes, 0);
     /* two GPUs a node, one NIC: their two rings share it, twice as long as with a NIC each */
     cluster_spec c = a100;
     c.gpus_per_node = 2, c.inter_latency_us = c.intra_latency_us = 0;
     c.nics_per_node = 1;
-    comm_group shared = comm_dp_group(&c, 1, 2, 2, 0);
+    comm_group shared = comm_dp_group(&c, &(mesh){2, 1, 1, 2}, 0);
     double t_shared = comm_coll_ms(&c, COLL_ALL_REDUCE, &shared, B);
     c.nics_per_node = 2;
-    comm_group own = comm_dp_group(&c, 1, 2, 2, 0);
+    comm_group own = comm_dp_group(&c, &(mesh){2, 1, 1, 2}, 0);
     assert_near(shared.nics, 0.5, 1e-12);
     assert_near(own.nics, 1, 1e-12);
     assert_rel(t_shared, 2 * comm_coll_ms(&c, COLL_ALL_REDUCE, &own, B), 1e-12);

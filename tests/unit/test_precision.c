@@ -197,7 +197,7 @@ static void test_fp32_grad_reduce_moves_twice_the_bytes(void **state)
         assert_int_equal(stage_model_init(&s16, a, 2, 1, 16, zero, 1e9, NULL), DP_OK);
         assert_int_equal(stage_model_init(&s32, b, 2, 1, 16, zero, 1e9, NULL), DP_OK);
         for (int d = 0; d < 2; d++) {
-            comm_group g = comm_dp_group(&a->hw, 2, 16, 1, d);
+            comm_group g = comm_dp_group(&a->hw, &(mesh){1, 1, 2, 16}, d);
             double P = 1e6 * s16.param_mb[d];
             double ar = comm_coll_ms(&a->hw, COLL_ALL_REDUCE, &g, 2 * P);
             double rs = comm_coll_ms(&a->hw, COLL_REDUCE_SCATTER, &g, 2 * P);

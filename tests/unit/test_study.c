@@ -740,7 +740,7 @@ static void test_zero_communication(void **state)
     assert_int_equal(stage_model_init(&sm, cm, 2, 1, 4, 3, 1e9, &err), DP_OK);
     assert_int_equal(stage_model_init(&sm0, cm, 2, 1, 4, 1, 1e9, &err), DP_OK);
     for (int d = 0; d < 2; d++) {
-        comm_group gd = comm_dp_group(&s.hw, 2, 4, 1, d);
+        comm_group gd = comm_dp_group(&s.hw, &(mesh){1, 1, 2, 4}, d);
         zero_comm z = comm_zero(&s.hw, 3, &gd, 1e6 * sm.param_mb[d], 1e6 * sm.param_mb[d]);
         assert_rel(sm.zero_fwd_ms[d], z.fwd_ms, 1e-12);
         assert_rel(sm.zero_bwd_ms[d], z.bwd_ms, 1e-12);

@@ -1,0 +1,124 @@
+#include "mesh.h"
+
+enum { DIMS = 4 }; /* tp, cp, pp, dp: fastest first */
+
+/* The dimensions each kind's groups span, a bit per dimension in the order above. */
+static const unsigned kind_dims[MESH_KINDS] = {
+    [MESH_TP] = 1u << 0,
+    [MESH_CP] = 1u << 1,
+    [MESH_PP] = 1u << 2,
+    [MESH_DP] = 1u << 3,
+    [MESH_DP_CP] = 1u << 1 | 1u << 3,
+    [MESH_TP_CP] = 1u << 0 | 1u << 1,
+};
+static const char *const kind_names[MESH_KINDS] = {
+    [MESH_TP] = "tp", [MESH_CP] = "cp", [MESH_PP] = "pp", [MESH_DP] = "dp",
+    [MESH_DP_CP] = "dp x cp", [MESH_TP_CP] = "tp x cp",
+};
+
+static int at_least_1(int x) { return x > 0 ? x : 1; }
+
+static void degrees(const mesh *m, int d[DIMS])
+{
+    d[0] = at_least_1(m->tp), d[1] = at_least_1(m->cp), d[2] = at_least_1(m->pp),
+    d[3] = at_least_1(m->dp);
+}
+
+static void coords(mesh_coord c, const int d[DIMS], int x[DIMS])
+{
+    int v[DIMS] = {c.tp_rank, c.cp_rank, c.stage, c.replica};
+    for (int i = 0; i < DIMS; i++) x[i] = ((v[i] % d[i]) + d[i]) % d[i];
+}
+
+/* The coordinates of the dimensions in (in_mask 1) or outside (0) mask, flattened fastest first. */
+static long long flatten(const int x[DIMS], const int d[DIMS], unsigned mask, int in_mask)
+{
+    long long r = 0;
+    for (int i = DIMS - 1; i >= 0; i--)
+        if (((mask >> i) & 1u) == (unsigned)in_mask) r = r * d[i] + x[i];
+    return r;
+}
+
+mesh mesh_of(int tp, int cp, int pp, int dp)
+{
+    mesh m = {at_least_1(tp), at_least_1(cp), at_least_1(pp), at_least_1(dp)};
+    return m;
+}
+
+long long mesh_size(const mesh *m)
+{
+    int d[DIMS];
+    degrees(m, d);
+    return (long long)d[0] * d[1] * d[2] * d[3];
+}
+
+int mesh_width(const mesh *m) { return at_least_1(m->tp) * at_least_1(m->cp); }
+
+long long mesh_rank(const mesh *m, mesh_coord c)
+{
+    int d[DIMS], x[DIMS];
+    degrees(m, d);
+    coords(c, d, x);
+    return flatten(x, d, 0xFu, 1);
+}
+
+mesh_coord mesh_place(const mesh *m, long long r)
+{
+    int d[DIMS], x[DIMS];
+    degrees(m, d);
+    for (int i = 0; i < DIMS; i++) x[i] = (int)(r % d[i]), r /= d[i];
+    mesh_coord c = {x[0], x[1], x[2], x[3]};
+    return c;
+}
+
+int mesh_group_index(const mesh *m, mesh_coord c)
+{
+    int d[DIMS], x[DIMS];
+    degrees(m, d);
+    coords(c, d, x);
+    return x[3] * d[2] + x[2];
+}
+
+long long mesh_group_first(const mesh *m, int group)
+{
+    int pp = at_least_1(m->pp);
+    mesh_coord c = {0, 0, group % pp, group / pp};
+    return mesh_rank(m, c);
+}
+
+long long mesh_groups(const mesh *m, mesh_kind k)
+{
+    int d[DIMS];
+    degrees(m, d);
+    long long n = 1;
+    for (int i = 0; i < DIMS; i++)
+        if (!((kind_dims[k] >> i) & 1u)) n *= d[i];
+    return n;
+}
+
+mesh_group mesh_group_of(const mesh *m, mesh_coord c, mesh_kind k)
+{
+    int d[DIMS], x[DIMS];
+    degrees(m, d);
+    coords(c, d, x);
+    mesh_group g = {(int)flatten(x, d, kind_dims[k], 0), (int)flatten(x, d, kind_dims[k], 1),
+                    (int)(mesh_size(m) / mesh_groups(m, k))};
+    return g;
+}
+
+long long mesh_member(const mesh *m, mesh_coord c, mesh_kind k, int key)
+{
+    int d[DIMS], x[DIMS];
+    degrees(m, d);
+    coords(c, d, x);
+    for (int i = 0; i < DIMS; i++) /* the key's digits replace the group's own dimensions */
+        if ((kind_dims[k] >> i) & 1u) x[i] = key % d[i], key /= d[i];
+    return flatten(x, d, 0xFu, 1);
+}
+
+int mesh_kind_has(mesh_kind k, int which)
+{
+    return which >= 0 && which < DIMS && ((kind_dims[k] >> which) & 1u);
+}
+
+const char *mesh_kind_name(mesh_kind k) { return k >= 0 && k < MESH_KINDS ? kind_names[k] : "?"; }

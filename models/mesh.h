@@ -1,0 +1,84 @@
+/*
+ * mesh.h — where every GPU of a layout sits: the one rule for rank numbers, the groups that
+ * communicate and the GPUs each spans. The simulator's collectives (which GPUs share a node and
+ * its NICs), dprun's MPI and NCCL communicators and its profile groups all ask it; no other module
+ * computes a rank from degrees.
+ *
+ * A layout has four degrees, fastest first: tensor parallelism (tp), context parallelism (cp), the
+ * pipeline's stages (pp) and the data-parallel replicas (dp). A GPU's rank (its MPI rank in dprun,
+ * its GPU number in the simulator) is
+ *
+ *     rank = ((replica * pp + stage) * cp + cp_rank) * tp + tp_rank
+ *
+ * Megatron's order: a pipeline rank's tp x cp GPUs are consecutive, tensor-parallel ones innermost
+ * (on one node's NVLink first), then the stages, then the replicas. GPUs are numbered on nodes in
+ * rank order (gpus_per_node consecutive ranks to a node). A plan's rank index (plan_iter.ranks,
+ * `group` below) is replica * pp + stage.
+ *
+ * A group of kind k is the GPUs that differ only in k's dimensions: its colour numbers the group
+ * among the groups of its kind (0 .. mesh_groups - 1, a valid MPI_Comm_split colour), its key a
+ * member's place in it (0 .. size - 1; the dimensions of k flattened, fastest first). Adding a
+ * dimension is a field here, its place in the order, and the kinds that contain it.
+ *
+ * Degrees below 1 count as 1. Pure functions of their arguments; nothing to free.
+ */
+#ifndef MESH_H
+#define MESH_H
+
+typedef struct mesh {
+    int tp, cp, pp, dp;
+} mesh;
+
+/* A GPU's place: its coordinate along each degree. */
+typedef struct mesh_coord {
+    int tp_rank, cp_rank, stage, replica;
+} mesh_coord;
+
+/* The groups that communicate, by the dimensions their members differ in. */
+typedef enum mesh_kind {
+    MESH_TP,       /* tensor parallelism: the tp GPUs of one (cp rank, stage, replica) */
+    MESH_CP,       /* context parallelism: the cp GPUs of one (tp rank, stage, replica) */
+    MESH_PP,       /* one pipeline: the pp stages of one (tp rank, cp rank, replica) */
+    MESH_DP,       /* the dp replicas of one (tp rank, cp rank, stage) */
+    MESH_DP_CP,    /* the gradients' and ZeRO's group: the dp x cp GPUs of one (tp rank, stage),
+                    * which hold the same parameters (cp rank fastest) */
+    MESH_TP_CP,    /* one pipeline rank: the tp x cp GPUs running its instructions together */
+    MESH_KINDS
+} mesh_kind;
+
+/* One GPU's group of a kind. */
+typedef struct mesh_group {
+    int colour; /* which group of the kind (0 .. mesh_groups - 1) */
+    int key;    /* the GPU's place in it (0 .. size - 1) */
+    int size;   /* its members */
+} mesh_group;
+
+/* A mesh of the given degrees (below 1 read as 1). */
+mesh mesh_of(int tp, int cp, int pp, int dp);
+/* GPUs in the mesh: tp x cp x pp x dp. */
+long long mesh_size(const mesh *m);
+/* GPUs per pipeline rank: tp x cp. */
+int mesh_width(const mesh *m);
+
+/* The rank of the GPU at c (coordinates are taken modulo their degree). */
+long long mesh_rank(const mesh *m, mesh_coord c);
+/* The coordinates of rank r (0 <= r < mesh_size). */
+mesh_coord mesh_place(const mesh *m, long long r);
+/* The plan's rank index (plan_iter.ranks) of the pipeline rank holding c: replica * pp + stage. */
+int mesh_group_index(const mesh *m, mesh_coord c);
+/* The rank of the first GPU (tp and cp rank 0) of the plan's rank index `group`. */
+long long mesh_group_first(const mesh *m, int group);
+
+/* The group of kind k that the GPU at c belongs to. */
+mesh_group mesh_group_of(const mesh *m, mesh_coord c, mesh_kind k);
+/* How many groups of kind k the mesh holds (mesh_size / their size). */
+long long mesh_groups(const mesh *m, mesh_kind k);
+/* The rank of member `key` (0 .. size - 1) of the group of kind k that holds c. */
+long long mesh_member(const mesh *m, mesh_coord c, mesh_kind k, int key);
+
+/* Whether kind k's groups contain the dimension of degree `which` (0 tp, 1 cp, 2 pp, 3 dp). */
+int mesh_kind_has(mesh_kind k, int which);
+/* The kind's name for messages ("tp", "cp", "pp", "dp", "dp x cp", "tp x cp"). */
+const char *mesh_kind_name(mesh_kind k);
+
+#endif /* MESH_H */
