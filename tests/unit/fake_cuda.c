@@ -165,11 +165,48 @@ int rt_cuda_get(void *dst, const void *src, size_t bytes)
 /* ---- the layer: the CPU layer in fp64 on values of the buffers' element type ---------------- */
 
 /* n elements of type dt at dev, widened to a new host array (NULL: abort). */
+/* Host scratch of doubles for the layer calls, reused: each call needs a few buffers of a layer's
+ * parameters or activations, and allocating them per call (fresh pages each time; under ASan
+ * fresh poisoned mappings) was most of the fake's time. host_get hands out a free buffer of at
+ * least n doubles (zeroed with zero 1), host_put takes it back (NULL is ignored). The fake runs
+ * one thread a process. */
+enum { HOST_SCRATCH = 16 };
+static struct {
+    double *p;
+    size_t cap;
+    int used;
+} host_scratch[HOST_SCRATCH];
+
+static double *host_get(size_t n, int zero)
+{
+    n = n ? n : 1;
+    int pick = -1;
+    for (int i = 0; i < HOST_SCRATCH; i++) /* the smallest free buffer that holds n, else any */
+        if (!host_scratch[i].used &&
+            (pick < 0 || (host_scratch[i].cap >= n &&
+                          (host_scratch[pick].cap < n || host_scratch[i].cap < host_scratch[pick].cap))))
+            pick = i;
+    if (pick < 0) abort(); /* more live buffers than any call holds */
+    if (host_scratch[pick].cap < n) {
+        free(host_scratch[pick].p);
+        if (!(host_scratch[pick].p = malloc(n * sizeof(double)))) abort();
+        host_scratch[pick].cap = n;
+    }
+    host_scratch[pick].used = 1;
+    if (zero) memset(host_scratch[pick].p, 0, n * sizeof(double));
+    return host_scratch[pick].p;
+}
+
+static void host_put(double *p)
+{
+    for (int i = 0; p && i < HOST_SCRATCH; i++)
+        if (host_scratch[i].p == p) host_scratch[i].used = 0;
+}
+
 static double *widen(const void *dev, size_t n, rt_dtype dt, const char *what)
 {
     in_bounds(dev, n * rt_dtype_act_bytes(dt), what);
-    double *h = malloc((n ? n : 1) * sizeof *h);
-    if (!h) abort();
+    double *h = host_get(n, 0);
     rt_from_dtype(h, dev, n, dt);
     return h;
 }
@@ -191,8 +228,7 @@ static double *params_read(const void *block, size_t count, rt_dtype dt)
 static double *grads_read(const void *block, size_t count, rt_dtype dt)
 {
     in_bounds(block, rt_grad_block_bytes(count, dt), "gradient block");
-    double *h = malloc((count ? count : 1) * sizeof *h);
-    if (!h) abort();
+    double *h = host_get(count, 0);
     rt_from_stat(h, block, count, dt);
     return h;
 }
@@ -200,7 +236,7 @@ static double *grads_read(const void *block, size_t count, rt_dtype dt)
 static void grads_write(void *block, double *h, size_t count, rt_dtype dt)
 {
     rt_to_stat(block, h, count, dt);
-    free(h);
+    host_put(h);
 }
 
 /* The fp64 activations the CPU layer saves for a device activation block, kept beside it (a
@@ -390,9 +426,8 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     fake_tp ft;
     fake_cp fc;
     double *w = params_read(l->block, l->count, l->dtype);
-    double *xh = widen(x, nh, l->dtype, "layer input"), *yh = calloc(nh + 1, sizeof *yh);
+    double *xh = widen(x, nh, l->dtype, "layer input"), *yh = host_get(nh + 1, 1);
     double *eh = l->shape.cross ? widen(enc, ne, l->dtype, "encoder output") : NULL;
-    if (!yh) abort();
     rt_layer_params_bind(&p, &l->shape, w);
     bind_acts(l, B, S, Se, acts, &a);
     a.enc = eh, a.seqs = mb->seqs, a.enc_seqs = mb->enc_seqs, a.tp = fake_tp_of(l->tp, g, &ft);
@@ -400,7 +435,7 @@ void rt_cuda_layer_fwd(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb, c
     rt_layer_fwd(&p, &l->shape, B, S, xh, yh, &a);
     narrow(y, yh, nh, l->dtype, "layer output");
     if (getenv("FAKE_CUDA_POISON_ATTENTION")) poison_attention(&l->shape, B, S, Se, &a);
-    free(w), free(xh), free(yh), free(eh);
+    host_put(w), host_put(xh), host_put(yh), host_put(eh);
 }
 
 void rt_cuda_layer_recompute_attention(rt_cuda *g, const rt_cuda_layer *l, const rt_batch *mb,
@@ -465,9 +500,8 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     fake_cp fc;
     double *w = params_read(l->block, l->count, l->dtype);
     double *gr = grads_read(grad->block, grad->count, grad->dtype);
-    double *dyh = widen(dy, nh, l->dtype, "output gradient"), *dxh = calloc(nh + 1, sizeof *dxh);
+    double *dyh = widen(dy, nh, l->dtype, "output gradient"), *dxh = host_get(nh + 1, 1);
     double *dench = denc ? widen(denc, ne, l->dtype, "encoder-output gradient") : NULL;
-    if (!dxh) abort();
     rt_layer_params_bind(&p, &l->shape, w);
     rt_layer_params_bind(&gp, &l->shape, gr);
     bind_acts(l, B, S, Se, acts, &a);
@@ -479,7 +513,7 @@ void rt_cuda_layer_bwd_input(rt_cuda *g, const rt_cuda_layer *l, rt_cuda_layer *
     narrow(dx, dxh, nh, l->dtype, "input gradient");
     if (denc) narrow(denc, dench, ne, l->dtype, "encoder-output gradient");
     grads_write(grad->block, gr, grad->count, grad->dtype);
-    free(w), free(dyh), free(dxh), free(dench);
+    host_put(w), host_put(dyh), host_put(dxh), host_put(dench);
 }
 
 void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *mb,
@@ -501,7 +535,7 @@ void rt_cuda_layer_bwd_weight(rt_cuda *g, rt_cuda_layer *grad, const rt_batch *m
     rt_layer_bwd_weight(&gp, &grad->shape, B, S, &a);
     fault_restore(&f, gr);
     grads_write(grad->block, gr, grad->count, grad->dtype);
-    free(own);
+    host_put(own);
 }
 
 /* The fake's timings: its FLOPs at FAKE_TFLOPS plus its bytes at FAKE_GBPS, backward twice the
@@ -622,11 +656,11 @@ void rt_cuda_lm_head_fwd(rt_cuda *g, const rt_cuda_tp *tp, const rt_cp *cp, cons
     in_bounds(logits, nv * rt_dtype_stat_bytes(dt), "logits scratch");
     double *oh = widen(out, (size_t)n * H, dt, "LM head input");
     double *eh = params_read(emb, nv / (size_t)n * H, dt);
-    double *lh = malloc((nv ? nv : 1) * sizeof *lh), *dlh = malloc((nv ? nv : 1) * sizeof *dlh);
-    if (!lh || !dlh || rt_lm_head_fwd_tp(cpu, cp && cp->size > 1 ? cp : NULL, oh, eh, lh, dlh, n, H, V, target_offset) != 0)
+    double *lh = host_get(nv, 0), *dlh = host_get(nv, 0);
+    if (rt_lm_head_fwd_tp(cpu, cp && cp->size > 1 ? cp : NULL, oh, eh, lh, dlh, n, H, V, target_offset) != 0)
         abort();
     narrow(dlogits, dlh, nv, dt, "logit gradients");
-    free(oh), free(eh), free(lh), free(dlh);
+    host_put(oh), host_put(eh), host_put(lh), host_put(dlh);
 }
 
 void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, const void *emb,
@@ -638,12 +672,11 @@ void rt_cuda_lm_head_bwd(rt_cuda *g, const rt_cuda_tp *tp, const void *dlogits, 
     size_t nlh = (size_t)rt_cuda_tp_tokens(tp, n) * H; /* d(out): this rank's tokens */
     double *dlh = widen(dlogits, vh / H * n, dt, "logit gradients");
     double *eh = params_read(emb, vh, dt), *oh = widen(out, nh, dt, "LM head input");
-    double *doh = calloc(nh + 1, sizeof *doh), *gr = grads_read(demb, vh, dt);
-    if (!doh) abort();
+    double *doh = host_get(nh + 1, 1), *gr = grads_read(demb, vh, dt);
     rt_lm_head_bwd_tp(cpu, dlh, eh, oh, doh, gr, n, H, V);
     narrow(dout, doh, nlh, dt, "LM head input gradient");
     grads_write(demb, gr, vh, dt);
-    free(dlh), free(eh), free(oh), free(doh);
+    host_put(dlh), host_put(eh), host_put(oh), host_put(doh);
 }
 
 int rt_cuda_time_head(rt_cuda *g, int n, int H, int V, rt_dtype dt, int repeats, double *fwd_ms,
