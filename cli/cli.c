@@ -31,6 +31,19 @@ int cli_stderr_is_tty(void)
     return isatty(STDERR_FILENO);
 }
 
+void cli_note_sink(void *ctx, dp_note_kind kind, const char *text)
+{
+    static int open_line; /* a progress line is drawn and not ended */
+    (void)ctx;
+    if (kind != DP_NOTE_LINE && cli_stderr_is_tty()) {
+        fprintf(stderr, "\r%-150.150s%s", text, kind == DP_NOTE_PROGRESS_END ? "\n" : "");
+        open_line = kind == DP_NOTE_PROGRESS;
+        return;
+    }
+    fprintf(stderr, "%s%s\n", open_line ? "\n" : "", text);
+    open_line = 0;
+}
+
 void cli_progress(void *ctx, size_t done, size_t total)
 {
     static const void *who;

@@ -25,6 +25,10 @@ int cli_fail(const char *cmd, const dp_err *err);
 /* 1 when stderr is a terminal (progress bars are drawn only then). */
 int cli_stderr_is_tty(void);
 
+/* The library's notes (common/dp.h dp_note) on stderr, set by main: a line each; a progress note
+ * rewritten in place on a terminal (a line each elsewhere), a line after it starting on its own. */
+void cli_note_sink(void *ctx, dp_note_kind kind, const char *text);
+
 /* Under mpirun (detected by MPI's launcher environment: OpenMPI's or a PMI's), initialises MPI and
  * fills *rank and *size, returning 1; else *rank 0, *size 1, returning 0. The caller ends MPI
  * (MPI_Finalize) where it returned 1. sweep and tune spread their points this way. */

@@ -71,13 +71,14 @@ static void sweep_progress(void *ctx, long done, long total)
     sweep_progress_state *ps = ctx;
     time_t now = time(NULL);
     double el = difftime(now, ps->t0), eta = done > 0 ? el / done * (double)(total - done) : 0;
-    if (ps->tty) {
-        int width = 30, fill = total ? (int)(width * done / total) : width;
-        fprintf(stderr, "\r[");
-        for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
-        fprintf(stderr, "] %ld/%ld points, ETA %dm%02ds ", done, total, (int)eta / 60,
-                (int)eta % 60);
-        if (done == total) fputc('\n', stderr);
+    if (ps->tty) { /* through the notes' sink, so that a note after it starts a line */
+        char bar[128];
+        int width = 30, fill = total ? (int)(width * done / total) : width, at = 0;
+        bar[at++] = '[';
+        for (int i = 0; i < width; i++) bar[at++] = i < fill ? '#' : '.';
+        snprintf(bar + at, sizeof bar - (size_t)at, "] %ld/%ld points, ETA %dm%02ds", done, total,
+                 (int)eta / 60, (int)eta % 60);
+        cli_note_sink(NULL, done == total ? DP_NOTE_PROGRESS_END : DP_NOTE_PROGRESS, bar);
         return;
     }
     if (done > 0 && done < total && difftime(now, ps->last_line) < SWEEP_PROGRESS_EVERY_S) return;

@@ -194,7 +194,7 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     long n = 0;
     int exit_code = 0;
     tune_run_opts run = {.out = out, .resume = resume, .quiet = quiet || rank > 0,
-                         .progress_lines = 1, .stop = &tune_stop, .exhaustive = exhaustive,
+                         .progress_lines = 1, .terminal = cli_stderr_is_tty(), .stop = &tune_stop, .exhaustive = exhaustive,
                          .rank = rank, .ranks = ranks, .allgather = mpi_allgather_text};
     if (ranks > 1 && rank == 0 && !quiet)
         fprintf(stderr, "dpsim tune: %d MPI ranks, each running one configuration in %d\n", ranks,

@@ -52,6 +52,7 @@ static void help(void)
 int main(int argc, char **argv)
 {
     gsl_set_error_handler_off(); /* library code checks GSL's return codes instead */
+    dp_set_note_sink(cli_note_sink, NULL); /* the library's notes on stderr */
 #ifdef __GLIBC__
     /* Plans and simulations allocate and free large arrays per iteration and per candidate: keep
      * them in the heap instead of a fresh mmap (and its page faults) each time. */

@@ -203,3 +203,22 @@ double dp_now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static dp_note_fn note_fn;
+static void *note_ctx;
+
+void dp_set_note_sink(dp_note_fn fn, void *ctx)
+{
+    note_fn = fn, note_ctx = ctx;
+}
+
+void dp_note(dp_note_kind kind, const char *fmt, ...)
+{
+    if (!note_fn) return;
+    char text[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    note_fn(note_ctx, kind, text);
+}

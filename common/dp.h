@@ -61,6 +61,17 @@ dp_status dp_fail(dp_err *err, dp_status st, const char *fmt, ...)
 /* Prepends "prefix: " to an existing message (used to add context such as a file name). */
 void dp_err_prefix(dp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Notes: what library code tells the user beside its result (a choice it made, an assumption
+ * behind a figure, a search's progress, a worker lost). The library never prints: each note goes
+ * to the sink the driver set (dpsim: cli.h cli_note_sink, on stderr); with none set, notes are
+ * dropped. DP_NOTE_PROGRESS is a progress line that a terminal may rewrite in place, and
+ * DP_NOTE_PROGRESS_END its last; DP_NOTE_LINE a line of its own. Forked workers inherit the sink. */
+typedef enum { DP_NOTE_LINE, DP_NOTE_PROGRESS, DP_NOTE_PROGRESS_END } dp_note_kind;
+typedef void (*dp_note_fn)(void *ctx, dp_note_kind kind, const char *text);
+void dp_set_note_sink(dp_note_fn fn, void *ctx);
+/* A printf-style note (one line, no newline; longer than 4 KB is cut). */
+void dp_note(dp_note_kind kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Exit code for main(): 0 for DP_OK, 2 for usage-like errors is decided by the CLI, 1 otherwise. */
 int dp_exit_code(dp_status st);
 

@@ -155,11 +155,11 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
     static int told;
     if (foreign && !told && !o->quiet) {
         told = 1;
-        fprintf(stderr, "dpsim: note: the analytic model's efficiencies and per-layer floor are %s; "
-                "on %s its GEMM efficiency is scaled by the GPU's best measured matmul (%.0f%% of "
-                "peak against the A100's %.0f%%) and the floor and byte efficiency are an "
+        dp_note(DP_NOTE_LINE, "dpsim: note: the analytic model's efficiencies and per-layer floor are "
+                "%s; on %s its GEMM efficiency is scaled by the GPU's best measured matmul (%.0f%% "
+                "of peak against the A100's %.0f%%) and the floor and byte efficiency are an "
                 "assumption\nhint: measure a profile on it (dprun profile) and fit them: dpsim "
-                "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json\n", fitted_on,
+                "calibrate --profile CSV --hw %s -o fit.json, then --fit fit.json", fitted_on,
                 hw->gpu.name, 100 * hw->gpu.matmul_eff, 100 * HW_A100_MATMUL_EFF, hw->gpu.name);
     }
     st = finish(cost_analytic_new(m, hw, o->tp, mode, &p, cm, err), o, m, cm, err);
@@ -222,10 +222,11 @@ dp_status planner_choose_schedule(plan_request *p, dp_err *err)
     plan_env_release(&env);
     if (st != DP_OK) return st;
     p->schedule = best->name;
-    fprintf(stderr, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
-    for (int i = 0; i < n && i < 16; i++)
-        if (thr[i] > 0) fprintf(stderr, " %s %.0f", all[i].name, thr[i]);
-    fprintf(stderr, ")\n");
+    char line[1024];
+    int at = snprintf(line, sizeof line, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
+    for (int i = 0; i < n && i < 16 && at < (int)sizeof line; i++)
+        if (thr[i] > 0) at += snprintf(line + at, sizeof line - (size_t)at, " %s %.0f", all[i].name, thr[i]);
+    dp_note(DP_NOTE_LINE, "%.1000s)", line);
     return DP_OK;
 }
 

@@ -440,7 +440,7 @@ static void pool_row(void *ctx, long i, const char *row)
     sweep_pool *sp = ctx;
     (void)i;
     if (!row) /* its point is not written; a rerun retries it */
-        fprintf(stderr, "\ndpsim sweep: a worker died; its point will be retried on resume\n");
+        dp_note(DP_NOTE_LINE, "dpsim sweep: a worker died; its point will be retried on resume");
     sp->emit(sp->ctx, row);
 }
 

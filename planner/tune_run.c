@@ -292,8 +292,8 @@ static void tune_progress(void *ctx, long finished, long n)
         snprintf(line + at, sizeof line - (size_t)at, ", ETA %.0f s", eta);
     else if (end)
         snprintf(line + at, sizeof line - (size_t)at, ", %.0f s", now - j->t0);
-    if (j->progress == 1) fprintf(stderr, "\r%-150.150s%s", line, end ? "\n" : "");
-    else fprintf(stderr, "%s\n", line);
+    dp_note(j->progress == 2 ? DP_NOTE_LINE : end ? DP_NOTE_PROGRESS_END : DP_NOTE_PROGRESS, "%s",
+            line);
 }
 
 dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
@@ -330,7 +330,7 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     for (long i = 0; i < n; i++) j->res[i].pt = pts[i], j->res[i].index = i;
     j->run = run, j->n = n, j->jobs = jobs > 0 ? jobs : 1;
     j->t0 = j->last_line = j->last_write = dp_now_s();
-    j->progress = run->quiet ? 0 : isatty(STDERR_FILENO) ? 1 : run->progress_lines ? 2 : 0;
+    j->progress = run->quiet ? 0 : run->terminal ? 1 : run->progress_lines ? 2 : 0;
     struct stat sb;
     if (run->resume && run->out && stat(run->out, &sb) == 0) { /* none yet: nothing to read */
         long foreign = 0;
@@ -378,8 +378,8 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
         }
     }
     if (j->progress)
-        fprintf(stderr, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers\n", n,
-                sp->gpus, todo, run->resumed ? " (the rest resumed)" : "", jobs);
+        dp_note(DP_NOTE_LINE, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers",
+                n, sp->gpus, todo, run->resumed ? " (the rest resumed)" : "", jobs);
     /* Two passes: first each batching's points of the first schedule without recompute; then
      * the rest, each dropped once a lower bound on its time says it cannot reach the best of
      * its batching's first pass (as the ranking CSV writes it, so that a resumed search cuts at

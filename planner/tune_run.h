@@ -33,8 +33,9 @@ typedef struct tune_run_opts {
                            * end, with the results */
     int resume;           /* read out's rows first and run only the other points */
     int quiet;            /* no progress lines */
-    int progress_lines;   /* a progress line every TUNE_PROGRESS_EVERY_S on stderr, terminal
+    int progress_lines;   /* a progress line (dp_note) every TUNE_PROGRESS_EVERY_S, terminal
                            * or not (else only on a terminal) */
+    int terminal;         /* the notes go to a terminal: one progress line rewritten in place */
     const volatile sig_atomic_t *stop; /* set by a signal: no point starts after it (pool.h) */
     int exhaustive;       /* every point simulated to the end, none pruned (below) */
     /* Spread over processes (dpsim tune under mpirun): this process is `rank` of `ranks` and runs
