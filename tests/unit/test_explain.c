@@ -153,9 +153,55 @@ static void test_what_if_scales_one_constant(void **state)
     }
 }
 
+typedef struct notes {
+    int n, chose, assumed;
+} notes;
+
+static void collect(void *ctx, dp_note_kind kind, const char *text)
+{
+    notes *c = ctx;
+    assert_int_equal(kind, DP_NOTE_LINE);
+    c->n++;
+    c->chose += strstr(text, "--schedule auto chose") != NULL;
+    c->assumed += strstr(text, "the analytic model's efficiencies") != NULL;
+}
+
+/* Library code reports through the notes' sink (common/dp.h), never on stderr: the set-up's note
+ * on an analytic model used off its fitted GPU and --schedule auto's choice reach the sink, and
+ * stderr (a file here) stays empty. First in the list: the set-up's note is told once a process. */
+static void test_library_notes_through_the_sink(void **state)
+{
+    (void)state;
+    plan_request p;
+    small_run(&p, "llama3.1-8b", "h100");
+    p.cost.quiet = 0;
+    p.schedule = "auto";
+    notes seen = {0};
+    dp_set_note_sink(collect, &seen);
+    fflush(stderr);
+    FILE *err_file = tmpfile();
+    assert_non_null(err_file);
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(err_file), STDERR_FILENO);
+    dp_err err = {0};
+    dp_status st = planner_choose_schedule(&p, &err);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    dp_set_note_sink(NULL, NULL);
+    assert_int_equal(st, DP_OK);
+    assert_true(strcmp(p.schedule, "auto") != 0);
+    assert_int_equal(seen.chose, 1);
+    assert_int_equal(seen.assumed, 1);
+    fseek(err_file, 0, SEEK_END);
+    assert_int_equal(ftell(err_file), 0);
+    fclose(err_file);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_library_notes_through_the_sink),
         cmocka_unit_test(test_explain_analytic_run),
         cmocka_unit_test(test_explain_profile_run),
         cmocka_unit_test(test_what_if_scales_one_constant),
