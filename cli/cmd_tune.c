@@ -81,10 +81,10 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     cli_opts t;
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
-                  "tp x cp x pp x dp layouts (cp fixed by --cp; tp within a node), ZeRO 0/1 (with\n"
-                  "dp > 1; 2 and 3 too without a pipeline), recompute none/selective/full (and\n"
-                  "dynamic for the dynamic\n"
-                  "batchers), each schedule, and the method's knob (--mbs 1/2/4/8 for padding and\n"
+                  "tp x cp x pp x dp layouts (cp each degree of --cp, 1,2,4 for a list; tp\n"
+                  "within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too without a pipeline),\n"
+                  "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
+                  "each schedule, and the method's knob (--mbs 1/2/4/8 for padding and\n"
                   "the packers that take it, --mb-tokens 1k-16k for token), simulating --iterations\n"
                   "global batches of the trace [8] for each, in parallel. Prints the best feasible\n"
                   "configuration per method; -o writes the whole ranking as CSV. The plan options\n"
@@ -111,6 +111,8 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
                  "lower bound on its time shows cannot reach its batching's best of\n"
                  "a first pass is dropped, \"pruned\" in the ranking: never a best)");
     plan_request_options(&t, &p);
+    tune_cp_arg cps;
+    tune_cp_option(&t, &cps, &p.cost);
     cli_opts_find(&t, "iterations")->deflt = "8";
     t.help_hides = OPT_TUNED; /* what tune searches is no option of it */
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
@@ -146,7 +148,7 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
     }
     int ngpus = (int)gpus;
-    if ((st = planner_tune_space(&p, &env, &ngpus, bs, nb, ss, ns, &sp, &err)) != DP_OK) {
+    if ((st = planner_tune_space(&p, &env, &ngpus, bs, nb, ss, ns, cps.cps, cps.n, &sp, &err)) != DP_OK) {
         plan_env_release(&env);
         return cli_usage_error(cmd, TUNE_USAGE, "%s", err.msg);
     }
@@ -155,9 +157,11 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
      * resume must find the same beside its CSV */
     char config[12000];
     plan_request_config(&p, NULL, 0, config, sizeof config - 600);
+    char cp_list[80];
+    tune_cp_describe(&cps, cp_list, sizeof cp_list);
     snprintf(config + strlen(config), sizeof config - strlen(config),
-             "gpus=%lld\nbatchings=%s\nschedules=%s\nexhaustive=%d\n", (long long)gpus, blist_arg,
-             slist_arg, exhaustive);
+             "gpus=%lld\nbatchings=%s\nschedules=%s\ncp-list=%s\nexhaustive=%d\n", (long long)gpus,
+             blist_arg, slist_arg, cp_list, exhaustive);
     if (out && resume) {
         char *there = NULL, what[700];
         if (json_slurp(config_path, &there, &err) != DP_OK) {

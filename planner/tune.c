@@ -15,7 +15,7 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     sp->gpus_per_node = gpus_per_node;
     sp->layers = layers;
     sp->t5 = t5;
-    sp->cp = 1;
+    sp->cps[0] = 1, sp->n_cps = 1;
     static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8};
     static const int64_t tok[] = {1024, 2048, 4096, 8192, 16384};
     for (int i = 0; i < 4; i++) sp->tps[sp->n_tps++] = tps[i];
@@ -34,32 +34,61 @@ static long each_point(const tune_space *sp, tune_point *out)
         int dynamic = by->memory_aware, packer = by->knob == BATCH_KNOB_MBS;
         int token = by->knob == BATCH_KNOB_MB_TOKENS;
         int knobs = packer ? sp->n_mbs : token ? sp->n_mb_tokens : 1;
-        int cp = sp->cp > 1 ? sp->cp : 1, per = sp->gpus % cp ? 0 : sp->gpus / cp; /* tp pp dp */
         for (int s = 0; s < sp->n_schedules; s++)
-            for (int t = 0; t < sp->n_tps && per > 0; t++) {
-                int tp = sp->tps[t];
-                if (tp > sp->gpus_per_node || per % tp) continue;
-                for (int pp = 1; pp <= per / tp && pp <= sp->layers; pp++) {
-                    if ((per / tp) % pp || (sp->t5 && pp > 1 && pp % 2)) continue;
-                    int dp = per / tp / pp;
-                    /* ZeRO 2 and 3 only without a pipeline: with one they gather and
-                     * reduce-scatter a stage's parameters for every micro-batch (stage_cost.h),
-                     * which the search leaves out to keep its size; dpsim plan/sim run them */
-                    int zero_max = dp == 1 ? 0 : pp == 1 ? 3 : 1;
-                    for (int zero = 0; zero <= zero_max; zero++)
-                        for (int m = 0; m < RECOMPUTE_COUNT + dynamic; m++) /* + dynamic */
-                            for (int k = 0; k < knobs; k++) {
-                                if (out)
-                                    out[n] = (tune_point){bt, sp->schedules[s], tp, cp, pp, dp,
-                                                          zero,
-                                                          packer ? sp->mbs[k] : 1,
-                                                          token ? sp->mb_tokens[k] : 2048, m};
-                                n++;
-                            }
+            for (int t = 0; t < sp->n_tps; t++)
+                for (int c = 0; c < sp->n_cps; c++) {
+                    int tp = sp->tps[t], cp = sp->cps[c] > 1 ? sp->cps[c] : 1;
+                    int per = sp->gpus % cp ? 0 : sp->gpus / cp; /* tp x pp x dp */
+                    if (tp > sp->gpus_per_node || per == 0 || per % tp) continue;
+                    for (int pp = 1; pp <= per / tp && pp <= sp->layers; pp++) {
+                        if ((per / tp) % pp || (sp->t5 && pp > 1 && pp % 2)) continue;
+                        int dp = per / tp / pp;
+                        /* ZeRO 2 and 3 only without a pipeline: with one they gather and
+                         * reduce-scatter a stage's parameters for every micro-batch
+                         * (stage_cost.h), which the search leaves out to keep its size; dpsim
+                         * plan/sim run them */
+                        int zero_max = dp == 1 ? 0 : pp == 1 ? 3 : 1;
+                        for (int zero = 0; zero <= zero_max; zero++)
+                            for (int m = 0; m < RECOMPUTE_COUNT + dynamic; m++) /* + dynamic */
+                                for (int k = 0; k < knobs; k++) {
+                                    if (out)
+                                        out[n] = (tune_point){bt, sp->schedules[s], tp, cp, pp, dp,
+                                                              zero, packer ? sp->mbs[k] : 1,
+                                                              token ? sp->mb_tokens[k] : 2048, m};
+                                    n++;
+                                }
+                    }
                 }
-            }
     }
     return n;
+}
+
+int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap)
+{
+    *n = 0;
+    for (const char *at = arg;; at++) { /* an item ends at a comma or the end */
+        size_t len = strcspn(at, ",");
+        char item[32];
+        int64_t v;
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), at);
+        if (len == 0 || len >= sizeof item || dp_parse_i64(item, 1, 1024, &v) != 0) {
+            snprintf(why, cap, "--cp \"%s\": \"%.20s\" is not a degree in [1, 1024] (a list such "
+                     "as 1,2,4, or auto)", arg, item);
+            return -1;
+        }
+        for (int k = 0; k < *n; k++)
+            if (cps[k] == v) {
+                snprintf(why, cap, "--cp \"%s\" names cp %d twice", arg, (int)v);
+                return -1;
+            }
+        if (*n == TUNE_MAX_CP) {
+            snprintf(why, cap, "--cp \"%s\": at most %d degrees", arg, TUNE_MAX_CP);
+            return -1;
+        }
+        cps[(*n)++] = (int)v;
+        at += len;
+        if (!*at) return 0;
+    }
 }
 
 long tune_points(const tune_space *sp, tune_point **out)

@@ -2,9 +2,9 @@
  * tune.h — the search space behind dpsim tune and compare --tuned: every configuration of each
  * batching method on a fixed number of GPUs, and its ranking by simulated throughput.
  *
- * A configuration (tune_point) is a layout tp x cp x pp x dp = gpus, cp the request's context
- * parallelism, the same for every point (tp at most a node's GPUs, pp at
- * most the model's layers, even for T5 unless 1), a ZeRO stage (0 or 1 with data parallelism,
+ * A configuration (tune_point) is a layout tp x cp x pp x dp = gpus, cp from the space's list (tune
+ * --cp 1,2,4; the request's --cp alone by default, auto searched as one group), tp at most a
+ * node's GPUs, pp at most the model's layers, even for T5 unless 1, a ZeRO stage (0 or 1 with data parallelism,
  * 2 and 3 as well without a pipeline, 0 without replicas), a recompute mode (none, selective,
  * full; dynamic as well for the memory-aware batchers, DynaPipe's per-iteration rule), a
  * schedule from the list, and the method's own knob (batcher.knob): --mbs for padding and the
@@ -14,7 +14,7 @@
  * batch that holds the trace's longest sample, so that a configuration that only fits short
  * batches does not win on them.
  *
- * Points come in a fixed order (batching, schedule, tp, pp, zero, recompute, knob), so a search
+ * Points come in a fixed order (batching, schedule, tp, cp, pp, zero, recompute, knob), so a search
  * is reproducible; tune_rank orders results by throughput, feasible ones first, ties by that
  * order.
  */
@@ -29,6 +29,7 @@
 #include "../traces/trace.h"
 
 #define TUNE_MAX_LIST 16
+#define TUNE_MAX_CP 8
 
 typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
@@ -39,7 +40,8 @@ typedef struct tune_point {
 
 typedef struct tune_space {
     int gpus;          /* layouts of exactly this many GPUs: tp x cp x pp x dp */
-    int cp;            /* every layout's context-parallel degree (the request's; 1: none) */
+    int cps[TUNE_MAX_CP], n_cps; /* the context-parallel degrees searched, each dividing gpus
+                                  * ([1]; under --cp auto its group) */
     int gpus_per_node; /* tensor parallelism stays inside a node */
     int layers;        /* the model's pipeline-able layers (GPT: layers; T5: encoder + decoder) */
     int t5;            /* 1: pp must be 1 or even */
@@ -53,9 +55,13 @@ typedef struct tune_space {
     int n_mb_tokens;
 } tune_space;
 
-/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers, cp 1;
- * the caller adds the batchings and schedules (and a cp dividing gpus). */
+/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers, cp [1];
+ * the caller adds the batchings and schedules (and cp degrees dividing gpus). */
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5);
+
+/* Parses tune's --cp list ("1,2,4": distinct degrees in [1, 1024], at most TUNE_MAX_CP) into
+ * cps[] and *n: 0, or -1 with why (a usage error's text). */
+int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap);
 
 /* Every point of the space, in the fixed order; returns how many (0: none, or out of memory, with
  * *out NULL). The caller frees *out. */

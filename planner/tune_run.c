@@ -16,7 +16,7 @@
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
 
-/* What the workers share: the base options and environment, and a cost model per (tp, mode),
+/* What the workers share: the base options and environment, and a cost model per (cp, tp, mode),
  * built once before the fork. */
 typedef struct tune_job {
     const plan_request *base;
@@ -24,8 +24,8 @@ typedef struct tune_job {
     const tune_space *sp;
     const tune_point *pts;
     tune_result *res;
-    cost_model *cm[TUNE_MAX_LIST][RECOMPUTE_COUNT];
-    char cm_err[TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
+    cost_model *cm[TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT];
+    char cm_err[TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
     double t0, last_line, last_write;
     int progress; /* 0 none, 1 a terminal's \r line, 2 lines every TUNE_PROGRESS_EVERY_S */
     tune_run_opts *run;
@@ -66,6 +66,28 @@ static int tp_slot(const tune_space *sp, int tp)
     return 0;
 }
 
+static int cp_slot(const tune_space *sp, int cp)
+{
+    for (int c = 0; c < sp->n_cps; c++)
+        if (sp->cps[c] == cp) return c;
+    return 0;
+}
+
+/* The cost model of a point's (tp, cp, mode): the request's, at that tp and cp (under --cp auto
+ * the request's group). */
+static dp_status build_cost(const plan_request *base, const plan_env *env, int tp, int cp,
+                            recompute_mode m, cost_model **cm, dp_err *err)
+{
+    cost_request c = base->cost;
+    if (!c.cp_auto) c.cp = cp;
+    model_spec ms;
+    cluster_spec hw;
+    char source[4200];
+    dp_status st = planner_build_cost_at(&c, tp, m, &ms, &hw, cm, source, sizeof source, err);
+    if (st == DP_OK) (*cm)->hw = env->hw; /* with the what-if link overrides */
+    return st;
+}
+
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, double prune_ms, study_result *r, dp_err *err)
 {
@@ -81,12 +103,8 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
             if (!use[m]) st = dp_fail(err, DP_ERR_INVALID, "no cost model for tp %d", pt->tp);
             continue;
         }
-        model_spec ms;
-        cluster_spec hw;
-        char source[4200];
-        st = planner_build_cost_at(&base->cost, pt->tp, (recompute_mode)m, &ms, &hw, &own[m], source,
-                               sizeof source, err);
-        if (st == DP_OK) own[m]->hw = env->hw, use[m] = own[m]; /* with the what-if links */
+        st = build_cost(base, env, pt->tp, pt->cp, (recompute_mode)m, &own[m], err);
+        if (st == DP_OK) use[m] = own[m];
     }
     if (st == DP_OK) {
         plan_request p = *base;
@@ -120,18 +138,19 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     long i = j->order[k];
     double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
-    int t = tp_slot(j->sp, pt->tp), dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
+    int t = tp_slot(j->sp, pt->tp), c = cp_slot(j->sp, pt->cp);
+    int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     recompute_mode rc = recompute_policy_mode(pt->recompute);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if ((dynamic || m == (int)rc) && !j->cm[t][m]) { /* why its cost model could not be made */
-            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[t][m]);
+        if ((dynamic || m == (int)rc) && !j->cm[c][t][m]) { /* why its cost model could not be made */
+            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[c][t][m]);
             return;
         }
     study_result r;
     dp_err err = {0};
     double cutoff = j->cutoff_tps[j->group[i] / TUNE_MAX_LIST];
     double prune_ms = cutoff > 0 && j->scored_tokens > 0 ? 1e3 * (double)j->scored_tokens / cutoff : 0;
-    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[t], prune_ms, &r, &err);
+    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[c][t], prune_ms, &r, &err);
     double peak = study_max_peak_mb(&r);
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
     int ok = st == DP_OK && study_result_fits(&r) && !r.failed_iterations && !(r.pruned_ms > 0);
@@ -362,21 +381,17 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
             sample_len x = batch_sample(&j->env->rules, &j->env->trace, i);
             j->scored_tokens += x.enc + x.dec;
         }
-    for (int t = 0; t < sp->n_tps; t++) { /* the cost models the points use, once */
-        int used = 0;
-        for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t];
-        for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
-            model_spec ms;
-            cluster_spec hw;
-            char source[4200];
-            dp_err e = {0};
-            if (planner_build_cost_at(&base->cost, sp->tps[t], (recompute_mode)m, &ms, &hw, &j->cm[t][m],
-                                  source, sizeof source, &e) != DP_OK)
-                snprintf(j->cm_err[t][m], sizeof j->cm_err[t][m], "%.230s", e.msg);
-            else
-                j->cm[t][m]->hw = env->hw; /* with the what-if link overrides */
+    for (int c = 0; c < sp->n_cps; c++) /* the cost models the points use, once */
+        for (int t = 0; t < sp->n_tps; t++) {
+            int used = 0;
+            for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t] && pts[i].cp == sp->cps[c];
+            for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
+                dp_err e = {0};
+                if (build_cost(base, env, sp->tps[t], sp->cps[c], (recompute_mode)m, &j->cm[c][t][m],
+                               &e) != DP_OK)
+                    snprintf(j->cm_err[c][t][m], sizeof j->cm_err[c][t][m], "%.230s", e.msg);
+            }
         }
-    }
     if (j->progress)
         dp_note(DP_NOTE_LINE, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers",
                 n, sp->gpus, todo, run->resumed ? " (the rest resumed)" : "", jobs);
@@ -428,8 +443,9 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     }
     if (run->out && run->rank == 0) /* what finished, as it is */
         if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
-    for (int t = 0; t < sp->n_tps; t++)
-        for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[t][m]);
+    for (int c = 0; c < sp->n_cps; c++)
+        for (int t = 0; t < sp->n_tps; t++)
+            for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[c][t][m]);
     /* a dead worker's point is reported as not ok, with why, and counted in run->died */
     tune_rank(j->res, n);
     dp_status wst = sst != DP_OK ? sst : j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
@@ -444,28 +460,78 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     return wst;
 }
 
+static int set_cp_list(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    tune_cp_arg *a = ctx;
+    a->n = 0;
+    if (strcmp(arg, "auto") == 0 || !strchr(arg, ',')) /* one degree or auto: the request's */
+        return a->request_call(a->request_ctx, arg, cmd, usage);
+    char why[300];
+    if (tune_parse_cp_list(arg, a->cps, &a->n, why, sizeof why) != 0) {
+        cli_usage_error(cmd, usage, "%s", why);
+        return -1;
+    }
+    a->cost->cp_auto = 0, a->cost->cp = 1;
+    for (int i = 0; i < a->n; i++) /* the set-up checks the largest; --cp-kind applies */
+        if (a->cps[i] > a->cost->cp) a->cost->cp = a->cps[i];
+    return 0;
+}
+
+void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap)
+{
+    if (a->n == 0) {
+        a->request_show(a->request_ctx, buf, cap);
+        return;
+    }
+    size_t at = 0;
+    for (int i = 0; i < a->n && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", a->cps[i]);
+}
+
+static void show_cp_list(const void *ctx, char *buf, size_t cap) { tune_cp_describe(ctx, buf, cap); }
+
+void tune_cp_option(cli_opts *t, tune_cp_arg *a, cost_request *cost)
+{
+    cli_opt *row = cli_opts_find(t, "cp");
+    memset(a, 0, sizeof *a);
+    a->cost = cost;
+    a->request_call = row->call, a->request_ctx = row->ctx, a->request_show = row->show;
+    row->call = set_cp_list, row->ctx = a, row->show = show_cp_list;
+    row->meta = "LIST";
+    row->help = "context-parallel degrees searched (1,2,4), each\n"
+                "dividing --gpus; one degree or auto fixes it as\n"
+                "for plan (auto: a group of --cp-max GPUs, each\n"
+                "micro-batch at its own degree)";
+}
+
 dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus, const char *const *bs,
-                         int nb, const char *const *ss, int ns, tune_space *sp, dp_err *err)
+                         int nb, const char *const *ss, int ns, const int *cps, int n_cps,
+                         tune_space *sp, dp_err *err)
 {
     int have = env->hw.nodes * env->hw.gpus_per_node;
     if (*gpus == 0) *gpus = have > 0 ? have : env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8;
     if (have > 0 && *gpus > have && !p->allow_oversubscribe)
         return dp_fail(err, DP_ERR_INVALID, "--gpus %d, but %s has %d\nhint: a cluster with more "
                        "nodes, or --allow-oversubscribe", *gpus, env->hw.name, have);
-    int cp = p->cost.cp > 1 ? p->cost.cp : 1; /* every layout's (--cp auto: the group's) */
-    if (*gpus % cp) {
-        int lo = *gpus / cp * cp, hi = lo + cp;
-        char near[64];
-        if (lo > 0) snprintf(near, sizeof near, "--gpus %d or %d", lo, hi);
-        else snprintf(near, sizeof near, "--gpus %d", hi);
-        return dp_fail(err, DP_ERR_INVALID, "--gpus %d is not a multiple of --cp %d: every layout "
-                       "uses tp x cp x pp x dp GPUs\nhint: %s, or a --cp dividing %d", *gpus, cp,
-                       near, *gpus);
-    }
     int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
     tune_space_default(sp, *gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
                        env->model.arch == ARCH_T5);
-    sp->cp = cp;
+    int request_cp = p->cost.cp > 1 ? p->cost.cp : 1; /* every layout's (--cp auto: the group's) */
+    if (n_cps <= 0 || p->cost.cp_auto) cps = &request_cp, n_cps = 1;
+    sp->n_cps = 0;
+    for (int c = 0; c < n_cps && c < TUNE_MAX_CP; c++) {
+        int cp = cps[c];
+        if (*gpus % cp) {
+            int lo = *gpus / cp * cp, hi = lo + cp;
+            char near[64];
+            if (lo > 0) snprintf(near, sizeof near, "--gpus %d or %d", lo, hi);
+            else snprintf(near, sizeof near, "--gpus %d", hi);
+            return dp_fail(err, DP_ERR_INVALID, "--gpus %d is not a multiple of --cp %d: every "
+                           "layout uses tp x cp x pp x dp GPUs\nhint: %s, or a --cp dividing %d",
+                           *gpus, cp, near, *gpus);
+        }
+        sp->cps[sp->n_cps++] = cp;
+    }
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
     for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++)
         if (!schedule_find(ss[j])->chunked) sp->schedules[sp->n_schedules++] = ss[j];

@@ -12,17 +12,36 @@
 #include "study.h"
 #include "tune.h"
 
+/* tune's --cp: a list of context-parallel degrees to search ("1,2,4"), or, as for plan and sim,
+ * one degree or auto (then the request's cost.cp holds it and n is 0). tune_cp_option rewires the
+ * table's --cp row (from cost_request_options) to fill this; pass cps and n to planner_tune_space.
+ * A list leaves cost.cp at its largest degree (the set-up checks that one; --cp-kind applies), and
+ * each point sets its own. */
+typedef struct tune_cp_arg {
+    int cps[TUNE_MAX_CP], n;
+    cost_request *cost;
+    int (*request_call)(void *ctx, const char *arg, const char *cmd, const char *usage);
+    void *request_ctx;
+    void (*request_show)(const void *ctx, char *buf, size_t cap);
+} tune_cp_arg;
+void tune_cp_option(cli_opts *t, tune_cp_arg *a, cost_request *cost);
+/* The degrees as given ("1,2,4"; one degree or "auto" as the request shows it). */
+void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap);
+
 /* Runs one point of the search with base's other options on env's trace and length rules (what
  * tune scores it on). cms[m], when given, are the cost models of the point's tp per recompute
- * mode (tune builds them once); NULL: they are built for this run. prune_ms > 0: the run stops
+ * mode at its cp (tune builds them once); NULL: they are built for this run. prune_ms > 0: the run stops
  * once it cannot finish within that much simulated time (study_opts.prune_ms; r->pruned_ms). */
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, double prune_ms, study_result *r, dp_err *err);
-/* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings and the
- * schedules (interleaved left out); DP_ERR_INVALID when the cluster has fewer GPUs (unless
- * --allow-oversubscribe). */
+/* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings, the
+ * schedules (interleaved left out) and the context-parallel degrees cps[0 .. n_cps - 1] (n_cps 0:
+ * the request's --cp alone, its group under auto); DP_ERR_INVALID when the cluster has fewer GPUs
+ * (unless --allow-oversubscribe) or a degree does not divide *gpus (naming it and the nearest
+ * counts). */
 dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus, const char *const *bs,
-                         int nb, const char *const *ss, int ns, tune_space *sp, dp_err *err);
+                         int nb, const char *const *ss, int ns, const int *cps, int n_cps,
+                         tune_space *sp, dp_err *err);
 /* How a search runs (all zero: quietly but for a terminal's progress, nothing written, to the
  * end). */
 typedef struct tune_run_opts {

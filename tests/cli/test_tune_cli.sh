@@ -79,7 +79,6 @@ echo "t,5,7" >>"$TMP/tr.csv"
 expect "... and one whose trace's content changed (same path)" 2 "trace_hash=" -- \
   "$DPSIM" tune --model gpt-tiny --hw cpu --analytic --trace "$TMP/tr.csv" --global-tokens 128 --gpus 2 -q -o "$TMP/small.csv" --resume
 expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
-finish
 
 # --gpus counts every degree: with --cp 2, every ranked layout has tp x cp x pp x dp = 8
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 2 --iterations 1 --max-seqlen 8192 \
@@ -89,3 +88,18 @@ check "tune --gpus 8 --cp 2: every row uses 8 GPUs" bash -c \
 expect "tune refuses --gpus that --cp does not divide, with the nearest" 2 "--gpus 10 is not a multiple of --cp 4.*" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 10 --cp 4 --iterations 1 -o "$TMP/no.csv"
 check "... writing nothing" test ! -e "$TMP/no.csv"
+# --cp takes a list: tune searches every degree, each layout still of --gpus GPUs; the best of the
+# list is at least the best of each degree searched alone (cp 2's ranking above)
+"$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2 --iterations 1 --max-seqlen 8192 \
+  --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cps.csv" >/dev/null 2>&1
+check "tune --cp 1,2: rows of both degrees, every one of 8 GPUs" bash -c \
+  "awk -F, 'NR > 1 { seen[\$5] = 1; if (\$4 * \$5 * \$6 * \$7 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
+check "... its best at least cp 2's alone" bash -c \
+  "awk -F, 'FNR == 2 { b[FILENAME] = \$13 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
+expect "a --cp list naming a degree twice is refused" 2 "names cp 2 twice" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,2 -o "$TMP/no.csv"
+expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "not a multiple of --cp 3" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,3 -o "$TMP/no.csv"
+expect "a --cp list with an empty item is refused" 2 "is not a degree" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,,2 -o "$TMP/no.csv"
+finish

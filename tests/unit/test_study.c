@@ -1078,8 +1078,10 @@ static void test_tune_space(void **state)
         }
         free(pts);
         /* with context parallelism every layout still uses the GPUs asked for: tp x cp x pp x dp */
+        long single[5] = {0};
+        single[1] = n;
         for (int cp = 2; cp <= 4; cp *= 2) {
-            sp.cp = cp;
+            sp.cps[0] = cp, sp.n_cps = 1;
             n = tune_points(&sp, &pts);
             long want_cp = 0;
             for (int tp = 1; tp <= 8; tp *= 2)
@@ -1090,15 +1092,31 @@ static void test_tune_space(void **state)
                         want_cp += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
                     }
             assert_int_equal(n, want_cp);
+            single[cp] = n;
             for (long i = 0; i < n; i++) {
                 assert_int_equal(pts[i].cp, cp);
                 assert_int_equal(pts[i].tp * pts[i].cp * pts[i].pp * pts[i].dp, 16);
             }
             free(pts);
         }
-        sp.cp = 3; /* not dividing 16: no layout */
+        /* a list of degrees (tune --cp 1,2,4): every degree's points, cp varying after tp */
+        sp.cps[0] = 1, sp.cps[1] = 2, sp.cps[2] = 4, sp.n_cps = 3;
+        n = tune_points(&sp, &pts);
+        assert_int_equal(n, single[1] + single[2] + single[4]);
+        long per_cp[5] = {0};
+        for (long i = 0; i < n; i++) {
+            per_cp[pts[i].cp]++;
+            assert_int_equal(pts[i].tp * pts[i].cp * pts[i].pp * pts[i].dp, 16);
+            if (i > 0 && pts[i].batching == pts[i - 1].batching &&
+                pts[i].schedule == pts[i - 1].schedule && pts[i].tp == pts[i - 1].tp)
+                assert_true(pts[i].cp >= pts[i - 1].cp);
+        }
+        for (int cp = 1; cp <= 4; cp *= 2) assert_int_equal(per_cp[cp], single[cp]);
+        free(pts);
+        sp.cps[0] = 3, sp.n_cps = 1; /* not dividing 16: no layout */
         assert_int_equal(tune_points(&sp, &pts), 0);
         assert_null(pts);
+        sp.cps[0] = 1, sp.n_cps = 1;
     }
     tune_result r[4] = {{.index = 0, .ok = 0, .throughput = 9}, {.index = 1, .ok = 1, .throughput = 5},
                         {.index = 2, .ok = 1, .throughput = 7}, {.index = 3, .ok = 1, .throughput = 7}};
@@ -1113,9 +1131,29 @@ static void test_tune_space(void **state)
     assert_null(tune_best(r, 4, "token"));
 }
 
+/* tune --cp's list: degrees in [1, 1024], distinct, at most TUNE_MAX_CP, no empty item. */
+static void test_tune_cp_list(void **state)
+{
+    (void)state;
+    int cps[TUNE_MAX_CP], n;
+    char why[300];
+    assert_int_equal(tune_parse_cp_list("1,2,4", cps, &n, why, sizeof why), 0);
+    assert_int_equal(n, 3);
+    assert_true(cps[0] == 1 && cps[1] == 2 && cps[2] == 4);
+    assert_int_equal(tune_parse_cp_list("8", cps, &n, why, sizeof why), 0);
+    assert_true(n == 1 && cps[0] == 8);
+    const char *bad[] = {"", ",", "1,", ",2", "1,,2", "0", "2,2", "1,x", "1025", "1,2,3,4,5,6,7,8,9"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        why[0] = '\0';
+        assert_int_equal(tune_parse_cp_list(bad[i], cps, &n, why, sizeof why), -1);
+        assert_true(strstr(why, "--cp") != NULL);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tune_cp_list),
         cmocka_unit_test(test_dynamic_recompute_gpt_8192),
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
         cmocka_unit_test(test_keep_going),
