@@ -84,12 +84,13 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
                   "tp x cp x pp x dp layouts (cp each degree of --cp, 1,2,4 for a list; tp\n"
                   "within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too without a pipeline),\n"
                   "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
-                  "each schedule, and the method's knob (--mbs 1/2/4/8 for padding and\n"
-                  "the packers that take it, --mb-tokens 1k-16k for token), simulating --iterations\n"
-                  "global batches of the trace [8] for each, in parallel. Prints the best feasible\n"
-                  "configuration per method; -o writes the whole ranking as CSV. The plan options\n"
-                  "that tune searches (--tp --pp --dp --zero --recompute --mbs --mb-tokens\n"
-                  "--batching --schedule) are refused here; --iterations is per configuration.\n"
+                  "each schedule (interleaved at 2 and 4 chunks), and the method's knob\n"
+                  "(--mbs 1/2/4/8 for padding and the packers that take it, --mb-tokens\n"
+                  "1k-16k for token), simulating --iterations global batches of the trace [8]\n"
+                  "for each, in parallel. Prints the best feasible configuration per method;\n"
+                  "-o writes the whole ranking as CSV. The plan options that tune searches\n"
+                  "(--tp --pp --dp --zero --recompute --chunks --mbs --mb-tokens --batching\n"
+                  "--schedule) are refused here; --iterations is per configuration.\n"
                   "A first pass runs each method's configurations of the first schedule without\n"
                   "recompute; then a configuration is dropped (\"pruned\") once a lower bound on\n"
                   "its time shows it below its method's best of that pass. Under mpirun the\n"
@@ -124,7 +125,7 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     cli_opts_release(&t);
     if (r != 0) return r == 1 ? 0 : r;
     method_lists ml;
-    if (planner_method_lists(cmd, TUNE_USAGE, blist_arg, slist_arg, 0, &ml) != 0) return EXIT_USAGE;
+    if (planner_method_lists(cmd, TUNE_USAGE, blist_arg, slist_arg, 1, &ml) != 0) return EXIT_USAGE;
     const char *const *bs = ml.batchings, *const *ss = ml.schedules;
     int nb = ml.nb, ns = ml.ns;
     tune_space sp;

@@ -444,7 +444,7 @@ void plan_request_options(cli_opts *t, plan_request *p)
         F | T;
     cli_opt_int(t, "dp", 0, &p->dp, "D", 1, 4096, "1", "data-parallel replicas")->marks = F | T;
     cli_opt_int(t, "chunks", 0, &p->chunks, "C", 1, 64, "1",
-                "model chunks per device (interleaved)")->marks = F;
+                "model chunks per device (interleaved)")->marks = F | T;
     cli_opt_int(t, "zero", 0, &p->zero, "Z", 0, 3, "1",
                 "ZeRO stage 0..3 (3: FSDP, with a pipeline too: each\n"
                 "micro-batch gathers its stage's parameters and reduce-scatters)")->marks = F | T;

@@ -7,6 +7,7 @@
 
 #include "../common/csv_table.h"
 #include "../scheduler/microbatch.h"
+#include "../scheduler/schedule.h"
 
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5)
 {
@@ -16,10 +17,11 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     sp->layers = layers;
     sp->t5 = t5;
     sp->cps[0] = 1, sp->n_cps = 1;
-    static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8};
+    static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8}, chunks[] = {2, 4};
     static const int64_t tok[] = {1024, 2048, 4096, 8192, 16384};
     for (int i = 0; i < 4; i++) sp->tps[sp->n_tps++] = tps[i];
     for (int i = 0; i < 4; i++) sp->mbs[sp->n_mbs++] = mbs[i];
+    for (int i = 0; i < 2; i++) sp->chunks[sp->n_chunks++] = chunks[i];
     for (int i = 0; i < 5; i++) sp->mb_tokens[sp->n_mb_tokens++] = tok[i];
 }
 
@@ -34,14 +36,19 @@ static long each_point(const tune_space *sp, tune_point *out)
         int dynamic = by->memory_aware, packer = by->knob == BATCH_KNOB_MBS;
         int token = by->knob == BATCH_KNOB_MB_TOKENS;
         int knobs = packer ? sp->n_mbs : token ? sp->n_mb_tokens : 1;
-        for (int s = 0; s < sp->n_schedules; s++)
+        for (int s = 0; s < sp->n_schedules; s++) {
+            const schedule *sc = schedule_find(sp->schedules[s]);
+            int chunked = sc && sc->chunked, n_ch = chunked ? sp->n_chunks : 1;
+            for (int h = 0; h < n_ch; h++)
             for (int t = 0; t < sp->n_tps; t++)
                 for (int c = 0; c < sp->n_cps; c++) {
+                    int ch = chunked ? sp->chunks[h] : 1;
                     int tp = sp->tps[t], cp = sp->cps[c] > 1 ? sp->cps[c] : 1;
                     int per = sp->gpus % cp ? 0 : sp->gpus / cp; /* tp x pp x dp */
                     if (tp > sp->gpus_per_node || per == 0 || per % tp) continue;
                     for (int pp = 1; pp <= per / tp && pp <= sp->layers; pp++) {
                         if ((per / tp) % pp || (sp->t5 && pp > 1 && pp % 2)) continue;
+                        if (chunked && (pp < 2 || pp * ch > sp->layers)) continue;
                         int dp = per / tp / pp;
                         /* ZeRO 2 and 3 only without a pipeline: with one they gather and
                          * reduce-scatter a stage's parameters for every micro-batch
@@ -52,13 +59,14 @@ static long each_point(const tune_space *sp, tune_point *out)
                             for (int m = 0; m < RECOMPUTE_COUNT + dynamic; m++) /* + dynamic */
                                 for (int k = 0; k < knobs; k++) {
                                     if (out)
-                                        out[n] = (tune_point){bt, sp->schedules[s], tp, cp, pp, dp,
-                                                              zero, packer ? sp->mbs[k] : 1,
+                                        out[n] = (tune_point){bt, sp->schedules[s], ch, tp, cp, pp,
+                                                              dp, zero, packer ? sp->mbs[k] : 1,
                                                               token ? sp->mb_tokens[k] : 2048, m};
                                     n++;
                                 }
                     }
                 }
+        }
     }
     return n;
 }
@@ -102,9 +110,11 @@ long tune_points(const tune_space *sp, tune_point **out)
 
 void tune_point_describe(const tune_point *p, char *buf, size_t cap)
 {
-    int at = snprintf(buf, cap, "batching=%s schedule=%s tp=%d cp=%d pp=%d dp=%d zero=%d "
-                      "recompute=%s", p->batching, p->schedule, p->tp, p->cp, p->pp, p->dp, p->zero,
-                      recompute_policy_name(p->recompute));
+    char chunks[24] = "";
+    if (p->chunks > 1) snprintf(chunks, sizeof chunks, " chunks=%d", p->chunks);
+    int at = snprintf(buf, cap, "batching=%s schedule=%s%s tp=%d cp=%d pp=%d dp=%d zero=%d "
+                      "recompute=%s", p->batching, p->schedule, chunks, p->tp, p->cp, p->pp, p->dp,
+                      p->zero, recompute_policy_name(p->recompute));
     const batcher *by = batcher_find(p->batching);
     int knob = by ? by->knob : BATCH_KNOB_NONE;
     if (at > 0 && (size_t)at < cap) {
@@ -138,7 +148,7 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
 }
 
 const char TUNE_CSV_HEADER[] =
-    "rank,batching,schedule,tp,cp,pp,dp,zero,recompute,mbs,mb_tokens,feasible,"
+    "rank,batching,schedule,chunks,tp,cp,pp,dp,zero,recompute,mbs,mb_tokens,feasible,"
     "throughput_tokens_per_s,mfu,peak_mem_mb,why";
 
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
@@ -149,8 +159,9 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
         if (*c == '\n' || *c == '\r') *c = ' ';
     csv_format_field(cell, sizeof cell, why);
     const tune_point *p = &r->pt;
-    snprintf(buf, cap, "%ld,%s,%s,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
-             p->batching, p->schedule, p->tp, p->cp, p->pp, p->dp, p->zero,
+    snprintf(buf, cap, "%ld,%s,%s,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
+             p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1, p->tp, p->cp, p->pp, p->dp,
+             p->zero,
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
              r->peak_mb, cell);
@@ -203,7 +214,7 @@ dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace 
 
 /* ---- reading a ranking back (a resumed search) -------------------------------------------------- */
 
-#define RANKING_COLS 16 /* TUNE_CSV_HEADER's columns */
+#define RANKING_COLS 17 /* TUNE_CSV_HEADER's columns */
 typedef struct ranking_reader {
     tune_result *res;
     long n, read, foreign;
@@ -217,7 +228,8 @@ static dp_status ranking_header(void *ctx, const csv_row *h, dp_err *err)
         {"rank", 1},     {"batching", 1},  {"schedule", 1}, {"tp", 1},
         {"pp", 1},       {"dp", 1},        {"zero", 1},     {"recompute", 1},
         {"mbs", 1},      {"mb_tokens", 1}, {"feasible", 1}, {"throughput_tokens_per_s", 1},
-        {"mfu", 1},      {"peak_mem_mb", 1}, {"why", 1},   {"cp", 1}};
+        {"mfu", 1},      {"peak_mem_mb", 1}, {"why", 1},   {"cp", 1},
+        {"chunks", 0}}; /* (rankings before interleaved was searched: 1) */
     return csv_header_map(h, cols, RANKING_COLS, r->idx, err);
 }
 
@@ -225,22 +237,23 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
 {
     ranking_reader *r = ctx;
     const char *f[RANKING_COLS];
-    for (int k = 0; k < RANKING_COLS; k++) f[k] = row->fields[r->idx[k]];
-    int64_t tp, cp, pp, dp, zero, mbs, mbt, ok;
+    for (int k = 0; k < RANKING_COLS; k++) f[k] = r->idx[k] >= 0 ? row->fields[r->idx[k]] : NULL;
+    int64_t tp, cp, pp, dp, zero, mbs, mbt, ok, chunks = 1;
     double thr, mfu, peak;
     if (dp_parse_i64(f[3], 1, 1 << 20, &tp) || dp_parse_i64(f[15], 1, 1 << 20, &cp) ||
         dp_parse_i64(f[4], 1, 1 << 20, &pp) ||
         dp_parse_i64(f[5], 1, 1 << 20, &dp) || dp_parse_i64(f[6], 0, 3, &zero) ||
         dp_parse_i64(f[8], 0, 1 << 30, &mbs) || dp_parse_i64(f[9], 0, INT64_C(1) << 40, &mbt) ||
         dp_parse_i64(f[10], 0, 1, &ok) || dp_parse_f64(f[11], &thr) || dp_parse_f64(f[12], &mfu) ||
-        dp_parse_f64(f[13], &peak) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
+        dp_parse_f64(f[13], &peak) || (f[16] && dp_parse_i64(f[16], 1, 1024, &chunks)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not a row of a tune ranking (tp, cp, pp, dp, zero, "
-                       "mbs, mb_tokens, feasible, throughput, mfu or peak memory)", row->path,
+                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory or chunks)", row->path,
                        row->line);
     for (long i = 0; i < r->n; i++) {
         tune_result *x = &r->res[i];
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
+            (p->chunks > 1 ? p->chunks : 1) != chunks ||
             p->mbs != mbs ||
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
             strcmp(recompute_policy_name(p->recompute), f[7]))

@@ -4,7 +4,8 @@
  *
  * A configuration (tune_point) is a layout tp x cp x pp x dp = gpus, cp from the space's list (tune
  * --cp 1,2,4; the request's --cp alone by default, auto searched as one group), tp at most a
- * node's GPUs, pp at most the model's layers, even for T5 unless 1, a ZeRO stage (0 or 1 with data parallelism,
+ * node's GPUs, pp at most the model's layers, even for T5 unless 1, a chunked (interleaved)
+ * schedule at each of the space's chunk counts with pp > 1 and pp x chunks at most the layers, a ZeRO stage (0 or 1 with data parallelism,
  * 2 and 3 as well without a pipeline, 0 without replicas), a recompute mode (none, selective,
  * full; dynamic as well for the memory-aware batchers, DynaPipe's per-iteration rule), a
  * schedule from the list, and the method's own knob (batcher.knob): --mbs for padding and the
@@ -14,7 +15,7 @@
  * batch that holds the trace's longest sample, so that a configuration that only fits short
  * batches does not win on them.
  *
- * Points come in a fixed order (batching, schedule, tp, cp, pp, zero, recompute, knob), so a search
+ * Points come in a fixed order (batching, schedule, chunks, tp, cp, pp, zero, recompute, knob), so a search
  * is reproducible; tune_rank orders results by throughput, feasible ones first, ties by that
  * order.
  */
@@ -33,6 +34,7 @@
 
 typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
+    int chunks;            /* the schedule's virtual stages per device (1 but for a chunked one) */
     int tp, cp, pp, dp, zero, mbs;
     int64_t mb_tokens;
     int recompute;         /* a recompute_policy (cost.h): none, selective, full or dynamic */
@@ -50,6 +52,7 @@ typedef struct tune_space {
     const char *schedules[TUNE_MAX_LIST];
     int n_schedules;
     int tps[TUNE_MAX_LIST], n_tps;          /* [1 2 4 8] */
+    int chunks[TUNE_MAX_LIST], n_chunks;    /* a chunked schedule's: [2 4] */
     int mbs[TUNE_MAX_LIST], n_mbs;          /* padding, packing: [1 2 4 8] */
     int64_t mb_tokens[TUNE_MAX_LIST];       /* token: [1024 2048 4096 8192 16384] */
     int n_mb_tokens;

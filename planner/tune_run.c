@@ -108,7 +108,7 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
     }
     if (st == DP_OK) {
         plan_request p = *base;
-        p.batching = pt->batching, p.schedule = pt->schedule;
+        p.batching = pt->batching, p.schedule = pt->schedule, p.chunks = pt->chunks > 1 ? pt->chunks : 1;
         p.cost.tp = pt->tp, p.cost.cp = pt->cp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
         p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
         p.cost.recompute = pt->recompute;
@@ -533,7 +533,6 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
         sp->cps[sp->n_cps++] = cp;
     }
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
-    for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++)
-        if (!schedule_find(ss[j])->chunked) sp->schedules[sp->n_schedules++] = ss[j];
+    for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++) sp->schedules[sp->n_schedules++] = ss[j];
     return DP_OK;
 }

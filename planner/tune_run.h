@@ -35,7 +35,7 @@ void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap);
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, double prune_ms, study_result *r, dp_err *err);
 /* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings, the
- * schedules (interleaved left out) and the context-parallel degrees cps[0 .. n_cps - 1] (n_cps 0:
+ * schedules (a chunked one at each of the space's chunk counts) and the context-parallel degrees cps[0 .. n_cps - 1] (n_cps 0:
  * the request's --cp alone, its group under auto); DP_ERR_INVALID when the cluster has fewer GPUs
  * (unless --allow-oversubscribe) or a degree does not divide *gpus (naming it and the nearest
  * counts). */

@@ -25,8 +25,8 @@ wait $pid; rc=$?
 check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
-check "... leaving a valid partial ranking (header, then rows of 16 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 16 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+check "... leaving a valid partial ranking (header, then rows of 17 fields)" bash -c \
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 17 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
@@ -57,7 +57,9 @@ check "... and --resume runs it again, to the same ranking" diff "$TMP/full.csv"
 # rows were cut at 1 tokens/s), and --resume runs those rows again against the whole first pass
 best=$(sed -n 2p "$TMP/full.csv" | cut -d, -f2)
 cp "$TMP/full.csv.config" "$TMP/lost.csv.config"
-awk -F, -v OFS=, -v b="$best" 'NR == 2 { $12 = 0; $13 = "0.00"; $14 = "0.00000"; $15 = "0.0"; $16 = "the worker died (a crash or a signal): no result" }
+awk -F, -v OFS=, -v b="$best" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
+  NR == 2 { $c["feasible"] = 0; $c["throughput_tokens_per_s"] = "0.00"; $c["mfu"] = "0.00000"; $c["peak_mem_mb"] = "0.0"
+            $c["why"] = "the worker died (a crash or a signal): no result" }
   NR > 2 && $2 == b { sub(/below the [0-9]+ of the best/, "below the 1 of the best") } { print }' \
   "$TMP/full.csv" >"$TMP/lost.csv"
 # shellcheck disable=SC2086
@@ -84,7 +86,7 @@ expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cp.csv" >/dev/null 2>&1
 check "tune --gpus 8 --cp 2: every row uses 8 GPUs" bash -c \
-  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$4 * \$5 * \$6 * \$7 != 8 { exit 1 } NR == 1 && \$5 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
+  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$5 * \$6 * \$7 * \$8 != 8 { exit 1 } NR == 1 && \$6 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
 expect "tune refuses --gpus that --cp does not divide, with the nearest" 2 "--gpus 10 is not a multiple of --cp 4.*" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 10 --cp 4 --iterations 1 -o "$TMP/no.csv"
 check "... writing nothing" test ! -e "$TMP/no.csv"
@@ -93,13 +95,22 @@ check "... writing nothing" test ! -e "$TMP/no.csv"
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cps.csv" >/dev/null 2>&1
 check "tune --cp 1,2: rows of both degrees, every one of 8 GPUs" bash -c \
-  "awk -F, 'NR > 1 { seen[\$5] = 1; if (\$4 * \$5 * \$6 * \$7 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
+  "awk -F, 'NR > 1 { seen[\$6] = 1; if (\$5 * \$6 * \$7 * \$8 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
 check "... its best at least cp 2's alone" bash -c \
-  "awk -F, 'FNR == 2 { b[FILENAME] = \$13 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
+  "awk -F, 'FNR == 2 { b[FILENAME] = \$14 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
 expect "a --cp list naming a degree twice is refused" 2 "names cp 2 twice" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,2 -o "$TMP/no.csv"
 expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "not a multiple of --cp 3" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,3 -o "$TMP/no.csv"
 expect "a --cp list with an empty item is refused" 2 "is not a degree" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,,2 -o "$TMP/no.csv"
+# interleaved is searched at 2 and 4 chunks, on pipelines of 2 stages or more (the ranking's chunks
+# column; 1 for the other schedules), and --chunks is what tune chooses
+"$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
+  --global-tokens 65536 --batchings packing --schedules 1f1b,interleaved -o "$TMP/il.csv" >/dev/null 2>&1
+check "tune --schedules 1f1b,interleaved: interleaved rows at chunks 2 and 4, pp >= 2; 1f1b at 1" bash -c \
+  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$7 < 2) exit 1 }
+            NR > 1 && \$3 == \"1f1b\" && \$4 != 1 { exit 1 } END { exit !(seen[2] && seen[4]) }' '$TMP/il.csv'"
+expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --chunks 2 -o "$TMP/no.csv"
 finish
