@@ -486,18 +486,14 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
 {
     *out = NULL;
     if (tp < 1) return dp_fail(err, DP_ERR_INVALID, "--tp must be at least 1");
-    if (m->heads % tp != 0 || model_kv_heads(m) % tp != 0) {
-        int kv_only = m->heads % tp == 0; /* grouped-query attention: the key/value heads bind */
-        int best = 1;
-        for (int d = 1; d <= tp; d++)
-            if (m->heads % d == 0 && model_kv_heads(m) % d == 0) best = d;
-        return dp_fail(err, DP_ERR_INVALID, "--tp %d does not divide the %d %s heads of %s%s: "
-                       "each tensor-parallel GPU holds whole heads\nhint: --tp %d%s", tp,
-                       kv_only ? model_kv_heads(m) : m->heads,
-                       kv_only ? "key/value" : "attention", m->name,
-                       kv_only ? " (its query heads it would)" : "", best,
-                       tp > hw->gpus_per_node ? "; and a tensor-parallel group wider than a node's "
-                                                "GPUs runs its all-reduces over the NICs" : "");
+    mesh layout = mesh_of(tp, 1, 1, 1); /* what tp needs of the model: the layout rule */
+    dp_status ok = mesh_check_model(m, &layout, "--tp", err);
+    if (ok != DP_OK) {
+        size_t at = err ? strlen(err->msg) : 0;
+        if (err && tp > hw->gpus_per_node) /* the hint's tp: and what the asked one would cost */
+            snprintf(err->msg + at, sizeof err->msg - at, "; and a tensor-parallel group wider "
+                     "than a node's GPUs runs its all-reduces over the NICs");
+        return ok;
     }
     cost_model *cm = calloc(1, sizeof *cm);
     if (cm) cm->serial = cost_model_next_serial(), cm->cp = 1, cm->grad_bytes = 2, cm->attn_speed = 1;

@@ -1,5 +1,7 @@
 #include "mesh.h"
 
+#include <stdio.h>
+
 enum { DIMS = 4 }; /* tp, cp, pp, dp: fastest first */
 
 /* The dimensions each kind's groups span, a bit per dimension in the order above. */
@@ -122,3 +124,36 @@ int mesh_kind_has(mesh_kind k, int which)
 }
 
 const char *mesh_kind_name(mesh_kind k) { return k >= 0 && k < MESH_KINDS ? kind_names[k] : "?"; }
+
+dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degree, dp_err *err)
+{
+    int tp = at_least_1(l->tp);
+    const struct {
+        const char *what;
+        int n;
+    } parts[] = {{"attention heads", m->heads},
+                 {"key/value heads", model_kv_heads(m)},
+                 {"MLP width (ffn)", m->ffn}};
+    int n_parts = (int)(sizeof parts / sizeof *parts), best = 1;
+    for (int d = 1; d <= tp; d++) {
+        int all = 1;
+        for (int k = 0; k < n_parts; k++) all &= parts[k].n % d == 0;
+        if (all) best = d;
+    }
+    for (int k = 0; tp > 1 && k < n_parts; k++)
+        if (parts[k].n % tp)
+            return dp_fail(err, DP_ERR_INVALID, "%s %d does not divide the %d %s of %s: each of "
+                           "the %d tensor-parallel GPUs holds %s\nhint: %s %d", degree, tp,
+                           parts[k].n, parts[k].what, m->name, tp,
+                           k < 2 ? "whole heads" : "an equal share of it", degree, best);
+    return DP_OK;
+}
+
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+int mesh_token_multiple(const mesh *l, int seq_parallel)
+{
+    int tp = at_least_1(l->tp), cp = at_least_1(l->cp);
+    int ring = cp > 1 ? 2 * cp : 1, sp = seq_parallel && tp > 1 ? cp * tp : 1;
+    return ring / gcd(ring, sp) * sp;
+}

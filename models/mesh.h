@@ -25,6 +25,9 @@
 #ifndef MESH_H
 #define MESH_H
 
+#include "../common/dp.h"
+#include "model.h"
+
 typedef struct mesh {
     int tp, cp, pp, dp;
 } mesh;
@@ -80,5 +83,18 @@ long long mesh_member(const mesh *m, mesh_coord c, mesh_kind k, int key);
 int mesh_kind_has(mesh_kind k, int which);
 /* The kind's name for messages ("tp", "cp", "pp", "dp", "dp x cp", "tp x cp"). */
 const char *mesh_kind_name(mesh_kind k);
+
+/* What a layout needs of a model, the one rule the planner's cost model and dprun both apply:
+ * tensor parallelism gives each of its tp GPUs whole attention heads, whole key/value heads and an
+ * equal share of the MLP width (Megatron's column-parallel layers divide them; the vocabulary it
+ * pads, so that need not divide). degree names tp in the message ("--tp" for an option, "tp" for
+ * a plan's). DP_OK, or DP_ERR_INVALID naming the first width not divided, with the largest tp
+ * dividing them all as the hint. */
+dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degree, dp_err *err);
+
+/* The multiple every micro-batch's padded length must be of on this layout: context parallelism
+ * cuts each sequence into 2 cp chunks (the causal balance), and sequence parallelism splits each
+ * cp rank's tokens over tp (seq_parallel 1); 1 without either. */
+int mesh_token_multiple(const mesh *l, int seq_parallel);
 
 #endif /* MESH_H */

@@ -283,6 +283,12 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                  free_links ? "free links" : "links as given");
     }
     env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
+    /* the padded length splits as the layout cuts it (models/mesh.h): 2 cp chunks of ring
+     * attention, each cp rank's tokens over tp under sequence parallelism */
+    mesh layout = mesh_of(p->cost.tp, p->cost.cp, p->pp, p->dp);
+    int multiple = mesh_token_multiple(&layout, !p->cost.no_sp), m = env->rules.pad_multiple;
+    while (m % multiple) m += env->rules.pad_multiple;
+    env->rules.pad_multiple = m;
     /* Pad to at least the profile's shortest measured length, so short samples stay answerable. */
     cost_profile_range range;
     if (cost_profile_range_of(env->cm, COMP_ENCODER, &range) == DP_OK && range.enc_min > 0)
@@ -290,14 +296,25 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     st = batch_rules_validate(&env->rules, err);
     if (st != DP_OK) return st;
     /* the model's context, and its attention window: a GPT sequence (input + target) is truncated
-     * at --max-seqlen, which must not exceed either (T5's relative positions have no limit) */
-    char what[48];
+     * at --max-seqlen, which must not exceed either, and padded to the layout's multiple, which
+     * must not exceed the context (padding past a sliding window attends to nothing new; T5's
+     * relative positions have no limit) */
+    const model_spec *md = &env->model;
+    char what[96];
+    int pad = env->rules.pad_multiple, longest = (env->rules.max_seqlen + pad - 1) / pad * pad;
     snprintf(what, sizeof what, "--max-seqlen %d", env->rules.max_seqlen);
-    if (model_check_seqlen(&env->model, env->rules.max_seqlen, what, err) != DP_OK) {
-        const model_spec *m = &env->model;
-        int ctx = m->positions > 0 && env->rules.max_seqlen > m->positions;
+    st = model_check_seqlen(md, env->rules.max_seqlen, what, err);
+    if (st == DP_OK && longest > env->rules.max_seqlen) {
+        snprintf(what, sizeof what, "--max-seqlen %d padded to a multiple of %d (%d)",
+                 env->rules.max_seqlen, pad, longest);
+        st = md->arch == ARCH_GPT && md->positions > 0 && longest > md->positions
+                 ? model_check_seqlen(md, longest, what, err) : DP_OK;
+    }
+    if (st != DP_OK) {
+        int ctx = md->positions > 0 && longest > md->positions;
+        int limit = ctx ? md->positions : md->window;
         return dp_fail(err, DP_ERR_INVALID, "%s\nhint: --max-seqlen %d or less%s", err->msg,
-                       ctx ? m->positions : m->window,
+                       ctx ? limit / pad * pad : limit,
                        ctx ? ", or a model spec with a longer context (\"max_position_embeddings\" "
                              "in its JSON)" : "");
     }
@@ -324,12 +341,6 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                        "--allow-oversubscribe for a what-if",
                        p->cost.tp, cp, p->pp, p->dp, (long long)gpus, env->hw.name, env->hw.nodes,
                        env->hw.nodes == 1 ? "" : "s", env->hw.gpus_per_node, (long long)have);
-    /* ring attention cuts each sequence into 2 cp chunks: the padded length must split evenly */
-    if (p->cost.cp > 1 && env->rules.pad_multiple % (2 * p->cost.cp) != 0) {
-        int m = env->rules.pad_multiple;
-        while (m % (2 * p->cost.cp)) m += env->rules.pad_multiple;
-        env->rules.pad_multiple = m;
-    }
     if (toy.on && !p->trace) /* the textbook's equal micro-batches, one iteration */
         return toy_trace(p->microbatches, &env->rules, env->trace_path, sizeof env->trace_path,
                          &env->trace, err);

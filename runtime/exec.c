@@ -273,16 +273,16 @@ dp_status rt_check_tp(const model_spec *m, int tp, const char *where, dp_err *er
     if (tp > 1 && m->arch == ARCH_T5)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: tp %d, and dprun splits GPT-kind layers only "
                        "(T5's cross-attention is not split)", where, tp);
-    const struct {
-        const char *what;
-        int n;
-    } parts[] = {{"attention heads", m->heads}, {"key/value heads", model_kv_heads(m)},
-                 {"MLP width (ffn)", m->ffn}, {"vocabulary", m->vocab}};
-    for (size_t k = 0; tp > 1 && k < sizeof parts / sizeof *parts; k++)
-        if (parts[k].n % tp)
-            return dp_fail(err, DP_ERR_INVALID, "%s: tp %d does not divide the %d %s of %s (each "
-                           "of the %d tensor-parallel ranks holds an equal share)", where, tp,
-                           parts[k].n, parts[k].what, m->name, tp);
+    mesh layout = mesh_of(tp, 1, 1, 1);
+    dp_status st = mesh_check_model(m, &layout, "tp", err); /* the layout rule: heads, MLP width */
+    if (st != DP_OK) {
+        dp_err_prefix(err, "%s", where);
+        return st;
+    }
+    if (tp > 1 && m->vocab % tp) /* dprun's own: it splits the head without padding the vocabulary */
+        return dp_fail(err, DP_ERR_INVALID, "%s: tp %d does not divide the %d-token vocabulary of "
+                       "%s, and dprun splits the LM head by vocabulary without padding it (as "
+                       "Megatron would)", where, tp, m->vocab, m->name);
     return DP_OK;
 }
 

@@ -80,6 +80,20 @@ if [ -z "$SANITIZED" ]; then # (the sanitizer build runs the layer code above; t
     timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rt.json" --out "$TMP/rt.csv"
   expect "dpsim validate on it" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/rt.json" --measured "$TMP/rt.csv"
 fi
+# tp 3 under sequence parallelism (the default): the planner pads every micro-batch to a multiple
+# of 3 tokens (models/mesh.h mesh_token_multiple), so padding's micro-batches split and dprun runs
+# the plan on tp 3 x pp 2 ranks; a model of 6 heads, 6 key/value heads, ffn 1536, 3072 tokens
+"$DPSIM" models --show gpt-tiny 2>/dev/null | sed -e 's/"num_attn_heads":[^,]*/"num_attn_heads": 6/' \
+  -e 's/"num_query_groups":[^,]*/"num_query_groups": 6/' -e 's/"hidden_size":[^,]*/"hidden_size": 384/' \
+  -e 's/"ffn_hidden_size":[^,]*/"ffn_hidden_size": 1536/' -e 's/"vocab_size":[^,]*/"vocab_size": 3072/' \
+  -e 's/"num_layers":[^,]*/"num_layers": 2/' -e 's/"name":[^,]*/"name": "six-heads"/' >"$TMP/six.json"
+"$DPSIM" plan --model "$TMP/six.json" --hw cpu --analytic --tp 3 --pp 2 --max-seqlen 256 --global-tokens 2048 \
+  --iterations 1 --batching padding -o "$TMP/tp3sp.json" >/dev/null 2>&1
+check "tp 3 with SP: every micro-batch's tokens a multiple of 3" bash -c \
+  "grep -q '\"sp\": *true' '$TMP/tp3sp.json' && ! grep -o '\"mbs\": *[0-9]*, *\"enc_len\": *[0-9]*' '$TMP/tp3sp.json' | \
+   tr -dc '0-9,\n' | awk -F, '(\$1 * \$2) % 3 { bad = 1 } END { exit !bad }'"
+expect "... and dprun runs it on tp 3 x pp 2 ranks" 0 "6 ranks ran 1 iterations" -- \
+  timeout 300 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/tp3sp.json" --out "$TMP/tp3sp.csv"
 expect "profile --tp 2 without mpirun is refused" 1 "needs a multiple of 2 ranks" -- timeout 60 "$DPRUN" profile --tp 2 -o "$TMP/x.csv"
 expect "profile --tp 3 on 4 heads is refused" 1 "tp 3 does not divide the 4 attention heads" -- timeout 60 "$DPRUN" profile --tp 3 -o "$TMP/x.csv"
 

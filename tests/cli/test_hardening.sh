@@ -235,4 +235,18 @@ check "tune: a tp that does not divide the heads is that row's reason, no worker
 check "tune: no row that does not fit carries a throughput" awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["feasible"]) exit 1 }
   NR > 1 && $c["feasible"] == 0 && $c["throughput_tokens_per_s"] + 0 != 0 { exit 1 }' "$TMP/h6.csv"
 
+# A: the layout's padding within the model's context: --cp 3 pads every sequence to a multiple of
+# 2 x 3 (with the default 8: 24), and 131,072 tokens padded so pass Llama-3.1-8B's context
+expect "cp 3 at the model's whole context is refused, naming the padded length" 2 \
+  "padded to a multiple of 24 \\(131088\\) is longer than the 131072 tokens" -- \
+  "$DPSIM" plan --model llama3.1-8b --hw dgx-h100 --cp 3 --pp 1 --max-seqlen 131072 --global-tokens 262144 \
+  --iterations 1 -o "$TMP/cp3.json"
+expect "... with the longest that fits as the hint" 2 "^hint: --max-seqlen 131064 or less" -- \
+  "$DPSIM" plan --model llama3.1-8b --hw dgx-h100 --cp 3 --pp 1 --max-seqlen 131072 --global-tokens 262144 \
+  --iterations 1 -o "$TMP/cp3.json"
+# A: tp needs whole heads and an equal share of the MLP width of the planner as of dprun
+"$DPSIM" models --show gpt-tiny 2>/dev/null | sed 's/"ffn_hidden_size":[^,]*/"ffn_hidden_size": 1025/' >"$TMP/ffn.json"
+expect "a tp that does not divide the MLP width is refused by the planner" 2 "tp 2 does not divide the 1025 MLP width" -- \
+  "$DPSIM" plan --model "$TMP/ffn.json" --hw cpu --analytic --tp 2 --pp 2 --max-seqlen 64 --global-tokens 256 \
+  --iterations 1 -o "$TMP/ffn_plan.json"
 finish

@@ -136,6 +136,52 @@ static void test_collectives_over_mesh_groups(void **state)
     assert_int_equal(mesh_member(&dp2, o, MESH_DP, 1), 8);
 }
 
+/* What tp needs of a model: whole heads, whole key/value heads, an equal share of the MLP width;
+ * the hint is the largest tp dividing all three (brute force here). */
+static void test_what_a_layout_needs_of_a_model(void **state)
+{
+    (void)state;
+    const model_spec *llama = model_preset("llama3-8b"); /* 32 heads, 8 key/value, ffn 14336 */
+    assert_non_null(llama);
+    dp_err err = {0};
+    for (int tp = 1; tp <= 8; tp *= 2) {
+        mesh l = mesh_of(tp, 1, 1, 1);
+        assert_int_equal(mesh_check_model(llama, &l, "--tp", &err), DP_OK);
+    }
+    mesh t16 = mesh_of(16, 1, 1, 1);
+    assert_int_equal(mesh_check_model(llama, &t16, "--tp", &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--tp 16 does not divide the 8 key/value heads"));
+    assert_non_null(strstr(err.msg, "hint: --tp 8"));
+    model_spec odd = *llama;
+    odd.ffn = 14336 + 4; /* divisible by 4, not 8 */
+    mesh t8 = mesh_of(8, 1, 1, 1);
+    assert_int_equal(mesh_check_model(&odd, &t8, "tp", &err), DP_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "tp 8 does not divide the 14340 MLP width (ffn)"));
+    assert_non_null(strstr(err.msg, "hint: tp 4"));
+    odd.vocab = 32001; /* padded by Megatron: not a layout rule */
+    mesh t4 = mesh_of(4, 2, 2, 2);
+    assert_int_equal(mesh_check_model(&odd, &t4, "tp", &err), DP_OK);
+}
+
+/* The padded length's multiple: the smallest L with 2 cp | L (cp > 1) and, under sequence
+ * parallelism, tp | L / cp, found by counting up. */
+static void test_token_multiple_by_brute_force(void **state)
+{
+    (void)state;
+    for (int tp = 1; tp <= 8; tp++)
+        for (int cp = 1; cp <= 8; cp++)
+            for (int sp = 0; sp <= 1; sp++) {
+                int want = 1;
+                for (;; want++) {
+                    int ring = cp == 1 || want % (2 * cp) == 0;
+                    int split = !sp || tp == 1 || (want % cp == 0 && want / cp % tp == 0);
+                    if (ring && split) break;
+                }
+                mesh l = mesh_of(tp, cp, 2, 2);
+                assert_int_equal(mesh_token_multiple(&l, sp), want);
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -143,6 +189,8 @@ int main(void)
         cmocka_unit_test(test_groups_partition_the_mesh),
         cmocka_unit_test(test_colours_as_the_runtime_split),
         cmocka_unit_test(test_collectives_over_mesh_groups),
+        cmocka_unit_test(test_what_a_layout_needs_of_a_model),
+        cmocka_unit_test(test_token_multiple_by_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
