@@ -147,6 +147,20 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
     return NULL;
 }
 
+const tune_result *tune_reference(const tune_result *r, long n, const char *const *batchings,
+                                  int nb, const char **name)
+{
+    const tune_result *base = NULL;
+    *name = "packing";
+    for (int i = 0; i < nb; i++) {
+        const batcher *b = batcher_find(batchings[i]);
+        const tune_result *best = tune_best(r, n, batchings[i]);
+        if (b && b->varlen && !b->memory_aware && best && (!base || best->throughput > base->throughput))
+            base = best, *name = batchings[i];
+    }
+    return base ? base : tune_best(r, n, "packing");
+}
+
 const char TUNE_CSV_HEADER[] =
     "rank,batching,schedule,chunks,tp,cp,pp,dp,zero,recompute,mbs,mb_tokens,feasible,"
     "throughput_tokens_per_s,mfu,peak_mem_mb,why";

@@ -100,6 +100,12 @@ void tune_rank(tune_result *r, long n);
 /* The best ok result of batching in a ranked array, or NULL. */
 const tune_result *tune_best(const tune_result *r, long n, const char *batching);
 
+/* The reference a search's bests are compared with: the best result of the best varlen packer
+ * among batchings (what a 2026 trainer runs; not a memory-aware batcher), else packing's; NULL
+ * when neither has one. *name: its batching ("packing" when NULL). */
+const tune_result *tune_reference(const tune_result *r, long n, const char *const *batchings,
+                                  int nb, const char **name);
+
 /* The ranking CSV: header, and one row per result (no newline). */
 extern const char TUNE_CSV_HEADER[];
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap);

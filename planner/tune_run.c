@@ -460,6 +460,37 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     return wst;
 }
 
+dp_status tune_output_begin(const char *out, const char *config, int resume, int rank, dp_err *err)
+{
+    if (!out) return DP_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s.config", out);
+    if (resume) {
+        char *there = NULL, what[700];
+        dp_err ignored = {0};
+        if (json_slurp(path, &there, &ignored) != DP_OK)
+            return dp_fail(err, DP_ERR_INVALID, "--resume: %s, the configuration of %s, cannot be "
+                           "read: the search to go on from is unknown", path, out);
+        int differs = planner_config_differs(there, config, what, sizeof what);
+        free(there);
+        if (differs)
+            return dp_fail(err, DP_ERR_INVALID, "--resume: %s was searched with other inputs (%s)"
+                           "\nhint: the same options and files, or a new -o", out, what);
+        return DP_OK;
+    }
+    if (rank != 0) return DP_OK;
+    if (unlink(out) != 0 && errno != ENOENT) /* a fresh search: no earlier ranking beside it */
+        return dp_fail(err, DP_ERR_IO, "%s: cannot remove the earlier ranking: %s", out,
+                       strerror(errno));
+    out_file cf;
+    dp_status st = out_open(&cf, path, err);
+    if (st == DP_OK) {
+        fputs(config, cf.fp);
+        st = out_commit(&cf, err);
+    }
+    return st;
+}
+
 static int set_cp_list(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     tune_cp_arg *a = ctx;

@@ -28,6 +28,13 @@ void tune_cp_option(cli_opts *t, tune_cp_arg *a, cost_request *cost);
 /* The degrees as given ("1,2,4"; one degree or "auto" as the request shows it). */
 void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap);
 
+/* The ranking's configuration, OUT.config beside out (the options, the inputs' contents, the
+ * search's lists: config), before a search. resume: the one there must be config (DP_ERR_INVALID
+ * naming the first line that differs, or that it cannot be read); else, on rank 0, an earlier
+ * ranking at out is removed and config written through a temporary (DP_ERR_IO naming the file).
+ * out NULL: nothing. */
+dp_status tune_output_begin(const char *out, const char *config, int resume, int rank, dp_err *err);
+
 /* Runs one point of the search with base's other options on env's trace and length rules (what
  * tune scores it on). cms[m], when given, are the cost models of the point's tp per recompute
  * mode at its cp (tune builds them once); NULL: they are built for this run. prune_ms > 0: the run stops
