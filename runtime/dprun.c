@@ -309,6 +309,22 @@ static int profile_main(int argc, char **argv)
     int sp = !a.no_sp;
     int *mbs = a.mbs.v, *seq = a.seq.v, *dec = a.dec.v, n_mbs = a.mbs.n, n_seq = a.seq.n, n_dec = a.dec.n;
     unsigned modes = a.modes;
+    { /* no output over an input or the other output; both folders writable, before any work */
+        dp_err derr = {0};
+        out_role in[] = {{"--model", model}, {"--hw", cluster_out ? hw : NULL}},
+                 outs[] = {{"-o", out}, {"--cluster-out", cluster_out}};
+        if (out_distinct(in, 2, outs, 2, &derr) != DP_OK)
+            return cli_usage_error("profile", PROFILE_USAGE, "%s", derr.msg);
+        for (int i = 0; i < 2; i++) {
+            out_file probe;
+            if (outs[i].path && out_open(&probe, outs[i].path, &derr) != DP_OK) {
+                fprintf(stderr, "dprun profile: error: %s %s (refused before anything ran)\n",
+                        outs[i].option, derr.msg);
+                return 1;
+            }
+            if (outs[i].path) out_abort(&probe);
+        }
+    }
     cluster_spec links;
     dp_err herr = {0};
     if (cluster_out && cluster_resolve(hw, &links, &herr) != DP_OK) {
@@ -548,11 +564,22 @@ static int run_main(int argc, char **argv)
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
         return fail_all(rank, msg);
     }
+    /* the timeline's file, opened (a temporary beside it) before the run: a folder that is not
+     * there or cannot be written is refused before anything ran, not after the whole run */
+    out_file of = {0};
+    int opened = rank == 0 ? out_open(&of, out, &err) == DP_OK : 1;
+    mpi_check(MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    if (!opened) {
+        plan_release(&pl);
+        snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
+        return fail_all(rank, msg);
+    }
     rt_opts o = {&pl, &m, timeout, (int)warmup, (int)iterations, (int)stall_rank, stall_s,
                  repeat_first, dt, prepare, (int)repeats};
     rt_result res;
     st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {
+        if (rank == 0) out_abort(&of);
         plan_release(&pl);
         return fail_all(rank, err.msg);
     }
@@ -581,53 +608,47 @@ static int run_main(int argc, char **argv)
               "MPI_Gatherv");
     int rc = 0;
     if (rank == 0) {
-        out_file of;
         dp_err werr = {0};
-        if (out_open(&of, out, &werr) != DP_OK) {
+        /* wire_elem_bytes: what a transfer moved per element (the plan's bytes count
+         * act_dtype elements), so that dpsim validate simulates the bytes really moved;
+         * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
+        FILE *fp = of.fp;
+        fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash,"
+                "repeat,tp,cp\n");
+        const rt_record *r = (const rt_record *)buf;
+        for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
+            fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d,%d\n", r[i].iteration, r[i].stage,
+                    r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
+                    r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, (int)rt_dtype_act_bytes(dt),
+                    (unsigned long long)h, r[i].repeat, rt_plan_tp(&pl.h), rt_plan_cp(&pl.h));
+        if (out_commit(&of, &werr) != DP_OK) {
             fprintf(stderr, "dprun: error: %s\n", werr.msg);
             rc = 1;
-        } else {
-            /* wire_elem_bytes: what a transfer moved per element (the plan's bytes count
-             * act_dtype elements), so that dpsim validate simulates the bytes really moved;
-             * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
-            FILE *fp = of.fp;
-            fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash,"
-                    "repeat,tp,cp\n");
-            const rt_record *r = (const rt_record *)buf;
-            for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-                fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d,%d\n", r[i].iteration, r[i].stage,
-                        r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
-                        r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, (int)rt_dtype_act_bytes(dt),
-                        (unsigned long long)h, r[i].repeat, rt_plan_tp(&pl.h), rt_plan_cp(&pl.h));
-            if (out_commit(&of, &werr) != DP_OK) {
-                fprintf(stderr, "dprun: error: %s\n", werr.msg);
-                rc = 1;
-            }
-            int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
-            if (on_gpu && size == 1)
-                fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations in %s", pl.h.pp,
-                        n_run, rt_dtype_name(dt));
-            else
-                fprintf(stderr, "dprun: %d ranks%s ran %d iterations in %s", size,
-                        on_gpu ? " (one GPU each)" : "", n_run, rt_dtype_name(dt));
-            fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
-                    rc ? "could not write" : "wrote", out);
-            if (!isfinite(grad_sq)) { /* the timeline stands; the numerics do not */
-                fprintf(stderr, "dprun: error: the gradient norm is not finite: the layers' "
-                        "arithmetic went wrong on this backend (the timeline was written)\n");
-                rc = 1;
-            }
-            if (all_n[3] + all_n[4] > 0) /* the plan's recompute, done */
-                fprintf(stderr, "dprun: recompute (the plan's %s): the backwards reran %ld layer "
-                        "forwards and %ld attention cores\n", recompute_policy_name(pl.h.recompute), all_n[3],
-                        all_n[4]);
-            if (all_n[0] + all_n[1] + all_n[2] > 0)
-                fprintf(stderr, "dprun: warning: the measured runs built %ld GEMM configurations "
-                        "and %ld attention graphs and uploaded %ld small arrays, slow first calls "
-                        "that their times include (%s)\n", all_n[0], all_n[1], all_n[2],
-                        prepare ? "the plan caches did not keep an iteration's shapes"
-                                : "--no-prepare left them in");
         }
+        int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
+        if (on_gpu && size == 1)
+            fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations in %s", pl.h.pp,
+                    n_run, rt_dtype_name(dt));
+        else
+            fprintf(stderr, "dprun: %d ranks%s ran %d iterations in %s", size,
+                    on_gpu ? " (one GPU each)" : "", n_run, rt_dtype_name(dt));
+        fprintf(stderr, "; gradient norm %.12e; %s %s\n", sqrt(grad_sq),
+                rc ? "could not write" : "wrote", out);
+        if (!isfinite(grad_sq)) { /* the timeline stands; the numerics do not */
+            fprintf(stderr, "dprun: error: the gradient norm is not finite: the layers' "
+                    "arithmetic went wrong on this backend (the timeline was written)\n");
+            rc = 1;
+        }
+        if (all_n[3] + all_n[4] > 0) /* the plan's recompute, done */
+            fprintf(stderr, "dprun: recompute (the plan's %s): the backwards reran %ld layer "
+                    "forwards and %ld attention cores\n", recompute_policy_name(pl.h.recompute), all_n[3],
+                    all_n[4]);
+        if (all_n[0] + all_n[1] + all_n[2] > 0)
+            fprintf(stderr, "dprun: warning: the measured runs built %ld GEMM configurations "
+                    "and %ld attention graphs and uploaded %ld small arrays, slow first calls "
+                    "that their times include (%s)\n", all_n[0], all_n[1], all_n[2],
+                    prepare ? "the plan caches did not keep an iteration's shapes"
+                            : "--no-prepare left them in");
     }
     free(buf), free(counts), free(displs), free(rec);
     plan_release(&pl);

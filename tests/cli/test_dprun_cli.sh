@@ -56,6 +56,18 @@ expect "mpirun -np 4 dprun runs the T5 plan" 0 "4 ranks ran 2 iterations" -- \
 expect "dpsim validate on the T5 run" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/t5.json" --measured "$TMP/t5m.csv"
 
 # --- refused before anything runs ------------------------------------------------------------------
+# outputs: a folder that is not there is refused before the run, not after it; profile's outputs
+# never overwrite its inputs or each other (common/outfile.h, as dpsim's)
+expect "--out in a folder that is not there: refused before the run" 1 "cannot create.*refused before anything ran" -- \
+  timeout 120 $MPIRUN -np 4 "$DPRUN" --plan $G/plan_4ranks_short.json --out "$TMP/nodir/m.csv"
+cp $G/llama_tiny.json "$TMP/lt.json"
+expect "profile -o over its --model file is refused" 2 "is the same file as the input --model" -- \
+  "$DPRUN" profile --model "$TMP/lt.json" --mbs 1 --seqlen 32 --repeats 1 -o "$TMP/lt.json"
+check "... which stays as it was" cmp -s "$TMP/lt.json" $G/llama_tiny.json
+expect "profile -o and --cluster-out the same file" 2 "are the same file" -- \
+  "$DPRUN" profile --mbs 1 --seqlen 32 --repeats 1 -o "$TMP/pc.csv" --cluster-out "$TMP/pc.csv"
+expect "profile -o in a folder that is not there: refused before measuring" 1 "cannot create.*refused before anything ran" -- \
+  "$DPRUN" profile --mbs 1 --seqlen 32 --repeats 1 -o "$TMP/nodir/p.csv"
 expect "4 ranks: crossing send orders are refused" 1 "orders cross.*refused before anything ran" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan $G/crossed_4ranks.json --out "$TMP/x.csv"
 expect "a plan for the wrong rank count" 1 "needs pp x dp = 4 x 1 = 4 ranks, but mpirun started 2" -- \
