@@ -232,7 +232,8 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     double cf = a->sched && a->sched->closed_form ? 0 : NAN, cf_bubble = cf;
     for (int rep = 0; rep < cfg->dp && !isnan(cf); rep++) {
         double bubble, c = a->sched->closed_form(it, rep, cfg->pp, cfg->chunks, &bubble);
-        if (c > cf) cf = c, cf_bubble = bubble;
+        if (isnan(c)) cf = cf_bubble = NAN; /* outside the form's assumptions: none */
+        else if (c > cf) cf = c, cf_bubble = bubble;
     }
     x->closed_form_ms = cf, x->closed_form_bubble_ms = cf_bubble;
     r->sum_ms += x->ms, r->sum_closed_form_ms += cf;

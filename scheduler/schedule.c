@@ -520,8 +520,14 @@ static double closed_form_1f1b(const plan_iter *it, int rep, int S, int C, doubl
     return closed_form_of(it, rep, S, C, 0, bubble_ms);
 }
 
+/* ZB-H1's bubble (the Zero Bubble paper, §3): with at least S micro-batches the W passes fill
+ * (S - 1)(f + b - 2w) of 1F1B's; with fewer there are not W enough to fill it, and the form does
+ * not hold: NAN (the caller prints none). */
 static double closed_form_zb(const plan_iter *it, int rep, int S, int C, double *bubble_ms)
 {
+    int m = 0;
+    for (int k = 0; k < it->n_mb; k++) m += it->mb[k].replica == rep;
+    if (m < S) return *bubble_ms = NAN;
     return closed_form_of(it, rep, S, C, 1, bubble_ms);
 }
 
@@ -537,7 +543,8 @@ static const schedule SCHEDULES[] = {
     {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0, NULL,
      "none (the order follows memory)", 0, 1},
     {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
-     holds_pipeline, 1, closed_form_zb, "sum t + (S-1) max (f + b - 2w)", 0, 0},
+     holds_pipeline, 1, closed_form_zb,
+     "sum t + (S-1) max (f + b - 2w), with at least S micro-batches a replica", 0, 0},
 };
 
 const schedule *schedule_baseline(void)

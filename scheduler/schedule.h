@@ -57,7 +57,8 @@ typedef struct schedule {
      * order follows memory; planner/study.h then reports NAN). For equal micro-batches it is
      * exact under free links: gpipe, 1f1b and interleaved sum t + (S-1) max t / C; zb1
      * sum t + (S-1) max (f + b - 2w), the ZB paper's (S-1)(F + B - W) with its B the input-
-     * gradient part, b - w here (never below 0). */
+     * gradient part, b - w here (never below 0), where a replica has at least S micro-batches
+     * (with fewer the W passes cannot fill the bubble: NAN). */
     double (*closed_form)(const plan_iter *it, int rep, int S, int C, double *bubble_ms);
     const char *closed_form_text; /* the formula, as printed beside the figure */
     int chunked;          /* runs --chunks model chunks per device (interleaved); the others one */
