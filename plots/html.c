@@ -142,11 +142,16 @@ static cJSON *panels_json(const panel *ps, int n, const char *title)
     return o;
 }
 
-/* Writes text with "</" broken so that no string in the JSON can close the script element. */
+/* Writes JSON text for a script element's data: every '<', '>' and '&' (which JSON holds only
+ * inside strings) as its \u escape, so that no string can close the element ("</script") or put
+ * the tokenizer in its escaped states ("<!--", "<script"), whatever a model's or a file's name
+ * holds; JSON.parse reads the same strings. */
 static void put_script_safe(FILE *fp, const char *text)
 {
     for (const char *c = text; *c; c++) {
-        if (c[0] == '<' && c[1] == '/') fputs("<\\", fp);
+        if (*c == '<') fputs("\\u003c", fp);
+        else if (*c == '>') fputs("\\u003e", fp);
+        else if (*c == '&') fputs("\\u0026", fp);
         else fputc(*c, fp);
     }
 }

@@ -249,4 +249,12 @@ expect "... with the longest that fits as the hint" 2 "^hint: --max-seqlen 13106
 expect "a tp that does not divide the MLP width is refused by the planner" 2 "tp 2 does not divide the 1025 MLP width" -- \
   "$DPSIM" plan --model "$TMP/ffn.json" --hw cpu --analytic --tp 2 --pp 2 --max-seqlen 64 --global-tokens 256 \
   --iterations 1 -o "$TMP/ffn_plan.json"
+# G: a name that holds markup cannot break the page's data block: every '<' in it is \u003c
+"$DPSIM" models --show gpt-tiny 2>/dev/null | sed 's|"name":[^,]*|"name": "x</script><!--<script>y"|' >"$TMP/markup.json"
+expect "sim --html with a model named with markup" 0 "wrote" -- \
+  "$DPSIM" sim --model "$TMP/markup.json" --hw cpu --analytic --pp 2 --max-seqlen 64 --global-tokens 256 \
+  --iterations 1 --html "$TMP/markup.html"
+check "... its data block holds no '<' and the name escaped" bash -c \
+  "grep 'id=\"dpsim-data\">' '$TMP/markup.html' | sed 's/^.*id=\"dpsim-data\">//; s/<\\/script>.*$//' | \
+   { ! grep -q '<'; } && grep -q 'x\\\\u003c/script\\\\u003e\\\\u003c!--' '$TMP/markup.html'"
 finish
