@@ -48,15 +48,17 @@ int cmd_validate(int argc, char **argv)
     cluster_spec hw;
     sim_config cfg;
     val_result v = {0};
-    dp_status st = plan_read(plan_path, &pl, &err);
+    /* the plan read once (--plan - is stdin), and its hash of that text, as dprun wrote it into
+     * the timeline */
+    char *ptext = NULL;
+    dp_status st = json_slurp(plan_path, &ptext, &err);
+    uint64_t hash = st == DP_OK ? dp_hash_text(ptext) : 0;
+    if (st == DP_OK) st = plan_parse(ptext, plan_path, &pl, &err);
+    free(ptext);
     if (st != DP_OK) return cli_fail(cmd, &err);
     st = planner_sim_config(&pl, plan_path, &p, &hw, NULL, &cfg, &err);
     cfg.hw = &hw;
     if (st == DP_OK) st = plan_check(&pl, plan_path, &err);
-    char *ptext = NULL; /* the plan file's hash, as dprun wrote it into the timeline */
-    uint64_t hash = 0;
-    if (st == DP_OK && json_slurp(plan_path, &ptext, &err) == DP_OK) hash = dp_hash_text(ptext);
-    free(ptext);
     if (st == DP_OK) st = validate_run(&pl, hash, &cfg, measured, &v, &err);
     if (st == DP_OK) {
         if (json) {

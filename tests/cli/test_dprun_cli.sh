@@ -23,6 +23,8 @@ check "measured timeline header" bash -c "head -1 '$TMP/measured.csv' | grep -q 
 expect "dpsim validate reports the error" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/plan.json" --measured "$TMP/measured.csv" --plot "$TMP/val.png"
 expect "dpsim validate --json" 0 '"mape_pct"' -- "$DPSIM" validate --plan "$TMP/plan.json" --measured "$TMP/measured.csv" --json
 check "validation figure" is_png "$TMP/val.png" 10000
+expect "dpsim validate --plan - reads the plan from stdin (its hash is of that text)" 0 "mean absolute error" -- \
+  bash -c "'$DPSIM' validate --plan - --measured '$TMP/measured.csv' <'$TMP/plan.json'"
 
 # dprun profile --recompute: rows for every mode asked for, the backward measured as dprun runs it
 # under the mode; full recompute keeps the layer's input alone (closed form: mbs x seqlen x 256
