@@ -17,7 +17,8 @@ static const char PLOT_USAGE[] = "dpsim plot KIND [OPTIONS] FILE -o OUT.png|OUT.
 static const char LENGTHS_USAGE[] = "dpsim plot lengths [--format F] FILE [-o OUT.png|OUT.svg]";
 static const char SWEEP_USAGE[] = "dpsim plot sweep --x COL --y COL [--series COL] [--where COL=V] "
                                   "FILE [-o OUT.png|OUT.svg]";
-static const char TIMELINE_USAGE[] = "dpsim plot timeline [--iteration K] FILE [-o OUT.png|OUT.svg]";
+static const char TIMELINE_USAGE[] =
+    "dpsim plot timeline [--iteration K] [--repeat R] [--replica D] FILE [-o OUT.png|OUT.svg]";
 static const char SCHEDULES_USAGE[] = "dpsim plot schedules [--schedules LIST] [PLAN OPTIONS] "
                                       "[-o OUT.png] [--memory OUT.png] [--html PAGE.html]";
 
@@ -261,8 +262,8 @@ static int plot_sweep_main(int argc, char **argv)
 /* ---- timeline: Gantt chart of a timeline CSV -------------------------------------------------- */
 
 typedef struct tl_ctx {
-    int iteration;
-    int idx[6];
+    int iteration, repeat, replica; /* the run drawn: one iteration, one repeat, one replica */
+    int idx[8];
     plot_box *boxes;
     size_t n, cap;
     int rows;
@@ -272,9 +273,12 @@ typedef struct tl_ctx {
 static dp_status tl_header(void *vctx, const csv_row *h, dp_err *err)
 {
     tl_ctx *c = vctx;
-    static const csv_column cols[6] = {{"iteration", 1}, {"stage", 1}, {"op", 1},
-                                       {"mb", 1},        {"start_us", 1}, {"end_us", 1}};
-    return csv_header_map(h, cols, 6, c->idx, err);
+    /* repeat: dprun's measured runs of an iteration; replica: the data-parallel replicas (both
+     * optional: a simulated timeline has one run, and older ones no replica column) */
+    static const csv_column cols[8] = {{"iteration", 1}, {"stage", 1},    {"op", 1},
+                                       {"mb", 1},        {"start_us", 1}, {"end_us", 1},
+                                       {"repeat", 0},    {"replica", 0}};
+    return csv_header_map(h, cols, 8, c->idx, err);
 }
 
 static dp_status tl_row(void *vctx, const csv_row *r, dp_err *err)
@@ -288,6 +292,11 @@ static dp_status tl_row(void *vctx, const csv_row *r, dp_err *err)
         dp_parse_f64(r->fields[c->idx[4]], &t0) != 0 || dp_parse_f64(r->fields[c->idx[5]], &t1) != 0 || t1 < t0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: bad iteration, stage, mb or times", r->path, r->line);
     if (it != c->iteration) return DP_OK;
+    int64_t rep = 0, replica = 0;
+    if ((c->idx[6] >= 0 && dp_parse_i64(r->fields[c->idx[6]], 0, INT32_MAX, &rep) != 0) ||
+        (c->idx[7] >= 0 && dp_parse_i64(r->fields[c->idx[7]], 0, INT32_MAX, &replica) != 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: bad repeat or replica", r->path, r->line);
+    if (rep != c->repeat || replica != c->replica) return DP_OK; /* another run: not overlaid */
     const char *op = r->fields[c->idx[2]];
     int kind = strcmp(op, "F") == 0 ? 0 : strcmp(op, "B") == 0 ? 1 : strcmp(op, "W") == 0 ? 2 : -1;
     if (kind < 0) return DP_OK;
@@ -310,6 +319,9 @@ static int plot_timeline_main(int argc, char **argv)
                   "dprun's measured one).");
     cli_opt_string(&ot, "output", 'o', &out, "OUT", "timeline.png", "figure to write (.png or .svg)");
     cli_opt_int(&ot, "iteration", 'i', &c.iteration, "K", 0, INT32_MAX, "0", "the iteration drawn");
+    cli_opt_int(&ot, "repeat", 0, &c.repeat, "R", 0, INT32_MAX, "0",
+                "a measured timeline's run of it (dprun --repeats)");
+    cli_opt_int(&ot, "replica", 0, &c.replica, "D", 0, INT32_MAX, "0", "the data-parallel replica drawn");
     int r = cli_opts_parse(&ot, argc, argv, file, 1, &n_file);
     cli_opts_release(&ot);
     if (r != 0) return r == 1 ? 0 : r;
@@ -317,11 +329,17 @@ static int plot_timeline_main(int argc, char **argv)
     dp_err err = {0};
     dp_status st = csv_read_file(file[0], 1, tl_header, tl_row, &c, &err);
     if (st == DP_OK && c.n == 0)
-        st = dp_fail(&err, DP_ERR_INVALID, "%s: no compute ops in iteration %d", file[0], c.iteration);
+        st = dp_fail(&err, DP_ERR_INVALID, "%s: no compute ops in iteration %d, repeat %d, replica %d",
+                     file[0], c.iteration, c.repeat, c.replica);
     if (st == DP_OK) {
         for (size_t i = 0; i < c.n; i++) c.boxes[i].t0_ms -= c.t0, c.boxes[i].t1_ms -= c.t0;
         char title[512];
-        snprintf(title, sizeof title, "Pipeline timeline of %s, iteration %d", file[0], c.iteration);
+        int at = snprintf(title, sizeof title, "Pipeline timeline of %s, iteration %d", file[0],
+                          c.iteration);
+        if (c.idx[6] >= 0 && at > 0 && (size_t)at < sizeof title)
+            at += snprintf(title + at, sizeof title - (size_t)at, ", repeat %d", c.repeat);
+        if (c.idx[7] >= 0 && at > 0 && (size_t)at < sizeof title)
+            snprintf(title + at, sizeof title - (size_t)at, ", replica %d", c.replica);
         st = plot_gantt(c.boxes, (int)c.n, c.rows, title, out, &err);
     }
     if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", out);

@@ -257,4 +257,16 @@ expect "sim --html with a model named with markup" 0 "wrote" -- \
 check "... its data block holds no '<' and the name escaped" bash -c \
   "grep 'id=\"dpsim-data\">' '$TMP/markup.html' | sed 's/^.*id=\"dpsim-data\">//; s/<\\/script>.*$//' | \
    { ! grep -q '<'; } && grep -q 'x\\\\u003c/script\\\\u003e\\\\u003c!--' '$TMP/markup.html'"
+# G: plot timeline draws one run: a measured timeline's repeat 1 is not overlaid on repeat 0 (the
+# figure of both repeats is that of repeat 0's rows alone), and --repeat 1 draws the other
+mkdir -p "$TMP/a" "$TMP/b"
+printf 'iteration,stage,op,mb,start_us,end_us,replica,chunk,repeat\n0,0,F,0,0,100,0,0,0\n0,0,B,0,100,300,0,0,0\n0,0,F,0,1000,1100,0,0,1\n0,0,B,0,1100,1400,0,0,1\n' >"$TMP/a/t.csv"
+head -3 "$TMP/a/t.csv" >"$TMP/b/t.csv"
+"$DPSIM" plot timeline "$TMP/a/t.csv" -o "$TMP/a/t.svg" >/dev/null 2>&1
+"$DPSIM" plot timeline "$TMP/b/t.csv" -o "$TMP/b/t.svg" >/dev/null 2>&1
+check "plot timeline: one repeat drawn, not every repeat overlaid" bash -c \
+  "[ -s '$TMP/a/t.svg' ] && diff -q <(sed 's#$TMP/[ab]/##g' '$TMP/a/t.svg') <(sed 's#$TMP/[ab]/##g' '$TMP/b/t.svg')"
+expect "... --repeat 1 draws the other, and says so" 0 "wrote" -- \
+  "$DPSIM" plot timeline "$TMP/a/t.csv" --repeat 1 -o "$TMP/a/t1.svg"
+check "... a figure of its own" bash -c "grep -q 'repeat 1' '$TMP/a/t1.svg' && ! cmp -s '$TMP/a/t.svg' '$TMP/a/t1.svg'"
 finish
