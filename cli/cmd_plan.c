@@ -226,6 +226,7 @@ int cmd_plan(int argc, char **argv)
     o.progress_ctx = (void *)"planning";
     study_result res;
     st = study_run(&o, &env.trace, &res, &err);
+    if (st == DP_OK) st = study_answer(&res, &err); /* not a plan of no iteration */
     if (st == DP_OK) cli_warn_short_trace(&res, env.rules.global_tokens);
     if (out && st != DP_OK) plan_writer_abort(&w); /* an earlier plan file stays as it was */
     else if (out) st = plan_writer_close(&w, &err);
@@ -427,7 +428,8 @@ int cmd_sim(int argc, char **argv)
             o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
             o.progress_ctx = (void *)"simulating";
             st = study_run(&o, &env.trace, &res, &err);
-    if (st == DP_OK) cli_warn_short_trace(&res, env.rules.global_tokens);
+            if (st == DP_OK) st = study_answer(&res, &err); /* not figures of no iteration */
+            if (st == DP_OK) cli_warn_short_trace(&res, env.rules.global_tokens);
             snprintf(what, sizeof what, "sim: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = "
                      "%lld GPUs; trace %.300s; cost %.500s", p.batching, p.schedule,
                      env.model.name, env.hw.name, p.cost.tp, p.cost.cp, p.pp, p.dp,

@@ -820,7 +820,7 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddBoolToObject(o, "oom", r->oom);
     cJSON_AddNumberToObject(o, "planned_oom_iterations", r->planned_oom);
     cJSON_AddNumberToObject(o, "sim_oom_iterations", r->sim_oom);
-    cJSON_AddBoolToObject(o, "feasible", r->feasible);
+    cJSON_AddBoolToObject(o, "feasible", study_result_fits(r)); /* the one fit rule */
     if (r->why[0]) cJSON_AddStringToObject(o, "why", r->why);
     char h[17];
     snprintf(h, sizeof h, "%016llx", (unsigned long long)r->timeline_hash);
@@ -829,6 +829,16 @@ char *study_metrics_json(const study_result *r)
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     return text;
+}
+
+dp_status study_answer(const study_result *r, dp_err *err)
+{
+    if (r->iterations > 0 || r->failed_iterations == 0) return DP_OK;
+    const char *hint = strstr(r->why, "\nhint:"); /* the first one's reason, not its hint */
+    return dp_fail(err, DP_ERR_INFEASIBLE, "every iteration was left out (--keep-going): none fits, "
+                   "and a run of none has no figures\n%.*s\nhint: --recompute dynamic (or full), "
+                   "more --tp, --pp or --dp with --zero, or a smaller --max-seqlen",
+                   hint ? (int)(hint - r->why) : (int)strlen(r->why), r->why);
 }
 
 int study_result_fits(const study_result *r)

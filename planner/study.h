@@ -237,6 +237,11 @@ char *study_metrics_json(const study_result *r);
  * (compare's table, JSON and chart, sweep's and tune's CSVs, explain) prints none for it and
  * ranks it last; study_why_not says why in a word. */
 int study_result_fits(const study_result *r);
+/* Whether a run has an answer to report: DP_ERR_INFEASIBLE when --keep-going left every
+ * iteration out (none fits: a plan of none, or figures of none, would read as a result), with the
+ * first one's reason; else DP_OK. plan and sim refuse such a run; a search ranks it as not fitting
+ * (study_result_fits). */
+dp_status study_answer(const study_result *r, dp_err *err);
 /* "infeasible", "out of memory", "no iteration fits" (or "" when it fits). */
 const char *study_why_not(const study_result *r);
 

@@ -269,4 +269,13 @@ check "plot timeline: one repeat drawn, not every repeat overlaid" bash -c \
 expect "... --repeat 1 draws the other, and says so" 0 "wrote" -- \
   "$DPSIM" plot timeline "$TMP/a/t.csv" --repeat 1 -o "$TMP/a/t1.svg"
 check "... a figure of its own" bash -c "grep -q 'repeat 1' '$TMP/a/t1.svg' && ! cmp -s '$TMP/a/t.svg' '$TMP/a/t1.svg'"
+# D: --keep-going that leaves every iteration out has no answer: plan writes nothing, sim and its
+# JSON do not report a result
+KG="--model llama3-8b --hw h100 --pp 4 --tp 2 --zero 1 --max-seqlen 8192 --global-tokens 65536 --mem-limit 20600 --keep-going --iterations 2"
+# shellcheck disable=SC2086
+expect "plan --keep-going with every iteration left out is refused" 1 "every iteration was left out" -- \
+  "$DPSIM" plan $KG -o "$TMP/kg.json"
+check "... writing no plan" test ! -e "$TMP/kg.json"
+# shellcheck disable=SC2086
+expect "... and sim --json too" 1 "every iteration was left out" -- "$DPSIM" sim $KG --json
 finish
