@@ -50,12 +50,13 @@ typedef struct raw_row {
 } raw_row;
 
 typedef struct load_ctx {
-    int tp, cp;
+    int tp, cp, sp; /* sp: the request's sequence parallelism (where tp > 1) */
     const char *rc;
-    int idx[9];
+    int idx[10];
     raw_row *rows;
     size_t n, cap;
-    long other_rows; /* rows of other (tp, cp, recompute) */
+    long other_rows; /* rows of other (tp, cp, recompute, sp) */
+    long other_sp;   /* of them, rows of the request's (tp, cp, recompute) at the other sp */
 } load_ctx;
 
 const char *component_name(cost_component c)
@@ -66,10 +67,12 @@ const char *component_name(cost_component c)
 static dp_status on_header(void *vctx, const csv_row *h, dp_err *err)
 {
     load_ctx *c = vctx;
-    static const csv_column cols[9] = {{"tp", 1},    {"recompute", 1},  {"component", 1},
-                                       {"metric", 1}, {"mbs", 1},        {"enc_seqlen", 1},
-                                       {"dec_seqlen", 1}, {"value", 1},  {"cp", 0}};
-    return csv_header_map(h, cols, 9, c->idx, err);
+    /* sp: whether a tp > 1 row was measured with sequence parallelism (dprun profile writes it;
+     * a file without the column, as dprun's default, with it) */
+    static const csv_column cols[10] = {{"tp", 1},    {"recompute", 1},  {"component", 1},
+                                        {"metric", 1}, {"mbs", 1},        {"enc_seqlen", 1},
+                                        {"dec_seqlen", 1}, {"value", 1},  {"cp", 0}, {"sp", 0}};
+    return csv_header_map(h, cols, 10, c->idx, err);
 }
 
 static int find_name(const char *const *names, int n, const char *s)
@@ -84,13 +87,16 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
     load_ctx *c = vctx;
     const char *f[8];
     for (int i = 0; i < 8; i++) f[i] = r->fields[c->idx[i]];
-    int64_t tp, mbs, enc, dec, cp = 1;
+    int64_t tp, mbs, enc, dec, cp = 1, sp = 1;
     if (dp_parse_i64(f[0], 1, 1 << 20, &tp) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: tp \"%s\" is not a positive whole number",
                        r->path, r->line, f[0]);
     if (c->idx[8] >= 0 && dp_parse_i64(r->fields[c->idx[8]], 1, 1 << 20, &cp) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: cp \"%s\" is not a positive whole number",
                        r->path, r->line, r->fields[c->idx[8]]);
+    if (c->idx[9] >= 0 && r->fields[c->idx[9]][0] && dp_parse_i64(r->fields[c->idx[9]], 0, 1, &sp) != 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: sp \"%s\" is not 0 or 1", r->path, r->line,
+                       r->fields[c->idx[9]]);
     recompute_mode rm;
     if (recompute_parse(f[1], &rm) != 0)
         return dp_fail(err, DP_ERR_PARSE,
@@ -123,8 +129,9 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
     if (v < 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: value \"%s\" is negative", r->path, r->line,
                        f[7]);
-    if (tp != c->tp || cp != c->cp || strcmp(f[1], c->rc) != 0) {
+    if (tp != c->tp || cp != c->cp || strcmp(f[1], c->rc) != 0 || (tp > 1 && sp != c->sp)) {
         c->other_rows++;
+        c->other_sp += tp == c->tp && cp == c->cp && strcmp(f[1], c->rc) == 0;
         return DP_OK;
     }
     if (dp_grow((void **)&c->rows, &c->cap, c->n + 1, sizeof *c->rows) != DP_OK)
@@ -536,9 +543,16 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
 dp_status cost_profile_load_at(const char *path, const model_spec *m, const cluster_spec *hw,
                                int tp, int cp, recompute_mode rc, cost_model **out, dp_err *err)
 {
+    return cost_profile_load_layout(path, m, hw, tp, cp, 1, rc, out, err);
+}
+
+dp_status cost_profile_load_layout(const char *path, const model_spec *m, const cluster_spec *hw,
+                                   int tp, int cp, int sp, recompute_mode rc, cost_model **out,
+                                   dp_err *err)
+{
     *out = NULL;
     dp_status st = DP_OK;
-    load_ctx c = {.tp = tp, .cp = cp, .rc = recompute_name(rc)};
+    load_ctx c = {.tp = tp, .cp = cp, .sp = sp ? 1 : 0, .rc = recompute_name(rc)};
     char at[32] = "";
     if (cp > 1) snprintf(at, sizeof at, ", cp %d", cp);
     cost_model *cm = calloc(1, sizeof *cm);
@@ -561,6 +575,13 @@ dp_status cost_profile_load_at(const char *path, const model_spec *m, const clus
         st = dp_fail(err, DP_ERR_INVALID, "%s: --cp %d needs the analytic cost model or a profile "
                      "measured at cp %d, and this one timed whole sequences on one GPU (no cp "
                      "column)\nhint: --analytic, or dprun profile --cp %d", path, cp, cp, cp);
+        goto out;
+    }
+    if (c.n == 0 && c.other_sp > 0) {
+        st = dp_fail(err, DP_ERR_INVALID, "%s: its tp %d rows were measured %s sequence parallelism, "
+                     "and the plan runs %s it\nhint: dprun profile --tp %d%s measures them, or %s",
+                     path, tp, sp ? "without" : "with", sp ? "with" : "without", tp,
+                     sp ? "" : " --no-sp", sp ? "--no-sp to plan as measured" : "drop --no-sp");
         goto out;
     }
     if (c.n == 0) {

@@ -150,34 +150,41 @@ out:
     return st;
 }
 
-/* One row: the layout's tp, the cell, the figure, and (cp > 1) the cp column. */
-static void write_row(FILE *fp, int tp, int cp, const char *mode, const char *comp, const char *metric,
-                      int B, int enc, int dec, double v)
+/* The layout a profile's rows were measured with: tp, cp (a column where cp > 1) and, where tp > 1,
+ * whether sequence parallelism was on (a column: an SP-off profile must not price SP-on plans). */
+typedef struct row_layout {
+    int tp, cp, sp;
+} row_layout;
+
+/* One row: the layout's tp, the cell, the figure, and the cp and sp columns where written. */
+static void write_row(FILE *fp, const row_layout *l, const char *mode, const char *comp,
+                      const char *metric, int B, int enc, int dec, double v)
 {
-    fprintf(fp, "%d,%s,%s,%s,%d,%d,%d,%.6f", tp, mode, comp, metric, B, enc, dec, v);
-    if (cp > 1) fprintf(fp, ",%d", cp);
+    fprintf(fp, "%d,%s,%s,%s,%d,%d,%d,%.6f", l->tp, mode, comp, metric, B, enc, dec, v);
+    if (l->cp > 1) fprintf(fp, ",%d", l->cp);
+    if (l->tp > 1) fprintf(fp, ",%d", l->sp);
     fputc('\n', fp);
 }
 
-static void write_layer(FILE *fp, int tp, int cp, recompute_mode rc, const char *comp, int B,
+static void write_layer(FILE *fp, const row_layout *l, recompute_mode rc, const char *comp, int B,
                         int enc, int dec, const point *p)
 {
     const char *m = recompute_name(rc);
-    write_row(fp, tp, cp, m, comp, "fwd_ms", B, enc, dec, p->fwd_ms);
-    write_row(fp, tp, cp, m, comp, "bwd_ms", B, enc, dec, p->bwd_ms);
-    write_row(fp, tp, cp, m, comp, "stored_act_mb", B, enc, dec, p->stored_mb);
-    write_row(fp, tp, cp, m, comp, "peak_act_mb", B, enc, dec, p->peak_mb);
+    write_row(fp, l, m, comp, "fwd_ms", B, enc, dec, p->fwd_ms);
+    write_row(fp, l, m, comp, "bwd_ms", B, enc, dec, p->bwd_ms);
+    write_row(fp, l, m, comp, "stored_act_mb", B, enc, dec, p->stored_mb);
+    write_row(fp, l, m, comp, "peak_act_mb", B, enc, dec, p->peak_mb);
 }
 
 /* The LM head's rows (it does not recompute: the same figures in every mode measured). */
-static void write_head(FILE *fp, int tp, int cp, unsigned modes, int B, int enc, int dec,
+static void write_head(FILE *fp, const row_layout *l, unsigned modes, int B, int enc, int dec,
                        const point *p)
 {
     for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
         if (!(modes >> rc & 1)) continue;
         const char *m = recompute_name((recompute_mode)rc);
-        write_row(fp, tp, cp, m, "postprocess", "fwd_ms", B, enc, dec, p->fwd_ms);
-        write_row(fp, tp, cp, m, "postprocess", "bwd_ms", B, enc, dec, p->bwd_ms);
+        write_row(fp, l, m, "postprocess", "fwd_ms", B, enc, dec, p->fwd_ms);
+        write_row(fp, l, m, "postprocess", "bwd_ms", B, enc, dec, p->bwd_ms);
     }
 }
 
@@ -398,17 +405,18 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
         }
     if (st == DP_OK) {
         FILE *fp = of.fp;
-        fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value%s\n",
-                cp > 1 ? ",cp" : "");
+        row_layout lay = {tp, cp, o->tp && o->tp->size > 1 ? o->tp->sp : 0};
+        fprintf(fp, "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value%s%s\n",
+                cp > 1 ? ",cp" : "", tp > 1 ? ",sp" : "");
         for (int i = 0; i < n; i++) {
             cell *c = &cells[i];
             c->pt.fwd_ms = median(c->tf, passes);
             c->pt.bwd_ms = median(c->tb, passes);
             if (c->layer < 0) {
-                write_head(fp, tp, cp, modes, c->B, c->enc, c->dec, &c->pt);
+                write_head(fp, &lay, modes, c->B, c->enc, c->dec, &c->pt);
                 continue;
             }
-            write_layer(fp, tp, cp, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B,
+            write_layer(fp, &lay, (recompute_mode)c->rc, c->layer ? "decoder" : "encoder", c->B,
                         c->enc, c->dec, &c->pt);
             if (o->progress && c->layer == 0)
                 fprintf(stderr, "dprun profile: mbs %d seqlen %d%s%s: fwd %.3f ms, bwd %.3f ms per "
