@@ -13,10 +13,6 @@ static const unsigned kind_dims[MESH_KINDS] = {
     [MESH_DP_CP] = 1u << 1 | 1u << 3,
     [MESH_TP_CP] = 1u << 0 | 1u << 1,
 };
-static const char *const kind_names[MESH_KINDS] = {
-    [MESH_TP] = "tp", [MESH_CP] = "cp", [MESH_PP] = "pp", [MESH_DP] = "dp",
-    [MESH_DP_CP] = "dp x cp", [MESH_TP_CP] = "tp x cp",
-};
 
 static int at_least_1(int x) { return x > 0 ? x : 1; }
 
@@ -122,8 +118,6 @@ int mesh_kind_has(mesh_kind k, int which)
 {
     return which >= 0 && which < DIMS && ((kind_dims[k] >> which) & 1u);
 }
-
-const char *mesh_kind_name(mesh_kind k) { return k >= 0 && k < MESH_KINDS ? kind_names[k] : "?"; }
 
 dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degree, dp_err *err)
 {

@@ -81,8 +81,6 @@ long long mesh_member(const mesh *m, mesh_coord c, mesh_kind k, int key);
 
 /* Whether kind k's groups contain the dimension of degree `which` (0 tp, 1 cp, 2 pp, 3 dp). */
 int mesh_kind_has(mesh_kind k, int which);
-/* The kind's name for messages ("tp", "cp", "pp", "dp", "dp x cp", "tp x cp"). */
-const char *mesh_kind_name(mesh_kind k);
 
 /* What a layout needs of a model, the one rule the planner's cost model and dprun both apply:
  * tensor parallelism gives each of its tp GPUs whole attention heads, whole key/value heads and an

@@ -388,6 +388,17 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                      name, experts);
         goto out;
     }
+    /* a vision-language config (Qwen2-VL's, LLaVA's, Llama 4's): dpsim models its language
+     * model; the vision tower is left out, and said so (once a process) */
+    static const char *const vision_keys[] = {"vision_config", "vision_tower", "visual"};
+    static int told_vision;
+    for (size_t i = 0; i < sizeof vision_keys / sizeof *vision_keys && !told_vision; i++)
+        if (cJSON_HasObjectItem(root, vision_keys[i])) {
+            told_vision = 1;
+            dp_note(DP_NOTE_LINE, "dpsim: note: %s is a vision-language config (\"%s\"): its "
+                    "language model is modelled, its vision tower left out (its parameters, FLOPs "
+                    "and memory are in no figure)", name, vision_keys[i]);
+        }
     /* the norms' epsilon, by whichever of its names the config uses */
     static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
                                            "norm_epsilon"};

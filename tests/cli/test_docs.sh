@@ -31,4 +31,11 @@ for f in README.md docs/*.md CHANGELOG.md; do
   done
 done
 check "every relative link of the README and docs resolves${bad:+ (broken:$bad)}" test -z "$bad"
+# every CLI script ends with its one `finish` (the tally and the exit status): checks after a
+# `finish` in the middle would count and still leave the exit status to their last command
+bad=""
+for f in tests/cli/test_*.sh; do
+  [ "$(grep -c '^finish$' "$f")" = 1 ] && [ "$(grep -v '^[[:space:]]*$' "$f" | tail -n 1)" = finish ] || bad="$bad $f"
+done
+check "every CLI script ends with its one finish${bad:+ (not:$bad)}" test -z "$bad"
 finish

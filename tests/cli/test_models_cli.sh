@@ -15,6 +15,11 @@ printf '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_
 expect "a Hugging Face config is named by its folder" 0 '"name":[[:space:]]*"Meta-Llama-3-8B"' -- "$DPSIM" models --show "$TMP/Meta-Llama-3-8B/config.json"
 printf '{"_name_or_path": "org/My-Model-1B", "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}' >"$TMP/c.json"
 expect "... or by its _name_or_path" 0 '"name":[[:space:]]*"My-Model-1B"' -- "$DPSIM" models --show "$TMP/c.json"
+# a vision-language config (Qwen2-VL's layout: the language model at the top, the tower beside it):
+# imported as its language model, with a word that the vision tower is left out
+printf '{"model_type": "qwen2_vl", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vision_config": {"depth": 32, "embed_dim": 1280}}' >"$TMP/vl.json"
+expect "a vision-language config says its vision tower is left out" 0 "vision tower left out" -- \
+  "$DPSIM" models --show "$TMP/vl.json"
 "$DPSIM" models --show t5-11b-24l >"$TMP/t5.json" 2>/dev/null
 expect "a shown spec is a usable --model" 0 "decoder layer" -- "$DPSIM" cost --model "$TMP/t5.json" --tp 8 --mbs 2 --seqlen 512 --dec-seqlen 64
 expect "cost --help lists options with defaults" 0 "\[gpt-6.7b-16l\]" -- "$DPSIM" cost --help
@@ -45,7 +50,6 @@ expect "calibrate without a profile" 2 "no measured profile" -- "$DPSIM" calibra
 expect "calibrate a profile far from the defaults (the fit's further starts)" 0 "held-out median APE +[0-4]\.[0-9]+ %" -- \
   "$DPSIM" calibrate --profile tests/cli/golden/fake_h200_gpt_6.7b_profile.csv --model gpt-6.7b-16l --hw h200 -o "$TMP/fit_h200.json"
 
-finish
 
 # dpsim explain: the constants behind an answer, each moved 10% (planner/explain.h)
 EXPLAIN=(--model llama3.1-8b --hw h100 --pp 2 --dp 2 --max-seqlen 2048 --global-tokens 65536 --iterations 1)
@@ -63,3 +67,4 @@ expect "... and a B200 kernel on an H100" 2 "fa4-b200 was measured on b200" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel fa4-b200 --mbs 1 --seqlen 4096
 expect "Triton's fused attention (FlexAttention) on an H100, named in the source line" 0 "FlashAttention .*--attention-kernel triton-h100" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel triton-h100 --mbs 1 --seqlen 8192
+finish
