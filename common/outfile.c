@@ -53,6 +53,14 @@ dp_status out_open(out_file *o, const char *path, dp_err *err)
     return DP_OK;
 }
 
+dp_status out_check_writable(const char *path, dp_err *err)
+{
+    out_file probe;
+    dp_status st = out_open(&probe, path, err);
+    if (st == DP_OK) out_abort(&probe);
+    return st;
+}
+
 dp_status out_commit(out_file *o, dp_err *err)
 {
     if (!o->fp) return dp_fail(err, DP_ERR_IO, "%s: not open", o->path ? o->path : "output");

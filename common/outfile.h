@@ -33,6 +33,10 @@ typedef struct out_file {
 
 /* On failure o holds nothing and nothing was created. */
 dp_status out_open(out_file *o, const char *path, dp_err *err);
+/* Whether path could be written, checked before the work that makes it (a temporary created
+ * beside it and removed): a folder that is not there or not writable fails now, naming it, not
+ * after the work. Leaves nothing behind; "-" and devices pass. */
+dp_status out_check_writable(const char *path, dp_err *err);
 dp_status out_commit(out_file *o, dp_err *err);
 void out_abort(out_file *o);
 

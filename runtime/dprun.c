@@ -315,15 +315,12 @@ static int profile_main(int argc, char **argv)
                  outs[] = {{"-o", out}, {"--cluster-out", cluster_out}};
         if (out_distinct(in, 2, outs, 2, &derr) != DP_OK)
             return cli_usage_error("profile", PROFILE_USAGE, "%s", derr.msg);
-        for (int i = 0; i < 2; i++) {
-            out_file probe;
-            if (outs[i].path && out_open(&probe, outs[i].path, &derr) != DP_OK) {
+        for (int i = 0; i < 2; i++)
+            if (outs[i].path && out_check_writable(outs[i].path, &derr) != DP_OK) {
                 fprintf(stderr, "dprun profile: error: %s %s (refused before anything ran)\n",
                         outs[i].option, derr.msg);
                 return 1;
             }
-            if (outs[i].path) out_abort(&probe);
-        }
     }
     cluster_spec links;
     dp_err herr = {0};
@@ -564,12 +561,12 @@ static int run_main(int argc, char **argv)
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
         return fail_all(rank, msg);
     }
-    /* the timeline's file, opened (a temporary beside it) before the run: a folder that is not
-     * there or cannot be written is refused before anything ran, not after the whole run */
-    out_file of = {0};
-    int opened = rank == 0 ? out_open(&of, out, &err) == DP_OK : 1;
-    mpi_check(MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
-    if (!opened) {
+    /* the timeline's file checked before the run: a folder that is not there or cannot be
+     * written is refused before anything ran, not after the whole run (it is written at the end:
+     * a run killed on the way leaves nothing) */
+    int writable = rank == 0 ? out_check_writable(out, &err) == DP_OK : 1;
+    mpi_check(MPI_Bcast(&writable, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    if (!writable) {
         plan_release(&pl);
         snprintf(msg, sizeof msg, "%s (refused before anything ran)", err.msg);
         return fail_all(rank, msg);
@@ -579,7 +576,6 @@ static int run_main(int argc, char **argv)
     rt_result res;
     st = on_gpu ? rt_execute_gpu(&o, &res, &err) : rt_execute(&o, &res, &err);
     if (st != DP_OK) {
-        if (rank == 0) out_abort(&of);
         plan_release(&pl);
         return fail_all(rank, err.msg);
     }
@@ -609,22 +605,25 @@ static int run_main(int argc, char **argv)
     int rc = 0;
     if (rank == 0) {
         dp_err werr = {0};
-        /* wire_elem_bytes: what a transfer moved per element (the plan's bytes count
-         * act_dtype elements), so that dpsim validate simulates the bytes really moved;
-         * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
-        FILE *fp = of.fp;
-        fprintf(fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,plan_hash,"
-                "repeat,tp,cp\n");
-        const rt_record *r = (const rt_record *)buf;
-        for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
-            fprintf(fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d,%d\n", r[i].iteration, r[i].stage,
-                    r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op), r[i].mb,
-                    r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk, (int)rt_dtype_act_bytes(dt),
-                    (unsigned long long)h, r[i].repeat, rt_plan_tp(&pl.h), rt_plan_cp(&pl.h));
-        if (out_commit(&of, &werr) != DP_OK) {
-            fprintf(stderr, "dprun: error: %s\n", werr.msg);
+        out_file of;
+        if (out_open(&of, out, &werr) == DP_OK) { /* (checked before the run) */
+            /* wire_elem_bytes: what a transfer moved per element (the plan's bytes count
+             * act_dtype elements), so that dpsim validate simulates the bytes really moved;
+             * plan_hash: the plan file's, so that dpsim validate refuses another plan's timeline */
+            fprintf(of.fp, "iteration,stage,op,mb,start_us,end_us,replica,chunk,wire_elem_bytes,"
+                    "plan_hash,repeat,tp,cp\n");
+            const rt_record *r = (const rt_record *)buf;
+            for (size_t i = 0; i < (size_t)total / sizeof *r; i++)
+                fprintf(of.fp, "%d,%d,%s,%d,%.3f,%.3f,%d,%d,%d,%016llx,%d,%d,%d\n", r[i].iteration,
+                        r[i].stage, r[i].op < 0 ? "ALLREDUCE" : plan_op_name((plan_op)r[i].op),
+                        r[i].mb, r[i].start_us, r[i].end_us, r[i].replica, r[i].chunk,
+                        (int)rt_dtype_act_bytes(dt), (unsigned long long)h, r[i].repeat,
+                        rt_plan_tp(&pl.h), rt_plan_cp(&pl.h));
+            if (out_commit(&of, &werr) != DP_OK) rc = 1;
+        } else {
             rc = 1;
         }
+        if (rc) fprintf(stderr, "dprun: error: %s\n", werr.msg);
         int n_run = iterations > 0 && iterations < pl.n_it ? (int)iterations : pl.n_it;
         if (on_gpu && size == 1)
             fprintf(stderr, "dprun: %d stages on one GPU ran %d iterations in %s", pl.h.pp,

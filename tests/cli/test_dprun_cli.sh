@@ -332,11 +332,12 @@ expect "a receive buffer smaller than the message" 3 "failed: MPI_ERR_TRUNCATE" 
   -np 3 "$DPRUN" --plan $G/plan_4ranks_short.json --out "$TMP/x.csv" --no-plan-check --timeout 20
 # a killed rank: start a longer run, kill one rank, the job must end (not hang) with failure
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 4 --max-seqlen 64 --global-tokens 2048 --iterations 50 -o "$TMP/long.json" >/dev/null 2>&1
-( timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/long.json" --out "$TMP/x.csv" --timeout 10 >"$TMP/kill.out" 2>&1; echo $? >"$TMP/kill.rc" ) &
+( timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/long.json" --out "$TMP/killed.csv" --timeout 10 >"$TMP/kill.out" 2>&1; echo $? >"$TMP/kill.rc" ) &
 for i in $(seq 1 50); do pid=$(pgrep -f "dprun --plan $TMP/long.json" | sed -n 3p); [ -n "$pid" ] && break; sleep 0.2; done
 sleep 1; [ -n "${pid:-}" ] && kill -9 "$pid"
 wait
 rc=$(cat "$TMP/kill.rc")
 if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -Eiq "killed|signal|abort|exited" "$TMP/kill.out"; then ok "a killed rank ends every rank (exit $rc)"; else not_ok "a killed rank ends every rank" "exit $rc" "$(head -c 600 "$TMP/kill.out")"; fi
+check "... leaving no half timeline, nor a temporary beside it" bash -c "! ls '$TMP'/killed.csv* >/dev/null 2>&1"
 
 finish
