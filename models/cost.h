@@ -320,16 +320,13 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
                             recompute_mode rc, cost_model **out, dp_err *err);
 /* The same for rows measured at context parallelism cp (the optional column "cp", 1 where the
  * file has none: dprun profile --cp C writes it), each row one rank's share of the (mbs, seqlen)
- * micro-batch, the ring's passes inside its times. The model then prices cp (cost_model.cp = cp)
- * as measured: cost_model_set_cp accepts that cp and no other. */
+ * micro-batch, the ring's passes inside its times, and with or without sequence parallelism (sp:
+ * where tp > 1, the optional column "sp" must say the same; a file without it was measured with
+ * it, dprun's default: an SP-off profile does not price an SP-on plan). The model then prices cp
+ * (cost_model.cp = cp) as measured: cost_model_set_cp accepts that cp and no other. */
 dp_status cost_profile_load_at(const char *path, const model_spec *m, const cluster_spec *hw,
-                               int tp, int cp, recompute_mode rc, cost_model **out, dp_err *err);
-/* The same for a layout with or without sequence parallelism (sp: where tp > 1, the rows' optional
- * "sp" column must say the same; a file without the column was measured with it, dprun's default):
- * an SP-off profile does not price an SP-on plan. cost_profile_load_at is sp 1. */
-dp_status cost_profile_load_layout(const char *path, const model_spec *m, const cluster_spec *hw,
-                                   int tp, int cp, int sp, recompute_mode rc, cost_model **out,
-                                   dp_err *err);
+                               int tp, int cp, int sp, recompute_mode rc, cost_model **out,
+                               dp_err *err);
 
 /* Range of the loaded grid for a component: smallest and largest mbs and lengths. */
 typedef struct cost_profile_range {

@@ -537,18 +537,12 @@ static dp_status load_params(const char *profile_path, cost_model *cm, dp_err *e
 dp_status cost_profile_load(const char *path, const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, cost_model **out, dp_err *err)
 {
-    return cost_profile_load_at(path, m, hw, tp, 1, rc, out, err);
+    return cost_profile_load_at(path, m, hw, tp, 1, 1, rc, out, err);
 }
 
 dp_status cost_profile_load_at(const char *path, const model_spec *m, const cluster_spec *hw,
-                               int tp, int cp, recompute_mode rc, cost_model **out, dp_err *err)
-{
-    return cost_profile_load_layout(path, m, hw, tp, cp, 1, rc, out, err);
-}
-
-dp_status cost_profile_load_layout(const char *path, const model_spec *m, const cluster_spec *hw,
-                                   int tp, int cp, int sp, recompute_mode rc, cost_model **out,
-                                   dp_err *err)
+                               int tp, int cp, int sp, recompute_mode rc, cost_model **out,
+                               dp_err *err)
 {
     *out = NULL;
     dp_status st = DP_OK;

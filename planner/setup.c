@@ -139,7 +139,7 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
         /* a profile measured at the request's cp, when it asks for one (--cp auto asks for
          * every degree, which no profile holds: finish says so) */
         int at_cp = o->cp > 1 && !o->cp_auto ? o->cp : 1;
-        st = finish(cost_profile_load_layout(profile, m, hw, o->tp, at_cp, !o->no_sp, mode, cm, err),
+        st = finish(cost_profile_load_at(profile, m, hw, o->tp, at_cp, !o->no_sp, mode, cm, err),
                     o, m, cm, err);
         char cp[24] = "";
         if (o->cp > 1) snprintf(cp, sizeof cp, ", cp %d", o->cp);

@@ -25,47 +25,54 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     for (int i = 0; i < 5; i++) sp->mb_tokens[sp->n_mb_tokens++] = tok[i];
 }
 
+/* The points of one (batching, schedule, chunks, tp, cp), given in p, appended to out[] (when
+ * given) from index n: every pipeline depth that divides the rest of the GPUs, then ZeRO stage,
+ * recompute mode (dynamic too for a memory-aware batcher) and the batcher's knob. Returns the new
+ * count. */
+static long layout_points(const tune_space *sp, tune_point p, const batcher *by, tune_point *out,
+                          long n)
+{
+    int packer = by->knob == BATCH_KNOB_MBS, token = by->knob == BATCH_KNOB_MB_TOKENS;
+    int knobs = packer ? sp->n_mbs : token ? sp->n_mb_tokens : 1, modes = RECOMPUTE_COUNT + by->memory_aware;
+    int per = sp->gpus % p.cp ? 0 : sp->gpus / p.cp; /* tp x pp x dp */
+    if (p.tp > sp->gpus_per_node || per == 0 || per % p.tp) return n;
+    for (p.pp = 1; p.pp <= per / p.tp && p.pp <= sp->layers; p.pp++) {
+        if ((per / p.tp) % p.pp || (sp->t5 && p.pp > 1 && p.pp % 2)) continue;
+        if (p.chunks > 1 && (p.pp < 2 || p.pp * p.chunks > sp->layers)) continue;
+        p.dp = per / p.tp / p.pp;
+        /* ZeRO 2 and 3 only without a pipeline: with one they gather and reduce-scatter a stage's
+         * parameters for every micro-batch (stage_cost.h), which the search leaves out to keep its
+         * size; dpsim plan/sim run them */
+        int zero_max = p.dp == 1 ? 0 : p.pp == 1 ? 3 : 1;
+        for (p.zero = 0; p.zero <= zero_max; p.zero++)
+            for (p.recompute = 0; p.recompute < modes; p.recompute++)
+                for (int k = 0; k < knobs; k++, n++) {
+                    p.mbs = packer ? sp->mbs[k] : 1;
+                    p.mb_tokens = token ? sp->mb_tokens[k] : 2048;
+                    if (out) out[n] = p;
+                }
+    }
+    return n;
+}
+
 /* Fills out[] (when given) with every point in order; returns the count. */
 static long each_point(const tune_space *sp, tune_point *out)
 {
     long n = 0;
     for (int b = 0; b < sp->n_batchings; b++) {
-        const char *bt = sp->batchings[b];
-        const batcher *by = batcher_find(bt);
+        const batcher *by = batcher_find(sp->batchings[b]);
         if (!by) continue; /* the caller checks the names */
-        int dynamic = by->memory_aware, packer = by->knob == BATCH_KNOB_MBS;
-        int token = by->knob == BATCH_KNOB_MB_TOKENS;
-        int knobs = packer ? sp->n_mbs : token ? sp->n_mb_tokens : 1;
         for (int s = 0; s < sp->n_schedules; s++) {
             const schedule *sc = schedule_find(sp->schedules[s]);
-            int chunked = sc && sc->chunked, n_ch = chunked ? sp->n_chunks : 1;
-            for (int h = 0; h < n_ch; h++)
-            for (int t = 0; t < sp->n_tps; t++)
-                for (int c = 0; c < sp->n_cps; c++) {
-                    int ch = chunked ? sp->chunks[h] : 1;
-                    int tp = sp->tps[t], cp = sp->cps[c] > 1 ? sp->cps[c] : 1;
-                    int per = sp->gpus % cp ? 0 : sp->gpus / cp; /* tp x pp x dp */
-                    if (tp > sp->gpus_per_node || per == 0 || per % tp) continue;
-                    for (int pp = 1; pp <= per / tp && pp <= sp->layers; pp++) {
-                        if ((per / tp) % pp || (sp->t5 && pp > 1 && pp % 2)) continue;
-                        if (chunked && (pp < 2 || pp * ch > sp->layers)) continue;
-                        int dp = per / tp / pp;
-                        /* ZeRO 2 and 3 only without a pipeline: with one they gather and
-                         * reduce-scatter a stage's parameters for every micro-batch
-                         * (stage_cost.h), which the search leaves out to keep its size; dpsim
-                         * plan/sim run them */
-                        int zero_max = dp == 1 ? 0 : pp == 1 ? 3 : 1;
-                        for (int zero = 0; zero <= zero_max; zero++)
-                            for (int m = 0; m < RECOMPUTE_COUNT + dynamic; m++) /* + dynamic */
-                                for (int k = 0; k < knobs; k++) {
-                                    if (out)
-                                        out[n] = (tune_point){bt, sp->schedules[s], ch, tp, cp, pp,
-                                                              dp, zero, packer ? sp->mbs[k] : 1,
-                                                              token ? sp->mb_tokens[k] : 2048, m};
-                                    n++;
-                                }
+            int chunked = sc && sc->chunked;
+            for (int h = 0; h < (chunked ? sp->n_chunks : 1); h++)
+                for (int t = 0; t < sp->n_tps; t++)
+                    for (int c = 0; c < sp->n_cps; c++) {
+                        tune_point p = {.batching = sp->batchings[b], .schedule = sp->schedules[s],
+                                        .chunks = chunked ? sp->chunks[h] : 1, .tp = sp->tps[t],
+                                        .cp = sp->cps[c] > 1 ? sp->cps[c] : 1};
+                        n = layout_points(sp, p, by, out, n);
                     }
-                }
         }
     }
     return n;

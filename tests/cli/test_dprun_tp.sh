@@ -100,7 +100,7 @@ fi
   --iterations 1 --batching padding -o "$TMP/tp3sp.json" >/dev/null 2>&1
 check "tp 3 with SP: every micro-batch's tokens a multiple of 3" bash -c \
   "grep -q '\"sp\": *true' '$TMP/tp3sp.json' && ! grep -o '\"mbs\": *[0-9]*, *\"enc_len\": *[0-9]*' '$TMP/tp3sp.json' | \
-   tr -dc '0-9,\n' | awk -F, '(\$1 * \$2) % 3 { bad = 1 } END { exit !bad }'"
+   tr -dc '0-9,\n' | awk -F, '{ n++ } (\$1 * \$2) % 3 { bad = 1 } END { exit !(bad || n == 0) }'"
 expect "... and dprun runs it on tp 3 x pp 2 ranks" 0 "6 ranks ran 1 iterations" -- \
   timeout 300 $MPIRUN -np 6 "$DPRUN" --plan "$TMP/tp3sp.json" --out "$TMP/tp3sp.csv"
 expect "profile --tp 2 without mpirun is refused" 1 "needs a multiple of 2 ranks" -- timeout 60 "$DPRUN" profile --tp 2 -o "$TMP/x.csv"

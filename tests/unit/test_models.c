@@ -132,7 +132,7 @@ static void test_profile_cp_rows(void **state)
     cost_layer l;
     cost_shape sh = cost_shape_rows(2, 64, 0);
     for (int cp = 1; cp <= 2; cp++) {
-        assert_int_equal(cost_profile_load_at(path, m, &hw, 1, cp, RECOMPUTE_NONE, &cm, &err), DP_OK);
+        assert_int_equal(cost_profile_load_at(path, m, &hw, 1, cp, 1, RECOMPUTE_NONE, &cm, &err), DP_OK);
         assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &l, &err), DP_OK);
         assert_near(l.fwd_ms, cp * 100 + 128, 1e-9);
         assert_int_equal(cost_model_set_cp(cm, cp, 0, &err), DP_OK);
@@ -141,15 +141,15 @@ static void test_profile_cp_rows(void **state)
         if (cp > 1) assert_int_equal(cost_model_set_cp(cm, cp, 1, &err), DP_ERR_INVALID);
         cost_model_free(cm);
     }
-    assert_int_equal(cost_profile_load_at(path, m, &hw, 1, 4, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
+    assert_int_equal(cost_profile_load_at(path, m, &hw, 1, 4, 1, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
     assert_non_null(strstr(err.msg, "no rows for tp 1, cp 4"));
     /* without the column every row is cp 1 */
     const char *plain = tmp_file(".csv", "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value\n"
                                          "1,none,encoder,fwd_ms,1,32,0,5\n1,none,encoder,bwd_ms,1,32,0,5\n"
                                          "1,none,postprocess,fwd_ms,1,32,0,1\n"
                                          "1,none,postprocess,bwd_ms,1,32,0,1\n");
-    assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 2, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
-    assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 1, RECOMPUTE_NONE, &cm, &err), DP_OK);
+    assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 2, 1, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
+    assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 1, 1, RECOMPUTE_NONE, &cm, &err), DP_OK);
     cost_model_free(cm);
 }
 
