@@ -399,9 +399,12 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         double worst;
         int fits = pm_fits(&m, p->sm->budget_mb, &worst, why, sizeof why);
         pm_release(&m);
-        if (fits) { /* the exact check is the truth; the rule was only a screen */
-            l->feasible = 1;
-            l->why[0] = '\0';
+        if (fits) { /* the exact check is the truth; the rule was only a screen (and the
+                     * replicas' lockstep, mb_list_finish's aim, checked on what was built) */
+            dp_err apart = {0};
+            l->feasible = !mb_replicas_lockstep(p->sm->zero_stage, p->sm->dp) ||
+                          plan_iter_check_lockstep(pi, p->sm->zero_stage, "this layout", &apart) == DP_OK;
+            snprintf(l->why, sizeof l->why, "%.500s", l->feasible ? "" : apart.msg);
             break;
         }
         if (!p->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {

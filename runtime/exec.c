@@ -321,41 +321,6 @@ static dp_status check_token_split(const plan *pl, int cp, int tp, int sp, const
     return DP_OK;
 }
 
-/* ZeRO-2/3 over replicas: a stage's collectives (each forward's and backward's gathers, each
- * backward's reduce-scatter) meet in order across the replicas, as FSDP's ranks step together, so
- * every replica of a stage must run the same sequence of F, B and W (chunk by chunk). */
-static dp_status check_zero_lockstep(const plan *pl, const char *path, dp_err *err)
-{
-    const plan_header *h = &pl->h;
-    for (int i = 0; i < pl->n_it; i++)
-        for (int st = 0; st < h->pp; st++) {
-            const plan_rank *a = &pl->it[i].ranks[st];
-            int na = 0;
-            for (int q = 0; q < a->n; q++) na += a->ins[q].op == OP_F || a->ins[q].op == OP_B || a->ins[q].op == OP_W;
-            for (int r = 1; r < h->dp; r++) {
-                const plan_rank *b = &pl->it[i].ranks[r * h->pp + st];
-                int nb = 0, qa = 0, differ = -1;
-                for (int qb = 0; qb < b->n; qb++) {
-                    plan_op op = b->ins[qb].op;
-                    if (op != OP_F && op != OP_B && op != OP_W) continue;
-                    while (qa < a->n && a->ins[qa].op != OP_F && a->ins[qa].op != OP_B && a->ins[qa].op != OP_W) qa++;
-                    if (differ < 0 && (qa >= a->n || a->ins[qa].op != op || a->ins[qa].chunk != b->ins[qb].chunk))
-                        differ = nb;
-                    nb++, qa++;
-                }
-                if (differ < 0 && na == nb) continue;
-                return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for ZeRO-%d over %d replicas, "
-                               "whose collectives meet in order (FSDP's ranks step together), and in "
-                               "iteration %d stage %d replica 0 runs %d forwards and backwards, "
-                               "replica %d %d, %s: running it would hang or measure another layout\n"
-                               "hint: plan with --zero 1, or a batching that gives every replica as "
-                               "many micro-batches", path, h->zero, h->dp, pl->it[i].id, st, na, r, nb,
-                               na == nb ? "in another order" : "a different count");
-            }
-        }
-    return DP_OK;
-}
-
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,
                                const char *path, dp_err *err)
 {
@@ -380,7 +345,8 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "tp 1, cp 1 plans (every stage in one process); it runs one rank per GPU: "
                        "mpirun -np %d (tp x cp x pp x dp = %d x %d x %d x %d)", path, tp, cp, need, tp,
                        cp, h->pp, h->dp);
-    if (h->zero >= 2 && h->dp > 1 && (st = check_zero_lockstep(pl, path, err)) != DP_OK) return st;
+    for (int i = 0; i < pl->n_it && mb_replicas_lockstep(h->zero, h->dp); i++)
+        if ((st = plan_iter_check_lockstep(&pl->it[i], h->zero, path, err)) != DP_OK) return st;
     if ((st = check_token_split(pl, cp, tp, h->sp, path, err)) != DP_OK) return st;
     if (ranks != need && !(on_gpu && ranks == 1)) {
         char layout[80];

@@ -801,6 +801,223 @@ void mb_mem_rule(const batch_ctx *ctx, int one_held, mem_rule *out)
         for (int s = 0; s < ctx->sm->pp; s++) out->holds[s] = 1;
 }
 
+/* Costs micro-batch k on ctx's stage model under rule: its time and fit, and l's feasibility and
+ * reason at the first that cannot be priced or does not fit. c is the caller's scratch. */
+static void mb_cost_one(const batch_ctx *ctx, const mem_rule *rule, mb_list *l, int k, mb_cost *c)
+{
+    const stage_model *sm = ctx->sm;
+    microbatch *m = &l->mb[k];
+    cost_shape s = mb_shape(m);
+    if (sm->cm->cp_auto) s.cp = 0, m->cp = s.cp = stage_model_pick_cp(sm, &s, rule);
+    dp_err why = {0};
+    if (stage_model_cost(sm, &s, c, &why) != DP_OK) {
+        m->t_ms = NAN;
+        m->fits = 0;
+        if (l->feasible)
+            snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d): %.300s", k,
+                     m->mbs, m->enc_len, m->dec_len, why.msg);
+        l->feasible = 0;
+        return;
+    }
+    char reason[300];
+    m->t_ms = c->t_ms;
+    m->fits = stage_model_fits(sm, c, rule, reason, sizeof reason);
+    if (!m->fits && l->feasible) {
+        snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d) runs out of "
+                 "memory: %s", k, m->mbs, m->enc_len, m->dec_len, reason);
+        l->feasible = 0;
+    }
+}
+
+/* ---- replicas in lockstep (ZeRO-2/3) ---------------------------------------------------------- */
+
+int mb_replicas_lockstep(int zero_stage, int dp)
+{
+    return zero_stage >= 2 && dp > 1;
+}
+
+/* The sample at position at of l's ids: its id and own lengths. */
+static sample_len mb_sample(const mb_list *l, int at)
+{
+    return (sample_len){l->ids[at], l->lens[2 * at], l->lens[2 * at + 1]};
+}
+
+/* Refills m's token counts, attention sums and rows from its samples: one row per sample where
+ * each sample was a row (rows_are_samples), else next-fit into rows of m's padded lengths (every
+ * sample fits one: it sat in such a row). */
+static void mb_refill(const batch_ctx *ctx, const mb_list *l, microbatch *m, int rows_are_samples)
+{
+    batch_rules rows = *ctx->rules;
+    rows.max_seqlen = m->enc_len, rows.max_dec_seqlen = m->dec_len;
+    batch_row use = {0, 0};
+    m->enc_tokens = m->dec_tokens = 0;
+    m->enc_sq = m->dec_sq = m->enc_dec = 0;
+    m->enc_max = 0;
+    m->mbs = rows_are_samples ? m->n_samples : 0;
+    for (int q = 0; q < m->n_samples; q++) {
+        sample_len x = mb_sample(l, m->first + q);
+        m->enc_tokens += x.enc, m->dec_tokens += x.dec;
+        if (m->varlen) mb_attn_add(ctx->rules, m, &x);
+        if (rows_are_samples) continue;
+        if (m->mbs == 0 || !batch_row_fits(&rows, &use, &x)) m->mbs++, use = (batch_row){0, 0};
+        use.enc += x.enc, use.dec += x.dec;
+    }
+}
+
+/* Splits micro-batch k in two where its samples' tokens are closest to halved; the halves keep
+ * its padded shape and replica and follow each other in l. 0 when it holds one sample; -1 out of
+ * memory (l unchanged). Neither half is costed. */
+static int mb_split(const batch_ctx *ctx, mb_list *l, int k)
+{
+    microbatch *m = &l->mb[k];
+    if (m->n_samples < 2) return 0;
+    size_t cap = (size_t)l->mb_cap;
+    if (dp_grow((void **)&l->mb, &cap, (size_t)l->n_mb + 1, sizeof *l->mb) != DP_OK) return -1;
+    l->mb_cap = (int)cap;
+    m = &l->mb[k];
+    int64_t total = m->enc_tokens + m->dec_tokens, left = 0;
+    int h = 1;
+    for (int q = 0; q + 1 < m->n_samples; q++) {
+        sample_len x = mb_sample(l, m->first + q);
+        int64_t now = left + x.enc + x.dec;
+        if (q > 0 && llabs(2 * now - total) >= llabs(2 * left - total)) break;
+        left = now, h = q + 1;
+    }
+    int rows_are_samples = m->mbs == m->n_samples;
+    memmove(&l->mb[k + 2], &l->mb[k + 1], (size_t)(l->n_mb - k - 1) * sizeof *l->mb);
+    l->n_mb++;
+    microbatch *b = &l->mb[k + 1];
+    *b = *m;
+    b->first = m->first + h, b->n_samples = m->n_samples - h;
+    m->n_samples = h;
+    mb_refill(ctx, l, m, rows_are_samples);
+    mb_refill(ctx, l, b, rows_are_samples);
+    return 1;
+}
+
+/* Merges micro-batches k and k + 1 (neighbours in l, so their samples are too) into one of the
+ * longer padded shape: one row per sample where each was, else their samples next-fit into rows. */
+static void mb_merge(const batch_ctx *ctx, mb_list *l, int k)
+{
+    microbatch *m = &l->mb[k], *b = &l->mb[k + 1];
+    int rows_are_samples = m->mbs == m->n_samples && b->mbs == b->n_samples;
+    m->n_samples += b->n_samples;
+    m->enc_len = b->enc_len > m->enc_len ? b->enc_len : m->enc_len;
+    m->dec_len = b->dec_len > m->dec_len ? b->dec_len : m->dec_len;
+    memmove(&l->mb[k + 1], &l->mb[k + 2], (size_t)(l->n_mb - k - 2) * sizeof *l->mb);
+    l->n_mb--;
+    mb_refill(ctx, l, m, rows_are_samples);
+}
+
+/* Merges the two neighbouring micro-batches of least time together and costs the result. */
+static void merge_cheapest(const batch_ctx *ctx, const mem_rule *rule, mb_list *l, mb_cost *c)
+{
+    int best = 0;
+    for (int k = 1; k + 1 < l->n_mb; k++)
+        if (l->mb[k].t_ms + l->mb[k + 1].t_ms < l->mb[best].t_ms + l->mb[best + 1].t_ms) best = k;
+    mb_merge(ctx, l, best);
+    mb_cost_one(ctx, rule, l, best, c);
+}
+
+/* Splits the costliest splittable micro-batch among those of replica (any: -1) and costs its
+ * halves: 1 when one was split, 0 when none can be, -1 out of memory. */
+static int split_costliest(const batch_ctx *ctx, const mem_rule *rule, mb_list *l, int replica,
+                           mb_cost *c)
+{
+    int best = -1;
+    for (int k = 0; k < l->n_mb; k++)
+        if ((replica < 0 || l->mb[k].replica == replica) && l->mb[k].n_samples > 1 &&
+            (best < 0 || l->mb[k].t_ms > l->mb[best].t_ms))
+            best = k;
+    if (best < 0) return 0;
+    int rc = mb_split(ctx, l, best);
+    if (rc <= 0) return rc;
+    mb_cost_one(ctx, rule, l, best, c);
+    mb_cost_one(ctx, rule, l, best + 1, c);
+    return 1;
+}
+
+typedef struct load_of {
+    double w;
+    int i;
+} load_of;
+
+static int heaviest_first(const void *a, const void *b)
+{
+    const load_of *x = a, *y = b;
+    if (x->w != y->w) return x->w > y->w ? -1 : 1;
+    return x->i - y->i;
+}
+
+/* Assigns n items of weights w to D bins of n / D items each (D divides n), balancing the sums:
+ * the items heaviest first, D at a time, the heaviest of each D to the lightest bin so far. */
+static dp_status partition_equal_counts(const double *w, int n, int D, int *bin)
+{
+    load_of *item = malloc((size_t)(n ? n : 1) * sizeof *item);
+    load_of *load = malloc((size_t)D * sizeof *load);
+    if (!item || !load) {
+        free(item), free(load);
+        return DP_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) item[i] = (load_of){w[i], i};
+    for (int d = 0; d < D; d++) load[d] = (load_of){0, d};
+    qsort(item, (size_t)n, sizeof *item, heaviest_first);
+    for (int i = 0; i < n; i += D) {
+        qsort(load, (size_t)D, sizeof *load, heaviest_first); /* the lightest last */
+        for (int d = 0; d < D; d++) {
+            load_of *to = &load[D - 1 - d];
+            bin[item[i + d].i] = to->i;
+            to->w += item[i + d].w;
+        }
+    }
+    free(item), free(load);
+    return DP_OK;
+}
+
+/* ZeRO-2/3 over D replicas (mb_replicas_lockstep): every replica runs as many micro-batches.
+ * A batcher's own replica assignment is kept where splitting micro-batches of the replicas that
+ * run fewer reaches the largest count; otherwise the costliest micro-batches are split until D
+ * divides their count (or, when the samples are too few for that, the cheapest neighbours merged)
+ * and they are dealt D at a time (partition_equal_counts). With fewer samples than replicas, l is
+ * left to Karmarkar-Karp's uneven dealing. */
+static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *rule, mb_list *l,
+                                         mb_cost *c, dp_err *err)
+{
+    int D = ctx->sm->dp, rc = 1;
+    if (l->replicas_set) {
+        int *count = calloc((size_t)D, sizeof *count), most = 0;
+        if (!count) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < l->n_mb; k++) count[l->mb[k].replica]++;
+        for (int d = 0; d < D; d++) most = count[d] > most ? count[d] : most;
+        for (int d = 0; d < D && rc > 0; d++)
+            while (count[d] < most && (rc = split_costliest(ctx, rule, l, d, c)) > 0) count[d]++;
+        free(count);
+        if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        if (rc > 0) return DP_OK;
+        l->replicas_set = 0; /* some replica has too few samples: deal them all again */
+    }
+    int samples = 0;
+    for (int k = 0; k < l->n_mb; k++) samples += l->mb[k].n_samples;
+    if ((l->n_mb + D - 1) / D * D <= samples) /* up to a multiple of D by splits */
+        while (l->n_mb % D && (rc = split_costliest(ctx, rule, l, -1, c)) > 0) {
+        }
+    else if (l->n_mb > D) /* down to one by merges */
+        while (l->n_mb % D) merge_cheapest(ctx, rule, l, c);
+    if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (l->n_mb % D) return DP_OK; /* fewer samples than replicas: dealt unevenly, which the built
+                                    * plan's check (plan_iter_check_lockstep) refuses */
+    double *w = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *w);
+    int *bin = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *bin);
+    dp_status st = w && bin ? DP_OK : DP_ERR_NOMEM;
+    for (int k = 0; st == DP_OK && k < l->n_mb; k++) w[k] = isnan(l->mb[k].t_ms) ? 0 : l->mb[k].t_ms;
+    if (st == DP_OK) st = partition_equal_counts(w, l->n_mb, D, bin);
+    for (int k = 0; st == DP_OK && k < l->n_mb; k++) l->mb[k].replica = bin[k];
+    free(w), free(bin);
+    if (st != DP_OK) return dp_fail(err, st, "out of memory");
+    l->replicas_set = 1;
+    return DP_OK;
+}
+
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
 {
     const stage_model *sm = ctx->sm;
@@ -808,55 +1025,33 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
     mb_mem_rule(ctx, l->in_flight == 1, &rule);
     l->feasible = 1;
     l->why[0] = '\0';
-    double tmax = 0, sum = 0;
     mb_cost *c = malloc(sizeof *c);
-    double *w = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *w);
-    int *bin = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *bin);
-    if (!c || !w || !bin) {
-        free(c), free(w), free(bin);
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    }
-    for (int k = 0; k < l->n_mb; k++) {
-        microbatch *m = &l->mb[k];
-        cost_shape s = mb_shape(m);
-        if (sm->cm->cp_auto) s.cp = 0, m->cp = s.cp = stage_model_pick_cp(sm, &s, &rule);
-        dp_err why = {0};
-        if (stage_model_cost(sm, &s, c, &why) != DP_OK) {
-            m->t_ms = NAN;
-            m->fits = 0;
-            if (l->feasible)
-                snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d): %.300s", k,
-                         m->mbs, m->enc_len, m->dec_len, why.msg);
-            l->feasible = 0;
-            w[k] = 0;
-            continue;
-        }
-        char reason[300];
-        m->t_ms = c->t_ms;
-        m->fits = stage_model_fits(sm, c, &rule, reason, sizeof reason);
-        if (!m->fits && l->feasible) {
-            snprintf(l->why, sizeof l->why, "micro-batch %d (mbs %d, enc %d, dec %d) runs out of "
-                     "memory: %s", k, m->mbs, m->enc_len, m->dec_len, reason);
-            l->feasible = 0;
-        }
-        tmax = fmax(tmax, m->t_ms);
-        sum += m->t_ms;
-        w[k] = m->t_ms;
-    }
+    if (!c) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < l->n_mb; k++) mb_cost_one(ctx, &rule, l, k, c);
     int S = sm->pp, C = sm->chunks, D = sm->dp;
+    dp_status st = DP_OK;
+    if (mb_replicas_lockstep(sm->zero_stage, D) && l->n_mb > 0)
+        st = equalise_replica_counts(ctx, &rule, l, c, err);
+    free(c);
+    if (st != DP_OK) return st;
+    double tmax = 0, sum = 0;
+    for (int k = 0; k < l->n_mb; k++)
+        if (!isnan(l->mb[k].t_ms)) tmax = fmax(tmax, l->mb[k].t_ms), sum += l->mb[k].t_ms;
     l->obj_tmax_ms = tmax;
     l->obj_sum_ms = sum;
     l->obj_value_ms = (S - 1) * tmax / C + sum / D;
-    dp_status st = DP_OK;
     if (D > 1 && l->n_mb > 0 && !l->replicas_set) {
-        st = kk_partition(w, l->n_mb, D, bin);
+        double *w = malloc((size_t)l->n_mb * sizeof *w);
+        int *bin = malloc((size_t)l->n_mb * sizeof *bin);
+        st = w && bin ? DP_OK : DP_ERR_NOMEM;
+        for (int k = 0; st == DP_OK && k < l->n_mb; k++) w[k] = isnan(l->mb[k].t_ms) ? 0 : l->mb[k].t_ms;
+        if (st == DP_OK) st = kk_partition(w, l->n_mb, D, bin);
         if (st == DP_OK)
             for (int k = 0; k < l->n_mb; k++) l->mb[k].replica = bin[k];
-        else
-            dp_fail(err, st, "out of memory");
+        free(w), free(bin);
+        if (st != DP_OK) return dp_fail(err, st, "out of memory");
     }
-    free(c), free(w), free(bin);
-    return st;
+    return DP_OK;
 }
 
 /* ---- Karmarkar–Karp --------------------------------------------------------------------------- */

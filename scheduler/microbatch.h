@@ -29,6 +29,17 @@
  * time t_k, memory fit, the DP objective (so strategies can be compared on it), and for D > 1 the
  * assignment to data-parallel replicas by Karmarkar–Karp largest differencing (unless the batcher
  * dealt samples to replicas itself: dynamic with DP_SPLIT_REPLICA).
+ *
+ * Replicas in lockstep: under ZeRO-2/3 every replica of a stage runs as many micro-batches (each
+ * forward's gathers and each backward's reduce-scatters meet across the replicas, as FSDP's ranks
+ * step together; mb_replicas_lockstep is the rule, the runtime's check and the planner's use it).
+ * mb_list_finish makes it so whatever the batcher cut: it splits the costliest micro-batches
+ * (their samples in two, the padded shape kept) until D divides their count — or, where the
+ * samples are too few for that, merges the cheapest neighbours (into the longer shape, which may
+ * not fit: then the iteration does not) — and deals them D at a time, heaviest to the lightest
+ * replica; a batcher's own dealing is kept where splits within the replicas that run fewer even
+ * it. With fewer samples than replicas the dealing stays uneven, and the built plan's check
+ * (plan.h plan_iter_check_lockstep) makes the iteration infeasible.
  */
 #ifndef MICROBATCH_H
 #define MICROBATCH_H
@@ -161,8 +172,13 @@ const batcher *batcher_list(int *count);
 dp_status mb_order(const batch_rules *r, sample_len *s, int n);
 
 /* Costs l's micro-batches on ctx's stage model, fills the objective and feasibility, and assigns
- * replicas (D > 1). Memory is checked under mb_mem_rule(ctx, l->in_flight == 1). */
+ * replicas (D > 1), in lockstep where mb_replicas_lockstep says (above: it may split micro-batches,
+ * so l->n_mb can grow). Memory is checked under mb_mem_rule(ctx, l->in_flight == 1). */
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err);
+
+/* Whether data-parallel replicas must run the same sequence of passes: ZeRO stage 2 or 3 over
+ * dp > 1 replicas. */
+int mb_replicas_lockstep(int zero_stage, int dp);
 
 /* Karmarkar–Karp largest differencing: assigns items of weights w[0..n) to k bins, balancing
  * sums; bin[i] receives the bin of item i. */

@@ -732,3 +732,40 @@ dp_status plan_cluster(const plan *p, cluster_spec *c, dp_err *err)
     if (p->h.hw_json) return cluster_parse_json(p->h.hw_json, "the plan's cluster_spec", c, err);
     return cluster_resolve(p->h.hw, c, err);
 }
+
+static int is_pass(plan_op op)
+{
+    return op == OP_F || op == OP_B || op == OP_W;
+}
+
+dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, const char *where, dp_err *err)
+{
+    for (int st = 0; st < it->pp; st++) {
+        const plan_rank *a = &it->ranks[st];
+        int na = 0;
+        for (int q = 0; q < a->n; q++) na += is_pass(a->ins[q].op);
+        for (int r = 1; r < it->dp; r++) {
+            const plan_rank *b = &it->ranks[r * it->pp + st];
+            int nb = 0, qa = 0, differ = -1;
+            for (int qb = 0; qb < b->n; qb++) {
+                if (!is_pass(b->ins[qb].op)) continue;
+                while (qa < a->n && !is_pass(a->ins[qa].op)) qa++;
+                if (differ < 0 && (qa >= a->n || a->ins[qa].op != b->ins[qb].op ||
+                                   a->ins[qa].chunk != b->ins[qb].chunk))
+                    differ = nb;
+                nb++, qa++;
+            }
+            if (differ < 0 && na == nb) continue;
+            return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: ZeRO-%d over %d replicas, whose "
+                           "collectives meet in order (FSDP's ranks step together), and in "
+                           "iteration %d stage %d replica 0 runs %d forwards and backwards, "
+                           "replica %d %d, %s: running it would hang or measure another layout\n"
+                           "hint: --zero 1, or plan it again with this dpsim: it gives every "
+                           "replica as many micro-batches where a global batch has a sample for "
+                           "each", where,
+                           zero, it->dp, it->id, st, na, r, nb,
+                           na == nb ? "in another order" : "a different count");
+        }
+    }
+    return DP_OK;
+}

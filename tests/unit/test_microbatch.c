@@ -421,6 +421,97 @@ static void test_replica_split(void **state)
     assert_int_equal(cases, 24);
 }
 
+/* ZeRO-2/3 over D replicas (microbatch.h "Replicas in lockstep"): whatever the batcher cut,
+ * mb_list_finish leaves every replica as many micro-batches when the batch has at least D samples,
+ * every sample in exactly one micro-batch, each sample within its micro-batch's padded shape, the
+ * rows holding its tokens, and the tokens the samples' own. Under ZeRO-1 the same batches are
+ * dealt unevenly somewhere (so the rule is what evens them). */
+static void test_zero_replicas_in_lockstep(void **state)
+{
+    (void)state;
+    unsigned seed = 2027;
+    int nb, cases = 0, reshaped = 0, uneven_under_zero1 = 0;
+    const batcher *B = batcher_list(&nb);
+    for (int b = 0; b < nb; b++) {
+        if (!B[b].split) continue;
+        for (int rep = 0; rep < 8; rep++) {
+            int D = 2 + rep % 3, t5 = rep % 2, S = 1 + rep / 4, n = D + rand_r(&seed) % 40;
+            sample_len s[48];
+            random_samples(&seed, s, n, t5);
+            for (int zero = 1; zero <= 3; zero += 2) {
+                fixture f;
+                fixture_init(&f, &seed, t5, S, 1, D, 1e6);
+                dp_err err = {0};
+                if (stage_model_init(&f.sm, f.cm, S, 1, D, zero, 1e9, &err) != DP_OK)
+                    fail_msg("%s", err.msg);
+                f.ctx.varlen = B[b].varlen;
+                mb_list l;
+                mb_list_init(&l);
+                if (B[b].split(&f.ctx, s, n, &l, &err) != DP_OK) fail_msg("%s: %s", B[b].name, err.msg);
+                int cut = l.n_mb;
+                assert_int_equal(mb_list_finish(&f.ctx, &l, &err), DP_OK);
+                int count[4] = {0, 0, 0, 0}, seen[48] = {0};
+                for (int k = 0; k < l.n_mb; k++) {
+                    const microbatch *m = &l.mb[k];
+                    int64_t enc = 0, dec = 0;
+                    assert_true(m->replica >= 0 && m->replica < D);
+                    count[m->replica]++;
+                    assert_true(m->n_samples >= 1 && m->mbs >= 1 && m->mbs <= m->n_samples);
+                    for (int q = 0; q < m->n_samples; q++) {
+                        int id = l.ids[m->first + q];
+                        seen[id]++;
+                        assert_true(batch_pad(&f.rules, s[id].enc) <= m->enc_len || m->mbs < m->n_samples);
+                        assert_true(s[id].enc <= m->enc_len && s[id].dec <= m->dec_len);
+                        enc += s[id].enc, dec += s[id].dec;
+                    }
+                    assert_int_equal(enc, m->enc_tokens);
+                    assert_int_equal(dec, m->dec_tokens);
+                    assert_true(enc <= (int64_t)m->mbs * m->enc_len);
+                }
+                for (int i = 0; i < n; i++) assert_int_equal(seen[i], 1);
+                int even = 1;
+                for (int d = 1; d < D; d++) even &= count[d] == count[0];
+                if (zero == 3) {
+                    assert_true(even);
+                    reshaped += l.n_mb != cut;
+                    cases++;
+                } else {
+                    uneven_under_zero1 += !even;
+                }
+                mb_list_release(&l);
+                fixture_release(&f);
+            }
+        }
+    }
+    assert_true(cases >= 100);
+    assert_true(reshaped > 10);
+    assert_true(uneven_under_zero1 > 10);
+    /* padding with --mbs 1 over 4 replicas: 5 samples, one a micro-batch, cannot be split to 8,
+     * so two neighbours merge (4, one each); 3 samples stay 3 (the built plan's check refuses) */
+    for (int n = 3; n <= 5; n += 2) {
+        fixture f;
+        fixture_init(&f, &seed, 0, 1, 1, 4, 1e6);
+        dp_err err = {0};
+        if (stage_model_init(&f.sm, f.cm, 1, 1, 4, 3, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+        f.ctx.mbs = 1;
+        sample_len s[5];
+        random_samples(&seed, s, n, 0);
+        mb_list l;
+        mb_list_init(&l);
+        assert_int_equal(batcher_find("padding")->split(&f.ctx, s, n, &l, &err), DP_OK);
+        assert_int_equal(l.n_mb, n);
+        assert_int_equal(mb_list_finish(&f.ctx, &l, &err), DP_OK);
+        assert_int_equal(l.n_mb, n == 5 ? 4 : 3);
+        int count[4] = {0, 0, 0, 0}, samples = 0;
+        for (int k = 0; k < l.n_mb; k++) count[l.mb[k].replica]++, samples += l.mb[k].n_samples;
+        assert_int_equal(samples, n);
+        if (n == 5)
+            for (int d = 0; d < 4; d++) assert_int_equal(count[d], 1);
+        mb_list_release(&l);
+        fixture_release(&f);
+    }
+}
+
 static void test_thinned_never_better_and_properties(void **state)
 {
     (void)state;
@@ -1203,6 +1294,7 @@ int main(void)
         cmocka_unit_test(test_cp_auto_matches_brute_force),
         cmocka_unit_test(test_cp_auto_spreads_samples),
         cmocka_unit_test(test_replica_split),
+        cmocka_unit_test(test_zero_replicas_in_lockstep),
         cmocka_unit_test(test_thinned_never_better_and_properties),
         cmocka_unit_test(test_kk_heap_equals_scan),
         cmocka_unit_test(test_exact_equals_every_cap),

@@ -674,8 +674,8 @@ static void test_zero_reprice_inverts_the_rule(void **state)
 /* ZeRO's communication (stage_cost.h, sim.h): on slow links ZeRO-2 (a gradient reduce-scatter
  * per micro-batch) and ZeRO-3 (parameter gathers per forward and backward besides) are slower
  * than ZeRO-1, whose end-of-iteration collectives move what ZeRO-0's all-reduce moves; ZeRO-1
- * steps a 1/D shard of the optimizer state. Same micro-batches in every run (padding, memory
- * unbounded). ZeRO-2/3 with a pipeline are refused. */
+ * steps a 1/D shard of the optimizer state. Padding, memory unbounded: the same micro-batches
+ * but for ZeRO-2/3's evening of the replicas' counts. */
 static void test_zero_communication(void **state)
 {
     (void)state;
@@ -695,7 +695,11 @@ static void test_zero_communication(void **state)
         t[z] = r.time_s, mbs[z] = r.microbatches;
         study_result_release(&r);
     }
-    for (int z = 1; z < 4; z++) assert_int_equal(mbs[z], mbs[0]);
+    /* the same micro-batches under ZeRO 0 and 1, and under 2 and 3; ZeRO-2/3 step the replicas
+     * together (microbatch.h), splitting at most D - 1 per iteration to deal them evenly */
+    assert_int_equal(mbs[1], mbs[0]);
+    assert_int_equal(mbs[3], mbs[2]);
+    assert_true(mbs[2] >= mbs[0] && mbs[2] <= mbs[0] + 3 * 3);
     assert_true(t[1] < t[0]); /* the same collective volume; a quarter of the optimizer step */
     assert_true(t[2] > t[1] * 1.05);
     assert_true(t[3] > t[2] * 1.05);
