@@ -88,7 +88,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
                   "tp x cp x pp x dp layouts (cp each degree of --cp, 1,2,4 for a list; tp\n"
-                  "within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too without a pipeline),\n"
+                  "within a node), ZeRO 0-3 with dp > 1 (2 and 3 with a pipeline too),\n"
                   "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
                   "each schedule (interleaved at 2 and 4 chunks), and the method's knob\n"
                   "(--mbs 1/2/4/8 for padding and the packers that take it, --mb-tokens\n"
