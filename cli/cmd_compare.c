@@ -154,8 +154,7 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
     "padding,packing,packing-varlen,packing-ffd-varlen,dp-balanced,packing-kk,packing-wlb,token,"  \
     "dynamic,dynamic-varlen,packing-half,packing-quarter,packing-taper,packing-dp,auto"
 
-static void print_table(const plan_request *p, const plan_env *env, const compare_row *rows, int n, int tuned,
-                        FILE *fp)
+static void print_table_header(const plan_request *p, const plan_env *env, int tuned, FILE *fp)
 {
     if (tuned)
         fprintf(fp, "# dpsim compare --tuned: %s, each batching at its best configuration of %d GPUs "
@@ -176,52 +175,47 @@ static void print_table(const plan_request *p, const plan_env *env, const compar
             "plan");
     fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9s\n", "#", "", "tokens/s", "x",
             "%", "eff_%", "/iter", "%", "%", "MB(max)", "", "ms/iter");
-    for (int i = 0; i < n; i++) {
-        const compare_row *w = &rows[i];
-        if (w->st != DP_OK) {
-            fprintf(fp, "%-18s %-11s error: %s\n", w->batching, w->schedule, w->error);
-            continue;
-        }
-        if (!compare_row_fits(w)) { /* no throughput: why not, and the memory it would need */
-            char peak[24] = "-";
-            if (w->r.feasible && w->r.iterations > 0)
-                snprintf(peak, sizeof peak, "%.0f", study_max_peak_mb(&w->r));
-            fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9.3f\n", w->batching,
-                    w->schedule, w->r.oom ? "OOM" : w->r.feasible ? "none fits" : "infeasible",
-                    "-", "-", "-", "-", "-", "-", peak, w->r.oom ? "YES" : "-",
-                    w->r.plan_ms_median);
-            continue;
-        }
-        char speed[16] = "-";
-        if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
-        fprintf(fp, "%-18s %-11s %12.0f %8s %6.1f %8.1f %7.1f %7.1f %6.1f %10.0f %4s %9.3f\n",
-                w->batching, w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
-                100 * w->r.padding_efficiency, study_mb_per_iteration(&w->r),
-                100 * w->r.pipeline_bubble_mean, 100 * w->r.after_pipeline_share,
-                study_max_peak_mb(&w->r), w->r.oom ? "YES" : "no", w->r.plan_ms_median);
+}
+
+static void print_row(const compare_row *w, FILE *fp)
+{
+    if (w->st != DP_OK) {
+        fprintf(fp, "%-18s %-11s error: %s\n", w->batching, w->schedule, w->error);
+        return;
     }
+    if (!compare_row_fits(w)) { /* no throughput: why not, and the memory it would need */
+        char peak[24] = "-";
+        if (w->r.feasible && w->r.iterations > 0)
+            snprintf(peak, sizeof peak, "%.0f", study_max_peak_mb(&w->r));
+        fprintf(fp, "%-18s %-11s %12s %8s %6s %8s %7s %7s %6s %10s %4s %9.3f\n", w->batching,
+                w->schedule, w->r.oom ? "OOM" : w->r.feasible ? "none fits" : "infeasible", "-",
+                "-", "-", "-", "-", "-", peak, w->r.oom ? "YES" : "-", w->r.plan_ms_median);
+        return;
+    }
+    char speed[16] = "-";
+    if (!isnan(w->speedup)) snprintf(speed, sizeof speed, "%.2f", w->speedup);
+    fprintf(fp, "%-18s %-11s %12.0f %8s %6.1f %8.1f %7.1f %7.1f %6.1f %10.0f %4s %9.3f\n",
+            w->batching, w->schedule, w->r.throughput_tokens_per_s, speed, 100 * w->r.mfu,
+            100 * w->r.padding_efficiency, study_mb_per_iteration(&w->r),
+            100 * w->r.pipeline_bubble_mean, 100 * w->r.after_pipeline_share,
+            study_max_peak_mb(&w->r), w->r.oom ? "YES" : "no", w->r.plan_ms_median);
+}
+
+/* The ratios below the table: DynaPipe over the varlen packers, auto over the single methods. */
+static void print_ratios(const compare_row *rows, int n, FILE *fp)
+{
     int bv = compare_best_row(rows, n, 0), bd = compare_best_row(rows, n, 1);
     if (bv >= 0 && bd >= 0)
         fprintf(fp, "# best DynaPipe (%s/%s) over the best varlen packer (%s/%s): %.2fx\n",
                 rows[bd].batching, rows[bd].schedule, rows[bv].batching, rows[bv].schedule,
                 rows[bd].r.throughput_tokens_per_s / rows[bv].r.throughput_tokens_per_s);
-    /* auto against the single methods: under its own schedule, and its best over all of them */
-    int best_auto = -1, best_other = -1;
-    for (int i = 0; i < n; i++) {
+    int best_auto = -1, best_other = compare_best_single(rows, n, NULL);
+    for (int i = 0; i < n; i++) { /* auto under its own schedule */
         const batcher *b = batcher_find(rows[i].batching);
-        if (!b || !compare_row_fits(&rows[i])) continue;
-        int *best = b->chooses ? &best_auto : &best_other;
-        if (*best < 0 || rows[i].r.throughput_tokens_per_s > rows[*best].r.throughput_tokens_per_s)
-            *best = i;
-        if (!b->chooses) continue;
-        int same = -1;
-        for (int j = 0; j < n; j++) {
-            const batcher *c = batcher_find(rows[j].batching);
-            if (c && !c->chooses && compare_row_fits(&rows[j]) &&
-                strcmp(rows[j].schedule, rows[i].schedule) == 0 &&
-                (same < 0 || rows[j].r.throughput_tokens_per_s > rows[same].r.throughput_tokens_per_s))
-                same = j;
-        }
+        if (!b || !b->chooses || !compare_row_fits(&rows[i])) continue;
+        if (best_auto < 0 || rows[i].r.throughput_tokens_per_s > rows[best_auto].r.throughput_tokens_per_s)
+            best_auto = i;
+        int same = compare_best_single(rows, n, rows[i].schedule);
         if (same >= 0)
             fprintf(fp, "# auto/%s over the best other %s row (%s): %.3fx\n", rows[i].schedule,
                     rows[i].schedule, rows[same].batching,
@@ -231,121 +225,144 @@ static void print_table(const plan_request *p, const plan_env *env, const compar
         fprintf(fp, "# best auto (auto/%s) over the best other row (%s/%s): %.3fx\n",
                 rows[best_auto].schedule, rows[best_other].batching, rows[best_other].schedule,
                 rows[best_auto].r.throughput_tokens_per_s / rows[best_other].r.throughput_tokens_per_s);
-    for (int i = 0; i < n; i++) {
-        const study_result *r = &rows[i].r;
-        if (rows[i].tuned[0]) fprintf(fp, "# %s tuned: %s\n", rows[i].batching, rows[i].tuned);
-        if (rows[i].st != DP_OK) continue;
-        if (r->failed_iterations)
-            fprintf(fp, "# %s/%s: %d of %d iterations left out (--keep-going); the first: ",
-                    rows[i].batching, rows[i].schedule, r->failed_iterations, r->n_iter);
-        else if (r->why[0])
-            fprintf(fp, "# %s/%s: ", rows[i].batching, rows[i].schedule);
-        if (r->why[0]) fprintf(fp, "%s\n", r->why);
-        if (p->cost.recompute >= RECOMPUTE_COUNT) {
-            int per_mb = p->cost.recompute == RECOMPUTE_POLICY_MIXED;
-            const int *c = per_mb ? r->recompute_microbatches : r->recompute_iterations;
-            fprintf(fp, "# %s/%s: recompute per %s: none %d, selective %d, full %d\n",
-                    rows[i].batching, rows[i].schedule, per_mb ? "micro-batch" : "iteration",
-                    c[RECOMPUTE_NONE], c[RECOMPUTE_SELECTIVE], c[RECOMPUTE_FULL]);
-        }
+}
+
+/* Per row: its tuned configuration, why iterations were left out, recompute per iteration. */
+static void print_row_notes(const plan_request *p, const compare_row *w, FILE *fp)
+{
+    const study_result *r = &w->r;
+    if (w->tuned[0]) fprintf(fp, "# %s tuned: %s\n", w->batching, w->tuned);
+    if (w->st != DP_OK) return;
+    if (r->failed_iterations)
+        fprintf(fp, "# %s/%s: %d of %d iterations left out (--keep-going); the first: ",
+                w->batching, w->schedule, r->failed_iterations, r->n_iter);
+    else if (r->why[0])
+        fprintf(fp, "# %s/%s: ", w->batching, w->schedule);
+    if (r->why[0]) fprintf(fp, "%s\n", r->why);
+    if (p->cost.recompute >= RECOMPUTE_COUNT) {
+        int per_mb = p->cost.recompute == RECOMPUTE_POLICY_MIXED;
+        const int *c = per_mb ? r->recompute_microbatches : r->recompute_iterations;
+        fprintf(fp, "# %s/%s: recompute per %s: none %d, selective %d, full %d\n", w->batching,
+                w->schedule, per_mb ? "micro-batch" : "iteration", c[RECOMPUTE_NONE],
+                c[RECOMPUTE_SELECTIVE], c[RECOMPUTE_FULL]);
     }
 }
 
-int cmd_compare(int argc, char **argv)
+static void print_table(const plan_request *p, const plan_env *env, const compare_row *rows, int n,
+                        int tuned, FILE *fp)
 {
-    const char *cmd = "compare", *out = "dpsim-out";
-    const char *blist_arg = COMPARE_BATCHINGS, *slist_arg = "1f1b,adaptive";
+    print_table_header(p, env, tuned, fp);
+    for (int i = 0; i < n; i++) print_row(&rows[i], fp);
+    print_ratios(rows, n, fp);
+    for (int i = 0; i < n; i++) print_row_notes(p, &rows[i], fp);
+}
+
+/* The three figures' paths under out, checked against the inputs before any work. */
+static dp_status check_figure_paths(const plan_request *p, const char *out, dp_err *err)
+{
+    char f[3][4200];
+    static const char *const names[3] = {"throughput.png", "timeline.png", "memory.png"};
+    out_role outs[3];
+    for (int k = 0; k < 3; k++) {
+        snprintf(f[k], sizeof f[k], "%s/%s", out, names[k]);
+        outs[k] = (out_role){"--out", f[k]};
+    }
+    return planner_check_outputs(p, NULL, 0, outs, 3, err);
+}
+
+typedef struct compare_args {
+    const char *out, *batchings, *schedules;
+    int json, no_figures, tuned, tuned_gpus, tune_iterations, jobs;
     plan_request p;
-    plan_request_default(&p);
-    int json = 0, no_figures = 0, tuned = 0, tuned_gpus = 0;
-    int tune_iterations = 8, jobs = planner_jobs_default();
+} compare_args;
+
+/* Parses compare's command line into a: 0, 1 after --help, or a usage error's exit status. */
+static int compare_parse(int argc, char **argv, compare_args *a)
+{
+    const char *cmd = "compare";
+    *a = (compare_args){.out = "dpsim-out", .batchings = COMPARE_BATCHINGS,
+                        .schedules = "1f1b,adaptive", .tune_iterations = 8,
+                        .jobs = planner_jobs_default()};
+    plan_request_default(&a->p);
     cli_opts t;
     cli_opts_init(&t, cmd, COMPARE_USAGE,
                   "The main job: simulates the whole trace under every (batching,\n"
                   "schedule) pair and prints one table: throughput (real tokens/s), speed-up over\n"
                   "packing + 1f1b, padding efficiency, bubble fraction, peak memory, OOM and\n"
                   "planning time. Writes throughput.png, timeline.png and memory.png into --out.");
-    cli_opt_string(&t, "batchings", 'b', &blist_arg, "LIST", COMPARE_BATCHINGS,
+    cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", COMPARE_BATCHINGS,
                    "comma list of strategies (dpsim plan --help lists them)");
-    cli_opt_string(&t, "schedules", 's', &slist_arg, "LIST", "1f1b,adaptive",
+    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", "1f1b,adaptive",
                    "comma list of schedules");
-    cli_opt_string(&t, "out", 'o', &out, "DIR", "dpsim-out", "folder for the figures");
-    cli_opt_flag(&t, "no-figures", 'n', &no_figures, "skip the figures");
-    cli_opt_flag(&t, "json", 'j', &json, "print the comparison JSON contract instead of the table");
-    cli_opt_flag(&t, "tuned", 't', &tuned,
+    cli_opt_string(&t, "out", 'o', &a->out, "DIR", "dpsim-out", "folder for the figures");
+    cli_opt_flag(&t, "no-figures", 'n', &a->no_figures, "skip the figures");
+    cli_opt_flag(&t, "json", 'j', &a->json, "print the comparison JSON contract instead of the table");
+    cli_opt_flag(&t, "tuned", 't', &a->tuned,
                  "each batching at its own best configuration (dpsim tune:\n"
                  "tp x cp x pp x dp, ZeRO, recompute, schedule, mbs/mb-tokens)");
-    cli_opt_int(&t, "gpus", 'g', &tuned_gpus, "N", 1, 1 << 20,
+    cli_opt_int(&t, "gpus", 'g', &a->tuned_gpus, "N", 1, 1 << 20,
                 "the cluster's; one node if unbounded", "--tuned: GPUs to use");
-    cli_opt_int(&t, "tune-iterations", 'T', &tune_iterations, "K", 1, 1 << 20, "8",
+    cli_opt_int(&t, "tune-iterations", 'T', &a->tune_iterations, "K", 1, 1 << 20, "8",
                 "--tuned: iterations per configuration tried");
-    cli_opt_int(&t, "jobs", 'J', &jobs, "N", 1, 1024, "the machine's cores",
+    cli_opt_int(&t, "jobs", 'J', &a->jobs, "N", 1, 1024, "the machine's cores",
                 "--tuned: parallel workers");
-    plan_request_options(&t, &p);
+    plan_request_options(&t, &a->p);
     /* compare's rows come from --batchings and --schedules: --batching and --schedule are not
      * what --tuned would refuse */
     cli_opts_find(&t, "batching")->marks &= ~OPT_TUNED;
     cli_opts_find(&t, "schedule")->marks &= ~OPT_TUNED;
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
-    plan_request_parsed(&t, &p);
-    char searched_buf[80];
-    const char *searched = t.first[OPT_TUNED] ? cli_opt_label(t.first[OPT_TUNED], searched_buf,
-                                                              sizeof searched_buf)
-                                              : NULL; /* an option --tuned chooses itself */
+    plan_request_parsed(&t, &a->p);
+    char searched[80];
+    if (r == 0 && a->tuned && t.first[OPT_TUNED]) /* an option --tuned chooses itself */
+        r = cli_usage_error(cmd, COMPARE_USAGE, "--tuned chooses %s itself; drop it, or drop --tuned",
+                            cli_opt_label(t.first[OPT_TUNED], searched, sizeof searched));
     cli_opts_release(&t);
+    return r;
+}
+
+int cmd_compare(int argc, char **argv)
+{
+    const char *cmd = "compare";
+    compare_args a;
+    int r = compare_parse(argc, argv, &a);
     if (r != 0) return r == 1 ? 0 : r;
-    int figures = !no_figures;
-    if (tuned && searched)
-        return cli_usage_error(cmd, COMPARE_USAGE, "--tuned chooses %s itself; drop it, or drop --tuned",
-                               searched);
+    plan_request *p = &a.p;
     method_lists ml;
-    if (planner_method_lists(cmd, COMPARE_USAGE, blist_arg, slist_arg, 1, &ml) != 0) return EXIT_USAGE;
-    const char *const *bs = ml.batchings, *const *ss = ml.schedules;
-    int nb = ml.nb, ns = ml.ns;
-    p.schedule = schedule_for_options(ss, ns);
+    if (planner_method_lists(cmd, COMPARE_USAGE, a.batchings, a.schedules, 1, &ml) != 0)
+        return EXIT_USAGE;
+    p->schedule = schedule_for_options(ml.schedules, ml.ns);
     dp_err err = {0};
-    if (figures) { /* the three figures must not land on an input */
-        char f[3][4200];
-        static const char *const names[3] = {"throughput.png", "timeline.png", "memory.png"};
-        out_role outs[3];
-        for (int k = 0; k < 3; k++) {
-            snprintf(f[k], sizeof f[k], "%s/%s", out, names[k]);
-            outs[k] = (out_role){"--out", f[k]};
-        }
-        if (planner_check_outputs(&p, NULL, 0, outs, 3, &err) != DP_OK)
-            return cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg);
-    }
+    if (!a.no_figures && check_figure_paths(p, a.out, &err) != DP_OK) /* not on an input */
+        return cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg);
     plan_env env;
-    dp_status st = planner_setup(&p, &env, &err);
-    if (st != DP_OK) {
-        plan_env_release(&env);
-        return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg) : cli_fail(cmd, &err);
-    }
-    compare_opts co = {.batchings = bs, .schedules = ss, .nb = nb, .ns = ns, .tuned = tuned,
-                       .gpus = tuned_gpus, .tune_iterations = tune_iterations, .jobs = jobs,
+    compare_opts co = {.batchings = ml.batchings, .schedules = ml.schedules, .nb = ml.nb,
+                       .ns = ml.ns, .tuned = a.tuned, .gpus = a.tuned_gpus,
+                       .tune_iterations = a.tune_iterations, .jobs = a.jobs,
                        .progress = cli_stderr_is_tty() ? cli_progress : NULL,
                        .ran = cli_warn_short_trace};
     compare_row *rows = NULL;
     int n = 0;
-    st = planner_compare(&p, &env, &co, &rows, &n, &err);
+    dp_status st = planner_setup(p, &env, &err);
+    if (st == DP_OK) st = planner_compare(p, &env, &co, &rows, &n, &err);
     if (st != DP_OK) {
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, COMPARE_USAGE, "%s", err.msg)
                                     : cli_fail(cmd, &err);
     }
     if (cli_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
-    if (json) {
-        char *text = compare_json(&p, &env, rows, n);
+    if (a.json) {
+        char *text = compare_json(p, &env, rows, n);
         if (text) puts(text);
         free(text);
     } else {
-        print_table(&p, &env, rows, n, tuned ? co.gpus : 0, stdout);
+        print_table(p, &env, rows, n, a.tuned ? co.gpus : 0, stdout);
     }
-    if (figures) {
+    if (!a.no_figures) {
         int f = compare_figure_row(rows, n); /* dynamic + adaptive when compared */
-        const char *fb = rows[f].batching, *fsch = rows[f].schedule;
         char wrote[3 * 4200];
-        st = draw_figures(&p, &env, rows, n, out, fb, fsch, wrote, sizeof wrote, &err);
+        st = draw_figures(p, &env, rows, n, a.out, rows[f].batching, rows[f].schedule, wrote,
+                          sizeof wrote, &err);
         if (st == DP_OK && wrote[0]) fprintf(stderr, "dpsim: wrote %s\n", wrote);
     }
     compare_rows_release(rows, n);

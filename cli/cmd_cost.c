@@ -58,6 +58,97 @@ static int parse_samples(const char *cmd, const char *arg, const model_spec *m, 
     return 0;
 }
 
+/* The cost query JSON contract (docs/formats.md). */
+static void print_cost_json(const model_spec *m, const char *source, const cost_answer *a,
+                            const dp_err *why)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "feasible", a->feasible);
+    cJSON_AddStringToObject(o, "cost_model", source);
+    if (!a->feasible) {
+        cJSON_AddStringToObject(o, "reason", why->msg);
+    } else {
+        /* T5: the slower of its encoder and decoder layers */
+        int t5 = m->arch == ARCH_T5;
+        const cost_layer *l = t5 && a->layer[1].fwd_ms + a->layer[1].bwd_ms >
+                                        a->layer[0].fwd_ms + a->layer[0].bwd_ms
+                                  ? &a->layer[1]
+                                  : &a->layer[0];
+        const mb_cost *c = &a->stage;
+        int at = a->slowest;
+        cJSON_AddNumberToObject(o, "fwd_ms_per_layer", l->fwd_ms);
+        cJSON_AddNumberToObject(o, "bwd_ms_per_layer", l->bwd_ms);
+        cJSON_AddNumberToObject(o, "fwd_ms_per_stage", c->fwd_ms[at]);
+        cJSON_AddNumberToObject(o, "bwd_ms_per_stage", c->bwd_ms[at]);
+        cJSON_AddNumberToObject(o, "stored_act_mb_per_layer", l->stored_act_mb);
+        cJSON_AddNumberToObject(o, "stored_act_mb_per_stage", c->stored_mb[at]);
+        cJSON_AddNumberToObject(o, "peak_act_mb", c->peak_mb[at]);
+        cJSON_AddNumberToObject(o, "stage", at);
+        for (int k = 0; t5 && k < 2; k++) {
+            cJSON *e = cJSON_AddObjectToObject(o, k ? "decoder_layer" : "encoder_layer");
+            cJSON_AddNumberToObject(e, "fwd_ms", a->layer[k].fwd_ms);
+            cJSON_AddNumberToObject(e, "bwd_ms", a->layer[k].bwd_ms);
+        }
+    }
+    char *text = cJSON_Print(o);
+    puts(text);
+    free(text);
+    cJSON_Delete(o);
+}
+
+static void print_cost_text(const model_spec *m, const cost_request *co, const cost_shape *s,
+                            const char *source, const char *samples, int pp, const cost_answer *a,
+                            const dp_err *why)
+{
+    int t5 = m->arch == ARCH_T5;
+    printf("# model %s, tp %d, recompute %s, mbs %d, seqlen %d", m->name, co->tp,
+           recompute_policy_name(co->recompute), s->mbs, s->enc_len);
+    if (t5) printf(", dec-seqlen %d", s->dec_len);
+    printf("\n# cost model: %s\n", source);
+    if (samples) printf("# attention per sample (varlen) over %s\n", samples);
+    for (int k = 0; k < 2; k++)
+        if (a->has_fit[k])
+            printf("# the profile's %s attention term (what varlen and --flash-attention "
+                   "move) is fitted over %d grid points above the launch floor: held-out "
+                   "error median %.1f%%, max %.1f%%\n", component_name((cost_component)k),
+                   a->fit[k].n_points, a->fit[k].median_err_pct, a->fit[k].max_err_pct);
+    if (!a->feasible) {
+        printf("infeasible: %s\n", why->msg);
+        return;
+    }
+    printf("%-16s %10s %10s %12s %12s\n", "component", "fwd", "bwd", "stored_act", "peak_act");
+    printf("%-16s %10s %10s %12s %12s\n", "#", "ms", "ms", "MB", "MB");
+    for (int k = 0; k < (t5 ? 2 : 1); k++)
+        printf("%-16s %10.3f %10.3f %12.1f %12.1f\n",
+               k ? "decoder layer" : (t5 ? "encoder layer" : "layer"), a->layer[k].fwd_ms,
+               a->layer[k].bwd_ms, a->layer[k].stored_act_mb, a->layer[k].peak_act_mb);
+    const mb_cost *c = &a->stage;
+    int at = a->slowest;
+    printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "slowest stage", c->fwd_ms[at], c->bwd_ms[at],
+           c->stored_mb[at], c->peak_mb[at]);
+    printf("# slowest of %d stage%s: stage %d (the planner's stage model: the last stage adds the "
+           "LM head, its activations included)\n", pp, pp == 1 ? "" : "s", at);
+}
+
+/* The shape --mbs, --seqlen, --dec-seqlen and --samples describe, checked against the model: 0,
+ * or a usage error's exit status (printed). */
+static int cost_shape_of(const char *cmd, const model_spec *m, int64_t mbs, int64_t seqlen,
+                         int64_t dec, const char *samples, cost_shape *s)
+{
+    dp_err err = {0};
+    if (m->arch == ARCH_T5 && dec == 0)
+        return cli_usage_error(cmd, COST_USAGE, "a T5 model needs --dec-seqlen");
+    if (m->arch == ARCH_GPT && dec != 0)
+        return cli_usage_error(cmd, COST_USAGE, "a GPT model has no decoder: drop --dec-seqlen");
+    /* the rows' attention spans the row; --samples' spans each sample */
+    char what[48];
+    snprintf(what, sizeof what, "--seqlen %lld", (long long)seqlen);
+    if (!samples && model_check_seqlen(m, (int)seqlen, what, &err) != DP_OK)
+        return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
+    *s = cost_shape_rows((int)mbs, (int)seqlen, (int)dec);
+    return samples ? parse_samples(cmd, samples, m, s) : 0;
+}
+
 int cmd_cost(int argc, char **argv)
 {
     const char *cmd = "cost";
@@ -95,115 +186,19 @@ int cmd_cost(int argc, char **argv)
     dp_status st = planner_build_cost(&co, &m, &hw, &cm, source, sizeof source, &err);
     if (st == DP_ERR_INVALID) return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
     if (st != DP_OK) return cli_fail(cmd, &err);
-    if (m.arch == ARCH_T5 && dec == 0) {
+    cost_shape s;
+    cost_answer a;
+    if ((r = cost_shape_of(cmd, &m, mbs, seqlen, dec, samples, &s)) != 0) {
         cost_model_free(cm);
-        return cli_usage_error(cmd, COST_USAGE, "a T5 model needs --dec-seqlen");
+        return r;
     }
-    if (m.arch == ARCH_GPT && dec != 0) {
-        cost_model_free(cm);
-        return cli_usage_error(cmd, COST_USAGE, "a GPT model has no decoder: drop --dec-seqlen");
-    }
-    /* the planner's own stage model (stage_cost.h), memory unbounded: this is a query */
-    stage_model sm;
-    st = stage_model_init(&sm, cm, (int)pp, 1, 1, 0, 1e15, &err);
-    if (st != DP_OK) {
-        cost_model_free(cm);
-        return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
-    }
-    /* the rows' attention spans the row; --samples' spans each sample */
-    char what[48];
-    snprintf(what, sizeof what, "--seqlen %lld", (long long)seqlen);
-    if (!samples && model_check_seqlen(&m, (int)seqlen, what, &err) != DP_OK) {
-        cost_model_free(cm);
-        return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
-    }
-    cost_shape s = cost_shape_rows((int)mbs, (int)seqlen, (int)dec);
-    if (samples && parse_samples(cmd, samples, &m, &s) != 0) {
-        cost_model_free(cm);
-        return EXIT_USAGE;
-    }
-    cost_attn_fit fit[2];
-    int has_fit[2];
-    for (int k = 0; k < 2; k++)
-        has_fit[k] = cost_profile_attn_fit(cm, (cost_component)k, &fit[k], NULL) == DP_OK;
-    cost_layer layer[2] = {{0}};
-    st = cost_query(cm, COMP_ENCODER, &s, &layer[0], &err);
-    if (st == DP_OK && m.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, &s, &layer[1], &err);
-    mb_cost mc;
-    int slowest = 0;
-    if (st == DP_OK) st = stage_model_cost(&sm, &s, &mc, &err);
-    for (int d = 1; st == DP_OK && d < sm.pp; d++)
-        if (mc.fwd_ms[d] + mc.bwd_ms[d] > mc.fwd_ms[slowest] + mc.bwd_ms[slowest]) slowest = d;
-    if (st != DP_OK && st != DP_ERR_INFEASIBLE) {
-        cost_model_free(cm);
-        return cli_fail(cmd, &err);
-    }
-    int feasible = st == DP_OK;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddBoolToObject(o, "feasible", feasible);
-        cJSON_AddStringToObject(o, "cost_model", source);
-        if (!feasible) {
-            cJSON_AddStringToObject(o, "reason", err.msg);
-        } else {
-            /* T5: the slower of its encoder and decoder layers */
-            const cost_layer *l = m.arch == ARCH_T5 && layer[1].fwd_ms + layer[1].bwd_ms >
-                                                           layer[0].fwd_ms + layer[0].bwd_ms
-                                      ? &layer[1]
-                                      : &layer[0];
-            cJSON_AddNumberToObject(o, "fwd_ms_per_layer", l->fwd_ms);
-            cJSON_AddNumberToObject(o, "bwd_ms_per_layer", l->bwd_ms);
-            cJSON_AddNumberToObject(o, "fwd_ms_per_stage", mc.fwd_ms[slowest]);
-            cJSON_AddNumberToObject(o, "bwd_ms_per_stage", mc.bwd_ms[slowest]);
-            cJSON_AddNumberToObject(o, "stored_act_mb_per_layer", l->stored_act_mb);
-            cJSON_AddNumberToObject(o, "stored_act_mb_per_stage", mc.stored_mb[slowest]);
-            cJSON_AddNumberToObject(o, "peak_act_mb", mc.peak_mb[slowest]);
-            cJSON_AddNumberToObject(o, "stage", slowest);
-            if (m.arch == ARCH_T5) {
-                cJSON *e = cJSON_AddObjectToObject(o, "encoder_layer");
-                cJSON_AddNumberToObject(e, "fwd_ms", layer[0].fwd_ms);
-                cJSON_AddNumberToObject(e, "bwd_ms", layer[0].bwd_ms);
-                cJSON *d = cJSON_AddObjectToObject(o, "decoder_layer");
-                cJSON_AddNumberToObject(d, "fwd_ms", layer[1].fwd_ms);
-                cJSON_AddNumberToObject(d, "bwd_ms", layer[1].bwd_ms);
-            }
-        }
-        char *text = cJSON_Print(o);
-        puts(text);
-        free(text);
-        cJSON_Delete(o);
-    } else {
-        printf("# model %s, tp %d, recompute %s, mbs %d, seqlen %d", m.name, co.tp,
-               recompute_policy_name(co.recompute), s.mbs, s.enc_len);
-        if (m.arch == ARCH_T5) printf(", dec-seqlen %d", s.dec_len);
-        printf("\n# cost model: %s\n", source);
-        if (samples) printf("# attention per sample (varlen) over %s\n", samples);
-        for (int k = 0; k < 2; k++)
-            if (has_fit[k])
-                printf("# the profile's %s attention term (what varlen and --flash-attention "
-                       "move) is fitted over %d grid points above the launch floor: held-out "
-                       "error median %.1f%%, max %.1f%%\n", component_name((cost_component)k),
-                       fit[k].n_points, fit[k].median_err_pct, fit[k].max_err_pct);
-        if (!feasible) {
-            printf("infeasible: %s\n", err.msg);
-        } else {
-            printf("%-16s %10s %10s %12s %12s\n", "component", "fwd", "bwd", "stored_act",
-                   "peak_act");
-            printf("%-16s %10s %10s %12s %12s\n", "#", "ms", "ms", "MB", "MB");
-            for (int k = 0; k < (m.arch == ARCH_T5 ? 2 : 1); k++)
-                printf("%-16s %10.3f %10.3f %12.1f %12.1f\n",
-                       k ? "decoder layer" : (m.arch == ARCH_T5 ? "encoder layer" : "layer"),
-                       layer[k].fwd_ms, layer[k].bwd_ms, layer[k].stored_act_mb,
-                       layer[k].peak_act_mb);
-            printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "slowest stage", mc.fwd_ms[slowest],
-                   mc.bwd_ms[slowest], mc.stored_mb[slowest], mc.peak_mb[slowest]);
-            printf("# slowest of %lld stage%s: stage %d (the planner's stage model: the last stage "
-                   "adds the LM head, its activations included)\n",
-                   (long long)pp, pp == 1 ? "" : "s", slowest);
-        }
-    }
+    st = planner_cost_answer(cm, (int)pp, &s, &a, &err);
     cost_model_free(cm);
-    return feasible ? 0 : EXIT_RUNTIME;
+    if (st == DP_ERR_INVALID) return cli_usage_error(cmd, COST_USAGE, "%s", err.msg);
+    if (st != DP_OK) return cli_fail(cmd, &err);
+    if (json) print_cost_json(&m, source, &a, &err);
+    else print_cost_text(&m, &co, &s, source, samples, (int)pp, &a, &err);
+    return a.feasible ? 0 : EXIT_RUNTIME;
 }
 
 /* ---- calibrate ------------------------------------------------------------------------------- */

@@ -67,48 +67,34 @@ static void print_model(const model_spec *m)
            m->profile[0] ? m->profile : "-");
 }
 
-int cmd_models(int argc, char **argv)
+/* --show NAME: a model's or a cluster's JSON spec on stdout (a model's sizes on stderr). */
+static int show_preset(const char *show, int seqlen, int dp)
 {
-    const char *show = NULL;
-    int seqlen = 2048, dp = 8;
-    cli_opts ot;
-    cli_opts_init(&ot, "models", MODELS_USAGE,
-                  "Lists the model, GPU and cluster presets that --model and --hw\n"
-                  "accept (a JSON or Hugging Face config.json file works too).");
-    cli_opt_string(&ot, "show", 's', &show, "NAME", NULL,
-                   "print one model or cluster as a JSON spec (a model's parameters,\n"
-                   "FLOPs per token and model state per GPU on stderr beside it)");
-    cli_opt_int(&ot, "seqlen", 0, &seqlen, "L", 1, 1 << 24, "2048",
-                "--show: the sequence length of the FLOPs per token");
-    cli_opt_int(&ot, "dp", 0, &dp, "D", 1, 1 << 20, "8",
-                "--show: the data-parallel replicas ZeRO shards the model state over");
-    int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
-    cli_opts_release(&ot);
-    if (r != 0) return r == 1 ? 0 : r;
-    dp_err err = {0};
-    if (show) {
-        model_spec m;
-        cluster_spec cl;
-        dp_err merr = {0};
-        if (model_resolve(show, &m, &merr) == DP_OK) {
-            if (model_write_json(&m, "-", &err) != DP_OK) return cli_fail("models", &err);
-            fflush(stdout);
-            print_model_sizes(&m, seqlen, dp);
-            return 0;
-        }
-        if (cluster_resolve(show, &cl, &err) == DP_OK)
-            return cluster_write_json(&cl, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
-        /* neither: report the reason of the kind the file looks like (a cluster names its GPU) */
-        char *text = NULL;
-        cJSON *root = NULL;
-        int cluster_like = 0;
-        if (json_slurp(show, &text, NULL) == DP_OK && json_parse_object(text, show, &root, NULL) == DP_OK)
-            cluster_like = cJSON_GetObjectItemCaseSensitive(root, "gpu") ||
-                           cJSON_GetObjectItemCaseSensitive(root, "gpus_per_node");
-        cJSON_Delete(root);
-        free(text);
-        return cli_fail("models", cluster_like ? &err : &merr);
+    model_spec m;
+    cluster_spec cl;
+    dp_err err = {0}, merr = {0};
+    if (model_resolve(show, &m, &merr) == DP_OK) {
+        if (model_write_json(&m, "-", &err) != DP_OK) return cli_fail("models", &err);
+        fflush(stdout);
+        print_model_sizes(&m, seqlen, dp);
+        return 0;
     }
+    if (cluster_resolve(show, &cl, &err) == DP_OK)
+        return cluster_write_json(&cl, "-", &err) == DP_OK ? 0 : cli_fail("models", &err);
+    /* neither: report the reason of the kind the file looks like (a cluster names its GPU) */
+    char *text = NULL;
+    cJSON *root = NULL;
+    int cluster_like = 0;
+    if (json_slurp(show, &text, NULL) == DP_OK && json_parse_object(text, show, &root, NULL) == DP_OK)
+        cluster_like = cJSON_GetObjectItemCaseSensitive(root, "gpu") ||
+                       cJSON_GetObjectItemCaseSensitive(root, "gpus_per_node");
+    cJSON_Delete(root);
+    free(text);
+    return cli_fail("models", cluster_like ? &err : &merr);
+}
+
+static void list_models(void)
+{
     int n;
     const model_spec *ms = model_presets(&n);
     printf("# models (--model); context: the longest sequence, tokens (r: rotary positions, no "
@@ -120,6 +106,11 @@ int cmd_models(int argc, char **argv)
     printf("%-14s %-4s %4s %4s %6s %5s %5s %5s %6s %6s %4s %6s %9s\n", "#", "", "layer", "layer", "",
            "", "", "", "", "", "", "tokens", "billions");
     for (int i = 0; i < n; i++) print_model(&ms[i]);
+}
+
+static void list_gpus(void)
+{
+    int n;
     const gpu_spec *gs = gpu_presets(&n);
     printf("\n# GPUs (dense peaks; NVLink per direction, and NCCL's bus bandwidth over it on an "
            "8-GPU node:\n# all-reduce as a ring and with NVLink SHARP (algBW), all-gather, "
@@ -150,6 +141,10 @@ int cmd_models(int argc, char **argv)
             printf(" %5.0f %5.0f %5.0f %5.0f", v[j][0], v[j][1], v[j][2], v[j][3]);
         printf("  %s\n", ks[i].source);
     }
+}
+
+static void list_clusters(void)
+{
     printf("\n# clusters (--hw; a GPU name means one node of its own cluster preset)\n"
            "# mem_limit: what the planner may use; reserved: kept back for the CUDA context, library\n"
            "# workspaces and fragmentation (DynaPipe's 36,000 of 40,960 MB share where a preset\n"
@@ -168,5 +163,29 @@ int cmd_models(int argc, char **argv)
                cl.inter_latency_us, cl.mem_limit_mb, cl.gpu.mem_mb - cl.mem_limit_mb,
                cl.net_source);
     }
+}
+
+int cmd_models(int argc, char **argv)
+{
+    const char *show = NULL;
+    int seqlen = 2048, dp = 8;
+    cli_opts ot;
+    cli_opts_init(&ot, "models", MODELS_USAGE,
+                  "Lists the model, GPU and cluster presets that --model and --hw\n"
+                  "accept (a JSON or Hugging Face config.json file works too).");
+    cli_opt_string(&ot, "show", 's', &show, "NAME", NULL,
+                   "print one model or cluster as a JSON spec (a model's parameters,\n"
+                   "FLOPs per token and model state per GPU on stderr beside it)");
+    cli_opt_int(&ot, "seqlen", 0, &seqlen, "L", 1, 1 << 24, "2048",
+                "--show: the sequence length of the FLOPs per token");
+    cli_opt_int(&ot, "dp", 0, &dp, "D", 1, 1 << 20, "8",
+                "--show: the data-parallel replicas ZeRO shards the model state over");
+    int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
+    cli_opts_release(&ot);
+    if (r != 0) return r == 1 ? 0 : r;
+    if (show) return show_preset(show, seqlen, dp);
+    list_models();
+    list_gpus();
+    list_clusters();
     return 0;
 }

@@ -34,17 +34,10 @@ static const char *hours_text(double h, char *buf, size_t cap)
     return buf;
 }
 
-/* trace_tokens: the real tokens of a pass over the trace (0: unknown, a plan file's run) */
-static void print_summary(const char *what, const study_result *r, double trace_tokens, FILE *fp)
+/* The counts of a run and what a budget needs: iterations, micro-batches, throughput, time and
+ * GPU-hours per billion tokens and per pass over the trace (trace_tokens > 0). */
+static void summary_counts(const study_result *r, double trace_tokens, FILE *fp)
 {
-    fprintf(fp, "# %s\n", what);
-    if (!r->feasible) {
-        fprintf(fp, "infeasible: %s\n", r->why);
-        return;
-    }
-    double mean_it = r->iterations ? r->sum_ms / r->iterations : 0;
-    double mean_cf = r->iterations ? r->sum_closed_form_ms / r->iterations : 0;
-    const char *formula = r->closed_form_text ? r->closed_form_text : "unknown schedule";
     fprintf(fp, "%-34s %14d\n", "iterations", r->iterations);
     if (r->failed_iterations) {
         fprintf(fp, "%-34s %14d  (--keep-going; their tokens are not counted):", "iterations left out",
@@ -75,6 +68,14 @@ static void print_summary(const char *what, const study_result *r, double trace_
                                                         sizeof t),
                     study_gpu_hours_for(r, trace_tokens), trace_tokens);
     }
+}
+
+/* Times and utilisation: the simulated and closed-form iteration, MFU, HFU, stragglers, padding. */
+static void summary_times(const study_result *r, FILE *fp)
+{
+    double mean_it = r->iterations ? r->sum_ms / r->iterations : 0;
+    double mean_cf = r->iterations ? r->sum_closed_form_ms / r->iterations : 0;
+    const char *formula = r->closed_form_text ? r->closed_form_text : "unknown schedule";
     fprintf(fp, "%-34s %14.3f s\n", "simulated time", r->time_s);
     fprintf(fp, "%-34s %14.2f ms\n", "mean iteration (simulated)", mean_it);
     if (isnan(mean_cf))
@@ -104,6 +105,11 @@ static void print_summary(const char *what, const study_result *r, double trace_
                 100 * r->dec_padding_efficiency);
     else
         fprintf(fp, "%-34s %13.1f%%\n", "padding efficiency", 100 * r->padding_efficiency);
+}
+
+/* Per stage: idle shares, memory, time per op type. */
+static void summary_stages(const study_result *r, FILE *fp)
+{
     if (r->pp > 1) {
         fprintf(fp, "%-34s %13.2f%%", "pipeline bubble (mean of stages)",
                 100 * r->pipeline_bubble_mean);
@@ -132,6 +138,11 @@ static void print_summary(const char *what, const study_result *r, double trace_
     double ranks = r->ranks > 0 ? r->ranks : 1;
     fprintf(fp, "\n%-34s F %.0f, B %.0f, W %.0f, transfers %.0f (ms per rank)", "time per op type",
             r->op_ms[0] / ranks, r->op_ms[1] / ranks, r->op_ms[2] / ranks, r->op_ms[3] / ranks);
+}
+
+/* Memory verdict, planning time, the simulator's events and the timeline hash. */
+static void summary_end(const study_result *r, FILE *fp)
+{
     if (r->oom) {
         fprintf(fp, "\n%-34s %14s  (%d of %d iterations over the device memory in the simulation",
                 "out of memory", "YES", r->sim_oom, r->iterations);
@@ -151,6 +162,20 @@ static void print_summary(const char *what, const study_result *r, double trace_
     else /* one stage: nothing travels, the computes follow one another */
         fprintf(fp, "%-34s %14s (no transfers between stages to simulate)\n", "simulated events", "0");
     fprintf(fp, "%-34s %016llx\n", "timeline hash", (unsigned long long)r->timeline_hash);
+}
+
+/* trace_tokens: the real tokens of a pass over the trace (0: unknown, a plan file's run) */
+static void print_summary(const char *what, const study_result *r, double trace_tokens, FILE *fp)
+{
+    fprintf(fp, "# %s\n", what);
+    if (!r->feasible) {
+        fprintf(fp, "infeasible: %s\n", r->why);
+        return;
+    }
+    summary_counts(r, trace_tokens, fp);
+    summary_times(r, fp);
+    summary_stages(r, fp);
+    summary_end(r, fp);
 }
 
 static const char PLAN_USAGE[] = "dpsim plan [OPTIONS] [-o plan.json]";
@@ -192,27 +217,8 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg);
     }
     plan_writer w;
-    plan_header h = {0};
-    snprintf(h.model, sizeof h.model, "%s", env.model.name); /* names; the specs travel below */
-    snprintf(h.hw, sizeof h.hw, "%s", env.hw.name);
-    snprintf(h.schedule, sizeof h.schedule, "%s", p.schedule);
-    snprintf(h.batching, sizeof h.batching, "%s", p.batching);
-    h.recompute = recompute_plan_policy(&p.cost);
-    h.pp = p.pp, h.dp = p.dp, h.tp = p.cost.tp, h.chunks = p.chunks, h.zero = p.zero;
-    h.cp = p.cost.cp, h.cp_alltoall = p.cost.cp_alltoall, h.cp_auto = p.cost.cp_auto;
-    h.sp = p.cost.tp > 1 && !p.cost.no_sp;
-    h.rules = env.rules;
-    h.textbook = env.cm->toy.on;
-    h.overlap = env.cm->overlap; /* what it was priced with (none on CPU ranks: hw.h) */
-    h.precision = (int)env.cm->precision, h.grad_bytes = env.cm->grad_bytes;
-    /* the specs themselves, so that the plan runs from any directory (and the name above may be
-     * a relative path, or longer than the header's field) */
-    cluster_spec planned_on = env.hw; /* with the memory it was planned for (--mem-limit too) */
-    planned_on.mem_limit_mb = env.mem_limit_mb;
-    cJSON *mj = model_to_json(&env.model), *hj = cluster_to_json(&planned_on);
-    h.model_json = mj ? cJSON_PrintUnformatted(mj) : NULL;
-    h.hw_json = hj ? cJSON_PrintUnformatted(hj) : NULL;
-    cJSON_Delete(mj), cJSON_Delete(hj);
+    plan_header h;
+    planner_plan_header(&p, &env, &h);
     if (out && (st = plan_writer_open(&w, out, &h, &err)) != DP_OK) {
         free(h.model_json), free(h.hw_json);
         plan_env_release(&env);
@@ -232,10 +238,7 @@ int cmd_plan(int argc, char **argv)
     else if (out) st = plan_writer_close(&w, &err);
     if (st == DP_OK) {
         char what[1024];
-        snprintf(what, sizeof what, "plan: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = %lld "
-                 "GPUs; trace %.300s; cost %.500s", p.batching, p.schedule, env.model.name,
-                 env.hw.name, p.cost.tp, p.cost.cp, p.pp, p.dp, plan_request_gpus(&p),
-                 env.trace_path, env.cost_source);
+        planner_run_title("plan", &p, &env, what, sizeof what);
         print_summary(what, &res, (double)batch_trace_tokens(&env.rules, &env.trace),
                       out && strcmp(out, "-") == 0 ? stderr : stdout);
         if (out && strcmp(out, "-") != 0) fprintf(stderr, "dpsim: wrote %d iterations to %s\n", res.iterations, out);
@@ -331,52 +334,115 @@ static dp_status sim_figures(const sim_cli *sc, panel_collector *pc, const study
     return st;
 }
 
-int cmd_sim(int argc, char **argv)
+/* Parses sim's command line: 0, 1 after --help, or a usage error's exit status. */
+static int sim_parse(int argc, char **argv, sim_cli *sc, plan_request *p)
 {
-    const char *cmd = "sim";
-    plan_request p;
-    plan_request_default(&p);
-    sim_cli sc = {0};
-    sc.ascii_width = 96;
+    plan_request_default(p);
+    memset(sc, 0, sizeof *sc);
+    sc->ascii_width = 96;
     cli_opts ot;
-    cli_opts_init(&ot, cmd, SIM_USAGE,
+    cli_opts_init(&ot, "sim", SIM_USAGE,
                   "Simulates execution plans with the discrete-event engine: per stage\n"
                   "one compute, one send and one receive stream; prints iteration time,\n"
                   "throughput, bubbles, padding efficiency, peak memory, the closed-form\n"
                   "estimate beside the simulated makespan, and a timeline hash.");
-    cli_opt_string(&ot, "plan", 'P', &sc.plan_path, "FILE", NULL,
+    cli_opt_string(&ot, "plan", 'P', &sc->plan_path, "FILE", NULL,
                    "simulate this plan JSON (else plan from the options)");
-    cli_opt_flag(&ot, "json", 'j', &sc.json, "print the metrics JSON contract");
-    cli_opt_string(&ot, "timeline", 'T', &sc.timeline, "FILE", NULL, "write the timeline CSV");
-    cli_opt_string(&ot, "chrome", 'C', &sc.chrome, "FILE", NULL,
+    cli_opt_flag(&ot, "json", 'j', &sc->json, "print the metrics JSON contract");
+    cli_opt_string(&ot, "timeline", 'T', &sc->timeline, "FILE", NULL, "write the timeline CSV");
+    cli_opt_string(&ot, "chrome", 'C', &sc->chrome, "FILE", NULL,
                    "write a Chrome trace JSON (open in Perfetto)");
-    cli_opt_flag(&ot, "ascii", 'a', &sc.ascii, "draw one iteration in the terminal");
-    cli_opt_int(&ot, "ascii-width", 'W', &sc.ascii_width, "N", 16, 1000, "96",
+    cli_opt_flag(&ot, "ascii", 'a', &sc->ascii, "draw one iteration in the terminal");
+    cli_opt_int(&ot, "ascii-width", 'W', &sc->ascii_width, "N", 16, 1000, "96",
                 "columns of the drawing");
-    cli_opt_int(&ot, "ascii-iteration", 'I', &sc.ascii_iteration, "K", 0, 1 << 30, "0",
+    cli_opt_int(&ot, "ascii-iteration", 'I', &sc->ascii_iteration, "K", 0, 1 << 30, "0",
                 "iteration to draw");
-    cli_opt_flag(&ot, "ascii-order", 'O', &sc.ascii,
+    cli_opt_flag(&ot, "ascii-order", 'O', &sc->ascii,
                  "the drawing as each stage's op order (many micro-batches)")->flag_value = 2;
-    cli_opt_string(&ot, "figure", 0, &sc.figure, "OUT", NULL,
+    cli_opt_string(&ot, "figure", 0, &sc->figure, "OUT", NULL,
                    "draw one iteration's timeline (.png or .svg; gnuplot)");
-    cli_opt_string(&ot, "memory-figure", 0, &sc.memory_figure, "OUT", NULL,
+    cli_opt_string(&ot, "memory-figure", 0, &sc->memory_figure, "OUT", NULL,
                    "draw one iteration's memory per stage over time (.png or .svg)");
-    cli_opt_string(&ot, "html", 0, &sc.html, "PAGE", NULL,
+    cli_opt_string(&ot, "html", 0, &sc->html, "PAGE", NULL,
                    "write one iteration as an interactive page (self-contained HTML:\n"
                    "hover, step, play; dpsim plot schedules puts several side by side)");
-    cli_opt_int(&ot, "figure-iteration", 0, &sc.figure_iteration, "K", 0, 1 << 30, "0",
+    cli_opt_int(&ot, "figure-iteration", 0, &sc->figure_iteration, "K", 0, 1 << 30, "0",
                 "the iteration --figure, --memory-figure and --html show");
-    cli_opt_int(&ot, "figure-replica", 0, &sc.figure_replica, "R", 0, 4095, "0",
+    cli_opt_int(&ot, "figure-replica", 0, &sc->figure_replica, "R", 0, 4095, "0",
                 "the data-parallel replica they show");
-    plan_request_options(&ot, &p);
+    plan_request_options(&ot, p);
     int r = cli_opts_parse(&ot, argc, argv, NULL, 0, NULL);
-    plan_request_parsed(&ot, &p);
+    plan_request_parsed(&ot, p);
     cli_opts_release(&ot);
+    if (r == 0 && sc->plan_path && p->fixed_by_plan)
+        r = cli_usage_error("sim", SIM_USAGE, "--%s cannot apply with --plan: the plan file fixes "
+                            "it (only --mem-limit, --link-gbps, --link-latency-us and the cost "
+                            "model's --profile, --fit, --analytic do)", p->fixed_by_plan);
+    return r;
+}
+
+/* Plans from the options and simulates into sink: what the summary's title says and the trace's
+ * real tokens (0 for a stream) into what and *trace_tokens. *usage is 1 when the request itself
+ * is refused (a usage error). */
+static dp_status sim_from_options(sim_cli *sc, plan_request *p, const sim_sink *sink,
+                                  study_result *res, char *what, size_t what_cap,
+                                  double *trace_tokens, int *usage, dp_err *err)
+{
+    plan_env env;
+    dp_status st = planner_choose_schedule(p, err);
+    if (st == DP_OK) st = planner_setup(p, &env, err);
+    else memset(&env, 0, sizeof env), trace_init(&env.trace);
+    *usage = st == DP_ERR_INVALID;
+    /* the schedule as run (auto's choice), for the figures */
+    snprintf(sc->schedule, sizeof sc->schedule, "%s", p->schedule);
+    const schedule *run_sched = schedule_find(p->schedule);
+    sc->pp = p->pp, sc->chunks = run_sched && run_sched->chunked ? p->chunks : 1;
+    sc->mem_limit_mb = env.mem_limit_mb;
+    if (st == DP_OK) {
+        study_opts o;
+        planner_study_opts(p, &env, p->batching, p->schedule, &o);
+        o.validate = 1;
+        o.sink = sink;
+        o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
+        o.progress_ctx = (void *)"simulating";
+        st = study_run(&o, &env.trace, res, err);
+        if (st == DP_OK) st = study_answer(res, err); /* not figures of no iteration */
+        if (st == DP_OK) cli_warn_short_trace(res, env.rules.global_tokens);
+        planner_run_title("sim", p, &env, what, what_cap);
+        *trace_tokens = env.stream_path ? 0 : (double)batch_trace_tokens(&env.rules, &env.trace);
+    }
+    plan_env_release(&env);
+    return st;
+}
+
+/* The summary (or --json), beside an output on stdout on stderr, and the ASCII drawing. */
+static dp_status sim_report(const sim_cli *sc, const study_result *res, const ascii_tl *asc,
+                            int stdout_taken, const char *what, double trace_tokens, int pp,
+                            dp_err *err)
+{
+    if (sc->json) {
+        char *text = study_metrics_json(res);
+        if (text) puts(text);
+        free(text);
+    } else {
+        print_summary(what, res, trace_tokens, stdout_taken ? stderr : stdout);
+    }
+    if (sc->ascii && asc->n == 0) /* nothing drawn is an error, not an empty chart */
+        return dp_fail(err, DP_ERR_INVALID, "--ascii-iteration %d: the run has no such iteration "
+                       "(it simulated %d, ids from %d)", sc->ascii_iteration, res->iterations,
+                       res->n_iter > 0 ? res->iter[0].id : 0);
+    if (sc->ascii == 1) ascii_draw(asc, pp, sc->ascii_width, stdout);
+    else if (sc->ascii == 2) ascii_draw_order(asc, pp, sc->ascii_width, stdout);
+    return DP_OK;
+}
+
+int cmd_sim(int argc, char **argv)
+{
+    const char *cmd = "sim";
+    plan_request p;
+    sim_cli sc;
+    int r = sim_parse(argc, argv, &sc, &p);
     if (r != 0) return r == 1 ? 0 : r;
-    if (sc.plan_path && p.fixed_by_plan)
-        return cli_usage_error(cmd, SIM_USAGE, "--%s cannot apply with --plan: the plan file fixes it "
-                               "(only --mem-limit, --link-gbps, --link-latency-us and the cost "
-                               "model's --profile, --fit, --analytic do)", p.fixed_by_plan);
     dp_err err = {0};
     out_role plan_in[] = {{"--plan", sc.plan_path}};
     /* the summary (or --json) is stdout's document unless an output takes stdout */
@@ -385,6 +451,8 @@ int cmd_sim(int argc, char **argv)
                        {"--json", sc.json ? "-" : NULL}};
     if (planner_check_outputs(&p, plan_in, 1, outs, 6, &err) != DP_OK)
         return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
+    int taken = 0;
+    for (int k = 0; k < 5; k++) taken |= outs[k].path && strcmp(outs[k].path, "-") == 0;
     timeline_out tl;
     ascii_tl asc;
     ascii_init(&asc, sc.ascii_iteration);
@@ -400,65 +468,26 @@ int cmd_sim(int argc, char **argv)
     memset(&res, 0, sizeof res);
     char what[1024] = "sim";
     double trace_tokens = 0; /* a pass over the trace; unknown for a plan file */
-    int pp = p.pp;
     if (sc.plan_path) {
         st = sim_plan_file(&sc, &p, &sink, &res, &err);
         snprintf(what, sizeof what, "sim: plan %s", sc.plan_path);
-        pp = res.pp;
     } else {
-        plan_env env;
-        st = planner_choose_schedule(&p, &err);
-        if (st == DP_OK) st = planner_setup(&p, &env, &err);
-        else memset(&env, 0, sizeof env), trace_init(&env.trace);
-        /* the schedule as run (auto's choice), for the figures */
-        snprintf(sc.schedule, sizeof sc.schedule, "%s", p.schedule);
-        const schedule *run_sched = schedule_find(p.schedule);
-        sc.pp = p.pp, sc.chunks = run_sched && run_sched->chunked ? p.chunks : 1;
-        if (st == DP_ERR_INVALID) {
-            plan_env_release(&env);
+        int usage = 0;
+        st = sim_from_options(&sc, &p, &sink, &res, what, sizeof what, &trace_tokens, &usage, &err);
+        if (usage) {
+            panel_collector_release(&pc);
+            ascii_release(&asc);
+            study_result_release(&res);
             timeline_abort(&tl);
             return cli_usage_error(cmd, SIM_USAGE, "%s", err.msg);
         }
-        sc.mem_limit_mb = env.mem_limit_mb;
-        if (st == DP_OK) {
-            study_opts o;
-            planner_study_opts(&p, &env, p.batching, p.schedule, &o);
-            o.validate = 1;
-            o.sink = &sink;
-            o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
-            o.progress_ctx = (void *)"simulating";
-            st = study_run(&o, &env.trace, &res, &err);
-            if (st == DP_OK) st = study_answer(&res, &err); /* not figures of no iteration */
-            if (st == DP_OK) cli_warn_short_trace(&res, env.rules.global_tokens);
-            snprintf(what, sizeof what, "sim: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = "
-                     "%lld GPUs; trace %.300s; cost %.500s", p.batching, p.schedule,
-                     env.model.name, env.hw.name, p.cost.tp, p.cost.cp, p.pp, p.dp,
-                     plan_request_gpus(&p), env.trace_path, env.cost_source);
-            trace_tokens = env.stream_path ? 0 : (double)batch_trace_tokens(&env.rules, &env.trace);
-        }
-        plan_env_release(&env);
     }
     dp_err e2 = {0};
     if (st != DP_OK) timeline_abort(&tl);
     else if (timeline_close(&tl, &e2) != DP_OK) st = DP_ERR_IO, err = e2;
-    if (st == DP_OK) {
-        if (sc.json) {
-            char *text = study_metrics_json(&res);
-            if (text) puts(text);
-            free(text);
-        } else { /* beside an output on stdout, on stderr */
-            int taken = 0;
-            for (int k = 0; k < 5; k++) taken |= outs[k].path && strcmp(outs[k].path, "-") == 0;
-            print_summary(what, &res, trace_tokens, taken ? stderr : stdout);
-        }
-        if (sc.ascii && asc.n == 0) /* nothing drawn is an error, not an empty chart */
-            st = dp_fail(&err, DP_ERR_INVALID, "--ascii-iteration %d: the run has no such iteration "
-                         "(it simulated %d, ids from %d)", sc.ascii_iteration, res.iterations,
-                         res.n_iter > 0 ? res.iter[0].id : 0);
-        else if (sc.ascii == 1) ascii_draw(&asc, pp, sc.ascii_width, stdout);
-        else if (sc.ascii == 2) ascii_draw_order(&asc, pp, sc.ascii_width, stdout);
-        if (figures && st == DP_OK) st = sim_figures(&sc, &pc, &res, what, &err);
-    }
+    if (st == DP_OK)
+        st = sim_report(&sc, &res, &asc, taken, what, trace_tokens, sc.plan_path ? res.pp : p.pp, &err);
+    if (figures && st == DP_OK) st = sim_figures(&sc, &pc, &res, what, &err);
     panel_collector_release(&pc);
     ascii_release(&asc);
     int feasible = res.feasible;

@@ -89,6 +89,35 @@ static void sweep_progress(void *ctx, long done, long total)
     fputc('\n', stderr);
 }
 
+/* Reads the resume state on every rank, then rank 0 creates the output and says what runs: 0, or
+ * the exit status of the failure (printed; under mpirun every rank aborted). */
+static int sweep_start(sweep *s, int mpi)
+{
+    dp_err err = {0};
+    if (sweep_prepare(s, &err) != DP_OK) {
+        int rc = cli_fail("sweep", &err);
+        if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+        return rc;
+    }
+    /* every rank has read the resume state before rank 0 creates the file (a rank reading it
+     * just after its creation saw an empty file) */
+    if (mpi) MPI_Barrier(MPI_COMM_WORLD);
+    if (s->rank != 0) return 0;
+    if (sweep_create(s, &err) != DP_OK) {
+        int rc = cli_fail("sweep", &err);
+        if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+        return rc;
+    }
+    if (s->gpus)
+        fprintf(stderr, "dpsim sweep: %ld points of %lld GPUs (of %ld in the grid), %ld already in %s\n",
+                s->kept, (long long)s->gpus, s->grid->points, s->skipped, s->out);
+    else
+        fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s\n", s->grid->points, s->skipped,
+                s->out);
+    if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", s->ranks);
+    return 0;
+}
+
 int cmd_sweep(int argc, char **argv)
 {
     const char *cmd = "sweep", *out = NULL, *grid_arg = "";
@@ -138,28 +167,8 @@ int cmd_sweep(int argc, char **argv)
     static sweep s;
     s = (sweep){.base = &p, .grid = &g, .out = out, .gpus = gpus,
                 .stdin_spool = spool[0] ? spool : NULL, .rank = rank, .ranks = size, .fd = -1};
-    int rc = 0;
-    if (sweep_prepare(&s, &err) != DP_OK) {
-        rc = cli_fail(cmd, &err);
-        if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
-        goto out;
-    }
-    /* every rank has read the resume state before rank 0 creates the file (a rank reading it
-     * just after its creation saw an empty file) */
-    if (mpi) MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-        if (sweep_create(&s, &err) != DP_OK) {
-            rc = cli_fail(cmd, &err);
-            if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
-            goto out;
-        }
-        if (gpus)
-            fprintf(stderr, "dpsim sweep: %ld points of %lld GPUs (of %ld in the grid), %ld already in %s\n",
-                    s.kept, (long long)gpus, g.points, s.skipped, out);
-        else
-            fprintf(stderr, "dpsim sweep: %ld points, %ld already in %s\n", g.points, s.skipped, out);
-        if (mpi) fprintf(stderr, "dpsim sweep: %d MPI ranks\n", size);
-    }
+    int rc = sweep_start(&s, mpi);
+    if (rc != 0) goto out;
     sweep_progress_state ps = {time(NULL), 0, cli_stderr_is_tty()};
     if (sweep_run(&s, (int)jobs, rank == 0 ? sweep_progress : NULL, &ps,
                   rank == 0 ? sweep_emit_local : emit_mpi, &s) != 0)

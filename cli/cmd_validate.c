@@ -11,6 +11,58 @@
 
 static const char VALIDATE_USAGE[] = "dpsim validate --plan plan.json --measured measured.csv [--json] [--plot F.png]";
 
+static void print_validation(const val_result *v, const plan *pl, const char *plan_path,
+                             const char *measured)
+{
+    printf("# validate: plan %s against %s\n", plan_path, measured);
+    if (v->wire_elem_bytes && v->wire_scale != 1)
+        printf("# transfers simulated with the bytes the runtime moved: %d per element, the plan's "
+               "%s has %d (x%.3g)\n", v->wire_elem_bytes, pl->h.act_dtype, pl->h.act_elem_bytes,
+               v->wire_scale);
+    if (v->zero_repriced)
+        printf("# ZeRO-%d's collectives inside the plan's forwards and backwards re-priced at those "
+               "bytes too\n", pl->h.zero);
+    printf("%9s %14s %14s %9s\n", "iteration", "predicted", "measured", "error");
+    printf("%9s %14s %14s %9s\n", "#", "ms", "ms", "%");
+    for (int k = 0; k < v->iterations; k++)
+        printf("%9d %14.3f %14.3f %+8.2f%%\n", v->id[k], v->predicted_ms[k], v->measured_ms[k],
+               100 * (v->predicted_ms[k] - v->measured_ms[k]) / v->measured_ms[k]);
+    printf("mean absolute error %.2f%%, max %.2f%% over %d iterations\n", v->mape_pct,
+           v->max_abs_pct, v->iterations);
+    if (v->noise_pct >= 0)
+        printf("machine noise band: runs of the same iteration lie %.2f%% apart (median over %d "
+               "iteration%s run up to %d times; dprun --repeats): errors below that are the "
+               "machine's, not the model's\n", v->noise_pct, v->noise_iterations,
+               v->noise_iterations == 1 ? "" : "s", v->runs_max);
+    else
+        printf("machine noise: not measured (a timeline without dprun's repeats)\n");
+    printf("\n%-9s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
+    for (int k = 0; k < VAL_OPS; k++)
+        if (v->per_op[k].count)
+            printf("%-9s %7d %14.3f %14.3f %11.2f%%\n", val_op_name(k), v->per_op[k].count,
+                   v->per_op[k].pred_ms, v->per_op[k].meas_ms, v->per_op[k].mape_pct);
+}
+
+/* --plot: simulated against measured iteration time. */
+static dp_status plot_validation(const val_result *v, const char *fig, dp_err *err)
+{
+    plot_point *pts = malloc((size_t)(v->iterations ? v->iterations : 1) * 2 * sizeof *pts);
+    if (!pts) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < v->iterations; k++) {
+        pts[2 * k] = (plot_point){0, v->id[k], v->predicted_ms[k]};
+        pts[2 * k + 1] = (plot_point){1, v->id[k], v->measured_ms[k]};
+    }
+    static const char *const series[2] = {"simulated", "measured"};
+    char title[300];
+    snprintf(title, sizeof title, "Iteration time, simulated vs measured (mean abs. error %.2f%%)",
+             v->mape_pct);
+    dp_status st = plot_lines(pts, 2 * v->iterations, series, 2, title, "iteration",
+                              "iteration time (ms)", 0, fig, err);
+    free(pts);
+    if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", fig);
+    return st;
+}
+
 int cmd_validate(int argc, char **argv)
 {
     const char *cmd = "validate", *plan_path = NULL, *measured = NULL, *fig = NULL;
@@ -60,56 +112,14 @@ int cmd_validate(int argc, char **argv)
     cfg.hw = &hw;
     if (st == DP_OK) st = plan_check(&pl, plan_path, &err);
     if (st == DP_OK) st = validate_run(&pl, hash, &cfg, measured, &v, &err);
-    if (st == DP_OK) {
-        if (json) {
-            char *text = validate_json(&v);
-            if (text) puts(text);
-            free(text);
-        } else {
-            printf("# validate: plan %s against %s\n", plan_path, measured);
-            if (v.wire_elem_bytes && v.wire_scale != 1)
-                printf("# transfers simulated with the bytes the runtime moved: %d per element, "
-                       "the plan's %s has %d (x%.3g)\n", v.wire_elem_bytes, pl.h.act_dtype,
-                       pl.h.act_elem_bytes, v.wire_scale);
-            if (v.zero_repriced)
-                printf("# ZeRO-%d's collectives inside the plan's forwards and backwards re-priced "
-                       "at those bytes too\n", pl.h.zero);
-            printf("%9s %14s %14s %9s\n", "iteration", "predicted", "measured", "error");
-            printf("%9s %14s %14s %9s\n", "#", "ms", "ms", "%");
-            for (int k = 0; k < v.iterations; k++)
-                printf("%9d %14.3f %14.3f %+8.2f%%\n", v.id[k], v.predicted_ms[k], v.measured_ms[k],
-                       100 * (v.predicted_ms[k] - v.measured_ms[k]) / v.measured_ms[k]);
-            printf("mean absolute error %.2f%%, max %.2f%% over %d iterations\n", v.mape_pct,
-                   v.max_abs_pct, v.iterations);
-            if (v.noise_pct >= 0)
-                printf("machine noise band: runs of the same iteration lie %.2f%% apart (median "
-                       "over %d iteration%s run up to %d times; dprun --repeats): errors below "
-                       "that are the machine's, not the model's\n", v.noise_pct,
-                       v.noise_iterations, v.noise_iterations == 1 ? "" : "s", v.runs_max);
-            else
-                printf("machine noise: not measured (a timeline without dprun's repeats)\n");
-            printf("\n%-9s %7s %14s %14s %12s\n", "op", "count", "predicted_ms", "measured_ms", "mean |err|");
-            for (int k = 0; k < VAL_OPS; k++)
-                if (v.per_op[k].count)
-                    printf("%-9s %7d %14.3f %14.3f %11.2f%%\n", val_op_name(k), v.per_op[k].count,
-                           v.per_op[k].pred_ms, v.per_op[k].meas_ms, v.per_op[k].mape_pct);
-        }
-        if (fig) {
-            plot_point *pts = malloc((size_t)v.iterations * 2 * sizeof *pts);
-            if (!pts) st = dp_fail(&err, DP_ERR_NOMEM, "out of memory");
-            for (int k = 0; st == DP_OK && k < v.iterations; k++) {
-                pts[2 * k] = (plot_point){0, v.id[k], v.predicted_ms[k]};
-                pts[2 * k + 1] = (plot_point){1, v.id[k], v.measured_ms[k]};
-            }
-            static const char *const series[2] = {"simulated", "measured"};
-            char title[300];
-            snprintf(title, sizeof title, "Iteration time, simulated vs measured (mean abs. error %.2f%%)", v.mape_pct);
-            if (st == DP_OK)
-                st = plot_lines(pts, 2 * v.iterations, series, 2, title, "iteration", "iteration time (ms)", 0, fig, &err);
-            free(pts);
-            if (st == DP_OK) fprintf(stderr, "dpsim: wrote %s\n", fig);
-        }
+    if (st == DP_OK && json) {
+        char *text = validate_json(&v);
+        if (text) puts(text);
+        free(text);
+    } else if (st == DP_OK) {
+        print_validation(&v, &pl, plan_path, measured);
     }
+    if (st == DP_OK && fig) st = plot_validation(&v, fig, &err);
     val_result_release(&v);
     plan_release(&pl);
     return st == DP_OK ? 0 : cli_fail(cmd, &err);

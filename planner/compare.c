@@ -31,6 +31,20 @@ int compare_best_row(const compare_row *rows, int n, int dynamic)
     return best;
 }
 
+int compare_best_single(const compare_row *rows, int n, const char *sched)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        const batcher *b = batcher_find(rows[i].batching);
+        if (!b || b->chooses || !compare_row_fits(&rows[i]) ||
+            (sched && strcmp(rows[i].schedule, sched) != 0))
+            continue;
+        if (best < 0 || rows[i].r.throughput_tokens_per_s > rows[best].r.throughput_tokens_per_s)
+            best = i;
+    }
+    return best;
+}
+
 int compare_figure_row(const compare_row *rows, int n)
 {
     int pick = 0;

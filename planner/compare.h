@@ -49,6 +49,10 @@ int compare_row_fits(const compare_row *w);
  * and balancers (dynamic 0); -1 when none. */
 int compare_best_row(const compare_row *rows, int n, int dynamic);
 
+/* The fastest row that fits among the single methods (batchings that do not choose per
+ * iteration: not auto), under schedule sched when it is not NULL; -1 when none. */
+int compare_best_single(const compare_row *rows, int n, const char *sched);
+
 /* The row whose iteration the timeline figure shows: dynamic under the schedule that admits by
  * memory when compared, else dynamic, else the first. */
 int compare_figure_row(const compare_row *rows, int n);

@@ -2,6 +2,7 @@
  * (setup.h). */
 #include "setup.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,58 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                          : "",
                  attention_note(*cm, o, 1, note, sizeof note), sp);
     return st;
+}
+
+void planner_plan_header(const plan_request *p, const plan_env *env, plan_header *h)
+{
+    memset(h, 0, sizeof *h);
+    snprintf(h->model, sizeof h->model, "%s", env->model.name); /* names; the specs below */
+    snprintf(h->hw, sizeof h->hw, "%s", env->hw.name);
+    snprintf(h->schedule, sizeof h->schedule, "%s", p->schedule);
+    snprintf(h->batching, sizeof h->batching, "%s", p->batching);
+    h->recompute = recompute_plan_policy(&p->cost);
+    h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->chunks = p->chunks, h->zero = p->zero;
+    h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
+    h->sp = p->cost.tp > 1 && !p->cost.no_sp;
+    h->rules = env->rules;
+    h->textbook = env->cm->toy.on;
+    h->overlap = env->cm->overlap; /* what it was priced with (none on CPU ranks: hw.h) */
+    h->precision = (int)env->cm->precision, h->grad_bytes = env->cm->grad_bytes;
+    /* the specs themselves: the name above may be a relative path, or longer than its field */
+    cluster_spec planned_on = env->hw; /* with the memory it was planned for (--mem-limit too) */
+    planned_on.mem_limit_mb = env->mem_limit_mb;
+    cJSON *mj = model_to_json(&env->model), *hj = cluster_to_json(&planned_on);
+    h->model_json = mj ? cJSON_PrintUnformatted(mj) : NULL;
+    h->hw_json = hj ? cJSON_PrintUnformatted(hj) : NULL;
+    cJSON_Delete(mj), cJSON_Delete(hj);
+}
+
+void planner_run_title(const char *verb, const plan_request *p, const plan_env *env, char *buf,
+                       size_t cap)
+{
+    snprintf(buf, cap, "%s: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = %lld GPUs; trace "
+             "%.300s; cost %.500s", verb, p->batching, p->schedule, env->model.name, env->hw.name,
+             p->cost.tp, p->cost.cp, p->pp, p->dp, plan_request_gpus(p), env->trace_path,
+             env->cost_source);
+}
+
+dp_status planner_cost_answer(const cost_model *cm, int pp, const cost_shape *s, cost_answer *a,
+                              dp_err *err)
+{
+    memset(a, 0, sizeof *a);
+    stage_model sm;
+    dp_status st = stage_model_init(&sm, cm, pp, 1, 1, 0, 1e15, err);
+    if (st != DP_OK) return DP_ERR_INVALID;
+    for (int k = 0; k < 2; k++)
+        a->has_fit[k] = cost_profile_attn_fit(cm, (cost_component)k, &a->fit[k], NULL) == DP_OK;
+    st = cost_query(cm, COMP_ENCODER, s, &a->layer[0], err);
+    if (st == DP_OK && cm->model.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, s, &a->layer[1], err);
+    if (st == DP_OK) st = stage_model_cost(&sm, s, &a->stage, err);
+    const mb_cost *c = &a->stage;
+    for (int d = 1; st == DP_OK && d < sm.pp; d++)
+        if (c->fwd_ms[d] + c->bwd_ms[d] > c->fwd_ms[a->slowest] + c->bwd_ms[a->slowest]) a->slowest = d;
+    a->feasible = st == DP_OK;
+    return st == DP_ERR_INFEASIBLE ? DP_OK : st;
 }
 
 dp_status planner_build_cost_at(const cost_request *o, int tp, recompute_mode rc, model_spec *m,

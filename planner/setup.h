@@ -30,6 +30,22 @@ dp_status planner_build_cost_at(const cost_request *o, int tp, recompute_mode rc
                             cluster_spec *hw, cost_model **cm, char *source, size_t source_cap,
                             dp_err *err);
 
+/* dpsim cost's answer for one micro-batch shape: its layers' figures, and the planner's own stage
+ * model's (stage_cost.h, memory unbounded: a query) on pp stages. */
+typedef struct cost_answer {
+    cost_layer layer[2];   /* the encoder's (GPT: the layer's), T5's decoder's */
+    mb_cost stage;         /* per stage: times and activation memory */
+    int slowest;           /* the stage of the largest forward + backward */
+    int feasible;          /* 0: the cost model cannot answer the shape (err says why) */
+    cost_attn_fit fit[2];  /* a profile's fitted attention term per component, where has_fit */
+    int has_fit[2];
+} cost_answer;
+
+/* Answers shape s on cm over pp stages into *a. DP_OK with a->feasible 0 and err filled when the
+ * cost model cannot answer it; DP_ERR_INVALID when the stages do not take the model (err says
+ * why); other errors as stage_model_cost's. */
+dp_status planner_cost_answer(const cost_model *cm, int pp, const cost_shape *s, cost_answer *a,
+                              dp_err *err);
 
 /* Everything a plan needs, resolved: model, hardware (with overrides), cost model, trace, rules. */
 typedef struct plan_env {
@@ -45,6 +61,16 @@ typedef struct plan_env {
     batch_rules rules;
     double mem_limit_mb;
 } plan_env;
+
+/* The header of the plan file that p on env writes: names, degrees, rules, what it was priced
+ * with, and the model and cluster specs as JSON text (so that it runs from any directory), which
+ * h->model_json and h->hw_json own (the caller frees both; NULL when out of memory). */
+void planner_plan_header(const plan_request *p, const plan_env *env, plan_header *h);
+
+/* The title of a run's summary: "VERB: batching, schedule, model on cluster, tp x cp x pp x dp =
+ * N GPUs; trace …; cost …" into buf. */
+void planner_run_title(const char *verb, const plan_request *p, const plan_env *env, char *buf,
+                       size_t cap);
 
 /* --schedule auto: runs the plan options under every schedule (planner/study.h study_best_schedule)
  * and sets p->schedule to the fastest that fits, saying so on stderr; any other schedule is left
