@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../plots/plot.h"
+#include "../scheduler/schedule.h"
 #include "../sim/validate.h"
 #include "../common/json_util.h"
 #include "cli.h"

@@ -26,6 +26,7 @@
 #include "../common/outfile.h"
 #include "../models/hw.h"
 #include "../scheduler/plan.h"
+#include "../scheduler/schedule.h"
 #include "check_gpu.h"
 #include "exec.h"
 #include "layer.h"

@@ -979,24 +979,3 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     return DP_OK;
 }
 
-void rt_progress(int rank, int done, int total, double started_s)
-{
-    static int last_tenth; /* not a terminal: the tenth of the run last reported */
-    if (rank != 0 || total <= 0 || done <= 0) return;
-    double el = dp_now_s() - started_s, eta = el * (total - done) / done;
-    if (isatty(STDERR_FILENO)) {
-        fprintf(stderr, "\rdprun: iteration %d of %d", done, total);
-        if (done < total) fprintf(stderr, ", ETA %.0f s   ", eta);
-        else fprintf(stderr, ", %.1f s          \n", el);
-        return;
-    }
-    /* a log (mpirun forwards ranks' stderr through pipes): a line per tenth of a long run */
-    int tenth = 10 * done / total;
-    if (done == 1) last_tenth = 0;
-    if (el < RT_PROGRESS_AFTER_S || tenth <= last_tenth) return;
-    last_tenth = tenth;
-    fprintf(stderr, "dprun: iteration %d of %d, %.1f s%s", done, total, el,
-            done < total ? "" : " (done)");
-    if (done < total) fprintf(stderr, ", ETA %.0f s", eta);
-    fputc('\n', stderr);
-}

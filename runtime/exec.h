@@ -227,12 +227,5 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err);
  * without NCCL, for several ranks). */
 dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err);
 
-/* Progress on stderr while the plan runs, from rank 0: on a terminal "\rdprun: iteration 3 of
- * 20, ETA 12 s" after every iteration (the ETA from the time since started_s, dp_now_s
- * seconds) and a last line when done == total; elsewhere (a log, or mpirun, which forwards
- * stderr through pipes) a line per tenth of the run once it has taken RT_PROGRESS_AFTER_S.
- * Both backends call it after each iteration. */
-#define RT_PROGRESS_AFTER_S 2.0
-void rt_progress(int rank, int done, int total, double started_s);
 
 #endif /* RT_EXEC_H */

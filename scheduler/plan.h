@@ -229,11 +229,6 @@ void plan_release(plan *p);
 dp_status plan_model(const plan *p, model_spec *m, dp_err *err);
 dp_status plan_cluster(const plan *p, cluster_spec *c, dp_err *err);
 
-/* Every rule a whole plan must keep, beyond the syntax: at least one iteration, unique iteration
- * ids, a known schedule, recompute mode and activation dtype, and plan_validate on every
- * iteration. where names the plan. Defined in plan_machine.c. */
-dp_status plan_check(const plan *p, const char *where, dp_err *err);
-
 /* The rules that need the model: T5 micro-batches have a decoder length, GPT ones none; every
  * transfer's bytes are the model's activation bytes for its micro-batch (models/comm.h), which
  * the executors allocate and move. */

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "../models/comm.h"
-#include "schedule.h"
 
 /* The virtual stage a transfer on virtual stage v meets: activations go to v+1 and come from
  * v-1, gradients the other way. */
@@ -430,13 +429,7 @@ dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_e
     return st;
 }
 
-/* ---- plan_check (plan.h) ---------------------------------------------------------------------- */
-
-static int cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
+/* ---- recompute per micro-batch (plan_machine.h) ------------------------------------------------ */
 
 recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
 {
@@ -444,79 +437,6 @@ recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
     return recompute_policy_mode(it->recompute >= 0 ? it->recompute : p->h.recompute);
 }
 
-dp_status plan_check(const plan *p, const char *where, dp_err *err)
-{
-    if (p->n_it < 1)
-        return dp_fail(err, DP_ERR_INVALID, "%s: the plan has no iteration (rule: a plan runs at "
-                       "least one iteration)", where);
-    if (!schedule_find(p->h.schedule))
-        return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
-                       "(rule: known names; dpsim plan --list)", where, p->h.schedule);
-    int dynamic = p->h.recompute == RECOMPUTE_POLICY_DYNAMIC;
-    int mixed = p->h.recompute == RECOMPUTE_POLICY_MIXED;
-    if (p->h.recompute < 0 || p->h.recompute >= RECOMPUTE_POLICY_FASTEST)
-        return dp_fail(err, DP_ERR_INVALID, "%s: \"recompute\" \"%s\" is not none, selective, "
-                       "full, dynamic or mixed (rule: known names)", where,
-                       p->h.recompute < 0 ? "" : recompute_policy_name(p->h.recompute));
-    for (int i = 0; i < p->n_it; i++) {
-        const plan_iter *it = &p->it[i];
-        int m = it->recompute;
-        if (m >= RECOMPUTE_COUNT)
-            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" is not "
-                           "none, selective or full (rule: known names)", where, it->id,
-                           recompute_policy_name(m));
-        if (mixed && m >= 0)
-            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" in a "
-                           "mixed plan (rule: known names; a mixed plan names the mode of every "
-                           "micro-batch, and no iteration's)", where, it->id, recompute_name(m));
-        if (dynamic && m < 0)
-            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: no \"recompute\" (rule: known "
-                           "names; a dynamic plan names the mode of every iteration)", where,
-                           it->id);
-        if (m >= 0 && !dynamic && m != p->h.recompute)
-            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"recompute\" \"%s\" differs "
-                           "from the plan's \"%s\" (rule: one mode, unless the plan says "
-                           "\"dynamic\")", where, it->id, recompute_name(m),
-                           recompute_policy_name(p->h.recompute));
-        for (int k = 0; k < it->n_mb; k++)
-            if ((it->mb[k].recompute >= 0) != mixed)
-                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d, micro-batch %d: %s (rule: "
-                               "known names; a micro-batch names its mode exactly where the plan "
-                               "says \"mixed\")", where, it->id, k,
-                               mixed ? "no \"recompute\" in a mixed plan"
-                                     : "a \"recompute\" of its own in a plan that is not mixed");
-    }
-    if (plan_dtype_bytes(p->h.act_dtype) != PLAN_ACT_ELEM_BYTES)
-        return dp_fail(err, DP_ERR_INVALID, "%s: \"act_dtype\" \"%s\" is not fp16 or bf16 (rule: "
-                       "known names)", where, p->h.act_dtype);
-    int *ids = dp_xcalloc((size_t)p->n_it, sizeof *ids);
-    for (int i = 0; i < p->n_it; i++) ids[i] = p->it[i].id;
-    qsort(ids, (size_t)p->n_it, sizeof *ids, cmp_int);
-    dp_status st = DP_OK;
-    for (int i = 1; i < p->n_it && st == DP_OK; i++)
-        if (ids[i] == ids[i - 1])
-            st = dp_fail(err, DP_ERR_INVALID, "%s: iteration id %d appears twice (rule: unique "
-                         "iteration ids)", where, ids[i]);
-    free(ids);
-    for (int i = 0; i < p->n_it && st == DP_OK; i++)
-        st = plan_validate(&p->it[i], p->h.chunks, where, err);
-    for (int i = 0; i < p->n_it && st == DP_OK; i++) {
-        const plan_iter *it = &p->it[i];
-        for (int r = 0; r < it->pp * it->dp && st == DP_OK; r++)
-            for (int j = 0; j < it->ranks[r].n; j++)
-                if (it->ranks[r].ins[j].op == OP_W &&
-                    pm_recompute(p, it, it->ranks[r].ins[j].mb) == RECOMPUTE_FULL) {
-                    char a[256];
-                    pm_describe(it, r, j, a, sizeof a);
-                    st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: %s: a W under full "
-                                 "recompute (rule: recompute; its B reruns the forward, whose "
-                                 "activations a W after it would need held, which stored_mb does "
-                                 "not count)", where, it->id, a);
-                    break;
-                }
-    }
-    return st;
-}
 
 /* A micro-batch's attention spans within the model's sliding window (model_check_window: dpsim
  * costs, and dprun runs, full attention): a varlen row's samples, each attending to itself; else
