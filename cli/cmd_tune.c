@@ -70,7 +70,7 @@ int cmd_tune(int argc, char **argv)
 typedef struct tune_args {
     plan_request p;
     const char *out, *batchings, *schedules;
-    int quiet, resume, exhaustive;
+    int quiet, resume, exhaustive, zero_pipeline;
     int64_t gpus, jobs;
     tune_cp_arg cps;
 } tune_args;
@@ -88,7 +88,8 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
                   "tp x cp x pp x dp layouts (cp each degree of --cp, 1,2,4 for a list; tp\n"
-                  "within a node), ZeRO 0-3 with dp > 1 (2 and 3 with a pipeline too),\n"
+                  "within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too without a pipeline,\n"
+                  "and with one under --zero-pipeline),\n"
                   "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
                   "each schedule (interleaved at 2 and 4 chunks), and the method's knob\n"
                   "(--mbs 1/2/4/8 for padding and the packers that take it, --mb-tokens\n"
@@ -113,6 +114,9 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                  "go on from -o's rows (a search stopped by Ctrl-C or a crash),\n"
                  "refused when the options or input files' contents changed");
     cli_opt_flag(&t, "quiet", 'q', &a->quiet, "no progress lines on stderr");
+    cli_opt_flag(&t, "zero-pipeline", 0, &a->zero_pipeline,
+                 "search ZeRO 2 and 3 with a pipeline too (FSDP with PP: gathers and\n"
+                 "reduce-scatters per micro-batch; about 1.6x the configurations)");
     cli_opt_flag(&t, "exhaustive", 0, &a->exhaustive,
                  "simulate every configuration to the end (by default one that a\n"
                  "lower bound on its time shows cannot reach its batching's best of\n"
@@ -240,6 +244,7 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
         st = planner_tune_space(&a.p, &env, &ngpus, ml.batchings, ml.nb, ml.schedules, ml.ns,
                                 a.cps.cps, a.cps.n, &sp, &err);
     a.gpus = ngpus;
+    sp.zero_pipeline = a.zero_pipeline;
     /* what the ranking means: the options, the input files' contents, the search's lists; a
      * resume must find the same beside its CSV */
     char config[12000], cp_list[80];
@@ -249,6 +254,8 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
         snprintf(config + strlen(config), sizeof config - strlen(config),
                  "gpus=%lld\nbatchings=%s\nschedules=%s\ncp-list=%s\nexhaustive=%d\n",
                  (long long)a.gpus, a.batchings, a.schedules, cp_list, a.exhaustive);
+        if (a.zero_pipeline) /* only when set: earlier rankings resume as they were */
+            snprintf(config + strlen(config), sizeof config - strlen(config), "zero-pipeline=1\n");
         st = tune_output_begin(a.out, config, a.resume, rank, &err);
     }
     if (st != DP_OK) {

@@ -40,9 +40,9 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
         if ((per / p.tp) % p.pp || (sp->t5 && p.pp > 1 && p.pp % 2)) continue;
         if (p.chunks > 1 && (p.pp < 2 || p.pp * p.chunks > sp->layers)) continue;
         p.dp = per / p.tp / p.pp;
-        /* every ZeRO stage with replicas, with a pipeline too (FSDP with PP: a stage's parameters
-         * gathered and its gradients reduce-scattered for every micro-batch, stage_cost.h) */
-        int zero_max = p.dp == 1 ? 0 : 3;
+        /* ZeRO 2 and 3 with a pipeline (FSDP with PP: a stage's parameters gathered and its
+         * gradients reduce-scattered for every micro-batch, stage_cost.h) only when asked */
+        int zero_max = p.dp == 1 ? 0 : p.pp == 1 || sp->zero_pipeline ? 3 : 1;
         for (p.zero = 0; p.zero <= zero_max; p.zero++)
             for (p.recompute = 0; p.recompute < modes; p.recompute++)
                 for (int k = 0; k < knobs; k++, n++) {

@@ -113,4 +113,15 @@ check "tune --schedules 1f1b,interleaved: interleaved rows at chunks 2 and 4, pp
             NR > 1 && \$3 == \"1f1b\" && \$4 != 1 { exit 1 } END { exit !(seen[2] && seen[4]) }' '$TMP/il.csv'"
 expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --chunks 2 -o "$TMP/no.csv"
+# ZeRO 2 and 3 with a pipeline only under --zero-pipeline (columns found by their header names)
+zp_rows() { # CSV: the rows with pp > 1 and ZeRO 2 or 3
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+           $c["pp"] > 1 && $c["zero"] >= 2 { n++ } END { print n + 0 }' "$1"
+}
+for zp in "" --zero-pipeline; do
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
+    --global-tokens 65536 --batchings packing --schedules 1f1b $zp -q -o "$TMP/zp$zp.csv" >/dev/null 2>&1
+done
+check "tune leaves ZeRO 2/3 with a pipeline out ($(zp_rows "$TMP/zp.csv") rows), --zero-pipeline searches them ($(zp_rows "$TMP/zp--zero-pipeline.csv"))" \
+  bash -c "[ $(zp_rows "$TMP/zp.csv") -eq 0 ] && [ $(zp_rows "$TMP/zp--zero-pipeline.csv") -gt 0 ]"
 finish

@@ -1059,15 +1059,15 @@ static void test_tune_space(void **state)
         sp.schedules[sp.n_schedules++] = "1f1b";
         sp.schedules[sp.n_schedules++] = "adaptive";
         tune_point *pts = NULL;
-        long n = tune_points(&sp, &pts);
-        long want = 0;
+        long n = tune_points(&sp, &pts), want = 0, want_zp = 0;
         for (int tp = 1; tp <= 8; tp *= 2)
             for (int pp = 1; pp <= 16; pp++)
                 for (int dp = 1; dp <= 16; dp++) {
                     if (tp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
-                    int zeros = dp == 1 ? 1 : 4; /* ZeRO 0-3 with replicas, pipeline or not */
+                    int zeros = dp == 1 ? 1 : pp == 1 ? 4 : 2; /* ZeRO 2, 3 without a pipeline */
                     /* padding, packing: 3 modes x 4 mbs; token: 3 x 5; dynamic: 4 x 1 */
                     want += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
+                    want_zp += 2 * (dp == 1 ? 1 : 4) * (3 * 4 + 3 * 4 + 3 * 5 + 4);
                 }
         assert_int_equal(n, want);
         for (long i = 0; i < n; i++) {
@@ -1075,11 +1075,17 @@ static void test_tune_space(void **state)
             assert_int_equal(p->tp * p->pp * p->dp, 16);
             assert_true(p->tp <= 8 && p->pp <= (t5 ? 24 : 16));
             assert_true(p->zero == 0 || p->dp > 1);
+            assert_true(p->zero <= 1 || p->pp == 1);
             assert_true(p->recompute != RECOMPUTE_POLICY_DYNAMIC || strcmp(p->batching, "dynamic") == 0);
             for (long j = i + 1; j < n && j < i + 64; j++)
                 assert_false(memcmp(p, &pts[j], sizeof *p) == 0);
         }
         free(pts);
+        /* --zero-pipeline: ZeRO 2 and 3 with a pipeline too */
+        sp.zero_pipeline = 1;
+        assert_int_equal(tune_points(&sp, &pts), want_zp);
+        free(pts);
+        sp.zero_pipeline = 0;
         /* with context parallelism every layout still uses the GPUs asked for: tp x cp x pp x dp */
         long single[5] = {0};
         single[1] = n;
@@ -1091,7 +1097,7 @@ static void test_tune_space(void **state)
                 for (int pp = 1; pp <= 16; pp++)
                     for (int dp = 1; dp <= 16; dp++) {
                         if (tp * cp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
-                        int zeros = dp == 1 ? 1 : 4;
+                        int zeros = dp == 1 ? 1 : pp == 1 ? 4 : 2;
                         want_cp += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
                     }
             assert_int_equal(n, want_cp);
