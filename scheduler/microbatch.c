@@ -974,6 +974,21 @@ static dp_status partition_equal_counts(const double *w, int n, int D, int *bin)
     return DP_OK;
 }
 
+/* Deals l's micro-batches to D replicas by their times (an unpriced one weighs 0): D at a time
+ * when equal_counts (D divides l->n_mb), else by Karmarkar-Karp. */
+static dp_status deal_replicas(mb_list *l, int D, int equal_counts, dp_err *err)
+{
+    double *w = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *w);
+    int *bin = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *bin);
+    dp_status st = w && bin ? DP_OK : DP_ERR_NOMEM;
+    for (int k = 0; st == DP_OK && k < l->n_mb; k++) w[k] = isnan(l->mb[k].t_ms) ? 0 : l->mb[k].t_ms;
+    if (st == DP_OK)
+        st = equal_counts ? partition_equal_counts(w, l->n_mb, D, bin) : kk_partition(w, l->n_mb, D, bin);
+    for (int k = 0; st == DP_OK && k < l->n_mb; k++) l->mb[k].replica = bin[k];
+    free(w), free(bin);
+    return st == DP_OK ? DP_OK : dp_fail(err, st, "out of memory");
+}
+
 /* ZeRO-2/3 over D replicas (mb_replicas_lockstep): every replica runs as many micro-batches.
  * A batcher's own replica assignment is kept where splitting micro-batches of the replicas that
  * run fewer reaches the largest count; otherwise the costliest micro-batches are split until D
@@ -1001,21 +1016,14 @@ static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *r
     if ((l->n_mb + D - 1) / D * D <= samples) /* up to a multiple of D by splits */
         while (l->n_mb % D && (rc = split_costliest(ctx, rule, l, -1, c)) > 0) {
         }
-    else if (l->n_mb > D) /* down to one by merges */
+    else if (l->n_mb > D) /* down to a multiple of D by merges */
         while (l->n_mb % D) merge_cheapest(ctx, rule, l, c);
     if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     if (l->n_mb % D) return DP_OK; /* fewer samples than replicas: dealt unevenly, which the built
                                     * plan's check (plan_iter_check_lockstep) refuses */
-    double *w = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *w);
-    int *bin = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *bin);
-    dp_status st = w && bin ? DP_OK : DP_ERR_NOMEM;
-    for (int k = 0; st == DP_OK && k < l->n_mb; k++) w[k] = isnan(l->mb[k].t_ms) ? 0 : l->mb[k].t_ms;
-    if (st == DP_OK) st = partition_equal_counts(w, l->n_mb, D, bin);
-    for (int k = 0; st == DP_OK && k < l->n_mb; k++) l->mb[k].replica = bin[k];
-    free(w), free(bin);
-    if (st != DP_OK) return dp_fail(err, st, "out of memory");
-    l->replicas_set = 1;
-    return DP_OK;
+    dp_status st = deal_replicas(l, D, 1, err);
+    if (st == DP_OK) l->replicas_set = 1;
+    return st;
 }
 
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
@@ -1040,17 +1048,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
     l->obj_tmax_ms = tmax;
     l->obj_sum_ms = sum;
     l->obj_value_ms = (S - 1) * tmax / C + sum / D;
-    if (D > 1 && l->n_mb > 0 && !l->replicas_set) {
-        double *w = malloc((size_t)l->n_mb * sizeof *w);
-        int *bin = malloc((size_t)l->n_mb * sizeof *bin);
-        st = w && bin ? DP_OK : DP_ERR_NOMEM;
-        for (int k = 0; st == DP_OK && k < l->n_mb; k++) w[k] = isnan(l->mb[k].t_ms) ? 0 : l->mb[k].t_ms;
-        if (st == DP_OK) st = kk_partition(w, l->n_mb, D, bin);
-        if (st == DP_OK)
-            for (int k = 0; k < l->n_mb; k++) l->mb[k].replica = bin[k];
-        free(w), free(bin);
-        if (st != DP_OK) return dp_fail(err, st, "out of memory");
-    }
+    if (D > 1 && l->n_mb > 0 && !l->replicas_set) return deal_replicas(l, D, 0, err);
     return DP_OK;
 }
 
