@@ -677,10 +677,58 @@ static void test_t5_order_is_the_short_path(void **state)
     for (int i = 0; i < 6; i++) assert_int_equal(s[i].id, want[i]);
 }
 
+/* Replicas in lockstep (plan.h plan_iter_check_lockstep, the planner's and dprun's one rule):
+ * under ZeRO-2/3 every replica of a stage runs the same passes in the same order, micro-batch ids
+ * aside; the transfers do not count. Each replica's pass list written out here. */
+static void lockstep_case(const char *const *passes, int dp, int want_ok, const char *why)
+{
+    plan_iter it;
+    plan_iter_init(&it);
+    assert_int_equal(plan_iter_alloc(&it, 7, 1, dp, 8, 8), DP_OK);
+    for (int r = 0; r < dp; r++)
+        for (const char *at = passes[r]; *at; at++) {
+            plan_op op = *at == 'F' ? OP_F : *at == 'B' ? OP_B : *at == 'W' ? OP_W : OP_FREE;
+            int chunk = at[1] == '1' ? 1 : 0;
+            assert_int_equal(plan_rank_push(&it.ranks[r], op, r, chunk, -1, 0), DP_OK);
+            if (at[1] == '1' || at[1] == '0') at++;
+        }
+    dp_err err = {0};
+    dp_status st = plan_iter_check_lockstep(&it, 3, "p.json", &err);
+    if (want_ok) {
+        assert_int_equal(st, DP_OK);
+    } else {
+        assert_int_equal(st, DP_ERR_UNSUPPORTED);
+        assert_msg_has(err.msg, "p.json: ZeRO-3 over");
+        assert_msg_has(err.msg, "iteration 7 stage 0");
+        assert_msg_has(err.msg, why);
+    }
+    plan_iter_release(&it);
+}
+
+static void test_replicas_in_lockstep(void **state)
+{
+    (void)state;
+    assert_true(mb_replicas_lockstep(2, 2) && mb_replicas_lockstep(3, 8));
+    assert_false(mb_replicas_lockstep(1, 8) || mb_replicas_lockstep(3, 1));
+    const char *same[] = {"FBFB", "FXBFXB"}; /* X: a FREE, which does not count */
+    lockstep_case(same, 2, 1, NULL);
+    const char *fewer[] = {"FBFB", "FB"};
+    lockstep_case(fewer, 2, 0, "replica 0 runs 4 forwards and backwards, replica 1 2, a different count");
+    const char *more[] = {"FB", "FBFB"};
+    lockstep_case(more, 2, 0, "a different count");
+    const char *order[] = {"FFBB", "FBFB"};
+    lockstep_case(order, 2, 0, "in another order");
+    const char *chunks[] = {"F0F1B1B0", "F1F0B1B0"};
+    lockstep_case(chunks, 2, 0, "in another order");
+    const char *third[] = {"FBW", "FBW", "FB"};
+    lockstep_case(third, 3, 0, "replica 2 2, a different count");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_instruction_rule),
+        cmocka_unit_test(test_replicas_in_lockstep),
         cmocka_unit_test(test_each_data_rule),
         cmocka_unit_test(test_self_send),
         cmocka_unit_test(test_plan_level_rules),
