@@ -101,7 +101,8 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                   "A first pass runs each method's configurations of the first schedule without\n"
                   "recompute; then a configuration is dropped (\"pruned\") once a lower bound on\n"
                   "its time shows it below its method's best of that pass. Under mpirun the\n"
-                  "configurations spread over the ranks (rank 0 prints and writes -o).");
+                  "configurations spread over the ranks (rank 0 prints and writes -o). At the\n"
+                  "end a note says which (batching, schedule) pairs took the search's time.");
     cli_opt_int64(&t, "gpus", 'g', &a->gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
     cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_BATCHINGS, "methods to tune");

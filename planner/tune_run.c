@@ -273,6 +273,36 @@ static double eta_s(const tune_job *j)
     return left / j->jobs;
 }
 
+/* Where the search's time went, as a note: the (batching, schedule) groups that took the most of
+ * the workers' seconds, each with its share, configurations and mean seconds (what to leave out
+ * of --batchings or --schedules to search faster). */
+#define TIME_WENT_GROUPS 3
+static void time_went(const tune_job *j)
+{
+    double all = 0;
+    for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++) all += j->g_sum[g];
+    if (!(all > 0)) return;
+    char line[600];
+    int at = snprintf(line, sizeof line, "dpsim tune: where the time went (workers' seconds):");
+    int used[TIME_WENT_GROUPS];
+    for (int k = 0; k < TIME_WENT_GROUPS; k++) {
+        int best = -1;
+        for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++) {
+            int taken = 0;
+            for (int q = 0; q < k; q++) taken |= used[q] == g;
+            if (!taken && j->g_done[g] && (best < 0 || j->g_sum[g] > j->g_sum[best])) best = g;
+        }
+        if (best < 0) break;
+        used[k] = best;
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s %s/%s %.0f%% (%ld, %.3g s each)",
+                       k ? "," : "", j->sp->batchings[best / TUNE_MAX_LIST],
+                       j->sp->schedules[best % TUNE_MAX_LIST], 100 * j->g_sum[best] / all,
+                       j->g_done[best], j->g_sum[best] / j->g_done[best]);
+        if (at >= (int)sizeof line) break;
+    }
+    dp_note(DP_NOTE_LINE, "%s", line);
+}
+
 static void tune_progress(void *ctx, long finished, long n)
 {
     tune_job *j = ctx;
@@ -443,6 +473,7 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     }
     if (run->out && run->rank == 0) /* what finished, as it is */
         if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
+    if (j->progress && ranks == 1) time_went(j);
     for (int c = 0; c < sp->n_cps; c++)
         for (int t = 0; t < sp->n_tps; t++)
             for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[c][t][m]);

@@ -113,6 +113,10 @@ check "tune --schedules 1f1b,interleaved: interleaved rows at chunks 2 and 4, pp
             NR > 1 && \$3 == \"1f1b\" && \$4 != 1 { exit 1 } END { exit !(seen[2] && seen[4]) }' '$TMP/il.csv'"
 expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --chunks 2 -o "$TMP/no.csv"
+# where the search's time went: the costliest (batching, schedule) groups, on stderr
+expect "tune says where its time went, by batching and schedule" 0 "where the time went \\(workers' seconds\\): [a-z-]+/[a-z0-9]+ [0-9]+% \\([0-9]+, [0-9.e-]+ s each\\)" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
+    --global-tokens 65536 --batchings packing,dynamic --schedules 1f1b
 # ZeRO 2 and 3 with a pipeline only under --zero-pipeline (columns found by their header names)
 zp_rows() { # CSV: the rows with pp > 1 and ZeRO 2 or 3
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
