@@ -207,12 +207,23 @@ static void print_ranking(const tune_args *a, const plan_env *env, const method_
 }
 
 /* What the search's end tells the shell: 130 when interrupted (as a shell reports a Ctrl-C), a
- * runtime error when a worker died, else 0; said on stderr. */
-static int search_end(const tune_args *a, const tune_run_opts *run, long n)
+ * runtime error when a worker died or no configuration fits, else 0; said on stderr. */
+static int search_end(const tune_args *a, const tune_run_opts *run, const tune_result *res, long n)
 {
     long done = run->resumed + run->ran;
     int exit_code = 0;
     if (a->out) fprintf(stderr, "dpsim: wrote the ranking of %ld configurations to %s\n", done, a->out);
+    const tune_result *near = run->stopped ? NULL : tune_nothing_fits(res, n);
+    if (near) { /* no answer is an error, with what stands in the way of the nearest */
+        char desc[256];
+        tune_point_describe(&near->pt, desc, sizeof desc);
+        const char *hint = strstr(near->why, " hint: "); /* its own hint names options tune sets */
+        fprintf(stderr, "dpsim tune: error: none of the %ld configurations of %lld GPUs fits; the "
+                "nearest (%s): %.*s\nhint: more --gpus, a larger --mem-limit, a shorter "
+                "--max-seqlen or a smaller model\n", n, (long long)a->gpus, desc,
+                (int)(hint ? hint - near->why : (long)strlen(near->why)), near->why);
+        exit_code = EXIT_RUNTIME;
+    }
     if (run->stopped) {
         fprintf(stderr, "dpsim tune: interrupted after %ld of %ld configurations%s\n", done, n,
                 a->out ? "; --resume with the same options goes on" : "");
@@ -276,7 +287,7 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     st = run_search(&a, &env, &sp, &run, &res, &n, &err);
     if (st == DP_OK && rank == 0) { /* rank 0 says it all */
         print_ranking(&a, &env, &ml, res, n);
-        exit_code = search_end(&a, &run, n);
+        exit_code = search_end(&a, &run, res, n);
     }
     free(res);
     plan_env_release(&env);

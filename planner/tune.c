@@ -153,6 +153,30 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
     return NULL;
 }
 
+/* A point's model state per GPU in bytes per parameter (16-bit weights and gradients, fp32 Adam:
+ * 2 + 2 + 12), over its tp x pp shards and, by its ZeRO stage, its dp x cp ones: what orders
+ * points that did not fit without a simulated peak. */
+static double state_per_param(const tune_point *p)
+{
+    double split = (double)p->tp * p->pp, z = (double)p->dp * p->cp;
+    return (2 / (p->zero >= 3 ? z : 1) + 2 / (p->zero >= 2 ? z : 1) + 12 / (p->zero >= 1 ? z : 1)) /
+           split;
+}
+
+const tune_result *tune_nothing_fits(const tune_result *r, long n)
+{
+    const tune_result *near = NULL;
+    for (long i = 0; i < n; i++) {
+        if (!r[i].done || r[i].ok || r[i].died) return NULL; /* unfinished, fitting, or unknown */
+        int better = !near;
+        if (near && (r[i].peak_mb > 0) != (near->peak_mb > 0)) better = r[i].peak_mb > 0;
+        else if (near && r[i].peak_mb > 0) better = r[i].peak_mb < near->peak_mb;
+        else if (near) better = state_per_param(&r[i].pt) < state_per_param(&near->pt);
+        if (better) near = &r[i];
+    }
+    return near;
+}
+
 const tune_result *tune_reference(const tune_result *r, long n, const char *const *batchings,
                                   int nb, const char **name)
 {

@@ -99,6 +99,11 @@ typedef struct tune_result {
  * by index; in place. */
 void tune_rank(tune_result *r, long n);
 
+/* When every point of a finished search ran and none fits (no worker died, none was stopped):
+ * the one that came nearest — the least peak memory among those simulated, else the least model
+ * state per GPU by its shards — whose why says what stands in the way; NULL otherwise. */
+const tune_result *tune_nothing_fits(const tune_result *r, long n);
+
 /* The best ok result of batching in a ranked array, or NULL. */
 const tune_result *tune_best(const tune_result *r, long n, const char *batching);
 

@@ -117,6 +117,10 @@ expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches
 expect "tune says where its time went, by batching and schedule" 0 "where the time went \\(workers' seconds\\): [a-z-]+/[a-z0-9]+ [0-9]+% \\([0-9]+, [0-9.e-]+ s each\\)" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
     --global-tokens 65536 --batchings packing,dynamic --schedules 1f1b
+# a search where nothing fits has no answer: an error naming the nearest configuration and what
+# stands in its way (the model state, not a hint about options tune sets itself)
+expect "a search where no configuration fits is an error, naming the nearest and why" 1 "none of the [0-9]+ configurations of 8 GPUs fits; the nearest \\(batching=.*zero=[0-9].*\\): the model state of stage 0 \\([0-9]+ MB" -- \
+  "$DPSIM" tune --gpus 8 --mem-limit 2000 --iterations 1 --batchings packing,dynamic -q
 # ZeRO 2 and 3 with a pipeline only under --zero-pipeline (columns found by their header names)
 zp_rows() { # CSV: the rows with pp > 1 and ZeRO 2 or 3
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
