@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../common/csv_table.h"
+#include "../models/memory.h"
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
 
@@ -153,14 +154,12 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
     return NULL;
 }
 
-/* A point's model state per GPU in bytes per parameter (16-bit weights and gradients, fp32 Adam:
- * 2 + 2 + 12), over its tp x pp shards and, by its ZeRO stage, its dp x cp ones: what orders
- * points that did not fit without a simulated peak. */
-static double state_per_param(const tune_point *p)
+/* A point's model state per GPU, relative (memory.h's rule for a unit of parameters split over
+ * its tp x pp shards, ZeRO over its dp x cp ones): what orders points that did not fit without a
+ * simulated peak. */
+static double relative_state(const tune_point *p)
 {
-    double split = (double)p->tp * p->pp, z = (double)p->dp * p->cp;
-    return (2 / (p->zero >= 3 ? z : 1) + 2 / (p->zero >= 2 ? z : 1) + 12 / (p->zero >= 1 ? z : 1)) /
-           split;
+    return memory_model_state_mb(1.0 / ((double)p->tp * p->pp), NULL, p->zero, p->dp * p->cp);
 }
 
 const tune_result *tune_nothing_fits(const tune_result *r, long n)
@@ -171,7 +170,7 @@ const tune_result *tune_nothing_fits(const tune_result *r, long n)
         int better = !near;
         if (near && (r[i].peak_mb > 0) != (near->peak_mb > 0)) better = r[i].peak_mb > 0;
         else if (near && r[i].peak_mb > 0) better = r[i].peak_mb < near->peak_mb;
-        else if (near) better = state_per_param(&r[i].pt) < state_per_param(&near->pt);
+        else if (near) better = relative_state(&r[i].pt) < relative_state(&near->pt);
         if (better) near = &r[i];
     }
     return near;

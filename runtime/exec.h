@@ -227,5 +227,4 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err);
  * without NCCL, for several ranks). */
 dp_status rt_execute_gpu(const rt_opts *o, rt_result *res, dp_err *err);
 
-
 #endif /* RT_EXEC_H */

@@ -1,6 +1,5 @@
 #include "exec_loop.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>

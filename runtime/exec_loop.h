@@ -75,7 +75,7 @@ dp_status rt_loop_runs(const rt_opts *o, int rank, int prepare, rt_run_fn run, v
  * 20, ETA 12 s" after every iteration (the ETA from the time since started_s, dp_now_s
  * seconds) and a last line when done == total; elsewhere (a log, or mpirun, which forwards
  * stderr through pipes) a line per tenth of the run once it has taken RT_PROGRESS_AFTER_S.
- * rt_run_loop calls it after each iteration, for both backends. */
+ * rt_loop_runs calls it after each iteration, for both backends. */
 #define RT_PROGRESS_AFTER_S 2.0
 void rt_progress(int rank, int done, int total, double started_s);
 

@@ -437,7 +437,6 @@ recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
     return recompute_policy_mode(it->recompute >= 0 ? it->recompute : p->h.recompute);
 }
 
-
 /* A micro-batch's attention spans within the model's sliding window (model_check_window: dpsim
  * costs, and dprun runs, full attention): a varlen row's samples, each attending to itself; else
  * its rows' samples, at most the plan's max_seqlen (the padding after them, which a padded row
