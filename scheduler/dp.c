@@ -66,22 +66,42 @@ static void seg_release(seg_table *T)
     free(T->all);
 }
 
-static int cmp_i64(const void *a, const void *b)
+/* Sorts v[0..n) of non-negative values ascending: least significant digit first, 11 bits a pass,
+ * as many passes as the largest value's bits need (a varlen batch has a cost per segment, about a
+ * million: a comparison sort was a fifth of its planning). Returns -1 when out of memory. */
+static int sort_costs(int64_t *v, int n)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+    enum { BITS = 11, RADIX = 1 << BITS };
+    int64_t top = 0;
+    for (int k = 0; k < n; k++) top |= v[k];
+    if (n < 2 || top == 0) return 0;
+    int64_t *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) return -1;
+    int64_t *src = v, *dst = tmp;
+    for (int shift = 0; shift < 63 && (top >> shift) != 0; shift += BITS) {
+        int count[RADIX + 1] = {0};
+        for (int k = 0; k < n; k++) count[((src[k] >> shift) & (RADIX - 1)) + 1]++;
+        for (int d = 0; d < RADIX; d++) count[d + 1] += count[d];
+        for (int k = 0; k < n; k++) dst[count[(src[k] >> shift) & (RADIX - 1)]++] = src[k];
+        int64_t *swap = src;
+        src = dst, dst = swap;
+    }
+    if (src != v) memcpy(v, src, (size_t)n * sizeof *v);
+    free(tmp);
+    return 0;
 }
 
-/* Sorts the batch's costs and drops repeats (once). */
-static void seg_sort_costs(seg_table *T)
+/* Sorts the batch's costs and drops repeats (once). Returns -1 when out of memory. */
+static int seg_sort_costs(seg_table *T)
 {
-    if (T->sorted) return;
-    qsort(T->all, (size_t)T->n_all, sizeof *T->all, cmp_i64);
+    if (T->sorted) return 0;
+    if (sort_costs(T->all, T->n_all) != 0) return -1;
     int u = 0;
     for (int k = 0; k < T->n_all; k++)
         if (u == 0 || T->all[u - 1] != T->all[k]) T->all[u++] = T->all[k];
     T->n_all = u;
     T->sorted = 1;
+    return 0;
 }
 
 /* The index of the first of the batch's costs >= c (T sorted). */
@@ -307,7 +327,8 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
         }
     }
     shape_cache_free(own);
-    if (st == DP_OK && ctx->thin_ms > 0) seg_sort_costs(T); /* the exact descent sorts on need */
+    if (st == DP_OK && ctx->thin_ms > 0 && seg_sort_costs(T) != 0) /* the exact descent sorts on need */
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     return st;
 }
 
@@ -385,9 +406,8 @@ static dp_status descend(seg_table *T, int S, int C, int D, dp_cell *f, dp_cell 
     memcpy(best, f, (size_t)(n + 1) * sizeof *f);
     *best_score = score_scaled(f[n].sum, f[n].max, S, C, D);
     if (S == 1) return DP_OK; /* the sum alone decides */
-    seg_sort_costs(T);
     cap_range *stack = malloc((size_t)(T->n_all + 1) * sizeof *stack);
-    if (!stack || seg_suffix_min(T) != DP_OK) {
+    if (!stack || seg_sort_costs(T) != 0 || seg_suffix_min(T) != DP_OK) {
         free(stack);
         return DP_ERR_NOMEM;
     }
