@@ -119,10 +119,16 @@ int stage_zero_prefetch(const stage_model *sm)
     return (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;
 }
 
+/* The larger of a and b (b where either is NaN: in_range then refuses the figure). */
+static inline double larger(double a, double b)
+{
+    return a > b ? a : b;
+}
+
 double stage_with_zero(double compute_ms, double zero_ms, int layers, int prefetch)
 {
     if (!prefetch || layers < 1 || zero_ms <= 0) return compute_ms + zero_ms;
-    return fmax(compute_ms, zero_ms) + zero_ms / layers;
+    return larger(compute_ms, zero_ms) + zero_ms / layers;
 }
 
 double stage_zero_rescaled(double with_ms, double zero_ms, int layers, int prefetch, double k)
@@ -135,7 +141,7 @@ double stage_zero_rescaled(double with_ms, double zero_ms, int layers, int prefe
 
 static double transient(const cost_layer *l)
 {
-    return fmax(0, l->peak_act_mb - l->stored_act_mb);
+    return larger(0, l->peak_act_mb - l->stored_act_mb);
 }
 
 /* A micro-batch's figures within what a plan and the simulator's integer clock hold
@@ -168,32 +174,30 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     int prefetch = stage_zero_prefetch(sm);
     const cost_toy *toy = &sm->cm->toy;
     double scale = toy->on ? cost_toy_scale(toy, s) : 0;
+    double tr_enc = transient(&enc), tr_dec = transient(&dec), tr_head = transient(&head);
+    /* the DP prices every segment of a batch here, a stage at a time: maxima by comparison, not
+     * libm's fmax (a call each) */
     for (int d = 0; d < sm->pp; d++) {
+        int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
+        double tr = larger(ne ? tr_enc : 0, nd ? tr_dec : 0);
+        out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
         if (toy->on) { /* textbook: equal stages, no LM head, no collectives; the layers' memory */
-            int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
             out->fwd_ms[d] = toy->f_ms * scale;
             out->bwd_ms[d] = toy->b_ms * scale;
-            out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
-            out->peak_mb[d] = out->stored_mb[d] +
-                              fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
-            out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
-            continue;
-        }
-        int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
-        out->fwd_ms[d] = stage_with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d],
-                                         ne + nd, prefetch);
-        out->bwd_ms[d] = stage_with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d],
-                                         ne + nd, prefetch);
-        out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
-        double tr = fmax(ne ? transient(&enc) : 0, nd ? transient(&dec) : 0);
-        if (d == sm->pp - 1) {
-            out->fwd_ms[d] += head.fwd_ms;
-            out->bwd_ms[d] += head.bwd_ms;
-            out->stored_mb[d] += head.stored_act_mb;
-            tr = fmax(tr, transient(&head));
+        } else {
+            out->fwd_ms[d] = stage_with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d],
+                                             ne + nd, prefetch);
+            out->bwd_ms[d] = stage_with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d],
+                                             ne + nd, prefetch);
+            if (d == sm->pp - 1) {
+                out->fwd_ms[d] += head.fwd_ms;
+                out->bwd_ms[d] += head.bwd_ms;
+                out->stored_mb[d] += head.stored_act_mb;
+                tr = larger(tr, tr_head);
+            }
         }
         out->peak_mb[d] = out->stored_mb[d] + tr;
-        out->t_ms = fmax(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
+        out->t_ms = larger(out->t_ms, out->fwd_ms[d] + out->bwd_ms[d]);
     }
     return in_range(sm, s, out, err);
 }
@@ -210,7 +214,7 @@ int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *ru
 {
     for (int d = 0; d < sm->pp; d++) {
         double holds = rule->holds[d] > 1 ? rule->holds[d] : 1;
-        double transient = fmax(0, c->peak_mb[d] - c->stored_mb[d]) / sm->chunks;
+        double transient = larger(0, c->peak_mb[d] - c->stored_mb[d]) / sm->chunks;
         double need = holds * c->stored_mb[d] + transient, have = rule->scale * sm->budget_mb[d];
         if (need > have) {
             if (why)
