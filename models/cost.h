@@ -163,6 +163,8 @@ typedef struct cost_ops {
                            * measured profile times the format it was measured in */
     dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
                        cost_layer *out, dp_err *err);
+    double (*token_floor)(const cost_model *cm, cost_component c); /* cost_token_floor_ms; NULL:
+                                                                    * none (0) */
     void (*release)(cost_model *cm);
 } cost_ops;
 
@@ -280,6 +282,20 @@ static inline dp_status cost_query(const cost_model *cm, cost_component c, const
                                    cost_layer *out, dp_err *err)
 {
     return cm->ops->query(cm, c, s, out, err);
+}
+
+/* A lower bound, per token, on a layer's (c: one layer of that component, or the LM head)
+ * forward plus backward time, ms: for every shape s that cost_query answers,
+ *     fwd_ms + bwd_ms >= cost_token_floor_ms(cm, c) * tokens(s),
+ * tokens(s) = s->mbs * s->enc_len (a T5 decoder and its head: * s->dec_len), the padded tokens
+ * of the component's own sequence, whatever the attention, the padding or the cp degree of the
+ * shape (under cm's cp: the token share of one GPU). The part of the time that grows with the
+ * tokens, at its best rate; what a search bounds a configuration's time by before planning it
+ * (scheduler/stage_cost.h stage_model_token_floor). 0 (no bound): a kind without one (a measured
+ * profile). */
+static inline double cost_token_floor_ms(const cost_model *cm, cost_component c)
+{
+    return cm->ops->token_floor ? cm->ops->token_floor(cm, c) : 0;
 }
 
 /* Frees a cost model of any kind; NULL is a no-op. */

@@ -187,7 +187,31 @@ typedef struct analytic {
     /* the fitted layer's GEMM shape cost on the GPU of k0 ref_k0 (gemm_shape_multipliers), kept
      * between queries: it depends on nothing else */
     double ref_k0, ref_fwd, ref_bwd;
+    /* the GPU's tensor- and context-parallel groups (layout_group), kept between queries with
+     * what they were placed from */
+    struct {
+        int tp, cp, gpus_per_node, nics_per_node;
+        comm_group g;
+    } group[2];
 } analytic;
+
+/* The group of kind k (MESH_TP or MESH_CP) of a GPU of cm's tp x cp layout, as the mesh places it
+ * (comm_mesh_group); the DP prices a batch's every segment, and placing it was a tenth of that. */
+static comm_group layout_group(const cost_model *cm, mesh_kind k)
+{
+    analytic *a = cm->impl;
+    int at = k == MESH_CP;
+    const cluster_spec *hw = &cm->hw;
+    if (a->group[at].tp != cm->tp || a->group[at].cp != cm->cp ||
+        a->group[at].gpus_per_node != hw->gpus_per_node ||
+        a->group[at].nics_per_node != hw->nics_per_node) {
+        mesh layout = mesh_of(cm->tp, cm->cp, 1, 1);
+        a->group[at].g = comm_mesh_group(hw, &layout, k);
+        a->group[at].tp = cm->tp, a->group[at].cp = cm->cp;
+        a->group[at].gpus_per_node = hw->gpus_per_node, a->group[at].nics_per_node = hw->nics_per_node;
+    }
+    return a->group[at].g;
+}
 
 /* Time of attention work of `flops` forward FLOPs in the fused kernel, ms: the forward, or
  * (backward) its backward, 2.5 times the FLOPs, at the kernel's measured rate for that length. */
@@ -233,8 +257,7 @@ static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn,
     double tokens = (double)s->mbs * s->enc_len, elem = COMM_ACT_ELEM_BYTES;
     /* one ring per tensor-parallel rank, its members tp GPUs apart, all at once: across nodes
      * they share the node's NICs */
-    mesh layout = mesh_of(tp, cp, 1, 1);
-    comm_group g = comm_mesh_group(&cm->hw, &layout, MESH_CP);
+    comm_group g = layout_group(cm, MESH_CP);
     if (cm->cp_alltoall) { /* Q, K, V to heads-sharded full sequences, and the output back */
         double local = tokens / cp * elem / tp;
         double one = comm_coll_ms(&cm->hw, COLL_ALL_TO_ALL, &g, local * hk) * 2 +
@@ -328,15 +351,22 @@ static int layer_gemms(const layer_dims *d, cost_component c, double tq, double 
 /* The shape's cost over the layer's GEMMs at their large-K rate, forward and backward: the FLOPs
  * weighted by 1 / cost_gemm_shape_eff of the forward's K; the backward's data gradient (inner
  * dimension the forward's n) and weight gradient (inner dimension the tokens) each half. */
+static void gemm_factors(const gpu_spec *gpu, int fp8, const gemm *g, double *fwd, double *bwd)
+{
+    *fwd = 1 / cost_gemm_shape_eff(gpu, fp8, g->k);
+    *bwd = (1 / cost_gemm_shape_eff(gpu, fp8, g->n) + 1 / cost_gemm_shape_eff(gpu, fp8, g->m)) / 2;
+}
+
 static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, double *fwd,
                             double *bwd)
 {
     double total = 0, f = 0, b = 0;
     for (int i = 0; i < n; i++) {
+        double fi, bi;
+        gemm_factors(gpu, fp8, &g[i], &fi, &bi);
         total += g[i].flops;
-        f += g[i].flops / cost_gemm_shape_eff(gpu, fp8, g[i].k);
-        b += g[i].flops * (1 / cost_gemm_shape_eff(gpu, fp8, g[i].n) +
-                           1 / cost_gemm_shape_eff(gpu, fp8, g[i].m)) / 2;
+        f += g[i].flops * fi;
+        b += g[i].flops * bi;
     }
     *fwd = total > 0 ? f / total : 1;
     *bwd = total > 0 ? b / total : 1;
@@ -348,6 +378,20 @@ static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, 
  * this one's. */
 static const layer_dims FIT_LAYER = {4096, 4096, 4096, 16384, 2, 0};
 #define FIT_TOKENS 4096.0
+
+/* The analytic state of cm with the fitted layer's GEMM shape cost on cm's GPU filled in. */
+static const analytic *fit_layer_cost(const cost_model *cm)
+{
+    analytic *a = cm->impl;
+    const gpu_spec *gpu = &cm->hw.gpu;
+    if (a->ref_k0 != gpu->gemm_k0 || !(a->ref_fwd > 0)) {
+        gemm ref[8];
+        int nref = layer_gemms(&FIT_LAYER, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, ref);
+        gemm_shape_cost(gpu, 0, ref, nref, &a->ref_fwd, &a->ref_bwd);
+        a->ref_k0 = gpu->gemm_k0;
+    }
+    return a;
+}
 
 /* The time multipliers of a layer's GEMMs for their shapes, forward and backward (1 on a GPU
  * without a measured K curve): its shape cost over the fitted layer's in bf16, the precision the
@@ -364,17 +408,50 @@ static void gemm_shape_multipliers(const cost_model *cm, cost_component c, doubl
     gemm g[8];
     layer_dims d = dims_of(&cm->model);
     int n = layer_gemms(&d, c, tq, tkv, cm->tp, g);
-    analytic *a = cm->impl;
-    if (a->ref_k0 != gpu->gemm_k0 || !(a->ref_fwd > 0)) {
-        gemm ref[8];
-        int nref = layer_gemms(&FIT_LAYER, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, ref);
-        gemm_shape_cost(gpu, 0, ref, nref, &a->ref_fwd, &a->ref_bwd);
-        a->ref_k0 = gpu->gemm_k0;
-    }
+    const analytic *a = fit_layer_cost(cm);
     double f, b;
     gemm_shape_cost(gpu, fp8, g, n, &f, &b);
     *fwd = f / a->ref_fwd;
     *bwd = b / a->ref_bwd;
+}
+
+/* The least multipliers gemm_shape_multipliers can give the layer's GEMMs on cm's GPU, whatever
+ * the tokens: each GEMM's own factors as the tokens grow without bound (the weight gradient's
+ * inner dimension is the tokens), the least of them (every mix of the GEMMs' FLOPs, a T5
+ * decoder's encoder tokens in it, averages them). */
+static void gemm_floor_multipliers(const cost_model *cm, cost_component c, int fp8, double *fwd,
+                                   double *bwd)
+{
+    const gpu_spec *gpu = &cm->hw.gpu;
+    *fwd = *bwd = 1;
+    if (!(gpu->gemm_k0 > 0) && !(fp8 && gpu->fp8_gemm_k0 > 0)) return;
+    gemm g[8];
+    layer_dims d = dims_of(&cm->model);
+    int n = layer_gemms(&d, c, 1e300, 1e300, cm->tp, g);
+    const analytic *a = fit_layer_cost(cm);
+    double f = INFINITY, b = INFINITY;
+    for (int i = 0; i < n; i++) {
+        double fi, bi;
+        gemm_factors(gpu, fp8, &g[i], &fi, &bi);
+        f = fmin(f, fi), b = fmin(b, bi);
+    }
+    *fwd = f / a->ref_fwd;
+    *bwd = b / a->ref_bwd;
+}
+
+/* The memory-bound bytes a layer (or the head) moves for `tokens` tokens on one GPU: the head's
+ * fp32 logits written, read and their gradient written; a layer's elementwise passes over
+ * (tokens, h), split along the sequence with SP, and over (tokens, f / t), and under fp8 the
+ * casts of its GEMMs' activation operands (fp8_cast_bytes). Linear in the tokens. */
+static double token_bytes(const cost_model *cm, cost_component c, double tokens)
+{
+    const model_spec *m = &cm->model;
+    double h = m->hidden, t = cm->tp;
+    if (c == COMP_POSTPROCESS) return 3 * 4.0 * tokens * m->vocab / t;
+    int sp = cm->seq_parallel && cm->tp > 1;
+    double bytes = 2 * ELEMENTWISE_PASSES * tokens * h / (sp ? t : 1) + 2 * 2.0 * tokens * m->ffn / t;
+    if (cm->precision == PRECISION_FP8) bytes += fp8_cast_bytes(m, c, tokens, t);
+    return bytes;
 }
 
 static double smoothmax(double floor_ms, double work_ms)
@@ -407,12 +484,9 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     int sp = cm->seq_parallel && cm->tp > 1;
     double sq = c == COMP_DECODER || (c == COMP_POSTPROCESS && m->arch == ARCH_T5) ? s->dec_len
                                                                                    : s->enc_len;
-    double bytes;
-    if (c == COMP_POSTPROCESS)
-        bytes = 2.0 * m->vocab * h / t + 3 * 4.0 * b * sq * m->vocab / t;
-    else /* the elementwise passes over (b, s, h) split along the sequence with SP */
-        bytes = 1e6 * cm->param_mb[c] + 2 * ELEMENTWISE_PASSES * b * sq * h / (sp ? t : 1) +
-                2 * 2.0 * b * sq * m->ffn / t;
+    /* the weights read once (the head's: its vocabulary projection), and what the tokens move */
+    double bytes = (c == COMP_POSTPROCESS ? 2.0 * m->vocab * h / t : 1e6 * cm->param_mb[c]) +
+                   token_bytes(cm, c, b * sq);
     double t_attn = attn / (peak * p->attn_eff) * 1e3, t_attn_bwd = p->bwd_ratio * t_attn;
     if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS) {
         /* ring steps run blocks of 1/cp of the sequence; all-to-all keeps it whole */
@@ -423,7 +497,6 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
      * operands cast (fp8_cast_bytes); the LM head stays bf16 (Megatron's output layer is not a
      * Transformer Engine module) */
     int fp8 = cm->precision == PRECISION_FP8 && c != COMP_POSTPROCESS;
-    if (fp8) bytes += fp8_cast_bytes(m, c, b * sq, t);
     /* each GEMM at its shape's share of the large-K rate (cost_gemm_shape_eff), as the fitted
      * layer's were; the rows are this GPU's tokens (a T5 decoder's cross K/V: the encoder's) */
     double shape_fwd, shape_bwd;
@@ -450,8 +523,7 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
          * attention and after the MLP (a T5 decoder layer also after its cross attention), the
          * same in the backward on the gradients */
         double n_ar = c == COMP_DECODER ? 3 : 2, act = 2.0 * b * sq * h;
-        mesh layout = mesh_of(cm->tp, 1, 1, 1);
-        comm_group g = comm_mesh_group(&cm->hw, &layout, MESH_TP);
+        comm_group g = layout_group(cm, MESH_TP);
         double ar = n_ar * (sp ? comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &g, act) +
                                      comm_coll_ms(&cm->hw, COLL_REDUCE_SCATTER, &g, act)
                                : comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, act));
@@ -476,13 +548,40 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     return DP_OK;
 }
 
+/* cost_ops.token_floor: of analytic_query's time, what grows with the tokens at its best rate —
+ * the GEMMs at their least shape multipliers (gemm_floor_multipliers), the bytes the tokens move
+ * (token_bytes), a full recompute's forward again in the backward — per token of the component's
+ * sequence on one GPU of the cp group. Left out, each at least 0: the per-layer floor (the smooth
+ * maximum is at least the work), the weights' bytes, attention, the collectives. */
+static double analytic_token_floor(const cost_model *cm, cost_component c)
+{
+    const model_spec *m = &cm->model;
+    const analytic_params *p = &((const analytic *)cm->impl)->p;
+    if (c == COMP_DECODER && m->arch != ARCH_T5) return 0;
+    cost_shape one = cost_shape_rows(1, 0, 0); /* one token of the component's own sequence */
+    if (c == COMP_DECODER || (c == COMP_POSTPROCESS && m->arch == ARCH_T5)) one.dec_len = 1;
+    else one.enc_len = 1;
+    double dense, attn, cp = cm->cp;
+    analytic_flops(m, c, &one, cm->tp, &dense, &attn);
+    int fp8 = cm->precision == PRECISION_FP8 && c != COMP_POSTPROCESS;
+    double mf, mb;
+    gemm_floor_multipliers(cm, c, fp8, &mf, &mb);
+    double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
+    double t_gemm = dense / cp / (peak * p->gemm_eff * (fp8 ? cost_gemm_speedup(cm) : 1)) * 1e3;
+    double t_bytes = token_bytes(cm, c, 1 / cp) / (bw * p->mem_eff) * 1e3;
+    double fwd = t_gemm * mf + t_bytes, bwd = p->bwd_ratio * (t_gemm * mb + t_bytes);
+    if (cm->recompute == RECOMPUTE_FULL && c != COMP_POSTPROCESS) bwd += fwd;
+    return fwd + bwd;
+}
+
 static void analytic_release(cost_model *cm)
 {
     free(cm->impl);
     cm->impl = NULL;
 }
 
-static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, analytic_query, analytic_release};
+static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, analytic_query, analytic_token_floor,
+                                       analytic_release};
 
 const analytic_params *cost_analytic_params(const cost_model *cm)
 {

@@ -202,6 +202,17 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
     return in_range(sm, s, out, err);
 }
 
+void stage_model_token_floor(const stage_model *sm, int d, double *enc_ms, double *dec_ms)
+{
+    const cost_model *cm = sm->cm;
+    *enc_ms = *dec_ms = 0;
+    if (cm->toy.on) return;
+    *enc_ms = sm->enc_layers[d] * cost_token_floor_ms(cm, COMP_ENCODER);
+    *dec_ms = sm->dec_layers[d] * cost_token_floor_ms(cm, COMP_DECODER);
+    if (d == sm->pp - 1) /* the head runs over the decoder's tokens (T5), or the sequence's */
+        *(cm->model.arch == ARCH_T5 ? dec_ms : enc_ms) += cost_token_floor_ms(cm, COMP_POSTPROCESS);
+}
+
 void mem_rule_uniform(mem_rule *r, int pp, double holds)
 {
     memset(r, 0, sizeof *r);

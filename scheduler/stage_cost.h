@@ -95,6 +95,14 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
  * answer exceeds STAGE_MAX_VALUE (implausible rates: the message names the shape and figure). */
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err);
 
+/* A lower bound on device d's forward plus backward time of any micro-batch, per real token: one
+ * of E encoder (GPT: sequence) and D decoder tokens costs it at least *enc_ms * E + *dec_ms * D
+ * (cost_token_floor_ms over the device's layers, the LM head's on the last device; ZeRO's
+ * collectives only add; under --cp auto the heaviest part holds at least its share). 0 and 0
+ * where there is no bound (toy costs, a measured profile). A search bounds a configuration's time
+ * by it before planning any micro-batch (planner/study.c). */
+void stage_model_token_floor(const stage_model *sm, int d, double *enc_ms, double *dec_ms);
+
 /* A device's compute of compute_ms with ZeRO's per-micro-batch collectives of zero_ms over its
  * `layers` layers (stage_model_cost's rule): serial, compute + zero; prefetched layer by layer
  * (each layer's gathered while the one before computes), the longer of the two streams plus one
