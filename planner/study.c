@@ -321,6 +321,67 @@ dp_status study_end(study_acc *a, dp_err *err)
     return DP_OK;
 }
 
+/* study_opts.prune_ms before planning: a lower bound on the time of an iteration of samples
+ * b[0..n) from their tokens alone, ms: the busiest device of the replica with the most of them
+ * (at least 1/dp), each token at the least of the modes' floors (stage_model_token_floor). */
+static double batch_floor_ms(const stage_model *sm, int modes, const sample_len *b, int n)
+{
+    double enc = 0, dec = 0, most = 0;
+    for (int i = 0; i < n; i++) enc += b[i].enc, dec += b[i].dec;
+    for (int d = 0; d < sm[0].pp; d++) {
+        double e = INFINITY, x = INFINITY;
+        for (int m = 0; m < modes; m++) {
+            double em, xm;
+            stage_model_token_floor(&sm[m], d, &em, &xm);
+            e = fmin(e, em), x = fmin(x, xm);
+        }
+        most = fmax(most, e * enc + x * dec);
+    }
+    return most / sm[0].dp;
+}
+
+/* The floors (batch_floor_ms) of the iterations the run will plan, each with every later one's
+ * added: floor_left[k] bounds the time of iterations k, k + 1, ... Returns NULL (no bound before
+ * planning) where they cannot be known ahead or the sum would not bound the run: a streamed
+ * trace, --keep-going (a failed iteration adds no time), no floor at all, or the trace's batches
+ * not cut (batch_next's error comes again when planning). */
+static double *iteration_floors(const study_opts *o, const trace *t, const stage_model *sm,
+                                int modes, int *count)
+{
+    *count = 0;
+    if (!(o->prune_ms > 0) || o->stream_path || o->keep_going) return NULL;
+    batch_iter bi;
+    batch_iter_init(&bi, t, o->rules);
+    if (o->batching->pack_dataset) batch_iter_pack_rows(&bi, batch_pack_rows(o->rules, o->mbs, o->dp));
+    double *left = NULL, total = 0;
+    size_t cap = 0;
+    int k = 0;
+    for (; !o->max_iterations || k < o->max_iterations; k++) {
+        const sample_len *b;
+        int n;
+        dp_err ignored = {0};
+        if (batch_next(&bi, &b, &n, &ignored) != DP_OK ||
+            dp_grow((void **)&left, &cap, (size_t)k + 1, sizeof *left) != DP_OK) {
+            k = 0;
+            break;
+        }
+        if (n == 0) break;
+        total += left[k] = batch_floor_ms(sm, modes, b, n);
+    }
+    batch_iter_release(&bi);
+    for (int i = 0; i < k; i++) { /* suffix sums */
+        double own = left[i];
+        left[i] = total;
+        total -= own;
+    }
+    if (k == 0 || !(left[0] > 0)) {
+        free(left);
+        return NULL;
+    }
+    *count = k;
+    return left;
+}
+
 /* Everything one iteration's planning needs. */
 typedef struct planner {
     const study_opts *o;
@@ -600,6 +661,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
      * first plan is the only one) */
     int prune_fit = o->prune_ms > 0 && !o->recompute_per_mb && !o->recompute_by_time && n_cands == 1;
     int prune_early = prune_fit && modes == 1 && !o->batching->memory_aware;
+    /* and before planning anything: the floors of this iteration and every later one */
+    int n_floors;
+    double *floor_left = iteration_floors(o, t, sm, modes, &n_floors);
     for (;;) {
         if (o->max_iterations && planned >= o->max_iterations) break;
         const sample_len *b;
@@ -612,6 +676,14 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         }
         if (planned == 0)
             for (int i = 0; i < n; i++) first_tokens += b[i].enc + b[i].dec;
+        if (planned < n_floors && (double)acc.t_ns / 1e6 + floor_left[planned] > o->prune_ms) {
+            r->pruned_ms = (double)acc.t_ns / 1e6 + floor_left[planned];
+            r->pruned_unplanned = 1;
+            snprintf(r->why, sizeof r->why, "pruned before iteration %d: at least %.1f ms of "
+                     "simulated time (its tokens and the later iterations' at their best rate), "
+                     "past the search's cut-off of %.1f ms", planned, r->pruned_ms, o->prune_ms);
+            break;
+        }
         double t0 = dp_now_s();
         int answerable = 0, mode = 0;
         dp_err why = {0};
@@ -699,6 +771,7 @@ out:;
     dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
     if (st == DP_OK) st = end;
     free(plan_ms);
+    free(floor_left);
     for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
     free(sm);
     plan_iter_release(&pi);

@@ -83,7 +83,9 @@ typedef struct study_opts {
      * where the plan cannot change any more: before the adaptive order search where one plan
      * is all there is (a batching that does not cut by memory, one recompute mode), else once
      * the plan fits; never under per-micro-batch or fastest recompute, or a batching chosen per
-     * iteration. 0: off. */
+     * iteration. Before planning each iteration, in every case but --keep-going and a streamed
+     * trace, the bound is that iteration's and every later one's tokens at their best rate
+     * (stage_cost.h stage_model_token_floor), which costs no planning. 0: off. */
     double prune_ms;
 } study_opts;
 
@@ -163,8 +165,10 @@ typedef struct study_result {
     int oom_unplanned;      /* of those, iterations the planner had called fitting (always 0:
                              * the planner's check is the simulator's memory, plan_machine.h) */
     double pruned_ms;       /* > 0: the run stopped at study_opts.prune_ms: the simulated time
-                             * before the iteration that passed it plus that one's lower bound;
-                             * the totals hold the iterations before it */
+                             * before the iteration that passed it plus a lower bound (that
+                             * iteration's plan's, or its and the later iterations' tokens'
+                             * floor); the totals hold the iterations before it */
+    int pruned_unplanned;   /* 1: by the tokens' floor, before the iteration was planned */
 } study_result;
 
 void study_result_release(study_result *r);

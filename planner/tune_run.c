@@ -157,8 +157,9 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     char pruned[240];
     if (st == DP_OK && r.pruned_ms > 0)
         snprintf(pruned, sizeof pruned, TUNE_WHY_PRUNED "at most %.0f tokens/s (a lower bound on "
-                 "its time), below the %.0f of the best configuration of the first pass",
-                 1e3 * (double)j->scored_tokens / r.pruned_ms, cutoff);
+                 "its time%s), below the %.0f of the best configuration of the first pass",
+                 1e3 * (double)j->scored_tokens / r.pruned_ms,
+                 r.pruned_unplanned ? " from its tokens, before planning" : "", cutoff);
     const char *why = st != DP_OK ? err.msg : ok ? "" : r.pruned_ms > 0 ? pruned
                       : r.why[0] ? r.why : "no iteration";
     eval_reply(out, cap, ok, ok ? r.throughput_tokens_per_s : 0, ok ? r.mfu : 0, peak,

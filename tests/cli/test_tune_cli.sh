@@ -12,7 +12,8 @@ A="--model llama3-8b --hw dgx-h100 --gpus 8 --iterations 2 --max-seqlen 8192 --g
 check "an uninterrupted search writes its ranking" test "$(wc -l <"$TMP/full.csv")" -gt 100
 check "... with progress lines on a stderr that is no terminal" grep -Eq '^dpsim tune: [0-9]+/[0-9]+ configurations done \([0-9]+ fit(, [0-9]+ pruned)?\), best [0-9]+ tokens/s' "$TMP/full.err"
 check "... pruning by a lower bound on time, each pruned row saying how far it could get" \
-  grep -Eq ',"?pruned: at most [0-9]+ tokens/s \(a lower bound on its time\), below the [0-9]+ of the best' "$TMP/full.csv"
+  grep -Eq ',"?pruned: at most [0-9]+ tokens/s \(a lower bound on its time( from its tokens, before planning)?\), below the [0-9]+ of the best' "$TMP/full.csv"
+check "... some before planning them, from their tokens alone" grep -q 'from its tokens, before planning' "$TMP/full.csv"
 check "... and the speed-up over the best varlen packer" grep -q 'x best: over packing-' "$TMP/full.out"
 
 # shellcheck disable=SC2086
