@@ -349,7 +349,7 @@ static double *iteration_floors(const study_opts *o, const trace *t, const stage
                                 int modes, int *count)
 {
     *count = 0;
-    if (!(o->prune_ms > 0) || o->stream_path || o->keep_going) return NULL;
+    if (o->stream_path || o->keep_going) return NULL;
     batch_iter bi;
     batch_iter_init(&bi, t, o->rules);
     if (o->batching->pack_dataset) batch_iter_pack_rows(&bi, batch_pack_rows(o->rules, o->mbs, o->dp));
@@ -662,8 +662,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     int prune_fit = o->prune_ms > 0 && !o->recompute_per_mb && !o->recompute_by_time && n_cands == 1;
     int prune_early = prune_fit && modes == 1 && !o->batching->memory_aware;
     /* and before planning anything: the floors of this iteration and every later one */
-    int n_floors;
-    double *floor_left = iteration_floors(o, t, sm, modes, &n_floors);
+    int n_floors = 0;
+    double *floor_left = o->prune_ms > 0 ? iteration_floors(o, t, sm, modes, &n_floors) : NULL;
     for (;;) {
         if (o->max_iterations && planned >= o->max_iterations) break;
         const sample_len *b;
@@ -778,6 +778,22 @@ out:;
     mb_list_release(&l);
     batch_iter_release(&bi);
     if (streaming) trace_stream_close(&ts);
+    return st;
+}
+
+dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err *err)
+{
+    const cost_model *cms[RECOMPUTE_COUNT];
+    int modes = study_modes(o, cms), count;
+    *ms = 0;
+    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
+    dp_status st = DP_OK;
+    for (int m = 0; m < modes && st == DP_OK; m++)
+        st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
+    double *left = st == DP_OK ? iteration_floors(o, t, sm, modes, &count) : NULL;
+    if (left) *ms = left[0];
+    free(left);
+    free(sm);
     return st;
 }
 

@@ -173,6 +173,13 @@ typedef struct study_result {
 
 void study_result_release(study_result *r);
 
+/* A lower bound on the simulated time study_run(o, t) would take, ms, from the tokens of the
+ * iterations it would plan alone (each at the cost model's best per-token rate on the busiest
+ * device: stage_model_token_floor), without planning any; 0 where there is none (toy costs, a
+ * measured profile, a streamed trace, --keep-going). The errors of stage_model_init (model state
+ * beyond the device's memory: DP_ERR_INFEASIBLE), *ms then 0. */
+dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err *err);
+
 /* The accumulation behind study_run, usable on iterations read from a plan file too. */
 typedef struct study_acc {
     study_result *r;

@@ -40,19 +40,27 @@ typedef struct tune_job {
      * best throughput of its first pass (0: none, no pruning) */
     int64_t scored_tokens;
     double cutoff_tps[TUNE_MAX_LIST];
+    int *phase;     /* per point: the pass it runs in (TUNE_SEED_PASS, TUNE_FIRST_PASS, or the rest) */
+    int phase_now;  /* the pass running */
     int last_phase;
     int shared_all; /* every process's results are in (over processes: after the last pass) */
 } tune_job;
 
-/* The figure phase 1 prunes batching b's points against: the best throughput of its first pass
- * among the points done, as the ranking CSV writes it (0.01 tokens/s), so that a resumed search
- * cuts at the same figure. */
-static double first_pass_cutoff(const tune_job *j, int b)
+/* The passes (planner_tune): each batching's most promising first-pass points, the rest of its
+ * first pass, then everything else. */
+enum { TUNE_SEED_PASS, TUNE_FIRST_PASS, TUNE_REST_PASS, TUNE_PASSES };
+/* first-pass points per batching in the seed pass: those of the least floor (point_floor_ms) */
+#define TUNE_SEEDS 4
+
+/* The figure pass `phase` prunes batching b's points against: the best throughput of its earlier
+ * passes among the points done, as the ranking CSV writes it (0.01 tokens/s), so that a resumed
+ * search cuts at the same figure. */
+static double phase_cutoff(const tune_job *j, int b, int phase)
 {
     const tune_result *best = NULL;
     for (long i = 0; i < j->n; i++)
         if (j->res[i].done && j->res[i].ok && j->group[i] / TUNE_MAX_LIST == b &&
-            tune_first_pass(j->sp, &j->pts[i]) && (!best || j->res[i].throughput > best->throughput))
+            j->phase[i] < phase && (!best || j->res[i].throughput > best->throughput))
             best = &j->res[i];
     char text[64];
     snprintf(text, sizeof text, "%.2f", best ? best->throughput : 0);
@@ -88,6 +96,22 @@ static dp_status build_cost(const plan_request *base, const plan_env *env, int t
     return st;
 }
 
+/* The study options of point pt over the base request, with the cost models use[] (by mode); p
+ * holds the request they point into. */
+static void point_opts(const plan_request *base, const plan_env *env, const tune_point *pt,
+                       cost_model *const *use, plan_request *p, study_opts *o)
+{
+    int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
+    *p = *base;
+    p->batching = pt->batching, p->schedule = pt->schedule, p->chunks = pt->chunks > 1 ? pt->chunks : 1;
+    p->cost.tp = pt->tp, p->cost.cp = pt->cp, p->pp = pt->pp, p->dp = pt->dp, p->zero = pt->zero;
+    p->mbs = pt->mbs, p->mb_tokens = pt->mb_tokens;
+    p->cost.recompute = pt->recompute;
+    planner_study_opts(p, env, pt->batching, pt->schedule, o);
+    o->cm = use[dynamic ? 0 : recompute_policy_mode(pt->recompute)];
+    for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = dynamic ? use[m] : NULL;
+}
+
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, double prune_ms, study_result *r, dp_err *err)
 {
@@ -107,20 +131,33 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
         if (st == DP_OK) use[m] = own[m];
     }
     if (st == DP_OK) {
-        plan_request p = *base;
-        p.batching = pt->batching, p.schedule = pt->schedule, p.chunks = pt->chunks > 1 ? pt->chunks : 1;
-        p.cost.tp = pt->tp, p.cost.cp = pt->cp, p.pp = pt->pp, p.dp = pt->dp, p.zero = pt->zero;
-        p.mbs = pt->mbs, p.mb_tokens = pt->mb_tokens;
-        p.cost.recompute = pt->recompute;
+        plan_request p;
         study_opts o;
-        planner_study_opts(&p, env, pt->batching, pt->schedule, &o);
-        o.cm = use[dynamic ? 0 : rc];
+        point_opts(base, env, pt, use, &p, &o);
         o.prune_ms = prune_ms;
-        for (int m = 0; m < RECOMPUTE_COUNT; m++) o.recompute_cm[m] = dynamic ? use[m] : NULL;
         st = study_run(&o, &env->trace, r, err);
     }
     for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(own[m]);
     return st;
+}
+
+/* A lower bound on point i's simulated time from its tokens alone (study_floor_ms), ms; INFINITY
+ * where its model state does not fit or its cost model could not be made, 0 where there is no
+ * bound. */
+static double point_floor_ms(const tune_job *j, long i)
+{
+    const tune_point *pt = &j->pts[i];
+    int t = tp_slot(j->sp, pt->tp), c = cp_slot(j->sp, pt->cp);
+    cost_model *const *use = j->cm[c][t];
+    int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if ((dynamic || m == (int)recompute_policy_mode(pt->recompute)) && !use[m]) return INFINITY;
+    plan_request p;
+    study_opts o;
+    point_opts(j->base, j->env, pt, use, &p, &o);
+    double ms;
+    dp_err ignored = {0};
+    return study_floor_ms(&o, &j->env->trace, &ms, &ignored) == DP_OK ? ms : INFINITY;
 }
 
 /* A worker's reply for one point, the one writer of what tune_done reads: "OK THROUGHPUT MFU
@@ -157,9 +194,10 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     char pruned[240];
     if (st == DP_OK && r.pruned_ms > 0)
         snprintf(pruned, sizeof pruned, TUNE_WHY_PRUNED "at most %.0f tokens/s (a lower bound on "
-                 "its time%s), below the %.0f of the best configuration of the first pass",
+                 "its time%s), below the %.0f of the best configuration of the first pass%s",
                  1e3 * (double)j->scored_tokens / r.pruned_ms,
-                 r.pruned_unplanned ? " from its tokens, before planning" : "", cutoff);
+                 r.pruned_unplanned ? " from its tokens, before planning" : "", cutoff,
+                 j->phase_now == TUNE_FIRST_PASS ? "'s most promising" : "");
     const char *why = st != DP_OK ? err.msg : ok ? "" : r.pruned_ms > 0 ? pruned
                       : r.why[0] ? r.why : "no iteration";
     eval_reply(out, cap, ok, ok ? r.throughput_tokens_per_s : 0, ok ? r.mfu : 0, peak,
@@ -346,6 +384,33 @@ static void tune_progress(void *ctx, long finished, long n)
             line);
 }
 
+/* Each point's pass: the first-pass points (tune_first_pass) in TUNE_FIRST_PASS, but where the
+ * search prunes, the TUNE_SEEDS of each batching whose tokens bound their time the least
+ * (point_floor_ms; ties to the earlier point; never one whose model state does not fit) in
+ * TUNE_SEED_PASS: they set the figure the rest of the first pass is cut against. Everything else
+ * in TUNE_REST_PASS. */
+static void assign_passes(tune_job *j)
+{
+    j->phase = dp_xcalloc((size_t)j->n, sizeof *j->phase);
+    for (long i = 0; i < j->n; i++)
+        j->phase[i] = tune_first_pass(j->sp, &j->pts[i]) ? TUNE_FIRST_PASS : TUNE_REST_PASS;
+    if (j->scored_tokens <= 0) return;
+    double *floor = dp_xcalloc((size_t)j->n, sizeof *floor);
+    for (long i = 0; i < j->n; i++)
+        floor[i] = j->phase[i] == TUNE_FIRST_PASS ? point_floor_ms(j, i) : INFINITY;
+    for (int b = 0; b < j->sp->n_batchings; b++)
+        for (int k = 0; k < TUNE_SEEDS; k++) {
+            long best = -1;
+            for (long i = 0; i < j->n; i++)
+                if (j->group[i] / TUNE_MAX_LIST == b && j->phase[i] == TUNE_FIRST_PASS &&
+                    isfinite(floor[i]) && (best < 0 || floor[i] < floor[best]))
+                    best = i;
+            if (best < 0) break;
+            j->phase[best] = TUNE_SEED_PASS;
+        }
+    free(floor);
+}
+
 dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
                    tune_run_opts *run, tune_result **out, long *n_out, dp_err *err)
 {
@@ -423,12 +488,14 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
                     snprintf(j->cm_err[c][t][m], sizeof j->cm_err[c][t][m], "%.230s", e.msg);
             }
         }
+    assign_passes(j);
     if (j->progress)
         dp_note(DP_NOTE_LINE, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers",
                 n, sp->gpus, todo, run->resumed ? " (the rest resumed)" : "", jobs);
-    /* Two passes: first each batching's points of the first schedule without recompute; then
-     * the rest, each dropped once a lower bound on its time says it cannot reach the best of
-     * its batching's first pass (as the ranking CSV writes it, so that a resumed search cuts at
+    /* Three passes (assign_passes): each batching's most promising points of the first
+     * schedule without recompute; the rest of those; then everything else. A point of a later
+     * pass is dropped once a lower bound on its time says it cannot reach the best of its
+     * batching's earlier passes (as the ranking CSV writes it, so that a resumed search cuts at
      * the same figure). The best is never dropped; which others are depends on the inputs only. */
     int ranks = run->ranks > 1 && run->allgather ? run->ranks : 1;
     dp_status sst = DP_OK;
@@ -438,30 +505,29 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
         sst = share_pass(j, err);
         j->todo = todo_all;
     }
-    /* A resumed ranking's second-pass rows were cut at the best of the first pass as it was then;
-     * one whose first pass had lost a point (a dead worker) may have cut at a lower figure than
-     * the whole first pass gives. Those rows run again once the first pass is whole. */
-    double resumed_cutoff[TUNE_MAX_LIST];
-    for (int b = 0; b < sp->n_batchings; b++) resumed_cutoff[b] = first_pass_cutoff(j, b);
-    for (int phase = 0; phase < 2 && !run->stopped && sst == DP_OK; phase++) {
-        if (phase == 1)
-            for (int b = 0; b < sp->n_batchings && j->scored_tokens > 0; b++) {
-                j->cutoff_tps[b] = first_pass_cutoff(j, b);
-                if (j->cutoff_tps[b] == resumed_cutoff[b]) continue;
-                for (long i = 0; i < n; i++)
-                    if (j->res[i].done && j->group[i] / TUNE_MAX_LIST == b &&
-                        !tune_first_pass(sp, &pts[i])) {
-                        j->res[i] = (tune_result){.pt = pts[i], .index = i};
-                        run->resumed--, j->g_left[j->group[i]]++;
-                    }
-            }
+    /* A resumed ranking's rows of a later pass were cut at the best of the earlier passes as it
+     * was then; one whose earlier passes had lost a point (a dead worker) may have cut at a lower
+     * figure than they give whole. Those rows run again once the earlier passes are whole. */
+    double resumed_cutoff[TUNE_PASSES][TUNE_MAX_LIST];
+    for (int phase = 0; phase < TUNE_PASSES; phase++)
+        for (int b = 0; b < sp->n_batchings; b++) resumed_cutoff[phase][b] = phase_cutoff(j, b, phase);
+    for (int phase = 0; phase < TUNE_PASSES && !run->stopped && sst == DP_OK; phase++) {
+        for (int b = 0; b < sp->n_batchings && j->scored_tokens > 0 && phase > 0; b++) {
+            j->cutoff_tps[b] = phase_cutoff(j, b, phase);
+            if (j->cutoff_tps[b] == resumed_cutoff[phase][b]) continue;
+            for (long i = 0; i < n; i++)
+                if (j->res[i].done && j->group[i] / TUNE_MAX_LIST == b && j->phase[i] == phase) {
+                    j->res[i] = (tune_result){.pt = pts[i], .index = i};
+                    run->resumed--, j->g_left[j->group[i]]++;
+                }
+        }
         j->todo = 0;
         long at = 0; /* this pass's points, every ranks-th one here */
         for (long i = 0; i < n; i++)
-            if (!j->res[i].done && tune_first_pass(sp, &pts[i]) == (phase == 0) &&
-                at++ % ranks == run->rank)
+            if (!j->res[i].done && j->phase[i] == phase && at++ % ranks == run->rank)
                 j->order[j->todo++] = i;
-        j->last_phase = phase == 1;
+        j->phase_now = phase;
+        j->last_phase = phase == TUNE_REST_PASS;
         int rc = j->todo ? pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j,
                                           run->stop)
                          : 0;
@@ -482,7 +548,7 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     tune_rank(j->res, n);
     dp_status wst = sst != DP_OK ? sst : j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
     if (sst == DP_OK && wst != DP_OK) *err = j->write_err;
-    free(j->order), free(j->group);
+    free(j->order), free(j->group), free(j->phase);
     *out = j->res;
     *n_out = n;
     if (scored) trace_release(&scored->trace);

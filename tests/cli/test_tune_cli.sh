@@ -15,6 +15,24 @@ check "... pruning by a lower bound on time, each pruned row saying how far it c
   grep -Eq ',"?pruned: at most [0-9]+ tokens/s \(a lower bound on its time( from its tokens, before planning)?\), below the [0-9]+ of the best' "$TMP/full.csv"
 check "... some before planning them, from their tokens alone" grep -q 'from its tokens, before planning' "$TMP/full.csv"
 check "... and the speed-up over the best varlen packer" grep -q 'x best: over packing-' "$TMP/full.out"
+# shellcheck disable=SC2086
+"$DPSIM" tune $A --exhaustive -q -o "$TMP/exh.csv" >/dev/null 2>&1
+# every configuration the pruned search kept, as --exhaustive simulates it, and each batching's
+# best the same
+check "the pruned search keeps what --exhaustive finds: every kept row, each batching's best" \
+  python3 - "$TMP/full.csv" "$TMP/exh.csv" <<'PY'
+import csv, sys
+key = ("batching", "schedule", "chunks", "tp", "cp", "pp", "dp", "zero", "recompute", "mbs", "mb_tokens")
+pruned, full = ({tuple(r[k] for k in key): r for r in csv.DictReader(open(p))} for p in sys.argv[1:])
+assert pruned.keys() == full.keys() and any(r["why"].startswith("pruned") for r in pruned.values())
+for k, r in pruned.items():
+    if not r["why"].startswith("pruned"):
+        assert (r["feasible"], r["throughput_tokens_per_s"]) == (full[k]["feasible"], full[k]["throughput_tokens_per_s"]), k
+best = lambda rows, b: max((float(r["throughput_tokens_per_s"]) for r in rows.values()
+                            if r["batching"] == b and r["feasible"] == "1"), default=0)
+for b in {r["batching"] for r in full.values()}:
+    assert best(pruned, b) == best(full, b) > 0, b
+PY
 
 # shellcheck disable=SC2086
 "$DPSIM" tune $A -o "$TMP/part.csv" >"$TMP/part.out" 2>"$TMP/part.err" &
