@@ -18,6 +18,12 @@
 
 /* What the workers share: the base options and environment, and a cost model per (cp, tp, mode),
  * built once before the fork. */
+/* The passes (planner_tune): each batching's most promising first-pass points, the rest of its
+ * first pass, then everything else. */
+enum { TUNE_SEED_PASS, TUNE_FIRST_PASS, TUNE_REST_PASS, TUNE_PASSES };
+/* first-pass points per batching in the seed pass: those of the least floor (point_floor_ms) */
+#define TUNE_SEEDS 4
+
 typedef struct tune_job {
     const plan_request *base;
     const plan_env *env;
@@ -41,16 +47,14 @@ typedef struct tune_job {
     int64_t scored_tokens;
     double cutoff_tps[TUNE_MAX_LIST];
     int *phase;     /* per point: the pass it runs in (TUNE_SEED_PASS, TUNE_FIRST_PASS, or the rest) */
+    /* the same per (pass, group), for the ETA: a pass's pruned points cost next to nothing */
+    double p_sum[TUNE_PASSES][TUNE_MAX_LIST * TUNE_MAX_LIST];
+    long p_done[TUNE_PASSES][TUNE_MAX_LIST * TUNE_MAX_LIST];
+    long p_left[TUNE_PASSES][TUNE_MAX_LIST * TUNE_MAX_LIST];
     int phase_now;  /* the pass running */
     int last_phase;
     int shared_all; /* every process's results are in (over processes: after the last pass) */
 } tune_job;
-
-/* The passes (planner_tune): each batching's most promising first-pass points, the rest of its
- * first pass, then everything else. */
-enum { TUNE_SEED_PASS, TUNE_FIRST_PASS, TUNE_REST_PASS, TUNE_PASSES };
-/* first-pass points per batching in the seed pass: those of the least floor (point_floor_ms) */
-#define TUNE_SEEDS 4
 
 /* The figure pass `phase` prunes batching b's points against: the best throughput of its earlier
  * passes among the points done, as the ranking CSV writes it (0.01 tokens/s), so that a resumed
@@ -283,7 +287,7 @@ static void tune_done(void *ctx, long k, const char *text)
     tune_result *r = &j->res[i];
     r->done = 1;
     j->run->ran++;
-    j->g_left[j->group[i]]--;
+    j->g_left[j->group[i]]--, j->p_left[j->phase[i]][j->group[i]]--;
     int used = 0;
     if (!text || sscanf(text, "%d %lf %lf %lf %lf %n", &r->ok, &r->throughput, &r->mfu,
                         &r->peak_mb, &r->seconds, &used) < 5) {
@@ -296,20 +300,39 @@ static void tune_done(void *ctx, long k, const char *text)
     for (char *c = r->why; *c; c++)
         if (*c == '\n') *c = ' ';
     j->g_sum[j->group[i]] += r->seconds, j->g_done[j->group[i]]++;
+    j->p_sum[j->phase[i]][j->group[i]] += r->seconds, j->p_done[j->phase[i]][j->group[i]]++;
 }
 
-/* The seconds the points not yet done will take over the workers: each (batching, schedule)
- * group's mean time per point so far (the overall mean for a group with none yet) times what it
- * has left; NAN before any point has finished. */
+/* The seconds the points not yet done will take over the workers: each (pass, batching, schedule)
+ * group's mean time per point so far — the group's over its passes where the pass has none yet,
+ * the overall mean where the group has none — times what it has left; NAN before any point has
+ * finished. A pass runs its points in a shuffled order (planner_tune), so a mean so far is one of
+ * a sample, not of the first points in the enumeration's order. */
 static double eta_s(const tune_job *j)
 {
     double all = 0, left = 0;
     long nall = 0;
     for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++) all += j->g_sum[g], nall += j->g_done[g];
     if (nall == 0) return NAN;
-    for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++)
-        left += j->g_left[g] * (j->g_done[g] ? j->g_sum[g] / j->g_done[g] : all / nall);
+    for (int q = 0; q < TUNE_PASSES; q++)
+        for (int g = 0; g < TUNE_MAX_LIST * TUNE_MAX_LIST; g++) {
+            double mean = j->p_done[q][g] ? j->p_sum[q][g] / j->p_done[q][g]
+                          : j->g_done[g]  ? j->g_sum[g] / j->g_done[g]
+                                          : all / nall;
+            left += j->p_left[q][g] * mean;
+        }
     return left / j->jobs;
+}
+
+/* Shuffles v[0..n) in a fixed order (the same every run: a search's results do not depend on it). */
+static void shuffle_fixed(long *v, long n, unsigned seed)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ seed;
+    for (long i = n - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+        long k = (long)(x % (uint64_t)(i + 1)), t = v[i];
+        v[i] = v[k], v[k] = t;
+    }
 }
 
 /* Where the search's time went, as a note: the (batching, schedule) groups that took the most of
@@ -489,6 +512,8 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
             }
         }
     assign_passes(j);
+    for (long i = 0; i < n; i++)
+        if (!j->res[i].done) j->p_left[j->phase[i]][j->group[i]]++;
     if (j->progress)
         dp_note(DP_NOTE_LINE, "dpsim tune: %ld configurations on %d GPUs, %ld to run%s, %d workers",
                 n, sp->gpus, todo, run->resumed ? " (the rest resumed)" : "", jobs);
@@ -518,7 +543,7 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
             for (long i = 0; i < n; i++)
                 if (j->res[i].done && j->group[i] / TUNE_MAX_LIST == b && j->phase[i] == phase) {
                     j->res[i] = (tune_result){.pt = pts[i], .index = i};
-                    run->resumed--, j->g_left[j->group[i]]++;
+                    run->resumed--, j->g_left[j->group[i]]++, j->p_left[phase][j->group[i]]++;
                 }
         }
         j->todo = 0;
@@ -526,6 +551,7 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
         for (long i = 0; i < n; i++)
             if (!j->res[i].done && j->phase[i] == phase && at++ % ranks == run->rank)
                 j->order[j->todo++] = i;
+        shuffle_fixed(j->order, j->todo, (unsigned)phase); /* for the ETA's means (eta_s) */
         j->phase_now = phase;
         j->last_phase = phase == TUNE_REST_PASS;
         int rc = j->todo ? pool_run_until(j->todo, jobs, tune_eval, tune_done, tune_progress, j,
