@@ -99,10 +99,12 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                   "(--tp --pp --dp --zero --recompute --chunks --mbs --mb-tokens --batching\n"
                   "--schedule) are refused here; --iterations is per configuration.\n"
                   "A first pass runs each method's configurations of the first schedule without\n"
-                  "recompute; then a configuration is dropped (\"pruned\") once a lower bound on\n"
-                  "its time shows it below its method's best of that pass. Under mpirun the\n"
-                  "configurations spread over the ranks (rank 0 prints and writes -o). At the\n"
-                  "end a note says which (batching, schedule) pairs took the search's time.");
+                  "recompute (its four whose tokens bound their time the least first); then a\n"
+                  "configuration is dropped (\"pruned\") once a lower bound on its time shows\n"
+                  "it below its method's best of that pass, before planning where its tokens\n"
+                  "alone show it. Under mpirun the configurations spread over the ranks (rank 0\n"
+                  "prints and writes -o). At the end a note says which (batching, schedule)\n"
+                  "pairs took the search's time.");
     cli_opt_int64(&t, "gpus", 'g', &a->gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
     cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_BATCHINGS, "methods to tune");

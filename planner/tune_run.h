@@ -87,15 +87,18 @@ typedef struct tune_run_opts {
  * done 0. run may be NULL. Progress lines give done/total, the best so far and an ETA from the
  * work left (each batching's mean time per configuration so far, over the workers).
  *
- * Pruning, where the trace is in memory: the search runs in two passes. The first runs each
- * batching's points of the first schedule without recompute (tune_first_pass); the second the
- * rest, each with a cut-off from its batching's best of the first pass (as the CSV writes it):
- * a point whose lower bound on time (schedule_time_lower_bound, summed over its iterations)
- * says it cannot reach that throughput stops there, not ok, its why TUNE_WHY_PRUNED and the
- * throughput it could at most reach. So a batching's best is never pruned, and which points are
- * depends on the inputs only (a resumed search prunes the same ones: where its first pass had
- * lost a point to a dead worker, the second-pass rows it read, cut at the figure of the first
- * pass without that point, run again once the first pass is whole and gives another figure). */
+ * Pruning, where the trace is in memory: the search runs in three passes. The first pass is each
+ * batching's points of the first schedule without recompute (tune_first_pass), run as two: its
+ * four "seeds" whose tokens alone bound their time the least (study_floor_ms), then the rest of
+ * it; the last pass is everything else. A point of a later pass runs with a cut-off from its
+ * batching's best of the earlier passes (as the CSV writes it): one whose lower bound on time
+ * (before planning an iteration, its and the later iterations' tokens at their best rate; after,
+ * schedule_time_lower_bound; summed over its iterations) says it cannot reach that throughput
+ * stops there, not ok, its why TUNE_WHY_PRUNED and the throughput it could at most reach. So a
+ * batching's best is never pruned, and which points are depends on the inputs only (a resumed
+ * search prunes the same ones: where an earlier pass had lost a point to a dead worker, the later
+ * rows it read, cut at the figure without that point, run again once the earlier passes are
+ * whole and give another figure). */
 dp_status planner_tune(const plan_request *base, const plan_env *env, const tune_space *sp, int jobs,
                    tune_run_opts *run, tune_result **out, long *n, dp_err *err);
 
