@@ -146,8 +146,10 @@ int cmd_sweep(int argc, char **argv)
     if (r != 0) return r == 1 ? 0 : r;
     if (!out) return cli_usage_error(cmd, SWEEP_USAGE, "--output is required");
     dp_err err = {0};
-    out_role outs[] = {{"-o", out}};
-    if (planner_check_outputs(&p, NULL, 0, outs, 1, &err) != DP_OK)
+    char config_path[4200];
+    planner_config_path(out, config_path, sizeof config_path);
+    out_role outs[] = {{"-o", out}, {"-o's configuration", config_path}};
+    if (planner_check_outputs(&p, NULL, 0, outs, 2, &err) != DP_OK)
         return cli_usage_error(cmd, SWEEP_USAGE, "%s", err.msg);
     static sweep_grid g; /* large: not on the stack */
     if (sweep_grid_parse(&p, grid_arg, &g, cmd, SWEEP_USAGE) != 0) return EXIT_USAGE;

@@ -144,7 +144,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                                "goes, with its configuration beside it (a resume reads both); "
                                "without -o it prints the ranking", a->out);
     char config_path[4200];
-    snprintf(config_path, sizeof config_path, "%s.config", a->out ? a->out : "");
+    planner_config_path(a->out, config_path, sizeof config_path);
     out_role outs[] = {{"-o", a->out}, {"-o's configuration", a->out ? config_path : NULL}};
     dp_err err = {0};
     if (planner_check_outputs(&a->p, NULL, 0, outs, 2, &err) != DP_OK)

@@ -569,6 +569,11 @@ int plan_request_canonical(const plan_request *base, const char *name, const cha
     return ok ? 0 : -1;
 }
 
+void planner_config_path(const char *out, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s.config", out ? out : "");
+}
+
 dp_status planner_check_outputs(const plan_request *p, const out_role *extra_in, int n_extra,
                             const out_role *outs, int n_out, dp_err *err)
 {

@@ -138,6 +138,10 @@ int plan_request_canonical(const plan_request *base, const char *name, const cha
 void plan_request_describe(const plan_request *p, const char *const *skip, int n_skip, char *buf,
                        size_t cap);
 
+/* The path of the configuration a search (sweep, tune) keeps beside its output `out`, which a
+ * resume compares: "OUT.config". An output too: it must not be an input (planner_check_outputs). */
+void planner_config_path(const char *out, char *buf, size_t cap);
+
 /* Refuses (DP_ERR_INVALID, common/outfile.h) outputs that are the same file as an input of the
  * plan options (the trace, or the default trace; profile, fit, model and hardware files),
  * extra inputs (e.g. --plan), or each other. p may be NULL (no plan options). */

@@ -355,7 +355,7 @@ dp_status sweep_prepare(sweep *s, dp_err *err)
         hn += (size_t)snprintf(s->header + hn, sizeof s->header - hn, "%s,", g->keys[k]);
     snprintf(s->header + hn, sizeof s->header - hn, "%s", SWEEP_METRIC_COLUMNS);
     describe(s);
-    snprintf(s->config_path, sizeof s->config_path, "%s.config", s->out);
+    planner_config_path(s->out, s->config_path, sizeof s->config_path);
     s->point_done = calloc((size_t)g->points, 1);
     s->todo = malloc((size_t)g->points * sizeof *s->todo);
     if (!s->point_done || !s->todo) return dp_fail(err, DP_ERR_NOMEM, "out of memory");

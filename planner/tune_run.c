@@ -588,7 +588,7 @@ dp_status tune_output_begin(const char *out, const char *config, int resume, int
 {
     if (!out) return DP_OK;
     char path[4200];
-    snprintf(path, sizeof path, "%s.config", out);
+    planner_config_path(out, path, sizeof path);
     if (resume) {
         char *there = NULL, what[700];
         dp_err ignored = {0};

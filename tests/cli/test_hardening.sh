@@ -53,6 +53,13 @@ expect "compare: a figure over the trace is refused" 2 "--out .*memory.png is th
 expect "sweep -o onto the trace is refused" 2 "-o .*t.csv is the same file as the input --trace" -- \
   "$DPSIM" sweep "${TINY[@]}" --trace "$TMP/t.csv" --grid pp=1 -o "$TMP/t.csv"
 check "... the trace is intact" cmp -s "$TMP/t.csv" "$TWO"
+cp "$TWO" "$TMP/s.config"
+expect "sweep -o S with the trace at S.config (its configuration's path) is refused" 2 \
+  "-o's configuration .*s.config is the same file as the input --trace" -- \
+  "$DPSIM" sweep "${TINY[@]}" --trace "$TMP/s.config" --grid pp=1 -o "$TMP/s"
+check "... the trace is intact, no ranking written" bash -c "cmp -s '$TMP/s.config' '$TWO' && [ ! -e '$TMP/s' ]"
+expect "... and tune's the same" 2 "-o's configuration .*s.config is the same file as the input --trace" -- \
+  "$DPSIM" tune "${TINY[@]}" --trace "$TMP/s.config" -o "$TMP/s"
 expect "trace import IN -o IN is refused" 2 "is the same file as the input FILE" -- "$DPSIM" trace import "$TMP/t.csv" -o "$TMP/t.csv"
 expect "dprun --out equal to --plan is refused" 2 "same file as the input --plan" -- "$DPRUN" --plan "$TMP/p.json" --out "$TMP/p.json"
 check "... the plan is intact" cmp -s "$TMP/p.json" $G/plan_4ranks.json
