@@ -198,6 +198,16 @@ void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char
         st = study_run(&o, &env.trace, &r, &err);
     }
     plan_env_release(&env);
+    if (st == DP_ERR_IO || st == DP_ERR_NOMEM) { /* not the configuration's: no row (sweep.h) */
+        char key[SWEEP_ROW_MAX];
+        size_t k = sweep_point_key(g, i, key, sizeof key);
+        if (k > 0 && key[k - 1] == ',') key[k - 1] = '\0'; /* the cells, without the row's comma */
+        snprintf(row, cap, "%cthe point %.300s: %.900s", SWEEP_NO_ROW, key, err.msg);
+        for (char *c = row; *c; c++)
+            if (*c == '\n' || *c == '\r') *c = ' ';
+        study_result_release(&r);
+        return;
+    }
     if (st != DP_OK) snprintf(error, sizeof error, "%s", err.msg);
     else if (r.why[0]) snprintf(error, sizeof error, "%s", r.why);
     for (char *c = error; *c; c++) /* one row on one line */
@@ -398,6 +408,10 @@ dp_status sweep_create(sweep *s, dp_err *err)
 
 void sweep_append(sweep *s, const char *row)
 {
+    if (row && row[0] == SWEEP_NO_ROW) { /* a point that could not be run */
+        if (s->lost++ == 0) snprintf(s->lost_why, sizeof s->lost_why, "%s", row + 1);
+        return;
+    }
     if (!row || !*row || s->failed || s->fd < 0) return; /* a point without a row; or failing */
     size_t len = strlen(row);
     char line[SWEEP_ROW_MAX + 1];
@@ -531,6 +545,12 @@ dp_status sweep_finish(sweep *s, dp_err *err)
                      "file holds only whole rows before it, and a resume continues from them)",
                      s->out, strerror(s->errno_));
     else st = order_rows(s, err); /* grid order, reproducible */
+    if (st == DP_OK && s->lost)
+        st = dp_fail(err, DP_ERR_IO, "%ld point%s could not be run and %s no row (the first: %s)"
+                     "\nhint: once the cause is fixed, the same command runs %s (it resumes the "
+                     "output)",
+                     s->lost, s->lost == 1 ? "" : "s", s->lost == 1 ? "has" : "have", s->lost_why,
+                     s->lost == 1 ? "it" : "them");
     if (s->fd >= 0) {
         if (close(s->fd) != 0 && st == DP_OK)
             st = dp_fail(err, DP_ERR_IO, "%s: close failed: %s", s->out, strerror(errno));

@@ -61,7 +61,12 @@ size_t sweep_point_key(const sweep_grid *g, long i, char *out, size_t cap);
 void sweep_point_request(const plan_request *base, const sweep_grid *g, long i, plan_request *p);
 
 /* Runs point i (set-up, study) and formats its CSV row, without a newline, into row (cap at least
- * SWEEP_ROW_MAX). A point that fails has a row saying why in its error column. */
+ * SWEEP_ROW_MAX). A point that fails has a row saying why in its error column — but one that
+ * could not be run at all (an I/O error: a file that cannot be read; out of memory), which says
+ * nothing of the configuration, gets no row: row is SWEEP_NO_ROW and the message instead, which
+ * sweep_append counts, and a resume runs the point again. */
+#define SWEEP_NO_ROW '\x01'
+void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char *row, size_t cap);
 void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char *row, size_t cap);
 
 /* The point of a row (its first columns, quoted or not), or -1 when it is none of g's. */
@@ -88,6 +93,8 @@ typedef struct sweep {
     /* the output, rank 0 (sweep_create): */
     int fd;
     int failed, errno_;       /* an append failed (the rows after it were dropped) */
+    long lost;                /* points that could not be run (SWEEP_NO_ROW): no row */
+    char lost_why[DP_ERR_MSG_MAX]; /* the first of them */
 } sweep;
 
 /* Every rank: reads the output's rows (a resume), refuses an output of other columns or of another
@@ -105,8 +112,8 @@ dp_status sweep_create(sweep *s, dp_err *err);
 int sweep_run(sweep *s, int jobs, void (*progress)(void *ctx, long done, long total),
               void *progress_ctx, void (*emit)(void *ctx, const char *row), void *ctx);
 
-/* Rank 0: appends one row (NULL or "" are skipped: a point without a row). A failing write sets
- * failed; the file then keeps the whole rows before it. */
+/* Rank 0: appends one row (NULL or "" are skipped: a point without a row; SWEEP_NO_ROW is counted
+ * in lost). A failing write sets failed; the file then keeps the whole rows before it. */
 void sweep_append(sweep *s, const char *row);
 /* An emit callback for sweep_run that appends (ctx is the sweep). */
 void sweep_emit_local(void *ctx, const char *row);

@@ -96,6 +96,16 @@ expect "sweep: OUT.config that cannot be written is an error" 1 "cf.csv.config" 
 rmdir "$TMP/cf.csv.config"
 expect "... the CSV was left empty, so the next run starts afresh" 0 "2 points, 0 already in" -- \
   "$DPSIM" sweep "${TINY[@]}" --grid 'pp=1,2' -o "$TMP/cf.csv"
+# a point that cannot be run (a file that cannot be read) is no result: no row, exit 1, and the
+# next run of the same command runs it
+expect "sweep: a point whose trace cannot be read has no row and the sweep exits 1" 1 \
+  "1 point could not be run and has no row .*later.csv: cannot open" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid "trace=$TWO,$TMP/later.csv" -o "$TMP/io.csv"
+check "... the other point's row is there, not that one's" bash -c \
+  "[ \$(wc -l < '$TMP/io.csv') = 2 ] && ! grep -q later.csv '$TMP/io.csv'"
+cp "$TWO" "$TMP/later.csv"
+expect "... the same command then runs it" 0 "2 points, 1 already in" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid "trace=$TWO,$TMP/later.csv" -o "$TMP/io.csv"
 
 # --- 4. readers bound what they buffer --------------------------------------------------------------
 expect "a trace CSV with an endless line" 1 "line longer than 64 MiB" -- timeout 60 "$DPSIM" trace stats --format csv /dev/zero
