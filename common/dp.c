@@ -118,6 +118,27 @@ char *dp_strdup(const char *s)
     return p;
 }
 
+long dp_utf8_invalid_at(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (long i = 0; u[i];) {
+        unsigned c = u[i];
+        int more;
+        unsigned lo = 0x80, hi = 0xBF; /* the second byte's range (RFC 3629's table) */
+        if (c < 0x80) more = 0;
+        else if (c >= 0xC2 && c <= 0xDF) more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4) more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else return i;
+        for (int k = 1; k <= more; k++) {
+            unsigned b = u[i + k];
+            if (k == 1 ? b < lo || b > hi : b < 0x80 || b > 0xBF) return i;
+        }
+        i += 1 + more;
+    }
+    return -1;
+}
+
 dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return DP_OK;

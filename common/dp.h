@@ -119,6 +119,11 @@ int dp_hash_file(const char *path, uint64_t *out);
 /* strdup that is C11-clean. Returns NULL on allocation failure. */
 char *dp_strdup(const char *s);
 
+/* The offset of the first byte of s (up to its NUL) that is not part of well-formed UTF-8 (RFC
+ * 3629: no overlong forms, no surrogates, nothing past U+10FFFF), or -1 when all of it is. What a
+ * reader of text that must be UTF-8 (JSON, RFC 8259) checks before trusting it. */
+long dp_utf8_invalid_at(const char *s);
+
 /* Grows *buf (of *cap elements of size elem) to hold at least need elements. Returns DP_OK or
  * DP_ERR_NOMEM. Growth is geometric so that appending n items is O(n). */
 dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem);

@@ -105,6 +105,13 @@ static long nul_escape_line(const char *text)
 
 dp_status json_strict(const cJSON *v, const char *text, const char *name, long line, dp_err *err)
 {
+    long bad = dp_utf8_invalid_at(text);
+    if (bad >= 0) { /* RFC 8259: JSON text is UTF-8; a name read from it reaches CSVs and pages */
+        long at = 1, col = 1;
+        for (long i = 0; i < bad; i++) at += text[i] == '\n', col = text[i] == '\n' ? 1 : col + 1;
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not UTF-8 text (byte 0x%02X at column %ld)", name,
+                       line ? line : at, (unsigned char)text[bad], col);
+    }
     const cJSON *dup = repeated_key(v);
     if (dup)
         return dp_fail(err, DP_ERR_PARSE, "%s%s%.0ld: key \"%s\" appears twice in one object",

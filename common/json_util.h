@@ -28,8 +28,8 @@ dp_status json_slurp(const char *path, char **text, dp_err *err);
 dp_status json_parse_object(const char *text, const char *name, cJSON **out, dp_err *err);
 
 /* The strict checks of json_parse_object on a parsed value and its text (for readers that parse
- * themselves, such as JSONL): a repeated key or a \u0000 escape is DP_ERR_PARSE, named at
- * name:line. */
+ * themselves, such as JSONL): text that is not UTF-8 (RFC 8259; cJSON itself refuses a lone
+ * surrogate escape), a repeated key or a \u0000 escape is DP_ERR_PARSE, named at name:line. */
 dp_status json_strict(const cJSON *v, const char *text, const char *name, long line, dp_err *err);
 
 /* Integer field in [lo, hi]; absent → def, or an error when def is JSON_REQUIRED (-1). */

@@ -269,6 +269,18 @@ static void test_jsonl_bad_input(void **state)
     expect_jsonl_error("{\"input_seq_len\": 3e12, \"target_seq_len\": 1}\n", "too large");
     expect_jsonl_error("{\"input_seq_len\": 3, \"target_seq_len\": 1, \"task_name\": 5}\n",
                        "\"task_name\" is not a string");
+    /* JSON is UTF-8 (RFC 8259): a stray byte, an overlong form, a surrogate, a code point past
+     * U+10FFFF or a cut sequence is refused where it is */
+    expect_jsonl_error("{\"input_seq_len\": 3, \"target_seq_len\": 1}\n"
+                       "{\"input_seq_len\": 3, \"target_seq_len\": 1, \"task_name\": \"a\xff\"}\n",
+                       ":2: not UTF-8 text (byte 0xFF at column 58)");
+    static const char *const bad[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                                      "\xe2\x82", "\x80", "\xf8\x88\x80\x80\x80"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char line[128];
+        snprintf(line, sizeof line, "{\"input_seq_len\": 3, \"task_name\": \"x%sy\"}\n", bad[k]);
+        expect_jsonl_error(line, ":1: not UTF-8 text");
+    }
     /* A nesting bomb is refused by cJSON's nesting limit, not by a crash. */
     size_t depth = 100000;
     char *bomb = malloc(depth + 2);
@@ -277,6 +289,58 @@ static void test_jsonl_bad_input(void **state)
     bomb[depth + 1] = '\0';
     expect_jsonl_error(bomb, ":1: malformed JSON");
     free(bomb);
+}
+
+/* The code point of the sequence at s of length n by the bits alone, or -1 where it is not one
+ * (a reference written apart from dp_utf8_invalid_at: lead bits, continuation bits, then the
+ * shortest form, the surrogates and the last code point). */
+static long decode_one(const unsigned char *s, int n)
+{
+    static const unsigned lead_mask[] = {0, 0x80, 0xE0, 0xF0, 0xF8}, lead_bits[] = {0, 0, 0xC0, 0xE0, 0xF0};
+    static const long least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (n == 1) return s[0] < 0x80 ? s[0] : -1;
+    if ((s[0] & lead_mask[n]) != lead_bits[n]) return -1;
+    long cp = s[0] & (0x7F >> n);
+    for (int k = 1; k < n; k++) {
+        if ((s[k] & 0xC0) != 0x80) return -1;
+        cp = cp << 6 | (s[k] & 0x3F);
+    }
+    if (cp < least[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return -1;
+    return cp;
+}
+
+static void test_utf8_against_a_decoder(void **state)
+{
+    (void)state;
+    /* every sequence of one and two bytes, every three-byte one with a lead of 0xE0-0xEF, and
+     * four-byte ones over every lead and second byte: valid exactly where the reference decodes
+     * it whole */
+    unsigned char b[5] = {0};
+    long checked = 0;
+    for (unsigned x = 1; x < 256; x++)
+        for (unsigned y = 0; y < 256; y++) {
+            b[0] = (unsigned char)x, b[1] = (unsigned char)y, b[2] = 0;
+            int n = y ? 2 : 1;
+            int whole = n == 2 ? decode_one(b, 2) >= 0 || (decode_one(b, 1) >= 0 && decode_one(b + 1, 1) >= 0)
+                               : decode_one(b, 1) >= 0;
+            assert_int_equal(dp_utf8_invalid_at((const char *)b) < 0, whole);
+            checked++;
+        }
+    for (unsigned x = 0xE0; x <= 0xEF; x++)
+        for (unsigned y = 1; y < 256; y++)
+            for (unsigned z = 1; z < 256; z++) {
+                b[0] = (unsigned char)x, b[1] = (unsigned char)y, b[2] = (unsigned char)z, b[3] = 0;
+                assert_int_equal(dp_utf8_invalid_at((const char *)b) < 0, decode_one(b, 3) >= 0);
+            }
+    for (unsigned x = 0xF0; x <= 0xFF; x++)
+        for (unsigned y = 0x70; y < 0xD0; y++) {
+            b[0] = (unsigned char)x, b[1] = (unsigned char)y, b[2] = 0x80, b[3] = 0xBF, b[4] = 0;
+            assert_int_equal(dp_utf8_invalid_at((const char *)b) < 0, decode_one(b, 4) >= 0);
+        }
+    assert_true(checked > 60000);
+    /* where: the first byte of the first bad sequence */
+    assert_int_equal(dp_utf8_invalid_at("ab\xc3\xa9" "c\xe2\x82"), 5);
+    assert_int_equal(dp_utf8_invalid_at("caf\xc3\xa9 \xf0\x9f\x98\x80"), -1);
 }
 
 /* Builds a .npy image with the given header dict and rows. */
@@ -660,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_csv_custom_fields_and_cot),
         cmocka_unit_test(test_jsonl_import),
         cmocka_unit_test(test_jsonl_bad_input),
+        cmocka_unit_test(test_utf8_against_a_decoder),
         cmocka_unit_test(test_npy_round_trip),
         cmocka_unit_test(test_npy_header_variants),
         cmocka_unit_test(test_npy_bad_input),
