@@ -228,8 +228,13 @@ dp_status calibrate_write(const calib_result *res, const cost_model *profile,
     cJSON_AddNumberToObject(q, "points_fitted", (double)res->n_fit);
     cJSON_AddNumberToObject(q, "points_held_out", (double)res->n_holdout);
     cJSON_AddNumberToObject(q, "fit_median_ape_pct", res->fit_median_ape);
-    cJSON_AddNumberToObject(q, "holdout_median_ape_pct", res->holdout_median_ape);
-    cJSON_AddNumberToObject(q, "holdout_p90_ape_pct", res->holdout_p90_ape);
+    if (res->n_holdout > 0) {
+        cJSON_AddNumberToObject(q, "holdout_median_ape_pct", res->holdout_median_ape);
+        cJSON_AddNumberToObject(q, "holdout_p90_ape_pct", res->holdout_p90_ape);
+    } else { /* no point held out: no error measured, not an error of 0 */
+        cJSON_AddNullToObject(q, "holdout_median_ape_pct");
+        cJSON_AddNullToObject(q, "holdout_p90_ape_pct");
+    }
     dp_status st = json_write_file(o, path, err);
     cJSON_Delete(o);
     return st;

@@ -44,6 +44,10 @@ expect "calibrate the GPT grid" 0 "held-out median APE" -- "$DPSIM" calibrate --
 check "the fit is a JSON cost model" grep -q '"kind":[[:space:]]*"analytic"' "$TMP/fit.json"
 expect "the fit answers queries" 0 "analytic, fitted" -- "$DPSIM" cost --fit "$TMP/fit.json" --mbs 1 --seqlen 2048
 expect "calibrate without a profile" 2 "no measured profile" -- "$DPSIM" calibrate --model gpt-13b-40l
+"$DPSIM" calibrate --model gpt-6.7b-16l --holdout 0 -o "$TMP/fit0.json" >/dev/null 2>&1
+check "calibrate --holdout 0: no held-out error in the JSON (null, not a 0% error on no points)" \
+  grep -Eq '"holdout_median_ape_pct":[[:space:]]*null' "$TMP/fit0.json"
+expect "... and the fit still reads" 0 "analytic, fitted" -- "$DPSIM" cost --fit "$TMP/fit0.json" --mbs 1 --seqlen 2048
 # a GPU far from the A100 the defaults were fitted to: the rehearsal's fake GPU's profile (FLOPs
 # at 100 TFLOP/s plus bytes at 2 TB/s) on an H200 (peak 989). From the defaults alone the fit lost
 # its way (every efficiency driven to 0) and its infinite errors were reported as a result.
