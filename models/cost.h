@@ -36,6 +36,7 @@
 #include "../common/dp.h"
 #include "hw.h"
 #include "model.h"
+#include "placement.h"
 
 typedef enum cost_component {
     COMP_ENCODER,     /* GPT layer, or T5 encoder layer */
@@ -210,6 +211,9 @@ struct cost_model {
     train_precision precision;    /* the number format (above): bf16 (the constructors') */
     int grad_bytes;               /* bytes of a gradient element as reduced and held: 4 (fp32) or
                                    * 2; the constructors' 2. Set with cost_model_set_precision */
+    pipeline_split split;         /* --layers-per-stage: the layers of each virtual stage (n 0:
+                                   * split evenly, placement.h); what the stage model and the
+                                   * memory model place. The constructors': even */
     cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
                                    * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */

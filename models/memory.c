@@ -32,7 +32,7 @@ double memory_model_state_mb(double param_mb, const state_bytes *b, int zero_sta
 
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 {
-    stage_placement pl = placement_stage(&cm->model, stage, stages);
+    stage_placement pl = placement_stage(&cm->model, &cm->split, stage, stages);
     double mb = pl.enc_layers * cm->param_mb[COMP_ENCODER] + pl.dec_layers * cm->param_mb[COMP_DECODER];
     return mb + memory_embedding_share_mb(cm, stage, stages);
 }
@@ -40,7 +40,7 @@ double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 int memory_embedding_units(const cost_model *cm, int stage, int stages, double unit_mb[2])
 {
     if (cm->toy.on) return 0; /* textbook stages are equal: no embedding, no head */
-    stage_placement pl = placement_stage(&cm->model, stage, stages);
+    stage_placement pl = placement_stage(&cm->model, &cm->split, stage, stages);
     int n = 0;
     if (pl.embedding) unit_mb[n++] = cm->embedding_param_mb;
     if (pl.head && (stages > 1 || cm->model.untied_head))

@@ -41,6 +41,8 @@ static const model_spec PRESETS[] = {
     /* Llama 3.1 8B: Llama 3's shapes with a 131,072-token context (its config.json, rope scaling) */
     {"llama3.1-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
     {"llama3.1-70b", ARCH_GPT, 80, 0, 8192, 64, 128, 28672, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
+    /* Llama 3.1 405B as its config.json says: 405,853,388,800 parameters */
+    {"llama3.1-405b", ARCH_GPT, 126, 0, 16384, 128, 128, 53248, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
     {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},

@@ -1,19 +1,30 @@
 /* placement.c — what each virtual stage runs and what its transfers carry (placement.h). */
 #include "placement.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 /* Part i of n items split over k parts as evenly as possible (the first n mod k get one more). */
 static int share(int n, int k, int i)
 {
     return n / k + (i < n % k ? 1 : 0);
 }
 
-stage_placement placement_stage(const model_spec *m, int v, int nv)
+/* The layers of GPT's virtual stage v of nv (split, or even). */
+static int gpt_layers(const model_spec *m, const pipeline_split *split, int v, int nv)
+{
+    return split && split->n == nv ? split->layers[v] : share(m->enc_layers, nv, v);
+}
+
+stage_placement placement_stage(const model_spec *m, const pipeline_split *split, int v, int nv)
 {
     stage_placement p = {0};
     p.embedding = v == 0;
     p.head = v == nv - 1;
     if (m->arch == ARCH_GPT) {
-        p.enc_layers = share(m->enc_layers, nv, v);
+        p.enc_layers = gpt_layers(m, split, v, nv);
+        for (int u = 0; u < v; u++) p.first_layer += gpt_layers(m, split, u, nv);
         return p;
     }
     if (nv == 1) { /* T5 on one stage: the whole model */
@@ -23,8 +34,10 @@ stage_placement placement_stage(const model_spec *m, int v, int nv)
     int enc_stages = nv / 2, dec_stages = nv - enc_stages;
     if (v < enc_stages) {
         p.enc_layers = share(m->enc_layers, enc_stages, v);
+        for (int u = 0; u < v; u++) p.first_layer += share(m->enc_layers, enc_stages, u);
     } else {
         p.dec_layers = share(m->dec_layers, dec_stages, v - enc_stages);
+        for (int u = 0; u < v - enc_stages; u++) p.first_layer += share(m->dec_layers, dec_stages, u);
         p.decoder = 1;
         p.first_decoder = v == enc_stages;
     }
@@ -57,4 +70,63 @@ int placement_token_shards(int tp, int seq_parallel)
 double placement_wire_share(int tp, int cp, int seq_parallel)
 {
     return 1.0 / ((cp > 1 ? cp : 1) * placement_token_shards(tp, seq_parallel));
+}
+
+dp_status placement_split_check(const model_spec *m, const pipeline_split *split, int nv,
+                                dp_err *err)
+{
+    if (!split || split->n == 0) {
+        if (m->arch == ARCH_GPT && nv > m->enc_layers)
+            return dp_fail(err, DP_ERR_INVALID, "--pp x --chunks = %d is more pipeline stages than "
+                           "%s has layers (%d)", nv, m->name, m->enc_layers);
+        if (m->arch == ARCH_T5 && nv > 1 &&
+            (nv % 2 || nv / 2 > m->enc_layers || nv / 2 > m->dec_layers))
+            return dp_fail(err, DP_ERR_INVALID, "--pp x --chunks = %d does not fit %s: a T5 pipeline "
+                           "needs an even number of stages, at most %d per side", nv, m->name,
+                           m->enc_layers < m->dec_layers ? m->enc_layers : m->dec_layers);
+        return DP_OK;
+    }
+    if (m->arch != ARCH_GPT)
+        return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage: %s is an encoder-decoder model; "
+                       "its encoder and decoder layers are split evenly over their halves",
+                       m->name);
+    if (split->n != nv)
+        return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage lists %d stages, but the pipeline "
+                       "has %d (pp x chunks)", split->n, nv);
+    long sum = 0;
+    for (int v = 0; v < nv; v++) {
+        if (split->layers[v] < (v == 0 || v == nv - 1 ? 0 : 1))
+            return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage: stage %d holds no layer; only "
+                           "the first and the last may (the embedding or the head alone)", v);
+        sum += split->layers[v];
+    }
+    if (sum != m->enc_layers)
+        return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage adds up to %ld layers, but %s has "
+                       "%d", sum, m->name, m->enc_layers);
+    return DP_OK;
+}
+
+int placement_split_parse(const char *text, pipeline_split *split)
+{
+    split->n = 0;
+    for (const char *c = text; c && *c;) {
+        char *end;
+        errno = 0;
+        long v = strtol(c, &end, 10);
+        if (end == c || errno || v < 0 || v > 1 << 20 || (*end && *end != ',') ||
+            split->n == PLACEMENT_SPLIT_MAX || *c == '+' || *c == '-' || *c == ' ')
+            return -1;
+        split->layers[split->n++] = (int)v;
+        c = *end ? end + 1 : end;
+        if (*end == ',' && !*c) return -1; /* a trailing comma */
+    }
+    return split->n > 0 ? 0 : -1;
+}
+
+void placement_split_format(const pipeline_split *split, char *buf, size_t cap)
+{
+    size_t at = 0;
+    if (cap) buf[0] = '\0';
+    for (int v = 0; v < split->n && at < cap; v++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%d", v ? "," : "", split->layers[v]);
 }

@@ -6,7 +6,10 @@
  * Layers are split evenly over the virtual stages (the first stages take one more where they do
  * not divide): GPT's over all of them; T5's encoder layers over the first half and its decoder
  * layers over the second (a T5 pipeline has an even number of stages; with one stage it holds
- * both). Virtual stage 0 holds the input embedding, the last one the LM head. Device s of a
+ * both) — or, for GPT, as a split lists them (pipeline_split: --layers-per-stage, where the first
+ * and last virtual stages may hold no layer, the embedding or the head alone, as Megatron's
+ * uneven first and last stages and Llama 3's pipeline do). Virtual stage 0 holds the input
+ * embedding, the last one the LM head. Device s of a
  * pipeline of S devices holds virtual stages s, s + S, s + 2S, ... (Megatron's interleaving).
  *
  * What crosses from virtual stage v to v + 1 per micro-batch of mbs samples: GPT's hidden state
@@ -18,10 +21,14 @@
 #ifndef PLACEMENT_H
 #define PLACEMENT_H
 
+#include <stddef.h>
+
 #include "model.h"
 
 typedef struct stage_placement {
     int enc_layers;    /* GPT's layers, or T5's encoder layers, on the stage */
+    int first_layer;   /* the index of its first layer in its component (GPT's layers, T5's
+                        * encoder or decoder), whatever the split: what a layer is, everywhere */
     int dec_layers;    /* T5's decoder layers on the stage */
     int decoder;       /* 1: a T5 decoder stage (of a pipeline of several stages) */
     int first_decoder; /* 1: the first decoder stage: it receives the encoder output alone and
@@ -30,8 +37,29 @@ typedef struct stage_placement {
     int head;          /* 1: holds the LM head and the loss (the last stage) */
 } stage_placement;
 
-/* The placement of virtual stage v of nv. */
-stage_placement placement_stage(const model_spec *m, int v, int nv);
+/* The layers of each virtual stage where they are not split evenly. */
+#define PLACEMENT_SPLIT_MAX 256
+typedef struct pipeline_split {
+    int n;                              /* virtual stages listed; 0: the even split */
+    int layers[PLACEMENT_SPLIT_MAX];    /* of virtual stage v, in order */
+} pipeline_split;
+
+/* The placement of virtual stage v of nv, with the layers as split lists them (NULL or n 0: the
+ * even split; a split must have passed placement_split_check for nv). */
+stage_placement placement_stage(const model_spec *m, const pipeline_split *split, int v, int nv);
+
+/* Whether m can be placed on nv virtual stages (--pp x --chunks): split evenly (NULL or n 0), a
+ * layer at least on each (GPT), an even number of stages each side at least one layer (T5); as a
+ * split lists them, a GPT model, one count per virtual stage, together the model's layers, each
+ * at least 1 but the first's and last's (which may hold the embedding or the head alone).
+ * DP_ERR_INVALID naming the options and what is wrong. The one rule of the planner and dprun. */
+dp_status placement_split_check(const model_spec *m, const pipeline_split *split, int nv,
+                                dp_err *err);
+
+/* Reads "L0,L1,..." (whole numbers from 0) into *split; -1 on anything else or more than
+ * PLACEMENT_SPLIT_MAX. Writes it back the same way (n 0: ""). */
+int placement_split_parse(const char *text, pipeline_split *split);
+void placement_split_format(const pipeline_split *split, char *buf, size_t cap);
 
 /* Elements of one activation (or its gradient) sent from virtual stage v of nv to the next, for a
  * micro-batch of mbs samples of enc_len (GPT: seq) and dec_len tokens. */

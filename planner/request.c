@@ -122,6 +122,23 @@ static int set_overlap(void *ctx, const char *arg, const char *cmd, const char *
     return -1;
 }
 
+static int set_split(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_request *o = ctx;
+    if (placement_split_parse(arg, &o->split) == 0) return 0;
+    cli_usage_error(cmd, usage, "--layers-per-stage \"%s\" must list whole numbers of layers, one "
+                    "per virtual stage (pp x chunks of them, at most %d), separated by commas", arg,
+                    PLACEMENT_SPLIT_MAX);
+    return -1;
+}
+
+static void show_split(const void *ctx, char *buf, size_t cap)
+{
+    const cost_request *o = ctx;
+    if (o->split.n) placement_split_format(&o->split, buf, cap);
+    else snprintf(buf, cap, "even");
+}
+
 static void show_overlap(const void *ctx, char *buf, size_t cap)
 {
     cost_overlap_name(((const cost_request *)ctx)->overlap, buf, cap);
@@ -445,6 +462,11 @@ void plan_request_options(cli_opts *t, plan_request *p)
     cli_opt_int(t, "dp", 0, &p->dp, "D", 1, 4096, "1", "data-parallel replicas")->marks = F | T;
     cli_opt_int(t, "chunks", 0, &p->chunks, "C", 1, 64, "1",
                 "model chunks per device (interleaved)")->marks = F | T;
+    o = cli_opt_call(t, "layers-per-stage", 0, set_split, &p->cost, "LIST", "even",
+                     "GPT: the layers of each virtual stage, pp x chunks of them in\n"
+                     "order, e.g. 7,8,8,7 (the first and last may be 0: the embedding or\n"
+                     "the LM head alone, as Megatron's uneven first and last stages)");
+    o->marks = F | T, o->show = show_split;
     cli_opt_int(t, "zero", 0, &p->zero, "Z", 0, 3, "1",
                 "ZeRO stage 0..3 (3: FSDP, with a pipeline too: each\n"
                 "micro-batch gathers its stage's parameters and reduce-scatters)")->marks = F | T;

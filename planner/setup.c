@@ -32,6 +32,7 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
     (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
+    (*cm)->split = o->split;         /* what the stage and memory models place */
     train_precision prec =
         o->precision >= 0 ? (train_precision)o->precision : precision_of_model(m);
     if ((st = cost_model_set_precision(*cm, prec, (grad_reduce)o->grad_reduce, err)) != DP_OK) {
@@ -185,6 +186,7 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->recompute = recompute_plan_policy(&p->cost);
     h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->chunks = p->chunks, h->zero = p->zero;
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
+    h->split = p->cost.split;
     h->sp = p->cost.tp > 1 && !p->cost.no_sp;
     h->rules = env->rules;
     h->textbook = env->cm->toy.on;
@@ -372,11 +374,9 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                        ctx ? ", or a model spec with a longer context (\"max_position_embeddings\" "
                              "in its JSON)" : "");
     }
-    if (p->pp * p->chunks > model_layers(&env->model) ||
-        (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers))
-        return dp_fail(err, DP_ERR_INVALID,
-                       "--pp %d x --chunks %d is more pipeline stages than %s has layers (%d)",
-                       p->pp, p->chunks, env->model.name, model_layers(&env->model));
+    if (p->cost.split.n == 0 && (p->pp * p->chunks > model_layers(&env->model) ||
+                                 (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers)))
+        return placement_split_check(&env->model, NULL, p->pp * p->chunks, err);
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
     if (p->chunks > 1 && !(sc && sc->chunked))
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
@@ -464,6 +464,7 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.tp = pl->h.tp;
     co.no_sp = !pl->h.sp;
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall, co.cp_auto = pl->h.cp_auto;
+    co.split = pl->h.split;
     co.quiet = 1; /* the plan's times are its own: the cost model's are not used */
     /* a cp plan was priced on the analytic model or a profile at its cp: without a profile or fit
      * named, the model's own (measured without cp) cannot stand for it */

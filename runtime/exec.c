@@ -340,6 +340,10 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
     dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
+    if ((st = placement_split_check(m, &h->split, h->pp * h->chunks, err)) != DP_OK) {
+        dp_err_prefix(err, "%s", path);
+        return st;
+    }
     if ((tp > 1 || cp > 1) && on_gpu && ranks == 1)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned for tp %d and cp %d, and one GPU runs "
                        "tp 1, cp 1 plans (every stage in one process); it runs one rank per GPU: "
@@ -903,7 +907,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
         int v = k * c.pp + c.stage;
-        stage_placement place = placement_stage(m, v, c.nv);
+        stage_placement place = placement_stage(m, &pl->h.split, v, c.nv);
         chunk_state *ch = &c.ch[k];
         ch->place = place;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
@@ -929,7 +933,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             double *pb = xcalloc(&c, block, sizeof *pb), *gb = xcalloc(&c, block, sizeof *gb);
             rt_layer_params_bind(&ch->p[l], &ch->shape, pb), ch->p[l].block = pb;
             rt_layer_params_bind(&ch->g[l], &ch->shape, gb), ch->g[l].block = gb;
-            rt_layer_params_init(&full, &whole, (unsigned)(v * 1000 + l));
+            rt_layer_params_init(&full, &whole, rt_layer_seed(&ch->place, l));
             rt_layer_params_shard(&whole, full.block, tp, c.tp_rank, ch->p[l].block);
             if (c.zero) { /* this rank's shard of the parameters; its gradients' */
                 ch->ps[l] = xcalloc(&c, ch->shard, sizeof(double));

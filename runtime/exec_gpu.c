@@ -985,7 +985,7 @@ static dp_status setup(gctx *c, const model_spec *m)
     for (int v = 0; v < c->nv; v++) {
         if (!drives(c, v % c->pp)) continue;
         gchunk *ch = &c->ch[v];
-        stage_placement place = placement_stage(m, v, c->nv);
+        stage_placement place = placement_stage(m, &c->o->pl->h.split, v, c->nv);
         ch->place = place;
         has_last |= ch->place.head;
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
@@ -1009,7 +1009,7 @@ static dp_status setup(gctx *c, const model_spec *m)
                 free(mine);
                 return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             }
-            rt_layer_params_init(&full, &whole, (unsigned)(v * 1000 + l));
+            rt_layer_params_init(&full, &whole, rt_layer_seed(&ch->place, l));
             rt_layer_params_shard(&whole, full.block, c->tp, c->tp_rank, mine);
             rt_layer_params_free(&full);
             rt_cuda_layer d = {ch->shape, c->dt, NULL, count, tp_of(c), cp_of(c)};

@@ -634,6 +634,11 @@ void rt_layer_params_free(rt_layer_params *p)
     memset(p, 0, sizeof *p);
 }
 
+unsigned rt_layer_seed(const stage_placement *place, int l)
+{
+    return (place->decoder ? 1u << 21 : 0u) + (unsigned)(place->first_layer + l);
+}
+
 void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned seed)
 {
     unsigned st = seed * 2654435761u + 1;

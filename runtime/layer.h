@@ -347,6 +347,10 @@ size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double 
 void rt_layer_params_free(rt_layer_params *p);
 /* Deterministic small random init (seeded), LN scales 1. */
 void rt_layer_params_init(rt_layer_params *p, const rt_layer_shape *s, unsigned seed);
+/* The seed of layer l of a virtual stage placed at *place: the layer's own index in its component
+ * (stage_placement.first_layer + l; a T5 decoder's apart from its encoder's), so that a layer has
+ * the same parameters whatever the pipeline's depth or split (both executors). */
+unsigned rt_layer_seed(const stage_placement *place, int l);
 
 /* Saved activations of one layer's forward on (B, S) (and an encoder output of length Se for a
  * cross layer), for its backward. */

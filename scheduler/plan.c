@@ -292,6 +292,10 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
         if (h->cp_auto) cJSON_AddTrueToObject(o, "cp_auto");
     }
     cJSON_AddNumberToObject(o, "chunks", h->chunks);
+    if (h->split.n > 0) {
+        cJSON *lps = cJSON_AddArrayToObject(o, "layers_per_stage");
+        for (int v = 0; v < h->split.n; v++) cJSON_AddItemToArray(lps, cJSON_CreateNumber(h->split.layers[v]));
+    }
     cJSON_AddNumberToObject(o, "zero", h->zero);
     cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
@@ -614,6 +618,23 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
         return dp_fail(err, DP_ERR_PARSE, "%s: \"cp_auto\" needs a group (\"cp\" of 2 or more) "
                        "in the ring form (\"cp_kind\": \"ring\")", name);
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
+    const cJSON *lps = cJSON_GetObjectItemCaseSensitive(root, "layers_per_stage");
+    h->split.n = 0;
+    if (lps) {
+        int nv = h->pp * h->chunks;
+        if (!cJSON_IsArray(lps) || cJSON_GetArraySize(lps) != nv || nv > PLACEMENT_SPLIT_MAX)
+            return dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\" must list the layers of "
+                           "each of the pp x chunks = %d virtual stages", name, nv);
+        const cJSON *v;
+        cJSON_ArrayForEach(v, lps)
+        {
+            if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+                v->valuedouble > 1 << 20)
+                return dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\"[%d] must be a whole "
+                               "number of layers", name, h->split.n);
+            h->split.layers[h->split.n++] = (int)v->valuedouble;
+        }
+    }
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overlap");

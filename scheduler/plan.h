@@ -126,6 +126,9 @@ typedef struct plan_iter {
 typedef struct plan_header {
     char model[64], hw[64], schedule[32], batching[32];
     int pp, dp, tp, chunks, zero;
+    pipeline_split split; /* "layers_per_stage": the layers of each virtual stage, pp x chunks of
+                           * them (absent: n 0, split evenly; placement.h). Its fit to the model:
+                           * placement_split_check, where the model is known */
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
     int cp_auto;         /* "cp_auto": true: cp is a group of GPUs, each micro-batch names its
                           * own degree (plan_mb.cp; --cp auto) */

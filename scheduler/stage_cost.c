@@ -20,16 +20,8 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     if (zero_stage < 0 || zero_stage > 3)
         return dp_fail(err, DP_ERR_INVALID, "--zero must be 0, 1, 2 or 3");
     int virt = pp * chunks;
-    if (m->arch == ARCH_GPT && virt > m->enc_layers)
-        return dp_fail(err, DP_ERR_INVALID,
-                       "--pp %d x --chunks %d = %d pipeline stages, more than the %d layers of %s",
-                       pp, chunks, virt, m->enc_layers, m->name);
-    if (m->arch == ARCH_T5 && virt > 1 &&
-        (virt % 2 || virt / 2 > m->enc_layers || virt / 2 > m->dec_layers))
-        return dp_fail(err, DP_ERR_INVALID,
-                       "--pp %d x --chunks %d does not fit %s: a T5 pipeline needs an even number "
-                       "of stages, at most %d per side",
-                       pp, chunks, m->name, m->enc_layers < m->dec_layers ? m->enc_layers : m->dec_layers);
+    dp_status split_ok = placement_split_check(m, &cm->split, virt, err);
+    if (split_ok != DP_OK) return split_ok;
     sm->cm = cm;
     sm->pp = pp;
     sm->chunks = chunks;
@@ -38,7 +30,7 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
     sm->mem_limit_mb = mem_limit_mb;
     /* Device s holds virtual stages s, s + S, s + 2S, ... (placement.h). */
     for (int v = 0; v < virt; v++) {
-        stage_placement pl = placement_stage(m, v, virt);
+        stage_placement pl = placement_stage(m, &cm->split, v, virt);
         sm->enc_layers[v % pp] += pl.enc_layers;
         sm->dec_layers[v % pp] += pl.dec_layers;
     }

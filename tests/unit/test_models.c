@@ -268,6 +268,12 @@ static void test_param_counts(void **state)
 {
     (void)state;
     assert_int_equal(model_total_params(model_preset("gpt2-124m")), 124439808);
+    /* Llama 3.1 405B by hand: 126 layers of 2 x 16384^2 (Q, O) + 2 x 16384 x 1024 (K, V) +
+     * 3 x 16384 x 53248 (MLP) + 2 x 16384 (norms), two 128256 x 16384 tables, the final norm */
+    assert_true(model_total_params(model_preset("llama3.1-405b")) ==
+                126LL * (2LL * 16384 * 16384 + 2LL * 16384 * 1024 + 3LL * 16384 * 53248 + 2 * 16384) +
+                    2LL * 128256 * 16384 + 16384);
+    assert_true(model_total_params(model_preset("llama3.1-405b")) == 405853388800LL);
     /* T5-11B layers against the measured fp16 parameter sizes (MB = 1e6 bytes). */
     const model_spec *t5 = model_preset("t5-11b-24l");
     assert_rel(2.0 * (double)model_layer_params(t5, 0) / 1e6, 402.9, 0.001);
@@ -1028,18 +1034,61 @@ static void test_memory_and_comm_closed_forms(void **state)
     const model_spec *gpt = model_preset("gpt-6.7b-16l"), *t5 = model_preset("t5-11b-24l");
     assert_near(comm_act_bytes(gpt, 0, 4, 2, 1024, 0), 2.0 * 2 * 1024 * 4096, 0);
     assert_near(comm_act_bytes(t5, 2, 4, 1, 512, 64), 2.0 * 1024 * (512 + 64), 0);
-    stage_placement pl = placement_stage(t5, 1, 4);
+    stage_placement pl = placement_stage(t5, NULL, 1, 4);
     assert_int_equal(pl.enc_layers, 12);
     assert_int_equal(pl.dec_layers, 0);
-    pl = placement_stage(t5, 3, 4);
+    pl = placement_stage(t5, NULL, 3, 4);
     assert_int_equal(pl.dec_layers, 12);
-    pl = placement_stage(gpt, 0, 3);
+    pl = placement_stage(gpt, NULL, 0, 3);
     assert_int_equal(pl.enc_layers, 6); /* 16 layers over 3 stages: 6, 5, 5 */
 }
 
 /* Placement over a grid of models and stage counts, against its rules counted here: every layer
  * placed once, sides split within one layer, one embedding and one head, T5's decoder the second
  * half (its first stage the first decoder), and each boundary's transfer what that side holds. */
+/* Uneven stages (--layers-per-stage): every split of GPT's layers over nv virtual stages that the
+ * rule accepts places each stage's listed layers from the right index; one that breaks a rule (a
+ * count, the sum, an empty middle stage, an encoder-decoder) is refused; all others accepted. */
+static void test_placement_split(void **state)
+{
+    (void)state;
+    model_spec m = *model_preset("gpt-tiny");
+    m.enc_layers = 5;
+    for (int nv = 1; nv <= 4; nv++) {
+        int total = 1;
+        for (int v = 0; v < nv; v++) total *= 7; /* every split of 0..6 layers a stage */
+        for (int code = 0; code < total; code++) {
+            pipeline_split sp = {nv, {0}};
+            int sum = 0, ok = 1;
+            for (int v = 0, c = code; v < nv; v++, c /= 7) {
+                sp.layers[v] = c % 7, sum += sp.layers[v];
+                if (sp.layers[v] == 0 && v != 0 && v != nv - 1) ok = 0;
+            }
+            ok &= sum == 5;
+            assert_int_equal(placement_split_check(&m, &sp, nv, NULL) == DP_OK, ok);
+            for (int v = 0, first = 0; ok && v < nv; v++) {
+                stage_placement p = placement_stage(&m, &sp, v, nv);
+                assert_int_equal(p.enc_layers, sp.layers[v]);
+                assert_int_equal(p.first_layer, first);
+                first += sp.layers[v];
+            }
+            pipeline_split other = sp;
+            other.n = nv + 1; /* one count too many */
+            if (nv < 4) assert_int_not_equal(placement_split_check(&m, &other, nv, NULL), DP_OK);
+        }
+    }
+    pipeline_split sp;
+    assert_int_equal(placement_split_parse("0,2,3,0", &sp), 0);
+    char text[64];
+    placement_split_format(&sp, text, sizeof text);
+    assert_string_equal(text, "0,2,3,0");
+    static const char *const bad[] = {"", "1,,2", "1,2,", "-1,2", "1;2", "a", "1, 2", "+1"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        assert_int_equal(placement_split_parse(bad[k], &sp), -1);
+    pipeline_split t5split = {2, {12, 12}};
+    assert_int_not_equal(placement_split_check(model_preset("t5-11b-12l"), &t5split, 2, NULL), DP_OK);
+}
+
 static void test_placement_grid(void **state)
 {
     (void)state;
@@ -1050,9 +1099,12 @@ static void test_placement_grid(void **state)
                 m.enc_layers = m.dec_layers = layers;
                 if (arch && nv > 1 && (nv % 2 || nv / 2 > layers)) continue; /* refused */
                 if (!arch && nv > layers) continue;
+                assert_int_equal(placement_split_check(&m, NULL, nv, NULL), DP_OK);
                 int enc = 0, dec = 0, emb = 0, head = 0, lo[2] = {1 << 20, 1 << 20}, hi[2] = {0, 0};
                 for (int v = 0; v < nv; v++) {
-                    stage_placement p = placement_stage(&m, v, nv);
+                    stage_placement p = placement_stage(&m, NULL, v, nv);
+                    /* a layer's index in its component: the layers of the stages before on its side */
+                    assert_int_equal(p.first_layer, p.decoder ? dec : enc);
                     enc += p.enc_layers, dec += p.dec_layers, emb += p.embedding, head += p.head;
                     int side = p.decoder, n = side ? p.dec_layers : p.enc_layers;
                     if (!(arch && nv == 1)) {
@@ -1070,7 +1122,7 @@ static void test_placement_grid(void **state)
                      * and gradient back, and counts placement_act_elems; a stage's hidden state
                      * is its own side's length (decoder 7, encoder 40), the encoder output 40 */
                     if (v + 1 < nv) {
-                        stage_placement q = placement_stage(&m, v + 1, nv);
+                        stage_placement q = placement_stage(&m, NULL, v + 1, nv);
                         double len_v = p.decoder ? 7 : 40, len_q = q.decoder ? 7 : 40;
                         for (int grad = 0; grad < 2; grad++) {
                             placement_wire out = placement_wire_parts(grad ? &q : &p, grad, 1);
@@ -1431,6 +1483,7 @@ int main(void)
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_norm_epsilon),
         cmocka_unit_test(test_placement_grid),
+        cmocka_unit_test(test_placement_split),
         cmocka_unit_test(test_calibration_recovers_known_parameters),
         cmocka_unit_test(test_calibration_on_a100_grid),
     };
