@@ -9,8 +9,8 @@
  * both) — or, for GPT, as a split lists them (pipeline_split: --layers-per-stage, where the first
  * and last virtual stages may hold no layer, the embedding or the head alone, as Megatron's
  * uneven first and last stages and Llama 3's pipeline do). Virtual stage 0 holds the input
- * embedding, the last one the LM head. Device s of a
- * pipeline of S devices holds virtual stages s, s + S, s + 2S, ... (Megatron's interleaving).
+ * embedding, the last one the LM head. Device s of a pipeline of S devices holds virtual stages
+ * s, s + S, s + 2S, ... (Megatron's interleaving).
  *
  * What crosses from virtual stage v to v + 1 per micro-batch of mbs samples: GPT's hidden state
  * (mbs x seq x hidden); a T5 encoder stage's hidden state (mbs x enc x hidden); a T5 decoder
