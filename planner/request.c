@@ -462,6 +462,10 @@ void plan_request_options(cli_opts *t, plan_request *p)
     cli_opt_int(t, "dp", 0, &p->dp, "D", 1, 4096, "1", "data-parallel replicas")->marks = F | T;
     cli_opt_int(t, "chunks", 0, &p->chunks, "C", 1, 64, "1",
                 "model chunks per device (interleaved)")->marks = F | T;
+    cli_opt_int(t, "warmup", 0, &p->warmup, "N", 0, 1 << 20, "the schedule's",
+                "1f1b, interleaved: at most N forwards (model chunks) before each\n"
+                "device's first backward, fewer than the schedule's rule where it\n"
+                "asks more: less memory held, more bubble (0: the rule)")->marks = F;
     o = cli_opt_call(t, "layers-per-stage", 0, set_split, &p->cost, "LIST", "even",
                      "GPT: the layers of each virtual stage, pp x chunks of them in\n"
                      "order, e.g. 7,8,8,7 (the first and last may be 0: the embedding or\n"

@@ -79,6 +79,8 @@ typedef struct plan_request {
     const char *batching;  /*                                   [dynamic] */
     const char *schedule;  /*                                   [1f1b] */
     int pp, dp, chunks, zero, mbs;
+    int warmup;            /* --warmup: at most this many forwards before a device's first backward
+                            * (stage_model.warmup); 0: the schedule's own rule  [0] */
     int64_t mb_tokens, global_tokens;
     int max_seqlen, max_dec_seqlen; /* 0: defaults (2048; T5 decoder: 512) */
     double thin_ms;

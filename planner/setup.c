@@ -380,6 +380,9 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
     if (p->chunks > 1 && !(sc && sc->chunked))
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+    if (p->warmup > 0 && sc && !sc->warms_up)
+        return dp_fail(err, DP_ERR_INVALID, "--warmup caps the warm-up of 1f1b and interleaved; "
+                       "%s has none to cap", sc->name);
     if (sc && p->cost.recompute < RECOMPUTE_COUNT &&
         (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
         return st;
@@ -436,6 +439,7 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
     o->sched = schedule_find(sched);
     o->pp = p->pp;
     o->chunks = o->sched && o->sched->chunked ? p->chunks : 1;
+    o->warmup = p->warmup;
     o->dp = p->dp;
     o->zero = p->zero;
     o->mem_limit_mb = env->mem_limit_mb;

@@ -229,7 +229,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     snprintf(x->batching, sizeof x->batching, "%s", it->batching);
     x->ms = (double)ir.makespan_ns / 1e6;
     /* the schedule's closed form, the slowest replica's */
-    double cf = a->sched && a->sched->closed_form ? 0 : NAN, cf_bubble = cf;
+    double cf = a->sched && a->sched->closed_form && !a->no_closed_form ? 0 : NAN, cf_bubble = cf;
     for (int rep = 0; rep < cfg->dp && !isnan(cf); rep++) {
         double bubble, c = a->sched->closed_form(it, rep, cfg->pp, cfg->chunks, &bubble);
         if (isnan(c)) cf = cf_bubble = NAN; /* outside the form's assumptions: none */
@@ -296,7 +296,9 @@ dp_status study_end(study_acc *a, dp_err *err)
     r->after_pipeline_share = a->t_ns > 0 ? 1 - (double)a->pipe_ns / (double)a->t_ns : 0;
     r->closed_form_bubble =
         r->sum_closed_form_ms > 0 ? a->cf_bubble_ms / r->sum_closed_form_ms : NAN;
-    r->closed_form_text = a->sched ? a->sched->closed_form_text : NULL;
+    r->closed_form_text = a->no_closed_form ? a->no_closed_form
+                          : a->sched                 ? a->sched->closed_form_text
+                                                     : NULL;
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1); /* tp x cp */
     double peak = a->cfg.hw ? a->cfg.hw->gpu.peak_tflops : 0;
     r->ranks = a->cfg.pp * a->cfg.dp;
@@ -319,6 +321,21 @@ dp_status study_end(study_acc *a, dp_err *err)
                        "another GPU, or a plan file whose times were edited",
                        100 * over, over * peak, peak);
     return DP_OK;
+}
+
+/* The stage model of each of the run's modes (*out, the caller frees it; NULL on failure). */
+static dp_status stage_models(const study_opts *o, const cost_model *const *cms, int modes,
+                              stage_model **out, dp_err *err)
+{
+    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
+    dp_status st = DP_OK;
+    for (int m = 0; m < modes && st == DP_OK; m++) {
+        st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
+        sm[m].warmup = o->warmup;
+    }
+    if (st != DP_OK) free(sm), sm = NULL;
+    *out = sm;
+    return st;
 }
 
 /* study_opts.prune_ms before planning: a lower bound on the time of an iteration of samples
@@ -605,13 +622,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     memset(r, 0, sizeof *r);
     for (int m = 0; m < modes; m++)
         if ((st = schedule_check_recompute(o->sched, cms[m]->recompute, err)) != DP_OK) return st;
-    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
-    for (int m = 0; m < modes && st == DP_OK; m++)
-        st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
-    if (st != DP_OK) {
-        free(sm);
-        return st;
-    }
+    stage_model *sm = NULL;
+    if ((st = stage_models(o, cms, modes, &sm, err)) != DP_OK) return st;
     /* model state, collectives and the optimizer step: the same in every mode (the parameters
      * are; cost_profile.c reads one size for every mode) */
     sim_config cfg;
@@ -620,6 +632,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_begin(&acc, r, &cfg, o->sink);
     acc.model = &o->cm->model;
     acc.sched = o->sched;
+    if (o->warmup > 0 && o->sched && o->sched->warms_up)
+        acc.no_closed_form = "none: --warmup caps the warm-up it assumes";
     if (o->stream_path) acc.keep_max = STUDY_ITER_KEEP; /* bounded memory */
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
@@ -786,10 +800,8 @@ dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err
     const cost_model *cms[RECOMPUTE_COUNT];
     int modes = study_modes(o, cms), count;
     *ms = 0;
-    stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
-    dp_status st = DP_OK;
-    for (int m = 0; m < modes && st == DP_OK; m++)
-        st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
+    stage_model *sm = NULL;
+    dp_status st = stage_models(o, cms, modes, &sm, err);
     double *left = st == DP_OK ? iteration_floors(o, t, sm, modes, &count) : NULL;
     if (left) *ms = left[0];
     free(left);

@@ -51,6 +51,7 @@ typedef struct study_opts {
     const batcher *batching;
     const schedule *sched;
     int pp, chunks, dp, zero;
+    int warmup; /* stage_model.warmup: a cap on each device's warm-up forwards; 0: none */
     double mem_limit_mb;
     int mbs;             /* padding/packing rows per micro-batch */
     int64_t mb_tokens;   /* token batcher budget */
@@ -185,6 +186,8 @@ typedef struct study_acc {
     study_result *r;
     const model_spec *model; /* for the hardware FLOPs (NULL: unknown) */
     const schedule *sched;   /* for the closed form (NULL: unknown, none printed) */
+    const char *no_closed_form; /* non-NULL: why the schedule's closed form does not hold here
+                                 * (--warmup caps the warm-up it assumes): none printed */
     sim_config cfg;
     sim s;
     uint64_t hash;

@@ -186,10 +186,18 @@ static dp_status build_gpipe(const schedule_ctx *ctx, plan_iter *it, dp_err *err
 
 /* ---- 1f1b ----------------------------------------------------------------------------------- */
 
+/* The warm-up forwards of a device whose schedule's rule asks `rule`, under the stage model's
+ * --warmup cap (stage_model.warmup), and at most the n there are. */
+static int warmup_of(const stage_model *sm, int rule, int n)
+{
+    int w = sm->warmup > 0 && sm->warmup < rule ? sm->warmup : rule;
+    return w < n ? w : n;
+}
+
 static void onef1b_rank(emitter *e, const int *mbs, int m)
 {
     int S = e->sm->pp, s = e->R->stage;
-    int w = S - s - 1 < m ? S - s - 1 : m;
+    int w = warmup_of(e->sm, S - s - 1, m);
     for (int i = 0; i < w; i++) em_fwd(e, mbs[i], 0);
     for (int i = 0; i < m - w; i++) {
         em_fwd(e, mbs[w + i], 0);
@@ -254,8 +262,7 @@ static void interleaved_rank(emitter *e, const int *mbs, int m)
                 bk[q] = mbs[g + i], bc[q] = C - 1 - c;
             }
     }
-    int w = (S - s - 1) * 2 + (C - 1) * S + e->extra_warmup;
-    if (w > n) w = n;
+    int w = warmup_of(e->sm, (S - s - 1) * 2 + (C - 1) * S + e->extra_warmup, n);
     for (int i = 0; i < w; i++) em_fwd(e, fk[i], fc[i]);
     for (int i = 0; i < n - w; i++) {
         em_fwd(e, fk[w + i], fc[w + i]);
@@ -268,16 +275,36 @@ out:
 
 /* Megatron's warm-up assumes m a multiple of S; with a short last group some stages can wait on
  * each other (S 4, C 3, m 5 does). Then every stage warms up one forward more, until the plan
- * runs: at worst all forwards first, an order that cannot deadlock. */
+ * runs: at worst all forwards first, an order that cannot deadlock. Under a --warmup cap the
+ * extra forwards stop at the cap; a capped order that still deadlocks is refused. */
 static dp_status build_interleaved(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
 {
+    const stage_model *sm = ctx->sm;
+    int S = sm->pp, C = sm->chunks, most = 0; /* the largest replica's micro-batches */
+    int *per = dp_xcalloc((size_t)(it->dp > 0 ? it->dp : 1), sizeof *per);
+    for (int k = 0; k < it->n_mb; k++)
+        if (++per[it->mb[k].replica] > most) most = per[it->mb[k].replica];
+    free(per);
+    /* a device runs every chunk of its first micro-batch forward before that one's first backward
+     * (chunk C - 1): the forwards of the C - 1 chunks of the first group before it */
+    int least = (C - 1) * (most < S ? most : S);
+    if (sm->warmup > 0 && sm->warmup < least)
+        return dp_fail(err, DP_ERR_INVALID, "--warmup %d is below what the interleaved schedule "
+                       "needs here, %d forwards: (chunks - 1) x min(stages, micro-batches) = "
+                       "%d x %d, every chunk of a device's first micro-batch before its first "
+                       "backward", sm->warmup, least, C - 1, most < S ? most : S);
     for (int extra = 0;; extra++) {
         dp_status st = for_each_rank_warm(ctx, it, interleaved_rank, extra, err);
         if (st != DP_OK) return st;
         dp_err probe = {0};
-        if (extra >= it->n_mb * ctx->sm->chunks ||
-            plan_validate(it, ctx->sm->chunks, "interleaved", &probe) != DP_ERR_DEADLOCK)
+        int capped = sm->warmup > 0 && sm->warmup <= (S - 1) * 2 + (C - 1) * S + extra;
+        if (extra >= it->n_mb * C || plan_validate(it, C, "interleaved", &probe) != DP_ERR_DEADLOCK)
             return DP_OK;
+        if (capped) /* more warm-up is what it would take, and the cap forbids it */
+            return dp_fail(err, DP_ERR_INFEASIBLE, "--warmup %d: the interleaved schedule of %d "
+                           "micro-batches on %d stages x %d chunks deadlocks with so few warm-up "
+                           "forwards\nhint: a larger --warmup, or 1f1b", sm->warmup,
+                           it->n_mb / (it->dp > 0 ? it->dp : 1), S, C);
     }
 }
 
@@ -430,26 +457,29 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
 
 /* ---- what each holds (schedule.h) ----------------------------------------------------------- */
 
-static double holds_pipeline(int S, int C, int s)
+/* Each: what device s of S holds with C chunks whose warm-up is w forwards (warmup_of; the
+ * schedules that do not warm up ignore it). */
+static double holds_pipeline(int S, int C, int s, const stage_model *sm)
 {
-    (void)C, (void)s;
+    (void)C, (void)s, (void)sm;
     return S;
 }
 
-static double holds_1f1b(int S, int C, int s)
+static double holds_1f1b(int S, int C, int s, const stage_model *sm)
 {
     (void)C;
-    return S - s;
+    return warmup_of(sm, S - s - 1, S) + 1;
 }
 
-static double holds_interleaved(int S, int C, int s)
+static double holds_interleaved(int S, int C, int s, const stage_model *sm)
 {
-    return ((S - s - 1) * 2 + (C - 1) * S + 1) / (double)C;
+    int rule = (S - s - 1) * 2 + (C - 1) * S;
+    return (warmup_of(sm, rule, rule) + 1) / (double)C;
 }
 
-static double holds_one(int S, int C, int s)
+static double holds_one(int S, int C, int s, const stage_model *sm)
 {
-    (void)S, (void)C, (void)s;
+    (void)S, (void)C, (void)s, (void)sm;
     return 1;
 }
 
@@ -457,7 +487,7 @@ void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, 
 {
     mem_rule_uniform(rule, sm->pp, 1);
     rule->scale = scale;
-    for (int s = 0; s < sm->pp; s++) rule->holds[s] = sc->holds(sm->pp, sm->chunks, s);
+    for (int s = 0; s < sm->pp; s++) rule->holds[s] = sc->holds(sm->pp, sm->chunks, s, sm);
 }
 
 /* ---- closed forms (schedule.h) ------------------------------------------------------------- */
@@ -535,17 +565,18 @@ static double closed_form_zb(const plan_iter *it, int rep, int S, int C, double 
 #define CF_1F1B closed_form_1f1b, "sum t + (S-1) max t / C"
 
 /* name, summary, build, holds, splits_backward, closed_form, closed_form_text, chunked,
- * admits_by_memory */
+ * admits_by_memory, warms_up */
 static const schedule SCHEDULES[] = {
-    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B, 0, 0},
-    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0, CF_1F1B, 0, 0},
+    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B, 0, 0, 0},
+    {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0, CF_1F1B, 0, 0,
+     1},
     {"interleaved", "interleaved 1F1B with --chunks model chunks per device", build_interleaved,
-     holds_interleaved, 0, CF_1F1B, 1, 0},
+     holds_interleaved, 0, CF_1F1B, 1, 0, 1},
     {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0, NULL,
-     "none (the order follows memory)", 0, 1},
+     "none (the order follows memory)", 0, 1, 0},
     {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
      holds_pipeline, 1, closed_form_zb,
-     "sum t + (S-1) max (f + b - 2w), with at least S micro-batches a replica", 0, 0},
+     "sum t + (S-1) max (f + b - 2w), with at least S micro-batches a replica", 0, 0, 0},
 };
 
 const schedule *schedule_baseline(void)

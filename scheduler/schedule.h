@@ -49,7 +49,7 @@ typedef struct schedule {
      * memory rule: 1f1b S-s; zb1 S; interleaved (Megatron's warm-up + 1) chunks / C; adaptive 1
      * (it admits by memory itself); gpipe S, a first guess, since it holds all m (the exact
      * check after planning decides, see stage_cost.h). */
-    double (*holds)(int S, int C, int s);
+    double (*holds)(int S, int C, int s, const stage_model *sm); /* sm: its --warmup cap */
     int splits_backward; /* its plans run a W after every B (zb1): see schedule_check_recompute */
     /* The textbook estimate of replica rep's iteration on S stages with C chunks (its
      * micro-batches k, t_k = max over stages of f + b, per stage as planned), ms, and in
@@ -65,6 +65,8 @@ typedef struct schedule {
     int admits_by_memory; /* orders its micro-batches by memory with the simulator (adaptive:
                            * planner/order_search.h), so its plans never fail the memory rule for
                            * want of an order */
+    int warms_up;         /* runs forwards ahead of its first backward by a rule that --warmup
+                           * caps (stage_model.warmup: 1f1b, interleaved) */
 } schedule;
 
 /* Megatron-LM's default (1F1B): the schedule the baselines run (packing + it is the paper's

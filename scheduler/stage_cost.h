@@ -39,6 +39,10 @@ typedef struct stage_model {
     const cost_model *cm;
     int pp;         /* S: devices in the pipeline */
     int chunks;     /* C: interleaved model chunks per device */
+    int warmup;     /* > 0: at most this many forwards (model chunks) before a device's first
+                     * backward, where the schedule's warm-up rule asks more (--warmup; the
+                     * schedules that warm up: schedule.h warms_up); 0: the rule. Set after
+                     * stage_model_init, which leaves 0 */
     int dp;         /* D: data-parallel replicas */
     int zero_ranks; /* the GPUs of a tensor-parallel rank that hold the same weights: dp x cp
                      * (cost_model.cp). Gradients are reduced, and ZeRO shards, over them

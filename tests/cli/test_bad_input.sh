@@ -72,6 +72,16 @@ expect "a plan file's edited model_flops: refused" 1 "faster than the hardware a
 
 # --- contradictory flags --------------------------------------------------------------------------
 expect "pp larger than the layers" 2 "more pipeline stages than gpt-6.7b-16l has layers" -- "$DPSIM" plan --pp 17
+expect "--warmup on a schedule without a warm-up" 2 "--warmup caps the warm-up of 1f1b and interleaved; adaptive has none" -- \
+  "$DPSIM" plan --schedule adaptive --warmup 2 --iterations 1
+expect "--warmup below what interleaved needs, naming the least" 1 "--warmup 1 is below what the interleaved schedule needs here, 4 forwards" -- \
+  "$DPSIM" plan --schedule interleaved --chunks 2 --warmup 1 --iterations 1
+check "--warmup 1 under 1F1B lowers stage 0's peak (2 micro-batches held, not 4)" bash -c \
+  "a=\$('$DPSIM' sim --iterations 1 | awk '/^peak memory per stage/ { print \$6 }'); \
+   b=\$('$DPSIM' sim --iterations 1 --warmup 1 | awk '/^peak memory per stage/ { print \$6 }'); \
+   [ -n \"\$a\" ] && [ -n \"\$b\" ] && [ \"\$b\" -lt \"\$a\" ]"
+expect "... and prints no closed form that assumes the full warm-up" 0 "mean closed form +- +\\(none: --warmup caps" -- \
+  "$DPSIM" sim --iterations 1 --warmup 1
 expect "mbs 0" 2 "--mbs \"0\" must be a whole number" -- "$DPSIM" plan --mbs 0
 expect "global tokens smaller than one sample" 1 "larger than --global-tokens 10" -- "$DPSIM" plan --global-tokens 10
 expect "negative pipeline size" 2 "--pp \"-2\"" -- "$DPSIM" sim --pp -2

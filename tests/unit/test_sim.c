@@ -127,6 +127,65 @@ static void test_interleaved_any_count(void **state)
             }
 }
 
+/* --warmup w caps the warm-up forwards: 1F1B with any cap runs (no deadlock, every receive in
+ * order) and stage s holds min(S - s, w + 1, m) micro-batches, as the planner's memory rule says;
+ * interleaved runs for every cap from its least, (C - 1) x min(S, m), and holds at most w + 1
+ * chunks; below that least it is refused, naming the figure. */
+static void test_warmup_cap(void **state)
+{
+    (void)state;
+    for (int S = 2; S <= 8; S *= 2)
+        for (int m = 1; m <= 2 * S; m++)
+            for (int cap = 1; cap <= S; cap++) {
+                world w;
+                world_init(&w, S, 1, 0, 1e15);
+                w.sm.warmup = cap;
+                plan_iter it;
+                sim_iter_result res;
+                equal_iter(&w, &it, m, 1.5, 2.25, 0);
+                int64_t got = run_schedule(&w, "1f1b", &it, &res);
+                assert_true(got >= llround((m + S - 1) * 3.75 * 1e6)); /* never below the rule's */
+                mem_rule rule;
+                schedule_mem_rule(schedule_find("1f1b"), &w.sm, 1, &rule);
+                for (int s = 0; s < S; s++) {
+                    int held = S - s < cap + 1 ? S - s : cap + 1;
+                    assert_near(res.peak_mb[s], held < m ? held : m, 1e-9);
+                    assert_near(rule.holds[s], held, 1e-12);
+                }
+                plan_iter_release(&it);
+                cost_model_free(w.cm);
+            }
+    for (int m = 1; m <= 9; m++)
+        for (int cap = 1; cap <= 12; cap++) {
+            int S = 4, C = 2, least = (C - 1) * (m < S ? m : S);
+            world w;
+            world_init(&w, S, C, 0, 1e15);
+            w.sm.warmup = cap;
+            plan_iter it;
+            equal_iter(&w, &it, m, 2.0, 4.0, 0);
+            schedule_ctx ctx = {&w.sm};
+            dp_err err = {0};
+            dp_status st = schedule_find("interleaved")->build(&ctx, &it, &err);
+            if (cap < least) {
+                assert_int_equal(st, DP_ERR_INVALID);
+                assert_msg_has(err.msg, "is below what the interleaved schedule needs here");
+            } else if (st == DP_OK) {
+                assert_int_equal(plan_validate(&it, C, "interleaved", &err), DP_OK);
+                sim s;
+                sim_iter_result res;
+                sim_init(&s);
+                assert_int_equal(sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err), DP_OK);
+                sim_release(&s);
+                for (int d = 0; d < S; d++) assert_true(res.peak_mb[d] <= (cap + 1) / (double)C + 1e-9);
+            } else { /* a capped order that deadlocks: refused, saying so */
+                assert_int_equal(st, DP_ERR_INFEASIBLE);
+                assert_msg_has(err.msg, "deadlocks with so few warm-up forwards");
+            }
+            plan_iter_release(&it);
+            cost_model_free(w.cm);
+        }
+}
+
 static void test_zb1_bubble(void **state)
 {
     (void)state;
@@ -612,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_interleaved_closed_form),
         cmocka_unit_test(test_schedule_closed_forms_equal_simulation),
         cmocka_unit_test(test_interleaved_any_count),
+        cmocka_unit_test(test_warmup_cap),
         cmocka_unit_test(test_zb1_bubble),
         cmocka_unit_test(test_latency_on_critical_path),
         cmocka_unit_test(test_bad_plans_rejected),
