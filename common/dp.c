@@ -127,8 +127,10 @@ long dp_utf8_invalid_at(const char *s)
         unsigned lo = 0x80, hi = 0xBF; /* the second byte's range (RFC 3629's table) */
         if (c < 0x80) more = 0;
         else if (c >= 0xC2 && c <= 0xDF) more = 1;
-        else if (c >= 0xE0 && c <= 0xEF) more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else if (c >= 0xE0 && c <= 0xEF) /* no overlong form, no surrogate */
+            more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4) /* no overlong form, nothing past U+10FFFF */
+            more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
         else return i;
         for (int k = 1; k <= more; k++) {
             unsigned b = u[i + k];

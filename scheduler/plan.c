@@ -294,7 +294,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(o, "chunks", h->chunks);
     if (h->split.n > 0) {
         cJSON *lps = cJSON_AddArrayToObject(o, "layers_per_stage");
-        for (int v = 0; v < h->split.n; v++) cJSON_AddItemToArray(lps, cJSON_CreateNumber(h->split.layers[v]));
+        for (int v = 0; v < h->split.n; v++)
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(h->split.layers[v]));
     }
     cJSON_AddNumberToObject(o, "zero", h->zero);
     cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));

@@ -6,7 +6,7 @@
  * a large micro-batch's time); and a tune point cut at exactly its own simulated time is never
  * pruned, while one cut at half of it is, before planning where its tokens alone show it.
  */
-#include "testutil.h"
+#include "analytic_util.h"
 
 #include "../../models/cost.h"
 #include "../../models/hw.h"
@@ -14,20 +14,6 @@
 #include "../../planner/setup.h"
 #include "../../planner/tune_run.h"
 #include "../../scheduler/stage_cost.h"
-
-static cost_model *analytic(const char *model, const char *hw, int tp, recompute_mode rc)
-{
-    cluster_spec c;
-    assert_int_equal(cluster_resolve(hw, &c, NULL), DP_OK);
-    analytic_params ap;
-    analytic_params_for_gpu(&c.gpu, &ap);
-    cost_model *cm = NULL;
-    dp_err err = {0};
-    if (cost_analytic_new(model_preset(model), &c, tp, rc, &ap, &cm, &err) != DP_OK)
-        fail_msg("%s", err.msg);
-    cost_model_set_attention(cm, cm->model.flash_attn, NULL);
-    return cm;
-}
 
 /* A random shape of the model's: mbs rows of up to max_len tokens, padded or varlen (samples of
  * their own lengths, the longest the row's), a T5 target too. */
@@ -68,7 +54,7 @@ static void test_layer_floor_never_above_the_query(void **state)
             for (int ci = 0; ci < 3; ci++)
                 for (int rc = 0; rc < RECOMPUTE_COUNT; rc++)
                     for (int variant = 0; variant < 4; variant++) {
-                        cost_model *cm = analytic(runs[r].model, runs[r].hw, tps[ti], (recompute_mode)rc);
+                        cost_model *cm = analytic(runs[r].model, runs[r].hw, tps[ti], (recompute_mode)rc, NULL);
                         int t5 = cm->model.arch == ARCH_T5;
                         if (cps[ci] > 1 && cost_model_set_cp(cm, cps[ci], variant == 3, NULL) != DP_OK) {
                             cost_model_free(cm);
@@ -106,7 +92,7 @@ static void test_layer_floor_never_above_the_query(void **state)
 static void test_floor_is_most_of_a_large_micro_batch(void **state)
 {
     (void)state;
-    cost_model *cm = analytic("llama3.1-8b", "dgx-h100", 1, RECOMPUTE_NONE);
+    cost_model *cm = analytic("llama3.1-8b", "dgx-h100", 1, RECOMPUTE_NONE, NULL);
     cost_shape s = cost_shape_rows(8, 4096, 0);
     for (int c = COMP_ENCODER; c < COMP_COUNT; c++) {
         if (c == COMP_DECODER) continue;
@@ -127,7 +113,7 @@ static void test_device_floor_never_above_the_stage_model(void **state)
     static const char *const models[] = {"llama3.1-8b", "t5-11b-12l"};
     for (int mi = 0; mi < 2; mi++)
         for (int zero = 1; zero <= 3; zero += 2) {
-            cost_model *cm = analytic(models[mi], mi ? "p4d" : "dgx-h100", 2, RECOMPUTE_SELECTIVE);
+            cost_model *cm = analytic(models[mi], mi ? "p4d" : "dgx-h100", 2, RECOMPUTE_SELECTIVE, NULL);
             int t5 = mi == 1;
             if (!t5) assert_int_equal(cost_model_set_cp_auto(cm, 4, 0, NULL), DP_OK);
             stage_model sm;

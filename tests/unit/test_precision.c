@@ -6,7 +6,7 @@
  * the straggler term (the expected slowest of N GPUs) against a brute-force sample, zero for one
  * GPU and growing with N.
  */
-#include "testutil.h"
+#include "analytic_util.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -16,22 +16,6 @@
 #include "../../models/straggler.h"
 #include "../../planner/study.h"
 #include "../../scheduler/stage_cost.h"
-
-static cost_model *analytic(const char *model, const char *hw, int tp, recompute_mode rc,
-                            const analytic_params *p)
-{
-    cluster_spec c;
-    assert_int_equal(cluster_resolve(hw, &c, NULL), DP_OK);
-    analytic_params ap;
-    if (p) ap = *p;
-    else analytic_params_for_gpu(&c.gpu, &ap);
-    cost_model *cm = NULL;
-    dp_err err = {0};
-    if (cost_analytic_new(model_preset(model), &c, tp, rc, &ap, &cm, &err) != DP_OK)
-        fail_msg("%s", err.msg);
-    cost_model_set_attention(cm, cm->model.flash_attn, NULL);
-    return cm;
-}
 
 /* The shape cost of Llama-3.1-8B's layer over len tokens at tp t, forward and backward, relative
  * to the fitted GPT-6.7B layer at 4,096 tokens in bf16: written out here from the GEMMs' shapes
