@@ -53,7 +53,7 @@ check demo README.md "packing-dp/adaptive tokens/s" 27884 0.1 '$1 == "packing-dp
 check demo README.md "auto/adaptive tokens/s" 27888 0.1 '$1 == "auto" && $2 == "adaptive" { print $3 }'
 check tune8 docs/results.md "tune --gpus 8: dynamic's best tokens/s" 63637 0.1 '$1 == "dynamic" { print $2 }'
 check tune8 docs/results.md "tune --gpus 8: packing-ffd-varlen's best" 67311 0.1 '$1 == "packing-ffd-varlen" { print $2 }'
-check tune8 docs/results.md "tune --gpus 8: configurations pruned" 1138 0 '/pruned/ { print $2 }'
+check tune8 docs/results.md "tune --gpus 8: configurations pruned" 1187 0 '/pruned/ { print $2 }'
 check tuned docs/quickstart.md "compare --tuned: packing tokens/s" 48370 0.1 '$1 == "packing" { print $3 }'
 check tuned docs/quickstart.md "compare --tuned: dynamic tokens/s" 63181 0.1 '$1 == "dynamic" { print $3 }'
 check grid README.md "auto grid: geomean over the ten methods" 1.036 0.1 '/geometric mean/ { sub(/x$/, "", $13); print $13 }'
