@@ -111,7 +111,8 @@ int stage_zero_prefetch(const stage_model *sm)
     return (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;
 }
 
-/* The larger of a and b (b where either is NaN: in_range then refuses the figure). */
+/* The larger of a and b; b where either is NaN (fmax's answer where a is; where b is, the NaN
+ * goes on to in_range, which refuses it). */
 static inline double larger(double a, double b)
 {
     return a > b ? a : b;
