@@ -11,6 +11,12 @@ static int share(int n, int k, int i)
     return n / k + (i < n % k ? 1 : 0);
 }
 
+/* The items of parts 0 .. i-1 of share's split: sum of share(n, k, j) for j < i. */
+static int shares_before(int n, int k, int i)
+{
+    return i * (n / k) + (i < n % k ? i : n % k);
+}
+
 /* The layers of GPT's virtual stage v of nv (split, or even). */
 static int gpt_layers(const model_spec *m, const pipeline_split *split, int v, int nv)
 {
@@ -24,7 +30,10 @@ stage_placement placement_stage(const model_spec *m, const pipeline_split *split
     p.head = v == nv - 1;
     if (m->arch == ARCH_GPT) {
         p.enc_layers = gpt_layers(m, split, v, nv);
-        for (int u = 0; u < v; u++) p.first_layer += gpt_layers(m, split, u, nv);
+        if (split && split->n == nv) /* at most PLACEMENT_SPLIT_MAX */
+            for (int u = 0; u < v; u++) p.first_layer += split->layers[u];
+        else
+            p.first_layer = shares_before(m->enc_layers, nv, v);
         return p;
     }
     if (nv == 1) { /* T5 on one stage: the whole model */
@@ -34,10 +43,10 @@ stage_placement placement_stage(const model_spec *m, const pipeline_split *split
     int enc_stages = nv / 2, dec_stages = nv - enc_stages;
     if (v < enc_stages) {
         p.enc_layers = share(m->enc_layers, enc_stages, v);
-        for (int u = 0; u < v; u++) p.first_layer += share(m->enc_layers, enc_stages, u);
+        p.first_layer = shares_before(m->enc_layers, enc_stages, v);
     } else {
         p.dec_layers = share(m->dec_layers, dec_stages, v - enc_stages);
-        for (int u = 0; u < v - enc_stages; u++) p.first_layer += share(m->dec_layers, dec_stages, u);
+        p.first_layer = shares_before(m->dec_layers, dec_stages, v - enc_stages);
         p.decoder = 1;
         p.first_decoder = v == enc_stages;
     }
