@@ -17,7 +17,7 @@
 #   SANITIZE=1    build with AddressSanitizer and UndefinedBehaviorSanitizer (into build/san/)
 
 DEB_PACKAGES := libgsl-dev libcjson-dev libcsv-dev gnuplot-nox libcmocka-dev libopenmpi-dev valgrind \
-                openmpi-bin libopenblas-dev procps
+                openmpi-bin libopenblas-dev procps python3
 
 CC      ?= cc
 SRCDIR  := $(abspath .)
