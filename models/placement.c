@@ -17,23 +17,19 @@ static int shares_before(int n, int k, int i)
     return i * (n / k) + (i < n % k ? i : n % k);
 }
 
-/* The layers of GPT's virtual stage v of nv (split, or even). */
-static int gpt_layers(const model_spec *m, const pipeline_split *split, int v, int nv)
-{
-    return split && split->n == nv ? split->layers[v] : share(m->enc_layers, nv, v);
-}
-
 stage_placement placement_stage(const model_spec *m, const pipeline_split *split, int v, int nv)
 {
     stage_placement p = {0};
     p.embedding = v == 0;
     p.head = v == nv - 1;
     if (m->arch == ARCH_GPT) {
-        p.enc_layers = gpt_layers(m, split, v, nv);
-        if (split && split->n == nv) /* at most PLACEMENT_SPLIT_MAX */
+        if (split && split->n == nv) { /* as listed: at most PLACEMENT_SPLIT_MAX stages */
+            p.enc_layers = split->layers[v];
             for (int u = 0; u < v; u++) p.first_layer += split->layers[u];
-        else
+        } else {
+            p.enc_layers = share(m->enc_layers, nv, v);
             p.first_layer = shares_before(m->enc_layers, nv, v);
+        }
         return p;
     }
     if (nv == 1) { /* T5 on one stage: the whole model */
