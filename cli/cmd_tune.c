@@ -72,7 +72,7 @@ typedef struct tune_args {
     const char *out, *batchings, *schedules;
     int quiet, resume, exhaustive, zero_pipeline;
     int64_t gpus, jobs;
-    tune_cp_arg cps;
+    tune_list_arg cps, precisions;
 } tune_args;
 
 /* The options into a: 0 to go on, 1 after --help, else a usage error's exit code. */
@@ -87,9 +87,10 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     cli_opts t;
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
-                  "tp x cp x pp x dp layouts (cp each degree of --cp, 1,2,4 for a list; tp\n"
-                  "within a node), ZeRO 0/1 (with dp > 1; 2 and 3 too without a pipeline,\n"
-                  "and with one under --zero-pipeline),\n"
+                  "each number format of --precision (bf16,fp8 for a list), tp x cp x pp x dp\n"
+                  "layouts (cp each degree of --cp, 1,2,4 for a list; tp within a node),\n"
+                  "ZeRO 0/1 (with dp > 1; 2 and 3 too without a pipeline, and with one\n"
+                  "under --zero-pipeline),\n"
                   "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
                   "each schedule (interleaved at 2 and 4 chunks), and the method's knob\n"
                   "(--mbs 1/2/4/8 for padding and the packers that take it, --mb-tokens\n"
@@ -125,7 +126,8 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                  "lower bound on its time shows cannot reach its batching's best of\n"
                  "a first pass is dropped, \"pruned\" in the ranking: never a best)");
     plan_request_options(&t, &a->p);
-    tune_cp_option(&t, &a->cps, &a->p.cost);
+    tune_list_option(&t, TUNE_LIST_CP, &a->cps, &a->p.cost);
+    tune_list_option(&t, TUNE_LIST_PRECISION, &a->precisions, &a->p.cost);
     cli_opts_find(&t, "iterations")->deflt = "8";
     t.help_hides = OPT_TUNED; /* what tune searches is no option of it */
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
@@ -256,20 +258,24 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     int ngpus = (int)a.gpus;
     if (st == DP_OK)
         st = planner_tune_space(&a.p, &env, &ngpus, ml.batchings, ml.nb, ml.schedules, ml.ns,
-                                a.cps.cps, a.cps.n, &sp, &err);
+                                a.cps.vals, a.cps.n, a.precisions.vals, a.precisions.n, &sp, &err);
     a.gpus = ngpus;
     sp.zero_pipeline = a.zero_pipeline;
     /* what the ranking means: the options, the input files' contents, the search's lists; a
      * resume must find the same beside its CSV */
-    char config[12000], cp_list[80];
+    char config[12000], cp_list[80], precision_list[40];
     if (st == DP_OK) {
         plan_request_config(&a.p, NULL, 0, config, sizeof config - 600);
-        tune_cp_describe(&a.cps, cp_list, sizeof cp_list);
+        tune_list_describe(&a.cps, cp_list, sizeof cp_list);
+        tune_list_describe(&a.precisions, precision_list, sizeof precision_list);
         snprintf(config + strlen(config), sizeof config - strlen(config),
                  "gpus=%lld\nbatchings=%s\nschedules=%s\ncp-list=%s\nexhaustive=%d\n",
                  (long long)a.gpus, a.batchings, a.schedules, cp_list, a.exhaustive);
         if (a.zero_pipeline) /* only when set: earlier rankings resume as they were */
             snprintf(config + strlen(config), sizeof config - strlen(config), "zero-pipeline=1\n");
+        if (a.precisions.n) /* (the same) */
+            snprintf(config + strlen(config), sizeof config - strlen(config),
+                     "precision-list=%s\n", precision_list);
         st = tune_output_begin(a.out, config, a.resume, rank, &err);
     }
     if (st != DP_OK) {

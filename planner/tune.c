@@ -18,6 +18,7 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     sp->layers = layers;
     sp->t5 = t5;
     sp->cps[0] = 1, sp->n_cps = 1;
+    sp->precisions[0] = PRECISION_BF16, sp->n_precisions = 1;
     static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8}, chunks[] = {2, 4};
     static const int64_t tok[] = {1024, 2048, 4096, 8192, 16384};
     for (int i = 0; i < 4; i++) sp->tps[sp->n_tps++] = tps[i];
@@ -66,44 +67,77 @@ static long each_point(const tune_space *sp, tune_point *out)
             const schedule *sc = schedule_find(sp->schedules[s]);
             int chunked = sc && sc->chunked;
             for (int h = 0; h < (chunked ? sp->n_chunks : 1); h++)
-                for (int t = 0; t < sp->n_tps; t++)
-                    for (int c = 0; c < sp->n_cps; c++) {
-                        tune_point p = {.batching = sp->batchings[b], .schedule = sp->schedules[s],
-                                        .chunks = chunked ? sp->chunks[h] : 1, .tp = sp->tps[t],
-                                        .cp = sp->cps[c] > 1 ? sp->cps[c] : 1};
-                        n = layout_points(sp, p, by, out, n);
-                    }
+                for (int f = 0; f < sp->n_precisions; f++)
+                    for (int t = 0; t < sp->n_tps; t++)
+                        for (int c = 0; c < sp->n_cps; c++) {
+                            tune_point p = {.batching = sp->batchings[b],
+                                            .schedule = sp->schedules[s],
+                                            .chunks = chunked ? sp->chunks[h] : 1,
+                                            .precision = sp->precisions[f], .tp = sp->tps[t],
+                                            .cp = sp->cps[c] > 1 ? sp->cps[c] : 1};
+                            n = layout_points(sp, p, by, out, n);
+                        }
         }
     }
     return n;
 }
 
-int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap)
+/* A comma-separated list of distinct items, each read by item() into an int (0, or -1 when it is
+ * not one: the message then says what an item is, `what`); at most max. 0, or -1 with why. */
+static int parse_list(const char *opt, const char *arg, int max, int (*item)(const char *, int *),
+                      const char *what, int *vals, int *n, char *why, size_t cap)
 {
     *n = 0;
     for (const char *at = arg;; at++) { /* an item ends at a comma or the end */
         size_t len = strcspn(at, ",");
-        char item[32];
-        int64_t v;
-        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), at);
-        if (len == 0 || len >= sizeof item || dp_parse_i64(item, 1, 1024, &v) != 0) {
-            snprintf(why, cap, "--cp \"%s\": \"%.20s\" is not a degree in [1, 1024] (a list such "
-                     "as 1,2,4, or auto)", arg, item);
+        char text[32];
+        int v;
+        snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text ? len : sizeof text - 1), at);
+        if (len == 0 || len >= sizeof text || item(text, &v) != 0) {
+            snprintf(why, cap, "%s \"%s\": \"%.20s\" is not %s", opt, arg, text, what);
             return -1;
         }
         for (int k = 0; k < *n; k++)
-            if (cps[k] == v) {
-                snprintf(why, cap, "--cp \"%s\" names cp %d twice", arg, (int)v);
+            if (vals[k] == v) {
+                snprintf(why, cap, "%s \"%s\" names \"%s\" twice", opt, arg, text);
                 return -1;
             }
-        if (*n == TUNE_MAX_CP) {
-            snprintf(why, cap, "--cp \"%s\": at most %d degrees", arg, TUNE_MAX_CP);
+        if (*n == max) {
+            snprintf(why, cap, "%s \"%s\": at most %d items", opt, arg, max);
             return -1;
         }
-        cps[(*n)++] = (int)v;
+        vals[(*n)++] = v;
         at += len;
         if (!*at) return 0;
     }
+}
+
+static int cp_item(const char *text, int *v)
+{
+    int64_t x;
+    if (dp_parse_i64(text, 1, 1024, &x) != 0) return -1;
+    *v = (int)x;
+    return 0;
+}
+
+static int precision_item(const char *text, int *v)
+{
+    train_precision p;
+    if (precision_parse(text, &p) != 0) return -1;
+    *v = (int)p;
+    return 0;
+}
+
+int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap)
+{
+    return parse_list("--cp", arg, TUNE_MAX_CP, cp_item,
+                      "a degree in [1, 1024] (a list such as 1,2,4, or auto)", cps, n, why, cap);
+}
+
+int tune_parse_precision_list(const char *arg, int *precs, int *n, char *why, size_t cap)
+{
+    return parse_list("--precision", arg, TUNE_MAX_PRECISION, precision_item,
+                      "a precision (bf16, fp16, fp8; a list such as bf16,fp8)", precs, n, why, cap);
 }
 
 long tune_points(const tune_space *sp, tune_point **out)
@@ -119,8 +153,9 @@ void tune_point_describe(const tune_point *p, char *buf, size_t cap)
 {
     char chunks[24] = "";
     if (p->chunks > 1) snprintf(chunks, sizeof chunks, " chunks=%d", p->chunks);
-    int at = snprintf(buf, cap, "batching=%s schedule=%s%s tp=%d cp=%d pp=%d dp=%d zero=%d "
-                      "recompute=%s", p->batching, p->schedule, chunks, p->tp, p->cp, p->pp, p->dp,
+    int at = snprintf(buf, cap, "batching=%s schedule=%s%s precision=%s tp=%d cp=%d pp=%d dp=%d "
+                      "zero=%d recompute=%s", p->batching, p->schedule, chunks,
+                      precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
                       p->zero, recompute_policy_name(p->recompute));
     const batcher *by = batcher_find(p->batching);
     int knob = by ? by->knob : BATCH_KNOB_NONE;
@@ -191,7 +226,7 @@ const tune_result *tune_reference(const tune_result *r, long n, const char *cons
 }
 
 const char TUNE_CSV_HEADER[] =
-    "rank,batching,schedule,chunks,tp,cp,pp,dp,zero,recompute,mbs,mb_tokens,feasible,"
+    "rank,batching,schedule,chunks,precision,tp,cp,pp,dp,zero,recompute,mbs,mb_tokens,feasible,"
     "throughput_tokens_per_s,mfu,peak_mem_mb,why";
 
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
@@ -202,8 +237,9 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
         if (*c == '\n' || *c == '\r') *c = ' ';
     csv_format_field(cell, sizeof cell, why);
     const tune_point *p = &r->pt;
-    snprintf(buf, cap, "%ld,%s,%s,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
-             p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1, p->tp, p->cp, p->pp, p->dp,
+    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
+             p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1,
+             precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
              p->zero,
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
@@ -257,7 +293,7 @@ dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace 
 
 /* ---- reading a ranking back (a resumed search) -------------------------------------------------- */
 
-#define RANKING_COLS 17 /* TUNE_CSV_HEADER's columns */
+#define RANKING_COLS 18 /* TUNE_CSV_HEADER's columns */
 typedef struct ranking_reader {
     tune_result *res;
     long n, read, foreign;
@@ -272,7 +308,8 @@ static dp_status ranking_header(void *ctx, const csv_row *h, dp_err *err)
         {"pp", 1},       {"dp", 1},        {"zero", 1},     {"recompute", 1},
         {"mbs", 1},      {"mb_tokens", 1}, {"feasible", 1}, {"throughput_tokens_per_s", 1},
         {"mfu", 1},      {"peak_mem_mb", 1}, {"why", 1},   {"cp", 1},
-        {"chunks", 0}}; /* (rankings before interleaved was searched: 1) */
+        {"chunks", 0},     /* (rankings before interleaved was searched: 1) */
+        {"precision", 0}}; /* (rankings before precision was searched: any) */
     return csv_header_map(h, cols, RANKING_COLS, r->idx, err);
 }
 
@@ -282,21 +319,23 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
     const char *f[RANKING_COLS];
     for (int k = 0; k < RANKING_COLS; k++) f[k] = r->idx[k] >= 0 ? row->fields[r->idx[k]] : NULL;
     int64_t tp, cp, pp, dp, zero, mbs, mbt, ok, chunks = 1;
+    train_precision prec = PRECISION_BF16;
     double thr, mfu, peak;
     if (dp_parse_i64(f[3], 1, 1 << 20, &tp) || dp_parse_i64(f[15], 1, 1 << 20, &cp) ||
         dp_parse_i64(f[4], 1, 1 << 20, &pp) ||
         dp_parse_i64(f[5], 1, 1 << 20, &dp) || dp_parse_i64(f[6], 0, 3, &zero) ||
         dp_parse_i64(f[8], 0, 1 << 30, &mbs) || dp_parse_i64(f[9], 0, INT64_C(1) << 40, &mbt) ||
         dp_parse_i64(f[10], 0, 1, &ok) || dp_parse_f64(f[11], &thr) || dp_parse_f64(f[12], &mfu) ||
-        dp_parse_f64(f[13], &peak) || (f[16] && dp_parse_i64(f[16], 1, 1024, &chunks)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
+        dp_parse_f64(f[13], &peak) || (f[16] && dp_parse_i64(f[16], 1, 1024, &chunks)) ||
+        (f[17] && precision_parse(f[17], &prec) != 0) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not a row of a tune ranking (tp, cp, pp, dp, zero, "
-                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory or chunks)", row->path,
+                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory, chunks or precision)", row->path,
                        row->line);
     for (long i = 0; i < r->n; i++) {
         tune_result *x = &r->res[i];
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
-            (p->chunks > 1 ? p->chunks : 1) != chunks ||
+            (p->chunks > 1 ? p->chunks : 1) != chunks || (f[17] && p->precision != (int)prec) ||
             p->mbs != mbs ||
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
             strcmp(recompute_policy_name(p->recompute), f[7]))

@@ -2,8 +2,9 @@
  * tune.h — the search space behind dpsim tune and compare --tuned: every configuration of each
  * batching method on a fixed number of GPUs, and its ranking by simulated throughput.
  *
- * A configuration (tune_point) is a layout tp x cp x pp x dp = gpus, cp from the space's list (tune
- * --cp 1,2,4; the request's --cp alone by default, auto searched as one group), tp at most a
+ * A configuration (tune_point) is a number format from the space's list (tune --precision
+ * bf16,fp8; the request's alone by default), a layout tp x cp x pp x dp = gpus, cp from the space's
+ * list (tune --cp 1,2,4; the request's --cp alone by default, auto searched as one group), tp at most a
  * node's GPUs, pp at most the model's layers, even for T5 unless 1, a chunked (interleaved)
  * schedule at each of the space's chunk counts with pp > 1 and pp x chunks at most the layers, a ZeRO stage (0 or 1 with data parallelism,
  * 2 and 3 as well without a pipeline, 0 without replicas), a recompute mode (none, selective,
@@ -15,7 +16,8 @@
  * batch that holds the trace's longest sample, so that a configuration that only fits short
  * batches does not win on them.
  *
- * Points come in a fixed order (batching, schedule, chunks, tp, cp, pp, zero, recompute, knob), so a search
+ * Points come in a fixed order (batching, schedule, chunks, precision, tp, cp, pp, zero, recompute,
+ * knob), so a search
  * is reproducible; tune_rank orders results by throughput, feasible ones first, ties by that
  * order.
  */
@@ -31,11 +33,13 @@
 
 #define TUNE_MAX_LIST 16
 #define TUNE_MAX_CP 8
+#define TUNE_MAX_PRECISION 3 /* bf16, fp16, fp8 */
 
 typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
     int chunks;            /* the schedule's virtual stages per device (1 but for a chunked one) */
     int tp, cp, pp, dp, zero, mbs;
+    int precision;         /* a train_precision (models/cost.h) */
     int64_t mb_tokens;
     int recompute;         /* a recompute_policy (cost.h): none, selective, full or dynamic */
 } tune_point;
@@ -44,6 +48,9 @@ typedef struct tune_space {
     int gpus;          /* layouts of exactly this many GPUs: tp x cp x pp x dp */
     int cps[TUNE_MAX_CP], n_cps; /* the context-parallel degrees searched, each dividing gpus
                                   * ([1]; under --cp auto its group) */
+    int precisions[TUNE_MAX_PRECISION], n_precisions; /* the number formats searched, each a
+                                  * train_precision ([bf16]; the request's --precision, or each of
+                                  * its list) */
     int gpus_per_node; /* tensor parallelism stays inside a node */
     int layers;        /* the model's pipeline-able layers (GPT: layers; T5: encoder + decoder) */
     int t5;            /* 1: pp must be 1 or even */
@@ -60,13 +67,18 @@ typedef struct tune_space {
                         * 1.6 x the configurations and 2.5 x the search time        [0] */
 } tune_space;
 
-/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers, cp [1];
- * the caller adds the batchings and schedules (and cp degrees dividing gpus). */
+/* The default lists above for gpus on nodes of gpus_per_node, a model of `layers` layers, cp [1],
+ * precision [bf16]; the caller adds the batchings and schedules (and cp degrees dividing gpus, the
+ * precisions). */
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5);
 
 /* Parses tune's --cp list ("1,2,4": distinct degrees in [1, 1024], at most TUNE_MAX_CP) into
  * cps[] and *n: 0, or -1 with why (a usage error's text). */
 int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap);
+
+/* Parses tune's --precision list ("bf16,fp8": distinct names of models/cost.h's precision_parse)
+ * into precs[] (train_precision values) and *n: 0, or -1 with why (a usage error's text). */
+int tune_parse_precision_list(const char *arg, int *precs, int *n, char *why, size_t cap);
 
 /* Every point of the space, in the fixed order; returns how many (0: none, or out of memory, with
  * *out NULL). The caller frees *out. */
@@ -131,7 +143,8 @@ int tune_result_pruned(const tune_result *r);
 int tune_first_pass(const tune_space *sp, const tune_point *p);
 
 /* Reads a ranking CSV's rows back into the results of the points they name (matched on batching,
- * schedule, tp, cp, pp, dp, zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
+ * schedule, chunks, precision (any, in a ranking from before it was a column), tp, cp, pp, dp,
+ * zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
  * marked done, but for a row whose worker died (TUNE_WHY_DIED), left to run again; rows of
  * points not in the space are counted in *foreign, a point's second row overwrites its first.
  * DP_ERR_IO for a file that cannot be read, DP_ERR_PARSE naming the file and line for a row that

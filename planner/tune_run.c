@@ -16,8 +16,8 @@
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
 
-/* What the workers share: the base options and environment, and a cost model per (cp, tp, mode),
- * built once before the fork. */
+/* What the workers share: the base options and environment, and a cost model per (precision, cp,
+ * tp, mode), built once before the fork. */
 /* The passes (planner_tune): each batching's most promising first-pass points, the rest of its
  * first pass, then everything else. */
 enum { TUNE_SEED_PASS, TUNE_FIRST_PASS, TUNE_REST_PASS, TUNE_PASSES };
@@ -30,8 +30,8 @@ typedef struct tune_job {
     const tune_space *sp;
     const tune_point *pts;
     tune_result *res;
-    cost_model *cm[TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT];
-    char cm_err[TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
+    cost_model *cm[TUNE_MAX_PRECISION][TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT];
+    char cm_err[TUNE_MAX_PRECISION][TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
     double t0, last_line, last_write;
     int progress; /* 0 none, 1 a terminal's \r line, 2 lines every TUNE_PROGRESS_EVERY_S */
     tune_run_opts *run;
@@ -85,13 +85,27 @@ static int cp_slot(const tune_space *sp, int cp)
     return 0;
 }
 
-/* The cost model of a point's (tp, cp, mode): the request's, at that tp and cp (under --cp auto
- * the request's group). */
-static dp_status build_cost(const plan_request *base, const plan_env *env, int tp, int cp,
-                            recompute_mode m, cost_model **cm, dp_err *err)
+static int precision_slot(const tune_space *sp, int precision)
+{
+    for (int f = 0; f < sp->n_precisions; f++)
+        if (sp->precisions[f] == precision) return f;
+    return 0;
+}
+
+/* The cost models a job keeps for point pt, by recompute mode. */
+static cost_model *const *point_cost_models(const tune_job *j, const tune_point *pt)
+{
+    return j->cm[precision_slot(j->sp, pt->precision)][cp_slot(j->sp, pt->cp)][tp_slot(j->sp, pt->tp)];
+}
+
+/* The cost model of a point's (precision, tp, cp, mode): the request's, at that precision, tp and
+ * cp (under --cp auto the request's group). */
+static dp_status build_cost(const plan_request *base, const plan_env *env, int precision, int tp,
+                            int cp, recompute_mode m, cost_model **cm, dp_err *err)
 {
     cost_request c = base->cost;
     if (!c.cp_auto) c.cp = cp;
+    c.precision = precision;
     model_spec ms;
     cluster_spec hw;
     char source[4200];
@@ -109,6 +123,7 @@ static void point_opts(const plan_request *base, const plan_env *env, const tune
     *p = *base;
     p->batching = pt->batching, p->schedule = pt->schedule, p->chunks = pt->chunks > 1 ? pt->chunks : 1;
     p->cost.tp = pt->tp, p->cost.cp = pt->cp, p->pp = pt->pp, p->dp = pt->dp, p->zero = pt->zero;
+    p->cost.precision = pt->precision;
     p->mbs = pt->mbs, p->mb_tokens = pt->mb_tokens;
     p->cost.recompute = pt->recompute;
     planner_study_opts(p, env, pt->batching, pt->schedule, o);
@@ -131,7 +146,7 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
             if (!use[m]) st = dp_fail(err, DP_ERR_INVALID, "no cost model for tp %d", pt->tp);
             continue;
         }
-        st = build_cost(base, env, pt->tp, pt->cp, (recompute_mode)m, &own[m], err);
+        st = build_cost(base, env, pt->precision, pt->tp, pt->cp, (recompute_mode)m, &own[m], err);
         if (st == DP_OK) use[m] = own[m];
     }
     if (st == DP_OK) {
@@ -151,8 +166,7 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
 static double point_floor_ms(const tune_job *j, long i)
 {
     const tune_point *pt = &j->pts[i];
-    int t = tp_slot(j->sp, pt->tp), c = cp_slot(j->sp, pt->cp);
-    cost_model *const *use = j->cm[c][t];
+    cost_model *const *use = point_cost_models(j, pt);
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
         if ((dynamic || m == (int)recompute_policy_mode(pt->recompute)) && !use[m]) return INFINITY;
@@ -179,19 +193,19 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     long i = j->order[k];
     double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
-    int t = tp_slot(j->sp, pt->tp), c = cp_slot(j->sp, pt->cp);
+    int f = precision_slot(j->sp, pt->precision), c = cp_slot(j->sp, pt->cp), t = tp_slot(j->sp, pt->tp);
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     recompute_mode rc = recompute_policy_mode(pt->recompute);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if ((dynamic || m == (int)rc) && !j->cm[c][t][m]) { /* why its cost model could not be made */
-            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[c][t][m]);
+        if ((dynamic || m == (int)rc) && !j->cm[f][c][t][m]) { /* why it could not be made */
+            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[f][c][t][m]);
             return;
         }
     study_result r;
     dp_err err = {0};
     double cutoff = j->cutoff_tps[j->group[i] / TUNE_MAX_LIST];
     double prune_ms = cutoff > 0 && j->scored_tokens > 0 ? 1e3 * (double)j->scored_tokens / cutoff : 0;
-    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[c][t], prune_ms, &r, &err);
+    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[f][c][t], prune_ms, &r, &err);
     double peak = study_max_peak_mb(&r);
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
     int ok = st == DP_OK && study_result_fits(&r) && !r.failed_iterations && !(r.pruned_ms > 0);
@@ -500,17 +514,21 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
             sample_len x = batch_sample(&j->env->rules, &j->env->trace, i);
             j->scored_tokens += x.enc + x.dec;
         }
-    for (int c = 0; c < sp->n_cps; c++) /* the cost models the points use, once */
-        for (int t = 0; t < sp->n_tps; t++) {
-            int used = 0;
-            for (long i = 0; i < n; i++) used |= pts[i].tp == sp->tps[t] && pts[i].cp == sp->cps[c];
-            for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
-                dp_err e = {0};
-                if (build_cost(base, env, sp->tps[t], sp->cps[c], (recompute_mode)m, &j->cm[c][t][m],
-                               &e) != DP_OK)
-                    snprintf(j->cm_err[c][t][m], sizeof j->cm_err[c][t][m], "%.230s", e.msg);
+    for (int f = 0; f < sp->n_precisions; f++) /* the cost models the points use, once */
+        for (int c = 0; c < sp->n_cps; c++)
+            for (int t = 0; t < sp->n_tps; t++) {
+                int used = 0;
+                for (long i = 0; i < n; i++)
+                    used |= pts[i].tp == sp->tps[t] && pts[i].cp == sp->cps[c] &&
+                            pts[i].precision == sp->precisions[f];
+                for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
+                    dp_err e = {0};
+                    if (build_cost(base, env, sp->precisions[f], sp->tps[t], sp->cps[c],
+                                   (recompute_mode)m, &j->cm[f][c][t][m], &e) != DP_OK)
+                        snprintf(j->cm_err[f][c][t][m], sizeof j->cm_err[f][c][t][m], "%.230s",
+                                 e.msg);
+                }
             }
-        }
     assign_passes(j);
     for (long i = 0; i < n; i++)
         if (!j->res[i].done) j->p_left[j->phase[i]][j->group[i]]++;
@@ -567,9 +585,10 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     if (run->out && run->rank == 0) /* what finished, as it is */
         if (write_ranking(j, run->out, &j->write_err) != DP_OK) run->out = NULL;
     if (j->progress && ranks == 1) time_went(j);
-    for (int c = 0; c < sp->n_cps; c++)
-        for (int t = 0; t < sp->n_tps; t++)
-            for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[c][t][m]);
+    for (int f = 0; f < sp->n_precisions; f++)
+        for (int c = 0; c < sp->n_cps; c++)
+            for (int t = 0; t < sp->n_tps; t++)
+                for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[f][c][t][m]);
     /* a dead worker's point is reported as not ok, with why, and counted in run->died */
     tune_rank(j->res, n);
     dp_status wst = sst != DP_OK ? sst : j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
@@ -615,24 +634,33 @@ dp_status tune_output_begin(const char *out, const char *config, int resume, int
     return st;
 }
 
-static int set_cp_list(void *ctx, const char *arg, const char *cmd, const char *usage)
+static int set_list(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    tune_cp_arg *a = ctx;
+    tune_list_arg *a = ctx;
     a->n = 0;
-    if (strcmp(arg, "auto") == 0 || !strchr(arg, ',')) /* one degree or auto: the request's */
+    if (strcmp(arg, "auto") == 0 || !strchr(arg, ',')) /* one value (or auto): the request's */
         return a->request_call(a->request_ctx, arg, cmd, usage);
     char why[300];
-    if (tune_parse_cp_list(arg, a->cps, &a->n, why, sizeof why) != 0) {
+    int parsed = a->kind == TUNE_LIST_CP ? tune_parse_cp_list(arg, a->vals, &a->n, why, sizeof why)
+                                         : tune_parse_precision_list(arg, a->vals, &a->n, why,
+                                                                     sizeof why);
+    if (parsed != 0) {
         cli_usage_error(cmd, usage, "%s", why);
         return -1;
     }
-    a->cost->cp_auto = 0, a->cost->cp = 1;
-    for (int i = 0; i < a->n; i++) /* the set-up checks the largest; --cp-kind applies */
-        if (a->cps[i] > a->cost->cp) a->cost->cp = a->cps[i];
+    if (a->kind == TUNE_LIST_CP) { /* the set-up checks the largest; --cp-kind applies */
+        a->cost->cp_auto = 0, a->cost->cp = 1;
+        for (int i = 0; i < a->n; i++)
+            if (a->vals[i] > a->cost->cp) a->cost->cp = a->vals[i];
+    } else { /* the set-up checks fp8 where listed (a GPU may have no FP8 rate), else the first */
+        a->cost->precision = a->vals[0];
+        for (int i = 0; i < a->n; i++)
+            if (a->vals[i] == PRECISION_FP8) a->cost->precision = PRECISION_FP8;
+    }
     return 0;
 }
 
-void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap)
+void tune_list_describe(const tune_list_arg *a, char *buf, size_t cap)
 {
     if (a->n == 0) {
         a->request_show(a->request_ctx, buf, cap);
@@ -640,28 +668,38 @@ void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap)
     }
     size_t at = 0;
     for (int i = 0; i < a->n && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", a->cps[i]);
+        at += a->kind == TUNE_LIST_CP
+                  ? (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", a->vals[i])
+                  : (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "," : "",
+                                     precision_name((train_precision)a->vals[i]));
 }
 
-static void show_cp_list(const void *ctx, char *buf, size_t cap) { tune_cp_describe(ctx, buf, cap); }
+static void show_list(const void *ctx, char *buf, size_t cap) { tune_list_describe(ctx, buf, cap); }
 
-void tune_cp_option(cli_opts *t, tune_cp_arg *a, cost_request *cost)
+void tune_list_option(cli_opts *t, tune_list_kind kind, tune_list_arg *a, cost_request *cost)
 {
-    cli_opt *row = cli_opts_find(t, "cp");
+    cli_opt *row = cli_opts_find(t, kind == TUNE_LIST_CP ? "cp" : "precision");
     memset(a, 0, sizeof *a);
+    a->kind = kind;
     a->cost = cost;
     a->request_call = row->call, a->request_ctx = row->ctx, a->request_show = row->show;
-    row->call = set_cp_list, row->ctx = a, row->show = show_cp_list;
+    row->call = set_list, row->ctx = a, row->show = show_list;
     row->meta = "LIST";
-    row->help = "context-parallel degrees searched (1,2,4), each\n"
-                "dividing --gpus; one degree or auto fixes it as\n"
-                "for plan (auto: a group of --cp-max GPUs, each\n"
-                "micro-batch at its own degree)";
+    if (kind == TUNE_LIST_CP)
+        row->help = "context-parallel degrees searched (1,2,4), each\n"
+                    "dividing --gpus; one degree or auto fixes it as\n"
+                    "for plan (auto: a group of --cp-max GPUs, each\n"
+                    "micro-batch at its own degree)";
+    else
+        row->help = "number formats searched (bf16,fp8), each as plan's\n"
+                    "--precision runs it (fp8: Transformer Engine's recipe,\n"
+                    "analytic model, a GPU with an FP8 rate); one fixes it";
 }
 
-dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus, const char *const *bs,
-                         int nb, const char *const *ss, int ns, const int *cps, int n_cps,
-                         tune_space *sp, dp_err *err)
+dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus,
+                             const char *const *bs, int nb, const char *const *ss, int ns,
+                             const int *cps, int n_cps, const int *precs, int n_precs,
+                             tune_space *sp, dp_err *err)
 {
     int have = env->hw.nodes * env->hw.gpus_per_node;
     if (*gpus == 0) *gpus = have > 0 ? have : env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8;
@@ -687,6 +725,12 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
         }
         sp->cps[sp->n_cps++] = cp;
     }
+    int request_precision = p->cost.precision >= 0 ? p->cost.precision
+                                                    : (int)precision_of_model(&env->model);
+    if (n_precs <= 0) precs = &request_precision, n_precs = 1;
+    sp->n_precisions = 0;
+    for (int f = 0; f < n_precs && f < TUNE_MAX_PRECISION; f++)
+        sp->precisions[sp->n_precisions++] = precs[f];
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
     for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++) sp->schedules[sp->n_schedules++] = ss[j];
     return DP_OK;

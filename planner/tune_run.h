@@ -12,21 +12,24 @@
 #include "study.h"
 #include "tune.h"
 
-/* tune's --cp: a list of context-parallel degrees to search ("1,2,4"), or, as for plan and sim,
- * one degree or auto (then the request's cost.cp holds it and n is 0). tune_cp_option rewires the
- * table's --cp row (from cost_request_options) to fill this; pass cps and n to planner_tune_space.
- * A list leaves cost.cp at its largest degree (the set-up checks that one; --cp-kind applies), and
- * each point sets its own. */
-typedef struct tune_cp_arg {
-    int cps[TUNE_MAX_CP], n;
+/* tune's --cp and --precision: a list to search ("1,2,4", "bf16,fp8"), or, as for plan and sim,
+ * one value (--cp: or auto; then the request's cost_request holds it and n is 0).
+ * tune_list_option rewires the table's row of that name (from cost_request_options) to fill this;
+ * pass vals and n to planner_tune_space. A list leaves the request at the value the set-up is to
+ * check (--cp: its largest degree, where --cp-kind applies; --precision: fp8 where listed, the one a
+ * GPU may lack, else the first), and each point sets its own. */
+typedef enum tune_list_kind { TUNE_LIST_CP, TUNE_LIST_PRECISION } tune_list_kind;
+typedef struct tune_list_arg {
+    tune_list_kind kind;
+    int vals[TUNE_MAX_CP], n; /* (TUNE_MAX_CP >= TUNE_MAX_PRECISION) */
     cost_request *cost;
     int (*request_call)(void *ctx, const char *arg, const char *cmd, const char *usage);
     void *request_ctx;
     void (*request_show)(const void *ctx, char *buf, size_t cap);
-} tune_cp_arg;
-void tune_cp_option(cli_opts *t, tune_cp_arg *a, cost_request *cost);
-/* The degrees as given ("1,2,4"; one degree or "auto" as the request shows it). */
-void tune_cp_describe(const tune_cp_arg *a, char *buf, size_t cap);
+} tune_list_arg;
+void tune_list_option(cli_opts *t, tune_list_kind kind, tune_list_arg *a, cost_request *cost);
+/* The list as given ("1,2,4"; one value or "auto" as the request shows it). */
+void tune_list_describe(const tune_list_arg *a, char *buf, size_t cap);
 
 /* The ranking's configuration, OUT.config beside out (the options, the inputs' contents, the
  * search's lists: config), before a search. resume: the one there must be config (DP_ERR_INVALID
@@ -42,13 +45,15 @@ dp_status tune_output_begin(const char *out, const char *config, int resume, int
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, double prune_ms, study_result *r, dp_err *err);
 /* The search space of *gpus GPUs (0: the cluster's, else a node's) over the batchings, the
- * schedules (a chunked one at each of the space's chunk counts) and the context-parallel degrees cps[0 .. n_cps - 1] (n_cps 0:
- * the request's --cp alone, its group under auto); DP_ERR_INVALID when the cluster has fewer GPUs
- * (unless --allow-oversubscribe) or a degree does not divide *gpus (naming it and the nearest
- * counts). */
-dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus, const char *const *bs,
-                         int nb, const char *const *ss, int ns, const int *cps, int n_cps,
-                         tune_space *sp, dp_err *err);
+ * schedules (a chunked one at each of the space's chunk counts), the context-parallel degrees
+ * cps[0 .. n_cps - 1] (n_cps 0: the request's --cp alone, its group under auto) and the precisions
+ * precs[0 .. n_precs - 1] (train_precision values; n_precs 0: the request's --precision, else the
+ * model's); DP_ERR_INVALID when the cluster has fewer GPUs (unless --allow-oversubscribe) or a
+ * degree does not divide *gpus (naming it and the nearest counts). */
+dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus,
+                             const char *const *bs, int nb, const char *const *ss, int ns,
+                             const int *cps, int n_cps, const int *precs, int n_precs,
+                             tune_space *sp, dp_err *err);
 /* How a search runs (all zero: quietly but for a terminal's progress, nothing written, to the
  * end). */
 typedef struct tune_run_opts {

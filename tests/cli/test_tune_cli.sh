@@ -22,7 +22,7 @@ check "... and the speed-up over the best varlen packer" grep -q 'x best: over p
 check "the pruned search keeps what --exhaustive finds: every kept row, each batching's best" \
   python3 - "$TMP/full.csv" "$TMP/exh.csv" <<'PY'
 import csv, sys
-key = ("batching", "schedule", "chunks", "tp", "cp", "pp", "dp", "zero", "recompute", "mbs", "mb_tokens")
+key = ("batching", "schedule", "chunks", "precision", "tp", "cp", "pp", "dp", "zero", "recompute", "mbs", "mb_tokens")
 pruned, full = ({tuple(r[k] for k in key): r for r in csv.DictReader(open(p))} for p in sys.argv[1:])
 assert pruned.keys() == full.keys() and any(r["why"].startswith("pruned") for r in pruned.values())
 for k, r in pruned.items():
@@ -44,8 +44,8 @@ wait $pid; rc=$?
 check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
-check "... leaving a valid partial ranking (header, then rows of 17 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 17 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+check "... leaving a valid partial ranking (header, then rows of 18 fields)" bash -c \
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 18 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
@@ -105,7 +105,7 @@ expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cp.csv" >/dev/null 2>&1
 check "tune --gpus 8 --cp 2: every row uses 8 GPUs" bash -c \
-  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$5 * \$6 * \$7 * \$8 != 8 { exit 1 } NR == 1 && \$6 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
+  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$6 * \$7 * \$8 * \$9 != 8 { exit 1 } NR == 1 && \$7 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
 expect "tune refuses --gpus that --cp does not divide, with the nearest" 2 "--gpus 10 is not a multiple of --cp 4.*" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 10 --cp 4 --iterations 1 -o "$TMP/no.csv"
 check "... writing nothing" test ! -e "$TMP/no.csv"
@@ -114,21 +114,43 @@ check "... writing nothing" test ! -e "$TMP/no.csv"
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cps.csv" >/dev/null 2>&1
 check "tune --cp 1,2: rows of both degrees, every one of 8 GPUs" bash -c \
-  "awk -F, 'NR > 1 { seen[\$6] = 1; if (\$5 * \$6 * \$7 * \$8 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
+  "awk -F, 'NR > 1 { seen[\$7] = 1; if (\$6 * \$7 * \$8 * \$9 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
 check "... its best at least cp 2's alone" bash -c \
-  "awk -F, 'FNR == 2 { b[FILENAME] = \$14 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
-expect "a --cp list naming a degree twice is refused" 2 "names cp 2 twice" -- \
+  "awk -F, 'FNR == 2 { b[FILENAME] = \$15 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
+expect "a --cp list naming a degree twice is refused" 2 "names \"2\" twice" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,2 -o "$TMP/no.csv"
 expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "not a multiple of --cp 3" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,3 -o "$TMP/no.csv"
 expect "a --cp list with an empty item is refused" 2 "is not a degree" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,,2 -o "$TMP/no.csv"
+# --precision takes a list: tune searches each number format (the ranking's precision column), fp8
+# at the GPU's FP8 rate (--exhaustive: fp8 prunes every bf16 row otherwise); a GPU without one is
+# refused before any search
+"$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision bf16,fp8 --exhaustive --iterations 1 --max-seqlen 8192 \
+  --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/fp.csv" >"$TMP/fp.out" 2>/dev/null
+check "tune --precision bf16,fp8: the same layouts in both, fp8's best ahead of bf16's" python3 - "$TMP/fp.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+layout = lambda r: tuple(r[k] for k in ("tp", "cp", "pp", "dp", "zero", "recompute", "mbs"))
+by = {p: {layout(r): r for r in rows if r["precision"] == p} for p in ("bf16", "fp8")}
+assert by["bf16"].keys() == by["fp8"].keys() and len(by["bf16"]) > 5
+best = {p: max(float(r["throughput_tokens_per_s"]) for r in by[p].values() if r["feasible"] == "1") for p in by}
+assert best["fp8"] > best["bf16"], best
+assert rows[0]["precision"] == "fp8"
+PY
+check "... the best configuration says its precision" grep -q "precision=fp8 tp=" "$TMP/fp.out"
+expect "a --precision list with fp8 on a GPU without an FP8 rate is refused" 2 "fp8" -- \
+  "$DPSIM" tune --model gpt-6.7b-16l --hw p4d --analytic --gpus 8 --precision bf16,fp8 -o "$TMP/no.csv"
+expect "a --precision list naming one twice is refused" 2 "names \"fp8\" twice" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision fp8,bf16,fp8 -o "$TMP/no.csv"
+expect "a --precision list with an unknown name is refused" 2 "\"fp4\" is not a precision" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision bf16,fp4 -o "$TMP/no.csv"
 # interleaved is searched at 2 and 4 chunks, on pipelines of 2 stages or more (the ranking's chunks
 # column; 1 for the other schedules), and --chunks is what tune chooses
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b,interleaved -o "$TMP/il.csv" >/dev/null 2>&1
 check "tune --schedules 1f1b,interleaved: interleaved rows at chunks 2 and 4, pp >= 2; 1f1b at 1" bash -c \
-  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$7 < 2) exit 1 }
+  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$8 < 2) exit 1 }
             NR > 1 && \$3 == \"1f1b\" && \$4 != 1 { exit 1 } END { exit !(seen[2] && seen[4]) }' '$TMP/il.csv'"
 expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --chunks 2 -o "$TMP/no.csv"

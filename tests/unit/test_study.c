@@ -1159,10 +1159,50 @@ static void test_tune_cp_list(void **state)
     }
 }
 
+/* tune --precision's list: known names, distinct, at most TUNE_MAX_PRECISION; each point of a
+ * space of two precisions is there once per precision, the rest of it the same. */
+static void test_tune_precision_list(void **state)
+{
+    (void)state;
+    int precs[TUNE_MAX_PRECISION], n;
+    char why[300];
+    assert_int_equal(tune_parse_precision_list("bf16,fp8", precs, &n, why, sizeof why), 0);
+    assert_true(n == 2 && precs[0] == PRECISION_BF16 && precs[1] == PRECISION_FP8);
+    const char *bad[] = {"", "bf16,", "bf16,bf16", "fp4", "bf16,,fp8", "bf16,fp16,fp8,bf16"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        why[0] = '\0';
+        assert_int_equal(tune_parse_precision_list(bad[i], precs, &n, why, sizeof why), -1);
+        assert_true(strstr(why, "--precision") != NULL);
+    }
+    tune_space sp;
+    tune_space_default(&sp, 16, 8, 16, 0);
+    sp.batchings[sp.n_batchings++] = "packing";
+    sp.schedules[sp.n_schedules++] = "1f1b";
+    tune_point *one, *two;
+    long n1 = tune_points(&sp, &one);
+    sp.precisions[sp.n_precisions++] = PRECISION_FP8;
+    long n2 = tune_points(&sp, &two);
+    assert_true(n1 > 0 && n2 == 2 * n1);
+    for (long i = 0; i < n1; i++) { /* bf16's points, then fp8's, each in the order of one */
+        tune_point a = one[i], b = two[i], c = two[n1 + i];
+        assert_int_equal(b.precision, PRECISION_BF16);
+        assert_int_equal(c.precision, PRECISION_FP8);
+        const tune_point *q[2] = {&b, &c};
+        for (int k = 0; k < 2; k++)
+            assert_true(q[k]->batching == a.batching && q[k]->schedule == a.schedule &&
+                        q[k]->chunks == a.chunks && q[k]->tp == a.tp && q[k]->cp == a.cp &&
+                        q[k]->pp == a.pp && q[k]->dp == a.dp && q[k]->zero == a.zero &&
+                        q[k]->mbs == a.mbs && q[k]->mb_tokens == a.mb_tokens &&
+                        q[k]->recompute == a.recompute);
+    }
+    free(one), free(two);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tune_cp_list),
+        cmocka_unit_test(test_tune_precision_list),
         cmocka_unit_test(test_dynamic_recompute_gpt_8192),
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
         cmocka_unit_test(test_keep_going),
