@@ -115,16 +115,18 @@ double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, doubl
     return ms;
 }
 
-zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g, double bytes,
-                    double grad_bytes)
+zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g,
+                    const comm_group *replicas, double bytes, double grad_bytes)
 {
     zero_comm z = {0, 0, 0, 0};
-    if (g->n <= 1) return z;
+    double across = zero >= 1 && replicas && replicas->n > 1 && g->n >= 1
+                        ? comm_coll_ms(c, COLL_ALL_REDUCE, replicas, grad_bytes / g->n)
+                        : 0;
     double gather = comm_coll_ms(c, COLL_ALL_GATHER, g, bytes);
     double scatter = comm_coll_ms(c, COLL_REDUCE_SCATTER, g, grad_bytes);
     if (zero == 0) z.iter_ms = z.grad_ms = comm_coll_ms(c, COLL_ALL_REDUCE, g, grad_bytes);
-    if (zero == 1) z.grad_ms = scatter, z.iter_ms = scatter + gather;
-    if (zero == 2) z.bwd_ms = scatter, z.iter_ms = gather;
-    if (zero >= 3) z.fwd_ms = gather, z.bwd_ms = gather + scatter;
+    if (zero == 1) z.grad_ms = scatter + across, z.iter_ms = scatter + across + gather;
+    if (zero == 2) z.bwd_ms = scatter, z.grad_ms = across, z.iter_ms = across + gather;
+    if (zero >= 3) z.fwd_ms = gather, z.bwd_ms = gather + scatter, z.iter_ms = z.grad_ms = across;
     return z;
 }

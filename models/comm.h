@@ -97,20 +97,24 @@ double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g);
 
 /* What ZeRO stage `zero` moves for a device holding `bytes` of 16-bit parameters and
  * `grad_bytes` of gradients as they are reduced (twice `bytes` in fp32: cost.h grad_reduce) over
- * its data-parallel group g (the ZeRO paper, §7; DeepSpeed):
+ * its shard group g (the ZeRO paper, §7; DeepSpeed), and, under hybrid sharding (HSDP: FSDP's
+ * HYBRID_SHARD, Megatron's distributed-optimizer instances), the all-reduce of its gradient
+ * shard (grad_bytes / g->n) with the same shard of the other shard groups, over `replicas` (NULL
+ * or n <= 1: none, every GPU of the data-parallel group in g):
  *   fwd_ms   before every micro-batch's forward: ZeRO-3's parameter all-gather
  *   bwd_ms   with every micro-batch's backward: ZeRO-2 and 3's gradient reduce-scatter, and
  *            ZeRO-3's parameter all-gather again
  *   iter_ms  at the end of the iteration: ZeRO 0 the gradients' all-reduce, ZeRO-1 their
  *            reduce-scatter and the updated parameters' all-gather, ZeRO-2 that all-gather,
- *            ZeRO-3 nothing
+ *            ZeRO-3 nothing; and with replicas, the shards' all-reduce across them
  *   grad_ms  the part of iter_ms that reduces gradients (ZeRO 0's all-reduce, ZeRO-1's
- *            reduce-scatter): what may overlap the last backward (sim.h)
- * All 0 with one replica. */
+ *            reduce-scatter, the replicas' all-reduce): what may overlap the last backward
+ *            (sim.h)
+ * All 0 with one GPU in the data-parallel group. */
 typedef struct zero_comm {
     double fwd_ms, bwd_ms, iter_ms, grad_ms;
 } zero_comm;
-zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g, double bytes,
-                    double grad_bytes);
+zero_comm comm_zero(const cluster_spec *c, int zero, const comm_group *g,
+                    const comm_group *replicas, double bytes, double grad_bytes);
 
 #endif /* COMM_H */

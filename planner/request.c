@@ -474,6 +474,11 @@ void plan_request_options(cli_opts *t, plan_request *p)
     cli_opt_int(t, "zero", 0, &p->zero, "Z", 0, 3, "1",
                 "ZeRO stage 0..3 (3: FSDP, with a pipeline too: each\n"
                 "micro-batch gathers its stage's parameters and reduce-scatters)")->marks = F | T;
+    cli_opt_int(t, "shard-group", 0, &p->shard_group, "G", 0, 1 << 20, "all of them",
+                "HSDP: ZeRO's state split over G GPUs of the dp x cp group (k\n"
+                "replicas' cp x k GPUs, those placed together: a node's), the\n"
+                "groups' gradient shards all-reduced across (FSDP's HYBRID_SHARD,\n"
+                "Megatron's distributed-optimizer instances)")->marks = F | T;
     cli_opt_int(t, "mbs", 0, &p->mbs, "N", 1, 1 << 20, "1",
                 "padding/packing: samples or rows per micro-batch")->marks = F | T;
     cli_opt_int64(t, "mb-tokens", 0, &p->mb_tokens, "N", 1, INT64_C(1) << 40, "2048",

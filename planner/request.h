@@ -79,6 +79,8 @@ typedef struct plan_request {
     const char *batching;  /*                                   [dynamic] */
     const char *schedule;  /*                                   [1f1b] */
     int pp, dp, chunks, zero, mbs;
+    int shard_group;       /* --shard-group: HSDP, ZeRO's state split over this many GPUs of the
+                            * data-parallel group (stage_model_init_sharded); 0: all  [0] */
     int warmup;            /* --warmup: at most this many forwards before a device's first backward
                             * (stage_model.warmup); 0: the schedule's own rule  [0] */
     int64_t mb_tokens, global_tokens;

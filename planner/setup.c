@@ -187,6 +187,8 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->chunks = p->chunks, h->zero = p->zero;
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
+    h->shard_group = p->shard_group > 0 && p->shard_group < p->dp * (p->cost.cp > 1 ? p->cost.cp : 1)
+                         ? p->shard_group : 0; /* the whole group: no field */
     h->sp = p->cost.tp > 1 && !p->cost.no_sp;
     h->rules = env->rules;
     h->textbook = env->cm->toy.on;
@@ -204,9 +206,15 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
 void planner_run_title(const char *verb, const plan_request *p, const plan_env *env, char *buf,
                        size_t cap)
 {
-    snprintf(buf, cap, "%s: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = %lld GPUs; trace "
+    char zero[96] = ""; /* ZeRO where it shards anything, with its group under HSDP */
+    int group = p->dp * (p->cost.cp > 1 ? p->cost.cp : 1);
+    if (p->zero > 0 && group > 1)
+        snprintf(zero, sizeof zero, ", ZeRO-%d over %d GPUs%s", p->zero,
+                 p->shard_group > 0 ? p->shard_group : group,
+                 p->shard_group > 0 && p->shard_group < group ? " (HSDP: replicated across)" : "");
+    snprintf(buf, cap, "%s: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = %lld GPUs%s; trace "
              "%.300s; cost %.500s", verb, p->batching, p->schedule, env->model.name, env->hw.name,
-             p->cost.tp, p->cost.cp, p->pp, p->dp, plan_request_gpus(p), env->trace_path,
+             p->cost.tp, p->cost.cp, p->pp, p->dp, plan_request_gpus(p), zero, env->trace_path,
              env->cost_source);
 }
 
@@ -442,6 +450,7 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
     o->warmup = p->warmup;
     o->dp = p->dp;
     o->zero = p->zero;
+    o->shard_group = p->shard_group;
     o->mem_limit_mb = env->mem_limit_mb;
     o->mbs = p->mbs;
     o->mb_tokens = p->mb_tokens;
@@ -491,8 +500,9 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
     cm->toy.unit_tokens = 1;     /* the plan carries its times: only the flag matters here */
     if (model) *model = m;
-    TRY(stage_model_init(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
-                         p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
+    TRY(stage_model_init_sharded(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
+                                 pl->h.shard_group,
+                                 p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
     TRY(plan_check_model(pl, &m, where, err));
     study_sim_config(&sm, hw, cfg);
 out:

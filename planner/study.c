@@ -42,7 +42,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
         state_bytes sb = memory_state_bytes(sm->cm->precision, sm->cm->grad_bytes);
-        memory_model_state_parts(sm->param_mb[s], &sb, sm->zero_stage, sm->zero_ranks,
+        memory_model_state_parts(sm->param_mb[s], &sb, sm->zero_stage, sm->zero_shard,
                                  &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         cfg->weights_mb[s] += sm->zero3_gathered_mb[s]; /* ZeRO-3's gathered layers are weights */
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
@@ -330,7 +330,8 @@ static dp_status stage_models(const study_opts *o, const cost_model *const *cms,
     stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
     dp_status st = DP_OK;
     for (int m = 0; m < modes && st == DP_OK; m++) {
-        st = stage_model_init(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero, o->mem_limit_mb, err);
+        st = stage_model_init_sharded(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero,
+                                      o->shard_group, o->mem_limit_mb, err);
         sm[m].warmup = o->warmup;
     }
     if (st != DP_OK) free(sm), sm = NULL;

@@ -51,6 +51,8 @@ typedef struct study_opts {
     const batcher *batching;
     const schedule *sched;
     int pp, chunks, dp, zero;
+    int shard_group; /* HSDP: ZeRO's state over this many GPUs of the data-parallel group
+                      * (stage_model_init_sharded); 0: all */
     int warmup; /* stage_model.warmup: a cap on each device's warm-up forwards; 0: none */
     double mem_limit_mb;
     int mbs;             /* padding/packing rows per micro-batch */

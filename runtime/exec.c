@@ -338,6 +338,12 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
+    if (h->shard_group > 0 && h->shard_group < h->dp * cp)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with ZeRO-%d sharded over groups of "
+                       "%d GPUs and replicated across them (HSDP, \"shard_group\"), and dprun "
+                       "shards over the whole data-parallel group: running it here would measure "
+                       "another layout\nhint: plan without --shard-group to validate on this "
+                       "runtime", path, h->zero, h->shard_group);
     dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
     if ((st = placement_split_check(m, &h->split, h->pp * h->chunks, err)) != DP_OK) {

@@ -298,6 +298,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(h->split.layers[v]));
     }
     cJSON_AddNumberToObject(o, "zero", h->zero);
+    if (h->shard_group > 0) cJSON_AddNumberToObject(o, "shard_group", h->shard_group);
     cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
     if (h->textbook) cJSON_AddTrueToObject(o, "textbook");
@@ -637,6 +638,7 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
         }
     }
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
+    TRY(json_int(root, "shard_group", name, 0, 1 << 20, 0, &h->shard_group, err));
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overlap");
     h->overlap = COST_OVERLAP_DEFAULT; /* plans written before it was recorded */

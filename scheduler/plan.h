@@ -6,7 +6,7 @@
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T, "sp": true (with T > 1: sequence parallelism or not),
- *    "chunks": C, "zero": Z, "recompute": "none" (or "dynamic": each iteration names its own;
+ *    "chunks": C, "zero": Z, "shard_group": G (HSDP only), "recompute": "none" (or "dynamic": each iteration names its own;
  *    "mixed": each micro-batch names its own), "overlap": "dp,zero" (--overlap),
  *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
@@ -129,6 +129,9 @@ typedef struct plan_header {
     pipeline_split split; /* "layers_per_stage": the layers of each virtual stage, pp x chunks of
                            * them (absent: n 0, split evenly; placement.h). Its fit to the model:
                            * placement_split_check, where the model is known */
+    int shard_group;     /* "shard_group": ZeRO's state split over this many GPUs of the
+                          * data-parallel group, the groups' shards all-reduced across (HSDP;
+                          * stage_shard_check); absent, 0: over all of them */
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
     int cp_auto;         /* "cp_auto": true: cp is a group of GPUs, each micro-batch names its
                           * own degree (plan_mb.cp; --cp auto) */

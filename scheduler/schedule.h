@@ -102,8 +102,9 @@ double schedule_time_lower_bound(const schedule *sc, const plan_iter *it, int S,
 int64_t schedule_act_bytes(const stage_model *sm, const plan_mb *m, int v);
 
 /* Every rule a whole plan must keep, beyond the syntax: at least one iteration, unique iteration
- * ids, a known schedule (above), recompute mode and activation dtype, and plan_validate (the plan
- * machine's rules) on every iteration. where names the plan. */
+ * ids, a known schedule (above), recompute mode and activation dtype, a shard group that
+ * stage_shard_check takes, and plan_validate (the plan machine's rules) on every iteration. where
+ * names the plan. */
 dp_status plan_check(const plan *p, const char *where, dp_err *err);
 
 #endif /* SCHEDULE_H */

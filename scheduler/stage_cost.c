@@ -8,8 +8,41 @@
 #include "../models/memory.h"
 #include "../models/placement.h"
 
+int stage_shard_check(int shard_group, int dp, int cp, int zero, char *why, size_t cap)
+{
+    cp = cp > 1 ? cp : 1;
+    if (shard_group == 0 || shard_group == dp * cp) return 0;
+    if (zero < 1) {
+        snprintf(why, cap, "--shard-group %d: ZeRO 0 shards nothing (HSDP splits ZeRO's state "
+                 "within a group)\nhint: --zero 1, 2 or 3", shard_group);
+        return -1;
+    }
+    if (shard_group >= cp && shard_group % cp == 0 && dp % (shard_group / cp) == 0 &&
+        shard_group / cp < dp)
+        return 0;
+    int below = 0, above = 0; /* the nearest valid sizes: cp x a divisor of dp */
+    for (int k = 1; k <= dp; k++)
+        if (dp % k == 0) {
+            if (k * cp < shard_group) below = k * cp;
+            else if (!above && k * cp > shard_group) above = k * cp;
+        }
+    char near[64];
+    if (below && above) snprintf(near, sizeof near, "%d or %d", below, above);
+    else snprintf(near, sizeof near, "%d", below ? below : above);
+    snprintf(why, cap, "--shard-group %d: a shard group is the cp x k GPUs of k data-parallel "
+             "replicas, k dividing --dp %d (cp %d)\nhint: --shard-group %s", shard_group, dp, cp,
+             near);
+    return -1;
+}
+
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err)
+{
+    return stage_model_init_sharded(sm, cm, pp, chunks, dp, zero_stage, 0, mem_limit_mb, err);
+}
+
+dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
+                                   int zero_stage, int shard_group, double mem_limit_mb, dp_err *err)
 {
     memset(sm, 0, sizeof *sm);
     const model_spec *m = &cm->model;
@@ -35,6 +68,15 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
         sm->dec_layers[v % pp] += pl.dec_layers;
     }
     sm->zero_ranks = dp * cm->cp;
+    char why[300];
+    if (stage_shard_check(shard_group, dp, cm->cp, zero_stage, why, sizeof why) != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s", why);
+    sm->zero_shard = shard_group > 0 ? shard_group : sm->zero_ranks;
+    /* HSDP: a shard group is the first k replicas' GPUs (mesh.h: replicas outermost), the
+     * replicas' shards all-reduced over the dp / k groups: a mesh of k replicas for the one, and
+     * for the other a mesh whose "stages" are the k replicas' pipelines, dp / k replicas */
+    int k = sm->zero_shard / (cm->cp > 1 ? cm->cp : 1), hybrid = sm->zero_shard < sm->zero_ranks;
+    mesh in_group = mesh_of(cm->tp, cm->cp, pp, k), across = mesh_of(cm->tp, cm->cp, pp * k, dp / k);
     for (int s = 0; s < pp; s++) {
         double layers_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
                            sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
@@ -45,16 +87,16 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
          * whatever the micro-batch: the two largest of its layers, embedding and head */
         int layers = sm->enc_layers[s] + sm->dec_layers[s];
         sm->zero3_gathered_mb[s] = memory_zero3_gathered_mb(
-            cm, s, pp, layers, layers > 0 ? layers_mb / layers : 0, zero_stage, sm->zero_ranks);
+            cm, s, pp, layers, layers > 0 ? layers_mb / layers : 0, zero_stage, sm->zero_shard);
         state_bytes sb = memory_state_bytes(cm->precision, cm->grad_bytes);
-        sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_ranks) +
+        sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_shard) +
                           sm->zero3_gathered_mb[s];
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
-        /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs) */
-        mesh layout = mesh_of(cm->tp, cm->cp, pp, dp);
-        comm_group g = comm_dp_group(&cm->hw, &layout, s);
-        g.n = sm->zero_ranks;
-        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, 1e6 * param_mb,
+        /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs),
+         * or over a shard group's and across the groups */
+        comm_group g = comm_dp_group(&cm->hw, &in_group, s), r = comm_dp_group(&cm->hw, &across, s);
+        g.n = sm->zero_shard, r.n = hybrid ? dp / k : 1;
+        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, &r, 1e6 * param_mb,
                                 1e6 * param_mb / BYTES_WEIGHT * cm->grad_bytes);
         sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
         sm->zero_grad_ms[s] = z.grad_ms;
@@ -65,7 +107,7 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
                            "exceeds the %.0f MB of device memory\nhint: more --pp, --tp or --dp "
                            "with --zero",
                            s, sm->state_mb[s], cm->grad_bytes == 4 ? "fp32" : "16-bit", param_mb,
-                           zero_stage, sm->zero_ranks, mem_limit_mb);
+                           zero_stage, sm->zero_shard, mem_limit_mb);
     }
     return DP_OK;
 }

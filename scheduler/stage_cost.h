@@ -45,8 +45,11 @@ typedef struct stage_model {
                      * stage_model_init, which leaves 0 */
     int dp;         /* D: data-parallel replicas */
     int zero_ranks; /* the GPUs of a tensor-parallel rank that hold the same weights: dp x cp
-                     * (cost_model.cp). Gradients are reduced, and ZeRO shards, over them
-                     * (Megatron's data-parallel-with-context-parallel group) */
+                     * (cost_model.cp). Gradients are reduced over them (Megatron's
+                     * data-parallel-with-context-parallel group) */
+    int zero_shard; /* the GPUs among them that ZeRO's state is split over: zero_ranks, or under
+                     * hybrid sharding (HSDP, --shard-group) a group of consecutive ones (cp x k
+                     * GPUs of k replicas), its shards all-reduced with the other groups' */
     int zero_stage; /* 0..3 */
     double mem_limit_mb;
     int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */
@@ -94,6 +97,16 @@ typedef struct mb_cost {
  * step (torchtitan's default with a pipeline) moves and holds what ZeRO-1 does: --zero 1. */
 dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                            int zero_stage, double mem_limit_mb, dp_err *err);
+/* The same with ZeRO's state split over shard_group GPUs of the data-parallel group (HSDP: k
+ * replicas' cp x k GPUs, those placed together, models/mesh.h) and its gradient shards
+ * all-reduced across the dp / k groups (comm_zero's replicas); 0 or dp x cp: every GPU of it
+ * (stage_model_init). DP_ERR_INVALID (naming --shard-group and the nearest valid sizes) for a
+ * group under ZeRO 0, or one that is not cp times a divisor of dp. */
+dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
+                                   int zero_stage, int shard_group, double mem_limit_mb, dp_err *err);
+/* Whether shard_group is a valid --shard-group for dp replicas at context parallelism cp under
+ * ZeRO stage zero (the rule above): 0, or -1 with why (naming the nearest valid sizes). */
+int stage_shard_check(int shard_group, int dp, int cp, int zero, char *why, size_t cap);
 
 /* Costs of one micro-batch shape; DP_ERR_INFEASIBLE when the cost model cannot answer it, or its
  * answer exceeds STAGE_MAX_VALUE (implausible rates: the message names the shape and figure). */

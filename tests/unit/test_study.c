@@ -722,9 +722,9 @@ static void test_zero_communication(void **state)
     double rs = (n - 1) * lat + (n - 1) / n * B / rs_bw * 1e3;
     double ar = 2 * (n - 1) * lat + 2 * (n - 1) / n * B / ar_bw * 1e3;
     comm_group g4 = comm_group_flat(4, 0), g1 = comm_group_flat(1, 0);
-    zero_comm z0 = comm_zero(&s.hw, 0, &g4, B, B), z1 = comm_zero(&s.hw, 1, &g4, B, B),
-              z2 = comm_zero(&s.hw, 2, &g4, B, B), z3 = comm_zero(&s.hw, 3, &g4, B, B),
-              one = comm_zero(&s.hw, 3, &g1, B, B);
+    zero_comm z0 = comm_zero(&s.hw, 0, &g4, NULL, B, B), z1 = comm_zero(&s.hw, 1, &g4, NULL, B, B),
+              z2 = comm_zero(&s.hw, 2, &g4, NULL, B, B), z3 = comm_zero(&s.hw, 3, &g4, NULL, B, B),
+              one = comm_zero(&s.hw, 3, &g1, NULL, B, B);
     assert_rel(z0.iter_ms, ar, 1e-12);
     assert_rel(z0.grad_ms, ar, 1e-12);
     assert_rel(z1.iter_ms, rs + ag, 1e-12);
@@ -745,7 +745,7 @@ static void test_zero_communication(void **state)
     assert_int_equal(stage_model_init(&sm0, cm, 2, 1, 4, 1, 1e9, &err), DP_OK);
     for (int d = 0; d < 2; d++) {
         comm_group gd = comm_dp_group(&s.hw, &(mesh){1, 1, 2, 4}, d);
-        zero_comm z = comm_zero(&s.hw, 3, &gd, 1e6 * sm.param_mb[d], 1e6 * sm.param_mb[d]);
+        zero_comm z = comm_zero(&s.hw, 3, &gd, NULL, 1e6 * sm.param_mb[d], 1e6 * sm.param_mb[d]);
         assert_rel(sm.zero_fwd_ms[d], z.fwd_ms, 1e-12);
         assert_rel(sm.zero_bwd_ms[d], z.bwd_ms, 1e-12);
         assert_true(sm.state_mb[d] < sm0.state_mb[d]);
