@@ -388,6 +388,9 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
     if (p->chunks > 1 && !(sc && sc->chunked))
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+    char why[300];
+    if (stage_shard_check(p->shard_group, p->dp, p->cost.cp, p->zero, why, sizeof why) != 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s", why);
     if (p->warmup > 0 && sc && !sc->warms_up)
         return dp_fail(err, DP_ERR_INVALID, "--warmup caps the warm-up of 1f1b and interleaved; "
                        "%s has none to cap", sc->name);

@@ -45,15 +45,30 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
         /* ZeRO 2 and 3 with a pipeline (FSDP with PP: a stage's parameters gathered and its
          * gradients reduce-scattered for every micro-batch, stage_cost.h) only when asked */
         int zero_max = p.dp == 1 ? 0 : p.pp == 1 || sp->zero_pipeline ? 3 : 1;
-        for (p.zero = 0; p.zero <= zero_max; p.zero++)
-            for (p.recompute = 0; p.recompute < modes; p.recompute++)
-                for (int k = 0; k < knobs; k++, n++) {
-                    p.mbs = packer ? sp->mbs[k] : 1;
-                    p.mb_tokens = token ? sp->mb_tokens[k] : 2048;
-                    if (out) out[n] = p;
-                }
+        for (p.zero = 0; p.zero <= zero_max; p.zero++) {
+            int hsdp = p.zero == 3 ? tune_hsdp_group(&p, sp->gpus_per_node) : 0;
+            for (int h = 0; h < (hsdp ? 2 : 1); h++) {
+                p.shard_group = h ? hsdp : 0;
+                for (p.recompute = 0; p.recompute < modes; p.recompute++)
+                    for (int k = 0; k < knobs; k++, n++) {
+                        p.mbs = packer ? sp->mbs[k] : 1;
+                        p.mb_tokens = token ? sp->mb_tokens[k] : 2048;
+                        if (out) out[n] = p;
+                    }
+            }
+        }
     }
     return n;
+}
+
+int tune_hsdp_group(const tune_point *p, int gpus_per_node)
+{
+    int cp = p->cp > 1 ? p->cp : 1, width = p->tp * cp * p->pp;
+    if (width <= 0 || gpus_per_node % width) return 0;
+    int k = gpus_per_node / width, g = cp * k;
+    char why[8];
+    if (k >= p->dp || g < 2 || stage_shard_check(g, p->dp, cp, p->zero, why, 0) != 0) return 0;
+    return g;
 }
 
 /* Fills out[] (when given) with every point in order; returns the count. */
@@ -153,10 +168,12 @@ void tune_point_describe(const tune_point *p, char *buf, size_t cap)
 {
     char chunks[24] = "";
     if (p->chunks > 1) snprintf(chunks, sizeof chunks, " chunks=%d", p->chunks);
+    char shard[24] = "";
+    if (p->shard_group > 0) snprintf(shard, sizeof shard, " shard-group=%d", p->shard_group);
     int at = snprintf(buf, cap, "batching=%s schedule=%s%s precision=%s tp=%d cp=%d pp=%d dp=%d "
-                      "zero=%d recompute=%s", p->batching, p->schedule, chunks,
+                      "zero=%d%s recompute=%s", p->batching, p->schedule, chunks,
                       precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
-                      p->zero, recompute_policy_name(p->recompute));
+                      p->zero, shard, recompute_policy_name(p->recompute));
     const batcher *by = batcher_find(p->batching);
     int knob = by ? by->knob : BATCH_KNOB_NONE;
     if (at > 0 && (size_t)at < cap) {
@@ -194,7 +211,8 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
  * simulated peak. */
 static double relative_state(const tune_point *p)
 {
-    return memory_model_state_mb(1.0 / ((double)p->tp * p->pp), NULL, p->zero, p->dp * p->cp);
+    return memory_model_state_mb(1.0 / ((double)p->tp * p->pp), NULL, p->zero,
+                                 p->shard_group > 0 ? p->shard_group : p->dp * p->cp);
 }
 
 const tune_result *tune_nothing_fits(const tune_result *r, long n)
@@ -226,7 +244,8 @@ const tune_result *tune_reference(const tune_result *r, long n, const char *cons
 }
 
 const char TUNE_CSV_HEADER[] =
-    "rank,batching,schedule,chunks,precision,tp,cp,pp,dp,zero,recompute,mbs,mb_tokens,feasible,"
+    "rank,batching,schedule,chunks,precision,tp,cp,pp,dp,zero,shard_group,recompute,mbs,mb_tokens,"
+    "feasible,"
     "throughput_tokens_per_s,mfu,peak_mem_mb,why";
 
 void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
@@ -237,10 +256,10 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
         if (*c == '\n' || *c == '\r') *c = ' ';
     csv_format_field(cell, sizeof cell, why);
     const tune_point *p = &r->pt;
-    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
+    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
              p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1,
              precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
-             p->zero,
+             p->zero, p->shard_group > 0 ? p->shard_group : p->dp * p->cp,
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
              r->peak_mb, cell);
@@ -293,7 +312,7 @@ dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace 
 
 /* ---- reading a ranking back (a resumed search) -------------------------------------------------- */
 
-#define RANKING_COLS 18 /* TUNE_CSV_HEADER's columns */
+#define RANKING_COLS 19 /* TUNE_CSV_HEADER's columns */
 typedef struct ranking_reader {
     tune_result *res;
     long n, read, foreign;
@@ -309,7 +328,8 @@ static dp_status ranking_header(void *ctx, const csv_row *h, dp_err *err)
         {"mbs", 1},      {"mb_tokens", 1}, {"feasible", 1}, {"throughput_tokens_per_s", 1},
         {"mfu", 1},      {"peak_mem_mb", 1}, {"why", 1},   {"cp", 1},
         {"chunks", 0},     /* (rankings before interleaved was searched: 1) */
-        {"precision", 0}}; /* (rankings before precision was searched: any) */
+        {"precision", 0},  /* (rankings before precision was searched: any) */
+        {"shard_group", 0}}; /* (rankings before HSDP was searched: the whole group) */
     return csv_header_map(h, cols, RANKING_COLS, r->idx, err);
 }
 
@@ -320,6 +340,7 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
     for (int k = 0; k < RANKING_COLS; k++) f[k] = r->idx[k] >= 0 ? row->fields[r->idx[k]] : NULL;
     int64_t tp, cp, pp, dp, zero, mbs, mbt, ok, chunks = 1;
     train_precision prec = PRECISION_BF16;
+    int64_t shard = 0;
     double thr, mfu, peak;
     if (dp_parse_i64(f[3], 1, 1 << 20, &tp) || dp_parse_i64(f[15], 1, 1 << 20, &cp) ||
         dp_parse_i64(f[4], 1, 1 << 20, &pp) ||
@@ -327,15 +348,18 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
         dp_parse_i64(f[8], 0, 1 << 30, &mbs) || dp_parse_i64(f[9], 0, INT64_C(1) << 40, &mbt) ||
         dp_parse_i64(f[10], 0, 1, &ok) || dp_parse_f64(f[11], &thr) || dp_parse_f64(f[12], &mfu) ||
         dp_parse_f64(f[13], &peak) || (f[16] && dp_parse_i64(f[16], 1, 1024, &chunks)) ||
-        (f[17] && precision_parse(f[17], &prec) != 0) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
+        (f[17] && precision_parse(f[17], &prec) != 0) ||
+        (f[18] && dp_parse_i64(f[18], 1, 1 << 20, &shard)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not a row of a tune ranking (tp, cp, pp, dp, zero, "
-                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory, chunks or precision)", row->path,
+                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory, chunks, precision or "
+                       "shard_group)", row->path,
                        row->line);
     for (long i = 0; i < r->n; i++) {
         tune_result *x = &r->res[i];
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
             (p->chunks > 1 ? p->chunks : 1) != chunks || (f[17] && p->precision != (int)prec) ||
+            (p->shard_group > 0 ? p->shard_group : p->dp * p->cp) != (shard ? shard : dp * cp) ||
             p->mbs != mbs ||
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
             strcmp(recompute_policy_name(p->recompute), f[7]))

@@ -7,7 +7,9 @@
  * list (tune --cp 1,2,4; the request's --cp alone by default, auto searched as one group), tp at most a
  * node's GPUs, pp at most the model's layers, even for T5 unless 1, a chunked (interleaved)
  * schedule at each of the space's chunk counts with pp > 1 and pp x chunks at most the layers, a ZeRO stage (0 or 1 with data parallelism,
- * 2 and 3 as well without a pipeline, 0 without replicas), a recompute mode (none, selective,
+ * 2 and 3 as well without a pipeline, 0 without replicas; ZeRO-3 also hybrid, HSDP, sharded over
+ * a node's GPUs of the data-parallel group where that is fewer than all: tune_hsdp_group), a
+ * recompute mode (none, selective,
  * full; dynamic as well for the memory-aware batchers, DynaPipe's per-iteration rule), a
  * schedule from the list, and the method's own knob (batcher.knob): --mbs for padding and the
  * packers that take it, --mb-tokens for token, none for the others.
@@ -39,6 +41,8 @@ typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
     int chunks;            /* the schedule's virtual stages per device (1 but for a chunked one) */
     int tp, cp, pp, dp, zero, mbs;
+    int shard_group;       /* HSDP: ZeRO-3's state over this many GPUs, replicated across
+                            * (tune_hsdp_group); 0: over the whole data-parallel group */
     int precision;         /* a train_precision (models/cost.h) */
     int64_t mb_tokens;
     int recompute;         /* a recompute_policy (cost.h): none, selective, full or dynamic */
@@ -79,6 +83,11 @@ int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap)
 /* Parses tune's --precision list ("bf16,fp8": distinct names of models/cost.h's precision_parse)
  * into precs[] (train_precision values) and *n: 0, or -1 with why (a usage error's text). */
 int tune_parse_precision_list(const char *arg, int *precs, int *n, char *why, size_t cap);
+
+/* The HSDP shard group tune tries for layout p on nodes of gpus_per_node GPUs: the data-parallel
+ * GPUs one node holds (cp x k, k = gpus_per_node / (tp x cp x pp) replicas), where that is a
+ * valid group (stage_shard_check) of 2 GPUs or more and fewer than dp x cp; else 0 (none). */
+int tune_hsdp_group(const tune_point *p, int gpus_per_node);
 
 /* Every point of the space, in the fixed order; returns how many (0: none, or out of memory, with
  * *out NULL). The caller frees *out. */

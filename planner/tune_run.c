@@ -123,7 +123,7 @@ static void point_opts(const plan_request *base, const plan_env *env, const tune
     *p = *base;
     p->batching = pt->batching, p->schedule = pt->schedule, p->chunks = pt->chunks > 1 ? pt->chunks : 1;
     p->cost.tp = pt->tp, p->cost.cp = pt->cp, p->pp = pt->pp, p->dp = pt->dp, p->zero = pt->zero;
-    p->cost.precision = pt->precision;
+    p->cost.precision = pt->precision, p->shard_group = pt->shard_group;
     p->mbs = pt->mbs, p->mb_tokens = pt->mb_tokens;
     p->cost.recompute = pt->recompute;
     planner_study_opts(p, env, pt->batching, pt->schedule, o);

@@ -75,10 +75,15 @@ typedef struct ctx {
     rt_mpi_tp cpg;      /* the context-parallel group (size 1: none; its sp unused) */
     MPI_Comm tp_comm, cp_comm;
     MPI_Comm stage_comm; /* this stage's replicas and cp ranks (the same tp rank of each): the
-                          * gradient all-reduce's, and ZeRO's shards' */
+                          * gradient all-reduce's */
+    MPI_Comm shard_comm; /* those of them ZeRO shards over: all, or under HSDP the plan's
+                          * shard_group consecutive ones (models/mesh.h: k replicas' cp ranks) */
+    MPI_Comm across_comm; /* the same shard of every shard group (size 1 but under HSDP): the
+                           * shards' all-reduce after the iteration */
     int zero;           /* the plan's ZeRO stage where it shards (2 or 3 over more than one rank
-                         * of stage_comm), else 0 */
-    int zranks, zrank;  /* stage_comm's size and this rank's index: its shard */
+                         * of shard_comm), else 0 */
+    int zranks, zrank;  /* shard_comm's size and this rank's index: its shard */
+    int across;         /* across_comm's size */
     chunk_state *ch;
     double *emb, *demb; /* tied embedding / LM head (V, H), on the first and last stages */
     slot *slots;        /* n_mb * chunks */
@@ -338,12 +343,12 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
-    if (h->shard_group > 0 && h->shard_group < h->dp * cp)
+    if (on_gpu && h->shard_group > 0 && h->shard_group < h->dp * cp)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with ZeRO-%d sharded over groups of "
-                       "%d GPUs and replicated across them (HSDP, \"shard_group\"), and dprun "
-                       "shards over the whole data-parallel group: running it here would measure "
-                       "another layout\nhint: plan without --shard-group to validate on this "
-                       "runtime", path, h->zero, h->shard_group);
+                       "%d GPUs and replicated across them (HSDP, \"shard_group\"), and the cuda "
+                       "backend shards over the whole data-parallel group: running it here would "
+                       "measure another layout\nhint: --backend cpu runs it, or plan without "
+                       "--shard-group", path, h->zero, h->shard_group);
     dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
     if ((st = placement_split_check(m, &h->split, h->pp * h->chunks, err)) != DP_OK) {
@@ -514,7 +519,7 @@ static void zero_gather_start(ctx *c, chunk_state *ch, int l, MPI_Request *rq)
 {
     if (ch->shard > (size_t)INT_MAX) die(c, "a parameter shard of more than 2^31 values");
     MPI_TRY(c, MPI_Iallgather(ch->ps[l], (int)ch->shard, MPI_DOUBLE, ch->p[l].block, (int)ch->shard,
-                              MPI_DOUBLE, c->stage_comm, rq));
+                              MPI_DOUBLE, c->shard_comm, rq));
 }
 
 /* A pass over a chunk's layers under ZeRO-3: zero3_begin starts the gather of its first layer,
@@ -562,7 +567,7 @@ static void zero_reduce(ctx *c, chunk_state *ch)
     for (int l = 0; l < ch->layers; l++) {
         MPI_Request rq;
         MPI_TRY(c, MPI_Ireduce_scatter_block(ch->g[l].block, mine, (int)ch->shard, MPI_DOUBLE,
-                                             MPI_SUM, c->stage_comm, &rq));
+                                             MPI_SUM, c->shard_comm, &rq));
         wait_poll(c, &rq, "a ZeRO gradient reduce-scatter", RT_SPIN_COLLECTIVE_S);
         for (size_t i = 0; i < ch->shard; i++) ch->gs[l][i] += mine[i];
         memset(ch->g[l].block, 0, ch->shard * (size_t)c->zranks * sizeof(double));
@@ -868,6 +873,15 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
                     wait_poll(c, &rq, "a ZeRO-2 parameter gather", RT_SPIN_COLLECTIVE_S);
                 }
             }
+        for (int k = 0; c->zero && c->across > 1 && k < c->chunks; k++) /* HSDP: each shard
+                                                                            * with its peers' */
+            for (int l = 0; l < c->ch[k].layers; l++) {
+                MPI_Request rq;
+                MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, c->ch[k].gs[l], (int)c->ch[k].shard,
+                                          MPI_DOUBLE, MPI_SUM, c->across_comm, &rq));
+                wait_poll(c, &rq, "the HSDP shards' all-reduce across shard groups",
+                          RT_SPIN_COLLECTIVE_S);
+            }
         if (c->demb) allreduce_replicas(c, c->demb, (size_t)c->vocab_local * c->hidden);
         record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
@@ -907,8 +921,12 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     /* this stage's replicas and cp ranks, the same tp rank of each */
     g = mesh_group_of(&layout, here, MESH_DP_CP);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.stage_comm));
-    MPI_Comm_size(c.stage_comm, &c.zranks);
-    MPI_Comm_rank(c.stage_comm, &c.zrank);
+    int shard = rt_zero_group(&pl->h, g.size);
+    MPI_TRY(&c, MPI_Comm_split(c.stage_comm, g.key / shard, g.key % shard, &c.shard_comm));
+    MPI_TRY(&c, MPI_Comm_split(c.stage_comm, g.key % shard, g.key / shard, &c.across_comm));
+    MPI_Comm_size(c.shard_comm, &c.zranks);
+    MPI_Comm_rank(c.shard_comm, &c.zrank);
+    MPI_Comm_size(c.across_comm, &c.across);
     c.zero = rt_zero_stage(&pl->h, c.zranks);
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
@@ -965,7 +983,9 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         for (int l = 0; l < c.ch[k].layers; l++)
             MPI_TRY(&c, MPI_Allgather(c.ch[k].gs[l], (int)c.ch[k].shard, MPI_DOUBLE,
                                       c.ch[k].g[l].block, (int)c.ch[k].shard, MPI_DOUBLE,
-                                      c.stage_comm));
+                                      c.shard_comm));
+    MPI_Comm_free(&c.across_comm);
+    MPI_Comm_free(&c.shard_comm);
     MPI_Comm_free(&c.stage_comm);
     MPI_Comm_free(&c.tp_comm);
     MPI_Comm_free(&c.cp_comm);

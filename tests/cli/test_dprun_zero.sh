@@ -6,7 +6,8 @@
 # micro-batch's gradients after its backward, ZeRO-2 gathers the parameters after the iteration.
 # The gradients reduced over the shards end with the norm of the same samples run without ZeRO, to
 # 1e-9 relative: split backwards (ZB-H1's W), full recompute, with tensor parallelism (SP) and with
-# context parallelism. The cuda backend runs them over NCCL (on the fake GPU here) to the same norm.
+# context parallelism; sharded over a group and replicated across (HSDP) to the norm of the whole
+# group's sharding. The cuda backend runs them over NCCL (on the fake GPU here) to the same norm.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
 LLAMA=tests/cli/golden/llama_tiny.json
@@ -32,6 +33,27 @@ if [ -z "$SANITIZED" ]; then # the sanitizer build runs one plan per layout
   same z3tp ref 8
   plan z3cp --cp 2 --zero 3
   same z3cp ref 4
+fi
+# HSDP (--shard-group): ZeRO sharded over a group of the replicas (or of the cp ranks), each shard
+# all-reduced with its peers of the other groups after the iteration: the norm of the same plan
+# sharded over all of them, ZeRO-3 and ZeRO-2, over replicas and over cp ranks
+hsdp() { # NAME ARGS...: as plan, 1,024 tokens (4 rows: one per replica of 4)
+  plan "$@" --global-tokens 1024
+}
+hsdp f3 --dp 4 --zero 3
+run_norm f3 8 >/dev/null
+hsdp h3 --dp 4 --zero 3 --shard-group 2
+same h3 f3 8
+check "... the HSDP plan says its group" grep -q '"shard_group":2' "$TMP/h3.json"
+if [ -z "$SANITIZED" ]; then
+  hsdp f2 --dp 4 --zero 2
+  run_norm f2 8 >/dev/null
+  hsdp h2 --dp 4 --zero 2 --shard-group 2
+  same h2 f2 8
+  hsdp f3c --cp 2 --dp 2 --zero 3
+  run_norm f3c 8 >/dev/null
+  hsdp h3c --cp 2 --dp 2 --zero 3 --shard-group 2
+  same h3c f3c 8
 fi
 check "a plan for CPU ranks overlaps nothing (their cores move the data: hw.h comm_on_cores)" \
   grep -q '"overlap":[[:space:]]*"none"' "$TMP/z3.json"
@@ -69,6 +91,8 @@ gpu_zero() { # NAME ZERO: plan NAME (2 stages x 2 replicas) on 4 fake GPUs
   fi
 }
 gpu_zero z3 3
+expect "the cuda backend refuses an HSDP plan (it shards over the whole group), naming the cpu backend" 1 "HSDP, \"shard_group\"\\), and the cuda backend shards over the whole data-parallel group" -- \
+  timeout 120 $MPIRUN -np 8 "$FAKE" --plan "$TMP/h3.json" --backend cuda --out "$TMP/x.csv"
 if [ -z "$SANITIZED" ]; then
   gpu_zero z2 2
   gpu_zero z3zb 3

@@ -420,6 +420,34 @@ check "... in its header" grep -q "\"schedule\":\"$chosen\"" "$TMP/sa.json"
 check "--schedule auto elsewhere (a sweep point) is refused with the reason" grep -q "schedule auto applies to plan and sim" "$TMP/sa_sweep.csv"
 
 
+# --- HSDP: ZeRO sharded inside a group, replicated across ------------------------------------------
+H="--model llama3-8b --hw dgx-h100 --global-tokens 262144 --max-seqlen 8192 --iterations 2 --batching packing --pp 1 --dp 16 --zero 3"
+# shellcheck disable=SC2086
+expect "sim --shard-group 8: the title names ZeRO's group" 0 "^# sim: .* dp 16 = 16 GPUs, ZeRO-3 over 8 GPUs \\(HSDP: replicated across\\)" -- "$DPSIM" sim $H --shard-group 8
+# shellcheck disable=SC2086
+"$DPSIM" sim $H --shard-group 8 --json >"$TMP/hsdp.json" 2>/dev/null
+# shellcheck disable=SC2086
+"$DPSIM" sim $H --json >"$TMP/fsdp.json" 2>/dev/null
+check "... twice the gradients' and optimizer's shares of ZeRO-3 over all 16" python3 -c "
+import json
+h, f = (json.load(open(p))['memory_breakdown_mb'][0] for p in ('$TMP/hsdp.json', '$TMP/fsdp.json'))
+for k in ('gradients', 'optimizer'):
+    assert abs(h[k] / f[k] - 2) < 1e-9, (k, h[k], f[k])
+"
+# shellcheck disable=SC2086
+"$DPSIM" plan $H --shard-group 8 -o "$TMP/hsdp_plan.json" >/dev/null 2>&1
+check "... its plan says shard_group 8" grep -q '"zero":3,"shard_group":8' "$TMP/hsdp_plan.json"
+check "... and replays to the same throughput" bash -c "[ \"\$('$DPSIM' sim --plan '$TMP/hsdp_plan.json' 2>/dev/null | grep '^throughput')\" = \"\$('$DPSIM' sim $H --shard-group 8 2>/dev/null | grep '^throughput')\" ]"
+sed 's/"shard_group":8/"shard_group":6/' "$TMP/hsdp_plan.json" >"$TMP/hsdp6.json"
+expect "a plan whose shard_group no divisor of dp gives is refused, naming the file and field" 1 "hsdp6.json: \"shard_group\" 6 \\(rule: a shard group is cp x k GPUs" -- "$DPSIM" sim --plan "$TMP/hsdp6.json"
+expect "... with the nearest valid sizes" 1 "^hint: --shard-group 4 or 8$" -- "$DPSIM" sim --plan "$TMP/hsdp6.json"
+# shellcheck disable=SC2086
+expect "--shard-group 12 is refused" 2 "--shard-group 12: a shard group is the cp x k GPUs of k data-parallel replicas" -- "$DPSIM" sim $H --shard-group 12
+# shellcheck disable=SC2086
+expect "... with the nearest valid sizes" 2 "^hint: --shard-group 8 or 16$" -- "$DPSIM" sim $H --shard-group 12
+# shellcheck disable=SC2086
+expect "--shard-group under ZeRO 0 is refused" 2 "ZeRO 0 shards nothing" -- "$DPSIM" sim ${H/--zero 3/--zero 0} --shard-group 8
+
 # --- the lines a budget needs ---------------------------------------------------------------------
 expect "sim's header names every degree and the GPU count" 0 "^# sim: .* tp 1 x cp 1 x pp 2 x dp 2 = 4 GPUs" -- "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2
 expect "... and the time and GPU-hours per billion tokens" 0 "^time per billion tokens +[0-9.]+ h +\([0-9.]+ GPU-hours on 4 GPUs\)" -- "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2

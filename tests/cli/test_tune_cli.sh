@@ -22,7 +22,7 @@ check "... and the speed-up over the best varlen packer" grep -q 'x best: over p
 check "the pruned search keeps what --exhaustive finds: every kept row, each batching's best" \
   python3 - "$TMP/full.csv" "$TMP/exh.csv" <<'PY'
 import csv, sys
-key = ("batching", "schedule", "chunks", "precision", "tp", "cp", "pp", "dp", "zero", "recompute", "mbs", "mb_tokens")
+key = ("batching", "schedule", "chunks", "precision", "shard_group", "tp", "cp", "pp", "dp", "zero", "recompute", "mbs", "mb_tokens")
 pruned, full = ({tuple(r[k] for k in key): r for r in csv.DictReader(open(p))} for p in sys.argv[1:])
 assert pruned.keys() == full.keys() and any(r["why"].startswith("pruned") for r in pruned.values())
 for k, r in pruned.items():
@@ -44,8 +44,8 @@ wait $pid; rc=$?
 check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
-check "... leaving a valid partial ranking (header, then rows of 18 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 18 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+check "... leaving a valid partial ranking (header, then rows of 19 fields)" bash -c \
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 19 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
@@ -116,7 +116,7 @@ check "... writing nothing" test ! -e "$TMP/no.csv"
 check "tune --cp 1,2: rows of both degrees, every one of 8 GPUs" bash -c \
   "awk -F, 'NR > 1 { seen[\$7] = 1; if (\$6 * \$7 * \$8 * \$9 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
 check "... its best at least cp 2's alone" bash -c \
-  "awk -F, 'FNR == 2 { b[FILENAME] = \$15 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
+  "awk -F, 'FNR == 2 { b[FILENAME] = \$16 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
 expect "a --cp list naming a degree twice is refused" 2 "names \"2\" twice" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,2 -o "$TMP/no.csv"
 expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "not a multiple of --cp 3" -- \
@@ -145,6 +145,28 @@ expect "a --precision list naming one twice is refused" 2 "names \"fp8\" twice" 
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision fp8,bf16,fp8 -o "$TMP/no.csv"
 expect "a --precision list with an unknown name is refused" 2 "\"fp4\" is not a precision" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision bf16,fp4 -o "$TMP/no.csv"
+# HSDP: ZeRO-3 also sharded over a node's GPUs of the data-parallel group and replicated across
+# nodes, each such row beside its fully sharded twin, holding more state
+"$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 16 --exhaustive --iterations 1 --max-seqlen 8192 \
+  --global-tokens 131072 --batchings packing --schedules 1f1b -q -o "$TMP/hsdp.csv" >"$TMP/hsdp.out" 2>/dev/null
+check "tune --gpus 16: HSDP rows (a node's GPUs of the group), each beside its fully sharded twin" python3 - "$TMP/hsdp.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+n = lambda r, k: int(r[k])
+key = lambda r, g: tuple(r[k] for k in ("precision", "tp", "cp", "pp", "dp", "zero", "recompute", "mbs")) + (g,)
+whole = {key(r, r["shard_group"]): r for r in rows}
+hsdp = [r for r in rows if n(r, "shard_group") < n(r, "dp") * n(r, "cp")]
+assert hsdp, "no HSDP row"
+for r in hsdp:
+    width = n(r, "tp") * n(r, "cp") * n(r, "pp")
+    assert r["zero"] == "3" and n(r, "shard_group") == n(r, "cp") * 8 // width, r
+    twin = whole[key(r, str(n(r, "dp") * n(r, "cp")))]
+    if r["feasible"] == "1" and twin["feasible"] == "1":
+        assert float(r["peak_mem_mb"]) > float(twin["peak_mem_mb"]), (r, twin)
+assert all(n(r, "shard_group") == n(r, "dp") * n(r, "cp") for r in rows if r["zero"] != "3")
+PY
+expect "tune refuses --shard-group: it searches it" 2 "shard-group is what tune searches" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 16 --shard-group 8 -o "$TMP/no.csv"
 # interleaved is searched at 2 and 4 chunks, on pipelines of 2 stages or more (the ranking's chunks
 # column; 1 for the other schedules), and --chunks is what tune chooses
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \

@@ -164,8 +164,10 @@ static void test_cut_at_its_own_time_never_prunes(void **state)
                {"token", "zb1", 1, 4, 2, 1, RECOMPUTE_NONE}};
     int unplanned = 0;
     for (size_t i = 0; i < sizeof pts / sizeof *pts; i++) {
-        tune_point pt = {pts[i].batching, pts[i].schedule, 1, pts[i].tp, 1, pts[i].pp, pts[i].dp,
-                         pts[i].zero, 1, 4096, pts[i].recompute};
+        tune_point pt = {.batching = pts[i].batching, .schedule = pts[i].schedule, .chunks = 1,
+                         .tp = pts[i].tp, .cp = 1, .pp = pts[i].pp, .dp = pts[i].dp,
+                         .zero = pts[i].zero, .mbs = 1, .precision = PRECISION_BF16,
+                         .mb_tokens = 4096, .recompute = pts[i].recompute};
         study_result whole, cut, half;
         if (planner_tune_point(&p, &env, &pt, NULL, 0, &whole, &err) != DP_OK) fail_msg("%s", err.msg);
         assert_true(whole.iterations == 2 && whole.time_s > 0);

@@ -1048,6 +1048,16 @@ static void test_tune_scoring_trace(void **state)
     setup_release(&s);
 }
 
+/* Whether tune tries HSDP for a ZeRO-3 layout on nodes of 8 (the rule written out): a node holds k
+ * = 8 / (tp cp pp) of its replicas, 1 < k < dp, k dividing dp, or k = 1 with cp > 1. */
+static int hsdp_tried(int tp, int cp, int pp, int dp)
+{
+    int width = tp * cp * pp;
+    if (8 % width) return 0;
+    int k = 8 / width;
+    return k < dp && dp % k == 0 && cp * k >= 2;
+}
+
 static void test_tune_space(void **state)
 {
     (void)state;
@@ -1065,9 +1075,10 @@ static void test_tune_space(void **state)
                 for (int dp = 1; dp <= 16; dp++) {
                     if (tp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
                     int zeros = dp == 1 ? 1 : pp == 1 ? 4 : 2; /* ZeRO 2, 3 without a pipeline */
+                    int hsdp = hsdp_tried(tp, 1, pp, dp); /* ZeRO-3 again, over a node's */
                     /* padding, packing: 3 modes x 4 mbs; token: 3 x 5; dynamic: 4 x 1 */
-                    want += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
-                    want_zp += 2 * (dp == 1 ? 1 : 4) * (3 * 4 + 3 * 4 + 3 * 5 + 4);
+                    want += 2 * (zeros + (zeros == 4 && hsdp)) * (3 * 4 + 3 * 4 + 3 * 5 + 4);
+                    want_zp += 2 * (dp == 1 ? 1 : 4 + hsdp) * (3 * 4 + 3 * 4 + 3 * 5 + 4);
                 }
         assert_int_equal(n, want);
         for (long i = 0; i < n; i++) {
@@ -1076,6 +1087,9 @@ static void test_tune_space(void **state)
             assert_true(p->tp <= 8 && p->pp <= (t5 ? 24 : 16));
             assert_true(p->zero == 0 || p->dp > 1);
             assert_true(p->zero <= 1 || p->pp == 1);
+            assert_true(p->shard_group == 0 ||
+                        (p->zero == 3 && hsdp_tried(p->tp, p->cp, p->pp, p->dp) &&
+                         p->shard_group == p->cp * 8 / (p->tp * p->cp * p->pp)));
             assert_true(p->recompute != RECOMPUTE_POLICY_DYNAMIC || strcmp(p->batching, "dynamic") == 0);
             for (long j = i + 1; j < n && j < i + 64; j++)
                 assert_false(memcmp(p, &pts[j], sizeof *p) == 0);
@@ -1098,7 +1112,8 @@ static void test_tune_space(void **state)
                     for (int dp = 1; dp <= 16; dp++) {
                         if (tp * cp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
                         int zeros = dp == 1 ? 1 : pp == 1 ? 4 : 2;
-                        want_cp += 2 * zeros * (3 * 4 + 3 * 4 + 3 * 5 + 4);
+                        int hsdp = zeros == 4 && hsdp_tried(tp, cp, pp, dp);
+                        want_cp += 2 * (zeros + hsdp) * (3 * 4 + 3 * 4 + 3 * 5 + 4);
                     }
             assert_int_equal(n, want_cp);
             single[cp] = n;
