@@ -281,7 +281,7 @@ static int compare_parse(int argc, char **argv, compare_args *a)
 {
     const char *cmd = "compare";
     *a = (compare_args){.out = "dpsim-out", .batchings = COMPARE_BATCHINGS,
-                        .schedules = "1f1b,adaptive", .tune_iterations = 8,
+                        .schedules = TUNE_DEFAULT_SCHEDULES, .tune_iterations = 8,
                         .jobs = planner_jobs_default()};
     plan_request_default(&a->p);
     cli_opts t;
@@ -292,7 +292,7 @@ static int compare_parse(int argc, char **argv, compare_args *a)
                   "planning time. Writes throughput.png, timeline.png and memory.png into --out.");
     cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", COMPARE_BATCHINGS,
                    "comma list of strategies (dpsim plan --help lists them)");
-    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", "1f1b,adaptive",
+    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", TUNE_DEFAULT_SCHEDULES,
                    "comma list of schedules");
     cli_opt_string(&t, "out", 'o', &a->out, "DIR", "dpsim-out", "folder for the figures");
     cli_opt_flag(&t, "no-figures", 'n', &a->no_figures, "skip the figures");

@@ -29,10 +29,6 @@ static void on_stop_signal(int sig)
     tune_stop = 1;
 }
 
-/* The default methods: Megatron's packing (the baseline), the two strongest varlen packers a 2026
- * trainer runs, and DynaPipe's DP on both kernels. */
-#define TUNE_BATCHINGS "packing,packing-ffd-varlen,packing-wlb,dynamic,dynamic-varlen"
-
 /* tune_run_opts.allgather over MPI_COMM_WORLD: every rank's text, in rank order. */
 static int mpi_allgather_text(void *ctx, const char *mine, char **all)
 {
@@ -80,7 +76,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
 {
     const char *cmd = "tune";
     memset(a, 0, sizeof *a);
-    a->batchings = TUNE_BATCHINGS, a->schedules = "1f1b,adaptive";
+    a->batchings = TUNE_DEFAULT_BATCHINGS, a->schedules = TUNE_DEFAULT_SCHEDULES;
     a->jobs = planner_jobs_default();
     plan_request_default(&a->p);
     a->p.iterations = 8;
@@ -108,8 +104,8 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                   "pairs took the search's time.");
     cli_opt_int64(&t, "gpus", 'g', &a->gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
-    cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_BATCHINGS, "methods to tune");
-    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", "1f1b,adaptive", "schedules to try");
+    cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_DEFAULT_BATCHINGS, "methods to tune");
+    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", TUNE_DEFAULT_SCHEDULES, "schedules to try");
     cli_opt_int64(&t, "jobs", 'J', &a->jobs, "N", 1, 1024, "the machine's cores", "parallel workers");
     cli_opt_string(&t, "output", 'o', &a->out, "FILE", NULL,
                    "the ranking CSV, rewritten as configurations finish (a\n"

@@ -182,11 +182,20 @@ double analytic_stored_act_bytes(const model_spec *m, cost_component c, const co
     return stored_bytes(m, c, s, tp, rc, 0, sp);
 }
 
+/* A component's GEMM shape cost where every GEMM's rows are the same tokens m (all but a T5
+ * decoder's: gemm_shape_multipliers): the forward's, and the backward's as bwd0 + (m + k0) / m / 2,
+ * kept with the k0s and tp they were computed at (valid 1). */
+typedef struct gemm_shape_sums {
+    int valid, tp;
+    double k0, fp8_k0, fwd, bwd0;
+} gemm_shape_sums;
+
 typedef struct analytic {
     analytic_params p;
     /* the fitted layer's GEMM shape cost on the GPU of k0 ref_k0 (gemm_shape_multipliers), kept
      * between queries: it depends on nothing else */
     double ref_k0, ref_fwd, ref_bwd;
+    gemm_shape_sums shape[COMP_COUNT][2]; /* by component and fp8 */
     /* the GPU's tensor- and context-parallel groups (layout_group), kept between queries with
      * what they were placed from */
     struct {
@@ -405,12 +414,33 @@ static void gemm_shape_multipliers(const cost_model *cm, cost_component c, doubl
         *fwd = *bwd = 1; /* no curve: every shape at the fitted rate */
         return;
     }
-    gemm g[8];
-    layer_dims d = dims_of(&cm->model);
-    int n = layer_gemms(&d, c, tq, tkv, cm->tp, g);
-    const analytic *a = fit_layer_cost(cm);
+    analytic *a = (analytic *)fit_layer_cost(cm);
     double f, b;
-    gemm_shape_cost(gpu, fp8, g, n, &f, &b);
+    if (c != COMP_DECODER) { /* one row count: the weighted factors but the weight gradient's are
+                              * the tokens' own, so the sums are kept (gemm_shape_cost, factored) */
+        gemm_shape_sums *k = &a->shape[c][fp8 ? 1 : 0];
+        if (!k->valid || k->tp != cm->tp || k->k0 != gpu->gemm_k0 || k->fp8_k0 != gpu->fp8_gemm_k0) {
+            gemm g[8];
+            layer_dims d = dims_of(&cm->model);
+            int n = layer_gemms(&d, c, 1, 1, cm->tp, g);
+            double total = 0, sf = 0, sb = 0;
+            for (int i = 0; i < n; i++) {
+                total += g[i].flops;
+                sf += g[i].flops / cost_gemm_shape_eff(gpu, fp8, g[i].k);
+                sb += g[i].flops / cost_gemm_shape_eff(gpu, fp8, g[i].n);
+            }
+            k->fwd = total > 0 ? sf / total : 1;
+            k->bwd0 = total > 0 ? sb / total / 2 : 0.5;
+            k->valid = 1, k->tp = cm->tp, k->k0 = gpu->gemm_k0, k->fp8_k0 = gpu->fp8_gemm_k0;
+        }
+        f = k->fwd;
+        b = k->bwd0 + 1 / cost_gemm_shape_eff(gpu, fp8, tq) / 2;
+    } else {
+        gemm g[8];
+        layer_dims d = dims_of(&cm->model);
+        int n = layer_gemms(&d, c, tq, tkv, cm->tp, g);
+        gemm_shape_cost(gpu, fp8, g, n, &f, &b);
+    }
     *fwd = f / a->ref_fwd;
     *bwd = b / a->ref_bwd;
 }
@@ -540,7 +570,9 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     if (c == COMP_POSTPROCESS) {
         transient = 4 * b * sq * m->vocab / t;
     } else {
-        double full = stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn, sp) / cp;
+        double full = cm->recompute == RECOMPUTE_NONE
+                          ? stored
+                          : stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn, sp) / cp;
         transient = (full - stored) + 2 * b * sq * m->ffn / t;
     }
     out->stored_act_mb = stored / 1e6;

@@ -66,8 +66,7 @@ int tune_hsdp_group(const tune_point *p, int gpus_per_node)
     int cp = p->cp > 1 ? p->cp : 1, width = p->tp * cp * p->pp;
     if (width <= 0 || gpus_per_node % width) return 0;
     int k = gpus_per_node / width, g = cp * k;
-    char why[8];
-    if (k >= p->dp || g < 2 || stage_shard_check(g, p->dp, cp, p->zero, why, 0) != 0) return 0;
+    if (k >= p->dp || g < 2 || stage_shard_check(g, p->dp, cp, p->zero, NULL, 0) != 0) return 0;
     return g;
 }
 

@@ -33,6 +33,12 @@
 #include "../scheduler/batch.h"
 #include "../traces/trace.h"
 
+/* What tune searches unless told: Megatron's packing (the baseline), the two strongest varlen
+ * packers a 2026 trainer runs, and DynaPipe's DP on both kernels; 1F1B and DynaPipe's adaptive
+ * schedule (compare --tuned's too). */
+#define TUNE_DEFAULT_BATCHINGS "packing,packing-ffd-varlen,packing-wlb,dynamic,dynamic-varlen"
+#define TUNE_DEFAULT_SCHEDULES "1f1b,adaptive"
+
 #define TUNE_MAX_LIST 16
 #define TUNE_MAX_CP 8
 #define TUNE_MAX_PRECISION 3 /* bf16, fp16, fp8 */

@@ -39,8 +39,8 @@ void tune_list_describe(const tune_list_arg *a, char *buf, size_t cap);
 dp_status tune_output_begin(const char *out, const char *config, int resume, int rank, dp_err *err);
 
 /* Runs one point of the search with base's other options on env's trace and length rules (what
- * tune scores it on). cms[m], when given, are the cost models of the point's tp per recompute
- * mode at its cp (tune builds them once); NULL: they are built for this run. prune_ms > 0: the run stops
+ * tune scores it on). cms[m], when given, are the cost models of the point's precision, tp and cp
+ * per recompute mode (tune builds them once); NULL: they are built for this run. prune_ms > 0: the run stops
  * once it cannot finish within that much simulated time (study_opts.prune_ms; r->pruned_ms). */
 dp_status planner_tune_point(const plan_request *base, const plan_env *env, const tune_point *pt,
                        cost_model *const *cms, double prune_ms, study_result *r, dp_err *err);
@@ -87,7 +87,8 @@ typedef struct tune_run_opts {
 
 /* dpsim tune's search (planner/tune.h) over sp, every configuration simulated with the base options
  * (its --iterations global batches, tune_scoring_trace's, where the trace is in memory; lengths,
- * memory) in `jobs` forked workers, one cost model per (tp, mode) built before the fork. *out
+ * memory) in `jobs` forked workers, one cost model per (precision, cp, tp, mode) built before the
+ * fork. *out
  * (ranked, tune_rank; the caller frees it) holds n results; those not run (stopped) have
  * done 0. run may be NULL. Progress lines give done/total, the best so far and an ETA from the
  * work left (each batching's mean time per configuration so far, over the workers).

@@ -105,7 +105,8 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
 dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                                    int zero_stage, int shard_group, double mem_limit_mb, dp_err *err);
 /* Whether shard_group is a valid --shard-group for dp replicas at context parallelism cp under
- * ZeRO stage zero (the rule above): 0, or -1 with why (naming the nearest valid sizes). */
+ * ZeRO stage zero (the rule above): 0, or -1 with why (naming the nearest valid sizes; why may be
+ * NULL with cap 0). */
 int stage_shard_check(int shard_group, int dp, int cp, int zero, char *why, size_t cap);
 
 /* Costs of one micro-batch shape; DP_ERR_INFEASIBLE when the cost model cannot answer it, or its

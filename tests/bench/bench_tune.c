@@ -1,10 +1,11 @@
 /*
  * bench_tune — dpsim tune at cluster scale: Llama-3.1-8B on 64 H100 (dgx-h100), 4,194,304 tokens
- * per iteration, max length 16,384, 2 iterations per configuration, batchings packing, token and
- * dynamic (the search of issue #37), on the machine's cores. Timed twice in the same run: as
- * tune runs it (pruning by a lower bound on time) and --exhaustive (every configuration simulated
- * to the end). The two must name the same best configuration, at the same throughput, for every
- * batching, and agree on every configuration the pruned search simulated; the bench fails if not.
+ * per iteration, max length 16,384, 2 iterations per configuration, on the machine's cores: the
+ * batchings packing, token and dynamic (the search of issue #37), and tune's default batchings and
+ * schedules (issue #50's). Each timed twice in the same run: as tune runs it (pruning by a lower
+ * bound on time) and --exhaustive (every configuration simulated to the end). The two must name
+ * the same best configuration, at the same throughput, for every batching, and agree on every
+ * configuration the pruned search simulated; the bench fails if not.
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,16 +16,17 @@
 #include "../../planner/tune_run.h"
 #include "benchutil.h"
 
-static const char *const BATCHINGS[] = {"packing", "token", "dynamic"};
+/* The two searches: the three batchings of issue #37, and tune's defaults (TUNE_DEFAULT_*). */
+static const char *const THREE[] = {"packing", "token", "dynamic"};
 static const char *const SCHEDULES[] = {"1f1b", "adaptive"};
 
-static int search(const plan_request *p, const plan_env *env, int exhaustive, double *seconds,
-                  tune_result **res, long *n)
+static int search(const plan_request *p, const plan_env *env, const char *const *bs, int nb,
+                  int exhaustive, double *seconds, tune_result **res, long *n)
 {
     int gpus = 64;
     tune_space sp;
     dp_err err = {0};
-    if (planner_tune_space(p, env, &gpus, BATCHINGS, 3, SCHEDULES, 2, NULL, 0, NULL, 0, &sp, &err) != DP_OK) {
+    if (planner_tune_space(p, env, &gpus, bs, nb, SCHEDULES, 2, NULL, 0, NULL, 0, &sp, &err) != DP_OK) {
         fprintf(stderr, "bench_tune: %s\n", err.msg);
         return -1;
     }
@@ -37,6 +39,47 @@ static int search(const plan_request *p, const plan_env *env, int exhaustive, do
     }
     *seconds = bench_now_s() - t0;
     return 0;
+}
+
+/* One search pruned and --exhaustive, compared; 0 when they agree. */
+static int compare(const plan_request *p, const plan_env *env, const char *name,
+                   const char *const *bs, int nb)
+{
+    tune_result *pr = NULL, *ex = NULL;
+    long npr = 0, nex = 0;
+    double spr = 0, sex = 0;
+    int bad = search(p, env, bs, nb, 0, &spr, &pr, &npr) != 0 ||
+              search(p, env, bs, nb, 1, &sex, &ex, &nex) != 0;
+    long pruned = 0, mismatched = 0;
+    for (long i = 0; !bad && i < npr; i++) {
+        if (tune_result_pruned(&pr[i])) {
+            pruned++;
+            continue;
+        }
+        for (long q = 0; q < nex; q++) /* the same point, simulated the same */
+            if (ex[q].index == pr[i].index)
+                mismatched += ex[q].ok != pr[i].ok || fabs(ex[q].throughput - pr[i].throughput) > 1e-6;
+    }
+    printf("## %s\n", name);
+    printf("%-12s %10s %14s  %s\n", "search", "seconds", "pruned", "configurations");
+    printf("%-12s %10.1f %14ld  %ld\n", "pruned", spr, pruned, npr);
+    printf("%-12s %10.1f %14d  %ld\n", "exhaustive", sex, 0, nex);
+    printf("pruned search %.2fx faster, %ld simulated configurations disagreeing\n",
+           spr > 0 ? sex / spr : 0, mismatched);
+    printf("%-18s %14s %14s  %s\n", "batching", "pruned tok/s", "exhaust tok/s", "best configuration");
+    for (int b = 0; b < nb && !bad; b++) {
+        const tune_result *x = tune_best(pr, npr, bs[b]), *y = tune_best(ex, nex, bs[b]);
+        char desc[256] = "-";
+        if (x) tune_point_describe(&x->pt, desc, sizeof desc);
+        printf("%-18s %14.0f %14.0f  %s\n", bs[b], x ? x->throughput : 0, y ? y->throughput : 0,
+               desc);
+        if (!x || !y || x->index != y->index || x->throughput != y->throughput) bad = 1;
+    }
+    if (mismatched) bad = 1;
+    if (bad) fprintf(stderr, "bench_tune: %s: the pruned search disagrees with the exhaustive one\n",
+                     name);
+    free(pr), free(ex);
+    return bad;
 }
 
 int main(void)
@@ -53,39 +96,12 @@ int main(void)
         return 1;
     }
     printf("# bench_tune: tune --model llama3.1-8b --hw dgx-h100 --gpus 64 --global-tokens 4194304 "
-           "--max-seqlen 16384 --iterations 2 --batchings packing,token,dynamic, %d workers\n",
-           planner_jobs_default());
-    tune_result *pr = NULL, *ex = NULL;
-    long npr = 0, nex = 0;
-    double spr = 0, sex = 0;
-    int bad = search(&p, &env, 0, &spr, &pr, &npr) != 0 || search(&p, &env, 1, &sex, &ex, &nex) != 0;
-    long pruned = 0, mismatched = 0;
-    for (long i = 0; !bad && i < npr; i++) {
-        if (tune_result_pruned(&pr[i])) {
-            pruned++;
-            continue;
-        }
-        for (long q = 0; q < nex; q++) /* the same point, simulated the same */
-            if (ex[q].index == pr[i].index)
-                mismatched += ex[q].ok != pr[i].ok || fabs(ex[q].throughput - pr[i].throughput) > 1e-6;
-    }
-    printf("%-12s %10s %14s  %s\n", "search", "seconds", "pruned", "configurations");
-    printf("%-12s %10.1f %14ld  %ld\n", "pruned", spr, pruned, npr);
-    printf("%-12s %10.1f %14d  %ld\n", "exhaustive", sex, 0, nex);
-    printf("pruned search %.2fx faster, %ld simulated configurations disagreeing\n",
-           spr > 0 ? sex / spr : 0, mismatched);
-    printf("%-10s %14s %14s  %s\n", "batching", "pruned tok/s", "exhaust tok/s", "best configuration");
-    for (int b = 0; b < 3 && !bad; b++) {
-        const tune_result *x = tune_best(pr, npr, BATCHINGS[b]), *y = tune_best(ex, nex, BATCHINGS[b]);
-        char desc[256] = "-";
-        if (x) tune_point_describe(&x->pt, desc, sizeof desc);
-        printf("%-10s %14.0f %14.0f  %s\n", BATCHINGS[b], x ? x->throughput : 0, y ? y->throughput : 0,
-               desc);
-        if (!x || !y || x->index != y->index || x->throughput != y->throughput) bad = 1;
-    }
-    if (mismatched) bad = 1;
-    if (bad) fprintf(stderr, "bench_tune: the pruned search disagrees with the exhaustive one\n");
-    free(pr), free(ex);
+           "--max-seqlen 16384 --iterations 2, %d workers\n", planner_jobs_default());
+    char list[] = TUNE_DEFAULT_BATCHINGS;
+    const char *defaults[TUNE_MAX_LIST];
+    int nd = planner_split_list(list, defaults, TUNE_MAX_LIST);
+    int bad = compare(&p, &env, "tune's default batchings (" TUNE_DEFAULT_BATCHINGS ")", defaults, nd);
+    bad |= compare(&p, &env, "--batchings packing,token,dynamic", THREE, 3);
     plan_env_release(&env);
     return bad;
 }
