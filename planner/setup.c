@@ -187,8 +187,8 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->chunks = p->chunks, h->zero = p->zero;
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
-    h->shard_group = p->shard_group > 0 && p->shard_group < p->dp * (p->cost.cp > 1 ? p->cost.cp : 1)
-                         ? p->shard_group : 0; /* the whole group: no field */
+    int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
+    h->shard_group = shard < stage_shard_size(0, p->dp, p->cost.cp) ? shard : 0; /* whole: none */
     h->sp = p->cost.tp > 1 && !p->cost.no_sp;
     h->rules = env->rules;
     h->textbook = env->cm->toy.on;
@@ -207,11 +207,11 @@ void planner_run_title(const char *verb, const plan_request *p, const plan_env *
                        size_t cap)
 {
     char zero[96] = ""; /* ZeRO where it shards anything, with its group under HSDP */
-    int group = p->dp * (p->cost.cp > 1 ? p->cost.cp : 1);
+    int group = stage_shard_size(0, p->dp, p->cost.cp);
+    int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
     if (p->zero > 0 && group > 1)
-        snprintf(zero, sizeof zero, ", ZeRO-%d over %d GPUs%s", p->zero,
-                 p->shard_group > 0 ? p->shard_group : group,
-                 p->shard_group > 0 && p->shard_group < group ? " (HSDP: replicated across)" : "");
+        snprintf(zero, sizeof zero, ", ZeRO-%d over %d GPUs%s", p->zero, shard,
+                 shard < group ? " (HSDP: replicated across)" : "");
     snprintf(buf, cap, "%s: %s, %s, %s on %s, tp %d x cp %d x pp %d x dp %d = %lld GPUs%s; trace "
              "%.300s; cost %.500s", verb, p->batching, p->schedule, env->model.name, env->hw.name,
              p->cost.tp, p->cost.cp, p->pp, p->dp, plan_request_gpus(p), zero, env->trace_path,

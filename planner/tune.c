@@ -211,7 +211,7 @@ const tune_result *tune_best(const tune_result *r, long n, const char *batching)
 static double relative_state(const tune_point *p)
 {
     return memory_model_state_mb(1.0 / ((double)p->tp * p->pp), NULL, p->zero,
-                                 p->shard_group > 0 ? p->shard_group : p->dp * p->cp);
+                                 stage_shard_size(p->shard_group, p->dp, p->cp));
 }
 
 const tune_result *tune_nothing_fits(const tune_result *r, long n)
@@ -258,7 +258,7 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
     snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
              p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1,
              precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
-             p->zero, p->shard_group > 0 ? p->shard_group : p->dp * p->cp,
+             p->zero, stage_shard_size(p->shard_group, p->dp, p->cp),
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
              r->peak_mb, cell);
@@ -358,7 +358,7 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
             (p->chunks > 1 ? p->chunks : 1) != chunks || (f[17] && p->precision != (int)prec) ||
-            (p->shard_group > 0 ? p->shard_group : p->dp * p->cp) != (shard ? shard : dp * cp) ||
+            stage_shard_size(p->shard_group, p->dp, p->cp) != stage_shard_size((int)shard, (int)dp, (int)cp) ||
             p->mbs != mbs ||
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
             strcmp(recompute_policy_name(p->recompute), f[7]))

@@ -11,6 +11,7 @@
 
 #include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
+#include "../scheduler/stage_cost.h"
 #include "exec_loop.h"
 #include "layer.h"
 #include "rt_mpi.h"
@@ -343,7 +344,7 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     if (cp > 1 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: cp %d, and context parallelism splits the "
                        "sequence of a decoder-only model; %s is an encoder-decoder", path, cp, m->name);
-    if (on_gpu && h->shard_group > 0 && h->shard_group < h->dp * cp)
+    if (on_gpu && stage_shard_size(h->shard_group, h->dp, cp) < h->dp * cp)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with ZeRO-%d sharded over groups of "
                        "%d GPUs and replicated across them (HSDP, \"shard_group\"), and the cuda "
                        "backend shards over the whole data-parallel group: running it here would "
@@ -921,7 +922,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     /* this stage's replicas and cp ranks, the same tp rank of each */
     g = mesh_group_of(&layout, here, MESH_DP_CP);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.stage_comm));
-    int shard = rt_zero_group(&pl->h, g.size);
+    int shard = stage_shard_size(pl->h.shard_group, pl->h.dp, cp); /* g.size GPUs, or HSDP's */
     MPI_TRY(&c, MPI_Comm_split(c.stage_comm, g.key / shard, g.key % shard, &c.shard_comm));
     MPI_TRY(&c, MPI_Comm_split(c.stage_comm, g.key % shard, g.key / shard, &c.across_comm));
     MPI_Comm_size(c.shard_comm, &c.zranks);

@@ -156,12 +156,6 @@ static inline size_t rt_zero_shard(size_t count, int ranks)
 {
     return (count + (size_t)ranks - 1) / (size_t)ranks;
 }
-/* The GPUs of the data-parallel group (its `group` of dp x cp) that ZeRO shards over: the plan's
- * shard_group under HSDP, else all of them. */
-static inline int rt_zero_group(const plan_header *h, int group)
-{
-    return h->shard_group > 0 && h->shard_group < group ? h->shard_group : group;
-}
 /* What a stage does with each layer after an iteration, by that ZeRO stage (the tied embedding's
  * gradient is all-reduced whatever it is): 0 all-reduces the whole gradients (ZeRO-0, and 1
  * without an optimizer step); 2 all-gathers the parameters, where the shards' optimizer would

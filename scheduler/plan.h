@@ -6,8 +6,8 @@
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T, "sp": true (with T > 1: sequence parallelism or not),
- *    "chunks": C, "zero": Z, "shard_group": G (HSDP only), "recompute": "none" (or "dynamic": each iteration names its own;
- *    "mixed": each micro-batch names its own), "overlap": "dp,zero" (--overlap),
+ *    "chunks": C, "zero": Z, "shard_group": G (HSDP only), "recompute": "none" (or "dynamic":
+ *    each iteration names its own; "mixed": each micro-batch names its own), "overlap": "dp,zero" (--overlap),
  *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
  *              "pad_multiple": 8, "min_padded": 16},

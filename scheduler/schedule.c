@@ -669,9 +669,8 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     }
     char why[300];
     if (stage_shard_check(p->h.shard_group, p->h.dp, p->h.cp, p->h.zero, why, sizeof why) != 0)
-        return dp_fail(err, DP_ERR_INVALID, "%s: \"shard_group\" %d (rule: a shard group is cp x "
-                       "k GPUs of k replicas, k dividing dp, under ZeRO 1-3): %s", where,
-                       p->h.shard_group, why);
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"shard_group\" %d (rule: HSDP's groups, "
+                       "stage_shard_check): %s", where, p->h.shard_group, why);
     if (plan_dtype_bytes(p->h.act_dtype) != PLAN_ACT_ELEM_BYTES)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"act_dtype\" \"%s\" is not fp16 or bf16 (rule: "
                        "known names)", where, p->h.act_dtype);

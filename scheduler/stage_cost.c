@@ -8,6 +8,12 @@
 #include "../models/memory.h"
 #include "../models/placement.h"
 
+int stage_shard_size(int shard_group, int dp, int cp)
+{
+    int group = dp * (cp > 1 ? cp : 1);
+    return shard_group > 0 && shard_group < group ? shard_group : group;
+}
+
 int stage_shard_check(int shard_group, int dp, int cp, int zero, char *why, size_t cap)
 {
     cp = cp > 1 ? cp : 1;
@@ -71,7 +77,7 @@ dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp
     char why[300];
     if (stage_shard_check(shard_group, dp, cm->cp, zero_stage, why, sizeof why) != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s", why);
-    sm->zero_shard = shard_group > 0 ? shard_group : sm->zero_ranks;
+    sm->zero_shard = stage_shard_size(shard_group, dp, cm->cp);
     /* HSDP: a shard group is the first k replicas' GPUs (mesh.h: replicas outermost), the
      * replicas' shards all-reduced over the dp / k groups: a mesh of k replicas for the one, and
      * for the other a mesh whose "stages" are the k replicas' pipelines, dp / k replicas */

@@ -104,6 +104,11 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
  * group under ZeRO 0, or one that is not cp times a divisor of dp. */
 dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                                    int zero_stage, int shard_group, double mem_limit_mb, dp_err *err);
+/* The GPUs ZeRO's state is split over for a --shard-group of shard_group with dp replicas at
+ * context parallelism cp: shard_group where it is fewer than dp x cp (HSDP), else dp x cp (0, or
+ * the whole group). The one reading of the field for the stage model, the plan header, the
+ * runtime and tune. */
+int stage_shard_size(int shard_group, int dp, int cp);
 /* Whether shard_group is a valid --shard-group for dp replicas at context parallelism cp under
  * ZeRO stage zero (the rule above): 0, or -1 with why (naming the nearest valid sizes; why may be
  * NULL with cap 0). */

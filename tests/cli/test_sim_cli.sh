@@ -439,7 +439,7 @@ for k in ('gradients', 'optimizer'):
 check "... its plan says shard_group 8" grep -q '"zero":3,"shard_group":8' "$TMP/hsdp_plan.json"
 check "... and replays to the same throughput" bash -c "[ \"\$('$DPSIM' sim --plan '$TMP/hsdp_plan.json' 2>/dev/null | grep '^throughput')\" = \"\$('$DPSIM' sim $H --shard-group 8 2>/dev/null | grep '^throughput')\" ]"
 sed 's/"shard_group":8/"shard_group":6/' "$TMP/hsdp_plan.json" >"$TMP/hsdp6.json"
-expect "a plan whose shard_group no divisor of dp gives is refused, naming the file and field" 1 "hsdp6.json: \"shard_group\" 6 \\(rule: a shard group is cp x k GPUs" -- "$DPSIM" sim --plan "$TMP/hsdp6.json"
+expect "a plan whose shard_group no divisor of dp gives is refused, naming the file and field" 1 "hsdp6.json: \"shard_group\" 6 \\(rule: HSDP's groups" -- "$DPSIM" sim --plan "$TMP/hsdp6.json"
 expect "... with the nearest valid sizes" 1 "^hint: --shard-group 4 or 8$" -- "$DPSIM" sim --plan "$TMP/hsdp6.json"
 # shellcheck disable=SC2086
 expect "--shard-group 12 is refused" 2 "--shard-group 12: a shard group is the cp x k GPUs of k data-parallel replicas" -- "$DPSIM" sim $H --shard-group 12
