@@ -44,7 +44,8 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
         p.dp = per / p.tp / p.pp;
         /* ZeRO 2 and 3 with a pipeline (FSDP with PP: a stage's parameters gathered and its
          * gradients reduce-scattered for every micro-batch, stage_cost.h) only when asked */
-        int zero_max = p.dp == 1 ? 0 : p.pp == 1 || sp->zero_pipeline ? 3 : 1;
+        /* ZeRO shards over the dp x cp GPUs that hold the same weights (stage_cost.h) */
+        int zero_max = p.dp * p.cp == 1 ? 0 : p.pp == 1 || sp->zero_pipeline ? 3 : 1;
         for (p.zero = 0; p.zero <= zero_max; p.zero++) {
             int hsdp = p.zero == 3 ? tune_hsdp_group(&p, sp->gpus_per_node) : 0;
             for (int h = 0; h < (hsdp ? 2 : 1); h++) {

@@ -1085,7 +1085,7 @@ static void test_tune_space(void **state)
             const tune_point *p = &pts[i];
             assert_int_equal(p->tp * p->pp * p->dp, 16);
             assert_true(p->tp <= 8 && p->pp <= (t5 ? 24 : 16));
-            assert_true(p->zero == 0 || p->dp > 1);
+            assert_true(p->zero == 0 || p->dp * p->cp > 1);
             assert_true(p->zero <= 1 || p->pp == 1);
             assert_true(p->shard_group == 0 ||
                         (p->zero == 3 && hsdp_tried(p->tp, p->cp, p->pp, p->dp) &&
@@ -1111,7 +1111,7 @@ static void test_tune_space(void **state)
                 for (int pp = 1; pp <= 16; pp++)
                     for (int dp = 1; dp <= 16; dp++) {
                         if (tp * cp * pp * dp != 16 || (t5 && pp > 1 && pp % 2)) continue;
-                        int zeros = dp == 1 ? 1 : pp == 1 ? 4 : 2;
+                        int zeros = dp * cp == 1 ? 1 : pp == 1 ? 4 : 2; /* ZeRO over dp x cp */
                         int hsdp = zeros == 4 && hsdp_tried(tp, cp, pp, dp);
                         want_cp += 2 * (zeros + hsdp) * (3 * 4 + 3 * 4 + 3 * 5 + 4);
                     }
