@@ -104,8 +104,10 @@ static int tune_parse(int argc, char **argv, tune_args *a)
                   "pairs took the search's time.");
     cli_opt_int64(&t, "gpus", 'g', &a->gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
-    cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_DEFAULT_BATCHINGS, "methods to tune");
-    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", TUNE_DEFAULT_SCHEDULES, "schedules to try");
+    cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_DEFAULT_BATCHINGS,
+                   "methods to tune");
+    cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", TUNE_DEFAULT_SCHEDULES,
+                   "schedules to try");
     cli_opt_int64(&t, "jobs", 'J', &a->jobs, "N", 1, 1024, "the machine's cores", "parallel workers");
     cli_opt_string(&t, "output", 'o', &a->out, "FILE", NULL,
                    "the ranking CSV, rewritten as configurations finish (a\n"

@@ -359,7 +359,8 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
             (p->chunks > 1 ? p->chunks : 1) != chunks || (f[17] && p->precision != (int)prec) ||
-            stage_shard_size(p->shard_group, p->dp, p->cp) != stage_shard_size((int)shard, (int)dp, (int)cp) ||
+            stage_shard_size(p->shard_group, p->dp, p->cp) !=
+                stage_shard_size((int)shard, (int)dp, (int)cp) ||
             p->mbs != mbs ||
             p->mb_tokens != mbt || strcmp(p->batching, f[1]) || strcmp(p->schedule, f[2]) ||
             strcmp(recompute_policy_name(p->recompute), f[7]))

@@ -193,7 +193,8 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     long i = j->order[k];
     double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
-    int f = precision_slot(j->sp, pt->precision), c = cp_slot(j->sp, pt->cp), t = tp_slot(j->sp, pt->tp);
+    int f = precision_slot(j->sp, pt->precision), c = cp_slot(j->sp, pt->cp);
+    int t = tp_slot(j->sp, pt->tp);
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     recompute_mode rc = recompute_policy_mode(pt->recompute);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
