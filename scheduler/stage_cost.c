@@ -100,7 +100,8 @@ dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
         /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs),
          * or over a shard group's and across the groups */
-        comm_group g = comm_dp_group(&cm->hw, &in_group, s), r = comm_dp_group(&cm->hw, &across, s);
+        comm_group g = comm_dp_group(&cm->hw, &in_group, s);
+        comm_group r = hybrid ? comm_dp_group(&cm->hw, &across, s) : comm_group_flat(1, 0);
         g.n = sm->zero_shard, r.n = hybrid ? dp / k : 1;
         zero_comm z = comm_zero(&cm->hw, zero_stage, &g, &r, 1e6 * param_mb,
                                 1e6 * param_mb / BYTES_WEIGHT * cm->grad_bytes);

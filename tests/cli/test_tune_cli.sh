@@ -139,6 +139,9 @@ assert best["fp8"] > best["bf16"], best
 assert rows[0]["precision"] == "fp8"
 PY
 check "... the best configuration says its precision" grep -q "precision=fp8 tp=" "$TMP/fp.out"
+expect "... and --resume reads every row back by its precision (none to run)" 0 "configurations on 8 GPUs, 0 to run \\(the rest resumed\\)" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision bf16,fp8 --exhaustive --iterations 1 --max-seqlen 8192 \
+  --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/fp.csv" --resume
 expect "a --precision list with fp8 on a GPU without an FP8 rate is refused" 2 "fp8" -- \
   "$DPSIM" tune --model gpt-6.7b-16l --hw p4d --analytic --gpus 8 --precision bf16,fp8 -o "$TMP/no.csv"
 expect "a --precision list naming one twice is refused" 2 "names \"fp8\" twice" -- \
@@ -165,6 +168,9 @@ for r in hsdp:
         assert float(r["peak_mem_mb"]) > float(twin["peak_mem_mb"]), (r, twin)
 assert all(n(r, "shard_group") == n(r, "dp") * n(r, "cp") for r in rows if r["zero"] != "3")
 PY
+expect "... and --resume reads every row back by its shard group (none to run)" 0 "configurations on 16 GPUs, 0 to run \\(the rest resumed\\)" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 16 --exhaustive --iterations 1 --max-seqlen 8192 \
+  --global-tokens 131072 --batchings packing --schedules 1f1b -o "$TMP/hsdp.csv" --resume
 expect "tune refuses --shard-group: it searches it" 2 "shard-group is what tune searches" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 16 --shard-group 8 -o "$TMP/no.csv"
 # interleaved is searched at 2 and 4 chunks, on pipelines of 2 stages or more (the ranking's chunks
