@@ -84,7 +84,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
                   "each number format of --precision (bf16,fp8 for a list), tp x cp x pp x dp\n"
-                  "layouts (cp each degree of --cp, 1,2,4 for a list; tp within a node),\n"
+                  "layouts (cp each item of --cp, 1,2,4,auto for a list; tp within a node),\n"
                   "ZeRO 0/1 (with dp x cp > 1; 2 and 3 too without a pipeline, and with one\n"
                   "under --zero-pipeline; 3 also as HSDP, --shard-group at a node's GPUs),\n"
                   "recompute none/selective/full (and dynamic for the dynamic batchers),\n"

@@ -89,7 +89,8 @@ static long each_point(const tune_space *sp, tune_point *out)
                                             .schedule = sp->schedules[s],
                                             .chunks = chunked ? sp->chunks[h] : 1,
                                             .precision = sp->precisions[f], .tp = sp->tps[t],
-                                            .cp = sp->cps[c] > 1 ? sp->cps[c] : 1};
+                                            .cp = sp->cps[c] > 1 ? sp->cps[c] : 1,
+                                            .cp_auto = sp->cp_autos[c]};
                             n = layout_points(sp, p, by, out, n);
                         }
         }
@@ -129,6 +130,10 @@ static int parse_list(const char *opt, const char *arg, int max, int (*item)(con
 
 static int cp_item(const char *text, int *v)
 {
+    if (strcmp(text, "auto") == 0) {
+        *v = TUNE_CP_AUTO;
+        return 0;
+    }
     int64_t x;
     if (dp_parse_i64(text, 1, 1024, &x) != 0) return -1;
     *v = (int)x;
@@ -170,9 +175,12 @@ void tune_point_describe(const tune_point *p, char *buf, size_t cap)
     if (p->chunks > 1) snprintf(chunks, sizeof chunks, " chunks=%d", p->chunks);
     char shard[24] = "";
     if (p->shard_group > 0) snprintf(shard, sizeof shard, " shard-group=%d", p->shard_group);
-    int at = snprintf(buf, cap, "batching=%s schedule=%s%s precision=%s tp=%d cp=%d pp=%d dp=%d "
+    char cp[32];
+    if (p->cp_auto) snprintf(cp, sizeof cp, "cp=auto cp-max=%d", p->cp);
+    else snprintf(cp, sizeof cp, "cp=%d", p->cp);
+    int at = snprintf(buf, cap, "batching=%s schedule=%s%s precision=%s tp=%d %s pp=%d dp=%d "
                       "zero=%d%s recompute=%s", p->batching, p->schedule, chunks,
-                      precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
+                      precision_name((train_precision)p->precision), p->tp, cp, p->pp, p->dp,
                       p->zero, shard, recompute_policy_name(p->recompute));
     const batcher *by = batcher_find(p->batching);
     int knob = by ? by->knob : BATCH_KNOB_NONE;
@@ -244,7 +252,8 @@ const tune_result *tune_reference(const tune_result *r, long n, const char *cons
 }
 
 const char TUNE_CSV_HEADER[] =
-    "rank,batching,schedule,chunks,precision,tp,cp,pp,dp,zero,shard_group,recompute,mbs,mb_tokens,"
+    "rank,batching,schedule,chunks,precision,tp,cp,cp_auto,pp,dp,zero,shard_group,recompute,mbs,"
+    "mb_tokens,"
     "feasible,"
     "throughput_tokens_per_s,mfu,peak_mem_mb,why";
 
@@ -256,9 +265,9 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
         if (*c == '\n' || *c == '\r') *c = ' ';
     csv_format_field(cell, sizeof cell, why);
     const tune_point *p = &r->pt;
-    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
+    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
              p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1,
-             precision_name((train_precision)p->precision), p->tp, p->cp, p->pp, p->dp,
+             precision_name((train_precision)p->precision), p->tp, p->cp, p->cp_auto, p->pp, p->dp,
              p->zero, stage_shard_size(p->shard_group, p->dp, p->cp),
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
@@ -312,7 +321,7 @@ dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace 
 
 /* ---- reading a ranking back (a resumed search) -------------------------------------------------- */
 
-#define RANKING_COLS 19 /* TUNE_CSV_HEADER's columns */
+#define RANKING_COLS 20 /* TUNE_CSV_HEADER's columns */
 typedef struct ranking_reader {
     tune_result *res;
     long n, read, foreign;
@@ -329,7 +338,8 @@ static dp_status ranking_header(void *ctx, const csv_row *h, dp_err *err)
         {"mfu", 1},      {"peak_mem_mb", 1}, {"why", 1},   {"cp", 1},
         {"chunks", 0},     /* (rankings before interleaved was searched: 1) */
         {"precision", 0},  /* (rankings before precision was searched: any) */
-        {"shard_group", 0}}; /* (rankings before HSDP was searched: the whole group) */
+        {"shard_group", 0},  /* (rankings before HSDP was searched: the whole group) */
+        {"cp_auto", 0}};     /* (rankings before auto was a list item: any) */
     return csv_header_map(h, cols, RANKING_COLS, r->idx, err);
 }
 
@@ -340,7 +350,7 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
     for (int k = 0; k < RANKING_COLS; k++) f[k] = r->idx[k] >= 0 ? row->fields[r->idx[k]] : NULL;
     int64_t tp, cp, pp, dp, zero, mbs, mbt, ok, chunks = 1;
     train_precision prec = PRECISION_BF16;
-    int64_t shard = 0;
+    int64_t shard = 0, cp_auto = 0;
     double thr, mfu, peak;
     if (dp_parse_i64(f[3], 1, 1 << 20, &tp) || dp_parse_i64(f[15], 1, 1 << 20, &cp) ||
         dp_parse_i64(f[4], 1, 1 << 20, &pp) ||
@@ -349,16 +359,18 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
         dp_parse_i64(f[10], 0, 1, &ok) || dp_parse_f64(f[11], &thr) || dp_parse_f64(f[12], &mfu) ||
         dp_parse_f64(f[13], &peak) || (f[16] && dp_parse_i64(f[16], 1, 1024, &chunks)) ||
         (f[17] && precision_parse(f[17], &prec) != 0) ||
-        (f[18] && dp_parse_i64(f[18], 1, 1 << 20, &shard)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) || !(peak >= 0))
+        (f[18] && dp_parse_i64(f[18], 1, 1 << 20, &shard)) ||
+        (f[19] && dp_parse_i64(f[19], 0, 1, &cp_auto)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) ||
+        !(peak >= 0))
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not a row of a tune ranking (tp, cp, pp, dp, zero, "
-                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory, chunks, precision or "
-                       "shard_group)", row->path,
-                       row->line);
+                       "mbs, mb_tokens, feasible, throughput, mfu, peak memory, chunks, precision, "
+                       "shard_group or cp_auto)", row->path, row->line);
     for (long i = 0; i < r->n; i++) {
         tune_result *x = &r->res[i];
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
             (p->chunks > 1 ? p->chunks : 1) != chunks || (f[17] && p->precision != (int)prec) ||
+            (f[19] && p->cp_auto != (int)cp_auto) ||
             stage_shard_size(p->shard_group, p->dp, p->cp) !=
                 stage_shard_size((int)shard, (int)dp, (int)cp) ||
             p->mbs != mbs ||

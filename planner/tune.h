@@ -4,7 +4,8 @@
  *
  * A configuration (tune_point) is a number format from the space's list (tune --precision
  * bf16,fp8; the request's alone by default), a layout tp x cp x pp x dp = gpus, cp from the space's
- * list (tune --cp 1,2,4; the request's --cp alone by default, auto searched as one group), tp at most a
+ * list (tune --cp 1,2,4,auto; the request's --cp alone by default; auto: a group of --cp-max GPUs in
+ * which each micro-batch runs at its own degree, the cp_auto of models/cost.h), tp at most a
  * node's GPUs, pp at most the model's layers, even for T5 unless 1, a chunked (interleaved)
  * schedule at each of the space's chunk counts with pp > 1 and pp x chunks at most the layers, a
  * ZeRO stage (over the dp x cp GPUs that hold the same weights: 0 or 1 where there are two or
@@ -43,11 +44,14 @@
 #define TUNE_MAX_LIST 16
 #define TUNE_MAX_CP 8
 #define TUNE_MAX_PRECISION 3 /* bf16, fp16, fp8 */
+#define TUNE_CP_AUTO 0        /* the item "auto" of a parsed --cp list (tune_parse_cp_list) */
 
 typedef struct tune_point {
     const char *batching, *schedule; /* point into the space's lists */
     int chunks;            /* the schedule's virtual stages per device (1 but for a chunked one) */
     int tp, cp, pp, dp, zero, mbs;
+    int cp_auto;           /* 1: cp is a group, each micro-batch at its own degree dividing it
+                            * (plan's --cp auto --cp-max cp) */
     int shard_group;       /* HSDP: ZeRO-3's state over this many GPUs, replicated across
                             * (tune_hsdp_group); 0: over the whole data-parallel group */
     int precision;         /* a train_precision (models/cost.h) */
@@ -58,7 +62,8 @@ typedef struct tune_point {
 typedef struct tune_space {
     int gpus;          /* layouts of exactly this many GPUs: tp x cp x pp x dp */
     int cps[TUNE_MAX_CP], n_cps; /* the context-parallel degrees searched, each dividing gpus
-                                  * ([1]; under --cp auto its group) */
+                                  * ([1]; for auto its group) */
+    int cp_autos[TUNE_MAX_CP];   /* 1: cps[i] is auto's group (tune_point.cp_auto) */
     int precisions[TUNE_MAX_PRECISION], n_precisions; /* the number formats searched, each a
                                   * train_precision ([bf16]; the request's --precision, or each of
                                   * its list) */
@@ -83,8 +88,9 @@ typedef struct tune_space {
  * precisions). */
 void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers, int t5);
 
-/* Parses tune's --cp list ("1,2,4": distinct degrees in [1, 1024], at most TUNE_MAX_CP) into
- * cps[] and *n: 0, or -1 with why (a usage error's text). */
+/* Parses tune's --cp list ("1,2,4,auto": distinct degrees in [1, 1024] and auto, read as
+ * TUNE_CP_AUTO; at most TUNE_MAX_CP) into cps[] and *n: 0, or -1 with why (a usage error's
+ * text). */
 int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap);
 
 /* Parses tune's --precision list ("bf16,fp8": distinct names of models/cost.h's precision_parse)
@@ -159,7 +165,8 @@ int tune_result_pruned(const tune_result *r);
 int tune_first_pass(const tune_space *sp, const tune_point *p);
 
 /* Reads a ranking CSV's rows back into the results of the points they name (matched on batching,
- * schedule, chunks, precision (any, in a ranking from before it was a column), tp, cp, pp, dp,
+ * schedule, chunks, precision and cp_auto (any, in a ranking from before they were columns), tp,
+ * cp, pp, dp,
  * zero, recompute, mbs, mb_tokens; res[i].pt is the space's point i), each
  * marked done, but for a row whose worker died (TUNE_WHY_DIED), left to run again; rows of
  * points not in the space are counted in *foreign, a point's second row overwrites its first.

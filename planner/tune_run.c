@@ -78,10 +78,10 @@ static int tp_slot(const tune_space *sp, int tp)
     return 0;
 }
 
-static int cp_slot(const tune_space *sp, int cp)
+static int cp_slot(const tune_space *sp, const tune_point *pt)
 {
     for (int c = 0; c < sp->n_cps; c++)
-        if (sp->cps[c] == cp) return c;
+        if (sp->cps[c] == pt->cp && sp->cp_autos[c] == pt->cp_auto) return c;
     return 0;
 }
 
@@ -95,16 +95,16 @@ static int precision_slot(const tune_space *sp, int precision)
 /* The cost models a job keeps for point pt, by recompute mode. */
 static cost_model *const *point_cost_models(const tune_job *j, const tune_point *pt)
 {
-    return j->cm[precision_slot(j->sp, pt->precision)][cp_slot(j->sp, pt->cp)][tp_slot(j->sp, pt->tp)];
+    return j->cm[precision_slot(j->sp, pt->precision)][cp_slot(j->sp, pt)][tp_slot(j->sp, pt->tp)];
 }
 
 /* The cost model of a point's (precision, tp, cp, mode): the request's, at that precision, tp and
- * cp (under --cp auto the request's group). */
+ * cp (cp_auto: a group of cp GPUs, each micro-batch at its own degree). */
 static dp_status build_cost(const plan_request *base, const plan_env *env, int precision, int tp,
-                            int cp, recompute_mode m, cost_model **cm, dp_err *err)
+                            int cp, int cp_auto, recompute_mode m, cost_model **cm, dp_err *err)
 {
     cost_request c = base->cost;
-    if (!c.cp_auto) c.cp = cp;
+    c.cp = cp, c.cp_auto = cp_auto;
     c.precision = precision;
     model_spec ms;
     cluster_spec hw;
@@ -122,7 +122,8 @@ static void point_opts(const plan_request *base, const plan_env *env, const tune
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     *p = *base;
     p->batching = pt->batching, p->schedule = pt->schedule, p->chunks = pt->chunks > 1 ? pt->chunks : 1;
-    p->cost.tp = pt->tp, p->cost.cp = pt->cp, p->pp = pt->pp, p->dp = pt->dp, p->zero = pt->zero;
+    p->cost.tp = pt->tp, p->cost.cp = pt->cp, p->cost.cp_auto = pt->cp_auto;
+    p->pp = pt->pp, p->dp = pt->dp, p->zero = pt->zero;
     p->cost.precision = pt->precision, p->shard_group = pt->shard_group;
     p->mbs = pt->mbs, p->mb_tokens = pt->mb_tokens;
     p->cost.recompute = pt->recompute;
@@ -146,7 +147,8 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
             if (!use[m]) st = dp_fail(err, DP_ERR_INVALID, "no cost model for tp %d", pt->tp);
             continue;
         }
-        st = build_cost(base, env, pt->precision, pt->tp, pt->cp, (recompute_mode)m, &own[m], err);
+        st = build_cost(base, env, pt->precision, pt->tp, pt->cp, pt->cp_auto, (recompute_mode)m,
+                        &own[m], err);
         if (st == DP_OK) use[m] = own[m];
     }
     if (st == DP_OK) {
@@ -193,7 +195,7 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     long i = j->order[k];
     double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
-    int f = precision_slot(j->sp, pt->precision), c = cp_slot(j->sp, pt->cp);
+    int f = precision_slot(j->sp, pt->precision), c = cp_slot(j->sp, pt);
     int t = tp_slot(j->sp, pt->tp);
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     recompute_mode rc = recompute_policy_mode(pt->recompute);
@@ -520,12 +522,13 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
             for (int t = 0; t < sp->n_tps; t++) {
                 int used = 0;
                 for (long i = 0; i < n; i++)
-                    used |= pts[i].tp == sp->tps[t] && pts[i].cp == sp->cps[c] &&
+                    used |= pts[i].tp == sp->tps[t] && cp_slot(sp, &pts[i]) == c &&
                             pts[i].precision == sp->precisions[f];
                 for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
                     dp_err e = {0};
                     if (build_cost(base, env, sp->precisions[f], sp->tps[t], sp->cps[c],
-                                   (recompute_mode)m, &j->cm[f][c][t][m], &e) != DP_OK)
+                                   sp->cp_autos[c], (recompute_mode)m, &j->cm[f][c][t][m],
+                                   &e) != DP_OK)
                         snprintf(j->cm_err[f][c][t][m], sizeof j->cm_err[f][c][t][m], "%.230s",
                                  e.msg);
                 }
@@ -649,10 +652,14 @@ static int set_list(void *ctx, const char *arg, const char *cmd, const char *usa
         cli_usage_error(cmd, usage, "%s", why);
         return -1;
     }
-    if (a->kind == TUNE_LIST_CP) { /* the set-up checks the largest; --cp-kind applies */
+    if (a->kind == TUNE_LIST_CP) { /* the set-up checks auto where listed (the analytic model,
+                                   * the ring form, the group: --cp-max, either side), else the
+                                   * largest degree; --cp-kind applies */
         a->cost->cp_auto = 0, a->cost->cp = 1;
         for (int i = 0; i < a->n; i++)
-            if (a->vals[i] > a->cost->cp) a->cost->cp = a->vals[i];
+            if (a->vals[i] == TUNE_CP_AUTO) a->cost->cp_auto = 1;
+            else if (a->vals[i] > a->cost->cp) a->cost->cp = a->vals[i];
+        if (a->cost->cp_auto) a->cost->cp = a->cost->cp_max;
     } else { /* the set-up checks fp8 where listed (a GPU may have no FP8 rate), else the first */
         a->cost->precision = a->vals[0];
         for (int i = 0; i < a->n; i++)
@@ -669,10 +676,12 @@ void tune_list_describe(const tune_list_arg *a, char *buf, size_t cap)
     }
     size_t at = 0;
     for (int i = 0; i < a->n && at < cap; i++)
-        at += a->kind == TUNE_LIST_CP
-                  ? (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", a->vals[i])
-                  : (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "," : "",
-                                     precision_name((train_precision)a->vals[i]));
+        at += a->kind != TUNE_LIST_CP
+                  ? (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "," : "",
+                                     precision_name((train_precision)a->vals[i]))
+              : a->vals[i] == TUNE_CP_AUTO
+                  ? (size_t)snprintf(buf + at, cap - at, "%sauto", i ? "," : "")
+                  : (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", a->vals[i]);
 }
 
 static void show_list(const void *ctx, char *buf, size_t cap) { tune_list_describe(ctx, buf, cap); }
@@ -687,10 +696,10 @@ void tune_list_option(cli_opts *t, tune_list_kind kind, tune_list_arg *a, cost_r
     row->call = set_list, row->ctx = a, row->show = show_list;
     row->meta = "LIST";
     if (kind == TUNE_LIST_CP)
-        row->help = "context-parallel degrees searched (1,2,4), each\n"
-                    "dividing --gpus; one degree or auto fixes it as\n"
-                    "for plan (auto: a group of --cp-max GPUs, each\n"
-                    "micro-batch at its own degree)";
+        row->help = "context-parallel degrees searched (1,2,4,auto), each\n"
+                    "dividing --gpus (auto: a group of --cp-max GPUs, each\n"
+                    "micro-batch at its own degree); one degree or auto\n"
+                    "fixes it as for plan";
     else
         row->help = "number formats searched (bf16,fp8), each as plan's\n"
                     "--precision runs it (fp8: Transformer Engine's recipe,\n"
@@ -710,20 +719,23 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
     int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
     tune_space_default(sp, *gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
                        env->model.arch == ARCH_T5);
-    int request_cp = p->cost.cp > 1 ? p->cost.cp : 1; /* every layout's (--cp auto: the group's) */
-    if (n_cps <= 0 || p->cost.cp_auto) cps = &request_cp, n_cps = 1;
+    /* one degree: every layout's (--cp auto: the group's) */
+    int request_cp = p->cost.cp_auto ? TUNE_CP_AUTO : p->cost.cp > 1 ? p->cost.cp : 1;
+    if (n_cps <= 0) cps = &request_cp, n_cps = 1;
     sp->n_cps = 0;
     for (int c = 0; c < n_cps && c < TUNE_MAX_CP; c++) {
-        int cp = cps[c];
+        int cp_auto = cps[c] == TUNE_CP_AUTO, cp = cp_auto ? p->cost.cp_max : cps[c];
         if (*gpus % cp) {
             int lo = *gpus / cp * cp, hi = lo + cp;
             char near[64];
             if (lo > 0) snprintf(near, sizeof near, "--gpus %d or %d", lo, hi);
             else snprintf(near, sizeof near, "--gpus %d", hi);
-            return dp_fail(err, DP_ERR_INVALID, "--gpus %d is not a multiple of --cp %d: every "
-                           "layout uses tp x cp x pp x dp GPUs\nhint: %s, or a --cp dividing %d",
-                           *gpus, cp, near, *gpus);
+            const char *opt = cp_auto ? "--cp-max" : "--cp";
+            return dp_fail(err, DP_ERR_INVALID, "--gpus %d is not a multiple of %s %d: every "
+                           "layout uses tp x cp x pp x dp GPUs\nhint: %s, or a %s dividing %d",
+                           *gpus, opt, cp, near, opt, *gpus);
         }
+        sp->cp_autos[sp->n_cps] = cp_auto;
         sp->cps[sp->n_cps++] = cp;
     }
     int request_precision = p->cost.precision >= 0 ? p->cost.precision

@@ -45,7 +45,7 @@ check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
 check "... leaving a valid partial ranking (header, then rows of 19 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 19 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 20 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
@@ -105,7 +105,7 @@ expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cp.csv" >/dev/null 2>&1
 check "tune --gpus 8 --cp 2: every row uses 8 GPUs" bash -c \
-  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$6 * \$7 * \$8 * \$9 != 8 { exit 1 } NR == 1 && \$7 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
+  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$6 * \$7 * \$9 * \$10 != 8 { exit 1 } NR == 1 && \$7 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
 expect "tune refuses --gpus that --cp does not divide, with the nearest" 2 "--gpus 10 is not a multiple of --cp 4.*" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 10 --cp 4 --iterations 1 -o "$TMP/no.csv"
 check "... writing nothing" test ! -e "$TMP/no.csv"
@@ -114,15 +114,43 @@ check "... writing nothing" test ! -e "$TMP/no.csv"
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cps.csv" >/dev/null 2>&1
 check "tune --cp 1,2: rows of both degrees, every one of 8 GPUs" bash -c \
-  "awk -F, 'NR > 1 { seen[\$7] = 1; if (\$6 * \$7 * \$8 * \$9 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
+  "awk -F, 'NR > 1 { seen[\$7] = 1; if (\$6 * \$7 * \$9 * \$10 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
 check "... its best at least cp 2's alone" bash -c \
-  "awk -F, 'FNR == 2 { b[FILENAME] = \$16 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
+  "awk -F, 'FNR == 2 { b[FILENAME] = \$17 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
 expect "a --cp list naming a degree twice is refused" 2 "names \"2\" twice" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,2 -o "$TMP/no.csv"
 expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "not a multiple of --cp 3" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,3 -o "$TMP/no.csv"
 expect "a --cp list with an empty item is refused" 2 "is not a degree" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,,2 -o "$TMP/no.csv"
+# auto is an item of the list: a group of --cp-max GPUs (either side of --cp), each micro-batch at
+# its own degree; its rows are those of `--cp auto` searched alone, to the throughput
+"$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp-max 2 --cp auto --exhaustive --iterations 1 \
+  --max-seqlen 8192 --global-tokens 65536 --batchings packing,dynamic-varlen --schedules 1f1b \
+  -o "$TMP/cpauto.csv" >/dev/null 2>&1
+MIX="--model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,auto --cp-max 2 --exhaustive --iterations 1
+  --max-seqlen 8192 --global-tokens 65536 --batchings packing,dynamic-varlen --schedules 1f1b"
+"$DPSIM" tune $MIX -o "$TMP/cpmix.csv" >/dev/null 2>&1
+check "tune --cp 1,2,auto: auto's rows (cp_auto 1, cp the group) are --cp auto's alone, every row of 8 GPUs" python3 - "$TMP/cpauto.csv" "$TMP/cpmix.csv" <<'PY'
+import csv, sys
+alone, mix = (list(csv.DictReader(open(f))) for f in sys.argv[1:])
+key = lambda r: tuple(r[k] for k in ("batching", "tp", "cp", "pp", "dp", "zero", "shard_group", "recompute", "mbs"))
+n = lambda r, k: int(r[k])
+assert alone and all(r["cp_auto"] == "1" and r["cp"] == "2" for r in alone)
+assert all(n(r, "tp") * n(r, "cp") * n(r, "pp") * n(r, "dp") == 8 for r in alone + mix)
+auto = {key(r): r for r in mix if r["cp_auto"] == "1"}
+assert {r["cp"] for r in mix if r["cp_auto"] == "0"} == {"1", "2"} and len(auto) == len(alone)
+for r in alone:
+    assert auto[key(r)]["throughput_tokens_per_s"] == r["throughput_tokens_per_s"], r
+assert any(r["feasible"] == "1" for r in auto.values())
+PY
+check "... and its config names the list" grep -q "^cp-list=1,2,auto$" "$TMP/cpmix.csv.config"
+expect "... and --resume reads every row back by cp and cp_auto (none to run)" 0 "configurations on 8 GPUs, 0 to run \\(the rest resumed\\)" -- \
+  "$DPSIM" tune $MIX -o "$TMP/cpmix.csv" --resume
+expect "an auto group not dividing --gpus is refused, naming --cp-max" 2 "not a multiple of --cp-max 3" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,auto --cp-max 3 -o "$TMP/no.csv"
+expect "auto in a list with the all-to-all form is refused" 2 "--cp auto runs the ring form" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,auto --cp-kind all-to-all -o "$TMP/no.csv"
 # --precision takes a list: tune searches each number format (the ranking's precision column), fp8
 # at the GPU's FP8 rate (--exhaustive: fp8 prunes every bf16 row otherwise); a GPU without one is
 # refused before any search
@@ -178,7 +206,7 @@ expect "tune refuses --shard-group: it searches it" 2 "shard-group is what tune 
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b,interleaved -o "$TMP/il.csv" >/dev/null 2>&1
 check "tune --schedules 1f1b,interleaved: interleaved rows at chunks 2 and 4, pp >= 2; 1f1b at 1" bash -c \
-  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$8 < 2) exit 1 }
+  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$9 < 2) exit 1 }
             NR > 1 && \$3 == \"1f1b\" && \$4 != 1 { exit 1 } END { exit !(seen[2] && seen[4]) }' '$TMP/il.csv'"
 expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --chunks 2 -o "$TMP/no.csv"

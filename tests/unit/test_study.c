@@ -1166,7 +1166,10 @@ static void test_tune_cp_list(void **state)
     assert_true(cps[0] == 1 && cps[1] == 2 && cps[2] == 4);
     assert_int_equal(tune_parse_cp_list("8", cps, &n, why, sizeof why), 0);
     assert_true(n == 1 && cps[0] == 8);
-    const char *bad[] = {"", ",", "1,", ",2", "1,,2", "0", "2,2", "1,x", "1025", "1,2,3,4,5,6,7,8,9"};
+    assert_int_equal(tune_parse_cp_list("1,auto,4", cps, &n, why, sizeof why), 0);
+    assert_true(n == 3 && cps[0] == 1 && cps[1] == TUNE_CP_AUTO && cps[2] == 4);
+    const char *bad[] = {"", ",", "1,", ",2", "1,,2", "0", "2,2", "1,x", "1025", "1,2,3,4,5,6,7,8,9",
+                         "auto,2,auto", "1,Auto"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         why[0] = '\0';
         assert_int_equal(tune_parse_cp_list(bad[i], cps, &n, why, sizeof why), -1);
