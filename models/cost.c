@@ -202,6 +202,11 @@ dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err)
     return DP_OK;
 }
 
+double cost_toy_bwd_ms(const cost_toy *toy, recompute_mode rc)
+{
+    return toy->b_ms + (rc == RECOMPUTE_FULL ? toy->f_ms : 0);
+}
+
 double cost_toy_scale(const cost_toy *t, const cost_shape *s)
 {
     return (double)s->mbs * ((double)s->enc_len + s->dec_len) / t->unit_tokens;

@@ -143,6 +143,12 @@ typedef struct cost_toy {
     double unit_tokens;      /* > 0 */
 } cost_toy;
 
+/* A textbook micro-batch's backward under recompute mode rc, ms per unit: b_ms, and under full
+ * recompute the forward rerun before it, b_ms + f_ms (what the closed forms then count in t).
+ * Selective recompute reruns the attention, which textbook costs do not separate: the set-up
+ * refuses it (and --recompute dynamic, mixed and fastest go without it). */
+double cost_toy_bwd_ms(const cost_toy *toy, recompute_mode rc);
+
 /* The links of textbook mode when none is given: the fastest a cluster spec holds (1e9 Gbit/s,
  * latency 0), so a transfer of a GB takes nanoseconds. */
 #define COST_TOY_FREE_LINK_GBIT 1e9

@@ -519,7 +519,8 @@ void plan_request_options(cli_opts *t, plan_request *p)
                    "textbook costs: every stage F ms forward, B backward (of which W\n"
                    "weight gradients) per micro-batch of --max-seqlen tokens; no\n"
                    "embedding or LM head, free links unless --link-* is given, no\n"
-                   "optimizer step; without --trace, --microbatches equal samples")->marks = F;
+                   "optimizer step; without --trace, --microbatches equal samples;\n"
+                   "--recompute full adds F to each backward")->marks = F;
     cli_opt_only_with(cli_opt_int(t, "microbatches", 0, &p->microbatches, "N", 1, 1 << 16, "8",
                                   "with --toy-costs and no --trace: N equal micro-batches"),
                       toy_without_trace, p, "--toy-costs and no --trace")

@@ -286,6 +286,7 @@ dp_status planner_choose_schedule(plan_request *p, dp_err *err)
     plan_env_release(&env);
     if (st != DP_OK) return st;
     p->schedule = best->name;
+    if (!best->chunked) p->chunks = 1; /* --chunks was the chunked schedule's, which lost */
     char line[1024];
     int at = snprintf(line, sizeof line, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
     for (int i = 0; i < n && i < 16 && at < (int)sizeof line; i++)
@@ -324,6 +325,14 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     }
     cost_toy toy = {0};
     if (p->toy_costs && (st = cost_toy_parse(p->toy_costs, &toy, err)) != DP_OK) return st;
+    if (toy.on && p->cost.recompute == RECOMPUTE_SELECTIVE)
+        return dp_fail(err, DP_ERR_INVALID, "--recompute selective reruns the attention, which "
+                       "--toy-costs does not separate from the rest of the forward\nhint: "
+                       "--recompute full (the backward reruns the forward: b + f) or none");
+    if (toy.on && env->recompute_cm[RECOMPUTE_SELECTIVE]) { /* dynamic, mixed, fastest: without it */
+        cost_model_free(env->recompute_cm[RECOMPUTE_SELECTIVE]);
+        env->recompute_cm[RECOMPUTE_SELECTIVE] = NULL;
+    }
     int free_links = toy.on && p->link_gbit < 0 && p->link_latency_us < 0;
     cluster_override_links(&env->hw, free_links ? COST_TOY_FREE_LINK_GBIT : p->link_gbit,
                            free_links ? 0 : p->link_latency_us);

@@ -117,7 +117,7 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
     dp_status st = stage_model_cost(sm, &s, scratch, err);
     if (st != DP_OK) return st;
     const cost_toy *toy = &sm->cm->toy;
-    double wf = toy->on ? toy->w_ms / toy->b_ms
+    double wf = toy->on ? toy->w_ms / cost_toy_bwd_ms(toy, sm->cm->recompute)
                         : w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
     for (int d = 0; d < pp; d++) { /* as the plan file holds them: a replay runs the same plan */
         m->fwd_ms[d] = plan_round(scratch->fwd_ms[d]);

@@ -225,7 +225,7 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
         out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
         if (toy->on) { /* textbook: equal stages, no LM head, no collectives; the layers' memory */
             out->fwd_ms[d] = toy->f_ms * scale;
-            out->bwd_ms[d] = toy->b_ms * scale;
+            out->bwd_ms[d] = cost_toy_bwd_ms(toy, sm->cm->recompute) * scale;
         } else {
             out->fwd_ms[d] = stage_with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d],
                                              ne + nd, prefetch);

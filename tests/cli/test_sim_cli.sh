@@ -350,6 +350,15 @@ check "... and replays to the same timeline, bubble and no optimizer step" bash 
   "grep -q '\"pipeline_bubble_mean\":\s*0.1111' '$TMP/toy2.json' && diff <(grep -E 'timeline_hash|pipeline_bubble_mean|after_pipeline' '$TMP/toy1.json') <(grep -E 'timeline_hash|pipeline_bubble_mean|after_pipeline' '$TMP/toy2.json')"
 expect "textbook costs scale with a trace's micro-batches" 0 "micro-batches per iteration" -- \
   "$DPSIM" sim --toy-costs 1,2 --iterations 2
+# full recompute reruns each forward before its backward: t = f + (b + f), and the textbook's
+# sum t + (S-1) max t on 8 equal micro-batches over 4 stages is 8 x 4 + 3 x 4 = 44 ms (33 without)
+for g in "1f1b:44.00" "gpipe:44.00"; do
+  expect "textbook f 1, b 2 with full recompute: ${g%%:*} runs ${g#*:} ms, the closed form's" 0 \
+    "mean iteration \(simulated\) +${g#*:} ms" -- "$DPSIM" sim --toy-costs 1,2 --recompute full --schedule "${g%%:*}"
+  check "... the closed form the same" grep -Eq "mean closed form +${g#*:} ms +\(\+0\.00% vs simulated" "$TMP/out"
+done
+expect "textbook costs refuse selective recompute (the attention is not separate)" 2 "selective reruns the attention" -- \
+  "$DPSIM" sim --toy-costs 1,2 --recompute selective
 expect "--toy-costs without B" 2 "B \(backward\) is missing" -- "$DPSIM" sim --toy-costs 1
 expect "--toy-costs with W over B" 2 "W \(3 ms\) is the weight-gradient share of the backward B" -- "$DPSIM" sim --toy-costs 1,2,3
 expect "--toy-costs not a number" 2 "--toy-costs \"1,x\": B \(backward\) must be a number" -- "$DPSIM" sim --toy-costs 1,x
@@ -416,6 +425,9 @@ best=$(for s in gpipe 1f1b adaptive zb1; do "$DPSIM" sim --schedule $s --iterati
 check "... the schedule whose own run is fastest and fits ($best)" test "$chosen" = "$best"
 expect "... and a plan of it names that schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
 check "... in its header" grep -q "\"schedule\":\"$chosen\"" "$TMP/sa.json"
+expect "--schedule auto --chunks 2: interleaved at 2 chunks among them, the winner run as it is" 0 "^iterations +2" -- \
+  "$DPSIM" sim --schedule auto --chunks 2 --pp 4 --iterations 2
+check "... (its header names the winner)" grep -Eq "^# sim: dynamic, $(sed -n 's/.*auto chose \([a-z0-9]*\) .*/\1/p' "$TMP/out")," "$TMP/out"
 "$DPSIM" sweep --grid 'schedule=auto' --iterations 1 -o "$TMP/sa_sweep.csv" >/dev/null 2>&1
 check "--schedule auto elsewhere (a sweep point) is refused with the reason" grep -q "schedule auto applies to plan and sim" "$TMP/sa_sweep.csv"
 
