@@ -593,11 +593,24 @@ static dp_status plan_modes(planner *pl, const stage_model *sm, shape_cache *con
     return st;
 }
 
-/* --batching auto: the candidate whose plan of this batch (under the recompute rule) fits and
- * simulates fastest, ties to the earlier; 0 when none fits (its plan then reports why). */
+/* --recompute mixed: a fitting plan then goes down a mode per micro-batch wherever it still fits
+ * (by_mode[m]: mode m's stage model, NULL where the run may not use it). What a run keeps of a
+ * batch, and what --batching auto scores each candidate on. */
+static dp_status relax_modes(const planner *pl, const stage_model *sm,
+                             const stage_model *const *by_mode, int answerable, int mode,
+                             const mb_list *l, plan_iter *pi, dp_err *why)
+{
+    if (!pl->o->recompute_per_mb || !answerable || !l->feasible) return DP_OK;
+    return mixed_recompute_relax(pi, l, by_mode, sm[mode].cm->recompute, why);
+}
+
+/* --batching auto: the candidate whose plan of this batch (under the recompute rule, relaxed as
+ * the run keeps it) fits and simulates fastest, ties to the earlier; 0 when none fits (its plan
+ * then reports why). */
 static int fastest_candidate(planner *pl, const batcher *const *cands, int n_cands,
-                             const stage_model *sm, shape_cache *const *cache, int modes,
-                             const sample_len *b, int n, int id, mb_list *l, plan_iter *pi)
+                             const stage_model *sm, const stage_model *const *by_mode,
+                             shape_cache *const *cache, int modes, const sample_len *b, int n,
+                             int id, mb_list *l, plan_iter *pi)
 {
     int best = 0;
     int64_t best_ns = INT64_MAX;
@@ -606,7 +619,8 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
         int answerable = 0, mode;
         dp_err why = {0};
         if (plan_modes(pl, sm, cache, modes, b, n, id, l, pi, &answerable, &mode, &why) != DP_OK ||
-            !answerable || !l->feasible)
+            !answerable || !l->feasible ||
+            relax_modes(pl, sm, by_mode, answerable, mode, l, pi, &why) != DP_OK)
             continue;
         sim_iter_result ir;
         if (sim_iteration(pl->s, pl->cfg, pi, 0, NULL, &ir, NULL) != DP_OK || ir.oom) continue;
@@ -704,8 +718,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         dp_err why = {0};
         /* auto: the candidate whose plan fits and simulates fastest, planned again below
          * (planning is deterministic); ties to the earlier candidate */
-        int winner = n_cands > 1 ? fastest_candidate(&pl, cands, n_cands, sm, cache, modes, b, n,
-                                                     planned, &l, &pi)
+        int winner = n_cands > 1 ? fastest_candidate(&pl, cands, n_cands, sm, by_mode, cache,
+                                                     modes, b, n, planned, &l, &pi)
                                  : 0;
         planner_batching(&pl, cands[winner]);
         double spent_ms = (double)acc.t_ns / 1e6;
@@ -726,7 +740,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         }
         /* --recompute mixed: then a mode lower per micro-batch wherever the plan still fits */
         int relaxed = st == DP_OK && answerable && l.feasible && o->recompute_per_mb;
-        if (relaxed) st = mixed_recompute_relax(&pi, &l, by_mode, cms[mode]->recompute, &why);
+        if (st == DP_OK) st = relax_modes(&pl, sm, by_mode, answerable, mode, &l, &pi, &why);
         double dt_ms = (dp_now_s() - t0) * 1e3;
         if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
             *err = why;

@@ -837,13 +837,18 @@ static void test_batching_auto(void **state)
     (void)state;
     /* --batching auto against each candidate run alone (every non-pack-dataset batching plans
      * the same global batches): per iteration its time is the fastest candidate's that fits,
-     * and it names that candidate; a run never slower than the best single batching */
+     * and it names that candidate; a run never slower than the best single batching. Under
+     * --recompute mixed each candidate is scored as it runs: after its modes are lowered per
+     * micro-batch */
     setup s;
     setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 4096);
-    for (int q = 0; q < 2; q++) {
-        const char *sched = q ? "adaptive" : "1f1b";
+    for (int q = 0; q < 3; q++) {
+        const char *sched = q == 1 ? "adaptive" : "1f1b";
+        int mode = q == 2 ? -1 : RECOMPUTE_NONE, mixed = q == 2;
         study_result ra;
-        study_opts o = opts_of(&s, RECOMPUTE_NONE, sched, 6, 1);
+        study_opts o = opts_of(&s, mode, sched, 6, 1);
+        o.recompute_per_mb = mixed;
+        if (mixed) o.mem_limit_mb *= 0.55; /* tight: modes go up, then down per micro-batch */
         o.batching = batcher_find("auto");
         dp_err err = {0};
         if (study_run(&o, &s.t, &ra, &err) != DP_OK) fail_msg("%s", err.msg);
@@ -854,7 +859,8 @@ static void test_batching_auto(void **state)
         for (int b = 0; b < nb; b++) {
             if (bs[b].chooses || bs[b].pack_dataset) continue;
             study_result rb;
-            study_opts ob = opts_of(&s, RECOMPUTE_NONE, sched, 6, 1);
+            study_opts ob = opts_of(&s, mode, sched, 6, 1);
+            ob.recompute_per_mb = mixed, ob.mem_limit_mb = o.mem_limit_mb;
             ob.batching = &bs[b];
             if (study_run(&ob, &s.t, &rb, &err) != DP_OK) fail_msg("%s", err.msg);
             assert_int_equal(rb.n_iter, ra.n_iter);
