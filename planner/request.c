@@ -459,7 +459,7 @@ void plan_request_options(cli_opts *t, plan_request *p)
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;
-    cli_opt_int(t, "dp", 0, &p->dp, "D", 1, 4096, "1", "data-parallel replicas")->marks = F | T;
+    cli_opt_int(t, "dp", 0, &p->dp, "D", 1, REPLICA_MAX, "1", "data-parallel replicas")->marks = F | T;
     cli_opt_int(t, "chunks", 0, &p->chunks, "C", 1, 64, "1",
                 "model chunks per device (interleaved)")->marks = F | T;
     cli_opt_int(t, "warmup", 0, &p->warmup, "N", 0, 1 << 20, "the schedule's",

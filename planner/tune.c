@@ -42,6 +42,7 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
         if ((per / p.tp) % p.pp || (sp->t5 && p.pp > 1 && p.pp % 2)) continue;
         if (p.chunks > 1 && (p.pp < 2 || p.pp * p.chunks > sp->layers)) continue;
         p.dp = per / p.tp / p.pp;
+        if (p.dp > REPLICA_MAX) continue; /* what --dp and a plan take */
         /* ZeRO 2 and 3 with a pipeline (FSDP with PP: a stage's parameters gathered and its
          * gradients reduce-scattered for every micro-batch, stage_cost.h) only when asked */
         /* ZeRO shards over the dp x cp GPUs that hold the same weights (stage_cost.h) */

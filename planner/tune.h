@@ -6,15 +6,15 @@
  * bf16,fp8; the request's alone by default), a layout tp x cp x pp x dp = gpus, cp from the space's
  * list (tune --cp 1,2,4,auto; the request's --cp alone by default; auto: a group of --cp-max GPUs in
  * which each micro-batch runs at its own degree, the cp_auto of models/cost.h), tp at most a
- * node's GPUs, pp at most the model's layers, even for T5 unless 1, a chunked (interleaved)
- * schedule at each of the space's chunk counts with pp > 1 and pp x chunks at most the layers, a
- * ZeRO stage (over the dp x cp GPUs that hold the same weights: 0 or 1 where there are two or
- * more, 2 and 3 as well without a pipeline, 0 where there is one; ZeRO-3 also hybrid, HSDP, sharded over
- * a node's GPUs of the data-parallel group where that is fewer than all: tune_hsdp_group), a
- * recompute mode (none, selective,
- * full; dynamic as well for the memory-aware batchers, DynaPipe's per-iteration rule), a
- * schedule from the list, and the method's own knob (batcher.knob): --mbs for padding and the
- * packers that take it, --mb-tokens for token, none for the others.
+ * node's GPUs, pp at most the model's layers, even for T5 unless 1, dp at most REPLICA_MAX (what
+ * --dp takes), a chunked (interleaved) schedule at each of the space's chunk counts with pp > 1
+ * and pp x chunks at most the layers, a ZeRO stage (over the dp x cp GPUs that hold the same
+ * weights: 0 or 1 where there are two or more, 2 and 3 as well without a pipeline, 0 where there
+ * is one; ZeRO-3 also hybrid, HSDP, sharded over a node's GPUs of the data-parallel group where
+ * that is fewer than all: tune_hsdp_group), a recompute mode (none, selective, full; dynamic as
+ * well for the memory-aware batchers, DynaPipe's per-iteration rule), a schedule from the list,
+ * and the method's own knob (batcher.knob): --mbs for padding and the packers that take it,
+ * --mb-tokens for token, none for the others.
  *
  * Each point is scored on a few global batches (tune_scoring_trace): the first ones and the
  * batch that holds the trace's longest sample, so that a configuration that only fits short

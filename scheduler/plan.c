@@ -609,7 +609,7 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     int version;
     TRY(json_int(root, "version", name, 1, 1, JSON_REQUIRED, &version, err));
     TRY(json_int(root, "pp", name, 1, STAGE_MAX, JSON_REQUIRED, &h->pp, err));
-    TRY(json_int(root, "dp", name, 1, 4096, 1, &h->dp, err));
+    TRY(json_int(root, "dp", name, 1, REPLICA_MAX, 1, &h->dp, err));
     TRY(json_int(root, "tp", name, 1, 4096, 1, &h->tp, err));
     TRY(json_bool(root, "sp", name, 1, &h->sp, err));
     h->sp = h->sp && h->tp > 1;

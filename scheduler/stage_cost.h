@@ -30,6 +30,8 @@
 #include "../models/cost.h"
 
 #define STAGE_MAX 256 /* pipeline stages (devices) */
+#define REPLICA_MAX 4096 /* data-parallel replicas: --dp's range, a plan file's "dp", tune's
+                          * layouts */
 /* The largest time (ms) or memory (MB) of one micro-batch on a stage: what a plan may hold and
  * the simulator's integer nanosecond clock adds up safely (plan_machine.h PLAN_MAX_VALUE);
  * stage_model_cost refuses a cost beyond it (DP_ERR_INFEASIBLE naming the shape). */

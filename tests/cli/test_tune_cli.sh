@@ -123,6 +123,13 @@ expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,3 -o "$TMP/no.csv"
 expect "a --cp list with an empty item is refused" 2 "is not a degree" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,,2 -o "$TMP/no.csv"
+# every ranked layout is one plan takes: at 8,192 GPUs the replicas stop where --dp's range does
+"$DPSIM" tune --model gpt-tiny --hw cpu --analytic --gpus 8192 --allow-oversubscribe --iterations 1 \
+  --batchings packing --schedules 1f1b -q -o "$TMP/huge.csv" >/dev/null 2>&1
+top=$(awk -F, 'NR > 1 && $10 > m { m = $10; r = $0 } END { print r }' "$TMP/huge.csv")
+expect "tune --gpus 8192: the ranking's widest dp ($(echo "$top" | cut -d, -f10)) is one plan takes" 0 "wrote 1 iterations" -- \
+  "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --allow-oversubscribe --iterations 1 --batching packing \
+  --tp "$(echo "$top" | cut -d, -f6)" --pp "$(echo "$top" | cut -d, -f9)" --dp "$(echo "$top" | cut -d, -f10)" -o "$TMP/huge.json"
 # auto is an item of the list: a group of --cp-max GPUs (either side of --cp), each micro-batch at
 # its own degree; its rows are those of `--cp auto` searched alone, to the throughput
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp-max 2 --cp auto --exhaustive --iterations 1 \
