@@ -38,7 +38,7 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
     int knobs = packer ? sp->n_mbs : token ? sp->n_mb_tokens : 1, modes = RECOMPUTE_COUNT + by->memory_aware;
     int per = sp->gpus % p.cp ? 0 : sp->gpus / p.cp; /* tp x pp x dp */
     if (p.tp > sp->gpus_per_node || per == 0 || per % p.tp) return n;
-    for (p.pp = 1; p.pp <= per / p.tp && p.pp <= sp->layers; p.pp++) {
+    for (p.pp = 1; p.pp <= per / p.tp && p.pp <= sp->layers && p.pp <= STAGE_MAX; p.pp++) {
         if ((per / p.tp) % p.pp || (sp->t5 && p.pp > 1 && p.pp % 2)) continue;
         if (p.chunks > 1 && (p.pp < 2 || p.pp * p.chunks > sp->layers)) continue;
         p.dp = per / p.tp / p.pp;
