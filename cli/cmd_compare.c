@@ -138,6 +138,7 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
     cJSON_AddNumberToObject(c, "dp", p->dp);
     cJSON_AddNumberToObject(c, "tp", p->cost.tp);
     cJSON_AddNumberToObject(c, "cp", p->cost.cp);
+    if (p->cost.cp_auto) cJSON_AddTrueToObject(c, "cp_auto"); /* cp: the group (plan's "cp_auto") */
     cJSON_AddNumberToObject(c, "gpus", (double)plan_request_gpus(p));
     cJSON_AddNumberToObject(c, "global_tokens", (double)env->rules.global_tokens);
     cJSON_AddNumberToObject(c, "max_seqlen", env->rules.max_seqlen);
