@@ -520,7 +520,7 @@ void plan_request_options(cli_opts *t, plan_request *p)
                    "weight gradients) per micro-batch of --max-seqlen tokens; no\n"
                    "embedding or LM head, free links unless --link-* is given, no\n"
                    "optimizer step; without --trace, --microbatches equal samples;\n"
-                   "--recompute full adds F to each backward")->marks = F;
+                   "full recompute adds F to each backward")->marks = F;
     cli_opt_only_with(cli_opt_int(t, "microbatches", 0, &p->microbatches, "N", 1, 1 << 16, "8",
                                   "with --toy-costs and no --trace: N equal micro-batches"),
                       toy_without_trace, p, "--toy-costs and no --trace")
