@@ -37,6 +37,14 @@ static void print_model_sizes(const model_spec *m, int seqlen, int dp)
     double rerun = model_recompute_flops(m, seqlen, dec, RECOMPUTE_FULL) / (seqlen + dec);
     fprintf(stderr, "# %s: %s parameters (%.2f GB of 16-bit weights)\n", m->name,
             grouped(params, buf, sizeof buf), 2e-9 * (double)params);
+    if (model_is_moe(m)) {
+        int64_t bare, active = model_active_params(m, &bare);
+        char abuf[40];
+        fprintf(stderr, "# active per token: %s parameters (%s without the embedding table); %d "
+                "experts, %d a token, in %d of its %d layers%s\n", grouped(active, buf, sizeof buf),
+                grouped(bare, abuf, sizeof abuf), m->experts, m->experts_per_token,
+                model_moe_layers(m), m->enc_layers, m->shared_ffn ? ", and a shared expert" : "");
+    }
     fprintf(stderr, "# training FLOPs per token at %d tokens%s: %.2f GFLOP (MFU's count: causal "
             "attention at half the square), %.2f with attention whole (PaLM's and Megatron-LM's "
             "count), %.2f with full recompute (HFU's)\n", seqlen,

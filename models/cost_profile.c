@@ -545,7 +545,8 @@ dp_status cost_profile_load_at(const char *path, const model_spec *m, const clus
                                dp_err *err)
 {
     *out = NULL;
-    dp_status st = DP_OK;
+    dp_status st = model_check_planned(m, err);
+    if (st != DP_OK) return st;
     load_ctx c = {.tp = tp, .cp = cp, .sp = sp ? 1 : 0, .rc = recompute_name(rc)};
     char at[32] = "";
     if (cp > 1) snprintf(at, sizeof at, ", cp %d", cp);

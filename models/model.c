@@ -18,34 +18,35 @@
  * ones. {name, arch, enc, dec, hidden, heads, kv, ffn, vocab, glu, positions, profile, kv_heads,
  * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window, flash_attn, fp16}. The paper's GPT shapes
  * learn 8192 positions: it runs them at max lengths up to 8192, which Megatron allows only with a
- * position table that long. */
+ * position table that long. DENSE: no experts, no latent attention (the fields after fp16). */
+#define DENSE 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 static const model_spec PRESETS[] = {
-    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"gpt-13b-40l", ARCH_GPT, 40, 0, 5140, 40, 128, 20560, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"gpt-175b-16l", ARCH_GPT, 16, 0, 12288, 96, 128, 49152, GPT_VOCAB, 0, 8192, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"t5-11b-8l", ARCH_T5, 8, 8, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"t5-11b-12l", ARCH_T5, 12, 12, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"t5-11b-24l", ARCH_T5, 24, 24, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"t5-11b-48l", ARCH_T5, 48, 48, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"t5-11b-96l", ARCH_T5, 96, 96, 1024, 128, 128, 65536, T5_VOCAB, 0, 0, A100_T5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
     /* GPT-3 6.7B as published (32 layers), GPT-2 small, T5 v1.0 base, LLaMA-2 7B. */
-    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0, 0, 1, 0},
+    {"gpt-6.7b", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 2048, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"gpt2-124m", ARCH_GPT, 12, 0, 768, 12, 64, 3072, GPT_VOCAB, 0, 1024, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, DENSE},
+    {"t5-base", ARCH_T5, 12, 12, 768, 12, 64, 3072, T5_VOCAB, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, DENSE},
+    {"llama2-7b", ARCH_GPT, 32, 0, 4096, 32, 128, 11008, 32000, 1, 4096, "", 0, 1, 1, 1, 1, 10000, 0, 0, 1, 0, DENSE},
     /* Llama-3-8B and Llama-3.1-70B as their config.json files say (grouped-query attention with
      * 8 key/value heads, an untied head, rope_theta 500000): 8,030,261,248 and 70,553,706,496
      * parameters */
-    {"llama3-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 8192, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
+    {"llama3-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 8192, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0, DENSE},
     /* Llama 3.1 8B: Llama 3's shapes with a 131,072-token context (its config.json, rope scaling) */
-    {"llama3.1-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
-    {"llama3.1-70b", ARCH_GPT, 80, 0, 8192, 64, 128, 28672, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
+    {"llama3.1-8b", ARCH_GPT, 32, 0, 4096, 32, 128, 14336, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0, DENSE},
+    {"llama3.1-70b", ARCH_GPT, 80, 0, 8192, 64, 128, 28672, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0, DENSE},
     /* Llama 3.1 405B as its config.json says: 405,853,388,800 parameters */
-    {"llama3.1-405b", ARCH_GPT, 126, 0, 16384, 128, 128, 53248, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0},
+    {"llama3.1-405b", ARCH_GPT, 126, 0, 16384, 128, 128, 53248, 128256, 1, 131072, "", 8, 1, 1, 1, 1, 500000, 0, 0, 1, 0, DENSE},
     /* Small enough for the CPU validation runtime on a 2-core machine. */
-    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {"gpt-tiny", ARCH_GPT, 4, 0, 256, 4, 64, 1024, 1024, 0, 2048, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
+    {"t5-tiny", ARCH_T5, 2, 2, 256, 4, 64, 1024, 1024, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
 };
 #define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -92,12 +93,50 @@ double model_rope_base(const model_spec *m)
 }
 
 /* One attention block: Q, K, V (K and V over the key/value heads) and output projections, with
- * their biases unless no_bias. */
+ * their biases unless no_bias; Qwen3's query and key norms, gpt-oss's sinks. Multi-head latent
+ * attention (DeepSeek): the query's down-projection, its norm and up-projection (or one
+ * projection), the keys' and values' shared latent with the rotary keys beside it, its norm and
+ * up-projection, the output projection. */
 static int64_t attention_params(const model_spec *m)
 {
-    int64_t h = m->hidden, hk = (int64_t)m->heads * m->kv_channels,
+    int64_t h = m->hidden, H = m->heads, hk = H * m->kv_channels,
             hkv = (int64_t)model_kv_heads(m) * m->kv_channels;
-    return h * hk + 2 * h * hkv + hk * h + (m->no_bias ? 0 : hk + 2 * hkv + h);
+    int64_t extra = (m->qk_norm ? 2 * (int64_t)m->kv_channels : 0) + (m->attn_sinks ? H : 0);
+    if (m->kv_lora > 0) {
+        int64_t ql = m->q_lora, kl = m->kv_lora, nope = m->kv_channels - m->qk_rope_dim;
+        int64_t q = ql > 0 ? h * ql + ql + ql * hk : h * hk;
+        int64_t kv = h * (kl + m->qk_rope_dim) + kl + kl * H * (nope + m->v_head_dim);
+        return q + kv + H * m->v_head_dim * h + extra;
+    }
+    return h * hk + 2 * h * hkv + hk * h + (m->no_bias ? 0 : hk + 2 * hkv + h) + extra;
+}
+
+int model_is_moe(const model_spec *m)
+{
+    return m->experts > 0;
+}
+
+int model_moe_layer(const model_spec *m, int layer)
+{
+    int freq = m->moe_freq > 0 ? m->moe_freq : 1;
+    return model_is_moe(m) && m->arch == ARCH_GPT && layer >= m->moe_first &&
+           layer % freq == m->moe_phase;
+}
+
+int model_moe_layers(const model_spec *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->enc_layers; i++) n += model_moe_layer(m, i);
+    return n;
+}
+
+dp_status model_check_planned(const model_spec *m, dp_err *err)
+{
+    if (!model_is_moe(m)) return DP_OK;
+    return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts (%d experts, %d a token): "
+                   "dpsim counts its parameters and FLOPs (dpsim models --show), but does not plan "
+                   "experts yet: no cost model, memory model or dprun layer takes them",
+                   m->name, m->experts, m->experts_per_token);
 }
 
 int64_t model_norm_params(const model_spec *m)
@@ -105,13 +144,48 @@ int64_t model_norm_params(const model_spec *m)
     return (m->rmsnorm ? 1 : 2) * (int64_t)m->hidden;
 }
 
+/* An MLP of width f: its matrices (three gated), and their biases where it has them. */
+static int64_t mlp_params(const model_spec *m, int64_t f, int bias)
+{
+    int64_t h = m->hidden, mats = m->glu ? 3 : 2;
+    return mats * h * f + (bias ? (mats - 1) * f + h : 0);
+}
+
 int64_t model_layer_params(const model_spec *m, int decoder)
 {
-    int64_t h = m->hidden, f = m->ffn, mats = m->glu ? 3 : 2;
-    int64_t mlp = mats * h * f + (m->no_bias ? 0 : (mats - 1) * f + h);
-    int64_t p = attention_params(m) + mlp + 2 * model_norm_params(m);
+    int64_t p = attention_params(m) + mlp_params(m, m->ffn, !m->no_bias) + 2 * model_norm_params(m);
     if (decoder) p += attention_params(m) + model_norm_params(m); /* cross-attention, its norm */
     return p;
+}
+
+/* A MoE layer's parameters with `routed` of its experts (all of them, or the ones a token runs):
+ * the layer's attention and norms, the router, the shared expert and its gate, the experts. */
+static int64_t moe_layer_params(const model_spec *m, int routed)
+{
+    int64_t h = m->hidden, e = m->experts;
+    int64_t router = h * e + (m->router_bias ? e : 0);
+    int64_t shared = m->shared_ffn > 0 ? mlp_params(m, m->shared_ffn, 0) + (m->shared_gate ? h : 0) : 0;
+    return attention_params(m) + 2 * model_norm_params(m) + router + shared +
+           routed * mlp_params(m, m->expert_ffn, m->expert_bias);
+}
+
+/* The layers' parameters, each MoE layer with `routed` experts (-1: all of them). */
+static int64_t layers_params(const model_spec *m, int routed)
+{
+    int moe = model_moe_layers(m);
+    int64_t p = (int64_t)(m->enc_layers - moe) * model_layer_params(m, 0) +
+                (int64_t)m->dec_layers * model_layer_params(m, 1);
+    return p + moe * moe_layer_params(m, routed < 0 ? m->experts : routed);
+}
+
+int64_t model_layers_params(const model_spec *m)
+{
+    return layers_params(m, -1);
+}
+
+int64_t model_layers_active_params(const model_spec *m)
+{
+    return layers_params(m, m->experts_per_token);
 }
 
 int64_t model_embedding_params(const model_spec *m)
@@ -123,8 +197,15 @@ int64_t model_total_params(const model_spec *m)
 {
     int64_t final_ln = (m->arch == ARCH_T5 ? 2 : 1) * model_norm_params(m);
     int64_t head = m->untied_head ? (int64_t)m->vocab * m->hidden : 0; /* its own weights */
-    return m->enc_layers * model_layer_params(m, 0) + m->dec_layers * model_layer_params(m, 1) +
-           model_embedding_params(m) + head + final_ln;
+    return model_layers_params(m) + model_embedding_params(m) + head + final_ln;
+}
+
+int64_t model_active_params(const model_spec *m, int64_t *no_embedding)
+{
+    int64_t all = model_total_params(m) - model_layers_params(m) + model_layers_active_params(m);
+    /* the embedding table, when the LM head has its own (a tied head multiplies by it) */
+    if (no_embedding) *no_embedding = all - (m->untied_head ? (int64_t)m->vocab * m->hidden : 0);
+    return all;
 }
 
 const model_spec *model_preset(const char *name)
@@ -169,8 +250,34 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
     /* every field within its range can still multiply past int64: the parameter count, in
      * floating point first, must stay below MODEL_MAX_PARAMS (then the integer sums cannot
      * overflow, nor can bytes = 16 x params) */
+    struct {
+        const char *field;
+        int value, min, max;
+    } moe[] = {
+        {"num_experts", m->experts, 0, 1 << 20},
+        {"moe_router_topk", m->experts_per_token, m->experts > 0, m->experts},
+        {"moe_ffn_hidden_size", m->expert_ffn, m->experts > 0, m->experts > 0 ? 1 << 26 : 0},
+        {"moe_shared_expert_intermediate_size", m->shared_ffn, 0, m->experts > 0 ? 1 << 26 : 0},
+        {"moe_first_dense_layers", m->moe_first, 0, m->experts > 0 ? 1 << 20 : 0},
+        {"moe_layer_freq", m->moe_freq, 0, m->experts > 0 ? 1 << 20 : 0},
+        {"moe_layer_phase", m->moe_phase, 0, m->moe_freq > 1 ? m->moe_freq - 1 : 0},
+        {"kv_lora_rank", m->kv_lora, 0, 1 << 20},
+        {"q_lora_rank", m->q_lora, 0, m->kv_lora > 0 ? 1 << 20 : 0},
+        {"qk_pos_emb_head_dim", m->qk_rope_dim, m->kv_lora > 0, m->kv_lora > 0 ? m->kv_channels - 1 : 0},
+        {"v_head_dim", m->v_head_dim, m->kv_lora > 0, m->kv_lora > 0 ? 1 << 20 : 0},
+    };
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++)
+        if (moe[i].value < moe[i].min || moe[i].value > moe[i].max)
+            return dp_fail(err, DP_ERR_INVALID, "%s: field \"%s\" is %d, must be in [%d, %d]%s",
+                           where, moe[i].field, moe[i].value, moe[i].min, moe[i].max,
+                           i < 7 && !m->experts ? " (a dense model: num_experts 0)"
+                           : i > 7 && !m->kv_lora ? " (no latent attention: kv_lora_rank 0)" : "");
+    if (m->experts > 0 && m->arch != ARCH_GPT)
+        return dp_fail(err, DP_ERR_INVALID, "%s: experts in a T5 model: dpsim takes them in GPT "
+                       "(decoder-only) models", where);
     double h = m->hidden, f = m->ffn, hk = (double)m->heads * m->kv_channels;
-    double attn = 4 * h * hk + 4 * hk, mlp = 3 * h * f + 2 * f + 5 * h;
+    double attn = 4 * h * hk + 4 * hk,
+           mlp = 3 * h * f + 2 * f + 5 * h + (double)m->experts * (3 * h * m->expert_ffn + 3 * m->expert_ffn);
     double total = (double)m->enc_layers * (attn + mlp) + (double)m->dec_layers * (2 * attn + mlp + 2 * h) +
                    ((double)m->vocab + (m->rope ? 0 : m->positions)) * h;
     if (total > MODEL_MAX_PARAMS)
@@ -237,6 +344,23 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     int bias;
     TRY(json_bool(root, "add_bias_linear", name, 1, &bias, err));
     m->no_bias = !bias;
+    /* experts and latent attention (model.h), in Megatron-Core's names where it has them */
+    TRY(json_int(root, "num_experts", name, 0, 1 << 20, 0, &m->experts, err));
+    TRY(json_int(root, "moe_router_topk", name, 0, 1 << 20, m->experts ? -1 : 0, &m->experts_per_token, err));
+    TRY(json_int(root, "moe_ffn_hidden_size", name, 0, 1 << 26, m->experts ? m->ffn : 0, &m->expert_ffn, err));
+    TRY(json_int(root, "moe_shared_expert_intermediate_size", name, 0, 1 << 26, 0, &m->shared_ffn, err));
+    TRY(json_bool(root, "moe_shared_expert_gate", name, 0, &m->shared_gate, err));
+    TRY(json_bool(root, "moe_router_bias", name, 0, &m->router_bias, err));
+    TRY(json_bool(root, "moe_expert_bias", name, 0, &m->expert_bias, err));
+    TRY(json_int(root, "moe_first_dense_layers", name, 0, 1 << 20, 0, &m->moe_first, err));
+    TRY(json_int(root, "moe_layer_freq", name, 0, 1 << 20, m->experts ? 1 : 0, &m->moe_freq, err));
+    TRY(json_int(root, "moe_layer_phase", name, 0, 1 << 20, 0, &m->moe_phase, err));
+    TRY(json_int(root, "kv_lora_rank", name, 0, 1 << 20, 0, &m->kv_lora, err));
+    TRY(json_int(root, "q_lora_rank", name, 0, 1 << 20, 0, &m->q_lora, err));
+    TRY(json_int(root, "qk_pos_emb_head_dim", name, 0, 1 << 20, 0, &m->qk_rope_dim, err));
+    TRY(json_int(root, "v_head_dim", name, 0, 1 << 20, 0, &m->v_head_dim, err));
+    TRY(json_bool(root, "qk_layernorm", name, 0, &m->qk_norm, err));
+    TRY(json_bool(root, "attention_sinks", name, 0, &m->attn_sinks, err));
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
     if (prof) { /* a file name under models/profiles/, as the presets carry */
         if (!cJSON_IsString(prof) || !prof->valuestring[0] || strchr(prof->valuestring, '/') ||
@@ -292,6 +416,28 @@ cJSON *model_to_json(const model_spec *m)
     if (m->window > 0) cJSON_AddNumberToObject(o, "sliding_window", m->window);
     cJSON_AddBoolToObject(o, "flash_attention", m->flash_attn);
     cJSON_AddStringToObject(o, "precision", m->fp16 ? "fp16" : "bf16");
+    if (m->experts) {
+        cJSON_AddNumberToObject(o, "num_experts", m->experts);
+        cJSON_AddNumberToObject(o, "moe_router_topk", m->experts_per_token);
+        cJSON_AddNumberToObject(o, "moe_ffn_hidden_size", m->expert_ffn);
+        if (m->shared_ffn) {
+            cJSON_AddNumberToObject(o, "moe_shared_expert_intermediate_size", m->shared_ffn);
+            cJSON_AddBoolToObject(o, "moe_shared_expert_gate", m->shared_gate);
+        }
+        cJSON_AddBoolToObject(o, "moe_router_bias", m->router_bias);
+        cJSON_AddBoolToObject(o, "moe_expert_bias", m->expert_bias);
+        cJSON_AddNumberToObject(o, "moe_first_dense_layers", m->moe_first);
+        cJSON_AddNumberToObject(o, "moe_layer_freq", m->moe_freq > 0 ? m->moe_freq : 1);
+        cJSON_AddNumberToObject(o, "moe_layer_phase", m->moe_phase);
+    }
+    if (m->kv_lora) {
+        cJSON_AddNumberToObject(o, "q_lora_rank", m->q_lora);
+        cJSON_AddNumberToObject(o, "kv_lora_rank", m->kv_lora);
+        cJSON_AddNumberToObject(o, "qk_pos_emb_head_dim", m->qk_rope_dim);
+        cJSON_AddNumberToObject(o, "v_head_dim", m->v_head_dim);
+    }
+    if (m->qk_norm) cJSON_AddTrueToObject(o, "qk_layernorm");
+    if (m->attn_sinks) cJSON_AddTrueToObject(o, "attention_sinks");
     if (m->profile[0]) cJSON_AddStringToObject(o, "profile", m->profile);
     return o;
 }
@@ -352,6 +498,58 @@ static dp_status head_dim_of(const cJSON *root, const char *head_key, const char
     return DP_OK;
 }
 
+/* A MoE config's experts (model.h): their width, the shared expert, which layers, the router's
+ * and experts' biases. */
+static dp_status hf_experts(const cJSON *root, const char *name, const char *mtype, int n,
+                            int per_token, model_spec *m, dp_err *err)
+{
+    dp_status st = DP_OK;
+    if (per_token > n)
+        return dp_fail(err, DP_ERR_INVALID, "%s: %d experts per token (num_experts_per_tok) of %d "
+                       "experts", name, per_token, n);
+    m->experts = n, m->experts_per_token = per_token;
+    TRY(json_int(root, "moe_intermediate_size", name, 1, 1 << 26, m->ffn, &m->expert_ffn, err));
+    /* Qwen2-MoE's shared expert (with its sigmoid gate), or DeepSeek's n_shared_experts of the
+     * experts' width */
+    int shared;
+    TRY(json_int(root, "shared_expert_intermediate_size", name, 0, 1 << 26, 0, &m->shared_ffn, err));
+    m->shared_gate = m->shared_ffn > 0;
+    TRY(json_int(root, "n_shared_experts", name, 0, 1 << 10, 0, &shared, err));
+    if (shared > 0) m->shared_ffn = shared * m->expert_ffn, m->shared_gate = 0;
+    /* which layers: DeepSeek's dense first ones and frequency; Qwen's sparse step */
+    int step;
+    TRY(json_int(root, "first_k_dense_replace", name, 0, 1 << 20, 0, &m->moe_first, err));
+    TRY(json_int(root, "moe_layer_freq", name, 1, 1 << 20, 1, &m->moe_freq, err));
+    TRY(json_int(root, "decoder_sparse_step", name, 1, 1 << 20, 1, &step, err));
+    if (step > 1) m->moe_freq = step, m->moe_phase = step - 1; /* (i + 1) % step == 0 */
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (only && !cJSON_IsNull(only) && !(cJSON_IsArray(only) && cJSON_GetArraySize(only) == 0))
+        return dp_fail(err, DP_ERR_INVALID, "%s: field \"mlp_only_layers\": dpsim takes MoE layers "
+                       "by a step (decoder_sparse_step), not a list of dense ones", name);
+    const cJSON *topk = cJSON_GetObjectItemCaseSensitive(root, "topk_method");
+    m->router_bias = strcmp(mtype, "gpt_oss") == 0 ||
+                     (cJSON_IsString(topk) && strcmp(topk->valuestring, "noaux_tc") == 0);
+    m->expert_bias = strcmp(mtype, "gpt_oss") == 0;
+out:
+    return st;
+}
+
+/* DeepSeek's multi-head latent attention (model.h), where the config has a kv_lora_rank. */
+static dp_status hf_latent_attention(const cJSON *root, const char *name, model_spec *m, dp_err *err)
+{
+    dp_status st = DP_OK;
+    TRY(json_int(root, "kv_lora_rank", name, 0, 1 << 20, 0, &m->kv_lora, err));
+    if (!m->kv_lora) return DP_OK;
+    int nope = 0;
+    TRY(json_int(root, "q_lora_rank", name, 0, 1 << 20, 0, &m->q_lora, err));
+    TRY(json_int(root, "qk_nope_head_dim", name, 1, 1 << 20, JSON_REQUIRED, &nope, err));
+    TRY(json_int(root, "qk_rope_head_dim", name, 1, 1 << 20, JSON_REQUIRED, &m->qk_rope_dim, err));
+    TRY(json_int(root, "v_head_dim", name, 1, 1 << 20, JSON_REQUIRED, &m->v_head_dim, err));
+    m->kv_channels = nope + m->qk_rope_dim;
+out:
+    return st;
+}
+
 dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_err *err)
 {
     dp_status st = DP_OK;
@@ -362,32 +560,39 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
     hf_model_name(root, name, cJSON_IsString(type) ? type->valuestring : "", m->name,
                   sizeof m->name);
     const char *mtype = cJSON_IsString(type) ? type->valuestring : "";
-    /* experts by any of their names (a positive count): Mixtral's, Qwen-MoE's and OLMoE's,
-     * DeepSeek's, the number routed to; or by the model type */
+    /* experts by any of their names: Mixtral's and gpt-oss's, Qwen-MoE's and OLMoE's,
+     * DeepSeek's count; the number a token runs (num_experts_per_tok, gpt-oss's
+     * experts_per_token); or by the model type or architecture */
     static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts",
-                                              "num_experts_per_tok"};
+                                              "num_experts_per_tok", "experts_per_token"};
+    int counts[5] = {0};
     const char *experts = strstr(mtype, "moe") || strcmp(mtype, "mixtral") == 0 ? mtype : NULL;
     const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
     if (!experts && cJSON_IsString(arch) &&
         (strstr(arch->valuestring, "Moe") || strstr(arch->valuestring, "MoE") ||
          strstr(arch->valuestring, "Mixtral")))
         experts = arch->valuestring;
-    for (size_t i = 0; !experts && i < sizeof expert_keys / sizeof *expert_keys; i++) {
+    for (size_t i = 0; i < sizeof expert_keys / sizeof *expert_keys; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, expert_keys[i]);
         if (!v || cJSON_IsNull(v)) continue;
         /* a count of 0 is a dense model; anything else present is experts, and a count written
          * as text, a list, a boolean or a negative number is no count at all */
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble) ||
+            v->valuedouble > 1 << 20) {
             st = dp_fail(err, DP_ERR_PARSE, "%s: field \"%s\" must be a whole number of experts "
                          "(0 for a dense model)", name, expert_keys[i]);
             goto out;
         }
-        if (v->valuedouble > 0) experts = expert_keys[i];
+        counts[i] = (int)v->valuedouble;
+        if (counts[i] > 0 && !experts) experts = expert_keys[i];
     }
-    if (experts) {
-        st = dp_fail(err, DP_ERR_INVALID, "%s: a mixture-of-experts model (%s): dpsim does not "
-                     "model experts yet, and counting it as dense would be silently wrong",
-                     name, experts);
+    int n_experts = counts[0] ? counts[0] : counts[1] ? counts[1] : counts[2];
+    int per_token = counts[3] ? counts[3] : counts[4];
+    if (experts && (!n_experts || !per_token)) {
+        st = dp_fail(err, DP_ERR_INVALID, "%s: a mixture-of-experts model (%s) that names no %s: "
+                     "dpsim cannot count it, and counting it as dense would be silently wrong",
+                     name, experts, !n_experts ? "expert count (num_local_experts, num_experts or "
+                     "n_routed_experts)" : "experts per token (num_experts_per_tok)");
         goto out;
     }
     /* a vision-language config (Qwen2-VL's, LLaVA's, Llama 4's): dpsim models its language
@@ -459,6 +664,17 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                       err));
         if (use_window) TRY(json_int(root, "sliding_window", name, 0, 1 << 24, 0, &m->window, err));
         m->glu = !ungated_mlp(mtype);
+        /* gpt-oss alternates sliding and full attention layers (layer_types): the full ones bound
+         * a sequence, the sliding ones are costed as full */
+        const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+        for (int i = 0; m->window && i < cJSON_GetArraySize(types); i++) {
+            const cJSON *t = cJSON_GetArrayItem(types, i);
+            if (cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0) m->window = 0;
+        }
+        m->qk_norm = strncmp(mtype, "qwen3", 5) == 0; /* q_norm and k_norm, a head wide */
+        m->attn_sinks = strcmp(mtype, "gpt_oss") == 0;
+        if (n_experts) TRY(hf_experts(root, name, mtype, n_experts, per_token, m, err));
+        TRY(hf_latent_attention(root, name, m, err));
         /* key/value heads: num_key_value_heads, or Falcon's num_kv_heads, or its multi_query's
          * one */
         int mqa, kv_default;
@@ -488,6 +704,12 @@ dp_status model_parse_hf(const char *text, const char *name, model_spec *m, dp_e
                      "%s: not a recognised Hugging Face config (no n_layer, num_hidden_layers or "
                      "d_model)",
                      name);
+        goto out;
+    }
+    if (n_experts && !m->experts) {
+        st = dp_fail(err, DP_ERR_INVALID, "%s: experts (%s) in a %s config: dpsim takes them in "
+                     "the decoder-only kind of num_hidden_layers (Mixtral, Qwen-MoE, DeepSeek, "
+                     "gpt-oss)", name, experts, m->arch == ARCH_T5 ? "T5" : "GPT-2");
         goto out;
     }
     TRY(model_validate(m, name, err));
@@ -530,11 +752,13 @@ dp_status model_resolve(const char *name_or_path, model_spec *m, dp_err *err)
     return st;
 }
 
-/* Attention's s x s forward FLOPs of one sample over the layers (4 x heads x kv_channels per
- * score entry), causal self-attention at half the square unless counted non-causally. */
+/* Attention's s x s forward FLOPs of one sample over the layers (2 x heads x (the query and key
+ * width + the value width) per score entry: 4 x heads x kv_channels but for latent attention),
+ * causal self-attention at half the square unless counted non-causally. */
 static double attention_flops(const model_spec *m, double e, double d, flops_count how)
 {
-    double hk = (double)m->heads * m->kv_channels, half = how == FLOPS_CAUSAL ? 0.5 : 1;
+    double v = m->v_head_dim > 0 ? m->v_head_dim : m->kv_channels;
+    double hk = (double)m->heads * (m->kv_channels + v) / 2, half = how == FLOPS_CAUSAL ? 0.5 : 1;
     if (m->arch == ARCH_GPT) return 4 * hk * (double)m->enc_layers * e * e * half;
     return 4 * hk * ((double)m->enc_layers * e * e + (double)m->dec_layers * (d * d * half + e * d));
 }
@@ -544,8 +768,8 @@ double model_train_flops(const model_spec *m, int32_t enc, int32_t dec, flops_co
     double head = (double)m->vocab * m->hidden;
     double e = enc, d = dec; /* the LM head's 2·V·h per token counts once, tied or not */
     double attn = 3 * attention_flops(m, e, d, how); /* forward, and twice it backward */
-    if (m->arch == ARCH_GPT)
-        return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e + head * e) + attn;
+    if (m->arch == ARCH_GPT) /* (a mixture of experts: the parameters a token runs) */
+        return 6 * ((double)model_layers_active_params(m) * e + head * e) + attn;
     return 6 * ((double)m->enc_layers * (double)model_layer_params(m, 0) * e +
                 (double)m->dec_layers * (double)model_layer_params(m, 1) * d + head * d) +
            attn;
@@ -557,7 +781,9 @@ double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, int 
     double e = enc, d = dec;
     double attn = attention_flops(m, e, d, FLOPS_CAUSAL);
     if (mode == 1) return attn;
-    double layers = (double)m->enc_layers * (double)model_layer_params(m, 0) * e;
-    if (m->arch == ARCH_T5) layers += (double)m->dec_layers * (double)model_layer_params(m, 1) * d;
+    double layers = (double)model_layers_active_params(m) * e;
+    if (m->arch == ARCH_T5)
+        layers = (double)m->enc_layers * (double)model_layer_params(m, 0) * e +
+                 (double)m->dec_layers * (double)model_layer_params(m, 1) * d;
     return 2 * layers + attn;
 }

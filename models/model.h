@@ -17,7 +17,12 @@
  * word embedding), "normalization" (Megatron's: "LayerNorm", the default, or "RMSNorm"),
  * "add_bias_linear" (true: every projection has a bias), "rotary_base" (10000; with rope),
  * "norm_epsilon" (1e-5), "sliding_window" (0 or null: full attention) and "flash_attention"
- * (model_spec.flash_attn) are optional.
+ * (model_spec.flash_attn) are optional; so are a mixture of experts' and latent attention's
+ * (model_spec's fields below): "num_experts", "moe_router_topk" (required with experts),
+ * "moe_ffn_hidden_size" (ffn_hidden_size), "moe_shared_expert_intermediate_size" (0),
+ * "moe_shared_expert_gate", "moe_router_bias", "moe_expert_bias" (false), "moe_first_dense_layers"
+ * (0), "moe_layer_freq" (1), "moe_layer_phase" (0), "kv_lora_rank" (0: none), "q_lora_rank",
+ * "qk_pos_emb_head_dim", "v_head_dim", "qk_layernorm" and "attention_sinks" (false).
  *
  * Hugging Face config.json:
  *   GPT-2 kind (n_layer, n_embd, n_head, n_inner): GPT-BigCode's multi_query is one key/value
@@ -34,11 +39,23 @@
  *   default true).
  *   Every kind: the norms' epsilon from rms_norm_eps, layer_norm_eps, layer_norm_epsilon or
  *   norm_epsilon, the first the config has (1e-5 where none).
- * A mixture-of-experts config (a positive num_local_experts, num_experts, n_routed_experts or
- * num_experts_per_tok; model_type mixtral or *moe*) is refused: experts are not modelled. A
- * sliding attention window (sliding_window: Mistral-7B-v0.1's 4096; for qwen model types only
- * where use_sliding_window, false by default, says so) is kept, and sequences longer than it are
- * refused (model_check_seqlen).
+ * Mixtures of experts (a positive num_local_experts, num_experts or n_routed_experts; the
+ * experts a token runs, num_experts_per_tok or gpt-oss's experts_per_token): Mixtral, Qwen2-MoE
+ * and Qwen3-MoE (moe_intermediate_size; shared_expert_intermediate_size with its gate;
+ * decoder_sparse_step: layer i is a MoE layer where (i + 1) % step == 0; mlp_only_layers must be
+ * empty), DeepSeek-V2/V3 (first_k_dense_replace dense layers, then every moe_layer_freq-th;
+ * n_shared_experts of moe_intermediate_size; topk_method noaux_tc's per-expert score bias;
+ * multi-head latent attention: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+ * v_head_dim) and gpt-oss (biases on the router and every expert, a sink logit per head; its
+ * alternating sliding layers are costed as full attention). An expert's MLP is gated, of width
+ * moe_intermediate_size (else intermediate_size). Their parameters, total and active per token,
+ * and FLOPs are counted (dpsim models --show); the cost models and dprun refuse them
+ * (model_check_planned): experts are not planned yet. DeepSeek-V3's multi-token-prediction
+ * module (num_nextn_predict_layers) is left out, as its published 671B leave it. A model type or
+ * architecture that says experts (mixtral, *moe*) without a count is refused. Qwen3's per-head
+ * query and key norms (qk_norm) are counted. A sliding attention window (sliding_window:
+ * Mistral-7B-v0.1's 4096; for qwen model types only where use_sliding_window, false by default,
+ * says so) is kept, and sequences longer than it are refused (model_check_seqlen).
  *
  * Parameter counts follow Megatron-LM (biases and two layer norms per block):
  *   GPT layer    = h*hk + 2h*hkv + hk + 2hkv  +  hk*h + h  +  m*h*f + (m-1)*f + h  +  4h
@@ -49,6 +66,13 @@
  *   T5 decoder   = GPT layer + cross-attention (h*hk*4 + 3hk + h ... as self-attention) + 2h (LN)
  *   embedding    = V*h + positions*h (learned positions: GPT without rope); an untied LM head
  *                  adds V*h
+ *   MoE layer    = attention + norms + router h*E (+ E with its bias) + the shared expert's gated
+ *                  MLP (+ h for its gate) + E experts' gated MLPs (experts_per_token of them for
+ *                  the parameters a token uses; their biases with expert_bias)
+ *   latent attn  = h*ql + ql + ql*a*dk (or h*a*dk without ql) + h*(kl + r) + kl + kl*a*(dk - r +
+ *                  dv) + a*dv*h, dk = kv_channels, r = qk_rope_dim, dv = v_head_dim; a MoE or
+ *                  latent model's FLOPs count the parameters a token uses and attention's s x s
+ *                  at 2 x a x (dk + dv) per entry
  * where hk = heads * kv_channels, hkv = kv_heads * kv_channels (= hk without grouped-query
  * attention), f = ffn, m = 2 (3 with a gated MLP). GPT-2 124M comes out at
  * 124,439,808 parameters, T5-11B's layers at the calibration files' param_mb_per_layer.
@@ -106,6 +130,22 @@ typedef struct model_spec {
                       * paper's shapes, whose A100 profiles DynaPipe measured in fp16, and the
                       * validation runtime's tiny models; a dpsim spec's "precision": "fp16".
                       * 0: bf16, what 2026 trainers run */
+    /* A mixture of experts (experts 0: dense). A MoE layer's MLP is `experts` gated experts of
+     * width expert_ffn, experts_per_token of them run per token, beside an always-run shared
+     * expert of width shared_ffn (0: none; shared_gate: with Qwen2-MoE's hidden x 1 sigmoid
+     * gate) and a router (hidden x experts; router_bias: plus a bias per expert: gpt-oss,
+     * DeepSeek-V3's score correction). Layer i (from 0) is a MoE layer where i >= moe_first and
+     * i % moe_freq == moe_phase; the others have the dense MLP of width ffn. expert_bias: the
+     * experts' projections have biases (gpt-oss), whatever no_bias says of the rest. */
+    int experts, experts_per_token, expert_ffn, shared_ffn, shared_gate, router_bias, expert_bias;
+    int moe_first, moe_freq, moe_phase; /* moe_freq 0 reads as 1 */
+    /* Multi-head latent attention (DeepSeek-V2/V3; kv_lora 0: none): queries through a rank
+     * q_lora down-projection (0: a full projection), keys and values through a shared rank
+     * kv_lora latent with qk_rope_dim rotary dimensions beside it; a query or key head is
+     * kv_channels wide (the no-position and rotary parts), a value head v_head_dim. */
+    int q_lora, kv_lora, qk_rope_dim, v_head_dim;
+    int qk_norm;     /* Qwen3: an RMSNorm on each head's query and key (kv_channels each) */
+    int attn_sinks;  /* gpt-oss: a learned sink logit per head */
 } model_spec;
 
 /* Key/value heads: kv_heads, or heads when 0. */
@@ -130,11 +170,29 @@ dp_status model_check_window(const model_spec *m, int seqlen, const char *what, 
 /* Total layers (enc + dec). */
 int model_layers(const model_spec *m);
 
+/* Whether m is a mixture of experts, and whether its GPT layer i (from 0) is a MoE layer; how
+ * many of its layers are. */
+int model_is_moe(const model_spec *m);
+int model_moe_layer(const model_spec *m, int layer);
+int model_moe_layers(const model_spec *m);
+
+/* What the cost models, the memory model and dprun take: a dense model. DP_ERR_INVALID for a
+ * mixture of experts (its parameters and FLOPs are counted, its experts not yet planned). Asked
+ * by the layout rule (mesh_check_model: the analytic cost model, dprun) and a profile's loader. */
+dp_status model_check_planned(const model_spec *m, dp_err *err);
+
 /* Parameters of one norm: 2h for a layer norm (scale and bias), h for RMSNorm. */
 int64_t model_norm_params(const model_spec *m);
 
-/* Parameters of one layer of the given kind: 0 encoder/GPT layer, 1 T5 decoder layer. */
+/* Parameters of one layer of the given kind: 0 encoder/GPT layer, 1 T5 decoder layer; of a mixture
+ * of experts, a dense layer's (model_layers_params counts each layer as it is). */
 int64_t model_layer_params(const model_spec *m, int decoder);
+
+/* Parameters of all the layers (a MoE layer with every expert), and those a token passes
+ * through (a MoE layer's attention, router, shared expert and experts_per_token experts): equal
+ * for a dense model. */
+int64_t model_layers_params(const model_spec *m);
+int64_t model_layers_active_params(const model_spec *m);
 
 /* Parameters of the embedding (word + GPT positions). */
 int64_t model_embedding_params(const model_spec *m);
@@ -142,6 +200,12 @@ int64_t model_embedding_params(const model_spec *m);
 /* Whole-model parameters: layers + embedding + final layer norm(s). The LM head is tied to the
  * word embedding and not counted twice. */
 int64_t model_total_params(const model_spec *m);
+
+/* The parameters one token uses: model_total_params with a MoE layer's unrouted experts left
+ * out (equal for a dense model); *no_embedding (may be NULL): the same without the input
+ * embedding table, which a token looks up rather than multiplies (gpt-oss's model card counts its
+ * 5.1B "active" so; Mixtral's 12.9B and DeepSeek-V3's 37B count it). */
+int64_t model_active_params(const model_spec *m, int64_t *no_embedding);
 
 /* How model FLOPs count attention's two s x s products (QK^T and the scores times V).
  *   FLOPS_CAUSAL     causal self-attention (GPT; T5's decoder) at half the full square, s^2 / 2

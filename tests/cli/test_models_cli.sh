@@ -71,4 +71,19 @@ expect "... and a B200 kernel on an H100" 2 "fa4-b200 was measured on b200" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel fa4-b200 --mbs 1 --seqlen 4096
 expect "Triton's fused attention (FlexAttention) on an H100, named in the source line" 0 "FlashAttention .*--attention-kernel triton-h100" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel triton-h100 --mbs 1 --seqlen 8192
+# mixtures of experts: counted whole and per token, refused by every planner (no experts planned yet)
+expect "models --show counts a MoE's parameters (Mixtral-8x7B's card: 46.7B)" 0 "mixtral-8x7b: 46,702,792,704 parameters" -- \
+  "$DPSIM" models --show tests/data/hf/mixtral-8x7b.json
+check "... and those a token uses (its card: 12.9B)" grep -q "active per token: 12,879,925,248 parameters (12,748,853,248 without the embedding table); 8 experts, 2 a token, in 32 of its 32 layers" "$TMP/out"
+expect "DeepSeek-V3: 671B, 37B a token, 58 MoE layers of 61, a shared expert" 0 "active per token: 37,552,297,472 parameters .* in 58 of its 61 layers, and a shared expert" -- \
+  "$DPSIM" models --show tests/data/hf/deepseek-v3.json
+"$DPSIM" models --show tests/data/hf/gpt-oss-120b.json >"$TMP/oss.json" 2>/dev/null
+expect "... and its spec, read back, is the same model (gpt-oss-120b: 116.83B, 5.13B a token without the table)" 0 "116,829,156,672 parameters" -- \
+  "$DPSIM" models --show "$TMP/oss.json"
+check "... (its active count too)" grep -q "(5,132,849,472 without the embedding table)" "$TMP/out"
+for cmd in "sim" "plan -o $TMP/moe.json" "cost --mbs 1 --seqlen 1024" "tune --gpus 8"; do
+  expect "dpsim ${cmd%% *} refuses a MoE, saying why" 2 "qwen3-30b-a3b is a mixture of experts \\(128 experts, 8 a token\\): dpsim counts" -- \
+    "$DPSIM" $cmd --model tests/data/hf/qwen3-30b-a3b.json --hw dgx-h100
+done
+check "... and writes nothing" test ! -e "$TMP/moe.json"
 finish

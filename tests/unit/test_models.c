@@ -702,6 +702,109 @@ static void test_norm_epsilon(void **state)
  * 8,030,261,248 parameters and Mistral-7B 7,241,732,096 (their model cards); as many key/value heads as heads is plain
  * multi-head attention in parameters, FLOPs and activation memory; a mixture of experts is
  * refused. */
+/* The four MoE configs of tests/data/hf (their Hugging Face config.json files): total and active
+ * parameters against their publishers' figures and against the sums written out here by hand
+ * (each layer's attention, norms, router, shared and routed experts), the FLOPs a token costs
+ * (6 x the active parameters and the LM head, attention apart: latent attention's query-key and
+ * value widths), a round trip through dpsim's own spec, and the refusal of every cost model. */
+static void test_moe_counts(void **state)
+{
+    (void)state;
+    struct {
+        const char *file;
+        int64_t total, active, bare; /* bare: active without the embedding table */
+        double published_total, published_active; /* billions, as the cards round them (Qwen's
+                                                    * 3.3B and DeepSeek's 37B loosely) */
+        int published_bare;                        /* the card counts active without the table */
+    } want[4] = {{"mixtral-8x7b", 0, 0, 0, 46.7, 12.9, 0},
+                 {"qwen3-30b-a3b", 0, 0, 0, 30.5, 3.3, 0},
+                 {"deepseek-v3", 0, 0, 0, 671, 37, 0},
+                 {"gpt-oss-120b", 0, 0, 0, 116.83, 5.13, 1}};
+    /* by hand: per layer attention + 2 norms + router + shared + experts; then embedding, head, norm */
+    {   /* Mixtral-8x7B: GQA 32/8 heads of 128, 8 experts of 14336, 2 a token, vocab 32000 */
+        int64_t h = 4096, attn = h * 4096 + 2 * h * 1024 + 4096 * h, expert = 3 * h * 14336;
+        int64_t base = attn + 2 * h + h * 8, emb = 32000 * h;
+        want[0].total = 32 * (base + 8 * expert) + 2 * emb + h;
+        want[0].active = 32 * (base + 2 * expert) + 2 * emb + h;
+    }
+    {   /* Qwen3-30B-A3B: 32/4 heads of 128 with q and k norms, 128 experts of 768, 8 a token */
+        int64_t h = 2048, attn = h * 4096 + 2 * h * 512 + 4096 * h + 2 * 128, expert = 3 * h * 768;
+        int64_t base = attn + 2 * h + h * 128, emb = 151936 * h;
+        want[1].total = 48 * (base + 128 * expert) + 2 * emb + h;
+        want[1].active = 48 * (base + 8 * expert) + 2 * emb + h;
+    }
+    {   /* DeepSeek-V3: latent attention (q rank 1536, kv rank 512, heads 128 of 128 + 64 rotary,
+         * values 128), 3 dense layers of 18432, then 58 of 256 experts of 2048 (8 a token), a
+         * shared one, the router's score bias */
+        int64_t h = 7168, H = 128;
+        int64_t attn = h * 1536 + 1536 + 1536 * H * 192 + h * (512 + 64) + 512 + 512 * H * 256 +
+                       H * 128 * h;
+        int64_t expert = 3 * h * 2048, dense = attn + 2 * h + 3 * h * 18432;
+        int64_t moe = attn + 2 * h + h * 256 + 256 + expert, emb = 129280 * h;
+        want[2].total = 3 * dense + 58 * (moe + 256 * expert) + 2 * emb + h;
+        want[2].active = 3 * dense + 58 * (moe + 8 * expert) + 2 * emb + h;
+    }
+    {   /* gpt-oss-120b: 64/8 heads of 64 with biases and sinks, 128 experts of 2880 with biases
+         * (4 a token), a router with biases */
+        int64_t h = 2880, attn = h * 4096 + 4096 + 2 * (h * 512 + 512) + 4096 * h + h + 64;
+        int64_t expert = 3 * h * 2880 + 2 * 2880 + h, base = attn + 2 * h + h * 128 + 128;
+        int64_t emb = 201088 * h;
+        want[3].total = 36 * (base + 128 * expert) + 2 * emb + h;
+        want[3].active = 36 * (base + 4 * expert) + 2 * emb + h;
+    }
+    for (int i = 0; i < 4; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "tests/data/hf/%s.json", want[i].file);
+        model_spec m, back;
+        dp_err err = {0};
+        if (model_resolve(path, &m, &err) != DP_OK) fail_msg("%s", err.msg);
+        assert_true(model_is_moe(&m));
+        int64_t bare, active = model_active_params(&m, &bare);
+        print_message("%s: %lld total, %lld active (%lld without the embedding table)\n",
+                      want[i].file, (long long)model_total_params(&m), (long long)active,
+                      (long long)bare);
+        assert_true(model_total_params(&m) == want[i].total);
+        assert_true(active == want[i].active);
+        assert_true(bare == active - (int64_t)m.vocab * m.hidden);
+        /* the publishers' figures, as rounded on their cards */
+        double digits = want[i].published_total >= 100 ? 0.005 : 0.05;
+        assert_true(fabs((double)model_total_params(&m) / 1e9 - want[i].published_total) <
+                    (want[i].published_total > 600 ? 0.5 : digits));
+        double a = (double)(want[i].published_bare ? bare : active) / 1e9;
+        assert_true(fabs(a / want[i].published_active - 1) < 0.02); /* "3.3B", "37B" */
+        /* FLOPs: 6 x (active layers + LM head) per token, and attention (non-causal minus causal
+         * is the forward's half square, three times: forward and backward) */
+        double s = 2048, v = m.v_head_dim > 0 ? m.v_head_dim : m.kv_channels;
+        double attn_entry = 2.0 * m.heads * (m.kv_channels + v); /* QK^T and PV per score */
+        double layers = (double)model_layers_active_params(&m);
+        double causal = model_train_flops(&m, 2048, 0, FLOPS_CAUSAL);
+        double whole = model_train_flops(&m, 2048, 0, FLOPS_NONCAUSAL);
+        assert_rel(causal, 6 * (layers + (double)m.vocab * m.hidden) * s +
+                               3 * attn_entry * m.enc_layers * s * s / 2, 1e-12);
+        assert_rel(whole - causal, 3 * attn_entry * m.enc_layers * s * s / 2, 1e-12);
+        /* dpsim's own spec round-trips it */
+        const char *spec = tmp_file(".json", "");
+        assert_int_equal(model_write_json(&m, spec, &err), DP_OK);
+        if (model_read_json(spec, &back, &err) != DP_OK) fail_msg("%s", err.msg);
+        assert_true(model_total_params(&back) == model_total_params(&m));
+        assert_true(model_active_params(&back, NULL) == active);
+        assert_int_equal(model_moe_layers(&back), model_moe_layers(&m));
+        /* and no cost model takes it yet */
+        cluster_spec hw = p4d();
+        analytic_params ap;
+        analytic_params_default(&ap);
+        cost_model *cm = NULL;
+        assert_int_equal(cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err), DP_ERR_INVALID);
+        assert_msg_has(err.msg, "mixture of experts");
+        assert_null(cm);
+    }
+    /* a dense model is its own active count */
+    int64_t bare;
+    const model_spec *dense = model_preset("llama3-8b");
+    assert_true(model_active_params(dense, &bare) == model_total_params(dense));
+    assert_true(bare == model_total_params(dense) - 128256LL * 4096);
+}
+
 static void test_gqa_and_untied_heads(void **state)
 {
     (void)state;
@@ -735,8 +838,8 @@ static void test_gqa_and_untied_heads(void **state)
     assert_int_equal(model_total_params(&gm), 8537680896LL);
     model_spec other;
     /* a model type not named here is LLaMA's kind when its config has an rms_norm_eps: Phi-3-mini
-     * and Qwen3-8B come out at their model cards' 3,821,079,552 and 8,190,735,360 (less Qwen3's
-     * per-head q and k norms, 36 x 256 parameters, which dpsim does not model) */
+     * and Qwen3-8B come out at their model cards' 3,821,079,552 and 8,190,735,360 (Qwen3's
+     * per-head q and k norms included, 36 x 256 parameters) */
     assert_int_equal(model_parse_hf("{\"model_type\": \"phi3\", \"num_hidden_layers\": 32,"
                                     "\"hidden_size\": 3072, \"num_attention_heads\": 32,"
                                     "\"num_key_value_heads\": 32, \"intermediate_size\": 8192,"
@@ -750,7 +853,7 @@ static void test_gqa_and_untied_heads(void **state)
                                     "\"intermediate_size\": 12288, \"vocab_size\": 151936,"
                                     "\"rms_norm_eps\": 1e-06, \"attention_bias\": false,"
                                     "\"tie_word_embeddings\": false}", "config.json", &other, &err), DP_OK);
-    assert_int_equal(model_total_params(&other), 8190735360LL - 36 * 256);
+    assert_int_equal(model_total_params(&other), 8190735360LL);
     /* kv heads = heads: the same as multi-head attention everywhere */
     model_spec mha = *model_preset("gpt-6.7b-16l"), gqa = mha;
     gqa.kv_heads = gqa.heads;
@@ -801,12 +904,13 @@ static void test_gqa_and_untied_heads(void **state)
     assert_int_equal(back.no_bias, 1);
     assert_true(model_rope_base(&back) == 500000);
     assert_int_equal(model_total_params(&back), model_total_params(&m));
-    /* experts are refused, not counted as dense */
+    /* experts without the number a token runs are refused, not counted as dense */
     assert_int_equal(model_parse_hf("{\"model_type\": \"mixtral\", \"num_hidden_layers\": 32,"
                                     "\"hidden_size\": 4096, \"num_attention_heads\": 32,"
                                     "\"num_local_experts\": 8, \"intermediate_size\": 14336}",
                                     "config.json", &m, &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "mixture-of-experts");
+    assert_msg_has(err.msg, "num_experts_per_tok");
     /* DeepSeek's name for them, and the routed count, whatever the model type */
     static const char *const expert_keys[] = {"n_routed_experts", "num_experts_per_tok"};
     for (int i = 0; i < 2; i++) {
@@ -1480,6 +1584,7 @@ int main(void)
         cmocka_unit_test(test_flash_attention_time),
         cmocka_unit_test(test_nccl_collectives),
         cmocka_unit_test(test_gqa_and_untied_heads),
+        cmocka_unit_test(test_moe_counts),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_norm_epsilon),
         cmocka_unit_test(test_placement_grid),
