@@ -6,7 +6,8 @@
  * bf16,fp8; the request's alone by default), a layout tp x cp x pp x dp = gpus, cp from the space's
  * list (tune --cp 1,2,4,auto; the request's --cp alone by default; auto: a group of --cp-max GPUs in
  * which each micro-batch runs at its own degree, the cp_auto of models/cost.h), tp at most a
- * node's GPUs, pp at most the model's layers, even for T5 unless 1, dp at most REPLICA_MAX (what
+ * node's GPUs that the layout rule takes (mesh_check_model: the space leaves the others out, with
+ * a note), pp at most the model's layers, even for T5 unless 1, dp at most REPLICA_MAX (what
  * --dp takes), a chunked (interleaved) schedule at each of the space's chunk counts with pp > 1
  * and pp x chunks at most the layers, a ZeRO stage (over the dp x cp GPUs that hold the same
  * weights: 0 or 1 where there are two or more, 2 and 3 as well without a pipeline, 0 where there

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../common/json_util.h"
+#include "../models/mesh.h"
 #include "../common/outfile.h"
 #include "../common/pool.h"
 #include "../scheduler/microbatch.h"
@@ -719,6 +720,26 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
     int layers = env->model.arch == ARCH_GPT ? env->model.enc_layers : model_layers(&env->model);
     tune_space_default(sp, *gpus, env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8, layers,
                        env->model.arch == ARCH_T5);
+    /* tp only where the layout rule takes it (whole heads and key/value heads, an equal share of
+     * the MLP width: mesh_check_model), said once: not a row of the ranking that cannot run */
+    int kept = 0;
+    dp_err why = {0};
+    char left[64] = "";
+    for (int t = 0; t < sp->n_tps; t++) {
+        mesh l = mesh_of(sp->tps[t], 1, 1, 1);
+        dp_err e = {0};
+        if (mesh_check_model(&env->model, &l, "--tp", &e) == DP_OK) {
+            sp->tps[kept++] = sp->tps[t];
+            continue;
+        }
+        if (!why.msg[0]) why = e;
+        size_t at = strlen(left);
+        snprintf(left + at, sizeof left - at, "%s%d", at ? ", " : "", sp->tps[t]);
+    }
+    sp->n_tps = kept;
+    if (left[0])
+        dp_note(DP_NOTE_LINE, "dpsim tune: tp %s left out of the search: %s", left,
+                strtok(why.msg, "\n"));
     /* one degree: every layout's (--cp auto: the group's) */
     int request_cp = p->cost.cp_auto ? TUNE_CP_AUTO : p->cost.cp > 1 ? p->cost.cp : 1;
     if (n_cps <= 0) cps = &request_cp, n_cps = 1;

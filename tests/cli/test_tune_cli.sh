@@ -123,6 +123,12 @@ expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,3 -o "$TMP/no.csv"
 expect "a --cp list with an empty item is refused" 2 "is not a degree" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,,2 -o "$TMP/no.csv"
+# tp only where the layout rule takes it: GPT-2's 12 heads leave tp 8 out, said once, no row of it
+"$DPSIM" tune --model gpt2-124m --hw dgx-h100 --gpus 8 --max-seqlen 1024 --iterations 1 --batchings packing \
+  --schedules 1f1b -o "$TMP/g2.csv" >/dev/null 2>"$TMP/g2.err"
+check "tune leaves out a tp the heads refuse, saying so" grep -q "tp 8 left out of the search: --tp 8 does not divide the 12 attention heads" "$TMP/g2.err"
+check "... and ranks no row of it, nor any row the layout rule refuses" bash -c \
+  "awk -F, 'NR > 1 && \$6 == 8 { exit 1 }' '$TMP/g2.csv' && ! grep -q 'does not divide' '$TMP/g2.csv' && [ \$(wc -l <'$TMP/g2.csv') -gt 100 ]"
 # every ranked layout is one plan takes: at 8,192 GPUs the replicas stop where --dp's range does
 "$DPSIM" tune --model gpt-tiny --hw cpu --analytic --gpus 8192 --allow-oversubscribe --iterations 1 \
   --batchings packing --schedules 1f1b -q -o "$TMP/huge.csv" >/dev/null 2>&1
