@@ -75,7 +75,7 @@
 #include "cost.h"
 
 #define ELEMENTWISE_PASSES 8.0 /* fp16 passes over (b, s, h) per layer forward */
-#define FLOOR_SHARPNESS 4.0     /* exponent of the smooth maximum */
+#define FLOOR_SHARPNESS 4       /* exponent of the smooth maximum (an integer: smoothmax squares twice) */
 
 const char *const ANALYTIC_PARAM_NAMES[ANALYTIC_N_PARAMS] = {
     "gemm_eff", "attn_eff", "mem_eff", "fwd_floor_ms", "bwd_floor_ms", "bwd_ratio"};
@@ -487,7 +487,7 @@ static double token_bytes(const cost_model *cm, cost_component c, double tokens)
 static double smoothmax(double floor_ms, double work_ms)
 {
     if (floor_ms <= 0) return work_ms;
-    _Static_assert(FLOOR_SHARPNESS == 4.0, "the 4-norm below: squares and square roots, not pow");
+    _Static_assert(FLOOR_SHARPNESS == 4, "the 4-norm below: squares and square roots, not pow");
     double f2 = floor_ms * floor_ms, w2 = work_ms * work_ms; /* pow's time, a fifth of a query's */
     return sqrt(sqrt(f2 * f2 + w2 * w2));
 }

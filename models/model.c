@@ -276,8 +276,12 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID, "%s: experts in a T5 model: dpsim takes them in GPT "
                        "(decoder-only) models", where);
     double h = m->hidden, f = m->ffn, hk = (double)m->heads * m->kv_channels;
-    double attn = 4 * h * hk + 4 * hk,
-           mlp = 3 * h * f + 2 * f + 5 * h + (double)m->experts * (3 * h * m->expert_ffn + 3 * m->expert_ffn);
+    double ql = m->q_lora, kl = m->kv_lora, heads = m->heads;
+    double attn = 4 * h * hk + 4 * hk + 2 * (double)m->kv_channels + heads + h * ql + ql * hk +
+                  h * (kl + m->qk_rope_dim) + kl * heads * ((double)m->kv_channels + m->v_head_dim) +
+                  heads * m->v_head_dim * h;
+    double mlp = 3 * h * f + 2 * f + 5 * h + (double)m->experts * (3 * h * m->expert_ffn + 3 * m->expert_ffn + h + 1) +
+                 3 * h * m->shared_ffn + h;
     double total = (double)m->enc_layers * (attn + mlp) + (double)m->dec_layers * (2 * attn + mlp + 2 * h) +
                    ((double)m->vocab + (m->rope ? 0 : m->positions)) * h;
     if (total > MODEL_MAX_PARAMS)

@@ -14,6 +14,7 @@
 
 #include "../../runtime/exec.h"
 #include "../../scheduler/plan.h"
+#include "../../scheduler/schedule.h" /* plan_check */
 #include "../../sim/sim.h"
 
 /* MPI's one-time allocations are not this code's (make fuzz: no ASAN_OPTIONS; tests/run.sh sets

@@ -3,6 +3,7 @@
 #include "fuzz.h"
 
 #include "../../scheduler/plan.h"
+#include "../../scheduler/schedule.h" /* plan_check */
 #include "../../sim/sim.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

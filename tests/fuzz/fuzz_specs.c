@@ -40,6 +40,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dp_err err;
     if (model_parse_json(text, "fuzz.json", &m, &err) == DP_OK) (void)model_total_params(&m);
     if (model_parse_hf(text, "config.json", &m, &err) == DP_OK) (void)model_total_params(&m);
+    if (model_parse_hf(text, "config.json", &m, &err) == DP_OK ||
+        model_parse_json(text, "fuzz.json", &m, &err) == DP_OK) { /* experts, latent attention */
+        int64_t bare;
+        if (model_active_params(&m, &bare) > model_total_params(&m) || bare < 0) abort();
+        if (!(model_train_flops(&m, 4096, 0, FLOPS_CAUSAL) >= 0)) abort();
+    }
     cost_model *cm = NULL;
     analytic_params ap;
     analytic_params_default(&ap);
