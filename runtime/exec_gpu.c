@@ -591,9 +591,8 @@ static int remote_transfer(gctx *c, gtimed *t, int send, int kind, void *buf, si
  * stage's stream, timed by CUDA events; failures return -1 with c->err set. */
 
 static gslot *gslot_at(gctx *c, const pm_step *s) { return &c->slots[(size_t)s->x->mb * c->nv + s->v]; }
-/* A transfer's other end (plan_machine.h): its virtual stage, and whether this process drives it */
-static int peer_v(const gctx *c, const pm_step *s) { return s->peer_chunk * c->pp + s->peer_rank % c->pp; }
-static int remote(const gctx *c, const pm_step *s) { return !drives(c, peer_v(c, s) % c->pp); }
+/* Whether this process drives a transfer's other end (plan_machine.h pm_step.peer_v) */
+static int remote(const gctx *c, const pm_step *s) { return !drives(c, s->peer_rank % c->pp); }
 /* The local SEND a RECV of slot (mb, v) consumes, by kind */
 static gmsg *msg_of(gctx *c, int kind, int mb, int v)
 {
@@ -698,7 +697,7 @@ static int gpu_send(void *vc, const pm_step *s)
         c->cur_remote = 1;
         return remote_transfer(c, c->cur, 1, s->kind, buf, n);
     }
-    gmsg *out = msg_of(c, s->kind, s->x->mb, peer_v(c, s));
+    gmsg *out = msg_of(c, s->kind, s->x->mb, s->peer_v);
     if (!out->ev && !(out->ev = rt_cuda_event_new())) {
         no_memory(c, "transfer events");
         return -1;

@@ -51,7 +51,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     s->index = i;
     s->stage = st;
     s->v = x->chunk * pp + st;
-    s->kind = s->waits = s->peer_rank = s->peer_chunk = -1;
+    s->kind = s->waits = s->peer_rank = s->peer_chunk = s->peer_v = -1;
     double transient = fmax(0, mb->peak_mb[st] - mb->stored_mb[st]) / C;
     switch (x->op) {
     case OP_F:
@@ -73,6 +73,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
         int pv = transfer_peer(x->op, s->v);
         s->peer_rank = R->replica * pp + pv % pp;
         s->peer_chunk = pv / pp;
+        s->peer_v = pv;
     }
     }
 }

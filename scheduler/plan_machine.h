@@ -75,6 +75,7 @@ typedef struct pm_step {
     int waits;        /* F, B: the received kind it consumes (PM_ACT, PM_GRAD); -1 none */
     int peer_rank;    /* SEND_* / RECV_*: the rank at the other end; -1 otherwise */
     int peer_chunk;   /* its chunk */
+    int peer_v;       /* its virtual stage; -1 otherwise */
     int split;        /* B: weight gradients left to a W */
     double dur_ms;    /* F, B, W: compute time; 0 otherwise */
     double stored_mb; /* F: stored activations created; FREE: released; 0 otherwise */
