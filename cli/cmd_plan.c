@@ -17,6 +17,15 @@
 
 /* Progress on stderr when it is a terminal: samples consumed of the trace. */
 /* Counts per recompute mode, where more than one mode was used. */
+/* "label   dynamic 3, packing 2": auto's winners and their iterations. */
+static void print_wins(FILE *fp, const char *label, const char (*names)[32], const int *wins,
+                       int n)
+{
+    fprintf(fp, "%-34s", label);
+    for (int k = 0; k < n; k++) fprintf(fp, "%s %s %d", k ? "," : "", names[k], wins[k]);
+    fprintf(fp, "\n");
+}
+
 static void print_modes(FILE *fp, const char *what, const int *count)
 {
     int used = 0;
@@ -45,12 +54,11 @@ static void summary_counts(const study_result *r, double trace_tokens, FILE *fp)
         for (int i = 0; i < r->n_first_failed; i++) fprintf(fp, " %d", r->first_failed[i]);
         fprintf(fp, "%s\n", r->failed_iterations > 8 ? " ..." : "");
     }
-    if (r->n_wins > 0) { /* --batching auto: each winner, in order of its first win */
-        fprintf(fp, "%-34s", "iterations per batching (auto)");
-        for (int k = 0; k < r->n_wins; k++)
-            fprintf(fp, "%s %s %d", k ? "," : "", r->win_name[k], r->wins[k]);
-        fprintf(fp, "\n");
-    }
+    if (r->n_wins > 0) /* --batching auto: each winner, in order of its first win */
+        print_wins(fp, "iterations per batching (auto)", r->win_name, r->wins, r->n_wins);
+    if (r->n_sched_wins > 0) /* --schedule auto: the same */
+        print_wins(fp, "iterations per schedule (auto)", r->sched_win_name, r->sched_wins,
+                   r->n_sched_wins);
     print_modes(fp, "iterations per recompute mode", r->recompute_iterations);
     print_modes(fp, "micro-batches per recompute mode", r->recompute_microbatches);
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
@@ -199,13 +207,7 @@ int cmd_plan(int argc, char **argv)
     if (r != 0) return r == 1 ? 0 : r;
     dp_err err = {0};
     plan_env env;
-    dp_status st = planner_choose_schedule(&p, &err);
-    if (st != DP_OK) {
-        memset(&env, 0, sizeof env);
-        trace_init(&env.trace);
-    } else {
-        st = planner_setup(&p, &env, &err);
-    }
+    dp_status st = planner_setup(&p, &env, &err);
     if (st != DP_OK) {
         plan_env_release(&env);
         return st == DP_ERR_INVALID ? cli_usage_error(cmd, PLAN_USAGE, "%s", err.msg)
@@ -389,11 +391,9 @@ static dp_status sim_from_options(sim_cli *sc, plan_request *p, const sim_sink *
                                   double *trace_tokens, int *usage, dp_err *err)
 {
     plan_env env;
-    dp_status st = planner_choose_schedule(p, err);
-    if (st == DP_OK) st = planner_setup(p, &env, err);
-    else memset(&env, 0, sizeof env), trace_init(&env.trace);
+    dp_status st = planner_setup(p, &env, err);
     *usage = st == DP_ERR_INVALID;
-    /* the schedule as run (auto's choice), for the figures */
+    /* the schedule as run (auto: each iteration its own), for the figures */
     snprintf(sc->schedule, sizeof sc->schedule, "%s", p->schedule);
     const schedule *run_sched = schedule_find(p->schedule);
     sc->pp = p->pp, sc->chunks = run_sched && run_sched->chunked ? p->chunks : 1;

@@ -161,7 +161,9 @@ dp_status panel_collect(const study_opts *o, const trace *t, int iteration, int 
     dp_status st = study_run(&q, t, &r, err);
     if (st == DP_OK && !r.feasible)
         st = dp_fail(err, DP_ERR_INFEASIBLE, "%s", r.why[0] ? r.why : "the run is infeasible");
-    if (st == DP_OK) st = panel_finish(&c, &r, o->sched->name, o->pp, o->chunks, o->mem_limit_mb, err);
+    if (st == DP_OK)
+        st = panel_finish(&c, &r, o->sched ? o->sched->name : SCHEDULE_AUTO, o->pp, o->chunks,
+                          o->mem_limit_mb, err);
     else panel_collector_release(&c);
     study_result_release(&r);
     return st;

@@ -454,8 +454,9 @@ void plan_request_options(cli_opts *t, plan_request *p)
                               "packing the dataset, simulated, the fastest that fits");
     o->marks = F | T, o->mark_name = "--batching (use --batchings)", o->show = show_batching;
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
-                     "gpipe | 1f1b | interleaved | adaptive | zb1 | auto (plan and sim:\n"
-                     "each run, the one of the highest throughput that fits)");
+                     "gpipe | 1f1b | interleaved | adaptive | zb1 | auto (per iteration\n"
+                     "the one-chunk schedule whose plan fits and simulates fastest,\n"
+                     "named in the plan; ZB-H1 without full recompute)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;

@@ -263,45 +263,10 @@ static dp_status toy_trace(int n, batch_rules *rules, char *name, size_t name_ca
     return DP_OK;
 }
 
-dp_status planner_choose_schedule(plan_request *p, dp_err *err)
-{
-    if (strcmp(p->schedule, "auto") != 0) return DP_OK;
-    plan_request q = *p;
-    int n;
-    const schedule *all = schedule_list(&n);
-    const char *names[16];
-    for (int i = 0; i < n && i < 16; i++) names[i] = all[i].name;
-    /* the set-up's checks: with --chunks against the chunked schedule, else the baseline */
-    q.schedule = p->chunks > 1 ? schedule_for_options(names, n) : schedule_baseline()->name;
-    plan_env env;
-    dp_status st = planner_setup(&q, &env, err);
-    const schedule *best = NULL;
-    double thr[16] = {0};
-    if (st == DP_OK) {
-        study_opts o;
-        planner_study_opts(&q, &env, q.batching, q.schedule, &o);
-        o.chunks = p->chunks;
-        st = study_best_schedule(&o, &env.trace, &best, thr, err);
-    }
-    plan_env_release(&env);
-    if (st != DP_OK) return st;
-    p->schedule = best->name;
-    if (!best->chunked) p->chunks = 1; /* --chunks was the chunked schedule's, which lost */
-    char line[1024];
-    int at = snprintf(line, sizeof line, "dpsim: --schedule auto chose %s (tokens/s:", best->name);
-    for (int i = 0; i < n && i < 16 && at < (int)sizeof line; i++)
-        if (thr[i] > 0) at += snprintf(line + at, sizeof line - (size_t)at, " %s %.0f", all[i].name, thr[i]);
-    dp_note(DP_NOTE_LINE, "%.1000s)", line);
-    return DP_OK;
-}
-
 dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
 {
     memset(env, 0, sizeof *env);
     trace_init(&env->trace);
-    if (strcmp(p->schedule, "auto") == 0)
-        return dp_fail(err, DP_ERR_INVALID, "--schedule auto applies to plan and sim (compare "
-                       "and tune list schedules: --schedules)");
     dp_status st;
     if (p->cost.recompute >= RECOMPUTE_COUNT) { /* a cost model per mode, chosen per iteration */
         for (int m = RECOMPUTE_COUNT - 1; m >= 0; m--) { /* none last: the source names it */
@@ -396,7 +361,8 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
         return placement_split_check(&env->model, NULL, p->pp * p->chunks, err);
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
     if (p->chunks > 1 && !(sc && sc->chunked))
-        return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only");
+        return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only%s",
+                       sc ? "" : " (auto chooses among the one-chunk schedules per iteration)");
     char why[300];
     if (stage_shard_check(p->shard_group, p->dp, p->cost.cp, p->zero, why, sizeof why) != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s", why);

@@ -72,12 +72,6 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
 void planner_run_title(const char *verb, const plan_request *p, const plan_env *env, char *buf,
                        size_t cap);
 
-/* --schedule auto: runs the plan options under every schedule (planner/study.h study_best_schedule;
- * a chunked one at --chunks, the others at 1) and sets p->schedule to the fastest that fits (and
- * p->chunks to 1 where that one is not chunked), saying so through dp_note; any other schedule is
- * left as it is. The set-up's errors as planner_setup's. */
-dp_status planner_choose_schedule(plan_request *p, dp_err *err);
-
 /* Resolves p into env (loads the trace and the cost model). Usage-like problems (unknown
  * strategy, contradictory flags) come back as DP_ERR_INVALID. */
 dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err);

@@ -193,6 +193,16 @@ static double noncausal_flops(const model_spec *m, const plan_iter *it)
     return f;
 }
 
+/* One more iteration won by `name` (--batching or --schedule auto): names[k] counts[k], at most
+ * max names, in order of their first win. */
+static void study_count_win(char (*names)[32], int *counts, int *n, int max, const char *name)
+{
+    int k = 0;
+    while (k < *n && strcmp(names[k], name) != 0) k++;
+    if (k == *n && k < max) snprintf(names[(*n)++], 32, "%s", name);
+    if (k < *n) counts[k]++;
+}
+
 dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
 {
     study_result *r = a->r;
@@ -228,22 +238,23 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     x->tokens = tokens;
     snprintf(x->batching, sizeof x->batching, "%s", it->batching);
     x->ms = (double)ir.makespan_ns / 1e6;
-    /* the schedule's closed form, the slowest replica's */
-    double cf = a->sched && a->sched->closed_form && !a->no_closed_form ? 0 : NAN, cf_bubble = cf;
+    /* the schedule's closed form (the iteration's own under --schedule auto), the slowest
+     * replica's */
+    const schedule *sc = it->schedule[0] ? schedule_find(it->schedule) : a->sched;
+    if (it->schedule[0]) {
+        a->per_iteration = 1;
+        study_count_win(r->sched_win_name, r->sched_wins, &r->n_sched_wins, 8, it->schedule);
+    }
+    double cf = sc && sc->closed_form && !a->no_closed_form ? 0 : NAN, cf_bubble = cf;
     for (int rep = 0; rep < cfg->dp && !isnan(cf); rep++) {
-        double bubble, c = a->sched->closed_form(it, rep, cfg->pp, cfg->chunks, &bubble);
+        double bubble, c = sc->closed_form(it, rep, cfg->pp, cfg->chunks, &bubble);
         if (isnan(c)) cf = cf_bubble = NAN; /* outside the form's assumptions: none */
         else if (c > cf) cf = c, cf_bubble = bubble;
     }
     x->closed_form_ms = cf, x->closed_form_bubble_ms = cf_bubble;
     r->sum_ms += x->ms, r->sum_closed_form_ms += cf;
-    if (it->batching[0]) { /* auto's winners, every iteration counted */
-        int k = 0;
-        while (k < r->n_wins && strcmp(r->win_name[k], it->batching) != 0) k++;
-        if (k == r->n_wins && k < BATCH_CANDIDATES_MAX)
-            snprintf(r->win_name[r->n_wins++], sizeof r->win_name[0], "%s", it->batching);
-        if (k < r->n_wins) r->wins[k]++;
-    }
+    if (it->batching[0]) /* auto's winners, every iteration counted */
+        study_count_win(r->win_name, r->wins, &r->n_wins, BATCH_CANDIDATES_MAX, it->batching);
     x->pipeline_ms = (double)ir.pipeline_ns / 1e6;
     a->cf_bubble_ms += cf_bubble;
     a->t_ns += ir.makespan_ns;
@@ -297,6 +308,7 @@ dp_status study_end(study_acc *a, dp_err *err)
     r->closed_form_bubble =
         r->sum_closed_form_ms > 0 ? a->cf_bubble_ms / r->sum_closed_form_ms : NAN;
     r->closed_form_text = a->no_closed_form ? a->no_closed_form
+                          : a->per_iteration         ? "each iteration's schedule's own"
                           : a->sched                 ? a->sched->closed_form_text
                                                      : NULL;
     double gpus = (double)a->cfg.pp * a->cfg.dp * (a->cfg.tp > 0 ? a->cfg.tp : 1); /* tp x cp */
@@ -404,6 +416,7 @@ static double *iteration_floors(const study_opts *o, const trace *t, const stage
 typedef struct planner {
     const study_opts *o;
     const batcher *batching; /* the batching planning now: o->batching, or auto's candidate */
+    const schedule *sched;   /* the schedule planning now: o->sched, or auto's candidate */
     const stage_model *sm;
     batch_ctx ctx;
     schedule_ctx sctx;
@@ -426,14 +439,13 @@ typedef struct planner {
 static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, mb_list *l,
                                 plan_iter *pi, int *answerable, dp_err *err)
 {
-    const study_opts *o = p->o;
     mem_rule rule;
     double scale = 1, prev = 1;
     int last = 0; /* this attempt's plan is kept, fitting or not */
     char why[300] = "";
     dp_status st = DP_OK;
     for (int attempt = 0;; attempt++) {
-        schedule_mem_rule(o->sched, p->sm, scale, &rule);
+        schedule_mem_rule(p->sched, p->sm, scale, &rule);
         p->ctx.mem = &rule;
         mb_list_clear(l);
         st = p->batching->split(&p->ctx, b, n, l, err);
@@ -449,30 +461,30 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         for (int k = 0; k < l->n_mb; k++)
             if (isnan(l->mb[k].t_ms)) *answerable = 0;
         if (!*answerable) break;
-        if (p->prune_left_ms > 0 && (!p->prune_needs_fit || o->sched->admits_by_memory)) {
+        if (p->prune_left_ms > 0 && (!p->prune_needs_fit || p->sched->admits_by_memory)) {
             /* study_opts.prune_ms: before the order search */
             plan_iter_release(pi);
             TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
             int final = !p->prune_needs_fit;
             if (!final) {
-                TRY(o->sched->build(&p->sctx, pi, err));
+                TRY(p->sched->build(&p->sctx, pi, err));
                 plan_machine m;
                 pm_init(&m, pi, p->sm->chunks);
                 double worst;
                 final = pm_fits(&m, p->sm->budget_mb, &worst, NULL, 0);
                 pm_release(&m);
             }
-            double lb = final ? schedule_time_lower_bound(o->sched, pi, p->sm->pp, p->sm->chunks) : 0;
+            double lb = final ? schedule_time_lower_bound(p->sched, pi, p->sm->pp, p->sm->chunks) : 0;
             if (lb > p->prune_left_ms) {
                 p->pruned_lb_ms = lb;
                 break;
             }
         }
-        if (o->sched->admits_by_memory) /* its order: sim/order_search.h */
-            TRY(order_search(p->sm, o->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, NULL, err));
+        if (p->sched->admits_by_memory) /* its order: sim/order_search.h */
+            TRY(order_search(p->sm, p->sched, p->cfg, p->s, ORDER_SEARCH_ALL, l, NULL, err));
         plan_iter_release(pi);
         TRY(plan_iter_from_mbs(pi, id, l, p->sm, err));
-        TRY(o->sched->build(&p->sctx, pi, err));
+        TRY(p->sched->build(&p->sctx, pi, err));
         plan_machine m;
         pm_init(&m, pi, p->sm->chunks);
         double worst;
@@ -489,7 +501,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         if (!p->batching->memory_aware || attempt + 1 == PLAN_ATTEMPTS || last) {
             snprintf(l->why, sizeof l->why, "%s%s%s", why,
                      p->batching->memory_aware ? "" : " (this batching does not cut by memory)",
-                     o->sched->admits_by_memory
+                     p->sched->admits_by_memory
                          ? ""
                          : "\nhint: --schedule adaptive admits micro-batches by memory");
             l->feasible = 0;
@@ -504,18 +516,25 @@ out:
 }
 
 /* The cost models a run plans with: the modes of --recompute dynamic in order that the schedule
- * takes (schedule_check_recompute: none always), or cm alone. */
+ * takes (schedule_check_recompute: none always; under --schedule auto every mode, each
+ * candidate planning the ones it takes: plan_modes), or cm alone. */
 static int study_modes(const study_opts *o, const cost_model **cms)
 {
     int n = 0, dynamic = 0;
     for (int m = 0; m < RECOMPUTE_COUNT; m++) {
         if (!o->recompute_cm[m]) continue;
         dynamic = 1;
-        if (schedule_check_recompute(o->sched, (recompute_mode)m, NULL) == DP_OK)
+        if (!o->sched || schedule_check_recompute(o->sched, (recompute_mode)m, NULL) == DP_OK)
             cms[n++] = o->recompute_cm[m];
     }
     if (!dynamic) cms[n++] = o->cm;
     return n;
+}
+
+/* Whether schedule sc plans under stage model sm's recompute mode (schedule_check_recompute). */
+static int schedule_takes(const schedule *sc, const stage_model *sm)
+{
+    return schedule_check_recompute(sc, sm->cm->recompute, NULL) == DP_OK;
 }
 
 /* Points the planner at one stage model (one recompute mode) and its shape cache. */
@@ -537,6 +556,7 @@ static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache 
     int best = -1;
     int64_t best_ns = INT64_MAX;
     for (int m = 0; m < modes; m++) {
+        if (!schedule_takes(pl->sched, &sm[m])) continue;
         planner_use(pl, &sm[m], cache[m]);
         int answerable = 0;
         dp_err why = {0};
@@ -582,11 +602,14 @@ static dp_status plan_modes(planner *pl, const stage_model *sm, shape_cache *con
                       ? fastest_fitting_mode(pl, sm, cache, modes, b, n, id, l, pi)
                       : -1;
     dp_status st;
+    int last = modes - 1; /* the last mode the schedule takes (--schedule auto: zb1 not full) */
+    while (last > 0 && !schedule_takes(pl->sched, &sm[last])) last--;
     for (*mode = fastest >= 0 ? fastest : 0;; (*mode)++) {
+        if (fastest < 0 && *mode < last && !schedule_takes(pl->sched, &sm[*mode])) continue;
         planner_use(pl, &sm[*mode], cache[*mode]);
         *answerable = 0;
         st = plan_iteration(pl, b, n, id, l, pi, answerable, why);
-        if (fastest >= 0 || *mode + 1 == modes || pl->pruned_lb_ms > 0) break;
+        if (fastest >= 0 || *mode >= last || pl->pruned_lb_ms > 0) break;
         if (st == DP_ERR_INFEASIBLE) continue; /* a sample fits nowhere in this mode */
         if (st != DP_OK || (*answerable && l->feasible)) break;
     }
@@ -604,18 +627,39 @@ static dp_status relax_modes(const planner *pl, const stage_model *sm,
     return mixed_recompute_relax(pi, l, by_mode, sm[mode].cm->recompute, why);
 }
 
-/* --batching auto: the candidate whose plan of this batch (under the recompute rule, relaxed as
- * the run keeps it) fits and simulates fastest, ties to the earlier; 0 when none fits (its plan
- * then reports why). */
+/* The schedules a run plans each iteration with: o->sched, or under --schedule auto every one-chunk
+ * schedule that takes one of the run's modes, the baseline (1F1B) first and the rest in
+ * schedule_list order (ties go to the earlier). Their count. */
+#define STUDY_SCHEDULES_MAX 8
+static int study_schedules(const study_opts *o, const stage_model *sm, int modes,
+                           const schedule **out)
+{
+    if (o->sched) return out[0] = o->sched, 1;
+    int ns, n = 0;
+    const schedule *all = schedule_list(&ns);
+    out[n++] = schedule_baseline();
+    for (int i = 0; i < ns && n < STUDY_SCHEDULES_MAX; i++) {
+        int takes = 0;
+        for (int m = 0; m < modes; m++) takes |= schedule_takes(&all[i], &sm[m]);
+        if (!all[i].chunked && takes && &all[i] != schedule_baseline()) out[n++] = &all[i];
+    }
+    return n;
+}
+
+/* --batching auto, --schedule auto: the (schedule, batching) pair whose plan of this batch (under
+ * the recompute rule, relaxed as the run keeps it) fits and simulates fastest, ties to the
+ * earlier; its index s * n_cands + c, 0 when none fits (its plan then reports why). */
 static int fastest_candidate(planner *pl, const batcher *const *cands, int n_cands,
-                             const stage_model *sm, const stage_model *const *by_mode,
-                             shape_cache *const *cache, int modes, const sample_len *b, int n,
-                             int id, mb_list *l, plan_iter *pi)
+                             const schedule *const *scheds, int n_scheds, const stage_model *sm,
+                             const stage_model *const *by_mode, shape_cache *const *cache,
+                             int modes, const sample_len *b, int n, int id, mb_list *l,
+                             plan_iter *pi)
 {
     int best = 0;
     int64_t best_ns = INT64_MAX;
-    for (int c = 0; c < n_cands; c++) {
-        planner_batching(pl, cands[c]);
+    for (int c = 0; c < n_cands * n_scheds; c++) {
+        planner_batching(pl, cands[c % n_cands]);
+        pl->sched = scheds[c / n_cands];
         int answerable = 0, mode;
         dp_err why = {0};
         if (plan_modes(pl, sm, cache, modes, b, n, id, l, pi, &answerable, &mode, &why) != DP_OK ||
@@ -635,7 +679,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     const cost_model *cms[RECOMPUTE_COUNT];
     int modes = study_modes(o, cms);
     memset(r, 0, sizeof *r);
-    for (int m = 0; m < modes; m++)
+    for (int m = 0; m < modes && o->sched; m++) /* (auto: each candidate the modes it takes) */
         if ((st = schedule_check_recompute(o->sched, cms[m]->recompute, err)) != DP_OK) return st;
     stage_model *sm = NULL;
     if ((st = stage_models(o, cms, modes, &sm, err)) != DP_OK) return st;
@@ -647,7 +691,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_begin(&acc, r, &cfg, o->sink);
     acc.model = &o->cm->model;
     acc.sched = o->sched;
-    if (o->warmup > 0 && o->sched && o->sched->warms_up)
+    if (o->warmup > 0 && (!o->sched || o->sched->warms_up)) /* (auto: 1F1B among its candidates) */
         acc.no_closed_form = "none: --warmup caps the warm-up it assumes";
     if (o->stream_path) acc.keep_max = STUDY_ITER_KEEP; /* bounded memory */
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
@@ -657,7 +701,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     /* the batchings planned per iteration: o's own, or auto's candidates */
     const batcher *cands[BATCH_CANDIDATES_MAX];
     int n_cands = study_candidates(o->batching, cands);
-    planner pl = {o, cands[0], &sm[0],
+    const schedule *scheds[STUDY_SCHEDULES_MAX]; /* and the schedules: o's own, or auto's */
+    int n_scheds = study_schedules(o, sm, modes, scheds);
+    planner pl = {o, cands[0], scheds[0], &sm[0],
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    cands[0]->varlen},
                   {&sm[0]},
@@ -688,7 +734,8 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     int64_t first_tokens = 0;
     /* study_opts.prune_ms: where a lower bound may be taken (after the fit; before it when the
      * first plan is the only one) */
-    int prune_fit = o->prune_ms > 0 && !o->recompute_per_mb && !o->recompute_by_time && n_cands == 1;
+    int prune_fit = o->prune_ms > 0 && !o->recompute_per_mb && !o->recompute_by_time &&
+                    n_cands * n_scheds == 1;
     int prune_early = prune_fit && modes == 1 && !o->batching->memory_aware;
     /* and before planning anything: the floors of this iteration and every later one */
     int n_floors = 0;
@@ -718,17 +765,19 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         dp_err why = {0};
         /* auto: the candidate whose plan fits and simulates fastest, planned again below
          * (planning is deterministic); ties to the earlier candidate */
-        int winner = n_cands > 1 ? fastest_candidate(&pl, cands, n_cands, sm, by_mode, cache,
-                                                     modes, b, n, planned, &l, &pi)
-                                 : 0;
-        planner_batching(&pl, cands[winner]);
+        int winner = n_cands * n_scheds > 1
+                         ? fastest_candidate(&pl, cands, n_cands, scheds, n_scheds, sm, by_mode,
+                                             cache, modes, b, n, planned, &l, &pi)
+                         : 0;
+        planner_batching(&pl, cands[winner % n_cands]);
+        pl.sched = scheds[winner / n_cands];
         double spent_ms = (double)acc.t_ns / 1e6;
         pl.prune_left_ms = prune_fit ? fmax(o->prune_ms - spent_ms, 1e-300) : 0;
         pl.prune_needs_fit = !prune_early;
         pl.pruned_lb_ms = 0;
         st = plan_modes(&pl, sm, cache, modes, b, n, planned, &l, &pi, &answerable, &mode, &why);
         if (prune_fit && st == DP_OK && answerable && l.feasible && pl.pruned_lb_ms == 0) {
-            double lb = schedule_time_lower_bound(o->sched, &pi, o->pp, o->chunks);
+            double lb = schedule_time_lower_bound(pl.sched, &pi, o->pp, o->chunks);
             if (spent_ms + lb > o->prune_ms) pl.pruned_lb_ms = lb;
         }
         if (pl.pruned_lb_ms > 0) {
@@ -782,7 +831,9 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         } else {
             pi.recompute = (int)rc;
         }
-        snprintf(pi.batching, sizeof pi.batching, "%s", n_cands > 1 ? cands[winner]->name : "");
+        snprintf(pi.batching, sizeof pi.batching, "%s",
+                 n_cands > 1 ? cands[winner % n_cands]->name : "");
+        snprintf(pi.schedule, sizeof pi.schedule, "%s", o->sched ? "" : pl.sched->name);
         if (o->validate) TRY(plan_validate(&pi, o->chunks, "plan", err));
         if (o->plan_out) TRY(plan_writer_add(o->plan_out, &pi, err));
         int sim_oom = r->sim_oom;
@@ -822,41 +873,6 @@ dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err
     free(left);
     free(sm);
     return st;
-}
-
-dp_status study_best_schedule(const study_opts *o, const trace *t, const schedule **best,
-                              double *tokens_per_s, dp_err *err)
-{
-    int n;
-    const schedule *all = schedule_list(&n);
-    *best = NULL;
-    double top = 0;
-    char first[DP_ERR_MSG_MAX] = "";
-    for (int i = 0; i < n; i++) {
-        tokens_per_s[i] = 0;
-        const schedule *sc = &all[i];
-        if (sc->chunked && o->chunks < 2) continue; /* --chunks is the chunked one's */
-        int dynamic = 0;
-        for (int m = 0; m < RECOMPUTE_COUNT; m++) dynamic |= o->recompute_cm[m] != NULL;
-        if (!dynamic && schedule_check_recompute(sc, o->cm->recompute, NULL) != DP_OK) continue;
-        study_opts q = *o;
-        q.sched = sc, q.sink = NULL, q.plan_out = NULL, q.progress = NULL;
-        if (!sc->chunked) q.chunks = 1;
-        study_result r;
-        dp_err e = {0};
-        dp_status st = study_run(&q, t, &r, &e);
-        int fits = st == DP_OK && r.feasible && !r.oom && !r.failed_iterations;
-        if (fits) tokens_per_s[i] = r.throughput_tokens_per_s;
-        else if (!first[0])
-            snprintf(first, sizeof first, "%s: %.900s", sc->name,
-                     st != DP_OK ? e.msg : r.why[0] ? r.why : "out of memory");
-        if (fits && r.throughput_tokens_per_s > top) top = r.throughput_tokens_per_s, *best = sc;
-        study_result_release(&r);
-        if (st == DP_ERR_NOMEM) return dp_fail(err, st, "out of memory");
-    }
-    if (!*best)
-        return dp_fail(err, DP_ERR_INFEASIBLE, "--schedule auto: no schedule's run fits (%s)", first);
-    return DP_OK;
 }
 
 char *study_metrics_json(const study_result *r)

@@ -49,7 +49,9 @@ typedef struct study_opts {
     const cost_model *cm;
     const batch_rules *rules;
     const batcher *batching;
-    const schedule *sched;
+    const schedule *sched; /* NULL: --schedule auto, per iteration the one-chunk schedule whose
+                            * plan fits and simulates fastest (with --batching auto: the fastest
+                            * pair), each named in its plan_iter.schedule */
     int pp, chunks, dp, zero;
     int shard_group; /* HSDP: ZeRO's state over this many GPUs of the data-parallel group
                       * (stage_model_init_sharded); 0: all */
@@ -123,6 +125,8 @@ typedef struct study_result {
     int first_failed[8], n_first_failed; /* the ids of the first iterations left out */
     char win_name[BATCH_CANDIDATES_MAX][32]; /* --batching auto: the batchings that won */
     int wins[BATCH_CANDIDATES_MAX], n_wins;
+    char sched_win_name[8][32]; /* --schedule auto: the schedules that won */
+    int sched_wins[8], n_sched_wins;
     int failed_iterations;  /* left out under keep_going */
     int recompute_iterations[RECOMPUTE_COUNT]; /* simulated iterations per recompute mode */
     int recompute_microbatches[RECOMPUTE_COUNT]; /* and micro-batches, where their mode is known */
@@ -187,9 +191,11 @@ dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err
 typedef struct study_acc {
     study_result *r;
     const model_spec *model; /* for the hardware FLOPs (NULL: unknown) */
-    const schedule *sched;   /* for the closed form (NULL: unknown, none printed) */
+    const schedule *sched;   /* for the closed form (NULL: unknown, none printed; an iteration
+                              * that names its schedule, plan_iter.schedule, takes its own) */
     const char *no_closed_form; /* non-NULL: why the schedule's closed form does not hold here
                                  * (--warmup caps the warm-up it assumes): none printed */
+    int per_iteration;       /* set by study_add: an iteration named its own schedule */
     sim_config cfg;
     sim s;
     uint64_t hash;
@@ -213,15 +219,6 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
  * above the GPU's peak (the cost model's times are faster than the hardware allows: a profile
  * of another model or GPU, or a plan file's times edited). The totals are filled either way. */
 dp_status study_end(study_acc *a, dp_err *err);
-
-/* --schedule auto (per run, as trainers fix one schedule): runs o under every schedule that can
- * plan it (a chunked one only where o->chunks > 1; none that refuses the recompute mode), without
- * o's sink, plan output or progress, and returns in *best the one of the highest throughput
- * whose run fits (ties to the earlier in schedule_list), with each one's throughput in
- * tokens_per_s[i] (schedule_list order; 0: it did not run or fit). DP_ERR_INFEASIBLE, naming
- * the first failure, when none fits. */
-dp_status study_best_schedule(const study_opts *o, const trace *t, const schedule **best,
-                              double *tokens_per_s, dp_err *err);
 
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored). */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);

@@ -262,6 +262,7 @@ static cJSON *iter_json(const plan_iter *it)
     if (it->recompute >= 0)
         cJSON_AddStringToObject(o, "recompute", recompute_name((recompute_mode)it->recompute));
     if (it->batching[0]) cJSON_AddStringToObject(o, "batching", it->batching);
+    if (it->schedule[0]) cJSON_AddStringToObject(o, "schedule", it->schedule);
     if (it->has_objective) {
         cJSON *ob = cJSON_AddObjectToObject(o, "objective");
         cJSON_AddNumberToObject(ob, "value", it->obj_value_ms);
@@ -588,6 +589,13 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
         goto out;
     }
     snprintf(it->batching, sizeof it->batching, "%s", bt ? bt->valuestring : "");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "schedule"); /* (plan_check: known) */
+    if (sc && (!cJSON_IsString(sc) || !sc->valuestring[0] ||
+               strlen(sc->valuestring) >= sizeof it->schedule)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"schedule\" must name a schedule", name, where);
+        goto out;
+    }
+    snprintf(it->schedule, sizeof it->schedule, "%s", sc ? sc->valuestring : "");
     const cJSON *ob = cJSON_GetObjectItemCaseSensitive(o, "objective");
     if (cJSON_IsObject(ob)) {
         it->has_objective = 1;

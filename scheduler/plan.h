@@ -11,7 +11,8 @@
  *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
  *              "pad_multiple": 8, "min_padded": 16},
- *    "iterations": [{"id": i, "recompute": "selective" (dynamic plans),
+ *    "iterations": [{"id": i, "recompute": "selective" (dynamic plans), "batching": "dynamic"
+ *       ("auto" plans: the iteration's winner), "schedule": "zb1" (the same for schedules),
  *       "microbatches": [{"id": k, "samples": [trace ids], "mbs": m, "enc_len": A, "dec_len": B,
  *                         "tokens": real, "padded_tokens": …, "replica": r,
  *                         "recompute": "full" (mixed plans: this micro-batch's mode),
@@ -121,6 +122,9 @@ typedef struct plan_iter {
     char batching[32];  /* the batching that planned it ("batching"; --batching auto says
                          * "auto" in its header and the winner in every iteration); "" = the
                          * header's */
+    char schedule[32];  /* the schedule that ordered it ("schedule"; --schedule auto says "auto"
+                         * in its header and a one-chunk schedule in every iteration: plan_check);
+                         * "" = the header's */
 } plan_iter;
 
 typedef struct plan_header {

@@ -630,9 +630,26 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     if (p->n_it < 1)
         return dp_fail(err, DP_ERR_INVALID, "%s: the plan has no iteration (rule: a plan runs at "
                        "least one iteration)", where);
-    if (!schedule_find(p->h.schedule))
+    int chooses = strcmp(p->h.schedule, SCHEDULE_AUTO) == 0;
+    if (!chooses && !schedule_find(p->h.schedule))
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
                        "(rule: known names; dpsim plan --list)", where, p->h.schedule);
+    if (chooses && p->h.chunks > 1)
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"auto\" with \"chunks\" %d (rule: "
+                       "known names; auto chooses among the one-chunk schedules)", where, p->h.chunks);
+    for (int i = 0; i < p->n_it; i++) {
+        const plan_iter *it = &p->it[i];
+        const schedule *sc = it->schedule[0] ? schedule_find(it->schedule) : NULL;
+        if (chooses && (!sc || sc->chunked))
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"schedule\" \"%s\" (rule: "
+                           "known names; an auto plan names a one-chunk schedule in every "
+                           "iteration)", where, it->id, it->schedule);
+        if (!chooses && it->schedule[0])
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"schedule\" \"%s\" of its own "
+                           "in a plan whose header names %s (rule: known names; only an \"auto\" "
+                           "plan names one per iteration)", where, it->id, it->schedule,
+                           p->h.schedule);
+    }
     int dynamic = p->h.recompute == RECOMPUTE_POLICY_DYNAMIC;
     int mixed = p->h.recompute == RECOMPUTE_POLICY_MIXED;
     if (p->h.recompute < 0 || p->h.recompute >= RECOMPUTE_POLICY_FASTEST)

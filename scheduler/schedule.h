@@ -78,6 +78,9 @@ const schedule *schedule_baseline(void);
 const char *schedule_for_options(const char *const *names, int n);
 
 const schedule *schedule_find(const char *name);
+/* The name that chooses per iteration (--schedule auto; a plan's header then, and each iteration
+ * its own one-chunk schedule): not a schedule of the list, schedule_find does not know it. */
+#define SCHEDULE_AUTO "auto"
 
 /* Whether sc plans under recompute mode rc: a schedule that splits the backward leaves the weight
  * gradients to a W, and under full recompute B reruns each layer's forward, whose activations W

@@ -415,21 +415,35 @@ check "... and replays to the same timeline" bash -c "grep -q timeline_hash '$TM
 expect "compare puts auto beside the best other row of its schedule" 0 "# auto/1f1b over the best other 1f1b row \\(.*\\): 1\\.[0-9]{3}x" -- \
   "$DPSIM" compare --iterations 4 --schedules 1f1b --no-figures
 
-# --- --schedule auto (per run) ---------------------------------------------------------------------
-expect "sim --schedule auto says what it chose and why" 0 "auto chose [a-z0-9]+ \\(tokens/s: 1f1b [0-9]+ adaptive [0-9]+ zb1 [0-9]+\\)" -- \
-  "$DPSIM" sim --schedule auto --iterations 3
-chosen=$(sed -n 's/.*auto chose \([a-z0-9]*\) .*/\1/p' "$TMP/out")
-best=$(for s in gpipe 1f1b adaptive zb1; do "$DPSIM" sim --schedule $s --iterations 3 2>/dev/null |
-  awk -v s=$s '/out of memory +YES/ { oom = 1 } /^throughput/ { t = $4 } END { if (!oom) print t, s }'; done |
-  awk '$1 > m { m = $1; s = $2 } END { print s }') # the first strictly faster, in list order, as auto picks
-check "... the schedule whose own run is fastest and fits ($best)" test "$chosen" = "$best"
-expect "... and a plan of it names that schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
-check "... in its header" grep -q "\"schedule\":\"$chosen\"" "$TMP/sa.json"
-expect "--schedule auto --chunks 2: interleaved at 2 chunks among them, the winner run as it is" 0 "^iterations +2" -- \
+# --- --schedule auto (per iteration) ---------------------------------------------------------------
+expect "sim --schedule auto says how many iterations each schedule won" 0 "iterations per schedule \\(auto\\) +[a-z0-9]+ [0-9]+" -- \
+  "$DPSIM" sim --schedule auto --iterations 3 --model llama3-8b --hw dgx-h100 --max-seqlen 8192 --global-tokens 262144 \
+  --pp 4 --dp 2 --recompute dynamic
+auto=$(awk '/^throughput/ { print $4 }' "$TMP/out")
+best=$(for s in gpipe 1f1b adaptive zb1; do "$DPSIM" sim --schedule $s --iterations 3 --model llama3-8b --hw dgx-h100 \
+  --max-seqlen 8192 --global-tokens 262144 --pp 4 --dp 2 --recompute dynamic 2>/dev/null |
+  awk '/out of memory +YES/ { oom = 1 } /^throughput/ { t = $4 } END { if (!oom) print t }'; done | sort -n | tail -1)
+check "... at least the best single schedule's throughput ($auto >= $best)" test "$auto" -ge "$best"
+expect "... and a plan of it names auto, and each iteration its schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
+check "... in its header and every iteration" python3 -c "
+import json, sys; p = json.load(open(sys.argv[1]))
+assert p['schedule'] == 'auto' and all(it['schedule'] in ('gpipe', '1f1b', 'adaptive', 'zb1') for it in p['iterations'])" "$TMP/sa.json"
+"$DPSIM" sim --schedule auto --iterations 3 --json >"$TMP/sa1.json" 2>/dev/null
+"$DPSIM" sim --plan "$TMP/sa.json" --json >"$TMP/sa2.json" 2>/dev/null
+check "... which replays to the same timeline" bash -c "grep -q timeline_hash '$TMP/sa1.json' && grep timeline_hash '$TMP/sa1.json' | cmp -s - <(grep timeline_hash '$TMP/sa2.json')"
+sed 's/"schedule":"auto"/"schedule":"1f1b"/' "$TMP/sa.json" >"$TMP/sa_named.json"
+expect "a plan naming its schedule in the header and one per iteration is refused" 1 "of its own in a plan whose header names 1f1b" -- \
+  "$DPSIM" sim --plan "$TMP/sa_named.json"
+python3 -c "
+import json, sys; p = json.load(open(sys.argv[1])); p['iterations'][1]['schedule'] = 'interleaved'
+json.dump(p, open(sys.argv[2], 'w'))" "$TMP/sa.json" "$TMP/sa_chunked.json"
+expect "an auto plan whose iteration names a chunked schedule is refused, naming it" 1 "iteration 1: \"schedule\" \"interleaved\"" -- \
+  "$DPSIM" sim --plan "$TMP/sa_chunked.json"
+expect "--schedule auto --chunks 2 is refused (auto chooses among the one-chunk schedules)" 2 "auto chooses among the one-chunk schedules per iteration" -- \
   "$DPSIM" sim --schedule auto --chunks 2 --pp 4 --iterations 2
-check "... (its header names the winner)" grep -Eq "^# sim: dynamic, $(sed -n 's/.*auto chose \([a-z0-9]*\) .*/\1/p' "$TMP/out")," "$TMP/out"
-"$DPSIM" sweep --grid 'schedule=auto' --iterations 1 -o "$TMP/sa_sweep.csv" >/dev/null 2>&1
-check "--schedule auto elsewhere (a sweep point) is refused with the reason" grep -q "schedule auto applies to plan and sim" "$TMP/sa_sweep.csv"
+"$DPSIM" sweep --grid 'schedule=1f1b,auto' --iterations 2 -o "$TMP/sa_sweep.csv" >/dev/null 2>&1
+check "--schedule auto as a sweep point runs, at least 1F1B's throughput" awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
+  NR > 1 { t[$c["schedule"]] = $c["throughput_tokens_per_s"] } END { exit !(t["auto"] + 0 >= t["1f1b"] + 0 && t["1f1b"] > 0) }' "$TMP/sa_sweep.csv"
 
 
 # --- HSDP: ZeRO sharded inside a group, replicated across ------------------------------------------

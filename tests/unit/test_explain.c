@@ -11,6 +11,7 @@
 #include "../../planner/explain.h"
 #include "../../planner/setup.h"
 #include "../../planner/study.h"
+#include "../../planner/tune_run.h"
 
 #define TRACE DPSIM_SRCDIR "/traces/flanv2-100k.csv"
 
@@ -154,7 +155,7 @@ static void test_what_if_scales_one_constant(void **state)
 }
 
 typedef struct notes {
-    int n, chose, assumed;
+    int n, left_out, assumed;
 } notes;
 
 static void collect(void *ctx, dp_note_kind kind, const char *text)
@@ -162,20 +163,21 @@ static void collect(void *ctx, dp_note_kind kind, const char *text)
     notes *c = ctx;
     assert_int_equal(kind, DP_NOTE_LINE);
     c->n++;
-    c->chose += strstr(text, "--schedule auto chose") != NULL;
+    c->left_out += strstr(text, "tp 8 left out of the search") != NULL;
     c->assumed += strstr(text, "the analytic model's efficiencies") != NULL;
 }
 
 /* Library code reports through the notes' sink (common/dp.h), never on stderr: the set-up's note
- * on an analytic model used off its fitted GPU and --schedule auto's choice reach the sink, and
- * stderr (a file here) stays empty. First in the list: the set-up's note is told once a process. */
+ * on an analytic model used off its fitted GPU and tune's note on a tp the heads refuse reach the
+ * sink, and stderr (a file here) stays empty. First in the list: the set-up's note is told once a
+ * process. */
 static void test_library_notes_through_the_sink(void **state)
 {
     (void)state;
     plan_request p;
-    small_run(&p, "llama3.1-8b", "h100");
+    small_run(&p, "gpt2-124m", "h100"); /* 12 heads: tune leaves tp 8 out */
     p.cost.quiet = 0;
-    p.schedule = "auto";
+    p.max_seqlen = 1024;
     notes seen = {0};
     dp_set_note_sink(collect, &seen);
     fflush(stderr);
@@ -184,14 +186,20 @@ static void test_library_notes_through_the_sink(void **state)
     int saved = dup(STDERR_FILENO);
     dup2(fileno(err_file), STDERR_FILENO);
     dp_err err = {0};
-    dp_status st = planner_choose_schedule(&p, &err);
+    plan_env env;
+    dp_status st = planner_setup(&p, &env, &err);
+    tune_space sp;
+    int gpus = 8;
+    static const char *const one[] = {"packing"};
+    if (st == DP_OK) st = planner_tune_space(&p, &env, &gpus, one, 1, one, 0, NULL, 0, NULL, 0, &sp, &err);
+    plan_env_release(&env);
     fflush(stderr);
     dup2(saved, STDERR_FILENO);
     close(saved);
     dp_set_note_sink(NULL, NULL);
-    assert_int_equal(st, DP_OK);
-    assert_true(strcmp(p.schedule, "auto") != 0);
-    assert_int_equal(seen.chose, 1);
+    if (st != DP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(sp.n_tps, 3); /* 1, 2, 4 */
+    assert_int_equal(seen.left_out, 1);
     assert_int_equal(seen.assumed, 1);
     fseek(err_file, 0, SEEK_END);
     assert_int_equal(ftell(err_file), 0);

@@ -891,6 +891,82 @@ static void test_batching_auto(void **state)
     setup_release(&s);
 }
 
+/* --schedule auto against each one-chunk schedule run alone: per iteration its time is the fastest
+ * fitting schedule's (ZB-H1 only in the modes it takes: under --recompute dynamic it plans without
+ * full recompute), it names that schedule, and the run is never slower than the best single one;
+ * its plan's header says auto and passes plan_check; a per-iteration name in a plan that names
+ * one schedule, or an auto plan's iteration that names none or a chunked one, is refused. */
+static void test_schedule_auto(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 4096);
+    for (int q = 0; q < 2; q++) {
+        int mode = q ? -1 : RECOMPUTE_NONE;
+        study_opts o = opts_of(&s, mode, "1f1b", 6, 1);
+        o.sched = NULL;
+        study_result ra;
+        dp_err err = {0};
+        if (study_run(&o, &s.t, &ra, &err) != DP_OK) fail_msg("%s", err.msg);
+        static const char *const names[] = {"gpipe", "1f1b", "adaptive", "zb1"};
+        double best_ms[6] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+        double best_run = 0;
+        for (int k = 0; k < 4; k++) {
+            study_result rb;
+            study_opts ob = opts_of(&s, mode, names[k], 6, 1);
+            if (study_run(&ob, &s.t, &rb, &err) != DP_OK) fail_msg("%s", err.msg);
+            assert_int_equal(rb.n_iter, ra.n_iter);
+            for (int i = 0; i < rb.n_iter; i++)
+                if (!rb.iter[i].failed) best_ms[i] = fmin(best_ms[i], rb.iter[i].ms);
+            print_message("%s %s: %.0f tokens/s, %d left out\n", mode < 0 ? "dynamic" : "none",
+                          names[k], rb.throughput_tokens_per_s, rb.failed_iterations);
+            if (!rb.oom && rb.feasible && !rb.failed_iterations) /* the same tokens as auto's */
+                best_run = fmax(best_run, rb.throughput_tokens_per_s);
+            study_result_release(&rb);
+        }
+        print_message("%s auto: %.0f tokens/s, %d left out\n", mode < 0 ? "dynamic" : "none",
+                      ra.throughput_tokens_per_s, ra.failed_iterations);
+        int won = 0;
+        for (int i = 0; i < ra.n_iter; i++) {
+            if (ra.iter[i].failed) {
+                assert_true(isinf(best_ms[i]));
+                continue;
+            }
+            assert_near(ra.iter[i].ms, best_ms[i], 1e-9);
+        }
+        for (int k = 0; k < ra.n_sched_wins; k++) {
+            assert_non_null(schedule_find(ra.sched_win_name[k]));
+            won += ra.sched_wins[k];
+        }
+        assert_int_equal(won, ra.iterations);
+        if (!ra.failed_iterations) assert_true(ra.throughput_tokens_per_s >= best_run * (1 - 1e-12));
+        study_result_release(&ra);
+    }
+    /* the plan: auto in the header, a one-chunk schedule in every iteration */
+    plan pl;
+    study_result r;
+    stage_model sm[RECOMPUTE_COUNT];
+    run_to_plan(&s, "auto", 3, 0, 0, &r, &pl, sm);
+    assert_string_equal(pl.h.schedule, "auto");
+    dp_err err = {0};
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_OK);
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", pl.it[1].schedule);
+    assert_non_null(schedule_find(keep));
+    pl.it[1].schedule[0] = '\0';
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "iteration 1");
+    snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "interleaved");
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+    snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "%s", keep);
+    snprintf(pl.h.schedule, sizeof pl.h.schedule, "1f1b");
+    assert_int_equal(plan_check(&pl, "named.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "of its own in a plan whose header names 1f1b");
+    plan_release(&pl);
+    study_result_release(&r);
+    setup_release(&s);
+}
+
 static void test_panels_stable_ids(void **state)
 {
     (void)state;
@@ -1238,6 +1314,7 @@ int main(void)
         cmocka_unit_test(test_zero_communication),
         cmocka_unit_test(test_comm_overlap),
         cmocka_unit_test(test_batching_auto),
+        cmocka_unit_test(test_schedule_auto),
         cmocka_unit_test(test_panels_stable_ids),
         cmocka_unit_test(test_cp_memory_adds_up),
         cmocka_unit_test(test_tune_scoring_trace),
