@@ -243,7 +243,8 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     const schedule *sc = it->schedule[0] ? schedule_find(it->schedule) : a->sched;
     if (it->schedule[0]) {
         a->per_iteration = 1;
-        study_count_win(r->sched_win_name, r->sched_wins, &r->n_sched_wins, 8, it->schedule);
+        study_count_win(r->sched_win_name, r->sched_wins, &r->n_sched_wins, STUDY_SCHEDULES_MAX,
+                        it->schedule);
     }
     double cf = sc && sc->closed_form && !a->no_closed_form ? 0 : NAN, cf_bubble = cf;
     for (int rep = 0; rep < cfg->dp && !isnan(cf); rep++) {
@@ -630,7 +631,6 @@ static dp_status relax_modes(const planner *pl, const stage_model *sm,
 /* The schedules a run plans each iteration with: o->sched, or under --schedule auto every one-chunk
  * schedule that takes one of the run's modes, the baseline (1F1B) first and the rest in
  * schedule_list order (ties go to the earlier). Their count. */
-#define STUDY_SCHEDULES_MAX 8
 static int study_schedules(const study_opts *o, const stage_model *sm, int modes,
                            const schedule **out)
 {

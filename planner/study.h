@@ -111,6 +111,9 @@ typedef struct study_iter {
     char why[160];
 } study_iter;
 
+/* The schedules --schedule auto tries at most (the one-chunk ones of schedule_list). */
+#define STUDY_SCHEDULES_MAX 8
+
 /* A streamed run keeps the records of its first STUDY_ITER_KEEP iterations only (its totals count
  * them all), so that its memory does not grow with the trace. */
 #define STUDY_ITER_KEEP 4096
@@ -125,8 +128,8 @@ typedef struct study_result {
     int first_failed[8], n_first_failed; /* the ids of the first iterations left out */
     char win_name[BATCH_CANDIDATES_MAX][32]; /* --batching auto: the batchings that won */
     int wins[BATCH_CANDIDATES_MAX], n_wins;
-    char sched_win_name[8][32]; /* --schedule auto: the schedules that won */
-    int sched_wins[8], n_sched_wins;
+    char sched_win_name[STUDY_SCHEDULES_MAX][32]; /* --schedule auto: the schedules that won */
+    int sched_wins[STUDY_SCHEDULES_MAX], n_sched_wins;
     int failed_iterations;  /* left out under keep_going */
     int recompute_iterations[RECOMPUTE_COUNT]; /* simulated iterations per recompute mode */
     int recompute_microbatches[RECOMPUTE_COUNT]; /* and micro-batches, where their mode is known */
