@@ -237,6 +237,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     x->microbatches = it->n_mb;
     x->tokens = tokens;
     snprintf(x->batching, sizeof x->batching, "%s", it->batching);
+    snprintf(x->schedule, sizeof x->schedule, "%s", it->schedule);
     x->ms = (double)ir.makespan_ns / 1e6;
     /* the schedule's closed form (the iteration's own under --schedule auto), the slowest
      * replica's */
@@ -900,6 +901,7 @@ char *study_metrics_json(const study_result *r)
         if (x->recompute >= 0)
             cJSON_AddStringToObject(e, "recompute", recompute_name((recompute_mode)x->recompute));
         if (x->batching[0]) cJSON_AddStringToObject(e, "batching", x->batching);
+        if (x->schedule[0]) cJSON_AddStringToObject(e, "schedule", x->schedule);
         cJSON_AddNumberToObject(e, "plan_ms", x->plan_ms);
         cJSON_AddItemToArray(per, e);
     }

@@ -20,8 +20,8 @@
  *   peak_mem_mb[s]          = model state + peak activations; oom when above the device memory
  *   timeline_hash           = FNV-1a of every simulated operation: equal inputs, equal hash
  *   per_iteration           = every iteration: id, simulated and closed-form ms, micro-batches,
- *                             tokens, recompute mode, the batching where --batching auto chose
- *                             it, planning ms, and "failed" with why for one
+ *                             tokens, recompute mode, the batching and schedule where --batching
+ *                             or --schedule auto chose them, planning ms, and "failed" with why for one
  *                             left out (--keep-going); tokens of those are not in the throughput
  *   tflops_per_gpu          = model FLOPs (model_train_flops of the real tokens, causal
  *                             self-attention at half the square: FLOPS_CAUSAL) / simulated
@@ -108,6 +108,7 @@ typedef struct study_iter {
     double pipeline_ms; /* the pipeline's own time (sim_iter_result.pipeline_ns) */
     double plan_ms;     /* planner wall time (0 for plan files) */
     char batching[32];  /* the batching that planned it where chosen per iteration (auto) */
+    char schedule[32];  /* the schedule that ordered it where chosen per iteration (auto) */
     char why[160];
 } study_iter;
 
