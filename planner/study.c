@@ -649,7 +649,10 @@ static int study_schedules(const study_opts *o, const stage_model *sm, int modes
 
 /* --batching auto, --schedule auto: the (schedule, batching) pair whose plan of this batch (under
  * the recompute rule, relaxed as the run keeps it) fits and simulates fastest, ties to the
- * earlier; its index s * n_cands + c, 0 when none fits (its plan then reports why). */
+ * earlier; its index s * n_cands + c, 0 when none fits (its plan then reports why). A pair whose
+ * plan's lower bound (schedule_time_lower_bound: the simulated time is never below it) already
+ * passes the best so far is not simulated (nor, adaptive, order-searched): it cannot win. Not
+ * under mixed or fastest recompute, whose plans change after planning. */
 static int fastest_candidate(planner *pl, const batcher *const *cands, int n_cands,
                              const schedule *const *scheds, int n_scheds, const stage_model *sm,
                              const stage_model *const *by_mode, shape_cache *const *cache,
@@ -658,19 +661,26 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
 {
     int best = 0;
     int64_t best_ns = INT64_MAX;
+    int bound = !pl->o->recompute_per_mb && !pl->o->recompute_by_time;
     for (int c = 0; c < n_cands * n_scheds; c++) {
         planner_batching(pl, cands[c % n_cands]);
         pl->sched = scheds[c / n_cands];
+        double best_ms = best_ns < INT64_MAX ? (double)best_ns / 1e6 : 0;
+        pl->prune_left_ms = bound ? best_ms : 0, pl->prune_needs_fit = 1, pl->pruned_lb_ms = 0;
         int answerable = 0, mode;
         dp_err why = {0};
         if (plan_modes(pl, sm, cache, modes, b, n, id, l, pi, &answerable, &mode, &why) != DP_OK ||
-            !answerable || !l->feasible ||
+            pl->pruned_lb_ms > 0 || !answerable || !l->feasible ||
             relax_modes(pl, sm, by_mode, answerable, mode, l, pi, &why) != DP_OK)
+            continue;
+        if (bound && best_ms > 0 &&
+            schedule_time_lower_bound(pl->sched, pi, pl->sm->pp, pl->sm->chunks) > best_ms)
             continue;
         sim_iter_result ir;
         if (sim_iteration(pl->s, pl->cfg, pi, 0, NULL, &ir, NULL) != DP_OK || ir.oom) continue;
         if (ir.makespan_ns < best_ns) best_ns = ir.makespan_ns, best = c;
     }
+    pl->prune_left_ms = 0, pl->pruned_lb_ms = 0;
     return best;
 }
 
