@@ -652,17 +652,19 @@ static int study_schedules(const study_opts *o, const stage_model *sm, int modes
  * earlier; its index s * n_cands + c, 0 when none fits (its plan then reports why). A pair whose
  * plan's lower bound (schedule_time_lower_bound: the simulated time is never below it) already
  * passes the best so far is not simulated (nor, adaptive, order-searched): it cannot win. Not
- * under mixed or fastest recompute, whose plans change after planning. */
+ * under mixed or fastest recompute, whose plans change after planning. The pair `first` (the
+ * previous iteration's winner) is tried first, for an early best; the answer is the same. */
 static int fastest_candidate(planner *pl, const batcher *const *cands, int n_cands,
                              const schedule *const *scheds, int n_scheds, const stage_model *sm,
                              const stage_model *const *by_mode, shape_cache *const *cache,
-                             int modes, const sample_len *b, int n, int id, mb_list *l,
-                             plan_iter *pi)
+                             int modes, const sample_len *b, int n, int id, int first,
+                             mb_list *l, plan_iter *pi)
 {
     int best = 0;
     int64_t best_ns = INT64_MAX;
     int bound = !pl->o->recompute_per_mb && !pl->o->recompute_by_time;
-    for (int c = 0; c < n_cands * n_scheds; c++) {
+    for (int k = 0; k < n_cands * n_scheds; k++) {
+        int c = k == 0 ? first : k <= first ? k - 1 : k; /* first, then the others in order */
         planner_batching(pl, cands[c % n_cands]);
         pl->sched = scheds[c / n_cands];
         double best_ms = best_ns < INT64_MAX ? (double)best_ns / 1e6 : 0;
@@ -678,7 +680,8 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
             continue;
         sim_iter_result ir;
         if (sim_iteration(pl->s, pl->cfg, pi, 0, NULL, &ir, NULL) != DP_OK || ir.oom) continue;
-        if (ir.makespan_ns < best_ns) best_ns = ir.makespan_ns, best = c;
+        if (ir.makespan_ns < best_ns || (ir.makespan_ns == best_ns && c < best))
+            best_ns = ir.makespan_ns, best = c;
     }
     pl->prune_left_ms = 0, pl->pruned_lb_ms = 0;
     return best;
@@ -747,6 +750,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
      * first plan is the only one) */
     int prune_fit = o->prune_ms > 0 && !o->recompute_per_mb && !o->recompute_by_time &&
                     n_cands * n_scheds == 1;
+    int winner = 0; /* auto's pair of the iteration (the previous one's is tried first) */
     int prune_early = prune_fit && modes == 1 && !o->batching->memory_aware;
     /* and before planning anything: the floors of this iteration and every later one */
     int n_floors = 0;
@@ -776,10 +780,10 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         dp_err why = {0};
         /* auto: the candidate whose plan fits and simulates fastest, planned again below
          * (planning is deterministic); ties to the earlier candidate */
-        int winner = n_cands * n_scheds > 1
-                         ? fastest_candidate(&pl, cands, n_cands, scheds, n_scheds, sm, by_mode,
-                                             cache, modes, b, n, planned, &l, &pi)
-                         : 0;
+        winner = n_cands * n_scheds > 1
+                     ? fastest_candidate(&pl, cands, n_cands, scheds, n_scheds, sm, by_mode, cache,
+                                         modes, b, n, planned, winner, &l, &pi)
+                     : 0;
         planner_batching(&pl, cands[winner % n_cands]);
         pl.sched = scheds[winner / n_cands];
         double spent_ms = (double)acc.t_ns / 1e6;
