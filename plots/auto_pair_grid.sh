@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# --batching auto --schedule auto (per iteration, the fastest fitting pair) against the best single
+# (batching, schedule) pair on auto_grid.sh's grid: two models on two clusters, max lengths 1k-8k,
+# 40 iterations, --recompute dynamic, the pairs every batching but auto and the pack-dataset ones
+# under 1F1B, adaptive and ZB-H1 (compare's rows). One row per point: auto's throughput, the best
+# pair's, their ratio, auto's planning ms per iteration; then the geometric mean and the worst.
+# usage: plots/auto_pair_grid.sh [build]   (about two minutes here)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+configs=("gpt-6.7b-16l p4d --pp 4" "llama3-8b dgx-h100 --pp 4 --dp 2")
+rows=$(for cfg in "${configs[@]}"; do
+  read -r model hw layout <<<"$cfg"
+  for L in 1024 2048 4096 8192; do
+    common=(--model "$model" --hw "$hw" $layout --max-seqlen "$L" --iterations 40 --recompute dynamic)
+    best=$("$B/dpsim" compare "${common[@]}" --schedules 1f1b,adaptive,zb1 --no-figures --json 2>/dev/null |
+      python3 -c '
+import json, sys
+rows = [r for r in json.load(sys.stdin)["rows"] if r["batching"] != "auto" and r.get("feasible") and not r.get("oom")]
+b = max(rows, key=lambda r: r["throughput_tokens_per_s"])
+print("%.1f %s/%s" % (b["throughput_tokens_per_s"], b["batching"], b["schedule"]))') ||
+      { echo "auto_pair_grid: no compare result for $model $hw $L" >&2; exit 1; }
+    auto=$("$B/dpsim" sim "${common[@]}" --batching auto --schedule auto --json 2>/dev/null |
+      python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print("%.1f %.2f" % (d["throughput_tokens_per_s"] if d["feasible"] and not d["oom"] else 0, d["plan_ms_per_iteration"]))') ||
+      { echo "auto_pair_grid: no sim result for $model $hw $L" >&2; exit 1; }
+    read -r bt bname <<<"$best"
+    read -r at ams <<<"$auto"
+    printf '%-14s %-10s %6d %10.0f %-26s %10.0f %6.3f %8s\n' "$model" "$hw" "$L" "$at" "$bname" "$bt" \
+      "$(python3 -c "print($at / $bt)")" "$ams"
+  done
+done)
+printf '%-14s %-10s %6s %10s %-26s %10s %6s %8s\n' model cluster maxlen "auto/auto" "best single pair" \
+  tokens/s ratio "plan ms"
+echo "$rows"
+awk '{ n++; a += log($(NF - 1)); if (m == "" || $(NF - 1) < m) m = $(NF - 1); if ($NF > p) p = $NF }
+  END { printf "geometric mean over %d points: %.3fx the best single pair (worst %.3fx); planning at most %.1f ms an iteration\n", n, exp(a / n), m, p }' <<<"$rows"
