@@ -294,7 +294,7 @@ static int compare_parse(int argc, char **argv, compare_args *a)
     cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", COMPARE_BATCHINGS,
                    "comma list of strategies (dpsim plan --help lists them)");
     cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", TUNE_DEFAULT_SCHEDULES,
-                   "comma list of schedules");
+                   "comma list of schedules (auto: per iteration, as --schedule auto)");
     cli_opt_string(&t, "out", 'o', &a->out, "DIR", "dpsim-out", "folder for the figures");
     cli_opt_flag(&t, "no-figures", 'n', &a->no_figures, "skip the figures");
     cli_opt_flag(&t, "json", 'j', &a->json, "print the comparison JSON contract instead of the table");

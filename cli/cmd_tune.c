@@ -107,7 +107,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_DEFAULT_BATCHINGS,
                    "methods to tune");
     cli_opt_string(&t, "schedules", 's', &a->schedules, "LIST", TUNE_DEFAULT_SCHEDULES,
-                   "schedules to try");
+                   "schedules to try (auto: per iteration, as --schedule auto)");
     cli_opt_int64(&t, "jobs", 'J', &a->jobs, "N", 1, 1024, "the machine's cores", "parallel workers");
     cli_opt_string(&t, "output", 'o', &a->out, "FILE", NULL,
                    "the ranking CSV, rewritten as configurations finish (a\n"

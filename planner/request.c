@@ -337,11 +337,12 @@ int planner_method_lists(const char *cmd, const char *usage, const char *batchin
             cli_usage_error(cmd, usage, "unknown batching \"%s\" in --batchings", out->batchings[i]);
             return -1;
         }
-    for (int i = 0; i < out->ns; i++) {
-        int known = schedule_find(out->schedules[i]) != NULL;
-        if (!known || (!interleaved_ok && schedule_find(out->schedules[i])->chunked)) {
+    for (int i = 0; i < out->ns; i++) { /* auto: per iteration, as --schedule auto */
+        const schedule *sc = schedule_find(out->schedules[i]);
+        int known = sc || strcmp(out->schedules[i], SCHEDULE_AUTO) == 0;
+        if (!known || (!interleaved_ok && sc && sc->chunked)) {
             cli_usage_error(cmd, usage, "%sschedule \"%s\" in --schedules (one of gpipe, 1f1b, "
-                            "%sadaptive, zb1)", known ? "" : "unknown ", out->schedules[i],
+                            "%sadaptive, zb1, auto)", known ? "" : "unknown ", out->schedules[i],
                             interleaved_ok ? "interleaved, " : "");
             return -1;
         }

@@ -441,6 +441,11 @@ expect "an auto plan whose iteration names a chunked schedule is refused, naming
   "$DPSIM" sim --plan "$TMP/sa_chunked.json"
 expect "--schedule auto --chunks 2 is refused (auto chooses among the one-chunk schedules)" 2 "auto chooses among the one-chunk schedules per iteration" -- \
   "$DPSIM" sim --schedule auto --chunks 2 --pp 4 --iterations 2
+"$DPSIM" compare --schedules 1f1b,zb1,auto --batchings packing,dynamic --iterations 6 --no-figures --json >"$TMP/sa_cmp.json" 2>/dev/null
+check "compare --schedules ...,auto: each batching's auto row at least its other schedules'" python3 -c "
+import json, sys; rows = json.load(open(sys.argv[1]))['rows']
+t = {(r['batching'], r['schedule']): r['throughput_tokens_per_s'] for r in rows}
+assert len(t) == 6 and all(t[(b, 'auto')] >= max(t[(b, '1f1b')], t[(b, 'zb1')]) * (1 - 1e-9) for b in ('packing', 'dynamic'))" "$TMP/sa_cmp.json"
 "$DPSIM" sweep --grid 'schedule=1f1b,auto' --iterations 2 -o "$TMP/sa_sweep.csv" >/dev/null 2>&1
 check "--schedule auto as a sweep point runs, at least 1F1B's throughput" awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
   NR > 1 { t[$c["schedule"]] = $c["throughput_tokens_per_s"] } END { exit !(t["auto"] + 0 >= t["1f1b"] + 0 && t["1f1b"] > 0) }' "$TMP/sa_sweep.csv"
