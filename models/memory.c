@@ -34,34 +34,34 @@ double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 {
     stage_placement pl = placement_stage(&cm->model, &cm->split, stage, stages);
     double mb = pl.enc_layers * cm->param_mb[COMP_ENCODER] + pl.dec_layers * cm->param_mb[COMP_DECODER];
-    return mb + memory_embedding_share_mb(cm, stage, stages);
+    placement_roles r = {pl.embedding, pl.head};
+    return mb + memory_embedding_share_mb(cm, r);
 }
 
-int memory_embedding_units(const cost_model *cm, int stage, int stages, double unit_mb[2])
+int memory_embedding_units(const cost_model *cm, placement_roles r, double unit_mb[2])
 {
     if (cm->toy.on) return 0; /* textbook stages are equal: no embedding, no head */
-    stage_placement pl = placement_stage(&cm->model, &cm->split, stage, stages);
     int n = 0;
-    if (pl.embedding) unit_mb[n++] = cm->embedding_param_mb;
-    if (pl.head && (stages > 1 || cm->model.untied_head))
+    if (r.embedding) unit_mb[n++] = cm->embedding_param_mb;
+    if (r.head && (!r.embedding || cm->model.untied_head))
         unit_mb[n++] = cm->embedding_param_mb; /* the head: V x h (and the positions' h each) */
     return n;
 }
 
-double memory_embedding_share_mb(const cost_model *cm, int stage, int stages)
+double memory_embedding_share_mb(const cost_model *cm, placement_roles r)
 {
     double unit[2], mb = 0;
-    int n = memory_embedding_units(cm, stage, stages, unit);
+    int n = memory_embedding_units(cm, r, unit);
     for (int i = 0; i < n; i++) mb += unit[i];
     return mb;
 }
 
-double memory_zero3_gathered_mb(const cost_model *cm, int stage, int stages, int layers,
+double memory_zero3_gathered_mb(const cost_model *cm, placement_roles r, int layers,
                                 double layer_mb, int zero_stage, int zero_ranks)
 {
     if (zero_stage < 3 || zero_ranks < 2) return 0;
     double unit[2], first = 0, second = 0; /* the two largest units */
-    int n = memory_embedding_units(cm, stage, stages, unit);
+    int n = memory_embedding_units(cm, r, unit);
     for (int i = 0; i < n + (layers > 0 ? 2 : 0); i++) { /* two layers stand for all of them */
         double u = i < n ? unit[i] : layer_mb;
         if (u > first) second = first, first = u;

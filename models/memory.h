@@ -39,17 +39,19 @@ void memory_model_state_parts(double param_mb, const state_bytes *b, int zero_st
  * placement.h places them (the last stage's head a copy of the tied embedding). */
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages);
 
-/* The embedding's and LM head's fp16 parameters on device `stage` of `stages`: the embedding on
- * the first; the head on the last, as a copy of the tied embedding (Megatron keeps one there)
- * when there are several stages, or as its own weights when it is untied. */
-double memory_embedding_share_mb(const cost_model *cm, int stage, int stages);
+/* The embedding's and LM head's fp16 parameters on a device that holds what r says
+ * (placement_device_roles): the embedding where it holds it; the head as a copy of the tied
+ * embedding (Megatron keeps one there) on another device, or as its own weights when it is
+ * untied (on the embedding's device a tied head is the embedding: a pipeline of one stage, or a
+ * V's first device). */
+double memory_embedding_share_mb(const cost_model *cm, placement_roles r);
 /* The same as units gathered whole under ZeRO-3: the embedding's and the head's, each its own
  * (at most 2, into unit_mb), their sum memory_embedding_share_mb. Returns how many. */
-int memory_embedding_units(const cost_model *cm, int stage, int stages, double unit_mb[2]);
+int memory_embedding_units(const cost_model *cm, placement_roles r, double unit_mb[2]);
 /* ZeRO-3's gathered working set on a device, MB: the unit that runs and the one prefetched behind
  * it, i.e. the two largest of the units it gathers whole (each of its `layers` layers of
  * layer_mb, and the embedding and the head where it holds them); 0 without ZeRO-3 over 2+ GPUs. */
-double memory_zero3_gathered_mb(const cost_model *cm, int stage, int stages, int layers,
+double memory_zero3_gathered_mb(const cost_model *cm, placement_roles r, int layers,
                                 double layer_mb, int zero_stage, int zero_ranks);
 
 #endif /* MEMORY_H */

@@ -17,6 +17,24 @@ static int shares_before(int n, int k, int i)
     return i * (n / k) + (i < n % k ? i : n % k);
 }
 
+int placement_vstage(placement_kind k, int stage, int chunk, int pp)
+{
+    return chunk * pp + (k == PLACEMENT_V && chunk % 2 ? pp - 1 - stage : stage);
+}
+
+int placement_device(placement_kind k, int v, int pp)
+{
+    int c = v / pp, r = v % pp;
+    return k == PLACEMENT_V && c % 2 ? pp - 1 - r : r;
+}
+
+placement_roles placement_device_roles(placement_kind k, int device, int pp, int chunks)
+{
+    placement_roles r = {placement_device(k, 0, pp) == device,
+                         placement_device(k, pp * chunks - 1, pp) == device};
+    return r;
+}
+
 stage_placement placement_stage(const model_spec *m, const pipeline_split *split, int v, int nv)
 {
     stage_placement p = {0};

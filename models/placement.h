@@ -9,8 +9,11 @@
  * both) — or, for GPT, as a split lists them (pipeline_split: --layers-per-stage, where the first
  * and last virtual stages may hold no layer, the embedding or the head alone, as Megatron's
  * uneven first and last stages and Llama 3's pipeline do). Virtual stage 0 holds the input
- * embedding, the last one the LM head. Device s of a pipeline of S devices holds virtual stages
- * s, s + S, s + 2S, ... (Megatron's interleaving).
+ * embedding, the last one the LM head. Device s of a pipeline of S devices holds one virtual
+ * stage of each chunk c: in a loop (Megatron's interleaving) stage c S + s; in a V (ZB-V,
+ * DualPipeV) chunk c runs down the devices where c is even and back up where it is odd, so device
+ * s holds c S + s, or c S + S - 1 - s, and the last device holds chunk 0's end and chunk 1's start
+ * (their transfer stays on it): placement_vstage, placement_device.
  *
  * What crosses from virtual stage v to v + 1 per micro-batch of mbs samples: GPT's hidden state
  * (mbs x seq x hidden); a T5 encoder stage's hidden state (mbs x enc x hidden); a T5 decoder
@@ -43,6 +46,21 @@ typedef struct pipeline_split {
     int n;                              /* virtual stages listed; 0: the even split */
     int layers[PLACEMENT_SPLIT_MAX];    /* of virtual stage v, in order */
 } pipeline_split;
+
+/* How virtual stages sit on the devices (above). */
+typedef enum placement_kind { PLACEMENT_LOOP = 0, PLACEMENT_V = 1 } placement_kind;
+
+/* The virtual stage of chunk `chunk` on device `stage` of pp, and the device of virtual stage v
+ * (its chunk is v / pp under both kinds). */
+int placement_vstage(placement_kind k, int stage, int chunk, int pp);
+int placement_device(placement_kind k, int v, int pp);
+
+/* What device `device` of pp (chunks each) holds of the embedding (virtual stage 0's) and the LM
+ * head (the last virtual stage's), placed as k says. */
+typedef struct placement_roles {
+    int embedding, head;
+} placement_roles;
+placement_roles placement_device_roles(placement_kind k, int device, int pp, int chunks);
 
 /* The placement of virtual stage v of nv, with the layers as split lists them (NULL or n 0: the
  * even split; a split must have passed placement_split_check for nv). */

@@ -50,6 +50,14 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
 dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                                    int zero_stage, int shard_group, double mem_limit_mb, dp_err *err)
 {
+    return stage_model_init_placed(sm, cm, pp, chunks, dp, zero_stage, shard_group, PLACEMENT_LOOP,
+                                   mem_limit_mb, err);
+}
+
+dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
+                                  int zero_stage, int shard_group, placement_kind place,
+                                  double mem_limit_mb, dp_err *err)
+{
     memset(sm, 0, sizeof *sm);
     const model_spec *m = &cm->model;
     if (pp < 1 || pp > STAGE_MAX)
@@ -67,11 +75,13 @@ dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp
     sm->dp = dp;
     sm->zero_stage = zero_stage;
     sm->mem_limit_mb = mem_limit_mb;
-    /* Device s holds virtual stages s, s + S, s + 2S, ... (placement.h). */
+    sm->placement = place;
+    sm->head_device = placement_device(place, virt - 1, pp);
+    /* Device s holds one virtual stage of each chunk (placement.h: in a loop or a V) */
     for (int v = 0; v < virt; v++) {
         stage_placement pl = placement_stage(m, &cm->split, v, virt);
-        sm->enc_layers[v % pp] += pl.enc_layers;
-        sm->dec_layers[v % pp] += pl.dec_layers;
+        sm->enc_layers[placement_device(place, v, pp)] += pl.enc_layers;
+        sm->dec_layers[placement_device(place, v, pp)] += pl.dec_layers;
     }
     sm->zero_ranks = dp * cm->cp;
     char why[300];
@@ -86,14 +96,15 @@ dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp
     for (int s = 0; s < pp; s++) {
         double layers_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
                            sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
-        double param_mb = layers_mb + memory_embedding_share_mb(cm, s, pp);
+        placement_roles roles = placement_device_roles(place, s, pp, chunks);
+        double param_mb = layers_mb + memory_embedding_share_mb(cm, roles);
         sm->param_mb[s] = param_mb;
         /* ZeRO-3 (FSDP): while a unit runs its whole parameters are gathered, and the next
          * unit's behind it (prefetch), as FSDP's and DeepSpeed's prefetch of one unit hold them,
          * whatever the micro-batch: the two largest of its layers, embedding and head */
         int layers = sm->enc_layers[s] + sm->dec_layers[s];
         sm->zero3_gathered_mb[s] = memory_zero3_gathered_mb(
-            cm, s, pp, layers, layers > 0 ? layers_mb / layers : 0, zero_stage, sm->zero_shard);
+            cm, roles, layers, layers > 0 ? layers_mb / layers : 0, zero_stage, sm->zero_shard);
         state_bytes sb = memory_state_bytes(cm->precision, cm->grad_bytes);
         sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_shard) +
                           sm->zero3_gathered_mb[s];
@@ -231,7 +242,7 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
                                              ne + nd, prefetch);
             out->bwd_ms[d] = stage_with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d],
                                              ne + nd, prefetch);
-            if (d == sm->pp - 1) {
+            if (d == sm->head_device) {
                 out->fwd_ms[d] += head.fwd_ms;
                 out->bwd_ms[d] += head.bwd_ms;
                 out->stored_mb[d] += head.stored_act_mb;
@@ -251,7 +262,7 @@ void stage_model_token_floor(const stage_model *sm, int d, double *enc_ms, doubl
     if (cm->toy.on) return;
     *enc_ms = sm->enc_layers[d] * cost_token_floor_ms(cm, COMP_ENCODER);
     *dec_ms = sm->dec_layers[d] * cost_token_floor_ms(cm, COMP_DECODER);
-    if (d == sm->pp - 1) /* the head runs over the decoder's tokens (T5), or the sequence's */
+    if (d == sm->head_device) /* the head runs over the decoder's tokens (T5), or the sequence's */
         *(cm->model.arch == ARCH_T5 ? dec_ms : enc_ms) += cost_token_floor_ms(cm, COMP_POSTPROCESS);
 }
 

@@ -28,6 +28,7 @@
 #define STAGE_COST_H
 
 #include "../models/cost.h"
+#include "../models/placement.h"
 
 #define STAGE_MAX 256 /* pipeline stages (devices) */
 #define REPLICA_MAX 4096 /* data-parallel replicas: --dp's range, a plan file's "dp", tune's
@@ -41,6 +42,9 @@ typedef struct stage_model {
     const cost_model *cm;
     int pp;         /* S: devices in the pipeline */
     int chunks;     /* C: interleaved model chunks per device */
+    placement_kind placement; /* how the chunks sit on the devices (placement.h): a loop, or a
+                               * V (ZB-V); stage_model_init_placed */
+    int head_device; /* the device of the last virtual stage: the LM head's */
     int warmup;     /* > 0: at most this many forwards (model chunks) before a device's first
                      * backward, where the schedule's warm-up rule asks more (--warmup; the
                      * schedules that warm up: schedule.h warms_up); 0: the rule. Set after
@@ -106,6 +110,11 @@ dp_status stage_model_init(stage_model *sm, const cost_model *cm, int pp, int ch
  * group under ZeRO 0, or one that is not cp times a divisor of dp. */
 dp_status stage_model_init_sharded(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
                                    int zero_stage, int shard_group, double mem_limit_mb, dp_err *err);
+/* The same with the chunks placed as k says (a V for ZB-V: schedule.h placement); the others
+ * place them in a loop. */
+dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp, int chunks, int dp,
+                                  int zero_stage, int shard_group, placement_kind k,
+                                  double mem_limit_mb, dp_err *err);
 /* The GPUs ZeRO's state is split over for a --shard-group of shard_group with dp replicas at
  * context parallelism cp: shard_group where it is fewer than dp x cp (HSDP), else dp x cp (0, or
  * the whole group). The one reading of the field for the stage model, the plan header, the

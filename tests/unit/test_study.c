@@ -1053,7 +1053,7 @@ static void test_cp_memory_adds_up(void **state)
              * prefetched unit gathered: the stage's embedding or head, 2.4 of Llama's layers,
              * beside one layer) */
             double layers = 2.0 * 16 * (double)model_layer_params(&m, 0) / 2 / 1e6;
-            double P = layers + memory_embedding_share_mb(cm, d, 2);
+            double P = layers + memory_embedding_share_mb(cm, placement_device_roles(PLACEMENT_LOOP, d, 2, 1));
             double emb = 2.0 * (double)model_embedding_params(&m) / 2 / 1e6;
             assert_true(emb > layers / 16);
             double w = P / (zero >= 3 ? 4 : 1) + (zero >= 3 ? emb + layers / 16 : 0);
