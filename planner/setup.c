@@ -184,7 +184,9 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     snprintf(h->schedule, sizeof h->schedule, "%s", p->schedule);
     snprintf(h->batching, sizeof h->batching, "%s", p->batching);
     h->recompute = recompute_plan_policy(&p->cost);
-    h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->chunks = p->chunks, h->zero = p->zero;
+    const schedule *sc = schedule_find(p->schedule);
+    h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->zero = p->zero;
+    h->chunks = schedule_chunks(sc, p->chunks), h->placement = sc ? sc->placement : PLACEMENT_LOOP;
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
     int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
@@ -356,13 +358,17 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                        ctx ? ", or a model spec with a longer context (\"max_position_embeddings\" "
                              "in its JSON)" : "");
     }
-    if (p->cost.split.n == 0 && (p->pp * p->chunks > model_layers(&env->model) ||
-                                 (env->model.arch == ARCH_GPT && p->pp * p->chunks > env->model.enc_layers)))
-        return placement_split_check(&env->model, NULL, p->pp * p->chunks, err);
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
     if (p->chunks > 1 && !(sc && sc->chunked))
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only%s",
                        sc ? "" : " (auto chooses among the one-chunk schedules per iteration)");
+    if (p->chunks > 1 && sc && sc->chunks_fixed && p->chunks != sc->chunks_fixed)
+        return dp_fail(err, DP_ERR_INVALID, "--schedule %s runs %d chunks a device (a V), not "
+                       "--chunks %d", sc->name, sc->chunks_fixed, p->chunks);
+    int chunks = schedule_chunks(sc, p->chunks);
+    if (p->cost.split.n == 0 && (p->pp * chunks > model_layers(&env->model) ||
+                                 (env->model.arch == ARCH_GPT && p->pp * chunks > env->model.enc_layers)))
+        return placement_split_check(&env->model, NULL, p->pp * chunks, err);
     char why[300];
     if (stage_shard_check(p->shard_group, p->dp, p->cost.cp, p->zero, why, sizeof why) != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s", why);
@@ -424,7 +430,7 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
     o->batching = batcher_find(batching);
     o->sched = schedule_find(sched);
     o->pp = p->pp;
-    o->chunks = o->sched && o->sched->chunked ? p->chunks : 1;
+    o->chunks = schedule_chunks(o->sched, p->chunks);
     o->warmup = p->warmup;
     o->dp = p->dp;
     o->zero = p->zero;
@@ -478,9 +484,9 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
     cm->toy.unit_tokens = 1;     /* the plan carries its times: only the flag matters here */
     if (model) *model = m;
-    TRY(stage_model_init_sharded(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
-                                 pl->h.shard_group,
-                                 p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
+    TRY(stage_model_init_placed(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,
+                                pl->h.shard_group, (placement_kind)pl->h.placement,
+                                p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
     TRY(plan_check_model(pl, &m, where, err));
     study_sim_config(&sm, hw, cfg);
 out:

@@ -344,8 +344,9 @@ static dp_status stage_models(const study_opts *o, const cost_model *const *cms,
     stage_model *sm = dp_xcalloc((size_t)modes, sizeof *sm);
     dp_status st = DP_OK;
     for (int m = 0; m < modes && st == DP_OK; m++) {
-        st = stage_model_init_sharded(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero,
-                                      o->shard_group, o->mem_limit_mb, err);
+        st = stage_model_init_placed(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero,
+                                     o->shard_group, o->sched ? o->sched->placement : PLACEMENT_LOOP,
+                                     o->mem_limit_mb, err);
         sm[m].warmup = o->warmup;
     }
     if (st != DP_OK) free(sm), sm = NULL;

@@ -81,14 +81,14 @@ static long each_point(const tune_space *sp, tune_point *out)
         if (!by) continue; /* the caller checks the names */
         for (int s = 0; s < sp->n_schedules; s++) {
             const schedule *sc = schedule_find(sp->schedules[s]);
-            int chunked = sc && sc->chunked;
-            for (int h = 0; h < (chunked ? sp->n_chunks : 1); h++)
+            int chunked = sc && sc->chunked, fixed = sc ? sc->chunks_fixed : 0; /* zbv: 2 */
+            for (int h = 0; h < (chunked && !fixed ? sp->n_chunks : 1); h++)
                 for (int f = 0; f < sp->n_precisions; f++)
                     for (int t = 0; t < sp->n_tps; t++)
                         for (int c = 0; c < sp->n_cps; c++) {
                             tune_point p = {.batching = sp->batchings[b],
                                             .schedule = sp->schedules[s],
-                                            .chunks = chunked ? sp->chunks[h] : 1,
+                                            .chunks = fixed ? fixed : chunked ? sp->chunks[h] : 1,
                                             .precision = sp->precisions[f], .tp = sp->tps[t],
                                             .cp = sp->cps[c] > 1 ? sp->cps[c] : 1,
                                             .cp_auto = sp->cp_autos[c]};

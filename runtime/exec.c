@@ -350,6 +350,11 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "backend shards over the whole data-parallel group: running it here would "
                        "measure another layout\nhint: --backend cpu runs it, or plan without "
                        "--shard-group", path, h->zero, h->shard_group);
+    if (on_gpu && h->placement == PLACEMENT_V)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned in a V (%s: chunk 1 runs back up the "
+                       "stages), and the cuda backend's links and streams follow a loop: running "
+                       "it here would measure another layout\nhint: --backend cpu runs it", path,
+                       h->schedule);
     dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
     if ((st = placement_split_check(m, &h->split, h->pp * h->chunks, err)) != DP_OK) {
@@ -931,7 +936,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.zero = rt_zero_stage(&pl->h, c.zranks);
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
-        int v = k * c.pp + c.stage;
+        int v = placement_vstage((placement_kind)pl->h.placement, c.stage, k, c.pp);
         stage_placement place = placement_stage(m, &pl->h.split, v, c.nv);
         chunk_state *ch = &c.ch[k];
         ch->place = place;

@@ -135,6 +135,7 @@ dp_status plan_iter_from_mbs(plan_iter *it, int id, const mb_list *l, const stag
     int pp = sm->pp;
     if (plan_iter_alloc(it, id, pp, sm->dp, l->n_mb, l->n_ids) != DP_OK)
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    it->placement = sm->placement;
     memcpy(it->ids, l->ids, (size_t)l->n_ids * sizeof *it->ids);
     if (l->n_ids) memcpy(it->lens, l->lens, (size_t)l->n_ids * 2 * sizeof *it->lens);
     mb_cost *c = malloc(sizeof *c);
@@ -293,6 +294,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
         if (h->cp_auto) cJSON_AddTrueToObject(o, "cp_auto");
     }
     cJSON_AddNumberToObject(o, "chunks", h->chunks);
+    if (h->placement == PLACEMENT_V) cJSON_AddStringToObject(o, "placement", "v");
     if (h->split.n > 0) {
         cJSON *lps = cJSON_AddArrayToObject(o, "layers_per_stage");
         for (int v = 0; v < h->split.n; v++)
@@ -583,6 +585,7 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
         goto out;
     }
     it->recompute = rc ? (int)mode : -1;
+    it->placement = h->placement;
     const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "batching");
     if (bt && (!cJSON_IsString(bt) || !batcher_find(bt->valuestring))) {
         st = dp_fail(err, DP_ERR_PARSE, "%s: %s: \"batching\" must name a batching", name, where);
@@ -628,6 +631,7 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
         return dp_fail(err, DP_ERR_PARSE, "%s: \"cp_auto\" needs a group (\"cp\" of 2 or more) "
                        "in the ring form (\"cp_kind\": \"ring\")", name);
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
+    TRY(json_choice(root, "placement", name, "loop", "v", &h->placement, err));
     const cJSON *lps = cJSON_GetObjectItemCaseSensitive(root, "layers_per_stage");
     h->split.n = 0;
     if (lps) {

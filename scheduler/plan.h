@@ -6,7 +6,7 @@
  *
  *   {"version": 1, "model": "gpt-6.7b-16l", "hw": "p4d", "model_spec": {…}, "cluster_spec": {…},
  *    "pp": S, "dp": D, "tp": T, "sp": true (with T > 1: sequence parallelism or not),
- *    "chunks": C, "zero": Z, "shard_group": G (HSDP only), "recompute": "none" (or "dynamic":
+ *    "chunks": C, "placement": "v" (only a V-shaped schedule's), "zero": Z, "shard_group": G (HSDP only), "recompute": "none" (or "dynamic":
  *    each iteration names its own; "mixed": each micro-batch names its own), "overlap": "dp,zero" (--overlap),
  *    "schedule": "1f1b", "batching": "dynamic",
  *    "rules": {"global_tokens": …, "max_seqlen": …, "max_dec_seqlen": …, "dec_extra": 2,
@@ -125,11 +125,14 @@ typedef struct plan_iter {
     char schedule[32];  /* the schedule that ordered it ("schedule"; --schedule auto says "auto"
                          * in its header and a one-chunk schedule in every iteration: plan_check);
                          * "" = the header's */
+    int placement;      /* how its chunks sit on the devices (a placement_kind, placement.h):
+                         * the header's "placement" */
 } plan_iter;
 
 typedef struct plan_header {
     char model[64], hw[64], schedule[32], batching[32];
     int pp, dp, tp, chunks, zero;
+    int placement;        /* "placement": "v" (ZB-V: placement.h's V), absent: a loop */
     pipeline_split split; /* "layers_per_stage": the layers of each virtual stage, pp x chunks of
                            * them (absent: n 0, split evenly; placement.h). Its fit to the model:
                            * placement_split_check, where the model is known */

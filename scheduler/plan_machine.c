@@ -20,6 +20,7 @@ void pm_init(plan_machine *m, const plan_iter *it, int chunks)
     m->it = it;
     m->pp = it->pp;
     m->chunks = chunks;
+    m->placement = (placement_kind)it->placement;
     m->nv = it->pp * chunks;
     m->nr = it->pp * it->dp;
     m->nmb = it->n_mb;
@@ -50,7 +51,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     s->rank = r;
     s->index = i;
     s->stage = st;
-    s->v = x->chunk * pp + st;
+    s->v = placement_vstage(m->placement, st, x->chunk, pp);
     s->kind = s->waits = s->peer_rank = s->peer_chunk = s->peer_v = -1;
     double transient = fmax(0, mb->peak_mb[st] - mb->stored_mb[st]) / C;
     switch (x->op) {
@@ -71,7 +72,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     default: { /* transfers */
         s->kind = x->op == OP_SEND_ACT || x->op == OP_RECV_ACT ? PM_ACT : PM_GRAD;
         int pv = transfer_peer(x->op, s->v);
-        s->peer_rank = R->replica * pp + pv % pp;
+        s->peer_rank = R->replica * pp + placement_device(m->placement, pv, pp);
         s->peer_chunk = pv / pp;
         s->peer_v = pv;
     }
@@ -225,10 +226,12 @@ static dp_status check_indices(const plan_machine *m, const char *where, dp_err 
                 return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "replicas", why);
             }
             if (plan_op_is_send(x->op) || plan_op_is_recv(x->op)) {
-                int v = x->chunk * m->pp + R->stage, pv = transfer_peer(x->op, v);
-                if (pv < 0 || pv >= m->nv || x->peer != pv % m->pp) {
+                int v = placement_vstage(m->placement, R->stage, x->chunk, m->pp);
+                int pv = transfer_peer(x->op, v);
+                int peer = pv < 0 || pv >= m->nv ? -1 : placement_device(m->placement, pv, m->pp);
+                if (peer < 0 || x->peer != peer) {
                     snprintf(why, sizeof why, "the peer of virtual stage %d must be stage %d", v,
-                             pv < 0 || pv >= m->nv ? -1 : pv % m->pp);
+                             peer);
                     return fail_at(m, err, DP_ERR_INVALID, where, r, i, -1, 0, "transfers", why);
                 }
                 if (x->bytes <= 0)
@@ -255,7 +258,7 @@ static dp_status check_order(const plan_machine *m, const char *where, dp_err *e
         for (int i = 0; i < R->n && st == DP_OK; i++) {
             const plan_instr *x = &R->ins[i];
             seen *e = &sn[(size_t)x->mb * (size_t)m->chunks + (size_t)x->chunk];
-            int v = x->chunk * m->pp + R->stage, last = v == m->nv - 1;
+            int v = placement_vstage(m->placement, R->stage, x->chunk, m->pp), last = v == m->nv - 1;
             const char *rule = NULL, *bad = NULL;
             if (e->n[OP_FREE]) {
                 snprintf(why, sizeof why, "uses micro-batch %d chunk %d after its FREE "

@@ -9,7 +9,8 @@
  *
  * A rank (stage s of replica r, index r * pp + s) holds, for every micro-batch k of its replica
  * and every chunk c of its device, one *slot*: the buffers of (k, c) on virtual stage
- * v = c * pp + s. The instructions, in the rank's order:
+ * v = c * pp + s (in a loop; in a V, odd chunks count down: placement.h placement_vstage). The
+ * instructions, in the rank's order:
  *
  *   RECV_ACT k c   posts the receive of k's activation from virtual stage v-1 (rank of stage
  *                  (v-1) % pp, chunk (v-1) / pp); it opens the slot and never blocks.
@@ -70,7 +71,7 @@ typedef struct pm_step {
     plan_op op;
     int rank;         /* replica * pp + stage */
     int index;        /* its place in the rank's list */
-    int stage, v;     /* device stage; virtual stage chunk * pp + stage */
+    int stage, v;     /* device stage; virtual stage (placement_vstage) */
     int kind;         /* SEND_* / RECV_*: PM_ACT or PM_GRAD; -1 otherwise */
     int waits;        /* F, B: the received kind it consumes (PM_ACT, PM_GRAD); -1 none */
     int peer_rank;    /* SEND_* / RECV_*: the rank at the other end; -1 otherwise */
@@ -86,6 +87,7 @@ typedef struct pm_step {
 typedef struct plan_machine {
     const plan_iter *it;
     int pp, chunks, nv, nr, nmb;
+    placement_kind placement; /* the iteration's (plan_iter.placement) */
     uint8_t *split;    /* per rank: runs W */
     /* untimed state (pm_run): */
     uint8_t *flags;    /* per slot (pm_slot) */

@@ -29,23 +29,35 @@ static void push(emitter *e, plan_op op, int k, int c, int peer, int64_t bytes)
         e->st = DP_ERR_NOMEM;
 }
 
+/* The device of virtual stage v, and the virtual stage of chunk c on this rank's device, as the
+ * stage model places them (placement.h: a loop or a V). */
+static int device_of(const emitter *e, int v)
+{
+    return placement_device(e->sm->placement, v, e->sm->pp);
+}
+
+static int vstage_of(const emitter *e, int c)
+{
+    return placement_vstage(e->sm->placement, e->R->stage, c, e->sm->pp);
+}
+
 static void em_fwd(emitter *e, int k, int c)
 {
-    int pp = e->sm->pp, v = c * pp + e->R->stage;
+    int v = vstage_of(e, c);
     const plan_mb *m = &e->it->mb[k];
-    if (v > 0) push(e, OP_RECV_ACT, k, c, (v - 1) % pp, schedule_act_bytes(e->sm, m, v - 1));
+    if (v > 0) push(e, OP_RECV_ACT, k, c, device_of(e, v - 1), schedule_act_bytes(e->sm, m, v - 1));
     push(e, OP_F, k, c, -1, 0);
-    if (v < e->nv - 1) push(e, OP_SEND_ACT, k, c, (v + 1) % pp, schedule_act_bytes(e->sm, m, v));
+    if (v < e->nv - 1) push(e, OP_SEND_ACT, k, c, device_of(e, v + 1), schedule_act_bytes(e->sm, m, v));
 }
 
 /* The backward's input-gradient part and its send; FREE follows unless a W comes later. */
 static void em_b(emitter *e, int k, int c, int then_free)
 {
-    int pp = e->sm->pp, v = c * pp + e->R->stage;
+    int v = vstage_of(e, c);
     const plan_mb *m = &e->it->mb[k];
-    if (v < e->nv - 1) push(e, OP_RECV_GRAD, k, c, (v + 1) % pp, schedule_act_bytes(e->sm, m, v));
+    if (v < e->nv - 1) push(e, OP_RECV_GRAD, k, c, device_of(e, v + 1), schedule_act_bytes(e->sm, m, v));
     push(e, OP_B, k, c, -1, 0);
-    if (v > 0) push(e, OP_SEND_GRAD, k, c, (v - 1) % pp, schedule_act_bytes(e->sm, m, v - 1));
+    if (v > 0) push(e, OP_SEND_GRAD, k, c, device_of(e, v - 1), schedule_act_bytes(e->sm, m, v - 1));
     if (then_free) push(e, OP_FREE, k, c, -1, 0);
 }
 
@@ -74,9 +86,10 @@ static int replica_mbs(const plan_iter *it, int r, int **list)
 }
 
 /* Whether receive x on `stage` is the one that `send` (issued by the peer) delivers. */
-static int delivers(const plan_instr *send, int peer_stage, const plan_instr *x, int pp)
+static int delivers(const plan_instr *send, int peer_stage, const plan_instr *x, int pp,
+                    placement_kind k)
 {
-    int v = send->chunk * pp + peer_stage, act = send->op == OP_SEND_ACT;
+    int v = placement_vstage(k, peer_stage, send->chunk, pp), act = send->op == OP_SEND_ACT;
     int to = v + (act ? 1 : -1);
     return x->op == (act ? OP_RECV_ACT : OP_RECV_GRAD) && x->mb == send->mb && x->chunk == to / pp;
 }
@@ -114,7 +127,8 @@ static dp_status order_receives(plan_iter *it, int replica, int pp)
                 const plan_instr *snd = &P->ins[(*j)++];
                 if ((snd->op != OP_SEND_ACT && snd->op != OP_SEND_GRAD) || snd->peer != s) continue;
                 for (int k = i; k < R->n; k++)
-                    if (!done[k] && R->ins[k].peer == x->peer && delivers(snd, x->peer, &R->ins[k], pp)) {
+                    if (!done[k] && R->ins[k].peer == x->peer &&
+                        delivers(snd, x->peer, &R->ins[k], pp, (placement_kind)it->placement)) {
                         done[k] = 1, out[n++] = R->ins[k];
                         found = k == i;
                         break;
@@ -455,6 +469,148 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
     return st;
 }
 
+/* ---- zbv (ZB-V) ---------------------------------------------------------------------------- */
+
+enum { ZBV_F, ZBV_B, ZBV_W };
+
+/* One replica's order on every device: a greedy pass over time with the plan's per-chunk times
+ * (transfers free). Each device, when free, runs by priority the ready B of the earliest ready
+ * time (ties to the earlier micro-batch), else the ready chunk-1 forward, else the next
+ * micro-batch's chunk-0 forward if it holds fewer than S micro-batches, else its oldest pending W;
+ * with nothing ready it waits for the next readiness. kind/mb/chunk[d][q]: device d's q-th op. */
+static void zbv_orders(const stage_model *sm, const plan_iter *it, const int *mbs, int m,
+                       int *kind, int *mbo, int *chunk, dp_status *st)
+{
+    int S = sm->pp, nv = 2 * S, per = 3 * 2 * (m ? m : 1); /* ops a device runs */
+    size_t cells = (size_t)m * (size_t)nv;
+    double *fdone = malloc((cells ? cells : 1) * sizeof *fdone);
+    double *bdone = malloc((cells ? cells : 1) * sizeof *bdone);
+    char *wdone = calloc(cells ? cells : 1, 1);
+    double *free_at = calloc((size_t)S, sizeof *free_at);
+    int *nops = calloc((size_t)S, sizeof *nops), *held = calloc((size_t)S, sizeof *held);
+    int *next_new = calloc((size_t)S, sizeof *next_new), *wleft = calloc((size_t)S * (size_t)(m ? m : 1), sizeof *wleft);
+    if (!fdone || !bdone || !wdone || !free_at || !nops || !held || !next_new || !wleft) {
+        *st = DP_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < cells; i++) fdone[i] = bdone[i] = -1;
+#define FD(i, v) fdone[(size_t)(i) * (size_t)nv + (size_t)(v)]
+#define BD(i, v) bdone[(size_t)(i) * (size_t)nv + (size_t)(v)]
+#define WD(i, v) wdone[(size_t)(i) * (size_t)nv + (size_t)(v)]
+    int remaining = 3 * nv * m;
+    while (remaining > 0) {
+        /* the device that can start something soonest, and what */
+        int best_d = -1, best_kind = 0, best_i = 0, best_v = 0;
+        double best_t = INFINITY;
+        for (int d = 0; d < S; d++) {
+            int vs[2] = {placement_vstage(PLACEMENT_V, d, 0, S), placement_vstage(PLACEMENT_V, d, 1, S)};
+            double t_b = INFINITY, t_f1 = INFINITY, t_f0 = INFINITY;
+            int b_i = -1, b_v = 0, f1_i = -1, f0_i = -1, w_i = -1, w_v = 0;
+            for (int i = 0; i < m; i++)
+                for (int c = 0; c < 2; c++) {
+                    int v = vs[c];
+                    if (FD(i, v) >= 0 && BD(i, v) < 0) { /* its backward: after the next stage's */
+                        double r = v == nv - 1 ? FD(i, v) : BD(i, v + 1);
+                        if (r >= 0 && r < t_b) t_b = r, b_i = i, b_v = v;
+                    }
+                    if (BD(i, v) >= 0 && !WD(i, v) && w_i < 0) w_i = i, w_v = v;
+                }
+            for (int i = 0; i < m; i++) { /* chunk 1's forwards, in order */
+                int v = vs[1];
+                if (FD(i, v) < 0 && FD(i, v - 1) >= 0) {
+                    if (FD(i, v - 1) < t_f1) t_f1 = FD(i, v - 1), f1_i = i;
+                    break;
+                }
+            }
+            int i0 = next_new[d];
+            if (i0 < m && held[d] < S) { /* a new micro-batch's chunk-0 forward */
+                double r = vs[0] == 0 ? 0 : FD(i0, vs[0] - 1);
+                if (r >= 0) t_f0 = r, f0_i = i0;
+            }
+            double now = free_at[d];
+            int what = -1, i = 0, v = 0;
+            double start = INFINITY;
+            if (b_i >= 0 && t_b <= now) what = ZBV_B, i = b_i, v = b_v, start = now;
+            else if (f1_i >= 0 && t_f1 <= now) what = ZBV_F, i = f1_i, v = vs[1], start = now;
+            else if (f0_i >= 0 && t_f0 <= now) what = ZBV_F, i = f0_i, v = vs[0], start = now;
+            else if (w_i >= 0) what = ZBV_W, i = w_i, v = w_v, start = now;
+            else { /* nothing ready: the earliest of what becomes ready */
+                double t = fmin(t_b, fmin(t_f1, t_f0));
+                if (!isfinite(t)) continue;
+                start = t;
+                if (t == t_b) what = ZBV_B, i = b_i, v = b_v;
+                else if (t == t_f1) what = ZBV_F, i = f1_i, v = vs[1];
+                else what = ZBV_F, i = f0_i, v = vs[0];
+            }
+            if (start < best_t) best_t = start, best_d = d, best_kind = what, best_i = i, best_v = v;
+        }
+        if (best_d < 0) { /* nothing can run: a deadlock (a cap too small) */
+            *st = DP_ERR_DEADLOCK;
+            break;
+        }
+        int d = best_d, i = best_i, v = best_v, c = v / S;
+        const plan_mb *x = &it->mb[mbs[i]];
+        double dur = best_kind == ZBV_F ? x->fwd_ms[d] / 2
+                     : best_kind == ZBV_B ? (x->bwd_ms[d] - x->w_ms[d]) / 2
+                                          : x->w_ms[d] / 2;
+        double end = best_t + fmax(dur, 0);
+        free_at[d] = end;
+        if (best_kind == ZBV_F) {
+            FD(i, v) = end;
+            if (c == 0) held[d]++, next_new[d]++;
+        } else if (best_kind == ZBV_B) {
+            BD(i, v) = end;
+        } else {
+            WD(i, v) = 1;
+            if (++wleft[(size_t)d * (size_t)m + (size_t)i] == 2) held[d]--; /* both chunks' W */
+        }
+        size_t at = (size_t)d * (size_t)per + (size_t)nops[d]++;
+        kind[at] = best_kind, mbo[at] = i, chunk[at] = c;
+        remaining--;
+    }
+#undef FD
+#undef BD
+#undef WD
+out:
+    free(fdone), free(bdone), free(wdone), free(free_at), free(nops), free(held), free(next_new);
+    free(wleft);
+}
+
+static dp_status build_zbv(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    const stage_model *sm = ctx->sm;
+    if (sm->chunks != 2 || sm->placement != PLACEMENT_V)
+        return dp_fail(err, DP_ERR_INVALID, "--schedule zbv runs 2 chunks per device in a V "
+                       "(got %d chunks%s)", sm->chunks, sm->placement == PLACEMENT_V ? "" : ", a loop");
+    dp_status st = DP_OK;
+    for (int r = 0; r < it->dp && st == DP_OK; r++) {
+        int *mbs, m = replica_mbs(it, r, &mbs);
+        if (m < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        size_t per = (size_t)3 * 2 * (size_t)(m ? m : 1), n = (size_t)sm->pp * per;
+        int *kind = malloc(n * sizeof *kind), *mb = malloc(n * sizeof *mb), *ch = malloc(n * sizeof *ch);
+        if (!kind || !mb || !ch) st = DP_ERR_NOMEM;
+        else zbv_orders(sm, it, mbs, m, kind, mb, ch, &st);
+        for (int s = 0; s < sm->pp && st == DP_OK; s++) {
+            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp * sm->chunks, DP_OK, 0};
+            e.R->n = 0;
+            for (size_t q = 0; q < (size_t)6 * (size_t)m; q++) {
+                size_t at = (size_t)s * per + q;
+                int k = mbs[mb[at]];
+                if (kind[at] == ZBV_F) em_fwd(&e, k, ch[at]);
+                else if (kind[at] == ZBV_B) em_b(&e, k, ch[at], 0);
+                else em_w(&e, k, ch[at]);
+            }
+            st = e.st;
+        }
+        free(kind), free(mb), free(ch), free(mbs);
+        if (st == DP_OK && order_receives(it, r, sm->pp) != DP_OK) st = DP_ERR_NOMEM;
+    }
+    if (st == DP_ERR_NOMEM) return dp_fail(err, st, "out of memory");
+    if (st == DP_ERR_DEADLOCK)
+        return dp_fail(err, st, "iteration %d: the zbv pass found nothing to run", it->id);
+    return st;
+}
+
 /* ---- what each holds (schedule.h) ----------------------------------------------------------- */
 
 /* Each: what device s of S holds with C chunks whose warm-up is w forwards (warmup_of; the
@@ -565,18 +721,23 @@ static double closed_form_zb(const plan_iter *it, int rep, int S, int C, double 
 #define CF_1F1B closed_form_1f1b, "sum t + (S-1) max t / C"
 
 /* name, summary, build, holds, splits_backward, closed_form, closed_form_text, chunked,
- * admits_by_memory, warms_up */
+ * admits_by_memory, warms_up, placement, chunks_fixed */
 static const schedule SCHEDULES[] = {
-    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B, 0, 0, 0},
+    {"gpipe", "all forwards, then all backwards", build_gpipe, holds_pipeline, 0, CF_1F1B, 0, 0, 0,
+     PLACEMENT_LOOP, 0},
     {"1f1b", "one forward, one backward (Megatron-LM)", build_1f1b, holds_1f1b, 0, CF_1F1B, 0, 0,
-     1},
+     1, PLACEMENT_LOOP, 0},
     {"interleaved", "interleaved 1F1B with --chunks model chunks per device", build_interleaved,
-     holds_interleaved, 0, CF_1F1B, 1, 0, 1},
+     holds_interleaved, 0, CF_1F1B, 1, 0, 1, PLACEMENT_LOOP, 0},
     {"adaptive", "DynaPipe's memory-aware schedule", build_adaptive, holds_one, 0, NULL,
-     "none (the order follows memory)", 0, 1, 0},
+     "none (the order follows memory)", 0, 1, 0, PLACEMENT_LOOP, 0},
     {"zb1", "zero-bubble ZB-H1: backward split into B and W, W's fill the bubbles", build_zb1,
      holds_pipeline, 1, closed_form_zb,
-     "sum t + (S-1) max (f + b - 2w), with at least S micro-batches a replica", 0, 0, 0},
+     "sum t + (S-1) max (f + b - 2w), with at least S micro-batches a replica", 0, 0, 0,
+     PLACEMENT_LOOP, 0},
+    {"zbv", "zero-bubble in a V: 2 chunks a device, B and W split, a greedy order by the costs",
+     build_zbv, holds_pipeline, 1, NULL, "none (a greedy order of micro-batches of any size)", 1, 0,
+     0, PLACEMENT_V, 2},
 };
 
 const schedule *schedule_baseline(void)
@@ -602,6 +763,11 @@ dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err
                        "\nhint: --recompute "
                        "selective or none, or another --schedule", sc->name);
     return DP_OK;
+}
+
+int schedule_chunks(const schedule *sc, int requested)
+{
+    return !sc ? 1 : sc->chunks_fixed > 0 ? sc->chunks_fixed : sc->chunked ? requested : 1;
 }
 
 const schedule *schedule_find(const char *name)
@@ -637,6 +803,16 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     if (chooses && p->h.chunks > 1)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"auto\" with \"chunks\" %d (rule: "
                        "known names; auto chooses among the one-chunk schedules)", where, p->h.chunks);
+    const schedule *named = schedule_find(p->h.schedule);
+    placement_kind place = named ? named->placement : PLACEMENT_LOOP;
+    if (p->h.placement != (int)place || (named && named->chunks_fixed &&
+                                         p->h.chunks != named->chunks_fixed))
+        return dp_fail(err, DP_ERR_INVALID, "%s: \"placement\" %s with \"chunks\" %d under "
+                       "\"schedule\" \"%s\" (rule: known names; %s runs %s)", where,
+                       p->h.placement == PLACEMENT_V ? "\"v\"" : "a loop", p->h.chunks,
+                       p->h.schedule, p->h.schedule,
+                       place == PLACEMENT_V ? "2 chunks a device in a V (\"placement\": \"v\")"
+                                            : "its chunks in a loop (no \"placement\")");
     for (int i = 0; i < p->n_it; i++) {
         const plan_iter *it = &p->it[i];
         const schedule *sc = it->schedule[0] ? schedule_find(it->schedule) : NULL;

@@ -20,6 +20,13 @@
  *                micro-batches: the most any 1F1B stage holds (stage 0's), as the ZB paper's
  *                ZB-H1 does. The W share of a backward is plan_mb.w_ms (from the analytic FLOP
  *                split; see plan.c).
+ *   zbv          zero-bubble in a V (Qi et al.'s ZB-V): two chunks per device, chunk 0 down the
+ *                devices and chunk 1 back up (placement.h's V: the loss on device 0), the
+ *                backward split into B and W. For micro-batches of any size its order comes from
+ *                a greedy pass over the cost model's times: a device runs the B that is ready
+ *                first, else the next chunk-1 forward, else a new micro-batch's forward while it
+ *                holds fewer than S, else a W (the W's fill what unequal forwards leave idle).
+ *                It holds at most S micro-batches a device, as ZB-H1's first stage.
  *   adaptive     DynaPipe's memory-aware schedule: a cyclic pass decides each device's order
  *                (backwards first; a micro-batch's forward only when its peak memory fits next to
  *                what the device already holds), then that order is run event-driven, without the
@@ -67,6 +74,10 @@ typedef struct schedule {
                            * want of an order */
     int warms_up;         /* runs forwards ahead of its first backward by a rule that --warmup
                            * caps (stage_model.warmup: 1f1b, interleaved) */
+    placement_kind placement; /* how its chunks sit on the devices (placement.h): a loop, or a V
+                               * (zbv) */
+    int chunks_fixed;     /* > 0: the chunks it always runs (zbv: 2, a V), whatever --chunks
+                           * says; 0: --chunks (a chunked one) or 1 */
 } schedule;
 
 /* Megatron-LM's default (1F1B): the schedule the baselines run (packing + it is the paper's
@@ -78,6 +89,10 @@ const schedule *schedule_baseline(void);
 const char *schedule_for_options(const char *const *names, int n);
 
 const schedule *schedule_find(const char *name);
+/* The chunks a device runs under schedule sc (NULL: --schedule auto) when --chunks asks for
+ * `requested`: its fixed count (zbv: 2), the request's for a chunked one, else 1. The one rule of
+ * the set-up, the study and the plan's header. */
+int schedule_chunks(const schedule *sc, int requested);
 /* The name that chooses per iteration (--schedule auto; a plan's header then, and each iteration
  * its own one-chunk schedule): not a schedule of the list, schedule_find does not know it. */
 #define SCHEDULE_AUTO "auto"

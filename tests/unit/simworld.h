@@ -20,8 +20,10 @@ typedef struct world {
     sim_config cfg;
 } world;
 
-/* A 16-layer tiny GPT on S stages with C chunks; links with the given latency and bandwidth. */
-static void world_init(world *w, int S, int C, double latency_us, double gbit)
+/* A 16-layer tiny GPT on S stages with C chunks placed as k says (placement.h); links with the
+ * given latency and bandwidth. */
+static void world_init_placed(world *w, int S, int C, placement_kind place, double latency_us,
+                              double gbit)
 {
     memset(w, 0, sizeof *w);
     w->m = *model_preset("gpt-tiny");
@@ -36,7 +38,8 @@ static void world_init(world *w, int S, int C, double latency_us, double gbit)
     analytic_params_default(&p);
     dp_err err = {0};
     assert_int_equal(cost_analytic_new(&w->m, &w->hw, 1, RECOMPUTE_NONE, &p, &w->cm, &err), DP_OK);
-    if (stage_model_init(&w->sm, w->cm, S, C, 1, 0, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+    if (stage_model_init_placed(&w->sm, w->cm, S, C, 1, 0, 0, place, 1e9, &err) != DP_OK)
+        fail_msg("%s", err.msg);
     memset(&w->cfg, 0, sizeof w->cfg);
     w->cfg.hw = &w->hw;
     w->cfg.pp = S;
@@ -45,11 +48,18 @@ static void world_init(world *w, int S, int C, double latency_us, double gbit)
     w->cfg.mem_limit_mb = 1e9;
 }
 
+/* The same in a loop (Megatron's interleaving, or one chunk). */
+static void world_init(world *w, int S, int C, double latency_us, double gbit)
+{
+    world_init_placed(w, S, C, PLACEMENT_LOOP, latency_us, gbit);
+}
+
 /* m equal micro-batches: per device f, b (backward incl. w), w ms; 1 MB stored each. */
 static void equal_iter(const world *w, plan_iter *it, int m, double f, double b, double wgt)
 {
     int S = w->sm.pp;
     assert_int_equal(plan_iter_alloc(it, 0, S, 1, m, m), DP_OK);
+    it->placement = w->sm.placement;
     for (int k = 0; k < m; k++) {
         plan_mb *x = &it->mb[k];
         x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;

@@ -42,7 +42,11 @@ static void logged(rec_medium *m, const pm_step *s, int hook)
 
 /* The test's own reading of an instruction: its virtual stage, and for a transfer which slot of
  * which virtual stage receives it (activations go to v + 1, gradients to v - 1). */
-static int v_of(const rec_medium *m, const pm_step *s) { return s->x->chunk * m->pp + s->stage; }
+static int v_of(const rec_medium *m, const pm_step *s)
+{
+    int c = s->x->chunk, up = m->it->placement == PLACEMENT_V && c % 2; /* a V: odd chunks climb */
+    return c * m->pp + (up ? m->pp - 1 - s->stage : s->stage);
+}
 
 static int rec_ready(void *vm, const pm_step *s)
 {
@@ -146,7 +150,8 @@ static void check_log(const rec_medium *m, const plan_iter *it, int C, const uns
         const plan_instr *x = &R->ins[i];
         int runs_w = 0;
         for (int q = 0; q < R->n; q++) runs_w |= R->ins[q].op == OP_W;
-        int v = x->chunk * m->pp + r, h[8];
+        int up = it->placement == PLACEMENT_V && x->chunk % 2;
+        int v = x->chunk * m->pp + (up ? m->pp - 1 - r : r), h[8];
         int n = expected(x, v, nv, runs_w, h);
         for (int k = 0; k < n; k++, at++) {
             assert_true(at < m->n_log);
@@ -172,9 +177,10 @@ static void test_every_schedule_one_process(void **state)
     for (int k = 0; k < n_sched; k++)
         for (int S = 1; S <= 8; S *= 2) {
             const schedule *sc = &list[k];
-            int C = sc->chunked && S > 1 ? 2 : 1;
+            if (sc->chunks_fixed && S == 1) continue; /* a V needs two stages to fold over */
+            int C = sc->chunked && S > 1 ? schedule_chunks(sc, 2) : 1;
             world w;
-            world_init(&w, S, C, 3, 1e15);
+            world_init_placed(&w, S, C, sc->placement, 3, 1e15);
             plan_iter it;
             int mbs = 1 + rand_r(&seed) % 8;
             equal_iter(&w, &it, mbs, 1, 2, 0.7);
