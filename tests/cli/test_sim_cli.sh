@@ -336,6 +336,17 @@ for c in "gpipe:27.27" "1f1b:27.27" "zb1:11.11"; do
     "pipeline bubble \(mean of stages\) +${c#*:}%  \(closed form ${c#*:}%\)" -- \
     "$DPSIM" sim --toy-costs 1,2,1 --schedule "${c%%:*}"
 done
+expect "textbook f 1, b 2, w 1 on 4 stages, 8 micro-batches: zbv (a V, 2 chunks) idles 5.88%, below ZB-H1's 11.11%" 0 \
+  "pipeline bubble \(mean of stages\) +5.88%" -- "$DPSIM" sim --toy-costs 1,2,1 --schedule zbv
+check "... on balanced memory: every stage the same peak" bash -c \
+  "grep -E '^peak memory per stage' '$TMP/out' | awk '{ for (i = 7; i <= NF; i++) if (\$i != \$6) exit 1 }'"
+expect "zbv refuses a chunk count other than its V's 2" 2 "--schedule zbv runs 2 chunks a device \\(a V\\), not --chunks 3" -- \
+  "$DPSIM" sim --schedule zbv --chunks 3 --iterations 1
+expect "zbv plans Llama-3-8B on 4 x 2 H100 at 8k within memory" 0 "out of memory +no" -- \
+  "$DPSIM" sim --schedule zbv --model llama3-8b --hw dgx-h100 --pp 4 --dp 2 --max-seqlen 8192 --global-tokens 262144 \
+  --recompute dynamic --iterations 4
+expect "zbv refuses full recompute (it splits the backward)" 2 "splits the backward into B and W" -- \
+  "$DPSIM" sim --schedule zbv --recompute full --iterations 1
 expect "... interleaved with 2 chunks: 15.79%" 0 "pipeline bubble \(mean of stages\) +15.79%  \(closed form 15.79%\)" -- \
   "$DPSIM" sim --toy-costs 1,2,1 --schedule interleaved --chunks 2
 check "... no optimizer step after the pipeline, 8 micro-batches" grep -Eq "after the pipeline +0.00%" "$TMP/out"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tier: full (MPI runs of 1 to 4 ranks: about 10 s; make check runs it, make test not)
+# ZB-V (--schedule zbv) in the runtime: two chunks a device in a V, B and W split. One iteration
+# of the same micro-batches (rows packed) ends with the same fp64 gradient norm on one stage, on
+# 2 ranks (LLaMA-kind, 4 layers: a V over 2 stages) and on 4 ranks (8 layers), with the embedding
+# and the LM head alone on device 0's two virtual stages (--layers-per-stage 0,2,2,0: both on one
+# GPU in a V), and the simulator replays each plan to its own timeline. The cuda backend refuses a
+# V (its links follow a loop), naming --backend cpu.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib_dprun.sh"
+LLAMA=tests/cli/golden/llama_tiny.json
+sed 's/"num_layers": 4/"num_layers": 8/' $LLAMA >"$TMP/llama8.json"
+
+plan() { # NAME MODEL ARGS...: a one-iteration plan, rows packed to 256 tokens
+  local name=$1 model=$2; shift 2
+  "$DPSIM" plan --hw cpu --analytic --global-tokens 1024 --iterations 1 --batching packing \
+    --max-seqlen 256 --model "$model" "$@" -o "$TMP/$name.json" >"$TMP/$name.plan" 2>&1
+}
+
+plan ref $LLAMA --pp 1
+run_norm ref 1 >/dev/null
+plan v2 $LLAMA --pp 2 --schedule zbv
+check "a zbv plan says its V and its 2 chunks" bash -c \
+  "grep -Eq '\"placement\":[[:space:]]*\"v\"' '$TMP/v2.json' && grep -Eq '\"chunks\":[[:space:]]*2' '$TMP/v2.json'"
+same v2 ref 2
+plan v0220 $LLAMA --pp 2 --schedule zbv --layers-per-stage 0,2,2,0
+same v0220 ref 2
+plan ref8 "$TMP/llama8.json" --pp 1
+run_norm ref8 1 >/dev/null
+plan v4 "$TMP/llama8.json" --pp 4 --schedule zbv
+same v4 ref8 4
+check "... and the simulator replays it to the timeline it planned" bash -c \
+  "[ \"\$(grep -E '^timeline hash' '$TMP/v4.plan')\" = \"\$('$DPSIM' sim --plan '$TMP/v4.json' | grep -E '^timeline hash')\" ]"
+expect "the cuda backend refuses a V (or a dprun without CUDA refuses the backend)" 1 "planned in a V|built without CUDA" -- \
+  $MPIRUN -np 2 "$DPRUN" --plan "$TMP/v2.json" --backend cuda --out "$TMP/vg.csv"
+check "... naming the cpu backend" grep -Eq "hint: --backend cpu runs it|built without CUDA" "$TMP/out"
+finish
