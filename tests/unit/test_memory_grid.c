@@ -5,7 +5,7 @@
  * dp 1, 2, 4; tp 1, 2, 4, 8; recompute none, selective, full, and mixed (a mode per micro-batch,
  * planner/mixed_recompute.h); tight and loose device memory; every
  * batching at each of these, and the schedules cycled over the points so that each meets each
- * batching) is planned and simulated, two global batches of 32k tokens of a FLAN-like trace each. The property: every iteration that the
+ * batching; zbv in its V) is planned and simulated, two global batches of 32k tokens of a FLAN-like trace each. The property: every iteration that the
  * planner calls fitting simulates without going over the device memory (study_result
  * oom_unplanned == 0; the simulator's figure is its own timed accounting, sim/sim.c). The grid
  * must also contain points the planner refuses, so that the property is not vacuous.
@@ -63,10 +63,10 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
     const batcher *bs = batcher_list(&nb);
     const schedule *ss = schedule_list(&ns);
     const schedule *sched = &ss[(which / nb + which % nb) % ns];
-    int chunks = strcmp(sched->name, "interleaved") == 0 ? 2 : 1;
-    if (chunks == 2 && (pp < 2 || m.arch == ARCH_T5)) sched = schedule_find("1f1b"), chunks = 1;
     if (!mixed && schedule_check_recompute(sched, (recompute_mode)rc, NULL) != DP_OK)
-        sched = schedule_find("1f1b"); /* zb1, full (mixed skips full there) */
+        sched = schedule_find("1f1b"); /* zb1 and zbv, full (mixed skips full there) */
+    int chunks = schedule_chunks(sched, 2); /* interleaved at 2; zbv's V at its 2 */
+    if (chunks > 1 && (pp < 2 || m.arch == ARCH_T5)) sched = schedule_find("1f1b"), chunks = 1;
     int zero = dp > 1 ? 1 : 0;
     double mem = memory_for(cm, pp, dp, zero, &rules, share);
     g->points++;
