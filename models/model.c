@@ -125,6 +125,7 @@ int model_moe_layer(const model_spec *m, int layer)
 
 int model_moe_layers(const model_spec *m)
 {
+    if (!model_is_moe(m)) return 0; /* (model_train_flops asks it for every sample) */
     int n = 0;
     for (int i = 0; i < m->enc_layers; i++) n += model_moe_layer(m, i);
     return n;
