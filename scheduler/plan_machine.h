@@ -24,8 +24,10 @@
  *   W k c          the weight gradients ((w_ms[s] / C), no transient). A rank is *split* when
  *                  it runs any W: then it runs one W for every slot, after its B (ZB-H1).
  *   SEND_ACT k c   sends F's output to v+1 and SEND_GRAD k c sends B's input gradient to v-1,
- *                  once the compute before them has produced it; a send never blocks the
- *                  instructions after it. Transfers of one kind between two ranks are matched
+ *                  once the rank's compute issued before them has ended (stream order: the cpu
+ *                  executor computes before it sends, the cuda one's link stream waits for an
+ *                  event recorded there; a plan may put compute between a producer and its send,
+ *                  as a DualPipe F&B pair does); a send never blocks the instructions after it. Transfers of one kind between two ranks are matched
  *                  in order (NCCL's and MPI's order on one link).
  *   FREE k c       releases the slot. It is stream-ordered: the stored activations go when the
  *                  rank's compute before it has finished (no later), as cudaFreeAsync does;

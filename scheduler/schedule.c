@@ -6,6 +6,7 @@
 
 #include "../models/comm.h"
 #include "plan_machine.h"
+#include "v_orders.h"
 
 int64_t schedule_act_bytes(const stage_model *sm, const plan_mb *m, int v)
 {
@@ -469,146 +470,126 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
     return st;
 }
 
-/* ---- zbv (ZB-V) ---------------------------------------------------------------------------- */
+/* ---- the V schedules: zbv, dualpipev (their orders: v_orders.h) ---------------------------- */
 
-enum { ZBV_F, ZBV_B, ZBV_W };
-
-/* One replica's order on every device: a greedy pass over time with the plan's per-chunk times
- * (transfers free). Each device, when free, runs by priority the ready B of the earliest ready
- * time (ties to the earlier micro-batch), else the ready chunk-1 forward, else the next
- * micro-batch's chunk-0 forward if it holds fewer than S micro-batches, else its oldest pending W;
- * with nothing ready it waits for the next readiness. kind/mb/chunk[d][q]: device d's q-th op. */
-static void zbv_orders(const stage_model *sm, const plan_iter *it, const int *mbs, int m,
-                       int *kind, int *mbo, int *chunk, dp_status *st)
+/* A whole backward at once: B and W, then the gradient's send (autograd's backward). */
+static void em_full(emitter *e, int k, int c)
 {
-    int S = sm->pp, nv = 2 * S, per = 3 * 2 * (m ? m : 1); /* ops a device runs */
-    size_t cells = (size_t)m * (size_t)nv;
-    double *fdone = malloc((cells ? cells : 1) * sizeof *fdone);
-    double *bdone = malloc((cells ? cells : 1) * sizeof *bdone);
-    char *wdone = calloc(cells ? cells : 1, 1);
-    double *free_at = calloc((size_t)S, sizeof *free_at);
-    int *nops = calloc((size_t)S, sizeof *nops), *held = calloc((size_t)S, sizeof *held);
-    int *next_new = calloc((size_t)S, sizeof *next_new), *wleft = calloc((size_t)S * (size_t)(m ? m : 1), sizeof *wleft);
-    if (!fdone || !bdone || !wdone || !free_at || !nops || !held || !next_new || !wleft) {
-        *st = DP_ERR_NOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < cells; i++) fdone[i] = bdone[i] = -1;
-#define FD(i, v) fdone[(size_t)(i) * (size_t)nv + (size_t)(v)]
-#define BD(i, v) bdone[(size_t)(i) * (size_t)nv + (size_t)(v)]
-#define WD(i, v) wdone[(size_t)(i) * (size_t)nv + (size_t)(v)]
-    int remaining = 3 * nv * m;
-    while (remaining > 0) {
-        /* the device that can start something soonest, and what */
-        int best_d = -1, best_kind = 0, best_i = 0, best_v = 0;
-        double best_t = INFINITY;
-        for (int d = 0; d < S; d++) {
-            int vs[2] = {placement_vstage(PLACEMENT_V, d, 0, S), placement_vstage(PLACEMENT_V, d, 1, S)};
-            double t_b = INFINITY, t_f1 = INFINITY, t_f0 = INFINITY;
-            int b_i = -1, b_v = 0, f1_i = -1, f0_i = -1, w_i = -1, w_v = 0;
-            for (int i = 0; i < m; i++)
-                for (int c = 0; c < 2; c++) {
-                    int v = vs[c];
-                    if (FD(i, v) >= 0 && BD(i, v) < 0) { /* its backward: after the next stage's */
-                        double r = v == nv - 1 ? FD(i, v) : BD(i, v + 1);
-                        if (r >= 0 && r < t_b) t_b = r, b_i = i, b_v = v;
-                    }
-                    if (BD(i, v) >= 0 && !WD(i, v) && w_i < 0) w_i = i, w_v = v;
-                }
-            for (int i = 0; i < m; i++) { /* chunk 1's forwards, in order */
-                int v = vs[1];
-                if (FD(i, v) < 0 && FD(i, v - 1) >= 0) {
-                    if (FD(i, v - 1) < t_f1) t_f1 = FD(i, v - 1), f1_i = i;
-                    break;
-                }
-            }
-            int i0 = next_new[d];
-            if (i0 < m && held[d] < S) { /* a new micro-batch's chunk-0 forward */
-                double r = vs[0] == 0 ? 0 : FD(i0, vs[0] - 1);
-                if (r >= 0) t_f0 = r, f0_i = i0;
-            }
-            double now = free_at[d];
-            int what = -1, i = 0, v = 0;
-            double start = INFINITY;
-            if (b_i >= 0 && t_b <= now) what = ZBV_B, i = b_i, v = b_v, start = now;
-            else if (f1_i >= 0 && t_f1 <= now) what = ZBV_F, i = f1_i, v = vs[1], start = now;
-            else if (f0_i >= 0 && t_f0 <= now) what = ZBV_F, i = f0_i, v = vs[0], start = now;
-            else if (w_i >= 0) what = ZBV_W, i = w_i, v = w_v, start = now;
-            else { /* nothing ready: the earliest of what becomes ready */
-                double t = fmin(t_b, fmin(t_f1, t_f0));
-                if (!isfinite(t)) continue;
-                start = t;
-                if (t == t_b) what = ZBV_B, i = b_i, v = b_v;
-                else if (t == t_f1) what = ZBV_F, i = f1_i, v = vs[1];
-                else what = ZBV_F, i = f0_i, v = vs[0];
-            }
-            if (start < best_t) best_t = start, best_d = d, best_kind = what, best_i = i, best_v = v;
-        }
-        if (best_d < 0) { /* nothing can run: a deadlock (a cap too small) */
-            *st = DP_ERR_DEADLOCK;
-            break;
-        }
-        int d = best_d, i = best_i, v = best_v, c = v / S;
-        const plan_mb *x = &it->mb[mbs[i]];
-        double dur = best_kind == ZBV_F ? x->fwd_ms[d] / 2
-                     : best_kind == ZBV_B ? (x->bwd_ms[d] - x->w_ms[d]) / 2
-                                          : x->w_ms[d] / 2;
-        double end = best_t + fmax(dur, 0);
-        free_at[d] = end;
-        if (best_kind == ZBV_F) {
-            FD(i, v) = end;
-            if (c == 0) held[d]++, next_new[d]++;
-        } else if (best_kind == ZBV_B) {
-            BD(i, v) = end;
-        } else {
-            WD(i, v) = 1;
-            if (++wleft[(size_t)d * (size_t)m + (size_t)i] == 2) held[d]--; /* both chunks' W */
-        }
-        size_t at = (size_t)d * (size_t)per + (size_t)nops[d]++;
-        kind[at] = best_kind, mbo[at] = i, chunk[at] = c;
-        remaining--;
-    }
-#undef FD
-#undef BD
-#undef WD
-out:
-    free(fdone), free(bdone), free(wdone), free(free_at), free(nops), free(held), free(next_new);
-    free(wleft);
+    int v = vstage_of(e, c);
+    const plan_mb *m = &e->it->mb[k];
+    if (v < e->nv - 1) push(e, OP_RECV_GRAD, k, c, device_of(e, v + 1), schedule_act_bytes(e->sm, m, v));
+    push(e, OP_B, k, c, -1, 0);
+    push(e, OP_W, k, c, -1, 0);
+    if (v > 0) push(e, OP_SEND_GRAD, k, c, device_of(e, v - 1), schedule_act_bytes(e->sm, m, v - 1));
+    push(e, OP_FREE, k, c, -1, 0);
 }
 
-static dp_status build_zbv(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+/* DualPipe's F&B: micro-batch kf's forward on chunk cf overlapped with kb's whole backward on
+ * cb. The device runs them back to back and both results leave at the end (the sends after the
+ * W), as an overlapped pair delivers them. */
+static void em_pair(emitter *e, int kf, int cf, int kb, int cb)
+{
+    int vf = vstage_of(e, cf), vb = vstage_of(e, cb);
+    const plan_mb *mf = &e->it->mb[kf], *mb = &e->it->mb[kb];
+    if (vf > 0) push(e, OP_RECV_ACT, kf, cf, device_of(e, vf - 1), schedule_act_bytes(e->sm, mf, vf - 1));
+    push(e, OP_F, kf, cf, -1, 0);
+    if (vb < e->nv - 1) push(e, OP_RECV_GRAD, kb, cb, device_of(e, vb + 1), schedule_act_bytes(e->sm, mb, vb));
+    push(e, OP_B, kb, cb, -1, 0);
+    push(e, OP_W, kb, cb, -1, 0);
+    if (vf < e->nv - 1) push(e, OP_SEND_ACT, kf, cf, device_of(e, vf + 1), schedule_act_bytes(e->sm, mf, vf));
+    if (vb > 0) push(e, OP_SEND_GRAD, kb, cb, device_of(e, vb - 1), schedule_act_bytes(e->sm, mb, vb - 1));
+    push(e, OP_FREE, kb, cb, -1, 0);
+}
+
+/* ZB-V: the published order or the greedy one, whichever the plan's costs finish first (with
+ * equal micro-batches the published one where the greedy idles more). 0, -1 out of memory, -2
+ * nothing could run. */
+static int zbv_order(v_orders *o, const v_costs *c)
+{
+    v_orders pub;
+    if (v_orders_alloc(&pub, o->S, o->m) != 0) return -1;
+    v_zbv_published(&pub);
+    int rc = v_zbv_greedy(o, c);
+    if (rc == 0 && v_orders_ms(&pub, c) < v_orders_ms(o, c)) {
+        v_orders greedy = *o;
+        *o = pub, pub = greedy;
+    }
+    v_orders_free(&pub);
+    return rc;
+}
+
+static int dualpipev_order(v_orders *o, const v_costs *c)
+{
+    (void)c;
+    v_dualpipev(o);
+    return o->m > 0 && o->n[0] == 0 ? -1 : 0; /* its W queue out of memory */
+}
+
+/* Every replica's ranks from the order that `order` lays out for its micro-batches. */
+static dp_status build_v(const schedule_ctx *ctx, plan_iter *it, const char *name,
+                         int (*order)(v_orders *o, const v_costs *c), dp_err *err)
 {
     const stage_model *sm = ctx->sm;
     if (sm->chunks != 2 || sm->placement != PLACEMENT_V)
-        return dp_fail(err, DP_ERR_INVALID, "--schedule zbv runs 2 chunks per device in a V "
-                       "(got %d chunks%s)", sm->chunks, sm->placement == PLACEMENT_V ? "" : ", a loop");
+        return dp_fail(err, DP_ERR_INVALID, "--schedule %s runs 2 chunks per device in a V "
+                       "(got %d chunks%s)", name, sm->chunks,
+                       sm->placement == PLACEMENT_V ? "" : ", a loop");
+    int S = sm->pp;
     dp_status st = DP_OK;
     for (int r = 0; r < it->dp && st == DP_OK; r++) {
         int *mbs, m = replica_mbs(it, r, &mbs);
         if (m < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-        size_t per = (size_t)3 * 2 * (size_t)(m ? m : 1), n = (size_t)sm->pp * per;
-        int *kind = malloc(n * sizeof *kind), *mb = malloc(n * sizeof *mb), *ch = malloc(n * sizeof *ch);
-        if (!kind || !mb || !ch) st = DP_ERR_NOMEM;
-        else zbv_orders(sm, it, mbs, m, kind, mb, ch, &st);
-        for (int s = 0; s < sm->pp && st == DP_OK; s++) {
-            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp * sm->chunks, DP_OK, 0};
+        size_t n = (size_t)(m ? m : 1) * (size_t)S;
+        double *t = malloc(3 * n * sizeof *t);
+        v_orders o;
+        if (!t || v_orders_alloc(&o, S, m) != 0) {
+            free(t), free(mbs);
+            return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+        }
+        for (int i = 0; i < m; i++)
+            for (int d = 0; d < S; d++) {
+                const plan_mb *x = &it->mb[mbs[i]];
+                size_t at = (size_t)i * (size_t)S + (size_t)d;
+                t[at] = x->fwd_ms[d] / 2;
+                t[n + at] = (x->bwd_ms[d] - x->w_ms[d]) / 2;
+                t[2 * n + at] = x->w_ms[d] / 2;
+            }
+        v_costs c = {t, t + n, t + 2 * n};
+        int rc = order(&o, &c);
+        if (rc != 0) st = rc == -2 ? DP_ERR_DEADLOCK : DP_ERR_NOMEM;
+        for (int s = 0; s < S && st == DP_OK; s++) {
+            emitter e = {sm, it, &it->ranks[r * S + s], S * sm->chunks, DP_OK, 0};
             e.R->n = 0;
-            for (size_t q = 0; q < (size_t)6 * (size_t)m; q++) {
-                size_t at = (size_t)s * per + q;
-                int k = mbs[mb[at]];
-                if (kind[at] == ZBV_F) em_fwd(&e, k, ch[at]);
-                else if (kind[at] == ZBV_B) em_b(&e, k, ch[at], 0);
-                else em_w(&e, k, ch[at]);
+            for (int q = 0; q < o.n[s]; q++) {
+                const v_op *x = &o.ops[(size_t)s * (size_t)o.cap + (size_t)q];
+                int k = mbs[x->mb];
+                switch (x->kind) {
+                case V_F: em_fwd(&e, k, x->chunk); break;
+                case V_B: em_b(&e, k, x->chunk, 0); break;
+                case V_W: em_w(&e, k, x->chunk); break;
+                case V_FULL: em_full(&e, k, x->chunk); break;
+                case V_PAIR: em_pair(&e, k, x->chunk, mbs[x->mb2], x->chunk2); break;
+                }
             }
             st = e.st;
         }
-        free(kind), free(mb), free(ch), free(mbs);
-        if (st == DP_OK && order_receives(it, r, sm->pp) != DP_OK) st = DP_ERR_NOMEM;
+        v_orders_free(&o);
+        free(t), free(mbs);
+        if (st == DP_OK && order_receives(it, r, S) != DP_OK) st = DP_ERR_NOMEM;
     }
-    if (st == DP_ERR_NOMEM) return dp_fail(err, st, "out of memory");
     if (st == DP_ERR_DEADLOCK)
-        return dp_fail(err, st, "iteration %d: the zbv pass found nothing to run", it->id);
-    return st;
+        return dp_fail(err, st, "iteration %d: the %s pass found nothing to run", it->id, name);
+    return st == DP_ERR_NOMEM ? dp_fail(err, st, "out of memory") : st;
+}
+
+static dp_status build_zbv(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    return build_v(ctx, it, "zbv", zbv_order, err);
+}
+
+static dp_status build_dualpipev(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
+{
+    return build_v(ctx, it, "dualpipev", dualpipev_order, err);
 }
 
 /* ---- what each holds (schedule.h) ----------------------------------------------------------- */
@@ -631,6 +612,13 @@ static double holds_interleaved(int S, int C, int s, const stage_model *sm)
 {
     int rule = (S - s - 1) * 2 + (C - 1) * S;
     return (warmup_of(sm, rule, rule) + 1) / (double)C;
+}
+
+/* DualPipeV: 2S + 1 chunk activations (the DualPipe table's PP + 1), half a micro-batch each */
+static double holds_dualpipev(int S, int C, int s, const stage_model *sm)
+{
+    (void)C, (void)s, (void)sm;
+    return S + 0.5;
 }
 
 static double holds_one(int S, int C, int s, const stage_model *sm)
@@ -718,6 +706,53 @@ static double closed_form_zb(const plan_iter *it, int rep, int S, int C, double 
     return closed_form_of(it, rep, S, C, 1, bubble_ms);
 }
 
+/* ZB-V (the ZB paper §6): where a chunk's forward, input gradients and weight gradients take the
+ * same time on every stage (its condition) and a replica has at least 2S - 1 micro-batches, no
+ * device idles after its first op: sum t + the V's fill, (S - 1) chunk forwards. The paper gives
+ * no form otherwise: NAN. */
+static double closed_form_zbv(const plan_iter *it, int rep, int S, int C, double *bubble_ms)
+{
+    int m = 0, equal = 1;
+    double sum = 0, fill = 0;
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *x = &it->mb[k];
+        if (x->replica != rep) continue;
+        double t = 0;
+        for (int s = 0; s < S; s++) {
+            double f = x->fwd_ms[s], b = x->bwd_ms[s] - x->w_ms[s], w = x->w_ms[s];
+            equal &= fabs(f - b) <= 1e-9 * f && fabs(f - w) <= 1e-9 * f;
+            t = fmax(t, x->fwd_ms[s] + x->bwd_ms[s]), fill = fmax(fill, f);
+        }
+        sum += t, m++;
+    }
+    if (m < 2 * S - 1 || !equal) return *bubble_ms = NAN;
+    *bubble_ms = (S - 1) * fill / C;
+    return sum + *bubble_ms;
+}
+
+/* DualPipeV (the DeepSeek-V3 report's DualPipe table; the DualPipe repository gives DualPipeV the
+ * same): (S - 1)(F&B + B - 3W) with F, B (whole), W a chunk's and F&B = F + B, nothing hidden
+ * between a dense model's pair, with at least 2S micro-batches a replica (else NAN). Exact where a
+ * chunk's forward and input gradients take the same time. */
+static double closed_form_dualpipev(const plan_iter *it, int rep, int S, int C, double *bubble_ms)
+{
+    int m = 0;
+    double sum = 0, unit = 0;
+    for (int k = 0; k < it->n_mb; k++) {
+        const plan_mb *x = &it->mb[k];
+        if (x->replica != rep) continue;
+        double t = 0;
+        for (int s = 0; s < S; s++) {
+            t = fmax(t, x->fwd_ms[s] + x->bwd_ms[s]);
+            unit = fmax(unit, x->fwd_ms[s] + 2 * x->bwd_ms[s] - 3 * x->w_ms[s]);
+        }
+        sum += t, m++;
+    }
+    if (m < 2 * S) return *bubble_ms = NAN;
+    *bubble_ms = (S - 1) * fmax(unit, 0) / C;
+    return sum + *bubble_ms;
+}
+
 #define CF_1F1B closed_form_1f1b, "sum t + (S-1) max t / C"
 
 /* name, summary, build, holds, splits_backward, closed_form, closed_form_text, chunked,
@@ -735,9 +770,14 @@ static const schedule SCHEDULES[] = {
      holds_pipeline, 1, closed_form_zb,
      "sum t + (S-1) max (f + b - 2w), with at least S micro-batches a replica", 0, 0, 0,
      PLACEMENT_LOOP, 0},
-    {"zbv", "zero-bubble in a V: 2 chunks a device, B and W split, a greedy order by the costs",
-     build_zbv, holds_pipeline, 1, NULL, "none (a greedy order of micro-batches of any size)", 1, 0,
-     0, PLACEMENT_V, 2},
+    {"zbv", "zero-bubble in a V: 2 chunks a device, B and W split (the published order or a greedy "
+     "one by the costs)", build_zbv, holds_pipeline, 1, closed_form_zbv,
+     "sum t + (S-1) f/2 (the V's fill; zero bubble after it), with f = b - w = w and at least "
+     "2S-1 micro-batches a replica", 1, 0, 0, PLACEMENT_V, 2},
+    {"dualpipev", "DeepSeek's DualPipeV: a V of 2 chunks, forwards overlapped with backwards "
+     "(F&B)", build_dualpipev, holds_dualpipev, 1, closed_form_dualpipev,
+     "sum t + (S-1)(f + 2b - 3w)/2 (DeepSeek's (PP/2-1)(F&B + B - 3W)), with at least 2S "
+     "micro-batches a replica", 1, 0, 0, PLACEMENT_V, 2},
 };
 
 const schedule *schedule_baseline(void)

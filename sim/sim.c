@@ -29,15 +29,25 @@ typedef struct mem_delta {
 typedef struct queued {
     int ins;        /* instruction index */
     int64_t issued; /* when the rank reached it */
+    int64_t after;  /* when the compute issued before it on the rank ends (stream order) */
 } queued;
+
+/* A rank's directed links, each a stream at either end: per kind (activation, gradient) one
+ * towards higher stages and one towards lower (or itself). A loop sends each kind to one peer;
+ * a V sends activations down on chunk 0 and up on chunk 1, each on its own link. */
+#define SIM_LINKS 4
+static int link_of(int kind, int from_stage, int to_stage)
+{
+    return 2 * kind + (to_stage > from_stage);
+}
 
 typedef struct rank_state {
     int pc;
     int64_t compute_free, busy;
     int64_t last_start;                 /* start of the last compute op (its gradients) */
-    int64_t send_free[2], recv_free[2]; /* link streams per kind */
-    queued *q[2];                       /* sends waiting per kind: q[k][head..tail) */
-    int head[2], tail[2];
+    int64_t send_free[SIM_LINKS], recv_free[SIM_LINKS]; /* link streams (link_of) */
+    queued *q[SIM_LINKS];               /* sends waiting per link: q[l][head..tail) */
+    int head[SIM_LINKS], tail[SIM_LINKS];
 } rank_state;
 
 typedef struct run {
@@ -97,12 +107,13 @@ static void mem_change(run *u, int r, int transient, int64_t t, double delta)
 
 /* Starts the sends of rank a's `kind` stream, in issue order, while the one at the head has its
  * receiver posted (links are in order, as NCCL's and MPI's are). */
-static void try_sends(run *u, int a, int kind)
+static void try_sends(run *u, int a, int link)
 {
     rank_state *A = &u->ranks[a];
+    int kind = link / 2;
     pm_step s;
-    while (A->head[kind] < A->tail[kind] && u->st == DP_OK) {
-        const queued *q = &A->q[kind][A->head[kind]];
+    while (A->head[link] < A->tail[link] && u->st == DP_OK) {
+        const queued *q = &A->q[link][A->head[link]];
         pm_resolve(&u->pm, a, q->ins, &s);
         int b = s.peer_rank, mb = s.x->mb;
         slot *src = slot_at(u, a, mb, s.x->chunk), *dst = slot_at(u, b, mb, s.peer_chunk);
@@ -110,9 +121,10 @@ static void try_sends(run *u, int a, int kind)
         int64_t start = q->issued;
         int64_t ready = kind == PM_ACT ? src->f_end : src->b_end;
         if (ready > start) start = ready;
+        if (q->after > start) start = q->after;
         if (dst->posted[kind] > start) start = dst->posted[kind];
-        if (A->send_free[kind] > start) start = A->send_free[kind];
-        if (u->ranks[b].recv_free[kind] > start) start = u->ranks[b].recv_free[kind];
+        if (A->send_free[link] > start) start = A->send_free[link];
+        if (u->ranks[b].recv_free[link] > start) start = u->ranks[b].recv_free[link];
         double bytes = (double)s.x->bytes * u->wire_scale;
         double ms = comm_p2p_ms(u->cfg->hw, (int)mesh_group_first(&u->layout, a),
                                 (int)mesh_group_first(&u->layout, b), bytes);
@@ -125,13 +137,13 @@ static void try_sends(run *u, int a, int kind)
             return;
         }
         int64_t end = start + ms_to_ns(ms);
-        A->send_free[kind] = u->ranks[b].recv_free[kind] = end;
+        A->send_free[link] = u->ranks[b].recv_free[link] = end;
         u->op_ns[3] += end - start;
         dp_status st = engine_push(u->eng, end, 0, EV_TRANSFER_DONE, b, mb, s.peer_chunk, kind);
         if (st != DP_OK) u->st = st;
         emit_op(u, a, s.op, mb, s.x->chunk, start, end);
         emit_op(u, b, kind == PM_ACT ? OP_RECV_ACT : OP_RECV_GRAD, mb, s.peer_chunk, start, end);
-        A->head[kind]++;
+        A->head[link]++;
     }
 }
 
@@ -148,7 +160,7 @@ static void advance(run *u, int r, int64_t now)
         case OP_RECV_ACT:
         case OP_RECV_GRAD:
             sl->posted[s.kind] = now;
-            try_sends(u, s.peer_rank, s.kind);
+            try_sends(u, s.peer_rank, link_of(s.kind, s.peer_rank % u->cfg->pp, s.stage));
             break;
         case OP_F:
         case OP_B:
@@ -177,10 +189,12 @@ static void advance(run *u, int r, int64_t now)
             break;
         }
         case OP_SEND_ACT:
-        case OP_SEND_GRAD:
-            Rs->q[s.kind][Rs->tail[s.kind]++] = (queued){Rs->pc, now};
-            try_sends(u, r, s.kind);
+        case OP_SEND_GRAD: {
+            int l = link_of(s.kind, s.stage, s.peer_rank % u->cfg->pp);
+            Rs->q[l][Rs->tail[l]++] = (queued){Rs->pc, now, Rs->compute_free};
+            try_sends(u, r, l);
             break;
+        }
         case OP_FREE: /* stream-ordered: when the compute issued before it has ended */
             mem_change(u, r, 0, Rs->compute_free > now ? Rs->compute_free : now, -s.stored_mb);
             break;
@@ -263,7 +277,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     size_t n_ins = 0;
     for (int r = 0; r < u.nr; r++) n_ins += (size_t)it->ranks[r].n;
     size_t need = nslots * sizeof(slot) + (size_t)u.nr * sizeof(rank_state) +
-                  (2 * n_ins + 2) * sizeof(queued);
+                  (SIM_LINKS * n_ins + SIM_LINKS) * sizeof(queued);
     if (need > s->scratch_cap) {
         free(s->scratch);
         s->scratch = malloc(need);
@@ -281,9 +295,9 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         rank_state *R = &u.ranks[r];
         memset(R, 0, sizeof *R);
         R->compute_free = R->last_start = t0_ns;
-        for (int k = 0; k < 2; k++) {
-            R->send_free[k] = R->recv_free[k] = t0_ns;
-            R->q[k] = pool;
+        for (int l = 0; l < SIM_LINKS; l++) {
+            R->send_free[l] = R->recv_free[l] = t0_ns;
+            R->q[l] = pool;
             pool += it->ranks[r].n;
         }
     }
@@ -327,9 +341,9 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         rank_state *R = &u.ranks[r];
         int s2 = r % cfg->pp;
         int64_t done = R->compute_free;
-        for (int k = 0; k < 2; k++) {
-            if (R->send_free[k] > done) done = R->send_free[k];
-            if (R->recv_free[k] > done) done = R->recv_free[k];
+        for (int l = 0; l < SIM_LINKS; l++) {
+            if (R->send_free[l] > done) done = R->send_free[l];
+            if (R->recv_free[l] > done) done = R->recv_free[l];
         }
         if (done > stage_done[s2]) stage_done[s2] = done;
         if (done - t0_ns > res->pipeline_ns) res->pipeline_ns = done - t0_ns;

@@ -1,17 +1,20 @@
 /*
  * sim.h — executes an execution plan on simulated devices, event by event.
  *
- * Each rank (stage s of replica r) has one compute stream and, per kind (activation, gradient),
- * one send and one receive stream: the directed links that dprun's NCCL mode opens (a stage
- * sends activations to one neighbour and gradients to the other), so a send never waits behind
- * one to another peer or of the other kind. What each instruction means comes from the plan
+ * Each rank (stage s of replica r) has one compute stream and, per kind (activation, gradient)
+ * and direction (towards higher stages, or lower or itself), one send and one receive stream:
+ * the directed links that dprun's NCCL mode opens (in a loop a stage sends activations to one
+ * neighbour and gradients to the other; in a V both kinds go both ways, chunk 0 down and chunk 1
+ * up), so a send never waits behind one to another peer or of the other kind. What each instruction means comes from the plan
  * machine (scheduler/plan_machine.h); the simulator only times it:
  *   RECV_*    posts the receive at the current time;
  *   F, B, W   wait until the data they consume has arrived, then queue on the compute stream:
  *             start = max(now, stream free); duration from pm_resolve (B's share when the rank
  *             is split);
  *   SEND_*    queue, in issue order, on the rank's send stream of that kind; a transfer starts
- *             at max(issued, producer's end, receiver posted, both link streams free) and takes
+ *             at max(issued, the end of the compute issued before it on the rank (stream order:
+ *             the producer's end, or later where the plan put more compute between them, as a
+ *             DualPipe F&B pair does), receiver posted, both link streams free) and takes
  *             latency + bytes * wire_scale / bandwidth of the link between the two ranks' GPUs
  *             (models/comm.h; each rank's first GPU, as models/mesh.h places it);
  *   FREE      stream-ordered: the stored activations go when the compute before it ends.
