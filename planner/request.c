@@ -456,7 +456,8 @@ void plan_request_options(cli_opts *t, plan_request *p)
     o->marks = F | T, o->mark_name = "--batching (use --batchings)", o->show = show_batching;
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
                      "gpipe | 1f1b | interleaved | adaptive | zb1 | zbv (ZB-V: 2 chunks a\n"
-                     "device in a V) | auto (per iteration\n"
+                     "device in a V) | dualpipev (DeepSeek's DualPipeV: the same V,\n"
+                     "forwards overlapped with backwards) | auto (per iteration\n"
                      "the one-chunk schedule whose plan fits and simulates fastest,\n"
                      "named in the plan; ZB-H1 without full recompute)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tier: full (MPI runs of 1 to 4 ranks: about 10 s; make check runs it, make test not)
-# ZB-V (--schedule zbv) in the runtime: two chunks a device in a V, B and W split. One iteration
-# of the same micro-batches (rows packed) ends with the same fp64 gradient norm on one stage, on
-# 2 ranks (LLaMA-kind, 4 layers: a V over 2 stages) and on 4 ranks (8 layers), with the embedding
-# and the LM head alone on device 0's two virtual stages (--layers-per-stage 0,2,2,0: both on one
-# GPU in a V), and the simulator replays each plan to its own timeline. The cuda backend refuses a
+# The V schedules in the runtime: ZB-V (--schedule zbv: two chunks a device in a V, B and W
+# split) and DualPipeV (--schedule dualpipev: the same V, forwards paired with whole backwards,
+# their sends after both). One iteration of the same micro-batches (rows packed) ends with the
+# same fp64 gradient norm on one stage, on 2 ranks (LLaMA-kind, 4 layers: a V over 2 stages) and
+# on 4 ranks (8 layers), with the embedding and the LM head alone on device 0's two virtual
+# stages (--layers-per-stage 0,2,2,0: both on one GPU in a V), and the simulator replays each
+# plan to its own timeline. The cuda backend refuses a
 # V (its links follow a loop), naming --backend cpu.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
@@ -31,6 +33,25 @@ plan v4 "$TMP/llama8.json" --pp 4 --schedule zbv
 same v4 ref8 4
 check "... and the simulator replays it to the timeline it planned" bash -c \
   "[ \"\$(grep -E '^timeline hash' '$TMP/v4.plan')\" = \"\$('$DPSIM' sim --plan '$TMP/v4.json' | grep -E '^timeline hash')\" ]"
+# DualPipeV: 8 micro-batches (its 2S on 4 devices: every step of its order) and 4 (fewer: the
+# missing ones' ops left out)
+plan d2 $LLAMA --pp 2 --schedule dualpipev
+check "a dualpipev plan pairs a forward with a whole backward (a SEND_ACT after a W)" python3 -c "
+import json,sys
+p=json.load(open('$TMP/d2.json'))
+ops=[[i['op'] for i in r['instructions']] for it in p['iterations'] for r in it['stages']]
+sys.exit(0 if any(o[j]=='W' and 'SEND_ACT' in o[j+1:j+3] for o in ops for j in range(len(o))) else 1)"
+same d2 ref 2
+plan d0220 $LLAMA --pp 2 --schedule dualpipev --layers-per-stage 0,2,2,0
+same d0220 ref 2
+plan d4 "$TMP/llama8.json" --pp 4 --schedule dualpipev
+same d4 ref8 4
+plan d4w "$TMP/llama8.json" --pp 4 --schedule dualpipev --global-tokens 2048
+plan ref8w "$TMP/llama8.json" --pp 1 --global-tokens 2048
+run_norm ref8w 1 >/dev/null
+same d4w ref8w 4
+check "... and the simulator replays it to the timeline it planned" bash -c \
+  "[ \"\$(grep -E '^timeline hash' '$TMP/d4w.plan')\" = \"\$('$DPSIM' sim --plan '$TMP/d4w.json' | grep -E '^timeline hash')\" ]"
 expect "the cuda backend refuses a V (or a dprun without CUDA refuses the backend)" 1 "planned in a V|built without CUDA" -- \
   $MPIRUN -np 2 "$DPRUN" --plan "$TMP/v2.json" --backend cuda --out "$TMP/vg.csv"
 check "... naming the cpu backend" grep -Eq "hint: --backend cpu runs it|built without CUDA" "$TMP/out"

@@ -340,6 +340,16 @@ expect "textbook f 1, b 2, w 1 on 4 stages, 8 micro-batches: zbv (a V, 2 chunks)
   "pipeline bubble \(mean of stages\) +5.88%" -- "$DPSIM" sim --toy-costs 1,2,1 --schedule zbv
 check "... on balanced memory: every stage the same peak" bash -c \
   "grep -E '^peak memory per stage' '$TMP/out' | awk '{ for (i = 7; i <= NF; i++) if (\$i != \$6) exit 1 }'"
+expect "... DualPipeV (the same V, F&B pairs) 11.11%: DeepSeek's (S-1)(F&B + B - 3W), its closed form" 0 \
+  "pipeline bubble \(mean of stages\) +11.11%  \(closed form 11.11%\)" -- "$DPSIM" sim --toy-costs 1,2,1 --schedule dualpipev
+expect "... on 8 stages and 64 micro-batches at f 1, b 1.5, w 0.5 (f = b - w: the form's exact case)" 0 \
+  "pipeline bubble \(mean of stages\) +[0-9.]+%  \(closed form [0-9.]+%\)" -- "$DPSIM" sim --toy-costs 1,1.5,0.5 --schedule dualpipev --pp 8 --microbatches 64
+check "... where the simulated bubble is the closed form's" bash -c \
+  "grep -E '^pipeline bubble' '$TMP/out' | sed -E 's/.*stages\) +([0-9.]+)%  \(closed form ([0-9.]+)%.*/\1 \2/' | awk '{ exit !(\$1 == \$2) }'"
+expect "dualpipev refuses a chunk count other than its V's 2, and full recompute" 2 "--schedule dualpipev runs 2 chunks a device \\(a V\\), not --chunks 4" -- \
+  "$DPSIM" sim --schedule dualpipev --chunks 4 --iterations 1
+expect "... and full recompute (it splits the backward)" 2 "--schedule dualpipev splits the backward into B and W" -- \
+  "$DPSIM" sim --schedule dualpipev --recompute full --iterations 1
 expect "zbv refuses a chunk count other than its V's 2" 2 "--schedule zbv runs 2 chunks a device \\(a V\\), not --chunks 3" -- \
   "$DPSIM" sim --schedule zbv --chunks 3 --iterations 1
 expect "zbv plans Llama-3-8B on 4 x 2 H100 at 8k within memory" 0 "out of memory +no" -- \
