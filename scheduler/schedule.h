@@ -22,11 +22,14 @@
  *                split; see plan.c).
  *   zbv          zero-bubble in a V (Qi et al.'s ZB-V): two chunks per device, chunk 0 down the
  *                devices and chunk 1 back up (placement.h's V: the loss on device 0), the
- *                backward split into B and W. For micro-batches of any size its order comes from
- *                a greedy pass over the cost model's times: a device runs the B that is ready
- *                first, else the next chunk-1 forward, else a new micro-batch's forward while it
- *                holds fewer than S, else a W (the W's fill what unequal forwards leave idle).
- *                It holds at most S micro-batches a device, as ZB-H1's first stage.
+ *                backward split into B and W. For micro-batches of any size its order is the
+ *                published ZB-V order or a greedy pass over the cost model's times, whichever
+ *                the plan's costs finish first (v_orders.h). It holds at most S micro-batches a
+ *                device (2S chunk activations), as ZB-H1's first stage.
+ *   dualpipev    DeepSeek's DualPipeV on the same V (v_orders.h): in its main step each forward
+ *                paired with another micro-batch's whole backward (F&B), emitted as F, B, W and
+ *                then both sends, so that what the pair produces leaves when it ends; B and W
+ *                split at the ends. It holds 2S + 1 chunk activations (S + 1/2 micro-batches).
  *   adaptive     DynaPipe's memory-aware schedule: a cyclic pass decides each device's order
  *                (backwards first; a micro-batch's forward only when its peak memory fits next to
  *                what the device already holds), then that order is run event-driven, without the
@@ -57,7 +60,8 @@ typedef struct schedule {
      * (it admits by memory itself); gpipe S, a first guess, since it holds all m (the exact
      * check after planning decides, see stage_cost.h). */
     double (*holds)(int S, int C, int s, const stage_model *sm); /* sm: its --warmup cap */
-    int splits_backward; /* its plans run a W after every B (zb1): see schedule_check_recompute */
+    int splits_backward; /* its plans run a W after every B (zb1, the V's): see
+                          * schedule_check_recompute */
     /* The textbook estimate of replica rep's iteration on S stages with C chunks (its
      * micro-batches k, t_k = max over stages of f + b, per stage as planned), ms, and in
      * *bubble_ms (never NULL) its bubble term; NULL for a schedule without one (adaptive: its
