@@ -366,7 +366,8 @@ static int plot_schedules_main(int argc, char **argv)
                   "textbook's figure: dpsim plot schedules --toy-costs 1,2,1.");
     cli_opt_string(&ot, "output", 'o', &out, "OUT", "schedules.png", "figure to write (.png or .svg)");
     cli_opt_string(&ot, "schedules", 0, &schedules, "LIST", "gpipe,1f1b,zb1",
-                   "the schedules, one panel each (gpipe, 1f1b, interleaved, adaptive, zb1)");
+                   "the schedules, one panel each (gpipe, 1f1b, interleaved, adaptive, zb1,\n"
+                   "zbv, dualpipev)");
     cli_opt_string(&ot, "memory", 0, &mem_out, "OUT", NULL,
                    "also each panel's memory per stage over the iteration (.png or .svg)");
     cli_opt_string(&ot, "html", 0, &html, "PAGE", NULL,

@@ -25,6 +25,9 @@ run grid bash plots/auto_grid.sh "$B"
 run pairgrid bash plots/auto_pair_grid.sh "$B"
 run regime bash plots/regime_map.sh "$B" "$OUT/regime-map"
 run toy "$B/dpsim" sim --toy-costs 1,2,1 --schedule zb1 --pp 4 --microbatches 8
+run toyzbv "$B/dpsim" sim --toy-costs 1,2,1 --schedule zbv
+run toydpv "$B/dpsim" sim --toy-costs 1,2,1 --schedule dualpipev
+run gptzbv "$B/dpsim" sim --schedule zbv --recompute dynamic --iterations 8
 run longctx bash plots/long_context.sh "$B"
 # load-independent resources: the 16,384-GPU run's peak RSS (docs/scheduling.md), in MB
 run scale bash -c "/usr/bin/time -f 'peak_rss_kb %M' '$B/dpsim' sim --model gpt-175b-16l --pp 16 --tp 8 \
@@ -64,6 +67,9 @@ check regime README.md "regime map: llama3.1-8b 1024 packing-dp / packing" 1.68 
 check regime docs/scheduling.md "regime map: gpt 4096 auto / packing" 1.7859 0.1 '$1 == "gpt-6.7b-16l" && $2 == 4096 && $3 == "auto" { print $4 }'
 check scale docs/scheduling.md "16,384-GPU sim: peak RSS, MB" 252 10 '$1 == "peak_rss_kb" { print $2 / 1000 }'
 check toy README.md "textbook ZB-H1 bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
+check toyzbv docs/teaching.md "textbook ZB-V bubble, %" 5.88 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
+check toydpv docs/teaching.md "textbook DualPipeV bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
+check gptzbv docs/scheduling.md "GPT-6.7B, 4 A100 stages: zbv tokens/s" 27856 0.1 '/^throughput \(real/ { print $4 }'
 check longctx README.md "long context: 8B, 64 GPUs, 128k, cp auto" 472397 0.1 '$1 == "llama3.1-8b" && $2 == 64 && $6 == 131072 { print $13 }'
 check longctx README.md "long context: 70B, 32k, cp 2" 44562 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
 if [ "$moved" -gt 0 ]; then
