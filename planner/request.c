@@ -459,7 +459,7 @@ void plan_request_options(cli_opts *t, plan_request *p)
                      "device in a V) | dualpipev (DeepSeek's DualPipeV: the same V,\n"
                      "forwards overlapped with backwards) | auto (per iteration\n"
                      "the one-chunk schedule whose plan fits and simulates fastest,\n"
-                     "named in the plan; ZB-H1 without full recompute)");
+                     "named in the plan)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;

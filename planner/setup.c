@@ -375,9 +375,6 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     if (p->warmup > 0 && sc && !sc->warms_up)
         return dp_fail(err, DP_ERR_INVALID, "--warmup caps the warm-up of 1f1b and interleaved; "
                        "%s has none to cap", sc->name);
-    if (sc && p->cost.recompute < RECOMPUTE_COUNT &&
-        (st = schedule_check_recompute(sc, env->cm->recompute, err)) != DP_OK)
-        return st;
     int64_t gpus = plan_request_gpus(p),
             have = (int64_t)env->hw.nodes * env->hw.gpus_per_node;
     char cp[32] = "";

@@ -518,26 +518,16 @@ out:
     return st;
 }
 
-/* The cost models a run plans with: the modes of --recompute dynamic in order that the schedule
- * takes (schedule_check_recompute: none always; under --schedule auto every mode, each
- * candidate planning the ones it takes: plan_modes), or cm alone. */
+/* The cost models a run plans with: the modes of --recompute dynamic in order (every schedule
+ * takes each: one that splits the backward leaves a full-recompute slot whole, schedule.c), or
+ * cm alone. */
 static int study_modes(const study_opts *o, const cost_model **cms)
 {
-    int n = 0, dynamic = 0;
-    for (int m = 0; m < RECOMPUTE_COUNT; m++) {
-        if (!o->recompute_cm[m]) continue;
-        dynamic = 1;
-        if (!o->sched || schedule_check_recompute(o->sched, (recompute_mode)m, NULL) == DP_OK)
-            cms[n++] = o->recompute_cm[m];
-    }
-    if (!dynamic) cms[n++] = o->cm;
+    int n = 0;
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (o->recompute_cm[m]) cms[n++] = o->recompute_cm[m];
+    if (n == 0) cms[n++] = o->cm;
     return n;
-}
-
-/* Whether schedule sc plans under stage model sm's recompute mode (schedule_check_recompute). */
-static int schedule_takes(const schedule *sc, const stage_model *sm)
-{
-    return schedule_check_recompute(sc, sm->cm->recompute, NULL) == DP_OK;
 }
 
 /* Points the planner at one stage model (one recompute mode) and its shape cache. */
@@ -559,7 +549,6 @@ static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache 
     int best = -1;
     int64_t best_ns = INT64_MAX;
     for (int m = 0; m < modes; m++) {
-        if (!schedule_takes(pl->sched, &sm[m])) continue;
         planner_use(pl, &sm[m], cache[m]);
         int answerable = 0;
         dp_err why = {0};
@@ -605,10 +594,8 @@ static dp_status plan_modes(planner *pl, const stage_model *sm, shape_cache *con
                       ? fastest_fitting_mode(pl, sm, cache, modes, b, n, id, l, pi)
                       : -1;
     dp_status st;
-    int last = modes - 1; /* the last mode the schedule takes (--schedule auto: zb1 not full) */
-    while (last > 0 && !schedule_takes(pl->sched, &sm[last])) last--;
+    int last = modes - 1;
     for (*mode = fastest >= 0 ? fastest : 0;; (*mode)++) {
-        if (fastest < 0 && *mode < last && !schedule_takes(pl->sched, &sm[*mode])) continue;
         planner_use(pl, &sm[*mode], cache[*mode]);
         *answerable = 0;
         st = plan_iteration(pl, b, n, id, l, pi, answerable, why);
@@ -633,18 +620,14 @@ static dp_status relax_modes(const planner *pl, const stage_model *sm,
 /* The schedules a run plans each iteration with: o->sched, or under --schedule auto every one-chunk
  * schedule that takes one of the run's modes, the baseline (1F1B) first and the rest in
  * schedule_list order (ties go to the earlier). Their count. */
-static int study_schedules(const study_opts *o, const stage_model *sm, int modes,
-                           const schedule **out)
+static int study_schedules(const study_opts *o, const schedule **out)
 {
     if (o->sched) return out[0] = o->sched, 1;
     int ns, n = 0;
     const schedule *all = schedule_list(&ns);
     out[n++] = schedule_baseline();
-    for (int i = 0; i < ns && n < STUDY_SCHEDULES_MAX; i++) {
-        int takes = 0;
-        for (int m = 0; m < modes; m++) takes |= schedule_takes(&all[i], &sm[m]);
-        if (!all[i].chunked && takes && &all[i] != schedule_baseline()) out[n++] = &all[i];
-    }
+    for (int i = 0; i < ns && n < STUDY_SCHEDULES_MAX; i++)
+        if (!all[i].chunked && &all[i] != schedule_baseline()) out[n++] = &all[i];
     return n;
 }
 
@@ -694,8 +677,6 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     const cost_model *cms[RECOMPUTE_COUNT];
     int modes = study_modes(o, cms);
     memset(r, 0, sizeof *r);
-    for (int m = 0; m < modes && o->sched; m++) /* (auto: each candidate the modes it takes) */
-        if ((st = schedule_check_recompute(o->sched, cms[m]->recompute, err)) != DP_OK) return st;
     stage_model *sm = NULL;
     if ((st = stage_models(o, cms, modes, &sm, err)) != DP_OK) return st;
     /* model state, collectives and the optimizer step: the same in every mode (the parameters
@@ -717,7 +698,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     const batcher *cands[BATCH_CANDIDATES_MAX];
     int n_cands = study_candidates(o->batching, cands);
     const schedule *scheds[STUDY_SCHEDULES_MAX]; /* and the schedules: o's own, or auto's */
-    int n_scheds = study_schedules(o, sm, modes, scheds);
+    int n_scheds = study_schedules(o, scheds);
     planner pl = {o, cands[0], scheds[0], &sm[0],
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    cands[0]->varlen},

@@ -24,10 +24,13 @@ void pm_init(plan_machine *m, const plan_iter *it, int chunks)
     m->nv = it->pp * chunks;
     m->nr = it->pp * it->dp;
     m->nmb = it->n_mb;
-    m->split = dp_xcalloc((size_t)m->nr, 1);
+    m->split = dp_xcalloc(pm_slots(m), 1);
     for (int r = 0; r < m->nr; r++)
-        for (int i = 0; i < it->ranks[r].n && !m->split[r]; i++)
-            if (it->ranks[r].ins[i].op == OP_W) m->split[r] = 1;
+        for (int i = 0; i < it->ranks[r].n; i++) {
+            const plan_instr *x = &it->ranks[r].ins[i];
+            if (x->op == OP_W && x->mb >= 0 && x->mb < m->nmb && x->chunk >= 0 && x->chunk < chunks)
+                m->split[pm_slot(m, r, x->mb, x->chunk)] = 1; /* bounds: pm_check's, later */
+        }
 }
 
 void pm_release(plan_machine *m)
@@ -63,7 +66,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
         break;
     case OP_B:
         if (s->v < m->nv - 1) s->waits = PM_GRAD;
-        s->split = m->split[r];
+        s->split = m->split[pm_slot(m, r, x->mb, x->chunk)];
         s->dur_ms = (mb->bwd_ms[st] - (s->split ? mb->w_ms[st] : 0)) / C;
         s->transient_mb = transient;
         break;
@@ -254,7 +257,6 @@ static dp_status check_order(const plan_machine *m, const char *where, dp_err *e
     for (int r = 0; r < m->nr && st == DP_OK; r++) {
         const plan_rank *R = &it->ranks[r];
         memset(sn, 0, nslots * sizeof *sn);
-        int split = m->split[r];
         for (int i = 0; i < R->n && st == DP_OK; i++) {
             const plan_instr *x = &R->ins[i];
             seen *e = &sn[(size_t)x->mb * (size_t)m->chunks + (size_t)x->chunk];
@@ -296,7 +298,8 @@ static dp_status check_order(const plan_machine *m, const char *where, dp_err *e
                 break;
             case OP_FREE:
                 if (!e->n[OP_F] || !e->n[OP_B]) bad = "FREE before its F and B", rule = "FREE last";
-                else if (split && !e->n[OP_W]) bad = "FREE before its W", rule = "FREE last";
+                else if (m->split[pm_slot(m, r, x->mb, x->chunk)] && !e->n[OP_W])
+                    bad = "FREE before its W", rule = "FREE last";
                 else if (!last && !e->n[OP_SEND_ACT]) bad = "FREE before its SEND_ACT", rule = "FREE last";
                 else if (v > 0 && !e->n[OP_SEND_GRAD]) bad = "FREE before its SEND_GRAD", rule = "FREE last";
                 break;
@@ -317,12 +320,11 @@ static dp_status check_order(const plan_machine *m, const char *where, dp_err *e
                 static const struct {
                     plan_op op;
                     const char *rule;
-                } must[4] = {{OP_F, "one F and one B per (micro-batch, chunk)"},
+                } must[3] = {{OP_F, "one F and one B per (micro-batch, chunk)"},
                              {OP_B, "one F and one B per (micro-batch, chunk)"},
-                             {OP_W, "a rank runs W for every micro-batch or for none"},
                              {OP_FREE, "one FREE per (micro-batch, chunk)"}};
-                for (int q = 0; q < 4 && st == DP_OK; q++)
-                    if (!e->n[must[q].op] && (must[q].op != OP_W || split))
+                for (int q = 0; q < 3 && st == DP_OK; q++)
+                    if (!e->n[must[q].op])
                         st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: stage %d (replica %d) "
                                      "never runs %s of micro-batch %d chunk %d (rule: %s)", where,
                                      it->id, R->stage, R->replica, plan_op_name(must[q].op), k, c,

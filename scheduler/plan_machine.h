@@ -19,15 +19,17 @@
  *                  forward (fwd_ms[s] / C); creates the slot's stored activations (stored_mb[s]
  *                  / C) and, while it runs, a transient ((peak_mb[s] - stored_mb[s]) / C).
  *   B k c          waits for its RECV_GRAD's data when v < nv-1; computes the input gradients and,
- *                  unless the rank is split, the weight gradients: (bwd_ms[s] - w_ms[s]) / C when
+ *                  unless the slot is split, the weight gradients: (bwd_ms[s] - w_ms[s]) / C when
  *                  split, bwd_ms[s] / C otherwise; holds the same transient as F.
- *   W k c          the weight gradients ((w_ms[s] / C), no transient). A rank is *split* when
- *                  it runs any W: then it runs one W for every slot, after its B (ZB-H1).
+ *   W k c          the weight gradients ((w_ms[s] / C), no transient). A slot is *split* when
+ *                  its rank runs a W for it, after its B (ZB-H1, the V's); a zero-bubble rank
+ *                  leaves the slots under full recompute whole (rule "recompute").
  *   SEND_ACT k c   sends F's output to v+1 and SEND_GRAD k c sends B's input gradient to v-1,
  *                  once the rank's compute issued before them has ended (stream order: the cpu
  *                  executor computes before it sends, the cuda one's link stream waits for an
  *                  event recorded there; a plan may put compute between a producer and its send,
- *                  as a DualPipe F&B pair does); a send never blocks the instructions after it. Transfers of one kind between two ranks are matched
+ *                  as a DualPipe F&B pair does); a send never blocks the instructions after it.
+ *                  Transfers of one kind between two ranks are matched
  *                  in order (NCCL's and MPI's order on one link).
  *   FREE k c       releases the slot. It is stream-ordered: the stored activations go when the
  *                  rank's compute before it has finished (no later), as cudaFreeAsync does;
@@ -42,7 +44,7 @@
  * Rules of a valid plan (plan_validate checks them all, and names the plan, the iteration, the
  * rank, the instruction and the rule that was broken):
  *   one-F-one-B  every slot of a rank's replica has exactly one F and one B, F before B;
- *   W            a rank runs W for every slot or for none, exactly once, after its B;
+ *   W            at most one W per slot, after its B (and FREE after it);
  *   transfers    one RECV_ACT before F and one SEND_ACT after it where v > 0 / v < nv-1, one
  *                RECV_GRAD before B and one SEND_GRAD after it where v < nv-1 / v > 0, to the
  *                neighbouring virtual stage's rank (a self-send where the interleaved placement
@@ -90,7 +92,7 @@ typedef struct plan_machine {
     const plan_iter *it;
     int pp, chunks, nv, nr, nmb;
     placement_kind placement; /* the iteration's (plan_iter.placement) */
-    uint8_t *split;    /* per rank: runs W */
+    uint8_t *split;    /* per slot (pm_slot): the rank runs a W for it */
     /* untimed state (pm_run): */
     uint8_t *flags;    /* per slot (pm_slot) */
     int *pc;           /* per rank */
@@ -147,8 +149,9 @@ dp_status pm_run(plan_machine *m, const char *where, dp_err *err);
  *              recompute; fwd/bwd times in the plan already count it, cost_analytic.c);
  *   full       F saved only each layer's input; B reruns each layer's forward from it, last layer
  *              first, then that layer's input and weight gradients, so that one layer's
- *              activations exist at a time. Hence the rule "recompute": a split rank's W would
- *              need them all held past B, which the plan's stored_mb does not count. */
+ *              activations exist at a time. Hence the rule "recompute": a W after such a B would
+ *              need them all held past B, which the plan's stored_mb does not count, so the
+ *              slot is not split (its B computes the weight gradients too). */
 recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb);
 
 /* The static rules above (everything but the untimed run) on one iteration. */

@@ -75,6 +75,45 @@ static void em_w(emitter *e, int k, int c)
     push(e, OP_FREE, k, c, -1, 0);
 }
 
+/* Whether micro-batch k's backward reruns its whole forward (full recompute: its own mode, the
+ * iteration's, else the stage model's, as pm_recompute reads a plan): a schedule that splits the
+ * backward leaves its slot whole, the weight gradients in its B (plan_machine.h, rule
+ * "recompute"), and runs no W for it. */
+static int whole_backward(const stage_model *sm, const plan_iter *it, int k)
+{
+    const plan_mb *x = &it->mb[k];
+    int mode = x->recompute >= 0 ? x->recompute
+               : it->recompute >= 0 ? (int)recompute_policy_mode(it->recompute)
+               : sm                 ? (int)sm->cm->recompute
+                                    : RECOMPUTE_NONE;
+    return mode == RECOMPUTE_FULL;
+}
+
+/* The weight-gradient time a split schedule leaves to micro-batch k's W on stage s: none where
+ * it keeps the slot whole (the closed forms read a planned iteration, whose modes it names). */
+static double split_w_ms(const plan_iter *it, int k, int s)
+{
+    return whole_backward(NULL, it, k) ? 0 : it->mb[k].w_ms[s];
+}
+
+static int keeps_whole(const emitter *e, int k)
+{
+    return whole_backward(e->sm, e->it, k);
+}
+
+/* A split schedule's B and W of micro-batch k: the B alone, its W later; or, where k keeps whole,
+ * the whole backward at the B and nothing at the W. */
+static void em_b_split(emitter *e, int k, int c)
+{
+    if (keeps_whole(e, k)) em_bwd(e, k, c);
+    else em_b(e, k, c, 0);
+}
+
+static void em_w_split(emitter *e, int k, int c)
+{
+    if (!keeps_whole(e, k)) em_w(e, k, c);
+}
+
 /* The micro-batches of replica r, in plan order. Returns their count; *list is malloc'd. */
 static int replica_mbs(const plan_iter *it, int r, int **list)
 {
@@ -240,14 +279,14 @@ static void zb1_rank(emitter *e, const int *mbs, int m)
     for (int i = 0; i < w; i++) em_fwd(e, mbs[i], 0);
     for (int i = 0; i < m - w; i++) {
         em_fwd(e, mbs[w + i], 0);
-        em_b(e, mbs[i], 0, 0);
-        if (i + 1 - next_w > defer) em_w(e, mbs[next_w++], 0);
+        em_b_split(e, mbs[i], 0);
+        if (i + 1 - next_w > defer) em_w_split(e, mbs[next_w++], 0);
     }
     for (int i = m - w; i < m; i++) {
-        em_b(e, mbs[i], 0, 0);
-        if (next_w < i + 1) em_w(e, mbs[next_w++], 0); /* fill the wait for the next gradient */
+        em_b_split(e, mbs[i], 0);
+        if (next_w < i + 1) em_w_split(e, mbs[next_w++], 0); /* fill the wait for the next gradient */
     }
-    while (next_w < m) em_w(e, mbs[next_w++], 0);
+    while (next_w < m) em_w_split(e, mbs[next_w++], 0);
 }
 
 static dp_status build_zb1(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
@@ -479,7 +518,7 @@ static void em_full(emitter *e, int k, int c)
     const plan_mb *m = &e->it->mb[k];
     if (v < e->nv - 1) push(e, OP_RECV_GRAD, k, c, device_of(e, v + 1), schedule_act_bytes(e->sm, m, v));
     push(e, OP_B, k, c, -1, 0);
-    push(e, OP_W, k, c, -1, 0);
+    if (!keeps_whole(e, k)) push(e, OP_W, k, c, -1, 0);
     if (v > 0) push(e, OP_SEND_GRAD, k, c, device_of(e, v - 1), schedule_act_bytes(e->sm, m, v - 1));
     push(e, OP_FREE, k, c, -1, 0);
 }
@@ -489,13 +528,14 @@ static void em_full(emitter *e, int k, int c)
  * W), as an overlapped pair delivers them. */
 static void em_pair(emitter *e, int kf, int cf, int kb, int cb)
 {
+    int split = !keeps_whole(e, kb); /* its W inside the B otherwise */
     int vf = vstage_of(e, cf), vb = vstage_of(e, cb);
     const plan_mb *mf = &e->it->mb[kf], *mb = &e->it->mb[kb];
     if (vf > 0) push(e, OP_RECV_ACT, kf, cf, device_of(e, vf - 1), schedule_act_bytes(e->sm, mf, vf - 1));
     push(e, OP_F, kf, cf, -1, 0);
     if (vb < e->nv - 1) push(e, OP_RECV_GRAD, kb, cb, device_of(e, vb + 1), schedule_act_bytes(e->sm, mb, vb));
     push(e, OP_B, kb, cb, -1, 0);
-    push(e, OP_W, kb, cb, -1, 0);
+    if (split) push(e, OP_W, kb, cb, -1, 0);
     if (vf < e->nv - 1) push(e, OP_SEND_ACT, kf, cf, device_of(e, vf + 1), schedule_act_bytes(e->sm, mf, vf));
     if (vb > 0) push(e, OP_SEND_GRAD, kb, cb, device_of(e, vb - 1), schedule_act_bytes(e->sm, mb, vb - 1));
     push(e, OP_FREE, kb, cb, -1, 0);
@@ -550,9 +590,10 @@ static dp_status build_v(const schedule_ctx *ctx, plan_iter *it, const char *nam
             for (int d = 0; d < S; d++) {
                 const plan_mb *x = &it->mb[mbs[i]];
                 size_t at = (size_t)i * (size_t)S + (size_t)d;
+                double w = whole_backward(sm, it, mbs[i]) ? 0 : x->w_ms[d]; /* W inside B */
                 t[at] = x->fwd_ms[d] / 2;
-                t[n + at] = (x->bwd_ms[d] - x->w_ms[d]) / 2;
-                t[2 * n + at] = x->w_ms[d] / 2;
+                t[n + at] = (x->bwd_ms[d] - w) / 2;
+                t[2 * n + at] = w / 2;
             }
         v_costs c = {t, t + n, t + 2 * n};
         int rc = order(&o, &c);
@@ -565,8 +606,8 @@ static dp_status build_v(const schedule_ctx *ctx, plan_iter *it, const char *nam
                 int k = mbs[x->mb];
                 switch (x->kind) {
                 case V_F: em_fwd(&e, k, x->chunk); break;
-                case V_B: em_b(&e, k, x->chunk, 0); break;
-                case V_W: em_w(&e, k, x->chunk); break;
+                case V_B: em_b_split(&e, k, x->chunk); break;
+                case V_W: em_w_split(&e, k, x->chunk); break;
                 case V_FULL: em_full(&e, k, x->chunk); break;
                 case V_PAIR: em_pair(&e, k, x->chunk, mbs[x->mb2], x->chunk2); break;
                 }
@@ -681,7 +722,7 @@ static double closed_form_of(const plan_iter *it, int rep, int S, int C, int zb,
         double t = 0, u = 0;
         for (int s = 0; s < S; s++) {
             t = fmax(t, m->fwd_ms[s] + m->bwd_ms[s]);
-            u = fmax(u, zb ? m->fwd_ms[s] + m->bwd_ms[s] - 2 * m->w_ms[s]
+            u = fmax(u, zb ? m->fwd_ms[s] + m->bwd_ms[s] - 2 * split_w_ms(it, k, s)
                            : m->fwd_ms[s] + m->bwd_ms[s]);
         }
         sum += t, unit = fmax(unit, u);
@@ -719,7 +760,7 @@ static double closed_form_zbv(const plan_iter *it, int rep, int S, int C, double
         if (x->replica != rep) continue;
         double t = 0;
         for (int s = 0; s < S; s++) {
-            double f = x->fwd_ms[s], b = x->bwd_ms[s] - x->w_ms[s], w = x->w_ms[s];
+            double w = split_w_ms(it, k, s), f = x->fwd_ms[s], b = x->bwd_ms[s] - w;
             equal &= fabs(f - b) <= 1e-9 * f && fabs(f - w) <= 1e-9 * f;
             t = fmax(t, x->fwd_ms[s] + x->bwd_ms[s]), fill = fmax(fill, f);
         }
@@ -744,7 +785,7 @@ static double closed_form_dualpipev(const plan_iter *it, int rep, int S, int C, 
         double t = 0;
         for (int s = 0; s < S; s++) {
             t = fmax(t, x->fwd_ms[s] + x->bwd_ms[s]);
-            unit = fmax(unit, x->fwd_ms[s] + 2 * x->bwd_ms[s] - 3 * x->w_ms[s]);
+            unit = fmax(unit, x->fwd_ms[s] + 2 * x->bwd_ms[s] - 3 * split_w_ms(it, k, s));
         }
         sum += t, m++;
     }
@@ -792,17 +833,6 @@ const char *schedule_for_options(const char *const *names, int n)
         if (sc && sc->chunked) return names[i];
     }
     return names[0];
-}
-
-dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err)
-{
-    if (sc->splits_backward && rc == RECOMPUTE_FULL)
-        return dp_fail(err, DP_ERR_INVALID, "--schedule %s splits the backward into B and W, and "
-                       "full recompute does not go with that: the activations B reruns would be "
-                       "held until W, which a plan's memory does not count"
-                       "\nhint: --recompute "
-                       "selective or none, or another --schedule", sc->name);
-    return DP_OK;
 }
 
 int schedule_chunks(const schedule *sc, int requested)

@@ -60,8 +60,9 @@ typedef struct schedule {
      * (it admits by memory itself); gpipe S, a first guess, since it holds all m (the exact
      * check after planning decides, see stage_cost.h). */
     double (*holds)(int S, int C, int s, const stage_model *sm); /* sm: its --warmup cap */
-    int splits_backward; /* its plans run a W after every B (zb1, the V's): see
-                          * schedule_check_recompute */
+    int splits_backward; /* its plans run a W after the B of every micro-batch not under full
+                          * recompute (zb1, the V's; a full-recompute one's B computes the
+                          * weight gradients too: plan_machine.h rule "recompute") */
     /* The textbook estimate of replica rep's iteration on S stages with C chunks (its
      * micro-batches k, t_k = max over stages of f + b, per stage as planned), ms, and in
      * *bubble_ms (never NULL) its bubble term; NULL for a schedule without one (adaptive: its
@@ -100,12 +101,6 @@ int schedule_chunks(const schedule *sc, int requested);
 /* The name that chooses per iteration (--schedule auto; a plan's header then, and each iteration
  * its own one-chunk schedule): not a schedule of the list, schedule_find does not know it. */
 #define SCHEDULE_AUTO "auto"
-
-/* Whether sc plans under recompute mode rc: a schedule that splits the backward leaves the weight
- * gradients to a W, and under full recompute B reruns each layer's forward, whose activations W
- * would then need held past B (plan_machine.h, rule "recompute"). DP_OK, or DP_ERR_INVALID with
- * a hint. The planner asks it for every mode it tries (--recompute dynamic skips full there). */
-dp_status schedule_check_recompute(const schedule *sc, recompute_mode rc, dp_err *err);
 
 /* The planner's memory rule of schedule sc on sm's layout, at the given scale (stage_cost.h). */
 void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, mem_rule *rule);

@@ -63,8 +63,6 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
     const batcher *bs = batcher_list(&nb);
     const schedule *ss = schedule_list(&ns);
     const schedule *sched = &ss[(which / nb + which % nb) % ns];
-    if (!mixed && schedule_check_recompute(sched, (recompute_mode)rc, NULL) != DP_OK)
-        sched = schedule_find("1f1b"); /* zb1 and zbv, full (mixed skips full there) */
     int chunks = schedule_chunks(sched, 2); /* interleaved at 2; zbv's V at its 2 */
     if (chunks > 1 && (pp < 2 || m.arch == ARCH_T5)) sched = schedule_find("1f1b"), chunks = 1;
     int zero = dp > 1 ? 1 : 0;

@@ -156,29 +156,54 @@ static void test_dynamic_recompute_t5_4096(void **state)
     check_dynamic("t5-11b-12l", T5_PROFILE, 4096, 4, 0);
 }
 
-/* A schedule that splits the backward (zb1) never plans under full recompute, whose W would need
- * the rerun activations held past B (plan_machine.h, rule "recompute"): refused as the run's one
- * mode, skipped by --recompute dynamic, which keeps none and selective (at 8192 tokens on 4
- * A100s, where 1F1B's dynamic run needs them both). Every other schedule takes every mode. */
-static void test_split_backward_without_full_recompute(void **state)
+/* A schedule that splits the backward plans under full recompute too: a micro-batch whose B
+ * reruns its whole forward keeps its slot whole (its B computes the weight gradients: a W after
+ * it would need the rebuilt activations held past B, plan_machine.h rule "recompute"), and runs
+ * no W. Under --recompute full every slot is whole, so ZB-H1's order is 1F1B's: the same
+ * simulated throughput, and no W in its plan; under --recompute dynamic at 8192 tokens on 4
+ * A100s it plans the iterations 1F1B's dynamic run plans, full where an iteration needs it. */
+static void run_to_plan(setup *s, const char *sched, int iterations, int keep_going, int mixed,
+                        study_result *r, plan *pl, stage_model sm[RECOMPUTE_COUNT]);
+
+static void test_split_backward_with_full_recompute(void **state)
 {
     (void)state;
-    int n;
-    const schedule *all = schedule_list(&n);
-    for (int i = 0; i < n; i++)
-        for (int m = 0; m < RECOMPUTE_COUNT; m++) {
-            int refused = schedule_check_recompute(&all[i], (recompute_mode)m, NULL) != DP_OK;
-            assert_int_equal(refused, all[i].splits_backward && m == RECOMPUTE_FULL);
-        }
     setup s;
     setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 8192);
+    study_result zb, one;
+    run(&s, RECOMPUTE_FULL, "zb1", 4, 1, &zb);
+    run(&s, RECOMPUTE_FULL, "1f1b", 4, 1, &one);
+    assert_true(one.throughput_tokens_per_s > 0);
+    assert_near(zb.throughput_tokens_per_s, one.throughput_tokens_per_s,
+                1e-9 * one.throughput_tokens_per_s);
+    study_result_release(&zb), study_result_release(&one);
+    run(&s, -1, "zb1", 24, 1, &zb);
+    run(&s, -1, "1f1b", 24, 1, &one);
+    assert_int_equal(zb.failed_iterations, one.failed_iterations);
+    assert_true(zb.recompute_iterations[RECOMPUTE_NONE] + zb.recompute_iterations[RECOMPUTE_SELECTIVE] > 0);
+    study_result_release(&zb), study_result_release(&one);
+    /* per micro-batch (mixed): W exactly for the slots not under full recompute */
+    plan pl;
     study_result r;
-    dp_err err = {0};
-    assert_int_equal(try_run(&s, RECOMPUTE_FULL, "zb1", 4, 1, &r, &err), DP_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "--schedule zb1 splits the backward into B and W"));
-    run(&s, -1, "zb1", 24, 1, &r);
-    assert_int_equal(r.recompute_iterations[RECOMPUTE_FULL], 0);
-    assert_true(r.recompute_iterations[RECOMPUTE_NONE] > 0 && r.recompute_iterations[RECOMPUTE_SELECTIVE] > 0);
+    stage_model sm[RECOMPUTE_COUNT];
+    run_to_plan(&s, "zb1", 6, 1, 1, &r, &pl, sm);
+    int whole = 0, split = 0;
+    for (int i = 0; i < pl.n_it; i++) {
+        const plan_iter *it = &pl.it[i];
+        for (int q = 0; q < it->pp * it->dp; q++)
+            for (int k = 0; k < it->n_mb; k++) {
+                if (it->mb[k].replica != it->ranks[q].replica) continue;
+                int ws = 0;
+                for (int j = 0; j < it->ranks[q].n; j++)
+                    ws += it->ranks[q].ins[j].op == OP_W && it->ranks[q].ins[j].mb == k;
+                int full = pm_recompute(&pl, it, k) == RECOMPUTE_FULL;
+                assert_int_equal(ws, !full);
+                whole += full, split += !full;
+            }
+    }
+    assert_true(split > 0);
+    (void)whole;
+    plan_release(&pl);
     study_result_release(&r);
     setup_release(&s);
 }
@@ -1308,7 +1333,7 @@ int main(void)
         cmocka_unit_test(test_keep_going),
         cmocka_unit_test(test_mixed_recompute),
         cmocka_unit_test(test_mixed_recompute_against_brute_force),
-        cmocka_unit_test(test_split_backward_without_full_recompute),
+        cmocka_unit_test(test_split_backward_with_full_recompute),
         cmocka_unit_test(test_order_search_best_of_candidates),
         cmocka_unit_test(test_t5_order_against_dynapipe),
         cmocka_unit_test(test_zero_communication),
