@@ -29,6 +29,7 @@ run toyzbv "$B/dpsim" sim --toy-costs 1,2,1 --schedule zbv
 run toydpv "$B/dpsim" sim --toy-costs 1,2,1 --schedule dualpipev
 run gptzbv "$B/dpsim" sim --schedule zbv --recompute dynamic --iterations 8
 run longctx bash plots/long_context.sh "$B"
+run cotsched bash plots/long_cot_schedules.sh "$B"
 # load-independent resources: the 16,384-GPU run's peak RSS (docs/scheduling.md), in MB
 run scale bash -c "/usr/bin/time -f 'peak_rss_kb %M' '$B/dpsim' sim --model gpt-175b-16l --pp 16 --tp 8 \
   --dp 128 --global-tokens 4194304 --hw dgx-h100 --analytic --recompute full --iterations 1 2>&1 >/dev/null"
@@ -70,6 +71,8 @@ check toy README.md "textbook ZB-H1 bubble, %" 11.11 0.1 '/^pipeline bubble/ { s
 check toyzbv docs/teaching.md "textbook ZB-V bubble, %" 5.88 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check toydpv docs/teaching.md "textbook DualPipeV bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check gptzbv docs/scheduling.md "GPT-6.7B, 4 A100 stages: zbv tokens/s" 27856 0.1 '/^throughput \(real/ { print $4 }'
+check cotsched docs/scheduling.md "long-CoT 32k: zbv, packing-wlb, mixed" 100525 0.1 '$1 == 32768 && $2 == "packing-wlb" && $3 == "zbv" && $4 == "mixed" { print $5 }'
+check cotsched docs/scheduling.md "long-CoT 128k: auto, dynamic-varlen, mixed" 94956 0.1 '$1 == 131072 && $2 == "dynamic-varlen" && $3 == "auto" && $4 == "mixed" { print $5 }'
 check longctx README.md "long context: 8B, 64 GPUs, 128k, cp auto" 472397 0.1 '$1 == "llama3.1-8b" && $2 == 64 && $6 == 131072 { print $13 }'
 check longctx README.md "long context: 70B, 32k, cp 2" 44562 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
 if [ "$moved" -gt 0 ]; then
