@@ -350,11 +350,6 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "backend shards over the whole data-parallel group: running it here would "
                        "measure another layout\nhint: --backend cpu runs it, or plan without "
                        "--shard-group", path, h->zero, h->shard_group);
-    if (on_gpu && h->placement == PLACEMENT_V)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned in a V (%s: chunk 1 runs back up the "
-                       "stages), and the cuda backend's links and streams follow a loop: running "
-                       "it here would measure another layout\nhint: --backend cpu runs it", path,
-                       h->schedule);
     dp_status st = rt_check_tp(m, tp, path, err);
     if (st != DP_OK) return st;
     if ((st = placement_split_check(m, &h->split, h->pp * h->chunks, err)) != DP_OK) {

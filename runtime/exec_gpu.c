@@ -58,7 +58,14 @@
 
 enum { KIND_ACT, KIND_GRAD };
 /* The multi-GPU mode's links of this rank; in each link's communicator the sender is rank 0. */
-enum { LINK_ACT_OUT, LINK_ACT_IN, LINK_GRAD_OUT, LINK_GRAD_IN, N_LINKS };
+/* A process's directed links to its pipeline neighbours: per kind, sending or receiving, towards
+ * a higher stage or a lower one (a loop sends each kind one way, a V both: chunk 0 down the
+ * stages, chunk 1 back up). */
+enum { N_LINKS = 8 };
+static int link_of(int kind, int send, int peer_higher)
+{
+    return (kind == KIND_ACT ? 0 : 4) + (send ? 0 : 2) + (peer_higher ? 1 : 0);
+}
 
 typedef struct gchunk { /* the layers of one virtual stage */
     int layers;
@@ -169,6 +176,11 @@ typedef struct gctx {
 } gctx;
 
 static int drives(const gctx *c, int stage) { return !c->multi || stage == c->stage; }
+/* The stage (device) of virtual stage v, as the plan places its chunks (a loop or a V). */
+static int stage_of_v(const gctx *c, int v)
+{
+    return placement_device((placement_kind)c->o->pl->h.placement, v, c->pp);
+}
 
 static dp_status no_memory(gctx *c, const char *what)
 {
@@ -238,7 +250,7 @@ static dp_status alloc_slots(gctx *c, const plan_iter *it)
     if (!c->slots || !c->msgs) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
     for (int mb = 0; mb < it->n_mb; mb++)
         for (int v = 0; v < c->nv; v++) {
-            if (!drives(c, v % c->pp)) continue;
+            if (!drives(c, stage_of_v(c, v))) continue;
             gslot *s = &c->slots[(size_t)mb * c->nv + v];
             const gchunk *ch = &c->ch[v];
             s->B = it->mb[mb].mbs;
@@ -564,11 +576,11 @@ static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
 
 /* A transfer with a stage of another rank: the link stream waits for the stage to reach the
  * instruction (t->e0), moves the buffer over NCCL, and records t->e1. */
-static int remote_transfer(gctx *c, gtimed *t, int send, int kind, void *buf, size_t n)
+static int remote_transfer(gctx *c, gtimed *t, int send, int kind, int peer_stage, void *buf,
+                           size_t n)
 {
 #ifdef DPRUN_NCCL
-    int link = kind == KIND_ACT ? (send ? LINK_ACT_OUT : LINK_ACT_IN)
-                                : (send ? LINK_GRAD_OUT : LINK_GRAD_IN);
+    int link = link_of(kind, send, peer_stage > c->stage);
     rt_cuda *ls = c->link_stream[link];
     char why[256];
     rt_cuda_wait_event(ls, t->e0);
@@ -581,7 +593,7 @@ static int remote_transfer(gctx *c, gtimed *t, int send, int kind, void *buf, si
     rt_cuda_event_record(ls, t->e1);
     return 0;
 #else
-    (void)t, (void)send, (void)kind, (void)buf, (void)n;
+    (void)t, (void)send, (void)kind, (void)peer_stage, (void)buf, (void)n;
     dp_fail(c->err, DP_ERR_UNSUPPORTED, "this dprun was built without NCCL");
     return -1;
 #endif
@@ -647,7 +659,7 @@ static int gpu_recv(void *vc, const pm_step *s)
     if (!buf) return -1;
     if (remote(c, s)) {
         c->cur_remote = 1;
-        if (remote_transfer(c, c->cur, 0, s->kind, buf, n) != 0) return -1;
+        if (remote_transfer(c, c->cur, 0, s->kind, s->peer_rank % c->pp, buf, n) != 0) return -1;
         gslot_at(c, s)->arrived[s->kind] = c->cur->e1;
         return 0;
     }
@@ -695,7 +707,7 @@ static int gpu_send(void *vc, const pm_step *s)
     if (!buf) return -1;
     if (remote(c, s)) {
         c->cur_remote = 1;
-        return remote_transfer(c, c->cur, 1, s->kind, buf, n);
+        return remote_transfer(c, c->cur, 1, s->kind, s->peer_rank % c->pp, buf, n);
     }
     gmsg *out = msg_of(c, s->kind, s->x->mb, s->peer_v);
     if (!out->ev && !(out->ev = rt_cuda_event_new())) {
@@ -849,7 +861,7 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     if (st == DP_OK) {
         /* gradients are the iteration's own (a warm-up run adds nothing to the measured one) */
         for (int v = 0; v < c->nv; v++) {
-            rt_cuda *g = c->stream[v % c->pp];
+            rt_cuda *g = c->stream[stage_of_v(c, v)];
             for (int l = 0; g && l < c->ch[v].layers; l++) {
                 rt_cuda_zero(g, c->ch[v].g[l].block, rt_grad_block_bytes(c->ch[v].g[l].count, c->dt));
                 if (c->zero) rt_cuda_zero(g, c->ch[v].gshard[l], rt_grad_block_bytes(c->ch[v].shard, c->dt));
@@ -866,7 +878,7 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     }
     if (st == DP_OK && !c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
         for (int v = 0; v < c->nv; v++)
-            if (c->stream[v % c->pp]) sp_sum_norm_grads(c, c->stream[v % c->pp], &c->ch[v]);
+            if (c->stream[stage_of_v(c, v)]) sp_sum_norm_grads(c, c->stream[stage_of_v(c, v)], &c->ch[v]);
     if (st == DP_OK && c->multi && c->zranks > 1) st = enqueue_allreduce(c);
     if (c->multi && st != DP_OK) die(c, c->err->msg);
     dp_status waited = wait_streams(c, it); /* also after a failure: the buffers go next */
@@ -982,7 +994,7 @@ static dp_status setup(gctx *c, const model_spec *m)
     rt_cuda *g0 = c->stream[c->multi ? c->stage : 0];
     int has_last = 0;
     for (int v = 0; v < c->nv; v++) {
-        if (!drives(c, v % c->pp)) continue;
+        if (!drives(c, stage_of_v(c, v))) continue;
         gchunk *ch = &c->ch[v];
         stage_placement place = placement_stage(m, &c->o->pl->h.split, v, c->nv);
         ch->place = place;
@@ -1076,19 +1088,26 @@ static void connect_ranks(gctx *c)
     mesh layout = rt_plan_mesh(&c->o->pl->h);
     mesh_coord here = mesh_place(&layout, c->rank);
     mesh_group pipe = mesh_group_of(&layout, here, MESH_PP);
+    int vee = c->o->pl->h.placement == PLACEMENT_V;
     for (int kind = KIND_ACT; kind <= KIND_GRAD; kind++)
-        for (int from = 0; from < c->pp && c->pp > 1; from++) {
-            int to = (from + (kind == KIND_ACT ? 1 : c->pp - 1)) % c->pp;
-            /* without interleaving, nothing flows from the last stage to the first */
-            if (c->chunks == 1 && (kind == KIND_ACT ? to < from : to > from)) continue;
-            int member = c->stage == from || c->stage == to;
-            rt_nccl *sub = NULL; /* the same tp and cp rank of the two stages of a replica */
-            if (rt_nccl_split(c->world, member ? pipe.colour : -1, c->stage == from ? 0 : 1, &sub,
-                              why, sizeof why) != 0)
-                die(c, why);
-            if (c->stage == from) c->link[kind == KIND_ACT ? LINK_ACT_OUT : LINK_GRAD_OUT] = sub;
-            if (c->stage == to) c->link[kind == KIND_ACT ? LINK_ACT_IN : LINK_GRAD_IN] = sub;
-        }
+        for (int from = 0; from < c->pp && c->pp > 1; from++)
+            for (int way = 0; way < 2; way++) {
+                /* a loop: activations to the next stage, gradients to the previous (round the
+                 * loop when interleaved); a V: both kinds to both neighbours */
+                int to = vee ? from + (way ? -1 : 1)
+                             : (from + (kind == KIND_ACT ? 1 : c->pp - 1)) % c->pp;
+                if (!vee && way) continue;
+                if (to < 0 || to >= c->pp) continue;
+                /* without interleaving, nothing flows from the last stage to the first */
+                if (!vee && c->chunks == 1 && (kind == KIND_ACT ? to < from : to > from)) continue;
+                int member = c->stage == from || c->stage == to;
+                rt_nccl *sub = NULL; /* the same tp and cp rank of the two stages of a replica */
+                if (rt_nccl_split(c->world, member ? pipe.colour : -1, c->stage == from ? 0 : 1,
+                                  &sub, why, sizeof why) != 0)
+                    die(c, why);
+                if (c->stage == from) c->link[link_of(kind, 1, to > from)] = sub;
+                if (c->stage == to) c->link[link_of(kind, 0, from > to)] = sub;
+            }
     /* the stage's replicas and cp ranks (ZeRO's and the gradients' group), the tp group, the cp ring */
     mesh_kind kinds[] = {MESH_DP_CP, MESH_TP, MESH_CP};
     rt_nccl **comms[] = {&c->replicas, &c->tpc, &c->cpc};
