@@ -10,8 +10,8 @@
 #      speed of a GPT-6.7B-width layer (TFLOP/s, MFU, cuBLASLt's rate on its GEMMs);
 #   2. small plans on gpt-tiny's and t5-tiny's bf16 profiles (1F1B on 2 stages, a varlen 1F1B
 #      plan — packing-ffd-varlen: samples packed into rows, each attending to itself, on cuDNN's
-#      ragged attention —, T5 on 4 stages, ZB-H1 on 4, interleaved 2 x 2 chunks) run by the
-#      single-GPU mode in bf16, each validated against its plan (the simulation error on the
+#      ragged attention —, T5 on 4 stages, ZB-H1 on 4, interleaved 2 x 2 chunks, ZB-V and
+#      DualPipeV on 2) run by the single-GPU mode in bf16, each validated against its plan (the simulation error on the
 #      GPU; all stages share the GPU here, so overlapping stages compete for it and the error is
 #      an upper bound for one stage per GPU); the same plan in fp64 must end with the cpu ranks'
 #      gradient norm (1e-9), and bf16's norm must stay within 5% of fp64's; 1F1B under selective
@@ -142,6 +142,9 @@ step plan_varlen fig_none "$DPSIM" plan --model gpt-tiny --hw h200 --profile "$G
 step plan_zb1 fig_none "$DPSIM" plan "${common[@]}" --pp 4 --schedule zb1 -o "$GPU_OUT/plan_zb1.json"
 step plan_interleaved fig_none "$DPSIM" plan "${common[@]}" --pp 2 --chunks 2 --schedule interleaved \
     -o "$GPU_OUT/plan_interleaved.json"
+for v in zbv dualpipev; do # the V schedules: a link each way to each neighbour
+    step "plan_$v" fig_none "$DPSIM" plan "${common[@]}" --pp 2 --schedule "$v" -o "$GPU_OUT/plan_$v.json"
+done
 step profile_t5_tiny fig_profile "$DPRUN" profile --backend cuda --dtype bf16 --model t5-tiny \
     --mbs 1,2,4 --seqlen 32,64,128 --dec-seqlen 16,32,64 -o "$GPU_OUT/gpu_t5_profile.csv"
 step plan_t5 fig_none "$DPSIM" plan --model t5-tiny --hw h200 --profile "$GPU_OUT/gpu_t5_profile.csv" --pp 4 \
@@ -153,7 +156,7 @@ done
 # a mode per micro-batch: plan_1f1b with micro-batch k under none, selective, full for k mod 3
 # (its times stay none's, so it is run and its norms compared, not validated)
 step plan_mixed fig_none tests/mixed_plan.sh "$GPU_OUT/plan_1f1b.json" "$GPU_OUT/plan_mixed.json"
-for s in 1f1b varlen t5 zb1 interleaved selective full mixed; do
+for s in 1f1b varlen t5 zb1 interleaved zbv dualpipev selective full mixed; do
     plan=$GPU_OUT/plan_$s.json
     step "run_${s}_bf16" fig_wrote "$DPRUN" --plan "$plan" --backend cuda --out "$GPU_OUT/measured_$s.csv"
     [ "$s" = mixed ] ||
