@@ -1,0 +1,102 @@
+#include "moe.h"
+
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_integration.h>
+#include <gsl/gsl_math.h>
+#include <gsl/gsl_sf_erf.h>
+#include <math.h>
+#include <string.h>
+
+dp_status moe_routing_init(moe_routing *r, moe_route_kind kind, int experts, int ep, double alpha,
+                           const double *hist, dp_err *err)
+{
+    memset(r, 0, sizeof *r);
+    r->experts = r->ep = 1, r->q[0] = 1;
+    if (experts < 1 || experts > MOE_EXPERTS_MAX)
+        return dp_fail(err, DP_ERR_INVALID, "experts %d: 1 to %d", experts, MOE_EXPERTS_MAX);
+    if (ep < 1 || ep > MOE_EP_MAX || experts % ep)
+        return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide the %d experts (each rank holds "
+                       "a whole block of them)", ep, experts);
+    if (kind == MOE_ROUTE_SKEWED && !(alpha >= 0 && alpha <= 100))
+        return dp_fail(err, DP_ERR_INVALID, "the routing skew %g is not a Zipf exponent in [0, 100]",
+                       alpha);
+    double p[MOE_EXPERTS_MAX], sum = 0;
+    for (int e = 0; e < experts; e++) {
+        double v = kind == MOE_ROUTE_SKEWED ? pow(e + 1.0, -alpha)
+                   : kind == MOE_ROUTE_HISTOGRAM ? hist[e]
+                                                  : 1;
+        if (!(v >= 0) || !isfinite(v))
+            return dp_fail(err, DP_ERR_INVALID, "the routing histogram's count of expert %d is %g "
+                           "(a count is finite and not negative)", e, v);
+        p[e] = v, sum += v;
+    }
+    if (!(sum > 0))
+        return dp_fail(err, DP_ERR_INVALID, "the routing histogram sums to 0 over its %d experts",
+                       experts);
+    r->kind = kind, r->experts = experts, r->ep = ep, r->alpha = kind == MOE_ROUTE_SKEWED ? alpha : 0;
+    int per = experts / ep;
+    for (int k = 0; k < ep; k++) {
+        r->q[k] = 0;
+        for (int e = k * per; e < (k + 1) * per; e++) r->q[k] += p[e] / sum;
+    }
+    return DP_OK;
+}
+
+typedef struct busiest_ctx {
+    const moe_routing *r;
+    double n;
+} busiest_ctx;
+
+/* 1 - prod_r Phi((y - mu_r) / sigma_r): the chance that some rank's load passes y */
+static double some_rank_above(double y, void *params)
+{
+    const busiest_ctx *b = params;
+    double log_all = 0;
+    for (int k = 0; k < b->r->ep; k++) {
+        double mu = b->n * b->r->q[k], var = b->n * b->r->q[k] * (1 - b->r->q[k]);
+        if (var <= 0) {
+            if (y < mu) return 1; /* a rank that always gets mu copies */
+            continue;
+        }
+        double z = (y - mu) / sqrt(var);
+        log_all += gsl_sf_log_erfc(-z / M_SQRT2) - M_LN2; /* log Phi(z), exact in both tails */
+    }
+    return -expm1(log_all);
+}
+
+double moe_busiest_load(const moe_routing *r, double n)
+{
+    if (!(n > 0)) return 0;
+    if (r->ep <= 1) return n;
+    /* below lo every rank is over it almost surely (the integrand is 1); above hi none is */
+    double lo = INFINITY, hi = 0;
+    for (int k = 0; k < r->ep; k++) {
+        double mu = n * r->q[k], sd = sqrt(n * r->q[k] * (1 - r->q[k]));
+        lo = fmin(lo, mu - 12 * sd), hi = fmax(hi, mu + 12 * sd);
+    }
+    lo = fmax(lo, 0);
+    if (!(hi > lo)) return hi;
+    busiest_ctx ctx = {r, n};
+    gsl_function f = {some_rank_above, &ctx};
+    gsl_integration_workspace *w = gsl_integration_workspace_alloc(256);
+    if (!w) return NAN;
+    double result = 0, abserr = 0;
+    gsl_error_handler_t *old = gsl_set_error_handler_off();
+    int st = gsl_integration_qag(&f, lo, hi, 1e-9 * n, 1e-9, 256, GSL_INTEG_GAUSS41, w, &result,
+                                 &abserr);
+    gsl_set_error_handler(old);
+    gsl_integration_workspace_free(w);
+    return st == 0 ? lo + result : NAN;
+}
+
+double moe_imbalance(const moe_routing *r, double n)
+{
+    if (!(n > 0) || r->ep <= 1) return 1;
+    return fmax(1, moe_busiest_load(r, n) / (n / r->ep));
+}
+
+double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens, int topk,
+                       int hidden, double elem_bytes)
+{
+    return comm_coll_ms(c, COLL_ALL_TO_ALL, g, tokens * topk * (double)hidden * elem_bytes);
+}

@@ -1,0 +1,78 @@
+/*
+ * moe.h — a mixture of experts' routing as a planner prices it: how unevenly one micro-batch's
+ * routed tokens fall on the expert-parallel ranks, and what moving them there and back costs.
+ *
+ * The routing model (moe_routing): p_e, the probability that a routed copy (one of a token's top-k
+ * choices) goes to expert e (sum 1), each copy drawn on its own, one of
+ *   uniform     p_e = 1/E: a router trained with a load-balancing loss, in expectation;
+ *   skewed      p_e proportional to (e + 1)^-alpha (Zipf's law; alpha 0 is uniform), the skew
+ *               named by its one parameter;
+ *   histogram   measured per-expert token counts (a router's statistics), normalised.
+ * Experts sit on the ep ranks in blocks of E/ep (expert e on rank e / (E/ep), as Megatron places
+ * them), so rank r receives a routed token with probability q_r, the sum of its experts' p_e.
+ *
+ * A micro-batch routes n = tokens x k copies, multinomially over the ranks. Rank r's load is taken
+ * as Binomial(n, q_r), the ranks apart, and the MoE layer waits for the busiest rank (the normal
+ * approximation below leaves out the binomials' right skew, which raises the real maximum, and
+ * the multinomial's negative correlation and a real router's distinct choices per token, which
+ * narrow the spread: against samples, 0-1.2% low of independent copies and within 0.3% of a
+ * uniform router's distinct top-k, test_moe):
+ *   moe_busiest_load(r, n)     E[max_r L_r] = x0 + integral over x >= x0 of 1 - prod_r F_r(x), each
+ *                              F_r the normal approximation of rank r's binomial (mean n q_r,
+ *                              variance n q_r (1 - q_r), continuity-corrected), x0 below every
+ *                              rank's mean by 12 of its deviations (GSL's adaptive integration);
+ *   moe_imbalance(r, n)        that over the mean load n / ep: 1 for one rank; it falls as n grows
+ *                              (a micro-batch of few tokens routes unevenly even under a uniform
+ *                              router) toward max_r q_r x ep, the router's own skew.
+ * Checked in tests against a brute-force sample of the routing model, and of a uniform router
+ * whose k choices are distinct experts, for the loads a planner meets (n in the hundreds and up).
+ *
+ * The token exchange: dispatch sends each routed copy's hidden state to its expert's rank and
+ * combine brings it back (each an NCCL all-to-all over the ep ranks of bytes = n x hidden x the
+ * element size per GPU, at the cluster's measured all-to-all bus bandwidth: models/comm.h
+ * comm_coll_ms), forward and again backward.
+ *
+ * Errors: moe_routing_init refuses (DP_ERR_INVALID, naming the field) an expert count below 1, an
+ * ep that does not divide it, a negative skew, a histogram with a negative, non-finite or all-zero
+ * count or of the wrong length. Units: tokens, ms; pure functions but for the routing's storage.
+ */
+#ifndef MOE_H
+#define MOE_H
+
+#include "../common/dp.h"
+#include "comm.h"
+
+typedef enum moe_route_kind { MOE_ROUTE_UNIFORM, MOE_ROUTE_SKEWED, MOE_ROUTE_HISTOGRAM } moe_route_kind;
+
+#define MOE_EXPERTS_MAX 4096
+#define MOE_EP_MAX 1024
+
+/* A routing model over E experts on ep ranks, with the ranks' shares q_r filled in. */
+typedef struct moe_routing {
+    moe_route_kind kind;
+    int experts, ep;
+    double alpha;              /* skewed: the Zipf exponent */
+    double q[MOE_EP_MAX];      /* rank r's share of the routed copies, sum 1 */
+} moe_routing;
+
+/* Fills r for `experts` experts on `ep` ranks: uniform (alpha and hist ignored), skewed with
+ * alpha, or from hist (experts counts). DP_OK, or DP_ERR_INVALID naming what is wrong (r is then
+ * left uniform over one rank). */
+dp_status moe_routing_init(moe_routing *r, moe_route_kind kind, int experts, int ep, double alpha,
+                           const double *hist, dp_err *err);
+
+/* The expected load of the busiest rank when a micro-batch routes n copies (tokens x top-k),
+ * copies; n <= 0: 0. */
+double moe_busiest_load(const moe_routing *r, double n);
+
+/* moe_busiest_load over the mean n / ep: the busiest rank's time over an even split's (>= 1; 1 for
+ * ep 1 or n <= 0). */
+double moe_imbalance(const moe_routing *r, double n);
+
+/* One all-to-all of the token exchange (dispatch or combine) over the ep ranks of group g: each
+ * GPU holding `tokens` tokens sends its tokens x topk copies of `hidden` elements of elem_bytes,
+ * ms (0 for one rank). */
+double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens, int topk,
+                       int hidden, double elem_bytes);
+
+#endif /* MOE_H */

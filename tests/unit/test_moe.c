@@ -1,0 +1,189 @@
+/*
+ * test_moe.c — a mixture of experts' routing (models/moe.h): the expected busiest expert-parallel
+ * rank's load against a brute-force sample of the routing model (each token's top-k choices
+ * distinct experts, drawn by their probabilities), the imbalance falling toward the router's own
+ * skew as a micro-batch grows, the rank shares of each model, the refusals naming the field, and
+ * the token exchange's all-to-all from NCCL's formula at the preset's measured bus bandwidth.
+ */
+#include "testutil.h"
+
+#include <gsl/gsl_rng.h>
+
+#include "../../models/comm.h"
+#include "../../models/moe.h"
+
+/* The mean over `trials` micro-batches of tokens tokens of the busiest rank's routed copies, each
+ * token choosing k experts one after another with probability proportional to p_e: among those
+ * not yet chosen (distinct), or among all (the routing model's independent copies). */
+static double sampled_busiest(const double *p, int experts, int ep, int k, int tokens, int trials,
+                              int distinct, gsl_rng *rng)
+{
+    int per = experts / ep;
+    double total = 0;
+    int load[MOE_EP_MAX];
+    char taken[MOE_EXPERTS_MAX];
+    for (int t = 0; t < trials; t++) {
+        memset(load, 0, sizeof load);
+        for (int i = 0; i < tokens; i++) {
+            memset(taken, 0, (size_t)experts);
+            double left = 0;
+            for (int e = 0; e < experts; e++) left += p[e];
+            for (int j = 0; j < k; j++) {
+                double u = gsl_rng_uniform(rng) * left, acc = 0;
+                int e = 0;
+                for (; e < experts - 1; e++) {
+                    if (taken[e]) continue;
+                    acc += p[e];
+                    if (u < acc) break;
+                }
+                while (taken[e]) e--; /* rounding at the end: the last one left */
+                if (distinct) taken[e] = 1, left -= p[e];
+                load[e / per]++;
+            }
+        }
+        int mx = 0;
+        for (int r = 0; r < ep; r++) mx = load[r] > mx ? load[r] : mx;
+        total += mx;
+    }
+    return total / trials;
+}
+
+static void test_busiest_load_against_a_sample(void **state)
+{
+    (void)state;
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 11);
+    static const struct {
+        moe_route_kind kind;
+        int experts, ep, k, tokens;
+        double alpha;
+    } cases[] = {
+        {MOE_ROUTE_UNIFORM, 64, 8, 8, 64, 0},    /* 512 copies on 8 ranks */
+        {MOE_ROUTE_UNIFORM, 128, 16, 8, 256, 0}, /* Qwen3-30B-A3B's 128 experts, top-8 */
+        {MOE_ROUTE_UNIFORM, 8, 8, 2, 512, 0},    /* Mixtral: 8 experts, top-2, one a rank */
+        {MOE_ROUTE_SKEWED, 64, 8, 8, 128, 0.5},
+        {MOE_ROUTE_HISTOGRAM, 32, 4, 4, 200, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        double p[MOE_EXPERTS_MAX];
+        for (int e = 0; e < cases[c].experts; e++)
+            p[e] = cases[c].kind == MOE_ROUTE_SKEWED ? pow(e + 1.0, -cases[c].alpha)
+                   : cases[c].kind == MOE_ROUTE_HISTOGRAM ? 1 + (e % 5) * 0.5
+                                                          : 1;
+        moe_routing r;
+        dp_err err = {0};
+        assert_int_equal(moe_routing_init(&r, cases[c].kind, cases[c].experts, cases[c].ep,
+                                          cases[c].alpha, p, &err),
+                         DP_OK);
+        double got = moe_busiest_load(&r, (double)cases[c].tokens * cases[c].k);
+        /* the routing model itself: the normal approximation leaves out the binomials' right
+         * skew (the real maximum is higher) and the multinomial's negative correlation (lower):
+         * low by 0.0-1.2% here */
+        double want = sampled_busiest(p, cases[c].experts, cases[c].ep, cases[c].k,
+                                      cases[c].tokens, 4000, 0, rng);
+        if (!(got >= want * 0.98 && got <= want * 1.01))
+            fail_msg("case %zu: model %.2f, sample %.2f", c, got, want);
+        /* a uniform router whose k choices are distinct experts (narrower): within 0.3% here */
+        if (cases[c].kind != MOE_ROUTE_UNIFORM) continue;
+        want = sampled_busiest(p, cases[c].experts, cases[c].ep, cases[c].k, cases[c].tokens, 4000,
+                               1, rng);
+        if (!(got >= want * 0.99 && got <= want * 1.01))
+            fail_msg("case %zu: model %.2f, distinct sample %.2f", c, got, want);
+    }
+    gsl_rng_free(rng);
+}
+
+static void test_imbalance_falls_with_tokens(void **state)
+{
+    (void)state;
+    moe_routing u, s;
+    dp_err err = {0};
+    assert_int_equal(moe_routing_init(&u, MOE_ROUTE_UNIFORM, 256, 64, 0, NULL, &err), DP_OK);
+    assert_int_equal(moe_routing_init(&s, MOE_ROUTE_SKEWED, 256, 64, 0.2, NULL, &err), DP_OK);
+    double skew = 0; /* the skewed router's own: the busiest rank's share x ep */
+    for (int k = 0; k < 64; k++) skew = fmax(skew, s.q[k] * 64);
+    double prev_u = INFINITY, prev_s = INFINITY;
+    for (double n = 64; n <= 1 << 24; n *= 4) {
+        double iu = moe_imbalance(&u, n), is = moe_imbalance(&s, n);
+        assert_true(iu >= 1 && iu < prev_u);
+        assert_true(is >= skew * (1 - 1e-9) && is <= prev_s * (1 + 1e-12));
+        prev_u = iu, prev_s = is;
+    }
+    assert_true(prev_u < 1.01);              /* 16M copies: a uniform router is even */
+    assert_true(prev_s < skew * 1.01);       /* and a skewed one its own skew */
+    assert_true(moe_imbalance(&u, 512) > 1.5); /* 8 copies a rank on average: uneven */
+    /* one rank, or nothing routed: even */
+    moe_routing one;
+    assert_int_equal(moe_routing_init(&one, MOE_ROUTE_UNIFORM, 8, 1, 0, NULL, &err), DP_OK);
+    assert_true(moe_imbalance(&one, 100) == 1 && moe_busiest_load(&one, 100) == 100);
+    assert_true(moe_imbalance(&u, 0) == 1 && moe_busiest_load(&u, 0) == 0);
+}
+
+static void test_rank_shares_and_refusals(void **state)
+{
+    (void)state;
+    moe_routing r;
+    dp_err err = {0};
+    double hist[8] = {8, 0, 4, 4, 1, 1, 1, 1};
+    assert_int_equal(moe_routing_init(&r, MOE_ROUTE_HISTOGRAM, 8, 4, 0, hist, &err), DP_OK);
+    assert_true(fabs(r.q[0] - 0.4) < 1e-12 && fabs(r.q[1] - 0.4) < 1e-12 &&
+                fabs(r.q[2] - 0.1) < 1e-12 && fabs(r.q[3] - 0.1) < 1e-12);
+    assert_int_equal(moe_routing_init(&r, MOE_ROUTE_SKEWED, 4, 2, 1, NULL, &err), DP_OK);
+    double h = 1 + 1 / 2.0 + 1 / 3.0 + 1 / 4.0;
+    assert_true(fabs(r.q[0] - 1.5 / h) < 1e-12 && fabs(r.q[1] - (1 / 3.0 + 0.25) / h) < 1e-12);
+    struct {
+        moe_route_kind kind;
+        int experts, ep;
+        double alpha, h0;
+        const char *says;
+    } bad[] = {
+        {MOE_ROUTE_UNIFORM, 64, 6, 0, 1, "--ep 6 does not divide the 64 experts"},
+        {MOE_ROUTE_UNIFORM, 0, 1, 0, 1, "experts 0"},
+        {MOE_ROUTE_SKEWED, 64, 8, -1, 1, "skew -1"},
+        {MOE_ROUTE_HISTOGRAM, 8, 4, 0, -2, "count of expert 0 is -2"},
+        {MOE_ROUTE_HISTOGRAM, 8, 4, 0, 0, "sums to 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        double hh[8] = {bad[i].h0, 0, 0, 0, 0, 0, 0, 0};
+        if (bad[i].h0 == 1) hh[1] = 1;
+        dp_err e = {0};
+        assert_int_equal(moe_routing_init(&r, bad[i].kind, bad[i].experts, bad[i].ep, bad[i].alpha,
+                                          hh, &e),
+                         DP_ERR_INVALID);
+        assert_msg_has(e.msg, bad[i].says);
+    }
+}
+
+/* dispatch of 4,096 tokens x top-8 x 7,168 bf16 elements over 8 GPUs of a DGX H100 node and over
+ * 64 GPUs of 8 nodes: NCCL's all-to-all, (n - 1) / n of the bytes at the measured bus bandwidth
+ * plus n - 1 latencies, written out from the preset here */
+static void test_alltoall_from_nccl_formula(void **state)
+{
+    (void)state;
+    cluster_spec hw;
+    assert_int_equal(cluster_preset("dgx-h100", &hw), 0);
+    double bytes = 4096.0 * 8 * 7168 * 2;
+    comm_group node = comm_group_flat(8, 0);
+    double busbw = comm_busbw_gbps(&hw, COLL_ALL_TO_ALL, &node) * 1e9;
+    double want = 7 * hw.intra_latency_us / 1e3 + bytes * 7 / 8 / busbw * 1e3;
+    assert_true(fabs(moe_alltoall_ms(&hw, &node, 4096, 8, 7168, 2) - want) < 1e-9 * want);
+    comm_group across = comm_group_flat(64, 1);
+    busbw = comm_busbw_gbps(&hw, COLL_ALL_TO_ALL, &across) * 1e9;
+    want = 63 * hw.inter_latency_us / 1e3 + bytes * 63 / 64 / busbw * 1e3;
+    assert_true(fabs(moe_alltoall_ms(&hw, &across, 4096, 8, 7168, 2) - want) < 1e-9 * want);
+    assert_true(moe_alltoall_ms(&hw, &across, 4096, 8, 7168, 2) >
+                moe_alltoall_ms(&hw, &node, 4096, 8, 7168, 2)); /* the NICs, not NVLink */
+    comm_group alone = comm_group_flat(1, 0);
+    assert_true(moe_alltoall_ms(&hw, &alone, 4096, 8, 7168, 2) == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_busiest_load_against_a_sample),
+        cmocka_unit_test(test_imbalance_falls_with_tokens),
+        cmocka_unit_test(test_rank_shares_and_refusals),
+        cmocka_unit_test(test_alltoall_from_nccl_formula),
+    };
+    return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
+}
