@@ -74,6 +74,7 @@ static void print_cost_json(const model_spec *m, const char *source, const cost_
                                         a->layer[0].fwd_ms + a->layer[0].bwd_ms
                                   ? &a->layer[1]
                                   : &a->layer[0];
+        if (a->has_moe && a->moe.fwd_ms + a->moe.bwd_ms > l->fwd_ms + l->bwd_ms) l = &a->moe;
         const mb_cost *c = &a->stage;
         int at = a->slowest;
         cJSON_AddNumberToObject(o, "fwd_ms_per_layer", l->fwd_ms);
@@ -118,16 +119,25 @@ static void print_cost_text(const model_spec *m, const cost_request *co, const c
     }
     printf("%-16s %10s %10s %12s %12s\n", "component", "fwd", "bwd", "stored_act", "peak_act");
     printf("%-16s %10s %10s %12s %12s\n", "#", "ms", "ms", "MB", "MB");
-    for (int k = 0; k < (t5 ? 2 : 1); k++)
+    int dense = !a->has_moe || model_moe_layers(m) < m->enc_layers;
+    for (int k = 0; k < (t5 ? 2 : 1) && dense; k++)
         printf("%-16s %10.3f %10.3f %12.1f %12.1f\n",
-               k ? "decoder layer" : (t5 ? "encoder layer" : "layer"), a->layer[k].fwd_ms,
-               a->layer[k].bwd_ms, a->layer[k].stored_act_mb, a->layer[k].peak_act_mb);
+               k ? "decoder layer" : (t5 ? "encoder layer" : a->has_moe ? "dense layer" : "layer"),
+               a->layer[k].fwd_ms, a->layer[k].bwd_ms, a->layer[k].stored_act_mb,
+               a->layer[k].peak_act_mb);
+    if (a->has_moe)
+        printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "MoE layer", a->moe.fwd_ms, a->moe.bwd_ms,
+               a->moe.stored_act_mb, a->moe.peak_act_mb);
     const mb_cost *c = &a->stage;
     int at = a->slowest;
     printf("%-16s %10.3f %10.3f %12.1f %12.1f\n", "slowest stage", c->fwd_ms[at], c->bwd_ms[at],
            c->stored_mb[at], c->peak_mb[at]);
     printf("# slowest of %d stage%s: stage %d (the planner's stage model: the last stage adds the "
            "LM head, its activations included)\n", pp, pp == 1 ? "" : "s", at);
+    if (a->has_moe)
+        printf("# MoE layers: %d of %d, %d experts, %d a token; the busiest expert-parallel rank "
+               "computes %.3fx the mean at this shape (moe.h)\n", model_moe_layers(m), m->enc_layers,
+               m->experts, m->experts_per_token, a->moe_imbalance);
 }
 
 /* The shape --mbs, --seqlen, --dec-seqlen and --samples describe, checked against the model: 0,

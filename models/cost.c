@@ -147,6 +147,87 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err)
     return DP_OK;
 }
 
+double cost_moe_param_mb(const model_spec *m, int tp, int ep)
+{
+    if (!model_is_moe(m)) return 0;
+    int64_t split, whole, expert;
+    model_moe_layer_parts(m, &split, &whole, &expert);
+    return 2.0 * ((double)(split + whole) / tp + (double)expert * (m->experts / (ep > 0 ? ep : 1))) / 1e6;
+}
+
+dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, int stage_gpus,
+                             dp_err *err)
+{
+    const model_spec *m = &cm->model;
+    if (!model_is_moe(m)) {
+        if (ep > 1)
+            return dp_fail(err, DP_ERR_INVALID, "--ep %d: %s has no experts to split (expert "
+                           "parallelism is for a mixture of experts)", ep, m->name);
+        return DP_OK;
+    }
+    if (!cm->ops->experts)
+        return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts, which the analytic cost "
+                       "model prices; a measured %s has no expert layers\nhint: --analytic",
+                       m->name, cm->ops->kind);
+    if (m->kv_lora > 0)
+        return dp_fail(err, DP_ERR_INVALID, "%s uses multi-head latent attention, which dpsim "
+                       "counts but does not cost yet", m->name);
+    if (ep < 1 || m->experts % ep)
+        return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide %s's %d experts (each GPU "
+                       "holds a whole block of them)", ep, m->name, m->experts);
+    if (stage_gpus % ep)
+        return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide a stage's %d GPUs (tp x cp x "
+                       "dp: the expert-parallel ranks fold over them)", ep, stage_gpus);
+    moe_routing r;
+    if (routing) r = *routing;
+    else if (moe_routing_init(&r, MOE_ROUTE_UNIFORM, m->experts, ep, 0, NULL, err) != DP_OK)
+        return DP_ERR_INVALID;
+    if (r.experts != m->experts || r.ep != ep)
+        return dp_fail(err, DP_ERR_INVALID, "the routing model is over %d experts on %d ranks, "
+                       "%s has %d on --ep %d", r.experts, r.ep, m->name, m->experts, ep);
+    int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1;
+    cm->ep = ep;
+    cm->routing = r;
+    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, cm->tp, ep);
+    cm->ep_group = comm_group_flat(ep, ep > node); /* consecutive GPUs: cost_model_place_ep */
+    for (int i = 0; i < COST_MOE_IMB_POINTS; i++)
+        cm->moe_imb[i] = ep > 1 ? moe_imbalance(&r, pow(2, i / 4.0) * ep) : 1;
+    return DP_OK;
+}
+
+void cost_model_place_ep(cost_model *cm, const mesh *layout)
+{
+    if (cm->ep <= 1) return;
+    int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1, spans = 0;
+    int tp = layout->tp > 1 ? layout->tp : 1, cp = layout->cp > 1 ? layout->cp : 1;
+    int pp = layout->pp > 1 ? layout->pp : 1, dp = layout->dp > 1 ? layout->dp : 1;
+    int per_stage = tp * cp * dp;
+    /* a group: ep consecutive GPUs of a stage's tp x cp x dp, tp fastest (mesh.h's order within
+     * a stage); its members' ranks rise with the index, so its first and last give its nodes */
+    for (int s = 0; s < pp && !spans; s++)
+        for (int g = 0; g + cm->ep <= per_stage && !spans; g += cm->ep) {
+            long long r[2];
+            for (int e = 0; e < 2; e++) {
+                int f = g + (e ? cm->ep - 1 : 0);
+                mesh_coord c = {f % tp, (f / tp) % cp, s, f / (tp * cp)};
+                r[e] = mesh_rank(layout, c);
+            }
+            spans = r[0] / node != r[1] / node;
+        }
+    cm->ep_group = comm_group_flat(cm->ep, spans);
+}
+
+double cost_moe_imbalance(const cost_model *cm, double n)
+{
+    if (cm->ep <= 1 || !(n > 0)) return 1;
+    double x = 4 * log2(n); /* the table's index */
+    if (x <= 0) return cm->moe_imb[0];
+    if (x >= COST_MOE_IMB_POINTS - 1) return cm->moe_imb[COST_MOE_IMB_POINTS - 1];
+    int i = (int)x;
+    double f = x - i; /* log-linear between the two points */
+    return exp((1 - f) * log(cm->moe_imb[i]) + f * log(cm->moe_imb[i + 1]));
+}
+
 dp_status cost_model_set_cp_auto(cost_model *cm, int cp, int alltoall, dp_err *err)
 {
     if (!cm->ops->context_parallel)
@@ -215,14 +296,17 @@ double cost_toy_scale(const cost_toy *t, const cost_shape *s)
 static const struct {
     const char *name;
     unsigned bit;
-} OVERLAPS[] = {{"dp", COST_OVERLAP_DP}, {"zero", COST_OVERLAP_ZERO}, {"tp", COST_OVERLAP_TP}};
+} OVERLAPS[] = {{"dp", COST_OVERLAP_DP},
+               {"zero", COST_OVERLAP_ZERO},
+               {"tp", COST_OVERLAP_TP},
+               {"ep", COST_OVERLAP_EP}};
 #define N_OVERLAPS (sizeof OVERLAPS / sizeof OVERLAPS[0])
 
 int cost_overlap_parse(const char *text, unsigned *bits)
 {
     if (strcmp(text, "none") == 0) return *bits = 0, 0;
     if (strcmp(text, "all") == 0)
-        return *bits = COST_OVERLAP_DP | COST_OVERLAP_ZERO | COST_OVERLAP_TP, 0;
+        return *bits = COST_OVERLAP_DP | COST_OVERLAP_ZERO | COST_OVERLAP_TP | COST_OVERLAP_EP, 0;
     unsigned b = 0;
     const char *p = text;
     while (*p) {

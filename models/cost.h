@@ -36,12 +36,14 @@
 #include "../common/dp.h"
 #include "hw.h"
 #include "model.h"
+#include "moe.h"
 #include "placement.h"
 
 typedef enum cost_component {
     COMP_ENCODER,     /* GPT layer, or T5 encoder layer */
     COMP_DECODER,     /* T5 decoder layer */
     COMP_POSTPROCESS, /* LM head + loss, once per model, on the last stage */
+    COMP_MOE,         /* GPT mixture-of-experts layer (model_moe_layer; analytic model only) */
     COMP_COUNT,
 } cost_component;
 
@@ -163,11 +165,15 @@ dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err);
 /* The scale a shape's costs take under toy costs: its padded tokens / unit_tokens. */
 double cost_toy_scale(const cost_toy *t, const cost_shape *s);
 
+#define COST_MOE_IMB_POINTS 161 /* 2^0 .. 2^40 routed copies a GPU, four a doubling */
+
 typedef struct cost_ops {
     const char *kind;
     int context_parallel; /* 1: the kind prices cost_model.cp > 1 (the analytic model) */
     int fp8;              /* 1: the kind prices --precision fp8 from rates (the analytic model); a
                            * measured profile times the format it was measured in */
+    int experts;          /* 1: the kind prices a mixture of experts' layers (COMP_MOE: the
+                           * analytic model) */
     dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
                        cost_layer *out, dp_err *err);
     double (*token_floor)(const cost_model *cm, cost_component c); /* cost_token_floor_ms; NULL:
@@ -220,6 +226,16 @@ struct cost_model {
     pipeline_split split;         /* --layers-per-stage: the layers of each virtual stage (n 0:
                                    * split evenly, placement.h); what the stage model and the
                                    * memory model place. The constructors': even */
+    int ep;                       /* expert parallelism (a mixture of experts): the experts split
+                                   * over ep GPUs of a stage's tp x cp x dp, each expert whole on
+                                   * one (Megatron's parallel folding with expert tp 1); 1 (the
+                                   * constructors'): every expert on every GPU. Set with
+                                   * cost_model_set_moe */
+    moe_routing routing;          /* how a micro-batch's routed tokens fall on the ep ranks
+                                   * (moe.h); uniform over one rank (the constructors') */
+    comm_group ep_group;          /* the ep GPUs' token exchange (the all-to-alls) */
+    double moe_imb[COST_MOE_IMB_POINTS]; /* the busiest rank's load over the mean (moe_imbalance)
+                                   * at 2^(i/4) routed copies a GPU, interpolated between */
     cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
                                    * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */
@@ -239,8 +255,11 @@ struct cost_model {
 #define COST_OVERLAP_DP 1u
 #define COST_OVERLAP_ZERO 2u
 #define COST_OVERLAP_TP 4u
+#define COST_OVERLAP_EP 8u /* a MoE layer's token exchange (its all-to-alls) behind the other
+                            * micro-batch's compute, as DualPipe's and Megatron's EP overlap run it:
+                            * only what exceeds the layer's compute is added (analytic model) */
 #define COST_OVERLAP_DEFAULT (COST_OVERLAP_DP | COST_OVERLAP_ZERO) /* DDP's and FSDP's defaults */
-/* Parses "none", "all" or a comma list of dp, zero, tp into *bits; -1 on anything else. */
+/* Parses "none", "all" or a comma list of dp, zero, tp, ep into *bits; -1 on anything else. */
 int cost_overlap_parse(const char *text, unsigned *bits);
 /* "dp,zero", "none", …: what cost_overlap_parse reads back. */
 const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
@@ -258,6 +277,28 @@ const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
  *   a2a    four all-to-alls of 1/cp of the tokens (Q, K, V in, the output back) forward, four
  *          backward, not hidden */
 dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
+
+/* A mixture of experts' layout: its experts over ep GPUs of each stage's `stage_gpus` (tp x cp x
+ * dp), routed as `routing` says (moe.h moe_routing_init's, for cm's experts over ep ranks; NULL:
+ * uniform), the token exchange among ep consecutive GPUs (cost_model_place_ep places them). DP_ERR_INVALID naming --ep for a dense
+ * model with ep > 1, an ep that does not divide the experts or stage_gpus, a cost kind that does
+ * not price experts (a measured profile), or latent attention (not costed); cm is then unchanged.
+ * What a MoE layer costs: cost_analytic.c's header. */
+dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, int stage_gpus,
+                             dp_err *err);
+/* The expert-parallel groups where layout places them (mesh.h: ep consecutive GPUs of a stage's
+ * tp x cp x dp, tp fastest, the replicas pp stages apart): across nodes when any group's GPUs are
+ * on two (then each GPU with a NIC's bandwidth: comm_group_flat), else inside one. Nothing for
+ * ep 1. The set-up calls it once the layout is known; cost_model_set_moe assumes ep consecutive
+ * GPUs. */
+void cost_model_place_ep(cost_model *cm, const mesh *layout);
+/* A MoE layer's fp16 parameters on one GPU of tp and ep, MB: its attention and shared expert over
+ * tp, norms and router over tp too (as a dense layer's are counted), E/ep experts whole (0 for a
+ * dense model). */
+double cost_moe_param_mb(const model_spec *m, int tp, int ep);
+/* The busiest ep rank's load over the mean when each GPU routes n copies (cm's table, 1 for a
+ * dense model or ep 1). */
+double cost_moe_imbalance(const cost_model *cm, double n);
 /* The same for --cp auto: a group of cp GPUs whose micro-batches each run at their own degree
  * (cost_model.cp_auto); DP_ERR_INVALID also for a cost kind priced at one degree (a profile) and
  * the all-to-all form. */

@@ -449,14 +449,14 @@ static void gemm_shape_multipliers(const cost_model *cm, cost_component c, doubl
  * the tokens: each GEMM's own factors as the tokens grow without bound (the weight gradient's
  * inner dimension is the tokens), the least of them (every mix of the GEMMs' FLOPs, a T5
  * decoder's encoder tokens in it, averages them). */
-static void gemm_floor_multipliers(const cost_model *cm, cost_component c, int fp8, double *fwd,
-                                   double *bwd)
+static void gemm_floor_multipliers(const cost_model *cm, const model_spec *m, cost_component c,
+                                   int fp8, double *fwd, double *bwd)
 {
     const gpu_spec *gpu = &cm->hw.gpu;
     *fwd = *bwd = 1;
     if (!(gpu->gemm_k0 > 0) && !(fp8 && gpu->fp8_gemm_k0 > 0)) return;
     gemm g[8];
-    layer_dims d = dims_of(&cm->model);
+    layer_dims d = dims_of(m);
     int n = layer_gemms(&d, c, 1e300, 1e300, cm->tp, g);
     const analytic *a = fit_layer_cost(cm);
     double f = INFINITY, b = INFINITY;
@@ -473,9 +473,8 @@ static void gemm_floor_multipliers(const cost_model *cm, cost_component c, int f
  * fp32 logits written, read and their gradient written; a layer's elementwise passes over
  * (tokens, h), split along the sequence with SP, and over (tokens, f / t), and under fp8 the
  * casts of its GEMMs' activation operands (fp8_cast_bytes). Linear in the tokens. */
-static double token_bytes(const cost_model *cm, cost_component c, double tokens)
+static double token_bytes(const cost_model *cm, const model_spec *m, cost_component c, double tokens)
 {
-    const model_spec *m = &cm->model;
     double h = m->hidden, t = cm->tp;
     if (c == COMP_POSTPROCESS) return 3 * 4.0 * tokens * m->vocab / t;
     int sp = cm->seq_parallel && cm->tp > 1;
@@ -492,10 +491,70 @@ static double smoothmax(double floor_ms, double work_ms)
     return sqrt(sqrt(f2 * f2 + w2 * w2));
 }
 
-static dp_status analytic_query(const cost_model *cm, cost_component c, const cost_shape *s,
-                                cost_layer *out, dp_err *err)
+/* What a MoE layer adds to the dense layer it is priced as (moe_layer, the header). */
+typedef struct moe_extra {
+    double param_mb;          /* its weights on one GPU (cost_model.param_mb[COMP_MOE]) */
+    double router_flops;      /* the router's forward FLOPs on this GPU */
+    double routed;            /* copies the busiest ep rank computes */
+    double tokens_per_expert; /* of them, each of its experts' (the grouped GEMMs' rows) */
+    double a2a_ms;            /* one all-to-all of the token exchange (dispatch or combine) */
+    double extra_bytes;       /* stored: the permuted copies and the router's probabilities */
+} moe_extra;
+
+/* A MoE layer's GEMM shape multipliers (gemm_shape_multipliers' for a dense layer): the attention's
+ * and the shared expert's over the tokens tq, the routed experts' over the busiest rank's tokens
+ * per expert, their inner dimensions h and the expert's width (each expert whole: no tp). */
+static void moe_shape_multipliers(const cost_model *cm, double tq, const moe_extra *x, int fp8,
+                                  double *fwd, double *bwd)
+{
+    const gpu_spec *gpu = &cm->hw.gpu;
+    *fwd = *bwd = 1;
+    if (!(gpu->gemm_k0 > 0) && !(fp8 && gpu->fp8_gemm_k0 > 0)) return;
+    const model_spec *m = &cm->model;
+    const analytic *a = fit_layer_cost(cm);
+    layer_dims d = dims_of(m);
+    double t = cm->tp, fe = m->expert_ffn, sh = m->shared_ffn, tpe = fmax(x->tokens_per_expert, 1);
+    gemm g[6];
+    int n = 0;
+    g[n++] = gemm_of(tq, d.h, (d.hk + 2 * d.hkv) / t);
+    g[n++] = gemm_of(tq, d.hk / t, d.h);
+    if (sh > 0) g[n++] = gemm_of(tq, d.h, 2 * sh / t), g[n++] = gemm_of(tq, sh / t, d.h);
+    g[n++] = (gemm){2 * x->routed * d.h * 2 * fe, tpe, d.h, 2 * fe}; /* up and gate */
+    g[n++] = (gemm){2 * x->routed * fe * d.h, tpe, fe, d.h};         /* down */
+    double f, b;
+    gemm_shape_cost(gpu, fp8, g, n, &f, &b);
+    *fwd = f / a->ref_fwd;
+    *bwd = b / a->ref_bwd;
+}
+
+/* A MoE layer over shape s as the dense layer of equal work (cost_analytic.c's header): its MLP of
+ * width k x imbalance x the expert's (+ the shared expert's), gated, in *dense; the rest in *x.
+ * A GPU's tokens (its share of the cp group's) are split over its tp group before routing
+ * (sequence parallelism, which Megatron requires with experts and tp); each routes k copies; the
+ * ep group's busiest rank computes imbalance (cost_moe_imbalance) times the mean. */
+static void moe_layer(const cost_model *cm, const cost_shape *s, model_spec *dense, moe_extra *x)
 {
     const model_spec *m = &cm->model;
+    double h = m->hidden, E = m->experts, k = m->experts_per_token;
+    double routed_from = (double)s->mbs * s->enc_len / cm->cp / cm->tp;
+    double n = routed_from * k, imb = cost_moe_imbalance(cm, n);
+    *dense = *m;
+    dense->glu = 1;
+    dense->ffn = (int)fmax(1, lround(k * imb * m->expert_ffn + m->shared_ffn));
+    x->param_mb = cm->param_mb[COMP_MOE];
+    x->routed = n * imb;
+    x->tokens_per_expert = x->routed * cm->ep / E;
+    /* one expert routes nothing: no router, no exchange, no permutation */
+    x->router_flops = E > 1 ? 2 * routed_from * h * E : 0;
+    x->a2a_ms = E > 1 ? moe_alltoall_ms(&cm->hw, &cm->ep_group, routed_from, (int)k, m->hidden, 2) : 0;
+    x->extra_bytes = E > 1 ? 2.0 * x->routed * h + 4.0 * routed_from * E : 0;
+}
+
+/* One layer (or the head) of model m under component c's formulas; moe: a MoE layer's extras
+ * (m then the dense layer of equal work), else NULL. */
+static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_component c,
+                             const moe_extra *moe, const cost_shape *s, cost_layer *out, dp_err *err)
+{
     const analytic_params *p = &((const analytic *)cm->impl)->p;
     if (s->mbs < 1 || s->enc_len < (c == COMP_ENCODER || m->arch == ARCH_GPT ? 1 : 0) ||
         (m->arch == ARCH_T5 && c != COMP_ENCODER && s->dec_len < 1))
@@ -509,14 +568,16 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
      * chunks, or 1/cp of the heads) of the attention; the head's logits too */
     double cp = cm->cp;
     dense /= cp, attn /= cp;
+    if (moe) dense += moe->router_flops; /* (of this GPU's tokens already) */
     double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
     double b = s->mbs / cp, h = m->hidden, t = cm->tp; /* b: the token share, as rows */
     int sp = cm->seq_parallel && cm->tp > 1;
     double sq = c == COMP_DECODER || (c == COMP_POSTPROCESS && m->arch == ARCH_T5) ? s->dec_len
                                                                                    : s->enc_len;
     /* the weights read once (the head's: its vocabulary projection), and what the tokens move */
-    double bytes = (c == COMP_POSTPROCESS ? 2.0 * m->vocab * h / t : 1e6 * cm->param_mb[c]) +
-                   token_bytes(cm, c, b * sq);
+    double weights_mb = moe ? moe->param_mb : cm->param_mb[c];
+    double bytes = (c == COMP_POSTPROCESS ? 2.0 * m->vocab * h / t : 1e6 * weights_mb) +
+                   token_bytes(cm, m, c, b * sq);
     double t_attn = attn / (peak * p->attn_eff) * 1e3, t_attn_bwd = p->bwd_ratio * t_attn;
     if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS) {
         /* ring steps run blocks of 1/cp of the sequence; all-to-all keeps it whole */
@@ -530,7 +591,8 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
     /* each GEMM at its shape's share of the large-K rate (cost_gemm_shape_eff), as the fitted
      * layer's were; the rows are this GPU's tokens (a T5 decoder's cross K/V: the encoder's) */
     double shape_fwd, shape_bwd;
-    gemm_shape_multipliers(cm, c, b * sq, b * s->enc_len, fp8, &shape_fwd, &shape_bwd);
+    if (moe) moe_shape_multipliers(cm, b * sq, moe, fp8, &shape_fwd, &shape_bwd);
+    else gemm_shape_multipliers(cm, c, b * sq, b * s->enc_len, fp8, &shape_fwd, &shape_bwd);
     double t_gemm = dense / (peak * p->gemm_eff * (fp8 ? cost_gemm_speedup(cm) : 1)) * 1e3;
     double t_bytes = bytes / (bw * p->mem_eff) * 1e3;
     double rest = t_gemm * shape_fwd + t_bytes; /* all but attention */
@@ -565,6 +627,17 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
         out->fwd_ms += fwd_ar;
         out->bwd_ms += bwd_ar;
     }
+    if (moe && moe->a2a_ms > 0) {
+        /* the token exchange: dispatch and combine forward, their gradients backward (and the
+         * forward's again under full recompute); with COST_OVERLAP_EP behind the compute */
+        double fwd_a2a = 2 * moe->a2a_ms, bwd_a2a = fwd_a2a * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
+        if (cm->overlap & COST_OVERLAP_EP) {
+            fwd_a2a = fmax(0, fwd_a2a - work);
+            bwd_a2a = fmax(0, bwd_a2a - (p->bwd_ratio * rest_bwd + t_attn_bwd + recompute));
+        }
+        out->fwd_ms += fwd_a2a;
+        out->bwd_ms += bwd_a2a;
+    }
     double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn, sp) / cp;
     double transient;
     if (c == COMP_POSTPROCESS) {
@@ -575,9 +648,23 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
                           : stored_bytes(m, c, s, cm->tp, RECOMPUTE_NONE, cm->flash_attn, sp) / cp;
         transient = (full - stored) + 2 * b * sq * m->ffn / t;
     }
+    if (moe && cm->recompute != RECOMPUTE_FULL) stored += moe->extra_bytes;
     out->stored_act_mb = stored / 1e6;
     out->peak_act_mb = (stored + transient) / 1e6;
     return DP_OK;
+}
+
+static dp_status analytic_query(const cost_model *cm, cost_component c, const cost_shape *s,
+                                cost_layer *out, dp_err *err)
+{
+    if (c != COMP_MOE) return layer_query(cm, &cm->model, c, NULL, s, out, err);
+    if (cm->model.arch != ARCH_GPT || !model_is_moe(&cm->model))
+        return dp_fail(err, DP_ERR_INFEASIBLE, "%s has no mixture-of-experts layers",
+                       cm->model.name);
+    model_spec dense;
+    moe_extra x;
+    moe_layer(cm, s, &dense, &x);
+    return layer_query(cm, &dense, COMP_ENCODER, &x, s, out, err);
 }
 
 /* cost_ops.token_floor: of analytic_query's time, what grows with the tokens at its best rate —
@@ -585,9 +672,8 @@ static dp_status analytic_query(const cost_model *cm, cost_component c, const co
  * (token_bytes), a full recompute's forward again in the backward — per token of the component's
  * sequence on one GPU of the cp group. Left out, each at least 0: the per-layer floor (the smooth
  * maximum is at least the work), the weights' bytes, attention, the collectives. */
-static double analytic_token_floor(const cost_model *cm, cost_component c)
+static double token_floor_of(const cost_model *cm, const model_spec *m, cost_component c)
 {
-    const model_spec *m = &cm->model;
     const analytic_params *p = &((const analytic *)cm->impl)->p;
     if (c == COMP_DECODER && m->arch != ARCH_T5) return 0;
     cost_shape one = cost_shape_rows(1, 0, 0); /* one token of the component's own sequence */
@@ -597,13 +683,38 @@ static double analytic_token_floor(const cost_model *cm, cost_component c)
     analytic_flops(m, c, &one, cm->tp, &dense, &attn);
     int fp8 = cm->precision == PRECISION_FP8 && c != COMP_POSTPROCESS;
     double mf, mb;
-    gemm_floor_multipliers(cm, c, fp8, &mf, &mb);
+    gemm_floor_multipliers(cm, m, c, fp8, &mf, &mb);
     double peak = cm->hw.gpu.peak_tflops * 1e12, bw = cm->hw.gpu.hbm_gbps * 1e9;
     double t_gemm = dense / cp / (peak * p->gemm_eff * (fp8 ? cost_gemm_speedup(cm) : 1)) * 1e3;
-    double t_bytes = token_bytes(cm, c, 1 / cp) / (bw * p->mem_eff) * 1e3;
+    double t_bytes = token_bytes(cm, m, c, 1 / cp) / (bw * p->mem_eff) * 1e3;
     double fwd = t_gemm * mf + t_bytes, bwd = p->bwd_ratio * (t_gemm * mb + t_bytes);
     if (cm->recompute == RECOMPUTE_FULL && c != COMP_POSTPROCESS) bwd += fwd;
     return fwd + bwd;
+}
+
+/* A MoE layer's: the dense layer of equal work at an even split (imbalance 1, the least), its
+ * router and exchange left out; the least GEMM multiplier also over the experts' own inner
+ * dimensions (h and their width), which the dense layer's do not have. */
+static double analytic_token_floor(const cost_model *cm, cost_component c)
+{
+    if (c != COMP_MOE) return token_floor_of(cm, &cm->model, c);
+    const model_spec *m = &cm->model;
+    if (!model_is_moe(m)) return 0;
+    model_spec dense = *m;
+    dense.glu = 1;
+    dense.ffn = (int)fmax(1, lround(m->experts_per_token * (double)m->expert_ffn + m->shared_ffn));
+    double floor = token_floor_of(cm, &dense, COMP_ENCODER);
+    /* the experts' GEMMs may run at a K (their width) the equal dense layer's do not: scale the
+     * GEMM part down where that K's factor is smaller (a lower bound stays one) */
+    const gpu_spec *gpu = &cm->hw.gpu;
+    int fp8 = cm->precision == PRECISION_FP8;
+    if (gpu->gemm_k0 > 0 || (fp8 && gpu->fp8_gemm_k0 > 0)) {
+        double mf, mb, want = fmin(1 / cost_gemm_shape_eff(gpu, fp8, m->expert_ffn),
+                                   1 / cost_gemm_shape_eff(gpu, fp8, m->hidden)) / fit_layer_cost(cm)->ref_fwd;
+        gemm_floor_multipliers(cm, &dense, COMP_ENCODER, fp8, &mf, &mb);
+        if (want < mf && mf > 0) floor *= want / mf;
+    }
+    return floor;
 }
 
 static void analytic_release(cost_model *cm)
@@ -612,7 +723,7 @@ static void analytic_release(cost_model *cm)
     cm->impl = NULL;
 }
 
-static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, analytic_query, analytic_token_floor,
+static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, 1, analytic_query, analytic_token_floor,
                                        analytic_release};
 
 const analytic_params *cost_analytic_params(const cost_model *cm)
@@ -654,6 +765,9 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
     cm->impl = a;
     cm->param_mb[COMP_ENCODER] = 2.0 * (double)model_layer_params(m, 0) / tp / 1e6;
     cm->param_mb[COMP_DECODER] = m->dec_layers ? 2.0 * (double)model_layer_params(m, 1) / tp / 1e6 : 0;
+    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, tp, 1); /* every expert: --ep sets it */
+    cm->ep = 1;
+    cm->ep_group = comm_group_flat(1, 0);
     cm->embedding_param_mb = 2.0 * (double)model_embedding_params(m) / tp / 1e6;
     *out = cm;
     return DP_OK;

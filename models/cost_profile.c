@@ -22,7 +22,7 @@
 enum { M_FWD, M_BWD, M_STORED, M_PEAK, N_METRICS };
 static const char *const METRIC_NAMES[N_METRICS] = {"fwd_ms", "bwd_ms", "stored_act_mb",
                                                     "peak_act_mb"};
-static const char *const COMPONENT_NAMES[COMP_COUNT] = {"encoder", "decoder", "postprocess"};
+static const char *const COMPONENT_NAMES[COMP_COUNT] = {"encoder", "decoder", "postprocess", "moe"};
 
 /* The attention terms of a component, fitted over its grid (attn_fit below): per metric, the
  * coefficients of the sums enc_sq, dec_sq and enc_dec (cost.h). */
@@ -448,7 +448,7 @@ static dp_status profile_query(const cost_model *cm, cost_component c, const cos
     return DP_OK;
 }
 
-static const cost_ops PROFILE_OPS = {"profile", 0, 0, profile_query, NULL, profile_release};
+static const cost_ops PROFILE_OPS = {"profile", 0, 0, 0, profile_query, NULL, profile_release};
 
 /* ---- *_params.csv ----------------------------------------------------------------------------- */
 
@@ -545,7 +545,7 @@ dp_status cost_profile_load_at(const char *path, const model_spec *m, const clus
                                dp_err *err)
 {
     *out = NULL;
-    dp_status st = model_check_planned(m, err);
+    dp_status st = model_check_dense(m, "a measured profile", err);
     if (st != DP_OK) return st;
     load_ctx c = {.tp = tp, .cp = cp, .sp = sp ? 1 : 0, .rc = recompute_name(rc)};
     char at[32] = "";

@@ -33,7 +33,9 @@ double memory_model_state_mb(double param_mb, const state_bytes *b, int zero_sta
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 {
     stage_placement pl = placement_stage(&cm->model, &cm->split, stage, stages);
-    double mb = pl.enc_layers * cm->param_mb[COMP_ENCODER] + pl.dec_layers * cm->param_mb[COMP_DECODER];
+    int moe = placement_moe_layers(&cm->model, &pl);
+    double mb = (pl.enc_layers - moe) * cm->param_mb[COMP_ENCODER] + moe * cm->param_mb[COMP_MOE] +
+                pl.dec_layers * cm->param_mb[COMP_DECODER];
     placement_roles r = {pl.embedding, pl.head};
     return mb + memory_embedding_share_mb(cm, r);
 }

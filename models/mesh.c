@@ -121,7 +121,6 @@ int mesh_kind_has(mesh_kind k, int which)
 
 dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degree, dp_err *err)
 {
-    if (model_check_planned(m, err) != DP_OK) return DP_ERR_INVALID; /* experts: no layout yet */
     int tp = at_least_1(l->tp);
     const struct {
         const char *what;

@@ -86,9 +86,8 @@ int mesh_kind_has(mesh_kind k, int which);
  * tensor parallelism gives each of its tp GPUs whole attention heads, whole key/value heads and an
  * equal share of the MLP width (Megatron's column-parallel layers divide them; the vocabulary it
  * pads, so that need not divide). degree names tp in the message ("--tp" for an option, "tp" for
- * a plan's); and a dense model (model_check_planned: experts have no layout yet). DP_OK, or
- * DP_ERR_INVALID naming the first width not divided, with the largest tp dividing them all as the
- * hint. */
+ * a plan's). DP_OK, or DP_ERR_INVALID naming the first width not divided, with the largest tp
+ * dividing them all as the hint. */
 dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degree, dp_err *err);
 
 /* The multiple every micro-batch's padded length must be of on this layout: context parallelism

@@ -131,13 +131,13 @@ int model_moe_layers(const model_spec *m)
     return n;
 }
 
-dp_status model_check_planned(const model_spec *m, dp_err *err)
+dp_status model_check_dense(const model_spec *m, const char *who, dp_err *err)
 {
     if (!model_is_moe(m)) return DP_OK;
-    return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts (%d experts, %d a token): "
-                   "dpsim counts its parameters and FLOPs (dpsim models --show), but does not plan "
-                   "experts yet: no cost model, memory model or dprun layer takes them",
-                   m->name, m->experts, m->experts_per_token);
+    return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts (%d experts, %d a token), and "
+                   "%s has no expert layers: dpsim plans and simulates it with the analytic cost "
+                   "model (--ep for expert parallelism)\nhint: dpsim sim --analytic --model %s",
+                   m->name, m->experts, m->experts_per_token, who, m->name);
 }
 
 int64_t model_norm_params(const model_spec *m)
@@ -168,6 +168,15 @@ static int64_t moe_layer_params(const model_spec *m, int routed)
     int64_t shared = m->shared_ffn > 0 ? mlp_params(m, m->shared_ffn, 0) + (m->shared_gate ? h : 0) : 0;
     return attention_params(m) + 2 * model_norm_params(m) + router + shared +
            routed * mlp_params(m, m->expert_ffn, m->expert_bias);
+}
+
+void model_moe_layer_parts(const model_spec *m, int64_t *split, int64_t *whole, int64_t *expert)
+{
+    int64_t h = m->hidden, e = m->experts;
+    int64_t shared = m->shared_ffn > 0 ? mlp_params(m, m->shared_ffn, 0) + (m->shared_gate ? h : 0) : 0;
+    *split = attention_params(m) + shared;
+    *whole = 2 * model_norm_params(m) + h * e + (m->router_bias ? e : 0);
+    *expert = mlp_params(m, m->expert_ffn, m->expert_bias);
 }
 
 /* The layers' parameters, each MoE layer with `routed` experts (-1: all of them). */

@@ -49,8 +49,8 @@
  * v_head_dim) and gpt-oss (biases on the router and every expert, a sink logit per head; its
  * alternating sliding layers are costed as full attention). An expert's MLP is gated, of width
  * moe_intermediate_size (else intermediate_size). Their parameters, total and active per token,
- * and FLOPs are counted (dpsim models --show); the cost models and dprun refuse them
- * (model_check_planned): experts are not planned yet. DeepSeek-V3's multi-token-prediction
+ * and FLOPs are counted (dpsim models --show); the analytic cost model plans them (COMP_MOE,
+ * --ep; latent attention not yet), dprun and measured profiles refuse them (model_check_dense). DeepSeek-V3's multi-token-prediction
  * module (num_nextn_predict_layers) is left out, as its published 671B leave it. A model type or
  * architecture that says experts (mixtral, *moe*) without a count is refused. Qwen3's per-head
  * query and key norms (qk_norm) are counted. A sliding attention window (sliding_window:
@@ -176,10 +176,10 @@ int model_is_moe(const model_spec *m);
 int model_moe_layer(const model_spec *m, int layer);
 int model_moe_layers(const model_spec *m);
 
-/* What the cost models, the memory model and dprun take: a dense model. DP_ERR_INVALID for a
- * mixture of experts (its parameters and FLOPs are counted, its experts not yet planned). Asked
- * by the layout rule (mesh_check_model: the analytic cost model, dprun) and a profile's loader. */
-dp_status model_check_planned(const model_spec *m, dp_err *err);
+/* What dprun runs and a measured profile holds: a dense model. DP_ERR_INVALID for a mixture of
+ * experts, naming `who` ("dprun", "a measured profile") and the analytic cost model, which plans
+ * experts (cost.h cost_model_set_moe). Asked by dprun and a profile's loader. */
+dp_status model_check_dense(const model_spec *m, const char *who, dp_err *err);
 
 /* Parameters of one norm: 2h for a layer norm (scale and bias), h for RMSNorm. */
 int64_t model_norm_params(const model_spec *m);
@@ -187,6 +187,10 @@ int64_t model_norm_params(const model_spec *m);
 /* Parameters of one layer of the given kind: 0 encoder/GPT layer, 1 T5 decoder layer; of a mixture
  * of experts, a dense layer's (model_layers_params counts each layer as it is). */
 int64_t model_layer_params(const model_spec *m, int decoder);
+/* A MoE layer's parameters in parts: what tensor parallelism splits (attention, the shared
+ * expert), what it does not (norms, router), and one routed expert's (split by expert
+ * parallelism instead: each expert whole on one GPU). */
+void model_moe_layer_parts(const model_spec *m, int64_t *split, int64_t *whole, int64_t *expert);
 
 /* Parameters of all the layers (a MoE layer with every expert), and those a token passes
  * through (a MoE layer's attention, router, shared expert and experts_per_token experts): equal

@@ -5,6 +5,8 @@
 #include <gsl/gsl_math.h>
 #include <gsl/gsl_sf_erf.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 dp_status moe_routing_init(moe_routing *r, moe_route_kind kind, int experts, int ep, double alpha,
@@ -99,4 +101,22 @@ double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens
                        int hidden, double elem_bytes)
 {
     return comm_coll_ms(c, COLL_ALL_TO_ALL, g, tokens * topk * (double)hidden * elem_bytes);
+}
+
+int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha)
+{
+    if (strcmp(text, "uniform") == 0) return *kind = MOE_ROUTE_UNIFORM, *alpha = 0, 0;
+    if (strncmp(text, "skewed:", 7) != 0) return -1;
+    char *end;
+    double a = strtod(text + 7, &end);
+    if (end == text + 7 || *end || !(a >= 0 && a <= 100)) return -1;
+    *kind = MOE_ROUTE_SKEWED, *alpha = a;
+    return 0;
+}
+
+const char *moe_routing_name(moe_route_kind kind, double alpha, char *buf, size_t cap)
+{
+    if (kind == MOE_ROUTE_SKEWED) snprintf(buf, cap, "skewed:%g", alpha);
+    else snprintf(buf, cap, "%s", kind == MOE_ROUTE_HISTOGRAM ? "histogram" : "uniform");
+    return buf;
 }

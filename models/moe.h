@@ -39,6 +39,8 @@
 #ifndef MOE_H
 #define MOE_H
 
+#include <stddef.h>
+
 #include "../common/dp.h"
 #include "comm.h"
 
@@ -68,6 +70,12 @@ double moe_busiest_load(const moe_routing *r, double n);
 /* moe_busiest_load over the mean n / ep: the busiest rank's time over an even split's (>= 1; 1 for
  * ep 1 or n <= 0). */
 double moe_imbalance(const moe_routing *r, double n);
+
+/* The routing model's name as --routing and a plan's "routing" read it: "uniform" or
+ * "skewed:ALPHA" (a Zipf exponent, 0 to 100). moe_routing_parse returns 0, or -1 for another text;
+ * moe_routing_name writes it back into buf. */
+int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha);
+const char *moe_routing_name(moe_route_kind kind, double alpha, char *buf, size_t cap);
 
 /* One all-to-all of the token exchange (dispatch or combine) over the ep ranks of group g: each
  * GPU holding `tokens` tokens sends its tokens x topk copies of `hidden` elements of elem_bytes,

@@ -153,3 +153,11 @@ void placement_split_format(const pipeline_split *split, char *buf, size_t cap)
     for (int v = 0; v < split->n && at < cap; v++)
         at += (size_t)snprintf(buf + at, cap - at, "%s%d", v ? "," : "", split->layers[v]);
 }
+
+int placement_moe_layers(const model_spec *m, const stage_placement *pl)
+{
+    if (!model_is_moe(m) || m->arch != ARCH_GPT) return 0;
+    int n = 0;
+    for (int i = 0; i < pl->enc_layers; i++) n += model_moe_layer(m, pl->first_layer + i);
+    return n;
+}

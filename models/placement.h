@@ -65,6 +65,9 @@ placement_roles placement_device_roles(placement_kind k, int device, int pp, int
 /* The placement of virtual stage v of nv, with the layers as split lists them (NULL or n 0: the
  * even split; a split must have passed placement_split_check for nv). */
 stage_placement placement_stage(const model_spec *m, const pipeline_split *split, int v, int nv);
+/* Of a stage's GPT layers (pl), the mixture-of-experts ones (model_moe_layer; 0 for a dense
+ * model): what the stage and memory models price as COMP_MOE, the rest as dense layers. */
+int placement_moe_layers(const model_spec *m, const stage_placement *pl);
 
 /* Whether m can be placed on nv virtual stages (--pp x --chunks): split evenly (NULL or n 0), a
  * layer at least on each (GPT), an even number of stages each side at least one layer (T5); as a

@@ -58,6 +58,27 @@ void cost_request_default(cost_request *o)
     o->overlap = COST_OVERLAP_DEFAULT;
     o->precision = -1;
     o->grad_reduce = GRAD_REDUCE_AUTO;
+    o->ep = 1;
+    o->routing = MOE_ROUTE_UNIFORM;
+}
+
+static int set_routing(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    cost_request *o = ctx;
+    moe_route_kind k;
+    if (moe_routing_parse(arg, &k, &o->routing_alpha) == 0) {
+        o->routing = (int)k;
+        return 0;
+    }
+    cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, or skewed:ALPHA with a Zipf "
+                    "exponent ALPHA from 0 to 100)", arg);
+    return -1;
+}
+
+static void show_routing(const void *ctx, char *buf, size_t cap)
+{
+    const cost_request *o = ctx;
+    moe_routing_name((moe_route_kind)o->routing, o->routing_alpha, buf, cap);
 }
 
 static int set_precision(void *ctx, const char *arg, const char *cmd, const char *usage)
@@ -296,6 +317,15 @@ void cost_request_options(cli_opts *t, cost_request *o)
                                "bf16 and fp8 (Megatron-LM's and torchtitan's default), 16-bit\n"
                                "under fp16");
     gr->show = show_grad_reduce, gr->marks = OPT_FIXED_BY_PLAN;
+    cli_opt_int(t, "ep", 0, &o->ep, "E", 1, MOE_EP_MAX, "1",
+                "a mixture of experts: expert parallelism, the experts split over E\n"
+                "GPUs of each stage's tp x cp x dp, each expert whole (E divides the\n"
+                "experts and those GPUs; analytic model)")->marks = OPT_FIXED_BY_PLAN;
+    cli_opt *ro = cli_opt_call(t, "routing", 0, set_routing, o, "R", "uniform",
+                               "a mixture of experts: how routed tokens fall on the experts,\n"
+                               "uniform, or skewed:ALPHA (Zipf, expert e's share (e+1)^-ALPHA);\n"
+                               "a micro-batch waits for its busiest ep rank");
+    ro->show = show_routing, ro->marks = OPT_FIXED_BY_PLAN;
 }
 
 int planner_jobs_default(void)

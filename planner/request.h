@@ -56,6 +56,10 @@ typedef struct cost_request {
                           * fp16] */
     int no_sp;           /* --no-sp: tensor parallelism without Megatron's sequence parallelism
                           * (cost_model.seq_parallel, on by default) */
+    int ep;              /* --ep: expert parallelism of a mixture of experts
+                          * (cost_model_set_moe)                          [1] */
+    int routing;         /* --routing: a moe_route_kind, with routing_alpha [uniform] */
+    double routing_alpha;
     int quiet;           /* 1: no note on stderr about the analytic defaults (a cost model built
                           * for what is not timed: a plan's model state) */
     const struct cost_what_if *what_if; /* constants scaled as a what-if (models/assumptions.h:

@@ -44,6 +44,22 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
                          : cost_model_set_cp(*cm, o->cp, o->cp_alltoall, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
+        return st;
+    }
+    /* experts (the stage's GPUs that ep folds over are the layout's: planner_check_request) */
+    moe_routing routing, *r = NULL;
+    if (model_is_moe(m) && o->routing != MOE_ROUTE_UNIFORM) {
+        if ((st = moe_routing_init(&routing, (moe_route_kind)o->routing, m->experts, o->ep,
+                                   o->routing_alpha, NULL, err)) != DP_OK) {
+            cost_model_free(*cm);
+            *cm = NULL;
+            return st;
+        }
+        r = &routing;
+    }
+    if ((st = cost_model_set_moe(*cm, o->ep, r, 0, err)) != DP_OK) {
+        cost_model_free(*cm);
+        *cm = NULL;
     }
     return st;
 }
@@ -189,6 +205,8 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->chunks = schedule_chunks(sc, p->chunks), h->placement = sc ? sc->placement : PLACEMENT_LOOP;
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
+    h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
+    h->routing = (int)env->cm->routing.kind, h->routing_alpha = env->cm->routing.alpha;
     int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
     h->shard_group = shard < stage_shard_size(0, p->dp, p->cost.cp) ? shard : 0; /* whole: none */
     h->sp = p->cost.tp > 1 && !p->cost.no_sp;
@@ -231,6 +249,12 @@ dp_status planner_cost_answer(const cost_model *cm, int pp, const cost_shape *s,
         a->has_fit[k] = cost_profile_attn_fit(cm, (cost_component)k, &a->fit[k], NULL) == DP_OK;
     st = cost_query(cm, COMP_ENCODER, s, &a->layer[0], err);
     if (st == DP_OK && cm->model.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, s, &a->layer[1], err);
+    a->has_moe = model_is_moe(&cm->model);
+    if (st == DP_OK && a->has_moe) {
+        st = cost_query(cm, COMP_MOE, s, &a->moe, err);
+        double routed = (double)s->mbs * s->enc_len / cm->cp / cm->tp * cm->model.experts_per_token;
+        a->moe_imbalance = cost_moe_imbalance(cm, routed);
+    }
     if (st == DP_OK) st = stage_model_cost(&sm, s, &a->stage, err);
     const mb_cost *c = &a->stage;
     for (int d = 1; st == DP_OK && d < sm.pp; d++)
@@ -314,6 +338,10 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     env->cm->hw = env->hw, env->cm->toy = toy;
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
         if (env->recompute_cm[m]) env->recompute_cm[m]->hw = env->hw, env->recompute_cm[m]->toy = toy;
+    mesh layout = mesh_of(p->cost.tp, p->cost.cp, p->pp, p->dp);
+    cost_model_place_ep(env->cm, &layout); /* the experts' GPUs */
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (env->recompute_cm[m]) cost_model_place_ep(env->recompute_cm[m], &layout);
     if (toy.on) {
         size_t at = strlen(env->cost_source);
         snprintf(env->cost_source + at, sizeof env->cost_source - at,
@@ -325,7 +353,6 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
     /* the padded length splits as the layout cuts it (models/mesh.h): 2 cp chunks of ring
      * attention, each cp rank's tokens over tp under sequence parallelism */
-    mesh layout = mesh_of(p->cost.tp, p->cost.cp, p->pp, p->dp);
     int multiple = mesh_token_multiple(&layout, !p->cost.no_sp), m = env->rules.pad_multiple;
     while (m % multiple) m += env->rules.pad_multiple;
     env->rules.pad_multiple = m;
@@ -372,6 +399,11 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     char why[300];
     if (stage_shard_check(p->shard_group, p->dp, p->cost.cp, p->zero, why, sizeof why) != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s", why);
+    int stage_gpus = p->cost.tp * p->cost.cp * p->dp;
+    if (p->cost.ep > 1 && stage_gpus % p->cost.ep)
+        return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide a stage's %d GPUs (tp %d x cp "
+                       "%d x dp %d: the expert-parallel ranks fold over them)", p->cost.ep,
+                       stage_gpus, p->cost.tp, p->cost.cp, p->dp);
     if (p->warmup > 0 && sc && !sc->warms_up)
         return dp_fail(err, DP_ERR_INVALID, "--warmup caps the warm-up of 1f1b and interleaved; "
                        "%s has none to cap", sc->name);
@@ -459,6 +491,9 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.no_sp = !pl->h.sp;
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall, co.cp_auto = pl->h.cp_auto;
     co.split = pl->h.split;
+    co.ep = pl->h.ep > 1 ? pl->h.ep : 1;
+    co.routing = pl->h.routing, co.routing_alpha = pl->h.routing_alpha;
+    if (pl->h.ep > 1) co.analytic = 1; /* experts are priced analytically */
     co.quiet = 1; /* the plan's times are its own: the cost model's are not used */
     /* a cp plan was priced on the analytic model or a profile at its cp: without a profile or fit
      * named, the model's own (measured without cp) cannot stand for it */
@@ -479,6 +514,8 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     if (p->gpu_jitter >= 0) hw->gpu_jitter = p->gpu_jitter;
     cm->hw = *hw;
     cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
+    mesh layout = mesh_of(pl->h.tp, pl->h.cp, pl->h.pp, pl->h.dp);
+    cost_model_place_ep(cm, &layout);
     cm->toy.unit_tokens = 1;     /* the plan carries its times: only the flag matters here */
     if (model) *model = m;
     TRY(stage_model_init_placed(&sm, cm, pl->h.pp, pl->h.chunks, pl->h.dp, pl->h.zero,

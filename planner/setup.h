@@ -34,6 +34,9 @@ dp_status planner_build_cost_at(const cost_request *o, int tp, recompute_mode rc
  * model's (stage_cost.h, memory unbounded: a query) on pp stages. */
 typedef struct cost_answer {
     cost_layer layer[2];   /* the encoder's (GPT: the layer's), T5's decoder's */
+    int has_moe;           /* a mixture of experts: its MoE layer's below */
+    cost_layer moe;
+    double moe_imbalance;  /* the busiest ep rank's load over the mean at this shape */
     mb_cost stage;         /* per stage: times and activation memory */
     int slowest;           /* the stage of the largest forward + backward */
     int feasible;          /* 0: the cost model cannot answer the shape (err says why) */

@@ -712,6 +712,10 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
                              const int *cps, int n_cps, const int *precs, int n_precs,
                              tune_space *sp, dp_err *err)
 {
+    if (model_is_moe(&env->model))
+        return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts, and tune does not search "
+                       "expert parallelism yet\nhint: dpsim compare or sim with --ep E over the "
+                       "layouts you want to weigh", env->model.name);
     int have = env->hw.nodes * env->hw.gpus_per_node;
     if (*gpus == 0) *gpus = have > 0 ? have : env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8;
     if (have > 0 && *gpus > have && !p->allow_oversubscribe)

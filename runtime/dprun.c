@@ -457,7 +457,7 @@ static int check_gpu_main(int argc, char **argv)
     int speed = !a.no_speed;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve(model, &m, &err) != DP_OK || model_check_planned(&m, &err) != DP_OK) {
+    if (model_resolve(model, &m, &err) != DP_OK || model_check_dense(&m, "dprun", &err) != DP_OK) {
         fprintf(stderr, "dprun check-gpu: error: %s\n", err.msg);
         return 1;
     }

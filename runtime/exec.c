@@ -332,6 +332,7 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
 {
     const plan_header *h = &pl->h;
     int tp = rt_plan_tp(h), cp = rt_plan_cp(h), need = h->pp * h->dp * tp * cp;
+    if (model_check_dense(m, "dprun", err) != DP_OK) return DP_ERR_UNSUPPORTED;
     if (h->cp_auto)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with a context-parallel degree per "
                        "micro-batch (--cp auto, a group of %d), and dprun runs one degree for "

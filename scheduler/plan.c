@@ -302,6 +302,12 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     }
     cJSON_AddNumberToObject(o, "zero", h->zero);
     if (h->shard_group > 0) cJSON_AddNumberToObject(o, "shard_group", h->shard_group);
+    if (h->ep > 1) cJSON_AddNumberToObject(o, "ep", h->ep);
+    if (h->routing != MOE_ROUTE_UNIFORM) {
+        char rn[48];
+        cJSON_AddStringToObject(o, "routing", moe_routing_name((moe_route_kind)h->routing,
+                                                                h->routing_alpha, rn, sizeof rn));
+    }
     cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
     if (h->textbook) cJSON_AddTrueToObject(o, "textbook");
@@ -651,6 +657,14 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     }
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
     TRY(json_int(root, "shard_group", name, 0, 1 << 20, 0, &h->shard_group, err));
+    TRY(json_int(root, "ep", name, 1, MOE_EP_MAX, 1, &h->ep, err));
+    const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "routing");
+    moe_route_kind rk = MOE_ROUTE_UNIFORM;
+    h->routing_alpha = 0;
+    if (ro && (!cJSON_IsString(ro) || moe_routing_parse(ro->valuestring, &rk, &h->routing_alpha) != 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"routing\" must be \"uniform\" or \"skewed:ALPHA\" "
+                       "(what --routing reads)", name);
+    h->routing = (int)rk;
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overlap");
     h->overlap = COST_OVERLAP_DEFAULT; /* plans written before it was recorded */

@@ -140,6 +140,10 @@ typedef struct plan_header {
                           * data-parallel group, the groups' shards all-reduced across (HSDP;
                           * stage_shard_check); absent, 0: over all of them */
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
+    int ep;              /* "ep": a mixture of experts' expert parallelism (absent: 1) */
+    int routing;         /* "routing": its moe_route_kind, with routing_alpha ("uniform" or
+                          * "skewed:ALPHA", as --routing reads; absent: uniform) */
+    double routing_alpha;
     int cp_auto;         /* "cp_auto": true: cp is a group of GPUs, each micro-batch names its
                           * own degree (plan_mb.cp; --cp auto) */
     int sp;              /* Megatron's sequence parallelism with tp > 1 ("sp": true or false; a

@@ -82,6 +82,7 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
         stage_placement pl = placement_stage(m, &cm->split, v, virt);
         sm->enc_layers[placement_device(place, v, pp)] += pl.enc_layers;
         sm->dec_layers[placement_device(place, v, pp)] += pl.dec_layers;
+        sm->moe_layers[placement_device(place, v, pp)] += placement_moe_layers(m, &pl);
     }
     sm->zero_ranks = dp * cm->cp;
     char why[300];
@@ -94,7 +95,8 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
     int k = sm->zero_shard / (cm->cp > 1 ? cm->cp : 1), hybrid = sm->zero_shard < sm->zero_ranks;
     mesh in_group = mesh_of(cm->tp, cm->cp, pp, k), across = mesh_of(cm->tp, cm->cp, pp * k, dp / k);
     for (int s = 0; s < pp; s++) {
-        double layers_mb = sm->enc_layers[s] * cm->param_mb[COMP_ENCODER] +
+        double layers_mb = (sm->enc_layers[s] - sm->moe_layers[s]) * cm->param_mb[COMP_ENCODER] +
+                           sm->moe_layers[s] * cm->param_mb[COMP_MOE] +
                            sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
         placement_roles roles = placement_device_roles(place, s, pp, chunks);
         double param_mb = layers_mb + memory_embedding_share_mb(cm, roles);
@@ -103,8 +105,11 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
          * unit's behind it (prefetch), as FSDP's and DeepSpeed's prefetch of one unit hold them,
          * whatever the micro-batch: the two largest of its layers, embedding and head */
         int layers = sm->enc_layers[s] + sm->dec_layers[s];
-        sm->zero3_gathered_mb[s] = memory_zero3_gathered_mb(
-            cm, roles, layers, layers > 0 ? layers_mb / layers : 0, zero_stage, sm->zero_shard);
+        double unit_mb = sm->moe_layers[s] > 0 ? cm->param_mb[COMP_MOE] /* the largest layer */
+                         : layers > 0           ? layers_mb / layers
+                                                : 0;
+        sm->zero3_gathered_mb[s] = memory_zero3_gathered_mb(cm, roles, layers, unit_mb, zero_stage,
+                                                            sm->zero_shard);
         state_bytes sb = memory_state_bytes(cm->precision, cm->grad_bytes);
         sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_shard) +
                           sm->zero3_gathered_mb[s];
@@ -139,7 +144,7 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
  * share of the tokens and of the attention sums, whichever is more (a balanced spread's bound);
  * with as many rows as parts or more, rows go whole and the sums by their share. */
 static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_layer *enc,
-                             cost_layer *dec, cost_layer *head, dp_err *err)
+                             cost_layer *dec, cost_layer *head, cost_layer *moe, dp_err *err)
 {
     const cost_model *cm = sm->cm;
     cost_model at;
@@ -160,8 +165,10 @@ static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_la
         }
     }
     memset(dec, 0, sizeof *dec);
+    memset(moe, 0, sizeof *moe);
     dp_status st = cost_query(cm, COMP_ENCODER, &part, enc, err);
     if (st == DP_OK && cm->model.arch == ARCH_T5) st = cost_query(cm, COMP_DECODER, &part, dec, err);
+    if (st == DP_OK && model_is_moe(&cm->model)) st = cost_query(cm, COMP_MOE, &part, moe, err);
     if (st == DP_OK) st = cost_query(cm, COMP_POSTPROCESS, &part, head, err);
     return st;
 }
@@ -220,28 +227,29 @@ static dp_status in_range(const stage_model *sm, const cost_shape *s, const mb_c
 
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err)
 {
-    cost_layer enc, dec, head;
-    dp_status st = layer_costs(sm, s, &enc, &dec, &head, err);
+    cost_layer enc, dec, head, moe;
+    dp_status st = layer_costs(sm, s, &enc, &dec, &head, &moe, err);
     if (st != DP_OK) return st;
     out->t_ms = 0;
     int prefetch = stage_zero_prefetch(sm);
     const cost_toy *toy = &sm->cm->toy;
     double scale = toy->on ? cost_toy_scale(toy, s) : 0;
     double tr_enc = transient(&enc), tr_dec = transient(&dec), tr_head = transient(&head);
+    double tr_moe = transient(&moe);
     /* the DP prices every segment of a batch here, a stage at a time: maxima by comparison, not
      * libm's fmax (a call each) */
     for (int d = 0; d < sm->pp; d++) {
-        int ne = sm->enc_layers[d], nd = sm->dec_layers[d];
-        double tr = larger(ne ? tr_enc : 0, nd ? tr_dec : 0);
-        out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb;
+        int nm = sm->moe_layers[d], ne = sm->enc_layers[d] - nm, nd = sm->dec_layers[d];
+        double tr = larger(larger(ne ? tr_enc : 0, nd ? tr_dec : 0), nm ? tr_moe : 0);
+        out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb + nm * moe.stored_act_mb;
         if (toy->on) { /* textbook: equal stages, no LM head, no collectives; the layers' memory */
             out->fwd_ms[d] = toy->f_ms * scale;
             out->bwd_ms[d] = cost_toy_bwd_ms(toy, sm->cm->recompute) * scale;
         } else {
-            out->fwd_ms[d] = stage_with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms, sm->zero_fwd_ms[d],
-                                             ne + nd, prefetch);
-            out->bwd_ms[d] = stage_with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms, sm->zero_bwd_ms[d],
-                                             ne + nd, prefetch);
+            out->fwd_ms[d] = stage_with_zero(ne * enc.fwd_ms + nd * dec.fwd_ms + nm * moe.fwd_ms,
+                                             sm->zero_fwd_ms[d], ne + nd + nm, prefetch);
+            out->bwd_ms[d] = stage_with_zero(ne * enc.bwd_ms + nd * dec.bwd_ms + nm * moe.bwd_ms,
+                                             sm->zero_bwd_ms[d], ne + nd + nm, prefetch);
             if (d == sm->head_device) {
                 out->fwd_ms[d] += head.fwd_ms;
                 out->bwd_ms[d] += head.bwd_ms;
@@ -260,7 +268,8 @@ void stage_model_token_floor(const stage_model *sm, int d, double *enc_ms, doubl
     const cost_model *cm = sm->cm;
     *enc_ms = *dec_ms = 0;
     if (cm->toy.on) return;
-    *enc_ms = sm->enc_layers[d] * cost_token_floor_ms(cm, COMP_ENCODER);
+    *enc_ms = (sm->enc_layers[d] - sm->moe_layers[d]) * cost_token_floor_ms(cm, COMP_ENCODER) +
+              sm->moe_layers[d] * cost_token_floor_ms(cm, COMP_MOE);
     *dec_ms = sm->dec_layers[d] * cost_token_floor_ms(cm, COMP_DECODER);
     if (d == sm->head_device) /* the head runs over the decoder's tokens (T5), or the sequence's */
         *(cm->model.arch == ARCH_T5 ? dec_ms : enc_ms) += cost_token_floor_ms(cm, COMP_POSTPROCESS);

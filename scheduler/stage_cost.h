@@ -59,6 +59,7 @@ typedef struct stage_model {
     int zero_stage; /* 0..3 */
     double mem_limit_mb;
     int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */
+    int moe_layers[STAGE_MAX]; /* of enc_layers, the mixture-of-experts ones (COMP_MOE) */
     double state_mb[STAGE_MAX];                       /* model state per device, MB (with
                                                        * zero3_gathered_mb) */
     double zero3_gathered_mb[STAGE_MAX]; /* ZeRO-3 over 2+ GPUs: the running and the prefetched

@@ -81,9 +81,30 @@ expect "DeepSeek-V3: 671B, 37B a token, 58 MoE layers of 61, a shared expert" 0 
 expect "... and its spec, read back, is the same model (gpt-oss-120b: 116.83B, 5.13B a token without the table)" 0 "116,829,156,672 parameters" -- \
   "$DPSIM" models --show "$TMP/oss.json"
 check "... (its active count too)" grep -q "(5,132,849,472 without the embedding table)" "$TMP/out"
-for cmd in "sim" "plan -o $TMP/moe.json" "cost --mbs 1 --seqlen 1024" "tune --gpus 8"; do
-  expect "dpsim ${cmd%% *} refuses a MoE, saying why" 2 "qwen3-30b-a3b is a mixture of experts \\(128 experts, 8 a token\\): dpsim counts" -- \
-    "$DPSIM" $cmd --model tests/data/hf/qwen3-30b-a3b.json --hw dgx-h100
-done
-check "... and writes nothing" test ! -e "$TMP/moe.json"
+# planning a mixture of experts (the analytic model; models/moe.h, cost_analytic.c)
+Q=tests/data/hf/qwen3-30b-a3b.json
+expect "dpsim cost prices a MoE layer, the busiest expert-parallel rank named" 0 \
+  "MoE layers: 48 of 48, 128 experts, 8 a token; the busiest expert-parallel rank computes 1\\.[0-9]+x" -- \
+  "$DPSIM" cost --mbs 1 --seqlen 4096 --model $Q --hw dgx-h100 --ep 8
+check "... with its MoE layer's row" grep -Eq "^MoE layer +[0-9.]+ +[0-9.]+" "$TMP/out"
+expect "dpsim plan plans it on 16 H100 with --ep 8 (pp 2 x dp 8), and says ep in the plan" 0 "out of memory +no" -- \
+  "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+  --iterations 1 --batching packing -o "$TMP/moe.json"
+check "... whose header names ep 8" grep -Eq '"ep":[[:space:]]*8' "$TMP/moe.json"
+check "... and which sim --plan replays to its timeline" bash -c \
+  "[ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/moe.json' | grep -E '^timeline hash')\" ]"
+expect "an --ep that does not divide the experts is refused, naming it" 2 "--ep 6 does not divide qwen3-30b-a3b's 128 experts" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 6 --ep 6 --iterations 1
+expect "... nor a stage's GPUs" 2 "--ep 16 does not divide a stage's 8 GPUs" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 16 --iterations 1
+expect "... nor a dense model's" 2 "--ep 2: llama3-8b has no experts" -- \
+  "$DPSIM" sim --model llama3-8b --hw dgx-h100 --pp 2 --dp 2 --ep 2 --iterations 1
+expect "... nor a routing skew that is not a Zipf exponent" 2 "unknown --routing \"skewed:-1\"" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --routing skewed:-1 --iterations 1
+expect "latent attention (DeepSeek-V3) is refused, naming it" 2 "multi-head latent attention, which dpsim counts but does not cost yet" -- \
+  "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100
+expect "tune does not search ep yet, and says so" 2 "does not search expert parallelism yet" -- \
+  "$DPSIM" tune --gpus 8 --model $Q --hw dgx-h100
+expect "dprun refuses a MoE plan (it runs dense layers only), naming it" 1 "qwen3-30b-a3b is a mixture of experts .* and dprun has no expert layers" -- \
+  "$(dirname "$DPSIM")/dprun" --plan "$TMP/moe.json" --out "$TMP/moe.csv"
 finish

@@ -3,14 +3,20 @@
  * rank's load against a brute-force sample of the routing model (each token's top-k choices
  * distinct experts, drawn by their probabilities), the imbalance falling toward the router's own
  * skew as a micro-batch grows, the rank shares of each model, the refusals naming the field, and
- * the token exchange's all-to-all from NCCL's formula at the preset's measured bus bandwidth.
+ * the token exchange's all-to-all from NCCL's formula at the preset's measured bus bandwidth. The
+ * analytic cost model's MoE layer (cost_analytic.c): one expert run by every token is the dense
+ * layer (to the router's bytes); its tokens' floor never above it; the exchange added with ep and
+ * hidden with --overlap ep; small micro-batches pay more a token (imbalance, few tokens an
+ * expert); the experts' weights split by ep.
  */
 #include "testutil.h"
 
 #include <gsl/gsl_rng.h>
 
 #include "../../models/comm.h"
+#include "../../models/cost.h"
 #include "../../models/moe.h"
+#include "../../scheduler/stage_cost.h"
 
 /* The mean over `trials` micro-batches of tokens tokens of the busiest rank's routed copies, each
  * token choosing k experts one after another with probability proportional to p_e: among those
@@ -177,6 +183,111 @@ static void test_alltoall_from_nccl_formula(void **state)
     assert_true(moe_alltoall_ms(&hw, &alone, 4096, 8, 7168, 2) == 0);
 }
 
+static cost_model *analytic_of(const model_spec *m, int tp, recompute_mode rc)
+{
+    cluster_spec hw;
+    assert_int_equal(cluster_preset("dgx-h100", &hw), 0);
+    analytic_params ap;
+    analytic_params_for_gpu(&hw.gpu, &ap);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(m, &hw, tp, rc, &ap, &cm, &err) != DP_OK) fail_msg("%s", err.msg);
+    return cm;
+}
+
+/* Llama-3-8B as a mixture of one expert (its MLP) that every token runs: the same stage costs,
+ * to the router's h parameters read a micro-batch (a relative 1e-5: 3e-6 under full recompute,
+ * which reads them twice, at 256 tokens), at tp 1 in every recompute mode, and with the exchange
+ * and imbalance of one rank: none. */
+static void test_one_expert_is_the_dense_layer(void **state)
+{
+    (void)state;
+    const model_spec *dense = model_preset("llama3-8b");
+    model_spec moe = *dense;
+    moe.experts = 1, moe.experts_per_token = 1, moe.expert_ffn = dense->ffn;
+    moe.moe_first = 0, moe.moe_freq = 1, moe.moe_phase = 0;
+    assert_int_equal(model_moe_layers(&moe), dense->enc_layers);
+    for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
+        cost_model *a = analytic_of(dense, 1, (recompute_mode)rc), *b = analytic_of(&moe, 1, (recompute_mode)rc);
+        dp_err err = {0};
+        assert_int_equal(cost_model_set_moe(b, 1, NULL, 0, &err), DP_OK);
+        stage_model sa, sb;
+        assert_int_equal(stage_model_init(&sa, a, 4, 1, 1, 0, 1e9, &err), DP_OK);
+        assert_int_equal(stage_model_init(&sb, b, 4, 1, 1, 0, 1e9, &err), DP_OK);
+        static const int lens[] = {256, 2048, 8192};
+        for (int i = 0; i < 3; i++) {
+            cost_shape sh = cost_shape_rows(2, lens[i], 0);
+            mb_cost ca, cb;
+            assert_int_equal(stage_model_cost(&sa, &sh, &ca, &err), DP_OK);
+            assert_int_equal(stage_model_cost(&sb, &sh, &cb, &err), DP_OK);
+            for (int d = 0; d < 4; d++) {
+                assert_true(fabs(cb.fwd_ms[d] / ca.fwd_ms[d] - 1) < 1e-5);
+                assert_true(fabs(cb.bwd_ms[d] / ca.bwd_ms[d] - 1) < 1e-5);
+                assert_true(fabs(cb.stored_mb[d] / ca.stored_mb[d] - 1) < 1e-9);
+            }
+        }
+        cost_model_free(a), cost_model_free(b);
+    }
+}
+
+/* Qwen3-30B-A3B on H100 (128 experts, 8 a token): the tokens' floor never above a MoE layer's
+ * query over random shapes, layouts and modes; ep 8 adds the exchange, which --overlap ep hides
+ * where the compute is longer; a small micro-batch pays more a token than a large one; ep
+ * divides the experts' weights. */
+static void test_moe_layer_costs(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    srand(5);
+    long checked = 0;
+    for (int tp = 1; tp <= 4; tp *= 2)
+        for (int ep = 1; ep <= 64; ep *= 8)
+            for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
+                cost_model *cm = analytic_of(&m, tp, (recompute_mode)rc);
+                assert_int_equal(cost_model_set_moe(cm, ep, NULL, 0, &err), DP_OK);
+                double floor = cost_token_floor_ms(cm, COMP_MOE);
+                assert_true(floor > 0);
+                for (int k = 0; k < 40; k++) {
+                    cost_shape sh = cost_shape_rows(1 + rand() % 8, 16 * (1 + rand() % 512), 0);
+                    cost_layer l;
+                    assert_int_equal(cost_query(cm, COMP_MOE, &sh, &l, &err), DP_OK);
+                    double tokens = (double)sh.mbs * sh.enc_len;
+                    if (!(l.fwd_ms + l.bwd_ms >= floor * tokens * (1 - 1e-12)))
+                        fail_msg("tp %d ep %d rc %d: %d x %d takes %.6g ms, floor %.6g", tp, ep,
+                                 rc, sh.mbs, sh.enc_len, l.fwd_ms + l.bwd_ms, floor * tokens);
+                    checked++;
+                }
+                cost_model_free(cm);
+            }
+    assert_true(checked == 3 * 3 * RECOMPUTE_COUNT * 40);
+    /* the exchange, and its overlap */
+    cost_model *one = analytic_of(&m, 1, RECOMPUTE_NONE), *eight = analytic_of(&m, 1, RECOMPUTE_NONE);
+    assert_int_equal(cost_model_set_moe(one, 1, NULL, 0, &err), DP_OK);
+    assert_int_equal(cost_model_set_moe(eight, 8, NULL, 0, &err), DP_OK);
+    cost_shape big = cost_shape_rows(4, 4096, 0), small = cost_shape_rows(1, 256, 0);
+    cost_layer l1, l8, l8o, s8;
+    assert_int_equal(cost_query(one, COMP_MOE, &big, &l1, &err), DP_OK);
+    assert_int_equal(cost_query(eight, COMP_MOE, &big, &l8, &err), DP_OK);
+    double a2a = moe_alltoall_ms(&eight->hw, &eight->ep_group, 4.0 * 4096, 8, m.hidden, 2);
+    assert_true(a2a > 0);
+    eight->overlap |= COST_OVERLAP_EP;
+    assert_int_equal(cost_query(eight, COMP_MOE, &big, &l8o, &err), DP_OK);
+    assert_true(l8o.fwd_ms < l8.fwd_ms && l8o.fwd_ms >= l8.fwd_ms - 2 * a2a - 1e-9);
+    /* ep 8 reads an eighth of the experts' weights, and splits their memory */
+    assert_true(eight->param_mb[COMP_MOE] < one->param_mb[COMP_MOE] / 4);
+    int64_t split, whole, expert;
+    model_moe_layer_parts(&m, &split, &whole, &expert);
+    assert_true(fabs(eight->param_mb[COMP_MOE] - 2.0 * (split + whole + 16 * expert) / 1e6) < 1e-9);
+    /* a small micro-batch pays more a token: the busiest rank's share and few tokens an expert */
+    eight->overlap &= ~COST_OVERLAP_EP;
+    assert_int_equal(cost_query(eight, COMP_MOE, &small, &s8, &err), DP_OK);
+    assert_true((s8.fwd_ms + s8.bwd_ms) / 256 > (l8.fwd_ms + l8.bwd_ms) / (4 * 4096));
+    assert_true(cost_moe_imbalance(eight, 256 * 8) > cost_moe_imbalance(eight, 4 * 4096 * 8));
+    cost_model_free(one), cost_model_free(eight);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +295,8 @@ int main(void)
         cmocka_unit_test(test_imbalance_falls_with_tokens),
         cmocka_unit_test(test_rank_shares_and_refusals),
         cmocka_unit_test(test_alltoall_from_nccl_formula),
+        cmocka_unit_test(test_one_expert_is_the_dense_layer),
+        cmocka_unit_test(test_moe_layer_costs),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }
