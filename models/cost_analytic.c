@@ -65,6 +65,31 @@
  *   transient over the stored ones (the peak during a layer's backward): what recomputation
  *   rebuilds, plus one (b, s, f/t) fp16 gradient buffer.
  *   postprocess: the fp16 logits, 2*b*s*V/t, stored; fp32 softmax, 4*b*s*V/t, transient.
+ *
+ * A mixture of experts' layer (COMP_MOE: model_moe_layer's; the dense ones stay COMP_ENCODER) is
+ * priced as the dense layer of equal work (moe_layer): a GPU's T tokens (its share of the cp
+ * group's) split over its tp group before routing (Megatron's sequence parallelism, which it
+ * requires with experts and tp), each routing k copies, n = T k / t of them; the expert-parallel
+ * group's busiest rank computes imb = cost_moe_imbalance(n) times the mean (models/moe.h), and the
+ * whole group waits for it. So the layer is the dense one with an MLP of width
+ *   f_eq = k * imb * f_expert + f_shared      (gated)
+ * which is the experts' and the shared expert's FLOPs, elementwise bytes and stored activations
+ * exactly (an expert runs whole on its GPU, over tokens already split by tp: the same FLOPs per GPU
+ * as a tp-split dense MLP over all of them). On top: the router, 2 (T/t) h E FLOPs; its weights
+ * read once, attention and shared expert over t and E/ep experts whole (cost_moe_param_mb); the
+ * GEMMs' shape multipliers with the experts' rows the busiest rank's tokens per expert,
+ * n imb ep / E (grouped GEMMs: few tokens an expert slow the weight gradient, cost_gemm_shape_eff
+ * of its inner dimension); the token exchange, an all-to-all of n copies of h bf16 elements per
+ * dispatch and per combine over the ep group (moe_alltoall_ms: NCCL's formula at the cluster's
+ * measured all-to-all bus bandwidth, inside a node or over its NICs as cost_model_place_ep
+ * places the group), two forward, two backward, two more under full recompute; with
+ * COST_OVERLAP_EP only what exceeds the layer's compute; stored, the permuted copies (2 n imb h
+ * bytes) and the router's fp32 probabilities (4 (T/t) E). One expert run by every token is then
+ * the dense layer (no router FLOPs, exchange or permutation; its h router parameters read).
+ * Left out: expert tensor parallelism (an expert split over GPUs), capacity factors and dropped
+ * tokens (dropless), the ep peers' different micro-batches (each routes as this one), latent
+ * attention (refused), and expert gradients reduced over the expert-data-parallel group rather
+ * than dp x cp (the memory and collectives count the experts' ep share over dp x cp).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -70,6 +70,7 @@ double moe_busiest_load(const moe_routing *r, double n)
 {
     if (!(n > 0)) return 0;
     if (r->ep <= 1) return n;
+    if (r->kind == MOE_ROUTE_EVEN) return n / r->ep;
     /* below lo every rank is over it almost surely (the integrand is 1); above hi none is */
     double lo = INFINITY, hi = 0;
     for (int k = 0; k < r->ep; k++) {
@@ -106,6 +107,7 @@ double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens
 int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha)
 {
     if (strcmp(text, "uniform") == 0) return *kind = MOE_ROUTE_UNIFORM, *alpha = 0, 0;
+    if (strcmp(text, "even") == 0) return *kind = MOE_ROUTE_EVEN, *alpha = 0, 0;
     if (strncmp(text, "skewed:", 7) != 0) return -1;
     char *end;
     double a = strtod(text + 7, &end);
@@ -117,6 +119,8 @@ int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha)
 const char *moe_routing_name(moe_route_kind kind, double alpha, char *buf, size_t cap)
 {
     if (kind == MOE_ROUTE_SKEWED) snprintf(buf, cap, "skewed:%g", alpha);
-    else snprintf(buf, cap, "%s", kind == MOE_ROUTE_HISTOGRAM ? "histogram" : "uniform");
+    else snprintf(buf, cap, "%s", kind == MOE_ROUTE_HISTOGRAM ? "histogram"
+                                  : kind == MOE_ROUTE_EVEN    ? "even"
+                                                              : "uniform");
     return buf;
 }

@@ -7,7 +7,9 @@
  *   uniform     p_e = 1/E: a router trained with a load-balancing loss, in expectation;
  *   skewed      p_e proportional to (e + 1)^-alpha (Zipf's law; alpha 0 is uniform), the skew
  *               named by its one parameter;
- *   histogram   measured per-expert token counts (a router's statistics), normalised.
+ *   histogram   measured per-expert token counts (a router's statistics), normalised;
+ *   even        a what-if bound: uniform shares and every rank exactly its mean load (the
+ *               imbalance a run would lose; moe_imbalance 1 at every size).
  * Experts sit on the ep ranks in blocks of E/ep (expert e on rank e / (E/ep), as Megatron places
  * them), so rank r receives a routed token with probability q_r, the sum of its experts' p_e.
  *
@@ -44,7 +46,12 @@
 #include "../common/dp.h"
 #include "comm.h"
 
-typedef enum moe_route_kind { MOE_ROUTE_UNIFORM, MOE_ROUTE_SKEWED, MOE_ROUTE_HISTOGRAM } moe_route_kind;
+typedef enum moe_route_kind {
+    MOE_ROUTE_UNIFORM,
+    MOE_ROUTE_SKEWED,
+    MOE_ROUTE_HISTOGRAM,
+    MOE_ROUTE_EVEN, /* a what-if: every rank exactly the mean (no imbalance at any size) */
+} moe_route_kind;
 
 #define MOE_EXPERTS_MAX 4096
 #define MOE_EP_MAX 1024
@@ -71,7 +78,7 @@ double moe_busiest_load(const moe_routing *r, double n);
  * ep 1 or n <= 0). */
 double moe_imbalance(const moe_routing *r, double n);
 
-/* The routing model's name as --routing and a plan's "routing" read it: "uniform" or
+/* The routing model's name as --routing and a plan's "routing" read it: "uniform", "even" or
  * "skewed:ALPHA" (a Zipf exponent, 0 to 100). moe_routing_parse returns 0, or -1 for another text;
  * moe_routing_name writes it back into buf. */
 int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha);

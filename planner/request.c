@@ -70,8 +70,8 @@ static int set_routing(void *ctx, const char *arg, const char *cmd, const char *
         o->routing = (int)k;
         return 0;
     }
-    cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, or skewed:ALPHA with a Zipf "
-                    "exponent ALPHA from 0 to 100)", arg);
+    cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, even, or skewed:ALPHA with a "
+                    "Zipf exponent ALPHA from 0 to 100)", arg);
     return -1;
 }
 
@@ -323,8 +323,9 @@ void cost_request_options(cli_opts *t, cost_request *o)
                 "experts and those GPUs; analytic model)")->marks = OPT_FIXED_BY_PLAN;
     cli_opt *ro = cli_opt_call(t, "routing", 0, set_routing, o, "R", "uniform",
                                "a mixture of experts: how routed tokens fall on the experts,\n"
-                               "uniform, or skewed:ALPHA (Zipf, expert e's share (e+1)^-ALPHA);\n"
-                               "a micro-batch waits for its busiest ep rank");
+                               "uniform, skewed:ALPHA (Zipf, expert e's share (e+1)^-ALPHA), or\n"
+                               "even (a what-if: no imbalance); a micro-batch waits for its\n"
+                               "busiest ep rank");
     ro->show = show_routing, ro->marks = OPT_FIXED_BY_PLAN;
 }
 

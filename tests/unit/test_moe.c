@@ -118,6 +118,24 @@ static void test_imbalance_falls_with_tokens(void **state)
     assert_true(prev_u < 1.01);              /* 16M copies: a uniform router is even */
     assert_true(prev_s < skew * 1.01);       /* and a skewed one its own skew */
     assert_true(moe_imbalance(&u, 512) > 1.5); /* 8 copies a rank on average: uneven */
+    /* the what-if router: no imbalance at any size; the names round-trip */
+    moe_routing ev;
+    assert_int_equal(moe_routing_init(&ev, MOE_ROUTE_EVEN, 256, 64, 0, NULL, &err), DP_OK);
+    assert_true(moe_imbalance(&ev, 64) == 1 && moe_busiest_load(&ev, 6400) == 100);
+    static const char *names[] = {"uniform", "even", "skewed:0.25"};
+    for (int i = 0; i < 3; i++) {
+        moe_route_kind k;
+        double a;
+        char back[32];
+        assert_int_equal(moe_routing_parse(names[i], &k, &a), 0);
+        assert_string_equal(moe_routing_name(k, a, back, sizeof back), names[i]);
+    }
+    static const char *bad[] = {"skewed:", "skewed:-1", "skewed:1x", "zipf", ""};
+    for (int i = 0; i < 5; i++) {
+        moe_route_kind k;
+        double a;
+        assert_int_equal(moe_routing_parse(bad[i], &k, &a), -1);
+    }
     /* one rank, or nothing routed: even */
     moe_routing one;
     assert_int_equal(moe_routing_init(&one, MOE_ROUTE_UNIFORM, 8, 1, 0, NULL, &err), DP_OK);
