@@ -139,6 +139,12 @@ static char *compare_json(const plan_request *p, const plan_env *env, const comp
     cJSON_AddNumberToObject(c, "tp", p->cost.tp);
     cJSON_AddNumberToObject(c, "cp", p->cost.cp);
     if (p->cost.cp_auto) cJSON_AddTrueToObject(c, "cp_auto"); /* cp: the group (plan's "cp_auto") */
+    if (p->cost.ep > 1) cJSON_AddNumberToObject(c, "ep", p->cost.ep); /* as the plan's "ep" */
+    if (model_is_moe(&env->model)) {
+        char rn[48];
+        cJSON_AddStringToObject(c, "routing", moe_routing_name((moe_route_kind)p->cost.routing,
+                                                               p->cost.routing_alpha, rn, sizeof rn));
+    }
     cJSON_AddNumberToObject(c, "gpus", (double)plan_request_gpus(p));
     cJSON_AddNumberToObject(c, "global_tokens", (double)env->rules.global_tokens);
     cJSON_AddNumberToObject(c, "max_seqlen", env->rules.max_seqlen);

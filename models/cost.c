@@ -155,8 +155,7 @@ double cost_moe_param_mb(const model_spec *m, int tp, int ep)
     return 2.0 * ((double)(split + whole) / tp + (double)expert * (m->experts / (ep > 0 ? ep : 1))) / 1e6;
 }
 
-dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, int stage_gpus,
-                             dp_err *err)
+dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, dp_err *err)
 {
     const model_spec *m = &cm->model;
     if (!model_is_moe(m)) {
@@ -175,9 +174,6 @@ dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing,
     if (ep < 1 || m->experts % ep)
         return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide %s's %d experts (each GPU "
                        "holds a whole block of them)", ep, m->name, m->experts);
-    if (stage_gpus % ep)
-        return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide a stage's %d GPUs (tp x cp x "
-                       "dp: the expert-parallel ranks fold over them)", ep, stage_gpus);
     moe_routing r;
     if (routing) r = *routing;
     else if (moe_routing_init(&r, MOE_ROUTE_UNIFORM, m->experts, ep, 0, NULL, err) != DP_OK)

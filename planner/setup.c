@@ -57,7 +57,7 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
         }
         r = &routing;
     }
-    if ((st = cost_model_set_moe(*cm, o->ep, r, 0, err)) != DP_OK) {
+    if ((st = cost_model_set_moe(*cm, o->ep, r, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
     }

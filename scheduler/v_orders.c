@@ -84,14 +84,17 @@ static void dpv_w(dpv_dev *v)
     v->qhead++;
 }
 
-void v_dualpipev(v_orders *o)
+int v_dualpipev(v_orders *o)
 {
     int S = o->S, m = o->m > 2 * S ? o->m : 2 * S;
     /* the W queue: at most every split B of the device waits (steps 3, 6, 7), fewer than 2m */
     int *qmb = malloc((size_t)(2 * m + 2) * sizeof *qmb), *qch = malloc((size_t)(2 * m + 2) * sizeof *qch);
+    if (!qmb || !qch) {
+        free(qmb), free(qch);
+        return -1;
+    }
     for (int d = 0; d < S; d++) {
         o->n[d] = 0;
-        if (!qmb || !qch) continue; /* out of memory: empty orders, which the caller's check refuses */
         dpv_dev v = {.o = o, .d = d, .qmb = qmb, .qchunk = qch};
         for (int i = 0; i < 2 * (S - d - 1); i++) dpv_f(&v, 0);            /* 1: F0 */
         for (int i = 0; i < d + 1; i++) dpv_f(&v, 0), dpv_f(&v, 1);        /* 2: F0 F1 */
@@ -113,6 +116,7 @@ void v_dualpipev(v_orders *o)
         while (v.qhead < v.qtail) dpv_w(&v);                                /* 8: W */
     }
     free(qmb), free(qch);
+    return 0;
 }
 
 /* ---- timing ---------------------------------------------------------------------------------- */

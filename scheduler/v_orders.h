@@ -78,7 +78,8 @@ void v_zbv_published(v_orders *o);
 /* 0; -1 out of memory; -2 when no op could run (never, for S >= 1: the cap admits a micro-batch
  * on an idle device). */
 int v_zbv_greedy(v_orders *o, const v_costs *c);
-void v_dualpipev(v_orders *o);
+/* 0, or -1 out of memory (o's orders then empty). */
+int v_dualpipev(v_orders *o);
 
 /* The time the orders take under the costs with free transfers (each op as early as its device
  * and its inputs allow, a V_PAIR's results at its end), ms; INFINITY when they deadlock. */

@@ -797,7 +797,7 @@ static void test_moe_counts(void **state)
         cost_model *cm = NULL;
         if (cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err) != DP_OK)
             fail_msg("%s", err.msg);
-        dp_status moe = cost_model_set_moe(cm, m.experts % 8 == 0 ? 8 : 1, NULL, 0, &err);
+        dp_status moe = cost_model_set_moe(cm, m.experts % 8 == 0 ? 8 : 1, NULL, &err);
         if (m.kv_lora > 0) {
             assert_int_equal(moe, DP_ERR_INVALID);
             assert_msg_has(err.msg, "latent attention");

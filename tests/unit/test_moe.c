@@ -228,7 +228,7 @@ static void test_one_expert_is_the_dense_layer(void **state)
     for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
         cost_model *a = analytic_of(dense, 1, (recompute_mode)rc), *b = analytic_of(&moe, 1, (recompute_mode)rc);
         dp_err err = {0};
-        assert_int_equal(cost_model_set_moe(b, 1, NULL, 0, &err), DP_OK);
+        assert_int_equal(cost_model_set_moe(b, 1, NULL, &err), DP_OK);
         stage_model sa, sb;
         assert_int_equal(stage_model_init(&sa, a, 4, 1, 1, 0, 1e9, &err), DP_OK);
         assert_int_equal(stage_model_init(&sb, b, 4, 1, 1, 0, 1e9, &err), DP_OK);
@@ -264,7 +264,7 @@ static void test_moe_layer_costs(void **state)
         for (int ep = 1; ep <= 64; ep *= 8)
             for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
                 cost_model *cm = analytic_of(&m, tp, (recompute_mode)rc);
-                assert_int_equal(cost_model_set_moe(cm, ep, NULL, 0, &err), DP_OK);
+                assert_int_equal(cost_model_set_moe(cm, ep, NULL, &err), DP_OK);
                 double floor = cost_token_floor_ms(cm, COMP_MOE);
                 assert_true(floor > 0);
                 for (int k = 0; k < 40; k++) {
@@ -282,8 +282,8 @@ static void test_moe_layer_costs(void **state)
     assert_true(checked == 3 * 3 * RECOMPUTE_COUNT * 40);
     /* the exchange, and its overlap */
     cost_model *one = analytic_of(&m, 1, RECOMPUTE_NONE), *eight = analytic_of(&m, 1, RECOMPUTE_NONE);
-    assert_int_equal(cost_model_set_moe(one, 1, NULL, 0, &err), DP_OK);
-    assert_int_equal(cost_model_set_moe(eight, 8, NULL, 0, &err), DP_OK);
+    assert_int_equal(cost_model_set_moe(one, 1, NULL, &err), DP_OK);
+    assert_int_equal(cost_model_set_moe(eight, 8, NULL, &err), DP_OK);
     cost_shape big = cost_shape_rows(4, 4096, 0), small = cost_shape_rows(1, 256, 0);
     cost_layer l1, l8, l8o, s8;
     assert_int_equal(cost_query(one, COMP_MOE, &big, &l1, &err), DP_OK);

@@ -490,7 +490,7 @@ static void test_v_orders_time_as_simulated(void **state)
             assert_int_equal(v_orders_alloc(&dpv, S, m), 0);
             v_zbv_published(&pub);
             assert_int_equal(v_zbv_greedy(&greedy, &c), 0);
-            v_dualpipev(&dpv);
+            assert_int_equal(v_dualpipev(&dpv), 0);
             double want[2] = {fmin(v_orders_ms(&pub, &c), v_orders_ms(&greedy, &c)),
                               v_orders_ms(&dpv, &c)};
             const char *names[2] = {"zbv", "dualpipev"};
