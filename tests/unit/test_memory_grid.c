@@ -8,7 +8,8 @@
  * batching; zbv in its V) is planned and simulated, two global batches of 32k tokens of a FLAN-like trace each. The property: every iteration that the
  * planner calls fitting simulates without going over the device memory (study_result
  * oom_unplanned == 0; the simulator's figure is its own timed accounting, sim/sim.c). The grid
- * must also contain points the planner refuses, so that the property is not vacuous.
+ * must also contain points the planner refuses, so that the property is not vacuous. The same over
+ * mixtures of experts with expert parallelism (test_moe_planned_fit_simulates_without_oom).
  */
 #include "testutil.h"
 
@@ -39,11 +40,13 @@ static double memory_for(const cost_model *cm, int pp, int dp, int zero, const b
     return state + share * stored + (peak - stored);
 }
 
-/* rc: a recompute_mode, or RECOMPUTE_COUNT for mixed (every mode's cost model). */
-static void run_point(grid_stats *g, const trace *t, const char *model, int pp, int dp, int tp,
-                      int rc, double share, int which)
+/* rc: a recompute_mode, or RECOMPUTE_COUNT for mixed (every mode's cost model). ep: a mixture of
+ * experts' expert parallelism (1 for a dense model). */
+static void run_point_of(grid_stats *g, const trace *t, const model_spec *model, int ep, int pp,
+                         int dp, int tp, int rc, double share, int which)
 {
-    model_spec m = *model_preset(model);
+    model_spec m = *model;
+    const char *name = m.name;
     cluster_spec hw;
     cluster_preset("p4d", &hw);
     analytic_params ap;
@@ -53,7 +56,8 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
     dp_err err = {0};
     for (int k = 0; k < RECOMPUTE_COUNT; k++)
         if ((mixed || k == rc) &&
-            cost_analytic_new(&m, &hw, tp, (recompute_mode)k, &ap, &cms[k], &err) != DP_OK)
+            (cost_analytic_new(&m, &hw, tp, (recompute_mode)k, &ap, &cms[k], &err) != DP_OK ||
+             cost_model_set_moe(cms[k], ep, NULL, &err) != DP_OK))
             fail_msg("%s", err.msg);
     cm = cms[mixed ? 0 : rc];
     batch_rules rules;
@@ -84,17 +88,23 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
             g->unplanned += r.oom_unplanned;
             if (r.oom_unplanned)
                 fail_msg("%s pp %d dp %d tp %d %s %s/%s mem %.0f MB: %d iterations the planner "
-                         "called fitting simulate out of memory (%s)", model, pp, dp, tp,
+                         "called fitting simulate out of memory (%s)", name, pp, dp, tp,
                          mixed ? "mixed" : recompute_name((recompute_mode)rc), o.batching->name, sched->name, mem, r.oom_unplanned,
                          r.why);
         } else if (st == DP_ERR_INFEASIBLE) {
             g->refused_alone++; /* a sample that fits nowhere, or a model state that does not */
         } else {
-            fail_msg("%s pp %d dp %d tp %d: %s", model, pp, dp, tp, err.msg);
+            fail_msg("%s pp %d dp %d tp %d: %s", name, pp, dp, tp, err.msg);
         }
         study_result_release(&r);
     }
     for (int k = 0; k < RECOMPUTE_COUNT; k++) cost_model_free(cms[k]);
+}
+
+static void run_point(grid_stats *g, const trace *t, const char *model, int pp, int dp, int tp,
+                      int rc, double share, int which)
+{
+    run_point_of(g, t, model_preset(model), 1, pp, dp, tp, rc, share, which);
 }
 
 static void test_planned_fit_simulates_without_oom(void **state)
@@ -135,10 +145,53 @@ static void test_planned_fit_simulates_without_oom(void **state)
     trace_release(&t);
 }
 
+/* The same property for mixtures of experts (Qwen3-30B-A3B and Mixtral-8x7B configs, expert
+ * parallelism over each stage's GPUs, a micro-batch's memory at its busiest expert rank): pp 1, 2,
+ * 4; dp 2, 4, 8; ep 2 to dp; every recompute mode and mixed; tight and loose memory; the
+ * batchings and schedules cycled as above. */
+static void test_moe_planned_fit_simulates_without_oom(void **state)
+{
+    (void)state;
+    trace t;
+    trace_init(&t);
+    trace_gen_opts go;
+    trace_gen_defaults(&go);
+    go.samples = 1500;
+    go.seed = 9;
+    dp_err err = {0};
+    if (trace_generate(&go, &t, &err) != DP_OK) fail_msg("%s", err.msg);
+    grid_stats g = {0};
+    static const char *const files[2] = {"tests/data/hf/qwen3-30b-a3b.json", "tests/data/hf/mixtral-8x7b.json"};
+    static const int pps[3] = {1, 2, 4}, dps[3] = {2, 4, 8};
+    static const double shares[2] = {2.5, 40};
+    const char *tier = getenv("DPSIM_TEST_TIER");
+    int stride = tier && strcmp(tier, "fast") == 0 ? 3 : 1, which = 0;
+    for (int a = 0; a < 2; a++) {
+        model_spec m;
+        if (model_resolve(files[a], &m, &err) != DP_OK) fail_msg("%s", err.msg);
+        for (int p = 0; p < 3; p++)
+            for (int d = 0; d < 3; d++)
+                for (int ep = 2; ep <= dps[d]; ep *= 2)
+                    for (int rc = 0; rc <= RECOMPUTE_COUNT; rc++)
+                        for (int mem = 0; mem < 2; mem++, which++)
+                            if (which % stride == 0 && m.experts % ep == 0)
+                                run_point_of(&g, &t, &m, ep, pps[p], dps[d], 1, rc, shares[mem],
+                                             which * 3);
+    }
+    printf("# MoE memory grid: %d points, %d planned and simulated, %d refused; iterations: %d "
+           "fit, %d refused by the planner, %d over memory though called fitting\n", g.points,
+           g.run, g.refused_alone, g.iterations_fit, g.iterations_refused, g.unplanned);
+    assert_int_equal(g.unplanned, 0);
+    assert_true(g.run > g.points / 2);
+    assert_true(g.iterations_fit > 50 / stride);
+    trace_release(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_planned_fit_simulates_without_oom),
+        cmocka_unit_test(test_moe_planned_fit_simulates_without_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
