@@ -152,7 +152,8 @@ double cost_moe_param_mb(const model_spec *m, int tp, int ep)
     if (!model_is_moe(m)) return 0;
     int64_t split, whole, expert;
     model_moe_layer_parts(m, &split, &whole, &expert);
-    return 2.0 * ((double)(split + whole) / tp + (double)expert * (m->experts / (ep > 0 ? ep : 1))) / 1e6;
+    double experts_here = m->experts / (ep > 0 ? ep : 1);
+    return 2.0 * ((double)(split + whole) / tp + (double)expert * experts_here) / 1e6;
 }
 
 dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, dp_err *err)

@@ -571,7 +571,8 @@ static void moe_layer(const cost_model *cm, const cost_shape *s, model_spec *den
     x->tokens_per_expert = x->routed * cm->ep / E;
     /* one expert routes nothing: no router, no exchange, no permutation */
     x->router_flops = E > 1 ? 2 * routed_from * h * E : 0;
-    x->a2a_ms = E > 1 ? moe_alltoall_ms(&cm->hw, &cm->ep_group, routed_from, (int)k, m->hidden, 2) : 0;
+    x->a2a_ms = E > 1 ? moe_alltoall_ms(&cm->hw, &cm->ep_group, routed_from, (int)k, m->hidden, 2)
+                      : 0;
     x->extra_bytes = E > 1 ? 2.0 * x->routed * h + 4.0 * routed_from * E : 0;
 }
 
@@ -655,7 +656,8 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
     if (moe && moe->a2a_ms > 0) {
         /* the token exchange: dispatch and combine forward, their gradients backward (and the
          * forward's again under full recompute); with COST_OVERLAP_EP behind the compute */
-        double fwd_a2a = 2 * moe->a2a_ms, bwd_a2a = fwd_a2a * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
+        double fwd_a2a = 2 * moe->a2a_ms;
+        double bwd_a2a = fwd_a2a * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
         if (cm->overlap & COST_OVERLAP_EP) {
             fwd_a2a = fmax(0, fwd_a2a - work);
             bwd_a2a = fmax(0, bwd_a2a - (p->bwd_ratio * rest_bwd + t_attn_bwd + recompute));
@@ -735,7 +737,8 @@ static double analytic_token_floor(const cost_model *cm, cost_component c)
     int fp8 = cm->precision == PRECISION_FP8;
     if (gpu->gemm_k0 > 0 || (fp8 && gpu->fp8_gemm_k0 > 0)) {
         double mf, mb, want = fmin(1 / cost_gemm_shape_eff(gpu, fp8, m->expert_ffn),
-                                   1 / cost_gemm_shape_eff(gpu, fp8, m->hidden)) / fit_layer_cost(cm)->ref_fwd;
+                                   1 / cost_gemm_shape_eff(gpu, fp8, m->hidden)) /
+                              fit_layer_cost(cm)->ref_fwd;
         gemm_floor_multipliers(cm, &dense, COMP_ENCODER, fp8, &mf, &mb);
         if (want < mf && mf > 0) floor *= want / mf;
     }

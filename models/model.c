@@ -173,7 +173,8 @@ static int64_t moe_layer_params(const model_spec *m, int routed)
 void model_moe_layer_parts(const model_spec *m, int64_t *split, int64_t *whole, int64_t *expert)
 {
     int64_t h = m->hidden, e = m->experts;
-    int64_t shared = m->shared_ffn > 0 ? mlp_params(m, m->shared_ffn, 0) + (m->shared_gate ? h : 0) : 0;
+    int64_t shared =
+        m->shared_ffn > 0 ? mlp_params(m, m->shared_ffn, 0) + (m->shared_gate ? h : 0) : 0;
     *split = attention_params(m) + shared;
     *whole = 2 * model_norm_params(m) + h * e + (m->router_bias ? e : 0);
     *expert = mlp_params(m, m->expert_ffn, m->expert_bias);

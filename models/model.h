@@ -50,7 +50,8 @@
  * alternating sliding layers are costed as full attention). An expert's MLP is gated, of width
  * moe_intermediate_size (else intermediate_size). Their parameters, total and active per token,
  * and FLOPs are counted (dpsim models --show); the analytic cost model plans them (COMP_MOE,
- * --ep; latent attention not yet), dprun and measured profiles refuse them (model_check_dense). DeepSeek-V3's multi-token-prediction
+ * --ep; latent attention not yet), dprun and measured profiles refuse them (model_check_dense).
+ * DeepSeek-V3's multi-token-prediction
  * module (num_nextn_predict_layers) is left out, as its published 671B leave it. A model type or
  * architecture that says experts (mixtral, *moe*) without a count is refused. Qwen3's per-head
  * query and key norms (qk_norm) are counted. A sliding attention window (sliding_window:

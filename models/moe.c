@@ -35,7 +35,8 @@ dp_status moe_routing_init(moe_routing *r, moe_route_kind kind, int experts, int
     if (!(sum > 0))
         return dp_fail(err, DP_ERR_INVALID, "the routing histogram sums to 0 over its %d experts",
                        experts);
-    r->kind = kind, r->experts = experts, r->ep = ep, r->alpha = kind == MOE_ROUTE_SKEWED ? alpha : 0;
+    r->kind = kind, r->experts = experts, r->ep = ep;
+    r->alpha = kind == MOE_ROUTE_SKEWED ? alpha : 0;
     int per = experts / ep;
     for (int k = 0; k < ep; k++) {
         r->q[k] = 0;

@@ -877,8 +877,10 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
         st = rt_loop_iteration(&c->pm, c->replica, c->drives, &GPU_MEDIUM, c, c->err);
     }
     if (st == DP_OK && !c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
-        for (int v = 0; v < c->nv; v++)
-            if (c->stream[stage_of_v(c, v)]) sp_sum_norm_grads(c, c->stream[stage_of_v(c, v)], &c->ch[v]);
+        for (int v = 0; v < c->nv; v++) {
+            rt_cuda *g = c->stream[stage_of_v(c, v)];
+            if (g) sp_sum_norm_grads(c, g, &c->ch[v]);
+        }
     if (st == DP_OK && c->multi && c->zranks > 1) st = enqueue_allreduce(c);
     if (c->multi && st != DP_OK) die(c, c->err->msg);
     dp_status waited = wait_streams(c, it); /* also after a failure: the buffers go next */

@@ -661,7 +661,8 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "routing");
     moe_route_kind rk = MOE_ROUTE_UNIFORM;
     h->routing_alpha = 0;
-    if (ro && (!cJSON_IsString(ro) || moe_routing_parse(ro->valuestring, &rk, &h->routing_alpha) != 0))
+    if (ro &&
+        (!cJSON_IsString(ro) || moe_routing_parse(ro->valuestring, &rk, &h->routing_alpha) != 0))
         return dp_fail(err, DP_ERR_PARSE, "%s: \"routing\" must be \"uniform\" or \"skewed:ALPHA\" "
                        "(what --routing reads)", name);
     h->routing = (int)rk;

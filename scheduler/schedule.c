@@ -531,12 +531,15 @@ static void em_pair(emitter *e, int kf, int cf, int kb, int cb)
     int split = !keeps_whole(e, kb); /* its W inside the B otherwise */
     int vf = vstage_of(e, cf), vb = vstage_of(e, cb);
     const plan_mb *mf = &e->it->mb[kf], *mb = &e->it->mb[kb];
-    if (vf > 0) push(e, OP_RECV_ACT, kf, cf, device_of(e, vf - 1), schedule_act_bytes(e->sm, mf, vf - 1));
+    if (vf > 0)
+        push(e, OP_RECV_ACT, kf, cf, device_of(e, vf - 1), schedule_act_bytes(e->sm, mf, vf - 1));
     push(e, OP_F, kf, cf, -1, 0);
-    if (vb < e->nv - 1) push(e, OP_RECV_GRAD, kb, cb, device_of(e, vb + 1), schedule_act_bytes(e->sm, mb, vb));
+    if (vb < e->nv - 1)
+        push(e, OP_RECV_GRAD, kb, cb, device_of(e, vb + 1), schedule_act_bytes(e->sm, mb, vb));
     push(e, OP_B, kb, cb, -1, 0);
     if (split) push(e, OP_W, kb, cb, -1, 0);
-    if (vf < e->nv - 1) push(e, OP_SEND_ACT, kf, cf, device_of(e, vf + 1), schedule_act_bytes(e->sm, mf, vf));
+    if (vf < e->nv - 1)
+        push(e, OP_SEND_ACT, kf, cf, device_of(e, vf + 1), schedule_act_bytes(e->sm, mf, vf));
     if (vb > 0) push(e, OP_SEND_GRAD, kb, cb, device_of(e, vb - 1), schedule_act_bytes(e->sm, mb, vb - 1));
     push(e, OP_FREE, kb, cb, -1, 0);
 }

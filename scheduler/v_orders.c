@@ -88,7 +88,8 @@ int v_dualpipev(v_orders *o)
 {
     int S = o->S, m = o->m > 2 * S ? o->m : 2 * S;
     /* the W queue: at most every split B of the device waits (steps 3, 6, 7), fewer than 2m */
-    int *qmb = malloc((size_t)(2 * m + 2) * sizeof *qmb), *qch = malloc((size_t)(2 * m + 2) * sizeof *qch);
+    size_t cap = (size_t)(2 * m + 2);
+    int *qmb = malloc(cap * sizeof *qmb), *qch = malloc(cap * sizeof *qch);
     if (!qmb || !qch) {
         free(qmb), free(qch);
         return -1;
@@ -199,7 +200,8 @@ int v_zbv_greedy(v_orders *o, const v_costs *c)
         v_kind best_k = V_F;
         double best_t = INFINITY;
         for (int d = 0; d < S; d++) {
-            int vs[2] = {placement_vstage(PLACEMENT_V, d, 0, S), placement_vstage(PLACEMENT_V, d, 1, S)};
+            int vs[2] = {placement_vstage(PLACEMENT_V, d, 0, S),
+                         placement_vstage(PLACEMENT_V, d, 1, S)};
             double t_b = INFINITY, t_f1 = INFINITY, t_f0 = INFINITY;
             int b_i = -1, b_c = 0, f1_i = -1, f0_i = -1, w_i = -1, w_c = 0;
             for (int i = 0; i < m; i++)

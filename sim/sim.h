@@ -5,8 +5,9 @@
  * and direction (towards higher stages, or lower or itself), one send and one receive stream:
  * the directed links that dprun's NCCL mode opens (in a loop a stage sends activations to one
  * neighbour and gradients to the other; in a V both kinds go both ways, chunk 0 down and chunk 1
- * up), so a send never waits behind one to another peer or of the other kind. What each instruction means comes from the plan
- * machine (scheduler/plan_machine.h); the simulator only times it:
+ * up), so a send never waits behind one to another peer or of the other kind. What each
+ * instruction means comes from the plan machine (scheduler/plan_machine.h); the simulator only
+ * times it:
  *   RECV_*    posts the receive at the current time;
  *   F, B, W   wait until the data they consume has arrived, then queue on the compute stream:
  *             start = max(now, stream free); duration from pm_resolve (B's share when the rank

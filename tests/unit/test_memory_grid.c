@@ -161,7 +161,8 @@ static void test_moe_planned_fit_simulates_without_oom(void **state)
     dp_err err = {0};
     if (trace_generate(&go, &t, &err) != DP_OK) fail_msg("%s", err.msg);
     grid_stats g = {0};
-    static const char *const files[2] = {"tests/data/hf/qwen3-30b-a3b.json", "tests/data/hf/mixtral-8x7b.json"};
+    static const char *const files[2] = {"tests/data/hf/qwen3-30b-a3b.json",
+                                         "tests/data/hf/mixtral-8x7b.json"};
     static const int pps[3] = {1, 2, 4}, dps[3] = {2, 4, 8};
     static const double shares[2] = {2.5, 40};
     const char *tier = getenv("DPSIM_TEST_TIER");

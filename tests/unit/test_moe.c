@@ -226,7 +226,8 @@ static void test_one_expert_is_the_dense_layer(void **state)
     moe.moe_first = 0, moe.moe_freq = 1, moe.moe_phase = 0;
     assert_int_equal(model_moe_layers(&moe), dense->enc_layers);
     for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
-        cost_model *a = analytic_of(dense, 1, (recompute_mode)rc), *b = analytic_of(&moe, 1, (recompute_mode)rc);
+        cost_model *a = analytic_of(dense, 1, (recompute_mode)rc);
+        cost_model *b = analytic_of(&moe, 1, (recompute_mode)rc);
         dp_err err = {0};
         assert_int_equal(cost_model_set_moe(b, 1, NULL, &err), DP_OK);
         stage_model sa, sb;

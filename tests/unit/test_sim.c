@@ -498,7 +498,9 @@ static void test_v_orders_time_as_simulated(void **state)
                 sim_iter_result res;
                 assert_true(isfinite(want[q]));
                 run_schedule(&w, names[q], &it, &res); /* builds, validates, simulates */
-                if (fabs(res.pipeline_ns * 1e-6 - want[q]) >= 1e-5 * 6 * m) fail_msg("%s S %d m %d: sim %.6f order %.6f", names[q], S, m, res.pipeline_ns * 1e-6, want[q]);
+                if (fabs(res.pipeline_ns * 1e-6 - want[q]) >= 1e-5 * 6 * m)
+                    fail_msg("%s S %d m %d: sim %.6f order %.6f", names[q], S, m,
+                             res.pipeline_ns * 1e-6, want[q]);
                 checked++;
             }
             v_orders_free(&pub), v_orders_free(&greedy), v_orders_free(&dpv);

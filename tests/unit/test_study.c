@@ -180,7 +180,8 @@ static void test_split_backward_with_full_recompute(void **state)
     run(&s, -1, "zb1", 24, 1, &zb);
     run(&s, -1, "1f1b", 24, 1, &one);
     assert_int_equal(zb.failed_iterations, one.failed_iterations);
-    assert_true(zb.recompute_iterations[RECOMPUTE_NONE] + zb.recompute_iterations[RECOMPUTE_SELECTIVE] > 0);
+    assert_true(zb.recompute_iterations[RECOMPUTE_NONE] +
+                    zb.recompute_iterations[RECOMPUTE_SELECTIVE] > 0);
     study_result_release(&zb), study_result_release(&one);
     /* per micro-batch (mixed): W exactly for the slots not under full recompute */
     plan pl;
