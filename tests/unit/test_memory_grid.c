@@ -107,17 +107,23 @@ static void run_point(grid_stats *g, const trace *t, const char *model, int pp, 
     run_point_of(g, t, model_preset(model), 1, pp, dp, tp, rc, share, which);
 }
 
+/* The grids' trace: 1,500 FLAN-like samples drawn with `seed`. */
+static void grid_trace(trace *t, unsigned seed)
+{
+    trace_init(t);
+    trace_gen_opts go;
+    trace_gen_defaults(&go);
+    go.samples = 1500;
+    go.seed = seed;
+    dp_err err = {0};
+    if (trace_generate(&go, t, &err) != DP_OK) fail_msg("%s", err.msg);
+}
+
 static void test_planned_fit_simulates_without_oom(void **state)
 {
     (void)state;
     trace t;
-    trace_init(&t);
-    trace_gen_opts go;
-    trace_gen_defaults(&go);
-    go.samples = 1500;
-    go.seed = 7;
-    dp_err err = {0};
-    if (trace_generate(&go, &t, &err) != DP_OK) fail_msg("%s", err.msg);
+    grid_trace(&t, 7);
     grid_stats g = {0};
     static const char *const models[2] = {"gpt-6.7b-16l", "t5-11b-12l"};
     static const int pps[4] = {1, 2, 4, 8}, dps[3] = {1, 2, 4}, tps[4] = {1, 2, 4, 8};
@@ -153,13 +159,8 @@ static void test_moe_planned_fit_simulates_without_oom(void **state)
 {
     (void)state;
     trace t;
-    trace_init(&t);
-    trace_gen_opts go;
-    trace_gen_defaults(&go);
-    go.samples = 1500;
-    go.seed = 9;
+    grid_trace(&t, 9);
     dp_err err = {0};
-    if (trace_generate(&go, &t, &err) != DP_OK) fail_msg("%s", err.msg);
     grid_stats g = {0};
     static const char *const files[2] = {"tests/data/hf/qwen3-30b-a3b.json",
                                          "tests/data/hf/mixtral-8x7b.json"};
