@@ -295,7 +295,7 @@ expect "a W under full recompute is refused before anything runs" 1 \
   "a W under full recompute \(rule: recompute.*refused before anything ran" -- \
   timeout 120 $MPIRUN -np 4 "$DPRUN" --plan "$TMP/zb_full.json" --out "$TMP/x.csv"
 "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --pp 2 --schedule zb1 --recompute full --iterations 1 \
-  -o "$TMP/zbf.json" >/dev/null 2>&1
+  --global-tokens 1024 --max-seqlen 256 --batching packing -o "$TMP/zbf.json" >/dev/null 2>&1
 check "... and the planner makes none: zb1 under full recompute leaves every slot whole" bash -c \
   "[ -s '$TMP/zbf.json' ] && ! grep -Eq '\"op\": *\"W\"' '$TMP/zbf.json'"
 expect "... which dprun runs" 0 "gradient norm" -- timeout 120 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/zbf.json" --out "$TMP/x.csv"
