@@ -1,5 +1,7 @@
 #include "moe.h"
 
+#include "../common/csv_table.h"
+
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_integration.h>
 #include <gsl/gsl_math.h>
@@ -124,4 +126,40 @@ const char *moe_routing_name(moe_route_kind kind, double alpha, char *buf, size_
                                   : kind == MOE_ROUTE_EVEN    ? "even"
                                                               : "uniform");
     return buf;
+}
+
+typedef struct hist_read {
+    double *counts;
+    int max, n, col;
+} hist_read;
+
+static dp_status hist_header(void *ctx, const csv_row *row, dp_err *err)
+{
+    hist_read *h = ctx;
+    static const csv_column cols[1] = {{"tokens", 1}};
+    return csv_header_map(row, cols, 1, &h->col, err);
+}
+
+static dp_status hist_row(void *ctx, const csv_row *row, dp_err *err)
+{
+    hist_read *h = ctx;
+    const char *text = row->fields[h->col];
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: field \"tokens\" is \"%.40s\", not a number",
+                       row->path, row->line, text);
+    if (h->n >= h->max)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: more than %d experts' counts", row->path,
+                       row->line, h->max);
+    h->counts[h->n++] = v;
+    return DP_OK;
+}
+
+dp_status moe_histogram_read(const char *path, double *counts, int max, int *n, dp_err *err)
+{
+    hist_read h = {counts, max, 0, 0};
+    dp_status st = csv_read_file(path, 1, hist_header, hist_row, &h, err);
+    *n = st == DP_OK ? h.n : 0;
+    return st;
 }

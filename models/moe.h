@@ -84,6 +84,14 @@ double moe_imbalance(const moe_routing *r, double n);
 int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha);
 const char *moe_routing_name(moe_route_kind kind, double alpha, char *buf, size_t cap);
 
+/* A measured routing histogram (--routing FILE): a CSV whose column "tokens" holds each expert's
+ * routed tokens, one row an expert in expert order (common/csv_table.h's rules; other columns,
+ * such as "expert", ignored). Fills counts[0..*n) (at most max). DP_OK; DP_ERR_PARSE naming the
+ * file, line and field for a count that is not a number, more rows than max, or no rows (an
+ * unreadable file: DP_ERR_IO). The counts' own rules (not negative, not all 0, one an expert) are
+ * moe_routing_init's and its caller's. */
+dp_status moe_histogram_read(const char *path, double *counts, int max, int *n, dp_err *err);
+
 /* One all-to-all of the token exchange (dispatch or combine) over the ep ranks of group g: each
  * GPU holding `tokens` tokens sends its tokens x topk copies of `hidden` elements of elem_bytes,
  * ms (0 for one rank). */

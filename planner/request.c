@@ -67,18 +67,24 @@ static int set_routing(void *ctx, const char *arg, const char *cmd, const char *
     cost_request *o = ctx;
     moe_route_kind k;
     if (moe_routing_parse(arg, &k, &o->routing_alpha) == 0) {
-        o->routing = (int)k;
+        o->routing = (int)k, o->routing_file = NULL;
         return 0;
     }
-    cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, even, or skewed:ALPHA with a "
-                    "Zipf exponent ALPHA from 0 to 100)", arg);
+    struct stat st;
+    if (strncmp(arg, "skewed:", 7) != 0 && stat(arg, &st) == 0 && S_ISREG(st.st_mode)) {
+        o->routing = MOE_ROUTE_HISTOGRAM, o->routing_file = arg; /* read with the model */
+        return 0;
+    }
+    cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, even, skewed:ALPHA with a "
+                    "Zipf exponent ALPHA from 0 to 100, or a CSV file of each expert's tokens)", arg);
     return -1;
 }
 
 static void show_routing(const void *ctx, char *buf, size_t cap)
 {
     const cost_request *o = ctx;
-    moe_routing_name((moe_route_kind)o->routing, o->routing_alpha, buf, cap);
+    if (o->routing_file) snprintf(buf, cap, "%s", o->routing_file);
+    else moe_routing_name((moe_route_kind)o->routing, o->routing_alpha, buf, cap);
 }
 
 static int set_precision(void *ctx, const char *arg, const char *cmd, const char *usage)
@@ -323,8 +329,9 @@ void cost_request_options(cli_opts *t, cost_request *o)
                 "experts and those GPUs; analytic model)")->marks = OPT_FIXED_BY_PLAN;
     cli_opt *ro = cli_opt_call(t, "routing", 0, set_routing, o, "R", "uniform",
                                "a mixture of experts: how routed tokens fall on the experts,\n"
-                               "uniform, skewed:ALPHA (Zipf, expert e's share (e+1)^-ALPHA), or\n"
-                               "even (a what-if: no imbalance); a micro-batch waits for its\n"
+                               "uniform, skewed:ALPHA (Zipf, expert e's share (e+1)^-ALPHA),\n"
+                               "even (a what-if: no imbalance), or a CSV file whose column tokens\n"
+                               "holds each expert's measured count; a micro-batch waits for its\n"
                                "busiest ep rank");
     ro->show = show_routing, ro->marks = OPT_FIXED_BY_PLAN;
 }

@@ -60,6 +60,10 @@ typedef struct cost_request {
                           * (cost_model_set_moe)                          [1] */
     int routing;         /* --routing: a moe_route_kind, with routing_alpha [uniform] */
     double routing_alpha;
+    const char *routing_file;      /* --routing FILE: a measured histogram (moe_histogram_read) */
+    const double *routing_shares;  /* a plan's histogram: each ep rank's share (routing_n_shares
+                                    * of them, the plan's ep), read when routing_file is NULL */
+    int routing_n_shares;
     int quiet;           /* 1: no note on stderr about the analytic defaults (a cost model built
                           * for what is not timed: a plan's model state) */
     const struct cost_what_if *what_if; /* constants scaled as a what-if (models/assumptions.h:

@@ -21,6 +21,33 @@ static int flash_of(const cost_request *o, const model_spec *m)
     return o->flash_attn ? 1 : o->no_flash_attn ? 0 : m->flash_attn;
 }
 
+/* The routing model o asks of m's experts over o->ep ranks: a named one, a measured histogram
+ * (--routing FILE: one count an expert), or a plan's ranks' shares (spread evenly over each
+ * rank's experts, which gives the same shares back). */
+static dp_status routing_of(const cost_request *o, const model_spec *m, moe_routing *r, dp_err *err)
+{
+    if (o->routing != MOE_ROUTE_HISTOGRAM)
+        return moe_routing_init(r, (moe_route_kind)o->routing, m->experts, o->ep,
+                                o->routing_alpha, NULL, err);
+    static double counts[MOE_EXPERTS_MAX];
+    int n = 0;
+    const char *from = o->routing_file ? o->routing_file : "the plan's \"routing_shares\"";
+    if (o->routing_file) {
+        dp_status st = moe_histogram_read(o->routing_file, counts, MOE_EXPERTS_MAX, &n, err);
+        if (st != DP_OK) return st;
+    } else if (o->routing_n_shares == o->ep && o->ep > 0 && m->experts % o->ep == 0) {
+        int per = m->experts / o->ep;
+        for (int e = 0; e < m->experts; e++) counts[e] = o->routing_shares[e / per] / per;
+        n = m->experts;
+    }
+    if (n != m->experts)
+        return dp_fail(err, DP_ERR_INVALID, "%s: %d counts, and %s has %d experts (one an "
+                       "expert, in order)", from, n, m->name, m->experts);
+    dp_err why = {0};
+    dp_status st = moe_routing_init(r, MOE_ROUTE_HISTOGRAM, m->experts, o->ep, 0, counts, &why);
+    return st == DP_OK ? DP_OK : dp_fail(err, st, "%s: %s", from, why.msg);
+}
+
 /* Applies the attention, overlap and context-parallel options to a cost model just built (st
  * its constructor's status); on failure the model is freed. */
 static dp_status finish(dp_status st, const cost_request *o, const model_spec *m, cost_model **cm,
@@ -49,8 +76,7 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
     /* experts (the stage's GPUs that ep folds over are the layout's: planner_check_request) */
     moe_routing routing, *r = NULL;
     if (model_is_moe(m) && o->routing != MOE_ROUTE_UNIFORM) {
-        if ((st = moe_routing_init(&routing, (moe_route_kind)o->routing, m->experts, o->ep,
-                                   o->routing_alpha, NULL, err)) != DP_OK) {
+        if ((st = routing_of(o, m, &routing, err)) != DP_OK) {
             cost_model_free(*cm);
             *cm = NULL;
             return st;
@@ -207,6 +233,10 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->split = p->cost.split;
     h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
     h->routing = (int)env->cm->routing.kind, h->routing_alpha = env->cm->routing.alpha;
+    if (h->routing == MOE_ROUTE_HISTOGRAM) { /* the ranks' shares: what a replay needs of it */
+        h->routing_n_shares = env->cm->routing.ep;
+        for (int k = 0; k < env->cm->routing.ep; k++) h->routing_shares[k] = env->cm->routing.q[k];
+    }
     int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
     h->shard_group = shard < stage_shard_size(0, p->dp, p->cost.cp) ? shard : 0; /* whole: none */
     h->sp = p->cost.tp > 1 && !p->cost.no_sp;
@@ -493,6 +523,7 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.split = pl->h.split;
     co.ep = pl->h.ep > 1 ? pl->h.ep : 1;
     co.routing = pl->h.routing, co.routing_alpha = pl->h.routing_alpha;
+    co.routing_shares = pl->h.routing_shares, co.routing_n_shares = pl->h.routing_n_shares;
     if (pl->h.ep > 1) co.analytic = 1; /* experts are priced analytically */
     co.quiet = 1; /* the plan's times are its own: the cost model's are not used */
     /* a cp plan was priced on the analytic model or a profile at its cp: without a profile or fit

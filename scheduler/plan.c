@@ -307,6 +307,9 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
         char rn[48];
         cJSON_AddStringToObject(o, "routing", moe_routing_name((moe_route_kind)h->routing,
                                                                 h->routing_alpha, rn, sizeof rn));
+        if (h->routing == MOE_ROUTE_HISTOGRAM)
+            cJSON_AddItemToObject(o, "routing_shares",
+                                  cJSON_CreateDoubleArray(h->routing_shares, h->routing_n_shares));
     }
     cJSON_AddStringToObject(o, "recompute", recompute_policy_name(h->recompute));
     cJSON_AddStringToObject(o, "act_dtype", h->act_dtype[0] ? h->act_dtype : PLAN_ACT_DTYPE);
@@ -661,11 +664,25 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "routing");
     moe_route_kind rk = MOE_ROUTE_UNIFORM;
     h->routing_alpha = 0;
-    if (ro &&
+    int hist = ro && cJSON_IsString(ro) && strcmp(ro->valuestring, "histogram") == 0;
+    if (ro && !hist &&
         (!cJSON_IsString(ro) || moe_routing_parse(ro->valuestring, &rk, &h->routing_alpha) != 0))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"routing\" must be \"uniform\" or \"skewed:ALPHA\" "
-                       "(what --routing reads)", name);
-    h->routing = (int)rk;
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"routing\" must be \"uniform\", \"even\", "
+                       "\"skewed:ALPHA\" (what --routing reads) or \"histogram\"", name);
+    h->routing = hist ? MOE_ROUTE_HISTOGRAM : (int)rk;
+    h->routing_n_shares = 0;
+    const cJSON *shares = cJSON_GetObjectItemCaseSensitive(root, "routing_shares"), *share;
+    if (hist && (!cJSON_IsArray(shares) || cJSON_GetArraySize(shares) != h->ep))
+        return dp_fail(err, DP_ERR_PARSE, "%s: a \"histogram\" routing needs \"routing_shares\", "
+                       "one share for each of the \"ep\" %d ranks", name, h->ep);
+    if (hist)
+        cJSON_ArrayForEach(share, shares)
+        {
+            if (!cJSON_IsNumber(share) || !(share->valuedouble >= 0 && share->valuedouble <= 1))
+                return dp_fail(err, DP_ERR_PARSE, "%s: \"routing_shares\"[%d] must be a share in "
+                               "[0, 1]", name, h->routing_n_shares);
+            h->routing_shares[h->routing_n_shares++] = share->valuedouble;
+        }
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overlap");
     h->overlap = COST_OVERLAP_DEFAULT; /* plans written before it was recorded */

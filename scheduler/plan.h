@@ -141,9 +141,12 @@ typedef struct plan_header {
                           * stage_shard_check); absent, 0: over all of them */
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
     int ep;              /* "ep": a mixture of experts' expert parallelism (absent: 1) */
-    int routing;         /* "routing": its moe_route_kind, with routing_alpha ("uniform" or
-                          * "skewed:ALPHA", as --routing reads; absent: uniform) */
+    int routing;         /* "routing": its moe_route_kind, with routing_alpha ("uniform", "even",
+                          * "skewed:ALPHA" as --routing reads, or "histogram"; absent: uniform) */
     double routing_alpha;
+    double routing_shares[MOE_EP_MAX]; /* "routing_shares": a histogram's ep ranks' shares (only
+                                        * "histogram"; routing_n_shares = ep of them) */
+    int routing_n_shares;
     int cp_auto;         /* "cp_auto": true: cp is a group of GPUs, each micro-batch names its
                           * own degree (plan_mb.cp; --cp auto) */
     int sp;              /* Megatron's sequence parallelism with tp > 1 ("sp": true or false; a

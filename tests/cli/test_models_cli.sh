@@ -101,6 +101,27 @@ expect "... nor a dense model's" 2 "--ep 2: llama3-8b has no experts" -- \
   "$DPSIM" sim --model llama3-8b --hw dgx-h100 --pp 2 --dp 2 --ep 2 --iterations 1
 expect "... nor a routing skew that is not a Zipf exponent" 2 "unknown --routing \"skewed:-1\"" -- \
   "$DPSIM" sim --model $Q --hw dgx-h100 --routing skewed:-1 --iterations 1
+# a measured routing histogram: the first rank's 16 experts four times as busy as the rest
+{ echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,$([ "$e" -lt 16 ] && echo 4000 || echo 1000)"; done; } >"$TMP/hist.csv"
+expect "--routing FILE takes a measured histogram: the busiest rank (4 x 16 of 176 shares) near 2.9x the mean" 0 \
+  "busiest expert-parallel rank computes 2\\.9[0-9]+x" -- \
+  "$DPSIM" cost --mbs 1 --seqlen 4096 --model $Q --hw dgx-h100 --ep 8 --routing "$TMP/hist.csv"
+expect "... a plan keeps the ranks' shares" 0 "out of memory +no" -- \
+  "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+  --iterations 1 --batching packing --routing "$TMP/hist.csv" -o "$TMP/hist.json"
+check "... (\"routing\": \"histogram\" and its 8 shares) and sim --plan replays it to its timeline" bash -c \
+  "grep -q '\"routing\":\"histogram\",\"routing_shares\":\[0.36' '$TMP/hist.json' && [ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/hist.json' | grep -E '^timeline hash')\" ]"
+{ echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,$([ "$e" = 5 ] && echo -3 || echo 10)"; done; } >"$TMP/neg.csv"
+expect "a histogram with a negative count is refused, naming the file and the expert" 2 "neg.csv: the routing histogram's count of expert 5 is -3" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/neg.csv" --iterations 1
+{ echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,0"; done; } >"$TMP/zero.csv"
+expect "... one summing to 0" 2 "zero.csv: the routing histogram sums to 0" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/zero.csv" --iterations 1
+printf 'expert,tokens\n0,12\n1,x\n' >"$TMP/nan.csv"
+expect "... a count that is not a number, at its line" 1 "nan.csv:3: field \"tokens\" is \"x\", not a number" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/nan.csv" --iterations 1
+expect "... and one count short of the experts" 2 "short.csv: 2 counts, and qwen3-30b-a3b has 128 experts" -- \
+  bash -c "printf 'tokens\n1\n2\n' >'$TMP/short.csv' && '$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing '$TMP/short.csv' --iterations 1"
 expect "latent attention (DeepSeek-V3) is refused, naming it" 2 "multi-head latent attention, which dpsim counts but does not cost yet" -- \
   "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100
 expect "tune does not search ep yet, and says so" 2 "does not search expert parallelism yet" -- \
