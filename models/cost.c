@@ -11,6 +11,7 @@ void cost_model_free(cost_model *cm)
 {
     if (!cm) return;
     if (cm->ops && cm->ops->release) cm->ops->release(cm);
+    free(cm->routing);
     free(cm);
 }
 
@@ -183,8 +184,10 @@ dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing,
         return dp_fail(err, DP_ERR_INVALID, "the routing model is over %d experts on %d ranks, "
                        "%s has %d on --ep %d", r.experts, r.ep, m->name, m->experts, ep);
     int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1;
+    if (!cm->routing && !(cm->routing = malloc(sizeof *cm->routing)))
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     cm->ep = ep;
-    cm->routing = r;
+    *cm->routing = r;
     cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, cm->tp, ep);
     cm->ep_group = comm_group_flat(ep, ep > node); /* consecutive GPUs: cost_model_place_ep */
     for (int i = 0; i < COST_MOE_IMB_POINTS; i++)

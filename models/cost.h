@@ -231,8 +231,10 @@ struct cost_model {
                                    * one (Megatron's parallel folding with expert tp 1); 1 (the
                                    * constructors'): every expert on every GPU. Set with
                                    * cost_model_set_moe */
-    moe_routing routing;          /* how a micro-batch's routed tokens fall on the ep ranks
-                                   * (moe.h); uniform over one rank (the constructors') */
+    moe_routing *routing;         /* how a micro-batch's routed tokens fall on the ep ranks
+                                   * (moe.h), owned (cost_model_free); NULL until
+                                   * cost_model_set_moe (a uniform router): on the heap, since the
+                                   * stage model copies a cost model by value on its hot path */
     comm_group ep_group;          /* the ep GPUs' token exchange (the all-to-alls) */
     double moe_imb[COST_MOE_IMB_POINTS]; /* the busiest rank's load over the mean (moe_imbalance)
                                    * at 2^(i/4) routed copies a GPU, interpolated between */

@@ -232,10 +232,11 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
     h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
-    h->routing = (int)env->cm->routing.kind, h->routing_alpha = env->cm->routing.alpha;
+    const moe_routing *r = env->cm->routing;
+    h->routing = r ? (int)r->kind : MOE_ROUTE_UNIFORM, h->routing_alpha = r ? r->alpha : 0;
     if (h->routing == MOE_ROUTE_HISTOGRAM) { /* the ranks' shares: what a replay needs of it */
-        h->routing_n_shares = env->cm->routing.ep;
-        for (int k = 0; k < env->cm->routing.ep; k++) h->routing_shares[k] = env->cm->routing.q[k];
+        h->routing_n_shares = r->ep;
+        for (int k = 0; k < r->ep; k++) h->routing_shares[k] = r->q[k];
     }
     int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
     h->shard_group = shard < stage_shard_size(0, p->dp, p->cost.cp) ? shard : 0; /* whole: none */

@@ -437,10 +437,15 @@ dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_e
 
 /* ---- recompute per micro-batch (plan_machine.h) ------------------------------------------------ */
 
-recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
+recompute_mode pm_recompute_or(const plan_iter *it, int mb, int policy)
 {
     if (it->mb[mb].recompute >= 0) return (recompute_mode)it->mb[mb].recompute;
-    return recompute_policy_mode(it->recompute >= 0 ? it->recompute : p->h.recompute);
+    return recompute_policy_mode(it->recompute >= 0 ? it->recompute : policy);
+}
+
+recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
+{
+    return pm_recompute_or(it, mb, p->h.recompute);
 }
 
 /* A micro-batch's attention spans within the model's sliding window (model_check_window: dpsim

@@ -153,6 +153,9 @@ dp_status pm_run(plan_machine *m, const char *where, dp_err *err);
  *              need them all held past B, which the plan's stored_mb does not count, so the
  *              slot is not split (its B computes the weight gradients too). */
 recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb);
+/* The same rule where no plan header is at hand (a schedule building an iteration): `policy`
+ * (a recompute_policy) stands for the header's. */
+recompute_mode pm_recompute_or(const plan_iter *it, int mb, int policy);
 
 /* The static rules above (everything but the untimed run) on one iteration. */
 dp_status pm_check(const plan_machine *m, const char *where, dp_err *err);

@@ -81,12 +81,8 @@ static void em_w(emitter *e, int k, int c)
  * "recompute"), and runs no W for it. */
 static int whole_backward(const stage_model *sm, const plan_iter *it, int k)
 {
-    const plan_mb *x = &it->mb[k];
-    int mode = x->recompute >= 0 ? x->recompute
-               : it->recompute >= 0 ? (int)recompute_policy_mode(it->recompute)
-               : sm                 ? (int)sm->cm->recompute
-                                    : RECOMPUTE_NONE;
-    return mode == RECOMPUTE_FULL;
+    int fallback = sm ? (int)sm->cm->recompute : RECOMPUTE_NONE;
+    return pm_recompute_or(it, k, fallback) == RECOMPUTE_FULL;
 }
 
 /* The weight-gradient time a split schedule leaves to micro-batch k's W on stage s: none where
