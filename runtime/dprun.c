@@ -340,7 +340,9 @@ static int profile_main(int argc, char **argv)
         return cli_usage_error("profile", PROFILE_USAGE, "%s", why);
     dp_err err = {0};
     model_spec m;
-    if (model_resolve(model, &m, &err) != DP_OK) {
+    /* a profile holds dense layers (cost_profile.c refuses a MoE one): a MoE model's would be
+     * measured and then unusable */
+    if (model_resolve(model, &m, &err) != DP_OK || model_check_dense(&m, "dprun profile", &err) != DP_OK) {
         fprintf(stderr, "dprun profile: error: %s\n", err.msg);
         return 1;
     }

@@ -74,7 +74,9 @@ typedef struct ctx {
     int vocab_local;    /* the LM head's rows here: vocab / tp */
     rt_mpi_tp tpg;      /* the tensor-parallel group (size 1: none) */
     rt_mpi_tp cpg;      /* the context-parallel group (size 1: none; its sp unused) */
-    MPI_Comm tp_comm, cp_comm;
+    rt_mpi_tp expg;     /* the tp ranks holding this one's experts (layout.h RT_GRAD_SUM_EXPERTS;
+                         * size 1: none; its sp unused) */
+    MPI_Comm tp_comm, cp_comm, exp_comm;
     MPI_Comm stage_comm; /* this stage's replicas and cp ranks (the same tp rank of each): the
                           * gradient all-reduce's */
     MPI_Comm shard_comm; /* those of them ZeRO shards over: all, or under HSDP the plan's
@@ -292,6 +294,29 @@ dp_status rt_check_tp(const model_spec *m, int tp, const char *where, dp_err *er
     return DP_OK;
 }
 
+dp_status rt_check_moe(const model_spec *m, int ep, int tp, int on_gpu, const char *where, dp_err *err)
+{
+    if (!model_is_moe(m)) return DP_OK;
+    const char *missing = on_gpu ? "the cuda backend (it has no expert layers; --backend cpu runs them)"
+                          : m->arch != ARCH_GPT ? "an encoder-decoder"
+                          : m->kv_lora > 0 ? "latent attention (kv_lora_rank)"
+                          : m->shared_ffn > 0 ? "a shared expert (moe_shared_expert_intermediate_size)"
+                          : m->moe_first > 0 || m->moe_freq > 1 ? "dense layers between the MoE ones "
+                                                                  "(moe_first_dense_layers, moe_layer_freq)"
+                          : m->router_bias ? "a router bias (moe_router_bias)"
+                          : m->expert_bias ? "biases on the experts (moe_expert_bias)"
+                          : NULL;
+    if (missing)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: %s is a mixture of experts, and dprun runs one "
+                       "whose every layer routes to its experts alone, with no %s\nhint: dpsim sim "
+                       "--analytic plans and simulates it", where, m->name, missing);
+    if (ep > 1 && (tp % ep || m->experts % ep))
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: ep %d, and dprun folds expert parallelism over "
+                       "the tensor-parallel group: ep must divide tp (%d) and the %d experts\nhint: "
+                       "plan with --tp a multiple of --ep", where, ep, tp, m->experts);
+    return DP_OK;
+}
+
 /* Whether context parallelism of degree cp splits every micro-batch of the plan (rt_cp_split's
  * rule: 2 cp divides each sample and each stretch of padding), and then tensor parallelism with SP
  * each rank's share (cp 1: the whole micro-batch). */
@@ -332,7 +357,8 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
 {
     const plan_header *h = &pl->h;
     int tp = rt_plan_tp(h), cp = rt_plan_cp(h), need = h->pp * h->dp * tp * cp;
-    if (model_check_dense(m, "dprun", err) != DP_OK) return DP_ERR_UNSUPPORTED;
+    dp_status st = rt_check_moe(m, rt_plan_ep(h), tp, on_gpu, path, err);
+    if (st != DP_OK) return st;
     if (h->cp_auto)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with a context-parallel degree per "
                        "micro-batch (--cp auto, a group of %d), and dprun runs one degree for "
@@ -351,8 +377,7 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "backend shards over the whole data-parallel group: running it here would "
                        "measure another layout\nhint: --backend cpu runs it, or plan without "
                        "--shard-group", path, h->zero, h->shard_group);
-    dp_status st = rt_check_tp(m, tp, path, err);
-    if (st != DP_OK) return st;
+    if ((st = rt_check_tp(m, tp, path, err)) != DP_OK) return st;
     if ((st = placement_split_check(m, &h->split, h->pp * h->chunks, err)) != DP_OK) {
         dp_err_prefix(err, "%s", path);
         return st;
@@ -545,17 +570,24 @@ static void zero3_layer(ctx *c, chunk_state *ch, int l, int next, zero3_pass *z)
     if (next >= 0 && next < ch->layers) zero_gather_start(c, ch, next, &z->rq[next & 1]);
 }
 
-/* Under SP each tp rank summed the norms' gradients over its own tokens: their sum over the group
- * (Megatron's sequence-parallel gradients), in place in a chunk's gradient blocks. */
-static void sp_sum_norm_grads(ctx *c, chunk_state *ch)
+/* The gradients the tp ranks hold partial sums of (layout.h rt_param_grad_group): under SP the
+ * norms' (each rank's over its own tokens: Megatron's sequence-parallel gradients), a MoE layer's
+ * router (over the tp group) and its experts (over the ranks holding the same ones), summed in
+ * place in a chunk's gradient blocks. */
+static void sum_partial_grads(ctx *c, chunk_state *ch)
 {
-    if (tp_shards(c) <= 1) return;
+    int t = c->tpg.tp.size;
+    if (t <= 1) return;
     for (int l = 0; l < ch->layers; l++) {
         size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
         int np = rt_layer_params_layout(&ch->shape, off, len, &count);
-        for (int id = 0; id < np; id++)
-            if (len[id] && rt_param_sp_partial(id))
+        for (int id = 0; id < np; id++) {
+            int group = len[id] ? rt_param_grad_group(&ch->shape, id, t, c->tpg.tp.sp) : RT_GRAD_OWN;
+            if (group == RT_GRAD_SUM_TP)
                 c->tpg.tp.allreduce(&c->tpg, ch->g[l].block + off[id], len[id], RT_TP_SUM);
+            else if (group == RT_GRAD_SUM_EXPERTS)
+                c->expg.tp.allreduce(&c->expg, ch->g[l].block + off[id], len[id], RT_TP_SUM);
+        }
     }
 }
 
@@ -564,7 +596,7 @@ static void sp_sum_norm_grads(ctx *c, chunk_state *ch)
 static void zero_reduce(ctx *c, chunk_state *ch)
 {
     if (!c->zero) return;
-    sp_sum_norm_grads(c, ch);
+    sum_partial_grads(c, ch);
     double *mine = pool_get(c, ch->shard);
     for (int l = 0; l < ch->layers; l++) {
         MPI_Request rq;
@@ -859,7 +891,7 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     c->slots = NULL;
     pm_release(&c->pm);
     if (!c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
-        for (int k = 0; k < c->chunks; k++) sp_sum_norm_grads(c, &c->ch[k]);
+        for (int k = 0; k < c->chunks; k++) sum_partial_grads(c, &c->ch[k]);
     if (c->o->pl->h.dp * c->cpg.tp.size > 1) { /* gradient all-reduce: the stage's replicas and
                                                 * cp ranks (each summed over its own tokens) */
         double t = MPI_Wtime();
@@ -920,6 +952,12 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     g = mesh_group_of(&layout, here, MESH_CP);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.cp_comm));
     rt_mpi_tp_init(&c.cpg, c.cp_comm, 0, group_wait, tp_die, &c);
+    { /* the tp ranks holding the same experts (layout.h rt_layer_expert_rank) */
+        rt_layer_shape folded = {.experts = model_is_moe(m), .ep = rt_plan_ep(&pl->h)};
+        MPI_TRY(&c, MPI_Comm_split(c.tp_comm, rt_layer_expert_rank(&folded, c.tp_rank),
+                                   rt_layer_expert_group(&folded, c.tp_rank), &c.exp_comm));
+        rt_mpi_tp_init(&c.expg, c.exp_comm, 0, group_wait, tp_die, &c);
+    }
     /* this stage's replicas and cp ranks, the same tp rank of each */
     g = mesh_group_of(&layout, here, MESH_DP_CP);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.stage_comm));
@@ -939,7 +977,8 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
         rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
-        ch->shape = rt_layer_shape_tp(&whole, tp); /* this tp rank's share of each layer */
+        /* this tp rank's share of each layer (a MoE layer's experts over ep of the tp ranks) */
+        ch->shape = rt_layer_shape_tp(&whole, tp, rt_plan_ep(&pl->h));
         ch->shape.cp = cp;                          /* ... on its share of the tokens */
         ch->layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
         ch->p = xcalloc(&c, (size_t)ch->layers, sizeof *ch->p);
@@ -960,7 +999,8 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             rt_layer_params_bind(&ch->p[l], &ch->shape, pb), ch->p[l].block = pb;
             rt_layer_params_bind(&ch->g[l], &ch->shape, gb), ch->g[l].block = gb;
             rt_layer_params_init(&full, &whole, rt_layer_seed(&ch->place, l));
-            rt_layer_params_shard(&whole, full.block, tp, c.tp_rank, ch->p[l].block);
+            rt_layer_params_shard(&whole, full.block, tp, rt_plan_ep(&pl->h), c.tp_rank,
+                                  ch->p[l].block);
             if (c.zero) { /* this rank's shard of the parameters; its gradients' */
                 ch->ps[l] = xcalloc(&c, ch->shard, sizeof(double));
                 ch->gs[l] = xcalloc(&c, ch->shard, sizeof(double));
@@ -991,6 +1031,7 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     MPI_Comm_free(&c.stage_comm);
     MPI_Comm_free(&c.tp_comm);
     MPI_Comm_free(&c.cp_comm);
+    MPI_Comm_free(&c.exp_comm);
     res->grad_sq = 0;
     for (int k = 0; k < c.chunks; k++) {
         for (int l = 0; l < c.ch[k].layers; l++) {

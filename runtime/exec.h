@@ -145,6 +145,7 @@ typedef struct rt_place {
 } rt_place;
 static inline int rt_plan_tp(const plan_header *h) { return h->tp > 1 ? h->tp : 1; }
 static inline int rt_plan_cp(const plan_header *h) { return h->cp > 1 ? h->cp : 1; }
+static inline int rt_plan_ep(const plan_header *h) { return h->ep > 1 ? h->ep : 1; }
 /* ZeRO as the executors run it: the plan's stage where it shards a stage's `ranks` ranks (2 or 3
  * over two or more; else 0: whole gradients all-reduced after the iteration), and the elements
  * of one rank's shard of a layer of `count` parameters (the last one padded). */
@@ -206,7 +207,8 @@ static inline int rt_world_rank(const plan_header *h, int group, int cp_rank, in
  * parallelism every micro-batch's tokens; context parallelism on both in the ring form, for
  * GPT-kind models, with 2 cp dividing every piece of every micro-batch (rt_cp_split) and tp (with
  * SP) its share; ZeRO-2 and 3 across a stage's replicas and cp ranks where every replica of a
- * stage runs the same sequence of F, B and W (their collectives meet in order). DP_OK, or DP_ERR_UNSUPPORTED /
+ * stage runs the same sequence of F, B and W (their collectives meet in order); a mixture of
+ * experts on the cpu backend (rt_check_moe). DP_OK, or DP_ERR_UNSUPPORTED /
  * DP_ERR_INVALID naming what is missing and the rank counts: a plan is refused, never run as
  * another layout. The same answer on every rank. */
 dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, int on_gpu,
@@ -215,6 +217,13 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
  * dividing the heads, key/value heads, MLP width and vocabulary); where names the plan or command
  * in the message. dprun profile --tp asks it too. */
 dp_status rt_check_tp(const model_spec *m, int tp, const char *where, dp_err *err);
+/* A mixture of experts as the cpu backend runs it (layer.h "Experts"): a GPT-kind model whose
+ * every layer is a MoE one of routed experts only (no shared expert, no dense first layers, no
+ * biases on the router or the experts, no latent attention), with expert parallelism folded over
+ * the tensor-parallel group (ep dividing tp; the planner may fold it over replicas too, which the
+ * runtime does not run). A dense model passes. DP_ERR_UNSUPPORTED naming the field otherwise, and
+ * for any mixture of experts on the cuda backend (on_gpu). */
+dp_status rt_check_moe(const model_spec *m, int ep, int tp, int on_gpu, const char *where, dp_err *err);
 
 /* Runs the plan on this rank (MPI is initialised). Fails (without aborting) only on set-up
  * problems that every rank detects alike; run-time faults abort. */

@@ -398,7 +398,7 @@ static const rt_cuda_tp *tp_of(const gctx *c) { return c->tp > 1 ? &c->tpg : NUL
 
 /* Under SP each tp rank summed the norms' gradients over its own tokens: their sum over the group
  * (Megatron's sequence-parallel gradients), in place in a chunk's gradient blocks, on the stage's
- * stream (exec.c sp_sum_norm_grads). */
+ * stream (exec.c sum_partial_grads; this backend runs no MoE layer, so these are the norms'). */
 static void sp_sum_norm_grads(gctx *c, rt_cuda *g, const gchunk *ch)
 {
     if (c->shards <= 1) return;
@@ -407,7 +407,7 @@ static void sp_sum_norm_grads(gctx *c, rt_cuda *g, const gchunk *ch)
         size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
         int np = rt_layer_params_layout(&ch->shape, off, len, &count);
         for (int id = 0; id < np; id++)
-            if (len[id] && rt_param_sp_partial(id))
+            if (len[id] && rt_param_grad_group(&ch->shape, id, c->tp, 1) == RT_GRAD_SUM_TP)
                 c->tpg.allreduce(c->tpg.ctx, g, (char *)ch->g[l].block + off[id] * sb, len[id],
                                  rt_elem_stat(c->dt), RT_TP_SUM);
     }
@@ -1004,7 +1004,7 @@ static dp_status setup(gctx *c, const model_spec *m)
         /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
         rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
                                                  : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
-        ch->shape = rt_layer_shape_tp(&whole, c->tp); /* this tp rank's share of each layer */
+        ch->shape = rt_layer_shape_tp(&whole, c->tp, 1); /* this tp rank's share of each layer */
         ch->shape.cp = c->cp;                          /* ... on its share of the tokens */
         int layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
@@ -1023,7 +1023,7 @@ static dp_status setup(gctx *c, const model_spec *m)
                 return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             }
             rt_layer_params_init(&full, &whole, rt_layer_seed(&ch->place, l));
-            rt_layer_params_shard(&whole, full.block, c->tp, c->tp_rank, mine);
+            rt_layer_params_shard(&whole, full.block, c->tp, 1, c->tp_rank, mine);
             rt_layer_params_free(&full);
             rt_cuda_layer d = {ch->shape, c->dt, NULL, count, tp_of(c), cp_of(c)};
             ch->p[l] = ch->g[l] = d;

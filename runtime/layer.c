@@ -363,9 +363,13 @@ double rt_grad_sq_share(const rt_layer_shape *s, const double *block, int tp, in
     int n = rt_layer_params_layout(s, off, len, &count);
     if (tp <= 1) return rt_sum_sq(block, count);
     double sq = 0;
-    for (int id = 0; id < n; id++)
-        if (tp_rank == 0 || rt_param_tp_split(id) != RT_TP_WHOLE)
+    for (int id = 0; id < n; id++) {
+        int how = rt_param_split(s, id);
+        /* a whole parameter once (rank 0), each expert once (its first group's rank) */
+        if (how == RT_TP_WHOLE ? tp_rank == 0
+                               : how != RT_TP_EXPERTS || rt_layer_expert_group(s, tp_rank) == 0)
             sq += rt_sum_sq(block + off[id], len[id]);
+    }
     return sq;
 }
 
@@ -592,6 +596,185 @@ void rt_lm_head_bwd_tp(const rt_tp *tp, const double *dlogits, const double *emb
     free(partial);
 }
 
+/* ---- experts (layer.h "Experts") -------------------------------------------------------------- */
+
+/* What one rank's MoE block runs on a micro-batch of n tokens: the experts el of its expert-parallel
+ * rank er (global indices er el .. er el + el - 1), over its group's tokens t0 .. t1 - 1. */
+typedef struct moe_pass {
+    int experts, k, el, er, t0, t1;
+    int *tok, *slot, *start; /* its copies, expert by expert: token, which of its k, where each
+                              * expert's copies start (el + 1 entries) */
+} moe_pass;
+
+/* Token t's j-th expert and gate in a->route (RT_A_ROUTE: k indices, then k gates). */
+static int route_expert(const double *route, int k, int t, int j) { return (int)route[(size_t)t * 2 * k + j]; }
+static double route_gate(const double *route, int k, int t, int j) { return route[(size_t)t * 2 * k + k + j]; }
+
+/* The copies this rank's experts run, from the saved routing; moe_pass_free releases them. */
+static void moe_pass_init(moe_pass *m, const rt_layer_shape *s, const rt_tp *tp, int n, const double *route)
+{
+    m->experts = s->experts, m->k = s->topk, m->el = rt_layer_local_experts(s);
+    m->er = 0, m->t0 = 0, m->t1 = n;
+    if (tp_on(tp)) {
+        int groups = tp->size / (s->ep > 1 ? s->ep : 1), g = rt_layer_expert_group(s, tp->rank);
+        m->er = rt_layer_expert_rank(s, tp->rank);
+        m->t0 = (int)((long long)n * g / groups), m->t1 = (int)((long long)n * (g + 1) / groups);
+    }
+    size_t most = (size_t)(m->t1 - m->t0) * (size_t)m->k + 1;
+    m->tok = malloc(most * sizeof *m->tok), m->slot = malloc(most * sizeof *m->slot);
+    m->start = malloc(((size_t)m->el + 1) * sizeof *m->start);
+    if (!m->tok || !m->slot || !m->start) abort();
+    if (!route) return;
+    int c = 0;
+    for (int e = 0; e < m->el; e++) {
+        m->start[e] = c;
+        for (int t = m->t0; t < m->t1; t++)
+            for (int j = 0; j < m->k; j++)
+                if (route_expert(route, m->k, t, j) == m->er * m->el + e) m->tok[c] = t, m->slot[c++] = j;
+    }
+    m->start[m->el] = c;
+}
+
+static void moe_pass_free(moe_pass *m) { free(m->tok), free(m->slot), free(m->start); }
+
+/* The rows of x (h wide) of copies c0 .. c1 - 1 of the pass, gathered into xe. */
+static void gather_copies(const moe_pass *m, const double *x, int h, int c0, int c1, double *xe)
+{
+    for (int c = c0; c < c1; c++) memcpy(xe + (size_t)(c - c0) * h, x + (size_t)m->tok[c] * h, (size_t)h * sizeof *xe);
+}
+
+/* The router on the group's tokens: each token's k largest logits (ties to the lower expert),
+ * their softmax its gates, into a->route. */
+static void moe_route(const rt_layer_params *p, const moe_pass *m, int h, rt_layer_acts *a)
+{
+    int rows = m->t1 - m->t0, E = m->experts, k = m->k;
+    double *logits = malloc(((size_t)rows * E + 1) * sizeof *logits);
+    if (!logits) abort();
+    rt_linear_fwd(a->h2 + (size_t)m->t0 * h, p->wr, NULL, logits, rows, h, E);
+    for (int r = 0; r < rows; r++) {
+        const double *l = logits + (size_t)r * E;
+        double *route = a->route + (size_t)(m->t0 + r) * 2 * k, top = -INFINITY, sum = 0;
+        for (int j = 0; j < k; j++) { /* the j-th largest: the largest not yet taken */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j && !taken; i++) taken = (int)route[i] == e;
+                if (!taken && (best < 0 || l[e] > l[best])) best = e;
+            }
+            route[j] = best;
+            top = j == 0 ? l[best] : top;
+        }
+        for (int j = 0; j < k; j++) sum += route[k + j] = exp(l[(int)route[j]] - top);
+        for (int j = 0; j < k; j++) route[k + j] /= sum;
+    }
+    free(logits);
+}
+
+/* Forward: the routing, then each of the rank's experts on its copies (SwiGLU, W1 then W2), their
+ * gated outputs added into partial (n x h, this rank's share of the block's output). */
+static void moe_fwd(const rt_layer_params *p, const rt_layer_shape *s, const rt_tp *tp, int n,
+                    rt_layer_acts *a, double *partial)
+{
+    int h = s->hidden, f = s->ffn, f1 = 2 * f;
+    moe_pass m;
+    moe_pass_init(&m, s, tp, n, NULL);
+    moe_route(p, &m, h, a);
+    moe_pass_free(&m);
+    moe_pass_init(&m, s, tp, n, a->route);
+    memset(partial, 0, (size_t)n * h * sizeof *partial);
+    double *xe = malloc(((size_t)(m.t1 - m.t0) * h + 1) * sizeof *xe);
+    if (!xe) abort();
+    for (int e = 0; e < m.el; e++) {
+        int c0 = m.start[e], ne = m.start[e + 1] - c0;
+        if (!ne) continue;
+        gather_copies(&m, a->h2, h, c0, c0 + ne, xe);
+        rt_linear_fwd(xe, p->w1 + (size_t)e * h * f1, NULL, a->u + (size_t)c0 * f1, ne, h, f1);
+        rt_swiglu_fwd(a->u + (size_t)c0 * f1, a->g + (size_t)c0 * f, ne, f);
+        rt_linear_fwd(a->g + (size_t)c0 * f, p->w2 + (size_t)e * f * h, NULL, a->oe + (size_t)c0 * h,
+                      ne, f, h);
+        yield();
+    }
+    for (int c = 0; c < m.start[m.el]; c++) {
+        double gate = route_gate(a->route, m.k, m.tok[c], m.slot[c]);
+        double *out = partial + (size_t)m.tok[c] * h;
+        const double *o = a->oe + (size_t)c * h;
+        for (int i = 0; i < h; i++) out[i] += gate * o[i];
+    }
+    free(xe);
+    moe_pass_free(&m);
+}
+
+/* Input gradients from the block's output gradient a->d_y (n x h, whole): the rank's share of
+ * d(h2) into dh2 (n x h), keeping each copy's d(gated output) and d(u), and the router's logit
+ * gradients (its copies' gates' share: the softmax's backward is linear in them), for the W. */
+static void moe_bwd_input(const rt_layer_params *p, const rt_layer_shape *s, const rt_tp *tp, int n,
+                          rt_layer_acts *a, double *dh2)
+{
+    int h = s->hidden, f = s->ffn, f1 = 2 * f, E = s->experts;
+    moe_pass m;
+    moe_pass_init(&m, s, tp, n, a->route);
+    int rows = m.t1 - m.t0, k = m.k;
+    memset(dh2, 0, (size_t)n * h * sizeof *dh2);
+    memset(a->d_logits, 0, (size_t)n * E * sizeof *a->d_logits);
+    double *dgate = calloc((size_t)rows * k + 1, sizeof *dgate);
+    double *tf = malloc(((size_t)rows * k * f + 1) * sizeof *tf);
+    double *th = malloc(((size_t)rows * k * h + 1) * sizeof *th);
+    if (!dgate || !tf || !th) abort();
+    for (int c = 0; c < m.start[m.el]; c++) { /* d(gated output) = gate dy; d(gate) = dy . output */
+        const double *dy = a->d_y + (size_t)m.tok[c] * h, *o = a->oe + (size_t)c * h;
+        double gate = route_gate(a->route, k, m.tok[c], m.slot[c]), dot = 0, *d = a->d_oe + (size_t)c * h;
+        for (int i = 0; i < h; i++) d[i] = gate * dy[i], dot += dy[i] * o[i];
+        dgate[(size_t)(m.tok[c] - m.t0) * k + m.slot[c]] = dot;
+    }
+    for (int e = 0; e < m.el; e++) {
+        int c0 = m.start[e], ne = m.start[e + 1] - c0;
+        if (!ne) continue;
+        rt_linear_bwd_input(a->d_oe + (size_t)c0 * h, p->w2 + (size_t)e * f * h, tf, ne, f, h);
+        rt_swiglu_bwd(tf, a->u + (size_t)c0 * f1, a->d_u + (size_t)c0 * f1, ne, f);
+        rt_linear_bwd_input(a->d_u + (size_t)c0 * f1, p->w1 + (size_t)e * h * f1, th, ne, h, f1);
+        for (int c = c0; c < c0 + ne; c++) {
+            double *d = dh2 + (size_t)m.tok[c] * h;
+            const double *x = th + (size_t)(c - c0) * h;
+            for (int i = 0; i < h; i++) d[i] += x[i];
+        }
+        yield();
+    }
+    for (int r = 0; r < rows; r++) { /* softmax over the k: dl_j = g_j (dg_j - sum_i g_i dg_i) */
+        int t = m.t0 + r;
+        double sum = 0, *dl = a->d_logits + (size_t)t * E;
+        for (int j = 0; j < k; j++) sum += route_gate(a->route, k, t, j) * dgate[(size_t)r * k + j];
+        for (int j = 0; j < k; j++)
+            dl[route_expert(a->route, k, t, j)] =
+                route_gate(a->route, k, t, j) * (dgate[(size_t)r * k + j] - sum);
+    }
+    rt_linear_bwd_input(a->d_logits + (size_t)m.t0 * E, p->wr, th, rows, h, E);
+    for (size_t i = 0; i < (size_t)rows * h; i++) dh2[(size_t)m.t0 * h + i] += th[i];
+    free(dgate), free(tf), free(th);
+    moe_pass_free(&m);
+}
+
+/* Weight gradients: each expert's W1 and W2 over its copies, the router's over the group's tokens. */
+static void moe_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int n, const rt_layer_acts *a)
+{
+    int h = s->hidden, f = s->ffn, f1 = 2 * f;
+    moe_pass m;
+    moe_pass_init(&m, s, a->tp, n, a->route);
+    double *xe = malloc(((size_t)(m.t1 - m.t0) * m.k * h + 1) * sizeof *xe);
+    if (!xe) abort();
+    for (int e = 0; e < m.el; e++) {
+        int c0 = m.start[e], ne = m.start[e + 1] - c0;
+        if (!ne) continue;
+        gather_copies(&m, a->h2, h, c0, c0 + ne, xe);
+        rt_linear_bwd_weight(xe, a->d_u + (size_t)c0 * f1, grad->w1 + (size_t)e * h * f1, NULL, ne, h, f1);
+        rt_linear_bwd_weight(a->g + (size_t)c0 * f, a->d_oe + (size_t)c0 * h,
+                             grad->w2 + (size_t)e * f * h, NULL, ne, f, h);
+    }
+    rt_linear_bwd_weight(a->h2 + (size_t)m.t0 * h, a->d_logits + (size_t)m.t0 * s->experts, grad->wr,
+                         NULL, m.t1 - m.t0, h, s->experts);
+    free(xe);
+    moe_pass_free(&m);
+}
+
 /* ---- the whole layer ------------------------------------------------------------------------- */
 
 rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
@@ -603,6 +786,8 @@ rt_layer_shape rt_layer_shape_of(const model_spec *m, int kind)
                         .no_bias = m->no_bias,
                         .rope_base = kind == RT_LAYER_GPT ? model_rope_base(m) : 0,
                         .norm_eps = model_norm_eps(m)};
+    if (kind == RT_LAYER_GPT && model_is_moe(m)) /* every layer a MoE one (rt_check_moe) */
+        s.experts = m->experts, s.topk = m->experts_per_token, s.ffn = m->expert_ffn, s.glu = 1;
     return s;
 }
 
@@ -611,7 +796,7 @@ size_t rt_layer_params_bind(rt_layer_params *p, const rt_layer_shape *s, double 
     memset(p, 0, sizeof *p);
     double **slots[RT_P_COUNT] = {
         &p->ln1_g, &p->ln1_b, &p->wqkv, &p->bqkv, &p->wo,   &p->bo,   &p->ln2_g,
-        &p->ln2_b, &p->w1,    &p->b1,   &p->w2,   &p->b2,   &p->lnc_g, &p->lnc_b,
+        &p->ln2_b, &p->w1,    &p->b1,   &p->w2,   &p->b2,   &p->wr,    &p->lnc_g, &p->lnc_b,
         &p->wqc,   &p->bqc,   &p->wkvc, &p->bkvc, &p->woc,  &p->boc};
     size_t off[RT_P_COUNT], len[RT_P_COUNT];
     int n = rt_layer_params_layout(s, off, len, &p->count);
@@ -673,7 +858,8 @@ void rt_layer_acts_bind(rt_layer_acts *a, const rt_layer_shape *s, int B, int S,
     double **slots[RT_A_COUNT] = {
         &a->x,   &a->h1,    &a->mean1, &a->rstd1, &a->qkv,   &a->p,    &a->ctx,
         &a->x2,  &a->h2,    &a->mean2, &a->rstd2, &a->u,     &a->g,    &a->d_qkv,
-        &a->d_o, &a->d_u,   &a->d_y,   &a->kvg,   &a->xc,    &a->hc,    &a->meanc, &a->rstdc,
+        &a->d_o, &a->d_u,   &a->d_y,   &a->kvg,   &a->route, &a->oe,    &a->d_oe,  &a->d_logits,
+        &a->xc,  &a->hc,    &a->meanc, &a->rstdc,
         &a->qc,  &a->kvc,   &a->pc,    &a->ctxc,  &a->d_qc,  &a->d_kvc, &a->d_oc};
     rt_acts_layout l;
     rt_layer_acts_layout(s, B, S, Se, RT_FP64, &l);
@@ -804,9 +990,13 @@ void rt_layer_fwd(const rt_layer_params *p, const rt_layer_shape *s, int B, int 
     }
     rt_norm_fwd(s, a->x2, p->ln2_g, p->ln2_b, full ? full : a->h2, a->mean2, a->rstd2, nl, h);
     if (full) rt_tp_gather(tp, full, a->h2, nlh);
-    rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, rt_layer_ffn_in(s));
-    rt_mlp_act_fwd(s, a->u, a->g, n);
-    rt_linear_fwd(a->g, p->w2, bias_once(tp, p->b2), full ? full : y, n, f, h);
+    if (s->experts > 0) {
+        moe_fwd(p, s, tp, n, a, full ? full : y);
+    } else {
+        rt_linear_fwd(a->h2, p->w1, p->b1, a->u, n, h, rt_layer_ffn_in(s));
+        rt_mlp_act_fwd(s, a->u, a->g, n);
+        rt_linear_fwd(a->g, p->w2, bias_once(tp, p->b2), full ? full : y, n, f, h);
+    }
     rt_tp_reduce(tp, full ? full : y, y, nh);
     for (size_t i = 0; i < nlh; i++) y[i] += a->x2[i];
     rt_batch_seqs_free(&ps);
@@ -838,9 +1028,13 @@ void rt_layer_bwd_input(const rt_layer_params *p, rt_layer_params *grad, const r
     rt_batch_seqs ps;
     pass_seqs_init(&ps, a, B, S);
     rt_tp_gather(tp, dy, a->d_y, nlh);                          /* W2's output gradient, whole */
-    rt_linear_bwd_input(a->d_y, p->w2, tmp_f, n, f, h);         /* dg */
-    rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);                  /* du */
-    rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, rt_layer_ffn_in(s)); /* dh2, partial */
+    if (s->experts > 0) {
+        moe_bwd_input(p, s, tp, n, a, tmp_h);                   /* dh2, partial */
+    } else {
+        rt_linear_bwd_input(a->d_y, p->w2, tmp_f, n, f, h);     /* dg */
+        rt_mlp_act_bwd(s, tmp_f, a->u, a->d_u, n);              /* du */
+        rt_linear_bwd_input(a->d_u, p->w1, tmp_h, n, h, rt_layer_ffn_in(s)); /* dh2, partial */
+    }
     rt_tp_reduce(tp, tmp_h, dnorm, nh);
     rt_norm_bwd(s, dnorm, a->x2, p->ln2_g, a->mean2, a->rstd2, d_o, grad->ln2_g, grad->ln2_b, nl, h);
     for (size_t i = 0; i < nlh; i++) d_o[i] += dy[i];           /* dx2 = d(attention out) */
@@ -894,8 +1088,12 @@ void rt_layer_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int B, 
 {
     int n = rt_cp_tokens(a->cp, B * S), h = s->hidden, hk = rt_layer_q_width(s), f = s->ffn;
     int hkv = rt_layer_kv_width(s), qkv = rt_layer_qkv_width(s);
-    rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
-    rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, rt_layer_ffn_in(s));
+    if (s->experts > 0) {
+        moe_bwd_weight(grad, s, n, a);
+    } else {
+        rt_linear_bwd_weight(a->g, a->d_y, grad->w2, grad->b2, n, f, h);
+        rt_linear_bwd_weight(a->h2, a->d_u, grad->w1, grad->b1, n, h, rt_layer_ffn_in(s));
+    }
     if (s->cross) {
         rt_linear_bwd_weight(a->ctxc, a->d_oc, grad->woc, grad->boc, n, hk, h);
         rt_linear_bwd_weight(a->hc, a->d_qc, grad->wqc, grad->bqc, n, h, hk);

@@ -320,6 +320,27 @@ int rt_lm_head_fwd_tp(const rt_tp *tp, const rt_cp *cp, const double *out, const
 void rt_lm_head_bwd_tp(const rt_tp *tp, const double *dlogits, const double *emb, const double *out,
                        double *dout, double *demb, int n, int H, int V);
 
+/* ---- experts ---------------------------------------------------------------------------------- */
+
+/* A mixture of experts' layer (shape.experts > 0; runtime/layout.h): the MLP is replaced by
+ *   logits = h2 Wr                          (tokens, experts), the router
+ *   top    = each token's topk largest logits (ties to the lower expert index)
+ *   gate_j = softmax over the chosen topk logits (Mixtral's; Qwen3's with norm_topk_prob)
+ *   y      = x2 + sum_j gate_j expert_top_j(h2)   expert_e(x) = silu(x W1_e[gate]) o (x W1_e[up]) W2_e
+ * The experts run whole (an expert is never split by tp). Under tensor parallelism with expert
+ * parallelism ep (shape.ep, dividing the group's size t), tp rank r holds the experts of its
+ * expert-parallel rank r % ep and routes the tokens of its group r / ep (the t / ep groups split
+ * the micro-batch's tokens evenly, in order); h2 is whole on every rank (with SP after the gather
+ * that enters the MLP), so the rank runs its experts on its group's copies routed to them and adds
+ * their gated outputs into its partial sum, which the group's reduction adds up as it adds a dense
+ * MLP's (Megatron's all-gather token dispatcher). The backward runs the same copies: each expert's
+ * input gradients into the partial d(h2), and the router's logit gradients from the gates this
+ * rank's copies hold (the softmax's backward is linear in them), which the same reduction adds up.
+ * The router's weight gradient is then partial over the tp group and an expert's over the t / ep
+ * ranks holding it (layout.h rt_param_grad_group: the executor sums them). Saved: the routing
+ * (RT_A_ROUTE), each copy's W1 output (RT_A_U), activation (RT_A_G) and expert output (RT_A_OE);
+ * the B keeps each copy's d(gated output), d(u) and the router's logit gradients for the W. */
+
 /* ---- the whole layer -------------------------------------------------------------------------- */
 
 /* rt_layer_shape, the parameters' and activations' layouts: runtime/layout.h */
@@ -335,6 +356,7 @@ rt_layer_shape rt_layer_shape_of(const struct model_spec *m, int kind);
 /* Parameters (and their gradients, same layout) of one layer. */
 typedef struct rt_layer_params {
     double *ln1_g, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_g, *ln2_b, *w1, *b1, *w2, *b2;
+    double *wr; /* a MoE layer's router (NULL in a dense one); w1, w2 its experts' */
     double *lnc_g, *lnc_b, *wqc, *bqc, *wkvc, *bkvc, *woc, *boc; /* cross-attention (NULL if none) */
     double *block; /* one allocation holding all of them */
     size_t count;  /* doubles */
@@ -379,6 +401,7 @@ typedef struct rt_layer_acts {
      * cp->n_local of them; kvg is RT_A_KVG */
     const rt_cp *cp;
     double *kvg;
+    double *route, *oe, *d_oe, *d_logits; /* a MoE layer's (layout.h RT_A_ROUTE ..) */
 } rt_layer_acts;
 
 /* Se is the encoder length of a cross layer (ignored otherwise): rt_layer_acts_bytes(s, B, S,

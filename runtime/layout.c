@@ -82,19 +82,22 @@ int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size
 {
     size_t h = (size_t)s->hidden, hk = (size_t)rt_layer_q_width(s), f = (size_t)s->ffn;
     size_t hkv = (size_t)rt_layer_kv_width(s), qkv = (size_t)rt_layer_qkv_width(s);
-    size_t f1 = (size_t)rt_layer_ffn_in(s);
+    size_t f1 = (size_t)rt_layer_ffn_in(s), el = (size_t)rt_layer_local_experts(s);
+    size_t experts = el ? el : 1; /* a MoE layer's W1 and W2 stack its experts' */
     const size_t sizes[RT_P_COUNT] = {
         [RT_P_LN1_G] = h,          [RT_P_LN1_B] = h,      [RT_P_WQKV] = h * qkv,
         [RT_P_BQKV] = qkv,         [RT_P_WO] = hk * h,    [RT_P_BO] = h,
-        [RT_P_LN2_G] = h,          [RT_P_LN2_B] = h,      [RT_P_W1] = h * f1,
-        [RT_P_B1] = f1,            [RT_P_W2] = f * h,     [RT_P_B2] = h,
+        [RT_P_LN2_G] = h,          [RT_P_LN2_B] = h,      [RT_P_W1] = experts * h * f1,
+        [RT_P_B1] = f1,            [RT_P_W2] = experts * f * h, [RT_P_B2] = h,
+        [RT_P_WR] = s->experts > 0 ? h * (size_t)s->experts : 0,
         [RT_P_LNC_G] = h,          [RT_P_LNC_B] = h,      [RT_P_WQC] = h * hk,
         [RT_P_BQC] = hk,           [RT_P_WKVC] = h * 2 * hkv, [RT_P_BKVC] = 2 * hkv,
         [RT_P_WOC] = hk * h,       [RT_P_BOC] = h};
     int n = s->cross ? RT_P_COUNT : RT_P_LNC_G;
     size_t at = 0;
     for (int i = 0; i < RT_P_COUNT; i++) {
-        int absent = (s->rmsnorm && rt_param_is_norm_bias(i)) || (s->no_bias && rt_param_is_bias(i));
+        int absent = (s->rmsnorm && rt_param_is_norm_bias(i)) || (s->no_bias && rt_param_is_bias(i)) ||
+                     (el && (i == RT_P_B1 || i == RT_P_B2)); /* experts without biases */
         off[i] = at;
         len[i] = i < n && !absent ? sizes[i] : 0;
         at += len[i];
@@ -117,7 +120,7 @@ int rt_param_is_norm_bias(int id) { return id == RT_P_LN1_B || id == RT_P_LN2_B 
 const char *rt_param_name(int id)
 {
     static const char *const names[RT_P_COUNT] = {
-        "ln1_g", "ln1_b", "wqkv", "bqkv", "wo", "bo", "ln2_g", "ln2_b", "w1", "b1", "w2", "b2",
+        "ln1_g", "ln1_b", "wqkv", "bqkv", "wo", "bo", "ln2_g", "ln2_b", "w1", "b1", "w2", "b2", "wr",
         "lnc_g", "lnc_b", "wqc", "bqc", "wkvc", "bkvc", "woc", "boc"};
     return id >= 0 && id < RT_P_COUNT ? names[id] : "?";
 }
@@ -150,12 +153,13 @@ void rt_param_block_pack(void *dst, const double *src, size_t count, rt_dtype dt
 
 /* ---- tensor parallelism ---------------------------------------------------------------------- */
 
-rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t)
+rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t, int ep)
 {
     rt_layer_shape l = *s;
+    l.ep = s->experts > 0 && ep > 1 ? ep : 0;
     l.kv_heads = rt_layer_kv_heads(s) / t;
     l.heads = s->heads / t;
-    l.ffn = s->ffn / t;
+    l.ffn = s->experts > 0 ? s->ffn : s->ffn / t; /* an expert runs whole on its rank */
     return l;
 }
 
@@ -172,14 +176,25 @@ int rt_param_tp_split(int id)
     }
 }
 
-int rt_param_sp_partial(int id)
+int rt_param_split(const rt_layer_shape *s, int id)
 {
+    if (s->experts > 0 && (id == RT_P_W1 || id == RT_P_W2)) return RT_TP_EXPERTS;
+    return rt_param_tp_split(id);
+}
+
+int rt_param_grad_group(const rt_layer_shape *s, int id, int t, int sp)
+{
+    if (t <= 1) return RT_GRAD_OWN;
     switch (id) {
     case RT_P_LN1_G: case RT_P_LN1_B: case RT_P_LN2_G: case RT_P_LN2_B: case RT_P_LNC_G:
     case RT_P_LNC_B:
-        return 1;
+        return sp ? RT_GRAD_SUM_TP : RT_GRAD_OWN;
+    case RT_P_WR:
+        return RT_GRAD_SUM_TP;
+    case RT_P_W1: case RT_P_W2:
+        return s->experts > 0 && t > (s->ep > 1 ? s->ep : 1) ? RT_GRAD_SUM_EXPERTS : RT_GRAD_OWN;
     default:
-        return 0;
+        return RT_GRAD_OWN;
     }
 }
 
@@ -195,9 +210,10 @@ static int tp_segments(const rt_layer_shape *s, int id, size_t seg[3])
     }
 }
 
-void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int r, double *dst)
+void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int ep, int r,
+                           double *dst)
 {
-    rt_layer_shape l = rt_layer_shape_tp(s, t);
+    rt_layer_shape l = rt_layer_shape_tp(s, t, ep);
     size_t off[RT_P_COUNT], len[RT_P_COUNT], loff[RT_P_COUNT], llen[RT_P_COUNT], count;
     int n = rt_layer_params_layout(s, off, len, &count);
     rt_layer_params_layout(&l, loff, llen, &count);
@@ -205,9 +221,11 @@ void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, in
         if (!len[id]) continue;
         const double *from = src + off[id];
         double *to = dst + loff[id];
-        int how = rt_param_tp_split(id);
+        int how = rt_param_split(s, id);
         if (how == RT_TP_WHOLE) {
             memcpy(to, from, len[id] * sizeof *to);
+        } else if (how == RT_TP_EXPERTS) { /* the experts of its expert-parallel rank, contiguous */
+            memcpy(to, from + (size_t)rt_layer_expert_rank(&l, r) * llen[id], llen[id] * sizeof *to);
         } else if (how == RT_TP_ROWS) { /* rank r's rows, contiguous */
             memcpy(to, from + (size_t)r * llen[id], llen[id] * sizeof *to);
         } else {
@@ -240,6 +258,10 @@ void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtyp
     size_t f = (size_t)s->ffn, f1 = (size_t)rt_layer_ffn_in(s), a = (size_t)s->heads;
     size_t se = s->cross ? (size_t)Se : 0;
     size_t ne = (size_t)B * se;
+    /* a MoE layer: a row per routed copy of a token that this rank's experts run, at most the
+     * tokens times the experts a token runs here (topk, or all the rank holds) */
+    size_t el = (size_t)rt_layer_local_experts(s), k = el ? (size_t)s->topk : 0;
+    size_t rows = el ? n * (k < el ? k : el) : n;
     /* the attention's saved state: probabilities (fp64) or a log-sum-exp per query (bf16) */
     size_t self_attn = dt == RT_BF16 ? n * a : n * a * S;
     size_t cross_attn = dt == RT_BF16 ? (s->cross ? (size_t)B * a * S : 0) : (size_t)B * a * S * se;
@@ -252,10 +274,13 @@ void rt_layer_acts_layout(const rt_layer_shape *s, int B, int S, int Se, rt_dtyp
         [RT_A_QKV] = {n * qkv, CLASS_ACT},    [RT_A_P] = {self_attn, CLASS_SOFTMAX},
         [RT_A_CTX] = {n * hk, CLASS_ACT},     [RT_A_X2] = {n * h, CLASS_ACT},
         [RT_A_H2] = {n * h, CLASS_ACT},       [RT_A_MEAN2] = {n, CLASS_STAT},
-        [RT_A_RSTD2] = {n, CLASS_STAT},       [RT_A_U] = {n * f1, CLASS_ACT},
-        [RT_A_G] = {n * f, CLASS_ACT},        [RT_A_D_QKV] = {n * qkv, CLASS_ACT},
-        [RT_A_D_O] = {n * h, CLASS_ACT},      [RT_A_D_U] = {n * f1, CLASS_ACT},
+        [RT_A_RSTD2] = {n, CLASS_STAT},       [RT_A_U] = {rows * f1, CLASS_ACT},
+        [RT_A_G] = {rows * f, CLASS_ACT},     [RT_A_D_QKV] = {n * qkv, CLASS_ACT},
+        [RT_A_D_O] = {n * h, CLASS_ACT},      [RT_A_D_U] = {rows * f1, CLASS_ACT},
         [RT_A_D_Y] = {n * h, CLASS_ACT},      [RT_A_KVG] = {cp > 1 ? whole * 2 * hkv : 0, CLASS_ACT},
+        [RT_A_ROUTE] = {n * 2 * k, CLASS_STAT},
+        [RT_A_OE] = {el ? rows * h : 0, CLASS_ACT}, [RT_A_D_OE] = {el ? rows * h : 0, CLASS_ACT},
+        [RT_A_D_LOGITS] = {el ? n * (size_t)s->experts : 0, CLASS_STAT},
         [RT_A_XC] = {n * h, CLASS_ACT},
         [RT_A_HC] = {n * h, CLASS_ACT},       [RT_A_MEANC] = {n, CLASS_STAT},
         [RT_A_RSTDC] = {n, CLASS_STAT},       [RT_A_QC] = {n * hk, CLASS_ACT},
@@ -287,7 +312,7 @@ size_t rt_layer_acts_bytes(const rt_layer_shape *s, int B, int S, int Se, rt_dty
 int rt_act_is_forward(int id)
 {
     switch (id) {
-    case RT_A_D_QKV: case RT_A_D_O: case RT_A_D_U: case RT_A_D_Y:
+    case RT_A_D_QKV: case RT_A_D_O: case RT_A_D_U: case RT_A_D_Y: case RT_A_D_OE: case RT_A_D_LOGITS:
     case RT_A_D_QC: case RT_A_D_KVC: case RT_A_D_OC: return 0;
     default: return 1;
     }

@@ -85,7 +85,18 @@ typedef struct rt_layer_shape {
     double norm_eps;  /* the norms' epsilon (models/model.h model_norm_eps); 0: RT_NORM_EPS */
     int cp;           /* context parallelism (runtime/layer.h rt_cp): the layer holds 1/cp of a
                        * micro-batch's tokens and attends over the whole; 0 or 1: none */
+    int experts;      /* a mixture of experts' layer (layer.h "Experts"): its MLP is `experts`
+                       * gated experts of width ffn and a router; 0: the dense MLP */
+    int topk;         /* the experts each token runs (experts > 0) */
+    int ep;           /* expert parallelism: the experts are split over ep tensor-parallel ranks,
+                       * each holding experts / ep of them (rt_layer_local_experts); 0 or 1: none */
 } rt_layer_shape;
+
+/* The experts a rank's layer holds: experts / ep (0 for a dense layer). */
+static inline int rt_layer_local_experts(const rt_layer_shape *s)
+{
+    return s->experts > 0 ? s->experts / (s->ep > 1 ? s->ep : 1) : 0;
+}
 
 /* The norms' epsilon where a shape does not say (every backend's): Megatron's and LLaMA-2's. */
 #define RT_NORM_EPS 1e-5
@@ -130,21 +141,27 @@ static inline int rt_layer_qkv_width(const rt_layer_shape *s)
     return rt_layer_q_width(s) + 2 * rt_layer_kv_width(s);
 }
 
-/* The MLP's first projection width: 2 ffn with SwiGLU, else ffn. */
-static inline int rt_layer_ffn_in(const rt_layer_shape *s) { return s->glu ? 2 * s->ffn : s->ffn; }
+/* The MLP's first projection width: 2 ffn with SwiGLU (every expert is gated), else ffn. */
+static inline int rt_layer_ffn_in(const rt_layer_shape *s)
+{
+    return s->glu || s->experts > 0 ? 2 * s->ffn : s->ffn;
+}
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
 enum {
     RT_P_LN1_G, RT_P_LN1_B, RT_P_WQKV, RT_P_BQKV, RT_P_WO, RT_P_BO, RT_P_LN2_G, RT_P_LN2_B,
     RT_P_W1, RT_P_B1, RT_P_W2, RT_P_B2,
+    RT_P_WR, /* a MoE layer's router (hidden, experts); its W1 and W2 are then the rank's experts'
+              * stacked, (experts, hidden, 2 ffn) and (experts, ffn, hidden), without biases */
     /* cross-attention (T5 decoder layers) */
     RT_P_LNC_G, RT_P_LNC_B, RT_P_WQC, RT_P_BQC, RT_P_WKVC, RT_P_BKVC, RT_P_WOC, RT_P_BOC,
     RT_P_COUNT
 };
 
 /* Element offsets and lengths of the layer's parameters (a weight W (in, out) row-major);
- * returns how many the shape has (12, or 20 with cross-attention); *count gets the total. The
+ * returns how many the shape has (13, or 21 with cross-attention); *count gets the total. The
+ * router has length 0 in a dense layer. The
  * norms' biases have length 0 under RMSNorm, the projections' biases under no_bias (their offset
  * is where the next tensor starts: nothing reads them). */
 int rt_layer_params_layout(const rt_layer_shape *s, size_t off[RT_P_COUNT], size_t len[RT_P_COUNT],
@@ -174,8 +191,10 @@ void rt_param_block_pack(void *dst, const double *src, size_t count, rt_dtype dt
 /* Megatron's split of a layer over t tensor-parallel ranks: each holds heads / t query heads,
  * kv_heads / t key/value heads (query head h and the key/value head it reads stay on one rank)
  * and ffn / t MLP columns; the hidden width is whole. rt_layer_shape_tp is what one rank's layer
- * runs (t divides heads, kv_heads and ffn: the runtime's layout check refuses other plans). */
-rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t);
+ * runs (t divides heads, kv_heads and ffn: the runtime's layout check refuses other plans); of a
+ * MoE layer (s->experts), the experts whole, split over ep of the t ranks (its ep; 1: each rank
+ * holds all of them). s is a whole layer's (its ep 0 or 1). */
+rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t, int ep);
 
 /* How a parameter splits over the group:
  *   RT_TP_COLUMNS  column-parallel (the fused QKV projection and its bias, W1 and b1, a cross
@@ -185,16 +204,42 @@ rt_layer_shape rt_layer_shape_tp(const rt_layer_shape *s, int t);
  *   RT_TP_ROWS     row-parallel (Wo, W2, Woc): cut along its input rows;
  *   RT_TP_WHOLE    the norms and the row-parallel projections' biases, whole on every rank (a
  *                  row-parallel bias is added once, after the ranks' partial sums meet). */
-enum { RT_TP_WHOLE, RT_TP_COLUMNS, RT_TP_ROWS };
+enum { RT_TP_WHOLE, RT_TP_COLUMNS, RT_TP_ROWS, RT_TP_EXPERTS };
 int rt_param_tp_split(int id);
-/* 1 for a parameter whose gradient, under sequence parallelism, each rank sums over its own
- * tokens only (the norms' scales and biases: whole parameters applied to the rank's tokens), which
- * the group then all-reduces (runtime/layer.h rt_tp); 0 otherwise (a row-parallel bias's gradient
- * is the sum over the gathered tokens, whole on every rank). */
-int rt_param_sp_partial(int id);
-/* Rank r's share (laid out as rt_layer_shape_tp(s, t) lays parameters out) of the parameters
+/* The same on a layer of shape s: a MoE layer's W1 and W2 are RT_TP_EXPERTS, each rank holding
+ * whole the experts of its expert-parallel rank (rt_layer_expert_rank: experts j E/ep .. (j+1)
+ * E/ep - 1 of rank j), its router whole. */
+int rt_param_split(const rt_layer_shape *s, int id);
+
+/* Expert parallelism folded over a tensor-parallel group of t ranks (the planner folds ep over a
+ * stage's tp x cp x dp GPUs the same way, tp fastest: models/cost.h cost_model_place_ep): tp rank
+ * r is rank r % ep of the expert-parallel group of the ep consecutive ranks holding it, and those
+ * groups (t / ep of them) each route their share of the tokens (rt_layer_expert_group: r / ep). */
+static inline int rt_layer_expert_rank(const rt_layer_shape *s, int tp_rank)
+{
+    return s->ep > 1 ? tp_rank % s->ep : 0;
+}
+static inline int rt_layer_expert_group(const rt_layer_shape *s, int tp_rank)
+{
+    return s->ep > 1 ? tp_rank / s->ep : tp_rank;
+}
+
+/* Which ranks' gradients of a parameter are partial sums that the executor adds up (all-reduces)
+ * before using them, on a tp group of t ranks with sequence parallelism sp:
+ *   RT_GRAD_OWN           none: a rank's gradient is its own (t 1, a split parameter, a
+ *                         row-parallel bias, the sum over the gathered tokens);
+ *   RT_GRAD_SUM_TP        the tp group: the norms' scales and biases under SP (each rank sums over
+ *                         its own tokens), a MoE layer's router (each rank's over the copies its
+ *                         experts ran);
+ *   RT_GRAD_SUM_EXPERTS   the t / ep ranks holding the same experts (rt_layer_expert_rank), each of
+ *                         which ran them on its group's tokens: a MoE layer's W1 and W2 where
+ *                         t > ep. */
+enum { RT_GRAD_OWN, RT_GRAD_SUM_TP, RT_GRAD_SUM_EXPERTS };
+int rt_param_grad_group(const rt_layer_shape *s, int id, int t, int sp);
+/* Rank r's share (laid out as rt_layer_shape_tp(s, t, ep) lays parameters out) of the parameters
  * src of a whole layer of shape s, into dst. Element-wise copies; nothing fails. */
-void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int r, double *dst);
+void rt_layer_params_shard(const rt_layer_shape *s, const double *src, int t, int ep, int r,
+                           double *dst);
 
 /* ---- saved activations ----------------------------------------------------------------------- */
 
@@ -202,6 +247,12 @@ enum {
     RT_A_X, RT_A_H1, RT_A_MEAN1, RT_A_RSTD1, RT_A_QKV, RT_A_P, RT_A_CTX, RT_A_X2, RT_A_H2,
     RT_A_MEAN2, RT_A_RSTD2, RT_A_U, RT_A_G, RT_A_D_QKV, RT_A_D_O, RT_A_D_U, RT_A_D_Y,
     RT_A_KVG, /* context parallelism: the whole micro-batch's rotated projections, gathered */
+    /* a MoE layer (layer.h "Experts"; 0 elements in a dense one), per token of the rank's group
+     * share: its experts and gates (route, 2 topk doubles: k expert indices then k gates) and the
+     * router's logit gradients (d_logits, experts); per routed copy its experts run here: the
+     * expert's output before the gate (oe, hidden) and the gated output's gradient (d_oe). RT_A_U,
+     * _G and _D_U then hold a row per copy. */
+    RT_A_ROUTE, RT_A_OE, RT_A_D_OE, RT_A_D_LOGITS,
     /* cross-attention (T5 decoder layers) */
     RT_A_XC, RT_A_HC, RT_A_MEANC, RT_A_RSTDC, RT_A_QC, RT_A_KVC, RT_A_PC, RT_A_CTXC, RT_A_D_QC,
     RT_A_D_KVC, RT_A_D_OC,
@@ -209,7 +260,7 @@ enum {
 };
 
 typedef struct rt_acts_layout {
-    int count;                  /* tensors the shape has (18, or 29 with cross-attention) */
+    int count;                  /* tensors the shape has (22, or 33 with cross-attention) */
     size_t off[RT_A_COUNT];     /* byte offset in the block */
     size_t bytes[RT_A_COUNT];   /* bytes of the tensor (0 past count) */
     size_t elems[RT_A_COUNT];   /* its elements */

@@ -367,7 +367,7 @@ dp_status rt_profile(const rt_profile_opts *o, dp_err *err)
     int tp = o->tp && o->tp->size > 1 ? o->tp->size : 1, cp = o->cp && o->cp->size > 1 ? o->cp->size : 1;
     rt_layer_shape enc_whole = rt_layer_shape_of(m, t5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
     rt_layer_shape dec_shape = rt_layer_shape_of(m, RT_LAYER_DECODER);
-    rt_layer_shape enc_shape = rt_layer_shape_tp(&enc_whole, tp); /* this rank's share */
+    rt_layer_shape enc_shape = rt_layer_shape_tp(&enc_whole, tp, 1); /* this rank's share */
     enc_shape.cp = cp;                                            /* ... of the tokens */
     prober pr;
     memset(&pr, 0, sizeof pr);

@@ -126,6 +126,6 @@ expect "latent attention (DeepSeek-V3) is refused, naming it" 2 "multi-head late
   "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100
 expect "tune does not search ep yet, and says so" 2 "does not search expert parallelism yet" -- \
   "$DPSIM" tune --gpus 8 --model $Q --hw dgx-h100
-expect "dprun refuses a MoE plan (it runs dense layers only), naming it" 1 "qwen3-30b-a3b is a mixture of experts .* and dprun has no expert layers" -- \
+expect "dprun refuses a MoE plan whose ep it does not fold over tp, naming ep (test_dprun_moe.sh runs those it does)" 1 "ep 8, and dprun folds expert parallelism over the tensor-parallel group" -- \
   "$(dirname "$DPSIM")/dprun" --plan "$TMP/moe.json" --out "$TMP/moe.csv"
 finish

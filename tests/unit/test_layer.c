@@ -314,14 +314,16 @@ static void test_layer_grad(void **state)
     /* a GPT layer, a T5 encoder layer, a T5 decoder layer with cross-attention, a SwiGLU layer;
      * with grouped-query attention (4 query heads on 2 key/value heads) a SwiGLU layer and a
      * decoder layer; LLaMA's layer (RMSNorm, no biases, rotary positions, SwiGLU, grouped-query);
-     * a decoder layer with RMSNorm and no biases */
-    for (int kind = 0; kind < 8; kind++) {
-        int causal = kind != 1, cross = kind == 2 || kind == 5 || kind == 7;
+     * a decoder layer with RMSNorm and no biases; a mixture of experts' LLaMA layer (4 experts, 2
+     * a token: the router's gradient through the softmax of the chosen logits) */
+    for (int kind = 0; kind < 9; kind++) {
+        int causal = kind != 1, cross = kind == 2 || kind == 5 || kind == 7, moe = kind == 8;
         int glu = kind == 3 || kind == 4 || kind == 6, gqa = kind >= 4 && kind <= 6, llama = kind >= 6;
-        layer_ctx l = {.s = {.hidden = 8, .heads = gqa ? 4 : 2, .kv = gqa ? 2 : 3, .ffn = 12,
-                             .causal = causal, .cross = cross, .glu = glu, .kv_heads = gqa ? 2 : 0,
-                             .rmsnorm = llama, .no_bias = llama,
-                             .rope_base = kind == 6 ? 500000 : 0},
+        layer_ctx l = {.s = {.hidden = 8, .heads = gqa ? 4 : 2, .kv = gqa ? 2 : 3, .ffn = moe ? 6 : 12,
+                             .causal = causal, .cross = cross, .glu = glu || moe,
+                             .kv_heads = gqa ? 2 : 0, .rmsnorm = llama, .no_bias = llama,
+                             .rope_base = kind >= 6 && !cross ? 500000 : 0,
+                             .experts = moe ? 4 : 0, .topk = moe ? 2 : 0},
                        .B = 2, .S = 4, .Se = cross ? 5 : 0};
         assert_int_equal(rt_layer_params_alloc(&l.p, &l.s), 0);
         rt_layer_params_init(&l.p, &l.s, 7);

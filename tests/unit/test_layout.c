@@ -141,7 +141,7 @@ static void test_param_blocks(void **state)
         assert_int_equal(b16[i], rt_bf16_from_double(master[i]));
     }
     free(src), free(blk);
-    /* parameter offsets: the layer's twelve (twenty) tensors, packed */
+    /* parameter offsets: the layer's tensors, packed */
     rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0};
     size_t off[RT_P_COUNT], len[RT_P_COUNT], total;
     assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
@@ -162,9 +162,25 @@ static void test_param_blocks(void **state)
     assert_int_equal(len[RT_P_WQC], h * hk);
     sh.rmsnorm = 1, sh.no_bias = 1; /* LLaMA's: the norms' and projections' biases are absent */
     rt_layer_params_layout(&sh, off, len, &total);
-    for (int i = 0; i < RT_P_COUNT; i++)
-        assert_int_equal(len[i] == 0, rt_param_is_bias(i) || rt_param_is_norm_bias(i));
+    for (int i = 0; i < RT_P_COUNT; i++) /* (a dense layer has no router) */
+        assert_int_equal(len[i] == 0, rt_param_is_bias(i) || rt_param_is_norm_bias(i) || i == RT_P_WR);
     assert_int_equal(len[RT_P_LN1_G], h);
+    /* a MoE layer of 8 experts over ep 4: the router whole, 2 experts' W1 and W2 stacked, no MLP
+     * biases; a tp rank's share keeps the experts' width (each runs whole on its rank) */
+    sh.cross = 0, sh.no_bias = 0, sh.experts = 8, sh.topk = 2;
+    rt_layer_shape mine = rt_layer_shape_tp(&sh, 4, 4);
+    assert_int_equal(rt_layer_params_layout(&mine, off, len, &total), RT_P_LNC_G);
+    assert_int_equal(len[RT_P_WR], h * 8);
+    assert_int_equal(len[RT_P_W1], 2 * h * 2 * f);
+    assert_int_equal(len[RT_P_W2], 2 * f * h);
+    assert_int_equal(len[RT_P_B1] + len[RT_P_B2], 0);
+    assert_int_equal(rt_param_split(&mine, RT_P_W1), RT_TP_EXPERTS);
+    assert_int_equal(rt_param_split(&mine, RT_P_WR), RT_TP_WHOLE);
+    assert_int_equal(rt_param_grad_group(&mine, RT_P_WR, 4, 0), RT_GRAD_SUM_TP);
+    assert_int_equal(rt_param_grad_group(&mine, RT_P_W2, 4, 0), RT_GRAD_OWN); /* ep = tp */
+    assert_int_equal(rt_param_grad_group(&mine, RT_P_W2, 8, 0), RT_GRAD_SUM_EXPERTS);
+    assert_int_equal(rt_param_grad_group(&mine, RT_P_LN2_G, 4, 0), RT_GRAD_OWN);
+    assert_int_equal(rt_param_grad_group(&mine, RT_P_LN2_G, 4, 1), RT_GRAD_SUM_TP);
     rt_dtype dt;
     assert_int_equal(rt_dtype_parse("bf16", &dt), 0);
     assert_int_equal(dt, RT_BF16);
@@ -288,7 +304,7 @@ static void test_tp_shards(void **state)
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
         for (int t = 1; t <= 4; t *= 2) {
             const rt_layer_shape *s = &shapes[k];
-            rt_layer_shape l = rt_layer_shape_tp(s, t);
+            rt_layer_shape l = rt_layer_shape_tp(s, t, 1);
             size_t off[RT_P_COUNT], len[RT_P_COUNT], loff[RT_P_COUNT], llen[RT_P_COUNT], n, nl;
             int np = rt_layer_params_layout(s, off, len, &n);
             rt_layer_params_layout(&l, loff, llen, &nl);
@@ -299,7 +315,7 @@ static void test_tp_shards(void **state)
             int a = s->heads, g = rt_layer_kv_heads(s), d = s->kv, al = a / t, gl = g / t;
             int hk = a * d, hkv = g * d, qkv = hk + 2 * hkv, f = s->ffn, fl = f / t;
             for (int r = 0; r < t; r++) {
-                rt_layer_params_shard(s, whole, t, r, mine);
+                rt_layer_params_shard(s, whole, t, 1, r, mine);
                 for (int id = 0; id < np; id++)
                     for (size_t e = 0; e < llen[id]; e++) {
                         size_t v = (size_t)mine[loff[id] + e], want;
