@@ -68,7 +68,7 @@ typedef struct tune_args {
     const char *out, *batchings, *schedules;
     int quiet, resume, exhaustive, zero_pipeline;
     int64_t gpus, jobs;
-    tune_list_arg cps, precisions;
+    tune_list_arg cps, precisions, eps;
 } tune_args;
 
 /* The options into a: 0 to go on, 1 after --help, else a usage error's exit code. */
@@ -84,7 +84,8 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     cli_opts_init(&t, cmd, TUNE_USAGE,
                   "Searches, for each batching method, every configuration of --gpus GPUs:\n"
                   "each number format of --precision (bf16,fp8 for a list), tp x cp x pp x dp\n"
-                  "layouts (cp each item of --cp, 1,2,4,auto for a list; tp within a node),\n"
+                  "layouts (cp each item of --cp, 1,2,4,auto for a list; tp within a node;\n"
+                  "a mixture of experts' ep each of --ep dividing tp x cp x dp, 1,2,4,8),\n"
                   "ZeRO 0/1 (with dp x cp > 1; 2 and 3 too without a pipeline, and with one\n"
                   "under --zero-pipeline; 3 also as HSDP, --shard-group at a node's GPUs),\n"
                   "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
@@ -126,6 +127,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     plan_request_options(&t, &a->p);
     tune_list_option(&t, TUNE_LIST_CP, &a->cps, &a->p.cost);
     tune_list_option(&t, TUNE_LIST_PRECISION, &a->precisions, &a->p.cost);
+    tune_list_option(&t, TUNE_LIST_EP, &a->eps, &a->p.cost);
     cli_opts_find(&t, "iterations")->deflt = "8";
     t.help_hides = OPT_TUNED; /* what tune searches is no option of it */
     int r = cli_opts_parse(&t, argc, argv, NULL, 0, NULL);
@@ -256,12 +258,13 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     int ngpus = (int)a.gpus;
     if (st == DP_OK)
         st = planner_tune_space(&a.p, &env, &ngpus, ml.batchings, ml.nb, ml.schedules, ml.ns,
-                                a.cps.vals, a.cps.n, a.precisions.vals, a.precisions.n, &sp, &err);
+                                a.cps.vals, a.cps.n, a.precisions.vals, a.precisions.n, a.eps.vals,
+                                a.eps.n, &sp, &err);
     a.gpus = ngpus;
     sp.zero_pipeline = a.zero_pipeline;
     /* what the ranking means: the options, the input files' contents, the search's lists; a
      * resume must find the same beside its CSV */
-    char config[12000], cp_list[80], precision_list[40];
+    char config[12000], cp_list[80], precision_list[40], ep_list[80];
     if (st == DP_OK) {
         plan_request_config(&a.p, NULL, 0, config, sizeof config - 600);
         tune_list_describe(&a.cps, cp_list, sizeof cp_list);
@@ -274,6 +277,12 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
         if (a.precisions.n) /* (the same) */
             snprintf(config + strlen(config), sizeof config - strlen(config),
                      "precision-list=%s\n", precision_list);
+        if (model_is_moe(&env.model)) { /* (the same: the degrees searched) */
+            size_t at = 0;
+            for (int e = 0; e < sp.n_eps && at < sizeof ep_list; e++)
+                at += (size_t)snprintf(ep_list + at, sizeof ep_list - at, "%s%d", e ? "," : "", sp.eps[e]);
+            snprintf(config + strlen(config), sizeof config - strlen(config), "ep-list=%s\n", ep_list);
+        }
         st = tune_output_begin(a.out, config, a.resume, rank, &err);
     }
     if (st != DP_OK) {

@@ -65,7 +65,7 @@ static dp_status compare_tuned(const plan_request *p, const plan_env *env, compa
 {
     tune_space sp;
     dp_status st = planner_tune_space(p, env, &o->gpus, o->batchings, o->nb, o->schedules, o->ns,
-                                      NULL, 0, NULL, 0, &sp, err);
+                                      NULL, 0, NULL, 0, NULL, 0, &sp, err);
     if (st != DP_OK) return st;
     plan_request tp = *p;
     tp.iterations = o->tune_iterations;

@@ -7,6 +7,7 @@
 
 #include "../common/csv_table.h"
 #include "../models/memory.h"
+#include "../models/moe.h"
 #include "../scheduler/microbatch.h"
 #include "../scheduler/schedule.h"
 
@@ -19,6 +20,7 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     sp->t5 = t5;
     sp->cps[0] = 1, sp->n_cps = 1;
     sp->precisions[0] = PRECISION_BF16, sp->n_precisions = 1;
+    sp->eps[0] = 1, sp->n_eps = 1;
     static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8}, chunks[] = {2, 4};
     static const int64_t tok[] = {1024, 2048, 4096, 8192, 16384};
     for (int i = 0; i < 4; i++) sp->tps[sp->n_tps++] = tps[i];
@@ -43,6 +45,7 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
         if (p.chunks > 1 && (p.pp < 2 || p.pp * p.chunks > sp->layers)) continue;
         p.dp = per / p.tp / p.pp;
         if (p.dp > REPLICA_MAX) continue; /* what --dp and a plan take */
+        if ((p.tp * p.cp * p.dp) % p.ep) continue; /* ep folds over a stage's GPUs */
         /* ZeRO 2 and 3 with a pipeline (FSDP with PP: a stage's parameters gathered and its
          * gradients reduce-scattered for every micro-batch, stage_cost.h) only when asked */
         /* ZeRO shards over the dp x cp GPUs that hold the same weights (stage_cost.h) */
@@ -85,15 +88,17 @@ static long each_point(const tune_space *sp, tune_point *out)
             for (int h = 0; h < (chunked && !fixed ? sp->n_chunks : 1); h++)
                 for (int f = 0; f < sp->n_precisions; f++)
                     for (int t = 0; t < sp->n_tps; t++)
-                        for (int c = 0; c < sp->n_cps; c++) {
-                            tune_point p = {.batching = sp->batchings[b],
-                                            .schedule = sp->schedules[s],
-                                            .chunks = fixed ? fixed : chunked ? sp->chunks[h] : 1,
-                                            .precision = sp->precisions[f], .tp = sp->tps[t],
-                                            .cp = sp->cps[c] > 1 ? sp->cps[c] : 1,
-                                            .cp_auto = sp->cp_autos[c]};
-                            n = layout_points(sp, p, by, out, n);
-                        }
+                        for (int c = 0; c < sp->n_cps; c++)
+                            for (int e = 0; e < (sp->n_eps > 0 ? sp->n_eps : 1); e++) {
+                                tune_point p = {.batching = sp->batchings[b],
+                                                .schedule = sp->schedules[s],
+                                                .chunks = fixed ? fixed : chunked ? sp->chunks[h] : 1,
+                                                .precision = sp->precisions[f], .tp = sp->tps[t],
+                                                .cp = sp->cps[c] > 1 ? sp->cps[c] : 1,
+                                                .cp_auto = sp->cp_autos[c],
+                                                .ep = sp->n_eps > 0 ? sp->eps[e] : 1};
+                                n = layout_points(sp, p, by, out, n);
+                            }
         }
     }
     return n;
@@ -155,6 +160,22 @@ int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap)
                       "a degree in [1, 1024] (a list such as 1,2,4, or auto)", cps, n, why, cap);
 }
 
+static int ep_item(const char *text, int *v)
+{
+    _Static_assert(MOE_EP_MAX == 1024, "tune_parse_ep_list's message says the range");
+    int64_t x;
+    if (dp_parse_i64(text, 1, MOE_EP_MAX, &x) != 0) return -1;
+    *v = (int)x;
+    return 0;
+}
+
+int tune_parse_ep_list(const char *arg, int *eps, int *n, char *why, size_t cap)
+{
+    return parse_list("--ep", arg, TUNE_MAX_EP, ep_item,
+                      "an expert-parallel degree in [1, 1024] (a list such as 1,4,8)",
+                      eps, n, why, cap);
+}
+
 int tune_parse_precision_list(const char *arg, int *precs, int *n, char *why, size_t cap)
 {
     return parse_list("--precision", arg, TUNE_MAX_PRECISION, precision_item,
@@ -176,9 +197,10 @@ void tune_point_describe(const tune_point *p, char *buf, size_t cap)
     if (p->chunks > 1) snprintf(chunks, sizeof chunks, " chunks=%d", p->chunks);
     char shard[24] = "";
     if (p->shard_group > 0) snprintf(shard, sizeof shard, " shard-group=%d", p->shard_group);
-    char cp[32];
+    char cp[48];
     if (p->cp_auto) snprintf(cp, sizeof cp, "cp=auto cp-max=%d", p->cp);
     else snprintf(cp, sizeof cp, "cp=%d", p->cp);
+    if (p->ep > 1) snprintf(cp + strlen(cp), sizeof cp - strlen(cp), " ep=%d", p->ep);
     int at = snprintf(buf, cap, "batching=%s schedule=%s%s precision=%s tp=%d %s pp=%d dp=%d "
                       "zero=%d%s recompute=%s", p->batching, p->schedule, chunks,
                       precision_name((train_precision)p->precision), p->tp, cp, p->pp, p->dp,
@@ -253,7 +275,7 @@ const tune_result *tune_reference(const tune_result *r, long n, const char *cons
 }
 
 const char TUNE_CSV_HEADER[] =
-    "rank,batching,schedule,chunks,precision,tp,cp,cp_auto,pp,dp,zero,shard_group,recompute,mbs,"
+    "rank,batching,schedule,chunks,precision,tp,cp,cp_auto,ep,pp,dp,zero,shard_group,recompute,mbs,"
     "mb_tokens,"
     "feasible,"
     "throughput_tokens_per_s,mfu,peak_mem_mb,why";
@@ -266,9 +288,10 @@ void tune_csv_row(const tune_result *r, long rank, char *buf, size_t cap)
         if (*c == '\n' || *c == '\r') *c = ' ';
     csv_format_field(cell, sizeof cell, why);
     const tune_point *p = &r->pt;
-    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
+    snprintf(buf, cap, "%ld,%s,%s,%d,%s,%d,%d,%d,%d,%d,%d,%d,%d,%s,%d,%lld,%d,%.2f,%.5f,%.1f,%s", rank,
              p->batching, p->schedule, p->chunks > 1 ? p->chunks : 1,
-             precision_name((train_precision)p->precision), p->tp, p->cp, p->cp_auto, p->pp, p->dp,
+             precision_name((train_precision)p->precision), p->tp, p->cp, p->cp_auto,
+             p->ep > 1 ? p->ep : 1, p->pp, p->dp,
              p->zero, stage_shard_size(p->shard_group, p->dp, p->cp),
              recompute_policy_name(p->recompute), p->mbs,
              (long long)p->mb_tokens, r->ok, r->ok ? r->throughput : 0, r->ok ? r->mfu : 0,
@@ -322,7 +345,7 @@ dp_status tune_scoring_trace(const trace *t, const batch_rules *r, int k, trace 
 
 /* ---- reading a ranking back (a resumed search) -------------------------------------------------- */
 
-#define RANKING_COLS 20 /* TUNE_CSV_HEADER's columns */
+#define RANKING_COLS 21 /* TUNE_CSV_HEADER's columns */
 typedef struct ranking_reader {
     tune_result *res;
     long n, read, foreign;
@@ -340,7 +363,8 @@ static dp_status ranking_header(void *ctx, const csv_row *h, dp_err *err)
         {"chunks", 0},     /* (rankings before interleaved was searched: 1) */
         {"precision", 0},  /* (rankings before precision was searched: any) */
         {"shard_group", 0},  /* (rankings before HSDP was searched: the whole group) */
-        {"cp_auto", 0}};     /* (rankings before auto was a list item: any) */
+        {"cp_auto", 0},      /* (rankings before auto was a list item: any) */
+        {"ep", 0}};          /* (rankings before ep was searched: 1) */
     return csv_header_map(h, cols, RANKING_COLS, r->idx, err);
 }
 
@@ -351,7 +375,7 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
     for (int k = 0; k < RANKING_COLS; k++) f[k] = r->idx[k] >= 0 ? row->fields[r->idx[k]] : NULL;
     int64_t tp, cp, pp, dp, zero, mbs, mbt, ok, chunks = 1;
     train_precision prec = PRECISION_BF16;
-    int64_t shard = 0, cp_auto = 0;
+    int64_t shard = 0, cp_auto = 0, ep = 1;
     double thr, mfu, peak;
     if (dp_parse_i64(f[3], 1, 1 << 20, &tp) || dp_parse_i64(f[15], 1, 1 << 20, &cp) ||
         dp_parse_i64(f[4], 1, 1 << 20, &pp) ||
@@ -361,17 +385,18 @@ static dp_status ranking_row(void *ctx, const csv_row *row, dp_err *err)
         dp_parse_f64(f[13], &peak) || (f[16] && dp_parse_i64(f[16], 1, 1024, &chunks)) ||
         (f[17] && precision_parse(f[17], &prec) != 0) ||
         (f[18] && dp_parse_i64(f[18], 1, 1 << 20, &shard)) ||
-        (f[19] && dp_parse_i64(f[19], 0, 1, &cp_auto)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) ||
+        (f[19] && dp_parse_i64(f[19], 0, 1, &cp_auto)) ||
+        (f[20] && dp_parse_i64(f[20], 1, MOE_EP_MAX, &ep)) || !(thr >= 0) || !(mfu >= 0 && mfu <= 1) ||
         !(peak >= 0))
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: not a row of a tune ranking (tp, cp, pp, dp, zero, "
                        "mbs, mb_tokens, feasible, throughput, mfu, peak memory, chunks, precision, "
-                       "shard_group or cp_auto)", row->path, row->line);
+                       "shard_group, cp_auto or ep)", row->path, row->line);
     for (long i = 0; i < r->n; i++) {
         tune_result *x = &r->res[i];
         const tune_point *p = &x->pt;
         if (p->tp != tp || p->cp != cp || p->pp != pp || p->dp != dp || p->zero != zero ||
             (p->chunks > 1 ? p->chunks : 1) != chunks || (f[17] && p->precision != (int)prec) ||
-            (f[19] && p->cp_auto != (int)cp_auto) ||
+            (f[19] && p->cp_auto != (int)cp_auto) || (p->ep > 1 ? p->ep : 1) != ep ||
             stage_shard_size(p->shard_group, p->dp, p->cp) !=
                 stage_shard_size((int)shard, (int)dp, (int)cp) ||
             p->mbs != mbs ||

@@ -45,6 +45,10 @@
 #define TUNE_MAX_LIST 16
 #define TUNE_MAX_CP 8
 #define TUNE_MAX_PRECISION 3 /* bf16, fp16, fp8 */
+#define TUNE_MAX_EP 8         /* expert-parallel degrees searched */
+/* A mixture of experts' default ep list: these degrees that divide its experts and fit a node
+ * (Megatron's and DeepSeek's expert groups stay on NVLink first: the all-to-all's bandwidth). */
+#define TUNE_DEFAULT_EPS {1, 2, 4, 8}
 #define TUNE_CP_AUTO 0        /* the item "auto" of a parsed --cp list (tune_parse_cp_list) */
 
 typedef struct tune_point {
@@ -56,6 +60,8 @@ typedef struct tune_point {
     int shard_group;       /* HSDP: ZeRO-3's state over this many GPUs, replicated across
                             * (tune_hsdp_group); 0: over the whole data-parallel group */
     int precision;         /* a train_precision (models/cost.h) */
+    int ep;                /* a mixture of experts' expert parallelism (1: none, or dense), folded
+                            * over tp x cp x dp of a stage (plan's --ep) */
     int64_t mb_tokens;
     int recompute;         /* a recompute_policy (cost.h): none, selective, full or dynamic */
 } tune_point;
@@ -68,6 +74,8 @@ typedef struct tune_space {
     int precisions[TUNE_MAX_PRECISION], n_precisions; /* the number formats searched, each a
                                   * train_precision ([bf16]; the request's --precision, or each of
                                   * its list) */
+    int eps[TUNE_MAX_EP], n_eps; /* the expert-parallel degrees searched, each dividing the
+                                  * experts ([1]; a layout takes those dividing its tp x cp x dp) */
     int gpus_per_node; /* tensor parallelism stays inside a node */
     int layers;        /* the model's pipeline-able layers (GPT: layers; T5: encoder + decoder) */
     int t5;            /* 1: pp must be 1 or even */
@@ -97,6 +105,10 @@ int tune_parse_cp_list(const char *arg, int *cps, int *n, char *why, size_t cap)
 /* Parses tune's --precision list ("bf16,fp8": distinct names of models/cost.h's precision_parse)
  * into precs[] (train_precision values) and *n: 0, or -1 with why (a usage error's text). */
 int tune_parse_precision_list(const char *arg, int *precs, int *n, char *why, size_t cap);
+
+/* Parses tune's --ep list ("1,4,8": distinct degrees in [1, MOE_EP_MAX]; at most TUNE_MAX_EP)
+ * into eps[] and *n: 0, or -1 with why (a usage error's text). */
+int tune_parse_ep_list(const char *arg, int *eps, int *n, char *why, size_t cap);
 
 /* The HSDP shard group tune tries for layout p on nodes of gpus_per_node GPUs: the data-parallel
  * GPUs one node holds (cp x k, k = gpus_per_node / (tp x cp x pp) replicas), where that is a

@@ -31,8 +31,9 @@ typedef struct tune_job {
     const tune_space *sp;
     const tune_point *pts;
     tune_result *res;
-    cost_model *cm[TUNE_MAX_PRECISION][TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT];
-    char cm_err[TUNE_MAX_PRECISION][TUNE_MAX_CP][TUNE_MAX_LIST][RECOMPUTE_COUNT][240];
+    /* by (precision, cp, tp, ep) slot and recompute mode */
+    cost_model *cm[TUNE_MAX_PRECISION][TUNE_MAX_CP][TUNE_MAX_LIST][TUNE_MAX_EP][RECOMPUTE_COUNT];
+    char cm_err[TUNE_MAX_PRECISION][TUNE_MAX_CP][TUNE_MAX_LIST][TUNE_MAX_EP][RECOMPUTE_COUNT][240];
     double t0, last_line, last_write;
     int progress; /* 0 none, 1 a terminal's \r line, 2 lines every TUNE_PROGRESS_EVERY_S */
     tune_run_opts *run;
@@ -86,6 +87,13 @@ static int cp_slot(const tune_space *sp, const tune_point *pt)
     return 0;
 }
 
+static int ep_slot(const tune_space *sp, int ep)
+{
+    for (int e = 0; e < sp->n_eps; e++)
+        if (sp->eps[e] == ep) return e;
+    return 0;
+}
+
 static int precision_slot(const tune_space *sp, int precision)
 {
     for (int f = 0; f < sp->n_precisions; f++)
@@ -96,16 +104,18 @@ static int precision_slot(const tune_space *sp, int precision)
 /* The cost models a job keeps for point pt, by recompute mode. */
 static cost_model *const *point_cost_models(const tune_job *j, const tune_point *pt)
 {
-    return j->cm[precision_slot(j->sp, pt->precision)][cp_slot(j->sp, pt)][tp_slot(j->sp, pt->tp)];
+    return j->cm[precision_slot(j->sp, pt->precision)][cp_slot(j->sp, pt)][tp_slot(j->sp, pt->tp)]
+                [ep_slot(j->sp, pt->ep)];
 }
 
-/* The cost model of a point's (precision, tp, cp, mode): the request's, at that precision, tp and
- * cp (cp_auto: a group of cp GPUs, each micro-batch at its own degree). */
+/* The cost model of a point's (precision, tp, cp, ep, mode): the request's, at that precision, tp,
+ * cp (cp_auto: a group of cp GPUs, each micro-batch at its own degree) and ep; each point places
+ * its experts' GPUs (point_opts). */
 static dp_status build_cost(const plan_request *base, const plan_env *env, int precision, int tp,
-                            int cp, int cp_auto, recompute_mode m, cost_model **cm, dp_err *err)
+                            int cp, int cp_auto, int ep, recompute_mode m, cost_model **cm, dp_err *err)
 {
     cost_request c = base->cost;
-    c.cp = cp, c.cp_auto = cp_auto;
+    c.cp = cp, c.cp_auto = cp_auto, c.ep = ep > 1 ? ep : 1;
     c.precision = precision;
     model_spec ms;
     cluster_spec hw;
@@ -126,8 +136,12 @@ static void point_opts(const plan_request *base, const plan_env *env, const tune
     p->cost.tp = pt->tp, p->cost.cp = pt->cp, p->cost.cp_auto = pt->cp_auto;
     p->pp = pt->pp, p->dp = pt->dp, p->zero = pt->zero;
     p->cost.precision = pt->precision, p->shard_group = pt->shard_group;
+    p->cost.ep = pt->ep > 1 ? pt->ep : 1;
     p->mbs = pt->mbs, p->mb_tokens = pt->mb_tokens;
     p->cost.recompute = pt->recompute;
+    mesh layout = mesh_of(pt->tp, pt->cp, pt->pp, pt->dp); /* the experts' GPUs on this layout */
+    for (int m = 0; m < RECOMPUTE_COUNT; m++)
+        if (use[m]) cost_model_place_ep(use[m], &layout);
     planner_study_opts(p, env, pt->batching, pt->schedule, o);
     o->cm = use[dynamic ? 0 : recompute_policy_mode(pt->recompute)];
     for (int m = 0; m < RECOMPUTE_COUNT; m++) o->recompute_cm[m] = dynamic ? use[m] : NULL;
@@ -148,8 +162,8 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
             if (!use[m]) st = dp_fail(err, DP_ERR_INVALID, "no cost model for tp %d", pt->tp);
             continue;
         }
-        st = build_cost(base, env, pt->precision, pt->tp, pt->cp, pt->cp_auto, (recompute_mode)m,
-                        &own[m], err);
+        st = build_cost(base, env, pt->precision, pt->tp, pt->cp, pt->cp_auto, pt->ep,
+                        (recompute_mode)m, &own[m], err);
         if (st == DP_OK) use[m] = own[m];
     }
     if (st == DP_OK) {
@@ -197,19 +211,19 @@ static void tune_eval(void *ctx, long k, char *out, size_t cap)
     double t0 = dp_now_s();
     const tune_point *pt = &j->pts[i];
     int f = precision_slot(j->sp, pt->precision), c = cp_slot(j->sp, pt);
-    int t = tp_slot(j->sp, pt->tp);
+    int t = tp_slot(j->sp, pt->tp), e = ep_slot(j->sp, pt->ep);
     int dynamic = pt->recompute == RECOMPUTE_POLICY_DYNAMIC;
     recompute_mode rc = recompute_policy_mode(pt->recompute);
     for (int m = 0; m < RECOMPUTE_COUNT; m++)
-        if ((dynamic || m == (int)rc) && !j->cm[f][c][t][m]) { /* why it could not be made */
-            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[f][c][t][m]);
+        if ((dynamic || m == (int)rc) && !j->cm[f][c][t][e][m]) { /* why it could not be made */
+            eval_reply(out, cap, 0, 0, 0, 0, dp_now_s() - t0, j->cm_err[f][c][t][e][m]);
             return;
         }
     study_result r;
     dp_err err = {0};
     double cutoff = j->cutoff_tps[j->group[i] / TUNE_MAX_LIST];
     double prune_ms = cutoff > 0 && j->scored_tokens > 0 ? 1e3 * (double)j->scored_tokens / cutoff : 0;
-    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[f][c][t], prune_ms, &r, &err);
+    dp_status st = planner_tune_point(j->base, j->env, pt, j->cm[f][c][t][e], prune_ms, &r, &err);
     double peak = study_max_peak_mb(&r);
     /* a configuration that leaves an iteration out (--keep-going) does not run the trace */
     int ok = st == DP_OK && study_result_fits(&r) && !r.failed_iterations && !(r.pruned_ms > 0);
@@ -520,20 +534,21 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
         }
     for (int f = 0; f < sp->n_precisions; f++) /* the cost models the points use, once */
         for (int c = 0; c < sp->n_cps; c++)
-            for (int t = 0; t < sp->n_tps; t++) {
-                int used = 0;
-                for (long i = 0; i < n; i++)
-                    used |= pts[i].tp == sp->tps[t] && cp_slot(sp, &pts[i]) == c &&
-                            pts[i].precision == sp->precisions[f];
-                for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
-                    dp_err e = {0};
-                    if (build_cost(base, env, sp->precisions[f], sp->tps[t], sp->cps[c],
-                                   sp->cp_autos[c], (recompute_mode)m, &j->cm[f][c][t][m],
-                                   &e) != DP_OK)
-                        snprintf(j->cm_err[f][c][t][m], sizeof j->cm_err[f][c][t][m], "%.230s",
-                                 e.msg);
+            for (int t = 0; t < sp->n_tps; t++)
+                for (int x = 0; x < (sp->n_eps > 0 ? sp->n_eps : 1); x++) {
+                    int used = 0, ep = sp->n_eps > 0 ? sp->eps[x] : 1;
+                    for (long i = 0; i < n; i++)
+                        used |= pts[i].tp == sp->tps[t] && cp_slot(sp, &pts[i]) == c &&
+                                pts[i].precision == sp->precisions[f] && ep_slot(sp, pts[i].ep) == x;
+                    for (int m = 0; used && m < RECOMPUTE_COUNT; m++) {
+                        dp_err e = {0};
+                        if (build_cost(base, env, sp->precisions[f], sp->tps[t], sp->cps[c],
+                                       sp->cp_autos[c], ep, (recompute_mode)m,
+                                       &j->cm[f][c][t][x][m], &e) != DP_OK)
+                            snprintf(j->cm_err[f][c][t][x][m], sizeof j->cm_err[f][c][t][x][m],
+                                     "%.230s", e.msg);
+                    }
                 }
-            }
     assign_passes(j);
     for (long i = 0; i < n; i++)
         if (!j->res[i].done) j->p_left[j->phase[i]][j->group[i]]++;
@@ -593,7 +608,8 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     for (int f = 0; f < sp->n_precisions; f++)
         for (int c = 0; c < sp->n_cps; c++)
             for (int t = 0; t < sp->n_tps; t++)
-                for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[f][c][t][m]);
+                for (int x = 0; x < TUNE_MAX_EP; x++)
+                    for (int m = 0; m < RECOMPUTE_COUNT; m++) cost_model_free(j->cm[f][c][t][x][m]);
     /* a dead worker's point is reported as not ok, with why, and counted in run->died */
     tune_rank(j->res, n);
     dp_status wst = sst != DP_OK ? sst : j->write_err.msg[0] ? DP_ERR_IO : DP_OK;
@@ -643,12 +659,15 @@ static int set_list(void *ctx, const char *arg, const char *cmd, const char *usa
 {
     tune_list_arg *a = ctx;
     a->n = 0;
-    if (strcmp(arg, "auto") == 0 || !strchr(arg, ',')) /* one value (or auto): the request's */
+    /* one value (or auto): the request's; an ep list is always a list (the set-up checks the
+     * request's ep against its own layout, and tune's points set theirs) */
+    if (a->kind != TUNE_LIST_EP && (strcmp(arg, "auto") == 0 || !strchr(arg, ',')))
         return a->request_call(a->request_ctx, arg, cmd, usage);
     char why[300];
     int parsed = a->kind == TUNE_LIST_CP ? tune_parse_cp_list(arg, a->vals, &a->n, why, sizeof why)
-                                         : tune_parse_precision_list(arg, a->vals, &a->n, why,
-                                                                     sizeof why);
+                 : a->kind == TUNE_LIST_EP ? tune_parse_ep_list(arg, a->vals, &a->n, why, sizeof why)
+                                           : tune_parse_precision_list(arg, a->vals, &a->n, why,
+                                                                       sizeof why);
     if (parsed != 0) {
         cli_usage_error(cmd, usage, "%s", why);
         return -1;
@@ -661,6 +680,7 @@ static int set_list(void *ctx, const char *arg, const char *cmd, const char *usa
             if (a->vals[i] == TUNE_CP_AUTO) a->cost->cp_auto = 1;
             else if (a->vals[i] > a->cost->cp) a->cost->cp = a->vals[i];
         if (a->cost->cp_auto) a->cost->cp = a->cost->cp_max;
+    } else if (a->kind == TUNE_LIST_EP) { /* planner_tune_space checks each against the experts */
     } else { /* the set-up checks fp8 where listed (a GPU may have no FP8 rate), else the first */
         a->cost->precision = a->vals[0];
         for (int i = 0; i < a->n; i++)
@@ -671,13 +691,14 @@ static int set_list(void *ctx, const char *arg, const char *cmd, const char *usa
 
 void tune_list_describe(const tune_list_arg *a, char *buf, size_t cap)
 {
-    if (a->n == 0) {
-        a->request_show(a->request_ctx, buf, cap);
+    if (a->n == 0) { /* (--ep's row is an int's: no show; its list is the space's) */
+        if (a->request_show) a->request_show(a->request_ctx, buf, cap);
+        else snprintf(buf, cap, "%s", "");
         return;
     }
     size_t at = 0;
     for (int i = 0; i < a->n && at < cap; i++)
-        at += a->kind != TUNE_LIST_CP
+        at += a->kind == TUNE_LIST_PRECISION
                   ? (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "," : "",
                                      precision_name((train_precision)a->vals[i]))
               : a->vals[i] == TUNE_CP_AUTO
@@ -689,11 +710,12 @@ static void show_list(const void *ctx, char *buf, size_t cap) { tune_list_descri
 
 void tune_list_option(cli_opts *t, tune_list_kind kind, tune_list_arg *a, cost_request *cost)
 {
-    cli_opt *row = cli_opts_find(t, kind == TUNE_LIST_CP ? "cp" : "precision");
+    cli_opt *row = cli_opts_find(t, kind == TUNE_LIST_CP ? "cp" : kind == TUNE_LIST_EP ? "ep" : "precision");
     memset(a, 0, sizeof *a);
     a->kind = kind;
     a->cost = cost;
     a->request_call = row->call, a->request_ctx = row->ctx, a->request_show = row->show;
+    row->kind = OPT_CALL; /* (--ep's is an int's) */
     row->call = set_list, row->ctx = a, row->show = show_list;
     row->meta = "LIST";
     if (kind == TUNE_LIST_CP)
@@ -701,21 +723,45 @@ void tune_list_option(cli_opts *t, tune_list_kind kind, tune_list_arg *a, cost_r
                     "dividing --gpus (auto: a group of --cp-max GPUs, each\n"
                     "micro-batch at its own degree); one degree or auto\n"
                     "fixes it as for plan";
+    else if (kind == TUNE_LIST_EP)
+        row->help = "a mixture of experts' expert-parallel degrees searched\n"
+                    "(1,4,8), each dividing the experts; a layout takes those\n"
+                    "dividing its tp x cp x dp [1,2,4,8 that divide the\n"
+                    "experts and fit a node]";
     else
         row->help = "number formats searched (bf16,fp8), each as plan's\n"
                     "--precision runs it (fp8: Transformer Engine's recipe,\n"
                     "analytic model, a GPU with an FP8 rate); one fixes it";
 }
 
+/* The ep degrees searched (tune_space.eps): the list given, each dividing the experts, or for a
+ * mixture of experts TUNE_DEFAULT_EPS's that divide them and fit a node; [1] for a dense model. */
+static dp_status space_eps(const plan_env *env, const int *eps, int n_eps, tune_space *sp, dp_err *err)
+{
+    const model_spec *m = &env->model;
+    if (n_eps > 0 && !model_is_moe(m))
+        return dp_fail(err, DP_ERR_INVALID, "--ep: %s is dense (no experts to spread over GPUs)",
+                       m->name);
+    sp->n_eps = 0;
+    for (int e = 0; e < n_eps && e < TUNE_MAX_EP; e++) {
+        if (m->experts % eps[e])
+            return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide the %d experts of %s",
+                           eps[e], m->experts, m->name);
+        sp->eps[sp->n_eps++] = eps[e];
+    }
+    static const int defaults[] = TUNE_DEFAULT_EPS;
+    for (size_t e = 0; n_eps <= 0 && e < sizeof defaults / sizeof *defaults; e++)
+        if (defaults[e] == 1 || (model_is_moe(m) && m->experts % defaults[e] == 0 &&
+                                 defaults[e] <= sp->gpus_per_node))
+            sp->eps[sp->n_eps++] = defaults[e];
+    return DP_OK;
+}
+
 dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus,
                              const char *const *bs, int nb, const char *const *ss, int ns,
                              const int *cps, int n_cps, const int *precs, int n_precs,
-                             tune_space *sp, dp_err *err)
+                             const int *eps, int n_eps, tune_space *sp, dp_err *err)
 {
-    if (model_is_moe(&env->model))
-        return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts, and tune does not search "
-                       "expert parallelism yet\nhint: dpsim compare or sim with --ep E over the "
-                       "layouts you want to weigh", env->model.name);
     int have = env->hw.nodes * env->hw.gpus_per_node;
     if (*gpus == 0) *gpus = have > 0 ? have : env->hw.gpus_per_node > 0 ? env->hw.gpus_per_node : 8;
     if (have > 0 && *gpus > have && !p->allow_oversubscribe)
@@ -769,6 +815,8 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
     sp->n_precisions = 0;
     for (int f = 0; f < n_precs && f < TUNE_MAX_PRECISION; f++)
         sp->precisions[sp->n_precisions++] = precs[f];
+    dp_status st = space_eps(env, eps, n_eps, sp, err);
+    if (st != DP_OK) return st;
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
     for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++) sp->schedules[sp->n_schedules++] = ss[j];
     return DP_OK;

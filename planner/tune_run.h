@@ -12,16 +12,17 @@
 #include "study.h"
 #include "tune.h"
 
-/* tune's --cp and --precision: a list to search ("1,2,4", "bf16,fp8"), or, as for plan and sim,
- * one value (--cp: or auto; then the request's cost_request holds it and n is 0).
+/* tune's --cp, --precision and --ep: a list to search ("1,2,4", "bf16,fp8", "1,8"), or, as for
+ * plan and sim, one value (--cp: or auto; then the request's cost_request holds it and n is 0;
+ * --ep is always a list, of one degree or more, and leaves the request's ep at 1).
  * tune_list_option rewires the table's row of that name (from cost_request_options) to fill this;
  * pass vals and n to planner_tune_space. A list leaves the request at the value the set-up is to
  * check (--cp: its largest degree, where --cp-kind applies; --precision: fp8 where listed, the one a
  * GPU may lack, else the first), and each point sets its own. */
-typedef enum tune_list_kind { TUNE_LIST_CP, TUNE_LIST_PRECISION } tune_list_kind;
+typedef enum tune_list_kind { TUNE_LIST_CP, TUNE_LIST_PRECISION, TUNE_LIST_EP } tune_list_kind;
 typedef struct tune_list_arg {
     tune_list_kind kind;
-    int vals[TUNE_MAX_CP], n; /* (TUNE_MAX_CP >= TUNE_MAX_PRECISION) */
+    int vals[TUNE_MAX_CP], n; /* (TUNE_MAX_CP >= TUNE_MAX_PRECISION, TUNE_MAX_EP) */
     cost_request *cost;
     int (*request_call)(void *ctx, const char *arg, const char *cmd, const char *usage);
     void *request_ctx;
@@ -48,12 +49,14 @@ dp_status planner_tune_point(const plan_request *base, const plan_env *env, cons
  * schedules (a chunked one at each of the space's chunk counts), the context-parallel degrees
  * cps[0 .. n_cps - 1] (n_cps 0: the request's --cp alone, its group under auto) and the precisions
  * precs[0 .. n_precs - 1] (train_precision values; n_precs 0: the request's --precision, else the
- * model's); DP_ERR_INVALID when the cluster has fewer GPUs (unless --allow-oversubscribe) or a
- * degree does not divide *gpus (naming it and the nearest counts). */
+ * model's) and a mixture of experts' expert-parallel degrees eps[0 .. n_eps - 1] (n_eps 0:
+ * TUNE_DEFAULT_EPS's that divide the experts and fit a node; a dense model: 1); DP_ERR_INVALID when
+ * the cluster has fewer GPUs (unless --allow-oversubscribe), a degree does not divide *gpus (naming
+ * it and the nearest counts), an ep does not divide the experts, or --ep names a dense model. */
 dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gpus,
                              const char *const *bs, int nb, const char *const *ss, int ns,
                              const int *cps, int n_cps, const int *precs, int n_precs,
-                             tune_space *sp, dp_err *err);
+                             const int *eps, int n_eps, tune_space *sp, dp_err *err);
 /* How a search runs (all zero: quietly but for a terminal's progress, nothing written, to the
  * end). */
 typedef struct tune_run_opts {

@@ -26,7 +26,7 @@ static int search(const plan_request *p, const plan_env *env, const char *const 
     int gpus = 64;
     tune_space sp;
     dp_err err = {0};
-    if (planner_tune_space(p, env, &gpus, bs, nb, SCHEDULES, 2, NULL, 0, NULL, 0, &sp, &err) != DP_OK) {
+    if (planner_tune_space(p, env, &gpus, bs, nb, SCHEDULES, 2, NULL, 0, NULL, 0, NULL, 0, &sp, &err) != DP_OK) {
         fprintf(stderr, "bench_tune: %s\n", err.msg);
         return -1;
     }

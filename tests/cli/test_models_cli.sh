@@ -124,8 +124,8 @@ expect "... and one count short of the experts" 2 "short.csv: 2 counts, and qwen
   bash -c "printf 'tokens\n1\n2\n' >'$TMP/short.csv' && '$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing '$TMP/short.csv' --iterations 1"
 expect "latent attention (DeepSeek-V3) is refused, naming it" 2 "multi-head latent attention, which dpsim counts but does not cost yet" -- \
   "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100
-expect "tune does not search ep yet, and says so" 2 "does not search expert parallelism yet" -- \
-  "$DPSIM" tune --gpus 8 --model $Q --hw dgx-h100
+expect "tune refuses an ep list item that does not divide the experts, naming it" 2 "--ep 6 does not divide the 128 experts" -- \
+  "$DPSIM" tune --gpus 8 --model $Q --hw dgx-h100 --ep 2,6
 expect "dprun refuses a MoE plan whose ep it does not fold over tp, naming ep (test_dprun_moe.sh runs those it does)" 1 "ep 8, and dprun folds expert parallelism over the tensor-parallel group" -- \
   "$(dirname "$DPSIM")/dprun" --plan "$TMP/moe.json" --out "$TMP/moe.csv"
 finish

@@ -44,8 +44,8 @@ wait $pid; rc=$?
 check "SIGINT stops the search with status 130" test $rc -eq 130
 check "... saying how far it got and how to go on" grep -q 'interrupted after [0-9]* of [0-9]* configurations; --resume' "$TMP/part.err"
 rows=$(($(wc -l <"$TMP/part.csv") - 1))
-check "... leaving a valid partial ranking (header, then rows of 19 fields)" bash -c \
-  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 20 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
+check "... leaving a valid partial ranking (header, then rows of 21 fields)" bash -c \
+  "head -1 '$TMP/part.csv' | grep -q '^rank,batching,' && sed 's/\"[^\"]*\"/q/g' '$TMP/part.csv' | awk -F, 'NR > 1 && NF != 21 { exit 1 }' && [ $rows -gt 0 ] && [ $rows -lt $(($(wc -l <"$TMP/full.csv") - 1)) ]"
 # shellcheck disable=SC2086
 expect "--resume goes on from it, running only the rest" 0 "configurations on 8 GPUs, [0-9]+ to run \\(the rest resumed\\)" -- "$DPSIM" tune $A -o "$TMP/part.csv" --resume
 check "... to the same ranking as the uninterrupted search, rank by rank" diff "$TMP/full.csv" "$TMP/part.csv"
@@ -105,7 +105,7 @@ expect "--resume without -o" 2 "--resume needs -o" -- "$DPSIM" tune --resume
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cp.csv" >/dev/null 2>&1
 check "tune --gpus 8 --cp 2: every row uses 8 GPUs" bash -c \
-  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$6 * \$7 * \$9 * \$10 != 8 { exit 1 } NR == 1 && \$7 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
+  "[ \$(wc -l <'$TMP/cp.csv') -gt 5 ] && awk -F, 'NR > 1 && \$6 * \$7 * \$10 * \$11 != 8 { exit 1 } NR == 1 && \$7 != \"cp\" { exit 1 }' '$TMP/cp.csv'"
 expect "tune refuses --gpus that --cp does not divide, with the nearest" 2 "--gpus 10 is not a multiple of --cp 4.*" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 10 --cp 4 --iterations 1 -o "$TMP/no.csv"
 check "... writing nothing" test ! -e "$TMP/no.csv"
@@ -114,9 +114,9 @@ check "... writing nothing" test ! -e "$TMP/no.csv"
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b -o "$TMP/cps.csv" >/dev/null 2>&1
 check "tune --cp 1,2: rows of both degrees, every one of 8 GPUs" bash -c \
-  "awk -F, 'NR > 1 { seen[\$7] = 1; if (\$6 * \$7 * \$9 * \$10 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
+  "awk -F, 'NR > 1 { seen[\$7] = 1; if (\$6 * \$7 * \$10 * \$11 != 8) exit 1 } END { exit !(seen[1] && seen[2]) }' '$TMP/cps.csv'"
 check "... its best at least cp 2's alone" bash -c \
-  "awk -F, 'FNR == 2 { b[FILENAME] = \$17 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
+  "awk -F, 'FNR == 2 { b[FILENAME] = \$18 } END { exit !(b[\"$TMP/cps.csv\"] + 0 >= b[\"$TMP/cp.csv\"] + 0) }' '$TMP/cps.csv' '$TMP/cp.csv'"
 expect "a --cp list naming a degree twice is refused" 2 "names \"2\" twice" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp 1,2,2 -o "$TMP/no.csv"
 expect "a --cp list with a degree not dividing --gpus is refused, naming it" 2 "not a multiple of --cp 3" -- \
@@ -132,10 +132,10 @@ check "... and ranks no row of it, nor any row the layout rule refuses" bash -c 
 # every ranked layout is one plan takes: at 8,192 GPUs the replicas stop where --dp's range does
 "$DPSIM" tune --model gpt-tiny --hw cpu --analytic --gpus 8192 --allow-oversubscribe --iterations 1 \
   --batchings packing --schedules 1f1b -q -o "$TMP/huge.csv" >/dev/null 2>&1
-top=$(awk -F, 'NR > 1 && $10 > m { m = $10; r = $0 } END { print r }' "$TMP/huge.csv")
-expect "tune --gpus 8192: the ranking's widest dp ($(echo "$top" | cut -d, -f10)) is one plan takes" 0 "wrote 1 iterations" -- \
+top=$(awk -F, 'NR > 1 && $11 > m { m = $11; r = $0 } END { print r }' "$TMP/huge.csv")
+expect "tune --gpus 8192: the ranking's widest dp ($(echo "$top" | cut -d, -f11)) is one plan takes" 0 "wrote 1 iterations" -- \
   "$DPSIM" plan --model gpt-tiny --hw cpu --analytic --allow-oversubscribe --iterations 1 --batching packing \
-  --tp "$(echo "$top" | cut -d, -f6)" --pp "$(echo "$top" | cut -d, -f9)" --dp "$(echo "$top" | cut -d, -f10)" -o "$TMP/huge.json"
+  --tp "$(echo "$top" | cut -d, -f6)" --pp "$(echo "$top" | cut -d, -f10)" --dp "$(echo "$top" | cut -d, -f11)" -o "$TMP/huge.json"
 # auto is an item of the list: a group of --cp-max GPUs (either side of --cp), each micro-batch at
 # its own degree; its rows are those of `--cp auto` searched alone, to the throughput
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --cp-max 2 --cp auto --exhaustive --iterations 1 \
@@ -189,6 +189,32 @@ expect "a --precision list naming one twice is refused" 2 "names \"fp8\" twice" 
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision fp8,bf16,fp8 -o "$TMP/no.csv"
 expect "a --precision list with an unknown name is refused" 2 "\"fp4\" is not a precision" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --precision bf16,fp4 -o "$TMP/no.csv"
+# A mixture of experts: tune searches ep (1,2,4,8: those dividing the 128 experts that fit a node),
+# each layout taking the degrees that divide its tp x cp x dp; the ranking's ep column, a resume
+# reading it back, and the refusals of an ep that does not divide the experts or names a dense model
+QWEN="--model tests/data/hf/qwen3-30b-a3b.json --hw dgx-h100 --gpus 16 --iterations 1 --batchings packing --schedules 1f1b"
+"$DPSIM" tune $QWEN -o "$TMP/moe.csv" >"$TMP/moe.out" 2>/dev/null
+check "tune of a MoE searches ep 1, 2, 4 and 8, each where it divides tp x cp x dp; ep 1 loses" python3 - "$TMP/moe.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert {r["ep"] for r in rows} == {"1", "2", "4", "8"}, {r["ep"] for r in rows}
+for r in rows:
+    assert (int(r["tp"]) * int(r["cp"]) * int(r["dp"])) % int(r["ep"]) == 0, r
+best = lambda e: max([float(r["throughput_tokens_per_s"]) for r in rows if r["ep"] == e and r["feasible"] == "1"] or [0])
+assert rows[0]["feasible"] == "1" and rows[0]["ep"] != "1", rows[0]
+assert best("8") > best("1") > 0, (best("8"), best("1"))
+PY
+check "... the best configuration says its ep, and the config its list" bash -c \
+  "grep -Eq 'ep=[248] pp=' '$TMP/moe.out' && grep -q '^ep-list=1,2,4,8$' '$TMP/moe.csv.config'"
+expect "... and --resume reads every row back by its ep (none to run)" 0 "configurations on 16 GPUs, 0 to run \\(the rest resumed\\)" -- \
+  "$DPSIM" tune $QWEN -o "$TMP/moe.csv" --resume
+"$DPSIM" tune $QWEN --ep 8 -o "$TMP/moe8.csv" >/dev/null 2>&1
+check "tune --ep 8 searches that degree alone" bash -c \
+  "[ \"\$(cut -d, -f9 '$TMP/moe8.csv' | sort -u | tr '\n' ' ')\" = '8 ep ' ]"
+expect "an --ep that does not divide the experts is refused, naming it" 2 "--ep 3 does not divide the 128 experts" -- \
+  "$DPSIM" tune $QWEN --ep 1,3 -o "$TMP/no.csv"
+expect "--ep on a dense model is refused" 2 "--ep: llama3-8b is dense" -- \
+  "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --ep 1,2 -o "$TMP/no.csv"
 # HSDP: ZeRO-3 also sharded over a node's GPUs of the data-parallel group and replicated across
 # nodes, each such row beside its fully sharded twin, holding more state
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 16 --exhaustive --iterations 1 --max-seqlen 8192 \
@@ -219,7 +245,7 @@ expect "tune refuses --shard-group: it searches it" 2 "shard-group is what tune 
 "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --iterations 1 --max-seqlen 8192 \
   --global-tokens 65536 --batchings packing --schedules 1f1b,interleaved -o "$TMP/il.csv" >/dev/null 2>&1
 check "tune --schedules 1f1b,interleaved: interleaved rows at chunks 2 and 4, pp >= 2; 1f1b at 1" bash -c \
-  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$9 < 2) exit 1 }
+  "awk -F, 'NR == 1 && \$4 != \"chunks\" { exit 1 } NR > 1 && \$3 == \"interleaved\" { seen[\$4] = 1; if (\$10 < 2) exit 1 }
             NR > 1 && \$3 == \"1f1b\" && \$4 != 1 { exit 1 } END { exit !(seen[2] && seen[4]) }' '$TMP/il.csv'"
 expect "tune refuses --chunks: it searches them" 2 "chunks is what tune searches" -- \
   "$DPSIM" tune --model llama3-8b --hw dgx-h100 --gpus 8 --chunks 2 -o "$TMP/no.csv"

@@ -191,7 +191,7 @@ static void test_library_notes_through_the_sink(void **state)
     tune_space sp;
     int gpus = 8;
     static const char *const one[] = {"packing"};
-    if (st == DP_OK) st = planner_tune_space(&p, &env, &gpus, one, 1, one, 0, NULL, 0, NULL, 0, &sp, &err);
+    if (st == DP_OK) st = planner_tune_space(&p, &env, &gpus, one, 1, one, 0, NULL, 0, NULL, 0, NULL, 0, &sp, &err);
     plan_env_release(&env);
     fflush(stderr);
     dup2(saved, STDERR_FILENO);

@@ -1324,10 +1324,57 @@ static void test_tune_precision_list(void **state)
     free(one), free(two);
 }
 
+/* tune --ep's list: degrees in [1, 1024], distinct, at most TUNE_MAX_EP; a space of eps 1 and 4 holds
+ * every point of ep 1 and, of those, exactly the ones whose tp x cp x dp ep 4 divides (brute force
+ * over the ep 1 points), nothing else. */
+static void test_tune_ep_list(void **state)
+{
+    (void)state;
+    int eps[TUNE_MAX_EP], n;
+    char why[300];
+    assert_int_equal(tune_parse_ep_list("1,4,8", eps, &n, why, sizeof why), 0);
+    assert_true(n == 3 && eps[0] == 1 && eps[1] == 4 && eps[2] == 8);
+    assert_int_equal(tune_parse_ep_list("16", eps, &n, why, sizeof why), 0);
+    assert_true(n == 1 && eps[0] == 16);
+    const char *bad[] = {"", "1,", "0", "4,4", "1025", "auto", "1,2,4,8,16,32,64,128,256"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        why[0] = '\0';
+        assert_int_equal(tune_parse_ep_list(bad[i], eps, &n, why, sizeof why), -1);
+        assert_true(strstr(why, "--ep") != NULL);
+    }
+    tune_space sp;
+    tune_space_default(&sp, 16, 8, 16, 0);
+    sp.batchings[sp.n_batchings++] = "packing";
+    sp.schedules[sp.n_schedules++] = "1f1b";
+    tune_point *one, *two;
+    long n1 = tune_points(&sp, &one);
+    sp.eps[sp.n_eps++] = 4;
+    long n2 = tune_points(&sp, &two);
+    long want = n1, seen_ep1 = 0;
+    for (long i = 0; i < n1; i++) want += (one[i].tp * one[i].cp * one[i].dp) % 4 == 0;
+    assert_int_equal(n2, want);
+    assert_true(n2 > n1 && n2 < 2 * n1);
+    for (long i = 0; i < n2; i++) {
+        assert_true(two[i].ep == 1 || two[i].ep == 4);
+        assert_int_equal((two[i].tp * two[i].cp * two[i].dp) % two[i].ep, 0);
+        seen_ep1 += two[i].ep == 1;
+    }
+    assert_int_equal(seen_ep1, n1);
+    char d[300];
+    tune_point four = one[0];
+    four.ep = 4;
+    tune_point_describe(&four, d, sizeof d);
+    assert_non_null(strstr(d, " ep=4 "));
+    tune_point_describe(&one[0], d, sizeof d);
+    assert_null(strstr(d, "ep="));
+    free(one), free(two);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tune_cp_list),
+        cmocka_unit_test(test_tune_ep_list),
         cmocka_unit_test(test_tune_precision_list),
         cmocka_unit_test(test_dynamic_recompute_gpt_8192),
         cmocka_unit_test(test_dynamic_recompute_t5_4096),
