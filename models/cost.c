@@ -170,9 +170,6 @@ dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing,
         return dp_fail(err, DP_ERR_INVALID, "%s is a mixture of experts, which the analytic cost "
                        "model prices; a measured %s has no expert layers\nhint: --analytic",
                        m->name, cm->ops->kind);
-    if (m->kv_lora > 0)
-        return dp_fail(err, DP_ERR_INVALID, "%s uses multi-head latent attention, which dpsim "
-                       "counts but does not cost yet", m->name);
     if (ep < 1 || m->experts % ep)
         return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide %s's %d experts (each GPU "
                        "holds a whole block of them)", ep, m->name, m->experts);

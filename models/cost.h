@@ -284,9 +284,8 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
  * dp: the set-up's check, planner_check_request), routed as `routing` says (moe.h
  * moe_routing_init's, for cm's experts over ep ranks; NULL: uniform), the token exchange among ep
  * consecutive GPUs (cost_model_place_ep places them where the layout does). DP_ERR_INVALID naming
- * --ep for a dense model with ep > 1, an ep that does not divide the experts, a cost kind that
- * does not price experts (a measured profile), or latent attention (not costed); cm is then
- * unchanged. What a MoE layer costs: cost_analytic.c's header. */
+ * --ep for a dense model with ep > 1, an ep that does not divide the experts, or a cost kind that
+ * does not price experts (a measured profile); cm is then unchanged. What a MoE layer costs: cost_analytic.c's header. */
 dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, dp_err *err);
 /* The expert-parallel groups where layout places them (mesh.h: ep consecutive GPUs of a stage's
  * tp x cp x dp, tp fastest, the replicas pp stages apart): across nodes when any group's GPUs are

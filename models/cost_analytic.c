@@ -87,9 +87,18 @@
  * bytes) and the router's fp32 probabilities (4 (T/t) E). One expert run by every token is then
  * the dense layer (no router FLOPs, exchange or permutation; its h router parameters read).
  * Left out: expert tensor parallelism (an expert split over GPUs), capacity factors and dropped
- * tokens (dropless), the ep peers' different micro-batches (each routes as this one), latent
- * attention (refused), and expert gradients reduced over the expert-data-parallel group rather
- * than dp x cp (the memory and collectives count the experts' ep share over dp x cp).
+ * tokens (dropless), the ep peers' different micro-batches (each routes as this one), and expert
+ * gradients reduced over the expert-data-parallel group rather than dp x cp (the memory and
+ * collectives count the experts' ep share over dp x cp).
+ *
+ * Multi-head latent attention (DeepSeek-V2/V3: model.h kv_lora) is priced by its own GEMMs
+ * (mla_projections, layer_gemms): the down-projections to the query latent and to the key/value
+ * latent with its rotary key run whole on every GPU of the tp group (Megatron-Core duplicates
+ * them), the up-projections and the output projection split over the heads; attention reads
+ * every head's up-projected keys (kv_channels) and values (v_head_dim), so its FLOPs, the kernel's
+ * work and the stored Q, K, V and context take model.h's widths, heads x (kv_channels +
+ * v_head_dim) / 2 (the kernel at its kv_channels rate); the latents the up-projections read are
+ * stored on top, 2 bytes each, split by SP.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -143,16 +152,34 @@ void analytic_params_from_array(const double *a, analytic_params *p)
     p->fwd_floor_ms = a[3], p->bwd_floor_ms = a[4], p->bwd_ratio = a[5];
 }
 
+/* Latent attention's projections per token (model.h kv_lora; DeepSeek-V2/V3, Megatron-Core's
+ * MLA): split over tp (the query up-projection, or the query projection without a query latent;
+ * the key/value up-projection; the output projection) and on every tp GPU (the down-projections to
+ * the query latent and to the key/value latent with its rotary key), weights' elements. */
+static void mla_projections(const model_spec *m, double *split, double *whole)
+{
+    double h = m->hidden, a = m->heads, dk = m->kv_channels, dv = m->v_head_dim;
+    double ql = m->q_lora, kl = m->kv_lora, r = m->qk_rope_dim;
+    *split = (ql > 0 ? ql : h) * a * dk + kl * a * (dk - r + dv) + a * dv * h;
+    *whole = (ql > 0 ? h * ql : 0) + h * (kl + r);
+}
+
 void analytic_flops(const model_spec *m, cost_component c, const cost_shape *s, int tp,
                     double *dense, double *attn)
 {
-    double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
-    double hkv = (double)model_kv_heads(m) * m->kv_channels, mats = m->glu ? 3 : 2;
+    double b = s->mbs, h = m->hidden, hk = model_attn_q_width(m), f = m->ffn;
+    double hkv = model_attn_kv_width(m), mats = m->glu ? 3 : 2;
     double se = s->enc_len, sd = s->dec_len, ee, dd, ed;
     cost_shape_attn(s, &ee, &dd, &ed);
     switch (c) {
     case COMP_ENCODER:
-        *dense = 2 * b * se * (h * hk + 2 * h * hkv + hk * h + mats * h * f);
+        if (m->kv_lora > 0) { /* the down-projections run whole on every GPU of the group */
+            double split, whole;
+            mla_projections(m, &split, &whole);
+            *dense = 2 * b * se * (split + whole * tp + mats * h * f);
+        } else {
+            *dense = 2 * b * se * (h * hk + 2 * h * hkv + hk * h + mats * h * f);
+        }
         *attn = 4 * ee * hk;
         break;
     case COMP_DECODER:
@@ -184,9 +211,8 @@ static double attention_block(double b, double sq, double skv, double scores, do
 static double stored_bytes(const model_spec *m, cost_component c, const cost_shape *s, int tp,
                            recompute_mode rc, int flash, int sp)
 {
-    double b = s->mbs, h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
-    double hkv = (double)model_kv_heads(m) * m->kv_channels, a = m->heads, t = tp,
-           mats = m->glu ? 3 : 2, rep = sp ? t : 1;
+    double b = s->mbs, h = m->hidden, hk = model_attn_q_width(m), f = m->ffn;
+    double hkv = model_attn_kv_width(m), a = m->heads, t = tp, mats = m->glu ? 3 : 2, rep = sp ? t : 1;
     double se = s->enc_len, sd = s->dec_len;
     if (c == COMP_POSTPROCESS) return 2 * b * (m->arch == ARCH_T5 ? sd : se) * m->vocab / t;
     double sq = c == COMP_DECODER ? sd : se;
@@ -197,6 +223,9 @@ static double stored_bytes(const model_spec *m, cost_component c, const cost_sha
     double mlp = 5 * sq * b * h / rep + 2 * mats * sq * b * f / t;
     double bytes = attention_block(b, sq, sq, c == COMP_DECODER ? dd : ee, h, hk, hkv, a, t, rep,
                                    keep) + mlp;
+    if (m->kv_lora > 0) /* latent attention: the latents the up-projections read (and their norms'
+                         * inputs), computed on every GPU of the group */
+        bytes += 2 * 2 * sq * b * (m->q_lora + m->kv_lora + m->qk_rope_dim) / rep;
     if (c == COMP_DECODER) bytes += attention_block(b, sd, se, ed, h, hk, hkv, a, t, rep, keep);
     return bytes;
 }
@@ -261,7 +290,7 @@ static void flash_attention_ms(const cost_model *cm, cost_component c, const cos
                                double len_div, double *fwd_ms, double *bwd_ms)
 {
     const model_spec *m = &cm->model;
-    double hk = (double)m->heads * m->kv_channels / cm->tp, ee, dd, ed;
+    double hk = model_attn_q_width(m) / cm->tp, ee, dd, ed;
     cost_shape_attn(s, &ee, &dd, &ed);
     /* self-attention: causal in GPT and T5's decoder; T5's encoder and cross attention are not */
     double self_sq = c == COMP_DECODER ? dd : ee;
@@ -287,7 +316,7 @@ static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn,
 {
     const model_spec *m = &cm->model;
     int cp = cm->cp, tp = cm->tp;
-    double hk = (double)m->heads * m->kv_channels, hkv = (double)model_kv_heads(m) * m->kv_channels;
+    double hk = model_attn_q_width(m), hkv = model_attn_kv_width(m);
     double tokens = (double)s->mbs * s->enc_len, elem = COMM_ACT_ELEM_BYTES;
     /* one ring per tensor-parallel rank, its members tp GPUs apart, all at once: across nodes
      * they share the node's NICs */
@@ -311,7 +340,7 @@ static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn,
 double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
                               int backward)
 {
-    double hkv = (double)model_kv_heads(m) * m->kv_channels;
+    double hkv = model_attn_kv_width(m);
     double kv = 2.0 * s->mbs * s->enc_len * hkv * COMM_ACT_ELEM_BYTES / tp; /* K and V, all tokens */
     return (backward ? 2 : 1) * (cp - 1) * kv / cp;
 }
@@ -327,7 +356,7 @@ double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, 
 #define FP8_CAST_BYTES_PER_ELEM 7.0
 static double fp8_cast_bytes(const model_spec *m, cost_component c, double tokens, double t)
 {
-    double h = m->hidden, hk = (double)m->heads * m->kv_channels, f = m->ffn;
+    double h = m->hidden, hk = model_attn_q_width(m), f = m->ffn;
     double elems = 2 * h + (hk + f) / t;
     if (c == COMP_DECODER) elems += h + hk / t;
     return FP8_CAST_BYTES_PER_ELEM * tokens * elems;
@@ -346,21 +375,30 @@ static gemm gemm_of(double m, double k, double n)
 }
 
 /* A layer's widths as its GEMMs see them: hidden, query heads x head size, key/value heads x head
- * size, ffn, MLP matrices (3 when gated), vocabulary. */
+ * size, ffn, MLP matrices (3 when gated), vocabulary; latent attention's (mla_projections): the
+ * query latent (0: none), the key/value latent with the rotary key, the latent's width, and the
+ * query, key/value up- and output projections' widths over the heads. */
 typedef struct layer_dims {
     double h, hk, hkv, f, mats, vocab;
+    int mla;
+    double ql, kv_down, kl, q, kv_up, o;
 } layer_dims;
 
 static layer_dims dims_of(const model_spec *m)
 {
     layer_dims d = {m->hidden, (double)m->heads * m->kv_channels,
-                    (double)model_kv_heads(m) * m->kv_channels, m->ffn, m->glu ? 3 : 2, m->vocab};
+                    (double)model_kv_heads(m) * m->kv_channels, m->ffn, m->glu ? 3 : 2, m->vocab,
+                    m->kv_lora > 0, m->q_lora, (double)m->kv_lora + m->qk_rope_dim, m->kv_lora,
+                    (double)m->heads * m->kv_channels,
+                    (double)m->heads * (m->kv_channels - m->qk_rope_dim + m->v_head_dim),
+                    (double)m->heads * m->v_head_dim};
     return d;
 }
 
 /* The GEMMs of a layer on one GPU of a TP group of t, whose self-attention queries and MLP run
  * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
- * to analytic_flops' dense term. Returns how many (at most 8). */
+ * to analytic_flops' dense term. Returns how many (at most 8: latent attention's 5 and the MLP's
+ * 2; a T5 decoder's 7). */
 static int layer_gemms(const layer_dims *d, cost_component c, double tq, double tkv, double t,
                        gemm *g)
 {
@@ -370,8 +408,16 @@ static int layer_gemms(const layer_dims *d, cost_component c, double tq, double 
         g[n++] = gemm_of(tq, h, d->vocab / t);
         return n;
     }
-    g[n++] = gemm_of(tq, h, (hk + 2 * hkv) / t); /* Q, K and V */
-    g[n++] = gemm_of(tq, hk / t, h);             /* the attention's output projection */
+    if (d->mla) { /* latent attention: the down-projections whole on every GPU of the group */
+        if (d->ql > 0) g[n++] = gemm_of(tq, h, d->ql), g[n++] = gemm_of(tq, d->ql, d->q / t);
+        else g[n++] = gemm_of(tq, h, d->q / t);
+        g[n++] = gemm_of(tq, h, d->kv_down);
+        g[n++] = gemm_of(tq, d->kl, d->kv_up / t);
+        g[n++] = gemm_of(tq, d->o / t, h);
+    } else {
+        g[n++] = gemm_of(tq, h, (hk + 2 * hkv) / t); /* Q, K and V */
+        g[n++] = gemm_of(tq, hk / t, h);             /* the attention's output projection */
+    }
     if (c == COMP_DECODER) {                     /* cross attention: Q, then K and V of the encoder */
         g[n++] = gemm_of(tq, h, hk / t);
         g[n++] = gemm_of(tkv, h, 2 * hkv / t);
@@ -410,7 +456,7 @@ static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, 
  * analytic_params_default) at 4,096 tokens, the profile's middle: its GEMMs' shape cost is the one
  * the fitted efficiency already holds, so a layer's GEMM time scales by its own shape cost over
  * this one's. */
-static const layer_dims FIT_LAYER = {4096, 4096, 4096, 16384, 2, 0};
+static const layer_dims FIT_LAYER = {4096, 4096, 4096, 16384, 2, 0, 0, 0, 0, 0, 0, 0, 0};
 #define FIT_TOKENS 4096.0
 
 /* The analytic state of cm with the fitted layer's GEMM shape cost on cm's GPU filled in. */

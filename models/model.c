@@ -82,6 +82,18 @@ int model_kv_heads(const model_spec *m)
     return m->kv_heads > 0 ? m->kv_heads : m->heads;
 }
 
+double model_attn_q_width(const model_spec *m)
+{
+    if (m->kv_lora > 0) return (double)m->heads * (m->kv_channels + m->v_head_dim) / 2;
+    return (double)m->heads * m->kv_channels;
+}
+
+double model_attn_kv_width(const model_spec *m)
+{
+    if (m->kv_lora > 0) return model_attn_q_width(m);
+    return (double)model_kv_heads(m) * m->kv_channels;
+}
+
 double model_norm_eps(const model_spec *m)
 {
     return m->norm_eps > 0 ? m->norm_eps : MODEL_NORM_EPS;

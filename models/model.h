@@ -50,7 +50,8 @@
  * alternating sliding layers are costed as full attention). An expert's MLP is gated, of width
  * moe_intermediate_size (else intermediate_size). Their parameters, total and active per token,
  * and FLOPs are counted (dpsim models --show); the analytic cost model plans them (COMP_MOE,
- * --ep; latent attention not yet), dprun and measured profiles refuse them (model_check_dense).
+ * --ep; latent attention too), measured profiles refuse them (model_check_dense), dprun runs those
+ * whose every layer routes to experts alone (runtime/exec.h rt_check_moe).
  * DeepSeek-V3's multi-token-prediction
  * module (num_nextn_predict_layers) is left out, as its published 671B leave it. A model type or
  * architecture that says experts (mixtral, *moe*) without a count is refused. Qwen3's per-head
@@ -151,6 +152,15 @@ typedef struct model_spec {
 
 /* Key/value heads: kv_heads, or heads when 0. */
 int model_kv_heads(const model_spec *m);
+
+/* The attention's widths per token as its cost sees them: the queries' and the context's mean
+ * (model_attn_q_width) and the keys' and values' mean (model_attn_kv_width), so that QK^T and PV
+ * are 4 x tokens x scores' keys x the q width, and the four tensors 2 x (q + kv width) elements.
+ * Standard and grouped-query attention: heads x kv_channels and kv_heads x kv_channels. Latent
+ * attention (kv_lora > 0): every head has its own keys (up-projected from the latent) of
+ * kv_channels and values of v_head_dim, so both are heads x (kv_channels + v_head_dim) / 2. */
+double model_attn_q_width(const model_spec *m);
+double model_attn_kv_width(const model_spec *m);
 
 /* The rotary embeddings' base: rope_base, or MODEL_ROPE_BASE when 0; 0 without rope. */
 #define MODEL_ROPE_BASE 10000.0

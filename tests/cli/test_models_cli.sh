@@ -122,8 +122,8 @@ expect "... a count that is not a number, at its line" 1 "nan.csv:3: field \"tok
   "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/nan.csv" --iterations 1
 expect "... and one count short of the experts" 2 "short.csv: 2 counts, and qwen3-30b-a3b has 128 experts" -- \
   bash -c "printf 'tokens\n1\n2\n' >'$TMP/short.csv' && '$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing '$TMP/short.csv' --iterations 1"
-expect "latent attention (DeepSeek-V3) is refused, naming it" 2 "multi-head latent attention, which dpsim counts but does not cost yet" -- \
-  "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100
+expect "latent attention (DeepSeek-V3) is costed: its 58 MoE layers of 61 and the 3 dense ones" 0 "MoE layers: 58 of 61, 256 experts, 8 a token" -- \
+  "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100 --ep 8
 expect "tune refuses an ep list item that does not divide the experts, naming it" 2 "--ep 6 does not divide the 128 experts" -- \
   "$DPSIM" tune --gpus 8 --model $Q --hw dgx-h100 --ep 2,6
 expect "dprun refuses a MoE plan whose ep it does not fold over tp, naming ep (test_dprun_moe.sh runs those it does)" 1 "ep 8, and dprun folds expert parallelism over the tensor-parallel group" -- \

@@ -249,6 +249,42 @@ static void test_one_expert_is_the_dense_layer(void **state)
     }
 }
 
+/* DeepSeek-V3's latent attention (cost_analytic.c mla_projections): a dense layer's FLOPs written
+ * out from its config's numbers (hidden 7,168, 128 heads of 192 query/key and 128 value elements,
+ * query latent 1,536, key/value latent 512 with a 64-wide rotary key, dense MLP 18,432 gated), the
+ * down-projections whole on every GPU of a tp group and the rest split; QK^T and PV over 192 and
+ * 128 a head. Its MoE model is planned (a cost model is made with ep 8). */
+static void test_latent_attention_flops(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/deepseek-v3.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    double h = 7168, a = 128, dk = 192, dv = 128, ql = 1536, kl = 512, r = 64, f = 18432;
+    double down = h * ql + h * (kl + r);
+    double up = ql * a * dk + kl * a * (128 + dv) + a * dv * h + 3 * h * f;
+    cost_shape sh = cost_shape_rows(2, 4096, 0);
+    double ee, dd, ed;
+    cost_shape_attn(&sh, &ee, &dd, &ed);
+    for (int tp = 1; tp <= 8; tp *= 2) {
+        double dense, attn;
+        analytic_flops(&m, COMP_ENCODER, &sh, tp, &dense, &attn);
+        double want = 2 * 2 * 4096 * (up / tp + down);
+        assert_true(fabs(dense / want - 1) < 1e-12);
+        assert_true(fabs(attn / (2 * ee * a * (dk + dv) / tp) - 1) < 1e-12);
+    }
+    assert_true(fabs(model_attn_q_width(&m) - a * (dk + dv) / 2) < 1e-9);
+    assert_true(fabs(model_attn_kv_width(&m) - a * (dk + dv) / 2) < 1e-9);
+    const model_spec *llama = model_preset("llama3-8b"); /* grouped-query: the widths as they were */
+    assert_true(model_attn_q_width(llama) == 32.0 * 128 && model_attn_kv_width(llama) == 8.0 * 128);
+    cost_model *cm = analytic_of(&m, 1, RECOMPUTE_NONE);
+    assert_int_equal(cost_model_set_moe(cm, 8, NULL, &err), DP_OK);
+    cost_layer res;
+    assert_int_equal(cost_query(cm, COMP_MOE, &sh, &res, &err), DP_OK);
+    assert_true(res.fwd_ms > 0 && res.bwd_ms > res.fwd_ms);
+    cost_model_free(cm);
+}
+
 /* Qwen3-30B-A3B on H100 (128 experts, 8 a token): the tokens' floor never above a MoE layer's
  * query over random shapes, layouts and modes; ep 8 adds the exchange, which --overlap ep hides
  * where the compute is longer; a small micro-batch pays more a token than a large one; ep
@@ -316,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_alltoall_from_nccl_formula),
         cmocka_unit_test(test_one_expert_is_the_dense_layer),
         cmocka_unit_test(test_moe_layer_costs),
+        cmocka_unit_test(test_latent_attention_flops),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }
