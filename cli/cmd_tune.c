@@ -72,6 +72,29 @@ typedef struct tune_args {
 } tune_args;
 
 /* The options into a: 0 to go on, 1 after --help, else a usage error's exit code. */
+static const char TUNE_DESCRIPTION[] =
+    "Searches, for each batching method, every configuration of --gpus GPUs:\n"
+    "each number format of --precision (bf16,fp8 for a list), tp x cp x pp x dp\n"
+    "layouts (cp each item of --cp, 1,2,4,auto for a list; tp within a node;\n"
+    "a mixture of experts' ep each of --ep dividing tp x cp x dp, 1,2,4,8),\n"
+    "ZeRO 0/1 (with dp x cp > 1; 2 and 3 too without a pipeline, and with one\n"
+    "under --zero-pipeline; 3 also as HSDP, --shard-group at a node's GPUs),\n"
+    "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
+    "each schedule (interleaved at 2 and 4 chunks), and the method's knob\n"
+    "(--mbs 1/2/4/8 for padding and the packers that take it, --mb-tokens\n"
+    "1k-16k for token), simulating --iterations global batches of the trace [8]\n"
+    "for each, in parallel. Prints the best feasible configuration per method;\n"
+    "-o writes the whole ranking as CSV. The plan options that tune searches\n"
+    "(--tp --pp --dp --zero --recompute --chunks --mbs --mb-tokens --batching\n"
+    "--schedule) are refused here; --iterations is per configuration.\n"
+    "A first pass runs each method's configurations of the first schedule without\n"
+    "recompute (its four whose tokens bound their time the least first); then a\n"
+    "configuration is dropped (\"pruned\") once a lower bound on its time shows\n"
+    "it below its method's best of that pass, before planning where its tokens\n"
+    "alone show it. Under mpirun the configurations spread over the ranks (rank 0\n"
+    "prints and writes -o). At the end a note says which (batching, schedule)\n"
+    "pairs took the search's time.";
+
 static int tune_parse(int argc, char **argv, tune_args *a)
 {
     const char *cmd = "tune";
@@ -81,28 +104,7 @@ static int tune_parse(int argc, char **argv, tune_args *a)
     plan_request_default(&a->p);
     a->p.iterations = 8;
     cli_opts t;
-    cli_opts_init(&t, cmd, TUNE_USAGE,
-                  "Searches, for each batching method, every configuration of --gpus GPUs:\n"
-                  "each number format of --precision (bf16,fp8 for a list), tp x cp x pp x dp\n"
-                  "layouts (cp each item of --cp, 1,2,4,auto for a list; tp within a node;\n"
-                  "a mixture of experts' ep each of --ep dividing tp x cp x dp, 1,2,4,8),\n"
-                  "ZeRO 0/1 (with dp x cp > 1; 2 and 3 too without a pipeline, and with one\n"
-                  "under --zero-pipeline; 3 also as HSDP, --shard-group at a node's GPUs),\n"
-                  "recompute none/selective/full (and dynamic for the dynamic batchers),\n"
-                  "each schedule (interleaved at 2 and 4 chunks), and the method's knob\n"
-                  "(--mbs 1/2/4/8 for padding and the packers that take it, --mb-tokens\n"
-                  "1k-16k for token), simulating --iterations global batches of the trace [8]\n"
-                  "for each, in parallel. Prints the best feasible configuration per method;\n"
-                  "-o writes the whole ranking as CSV. The plan options that tune searches\n"
-                  "(--tp --pp --dp --zero --recompute --chunks --mbs --mb-tokens --batching\n"
-                  "--schedule) are refused here; --iterations is per configuration.\n"
-                  "A first pass runs each method's configurations of the first schedule without\n"
-                  "recompute (its four whose tokens bound their time the least first); then a\n"
-                  "configuration is dropped (\"pruned\") once a lower bound on its time shows\n"
-                  "it below its method's best of that pass, before planning where its tokens\n"
-                  "alone show it. Under mpirun the configurations spread over the ranks (rank 0\n"
-                  "prints and writes -o). At the end a note says which (batching, schedule)\n"
-                  "pairs took the search's time.");
+    cli_opts_init(&t, cmd, TUNE_USAGE, TUNE_DESCRIPTION);
     cli_opt_int64(&t, "gpus", 'g', &a->gpus, "N", 1, 1 << 20, "the cluster's; one node if no count",
                   "GPUs to use");
     cli_opt_string(&t, "batchings", 'b', &a->batchings, "LIST", TUNE_DEFAULT_BATCHINGS,
