@@ -399,6 +399,25 @@ static layer_dims dims_of(const model_spec *m)
  * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
  * to analytic_flops' dense term. Returns how many (at most 8: latent attention's 5 and the MLP's
  * 2; a T5 decoder's 7). */
+/* The self-attention's projections of a layer on one GPU of a TP group of t over tq tokens, into
+ * g; returns how many (2, or latent attention's 4 or 5). */
+static int attention_gemms(const layer_dims *d, double tq, double t, gemm *g)
+{
+    double h = d->h;
+    int n = 0;
+    if (d->mla) { /* latent attention: the down-projections whole on every GPU of the group */
+        if (d->ql > 0) g[n++] = gemm_of(tq, h, d->ql), g[n++] = gemm_of(tq, d->ql, d->q / t);
+        else g[n++] = gemm_of(tq, h, d->q / t);
+        g[n++] = gemm_of(tq, h, d->kv_down);
+        g[n++] = gemm_of(tq, d->kl, d->kv_up / t);
+        g[n++] = gemm_of(tq, d->o / t, h);
+    } else {
+        g[n++] = gemm_of(tq, h, (d->hk + 2 * d->hkv) / t); /* Q, K and V */
+        g[n++] = gemm_of(tq, d->hk / t, h);                /* the attention's output projection */
+    }
+    return n;
+}
+
 static int layer_gemms(const layer_dims *d, cost_component c, double tq, double tkv, double t,
                        gemm *g)
 {
@@ -408,16 +427,7 @@ static int layer_gemms(const layer_dims *d, cost_component c, double tq, double 
         g[n++] = gemm_of(tq, h, d->vocab / t);
         return n;
     }
-    if (d->mla) { /* latent attention: the down-projections whole on every GPU of the group */
-        if (d->ql > 0) g[n++] = gemm_of(tq, h, d->ql), g[n++] = gemm_of(tq, d->ql, d->q / t);
-        else g[n++] = gemm_of(tq, h, d->q / t);
-        g[n++] = gemm_of(tq, h, d->kv_down);
-        g[n++] = gemm_of(tq, d->kl, d->kv_up / t);
-        g[n++] = gemm_of(tq, d->o / t, h);
-    } else {
-        g[n++] = gemm_of(tq, h, (hk + 2 * hkv) / t); /* Q, K and V */
-        g[n++] = gemm_of(tq, hk / t, h);             /* the attention's output projection */
-    }
+    n = attention_gemms(d, tq, t, g);
     if (c == COMP_DECODER) {                     /* cross attention: Q, then K and V of the encoder */
         g[n++] = gemm_of(tq, h, hk / t);
         g[n++] = gemm_of(tkv, h, 2 * hkv / t);
@@ -585,10 +595,8 @@ static void moe_shape_multipliers(const cost_model *cm, double tq, const moe_ext
     const analytic *a = fit_layer_cost(cm);
     layer_dims d = dims_of(m);
     double t = cm->tp, fe = m->expert_ffn, sh = m->shared_ffn, tpe = fmax(x->tokens_per_expert, 1);
-    gemm g[6];
-    int n = 0;
-    g[n++] = gemm_of(tq, d.h, (d.hk + 2 * d.hkv) / t);
-    g[n++] = gemm_of(tq, d.hk / t, d.h);
+    gemm g[10];
+    int n = attention_gemms(&d, tq, t, g);
     if (sh > 0) g[n++] = gemm_of(tq, d.h, 2 * sh / t), g[n++] = gemm_of(tq, sh / t, d.h);
     g[n++] = (gemm){2 * x->routed * d.h * 2 * fe, tpe, d.h, 2 * fe}; /* up and gate */
     g[n++] = (gemm){2 * x->routed * fe * d.h, tpe, fe, d.h};         /* down */

@@ -33,11 +33,16 @@ double memory_model_state_mb(double param_mb, const state_bytes *b, int zero_sta
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages)
 {
     stage_placement pl = placement_stage(&cm->model, &cm->split, stage, stages);
-    int moe = placement_moe_layers(&cm->model, &pl);
-    double mb = (pl.enc_layers - moe) * cm->param_mb[COMP_ENCODER] + moe * cm->param_mb[COMP_MOE] +
-                pl.dec_layers * cm->param_mb[COMP_DECODER];
+    double mb = memory_layers_param_mb(cm, pl.enc_layers, placement_moe_layers(&cm->model, &pl),
+                                       pl.dec_layers);
     placement_roles r = {pl.embedding, pl.head};
     return mb + memory_embedding_share_mb(cm, r);
+}
+
+double memory_layers_param_mb(const cost_model *cm, int enc, int moe, int dec)
+{
+    return (enc - moe) * cm->param_mb[COMP_ENCODER] + moe * cm->param_mb[COMP_MOE] +
+           dec * cm->param_mb[COMP_DECODER];
 }
 
 int memory_embedding_units(const cost_model *cm, placement_roles r, double unit_mb[2])

@@ -38,6 +38,10 @@ void memory_model_state_parts(double param_mb, const state_bytes *b, int zero_st
 /* fp16 parameter MB of virtual stage `stage` of `stages`: its layers and embedding or head as
  * placement.h places them (the last stage's head a copy of the tied embedding). */
 double memory_stage_param_mb(const cost_model *cm, int stage, int stages);
+/* fp16 parameter MB of enc GPT / T5-encoder layers, moe of them MoE layers (each with its ep
+ * share of the experts), and dec T5 decoder layers: the one sum the stage model and
+ * memory_stage_param_mb take. */
+double memory_layers_param_mb(const cost_model *cm, int enc, int moe, int dec);
 
 /* The embedding's and LM head's fp16 parameters on a device that holds what r says
  * (placement_device_roles): the embedding where it holds it; the head as a copy of the tied

@@ -95,9 +95,8 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
     int k = sm->zero_shard / (cm->cp > 1 ? cm->cp : 1), hybrid = sm->zero_shard < sm->zero_ranks;
     mesh in_group = mesh_of(cm->tp, cm->cp, pp, k), across = mesh_of(cm->tp, cm->cp, pp * k, dp / k);
     for (int s = 0; s < pp; s++) {
-        double layers_mb = (sm->enc_layers[s] - sm->moe_layers[s]) * cm->param_mb[COMP_ENCODER] +
-                           sm->moe_layers[s] * cm->param_mb[COMP_MOE] +
-                           sm->dec_layers[s] * cm->param_mb[COMP_DECODER];
+        double layers_mb = memory_layers_param_mb(cm, sm->enc_layers[s], sm->moe_layers[s],
+                                                  sm->dec_layers[s]);
         placement_roles roles = placement_device_roles(place, s, pp, chunks);
         double param_mb = layers_mb + memory_embedding_share_mb(cm, roles);
         sm->param_mb[s] = param_mb;
