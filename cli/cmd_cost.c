@@ -138,6 +138,9 @@ static void print_cost_text(const model_spec *m, const cost_request *co, const c
         printf("# MoE layers: %d of %d, %d experts, %d a token; the busiest expert-parallel rank "
                "computes %.3fx the mean at this shape (moe.h)\n", model_moe_layers(m), m->enc_layers,
                m->experts, m->experts_per_token, a->moe_imbalance);
+    if (a->has_moe && a->moe_dropped > 0)
+        printf("# at the capacity factor, %.2f%% of the routed copies are dropped at this shape\n",
+               100 * a->moe_dropped);
 }
 
 /* The shape --mbs, --seqlen, --dec-seqlen and --samples describe, checked against the model: 0,

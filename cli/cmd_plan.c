@@ -104,6 +104,10 @@ static void summary_times(const study_result *r, FILE *fp)
         fprintf(fp, "%-34s %14.1f  (HFU %.1f%%: the recomputed forwards counted too, as "
                 "Megatron's TFLOP/s)\n", "hardware TFLOP/s per GPU", r->hw_tflops_per_gpu,
                 100 * r->hfu);
+    if (r->moe_routed > 0)
+        fprintf(fp, "%-34s %13.2f%%  (of the routed copies, at the experts' capacity factor: "
+                "their tokens skip the layer's experts)\n", "routed copies dropped",
+                100 * r->moe_dropped / r->moe_routed);
     if (r->straggler_share > 0)
         fprintf(fp, "%-34s %13.2f%%  (of each stage's compute: the slowest of the job's GPUs, "
                 "--gpu-jitter)\n", "straggler wait", 100 * r->straggler_share);
@@ -272,22 +276,14 @@ static dp_status sim_plan_file(sim_cli *sc, const plan_request *p, const sim_sin
 {
     plan pl;
     cluster_spec hw;
-    model_spec model;
-    sim_config cfg;
+    sim_config cfg = {0};
     dp_status st = plan_read(sc->plan_path, &pl, err);
     if (st != DP_OK) return st;
     TRY(plan_check(&pl, sc->plan_path, err));
-    TRY(planner_sim_config(&pl, sc->plan_path, p, &hw, &model, &cfg, err));
-    cfg.hw = &hw;
     snprintf(sc->schedule, sizeof sc->schedule, "%s", pl.h.schedule);
-    sc->pp = pl.h.pp, sc->chunks = pl.h.chunks, sc->mem_limit_mb = cfg.mem_limit_mb;
-    study_acc acc;
-    study_begin(&acc, res, &cfg, sink);
-    acc.model = &model;
-    acc.sched = schedule_find(pl.h.schedule);
-    for (int i = 0; i < pl.n_it && st == DP_OK; i++) st = study_add(&acc, &pl.it[i], err);
-    dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
-    if (st == DP_OK) st = end;
+    sc->pp = pl.h.pp, sc->chunks = pl.h.chunks;
+    st = planner_replay(&pl, sc->plan_path, p, sink, &hw, &cfg, res, err);
+    sc->mem_limit_mb = cfg.mem_limit_mb;
 out:
     plan_release(&pl);
     return st;

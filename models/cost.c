@@ -214,7 +214,27 @@ void cost_model_place_ep(cost_model *cm, const mesh *layout)
     cm->ep_group = comm_group_flat(cm->ep, spans);
 }
 
-double cost_moe_imbalance(const cost_model *cm, double n)
+dp_status cost_model_set_capacity(cost_model *cm, double capacity, dp_err *err)
+{
+    if (!(capacity >= 0) || !isfinite(capacity))
+        return dp_fail(err, DP_ERR_INVALID, "--capacity-factor %g: a factor of 0 (dropless) or "
+                       "more", capacity);
+    if (capacity > 0 && !model_is_moe(&cm->model))
+        return dp_fail(err, DP_ERR_INVALID, "--capacity-factor %g: %s has no experts to cap",
+                       capacity, cm->model.name);
+    cm->capacity = capacity;
+    return DP_OK;
+}
+
+double cost_moe_dropped_share(const cost_model *cm, double tokens, int cp)
+{
+    if (!(cm->capacity > 0) || !cm->routing || !model_is_moe(&cm->model)) return 0;
+    double per_gpu = tokens / (cp > 0 ? cp : cm->cp > 1 ? cm->cp : 1) / (cm->tp > 1 ? cm->tp : 1);
+    return moe_dropped_share(cm->routing, per_gpu * cm->model.experts_per_token, cm->capacity);
+}
+
+/* The busiest rank's load over the mean from cm's table, uncapped. */
+static double moe_table_imbalance(const cost_model *cm, double n)
 {
     if (cm->ep <= 1 || !(n > 0)) return 1;
     double x = 4 * log2(n); /* the table's index */
@@ -223,6 +243,12 @@ double cost_moe_imbalance(const cost_model *cm, double n)
     int i = (int)x;
     double f = x - i; /* log-linear between the two points */
     return exp((1 - f) * log(cm->moe_imb[i]) + f * log(cm->moe_imb[i + 1]));
+}
+
+double cost_moe_imbalance(const cost_model *cm, double n)
+{
+    double imb = moe_table_imbalance(cm, n);
+    return cm->capacity > 0 ? fmin(imb, cm->capacity) : imb;
 }
 
 dp_status cost_model_set_cp_auto(cost_model *cm, int cp, int alltoall, dp_err *err)

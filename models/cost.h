@@ -238,6 +238,9 @@ struct cost_model {
     comm_group ep_group;          /* the ep GPUs' token exchange (the all-to-alls) */
     double moe_imb[COST_MOE_IMB_POINTS]; /* the busiest rank's load over the mean (moe_imbalance)
                                    * at 2^(i/4) routed copies a GPU, interpolated between */
+    double capacity;              /* a MoE's capacity factor (moe.h moe_dropped_share): the busiest
+                                   * rank computes at most capacity x the mean; 0 (the
+                                   * constructors'): dropless. Set with cost_model_set_capacity */
     cost_toy toy;                 /* textbook costs (above) in place of the kind's times when on:
                                    * stage_cost.h asks it; set by the caller after construction */
     void *impl;                   /* the kind's own state */
@@ -298,8 +301,15 @@ void cost_model_place_ep(cost_model *cm, const mesh *layout);
  * dense model). */
 double cost_moe_param_mb(const model_spec *m, int tp, int ep);
 /* The busiest ep rank's load over the mean when each GPU routes n copies (cm's table, 1 for a
- * dense model or ep 1). */
+ * dense model or ep 1), at most cm's capacity factor where it has one. */
 double cost_moe_imbalance(const cost_model *cm, double n);
+/* A capacity factor for cm's experts (0: dropless). DP_ERR_INVALID naming --capacity-factor for a
+ * negative or non-finite one, or one on a dense model; cm is then unchanged. */
+dp_status cost_model_set_capacity(cost_model *cm, double capacity, dp_err *err);
+/* The expected share of the routed copies a micro-batch of `tokens` tokens (all of them, padding
+ * included: they are routed too) drops at cm's capacity factor, on a GPU of its cp (0: cm's) x tp
+ * group (moe.h moe_dropped_share); 0 when dropless or dense. */
+double cost_moe_dropped_share(const cost_model *cm, double tokens, int cp);
 /* The same for --cp auto: a group of cp GPUs whose micro-batches each run at their own degree
  * (cost_model.cp_auto); DP_ERR_INVALID also for a cost kind priced at one degree (a profile) and
  * the all-to-all form. */

@@ -2,9 +2,11 @@
 
 #include "../common/csv_table.h"
 
+#include <gsl/gsl_cdf.h>
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_integration.h>
 #include <gsl/gsl_math.h>
+#include <gsl/gsl_randist.h>
 #include <gsl/gsl_sf_erf.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +41,7 @@ dp_status moe_routing_init(moe_routing *r, moe_route_kind kind, int experts, int
                        experts);
     r->kind = kind, r->experts = experts, r->ep = ep;
     r->alpha = kind == MOE_ROUTE_SKEWED ? alpha : 0;
+    r->zipf_sum = kind == MOE_ROUTE_SKEWED ? sum : 0;
     int per = experts / ep;
     for (int k = 0; k < ep; k++) {
         r->q[k] = 0;
@@ -99,6 +102,24 @@ double moe_imbalance(const moe_routing *r, double n)
 {
     if (!(n > 0) || r->ep <= 1) return 1;
     return fmax(1, moe_busiest_load(r, n) / (n / r->ep));
+}
+
+double moe_dropped_share(const moe_routing *r, double n, double capacity)
+{
+    if (!(capacity > 0) || !(n > 0) || r->experts <= 0) return 0;
+    if (r->kind == MOE_ROUTE_EVEN) return fmax(0, 1 - capacity);
+    int per = r->experts / (r->ep > 0 ? r->ep : 1);
+    double c = capacity * n / r->experts, dropped = 0;
+    for (int e = 0; e < r->experts; e++) {
+        double p = r->kind == MOE_ROUTE_SKEWED ? pow(e + 1.0, -r->alpha) / r->zipf_sum
+                                               : r->q[e / per] / per;
+        double mu = n * p, sigma = sqrt(n * p * (1 - p));
+        double excess = sigma > 0 ? sigma * gsl_ran_ugaussian_pdf((c - mu) / sigma) +
+                                        (mu - c) * gsl_cdf_ugaussian_Q((c - mu) / sigma)
+                                  : fmax(0, mu - c);
+        dropped += fmax(0, excess);
+    }
+    return fmin(1, dropped / n);
 }
 
 double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens, int topk,

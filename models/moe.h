@@ -61,6 +61,8 @@ typedef struct moe_routing {
     moe_route_kind kind;
     int experts, ep;
     double alpha;              /* skewed: the Zipf exponent */
+    double zipf_sum;           /* skewed: sum over the experts of (e + 1)^-alpha (an expert's
+                                * share is its term over this) */
     double q[MOE_EP_MAX];      /* rank r's share of the routed copies, sum 1 */
 } moe_routing;
 
@@ -77,6 +79,17 @@ double moe_busiest_load(const moe_routing *r, double n);
 /* moe_busiest_load over the mean n / ep: the busiest rank's time over an even split's (>= 1; 1 for
  * ep 1 or n <= 0). */
 double moe_imbalance(const moe_routing *r, double n);
+
+/* With a capacity factor C (GShard's and Switch's; 0: dropless, as Megatron-Core and DeepSeek
+ * train), each expert takes at most C x n / E of a micro-batch's n routed copies and drops the
+ * rest (the tokens go on through the residual). The expected share of the n copies dropped,
+ * sum over experts of E[(X_e - C n / E)+] / n, each expert's load X_e the normal approximation of
+ * Binomial(n, p_e), p_e the router's own (uniform, skewed) or for a histogram, whose ranks' shares
+ * alone a routing keeps, its rank's share spread evenly over the rank's experts:
+ *   E[(X - c)+] = sigma phi(z) + (mu - c) Q(z),  z = (c - mu) / sigma;
+ * even (every expert exactly its mean): 1 - C where C < 1, else 0. 0 for capacity <= 0 or n <= 0;
+ * in [0, 1]. */
+double moe_dropped_share(const moe_routing *r, double n, double capacity);
 
 /* The routing model's name as --routing and a plan's "routing" read it: "uniform", "even" or
  * "skewed:ALPHA" (a Zipf exponent, 0 to 100). moe_routing_parse returns 0, or -1 for another text;

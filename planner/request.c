@@ -327,6 +327,11 @@ void cost_request_options(cli_opts *t, cost_request *o)
                 "a mixture of experts: expert parallelism, the experts split over E\n"
                 "GPUs of each stage's tp x cp x dp, each expert whole (E divides the\n"
                 "experts and those GPUs; analytic model)")->marks = OPT_FIXED_BY_PLAN;
+    cli_opt_double(t, "capacity-factor", 0, &o->capacity, "C", 0, 1000, "0: dropless",
+                   "a mixture of experts: each expert takes at most C x its even share\n"
+                   "of a micro-batch's routed tokens and drops the rest (GShard, Switch;\n"
+                   "the share dropped is reported); 0: dropless, as Megatron-Core and\n"
+                   "DeepSeek train")->marks = OPT_FIXED_BY_PLAN;
     cli_opt *ro = cli_opt_call(t, "routing", 0, set_routing, o, "R", "uniform",
                                "a mixture of experts: how routed tokens fall on the experts,\n"
                                "uniform, skewed:ALPHA (Zipf, expert e's share (e+1)^-ALPHA),\n"

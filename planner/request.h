@@ -58,6 +58,9 @@ typedef struct cost_request {
                           * (cost_model.seq_parallel, on by default) */
     int ep;              /* --ep: expert parallelism of a mixture of experts
                           * (cost_model_set_moe)                          [1] */
+    double capacity;     /* --capacity-factor: a MoE's experts each take at most this many times
+                          * their even share, dropping the rest (cost_model_set_capacity)
+                          * [0: dropless] */
     int routing;         /* --routing: a moe_route_kind, with routing_alpha [uniform] */
     double routing_alpha;
     const char *routing_file;      /* --routing FILE: a measured histogram (moe_histogram_read) */

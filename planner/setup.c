@@ -83,7 +83,8 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
         }
         r = &routing;
     }
-    if ((st = cost_model_set_moe(*cm, o->ep, r, err)) != DP_OK) {
+    if ((st = cost_model_set_moe(*cm, o->ep, r, err)) != DP_OK ||
+        (st = cost_model_set_capacity(*cm, o->capacity, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
     }
@@ -232,6 +233,7 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
     h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
+    h->capacity = env->cm->capacity;
     const moe_routing *r = env->cm->routing;
     h->routing = r ? (int)r->kind : MOE_ROUTE_UNIFORM, h->routing_alpha = r ? r->alpha : 0;
     if (h->routing == MOE_ROUTE_HISTOGRAM) { /* the ranks' shares: what a replay needs of it */
@@ -285,6 +287,7 @@ dp_status planner_cost_answer(const cost_model *cm, int pp, const cost_shape *s,
         st = cost_query(cm, COMP_MOE, s, &a->moe, err);
         double routed = (double)s->mbs * s->enc_len / cm->cp / cm->tp * cm->model.experts_per_token;
         a->moe_imbalance = cost_moe_imbalance(cm, routed);
+        a->moe_dropped = cost_moe_dropped_share(cm, (double)s->mbs * s->enc_len, 0);
     }
     if (st == DP_OK) st = stage_model_cost(&sm, s, &a->stage, err);
     const mb_cost *c = &a->stage;
@@ -510,8 +513,10 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
 
 /* The simulator's configuration for a plan read from a file: its header's model, hardware, TP,
  * recompute and ZeRO give model state and links (with the what-if overrides of p). */
-dp_status planner_sim_config(const plan *pl, const char *where, const plan_request *p, cluster_spec *hw,
-                              model_spec *model, sim_config *cfg, dp_err *err)
+/* planner_sim_config's work, keeping its cost model in *keep on success (keep NULL: freed). */
+static dp_status sim_config_of(const plan *pl, const char *where, const plan_request *p,
+                               cluster_spec *hw, model_spec *model, sim_config *cfg,
+                               cost_model **keep, dp_err *err)
 {
     cost_request co = p->cost;
     if (pl->h.model[0]) co.model = pl->h.model;
@@ -523,6 +528,7 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall, co.cp_auto = pl->h.cp_auto;
     co.split = pl->h.split;
     co.ep = pl->h.ep > 1 ? pl->h.ep : 1;
+    co.capacity = pl->h.capacity;
     co.routing = pl->h.routing, co.routing_alpha = pl->h.routing_alpha;
     co.routing_shares = pl->h.routing_shares, co.routing_n_shares = pl->h.routing_n_shares;
     if (pl->h.ep > 1) co.analytic = 1; /* experts are priced analytically */
@@ -555,8 +561,35 @@ dp_status planner_sim_config(const plan *pl, const char *where, const plan_reque
                                 p->mem_limit_mb > 0 ? p->mem_limit_mb : hw->mem_limit_mb, err));
     TRY(plan_check_model(pl, &m, where, err));
     study_sim_config(&sm, hw, cfg);
+    if (keep) *keep = cm, cm = NULL;
 out:
     cost_model_free(cm);
     return st;
+}
+
+dp_status planner_sim_config(const plan *pl, const char *where, const plan_request *p, cluster_spec *hw,
+                              model_spec *model, sim_config *cfg, dp_err *err)
+{
+    return sim_config_of(pl, where, p, hw, model, cfg, NULL, err);
+}
+
+dp_status planner_replay(const plan *pl, const char *where, const plan_request *p,
+                         const sim_sink *sink, cluster_spec *hw, sim_config *cfg,
+                         study_result *res, dp_err *err)
+{
+    model_spec model;
+    cost_model *cm = NULL;
+    dp_status st = sim_config_of(pl, where, p, hw, &model, cfg, &cm, err);
+    if (st != DP_OK) return st;
+    cfg->hw = hw;
+    study_acc acc;
+    study_begin(&acc, res, cfg, sink);
+    acc.model = &model;
+    acc.cm = cm; /* a MoE's dropped copies at the plan's capacity factor */
+    acc.sched = schedule_find(pl->h.schedule);
+    for (int i = 0; i < pl->n_it && st == DP_OK; i++) st = study_add(&acc, &pl->it[i], err);
+    dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
+    cost_model_free(cm);
+    return st == DP_OK ? end : st;
 }
 

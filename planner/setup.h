@@ -37,6 +37,7 @@ typedef struct cost_answer {
     int has_moe;           /* a mixture of experts: its MoE layer's below */
     cost_layer moe;
     double moe_imbalance;  /* the busiest ep rank's load over the mean at this shape */
+    double moe_dropped;    /* the share of its routed copies dropped (--capacity-factor; 0) */
     mb_cost stage;         /* per stage: times and activation memory */
     int slowest;           /* the stage of the largest forward + backward */
     int feasible;          /* 0: the cost model cannot answer the shape (err says why) */
@@ -91,5 +92,14 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
  * (plan_check_model; where names the plan). */
 dp_status planner_sim_config(const plan *pl, const char *where, const plan_request *p, cluster_spec *hw,
                               model_spec *model, sim_config *cfg, dp_err *err);
+
+/* Simulates a plan read from a file as its header says (planner_sim_config), every iteration into
+ * res (study.h; the caller releases it), each op to sink (NULL: none); hw and cfg receive the
+ * hardware and configuration it ran on. DP_OK, or the first failure (res then holds what ran). */
+struct sim_sink;
+struct study_result;
+dp_status planner_replay(const plan *pl, const char *where, const plan_request *p,
+                         const struct sim_sink *sink, cluster_spec *hw, sim_config *cfg,
+                         struct study_result *res, dp_err *err);
 
 #endif /* PLANNER_SETUP_H */

@@ -214,6 +214,12 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     r->sim_wall_s += dp_now_s() - w0;
     r->events += ir.events;
     int64_t tokens = count_tokens(r, it);
+    for (int k = 0; a->cm && a->cm->capacity > 0 && k < it->n_mb; k++) {
+        const plan_mb *m = &it->mb[k];
+        double padded = (double)m->mbs * m->enc_len, copies = padded * a->cm->model.experts_per_token;
+        r->moe_routed += copies;
+        r->moe_dropped += copies * cost_moe_dropped_share(a->cm, padded, m->cp);
+    }
     if (r->iterations == 0 || r->model_flops > 0) /* known only while every iteration says */
         r->model_flops = it->model_flops > 0 ? r->model_flops + it->model_flops : 0;
     if (r->iterations == 0 || r->model_flops_noncausal > 0)
@@ -686,6 +692,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     study_acc acc;
     study_begin(&acc, r, &cfg, o->sink);
     acc.model = &o->cm->model;
+    acc.cm = o->cm;
     acc.sched = o->sched;
     if (o->warmup > 0 && (!o->sched || o->sched->warms_up)) /* (auto: 1F1B among its candidates) */
         acc.no_closed_form = "none: --warmup caps the warm-up it assumes";
@@ -917,6 +924,8 @@ char *study_metrics_json(const study_result *r)
     cJSON_AddNumberToObject(o, "padding_efficiency", r->padding_efficiency);
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
     cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    if (r->moe_routed > 0) /* a MoE with a capacity factor */
+        cJSON_AddNumberToObject(o, "moe_dropped_share", r->moe_dropped / r->moe_routed);
     cJSON_AddNumberToObject(o, "gpus", (double)r->gpus);
     cJSON_AddNumberToObject(o, "hours_per_billion_tokens", study_hours_for(r, 1e9));
     cJSON_AddNumberToObject(o, "gpu_hours_per_billion_tokens", study_gpu_hours_for(r, 1e9));

@@ -163,6 +163,9 @@ typedef struct study_result {
     double tflops_per_gpu, mfu;
     double model_flops_noncausal; /* the same counted non-causally (FLOPS_NONCAUSAL); 0: unknown */
     double mfu_noncausal;   /* MFU by that count: PaLM's and Megatron-LM's convention */
+    double moe_routed, moe_dropped; /* a MoE with a capacity factor: the routed copies (padded
+                             * tokens x top-k) and the expected dropped ones
+                             * (cost_moe_dropped_share per micro-batch); 0 when dropless */
     double straggler_share; /* the wait for the job's slowest GPU over a stage's compute
                              * (sim_config.straggler_share) */
     double hw_flops;        /* model_flops + the recomputed forwards' FLOPs; 0: unknown */
@@ -195,6 +198,7 @@ dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err
 typedef struct study_acc {
     study_result *r;
     const model_spec *model; /* for the hardware FLOPs (NULL: unknown) */
+    const cost_model *cm;    /* for a MoE's dropped copies (cost_moe_dropped_share; NULL: none) */
     const schedule *sched;   /* for the closed form (NULL: unknown, none printed; an iteration
                               * that names its schedule, plan_iter.schedule, takes its own) */
     const char *no_closed_form; /* non-NULL: why the schedule's closed form does not hold here

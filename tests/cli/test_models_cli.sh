@@ -93,6 +93,17 @@ expect "dpsim plan plans it on 16 H100 with --ep 8 (pp 2 x dp 8), and says ep in
 check "... whose header names ep 8" grep -Eq '"ep":[[:space:]]*8' "$TMP/moe.json"
 check "... and which sim --plan replays to its timeline" bash -c \
   "[ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/moe.json' | grep -E '^timeline hash')\" ]"
+# a capacity factor: each expert takes at most C x its even share, the rest dropped and reported
+expect "--capacity-factor 1.0 reports the routed copies dropped" 0 "routed copies dropped +[0-9]+\\.[0-9]+%" -- \
+  "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+  --iterations 1 --batching packing --capacity-factor 1.0 --routing skewed:0.3 -o "$TMP/cap.json"
+check "... which a skewed router makes above 1% (its hot experts overflow)" bash -c \
+  "grep -E 'routed copies dropped' '$TMP/out' | awk '{ exit !(\$4 + 0 > 1) }'"
+check "... the plan keeps the factor, and sim --plan replays it to its timeline and its share" bash -c \
+  "grep -Eq '\"capacity_factor\":[[:space:]]*1' '$TMP/cap.json' && '$DPSIM' sim --plan '$TMP/cap.json' >'$TMP/cap.out' && \
+   [ \"\$(grep -E '^timeline hash|routed copies dropped' '$TMP/out')\" = \"\$(grep -E '^timeline hash|routed copies dropped' '$TMP/cap.out')\" ]"
+expect "a capacity factor on a dense model is refused" 2 "--capacity-factor 1.2: llama3-8b has no experts to cap" -- \
+  "$DPSIM" sim --model llama3-8b --hw dgx-h100 --capacity-factor 1.2 --iterations 1
 expect "an --ep that does not divide the experts is refused, naming it" 2 "--ep 6 does not divide qwen3-30b-a3b's 128 experts" -- \
   "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 6 --ep 6 --iterations 1
 expect "... nor a stage's GPUs" 2 "--ep 16 does not divide a stage's 8 GPUs" -- \

@@ -249,6 +249,100 @@ static void test_one_expert_is_the_dense_layer(void **state)
     }
 }
 
+/* The share of n routed copies that experts with capacity C x n / E drop (moe_dropped_share),
+ * against a brute-force sample of the routing model (each copy drawn on its own by p_e; an
+ * expert's excess over its capacity counted): uniform and Zipf-skewed routers, Qwen3's and
+ * Mixtral's expert counts, capacity factors 1 to 2; within 5% of the sample or 0.0005 of the
+ * copies (the normal approximation's tail far above the mean); 0 when dropless; an even router drops
+ * 1 - C below 1 and nothing above; the share falls as C grows. */
+static void test_dropped_share_against_a_sample(void **state)
+{
+    (void)state;
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 23);
+    static const struct {
+        moe_route_kind kind;
+        int experts, ep, copies;
+        double alpha, capacity;
+    } cases[] = {
+        {MOE_ROUTE_UNIFORM, 128, 8, 4096 * 8, 0, 1.0},  {MOE_ROUTE_UNIFORM, 128, 8, 1024 * 8, 0, 1.25},
+        {MOE_ROUTE_UNIFORM, 8, 8, 2048 * 2, 0, 1.0},    {MOE_ROUTE_UNIFORM, 64, 1, 512 * 8, 0, 1.1},
+        {MOE_ROUTE_SKEWED, 128, 8, 2048 * 8, 0.5, 1.1}, {MOE_ROUTE_SKEWED, 8, 4, 1024 * 2, 1.0, 2.0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int E = cases[c].experts;
+        double p[MOE_EXPERTS_MAX], sum = 0, cdf[MOE_EXPERTS_MAX];
+        for (int e = 0; e < E; e++)
+            p[e] = cases[c].kind == MOE_ROUTE_SKEWED ? pow(e + 1.0, -cases[c].alpha) : 1, sum += p[e];
+        for (int e = 0; e < E; e++) cdf[e] = (e ? cdf[e - 1] : 0) + p[e] / sum;
+        moe_routing r;
+        dp_err err = {0};
+        assert_int_equal(moe_routing_init(&r, cases[c].kind, E, cases[c].ep, cases[c].alpha, NULL,
+                                          &err),
+                         DP_OK);
+        int n = cases[c].copies, trials = 200, load[MOE_EXPERTS_MAX];
+        double cap = cases[c].capacity * n / E, sampled = 0;
+        for (int t = 0; t < trials; t++) {
+            memset(load, 0, sizeof load);
+            for (int i = 0; i < n; i++) {
+                double u = gsl_rng_uniform(rng);
+                int lo = 0, hi = E - 1;
+                while (lo < hi) { /* the first expert whose cumulative share passes u */
+                    int mid = (lo + hi) / 2;
+                    if (cdf[mid] > u) hi = mid;
+                    else lo = mid + 1;
+                }
+                load[lo]++;
+            }
+            for (int e = 0; e < E; e++) sampled += fmax(0, load[e] - cap) / n;
+        }
+        sampled /= trials;
+        double got = moe_dropped_share(&r, n, cases[c].capacity);
+        if (!(fabs(got - sampled) <= fmax(0.05 * sampled, 0.0005)))
+            fail_msg("case %zu: model %.5f, sample %.5f", c, got, sampled);
+        assert_true(moe_dropped_share(&r, n, 0) == 0);
+        assert_true(moe_dropped_share(&r, n, cases[c].capacity * 1.5) <= got);
+    }
+    moe_routing even;
+    dp_err err = {0};
+    assert_int_equal(moe_routing_init(&even, MOE_ROUTE_EVEN, 64, 8, 0, NULL, &err), DP_OK);
+    assert_true(fabs(moe_dropped_share(&even, 4096, 0.75) - 0.25) < 1e-12);
+    assert_true(moe_dropped_share(&even, 4096, 1.0) == 0);
+    gsl_rng_free(rng);
+}
+
+/* A capacity factor caps the busiest rank's load at C x the mean, is refused on a dense model and
+ * when negative; a plan of Qwen3-30B-A3B at capacity 1 drops what moe_dropped_share says. */
+static void test_capacity_factor_costs(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    cost_model *cm = analytic_of(&m, 1, RECOMPUTE_NONE);
+    moe_routing skew;
+    assert_int_equal(moe_routing_init(&skew, MOE_ROUTE_SKEWED, 128, 8, 0.8, NULL, &err), DP_OK);
+    assert_int_equal(cost_model_set_moe(cm, 8, &skew, &err), DP_OK);
+    double free_imb = cost_moe_imbalance(cm, 8192);
+    assert_true(free_imb > 1.5); /* the skew: well above 1.2 */
+    assert_int_equal(cost_model_set_capacity(cm, 1.2, &err), DP_OK);
+    assert_true(fabs(cost_moe_imbalance(cm, 8192) - 1.2) < 1e-12);
+    assert_true(cost_moe_imbalance(cm, 8) <= 1.2);
+    double share = cost_moe_dropped_share(cm, 1024, 0);
+    assert_true(fabs(share - moe_dropped_share(&skew, 1024 * 8, 1.2)) < 1e-12 && share > 0.05);
+    assert_int_equal(cost_model_set_capacity(cm, -1, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "--capacity-factor");
+    assert_true(cm->capacity == 1.2); /* unchanged */
+    cost_model_free(cm);
+    const model_spec *dense = model_preset("llama3-8b");
+    cost_model *d = analytic_of(dense, 1, RECOMPUTE_NONE);
+    assert_int_equal(cost_model_set_capacity(d, 1.25, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "no experts to cap");
+    assert_int_equal(cost_model_set_capacity(d, 0, &err), DP_OK);
+    assert_true(cost_moe_dropped_share(d, 4096, 0) == 0);
+    cost_model_free(d);
+}
+
 /* DeepSeek-V3's latent attention (cost_analytic.c mla_projections): a dense layer's FLOPs written
  * out from its config's numbers (hidden 7,168, 128 heads of 192 query/key and 128 value elements,
  * query latent 1,536, key/value latent 512 with a 64-wide rotary key, dense MLP 18,432 gated), the
@@ -353,6 +447,8 @@ int main(void)
         cmocka_unit_test(test_one_expert_is_the_dense_layer),
         cmocka_unit_test(test_moe_layer_costs),
         cmocka_unit_test(test_latent_attention_flops),
+        cmocka_unit_test(test_dropped_share_against_a_sample),
+        cmocka_unit_test(test_capacity_factor_costs),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }
