@@ -12,6 +12,7 @@
 #include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
 #include "../scheduler/stage_cost.h"
+#include "engine.h"
 #include "exec_loop.h"
 #include "layer.h"
 #include "rt_mpi.h"
@@ -625,6 +626,88 @@ static void wire_unpack(const chunk_state *ch, slot *s, int kind)
     if (w.enc) memcpy(kind == KIND_ACT ? s->enc : s->denc, at, s->ne * sizeof(double));
 }
 
+/* ---- The cpu device's layer operations (engine.h rt_pass_ops) on one (micro-batch, chunk) */
+
+typedef struct cpu_pass {
+    ctx *c;
+    chunk_state *ch;
+    slot *s;
+    int full;              /* under full recompute: one layer's activations at a time */
+    rt_layer_acts scratch; /* ... in this block */
+    double *rerun_y;       /* ... and the rerun forward's output */
+    zero3_pass z;
+} cpu_pass;
+
+static rt_layer_acts *pass_acts(cpu_pass *p, int l) { return p->full ? &p->scratch : &p->s->acts[l]; }
+
+static void layer_prefetch_begin(void *v, int first)
+{
+    cpu_pass *p = v;
+    zero3_begin(p->c, p->ch, first, &p->z);
+}
+
+static void layer_prefetch(void *v, int l, int next)
+{
+    cpu_pass *p = v;
+    zero3_layer(p->c, p->ch, l, next, &p->z);
+}
+
+static void layer_keep_input(void *v, int l, const void *x)
+{
+    cpu_pass *p = v;
+    if (p->full) memcpy(p->s->ckpt + (size_t)l * p->s->nh, x, p->s->nh * sizeof(double));
+}
+
+/* The micro-batch as a layer of the chunk sees it (its sequences, the tp group, the cp map). */
+static void acts_see(cpu_pass *p, rt_layer_acts *a)
+{
+    a->enc = p->s->enc;
+    a->seqs = self_seqs(p->s, p->ch), a->enc_seqs = enc_seqs(p->s, p->ch);
+    a->tp = tp_of(p->c), a->cp = cp_of(p->s);
+}
+
+static void layer_forward(void *v, int l, const void *x, void *y)
+{
+    cpu_pass *p = v;
+    rt_layer_acts *a = pass_acts(p, l);
+    acts_see(p, a);
+    rt_layer_fwd(&p->ch->p[l], &p->ch->shape, p->s->B, p->s->S, x, y, a);
+}
+
+static void layer_rerun(void *v, int l)
+{
+    cpu_pass *p = v;
+    slot *s = p->s;
+    rt_layer_acts *a = pass_acts(p, l);
+    acts_see(p, a);
+    if (rt_layer_rerun(&p->ch->p[l], &p->ch->shape, s->B, s->S, s->recompute,
+                       p->full ? s->ckpt + (size_t)l * s->nh : NULL, p->rerun_y, a))
+        p->c->rerun[p->full ? 0 : 1] += p->c->record != RT_RECORD_OFF;
+}
+
+static void layer_backward_input(void *v, int l, const void *dy, void *dx)
+{
+    cpu_pass *p = v;
+    rt_layer_acts *a = pass_acts(p, l);
+    a->denc = p->s->denc; /* every decoder layer adds its encoder-output gradient */
+    rt_layer_bwd_input(&p->ch->p[l], &p->ch->g[l], &p->ch->shape, p->s->B, p->s->S, dy, dx, a);
+}
+
+static void layer_backward_weight(void *v, int l)
+{
+    cpu_pass *p = v;
+    rt_layer_bwd_weight(&p->ch->g[l], &p->ch->shape, p->s->B, p->s->S, pass_acts(p, l));
+}
+
+static void layer_copy(void *v, void *dst, const void *src)
+{
+    memcpy(dst, src, ((cpu_pass *)v)->s->nh * sizeof(double));
+}
+
+static const rt_pass_ops CPU_PASS = {layer_prefetch_begin, layer_prefetch, layer_keep_input,
+                                     layer_forward, layer_rerun, layer_backward_input,
+                                     layer_backward_weight, layer_copy};
+
 static void do_forward(ctx *c, const plan_instr *x, slot *s)
 {
     chunk_state *ch = &c->ch[x->chunk];
@@ -636,33 +719,17 @@ static void do_forward(ctx *c, const plan_instr *x, slot *s)
         wire_unpack(ch, s, KIND_ACT);
     if (ch->place.first_decoder) /* its input is the target embedding (the encoder output came in) */
         rt_fill(s->in, s->nh, (unsigned)(x->mb * 977 + c->iteration), 1.0);
-    int full = s->recompute == RECOMPUTE_FULL;
-    if (full && !s->ckpt) s->ckpt = pool_get(c, (size_t)ch->layers * s->nh);
-    if (!full && !s->acts) {
+    cpu_pass p = {.c = c, .ch = ch, .s = s, .full = s->recompute == RECOMPUTE_FULL};
+    if (p.full && !s->ckpt) s->ckpt = pool_get(c, (size_t)ch->layers * s->nh);
+    if (!p.full && !s->acts) {
         s->acts = xcalloc(c, (size_t)ch->layers, sizeof *s->acts);
         size_t na = rt_layer_acts_doubles(&ch->shape, s->B, s->S, s->Se);
         for (int l = 0; l < ch->layers; l++)
             rt_layer_acts_bind(&s->acts[l], &ch->shape, s->B, s->S, s->Se, pool_get(c, na));
     }
-    rt_layer_acts scratch; /* full recompute: one layer's activations at a time, dropped after */
-    if (full) scratch_open(c, s, ch, &scratch);
-    double *cur = s->in, *tmp = pool_get(c, s->nh);
-    zero3_pass z;
-    zero3_begin(c, ch, 0, &z);
-    for (int l = 0; l < ch->layers; l++) {
-        double *dst = l % 2 == 0 ? tmp : s->out;
-        rt_layer_acts *a = full ? &scratch : &s->acts[l];
-        zero3_layer(c, ch, l, l + 1, &z);
-        if (full) memcpy(s->ckpt + (size_t)l * s->nh, cur, s->nh * sizeof(double));
-        a->enc = s->enc;
-        a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
-        a->tp = tp_of(c), a->cp = cp_of(s);
-        rt_layer_fwd(&ch->p[l], &ch->shape, s->B, s->S, cur, dst, a);
-        cur = dst;
-    }
-    if (cur != s->out) memcpy(s->out, cur, s->nh * sizeof(double));
-    pool_put(c, tmp, s->nh);
-    if (full) scratch_close(c, s, ch, &scratch);
+    if (p.full) scratch_open(c, s, ch, &p.scratch); /* one layer's activations at a time */
+    rt_pass_forward(&CPU_PASS, &p, ch->layers, s->in, s->out, s->din, s->dout); /* (scratch) */
+    if (p.full) scratch_close(c, s, ch, &p.scratch);
     if (ch->place.head) { /* LM head (tied embedding, split by vocabulary under TP) and loss */
         size_t nv = (size_t)n * c->vocab_local;
         const double *head_in = s->out;
@@ -697,39 +764,18 @@ static void do_backward(ctx *c, const plan_instr *x, slot *s, int weights)
     }
     /* pm_recompute: selective reruns each layer's attention core before its backward; full its
      * whole forward from the saved input, then its gradients, so that one layer's activations
-     * exist at a time */
-    int full = s->recompute == RECOMPUTE_FULL;
-    rt_layer_acts scratch;
-    double *rerun_y = NULL;
-    if (full) scratch_open(c, s, ch, &scratch), rerun_y = pool_get(c, s->nh);
-    double *cur = s->dout, *tmp = pool_get(c, s->nh);
-    zero3_pass z;
-    zero3_begin(c, ch, ch->layers - 1, &z);
-    for (int l = ch->layers - 1; l >= 0; l--) {
-        double *dst = (ch->layers - 1 - l) % 2 == 0 ? tmp : s->din;
-        rt_layer_acts *a = full ? &scratch : &s->acts[l];
-        zero3_layer(c, ch, l, l - 1, &z);
-        if (full) a->enc = s->enc, a->seqs = self_seqs(s, ch), a->enc_seqs = enc_seqs(s, ch);
-        a->tp = tp_of(c), a->cp = cp_of(s);
-        if (rt_layer_rerun(&ch->p[l], &ch->shape, s->B, s->S, s->recompute,
-                           full ? s->ckpt + (size_t)l * s->nh : NULL, rerun_y, a))
-            c->rerun[full ? 0 : 1] += c->record != RT_RECORD_OFF;
-        a->denc = s->denc; /* every decoder layer adds its encoder-output gradient */
-        rt_layer_bwd_input(&ch->p[l], &ch->g[l], &ch->shape, s->B, s->S, cur, dst, a);
-        if (weights) rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, a);
-        cur = dst;
-    }
-    if (cur != s->din) memcpy(s->din, cur, s->nh * sizeof(double));
-    pool_put(c, tmp, s->nh);
-    if (full) scratch_close(c, s, ch, &scratch), pool_put(c, rerun_y, s->nh);
+     * exist at a time (in is scratch by now: the inputs are kept in acts or ckpt) */
+    cpu_pass p = {.c = c, .ch = ch, .s = s, .full = s->recompute == RECOMPUTE_FULL};
+    if (p.full) scratch_open(c, s, ch, &p.scratch), p.rerun_y = pool_get(c, s->nh);
+    rt_pass_backward(&CPU_PASS, &p, ch->layers, weights, s->dout, s->din, s->in);
+    if (p.full) scratch_close(c, s, ch, &p.scratch), pool_put(c, p.rerun_y, s->nh);
 }
 
 /* A W: the weight gradients its B left (a split rank). */
 static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
 {
-    chunk_state *ch = &c->ch[x->chunk];
-    for (int l = ch->layers - 1; l >= 0; l--)
-        rt_layer_bwd_weight(&ch->g[l], &ch->shape, s->B, s->S, &s->acts[l]);
+    cpu_pass p = {.c = c, .ch = &c->ch[x->chunk], .s = s};
+    rt_pass_weights(&CPU_PASS, &p, p.ch->layers);
 }
 
 /* Packs what a send carries into its wire buffer. */
@@ -971,25 +1017,13 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     c.ch = xcalloc(&c, (size_t)c.chunks, sizeof *c.ch);
     for (int k = 0; k < c.chunks; k++) {
         int v = placement_vstage((placement_kind)pl->h.placement, c.stage, k, c.pp);
-        stage_placement place = placement_stage(m, &pl->h.split, v, c.nv);
+        rt_chunk_plan chunk = rt_chunk_plan_of(&pl->h, m, v);
         chunk_state *ch = &c.ch[k];
-        ch->place = place;
-        /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention. */
-        rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
-                                                 : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
-        /* this tp rank's share of each layer (a MoE layer's experts over ep of the tp ranks) */
-        ch->shape = rt_layer_shape_tp(&whole, tp, rt_plan_ep(&pl->h));
-        ch->shape.cp = cp;                          /* ... on its share of the tokens */
-        ch->layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
+        ch->place = chunk.place, ch->shape = chunk.shape, ch->layers = chunk.layers;
         ch->p = xcalloc(&c, (size_t)ch->layers, sizeof *ch->p);
         ch->g = xcalloc(&c, (size_t)ch->layers, sizeof *ch->g);
-        rt_layer_params full; /* the whole layer as tp 1 initialises it, of which this rank
-                               * takes its share: every layout trains the same numbers */
-        if (rt_layer_params_alloc(&full, &whole) != 0) die(&c, "out of host memory");
-        rt_layer_params mine;
-        size_t count = rt_layer_params_bind(&mine, &ch->shape, NULL); /* a layer's, here */
-        ch->shard = c.zero ? rt_zero_shard(count, c.zranks) : 0;
-        size_t block = c.zero ? ch->shard * (size_t)c.zranks : count; /* ZeRO: whole shards */
+        ch->shard = c.zero ? rt_zero_shard(chunk.count, c.zranks) : 0;
+        size_t block = c.zero ? ch->shard * (size_t)c.zranks : chunk.count; /* ZeRO: whole shards */
         if (c.zero) {
             ch->ps = xcalloc(&c, (size_t)ch->layers, sizeof *ch->ps);
             ch->gs = xcalloc(&c, (size_t)ch->layers, sizeof *ch->gs);
@@ -998,21 +1032,19 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             double *pb = xcalloc(&c, block, sizeof *pb), *gb = xcalloc(&c, block, sizeof *gb);
             rt_layer_params_bind(&ch->p[l], &ch->shape, pb), ch->p[l].block = pb;
             rt_layer_params_bind(&ch->g[l], &ch->shape, gb), ch->g[l].block = gb;
-            rt_layer_params_init(&full, &whole, rt_layer_seed(&ch->place, l));
-            rt_layer_params_shard(&whole, full.block, tp, rt_plan_ep(&pl->h), c.tp_rank,
-                                  ch->p[l].block);
+            if (rt_chunk_layer_params(&chunk, &pl->h, c.tp_rank, l, pb) != 0)
+                die(&c, "out of host memory");
             if (c.zero) { /* this rank's shard of the parameters; its gradients' */
                 ch->ps[l] = xcalloc(&c, ch->shard, sizeof(double));
                 ch->gs[l] = xcalloc(&c, ch->shard, sizeof(double));
                 memcpy(ch->ps[l], pb + (size_t)c.zrank * ch->shard, ch->shard * sizeof(double));
             }
         }
-        rt_layer_params_free(&full);
         if (ch->place.head) { /* under TP this rank's rows of the vocabulary */
             size_t rows = (size_t)c.vocab_local * m->hidden;
             c.emb = xcalloc(&c, rows, sizeof(double));
             c.demb = xcalloc(&c, rows, sizeof(double));
-            rt_fill_at(c.emb, rows, (size_t)c.tp_rank * rows, 99, 0.04);
+            rt_embedding_rows(c.emb, rows, c.tp_rank);
         }
     }
     c.drives = xcalloc(&c, (size_t)c.pp, 1);

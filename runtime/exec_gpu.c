@@ -49,6 +49,7 @@
 #include "../models/placement.h"
 #include "../scheduler/plan_machine.h"
 #include "cuda/layer_cuda.h"
+#include "engine.h"
 #include "exec_loop.h"
 #include "layer.h"
 #include "rt_mpi.h"
@@ -509,6 +510,72 @@ static void fill_input(const gctx *c, rt_cuda *g, gslot *s, unsigned seed)
     }
 }
 
+/* ---- The cuda device's layer operations (engine.h rt_pass_ops) on one (micro-batch, chunk), each
+ * enqueued on the stage's stream g */
+
+typedef struct gpu_pass {
+    gctx *c;
+    rt_cuda *g;
+    const gchunk *ch;
+    gslot *s;
+} gpu_pass;
+
+static void layer_prefetch_begin(void *v, int first)
+{
+    gpu_pass *p = v;
+    zero3_begin(p->c, p->g, p->ch, first);
+}
+
+static void layer_prefetch(void *v, int l, int next)
+{
+    gpu_pass *p = v;
+    zero3_layer(p->c, p->g, p->ch, l, next);
+}
+
+static void layer_keep_input(void *v, int l, const void *x)
+{
+    gpu_pass *p = v;
+    if (p->s->ckpt) rt_cuda_copy(p->g, ckpt_at(p->c, p->s, l), x, p->s->nh * p->c->eb);
+}
+
+static void layer_forward(void *v, int l, const void *x, void *y)
+{
+    gpu_pass *p = v;
+    rt_cuda_layer_fwd(p->g, &p->ch->p[l], &p->s->mb, x, y, acts_at(p->s, l), p->s->enc);
+}
+
+static void layer_rerun(void *v, int l)
+{
+    gpu_pass *p = v;
+    gslot *s = p->s;
+    if (rt_cuda_layer_rerun(p->g, &p->ch->p[l], &s->mb, s->recompute,
+                            s->ckpt ? ckpt_at(p->c, s, l) : NULL, s->rerun, acts_at(s, l), s->enc))
+        p->c->rerun[s->ckpt ? 0 : 1] += p->c->recording;
+}
+
+static void layer_backward_input(void *v, int l, const void *dy, void *dx)
+{
+    gpu_pass *p = v;
+    rt_cuda_layer_bwd_input(p->g, &p->ch->p[l], &p->ch->g[l], &p->s->mb, dy, dx, acts_at(p->s, l),
+                            p->s->denc);
+}
+
+static void layer_backward_weight(void *v, int l)
+{
+    gpu_pass *p = v;
+    rt_cuda_layer_bwd_weight(p->g, &p->ch->g[l], &p->s->mb, acts_at(p->s, l), p->s->enc);
+}
+
+static void layer_copy(void *v, void *dst, const void *src)
+{
+    gpu_pass *p = v;
+    rt_cuda_copy(p->g, dst, src, p->s->nh * p->c->eb);
+}
+
+static const rt_pass_ops GPU_PASS = {layer_prefetch_begin, layer_prefetch, layer_keep_input,
+                                     layer_forward, layer_rerun, layer_backward_input,
+                                     layer_backward_weight, layer_copy};
+
 static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int iteration)
 {
     if (ch->place.first_decoder) /* the target embedding; the encoder output has arrived in enc */
@@ -517,16 +584,8 @@ static void forward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int mb, int
         fill_input(c, g, s, (unsigned)(mb * 131 + iteration));
     else if (packed(ch, KIND_ACT, 0))
         unpack(g, s, KIND_ACT, s->in, s->enc, c->eb);
-    const void *cur = s->in;
-    zero3_begin(c, g, ch, 0);
-    for (int l = 0; l < ch->layers; l++) {
-        void *dst = l == ch->layers - 1 ? s->out : l % 2 == 0 ? s->din : s->dout; /* scratch */
-        zero3_layer(c, g, ch, l, l + 1);
-        if (s->ckpt) rt_cuda_copy(g, ckpt_at(c, s, l), cur, s->nh * c->eb);
-        rt_cuda_layer_fwd(g, &ch->p[l], &s->mb, cur, dst, acts_at(s, l), s->enc);
-        cur = dst;
-    }
-    if (ch->layers == 0) rt_cuda_copy(g, s->out, s->in, s->nh * c->eb);
+    gpu_pass p = {c, g, ch, s};
+    rt_pass_forward(&GPU_PASS, &p, ch->layers, s->in, s->out, s->din, s->dout); /* (scratch) */
     if (ch->place.head) { /* the tied embedding, split by vocabulary under TP, and the loss */
         if (s->head_in) /* SP: the head reads every token (of this cp rank) */
             c->tpg.allgather(c->tpg.ctx, g, s->out, s->head_in, s->nh, rt_elem_act(c->dt));
@@ -548,30 +607,19 @@ static void backward(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s, int weight
     } else if (packed(ch, KIND_GRAD, 0)) {
         unpack(g, s, KIND_GRAD, s->dout, s->denc, c->eb);
     }
-    /* ping-pong between din and in (the layer inputs are kept in acts or ckpt, so in is scratch
-     * by now), ending in din at layer 0; every decoder layer adds its encoder-output gradient to
-     * denc. pm_recompute: selective reruns each layer's attention cores before its backward; full
-     * its forward from the kept input, then its gradients, one layer's activations at a time */
-    const void *cur = s->dout;
-    zero3_begin(c, g, ch, ch->layers - 1);
-    for (int l = ch->layers - 1; l >= 0; l--) {
-        void *dst = l % 2 == 0 ? s->din : s->in;
-        zero3_layer(c, g, ch, l, l - 1);
-        if (rt_cuda_layer_rerun(g, &ch->p[l], &s->mb, s->recompute, s->ckpt ? ckpt_at(c, s, l) : NULL,
-                                s->rerun, acts_at(s, l), s->enc))
-            c->rerun[s->ckpt ? 0 : 1] += c->recording;
-        rt_cuda_layer_bwd_input(g, &ch->p[l], &ch->g[l], &s->mb, cur, dst, acts_at(s, l), s->denc);
-        if (weights) rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
-        cur = dst;
-    }
-    if (ch->layers == 0) rt_cuda_copy(g, s->din, s->dout, s->nh * c->eb);
+    /* in is scratch by now (the layer inputs are kept in acts or ckpt); every decoder layer adds
+     * its encoder-output gradient to denc. pm_recompute: selective reruns each layer's attention
+     * cores before its backward; full its forward from the kept input, then its gradients, one
+     * layer's activations at a time */
+    gpu_pass p = {c, g, ch, s};
+    rt_pass_backward(&GPU_PASS, &p, ch->layers, weights, s->dout, s->din, s->in);
     if (packed(ch, KIND_GRAD, 1)) pack(g, s, KIND_GRAD, s->din, s->denc, c->eb);
 }
 
-static void backward_weight(rt_cuda *g, const gchunk *ch, gslot *s)
+static void backward_weight(gctx *c, rt_cuda *g, const gchunk *ch, gslot *s)
 {
-    for (int l = ch->layers - 1; l >= 0; l--)
-        rt_cuda_layer_bwd_weight(g, &ch->g[l], &s->mb, acts_at(s, l), s->enc);
+    gpu_pass p = {c, g, ch, s};
+    rt_pass_weights(&GPU_PASS, &p, ch->layers);
 }
 
 /* A transfer with a stage of another rank: the link stream waits for the stage to reach the
@@ -695,7 +743,7 @@ static int gpu_backward(void *vc, const pm_step *s, int weights)
 static int gpu_weights(void *vc, const pm_step *s)
 {
     gctx *c = vc;
-    backward_weight(c->stream[s->stage], &c->ch[s->v], gslot_at(c, s));
+    backward_weight(c, c->stream[s->stage], &c->ch[s->v], gslot_at(c, s));
     return 0;
 }
 
@@ -998,33 +1046,21 @@ static dp_status setup(gctx *c, const model_spec *m)
     for (int v = 0; v < c->nv; v++) {
         if (!drives(c, stage_of_v(c, v))) continue;
         gchunk *ch = &c->ch[v];
-        stage_placement place = placement_stage(m, &c->o->pl->h.split, v, c->nv);
-        ch->place = place;
+        rt_chunk_plan chunk = rt_chunk_plan_of(&c->o->pl->h, m, v); /* engine.h: as exec.c's */
+        ch->place = chunk.place, ch->shape = chunk.shape;
         has_last |= ch->place.head;
-        /* GPT: causal layers; T5 encoder: bidirectional; T5 decoder: causal + cross-attention */
-        rt_layer_shape whole = rt_layer_shape_of(m, ch->place.decoder ? RT_LAYER_DECODER
-                                                 : m->arch == ARCH_T5 ? RT_LAYER_ENCODER : RT_LAYER_GPT);
-        ch->shape = rt_layer_shape_tp(&whole, c->tp, 1); /* this tp rank's share of each layer */
-        ch->shape.cp = c->cp;                          /* ... on its share of the tokens */
-        int layers = ch->place.decoder ? place.dec_layers : place.enc_layers;
+        int layers = chunk.layers;
         ch->p = calloc((size_t)layers + 1, sizeof *ch->p);
         ch->g = calloc((size_t)layers + 1, sizeof *ch->g);
         if (!ch->p || !ch->g) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
         ch->layers = layers; /* teardown frees this many */
-        rt_layer_params unused;
-        size_t count = rt_layer_params_bind(&unused, &ch->shape, NULL); /* a layer's, here */
+        size_t count = chunk.count; /* a layer's, here */
         for (int l = 0; l < layers; l++) {
-            /* the whole layer as tp 1 initialises it, of which this rank takes its share (exec.c):
-             * every layout trains the same numbers */
-            rt_layer_params full;
             double *mine = malloc(count * sizeof *mine);
-            if (!mine || rt_layer_params_alloc(&full, &whole) != 0) {
+            if (!mine || rt_chunk_layer_params(&chunk, &c->o->pl->h, c->tp_rank, l, mine) != 0) {
                 free(mine);
                 return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
             }
-            rt_layer_params_init(&full, &whole, rt_layer_seed(&ch->place, l));
-            rt_layer_params_shard(&whole, full.block, c->tp, 1, c->tp_rank, mine);
-            rt_layer_params_free(&full);
             rt_cuda_layer d = {ch->shape, c->dt, NULL, count, tp_of(c), cp_of(c)};
             ch->p[l] = ch->g[l] = d;
             size_t zr = (size_t)c->zranks;
@@ -1050,7 +1086,7 @@ static dp_status setup(gctx *c, const model_spec *m)
         size_t ne = (size_t)c->vocab_local * m->hidden;
         double *host = malloc(ne * sizeof *host);
         if (!host) return dp_fail(c->err, DP_ERR_NOMEM, "out of host memory");
-        rt_fill_at(host, ne, (size_t)c->tp_rank * ne, 99, 0.04);
+        rt_embedding_rows(host, ne, c->tp_rank);
         st = upload_params(c, g0, host, ne, ne, &c->emb, &c->demb);
         free(host);
         if (st != DP_OK) return st;
