@@ -59,18 +59,13 @@ fi
 plan epdp --pp 1 --dp 2 --ep 2
 expect "ep over replicas (tp 1) is refused: dprun folds ep over the tp group" 1 "ep must divide tp" -- \
   timeout 60 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/epdp.json" --out "$TMP/refused.csv"
-sed 's/"moe_ffn_hidden_size": 96}/"moe_ffn_hidden_size": 96, "moe_shared_expert_intermediate_size": 64}/' \
-  "$MOE" >"$TMP/shared.json"
-"$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 --batching packing --max-seqlen 128 \
-  --model "$TMP/shared.json" --pp 1 -o "$TMP/shared_plan.json" >/dev/null 2>&1
-expect "a shared expert is refused by its field" 1 "moe_shared_expert_intermediate_size" -- \
-  timeout 60 $MPIRUN -np 1 "$DPRUN" --plan "$TMP/shared_plan.json" --out "$TMP/refused.csv"
-sed 's/"moe_ffn_hidden_size": 96}/"moe_ffn_hidden_size": 96, "moe_first_dense_layers": 1}/' \
-  "$MOE" >"$TMP/dense1.json"
-"$DPSIM" plan --hw cpu --analytic --global-tokens 512 --iterations 1 --batching packing --max-seqlen 128 \
-  --model "$TMP/dense1.json" --pp 1 -o "$TMP/dense1_plan.json" >/dev/null 2>&1
-expect "dense first layers are refused by their field" 1 "moe_first_dense_layers" -- \
-  timeout 60 $MPIRUN -np 1 "$DPRUN" --plan "$TMP/dense1_plan.json" --out "$TMP/refused.csv"
+refused_field() { # DESC FIELD VALUE: the tiny MoE with FIELD set, planned; dprun refuses it by FIELD
+  sed "s/\"moe_ffn_hidden_size\": 96}/\"moe_ffn_hidden_size\": 96, \"$2\": $3}/" "$MOE" >"$TMP/$2.json"
+  plan "$2_plan" --pp 1 --model "$TMP/$2.json"
+  expect "$1" 1 "$2" -- timeout 60 $MPIRUN -np 1 "$DPRUN" --plan "$TMP/$2_plan.json" --out "$TMP/refused.csv"
+}
+refused_field "a shared expert is refused by its field" moe_shared_expert_intermediate_size 64
+refused_field "dense first layers are refused by their field" moe_first_dense_layers 1
 expect "dprun profile refuses a MoE model (a measured profile holds dense layers)" 1 "dprun profile has no expert layers" -- \
   "$DPRUN" profile --model "$MOE" --out "$TMP/moe_profile.csv"
 expect "the cuda backend refuses a MoE plan, naming --backend cpu" 1 "backend cpu" -- \

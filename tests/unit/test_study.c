@@ -1285,6 +1285,16 @@ static void test_tune_cp_list(void **state)
     }
 }
 
+/* A space of 16 GPUs, 8 a node, 16 layers: packing under 1F1B. */
+static tune_space packing_1f1b_space(void)
+{
+    tune_space sp;
+    tune_space_default(&sp, 16, 8, 16, 0);
+    sp.batchings[sp.n_batchings++] = "packing";
+    sp.schedules[sp.n_schedules++] = "1f1b";
+    return sp;
+}
+
 /* tune --precision's list: known names, distinct, at most TUNE_MAX_PRECISION; each point of a
  * space of two precisions is there once per precision, the rest of it the same. */
 static void test_tune_precision_list(void **state)
@@ -1300,10 +1310,7 @@ static void test_tune_precision_list(void **state)
         assert_int_equal(tune_parse_precision_list(bad[i], precs, &n, why, sizeof why), -1);
         assert_true(strstr(why, "--precision") != NULL);
     }
-    tune_space sp;
-    tune_space_default(&sp, 16, 8, 16, 0);
-    sp.batchings[sp.n_batchings++] = "packing";
-    sp.schedules[sp.n_schedules++] = "1f1b";
+    tune_space sp = packing_1f1b_space();
     tune_point *one, *two;
     long n1 = tune_points(&sp, &one);
     sp.precisions[sp.n_precisions++] = PRECISION_FP8;
@@ -1342,10 +1349,7 @@ static void test_tune_ep_list(void **state)
         assert_int_equal(tune_parse_ep_list(bad[i], eps, &n, why, sizeof why), -1);
         assert_true(strstr(why, "--ep") != NULL);
     }
-    tune_space sp;
-    tune_space_default(&sp, 16, 8, 16, 0);
-    sp.batchings[sp.n_batchings++] = "packing";
-    sp.schedules[sp.n_schedules++] = "1f1b";
+    tune_space sp = packing_1f1b_space();
     tune_point *one, *two;
     long n1 = tune_points(&sp, &one);
     sp.eps[sp.n_eps++] = 4;
