@@ -298,8 +298,10 @@ dp_status rt_check_tp(const model_spec *m, int tp, const char *where, dp_err *er
 dp_status rt_check_moe(const model_spec *m, int ep, int tp, int on_gpu, const char *where, dp_err *err)
 {
     if (!model_is_moe(m)) return DP_OK;
-    const char *missing = on_gpu ? "the cuda backend (it has no expert layers; --backend cpu runs them)"
-                          : m->arch != ARCH_GPT ? "an encoder-decoder"
+    if (on_gpu)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: %s is a mixture of experts, and the cuda "
+                       "backend has no expert layers\nhint: --backend cpu runs it", where, m->name);
+    const char *missing = m->arch != ARCH_GPT ? "encoder-decoder layers"
                           : m->kv_lora > 0 ? "latent attention (kv_lora_rank)"
                           : m->shared_ffn > 0 ? "a shared expert (moe_shared_expert_intermediate_size)"
                           : m->moe_first > 0 || m->moe_freq > 1 ? "dense layers between the MoE ones "
@@ -308,9 +310,10 @@ dp_status rt_check_moe(const model_spec *m, int ep, int tp, int on_gpu, const ch
                           : m->expert_bias ? "biases on the experts (moe_expert_bias)"
                           : NULL;
     if (missing)
-        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: %s is a mixture of experts, and dprun runs one "
-                       "whose every layer routes to its experts alone, with no %s\nhint: dpsim sim "
-                       "--analytic plans and simulates it", where, m->name, missing);
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: %s is a mixture of experts with %s, which "
+                       "dprun does not run: it runs one whose every layer is a GPT-kind layer routing "
+                       "to its experts alone\nhint: dpsim sim --analytic plans and simulates it",
+                       where, m->name, missing);
     if (ep > 1 && (tp % ep || m->experts % ep))
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: ep %d, and dprun folds expert parallelism over "
                        "the tensor-parallel group: ep must divide tp (%d) and the %d experts\nhint: "

@@ -607,11 +607,18 @@ typedef struct moe_pass {
 } moe_pass;
 
 /* Token t's j-th expert and gate in a->route (RT_A_ROUTE: k indices, then k gates). */
-static int route_expert(const double *route, int k, int t, int j) { return (int)route[(size_t)t * 2 * k + j]; }
-static double route_gate(const double *route, int k, int t, int j) { return route[(size_t)t * 2 * k + k + j]; }
+static int route_expert(const double *route, int k, int t, int j)
+{
+    return (int)route[(size_t)t * 2 * k + j];
+}
+static double route_gate(const double *route, int k, int t, int j)
+{
+    return route[(size_t)t * 2 * k + k + j];
+}
 
 /* The copies this rank's experts run, from the saved routing; moe_pass_free releases them. */
-static void moe_pass_init(moe_pass *m, const rt_layer_shape *s, const rt_tp *tp, int n, const double *route)
+static void moe_pass_init(moe_pass *m, const rt_layer_shape *s, const rt_tp *tp, int n,
+                          const double *route)
 {
     m->experts = s->experts, m->k = s->topk, m->el = rt_layer_local_experts(s);
     m->er = 0, m->t0 = 0, m->t1 = n;
@@ -630,7 +637,8 @@ static void moe_pass_init(moe_pass *m, const rt_layer_shape *s, const rt_tp *tp,
         m->start[e] = c;
         for (int t = m->t0; t < m->t1; t++)
             for (int j = 0; j < m->k; j++)
-                if (route_expert(route, m->k, t, j) == m->er * m->el + e) m->tok[c] = t, m->slot[c++] = j;
+                if (route_expert(route, m->k, t, j) == m->er * m->el + e)
+                    m->tok[c] = t, m->slot[c++] = j;
     }
     m->start[m->el] = c;
 }
@@ -640,7 +648,8 @@ static void moe_pass_free(moe_pass *m) { free(m->tok), free(m->slot), free(m->st
 /* The rows of x (h wide) of copies c0 .. c1 - 1 of the pass, gathered into xe. */
 static void gather_copies(const moe_pass *m, const double *x, int h, int c0, int c1, double *xe)
 {
-    for (int c = c0; c < c1; c++) memcpy(xe + (size_t)(c - c0) * h, x + (size_t)m->tok[c] * h, (size_t)h * sizeof *xe);
+    for (int c = c0; c < c1; c++)
+        memcpy(xe + (size_t)(c - c0) * h, x + (size_t)m->tok[c] * h, (size_t)h * sizeof *xe);
 }
 
 /* The router on the group's tokens: each token's k largest logits (ties to the lower expert),
@@ -717,12 +726,14 @@ static void moe_bwd_input(const rt_layer_params *p, const rt_layer_shape *s, con
     memset(dh2, 0, (size_t)n * h * sizeof *dh2);
     memset(a->d_logits, 0, (size_t)n * E * sizeof *a->d_logits);
     double *dgate = calloc((size_t)rows * k + 1, sizeof *dgate);
-    double *tf = malloc(((size_t)rows * k * f + 1) * sizeof *tf);
-    double *th = malloc(((size_t)rows * k * h + 1) * sizeof *th);
+    /* scratch for one expert's copies: at most the group's tokens (a token's k are distinct) */
+    double *tf = malloc(((size_t)rows * f + 1) * sizeof *tf);
+    double *th = malloc(((size_t)rows * h + 1) * sizeof *th);
     if (!dgate || !tf || !th) abort();
     for (int c = 0; c < m.start[m.el]; c++) { /* d(gated output) = gate dy; d(gate) = dy . output */
         const double *dy = a->d_y + (size_t)m.tok[c] * h, *o = a->oe + (size_t)c * h;
-        double gate = route_gate(a->route, k, m.tok[c], m.slot[c]), dot = 0, *d = a->d_oe + (size_t)c * h;
+        double gate = route_gate(a->route, k, m.tok[c], m.slot[c]), dot = 0;
+        double *d = a->d_oe + (size_t)c * h;
         for (int i = 0; i < h; i++) d[i] = gate * dy[i], dot += dy[i] * o[i];
         dgate[(size_t)(m.tok[c] - m.t0) * k + m.slot[c]] = dot;
     }
@@ -754,18 +765,20 @@ static void moe_bwd_input(const rt_layer_params *p, const rt_layer_shape *s, con
 }
 
 /* Weight gradients: each expert's W1 and W2 over its copies, the router's over the group's tokens. */
-static void moe_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int n, const rt_layer_acts *a)
+static void moe_bwd_weight(rt_layer_params *grad, const rt_layer_shape *s, int n,
+                           const rt_layer_acts *a)
 {
     int h = s->hidden, f = s->ffn, f1 = 2 * f;
     moe_pass m;
     moe_pass_init(&m, s, a->tp, n, a->route);
-    double *xe = malloc(((size_t)(m.t1 - m.t0) * m.k * h + 1) * sizeof *xe);
+    double *xe = malloc(((size_t)(m.t1 - m.t0) * h + 1) * sizeof *xe);
     if (!xe) abort();
     for (int e = 0; e < m.el; e++) {
         int c0 = m.start[e], ne = m.start[e + 1] - c0;
         if (!ne) continue;
         gather_copies(&m, a->h2, h, c0, c0 + ne, xe);
-        rt_linear_bwd_weight(xe, a->d_u + (size_t)c0 * f1, grad->w1 + (size_t)e * h * f1, NULL, ne, h, f1);
+        rt_linear_bwd_weight(xe, a->d_u + (size_t)c0 * f1, grad->w1 + (size_t)e * h * f1, NULL, ne,
+                             h, f1);
         rt_linear_bwd_weight(a->g + (size_t)c0 * f, a->d_oe + (size_t)c0 * h,
                              grad->w2 + (size_t)e * f * h, NULL, ne, f, h);
     }
