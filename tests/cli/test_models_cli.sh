@@ -93,6 +93,9 @@ expect "dpsim plan plans it on 16 H100 with --ep 8 (pp 2 x dp 8), and says ep in
 check "... whose header names ep 8" grep -Eq '"ep":[[:space:]]*8' "$TMP/moe.json"
 check "... and which sim --plan replays to its timeline" bash -c \
   "[ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/moe.json' | grep -E '^timeline hash')\" ]"
+sed 's/"moe_router_topk": 2/"moe_router_topk": 9/' tests/cli/golden/moe_tiny.json >"$TMP/topk9.json"
+expect "a top-k above the expert count is refused, naming the field and its range" 1 "field \"moe_router_topk\" is 9, must be in \\[1, 8\\]" -- \
+  "$DPSIM" models --show "$TMP/topk9.json"
 # a capacity factor: each expert takes at most C x its even share, the rest dropped and reported
 expect "--capacity-factor 1.0 reports the routed copies dropped" 0 "routed copies dropped +[0-9]+\\.[0-9]+%" -- \
   "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
