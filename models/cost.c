@@ -148,13 +148,31 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err)
     return DP_OK;
 }
 
-double cost_moe_param_mb(const model_spec *m, int tp, int ep)
+double cost_moe_param_mb(const model_spec *m, int tp, int ep, int etp)
 {
     if (!model_is_moe(m)) return 0;
     int64_t split, whole, expert;
     model_moe_layer_parts(m, &split, &whole, &expert);
     double experts_here = m->experts / (ep > 0 ? ep : 1);
-    return 2.0 * ((double)(split + whole) / tp + (double)expert * experts_here) / 1e6;
+    return 2.0 * ((double)(split + whole) / tp + (double)expert * experts_here / (etp > 1 ? etp : 1)) /
+           1e6;
+}
+
+dp_status cost_model_set_etp(cost_model *cm, int etp, dp_err *err)
+{
+    const model_spec *m = &cm->model;
+    if (etp < 1)
+        return dp_fail(err, DP_ERR_INVALID, "--etp %d: a degree of 1 or more", etp);
+    if (etp > 1 && !model_is_moe(m))
+        return dp_fail(err, DP_ERR_INVALID, "--etp %d: %s has no experts to split", etp, m->name);
+    if (etp > 1 && m->expert_ffn % etp)
+        return dp_fail(err, DP_ERR_INVALID, "--etp %d does not divide %s's expert width %d (each "
+                       "GPU holds an equal share of every expert's MLP)", etp, m->name, m->expert_ffn);
+    int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1;
+    cm->etp = etp;
+    cm->etp_group = comm_group_flat(etp, etp > node); /* consecutive GPUs: cost_model_place_ep */
+    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, cm->tp, cm->ep, etp);
+    return DP_OK;
 }
 
 dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, dp_err *err)
@@ -185,33 +203,41 @@ dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing,
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     cm->ep = ep;
     *cm->routing = r;
-    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, cm->tp, ep);
+    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, cm->tp, ep, cm->etp);
     cm->ep_group = comm_group_flat(ep, ep > node); /* consecutive GPUs: cost_model_place_ep */
     for (int i = 0; i < COST_MOE_IMB_POINTS; i++)
         cm->moe_imb[i] = ep > 1 ? moe_imbalance(&r, pow(2, i / 4.0) * ep) : 1;
     return DP_OK;
 }
 
-void cost_model_place_ep(cost_model *cm, const mesh *layout)
+/* Whether any group of `size` GPUs `stride` apart in a stage's flattened tp x cp x dp (tp fastest:
+ * mesh.h's order within a stage; blocks of size x stride GPUs, each holding stride such groups)
+ * spans two nodes: its members' ranks rise with the index, so its first and last give its nodes. */
+static int groups_span_nodes(const mesh *layout, int node, int size, int stride)
 {
-    if (cm->ep <= 1) return;
-    int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1, spans = 0;
     int tp = layout->tp > 1 ? layout->tp : 1, cp = layout->cp > 1 ? layout->cp : 1;
     int pp = layout->pp > 1 ? layout->pp : 1, dp = layout->dp > 1 ? layout->dp : 1;
-    int per_stage = tp * cp * dp;
-    /* a group: ep consecutive GPUs of a stage's tp x cp x dp, tp fastest (mesh.h's order within
-     * a stage); its members' ranks rise with the index, so its first and last give its nodes */
-    for (int s = 0; s < pp && !spans; s++)
-        for (int g = 0; g + cm->ep <= per_stage && !spans; g += cm->ep) {
-            long long r[2];
-            for (int e = 0; e < 2; e++) {
-                int f = g + (e ? cm->ep - 1 : 0);
-                mesh_coord c = {f % tp, (f / tp) % cp, s, f / (tp * cp)};
-                r[e] = mesh_rank(layout, c);
+    int per_stage = tp * cp * dp, block = size * stride;
+    for (int s = 0; s < pp; s++)
+        for (int b = 0; b + block <= per_stage; b += block)
+            for (int o = 0; o < stride; o++) {
+                long long r[2];
+                for (int e = 0; e < 2; e++) {
+                    int f = b + o + (e ? (size - 1) * stride : 0);
+                    mesh_coord c = {f % tp, (f / tp) % cp, s, f / (tp * cp)};
+                    r[e] = mesh_rank(layout, c);
+                }
+                if (r[0] / node != r[1] / node) return 1;
             }
-            spans = r[0] / node != r[1] / node;
-        }
-    cm->ep_group = comm_group_flat(cm->ep, spans);
+    return 0;
+}
+
+void cost_model_place_ep(cost_model *cm, const mesh *layout)
+{
+    int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1, etp = cm->etp > 1 ? cm->etp : 1;
+    /* an ep rank is etp consecutive GPUs; the ep ranks of an exchange are etp GPUs apart */
+    if (cm->ep > 1) cm->ep_group = comm_group_flat(cm->ep, groups_span_nodes(layout, node, cm->ep, etp));
+    if (etp > 1) cm->etp_group = comm_group_flat(etp, groups_span_nodes(layout, node, etp, 1));
 }
 
 dp_status cost_model_set_capacity(cost_model *cm, double capacity, dp_err *err)

@@ -236,6 +236,11 @@ struct cost_model {
                                    * cost_model_set_moe (a uniform router): on the heap, since the
                                    * stage model copies a cost model by value on its hot path */
     comm_group ep_group;          /* the ep GPUs' token exchange (the all-to-alls) */
+    int etp;                      /* expert tensor parallelism: each expert's MLP split over etp
+                                   * GPUs (Megatron's expert_tensor_parallel_size), an ep rank
+                                   * being etp GPUs; 0 or 1 (the constructors'): every expert
+                                   * whole. Set with cost_model_set_etp */
+    comm_group etp_group;         /* the etp GPUs of an ep rank (their gathers of its copies) */
     double moe_imb[COST_MOE_IMB_POINTS]; /* the busiest rank's load over the mean (moe_imbalance)
                                    * at 2^(i/4) routed copies a GPU, interpolated between */
     double capacity;              /* a MoE's capacity factor (moe.h moe_dropped_share): the busiest
@@ -296,10 +301,16 @@ dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing,
  * ep 1. The set-up calls it once the layout is known; cost_model_set_moe assumes ep consecutive
  * GPUs. */
 void cost_model_place_ep(cost_model *cm, const mesh *layout);
-/* A MoE layer's fp16 parameters on one GPU of tp and ep, MB: its attention and shared expert over
- * tp, norms and router over tp too (as a dense layer's are counted), E/ep experts whole (0 for a
- * dense model). */
-double cost_moe_param_mb(const model_spec *m, int tp, int ep);
+/* A MoE layer's fp16 parameters on one GPU of tp, ep and etp, MB: its attention and shared expert
+ * over tp, norms and router over tp too (as a dense layer's are counted), E/ep experts, each split
+ * over etp GPUs (0 for a dense model). */
+double cost_moe_param_mb(const model_spec *m, int tp, int ep, int etp);
+/* Expert tensor parallelism for cm's experts (1: none): each expert's MLP split over etp GPUs, the
+ * copies routed to an ep rank gathered over its etp GPUs before the experts and their outputs
+ * reduce-scattered after (cost_analytic.c's MoE layer). Call after cost_model_set_moe.
+ * DP_ERR_INVALID naming --etp for one below 1, one not dividing the expert width, or one on a
+ * dense model; cm is then unchanged. */
+dp_status cost_model_set_etp(cost_model *cm, int etp, dp_err *err);
 /* The busiest ep rank's load over the mean when each GPU routes n copies (cm's table, 1 for a
  * dense model or ep 1), at most cm's capacity factor where it has one. */
 double cost_moe_imbalance(const cost_model *cm, double n);

@@ -86,8 +86,12 @@
  * COST_OVERLAP_EP only what exceeds the layer's compute; stored, the permuted copies (2 n imb h
  * bytes) and the router's fp32 probabilities (4 (T/t) E). One expert run by every token is then
  * the dense layer (no router FLOPs, exchange or permutation; its h router parameters read).
- * Left out: expert tensor parallelism (an expert split over GPUs), capacity factors and dropped
- * tokens (dropless), the ep peers' different micro-batches (each routes as this one), and expert
+ * Expert tensor parallelism (cost_model.etp): an ep rank is etp GPUs, each with 1/etp of every
+ * expert; a GPU runs its rank's copies gathered from the etp GPUs (etp times the rows:
+ * tokens_per_expert) on GEMMs 1/etp as wide, the same FLOPs; the gather before and the reduce-scatter after join each
+ * dispatch and combine (a2a_ms), and the gathered copies are stored. A capacity factor caps the
+ * busiest rank at C x the mean (cost_moe_imbalance). Left out: the ep peers' different
+ * micro-batches (each routes as this one), and expert
  * gradients reduced over the expert-data-parallel group rather than dp x cp (the memory and
  * collectives count the experts' ep share over dp x cp).
  *
@@ -577,8 +581,11 @@ typedef struct moe_extra {
     double param_mb;          /* its weights on one GPU (cost_model.param_mb[COMP_MOE]) */
     double router_flops;      /* the router's forward FLOPs on this GPU */
     double routed;            /* copies the busiest ep rank computes */
-    double tokens_per_expert; /* of them, each of its experts' (the grouped GEMMs' rows) */
-    double a2a_ms;            /* one all-to-all of the token exchange (dispatch or combine) */
+    double tokens_per_expert; /* of them, each of its experts' on one GPU (the grouped GEMMs'
+                               * rows: under etp, the ep rank's etp GPUs' gathered) */
+    double a2a_ms;            /* one step of the token exchange (dispatch or combine): the
+                               * all-to-all, and under etp the gather (or reduce-scatter) over the
+                               * ep rank's GPUs */
     double extra_bytes;       /* stored: the permuted copies and the router's probabilities */
 } moe_extra;
 
@@ -594,12 +601,13 @@ static void moe_shape_multipliers(const cost_model *cm, double tq, const moe_ext
     const model_spec *m = &cm->model;
     const analytic *a = fit_layer_cost(cm);
     layer_dims d = dims_of(m);
-    double t = cm->tp, fe = m->expert_ffn, sh = m->shared_ffn, tpe = fmax(x->tokens_per_expert, 1);
+    double t = cm->tp, sh = m->shared_ffn, tpe = fmax(x->tokens_per_expert, 1);
+    double fe = (double)m->expert_ffn / (cm->etp > 1 ? cm->etp : 1); /* an expert's share here */
     gemm g[10];
     int n = attention_gemms(&d, tq, t, g);
     if (sh > 0) g[n++] = gemm_of(tq, d.h, 2 * sh / t), g[n++] = gemm_of(tq, sh / t, d.h);
-    g[n++] = (gemm){2 * x->routed * d.h * 2 * fe, tpe, d.h, 2 * fe}; /* up and gate */
-    g[n++] = (gemm){2 * x->routed * fe * d.h, tpe, fe, d.h};         /* down */
+    g[n++] = (gemm){2 * x->routed * d.h * 2 * m->expert_ffn, tpe, d.h, 2 * fe}; /* up and gate */
+    g[n++] = (gemm){2 * x->routed * m->expert_ffn * d.h, tpe, fe, d.h};         /* down */
     double f, b;
     gemm_shape_cost(gpu, fp8, g, n, &f, &b);
     *fwd = f / a->ref_fwd;
@@ -620,14 +628,20 @@ static void moe_layer(const cost_model *cm, const cost_shape *s, model_spec *den
     *dense = *m;
     dense->glu = 1;
     dense->ffn = (int)fmax(1, lround(k * imb * m->expert_ffn + m->shared_ffn));
+    double etp = cm->etp > 1 ? cm->etp : 1;
     x->param_mb = cm->param_mb[COMP_MOE];
     x->routed = n * imb;
-    x->tokens_per_expert = x->routed * cm->ep / E;
+    /* under etp each GPU of an ep rank runs the rank's copies gathered from its etp GPUs on its
+     * 1/etp of every expert: the same FLOPs, etp times the rows */
+    x->tokens_per_expert = x->routed * etp * cm->ep / E;
     /* one expert routes nothing: no router, no exchange, no permutation */
     x->router_flops = E > 1 ? 2 * routed_from * h * E : 0;
     x->a2a_ms = E > 1 ? moe_alltoall_ms(&cm->hw, &cm->ep_group, routed_from, (int)k, m->hidden, 2)
                       : 0;
-    x->extra_bytes = E > 1 ? 2.0 * x->routed * h + 4.0 * routed_from * E : 0;
+    if (etp > 1) /* the gather of the rank's copies over its GPUs (a reduce-scatter as long back) */
+        x->a2a_ms += comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &cm->etp_group,
+                                  x->routed * etp * h * COMM_ACT_ELEM_BYTES);
+    x->extra_bytes = E > 1 ? 2.0 * x->routed * etp * h + 4.0 * routed_from * E : 0;
 }
 
 /* One layer (or the head) of model m under component c's formulas; moe: a MoE layer's extras
@@ -847,7 +861,7 @@ dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
     cm->impl = a;
     cm->param_mb[COMP_ENCODER] = 2.0 * (double)model_layer_params(m, 0) / tp / 1e6;
     cm->param_mb[COMP_DECODER] = m->dec_layers ? 2.0 * (double)model_layer_params(m, 1) / tp / 1e6 : 0;
-    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, tp, 1); /* every expert: --ep sets it */
+    cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, tp, 1, 1); /* every expert: --ep sets it */
     cm->ep = 1;
     cm->ep_group = comm_group_flat(1, 0);
     cm->embedding_param_mb = 2.0 * (double)model_embedding_params(m) / tp / 1e6;

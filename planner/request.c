@@ -58,7 +58,7 @@ void cost_request_default(cost_request *o)
     o->overlap = COST_OVERLAP_DEFAULT;
     o->precision = -1;
     o->grad_reduce = GRAD_REDUCE_AUTO;
-    o->ep = 1;
+    o->ep = 1, o->etp = 1;
     o->routing = MOE_ROUTE_UNIFORM;
 }
 
@@ -327,6 +327,10 @@ void cost_request_options(cli_opts *t, cost_request *o)
                 "a mixture of experts: expert parallelism, the experts split over E\n"
                 "GPUs of each stage's tp x cp x dp, each expert whole (E divides the\n"
                 "experts and those GPUs; analytic model)")->marks = OPT_FIXED_BY_PLAN;
+    cli_opt_int(t, "etp", 0, &o->etp, "T", 1, MOE_EP_MAX, "1",
+                "a mixture of experts: expert tensor parallelism, each expert's MLP\n"
+                "split over T GPUs (an ep rank is T GPUs: ep x T divides a stage's\n"
+                "tp x cp x dp; T divides the expert width)")->marks = OPT_FIXED_BY_PLAN;
     cli_opt_double(t, "capacity-factor", 0, &o->capacity, "C", 0, 1000, "0: dropless",
                    "a mixture of experts: each expert takes at most C x its even share\n"
                    "of a micro-batch's routed tokens and drops the rest (GShard, Switch;\n"

@@ -58,6 +58,8 @@ typedef struct cost_request {
                           * (cost_model.seq_parallel, on by default) */
     int ep;              /* --ep: expert parallelism of a mixture of experts
                           * (cost_model_set_moe)                          [1] */
+    int etp;             /* --etp: expert tensor parallelism, each expert over etp GPUs of an ep
+                          * rank (cost_model_set_etp)                     [1] */
     double capacity;     /* --capacity-factor: a MoE's experts each take at most this many times
                           * their even share, dropping the rest (cost_model_set_capacity)
                           * [0: dropless] */

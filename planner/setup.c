@@ -84,6 +84,7 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
         r = &routing;
     }
     if ((st = cost_model_set_moe(*cm, o->ep, r, err)) != DP_OK ||
+        (st = cost_model_set_etp(*cm, o->etp > 1 ? o->etp : 1, err)) != DP_OK ||
         (st = cost_model_set_capacity(*cm, o->capacity, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
@@ -233,6 +234,7 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
     h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
+    h->etp = env->cm->etp > 1 ? env->cm->etp : 1;
     h->capacity = env->cm->capacity;
     const moe_routing *r = env->cm->routing;
     h->routing = r ? (int)r->kind : MOE_ROUTE_UNIFORM, h->routing_alpha = r ? r->alpha : 0;
@@ -438,6 +440,11 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID, "--ep %d does not divide a stage's %d GPUs (tp %d x cp "
                        "%d x dp %d: the expert-parallel ranks fold over them)", p->cost.ep,
                        stage_gpus, p->cost.tp, p->cost.cp, p->dp);
+    int expert_gpus = (p->cost.ep > 1 ? p->cost.ep : 1) * (p->cost.etp > 1 ? p->cost.etp : 1);
+    if (p->cost.etp > 1 && stage_gpus % expert_gpus)
+        return dp_fail(err, DP_ERR_INVALID, "--ep %d x --etp %d does not divide a stage's %d GPUs "
+                       "(tp %d x cp %d x dp %d: an ep rank is etp of them)", p->cost.ep, p->cost.etp,
+                       stage_gpus, p->cost.tp, p->cost.cp, p->dp);
     if (p->warmup > 0 && sc && !sc->warms_up)
         return dp_fail(err, DP_ERR_INVALID, "--warmup caps the warm-up of 1f1b and interleaved; "
                        "%s has none to cap", sc->name);
@@ -528,6 +535,7 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     co.cp = pl->h.cp, co.cp_alltoall = pl->h.cp_alltoall, co.cp_auto = pl->h.cp_auto;
     co.split = pl->h.split;
     co.ep = pl->h.ep > 1 ? pl->h.ep : 1;
+    co.etp = pl->h.etp > 1 ? pl->h.etp : 1;
     co.capacity = pl->h.capacity;
     co.routing = pl->h.routing, co.routing_alpha = pl->h.routing_alpha;
     co.routing_shares = pl->h.routing_shares, co.routing_n_shares = pl->h.routing_n_shares;

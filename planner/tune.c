@@ -20,7 +20,7 @@ void tune_space_default(tune_space *sp, int gpus, int gpus_per_node, int layers,
     sp->t5 = t5;
     sp->cps[0] = 1, sp->n_cps = 1;
     sp->precisions[0] = PRECISION_BF16, sp->n_precisions = 1;
-    sp->eps[0] = 1, sp->n_eps = 1;
+    sp->eps[0] = 1, sp->n_eps = 1, sp->etp = 1;
     static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8}, chunks[] = {2, 4};
     static const int64_t tok[] = {1024, 2048, 4096, 8192, 16384};
     for (int i = 0; i < 4; i++) sp->tps[sp->n_tps++] = tps[i];
@@ -45,7 +45,8 @@ static long layout_points(const tune_space *sp, tune_point p, const batcher *by,
         if (p.chunks > 1 && (p.pp < 2 || p.pp * p.chunks > sp->layers)) continue;
         p.dp = per / p.tp / p.pp;
         if (p.dp > REPLICA_MAX) continue; /* what --dp and a plan take */
-        if ((p.tp * p.cp * p.dp) % p.ep) continue; /* ep folds over a stage's GPUs */
+        if ((p.tp * p.cp * p.dp) % (p.ep * (sp->etp > 1 ? sp->etp : 1))) continue; /* ep (x etp) folds
+                                                                                     * over a stage's GPUs */
         /* ZeRO 2 and 3 with a pipeline (FSDP with PP: a stage's parameters gathered and its
          * gradients reduce-scattered for every micro-batch, stage_cost.h) only when asked */
         /* ZeRO shards over the dp x cp GPUs that hold the same weights (stage_cost.h) */

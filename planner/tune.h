@@ -75,7 +75,9 @@ typedef struct tune_space {
                                   * train_precision ([bf16]; the request's --precision, or each of
                                   * its list) */
     int eps[TUNE_MAX_EP], n_eps; /* the expert-parallel degrees searched, each dividing the
-                                  * experts ([1]; a layout takes those dividing its tp x cp x dp) */
+                                  * experts ([1]; a layout takes those ep x etp divides of its
+                                  * tp x cp x dp) */
+    int etp;                     /* the request's expert tensor parallelism, fixed ([1]) */
     int gpus_per_node; /* tensor parallelism stays inside a node */
     int layers;        /* the model's pipeline-able layers (GPT: layers; T5: encoder + decoder) */
     int t5;            /* 1: pp must be 1 or even */

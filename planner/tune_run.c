@@ -817,6 +817,7 @@ dp_status planner_tune_space(const plan_request *p, const plan_env *env, int *gp
         sp->precisions[sp->n_precisions++] = precs[f];
     dp_status st = space_eps(env, eps, n_eps, sp, err);
     if (st != DP_OK) return st;
+    sp->etp = p->cost.etp > 1 ? p->cost.etp : 1;
     for (int i = 0; i < nb && sp->n_batchings < TUNE_MAX_LIST; i++) sp->batchings[sp->n_batchings++] = bs[i];
     for (int j = 0; j < ns && sp->n_schedules < TUNE_MAX_LIST; j++) sp->schedules[sp->n_schedules++] = ss[j];
     return DP_OK;

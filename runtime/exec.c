@@ -363,6 +363,11 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
     int tp = rt_plan_tp(h), cp = rt_plan_cp(h), need = h->pp * h->dp * tp * cp;
     dp_status st = rt_check_moe(m, rt_plan_ep(h), tp, on_gpu, path, err);
     if (st != DP_OK) return st;
+    if (h->etp > 1)
+        return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with expert tensor parallelism (etp "
+                       "%d), and dprun runs each expert whole on its rank: running it here would "
+                       "measure another layout\nhint: plan with --etp 1 to validate on this runtime",
+                       path, h->etp);
     if (h->cp_auto)
         return dp_fail(err, DP_ERR_UNSUPPORTED, "%s is planned with a context-parallel degree per "
                        "micro-batch (--cp auto, a group of %d), and dprun runs one degree for "

@@ -303,6 +303,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(o, "zero", h->zero);
     if (h->shard_group > 0) cJSON_AddNumberToObject(o, "shard_group", h->shard_group);
     if (h->ep > 1) cJSON_AddNumberToObject(o, "ep", h->ep);
+    if (h->etp > 1) cJSON_AddNumberToObject(o, "etp", h->etp);
     if (h->capacity > 0) cJSON_AddNumberToObject(o, "capacity_factor", h->capacity);
     if (h->routing != MOE_ROUTE_UNIFORM) {
         char rn[48];
@@ -662,6 +663,7 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
     TRY(json_int(root, "shard_group", name, 0, 1 << 20, 0, &h->shard_group, err));
     TRY(json_int(root, "ep", name, 1, MOE_EP_MAX, 1, &h->ep, err));
+    TRY(json_int(root, "etp", name, 1, MOE_EP_MAX, 1, &h->etp, err));
     TRY(json_double(root, "capacity_factor", name, 0, 1000, 0, 0, &h->capacity, err));
     const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "routing");
     moe_route_kind rk = MOE_ROUTE_UNIFORM;

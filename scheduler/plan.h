@@ -141,6 +141,7 @@ typedef struct plan_header {
                           * stage_shard_check); absent, 0: over all of them */
     int cp, cp_alltoall; /* context parallelism ("cp", "cp_kind": "ring" or "all-to-all"); 1, 0 */
     int ep;              /* "ep": a mixture of experts' expert parallelism (absent: 1) */
+    int etp;             /* "etp": its experts' tensor parallelism (absent: 1) */
     double capacity;     /* "capacity_factor": its experts' capacity factor (absent: 0, dropless) */
     int routing;         /* "routing": its moe_route_kind, with routing_alpha ("uniform", "even",
                           * "skewed:ALPHA" as --routing reads, or "histogram"; absent: uniform) */

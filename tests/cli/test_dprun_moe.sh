@@ -66,6 +66,9 @@ refused_field() { # DESC FIELD VALUE: the tiny MoE with FIELD set, planned; dpru
 }
 refused_field "a shared expert is refused by its field" moe_shared_expert_intermediate_size 64
 refused_field "dense first layers are refused by their field" moe_first_dense_layers 1
+plan etp2 --pp 1 --tp 2 --etp 2
+expect "a plan with expert tensor parallelism is refused, naming etp" 1 "expert tensor parallelism \\(etp 2\\)" -- \
+  timeout 60 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/etp2.json" --out "$TMP/refused.csv"
 expect "dprun profile refuses a MoE model (a measured profile holds dense layers)" 1 "dprun profile has no expert layers" -- \
   "$DPRUN" profile --model "$MOE" --out "$TMP/moe_profile.csv"
 expect "the cuda backend refuses a MoE plan, naming --backend cpu" 1 "backend cpu" -- \

@@ -96,6 +96,18 @@ check "... and which sim --plan replays to its timeline" bash -c \
 sed 's/"moe_router_topk": 2/"moe_router_topk": 9/' tests/cli/golden/moe_tiny.json >"$TMP/topk9.json"
 expect "a top-k above the expert count is refused, naming the field and its range" 1 "field \"moe_router_topk\" is 9, must be in \\[1, 8\\]" -- \
   "$DPSIM" models --show "$TMP/topk9.json"
+# expert tensor parallelism: each expert over etp GPUs of an ep rank
+expect "--etp 2 plans Qwen3-30B-A3B at ep 4 on 8 GPUs a stage" 0 "out of memory +no" -- \
+  "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 4 --etp 2 --max-seqlen 4096 --global-tokens 262144 \
+  --iterations 1 --batching packing -o "$TMP/etp.json"
+check "... the plan says etp 2, and sim --plan replays it to its timeline" bash -c \
+  "grep -Eq '\"etp\":[[:space:]]*2' '$TMP/etp.json' && [ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/etp.json' | grep -E '^timeline hash')\" ]"
+expect "an --etp that does not divide the expert width is refused, naming it" 2 "--etp 5 does not divide qwen3-30b-a3b's expert width 768" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 1 --etp 5 --iterations 1
+expect "... nor ep x etp a stage's GPUs" 2 "--ep 8 x --etp 4 does not divide a stage's 8 GPUs" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --etp 4 --iterations 1
+expect "... nor on a dense model" 2 "--etp 2: llama3-8b has no experts to split" -- \
+  "$DPSIM" sim --model llama3-8b --hw dgx-h100 --etp 2 --iterations 1
 # a capacity factor: each expert takes at most C x its even share, the rest dropped and reported
 expect "--capacity-factor 1.0 reports the routed copies dropped" 0 "routed copies dropped +[0-9]+\\.[0-9]+%" -- \
   "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \

@@ -397,6 +397,8 @@ static void test_moe_layer_costs(void **state)
             for (int rc = 0; rc < RECOMPUTE_COUNT; rc++) {
                 cost_model *cm = analytic_of(&m, tp, (recompute_mode)rc);
                 assert_int_equal(cost_model_set_moe(cm, ep, NULL, &err), DP_OK);
+                /* and expert tensor parallelism on every other layout */
+                assert_int_equal(cost_model_set_etp(cm, 1 + (tp + ep + rc) % 2, &err), DP_OK);
                 double floor = cost_token_floor_ms(cm, COMP_MOE);
                 assert_true(floor > 0);
                 for (int k = 0; k < 40; k++) {
@@ -438,6 +440,55 @@ static void test_moe_layer_costs(void **state)
     cost_model_free(one), cost_model_free(eight);
 }
 
+/* Expert tensor parallelism (cost_model_set_etp): each expert split over etp GPUs holds 1/etp of
+ * the experts' weights; on a GPU without a GEMM shape curve (the same FLOPs at the same rate) it
+ * adds exactly a gather of the ep rank's copies over its etp GPUs per dispatch and per combine
+ * (NCCL's formula at the preset's bandwidth), forward, less at most the time its smaller share of
+ * the weights took to read, and stores the gathered copies; refused
+ * where etp does not divide the expert width, and on a dense model. */
+static void test_expert_tensor_parallelism(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    cost_model *cm[2];
+    cost_layer l[2];
+    cost_shape sh = cost_shape_rows(2, 4096, 0);
+    for (int i = 0; i < 2; i++) {
+        cm[i] = analytic_of(&m, 1, RECOMPUTE_NONE);
+        cm[i]->hw.gpu.gemm_k0 = 0, cm[i]->hw.gpu.fp8_gemm_k0 = 0; /* no shape curve */
+        assert_int_equal(cost_model_set_moe(cm[i], 8, NULL, &err), DP_OK);
+        assert_int_equal(cost_model_set_etp(cm[i], i ? 4 : 1, &err), DP_OK);
+        assert_int_equal(cost_query(cm[i], COMP_MOE, &sh, &l[i], &err), DP_OK);
+    }
+    int64_t split, whole, expert;
+    model_moe_layer_parts(&m, &split, &whole, &expert);
+    assert_true(fabs(cm[1]->param_mb[COMP_MOE] - 2.0 * (split + whole + 16 * expert / 4.0) / 1e6) <
+                1e-9);
+    double routed = 2.0 * 4096 * 8 * cost_moe_imbalance(cm[1], 2.0 * 4096 * 8);
+    double gather = comm_coll_ms(&cm[1]->hw, COLL_ALL_GATHER, &cm[1]->etp_group,
+                                 routed * 4 * m.hidden * 2);
+    assert_true(gather > 0);
+    /* less of the experts' weights read once: at most their bytes at the HBM's bandwidth fewer */
+    double read_ms = (cm[0]->param_mb[COMP_MOE] - cm[1]->param_mb[COMP_MOE]) * 1e6 /
+                     (cm[1]->hw.gpu.hbm_gbps * 1e9) * 1e3 / 0.9;
+    double added = l[1].fwd_ms - l[0].fwd_ms;
+    if (!(added <= 2 * gather + 1e-9 && added >= 2 * gather - read_ms))
+        fail_msg("etp 4 adds %.6f ms forward, two gathers are %.6f, the weights read %.6f", added,
+                 2 * gather, read_ms);
+    assert_true(fabs((l[1].stored_act_mb - l[0].stored_act_mb) * 1e6 - 2.0 * routed * 3 * m.hidden) <
+                1);
+    assert_int_equal(cost_model_set_etp(cm[1], 5, &err), DP_ERR_INVALID); /* 768 % 5 */
+    assert_msg_has(err.msg, "--etp 5 does not divide");
+    assert_int_equal(cm[1]->etp, 4); /* unchanged */
+    cost_model_free(cm[0]), cost_model_free(cm[1]);
+    cost_model *d = analytic_of(model_preset("llama3-8b"), 1, RECOMPUTE_NONE);
+    assert_int_equal(cost_model_set_etp(d, 2, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "no experts to split");
+    cost_model_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_latent_attention_flops),
         cmocka_unit_test(test_dropped_share_against_a_sample),
         cmocka_unit_test(test_capacity_factor_costs),
+        cmocka_unit_test(test_expert_tensor_parallelism),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }
