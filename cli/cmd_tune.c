@@ -71,7 +71,6 @@ typedef struct tune_args {
     tune_list_arg cps, precisions, eps;
 } tune_args;
 
-/* The options into a: 0 to go on, 1 after --help, else a usage error's exit code. */
 static const char TUNE_DESCRIPTION[] =
     "Searches, for each batching method, every configuration of --gpus GPUs:\n"
     "each number format of --precision (bf16,fp8 for a list), tp x cp x pp x dp\n"
@@ -95,6 +94,7 @@ static const char TUNE_DESCRIPTION[] =
     "prints and writes -o). At the end a note says which (batching, schedule)\n"
     "pairs took the search's time.";
 
+/* The options into a: 0 to go on, 1 after --help, else a usage error's exit code. */
 static int tune_parse(int argc, char **argv, tune_args *a)
 {
     const char *cmd = "tune";
@@ -266,25 +266,10 @@ static int tune_main(int argc, char **argv, int rank, int ranks)
     sp.zero_pipeline = a.zero_pipeline;
     /* what the ranking means: the options, the input files' contents, the search's lists; a
      * resume must find the same beside its CSV */
-    char config[12000], cp_list[80], precision_list[40], ep_list[80];
+    char config[12000];
     if (st == DP_OK) {
-        plan_request_config(&a.p, NULL, 0, config, sizeof config - 600);
-        tune_list_describe(&a.cps, cp_list, sizeof cp_list);
-        tune_list_describe(&a.precisions, precision_list, sizeof precision_list);
-        snprintf(config + strlen(config), sizeof config - strlen(config),
-                 "gpus=%lld\nbatchings=%s\nschedules=%s\ncp-list=%s\nexhaustive=%d\n",
-                 (long long)a.gpus, a.batchings, a.schedules, cp_list, a.exhaustive);
-        if (a.zero_pipeline) /* only when set: earlier rankings resume as they were */
-            snprintf(config + strlen(config), sizeof config - strlen(config), "zero-pipeline=1\n");
-        if (a.precisions.n) /* (the same) */
-            snprintf(config + strlen(config), sizeof config - strlen(config),
-                     "precision-list=%s\n", precision_list);
-        if (model_is_moe(&env.model)) { /* (the same: the degrees searched) */
-            size_t at = 0;
-            for (int e = 0; e < sp.n_eps && at < sizeof ep_list; e++)
-                at += (size_t)snprintf(ep_list + at, sizeof ep_list - at, "%s%d", e ? "," : "", sp.eps[e]);
-            snprintf(config + strlen(config), sizeof config - strlen(config), "ep-list=%s\n", ep_list);
-        }
+        tune_config_of(&a.p, &env, &sp, a.batchings, a.schedules, &a.cps, &a.precisions,
+                       a.exhaustive, config, sizeof config);
         st = tune_output_begin(a.out, config, a.resume, rank, &err);
     }
     if (st != DP_OK) {

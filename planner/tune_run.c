@@ -624,6 +624,29 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     return wst;
 }
 
+void tune_config_of(const plan_request *p, const plan_env *env, const tune_space *sp,
+                    const char *batchings, const char *schedules, const tune_list_arg *cps,
+                    const tune_list_arg *precisions, int exhaustive, char *out, size_t cap)
+{
+    char cp_list[80], precision_list[40];
+    plan_request_config(p, NULL, 0, out, cap > 600 ? cap - 600 : cap);
+    tune_list_describe(cps, cp_list, sizeof cp_list);
+    tune_list_describe(precisions, precision_list, sizeof precision_list);
+    size_t at = strlen(out);
+    at += (size_t)snprintf(out + at, cap - at, "gpus=%d\nbatchings=%s\nschedules=%s\ncp-list=%s\n"
+                           "exhaustive=%d\n", sp->gpus, batchings, schedules, cp_list, exhaustive);
+    if (sp->zero_pipeline && at < cap) /* only when set: earlier rankings resume as they were */
+        at += (size_t)snprintf(out + at, cap - at, "zero-pipeline=1\n");
+    if (precisions->n && at < cap) /* (the same) */
+        at += (size_t)snprintf(out + at, cap - at, "precision-list=%s\n", precision_list);
+    if (model_is_moe(&env->model) && at < cap) { /* (the same: the degrees searched) */
+        at += (size_t)snprintf(out + at, cap - at, "ep-list=");
+        for (int e = 0; e < sp->n_eps && at < cap; e++)
+            at += (size_t)snprintf(out + at, cap - at, "%s%d", e ? "," : "", sp->eps[e]);
+        if (at < cap) snprintf(out + at, cap - at, "\n");
+    }
+}
+
 dp_status tune_output_begin(const char *out, const char *config, int resume, int rank, dp_err *err)
 {
     if (!out) return DP_OK;

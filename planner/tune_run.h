@@ -37,6 +37,14 @@ void tune_list_describe(const tune_list_arg *a, char *buf, size_t cap);
  * naming the first line that differs, or that it cannot be read); else, on rank 0, an earlier
  * ranking at out is removed and config written through a temporary (DP_ERR_IO naming the file).
  * out NULL: nothing. */
+/* What a ranking means, the text tune_output_begin keeps beside it and a resume compares: the
+ * request's options and inputs (plan_request_config), the GPUs, the batchings and schedules,
+ * --cp's list, whether exhaustive, and where they differ from the defaults earlier rankings were
+ * made with, --zero-pipeline, --precision's list and a mixture of experts' ep list; into out. */
+void tune_config_of(const plan_request *p, const plan_env *env, const tune_space *sp,
+                    const char *batchings, const char *schedules, const tune_list_arg *cps,
+                    const tune_list_arg *precisions, int exhaustive, char *out, size_t cap);
+
 dp_status tune_output_begin(const char *out, const char *config, int resume, int rank, dp_err *err);
 
 /* Runs one point of the search with base's other options on env's trace and length rules (what
