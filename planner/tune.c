@@ -90,14 +90,14 @@ static long each_point(const tune_space *sp, tune_point *out)
                 for (int f = 0; f < sp->n_precisions; f++)
                     for (int t = 0; t < sp->n_tps; t++)
                         for (int c = 0; c < sp->n_cps; c++)
-                            for (int e = 0; e < (sp->n_eps > 0 ? sp->n_eps : 1); e++) {
+                            for (int e = 0; e < sp->n_eps; e++) {
                                 tune_point p = {.batching = sp->batchings[b],
                                                 .schedule = sp->schedules[s],
                                                 .chunks = fixed ? fixed : chunked ? sp->chunks[h] : 1,
                                                 .precision = sp->precisions[f], .tp = sp->tps[t],
                                                 .cp = sp->cps[c] > 1 ? sp->cps[c] : 1,
                                                 .cp_auto = sp->cp_autos[c],
-                                                .ep = sp->n_eps > 0 ? sp->eps[e] : 1};
+                                                .ep = sp->eps[e]};
                                 n = layout_points(sp, p, by, out, n);
                             }
         }

@@ -535,8 +535,8 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     for (int f = 0; f < sp->n_precisions; f++) /* the cost models the points use, once */
         for (int c = 0; c < sp->n_cps; c++)
             for (int t = 0; t < sp->n_tps; t++)
-                for (int x = 0; x < (sp->n_eps > 0 ? sp->n_eps : 1); x++) {
-                    int used = 0, ep = sp->n_eps > 0 ? sp->eps[x] : 1;
+                for (int x = 0; x < sp->n_eps; x++) {
+                    int used = 0, ep = sp->eps[x];
                     for (long i = 0; i < n; i++)
                         used |= pts[i].tp == sp->tps[t] && cp_slot(sp, &pts[i]) == c &&
                                 pts[i].precision == sp->precisions[f] && ep_slot(sp, pts[i].ep) == x;

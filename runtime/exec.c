@@ -1006,12 +1006,6 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
     g = mesh_group_of(&layout, here, MESH_CP);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.cp_comm));
     rt_mpi_tp_init(&c.cpg, c.cp_comm, 0, group_wait, tp_die, &c);
-    { /* the tp ranks holding the same experts (layout.h rt_layer_expert_rank) */
-        rt_layer_shape folded = {.experts = model_is_moe(m), .ep = rt_plan_ep(&pl->h)};
-        MPI_TRY(&c, MPI_Comm_split(c.tp_comm, rt_layer_expert_rank(&folded, c.tp_rank),
-                                   rt_layer_expert_group(&folded, c.tp_rank), &c.exp_comm));
-        rt_mpi_tp_init(&c.expg, c.exp_comm, 0, group_wait, tp_die, &c);
-    }
     /* this stage's replicas and cp ranks, the same tp rank of each */
     g = mesh_group_of(&layout, here, MESH_DP_CP);
     MPI_TRY(&c, MPI_Comm_split(MPI_COMM_WORLD, g.colour, g.key, &c.stage_comm));
@@ -1055,6 +1049,11 @@ dp_status rt_execute(const rt_opts *o, rt_result *res, dp_err *err)
             rt_embedding_rows(c.emb, rows, c.tp_rank);
         }
     }
+    /* the tp ranks holding the same experts (layout.h rt_layer_expert_rank; the layer shape's ep,
+     * 0 for a dense model: one group) */
+    MPI_TRY(&c, MPI_Comm_split(c.tp_comm, rt_layer_expert_rank(&c.ch[0].shape, c.tp_rank),
+                               rt_layer_expert_group(&c.ch[0].shape, c.tp_rank), &c.exp_comm));
+    rt_mpi_tp_init(&c.expg, c.exp_comm, 0, group_wait, tp_die, &c);
     c.drives = xcalloc(&c, (size_t)c.pp, 1);
     c.drives[c.stage] = 1; /* the group's one stage */
     rt_layer_set_yield(mpi_progress);

@@ -616,7 +616,8 @@ static double route_gate(const double *route, int k, int t, int j)
     return route[(size_t)t * 2 * k + k + j];
 }
 
-/* The copies this rank's experts run, from the saved routing; moe_pass_free releases them. */
+/* The copies this rank's experts run, from the saved routing (NULL: only the bounds, nothing
+ * held); moe_pass_free releases them. */
 static void moe_pass_init(moe_pass *m, const rt_layer_shape *s, const rt_tp *tp, int n,
                           const double *route)
 {
@@ -627,11 +628,12 @@ static void moe_pass_init(moe_pass *m, const rt_layer_shape *s, const rt_tp *tp,
         m->er = rt_layer_expert_rank(s, tp->rank);
         m->t0 = (int)((long long)n * g / groups), m->t1 = (int)((long long)n * (g + 1) / groups);
     }
+    m->tok = m->slot = m->start = NULL;
+    if (!route) return; /* the bounds alone (the routing is yet to be made) */
     size_t most = (size_t)(m->t1 - m->t0) * (size_t)m->k + 1;
     m->tok = malloc(most * sizeof *m->tok), m->slot = malloc(most * sizeof *m->slot);
     m->start = malloc(((size_t)m->el + 1) * sizeof *m->start);
     if (!m->tok || !m->slot || !m->start) abort();
-    if (!route) return;
     int c = 0;
     for (int e = 0; e < m->el; e++) {
         m->start[e] = c;
