@@ -16,19 +16,31 @@
  *
  * The passes, over a chunk of L layers (rt_pass_forward, rt_pass_backward, rt_pass_weights):
  *   forward   layer l reads the previous layer's output (layer 0: x) and writes y when it is the
- *             last, else scratch a (l even) or b (l odd); before it, the device makes layer l's
- *             parameters ready and starts layer l + 1's (ZeRO-3's prefetch: prefetch_begin(0),
- *             then prefetch(l, l + 1)), and keeps its input where full recompute reruns it from
- *             (keep_input); L = 0: y is a copy of x;
- *   backward  last layer first: prefetch(l, l - 1), whatever the plan machine's recompute rule
+ *             last, else scratch a (l even) or b (l odd); before it, the device waits for layer
+ *             l's parameters and starts gathering layer l + 1's (ZeRO-3's prefetch, one layer
+ *             ahead: gather(0), then gather_wait(l), gather(l + 1)), and keeps its input where
+ *             full recompute reruns it from (keep_input); L = 0: y is a copy of x;
+ *   backward  last layer first: gather_wait(l), gather(l - 1), whatever the plan machine's recompute rule
  *             reruns before the layer's gradients (rerun), the input gradients from the next
  *             layer's (layer L - 1: dy) into dx when l is even, else the scratch, and with
  *             `weights` the layer's weight gradients right after (as autograd orders them; a
  *             full-recompute B always has them); L = 0: dx is a copy of dy;
  *   weights   ZB-H1's W: each layer's weight gradients, last first.
  * x, y, a and b (and dy, dx and the scratch) are distinct buffers of one activation each; the
- * device's operations take them as its own pointers (host doubles or device memory). Nothing here
- * fails: the operations report their faults as their executor does.
+ * device's operations take them as its own pointers (host doubles or device memory). A device
+ * without ZeRO-3 makes gather and gather_wait do nothing.
+ *
+ * The gradients (rt_grads_*): which collective runs on which block, and when, around the device's
+ * collectives (rt_grad_ops, on a chunk k's layer l):
+ *   partial sums   the parameters whose gradient each tp rank holds a part of (layout.h
+ *                  rt_param_grad_group: the norms' under SP, a MoE layer's router and experts),
+ *                  summed over their group: before each ZeRO reduce-scatter, else at the end;
+ *   ZeRO-2/3       after each B or W that completes a chunk's gradients, each layer's block
+ *                  reduce-scattered over the shard ranks and added to this rank's shard;
+ *   the end        over the replicas (and cp ranks), by the ZeRO stage (rt_zero_layer_end): the
+ *                  whole gradients all-reduced (0), the parameters gathered from the shards (2),
+ *                  nothing (3); under HSDP each shard with the other shard groups'.
+ * Nothing here fails: the operations report their faults as their executor does.
  */
 #ifndef RT_ENGINE_H
 #define RT_ENGINE_H
@@ -65,8 +77,8 @@ void rt_embedding_rows(double *rows, size_t n, int tp_rank);
 
 /* A device's operations on one (micro-batch, chunk): ctx is the executor's. */
 typedef struct rt_pass_ops {
-    void (*prefetch_begin)(void *ctx, int first);      /* ZeRO-3: start layer first's gather */
-    void (*prefetch)(void *ctx, int l, int next);      /* ... l's ready, next's started */
+    void (*gather)(void *ctx, int l);      /* ZeRO-3: start gathering layer l's parameters */
+    void (*gather_wait)(void *ctx, int l); /* ... and have them before layer l computes */
     void (*keep_input)(void *ctx, int l, const void *x); /* full recompute: layer l's input */
     void (*forward)(void *ctx, int l, const void *x, void *y);
     void (*rerun)(void *ctx, int l);                   /* what the B reruns first */
@@ -80,5 +92,39 @@ void rt_pass_forward(const rt_pass_ops *o, void *ctx, int layers, const void *x,
 void rt_pass_backward(const rt_pass_ops *o, void *ctx, int layers, int weights, const void *dy,
                       void *dx, void *scratch);
 void rt_pass_weights(const rt_pass_ops *o, void *ctx, int layers);
+
+/* What a stage does with each layer after an iteration, by its ZeRO stage (exec.h rt_zero_stage;
+ * the tied embedding's gradient is all-reduced whatever it is): 0 all-reduces the whole gradients
+ * (ZeRO-0, and 1 without an optimizer step); 2 all-gathers the parameters, where the shards'
+ * optimizer would have stepped them; 3 nothing (its gathers come with the next forward). */
+typedef enum { RT_END_ALLREDUCE_GRADS, RT_END_GATHER_PARAMS, RT_END_NOTHING } rt_layer_end;
+rt_layer_end rt_zero_layer_end(int zero_stage);
+
+/* A device's collectives on chunk k's layer l (its gradient block, its shards); ctx is the
+ * executor's. */
+typedef struct rt_grad_ops {
+    /* elements [off, off + len) of the gradient block summed over group (RT_GRAD_SUM_TP or
+     * RT_GRAD_SUM_EXPERTS), in place */
+    void (*sum_group)(void *ctx, int k, int l, size_t off, size_t len, int group);
+    /* ZeRO-2/3: the block reduce-scattered over the shard ranks, this rank's part added to its
+     * gradient shard, the block zeroed */
+    void (*reduce_scatter)(void *ctx, int k, int l);
+    void (*allreduce)(void *ctx, int k, int l);     /* the block over the replicas and cp ranks */
+    void (*gather_params)(void *ctx, int k, int l); /* ZeRO-2: the parameters from the shards */
+    void (*across)(void *ctx, int k, int l);        /* HSDP: the gradient shard with the other
+                                                     * shard groups'; NULL: the device has none */
+} rt_grad_ops;
+
+/* Chunk k's partial sums (shape: its layers' share here, over a tp group of t, sp: sequence
+ * parallel). */
+void rt_grads_partial(const rt_grad_ops *o, void *ctx, int k, const rt_layer_shape *shape,
+                      int layers, int t, int sp);
+/* ZeRO-2/3 after a B or W of chunk k: its partial sums, then each layer's reduce-scatter. */
+void rt_grads_zero_reduce(const rt_grad_ops *o, void *ctx, int k, const rt_layer_shape *shape,
+                          int layers, int t, int sp);
+/* The end of the iteration for chunk k over the replicas, by ZeRO stage zero (rt_zero_stage's:
+ * 0 where it does not shard); with hsdp, each shard with the other shard groups' too. The partial
+ * sums without ZeRO are the caller's first (rt_grads_partial), on every chunk, replicas or not. */
+void rt_grads_replicas(const rt_grad_ops *o, void *ctx, int k, int layers, int zero, int hsdp);
 
 #endif /* RT_ENGINE_H */

@@ -558,64 +558,67 @@ static void zero_gather_start(ctx *c, chunk_state *ch, int l, MPI_Request *rq)
                               MPI_DOUBLE, c->shard_comm, rq));
 }
 
-/* A pass over a chunk's layers under ZeRO-3: zero3_begin starts the gather of its first layer,
- * zero3_layer waits for layer l's and starts the next one's (FSDP's prefetch); nothing otherwise. */
-typedef struct zero3_pass {
-    MPI_Request rq[2]; /* by the layer's parity: the one computed, the one gathered behind it */
-    int on;
-} zero3_pass;
-
-static void zero3_begin(ctx *c, chunk_state *ch, int first, zero3_pass *z)
+/* The cpu device's collectives on chunk k's layer l (engine.h rt_grad_ops). */
+static void grad_sum_group(void *vc, int k, int l, size_t off, size_t len, int group)
 {
-    z->rq[0] = z->rq[1] = MPI_REQUEST_NULL;
-    z->on = c->zero >= 3 && ch->layers > 0;
-    if (z->on) zero_gather_start(c, ch, first, &z->rq[first & 1]);
+    ctx *c = vc;
+    rt_mpi_tp *g = group == RT_GRAD_SUM_EXPERTS ? &c->expg : &c->tpg;
+    g->tp.allreduce(g, c->ch[k].g[l].block + off, len, RT_TP_SUM);
 }
 
-static void zero3_layer(ctx *c, chunk_state *ch, int l, int next, zero3_pass *z)
+static void grad_reduce_scatter(void *vc, int k, int l)
 {
-    if (!z->on) return;
-    wait_poll(c, &z->rq[l & 1], "a ZeRO-3 parameter gather", RT_SPIN_COLLECTIVE_S);
-    if (next >= 0 && next < ch->layers) zero_gather_start(c, ch, next, &z->rq[next & 1]);
-}
-
-/* The gradients the tp ranks hold partial sums of (layout.h rt_param_grad_group): under SP the
- * norms' (each rank's over its own tokens: Megatron's sequence-parallel gradients), a MoE layer's
- * router (over the tp group) and its experts (over the ranks holding the same ones), summed in
- * place in a chunk's gradient blocks. */
-static void sum_partial_grads(ctx *c, chunk_state *ch)
-{
-    int t = c->tpg.tp.size;
-    if (t <= 1) return;
-    for (int l = 0; l < ch->layers; l++) {
-        size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
-        int np = rt_layer_params_layout(&ch->shape, off, len, &count);
-        for (int id = 0; id < np; id++) {
-            int group = len[id] ? rt_param_grad_group(&ch->shape, id, t, c->tpg.tp.sp) : RT_GRAD_OWN;
-            if (group == RT_GRAD_SUM_TP)
-                c->tpg.tp.allreduce(&c->tpg, ch->g[l].block + off[id], len[id], RT_TP_SUM);
-            else if (group == RT_GRAD_SUM_EXPERTS)
-                c->expg.tp.allreduce(&c->expg, ch->g[l].block + off[id], len[id], RT_TP_SUM);
-        }
-    }
-}
-
-/* ZeRO-2/3: the gradients a backward left in a chunk's blocks, reduce-scattered over the stage's
- * ranks and added to this rank's shards; the blocks zeroed for the next backward. */
-static void zero_reduce(ctx *c, chunk_state *ch)
-{
-    if (!c->zero) return;
-    sum_partial_grads(c, ch);
+    ctx *c = vc;
+    chunk_state *ch = &c->ch[k];
     double *mine = pool_get(c, ch->shard);
-    for (int l = 0; l < ch->layers; l++) {
-        MPI_Request rq;
-        MPI_TRY(c, MPI_Ireduce_scatter_block(ch->g[l].block, mine, (int)ch->shard, MPI_DOUBLE,
-                                             MPI_SUM, c->shard_comm, &rq));
-        wait_poll(c, &rq, "a ZeRO gradient reduce-scatter", RT_SPIN_COLLECTIVE_S);
-        for (size_t i = 0; i < ch->shard; i++) ch->gs[l][i] += mine[i];
-        memset(ch->g[l].block, 0, ch->shard * (size_t)c->zranks * sizeof(double));
-    }
+    MPI_Request rq;
+    MPI_TRY(c, MPI_Ireduce_scatter_block(ch->g[l].block, mine, (int)ch->shard, MPI_DOUBLE, MPI_SUM,
+                                         c->shard_comm, &rq));
+    wait_poll(c, &rq, "a ZeRO gradient reduce-scatter", RT_SPIN_COLLECTIVE_S);
+    for (size_t i = 0; i < ch->shard; i++) ch->gs[l][i] += mine[i];
+    memset(ch->g[l].block, 0, ch->shard * (size_t)c->zranks * sizeof(double));
     pool_put(c, mine, ch->shard);
+}
+
+/* n values summed in place over comm, with the timeout */
+static void allreduce_on(ctx *c, MPI_Comm comm, double *v, size_t n, const char *what)
+{
+    MPI_Request rq;
+    if (n > (size_t)INT_MAX) die(c, "a gradient block of more than 2^31 values");
+    MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, comm, &rq));
+    wait_poll(c, &rq, what, RT_SPIN_COLLECTIVE_S);
+}
+
+static void grad_allreduce(void *vc, int k, int l)
+{
+    ctx *c = vc;
+    allreduce_on(c, c->stage_comm, c->ch[k].g[l].block, c->ch[k].g[l].count,
+                 "the gradient all-reduce across replicas");
+}
+
+static void grad_gather_params(void *vc, int k, int l)
+{
+    ctx *c = vc;
+    MPI_Request rq;
+    zero_gather_start(c, &c->ch[k], l, &rq);
+    wait_poll(c, &rq, "a ZeRO-2 parameter gather", RT_SPIN_COLLECTIVE_S);
+}
+
+static void grad_across(void *vc, int k, int l)
+{
+    ctx *c = vc;
+    allreduce_on(c, c->across_comm, c->ch[k].gs[l], c->ch[k].shard,
+                 "the HSDP shards' all-reduce across shard groups");
+}
+
+static const rt_grad_ops CPU_GRADS = {grad_sum_group, grad_reduce_scatter, grad_allreduce,
+                                      grad_gather_params, grad_across};
+
+/* ZeRO-2/3: chunk k's gradients after a B or W (engine.h rt_grads_zero_reduce). */
+static void zero_reduce(ctx *c, int k)
+{
+    if (c->zero) rt_grads_zero_reduce(&CPU_GRADS, c, k, &c->ch[k].shape, c->ch[k].layers,
+                                      c->tpg.tp.size, c->tpg.tp.sp);
 }
 
 /* The elements of a transfer of `kind` that slot s sends or receives (placement_wire_parts). */
@@ -643,21 +646,21 @@ typedef struct cpu_pass {
     int full;              /* under full recompute: one layer's activations at a time */
     rt_layer_acts scratch; /* ... in this block */
     double *rerun_y;       /* ... and the rerun forward's output */
-    zero3_pass z;
+    MPI_Request zrq[2];    /* ZeRO-3's gathers, by the layer's parity */
 } cpu_pass;
 
 static rt_layer_acts *pass_acts(cpu_pass *p, int l) { return p->full ? &p->scratch : &p->s->acts[l]; }
 
-static void layer_prefetch_begin(void *v, int first)
+static void layer_gather(void *v, int l)
 {
     cpu_pass *p = v;
-    zero3_begin(p->c, p->ch, first, &p->z);
+    if (p->c->zero >= 3) zero_gather_start(p->c, p->ch, l, &p->zrq[l & 1]);
 }
 
-static void layer_prefetch(void *v, int l, int next)
+static void layer_gather_wait(void *v, int l)
 {
     cpu_pass *p = v;
-    zero3_layer(p->c, p->ch, l, next, &p->z);
+    if (p->c->zero >= 3) wait_poll(p->c, &p->zrq[l & 1], "a ZeRO-3 parameter gather", RT_SPIN_COLLECTIVE_S);
 }
 
 static void layer_keep_input(void *v, int l, const void *x)
@@ -712,7 +715,7 @@ static void layer_copy(void *v, void *dst, const void *src)
     memcpy(dst, src, ((cpu_pass *)v)->s->nh * sizeof(double));
 }
 
-static const rt_pass_ops CPU_PASS = {layer_prefetch_begin, layer_prefetch, layer_keep_input,
+static const rt_pass_ops CPU_PASS = {layer_gather, layer_gather_wait, layer_keep_input,
                                      layer_forward, layer_rerun, layer_backward_input,
                                      layer_backward_weight, layer_copy};
 
@@ -787,7 +790,6 @@ static void do_backward_weight(ctx *c, const plan_instr *x, slot *s)
 }
 
 /* Packs what a send carries into its wire buffer. */
-/* Packs what a send carries into its wire buffer. */
 static double *pack(ctx *c, const plan_instr *x, slot *s, int kind)
 {
     const chunk_state *ch = &c->ch[x->chunk];
@@ -800,15 +802,6 @@ static double *pack(ctx *c, const plan_instr *x, slot *s, int kind)
     if (parts.hidden) memcpy(at, kind == KIND_ACT ? s->out : s->din, s->nh * sizeof(double)), at += s->nh;
     if (parts.enc) memcpy(at, kind == KIND_ACT ? s->enc : s->denc, s->ne * sizeof(double));
     return w;
-}
-
-/* Sums n gradients over the stage's replicas and cp ranks (the same tp rank of each), in place. */
-static void allreduce_replicas(ctx *c, double *v, size_t n)
-{
-    MPI_Request rq;
-    if (n > (size_t)INT_MAX) die(c, "a gradient block of more than 2^31 values");
-    MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, c->stage_comm, &rq));
-    wait_poll(c, &rq, "the gradient all-reduce across replicas", RT_SPIN_COLLECTIVE_S);
 }
 
 /* ---- The cpu medium of the executor loop (exec_loop.h): host compute, MPI transfers, MPI_Wtime
@@ -885,7 +878,7 @@ static int cpu_weights(void *vc, const pm_step *s)
 static int cpu_reduce(void *vc, const pm_step *s)
 {
     ctx *c = vc;
-    zero_reduce(c, &c->ch[s->x->chunk]);
+    zero_reduce(c, s->x->chunk);
     return 0;
 }
 
@@ -944,33 +937,18 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     free(c->slots);
     c->slots = NULL;
     pm_release(&c->pm);
-    if (!c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
-        for (int k = 0; k < c->chunks; k++) sum_partial_grads(c, &c->ch[k]);
-    if (c->o->pl->h.dp * c->cpg.tp.size > 1) { /* gradient all-reduce: the stage's replicas and
-                                                * cp ranks (each summed over its own tokens) */
+    for (int k = 0; !c->zero && k < c->chunks; k++) /* (ZeRO-2/3 summed them before each
+                                                       * reduce-scatter) */
+        rt_grads_partial(&CPU_GRADS, c, k, &c->ch[k].shape, c->ch[k].layers, c->tpg.tp.size,
+                         c->tpg.tp.sp);
+    if (c->o->pl->h.dp * c->cpg.tp.size > 1) { /* the stage's replicas and cp ranks (each summed
+                                                * over its own tokens) */
         double t = MPI_Wtime();
         for (int k = 0; k < c->chunks; k++)
-            for (int l = 0; l < c->ch[k].layers; l++) {
-                chunk_state *ch = &c->ch[k];
-                rt_layer_end what = rt_zero_layer_end(c->zero);
-                if (what == RT_END_ALLREDUCE_GRADS) {
-                    allreduce_replicas(c, ch->g[l].block, ch->g[l].count);
-                } else if (what == RT_END_GATHER_PARAMS) {
-                    MPI_Request rq;
-                    zero_gather_start(c, ch, l, &rq);
-                    wait_poll(c, &rq, "a ZeRO-2 parameter gather", RT_SPIN_COLLECTIVE_S);
-                }
-            }
-        for (int k = 0; c->zero && c->across > 1 && k < c->chunks; k++) /* HSDP: each shard
-                                                                            * with its peers' */
-            for (int l = 0; l < c->ch[k].layers; l++) {
-                MPI_Request rq;
-                MPI_TRY(c, MPI_Iallreduce(MPI_IN_PLACE, c->ch[k].gs[l], (int)c->ch[k].shard,
-                                          MPI_DOUBLE, MPI_SUM, c->across_comm, &rq));
-                wait_poll(c, &rq, "the HSDP shards' all-reduce across shard groups",
-                          RT_SPIN_COLLECTIVE_S);
-            }
-        if (c->demb) allreduce_replicas(c, c->demb, (size_t)c->vocab_local * c->hidden);
+            rt_grads_replicas(&CPU_GRADS, c, k, c->ch[k].layers, c->zero, c->across > 1);
+        if (c->demb)
+            allreduce_on(c, c->stage_comm, c->demb, (size_t)c->vocab_local * c->hidden,
+                         "the gradient all-reduce across replicas");
         record(c, RT_OP_ALLREDUCE, 0, 0, t, MPI_Wtime());
     }
     return DP_OK;

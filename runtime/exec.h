@@ -157,17 +157,6 @@ static inline size_t rt_zero_shard(size_t count, int ranks)
 {
     return (count + (size_t)ranks - 1) / (size_t)ranks;
 }
-/* What a stage does with each layer after an iteration, by that ZeRO stage (the tied embedding's
- * gradient is all-reduced whatever it is): 0 all-reduces the whole gradients (ZeRO-0, and 1
- * without an optimizer step); 2 all-gathers the parameters, where the shards' optimizer would
- * have stepped them; 3 nothing (its gathers come with the next forward). */
-typedef enum { RT_END_ALLREDUCE_GRADS, RT_END_GATHER_PARAMS, RT_END_NOTHING } rt_layer_end;
-static inline rt_layer_end rt_zero_layer_end(int zero_stage)
-{
-    return zero_stage == 0 ? RT_END_ALLREDUCE_GRADS : zero_stage == 2 ? RT_END_GATHER_PARAMS
-                                                                      : RT_END_NOTHING;
-}
-
 /* The plan's layout as a mesh: tp x cp x pp x dp ranks. */
 static inline mesh rt_plan_mesh(const plan_header *h)
 {

@@ -201,6 +201,17 @@ static void die(const gctx *c, const char *what)
     exit(3); /* not reached */
 }
 
+/* A collective over NCCL whose failure ends the job: `call` returns non-zero and fills `why`. */
+#ifdef DPRUN_NCCL
+static void nccl_check(const gctx *c, int rc, const char *why)
+{
+    if (rc != 0) die(c, why);
+}
+#define NCCL_DO(c, call) do { char why[256]; nccl_check(c, call, why); } while (0)
+#else
+#define NCCL_DO(c, call) die(c, "this dprun was built without NCCL")
+#endif
+
 #define MPI_TRY(c, call) RT_MPI_TRY(die, c, call) /* a failed MPI call ends the job, named */
 
 /* The next timing slot; its two events are created once and reused by later iterations, so the
@@ -359,60 +370,26 @@ static rt_nccl *group_comm(const ggroup *gr) { return gr->cp ? gr->c->cpc : gr->
 static void group_allreduce(void *vg, rt_cuda *g, void *buf, size_t n, rt_elem e, int op)
 {
     ggroup *gr = vg;
-#ifdef DPRUN_NCCL
-    char why[256];
-    if (rt_nccl_allreduce(group_comm(gr), buf, n, e, op, g, why, sizeof why) != 0) die(gr->c, why);
-#else
     (void)g, (void)buf, (void)n, (void)e, (void)op;
-    die(gr->c, "tensor or context parallelism without NCCL");
-#endif
+    NCCL_DO(gr->c, rt_nccl_allreduce(group_comm(gr), buf, n, e, op, g, why, sizeof why));
 }
 
 static void group_allgather(void *vg, rt_cuda *g, const void *mine, void *all, size_t n, rt_elem e)
 {
     ggroup *gr = vg;
-#ifdef DPRUN_NCCL
-    char why[256];
-    if (rt_nccl_allgather(group_comm(gr), mine, all, n * rt_elem_bytes(e), g, why, sizeof why) != 0)
-        die(gr->c, why);
-#else
     (void)g, (void)mine, (void)all, (void)n, (void)e;
-    die(gr->c, "tensor or context parallelism without NCCL");
-#endif
+    NCCL_DO(gr->c, rt_nccl_allgather(group_comm(gr), mine, all, n * rt_elem_bytes(e), g, why, sizeof why));
 }
 
 static void group_reduce_scatter(void *vg, rt_cuda *g, const void *all, void *mine, size_t n, rt_elem e)
 {
     ggroup *gr = vg;
-#ifdef DPRUN_NCCL
-    char why[256];
-    if (rt_nccl_reduce_scatter(group_comm(gr), all, mine, n, e, g, why, sizeof why) != 0)
-        die(gr->c, why);
-#else
     (void)g, (void)all, (void)mine, (void)n, (void)e;
-    die(gr->c, "tensor or context parallelism without NCCL");
-#endif
+    NCCL_DO(gr->c, rt_nccl_reduce_scatter(group_comm(gr), all, mine, n, e, g, why, sizeof why));
 }
 
 static const rt_cuda_tp *cp_of(const gctx *c) { return c->cp > 1 ? &c->cpg : NULL; }
 static const rt_cuda_tp *tp_of(const gctx *c) { return c->tp > 1 ? &c->tpg : NULL; }
-
-/* Under SP each tp rank summed the norms' gradients over its own tokens: their sum over the group
- * (Megatron's sequence-parallel gradients), in place in a chunk's gradient blocks, on the stage's
- * stream (exec.c sum_partial_grads; this backend runs no MoE layer, so these are the norms'). */
-static void sp_sum_norm_grads(gctx *c, rt_cuda *g, const gchunk *ch)
-{
-    if (c->shards <= 1) return;
-    size_t sb = rt_dtype_stat_bytes(c->dt);
-    for (int l = 0; l < ch->layers; l++) {
-        size_t off[RT_P_COUNT], len[RT_P_COUNT], count;
-        int np = rt_layer_params_layout(&ch->shape, off, len, &count);
-        for (int id = 0; id < np; id++)
-            if (len[id] && rt_param_grad_group(&ch->shape, id, c->tp, 1) == RT_GRAD_SUM_TP)
-                c->tpg.allreduce(c->tpg.ctx, g, (char *)ch->g[l].block + off[id] * sb, len[id],
-                                 rt_elem_stat(c->dt), RT_TP_SUM);
-    }
-}
 
 /* ---- ZeRO-2/3 over the stage's replicas (multi-GPU mode), as the cpu backend runs them (exec.h):
  * ZeRO-3 gathers each layer's parameters for every forward and backward, one layer ahead: the
@@ -440,54 +417,73 @@ static void *read_part(const gctx *c, const rt_cuda_layer *p)
 /* Layer l's parameters gathered from the replicas' shards, done when c->zdone[l & 1] is. */
 static void zero3_gather(gctx *c, rt_cuda *g, const gchunk *ch, int l)
 {
-#ifdef DPRUN_NCCL
-    char why[256];
+    (void)ch; /* (without NCCL) */
     zero_follow(c, g); /* after every earlier reader of the block */
-    if (rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
-                          ch->shard * rt_param_read_bytes(c->dt), c->zstream, why, sizeof why) != 0)
-        die(c, why);
+    NCCL_DO(c, rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
+                                 ch->shard * rt_param_read_bytes(c->dt), c->zstream, why, sizeof why));
     rt_cuda_event_record(c->zstream, c->zdone[l & 1]);
-#else
-    (void)g, (void)ch, (void)l;
-    die(c, "ZeRO-3 without NCCL");
-#endif
 }
 
-/* A pass over a chunk's layers from `first` (the next one at l + step): before layer l computes,
- * its gather is awaited and the next one's started. Nothing below ZeRO-3. */
-static void zero3_begin(gctx *c, rt_cuda *g, const gchunk *ch, int first)
+/* The cuda device's collectives (engine.h rt_grad_ops) on chunk k's layer l: the partial sums
+ * on the stage's stream g, the replicas' on the ZeRO stream after the stage's work so far. This
+ * backend runs no MoE layer (rt_check_moe), so its partial sums are the norms' under SP. */
+typedef struct gpu_grads {
+    gctx *c;
+    rt_cuda *g;
+} gpu_grads;
+
+static void grad_sum_group(void *v, int k, int l, size_t off, size_t len, int group)
 {
-    if (c->zero >= 3 && ch->layers > 0) zero3_gather(c, g, ch, first);
+    gpu_grads *q = v;
+    gctx *c = q->c;
+    if (group != RT_GRAD_SUM_TP) die(c, "an expert group's gradients on the cuda backend");
+    c->tpg.allreduce(c->tpg.ctx, q->g, (char *)c->ch[k].g[l].block + off * rt_dtype_stat_bytes(c->dt),
+                     len, rt_elem_stat(c->dt), RT_TP_SUM);
 }
 
-static void zero3_layer(gctx *c, rt_cuda *g, const gchunk *ch, int l, int next)
+static void grad_reduce_scatter(void *v, int k, int l)
 {
-    if (c->zero < 3) return;
-    rt_cuda_wait_event(g, c->zdone[l & 1]);
-    if (next >= 0 && next < ch->layers) zero3_gather(c, g, ch, next);
+    gpu_grads *q = v;
+    gctx *c = q->c;
+    gchunk *ch = &c->ch[k];
+    zero_follow(c, q->g); /* after the partial sums and the B or W */
+    NCCL_DO(c, rt_nccl_reduce_scatter(c->replicas, ch->g[l].block, c->zscratch, ch->shard,
+                                      rt_elem_stat(c->dt), c->zstream, why, sizeof why));
+    rt_cuda_add_grads(c->zstream, ch->gshard[l], c->zscratch, ch->shard, c->dt);
+    rt_cuda_zero(c->zstream, ch->g[l].block, rt_grad_block_bytes(ch->shard * c->zranks, c->dt));
 }
 
-/* ZeRO-2/3: the gradients a B or W left in a chunk's blocks, reduce-scattered over the replicas,
- * this rank's share added to its shards, the blocks zeroed; the stage stream waits for it. */
-static void zero_reduce(gctx *c, rt_cuda *g, const gchunk *ch)
+static void grad_allreduce(void *v, int k, int l)
 {
-#ifdef DPRUN_NCCL
-    char why[256];
-    sp_sum_norm_grads(c, g, ch); /* the group's sums first, as the cpu backend's */
-    zero_follow(c, g);
-    for (int l = 0; l < ch->layers; l++) {
-        if (rt_nccl_reduce_scatter(c->replicas, ch->g[l].block, c->zscratch, ch->shard,
-                                   rt_elem_stat(c->dt), c->zstream, why, sizeof why) != 0)
-            die(c, why);
-        rt_cuda_add_grads(c->zstream, ch->gshard[l], c->zscratch, ch->shard, c->dt);
-        rt_cuda_zero(c->zstream, ch->g[l].block, rt_grad_block_bytes(ch->shard * c->zranks, c->dt));
-    }
+    gpu_grads *q = v;
+    gctx *c = q->c;
+    (void)k, (void)l; /* (without NCCL) */
+    NCCL_DO(c, rt_nccl_allreduce(c->replicas, c->ch[k].g[l].block, c->ch[k].g[l].count,
+                                 rt_elem_stat(c->dt), RT_TP_SUM, q->g, why, sizeof why)); /* (no
+                                                                     * ZeRO: the stage's stream) */
+}
+
+static void grad_gather_params(void *v, int k, int l)
+{
+    gpu_grads *q = v;
+    gctx *c = q->c;
+    (void)k, (void)l; /* (without NCCL) */
+    NCCL_DO(c, rt_nccl_allgather(c->replicas, c->ch[k].pshard[l], read_part(c, &c->ch[k].p[l]),
+                                 c->ch[k].shard * rt_param_read_bytes(c->dt), c->zstream, why,
+                                 sizeof why));
+}
+
+static const rt_grad_ops GPU_GRADS = {grad_sum_group, grad_reduce_scatter, grad_allreduce,
+                                      grad_gather_params, NULL};
+
+/* ZeRO-2/3: the gradients a B or W left in chunk v's blocks (engine.h rt_grads_zero_reduce); the
+ * stage stream waits for it. */
+static void zero_reduce(gctx *c, rt_cuda *g, int v)
+{
+    gpu_grads q = {c, g};
+    rt_grads_zero_reduce(&GPU_GRADS, &q, v, &c->ch[v].shape, c->ch[v].layers, c->tp, c->shards > 1);
     rt_cuda_event_record(c->zstream, c->zback);
     rt_cuda_wait_event(g, c->zback);
-#else
-    (void)g, (void)ch;
-    die(c, "ZeRO without NCCL");
-#endif
 }
 
 /* The input embedding's lookups of this rank's tokens (exec.c fill_input: a hash of each token's
@@ -520,16 +516,16 @@ typedef struct gpu_pass {
     gslot *s;
 } gpu_pass;
 
-static void layer_prefetch_begin(void *v, int first)
+static void layer_gather(void *v, int l)
 {
     gpu_pass *p = v;
-    zero3_begin(p->c, p->g, p->ch, first);
+    if (p->c->zero >= 3) zero3_gather(p->c, p->g, p->ch, l);
 }
 
-static void layer_prefetch(void *v, int l, int next)
+static void layer_gather_wait(void *v, int l)
 {
     gpu_pass *p = v;
-    zero3_layer(p->c, p->g, p->ch, l, next);
+    if (p->c->zero >= 3) rt_cuda_wait_event(p->g, p->c->zdone[l & 1]);
 }
 
 static void layer_keep_input(void *v, int l, const void *x)
@@ -572,7 +568,7 @@ static void layer_copy(void *v, void *dst, const void *src)
     rt_cuda_copy(p->g, dst, src, p->s->nh * p->c->eb);
 }
 
-static const rt_pass_ops GPU_PASS = {layer_prefetch_begin, layer_prefetch, layer_keep_input,
+static const rt_pass_ops GPU_PASS = {layer_gather, layer_gather_wait, layer_keep_input,
                                      layer_forward, layer_rerun, layer_backward_input,
                                      layer_backward_weight, layer_copy};
 
@@ -771,7 +767,7 @@ static int gpu_send(void *vc, const pm_step *s)
 static int gpu_reduce(void *vc, const pm_step *s)
 {
     gctx *c = vc;
-    if (c->zero) zero_reduce(c, c->stream[s->stage], &c->ch[s->v]);
+    if (c->zero) zero_reduce(c, c->stream[s->stage], s->v);
     return 0;
 }
 
@@ -787,42 +783,27 @@ static const rt_medium GPU_MEDIUM = {gpu_ready,   gpu_begin,   gpu_end,      gpu
                                      gpu_await,   gpu_forward, gpu_backward, gpu_weights,
                                      gpu_reduce,  gpu_send,    gpu_release};
 
-/* Replicas' gradient all-reduce (multi-GPU mode, dp > 1), timed on the stage stream. */
+/* The end of the iteration over the replicas (multi-GPU mode; engine.h rt_grads_replicas), timed
+ * on the stage stream. */
 static dp_status enqueue_allreduce(gctx *c)
 {
-#ifdef DPRUN_NCCL
     rt_cuda *g = c->stream[c->stage];
-    rt_cuda *q = c->zero ? c->zstream : g; /* where the replicas' communicator runs */
     gtimed *t = timed_new(c, c->stage, RT_OP_ALLREDUCE, 0, 0);
     if (!t) return no_memory(c, "timing events");
     rt_cuda_event_record(g, t->e0);
     if (c->zero) zero_follow(c, g);
-    char why[256];
-    for (int k = 0; k < c->chunks; k++) {
-        gchunk *ch = &c->ch[k * c->pp + c->stage];
-        for (int l = 0; l < ch->layers; l++) {
-            int rc = 0;
-            rt_layer_end what = rt_zero_layer_end(c->zero);
-            if (what == RT_END_ALLREDUCE_GRADS)
-                rc = rt_nccl_allreduce(c->replicas, ch->g[l].block, ch->g[l].count,
-                                       rt_elem_stat(c->dt), RT_TP_SUM, q, why, sizeof why);
-            else if (what == RT_END_GATHER_PARAMS)
-                rc = rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
-                                       ch->shard * rt_param_read_bytes(c->dt), q, why, sizeof why);
-            if (rc != 0) return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
-        }
-    }
+    gpu_grads q = {c, g};
+    for (int k = 0; k < c->chunks; k++)
+        rt_grads_replicas(&GPU_GRADS, &q, k * c->pp + c->stage, c->ch[k * c->pp + c->stage].layers,
+                          c->zero, 0);
     /* the tied embedding's gradient on the last stage too, as the cpu backend sums it */
-    if (c->stage == c->pp - 1 && c->demb &&
-        rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab_local * c->hidden,
-                          rt_elem_stat(c->dt), RT_TP_SUM, q, why, sizeof why) != 0)
-        return dp_fail(c->err, DP_ERR_EXTERNAL, "%s", why);
+    if (c->stage == c->pp - 1 && c->demb)
+        NCCL_DO(c, rt_nccl_allreduce(c->replicas, c->demb, (size_t)c->vocab_local * c->hidden,
+                                     rt_elem_stat(c->dt), RT_TP_SUM, c->zero ? c->zstream : g, why,
+                                     sizeof why));
     if (c->zero) rt_cuda_event_record(c->zstream, c->zback), rt_cuda_wait_event(g, c->zback);
     rt_cuda_event_record(g, t->e1);
     return DP_OK;
-#else
-    return dp_fail(c->err, DP_ERR_UNSUPPORTED, "this dprun was built without NCCL");
-#endif
 }
 
 /* Stream i of this process: the stages' (NULL for other ranks' stages), the links', ZeRO's. */
@@ -926,8 +907,9 @@ static dp_status run_iteration(void *vc, const plan_iter *it, int iteration, int
     }
     if (st == DP_OK && !c->zero) /* (ZeRO-2/3 summed them before each reduce-scatter) */
         for (int v = 0; v < c->nv; v++) {
-            rt_cuda *g = c->stream[stage_of_v(c, v)];
-            if (g) sp_sum_norm_grads(c, g, &c->ch[v]);
+            gpu_grads q = {c, c->stream[stage_of_v(c, v)]};
+            if (q.g) rt_grads_partial(&GPU_GRADS, &q, v, &c->ch[v].shape, c->ch[v].layers, c->tp,
+                                      c->shards > 1);
         }
     if (st == DP_OK && c->multi && c->zranks > 1) st = enqueue_allreduce(c);
     if (c->multi && st != DP_OK) die(c, c->err->msg);
