@@ -4,8 +4,9 @@
  * Problem: samples in a fixed order s_0 .. s_{n-1}; cut them into contiguous micro-batches
  * [i, j) minimising
  *     score = (S - 1) * max_k t_k / C + sum_k t_k / D
- * where t_k = t(i, j) is the stage time of the micro-batch (stage_cost.h), over micro-batches that
- * fit in memory.
+ * (with one stage max(sum_k t_k / D, max_k t_k): microbatch.h mb_objective_ms), where t_k =
+ * t(i, j) is the stage time of the micro-batch (stage_cost.h), over micro-batches that fit in
+ * memory.
  *
  * 1. Segment costs are tabulated once per batch, in C: t(i, j) for every feasible segment, as
  *    integer nanoseconds so that sums and ties are exact; a shape's cost comes from the run's
@@ -18,11 +19,12 @@
  *    ties in the sum towards the smaller realised max m (lexicographic (sum, max): exact, since for
  *    equal prefix sums a smaller prefix max is never worse).
  * 3. Search over caps (descend): the score is the least, over the batch's distinct segment costs
- *    m, of (S-1)*m*D + g(m)*C, with g(m) the least sum under cap m, a step function that only
+ *    m, of (S-1)*m*D + g(m)*C (one stage: max(g(m), m*D)*C; any score that grows with both
+ *    bounds the same way), with g(m) the least sum under cap m, a step function that only
  *    grows as m falls. Solve with no cap; every cap from the realised max m_1 up gives that same
  *    partition. The caps not tried form ranges; trying the middle cap of a range splits it (the
  *    caps from its realised max up to it are settled at once), and a range is dropped when its
- *    lowest cap with the least sum above it, (S-1)*lo*D + g(above)*C, cannot beat the best:
+ *    lowest cap with the least sum above it, score(g(above), lo), cannot beat the best:
  *    exact, with no cap enumerated one by one. (The earlier descent, one pass per realised max
  *    from the top, gave the same partitions with 10-30x the passes on large batches. A tighter
  *    bound, the sum plus the costliest sample alone as the max, needs times monotone in the
@@ -30,7 +32,7 @@
  *    A pass under cap tau stops at each start i once every longer segment costs more than tau
  *    (suffix minima of the row).
  *
- * Scores are compared exactly as integers: (S-1)*m*D + sum*C (score * C * D, in ns).
+ * Scores are compared exactly as integers: score * C * D, in ns (score_scaled).
  *
  * The thinned variant (thin_ms > 0) is DynaPipe's: it runs one DP pass for each candidate tau of
  * the sorted distinct segment costs, skipping candidates within thin_ms of the last one kept.
@@ -360,8 +362,10 @@ static int dp_pass(const seg_table *T, int64_t tau, dp_cell *f)
     return f[n].from >= 0;
 }
 
+/* mb_objective_ms times C x D, in integer ns */
 static int64_t score_scaled(int64_t sum, int64_t max, int S, int C, int D)
 {
+    if (S == 1) return (sum > max * D ? sum : max * D) * C;
     return (int64_t)(S - 1) * max * D + sum * C;
 }
 
@@ -390,11 +394,11 @@ typedef struct cap_range {
     int64_t sum_hi;
 } cap_range;
 
-/* The exact search over caps (step 3 above): the least score (S-1)*m*D + sum*C over the batch's
- * distinct costs m, each with the least sum of partitions whose segments all cost <= m. Tried
- * caps split the untried ones into ranges; a range is dropped when even its lowest cap with the
- * sum bound above it cannot win. Ties go to the larger max, and the partition written into best
- * is the pass under the winning max itself (with one stage, under no cap). *best_score is
+/* The exact search over caps (step 3 above): the least score_scaled over the batch's distinct
+ * costs m, each with the least sum of partitions whose segments all cost <= m. Tried caps split
+ * the untried ones into ranges; a range is dropped when even its lowest cap with the sum bound
+ * above it cannot win. Ties go to the larger max, and the partition written into best is the pass
+ * under the winning max itself (with one stage and one replica, under no cap). *best_score is
  * INT64_MAX when nothing fits; DP_ERR_NOMEM when out of memory. */
 static dp_status descend(seg_table *T, int S, int C, int D, dp_cell *f, dp_cell *best,
                          int64_t *best_score, int *passes)
@@ -405,13 +409,13 @@ static dp_status descend(seg_table *T, int S, int C, int D, dp_cell *f, dp_cell 
     (*passes)++;
     memcpy(best, f, (size_t)(n + 1) * sizeof *f);
     *best_score = score_scaled(f[n].sum, f[n].max, S, C, D);
-    if (S == 1) return DP_OK; /* the sum alone decides */
+    if (S == 1 && D == 1) return DP_OK; /* the sum alone decides */
     cap_range *stack = malloc((size_t)(T->n_all + 1) * sizeof *stack);
     if (!stack || seg_sort_costs(T) != 0 || seg_suffix_min(T) != DP_OK) {
         free(stack);
         return DP_ERR_NOMEM;
     }
-    int64_t per = (int64_t)(S - 1) * D, best_m = f[n].max, best_cap = INT64_MAX;
+    int64_t best_m = f[n].max, best_cap = INT64_MAX;
     int top = 0; /* the stack holds disjoint non-empty ranges: at most n_all */
 #define PUSH_RANGE(a, b, sum)                                      \
     do {                                                           \
@@ -420,7 +424,7 @@ static dp_status descend(seg_table *T, int S, int C, int D, dp_cell *f, dp_cell 
     PUSH_RANGE(0, seg_cost_index(T, f[n].max), f[n].sum);
     while (top > 0) {
         cap_range r = stack[--top];
-        int64_t bound = per * T->all[r.lo] + r.sum_hi * C;
+        int64_t bound = score_scaled(r.sum_hi, T->all[r.lo], S, C, D);
         if (bound > *best_score || (bound == *best_score && T->all[r.hi - 1] < best_m)) continue;
         int k = r.lo + (r.hi - r.lo) / 2;
         int64_t cap = T->all[k];

@@ -1047,7 +1047,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
         if (!isnan(l->mb[k].t_ms)) tmax = fmax(tmax, l->mb[k].t_ms), sum += l->mb[k].t_ms;
     l->obj_tmax_ms = tmax;
     l->obj_sum_ms = sum;
-    l->obj_value_ms = (S - 1) * tmax / C + sum / D;
+    l->obj_value_ms = mb_objective_ms(S, C, D, sum, tmax);
     if (D > 1 && l->n_mb > 0 && !l->replicas_set) return deal_replicas(l, D, 0, err);
     return DP_OK;
 }

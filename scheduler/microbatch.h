@@ -15,7 +15,8 @@
  *   token        DynaPipe's token-based partitioner: walk the ordered samples, cut when the
  *                micro-batch's padded tokens would exceed --mb-tokens.
  *   dynamic      DynaPipe's dynamic program (scheduler/dp.c): the contiguous partition of the
- *                ordered samples minimising (S-1)*max_k t_k / C + sum_k t_k / D, subject to memory.
+ *                ordered samples minimising its objective (mb_objective_ms: (S-1)*max_k t_k / C +
+ *                sum_k t_k / D; with one stage max(sum_k t_k / D, max_k t_k)), subject to memory.
  *
  * Order ("the ordered samples" of token and dynamic): GPT by length. T5 as DynaPipe intends
  * (neighbours close in both lengths): the distinct padded (input, target) pairs are visited along an
@@ -78,7 +79,7 @@ typedef struct mb_list {
     microbatch *mb;
     int n_mb, mb_cap;
     /* filled by mb_list_finish */
-    double obj_value_ms, obj_tmax_ms, obj_sum_ms; /* (S-1)*tmax/C + sum/D */
+    double obj_value_ms, obj_tmax_ms, obj_sum_ms; /* mb_objective_ms; its max and sum */
     int feasible;          /* every micro-batch answerable and fitting */
     char why[512];         /* when not feasible: which micro-batch and why */
     int in_flight;         /* 1: the memory check assumed one micro-batch held (DynaPipe's
@@ -86,6 +87,18 @@ typedef struct mb_list {
     int dp_passes;         /* dynamic: DP passes run */
     int replicas_set;      /* the batcher assigned replicas itself (mb_list_finish keeps them) */
 } mb_list;
+
+/* The DP's objective over micro-batches of times t_k (sum and tmax their sum and largest), on S
+ * stages of C chunks with D data-parallel replicas, ms: DynaPipe's (S-1)*tmax/C + sum/D, the
+ * pipeline's fill and drain plus a replica's share of the work. With one stage there is no fill,
+ * and a replica takes at least one micro-batch: max(sum/D, tmax), or one micro-batch of the whole
+ * batch would leave D - 1 replicas idle. dp.c minimises it times C x D in integer ns
+ * (score_scaled), the same rule. */
+static inline double mb_objective_ms(int S, int C, int D, double sum, double tmax)
+{
+    if (S == 1) return sum / D > tmax ? sum / D : tmax;
+    return (S - 1) * tmax / C + sum / D;
+}
 
 void mb_list_init(mb_list *l);
 void mb_list_release(mb_list *l);

@@ -506,6 +506,14 @@ expect "--shard-group under ZeRO 0 is refused" 2 "ZeRO 0 shards nothing" -- "$DP
 expect "sim's header names every degree and the GPU count" 0 "^# sim: .* tp 1 x cp 1 x pp 2 x dp 2 = 4 GPUs" -- "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2
 expect "... and the time and GPU-hours per billion tokens" 0 "^time per billion tokens +[0-9.]+ h +\([0-9.]+ GPU-hours on 4 GPUs\)" -- "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2
 expect "at pp 1 the idle share is the replicas' imbalance, not a pipeline bubble" 0 "^replica imbalance " -- "$DPSIM" sim --pp 1 --dp 4 --recompute full --iterations 2
+# without a pipeline DynaPipe's objective has no max term: the DP cut a batch of 16 full rows into
+# one micro-batch, and three of four replicas idled (75%); its one-stage objective gives each work
+"$DPSIM" trace gen --mix fixed --len 8192 --samples 64 -o "$TMP/f8k.csv" >/dev/null 2>&1
+check "at pp 1 the dynamic batcher gives every replica work" bash -c "'$DPSIM' sim --model llama3.1-8b \
+  --hw dgx-h100 --tp 8 --pp 1 --dp 4 --trace '$TMP/f8k.csv' --max-seqlen 8192 --global-tokens 131072 \
+  --iterations 2 --recompute full --batching dynamic 2>/dev/null |
+  awk '/^micro-batches per iteration/ { m = \$4 } /^replica imbalance/ { i = \$3 + 0 }
+       END { exit !(m >= 4 && i < 25) }'"
 "$DPSIM" sim --pp 2 --dp 2 --recompute full --iterations 2 --json >"$TMP/budget.json" 2>/dev/null
 check "... GPU-hours are hours x GPUs, hours 1e9 / throughput / 3600 (JSON)" python3 -c "
 import json, sys

@@ -107,7 +107,15 @@ static int64_t seg_ns(const fixture *f, const sample_len *s, int i, int j, int h
     return shape_ns(&f->sm, &sh, held);
 }
 
-/* Minimum of (S-1)*max*D + sum*C over every contiguous partition, or INT64_MAX. */
+/* The DP's objective times C x D, written out here: DynaPipe's (S-1)*max/C + sum/D; with one
+ * stage no fill or drain, and the replicas wait for the largest micro-batch: max(sum/D, max). */
+static int64_t objective_cd(int S, int C, int D, int64_t sum, int64_t mx)
+{
+    if (S == 1) return C * (sum > mx * D ? sum : mx * D);
+    return (int64_t)(S - 1) * mx * D + sum * C;
+}
+
+/* Minimum of objective_cd over every contiguous partition, or INT64_MAX. */
 static int64_t brute_force_d(const fixture *f, const sample_len *s, int n, int in_flight, int D)
 {
     int64_t best = INT64_MAX;
@@ -124,7 +132,7 @@ static int64_t brute_force_d(const fixture *f, const sample_len *s, int n, int i
             start = j;
         }
         if (!ok) continue;
-        int64_t sc = (int64_t)(S - 1) * mx * D + sum * C;
+        int64_t sc = objective_cd(S, C, D, sum, mx);
         if (sc < best) best = sc;
     }
     return best;
@@ -150,7 +158,7 @@ static int64_t plan_score(const fixture *f, const mb_list *l, const sample_len *
         at += m->n_samples;
     }
     assert_int_equal(at, n);
-    return (int64_t)(S - 1) * mx * D + sum * C;
+    return objective_cd(S, C, D, sum, mx);
 }
 
 static void random_samples(unsigned *seed, sample_len *s, int n, int t5)
@@ -929,7 +937,7 @@ static void test_dp_cut_brute_force(void **state)
                 sum += c, mx = c > mx ? c : mx;
                 i = j;
             }
-            int64_t sc = (int64_t)(S - 1) * mx * D + sum * C;
+            int64_t sc = objective_cd(S, C, D, sum, mx);
             if (ok && sc < want) want = sc;
         }
         int ends[12], n_seg = 0;
@@ -944,7 +952,7 @@ static void test_dp_cut_brute_force(void **state)
             from = ends[k];
         }
         assert_int_equal(ends[n_seg - 1], t.n);
-        assert_int_equal((int64_t)(S - 1) * mx * D + sum * C, want);
+        assert_int_equal(objective_cd(S, C, D, sum, mx), want);
         cases++;
     }
     assert_int_equal(cases, 300);
