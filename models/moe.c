@@ -170,6 +170,9 @@ static dp_status hist_row(void *ctx, const csv_row *row, dp_err *err)
     if (end == text || *end)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: field \"tokens\" is \"%.40s\", not a number",
                        row->path, row->line, text);
+    if (!(v >= 0) || !(v <= MOE_COUNT_MAX))
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: field \"tokens\" is %s: a count from 0 to %g",
+                       row->path, row->line, text, MOE_COUNT_MAX);
     if (h->n >= h->max)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: more than %d experts' counts", row->path,
                        row->line, h->max);

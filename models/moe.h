@@ -55,6 +55,7 @@ typedef enum moe_route_kind {
 
 #define MOE_EXPERTS_MAX 4096
 #define MOE_EP_MAX 1024
+#define MOE_COUNT_MAX 1e15 /* a histogram's count of one expert (a whole run's tokens, and more) */
 
 /* A routing model over E experts on ep ranks, with the ranks' shares q_r filled in. */
 typedef struct moe_routing {

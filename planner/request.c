@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE /* realpath */
 #include "request.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,12 +72,18 @@ static int set_routing(void *ctx, const char *arg, const char *cmd, const char *
         return 0;
     }
     struct stat st;
-    if (strncmp(arg, "skewed:", 7) != 0 && stat(arg, &st) == 0 && S_ISREG(st.st_mode)) {
+    int path = strncmp(arg, "skewed:", 7) != 0, found = path && stat(arg, &st) == 0;
+    if (found && S_ISREG(st.st_mode)) {
         o->routing = MOE_ROUTE_HISTOGRAM, o->routing_file = arg; /* read with the model */
         return 0;
     }
-    cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, even, skewed:ALPHA with a "
-                    "Zipf exponent ALPHA from 0 to 100, or a CSV file of each expert's tokens)", arg);
+    if (found || (path && (strchr(arg, '/') || strchr(arg, '.')))) /* a file, by its look */
+        cli_usage_error(cmd, usage, "--routing \"%s\": cannot read it as a file (%s): a CSV of "
+                        "each expert's tokens", arg, found ? "not a regular file" : strerror(errno));
+    else
+        cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, even, skewed:ALPHA with "
+                        "a Zipf exponent ALPHA from 0 to 100, or a CSV file of each expert's "
+                        "tokens)", arg);
     return -1;
 }
 

@@ -555,7 +555,11 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     char source[4200];
     stage_model sm;
     dp_status st = DP_OK;
-    TRY(planner_build_cost(&co, &m, hw, &cm, source, sizeof source, err));
+    st = planner_build_cost(&co, &m, hw, &cm, source, sizeof source, err);
+    if (st != DP_OK) { /* the header's values, checked as their options are: say where from */
+        dp_err_prefix(err, "%s: the plan's header", where);
+        goto out;
+    }
     cluster_override_links(hw, p->link_gbit, p->link_latency_us);
     if (p->gpu_jitter >= 0) hw->gpu_jitter = p->gpu_jitter;
     cm->hw = *hw;

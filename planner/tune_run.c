@@ -475,10 +475,18 @@ dp_status planner_tune(const plan_request *base, const plan_env *env, const tune
     *out = NULL, *n_out = 0;
     tune_point *pts = NULL;
     long n = tune_points(sp, &pts);
-    if (n == 0)
+    if (n == 0) {
+        char eps[96] = ""; /* a MoE's ep degrees, which a stage's GPUs must hold */
+        if (sp->n_eps > 1 || (sp->n_eps == 1 && sp->eps[0] > 1)) {
+            int at = snprintf(eps, sizeof eps, ", ep ");
+            for (int i = 0; i < sp->n_eps && at < (int)sizeof eps - 32; i++)
+                at += snprintf(eps + at, sizeof eps - (size_t)at, "%s%d", i ? "," : "", sp->eps[i]);
+            snprintf(eps + at, sizeof eps - (size_t)at, " dividing a stage's GPUs");
+        }
         return dp_fail(err, DP_ERR_INVALID, "no configuration of %d GPUs to try (tp at most %d per "
-                       "node, pp at most %d layers%s)", sp->gpus, sp->gpus_per_node, sp->layers,
-                       sp->t5 ? ", even for T5" : "");
+                       "node, pp at most %d layers%s%s)", sp->gpus, sp->gpus_per_node, sp->layers,
+                       eps, sp->t5 ? ", even for T5" : "");
+    }
     tune_job *j = dp_xcalloc(1, sizeof *j);
     j->base = base, j->env = env, j->sp = sp, j->pts = pts;
     /* scored on the first batches and the one with the longest sample (planner/tune.h), where the

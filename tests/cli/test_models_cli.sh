@@ -138,8 +138,13 @@ expect "... a plan keeps the ranks' shares" 0 "out of memory +no" -- \
 check "... (\"routing\": \"histogram\" and its 8 shares) and sim --plan replays it to its timeline" bash -c \
   "grep -q '\"routing\":\"histogram\",\"routing_shares\":\[0.36' '$TMP/hist.json' && [ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/hist.json' | grep -E '^timeline hash')\" ]"
 { echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,$([ "$e" = 5 ] && echo -3 || echo 10)"; done; } >"$TMP/neg.csv"
-expect "a histogram with a negative count is refused, naming the file and the expert" 2 "neg.csv: the routing histogram's count of expert 5 is -3" -- \
+expect "a histogram with a negative count is refused, naming the file and the line (expert 5's)" 1 "neg.csv:7: field \"tokens\" is -3: a count from 0 to" -- \
   "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/neg.csv" --iterations 1
+{ echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,1e308"; done; } >"$TMP/huge.csv"
+expect "... and counts past 1e15 (1e308 each overflowed their sum: every share read 0)" 1 "huge.csv:2: field \"tokens\" is 1e308" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/huge.csv" --iterations 1
+expect "--routing naming a file that is not there says so" 2 "--routing \"$TMP/none.csv\": cannot read it as a file \\(No such file" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/none.csv" --iterations 1
 { echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,0"; done; } >"$TMP/zero.csv"
 expect "... one summing to 0" 2 "zero.csv: the routing histogram sums to 0" -- \
   "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --routing "$TMP/zero.csv" --iterations 1
@@ -152,6 +157,14 @@ expect "latent attention (DeepSeek-V3) is costed: its 58 MoE layers of 61 and th
   "$DPSIM" cost --mbs 1 --seqlen 1024 --model tests/data/hf/deepseek-v3.json --hw dgx-h100 --ep 8
 expect "tune refuses an ep list item that does not divide the experts, naming it" 2 "--ep 6 does not divide the 128 experts" -- \
   "$DPSIM" tune --gpus 8 --model $Q --hw dgx-h100 --ep 2,6
+expect "tune with no layout to try names the ep degrees a stage must hold" 1 "no configuration of 16 GPUs to try .*, ep 128 dividing a stage's GPUs" -- \
+  "$DPSIM" tune --gpus 16 --model $Q --hw dgx-h100 --ep 128 --iterations 1 -o "$TMP/none.csv"
+sed 's/"tp": *[0-9]*/"tp": 3/' "$TMP/hist.json" >"$TMP/tp3.json"
+expect "a plan whose header's tp breaks the model's rule names the plan file" 1 "tp3.json: the plan's header: --tp 3 does not divide the 32 attention heads" -- \
+  "$DPSIM" sim --plan "$TMP/tp3.json"
+python3 -c "import json; d = json.load(open('tests/data/hf/deepseek-v3.json')); d['first_k_dense_replace'] = 62; json.dump(d, open('$TMP/dense62.json', 'w'))"
+expect "DeepSeek's dense first layers beyond the model's are refused by their field" 1 "dense62.json: field \"first_k_dense_replace\" \\(62 dense first layers\\) is beyond num_hidden_layers \\(61\\)" -- \
+  "$DPSIM" models --show "$TMP/dense62.json"
 expect "dprun refuses a MoE plan whose ep it does not fold over tp, naming ep (test_dprun_moe.sh runs those it does)" 1 "ep 8, and dprun folds expert parallelism over the tensor-parallel group" -- \
   "$(dirname "$DPSIM")/dprun" --plan "$TMP/moe.json" --out "$TMP/moe.csv"
 finish

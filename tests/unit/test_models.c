@@ -928,6 +928,18 @@ static void test_gqa_and_untied_heads(void **state)
         assert_msg_has(err.msg, "mixture-of-experts model (");
         assert_msg_has(err.msg, expert_keys[i]);
     }
+    /* dense first layers beyond the model's are refused by their field; all of them dense is a
+     * dense model */
+    const char *moe_cfg = "{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 4,"
+                          "\"hidden_size\": 64, \"num_attention_heads\": 8,"
+                          "\"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                          "\"moe_intermediate_size\": 32, \"first_k_dense_replace\": %d}";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, moe_cfg, 5);
+    assert_int_equal(model_parse_hf(cfg, "config.json", &m, &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "config.json: field \"first_k_dense_replace\"");
+    snprintf(cfg, sizeof cfg, moe_cfg, 4);
+    assert_int_equal(model_parse_hf(cfg, "config.json", &m, &err), DP_OK);
     /* a dense config that names no experts (null) is dense */
     assert_int_equal(hf_small("llama", "\"num_experts\": null", &m, &err), DP_OK);
     assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"
