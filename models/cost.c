@@ -148,14 +148,21 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err)
     return DP_OK;
 }
 
-double cost_moe_param_mb(const model_spec *m, int tp, int ep, int etp)
+double cost_moe_expert_mb(const model_spec *m, int ep, int etp)
 {
     if (!model_is_moe(m)) return 0;
     int64_t split, whole, expert;
     model_moe_layer_parts(m, &split, &whole, &expert);
     double experts_here = m->experts / (ep > 0 ? ep : 1);
-    return 2.0 * ((double)(split + whole) / tp + (double)expert * experts_here / (etp > 1 ? etp : 1)) /
-           1e6;
+    return 2.0 * (double)expert * experts_here / (etp > 1 ? etp : 1) / 1e6;
+}
+
+double cost_moe_param_mb(const model_spec *m, int tp, int ep, int etp)
+{
+    if (!model_is_moe(m)) return 0;
+    int64_t split, whole, expert;
+    model_moe_layer_parts(m, &split, &whole, &expert);
+    return 2.0 * (double)(split + whole) / tp / 1e6 + cost_moe_expert_mb(m, ep, etp);
 }
 
 dp_status cost_model_set_etp(cost_model *cm, int etp, dp_err *err)

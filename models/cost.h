@@ -305,6 +305,9 @@ void cost_model_place_ep(cost_model *cm, const mesh *layout);
  * over tp, norms and router over tp too (as a dense layer's are counted), E/ep experts, each split
  * over etp GPUs (0 for a dense model). */
 double cost_moe_param_mb(const model_spec *m, int tp, int ep, int etp);
+/* Of it, the routed experts' (E/ep of them, 1/etp of each), MB: the part replicated not over the
+ * stage's data-parallel GPUs but over its expert-data-parallel ones (stage_cost.h expert_shard). */
+double cost_moe_expert_mb(const model_spec *m, int ep, int etp);
 /* Expert tensor parallelism for cm's experts (1: none): each expert's MLP split over etp GPUs, the
  * copies routed to an ep rank gathered over its etp GPUs before the experts and their outputs
  * reduce-scattered after (cost_analytic.c's MoE layer). Call after cost_model_set_moe.

@@ -41,9 +41,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
                               : 1;
     for (int s = 0; s < sm->pp; s++) {
         cfg->state_mb[s] = sm->state_mb[s];
-        state_bytes sb = memory_state_bytes(sm->cm->precision, sm->cm->grad_bytes);
-        memory_model_state_parts(sm->param_mb[s], &sb, sm->zero_stage, sm->zero_shard,
-                                 &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
+        stage_state_parts(sm, s, &cfg->weights_mb[s], &cfg->grads_mb[s], &cfg->optimizer_mb[s]);
         cfg->weights_mb[s] += sm->zero3_gathered_mb[s]; /* ZeRO-3's gathered layers are weights */
         if (sm->cm->toy.on) continue; /* textbook: no gradient collective, no optimizer step */
         cfg->zero_fwd_ms[s] = sm->zero_fwd_ms[s], cfg->zero_bwd_ms[s] = sm->zero_bwd_ms[s];

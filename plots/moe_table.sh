@@ -17,7 +17,7 @@ B=${1:-build}
 configs=("qwen3-30b-a3b 64 1 2 32 8 2097152 -" "qwen3-30b-a3b 64 1 2 32 32 2097152 -"
          "qwen3-30b-a3b 256 1 4 64 8 8388608 -" "qwen3-30b-a3b 256 1 4 64 64 8388608 -"
          "mixtral-8x7b 64 2 4 8 8 2097152 -" "mixtral-8x7b 256 2 4 32 8 8388608 -"
-         "deepseek-v3 256 1 8 32 32 8388608 full" "deepseek-v3 256 1 4 64 64 8388608 full")
+         "deepseek-v3 256 1 16 16 16 8388608 full" "deepseek-v3 256 1 8 32 32 8388608 full")
 row() { # the tokens/s of batching $1 in a compare table
   awk -v b="$1" '$1 == b && $2 == "1f1b" { print ($3 ~ /^[0-9]+$/ ? $3 : "-") }'
 }

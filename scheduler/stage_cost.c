@@ -93,6 +93,9 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
      * replicas' shards all-reduced over the dp / k groups: a mesh of k replicas for the one, and
      * for the other a mesh whose "stages" are the k replicas' pipelines, dp / k replicas */
     int k = sm->zero_shard / (cm->cp > 1 ? cm->cp : 1), hybrid = sm->zero_shard < sm->zero_ranks;
+    int expert_ranks = (cm->ep > 1 ? cm->ep : 1) * (cm->etp > 1 ? cm->etp : 1);
+    int edp_shard = cm->tp * sm->zero_shard / expert_ranks; /* (ep x etp divides tp x cp x dp) */
+    sm->expert_shard = edp_shard > 1 ? edp_shard : 1;
     mesh in_group = mesh_of(cm->tp, cm->cp, pp, k), across = mesh_of(cm->tp, cm->cp, pp * k, dp / k);
     for (int s = 0; s < pp; s++) {
         double layers_mb = memory_layers_param_mb(cm, sm->enc_layers[s], sm->moe_layers[s],
@@ -100,6 +103,7 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
         placement_roles roles = placement_device_roles(place, s, pp, chunks);
         double param_mb = layers_mb + memory_embedding_share_mb(cm, roles);
         sm->param_mb[s] = param_mb;
+        sm->expert_mb[s] = sm->moe_layers[s] * cost_moe_expert_mb(m, cm->ep, cm->etp);
         /* ZeRO-3 (FSDP): while a unit runs its whole parameters are gathered, and the next
          * unit's behind it (prefetch), as FSDP's and DeepSpeed's prefetch of one unit hold them,
          * whatever the micro-batch: the two largest of its layers, embedding and head */
@@ -109,9 +113,9 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
                                                 : 0;
         sm->zero3_gathered_mb[s] = memory_zero3_gathered_mb(cm, roles, layers, unit_mb, zero_stage,
                                                             sm->zero_shard);
-        state_bytes sb = memory_state_bytes(cm->precision, cm->grad_bytes);
-        sm->state_mb[s] = memory_model_state_mb(param_mb, &sb, zero_stage, sm->zero_shard) +
-                          sm->zero3_gathered_mb[s];
+        double weights, grads, optimizer;
+        stage_state_parts(sm, s, &weights, &grads, &optimizer);
+        sm->state_mb[s] = weights + grads + optimizer + sm->zero3_gathered_mb[s];
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
         /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs),
          * or over a shard group's and across the groups */
@@ -122,16 +126,33 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
                                 1e6 * param_mb / BYTES_WEIGHT * cm->grad_bytes);
         sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
         sm->zero_grad_ms[s] = z.grad_ms;
-        if (sm->budget_mb[s] <= 0)
+        if (sm->budget_mb[s] <= 0) {
+            char experts[120] = "";
+            if (sm->expert_mb[s] > 0)
+                snprintf(experts, sizeof experts, "; of them %.0f MB of routed experts, their "
+                         "state over %d (tp x cp x dp / ep / etp)", sm->expert_mb[s],
+                         sm->expert_shard);
             return dp_fail(err, DP_ERR_INFEASIBLE,
                            "the model state of stage %d (%.0f MB: weights, %s gradients and Adam "
-                           "state of %.0f MB of 16-bit parameters, ZeRO-%d over %d GPUs) "
+                           "state of %.0f MB of 16-bit parameters, ZeRO-%d over %d GPUs%s) "
                            "exceeds the %.0f MB of device memory\nhint: more --pp, --tp or --dp "
                            "with --zero",
                            s, sm->state_mb[s], cm->grad_bytes == 4 ? "fp32" : "16-bit", param_mb,
-                           zero_stage, sm->zero_shard, mem_limit_mb);
+                           zero_stage, sm->zero_shard, experts, mem_limit_mb);
+        }
     }
     return DP_OK;
+}
+
+void stage_state_parts(const stage_model *sm, int s, double *weights_mb, double *grads_mb,
+                       double *optimizer_mb)
+{
+    state_bytes sb = memory_state_bytes(sm->cm->precision, sm->cm->grad_bytes);
+    double w, g, o;
+    memory_model_state_parts(sm->param_mb[s] - sm->expert_mb[s], &sb, sm->zero_stage,
+                             sm->zero_shard, weights_mb, grads_mb, optimizer_mb);
+    memory_model_state_parts(sm->expert_mb[s], &sb, sm->zero_stage, sm->expert_shard, &w, &g, &o);
+    *weights_mb += w, *grads_mb += g, *optimizer_mb += o;
 }
 
 /* Per-layer costs of both components (decoder zero for GPT) and of the LM head. Under --cp auto

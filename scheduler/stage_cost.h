@@ -57,6 +57,10 @@ typedef struct stage_model {
                      * hybrid sharding (HSDP, --shard-group) a group of consecutive ones (cp x k
                      * GPUs of k replicas), its shards all-reduced with the other groups' */
     int zero_stage; /* 0..3 */
+    int expert_shard; /* the GPUs a MoE's routed experts' state is split over: each expert's
+                       * share is replicated over a stage's tp x cp x dp / (ep x etp) GPUs, its
+                       * expert-data-parallel group (Megatron's parallel folding), of which
+                       * those in a shard group under HSDP (at least 1) */
     double mem_limit_mb;
     int enc_layers[STAGE_MAX], dec_layers[STAGE_MAX]; /* layers held by each device */
     int moe_layers[STAGE_MAX]; /* of enc_layers, the mixture-of-experts ones (COMP_MOE) */
@@ -68,6 +72,7 @@ typedef struct stage_model {
                                           * state (not of a micro-batch's peak, which interleaved
                                           * chunks share); 0 otherwise */
     double param_mb[STAGE_MAX];                       /* fp16 parameters per device, MB */
+    double expert_mb[STAGE_MAX]; /* of them, the MoE layers' routed experts (cost_moe_expert_mb) */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
     /* ZeRO's collectives on device s (models/comm.h comm_zero) over its data-parallel group
      * (comm_dp_group): those of every micro-batch, which stage_model_cost adds to fwd_ms /
@@ -121,6 +126,11 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
  * the whole group). The one reading of the field for the stage model, the plan header, the
  * runtime and tune. */
 int stage_shard_size(int shard_group, int dp, int cp);
+/* Device s's model state, MB, as ZeRO splits it (memory.h memory_model_state_parts): the
+ * parameters over zero_shard GPUs, a MoE's routed experts over expert_shard. The one rule of
+ * state_mb (less ZeRO-3's gathered units) and of what the study reports. */
+void stage_state_parts(const stage_model *sm, int s, double *weights_mb, double *grads_mb,
+                       double *optimizer_mb);
 /* Whether shard_group is a valid --shard-group for dp replicas at context parallelism cp under
  * ZeRO stage zero (the rule above): 0, or -1 with why (naming the nearest valid sizes; why may be
  * NULL with cap 0). */

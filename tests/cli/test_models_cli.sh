@@ -134,7 +134,7 @@ expect "--routing FILE takes a measured histogram: the busiest rank (4 x 16 of 1
   "$DPSIM" cost --mbs 1 --seqlen 4096 --model $Q --hw dgx-h100 --ep 8 --routing "$TMP/hist.csv"
 expect "... a plan keeps the ranks' shares" 0 "out of memory +no" -- \
   "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
-  --iterations 1 --batching packing --routing "$TMP/hist.csv" -o "$TMP/hist.json"
+  --iterations 1 --batching packing --recompute full --routing "$TMP/hist.csv" -o "$TMP/hist.json"
 check "... (\"routing\": \"histogram\" and its 8 shares) and sim --plan replays it to its timeline" bash -c \
   "grep -q '\"routing\":\"histogram\",\"routing_shares\":\[0.36' '$TMP/hist.json' && [ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/hist.json' | grep -E '^timeline hash')\" ]"
 { echo "expert,tokens"; for e in $(seq 0 127); do echo "$e,$([ "$e" = 5 ] && echo -3 || echo 10)"; done; } >"$TMP/neg.csv"

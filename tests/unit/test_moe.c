@@ -489,6 +489,51 @@ static void test_expert_tensor_parallelism(void **state)
     cost_model_free(d);
 }
 
+/* A MoE's routed experts keep their state over their own data-parallel group: each expert's share
+ * is replicated over a stage's tp x cp x dp / (ep x etp) GPUs (Megatron's parallel folding), which
+ * ZeRO splits it over, while the rest splits over dp x cp. Written out here from the layer's parts,
+ * at ZeRO 1, 2 and 3: ep 4 over tp 2 x dp 8 (4 copies of each expert), ep 16 (one: the experts'
+ * Adam state whole on every GPU), ep 4 with etp 2 (2 copies). */
+static void test_experts_state_over_their_group(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    int64_t split, whole, expert;
+    model_moe_layer_parts(&m, &split, &whole, &expert);
+    const int tp = 2, dp = 8, pp = 2;
+    struct { int ep, etp, copies; } cases[] = {{4, 1, 4}, {16, 1, 1}, {4, 2, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int zero = 1; zero <= 3; zero++) {
+            cost_model *cm = analytic_of(&m, tp, RECOMPUTE_FULL);
+            assert_int_equal(cost_model_set_moe(cm, cases[c].ep, NULL, &err), DP_OK);
+            assert_int_equal(cost_model_set_etp(cm, cases[c].etp, &err), DP_OK);
+            stage_model sm;
+            if (stage_model_init(&sm, cm, pp, 1, dp, zero, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+            assert_int_equal(sm.expert_shard, cases[c].copies);
+            for (int s = 0; s < pp; s++) {
+                /* 16-bit MB of the stage's experts, and bytes a parameter: 2, 4 (fp32 gradients),
+                 * 12 (Adam), each split over its group from the ZeRO stage that shards it */
+                double e_mb = sm.moe_layers[s] * 2.0 * expert * (m.experts / cases[c].ep) /
+                              cases[c].etp / 1e6;
+                double d_mb = sm.param_mb[s] - e_mb;
+                double bytes[3] = {2, cm->grad_bytes, 12}, want = 0;
+                for (int k = 0; k < 3; k++) {
+                    int sharded = zero >= 3 - k; /* optimizer from ZeRO-1, gradients 2, weights 3 */
+                    want += d_mb / 2 * bytes[k] / (sharded ? dp : 1) +
+                            e_mb / 2 * bytes[k] / (sharded ? cases[c].copies : 1);
+                }
+                double got = sm.state_mb[s] - sm.zero3_gathered_mb[s];
+                if (fabs(got - want) > 1e-6 * want)
+                    fail_msg("ep %d etp %d ZeRO-%d stage %d: state %.3f MB, want %.3f",
+                             cases[c].ep, cases[c].etp, zero, s, got, want);
+                assert_true(sm.moe_layers[s] > 0 && e_mb > 0);
+            }
+            cost_model_free(cm);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,6 +547,7 @@ int main(void)
         cmocka_unit_test(test_dropped_share_against_a_sample),
         cmocka_unit_test(test_capacity_factor_costs),
         cmocka_unit_test(test_expert_tensor_parallelism),
+        cmocka_unit_test(test_experts_state_over_their_group),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }
