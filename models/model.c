@@ -548,7 +548,8 @@ static dp_status hf_experts(const cJSON *root, const char *name, const char *mty
     TRY(json_int(root, "first_k_dense_replace", name, 0, 1 << 20, 0, &m->moe_first, err));
     if (m->moe_first > m->enc_layers) /* (all dense at the count itself: a dense model) */
         return dp_fail(err, DP_ERR_INVALID, "%s: field \"first_k_dense_replace\" (%d dense first "
-                       "layers) is beyond num_hidden_layers (%d)", name, m->moe_first, m->enc_layers);
+                       "layers) is beyond num_hidden_layers (%d)", name, m->moe_first,
+                       m->enc_layers);
     TRY(json_int(root, "moe_layer_freq", name, 1, 1 << 20, 1, &m->moe_freq, err));
     TRY(json_int(root, "decoder_sparse_step", name, 1, 1 << 20, 1, &step, err));
     if (step > 1) m->moe_freq = step, m->moe_phase = step - 1; /* (i + 1) % step == 0 */

@@ -79,7 +79,8 @@ static int set_routing(void *ctx, const char *arg, const char *cmd, const char *
     }
     if (found || (path && (strchr(arg, '/') || strchr(arg, '.')))) /* a file, by its look */
         cli_usage_error(cmd, usage, "--routing \"%s\": cannot read it as a file (%s): a CSV of "
-                        "each expert's tokens", arg, found ? "not a regular file" : strerror(errno));
+                        "each expert's tokens", arg,
+                        found ? "not a regular file" : strerror(errno));
     else
         cli_usage_error(cmd, usage, "unknown --routing \"%s\" (uniform, even, skewed:ALPHA with "
                         "a Zipf exponent ALPHA from 0 to 100, or a CSV file of each expert's "

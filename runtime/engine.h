@@ -20,10 +20,10 @@
  *             l's parameters and starts gathering layer l + 1's (ZeRO-3's prefetch, one layer
  *             ahead: gather(0), then gather_wait(l), gather(l + 1)), and keeps its input where
  *             full recompute reruns it from (keep_input); L = 0: y is a copy of x;
- *   backward  last layer first: gather_wait(l), gather(l - 1), whatever the plan machine's recompute rule
- *             reruns before the layer's gradients (rerun), the input gradients from the next
- *             layer's (layer L - 1: dy) into dx when l is even, else the scratch, and with
- *             `weights` the layer's weight gradients right after (as autograd orders them; a
+ *   backward  last layer first: gather_wait(l), gather(l - 1), whatever the plan machine's
+ *             recompute rule reruns before the layer's gradients (rerun), the input gradients from
+ *             the next layer's (layer L - 1: dy) into dx when l is even, else the scratch, and
+ *             with `weights` the layer's weight gradients right after (as autograd orders them; a
  *             full-recompute B always has them); L = 0: dx is a copy of dy;
  *   weights   ZB-H1's W: each layer's weight gradients, last first.
  * x, y, a and b (and dy, dx and the scratch) are distinct buffers of one activation each; the

@@ -660,7 +660,8 @@ static void layer_gather(void *v, int l)
 static void layer_gather_wait(void *v, int l)
 {
     cpu_pass *p = v;
-    if (p->c->zero >= 3) wait_poll(p->c, &p->zrq[l & 1], "a ZeRO-3 parameter gather", RT_SPIN_COLLECTIVE_S);
+    if (p->c->zero >= 3)
+        wait_poll(p->c, &p->zrq[l & 1], "a ZeRO-3 parameter gather", RT_SPIN_COLLECTIVE_S);
 }
 
 static void layer_keep_input(void *v, int l, const void *x)

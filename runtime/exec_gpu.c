@@ -378,7 +378,8 @@ static void group_allgather(void *vg, rt_cuda *g, const void *mine, void *all, s
 {
     ggroup *gr = vg;
     (void)g, (void)mine, (void)all, (void)n, (void)e;
-    NCCL_DO(gr->c, rt_nccl_allgather(group_comm(gr), mine, all, n * rt_elem_bytes(e), g, why, sizeof why));
+    NCCL_DO(gr->c, rt_nccl_allgather(group_comm(gr), mine, all, n * rt_elem_bytes(e), g, why,
+                                     sizeof why));
 }
 
 static void group_reduce_scatter(void *vg, rt_cuda *g, const void *all, void *mine, size_t n, rt_elem e)
@@ -420,7 +421,8 @@ static void zero3_gather(gctx *c, rt_cuda *g, const gchunk *ch, int l)
     (void)ch; /* (without NCCL) */
     zero_follow(c, g); /* after every earlier reader of the block */
     NCCL_DO(c, rt_nccl_allgather(c->replicas, ch->pshard[l], read_part(c, &ch->p[l]),
-                                 ch->shard * rt_param_read_bytes(c->dt), c->zstream, why, sizeof why));
+                                 ch->shard * rt_param_read_bytes(c->dt), c->zstream, why,
+                                 sizeof why));
     rt_cuda_event_record(c->zstream, c->zdone[l & 1]);
 }
 
@@ -437,8 +439,8 @@ static void grad_sum_group(void *v, int k, int l, size_t off, size_t len, int gr
     gpu_grads *q = v;
     gctx *c = q->c;
     if (group != RT_GRAD_SUM_TP) die(c, "an expert group's gradients on the cuda backend");
-    c->tpg.allreduce(c->tpg.ctx, q->g, (char *)c->ch[k].g[l].block + off * rt_dtype_stat_bytes(c->dt),
-                     len, rt_elem_stat(c->dt), RT_TP_SUM);
+    char *at = (char *)c->ch[k].g[l].block + off * rt_dtype_stat_bytes(c->dt);
+    c->tpg.allreduce(c->tpg.ctx, q->g, at, len, rt_elem_stat(c->dt), RT_TP_SUM);
 }
 
 static void grad_reduce_scatter(void *v, int k, int l)
@@ -446,7 +448,8 @@ static void grad_reduce_scatter(void *v, int k, int l)
     gpu_grads *q = v;
     gctx *c = q->c;
     gchunk *ch = &c->ch[k];
-    zero_follow(c, q->g); /* after the partial sums and the B or W */
+    if (l == 0) zero_follow(c, q->g); /* once, after the B or W and the partial sums (the engine
+                                       * reduce-scatters layer 0 first, after every sum) */
     NCCL_DO(c, rt_nccl_reduce_scatter(c->replicas, ch->g[l].block, c->zscratch, ch->shard,
                                       rt_elem_stat(c->dt), c->zstream, why, sizeof why));
     rt_cuda_add_grads(c->zstream, ch->gshard[l], c->zscratch, ch->shard, c->dt);

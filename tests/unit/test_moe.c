@@ -499,7 +499,8 @@ static void test_experts_state_over_their_group(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK)
+        fail_msg("%s", err.msg);
     int64_t split, whole, expert;
     model_moe_layer_parts(&m, &split, &whole, &expert);
     const int tp = 2, dp = 8, pp = 2;
@@ -510,7 +511,8 @@ static void test_experts_state_over_their_group(void **state)
             assert_int_equal(cost_model_set_moe(cm, cases[c].ep, NULL, &err), DP_OK);
             assert_int_equal(cost_model_set_etp(cm, cases[c].etp, &err), DP_OK);
             stage_model sm;
-            if (stage_model_init(&sm, cm, pp, 1, dp, zero, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+            if (stage_model_init(&sm, cm, pp, 1, dp, zero, 1e9, &err) != DP_OK)
+                fail_msg("%s", err.msg);
             assert_int_equal(sm.expert_shard, cases[c].copies);
             for (int s = 0; s < pp; s++) {
                 /* 16-bit MB of the stage's experts, and bytes a parameter: 2, 4 (fp32 gradients),

@@ -185,7 +185,11 @@ static void g_sum(void *v, int k, int l, size_t off, size_t len, int group)
     if (l == 0) g->summed[id][group == RT_GRAD_SUM_EXPERTS]++;
     g->n_sum++;
 }
-static void g_scatter(void *v, int k, int l) { assert_int_equal(k, 3), (void)l, ((grad_log *)v)->n_scatter++; }
+static void g_scatter(void *v, int k, int l)
+{
+    assert_int_equal(k, 3);
+    (void)l, ((grad_log *)v)->n_scatter++;
+}
 static void g_allreduce(void *v, int k, int l) { (void)k, (void)l, ((grad_log *)v)->n_allreduce++; }
 static void g_gather(void *v, int k, int l) { (void)k, (void)l, ((grad_log *)v)->n_gather++; }
 static void g_across(void *v, int k, int l) { (void)k, (void)l, ((grad_log *)v)->n_across++; }
