@@ -53,31 +53,49 @@ comm_group comm_mesh_group(const cluster_spec *c, const mesh *m, mesh_kind k)
     return comm_strided_group(c, (int)size, (int)stride);
 }
 
-/* The data-parallel ring of the GPU at x (its replicas: MESH_DP) crosses nodes (its first and
- * last members differ). */
-static int dp_ring_crosses(const cluster_spec *c, const mesh *m, mesh_coord x)
+/* The rank of member j of the group at offset o of stage `stage`: the GPU at index o + j x stride
+ * of the stage's GPUs flattened in mesh.h's order (tp fastest, then cp, then the replicas). */
+static long long stage_member(const mesh *m, int stage, int stride, int o, int j)
 {
-    return node_of(c, mesh_member(m, x, MESH_DP, 0)) !=
-           node_of(c, mesh_member(m, x, MESH_DP, m->dp - 1));
+    int f = o + j * stride, tp = m->tp, cp = m->cp;
+    mesh_coord x = {f % tp, (f / tp) % cp, stage, f / (tp * cp)};
+    return mesh_rank(m, x);
 }
 
-comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage)
+/* The offset (0 .. stride - 1) of the GPU at x's group within its stage. */
+static int stage_offset(const mesh *m, mesh_coord x, int stride)
 {
-    comm_group g = comm_group_flat(m->dp, 0);
+    return ((x.replica * m->cp + x.cp_rank) * m->tp + x.tp_rank) % stride;
+}
+
+/* Whether the group at offset o of stage `stage` crosses nodes: its members' ranks rise with j,
+ * so its first and last give its nodes. */
+static int group_crosses(const cluster_spec *c, const mesh *m, int stage, int size, int stride,
+                         int o)
+{
+    return node_of(c, stage_member(m, stage, stride, o, 0)) !=
+           node_of(c, stage_member(m, stage, stride, o, size - 1));
+}
+
+comm_group comm_stage_group(const cluster_spec *c, const mesh *layout, int size, int stride,
+                            int stage)
+{
+    mesh one = mesh_of(layout->tp, layout->cp, layout->pp, layout->dp), *m = &one;
+    comm_group g = comm_group_flat(size, 0);
     long long total = mesh_size(m);
-    mesh_coord first = {0, 0, stage, 0};
-    for (int j = 0; j < mesh_width(m); j++) { /* each (tp, cp) rank of the stage: a ring */
-        mesh_coord x = mesh_place(m, mesh_member(m, first, MESH_TP_CP, j));
-        if (!dp_ring_crosses(c, m, x)) continue;
+    for (int o = 0; o < stride; o++) { /* each group of the stage */
+        if (!group_crosses(c, m, stage, size, stride, o)) continue;
         double worst = INFINITY;
-        for (int rep = 0; rep < m->dp;) { /* node by node along the ring */
-            int node = node_of(c, mesh_member(m, x, MESH_DP, rep)), members = 0;
-            for (; rep < m->dp && node_of(c, mesh_member(m, x, MESH_DP, rep)) == node; rep++)
+        for (int j = 0; j < size;) { /* node by node along the group */
+            int node = node_of(c, stage_member(m, stage, stride, o, j)), members = 0;
+            for (; j < size && node_of(c, stage_member(m, stage, stride, o, j)) == node; j++)
                 members++;
-            int crossing = 0;
+            int crossing = 0; /* the node's GPUs whose groups cross too (every stage's) */
             long long lo = (long long)node * c->gpus_per_node;
-            for (long long y = lo; y < lo + c->gpus_per_node && y < total; y++)
-                crossing += dp_ring_crosses(c, m, mesh_place(m, y));
+            for (long long y = lo; y < lo + c->gpus_per_node && y < total; y++) {
+                mesh_coord x = mesh_place(m, y);
+                crossing += group_crosses(c, m, x.stage, size, stride, stage_offset(m, x, stride));
+            }
             double share = members * fmin(1, (double)c->nics_per_node / crossing);
             worst = fmin(worst, share);
         }
@@ -85,6 +103,11 @@ comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage)
         g.spans_nodes = 1;
     }
     return g;
+}
+
+comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage)
+{
+    return comm_stage_group(c, m, m->dp > 1 ? m->dp : 1, mesh_width(m), stage);
 }
 
 double comm_busbw_gbps(const cluster_spec *c, hw_coll k, const comm_group *g)

@@ -84,6 +84,14 @@ comm_group comm_mesh_group(const cluster_spec *c, const mesh *m, mesh_kind k);
  * stage's rings is returned (n = dp; a caller reducing over dp x cp sets n). */
 comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage);
 
+/* The groups of `size` GPUs `stride` apart among the GPUs of pipeline stage `stage` of layout m,
+ * flattened in the mesh's order within a stage (tp fastest, then cp, then the replicas; size x
+ * stride = tp x cp x dp): the data-parallel rings (size dp, stride tp x cp: comm_dp_group) and a
+ * MoE's expert-data-parallel groups (size tp x cp x dp / (ep x etp), stride ep x etp: an expert
+ * rank is ep x etp consecutive GPUs). What the slowest of the stage's groups gets at its busiest
+ * node, every stage's groups crossing at once (as comm_dp_group counts them). */
+comm_group comm_stage_group(const cluster_spec *c, const mesh *m, int size, int stride, int stage);
+
 /* Time of collective k of bytes over group g, ms (0 for a group of one). */
 double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes);
 

@@ -97,6 +97,13 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
     int edp_shard = cm->tp * sm->zero_shard / expert_ranks; /* (ep x etp divides tp x cp x dp) */
     sm->expert_shard = edp_shard > 1 ? edp_shard : 1;
     mesh in_group = mesh_of(cm->tp, cm->cp, pp, k), across = mesh_of(cm->tp, cm->cp, pp * k, dp / k);
+    /* the experts' gradients and ZeRO's collectives run over their expert-data-parallel group:
+     * the edp GPUs of a stage ep x etp apart (an expert rank's ep x etp GPUs are consecutive,
+     * cost_model_place_ep), a shard group of expert_shard of them under HSDP and the rest its
+     * replicas; their bytes are the experts' alone, the rest of the stage's over dp x cp */
+    mesh layout = mesh_of(cm->tp, cm->cp, pp, dp);
+    int edp = cm->tp * sm->zero_ranks / expert_ranks;
+    edp = edp > 1 ? edp : 1;
     for (int s = 0; s < pp; s++) {
         double layers_mb = memory_layers_param_mb(cm, sm->enc_layers[s], sm->moe_layers[s],
                                                   sm->dec_layers[s]);
@@ -122,8 +129,17 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
         comm_group g = comm_dp_group(&cm->hw, &in_group, s);
         comm_group r = hybrid ? comm_dp_group(&cm->hw, &across, s) : comm_group_flat(1, 0);
         g.n = sm->zero_shard, r.n = hybrid ? dp / k : 1;
-        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, &r, 1e6 * param_mb,
-                                1e6 * param_mb / BYTES_WEIGHT * cm->grad_bytes);
+        double dense_mb = param_mb - sm->expert_mb[s];
+        zero_comm z = comm_zero(&cm->hw, zero_stage, &g, &r, 1e6 * dense_mb,
+                                1e6 * dense_mb / BYTES_WEIGHT * cm->grad_bytes);
+        if (sm->expert_mb[s] > 0) { /* the routed experts over their own group (above) */
+            comm_group ge = comm_stage_group(&cm->hw, &layout, edp, expert_ranks, s), re = ge;
+            ge.n = sm->expert_shard, re.n = edp / sm->expert_shard;
+            zero_comm ze = comm_zero(&cm->hw, zero_stage, &ge, &re, 1e6 * sm->expert_mb[s],
+                                     1e6 * sm->expert_mb[s] / BYTES_WEIGHT * cm->grad_bytes);
+            z.fwd_ms += ze.fwd_ms, z.bwd_ms += ze.bwd_ms, z.iter_ms += ze.iter_ms;
+            z.grad_ms += ze.grad_ms;
+        }
         sm->zero_fwd_ms[s] = z.fwd_ms, sm->zero_bwd_ms[s] = z.bwd_ms, sm->zero_iter_ms[s] = z.iter_ms;
         sm->zero_grad_ms[s] = z.grad_ms;
         if (sm->budget_mb[s] <= 0) {

@@ -536,6 +536,54 @@ static void test_experts_state_over_their_group(void **state)
         }
 }
 
+/* ...and reduce their gradients over it: the experts' bytes over the stage's tp x cp x dp /
+ * (ep x etp) GPUs ep x etp apart, the rest over dp x cp (NCCL's formula, models/comm.h). Written
+ * out for Qwen3-30B-A3B at tp 1, one stage, on dgx-h100 (8 GPUs and 8 NICs a node), ZeRO 0 and 1:
+ * dp 8 and ep 8 (no expert replica: nothing to reduce), dp 8 and ep 2 (4 replicas, 2 apart, in
+ * the node), dp 16 and ep 8 (2 replicas, one a node: a NIC each). */
+static void test_experts_gradients_over_their_group(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    struct { int dp, ep; comm_group dense, experts; } cases[] = {
+        {8, 8, {8, 0, 1}, {1, 0, 1}},
+        {8, 2, {8, 0, 1}, {4, 0, 1}},
+        {16, 8, {16, 1, 8}, {2, 1, 1}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int zero = 0; zero <= 1; zero++) {
+            cost_model *cm = analytic_of(&m, 1, RECOMPUTE_FULL);
+            assert_int_equal(cost_model_set_moe(cm, cases[c].ep, NULL, &err), DP_OK);
+            stage_model sm;
+            if (stage_model_init(&sm, cm, 1, 1, cases[c].dp, zero, 1e9, &err) != DP_OK)
+                fail_msg("%s", err.msg);
+            double e_bytes = 1e6 * sm.expert_mb[0], d_bytes = 1e6 * sm.param_mb[0] - e_bytes;
+            double g = cm->grad_bytes / 2.0, want_iter = 0, want_grad = 0;
+            const comm_group *grp[2] = {&cases[c].dense, &cases[c].experts};
+            double bytes[2] = {d_bytes, e_bytes};
+            for (int k = 0; k < 2; k++) {
+                if (zero == 0) {
+                    double ar = comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, grp[k], g * bytes[k]);
+                    want_iter += ar, want_grad += ar;
+                } else {
+                    double rs = comm_coll_ms(&cm->hw, COLL_REDUCE_SCATTER, grp[k], g * bytes[k]);
+                    want_iter += rs + comm_coll_ms(&cm->hw, COLL_ALL_GATHER, grp[k], bytes[k]);
+                    want_grad += rs;
+                }
+            }
+            if (fabs(sm.zero_iter_ms[0] - want_iter) > 1e-9 * want_iter ||
+                fabs(sm.zero_grad_ms[0] - want_grad) > 1e-9 * want_grad)
+                fail_msg("dp %d ep %d ZeRO-%d: %.6f ms at the end (%.6f reducing), want %.6f "
+                         "(%.6f)", cases[c].dp, cases[c].ep, zero, sm.zero_iter_ms[0],
+                         sm.zero_grad_ms[0], want_iter, want_grad);
+            assert_true(e_bytes > d_bytes); /* the experts are most of the bytes */
+            cost_model_free(cm);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_capacity_factor_costs),
         cmocka_unit_test(test_expert_tensor_parallelism),
         cmocka_unit_test(test_experts_state_over_their_group),
+        cmocka_unit_test(test_experts_gradients_over_their_group),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }
