@@ -145,6 +145,11 @@ dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degre
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
+int mesh_experts_span_replicas(const mesh *m, int ep, int etp)
+{
+    return at_least_1(ep) * at_least_1(etp) > mesh_width(m);
+}
+
 int mesh_token_multiple(const mesh *l, int seq_parallel)
 {
     int tp = at_least_1(l->tp), cp = at_least_1(l->cp);

@@ -95,4 +95,10 @@ dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degre
  * cp rank's tokens over tp (seq_parallel 1); 1 without either. */
 int mesh_token_multiple(const mesh *l, int seq_parallel);
 
+/* Whether a mixture of experts' exchange group reaches across data-parallel replicas: an expert
+ * rank is ep x etp consecutive GPUs of a stage's tp x cp x dp (Megatron's parallel folding), so
+ * it spans replicas where ep x etp exceeds a replica's tp x cp, and the replicas' micro-batches
+ * meet in every MoE layer's all-to-all. */
+int mesh_experts_span_replicas(const mesh *m, int ep, int etp);
+
 #endif /* MESH_H */

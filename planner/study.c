@@ -33,6 +33,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->wire_scale = placement_wire_share(sm->cm->tp, sm->cm->cp, sm->cm->seq_parallel);
     cfg->mem_limit_mb = sm->mem_limit_mb;
     cfg->zero_prefetch = stage_zero_prefetch(sm);
+    cfg->zero_stage = sm->zero_stage, cfg->experts_span = stage_experts_span(sm);
     if (!sm->cm->toy.on) /* every GPU of the job meets every step */
         cfg->straggler_share = straggler_share(
             hw->gpu_jitter, (long long)sm->cm->tp * sm->cm->cp * sm->pp * sm->dp);
@@ -500,8 +501,10 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         if (fits) { /* the exact check is the truth; the rule was only a screen (and the
                      * replicas' lockstep, mb_list_finish's aim, checked on what was built) */
             dp_err apart = {0};
-            l->feasible = !mb_replicas_lockstep(p->sm->zero_stage, p->sm->dp) ||
-                          plan_iter_check_lockstep(pi, p->sm->zero_stage, "this layout", &apart) == DP_OK;
+            int span = stage_experts_span(p->sm);
+            l->feasible = !mb_replicas_lockstep(p->sm->zero_stage, p->sm->dp, span) ||
+                          plan_iter_check_lockstep(pi, p->sm->zero_stage, span, "this layout",
+                                                   &apart) == DP_OK;
             snprintf(l->why, sizeof l->why, "%.500s", l->feasible ? "" : apart.msg);
             break;
         }

@@ -396,8 +396,11 @@ dp_status rt_plan_check_layout(const plan *pl, const model_spec *m, int ranks, i
                        "tp 1, cp 1 plans (every stage in one process); it runs one rank per GPU: "
                        "mpirun -np %d (tp x cp x pp x dp = %d x %d x %d x %d)", path, tp, cp, need, tp,
                        cp, h->pp, h->dp);
-    for (int i = 0; i < pl->n_it && mb_replicas_lockstep(h->zero, h->dp); i++)
-        if ((st = plan_iter_check_lockstep(&pl->it[i], h->zero, path, err)) != DP_OK) return st;
+    mesh whole = mesh_of(tp, cp, h->pp, h->dp);
+    int span = model_is_moe(m) && mesh_experts_span_replicas(&whole, rt_plan_ep(h), h->etp);
+    for (int i = 0; i < pl->n_it && mb_replicas_lockstep(h->zero, h->dp, span); i++)
+        if ((st = plan_iter_check_lockstep(&pl->it[i], h->zero, span, path, err)) != DP_OK)
+            return st;
     if ((st = check_token_split(pl, cp, tp, h->sp, path, err)) != DP_OK) return st;
     if (ranks != need && !(on_gpu && ranks == 1)) {
         char layout[80];

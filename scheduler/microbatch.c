@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
+
 void mb_list_init(mb_list *l)
 {
     memset(l, 0, sizeof *l);
@@ -831,9 +833,19 @@ static void mb_cost_one(const batch_ctx *ctx, const mem_rule *rule, mb_list *l, 
 
 /* ---- replicas in lockstep (ZeRO-2/3) ---------------------------------------------------------- */
 
-int mb_replicas_lockstep(int zero_stage, int dp)
+unsigned mb_replicas_meet(int zero_stage, int dp, int experts_span)
 {
-    return zero_stage >= 2 && dp > 1;
+    if (dp <= 1) return 0;
+    unsigned at = 0;
+    if (zero_stage >= 3) at |= 1u << OP_F | 1u << OP_B | 1u << OP_W;
+    if (zero_stage >= 2) at |= 1u << OP_B | 1u << OP_W;
+    if (experts_span) at |= 1u << OP_F | 1u << OP_B;
+    return at;
+}
+
+int mb_replicas_lockstep(int zero_stage, int dp, int experts_span)
+{
+    return mb_replicas_meet(zero_stage, dp, experts_span) != 0;
 }
 
 /* The sample at position at of l's ids: its id and own lengths. */
@@ -989,6 +1001,38 @@ static dp_status deal_replicas(mb_list *l, int D, int equal_counts, dp_err *err)
     return st == DP_OK ? DP_OK : dp_fail(err, st, "out of memory");
 }
 
+typedef struct mb_at {
+    double t;
+    int k;
+} mb_at;
+
+static int costliest_first(const void *a, const void *b)
+{
+    const mb_at *x = a, *y = b;
+    if (x->t != y->t) return x->t > y->t ? -1 : 1;
+    return x->k - y->k;
+}
+
+/* Orders l's micro-batches costliest first (stable; an unpriced one last), so that every
+ * replica's k-th is its k-th costliest: replicas in lockstep meet at each pass (sim.h), and
+ * pairing their micro-batches by rank least lengthens the meetings (with dealing D at a time, the
+ * k-th of each replica is the k-th round's). -1 out of memory (l unchanged). */
+static int order_costliest_first(mb_list *l)
+{
+    mb_at *at = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *at);
+    microbatch *was = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *was);
+    if (!at || !was) {
+        free(at), free(was);
+        return -1;
+    }
+    for (int k = 0; k < l->n_mb; k++)
+        at[k] = (mb_at){isnan(l->mb[k].t_ms) ? -1 : l->mb[k].t_ms, k}, was[k] = l->mb[k];
+    qsort(at, (size_t)l->n_mb, sizeof *at, costliest_first);
+    for (int k = 0; k < l->n_mb; k++) l->mb[k] = was[at[k].k];
+    free(at), free(was);
+    return 0;
+}
+
 /* ZeRO-2/3 over D replicas (mb_replicas_lockstep): every replica runs as many micro-batches.
  * A batcher's own replica assignment is kept where splitting micro-batches of the replicas that
  * run fewer reaches the largest count; otherwise the costliest micro-batches are split until D
@@ -1008,7 +1052,8 @@ static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *r
             while (count[d] < most && (rc = split_costliest(ctx, rule, l, d, c)) > 0) count[d]++;
         free(count);
         if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-        if (rc > 0) return DP_OK;
+        if (rc > 0)
+            return order_costliest_first(l) ? dp_fail(err, DP_ERR_NOMEM, "out of memory") : DP_OK;
         l->replicas_set = 0; /* some replica has too few samples: deal them all again */
     }
     int samples = 0;
@@ -1023,6 +1068,7 @@ static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *r
                                     * plan's check (plan_iter_check_lockstep) refuses */
     dp_status st = deal_replicas(l, D, 1, err);
     if (st == DP_OK) l->replicas_set = 1;
+    if (st == DP_OK && order_costliest_first(l)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     return st;
 }
 
@@ -1038,7 +1084,7 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
     for (int k = 0; k < l->n_mb; k++) mb_cost_one(ctx, &rule, l, k, c);
     int S = sm->pp, C = sm->chunks, D = sm->dp;
     dp_status st = DP_OK;
-    if (mb_replicas_lockstep(sm->zero_stage, D) && l->n_mb > 0)
+    if (mb_replicas_lockstep(sm->zero_stage, D, stage_experts_span(sm)) && l->n_mb > 0)
         st = equalise_replica_counts(ctx, &rule, l, c, err);
     free(c);
     if (st != DP_OK) return st;

@@ -189,9 +189,15 @@ dp_status mb_order(const batch_rules *r, sample_len *s, int n);
  * so l->n_mb can grow). Memory is checked under mb_mem_rule(ctx, l->in_flight == 1). */
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err);
 
-/* Whether data-parallel replicas must run the same sequence of passes: ZeRO stage 2 or 3 over
- * dp > 1 replicas. */
-int mb_replicas_lockstep(int zero_stage, int dp);
+/* The passes at which data-parallel replicas meet in a collective (bits 1 << OP_F, OP_B, OP_W;
+ * 0 with dp 1): ZeRO-3's parameter gathers (F, B, W), ZeRO-2/3's gradient reduce-scatters (B, W),
+ * and a MoE's token exchange where its expert group spans replicas (F, B: experts_span, mesh.h
+ * mesh_experts_span_replicas). The simulator starts such a pass on every replica of the stage at
+ * once (sim.h); the planner and dprun make the replicas run the same passes. */
+unsigned mb_replicas_meet(int zero_stage, int dp, int experts_span);
+/* Whether data-parallel replicas must run the same sequence of passes: they meet at some
+ * (mb_replicas_meet is not 0). */
+int mb_replicas_lockstep(int zero_stage, int dp, int experts_span);
 
 /* Karmarkar–Karp largest differencing: assigns items of weights w[0..n) to k bins, balancing
  * sums; bin[i] receives the bin of item i. */

@@ -810,8 +810,15 @@ static int is_pass(plan_op op)
     return op == OP_F || op == OP_B || op == OP_W;
 }
 
-dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, const char *where, dp_err *err)
+dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, int experts_span,
+                                   const char *where, dp_err *err)
 {
+    if (!mb_replicas_lockstep(zero, it->dp, experts_span)) return DP_OK; /* nothing meets */
+    char meet[120];
+    if (zero >= 2) snprintf(meet, sizeof meet, "ZeRO-%d over %d replicas, whose collectives meet "
+                            "in order (FSDP's ranks step together)", zero, it->dp);
+    else snprintf(meet, sizeof meet, "%d replicas whose experts exchange tokens across them (every "
+                  "MoE layer's all-to-all meets in order)", it->dp);
     for (int st = 0; st < it->pp; st++) {
         const plan_rank *a = &it->ranks[st];
         int na = 0;
@@ -828,15 +835,13 @@ dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, const char *wh
                 nb++, qa++;
             }
             if (differ < 0 && na == nb) continue;
-            return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: ZeRO-%d over %d replicas, whose "
-                           "collectives meet in order (FSDP's ranks step together), and in "
-                           "iteration %d stage %d replica 0 runs %d forwards and backwards, "
-                           "replica %d %d, %s: running it would hang or measure another layout\n"
-                           "hint: --zero 1, or plan it again with this dpsim: it gives every "
-                           "replica as many micro-batches where a global batch has a sample for "
-                           "each", where,
-                           zero, it->dp, it->id, st, na, r, nb,
-                           na == nb ? "in another order" : "a different count");
+            return dp_fail(err, DP_ERR_UNSUPPORTED, "%s: %s, and in iteration %d stage %d "
+                           "replica 0 runs %d forwards and backwards, replica %d %d, %s: running "
+                           "it would hang or measure another layout\nhint: %splan it again with "
+                           "this dpsim: it gives every replica as many micro-batches where a "
+                           "global batch has a sample for each", where, meet, it->id, st, na, r,
+                           nb, na == nb ? "in another order" : "a different count",
+                           zero >= 2 ? "--zero 1, or " : "");
         }
     }
     return DP_OK;

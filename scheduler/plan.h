@@ -205,11 +205,13 @@ double plan_round(double v);
 dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_model *sm,
                        mb_cost *scratch, dp_err *err);
 
-/* Replicas in lockstep (mb_replicas_lockstep(zero, it->dp)): every replica of a stage runs the
- * same sequence of F, B and W, chunk by chunk, as ZeRO-2/3's collectives need. DP_ERR_UNSUPPORTED
+/* Replicas in lockstep (mb_replicas_lockstep(zero, it->dp, experts_span)): every replica of a
+ * stage runs the same sequence of F, B and W, chunk by chunk, as ZeRO-2/3's collectives and an
+ * exchange of experts across replicas need: DP_OK where nothing meets, else DP_ERR_UNSUPPORTED
  * naming where, the iteration, the stage and the replica when one differs. The planner marks such
- * an iteration infeasible; dprun refuses the plan. */
-dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, const char *where, dp_err *err);
+ * an iteration infeasible; dprun refuses the plan; the simulator refuses to run it. */
+dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, int experts_span,
+                                   const char *where, dp_err *err);
 
 /* Appends one instruction to a rank. */
 dp_status plan_rank_push(plan_rank *r, plan_op op, int mb, int chunk, int peer, int64_t bytes);

@@ -209,6 +209,13 @@ static dp_status layer_costs(const stage_model *sm, const cost_shape *s, cost_la
     return st;
 }
 
+int stage_experts_span(const stage_model *sm)
+{
+    const cost_model *cm = sm->cm;
+    mesh layout = mesh_of(cm->tp, cm->cp, sm->pp, sm->dp);
+    return model_is_moe(&cm->model) && mesh_experts_span_replicas(&layout, cm->ep, cm->etp);
+}
+
 int stage_zero_prefetch(const stage_model *sm)
 {
     return (sm->cm->overlap & COST_OVERLAP_ZERO) != 0;

@@ -131,6 +131,9 @@ int stage_shard_size(int shard_group, int dp, int cp);
  * state_mb (less ZeRO-3's gathered units) and of what the study reports. */
 void stage_state_parts(const stage_model *sm, int s, double *weights_mb, double *grads_mb,
                        double *optimizer_mb);
+/* Whether sm's MoE layers exchange tokens across data-parallel replicas (models/mesh.h
+ * mesh_experts_span_replicas): 0 for a dense model. */
+int stage_experts_span(const stage_model *sm);
 /* Whether shard_group is a valid --shard-group for dp replicas at context parallelism cp under
  * ZeRO stage zero (the rule above): 0, or -1 with why (naming the nearest valid sizes; why may be
  * NULL with cap 0). */

@@ -8,7 +8,10 @@
 #include "../models/comm.h"
 #include "../scheduler/plan_machine.h"
 
-enum { EV_TRANSFER_DONE }; /* the only event: a transfer reached its receiver */
+enum {
+    EV_TRANSFER_DONE, /* a transfer reached its receiver */
+    EV_MET            /* the replicas of a meeting are all there: the waiting ones go on */
+};
 
 /* Per (rank, micro-batch, chunk) timing state, indexed by pm_slot. */
 typedef struct slot {
@@ -41,8 +44,17 @@ static int link_of(int kind, int from_stage, int to_stage)
     return 2 * kind + (to_stage > from_stage);
 }
 
+/* The k-th meeting pass of a stage (sim.h: replicas that meet): how many of its replicas have
+ * reached it, when the last can start, the longest of their durations. */
+typedef struct meeting {
+    int arrived;
+    int64_t ready, dur;
+} meeting;
+
 typedef struct rank_state {
     int pc;
+    int pass;    /* meeting passes issued so far: the next one's k */
+    int waiting; /* 1: counted at meeting `pass`, waiting for the other replicas */
     int64_t compute_free, busy;
     int64_t last_start;                 /* start of the last compute op (its gradients) */
     int64_t send_free[SIM_LINKS], recv_free[SIM_LINKS]; /* link streams (link_of) */
@@ -61,6 +73,9 @@ typedef struct run {
     double wire_scale;
     slot *slots;
     rank_state *ranks;
+    unsigned meet;      /* the passes at which replicas meet (bits 1 << op; 0: none) */
+    meeting *meetings;  /* per stage, max_meet of them */
+    int max_meet;
     mem_delta *mem; /* memory changes, swept after the run */
     size_t n_mem, cap_mem;
     dp_status st;
@@ -175,8 +190,26 @@ static void advance(run *u, int r, int64_t now)
                 return;
             }
             int64_t dur = ms_to_ns(s.dur_ms);
-            int64_t start = Rs->compute_free > now ? Rs->compute_free : now;
-            int64_t end = start + dur;
+            int64_t start = Rs->compute_free > now ? Rs->compute_free : now, met = dur;
+            if (u->meet >> s.op & 1u) { /* a collective with the stage's other replicas */
+                meeting *m = &u->meetings[s.stage * u->max_meet + Rs->pass];
+                if (!Rs->waiting) {
+                    Rs->waiting = 1, m->arrived++;
+                    m->ready = start > m->ready ? start : m->ready;
+                    m->dur = dur > m->dur ? dur : m->dur;
+                    if (m->arrived == u->cfg->dp) /* the last: wake the others */
+                        for (int rep = 0; rep < u->cfg->dp && u->st == DP_OK; rep++) {
+                            int q = rep * u->cfg->pp + s.stage;
+                            dp_status st = q == r ? DP_OK
+                                                  : engine_push(u->eng, now, 0, EV_MET, q, 0, 0, 0);
+                            if (st != DP_OK) u->st = st;
+                        }
+                }
+                if (m->arrived < u->cfg->dp) return;
+                Rs->waiting = 0, Rs->pass++;
+                start = m->ready, met = m->dur;
+            }
+            int64_t end = start + met; /* the rank computes dur of it, and waits the rest */
             Rs->compute_free = end;
             Rs->last_start = start;
             Rs->busy += dur;
@@ -185,7 +218,7 @@ static void advance(run *u, int r, int64_t now)
             if (s.op == OP_B) sl->b_end = end;
             mem_change(u, r, 1, start, s.transient_mb);
             mem_change(u, r, 1, end, -s.transient_mb);
-            emit_op(u, r, s.op, s.x->mb, s.x->chunk, start, end);
+            emit_op(u, r, s.op, s.x->mb, s.x->chunk, start, start + dur);
             break;
         }
         case OP_SEND_ACT:
@@ -271,8 +304,20 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     u.nr = cfg->pp * cfg->dp, u.nmb = it->n_mb, u.C = cfg->chunks;
     u.layout = mesh_of(cfg->tp, 1, cfg->pp, cfg->dp); /* a rank's tp x cp GPUs as one block */
     u.wire_scale = cfg->wire_scale > 0 ? cfg->wire_scale : 1;
-    pm_init(&u.pm, it, cfg->chunks);
     dp_status st = DP_OK;
+    u.meet = mb_replicas_meet(cfg->zero_stage, cfg->dp, cfg->experts_span);
+    dp_err apart = {0}; /* replicas with other passes cannot meet: they run apart (sim.h) */
+    if (u.meet && plan_iter_check_lockstep(it, cfg->zero_stage, cfg->experts_span, "", &apart) != DP_OK)
+        u.meet = 0;
+    for (int r = 0; u.meet && r < u.nr; r++) {
+        int k = 0;
+        for (int q = 0; q < it->ranks[r].n; q++) k += u.meet >> it->ranks[r].ins[q].op & 1u;
+        u.max_meet = k > u.max_meet ? k : u.max_meet;
+    }
+    if (u.max_meet &&
+        !(u.meetings = calloc((size_t)cfg->pp * (size_t)u.max_meet, sizeof *u.meetings)))
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    pm_init(&u.pm, it, cfg->chunks);
     size_t nslots = pm_slots(&u.pm);
     size_t n_ins = 0;
     for (int r = 0; r < u.nr; r++) n_ins += (size_t)it->ranks[r].n;
@@ -284,6 +329,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
         s->scratch_cap = s->scratch ? need : 0;
         if (!s->scratch) {
             pm_release(&u.pm);
+            free(u.meetings);
             return dp_fail(err, DP_ERR_NOMEM, "out of memory");
         }
     }
@@ -307,7 +353,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     for (int r = 0; r < u.nr; r++) advance(&u, r, t0_ns);
     sim_event ev;
     while (u.st == DP_OK && engine_pop(&s->eng, &ev)) {
-        slot_at(&u, ev.a, ev.b, ev.c)->arrived[ev.d] = ev.t_ns;
+        if (ev.type == EV_TRANSFER_DONE) slot_at(&u, ev.a, ev.b, ev.c)->arrived[ev.d] = ev.t_ns;
         advance(&u, ev.a, ev.t_ns);
     }
     res->events = s->eng.popped - popped0;
@@ -389,6 +435,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     st = sweep_memory(&u, res, err);
 out:
     free(u.mem);
+    free(u.meetings);
     pm_release(&u.pm);
     return st;
 }

@@ -26,6 +26,16 @@
  * its FREE) + the running op's transient. The peak equals pm_rank_peak's (the planner's check)
  * by construction; OOM when it exceeds the device's memory.
  *
+ * Replicas that meet (mb_replicas_meet of zero_stage, dp and experts_span: ZeRO-2/3's collectives,
+ * an exchange of experts across replicas): the k-th pass of each such kind on a rank is a collective with the k-th of
+ * the same stage's other replicas. It starts on all of them together, when the last is ready
+ * (its data arrived, its compute stream free), and ends on all of them when the longest of
+ * theirs would: the replicas step together, each meeting waiting for the slowest micro-batch.
+ * A rank computes for its own pass's time (busy_ns, op_ns, the op a sink sees) and idles the rest
+ * of the meeting (the study's replica imbalance); what depends on the pass waits for the end. Replicas whose passes differ
+ * (plan.h plan_iter_check_lockstep: the planner calls such an iteration infeasible, dprun refuses
+ * it) cannot meet; the simulator runs them apart, as it runs a replayed plan.
+ *
  * Stragglers (straggler_share > 0): once a stage's ranks have finished their last op, the stage
  * waits straggler_share x its compute time (per replica) for the job's slowest GPU, an op of its
  * own on the all-reduce stream (SIM_OP_STRAGGLER), before its gradient collective.
@@ -80,6 +90,10 @@ typedef struct sim_config {
      * the bytes a runtime moved (scheduler/stage_cost.h stage_zero_rescaled) */
     double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
     int zero_layers[STAGE_MAX], zero_prefetch;
+    int zero_stage;  /* 0..3, and whether a MoE's experts exchange tokens across replicas (stage_cost.h
+                      * stage_experts_span): where the replicas meet (microbatch.h mb_replicas_meet,
+                      * above) */
+    int experts_span;
     double straggler_share; /* the wait for the job's slowest GPU, as a share of each stage's
                              * compute time (models/straggler.h straggler_share of the cluster's
                              * gpu_jitter over every GPU of the job); 0: none */

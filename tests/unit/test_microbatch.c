@@ -432,8 +432,9 @@ static void test_replica_split(void **state)
 /* ZeRO-2/3 over D replicas (microbatch.h "Replicas in lockstep"): whatever the batcher cut,
  * mb_list_finish leaves every replica as many micro-batches when the batch has at least D samples,
  * every sample in exactly one micro-batch, each sample within its micro-batch's padded shape, the
- * rows holding its tokens, and the tokens the samples' own. Under ZeRO-1 the same batches are
- * dealt unevenly somewhere (so the rule is what evens them). */
+ * rows holding its tokens, and the tokens the samples' own, ordered costliest first (so each
+ * replica's k-th micro-batch meets the others' k-th). Under ZeRO-1 the same batches are dealt
+ * unevenly somewhere (so the rule is what evens them). */
 static void test_zero_replicas_in_lockstep(void **state)
 {
     (void)state;
@@ -481,6 +482,8 @@ static void test_zero_replicas_in_lockstep(void **state)
                 for (int d = 1; d < D; d++) even &= count[d] == count[0];
                 if (zero == 3) {
                     assert_true(even);
+                    for (int k = 0; k + 1 < l.n_mb; k++) /* costliest first: ranks pair up */
+                        assert_true(l.mb[k].t_ms >= l.mb[k + 1].t_ms);
                     reshaped += l.n_mb != cut;
                     cases++;
                 } else {

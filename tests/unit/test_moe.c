@@ -16,6 +16,7 @@
 #include "../../models/comm.h"
 #include "../../models/cost.h"
 #include "../../models/moe.h"
+#include "../../scheduler/microbatch.h"
 #include "../../scheduler/stage_cost.h"
 
 /* The mean over `trials` micro-batches of tokens tokens of the busiest rank's routed copies, each
@@ -584,6 +585,38 @@ static void test_experts_gradients_over_their_group(void **state)
         }
 }
 
+/* Whether the experts' exchange reaches across replicas (stage_experts_span, mesh.h's rule): an
+ * expert rank is ep x etp consecutive GPUs, a replica tp x cp; so the replicas then meet in
+ * lockstep (microbatch.h mb_replicas_meet) even under ZeRO-1. */
+static void test_experts_span_replicas(void **state)
+{
+    (void)state;
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    struct { int tp, dp, ep, etp, span; } cases[] = {
+        {1, 4, 4, 1, 1}, {4, 2, 4, 1, 0}, {4, 2, 8, 1, 1}, {2, 4, 1, 2, 0}, {2, 4, 2, 2, 1},
+        {1, 4, 1, 1, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cost_model *cm = analytic_of(&m, cases[c].tp, RECOMPUTE_FULL);
+        assert_int_equal(cost_model_set_moe(cm, cases[c].ep, NULL, &err), DP_OK);
+        assert_int_equal(cost_model_set_etp(cm, cases[c].etp, &err), DP_OK);
+        stage_model sm;
+        if (stage_model_init(&sm, cm, 2, 1, cases[c].dp, 1, 1e9, &err) != DP_OK)
+            fail_msg("%s", err.msg);
+        assert_int_equal(stage_experts_span(&sm), cases[c].span);
+        assert_int_equal(mb_replicas_lockstep(1, cases[c].dp, stage_experts_span(&sm)),
+                         cases[c].span);
+        cost_model_free(cm);
+    }
+    cost_model *d = analytic_of(model_preset("llama3-8b"), 1, RECOMPUTE_FULL);
+    stage_model sm;
+    if (stage_model_init(&sm, d, 2, 1, 4, 1, 1e9, &err) != DP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(stage_experts_span(&sm), 0);
+    cost_model_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -599,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_expert_tensor_parallelism),
         cmocka_unit_test(test_experts_state_over_their_group),
         cmocka_unit_test(test_experts_gradients_over_their_group),
+        cmocka_unit_test(test_experts_span_replicas),
     };
     return cmocka_run_group_tests_name("moe", tests, NULL, NULL);
 }

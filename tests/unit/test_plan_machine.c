@@ -694,7 +694,8 @@ static void test_t5_order_is_the_short_path(void **state)
 /* Replicas in lockstep (plan.h plan_iter_check_lockstep, the planner's and dprun's one rule):
  * under ZeRO-2/3 every replica of a stage runs the same passes in the same order, micro-batch ids
  * aside; the transfers do not count. Each replica's pass list written out here. */
-static void lockstep_case(const char *const *passes, int dp, int want_ok, const char *why)
+static void lockstep_case_as(const char *const *passes, int dp, int zero, int span, int want_ok,
+                             const char *who, const char *why)
 {
     plan_iter it;
     plan_iter_init(&it);
@@ -707,23 +708,35 @@ static void lockstep_case(const char *const *passes, int dp, int want_ok, const 
             if (at[1] == '1' || at[1] == '0') at++;
         }
     dp_err err = {0};
-    dp_status st = plan_iter_check_lockstep(&it, 3, "p.json", &err);
+    dp_status st = plan_iter_check_lockstep(&it, zero, span, "p.json", &err);
     if (want_ok) {
         assert_int_equal(st, DP_OK);
     } else {
         assert_int_equal(st, DP_ERR_UNSUPPORTED);
-        assert_msg_has(err.msg, "p.json: ZeRO-3 over");
+        assert_msg_has(err.msg, who);
         assert_msg_has(err.msg, "iteration 7 stage 0");
         assert_msg_has(err.msg, why);
     }
     plan_iter_release(&it);
 }
 
+static void lockstep_case(const char *const *passes, int dp, int want_ok, const char *why)
+{
+    lockstep_case_as(passes, dp, 3, 0, want_ok, "p.json: ZeRO-3 over", why);
+}
+
 static void test_replicas_in_lockstep(void **state)
 {
     (void)state;
-    assert_true(mb_replicas_lockstep(2, 2) && mb_replicas_lockstep(3, 8));
-    assert_false(mb_replicas_lockstep(1, 8) || mb_replicas_lockstep(3, 1));
+    assert_true(mb_replicas_lockstep(2, 2, 0) && mb_replicas_lockstep(3, 8, 0));
+    assert_true(mb_replicas_lockstep(0, 2, 1) && mb_replicas_lockstep(1, 8, 1));
+    assert_false(mb_replicas_lockstep(1, 8, 0) || mb_replicas_lockstep(3, 1, 1));
+    const unsigned F = 1u << OP_F, B = 1u << OP_B, W = 1u << OP_W;
+    assert_int_equal(mb_replicas_meet(3, 2, 0), F | B | W); /* gathers, reduce-scatters */
+    assert_int_equal(mb_replicas_meet(2, 2, 0), B | W);     /* reduce-scatters */
+    assert_int_equal(mb_replicas_meet(1, 2, 1), F | B);     /* the experts' exchange */
+    assert_int_equal(mb_replicas_meet(2, 2, 1), F | B | W);
+    assert_int_equal(mb_replicas_meet(3, 1, 1), 0);
     const char *same[] = {"FBFB", "FXBFXB"}; /* X: a FREE, which does not count */
     lockstep_case(same, 2, 1, NULL);
     const char *fewer[] = {"FBFB", "FB"};
@@ -736,6 +749,10 @@ static void test_replicas_in_lockstep(void **state)
     lockstep_case(chunks, 2, 0, "in another order");
     const char *third[] = {"FBW", "FBW", "FB"};
     lockstep_case(third, 3, 0, "replica 2 2, a different count");
+    /* experts exchanging tokens across replicas meet too; under ZeRO-1 without them nothing does */
+    lockstep_case_as(fewer, 2, 1, 1, 0, "2 replicas whose experts exchange tokens across them",
+                     "a different count");
+    lockstep_case_as(fewer, 2, 1, 0, 1, NULL, NULL);
 }
 
 int main(void)

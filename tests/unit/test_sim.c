@@ -732,6 +732,105 @@ static void test_allreduce_waits_for_the_slowest_replica(void **state)
     cost_model_free(w.cm);
 }
 
+/* Replicas that meet (sim.h; microbatch.h mb_replicas_meet): each pass of a meeting kind is a
+ * collective with the same stage's other replicas. Over random micro-batch times (1F1B, 1-3
+ * stages, 2-3 replicas, 2-4 micro-batches each): under ZeRO-3 (every pass meets) and an exchange
+ * of experts across replicas (F and B) the k-th meeting pass of a stage starts together on every
+ * replica, each computes its own time, and the rank's next pass starts no earlier than the
+ * longest of theirs has passed; ZeRO-2's forwards do not meet; the iteration is never shorter
+ * than with the replicas apart (ZeRO-1); on one stage it is the sum over k of the longest k-th
+ * pass, written out here. */
+typedef struct pass_seen {
+    int n[STAGE_MAX * 4];
+    int64_t start[STAGE_MAX * 4][16], end[STAGE_MAX * 4][16];
+    plan_op op[STAGE_MAX * 4][16];
+    int mb[STAGE_MAX * 4][16];
+} pass_seen;
+
+static void on_pass(void *ctx, const sim_op *o)
+{
+    pass_seen *p = ctx;
+    if (o->op != OP_F && o->op != OP_B && o->op != OP_W) return;
+    int r = o->replica * STAGE_MAX + o->stage, k = p->n[r]++;
+    if (k >= 16) fail_msg("more than 16 passes on a rank");
+    p->start[r][k] = o->start_ns, p->end[r][k] = o->end_ns, p->op[r][k] = o->op, p->mb[r][k] = o->mb;
+}
+
+static void test_replicas_meet(void **state)
+{
+    (void)state;
+    srand(11);
+    for (int trial = 0; trial < 60; trial++) {
+        int S = 1 + trial % 3, D = 2 + trial % 2, per = 2 + rand() % 3, m = D * per;
+        world w;
+        world_init(&w, S, 1, 0, 1e15);
+        plan_iter it;
+        plan_iter_init(&it);
+        assert_int_equal(plan_iter_alloc(&it, 0, S, D, m, m), DP_OK);
+        for (int k = 0; k < m; k++) {
+            plan_mb *x = &it.mb[k];
+            x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
+            x->replica = k % D, it.ids[k] = k;
+            for (int st = 0; st < S; st++) {
+                x->fwd_ms[st] = 1 + rand() % 9, x->bwd_ms[st] = 2 + rand() % 17;
+                x->stored_mb[st] = x->peak_mb[st] = 1;
+            }
+        }
+        schedule_ctx ctx = {&w.sm};
+        dp_err err = {0};
+        if (schedule_find("1f1b")->build(&ctx, &it, &err) != DP_OK) fail_msg("%s", err.msg);
+        w.cfg.dp = D;
+        int64_t apart = 0;
+        struct { int zero, span; unsigned meets; } kinds[] = {
+            {1, 0, 0}, {3, 0, 1u << OP_F | 1u << OP_B}, {0, 1, 1u << OP_F | 1u << OP_B},
+            {2, 0, 1u << OP_B}};
+        for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
+            w.cfg.zero_stage = kinds[q].zero, w.cfg.experts_span = kinds[q].span;
+            static pass_seen seen;
+            memset(&seen, 0, sizeof seen);
+            sim_sink sink = {on_pass, NULL, &seen};
+            sim s;
+            sim_init(&s);
+            sim_iter_result res;
+            if (sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err) != DP_OK)
+                fail_msg("%s", err.msg);
+            sim_release(&s);
+            if (q == 0) apart = res.makespan_ns;
+            assert_true(res.makespan_ns >= apart);
+            for (int st = 0; st < S; st++) {
+                int64_t sum = 0;
+                for (int k = 0; k < seen.n[st]; k++) {
+                    int64_t longest = 0;
+                    for (int rep = 0; rep < D; rep++) {
+                        int r = rep * STAGE_MAX + st;
+                        const plan_mb *x = &it.mb[seen.mb[r][k]];
+                        double ms = seen.op[r][k] == OP_F ? x->fwd_ms[st] : x->bwd_ms[st];
+                        longest = llround(ms * 1e6) > longest ? llround(ms * 1e6) : longest;
+                    }
+                    sum += longest;
+                    if (!(kinds[q].meets >> seen.op[st][k] & 1u)) continue;
+                    for (int rep = 0; rep < D; rep++) {
+                        int r = rep * STAGE_MAX + st;
+                        if (seen.start[r][k] != seen.start[st][k])
+                            fail_msg("ZeRO-%d span %d, %d stages x %d replicas: pass %d of stage %d "
+                                     "starts at %lld ns on replica 0, %lld on replica %d",
+                                     kinds[q].zero, kinds[q].span, S, D, k, st,
+                                     (long long)seen.start[st][k], (long long)seen.start[r][k], rep);
+                        const plan_mb *x = &it.mb[seen.mb[r][k]];
+                        double own = seen.op[r][k] == OP_F ? x->fwd_ms[st] : x->bwd_ms[st];
+                        assert_int_equal(seen.end[r][k] - seen.start[r][k], llround(own * 1e6));
+                        if (k + 1 < seen.n[r]) assert_true(seen.start[r][k + 1] >= seen.start[r][k] + longest);
+                    }
+                }
+                if (S == 1 && kinds[q].meets == (1u << OP_F | 1u << OP_B))
+                    assert_int_equal(res.makespan_ns, sum);
+            }
+        }
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -747,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_determinism_variable_sizes),
         cmocka_unit_test(test_v_orders_time_as_simulated),
         cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
+        cmocka_unit_test(test_replicas_meet),
         cmocka_unit_test(test_adaptive_equals_scan),
         cmocka_unit_test(test_time_lower_bound),
     };
