@@ -835,17 +835,12 @@ static void mb_cost_one(const batch_ctx *ctx, const mem_rule *rule, mb_list *l, 
 
 unsigned mb_replicas_meet(int zero_stage, int dp, int experts_span)
 {
-    if (dp <= 1) return 0;
-    unsigned at = 0;
-    if (zero_stage >= 3) at |= 1u << OP_F | 1u << OP_B | 1u << OP_W;
-    if (zero_stage >= 2) at |= 1u << OP_B | 1u << OP_W;
-    if (experts_span) at |= 1u << OP_F | 1u << OP_B;
-    return at;
+    return dp > 1 && (zero_stage >= 3 || experts_span) ? 1u << OP_F | 1u << OP_B : 0;
 }
 
 int mb_replicas_lockstep(int zero_stage, int dp, int experts_span)
 {
-    return mb_replicas_meet(zero_stage, dp, experts_span) != 0;
+    return dp > 1 && (zero_stage >= 2 || mb_replicas_meet(zero_stage, dp, experts_span));
 }
 
 /* The sample at position at of l's ids: its id and own lengths. */
@@ -1038,11 +1033,13 @@ static int order_costliest_first(mb_list *l)
  * run fewer reaches the largest count; otherwise the costliest micro-batches are split until D
  * divides their count (or, when the samples are too few for that, the cheapest neighbours merged)
  * and they are dealt D at a time (partition_equal_counts). With fewer samples than replicas, l is
- * left to Karmarkar-Karp's uneven dealing. */
+ * left to Karmarkar-Karp's uneven dealing. Where the replicas meet at their passes
+ * (mb_replicas_meet), the micro-batches are then ordered costliest first. */
 static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *rule, mb_list *l,
                                          mb_cost *c, dp_err *err)
 {
     int D = ctx->sm->dp, rc = 1;
+    unsigned meet = mb_replicas_meet(ctx->sm->zero_stage, D, stage_experts_span(ctx->sm));
     if (l->replicas_set) {
         int *count = calloc((size_t)D, sizeof *count), most = 0;
         if (!count) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
@@ -1053,7 +1050,8 @@ static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *r
         free(count);
         if (rc < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
         if (rc > 0)
-            return order_costliest_first(l) ? dp_fail(err, DP_ERR_NOMEM, "out of memory") : DP_OK;
+            return meet && order_costliest_first(l) ? dp_fail(err, DP_ERR_NOMEM, "out of memory")
+                                                    : DP_OK;
         l->replicas_set = 0; /* some replica has too few samples: deal them all again */
     }
     int samples = 0;
@@ -1068,7 +1066,8 @@ static dp_status equalise_replica_counts(const batch_ctx *ctx, const mem_rule *r
                                     * plan's check (plan_iter_check_lockstep) refuses */
     dp_status st = deal_replicas(l, D, 1, err);
     if (st == DP_OK) l->replicas_set = 1;
-    if (st == DP_OK && order_costliest_first(l)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (st == DP_OK && meet && order_costliest_first(l))
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     return st;
 }
 

@@ -31,16 +31,20 @@
  * assignment to data-parallel replicas by Karmarkar–Karp largest differencing (unless the batcher
  * dealt samples to replicas itself: dynamic with DP_SPLIT_REPLICA).
  *
- * Replicas in lockstep: under ZeRO-2/3 every replica of a stage runs as many micro-batches (each
- * forward's gathers and each backward's reduce-scatters meet across the replicas, as FSDP's ranks
- * step together; mb_replicas_lockstep is the rule, the runtime's check and the planner's use it).
+ * Replicas in lockstep: under ZeRO-2/3, and where a MoE's experts exchange tokens across
+ * replicas, every replica of a stage runs as many micro-batches (each forward's gathers and each
+ * backward's reduce-scatters, or each MoE layer's all-to-all, meet across the replicas, as FSDP's
+ * ranks step together; mb_replicas_lockstep is the rule, the runtime's check and the planner's
+ * use it).
  * mb_list_finish makes it so whatever the batcher cut: it splits the costliest micro-batches
  * (their samples in two, the padded shape kept) until D divides their count — or, where the
  * samples are too few for that, merges the cheapest neighbours (into the longer shape, which may
  * not fit: then the iteration does not) — and deals them D at a time, heaviest to the lightest
  * replica; a batcher's own dealing is kept where splits within the replicas that run fewer even
  * it. With fewer samples than replicas the dealing stays uneven, and the built plan's check
- * (plan.h plan_iter_check_lockstep) makes the iteration infeasible.
+ * (plan.h plan_iter_check_lockstep) makes the iteration infeasible. Where the replicas wait for
+ * each other at their passes (mb_replicas_meet: ZeRO-3, the experts' exchange) the micro-batches
+ * are then ordered costliest first, so that each replica's k-th meets the others' k-th.
  */
 #ifndef MICROBATCH_H
 #define MICROBATCH_H
@@ -189,14 +193,15 @@ dp_status mb_order(const batch_rules *r, sample_len *s, int n);
  * so l->n_mb can grow). Memory is checked under mb_mem_rule(ctx, l->in_flight == 1). */
 dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err);
 
-/* The passes at which data-parallel replicas meet in a collective (bits 1 << OP_F, OP_B, OP_W;
- * 0 with dp 1): ZeRO-3's parameter gathers (F, B, W), ZeRO-2/3's gradient reduce-scatters (B, W),
- * and a MoE's token exchange where its expert group spans replicas (F, B: experts_span, mesh.h
+/* The passes at which data-parallel replicas wait for each other (bits 1 << OP_F, OP_B, OP_W; 0
+ * with dp 1): those that cannot compute before a collective over the replicas has delivered —
+ * ZeRO-3's parameter gathers (F, and B's input gradients; a W needs no weights) and a MoE's token
+ * exchange where its expert group spans replicas (F, B: experts_span, mesh.h
  * mesh_experts_span_replicas). The simulator starts such a pass on every replica of the stage at
- * once (sim.h); the planner and dprun make the replicas run the same passes. */
+ * once (sim.h). ZeRO-2/3's gradient reduce-scatters run behind the compute and wait for nothing. */
 unsigned mb_replicas_meet(int zero_stage, int dp, int experts_span);
-/* Whether data-parallel replicas must run the same sequence of passes: they meet at some
- * (mb_replicas_meet is not 0). */
+/* Whether data-parallel replicas must run the same sequence of passes, their collectives matched
+ * in order: ZeRO-2/3's, or where they meet (above). The planner and dprun make them so. */
 int mb_replicas_lockstep(int zero_stage, int dp, int experts_span);
 
 /* Karmarkar–Karp largest differencing: assigns items of weights w[0..n) to k bins, balancing

@@ -26,15 +26,16 @@
  * its FREE) + the running op's transient. The peak equals pm_rank_peak's (the planner's check)
  * by construction; OOM when it exceeds the device's memory.
  *
- * Replicas that meet (mb_replicas_meet of zero_stage, dp and experts_span: ZeRO-2/3's collectives,
- * an exchange of experts across replicas): the k-th pass of each such kind on a rank is a collective with the k-th of
- * the same stage's other replicas. It starts on all of them together, when the last is ready
- * (its data arrived, its compute stream free), and ends on all of them when the longest of
- * theirs would: the replicas step together, each meeting waiting for the slowest micro-batch.
- * A rank computes for its own pass's time (busy_ns, op_ns, the op a sink sees) and idles the rest
- * of the meeting (the study's replica imbalance); what depends on the pass waits for the end. Replicas whose passes differ
- * (plan.h plan_iter_check_lockstep: the planner calls such an iteration infeasible, dprun refuses
- * it) cannot meet; the simulator runs them apart, as it runs a replayed plan.
+ * Replicas that meet (microbatch.h mb_replicas_meet of zero_stage, dp and experts_span: ZeRO-3's
+ * parameter gathers, an exchange of experts across replicas): the k-th pass of each such kind on a
+ * rank is a collective with the k-th of the same stage's other replicas. It starts on all of them
+ * together, when the last is ready (its data arrived, its compute stream free), and ends on all
+ * of them when the longest of theirs would: the replicas step together, each meeting waiting for
+ * the slowest micro-batch. A rank computes for its own pass's time (busy_ns, op_ns, the op a sink
+ * sees) and idles the rest of the meeting (the study's replica imbalance); what depends on the
+ * pass waits for the end. Replicas whose passes differ (plan.h plan_iter_check_lockstep: the
+ * planner calls such an iteration infeasible, dprun refuses it) cannot meet: the simulator times
+ * them apart.
  *
  * Stragglers (straggler_share > 0): once a stage's ranks have finished their last op, the stage
  * waits straggler_share x its compute time (per replica) for the job's slowest GPU, an op of its
