@@ -90,10 +90,11 @@
  * expert; a GPU runs its rank's copies gathered from the etp GPUs (etp times the rows:
  * tokens_per_expert) on GEMMs 1/etp as wide, the same FLOPs; the gather before and the reduce-scatter after join each
  * dispatch and combine (a2a_ms), and the gathered copies are stored. A capacity factor caps the
- * busiest rank at C x the mean (cost_moe_imbalance). Left out: the ep peers' different
- * micro-batches (each routes as this one), and expert
- * gradients reduced over the expert-data-parallel group rather than dp x cp (the memory and
- * collectives count the experts' ep share over dp x cp).
+ * busiest rank at C x the mean (cost_moe_imbalance). The ep peers' micro-batches are taken to
+ * route as this one does (the imbalance is of ep times its copies); where they are other replicas'
+ * micro-batches, the simulator makes the layer wait for the slowest of them (sim.h: replicas that
+ * meet). The experts' gradients and their state are the stage model's (stage_cost.h: over the
+ * expert-data-parallel group).
  *
  * Multi-head latent attention (DeepSeek-V2/V3: model.h kv_lora) is priced by its own GEMMs
  * (mla_projections, layer_gemms): the down-projections to the query latent and to the key/value
