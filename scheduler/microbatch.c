@@ -831,7 +831,7 @@ static void mb_cost_one(const batch_ctx *ctx, const mem_rule *rule, mb_list *l, 
     }
 }
 
-/* ---- replicas in lockstep (ZeRO-2/3) ---------------------------------------------------------- */
+/* ---- replicas in lockstep (ZeRO-2/3, experts across replicas) -------------------------------- */
 
 unsigned mb_replicas_meet(int zero_stage, int dp, int experts_span)
 {
@@ -1028,7 +1028,7 @@ static int order_costliest_first(mb_list *l)
     return 0;
 }
 
-/* ZeRO-2/3 over D replicas (mb_replicas_lockstep): every replica runs as many micro-batches.
+/* Replicas in lockstep (mb_replicas_lockstep): every replica runs as many micro-batches.
  * A batcher's own replica assignment is kept where splitting micro-batches of the replicas that
  * run fewer reaches the largest count; otherwise the costliest micro-batches are split until D
  * divides their count (or, when the samples are too few for that, the cheapest neighbours merged)

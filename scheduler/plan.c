@@ -813,7 +813,7 @@ static int is_pass(plan_op op)
 dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, int experts_span,
                                    const char *where, dp_err *err)
 {
-    if (!mb_replicas_lockstep(zero, it->dp, experts_span)) return DP_OK; /* nothing meets */
+    if (!mb_replicas_lockstep(zero, it->dp, experts_span)) return DP_OK; /* none to keep in step */
     char meet[120];
     if (zero >= 2) snprintf(meet, sizeof meet, "ZeRO-%d over %d replicas, whose collectives meet "
                             "in order (FSDP's ranks step together)", zero, it->dp);

@@ -209,7 +209,7 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
  * stage runs the same sequence of F, B and W, chunk by chunk, as ZeRO-2/3's collectives and an
  * exchange of experts across replicas need: DP_OK where nothing meets, else DP_ERR_UNSUPPORTED
  * naming where, the iteration, the stage and the replica when one differs. The planner marks such
- * an iteration infeasible; dprun refuses the plan; the simulator refuses to run it. */
+ * an iteration infeasible; dprun refuses the plan; the simulator times its replicas apart. */
 dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, int experts_span,
                                    const char *where, dp_err *err);
 

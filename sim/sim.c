@@ -307,7 +307,8 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     dp_status st = DP_OK;
     u.meet = mb_replicas_meet(cfg->zero_stage, cfg->dp, cfg->experts_span);
     dp_err apart = {0}; /* replicas with other passes cannot meet: they run apart (sim.h) */
-    if (u.meet && plan_iter_check_lockstep(it, cfg->zero_stage, cfg->experts_span, "", &apart) != DP_OK)
+    if (u.meet &&
+        plan_iter_check_lockstep(it, cfg->zero_stage, cfg->experts_span, "", &apart) != DP_OK)
         u.meet = 0;
     for (int r = 0; u.meet && r < u.nr; r++) {
         int k = 0;

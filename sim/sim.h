@@ -91,9 +91,9 @@ typedef struct sim_config {
      * the bytes a runtime moved (scheduler/stage_cost.h stage_zero_rescaled) */
     double zero_fwd_ms[STAGE_MAX], zero_bwd_ms[STAGE_MAX];
     int zero_layers[STAGE_MAX], zero_prefetch;
-    int zero_stage;  /* 0..3, and whether a MoE's experts exchange tokens across replicas (stage_cost.h
-                      * stage_experts_span): where the replicas meet (microbatch.h mb_replicas_meet,
-                      * above) */
+    int zero_stage;   /* 0..3, and whether a MoE's experts exchange tokens across replicas
+                       * (stage_cost.h stage_experts_span): where the replicas meet (microbatch.h
+                       * mb_replicas_meet, above) */
     int experts_span;
     double straggler_share; /* the wait for the job's slowest GPU, as a share of each stage's
                              * compute time (models/straggler.h straggler_share of the cluster's

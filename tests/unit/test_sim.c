@@ -753,7 +753,8 @@ static void on_pass(void *ctx, const sim_op *o)
     if (o->op != OP_F && o->op != OP_B && o->op != OP_W) return;
     int r = o->replica * STAGE_MAX + o->stage, k = p->n[r]++;
     if (k >= 16) fail_msg("more than 16 passes on a rank");
-    p->start[r][k] = o->start_ns, p->end[r][k] = o->end_ns, p->op[r][k] = o->op, p->mb[r][k] = o->mb;
+    p->start[r][k] = o->start_ns, p->end[r][k] = o->end_ns;
+    p->op[r][k] = o->op, p->mb[r][k] = o->mb;
 }
 
 static void test_replicas_meet(void **state)
@@ -812,14 +813,16 @@ static void test_replicas_meet(void **state)
                     for (int rep = 0; rep < D; rep++) {
                         int r = rep * STAGE_MAX + st;
                         if (seen.start[r][k] != seen.start[st][k])
-                            fail_msg("ZeRO-%d span %d, %d stages x %d replicas: pass %d of stage %d "
-                                     "starts at %lld ns on replica 0, %lld on replica %d",
+                            fail_msg("ZeRO-%d span %d, %d stages x %d replicas: pass %d of "
+                                     "stage %d starts at %lld ns on replica 0, %lld on replica %d",
                                      kinds[q].zero, kinds[q].span, S, D, k, st,
-                                     (long long)seen.start[st][k], (long long)seen.start[r][k], rep);
+                                     (long long)seen.start[st][k], (long long)seen.start[r][k],
+                                     rep);
                         const plan_mb *x = &it.mb[seen.mb[r][k]];
                         double own = seen.op[r][k] == OP_F ? x->fwd_ms[st] : x->bwd_ms[st];
                         assert_int_equal(seen.end[r][k] - seen.start[r][k], llround(own * 1e6));
-                        if (k + 1 < seen.n[r]) assert_true(seen.start[r][k + 1] >= seen.start[r][k] + longest);
+                        if (k + 1 < seen.n[r])
+                            assert_true(seen.start[r][k + 1] >= seen.start[r][k] + longest);
                     }
                 }
                 if (S == 1 && kinds[q].meets == (1u << OP_F | 1u << OP_B))
