@@ -293,8 +293,9 @@ void cost_request_options(cli_opts *t, cost_request *o)
     cli_opt_only_with(ck, cp_on, o, "--cp above 1 or auto");
     cli_opt_flag(t, "no-sp", 0, &o->no_sp,
                  "tensor parallelism without Megatron's sequence parallelism (on by\n"
-                 "default with --tp > 1, analytic model: norms' and dropouts'\n"
-                 "activations split along the sequence, all-gather + reduce-scatter)")
+                 "default with --tp > 1: norms' and dropouts' activations split along\n"
+                 "the sequence, all-gather + reduce-scatter; a measured profile\n"
+                 "without it plans without it)")
         ->marks = OPT_FIXED_BY_PLAN;
     cli_opt *r = cli_opt_call(t, "recompute", 0, set_recompute, o, "R", "none",
                               "none | selective | full | dynamic (per iteration, the first\n"

@@ -49,16 +49,17 @@ static dp_status routing_of(const cost_request *o, const model_spec *m, moe_rout
 }
 
 /* Applies the attention, overlap and context-parallel options to a cost model just built (st
- * its constructor's status); on failure the model is freed. */
-static dp_status finish(dp_status st, const cost_request *o, const model_spec *m, cost_model **cm,
-                        dp_err *err)
+ * its constructor's status), with sequence parallelism as the request says or, for a measured
+ * profile, as it was measured (profile_sp); on failure the model is freed. */
+static dp_status finish_sp(dp_status st, const cost_request *o, const model_spec *m, int sp,
+                           cost_model **cm, dp_err *err)
 {
     if (st != DP_OK) return st;
     cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
     if (o->what_if) (*cm)->attn_speed = o->what_if->scale[ASSUME_ATTN_KERNEL];
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
-    (*cm)->seq_parallel = !o->no_sp; /* what the analytic model reads */
+    (*cm)->seq_parallel = sp; /* what the analytic model, the plan and the padding read */
     (*cm)->split = o->split;         /* what the stage and memory models place */
     train_precision prec =
         o->precision >= 0 ? (train_precision)o->precision : precision_of_model(m);
@@ -90,6 +91,29 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
         *cm = NULL;
     }
     return st;
+}
+
+static dp_status finish(dp_status st, const cost_request *o, const model_spec *m, cost_model **cm,
+                        dp_err *err)
+{
+    return finish_sp(st, o, m, !o->no_sp, cm, err);
+}
+
+/* A measured profile's rows at (tp, cp), and whether sequence parallelism runs: as the request
+ * says where the profile has rows for it; else, unless --no-sp was given, as the profile was
+ * measured (a profile without SP, such as the DynaPipe authors' A100 grids, plans without it:
+ * there is no SP-on measurement to price). *sp is the answer. */
+static dp_status profile_sp(const char *profile, const cost_request *o, const model_spec *m,
+                            cluster_spec *hw, int at_cp, recompute_mode mode, int *sp,
+                            cost_model **cm, dp_err *err)
+{
+    *sp = !o->no_sp;
+    dp_status st = cost_profile_load_at(profile, m, hw, o->tp, at_cp, *sp, mode, cm, err);
+    if (st == DP_OK || !*sp || o->tp < 2) return st;
+    dp_err off = {0};
+    if (cost_profile_load_at(profile, m, hw, o->tp, at_cp, 0, mode, cm, &off) != DP_OK) return st;
+    *sp = 0;
+    return DP_OK;
 }
 
 /* What the source line says of a built cost model's attention: ", FlashAttention (the model's
@@ -185,13 +209,17 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
         /* a profile measured at the request's cp, when it asks for one (--cp auto asks for
          * every degree, which no profile holds: finish says so) */
         int at_cp = o->cp > 1 && !o->cp_auto ? o->cp : 1;
-        st = finish(cost_profile_load_at(profile, m, hw, o->tp, at_cp, !o->no_sp, mode, cm, err),
-                    o, m, cm, err);
+        int sp_on;
+        st = profile_sp(profile, o, m, hw, at_cp, mode, &sp_on, cm, err);
+        st = finish_sp(st, o, m, sp_on, cm, err);
         char cp[24] = "";
         if (o->cp > 1) snprintf(cp, sizeof cp, ", cp %d", o->cp);
         if (st == DP_OK)
-            snprintf(source, source_cap, "profile %s (tp %d%s, recompute %s%s)", profile, o->tp, cp,
-                     recompute_name(mode), attention_note(*cm, o, 0, note, sizeof note));
+            snprintf(source, source_cap, "profile %s (tp %d%s, recompute %s%s%s)", profile, o->tp,
+                     cp, recompute_name(mode), attention_note(*cm, o, 0, note, sizeof note),
+                     o->tp > 1 && !sp_on && !o->no_sp ? ", no sequence parallelism: the profile was "
+                                                     "measured without it"
+                                                   : "");
         return st;
     }
     analytic_params p;
@@ -244,7 +272,7 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     }
     int shard = stage_shard_size(p->shard_group, p->dp, p->cost.cp);
     h->shard_group = shard < stage_shard_size(0, p->dp, p->cost.cp) ? shard : 0; /* whole: none */
-    h->sp = p->cost.tp > 1 && !p->cost.no_sp;
+    h->sp = p->cost.tp > 1 && env->cm->seq_parallel;
     h->rules = env->rules;
     h->textbook = env->cm->toy.on;
     h->overlap = env->cm->overlap; /* what it was priced with (none on CPU ranks: hw.h) */
@@ -389,7 +417,7 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     env->mem_limit_mb = p->mem_limit_mb > 0 ? p->mem_limit_mb : env->hw.mem_limit_mb;
     /* the padded length splits as the layout cuts it (models/mesh.h): 2 cp chunks of ring
      * attention, each cp rank's tokens over tp under sequence parallelism */
-    int multiple = mesh_token_multiple(&layout, !p->cost.no_sp), m = env->rules.pad_multiple;
+    int multiple = mesh_token_multiple(&layout, env->cm->seq_parallel), m = env->rules.pad_multiple;
     while (m % multiple) m += env->rules.pad_multiple;
     env->rules.pad_multiple = m;
     /* Pad to at least the profile's shortest measured length, so short samples stay answerable. */

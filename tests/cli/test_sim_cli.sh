@@ -10,6 +10,12 @@ check "the plan has the contract's keys" grep -q '"instructions"' "$TMP/plan.jso
 check "the plan carries the DP objective" grep -q '"objective":{"value"' "$TMP/plan.json"
 expect "plan summary shows padding efficiency" 0 "padding efficiency" -- "$DPSIM" plan --iterations 3
 expect "plan with T5 on 8 stages" 0 "decoder" -- "$DPSIM" plan --model t5-11b-24l --tp 8 --pp 8 --iterations 2
+expect "... on its measured profile without sequence parallelism, as it was measured, and says so" 0 \
+  "no sequence parallelism: the profile was measured without it" -- \
+  "$DPSIM" plan --model t5-11b-24l --tp 8 --pp 8 --iterations 1 -o "$TMP/t5tp8.json"
+check "... and the plan's header says sp false" grep -q '"sp":false' "$TMP/t5tp8.json"
+expect "... the same with --no-sp (the paper's runs)" 0 "wrote 1 iteration" -- \
+  "$DPSIM" plan --model t5-11b-24l --tp 8 --pp 8 --no-sp --iterations 1 -o "$TMP/t5tp8b.json"
 expect "unknown batching" 2 "unknown --batching" -- "$DPSIM" plan --batching magic
 expect "pp larger than the layers" 2 "more pipeline stages than" -- "$DPSIM" plan --pp 32
 expect "mbs 0 is refused" 2 "--mbs \"0\"" -- "$DPSIM" plan --mbs 0
