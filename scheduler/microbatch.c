@@ -996,34 +996,22 @@ static dp_status deal_replicas(mb_list *l, int D, int equal_counts, dp_err *err)
     return st == DP_OK ? DP_OK : dp_fail(err, st, "out of memory");
 }
 
-typedef struct mb_at {
-    double t;
-    int k;
-} mb_at;
-
-static int costliest_first(const void *a, const void *b)
-{
-    const mb_at *x = a, *y = b;
-    if (x->t != y->t) return x->t > y->t ? -1 : 1;
-    return x->k - y->k;
-}
-
 /* Orders l's micro-batches costliest first (stable; an unpriced one last), so that every
  * replica's k-th is its k-th costliest: replicas in lockstep meet at each pass (sim.h), and
  * pairing their micro-batches by rank least lengthens the meetings (with dealing D at a time, the
  * k-th of each replica is the k-th round's). -1 out of memory (l unchanged). */
 static int order_costliest_first(mb_list *l)
 {
-    mb_at *at = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *at);
+    load_of *at = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *at);
     microbatch *was = malloc((size_t)(l->n_mb ? l->n_mb : 1) * sizeof *was);
     if (!at || !was) {
         free(at), free(was);
         return -1;
     }
     for (int k = 0; k < l->n_mb; k++)
-        at[k] = (mb_at){isnan(l->mb[k].t_ms) ? -1 : l->mb[k].t_ms, k}, was[k] = l->mb[k];
-    qsort(at, (size_t)l->n_mb, sizeof *at, costliest_first);
-    for (int k = 0; k < l->n_mb; k++) l->mb[k] = was[at[k].k];
+        at[k] = (load_of){isnan(l->mb[k].t_ms) ? -1 : l->mb[k].t_ms, k}, was[k] = l->mb[k];
+    qsort(at, (size_t)l->n_mb, sizeof *at, heaviest_first);
+    for (int k = 0; k < l->n_mb; k++) l->mb[k] = was[at[k].i];
     free(at), free(was);
     return 0;
 }
