@@ -406,9 +406,10 @@ static void heap_pop(op_heap *h)
  * and its peak fits next to the activations the device holds (an empty device always admits, so
  * the pass cannot stall). Per device two heaps keep it O(S m log m): the backwards whose
  * gradient has come, by arrival round; the held micro-batches by transient, largest first
- * (entries whose backward ran are dropped when they surface). */
-static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, const int *mbs, int m,
-                                 int *op_kind, int *op_mb, dp_status *st)
+ * (entries whose backward ran are dropped when they surface). The m micro-batches' memory on each
+ * device: stored[i * S + s] and peak[i * S + s], MB. */
+static void adaptive_rank_orders(const stage_model *sm, const double *stored, const double *peak,
+                                 int m, int *op_kind, int *op_mb, dp_status *st)
 {
     int S = sm->pp;
     size_t cells = (size_t)S * (size_t)(m ? m : 1);
@@ -440,7 +441,7 @@ static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, con
                 heap_pop(&ready[s]);
                 BD(s, best) = t;
                 if (s > 0) heap_push(&ready[s - 1], t, best);
-                held[s] -= it->mb[mbs[best]].stored_mb[s];
+                held[s] -= stored[(size_t)best * S + s];
                 heldn[s]--;
                 kind[nops[s]] = 1, mbk[nops[s]++] = best;
                 remaining--;
@@ -451,15 +452,15 @@ static void adaptive_rank_orders(const stage_model *sm, const plan_iter *it, con
             if (s > 0 && (FD(s - 1, i) < 0 || FD(s - 1, i) >= t)) continue;
             /* admitted only if every op that can run while it is held fits: the held stored
              * activations plus the largest transient among them (stage_cost.h) */
-            const plan_mb *x = &it->mb[mbs[i]];
-            double tx = fmax(0, x->peak_mb[s] - x->stored_mb[s]), tmax = tx;
+            double xs = stored[(size_t)i * S + s], xp = peak[(size_t)i * S + s];
+            double tx = fmax(0, xp - xs), tmax = tx;
             while (trans[s].n > 0 && BD(s, trans[s].id[0]) >= 0) heap_pop(&trans[s]);
             if (trans[s].n > 0) tmax = fmax(tmax, -trans[s].key[0]);
-            if (heldn[s] > 0 && held[s] + x->stored_mb[s] + tmax > sm->budget_mb[s]) continue;
+            if (heldn[s] > 0 && held[s] + xs + tmax > sm->budget_mb[s]) continue;
             FD(s, i) = t;
             if (s == S - 1) heap_push(&ready[s], t, i);
-            heap_push(&trans[s], -(x->peak_mb[s] - x->stored_mb[s]), i);
-            held[s] += x->stored_mb[s];
+            heap_push(&trans[s], -(xp - xs), i);
+            held[s] += xs;
             heldn[s]++;
             nextf[s]++;
             kind[nops[s]] = 0, mbk[nops[s]++] = i;
@@ -474,30 +475,69 @@ out:
     free(hkey), free(hid), free(ready), free(trans);
 }
 
+/* The memory the cyclic pass sees for replica r's m micro-batches (their indices mbs), into
+ * stored and peak (m x S each): each position's own; or, where the replicas run in lockstep
+ * (every replica as many micro-batches), the most any replica's micro-batch at that position
+ * holds, so that one order, laid out once, fits every replica and gives them all the same passes
+ * (plan.h plan_iter_check_lockstep). */
+static void adaptive_memory(const stage_model *sm, const plan_iter *it, int **mbs, int m,
+                            int r, int together, double *stored, double *peak)
+{
+    int S = sm->pp;
+    for (int q = 0; q < m; q++)
+        for (int s = 0; s < S; s++) {
+            size_t at = (size_t)q * S + s;
+            stored[at] = peak[at] = 0;
+            for (int x = together ? 0 : r; x < (together ? it->dp : r + 1); x++) {
+                const plan_mb *b = &it->mb[mbs[x][q]];
+                stored[at] = fmax(stored[at], b->stored_mb[s]);
+                peak[at] = fmax(peak[at], b->peak_mb[s]);
+            }
+        }
+}
+
 static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *err)
 {
     const stage_model *sm = ctx->sm;
     dp_status st = need_one_chunk(ctx, "adaptive", err);
     if (st != DP_OK) return st;
-    for (int r = 0; r < it->dp && st == DP_OK; r++) {
-        int *mbs, m = replica_mbs(it, r, &mbs);
-        if (m < 0) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-        size_t n = (size_t)sm->pp * 2 * (size_t)(m ? m : 1);
-        int *kind = malloc(n * sizeof *kind), *mb = malloc(n * sizeof *mb);
-        if (!kind || !mb) st = DP_ERR_NOMEM;
-        else adaptive_rank_orders(sm, it, mbs, m, kind, mb, &st);
-        for (int s = 0; s < sm->pp && st == DP_OK; s++) {
-            emitter e = {sm, it, &it->ranks[r * sm->pp + s], sm->pp, DP_OK, 0};
+    int D = it->dp, S = sm->pp, **mbs = calloc((size_t)D, sizeof *mbs), *m = calloc((size_t)D, sizeof *m);
+    st = mbs && m ? DP_OK : DP_ERR_NOMEM;
+    int together = st == DP_OK && D > 1 &&
+                   mb_replicas_lockstep(sm->zero_stage, D, stage_experts_span(sm));
+    for (int r = 0; r < D && st == DP_OK; r++)
+        if ((m[r] = replica_mbs(it, r, &mbs[r])) < 0) st = DP_ERR_NOMEM;
+        else together &= m[r] == m[0];
+    int *kind = NULL, *mb = NULL;
+    double *stored = NULL, *peak = NULL;
+    for (int r = 0; r < D && st == DP_OK; r++) {
+        int n_r = m[r];
+        size_t n = (size_t)S * 2 * (size_t)(n_r ? n_r : 1), cells = (size_t)S * (size_t)(n_r ? n_r : 1);
+        if (r == 0 || !together) { /* in lockstep the first replica's order is every replica's */
+            free(kind), free(mb), free(stored), free(peak);
+            kind = malloc(n * sizeof *kind), mb = malloc(n * sizeof *mb);
+            stored = malloc(cells * sizeof *stored), peak = malloc(cells * sizeof *peak);
+            if (!kind || !mb || !stored || !peak) {
+                st = DP_ERR_NOMEM;
+                break;
+            }
+            adaptive_memory(sm, it, mbs, n_r, r, together, stored, peak);
+            adaptive_rank_orders(sm, stored, peak, n_r, kind, mb, &st);
+        }
+        for (int s = 0; s < S && st == DP_OK; s++) {
+            emitter e = {sm, it, &it->ranks[r * S + s], S, DP_OK, 0};
             e.R->n = 0;
-            for (int q = 0; q < 2 * m; q++) {
-                int k = mbs[mb[(size_t)s * 2 * (size_t)m + (size_t)q]];
-                if (kind[(size_t)s * 2 * (size_t)m + (size_t)q]) em_bwd(&e, k, 0);
+            for (int q = 0; q < 2 * n_r; q++) {
+                int k = mbs[r][mb[(size_t)s * 2 * (size_t)n_r + (size_t)q]];
+                if (kind[(size_t)s * 2 * (size_t)n_r + (size_t)q]) em_bwd(&e, k, 0);
                 else em_fwd(&e, k, 0);
             }
             st = e.st;
         }
-        free(kind), free(mb), free(mbs);
     }
+    free(kind), free(mb), free(stored), free(peak);
+    for (int r = 0; mbs && r < D; r++) free(mbs[r]);
+    free(mbs), free(m);
     if (st == DP_ERR_NOMEM) return dp_fail(err, st, "out of memory");
     if (st == DP_ERR_DEADLOCK)
         return dp_fail(err, st, "iteration %d: the adaptive schedule's cyclic pass did not finish",

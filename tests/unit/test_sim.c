@@ -597,6 +597,72 @@ static void test_adaptive_equals_scan(void **state)
     }
 }
 
+/* Replicas in lockstep (ZeRO-3 over 2-3 replicas, microbatch.h mb_replicas_lockstep): the adaptive
+ * schedule lays one order out for all of them, over each position's most memory among the
+ * replicas' micro-batches there, so every replica runs the same passes (plan_iter_check_lockstep)
+ * and each is the scan's order (above) of that envelope; random memory and budgets, 1-4 stages.
+ * Laid out replica by replica, some of these differ (the rule the envelope keeps). */
+static void test_adaptive_in_lockstep(void **state)
+{
+    (void)state;
+    unsigned seed = 808;
+    int apart = 0;
+    for (int rep = 0; rep < 60; rep++) {
+        int S = 1 + rep % 4, D = 2 + rep % 2, per = 2 + (int)(rand_r(&seed) % 11), m = D * per;
+        world w;
+        world_init(&w, S, 1, 0, 1e15);
+        w.sm.dp = D, w.sm.zero_stage = 3;
+        for (int s = 0; s < S; s++) w.sm.budget_mb[s] = 5 + rand_r(&seed) % 10;
+        plan_iter it, env;
+        plan_iter_init(&it);
+        assert_int_equal(plan_iter_alloc(&it, 0, S, D, m, m), DP_OK);
+        equal_iter(&w, &env, per, 1, 2, 0);
+        for (int k = 0; k < m; k++) {
+            plan_mb *x = &it.mb[k];
+            x->first = k, x->n_samples = 1, x->mbs = 1, x->enc_len = 16, x->enc_tokens = 16;
+            x->replica = k % D, it.ids[k] = k;
+            plan_mb *e = &env.mb[k / D];
+            for (int st = 0; st < S; st++) {
+                x->fwd_ms[st] = 1, x->bwd_ms[st] = 2;
+                x->stored_mb[st] = 1 + rand_r(&seed) % 4;
+                x->peak_mb[st] = x->stored_mb[st] + rand_r(&seed) % 3;
+                if (k % D == 0) e->stored_mb[st] = e->peak_mb[st] = 0;
+                e->stored_mb[st] = fmax(e->stored_mb[st], x->stored_mb[st]);
+                e->peak_mb[st] = fmax(e->peak_mb[st], x->peak_mb[st]);
+            }
+        }
+        schedule_ctx ctx = {&w.sm};
+        dp_err err = {0};
+        assert_int_equal(schedule_find("adaptive")->build(&ctx, &it, &err), DP_OK);
+        if (plan_iter_check_lockstep(&it, 3, 0, "t", &err) != DP_OK) fail_msg("%s", err.msg);
+        int kind[4 * 2 * 12], mb[4 * 2 * 12], own_kind[4 * 2 * 12], own_mb[4 * 2 * 12];
+        adaptive_by_scan(&env, w.sm.budget_mb, S, per, kind, mb);
+        for (int r = 0; r < D; r++) {
+            plan_iter one; /* replica r alone, for the order it would get by itself */
+            equal_iter(&w, &one, per, 1, 2, 0);
+            for (int q = 0; q < per; q++) one.mb[q] = it.mb[q * D + r];
+            adaptive_by_scan(&one, w.sm.budget_mb, S, per, own_kind, own_mb);
+            apart += memcmp(own_kind, kind, sizeof(int) * (size_t)(S * 2 * per)) != 0;
+            plan_iter_release(&one);
+            for (int st = 0; st < S; st++) {
+                const plan_rank *R = &it.ranks[r * S + st];
+                int q = 0;
+                for (int i = 0; i < R->n; i++) {
+                    if (R->ins[i].op != OP_F && R->ins[i].op != OP_B) continue;
+                    assert_int_equal(R->ins[i].op == OP_B, kind[st * 2 * per + q]);
+                    assert_int_equal(R->ins[i].mb, mb[st * 2 * per + q] * D + r);
+                    q++;
+                }
+                assert_int_equal(q, 2 * per);
+            }
+        }
+        plan_iter_release(&it);
+        plan_iter_release(&env);
+        cost_model_free(w.cm);
+    }
+    assert_true(apart > 5);
+}
+
 /* schedule_time_lower_bound never exceeds the simulated pipeline, over random micro-batches
  * (times per stage, W shares), every schedule, 1 to 6 stages, chunks where the schedule takes
  * them, links slow or free; and it is the simulated time itself for equal micro-batches under
@@ -851,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
         cmocka_unit_test(test_replicas_meet),
         cmocka_unit_test(test_adaptive_equals_scan),
+        cmocka_unit_test(test_adaptive_in_lockstep),
         cmocka_unit_test(test_time_lower_bound),
     };
     return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
