@@ -214,12 +214,14 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
         st = finish_sp(st, o, m, sp_on, cm, err);
         char cp[24] = "";
         if (o->cp > 1) snprintf(cp, sizeof cp, ", cp %d", o->cp);
+        const char *as_measured =
+            o->tp > 1 && !sp_on && !o->no_sp
+                ? ", no sequence parallelism: the profile was measured without it"
+                : "";
         if (st == DP_OK)
             snprintf(source, source_cap, "profile %s (tp %d%s, recompute %s%s%s)", profile, o->tp,
                      cp, recompute_name(mode), attention_note(*cm, o, 0, note, sizeof note),
-                     o->tp > 1 && !sp_on && !o->no_sp ? ", no sequence parallelism: the profile was "
-                                                     "measured without it"
-                                                   : "");
+                     as_measured);
         return st;
     }
     analytic_params p;

@@ -501,7 +501,8 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
     const stage_model *sm = ctx->sm;
     dp_status st = need_one_chunk(ctx, "adaptive", err);
     if (st != DP_OK) return st;
-    int D = it->dp, S = sm->pp, **mbs = calloc((size_t)D, sizeof *mbs), *m = calloc((size_t)D, sizeof *m);
+    int D = it->dp, S = sm->pp;
+    int **mbs = calloc((size_t)D, sizeof *mbs), *m = calloc((size_t)D, sizeof *m);
     st = mbs && m ? DP_OK : DP_ERR_NOMEM;
     int together = st == DP_OK && D > 1 &&
                    mb_replicas_lockstep(sm->zero_stage, D, stage_experts_span(sm));
@@ -512,7 +513,7 @@ static dp_status build_adaptive(const schedule_ctx *ctx, plan_iter *it, dp_err *
     double *stored = NULL, *peak = NULL;
     for (int r = 0; r < D && st == DP_OK; r++) {
         int n_r = m[r];
-        size_t n = (size_t)S * 2 * (size_t)(n_r ? n_r : 1), cells = (size_t)S * (size_t)(n_r ? n_r : 1);
+        size_t cells = (size_t)S * (size_t)(n_r ? n_r : 1), n = 2 * cells;
         if (r == 0 || !together) { /* in lockstep the first replica's order is every replica's */
             free(kind), free(mb), free(stored), free(peak);
             kind = malloc(n * sizeof *kind), mb = malloc(n * sizeof *mb);
