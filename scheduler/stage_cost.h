@@ -75,7 +75,8 @@ typedef struct stage_model {
     double expert_mb[STAGE_MAX]; /* of them, the MoE layers' routed experts (cost_moe_expert_mb) */
     double budget_mb[STAGE_MAX];                      /* activation budget per device, MB */
     /* ZeRO's collectives on device s (models/comm.h comm_zero) over its data-parallel group
-     * (comm_dp_group): those of every micro-batch, which stage_model_cost adds to fwd_ms /
+     * (comm_dp_group; a MoE's routed experts' bytes over their expert-data-parallel group,
+     * comm_stage_group): those of every micro-batch, which stage_model_cost adds to fwd_ms /
      * bwd_ms (after the compute, or prefetched behind it with COST_OVERLAP_ZERO: the longer of
      * the two plus one layer's share of the collectives), and the end of the iteration's, which
      * the simulator runs (sim_config.allreduce_ms; grad_ms of it may overlap the last backward) */
