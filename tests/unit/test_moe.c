@@ -202,6 +202,15 @@ static void test_alltoall_from_nccl_formula(void **state)
     assert_true(moe_alltoall_ms(&hw, &alone, 4096, 8, 7168, 2) == 0);
 }
 
+/* Qwen3-30B-A3B from its Hugging Face config (tests/data/hf). */
+static model_spec qwen3_30b(void)
+{
+    model_spec m;
+    dp_err err = {0};
+    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    return m;
+}
+
 static cost_model *analytic_of(const model_spec *m, int tp, recompute_mode rc)
 {
     cluster_spec hw;
@@ -320,7 +329,7 @@ static void test_capacity_factor_costs(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    m = qwen3_30b();
     cost_model *cm = analytic_of(&m, 1, RECOMPUTE_NONE);
     moe_routing skew;
     assert_int_equal(moe_routing_init(&skew, MOE_ROUTE_SKEWED, 128, 8, 0.8, NULL, &err), DP_OK);
@@ -390,7 +399,7 @@ static void test_moe_layer_costs(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    m = qwen3_30b();
     srand(5);
     long checked = 0;
     for (int tp = 1; tp <= 4; tp *= 2)
@@ -452,7 +461,7 @@ static void test_expert_tensor_parallelism(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK) fail_msg("%s", err.msg);
+    m = qwen3_30b();
     cost_model *cm[2];
     cost_layer l[2];
     cost_shape sh = cost_shape_rows(2, 4096, 0);
@@ -500,8 +509,7 @@ static void test_experts_state_over_their_group(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK)
-        fail_msg("%s", err.msg);
+    m = qwen3_30b();
     int64_t split, whole, expert;
     model_moe_layer_parts(&m, &split, &whole, &expert);
     const int tp = 2, dp = 8, pp = 2;
@@ -547,8 +555,7 @@ static void test_experts_gradients_over_their_group(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK)
-        fail_msg("%s", err.msg);
+    m = qwen3_30b();
     struct { int dp, ep; comm_group dense, experts; } cases[] = {
         {8, 8, {8, 0, 1}, {1, 0, 1}},
         {8, 2, {8, 0, 1}, {4, 0, 1}},
@@ -593,8 +600,7 @@ static void test_experts_span_replicas(void **state)
     (void)state;
     model_spec m;
     dp_err err = {0};
-    if (model_resolve("tests/data/hf/qwen3-30b-a3b.json", &m, &err) != DP_OK)
-        fail_msg("%s", err.msg);
+    m = qwen3_30b();
     struct { int tp, dp, ep, etp, span; } cases[] = {
         {1, 4, 4, 1, 1}, {4, 2, 4, 1, 0}, {4, 2, 8, 1, 1}, {2, 4, 1, 2, 0}, {2, 4, 2, 2, 1},
         {1, 4, 1, 1, 0}};
