@@ -79,14 +79,18 @@ if [ -z "$SANITIZED" ]; then # (the sanitizer build runs the layer code above; t
   expect "mpirun -np 2 runs it (tp 2 x pp 1)" 0 "2 ranks ran 2 iterations" -- \
     timeout 300 $MPIRUN -np 2 "$DPRUN" --plan "$TMP/rt.json" --out "$TMP/rt.csv"
   expect "dpsim validate on it" 0 "mean absolute error" -- "$DPSIM" validate --plan "$TMP/rt.json" --measured "$TMP/rt.csv"
-  # the profile says it was measured with sequence parallelism; one measured without it (its sp
-  # column 0, as --no-sp writes) does not price an SP-on plan, and prices an SP-off one
+  # the profile says it was measured with sequence parallelism, so --no-sp is refused on it; one
+  # measured without it (its sp column 0, as --no-sp writes) plans without it by default, saying
+  # so, and with --no-sp
   check "its rows say sp 1 (measured with sequence parallelism)" bash -c \
     "head -1 '$TMP/prof2.csv' | grep -q ',sp\$' && tail -n +2 '$TMP/prof2.csv' | awk -F, '\$NF != 1 { exit 1 }'"
+  expect "an SP-on profile is refused for an SP-off plan, saying so" 2 "measured with sequence parallelism" -- \
+    "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2.csv" --tp 2 --no-sp --pp 1 --max-seqlen 64 --global-tokens 512 --iterations 1 -o "$TMP/x.json"
   awk -F, -v OFS=, 'NR > 1 { $NF = 0 } { print }' "$TMP/prof2.csv" >"$TMP/prof2nosp.csv"
-  expect "an SP-off profile is refused for an SP-on plan, saying so" 2 "measured without sequence parallelism" -- \
+  expect "an SP-off profile plans without SP by default, saying so" 0 "the profile was measured without it" -- \
     "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2nosp.csv" --tp 2 --pp 1 --max-seqlen 64 --global-tokens 512 --iterations 1 -o "$TMP/x.json"
-  expect "... and prices an SP-off one" 0 "wrote 1 iterations" -- \
+  check "... its plan says sp false" grep -q '"sp":false' "$TMP/x.json"
+  expect "... and with --no-sp" 0 "wrote 1 iterations" -- \
     "$DPSIM" plan --model gpt-tiny --hw cpu --profile "$TMP/prof2nosp.csv" --tp 2 --no-sp --pp 1 --max-seqlen 64 --global-tokens 512 --iterations 1 -o "$TMP/x.json"
 fi
 # tp 3 under sequence parallelism (the default): the planner pads every micro-batch to a multiple
