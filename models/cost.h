@@ -414,9 +414,11 @@ dp_status cost_profile_load(const char *path, const model_spec *m, const cluster
  * file has none: dprun profile --cp C writes it), each row one rank's share of the (mbs, seqlen)
  * micro-batch, the ring's passes inside its times, and with or without sequence parallelism (sp:
  * where tp > 1, the optional column "sp" must say the same; a file without it was measured with
- * it, dprun's default: an SP-off profile does not price an SP-on plan; the planner then plans
- * without SP unless asked, planner/setup.c). The model then prices cp
- * (cost_model.cp = cp) as measured: cost_model_set_cp accepts that cp and no other. */
+ * it, dprun's default: an SP-off profile does not price an SP-on plan; sp COST_SP_AS_MEASURED:
+ * as the file's rows at (tp, cp, recompute) were measured, with SP where it has both; the
+ * model's seq_parallel says which). The model then prices cp (cost_model.cp = cp) as measured:
+ * cost_model_set_cp accepts that cp and no other. */
+#define COST_SP_AS_MEASURED (-1)
 dp_status cost_profile_load_at(const char *path, const model_spec *m, const cluster_spec *hw,
                                int tp, int cp, int sp, recompute_mode rc, cost_model **out,
                                dp_err *err);

@@ -44,13 +44,14 @@ typedef struct profile {
 
 /* One raw row of the selected (tp, recompute). */
 typedef struct raw_row {
-    int comp, metric;
+    int comp, metric, sp;
     double key[3];
     double value;
 } raw_row;
 
 typedef struct load_ctx {
-    int tp, cp, sp; /* sp: the request's sequence parallelism (where tp > 1) */
+    int tp, cp, sp; /* sp: the request's sequence parallelism (where tp > 1); COST_SP_AS_MEASURED:
+                     * the file's (rows of both kept, with their sp, until the load picks) */
     const char *rc;
     int idx[10];
     raw_row *rows;
@@ -129,7 +130,8 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
     if (v < 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: value \"%s\" is negative", r->path, r->line,
                        f[7]);
-    if (tp != c->tp || cp != c->cp || strcmp(f[1], c->rc) != 0 || (tp > 1 && sp != c->sp)) {
+    if (tp != c->tp || cp != c->cp || strcmp(f[1], c->rc) != 0 ||
+        (tp > 1 && c->sp >= 0 && sp != c->sp)) {
         c->other_rows++;
         c->other_sp += tp == c->tp && cp == c->cp && strcmp(f[1], c->rc) == 0;
         return DP_OK;
@@ -138,6 +140,7 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
         return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     /* Axes a component does not use are 0: GPT rows carry dec 0; T5 postprocess uses dec only. */
     raw_row *row = &c->rows[c->n++];
+    row->sp = tp > 1 ? (int)sp : 1;
     row->comp = comp;
     row->metric = metric;
     row->key[0] = (double)mbs;
@@ -547,7 +550,8 @@ dp_status cost_profile_load_at(const char *path, const model_spec *m, const clus
     *out = NULL;
     dp_status st = model_check_dense(m, "a measured profile", err);
     if (st != DP_OK) return st;
-    load_ctx c = {.tp = tp, .cp = cp, .sp = sp ? 1 : 0, .rc = recompute_name(rc)};
+    load_ctx c = {.tp = tp, .cp = cp, .sp = sp < 0 ? COST_SP_AS_MEASURED : sp ? 1 : 0,
+                  .rc = recompute_name(rc)};
     char at[32] = "";
     if (cp > 1) snprintf(at, sizeof at, ", cp %d", cp);
     cost_model *cm = calloc(1, sizeof *cm);
@@ -566,6 +570,15 @@ dp_status cost_profile_load_at(const char *path, const model_spec *m, const clus
     cm->overlap = COST_OVERLAP_DEFAULT;
     cm->impl = p;
     TRY(csv_read_file(path, 1, on_header, on_row, &c, err));
+    if (c.sp < 0) { /* as measured: with SP where the file has it at this (tp, cp, recompute) */
+        int with = 0;
+        for (size_t r = 0; r < c.n; r++) with |= c.rows[r].sp;
+        size_t kept = 0;
+        for (size_t r = 0; r < c.n; r++)
+            if (c.rows[r].sp == with) c.rows[kept++] = c.rows[r];
+        c.n = kept, c.sp = with;
+    }
+    cm->seq_parallel = c.sp;
     if (c.n == 0 && cp > 1 && c.idx[8] < 0) {
         st = dp_fail(err, DP_ERR_INVALID, "%s: --cp %d needs the analytic cost model or a profile "
                      "measured at cp %d, and this one timed whole sequences on one GPU (no cp "

@@ -50,7 +50,7 @@ static dp_status routing_of(const cost_request *o, const model_spec *m, moe_rout
 
 /* Applies the attention, overlap and context-parallel options to a cost model just built (st
  * its constructor's status), with sequence parallelism as the request says or, for a measured
- * profile, as it was measured (profile_sp); on failure the model is freed. */
+ * profile, as it was measured (cost.h COST_SP_AS_MEASURED); on failure the model is freed. */
 static dp_status finish_sp(dp_status st, const cost_request *o, const model_spec *m, int sp,
                            cost_model **cm, dp_err *err)
 {
@@ -60,7 +60,7 @@ static dp_status finish_sp(dp_status st, const cost_request *o, const model_spec
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
     (*cm)->seq_parallel = sp; /* what the analytic model, the plan and the padding read */
-    (*cm)->split = o->split;         /* what the stage and memory models place */
+    (*cm)->split = o->split; /* what the stage and memory models place */
     train_precision prec =
         o->precision >= 0 ? (train_precision)o->precision : precision_of_model(m);
     if ((st = cost_model_set_precision(*cm, prec, (grad_reduce)o->grad_reduce, err)) != DP_OK) {
@@ -97,23 +97,6 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
                         dp_err *err)
 {
     return finish_sp(st, o, m, !o->no_sp, cm, err);
-}
-
-/* A measured profile's rows at (tp, cp), and whether sequence parallelism runs: as the request
- * says where the profile has rows for it; else, unless --no-sp was given, as the profile was
- * measured (a profile without SP, such as the DynaPipe authors' A100 grids, plans without it:
- * there is no SP-on measurement to price). *sp is the answer. */
-static dp_status profile_sp(const char *profile, const cost_request *o, const model_spec *m,
-                            cluster_spec *hw, int at_cp, recompute_mode mode, int *sp,
-                            cost_model **cm, dp_err *err)
-{
-    *sp = !o->no_sp;
-    dp_status st = cost_profile_load_at(profile, m, hw, o->tp, at_cp, *sp, mode, cm, err);
-    if (st == DP_OK || !*sp || o->tp < 2) return st;
-    dp_err off = {0};
-    if (cost_profile_load_at(profile, m, hw, o->tp, at_cp, 0, mode, cm, &off) != DP_OK) return st;
-    *sp = 0;
-    return DP_OK;
 }
 
 /* What the source line says of a built cost model's attention: ", FlashAttention (the model's
@@ -209,8 +192,11 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
         /* a profile measured at the request's cp, when it asks for one (--cp auto asks for
          * every degree, which no profile holds: finish says so) */
         int at_cp = o->cp > 1 && !o->cp_auto ? o->cp : 1;
-        int sp_on;
-        st = profile_sp(profile, o, m, hw, at_cp, mode, &sp_on, cm, err);
+        /* sequence parallelism as asked, or by default as the profile was measured (the
+         * DynaPipe authors' A100 grids were not: they plan without it) */
+        st = cost_profile_load_at(profile, m, hw, o->tp, at_cp, o->no_sp ? 0 : COST_SP_AS_MEASURED,
+                                  mode, cm, err);
+        int sp_on = st == DP_OK && (*cm)->seq_parallel;
         st = finish_sp(st, o, m, sp_on, cm, err);
         char cp[24] = "";
         if (o->cp > 1) snprintf(cp, sizeof cp, ", cp %d", o->cp);

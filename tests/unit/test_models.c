@@ -153,6 +153,32 @@ static void test_profile_cp_rows(void **state)
     assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 2, 1, RECOMPUTE_NONE, &cm, &err), DP_ERR_INVALID);
     assert_int_equal(cost_profile_load_at(plain, m, &hw, 1, 1, 1, RECOMPUTE_NONE, &cm, &err), DP_OK);
     cost_model_free(cm);
+    /* sequence parallelism as measured (COST_SP_AS_MEASURED): the tp 2 rows' own, SP where the
+     * file has both (its rows then: fwd 7, not the SP-off 9); asked for, only the file's rows of
+     * that kind; a file without the column was measured with it */
+    const char *sp = tmp_file(".csv", "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value,sp\n"
+                                      "2,none,encoder,fwd_ms,1,32,0,9,0\n2,none,encoder,bwd_ms,1,32,0,9,0\n"
+                                      "2,none,postprocess,fwd_ms,1,32,0,1,0\n"
+                                      "2,none,postprocess,bwd_ms,1,32,0,1,0\n");
+    cost_shape one = cost_shape_rows(1, 32, 0);
+    for (int asked = -1; asked <= 1; asked++) {
+        dp_status got = cost_profile_load_at(sp, m, &hw, 2, 1, asked, RECOMPUTE_NONE, &cm, &err);
+        assert_int_equal(got, asked == 1 ? DP_ERR_INVALID : DP_OK);
+        if (got != DP_OK) continue;
+        assert_int_equal(cm->seq_parallel, 0);
+        cost_model_free(cm);
+    }
+    const char *both = tmp_file(".csv", "tp,recompute,component,metric,mbs,enc_seqlen,dec_seqlen,value,sp\n"
+                                        "2,none,encoder,fwd_ms,1,32,0,9,0\n2,none,encoder,bwd_ms,1,32,0,9,0\n"
+                                        "2,none,encoder,fwd_ms,1,32,0,7,1\n2,none,encoder,bwd_ms,1,32,0,7,1\n"
+                                        "2,none,postprocess,fwd_ms,1,32,0,1,\n"
+                                        "2,none,postprocess,bwd_ms,1,32,0,1,\n");
+    assert_int_equal(cost_profile_load_at(both, m, &hw, 2, 1, COST_SP_AS_MEASURED, RECOMPUTE_NONE,
+                                          &cm, &err), DP_OK);
+    assert_int_equal(cm->seq_parallel, 1);
+    assert_int_equal(cost_query(cm, COMP_ENCODER, &one, &l, &err), DP_OK);
+    assert_near(l.fwd_ms, 7, 1e-9);
+    cost_model_free(cm);
 }
 
 static void test_profile_exact_linear_interpolation(void **state)
