@@ -393,13 +393,15 @@ int planner_method_lists(const char *cmd, const char *usage, const char *batchin
             cli_usage_error(cmd, usage, "unknown batching \"%s\" in --batchings", out->batchings[i]);
             return -1;
         }
-    for (int i = 0; i < out->ns; i++) { /* auto: per iteration, as --schedule auto */
+    for (int i = 0; i < out->ns; i++) { /* auto, auto-v: per iteration, as --schedule says */
         const schedule *sc = schedule_find(out->schedules[i]);
-        int known = sc || strcmp(out->schedules[i], SCHEDULE_AUTO) == 0;
+        int known = sc || schedule_chooser_find(out->schedules[i]);
         if (!known || (!interleaved_ok && sc && sc->chunked)) {
-            cli_usage_error(cmd, usage, "%sschedule \"%s\" in --schedules (one of gpipe, 1f1b, "
-                            "%sadaptive, zb1, auto)", known ? "" : "unknown ", out->schedules[i],
-                            interleaved_ok ? "interleaved, " : "");
+            char names[256];
+            cli_usage_error(cmd, usage, "%sschedule \"%s\" in --schedules (one of %s%s)",
+                            known ? "" : "unknown ", out->schedules[i],
+                            schedule_names(names, sizeof names),
+                            interleaved_ok ? "" : "; not interleaved here");
             return -1;
         }
     }
@@ -457,9 +459,10 @@ static int set_batching(void *ctx, const char *arg, const char *cmd, const char 
 
 static int set_schedule(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
-    if (!schedule_find(arg) && strcmp(arg, "auto") != 0) {
-        cli_usage_error(cmd, usage, "unknown --schedule \"%s\" (gpipe, 1f1b, interleaved, "
-                        "adaptive, zb1, auto)", arg);
+    if (!schedule_find(arg) && !schedule_chooser_find(arg)) {
+        char names[256];
+        cli_usage_error(cmd, usage, "unknown --schedule \"%s\" (%s)", arg,
+                        schedule_names(names, sizeof names));
         return -1;
     }
     ((plan_request *)ctx)->schedule = arg;
@@ -515,7 +518,8 @@ void plan_request_options(cli_opts *t, plan_request *p)
                      "device in a V) | dualpipev (DeepSeek's DualPipeV: the same V,\n"
                      "forwards overlapped with backwards) | auto (per iteration\n"
                      "the one-chunk schedule whose plan fits and simulates fastest,\n"
-                     "named in the plan)");
+                     "named in the plan) | auto-v (the same among zbv and\n"
+                     "dualpipev)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;

@@ -244,9 +244,11 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     snprintf(h->schedule, sizeof h->schedule, "%s", p->schedule);
     snprintf(h->batching, sizeof h->batching, "%s", p->batching);
     h->recompute = recompute_plan_policy(&p->cost);
-    const schedule *sc = schedule_find(p->schedule);
     h->pp = p->pp, h->dp = p->dp, h->tp = p->cost.tp, h->zero = p->zero;
-    h->chunks = schedule_chunks(sc, p->chunks), h->placement = sc ? sc->placement : PLACEMENT_LOOP;
+    placement_kind place = PLACEMENT_LOOP;
+    h->chunks = 1;
+    schedule_layout(p->schedule, p->chunks, &h->chunks, &place); /* (a known name: set_schedule) */
+    h->placement = place;
     h->cp = p->cost.cp, h->cp_alltoall = p->cost.cp_alltoall, h->cp_auto = p->cost.cp_auto;
     h->split = p->cost.split;
     h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
@@ -438,13 +440,18 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                              "in its JSON)" : "");
     }
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
-    if (p->chunks > 1 && !(sc && sc->chunked))
+    const schedule_chooser *ch = sc ? NULL : schedule_chooser_find(p->schedule);
+    int fixed = sc ? sc->chunks_fixed : ch && ch->chunks > 1 ? ch->chunks : 0;
+    if (p->chunks > 1 && !(sc && sc->chunked) && !fixed)
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only%s",
-                       sc ? "" : " (auto chooses among the one-chunk schedules per iteration)");
-    if (p->chunks > 1 && sc && sc->chunks_fixed && p->chunks != sc->chunks_fixed)
+                       ch ? " (auto chooses among the one-chunk schedules per iteration; auto-v "
+                            "among the V ones, 2 chunks a device)" : "");
+    if (p->chunks > 1 && fixed && p->chunks != fixed)
         return dp_fail(err, DP_ERR_INVALID, "--schedule %s runs %d chunks a device (a V), not "
-                       "--chunks %d", sc->name, sc->chunks_fixed, p->chunks);
-    int chunks = schedule_chunks(sc, p->chunks);
+                       "--chunks %d", p->schedule, fixed, p->chunks);
+    int chunks = 1;
+    placement_kind place;
+    schedule_layout(p->schedule, p->chunks, &chunks, &place);
     if (p->cost.split.n == 0 && (p->pp * chunks > model_layers(&env->model) ||
                                  (env->model.arch == ARCH_GPT && p->pp * chunks > env->model.enc_layers)))
         return placement_split_check(&env->model, NULL, p->pp * chunks, err);
@@ -515,8 +522,11 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
     o->rules = &env->rules;
     o->batching = batcher_find(batching);
     o->sched = schedule_find(sched);
+    o->chooser = o->sched ? NULL : schedule_chooser_find(sched);
     o->pp = p->pp;
-    o->chunks = schedule_chunks(o->sched, p->chunks);
+    o->chunks = 1;
+    placement_kind place;
+    schedule_layout(sched, p->chunks, &o->chunks, &place);
     o->warmup = p->warmup;
     o->dp = p->dp;
     o->zero = p->zero;

@@ -350,7 +350,8 @@ static dp_status stage_models(const study_opts *o, const cost_model *const *cms,
     dp_status st = DP_OK;
     for (int m = 0; m < modes && st == DP_OK; m++) {
         st = stage_model_init_placed(&sm[m], cms[m], o->pp, o->chunks, o->dp, o->zero,
-                                     o->shard_group, o->sched ? o->sched->placement : PLACEMENT_LOOP,
+                                     o->shard_group,
+                                     o->sched ? o->sched->placement : o->chooser->placement,
                                      o->mem_limit_mb, err);
         sm[m].warmup = o->warmup;
     }
@@ -624,17 +625,17 @@ static dp_status relax_modes(const planner *pl, const stage_model *sm,
     return mixed_recompute_relax(pi, l, by_mode, sm[mode].cm->recompute, why);
 }
 
-/* The schedules a run plans each iteration with: o->sched, or under --schedule auto every one-chunk
- * schedule that takes one of the run's modes, the baseline (1F1B) first and the rest in
- * schedule_list order (ties go to the earlier). Their count. */
+/* The schedules a run plans each iteration with: o->sched, or every one its chooser takes
+ * (schedule_chooser_takes: auto the one-chunk ones, auto-v the V ones), the baseline (1F1B) first
+ * where it is one and the rest in schedule_list order (ties go to the earlier). Their count. */
 static int study_schedules(const study_opts *o, const schedule **out)
 {
     if (o->sched) return out[0] = o->sched, 1;
     int ns, n = 0;
-    const schedule *all = schedule_list(&ns);
-    out[n++] = schedule_baseline();
+    const schedule *all = schedule_list(&ns), *base = schedule_baseline();
+    if (schedule_chooser_takes(o->chooser, base)) out[n++] = base;
     for (int i = 0; i < ns && n < STUDY_SCHEDULES_MAX; i++)
-        if (!all[i].chunked && &all[i] != schedule_baseline()) out[n++] = &all[i];
+        if (&all[i] != base && schedule_chooser_takes(o->chooser, &all[i])) out[n++] = &all[i];
     return n;
 }
 
@@ -695,8 +696,6 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     acc.model = &o->cm->model;
     acc.cm = o->cm;
     acc.sched = o->sched;
-    if (o->warmup > 0 && (!o->sched || o->sched->warms_up)) /* (auto: 1F1B among its candidates) */
-        acc.no_closed_form = "none: --warmup caps the warm-up it assumes";
     if (o->stream_path) acc.keep_max = STUDY_ITER_KEEP; /* bounded memory */
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
@@ -705,8 +704,12 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     /* the batchings planned per iteration: o's own, or auto's candidates */
     const batcher *cands[BATCH_CANDIDATES_MAX];
     int n_cands = study_candidates(o->batching, cands);
-    const schedule *scheds[STUDY_SCHEDULES_MAX]; /* and the schedules: o's own, or auto's */
+    /* and the schedules: o's own, or the chooser's */
+    const schedule *scheds[STUDY_SCHEDULES_MAX] = {NULL};
     int n_scheds = study_schedules(o, scheds);
+    for (int i = 0; i < n_scheds; i++)
+        if (o->warmup > 0 && scheds[i]->warms_up)
+            acc.no_closed_form = "none: --warmup caps the warm-up it assumes";
     planner pl = {o, cands[0], scheds[0], &sm[0],
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    cands[0]->varlen},

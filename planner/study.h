@@ -49,9 +49,10 @@ typedef struct study_opts {
     const cost_model *cm;
     const batch_rules *rules;
     const batcher *batching;
-    const schedule *sched; /* NULL: --schedule auto, per iteration the one-chunk schedule whose
-                            * plan fits and simulates fastest (with --batching auto: the fastest
-                            * pair), each named in its plan_iter.schedule */
+    const schedule *sched; /* NULL: chooser's choice per iteration */
+    const schedule_chooser *chooser; /* with sched NULL (--schedule auto, auto-v): per iteration
+                            * the candidate whose plan fits and simulates fastest (with --batching
+                            * auto: the fastest pair), each named in its plan_iter.schedule */
     int pp, chunks, dp, zero;
     int shard_group; /* HSDP: ZeRO's state over this many GPUs of the data-parallel group
                       * (stage_model_init_sharded); 0: all */

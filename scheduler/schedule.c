@@ -1,6 +1,7 @@
 #include "schedule.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -876,7 +877,55 @@ const char *schedule_for_options(const char *const *names, int n)
 
 int schedule_chunks(const schedule *sc, int requested)
 {
-    return !sc ? 1 : sc->chunks_fixed > 0 ? sc->chunks_fixed : sc->chunked ? requested : 1;
+    return sc->chunks_fixed > 0 ? sc->chunks_fixed : sc->chunked ? requested : 1;
+}
+
+static const schedule_chooser CHOOSERS[] = {
+    {"auto", "per iteration the one-chunk schedule (gpipe, 1f1b, adaptive, zb1) whose plan fits and "
+     "simulates fastest", PLACEMENT_LOOP, 1},
+    {"auto-v", "per iteration the V schedule (zbv, dualpipev) whose plan fits and simulates "
+     "fastest", PLACEMENT_V, 2},
+};
+
+const schedule_chooser *schedule_chooser_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof CHOOSERS / sizeof *CHOOSERS; i++)
+        if (strcmp(CHOOSERS[i].name, name) == 0) return &CHOOSERS[i];
+    return NULL;
+}
+
+const schedule_chooser *schedule_chooser_list(int *count)
+{
+    *count = (int)(sizeof CHOOSERS / sizeof *CHOOSERS);
+    return CHOOSERS;
+}
+
+int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc)
+{
+    int fixed = sc->chunks_fixed > 0 ? sc->chunks_fixed : sc->chunked ? 0 : 1; /* 0: --chunks */
+    return fixed == ch->chunks && sc->placement == ch->placement;
+}
+
+int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement)
+{
+    const schedule *sc = schedule_find(name);
+    const schedule_chooser *ch = sc ? NULL : schedule_chooser_find(name);
+    if (!sc && !ch) return -1;
+    *chunks = sc ? schedule_chunks(sc, requested) : ch->chunks;
+    *placement = sc ? sc->placement : ch->placement;
+    return 0;
+}
+
+const char *schedule_names(char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof SCHEDULES / sizeof *SCHEDULES; i++)
+        at += (size_t)snprintf(buf + at, at < cap ? cap - at : 0, "%s%s", at ? ", " : "",
+                               SCHEDULES[i].name);
+    for (size_t i = 0; i < sizeof CHOOSERS / sizeof *CHOOSERS; i++)
+        at += (size_t)snprintf(buf + at, at < cap ? cap - at : 0, ", %s", CHOOSERS[i].name);
+    return buf;
 }
 
 const schedule *schedule_find(const char *name)
@@ -905,35 +954,35 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     if (p->n_it < 1)
         return dp_fail(err, DP_ERR_INVALID, "%s: the plan has no iteration (rule: a plan runs at "
                        "least one iteration)", where);
-    int chooses = strcmp(p->h.schedule, SCHEDULE_AUTO) == 0;
-    if (!chooses && !schedule_find(p->h.schedule))
+    const schedule_chooser *chooser = schedule_chooser_find(p->h.schedule);
+    const schedule *named = schedule_find(p->h.schedule);
+    if (!chooser && !named)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
                        "(rule: known names; dpsim plan --list)", where, p->h.schedule);
-    if (chooses && p->h.chunks > 1)
-        return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"auto\" with \"chunks\" %d (rule: "
-                       "known names; auto chooses among the one-chunk schedules)", where, p->h.chunks);
-    const schedule *named = schedule_find(p->h.schedule);
-    placement_kind place = named ? named->placement : PLACEMENT_LOOP;
-    if (p->h.placement != (int)place || (named && named->chunks_fixed &&
-                                         p->h.chunks != named->chunks_fixed))
+    placement_kind place = named ? named->placement : chooser->placement;
+    int chunks_fixed = named ? named->chunks_fixed : chooser->chunks;
+    if (p->h.placement != (int)place || (chunks_fixed && p->h.chunks != chunks_fixed))
         return dp_fail(err, DP_ERR_INVALID, "%s: \"placement\" %s with \"chunks\" %d under "
                        "\"schedule\" \"%s\" (rule: known names; %s runs %s)", where,
                        p->h.placement == PLACEMENT_V ? "\"v\"" : "a loop", p->h.chunks,
                        p->h.schedule, p->h.schedule,
                        place == PLACEMENT_V ? "2 chunks a device in a V (\"placement\": \"v\")"
-                                            : "its chunks in a loop (no \"placement\")");
+                       : chooser ? "1 chunk a device (no \"placement\")"
+                                 : "its chunks in a loop (no \"placement\")");
     for (int i = 0; i < p->n_it; i++) {
         const plan_iter *it = &p->it[i];
         const schedule *sc = it->schedule[0] ? schedule_find(it->schedule) : NULL;
-        if (chooses && (!sc || sc->chunked))
+        if (chooser && (!sc || !schedule_chooser_takes(chooser, sc)))
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"schedule\" \"%s\" (rule: "
-                           "known names; an auto plan names a one-chunk schedule in every "
-                           "iteration)", where, it->id, it->schedule);
-        if (!chooses && it->schedule[0])
+                           "known names; an \"%s\" plan names in every iteration a schedule "
+                           "that runs %d chunk%s a device %s)", where, it->id, it->schedule,
+                           chooser->name, chooser->chunks, chooser->chunks > 1 ? "s" : "",
+                           chooser->placement == PLACEMENT_V ? "in a V" : "in a loop");
+        if (!chooser && it->schedule[0])
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"schedule\" \"%s\" of its own "
-                           "in a plan whose header names %s (rule: known names; only an \"auto\" "
-                           "plan names one per iteration)", where, it->id, it->schedule,
-                           p->h.schedule);
+                           "in a plan whose header names %s (rule: known names; only a plan "
+                           "whose header names auto or auto-v names one per iteration)", where,
+                           it->id, it->schedule, p->h.schedule);
     }
     int dynamic = p->h.recompute == RECOMPUTE_POLICY_DYNAMIC;
     int mixed = p->h.recompute == RECOMPUTE_POLICY_MIXED;

@@ -94,13 +94,33 @@ const schedule *schedule_baseline(void);
 const char *schedule_for_options(const char *const *names, int n);
 
 const schedule *schedule_find(const char *name);
-/* The chunks a device runs under schedule sc (NULL: --schedule auto) when --chunks asks for
- * `requested`: its fixed count (zbv: 2), the request's for a chunked one, else 1. The one rule of
- * the set-up, the study and the plan's header. */
+/* The chunks a device runs under schedule sc when --chunks asks for `requested`: its fixed count
+ * (zbv: 2), the request's for a chunked one, else 1. */
 int schedule_chunks(const schedule *sc, int requested);
-/* The name that chooses per iteration (--schedule auto; a plan's header then, and each iteration
- * its own one-chunk schedule): not a schedule of the list, schedule_find does not know it. */
-#define SCHEDULE_AUTO "auto"
+
+/* The names that choose the schedule per iteration (--schedule auto, auto-v; a plan's header then,
+ * each iteration naming its own): every schedule that runs the chooser's chunks on its placement
+ * plans the batch, and the fastest whose plan fits is kept (planner/study.h). A plan has one
+ * placement (where each layer's weights live), so a chooser's candidates share it: "auto" the
+ * one-chunk schedules on a loop (gpipe, 1f1b, adaptive, zb1), "auto-v" those on a V (zbv,
+ * dualpipev). Not schedules of the list: schedule_find does not know them. */
+typedef struct schedule_chooser {
+    const char *name;
+    const char *summary;
+    placement_kind placement; /* its candidates' placement and chunks: the plan's */
+    int chunks;
+} schedule_chooser;
+
+const schedule_chooser *schedule_chooser_find(const char *name);
+const schedule_chooser *schedule_chooser_list(int *count);
+/* Whether ch chooses among sc: sc runs ch's chunks on ch's placement whatever --chunks says. */
+int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc);
+/* The chunks and placement a device runs under the schedule or chooser `name` when --chunks asks
+ * for `requested` (schedule_chunks; a chooser's own). The one rule of the set-up, the study and
+ * the plan's header. -1 (outputs untouched) for an unknown name, else 0. */
+int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement);
+/* "gpipe, 1f1b, ..., auto, auto-v": every name --schedule takes, for messages. */
+const char *schedule_names(char *buf, size_t cap);
 
 /* The planner's memory rule of schedule sc on sm's layout, at the given scale (stage_cost.h). */
 void schedule_mem_rule(const schedule *sc, const stage_model *sm, double scale, mem_rule *rule);

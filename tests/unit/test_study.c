@@ -58,7 +58,10 @@ static study_opts opts_of(setup *s, int mode, const char *sched, int iterations,
     o.rules = &s->rules;
     o.batching = batcher_find("dynamic");
     o.sched = schedule_find(sched);
+    o.chooser = schedule_chooser_find(sched);
     o.pp = 4, o.chunks = 1, o.dp = 1, o.zero = 1;
+    placement_kind place;
+    schedule_layout(sched, 1, &o.chunks, &place);
     o.mem_limit_mb = s->hw.mem_limit_mb;
     o.mbs = 1, o.mb_tokens = 2048;
     o.max_iterations = iterations;
@@ -224,6 +227,9 @@ static void run_to_plan(setup *s, const char *sched, int iterations, int keep_go
     snprintf(h.batching, sizeof h.batching, "dynamic");
     h.recompute = mixed ? RECOMPUTE_POLICY_MIXED : RECOMPUTE_POLICY_DYNAMIC;
     h.pp = 4, h.dp = 1, h.tp = 1, h.chunks = 1, h.zero = 1;
+    placement_kind place = PLACEMENT_LOOP;
+    schedule_layout(sched, 1, &h.chunks, &place);
+    h.placement = place;
     h.rules = s->rules;
     plan_writer w;
     if (plan_writer_open(&w, path, &h, &err) != DP_OK) fail_msg("%s", err.msg);
@@ -917,27 +923,27 @@ static void test_batching_auto(void **state)
     setup_release(&s);
 }
 
-/* --schedule auto against each one-chunk schedule run alone: per iteration its time is the fastest
- * fitting schedule's (ZB-H1 only in the modes it takes: under --recompute dynamic it plans without
- * full recompute), it names that schedule, and the run is never slower than the best single one;
- * its plan's header says auto and passes plan_check; a per-iteration name in a plan that names
- * one schedule, or an auto plan's iteration that names none or a chunked one, is refused. */
-static void test_schedule_auto(void **state)
+/* A chooser (--schedule auto, auto-v) against each of its schedules run alone: per iteration its
+ * time is the fastest fitting schedule's (ZB-H1 only in the modes it takes: under --recompute
+ * dynamic it plans without full recompute), it names that schedule, and the run is never slower
+ * than the best single one; its plan's header names the chooser and passes plan_check; a
+ * per-iteration name in a plan that names one schedule, or a chooser plan's iteration that names
+ * none or one the chooser does not take (another placement or chunk count), is refused, as is a
+ * header whose placement is not the chooser's. */
+static void check_chooser(const char *chooser, const char *const *names, int n_names,
+                          const char *foreign)
 {
-    (void)state;
     setup s;
     setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 4096);
     for (int q = 0; q < 2; q++) {
         int mode = q ? -1 : RECOMPUTE_NONE;
-        study_opts o = opts_of(&s, mode, "1f1b", 6, 1);
-        o.sched = NULL;
+        study_opts o = opts_of(&s, mode, chooser, 6, 1);
         study_result ra;
         dp_err err = {0};
         if (study_run(&o, &s.t, &ra, &err) != DP_OK) fail_msg("%s", err.msg);
-        static const char *const names[] = {"gpipe", "1f1b", "adaptive", "zb1"};
         double best_ms[6] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
         double best_run = 0;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < n_names; k++) {
             study_result rb;
             study_opts ob = opts_of(&s, mode, names[k], 6, 1);
             if (study_run(&ob, &s.t, &rb, &err) != DP_OK) fail_msg("%s", err.msg);
@@ -950,8 +956,8 @@ static void test_schedule_auto(void **state)
                 best_run = fmax(best_run, rb.throughput_tokens_per_s);
             study_result_release(&rb);
         }
-        print_message("%s auto: %.0f tokens/s, %d left out\n", mode < 0 ? "dynamic" : "none",
-                      ra.throughput_tokens_per_s, ra.failed_iterations);
+        print_message("%s %s: %.0f tokens/s, %d left out\n", mode < 0 ? "dynamic" : "none",
+                      chooser, ra.throughput_tokens_per_s, ra.failed_iterations);
         int won = 0;
         for (int i = 0; i < ra.n_iter; i++) {
             if (ra.iter[i].failed) {
@@ -961,19 +967,21 @@ static void test_schedule_auto(void **state)
             assert_near(ra.iter[i].ms, best_ms[i], 1e-9);
         }
         for (int k = 0; k < ra.n_sched_wins; k++) {
-            assert_non_null(schedule_find(ra.sched_win_name[k]));
+            int named = 0;
+            for (int j = 0; j < n_names; j++) named |= strcmp(ra.sched_win_name[k], names[j]) == 0;
+            assert_true(named);
             won += ra.sched_wins[k];
         }
         assert_int_equal(won, ra.iterations);
         if (!ra.failed_iterations) assert_true(ra.throughput_tokens_per_s >= best_run * (1 - 1e-12));
         study_result_release(&ra);
     }
-    /* the plan: auto in the header, a one-chunk schedule in every iteration */
+    /* the plan: the chooser in the header, one of its schedules in every iteration */
     plan pl;
     study_result r;
     stage_model sm[RECOMPUTE_COUNT];
-    run_to_plan(&s, "auto", 3, 0, 0, &r, &pl, sm);
-    assert_string_equal(pl.h.schedule, "auto");
+    run_to_plan(&s, chooser, 3, 0, 0, &r, &pl, sm);
+    assert_string_equal(pl.h.schedule, chooser);
     dp_err err = {0};
     assert_int_equal(plan_check(&pl, "auto.json", &err), DP_OK);
     char keep[32];
@@ -982,15 +990,39 @@ static void test_schedule_auto(void **state)
     pl.it[1].schedule[0] = '\0';
     assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "iteration 1");
-    snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "interleaved");
-    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+    const char *others[] = {"interleaved", foreign};
+    for (int k = 0; k < 2; k++) {
+        snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "%s", others[k]);
+        assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+        assert_msg_has(err.msg, "iteration 1");
+    }
     snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "%s", keep);
-    snprintf(pl.h.schedule, sizeof pl.h.schedule, "1f1b");
+    int place = pl.h.placement;
+    pl.h.placement = place == PLACEMENT_V ? PLACEMENT_LOOP : PLACEMENT_V;
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"placement\"");
+    pl.h.placement = place;
+    snprintf(pl.h.schedule, sizeof pl.h.schedule, "%s", keep);
     assert_int_equal(plan_check(&pl, "named.json", &err), DP_ERR_INVALID);
-    assert_msg_has(err.msg, "of its own in a plan whose header names 1f1b");
+    assert_msg_has(err.msg, "of its own in a plan whose header names");
     plan_release(&pl);
     study_result_release(&r);
     setup_release(&s);
+}
+
+static void test_schedule_auto(void **state)
+{
+    (void)state;
+    static const char *const loop[] = {"gpipe", "1f1b", "adaptive", "zb1"};
+    check_chooser("auto", loop, 4, "zbv");
+}
+
+/* auto-v: the same among the V schedules (a plan's placement is one: the V's) */
+static void test_schedule_auto_v(void **state)
+{
+    (void)state;
+    static const char *const v[] = {"zbv", "dualpipev"};
+    check_chooser("auto-v", v, 2, "zb1");
 }
 
 static void test_panels_stable_ids(void **state)
@@ -1392,6 +1424,7 @@ int main(void)
         cmocka_unit_test(test_comm_overlap),
         cmocka_unit_test(test_batching_auto),
         cmocka_unit_test(test_schedule_auto),
+        cmocka_unit_test(test_schedule_auto_v),
         cmocka_unit_test(test_panels_stable_ids),
         cmocka_unit_test(test_cp_memory_adds_up),
         cmocka_unit_test(test_tune_scoring_trace),
