@@ -90,6 +90,9 @@ void cost_shape_attn(const cost_shape *s, double *enc_sq, double *dec_sq, double
 
 typedef struct cost_layer {
     double fwd_ms, bwd_ms;
+    double fwd_xchg_ms, bwd_xchg_ms; /* of them, a MoE layer's token exchange (its all-to-alls),
+                                      * serial: what the simulator overlaps with a paired
+                                      * micro-batch's compute under COST_OVERLAP_EP; 0 otherwise */
     double stored_act_mb, peak_act_mb;
 } cost_layer;
 
@@ -265,9 +268,11 @@ struct cost_model {
 #define COST_OVERLAP_DP 1u
 #define COST_OVERLAP_ZERO 2u
 #define COST_OVERLAP_TP 4u
-#define COST_OVERLAP_EP 8u /* a MoE layer's token exchange (its all-to-alls) behind the other
-                            * micro-batch's compute, as DualPipe's and Megatron's EP overlap run it:
-                            * only what exceeds the layer's compute is added (analytic model) */
+#define COST_OVERLAP_EP 8u /* a MoE layer's token exchange (its all-to-alls) behind another
+                            * micro-batch's compute, as DualPipe's F&B pairs and Megatron's EP
+                            * overlap run it: on the simulator's streams, where a plan puts a
+                            * forward and another micro-batch's backward next to each other
+                            * (sim.h: pairs); the layer's cost stays serial (cost_layer) */
 #define COST_OVERLAP_DEFAULT (COST_OVERLAP_DP | COST_OVERLAP_ZERO) /* DDP's and FSDP's defaults */
 /* Parses "none", "all" or a comma list of dp, zero, tp, ep into *bits; -1 on anything else. */
 int cost_overlap_parse(const char *text, unsigned *bits);
@@ -357,6 +362,7 @@ uint64_t cost_model_next_serial(void);
 static inline dp_status cost_query(const cost_model *cm, cost_component c, const cost_shape *s,
                                    cost_layer *out, dp_err *err)
 {
+    *out = (cost_layer){0}; /* what a kind does not price (an exchange) is 0 */
     return cm->ops->query(cm, c, s, out, err);
 }
 

@@ -724,15 +724,13 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
     }
     if (moe && moe->a2a_ms > 0) {
         /* the token exchange: dispatch and combine forward, their gradients backward (and the
-         * forward's again under full recompute); with COST_OVERLAP_EP behind the compute */
+         * forward's again under full recompute), serial; COST_OVERLAP_EP overlaps it in the
+         * simulator, with a paired micro-batch's compute */
         double fwd_a2a = 2 * moe->a2a_ms;
         double bwd_a2a = fwd_a2a * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
-        if (cm->overlap & COST_OVERLAP_EP) {
-            fwd_a2a = fmax(0, fwd_a2a - work);
-            bwd_a2a = fmax(0, bwd_a2a - (p->bwd_ratio * rest_bwd + t_attn_bwd + recompute));
-        }
         out->fwd_ms += fwd_a2a;
         out->bwd_ms += bwd_a2a;
+        out->fwd_xchg_ms = fwd_a2a, out->bwd_xchg_ms = bwd_a2a;
     }
     double stored = stored_bytes(m, c, s, cm->tp, cm->recompute, cm->flash_attn, sp) / cp;
     double transient;

@@ -684,8 +684,10 @@ dp_status cost_profile_points(const cost_model *cm, cost_point **pts, size_t *n,
                     pt->comp = (cost_component)c;
                     pt->shape = cost_shape_rows((int)g->axis[0][i], (int)g->axis[1][j],
                                              (int)g->axis[2][l]);
-                    pt->cost = (cost_layer){g->val[M_FWD][k], g->val[M_BWD][k],
-                                            g->val[M_STORED][k], g->val[M_PEAK][k]};
+                    pt->cost = (cost_layer){.fwd_ms = g->val[M_FWD][k],
+                                            .bwd_ms = g->val[M_BWD][k],
+                                            .stored_act_mb = g->val[M_STORED][k],
+                                            .peak_act_mb = g->val[M_PEAK][k]};
                 }
     }
     return DP_OK;

@@ -11,27 +11,18 @@
 typedef struct step {
     int to;       /* mode it would go to; -1: no step left (or none worth taking) */
     double ratio; /* compute ms saved per share of the budget it takes */
-    double *v;    /* its per-stage arrays, 5 x pp: fwd, bwd, w, stored, peak */
+    double *v;    /* its per-stage arrays, PLAN_MB_ARRAYS x pp (plan.h plan_mb_bind) */
 } step;
 
-/* A micro-batch's five per-stage arrays (5 x pp: fwd, bwd, w, stored, peak): pointed at v, copied
- * to v, copied from v. */
-static void bind(plan_mb *m, double *v, int pp)
-{
-    m->fwd_ms = v, m->bwd_ms = v + pp, m->w_ms = v + 2 * pp;
-    m->stored_mb = v + 3 * pp, m->peak_mb = v + 4 * pp;
-}
-
+/* A micro-batch's per-stage arrays (plan_mb_bind's, from fwd_ms on): copied to v, from v. */
 static void save(const plan_mb *m, int pp, double *v)
 {
-    const double *a[5] = {m->fwd_ms, m->bwd_ms, m->w_ms, m->stored_mb, m->peak_mb};
-    for (int i = 0; i < 5; i++) memcpy(v + (size_t)i * pp, a[i], (size_t)pp * sizeof *v);
+    memcpy(v, m->fwd_ms, (size_t)PLAN_MB_ARRAYS * (size_t)pp * sizeof *v);
 }
 
 static void load(plan_mb *m, int pp, const double *v)
 {
-    double *a[5] = {m->fwd_ms, m->bwd_ms, m->w_ms, m->stored_mb, m->peak_mb};
-    for (int i = 0; i < 5; i++) memcpy(a[i], v + (size_t)i * pp, (size_t)pp * sizeof *v);
+    memcpy(m->fwd_ms, v, (size_t)PLAN_MB_ARRAYS * (size_t)pp * sizeof *v);
 }
 
 /* Costs micro-batch k's next mode below its current one into s (s->to = -1 where there is none,
@@ -46,7 +37,7 @@ static void next_step(const plan_iter *it, const mb_list *l, const stage_model *
     while (to >= 0 && !sm[to]) to--;
     if (to < 0) return;
     plan_mb trial = *cur;
-    bind(&trial, s->v, pp);
+    plan_mb_bind(&trial, s->v, pp);
     dp_err ignored;
     if (plan_mb_cost(&trial, pp, &l->mb[k], sm[to], scratch, &ignored) != DP_OK) return;
     double saved = 0, takes = 0;
@@ -68,7 +59,7 @@ dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
 {
     int n = it->n_mb, pp = it->pp;
     const double *budget = sm[from]->budget_mb;
-    size_t w = 5 * (size_t)pp;
+    size_t w = PLAN_MB_ARRAYS * (size_t)pp;
     for (int k = 0; k < n; k++) it->mb[k].recompute = (int)from;
     step *st = calloc((size_t)(n ? n : 1), sizeof *st);
     double *store = calloc((size_t)(n ? n : 1) * w + w, sizeof *store);

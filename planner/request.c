@@ -317,8 +317,10 @@ void cost_request_options(cli_opts *t, cost_request *o)
     cli_opt *ov = cli_opt_call(t, "overlap", 0, set_overlap, o, "LIST", "dp,zero",
                                "communication that overlaps compute: dp (gradient reduction in\n"
                                "buckets during the last backward), zero (ZeRO/FSDP prefetch),\n"
-                               "tp (TP collectives behind GEMMs), all, or none (serial: the\n"
-                               "upper bound)");
+                               "tp (TP collectives behind GEMMs), ep (a MoE's all-to-alls\n"
+                               "behind the compute of another micro-batch next to it in the\n"
+                               "order: a forward and a backward paired), all, or none\n"
+                               "(serial: the upper bound)");
     ov->show = show_overlap, ov->marks = OPT_FIXED_BY_PLAN;
     cli_opt *pr = cli_opt_call(t, "precision", 0, set_precision, o, "P", "the model's",
                                "bf16 | fp16 | fp8 (Transformer Engine's recipe: the layers'\n"

@@ -34,6 +34,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     cfg->mem_limit_mb = sm->mem_limit_mb;
     cfg->zero_prefetch = stage_zero_prefetch(sm);
     cfg->zero_stage = sm->zero_stage, cfg->experts_span = stage_experts_span(sm);
+    cfg->pair_exchange = (sm->cm->overlap & COST_OVERLAP_EP) != 0;
     if (!sm->cm->toy.on) /* every GPU of the job meets every step */
         cfg->straggler_share = straggler_share(
             hw->gpu_jitter, (long long)sm->cm->tp * sm->cm->cp * sm->pp * sm->dp);

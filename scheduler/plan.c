@@ -58,6 +58,13 @@ void plan_iter_release(plan_iter *it)
 }
 
 
+void plan_mb_bind(plan_mb *m, double *v, int pp)
+{
+    m->fwd_ms = v, m->bwd_ms = v + pp, m->w_ms = v + 2 * pp;
+    m->xfwd_ms = v + 3 * pp, m->xbwd_ms = v + 4 * pp;
+    m->stored_mb = v + 5 * pp, m->peak_mb = v + 6 * pp;
+}
+
 dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n_ids)
 {
     plan_iter_init(it);
@@ -69,16 +76,15 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
     it->mb = calloc((size_t)(n_mb ? n_mb : 1), sizeof *it->mb);
     it->ids = calloc((size_t)(n_ids ? n_ids : 1), sizeof *it->ids);
     it->lens = calloc((size_t)(n_ids ? n_ids : 1) * 2, sizeof *it->lens);
-    it->per_stage = calloc((size_t)(n_mb ? n_mb : 1) * 5 * (size_t)pp, sizeof *it->per_stage);
+    it->per_stage =
+        calloc((size_t)(n_mb ? n_mb : 1) * PLAN_MB_ARRAYS * (size_t)pp, sizeof *it->per_stage);
     it->ranks = calloc((size_t)pp * (size_t)dp, sizeof *it->ranks);
     if (!it->mb || !it->ids || !it->lens || !it->per_stage || !it->ranks) return DP_ERR_NOMEM;
     for (int k = 0; k < n_mb; k++) {
-        double *b = it->per_stage + (size_t)k * 5 * (size_t)pp;
         plan_mb *m = &it->mb[k];
         m->id = k;
         m->recompute = -1;
-        m->fwd_ms = b, m->bwd_ms = b + pp, m->w_ms = b + 2 * pp;
-        m->stored_mb = b + 3 * pp, m->peak_mb = b + 4 * pp;
+        plan_mb_bind(m, it->per_stage + (size_t)k * PLAN_MB_ARRAYS * (size_t)pp, pp);
     }
     for (int r = 0; r < pp * dp; r++) {
         it->ranks[r].stage = r % pp;
@@ -122,7 +128,10 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
     for (int d = 0; d < pp; d++) { /* as the plan file holds them: a replay runs the same plan */
         m->fwd_ms[d] = plan_round(scratch->fwd_ms[d]);
         m->bwd_ms[d] = plan_round(scratch->bwd_ms[d]);
-        m->w_ms[d] = plan_round(scratch->bwd_ms[d] * wf);
+        /* W: a share of the backward's compute; the exchange is B's */
+        m->w_ms[d] = plan_round((scratch->bwd_ms[d] - scratch->xbwd_ms[d]) * wf);
+        m->xfwd_ms[d] = plan_round(scratch->xfwd_ms[d]);
+        m->xbwd_ms[d] = plan_round(scratch->xbwd_ms[d]);
         m->stored_mb[d] = plan_round(scratch->stored_mb[d]);
         m->peak_mb[d] = plan_round(scratch->peak_mb[d]);
     }
@@ -233,6 +242,12 @@ static cJSON *iter_json(const plan_iter *it)
         cJSON_AddItemToObject(pred, "fwd", array_of(m->fwd_ms, it->pp));
         cJSON_AddItemToObject(pred, "bwd", array_of(m->bwd_ms, it->pp));
         cJSON_AddItemToObject(pred, "w", array_of(m->w_ms, it->pp));
+        int xchg = 0;
+        for (int d = 0; d < it->pp; d++) xchg |= m->xfwd_ms[d] > 0 || m->xbwd_ms[d] > 0;
+        if (xchg) { /* a MoE's token exchange: a dense model's plans stay as they were */
+            cJSON_AddItemToObject(pred, "xchg_fwd", array_of(m->xfwd_ms, it->pp));
+            cJSON_AddItemToObject(pred, "xchg_bwd", array_of(m->xbwd_ms, it->pp));
+        }
         cJSON *mem = cJSON_AddObjectToObject(x, "mem_mb");
         cJSON_AddItemToObject(mem, "stored", array_of(m->stored_mb, it->pp));
         cJSON_AddItemToObject(mem, "peak", array_of(m->peak_mb, it->pp));
@@ -527,6 +542,14 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
         if (cJSON_GetObjectItemCaseSensitive(pred, "w"))
             TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(pred, "w"), h->pp, x->w_ms,
                              "pred_ms.w", name, idx, k, err));
+        static const char *const xchg[2] = {"xchg_fwd", "xchg_bwd"};
+        for (int q = 0; q < 2; q++) {
+            char field[32];
+            snprintf(field, sizeof field, "pred_ms.%s", xchg[q]);
+            if (cJSON_GetObjectItemCaseSensitive(pred, xchg[q]))
+                TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(pred, xchg[q]), h->pp,
+                                 q ? x->xbwd_ms : x->xfwd_ms, field, name, idx, k, err));
+        }
         if (mem) {
             TRY(read_doubles(cJSON_GetObjectItemCaseSensitive(mem, "stored"), h->pp, x->stored_mb,
                              "mem_mb.stored", name, idx, k, err));

@@ -97,8 +97,19 @@ typedef struct plan_mb {
     int cp;        /* its context-parallel degree under "cp_auto" ("cp", a divisor of the
                     * header's cp, the group it runs in: cost.h cost_model.cp_auto); 0 otherwise */
     double *fwd_ms, *bwd_ms, *w_ms; /* per device, ms */
+    double *xfwd_ms, *xbwd_ms;      /* of fwd_ms and of bwd_ms (its B: a W has none), a MoE's
+                                     * token exchange, its all-to-alls ("xchg_fwd", "xchg_bwd"):
+                                     * what the simulator may overlap with the compute of another
+                                     * micro-batch paired with it (sim.h); per device, ms; 0 for a
+                                     * dense model */
     double *stored_mb, *peak_mb;    /* per device, MB */
 } plan_mb;
+
+/* A micro-batch's per-device arrays, PLAN_MB_ARRAYS x pp doubles from fwd_ms on, in the order
+ * fwd, bwd, w, xfwd, xbwd, stored, peak: plan_mb_bind points m's arrays into v so, and every
+ * plan_mb is bound so (plan_iter_alloc), so that one memcpy from fwd_ms copies them all. */
+#define PLAN_MB_ARRAYS 7
+void plan_mb_bind(plan_mb *m, double *v, int pp);
 
 typedef struct plan_iter {
     int id;
@@ -110,7 +121,7 @@ typedef struct plan_iter {
     int n_ids;
     plan_mb *mb;
     int n_mb;
-    double *per_stage; /* backing store for the plan_mb arrays: n_mb * 5 * pp */
+    double *per_stage; /* backing store for the plan_mb arrays: n_mb * PLAN_MB_ARRAYS * pp */
     plan_rank *ranks;  /* pp * dp ranks, index replica * pp + stage */
     int has_objective;
     double obj_value_ms, obj_tmax_ms, obj_sum_ms;

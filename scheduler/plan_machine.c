@@ -61,6 +61,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
     case OP_F:
         if (s->v > 0) s->waits = PM_ACT;
         s->dur_ms = mb->fwd_ms[st] / C;
+        s->xchg_ms = mb->xfwd_ms[st] / C;
         s->stored_mb = mb->stored_mb[st] / C;
         s->transient_mb = transient;
         break;
@@ -68,6 +69,7 @@ void pm_resolve(const plan_machine *m, int r, int i, pm_step *s)
         if (s->v < m->nv - 1) s->waits = PM_GRAD;
         s->split = m->split[pm_slot(m, r, x->mb, x->chunk)];
         s->dur_ms = (mb->bwd_ms[st] - (s->split ? mb->w_ms[st] : 0)) / C;
+        s->xchg_ms = mb->xbwd_ms[st] / C;
         s->transient_mb = transient;
         break;
     case OP_W: s->dur_ms = mb->w_ms[st] / C; break;
@@ -188,10 +190,13 @@ static dp_status check_microbatches(const plan_machine *m, const char *where, dp
                            "padded_tokens)", where, it->id, k, (long long)x->enc_tokens,
                            (long long)x->dec_tokens, x->mbs, x->enc_len, x->dec_len);
         for (int s = 0; s < it->pp; s++) {
-            double v[5] = {x->fwd_ms[s], x->bwd_ms[s], x->w_ms[s], x->stored_mb[s], x->peak_mb[s]};
-            static const char *const names[5] = {"pred_ms.fwd", "pred_ms.bwd", "pred_ms.w",
-                                                 "mem_mb.stored", "mem_mb.peak"};
-            for (int q = 0; q < 5; q++)
+            double v[7] = {x->fwd_ms[s],  x->bwd_ms[s],    x->w_ms[s],   x->xfwd_ms[s],
+                           x->xbwd_ms[s], x->stored_mb[s], x->peak_mb[s]};
+            static const char *const names[7] = {"pred_ms.fwd",      "pred_ms.bwd",
+                                                 "pred_ms.w",        "pred_ms.xchg_fwd",
+                                                 "pred_ms.xchg_bwd", "mem_mb.stored",
+                                                 "mem_mb.peak"};
+            for (int q = 0; q < 7; q++)
                 if (!isfinite(v[q]) || v[q] < 0 || v[q] > PLAN_MAX_VALUE)
                     return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: "
                                    "%s[%d] = %g (rule: times and memory finite, >= 0 and "
@@ -202,6 +207,13 @@ static dp_status check_microbatches(const plan_machine *m, const char *where, dp
                                "pred_ms.w[%d] = %g exceeds pred_ms.bwd[%d] = %g (rule: 0 <= w <= "
                                "bwd, W is a share of the backward)",
                                where, it->id, k, s, x->w_ms[s], s, x->bwd_ms[s]);
+            if (x->xfwd_ms[s] > x->fwd_ms[s] || x->xbwd_ms[s] > x->bwd_ms[s] - x->w_ms[s])
+                return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d: "
+                               "pred_ms.xchg_fwd[%d] = %g, xchg_bwd[%d] = %g against fwd %g, bwd "
+                               "%g, w %g (rule: xchg_fwd <= fwd, xchg_bwd <= bwd - w: the "
+                               "exchange is a share of the forward and of B)", where, it->id, k,
+                               s, x->xfwd_ms[s], s, x->xbwd_ms[s], x->fwd_ms[s], x->bwd_ms[s],
+                               x->w_ms[s]);
         }
     }
     return DP_OK;

@@ -83,6 +83,8 @@ typedef struct pm_step {
     int peer_v;       /* its virtual stage; -1 otherwise */
     int split;        /* B: weight gradients left to a W */
     double dur_ms;    /* F, B, W: compute time; 0 otherwise */
+    double xchg_ms;   /* F, B: of dur_ms, a MoE's token exchange (plan_mb xfwd_ms, xbwd_ms: all
+                       * of the backward's in B, none in W); 0 otherwise */
     double stored_mb; /* F: stored activations created; FREE: released; 0 otherwise */
     double transient_mb; /* F, B: working memory while it runs; 0 otherwise */
 } pm_step;

@@ -285,6 +285,8 @@ dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *
         int nm = sm->moe_layers[d], ne = sm->enc_layers[d] - nm, nd = sm->dec_layers[d];
         double tr = larger(larger(ne ? tr_enc : 0, nd ? tr_dec : 0), nm ? tr_moe : 0);
         out->stored_mb[d] = ne * enc.stored_act_mb + nd * dec.stored_act_mb + nm * moe.stored_act_mb;
+        out->xfwd_ms[d] = toy->on ? 0 : nm * moe.fwd_xchg_ms;
+        out->xbwd_ms[d] = toy->on ? 0 : nm * moe.bwd_xchg_ms;
         if (toy->on) { /* textbook: equal stages, no LM head, no collectives; the layers' memory */
             out->fwd_ms[d] = toy->f_ms * scale;
             out->bwd_ms[d] = cost_toy_bwd_ms(toy, sm->cm->recompute) * scale;

@@ -96,6 +96,7 @@ void mem_rule_uniform(mem_rule *r, int pp, double holds);
 
 typedef struct mb_cost {
     double fwd_ms[STAGE_MAX], bwd_ms[STAGE_MAX];
+    double xfwd_ms[STAGE_MAX], xbwd_ms[STAGE_MAX]; /* of them, a MoE's token exchange (plan.h) */
     double stored_mb[STAGE_MAX], peak_mb[STAGE_MAX];
     double t_ms; /* max over devices of fwd + bwd */
 } mb_cost;

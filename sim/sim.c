@@ -51,8 +51,16 @@ typedef struct meeting {
     int64_t ready, dur;
 } meeting;
 
+/* The last compute op a rank issued: what a pair (sim.h) needs of it. */
+typedef struct last_op {
+    int op, mb;      /* -1: none yet */
+    int paired;      /* it was the second of a pair: it pairs no further */
+    int64_t start, dur, xchg; /* its start, its duration and its exchange's (ns) */
+} last_op;
+
 typedef struct rank_state {
     int pc;
+    last_op last;
     int pass;    /* meeting passes issued so far: the next one's k */
     int waiting; /* 1: counted at meeting `pass`, waiting for the other replicas */
     int64_t compute_free, busy;
@@ -162,6 +170,28 @@ static void try_sends(run *u, int a, int link)
     }
 }
 
+/* A pair (sim.h): what compute op s of rank r, of duration dur ns, saves by running beside the
+ * rank's previous compute op p: a forward and another micro-batch's backward, either first.
+ * Together they take the longer of their computes and of their exchanges, max(c1 + c2, a1 + a2),
+ * a saving of min(c1 + c2, a1 + a2), where s's data was there when p began; where it came while p
+ * ran, the share of p still to run then. s's time absorbs it (at most all of it). */
+static int64_t pair_saving(const run *u, const rank_state *Rs, const pm_step *s, const slot *sl,
+                           int64_t dur)
+{
+    const last_op *p = &Rs->last;
+    if (!u->cfg->pair_exchange || p->paired || (s->op != OP_F && s->op != OP_B) ||
+        (p->op != OP_F && p->op != OP_B) || p->op == (int)s->op || p->mb == s->x->mb ||
+        p->dur <= 0)
+        return 0;
+    int64_t arrived = s->waits >= 0 ? sl->arrived[s->waits] : p->start;
+    double share = arrived <= p->start ? 1 : (double)(p->start + p->dur - arrived) / (double)p->dur;
+    if (share <= 0) return 0; /* it came after p's time: s runs alone */
+    int64_t a1 = p->xchg, a2 = ms_to_ns(s->xchg_ms);
+    int64_t comm = a1 + a2, comp = (p->dur - a1) + (dur - a2);
+    int64_t save = (int64_t)((double)(comm < comp ? comm : comp) * share);
+    return save <= 0 ? 0 : save < dur ? save : dur;
+}
+
 /* Issues rank r's instructions until one must wait for data. */
 static void advance(run *u, int r, int64_t now)
 {
@@ -189,7 +219,8 @@ static void advance(run *u, int r, int64_t now)
                 u->st = DP_ERR_INVALID;
                 return;
             }
-            int64_t dur = ms_to_ns(s.dur_ms);
+            int64_t whole = ms_to_ns(s.dur_ms), saved = pair_saving(u, Rs, &s, sl, whole);
+            int64_t dur = whole - saved;
             int64_t start = Rs->compute_free > now ? Rs->compute_free : now, met = dur;
             if (u->meet >> s.op & 1u) { /* a collective with the stage's other replicas */
                 meeting *m = &u->meetings[s.stage * u->max_meet + Rs->pass];
@@ -210,6 +241,8 @@ static void advance(run *u, int r, int64_t now)
                 start = m->ready, met = m->dur;
             }
             int64_t end = start + met; /* the rank computes dur of it, and waits the rest */
+            Rs->last = (last_op){(int)s.op, s.x->mb, saved > 0, start, whole,
+                                 ms_to_ns(s.xchg_ms)};
             Rs->compute_free = end;
             Rs->last_start = start;
             Rs->busy += dur;
@@ -341,6 +374,7 @@ dp_status sim_iteration(sim *s, const sim_config *cfg, const plan_iter *it, int6
     for (int r = 0; r < u.nr; r++) {
         rank_state *R = &u.ranks[r];
         memset(R, 0, sizeof *R);
+        R->last.op = R->last.mb = -1;
         R->compute_free = R->last_start = t0_ns;
         for (int l = 0; l < SIM_LINKS; l++) {
             R->send_free[l] = R->recv_free[l] = t0_ns;

@@ -37,6 +37,17 @@
  * planner calls such an iteration infeasible, dprun refuses it) cannot meet: the simulator times
  * them apart.
  *
+ * Pairs (pair_exchange: --overlap ep): a MoE layer's token exchange (pm_step.xchg_ms, its
+ * all-to-alls, serial in the cost model) overlaps the compute of another micro-batch where a rank's
+ * plan puts a forward and another micro-batch's backward next to each other (either first; a W
+ * between them, or the same micro-batch, pairs nothing; an op that ended a pair starts none), as
+ * DualPipe's F&B pairs and Megatron's merged 1F1B steps run them: together they take
+ * max(c1 + c2, a1 + a2) (c: compute, a: exchange) where the second's data was there when the first
+ * began, and that share of the saving min(c1 + c2, a1 + a2) that the first still had to run when
+ * its data came. The second's time absorbs it (at most all of it); nothing waits to pair, so a
+ * plan that runs serially runs paired (no deadlock), never slower. Memory is the serial rule's
+ * (each op's own transient): not modelled, the two transients at once.
+ *
  * Stragglers (straggler_share > 0): once a stage's ranks have finished their last op, the stage
  * waits straggler_share x its compute time (per replica) for the job's slowest GPU, an op of its
  * own on the all-reduce stream (SIM_OP_STRAGGLER), before its gradient collective.
@@ -95,6 +106,8 @@ typedef struct sim_config {
                        * (stage_cost.h stage_experts_span): where the replicas meet (microbatch.h
                        * mb_replicas_meet, above) */
     int experts_span;
+    int pair_exchange; /* COST_OVERLAP_EP: a MoE's token exchange overlaps a paired micro-batch's
+                        * compute (pairs, above); 0: serial, the upper bound */
     double straggler_share; /* the wait for the job's slowest GPU, as a share of each stage's
                              * compute time (models/straggler.h straggler_share of the cluster's
                              * gpu_jitter over every GPU of the job); 0: none */

@@ -331,7 +331,7 @@ static int has_zero_parts(const sim_config *cfg)
 static dp_status zero_repriced(const plan_iter *it, const sim_config *cfg, double k, plan_iter *out,
                                dp_err *err)
 {
-    size_t n = (size_t)it->n_mb * 5 * (size_t)it->pp;
+    size_t n = (size_t)it->n_mb * PLAN_MB_ARRAYS * (size_t)it->pp;
     *out = *it;
     out->mb = malloc((it->n_mb ? (size_t)it->n_mb : 1) * sizeof *out->mb);
     out->per_stage = malloc((n ? n : 1) * sizeof *out->per_stage);
@@ -344,11 +344,7 @@ static dp_status zero_repriced(const plan_iter *it, const sim_config *cfg, doubl
         const plan_mb *a = &it->mb[m];
         plan_mb *b = &out->mb[m];
         *b = *a;
-        b->fwd_ms = out->per_stage + (a->fwd_ms - it->per_stage);
-        b->bwd_ms = out->per_stage + (a->bwd_ms - it->per_stage);
-        b->w_ms = out->per_stage + (a->w_ms - it->per_stage);
-        b->stored_mb = out->per_stage + (a->stored_mb - it->per_stage);
-        b->peak_mb = out->per_stage + (a->peak_mb - it->per_stage);
+        plan_mb_bind(b, out->per_stage + (a->fwd_ms - it->per_stage), it->pp);
         for (int s = 0; s < it->pp && s < STAGE_MAX; s++) {
             b->fwd_ms[s] = stage_zero_rescaled(a->fwd_ms[s], cfg->zero_fwd_ms[s], cfg->zero_layers[s],
                                                cfg->zero_prefetch, k);

@@ -93,6 +93,19 @@ expect "dpsim plan plans it on 16 H100 with --ep 8 (pp 2 x dp 8), and says ep in
 check "... whose header names ep 8" grep -Eq '"ep":[[:space:]]*8' "$TMP/moe.json"
 check "... and which sim --plan replays to its timeline" bash -c \
   "[ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/moe.json' | grep -E '^timeline hash')\" ]"
+check "... its micro-batches carry their token exchange (pred_ms.xchg_fwd, xchg_bwd)" \
+  grep -q '"xchg_bwd"' "$TMP/moe.json"
+# the exchange behind a paired micro-batch's compute (--overlap ep: sim.h pairs)
+expect "--overlap dp,zero,ep under dualpipev plans it, the exchange overlapped in pairs" 0 "out of memory +no" -- \
+  "$DPSIM" plan --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+  --iterations 2 --batching dynamic --schedule dualpipev --overlap dp,zero,ep -o "$TMP/pairs.json"
+check "... sim --plan replays it to its timeline" bash -c \
+  "[ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/pairs.json' | grep -E '^timeline hash')\" ]"
+check "... faster than the same plan's exchange serial" bash -c \
+  "a=\$(grep -E '^throughput' '$TMP/out' | awk '{print \$4}'); \
+   b=\$('$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+     --iterations 2 --batching dynamic --schedule dualpipev --overlap dp,zero 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
+   [ \"\$a\" -gt \"\$b\" ]"
 sed 's/"moe_router_topk": 2/"moe_router_topk": 9/' tests/cli/golden/moe_tiny.json >"$TMP/topk9.json"
 expect "a top-k above the expert count is refused, naming the field and its range" 1 "field \"moe_router_topk\" is 9, must be in \\[1, 8\\]" -- \
   "$DPSIM" models --show "$TMP/topk9.json"

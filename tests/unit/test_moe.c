@@ -424,7 +424,8 @@ static void test_moe_layer_costs(void **state)
                 cost_model_free(cm);
             }
     assert_true(checked == 3 * 3 * RECOMPUTE_COUNT * 40);
-    /* the exchange, and its overlap */
+    /* the exchange: dispatch and combine each way (its share of the layer's times, for the
+     * simulator's pairs), none at ep 1; the overlap is the simulator's, the layer stays serial */
     cost_model *one = analytic_of(&m, 1, RECOMPUTE_NONE), *eight = analytic_of(&m, 1, RECOMPUTE_NONE);
     assert_int_equal(cost_model_set_moe(one, 1, NULL, &err), DP_OK);
     assert_int_equal(cost_model_set_moe(eight, 8, NULL, &err), DP_OK);
@@ -434,9 +435,20 @@ static void test_moe_layer_costs(void **state)
     assert_int_equal(cost_query(eight, COMP_MOE, &big, &l8, &err), DP_OK);
     double a2a = moe_alltoall_ms(&eight->hw, &eight->ep_group, 4.0 * 4096, 8, m.hidden, 2);
     assert_true(a2a > 0);
+    assert_near(l8.fwd_xchg_ms, 2 * a2a, 1e-12 * a2a);
+    assert_near(l8.bwd_xchg_ms, 2 * a2a, 1e-12 * a2a);
+    assert_true(l8.fwd_xchg_ms < l8.fwd_ms && l8.bwd_xchg_ms < l8.bwd_ms);
+    assert_true(l1.fwd_xchg_ms == 0 && l1.bwd_xchg_ms == 0);
     eight->overlap |= COST_OVERLAP_EP;
     assert_int_equal(cost_query(eight, COMP_MOE, &big, &l8o, &err), DP_OK);
-    assert_true(l8o.fwd_ms < l8.fwd_ms && l8o.fwd_ms >= l8.fwd_ms - 2 * a2a - 1e-9);
+    assert_true(l8o.fwd_ms == l8.fwd_ms && l8o.bwd_ms == l8.bwd_ms);
+    cost_model *full = analytic_of(&m, 1, RECOMPUTE_FULL); /* the forward's exchange again */
+    assert_int_equal(cost_model_set_moe(full, 8, NULL, &err), DP_OK);
+    cost_layer lf;
+    assert_int_equal(cost_query(full, COMP_MOE, &big, &lf, &err), DP_OK);
+    assert_near(lf.fwd_xchg_ms, 2 * a2a, 1e-12 * a2a);
+    assert_near(lf.bwd_xchg_ms, 4 * a2a, 1e-12 * a2a);
+    cost_model_free(full);
     /* ep 8 reads an eighth of the experts' weights, and splits their memory */
     assert_true(eight->param_mb[COMP_MOE] < one->param_mb[COMP_MOE] / 4);
     int64_t split, whole, expert;

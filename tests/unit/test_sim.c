@@ -2,6 +2,7 @@
 #include "simworld.h"
 
 #include "../../scheduler/plan.h"
+#include "../../scheduler/plan_machine.h"
 #include "../../scheduler/schedule.h"
 #include "../../scheduler/v_orders.h"
 #include "../../sim/engine.h"
@@ -823,6 +824,180 @@ static void on_pass(void *ctx, const sim_op *o)
     p->op[r][k] = o->op, p->mb[r][k] = o->mb;
 }
 
+/* A MoE's token exchange in pairs (sim.h, sim_config.pair_exchange): a forward and another
+ * micro-batch's backward next to each other on a rank take max(c1 + c2, a1 + a2) together where
+ * the second's data was there when the first began (c: compute, a: exchange), the second's time
+ * absorbing the saving; the share of the first still to run where the data came while it ran.
+ * Written out on one stage (1F1B: each B_k with F_k+1; a W between them, ZB-H1's, pairs nothing)
+ * and on two stages for a gradient that arrives while the forward runs; over random plans of
+ * 1F1B, ZB-V and DualPipeV, never slower than serial, never faster than serial less every
+ * exchange nor than a rank's compute alone, and faster somewhere. */
+static void random_exchange(plan_iter *it, int S, unsigned seed)
+{
+    for (int k = 0; k < it->n_mb; k++)
+        for (int d = 0; d < S; d++) {
+            plan_mb *x = &it->mb[k];
+            x->fwd_ms[d] = 1 + rand_r(&seed) % 9, x->bwd_ms[d] = 2 + rand_r(&seed) % 15;
+            x->xfwd_ms[d] = x->fwd_ms[d] * (rand_r(&seed) % 90) / 100.0;
+            x->xbwd_ms[d] = fmin(x->xfwd_ms[d] * (1 + rand_r(&seed) % 2), 0.9 * x->bwd_ms[d]);
+            x->w_ms[d] = (x->bwd_ms[d] - x->xbwd_ms[d]) / 3;
+        }
+}
+
+/* The time of a pair: the first's d1 (a1 of it exchange) and the second's, `share` of the
+ * saving taken, out of the second's time (the first has run: at most all of it). */
+static double pair_span_ms(double d1, double a1, double d2, double a2, double share)
+{
+    double together = fmax(d1 - a1 + d2 - a2, a1 + a2);
+    return d1 + d2 - fmin(share * (d1 + d2 - together), d2);
+}
+
+typedef struct op_seen {
+    int64_t start[2][8], end[2][8];
+    int op[2][8], mb[2][8], n[2];
+} op_seen;
+
+static void on_compute(void *ctx, const sim_op *o)
+{
+    op_seen *p = ctx;
+    if (o->op != OP_F && o->op != OP_B && o->op != OP_W) return;
+    int k = p->n[o->stage]++;
+    if (k >= 8) fail_msg("more than 8 passes on a stage");
+    p->start[o->stage][k] = o->start_ns, p->end[o->stage][k] = o->end_ns;
+    p->op[o->stage][k] = o->op, p->mb[o->stage][k] = o->mb;
+}
+
+static void test_exchange_pairs(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 20; trial++) { /* one stage */
+        int m = 2 + trial % 5;
+        world w;
+        world_init(&w, 1, 1, 0, 1e9);
+        plan_iter it;
+        double serial = 0, want = 0;
+        sim_iter_result res;
+        for (int q = 0; q < 3; q++) {
+            equal_iter(&w, &it, m, 1, 1, 0);
+            random_exchange(&it, 1, 100 + trial);
+            const plan_mb *x = it.mb;
+            if (q == 0)
+                for (int k = 0; k < m; k++) serial += x[k].fwd_ms[0] + x[k].bwd_ms[0];
+            want = x[0].fwd_ms[0] + x[m - 1].bwd_ms[0];
+            for (int k = 0; k + 1 < m; k++)
+                want += pair_span_ms(x[k].bwd_ms[0], x[k].xbwd_ms[0], x[k + 1].fwd_ms[0],
+                                     x[k + 1].xfwd_ms[0], 1);
+            w.cfg.pair_exchange = q > 0;
+            double got = (double)run_schedule(&w, q < 2 ? "1f1b" : "zb1", &it, &res) / 1e6;
+            if (fabs(got - (q == 1 ? want : serial)) > 1e-5) fail_msg("q %d m %d: %.6f, want %.6f (serial %.6f)", q, m, got, q == 1 ? want : serial, serial);
+            plan_iter_release(&it);
+        }
+        assert_true(want < serial);
+        cost_model_free(w.cm);
+    }
+    { /* one stage, F0 F1 B0 F2 B1 B2: (F1, B0) and (F2, B1) pair; B0, paired, not with F2 */
+        world w;
+        world_init(&w, 1, 1, 0, 1e9);
+        plan_iter it;
+        equal_iter(&w, &it, 3, 1, 1, 0);
+        random_exchange(&it, 1, 99);
+        static const plan_op ops[6] = {OP_F, OP_F, OP_B, OP_F, OP_B, OP_B};
+        static const int mbs[6] = {0, 1, 0, 2, 1, 2};
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(plan_rank_push(&it.ranks[0], ops[i], mbs[i], 0, -1, 0), DP_OK);
+        w.cfg.pair_exchange = 1;
+        sim_iter_result res;
+        dp_err err = {0};
+        sim s;
+        sim_init(&s);
+        assert_int_equal(sim_iteration(&s, &w.cfg, &it, 0, NULL, &res, &err), DP_OK);
+        sim_release(&s);
+        const plan_mb *x = it.mb;
+        double want = x[0].fwd_ms[0] + x[2].bwd_ms[0] +
+                      pair_span_ms(x[1].fwd_ms[0], x[1].xfwd_ms[0], x[0].bwd_ms[0],
+                                   x[0].xbwd_ms[0], 1) +
+                      pair_span_ms(x[2].fwd_ms[0], x[2].xfwd_ms[0], x[1].bwd_ms[0],
+                                   x[1].xbwd_ms[0], 1);
+        assert_near((double)res.makespan_ns / 1e6, want, 1e-5);
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+    { /* two stages, 1F1B: B0's gradient reaches stage 0 a quarter before F1 there ends */
+        world w;
+        world_init(&w, 2, 1, 500, 1e9); /* 0.5 ms a transfer */
+        plan_iter it;
+        equal_iter(&w, &it, 2, 1, 1, 0);
+        for (int k = 0; k < 2; k++) {
+            plan_mb *x = &it.mb[k];
+            x->fwd_ms[0] = 4, x->bwd_ms[0] = 6, x->xfwd_ms[0] = 2, x->xbwd_ms[0] = 3;
+            x->fwd_ms[1] = 1, x->bwd_ms[1] = 1;
+        }
+        w.cfg.pair_exchange = 1;
+        sim_iter_result res;
+        op_seen seen = {0};
+        sim_sink sink = {on_compute, NULL, &seen};
+        const schedule *sc = schedule_find("1f1b");
+        schedule_ctx ctx = {&w.sm};
+        dp_err err = {0};
+        assert_int_equal(sc->build(&ctx, &it, &err), DP_OK);
+        sim s;
+        sim_init(&s);
+        assert_int_equal(sim_iteration(&s, &w.cfg, &it, 0, &sink, &res, &err), DP_OK);
+        sim_release(&s);
+        /* stage 0: F0 [0, 4], F1 [4, 8], B0's gradient at 4 + 0.5 + 1 + 1 + 0.5 = 7: a quarter
+         * of F1 left, so B0 takes 6 - 0.25 (10 - max(5, 5)) = 4.75 */
+        assert_int_equal(seen.n[0], 4);
+        assert_true(seen.op[0][2] == OP_B && seen.mb[0][2] == 0 && seen.op[0][1] == OP_F);
+        assert_int_equal(seen.start[0][2], 8000000);
+        assert_int_equal(seen.end[0][2] - seen.start[0][2], 4750000);
+        assert_near(pair_span_ms(4, 2, 6, 3, 0.25), 8.75, 1e-12);
+        plan_iter_release(&it);
+        cost_model_free(w.cm);
+    }
+    /* random plans */
+    static const char *const names[] = {"1f1b", "zbv", "dualpipev"};
+    for (int n = 0; n < 3; n++) {
+        int faster = 0;
+        for (int trial = 0; trial < 30; trial++) {
+            int S = 2 + trial % 3, C = n ? 2 : 1, m = 2 * S + trial % (S + 1);
+            world w;
+            world_init_placed(&w, S, C, n ? PLACEMENT_V : PLACEMENT_LOOP, 50, 100);
+            int64_t t[2];
+            double compute = 0, exchange = 0;
+            for (int q = 0; q < 2; q++) {
+                plan_iter it;
+                equal_iter(&w, &it, m, 1, 1, 0);
+                random_exchange(&it, S, 7 * trial + n);
+                w.cfg.pair_exchange = q;
+                sim_iter_result res;
+                t[q] = run_schedule(&w, names[n], &it, &res);
+                pm_step st;
+                plan_machine pm;
+                pm_init(&pm, &it, C);
+                for (int r = 0; r < S && q == 0; r++) {
+                    double mine = 0;
+                    for (int i = 0; i < it.ranks[r].n; i++) {
+                        pm_resolve(&pm, r, i, &st);
+                        mine += st.dur_ms - st.xchg_ms, exchange += st.xchg_ms;
+                    }
+                    compute = fmax(compute, mine);
+                }
+                pm_release(&pm);
+                plan_iter_release(&it);
+            }
+            if (t[1] > t[0] || (double)t[1] < (double)t[0] - exchange * 1e6 - 100 ||
+                (double)t[1] < compute * 1e6 - 100)
+                fail_msg("%s S %d m %d: serial %lld ns, paired %lld, exchange %.3f ms, a rank's "
+                         "compute %.3f ms", names[n], S, m, (long long)t[0], (long long)t[1],
+                         exchange, compute);
+            faster += t[1] < t[0];
+            cost_model_free(w.cm);
+        }
+        print_message("%s: pairs shortened %d of 30 plans\n", names[n], faster);
+        assert_true(faster > 0);
+    }
+}
+
 static void test_replicas_meet(void **state)
 {
     (void)state;
@@ -916,6 +1091,7 @@ int main(void)
         cmocka_unit_test(test_v_orders_time_as_simulated),
         cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
         cmocka_unit_test(test_replicas_meet),
+        cmocka_unit_test(test_exchange_pairs),
         cmocka_unit_test(test_adaptive_equals_scan),
         cmocka_unit_test(test_adaptive_in_lockstep),
         cmocka_unit_test(test_time_lower_bound),
