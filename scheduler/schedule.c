@@ -729,10 +729,11 @@ double schedule_time_lower_bound(const schedule *sc, const plan_iter *it, int S,
         const plan_mb *x = &it->mb[k];
         size_t at = (size_t)x->replica * (size_t)S;
         m[x->replica]++;
-        for (int s = 0; s < S; s++) {
-            busy[at + s] += x->fwd_ms[s] + x->bwd_ms[s];
-            fmin[at + s] = fmin[at + s] < x->fwd_ms[s] ? fmin[at + s] : x->fwd_ms[s];
-            bmin[at + s] = bmin[at + s] < x->bwd_ms[s] ? bmin[at + s] : x->bwd_ms[s];
+        for (int s = 0; s < S; s++) { /* a MoE's exchange left out: a pair may hide it */
+            double f = x->fwd_ms[s] - x->xfwd_ms[s], b = x->bwd_ms[s] - x->xbwd_ms[s];
+            busy[at + s] += f + b;
+            fmin[at + s] = fmin[at + s] < f ? fmin[at + s] : f;
+            bmin[at + s] = bmin[at + s] < b ? bmin[at + s] : b;
         }
     }
     double best = 0;

@@ -130,7 +130,8 @@ const schedule *schedule_list(int *count);
  * order schedule sc gives its micro-batches: on each replica's device s the first forward waits
  * for the cheapest forward of every device before it, the device runs all its ops one at a time,
  * and its last backward leaves at least the cheapest backward of each device before it to run
- * (not counted where sc splits the backward: a W may come last). The simulated iteration (links,
+ * (not counted where sc splits the backward: a W may come last). Each op counts its compute only,
+ * less a MoE's exchange (plan_mb xfwd_ms, xbwd_ms), which a pair may hide (sim.h). The simulated iteration (links,
  * the gradient reduction and optimizer step after the pipeline) is never shorter; a search uses
  * it to drop a configuration before simulating it (planner/study.h prune_ms). */
 double schedule_time_lower_bound(const schedule *sc, const plan_iter *it, int S, int C);

@@ -106,6 +106,17 @@ check "... faster than the same plan's exchange serial" bash -c \
    b=\$('$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
      --iterations 2 --batching dynamic --schedule dualpipev --overlap dp,zero 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
    [ \"\$a\" -gt \"\$b\" ]"
+# --schedule auto-v there: DualPipeV, whose main step is pairs, wins every iteration (on a dense
+# model ZB-V does: test_study's test_schedule_auto_v), and its run is DualPipeV's alone
+expect "--schedule auto-v with the exchange in pairs chooses dualpipev every iteration" 0 \
+  "iterations per schedule \\(auto\\) +dualpipev 2$" -- \
+  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+  --iterations 2 --schedule auto-v --overlap dp,zero,ep
+check "... at DualPipeV's throughput alone" bash -c \
+  "a=\$(grep -E '^throughput' '$TMP/out' | awk '{print \$4}'); \
+   b=\$('$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
+     --iterations 2 --schedule dualpipev --overlap dp,zero,ep 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
+   [ \"\$a\" = \"\$b\" ]"
 sed 's/"moe_router_topk": 2/"moe_router_topk": 9/' tests/cli/golden/moe_tiny.json >"$TMP/topk9.json"
 expect "a top-k above the expert count is refused, naming the field and its range" 1 "field \"moe_router_topk\" is 9, must be in \\[1, 8\\]" -- \
   "$DPSIM" models --show "$TMP/topk9.json"

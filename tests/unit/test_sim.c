@@ -831,7 +831,7 @@ static void on_pass(void *ctx, const sim_op *o)
  * Written out on one stage (1F1B: each B_k with F_k+1; a W between them, ZB-H1's, pairs nothing)
  * and on two stages for a gradient that arrives while the forward runs; over random plans of
  * 1F1B, ZB-V and DualPipeV, never slower than serial, never faster than serial less every
- * exchange nor than a rank's compute alone, and faster somewhere. */
+ * exchange, than a rank's compute alone or than the planner's lower bound, and faster somewhere. */
 static void random_exchange(plan_iter *it, int S, unsigned seed)
 {
     for (int k = 0; k < it->n_mb; k++)
@@ -971,6 +971,11 @@ static void test_exchange_pairs(void **state)
                 w.cfg.pair_exchange = q;
                 sim_iter_result res;
                 t[q] = run_schedule(&w, names[n], &it, &res);
+                /* the planner's lower bound holds under pairs too (schedule.h) */
+                double lb = schedule_time_lower_bound(schedule_find(names[n]), &it, S, C);
+                if (lb * 1e6 > (double)t[q] + 1)
+                    fail_msg("%s S %d m %d pairs %d: simulated %lld ns under the bound %.0f", names[n],
+                             S, m, q, (long long)t[q], lb * 1e6);
                 pm_step st;
                 plan_machine pm;
                 pm_init(&pm, &it, C);
