@@ -2,29 +2,30 @@
 
 #include <stdio.h>
 
-enum { DIMS = 4 }; /* tp, cp, pp, dp: fastest first */
+enum { DIMS = 4 }; /* tp, cp, dp, pp: fastest first (mesh.h) */
+enum { BIT_TP = 1u << 0, BIT_CP = 1u << 1, BIT_DP = 1u << 2, BIT_PP = 1u << 3 };
 
 /* The dimensions each kind's groups span, a bit per dimension in the order above. */
 static const unsigned kind_dims[MESH_KINDS] = {
-    [MESH_TP] = 1u << 0,
-    [MESH_CP] = 1u << 1,
-    [MESH_PP] = 1u << 2,
-    [MESH_DP] = 1u << 3,
-    [MESH_DP_CP] = 1u << 1 | 1u << 3,
-    [MESH_TP_CP] = 1u << 0 | 1u << 1,
+    [MESH_TP] = BIT_TP,
+    [MESH_CP] = BIT_CP,
+    [MESH_PP] = BIT_PP,
+    [MESH_DP] = BIT_DP,
+    [MESH_DP_CP] = BIT_CP | BIT_DP,
+    [MESH_TP_CP] = BIT_TP | BIT_CP,
 };
 
 static int at_least_1(int x) { return x > 0 ? x : 1; }
 
 static void degrees(const mesh *m, int d[DIMS])
 {
-    d[0] = at_least_1(m->tp), d[1] = at_least_1(m->cp), d[2] = at_least_1(m->pp),
-    d[3] = at_least_1(m->dp);
+    d[0] = at_least_1(m->tp), d[1] = at_least_1(m->cp), d[2] = at_least_1(m->dp),
+    d[3] = at_least_1(m->pp);
 }
 
 static void coords(mesh_coord c, const int d[DIMS], int x[DIMS])
 {
-    int v[DIMS] = {c.tp_rank, c.cp_rank, c.stage, c.replica};
+    int v[DIMS] = {c.tp_rank, c.cp_rank, c.replica, c.stage};
     for (int i = 0; i < DIMS; i++) x[i] = ((v[i] % d[i]) + d[i]) % d[i];
 }
 
@@ -65,7 +66,7 @@ mesh_coord mesh_place(const mesh *m, long long r)
     int d[DIMS], x[DIMS];
     degrees(m, d);
     for (int i = 0; i < DIMS; i++) x[i] = (int)(r % d[i]), r /= d[i];
-    mesh_coord c = {x[0], x[1], x[2], x[3]};
+    mesh_coord c = {x[0], x[1], x[3], x[2]};
     return c;
 }
 
@@ -74,7 +75,7 @@ int mesh_group_index(const mesh *m, mesh_coord c)
     int d[DIMS], x[DIMS];
     degrees(m, d);
     coords(c, d, x);
-    return x[3] * d[2] + x[2];
+    return x[2] * d[3] + x[3]; /* replica * pp + stage */
 }
 
 long long mesh_group_first(const mesh *m, int group)
@@ -116,7 +117,8 @@ long long mesh_member(const mesh *m, mesh_coord c, mesh_kind k, int key)
 
 int mesh_kind_has(mesh_kind k, int which)
 {
-    return which >= 0 && which < DIMS && ((kind_dims[k] >> which) & 1u);
+    static const unsigned bit[DIMS] = {BIT_TP, BIT_CP, BIT_PP, BIT_DP}; /* which's numbering */
+    return which >= 0 && which < DIMS && (kind_dims[k] & bit[which]) != 0;
 }
 
 dp_status mesh_check_model(const model_spec *m, const mesh *l, const char *degree, dp_err *err)

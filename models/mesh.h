@@ -5,15 +5,18 @@
  * computes a rank from degrees.
  *
  * A layout has four degrees, fastest first: tensor parallelism (tp), context parallelism (cp), the
- * pipeline's stages (pp) and the data-parallel replicas (dp). A GPU's rank (its MPI rank in dprun,
+ * data-parallel replicas (dp) and the pipeline's stages (pp). A GPU's rank (its MPI rank in dprun,
  * its GPU number in the simulator) is
  *
- *     rank = ((replica * pp + stage) * cp + cp_rank) * tp + tp_rank
+ *     rank = ((stage * dp + replica) * cp + cp_rank) * tp + tp_rank
  *
- * Megatron's order: a pipeline rank's tp x cp GPUs are consecutive, tensor-parallel ones innermost
- * (on one node's NVLink first), then the stages, then the replicas. GPUs are numbered on nodes in
- * rank order (gpus_per_node consecutive ranks to a node). A plan's rank index (plan_iter.ranks,
- * `group` below) is replica * pp + stage.
+ * Megatron-Core's default order (parallel_state's "tp-cp-ep-dp-pp", the first fastest) and
+ * torchtitan's device mesh (["pp", "dp_replicate", "dp_shard", "cp", "tp"], the last fastest): a
+ * pipeline rank's tp x cp GPUs are consecutive, tensor-parallel ones innermost (on one node's
+ * NVLink first), then a stage's replicas, so that its data-parallel (and expert) groups sit
+ * together, and the stages outermost. GPUs are numbered on nodes in rank order (gpus_per_node
+ * consecutive ranks to a node). A plan's rank index (plan_iter.ranks, `group` below) is
+ * replica * pp + stage, whatever the GPU order.
  *
  * A group of kind k is the GPUs that differ only in k's dimensions: its colour numbers the group
  * among the groups of its kind (0 .. mesh_groups - 1, a valid MPI_Comm_split colour), its key a
@@ -79,7 +82,8 @@ long long mesh_groups(const mesh *m, mesh_kind k);
 /* The rank of member `key` (0 .. size - 1) of the group of kind k that holds c. */
 long long mesh_member(const mesh *m, mesh_coord c, mesh_kind k, int key);
 
-/* Whether kind k's groups contain the dimension of degree `which` (0 tp, 1 cp, 2 pp, 3 dp). */
+/* Whether kind k's groups contain the dimension of degree `which` (0 tp, 1 cp, 2 pp, 3 dp: this
+ * numbering, not the rank order's). */
 int mesh_kind_has(mesh_kind k, int which);
 
 /* What a layout needs of a model, the one rule the planner's cost model and dprun both apply:

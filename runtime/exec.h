@@ -134,8 +134,8 @@ int rt_mb_seqs(const plan_iter *it, const plan_mb *m, int dec, rt_seqs *s, int *
 dp_status rt_plan_check_lens(const plan *pl, const char *path, dp_err *err);
 
 /* Where a process sits in a plan's layout, as the mesh places it (models/mesh.h: tensor-parallel
- * ranks fastest, as Megatron orders them, then context-parallel ranks, then the pipeline's stages,
- * then the replicas); group = replica * pp + stage is the plan's rank index (plan_iter.ranks). The
+ * ranks fastest, as Megatron orders them, then context-parallel ranks, then a stage's replicas,
+ * then the stages); group = replica * pp + stage is the plan's rank index (plan_iter.ranks). The
  * tp x cp ranks of a group run the group's instructions together, each tp rank with its share of
  * every layer (runtime/layout.h rt_layer_shape_tp), each cp rank with its share of every
  * micro-batch's tokens (runtime/layer.h rt_cp); a transfer goes between the same (cp, tp) rank of

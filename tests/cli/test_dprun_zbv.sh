@@ -7,7 +7,8 @@
 # on 4 ranks (8 layers), with the embedding and the LM head alone on device 0's two virtual
 # stages (--layers-per-stage 0,2,2,0: both on one GPU in a V), and the simulator replays each
 # plan to its own timeline. The cuda backend's executor (on the fake GPU: the CPU layer, NCCL as
-# MPI) runs them too, its links both ways along the V, on one GPU and on 2 and 4. The cuda backend refuses a
+# MPI) runs them too, its links both ways along the V, on one GPU and on 2 and 4. An auto-v plan
+# (a V schedule per iteration) runs to the same norm. The cuda backend refuses a
 # V (its links follow a loop), naming --backend cpu.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
@@ -53,6 +54,14 @@ run_norm ref8w 1 >/dev/null
 same d4w ref8w 4
 check "... and the simulator replays it to the timeline it planned" bash -c \
   "[ \"\$(grep -E '^timeline hash' '$TMP/d4w.plan')\" = \"\$('$DPSIM' sim --plan '$TMP/d4w.json' | grep -E '^timeline hash')\" ]"
+# auto-v: a V schedule per iteration (the header says auto-v, each iteration zbv or dualpipev)
+plan av4 "$TMP/llama8.json" --pp 4 --schedule auto-v --global-tokens 2048
+check "an auto-v plan says auto-v, its V, and a V schedule in its iteration" python3 -c "
+import json,sys
+p=json.load(open('$TMP/av4.json'))
+sys.exit(0 if p['schedule'] == 'auto-v' and p['placement'] == 'v' and
+         all(it['schedule'] in ('zbv', 'dualpipev') for it in p['iterations']) else 1)"
+same av4 ref8w 4
 # the cuda backend: one GPU driving every stage, and a GPU a stage (its NCCL links both ways)
 if [ -x "$FAKE" ]; then
   same_gpu v2 ref 1

@@ -1,4 +1,5 @@
-/* Unit tests for models/mesh.c: the rank order written out again here (Megatron's, tp fastest),
+/* Unit tests for models/mesh.c: the rank order written out again here (Megatron's and torchtitan's:
+ * tp fastest, pp slowest),
  * every kind's groups a partition of the mesh whose members differ only in the kind's dimensions,
  * the communicator colours the runtime split by before the mesh owned them, and the simulator's
  * collectives over the mesh's groups. */
@@ -12,7 +13,7 @@ static const int grid[][4] = {{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 3
 
 static long long closed_form(const mesh *m, mesh_coord c)
 {
-    return (((long long)c.replica * m->pp + c.stage) * m->cp + c.cp_rank) * m->tp + c.tp_rank;
+    return (((long long)c.stage * m->dp + c.replica) * m->cp + c.cp_rank) * m->tp + c.tp_rank;
 }
 
 static void test_rank_order_and_round_trip(void **state)
@@ -29,7 +30,8 @@ static void test_rank_order_and_round_trip(void **state)
             assert_int_equal(mesh_rank(&m, c), r);
             int group = c.replica * m.pp + c.stage;
             assert_int_equal(mesh_group_index(&m, c), group);
-            assert_int_equal(mesh_group_first(&m, group), (long long)group * m.tp * m.cp);
+            assert_int_equal(mesh_group_first(&m, group),
+                             ((long long)c.stage * m.dp + c.replica) * m.tp * m.cp);
         }
     }
     mesh z = mesh_of(0, -1, 2, 0); /* degrees below 1 read as 1 */
@@ -78,8 +80,9 @@ static void test_groups_partition_the_mesh(void **state)
     }
 }
 
-/* The MPI and NCCL splits the runtime made before the mesh owned them (exec.c, exec_gpu.c,
- * dprun.c's profile groups): the same colours and keys, so communicators are unchanged. */
+/* The MPI and NCCL splits (exec.c, exec_gpu.c, dprun.c's profile groups): each kind's colour
+ * numbers its groups in the rank order of the GPUs outside them (stage, then replica, then cp,
+ * then tp rank, slowest first), its key a member's place, written out. */
 static void test_colours_as_the_runtime_split(void **state)
 {
     (void)state;
@@ -88,12 +91,12 @@ static void test_colours_as_the_runtime_split(void **state)
         int tp = m.tp, cp = m.cp;
         for (long long r = 0; r < mesh_size(&m); r++) {
             mesh_coord c = mesh_place(&m, r);
-            int group = c.replica * m.pp + c.stage;
+            int pipe = c.stage * m.dp + c.replica; /* the pipeline rank in GPU order */
             mesh_group t = mesh_group_of(&m, c, MESH_TP), q = mesh_group_of(&m, c, MESH_CP),
                        z = mesh_group_of(&m, c, MESH_DP_CP), p = mesh_group_of(&m, c, MESH_PP);
-            assert_int_equal(t.colour, group * cp + c.cp_rank);
+            assert_int_equal(t.colour, pipe * cp + c.cp_rank);
             assert_int_equal(t.key, c.tp_rank);
-            assert_int_equal(q.colour, group * tp + c.tp_rank);
+            assert_int_equal(q.colour, pipe * tp + c.tp_rank);
             assert_int_equal(q.key, c.cp_rank);
             assert_int_equal(z.colour, c.stage * tp + c.tp_rank);
             assert_int_equal(z.key, c.replica * cp + c.cp_rank);
