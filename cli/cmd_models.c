@@ -40,10 +40,15 @@ static void print_model_sizes(const model_spec *m, int seqlen, int dp)
     if (model_is_moe(m)) {
         int64_t bare, active = model_active_params(m, &bare);
         char abuf[40];
+        char groups[80] = "";
+        if (m->moe_groups > 0)
+            snprintf(groups, sizeof groups, " (from %d of %d groups)", m->moe_group_topk,
+                     m->moe_groups);
         fprintf(stderr, "# active per token: %s parameters (%s without the embedding table); %d "
-                "experts, %d a token, in %d of its %d layers%s\n", grouped(active, buf, sizeof buf),
-                grouped(bare, abuf, sizeof abuf), m->experts, m->experts_per_token,
-                model_moe_layers(m), m->enc_layers, m->shared_ffn ? ", and a shared expert" : "");
+                "experts, %d a token%s, in %d of its %d layers%s\n",
+                grouped(active, buf, sizeof buf), grouped(bare, abuf, sizeof abuf), m->experts,
+                m->experts_per_token, groups, model_moe_layers(m), m->enc_layers,
+                m->shared_ffn ? ", and a shared expert" : "");
     }
     fprintf(stderr, "# training FLOPs per token at %d tokens%s: %.2f GFLOP (MFU's count: causal "
             "attention at half the square), %.2f with attention whole (PaLM's and Megatron-LM's "

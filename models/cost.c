@@ -211,40 +211,55 @@ dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing,
     cm->ep = ep;
     *cm->routing = r;
     cm->param_mb[COMP_MOE] = cost_moe_param_mb(m, cm->tp, ep, cm->etp);
-    cm->ep_group = comm_group_flat(ep, ep > node); /* consecutive GPUs: cost_model_place_ep */
+    cm->ep_nodes = (ep + node - 1) / node; /* consecutive GPUs: cost_model_place_ep */
+    cm->ep_group = comm_group_flat(ep, cm->ep_nodes > 1);
     for (int i = 0; i < COST_MOE_IMB_POINTS; i++)
         cm->moe_imb[i] = ep > 1 ? moe_imbalance(&r, pow(2, i / 4.0) * ep) : 1;
     return DP_OK;
 }
 
-/* Whether any group of `size` GPUs `stride` apart in a stage's flattened tp x cp x dp (tp fastest:
- * mesh.h's order within a stage; blocks of size x stride GPUs, each holding stride such groups)
- * spans two nodes: its members' ranks rise with the index, so its first and last give its nodes. */
-static int groups_span_nodes(const mesh *layout, int node, int size, int stride)
+/* The most nodes any group of `size` GPUs `stride` apart in a stage's flattened tp x cp x dp (tp
+ * fastest: mesh.h's order within a stage; blocks of size x stride GPUs, each holding stride such
+ * groups) spans: its members' ranks rise with the index, so a node change is a new node. */
+static int group_nodes(const mesh *layout, int node, int size, int stride)
 {
     int tp = layout->tp > 1 ? layout->tp : 1, cp = layout->cp > 1 ? layout->cp : 1;
     int pp = layout->pp > 1 ? layout->pp : 1, dp = layout->dp > 1 ? layout->dp : 1;
-    int per_stage = tp * cp * dp, block = size * stride;
+    int per_stage = tp * cp * dp, block = size * stride, most = 1;
     for (int s = 0; s < pp; s++)
         for (int b = 0; b + block <= per_stage; b += block)
             for (int o = 0; o < stride; o++) {
-                long long r[2];
-                for (int e = 0; e < 2; e++) {
-                    int f = b + o + (e ? (size - 1) * stride : 0);
+                long long last = -1;
+                int nodes = 0;
+                for (int j = 0; j < size; j++) {
+                    int f = b + o + j * stride;
                     mesh_coord c = {f % tp, (f / tp) % cp, s, f / (tp * cp)};
-                    r[e] = mesh_rank(layout, c);
+                    long long at = mesh_rank(layout, c) / node;
+                    nodes += at != last, last = at;
                 }
-                if (r[0] / node != r[1] / node) return 1;
+                most = nodes > most ? nodes : most;
             }
-    return 0;
+    return most;
 }
 
 void cost_model_place_ep(cost_model *cm, const mesh *layout)
 {
     int node = cm->hw.gpus_per_node > 0 ? cm->hw.gpus_per_node : 1, etp = cm->etp > 1 ? cm->etp : 1;
     /* an ep rank is etp consecutive GPUs; the ep ranks of an exchange are etp GPUs apart */
-    if (cm->ep > 1) cm->ep_group = comm_group_flat(cm->ep, groups_span_nodes(layout, node, cm->ep, etp));
-    if (etp > 1) cm->etp_group = comm_group_flat(etp, groups_span_nodes(layout, node, etp, 1));
+    if (cm->ep > 1) {
+        cm->ep_nodes = group_nodes(layout, node, cm->ep, etp);
+        cm->ep_group = comm_group_flat(cm->ep, cm->ep_nodes > 1);
+    }
+    if (etp > 1) cm->etp_group = comm_group_flat(etp, group_nodes(layout, node, etp, 1) > 1);
+}
+
+dp_status cost_model_set_dispatch(cost_model *cm, moe_dispatch d, dp_err *err)
+{
+    if (d != MOE_DISPATCH_ALLTOALL && !model_is_moe(&cm->model))
+        return dp_fail(err, DP_ERR_INVALID, "--dispatcher %s: %s has no experts to dispatch to",
+                       moe_dispatch_name(d), cm->model.name);
+    cm->dispatch = d;
+    return DP_OK;
 }
 
 dp_status cost_model_set_capacity(cost_model *cm, double capacity, dp_err *err)

@@ -239,6 +239,9 @@ struct cost_model {
                                    * cost_model_set_moe (a uniform router): on the heap, since the
                                    * stage model copies a cost model by value on its hot path */
     comm_group ep_group;          /* the ep GPUs' token exchange (the all-to-alls) */
+    int ep_nodes;                 /* the nodes an exchange's ep GPUs are on (cost_model_place_ep) */
+    moe_dispatch dispatch;        /* how the exchange crosses nodes (moe.h); ALLTOALL (the
+                                   * constructors'). Set with cost_model_set_dispatch */
     int etp;                      /* expert tensor parallelism: each expert's MLP split over etp
                                    * GPUs (Megatron's expert_tensor_parallel_size), an ep rank
                                    * being etp GPUs; 0 or 1 (the constructors'): every expert
@@ -301,11 +304,14 @@ dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);
  * does not price experts (a measured profile); cm is then unchanged. What a MoE layer costs: cost_analytic.c's header. */
 dp_status cost_model_set_moe(cost_model *cm, int ep, const moe_routing *routing, dp_err *err);
 /* The expert-parallel groups where layout places them (mesh.h: ep consecutive GPUs of a stage's
- * tp x cp x dp, tp fastest, the replicas pp stages apart): across nodes when any group's GPUs are
- * on two (then each GPU with a NIC's bandwidth: comm_group_flat), else inside one. Nothing for
- * ep 1. The set-up calls it once the layout is known; cost_model_set_moe assumes ep consecutive
- * GPUs. */
+ * tp x cp x dp, tp fastest, a stage's GPUs side by side): across nodes when any group's GPUs are
+ * on two (then each GPU with a NIC's bandwidth: comm_group_flat), else inside one; ep_nodes the
+ * most nodes a group is on. Nothing for ep 1. The set-up calls it once the layout is known;
+ * cost_model_set_moe assumes ep consecutive GPUs. */
 void cost_model_place_ep(cost_model *cm, const mesh *layout);
+/* How the token exchange crosses nodes (moe.h moe_dispatch). DP_ERR_INVALID naming --dispatcher
+ * for DEDUP on a dense model; cm is then unchanged. */
+dp_status cost_model_set_dispatch(cost_model *cm, moe_dispatch d, dp_err *err);
 /* A MoE layer's fp16 parameters on one GPU of tp, ep and etp, MB: its attention and shared expert
  * over tp, norms and router over tp too (as a dense layer's are counted), E/ep experts, each split
  * over etp GPUs (0 for a dense model). */

@@ -80,9 +80,10 @@
  * GEMMs' shape multipliers with the experts' rows the busiest rank's tokens per expert,
  * n imb ep / E (grouped GEMMs: few tokens an expert slow the weight gradient, cost_gemm_shape_eff
  * of its inner dimension); the token exchange, an all-to-all of n copies of h bf16 elements per
- * dispatch and per combine over the ep group (moe_alltoall_ms: NCCL's formula at the cluster's
- * measured all-to-all bus bandwidth, inside a node or over its NICs as cost_model_place_ep
- * places the group), two forward, two backward, two more under full recompute; with
+ * dispatch and per combine over the ep group (moe_exchange_ms: NCCL's formula at the cluster's
+ * measured all-to-all bus bandwidth inside a node; across nodes the copies for other nodes over
+ * the NICs beside those for the node's GPUs over NVLink, or DeepEP's one crossing a token per
+ * node, as cost_model_place_ep places the group and --dispatcher says), two forward, two backward, two more under full recompute; with
  * COST_OVERLAP_EP only what exceeds the layer's compute; stored, the permuted copies (2 n imb h
  * bytes) and the router's fp32 probabilities (4 (T/t) E). One expert run by every token is then
  * the dense layer (no router FLOPs, exchange or permutation; its h router parameters read).
@@ -637,7 +638,8 @@ static void moe_layer(const cost_model *cm, const cost_shape *s, model_spec *den
     x->tokens_per_expert = x->routed * etp * cm->ep / E;
     /* one expert routes nothing: no router, no exchange, no permutation */
     x->router_flops = E > 1 ? 2 * routed_from * h * E : 0;
-    x->a2a_ms = E > 1 ? moe_alltoall_ms(&cm->hw, &cm->ep_group, routed_from, (int)k, m->hidden, 2)
+    x->a2a_ms = E > 1 ? moe_exchange_ms(&cm->hw, &cm->ep_group, cm->ep_nodes, m, cm->dispatch,
+                                        routed_from, COMM_ACT_ELEM_BYTES)
                       : 0;
     if (etp > 1) /* the gather of the rank's copies over its GPUs (a reduce-scatter as long back) */
         x->a2a_ms += comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &cm->etp_group,

@@ -19,7 +19,7 @@
  * untied_head, rope, rmsnorm, no_bias, rope_base, norm_eps, window, flash_attn, fp16}. The paper's GPT shapes
  * learn 8192 positions: it runs them at max lengths up to 8192, which Megatron allows only with a
  * position table that long. DENSE: no experts, no latent attention (the fields after fp16). */
-#define DENSE 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+#define DENSE 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 static const model_spec PRESETS[] = {
     {"gpt-6.7b-16l", ARCH_GPT, 16, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
     {"gpt-6.7b-32l", ARCH_GPT, 32, 0, 4096, 32, 128, 16384, GPT_VOCAB, 0, 8192, A100_GPT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, DENSE},
@@ -298,6 +298,18 @@ dp_status model_validate(const model_spec *m, const char *where, dp_err *err)
     if (m->experts > 0 && m->arch != ARCH_GPT)
         return dp_fail(err, DP_ERR_INVALID, "%s: experts in a T5 model: dpsim takes them in GPT "
                        "(decoder-only) models", where);
+    if (m->moe_groups < 0 || m->moe_groups > m->experts ||
+        (m->moe_groups > 0 && m->experts % m->moe_groups))
+        return dp_fail(err, DP_ERR_INVALID, "%s: field \"moe_router_num_groups\" (n_group) is %d: "
+                       "it must divide the %d experts (0: no group limit)", where, m->moe_groups,
+                       m->experts);
+    if (m->moe_group_topk < (m->moe_groups > 0) || m->moe_group_topk > m->moe_groups ||
+        (m->moe_groups > 0 &&
+         (long long)m->moe_group_topk * (m->experts / m->moe_groups) < m->experts_per_token))
+        return dp_fail(err, DP_ERR_INVALID, "%s: field \"moe_router_group_topk\" (topk_group) is "
+                       "%d: it must be in [1, %d groups] and its groups hold the %d experts a token "
+                       "runs (0 without groups)", where, m->moe_group_topk, m->moe_groups,
+                       m->experts_per_token);
     double h = m->hidden, f = m->ffn, hk = (double)m->heads * m->kv_channels;
     double ql = m->q_lora, kl = m->kv_lora, heads = m->heads;
     double attn = 4 * h * hk + 4 * hk + 2 * (double)m->kv_channels + heads + h * ql + ql * hk +
@@ -382,6 +394,8 @@ dp_status model_parse_json(const char *text, const char *name, model_spec *m, dp
     TRY(json_int(root, "moe_first_dense_layers", name, 0, 1 << 20, 0, &m->moe_first, err));
     TRY(json_int(root, "moe_layer_freq", name, 0, 1 << 20, m->experts ? 1 : 0, &m->moe_freq, err));
     TRY(json_int(root, "moe_layer_phase", name, 0, 1 << 20, 0, &m->moe_phase, err));
+    TRY(json_int(root, "moe_router_num_groups", name, 0, 1 << 20, 0, &m->moe_groups, err));
+    TRY(json_int(root, "moe_router_group_topk", name, 0, 1 << 20, 0, &m->moe_group_topk, err));
     TRY(json_int(root, "kv_lora_rank", name, 0, 1 << 20, 0, &m->kv_lora, err));
     TRY(json_int(root, "q_lora_rank", name, 0, 1 << 20, 0, &m->q_lora, err));
     TRY(json_int(root, "qk_pos_emb_head_dim", name, 0, 1 << 20, 0, &m->qk_rope_dim, err));
@@ -456,6 +470,10 @@ cJSON *model_to_json(const model_spec *m)
         cJSON_AddNumberToObject(o, "moe_first_dense_layers", m->moe_first);
         cJSON_AddNumberToObject(o, "moe_layer_freq", m->moe_freq > 0 ? m->moe_freq : 1);
         cJSON_AddNumberToObject(o, "moe_layer_phase", m->moe_phase);
+        if (m->moe_groups) {
+            cJSON_AddNumberToObject(o, "moe_router_num_groups", m->moe_groups);
+            cJSON_AddNumberToObject(o, "moe_router_group_topk", m->moe_group_topk);
+        }
     }
     if (m->kv_lora) {
         cJSON_AddNumberToObject(o, "q_lora_rank", m->q_lora);
@@ -557,6 +575,10 @@ static dp_status hf_experts(const cJSON *root, const char *name, const char *mty
     if (only && !cJSON_IsNull(only) && !(cJSON_IsArray(only) && cJSON_GetArraySize(only) == 0))
         return dp_fail(err, DP_ERR_INVALID, "%s: field \"mlp_only_layers\": dpsim takes MoE layers "
                        "by a step (decoder_sparse_step), not a list of dense ones", name);
+    /* DeepSeek's group-limited router (0 where the config has none) */
+    TRY(json_int(root, "n_group", name, 0, 1 << 20, 0, &m->moe_groups, err));
+    TRY(json_int(root, "topk_group", name, 0, 1 << 20, 0, &m->moe_group_topk, err));
+    if (m->moe_groups <= 1) m->moe_groups = m->moe_group_topk = 0; /* one group limits nothing */
     const cJSON *topk = cJSON_GetObjectItemCaseSensitive(root, "topk_method");
     m->router_bias = strcmp(mtype, "gpt_oss") == 0 ||
                      (cJSON_IsString(topk) && strcmp(topk->valuestring, "noaux_tc") == 0);

@@ -21,7 +21,8 @@
  * (model_spec's fields below): "num_experts", "moe_router_topk" (required with experts),
  * "moe_ffn_hidden_size" (ffn_hidden_size), "moe_shared_expert_intermediate_size" (0),
  * "moe_shared_expert_gate", "moe_router_bias", "moe_expert_bias" (false), "moe_first_dense_layers"
- * (0), "moe_layer_freq" (1), "moe_layer_phase" (0), "kv_lora_rank" (0: none), "q_lora_rank",
+ * (0), "moe_layer_freq" (1), "moe_layer_phase" (0), "moe_router_num_groups" and
+ * "moe_router_group_topk" (0: no group limit), "kv_lora_rank" (0: none), "q_lora_rank",
  * "qk_pos_emb_head_dim", "v_head_dim", "qk_layernorm" and "attention_sinks" (false).
  *
  * Hugging Face config.json:
@@ -44,6 +45,7 @@
  * and Qwen3-MoE (moe_intermediate_size; shared_expert_intermediate_size with its gate;
  * decoder_sparse_step: layer i is a MoE layer where (i + 1) % step == 0; mlp_only_layers must be
  * empty), DeepSeek-V2/V3 (first_k_dense_replace dense layers, then every moe_layer_freq-th;
+ * n_group and topk_group, its group-limited router;
  * n_shared_experts of moe_intermediate_size; topk_method noaux_tc's per-expert score bias;
  * multi-head latent attention: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
  * v_head_dim) and gpt-oss (biases on the router and every expert, a sink logit per head; its
@@ -141,6 +143,11 @@ typedef struct model_spec {
      * experts' projections have biases (gpt-oss), whatever no_bias says of the rest. */
     int experts, experts_per_token, expert_ffn, shared_ffn, shared_gate, router_bias, expert_bias;
     int moe_first, moe_freq, moe_phase; /* moe_freq 0 reads as 1 */
+    /* A group-limited router (DeepSeek-V3's node-limited routing, Megatron-Core's
+     * moe_router_num_groups / moe_router_group_topk, a config's n_group / topk_group): the experts
+     * in moe_groups equal groups in expert order, a token's experts among the moe_group_topk
+     * groups it scores highest. 0: none. What the exchange pays (moe.h moe_remote_nodes). */
+    int moe_groups, moe_group_topk;
     /* Multi-head latent attention (DeepSeek-V2/V3; kv_lora 0: none): queries through a rank
      * q_lora down-projection (0: a full projection), keys and values through a shared rank
      * kv_lora latent with qk_rope_dim rotary dimensions beside it; a query or key head is

@@ -122,10 +122,50 @@ double moe_dropped_share(const moe_routing *r, double n, double capacity)
     return fmin(1, dropped / n);
 }
 
-double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens, int topk,
-                       int hidden, double elem_bytes)
+int moe_dispatch_parse(const char *text, moe_dispatch *d)
 {
-    return comm_coll_ms(c, COLL_ALL_TO_ALL, g, tokens * topk * (double)hidden * elem_bytes);
+    if (strcmp(text, "alltoall") == 0) return *d = MOE_DISPATCH_ALLTOALL, 0;
+    if (strcmp(text, "deepep") == 0) return *d = MOE_DISPATCH_DEDUP, 0;
+    return -1;
+}
+
+const char *moe_dispatch_name(moe_dispatch d)
+{
+    return d == MOE_DISPATCH_DEDUP ? "deepep" : "alltoall";
+}
+
+/* C(a - b, k) / C(a, k): the chance that k of a items drawn without replacement miss b given
+ * ones. */
+static double miss_all(double a, double b, int k)
+{
+    double p = 1;
+    for (int i = 0; i < k && p > 0; i++) p *= a - b - i > 0 ? (a - b - i) / (a - i) : 0;
+    return p;
+}
+
+double moe_remote_nodes(const model_spec *m, int nodes)
+{
+    if (nodes <= 1 || m->experts < 1) return 0;
+    int groups = m->moe_groups, whole = groups > 0 && groups % nodes == 0;
+    double miss = whole ? miss_all(groups, (double)groups / nodes, m->moe_group_topk)
+                        : miss_all(m->experts, (double)m->experts / nodes, m->experts_per_token);
+    return (nodes - 1) * (1 - miss);
+}
+
+double moe_exchange_ms(const cluster_spec *c, const comm_group *g, int nodes, const model_spec *m,
+                       moe_dispatch d, double tokens, double elem_bytes)
+{
+    int n = g->n, k = m->experts_per_token;
+    double copy = tokens * (double)m->hidden * elem_bytes; /* a copy of every token */
+    if (n <= 1) return 0;
+    if (!g->spans_nodes || nodes <= 1) return comm_coll_ms(c, COLL_ALL_TO_ALL, g, copy * k);
+    double q = (double)n / nodes;
+    double remote = k * (n - q) / n, nvlink = k * (q - 1) / n;
+    if (d == MOE_DISPATCH_DEDUP) remote = moe_remote_nodes(m, nodes), nvlink += k * (n - q) / n * (q - 1) / q;
+    double nic_bw = comm_busbw_gbps(c, COLL_ALL_TO_ALL, g) * 1e9;
+    double node_bw = c->intra_gbit / 8 * c->coll_eff[SCOPE_INTRA][COLL_ALL_TO_ALL] * 1e9;
+    return (n - 1) * c->inter_latency_us / 1e3 +
+           fmax(copy * remote / nic_bw, copy * nvlink / node_bw) * 1e3;
 }
 
 int moe_routing_parse(const char *text, moe_route_kind *kind, double *alpha)

@@ -106,10 +106,38 @@ const char *moe_routing_name(moe_route_kind kind, double alpha, char *buf, size_
  * moe_routing_init's and its caller's. */
 dp_status moe_histogram_read(const char *path, double *counts, int max, int *n, dp_err *err);
 
-/* One all-to-all of the token exchange (dispatch or combine) over the ep ranks of group g: each
- * GPU holding `tokens` tokens sends its tokens x topk copies of `hidden` elements of elem_bytes,
- * ms (0 for one rank). */
-double moe_alltoall_ms(const cluster_spec *c, const comm_group *g, double tokens, int topk,
-                       int hidden, double elem_bytes);
+/* How the token exchange crosses nodes (--dispatcher; cost_model.dispatch):
+ *   ALLTOALL  NCCL all-to-alls of every routed copy (Megatron-Core's alltoall token dispatcher,
+ *             its default): a GPU's copies for other nodes' GPUs cross its NIC, those for its own
+ *             node's go over NVLink
+ *   DEDUP     DeepEP's (the DeepSeek-V3 report, §3.2.2; Megatron-Core's flex dispatcher): a
+ *             token crosses to each other node holding one of its experts once, over the NICs,
+ *             and goes on to that node's expert GPUs over NVLink; with a group-limited router
+ *             (model.h moe_groups) it reaches at most moe_group_topk nodes' worth of groups */
+typedef enum moe_dispatch { MOE_DISPATCH_ALLTOALL, MOE_DISPATCH_DEDUP } moe_dispatch;
+/* "alltoall" or "deepep" (what --dispatcher and a plan's "dispatcher" read): 0, or -1. */
+int moe_dispatch_parse(const char *text, moe_dispatch *d);
+const char *moe_dispatch_name(moe_dispatch d);
+
+/* The expected number of nodes other than its own that a token's experts lie on, m's experts in
+ * expert order over `nodes` nodes (E / nodes each), its k experts uniform among them:
+ * (nodes - 1) (1 - P), P = C(E - E/nodes, k) / C(E, k) that a node holds none. Under a group
+ * limit whose groups sit whole on nodes (moe_groups a multiple of nodes) a node is reached where
+ * one of its groups is among the token's moe_group_topk: P = C(G - G/nodes, gk) / C(G, gk) (each
+ * chosen group taken to receive one of the k). 0 for one node. */
+double moe_remote_nodes(const model_spec *m, int nodes);
+
+/* One step of the token exchange (dispatch or combine) over the ep ranks of group g on `nodes`
+ * nodes (q = g->n / nodes of them a node): each GPU holding `tokens` tokens routes m's
+ * experts_per_token (k) copies of its hidden elements, elem_bytes each; ms, 0 for one rank.
+ * Inside one node: NCCL's all-to-all at the node's bus bandwidth (comm_coll_ms). Across nodes,
+ * side by side, the longer of what crosses the NICs at the group's bus bandwidth over them (a
+ * token's copies for the other nodes: k (n - q) / n of them under ALLTOALL, moe_remote_nodes
+ * under DEDUP) and what goes over NVLink at the node's all-to-all bandwidth (k (q - 1) / n copies
+ * for the node's other GPUs, and under DEDUP the forwarding of the k (n - q) / n remote ones to
+ * the (q - 1) / q of a node's GPUs they did not land on), plus n - 1 latencies across nodes. With
+ * a GPU a node (q = 1) ALLTOALL is comm_coll_ms's all-to-all over the NICs. */
+double moe_exchange_ms(const cluster_spec *c, const comm_group *g, int nodes, const model_spec *m,
+                       moe_dispatch d, double tokens, double elem_bytes);
 
 #endif /* MOE_H */

@@ -88,6 +88,22 @@ static int set_routing(void *ctx, const char *arg, const char *cmd, const char *
     return -1;
 }
 
+static int set_dispatcher(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    moe_dispatch d;
+    if (moe_dispatch_parse(arg, &d) != 0) {
+        cli_usage_error(cmd, usage, "unknown --dispatcher \"%s\" (alltoall, deepep)", arg);
+        return -1;
+    }
+    ((cost_request *)ctx)->dispatch = (int)d;
+    return 0;
+}
+
+static void show_dispatcher(const void *ctx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", moe_dispatch_name((moe_dispatch)((const cost_request *)ctx)->dispatch));
+}
+
 static void show_routing(const void *ctx, char *buf, size_t cap)
 {
     const cost_request *o = ctx;
@@ -354,6 +370,12 @@ void cost_request_options(cli_opts *t, cost_request *o)
                                "holds each expert's measured count; a micro-batch waits for its\n"
                                "busiest ep rank");
     ro->show = show_routing, ro->marks = OPT_FIXED_BY_PLAN;
+    cli_opt *di = cli_opt_call(t, "dispatcher", 0, set_dispatcher, o, "D", "alltoall",
+                               "a mixture of experts: how the token exchange crosses nodes,\n"
+                               "alltoall (NCCL all-to-alls of every routed copy: Megatron's\n"
+                               "default) or deepep (DeepEP: a token crosses to each node once,\n"
+                               "within its router's group limit, then NVLink)");
+    di->show = show_dispatcher, di->marks = OPT_FIXED_BY_PLAN;
 }
 
 int planner_jobs_default(void)

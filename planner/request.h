@@ -64,6 +64,7 @@ typedef struct cost_request {
                           * their even share, dropping the rest (cost_model_set_capacity)
                           * [0: dropless] */
     int routing;         /* --routing: a moe_route_kind, with routing_alpha [uniform] */
+    int dispatch;        /* --dispatcher: a moe_dispatch                         [alltoall] */
     double routing_alpha;
     const char *routing_file;      /* --routing FILE: a measured histogram (moe_histogram_read) */
     const double *routing_shares;  /* a plan's histogram: each ep rank's share (routing_n_shares

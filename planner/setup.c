@@ -86,7 +86,8 @@ static dp_status finish_sp(dp_status st, const cost_request *o, const model_spec
     }
     if ((st = cost_model_set_moe(*cm, o->ep, r, err)) != DP_OK ||
         (st = cost_model_set_etp(*cm, o->etp > 1 ? o->etp : 1, err)) != DP_OK ||
-        (st = cost_model_set_capacity(*cm, o->capacity, err)) != DP_OK) {
+        (st = cost_model_set_capacity(*cm, o->capacity, err)) != DP_OK ||
+        (st = cost_model_set_dispatch(*cm, (moe_dispatch)o->dispatch, err)) != DP_OK) {
         cost_model_free(*cm);
         *cm = NULL;
     }
@@ -254,6 +255,7 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->ep = env->cm->ep > 1 ? env->cm->ep : 1;
     h->etp = env->cm->etp > 1 ? env->cm->etp : 1;
     h->capacity = env->cm->capacity;
+    h->dispatch = (int)env->cm->dispatch;
     const moe_routing *r = env->cm->routing;
     h->routing = r ? (int)r->kind : MOE_ROUTE_UNIFORM, h->routing_alpha = r ? r->alpha : 0;
     if (h->routing == MOE_ROUTE_HISTOGRAM) { /* the ranks' shares: what a replay needs of it */
@@ -563,6 +565,7 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     co.ep = pl->h.ep > 1 ? pl->h.ep : 1;
     co.etp = pl->h.etp > 1 ? pl->h.etp : 1;
     co.capacity = pl->h.capacity;
+    co.dispatch = pl->h.dispatch;
     co.routing = pl->h.routing, co.routing_alpha = pl->h.routing_alpha;
     co.routing_shares = pl->h.routing_shares, co.routing_n_shares = pl->h.routing_n_shares;
     if (pl->h.ep > 1) co.analytic = 1; /* experts are priced analytically */

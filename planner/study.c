@@ -504,8 +504,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
                      * replicas' lockstep, mb_list_finish's aim, checked on what was built) */
             dp_err apart = {0};
             int span = stage_experts_span(p->sm);
-            l->feasible = !mb_replicas_lockstep(p->sm->zero_stage, p->sm->dp, span) ||
-                          plan_iter_check_lockstep(pi, p->sm->zero_stage, span, "this layout",
+            l->feasible = plan_iter_check_lockstep(pi, p->sm->zero_stage, span, "this layout",
                                                    &apart) == DP_OK;
             snprintf(l->why, sizeof l->why, "%.500s", l->feasible ? "" : apart.msg);
             break;

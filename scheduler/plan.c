@@ -320,6 +320,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     if (h->ep > 1) cJSON_AddNumberToObject(o, "ep", h->ep);
     if (h->etp > 1) cJSON_AddNumberToObject(o, "etp", h->etp);
     if (h->capacity > 0) cJSON_AddNumberToObject(o, "capacity_factor", h->capacity);
+    if (h->dispatch != MOE_DISPATCH_ALLTOALL)
+        cJSON_AddStringToObject(o, "dispatcher", moe_dispatch_name((moe_dispatch)h->dispatch));
     if (h->routing != MOE_ROUTE_UNIFORM) {
         char rn[48];
         cJSON_AddStringToObject(o, "routing", moe_routing_name((moe_route_kind)h->routing,
@@ -688,6 +690,12 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_int(root, "ep", name, 1, MOE_EP_MAX, 1, &h->ep, err));
     TRY(json_int(root, "etp", name, 1, MOE_EP_MAX, 1, &h->etp, err));
     TRY(json_double(root, "capacity_factor", name, 0, 1000, 0, 0, &h->capacity, err));
+    const cJSON *di = cJSON_GetObjectItemCaseSensitive(root, "dispatcher");
+    moe_dispatch dk = MOE_DISPATCH_ALLTOALL;
+    if (di && (!cJSON_IsString(di) || moe_dispatch_parse(di->valuestring, &dk) != 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"dispatcher\" must be \"alltoall\" or \"deepep\" "
+                       "(what --dispatcher reads)", name);
+    h->dispatch = (int)dk;
     const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "routing");
     moe_route_kind rk = MOE_ROUTE_UNIFORM;
     h->routing_alpha = 0;

@@ -154,6 +154,8 @@ typedef struct plan_header {
     int ep;              /* "ep": a mixture of experts' expert parallelism (absent: 1) */
     int etp;             /* "etp": its experts' tensor parallelism (absent: 1) */
     double capacity;     /* "capacity_factor": its experts' capacity factor (absent: 0, dropless) */
+    int dispatch;        /* "dispatcher": its token exchange's moe_dispatch ("alltoall", absent,
+                          * or "deepep") */
     int routing;         /* "routing": its moe_route_kind, with routing_alpha ("uniform", "even",
                           * "skewed:ALPHA" as --routing reads, or "histogram"; absent: uniform) */
     double routing_alpha;
@@ -218,7 +220,7 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
 
 /* Replicas in lockstep (mb_replicas_lockstep(zero, it->dp, experts_span)): every replica of a
  * stage runs the same sequence of F, B and W, chunk by chunk, as ZeRO-2/3's collectives and an
- * exchange of experts across replicas need: DP_OK where nothing meets, else DP_ERR_UNSUPPORTED
+ * exchange of experts across replicas need: DP_OK where nothing keeps in step, else DP_ERR_UNSUPPORTED
  * naming where, the iteration, the stage and the replica when one differs. The planner marks such
  * an iteration infeasible; dprun refuses the plan; the simulator times its replicas apart. */
 dp_status plan_iter_check_lockstep(const plan_iter *it, int zero, int experts_span,

@@ -71,8 +71,8 @@ check toy README.md "textbook ZB-H1 bubble, %" 11.11 0.1 '/^pipeline bubble/ { s
 check toyzbv docs/teaching.md "textbook ZB-V bubble, %" 5.88 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check toydpv docs/teaching.md "textbook DualPipeV bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check gptzbv docs/scheduling.md "GPT-6.7B, 4 A100 stages: zbv tokens/s" 27856 0.1 '/^throughput \(real/ { print $4 }'
-check cotsched docs/scheduling.md "long-CoT 32k: zbv, packing-wlb, mixed" 100525 0.1 '$1 == 32768 && $2 == "packing-wlb" && $3 == "zbv" && $4 == "mixed" { print $5 }'
-check cotsched docs/scheduling.md "long-CoT 128k: auto, dynamic-varlen, mixed" 94956 0.1 '$1 == 131072 && $2 == "dynamic-varlen" && $3 == "auto" && $4 == "mixed" { print $5 }'
+check cotsched docs/scheduling.md "long-CoT 32k: zbv, packing-wlb, mixed" 100665 0.1 '$1 == 32768 && $2 == "packing-wlb" && $3 == "zbv" && $4 == "mixed" { print $5 }'
+check cotsched docs/scheduling.md "long-CoT 128k: auto, dynamic-varlen, mixed" 94988 0.1 '$1 == 131072 && $2 == "dynamic-varlen" && $3 == "auto" && $4 == "mixed" { print $5 }'
 check longctx README.md "long context: 8B, 64 GPUs, 128k, cp auto" 472397 0.1 '$1 == "llama3.1-8b" && $2 == 64 && $6 == 131072 { print $13 }'
 check longctx README.md "long context: 70B, 32k, cp 2" 44556 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
 if [ "$moved" -gt 0 ]; then

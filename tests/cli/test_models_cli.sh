@@ -117,6 +117,22 @@ check "... at DualPipeV's throughput alone" bash -c \
    b=\$('$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
      --iterations 2 --schedule dualpipev --overlap dp,zero,ep 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
    [ \"\$a\" = \"\$b\" ]"
+# DeepEP's dispatch (--dispatcher deepep): a token crosses to each other node once
+D3=tests/data/hf/deepseek-v3.json
+expect "--dispatcher deepep plans DeepSeek-V3 with its exchange over 2 nodes, the plan saying so" 0 "out of memory +no" -- \
+  "$DPSIM" plan --model $D3 --hw dgx-h100 --pp 16 --dp 16 --ep 16 --recompute full --max-seqlen 4096 \
+  --global-tokens 2097152 --iterations 1 --batching packing --dispatcher deepep -o "$TMP/deepep.json"
+check "... whose header names the dispatcher, and which sim --plan replays to its timeline" bash -c \
+  "grep -Eq '\"dispatcher\":[[:space:]]*\"deepep\"' '$TMP/deepep.json' && [ \"\$(grep -E '^timeline hash' '$TMP/out')\" = \"\$('$DPSIM' sim --plan '$TMP/deepep.json' | grep -E '^timeline hash')\" ]"
+check "... faster than NCCL's all-to-all of every copy" bash -c \
+  "a=\$(grep -E '^throughput' '$TMP/out' | awk '{print \$4}'); \
+   b=\$('$DPSIM' sim --model $D3 --hw dgx-h100 --pp 16 --dp 16 --ep 16 --recompute full --max-seqlen 4096 \
+     --global-tokens 2097152 --iterations 1 --batching packing 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
+   [ \"\$a\" -gt \"\$b\" ]"
+expect "--dispatcher on a dense model is refused" 2 "--dispatcher deepep: llama3-8b has no experts to dispatch to" -- \
+  "$DPSIM" sim --model llama3-8b --hw dgx-h100 --dispatcher deepep --iterations 1
+expect "an unknown --dispatcher is refused, naming the choices" 2 "unknown --dispatcher \"nvshmem\" \\(alltoall, deepep\\)" -- \
+  "$DPSIM" sim --model $D3 --hw dgx-h100 --dispatcher nvshmem --iterations 1
 sed 's/"moe_router_topk": 2/"moe_router_topk": 9/' tests/cli/golden/moe_tiny.json >"$TMP/topk9.json"
 expect "a top-k above the expert count is refused, naming the field and its range" 1 "field \"moe_router_topk\" is 9, must be in \\[1, 8\\]" -- \
   "$DPSIM" models --show "$TMP/topk9.json"

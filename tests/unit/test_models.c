@@ -968,6 +968,34 @@ static void test_gqa_and_untied_heads(void **state)
     assert_msg_has(err.msg, "config.json: field \"first_k_dense_replace\"");
     snprintf(cfg, sizeof cfg, moe_cfg, 4);
     assert_int_equal(model_parse_hf(cfg, "config.json", &m, &err), DP_OK);
+    /* DeepSeek's group-limited router (n_group, topk_group): read, and refused where its groups
+     * cannot hold a token's experts or do not divide them */
+    static const struct {
+        const char *groups;
+        int ok;
+        const char *says;
+    } grouped[] = {{"\"n_group\": 4, \"topk_group\": 2", 1, ""},
+                   {"\"n_group\": 3, \"topk_group\": 1", 0, "\"moe_router_num_groups\" (n_group) is 3"},
+                   {"\"n_group\": 4, \"topk_group\": 5", 0, "\"moe_router_group_topk\" (topk_group) is 5"},
+                   {"\"n_group\": 8, \"topk_group\": 1", 0, "hold the 2 experts a token runs"}};
+    for (size_t i = 0; i < sizeof grouped / sizeof *grouped; i++) {
+        char gcfg[600];
+        snprintf(gcfg, sizeof gcfg, "{\"model_type\": \"deepseek_v3\", \"num_hidden_layers\": 4,"
+                 "\"hidden_size\": 64, \"num_attention_heads\": 8, \"n_routed_experts\": 8,"
+                 "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, %s}", grouped[i].groups);
+        dp_status want = grouped[i].ok ? DP_OK : DP_ERR_INVALID;
+        assert_int_equal(model_parse_hf(gcfg, "config.json", &m, &err), want);
+        if (!grouped[i].ok) assert_msg_has(err.msg, grouped[i].says);
+        if (!grouped[i].ok) continue;
+        assert_true(m.moe_groups == 4 && m.moe_group_topk == 2);
+        cJSON *spec = model_to_json(&m); /* and a dpsim spec carries them back */
+        char *text = cJSON_PrintUnformatted(spec);
+        model_spec spec_back;
+        assert_int_equal(model_parse_json(text, "spec.json", &spec_back, &err), DP_OK);
+        assert_true(spec_back.moe_groups == 4 && spec_back.moe_group_topk == 2);
+        free(text);
+        cJSON_Delete(spec);
+    }
     /* a dense config that names no experts (null) is dense */
     assert_int_equal(hf_small("llama", "\"num_experts\": null", &m, &err), DP_OK);
     assert_int_equal(model_parse_json("{\"num_layers\": 2, \"hidden_size\": 64, \"num_attn_heads\": 8,"

@@ -179,27 +179,111 @@ static void test_rank_shares_and_refusals(void **state)
     }
 }
 
-/* dispatch of 4,096 tokens x top-8 x 7,168 bf16 elements over 8 GPUs of a DGX H100 node and over
- * 64 GPUs of 8 nodes: NCCL's all-to-all, (n - 1) / n of the bytes at the measured bus bandwidth
- * plus n - 1 latencies, written out from the preset here */
-static void test_alltoall_from_nccl_formula(void **state)
+/* A model of E experts, k a token, hidden h, and a router limited to gk of g groups (0: none). */
+static model_spec moe_shape(int experts, int k, int hidden, int groups, int group_topk)
+{
+    model_spec m = *model_preset("llama3-8b");
+    m.experts = experts, m.experts_per_token = k, m.expert_ffn = 2048, m.hidden = hidden;
+    m.moe_groups = groups, m.moe_group_topk = group_topk;
+    return m;
+}
+
+/* The exchange (moe_exchange_ms), written out from the preset: dispatch of 4,096 tokens x top-8 x
+ * 7,168 bf16 elements. Inside a DGX H100 node, NCCL's all-to-all: (n - 1) / n of the bytes at the
+ * node's bus bandwidth plus n - 1 latencies. Over 64 nodes, a GPU each, the same over the NICs.
+ * Over 8 nodes of 8 GPUs, the copies for other nodes (56 / 64) over the NICs beside those for the
+ * node's 7 other GPUs over NVLink, the longer of the two; DeepEP's dispatch sends a token once to
+ * each other node it reaches (moe_remote_nodes) and forwards the remote copies inside the node. */
+static void test_exchange_written_out(void **state)
 {
     (void)state;
     cluster_spec hw;
     assert_int_equal(cluster_preset("dgx-h100", &hw), 0);
-    double bytes = 4096.0 * 8 * 7168 * 2;
+    model_spec m = moe_shape(256, 8, 7168, 0, 0);
+    double copy = 4096.0 * 7168 * 2, bytes = copy * 8;
     comm_group node = comm_group_flat(8, 0);
     double busbw = comm_busbw_gbps(&hw, COLL_ALL_TO_ALL, &node) * 1e9;
     double want = 7 * hw.intra_latency_us / 1e3 + bytes * 7 / 8 / busbw * 1e3;
-    assert_true(fabs(moe_alltoall_ms(&hw, &node, 4096, 8, 7168, 2) - want) < 1e-9 * want);
+    for (int d = 0; d < 2; d++) /* one node: DeepEP's is NVLink's all-to-all too */
+        assert_near(moe_exchange_ms(&hw, &node, 1, &m, (moe_dispatch)d, 4096, 2), want, 1e-9 * want);
     comm_group across = comm_group_flat(64, 1);
-    busbw = comm_busbw_gbps(&hw, COLL_ALL_TO_ALL, &across) * 1e9;
-    want = 63 * hw.inter_latency_us / 1e3 + bytes * 63 / 64 / busbw * 1e3;
-    assert_true(fabs(moe_alltoall_ms(&hw, &across, 4096, 8, 7168, 2) - want) < 1e-9 * want);
-    assert_true(moe_alltoall_ms(&hw, &across, 4096, 8, 7168, 2) >
-                moe_alltoall_ms(&hw, &node, 4096, 8, 7168, 2)); /* the NICs, not NVLink */
+    double nic = comm_busbw_gbps(&hw, COLL_ALL_TO_ALL, &across) * 1e9;
+    double lat = 63 * hw.inter_latency_us / 1e3;
+    want = lat + bytes * 63 / 64 / nic * 1e3;
+    assert_near(moe_exchange_ms(&hw, &across, 64, &m, MOE_DISPATCH_ALLTOALL, 4096, 2), want,
+                1e-9 * want);
+    assert_true(want > moe_exchange_ms(&hw, &node, 1, &m, MOE_DISPATCH_ALLTOALL, 4096, 2));
+    double nvlink = hw.intra_gbit / 8 * hw.coll_eff[SCOPE_INTRA][COLL_ALL_TO_ALL] * 1e9;
+    want = lat + fmax(bytes * 56 / 64 / nic, bytes * 7 / 64 / nvlink) * 1e3;
+    assert_near(moe_exchange_ms(&hw, &across, 8, &m, MOE_DISPATCH_ALLTOALL, 4096, 2), want,
+                1e-9 * want);
+    double remote = moe_remote_nodes(&m, 8);
+    want = lat + fmax(copy * remote / nic, copy * 8 * (7.0 / 64 + 56.0 / 64 * 7 / 8) / nvlink) * 1e3;
+    double dedup = moe_exchange_ms(&hw, &across, 8, &m, MOE_DISPATCH_DEDUP, 4096, 2);
+    assert_near(dedup, want, 1e-9 * want);
+    assert_true(dedup < moe_exchange_ms(&hw, &across, 8, &m, MOE_DISPATCH_ALLTOALL, 4096, 2));
     comm_group alone = comm_group_flat(1, 0);
-    assert_true(moe_alltoall_ms(&hw, &alone, 4096, 8, 7168, 2) == 0);
+    assert_true(moe_exchange_ms(&hw, &alone, 1, &m, MOE_DISPATCH_ALLTOALL, 4096, 2) == 0);
+}
+
+/* moe_remote_nodes against a brute-force sample of routings: k distinct experts uniform over E
+ * (or, under a group limit, gk distinct groups, then k distinct experts among their experts with
+ * each chosen group given one first, as the formula takes them), experts in order over the nodes,
+ * the distinct nodes other than the sender's (node 0) counted; within 1.5% (200,000 tokens). */
+static void test_remote_nodes_by_sampling(void **state)
+{
+    (void)state;
+    const struct {
+        int experts, k, groups, gk, nodes;
+    } cases[] = {{256, 8, 0, 0, 2},  {256, 8, 0, 0, 4},  {256, 8, 0, 0, 32}, {128, 8, 0, 0, 8},
+                 {8, 2, 0, 0, 8},    {256, 8, 8, 4, 2},  {256, 8, 8, 4, 4},  {256, 8, 8, 4, 8},
+                 {64, 6, 8, 3, 4}};
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 17);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        model_spec m = moe_shape(cases[c].experts, cases[c].k, 1024, cases[c].groups, cases[c].gk);
+        int E = m.experts, k = m.experts_per_token, G = cases[c].groups, nodes = cases[c].nodes;
+        double sum = 0;
+        int tokens = 200000, *pick = calloc((size_t)E, sizeof *pick), *gpick = calloc(64, sizeof *gpick);
+        for (int t = 0; t < tokens; t++) {
+            memset(pick, 0, (size_t)E * sizeof *pick);
+            int chosen = 0;
+            if (G > 0) { /* gk groups, one expert in each, the rest among their experts */
+                memset(gpick, 0, 64 * sizeof *gpick);
+                for (int g = 0; g < cases[c].gk;) {
+                    int x = (int)gsl_rng_uniform_int(rng, (unsigned long)G);
+                    if (!gpick[x]) gpick[x] = 1, g++;
+                }
+                int per = E / G;
+                for (int g = 0; g < G; g++)
+                    if (gpick[g]) pick[g * per + (int)gsl_rng_uniform_int(rng, (unsigned long)per)] = 1, chosen++;
+                while (chosen < k) {
+                    int x = (int)gsl_rng_uniform_int(rng, (unsigned long)E);
+                    if (gpick[x / per] && !pick[x]) pick[x] = 1, chosen++;
+                }
+            } else {
+                while (chosen < k) {
+                    int x = (int)gsl_rng_uniform_int(rng, (unsigned long)E);
+                    if (!pick[x]) pick[x] = 1, chosen++;
+                }
+            }
+            int per_node = E / nodes, seen = 0;
+            for (int n = 1; n < nodes; n++) { /* the other nodes */
+                int hit = 0;
+                for (int e = n * per_node; e < (n + 1) * per_node && !hit; e++) hit = pick[e];
+                seen += hit;
+            }
+            sum += seen;
+        }
+        double got = moe_remote_nodes(&m, nodes), want = sum / tokens;
+        if (fabs(got - want) > 0.015 * want)
+            fail_msg("E %d k %d groups %d/%d over %d nodes: %.4f, sampled %.4f", E, k, cases[c].gk,
+                     G, nodes, got, want);
+        free(pick), free(gpick);
+    }
+    gsl_rng_free(rng);
+    model_spec one = moe_shape(256, 8, 1024, 8, 4);
+    assert_true(moe_remote_nodes(&one, 1) == 0);
 }
 
 /* Qwen3-30B-A3B from its Hugging Face config (tests/data/hf). */
@@ -433,7 +517,8 @@ static void test_moe_layer_costs(void **state)
     cost_layer l1, l8, l8o, s8;
     assert_int_equal(cost_query(one, COMP_MOE, &big, &l1, &err), DP_OK);
     assert_int_equal(cost_query(eight, COMP_MOE, &big, &l8, &err), DP_OK);
-    double a2a = moe_alltoall_ms(&eight->hw, &eight->ep_group, 4.0 * 4096, 8, m.hidden, 2);
+    double a2a = moe_exchange_ms(&eight->hw, &eight->ep_group, eight->ep_nodes, &m,
+                                 MOE_DISPATCH_ALLTOALL, 4.0 * 4096, 2);
     assert_true(a2a > 0);
     assert_near(l8.fwd_xchg_ms, 2 * a2a, 1e-12 * a2a);
     assert_near(l8.bwd_xchg_ms, 2 * a2a, 1e-12 * a2a);
@@ -641,7 +726,8 @@ int main(void)
         cmocka_unit_test(test_busiest_load_against_a_sample),
         cmocka_unit_test(test_imbalance_falls_with_tokens),
         cmocka_unit_test(test_rank_shares_and_refusals),
-        cmocka_unit_test(test_alltoall_from_nccl_formula),
+        cmocka_unit_test(test_exchange_written_out),
+        cmocka_unit_test(test_remote_nodes_by_sampling),
         cmocka_unit_test(test_one_expert_is_the_dense_layer),
         cmocka_unit_test(test_moe_layer_costs),
         cmocka_unit_test(test_latent_attention_flops),
