@@ -882,10 +882,8 @@ int schedule_chunks(const schedule *sc, int requested)
 }
 
 static const schedule_chooser CHOOSERS[] = {
-    {"auto", "per iteration the one-chunk schedule (gpipe, 1f1b, adaptive, zb1) whose plan fits and "
-     "simulates fastest", PLACEMENT_LOOP, 1},
-    {"auto-v", "per iteration the V schedule (zbv, dualpipev) whose plan fits and simulates "
-     "fastest", PLACEMENT_V, 2},
+    {"auto", PLACEMENT_LOOP, 1}, /* gpipe, 1f1b, adaptive, zb1 */
+    {"auto-v", PLACEMENT_V, 2},  /* zbv, dualpipev */
 };
 
 const schedule_chooser *schedule_chooser_find(const char *name)
@@ -893,12 +891,6 @@ const schedule_chooser *schedule_chooser_find(const char *name)
     for (size_t i = 0; i < sizeof CHOOSERS / sizeof *CHOOSERS; i++)
         if (strcmp(CHOOSERS[i].name, name) == 0) return &CHOOSERS[i];
     return NULL;
-}
-
-const schedule_chooser *schedule_chooser_list(int *count)
-{
-    *count = (int)(sizeof CHOOSERS / sizeof *CHOOSERS);
-    return CHOOSERS;
 }
 
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc)

@@ -106,13 +106,11 @@ int schedule_chunks(const schedule *sc, int requested);
  * dualpipev). Not schedules of the list: schedule_find does not know them. */
 typedef struct schedule_chooser {
     const char *name;
-    const char *summary;
     placement_kind placement; /* its candidates' placement and chunks: the plan's */
     int chunks;
 } schedule_chooser;
 
 const schedule_chooser *schedule_chooser_find(const char *name);
-const schedule_chooser *schedule_chooser_list(int *count);
 /* Whether ch chooses among sc: sc runs ch's chunks on ch's placement whatever --chunks says. */
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc);
 /* The chunks and placement a device runs under the schedule or chooser `name` when --chunks asks

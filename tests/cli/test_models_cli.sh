@@ -106,17 +106,16 @@ check "... faster than the same plan's exchange serial" bash -c \
    b=\$('$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
      --iterations 2 --batching dynamic --schedule dualpipev --overlap dp,zero 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
    [ \"\$a\" -gt \"\$b\" ]"
-# --schedule auto-v there: DualPipeV, whose main step is pairs, wins every iteration (on a dense
-# model ZB-V does: test_study's test_schedule_auto_v), and its run is DualPipeV's alone
-expect "--schedule auto-v with the exchange in pairs chooses dualpipev every iteration" 0 \
-  "iterations per schedule \\(auto\\) +dualpipev 2$" -- \
-  "$DPSIM" sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
-  --iterations 2 --schedule auto-v --overlap dp,zero,ep
-check "... at DualPipeV's throughput alone" bash -c \
+# --schedule auto-v there: ZB-V wins some iterations, DualPipeV (whose main step is pairs) the
+# others, and the run is at least either alone (test_study checks it iteration by iteration)
+AV="--model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 524288 --iterations 6 --overlap dp,zero,ep"
+expect "--schedule auto-v with the exchange in pairs chooses zbv and dualpipev" 0 \
+  "iterations per schedule \\(auto\\) +(zbv [1-5], dualpipev [1-5]|dualpipev [1-5], zbv [1-5])$" -- \
+  "$DPSIM" sim $AV --schedule auto-v
+check "... at least as fast as either alone" bash -c \
   "a=\$(grep -E '^throughput' '$TMP/out' | awk '{print \$4}'); \
-   b=\$('$DPSIM' sim --model $Q --hw dgx-h100 --pp 2 --dp 8 --ep 8 --max-seqlen 4096 --global-tokens 262144 \
-     --iterations 2 --schedule dualpipev --overlap dp,zero,ep 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
-   [ \"\$a\" = \"\$b\" ]"
+   for s in zbv dualpipev; do b=\$('$DPSIM' sim $AV --schedule \$s 2>/dev/null | grep -E '^throughput' | awk '{print \$4}'); \
+     [ \"\$a\" -ge \"\$b\" ] || exit 1; done"
 # DeepEP's dispatch (--dispatcher deepep): a token crosses to each other node once
 D3=tests/data/hf/deepseek-v3.json
 expect "--dispatcher deepep plans DeepSeek-V3 with its exchange over 2 nodes, the plan saying so" 0 "out of memory +no" -- \

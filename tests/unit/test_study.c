@@ -1018,7 +1018,7 @@ static void test_schedule_auto(void **state)
 }
 
 /* auto-v: the same among the V schedules (a plan's placement is one: the V's). On this dense
- * profile ZB-V wins every iteration; with a MoE's exchange in pairs DualPipeV does
+ * profile ZB-V wins every iteration; with a MoE's exchange in pairs each wins some
  * (tests/cli/test_models_cli.sh). */
 static void test_schedule_auto_v(void **state)
 {
