@@ -83,8 +83,9 @@
  * dispatch and per combine over the ep group (moe_exchange_ms: NCCL's formula at the cluster's
  * measured all-to-all bus bandwidth inside a node; across nodes the copies for other nodes over
  * the NICs beside those for the node's GPUs over NVLink, or DeepEP's one crossing a token per
- * node, as cost_model_place_ep places the group and --dispatcher says), two forward, two backward, two more under full recompute; with
- * COST_OVERLAP_EP only what exceeds the layer's compute; stored, the permuted copies (2 n imb h
+ * node, as cost_model_place_ep places the group and --dispatcher says), two forward, two
+ * backward, two more under full recompute, serial (cost_layer says how much: COST_OVERLAP_EP
+ * overlaps it in the simulator's pairs); stored, the permuted copies (2 n imb h
  * bytes) and the router's fp32 probabilities (4 (T/t) E). One expert run by every token is then
  * the dense layer (no router FLOPs, exchange or permutation; its h router parameters read).
  * Expert tensor parallelism (cost_model.etp): an ep rank is etp GPUs, each with 1/etp of every
