@@ -64,7 +64,9 @@ static void summary_counts(const study_result *r, double trace_tokens, FILE *fp)
     fprintf(fp, "%-34s %14.2f\n", "micro-batches per iteration",
             r->iterations ? (double)r->microbatches / r->iterations : 0);
     fprintf(fp, "%-34s %14.0f tokens/s%s\n", "throughput (real tokens)", r->throughput_tokens_per_s,
-            r->oom ? "  (out of memory: the timeline's, not an answer)" : "");
+            !r->oom                 ? ""
+            : study_out_of_step(r) ? "  (replicas out of step: the timeline's, not an answer)"
+                                   : "  (out of memory: the timeline's, not an answer)");
     if (study_result_fits(r)) { /* what a budget needs */
         char t[32];
         fprintf(fp, "%-34s %16s  (%.1f GPU-hours on %lld GPUs)\n", "time per billion tokens",
@@ -155,7 +157,7 @@ static void summary_stages(const study_result *r, FILE *fp)
 /* Memory verdict, planning time, the simulator's events and the timeline hash. */
 static void summary_end(const study_result *r, FILE *fp)
 {
-    if (r->oom) {
+    if (r->oom && !study_out_of_step(r)) {
         fprintf(fp, "\n%-34s %14s  (%d of %d iterations over the device memory in the simulation",
                 "out of memory", "YES", r->sim_oom, r->iterations);
         if (r->plan_ms_median > 0) /* planned here, not read from a plan file */
@@ -163,6 +165,9 @@ static void summary_end(const study_result *r, FILE *fp)
         fprintf(fp, ")\n");
     } else
         fprintf(fp, "\n%-34s %14s\n", "out of memory", "no");
+    if (r->planned_apart) /* fits, but its replicas cannot keep in step (r->why says where) */
+        fprintf(fp, "%-34s %14s  (%d of %d iterations: the replicas' passes differ)\n",
+                "replicas out of step", "YES", r->planned_apart, r->iterations);
     if (r->why[0]) fprintf(fp, "%-34s %s\n", "", r->why);
     fprintf(fp, "%-34s %11.3f ms  (p90 %.3f ms)\n", "planning time per iteration",
             r->plan_ms_median, r->plan_ms_p90);

@@ -467,6 +467,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
         }
         if (st != DP_OK) goto out;
         TRY(mb_list_finish(&p->ctx, l, err));
+        l->out_of_step = 0;
         *answerable = 1;
         for (int k = 0; k < l->n_mb; k++)
             if (isnan(l->mb[k].t_ms)) *answerable = 0;
@@ -506,6 +507,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
             int span = stage_experts_span(p->sm);
             l->feasible = plan_iter_check_lockstep(pi, p->sm->zero_stage, span, "this layout",
                                                    &apart) == DP_OK;
+            l->out_of_step = !l->feasible;
             snprintf(l->why, sizeof l->why, "%.500s", l->feasible ? "" : apart.msg);
             break;
         }
@@ -515,7 +517,7 @@ static dp_status plan_iteration(planner *p, const sample_len *b, int n, int id, 
                      p->sched->admits_by_memory
                          ? ""
                          : "\nhint: --schedule adaptive admits micro-batches by memory");
-            l->feasible = 0;
+            l->feasible = 0, l->out_of_step = 0;
             break;
         }
         prev = scale;
@@ -828,7 +830,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
             r->feasible = 0;
             break;
         }
-        if (!l.feasible) r->oom = 1, r->planned_oom++;
+        if (!l.feasible) r->oom = 1, l.out_of_step ? r->planned_apart++ : r->planned_oom++;
         pi.model_flops = 0;
         for (int i = 0; i < n && !o->cm->toy.on; i++) /* textbook times have no FLOP rate */
             pi.model_flops += model_train_flops(&o->cm->model, b[i].enc, b[i].dec, FLOPS_CAUSAL);
@@ -965,6 +967,7 @@ char *study_metrics_json(const study_result *r)
     for (int k = 0; k < 4; k++) cJSON_AddNumberToObject(ot, ops[k], r->op_ms[k]);
     cJSON_AddBoolToObject(o, "oom", r->oom);
     cJSON_AddNumberToObject(o, "planned_oom_iterations", r->planned_oom);
+    cJSON_AddNumberToObject(o, "planned_out_of_step_iterations", r->planned_apart);
     cJSON_AddNumberToObject(o, "sim_oom_iterations", r->sim_oom);
     cJSON_AddBoolToObject(o, "feasible", study_result_fits(r)); /* the one fit rule */
     if (r->why[0]) cJSON_AddStringToObject(o, "why", r->why);
@@ -994,8 +997,15 @@ int study_result_fits(const study_result *r)
 
 const char *study_why_not(const study_result *r)
 {
-    return !r->feasible ? "infeasible" : r->oom ? "out of memory"
-                       : r->iterations <= 0 ? "no iteration fits" : "";
+    return !r->feasible ? "infeasible"
+           : r->oom     ? (study_out_of_step(r) ? "replicas out of step" : "out of memory")
+           : r->iterations <= 0 ? "no iteration fits"
+                                : "";
+}
+
+int study_out_of_step(const study_result *r)
+{
+    return r->oom && r->planned_apart > 0 && r->planned_oom == 0 && r->sim_oom == 0;
 }
 
 double study_hours_for(const study_result *r, double tokens)

@@ -174,6 +174,8 @@ typedef struct study_result {
     int ranks;              /* pp x dp ranks (each of tp GPUs): the op times' divisor */
     long long gpus;         /* tp x cp x pp x dp: every GPU the run uses */
     int planned_oom;        /* iterations the planner found not to fit in memory */
+    int planned_apart;      /* iterations it found to fit whose replicas cannot keep in step
+                             * (mb_list.out_of_step); they too make oom, the run no answer */
     int sim_oom;            /* iterations the simulation found over the device memory */
     int64_t short_batch_tokens; /* > 0: the whole trace is one global batch smaller than asked
                                  * (batch_rules.global_tokens): its tokens */
@@ -264,8 +266,12 @@ int study_result_fits(const study_result *r);
  * first one's reason; else DP_OK. plan and sim refuse such a run; a search ranks it as not fitting
  * (study_result_fits). */
 dp_status study_answer(const study_result *r, dp_err *err);
-/* "infeasible", "out of memory", "no iteration fits" (or "" when it fits). */
+/* "infeasible", "out of memory", "replicas out of step", "no iteration fits" (or "" when it
+ * fits). */
 const char *study_why_not(const study_result *r);
+/* Whether a run that is no answer (oom) is so only because some iteration's replicas cannot keep
+ * in step (planned_apart), nothing over the memory. */
+int study_out_of_step(const study_result *r);
 
 /* What a budget needs, from a run that fits (0 for one that does not): wall-clock hours and
  * GPU-hours (hours x every GPU the run uses) to train on `tokens` real tokens at its throughput

@@ -85,6 +85,8 @@ typedef struct mb_list {
     /* filled by mb_list_finish */
     double obj_value_ms, obj_tmax_ms, obj_sum_ms; /* mb_objective_ms; its max and sum */
     int feasible;          /* every micro-batch answerable and fitting */
+    int out_of_step;       /* not feasible though it fits: the replicas cannot keep in step
+                            * (plan.h plan_iter_check_lockstep; set by the planner) */
     char why[512];         /* when not feasible: which micro-batch and why */
     int in_flight;         /* 1: the memory check assumed one micro-batch held (DynaPipe's
                             * fallback); otherwise the context's mem_rule */

@@ -334,6 +334,14 @@ check "a plan over its --mem-limit says so, with the planner's count" grep -Eq "
 expect "... and so does its replay, without a planner's count" 0 "out of memory +YES +.2 of 2 iterations over the device memory in the simulation.\$" -- \
   "$DPSIM" sim --plan "$TMP/pm.json"
 expect "... unless --mem-limit says otherwise" 0 "out of memory +no" -- "$DPSIM" sim --plan "$TMP/pm.json" --mem-limit 36000
+# A plan that fits but whose replicas cannot keep in step (ZeRO-3 over 8 replicas, 4 samples an
+# iteration) says so, not "out of memory", and names where
+"$DPSIM" trace gen --mix fixed --len 1024 --samples 64 -o "$TMP/fx1k.csv" >/dev/null 2>&1
+expect "replicas that cannot keep in step are reported as such, not as out of memory" 0 \
+  "replicas out of step +YES +.2 of 2 iterations: the replicas' passes differ" -- \
+  "$DPSIM" sim --trace "$TMP/fx1k.csv" --pp 1 --dp 8 --zero 3 --max-seqlen 1024 --global-tokens 4096 --iterations 2
+check "... its memory verdict no, its throughput no answer, the reason named" bash -c \
+  "grep -Eq 'out of memory +no' '$TMP/out' && grep -q '(replicas out of step: the timeline' '$TMP/out' && grep -q 'replica 4 0, a different count' '$TMP/out'"
 
 
 # --- textbook mode (--toy-costs): the pipeline's bubble and each schedule's own closed form ------
