@@ -161,7 +161,8 @@ double moe_exchange_ms(const cluster_spec *c, const comm_group *g, int nodes, co
     if (!g->spans_nodes || nodes <= 1) return comm_coll_ms(c, COLL_ALL_TO_ALL, g, copy * k);
     double q = (double)n / nodes;
     double remote = k * (n - q) / n, nvlink = k * (q - 1) / n;
-    if (d == MOE_DISPATCH_DEDUP) remote = moe_remote_nodes(m, nodes), nvlink += k * (n - q) / n * (q - 1) / q;
+    if (d == MOE_DISPATCH_DEDUP) /* once a node, then forwarded inside it */
+        remote = moe_remote_nodes(m, nodes), nvlink += k * (n - q) / n * (q - 1) / q;
     double nic_bw = comm_busbw_gbps(c, COLL_ALL_TO_ALL, g) * 1e9;
     double node_bw = c->intra_gbit / 8 * c->coll_eff[SCOPE_INTRA][COLL_ALL_TO_ALL] * 1e9;
     return (n - 1) * c->inter_latency_us / 1e3 +
