@@ -396,9 +396,8 @@ static dp_status sim_from_options(sim_cli *sc, plan_request *p, const sim_sink *
     *usage = st == DP_ERR_INVALID;
     /* the schedule as run (auto: each iteration its own), for the figures */
     snprintf(sc->schedule, sizeof sc->schedule, "%s", p->schedule);
-    placement_kind place;
     sc->pp = p->pp, sc->chunks = 1;
-    schedule_layout(p->schedule, p->chunks, &sc->chunks, &place);
+    schedule_layout(p->schedule, p->chunks, &sc->chunks, NULL);
     sc->mem_limit_mb = env.mem_limit_mb;
     if (st == DP_OK) {
         study_opts o;

@@ -452,8 +452,7 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
         return dp_fail(err, DP_ERR_INVALID, "--schedule %s runs %d chunks a device (a V), not "
                        "--chunks %d", p->schedule, fixed, p->chunks);
     int chunks = 1;
-    placement_kind place;
-    schedule_layout(p->schedule, p->chunks, &chunks, &place);
+    schedule_layout(p->schedule, p->chunks, &chunks, NULL);
     if (p->cost.split.n == 0 && (p->pp * chunks > model_layers(&env->model) ||
                                  (env->model.arch == ARCH_GPT && p->pp * chunks > env->model.enc_layers)))
         return placement_split_check(&env->model, NULL, p->pp * chunks, err);
@@ -527,8 +526,7 @@ void planner_study_opts(const plan_request *p, const plan_env *env, const char *
     o->chooser = o->sched ? NULL : schedule_chooser_find(sched);
     o->pp = p->pp;
     o->chunks = 1;
-    placement_kind place;
-    schedule_layout(sched, p->chunks, &o->chunks, &place);
+    schedule_layout(sched, p->chunks, &o->chunks, NULL);
     o->warmup = p->warmup;
     o->dp = p->dp;
     o->zero = p->zero;

@@ -905,7 +905,7 @@ int schedule_layout(const char *name, int requested, int *chunks, placement_kind
     const schedule_chooser *ch = sc ? NULL : schedule_chooser_find(name);
     if (!sc && !ch) return -1;
     *chunks = sc ? schedule_chunks(sc, requested) : ch->chunks;
-    *placement = sc ? sc->placement : ch->placement;
+    if (placement) *placement = sc ? sc->placement : ch->placement;
     return 0;
 }
 

@@ -113,9 +113,9 @@ typedef struct schedule_chooser {
 const schedule_chooser *schedule_chooser_find(const char *name);
 /* Whether ch chooses among sc: sc runs ch's chunks on ch's placement whatever --chunks says. */
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc);
-/* The chunks and placement a device runs under the schedule or chooser `name` when --chunks asks
- * for `requested` (schedule_chunks; a chooser's own). The one rule of the set-up, the study and
- * the plan's header. -1 (outputs untouched) for an unknown name, else 0. */
+/* The chunks and placement (NULL: not wanted) a device runs under the schedule or chooser `name`
+ * when --chunks asks for `requested` (schedule_chunks; a chooser's own). The one rule of the
+ * set-up, the study and the plan's header. -1 (outputs untouched) for an unknown name, else 0. */
 int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement);
 /* "gpipe, 1f1b, ..., auto, auto-v": every name --schedule takes, for messages. */
 const char *schedule_names(char *buf, size_t cap);

@@ -60,8 +60,7 @@ static study_opts opts_of(setup *s, int mode, const char *sched, int iterations,
     o.sched = schedule_find(sched);
     o.chooser = schedule_chooser_find(sched);
     o.pp = 4, o.chunks = 1, o.dp = 1, o.zero = 1;
-    placement_kind place;
-    schedule_layout(sched, 1, &o.chunks, &place);
+    schedule_layout(sched, 1, &o.chunks, NULL);
     o.mem_limit_mb = s->hw.mem_limit_mb;
     o.mbs = 1, o.mb_tokens = 2048;
     o.max_iterations = iterations;
