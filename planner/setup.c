@@ -442,13 +442,13 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                              "in its JSON)" : "");
     }
     const schedule *sc = schedule_find(p->schedule); /* dynamic skips the modes it refuses */
-    const schedule_chooser *ch = sc ? NULL : schedule_chooser_find(p->schedule);
-    int fixed = sc ? sc->chunks_fixed : ch && ch->chunks > 1 ? ch->chunks : 0;
-    if (p->chunks > 1 && !(sc && sc->chunked) && !fixed)
+    int fixed = 0; /* the chunks it runs whatever --chunks asks (0: --chunks decides) */
+    schedule_layout(p->schedule, 0, &fixed, NULL);
+    if (p->chunks > 1 && fixed == 1)
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only%s",
-                       ch ? " (auto chooses among the one-chunk schedules per iteration; auto-v "
-                            "among the V ones, 2 chunks a device)" : "");
-    if (p->chunks > 1 && fixed && p->chunks != fixed)
+                       sc ? "" : " (auto chooses among the one-chunk schedules per iteration; auto-v "
+                                 "among the V ones, 2 chunks a device)");
+    if (p->chunks > 1 && fixed > 1 && p->chunks != fixed)
         return dp_fail(err, DP_ERR_INVALID, "--schedule %s runs %d chunks a device (a V), not "
                        "--chunks %d", p->schedule, fixed, p->chunks);
     int chunks = 1;

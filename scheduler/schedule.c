@@ -895,8 +895,8 @@ const schedule_chooser *schedule_chooser_find(const char *name)
 
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc)
 {
-    int fixed = sc->chunks_fixed > 0 ? sc->chunks_fixed : sc->chunked ? 0 : 1; /* 0: --chunks */
-    return fixed == ch->chunks && sc->placement == ch->placement;
+    /* (its chunks whatever --chunks asks: 0 where --chunks decides) */
+    return schedule_chunks(sc, 0) == ch->chunks && sc->placement == ch->placement;
 }
 
 int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement)
