@@ -702,7 +702,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
-    for (int m = 0; m < modes; m++) cache[m] = shape_cache_new();
+    for (int m = 0; m < modes; m++) cache[m] = shape_cache_new(), sm[m].memo = stage_memo_new(STAGE_MEMO_SLOTS);
     /* the batchings planned per iteration: o's own, or auto's candidates */
     const batcher *cands[BATCH_CANDIDATES_MAX];
     int n_cands = study_candidates(o->batching, cands);
@@ -724,7 +724,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         st = trace_stream_open(&ts, o->stream_path, err);
         if (st != DP_OK) {
             study_end(&acc, NULL);
-            for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
+            for (int m = 0; m < modes; m++) shape_cache_free(cache[m]), stage_memo_free(sm[m].memo);
             free(sm);
             return st;
         }
@@ -862,7 +862,7 @@ out:;
     if (st == DP_OK) st = end;
     free(plan_ms);
     free(floor_left);
-    for (int m = 0; m < modes; m++) shape_cache_free(cache[m]);
+    for (int m = 0; m < modes; m++) shape_cache_free(cache[m]), stage_memo_free(sm[m].memo);
     free(sm);
     plan_iter_release(&pi);
     mb_list_release(&l);

@@ -1,7 +1,9 @@
 #include "stage_cost.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../models/comm.h"
@@ -268,10 +270,88 @@ static dp_status in_range(const stage_model *sm, const cost_shape *s, const mb_c
     return DP_OK;
 }
 
+/* ---- the memo (stage_memo) ------------------------------------------------------------------ */
+
+typedef struct memo_slot {
+    int used;
+    uint64_t serial; /* the cost model's (cost_model.serial) */
+    cost_shape s;
+    cost_layer enc, dec, head, moe;
+} memo_slot;
+
+struct stage_memo {
+    size_t slots;
+    memo_slot *slot;
+};
+
+stage_memo *stage_memo_new(int slots)
+{
+    stage_memo *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->slots = slots > 1 ? (size_t)slots : 1;
+    m->slot = calloc(m->slots, sizeof *m->slot);
+    if (!m->slot) free(m), m = NULL;
+    return m;
+}
+
+void stage_memo_free(stage_memo *m)
+{
+    if (m) free(m->slot);
+    free(m);
+}
+
+static int same_shape(const cost_shape *a, const cost_shape *b)
+{
+    return a->mbs == b->mbs && a->enc_len == b->enc_len && a->dec_len == b->dec_len &&
+           a->varlen == b->varlen && a->enc_sq == b->enc_sq && a->dec_sq == b->dec_sq &&
+           a->enc_dec == b->enc_dec && a->cp == b->cp && a->enc_max == b->enc_max;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    return (h ^ v) * 0x100000001b3ull; /* FNV-1a's prime, a word at a time */
+}
+
+static uint64_t bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+static memo_slot *memo_slot_of(stage_memo *m, uint64_t serial, const cost_shape *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = mix(h, serial), h = mix(h, (uint64_t)s->mbs), h = mix(h, (uint64_t)s->enc_len);
+    h = mix(h, (uint64_t)s->dec_len), h = mix(h, (uint64_t)s->varlen), h = mix(h, bits(s->enc_sq));
+    h = mix(h, bits(s->dec_sq)), h = mix(h, bits(s->enc_dec)), h = mix(h, (uint64_t)s->cp);
+    h = mix(h, (uint64_t)s->enc_max);
+    return &m->slot[(h ^ h >> 29) % m->slots];
+}
+
+/* layer_costs through sm's memo, where it has one (failures are not kept: asked again, they say
+ * why again) */
+static dp_status layer_costs_memo(const stage_model *sm, const cost_shape *s, cost_layer *enc,
+                                  cost_layer *dec, cost_layer *head, cost_layer *moe, dp_err *err)
+{
+    if (!sm->memo) return layer_costs(sm, s, enc, dec, head, moe, err);
+    memo_slot *x = memo_slot_of(sm->memo, sm->cm->serial, s);
+    if (x->used && x->serial == sm->cm->serial && same_shape(&x->s, s)) {
+        *enc = x->enc, *dec = x->dec, *head = x->head, *moe = x->moe;
+        return DP_OK;
+    }
+    dp_status st = layer_costs(sm, s, enc, dec, head, moe, err);
+    if (st == DP_OK) {
+        x->used = 1, x->serial = sm->cm->serial, x->s = *s;
+        x->enc = *enc, x->dec = *dec, x->head = *head, x->moe = *moe;
+    }
+    return st;
+}
+
 dp_status stage_model_cost(const stage_model *sm, const cost_shape *s, mb_cost *out, dp_err *err)
 {
     cost_layer enc, dec, head, moe;
-    dp_status st = layer_costs(sm, s, &enc, &dec, &head, &moe, err);
+    dp_status st = layer_costs_memo(sm, s, &enc, &dec, &head, &moe, err);
     if (st != DP_OK) return st;
     out->t_ms = 0;
     int prefetch = stage_zero_prefetch(sm);

@@ -38,8 +38,22 @@
  * stage_model_cost refuses a cost beyond it (DP_ERR_INFEASIBLE naming the shape). */
 #define STAGE_MAX_VALUE 1e7
 
+/* A memo of layer costs by micro-batch shape (what stage_model_cost asks the cost model): a run
+ * that prices the same micro-batches again — auto's candidates under each schedule, the plan built
+ * from a batcher's list — looks them up instead. Fixed size (direct-mapped: a new shape replaces
+ * the one in its slot); answers are the cost model's own, so a memo changes no figure. The caller
+ * that makes it owns it and attaches it to stage models (stage_model.memo) whose cost model it
+ * does not change while attached. */
+typedef struct stage_memo stage_memo;
+#define STAGE_MEMO_SLOTS 4096 /* the planner's: about 1 MB */
+/* A memo of `slots` shapes (at least 1; a power of two is fastest); NULL when out of memory (then
+ * no memo: as fast as before). */
+stage_memo *stage_memo_new(int slots);
+void stage_memo_free(stage_memo *m);
+
 typedef struct stage_model {
     const cost_model *cm;
+    stage_memo *memo; /* NULL (stage_model_init's): none; else layer costs by shape, not owned */
     int pp;         /* S: devices in the pipeline */
     int chunks;     /* C: interleaved model chunks per device */
     placement_kind placement; /* how the chunks sit on the devices (placement.h): a loop, or a

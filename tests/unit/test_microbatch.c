@@ -1,6 +1,8 @@
 /* Unit tests for scheduler/ batching: global batches, strategies, the exact DP against brute force. */
 #include "testutil.h"
 
+#include "analytic_util.h"
+
 #include "../../models/cost.h"
 #include "../../scheduler/batch.h"
 #include "../../scheduler/microbatch.h"
@@ -1290,10 +1292,94 @@ static void test_t5_order_is_a_short_path(void **state)
     assert_true(ours < serp);
 }
 
+/* stage_model.memo: a stage model with a memo answers every shape as the one without, bit for
+ * bit. check_memo_shape asks both for s on cost model k. */
+static void check_memo_shape(const stage_model *plain, const stage_model *memoised, int k,
+                             const cost_shape *s)
+{
+    mb_cost a, b;
+    dp_err ea = {0}, eb = {0};
+    dp_status sa = stage_model_cost(&plain[k], s, &a, &ea);
+    assert_int_equal(stage_model_cost(&memoised[k], s, &b, &eb), sa);
+    if (sa != DP_OK) return;
+    assert_true(a.t_ms == b.t_ms);
+    for (int d = 0; d < plain[k].pp; d++)
+        assert_true(a.fwd_ms[d] == b.fwd_ms[d] && a.bwd_ms[d] == b.bwd_ms[d] &&
+                    a.stored_mb[d] == b.stored_mb[d] && a.peak_mb[d] == b.peak_mb[d] &&
+                    a.xfwd_ms[d] == b.xfwd_ms[d] && a.xbwd_ms[d] == b.xbwd_ms[d]);
+}
+
+/* Over a memo of `slots`: random shapes (varlen and whole rows, per-micro-batch cp parts), each
+ * followed by its variants one field off and by the other cost model's answer (with one slot, each
+ * would be answered from the memo if its equality missed that field); repeats; more shapes than
+ * slots. A shape the cost model refuses is refused again, not kept. */
+static void check_memo(cost_model *const *cm, int slots)
+{
+    dp_err err = {0};
+    stage_memo *memo = stage_memo_new(slots);
+    assert_non_null(memo);
+    stage_model plain[2], memoised[2];
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(stage_model_init(&plain[k], cm[k], 4, 1, 2, 1, 80000, &err), DP_OK);
+        memoised[k] = plain[k], memoised[k].memo = memo;
+    }
+    unsigned seed = 7;
+    cost_shape kept[64];
+    for (int i = 0; i < 4096 + 1000; i++) {
+        int k = rand_r(&seed) % 2;
+        cost_shape s;
+        if (i >= 4096 && i % 2) { /* repeats, some long replaced in their slot */
+            s = kept[rand_r(&seed) % 64];
+        } else {
+            int rows = 1 + rand_r(&seed) % 8, len = 128 * (1 + rand_r(&seed) % 64);
+            s = cost_shape_rows(rows, len, 0);
+            if (rand_r(&seed) % 2) { /* varlen: samples' own attention */
+                s.varlen = 1;
+                s.enc_max = len / (1 + rand_r(&seed) % 4);
+                s.enc_sq = (double)s.enc_max * s.enc_max + rows * (double)len * len / 7;
+            }
+            s.cp = 1 << (rand_r(&seed) % 3); /* a part at cp 1, 2 or 4 (the cp-auto model's) */
+            if (i < 64) kept[i] = s;
+        }
+        check_memo_shape(plain, memoised, k, &s);
+        cost_shape v[7] = {s, s, s, s, s, s, s};
+        v[0].mbs++, v[1].enc_len += 128, v[2].varlen = !s.varlen, v[3].enc_sq += 1e6;
+        v[4].enc_max = s.enc_max ? s.enc_max / 2 : s.enc_len / 2, v[5].cp = s.cp == 4 ? 2 : 4;
+        for (int j = 0; j < 6; j++) {
+            check_memo_shape(plain, memoised, k, &v[j]);
+            check_memo_shape(plain, memoised, k, &s);
+        }
+        check_memo_shape(plain, memoised, !k, &v[6]); /* the other model, the same shape */
+    }
+    cost_shape empty = cost_shape_rows(0, 128, 0);
+    mb_cost c;
+    for (int i = 0; i < 2; i++) {
+        dp_err e = {0};
+        assert_int_equal(stage_model_cost(&memoised[1], &empty, &c, &e), DP_ERR_INFEASIBLE);
+        assert_non_null(strstr(e.msg, "empty"));
+    }
+    stage_memo_free(memo);
+}
+
+static void test_stage_memo_answers_as_cost_model(void **state)
+{
+    (void)state;
+    cost_model *cm[2] = {analytic("llama3-8b", "dgx-h100", 1, RECOMPUTE_NONE, NULL),
+                         analytic("llama3-8b", "dgx-h100", 1, RECOMPUTE_FULL, NULL)};
+    dp_err err = {0};
+    assert_int_equal(cost_model_set_cp_auto(cm[0], 4, 0, &err), DP_OK);
+    assert_int_equal(cost_model_set_cp_auto(cm[1], 4, 0, &err), DP_OK);
+    check_memo(cm, 1); /* every shape replaces the last: each answer rests on the memo's equality */
+    check_memo(cm, STAGE_MEMO_SLOTS);
+    cost_model_free(cm[0]);
+    cost_model_free(cm[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_global_batches),
+        cmocka_unit_test(test_stage_memo_answers_as_cost_model),
         cmocka_unit_test(test_streamed_batches_match),
         cmocka_unit_test(test_packing_rules),
         cmocka_unit_test(test_pack_dataset_batches),
