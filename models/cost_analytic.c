@@ -18,8 +18,14 @@
  * see each other.
  *
  * Bytes moved through HBM: the layer's fp16 weights once, plus elementwise traffic of
- * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations and 2 passes over (b, s, f / t)
- * (layer norms, GeLU, dropout, residuals); the postprocess adds fp32 softmax over (b, s, V / t).
+ * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations (the two norms' reads and writes, the
+ * two residual adds with their dropouts) and, per the architecture's own elementwise ops
+ * (elementwise_bytes): 2 passes over (b, s, f / t) for an ungated MLP's activation (GeLU: read,
+ * write), 3 for a gated one (SwiGLU reads the gate's and the up projection's outputs and writes
+ * one), and with rotary positions 2 over the queries and keys (b, s, (hk + hkv) / t; latent
+ * attention: the heads' rotary parts and the shared rotary key), which are read and rotated in
+ * place; the postprocess adds fp32 softmax over (b, s, V / t). The GPT-2-kind layer the A100
+ * profile measured (layer norms, GeLU, dropout) is the 8 + 2 passes the fit was made with.
  *
  * Tensor parallelism (t > 1) adds Megatron's all-reduces of the (b, s, h) fp16 activations, two
  * per layer forward (after attention and after the MLP; three in a T5 decoder layer) and as many
@@ -561,12 +567,27 @@ static void gemm_floor_multipliers(const cost_model *cm, const model_spec *m, co
  * fp32 logits written, read and their gradient written; a layer's elementwise passes over
  * (tokens, h), split along the sequence with SP, and over (tokens, f / t), and under fp8 the
  * casts of its GEMMs' activation operands (fp8_cast_bytes). Linear in the tokens. */
+/* The fp16 elements a layer's own elementwise ops read and write per token beyond the
+ * ELEMENTWISE_PASSES over the hidden state (the header): the MLP's activation, 2 passes over its
+ * f / t (GeLU) or 3 (a gated MLP's SwiGLU: gate and up read, one written); rotary positions, a
+ * read and a write of the queries and keys (latent attention: each head's rotary part and the
+ * shared rotary key). */
+static double elementwise_elems(const model_spec *m, double t)
+{
+    double e = (m->glu ? 3.0 : 2.0) * m->ffn / t;
+    if (m->rope)
+        e += 2 * (m->kv_lora > 0 ? (double)m->heads * m->qk_rope_dim / t + m->qk_rope_dim
+                                 : (model_attn_q_width(m) + model_attn_kv_width(m)) / t);
+    return e;
+}
+
 static double token_bytes(const cost_model *cm, const model_spec *m, cost_component c, double tokens)
 {
     double h = m->hidden, t = cm->tp;
     if (c == COMP_POSTPROCESS) return 3 * 4.0 * tokens * m->vocab / t;
     int sp = cm->seq_parallel && cm->tp > 1;
-    double bytes = 2 * ELEMENTWISE_PASSES * tokens * h / (sp ? t : 1) + 2 * 2.0 * tokens * m->ffn / t;
+    double bytes = 2 * ELEMENTWISE_PASSES * tokens * h / (sp ? t : 1) +
+                   2.0 * tokens * elementwise_elems(m, t);
     if (cm->precision == PRECISION_FP8) bytes += fp8_cast_bytes(m, c, tokens, t);
     return bytes;
 }

@@ -349,11 +349,51 @@ static void test_straggler_on_the_timeline(void **state)
     }
 }
 
+/* The elementwise bytes a layer moves (cost_analytic.c's header), written out here per op: 8
+ * passes over the hidden state (the norms, the residual adds), the MLP's activation over its
+ * width (GeLU 2 passes, a gated MLP's SwiGLU 3), a rotary model's queries and keys rotated (2
+ * passes over them), and the weights read once. Measured as the forward's change with mem_eff:
+ * the byte term is the only one that has it. Llama-3.1-8B (gated, rotary, grouped-query) and
+ * GPT-6.7B (neither), tp 1 and 4 (sequence parallel: the hidden-state passes split). */
+static void test_elementwise_bytes_by_architecture(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"llama3.1-8b", "gpt-6.7b-16l"};
+    for (int i = 0; i < 2; i++)
+        for (int tp = 1; tp <= 4; tp *= 4) {
+            analytic_params p;
+            cluster_spec c;
+            assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
+            analytic_params_for_gpu(&c.gpu, &p);
+            p.fwd_floor_ms = p.bwd_floor_ms = 0;
+            cost_model *a = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
+            p.mem_eff /= 2;
+            cost_model *b = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
+            const model_spec *m = &a->model;
+            double h = m->hidden, f = m->ffn, t = tp;
+            double hk = (double)m->heads * m->kv_channels;
+            double hkv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
+            double len = 4096, sp = a->seq_parallel && tp > 1 ? t : 1;
+            double elems = 8 * h / sp + (m->glu ? 3 : 2) * f / t + (m->rope ? 2 * (hk + hkv) / t : 0);
+            double bytes = 2 * len * elems + 1e6 * a->param_mb[COMP_ENCODER];
+            cost_shape s = cost_shape_rows(1, (int)len, 0);
+            cost_layer la, lb;
+            assert_int_equal(cost_query(a, COMP_ENCODER, &s, &la, NULL), DP_OK);
+            assert_int_equal(cost_query(b, COMP_ENCODER, &s, &lb, NULL), DP_OK);
+            /* at half the rate the bytes take twice as long: the difference is their time at a's */
+            double bw = c.gpu.hbm_gbps * 1e9 * 2 * p.mem_eff;
+            assert_rel(lb.fwd_ms - la.fwd_ms, bytes / bw * 1e3, 1e-9);
+            assert_true(m->glu == !i && m->rope == !i); /* both kinds covered */
+            cost_model_free(a), cost_model_free(b);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_efficiency_by_shape),
         cmocka_unit_test(test_fp8_gemms_by_the_presets_ratio),
+        cmocka_unit_test(test_elementwise_bytes_by_architecture),
         cmocka_unit_test(test_fp8_refused_where_it_cannot_run),
         cmocka_unit_test(test_fp32_grad_reduce_moves_twice_the_bytes),
         cmocka_unit_test(test_hfu_never_exceeds_the_best_gemm),
