@@ -49,7 +49,7 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
         cfg->zero_fwd_ms[s] = sm->zero_fwd_ms[s], cfg->zero_bwd_ms[s] = sm->zero_bwd_ms[s];
         cfg->zero_layers[s] = sm->enc_layers[s] + sm->dec_layers[s];
         cfg->allreduce_ms[s] = sm->zero_iter_ms[s];
-        cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s]);
+        cfg->optimizer_ms[s] = study_optimizer_ms(hw, cfg->optimizer_mb[s], sm->cm->grad_bytes);
         if (sm->cm->overlap & COST_OVERLAP_DP && sm->zero_grad_ms[s] > 0) {
             cfg->grad_ms[s] = sm->zero_grad_ms[s];
             cfg->grad_buckets[s] = (int)ceil(sm->param_mb[s] / STUDY_GRAD_BUCKET_MB);
@@ -58,10 +58,11 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
     }
 }
 
-double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb)
+double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb, double grad_bytes)
 {
     double params = 1e6 * optimizer_mb / BYTES_OPTIMIZER; /* the parameters of the shard */
-    return params * OPTIMIZER_STEP_BYTES / (hw->gpu.hbm_gbps * 1e9 * OPTIMIZER_HBM_EFF) * 1e3;
+    return params * (OPTIMIZER_STEP_BYTES + grad_bytes) /
+           (hw->gpu.hbm_gbps * 1e9 * OPTIMIZER_HBM_EFF) * 1e3;
 }
 
 /* The study's own sink: hashes every op, then forwards to the caller's. */

@@ -243,13 +243,14 @@ void study_sim_config(const stage_model *sm, const cluster_spec *hw, sim_config 
 
 /* The optimizer step of a device whose optimizer state is optimizer_mb (the fp32 state of the
  * parameters it steps: all of them, or its 1/dp shard under ZeRO >= 1, as models/memory.h
- * partitions it): mixed-precision Adam reads the fp16 gradient and the fp32 master weight,
- * momentum and variance and writes the last three and the fp16 weight, OPTIMIZER_STEP_BYTES
+ * partitions it): mixed-precision Adam reads the gradient (grad_bytes a parameter: 2, or 4 where
+ * gradients are reduced in fp32, cost_model.grad_bytes) and the fp32 master weight, momentum and
+ * variance and writes the last three and the 16-bit weight, OPTIMIZER_STEP_BYTES + grad_bytes
  * per parameter, streamed through HBM at OPTIMIZER_HBM_EFF of its bandwidth (a fused
  * multi-tensor step is bandwidth-bound). ms. */
-#define OPTIMIZER_STEP_BYTES 28.0
+#define OPTIMIZER_STEP_BYTES 26.0
 #define OPTIMIZER_HBM_EFF 0.8
-double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb);
+double study_optimizer_ms(const cluster_spec *hw, double optimizer_mb, double grad_bytes);
 
 /* Writes r as the metrics JSON contract (docs/formats.md "Metrics JSON"). */
 char *study_metrics_json(const study_result *r);
