@@ -563,6 +563,32 @@ static dp_status deal_snake(mb_list *out, int first, const double *load, int nb,
  * k bins, k the fewest multiple of D whose bins each fit one --max-seqlen row (batch_row_fits),
  * starting from the tokens over the row length; each bin is one varlen micro-batch, dealt to
  * the replicas by deal_snake. */
+/* packing-kk's try at k rows: KK's partition of the weights into bin[] and whether every row
+ * holds its samples within the length caps (*fits); rows[] the caller's, k of them. */
+#define KK_LINEAR_STEPS 8
+/* KK's time grows with samples x rows (a node of k bins absorbs others bin by bin): past this a
+ * batch takes minutes, and packing-kk refuses it (packing-wlb balances rows greedily at any size) */
+#define KK_MAX_CELLS (1LL << 26)
+static dp_status kk_rows_fit(const batch_rules *r, const sample_len *s, const double *w, int n,
+                             int k, int *bin, row *rows, int *fits, dp_err *err)
+{
+    if ((long long)n * k > KK_MAX_CELLS)
+        return dp_fail(err, DP_ERR_INFEASIBLE,
+                       "packing-kk: Karmarkar-Karp of %d samples into %d rows is past its bound "
+                       "(samples x rows over %lld: minutes a batch)\nhint: packing-wlb balances the "
+                       "rows greedily at any size, or a smaller --global-tokens",
+                       n, k, KK_MAX_CELLS);
+    if (n > 0 && kk_partition(w, n, k, bin) != DP_OK)
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    *fits = 1;
+    for (int b = 0; b < k; b++) rows[b].use = (batch_row){0, 0};
+    for (int i = 0; i < n && *fits; i++) {
+        *fits = batch_row_fits(r, &rows[bin[i]].use, &s[i]);
+        rows[bin[i]].use.enc += s[i].enc, rows[bin[i]].use.dec += s[i].dec;
+    }
+    return DP_OK;
+}
+
 static dp_status split_packing_kk(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
                                   dp_err *err)
 {
@@ -589,20 +615,30 @@ static dp_status split_packing_kk(const batch_ctx *ctx, const sample_len *s, int
     }
     k = (k + D - 1) / D * D;
     if (k < D) k = D;
-    for (;; k += D) {
-        if (k > n) k = (n + D - 1) / D * D; /* one sample per bin always fits */
-        if (n > 0 && kk_partition(w, n, (int)k, bin) != DP_OK) {
-            st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-        int fits = 1;
-        for (int b = 0; b < k; b++) rows[b].use = (batch_row){0, 0};
-        for (int i = 0; i < n && fits; i++) {
-            fits = batch_row_fits(r, &rows[bin[i]].use, &s[i]);
-            rows[bin[i]].use.enc += s[i].enc, rows[bin[i]].use.dec += s[i].dec;
-        }
-        if (fits || k >= n) break;
+    /* the fewest rows (a multiple of D) whose partition fits the length caps: D more at a time for
+     * KK_LINEAR_STEPS tries, then doubling the step to a count that fits and halving back to the
+     * first that does (a batch of thousands of rows would otherwise run KK thousands of times) */
+    int64_t most = (n + D - 1) / D * D; /* one sample per bin always fits */
+    int64_t fail = 0, fit = 0, step = D, tried = 0; /* tried: the count bin[] now holds */
+    int fits;
+    for (int tries = 0; !fit; tries++) {
+        if (k > most) k = most;
+        if ((st = kk_rows_fit(r, s, w, n, (int)k, bin, rows, &fits, err)) != DP_OK) goto out;
+        tried = k;
+        if (fits || k >= most) fit = k;
+        else fail = k;
+        if (tries + 1 >= KK_LINEAR_STEPS) step *= 2;
+        k += step;
     }
+    while (fit - fail > D && fail > 0) { /* bisect (fail, fit] in steps of D */
+        int64_t mid = fail + (fit - fail) / 2 / D * D;
+        if ((st = kk_rows_fit(r, s, w, n, (int)mid, bin, rows, &fits, err)) != DP_OK) goto out;
+        tried = mid;
+        *(fits ? &fit : &fail) = mid;
+    }
+    k = fit;
+    if (tried != k && (st = kk_rows_fit(r, s, w, n, (int)k, bin, rows, &fits, err)) != DP_OK)
+        goto out;
     /* bins left empty (fewer samples than bins) are dropped: renumber the others in order */
     int nb = 0, *renum = calloc((size_t)(k > 0 ? k : 1), sizeof *renum);
     if (!renum) {
@@ -1087,32 +1123,105 @@ dp_status mb_list_finish(const batch_ctx *ctx, mb_list *l, dp_err *err)
 
 /* ---- Karmarkar–Karp --------------------------------------------------------------------------- */
 
-/* A partial solution: k bin sums, and which bin each item went to (as a list per bin). */
+/* A partial solution: k bins sorted by their sums, descending, as Karmarkar-Karp keeps them; its
+ * non-empty bins are the first n of them (every weight is positive), so only those are stored:
+ * memory grows with the items, not with items x k. */
+typedef struct kk_bin {
+    double sum;
+    int *items; /* the items in it */
+    int count, cap;
+} kk_bin;
+
 typedef struct kk_node {
-    double *sum; /* k sums, sorted descending */
-    int **items; /* k item lists */
-    int *count;
-    int *cap;
+    kk_bin *bin; /* its non-empty bins, bin[0 .. n) (n <= k); bins n .. k - 1 are empty */
+    int n;
 } kk_node;
 
+/* The largest bin sum less the smallest: an empty bin's 0 while the node has one. */
 static double kk_spread(const kk_node *x, int k)
 {
-    return x->sum[0] - x->sum[k - 1];
+    return x->n < k ? x->bin[0].sum : x->bin[0].sum - x->bin[k - 1].sum;
 }
 
-static void kk_sort(kk_node *x, int k)
+static void kk_node_free(kk_node *x)
 {
-    for (int a = 1; a < k; a++)
-        for (int b = a; b > 0 && x->sum[b] > x->sum[b - 1]; b--) {
-            double ts = x->sum[b];
-            x->sum[b] = x->sum[b - 1], x->sum[b - 1] = ts;
-            int *ti = x->items[b];
-            x->items[b] = x->items[b - 1], x->items[b - 1] = ti;
-            int tc = x->count[b];
-            x->count[b] = x->count[b - 1], x->count[b - 1] = tc;
-            tc = x->cap[b];
-            x->cap[b] = x->cap[b - 1], x->cap[b - 1] = tc;
+    for (int j = 0; x->bin && j < x->n; j++) free(x->bin[j].items);
+    free(x->bin);
+    x->bin = NULL, x->n = 0;
+}
+
+/* Stable sort of b[0 .. n) by sum, descending: a merge sort through tmp (n bins), since a merge
+ * of two full nodes leaves sums of nearly equal pairs in any order (an insertion sort was
+ * quadratic there). */
+static void kk_sort(kk_bin *b, kk_bin *tmp, int n)
+{
+    if (n < 2) return;
+    int h = n / 2;
+    kk_sort(b, tmp, h);
+    kk_sort(b + h, tmp, n - h);
+    int i = 0, j = h, o = 0;
+    while (i < h || j < n) /* the left's first on a tie: stable */
+        tmp[o++] = j >= n || (i < h && !(b[j].sum > b[i].sum)) ? b[i++] : b[j++];
+    memcpy(b, tmp, (size_t)n * sizeof *b);
+}
+
+/* Karmarkar-Karp's merge of y into x: x's bin j takes y's bin k - 1 - j (the largest with the
+ * smallest), and x's bins are sorted again, stably. Where the two nodes' non-empty bins fit in k
+ * (x->n + y->n <= k) no bin takes two: y's bins land below x's, in reverse, and the stable sort
+ * of that sequence is a merge. Frees y's storage. */
+static dp_status kk_merge(kk_node *x, kk_node *y, int k)
+{
+    int n = x->n + y->n < k ? x->n + y->n : k;
+    kk_bin *out = malloc((size_t)n * sizeof *out);
+    if (!out) return DP_ERR_NOMEM;
+    if (x->n + y->n <= k) {
+        /* y reversed, sorted stably (descending): each run of equal sums in y's order reversed */
+        kk_bin *r = y->bin;
+        for (int i = 0; i < y->n;) {
+            int j = i;
+            while (j + 1 < y->n && r[j + 1].sum == r[i].sum) j++;
+            for (int lo = i, hi = j; lo < hi; lo++, hi--) {
+                kk_bin t = r[lo];
+                r[lo] = r[hi], r[hi] = t;
+            }
+            i = j + 1;
         }
+        int a = 0, c = 0, o = 0; /* merge, x's first on a tie (they come first in the sequence) */
+        while (a < x->n || c < y->n)
+            out[o++] = c >= y->n || (a < x->n && !(r[c].sum > x->bin[a].sum)) ? x->bin[a++] : r[c++];
+    } else {
+        for (int j = 0; j < k; j++) {
+            int yj = k - 1 - j;
+            kk_bin *from = j < x->n ? &x->bin[j] : NULL, *add = yj < y->n ? &y->bin[yj] : NULL;
+            kk_bin t = from ? *from : (kk_bin){0, NULL, 0, 0};
+            if (add) {
+                size_t cap = (size_t)t.cap;
+                if (dp_grow((void **)&t.items, &cap, (size_t)(t.count + add->count), sizeof(int)) !=
+                    DP_OK) {
+                    for (int i = 0; i < j; i++) free(out[i].items);
+                    free(out);
+                    return DP_ERR_NOMEM;
+                }
+                memcpy(t.items + t.count, add->items, (size_t)add->count * sizeof(int));
+                t.cap = (int)cap, t.count += add->count, t.sum += add->sum;
+                free(add->items), add->items = NULL;
+            }
+            if (from) from->items = NULL; /* moved into out */
+            out[j] = t;
+        }
+        kk_bin *tmp = malloc((size_t)k * sizeof *tmp);
+        if (!tmp) {
+            for (int i = 0; i < k; i++) free(out[i].items);
+            free(out);
+            return DP_ERR_NOMEM;
+        }
+        kk_sort(out, tmp, k);
+        free(tmp); /* every bin of x and of y is now in out */
+    }
+    free(x->bin), free(y->bin);
+    x->bin = out, x->n = n;
+    y->bin = NULL, y->n = 0;
+    return DP_OK;
 }
 
 /* The live nodes by spread, largest first, ties to the lower slot (the order a scan of the slots
@@ -1170,7 +1279,7 @@ static void kk_remove(kk_heap *q, int slot)
 
 dp_status kk_partition(const double *w, int n, int k, int *bin)
 {
-    kk_node *nodes = calloc((size_t)n, sizeof *nodes);
+    kk_node *nodes = calloc((size_t)(n ? n : 1), sizeof *nodes);
     kk_heap q = {malloc((size_t)(n ? n : 1) * sizeof(int)), malloc((size_t)(n ? n : 1) * sizeof(int)),
                  malloc((size_t)(n ? n : 1) * sizeof(double)), 0};
     if (!nodes || !q.at || !q.pos || !q.spread) {
@@ -1178,18 +1287,18 @@ dp_status kk_partition(const double *w, int n, int k, int *bin)
         return DP_ERR_NOMEM;
     }
     dp_status st = DP_OK;
-    for (int i = 0; i < n && st == DP_OK; i++) {
+    for (int i = 0; i < n && st == DP_OK; i++) { /* one item, in the first of k bins */
         kk_node *x = &nodes[i];
-        x->sum = calloc((size_t)k, sizeof *x->sum);
-        x->items = calloc((size_t)k, sizeof *x->items);
-        x->count = calloc((size_t)k, sizeof *x->count);
-        x->cap = calloc((size_t)k, sizeof *x->cap);
-        if (!x->sum || !x->items || !x->count || !x->cap) st = DP_ERR_NOMEM;
-        else {
-            x->items[0] = malloc(sizeof(int));
-            if (!x->items[0]) st = DP_ERR_NOMEM;
-            else x->items[0][0] = i, x->count[0] = 1, x->cap[0] = 1, x->sum[0] = w[i];
+        x->bin = malloc(sizeof *x->bin);
+        int *items = malloc(sizeof *items);
+        if (!x->bin || !items) {
+            free(items);
+            st = DP_ERR_NOMEM;
+            break;
         }
+        items[0] = i;
+        x->bin[0] = (kk_bin){w[i], items, 1, 1};
+        x->n = 1;
     }
     int alive = n;
     for (int i = 0; st == DP_OK && i < n; i++) {
@@ -1200,31 +1309,15 @@ dp_status kk_partition(const double *w, int n, int k, int *bin)
     while (st == DP_OK && alive > 1) {
         /* the two nodes of largest spread: the heap's root and the better of its children */
         int a = q.at[0], b = q.size > 2 && kk_before(&q, q.at[2], q.at[1]) ? q.at[2] : q.at[1];
-        /* combine: a's largest with b's smallest, and so on */
-        kk_node *x = &nodes[a], *y = &nodes[b];
-        for (int j = 0; j < k && st == DP_OK; j++) {
-            int yj = k - 1 - j;
-            size_t need = (size_t)(x->count[j] + y->count[yj]), cap = (size_t)x->cap[j];
-            if (dp_grow((void **)&x->items[j], &cap, need, sizeof(int)) != DP_OK) {
-                st = DP_ERR_NOMEM;
-                break;
-            }
-            x->cap[j] = (int)cap;
-            if (y->count[yj])
-                memcpy(x->items[j] + x->count[j], y->items[yj], (size_t)y->count[yj] * sizeof(int));
-            x->count[j] += y->count[yj];
-            x->sum[j] += y->sum[yj];
-        }
-        kk_sort(x, k);
-        q.spread[a] = kk_spread(x, k);
+        if ((st = kk_merge(&nodes[a], &nodes[b], k)) != DP_OK) break;
+        q.spread[a] = kk_spread(&nodes[a], k);
         kk_up(&q, q.pos[a]);
         kk_down(&q, q.pos[a]);
         /* drop b (move the last alive node into its place) */
-        for (int j = 0; j < k; j++) free(y->items[j]);
-        free(y->sum), free(y->items), free(y->count), free(y->cap);
         kk_remove(&q, b);
         if (b != alive - 1) {
             nodes[b] = nodes[alive - 1];
+            nodes[alive - 1] = (kk_node){NULL, 0};
             q.spread[b] = q.spread[alive - 1];
             kk_place(&q, q.pos[alive - 1], b); /* its slot drops: it can only rise */
             kk_up(&q, q.pos[b]);
@@ -1232,13 +1325,9 @@ dp_status kk_partition(const double *w, int n, int k, int *bin)
         alive--;
     }
     if (st == DP_OK && n > 0)
-        for (int j = 0; j < k; j++)
-            for (int c = 0; c < nodes[0].count[j]; c++) bin[nodes[0].items[j][c]] = j;
-    for (int i = 0; i < alive; i++) {
-        kk_node *x = &nodes[i];
-        for (int j = 0; x->items && j < k; j++) free(x->items[j]);
-        free(x->sum), free(x->items), free(x->count), free(x->cap);
-    }
+        for (int j = 0; j < nodes[0].n; j++)
+            for (int c = 0; c < nodes[0].bin[j].count; c++) bin[nodes[0].bin[j].items[c]] = j;
+    for (int i = 0; i < n; i++) kk_node_free(&nodes[i]);
     free(nodes), free(q.at), free(q.pos), free(q.spread);
     return st;
 }

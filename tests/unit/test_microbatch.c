@@ -1375,6 +1375,52 @@ static void test_stage_memo_answers_as_cost_model(void **state)
     cost_model_free(cm[1]);
 }
 
+/* packing-kk's search for its row count: samples of just over half a row (one a row) or a third
+ * (two a row) start it at a half or two thirds of the rows it needs, past its linear steps, so
+ * the doubling and the bisection must land on the fewest rows that fit; and a batch past KK's
+ * bound is refused, naming the way out. */
+static void test_packing_kk_rows(void **state)
+{
+    (void)state;
+    unsigned seed = 5;
+    for (int D = 1; D <= 2; D++) {
+        fixture f;
+        fixture_init(&f, &seed, 0, 2, 1, D, 1e6);
+        f.ctx.varlen = 1;
+        const batcher *kk = batcher_find("packing-kk");
+        for (int n = 1; n <= 120; n += 17) {
+            sample_len s[120];
+            for (int per = 1; per <= 2; per++) { /* one a row fits, or two */
+                for (int i = 0; i < n; i++)
+                    s[i] = (sample_len){i, f.rules.max_seqlen / (per + 1) + 1 + (per == 1) * (i % 3), 0};
+                mb_list l;
+                mb_list_init(&l);
+                dp_err err = {0};
+                assert_int_equal(kk->split(&f.ctx, s, n, &l, &err), DP_OK);
+                /* the fewest rows that fit (equal samples: KK deals them evenly), D at a time */
+                int want = per == 1 ? n : ((n + 1) / 2 + D - 1) / D * D;
+                assert_int_equal(l.n_mb, want < n ? want : n);
+                mb_list_release(&l);
+            }
+        }
+        fixture_release(&f);
+    }
+    fixture f;
+    fixture_init(&f, &seed, 0, 2, 1, 1, 1e6);
+    f.ctx.varlen = 1;
+    int n = 40000; /* 8 a row: 5,000 rows, 2e8 cells */
+    sample_len *s = malloc((size_t)n * sizeof *s);
+    for (int i = 0; i < n; i++) s[i] = (sample_len){i, f.rules.max_seqlen / 8, 0};
+    mb_list l;
+    mb_list_init(&l);
+    dp_err err = {0};
+    assert_int_equal(batcher_find("packing-kk")->split(&f.ctx, s, n, &l, &err), DP_ERR_INFEASIBLE);
+    assert_non_null(strstr(err.msg, "packing-wlb"));
+    mb_list_release(&l);
+    free(s);
+    fixture_release(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1384,6 +1430,7 @@ int main(void)
         cmocka_unit_test(test_packing_rules),
         cmocka_unit_test(test_pack_dataset_batches),
         cmocka_unit_test(test_kk_balances),
+        cmocka_unit_test(test_packing_kk_rows),
         cmocka_unit_test(test_varlen_batchers),
         cmocka_unit_test(test_dynamic_varlen_never_worse),
         cmocka_unit_test(test_t5_order_is_a_short_path),
