@@ -9,6 +9,7 @@
 #include "../scheduler/schedule.h"
 #include "../planner/panels.h"
 #include "../planner/study.h"
+#include "../sim/timeline.h"
 #include "../traces/trace.h"
 #include "../traces/trace_stats.h"
 #include "cli.h"
@@ -288,9 +289,11 @@ static dp_status tl_row(void *vctx, const csv_row *r, dp_err *err)
     double t0, t1;
     if (dp_parse_i64(r->fields[c->idx[0]], 0, INT32_MAX, &it) != 0 ||
         dp_parse_i64(r->fields[c->idx[1]], 0, 4096, &stage) != 0 ||
-        dp_parse_i64(r->fields[c->idx[3]], -1, INT32_MAX, &mb) != 0 || /* -1: a stage-wide op */
-        dp_parse_f64(r->fields[c->idx[4]], &t0) != 0 || dp_parse_f64(r->fields[c->idx[5]], &t1) != 0 || t1 < t0)
-        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: bad iteration, stage, mb or times", r->path, r->line);
+        dp_parse_i64(r->fields[c->idx[3]], -1, INT32_MAX, &mb) != 0) /* -1: a stage-wide op */
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: bad iteration, stage or mb", r->path, r->line);
+    dp_status st = timeline_row_times(r->path, r->line, r->fields[c->idx[4]], r->fields[c->idx[5]],
+                                      &t0, &t1, err);
+    if (st != DP_OK) return st;
     if (it != c->iteration) return DP_OK;
     int64_t rep = 0, replica = 0;
     if ((c->idx[6] >= 0 && dp_parse_i64(r->fields[c->idx[6]], 0, INT32_MAX, &rep) != 0) ||

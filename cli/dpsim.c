@@ -1,4 +1,5 @@
 /* dpsim — the command-line driver. Thin: parse arguments, call the library, print. */
+#include <errno.h>
 #include <stdio.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -49,6 +50,16 @@ static void help(void)
            "Exit status: 0 success, 1 runtime failure, 2 usage error.\n");
 }
 
+/* A result printed to a standard output that could not take it (a full disk, a closed pipe) is a
+ * lost result: the run fails with the reason, whatever the subcommand returned. */
+static int stdout_checked(const char *sub, int rc)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    fprintf(stderr, "dpsim %s: error: standard output: write failed%s%s\n", sub, errno ? ": " : "",
+            errno ? strerror(errno) : "");
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv)
 {
     gsl_set_error_handler_off(); /* library code checks GSL's return codes instead */
@@ -73,7 +84,8 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
-        if (strcmp(name, SUBCOMMANDS[i].name) == 0) return SUBCOMMANDS[i].run(argc - 1, argv + 1);
+        if (strcmp(name, SUBCOMMANDS[i].name) == 0)
+            return stdout_checked(name, SUBCOMMANDS[i].run(argc - 1, argv + 1));
     }
     fprintf(stderr, "dpsim: unknown subcommand \"%s\"\nusage: %s\n", name, USAGE);
     return EXIT_USAGE;

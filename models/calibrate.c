@@ -206,6 +206,18 @@ dp_status calibrate_fit(const cost_model *profile, double holdout_frac, uint64_t
     res->n_holdout = n_hold;
     free(ape);
     cost_model_free(cm);
+    if (!(res->fit_median_ape <= CALIB_MAX_FIT_APE))
+        st = dp_fail(err, DP_ERR_INFEASIBLE,
+                     "the analytic model cannot describe this profile: fitted to its own points it "
+                     "errs by a median of %.3g%% (at most %.0f%% is a fit)\nhint: check the "
+                     "profile's times (a row off by orders of magnitude), or use the profile "
+                     "itself (--profile) rather than a fit of it",
+                     res->fit_median_ape, CALIB_MAX_FIT_APE);
+    else if (!(res->params.bwd_ratio >= 1))
+        st = dp_fail(err, DP_ERR_INFEASIBLE,
+                     "the fit puts the backward at %.3g of the forward's work, below the 1 every "
+                     "backward is (it runs two GEMMs for each of the forward's)\nhint: check the "
+                     "profile's bwd_ms rows", res->params.bwd_ratio);
 out:
     free(pts);
     return st;

@@ -26,7 +26,12 @@ typedef struct calib_result {
     int iterations;
 } calib_result;
 
-/* Fits the analytic model of profile's model, hardware, tp and recompute to its grid. */
+/* Fits the analytic model of profile's model, hardware, tp and recompute to its grid.
+ * DP_ERR_INFEASIBLE (res filled, for the report) where the fit errs by a median of more than
+ * CALIB_MAX_FIT_APE % on the very points it was fitted to (the shipped A100 profiles fit within a
+ * few %), or puts the backward below the forward's work (bwd_ratio < 1, which a fit file may not
+ * hold): no fit to write or use. */
+#define CALIB_MAX_FIT_APE 50.0
 dp_status calibrate_fit(const cost_model *profile, double holdout_frac, uint64_t seed,
                         calib_result *res, dp_err *err);
 

@@ -88,6 +88,11 @@ static inline cost_shape cost_shape_rows(int mbs, int enc_len, int dec_len)
  * mbs * enc_len^2, mbs * dec_len^2 and mbs * enc_len * dec_len. */
 void cost_shape_attn(const cost_shape *s, double *enc_sq, double *dec_sq, double *enc_dec);
 
+/* The largest time (ms) or memory (MB) a cost model's answer may hold: what one micro-batch on a
+ * stage may cost in a plan (scheduler/stage_cost.h STAGE_MAX_VALUE is it); a profile value past it
+ * is refused at its line. */
+#define COST_VALUE_MAX 1e7
+
 typedef struct cost_layer {
     double fwd_ms, bwd_ms;
     double fwd_xchg_ms, bwd_xchg_ms; /* of them, a MoE layer's token exchange (its all-to-alls),

@@ -941,8 +941,8 @@ dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m
     analytic_params_default(&p);
     double arr[ANALYTIC_N_PARAMS];
     analytic_params_to_array(&p, arr);
-    for (int i = 0; i < ANALYTIC_N_PARAMS; i++)
-        TRY(json_double(pj, ANALYTIC_PARAM_NAMES[i], name, 0, 1e6, 0, arr[i], &arr[i], err));
+    for (int i = 0; i < ANALYTIC_N_PARAMS; i++) /* each one: a fit states all six */
+        TRY(json_double(pj, ANALYTIC_PARAM_NAMES[i], name, 0, 1e6, 1, arr[i], &arr[i], err));
     analytic_params_from_array(arr, &p);
     for (int i = 0; i < 3; i++) /* gemm_eff, attn_eff, mem_eff: shares of a peak */
         if (!(arr[i] > 0 && arr[i] <= 1)) {
@@ -950,6 +950,11 @@ dp_status cost_fit_parse(const char *text, const char *name, const model_spec *m
                          "not %g", name, ANALYTIC_PARAM_NAMES[i], arr[i]);
             goto out;
         }
+    if (!(p.bwd_ratio >= 1)) { /* a backward runs two GEMMs for each of the forward's */
+        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"params.bwd_ratio\" must be at least 1 (a "
+                     "backward does the forward's work twice over), not %g", name, p.bwd_ratio);
+        goto out;
+    }
     if (want_tp >= 1) tp = want_tp, rc = (recompute_mode)want_rc;
     TRY(cost_analytic_new(m, &hw, tp, rc, &p, out, err));
 out:

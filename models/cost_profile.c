@@ -130,6 +130,12 @@ static dp_status on_row(void *vctx, const csv_row *r, dp_err *err)
     if (v < 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: value \"%s\" is negative", r->path, r->line,
                        f[7]);
+    if ((metric == M_FWD || metric == M_BWD) && !(v > 0)) /* a layer that runs takes time */
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: %s \"%s\" is not a time: a layer's pass takes "
+                       "more than 0 ms", r->path, r->line, f[3], f[7]);
+    if (v > COST_VALUE_MAX)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: %s \"%s\" is beyond %.0e, what one micro-batch "
+                       "may cost in a plan", r->path, r->line, f[3], f[7], COST_VALUE_MAX);
     if (tp != c->tp || cp != c->cp || strcmp(f[1], c->rc) != 0 ||
         (tp > 1 && c->sp >= 0 && sp != c->sp)) {
         c->other_rows++;

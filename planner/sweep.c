@@ -132,6 +132,15 @@ int sweep_grid_parse(const plan_request *base, const char *spec, sweep_grid *g, 
                 return cli_usage_error(cmd, usage, "grid key \"%s\" is not a plan option",
                                        g->keys[k]);
             if (rc < 0) return EXIT_USAGE;
+            /* a model or a cluster that names nothing is the request's error, not a point's
+             * result: refused before any point runs */
+            dp_err bad = {0};
+            model_spec m;
+            cluster_spec c;
+            if ((strcmp(g->keys[k], "model") == 0 &&
+                 model_resolve(g->values[k][v], &m, &bad) != DP_OK) ||
+                (strcmp(g->keys[k], "hw") == 0 && cluster_resolve(g->values[k][v], &c, &bad) != DP_OK))
+                return cli_usage_error(cmd, usage, "grid key %s: %s", g->keys[k], bad.msg);
         }
     /* the canonical texts; a value listed twice would run its points twice */
     for (int k = 0; k < g->nkeys; k++)
@@ -198,7 +207,8 @@ void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char
         st = study_run(&o, &env.trace, &r, &err);
     }
     plan_env_release(&env);
-    if (st == DP_ERR_IO || st == DP_ERR_NOMEM) { /* not the configuration's: no row (sweep.h) */
+    if (st == DP_ERR_IO || st == DP_ERR_PARSE || st == DP_ERR_NOMEM) { /* not the configuration's:
+                                                                         * no row (sweep.h) */
         char key[SWEEP_ROW_MAX];
         size_t k = sweep_point_key(g, i, key, sizeof key);
         if (k > 0 && key[k - 1] == ',') key[k - 1] = '\0'; /* the cells, without the row's comma */

@@ -48,8 +48,9 @@ typedef struct sweep_grid {
     long points;
 } sweep_grid;
 
-/* Parses spec into g and checks every value against base's option table. 0, or EXIT_USAGE after
- * a usage error naming the key and value (printed as cmd's, with usage). */
+/* Parses spec into g and checks every value against base's option table, and that each model and
+ * hw value names a preset or a readable file of one. 0, or EXIT_USAGE after a usage error naming
+ * the key and value (printed as cmd's, with usage). */
 int sweep_grid_parse(const plan_request *base, const char *spec, sweep_grid *g, const char *cmd,
                      const char *usage);
 
@@ -62,9 +63,10 @@ void sweep_point_request(const plan_request *base, const sweep_grid *g, long i, 
 
 /* Runs point i (set-up, study) and formats its CSV row, without a newline, into row (cap at least
  * SWEEP_ROW_MAX). A point that fails has a row saying why in its error column — but one that
- * could not be run at all (an I/O error: a file that cannot be read; out of memory), which says
- * nothing of the configuration, gets no row: row is SWEEP_NO_ROW and the message instead, which
- * sweep_append counts, and a resume runs the point again. */
+ * could not be run at all (an I/O error: a file that cannot be read; one that is malformed, as a
+ * grid's trace that is no trace; out of memory), which says nothing of the configuration, gets no
+ * row: row is SWEEP_NO_ROW and the message instead, which sweep_append counts (the sweep then
+ * fails naming it), and a resume runs the point again. */
 #define SWEEP_NO_ROW '\x01'
 void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char *row, size_t cap);
 void sweep_run_point(const plan_request *base, const sweep_grid *g, long i, char *row, size_t cap);

@@ -36,7 +36,7 @@
 /* The largest time (ms) or memory (MB) of one micro-batch on a stage: what a plan may hold and
  * the simulator's integer nanosecond clock adds up safely (plan_machine.h PLAN_MAX_VALUE);
  * stage_model_cost refuses a cost beyond it (DP_ERR_INFEASIBLE naming the shape). */
-#define STAGE_MAX_VALUE 1e7
+#define STAGE_MAX_VALUE COST_VALUE_MAX
 
 /* A memo of layer costs by micro-batch shape (what stage_model_cost asks the cost model): a run
  * that prices the same micro-batches again — auto's candidates under each schedule, the plan built

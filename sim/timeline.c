@@ -132,3 +132,17 @@ void timeline_abort(timeline_out *t)
     out_abort(&t->chrome_o);
     t->csv = t->chrome = NULL;
 }
+
+dp_status timeline_row_times(const char *path, long line, const char *start_cell,
+                             const char *end_cell, double *start, double *end, dp_err *err)
+{
+    if (dp_parse_f64(start_cell, start) != 0 || dp_parse_f64(end_cell, end) != 0 || *end < *start ||
+        *start < 0)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: start_us/end_us must be numbers with 0 <= start "
+                       "<= end", path, line);
+    if (*end > TIMELINE_MAX_US || *end - *start > COST_VALUE_MAX * 1e3)
+        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: start_us %s / end_us %s: an op of at most %.0e us "
+                       "ending within %.0e us of the run's start is a measurement; this is not",
+                       path, line, start_cell, end_cell, COST_VALUE_MAX * 1e3, TIMELINE_MAX_US);
+    return DP_OK;
+}

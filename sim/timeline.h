@@ -36,4 +36,13 @@ dp_status timeline_close(timeline_out *t, dp_err *err);
 /* Drops both (a failed run): no file is created or replaced. */
 void timeline_abort(timeline_out *t);
 
+/* Reading a timeline CSV (validate's measured runs, plot timeline): one row's start_us and end_us
+ * cells into *start and *end, microseconds. A row's times are 0 <= start <= end, the op no longer
+ * than a plan's op may be (COST_VALUE_MAX ms) and ending within TIMELINE_MAX_US of the run's start;
+ * else DP_ERR_PARSE naming path:line and the cells (a figure off by orders of magnitude is no
+ * measurement). */
+#define TIMELINE_MAX_US 1e13 /* 116 days */
+dp_status timeline_row_times(const char *path, long line, const char *start_cell,
+                             const char *end_cell, double *start, double *end, dp_err *err);
+
 #endif /* TIMELINE_H */

@@ -9,6 +9,7 @@
 
 #include "../common/csv_table.h"
 #include "../scheduler/stage_cost.h"
+#include "timeline.h"
 
 /* A compute op's duration, keyed by where it ran (and, measured, which run of its iteration). */
 typedef struct op_time {
@@ -240,8 +241,8 @@ static dp_status meas_row(void *vctx, const csv_row *r, dp_err *err)
     if (dp_parse_i64(f[c->idx[3]], stage_wide ? -1 : 0, 1 << 30, &mb) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: mb \"%s\" is not a whole number >= 0%s", r->path,
                        r->line, f[c->idx[3]], stage_wide ? " (or -1 for a stage-wide op)" : "");
-    if (dp_parse_f64(f[c->idx[4]], &t0) != 0 || dp_parse_f64(f[c->idx[5]], &t1) != 0 || t1 < t0 || t0 < 0)
-        return dp_fail(err, DP_ERR_PARSE, "%s:%ld: start_us/end_us must be numbers with 0 <= start <= end", r->path, r->line);
+    dp_status tst = timeline_row_times(r->path, r->line, f[c->idx[4]], f[c->idx[5]], &t0, &t1, err);
+    if (tst != DP_OK) return tst;
     if (c->idx[6] >= 0 && dp_parse_i64(f[c->idx[6]], 0, 1 << 20, &rep) != 0)
         return dp_fail(err, DP_ERR_PARSE, "%s:%ld: replica \"%s\" is not a whole number >= 0", r->path, r->line, f[c->idx[6]]);
     if (c->idx[7] >= 0 && dp_parse_i64(f[c->idx[7]], 0, 64, &chunk) != 0)

@@ -296,4 +296,37 @@ expect "plan --keep-going with every iteration left out is refused" 1 "every ite
 check "... writing no plan" test ! -e "$TMP/kg.json"
 # shellcheck disable=SC2086
 expect "... and sim --json too" 1 "every iteration was left out" -- "$DPSIM" sim $KG --json
+# --- a red team's findings (2026-12-07, twenty-first session) -----------------------------------
+# a result printed to a standard output that cannot take it is a lost result: exit 1, saying so
+expect "sim > /dev/full exits 1 naming standard output" 1 "standard output: write failed" -- \
+  bash -c "exec '$DPSIM' sim ${TINY[*]} >/dev/full"
+expect "models > /dev/full too" 1 "standard output: write failed" -- bash -c "exec '$DPSIM' models >/dev/full"
+# a profile whose layer takes no time, or past what a plan may hold, is refused at its line
+P=models/profiles/a100_gpt_6.7b_profile.csv
+awk -F, -v OFS=, 'NR > 1 && $2 == "none" && $4 == "bwd_ms" { $8 = 0 } { print }' $P >"$TMP/z_profile.csv"
+cp models/profiles/a100_gpt_6.7b_params.csv "$TMP/z_params.csv"
+expect "a profile with a backward of 0 ms is refused naming the line" 1 "z_profile.csv:[0-9]+: bwd_ms \"0\" is not a time" -- \
+  "$DPSIM" sim --profile "$TMP/z_profile.csv" --trace "$TWO" --iterations 1
+awk -F, -v OFS=, 'NR == 2 { $8 = "1e308" } { print }' $P >"$TMP/h_profile.csv"
+cp models/profiles/a100_gpt_6.7b_params.csv "$TMP/h_params.csv"
+expect "... and one of 1e308" 1 "h_profile.csv:2: .* \"1e308\" is beyond" -- \
+  "$DPSIM" sim --profile "$TMP/h_profile.csv" --trace "$TWO" --iterations 1
+# a fit that cannot describe its own points is no fit: refused, nothing written
+awk -F, -v OFS=, 'NR > 1 && $2 == "none" && $3 == "encoder" && $4 == "fwd_ms" { $8 = "1e-9" } { print }' $P >"$TMP/t_profile.csv"
+cp models/profiles/a100_gpt_6.7b_params.csv "$TMP/t_params.csv"
+expect "calibrate: a fit erring by 1e10% is refused" 1 "cannot describe this profile" -- \
+  "$DPSIM" calibrate --profile "$TMP/t_profile.csv" -o "$TMP/t_fit.json"
+check "... and not written" test ! -e "$TMP/t_fit.json"
+# a sweep whose grid names no model, or a trace that is no trace, is no result
+expect "sweep: a grid model that names nothing is refused before any point runs" 2 "grid key model: unknown model \"nosuch\"" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid 'model=gpt-tiny,nosuch' -o "$TMP/gm.csv"
+check "... no output written" test ! -s "$TMP/gm.csv"
+printf 'root:x:0:0:root:/root:/bin/bash\n' >"$TMP/passwd"
+expect "sweep: a grid trace that is no trace has no row, and the sweep exits 1" 1 "could not be run .*passwd:1: missing column" -- \
+  "$DPSIM" sweep "${TINY[@]}" --grid "trace=$TMP/passwd" -o "$TMP/gt.csv"
+# measured times off by orders of magnitude are no measurement, in validate and plot timeline alike
+printf 'iteration,stage,op,mb,start_us,end_us\n0,0,F,0,0,1e308\n' >"$TMP/tl_huge.csv"
+expect "plot timeline: an op ending at 1e308 us is refused naming the line" 1 "tl_huge.csv:2: start_us 0 / end_us 1e308" -- \
+  "$DPSIM" plot timeline "$TMP/tl_huge.csv" -o "$TMP/tl.svg"
+
 finish
