@@ -357,6 +357,12 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
     TRY(parse_shares(root, "inter_eff", name, c->coll_eff[SCOPE_INTER], err));
     TRY(json_double(root, "mem_limit_mb", name, 1, 1e9, 0, HW_USABLE_SHARE * c->gpu.mem_mb,
                     &c->mem_limit_mb, err));
+    if (c->mem_limit_mb > c->gpu.mem_mb) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: field \"mem_limit_mb\" %.0f is more than the GPU's "
+                     "memory (%s: %.0f MB): a plan cannot use memory the GPU does not have", name,
+                     c->mem_limit_mb, c->gpu.name, c->gpu.mem_mb);
+        goto out;
+    }
     TRY(json_double(root, "gpu_jitter", name, 0, 0.5, 0, HW_GPU_JITTER, &c->gpu_jitter, err));
     c->net_source = "user JSON";
 out:

@@ -602,7 +602,8 @@ void plan_request_options(cli_opts *t, plan_request *p)
                  "files over 256 MB)")->marks = F | OPT_NO_RESULT;
     cli_opt_flag(t, "allow-oversubscribe", 0, &p->allow_oversubscribe,
                  "a layout of more GPUs (tp x cp x pp x dp) than the cluster has,\n"
-                 "as a what-if (refused otherwise)")->marks = OPT_NO_RESULT;
+                 "or a --mem-limit above the GPU's memory, as a what-if (refused\n"
+                 "otherwise)")->marks = OPT_NO_RESULT;
     cli_opt_string(t, "toy-costs", 0, &p->toy_costs, "F,B[,W]", NULL,
                    "textbook costs: every stage F ms forward, B backward (of which W\n"
                    "weight gradients) per micro-batch of --max-seqlen tokens; no\n"

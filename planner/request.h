@@ -106,7 +106,8 @@ typedef struct plan_request {
     double link_gbit, link_latency_us; /* what-if overrides; < 0 keeps the cluster's */
     double gpu_jitter;     /* --gpu-jitter: cluster_spec.gpu_jitter; < 0 keeps the cluster's */
     int stream;            /* read the trace CSV as a stream (bounded memory) */
-    int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, as a what-if */
+    int allow_oversubscribe;   /* a layout of more GPUs than the cluster has, or a memory limit
+                                * above the GPU's, as a what-if */
     int keep_going;            /* iterations that cannot be planned to fit are left out */
     const char *toy_costs;     /* --toy-costs F,B[,W]: textbook costs (cost.h cost_toy) */
     int microbatches;          /* with toy_costs and no trace: that many equal samples of

@@ -15,6 +15,19 @@
 
 #define STREAM_ABOVE_BYTES (256L << 20) /* trace CSVs larger than this are streamed */
 
+
+/* --mem-limit above the GPU's memory: a plan that fits it would not fit the GPU; refused unless
+ * asked for as a what-if (--allow-oversubscribe). Planning and a plan's replay alike. */
+static dp_status mem_limit_check(const plan_request *p, const cluster_spec *hw, dp_err *err)
+{
+    if (p->mem_limit_mb > hw->gpu.mem_mb && !p->allow_oversubscribe)
+        return dp_fail(err, DP_ERR_INVALID,
+                       "--mem-limit %.0f MB is more than %s's %.0f MB: a plan that fits it would "
+                       "not fit the GPU\nhint: --allow-oversubscribe for a what-if of a larger "
+                       "memory",
+                       p->mem_limit_mb, hw->gpu.name, hw->gpu.mem_mb);
+    return DP_OK;
+}
 /* Whether the run uses FlashAttention: what the options force, else the model's own. */
 static int flash_of(const cost_request *o, const model_spec *m)
 {
@@ -477,6 +490,8 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     char cp[32] = "";
     if (p->cost.cp > 1)
         snprintf(cp, sizeof cp, p->cost.cp_auto ? " x --cp-max %d" : " x --cp %d", p->cost.cp);
+    dp_status mst = mem_limit_check(p, &env->hw, err);
+    if (mst != DP_OK) return mst;
     if (env->hw.nodes > 0 && gpus > have && !p->allow_oversubscribe)
         return dp_fail(err, DP_ERR_INVALID,
                        "--tp %d%s x --pp %d x --dp %d = %lld GPUs, but %s has %d node%s of %d GPUs "
@@ -589,6 +604,7 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     }
     cluster_override_links(hw, p->link_gbit, p->link_latency_us);
     if (p->gpu_jitter >= 0) hw->gpu_jitter = p->gpu_jitter;
+    if ((st = mem_limit_check(p, hw, err)) != DP_OK) goto out;
     cm->hw = *hw;
     cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
     mesh layout = mesh_of(pl->h.tp, pl->h.cp, pl->h.pp, pl->h.dp);

@@ -68,7 +68,7 @@ expect "--flash-attention with --no-flash-attention" 2 "contradict each other" -
 # A figure that cannot be true is refused, not printed (MFU over 100%): the A100 profile's times on
 # a CPU rank's peak, and a plan file whose model_flops were edited.
 expect "a profile of a faster GPU: MFU over 100% refused" 1 "the simulated run does [0-9]+% of the GPU's peak" -- \
-  "$DPSIM" sim --hw cpu --mem-limit 1000000 --profile models/profiles/a100_gpt_6.7b_profile.csv --iterations 2
+  "$DPSIM" sim --hw cpu --mem-limit 1000000 --allow-oversubscribe --profile models/profiles/a100_gpt_6.7b_profile.csv --iterations 2
 "$DPSIM" plan --iterations 2 -o "$TMP/pl.json" >/dev/null 2>&1
 sed -E 's/"model_flops":[[:space:]]*[0-9.eE+]+/"model_flops": 1e19/' "$TMP/pl.json" >"$TMP/pl_edit.json"
 expect "a plan file's edited model_flops: refused" 1 "faster than the hardware allows" -- "$DPSIM" sim --plan "$TMP/pl_edit.json"

@@ -329,4 +329,15 @@ printf 'iteration,stage,op,mb,start_us,end_us\n0,0,F,0,0,1e308\n' >"$TMP/tl_huge
 expect "plot timeline: an op ending at 1e308 us is refused naming the line" 1 "tl_huge.csv:2: start_us 0 / end_us 1e308" -- \
   "$DPSIM" plot timeline "$TMP/tl_huge.csv" -o "$TMP/tl.svg"
 
+# a memory limit above the GPU's is a what-if, asked for by name; a cluster JSON cannot hold one
+expect "--mem-limit above the GPU's memory is refused" 2 "--mem-limit 200000 MB is more than a100-40gb's" -- \
+  "$DPSIM" sim --iterations 1 --mem-limit 200000
+expect "... on a plan's replay too" 1 "--mem-limit 200000 MB is more than" -- \
+  "$DPSIM" sim --plan $G/plan_4ranks.json --mem-limit 200000
+expect "... and runs as a what-if with --allow-oversubscribe" 0 "out of memory +no" -- \
+  "$DPSIM" sim --iterations 1 --pp 1 --mem-limit 200000 --allow-oversubscribe
+printf '{"name": "x", "gpu": {"peak_tflops": 312, "hbm_gbps": 1555, "mem_mb": 1}, "intra_gbit": 2400, "mem_limit_mb": 36000}\n' >"$TMP/mem.json"
+expect "a cluster JSON whose mem_limit_mb is more than its GPU's memory is refused" 1 "mem.json: field \"mem_limit_mb\" 36000 is more than the GPU's memory" -- \
+  "$DPSIM" sim --hw "$TMP/mem.json" --iterations 1
+
 finish
