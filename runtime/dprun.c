@@ -78,6 +78,8 @@ typedef struct check_args {
 static int parse_list(const char *text, int *out);
 static int parse_modes(const char *text, unsigned *modes);
 
+#define PROFILE_MAX_TOKENS (1 << 24) /* a profile point's mbs x seqlen */
+
 static int set_list(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     int_list *l = ctx;
@@ -363,6 +365,14 @@ static int profile_main(int argc, char **argv)
                 on_gpu ? "" : " is an encoder-decoder");
         return 1;
     }
+    for (int i = 0; i < n_mbs; i++) /* a point's tokens, and its rows of vocabulary, counted in int */
+        for (int j = 0; j < n_seq; j++)
+            if ((long long)mbs[i] * seq[j] > PROFILE_MAX_TOKENS) {
+                fprintf(stderr, "dprun profile: error: mbs %d x seqlen %d = %lld tokens: a profile "
+                        "point times at most %d\n", mbs[i], seq[j], (long long)mbs[i] * seq[j],
+                        PROFILE_MAX_TOKENS);
+                return 1;
+            }
     for (int j = 0; cp > 1 && j < n_seq; j++)
         if (seq[j] % (2 * cp)) {
             fprintf(stderr, "dprun profile: error: seqlen %d: context parallelism cuts each "

@@ -340,4 +340,7 @@ printf '{"name": "x", "gpu": {"peak_tflops": 312, "hbm_gbps": 1555, "mem_mb": 1}
 expect "a cluster JSON whose mem_limit_mb is more than its GPU's memory is refused" 1 "mem.json: field \"mem_limit_mb\" 36000 is more than the GPU's memory" -- \
   "$DPSIM" sim --hw "$TMP/mem.json" --iterations 1
 
+expect "dprun profile: a point of 1e10 tokens is refused before anything runs (no int overflow)" 1 \
+  "mbs 100000 x seqlen 100000 = 10000000000 tokens" -- "$DPRUN" profile --model gpt-tiny --mbs 100000 --seqlen 100000 -o "$TMP/pp.csv"
+
 finish
