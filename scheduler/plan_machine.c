@@ -460,15 +460,15 @@ recompute_mode pm_recompute(const plan *p, const plan_iter *it, int mb)
     return pm_recompute_or(it, mb, p->h.recompute);
 }
 
-/* A micro-batch's attention spans within the model's sliding window (model_check_window: dpsim
- * costs, and dprun runs, full attention): a varlen row's samples, each attending to itself; else
- * its rows' samples, at most the plan's max_seqlen (the padding after them, which a padded row
- * can add past max_seqlen — to 2048 for Phi-3's window of 2047 —, is attended to by none of
- * them). The context is the planner's to enforce, for the same padding. */
+/* A micro-batch's attention spans within the model's context and sliding window
+ * (model_check_seqlen: its max_position_embeddings, and dpsim costs, and dprun runs, full
+ * attention): a varlen row's samples, each attending to itself; else its rows' samples, at most
+ * the plan's max_seqlen (the padding after them, which a padded row can add past max_seqlen — to
+ * 2048 for Phi-3's window of 2047 —, is attended to by none of them). */
 static dp_status check_window(const plan *p, const plan_iter *it, int k, const model_spec *m,
                               const char *where, dp_err *err)
 {
-    if (m->window <= 0) return DP_OK;
+    if (m->window <= 0 && m->positions <= 0) return DP_OK;
     const plan_mb *mb = &it->mb[k];
     int span = mb->enc_len < p->h.rules.max_seqlen ? mb->enc_len : p->h.rules.max_seqlen;
     if (mb->varlen) {
@@ -481,9 +481,9 @@ static dp_status check_window(const plan *p, const plan_iter *it, int k, const m
     char what[160];
     snprintf(what, sizeof what, "%s: iteration %d: micro-batch %d's %s of %d tokens", where, it->id,
              k, mb->varlen ? "longest sample" : "rows", span);
-    if (model_check_window(m, span, what, err) != DP_OK)
-        return dp_fail(err, DP_ERR_INVALID, "%s (rule: attention spans within the model's window)",
-                       err->msg);
+    if (model_check_seqlen(m, span, what, err) != DP_OK)
+        return dp_fail(err, DP_ERR_INVALID, "%s (rule: attention spans within the model's context "
+                       "and window)", err->msg);
     return DP_OK;
 }
 

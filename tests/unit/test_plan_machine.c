@@ -245,7 +245,16 @@ static void test_plan_level_rules(void **state)
     snprintf(want, sizeof want, "micro-batch %d's rows of %d tokens is longer than gpt-tiny's "
              "sliding attention window of %d tokens", widest, longest, longest - 1);
     assert_msg_has(err.msg, want);
-    assert_msg_has(err.msg, "rule: attention spans within the model's window");
+    assert_msg_has(err.msg, "rule: attention spans within the model's context and window");
+    /* the context (max_position_embeddings) the same way: rows up to it pass, one token more not */
+    gpt.window = 0, gpt.positions = longest;
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_OK);
+    gpt.positions = longest - 1;
+    assert_int_equal(plan_check_model(&p, &gpt, "p.json", &err), DP_ERR_INVALID);
+    snprintf(want, sizeof want, "micro-batch %d's rows of %d tokens is longer than the %d tokens "
+             "gpt-tiny takes", widest, longest, longest - 1);
+    assert_msg_has(err.msg, want);
+    gpt.positions = 0, gpt.window = longest - 1;
     /* a row padded past the plan's max_seqlen (Phi-3's window and max_seqlen 2047, its rows
      * padded to 2048) holds at most max_seqlen tokens of samples: within the window */
     int max_seqlen = p.h.rules.max_seqlen;
