@@ -267,6 +267,10 @@ static void print_table(const plan_request *p, const plan_env *env, const compar
 /* The three figures' paths under out, checked against the inputs before any work. */
 static dp_status check_figure_paths(const plan_request *p, const char *out, dp_err *err)
 {
+    struct stat sb; /* a folder, or nothing yet: said before the comparison runs, not after */
+    if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return dp_fail(err, DP_ERR_INVALID, "--out %s is a file, not a folder for the figures\n"
+                       "hint: another --out, or --no-figures", out);
     char f[3][4200];
     static const char *const names[3] = {"throughput.png", "timeline.png", "memory.png"};
     out_role outs[3];

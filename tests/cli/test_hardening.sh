@@ -355,4 +355,7 @@ sed '0,/"tokens": 64/s//"tokens": 1000000000000/' $G/plan_4ranks.json >"$TMP/tok
 expect "a micro-batch whose tokens are not its encoder's and decoder's is refused" 1 "tokens.json: iterations\[0\].microbatches\[0\].tokens is 1000000000000, but enc_tokens \+ dec_tokens is" -- \
   "$DPSIM" sim --plan "$TMP/tokens.json"
 
+expect "compare --out naming a file is refused before the comparison runs" 2 "--out .*two_samples.csv is a file, not a folder" -- \
+  "$DPSIM" compare "${TINY[@]}" --out "$TWO"
+
 finish
