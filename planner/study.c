@@ -703,7 +703,10 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     const stage_model *by_mode[RECOMPUTE_COUNT] = {NULL}; /* --recompute mixed's lower modes */
     for (int m = 0; m < modes; m++) by_mode[cms[m]->recompute] = &sm[m];
     shape_cache *cache[RECOMPUTE_COUNT] = {NULL}; /* one per stage model: kept across batches */
-    for (int m = 0; m < modes; m++) cache[m] = shape_cache_new(), sm[m].memo = stage_memo_new(STAGE_MEMO_SLOTS);
+    for (int m = 0; m < modes; m++) { /* and a memo of its layer costs (stage_cost.h) */
+        cache[m] = shape_cache_new();
+        sm[m].memo = stage_memo_new(STAGE_MEMO_SLOTS);
+    }
     /* the batchings planned per iteration: o's own, or auto's candidates */
     const batcher *cands[BATCH_CANDIDATES_MAX];
     int n_cands = study_candidates(o->batching, cands);

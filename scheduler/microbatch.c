@@ -559,16 +559,14 @@ static dp_status deal_snake(mb_list *out, int first, const double *load, int nb,
     return DP_OK;
 }
 
-/* verl's balancer (seqlen-balanced partitions with the a*s + s^2 workload): Karmarkar-Karp over
- * k bins, k the fewest multiple of D whose bins each fit one --max-seqlen row (batch_row_fits),
- * starting from the tokens over the row length; each bin is one varlen micro-batch, dealt to
- * the replicas by deal_snake. */
-/* packing-kk's try at k rows: KK's partition of the weights into bin[] and whether every row
- * holds its samples within the length caps (*fits); rows[] the caller's, k of them. */
+/* packing-kk's row counts tried one multiple of D apart before the search doubles its step */
 #define KK_LINEAR_STEPS 8
 /* KK's time grows with samples x rows (a node of k bins absorbs others bin by bin): past this a
  * batch takes minutes, and packing-kk refuses it (packing-wlb balances rows greedily at any size) */
 #define KK_MAX_CELLS (1LL << 26)
+
+/* packing-kk's try at k rows: KK's partition of the weights into bin[] and whether every row
+ * holds its samples within the length caps (*fits); rows[] the caller's, k of them. */
 static dp_status kk_rows_fit(const batch_rules *r, const sample_len *s, const double *w, int n,
                              int k, int *bin, row *rows, int *fits, dp_err *err)
 {
@@ -589,6 +587,10 @@ static dp_status kk_rows_fit(const batch_rules *r, const sample_len *s, const do
     return DP_OK;
 }
 
+/* verl's balancer (seqlen-balanced partitions with the a*s + s^2 workload): Karmarkar-Karp over
+ * k bins, k the fewest multiple of D whose bins each fit one --max-seqlen row (batch_row_fits),
+ * searched from the tokens over the row length (kk_rows_fit's tries); each bin is one varlen
+ * micro-batch, dealt to the replicas by deal_snake. */
 static dp_status split_packing_kk(const batch_ctx *ctx, const sample_len *s, int n, mb_list *out,
                                   dp_err *err)
 {
