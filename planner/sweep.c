@@ -533,7 +533,7 @@ static dp_status order_rows(const sweep *s, dp_err *err)
     fclose(in);
     free(line);
     if (st == DP_OK && header) {
-        qsort(rows, n, sizeof *rows, cmp_rows);
+        if (n > 0) qsort(rows, n, sizeof *rows, cmp_rows); /* none: every point lost (NULL) */
         out_file o;
         st = out_open(&o, s->out, err);
         if (st == DP_OK) {
