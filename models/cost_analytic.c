@@ -20,7 +20,7 @@
  * Bytes moved through HBM: the layer's fp16 weights once, plus elementwise traffic of
  * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations (the two norms' reads and writes, the
  * two residual adds with their dropouts) and, per the architecture's own elementwise ops
- * (elementwise_bytes): 2 passes over (b, s, f / t) for an ungated MLP's activation (GeLU: read,
+ * (elementwise_elems): 2 passes over (b, s, f / t) for an ungated MLP's activation (GeLU: read,
  * write), 3 for a gated one (SwiGLU reads the gate's and the up projection's outputs and writes
  * one), and with rotary positions 2 over the queries and keys (b, s, (hk + hkv) / t; latent
  * attention: the heads' rotary parts and the shared rotary key), which are read and rotated in

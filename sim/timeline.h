@@ -1,5 +1,6 @@
 /*
- * timeline.h — writing simulated (or measured) timelines.
+ * timeline.h — writing simulated (or measured) timelines, and the rule a timeline's row times keep
+ * when one is read (timeline_row_times).
  *
  * CSV: header `iteration,stage,op,mb,start_us,end_us,replica,chunk` (the contract's columns
  * first, then replica and chunk; docs/formats.md); one row per op, times in microseconds from the start of the run.
