@@ -51,13 +51,15 @@ static void help(void)
 }
 
 /* A result printed to a standard output that could not take it (a full disk, a closed pipe) is a
- * lost result: the run fails with the reason, whatever the subcommand returned. */
+ * lost result: a subcommand that succeeded fails with the reason (one that failed has said why,
+ * and its own outputs, out_file's, say so of standard output too). */
 static int stdout_checked(const char *sub, int rc)
 {
-    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    errno = 0;
+    if (rc != 0 || (fflush(stdout) == 0 && !ferror(stdout))) return rc;
     fprintf(stderr, "dpsim %s: error: standard output: write failed%s%s\n", sub, errno ? ": " : "",
             errno ? strerror(errno) : "");
-    return rc ? rc : 1;
+    return 1;
 }
 
 int main(int argc, char **argv)

@@ -159,7 +159,7 @@ dp_status dp_grow(void **buf, size_t *cap, size_t need, size_t elem)
 uint64_t dp_fnv1a(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * DP_FNV_PRIME;
     return h;
 }
 

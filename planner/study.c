@@ -73,10 +73,7 @@ static void hash_op(void *ctx, const sim_op *o)
     uint64_t v[6] = {(uint64_t)o->iteration, (uint64_t)o->stage << 32 | (uint32_t)o->replica,
                      (uint64_t)o->op << 32 | (uint32_t)o->mb, (uint64_t)o->chunk,
                      (uint64_t)o->start_ns, (uint64_t)o->end_ns};
-    for (size_t i = 0; i < 6; i++) {
-        a->hash ^= v[i];
-        a->hash *= 1099511628211ULL;
-    }
+    a->hash = dp_fnv1a_words(a->hash, v, 6);
     if (a->next && a->next->on_op) a->next->on_op(a->next->ctx, o);
 }
 

@@ -416,29 +416,6 @@ static dp_status read_doubles(const cJSON *arr, int n, double *out, const char *
     return DP_OK;
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* An iteration trains each of its samples once: no id in two micro-batches, or twice in one. */
-static dp_status check_ids_once(const int32_t *ids, int n, const char *name, const char *where,
-                                dp_err *err)
-{
-    int32_t *sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
-    if (!sorted) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    memcpy(sorted, ids, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_i32);
-    dp_status st = DP_OK;
-    for (int i = 1; i < n && st == DP_OK; i++)
-        if (sorted[i] == sorted[i - 1])
-            st = dp_fail(err, DP_ERR_PARSE, "%s: %s holds sample %d twice: an iteration trains a "
-                         "sample once", name, where, (int)sorted[i]);
-    free(sorted);
-    return st;
-}
-
 /* A micro-batch's "seq_lens" or "dec_lens" (arr, NULL: absent, left 0): one length per sample in
  * 0..len, together at most the mbs x len tensor; written every second int32 from out. */
 static dp_status read_lens(const cJSON *arr, const char *what, const plan_mb *x, int len,
@@ -569,11 +546,6 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
             it->ids[at++] = (int32_t)v->valuedouble;
         }
         x->n_samples = at - x->first;
-        if (x->n_samples == 0) {
-            st = dp_fail(err, DP_ERR_PARSE, "%s: %s.microbatches[%d].samples is empty: a "
-                         "micro-batch trains at least one sample", name, where, k);
-            goto out;
-        }
         for (int side = 0; side < 2 && st == DP_OK; side++)
             st = read_lens(cJSON_GetObjectItemCaseSensitive(m, side ? "dec_lens" : "seq_lens"),
                            side ? "dec_lens" : "seq_lens", x, side ? x->dec_len : x->enc_len,
@@ -604,7 +576,6 @@ static dp_status parse_iter(const cJSON *o, int idx, const plan_header *h, const
         }
         k++;
     }
-    TRY(check_ids_once(it->ids, at, name, where, err));
     if (cJSON_GetArraySize(stages) != h->pp * h->dp) {
         st = dp_fail(err, DP_ERR_PARSE, "%s: %s has %d stage lists, pp x dp = %d", name, where,
                      cJSON_GetArraySize(stages), h->pp * h->dp);

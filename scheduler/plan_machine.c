@@ -173,6 +173,33 @@ typedef struct seen {
     int at[OP_COUNT];
 } seen;
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Rule "samples": each micro-batch trains a sample at least, and the iteration each of its
+ * samples once (no id in two micro-batches, or twice in one). */
+static dp_status check_samples(const plan_iter *it, const char *where, dp_err *err)
+{
+    for (int k = 0; k < it->n_mb; k++)
+        if (it->mb[k].n_samples < 1)
+            return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: micro-batch %d trains no sample "
+                           "(rule: samples)", where, it->id, k);
+    int32_t *sorted = dp_xcalloc((size_t)(it->n_ids ? it->n_ids : 1), sizeof *sorted);
+    memcpy(sorted, it->ids, (size_t)it->n_ids * sizeof *sorted);
+    qsort(sorted, (size_t)it->n_ids, sizeof *sorted, cmp_i32);
+    dp_status st = DP_OK;
+    for (int i = 1; i < it->n_ids && st == DP_OK; i++)
+        if (sorted[i] == sorted[i - 1])
+            st = dp_fail(err, DP_ERR_INVALID, "%s: iteration %d holds sample %d twice: an "
+                         "iteration trains a sample once (rule: samples)", where, it->id,
+                         (int)sorted[i]);
+    free(sorted);
+    return st;
+}
+
 static dp_status check_microbatches(const plan_machine *m, const char *where, dp_err *err)
 {
     const plan_iter *it = m->it;
@@ -216,7 +243,7 @@ static dp_status check_microbatches(const plan_machine *m, const char *where, dp
                                x->w_ms[s]);
         }
     }
-    return DP_OK;
+    return check_samples(it, where, err);
 }
 
 /* Indices, owners and peers of every instruction. */

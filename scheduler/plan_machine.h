@@ -53,6 +53,7 @@
  *   times        0 <= w <= bwd, every time and memory finite, >= 0 and at most PLAN_MAX_VALUE
  *                (1e7 ms: the simulator's integer nanoseconds then cannot overflow);
  *   tokens       real tokens <= padded tokens (mbs * length), per encoder and decoder;
+ *   samples      a micro-batch trains a sample at least; an iteration each of its samples once;
  *   recompute    no W of a micro-batch under full recompute (plan_check; see pm_recompute);
  *   no deadlock  the untimed run of every rank (receives complete once their send is issued)
  *                finishes.

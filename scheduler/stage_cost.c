@@ -307,11 +307,6 @@ static int same_shape(const cost_shape *a, const cost_shape *b)
            a->enc_dec == b->enc_dec && a->cp == b->cp && a->enc_max == b->enc_max;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    return (h ^ v) * 0x100000001b3ull; /* FNV-1a's prime, a word at a time */
-}
-
 static uint64_t bits(double d)
 {
     uint64_t u;
@@ -321,11 +316,11 @@ static uint64_t bits(double d)
 
 static memo_slot *memo_slot_of(stage_memo *m, uint64_t serial, const cost_shape *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = mix(h, serial), h = mix(h, (uint64_t)s->mbs), h = mix(h, (uint64_t)s->enc_len);
-    h = mix(h, (uint64_t)s->dec_len), h = mix(h, (uint64_t)s->varlen), h = mix(h, bits(s->enc_sq));
-    h = mix(h, bits(s->dec_sq)), h = mix(h, bits(s->enc_dec)), h = mix(h, (uint64_t)s->cp);
-    h = mix(h, (uint64_t)s->enc_max);
+    const uint64_t w[10] = {serial,           (uint64_t)s->mbs,    (uint64_t)s->enc_len,
+                            (uint64_t)s->dec_len, (uint64_t)s->varlen, bits(s->enc_sq),
+                            bits(s->dec_sq),  bits(s->enc_dec),    (uint64_t)s->cp,
+                            (uint64_t)s->enc_max};
+    uint64_t h = dp_fnv1a_words(DP_FNV_OFFSET, w, 10);
     return &m->slot[(h ^ h >> 29) % m->slots];
 }
 

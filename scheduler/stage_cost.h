@@ -46,8 +46,8 @@
  * does not change while attached. */
 typedef struct stage_memo stage_memo;
 #define STAGE_MEMO_SLOTS 4096 /* the planner's: about 1 MB */
-/* A memo of `slots` shapes (at least 1; a power of two is fastest); NULL when out of memory (then
- * no memo: as fast as before). */
+/* A memo of `slots` shapes (at least 1); NULL when out of memory (then no memo: as fast as
+ * before). */
 stage_memo *stage_memo_new(int slots);
 void stage_memo_free(stage_memo *m);
 

@@ -150,6 +150,8 @@ static void negative_time(plan_iter *it) { it->mb[0].fwd_ms[1] = -1; }
 static void huge_time(plan_iter *it) { it->mb[1].bwd_ms[0] = 1e12; }
 static void nan_memory(plan_iter *it) { it->mb[0].peak_mb[0] = NAN; }
 static void too_many_tokens(plan_iter *it) { it->mb[1].enc_tokens = 17; }
+static void sample_twice(plan_iter *it) { it->ids[it->mb[1].first] = it->ids[it->mb[0].first]; }
+static void no_sample(plan_iter *it) { it->mb[1].n_samples = 0; }
 static void no_microbatch(plan_iter *it)
 {
     for (int r = 0; r < 2; r++) it->ranks[r].n = 0;
@@ -166,6 +168,8 @@ static void test_each_data_rule(void **state)
     refused_data(huge_time, "pred_ms.bwd[0] = 1e+12 (rule: times and memory finite, >= 0 and at most 1e7");
     refused_data(nan_memory, "mem_mb.peak[0] = nan");
     refused_data(too_many_tokens, "holds 17 + 0 real tokens in 1 x (16 + 0) padded ones (rule: tokens <= padded_tokens)");
+    refused_data(sample_twice, "holds sample 0 twice: an iteration trains a sample once (rule: samples)");
+    refused_data(no_sample, "micro-batch 1 trains no sample (rule: samples)");
     refused_data(no_microbatch, "has no micro-batch");
     refused_data(wrong_peer, "the peer of virtual stage 0 must be stage 1");
     refused_data(wrong_bytes, "differ in shape");
