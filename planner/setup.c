@@ -459,8 +459,8 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
     schedule_layout(p->schedule, 0, &fixed, NULL);
     if (p->chunks > 1 && fixed == 1)
         return dp_fail(err, DP_ERR_INVALID, "--chunks applies to --schedule interleaved only%s",
-                       sc ? "" : " (auto chooses among the one-chunk schedules per iteration; auto-v "
-                                 "among the V ones, 2 chunks a device)");
+                       sc ? "" : " (auto, auto-loop and auto-v set the chunks: 1 a device on a "
+                                 "loop, 2 on a V)");
     if (p->chunks > 1 && fixed > 1 && p->chunks != fixed)
         return dp_fail(err, DP_ERR_INVALID, "--schedule %s runs %d chunks a device (a V), not "
                        "--chunks %d", p->schedule, fixed, p->chunks);

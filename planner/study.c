@@ -679,7 +679,10 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
     return best;
 }
 
-dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
+/* study_run on one placement (o->chooser, where set, one family's); first_extra_ms is added to
+ * the first iteration's planning time (auto's choice of placement). */
+static dp_status run_placed(const study_opts *o, const trace *t, study_result *r,
+                            double first_extra_ms, dp_err *err)
 {
     dp_status st = DP_OK;
     const cost_model *cms[RECOMPUTE_COUNT];
@@ -801,7 +804,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
         /* --recompute mixed: then a mode lower per micro-batch wherever the plan still fits */
         int relaxed = st == DP_OK && answerable && l.feasible && o->recompute_per_mb;
         if (st == DP_OK) st = relax_modes(&pl, sm, by_mode, answerable, mode, &l, &pi, &why);
-        double dt_ms = (dp_now_s() - t0) * 1e3;
+        double dt_ms = (dp_now_s() - t0) * 1e3 + (planned == 0 ? first_extra_ms : 0);
         if (st != DP_OK && !(st == DP_ERR_INFEASIBLE && o->keep_going)) {
             *err = why;
             dp_err_prefix(err, "iteration %d", planned);
@@ -869,6 +872,48 @@ out:;
     mb_list_release(&l);
     batch_iter_release(&bi);
     if (streaming) trace_stream_close(&ts);
+    return st;
+}
+
+/* The simulated ms of o's first iteration alone (nothing written, shown or pruned); INFINITY
+ * where it cannot be planned, does not fit or cannot be costed. */
+static double first_iteration_ms(const study_opts *o, const trace *t)
+{
+    study_opts q = *o;
+    q.max_iterations = 1, q.plan_out = NULL, q.sink = NULL, q.progress = NULL;
+    q.validate = 0, q.keep_going = 0, q.prune_ms = 0;
+    study_result r;
+    dp_err ignored = {0};
+    double ms = INFINITY;
+    if (run_placed(&q, t, &r, 0, &ignored) == DP_OK && r.iterations == 1 && r.feasible && !r.oom)
+        ms = r.sum_ms;
+    study_result_release(&r);
+    return ms;
+}
+
+dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
+{
+    if (o->sched || !o->chooser->picks_placement) {
+        return run_placed(o, t, r, 0, err);
+    }
+    /* auto: a loop or a V for the whole run (a plan's weights stay where they are), whichever
+     * family's fastest plan of the first iteration simulates faster, ties to the loop; a V
+     * folds on two stages or more */
+    study_opts fam[2] = {*o, *o};
+    fam[0].chooser = schedule_chooser_on(o->chooser, PLACEMENT_LOOP, 1), fam[0].chunks = 1;
+    fam[1].chooser = schedule_chooser_on(o->chooser, PLACEMENT_V, 2), fam[1].chunks = 2;
+    double t0 = dp_now_s(), first_ms[2];
+    first_ms[0] = first_iteration_ms(&fam[0], t);
+    first_ms[1] = o->pp > 1 ? first_iteration_ms(&fam[1], t) : INFINITY;
+    int k = first_ms[1] < first_ms[0];
+    double probe_ms = (dp_now_s() - t0) * 1e3;
+    dp_status st = o->plan_out ? plan_writer_set_layout(o->plan_out, fam[k].chunks,
+                                                        fam[k].chooser->placement, err)
+                               : DP_OK;
+    if (st == DP_OK) st = run_placed(&fam[k], t, r, probe_ms, err);
+    else memset(r, 0, sizeof *r);
+    r->placement_chosen = 1, r->placement = (int)fam[k].chooser->placement;
+    r->placement_first_ms[0] = first_ms[0], r->placement_first_ms[1] = first_ms[1];
     return st;
 }
 
@@ -976,6 +1021,14 @@ char *study_metrics_json(const study_result *r)
     snprintf(h, sizeof h, "%016llx", (unsigned long long)r->timeline_hash);
     cJSON_AddStringToObject(o, "timeline_hash", h);
     cJSON_AddNumberToObject(o, "plan_ms_per_iteration", r->plan_ms_median);
+    if (r->placement_chosen) { /* --schedule auto's placement, and the first iterations it took */
+        cJSON_AddStringToObject(o, "placement", r->placement == PLACEMENT_V ? "v" : "loop");
+        cJSON *fm = cJSON_AddArrayToObject(o, "placement_first_iteration_ms");
+        for (int k = 0; k < 2; k++)
+            cJSON_AddItemToArray(fm, isfinite(r->placement_first_ms[k])
+                                         ? cJSON_CreateNumber(r->placement_first_ms[k])
+                                         : cJSON_CreateNull());
+    }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     return text;

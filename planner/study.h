@@ -130,6 +130,11 @@ typedef struct study_result {
     int first_failed[8], n_first_failed; /* the ids of the first iterations left out */
     char win_name[BATCH_CANDIDATES_MAX][32]; /* --batching auto: the batchings that won */
     int wins[BATCH_CANDIDATES_MAX], n_wins;
+    int placement_chosen;   /* 1: --schedule auto chose the run's placement (a placement_kind),
+                             * by placement_first_ms: the first iteration's simulated ms under
+                             * each family, loop and V (INFINITY: no plan of it fits) */
+    int placement;
+    double placement_first_ms[2];
     char sched_win_name[STUDY_SCHEDULES_MAX][32]; /* --schedule auto: the schedules that won */
     int sched_wins[STUDY_SCHEDULES_MAX], n_sched_wins;
     int failed_iterations;  /* left out under keep_going */
@@ -231,7 +236,10 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
  * of another model or GPU, or a plan file's times edited). The totals are filled either way. */
 dp_status study_end(study_acc *a, dp_err *err);
 
-/* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored). */
+/* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored).
+ * --schedule auto (o->chooser picks_placement) first plans and simulates the first iteration
+ * under each family (a loop, a V where pp > 1) and runs the faster's placement (ties: the loop),
+ * setting it in o->plan_out's header; its planning time counts in the first iteration's. */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 
 /* Builds the simulator configuration (model state, end-of-iteration collectives, optimizer

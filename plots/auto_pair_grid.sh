@@ -2,7 +2,7 @@
 # --batching auto --schedule auto (per iteration, the fastest fitting pair) against the best single
 # (batching, schedule) pair on auto_grid.sh's grid: two models on two clusters, max lengths 1k-8k,
 # 40 iterations, --recompute dynamic, the pairs every batching but auto and the pack-dataset ones
-# under 1F1B, adaptive and ZB-H1 (compare's rows). One row per point: auto's throughput, the best
+# under 1F1B, adaptive, ZB-H1, ZB-V and DualPipeV (compare's rows). One row per point: auto's throughput, the best
 # pair's, their ratio, auto's planning ms per iteration; then the geometric mean and the worst.
 # usage: plots/auto_pair_grid.sh [build]   (about two minutes here)
 set -euo pipefail
@@ -13,7 +13,7 @@ rows=$(for cfg in "${configs[@]}"; do
   read -r model hw layout <<<"$cfg"
   for L in 1024 2048 4096 8192; do
     common=(--model "$model" --hw "$hw" $layout --max-seqlen "$L" --iterations 40 --recompute dynamic)
-    best=$("$B/dpsim" compare "${common[@]}" --schedules 1f1b,adaptive,zb1 --no-figures --json 2>/dev/null |
+    best=$("$B/dpsim" compare "${common[@]}" --schedules 1f1b,adaptive,zb1,zbv,dualpipev --no-figures --json 2>/dev/null |
       python3 -c '
 import json, sys
 rows = [r for r in json.load(sys.stdin)["rows"] if r["batching"] != "auto" and r.get("feasible") and not r.get("oom")]

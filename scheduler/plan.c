@@ -348,12 +348,29 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(r, "dec_extra", h->rules.dec_extra);
     cJSON_AddNumberToObject(r, "pad_multiple", h->rules.pad_multiple);
     cJSON_AddNumberToObject(r, "min_padded", h->rules.min_padded);
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) {
-        plan_writer_abort(w);
-        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    }
+    w->head = o; /* written with the first iteration: a chooser may set its layout first */
+    return DP_OK;
+}
+
+dp_status plan_writer_set_layout(plan_writer *w, int chunks, int placement, dp_err *err)
+{
+    if (!w->head)
+        return dp_fail(err, DP_ERR_INVALID, "%s: the plan's header is written already: its "
+                       "layout is set before the first iteration", w->path);
+    cJSON_ReplaceItemInObject(w->head, "chunks", cJSON_CreateNumber(chunks));
+    cJSON_DeleteItemFromObject(w->head, "placement");
+    if (placement == PLACEMENT_V) cJSON_AddStringToObject(w->head, "placement", "v");
+    return DP_OK;
+}
+
+/* The header, once: before the first iteration or the close. */
+static dp_status write_head(plan_writer *w, dp_err *err)
+{
+    if (!w->head) return DP_OK;
+    char *text = cJSON_PrintUnformatted(w->head);
+    cJSON_Delete(w->head);
+    w->head = NULL;
+    if (!text) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
     size_t len = strlen(text);
     text[len - 1] = '\0'; /* drop the closing brace: iterations follow */
     fprintf(w->fp, "%s,\n\"iterations\": [\n", text);
@@ -364,6 +381,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
 
 dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err)
 {
+    dp_status st = write_head(w, err);
+    if (st != DP_OK) return st;
     cJSON *o = iter_json(it);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -383,6 +402,11 @@ dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err)
 
 dp_status plan_writer_close(plan_writer *w, dp_err *err)
 {
+    dp_status st = write_head(w, err);
+    if (st != DP_OK) {
+        plan_writer_abort(w);
+        return st;
+    }
     fprintf(w->fp, "\n]}\n");
     w->fp = NULL;
     return out_commit(&w->o, err);
@@ -390,6 +414,8 @@ dp_status plan_writer_close(plan_writer *w, dp_err *err)
 
 void plan_writer_abort(plan_writer *w)
 {
+    cJSON_Delete(w->head);
+    w->head = NULL;
     out_abort(&w->o);
     w->fp = NULL;
 }

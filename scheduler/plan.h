@@ -236,16 +236,21 @@ dp_status plan_validate(const plan_iter *it, int chunks, const char *where, dp_e
 
 /* Streaming JSON writer: header, then iterations one at a time, into a temporary that
  * plan_writer_close renames into place (common/outfile.h); plan_writer_abort drops it, leaving
- * any earlier file at path as it was. */
+ * any earlier file at path as it was. The header is written with the first iteration (or the
+ * close): until then plan_writer_set_layout may change its chunks and placement, which
+ * --schedule auto chooses by the first iteration (study.h). */
 typedef struct plan_writer {
     out_file o;
     FILE *fp;
+    struct cJSON *head; /* the header not yet written; NULL once it is */
     int count;
     const char *path;
     size_t bytes; /* written so far: a plan is refused past JSON_MAX_BYTES, what a reader takes */
 } plan_writer;
 
 dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *h, dp_err *err);
+/* placement: a placement_kind. DP_ERR_INVALID (naming the file) once an iteration is written. */
+dp_status plan_writer_set_layout(plan_writer *w, int chunks, int placement, dp_err *err);
 dp_status plan_writer_add(plan_writer *w, const plan_iter *it, dp_err *err);
 dp_status plan_writer_close(plan_writer *w, dp_err *err);
 void plan_writer_abort(plan_writer *w);

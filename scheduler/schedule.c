@@ -882,8 +882,9 @@ int schedule_chunks(const schedule *sc, int requested)
 }
 
 static const schedule_chooser CHOOSERS[] = {
-    {"auto", PLACEMENT_LOOP, 1}, /* gpipe, 1f1b, adaptive, zb1 */
-    {"auto-v", PLACEMENT_V, 2},  /* zbv, dualpipev */
+    {"auto", PLACEMENT_LOOP, 1, 1},      /* either below, per run */
+    {"auto-loop", PLACEMENT_LOOP, 1, 0}, /* gpipe, 1f1b, adaptive, zb1 */
+    {"auto-v", PLACEMENT_V, 2, 0},       /* zbv, dualpipev */
 };
 
 const schedule_chooser *schedule_chooser_find(const char *name)
@@ -893,10 +894,22 @@ const schedule_chooser *schedule_chooser_find(const char *name)
     return NULL;
 }
 
+const schedule_chooser *schedule_chooser_on(const schedule_chooser *ch, placement_kind placement,
+                                            int chunks)
+{
+    if (ch->picks_placement)
+        for (size_t i = 0; i < sizeof CHOOSERS / sizeof *CHOOSERS; i++)
+            if (!CHOOSERS[i].picks_placement && CHOOSERS[i].placement == placement &&
+                CHOOSERS[i].chunks == chunks)
+                return &CHOOSERS[i];
+    return ch->placement == placement && ch->chunks == chunks ? ch : NULL;
+}
+
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc)
 {
     /* (its chunks whatever --chunks asks: 0 where --chunks decides) */
-    return schedule_chunks(sc, 0) == ch->chunks && sc->placement == ch->placement;
+    const schedule_chooser *fam = schedule_chooser_on(ch, sc->placement, schedule_chunks(sc, 0));
+    return fam != NULL;
 }
 
 int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement)
@@ -952,29 +965,36 @@ dp_status plan_check(const plan *p, const char *where, dp_err *err)
     if (!chooser && !named)
         return dp_fail(err, DP_ERR_INVALID, "%s: \"schedule\" \"%s\" is not a known schedule "
                        "(rule: known names; dpsim plan --list)", where, p->h.schedule);
+    /* a chooser's plan: the family of its placement (auto's either) */
+    const schedule_chooser *fam =
+        chooser ? schedule_chooser_on(chooser, (placement_kind)p->h.placement, p->h.chunks) : NULL;
     placement_kind place = named ? named->placement : chooser->placement;
     int chunks_fixed = named ? named->chunks_fixed : chooser->chunks;
-    if (p->h.placement != (int)place || (chunks_fixed && p->h.chunks != chunks_fixed))
+    if (chooser ? !fam
+                : p->h.placement != (int)place || (chunks_fixed && p->h.chunks != chunks_fixed))
         return dp_fail(err, DP_ERR_INVALID, "%s: \"placement\" %s with \"chunks\" %d under "
                        "\"schedule\" \"%s\" (rule: known names; %s runs %s)", where,
                        p->h.placement == PLACEMENT_V ? "\"v\"" : "a loop", p->h.chunks,
                        p->h.schedule, p->h.schedule,
-                       place == PLACEMENT_V ? "2 chunks a device in a V (\"placement\": \"v\")"
+                       chooser && chooser->picks_placement
+                           ? "1 chunk a device (no \"placement\") or 2 in a V (\"placement\": \"v\")"
+                       : place == PLACEMENT_V ? "2 chunks a device in a V (\"placement\": \"v\")"
                        : chooser ? "1 chunk a device (no \"placement\")"
                                  : "its chunks in a loop (no \"placement\")");
     for (int i = 0; i < p->n_it; i++) {
         const plan_iter *it = &p->it[i];
         const schedule *sc = it->schedule[0] ? schedule_find(it->schedule) : NULL;
-        if (chooser && (!sc || !schedule_chooser_takes(chooser, sc)))
+        if (fam && (!sc || !schedule_chooser_takes(fam, sc)))
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"schedule\" \"%s\" (rule: "
                            "known names; an \"%s\" plan names in every iteration a schedule "
-                           "that runs %d chunk%s a device %s)", where, it->id, it->schedule,
-                           chooser->name, chooser->chunks, chooser->chunks > 1 ? "s" : "",
-                           chooser->placement == PLACEMENT_V ? "in a V" : "in a loop");
+                           "that runs its %d chunk%s a device %s)", where, it->id, it->schedule,
+                           chooser->name, fam->chunks, fam->chunks > 1 ? "s" : "",
+                           fam->placement == PLACEMENT_V ? "in a V" : "in a loop");
         if (!chooser && it->schedule[0])
             return dp_fail(err, DP_ERR_INVALID, "%s: iteration %d: \"schedule\" \"%s\" of its own "
                            "in a plan whose header names %s (rule: known names; only a plan "
-                           "whose header names auto or auto-v names one per iteration)", where,
+                           "whose header names auto, auto-loop or auto-v names one per "
+                           "iteration)", where,
                            it->id, it->schedule, p->h.schedule);
     }
     int dynamic = p->h.recompute == RECOMPUTE_POLICY_DYNAMIC;

@@ -98,24 +98,33 @@ const schedule *schedule_find(const char *name);
  * (zbv: 2), the request's for a chunked one, else 1. */
 int schedule_chunks(const schedule *sc, int requested);
 
-/* The names that choose the schedule per iteration (--schedule auto, auto-v; a plan's header then,
- * each iteration naming its own): every schedule that runs the chooser's chunks on its placement
- * plans the batch, and the fastest whose plan fits is kept (planner/study.h). A plan has one
- * placement (where each layer's weights live), so a chooser's candidates share it: "auto" the
- * one-chunk schedules on a loop (gpipe, 1f1b, adaptive, zb1), "auto-v" those on a V (zbv,
- * dualpipev). Not schedules of the list: schedule_find does not know them. */
+/* The names that choose the schedule per iteration (--schedule auto, auto-loop, auto-v; a plan's
+ * header then, each iteration naming its own): every schedule that runs the plan's chunks on its
+ * placement plans the batch, and the fastest whose plan fits is kept (planner/study.h). A plan has
+ * one placement (where each layer's weights live), so the candidates of an iteration share it:
+ * "auto-loop" the one-chunk schedules on a loop (gpipe, 1f1b, adaptive, zb1), "auto-v" those on a
+ * V (zbv, dualpipev), and "auto" either family, the placement chosen once a run (study_run: by
+ * the first iteration, the family whose fastest plan of it simulates faster). Not schedules of the
+ * list: schedule_find does not know them. */
 typedef struct schedule_chooser {
     const char *name;
-    placement_kind placement; /* its candidates' placement and chunks: the plan's */
-    int chunks;
+    placement_kind placement; /* its candidates' placement and chunks: the plan's (auto: before */
+    int chunks;               /* the placement is chosen, the loop's) */
+    int picks_placement;      /* 1 (auto): a loop or a V, chosen per run */
 } schedule_chooser;
 
 const schedule_chooser *schedule_chooser_find(const char *name);
-/* Whether ch chooses among sc: sc runs ch's chunks on ch's placement whatever --chunks says. */
+/* Whether ch chooses among sc: sc runs ch's chunks on ch's placement whatever --chunks says
+ * (auto: either family's). */
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc);
+/* The chooser of one family that ch runs as on `placement` with `chunks` a device: ch itself
+ * where it has that layout, auto-loop's or auto-v's for auto; NULL where ch cannot. */
+const schedule_chooser *schedule_chooser_on(const schedule_chooser *ch, placement_kind placement,
+                                            int chunks);
 /* The chunks and placement (NULL: not wanted) a device runs under the schedule or chooser `name`
- * when --chunks asks for `requested` (schedule_chunks; a chooser's own). The one rule of the
- * set-up, the study and the plan's header. -1 (outputs untouched) for an unknown name, else 0. */
+ * when --chunks asks for `requested` (schedule_chunks; a chooser's own, auto's the loop's until
+ * the run chooses). The one rule of the set-up, the study and the plan's header. -1 (outputs
+ * untouched) for an unknown name, else 0. */
 int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement);
 /* "gpipe, 1f1b, ..., auto, auto-v": every name --schedule takes, for messages. */
 const char *schedule_names(char *buf, size_t cap);

@@ -457,26 +457,38 @@ expect "sim --schedule auto says how many iterations each schedule won" 0 "itera
   "$DPSIM" sim --schedule auto --iterations 3 --model llama3-8b --hw dgx-h100 --max-seqlen 8192 --global-tokens 262144 \
   --pp 4 --dp 2 --recompute dynamic
 auto=$(awk '/^throughput/ { print $4 }' "$TMP/out")
-best=$(for s in gpipe 1f1b adaptive zb1; do "$DPSIM" sim --schedule $s --iterations 3 --model llama3-8b --hw dgx-h100 \
+best=$(for s in gpipe 1f1b adaptive zb1 zbv dualpipev; do "$DPSIM" sim --schedule $s --iterations 3 --model llama3-8b --hw dgx-h100 \
   --max-seqlen 8192 --global-tokens 262144 --pp 4 --dp 2 --recompute dynamic 2>/dev/null |
   awk '/out of memory +YES/ { oom = 1 } /^throughput/ { t = $4 } END { if (!oom) print t }'; done | sort -n | tail -1)
 check "... at least the best single schedule's throughput ($auto >= $best)" test "$auto" -ge "$best"
+expect "... and says the placement it chose by the first iteration" 0 "^placement \\(auto\\) +(loop|v) +\\(the first iteration: [0-9.]+ ms on a loop, [0-9.]+ ms on a V\\)" -- \
+  "$DPSIM" sim --schedule auto --iterations 3 --model llama3-8b --hw dgx-h100 --max-seqlen 8192 --global-tokens 262144 \
+  --pp 4 --dp 2 --recompute dynamic
 expect "... and a plan of it names auto, and each iteration its schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
-check "... in its header and every iteration" python3 -c "
+check "... in its header and every iteration, of the placement it chose" python3 -c "
 import json, sys; p = json.load(open(sys.argv[1]))
-assert p['schedule'] == 'auto' and all(it['schedule'] in ('gpipe', '1f1b', 'adaptive', 'zb1') for it in p['iterations'])" "$TMP/sa.json"
+fam = ('zbv', 'dualpipev') if p.get('placement') == 'v' else ('gpipe', '1f1b', 'adaptive', 'zb1')
+assert p['schedule'] == 'auto' and p['chunks'] == (2 if p.get('placement') == 'v' else 1)
+assert all(it['schedule'] in fam for it in p['iterations'])" "$TMP/sa.json"
+expect "--schedule auto-loop plans on a loop" 0 "wrote 2 iterations" -- "$DPSIM" plan --schedule auto-loop --iterations 2 -o "$TMP/sal.json"
+check "... its header and iterations the loop's" python3 -c "
+import json, sys; p = json.load(open(sys.argv[1]))
+assert p['schedule'] == 'auto-loop' and p['chunks'] == 1 and 'placement' not in p
+assert all(it['schedule'] in ('gpipe', '1f1b', 'adaptive', 'zb1') for it in p['iterations'])" "$TMP/sal.json"
 "$DPSIM" sim --schedule auto --iterations 3 --json >"$TMP/sa1.json" 2>/dev/null
 "$DPSIM" sim --plan "$TMP/sa.json" --json >"$TMP/sa2.json" 2>/dev/null
 check "... which replays to the same timeline" bash -c "grep -q timeline_hash '$TMP/sa1.json' && grep timeline_hash '$TMP/sa1.json' | cmp -s - <(grep timeline_hash '$TMP/sa2.json')"
-sed 's/"schedule":"auto"/"schedule":"1f1b"/' "$TMP/sa.json" >"$TMP/sa_named.json"
-expect "a plan naming its schedule in the header and one per iteration is refused" 1 "of its own in a plan whose header names 1f1b" -- \
+python3 -c "
+import json, sys; p = json.load(open(sys.argv[1])); p['schedule'] = p['iterations'][0]['schedule']
+json.dump(p, open(sys.argv[2], 'w'))" "$TMP/sa.json" "$TMP/sa_named.json"
+expect "a plan naming its schedule in the header and one per iteration is refused" 1 "of its own in a plan whose header names" -- \
   "$DPSIM" sim --plan "$TMP/sa_named.json"
 python3 -c "
 import json, sys; p = json.load(open(sys.argv[1])); p['iterations'][1]['schedule'] = 'interleaved'
 json.dump(p, open(sys.argv[2], 'w'))" "$TMP/sa.json" "$TMP/sa_chunked.json"
 expect "an auto plan whose iteration names a chunked schedule is refused, naming it" 1 "iteration 1: \"schedule\" \"interleaved\"" -- \
   "$DPSIM" sim --plan "$TMP/sa_chunked.json"
-expect "--schedule auto --chunks 2 is refused (auto chooses among the one-chunk schedules)" 2 "auto chooses among the one-chunk schedules per iteration" -- \
+expect "--schedule auto --chunks 2 is refused (auto sets the chunks)" 2 "auto, auto-loop and auto-v set the chunks" -- \
   "$DPSIM" sim --schedule auto --chunks 2 --pp 4 --iterations 2
 "$DPSIM" compare --schedules 1f1b,zb1,auto --batchings packing,dynamic --iterations 6 --no-figures --json >"$TMP/sa_cmp.json" 2>/dev/null
 check "compare --schedules ...,auto: each batching's auto row at least its other schedules'" python3 -c "

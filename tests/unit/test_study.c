@@ -924,7 +924,7 @@ static void test_batching_auto(void **state)
     setup_release(&s);
 }
 
-/* A chooser (--schedule auto, auto-v) against each of its schedules run alone: per iteration its
+/* A chooser of one family (--schedule auto-loop, auto-v) against each of its schedules run alone: per iteration its
  * time is the fastest fitting schedule's (ZB-H1 only in the modes it takes: under --recompute
  * dynamic it plans without full recompute), it names that schedule, and the run is never slower
  * than the best single one; its plan's header names the chooser and passes plan_check; a
@@ -1011,11 +1011,67 @@ static void check_chooser(const char *chooser, const char *const *names, int n_n
     setup_release(&s);
 }
 
-static void test_schedule_auto(void **state)
+static void test_schedule_auto_loop(void **state)
 {
     (void)state;
     static const char *const loop[] = {"gpipe", "1f1b", "adaptive", "zb1"};
-    check_chooser("auto", loop, 4, "zbv");
+    check_chooser("auto-loop", loop, 4, "zbv");
+}
+
+/* auto: the run of the family (auto-loop, auto-v) whose first iteration simulates faster, the
+ * same timeline as that family's own run, ties to the loop; at pp 1 the loop without a V tried;
+ * its plan's header says the placement chosen and passes plan_check, and one of the other
+ * family's schedules in an iteration is refused. Written out again here: the first iterations of
+ * the two families' own runs decide. */
+static void test_schedule_auto(void **state)
+{
+    (void)state;
+    setup s;
+    setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 4096);
+    for (int q = 0; q < 2; q++) {
+        int mode = q ? -1 : RECOMPUTE_NONE;
+        study_result ra, fam[2];
+        run(&s, mode, "auto", 6, 0, &ra);
+        run(&s, mode, "auto-loop", 6, 0, &fam[0]);
+        run(&s, mode, "auto-v", 6, 0, &fam[1]);
+        int v = fam[1].iter[0].ms < fam[0].iter[0].ms;
+        print_message("%s: first iteration %.3f ms on a loop, %.3f on a V: auto %s, %.0f tokens/s\n",
+                      q ? "dynamic" : "none", fam[0].iter[0].ms, fam[1].iter[0].ms,
+                      ra.placement == PLACEMENT_V ? "v" : "loop", ra.throughput_tokens_per_s);
+        assert_true(ra.placement_chosen);
+        assert_int_equal(ra.placement, v ? PLACEMENT_V : PLACEMENT_LOOP);
+        assert_near(ra.placement_first_ms[0], fam[0].iter[0].ms, 1e-9);
+        assert_near(ra.placement_first_ms[1], fam[1].iter[0].ms, 1e-9);
+        assert_true(ra.timeline_hash == fam[v].timeline_hash);
+        assert_near(ra.throughput_tokens_per_s, fam[v].throughput_tokens_per_s, 1e-9);
+        assert_true(ra.plan_ms_p90 > 0);
+        study_result_release(&ra), study_result_release(&fam[0]), study_result_release(&fam[1]);
+    }
+    /* one stage (a device large enough to hold it): no V */
+    study_opts o = opts_of(&s, RECOMPUTE_NONE, "auto", 2, 0);
+    o.pp = 1, o.mem_limit_mb = 1e6;
+    study_result r1;
+    dp_err err = {0};
+    if (study_run(&o, &s.t, &r1, &err) != DP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(r1.placement, PLACEMENT_LOOP);
+    assert_true(isinf(r1.placement_first_ms[1]));
+    study_result_release(&r1);
+    /* the plan: the placement chosen in its header */
+    plan pl;
+    study_result r;
+    stage_model sm[RECOMPUTE_COUNT];
+    run_to_plan(&s, "auto", 3, 0, 0, &r, &pl, sm);
+    assert_string_equal(pl.h.schedule, "auto");
+    assert_int_equal(pl.h.placement, r.placement);
+    assert_int_equal(pl.h.chunks, r.placement == PLACEMENT_V ? 2 : 1);
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_OK);
+    snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "%s",
+             r.placement == PLACEMENT_V ? "zb1" : "zbv");
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "iteration 1");
+    plan_release(&pl);
+    study_result_release(&r);
+    setup_release(&s);
 }
 
 /* auto-v: the same among the V schedules (a plan's placement is one: the V's). On this dense
@@ -1428,6 +1484,7 @@ int main(void)
         cmocka_unit_test(test_batching_auto),
         cmocka_unit_test(test_schedule_auto),
         cmocka_unit_test(test_schedule_auto_v),
+        cmocka_unit_test(test_schedule_auto_loop),
         cmocka_unit_test(test_panels_stable_ids),
         cmocka_unit_test(test_cp_memory_adds_up),
         cmocka_unit_test(test_tune_scoring_trace),
