@@ -162,7 +162,7 @@ dp_status panel_collect(const study_opts *o, const trace *t, int iteration, int 
     if (st == DP_OK && !r.feasible)
         st = dp_fail(err, DP_ERR_INFEASIBLE, "%s", r.why[0] ? r.why : "the run is infeasible");
     if (st == DP_OK)
-        st = panel_finish(&c, &r, o->sched ? o->sched->name : o->chooser->name, o->pp, o->chunks,
+        st = panel_finish(&c, &r, o->sched ? o->sched->name : o->chooser->name, o->pp, r.chunks,
                           o->mem_limit_mb, err);
     else panel_collector_release(&c);
     study_result_release(&r);

@@ -417,7 +417,7 @@ int planner_method_lists(const char *cmd, const char *usage, const char *batchin
             cli_usage_error(cmd, usage, "unknown batching \"%s\" in --batchings", out->batchings[i]);
             return -1;
         }
-    for (int i = 0; i < out->ns; i++) { /* auto, auto-v: per iteration, as --schedule says */
+    for (int i = 0; i < out->ns; i++) { /* auto, auto-loop, auto-v: per iteration, as --schedule says */
         const schedule *sc = schedule_find(out->schedules[i]);
         int known = sc || schedule_chooser_find(out->schedules[i]);
         if (!known || (!interleaved_ok && sc && sc->chunked)) {
@@ -540,10 +540,11 @@ void plan_request_options(cli_opts *t, plan_request *p)
     o = cli_opt_call(t, "schedule", 0, set_schedule, p, "S", "1f1b",
                      "gpipe | 1f1b | interleaved | adaptive | zb1 | zbv (ZB-V: 2 chunks a\n"
                      "device in a V) | dualpipev (DeepSeek's DualPipeV: the same V,\n"
-                     "forwards overlapped with backwards) | auto (per iteration\n"
-                     "the one-chunk schedule whose plan fits and simulates fastest,\n"
-                     "named in the plan) | auto-v (the same among zbv and\n"
-                     "dualpipev)");
+                     "forwards overlapped with backwards) | auto-loop (per\n"
+                     "iteration the one-chunk schedule whose plan fits and simulates\n"
+                     "fastest, named in the plan) | auto-v (the same among zbv and\n"
+                     "dualpipev) | auto (a loop or a V for the run, whichever plans\n"
+                     "the first iteration faster, then as auto-loop or auto-v)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;

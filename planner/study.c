@@ -864,6 +864,7 @@ static dp_status run_placed(const study_opts *o, const trace *t, study_result *r
 out:;
     dp_status end = study_end(&acc, st == DP_OK ? err : NULL);
     if (st == DP_OK) st = end;
+    r->chunks = o->chunks;
     free(plan_ms);
     free(floor_left);
     for (int m = 0; m < modes; m++) shape_cache_free(cache[m]), stage_memo_free(sm[m].memo);

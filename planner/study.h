@@ -135,6 +135,7 @@ typedef struct study_result {
                              * each family, loop and V (INFINITY: no plan of it fits) */
     int placement;
     double placement_first_ms[2];
+    int chunks;             /* the model chunks a device ran (auto: those of its placement) */
     char sched_win_name[STUDY_SCHEDULES_MAX][32]; /* --schedule auto: the schedules that won */
     int sched_wins[STUDY_SCHEDULES_MAX], n_sched_wins;
     int failed_iterations;  /* left out under keep_going */

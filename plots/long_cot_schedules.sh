@@ -2,8 +2,9 @@
 # The schedules on the long chain-of-thought mix (trace gen --mix long-cot: instructions, chains
 # of thought to 32k, a long-context tail to 128k): Llama-3.1-8B on 16 H100, tp 2 x pp 4 x dp 2,
 # 1M tokens an iteration, cut at 32k and at 128k, DynaPipe's dynamic-varlen and WLB-LLM's
-# packing-wlb, each under 1F1B, adaptive, ZB-H1, ZB-V, DualPipeV, auto (the one-chunk schedule
-# per iteration) and auto-v (the V one per iteration), with --recompute fastest (each iteration's fastest mode that fits) and mixed
+# packing-wlb, each under 1F1B, adaptive, ZB-H1, ZB-V, DualPipeV, auto-loop (the one-chunk
+# schedule per iteration), auto-v (the V one per iteration) and auto (either family, the placement
+# chosen by the first iteration), with --recompute fastest (each iteration's fastest mode that fits) and mixed
 # (a mode per micro-batch, relaxed from the iteration's). Per row: tokens/s, the pipeline bubble,
 # the peak memory (MB), and with fastest the modes the iterations took (none/selective/full).
 # (A few seconds here.)
@@ -17,7 +18,7 @@ printf '%-8s %-15s %-10s %-8s %10s %7s %8s  %s\n' maxlen batching schedule recom
 for L in 32768 131072; do for R in fastest mixed; do
   "$B/dpsim" compare --model llama3.1-8b --hw dgx-h100 --tp 2 --pp 4 --dp 2 --trace "$tmp/cot.csv" \
     --max-seqlen "$L" --global-tokens 1048576 --iterations 4 --recompute "$R" \
-    --schedules 1f1b,adaptive,zb1,zbv,dualpipev,auto,auto-v --batchings dynamic-varlen,packing-wlb \
+    --schedules 1f1b,adaptive,zb1,zbv,dualpipev,auto-loop,auto-v,auto --batchings dynamic-varlen,packing-wlb \
     --no-figures 2>/dev/null |
     awk -v L="$L" -v R="$R" '
       /^# .*recompute per iteration/ { sub(/:$/, "", $2); m = $7 "/" $9 "/" $11; gsub(/,/, "", m); modes[$2] = m; next }

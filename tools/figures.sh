@@ -63,7 +63,7 @@ check tuned docs/quickstart.md "compare --tuned: packing tokens/s" 48370 0.1 '$1
 check tuned docs/quickstart.md "compare --tuned: dynamic tokens/s" 62238 0.1 '$1 == "dynamic" { print $3 }'
 check grid README.md "auto grid: geomean over the ten methods" 1.035 0.1 '/geometric mean/ { sub(/x$/, "", $13); print $13 }'
 check grid README.md "auto grid: worst over every other row" 1.000 0.1 '/geometric mean/ { gsub(/[()x,]/, "", $12); print $12 }'
-check pairgrid docs/scheduling.md "auto x auto: geomean over the best single pair" 1.003 0.1 '/geometric mean/ { sub(/x$/, "", $6); print $6 }'
+check pairgrid docs/scheduling.md "auto x auto: geomean over the best single pair" 1.001 0.1 '/geometric mean/ { sub(/x$/, "", $6); print $6 }'
 check regime README.md "regime map: llama3.1-8b 1024 packing-dp / packing" 1.669 0.1 '$1 == "llama3.1-8b" && $2 == 1024 && $3 == "packing-dp" { print $4 }'
 check regime docs/scheduling.md "regime map: gpt 4096 auto / packing" 1.7859 0.1 '$1 == "gpt-6.7b-16l" && $2 == 4096 && $3 == "auto" { print $4 }'
 check scale docs/scheduling.md "16,384-GPU sim: peak RSS, MB" 252 10 '$1 == "peak_rss_kb" { print $2 / 1000 }'
