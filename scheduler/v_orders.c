@@ -187,8 +187,12 @@ int v_zbv_greedy(v_orders *o, const v_costs *c)
     char *wdone = calloc(cells, 1);
     double *free_at = calloc((size_t)S, sizeof *free_at);
     int *held = calloc((size_t)S, sizeof *held), *next_new = calloc((size_t)S, sizeof *next_new);
+    /* lo[d]: device d's first micro-batch whose two W's are not both done. Every op a device can
+     * run next is of a micro-batch in [lo[d], next_new[d]): one before lo is done there, one from
+     * next_new on has not begun its chunk-0 forward, which every other op of it on d follows. */
+    int *lo = calloc((size_t)S, sizeof *lo);
     int *wcount = calloc(cells, sizeof *wcount), rc = 0;
-    if (!fdone || !bdone || !wdone || !free_at || !held || !next_new || !wcount) {
+    if (!fdone || !bdone || !wdone || !free_at || !held || !next_new || !lo || !wcount) {
         rc = -1;
         goto out;
     }
@@ -204,7 +208,7 @@ int v_zbv_greedy(v_orders *o, const v_costs *c)
                          placement_vstage(PLACEMENT_V, d, 1, S)};
             double t_b = INFINITY, t_f1 = INFINITY, t_f0 = INFINITY;
             int b_i = -1, b_c = 0, f1_i = -1, f0_i = -1, w_i = -1, w_c = 0;
-            for (int i = 0; i < m; i++)
+            for (int i = lo[d]; i < next_new[d]; i++)
                 for (int ch = 0; ch < 2; ch++) {
                     int v = vs[ch];
                     if (FD(i, v) >= 0 && BD(i, v) < 0) { /* its backward: after the next stage's */
@@ -214,7 +218,7 @@ int v_zbv_greedy(v_orders *o, const v_costs *c)
                     if (BD(i, v) >= 0 && !wdone[(size_t)i * (size_t)nv + (size_t)v] && w_i < 0)
                         w_i = i, w_c = ch;
                 }
-            for (int i = 0; i < m; i++) { /* chunk 1's forwards, in order */
+            for (int i = lo[d]; i < next_new[d]; i++) { /* chunk 1's forwards, in order */
                 int v = vs[1];
                 if (FD(i, v) < 0 && FD(i, v - 1) >= 0) {
                     t_f1 = FD(i, v - 1), f1_i = i;
@@ -258,11 +262,13 @@ int v_zbv_greedy(v_orders *o, const v_costs *c)
         } else {
             wdone[(size_t)i * (size_t)nv + (size_t)v] = 1;
             if (++wcount[AT(i, d)] == 2) held[d]--; /* both chunks' W */
+            while (lo[d] < m && wcount[AT(lo[d], d)] == 2) lo[d]++;
         }
         put(o, d, best_k, i, best_c, 0, 0);
     }
 out:
-    free(fdone), free(bdone), free(wdone), free(free_at), free(held), free(next_new), free(wcount);
+    free(fdone), free(bdone), free(wdone), free(free_at), free(held), free(next_new), free(lo);
+    free(wcount);
     return rc;
 }
 #undef FD

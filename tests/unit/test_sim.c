@@ -512,6 +512,103 @@ static void test_v_orders_time_as_simulated(void **state)
     assert_int_equal(checked, 2 * 3 * (1 + 2 + 3 + 4 + 5 + 6));
 }
 
+/* ZB-V's greedy pass as first written: at every step every device scans all m micro-batches of
+ * both its chunks (the builder scans only those begun and not done there). Writes device d's ops
+ * as kind/mb/chunk triples into ops[d][...] and their counts into n[d]. */
+static void zbv_greedy_by_scan(const v_costs *c, int S, int m, int (*ops)[3 * 6 * 24], int *n)
+{
+    int nv = 2 * S;
+    double fd[24][12], bd[24][12], free_at[6] = {0};
+    int wd[24][12] = {{0}}, held[6] = {0}, next_new[6] = {0}, wc[24][6] = {{0}};
+    for (int i = 0; i < m; i++)
+        for (int v = 0; v < nv; v++) fd[i][v] = bd[i][v] = -1;
+    for (int d = 0; d < S; d++) n[d] = 0;
+    for (int step = 0; step < 3 * nv * m; step++) {
+        int best_d = -1, best_i = 0, best_c = 0, best_k = 0;
+        double best_t = INFINITY;
+        for (int d = 0; d < S; d++) {
+            int vs[2] = {d, 2 * S - 1 - d};
+            double t_b = INFINITY, t_f1 = INFINITY, t_f0 = INFINITY;
+            int b_i = -1, b_c = 0, f1_i = -1, f0_i = -1, w_i = -1, w_c = 0;
+            for (int i = 0; i < m; i++)
+                for (int ch = 0; ch < 2; ch++) {
+                    int v = vs[ch];
+                    double r = v == nv - 1 ? fd[i][v] : bd[i][v + 1];
+                    if (fd[i][v] >= 0 && bd[i][v] < 0 && r >= 0 && r < t_b) t_b = r, b_i = i, b_c = ch;
+                    if (bd[i][v] >= 0 && !wd[i][v] && w_i < 0) w_i = i, w_c = ch;
+                }
+            for (int i = 0; i < m && f1_i < 0; i++)
+                if (fd[i][vs[1]] < 0 && fd[i][vs[1] - 1] >= 0) t_f1 = fd[i][vs[1] - 1], f1_i = i;
+            int i0 = next_new[d];
+            if (i0 < m && held[d] < S && (d == 0 || fd[i0][d - 1] >= 0))
+                t_f0 = d == 0 ? 0 : fd[i0][d - 1], f0_i = i0;
+            double now = free_at[d], start = INFINITY;
+            int k = 0, i = 0, ch = 0; /* 0 F, 1 B, 2 W */
+            if (b_i >= 0 && t_b <= now) k = 1, i = b_i, ch = b_c, start = now;
+            else if (f1_i >= 0 && t_f1 <= now) i = f1_i, ch = 1, start = now;
+            else if (f0_i >= 0 && t_f0 <= now) i = f0_i, start = now;
+            else if (w_i >= 0) k = 2, i = w_i, ch = w_c, start = now;
+            else {
+                start = fmin(t_b, fmin(t_f1, t_f0));
+                if (!isfinite(start)) continue;
+                if (start == t_b) k = 1, i = b_i, ch = b_c;
+                else if (start == t_f1) i = f1_i, ch = 1;
+                else i = f0_i;
+            }
+            if (start < best_t) best_t = start, best_d = d, best_k = k, best_i = i, best_c = ch;
+        }
+        assert_true(best_d >= 0);
+        int d = best_d, i = best_i, v = best_c ? 2 * S - 1 - d : d;
+        size_t at = (size_t)i * (size_t)S + (size_t)d;
+        double end = best_t + fmax(best_k == 0 ? c->f[at] : best_k == 1 ? c->b[at] : c->w[at], 0);
+        free_at[d] = end;
+        if (best_k == 0) fd[i][v] = end, held[d] += !best_c, next_new[d] += !best_c;
+        else if (best_k == 1) bd[i][v] = end;
+        else wd[i][v] = 1, held[d] -= ++wc[i][d] == 2;
+        int *x = &ops[d][3 * n[d]++];
+        x[0] = best_k, x[1] = i, x[2] = best_c;
+    }
+}
+
+/* v_zbv_greedy against the pass as first written: the same ops in the same order on every
+ * device, over 1-6 devices and 1-24 micro-batches of costs with ties (whole numbers) and without. */
+static void test_zbv_greedy_as_first_written(void **state)
+{
+    (void)state;
+    static int ops[6][3 * 6 * 24];
+    int n[6], checked = 0;
+    for (int S = 1; S <= 6; S++)
+        for (int m = 1; m <= 24; m += m < 8 ? 1 : 5)
+            for (int ties = 0; ties < 2; ties++) {
+                size_t cells = (size_t)m * (size_t)S;
+                double t[3 * 6 * 24];
+                for (size_t k = 0; k < cells; k++) {
+                    unsigned h = (unsigned)(k * 2654435761u + (unsigned)(S * 131 + m * 7 + ties));
+                    double f = ties ? 1 + h % 3 : 0.5 + (h % 997) / 331.0;
+                    t[k] = f, t[cells + k] = ties ? 1 + (h >> 8) % 3 : 1.7 * f + (h % 13) / 29.0;
+                    t[2 * cells + k] = ties ? (h >> 12) % 2 : 0.6 * f;
+                }
+                v_costs c = {t, t + cells, t + 2 * cells};
+                v_orders o;
+                assert_int_equal(v_orders_alloc(&o, S, m), 0);
+                assert_int_equal(v_zbv_greedy(&o, &c), 0);
+                zbv_greedy_by_scan(&c, S, m, ops, n);
+                for (int d = 0; d < S; d++) {
+                    assert_int_equal(o.n[d], n[d]);
+                    for (int j = 0; j < n[d]; j++) {
+                        const v_op *x = &o.ops[(size_t)d * (size_t)o.cap + (size_t)j];
+                        int kind = x->kind == V_F ? 0 : x->kind == V_B ? 1 : 2;
+                        if (kind != ops[d][3 * j] || x->mb != ops[d][3 * j + 1] ||
+                            x->chunk != ops[d][3 * j + 2])
+                            fail_msg("S %d m %d ties %d: device %d op %d differs", S, m, ties, d, j);
+                    }
+                }
+                v_orders_free(&o);
+                checked++;
+            }
+    assert_int_equal(checked, 6 * 11 * 2);
+}
+
 /* The adaptive schedule's cyclic pass as first written (every round, every device scans its
  * micro-batches for the backward whose gradient came first, and the held ones for the largest
  * transient): the builder's per-device F/B order must be the same, under memory that binds. */
@@ -1094,6 +1191,7 @@ int main(void)
         cmocka_unit_test(test_bad_plans_rejected),
         cmocka_unit_test(test_determinism_variable_sizes),
         cmocka_unit_test(test_v_orders_time_as_simulated),
+        cmocka_unit_test(test_zbv_greedy_as_first_written),
         cmocka_unit_test(test_allreduce_waits_for_the_slowest_replica),
         cmocka_unit_test(test_replicas_meet),
         cmocka_unit_test(test_exchange_pairs),
