@@ -1065,10 +1065,16 @@ static void test_schedule_auto(void **state)
     assert_int_equal(pl.h.placement, r.placement);
     assert_int_equal(pl.h.chunks, r.placement == PLACEMENT_V ? 2 : 1);
     assert_int_equal(plan_check(&pl, "auto.json", &err), DP_OK);
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", pl.it[1].schedule);
     snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "%s",
              r.placement == PLACEMENT_V ? "zb1" : "zbv");
     assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
     assert_msg_has(err.msg, "iteration 1");
+    snprintf(pl.it[1].schedule, sizeof pl.it[1].schedule, "%s", keep);
+    pl.h.placement = r.placement == PLACEMENT_V ? PLACEMENT_LOOP : PLACEMENT_V; /* chunks kept */
+    assert_int_equal(plan_check(&pl, "auto.json", &err), DP_ERR_INVALID);
+    assert_msg_has(err.msg, "\"placement\"");
     plan_release(&pl);
     study_result_release(&r);
     setup_release(&s);
