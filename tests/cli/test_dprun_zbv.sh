@@ -8,7 +8,8 @@
 # stages (--layers-per-stage 0,2,2,0: both on one GPU in a V), and the simulator replays each
 # plan to its own timeline. The cuda backend's executor (on the fake GPU: the CPU layer, NCCL as
 # MPI) runs them too, its links both ways along the V, on one GPU and on 2 and 4. An auto-v plan
-# (a V schedule per iteration) runs to the same norm. The cuda backend refuses a
+# (a V schedule per iteration) and an auto plan (its placement chosen by the first iteration)
+# run to the same norm. The cuda backend refuses a
 # V (its links follow a loop), naming --backend cpu.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_dprun.sh"
@@ -62,6 +63,16 @@ p=json.load(open('$TMP/av4.json'))
 sys.exit(0 if p['schedule'] == 'auto-v' and p['placement'] == 'v' and
          all(it['schedule'] in ('zbv', 'dualpipev') for it in p['iterations']) else 1)"
 same av4 ref8w 4
+# auto: the placement chosen by the first iteration, then a schedule of its family per iteration
+plan a4 "$TMP/llama8.json" --pp 4 --schedule auto --global-tokens 2048
+check "an auto plan says auto, the placement it chose, and a schedule of it in its iteration" python3 -c "
+import json,sys
+p=json.load(open('$TMP/a4.json'))
+v = p.get('placement') == 'v'
+fam = ('zbv', 'dualpipev') if v else ('gpipe', '1f1b', 'adaptive', 'zb1')
+sys.exit(0 if p['schedule'] == 'auto' and p['chunks'] == (2 if v else 1) and
+         all(it['schedule'] in fam for it in p['iterations']) else 1)"
+same a4 ref8w 4
 # the cuda backend: one GPU driving every stage, and a GPU a stage (its NCCL links both ways)
 if [ -x "$FAKE" ]; then
   same_gpu v2 ref 1
