@@ -30,7 +30,7 @@ double comm_p2p_ms(const cluster_spec *c, int gpu_a, int gpu_b, double bytes)
 
 comm_group comm_group_flat(int n, int spans_nodes)
 {
-    comm_group g = {n, spans_nodes, 1};
+    comm_group g = {n, spans_nodes, 1, spans_nodes ? 1 : n};
     return g;
 }
 
@@ -41,6 +41,7 @@ comm_group comm_strided_group(const cluster_spec *c, int n, int stride)
     if (g.spans_nodes) {
         double members = st < gpn ? (double)(gpn / st) : 1; /* of one group on a node */
         g.nics = fmin(members, c->nics_per_node * members / gpn);
+        g.per_node = (int)members;
     }
     return g;
 }
@@ -83,6 +84,7 @@ comm_group comm_stage_group(const cluster_spec *c, const mesh *layout, int size,
     mesh one = mesh_of(layout->tp, layout->cp, layout->pp, layout->dp), *m = &one;
     comm_group g = comm_group_flat(size, 0);
     long long total = mesh_size(m);
+    int most = 0; /* the most members a crossing group has on one node */
     for (int o = 0; o < stride; o++) { /* each group of the stage */
         if (!group_crosses(c, m, stage, size, stride, o)) continue;
         double worst = INFINITY;
@@ -90,6 +92,7 @@ comm_group comm_stage_group(const cluster_spec *c, const mesh *layout, int size,
             int node = node_of(c, stage_member(m, stage, stride, o, j)), members = 0;
             for (; j < size && node_of(c, stage_member(m, stage, stride, o, j)) == node; j++)
                 members++;
+            most = members > most ? members : most;
             int crossing = 0; /* the node's GPUs whose groups cross too (every stage's) */
             long long lo = (long long)node * c->gpus_per_node;
             for (long long y = lo; y < lo + c->gpus_per_node && y < total; y++) {
@@ -102,6 +105,7 @@ comm_group comm_stage_group(const cluster_spec *c, const mesh *layout, int size,
         g.nics = g.spans_nodes ? fmin(g.nics, worst) : worst;
         g.spans_nodes = 1;
     }
+    if (g.spans_nodes) g.per_node = most;
     return g;
 }
 
@@ -134,6 +138,13 @@ double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, doubl
         double nvls = COMM_NVLS_LATENCY_US / 1e3 +
                       bytes / (c->intra_gbit / 8 * c->gpu.nvls_eff * 1e9) * 1e3;
         ms = fmin(ms, nvls);
+    }
+    if (k == COLL_ALL_REDUCE && g->spans_nodes && c->nccl_tree && !c->gpu.comm_on_cores) {
+        int p = g->per_node > 0 ? g->per_node : 1, nodes = (n + p - 1) / p, depth = 0;
+        while ((2 << depth) <= nodes) depth++; /* floor(log2 nodes) */
+        double tree = 2 * ((p - 1) * c->intra_latency_us + depth * c->inter_latency_us) / 1e3 +
+                      bytes * factor / (comm_busbw_gbps(c, k, g) * COMM_TREE_BW_SHARE * 1e9) * 1e3;
+        ms = fmin(ms, tree);
     }
     return ms;
 }

@@ -27,6 +27,14 @@
  * An all-reduce inside a node with NVLink SHARP (gpu_spec.nvls_eff > 0: H100 and later) moves the
  * buffer once each way through the switch: bytes / (intra_gbit x nvls_eff) + COMM_NVLS_LATENCY_US,
  * when that is faster than the ring (NCCL picks the faster algorithm).
+ * An all-reduce across nodes (cluster_spec.nccl_tree) takes NCCL's tree where that is faster: a
+ * chain of the group's p members inside each node and a double binary tree over its N nodes, as
+ * NCCL's own cost model prices it (src/graph/tuning.cc, ncclTopoTuneModel: tree latency
+ * 2((p - 1) x intra + floor(log2 N) x inter), Simple protocol busBW 0.92 of the ring's):
+ *   tree = 2((p - 1) x intra_latency + floor(log2 N) x inter_latency)
+ *          + bytes x 2(n-1)/n / (busBW x COMM_TREE_BW_SHARE)
+ * so the ring's 2(n-1) steps of latency stop growing with the GPUs where the buffer is small next
+ * to them (a bucket over thousands of GPUs), and the ring keeps large buffers.
  *
  * Activation bytes between stages: what crosses (placement.h placement_act_elems) in fp16/bf16.
  * A transfer is a send/recv between the two stages' GPUs, each pair carrying its share
@@ -41,6 +49,7 @@
 
 #define COMM_ACT_ELEM_BYTES 2 /* fp16/bf16 activations and gradients */
 #define COMM_NVLS_LATENCY_US 23.0 /* NCCL's NVLS base latency (src/graph/tuning.cc) */
+#define COMM_TREE_BW_SHARE 0.92   /* NCCL's tree (Simple) busBW over the ring's (tuning.cc) */
 
 /* Bytes of one activation (or its gradient) sent from `stage` to the next, for a micro-batch. */
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
@@ -59,9 +68,11 @@ typedef struct comm_group {
     int n;           /* GPUs in the group */
     int spans_nodes; /* 1: over the NICs */
     double nics;     /* across nodes: NICs' worth of bandwidth at the busiest node (above) */
+    int per_node;    /* members on one node (n inside a node) */
 } comm_group;
 
-/* A group inside one node, or spread one GPU per node over n nodes with a NIC each. */
+/* A group inside one node, or spread one GPU per node over n nodes with a NIC each (per_node
+ * 1). */
 comm_group comm_group_flat(int n, int spans_nodes);
 /* A group of n GPUs whose members are `stride` apart in the placement (GPUs g, g + stride, ...:
  * a context-parallel ring of the same tensor-parallel rank has stride tp), where every GPU of a

@@ -176,6 +176,7 @@ typedef struct cluster_row {
     double mem_limit_mb; /* 0: HW_USABLE_SHARE of the GPU's memory */
     const char *net_source;
     double gpu_jitter;   /* cluster_spec.gpu_jitter */
+    int nccl_tree;       /* cluster_spec.nccl_tree */
 } cluster_row;
 
 /* Between nodes: ~24 GB/s busBW per 200 Gbit/s HDR NIC and ~48 per 400 Gbit/s NDR one, 0.96 of
@@ -188,16 +189,16 @@ static const cluster_row CLUSTERS[] = {
      * planner limit on the 40 GB cards. The others (mem_limit 0) keep back the same share,
      * HW_USABLE_SHARE, for the CUDA context, the libraries' workspaces and fragmentation. */
     {"p4d", "a100-40gb", 8, 0, 0, 100, 4000, 8, 1, 36000,
-     "DynaPipe's cost model (100 Gbit/s per ring, 4 ms)", 0},
+     "DynaPipe's cost model (100 Gbit/s per ring, 4 ms)", 0, 0},
     {"dgx-a100", "a100-80gb", 8, 0, 2, 200, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-6 HDR 200 Gbit/s (DGX A100), 24 GB/s busBW each (nccl-tests #119)", HW_GPU_JITTER},
+     "8 x ConnectX-6 HDR 200 Gbit/s (DGX A100), 24 GB/s busBW each (nccl-tests #119)", HW_GPU_JITTER, 1},
     {"dgx-h100", "h100", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-7 NDR 400 Gbit/s (DGX H100), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER},
+     "8 x ConnectX-7 NDR 400 Gbit/s (DGX H100), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER, 1},
     {"h200-node", "h200", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-7 NDR 400 Gbit/s (HGX H200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER},
+     "8 x ConnectX-7 NDR 400 Gbit/s (HGX H200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER, 1},
     {"dgx-b200", "b200", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
-     "8 x ConnectX-7 400 Gbit/s (DGX B200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER},
-    {"cpu", "cpu", 16, 80, 1, 10, 50, 16, 1, 0, "loopback, as fast as the wire", 0},
+     "8 x ConnectX-7 400 Gbit/s (DGX B200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER, 1},
+    {"cpu", "cpu", 16, 80, 1, 10, 50, 16, 1, 0, "loopback, as fast as the wire", 0, 0},
 };
 #define N_CLUSTERS ((int)(sizeof CLUSTERS / sizeof CLUSTERS[0]))
 
@@ -255,6 +256,7 @@ int cluster_preset_at(int i, cluster_spec *c)
     c->mem_limit_mb = r->mem_limit_mb > 0 ? r->mem_limit_mb : HW_USABLE_SHARE * c->gpu.mem_mb;
     c->net_source = r->net_source;
     c->gpu_jitter = r->gpu_jitter;
+    c->nccl_tree = r->nccl_tree;
     return 0;
 }
 
@@ -364,6 +366,7 @@ dp_status cluster_parse_json(const char *text, const char *name, cluster_spec *c
         goto out;
     }
     TRY(json_double(root, "gpu_jitter", name, 0, 0.5, 0, HW_GPU_JITTER, &c->gpu_jitter, err));
+    TRY(json_bool(root, "nccl_tree", name, 1, &c->nccl_tree, err));
     c->net_source = "user JSON";
 out:
     cJSON_Delete(root);
@@ -427,6 +430,7 @@ cJSON *cluster_to_json(const cluster_spec *c)
     }
     cJSON_AddNumberToObject(o, "mem_limit_mb", c->mem_limit_mb);
     cJSON_AddNumberToObject(o, "gpu_jitter", c->gpu_jitter);
+    cJSON_AddBoolToObject(o, "nccl_tree", c->nccl_tree);
     return o;
 }
 

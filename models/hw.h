@@ -139,6 +139,10 @@ typedef struct cluster_spec {
                                           * presets and a JSON spec's default ("gpu_jitter"); 0
                                           * for p4d (DynaPipe's cost model, kept as the authors
                                           * had it) and CPU ranks (a measured run has its own) */
+    int nccl_tree;                       /* 1: an all-reduce across nodes takes NCCL's tree where
+                                          * that is faster than the ring (models/comm.h); 0:
+                                          * rings only (p4d: DynaPipe's cost model; CPU ranks:
+                                          * MPI's own). JSON "nccl_tree", default true */
     const char *net_source;              /* where the NICs and their shares come from */
 } cluster_spec;
 

@@ -1195,6 +1195,65 @@ static void test_nccl_collectives(void **state)
     assert_rel(t_shared, 2 * comm_coll_ms(&c, COLL_ALL_REDUCE, &own, B), 1e-12);
 }
 
+/* NCCL's tree for an all-reduce across nodes (comm.h), against its closed form written out here:
+ * a bucket over 2,048 rails (one GPU a node) takes the tree's 2 floor(log2 N) steps instead of the
+ * ring's 2(n-1); a large buffer over two nodes keeps the ring; a 16-GPU group of 8 a node chains
+ * its 7 members inside each node; time never falls as the group grows; p4d (DynaPipe's cost
+ * model) and the JSON field "nccl_tree": false keep rings only. */
+static void test_nccl_tree(void **state)
+{
+    (void)state;
+    cluster_spec h100;
+    assert_int_equal(cluster_preset("dgx-h100", &h100), 0);
+    assert_true(h100.nccl_tree);
+    double lat_in = h100.intra_latency_us / 1e3, lat_x = h100.inter_latency_us / 1e3;
+    double B = 25e6;
+    comm_group rails = comm_dp_group(&h100, &(mesh){8, 1, 1, 2048}, 0);
+    assert_int_equal(rails.n, 2048);
+    assert_int_equal(rails.per_node, 1);
+    double bw = comm_busbw_gbps(&h100, COLL_ALL_REDUCE, &rails) * 1e9 / 1e3; /* bytes a ms */
+    double factor = 2.0 * 2047 / 2048;
+    double ring = 2 * 2047 * lat_x + B * factor / bw, tree = 2 * 11 * lat_x + B * factor / (0.92 * bw);
+    assert_true(tree < ring);
+    assert_rel(comm_coll_ms(&h100, COLL_ALL_REDUCE, &rails, B), tree, 1e-12);
+    /* two nodes, 1 GB: the ring's bandwidth wins */
+    comm_group two = comm_dp_group(&h100, &(mesh){8, 1, 1, 2}, 0);
+    double big = 1e9, bw2 = comm_busbw_gbps(&h100, COLL_ALL_REDUCE, &two) * 1e6;
+    assert_rel(comm_coll_ms(&h100, COLL_ALL_REDUCE, &two, big), 2 * lat_x + big / bw2, 1e-12);
+    /* 8 members a node over two nodes: a chain of 7 intra-node steps each way, one tree level */
+    comm_group wide = comm_dp_group(&h100, &(mesh){1, 1, 1, 16}, 0);
+    assert_int_equal(wide.per_node, 8);
+    double bww = comm_busbw_gbps(&h100, COLL_ALL_REDUCE, &wide) * 1e6, small = 1e5;
+    double f16 = 2.0 * 15 / 16;
+    assert_rel(comm_coll_ms(&h100, COLL_ALL_REDUCE, &wide, small),
+               fmin(30 * lat_x + small * f16 / bww,
+                    2 * (7 * lat_in + 1 * lat_x) + small * f16 / (0.92 * bww)), 1e-12);
+    /* never faster as the rails grow, and the latency does grow */
+    double prev = 0;
+    for (int n = 2; n <= 16384; n += n / 3 + 1) {
+        comm_group g = comm_dp_group(&h100, &(mesh){8, 1, 1, n}, 0);
+        double t = comm_coll_ms(&h100, COLL_ALL_REDUCE, &g, B);
+        assert_true(t >= prev * (1 - 1e-12));
+        prev = t;
+    }
+    assert_true(prev > comm_coll_ms(&h100, COLL_ALL_REDUCE, &two, B));
+    /* rings only: p4d, and a JSON spec that says so */
+    cluster_spec p4 = p4d(), json;
+    assert_false(p4.nccl_tree);
+    dp_err err = {0};
+    assert_int_equal(cluster_parse_json("{\"name\": \"x\", \"gpu\": \"h100\", \"intra_gbit\": 3600, "
+                                        "\"intra_latency_us\": 2, \"inter_gbit\": 400, "
+                                        "\"inter_latency_us\": 5, \"nccl_tree\": false}",
+                                        "x.json", &json, &err),
+                     DP_OK);
+    assert_false(json.nccl_tree);
+    double bwj = comm_busbw_gbps(&json, COLL_ALL_REDUCE, &rails) * 1e6;
+    assert_rel(comm_coll_ms(&json, COLL_ALL_REDUCE, &rails, B), 2 * 2047 * lat_x + B * factor / bwj,
+               1e-12);
+    json.nccl_tree = 1;
+    assert_true(comm_coll_ms(&json, COLL_ALL_REDUCE, &rails, B) < 2 * 2047 * lat_x);
+}
+
 static void test_memory_and_comm_closed_forms(void **state)
 {
     (void)state;
@@ -1659,6 +1718,7 @@ int main(void)
         cmocka_unit_test(test_memory_and_comm_closed_forms),
         cmocka_unit_test(test_flash_attention_time),
         cmocka_unit_test(test_nccl_collectives),
+        cmocka_unit_test(test_nccl_tree),
         cmocka_unit_test(test_gqa_and_untied_heads),
         cmocka_unit_test(test_moe_counts),
         cmocka_unit_test(test_sliding_window),
