@@ -527,6 +527,18 @@ double analytic_stored_act_bytes(const model_spec *m, cost_component c, const co
  * forward; backward twice that (K/V and their gradients). */
 double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
                               int backward);
+/* Bytes the busiest GPU of the ring reads and writes merging the steps' partial results for one
+ * layer of shape s (ring form; 0 at cp 1), as Transformer Engine's ring attention does them
+ * (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py,
+ * AttnFuncWithCPAndKVP2P): forward, each step's output is added into the output after the ring
+ * (flash_attn_fwd_out_correction: out += out_step x exp(lse_step - lse), 16-bit: read both, write
+ * one), backward each step's dq into dq and its dk, dv into the gradient passed on (add_). The
+ * last rank's steps each cover all its queries (the others' later steps half), so it merges cp
+ * blocks of its tokens / cp: 6 bytes x the sequence's tokens x (q heads x head size) / tp
+ * forward, x (q + 2 kv heads) x head size / tp backward, whatever cp is. Memory-bound work
+ * beside the ring, not hidden by it. */
+double analytic_cp_merge_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
+                               int backward);
 
 /* Reads a fitted model (`dpsim calibrate -o fit.json`): {"kind": "analytic", "params": {...},
  * "hw": "...", "tp": T, "recompute": "none"}. The model comes from the caller. The fitted

@@ -350,6 +350,14 @@ static void cp_comm_ms(const cost_model *cm, const cost_shape *s, double t_attn,
     *bwd_ms = (cp - 1) * fmax(0, step_bwd - t_attn_bwd / cp);
 }
 
+double analytic_cp_merge_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
+                               int backward)
+{
+    if (cp <= 1) return 0;
+    double width = model_attn_q_width(m) + (backward ? 2 * model_attn_kv_width(m) : 0);
+    return 3.0 * COMM_ACT_ELEM_BYTES * s->mbs * s->enc_len * width / tp; /* read 2, write 1 */
+}
+
 double analytic_cp_ring_bytes(const model_spec *m, const cost_shape *s, int tp, int cp,
                               int backward)
 {
@@ -726,6 +734,10 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
     if (cp > 1 && c != COMP_POSTPROCESS) {
         double fwd_cp, bwd_cp;
         cp_comm_ms(cm, s, t_attn, t_attn_bwd, &fwd_cp, &bwd_cp);
+        if (!cm->cp_alltoall) { /* the ring's merges of its steps' partial results */
+            fwd_cp += analytic_cp_merge_bytes(m, s, cm->tp, cm->cp, 0) / (bw * p->mem_eff) * 1e3;
+            bwd_cp += analytic_cp_merge_bytes(m, s, cm->tp, cm->cp, 1) / (bw * p->mem_eff) * 1e3;
+        }
         out->fwd_ms += fwd_cp; /* a recomputed forward (selective: its attention) reruns it */
         out->bwd_ms += bwd_cp + (cm->recompute != RECOMPUTE_NONE ? fwd_cp : 0);
     }

@@ -415,6 +415,43 @@ static void test_context_parallelism(void **state)
             assert_near(analytic_cp_ring_bytes(m, &sh, tp, cp, 0), fwd, 1e-6 * kv);
             assert_near(analytic_cp_ring_bytes(m, &sh, tp, cp, 1), 2.0 * (cp - 1) / cp * kv, 1e-6 * kv);
         }
+    /* the ring's merges (Transformer Engine's per-step output corrections and gradient adds),
+     * written out: 6 bytes x tokens x 4096 query widths / tp forward, x (4096 + 2 x 1024)
+     * backward, none at cp 1; and in the layer's time beside the ring, not hidden: with the floors
+     * off, halving the HBM rate moves the ring form's time by the merge bytes more than the
+     * all-to-all form's (the same local tokens, no merges) */
+    for (int tp = 1; tp <= 2; tp *= 2)
+        for (int cp = 1; cp <= 8; cp *= 2) {
+            double want = cp > 1 ? 6.0 * 32768 * 4096 / tp : 0;
+            assert_near(analytic_cp_merge_bytes(m, &sh, tp, cp, 0), want, 1e-6);
+            assert_near(analytic_cp_merge_bytes(m, &sh, tp, cp, 1), want * 6144 / 4096, 1e-6);
+            if (cp == 1 || tp * cp > 8) continue; /* all-to-all: 8 kv heads over tp x cp */
+            for (int rc = 0; rc < RECOMPUTE_COUNT; rc += 2) { /* none, full */
+                double d[2][2]; /* [a2a][fwd, bwd]: the time's change as HBM halves */
+                for (int a2a = 0; a2a <= 1; a2a++) {
+                    cost_layer l[2];
+                    for (int half = 0; half <= 1; half++) {
+                        cluster_spec slow = hw;
+                        slow.gpu.hbm_gbps = hw.gpu.hbm_gbps / (half ? 2 : 1);
+                        analytic_params q = p;
+                        q.fwd_floor_ms = q.bwd_floor_ms = 0;
+                        cost_model *cm = NULL;
+                        assert_int_equal(cost_analytic_new(m, &slow, tp, (recompute_mode)rc, &q, &cm,
+                                                           NULL), DP_OK);
+                        cost_model_set_attention(cm, 1, NULL);
+                        assert_int_equal(cost_model_set_cp(cm, cp, a2a, NULL), DP_OK);
+                        assert_int_equal(cost_query(cm, COMP_ENCODER, &sh, &l[half], NULL), DP_OK);
+                        cost_model_free(cm);
+                    }
+                    d[a2a][0] = l[1].fwd_ms - l[0].fwd_ms, d[a2a][1] = l[1].bwd_ms - l[0].bwd_ms;
+                }
+                double rate = hw.gpu.hbm_gbps * 1e9 * p.mem_eff / 1e3; /* bytes a ms */
+                double mf = analytic_cp_merge_bytes(m, &sh, tp, cp, 0) / rate;
+                double mb = analytic_cp_merge_bytes(m, &sh, tp, cp, 1) / rate;
+                assert_near(d[0][0] - d[1][0], mf, 1e-9 * mf);
+                assert_near(d[0][1] - d[1][1], mb + (rc ? mf : 0), 1e-9 * mb);
+            }
+        }
     /* one figure by hand: tp 1, cp 2, 32,768 tokens, 8 key/value heads of 128: a K/V block is
      * half of 2 x 32768 x 1024 x 2 bytes, 67,108,864 bytes, sent once forward and twice back */
     assert_near(analytic_cp_ring_bytes(m, &sh, 1, 2, 0), 67108864.0, 1e-6);
