@@ -73,8 +73,8 @@ check toydpv docs/teaching.md "textbook DualPipeV bubble, %" 11.11 0.1 '/^pipeli
 check gptzbv docs/scheduling.md "GPT-6.7B, 4 A100 stages: zbv tokens/s" 27856 0.1 '/^throughput \(real/ { print $4 }'
 check cotsched docs/scheduling.md "long-CoT 32k: zbv, packing-wlb, mixed" 98558 0.1 '$1 == 32768 && $2 == "packing-wlb" && $3 == "zbv" && $4 == "mixed" { print $5 }'
 check cotsched docs/scheduling.md "long-CoT 128k: auto, dynamic-varlen, mixed" 92982 0.1 '$1 == 131072 && $2 == "dynamic-varlen" && $3 == "auto" && $4 == "mixed" { print $5 }'
-check longctx README.md "long context: 8B, 64 GPUs, 128k, cp auto" 469585 0.1 '$1 == "llama3.1-8b" && $2 == 64 && $6 == 131072 { print $13 }'
-check longctx README.md "long context: 70B, 32k, cp 2" 44249 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
+check longctx README.md "long context: 8B, 64 GPUs, 128k, cp auto" 468126 0.1 '$1 == "llama3.1-8b" && $2 == 64 && $6 == 131072 { print $13 }'
+check longctx README.md "long context: 70B, 32k, cp 2" 43977 0.1 '$1 == "llama3.1-70b" && $6 == 32768 { print $9 }'
 if [ "$moved" -gt 0 ]; then
   echo "figures: $moved figure(s) moved or missing: re-measure them in the pages named" >&2
   exit 1
