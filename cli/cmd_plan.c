@@ -56,13 +56,17 @@ static void summary_counts(const study_result *r, double trace_tokens, FILE *fp)
     }
     if (r->n_wins > 0) /* --batching auto: each winner, in order of its first win */
         print_wins(fp, "iterations per batching (auto)", r->win_name, r->wins, r->n_wins);
-    if (r->placement_chosen) { /* --schedule auto: the run's placement, by its first iteration */
-        char ms[2][32];
-        for (int k = 0; k < 2; k++)
-            snprintf(ms[k], sizeof ms[k], isfinite(r->placement_first_ms[k]) ? "%.1f ms" : "no plan",
-                     r->placement_first_ms[k]);
-        fprintf(fp, "%-34s %14s  (the first iteration: %s on a loop, %s on a V)\n",
-                "placement (auto)", r->placement == PLACEMENT_V ? "v" : "loop", ms[0], ms[1]);
+    if (r->placement_chosen) { /* --schedule auto: the run's placement, by two iterations */
+        char ms[4][32];
+        const double *of[2] = {r->placement_first_ms, r->placement_longest_ms};
+        for (int k = 0; k < 4; k++)
+            snprintf(ms[k], sizeof ms[k], isfinite(of[k / 2][k % 2]) ? "%.1f ms" : "no plan",
+                     of[k / 2][k % 2]);
+        fprintf(fp, "%-34s %14s  (the first iteration: %s on a loop, %s on a V", "placement (auto)",
+                r->placement == PLACEMENT_V ? "v" : "loop", ms[0], ms[1]);
+        if (!isnan(r->placement_longest_ms[0]))
+            fprintf(fp, "; the one with the longest sample: %s, %s", ms[2], ms[3]);
+        fprintf(fp, ")\n");
     }
     if (r->n_sched_wins > 0) /* --schedule auto: the same */
         print_wins(fp, "iterations per schedule (auto)", r->sched_win_name, r->sched_wins,

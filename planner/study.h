@@ -132,9 +132,11 @@ typedef struct study_result {
     int wins[BATCH_CANDIDATES_MAX], n_wins;
     int placement_chosen;   /* 1: --schedule auto chose the run's placement (a placement_kind),
                              * by placement_first_ms: the first iteration's simulated ms under
-                             * each family, loop and V (INFINITY: no plan of it fits) */
+                             * each family, loop and V (INFINITY: no plan of it fits), and
+                             * placement_longest_ms: the same of the iteration with the longest
+                             * sample (NAN: the first, or none taken: study_run) */
     int placement;
-    double placement_first_ms[2];
+    double placement_first_ms[2], placement_longest_ms[2];
     int chunks;             /* the model chunks a device ran (auto: those of its placement) */
     char sched_win_name[STUDY_SCHEDULES_MAX][32]; /* --schedule auto: the schedules that won */
     int sched_wins[STUDY_SCHEDULES_MAX], n_sched_wins;
@@ -238,8 +240,10 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
 dp_status study_end(study_acc *a, dp_err *err);
 
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored).
- * --schedule auto (o->chooser picks_placement) first plans and simulates the first iteration
- * under each family (a loop, a V where pp > 1) and runs the faster's placement (ties: the loop),
+ * --schedule auto (o->chooser picks_placement) first plans and simulates, under each family (a
+ * loop, a V where pp > 1), the first iteration and the one holding the longest sample (an
+ * in-memory trace, not packed as a dataset), and runs the placement whose plans of both fit and
+ * are faster together (ties: the loop; where neither fits both, the first iteration's faster),
  * setting it in o->plan_out's header; its planning time counts in the first iteration's. */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 

@@ -461,7 +461,7 @@ best=$(for s in gpipe 1f1b adaptive zb1 zbv dualpipev; do "$DPSIM" sim --schedul
   --max-seqlen 8192 --global-tokens 262144 --pp 4 --dp 2 --recompute dynamic 2>/dev/null |
   awk '/out of memory +YES/ { oom = 1 } /^throughput/ { t = $4 } END { if (!oom) print t }'; done | sort -n | tail -1)
 check "... at least the best single schedule's throughput ($auto >= $best)" test "$auto" -ge "$best"
-expect "... and says the placement it chose by the first iteration" 0 "^placement \\(auto\\) +(loop|v) +\\(the first iteration: [0-9.]+ ms on a loop, [0-9.]+ ms on a V\\)" -- \
+expect "... and says the placement it chose and why" 0 "^placement \\(auto\\) +(loop|v) +\\(the first iteration: [0-9.]+ ms on a loop, [0-9.]+ ms on a V[;)]" -- \
   "$DPSIM" sim --schedule auto --iterations 3 --model llama3-8b --hw dgx-h100 --max-seqlen 8192 --global-tokens 262144 \
   --pp 4 --dp 2 --recompute dynamic
 expect "... and a plan of it names auto, and each iteration its schedule" 0 "wrote 3 iterations" -- "$DPSIM" plan --schedule auto --iterations 3 -o "$TMP/sa.json"
@@ -470,6 +470,16 @@ import json, sys; p = json.load(open(sys.argv[1]))
 fam = ('zbv', 'dualpipev') if p.get('placement') == 'v' else ('gpipe', '1f1b', 'adaptive', 'zb1')
 assert p['schedule'] == 'auto' and p['chunks'] == (2 if p.get('placement') == 'v' else 1)
 assert all(it['schedule'] in fam for it in p['iterations'])" "$TMP/sa.json"
+# the first iteration fits on a V, the one with a 32k sample does not (without recompute): auto
+# keeps the loop, whose adaptive schedule fits it
+{ echo task,input_len,target_len
+  for _ in $(seq 1024); do echo s,1000,24; done
+  for _ in $(seq 32); do echo l,32000,768; done; } >"$TMP/mix2.csv"
+expect "--schedule auto keeps the loop where the V's plan of the longest sample's iteration does not fit" 0 \
+  "^placement \\(auto\\) +loop +\\(the first iteration: [0-9.]+ ms on a loop, [0-9.]+ ms on a V; the one with the longest sample: [0-9.]+ ms, no plan\\)" -- \
+  "$DPSIM" sim --model llama3.1-8b --hw dgx-h100 --tp 2 --pp 4 --dp 2 --trace "$TMP/mix2.csv" \
+  --global-tokens 1048576 --max-seqlen 32768 --schedule auto
+check "... and its run fits" grep -Eq "^out of memory +no" "$TMP/out"
 expect "--schedule auto-loop plans on a loop" 0 "wrote 2 iterations" -- "$DPSIM" plan --schedule auto-loop --iterations 2 -o "$TMP/sal.json"
 check "... its header and iterations the loop's" python3 -c "
 import json, sys; p = json.load(open(sys.argv[1]))
