@@ -67,6 +67,9 @@ static void summary_counts(const study_result *r, double trace_tokens, FILE *fp)
         if (!isnan(r->placement_longest_ms[0]))
             fprintf(fp, "; the one with the longest sample: %s, %s", ms[2], ms[3]);
         fprintf(fp, ")\n");
+        for (int k = 0; k < 2; k++)
+            if (r->placement_why[k][0])
+                fprintf(fp, "  no plan on a %-20s %s\n", k ? "V:" : "loop:", r->placement_why[k]);
     }
     if (r->n_sched_wins > 0) /* --schedule auto: the same */
         print_wins(fp, "iterations per schedule (auto)", r->sched_win_name, r->sched_wins,
@@ -419,6 +422,7 @@ static dp_status sim_from_options(sim_cli *sc, plan_request *p, const sim_sink *
         o.progress = cli_stderr_is_tty() ? cli_progress : NULL;
         o.progress_ctx = (void *)"simulating";
         st = study_run(&o, &env.trace, res, err);
+        if (st == DP_OK) sc->chunks = res->chunks; /* auto: those of the placement it chose */
         if (st == DP_OK) st = study_answer(res, err); /* not figures of no iteration */
         if (st == DP_OK) cli_warn_short_trace(res, env.rules.global_tokens);
         planner_run_title("sim", p, &env, what, what_cap);

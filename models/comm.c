@@ -126,6 +126,28 @@ double comm_busbw_factor(hw_coll k, int n)
     return k == COLL_ALL_REDUCE ? 2.0 * (n - 1) / n : k == COLL_SEND_RECV ? 1 : (double)(n - 1) / n;
 }
 
+double comm_tree_bw_share(double bytes)
+{
+    /* tuning.cc's treeCorrectionFactor, Simple protocol, by floor(log2(bytes / 64)), 64 B up */
+    static const double correction[23] = {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5,
+                                          .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9};
+    int at = 0;
+    while (at < 23 && bytes >= 128.0 * (double)(1LL << at)) at++; /* bytes / 64 >= 2^(at + 1) */
+    return COMM_TREE_BW_SHARE * (bytes >= 64 && at < 23 ? correction[at] : 1);
+}
+
+comm_group comm_group_resized(comm_group g, int n)
+{
+    if (g.n > 0 && n != g.n && g.spans_nodes) {
+        long long p = (long long)g.per_node * n / g.n;
+        g.per_node = p < 1 ? 1 : p > n ? n : (int)p;
+    } else if (!g.spans_nodes) {
+        g.per_node = n;
+    }
+    g.n = n;
+    return g;
+}
+
 double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes)
 {
     int n = g->n;
@@ -140,10 +162,11 @@ double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, doubl
         ms = fmin(ms, nvls);
     }
     if (k == COLL_ALL_REDUCE && g->spans_nodes && c->nccl_tree && !c->gpu.comm_on_cores) {
-        int p = g->per_node > 0 ? g->per_node : 1, nodes = (n + p - 1) / p, depth = 0;
+        int p = g->per_node < 1 ? 1 : g->per_node > n ? n : g->per_node;
+        int nodes = (n + p - 1) / p, depth = 0;
         while ((2 << depth) <= nodes) depth++; /* floor(log2 nodes) */
         double tree = 2 * ((p - 1) * c->intra_latency_us + depth * c->inter_latency_us) / 1e3 +
-                      bytes * factor / (comm_busbw_gbps(c, k, g) * COMM_TREE_BW_SHARE * 1e9) * 1e3;
+                      2 * bytes / (comm_busbw_gbps(c, k, g) * comm_tree_bw_share(bytes) * 1e9) * 1e3;
         ms = fmin(ms, tree);
     }
     return ms;

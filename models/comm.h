@@ -29,10 +29,11 @@
  * when that is faster than the ring (NCCL picks the faster algorithm).
  * An all-reduce across nodes (cluster_spec.nccl_tree) takes NCCL's tree where that is faster: a
  * chain of the group's p members inside each node and a double binary tree over its N nodes, as
- * NCCL's own cost model prices it (src/graph/tuning.cc, ncclTopoTuneModel: tree latency
- * 2((p - 1) x intra + floor(log2 N) x inter), Simple protocol busBW 0.92 of the ring's):
+ * NCCL's own cost model prices it (src/graph/tuning.cc: ncclTopoTuneModel's tree latency
+ * 2((p - 1) x intra + floor(log2 N) x inter) and bandwidth, 0.92 of the link's, carrying the
+ * buffer twice (its ratio .5); ncclTopoGetAlgoTime's treeCorrectionFactor by size):
  *   tree = 2((p - 1) x intra_latency + floor(log2 N) x inter_latency)
- *          + bytes x 2(n-1)/n / (busBW x COMM_TREE_BW_SHARE)
+ *          + 2 bytes / (busBW x comm_tree_bw_share(bytes))
  * so the ring's 2(n-1) steps of latency stop growing with the GPUs where the buffer is small next
  * to them (a bucket over thousands of GPUs), and the ring keeps large buffers.
  *
@@ -49,7 +50,7 @@
 
 #define COMM_ACT_ELEM_BYTES 2 /* fp16/bf16 activations and gradients */
 #define COMM_NVLS_LATENCY_US 23.0 /* NCCL's NVLS base latency (src/graph/tuning.cc) */
-#define COMM_TREE_BW_SHARE 0.92   /* NCCL's tree (Simple) busBW over the ring's (tuning.cc) */
+#define COMM_TREE_BW_SHARE 0.92   /* NCCL's tree all-reduce bandwidth over the link's (tuning.cc) */
 
 /* Bytes of one activation (or its gradient) sent from `stage` to the next, for a micro-batch. */
 double comm_act_bytes(const model_spec *m, int stage, int stages, int mbs, int enc_len,
@@ -102,6 +103,15 @@ comm_group comm_dp_group(const cluster_spec *c, const mesh *m, int stage);
  * rank is ep x etp consecutive GPUs). What the slowest of the stage's groups gets at its busiest
  * node, every stage's groups crossing at once (as comm_dp_group counts them). */
 comm_group comm_stage_group(const cluster_spec *c, const mesh *m, int size, int stride, int stage);
+
+/* NCCL's tree bandwidth over the link's for an all-reduce of `bytes` (Simple protocol):
+ * COMM_TREE_BW_SHARE times tuning.cc's correction for the size (0.5 to 0.9 from 64 B to 256 MB,
+ * 1 beyond). */
+double comm_tree_bw_share(double bytes);
+/* g with n members instead: a group of the same GPUs grown or cut (a data-parallel ring widened
+ * to dp x cp, or cut to a shard group), its members a node scaled with it (at least 1, at most
+ * n; n inside a node). What a caller resizing a group uses, so the tree counts its nodes. */
+comm_group comm_group_resized(comm_group g, int n);
 
 /* Time of collective k of bytes over group g, ms (0 for a group of one). */
 double comm_coll_ms(const cluster_spec *c, hw_coll k, const comm_group *g, double bytes);

@@ -296,7 +296,9 @@ const char *cost_overlap_name(unsigned bits, char *buf, size_t cap);
  *          activations split over the cp GPUs; weights whole on each
  *   ring   cp - 1 steps per layer, each passing a K/V block of 1/cp of the sequence to the next
  *          GPU: forward (cp-1)/cp of the layer's K and V bytes, backward twice that (K/V and
- *          their gradients); each step hidden behind that step's attention where shorter
+ *          their gradients); each step hidden behind that step's attention where shorter; and
+ *          beside the ring, not hidden, the merges of its steps' partial results
+ *          (analytic_cp_merge_bytes) at the byte rate
  *   a2a    four all-to-alls of 1/cp of the tokens (Q, K, V in, the output back) forward, four
  *          backward, not hidden */
 dp_status cost_model_set_cp(cost_model *cm, int cp, int alltoall, dp_err *err);

@@ -154,6 +154,15 @@ dp_status panel_collect(const study_opts *o, const trace *t, int iteration, int 
         return dp_fail(err, DP_ERR_INVALID, "replica %d of a run of %d replicas", replica, o->dp);
     sim_sink sink = {panel_on_op, panel_on_mem, &c};
     study_opts q = *o;
+    if (!o->sched && o->chooser->picks_placement) { /* auto: the run's placement, not a prefix's */
+        study_placement_choice pc;
+        dp_status st = study_placement(o, t, &pc, err);
+        if (st != DP_OK) {
+            panel_collector_release(&c);
+            return st;
+        }
+        q.chooser = pc.chooser, q.chunks = pc.chooser->chunks;
+    }
     q.sink = &sink;
     q.max_iterations = iteration + 1;
     study_result r;

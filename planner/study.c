@@ -626,7 +626,8 @@ static dp_status relax_modes(const planner *pl, const stage_model *sm,
 }
 
 /* The schedules a run plans each iteration with: o->sched, or every one its chooser takes
- * (schedule_chooser_takes: auto the one-chunk ones, auto-v the V ones), the baseline (1F1B) first
+ * (schedule_chooser_takes: auto-loop the one-chunk ones, auto-v the V ones; auto runs as one of
+ * them, study_run), the baseline (1F1B) first
  * where it is one and the rest in schedule_list order (ties go to the earlier). Their count. */
 static int study_schedules(const study_opts *o, const schedule **out)
 {
@@ -877,17 +878,24 @@ out:;
 }
 
 /* The simulated ms of o's first iteration alone (nothing written, shown or pruned); INFINITY
- * where it cannot be planned, does not fit or cannot be costed. */
-static double first_iteration_ms(const study_opts *o, const trace *t)
+ * where it cannot be planned, does not fit or cannot be costed, the first line of the planner's
+ * reason then in why after `what` (when why is empty). */
+static double first_iteration_ms(const study_opts *o, const trace *t, const char *what, char *why,
+                                 size_t why_cap)
 {
     study_opts q = *o;
     q.max_iterations = 1, q.plan_out = NULL, q.sink = NULL, q.progress = NULL;
     q.validate = 0, q.keep_going = 0, q.prune_ms = 0;
     study_result r;
-    dp_err ignored = {0};
+    dp_err e = {0};
     double ms = INFINITY;
-    if (run_placed(&q, t, &r, 0, &ignored) == DP_OK && r.iterations == 1 && r.feasible && !r.oom)
-        ms = r.sum_ms;
+    dp_status st = run_placed(&q, t, &r, 0, &e);
+    if (st == DP_OK && r.iterations == 1 && r.feasible && !r.oom) ms = r.sum_ms;
+    else if (!why[0]) { /* its first line, without the run's "iteration 0: " */
+        const char *msg = st != DP_OK ? e.msg : r.why;
+        if (strncmp(msg, "iteration 0: ", 13) == 0) msg += 13;
+        snprintf(why, why_cap, "%s: %.*s", what, (int)strcspn(msg, "\n"), msg);
+    }
     study_result_release(&r);
     return ms;
 }
@@ -934,45 +942,83 @@ static int longest_sample_batch(const study_opts *o, const trace *t, trace *out)
     return taken;
 }
 
+/* o run on one family (auto-loop's or auto-v's chooser, with its chunks). */
+static study_opts on_family(const study_opts *o, placement_kind place)
+{
+    study_opts f = *o;
+    f.chooser = schedule_chooser_on(o->chooser, place, place == PLACEMENT_V ? 2 : 1);
+    f.chunks = f.chooser->chunks;
+    return f;
+}
+
+dp_status study_placement(const study_opts *o, const trace *t, study_placement_choice *c,
+                          dp_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (o->stream_path && strcmp(o->stream_path, "-") == 0)
+        return dp_fail(err, DP_ERR_INVALID, "--schedule %s plans iterations under each placement "
+                       "before the run, reading the trace more than once, which a stream from "
+                       "standard input cannot\nhint: --schedule auto-loop or auto-v, or the trace "
+                       "from a file", o->chooser->name);
+    double t0 = dp_now_s(), score[2];
+    trace longest;
+    int has_longest = o->pp > 1 && longest_sample_batch(o, t, &longest);
+    for (int f = 0; f < 2; f++) {
+        study_opts fam = on_family(o, f ? PLACEMENT_V : PLACEMENT_LOOP);
+        int tried = f == 0 || o->pp > 1;
+        char *why = c->why[f];
+        if (!tried) snprintf(why, sizeof c->why[f], "a V folds on two stages or more");
+        c->first_ms[f] = tried ? first_iteration_ms(&fam, t, "the first iteration", why,
+                                                    sizeof c->why[f])
+                               : INFINITY;
+        c->longest_ms[f] = !has_longest ? NAN
+                           : tried      ? first_iteration_ms(&fam, &longest, "the longest sample's",
+                                                             why, sizeof c->why[f])
+                                        : INFINITY;
+        score[f] = c->first_ms[f] + (has_longest ? c->longest_ms[f] : 0);
+    }
+    if (has_longest) trace_release(&longest);
+    if (!isfinite(score[0]) && !isfinite(score[1])) /* neither fits both: the first decides */
+        score[0] = c->first_ms[0], score[1] = c->first_ms[1];
+    c->placement = score[1] < score[0] ? PLACEMENT_V : PLACEMENT_LOOP;
+    c->chooser = schedule_chooser_on(o->chooser, c->placement, c->placement == PLACEMENT_V ? 2 : 1);
+    c->plan_ms = (dp_now_s() - t0) * 1e3;
+    return DP_OK;
+}
+
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err)
 {
     if (o->sched || !o->chooser->picks_placement)
         return run_placed(o, t, r, 0, err);
-    /* auto: a loop or a V for the whole run (a plan's weights stay where they are). Each family
-     * plans the first iteration and the one with the longest sample (where memory binds); the
-     * family whose plans of both fit and simulate faster together runs, ties to the loop (where
-     * neither fits both, the first iteration decides); a V folds on two stages or more */
-    study_opts fam[2] = {*o, *o};
-    fam[0].chooser = schedule_chooser_on(o->chooser, PLACEMENT_LOOP, 1), fam[0].chunks = 1;
-    fam[1].chooser = schedule_chooser_on(o->chooser, PLACEMENT_V, 2), fam[1].chunks = 2;
-    double t0 = dp_now_s(), first_ms[2], longest_ms[2] = {0, 0}, score[2];
-    trace longest;
-    int has_longest = o->pp > 1 && longest_sample_batch(o, t, &longest);
-    for (int f = 0; f < 2; f++) {
-        int tried = f == 0 || o->pp > 1;
-        first_ms[f] = tried ? first_iteration_ms(&fam[f], t) : INFINITY;
-        if (has_longest) longest_ms[f] = tried ? first_iteration_ms(&fam[f], &longest) : INFINITY;
-        score[f] = first_ms[f] + longest_ms[f];
-    }
-    if (has_longest) trace_release(&longest);
-    if (!isfinite(score[0]) && !isfinite(score[1]))
-        score[0] = first_ms[0], score[1] = first_ms[1];
-    int k = score[1] < score[0];
-    double probe_ms = (dp_now_s() - t0) * 1e3;
-    dp_status st = o->plan_out ? plan_writer_set_layout(o->plan_out, fam[k].chunks,
-                                                        fam[k].chooser->placement, err)
-                               : DP_OK;
-    if (st == DP_OK) st = run_placed(&fam[k], t, r, probe_ms, err);
+    /* auto: a loop or a V for the whole run (a plan's weights stay where they are) */
+    study_placement_choice c;
+    dp_status st = study_placement(o, t, &c, err);
+    study_opts fam = on_family(o, c.placement);
+    if (st == DP_OK && o->plan_out)
+        st = plan_writer_set_layout(o->plan_out, fam.chunks, c.placement, err);
+    if (st == DP_OK) st = run_placed(&fam, t, r, c.plan_ms, err);
     else memset(r, 0, sizeof *r);
-    r->placement_chosen = 1, r->placement = (int)fam[k].chooser->placement;
-    r->placement_first_ms[0] = first_ms[0], r->placement_first_ms[1] = first_ms[1];
-    r->placement_longest_ms[0] = has_longest ? longest_ms[0] : NAN;
-    r->placement_longest_ms[1] = has_longest ? longest_ms[1] : NAN;
+    r->placement_chosen = 1, r->placement = (int)c.placement;
+    for (int f = 0; f < 2; f++) {
+        r->placement_first_ms[f] = c.first_ms[f], r->placement_longest_ms[f] = c.longest_ms[f];
+        snprintf(r->placement_why[f], sizeof r->placement_why[f], "%s", c.why[f]);
+    }
     return st;
 }
 
 dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err *err)
 {
+    if (!o->sched && o->chooser->picks_placement) { /* auto: the lower of the two families' */
+        study_opts loop = on_family(o, PLACEMENT_LOOP), v = on_family(o, PLACEMENT_V);
+        double lv = 0;
+        dp_err ignored = {0};
+        dp_status st = study_floor_ms(&loop, t, ms, err);
+        if (o->pp > 1 && study_floor_ms(&v, t, &lv, &ignored) == DP_OK) {
+            if (st != DP_OK) st = DP_OK, *ms = lv;
+            else *ms = fmin(*ms, lv);
+        }
+        return st;
+    }
     const cost_model *cms[RECOMPUTE_COUNT];
     int modes = study_modes(o, cms), count;
     *ms = 0;
@@ -1086,6 +1132,8 @@ char *study_metrics_json(const study_result *r)
                 cJSON_AddItemToArray(fm, isfinite(of[j][k]) ? cJSON_CreateNumber(of[j][k])
                                                             : cJSON_CreateNull());
         }
+        cJSON *why = cJSON_AddArrayToObject(o, "placement_why"); /* [loop, V]; "": planned */
+        for (int k = 0; k < 2; k++) cJSON_AddItemToArray(why, cJSON_CreateString(r->placement_why[k]));
     }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);

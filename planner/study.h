@@ -50,7 +50,7 @@ typedef struct study_opts {
     const batch_rules *rules;
     const batcher *batching;
     const schedule *sched; /* NULL: chooser's choice per iteration */
-    const schedule_chooser *chooser; /* with sched NULL (--schedule auto, auto-v): per iteration
+    const schedule_chooser *chooser; /* with sched NULL (--schedule auto, auto-loop, auto-v): per iteration
                             * the candidate whose plan fits and simulates fastest (with --batching
                             * auto: the fastest pair), each named in its plan_iter.schedule */
     int pp, chunks, dp, zero;
@@ -113,7 +113,7 @@ typedef struct study_iter {
     char why[160];
 } study_iter;
 
-/* The schedules --schedule auto tries at most (the one-chunk ones of schedule_list). */
+/* The schedules a chooser tries at most (one family's of schedule_list). */
 #define STUDY_SCHEDULES_MAX 8
 
 /* A streamed run keeps the records of its first STUDY_ITER_KEEP iterations only (its totals count
@@ -137,7 +137,9 @@ typedef struct study_result {
                              * sample (NAN: the first, or none taken: study_run) */
     int placement;
     double placement_first_ms[2], placement_longest_ms[2];
-    int chunks;             /* the model chunks a device ran (auto: those of its placement) */
+    char placement_why[2][200]; /* why a family has no plan of one of them ("": it has) */
+    int chunks;             /* the model chunks a device ran (study_run: o's; auto: those of the
+                             * placement it chose; 0 for iterations read from a plan file) */
     char sched_win_name[STUDY_SCHEDULES_MAX][32]; /* --schedule auto: the schedules that won */
     int sched_wins[STUDY_SCHEDULES_MAX], n_sched_wins;
     int failed_iterations;  /* left out under keep_going */
@@ -239,12 +241,31 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why);
  * of another model or GPU, or a plan file's times edited). The totals are filled either way. */
 dp_status study_end(study_acc *a, dp_err *err);
 
+/* --schedule auto's choice of the placement a run keeps (study_placement). */
+typedef struct study_placement_choice {
+    placement_kind placement;         /* the family chosen: PLACEMENT_LOOP or PLACEMENT_V */
+    const schedule_chooser *chooser;  /* its chooser (auto-loop's or auto-v's) */
+    double first_ms[2], longest_ms[2]; /* [loop, V]: the first iteration's simulated ms and the
+                                       * one's with the longest sample (INFINITY: no plan of it
+                                       * fits; NAN: no such iteration was taken) */
+    char why[2][200];                 /* why a family has no plan ("": it has both) */
+    double plan_ms;                   /* the wall time the choice took */
+} study_placement_choice;
+
+/* For o with a chooser that picks the placement (--schedule auto): plans and simulates, under
+ * each family (a loop; a V where pp > 1), the first iteration of the run (o, t) and the one
+ * holding its longest sample (an in-memory trace, not packed as a dataset), and chooses the
+ * family whose plans of both fit and are faster together (ties: the loop; where neither fits
+ * both, the first iteration's faster). The run's own o->max_iterations bounds where the longest
+ * sample is looked for. DP_ERR_INVALID for a trace streamed from standard input (it cannot be
+ * read twice); *c is filled either way. */
+dp_status study_placement(const study_opts *o, const trace *t, study_placement_choice *c,
+                          dp_err *err);
+
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored).
- * --schedule auto (o->chooser picks_placement) first plans and simulates, under each family (a
- * loop, a V where pp > 1), the first iteration and the one holding the longest sample (an
- * in-memory trace, not packed as a dataset), and runs the placement whose plans of both fit and
- * are faster together (ties: the loop; where neither fits both, the first iteration's faster),
- * setting it in o->plan_out's header; its planning time counts in the first iteration's. */
+ * --schedule auto (o->chooser picks_placement) first chooses the placement (study_placement),
+ * sets it in o->plan_out's header and runs that family; the choice's planning time counts in the
+ * first iteration's. */
 dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err *err);
 
 /* Builds the simulator configuration (model state, end-of-iteration collectives, optimizer

@@ -288,6 +288,28 @@ static cJSON *iter_json(const plan_iter *it)
     return o;
 }
 
+/* head with its "chunks" set and, right after it, "placement": "v" for a V (none for a loop): the
+ * one place both are written. head is consumed; its members move into the object returned
+ * (head itself where memory runs out). */
+static cJSON *head_with_layout(cJSON *head, int chunks, int placement)
+{
+    cJSON *out = cJSON_CreateObject(), *x;
+    if (!out) return head;
+    while ((x = head->child) != NULL) {
+        cJSON_DetachItemViaPointer(head, x);
+        if (strcmp(x->string, "chunks") == 0) {
+            cJSON_AddNumberToObject(out, "chunks", chunks);
+            if (placement == PLACEMENT_V) cJSON_AddStringToObject(out, "placement", "v");
+        }
+        if (strcmp(x->string, "chunks") == 0 || strcmp(x->string, "placement") == 0)
+            cJSON_Delete(x);
+        else
+            cJSON_AddItemToObject(out, x->string, x); /* (the key copied, then the old freed) */
+    }
+    cJSON_Delete(head);
+    return out;
+}
+
 dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *h, dp_err *err)
 {
     memset(w, 0, sizeof *w);
@@ -308,8 +330,7 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
         cJSON_AddStringToObject(o, "cp_kind", h->cp_alltoall ? "all-to-all" : "ring");
         if (h->cp_auto) cJSON_AddTrueToObject(o, "cp_auto");
     }
-    cJSON_AddNumberToObject(o, "chunks", h->chunks);
-    if (h->placement == PLACEMENT_V) cJSON_AddStringToObject(o, "placement", "v");
+    cJSON_AddNumberToObject(o, "chunks", h->chunks); /* and "placement": head_with_layout */
     if (h->split.n > 0) {
         cJSON *lps = cJSON_AddArrayToObject(o, "layers_per_stage");
         for (int v = 0; v < h->split.n; v++)
@@ -348,7 +369,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddNumberToObject(r, "dec_extra", h->rules.dec_extra);
     cJSON_AddNumberToObject(r, "pad_multiple", h->rules.pad_multiple);
     cJSON_AddNumberToObject(r, "min_padded", h->rules.min_padded);
-    w->head = o; /* written with the first iteration: a chooser may set its layout first */
+    w->head = head_with_layout(o, h->chunks, h->placement); /* written with the first iteration: a
+                                                               * chooser may set its layout first */
     return DP_OK;
 }
 
@@ -357,9 +379,7 @@ dp_status plan_writer_set_layout(plan_writer *w, int chunks, int placement, dp_e
     if (!w->head)
         return dp_fail(err, DP_ERR_INVALID, "%s: the plan's header is written already: its "
                        "layout is set before the first iteration", w->path);
-    cJSON_ReplaceItemInObject(w->head, "chunks", cJSON_CreateNumber(chunks));
-    cJSON_DeleteItemFromObject(w->head, "placement");
-    if (placement == PLACEMENT_V) cJSON_AddStringToObject(w->head, "placement", "v");
+    w->head = head_with_layout(w->head, chunks, placement);
     return DP_OK;
 }
 

@@ -133,9 +133,9 @@ typedef struct plan_iter {
     char batching[32];  /* the batching that planned it ("batching"; --batching auto says
                          * "auto" in its header and the winner in every iteration); "" = the
                          * header's */
-    char schedule[32];  /* the schedule that ordered it ("schedule"; --schedule auto or auto-v says
-                         * so in its header and a schedule of its chooser in every iteration:
-                         * plan_check);
+    char schedule[32];  /* the schedule that ordered it ("schedule"; --schedule auto, auto-loop
+                         * or auto-v says so in its header and a schedule of its chooser's family
+                         * on the header's placement in every iteration: plan_check);
                          * "" = the header's */
     int placement;      /* how its chunks sit on the devices (a placement_kind, placement.h):
                          * the header's "placement" */

@@ -126,7 +126,7 @@ const schedule_chooser *schedule_chooser_on(const schedule_chooser *ch, placemen
  * the run chooses). The one rule of the set-up, the study and the plan's header. -1 (outputs
  * untouched) for an unknown name, else 0. */
 int schedule_layout(const char *name, int requested, int *chunks, placement_kind *placement);
-/* "gpipe, 1f1b, ..., auto, auto-v": every name --schedule takes, for messages. */
+/* "gpipe, 1f1b, ..., auto, auto-loop, auto-v": every name --schedule takes, for messages. */
 const char *schedule_names(char *buf, size_t cap);
 
 /* The planner's memory rule of schedule sc on sm's layout, at the given scale (stage_cost.h). */

@@ -128,15 +128,16 @@ dp_status stage_model_init_placed(stage_model *sm, const cost_model *cm, int pp,
         sm->budget_mb[s] = mem_limit_mb - sm->state_mb[s];
         /* the rings of each tensor-parallel rank over the dp x cp GPUs (ranks of tp x cp GPUs),
          * or over a shard group's and across the groups */
-        comm_group g = comm_dp_group(&cm->hw, &in_group, s);
-        comm_group r = hybrid ? comm_dp_group(&cm->hw, &across, s) : comm_group_flat(1, 0);
-        g.n = sm->zero_shard, r.n = hybrid ? dp / k : 1;
+        comm_group g = comm_group_resized(comm_dp_group(&cm->hw, &in_group, s), sm->zero_shard);
+        comm_group r = hybrid ? comm_group_resized(comm_dp_group(&cm->hw, &across, s), dp / k)
+                              : comm_group_flat(1, 0);
         double dense_mb = param_mb - sm->expert_mb[s];
         zero_comm z = comm_zero(&cm->hw, zero_stage, &g, &r, 1e6 * dense_mb,
                                 1e6 * dense_mb / BYTES_WEIGHT * cm->grad_bytes);
         if (sm->expert_mb[s] > 0) { /* the routed experts over their own group (above) */
-            comm_group ge = comm_stage_group(&cm->hw, &layout, edp, expert_ranks, s), re = ge;
-            ge.n = sm->expert_shard, re.n = edp / sm->expert_shard;
+            comm_group whole = comm_stage_group(&cm->hw, &layout, edp, expert_ranks, s);
+            comm_group ge = comm_group_resized(whole, sm->expert_shard);
+            comm_group re = comm_group_resized(whole, edp / sm->expert_shard);
             zero_comm ze = comm_zero(&cm->hw, zero_stage, &ge, &re, 1e6 * sm->expert_mb[s],
                                      1e6 * sm->expert_mb[s] / BYTES_WEIGHT * cm->grad_bytes);
             z.fwd_ms += ze.fwd_ms, z.bwd_ms += ze.bwd_ms, z.iter_ms += ze.iter_ms;
