@@ -946,7 +946,7 @@ static int longest_sample_batch(const study_opts *o, const trace *t, trace *out)
 static study_opts on_family(const study_opts *o, placement_kind place)
 {
     study_opts f = *o;
-    f.chooser = schedule_chooser_on(o->chooser, place, place == PLACEMENT_V ? 2 : 1);
+    f.chooser = schedule_chooser_family(o->chooser, place);
     f.chunks = f.chooser->chunks;
     return f;
 }
@@ -981,7 +981,7 @@ dp_status study_placement(const study_opts *o, const trace *t, study_placement_c
     if (!isfinite(score[0]) && !isfinite(score[1])) /* neither fits both: the first decides */
         score[0] = c->first_ms[0], score[1] = c->first_ms[1];
     c->placement = score[1] < score[0] ? PLACEMENT_V : PLACEMENT_LOOP;
-    c->chooser = schedule_chooser_on(o->chooser, c->placement, c->placement == PLACEMENT_V ? 2 : 1);
+    c->chooser = schedule_chooser_family(o->chooser, c->placement);
     c->plan_ms = (dp_now_s() - t0) * 1e3;
     return DP_OK;
 }

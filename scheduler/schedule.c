@@ -894,15 +894,21 @@ const schedule_chooser *schedule_chooser_find(const char *name)
     return NULL;
 }
 
-const schedule_chooser *schedule_chooser_on(const schedule_chooser *ch, placement_kind placement,
-                                            int chunks)
+const schedule_chooser *schedule_chooser_family(const schedule_chooser *ch,
+                                                placement_kind placement)
 {
     if (ch->picks_placement)
         for (size_t i = 0; i < sizeof CHOOSERS / sizeof *CHOOSERS; i++)
-            if (!CHOOSERS[i].picks_placement && CHOOSERS[i].placement == placement &&
-                CHOOSERS[i].chunks == chunks)
+            if (!CHOOSERS[i].picks_placement && CHOOSERS[i].placement == placement)
                 return &CHOOSERS[i];
-    return ch->placement == placement && ch->chunks == chunks ? ch : NULL;
+    return ch->placement == placement ? ch : NULL;
+}
+
+const schedule_chooser *schedule_chooser_on(const schedule_chooser *ch, placement_kind placement,
+                                            int chunks)
+{
+    const schedule_chooser *fam = schedule_chooser_family(ch, placement);
+    return fam && fam->chunks == chunks ? fam : NULL;
 }
 
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc)

@@ -117,8 +117,11 @@ const schedule_chooser *schedule_chooser_find(const char *name);
 /* Whether ch chooses among sc: sc runs ch's chunks on ch's placement whatever --chunks says
  * (auto: either family's). */
 int schedule_chooser_takes(const schedule_chooser *ch, const schedule *sc);
-/* The chooser of one family that ch runs as on `placement` with `chunks` a device: ch itself
- * where it has that layout, auto-loop's or auto-v's for auto; NULL where ch cannot. */
+/* The chooser of one family that ch runs as on `placement`: ch itself where it has that
+ * placement, auto-loop's or auto-v's for auto; NULL where ch cannot. */
+const schedule_chooser *schedule_chooser_family(const schedule_chooser *ch,
+                                                placement_kind placement);
+/* The same where the family also runs `chunks` a device; NULL otherwise. */
 const schedule_chooser *schedule_chooser_on(const schedule_chooser *ch, placement_kind placement,
                                             int chunks);
 /* The chunks and placement (NULL: not wanted) a device runs under the schedule or chooser `name`
