@@ -544,7 +544,8 @@ void plan_request_options(cli_opts *t, plan_request *p)
                      "iteration the one-chunk schedule whose plan fits and simulates\n"
                      "fastest, named in the plan) | auto-v (the same among zbv and\n"
                      "dualpipev) | auto (a loop or a V for the run, whichever plans\n"
-                     "the first iteration faster, then as auto-loop or auto-v)");
+                     "the first iteration and the one with the longest sample faster,\n"
+                     "both fitting; then as auto-loop or auto-v)");
     o->marks = F | T, o->mark_name = "--schedule (use --schedules)", o->show = show_schedule;
     cli_opt_int(t, "pp", 0, &p->pp, "S", 1, STAGE_MAX, "4", "pipeline stages (devices)")->marks =
         F | T;
