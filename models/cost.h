@@ -38,6 +38,7 @@
 #include "model.h"
 #include "moe.h"
 #include "placement.h"
+#include "stack.h"
 
 typedef enum cost_component {
     COMP_ENCODER,     /* GPT layer, or T5 encoder layer */
@@ -231,6 +232,9 @@ struct cost_model {
     train_precision precision;    /* the number format (above): bf16 (the constructors') */
     int grad_bytes;               /* bytes of a gradient element as reduced and held: 4 (fp32) or
                                    * 2; the constructors' 2. Set with cost_model_set_precision */
+    software_stack stack;         /* the software that runs it (stack.h): its elementwise bytes
+                                   * (the analytic model's; a profile's times are measured). The
+                                   * constructors' megatron-te; set before the first query */
     pipeline_split split;         /* --layers-per-stage: the layers of each virtual stage (n 0:
                                    * split evenly, placement.h); what the stage model and the
                                    * memory model place. The constructors': even */

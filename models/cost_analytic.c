@@ -17,15 +17,16 @@
  * sum of the samples' own s_i^2 (T5: s_d^2 and s_d*s_e likewise), so a packed row's samples do not
  * see each other.
  *
- * Bytes moved through HBM: the layer's fp16 weights once, plus elementwise traffic of
- * ELEMENTWISE_PASSES passes over (b, s, h) fp16 activations (the two norms' reads and writes, the
- * two residual adds with their dropouts) and, per the architecture's own elementwise ops
- * (elementwise_elems): 2 passes over (b, s, f / t) for an ungated MLP's activation (GeLU: read,
- * write), 3 for a gated one (SwiGLU reads the gate's and the up projection's outputs and writes
- * one), and with rotary positions 2 over the queries and keys (b, s, (hk + hkv) / t; latent
- * attention: the heads' rotary parts and the shared rotary key), which are read and rotated in
- * place; the postprocess adds fp32 softmax over (b, s, V / t). The GPT-2-kind layer the A100
- * profile measured (layer norms, GeLU, dropout) is the 8 + 2 passes the fit was made with.
+ * Bytes moved through HBM: the layer's fp16 weights once, plus its elementwise traffic at the
+ * software stack's bytes per element (models/stack.h, token_bytes): under a fused stack (the
+ * default) 8 passes over (b, s, h) fp16 activations (the two norms' reads and writes, the two
+ * residual adds with their dropouts), 2 passes over (b, s, f / t) for an ungated MLP's activation
+ * (GeLU: read, write), 3 for a gated one (SwiGLU reads the gate's and the up projection's outputs
+ * and writes one), and with rotary positions 2 over the queries and keys (b, s, (hk + hkv) / t;
+ * latent attention: the heads' rotary parts and the shared rotary key), which are read and
+ * rotated in place; the postprocess adds fp32 softmax over (b, s, V / t). An eager stack moves
+ * what its separate ops read and write (stack.c counts them). The GPT-2-kind layer the A100
+ * profile measured (layer norms, GeLU, dropout) is the fused 8 + 2 passes the fit was made with.
  *
  * Tensor parallelism (t > 1) adds Megatron's all-reduces of the (b, s, h) fp16 activations, two
  * per layer forward (after attention and after the MLP; three in a T5 decoder layer) and as many
@@ -121,7 +122,6 @@
 #include "comm.h"
 #include "cost.h"
 
-#define ELEMENTWISE_PASSES 8.0 /* fp16 passes over (b, s, h) per layer forward */
 #define FLOOR_SHARPNESS 4       /* exponent of the smooth maximum (an integer: smoothmax squares twice) */
 
 const char *const ANALYTIC_PARAM_NAMES[ANALYTIC_N_PARAMS] = {
@@ -571,31 +571,28 @@ static void gemm_floor_multipliers(const cost_model *cm, const model_spec *m, co
     *bwd = b / a->ref_bwd;
 }
 
-/* The memory-bound bytes a layer (or the head) moves for `tokens` tokens on one GPU: the head's
- * fp32 logits written, read and their gradient written; a layer's elementwise passes over
- * (tokens, h), split along the sequence with SP, and over (tokens, f / t), and under fp8 the
- * casts of its GEMMs' activation operands (fp8_cast_bytes). Linear in the tokens. */
-/* The fp16 elements a layer's own elementwise ops read and write per token beyond the
- * ELEMENTWISE_PASSES over the hidden state (the header): the MLP's activation, 2 passes over its
- * f / t (GeLU) or 3 (a gated MLP's SwiGLU: gate and up read, one written); rotary positions, a
- * read and a write of the queries and keys (latent attention: each head's rotary part and the
- * shared rotary key). */
-static double elementwise_elems(const model_spec *m, double t)
-{
-    double e = (m->glu ? 3.0 : 2.0) * m->ffn / t;
-    if (m->rope)
-        e += 2 * (m->kv_lora > 0 ? (double)m->heads * m->qk_rope_dim / t + m->qk_rope_dim
-                                 : (model_attn_q_width(m) + model_attn_kv_width(m)) / t);
-    return e;
-}
-
+/* The memory-bound bytes a layer (or the head) moves for `tokens` tokens on one GPU in its forward
+ * (the backward's are bwd_ratio times them): the loss over the vocabulary; a layer's two norms and
+ * two residual adds over (tokens, h), split along the sequence with SP; the MLP's activation over
+ * (tokens, f / t); rotary positions over the queries and keys (latent attention: each head's
+ * rotary part and the shared rotary key); where the stack copies K and V to the query heads
+ * (grouped-query attention, eager), that copy; each at the stack's bytes per element
+ * (stack_elementwise, models/stack.h); and under fp8 the casts of its GEMMs' activation operands
+ * (fp8_cast_bytes). Linear in the tokens. */
 static double token_bytes(const cost_model *cm, const model_spec *m, cost_component c, double tokens)
 {
+    const stack_elementwise *ew = stack_elementwise_of(cm->stack);
     double h = m->hidden, t = cm->tp;
-    if (c == COMP_POSTPROCESS) return 3 * 4.0 * tokens * m->vocab / t;
+    if (c == COMP_POSTPROCESS) return ew->loss * tokens * m->vocab / t;
     int sp = cm->seq_parallel && cm->tp > 1;
-    double bytes = 2 * ELEMENTWISE_PASSES * tokens * h / (sp ? t : 1) +
-                   2.0 * tokens * elementwise_elems(m, t);
+    double per_token = 2 * (ew->norm + ew->residual) * h / (sp ? t : 1) +
+                       (m->glu ? ew->glu : ew->gelu) * m->ffn / t;
+    double q = model_attn_q_width(m), kv = model_attn_kv_width(m);
+    if (m->rope)
+        per_token += ew->rope * (m->kv_lora > 0 ? (double)m->heads * m->qk_rope_dim / t + m->qk_rope_dim
+                                                : (q + kv) / t);
+    if (m->kv_lora == 0 && kv < q) per_token += ew->kv_repeat * 2 * (kv + q) / t;
+    double bytes = tokens * per_token;
     if (cm->precision == PRECISION_FP8) bytes += fp8_cast_bytes(m, c, tokens, t);
     return bytes;
 }

@@ -129,6 +129,22 @@ static void show_precision(const void *ctx, char *buf, size_t cap)
     snprintf(buf, cap, "%s", p < 0 ? "the model's" : precision_name((train_precision)p));
 }
 
+static int set_stack(void *ctx, const char *arg, const char *cmd, const char *usage)
+{
+    software_stack st;
+    if (stack_parse(arg, &st) != 0) {
+        cli_usage_error(cmd, usage, "unknown --stack \"%s\" (%s)", arg, stack_names());
+        return -1;
+    }
+    ((cost_request *)ctx)->stack = (int)st;
+    return 0;
+}
+
+static void show_stack(const void *ctx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", stack_name((software_stack)((const cost_request *)ctx)->stack));
+}
+
 static int set_grad_reduce(void *ctx, const char *arg, const char *cmd, const char *usage)
 {
     cost_request *o = ctx;
@@ -330,6 +346,13 @@ void cost_request_options(cli_opts *t, cost_request *o)
                    "fused attention kernel's measured tables: fa2-a100, fa2-h100,\n"
                    "fa3-h100, cudnn-h100, triton-h100, fa4-b200, each on its own GPUs\n"
                    "(dpsim models lists them)");
+    cli_opt *sk = cli_opt_call(t, "stack", 0, set_stack, o, "S", "megatron-te",
+                               "the software that trains it: megatron-te (Transformer Engine's\n"
+                               "fused kernels, cuDNN attention on Hopper), torch-eager\n"
+                               "(torchtitan without compile: SDPA's FlashAttention-2, norms,\n"
+                               "rotary, SwiGLU and loss as separate ops), torch-compile (the\n"
+                               "same attention, elementwise ops fused); analytic model");
+    sk->show = show_stack, sk->marks = OPT_FIXED_BY_PLAN;
     cli_opt *ov = cli_opt_call(t, "overlap", 0, set_overlap, o, "LIST", "dp,zero",
                                "communication that overlaps compute: dp (gradient reduction in\n"
                                "buckets during the last backward), zero (ZeRO/FSDP prefetch),\n"

@@ -49,6 +49,9 @@ typedef struct cost_request {
                           * neither: the model's own (model_spec.flash_attn) */
     const char *attn_kernel; /* --attention-kernel: the fused kernel's tables (hw.h); NULL: the
                               * GPU's own */
+    int stack;           /* --stack: a software_stack (models/stack.h): the attention kernel
+                          * where --attention-kernel does not say, and the elementwise bytes
+                          *                                              [megatron-te] */
     unsigned overlap;    /* --overlap: COST_OVERLAP_* bits          [dp,zero] */
     int precision;       /* --precision: a train_precision (cost.h); -1: the model's own
                           * (model_spec.fp16: fp16, else bf16)          [the model's] */
@@ -83,7 +86,8 @@ void cost_request_default(cost_request *o);
 int recompute_plan_policy(const cost_request *o);
 
 /* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp, --no-sp,
- * --recompute, --flash-attention, --no-flash-attention, --attention-kernel, --overlap) into o to
+ * --recompute, --flash-attention, --no-flash-attention, --attention-kernel, --stack, --overlap)
+ * into o to
  * a command's table (options.h). */
 void cost_request_options(cli_opts *t, cost_request *o);
 

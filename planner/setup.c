@@ -68,7 +68,11 @@ static dp_status finish_sp(dp_status st, const cost_request *o, const model_spec
                            cost_model **cm, dp_err *err)
 {
     if (st != DP_OK) return st;
-    cost_model_set_attention(*cm, flash_of(o, m), attn_kernel_find(o->attn_kernel));
+    (*cm)->stack = (software_stack)o->stack;
+    cost_model_set_attention(*cm, flash_of(o, m),
+                             o->attn_kernel ? attn_kernel_find(o->attn_kernel)
+                                            : stack_attention_kernel((*cm)->stack, &(*cm)->hw.gpu,
+                                                                     NULL));
     if (o->what_if) (*cm)->attn_speed = o->what_if->scale[ASSUME_ATTN_KERNEL];
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
@@ -115,21 +119,43 @@ static dp_status finish(dp_status st, const cost_request *o, const model_spec *m
 
 /* What the source line says of a built cost model's attention: ", FlashAttention (the model's
  * default; the GPU's default kernel, cudnn-h100)" where it is timed as a fused kernel (timed: the
- * analytic model; or "--attention-kernel K" where the user chose it), ", FlashAttention memory"
- * where only memory follows it (a profile, or no fused kernel measured on the GPU), or ""; and
- * whether the model's default chose it. */
+ * analytic model; or "--attention-kernel K" where the user chose it, or "the torch-eager stack's
+ * kernel" where a stack chose it), ", FlashAttention memory" where only memory follows it (a
+ * profile, or no fused kernel measured on the GPU), or ""; and whether the model's default chose
+ * it. */
 static const char *attention_note(const cost_model *cm, const cost_request *o, int timed, char *buf,
                                   size_t cap)
 {
     if (!cm->flash_attn) return "";
     const char *why = o->flash_attn ? "" : "the model's default";
+    int fallback = 0;
+    const attn_kernel *own = stack_attention_kernel(cm->stack, &cm->hw.gpu, &fallback);
+    char by[160];
+    if (o->attn_kernel) snprintf(by, sizeof by, "--attention-kernel ");
+    else if (cm->stack != STACK_MEGATRON_TE && !fallback && own == cm->attn)
+        snprintf(by, sizeof by, "the %s stack's kernel, ", stack_name(cm->stack));
+    else if (fallback)
+        snprintf(by, sizeof by, "the %s stack's kernel is not measured on %s: the GPU's default, ",
+                 stack_name(cm->stack), cm->hw.gpu.name);
+    else snprintf(by, sizeof by, "the GPU's default kernel, ");
     if (timed && cm->attn)
-        snprintf(buf, cap, ", FlashAttention (%s%s%s%s)", why, why[0] ? "; " : "",
-                 o->attn_kernel ? "--attention-kernel " : "the GPU's default kernel, ",
+        snprintf(buf, cap, ", FlashAttention (%s%s%s%s)", why, why[0] ? "; " : "", by,
                  cm->attn->name);
     else
         snprintf(buf, cap, ", FlashAttention memory%s%s%s", why[0] ? " (" : "", why,
                  why[0] ? ")" : "");
+    return buf;
+}
+
+/* What the source line says of a stack other than the default: ", the torch-eager stack (its
+ * elementwise ops unfused)", or "". */
+static const char *stack_note(const cost_model *cm, char *buf, size_t cap)
+{
+    if (cm->stack == STACK_MEGATRON_TE) return "";
+    snprintf(buf, cap, ", the %s stack (its elementwise ops %s)", stack_name(cm->stack),
+             stack_elementwise_of(cm->stack)->norm > stack_elementwise_of(STACK_MEGATRON_TE)->norm
+                 ? "as separate kernels"
+                 : "fused");
     return buf;
 }
 
@@ -175,7 +201,7 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                        chosen->name, chosen->runs_on, hw->gpu.name,
                        names[0] ? "on it: " : "no fused kernel is measured on it", names);
     }
-    char note[128];
+    char note[256], stk[96];
     char sp[96];
     snprintf(sp, sizeof sp, "%s%s", o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism"
                                                               : ", sequence parallelism",
@@ -185,8 +211,8 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
     if (o->fit) {
         st = finish(cost_fit_load(o->fit, m, hw, o->tp, mode, cm, err), o, m, cm, err);
         if (st == DP_OK)
-            snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s",
-                     o->fit, o->tp, recompute_name(mode),
+            snprintf(source, source_cap, "analytic, fitted (%s), at tp %d, recompute %s%s%s%s",
+                     o->fit, o->tp, recompute_name(mode), stack_note(*cm, stk, sizeof stk),
                      attention_note(*cm, o, 1, note, sizeof note), sp);
         return st;
     }
@@ -202,6 +228,10 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                            "dpsim source folder, or pass --profile or --analytic",
                            buf, m->name);
     }
+    if (profile && !o->analytic && o->stack != STACK_MEGATRON_TE)
+        return dp_fail(err, DP_ERR_INVALID, "--stack %s prices the analytic model's kernels: the "
+                       "profile %s has its own measured times\nhint: add --analytic",
+                       stack_name((software_stack)o->stack), profile);
     if (profile && !o->analytic) {
         /* a profile measured at the request's cp, when it asks for one (--cp auto asks for
          * every degree, which no profile holds: finish says so) */
@@ -241,12 +271,12 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
     }
     st = finish(cost_analytic_new(m, hw, o->tp, mode, &p, cm, err), o, m, cm, err);
     if (st == DP_OK)
-        snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s",
+        snprintf(source, source_cap, "analytic on %s (default parameters, fitted on %s%s)%s%s%s",
                  hw->gpu.name, ANALYTIC_DEFAULT_GPU,
                  foreign ? ": GEMM efficiency scaled by this GPU's measured matmul, the rest "
                            "assumed"
                          : "",
-                 attention_note(*cm, o, 1, note, sizeof note), sp);
+                 stack_note(*cm, stk, sizeof stk), attention_note(*cm, o, 1, note, sizeof note), sp);
     return st;
 }
 
@@ -282,9 +312,11 @@ void planner_plan_header(const plan_request *p, const plan_env *env, plan_header
     h->textbook = env->cm->toy.on;
     h->overlap = env->cm->overlap; /* what it was priced with (none on CPU ranks: hw.h) */
     h->precision = (int)env->cm->precision, h->grad_bytes = env->cm->grad_bytes;
+    h->stack = (int)env->cm->stack;
     /* the specs themselves: the name above may be a relative path, or longer than its field */
     cluster_spec planned_on = env->hw; /* with the memory it was planned for (--mem-limit too) */
     planned_on.mem_limit_mb = env->mem_limit_mb;
+    planned_on.gpu.attn = env->cm->attn; /* the kernel that timed it (--attention-kernel, --stack) */
     cJSON *mj = model_to_json(&env->model), *hj = cluster_to_json(&planned_on);
     h->model_json = mj ? cJSON_PrintUnformatted(mj) : NULL;
     h->hw_json = hj ? cJSON_PrintUnformatted(hj) : NULL;
@@ -591,6 +623,7 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     co.overlap = pl->h.overlap; /* the replay overlaps what the plan's simulation did */
     co.precision = pl->h.precision; /* its model state and gradient collectives as priced */
     co.grad_reduce = pl->h.grad_bytes == 4 ? GRAD_REDUCE_FP32 : GRAD_REDUCE_16;
+    co.stack = pl->h.stack;
     if (pl->h.precision == PRECISION_FP8) co.analytic = 1; /* fp8 is priced analytically */
     model_spec m;
     cost_model *cm = NULL;

@@ -8,6 +8,7 @@
 
 #include "../common/json_util.h"
 #include "../models/comm.h"
+#include "../models/stack.h"
 
 static const char *const OP_NAMES[OP_COUNT] = {"F",        "B",         "W",         "SEND_ACT",
                                                "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "FREE"};
@@ -358,6 +359,8 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
     cJSON_AddStringToObject(o, "overlap", cost_overlap_name(h->overlap, ov, sizeof ov));
     if (h->precision >= 0) cJSON_AddStringToObject(o, "precision", precision_name(h->precision));
     cJSON_AddStringToObject(o, "grad_reduce", h->grad_bytes == 4 ? "fp32" : "16-bit");
+    if (h->stack != STACK_MEGATRON_TE)
+        cJSON_AddStringToObject(o, "stack", stack_name((software_stack)h->stack));
     if (h->model_json) cJSON_AddItemToObject(o, "model_spec", cJSON_Parse(h->model_json));
     if (h->hw_json) cJSON_AddItemToObject(o, "cluster_spec", cJSON_Parse(h->hw_json));
     cJSON_AddStringToObject(o, "schedule", h->schedule);
@@ -795,6 +798,12 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     int grad32;
     TRY(json_choice(root, "grad_reduce", name, "16-bit", "fp32", &grad32, err));
     h->grad_bytes = grad32 ? 4 : 2;
+    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(root, "stack");
+    software_stack stack = STACK_MEGATRON_TE;
+    if (sk && (!cJSON_IsString(sk) || stack_parse(sk->valuestring, &stack) != 0))
+        return dp_fail(err, DP_ERR_PARSE, "%s: \"stack\" must be one of %s (what --stack reads)",
+                       name, stack_names());
+    h->stack = (int)stack;
     static const struct {
         const char *key;
         size_t off, cap;

@@ -180,6 +180,8 @@ typedef struct plan_header {
                          * "fp8"); -1: the file does not say (older plans: the model's default) */
     int grad_bytes;     /* bytes per gradient element as reduced ("grad_reduce": "fp32" 4, "16-bit"
                          * 2; older plans: 2), what its gradient collectives were priced at */
+    int stack;          /* the software_stack that priced it ("stack": "torch-eager", …; absent:
+                         * megatron-te, models/stack.h) */
     batch_rules rules;
     /* The model and cluster specs the plan was made with, as JSON text ("model_spec",
      * "cluster_spec" in the file), so that a plan runs anywhere: readers use them instead of

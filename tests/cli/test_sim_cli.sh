@@ -243,6 +243,26 @@ expect "... --no-flash-attention turns it off (the scores stored again)" 0 "laye
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --no-flash-attention
 expect "... another kernel: FlashAttention-2 is slower than cuDNN" 0 "FlashAttention .the model's default; --attention-kernel fa2-h100." -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --attention-kernel fa2-h100
+# The software stack (--stack): torchtitan without compile runs SDPA's FlashAttention-2 and its
+# elementwise ops one kernel each; a stack's kernel not measured on a GPU falls back, said; a plan
+# carries the stack and the kernel, and its replay is the run.
+expect "--stack torch-eager: SDPA's kernel and unfused elementwise ops, said" 0 "the torch-eager stack .its elementwise ops as separate kernels., FlashAttention .the model's default; the torch-eager stack's kernel, fa2-h100." -- \
+  "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-eager
+expect "... torch-compile: the same kernel, elementwise fused" 0 "the torch-compile stack .its elementwise ops fused., FlashAttention .the model's default; the torch-compile stack's kernel, fa2-h100." -- \
+  "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-compile
+expect "... a stack's kernel not measured on the GPU: the GPU's default, said" 0 "the torch-eager stack's kernel is not measured on b200: the GPU's default, fa4-b200" -- \
+  "$DPSIM" cost --model llama3-8b --hw b200 --mbs 1 --seqlen 8192 --stack torch-eager
+te_ms=$("$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 2>/dev/null | awk '$1 == "layer" { print $2 + $3 }')
+eager_ms=$("$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-eager 2>/dev/null | awk '$1 == "layer" { print $2 + $3 }')
+check "... an eager layer is slower than Transformer Engine's ($eager_ms against $te_ms ms)" \
+  awk -v e="$eager_ms" -v t="$te_ms" 'BEGIN { exit !(e > t * 1.05) }'
+STK=(--model llama3.1-8b --hw dgx-h100 --stack torch-eager --pp 2 --dp 2 --max-seqlen 4096 --iterations 2)
+"$DPSIM" plan "${STK[@]}" -o "$TMP/stack_plan.json" >/dev/null 2>&1
+expect "a plan says its stack and the kernel that timed it" 0 '"stack":[[:space:]]*"torch-eager"' -- cat "$TMP/stack_plan.json"
+expect "... the kernel in its cluster_spec" 0 '"attention_kernel":[[:space:]]*"fa2-h100"' -- cat "$TMP/stack_plan.json"
+direct=$("$DPSIM" sim "${STK[@]}" 2>/dev/null | awk '/^throughput \(real/ { print $4 }')
+replay=$("$DPSIM" sim --plan "$TMP/stack_plan.json" 2>/dev/null | awk '/^throughput \(real/ { print $4 }')
+check "... and its replay runs as the direct run ($replay against $direct tokens/s)" test -n "$direct" -a "$direct" = "$replay"
 
 # validate with repeats: a simulated timeline as the measurement, run three times at 1.0, 1.1 and
 # 1.2 times its times: the median run (1.1x) is compared, the runs' spread (0.2 / 1.1) is the

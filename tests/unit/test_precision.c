@@ -4,7 +4,7 @@
  * reduction moving twice the bytes and holding twice the gradient memory; HFU never above the
  * best GEMM share of the peak over a grid of models, lengths, layouts, precisions and recompute;
  * the straggler term (the expected slowest of N GPUs) against a brute-force sample, zero for one
- * GPU and growing with N.
+ * GPU and growing with N; the elementwise bytes and the attention kernel of each software stack.
  */
 #include "analytic_util.h"
 
@@ -349,43 +349,106 @@ static void test_straggler_on_the_timeline(void **state)
     }
 }
 
-/* The elementwise bytes a layer moves (cost_analytic.c's header), written out here per op: 8
- * passes over the hidden state (the norms, the residual adds), the MLP's activation over its
- * width (GeLU 2 passes, a gated MLP's SwiGLU 3), a rotary model's queries and keys rotated (2
- * passes over them), and the weights read once. Measured as the forward's change with mem_eff:
- * the byte term is the only one that has it. Llama-3.1-8B (gated, rotary, grouped-query) and
- * GPT-6.7B (neither), tp 1 and 4 (sequence parallel: the hidden-state passes split). */
-static void test_elementwise_bytes_by_architecture(void **state)
+/* The elementwise bytes a layer moves under each software stack (models/stack.h), written out here
+ * per op. Fused (megatron-te, torch-compile): 8 passes over the hidden state (the norms, the
+ * residual adds), the MLP's activation over its width (GeLU 2 passes, a gated MLP's SwiGLU 3), a
+ * rotary model's queries and keys rotated (2 passes over them); the head's fp32 logits 3 passes of
+ * 4 bytes. Eager (torch-eager, torchtitan's ops one kernel each): a norm .float() 2 + 4, pow 4 + 4,
+ * mean 4, x * rsqrt 4 + 4, type_as 4 + 2, * weight 2 + 2 bytes an element; a residual add
+ * 2 + 2 + 2; rotary .float() 2 + 4, the complex product 4 + 4, type_as 4 + 2; SwiGLU silu 2 + 2
+ * and the product 2 + 2 + 2; GeLU 2 + 2; K and V copied to the query heads (read 2 at their
+ * width, written 2 at the queries'); the loss .float() 2 + 4, log_softmax 4 + 4, and backward
+ * 4, 4 + 4 + 4, 4 + 2. The weights are read once under all. Measured as the forward's change
+ * with mem_eff (the byte term is the only one that has it) and the backward's, bwd_ratio times
+ * it. Llama-3.1-8B (gated, rotary, grouped-query) and GPT-6.7B (neither), tp 1 and 4 (sequence
+ * parallel: the hidden-state passes split). */
+static void test_elementwise_bytes_by_stack(void **state)
 {
     (void)state;
     static const char *const models[] = {"llama3.1-8b", "gpt-6.7b-16l"};
+    static const software_stack stacks[] = {STACK_MEGATRON_TE, STACK_TORCH_EAGER,
+                                            STACK_TORCH_COMPILE};
     for (int i = 0; i < 2; i++)
-        for (int tp = 1; tp <= 4; tp *= 4) {
-            analytic_params p;
-            cluster_spec c;
-            assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
-            analytic_params_for_gpu(&c.gpu, &p);
-            p.fwd_floor_ms = p.bwd_floor_ms = 0;
-            cost_model *a = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
-            p.mem_eff /= 2;
-            cost_model *b = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
-            const model_spec *m = &a->model;
-            double h = m->hidden, f = m->ffn, t = tp;
-            double hk = (double)m->heads * m->kv_channels;
-            double hkv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
-            double len = 4096, sp = a->seq_parallel && tp > 1 ? t : 1;
-            double elems = 8 * h / sp + (m->glu ? 3 : 2) * f / t + (m->rope ? 2 * (hk + hkv) / t : 0);
-            double bytes = 2 * len * elems + 1e6 * a->param_mb[COMP_ENCODER];
-            cost_shape s = cost_shape_rows(1, (int)len, 0);
-            cost_layer la, lb;
-            assert_int_equal(cost_query(a, COMP_ENCODER, &s, &la, NULL), DP_OK);
-            assert_int_equal(cost_query(b, COMP_ENCODER, &s, &lb, NULL), DP_OK);
-            /* at half the rate the bytes take twice as long: the difference is their time at a's */
-            double bw = c.gpu.hbm_gbps * 1e9 * 2 * p.mem_eff;
-            assert_rel(lb.fwd_ms - la.fwd_ms, bytes / bw * 1e3, 1e-9);
-            assert_true(m->glu == !i && m->rope == !i); /* both kinds covered */
-            cost_model_free(a), cost_model_free(b);
-        }
+        for (int tp = 1; tp <= 4; tp *= 4)
+            for (int k = 0; k < 3; k++) {
+                int eager = stacks[k] == STACK_TORCH_EAGER;
+                analytic_params p;
+                cluster_spec c;
+                assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
+                analytic_params_for_gpu(&c.gpu, &p);
+                p.fwd_floor_ms = p.bwd_floor_ms = 0;
+                cost_model *a = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
+                p.mem_eff /= 2;
+                cost_model *b = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
+                a->stack = b->stack = stacks[k];
+                const model_spec *m = &a->model;
+                double h = m->hidden, f = m->ffn, t = tp;
+                double hk = (double)m->heads * m->kv_channels;
+                double hkv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
+                double len = 4096, sp = a->seq_parallel && tp > 1 ? t : 1;
+                double norm = eager ? 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 2 : 2 * 2;
+                double resid = eager ? 3 * 2 : 2 * 2;
+                double act = m->glu ? (eager ? 5 * 2 : 3 * 2) : 2 * 2;
+                double rope = m->rope ? (eager ? 2 + 4 + 4 + 4 + 4 + 2 : 2 * 2) * (hk + hkv) / t : 0;
+                double repeat = eager && hkv < hk ? 2 * 2 * (hkv + hk) / t : 0;
+                double per_token = 2 * (norm + resid) * h / sp + act * f / t + rope + repeat;
+                double bytes = len * per_token + 1e6 * a->param_mb[COMP_ENCODER];
+                double loss = eager ? 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 : 3 * 4;
+                double head_bytes = len * loss * m->vocab / t + 2.0 * m->vocab * h / t;
+                cost_shape s = cost_shape_rows(1, (int)len, 0);
+                cost_layer la, lb, ha, hb;
+                assert_int_equal(cost_query(a, COMP_ENCODER, &s, &la, NULL), DP_OK);
+                assert_int_equal(cost_query(b, COMP_ENCODER, &s, &lb, NULL), DP_OK);
+                assert_int_equal(cost_query(a, COMP_POSTPROCESS, &s, &ha, NULL), DP_OK);
+                assert_int_equal(cost_query(b, COMP_POSTPROCESS, &s, &hb, NULL), DP_OK);
+                /* at half the rate the bytes take twice as long: the difference is their time at
+                 * a's, and the backward moves bwd_ratio times the forward's */
+                double bw = c.gpu.hbm_gbps * 1e9 * 2 * p.mem_eff;
+                assert_rel(lb.fwd_ms - la.fwd_ms, bytes / bw * 1e3, 1e-9);
+                assert_rel(lb.bwd_ms - la.bwd_ms, p.bwd_ratio * bytes / bw * 1e3, 1e-9);
+                assert_rel(hb.fwd_ms - ha.fwd_ms, head_bytes / bw * 1e3, 1e-9);
+                assert_true(m->glu == !i && m->rope == !i); /* both kinds covered */
+                cost_model_free(a), cost_model_free(b);
+            }
+}
+
+/* The attention kernel a stack runs (stack.h): Transformer Engine's is the GPU's default (cuDNN on
+ * Hopper); PyTorch's SDPA runs FlashAttention-2 where it is measured (A100, H100, H200) and falls
+ * back, saying so, on a B200; a user's GPU (not a preset) keeps its own. The names parse back. */
+static void test_stack_attention_kernel(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *gpu;
+        software_stack s;
+        const char *kernel;
+        int fallback;
+    } cases[] = {{"h100", STACK_MEGATRON_TE, "cudnn-h100", 0},
+                 {"h100", STACK_TORCH_EAGER, "fa2-h100", 0},
+                 {"h200", STACK_TORCH_COMPILE, "fa2-h100", 0},
+                 {"a100-80gb", STACK_TORCH_EAGER, "fa2-a100", 0},
+                 {"a100-40gb", STACK_MEGATRON_TE, "fa2-a100", 0},
+                 {"b200", STACK_TORCH_EAGER, "fa4-b200", 1},
+                 {"b200", STACK_MEGATRON_TE, "fa4-b200", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int fallback = -1;
+        const attn_kernel *k = stack_attention_kernel(cases[i].s, gpu_preset(cases[i].gpu), &fallback);
+        assert_non_null(k);
+        assert_string_equal(k->name, cases[i].kernel);
+        assert_int_equal(fallback, cases[i].fallback);
+    }
+    gpu_spec mine = *gpu_preset("h100");
+    snprintf(mine.name, sizeof mine.name, "my-gpu");
+    assert_ptr_equal(stack_attention_kernel(STACK_TORCH_EAGER, &mine, NULL), mine.attn);
+    for (int s = 0; s < STACK_COUNT; s++) {
+        software_stack back = STACK_COUNT;
+        assert_int_equal(stack_parse(stack_name((software_stack)s), &back), 0);
+        assert_int_equal(back, s);
+        assert_non_null(strstr(stack_names(), stack_name((software_stack)s)));
+    }
+    software_stack untouched = STACK_TORCH_COMPILE;
+    assert_int_equal(stack_parse("torch", &untouched), -1);
+    assert_int_equal(untouched, STACK_TORCH_COMPILE);
 }
 
 int main(void)
@@ -393,7 +456,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_efficiency_by_shape),
         cmocka_unit_test(test_fp8_gemms_by_the_presets_ratio),
-        cmocka_unit_test(test_elementwise_bytes_by_architecture),
+        cmocka_unit_test(test_elementwise_bytes_by_stack),
+        cmocka_unit_test(test_stack_attention_kernel),
         cmocka_unit_test(test_fp8_refused_where_it_cannot_run),
         cmocka_unit_test(test_fp32_grad_reduce_moves_twice_the_bytes),
         cmocka_unit_test(test_hfu_never_exceeds_the_best_gemm),

@@ -1,0 +1,66 @@
+/* The software stack that trains the model (--stack): which fused attention kernel it calls on a
+ * GPU and whether its elementwise work (norms, residual adds, rotary positions, the gated MLP's
+ * activation, the loss over the vocabulary) runs fused or as eager PyTorch ops, one kernel an op.
+ * The GEMMs, collectives and memory model are the same under every stack.
+ *
+ *   megatron-te    Megatron-Core / NeMo with Transformer Engine (the default): fused norms and
+ *                  activations, cuDNN's fused attention on Hopper (TE's default there), the GPU's
+ *                  default kernel elsewhere; what the cost model has always priced.
+ *   torch-eager    PyTorch without torch.compile, as torchtitan's Llama runs it (its "FSDP" rows):
+ *                  attention through scaled_dot_product_attention, whose flash backend is
+ *                  FlashAttention-2; RMSNorm, rotary embedding, repeat_kv, SwiGLU and the fp32
+ *                  cross-entropy as the separate ops its model code writes (stack_elementwise).
+ *   torch-compile  the same model under torch.compile (torchtitan's "+ torch.compile" rows):
+ *                  Inductor fuses the elementwise ops, priced as megatron-te's; attention is still
+ *                  SDPA's FlashAttention-2.
+ *
+ * A stack whose kernel is not measured on a GPU (torch's FlashAttention-2 on a B200) falls back
+ * to the GPU's default kernel, and stack_attention_kernel says so. Nothing here allocates. */
+#ifndef DPSIM_MODELS_STACK_H
+#define DPSIM_MODELS_STACK_H
+
+#include "hw.h"
+
+typedef enum software_stack {
+    STACK_MEGATRON_TE, /* the default: 0 */
+    STACK_TORCH_EAGER,
+    STACK_TORCH_COMPILE,
+    STACK_COUNT
+} software_stack;
+
+const char *stack_name(software_stack s);    /* "megatron-te", …; "?" out of range */
+const char *stack_summary(software_stack s); /* one line: what it runs, for --help and docs */
+/* 0 and *s set, or -1 for a name that is none of them (s untouched). */
+int stack_parse(const char *name, software_stack *s);
+/* The names, comma-separated, for messages ("megatron-te, torch-eager, torch-compile"). */
+const char *stack_names(void);
+
+/* The fused attention kernel stack s runs on the GPU gpu (its preset name): the kernel it calls
+ * where that kernel is measured on this GPU, else the GPU's own default (gpu->attn, maybe NULL);
+ * *fallback (may be NULL) is set to 1 in that second case when the stack names a kernel of its
+ * own, 0 otherwise. megatron-te always takes the GPU's default. */
+const attn_kernel *stack_attention_kernel(software_stack s, const gpu_spec *gpu, int *fallback);
+
+/* What a layer's elementwise work moves through HBM per token under a stack, in bytes per element
+ * of the tensor each op works on, forward pass only (the cost model prices the backward as its
+ * byte share of the layer's, cost_analytic.c). Fused stacks: each norm reads and writes the hidden
+ * state once (4 B), each residual add likewise (4 B), the rotary embedding reads and writes q and
+ * k (4 B), SwiGLU reads gate and up and writes one (6 B per ffn element; GeLU 4), no copies of K
+ * and V, and the loss's fp32 logits are written, read and their gradient written (12 B per
+ * vocabulary entry, forward and backward together). Eager: as the ops are written (the .c file
+ * counts each). */
+typedef struct stack_elementwise {
+    double norm;      /* B per hidden element, one norm */
+    double residual;  /* B per hidden element, one residual add */
+    double rope;      /* B per element of the queries and keys */
+    double glu;       /* B per ffn element, a gated MLP's activation and product */
+    double gelu;      /* B per ffn element, an ungated MLP's activation */
+    double kv_repeat; /* B per element moved copying K and V to the query heads where the
+                       * key/value heads are fewer (grouped-query attention): each read at its
+                       * width and written at the queries' */
+    double loss;      /* B per vocabulary entry per token: the loss forward and backward */
+} stack_elementwise;
+
+const stack_elementwise *stack_elementwise_of(software_stack s);
+
+#endif
