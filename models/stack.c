@@ -75,10 +75,12 @@ const attn_kernel *stack_attention_kernel(software_stack s, const gpu_spec *gpu,
 {
     if (fallback) *fallback = 0;
     const char *const *names = (unsigned)s < STACK_COUNT ? STACKS[s].kernels : NULL;
-    if (!names || !gpu_preset(gpu->name)) return gpu->attn; /* a user's GPU: its own */
+    if (!names || !gpu->attn) return gpu->attn; /* no fused kernel on it: none of a stack's */
+    /* the architecture is the GPU default kernel's: a user's GPU (a cluster JSON naming
+     * cudnn-h100) is a Hopper like a preset's */
     for (int i = 0; names[i]; i++) {
         const attn_kernel *k = attn_kernel_find(names[i]);
-        if (k && attn_kernel_runs_on(k, gpu->name)) return k;
+        if (k && strcmp(k->runs_on, gpu->attn->runs_on) == 0) return k;
     }
     if (fallback) *fallback = 1;
     return gpu->attn;

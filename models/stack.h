@@ -35,10 +35,12 @@ int stack_parse(const char *name, software_stack *s);
 /* The names, comma-separated, for messages ("megatron-te, torch-eager, torch-compile"). */
 const char *stack_names(void);
 
-/* The fused attention kernel stack s runs on the GPU gpu (its preset name): the kernel it calls
- * where that kernel is measured on this GPU, else the GPU's own default (gpu->attn, maybe NULL);
- * *fallback (may be NULL) is set to 1 in that second case when the stack names a kernel of its
- * own, 0 otherwise. megatron-te always takes the GPU's default. */
+/* The fused attention kernel stack s runs on the GPU gpu: the kernel it calls where one is
+ * measured on the architecture of the GPU's default kernel (gpu->attn: the same runs_on, so that a
+ * cluster JSON's own H100 naming cudnn-h100 takes FlashAttention-2's H100 table), else the GPU's
+ * default (maybe NULL: none measured, attention unfused); *fallback (may be NULL) is set to 1 in
+ * that second case when the stack names kernels of its own and the GPU has a default, 0
+ * otherwise. megatron-te always takes the GPU's default. */
 const attn_kernel *stack_attention_kernel(software_stack s, const gpu_spec *gpu, int *fallback);
 
 /* What a layer's elementwise work moves through HBM per token under a stack, in bytes per element

@@ -414,7 +414,8 @@ static void test_elementwise_bytes_by_stack(void **state)
 
 /* The attention kernel a stack runs (stack.h): Transformer Engine's is the GPU's default (cuDNN on
  * Hopper); PyTorch's SDPA runs FlashAttention-2 where it is measured (A100, H100, H200) and falls
- * back, saying so, on a B200; a user's GPU (not a preset) keeps its own. The names parse back. */
+ * back, saying so, on a B200; a user's GPU takes the kernel of its default kernel's architecture.
+ * The names parse back. */
 static void test_stack_attention_kernel(void **state)
 {
     (void)state;
@@ -437,9 +438,11 @@ static void test_stack_attention_kernel(void **state)
         assert_string_equal(k->name, cases[i].kernel);
         assert_int_equal(fallback, cases[i].fallback);
     }
-    gpu_spec mine = *gpu_preset("h100");
+    gpu_spec mine = *gpu_preset("h100"); /* a user's Hopper: its default kernel's architecture */
     snprintf(mine.name, sizeof mine.name, "my-gpu");
-    assert_ptr_equal(stack_attention_kernel(STACK_TORCH_EAGER, &mine, NULL), mine.attn);
+    assert_string_equal(stack_attention_kernel(STACK_TORCH_EAGER, &mine, NULL)->name, "fa2-h100");
+    mine.attn = NULL; /* none measured: unfused, under any stack */
+    assert_null(stack_attention_kernel(STACK_TORCH_EAGER, &mine, NULL));
     for (int s = 0; s < STACK_COUNT; s++) {
         software_stack back = STACK_COUNT;
         assert_int_equal(stack_parse(stack_name((software_stack)s), &back), 0);
