@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../models/hw.h"
+#include "../models/stack.h"
 #include "../models/memory.h"
 #include "../models/model.h"
 #include "../common/json_util.h"
@@ -154,6 +155,23 @@ static void list_gpus(void)
             printf(" %5.0f %5.0f %5.0f %5.0f", v[j][0], v[j][1], v[j][2], v[j][3]);
         printf("  %s\n", ks[i].source);
     }
+    printf("\n# software stacks (--stack): the attention kernel each runs on these GPUs, and how its "
+           "elementwise ops run\n%-14s %-10s %-10s %-10s %-10s  %s\n", "name", "a100-80gb", "h100",
+           "h200", "b200", "what");
+    static const char *const on[] = {"a100-80gb", "h100", "h200", "b200"};
+    for (int s = 0; s < STACK_COUNT; s++) {
+        printf("%-14s", stack_name((software_stack)s));
+        for (int j = 0; j < 4; j++) {
+            int fallback;
+            const attn_kernel *k = stack_attention_kernel((software_stack)s, gpu_preset(on[j]),
+                                                          &fallback);
+            char cell[24];
+            snprintf(cell, sizeof cell, "%s%s", k ? k->name : "unfused", fallback ? "*" : "");
+            printf(" %-10s", cell);
+        }
+        printf("  %s\n", stack_summary((software_stack)s));
+    }
+    printf("# *: the stack's own kernel is not measured on that GPU; its default times it\n");
 }
 
 static void list_clusters(void)

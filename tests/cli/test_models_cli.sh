@@ -71,6 +71,9 @@ expect "... and a B200 kernel on an H100" 2 "fa4-b200 was measured on b200" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel fa4-b200 --mbs 1 --seqlen 4096
 expect "Triton's fused attention (FlexAttention) on an H100, named in the source line" 0 "FlashAttention .*--attention-kernel triton-h100" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel triton-h100 --mbs 1 --seqlen 8192
+expect "models lists each stack's kernel per GPU, the fallback marked" 0 "^torch-eager +fa2-a100 +fa2-h100 +fa2-h100 +fa4-b200\\* " -- "$DPSIM" models
+expect "... and --attention-kernel wins over the stack's" 0 "FlashAttention .the model's default; --attention-kernel cudnn-h100." -- \
+  "$DPSIM" cost --hw h100 --model llama3-8b --stack torch-eager --attention-kernel cudnn-h100 --mbs 1 --seqlen 8192
 # mixtures of experts: counted whole and per token, refused by every planner (no experts planned yet)
 expect "models --show counts a MoE's parameters (Mixtral-8x7B's card: 46.7B)" 0 "mixtral-8x7b: 46,702,792,704 parameters" -- \
   "$DPSIM" models --show tests/data/hf/mixtral-8x7b.json
