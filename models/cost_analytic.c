@@ -290,10 +290,11 @@ static comm_group layout_group(const cost_model *cm, mesh_kind k)
 }
 
 /* Time of attention work of `flops` forward FLOPs in the fused kernel, ms: the forward, or
- * (backward) its backward, 2.5 times the FLOPs, at the kernel's measured rate for that length. */
+ * (backward) its backward, 2.5 times the FLOPs, at the kernel's measured rate for that length on
+ * this GPU (attn_kernel_peak_share). */
 static double kernel_ms(const cost_model *cm, double flops, int backward, int causal, double len)
 {
-    double tflops = cm->attn_speed *
+    double tflops = cm->attn_speed * attn_kernel_peak_share(cm->attn, &cm->hw.gpu) *
                     attn_kernel_tflops(cm->attn, backward, causal, len, cm->model.kv_channels);
     return (backward ? 2.5 : 1) * flops / (tflops * 1e12) * 1e3;
 }

@@ -27,18 +27,18 @@ static const attn_kernel KERNELS[] = {
      324 / 370.0,
      "FlashAttention-2 on H100 SXM5 (FlashAttention-3 paper, arXiv 2407.08608, Figs. 5-6); causal "
      "backward inferred as the non-causal backward times the forward's causal share",
-     "h100,h200"},
+     "h100,h200,h100-hbm2e"},
     {"fa3-h100",
      {521, 579, 602, 616}, {418, 492, 521, 533}, {625, 638, 646, 648}, {501, 542, 559, 561},
      497 / 648.0,
      "FlashAttention-3 on H100 SXM5 (arXiv 2407.08608, Figs. 5-6, bf16); causal backward "
-     "inferred as the non-causal backward times the forward's causal share", "h100,h200"},
+     "inferred as the non-causal backward times the forward's causal share", "h100,h200,h100-hbm2e"},
     {"cudnn-h100",
      {484, 510, 527, 539}, {365, 410, 445, 469}, {617, 610, 602, 595}, {465, 490, 508, 518},
      413 / 617.0,
      "cuDNN 9 fused attention (Transformer Engine's and Megatron-Core's default on Hopper) on "
      "H100 SXM5, as benchmarked in the FlashAttention-3 paper (arXiv 2407.08608, Figs. 5-6); "
-     "causal backward inferred as for FlashAttention-3", "h100,h200"},
+     "causal backward inferred as for FlashAttention-3", "h100,h200,h100-hbm2e"},
     {"fa4-b200",
      {1345, 1463, 1503, 1534}, {1076, 1244, 1300, 1328}, {1613, 1613, 1613, 1613},
      {1293, 1370, 1396, 1397}, 497 / 648.0,
@@ -52,7 +52,7 @@ static const attn_kernel KERNELS[] = {
      "H100 SXM5, forward as benchmarked in the FlashAttention-3 paper (arXiv 2407.08608, Fig. 5, "
      "hd 128; hd 64: 403 against 395 at 16k); backward not published: inferred as "
      "FlashAttention-2's backward times Triton's forward over FlashAttention-2's at each length",
-     "h100,h200"},
+     "h100,h200,h100-hbm2e"},
 };
 #define N_KERNELS ((int)(sizeof KERNELS / sizeof KERNELS[0]))
 static const double KERNEL_LENS[ATTN_KERNEL_LENS] = {2048, 4096, 8192, 16384};
@@ -83,6 +83,15 @@ const attn_kernel *attn_kernel_find(const char *name)
     for (int i = 0; name && i < N_KERNELS; i++)
         if (strcmp(KERNELS[i].name, name) == 0) return &KERNELS[i];
     return NULL;
+}
+
+double attn_kernel_peak_share(const attn_kernel *k, const gpu_spec *gpu)
+{
+    char first[HW_NAME_MAX];
+    size_t n = strcspn(k->runs_on, ",");
+    snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1), k->runs_on);
+    const gpu_spec *on = gpu_preset(first);
+    return on && on->peak_tflops > 0 && gpu->peak_tflops > 0 ? gpu->peak_tflops / on->peak_tflops : 1;
 }
 
 int attn_kernel_runs_on(const attn_kernel *k, const char *gpu)
@@ -154,6 +163,14 @@ static const gpu_spec GPUS[] = {
     {"h200", 989, 1979, 4800, 144384, "NVIDIA H200 Tensor Core GPU datasheet (SXM), 2024", 3600,
      NV4, NV4_SRC, 275 / 450.0, 794.5 / 989, &KERNELS[3], "h200-node", 0, 1453.4 / 1979,
      HOPPER_GEMM_K0, HOPPER_FP8_GEMM_K0},
+    /* torchtitan's benchmark H100 (Meta's Grand Teton; torchtitan docs/performance.md): SXM,
+     * 96 GB of HBM2e at 2.4 TB/s, a 500 W limit, its peak "between SXM and NVL" by its authors'
+     * footnote: the midpoint of 989 (SXM5) and 835 (H100 NVL, datasheet: 1,671 sparse) TFLOP/s.
+     * The best GEMM, attention and FP8 shares are the SXM5's, of this peak. */
+    {"h100-hbm2e", 912, 1824, 2400, 98304, "torchtitan's Grand Teton H100 (its docs/performance.md: "
+     "SXM, 96 GB HBM2e at 2.4 TB/s, 500 W; peak between the SXM5's 989 and the NVL's 835 "
+     "TFLOP/s bf16: the midpoint, assumed)", 3600, NV4, NV4_SRC, 275 / 450.0, 794.5 / 989,
+     &KERNELS[3], "grand-teton", 0, 1402.6 / 1979, HOPPER_GEMM_K0, HOPPER_FP8_GEMM_K0},
     {"b200", 2250, 4500, 8000, 184320, "NVIDIA DGX B200 datasheet (per GPU: 1,440 GB and 72 "
      "PFLOP/s fp8 sparse over 8), 2024", 7200, NV5, NV5_SRC, 474 / 900.0, 1745.0 / 2250,
      &KERNELS[4], "dgx-b200", 0, 3432.5 / 4500, HOPPER_GEMM_K0, HOPPER_FP8_GEMM_K0},
@@ -196,6 +213,9 @@ static const cluster_row CLUSTERS[] = {
      "8 x ConnectX-7 NDR 400 Gbit/s (DGX H100), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER, 1},
     {"h200-node", "h200", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
      "8 x ConnectX-7 NDR 400 Gbit/s (HGX H200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER, 1},
+    {"grand-teton", "h100-hbm2e", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
+     "400 Gbit/s RDMA a GPU (torchtitan's Grand Teton hosts), 48 GB/s busBW each (nccl-tests #319)",
+     HW_GPU_JITTER, 1},
     {"dgx-b200", "b200", 8, 0, 2, 400, 5, 8, IB_EFF, 0,
      "8 x ConnectX-7 400 Gbit/s (DGX B200), 48 GB/s busBW each (nccl-tests #319)", HW_GPU_JITTER, 1},
     {"cpu", "cpu", 16, 80, 1, 10, 50, 16, 1, 0, "loopback, as fast as the wire", 0, 0},

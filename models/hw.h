@@ -153,6 +153,11 @@ const attn_kernel *attn_kernel_find(const char *name);
  * k->runs_on or not a preset at all (a user's GPU, whose architecture dpsim cannot tell). */
 int attn_kernel_runs_on(const attn_kernel *k, const char *gpu);
 const attn_kernel *attn_kernels(int *count);
+/* The share of kernel k's measured rates that GPU gpu reaches: its bf16 peak over the peak of the
+ * GPU k was measured on (the first preset of k->runs_on), since a fused kernel's rate scales with
+ * the tensor cores' clock (an H100 held to a lower power limit, a user's GPU of its own peak); 1
+ * where that GPU is unknown. */
+double attn_kernel_peak_share(const attn_kernel *k, const gpu_spec *gpu);
 
 const gpu_spec *gpu_preset(const char *name);
 const gpu_spec *gpu_presets(int *count);

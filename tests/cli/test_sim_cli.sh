@@ -252,6 +252,8 @@ expect "... torch-compile: the same kernel, elementwise fused" 0 "the torch-comp
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-compile
 expect "... a stack's kernel not measured on the GPU: the GPU's default, said" 0 "the torch-eager stack's kernel is not measured on b200: the GPU's default, fa4-b200" -- \
   "$DPSIM" cost --model llama3-8b --hw b200 --mbs 1 --seqlen 8192 --stack torch-eager
+expect "... and on torchtitan's own H100 (grand-teton), SDPA's kernel at that GPU's peak" 0 "torch-eager stack's kernel, fa2-h100" -- \
+  "$DPSIM" cost --model llama3-8b --hw grand-teton --mbs 1 --seqlen 8192 --stack torch-eager
 te_ms=$("$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 2>/dev/null | awk '$1 == "layer" { print $2 + $3 }')
 eager_ms=$("$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-eager 2>/dev/null | awk '$1 == "layer" { print $2 + $3 }')
 check "... an eager layer is slower than Transformer Engine's ($eager_ms against $te_ms ms)" \

@@ -1737,6 +1737,21 @@ static void test_attention_kernels_inferred_and_placed(void **state)
     const gpu_spec *g = gpu_presets(&n);
     for (int i = 0; i < n; i++)
         if (g[i].attn) assert_true(attn_kernel_runs_on(g[i].attn, g[i].name));
+    /* a kernel's rates scale with the GPU's peak over the one it was measured on: 1 on the GPUs
+     * of its own peak, torchtitan's lower-peak H100 912 / 989, a user's GPU its own */
+    const attn_kernel *cudnn = attn_kernel_find("cudnn-h100"), *a100 = attn_kernel_find("fa2-a100");
+    assert_near(attn_kernel_peak_share(cudnn, gpu_preset("h100")), 1, 0);
+    assert_near(attn_kernel_peak_share(cudnn, gpu_preset("h200")), 1, 0);
+    assert_near(attn_kernel_peak_share(a100, gpu_preset("a100-80gb")), 1, 0);
+    assert_near(attn_kernel_peak_share(cudnn, gpu_preset("h100-hbm2e")), 912.0 / 989, 1e-12);
+    gpu_spec mine = *gpu_preset("h100");
+    mine.peak_tflops = 500;
+    assert_near(attn_kernel_peak_share(cudnn, &mine), 500.0 / 989, 1e-12);
+    /* (the layer's time: test_precision's test_attention_kernel_scales_with_the_peak) */
+    cluster_spec gt;
+    assert_int_equal(cluster_resolve("grand-teton", &gt, NULL), DP_OK);
+    assert_true(attn_kernel_runs_on(gt.gpu.attn, gt.gpu.name));
+    assert_string_equal(gt.gpu.attn->name, "cudnn-h100");
 }
 
 int main(void)

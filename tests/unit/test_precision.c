@@ -454,6 +454,38 @@ static void test_stack_attention_kernel(void **state)
     assert_int_equal(untouched, STACK_TORCH_COMPILE);
 }
 
+/* A fused kernel's measured rates scale with the GPU's peak over the one it was measured on
+ * (hw.h attn_kernel_peak_share): Llama-3-8B's layer on an H100 at 912 TFLOP/s (torchtitan's
+ * h100-hbm2e) with the GEMM efficiency raised to keep its GEMMs' time, against the 989 one; the
+ * attention's time, measured on the latter as what halving the kernel's speed adds, grows by
+ * 989 / 912, forward and backward, and nothing else moves. */
+static void test_attention_kernel_scales_with_the_peak(void **state)
+{
+    (void)state;
+    cluster_spec c;
+    assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
+    analytic_params p;
+    analytic_params_for_gpu(&c.gpu, &p);
+    p.fwd_floor_ms = p.bwd_floor_ms = 0;
+    cost_model *a = analytic("llama3-8b", "dgx-h100", 1, RECOMPUTE_NONE, &p);
+    cost_model *half = analytic("llama3-8b", "dgx-h100", 1, RECOMPUTE_NONE, &p);
+    half->attn_speed = 0.5;
+    analytic_params q = p;
+    q.gemm_eff = p.gemm_eff * 989 / 912;
+    cost_model *b = analytic("llama3-8b", "dgx-h100", 1, RECOMPUTE_NONE, &q);
+    b->hw.gpu.peak_tflops = 912;
+    cost_shape s = cost_shape_rows(1, 8192, 0);
+    cost_layer la, lh, lb;
+    assert_int_equal(cost_query(a, COMP_ENCODER, &s, &la, NULL), DP_OK);
+    assert_int_equal(cost_query(half, COMP_ENCODER, &s, &lh, NULL), DP_OK);
+    assert_int_equal(cost_query(b, COMP_ENCODER, &s, &lb, NULL), DP_OK);
+    double attn_fwd = lh.fwd_ms - la.fwd_ms, attn_bwd = lh.bwd_ms - la.bwd_ms;
+    assert_true(attn_fwd > 0.05 * la.fwd_ms); /* attention is a fair part of the layer at 8k */
+    assert_rel(lb.fwd_ms - la.fwd_ms, attn_fwd * (989.0 / 912 - 1), 1e-9);
+    assert_rel(lb.bwd_ms - la.bwd_ms, attn_bwd * (989.0 / 912 - 1), 1e-9);
+    cost_model_free(a), cost_model_free(half), cost_model_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -461,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_fp8_gemms_by_the_presets_ratio),
         cmocka_unit_test(test_elementwise_bytes_by_stack),
         cmocka_unit_test(test_stack_attention_kernel),
+        cmocka_unit_test(test_attention_kernel_scales_with_the_peak),
         cmocka_unit_test(test_fp8_refused_where_it_cannot_run),
         cmocka_unit_test(test_fp32_grad_reduce_moves_twice_the_bytes),
         cmocka_unit_test(test_hfu_never_exceeds_the_best_gemm),
