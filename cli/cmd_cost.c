@@ -242,6 +242,9 @@ int cmd_calibrate(int argc, char **argv)
     if (r != 0) return r == 1 ? 0 : r;
     if (co.fit || co.analytic)
         return cli_usage_error(cmd, CALIB_USAGE, "calibrate fits a profile: drop --fit/--analytic");
+    if (co.stack != STACK_MEGATRON_TE)
+        return cli_usage_error(cmd, CALIB_USAGE, "calibrate fits the analytic model as the default "
+                               "stack (megatron-te) prices it: drop --stack");
     dp_err err = {0};
     model_spec m;
     cluster_spec hw;

@@ -155,19 +155,20 @@ static void list_gpus(void)
             printf(" %5.0f %5.0f %5.0f %5.0f", v[j][0], v[j][1], v[j][2], v[j][3]);
         printf("  %s\n", ks[i].source);
     }
-    printf("\n# software stacks (--stack): the attention kernel each runs on these GPUs, and how its "
-           "elementwise ops run\n%-14s %-10s %-10s %-10s %-10s  %s\n", "name", "a100-80gb", "h100",
-           "h200", "b200", "what");
-    static const char *const on[] = {"a100-80gb", "h100", "h200", "b200"};
+    int ng;
+    const gpu_spec *gs2 = gpu_presets(&ng);
+    printf("\n# software stacks (--stack): the attention kernel each runs on each GPU preset "
+           "(-: none, unfused), and how its elementwise ops run\n%-14s", "name");
+    for (int j = 0; j < ng; j++) printf(" %-11s", gs2[j].name);
+    printf("  what\n");
     for (int s = 0; s < STACK_COUNT; s++) {
         printf("%-14s", stack_name((software_stack)s));
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < ng; j++) {
             int fallback;
-            const attn_kernel *k = stack_attention_kernel((software_stack)s, gpu_preset(on[j]),
-                                                          &fallback);
+            const attn_kernel *k = stack_attention_kernel((software_stack)s, &gs2[j], &fallback);
             char cell[24];
-            snprintf(cell, sizeof cell, "%s%s", k ? k->name : "unfused", fallback ? "*" : "");
-            printf(" %-10s", cell);
+            snprintf(cell, sizeof cell, "%s%s", k ? k->name : "-", fallback ? "*" : "");
+            printf(" %-11s", cell);
         }
         printf("  %s\n", stack_summary((software_stack)s));
     }

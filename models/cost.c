@@ -319,6 +319,18 @@ void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kern
     cm->attn = kernel ? kernel : cm->hw.gpu.attn;
 }
 
+dp_status cost_model_set_stack(cost_model *cm, software_stack s, int flash, const attn_kernel *kernel,
+                               dp_err *err)
+{
+    if (s != STACK_MEGATRON_TE && !cm->ops->stacks)
+        return dp_fail(err, DP_ERR_INVALID, "--stack %s prices the analytic model's kernels and "
+                       "elementwise ops: a %s cost model has its own measured times\nhint: add "
+                       "--analytic", stack_name(s), cm->ops->kind);
+    cm->stack = s;
+    cost_model_set_attention(cm, flash, kernel ? kernel : stack_attention_kernel(s, &cm->hw.gpu, NULL));
+    return DP_OK;
+}
+
 dp_status cost_toy_parse(const char *text, cost_toy *out, dp_err *err)
 {
     static const char *const FIELD[3] = {"F (forward)", "B (backward)", "W (weight gradients)"};

@@ -183,6 +183,8 @@ typedef struct cost_ops {
                            * measured profile times the format it was measured in */
     int experts;          /* 1: the kind prices a mixture of experts' layers (COMP_MOE: the
                            * analytic model) */
+    int stacks;           /* 1: the kind prices a software stack's kernels and elementwise ops
+                           * (stack.h: the analytic model); a measured profile times what ran */
     dp_status (*query)(const cost_model *cm, cost_component c, const cost_shape *s,
                        cost_layer *out, dp_err *err);
     double (*token_floor)(const cost_model *cm, cost_component c); /* cost_token_floor_ms; NULL:
@@ -232,9 +234,9 @@ struct cost_model {
     train_precision precision;    /* the number format (above): bf16 (the constructors') */
     int grad_bytes;               /* bytes of a gradient element as reduced and held: 4 (fp32) or
                                    * 2; the constructors' 2. Set with cost_model_set_precision */
-    software_stack stack;         /* the software that runs it (stack.h): its elementwise bytes
-                                   * (the analytic model's; a profile's times are measured). The
-                                   * constructors' megatron-te; set before the first query */
+    software_stack stack;         /* the software that runs it (stack.h): its elementwise bytes.
+                                   * The constructors' megatron-te. Set with
+                                   * cost_model_set_stack */
     pipeline_split split;         /* --layers-per-stage: the layers of each virtual stage (n 0:
                                    * split evenly, placement.h); what the stage model and the
                                    * memory model place. The constructors': even */
@@ -372,6 +374,14 @@ double cost_gemm_shape_eff(const gpu_spec *g, int fp8, double k);
 
 /* Sets FlashAttention on or off, and the kernel that times it (NULL: the GPU's own). */
 void cost_model_set_attention(cost_model *cm, int flash, const attn_kernel *kernel);
+
+/* Sets the software stack (stack.h) after construction and before the first query: its
+ * elementwise bytes, and the attention kernel (stack_attention_kernel) unless kernel names one
+ * (an explicit --attention-kernel); flash as cost_model_set_attention takes it. DP_ERR_INVALID
+ * naming --stack for a stack other than megatron-te on a kind that times what was measured
+ * (cost_ops.stacks 0: a profile), the model then unchanged. */
+dp_status cost_model_set_stack(cost_model *cm, software_stack s, int flash, const attn_kernel *kernel,
+                               dp_err *err);
 
 /* The next serial number (constructors call it). */
 uint64_t cost_model_next_serial(void);

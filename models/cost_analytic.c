@@ -577,7 +577,8 @@ static void gemm_floor_multipliers(const cost_model *cm, const model_spec *m, co
  * two residual adds over (tokens, h), split along the sequence with SP; the MLP's activation over
  * (tokens, f / t); rotary positions over the queries and keys (latent attention: each head's
  * rotary part and the shared rotary key); where the stack copies K and V to the query heads
- * (grouped-query attention, eager), that copy; each at the stack's bytes per element
+ * (grouped-query attention, eager) and the attention's output back, those copies; each at the
+ * stack's bytes per element
  * (stack_elementwise, models/stack.h); and under fp8 the casts of its GEMMs' activation operands
  * (fp8_cast_bytes). Linear in the tokens. */
 static double token_bytes(const cost_model *cm, const model_spec *m, cost_component c, double tokens)
@@ -586,9 +587,11 @@ static double token_bytes(const cost_model *cm, const model_spec *m, cost_compon
     double h = m->hidden, t = cm->tp;
     if (c == COMP_POSTPROCESS) return ew->loss * tokens * m->vocab / t;
     int sp = cm->seq_parallel && cm->tp > 1;
-    double per_token = 2 * (ew->norm + ew->residual) * h / (sp ? t : 1) +
+    double norm = m->rmsnorm ? ew->rmsnorm : ew->layernorm;
+    double per_token = 2 * (norm + ew->residual) * h / (sp ? t : 1) +
                        (m->glu ? ew->glu : ew->gelu) * m->ffn / t;
     double q = model_attn_q_width(m), kv = model_attn_kv_width(m);
+    per_token += ew->attn_out * q / t;
     if (m->rope)
         per_token += ew->rope * (m->kv_lora > 0 ? (double)m->heads * m->qk_rope_dim / t + m->qk_rope_dim
                                                 : (q + kv) / t);
@@ -852,7 +855,7 @@ static void analytic_release(cost_model *cm)
     cm->impl = NULL;
 }
 
-static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, 1, analytic_query, analytic_token_floor,
+static const cost_ops ANALYTIC_OPS = {"analytic", 1, 1, 1, 1, analytic_query, analytic_token_floor,
                                        analytic_release};
 
 const analytic_params *cost_analytic_params(const cost_model *cm)

@@ -457,7 +457,7 @@ static dp_status profile_query(const cost_model *cm, cost_component c, const cos
     return DP_OK;
 }
 
-static const cost_ops PROFILE_OPS = {"profile", 0, 0, 0, profile_query, NULL, profile_release};
+static const cost_ops PROFILE_OPS = {"profile", 0, 0, 0, 0, profile_query, NULL, profile_release};
 
 /* ---- *_params.csv ----------------------------------------------------------------------------- */
 

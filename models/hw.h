@@ -65,7 +65,11 @@ typedef struct attn_kernel {
     double hd64_share; /* throughput at head dimension 64 over 128 (linear between, 1 above) */
     const char *source;                 /* the benchmark table the figures are read from */
     const char *runs_on; /* the GPU presets of the architecture it was measured on and needs
-                          * ("h100,h200"): --attention-kernel is refused on another preset */
+                          * ("h100,h200,h100-hbm2e"): --attention-kernel is refused on another
+                          * preset. The first is the GPU it was measured on
+                          * (attn_kernel_peak_share); kernels of one architecture list the same
+                          * presets in the same order, which is how a stack finds its kernel for
+                          * a GPU's architecture (stack.h) */
 } attn_kernel;
 
 /* The kernel's throughput at an attention length (tokens) and head dimension, TFLOP/s. */
@@ -153,7 +157,7 @@ const attn_kernel *attn_kernel_find(const char *name);
  * k->runs_on or not a preset at all (a user's GPU, whose architecture dpsim cannot tell). */
 int attn_kernel_runs_on(const attn_kernel *k, const char *gpu);
 const attn_kernel *attn_kernels(int *count);
-/* The share of kernel k's measured rates that GPU gpu reaches: its bf16 peak over the peak of the
+/* The share of kernel k's measured rates that GPU gpu reaches (neither NULL): its bf16 peak over the peak of the
  * GPU k was measured on (the first preset of k->runs_on), since a fused kernel's rate scales with
  * the tensor cores' clock (an H100 held to a lower power limit, a user's GPU of its own peak); 1
  * where that GPU is unknown. */

@@ -1,4 +1,5 @@
 /* Software stacks (stack.h): their attention kernel and their elementwise byte counts. */
+#include <stdio.h>
 #include <string.h>
 
 #include "stack.h"
@@ -6,6 +7,7 @@
 typedef struct stack_row {
     const char *name, *summary;
     const char *const *kernels; /* the kernels it calls, by GPU architecture; NULL: the GPU's */
+    int fused;                  /* 1: elementwise ops fused (FUSED_EW) */
     stack_elementwise ew;
 } stack_row;
 
@@ -15,35 +17,38 @@ static const char *const SDPA_KERNELS[] = {"fa2-a100", "fa2-h100", NULL};
 
 /* Fused (Transformer Engine's kernels; Inductor's fusions): each op one read and one write of
  * what it works on, bf16 (stack.h). */
-#define FUSED_EW {4, 4, 4, 6, 4, 0, 12}
+#define FUSED_EW {4, 4, 4, 4, 6, 4, 0, 0, 12}
 
-/* Eager, counted from torchtitan's Llama (torchtitan/models/llama3/model.py, 2024-25), each op
- * reading its inputs and writing its output, bf16 2 B and fp32 4 B an element:
+/* Eager, counted from torchtitan as its performance tables ran it (commit 9dec370, 2024-12-26:
+ * torchtitan/models/norms.py and torchtitan/models/llama/model.py), each op reading its inputs
+ * and writing its output, bf16 2 B and fp32 4 B an element:
  *   RMSNorm: _norm(x.float()).type_as(x) * weight with _norm = x * rsqrt(x.pow(2).mean(-1) + eps):
  *     .float() 2 + 4, pow 4 + 4, mean 4, x * rsqrt 4 + 4, type_as 4 + 2, * weight 2 + 2     = 36
+ *   LayerNorm: nn.LayerNorm, one native kernel, 2 + 2                                        = 4
  *   residual add h = x + y: 2 + 2 + 2                                                       = 6
  *   apply_rotary_emb on q and k: .float() 2 + 4, complex product 4 + 4, type_as 4 + 2      = 20
  *   SwiGLU w2(silu(w1 x) * w3 x): silu 2 + 2, product 2 + 2 + 2                             = 10
  *   GeLU: one kernel, 2 + 2                                                                 = 4
  *   repeat_kv: expand then reshape copies K and V to the query heads: 2 B read or written
+ *   the attention's output, output.transpose(1, 2).contiguous(): 2 + 2                      = 4
  *   cross_entropy(pred.float(), labels) over the vocabulary: forward .float() 2 + 4 and
  *     log_softmax 4 + 4; backward nll's dense gradient 4, log_softmax's 4 + 4 + 4 and
  *     .float()'s 4 + 2                                                                      = 36 */
-#define EAGER_EW {36, 6, 20, 10, 4, 2, 36}
+#define EAGER_EW {36, 4, 6, 20, 10, 4, 2, 4, 36}
 
 static const stack_row STACKS[STACK_COUNT] = {
     [STACK_MEGATRON_TE] = {"megatron-te",
                            "Megatron-Core/NeMo with Transformer Engine: fused norms and "
                            "activations, the GPU's default attention kernel (cuDNN on Hopper)",
-                           NULL, FUSED_EW},
+                           NULL, 1, FUSED_EW},
     [STACK_TORCH_EAGER] = {"torch-eager",
                            "PyTorch without torch.compile (torchtitan's FSDP rows): SDPA's "
                            "FlashAttention-2, norms, rotary, SwiGLU and loss as separate ops",
-                           SDPA_KERNELS, EAGER_EW},
+                           SDPA_KERNELS, 0, EAGER_EW},
     [STACK_TORCH_COMPILE] = {"torch-compile",
                              "PyTorch with torch.compile (torchtitan's compiled rows): SDPA's "
                              "FlashAttention-2, elementwise ops fused by Inductor",
-                             SDPA_KERNELS, FUSED_EW},
+                             SDPA_KERNELS, 1, FUSED_EW},
 };
 
 const char *stack_name(software_stack s)
@@ -54,6 +59,11 @@ const char *stack_name(software_stack s)
 const char *stack_summary(software_stack s)
 {
     return (unsigned)s < STACK_COUNT ? STACKS[s].summary : "?";
+}
+
+int stack_fused(software_stack s)
+{
+    return (unsigned)s < STACK_COUNT ? STACKS[s].fused : 1;
 }
 
 int stack_parse(const char *name, software_stack *s)
@@ -68,7 +78,12 @@ int stack_parse(const char *name, software_stack *s)
 
 const char *stack_names(void)
 {
-    return "megatron-te, torch-eager, torch-compile";
+    static char names[128];
+    if (!names[0])
+        for (int i = 0; i < STACK_COUNT; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     STACKS[i].name);
+    return names;
 }
 
 const attn_kernel *stack_attention_kernel(software_stack s, const gpu_spec *gpu, int *fallback)

@@ -30,29 +30,35 @@ typedef enum software_stack {
 
 const char *stack_name(software_stack s);    /* "megatron-te", …; "?" out of range */
 const char *stack_summary(software_stack s); /* one line: what it runs, for --help and docs */
+int stack_fused(software_stack s);           /* 1: its elementwise ops run fused */
 /* 0 and *s set, or -1 for a name that is none of them (s untouched). */
 int stack_parse(const char *name, software_stack *s);
-/* The names, comma-separated, for messages ("megatron-te, torch-eager, torch-compile"). */
+/* The names, comma-separated, for messages ("megatron-te, torch-eager, torch-compile"): a static
+ * string built from the table on the first call. */
 const char *stack_names(void);
 
-/* The fused attention kernel stack s runs on the GPU gpu: the kernel it calls where one is
- * measured on the architecture of the GPU's default kernel (gpu->attn: the same runs_on, so that a
- * cluster JSON's own H100 naming cudnn-h100 takes FlashAttention-2's H100 table), else the GPU's
- * default (maybe NULL: none measured, attention unfused); *fallback (may be NULL) is set to 1 in
- * that second case when the stack names kernels of its own and the GPU has a default, 0
- * otherwise. megatron-te always takes the GPU's default. */
+/* The fused attention kernel stack s runs on the GPU gpu (not NULL): the kernel it calls where
+ * one is measured on the architecture of the GPU's default kernel (gpu->attn; kernels of one
+ * architecture share their runs_on list, hw.h), so that a cluster JSON's own H100 naming
+ * cudnn-h100 takes FlashAttention-2's H100 table; else the GPU's default (maybe NULL: none
+ * measured, attention unfused). *fallback (may be NULL) is set to 1 in that second case when the
+ * stack names kernels of its own and the GPU has a default, 0 otherwise. megatron-te always takes
+ * the GPU's default. */
 const attn_kernel *stack_attention_kernel(software_stack s, const gpu_spec *gpu, int *fallback);
 
 /* What a layer's elementwise work moves through HBM per token under a stack, in bytes per element
- * of the tensor each op works on, forward pass only (the cost model prices the backward as its
- * byte share of the layer's, cost_analytic.c). Fused stacks: each norm reads and writes the hidden
- * state once (4 B), each residual add likewise (4 B), the rotary embedding reads and writes q and
- * k (4 B), SwiGLU reads gate and up and writes one (6 B per ffn element; GeLU 4), no copies of K
- * and V, and the loss's fp32 logits are written, read and their gradient written (12 B per
- * vocabulary entry, forward and backward together). Eager: as the ops are written (the .c file
- * counts each). */
+ * of the tensor each op works on. The cost model counts these as the forward's bytes and charges
+ * the backward its fitted bwd_ratio times them, as it does every byte a layer moves
+ * (cost_analytic.c); the loss's figures are forward and backward together and so are counted
+ * high by that convention under every stack alike (the fused 12 as the A100 fit was made with).
+ * Fused stacks: each norm reads and writes the hidden state once (4 B), each residual add
+ * likewise (4 B), the rotary embedding reads and writes q and k (4 B), SwiGLU reads gate and up
+ * and writes one (6 B per ffn element; GeLU 4), no copies of K and V or of the attention's
+ * output, and the loss's fp32 logits are written, read and their gradient written (12 B per
+ * vocabulary entry). Eager: as the ops are written (stack.c counts each). */
 typedef struct stack_elementwise {
-    double norm;      /* B per hidden element, one norm */
+    double rmsnorm;   /* B per hidden element, one RMSNorm */
+    double layernorm; /* B per hidden element, one LayerNorm (with a bias) */
     double residual;  /* B per hidden element, one residual add */
     double rope;      /* B per element of the queries and keys */
     double glu;       /* B per ffn element, a gated MLP's activation and product */
@@ -60,9 +66,12 @@ typedef struct stack_elementwise {
     double kv_repeat; /* B per element moved copying K and V to the query heads where the
                        * key/value heads are fewer (grouped-query attention): each read at its
                        * width and written at the queries' */
-    double loss;      /* B per vocabulary entry per token: the loss forward and backward */
+    double attn_out;  /* B per element of the attention's output (the query width), copied back
+                       * from the heads' layout to the tokens' */
+    double loss;      /* B per vocabulary entry per token: the loss, forward and backward */
 } stack_elementwise;
 
+/* The row of stack s: a pointer into a static table, never NULL (out of range: megatron-te's). */
 const stack_elementwise *stack_elementwise_of(software_stack s);
 
 #endif

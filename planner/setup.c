@@ -68,11 +68,12 @@ static dp_status finish_sp(dp_status st, const cost_request *o, const model_spec
                            cost_model **cm, dp_err *err)
 {
     if (st != DP_OK) return st;
-    (*cm)->stack = (software_stack)o->stack;
-    cost_model_set_attention(*cm, flash_of(o, m),
-                             o->attn_kernel ? attn_kernel_find(o->attn_kernel)
-                                            : stack_attention_kernel((*cm)->stack, &(*cm)->hw.gpu,
-                                                                     NULL));
+    if ((st = cost_model_set_stack(*cm, (software_stack)o->stack, flash_of(o, m),
+                                   attn_kernel_find(o->attn_kernel), err)) != DP_OK) {
+        cost_model_free(*cm);
+        *cm = NULL;
+        return st;
+    }
     if (o->what_if) (*cm)->attn_speed = o->what_if->scale[ASSUME_ATTN_KERNEL];
     /* a device whose cores move the data overlaps nothing (hw.h gpu_spec.comm_on_cores) */
     (*cm)->overlap = (*cm)->hw.gpu.comm_on_cores ? 0 : o->overlap;
@@ -153,9 +154,7 @@ static const char *stack_note(const cost_model *cm, char *buf, size_t cap)
 {
     if (cm->stack == STACK_MEGATRON_TE) return "";
     snprintf(buf, cap, ", the %s stack (its elementwise ops %s)", stack_name(cm->stack),
-             stack_elementwise_of(cm->stack)->norm > stack_elementwise_of(STACK_MEGATRON_TE)->norm
-                 ? "as separate kernels"
-                 : "fused");
+             stack_fused(cm->stack) ? "fused" : "as separate kernels");
     return buf;
 }
 
@@ -228,10 +227,6 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                            "dpsim source folder, or pass --profile or --analytic",
                            buf, m->name);
     }
-    if (profile && !o->analytic && o->stack != STACK_MEGATRON_TE)
-        return dp_fail(err, DP_ERR_INVALID, "--stack %s prices the analytic model's kernels: the "
-                       "profile %s has its own measured times\nhint: add --analytic",
-                       stack_name((software_stack)o->stack), profile);
     if (profile && !o->analytic) {
         /* a profile measured at the request's cp, when it asks for one (--cp auto asks for
          * every degree, which no profile holds: finish says so) */
@@ -625,6 +620,7 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     co.grad_reduce = pl->h.grad_bytes == 4 ? GRAD_REDUCE_FP32 : GRAD_REDUCE_16;
     co.stack = pl->h.stack;
     if (pl->h.precision == PRECISION_FP8) co.analytic = 1; /* fp8 is priced analytically */
+    if (pl->h.stack != STACK_MEGATRON_TE) co.analytic = 1; /* so is a stack */
     model_spec m;
     cost_model *cm = NULL;
     char source[4200];
@@ -639,6 +635,7 @@ static dp_status sim_config_of(const plan *pl, const char *where, const plan_req
     if (p->gpu_jitter >= 0) hw->gpu_jitter = p->gpu_jitter;
     if ((st = mem_limit_check(p, hw, err)) != DP_OK) goto out;
     cm->hw = *hw;
+    cost_model_set_attention(cm, cm->flash_attn, hw->gpu.attn); /* the kernel the plan recorded */
     cm->toy.on = pl->h.textbook; /* no LM head's state, no collective, no optimizer step */
     mesh layout = mesh_of(pl->h.tp, pl->h.cp, pl->h.pp, pl->h.dp);
     cost_model_place_ep(cm, &layout);

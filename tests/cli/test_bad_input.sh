@@ -64,7 +64,8 @@ expect "a fit whose backward is less work than its forward" 1 "fit4.json: field 
 expect "a fit of another GPU than --hw's" 2 "was fitted on a100-40gb .\"hw\": \"a100-40gb\"., but --hw h100 has h100" -- "$DPSIM" cost --fit "$(mk fit2.json '{"kind": "analytic", "hw": "a100-40gb", "params": {"gemm_eff": 0.6}}')" --hw h100 --mbs 1 --seqlen 16
 expect "an unknown --attention-kernel" 2 "unknown --attention-kernel \"fa9\" .one of fa2-a100, fa2-h100, fa3-h100, cudnn-h100, fa4-b200" -- "$DPSIM" cost --attention-kernel fa9 --mbs 1 --seqlen 16
 expect "an unknown --stack" 2 "unknown --stack \"jax\" .megatron-te, torch-eager, torch-compile." -- "$DPSIM" cost --stack jax --mbs 1 --seqlen 16
-expect "--stack on a measured profile" 2 "--stack torch-eager prices the analytic model's kernels: the profile .* has its own measured times" -- "$DPSIM" cost --stack torch-eager --mbs 1 --seqlen 16
+expect "--stack on a measured profile" 2 "--stack torch-eager prices the analytic model's kernels and elementwise ops: a profile cost model has its own measured times" -- "$DPSIM" cost --stack torch-eager --mbs 1 --seqlen 16
+expect "calibrate --stack" 2 "calibrate fits the analytic model as the default stack .megatron-te. prices it: drop --stack" -- "$DPSIM" calibrate --stack torch-eager -o "$TMP/never.json"
 expect "an unknown --overlap" 2 "unknown --overlap \"dp,pp\"" -- "$DPSIM" sim --overlap dp,pp
 expect "--flash-attention with --no-flash-attention" 2 "contradict each other" -- "$DPSIM" cost --flash-attention --no-flash-attention --mbs 1 --seqlen 16
 # A figure that cannot be true is refused, not printed (MFU over 100%): the A100 profile's times on

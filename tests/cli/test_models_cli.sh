@@ -65,13 +65,13 @@ expect "explain on a measured profile lists no analytic parameter" 0 "usable_mem
 check "... and no gemm_eff" sh -c "'$DPSIM' explain --pp 4 --iterations 1 >'$TMP/explain.txt' 2>/dev/null && grep -q usable_memory '$TMP/explain.txt' && ! grep -q gemm_eff '$TMP/explain.txt'"
 
 # attention kernels: each runs on the GPUs it was measured on (hw.h attn_kernel.runs_on)
-expect "a kernel the GPU cannot run is refused, naming the ones it can" 2 "fa3-h100 was measured on h100,h200 .*a100-80gb cannot run it" -- \
+expect "a kernel the GPU cannot run is refused, naming the ones it can" 2 "fa3-h100 was measured on h100,h200,h100-hbm2e .*a100-80gb cannot run it" -- \
   "$DPSIM" sim --hw dgx-a100 --model llama3-8b --attention-kernel fa3-h100 --iterations 1
 expect "... and a B200 kernel on an H100" 2 "fa4-b200 was measured on b200" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel fa4-b200 --mbs 1 --seqlen 4096
 expect "Triton's fused attention (FlexAttention) on an H100, named in the source line" 0 "FlashAttention .*--attention-kernel triton-h100" -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --attention-kernel triton-h100 --mbs 1 --seqlen 8192
-expect "models lists each stack's kernel per GPU, the fallback marked" 0 "^torch-eager +fa2-a100 +fa2-h100 +fa2-h100 +fa4-b200\\* " -- "$DPSIM" models
+expect "models lists each stack's kernel per GPU, the fallback marked" 0 "^torch-eager +fa2-a100 +fa2-a100 +fa2-h100 +fa2-h100 +fa2-h100 +fa4-b200\\* +- " -- "$DPSIM" models
 expect "... and --attention-kernel wins over the stack's" 0 "FlashAttention .the model's default; --attention-kernel cudnn-h100." -- \
   "$DPSIM" cost --hw h100 --model llama3-8b --stack torch-eager --attention-kernel cudnn-h100 --mbs 1 --seqlen 8192
 # mixtures of experts: counted whole and per token, refused by every planner (no experts planned yet)

@@ -265,6 +265,12 @@ expect "... the kernel in its cluster_spec" 0 '"attention_kernel":[[:space:]]*"f
 direct=$("$DPSIM" sim "${STK[@]}" 2>/dev/null | awk '/^throughput \(real/ { print $4 }')
 replay=$("$DPSIM" sim --plan "$TMP/stack_plan.json" 2>/dev/null | awk '/^throughput \(real/ { print $4 }')
 check "... and its replay runs as the direct run ($replay against $direct tokens/s)" test -n "$direct" -a "$direct" = "$replay"
+# ... also where the GPU has a measured profile (the default GPT on p4d): the replay prices its
+# model state analytically, as the plan was, not refusing the stack on the profile
+"$DPSIM" plan --stack torch-eager --analytic --pp 4 --iterations 2 -o "$TMP/stack_p4d.json" >/dev/null 2>&1
+direct=$("$DPSIM" sim --stack torch-eager --analytic --pp 4 --iterations 2 2>/dev/null | awk '/^throughput \(real/ { print $4 }')
+replay=$("$DPSIM" sim --plan "$TMP/stack_p4d.json" 2>/dev/null | awk '/^throughput \(real/ { print $4 }')
+check "... and on a GPU with a profile ($replay against $direct tokens/s)" test -n "$direct" -a "$direct" = "$replay"
 
 # validate with repeats: a simulated timeline as the measurement, run three times at 1.0, 1.1 and
 # 1.2 times its times: the median run (1.1x) is compared, the runs' spread (0.2 / 1.1) is the

@@ -69,11 +69,11 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
     /* GPT, T5 encoder, T5 decoder, LLaMA-style; grouped-query (4 query heads on 2 key/value
      * heads, 8 on 1) with SwiGLU and with cross-attention */
     const rt_layer_shape shapes[] = {
-        {64, 4, 16, 256, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0, 0, 0, 0, 0, 0},
-        {64, 4, 16, 256, 1, 0, 1, 2, 0, 0, 0, 0, 0}, {64, 8, 8, 256, 1, 1, 0, 1, 0, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {48, 3, 8, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {64, 4, 16, 256, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 4, 16, 256, 1, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0}, {64, 8, 8, 256, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
         /* LLaMA's (RMSNorm, no biases, rotary), and a decoder with RMSNorm */
-        {64, 4, 16, 256, 1, 0, 1, 2, 1, 1, 1, 0, 0}, {64, 4, 16, 256, 1, 1, 0, 0, 1, 1, 0, 0, 0}};
+        {64, 4, 16, 256, 1, 0, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0}, {64, 4, 16, 256, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0}};
     for (int k = 0; k < 8; k++)
         for (int B = 1; B <= 3; B++)
             for (int S = 8; S <= 40; S += 16) {
@@ -89,7 +89,7 @@ static void test_fp64_layout_is_the_cpu_layers(void **state)
 static void test_bf16_layout(void **state)
 {
     (void)state;
-    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+    rt_layer_shape s = {96, 6, 16, 384, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     int B = 3, S = 40, Se = 56;
     rt_acts_layout l, d;
     rt_layer_acts_layout(&s, B, S, Se, RT_BF16, &l);
@@ -142,7 +142,7 @@ static void test_param_blocks(void **state)
     }
     free(src), free(blk);
     /* parameter offsets: the layer's tensors, packed */
-    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+    rt_layer_shape sh = {64, 4, 16, 256, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t off[RT_P_COUNT], len[RT_P_COUNT], total;
     assert_int_equal(rt_layer_params_layout(&sh, off, len, &total), RT_P_COUNT);
     size_t h = 64, hk = 64, f = 256;

@@ -1732,6 +1732,10 @@ static void test_attention_kernels_inferred_and_placed(void **state)
             on_h100 = attn_kernel_runs_on(&ks[i], "h100"), on_b200 = attn_kernel_runs_on(&ks[i], "b200");
         assert_int_equal(on_a100 + on_h100 + on_b200, 1); /* one architecture each */
         assert_true(attn_kernel_runs_on(&ks[i], "my-own-gpu"));
+        for (int j = 0; j < n; j++) /* one architecture, one list (stack.h finds kernels by it) */
+            if (attn_kernel_runs_on(&ks[j], "h100") == on_h100 &&
+                attn_kernel_runs_on(&ks[j], "b200") == on_b200)
+                assert_string_equal(ks[j].runs_on, ks[i].runs_on);
     }
     /* every preset's default kernel runs on it */
     const gpu_spec *g = gpu_presets(&n);

@@ -654,9 +654,9 @@ static void test_experts_gradients_over_their_group(void **state)
     dp_err err = {0};
     m = qwen3_30b();
     struct { int dp, ep; comm_group dense, experts; } cases[] = {
-        {8, 8, {8, 0, 1}, {1, 0, 1}},
-        {8, 2, {8, 0, 1}, {4, 0, 1}},
-        {16, 8, {16, 1, 8}, {2, 1, 1}},
+        {8, 8, {8, 0, 1, 8}, {1, 0, 1, 1}},
+        {8, 2, {8, 0, 1, 8}, {4, 0, 1, 4}},
+        {16, 8, {16, 1, 8, 8}, {2, 1, 1, 1}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int zero = 0; zero <= 1; zero++) {

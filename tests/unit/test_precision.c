@@ -357,11 +357,12 @@ static void test_straggler_on_the_timeline(void **state)
  * mean 4, x * rsqrt 4 + 4, type_as 4 + 2, * weight 2 + 2 bytes an element; a residual add
  * 2 + 2 + 2; rotary .float() 2 + 4, the complex product 4 + 4, type_as 4 + 2; SwiGLU silu 2 + 2
  * and the product 2 + 2 + 2; GeLU 2 + 2; K and V copied to the query heads (read 2 at their
- * width, written 2 at the queries'); the loss .float() 2 + 4, log_softmax 4 + 4, and backward
- * 4, 4 + 4 + 4, 4 + 2. The weights are read once under all. Measured as the forward's change
- * with mem_eff (the byte term is the only one that has it) and the backward's, bwd_ratio times
- * it. Llama-3.1-8B (gated, rotary, grouped-query) and GPT-6.7B (neither), tp 1 and 4 (sequence
- * parallel: the hidden-state passes split). */
+ * width, written 2 at the queries'); the attention's output copied back (2 + 2); the loss
+ * .float() 2 + 4, log_softmax 4 + 4, and backward 4, 4 + 4 + 4, 4 + 2. A LayerNorm is one
+ * kernel (2 + 2) under all. The weights are read once under all. Measured as the forward's
+ * change with mem_eff (the byte term is the only one that has it) and the backward's, bwd_ratio
+ * times it, the head's too. Llama-3.1-8B (gated, rotary, RMSNorm, grouped-query) and GPT-6.7B
+ * (none of them), tp 1 and 4 (sequence parallel: the hidden-state passes split). */
 static void test_elementwise_bytes_by_stack(void **state)
 {
     (void)state;
@@ -386,12 +387,16 @@ static void test_elementwise_bytes_by_stack(void **state)
                 double hk = (double)m->heads * m->kv_channels;
                 double hkv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
                 double len = 4096, sp = a->seq_parallel && tp > 1 ? t : 1;
-                double norm = eager ? 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 2 : 2 * 2;
+                double norm = !m->rmsnorm ? 2 * 2 /* nn.LayerNorm: one kernel under all */
+                              : eager ? 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 2
+                                      : 2 * 2;
                 double resid = eager ? 3 * 2 : 2 * 2;
                 double act = m->glu ? (eager ? 5 * 2 : 3 * 2) : 2 * 2;
                 double rope = m->rope ? (eager ? 2 + 4 + 4 + 4 + 4 + 2 : 2 * 2) * (hk + hkv) / t : 0;
                 double repeat = eager && hkv < hk ? 2 * 2 * (hkv + hk) / t : 0;
-                double per_token = 2 * (norm + resid) * h / sp + act * f / t + rope + repeat;
+                double out_copy = eager ? 2 * 2 * hk / t : 0; /* transpose(1, 2).contiguous() */
+                double per_token =
+                    2 * (norm + resid) * h / sp + act * f / t + rope + repeat + out_copy;
                 double bytes = len * per_token + 1e6 * a->param_mb[COMP_ENCODER];
                 double loss = eager ? 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 : 3 * 4;
                 double head_bytes = len * loss * m->vocab / t + 2.0 * m->vocab * h / t;
@@ -407,7 +412,9 @@ static void test_elementwise_bytes_by_stack(void **state)
                 assert_rel(lb.fwd_ms - la.fwd_ms, bytes / bw * 1e3, 1e-9);
                 assert_rel(lb.bwd_ms - la.bwd_ms, p.bwd_ratio * bytes / bw * 1e3, 1e-9);
                 assert_rel(hb.fwd_ms - ha.fwd_ms, head_bytes / bw * 1e3, 1e-9);
-                assert_true(m->glu == !i && m->rope == !i); /* both kinds covered */
+                assert_rel(hb.bwd_ms - ha.bwd_ms, p.bwd_ratio * head_bytes / bw * 1e3, 1e-9);
+                /* both kinds covered: gated, rotary, RMSNorm; and none of them */
+                assert_true(m->glu == !i && m->rope == !i && m->rmsnorm == !i);
                 cost_model_free(a), cost_model_free(b);
             }
 }
