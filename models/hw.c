@@ -85,15 +85,6 @@ const attn_kernel *attn_kernel_find(const char *name)
     return NULL;
 }
 
-double attn_kernel_peak_share(const attn_kernel *k, const gpu_spec *gpu)
-{
-    char first[HW_NAME_MAX];
-    size_t n = strcspn(k->runs_on, ",");
-    snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1), k->runs_on);
-    const gpu_spec *on = gpu_preset(first);
-    return on && on->peak_tflops > 0 && gpu->peak_tflops > 0 ? gpu->peak_tflops / on->peak_tflops : 1;
-}
-
 int attn_kernel_runs_on(const attn_kernel *k, const char *gpu)
 {
     if (!gpu_preset(gpu)) return 1;
@@ -227,6 +218,17 @@ const gpu_spec *gpu_preset(const char *name)
     for (int i = 0; i < N_GPUS; i++)
         if (strcmp(GPUS[i].name, name) == 0) return &GPUS[i];
     return NULL;
+}
+
+double attn_kernel_peak_share(const attn_kernel *k, const gpu_spec *gpu)
+{
+    size_t n = strcspn(k->runs_on, ","); /* the first preset listed: where it was measured */
+    for (int i = 0; i < N_GPUS; i++)
+        if (strncmp(GPUS[i].name, k->runs_on, n) == 0 && GPUS[i].name[n] == '\0')
+            return GPUS[i].peak_tflops > 0 && gpu->peak_tflops > 0
+                       ? gpu->peak_tflops / GPUS[i].peak_tflops
+                       : 1;
+    return 1;
 }
 
 const gpu_spec *gpu_preset_for_device(const char *device_name)
