@@ -578,9 +578,8 @@ static void gemm_floor_multipliers(const cost_model *cm, const model_spec *m, co
  * (tokens, f / t); rotary positions over the queries and keys (latent attention: each head's
  * rotary part and the shared rotary key); where the stack copies K and V to the query heads
  * (grouped-query attention, eager) and the attention's output back, those copies; each at the
- * stack's bytes per element
- * (stack_elementwise, models/stack.h); and under fp8 the casts of its GEMMs' activation operands
- * (fp8_cast_bytes). Linear in the tokens. */
+ * stack's bytes per element (stack_elementwise, models/stack.h); and under fp8 the casts of its
+ * GEMMs' activation operands (fp8_cast_bytes). Linear in the tokens. */
 static double token_bytes(const cost_model *cm, const model_spec *m, cost_component c, double tokens)
 {
     const stack_elementwise *ew = stack_elementwise_of(cm->stack);

@@ -8,8 +8,9 @@
  *                  default kernel elsewhere; what the cost model has always priced.
  *   torch-eager    PyTorch without torch.compile, as torchtitan's Llama runs it (its "FSDP" rows):
  *                  attention through scaled_dot_product_attention, whose flash backend is
- *                  FlashAttention-2; RMSNorm, rotary embedding, repeat_kv, SwiGLU and the fp32
- *                  cross-entropy as the separate ops its model code writes (stack_elementwise).
+ *                  FlashAttention-2; RMSNorm, rotary embedding, repeat_kv, SwiGLU, the
+ *                  attention output's copy and the fp32 cross-entropy as the separate ops its
+ *                  model code writes (stack_elementwise).
  *   torch-compile  the same model under torch.compile (torchtitan's "+ torch.compile" rows):
  *                  Inductor fuses the elementwise ops, priced as megatron-te's; attention is still
  *                  SDPA's FlashAttention-2.

@@ -87,8 +87,7 @@ int recompute_plan_policy(const cost_request *o);
 
 /* Appends the cost-model options (--model, --hw, --profile, --fit, --analytic, --tp, --no-sp,
  * --recompute, --flash-attention, --no-flash-attention, --attention-kernel, --stack, --overlap)
- * into o to
- * a command's table (options.h). */
+ * into o to a command's table (options.h). */
 void cost_request_options(cli_opts *t, cost_request *o);
 
 typedef struct plan_request {

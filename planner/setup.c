@@ -149,7 +149,7 @@ static const char *attention_note(const cost_model *cm, const cost_request *o, i
 }
 
 /* What the source line says of a stack other than the default: ", the torch-eager stack (its
- * elementwise ops unfused)", or "". */
+ * elementwise ops as separate kernels)", or "". */
 static const char *stack_note(const cost_model *cm, char *buf, size_t cap)
 {
     if (cm->stack == STACK_MEGATRON_TE) return "";
