@@ -728,25 +728,31 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_int(root, "cp", name, 1, 1024, 1, &h->cp, err));
     TRY(json_choice(root, "cp_kind", name, "ring", "all-to-all", &h->cp_alltoall, err));
     TRY(json_bool(root, "cp_auto", name, 0, &h->cp_auto, err));
-    if (h->cp_auto && (h->cp < 2 || h->cp_alltoall))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"cp_auto\" needs a group (\"cp\" of 2 or more) "
-                       "in the ring form (\"cp_kind\": \"ring\")", name);
+    if (h->cp_auto && (h->cp < 2 || h->cp_alltoall)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"cp_auto\" needs a group (\"cp\" of 2 or more) "
+                     "in the ring form (\"cp_kind\": \"ring\")", name);
+        goto out;
+    }
     TRY(json_int(root, "chunks", name, 1, 64, 1, &h->chunks, err));
     TRY(json_choice(root, "placement", name, "loop", "v", &h->placement, err));
     const cJSON *lps = cJSON_GetObjectItemCaseSensitive(root, "layers_per_stage");
     h->split.n = 0;
     if (lps) {
         int nv = h->pp * h->chunks;
-        if (!cJSON_IsArray(lps) || cJSON_GetArraySize(lps) != nv || nv > PLACEMENT_SPLIT_MAX)
-            return dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\" must list the layers of "
-                           "each of the pp x chunks = %d virtual stages", name, nv);
+        if (!cJSON_IsArray(lps) || cJSON_GetArraySize(lps) != nv || nv > PLACEMENT_SPLIT_MAX) {
+            st = dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\" must list the layers of "
+                         "each of the pp x chunks = %d virtual stages", name, nv);
+            goto out;
+        }
         const cJSON *v;
         cJSON_ArrayForEach(v, lps)
         {
             if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-                v->valuedouble > 1 << 20)
-                return dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\"[%d] must be a whole "
-                               "number of layers", name, h->split.n);
+                v->valuedouble > 1 << 20) {
+                st = dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\"[%d] must be a whole "
+                             "number of layers", name, h->split.n);
+                goto out;
+            }
             h->split.layers[h->split.n++] = (int)v->valuedouble;
         }
     }
@@ -757,52 +763,66 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
     TRY(json_double(root, "capacity_factor", name, 0, 1000, 0, 0, &h->capacity, err));
     const cJSON *di = cJSON_GetObjectItemCaseSensitive(root, "dispatcher");
     moe_dispatch dk = MOE_DISPATCH_ALLTOALL;
-    if (di && (!cJSON_IsString(di) || moe_dispatch_parse(di->valuestring, &dk) != 0))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"dispatcher\" must be \"alltoall\" or \"deepep\" "
-                       "(what --dispatcher reads)", name);
+    if (di && (!cJSON_IsString(di) || moe_dispatch_parse(di->valuestring, &dk) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"dispatcher\" must be \"alltoall\" or \"deepep\" "
+                     "(what --dispatcher reads)", name);
+        goto out;
+    }
     h->dispatch = (int)dk;
     const cJSON *ro = cJSON_GetObjectItemCaseSensitive(root, "routing");
     moe_route_kind rk = MOE_ROUTE_UNIFORM;
     h->routing_alpha = 0;
     int hist = ro && cJSON_IsString(ro) && strcmp(ro->valuestring, "histogram") == 0;
     if (ro && !hist &&
-        (!cJSON_IsString(ro) || moe_routing_parse(ro->valuestring, &rk, &h->routing_alpha) != 0))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"routing\" must be \"uniform\", \"even\", "
-                       "\"skewed:ALPHA\" (what --routing reads) or \"histogram\"", name);
+        (!cJSON_IsString(ro) || moe_routing_parse(ro->valuestring, &rk, &h->routing_alpha) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"routing\" must be \"uniform\", \"even\", "
+                     "\"skewed:ALPHA\" (what --routing reads) or \"histogram\"", name);
+        goto out;
+    }
     h->routing = hist ? MOE_ROUTE_HISTOGRAM : (int)rk;
     h->routing_n_shares = 0;
     const cJSON *shares = cJSON_GetObjectItemCaseSensitive(root, "routing_shares"), *share;
-    if (hist && (!cJSON_IsArray(shares) || cJSON_GetArraySize(shares) != h->ep))
-        return dp_fail(err, DP_ERR_PARSE, "%s: a \"histogram\" routing needs \"routing_shares\", "
-                       "one share for each of the \"ep\" %d ranks", name, h->ep);
+    if (hist && (!cJSON_IsArray(shares) || cJSON_GetArraySize(shares) != h->ep)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: a \"histogram\" routing needs \"routing_shares\", "
+                     "one share for each of the \"ep\" %d ranks", name, h->ep);
+        goto out;
+    }
     if (hist)
         cJSON_ArrayForEach(share, shares)
         {
-            if (!cJSON_IsNumber(share) || !(share->valuedouble >= 0 && share->valuedouble <= 1))
-                return dp_fail(err, DP_ERR_PARSE, "%s: \"routing_shares\"[%d] must be a share in "
-                               "[0, 1]", name, h->routing_n_shares);
+            if (!cJSON_IsNumber(share) || !(share->valuedouble >= 0 && share->valuedouble <= 1)) {
+                st = dp_fail(err, DP_ERR_PARSE, "%s: \"routing_shares\"[%d] must be a share in "
+                             "[0, 1]", name, h->routing_n_shares);
+                goto out;
+            }
             h->routing_shares[h->routing_n_shares++] = share->valuedouble;
         }
     TRY(json_bool(root, "textbook", name, 0, &h->textbook, err));
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overlap");
     h->overlap = COST_OVERLAP_DEFAULT; /* plans written before it was recorded */
-    if (ov && (!cJSON_IsString(ov) || cost_overlap_parse(ov->valuestring, &h->overlap) != 0))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"overlap\" must be \"none\", \"all\" or a list of "
-                       "dp, zero, tp (what --overlap reads)", name);
+    if (ov && (!cJSON_IsString(ov) || cost_overlap_parse(ov->valuestring, &h->overlap) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"overlap\" must be \"none\", \"all\" or a list of "
+                     "dp, zero, tp (what --overlap reads)", name);
+        goto out;
+    }
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "precision");
     train_precision prec = PRECISION_BF16;
-    if (pr && (!cJSON_IsString(pr) || precision_parse(pr->valuestring, &prec) != 0))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"precision\" must be \"bf16\", \"fp16\" or "
-                       "\"fp8\" (what --precision reads)", name);
+    if (pr && (!cJSON_IsString(pr) || precision_parse(pr->valuestring, &prec) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"precision\" must be \"bf16\", \"fp16\" or "
+                     "\"fp8\" (what --precision reads)", name);
+        goto out;
+    }
     h->precision = pr ? (int)prec : -1; /* older plans: the model's default */
     int grad32;
     TRY(json_choice(root, "grad_reduce", name, "16-bit", "fp32", &grad32, err));
     h->grad_bytes = grad32 ? 4 : 2;
     const cJSON *sk = cJSON_GetObjectItemCaseSensitive(root, "stack");
     software_stack stack = STACK_MEGATRON_TE;
-    if (sk && (!cJSON_IsString(sk) || stack_parse(sk->valuestring, &stack) != 0))
-        return dp_fail(err, DP_ERR_PARSE, "%s: \"stack\" must be one of %s (what --stack reads)",
-                       name, stack_names());
+    if (sk && (!cJSON_IsString(sk) || stack_parse(sk->valuestring, &stack) != 0)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"stack\" must be one of %s (what --stack reads)",
+                     name, stack_names());
+        goto out;
+    }
     h->stack = (int)stack;
     static const struct {
         const char *key;

@@ -13,4 +13,9 @@ expect "dpsim compare under valgrind: no errors, no leaks" 0 "ERROR SUMMARY: 0 e
 expect "dpsim plan + sim under valgrind" 0 "ERROR SUMMARY: 0 errors" -- \
   valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9 \
   "$DPSIM" sim --schedule zb1 --iterations 2 --timeline "$TMP/t.csv"
+# a plan refused for its header frees what it read
+printf '{"version": 1, "pp": 1, "overlap": "sideways", "iterations": []}' >"$TMP/bad_header.json"
+expect "a plan refused for a header field, under valgrind: no leaks" 1 "ERROR SUMMARY: 0 errors" -- \
+  valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9 \
+  "$DPSIM" sim --plan "$TMP/bad_header.json"
 finish
