@@ -161,7 +161,7 @@ dp_status panel_collect(const study_opts *o, const trace *t, int iteration, int 
             panel_collector_release(&c);
             return st;
         }
-        q.chooser = pc.chooser, q.chunks = pc.chooser->chunks;
+        q = study_on_family(o, pc.placement);
     }
     q.sink = &sink;
     q.max_iterations = iteration + 1;

@@ -942,8 +942,7 @@ static int longest_sample_batch(const study_opts *o, const trace *t, trace *out)
     return taken;
 }
 
-/* o run on one family (auto-loop's or auto-v's chooser, with its chunks). */
-static study_opts on_family(const study_opts *o, placement_kind place)
+study_opts study_on_family(const study_opts *o, placement_kind place)
 {
     study_opts f = *o;
     f.chooser = schedule_chooser_family(o->chooser, place);
@@ -964,7 +963,7 @@ dp_status study_placement(const study_opts *o, const trace *t, study_placement_c
     trace longest;
     int has_longest = o->pp > 1 && longest_sample_batch(o, t, &longest);
     for (int f = 0; f < 2; f++) {
-        study_opts fam = on_family(o, f ? PLACEMENT_V : PLACEMENT_LOOP);
+        study_opts fam = study_on_family(o, f ? PLACEMENT_V : PLACEMENT_LOOP);
         int tried = f == 0 || o->pp > 1;
         char *why = c->why[f];
         if (!tried) snprintf(why, sizeof c->why[f], "a V folds on two stages or more");
@@ -981,7 +980,6 @@ dp_status study_placement(const study_opts *o, const trace *t, study_placement_c
     if (!isfinite(score[0]) && !isfinite(score[1])) /* neither fits both: the first decides */
         score[0] = c->first_ms[0], score[1] = c->first_ms[1];
     c->placement = score[1] < score[0] ? PLACEMENT_V : PLACEMENT_LOOP;
-    c->chooser = schedule_chooser_family(o->chooser, c->placement);
     c->plan_ms = (dp_now_s() - t0) * 1e3;
     return DP_OK;
 }
@@ -993,7 +991,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
     /* auto: a loop or a V for the whole run (a plan's weights stay where they are) */
     study_placement_choice c;
     dp_status st = study_placement(o, t, &c, err);
-    study_opts fam = on_family(o, c.placement);
+    study_opts fam = study_on_family(o, c.placement);
     if (st == DP_OK && o->plan_out)
         st = plan_writer_set_layout(o->plan_out, fam.chunks, c.placement, err);
     if (st == DP_OK) st = run_placed(&fam, t, r, c.plan_ms, err);
@@ -1009,7 +1007,7 @@ dp_status study_run(const study_opts *o, const trace *t, study_result *r, dp_err
 dp_status study_floor_ms(const study_opts *o, const trace *t, double *ms, dp_err *err)
 {
     if (!o->sched && o->chooser->picks_placement) { /* auto: the lower of the two families' */
-        study_opts loop = on_family(o, PLACEMENT_LOOP), v = on_family(o, PLACEMENT_V);
+        study_opts loop = study_on_family(o, PLACEMENT_LOOP), v = study_on_family(o, PLACEMENT_V);
         double lv = 0;
         dp_err ignored = {0};
         dp_status st = study_floor_ms(&loop, t, ms, err);

@@ -243,8 +243,8 @@ dp_status study_end(study_acc *a, dp_err *err);
 
 /* --schedule auto's choice of the placement a run keeps (study_placement). */
 typedef struct study_placement_choice {
-    placement_kind placement;         /* the family chosen: PLACEMENT_LOOP or PLACEMENT_V */
-    const schedule_chooser *chooser;  /* its chooser (auto-loop's or auto-v's) */
+    placement_kind placement;         /* the family chosen: PLACEMENT_LOOP or PLACEMENT_V (run it
+                                       * as study_on_family(o, placement)) */
     double first_ms[2], longest_ms[2]; /* [loop, V]: the first iteration's simulated ms and the
                                        * one's with the longest sample (INFINITY: no plan of it
                                        * fits; NAN: no such iteration was taken) */
@@ -261,6 +261,9 @@ typedef struct study_placement_choice {
  * read twice); *c is filled either way. */
 dp_status study_placement(const study_opts *o, const trace *t, study_placement_choice *c,
                           dp_err *err);
+/* o run as the family of its chooser on `placement` (auto-loop's or auto-v's chooser for auto,
+ * with that family's chunks): what study_run runs once the placement is chosen. */
+study_opts study_on_family(const study_opts *o, placement_kind placement);
 
 /* Runs the in-memory trace t, or the trace CSV o->stream_path streamed (t is then ignored).
  * --schedule auto (o->chooser picks_placement) first chooses the placement (study_placement),

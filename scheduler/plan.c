@@ -298,11 +298,12 @@ static cJSON *head_with_layout(cJSON *head, int chunks, int placement)
     if (!out) return head;
     while ((x = head->child) != NULL) {
         cJSON_DetachItemViaPointer(head, x);
-        if (strcmp(x->string, "chunks") == 0) {
+        int is_chunks = strcmp(x->string, "chunks") == 0;
+        if (is_chunks) {
             cJSON_AddNumberToObject(out, "chunks", chunks);
             if (placement == PLACEMENT_V) cJSON_AddStringToObject(out, "placement", "v");
         }
-        if (strcmp(x->string, "chunks") == 0 || strcmp(x->string, "placement") == 0)
+        if (is_chunks || strcmp(x->string, "placement") == 0)
             cJSON_Delete(x);
         else
             cJSON_AddItemToObject(out, x->string, x); /* (the key copied, then the old freed) */
