@@ -40,7 +40,9 @@
  *   work_fwd = dense / (P * gemm_eff) + t_attn_fwd + bytes / (BW * mem_eff)
  *   fwd_ms   = smoothmax(fwd_floor, work_fwd)           smoothmax(x, y) = (x^4 + y^4)^(1/4)
  *   bwd_ms   = smoothmax(bwd_floor, bwd_ratio * (work_fwd - t_attn_fwd) + t_attn_bwd + recompute)
- * where recompute is work_fwd (full) or t_attn_fwd (selective). The floor is a smooth maximum,
+ * where recompute is work_fwd (full) or t_attn_fwd (selective; under a torch stack torchtitan's
+ * per-op policy instead, alternate_mm_share of the GEMMs and the tokens' bytes, stack.h). The
+ * floor is a smooth maximum,
  * not a sum: the profiles show a flat ~1.5 ms per layer at small shapes and linear growth beyond,
  * with no floor added on top. Attention:
  *   unfused      t_attn_fwd = attn / (P * attn_eff), t_attn_bwd = bwd_ratio * t_attn_fwd
@@ -417,10 +419,6 @@ static layer_dims dims_of(const model_spec *m)
     return d;
 }
 
-/* The GEMMs of a layer on one GPU of a TP group of t, whose self-attention queries and MLP run
- * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
- * to analytic_flops' dense term. Returns how many (at most 8: latent attention's 5 and the MLP's
- * 2; a T5 decoder's 7). */
 /* The self-attention's projections of a layer on one GPU of a TP group of t over tq tokens, into
  * g; returns how many (2, or latent attention's 4 or 5). */
 static int attention_gemms(const layer_dims *d, double tq, double t, gemm *g)
@@ -440,6 +438,10 @@ static int attention_gemms(const layer_dims *d, double tq, double t, gemm *g)
     return n;
 }
 
+/* The GEMMs of a layer on one GPU of a TP group of t, whose self-attention queries and MLP run
+ * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
+ * to analytic_flops' dense term. Returns how many (at most 8: latent attention's 5 and the MLP's
+ * 2; a T5 decoder's 7). */
 static int layer_gemms(const layer_dims *d, cost_component c, double tq, double tkv, double t,
                        gemm *g)
 {
@@ -482,6 +484,42 @@ static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, 
     }
     *fwd = total > 0 ? f / total : 1;
     *bwd = total > 0 ? b / total : 1;
+}
+
+/* The share of a layer's forward GEMM FLOPs that torchtitan's per-op selective recompute reruns
+ * (stack.h, SELECTIVE_ALTERNATE_MM): every second matrix multiply in the order the model code calls
+ * them, each projection its own — q, k, v and the output projection (latent attention: its
+ * projections in attention_gemms' order, the model's), a T5 decoder's cross attention alike, then
+ * the MLP's gate, up and down (ungated: up and down). Llama-3.1-8B: k, the output projection and
+ * up, 36.5%. */
+static double alternate_mm_share(const layer_dims *d, cost_component c, double tq, double tkv,
+                                 double t)
+{
+    gemm g[16];
+    double h = d->h;
+    int n = 0;
+    if (d->mla) {
+        n = attention_gemms(d, tq, t, g);
+    } else {
+        g[n++] = gemm_of(tq, h, d->hk / t);
+        g[n++] = gemm_of(tq, h, d->hkv / t);
+        g[n++] = gemm_of(tq, h, d->hkv / t);
+        g[n++] = gemm_of(tq, d->hk / t, h);
+    }
+    if (c == COMP_DECODER) {
+        g[n++] = gemm_of(tq, h, d->hk / t);
+        g[n++] = gemm_of(tkv, h, d->hkv / t);
+        g[n++] = gemm_of(tkv, h, d->hkv / t);
+        g[n++] = gemm_of(tq, d->hk / t, h);
+    }
+    for (int i = 1; i < (int)d->mats; i++) g[n++] = gemm_of(tq, h, d->f / t); /* (gate,) up */
+    g[n++] = gemm_of(tq, d->f / t, h);                                        /* down */
+    double all = 0, rerun = 0;
+    for (int i = 0; i < n; i++) {
+        all += g[i].flops;
+        if (i % 2 == 1) rerun += g[i].flops; /* the second, the fourth, … */
+    }
+    return all > 0 ? rerun / all : 0;
 }
 
 /* The layer the A100 fit measured (GPT-6.7B: hidden 4,096, ffn 16,384, 32 heads of 128, tp 1;
@@ -703,8 +741,8 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
                                                                                    : s->enc_len;
     /* the weights read once (the head's: its vocabulary projection), and what the tokens move */
     double weights_mb = moe ? moe->param_mb : cm->param_mb[c];
-    double bytes = (c == COMP_POSTPROCESS ? 2.0 * m->vocab * h / t : 1e6 * weights_mb) +
-                   token_bytes(cm, m, c, b * sq);
+    double moved = token_bytes(cm, m, c, b * sq);
+    double bytes = (c == COMP_POSTPROCESS ? 2.0 * m->vocab * h / t : 1e6 * weights_mb) + moved;
     double t_attn = attn / (peak * p->attn_eff) * 1e3, t_attn_bwd = p->bwd_ratio * t_attn;
     if (cm->flash_attn && cm->attn && c != COMP_POSTPROCESS) {
         /* ring steps run blocks of 1/cp of the sequence; all-to-all keeps it whole */
@@ -725,10 +763,24 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
     double rest = t_gemm * shape_fwd + t_bytes; /* all but attention */
     double rest_bwd = t_gemm * shape_bwd + t_bytes;
     double work = rest + t_attn;
-    double recompute = cm->recompute == RECOMPUTE_FULL        ? work
-                       : cm->recompute == RECOMPUTE_SELECTIVE ? t_attn
-                                                              : 0;
-    if (c == COMP_POSTPROCESS) recompute = 0;
+    /* what the backward reruns first (stack.h, stack_selective_policy): the whole forward; the
+     * attention core (Megatron's selective); or torchtitan's per-op policy, every second GEMM
+     * and every elementwise op but not attention. The head is never recomputed. */
+    int alternate = stack_selective_policy(cm->stack) == SELECTIVE_ALTERNATE_MM;
+    int reruns_attn = cm->recompute == RECOMPUTE_FULL ||
+                      (cm->recompute == RECOMPUTE_SELECTIVE && !alternate);
+    double recompute = 0;
+    if (c == COMP_POSTPROCESS) {
+        recompute = 0;
+    } else if (cm->recompute == RECOMPUTE_FULL) {
+        recompute = work;
+    } else if (cm->recompute == RECOMPUTE_SELECTIVE && alternate) {
+        layer_dims d = dims_of(m);
+        recompute = t_gemm * shape_fwd * alternate_mm_share(&d, c, b * sq, b * s->enc_len, t) +
+                    moved / (bw * p->mem_eff) * 1e3;
+    } else if (cm->recompute == RECOMPUTE_SELECTIVE) {
+        recompute = t_attn;
+    }
     out->fwd_ms = smoothmax(p->fwd_floor_ms, work);
     out->bwd_ms = smoothmax(p->bwd_floor_ms, p->bwd_ratio * rest_bwd + t_attn_bwd + recompute);
     if (cp > 1 && c != COMP_POSTPROCESS) {
@@ -738,8 +790,8 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
             fwd_cp += analytic_cp_merge_bytes(m, s, cm->tp, cm->cp, 0) / (bw * p->mem_eff) * 1e3;
             bwd_cp += analytic_cp_merge_bytes(m, s, cm->tp, cm->cp, 1) / (bw * p->mem_eff) * 1e3;
         }
-        out->fwd_ms += fwd_cp; /* a recomputed forward (selective: its attention) reruns it */
-        out->bwd_ms += bwd_cp + (cm->recompute != RECOMPUTE_NONE ? fwd_cp : 0);
+        out->fwd_ms += fwd_cp; /* a recomputed attention reruns it */
+        out->bwd_ms += bwd_cp + (reruns_attn ? fwd_cp : 0);
     }
     if (cm->tp > 1 && c != COMP_POSTPROCESS) {
         /* Megatron's tensor-parallel all-reduces of the (b, s, h) fp16 activations: after the

@@ -9,6 +9,7 @@ typedef struct stack_row {
     const char *const *kernels; /* the kernels it calls, by GPU architecture; NULL: the GPU's */
     int fused;                  /* 1: elementwise ops fused (FUSED_EW) */
     stack_elementwise ew;
+    selective_policy selective; /* what --recompute selective reruns */
 } stack_row;
 
 /* PyTorch's scaled_dot_product_attention runs its flash backend, FlashAttention-2 (PyTorch 2.2
@@ -40,15 +41,17 @@ static const stack_row STACKS[STACK_COUNT] = {
     [STACK_MEGATRON_TE] = {"megatron-te",
                            "Megatron-Core/NeMo with Transformer Engine: fused norms and "
                            "activations, the GPU's default attention kernel (cuDNN on Hopper)",
-                           NULL, 1, FUSED_EW},
+                           NULL, 1, FUSED_EW, SELECTIVE_ATTENTION_CORE},
     [STACK_TORCH_EAGER] = {"torch-eager",
                            "PyTorch without torch.compile (torchtitan's FSDP rows): SDPA's "
-                           "FlashAttention-2, norms, rotary, SwiGLU and loss as separate ops",
-                           SDPA_KERNELS, 0, EAGER_EW},
+                           "FlashAttention-2, norms, rotary, SwiGLU and loss as separate ops; selective "
+                           "recompute reruns every second GEMM and the elementwise ops",
+                           SDPA_KERNELS, 0, EAGER_EW, SELECTIVE_ALTERNATE_MM},
     [STACK_TORCH_COMPILE] = {"torch-compile",
                              "PyTorch with torch.compile (torchtitan's compiled rows): SDPA's "
-                             "FlashAttention-2, elementwise ops fused by Inductor",
-                             SDPA_KERNELS, 1, FUSED_EW},
+                             "FlashAttention-2, elementwise ops fused by Inductor; selective recompute as "
+                             "torch-eager's",
+                             SDPA_KERNELS, 1, FUSED_EW, SELECTIVE_ALTERNATE_MM},
 };
 
 const char *stack_name(software_stack s)
@@ -104,4 +107,9 @@ const attn_kernel *stack_attention_kernel(software_stack s, const gpu_spec *gpu,
 const stack_elementwise *stack_elementwise_of(software_stack s)
 {
     return &STACKS[(unsigned)s < STACK_COUNT ? s : STACK_MEGATRON_TE].ew;
+}
+
+selective_policy stack_selective_policy(software_stack s)
+{
+    return STACKS[(unsigned)s < STACK_COUNT ? s : STACK_MEGATRON_TE].selective;
 }

@@ -1,7 +1,8 @@
 /* The software stack that trains the model (--stack): which fused attention kernel it calls on a
  * GPU and whether its elementwise work (norms, residual adds, rotary positions, the gated MLP's
  * activation, the loss over the vocabulary) runs fused or as eager PyTorch ops, one kernel an op.
- * The GEMMs, collectives and memory model are the same under every stack.
+ * The GEMMs, collectives and memory model are the same under every stack; what a selective
+ * recompute reruns is not.
  *
  *   megatron-te    Megatron-Core / NeMo with Transformer Engine (the default): fused norms and
  *                  activations, cuDNN's fused attention on Hopper (TE's default there), the GPU's
@@ -10,10 +11,11 @@
  *                  attention through scaled_dot_product_attention, whose flash backend is
  *                  FlashAttention-2; RMSNorm, rotary embedding, repeat_kv, SwiGLU, the
  *                  attention output's copy and the fp32 cross-entropy as the separate ops its
- *                  model code writes (stack_elementwise).
+ *                  model code writes (stack_elementwise); `--recompute selective` as its per-op
+ *                  policy (stack_selective_policy).
  *   torch-compile  the same model under torch.compile (torchtitan's "+ torch.compile" rows):
  *                  Inductor fuses the elementwise ops, priced as megatron-te's; attention is still
- *                  SDPA's FlashAttention-2.
+ *                  SDPA's FlashAttention-2, and selective recompute torchtitan's per-op policy.
  *
  * A stack whose kernel is not measured on a GPU (torch's FlashAttention-2 on a B200) falls back
  * to the GPU's default kernel, and stack_attention_kernel says so. Nothing here allocates. */
@@ -74,5 +76,23 @@ typedef struct stack_elementwise {
 
 /* The row of stack s: a pointer into a static table, never NULL (out of range: megatron-te's). */
 const stack_elementwise *stack_elementwise_of(software_stack s);
+
+/* What `--recompute selective` reruns in a layer's backward under a stack (the cost model times it,
+ * cost_analytic.c; what is stored is counted as Megatron's under both, which keeps at least what
+ * the per-op policy keeps, so "feasible => fits" holds):
+ *   SELECTIVE_ATTENTION_CORE  Megatron's selective recompute (Korthikanti et al. 2022): the
+ *                             attention core, with a fused kernel its forward
+ *   SELECTIVE_ALTERNATE_MM    torchtitan's per-op policy (selective_ac_option "op", its default;
+ *                             torchtitan/parallelisms/parallelize_llama.py at 9dec370): every op's
+ *                             output is recomputed but attention's and every odd-numbered matrix
+ *                             multiply's of the layer, counted in the order the model code calls
+ *                             them (q, k, v, the output projection, then the MLP's gate, up and
+ *                             down: k, the output projection and up are recomputed), so the
+ *                             backward reruns those GEMMs and every elementwise op, not attention */
+typedef enum selective_policy {
+    SELECTIVE_ATTENTION_CORE,
+    SELECTIVE_ALTERNATE_MM
+} selective_policy;
+selective_policy stack_selective_policy(software_stack s);
 
 #endif

@@ -149,12 +149,15 @@ static const char *attention_note(const cost_model *cm, const cost_request *o, i
 }
 
 /* What the source line says of a stack other than the default: ", the torch-eager stack (its
- * elementwise ops as separate kernels)", or "". */
+ * elementwise ops as separate kernels; selective recompute per op: …)", or "". */
 static const char *stack_note(const cost_model *cm, char *buf, size_t cap)
 {
     if (cm->stack == STACK_MEGATRON_TE) return "";
-    snprintf(buf, cap, ", the %s stack (its elementwise ops %s)", stack_name(cm->stack),
-             stack_fused(cm->stack) ? "fused" : "as separate kernels");
+    snprintf(buf, cap, ", the %s stack (its elementwise ops %s; %s)", stack_name(cm->stack),
+             stack_fused(cm->stack) ? "fused" : "as separate kernels",
+             stack_selective_policy(cm->stack) == SELECTIVE_ALTERNATE_MM
+                 ? "selective recompute per op: every second GEMM and the elementwise ops"
+                 : "selective recompute: the attention core");
     return buf;
 }
 
@@ -200,7 +203,7 @@ dp_status planner_build_cost(const cost_request *o, model_spec *m, cluster_spec 
                        chosen->name, chosen->runs_on, hw->gpu.name,
                        names[0] ? "on it: " : "no fused kernel is measured on it", names);
     }
-    char note[256], stk[96];
+    char note[256], stk[160];
     char sp[96];
     snprintf(sp, sizeof sp, "%s%s", o->tp < 2 ? "" : o->no_sp ? ", no sequence parallelism"
                                                               : ", sequence parallelism",

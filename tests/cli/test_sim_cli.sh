@@ -246,9 +246,9 @@ expect "... another kernel: FlashAttention-2 is slower than cuDNN" 0 "FlashAtten
 # The software stack (--stack): torchtitan without compile runs SDPA's FlashAttention-2 and its
 # elementwise ops one kernel each; a stack's kernel not measured on a GPU falls back, said; a plan
 # carries the stack and the kernel, and its replay is the run.
-expect "--stack torch-eager: SDPA's kernel and unfused elementwise ops, said" 0 "the torch-eager stack .its elementwise ops as separate kernels., FlashAttention .the model's default; the torch-eager stack's kernel, fa2-h100." -- \
+expect "--stack torch-eager: SDPA's kernel and unfused elementwise ops, said" 0 "the torch-eager stack .its elementwise ops as separate kernels; selective recompute per op: every second GEMM and the elementwise ops., FlashAttention .the model's default; the torch-eager stack's kernel, fa2-h100." -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-eager
-expect "... torch-compile: the same kernel, elementwise fused" 0 "the torch-compile stack .its elementwise ops fused., FlashAttention .the model's default; the torch-compile stack's kernel, fa2-h100." -- \
+expect "... torch-compile: the same kernel, elementwise fused" 0 "the torch-compile stack .its elementwise ops fused; selective recompute per op: every second GEMM and the elementwise ops., FlashAttention .the model's default; the torch-compile stack's kernel, fa2-h100." -- \
   "$DPSIM" cost --model llama3-8b --hw h100 --mbs 1 --seqlen 8192 --stack torch-compile
 expect "... a stack's kernel not measured on the GPU: the GPU's default, said" 0 "the torch-eager stack's kernel is not measured on b200: the GPU's default, fa4-b200" -- \
   "$DPSIM" cost --model llama3-8b --hw b200 --mbs 1 --seqlen 8192 --stack torch-eager

@@ -4,7 +4,8 @@
  * reduction moving twice the bytes and holding twice the gradient memory; HFU never above the
  * best GEMM share of the peak over a grid of models, lengths, layouts, precisions and recompute;
  * the straggler term (the expected slowest of N GPUs) against a brute-force sample, zero for one
- * GPU and growing with N; the elementwise bytes and the attention kernel of each software stack.
+ * GPU and growing with N; the elementwise bytes, the attention kernel and what a selective
+ * recompute reruns under each software stack.
  */
 #include "analytic_util.h"
 
@@ -419,6 +420,61 @@ static void test_elementwise_bytes_by_stack(void **state)
             }
 }
 
+/* What `--recompute selective` reruns under each stack (stack.h, stack_selective_policy), measured
+ * as the backward's change from no recompute, each term of the forward isolated by halving its
+ * efficiency (the GEMMs' gemm_eff, the bytes' mem_eff; the weights' bytes taken out; attention
+ * what is left): Megatron's (megatron-te) the attention's forward; torchtitan's per-op policy
+ * (torch-eager, torch-compile) every second GEMM of the layer in its model code's call order — q,
+ * k, v, the output projection, (gate,) up, down: k, output and up for Llama-3.1-8B, k, output and
+ * down for GPT-6.7B, written out here as FLOPs — and every elementwise op, not attention. The
+ * forward and the head are unchanged under all. */
+static void test_selective_recompute_by_stack(void **state)
+{
+    (void)state;
+    static const char *const models[] = {"llama3.1-8b", "gpt-6.7b-16l"};
+    const int tp = 1; /* (tensor parallelism's collectives hide behind the GEMMs: not isolable) */
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < STACK_COUNT; k++) {
+            analytic_params p;
+            cluster_spec c;
+            assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
+            analytic_params_for_gpu(&c.gpu, &p);
+            p.fwd_floor_ms = p.bwd_floor_ms = 0;
+            analytic_params pg = p, pm = p;
+            pg.gemm_eff /= 2, pm.mem_eff /= 2;
+            cost_model *none = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
+            cost_model *sel = analytic(models[i], "dgx-h100", tp, RECOMPUTE_SELECTIVE, &p);
+            cost_model *g2 = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &pg);
+            cost_model *m2 = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &pm);
+            none->stack = sel->stack = g2->stack = m2->stack = (software_stack)k;
+            cost_shape s = cost_shape_rows(1, 4096, 0);
+            cost_layer ln, ls, lg, lm, hn, hs;
+            assert_int_equal(cost_query(none, COMP_ENCODER, &s, &ln, NULL), DP_OK);
+            assert_int_equal(cost_query(sel, COMP_ENCODER, &s, &ls, NULL), DP_OK);
+            assert_int_equal(cost_query(g2, COMP_ENCODER, &s, &lg, NULL), DP_OK);
+            assert_int_equal(cost_query(m2, COMP_ENCODER, &s, &lm, NULL), DP_OK);
+            assert_int_equal(cost_query(none, COMP_POSTPROCESS, &s, &hn, NULL), DP_OK);
+            assert_int_equal(cost_query(sel, COMP_POSTPROCESS, &s, &hs, NULL), DP_OK);
+            double gemms = lg.fwd_ms - ln.fwd_ms, bytes = lm.fwd_ms - ln.fwd_ms;
+            double weights = none->param_mb[COMP_ENCODER] * 1e6 /
+                             (c.gpu.hbm_gbps * 1e9 * p.mem_eff) * 1e3;
+            double attention = ln.fwd_ms - gemms - bytes;
+            const model_spec *m = &none->model;
+            double h = m->hidden, f = m->ffn, q = (double)m->heads * m->kv_channels;
+            double kv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
+            double share = m->glu ? (h * kv + q * h + h * f) / (2 * h * q + 2 * h * kv + 3 * h * f)
+                                  : (h * kv + q * h + f * h) / (2 * h * q + 2 * h * kv + 2 * h * f);
+            double want = k == STACK_MEGATRON_TE ? attention : share * gemms + bytes - weights;
+            assert_true(attention > 0 && weights > 0 && bytes > weights);
+            assert_rel(ls.bwd_ms - ln.bwd_ms, want, 1e-9);
+            assert_rel(ls.fwd_ms, ln.fwd_ms, 1e-12);
+            assert_rel(hs.bwd_ms, hn.bwd_ms, 1e-12);
+            if (i == 0) assert_rel(share, 0.365, 0.002); /* Llama-3.1-8B, as stack.h says */
+            else assert_rel(share, 0.5, 1e-12);
+            cost_model_free(none), cost_model_free(sel), cost_model_free(g2), cost_model_free(m2);
+        }
+}
+
 /* The attention kernel a stack runs (stack.h): Transformer Engine's is the GPU's default (cuDNN on
  * Hopper); PyTorch's SDPA runs FlashAttention-2 where it is measured (A100, H100, H200) and falls
  * back, saying so, on a B200; a user's GPU takes the kernel of its default kernel's architecture.
@@ -500,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_fp8_gemms_by_the_presets_ratio),
         cmocka_unit_test(test_elementwise_bytes_by_stack),
         cmocka_unit_test(test_stack_attention_kernel),
+        cmocka_unit_test(test_selective_recompute_by_stack),
         cmocka_unit_test(test_attention_kernel_scales_with_the_peak),
         cmocka_unit_test(test_fp8_refused_where_it_cannot_run),
         cmocka_unit_test(test_fp32_grad_reduce_moves_twice_the_bytes),
