@@ -3,7 +3,11 @@
 # (batching, schedule) pair on auto_grid.sh's grid: two models on two clusters, max lengths 1k-8k,
 # 40 iterations, --recompute dynamic, the pairs every batching but auto and the pack-dataset ones
 # under 1F1B, adaptive, ZB-H1, ZB-V and DualPipeV (compare's rows). One row per point: auto's throughput, the best
-# pair's, their ratio, auto's planning ms per iteration; then the geometric mean and the worst.
+# pair's, their ratio, auto's planning ms per iteration, and the headroom: the most any choice per
+# iteration could gain over the best pair on its placement, 1 / (1 - the pipeline idle of its
+# busiest device) / its padding efficiency (the gradient sync and the optimizer step after the
+# pipeline, and the work of the real tokens, are the same whatever is chosen; "-" where the best
+# pair recomputes, which another choice might not); then the geometric means and the worst.
 # usage: plots/auto_pair_grid.sh [build]   (about two minutes here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,12 +32,21 @@ print("%.1f %.2f" % (d["throughput_tokens_per_s"] if d["feasible"] and not d["oo
       { echo "auto_pair_grid: no sim result for $model $hw $L" >&2; exit 1; }
     read -r bt bname <<<"$best"
     read -r at ams <<<"$auto"
-    printf '%-14s %-10s %6d %10.0f %-26s %10.0f %6.3f %8s\n' "$model" "$hw" "$L" "$at" "$bname" "$bt" \
-      "$(python3 -c "print($at / $bt)")" "$ams"
+    head=$("$B/dpsim" sim "${common[@]}" --batching "${bname%/*}" --schedule "${bname#*/}" --json 2>/dev/null |
+      python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+busiest = min(range(len(d["bubble_fraction"])), key=lambda s: d["bubble_fraction"][s])
+rc = d["recompute_microbatches"]
+print("%.3f" % (1 / (1 - d["pipeline_bubble"][busiest]) / d["padding_efficiency"])
+      if rc["selective"] + rc["full"] == 0 else "-")') ||
+      { echo "auto_pair_grid: no sim result for $bname at $model $hw $L" >&2; exit 1; }
+    printf '%-14s %-10s %6d %10.0f %-26s %10.0f %6.3f %8s %8s\n' "$model" "$hw" "$L" "$at" "$bname" "$bt" \
+      "$(python3 -c "print($at / $bt)")" "$ams" "$head"
   done
 done)
-printf '%-14s %-10s %6s %10s %-26s %10s %6s %8s\n' model cluster maxlen "auto/auto" "best single pair" \
-  tokens/s ratio "plan ms"
+printf '%-14s %-10s %6s %10s %-26s %10s %6s %8s %8s\n' model cluster maxlen "auto/auto" "best single pair" \
+  tokens/s ratio "plan ms" headroom
 echo "$rows"
-awk '{ n++; a += log($(NF - 1)); if (m == "" || $(NF - 1) < m) m = $(NF - 1); if ($NF > p) p = $NF }
-  END { printf "geometric mean over %d points: %.3fx the best single pair (worst %.3fx); planning at most %.1f ms an iteration\n", n, exp(a / n), m, p }' <<<"$rows"
+awk '{ n++; a += log($(NF - 2)); if ($NF != "-") { nh++; h += log($NF) } if (m == "" || $(NF - 2) < m) m = $(NF - 2); if ($(NF - 1) > p) p = $(NF - 1) }
+  END { printf "geometric mean over %d points: %.3fx the best single pair (worst %.3fx); planning at most %.1f ms an iteration; headroom %.3fx (geometric mean over the %d points where the best pair recomputes nothing)\n", n, exp(a / n), m, p, nh ? exp(h / nh) : 0, nh }' <<<"$rows"
