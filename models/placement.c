@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Part i of n items split over k parts as evenly as possible (the first n mod k get one more). */
 static int share(int n, int k, int i)
@@ -44,9 +45,11 @@ stage_placement placement_stage(const model_spec *m, const pipeline_split *split
         if (split && split->n == nv) { /* as listed: at most PLACEMENT_SPLIT_MAX stages */
             p.enc_layers = split->layers[v];
             for (int u = 0; u < v; u++) p.first_layer += split->layers[u];
-        } else {
-            p.enc_layers = share(m->enc_layers, nv, v);
-            p.first_layer = shares_before(m->enc_layers, nv, v);
+        } else { /* the rule (placement.h): even over the layers and the ends' stand-ins */
+            int a = split ? split->less_first : 0, b = split ? split->less_last : 0;
+            int all = m->enc_layers + a + b;
+            p.enc_layers = share(all, nv, v) - (v == 0 ? a : 0) - (v == nv - 1 ? b : 0);
+            p.first_layer = shares_before(all, nv, v) - (v > 0 ? a : 0);
         }
         return p;
     }
@@ -98,6 +101,24 @@ double placement_wire_share(int tp, int cp, int seq_parallel)
 dp_status placement_split_check(const model_spec *m, const pipeline_split *split, int nv,
                                 dp_err *err)
 {
+    if (split && split->n == 0 && (split->less_first || split->less_last)) {
+        if (m->arch != ARCH_GPT)
+            return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage less:%d,%d: %s is an "
+                           "encoder-decoder model; its encoder and decoder layers are split evenly "
+                           "over their halves", split->less_first, split->less_last, m->name);
+        if (split->less_first < 0 || split->less_last < 0)
+            return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage less:%d,%d: the ends hold "
+                           "fewer layers, not more", split->less_first, split->less_last);
+        for (int v = 0; v < nv; v++) {
+            int n = placement_stage(m, split, v, nv).enc_layers;
+            if (n < (v == 0 || v == nv - 1 ? 0 : 1))
+                return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage less:%d,%d over %d virtual "
+                               "stages (pp x chunks) leaves stage %d %s of %s's %d layers",
+                               split->less_first, split->less_last, nv, v,
+                               n < 0 ? "fewer than none" : "none", m->name, m->enc_layers);
+        }
+        return DP_OK;
+    }
     if (!split || split->n == 0) {
         if (m->arch == ARCH_GPT && nv > m->enc_layers)
             return dp_fail(err, DP_ERR_INVALID, "--pp x --chunks = %d is more pipeline stages than "
@@ -132,6 +153,19 @@ dp_status placement_split_check(const model_spec *m, const pipeline_split *split
 int placement_split_parse(const char *text, pipeline_split *split)
 {
     split->n = 0;
+    split->less_first = split->less_last = 0;
+    if (text && strncmp(text, "less:", 5) == 0) { /* two whole numbers, digits only */
+        int ab[2] = {0, 0}, i = 0;
+        const char *c = text + 5;
+        for (; i < 2; i++, c++) {
+            if (*c < '0' || *c > '9') return -1;
+            for (; *c >= '0' && *c <= '9'; c++)
+                if ((ab[i] = ab[i] * 10 + (*c - '0')) > 1 << 20) return -1;
+            if (*c != (i == 0 ? ',' : '\0')) return -1;
+        }
+        split->less_first = ab[0], split->less_last = ab[1];
+        return 0;
+    }
     for (const char *c = text; c && *c;) {
         char *end;
         errno = 0;
@@ -150,6 +184,10 @@ void placement_split_format(const pipeline_split *split, char *buf, size_t cap)
 {
     size_t at = 0;
     if (cap) buf[0] = '\0';
+    if (split->n == 0 && (split->less_first || split->less_last)) {
+        snprintf(buf, cap, "less:%d,%d", split->less_first, split->less_last);
+        return;
+    }
     for (int v = 0; v < split->n && at < cap; v++)
         at += (size_t)snprintf(buf + at, cap - at, "%s%d", v ? "," : "", split->layers[v]);
 }

@@ -40,11 +40,19 @@ typedef struct stage_placement {
     int head;          /* 1: holds the LM head and the loss (the last stage) */
 } stage_placement;
 
-/* The layers of each virtual stage where they are not split evenly. */
+/* The layers of each virtual stage where they are not split evenly: listed, or (GPT, n 0) by
+ * torchtitan's rule (generate_llm_fqn_per_model_part; its pipeline_parallel_first_stage_less_layers
+ * and _last_stage_less_layers, default 1 each; Megatron's --account-for-embedding- and
+ * --account-for-loss-in-pipeline-split with 1): the model's L layers and less_first + less_last
+ * more, standing for the embedding and the head, split evenly over the nv virtual stages (the first
+ * take one more where they do not divide), then the first stage holds less_first fewer and the
+ * last less_last fewer. Both 0 is the even split. Where the first and last virtual stages share a
+ * device (a V), that device holds the embedding and the head, and the rule lightens it most. */
 #define PLACEMENT_SPLIT_MAX 256
 typedef struct pipeline_split {
-    int n;                              /* virtual stages listed; 0: the even split */
+    int n;                              /* virtual stages listed; 0: by the rule */
     int layers[PLACEMENT_SPLIT_MAX];    /* of virtual stage v, in order */
+    int less_first, less_last;          /* the rule's (n 0): 0 and 0, the even split */
 } pipeline_split;
 
 /* How virtual stages sit on the devices (above). */
@@ -62,23 +70,26 @@ typedef struct placement_roles {
 } placement_roles;
 placement_roles placement_device_roles(placement_kind k, int device, int pp, int chunks);
 
-/* The placement of virtual stage v of nv, with the layers as split lists them (NULL or n 0: the
- * even split; a split must have passed placement_split_check for nv). */
+/* The placement of virtual stage v of nv, with the layers as split lists them or its rule gives
+ * them (NULL: the even split; a split must have passed placement_split_check for nv). */
 stage_placement placement_stage(const model_spec *m, const pipeline_split *split, int v, int nv);
 /* Of a stage's GPT layers (pl), the mixture-of-experts ones (model_moe_layer; 0 for a dense
  * model): what the stage and memory models price as COMP_MOE, the rest as dense layers. */
 int placement_moe_layers(const model_spec *m, const stage_placement *pl);
 
-/* Whether m can be placed on nv virtual stages (--pp x --chunks): split evenly (NULL or n 0), a
- * layer at least on each (GPT), an even number of stages each side at least one layer (T5); as a
- * split lists them, a GPT model, one count per virtual stage, together the model's layers, each
- * at least 1 but the first's and last's (which may hold the embedding or the head alone).
- * DP_ERR_INVALID naming the options and what is wrong. The one rule of the planner and dprun. */
+/* Whether m can be placed on nv virtual stages (--pp x --chunks): split evenly (NULL or the rule
+ * at 0, 0), a layer at least on each (GPT), an even number of stages each side at least one layer
+ * (T5); by the rule otherwise, a GPT model whose stages but the first and last each get a layer at
+ * least, and the first and last not fewer than none; as a split lists them, a GPT model, one count
+ * per virtual stage, together the model's layers, each at least 1 but the first's and last's
+ * (which may hold the embedding or the head alone). DP_ERR_INVALID naming the options and what is
+ * wrong. The one rule of the planner and dprun. */
 dp_status placement_split_check(const model_spec *m, const pipeline_split *split, int nv,
                                 dp_err *err);
 
-/* Reads "L0,L1,..." (whole numbers from 0) into *split; -1 on anything else or more than
- * PLACEMENT_SPLIT_MAX. Writes it back the same way (n 0: ""). */
+/* Reads "L0,L1,..." (whole numbers from 0), or the rule as "less:F,L" (less_first, less_last),
+ * into *split; -1 on anything else or more than PLACEMENT_SPLIT_MAX. Writes it back the same way
+ * (the even split: ""). */
 int placement_split_parse(const char *text, pipeline_split *split);
 void placement_split_format(const pipeline_split *split, char *buf, size_t cap);
 

@@ -194,8 +194,9 @@ static int set_split(void *ctx, const char *arg, const char *cmd, const char *us
     cost_request *o = ctx;
     if (placement_split_parse(arg, &o->split) == 0) return 0;
     cli_usage_error(cmd, usage, "--layers-per-stage \"%s\" must list whole numbers of layers, one "
-                    "per virtual stage (pp x chunks of them, at most %d), separated by commas", arg,
-                    PLACEMENT_SPLIT_MAX);
+                    "per virtual stage (pp x chunks of them, at most %d), separated by commas, or "
+                    "be less:F,L (the first and last stages F and L layers fewer, e.g. less:1,1)",
+                    arg, PLACEMENT_SPLIT_MAX);
     return -1;
 }
 
@@ -582,7 +583,11 @@ void plan_request_options(cli_opts *t, plan_request *p)
     o = cli_opt_call(t, "layers-per-stage", 0, set_split, &p->cost, "LIST", "even",
                      "GPT: the layers of each virtual stage, pp x chunks of them in\n"
                      "order, e.g. 7,8,8,7 (the first and last may be 0: the embedding or\n"
-                     "the LM head alone, as Megatron's uneven first and last stages)");
+                     "the LM head alone, as Megatron's uneven first and last stages); or\n"
+                     "less:F,L, an even split of the layers and F + L more standing for\n"
+                     "the embedding and the head, the first stage then F fewer and the\n"
+                     "last L fewer (torchtitan's default is less:1,1; on a V both ends\n"
+                     "share device 0)");
     o->marks = F | T, o->show = show_split;
     cli_opt_int(t, "zero", 0, &p->zero, "Z", 0, 3, "1",
                 "ZeRO stage 0..3 (3: FSDP, with a pipeline too: each\n"

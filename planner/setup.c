@@ -496,9 +496,10 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                        "--chunks %d", p->schedule, fixed, p->chunks);
     int chunks = 1;
     schedule_layout(p->schedule, p->chunks, &chunks, NULL);
-    if (p->cost.split.n == 0 && (p->pp * chunks > model_layers(&env->model) ||
-                                 (env->model.arch == ARCH_GPT && p->pp * chunks > env->model.enc_layers)))
-        return placement_split_check(&env->model, NULL, p->pp * chunks, err);
+    if (p->cost.split.n == 0) { /* (a list is checked where its stages are known: stage_cost) */
+        dp_status split_ok = placement_split_check(&env->model, &p->cost.split, p->pp * chunks, err);
+        if (split_ok != DP_OK) return split_ok;
+    }
     char why[300];
     if (stage_shard_check(p->shard_group, p->dp, p->cost.cp, p->zero, why, sizeof why) != 0)
         return dp_fail(err, DP_ERR_INVALID, "%s", why);

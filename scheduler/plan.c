@@ -337,6 +337,9 @@ dp_status plan_writer_open(plan_writer *w, const char *path, const plan_header *
         cJSON *lps = cJSON_AddArrayToObject(o, "layers_per_stage");
         for (int v = 0; v < h->split.n; v++)
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(h->split.layers[v]));
+    } else if (h->split.less_first || h->split.less_last) { /* the rule (placement.h) */
+        cJSON_AddNumberToObject(o, "first_stage_less_layers", h->split.less_first);
+        cJSON_AddNumberToObject(o, "last_stage_less_layers", h->split.less_last);
     }
     cJSON_AddNumberToObject(o, "zero", h->zero);
     if (h->shard_group > 0) cJSON_AddNumberToObject(o, "shard_group", h->shard_group);
@@ -756,6 +759,14 @@ dp_status plan_parse(const char *text, const char *name, plan *p, dp_err *err)
             }
             h->split.layers[h->split.n++] = (int)v->valuedouble;
         }
+    }
+    TRY(json_int(root, "first_stage_less_layers", name, 0, 1 << 20, 0, &h->split.less_first, err));
+    TRY(json_int(root, "last_stage_less_layers", name, 0, 1 << 20, 0, &h->split.less_last, err));
+    if (h->split.n > 0 && (h->split.less_first || h->split.less_last)) {
+        st = dp_fail(err, DP_ERR_PARSE, "%s: \"layers_per_stage\" lists the layers; "
+                     "\"first_stage_less_layers\" and \"last_stage_less_layers\" give them by a "
+                     "rule instead: one or the other", name);
+        goto out;
     }
     TRY(json_int(root, "zero", name, 0, 3, 0, &h->zero, err));
     TRY(json_int(root, "shard_group", name, 0, 1 << 20, 0, &h->shard_group, err));

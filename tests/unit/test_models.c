@@ -1331,9 +1331,6 @@ static void test_memory_and_comm_closed_forms(void **state)
     assert_int_equal(pl.enc_layers, 6); /* 16 layers over 3 stages: 6, 5, 5 */
 }
 
-/* Placement over a grid of models and stage counts, against its rules counted here: every layer
- * placed once, sides split within one layer, one embedding and one head, T5's decoder the second
- * half (its first stage the first decoder), and each boundary's transfer what that side holds. */
 /* Uneven stages (--layers-per-stage): every split of GPT's layers over nv virtual stages that the
  * rule accepts places each stage's listed layers from the right index; one that breaks a rule (a
  * count, the sum, an empty middle stage, an encoder-decoder) is refused; all others accepted. */
@@ -1346,7 +1343,7 @@ static void test_placement_split(void **state)
         int total = 1;
         for (int v = 0; v < nv; v++) total *= 7; /* every split of 0..6 layers a stage */
         for (int code = 0; code < total; code++) {
-            pipeline_split sp = {nv, {0}};
+            pipeline_split sp = {.n = nv};
             int sum = 0, ok = 1;
             for (int v = 0, c = code; v < nv; v++, c /= 7) {
                 sp.layers[v] = c % 7, sum += sp.layers[v];
@@ -1373,10 +1370,95 @@ static void test_placement_split(void **state)
     static const char *const bad[] = {"", "1,,2", "1,2,", "-1,2", "1;2", "a", "1, 2", "+1"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
         assert_int_equal(placement_split_parse(bad[k], &sp), -1);
-    pipeline_split t5split = {2, {12, 12}};
+    pipeline_split t5split = {.n = 2, .layers = {12, 12}};
     assert_int_not_equal(placement_split_check(model_preset("t5-11b-12l"), &t5split, 2, NULL), DP_OK);
 }
 
+/* The split by rule (--layers-per-stage less:F,L) against torchtitan's
+ * generate_llm_fqn_per_model_part, re-implemented here as it is written (its module lists, one
+ * layer name at a time, stopping at the model's layers), over 1-20 layers, 1-12 virtual stages and
+ * F, L in 0..3: where torchtitan accepts the split, dpsim accepts it and places the same layers
+ * from the same index; where a middle stage would hold none or an end fewer than none, dpsim
+ * refuses it (torchtitan also refuses an end of none, which dpsim allows: the embedding or the
+ * head alone, as a list may have it). less:0,0 is the even split. */
+static void torchtitan_split(int num_stages, int num_layers, int in_w, int out_w, int *layers,
+                             int *ok)
+{
+    *ok = 1;
+    if (num_stages == 1) { /* the single stage gets everything */
+        layers[0] = num_layers;
+        return;
+    }
+    int eff = num_layers + in_w + out_w;
+    if (num_stages > eff) *ok = 0;
+    int per = eff / num_stages, extra = eff % num_stages;
+    if (per == 0 || in_w > per || out_w > per) *ok = 0;
+    int current = 0;
+    for (int i = 0; i < num_stages; i++) {
+        int eff_i = per + (i < extra ? 1 : 0), n = 0;
+        int rest = i == 0 ? eff_i - in_w : i == num_stages - 1 ? eff_i - out_w : eff_i;
+        for (int k = 0; k < rest; k++)
+            if (current < num_layers) n++, current++;
+        layers[i] = n;
+    }
+}
+
+static void test_placement_split_rule(void **state)
+{
+    (void)state;
+    model_spec m = *model_preset("gpt-tiny");
+    for (int L = 1; L <= 20; L++)
+        for (int nv = 1; nv <= 12; nv++)
+            for (int a = 0; a <= 3; a++)
+                for (int b = 0; b <= 3; b++) {
+                    m.enc_layers = L;
+                    pipeline_split sp = {.less_first = a, .less_last = b};
+                    int want[16], tt_ok;
+                    torchtitan_split(nv, L, a, b, want, &tt_ok);
+                    /* dpsim's own bounds, from torchtitan's arithmetic before its caps */
+                    int eff = L + a + b, dp_ok = 1;
+                    for (int v = 0; v < nv; v++) {
+                        int n = eff / nv + (v < eff % nv) - (v == 0 ? a : 0) - (v == nv - 1 ? b : 0);
+                        if (nv == 1) n = L;
+                        if (n < (v == 0 || v == nv - 1 ? 0 : 1)) dp_ok = 0;
+                    }
+                    if (a == 0 && b == 0 && nv > L) dp_ok = 0; /* the even split's own rule */
+                    dp_status st = placement_split_check(&m, &sp, nv, NULL);
+                    assert_int_equal(st == DP_OK, dp_ok);
+                    if (tt_ok) assert_int_equal(st, DP_OK);
+                    if (!tt_ok || st != DP_OK) continue;
+                    for (int v = 0, first = 0; v < nv; v++) {
+                        stage_placement p = placement_stage(&m, &sp, v, nv);
+                        assert_int_equal(p.enc_layers, want[v]);
+                        assert_int_equal(p.first_layer, first);
+                        first += want[v];
+                        if (a == 0 && b == 0) { /* the even split */
+                            stage_placement e = placement_stage(&m, NULL, v, nv);
+                            assert_int_equal(e.enc_layers, p.enc_layers);
+                            assert_int_equal(e.first_layer, p.first_layer);
+                        }
+                    }
+                }
+    pipeline_split sp;
+    char text[64];
+    assert_int_equal(placement_split_parse("less:1,2", &sp), 0);
+    assert_int_equal(sp.n, 0);
+    assert_int_equal(sp.less_first, 1);
+    assert_int_equal(sp.less_last, 2);
+    placement_split_format(&sp, text, sizeof text);
+    assert_string_equal(text, "less:1,2");
+    static const char *const bad[] = {"less:", "less:1", "less:1,", "less:,1", "less:-1,1",
+                                      "less:1,-1", "less:+1,1", "less: 1,1", "less:1, 1",
+                                      "less:1,1,1", "less:1,1x", "less:a,b", "less:99999999,1"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        assert_int_equal(placement_split_parse(bad[k], &sp), -1);
+    sp.less_first = sp.less_last = 1;
+    assert_int_not_equal(placement_split_check(model_preset("t5-11b-12l"), &sp, 2, NULL), DP_OK);
+}
+
+/* Placement over a grid of models and stage counts, against its rules counted here: every layer
+ * placed once, sides split within one layer, one embedding and one head, T5's decoder the second
+ * half (its first stage the first decoder), and each boundary's transfer what that side holds. */
 static void test_placement_grid(void **state)
 {
     (void)state;
@@ -1793,6 +1875,7 @@ int main(void)
         cmocka_unit_test(test_norm_epsilon),
         cmocka_unit_test(test_placement_grid),
         cmocka_unit_test(test_placement_split),
+        cmocka_unit_test(test_placement_split_rule),
         cmocka_unit_test(test_calibration_recovers_known_parameters),
         cmocka_unit_test(test_calibration_on_a100_grid),
     };
