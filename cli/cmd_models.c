@@ -35,7 +35,7 @@ static void print_model_sizes(const model_spec *m, int seqlen, int dp)
     int dec = m->arch == ARCH_T5 ? seqlen : 0;
     double per_token = model_train_flops(m, seqlen, dec, FLOPS_CAUSAL) / (seqlen + dec);
     double whole = model_train_flops(m, seqlen, dec, FLOPS_NONCAUSAL) / (seqlen + dec);
-    double rerun = model_recompute_flops(m, seqlen, dec, RECOMPUTE_FULL) / (seqlen + dec);
+    double rerun = model_recompute_flops(m, seqlen, dec, 1, 1) / (seqlen + dec);
     fprintf(stderr, "# %s: %s parameters (%.2f GB of 16-bit weights)\n", m->name,
             grouped(params, buf, sizeof buf), 2e-9 * (double)params);
     if (model_is_moe(m)) {

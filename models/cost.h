@@ -50,7 +50,8 @@ typedef enum cost_component {
 
 typedef enum recompute_mode {
     RECOMPUTE_NONE,
-    RECOMPUTE_SELECTIVE, /* attention core recomputed (Korthikanti et al. 2022) */
+    RECOMPUTE_SELECTIVE, /* attention core recomputed (Korthikanti et al. 2022); under a torch
+                          * stack torchtitan's per-op policy (stack.h, cost_rerun_shares) */
     RECOMPUTE_FULL,      /* whole layer recomputed; only its input is stored */
     RECOMPUTE_COUNT,
 } recompute_mode;
@@ -234,12 +235,13 @@ struct cost_model {
     train_precision precision;    /* the number format (above): bf16 (the constructors') */
     int grad_bytes;               /* bytes of a gradient element as reduced and held: 4 (fp32) or
                                    * 2; the constructors' 2. Set with cost_model_set_precision */
-    software_stack stack;         /* the software that runs it (stack.h): its elementwise bytes.
-                                   * The constructors' megatron-te. Set with
-                                   * cost_model_set_stack */
-    pipeline_split split;         /* --layers-per-stage: the layers of each virtual stage (n 0:
-                                   * split evenly, placement.h); what the stage model and the
-                                   * memory model place. The constructors': even */
+    software_stack stack;         /* the software that runs it (stack.h): its elementwise bytes
+                                   * and what a selective recompute reruns. The constructors'
+                                   * megatron-te. Set with cost_model_set_stack */
+    pipeline_split split;         /* --layers-per-stage: the layers of each virtual stage, listed
+                                   * or by rule (n 0; less 0, 0: split evenly, placement.h);
+                                   * what the stage model and the memory model place. The
+                                   * constructors': even */
     int ep;                       /* expert parallelism (a mixture of experts): the experts split
                                    * over ep GPUs of a stage's tp x cp x dp, each expert whole on
                                    * one (Megatron's parallel folding with expert tp 1); 1 (the
@@ -526,6 +528,15 @@ const analytic_params *cost_analytic_params(const cost_model *cm);
 dp_status cost_analytic_new(const model_spec *m, const cluster_spec *hw, int tp,
                             recompute_mode rc, const analytic_params *p, cost_model **out,
                             dp_err *err);
+
+/* What a layer's backward reruns before its own under recompute mode rc and stack s, as shares of
+ * its forward on one GPU of a TP group of tp: *dense of its GEMMs' FLOPs, *attn of its attention's.
+ * none 0, 0; full 1, 1; selective 0, 1 (Megatron's: the attention core), or under a stack with
+ * torchtitan's per-op policy (stack.h) every second GEMM's share of the FLOPs and 0 (a T5 model's
+ * decoder layers counted at its encoder layer's share). The one rule of the cost model's time, the
+ * ZB schedules' weight-gradient share (scheduler/plan.c) and the hardware FLOPs of HFU. */
+void cost_rerun_shares(const model_spec *m, software_stack s, recompute_mode rc, int tp,
+                       double *dense, double *attn);
 
 /* Forward FLOPs of one layer (or the postprocess) on one GPU, split into the dense part and the
  * attention s^2 part. Exposed for tests and MFU. */

@@ -41,10 +41,9 @@
  *   fwd_ms   = smoothmax(fwd_floor, work_fwd)           smoothmax(x, y) = (x^4 + y^4)^(1/4)
  *   bwd_ms   = smoothmax(bwd_floor, bwd_ratio * (work_fwd - t_attn_fwd) + t_attn_bwd + recompute)
  * where recompute is work_fwd (full) or t_attn_fwd (selective; under a torch stack torchtitan's
- * per-op policy instead, alternate_mm_share of the GEMMs and the tokens' bytes, stack.h). The
- * floor is a smooth maximum,
- * not a sum: the profiles show a flat ~1.5 ms per layer at small shapes and linear growth beyond,
- * with no floor added on top. Attention:
+ * per-op policy instead: alternate_share of the GEMMs, their weights read again, and the tokens'
+ * bytes, stack.h). The floor is a smooth maximum, not a sum: the profiles show a flat ~1.5 ms per
+ * layer at small shapes and linear growth beyond, with no floor added on top. Attention:
  *   unfused      t_attn_fwd = attn / (P * attn_eff), t_attn_bwd = bwd_ratio * t_attn_fwd
  *                (the full s^2 matrix, softmax and dropout through HBM: the fit to the A100
  *                profile, measured without FlashAttention)
@@ -420,8 +419,8 @@ static layer_dims dims_of(const model_spec *m)
 }
 
 /* The self-attention's projections of a layer on one GPU of a TP group of t over tq tokens, into
- * g; returns how many (2, or latent attention's 4 or 5). */
-static int attention_gemms(const layer_dims *d, double tq, double t, gemm *g)
+ * g; returns how many (2, or latent attention's 4 or 5; each: 4, Q, K and V each their own). */
+static int attention_gemms(const layer_dims *d, double tq, double t, int each, gemm *g)
 {
     double h = d->h;
     int n = 0;
@@ -431,6 +430,11 @@ static int attention_gemms(const layer_dims *d, double tq, double t, gemm *g)
         g[n++] = gemm_of(tq, h, d->kv_down);
         g[n++] = gemm_of(tq, d->kl, d->kv_up / t);
         g[n++] = gemm_of(tq, d->o / t, h);
+    } else if (each) {
+        g[n++] = gemm_of(tq, h, d->hk / t);
+        g[n++] = gemm_of(tq, h, d->hkv / t);
+        g[n++] = gemm_of(tq, h, d->hkv / t);
+        g[n++] = gemm_of(tq, d->hk / t, h);
     } else {
         g[n++] = gemm_of(tq, h, (d->hk + 2 * d->hkv) / t); /* Q, K and V */
         g[n++] = gemm_of(tq, d->hk / t, h);                /* the attention's output projection */
@@ -440,10 +444,13 @@ static int attention_gemms(const layer_dims *d, double tq, double t, gemm *g)
 
 /* The GEMMs of a layer on one GPU of a TP group of t, whose self-attention queries and MLP run
  * over tq tokens and (T5 decoder) cross attention's keys and values over tkv: their FLOPs add up
- * to analytic_flops' dense term. Returns how many (at most 8: latent attention's 5 and the MLP's
- * 2; a T5 decoder's 7). */
+ * to analytic_flops' dense term. Fused as Megatron runs them (QKV, K and V of the cross attention,
+ * gate and up), or with each 1 each projection its own, in the order a model's code calls them
+ * (q, k, v, the output; the cross attention's alike; gate, up, down): what torchtitan's per-op
+ * recompute counts (alternate_share). Returns how many (at most 11: a T5 decoder's each). */
+#define LAYER_GEMMS_MAX 12
 static int layer_gemms(const layer_dims *d, cost_component c, double tq, double tkv, double t,
-                       gemm *g)
+                       int each, gemm *g)
 {
     double h = d->h, hk = d->hk, hkv = d->hkv, f = d->f;
     int n = 0;
@@ -451,14 +458,18 @@ static int layer_gemms(const layer_dims *d, cost_component c, double tq, double 
         g[n++] = gemm_of(tq, h, d->vocab / t);
         return n;
     }
-    n = attention_gemms(d, tq, t, g);
+    n = attention_gemms(d, tq, t, each, g);
     if (c == COMP_DECODER) {                     /* cross attention: Q, then K and V of the encoder */
         g[n++] = gemm_of(tq, h, hk / t);
-        g[n++] = gemm_of(tkv, h, 2 * hkv / t);
+        if (each) g[n++] = gemm_of(tkv, h, hkv / t), g[n++] = gemm_of(tkv, h, hkv / t);
+        else g[n++] = gemm_of(tkv, h, 2 * hkv / t);
         g[n++] = gemm_of(tq, hk / t, h);
     }
-    g[n++] = gemm_of(tq, h, (d->mats - 1) * f / t); /* up (and gate) */
-    g[n++] = gemm_of(tq, f / t, h);                 /* down */
+    if (each) /* gate, up (an ungated MLP: up) */
+        for (int i = 1; i < (int)d->mats; i++) g[n++] = gemm_of(tq, h, f / t);
+    else
+        g[n++] = gemm_of(tq, h, (d->mats - 1) * f / t); /* up (and gate) */
+    g[n++] = gemm_of(tq, f / t, h);                     /* down */
     return n;
 }
 
@@ -486,40 +497,39 @@ static void gemm_shape_cost(const gpu_spec *gpu, int fp8, const gemm *g, int n, 
     *bwd = total > 0 ? b / total : 1;
 }
 
-/* The share of a layer's forward GEMM FLOPs that torchtitan's per-op selective recompute reruns
+/* The share of a layer's forward GEMMs that torchtitan's per-op selective recompute reruns
  * (stack.h, SELECTIVE_ALTERNATE_MM): every second matrix multiply in the order the model code calls
- * them, each projection its own — q, k, v and the output projection (latent attention: its
- * projections in attention_gemms' order, the model's), a T5 decoder's cross attention alike, then
- * the MLP's gate, up and down (ungated: up and down). Llama-3.1-8B: k, the output projection and
- * up, 36.5%. */
-static double alternate_mm_share(const layer_dims *d, cost_component c, double tq, double tkv,
-                                 double t)
+ * them (layer_gemms, each projection its own; latent attention's in attention_gemms' order, the
+ * model's), weighted by their FLOPs (gpu NULL) or by their time at their shapes on gpu
+ * (cost_gemm_shape_eff of each one's K). Llama-3.1-8B: k, the output projection and up, 36.5% of
+ * the FLOPs. A mixture of experts' layer is counted as the dense layer it is priced as (its router
+ * left out): torchtitan's policy as written for its dense Llama, carried over. */
+static double alternate_share(const layer_dims *d, cost_component c, double tq, double tkv,
+                              double t, const gpu_spec *gpu, int fp8)
 {
-    gemm g[16];
-    double h = d->h;
-    int n = 0;
-    if (d->mla) {
-        n = attention_gemms(d, tq, t, g);
-    } else {
-        g[n++] = gemm_of(tq, h, d->hk / t);
-        g[n++] = gemm_of(tq, h, d->hkv / t);
-        g[n++] = gemm_of(tq, h, d->hkv / t);
-        g[n++] = gemm_of(tq, d->hk / t, h);
-    }
-    if (c == COMP_DECODER) {
-        g[n++] = gemm_of(tq, h, d->hk / t);
-        g[n++] = gemm_of(tkv, h, d->hkv / t);
-        g[n++] = gemm_of(tkv, h, d->hkv / t);
-        g[n++] = gemm_of(tq, d->hk / t, h);
-    }
-    for (int i = 1; i < (int)d->mats; i++) g[n++] = gemm_of(tq, h, d->f / t); /* (gate,) up */
-    g[n++] = gemm_of(tq, d->f / t, h);                                        /* down */
+    gemm g[LAYER_GEMMS_MAX];
+    int n = layer_gemms(d, c, tq, tkv, t, 1, g);
     double all = 0, rerun = 0;
     for (int i = 0; i < n; i++) {
-        all += g[i].flops;
-        if (i % 2 == 1) rerun += g[i].flops; /* the second, the fourth, … */
+        double w = g[i].flops / (gpu ? cost_gemm_shape_eff(gpu, fp8, g[i].k) : 1);
+        all += w;
+        if (i % 2 == 1) rerun += w; /* the second, the fourth, … */
     }
     return all > 0 ? rerun / all : 0;
+}
+
+void cost_rerun_shares(const model_spec *m, software_stack s, recompute_mode rc, int tp,
+                       double *dense, double *attn)
+{
+    *dense = *attn = 0;
+    if (rc == RECOMPUTE_FULL) {
+        *dense = *attn = 1;
+    } else if (rc == RECOMPUTE_SELECTIVE && stack_selective_policy(s) == SELECTIVE_ALTERNATE_MM) {
+        layer_dims d = dims_of(m);
+        *dense = alternate_share(&d, COMP_ENCODER, 1, 1, tp > 1 ? tp : 1, NULL, 0);
+    } else if (rc == RECOMPUTE_SELECTIVE) {
+        *attn = 1;
+    }
 }
 
 /* The layer the A100 fit measured (GPT-6.7B: hidden 4,096, ffn 16,384, 32 heads of 128, tp 1;
@@ -535,8 +545,8 @@ static const analytic *fit_layer_cost(const cost_model *cm)
     analytic *a = cm->impl;
     const gpu_spec *gpu = &cm->hw.gpu;
     if (a->ref_k0 != gpu->gemm_k0 || !(a->ref_fwd > 0)) {
-        gemm ref[8];
-        int nref = layer_gemms(&FIT_LAYER, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, ref);
+        gemm ref[LAYER_GEMMS_MAX];
+        int nref = layer_gemms(&FIT_LAYER, COMP_ENCODER, FIT_TOKENS, FIT_TOKENS, 1, 0, ref);
         gemm_shape_cost(gpu, 0, ref, nref, &a->ref_fwd, &a->ref_bwd);
         a->ref_k0 = gpu->gemm_k0;
     }
@@ -561,9 +571,9 @@ static void gemm_shape_multipliers(const cost_model *cm, cost_component c, doubl
                               * the tokens' own, so the sums are kept (gemm_shape_cost, factored) */
         gemm_shape_sums *k = &a->shape[c][fp8 ? 1 : 0];
         if (!k->valid || k->tp != cm->tp || k->k0 != gpu->gemm_k0 || k->fp8_k0 != gpu->fp8_gemm_k0) {
-            gemm g[8];
+            gemm g[LAYER_GEMMS_MAX];
             layer_dims d = dims_of(&cm->model);
-            int n = layer_gemms(&d, c, 1, 1, cm->tp, g);
+            int n = layer_gemms(&d, c, 1, 1, cm->tp, 0, g);
             double total = 0, sf = 0, sb = 0;
             for (int i = 0; i < n; i++) {
                 total += g[i].flops;
@@ -577,9 +587,9 @@ static void gemm_shape_multipliers(const cost_model *cm, cost_component c, doubl
         f = k->fwd;
         b = k->bwd0 + 1 / cost_gemm_shape_eff(gpu, fp8, tq) / 2;
     } else {
-        gemm g[8];
+        gemm g[LAYER_GEMMS_MAX];
         layer_dims d = dims_of(&cm->model);
-        int n = layer_gemms(&d, c, tq, tkv, cm->tp, g);
+        int n = layer_gemms(&d, c, tq, tkv, cm->tp, 0, g);
         gemm_shape_cost(gpu, fp8, g, n, &f, &b);
     }
     *fwd = f / a->ref_fwd;
@@ -596,9 +606,9 @@ static void gemm_floor_multipliers(const cost_model *cm, const model_spec *m, co
     const gpu_spec *gpu = &cm->hw.gpu;
     *fwd = *bwd = 1;
     if (!(gpu->gemm_k0 > 0) && !(fp8 && gpu->fp8_gemm_k0 > 0)) return;
-    gemm g[8];
+    gemm g[LAYER_GEMMS_MAX];
     layer_dims d = dims_of(m);
-    int n = layer_gemms(&d, c, 1e300, 1e300, cm->tp, g);
+    int n = layer_gemms(&d, c, 1e300, 1e300, cm->tp, 0, g);
     const analytic *a = fit_layer_cost(cm);
     double f = INFINITY, b = INFINITY;
     for (int i = 0; i < n; i++) {
@@ -674,7 +684,7 @@ static void moe_shape_multipliers(const cost_model *cm, double tq, const moe_ext
     double t = cm->tp, sh = m->shared_ffn, tpe = fmax(x->tokens_per_expert, 1);
     double fe = (double)m->expert_ffn / (cm->etp > 1 ? cm->etp : 1); /* an expert's share here */
     gemm g[10];
-    int n = attention_gemms(&d, tq, t, g);
+    int n = attention_gemms(&d, tq, t, 0, g);
     if (sh > 0) g[n++] = gemm_of(tq, d.h, 2 * sh / t), g[n++] = gemm_of(tq, sh / t, d.h);
     g[n++] = (gemm){2 * x->routed * d.h * 2 * m->expert_ffn, tpe, d.h, 2 * fe}; /* up and gate */
     g[n++] = (gemm){2 * x->routed * m->expert_ffn * d.h, tpe, fe, d.h};         /* down */
@@ -775,9 +785,13 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
     } else if (cm->recompute == RECOMPUTE_FULL) {
         recompute = work;
     } else if (cm->recompute == RECOMPUTE_SELECTIVE && alternate) {
+        /* the rerun GEMMs at their shapes' time and reading their weights again; every byte the
+         * tokens move (the elementwise ops) */
         layer_dims d = dims_of(m);
-        recompute = t_gemm * shape_fwd * alternate_mm_share(&d, c, b * sq, b * s->enc_len, t) +
-                    moved / (bw * p->mem_eff) * 1e3;
+        double tkv = b * s->enc_len;
+        recompute = t_gemm * shape_fwd * alternate_share(&d, c, b * sq, tkv, t, &cm->hw.gpu, fp8) +
+                    (alternate_share(&d, c, b * sq, tkv, t, NULL, 0) * 1e6 * weights_mb + moved) /
+                        (bw * p->mem_eff) * 1e3;
     } else if (cm->recompute == RECOMPUTE_SELECTIVE) {
         recompute = t_attn;
     }
@@ -799,10 +813,18 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
          * same in the backward on the gradients */
         double n_ar = c == COMP_DECODER ? 3 : 2, act = 2.0 * b * sq * h;
         comm_group g = layout_group(cm, MESH_TP);
-        double ar = n_ar * (sp ? comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &g, act) +
-                                     comm_coll_ms(&cm->hw, COLL_REDUCE_SCATTER, &g, act)
-                               : comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, act));
-        double fwd_ar = ar, bwd_ar = ar * (cm->recompute == RECOMPUTE_FULL ? 2 : 1);
+        double gather = comm_coll_ms(&cm->hw, COLL_ALL_GATHER, &g, act);
+        double one = sp ? gather + comm_coll_ms(&cm->hw, COLL_REDUCE_SCATTER, &g, act)
+                        : comm_coll_ms(&cm->hw, COLL_ALL_REDUCE, &g, act);
+        double ar = n_ar * one;
+        /* a recompute reruns them: full, all; torchtitan's per-op policy, which saves the
+         * reduce-scatters, the all-gathers (each feeds a rerun GEMM) or without sequence
+         * parallelism every all-reduce but the last (whose sum feeds only the layer's output) */
+        double rerun = cm->recompute == RECOMPUTE_FULL ? ar
+                       : cm->recompute == RECOMPUTE_SELECTIVE && alternate
+                           ? (sp ? n_ar * gather : (n_ar - 1) * one)
+                           : 0;
+        double fwd_ar = ar, bwd_ar = ar + rerun;
         if (cm->overlap & COST_OVERLAP_TP) { /* hidden behind the GEMMs where shorter */
             fwd_ar = fmax(0, fwd_ar - t_gemm * shape_fwd);
             bwd_ar = fmax(0, bwd_ar - p->bwd_ratio * t_gemm * shape_bwd);

@@ -828,15 +828,15 @@ double model_train_flops(const model_spec *m, int32_t enc, int32_t dec, flops_co
            attn;
 }
 
-double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, int mode)
+double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, double dense,
+                             double attn)
 {
-    if (mode <= 0) return 0;
+    if (!(dense > 0) && !(attn > 0)) return 0;
     double e = enc, d = dec;
-    double attn = attention_flops(m, e, d, FLOPS_CAUSAL);
-    if (mode == 1) return attn;
     double layers = (double)model_layers_active_params(m) * e;
     if (m->arch == ARCH_T5)
         layers = (double)m->enc_layers * (double)model_layer_params(m, 0) * e +
                  (double)m->dec_layers * (double)model_layer_params(m, 1) * d;
-    return 2 * layers + attn;
+    return (dense > 0 ? dense * 2 * layers : 0) +
+           (attn > 0 ? attn * attention_flops(m, e, d, FLOPS_CAUSAL) : 0);
 }

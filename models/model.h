@@ -249,14 +249,16 @@ typedef enum flops_count { FLOPS_CAUSAL, FLOPS_NONCAUSAL } flops_count;
  * FLOPS_CAUSAL. The figure MFU divides. */
 double model_train_flops(const model_spec *m, int32_t enc, int32_t dec, flops_count how);
 
-/* The forward FLOPs a recompute mode (0 none, 1 selective, 2 full: cost.h recompute_mode) adds
- * to training on that sample: full reruns each layer's forward (2 x the layers' parameters per
- * token plus attention's 4 x L x heads x kv_channels x len^2, causal self-attention halved; not
- * the LM head), selective the attention core only (the len^2 term). Model FLOPs (FLOPS_CAUSAL)
- * plus these are the hardware FLOPs of HFU, what the kernels ran (Megatron's "hardware FLOPs",
- * Narayanan et al. 2021, eq. 3, whose 96 = 72 x 4/3 counts full recompute; Korthikanti et al.
- * 2022), so that HFU never exceeds the GEMMs' best share of the peak. */
-double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, int mode);
+/* The forward FLOPs a recompute adds to training on that sample when it reruns the share dense of
+ * each layer's GEMMs (2 x the layers' parameters per token; not the LM head's) and the share attn
+ * of its attention (4 x L x heads x kv_channels x len^2, causal self-attention halved): full 1 and
+ * 1, Megatron's selective 0 and 1 (the attention core), torchtitan's per-op policy its GEMM share
+ * and 0 (cost.h cost_rerun_shares says which). Model FLOPs (FLOPS_CAUSAL) plus these are the
+ * hardware FLOPs of HFU, what the kernels ran (Megatron's "hardware FLOPs", Narayanan et al. 2021,
+ * eq. 3, whose 96 = 72 x 4/3 counts full recompute; Korthikanti et al. 2022), so that HFU never
+ * exceeds the GEMMs' best share of the peak. */
+double model_recompute_flops(const model_spec *m, int32_t enc, int32_t dec, double dense,
+                             double attn);
 
 /* Looks a preset up by name ("gpt-6.7b-16l"). Returns NULL when there is none. */
 const model_spec *model_preset(const char *name);

@@ -106,9 +106,6 @@ dp_status placement_split_check(const model_spec *m, const pipeline_split *split
             return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage less:%d,%d: %s is an "
                            "encoder-decoder model; its encoder and decoder layers are split evenly "
                            "over their halves", split->less_first, split->less_last, m->name);
-        if (split->less_first < 0 || split->less_last < 0)
-            return dp_fail(err, DP_ERR_INVALID, "--layers-per-stage less:%d,%d: the ends hold "
-                           "fewer layers, not more", split->less_first, split->less_last);
         for (int v = 0; v < nv; v++) {
             int n = placement_stage(m, split, v, nv).enc_layers;
             if (n < (v == 0 || v == nv - 1 ? 0 : 1))

@@ -203,7 +203,8 @@ static int set_split(void *ctx, const char *arg, const char *cmd, const char *us
 static void show_split(const void *ctx, char *buf, size_t cap)
 {
     const cost_request *o = ctx;
-    if (o->split.n) placement_split_format(&o->split, buf, cap);
+    if (o->split.n || o->split.less_first || o->split.less_last)
+        placement_split_format(&o->split, buf, cap);
     else snprintf(buf, cap, "even");
 }
 

@@ -36,8 +36,8 @@ typedef struct cost_request {
     int cp_alltoall;     /* --cp-kind all-to-all (else ring)                 */
     int cp_auto;         /* --cp auto: a degree per micro-batch (cost_model_set_cp_auto) */
     int cp_max;          /* --cp-max: the group under --cp auto             [4] */
-    pipeline_split split; /* --layers-per-stage: the layers of each virtual stage (n 0: even;
-                           * cost_model.split)                              [even] */
+    pipeline_split split; /* --layers-per-stage: the layers of each virtual stage, listed or
+                           * by rule (less:F,L; n 0 and 0, 0: even; cost_model.split) [even] */
     int recompute;       /* a recompute_policy (cost.h): one mode for all, or dynamic, mixed,
                           * fastest (a cost model per mode: plan_env.recompute_cm), which
                           * planner_build_cost refuses                    [none] */

@@ -153,11 +153,11 @@ static const char *attention_note(const cost_model *cm, const cost_request *o, i
 static const char *stack_note(const cost_model *cm, char *buf, size_t cap)
 {
     if (cm->stack == STACK_MEGATRON_TE) return "";
-    snprintf(buf, cap, ", the %s stack (its elementwise ops %s; %s)", stack_name(cm->stack),
+    snprintf(buf, cap, ", the %s stack (its elementwise ops %s%s)", stack_name(cm->stack),
              stack_fused(cm->stack) ? "fused" : "as separate kernels",
              stack_selective_policy(cm->stack) == SELECTIVE_ALTERNATE_MM
-                 ? "selective recompute per op: every second GEMM and the elementwise ops"
-                 : "selective recompute: the attention core");
+                 ? "; selective recompute per op: every second GEMM and the elementwise ops"
+                 : "");
     return buf;
 }
 
@@ -496,8 +496,11 @@ dp_status planner_setup(const plan_request *p, plan_env *env, dp_err *err)
                        "--chunks %d", p->schedule, fixed, p->chunks);
     int chunks = 1;
     schedule_layout(p->schedule, p->chunks, &chunks, NULL);
-    if (p->cost.split.n == 0) { /* (a list is checked where its stages are known: stage_cost) */
-        dp_status split_ok = placement_split_check(&env->model, &p->cost.split, p->pp * chunks, err);
+    const pipeline_split *split = &p->cost.split; /* (a list: checked by stage_cost) */
+    int nv = p->pp * chunks, rule = split->n == 0 && (split->less_first || split->less_last);
+    if (rule || (split->n == 0 && (nv > model_layers(&env->model) ||
+                                   (env->model.arch == ARCH_GPT && nv > env->model.enc_layers)))) {
+        dp_status split_ok = placement_split_check(&env->model, split, nv, err);
         if (split_ok != DP_OK) return split_ok;
     }
     char why[300];

@@ -158,9 +158,11 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why)
 }
 
 /* The forward FLOPs an iteration's recompute reran (model_recompute_flops over its samples at
- * their micro-batch's mode, else the iteration's, iter_mode); -inf when a mode or a sample's
- * length is unknown, so that the sum it joins is not finite and reads as unknown. */
-static double recompute_flops(const model_spec *m, const plan_iter *it, int iter_mode)
+ * their micro-batch's mode, else the iteration's, iter_mode, the shares cost_rerun_shares gives
+ * under cm's stack and tp; without cm, Megatron's); -inf when a mode or a sample's length is
+ * unknown, so that the sum it joins is not finite and reads as unknown. */
+static double recompute_flops(const model_spec *m, const cost_model *cm, const plan_iter *it,
+                              int iter_mode)
 {
     double f = 0;
     for (int k = 0; k < it->n_mb; k++) {
@@ -171,7 +173,10 @@ static double recompute_flops(const model_spec *m, const plan_iter *it, int iter
         for (int q = 0; q < mb->n_samples; q++) {
             int32_t e = it->lens[2 * (mb->first + q)], d = it->lens[2 * (mb->first + q) + 1];
             if (e <= 0) return -INFINITY;
-            f += model_recompute_flops(m, e, d, mode);
+            double dense, attn;
+            cost_rerun_shares(m, cm ? cm->stack : STACK_MEGATRON_TE, (recompute_mode)mode,
+                              cm ? cm->tp : 1, &dense, &attn);
+            f += model_recompute_flops(m, e, d, dense, attn);
         }
     }
     return f;
@@ -232,7 +237,7 @@ dp_status study_add(study_acc *a, const plan_iter *it, dp_err *err)
     }
     if (r->iterations == 0 || r->hw_flops > 0) /* known only while every iteration's is */
         r->hw_flops = r->model_flops > 0 ? r->hw_flops + it->model_flops +
-                                                recompute_flops(a->model, it, x->recompute)
+                                                recompute_flops(a->model, a->cm, it, x->recompute)
                                           : 0;
     for (int k = 0; k < it->n_mb; k++) {
         int m = it->mb[k].recompute >= 0 ? it->mb[k].recompute : x->recompute;

@@ -4,10 +4,11 @@
 # 40 iterations, --recompute dynamic, the pairs every batching but auto and the pack-dataset ones
 # under 1F1B, adaptive, ZB-H1, ZB-V and DualPipeV (compare's rows). One row per point: auto's throughput, the best
 # pair's, their ratio, auto's planning ms per iteration, and the headroom: the most any choice per
-# iteration could gain over the best pair on its placement, 1 / (1 - the pipeline idle of its
-# busiest device) / its padding efficiency (the gradient sync and the optimizer step after the
-# pipeline, and the work of the real tokens, are the same whatever is chosen; "-" where the best
-# pair recomputes, which another choice might not); then the geometric means and the worst.
+# iteration could gain over the best pair on its placement, 1 / (1 - the least pipeline idle of
+# its devices, as a share of the pipeline's time) / its padding efficiency (no iteration ends
+# before its busiest device's work and the gradient sync and optimizer step after the pipeline,
+# the same whatever is chosen, given the same work per real token; "-" where the best pair
+# recomputes, which another choice might not); then the geometric means and the worst.
 # usage: plots/auto_pair_grid.sh [build]   (about two minutes here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,10 +37,9 @@ print("%.1f %.2f" % (d["throughput_tokens_per_s"] if d["feasible"] and not d["oo
       python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-busiest = min(range(len(d["bubble_fraction"])), key=lambda s: d["bubble_fraction"][s])
 rc = d["recompute_microbatches"]
-print("%.3f" % (1 / (1 - d["pipeline_bubble"][busiest]) / d["padding_efficiency"])
-      if rc["selective"] + rc["full"] == 0 else "-")') ||
+print("%.3f" % (1 / (1 - min(d["pipeline_bubble"])) / d["padding_efficiency"])
+      if rc["selective"] + rc["full"] == 0 and d["padding_efficiency"] > 0 else "-")') ||
       { echo "auto_pair_grid: no sim result for $bname at $model $hw $L" >&2; exit 1; }
     printf '%-14s %-10s %6d %10.0f %-26s %10.0f %6.3f %8s %8s\n' "$model" "$hw" "$L" "$at" "$bname" "$bt" \
       "$(python3 -c "print($at / $bt)")" "$ams" "$head"

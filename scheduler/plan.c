@@ -97,9 +97,11 @@ dp_status plan_iter_alloc(plan_iter *it, int id, int pp, int dp, int n_mb, int n
 /* Weight-gradient share of a backward (ZB-H1's W). With dense FLOPs d and attention FLOPs a of
  * the forward, the backward does ~2d + 2a: input gradients d + 2a (attention has no weights),
  * weight gradients d; and what it reruns first (plan_machine.h pm_recompute), which is B's:
- * a under selective recompute, d + a under full. So W = bwd * d / (2d + 2a + rerun), from the
- * analytic FLOP counts of the shape. */
-static double w_fraction(const model_spec *m, const cost_shape *s, int tp, recompute_mode rc)
+ * cost_rerun_shares' of d and a (selective: a, or under torchtitan's per-op policy its share of
+ * d; full: d + a). So W = bwd * d / (2d + 2a + rerun), from the analytic FLOP counts of the
+ * shape. */
+static double w_fraction(const model_spec *m, const cost_shape *s, int tp, recompute_mode rc,
+                         software_stack stack)
 {
     double d = 0, a = 0, dd, aa;
     analytic_flops(m, COMP_ENCODER, s, tp, &dd, &aa);
@@ -108,7 +110,9 @@ static double w_fraction(const model_spec *m, const cost_shape *s, int tp, recom
         analytic_flops(m, COMP_DECODER, s, tp, &dd, &aa);
         d += dd, a += aa;
     }
-    double rerun = rc == RECOMPUTE_SELECTIVE ? a : rc == RECOMPUTE_FULL ? d + a : 0;
+    double dense, attn;
+    cost_rerun_shares(m, stack, rc, tp, &dense, &attn);
+    double rerun = dense * d + attn * a;
     return d + a > 0 ? d / (2 * d + 2 * a + rerun) : 0.5;
 }
 
@@ -125,7 +129,8 @@ dp_status plan_mb_cost(plan_mb *m, int pp, const microbatch *src, const stage_mo
     if (st != DP_OK) return st;
     const cost_toy *toy = &sm->cm->toy;
     double wf = toy->on ? toy->w_ms / cost_toy_bwd_ms(toy, sm->cm->recompute)
-                        : w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute);
+                        : w_fraction(&sm->cm->model, &s, sm->cm->tp, sm->cm->recompute,
+                                     sm->cm->stack);
     for (int d = 0; d < pp; d++) { /* as the plan file holds them: a replay runs the same plan */
         m->fwd_ms[d] = plan_round(scratch->fwd_ms[d]);
         m->bwd_ms[d] = plan_round(scratch->bwd_ms[d]);

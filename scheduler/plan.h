@@ -146,8 +146,9 @@ typedef struct plan_header {
     int pp, dp, tp, chunks, zero;
     int placement;        /* "placement": "v" (ZB-V: placement.h's V), absent: a loop */
     pipeline_split split; /* "layers_per_stage": the layers of each virtual stage, pp x chunks of
-                           * them (absent: n 0, split evenly; placement.h). Its fit to the model:
-                           * placement_split_check, where the model is known */
+                           * them; or "first_stage_less_layers" and "last_stage_less_layers", the
+                           * split by rule (n 0; placement.h); neither: split evenly. Its fit to
+                           * the model: placement_split_check, where the model is known */
     int shard_group;     /* "shard_group": ZeRO's state split over this many GPUs of the
                           * data-parallel group, the groups' shards all-reduced across (HSDP;
                           * stage_shard_check); absent, 0: over all of them */

@@ -34,6 +34,11 @@ check "... and places 1,3 (4 layers and 2 standing for the embedding, 3 a stage,
   "'$DPSIM' sim --plan '$TMP/less20.json' | grep -E '^peak memory per stage' | awk '{ exit !(\$6 < \$7) }'"
 same less20 ref 2
 plan lessv --pp 2 --schedule zbv --layers-per-stage less:1,1
+plan l1210 --pp 2 --schedule zbv --layers-per-stage 1,2,1,0
+check "on a V, less:1,1 places 1,2,1,0: the same timeline as that list's" bash -c \
+  "[ \"\$('$DPSIM' sim --plan '$TMP/lessv.json' | grep '^timeline hash')\" = \"\$('$DPSIM' sim --plan '$TMP/l1210.json' | grep '^timeline hash')\" ] && ! cmp -s '$TMP/lessv.json' '$TMP/l1210.json'"
+check "... and not the even split's" bash -c \
+  "'$DPSIM' plan --hw cpu --analytic --global-tokens 512 --iterations 1 --batching packing --max-seqlen 256 --model $LLAMA --pp 2 --schedule zbv -o '$TMP/evenv.json' >/dev/null 2>&1 && [ \"\$('$DPSIM' sim --plan '$TMP/lessv.json' | grep '^timeline hash')\" != \"\$('$DPSIM' sim --plan '$TMP/evenv.json' | grep '^timeline hash')\" ]"
 same lessv ref 2
 [ -z "$SANITIZED" ] && same_gpu s13 ref 2
 check "the split moves the planned memory: stage 0 of 1,3 holds less than stage 1" bash -c \

@@ -14,6 +14,7 @@
 
 #include "../../models/comm.h"
 #include "../../models/memory.h"
+#include "../../models/mesh.h"
 #include "../../models/straggler.h"
 #include "../../planner/study.h"
 #include "../../scheduler/stage_cost.h"
@@ -224,13 +225,18 @@ static void test_hfu_never_exceeds_the_best_gemm(void **state)
         for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
             for (size_t y = 0; y < sizeof layouts / sizeof *layouts; y++)
                 for (int prec = PRECISION_BF16; prec <= PRECISION_FP8; prec += 2)
-                    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc += 2) {
+                    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
+                        /* selective: Megatron's and, for every second model, torchtitan's */
+                        software_stack stack = rc == RECOMPUTE_SELECTIVE && mi % 2
+                                                   ? STACK_TORCH_COMPILE
+                                                   : STACK_MEGATRON_TE;
                         const model_spec *m = model_preset(models[mi]);
                         int len = lens[li];
                         if (m->positions && len > m->positions) continue;
                         cost_model *cm = analytic(models[mi], "dgx-h100", layouts[y].tp,
                                                   (recompute_mode)rc, NULL);
-                        if (cost_model_set_cp(cm, layouts[y].cp, 0, NULL) != DP_OK ||
+                        if (cost_model_set_stack(cm, stack, cm->flash_attn, NULL, NULL) != DP_OK ||
+                            cost_model_set_cp(cm, layouts[y].cp, 0, NULL) != DP_OK ||
                             cost_model_set_precision(cm, (train_precision)prec, GRAD_REDUCE_AUTO,
                                                      NULL) != DP_OK) {
                             cost_model_free(cm);
@@ -255,17 +261,18 @@ static void test_hfu_never_exceeds_the_best_gemm(void **state)
                             double bound = cm->hw.gpu.matmul_eff * cost_gemm_speedup(cm);
                             if (!(r.hfu > 0 && r.hfu <= bound && r.mfu <= r.hfu + 1e-12))
                                 fail_msg("%s at %d tokens, tp %d cp %d pp %d dp %d, %s, recompute "
-                                         "%s: HFU %.4f, MFU %.4f, bound %.4f", models[mi], len,
+                                         "%s, %s: HFU %.4f, MFU %.4f, bound %.4f", models[mi], len,
                                          layouts[y].tp, layouts[y].cp, layouts[y].pp,
                                          layouts[y].dp, precision_name((train_precision)prec),
-                                         recompute_name((recompute_mode)rc), r.hfu, r.mfu, bound);
+                                         recompute_name((recompute_mode)rc), stack_name(stack),
+                                         r.hfu, r.mfu, bound);
                             runs++;
                         }
                         if (st == DP_OK) study_result_release(&r);
                         trace_release(&t);
                         cost_model_free(cm);
                     }
-    assert_true(runs >= 60); /* the grid was run, not skipped */
+    assert_true(runs >= 90); /* the grid was run, not skipped */
 }
 
 /* E[max of n standard normals]: closed forms at n = 1, 2, 3 (0, 1/sqrt(pi), 3/(2 sqrt(pi))), a
@@ -423,56 +430,96 @@ static void test_elementwise_bytes_by_stack(void **state)
 /* What `--recompute selective` reruns under each stack (stack.h, stack_selective_policy), measured
  * as the backward's change from no recompute, each term of the forward isolated by halving its
  * efficiency (the GEMMs' gemm_eff, the bytes' mem_eff; the weights' bytes taken out; attention
- * what is left): Megatron's (megatron-te) the attention's forward; torchtitan's per-op policy
- * (torch-eager, torch-compile) every second GEMM of the layer in its model code's call order — q,
- * k, v, the output projection, (gate,) up, down: k, output and up for Llama-3.1-8B, k, output and
- * down for GPT-6.7B, written out here as FLOPs — and every elementwise op, not attention. The
- * forward and the head are unchanged under all. */
+ * what is left; tensor-parallel collectives not overlapped): Megatron's (megatron-te) the
+ * attention's forward; torchtitan's per-op policy (torch-eager, torch-compile) every second GEMM
+ * of the layer in its model code's call order — q, k, v, the output projection, (gate,) up, down:
+ * k, output and up for Llama-3.1-8B, k, output and down for GPT-6.7B, written out here — at their
+ * shapes' time (K / (K + k0), hw.h) and reading their weights again, every elementwise op, and
+ * under tp with sequence parallelism the layer's two all-gathers; not attention. The forward and
+ * the head are unchanged under all; cost_rerun_shares gives the FLOP shares HFU and ZB's W use. */
+static double alt_share(const double *fl, const double *k, int n, double k0)
+{
+    double all = 0, rerun = 0;
+    for (int i = 0; i < n; i++) {
+        double w = fl[i] / (k0 > 0 ? k_share(k[i], k0) : 1);
+        all += w;
+        if (i % 2) rerun += w;
+    }
+    return rerun / all;
+}
+
 static void test_selective_recompute_by_stack(void **state)
 {
     (void)state;
     static const char *const models[] = {"llama3.1-8b", "gpt-6.7b-16l"};
-    const int tp = 1; /* (tensor parallelism's collectives hide behind the GEMMs: not isolable) */
     for (int i = 0; i < 2; i++)
-        for (int k = 0; k < STACK_COUNT; k++) {
-            analytic_params p;
-            cluster_spec c;
-            assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
-            analytic_params_for_gpu(&c.gpu, &p);
-            p.fwd_floor_ms = p.bwd_floor_ms = 0;
-            analytic_params pg = p, pm = p;
-            pg.gemm_eff /= 2, pm.mem_eff /= 2;
-            cost_model *none = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
-            cost_model *sel = analytic(models[i], "dgx-h100", tp, RECOMPUTE_SELECTIVE, &p);
-            cost_model *g2 = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &pg);
-            cost_model *m2 = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &pm);
-            none->stack = sel->stack = g2->stack = m2->stack = (software_stack)k;
-            cost_shape s = cost_shape_rows(1, 4096, 0);
-            cost_layer ln, ls, lg, lm, hn, hs;
-            assert_int_equal(cost_query(none, COMP_ENCODER, &s, &ln, NULL), DP_OK);
-            assert_int_equal(cost_query(sel, COMP_ENCODER, &s, &ls, NULL), DP_OK);
-            assert_int_equal(cost_query(g2, COMP_ENCODER, &s, &lg, NULL), DP_OK);
-            assert_int_equal(cost_query(m2, COMP_ENCODER, &s, &lm, NULL), DP_OK);
-            assert_int_equal(cost_query(none, COMP_POSTPROCESS, &s, &hn, NULL), DP_OK);
-            assert_int_equal(cost_query(sel, COMP_POSTPROCESS, &s, &hs, NULL), DP_OK);
-            double gemms = lg.fwd_ms - ln.fwd_ms, bytes = lm.fwd_ms - ln.fwd_ms;
-            double weights = none->param_mb[COMP_ENCODER] * 1e6 /
-                             (c.gpu.hbm_gbps * 1e9 * p.mem_eff) * 1e3;
-            double attention = ln.fwd_ms - gemms - bytes;
-            const model_spec *m = &none->model;
-            double h = m->hidden, f = m->ffn, q = (double)m->heads * m->kv_channels;
-            double kv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
-            double share = m->glu ? (h * kv + q * h + h * f) / (2 * h * q + 2 * h * kv + 3 * h * f)
-                                  : (h * kv + q * h + f * h) / (2 * h * q + 2 * h * kv + 2 * h * f);
-            double want = k == STACK_MEGATRON_TE ? attention : share * gemms + bytes - weights;
-            assert_true(attention > 0 && weights > 0 && bytes > weights);
-            assert_rel(ls.bwd_ms - ln.bwd_ms, want, 1e-9);
-            assert_rel(ls.fwd_ms, ln.fwd_ms, 1e-12);
-            assert_rel(hs.bwd_ms, hn.bwd_ms, 1e-12);
-            if (i == 0) assert_rel(share, 0.365, 0.002); /* Llama-3.1-8B, as stack.h says */
-            else assert_rel(share, 0.5, 1e-12);
-            cost_model_free(none), cost_model_free(sel), cost_model_free(g2), cost_model_free(m2);
-        }
+        for (int tp = 1; tp <= 4; tp *= 4)
+            for (int k = 0; k < STACK_COUNT; k++) {
+                analytic_params p;
+                cluster_spec c;
+                assert_int_equal(cluster_resolve("dgx-h100", &c, NULL), DP_OK);
+                analytic_params_for_gpu(&c.gpu, &p);
+                p.fwd_floor_ms = p.bwd_floor_ms = 0;
+                analytic_params pg = p, pm = p;
+                pg.gemm_eff /= 2, pm.mem_eff /= 2;
+                cost_model *none = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &p);
+                cost_model *sel = analytic(models[i], "dgx-h100", tp, RECOMPUTE_SELECTIVE, &p);
+                cost_model *g2 = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &pg);
+                cost_model *m2 = analytic(models[i], "dgx-h100", tp, RECOMPUTE_NONE, &pm);
+                cost_model *all[4] = {none, sel, g2, m2};
+                for (int j = 0; j < 4; j++) all[j]->stack = (software_stack)k, all[j]->overlap = 0;
+                const double len = 4096;
+                cost_shape s = cost_shape_rows(1, (int)len, 0);
+                cost_layer ln, ls, lg, lm, hn, hs;
+                assert_int_equal(cost_query(none, COMP_ENCODER, &s, &ln, NULL), DP_OK);
+                assert_int_equal(cost_query(sel, COMP_ENCODER, &s, &ls, NULL), DP_OK);
+                assert_int_equal(cost_query(g2, COMP_ENCODER, &s, &lg, NULL), DP_OK);
+                assert_int_equal(cost_query(m2, COMP_ENCODER, &s, &lm, NULL), DP_OK);
+                assert_int_equal(cost_query(none, COMP_POSTPROCESS, &s, &hn, NULL), DP_OK);
+                assert_int_equal(cost_query(sel, COMP_POSTPROCESS, &s, &hs, NULL), DP_OK);
+                double gemms = lg.fwd_ms - ln.fwd_ms, bytes = lm.fwd_ms - ln.fwd_ms;
+                double weights = none->param_mb[COMP_ENCODER] * 1e6 /
+                                 (c.gpu.hbm_gbps * 1e9 * p.mem_eff) * 1e3;
+                const model_spec *m = &none->model;
+                double h = m->hidden, f = m->ffn, q = (double)m->heads * m->kv_channels, t = tp;
+                double kv = (double)(m->kv_heads > 0 ? m->kv_heads : m->heads) * m->kv_channels;
+                /* the projections as the model code calls them: FLOPs per token and inner K */
+                double fl[7] = {h * q / t, h * kv / t, h * kv / t, q / t * h, h * f / t, h * f / t,
+                                f / t * h};
+                double kk[7] = {h, h, h, q / t, h, h, f / t};
+                int n = 7;
+                if (!m->glu) fl[5] = fl[6], kk[5] = kk[6], n = 6; /* up, down */
+                double flop_share = alt_share(fl, kk, n, 0);
+                double time_share = alt_share(fl, kk, n, c.gpu.gemm_k0);
+                /* the tensor-parallel collectives: each a (b, s, h) fp16 activation, two a layer */
+                int sp = none->seq_parallel && tp > 1;
+                mesh layout = mesh_of(tp, 1, 1, 1);
+                comm_group grp = comm_mesh_group(&c, &layout, MESH_TP);
+                double act = 2.0 * len * h;
+                double gather = tp > 1 ? comm_coll_ms(&c, COLL_ALL_GATHER, &grp, act) : 0;
+                double reduce = tp > 1 ? comm_coll_ms(&c, COLL_ALL_REDUCE, &grp, act) : 0;
+                double collectives = tp > 1 ? (sp ? 2 * (gather +
+                                                        comm_coll_ms(&c, COLL_REDUCE_SCATTER, &grp, act))
+                                                  : 2 * reduce)
+                                            : 0;
+                double attention = ln.fwd_ms - gemms - bytes - collectives;
+                double want = k == STACK_MEGATRON_TE
+                                  ? attention
+                                  : time_share * gemms + bytes - weights + flop_share * weights +
+                                        (tp > 1 ? (sp ? 2 * gather : reduce) : 0);
+                assert_true(attention > 0 && weights > 0 && bytes > weights);
+                assert_rel(ls.bwd_ms - ln.bwd_ms, want, 1e-9);
+                assert_rel(ls.fwd_ms, ln.fwd_ms, 1e-12);
+                assert_rel(hs.bwd_ms, hn.bwd_ms, 1e-12);
+                /* the FLOP shares: Llama-3.1-8B's 36.5%, GPT-6.7B's half */
+                if (i == 0) assert_rel(flop_share, 0.365, 0.002);
+                else assert_rel(flop_share, 0.5, 1e-12);
+                double dense, attn;
+                cost_rerun_shares(m, (software_stack)k, RECOMPUTE_SELECTIVE, tp, &dense, &attn);
+                assert_rel(dense, k == STACK_MEGATRON_TE ? 0 : flop_share, 1e-12);
+                assert_rel(attn, k == STACK_MEGATRON_TE ? 1 : 0, 1e-12);
+                for (int j = 0; j < 4; j++) cost_model_free(all[j]);
+            }
 }
 
 /* The attention kernel a stack runs (stack.h): Transformer Engine's is the GPU's default (cuDNN on
