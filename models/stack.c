@@ -44,13 +44,13 @@ static const stack_row STACKS[STACK_COUNT] = {
                            NULL, 1, FUSED_EW, SELECTIVE_ATTENTION_CORE},
     [STACK_TORCH_EAGER] = {"torch-eager",
                            "PyTorch without torch.compile (torchtitan's FSDP rows): SDPA's "
-                           "FlashAttention-2, norms, rotary, SwiGLU and loss as separate ops; selective "
-                           "recompute reruns every second GEMM and the elementwise ops",
+                           "FlashAttention-2, norms, rotary, SwiGLU and loss as separate ops; "
+                           "selective recompute reruns every second GEMM and the elementwise ops",
                            SDPA_KERNELS, 0, EAGER_EW, SELECTIVE_ALTERNATE_MM},
     [STACK_TORCH_COMPILE] = {"torch-compile",
                              "PyTorch with torch.compile (torchtitan's compiled rows): SDPA's "
-                             "FlashAttention-2, elementwise ops fused by Inductor; selective recompute as "
-                             "torch-eager's",
+                             "FlashAttention-2, elementwise ops fused by Inductor; selective "
+                             "recompute as torch-eager's",
                              SDPA_KERNELS, 1, FUSED_EW, SELECTIVE_ALTERNATE_MM},
 };
 

@@ -88,7 +88,8 @@ const stack_elementwise *stack_elementwise_of(software_stack s);
  *                             multiply's of the layer, counted in the order the model code calls
  *                             them (q, k, v, the output projection, then the MLP's gate, up and
  *                             down: k, the output projection and up are recomputed), so the
- *                             backward reruns those GEMMs and every elementwise op, not attention */
+ *                             backward reruns those GEMMs and every elementwise op, not
+ *                             attention */
 typedef enum selective_policy {
     SELECTIVE_ATTENTION_CORE,
     SELECTIVE_ALTERNATE_MM
