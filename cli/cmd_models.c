@@ -155,17 +155,15 @@ static void list_gpus(void)
             printf(" %5.0f %5.0f %5.0f %5.0f", v[j][0], v[j][1], v[j][2], v[j][3]);
         printf("  %s\n", ks[i].source);
     }
-    int ng;
-    const gpu_spec *gs2 = gpu_presets(&ng);
     printf("\n# software stacks (--stack): the attention kernel each runs on each GPU preset "
            "(-: none, unfused), and how its elementwise ops run\n%-14s", "name");
-    for (int j = 0; j < ng; j++) printf(" %-11s", gs2[j].name);
+    for (int j = 0; j < n; j++) printf(" %-11s", gs[j].name);
     printf("  what\n");
     for (int s = 0; s < STACK_COUNT; s++) {
         printf("%-14s", stack_name((software_stack)s));
-        for (int j = 0; j < ng; j++) {
+        for (int j = 0; j < n; j++) {
             int fallback;
-            const attn_kernel *k = stack_attention_kernel((software_stack)s, &gs2[j], &fallback);
+            const attn_kernel *k = stack_attention_kernel((software_stack)s, &gs[j], &fallback);
             char cell[24];
             snprintf(cell, sizeof cell, "%s%s", k ? k->name : "-", fallback ? "*" : "");
             printf(" %-11s", cell);

@@ -781,7 +781,7 @@ static dp_status layer_query(const cost_model *cm, const model_spec *m, cost_com
                       (cm->recompute == RECOMPUTE_SELECTIVE && !alternate);
     double recompute = 0;
     if (c == COMP_POSTPROCESS) {
-        recompute = 0;
+        /* none */
     } else if (cm->recompute == RECOMPUTE_FULL) {
         recompute = work;
     } else if (cm->recompute == RECOMPUTE_SELECTIVE && alternate) {

@@ -164,19 +164,19 @@ dp_status study_skip(study_acc *a, int id, int64_t tokens, const char *why)
 static double recompute_flops(const model_spec *m, const cost_model *cm, const plan_iter *it,
                               int iter_mode)
 {
-    double f = 0;
+    double f = 0, dense[RECOMPUTE_COUNT], attn[RECOMPUTE_COUNT];
+    for (int r = 0; m && r < RECOMPUTE_COUNT; r++) /* (the shares: once per mode, not per sample) */
+        cost_rerun_shares(m, cm ? cm->stack : STACK_MEGATRON_TE, (recompute_mode)r,
+                          cm ? cm->tp : 1, &dense[r], &attn[r]);
     for (int k = 0; k < it->n_mb; k++) {
         const plan_mb *mb = &it->mb[k];
         int mode = mb->recompute >= 0 ? mb->recompute : iter_mode;
         if (mode == RECOMPUTE_NONE) continue;
-        if (mode < 0 || !m) return -INFINITY;
+        if (mode < 0 || mode >= RECOMPUTE_COUNT || !m) return -INFINITY;
         for (int q = 0; q < mb->n_samples; q++) {
             int32_t e = it->lens[2 * (mb->first + q)], d = it->lens[2 * (mb->first + q) + 1];
             if (e <= 0) return -INFINITY;
-            double dense, attn;
-            cost_rerun_shares(m, cm ? cm->stack : STACK_MEGATRON_TE, (recompute_mode)mode,
-                              cm ? cm->tp : 1, &dense, &attn);
-            f += model_recompute_flops(m, e, d, dense, attn);
+            f += model_recompute_flops(m, e, d, dense[mode], attn[mode]);
         }
     }
     return f;
