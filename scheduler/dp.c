@@ -253,11 +253,44 @@ static int cache_cell(shape_cache *c, int rows, int plen, int64_t **cell, uint32
     return 0;
 }
 
+/* DP_OK when every sample fits in a micro-batch alone under rule; else DP_ERR_INFEASIBLE naming
+ * the first that does not. Asked before the table: a batch that cannot be cut under this rule
+ * (a mode or an in-flight count too large for its longest sample, which plan_modes and dp_solve
+ * then pass by) fails at n queries, not after tabulating every segment before that sample. */
+static dp_status seg_singles_fit(const batch_ctx *ctx, const sample_len *s, int n,
+                                 const mem_rule *rule, dp_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        cost_shape one = seg_shape(ctx, s, i, i + 1);
+        double t_ms;
+        int fits = 0;
+        if (stage_model_time(ctx->sm, &one, rule, &t_ms, &fits) == DP_OK && fits) continue;
+        /* Say why the single sample does not fit. */
+        mb_cost *c = malloc(sizeof *c);
+        char why[400] = "out of memory";
+        dp_err qerr = {0};
+        if (c && stage_model_cost(ctx->sm, &one, c, &qerr) != DP_OK)
+            snprintf(why, sizeof why, "%.380s", qerr.msg);
+        else if (c)
+            stage_model_fits(ctx->sm, c, rule, why, sizeof why);
+        free(c);
+        return dp_fail(err, DP_ERR_INFEASIBLE,
+                       "trace sample %d (%d input, %d target tokens after truncation) does "
+                       "not fit in a micro-batch even alone: %s\nhint: try --recompute dynamic "
+                       "(or full), more --tp or --pp, a smaller --max-seqlen, or --keep-going "
+                       "to leave such iterations out",
+                       s[i].id, s[i].enc, s[i].dec, why);
+    }
+    return DP_OK;
+}
+
 /* Tabulates t(i, j). Fails (with the sample named) when a single sample does not fit. */
 static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, const mem_rule *rule,
                            seg_table *T, dp_err *err)
 {
     memset(T, 0, sizeof *T);
+    dp_status singles = seg_singles_fit(ctx, s, n, rule, err);
+    if (singles != DP_OK) return singles; /* T empty: seg_release frees nothing */
     T->n = n;
     T->len = calloc((size_t)n, sizeof *T->len);
     T->t = calloc((size_t)n, sizeof *T->t);
@@ -308,25 +341,6 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             T->len[i] = j - i;
         }
         if (st != DP_OK) break;
-        if (T->len[i] == 0) {
-            /* Say why the single sample does not fit. */
-            cost_shape one = seg_shape(ctx, s, i, i + 1);
-            mb_cost *c = malloc(sizeof *c);
-            char why[400] = "out of memory";
-            dp_err qerr = {0};
-            if (c && stage_model_cost(ctx->sm, &one, c, &qerr) != DP_OK)
-                snprintf(why, sizeof why, "%.380s", qerr.msg);
-            else if (c)
-                stage_model_fits(ctx->sm, c, rule, why, sizeof why);
-            free(c);
-            shape_cache_free(own);
-            return dp_fail(err, DP_ERR_INFEASIBLE,
-                           "trace sample %d (%d input, %d target tokens after truncation) does "
-                           "not fit in a micro-batch even alone: %s\nhint: try --recompute dynamic "
-                           "(or full), more --tp or --pp, a smaller --max-seqlen, or --keep-going "
-                           "to leave such iterations out",
-                           s[i].id, s[i].enc, s[i].dec, why);
-        }
     }
     shape_cache_free(own);
     if (st == DP_OK && ctx->thin_ms > 0 && seg_sort_costs(T) != 0) /* the exact descent sorts on need */
