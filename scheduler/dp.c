@@ -159,14 +159,41 @@ static cost_shape seg_shape(const batch_ctx *ctx, const sample_len *s, int i, in
 /* A segment's cost depends on its shape only. When the samples are sorted by length with no
  * decoder (GPT, mb_order), the shape of [i, j) is (j - i, pad(s[j-1].enc)), and a shape_cache
  * (microbatch.h) answers it: a dense table over (rows, padded length / pad_multiple) of stage
- * times in ns (or "does not fit"), kept across batches while the stage model (compared whole,
- * its cost model by serial number), the memory rule and the length rules stay the same (it is
- * cleared when they change). Its rows grow as segments need them, up to CACHE_MAX_CELLS cells;
+ * times in ns (or "does not fit") under one memory rule, kept across batches while the stage
+ * model (compared whole, its cost model by serial number) and the length rules stay the same (it
+ * is cleared when they change, and takes the rule of that call). A call under another rule (a
+ * tightened attempt, the one-held fallback, another schedule's under auto) goes by the segment
+ * memo below instead: refilling the table for each rule cost more than it saved (auto on the
+ * long-cot mix at 32k spent a tenth of its planning in the page faults of new tables). Its rows
+ * grow as segments need them, up to CACHE_MAX_CELLS cells;
  * longer segments are priced directly. Only the distinct shapes of a batch go into its cost
  * list. */
 #define CACHE_UNKNOWN INT64_MIN
 #define CACHE_NO_FIT (-1)
 #define CACHE_MAX_CELLS (1 << 24)
+
+/* A batch's segment costs whatever the memory rule (seg_memo): one planning of a batch tabulates
+ * its segments many times over, under each schedule's rule, the one-held fallback's and each
+ * tightened attempt's (planner/study.c plan_iteration; --batching and --schedule auto plan every
+ * pair), and only whether a segment fits changes with the rule. So the costs are kept per segment
+ * of the batch as ordered, for the last SEG_MEMO_BATCHES batches (dynamic and dynamic-varlen
+ * order and price the same samples apart), and the rule asked of them (stage_model_fits_mb). Each
+ * segment keeps t_ms and its stored and peak MB per device; SEG_MEMO_MAX_DOUBLES in all, beyond
+ * which segments are priced directly. Not under --cp auto, whose degree per segment is chosen
+ * under the rule. */
+#define SEG_MEMO_BATCHES 4
+#define SEG_MEMO_MAX_DOUBLES (1 << 22) /* 32 MB */
+
+typedef struct seg_memo {
+    int n, varlen, pad_multiple, min_padded; /* the batch: n samples, ordered as in lens */
+    int *lens;                              /* enc, dec of each sample in order */
+    int *len;                               /* len[i]: segments [i, i+1) .. [i, i+len[i]] kept */
+    int *cap;
+    double **v; /* v[i][(l-1) * stride ..]: t_ms (NAN: the cost model cannot answer), stored_mb[pp],
+                 * peak_mb[pp] */
+    size_t doubles;
+    uint64_t last_use;
+} seg_memo;
 
 struct shape_cache {
     stage_model sm; /* a copy: the cache is valid for this stage model... */
@@ -177,6 +204,11 @@ struct shape_cache {
     uint32_t **seen; /* the batch that last used a cell (for the batch's distinct costs) */
     int n_rows;
     uint32_t batch;
+    /* the segment memos, valid for memo_sm and memo_serial (whatever the rule) */
+    stage_model memo_sm;
+    uint64_t memo_serial, uses;
+    seg_memo memo[SEG_MEMO_BATCHES];
+    mb_cost *cost; /* memo_at's scratch (about 12 KB: allocated once) */
 };
 
 shape_cache *shape_cache_new(void)
@@ -191,11 +223,89 @@ static void cache_clear(shape_cache *c)
     c->row = NULL, c->seen = NULL, c->n_rows = 0;
 }
 
+static void memo_clear(seg_memo *m)
+{
+    for (int i = 0; m->v && i < m->n; i++) free(m->v[i]);
+    free(m->lens), free(m->len), free(m->cap), free(m->v);
+    memset(m, 0, sizeof *m);
+}
+
 void shape_cache_free(shape_cache *c)
 {
     if (!c) return;
     cache_clear(c);
+    for (int k = 0; k < SEG_MEMO_BATCHES; k++) memo_clear(&c->memo[k]);
+    free(c->cost);
     free(c);
+}
+
+/* The memo of the ordered samples s[0..n) under ctx: the one kept for them, or the least recently
+ * used emptied and given to them; NULL where none applies (no cache, --cp auto, out of memory). */
+static seg_memo *memo_begin(shape_cache *c, const batch_ctx *ctx, const sample_len *s, int n)
+{
+    if (!c || n < 1 || ctx->sm->cm->cp_auto) return NULL;
+    if (!c->cost && !(c->cost = malloc(sizeof *c->cost))) return NULL;
+    if (memcmp(&c->memo_sm, ctx->sm, sizeof c->memo_sm) != 0 ||
+        c->memo_serial != ctx->sm->cm->serial) {
+        for (int k = 0; k < SEG_MEMO_BATCHES; k++) memo_clear(&c->memo[k]);
+        c->memo_sm = *ctx->sm, c->memo_serial = ctx->sm->cm->serial;
+    }
+    seg_memo *lru = &c->memo[0];
+    for (int k = 0; k < SEG_MEMO_BATCHES; k++) {
+        seg_memo *m = &c->memo[k];
+        if (m->n == n && m->varlen == ctx->varlen && m->pad_multiple == ctx->rules->pad_multiple &&
+            m->min_padded == ctx->rules->min_padded) {
+            int same = 1;
+            for (int i = 0; i < n && same; i++)
+                same = m->lens[2 * i] == s[i].enc && m->lens[2 * i + 1] == s[i].dec;
+            if (same) {
+                m->last_use = ++c->uses;
+                return m;
+            }
+        }
+        if (m->last_use < lru->last_use) lru = m;
+    }
+    memo_clear(lru);
+    lru->lens = malloc((size_t)n * 2 * sizeof *lru->lens);
+    lru->len = calloc((size_t)n, sizeof *lru->len);
+    lru->cap = calloc((size_t)n, sizeof *lru->cap);
+    lru->v = calloc((size_t)n, sizeof *lru->v);
+    if (!lru->lens || !lru->len || !lru->cap || !lru->v) {
+        memo_clear(lru);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) lru->lens[2 * i] = s[i].enc, lru->lens[2 * i + 1] = s[i].dec;
+    lru->n = n, lru->varlen = ctx->varlen;
+    lru->pad_multiple = ctx->rules->pad_multiple, lru->min_padded = ctx->rules->min_padded;
+    lru->last_use = ++c->uses;
+    return lru;
+}
+
+/* Segment [i, i+l) of m's batch, of shape sh: its kept figures, or priced now (into m where
+ * l follows the last kept and the memo has room, else into scratch: 1 + 2 STAGE_MAX doubles). */
+static const double *memo_at(shape_cache *cache, seg_memo *m, const stage_model *sm, int i,
+                             int l, const cost_shape *sh, double *scratch)
+{
+    int pp = sm->pp, stride = 1 + 2 * pp;
+    if (l <= m->len[i]) return m->v[i] + (size_t)(l - 1) * stride;
+    double *out = scratch;
+    if (l == m->len[i] + 1 && m->doubles + (size_t)stride <= SEG_MEMO_MAX_DOUBLES) {
+        size_t c = (size_t)m->cap[i];
+        if (dp_grow((void **)&m->v[i], &c, (size_t)l * stride, sizeof **m->v) == DP_OK) {
+            m->cap[i] = (int)c;
+            out = m->v[i] + (size_t)(l - 1) * stride;
+            m->len[i] = l, m->doubles += (size_t)stride;
+        }
+    }
+    mb_cost *c = cache->cost;
+    if (stage_model_cost(sm, sh, c, NULL) == DP_OK) {
+        out[0] = c->t_ms;
+        memcpy(out + 1, c->stored_mb, (size_t)pp * sizeof *out);
+        memcpy(out + 1 + pp, c->peak_mb, (size_t)pp * sizeof *out);
+    } else {
+        out[0] = NAN;
+    }
+    return out;
 }
 
 /* Readies c for a batch under ctx and rule; 0 when the batch cannot use it (a decoder, an order
@@ -211,11 +321,12 @@ static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rul
     if ((size_t)cols > CACHE_MAX_CELLS) return 0;
     if (memcmp(&c->sm, ctx->sm, sizeof c->sm) != 0 || c->cm_serial != ctx->sm->cm->serial ||
         c->pad_multiple != r->pad_multiple ||
-        c->min_padded != r->min_padded || c->cols != cols ||
-        memcmp(&c->rule, rule, sizeof *rule) != 0) {
+        c->min_padded != r->min_padded || c->cols != cols) {
         cache_clear(c);
         c->sm = *ctx->sm, c->cm_serial = ctx->sm->cm->serial, c->rule = *rule, c->cols = cols;
         c->pad_multiple = r->pad_multiple, c->min_padded = r->min_padded;
+    } else if (memcmp(&c->rule, rule, sizeof *rule) != 0) {
+        return 0; /* another rule (a tightened attempt, another schedule's): the segment memo */
     }
     c->batch++;
     return 1;
@@ -258,13 +369,18 @@ static int cache_cell(shape_cache *c, int rows, int plen, int64_t **cell, uint32
  * (a mode or an in-flight count too large for its longest sample, which plan_modes and dp_solve
  * then pass by) fails at n queries, not after tabulating every segment before that sample. */
 static dp_status seg_singles_fit(const batch_ctx *ctx, const sample_len *s, int n,
-                                 const mem_rule *rule, dp_err *err)
+                                 const mem_rule *rule, shape_cache *cache, seg_memo *memo,
+                                 double *scratch, dp_err *err)
 {
     for (int i = 0; i < n; i++) {
         cost_shape one = seg_shape(ctx, s, i, i + 1);
         double t_ms;
         int fits = 0;
-        if (stage_model_time(ctx->sm, &one, rule, &t_ms, &fits) == DP_OK && fits) continue;
+        const double *v = memo ? memo_at(cache, memo, ctx->sm, i, 1, &one, scratch) : NULL;
+        if (v ? !isnan(v[0]) &&
+                    stage_model_fits_mb(ctx->sm, v + 1, v + 1 + ctx->sm->pp, rule, NULL, 0)
+              : stage_model_time(ctx->sm, &one, rule, &t_ms, &fits) == DP_OK && fits)
+            continue;
         /* Say why the single sample does not fit. */
         mb_cost *c = malloc(sizeof *c);
         char why[400] = "out of memory";
@@ -289,14 +405,17 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
                            seg_table *T, dp_err *err)
 {
     memset(T, 0, sizeof *T);
-    dp_status singles = seg_singles_fit(ctx, s, n, rule, err);
+    shape_cache *cache = ctx->cache;
+    seg_memo *memo = memo_begin(cache, ctx, s, n);
+    double scratch[1 + 2 * STAGE_MAX];
+    dp_status singles = seg_singles_fit(ctx, s, n, rule, cache, memo, scratch, err);
     if (singles != DP_OK) return singles; /* T empty: seg_release frees nothing */
     T->n = n;
     T->len = calloc((size_t)n, sizeof *T->len);
     T->t = calloc((size_t)n, sizeof *T->t);
     size_t all_cap = 0;
     if (!T->len || !T->t) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    shape_cache *own = NULL, *cache = ctx->cache;
+    shape_cache *own = NULL;
     if (!cache) cache = own = shape_cache_new();
     int cached = cache && cache_begin(cache, ctx, rule, s, n);
     dp_status st = DP_OK;
@@ -320,9 +439,16 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             if (ns == CACHE_UNKNOWN) {
                 double t_ms;
                 int fits;
-                ns = stage_model_time(ctx->sm, &sh, rule, &t_ms, &fits) != DP_OK || !fits
-                         ? CACHE_NO_FIT
-                         : llround(t_ms * 1e6);
+                const double *v = memo ? memo_at(cache, memo, ctx->sm, i, j - i, &sh, scratch) : NULL;
+                if (v) /* stage_model_time's answer from the kept figures */
+                    ns = isnan(v[0]) || !stage_model_fits_mb(ctx->sm, v + 1, v + 1 + ctx->sm->pp,
+                                                             rule, NULL, 0)
+                             ? CACHE_NO_FIT
+                             : llround(v[0] * 1e6);
+                else
+                    ns = stage_model_time(ctx->sm, &sh, rule, &t_ms, &fits) != DP_OK || !fits
+                             ? CACHE_NO_FIT
+                             : llround(t_ms * 1e6);
                 if (cell) *cell = ns;
             }
             if (ns == CACHE_NO_FIT) break;

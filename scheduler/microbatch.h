@@ -118,10 +118,11 @@ typedef struct batch_ctx batch_ctx;
 dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int n, int mbs,
                       int enc_len, int dec_len);
 
-/* The dynamic batcher's table of stage times per micro-batch shape (scheduler/dp.c), kept across
- * the batches of a run: the caller owns it (one per stage model, for speed); it clears itself when
- * the stage model, its cost model (cost_model.serial), the memory rule or the length rules
- * change. NULL in batch_ctx: a table per call. */
+/* The dynamic batcher's memory of costs (scheduler/dp.c): a table of stage times per micro-batch
+ * shape, kept across the batches of a run under one memory rule, and each recent batch's segment
+ * costs, kept whatever the rule. The caller owns it (one per stage model, for speed); it clears
+ * itself when the stage model, its cost model (cost_model.serial) or the length rules change.
+ * NULL in batch_ctx: nothing kept between calls. */
 typedef struct shape_cache shape_cache;
 shape_cache *shape_cache_new(void); /* NULL when out of memory */
 void shape_cache_free(shape_cache *c);

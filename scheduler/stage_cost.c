@@ -403,24 +403,30 @@ void mem_rule_uniform(mem_rule *r, int pp, double holds)
     r->scale = 1;
 }
 
-int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *rule, char *why,
-                     size_t why_cap)
+int stage_model_fits_mb(const stage_model *sm, const double *stored_mb, const double *peak_mb,
+                        const mem_rule *rule, char *why, size_t why_cap)
 {
     for (int d = 0; d < sm->pp; d++) {
         double holds = rule->holds[d] > 1 ? rule->holds[d] : 1;
-        double transient = larger(0, c->peak_mb[d] - c->stored_mb[d]) / sm->chunks;
-        double need = holds * c->stored_mb[d] + transient, have = rule->scale * sm->budget_mb[d];
+        double transient = larger(0, peak_mb[d] - stored_mb[d]) / sm->chunks;
+        double need = holds * stored_mb[d] + transient, have = rule->scale * sm->budget_mb[d];
         if (need > have) {
             if (why)
                 snprintf(why, why_cap,
                          "stage %d would hold %.0f MB of activations (%.3g micro-batches of %.0f MB "
                          "stored, + %.0f MB while one runs), over %s%.0f MB free after model state",
-                         d, need, holds, c->stored_mb[d], transient,
+                         d, need, holds, stored_mb[d], transient,
                          rule->scale < 1 ? "the planner's share of the " : "the ", have);
             return 0;
         }
     }
     return 1;
+}
+
+int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *rule, char *why,
+                     size_t why_cap)
+{
+    return stage_model_fits_mb(sm, c->stored_mb, c->peak_mb, rule, why, why_cap);
 }
 
 /* --cp auto: the fastest degree that fits (its time in *t_ms), or 0 with none fitting. */

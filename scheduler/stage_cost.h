@@ -197,5 +197,9 @@ int stage_model_pick_cp(const stage_model *sm, const cost_shape *s, const mem_ru
  * device and limit. */
 int stage_model_fits(const stage_model *sm, const mb_cost *c, const mem_rule *rule, char *why,
                      size_t why_cap);
+/* The same from a micro-batch's stored and peak activations per device (sm->pp of each, MB):
+ * what stage_model_fits asks of its mb_cost, for a caller that kept only those. */
+int stage_model_fits_mb(const stage_model *sm, const double *stored_mb, const double *peak_mb,
+                        const mem_rule *rule, char *why, size_t why_cap);
 
 #endif /* STAGE_COST_H */

@@ -375,6 +375,80 @@ static void test_dp_matches_brute_force(void **state)
     assert_true(constrained > 20);
 }
 
+/* The costs a kept cache holds (dp.c: the shape table under one rule, the segment memo of recent
+ * batches under any): the same batch planned again and again under other memory rules (the
+ * schedules' holds, the one-held fallback, tightened scales), varlen and not, across more batches
+ * than the memo keeps, cuts exactly as a call that keeps nothing (stage_model_time per segment).
+ * The analytic model on four stages, 48 samples of 16-4096 tokens a batch, memory binding. */
+static void test_dp_kept_costs_any_rule(void **state)
+{
+    (void)state;
+    model_spec m = *model_preset("gpt-tiny");
+    m.enc_layers = 8, m.hidden = 1024, m.heads = 8, m.kv_channels = 128, m.ffn = 4096;
+    cluster_spec hw;
+    cluster_preset("p4d", &hw);
+    analytic_params ap;
+    analytic_params_default(&ap);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    stage_model sm;
+    assert_int_equal(stage_model_init(&sm, cm, 4, 1, 1, 0, 1e9, &err), DP_OK);
+    double model_state = 0;
+    for (int d = 0; d < 4; d++) model_state = fmax(model_state, sm.state_mb[d]);
+    assert_int_equal(stage_model_init(&sm, cm, 4, 1, 1, 0, model_state + 6000, &err), DP_OK);
+    batch_rules rules;
+    batch_rules_default(&rules, m.arch);
+    rules.max_seqlen = 4096;
+    batch_ctx ctx = {&rules, &sm, 2, 512, 0, NULL, DP_SPLIT_AUTO, NULL, 0};
+    static const double scales[] = {1, 0.8, 0.5, 0.25, 0.1};
+    shape_cache *cache = shape_cache_new();
+    enum { BATCHES = 6, N = 48 };
+    sample_len batch[BATCHES][N];
+    unsigned seed = 777;
+    for (int b = 0; b < BATCHES; b++)
+        for (int i = 0; i < N; i++) /* mostly short, a tail to 4096 */
+            batch[b][i] = (sample_len){i, 16 + (int)(4080 * pow(rand_r(&seed) / (double)RAND_MAX, 4)), 0};
+    int compared = 0, failed = 0;
+    for (int r = 0; r < 90; r++) { /* five rules a batch; the memo keeps four of the six */
+        const sample_len *s = batch[(r / 5 + (r / 30) * 2) % BATCHES];
+        mem_rule rule;
+        mem_rule_uniform(&rule, 4, 1 + r % 4);
+        rule.scale = scales[r % 5];
+        ctx.mem = &rule;
+        ctx.varlen = r % 3 == 0;
+        mb_list kept, none;
+        mb_list_init(&kept), mb_list_init(&none);
+        dp_err e1 = {0}, e2 = {0};
+        ctx.cache = cache;
+        dp_status a = dp_batch(&ctx, s, N, &kept, &e1);
+        ctx.cache = NULL;
+        dp_status b = dp_batch(&ctx, s, N, &none, &e2);
+        assert_int_equal(a, b);
+        if (a == DP_OK) {
+            assert_int_equal(kept.n_mb, none.n_mb);
+            assert_int_equal(kept.in_flight, none.in_flight);
+            assert_int_equal(kept.dp_passes, none.dp_passes);
+            for (int k = 0; k < kept.n_mb; k++) {
+                assert_int_equal(kept.mb[k].n_samples, none.mb[k].n_samples);
+                assert_int_equal(kept.mb[k].mbs, none.mb[k].mbs);
+                assert_int_equal(kept.mb[k].enc_len, none.mb[k].enc_len);
+            }
+            assert_memory_equal(kept.ids, none.ids, (size_t)kept.n_ids * sizeof *kept.ids);
+            compared++;
+        } else {
+            assert_string_equal(e1.msg, e2.msg);
+            failed++;
+        }
+        mb_list_release(&kept), mb_list_release(&none);
+    }
+    shape_cache_free(cache);
+    cost_model_free(cm);
+    print_message("kept costs: %d cut alike, %d refused alike\n", compared, failed);
+    assert_true(compared >= 45 && failed >= 5); /* most cut; some rules too tight for a sample */
+}
+
 /* --dp-split replica: the ordered samples dealt to the replicas in a snake (written here), then
  * each replica's partition the best of its own (D = 1 in the objective), by brute force. */
 static void test_replica_split(void **state)
@@ -1435,6 +1509,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_varlen_never_worse),
         cmocka_unit_test(test_t5_order_is_a_short_path),
         cmocka_unit_test(test_dp_matches_brute_force),
+        cmocka_unit_test(test_dp_kept_costs_any_rule),
         cmocka_unit_test(test_cp_auto_matches_brute_force),
         cmocka_unit_test(test_cp_auto_spreads_samples),
         cmocka_unit_test(test_replica_split),
