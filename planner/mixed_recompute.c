@@ -97,3 +97,41 @@ dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
     free(st), free(store), free(scratch);
     return DP_OK;
 }
+
+double mixed_recompute_floor_ms(plan_iter *it, const mb_list *l,
+                                const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
+                                const schedule *sc, int chunks)
+{
+    int n = it->n_mb, pp = it->pp;
+    size_t w = PLAN_MB_ARRAYS * (size_t)pp;
+    double *store = malloc(((size_t)(n ? n : 1) + 1) * w * sizeof *store);
+    mb_cost *scratch = malloc(sizeof *scratch);
+    if (!store || !scratch) {
+        free(store), free(scratch);
+        return 0;
+    }
+    double *trial_v = store + (size_t)n * w;
+    for (int k = 0; k < n; k++) {
+        plan_mb *m = &it->mb[k];
+        save(m, pp, store + (size_t)k * w);
+        for (int d = 0; d < pp; d++) /* compute only, as the bound counts it */
+            m->fwd_ms[d] -= m->xfwd_ms[d], m->bwd_ms[d] -= m->xbwd_ms[d];
+        for (int to = (int)from - 1; to >= 0; to--) {
+            if (!sm[to]) continue;
+            plan_mb trial = *m;
+            plan_mb_bind(&trial, trial_v, pp);
+            dp_err ignored;
+            if (plan_mb_cost(&trial, pp, &l->mb[k], sm[to], scratch, &ignored) != DP_OK) continue;
+            for (int d = 0; d < pp; d++) {
+                double f = trial.fwd_ms[d] - trial.xfwd_ms[d], b = trial.bwd_ms[d] - trial.xbwd_ms[d];
+                if (f < m->fwd_ms[d]) m->fwd_ms[d] = f;
+                if (b < m->bwd_ms[d]) m->bwd_ms[d] = b;
+            }
+        }
+        for (int d = 0; d < pp; d++) m->xfwd_ms[d] = m->xbwd_ms[d] = 0;
+    }
+    double floor_ms = schedule_time_lower_bound(sc, it, pp, chunks);
+    for (int k = 0; k < n; k++) load(&it->mb[k], pp, store + (size_t)k * w);
+    free(store), free(scratch);
+    return floor_ms;
+}

@@ -28,6 +28,7 @@
 
 #include "../scheduler/microbatch.h"
 #include "../scheduler/plan.h"
+#include "../scheduler/schedule.h"
 #include "../scheduler/stage_cost.h"
 
 /* Lowers the recompute of it's micro-batches where memory allows. it was built from l (its
@@ -40,5 +41,15 @@
 dp_status mixed_recompute_relax(plan_iter *it, const mb_list *l,
                                 const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
                                 dp_err *err);
+
+/* The least time any relaxation of it (above) can take, ms: schedule_time_lower_bound of sc over
+ * it on it->pp stages of `chunks` chunks, each micro-batch's forward and backward on each stage at
+ * the least over the modes it may go down to (sm[m] non-NULL, m < from, where m's cost model
+ * prices it) and its own, a MoE's exchange left out as that bound leaves it. A search that already
+ * has a plan faster than this drops it before relaxing (planner/study.c). it comes back as it
+ * came; 0 (no bound) when out of memory. */
+double mixed_recompute_floor_ms(plan_iter *it, const mb_list *l,
+                                const stage_model *const sm[RECOMPUTE_COUNT], recompute_mode from,
+                                const schedule *sc, int chunks);
 
 #endif /* MIXED_RECOMPUTE_H */

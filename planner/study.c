@@ -440,6 +440,8 @@ typedef struct planner {
     int prune_needs_fit;  /* 1: only where the plan fits in its planned order (then the order
                            * search keeps a fitting one, and the attempt is the last) */
     double pruned_lb_ms;  /* set by plan_iteration when the plan's lower bound passed it */
+    double beat_ms;       /* > 0: the time to beat (auto's best so far): --recompute fastest
+                           * simulates no mode whose plan's lower bound passes it */
 } planner;
 
 /* Plans one global batch: micro-batches, their order (adaptive), the schedule, then the exact
@@ -554,12 +556,14 @@ static void planner_use(planner *p, const stage_model *sm, shape_cache *cache)
 
 /* --recompute fastest: the mode (index into sm) whose plan of this batch fits and simulates
  * fastest, ties to the lower one; -1 when none fits (the caller then plans as --recompute dynamic
- * does, to report why). Every mode's plan is built and simulated once. */
+ * does, to report why); -2 when some fit but none can beat pl->beat_ms. Every mode's plan is built
+ * once and simulated unless its lower bound (schedule_time_lower_bound) already passes the best
+ * mode's time or beat_ms. */
 static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache *const *cache,
                                 int modes, const sample_len *b, int n, int id, mb_list *l,
                                 plan_iter *pi)
 {
-    int best = -1;
+    int best = -1, beaten = 0;
     int64_t best_ns = INT64_MAX;
     for (int m = 0; m < modes; m++) {
         planner_use(pl, &sm[m], cache[m]);
@@ -568,11 +572,17 @@ static int fastest_fitting_mode(planner *pl, const stage_model *sm, shape_cache 
         if (plan_iteration(pl, b, n, id, l, pi, &answerable, &why) != DP_OK || !answerable ||
             !l->feasible)
             continue;
+        double lb = schedule_time_lower_bound(pl->sched, pi, pl->sm->pp, pl->sm->chunks);
+        if (pl->beat_ms > 0 && lb > pl->beat_ms) {
+            beaten = 1;
+            continue;
+        }
+        if (best_ns < INT64_MAX && lb > (double)best_ns / 1e6) continue;
         sim_iter_result ir;
         if (sim_iteration(pl->s, pl->cfg, pi, 0, NULL, &ir, NULL) != DP_OK) continue;
         if (ir.makespan_ns < best_ns) best_ns = ir.makespan_ns, best = m;
     }
-    return best;
+    return best < 0 && beaten ? -2 : best;
 }
 
 /* The batchings a run plans each iteration with: b itself, or (b->chooses) every batching that
@@ -606,6 +616,11 @@ static dp_status plan_modes(planner *pl, const stage_model *sm, shape_cache *con
     int fastest = pl->o->recompute_by_time && modes > 1
                       ? fastest_fitting_mode(pl, sm, cache, modes, b, n, id, l, pi)
                       : -1;
+    if (fastest == -2) { /* every mode that fits loses to pl->beat_ms: nothing to plan */
+        pl->pruned_lb_ms = pl->beat_ms;
+        *answerable = 0, *mode = 0;
+        return DP_OK;
+    }
     dp_status st;
     int last = modes - 1;
     for (*mode = fastest >= 0 ? fastest : 0;; (*mode)++) {
@@ -667,12 +682,17 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
         pl->sched = scheds[c / n_cands];
         double best_ms = best_ns < INT64_MAX ? (double)best_ns / 1e6 : 0;
         pl->prune_left_ms = bound ? best_ms : 0, pl->prune_needs_fit = 1, pl->pruned_lb_ms = 0;
+        pl->beat_ms = best_ms;
         int answerable = 0, mode;
         dp_err why = {0};
         if (plan_modes(pl, sm, cache, modes, b, n, id, l, pi, &answerable, &mode, &why) != DP_OK ||
-            pl->pruned_lb_ms > 0 || !answerable || !l->feasible ||
-            relax_modes(pl, sm, by_mode, answerable, mode, l, pi, &why) != DP_OK)
+            pl->pruned_lb_ms > 0 || !answerable || !l->feasible)
             continue;
+        if (pl->o->recompute_per_mb && best_ms > 0 && /* no relaxation of it can win */
+            mixed_recompute_floor_ms(pi, l, by_mode, sm[mode].cm->recompute, pl->sched,
+                                     pl->sm->chunks) > best_ms)
+            continue;
+        if (relax_modes(pl, sm, by_mode, answerable, mode, l, pi, &why) != DP_OK) continue;
         if (bound && best_ms > 0 &&
             schedule_time_lower_bound(pl->sched, pi, pl->sm->pp, pl->sm->chunks) > best_ms)
             continue;
@@ -681,7 +701,7 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
         if (ir.makespan_ns < best_ns || (ir.makespan_ns == best_ns && c < best))
             best_ns = ir.makespan_ns, best = c;
     }
-    pl->prune_left_ms = 0, pl->pruned_lb_ms = 0;
+    pl->prune_left_ms = 0, pl->pruned_lb_ms = 0, pl->beat_ms = 0;
     return best;
 }
 
@@ -726,7 +746,7 @@ static dp_status run_placed(const study_opts *o, const trace *t, study_result *r
                   {o->rules, &sm[0], o->mbs, o->mb_tokens, o->thin_ms, NULL, o->dp_split, cache[0],
                    cands[0]->varlen},
                   {&sm[0]},
-                  &cfg, &acc.s, 0, 0, 0};
+                  &cfg, &acc.s, 0, 0, 0, 0};
     batch_iter bi;
     trace_stream ts;
     int streaming = o->stream_path != NULL;

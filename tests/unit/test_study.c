@@ -11,6 +11,7 @@
 #include "../../models/memory.h"
 #include "../../scheduler/plan.h"
 #include "../../scheduler/plan_machine.h"
+#include "../../planner/mixed_recompute.h"
 #include "../../planner/order_search.h"
 #include "../../planner/panels.h"
 #include "../../planner/study.h"
@@ -374,7 +375,8 @@ static void test_mixed_recompute_against_brute_force(void **state)
     sim des;
     sim_init(&des);
     int cases = 0, optimal = 0;
-    double sum_gap = 0, max_gap = 0;
+    double sum_gap = 0, max_gap = 0, tightest = INFINITY;
+    mb_cost scratch;
     for (int i = 0; i < pl.n_it; i++) {
         plan_iter *it = &pl.it[i];
         int n = it->n_mb, top = 0;
@@ -386,6 +388,25 @@ static void test_mixed_recompute_against_brute_force(void **state)
         sim_iter_result ir;
         if (sim_iteration(&des, &cfg, it, 0, NULL, &ir, &err) != DP_OK) fail_msg("%s", err.msg);
         double greedy = (double)ir.makespan_ns, best = INFINITY;
+        /* the floor a search drops a plan by before relaxing it (mixed_recompute_floor_ms), of
+         * the plan with every micro-batch at the top mode: no assignment simulates below it */
+        microbatch src[64];
+        assert_true(n <= 64);
+        mb_list l = {0};
+        l.mb = src, l.n_mb = n;
+        const stage_model *by_mode[RECOMPUTE_COUNT] = {&sm[0], &sm[1], &sm[2]};
+        for (int k = 0; k < n; k++) {
+            plan_mb *x = &it->mb[k];
+            memset(&src[k], 0, sizeof src[k]);
+            src[k].mbs = x->mbs, src[k].enc_len = x->enc_len, src[k].dec_len = x->dec_len;
+            x->recompute = top;
+            if (plan_mb_cost(x, it->pp, &src[k], &sm[top], &scratch, &err) != DP_OK)
+                fail_msg("%s", err.msg);
+        }
+        const schedule *one_f1b = schedule_find("1f1b");
+        double floor_ms = mixed_recompute_floor_ms(it, &l, by_mode, (recompute_mode)top, one_f1b, 1);
+        assert_true(floor_ms > 0);
+        double least_lb = INFINITY; /* over every assignment, fitting or not */
         for (long code = 0; code < space; code++) {
             long c = code;
             for (int k = 0; k < n; k++, c /= top + 1) {
@@ -399,6 +420,7 @@ static void test_mixed_recompute_against_brute_force(void **state)
                     x->stored_mb[d] = mc.stored_mb[d], x->peak_mb[d] = mc.peak_mb[d];
                 }
             }
+            least_lb = fmin(least_lb, schedule_time_lower_bound(one_f1b, it, it->pp, 1));
             plan_machine pm;
             double worst;
             pm_init(&pm, it, 1);
@@ -407,8 +429,16 @@ static void test_mixed_recompute_against_brute_force(void **state)
             if (!fits) continue;
             if (sim_iteration(&des, &cfg, it, 0, NULL, &ir, &err) != DP_OK) fail_msg("%s", err.msg);
             best = fmin(best, (double)ir.makespan_ns);
+            if ((double)ir.makespan_ns / 1e6 < floor_ms)
+                fail_msg("iteration %d: an assignment simulates %.6f ms, under the floor %.6f ms",
+                         it->id, (double)ir.makespan_ns / 1e6, floor_ms);
+            tightest = fmin(tightest, (double)ir.makespan_ns / 1e6 / floor_ms);
         }
         assert_true(isfinite(best));
+        /* at or under every assignment's bound (each micro-batch's forward and backward at their
+         * own least over the modes, which on a stage may be two modes'), and close */
+        assert_true(floor_ms <= least_lb + 1e-4 * n); /* the plan file's rounding */
+        assert_true(floor_ms >= 0.99 * least_lb);
         if (greedy < best * (1 - 1e-9))
             fail_msg("iteration %d: the greedy's %.0f ns beats every fitting assignment's %.0f",
                      it->id, greedy, best);
@@ -417,8 +447,8 @@ static void test_mixed_recompute_against_brute_force(void **state)
         sum_gap += gap, max_gap = fmax(max_gap, gap);
     }
     print_message("mixed recompute against brute force: %d iterations, optimal in %d, mean gap "
-                  "%.3f%%, max %.3f%%\n", cases, optimal, cases ? 100 * sum_gap / cases : 0,
-                  100 * max_gap);
+                  "%.3f%%, max %.3f%%; the fastest assignment %.3fx its floor\n", cases, optimal,
+                  cases ? 100 * sum_gap / cases : 0, 100 * max_gap, tightest);
     assert_true(cases >= 5);
     sim_release(&des);
     plan_release(&pl);
@@ -875,16 +905,19 @@ static void test_batching_auto(void **state)
      * the same global batches): per iteration its time is the fastest candidate's that fits,
      * and it names that candidate; a run never slower than the best single batching. Under
      * --recompute mixed each candidate is scored as it runs: after its modes are lowered per
-     * micro-batch */
+     * micro-batch (a candidate no relaxation of which can beat the best so far is dropped before
+     * relaxing), and under --recompute fastest at its fastest mode (a candidate no mode of
+     * which can beat the best so far is dropped before simulating: dropped rightly, or this
+     * fails) */
     setup s;
     setup_init(&s, "gpt-6.7b-16l", GPT_PROFILE, 4096);
-    for (int q = 0; q < 3; q++) {
+    for (int q = 0; q < 4; q++) {
         const char *sched = q == 1 ? "adaptive" : "1f1b";
-        int mode = q == 2 ? -1 : RECOMPUTE_NONE, mixed = q == 2;
+        int mode = q >= 2 ? -1 : RECOMPUTE_NONE, mixed = q == 2, by_time = q == 3;
         study_result ra;
         study_opts o = opts_of(&s, mode, sched, 6, 1);
-        o.recompute_per_mb = mixed;
-        if (mixed) o.mem_limit_mb *= 0.55; /* tight: modes go up, then down per micro-batch */
+        o.recompute_per_mb = mixed, o.recompute_by_time = by_time;
+        if (q >= 2) o.mem_limit_mb *= 0.55; /* tight: modes go up (and down per micro-batch) */
         o.batching = batcher_find("auto");
         dp_err err = {0};
         if (study_run(&o, &s.t, &ra, &err) != DP_OK) fail_msg("%s", err.msg);
@@ -896,7 +929,8 @@ static void test_batching_auto(void **state)
             if (bs[b].chooses || bs[b].pack_dataset) continue;
             study_result rb;
             study_opts ob = opts_of(&s, mode, sched, 6, 1);
-            ob.recompute_per_mb = mixed, ob.mem_limit_mb = o.mem_limit_mb;
+            ob.recompute_per_mb = mixed, ob.recompute_by_time = by_time;
+            ob.mem_limit_mb = o.mem_limit_mb;
             ob.batching = &bs[b];
             if (study_run(&ob, &s.t, &rb, &err) != DP_OK) fail_msg("%s", err.msg);
             assert_int_equal(rb.n_iter, ra.n_iter);
