@@ -31,7 +31,8 @@ static int load(const setup *su, trace *t, cost_model **cm, model_spec *m, clust
     dp_err err = {0};
     *m = *model_preset(su->model);
     cluster_preset("p4d", hw);
-    if (cost_profile_load(su->profile, m, hw, su->tp, RECOMPUTE_NONE, cm, &err) != DP_OK) {
+    /* the shipped profiles' tp rows as measured (without sequence parallelism) */
+    if (cost_profile_load_at(su->profile, m, hw, su->tp, 1, -1, RECOMPUTE_NONE, cm, &err) != DP_OK) {
         fprintf(stderr, "bench_planner: %s\n", err.msg);
         return -1;
     }
