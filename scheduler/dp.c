@@ -156,39 +156,37 @@ static cost_shape seg_shape(const batch_ctx *ctx, const sample_len *s, int i, in
     return sh;
 }
 
-/* A segment's cost depends on its shape only. When the samples are sorted by length with no
- * decoder (GPT, mb_order), the shape of [i, j) is (j - i, pad(s[j-1].enc)), and a shape_cache
- * (microbatch.h) answers it: a dense table over (rows, padded length / pad_multiple) of stage
- * times in ns (or "does not fit") under one memory rule, kept across batches while the stage
- * model (compared whole, its cost model by serial number) and the length rules stay the same (it
- * is cleared when they change, and takes the rule of that call). A call under another rule (a
- * tightened attempt, the one-held fallback, another schedule's under auto) goes by the segment
- * memo below instead: refilling the table for each rule cost more than it saved (auto on the
- * long-cot mix at 32k spent a tenth of its planning in the page faults of new tables). Its rows
- * grow as segments need them, up to CACHE_MAX_CELLS cells;
- * longer segments are priced directly. Only the distinct shapes of a batch go into its cost
- * list. */
+/* What the dynamic batcher keeps between calls (shape_cache, microbatch.h), valid while the stage
+ * model (compared whole, its cost model by serial number) and the length rules stay the same: it
+ * is cleared when they change (cache_sync).
+ *
+ * The shape table. A segment's cost depends on its shape only. When the samples are sorted by
+ * length with no decoder (GPT, mb_order), the shape of [i, j) is (j - i, pad(s[j-1].enc)), and a
+ * dense table over (rows, padded length / pad_multiple) answers it: the stage time in ns, or
+ * "does not fit", under one memory rule (the first it was asked under since it was cleared),
+ * kept across batches. Its rows grow as segments need them, up to CACHE_MAX_CELLS cells; longer
+ * segments are priced directly. Only the distinct shapes of a batch go into its cost list.
+ *
+ * The segment memos. One planning of a batch tabulates its segments many times over: under each
+ * schedule's rule, the one-held fallback's and each tightened attempt's (planner/study.c
+ * plan_iteration; --batching and --schedule auto plan every pair), and only whether a segment
+ * fits changes with the rule. So each segment of the last SEG_MEMO_BATCHES batches (as ordered;
+ * dynamic and dynamic-varlen order and price the same samples apart) keeps t_ms and its stored
+ * and peak MB per device, and the rule is asked of them (stage_model_fits_mb);
+ * SEG_MEMO_MAX_DOUBLES in all, beyond which segments are priced directly. Not under --cp auto,
+ * whose degree per segment is chosen under the rule. A call under a rule other than the table's
+ * goes by the memo alone: refilling the table for each rule cost more than it saved (auto on the
+ * long-cot mix at 32k spent a tenth of its planning in the page faults of new tables). */
 #define CACHE_UNKNOWN INT64_MIN
 #define CACHE_NO_FIT (-1)
 #define CACHE_MAX_CELLS (1 << 24)
-
-/* A batch's segment costs whatever the memory rule (seg_memo): one planning of a batch tabulates
- * its segments many times over, under each schedule's rule, the one-held fallback's and each
- * tightened attempt's (planner/study.c plan_iteration; --batching and --schedule auto plan every
- * pair), and only whether a segment fits changes with the rule. So the costs are kept per segment
- * of the batch as ordered, for the last SEG_MEMO_BATCHES batches (dynamic and dynamic-varlen
- * order and price the same samples apart), and the rule asked of them (stage_model_fits_mb). Each
- * segment keeps t_ms and its stored and peak MB per device; SEG_MEMO_MAX_DOUBLES in all, beyond
- * which segments are priced directly. Not under --cp auto, whose degree per segment is chosen
- * under the rule. */
 #define SEG_MEMO_BATCHES 4
 #define SEG_MEMO_MAX_DOUBLES (1 << 22) /* 32 MB */
 
 typedef struct seg_memo {
-    int n, varlen, pad_multiple, min_padded; /* the batch: n samples, ordered as in lens */
-    int *lens;                              /* enc, dec of each sample in order */
-    int *len;                               /* len[i]: segments [i, i+1) .. [i, i+len[i]] kept */
-    int *cap;
+    int n, varlen;  /* the batch: n samples, ordered as in lens */
+    int *lens;      /* enc, dec of each sample in order */
+    int *len, *cap; /* len[i]: segments [i, i+1) .. [i, i+len[i]] kept */
     double **v; /* v[i][(l-1) * stride ..]: t_ms (NAN: the cost model cannot answer), stored_mb[pp],
                  * peak_mb[pp] */
     size_t doubles;
@@ -196,19 +194,21 @@ typedef struct seg_memo {
 } seg_memo;
 
 struct shape_cache {
-    stage_model sm; /* a copy: the cache is valid for this stage model... */
-    uint64_t cm_serial; /* ...and this cost model */
+    /* what everything kept is valid for */
+    stage_model sm; /* a copy */
+    uint64_t cm_serial;
+    int pad_multiple, min_padded;
+    /* the shape table */
+    int has_rule, cols;
     mem_rule rule;
-    int pad_multiple, min_padded, cols;
     int64_t **row;  /* row[rows - 1][col]: ns, CACHE_NO_FIT, or CACHE_UNKNOWN */
     uint32_t **seen; /* the batch that last used a cell (for the batch's distinct costs) */
     int n_rows;
     uint32_t batch;
-    /* the segment memos, valid for memo_sm and memo_serial (whatever the rule) */
-    stage_model memo_sm;
-    uint64_t memo_serial, uses;
+    /* the segment memos */
+    uint64_t uses;
     seg_memo memo[SEG_MEMO_BATCHES];
-    mb_cost *cost; /* memo_at's scratch (about 12 KB: allocated once) */
+    mb_cost *cost; /* the memos' scratch (about 12 KB: allocated once) */
 };
 
 shape_cache *shape_cache_new(void)
@@ -216,11 +216,11 @@ shape_cache *shape_cache_new(void)
     return calloc(1, sizeof(shape_cache));
 }
 
-static void cache_clear(shape_cache *c)
+static void table_clear(shape_cache *c)
 {
     for (int r = 0; r < c->n_rows; r++) free(c->row[r]), free(c->seen[r]);
     free(c->row), free(c->seen);
-    c->row = NULL, c->seen = NULL, c->n_rows = 0;
+    c->row = NULL, c->seen = NULL, c->n_rows = 0, c->has_rule = 0;
 }
 
 static void memo_clear(seg_memo *m)
@@ -233,35 +233,92 @@ static void memo_clear(seg_memo *m)
 void shape_cache_free(shape_cache *c)
 {
     if (!c) return;
-    cache_clear(c);
+    table_clear(c);
     for (int k = 0; k < SEG_MEMO_BATCHES; k++) memo_clear(&c->memo[k]);
     free(c->cost);
     free(c);
 }
 
+/* Clears what c keeps where ctx's stage model, cost model or length rules are not those it was
+ * kept for. */
+static void cache_sync(shape_cache *c, const batch_ctx *ctx)
+{
+    const batch_rules *r = ctx->rules;
+    if (memcmp(&c->sm, ctx->sm, sizeof c->sm) == 0 && c->cm_serial == ctx->sm->cm->serial &&
+        c->pad_multiple == r->pad_multiple && c->min_padded == r->min_padded)
+        return;
+    table_clear(c);
+    for (int k = 0; k < SEG_MEMO_BATCHES; k++) memo_clear(&c->memo[k]);
+    c->sm = *ctx->sm, c->cm_serial = ctx->sm->cm->serial;
+    c->pad_multiple = r->pad_multiple, c->min_padded = r->min_padded;
+}
+
+/* Readies c's shape table for a batch under rule; 0 when the batch cannot use it (a decoder, an
+ * order not by length, varlen attention: a segment's cost depends on its samples; or the table
+ * holds another rule). */
+static int table_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rule,
+                       const sample_len *s, int n)
+{
+    if (ctx->varlen) return 0;
+    for (int k = 0; k < n; k++)
+        if (s[k].dec != 0 || (k > 0 && s[k].enc < s[k - 1].enc)) return 0;
+    const batch_rules *r = ctx->rules;
+    int cols = batch_pad(r, r->max_seqlen) / r->pad_multiple + 1;
+    if ((size_t)cols > CACHE_MAX_CELLS) return 0;
+    if (c->cols != cols) table_clear(c), c->cols = cols;
+    if (!c->has_rule) c->rule = *rule, c->has_rule = 1;
+    else if (memcmp(&c->rule, rule, sizeof *rule) != 0) return 0;
+    c->batch++;
+    return 1;
+}
+
+/* Points *cell (and *seen) at the cell of `rows` rows at padded length plen, growing the table;
+ * both NULL when the table would pass CACHE_MAX_CELLS (the caller prices such shapes itself).
+ * Returns -1 when out of memory, else 0. */
+static int table_cell(shape_cache *c, int rows, int plen, int64_t **cell, uint32_t **seen)
+{
+    *cell = NULL, *seen = NULL;
+    if (rows > c->n_rows && (size_t)rows * (size_t)c->cols > CACHE_MAX_CELLS) return 0;
+    if (rows > c->n_rows) {
+        int64_t **nr = realloc(c->row, (size_t)rows * sizeof *nr);
+        if (!nr) return -1;
+        c->row = nr;
+        uint32_t **ns = realloc(c->seen, (size_t)rows * sizeof *ns);
+        if (!ns) return -1;
+        c->seen = ns;
+        for (int q = c->n_rows; q < rows; q++) {
+            c->row[q] = malloc((size_t)c->cols * sizeof **c->row);
+            c->seen[q] = calloc((size_t)c->cols, sizeof **c->seen);
+            if (!c->row[q] || !c->seen[q]) {
+                free(c->row[q]), free(c->seen[q]);
+                c->n_rows = q;
+                return -1;
+            }
+            for (int k = 0; k < c->cols; k++) c->row[q][k] = CACHE_UNKNOWN;
+        }
+        c->n_rows = rows;
+    }
+    int col = plen / c->pad_multiple;
+    *seen = &c->seen[rows - 1][col];
+    *cell = &c->row[rows - 1][col];
+    return 0;
+}
+
 /* The memo of the ordered samples s[0..n) under ctx: the one kept for them, or the least recently
- * used emptied and given to them; NULL where none applies (no cache, --cp auto, out of memory). */
+ * used emptied and given to them; NULL where none applies (--cp auto, out of memory). */
 static seg_memo *memo_begin(shape_cache *c, const batch_ctx *ctx, const sample_len *s, int n)
 {
-    if (!c || n < 1 || ctx->sm->cm->cp_auto) return NULL;
+    if (n < 1 || ctx->sm->cm->cp_auto) return NULL;
     if (!c->cost && !(c->cost = malloc(sizeof *c->cost))) return NULL;
-    if (memcmp(&c->memo_sm, ctx->sm, sizeof c->memo_sm) != 0 ||
-        c->memo_serial != ctx->sm->cm->serial) {
-        for (int k = 0; k < SEG_MEMO_BATCHES; k++) memo_clear(&c->memo[k]);
-        c->memo_sm = *ctx->sm, c->memo_serial = ctx->sm->cm->serial;
-    }
     seg_memo *lru = &c->memo[0];
     for (int k = 0; k < SEG_MEMO_BATCHES; k++) {
         seg_memo *m = &c->memo[k];
-        if (m->n == n && m->varlen == ctx->varlen && m->pad_multiple == ctx->rules->pad_multiple &&
-            m->min_padded == ctx->rules->min_padded) {
-            int same = 1;
-            for (int i = 0; i < n && same; i++)
-                same = m->lens[2 * i] == s[i].enc && m->lens[2 * i + 1] == s[i].dec;
-            if (same) {
-                m->last_use = ++c->uses;
-                return m;
-            }
+        int same = m->n == n && m->varlen == ctx->varlen;
+        for (int i = 0; i < n && same; i++)
+            same = m->lens[2 * i] == s[i].enc && m->lens[2 * i + 1] == s[i].dec;
+        if (same) {
+            m->last_use = ++c->uses;
+            return m;
         }
         if (m->last_use < lru->last_use) lru = m;
     }
@@ -276,7 +333,6 @@ static seg_memo *memo_begin(shape_cache *c, const batch_ctx *ctx, const sample_l
     }
     for (int i = 0; i < n; i++) lru->lens[2 * i] = s[i].enc, lru->lens[2 * i + 1] = s[i].dec;
     lru->n = n, lru->varlen = ctx->varlen;
-    lru->pad_multiple = ctx->rules->pad_multiple, lru->min_padded = ctx->rules->min_padded;
     lru->last_use = ++c->uses;
     return lru;
 }
@@ -308,79 +364,65 @@ static const double *memo_at(shape_cache *cache, seg_memo *m, const stage_model 
     return out;
 }
 
-/* Readies c for a batch under ctx and rule; 0 when the batch cannot use it (a decoder, an order
- * not by length, varlen attention: a segment's cost depends on its samples). */
-static int cache_begin(shape_cache *c, const batch_ctx *ctx, const mem_rule *rule,
-                       const sample_len *s, int n)
+/* How seg_build prices a segment: the cache (NULL: none), whether its shape table serves this
+ * batch, the batch's memo (NULL: none), the rule and a scratch row for memo_at. */
+typedef struct seg_pricer {
+    const batch_ctx *ctx;
+    shape_cache *cache;
+    int table;
+    seg_memo *memo;
+    const mem_rule *rule;
+    double scratch[1 + 2 * STAGE_MAX];
+} seg_pricer;
+
+/* Segment [i, i + l)'s stage time in ns under the rule, or CACHE_NO_FIT (it does not fit, or the
+ * cost model cannot price it): stage_model_time's answer, by the shape table, else the memo,
+ * else priced (and kept in the table's cell). *seen: the cell's batch mark, NULL where the table
+ * does not serve (the caller marks it). DP_ERR_NOMEM in *st when the table cannot grow. */
+static int64_t seg_ns(seg_pricer *p, int i, int l, const cost_shape *sh, uint32_t **seen,
+                      dp_status *st)
 {
-    if (ctx->varlen) return 0;
-    for (int k = 0; k < n; k++)
-        if (s[k].dec != 0 || (k > 0 && s[k].enc < s[k - 1].enc)) return 0;
-    const batch_rules *r = ctx->rules;
-    int cols = batch_pad(r, r->max_seqlen) / r->pad_multiple + 1;
-    if ((size_t)cols > CACHE_MAX_CELLS) return 0;
-    if (memcmp(&c->sm, ctx->sm, sizeof c->sm) != 0 || c->cm_serial != ctx->sm->cm->serial ||
-        c->pad_multiple != r->pad_multiple ||
-        c->min_padded != r->min_padded || c->cols != cols) {
-        cache_clear(c);
-        c->sm = *ctx->sm, c->cm_serial = ctx->sm->cm->serial, c->rule = *rule, c->cols = cols;
-        c->pad_multiple = r->pad_multiple, c->min_padded = r->min_padded;
-    } else if (memcmp(&c->rule, rule, sizeof *rule) != 0) {
-        return 0; /* another rule (a tightened attempt, another schedule's): the segment memo */
+    int64_t *cell = NULL;
+    uint32_t *mark = NULL;
+    *st = DP_OK;
+    if (p->table && table_cell(p->cache, l, sh->enc_len, &cell, &mark) != 0) {
+        *st = DP_ERR_NOMEM;
+        return CACHE_NO_FIT;
     }
-    c->batch++;
-    return 1;
+    if (seen) *seen = mark;
+    if (cell && *cell != CACHE_UNKNOWN) return *cell;
+    const stage_model *sm = p->ctx->sm;
+    int64_t ns;
+    const double *v = p->memo ? memo_at(p->cache, p->memo, sm, i, l, sh, p->scratch) : NULL;
+    if (v) {
+        ns = isnan(v[0]) || !stage_model_fits_mb(sm, v + 1, v + 1 + sm->pp, p->rule, NULL, 0)
+                 ? CACHE_NO_FIT
+                 : llround(v[0] * 1e6);
+    } else {
+        double t_ms;
+        int fits;
+        ns = stage_model_time(sm, sh, p->rule, &t_ms, &fits) != DP_OK || !fits
+                 ? CACHE_NO_FIT
+                 : llround(t_ms * 1e6);
+    }
+    if (cell) *cell = ns;
+    return ns;
 }
 
-/* Points *cell (and *seen) at the cell of `rows` rows at padded length plen, growing the table;
- * both NULL when the table would pass CACHE_MAX_CELLS (the caller prices such shapes itself).
- * Returns -1 when out of memory, else 0. */
-static int cache_cell(shape_cache *c, int rows, int plen, int64_t **cell, uint32_t **seen)
+/* DP_OK when every sample fits in a micro-batch alone under the rule; else DP_ERR_INFEASIBLE
+ * naming the first that does not. Asked before the segment table: a batch that cannot be cut
+ * under this rule (a mode or an in-flight count too large for its longest sample, which
+ * plan_modes and dp_solve then pass by) fails at n queries, not after tabulating every segment
+ * before that sample. */
+static dp_status seg_singles_fit(seg_pricer *p, const sample_len *s, int n, dp_err *err)
 {
-    *cell = NULL, *seen = NULL;
-    if (rows > c->n_rows && (size_t)rows * (size_t)c->cols > CACHE_MAX_CELLS) return 0;
-    if (rows > c->n_rows) {
-        int64_t **nr = realloc(c->row, (size_t)rows * sizeof *nr);
-        if (!nr) return -1;
-        c->row = nr;
-        uint32_t **ns = realloc(c->seen, (size_t)rows * sizeof *ns);
-        if (!ns) return -1;
-        c->seen = ns;
-        for (int q = c->n_rows; q < rows; q++) {
-            c->row[q] = malloc((size_t)c->cols * sizeof **c->row);
-            c->seen[q] = calloc((size_t)c->cols, sizeof **c->seen);
-            if (!c->row[q] || !c->seen[q]) {
-                free(c->row[q]), free(c->seen[q]);
-                c->n_rows = q;
-                return -1;
-            }
-            for (int k = 0; k < c->cols; k++) c->row[q][k] = CACHE_UNKNOWN;
-        }
-        c->n_rows = rows;
-    }
-    int col = plen / c->pad_multiple;
-    *seen = &c->seen[rows - 1][col];
-    *cell = &c->row[rows - 1][col];
-    return 0;
-}
-
-/* DP_OK when every sample fits in a micro-batch alone under rule; else DP_ERR_INFEASIBLE naming
- * the first that does not. Asked before the table: a batch that cannot be cut under this rule
- * (a mode or an in-flight count too large for its longest sample, which plan_modes and dp_solve
- * then pass by) fails at n queries, not after tabulating every segment before that sample. */
-static dp_status seg_singles_fit(const batch_ctx *ctx, const sample_len *s, int n,
-                                 const mem_rule *rule, shape_cache *cache, seg_memo *memo,
-                                 double *scratch, dp_err *err)
-{
+    const batch_ctx *ctx = p->ctx;
     for (int i = 0; i < n; i++) {
         cost_shape one = seg_shape(ctx, s, i, i + 1);
-        double t_ms;
-        int fits = 0;
-        const double *v = memo ? memo_at(cache, memo, ctx->sm, i, 1, &one, scratch) : NULL;
-        if (v ? !isnan(v[0]) &&
-                    stage_model_fits_mb(ctx->sm, v + 1, v + 1 + ctx->sm->pp, rule, NULL, 0)
-              : stage_model_time(ctx->sm, &one, rule, &t_ms, &fits) == DP_OK && fits)
-            continue;
+        dp_status st;
+        int64_t ns = seg_ns(p, i, 1, &one, NULL, &st);
+        if (st != DP_OK) return dp_fail(err, st, "out of memory");
+        if (ns != CACHE_NO_FIT) continue;
         /* Say why the single sample does not fit. */
         mb_cost *c = malloc(sizeof *c);
         char why[400] = "out of memory";
@@ -388,7 +430,7 @@ static dp_status seg_singles_fit(const batch_ctx *ctx, const sample_len *s, int 
         if (c && stage_model_cost(ctx->sm, &one, c, &qerr) != DP_OK)
             snprintf(why, sizeof why, "%.380s", qerr.msg);
         else if (c)
-            stage_model_fits(ctx->sm, c, rule, why, sizeof why);
+            stage_model_fits(ctx->sm, c, p->rule, why, sizeof why);
         free(c);
         return dp_fail(err, DP_ERR_INFEASIBLE,
                        "trace sample %d (%d input, %d target tokens after truncation) does "
@@ -405,20 +447,24 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
                            seg_table *T, dp_err *err)
 {
     memset(T, 0, sizeof *T);
-    shape_cache *cache = ctx->cache;
-    seg_memo *memo = memo_begin(cache, ctx, s, n);
-    double scratch[1 + 2 * STAGE_MAX];
-    dp_status singles = seg_singles_fit(ctx, s, n, rule, cache, memo, scratch, err);
-    if (singles != DP_OK) return singles; /* T empty: seg_release frees nothing */
-    T->n = n;
-    T->len = calloc((size_t)n, sizeof *T->len);
-    T->t = calloc((size_t)n, sizeof *T->t);
+    seg_pricer *p = calloc(1, sizeof *p);
+    shape_cache *own = ctx->cache ? NULL : shape_cache_new();
+    if (!p || (!ctx->cache && !own)) {
+        free(p), shape_cache_free(own);
+        return dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
+    p->ctx = ctx, p->rule = rule, p->cache = ctx->cache ? ctx->cache : own;
+    cache_sync(p->cache, ctx);
+    p->table = table_begin(p->cache, ctx, rule, s, n);
+    p->memo = own ? NULL : memo_begin(p->cache, ctx, s, n); /* a cache of one call keeps none */
+    dp_status st = seg_singles_fit(p, s, n, err);
+    if (st == DP_OK) {
+        T->n = n;
+        T->len = calloc((size_t)n, sizeof *T->len);
+        T->t = calloc((size_t)n, sizeof *T->t);
+        if (!T->len || !T->t) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    }
     size_t all_cap = 0;
-    if (!T->len || !T->t) return dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    shape_cache *own = NULL;
-    if (!cache) cache = own = shape_cache_new();
-    int cached = cache && cache_begin(cache, ctx, rule, s, n);
-    dp_status st = DP_OK;
     for (int i = 0; i < n && st == DP_OK; i++) {
         int enc = 0, dec = 0, cap = 0;
         cost_shape sh = cost_shape_rows(0, 0, 0);
@@ -430,30 +476,14 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             sh.dec_len = batch_pad(ctx->rules, dec);
             if (ctx->varlen) seg_attn_add(ctx->rules, &sh, &s[j - 1]);
             uint32_t *seen = NULL;
-            int64_t ns = CACHE_UNKNOWN, *cell = NULL;
-            if (cached && cache_cell(cache, j - i, sh.enc_len, &cell, &seen) != 0) {
-                st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+            int64_t ns = seg_ns(p, i, j - i, &sh, &seen, &st);
+            if (st != DP_OK) {
+                st = dp_fail(err, st, "out of memory");
                 break;
             }
-            if (cell) ns = *cell;
-            if (ns == CACHE_UNKNOWN) {
-                double t_ms;
-                int fits;
-                const double *v = memo ? memo_at(cache, memo, ctx->sm, i, j - i, &sh, scratch) : NULL;
-                if (v) /* stage_model_time's answer from the kept figures */
-                    ns = isnan(v[0]) || !stage_model_fits_mb(ctx->sm, v + 1, v + 1 + ctx->sm->pp,
-                                                             rule, NULL, 0)
-                             ? CACHE_NO_FIT
-                             : llround(v[0] * 1e6);
-                else
-                    ns = stage_model_time(ctx->sm, &sh, rule, &t_ms, &fits) != DP_OK || !fits
-                             ? CACHE_NO_FIT
-                             : llround(t_ms * 1e6);
-                if (cell) *cell = ns;
-            }
             if (ns == CACHE_NO_FIT) break;
-            int fresh = !seen || *seen != cache->batch; /* this batch's first segment of the shape */
-            if (seen) *seen = cache->batch;
+            int fresh = !seen || *seen != p->cache->batch; /* the batch's first of the shape */
+            if (seen) *seen = p->cache->batch;
             size_t c = (size_t)cap;
             if (dp_grow((void **)&T->t[i], &c, (size_t)(j - i), sizeof **T->t) != DP_OK ||
                 (fresh && dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1,
@@ -466,8 +496,8 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             if (fresh) T->all[T->n_all++] = ns;
             T->len[i] = j - i;
         }
-        if (st != DP_OK) break;
     }
+    free(p);
     shape_cache_free(own);
     if (st == DP_OK && ctx->thin_ms > 0 && seg_sort_costs(T) != 0) /* the exact descent sorts on need */
         st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
