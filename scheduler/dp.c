@@ -52,16 +52,20 @@
 typedef struct seg_table {
     int n;
     int *len;     /* len[i]: feasible segments [i, i+1) .. [i, i+len[i]] */
-    int64_t **t;  /* t[i][l-1]: cost of [i, i+l), ns */
+    int64_t **t;  /* t[i][l-1]: cost of [i, i+l), ns (rows into t_arena, set once it is built) */
     int64_t **lo; /* lo[i][l-1]: the least of t[i][l-1 ..]: a pass under cap tau stops at i once
-                   * lo exceeds tau (filled by seg_suffix_min before the second pass) */
+                   * lo exceeds tau (filled by seg_suffix_min before the second pass; rows into
+                   * lo_arena) */
+    int64_t *t_arena, *lo_arena; /* every row of t, of lo, one after another: one allocation
+                                  * each (rows of their own cost a realloc chain each, half the
+                                  * planning of a 14,000-sample batch in page faults and copies) */
     int64_t *all; /* the batch's distinct shapes' costs (sorted and unique once `sorted`) */
     int n_all, sorted;
 } seg_table;
 
 static void seg_release(seg_table *T)
 {
-    for (int i = 0; i < T->n; i++) free(T->t[i]), free(T->lo ? T->lo[i] : NULL);
+    free(T->t_arena), free(T->lo_arena);
     free(T->t);
     free(T->lo);
     free(T->len);
@@ -122,12 +126,14 @@ static int seg_cost_index(const seg_table *T, int64_t c)
 static dp_status seg_suffix_min(seg_table *T)
 {
     if (T->lo) return DP_OK;
+    size_t cells = 1;
+    for (int i = 0; i < T->n; i++) cells += (size_t)T->len[i];
     T->lo = calloc((size_t)T->n, sizeof *T->lo);
-    if (!T->lo) return DP_ERR_NOMEM;
-    for (int i = 0; i < T->n; i++) {
+    T->lo_arena = malloc(cells * sizeof *T->lo_arena);
+    if (!T->lo || !T->lo_arena) return DP_ERR_NOMEM;
+    for (int i = 0, at = 0; i < T->n; at += T->len[i], i++) {
         int L = T->len[i];
-        T->lo[i] = malloc((size_t)(L ? L : 1) * sizeof **T->lo);
-        if (!T->lo[i]) return DP_ERR_NOMEM;
+        T->lo[i] = T->lo_arena + at;
         for (int l = L - 1; l >= 0; l--)
             T->lo[i][l] = l == L - 1 || T->t[i][l] < T->lo[i][l + 1] ? T->t[i][l] : T->lo[i][l + 1];
     }
@@ -464,9 +470,12 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
         T->t = calloc((size_t)n, sizeof *T->t);
         if (!T->len || !T->t) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     }
-    size_t all_cap = 0;
+    size_t all_cap = 0, arena_cap = 0, used = 0; /* T->t_arena: its cells, those filled */
+    size_t *start = st == DP_OK ? malloc((size_t)(n ? n : 1) * sizeof *start) : NULL; /* row i's, in it */
+    if (st == DP_OK && !start) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && st == DP_OK; i++) {
-        int enc = 0, dec = 0, cap = 0;
+        int enc = 0, dec = 0;
+        start[i] = used;
         cost_shape sh = cost_shape_rows(0, 0, 0);
         sh.varlen = ctx->varlen;
         for (int j = i + 1; j <= n; j++) {
@@ -484,19 +493,19 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             if (ns == CACHE_NO_FIT) break;
             int fresh = !seen || *seen != p->cache->batch; /* the batch's first of the shape */
             if (seen) *seen = p->cache->batch;
-            size_t c = (size_t)cap;
-            if (dp_grow((void **)&T->t[i], &c, (size_t)(j - i), sizeof **T->t) != DP_OK ||
+            if (dp_grow((void **)&T->t_arena, &arena_cap, used + 1, sizeof *T->t_arena) != DP_OK ||
                 (fresh && dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1,
                                   sizeof *T->all) != DP_OK)) {
                 st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
                 break;
             }
-            cap = (int)c;
-            T->t[i][j - i - 1] = ns;
+            T->t_arena[used++] = ns; /* row i's segment of j - i samples */
             if (fresh) T->all[T->n_all++] = ns;
             T->len[i] = j - i;
         }
     }
+    for (int i = 0; i < n && st == DP_OK; i++) T->t[i] = T->t_arena + start[i]; /* it moves no more */
+    free(start);
     free(p);
     shape_cache_free(own);
     if (st == DP_OK && ctx->thin_ms > 0 && seg_sort_costs(T) != 0) /* the exact descent sorts on need */
