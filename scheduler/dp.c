@@ -415,20 +415,25 @@ static int64_t seg_ns(seg_pricer *p, int i, int l, const cost_shape *sh, uint32_
     return ns;
 }
 
-/* DP_OK when every sample fits in a micro-batch alone under the rule; else DP_ERR_INFEASIBLE
- * naming the first that does not. Asked before the segment table: a batch that cannot be cut
+/* DP_OK when every sample fits in a micro-batch alone under the rule, with the sum and the most
+ * of their costs (ns) in *sum and *max; else DP_ERR_INFEASIBLE naming the first that does not. Asked before the segment table: a batch that cannot be cut
  * under this rule (a mode or an in-flight count too large for its longest sample, which
  * plan_modes and dp_solve then pass by) fails at n queries, not after tabulating every segment
  * before that sample. */
-static dp_status seg_singles_fit(seg_pricer *p, const sample_len *s, int n, dp_err *err)
+static dp_status seg_singles_fit(seg_pricer *p, const sample_len *s, int n, int64_t *sum,
+                                 int64_t *max, dp_err *err)
 {
     const batch_ctx *ctx = p->ctx;
+    *sum = *max = 0;
     for (int i = 0; i < n; i++) {
         cost_shape one = seg_shape(ctx, s, i, i + 1);
         dp_status st;
         int64_t ns = seg_ns(p, i, 1, &one, NULL, &st);
         if (st != DP_OK) return dp_fail(err, st, "out of memory");
-        if (ns != CACHE_NO_FIT) continue;
+        if (ns != CACHE_NO_FIT) {
+            *sum += ns, *max = ns > *max ? ns : *max;
+            continue;
+        }
         /* Say why the single sample does not fit. */
         mb_cost *c = malloc(sizeof *c);
         char why[400] = "out of memory";
@@ -448,9 +453,20 @@ static dp_status seg_singles_fit(seg_pricer *p, const sample_len *s, int n, dp_e
     return DP_OK;
 }
 
-/* Tabulates t(i, j). Fails (with the sample named) when a single sample does not fit. */
+static int64_t score_scaled(int64_t sum, int64_t max, int S, int C, int D);
+
+/* Tabulates t(i, j) for the objective on S stages of C chunks with D replicas. Fails (with the
+ * sample named) when a single sample does not fit.
+ *
+ * A segment no optimal partition can hold is left out: every sample alone scores U, so a
+ * partition holding a segment of cost t scores at least score_scaled(t, t) (its sum and max are
+ * at least t), which passes U once t > t_cap. A row stops where even the least its longer
+ * segments can cost, their real tokens at each device's floor (stage_model_token_floor: a lower
+ * bound on any micro-batch's time, 0 where the cost model has none), passes t_cap: the time of a
+ * segment need not grow with it (a measured profile's), its tokens do. Not for DynaPipe's thinned
+ * search, whose candidate caps are the segments' costs. */
 static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, const mem_rule *rule,
-                           seg_table *T, dp_err *err)
+                           int D, seg_table *T, dp_err *err)
 {
     memset(T, 0, sizeof *T);
     seg_pricer *p = calloc(1, sizeof *p);
@@ -463,7 +479,15 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
     cache_sync(p->cache, ctx);
     p->table = table_begin(p->cache, ctx, rule, s, n);
     p->memo = own ? NULL : memo_begin(p->cache, ctx, s, n); /* a cache of one call keeps none */
-    dp_status st = seg_singles_fit(p, s, n, err);
+    int64_t one_sum, one_max;
+    dp_status st = seg_singles_fit(p, s, n, &one_sum, &one_max, err);
+    int S = ctx->sm->pp, C = ctx->sm->chunks;
+    double t_cap_ms = INFINITY, floor_enc[STAGE_MAX], floor_dec[STAGE_MAX];
+    if (st == DP_OK && ctx->thin_ms <= 0) {
+        int64_t weight = S > 1 ? (int64_t)(S - 1) * D + C : (int64_t)D * C; /* score_scaled(t, t) / t */
+        t_cap_ms = (double)score_scaled(one_sum, one_max, S, C, D) / (double)weight / 1e6;
+        for (int d = 0; d < S; d++) stage_model_token_floor(ctx->sm, d, &floor_enc[d], &floor_dec[d]);
+    }
     if (st == DP_OK) {
         T->n = n;
         T->len = calloc((size_t)n, sizeof *T->len);
@@ -475,10 +499,20 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
     if (st == DP_OK && !start) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && st == DP_OK; i++) {
         int enc = 0, dec = 0;
+        double real_enc = 0, real_dec = 0;
         start[i] = used;
         cost_shape sh = cost_shape_rows(0, 0, 0);
         sh.varlen = ctx->varlen;
         for (int j = i + 1; j <= n; j++) {
+            real_enc += s[j - 1].enc, real_dec += s[j - 1].dec;
+            if (j > i + 1 && isfinite(t_cap_ms)) { /* the least [i, j) and longer can cost */
+                double least = 0;
+                for (int d = 0; d < S; d++) {
+                    double f = floor_enc[d] * real_enc + floor_dec[d] * real_dec;
+                    least = f > least ? f : least;
+                }
+                if (least > t_cap_ms + 1e-6) break; /* a ns over: its rounded cost passes too */
+            }
             if (s[j - 1].enc > enc) enc = s[j - 1].enc;
             if (s[j - 1].dec > dec) dec = s[j - 1].dec;
             sh.mbs = j - i, sh.enc_len = batch_pad(ctx->rules, enc);
@@ -639,7 +673,7 @@ static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int D, 
     seg_table T;
     mem_rule rule;
     mb_mem_rule(ctx, one_held, &rule);
-    dp_status st = seg_build(ctx, s, n, &rule, &T, err);
+    dp_status st = seg_build(ctx, s, n, &rule, D, &T, err);
     dp_cell *f = malloc((size_t)(n + 1) * sizeof *f), *best = malloc((size_t)(n + 1) * sizeof *best);
     if (st == DP_OK && (!f || !best)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     if (st != DP_OK) goto out;

@@ -375,6 +375,88 @@ static void test_dp_matches_brute_force(void **state)
     assert_true(constrained > 20);
 }
 
+/* The DP's rows cut where no optimal partition can reach (dp.c seg_build: a segment whose real
+ * tokens at the devices' floors already cost more than t_cap, past which a partition holding it
+ * scores worse than every sample alone), on the analytic model, which has a floor: the same best
+ * objective as every contiguous partition (brute force), over stages, replicas and memory. The
+ * cut is counted here too, written out, so that the grid is known to reach it. */
+static void test_dp_floor_cut_matches_brute_force(void **state)
+{
+    (void)state;
+    model_spec m = *model_preset("gpt-tiny");
+    m.enc_layers = 8, m.hidden = 4096, m.heads = 32, m.kv_channels = 128, m.ffn = 16384;
+    analytic_params ap;
+    analytic_params_default(&ap);
+    unsigned seed = 4242;
+    int cases = 0, cut = 0;
+    static const int Ss[] = {1, 2, 4}, Ds[] = {1, 2, 4, 8};
+    for (int si = 0; si < 3; si++)
+        for (int di = 0; di < 4; di++)
+            for (int rep = 0; rep < 6; rep++) {
+                int S = Ss[si], D = Ds[di];
+                fixture f;
+                memset(&f, 0, sizeof f);
+                f.m = m;
+                cluster_preset("p4d", &f.hw);
+                dp_err err = {0};
+                if (cost_analytic_new(&f.m, &f.hw, 1, RECOMPUTE_NONE, &ap, &f.cm, &err) != DP_OK)
+                    fail_msg("%s", err.msg);
+                assert_int_equal(stage_model_init(&f.sm, f.cm, S, 1, D, 1, 1e9, &err), DP_OK);
+                double model_state = 0;
+                for (int d = 0; d < S; d++) model_state = fmax(model_state, f.sm.state_mb[d]);
+                double mem = rep == 0 ? 1e6 : 6000 + rand_r(&seed) % 40000;
+                assert_int_equal(stage_model_init(&f.sm, f.cm, S, 1, D, 1, model_state + mem, &err),
+                                 DP_OK);
+                batch_rules_default(&f.rules, m.arch);
+                f.rules.max_seqlen = 4096;
+                f.ctx = (batch_ctx){&f.rules, &f.sm, 2, 512, 0, NULL, DP_SPLIT_GLOBAL, NULL, 0};
+                int n = 6 + rand_r(&seed) % 9;
+                sample_len smp[14];
+                for (int i = 0; i < n; i++) /* short ones and long ones */
+                    smp[i] = (sample_len){i, rand_r(&seed) % 3 ? 1024 + rand_r(&seed) % 3072
+                                                               : 16 + rand_r(&seed) % 512, 0};
+                mb_list l;
+                mb_list_init(&l);
+                dp_status st = dp_batch(&f.ctx, smp, n, &l, &err);
+                assert_int_equal(mb_order(&f.rules, smp, n), DP_OK);
+                int64_t bf = brute_force(&f, smp, n, S);
+                int held = S;
+                if (bf == INT64_MAX) bf = brute_force(&f, smp, n, 1), held = 1;
+                if (bf == INT64_MAX) {
+                    assert_int_equal(st, DP_ERR_INFEASIBLE);
+                } else {
+                    if (st != DP_OK) fail_msg("%s", err.msg);
+                    assert_int_equal(plan_score(&f, &l, smp, n), bf);
+                    /* the cut, written out: every sample alone, then each longer segment's least */
+                    int64_t sum = 0, mx = 0;
+                    for (int i = 0; i < n; i++) {
+                        int64_t t = seg_ns(&f, smp, i, i + 1, held);
+                        sum += t, mx = t > mx ? t : mx;
+                    }
+                    double cap = (double)objective_cd(S, 1, D, sum, mx) /
+                                 (double)(S > 1 ? (S - 1) * D + 1 : D) / 1e6;
+                    for (int i = 0; i < n; i++)
+                        for (int j = i + 2; j <= n; j++) {
+                            double tokens = 0, least = 0;
+                            for (int k = i; k < j; k++) tokens += smp[k].enc;
+                            for (int d = 0; d < S; d++) {
+                                double fe, fd;
+                                stage_model_token_floor(&f.sm, d, &fe, &fd);
+                                least = fmax(least, fe * tokens);
+                            }
+                            cut += least > cap + 1e-6;
+                        }
+                    cases++;
+                }
+                mb_list_release(&l);
+                fixture_release(&f);
+            }
+    print_message("floor cut: %d cases agree with brute force; %d segments past the cut\n", cases,
+                  cut);
+    assert_true(cases >= 50);
+    assert_true(cut > 0);
+}
+
 /* The costs a kept cache holds (dp.c: the shape table under one rule, the segment memo of recent
  * batches under any): the same batch planned again and again under other memory rules (the
  * schedules' holds, the one-held fallback, tightened scales), varlen and not, across more batches
@@ -1510,6 +1592,7 @@ int main(void)
         cmocka_unit_test(test_t5_order_is_a_short_path),
         cmocka_unit_test(test_dp_matches_brute_force),
         cmocka_unit_test(test_dp_kept_costs_any_rule),
+        cmocka_unit_test(test_dp_floor_cut_matches_brute_force),
         cmocka_unit_test(test_cp_auto_matches_brute_force),
         cmocka_unit_test(test_cp_auto_spreads_samples),
         cmocka_unit_test(test_replica_split),
