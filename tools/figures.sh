@@ -66,7 +66,7 @@ check grid README.md "auto grid: worst over every other row" 1.000 0.1 '/geometr
 check pairgrid docs/scheduling.md "auto x auto: geomean over the best single pair" 1.001 0.1 '/geometric mean/ { sub(/x$/, "", $6); print $6 }'
 check regime README.md "regime map: llama3.1-8b 1024 packing-dp / packing" 1.669 0.1 '$1 == "llama3.1-8b" && $2 == 1024 && $3 == "packing-dp" { print $4 }'
 check regime docs/scheduling.md "regime map: gpt 4096 auto / packing" 1.7859 0.1 '$1 == "gpt-6.7b-16l" && $2 == 4096 && $3 == "auto" { print $4 }'
-check scale docs/scheduling.md "16,384-GPU sim: peak RSS, MB" 252 10 '$1 == "peak_rss_kb" { print $2 / 1000 }'
+check scale docs/scheduling.md "16,384-GPU sim: peak RSS, MB" 53 10 '$1 == "peak_rss_kb" { print $2 / 1000 }'
 check toy README.md "textbook ZB-H1 bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check toyzbv docs/teaching.md "textbook ZB-V bubble, %" 5.88 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
 check toydpv docs/teaching.md "textbook DualPipeV bubble, %" 11.11 0.1 '/^pipeline bubble/ { sub(/%$/, "", $6); print $6 }'
