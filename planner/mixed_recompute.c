@@ -25,6 +25,17 @@ static void load(plan_mb *m, int pp, const double *v)
     memcpy(m->fwd_ms, v, (size_t)PLAN_MB_ARRAYS * (size_t)pp * sizeof *v);
 }
 
+/* Micro-batch k of it (built from l->mb[k]) costed in mode `to` (sm[to]) into *trial, whose
+ * arrays are bound to v: 0, or -1 where that mode's cost model cannot price it. */
+static int cost_in_mode(const plan_iter *it, const mb_list *l, const stage_model *const sm[],
+                        int k, int to, double *v, mb_cost *scratch, plan_mb *trial)
+{
+    *trial = it->mb[k];
+    plan_mb_bind(trial, v, it->pp);
+    dp_err ignored;
+    return plan_mb_cost(trial, it->pp, &l->mb[k], sm[to], scratch, &ignored) == DP_OK ? 0 : -1;
+}
+
 /* Costs micro-batch k's next mode below its current one into s (s->to = -1 where there is none,
  * the model cannot price it, or it saves no time). */
 static void next_step(const plan_iter *it, const mb_list *l, const stage_model *const sm[],
@@ -35,11 +46,8 @@ static void next_step(const plan_iter *it, const mb_list *l, const stage_model *
     s->to = -1;
     int to = cur->recompute - 1;
     while (to >= 0 && !sm[to]) to--;
-    if (to < 0) return;
-    plan_mb trial = *cur;
-    plan_mb_bind(&trial, s->v, pp);
-    dp_err ignored;
-    if (plan_mb_cost(&trial, pp, &l->mb[k], sm[to], scratch, &ignored) != DP_OK) return;
+    plan_mb trial;
+    if (to < 0 || cost_in_mode(it, l, sm, k, to, s->v, scratch, &trial) != 0) return;
     double saved = 0, takes = 0;
     for (int d = 0; d < pp; d++) {
         double was = cur->fwd_ms[d] + cur->bwd_ms[d], now = trial.fwd_ms[d] + trial.bwd_ms[d];
@@ -117,11 +125,8 @@ double mixed_recompute_floor_ms(plan_iter *it, const mb_list *l,
         for (int d = 0; d < pp; d++) /* compute only, as the bound counts it */
             m->fwd_ms[d] -= m->xfwd_ms[d], m->bwd_ms[d] -= m->xbwd_ms[d];
         for (int to = (int)from - 1; to >= 0; to--) {
-            if (!sm[to]) continue;
-            plan_mb trial = *m;
-            plan_mb_bind(&trial, trial_v, pp);
-            dp_err ignored;
-            if (plan_mb_cost(&trial, pp, &l->mb[k], sm[to], scratch, &ignored) != DP_OK) continue;
+            plan_mb trial;
+            if (!sm[to] || cost_in_mode(it, l, sm, k, to, trial_v, scratch, &trial) != 0) continue;
             for (int d = 0; d < pp; d++) {
                 double f = trial.fwd_ms[d] - trial.xfwd_ms[d], b = trial.bwd_ms[d] - trial.xbwd_ms[d];
                 if (f < m->fwd_ms[d]) m->fwd_ms[d] = f;

@@ -439,7 +439,8 @@ typedef struct planner {
                            * order search (and the build): 0 none */
     int prune_needs_fit;  /* 1: only where the plan fits in its planned order (then the order
                            * search keeps a fitting one, and the attempt is the last) */
-    double pruned_lb_ms;  /* set by plan_iteration when the plan's lower bound passed it */
+    double pruned_lb_ms;  /* set by plan_iteration when the plan's lower bound passed it, and by
+                           * plan_modes when no mode could beat beat_ms */
     double beat_ms;       /* > 0: the time to beat (auto's best so far): --recompute fastest
                            * simulates no mode whose plan's lower bound passes it */
 } planner;
@@ -664,9 +665,12 @@ static int study_schedules(const study_opts *o, const schedule **out)
  * the recompute rule, relaxed as the run keeps it) fits and simulates fastest, ties to the
  * earlier; its index s * n_cands + c, 0 when none fits (its plan then reports why). A pair whose
  * plan's lower bound (schedule_time_lower_bound: the simulated time is never below it) already
- * passes the best so far is not simulated (nor, adaptive, order-searched): it cannot win. Not
- * under mixed or fastest recompute, whose plans change after planning. The pair `first` (the
- * previous iteration's winner) is tried first, for an early best; the answer is the same. */
+ * passes the best so far is not simulated (nor, adaptive, order-searched): it cannot win. Under
+ * mixed and fastest recompute, whose plans change after planning, their own bounds instead: a
+ * mixed plan is dropped before relaxing where even its floor (mixed_recompute_floor_ms) passes
+ * the best, and fastest simulates no mode whose plan's bound passes it (beat_ms). The pair
+ * `first` (the previous iteration's winner) is tried first, for an early best; the answer is the
+ * same. */
 static int fastest_candidate(planner *pl, const batcher *const *cands, int n_cands,
                              const schedule *const *scheds, int n_scheds, const stage_model *sm,
                              const stage_model *const *by_mode, shape_cache *const *cache,
@@ -682,7 +686,8 @@ static int fastest_candidate(planner *pl, const batcher *const *cands, int n_can
         pl->sched = scheds[c / n_cands];
         double best_ms = best_ns < INT64_MAX ? (double)best_ns / 1e6 : 0;
         pl->prune_left_ms = bound ? best_ms : 0, pl->prune_needs_fit = 1, pl->pruned_lb_ms = 0;
-        pl->beat_ms = best_ms;
+        pl->beat_ms = pl->o->recompute_per_mb ? 0 : best_ms; /* a plan's bound before relaxing
+                                                              * bounds nothing after */
         int answerable = 0, mode;
         dp_err why = {0};
         if (plan_modes(pl, sm, cache, modes, b, n, id, l, pi, &answerable, &mode, &why) != DP_OK ||

@@ -8,13 +8,15 @@
  * t(i, j) is the stage time of the micro-batch (stage_cost.h), over micro-batches that fit in
  * memory.
  *
- * 1. Segment costs are tabulated once per batch, in C: t(i, j) for every feasible segment, as
- *    integer nanoseconds so that sums and ties are exact; a shape's cost comes from the run's
- *    shape_cache when the batch allows it (below), so most segments cost a table lookup.
+ * 1. Segment costs are tabulated once per solve, in C: t(i, j) for every feasible segment, as
+ *    integer nanoseconds so that sums and ties are exact; a cost comes from the run's shape_cache
+ *    (its shape table, or the batch's segment memo when another memory rule planned the same
+ *    batch before: below), so most segments cost a lookup. Every sample alone is checked first.
  *    Extending a segment never shrinks its shape (more rows, lengths are maxima), so once a
  *    segment stops fitting in memory or leaves the profile's measured region, longer ones
  *    starting at i are not tried (activation memory and the measured region grow with micro-batch
- *    size and length).
+ *    size and length); nor once its tokens alone, at the devices' floors, cost more than any
+ *    segment of an optimal partition can (t_cap, seg_build).
  * 2. For a cap tau, one DP pass finds the partition of least sum with every t_k <= tau, breaking
  *    ties in the sum towards the smaller realised max m (lexicographic (sum, max): exact, since for
  *    equal prefix sums a smaller prefix max is never worse).
@@ -59,17 +61,49 @@ typedef struct seg_table {
     int64_t *t_arena, *lo_arena; /* every row of t, of lo, one after another: one allocation
                                   * each (rows of their own cost a realloc chain each, half the
                                   * planning of a 14,000-sample batch in page faults and copies) */
+    size_t *t_start, t_used, t_cap; /* while building: row i's first cell in t_arena; cells */
     int64_t *all; /* the batch's distinct shapes' costs (sorted and unique once `sorted`) */
     int n_all, sorted;
 } seg_table;
 
 static void seg_release(seg_table *T)
 {
-    free(T->t_arena), free(T->lo_arena);
+    free(T->t_arena), free(T->lo_arena), free(T->t_start);
     free(T->t);
     free(T->lo);
     free(T->len);
     free(T->all);
+}
+
+/* Rows of n starts: DP_ERR_NOMEM or DP_OK (then rows are built in order, seg_row_begin, pushes,
+ * and seg_rows_done points T->t at them). */
+static dp_status seg_rows_alloc(seg_table *T, int n)
+{
+    T->n = n;
+    T->len = calloc((size_t)(n ? n : 1), sizeof *T->len);
+    T->t = calloc((size_t)(n ? n : 1), sizeof *T->t);
+    T->t_start = malloc((size_t)(n ? n : 1) * sizeof *T->t_start);
+    return T->len && T->t && T->t_start ? DP_OK : DP_ERR_NOMEM;
+}
+
+static void seg_row_begin(seg_table *T, int i)
+{
+    T->t_start[i] = T->t_used;
+}
+
+/* Row i's next segment (one sample longer than its last) costs ns. */
+static dp_status seg_row_push(seg_table *T, int i, int64_t ns)
+{
+    if (dp_grow((void **)&T->t_arena, &T->t_cap, T->t_used + 1, sizeof *T->t_arena) != DP_OK)
+        return DP_ERR_NOMEM;
+    T->t_arena[T->t_used++] = ns;
+    T->len[i]++;
+    return DP_OK;
+}
+
+static void seg_rows_done(seg_table *T)
+{
+    for (int i = 0; i < T->n; i++) T->t[i] = T->t_arena + T->t_start[i]; /* it moves no more */
 }
 
 /* Sorts v[0..n) of non-negative values ascending: least significant digit first, 11 bits a pass,
@@ -131,7 +165,8 @@ static dp_status seg_suffix_min(seg_table *T)
     T->lo = calloc((size_t)T->n, sizeof *T->lo);
     T->lo_arena = malloc(cells * sizeof *T->lo_arena);
     if (!T->lo || !T->lo_arena) return DP_ERR_NOMEM;
-    for (int i = 0, at = 0; i < T->n; at += T->len[i], i++) {
+    size_t at = 0;
+    for (int i = 0; i < T->n; at += (size_t)T->len[i], i++) {
         int L = T->len[i];
         T->lo[i] = T->lo_arena + at;
         for (int l = L - 1; l >= 0; l--)
@@ -178,8 +213,9 @@ static cost_shape seg_shape(const batch_ctx *ctx, const sample_len *s, int i, in
  * plan_iteration; --batching and --schedule auto plan every pair), and only whether a segment
  * fits changes with the rule. So each segment of the last SEG_MEMO_BATCHES batches (as ordered;
  * dynamic and dynamic-varlen order and price the same samples apart) keeps t_ms and its stored
- * and peak MB per device, and the rule is asked of them (stage_model_fits_mb);
- * SEG_MEMO_MAX_DOUBLES in all, beyond which segments are priced directly. Not under --cp auto,
+ * and peak MB per device, and the rule is asked of them (stage_model_fits_mb); a memo stops
+ * keeping once it holds SEG_MEMO_MAX_DOUBLES (32 MB, the last row's growth past it; 128 MB for the
+ * four), and further segments are priced directly. Not under --cp auto,
  * whose degree per segment is chosen under the rule. A call under a rule other than the table's
  * goes by the memo alone: refilling the table for each rule cost more than it saved (auto on the
  * long-cot mix at 32k spent a tenth of its planning in the page faults of new tables). */
@@ -187,7 +223,7 @@ static cost_shape seg_shape(const batch_ctx *ctx, const sample_len *s, int i, in
 #define CACHE_NO_FIT (-1)
 #define CACHE_MAX_CELLS (1 << 24)
 #define SEG_MEMO_BATCHES 4
-#define SEG_MEMO_MAX_DOUBLES (1 << 22) /* 32 MB */
+#define SEG_MEMO_MAX_DOUBLES (1 << 22) /* 32 MB a memo */
 
 typedef struct seg_memo {
     int n, varlen;  /* the batch: n samples, ordered as in lens */
@@ -351,12 +387,13 @@ static const double *memo_at(shape_cache *cache, seg_memo *m, const stage_model 
     int pp = sm->pp, stride = 1 + 2 * pp;
     if (l <= m->len[i]) return m->v[i] + (size_t)(l - 1) * stride;
     double *out = scratch;
-    if (l == m->len[i] + 1 && m->doubles + (size_t)stride <= SEG_MEMO_MAX_DOUBLES) {
+    if (l == m->len[i] + 1 && m->doubles < SEG_MEMO_MAX_DOUBLES) {
         size_t c = (size_t)m->cap[i];
         if (dp_grow((void **)&m->v[i], &c, (size_t)l * stride, sizeof **m->v) == DP_OK) {
+            m->doubles += c - (size_t)m->cap[i]; /* what it holds, growth included */
             m->cap[i] = (int)c;
             out = m->v[i] + (size_t)(l - 1) * stride;
-            m->len[i] = l, m->doubles += (size_t)stride;
+            m->len[i] = l;
         }
     }
     mb_cost *c = cache->cost;
@@ -416,10 +453,10 @@ static int64_t seg_ns(seg_pricer *p, int i, int l, const cost_shape *sh, uint32_
 }
 
 /* DP_OK when every sample fits in a micro-batch alone under the rule, with the sum and the most
- * of their costs (ns) in *sum and *max; else DP_ERR_INFEASIBLE naming the first that does not. Asked before the segment table: a batch that cannot be cut
- * under this rule (a mode or an in-flight count too large for its longest sample, which
- * plan_modes and dp_solve then pass by) fails at n queries, not after tabulating every segment
- * before that sample. */
+ * of their costs (ns) in *sum and *max; else DP_ERR_INFEASIBLE naming the first that does not.
+ * Asked before the segment table: a batch that cannot be cut under this rule (a mode or an
+ * in-flight count too large for its longest sample, which plan_modes and dp_solve then pass by)
+ * fails at n queries, not after tabulating every segment before that sample. */
 static dp_status seg_singles_fit(seg_pricer *p, const sample_len *s, int n, int64_t *sum,
                                  int64_t *max, dp_err *err)
 {
@@ -484,23 +521,19 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
     int S = ctx->sm->pp, C = ctx->sm->chunks;
     double t_cap_ms = INFINITY, floor_enc[STAGE_MAX], floor_dec[STAGE_MAX];
     if (st == DP_OK && ctx->thin_ms <= 0) {
-        int64_t weight = S > 1 ? (int64_t)(S - 1) * D + C : (int64_t)D * C; /* score_scaled(t, t) / t */
+        /* score_scaled(t, t) / t */
+        int64_t weight = S > 1 ? (int64_t)(S - 1) * D + C : (int64_t)D * C;
         t_cap_ms = (double)score_scaled(one_sum, one_max, S, C, D) / (double)weight / 1e6;
-        for (int d = 0; d < S; d++) stage_model_token_floor(ctx->sm, d, &floor_enc[d], &floor_dec[d]);
+        for (int d = 0; d < S; d++)
+            stage_model_token_floor(ctx->sm, d, &floor_enc[d], &floor_dec[d]);
     }
-    if (st == DP_OK) {
-        T->n = n;
-        T->len = calloc((size_t)n, sizeof *T->len);
-        T->t = calloc((size_t)n, sizeof *T->t);
-        if (!T->len || !T->t) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
-    }
-    size_t all_cap = 0, arena_cap = 0, used = 0; /* T->t_arena: its cells, those filled */
-    size_t *start = st == DP_OK ? malloc((size_t)(n ? n : 1) * sizeof *start) : NULL; /* row i's, in it */
-    if (st == DP_OK && !start) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    if (st == DP_OK && seg_rows_alloc(T, n) != DP_OK)
+        st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
+    size_t all_cap = 0;
     for (int i = 0; i < n && st == DP_OK; i++) {
         int enc = 0, dec = 0;
         double real_enc = 0, real_dec = 0;
-        start[i] = used;
+        seg_row_begin(T, i);
         cost_shape sh = cost_shape_rows(0, 0, 0);
         sh.varlen = ctx->varlen;
         for (int j = i + 1; j <= n; j++) {
@@ -527,19 +560,16 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
             if (ns == CACHE_NO_FIT) break;
             int fresh = !seen || *seen != p->cache->batch; /* the batch's first of the shape */
             if (seen) *seen = p->cache->batch;
-            if (dp_grow((void **)&T->t_arena, &arena_cap, used + 1, sizeof *T->t_arena) != DP_OK ||
+            if (seg_row_push(T, i, ns) != DP_OK || /* row i's segment of j - i samples */
                 (fresh && dp_grow((void **)&T->all, &all_cap, (size_t)T->n_all + 1,
                                   sizeof *T->all) != DP_OK)) {
                 st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
                 break;
             }
-            T->t_arena[used++] = ns; /* row i's segment of j - i samples */
             if (fresh) T->all[T->n_all++] = ns;
-            T->len[i] = j - i;
         }
     }
-    for (int i = 0; i < n && st == DP_OK; i++) T->t[i] = T->t_arena + start[i]; /* it moves no more */
-    free(start);
+    if (st == DP_OK) seg_rows_done(T);
     free(p);
     shape_cache_free(own);
     if (st == DP_OK && ctx->thin_ms > 0 && seg_sort_costs(T) != 0) /* the exact descent sorts on need */
@@ -674,6 +704,7 @@ static dp_status solve(const batch_ctx *ctx, const sample_len *s, int n, int D, 
     mem_rule rule;
     mb_mem_rule(ctx, one_held, &rule);
     dp_status st = seg_build(ctx, s, n, &rule, D, &T, err);
+    out->dp_segments += (int64_t)T.t_used;
     dp_cell *f = malloc((size_t)(n + 1) * sizeof *f), *best = malloc((size_t)(n + 1) * sizeof *best);
     if (st == DP_OK && (!f || !best)) st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
     if (st != DP_OK) goto out;
@@ -785,27 +816,27 @@ dp_status dp_cut(int n, dp_seg_cost cost, void *cost_ctx, int S, int C, int D, i
 {
     seg_table T;
     memset(&T, 0, sizeof T);
-    T.n = n;
-    T.len = calloc((size_t)(n ? n : 1), sizeof *T.len);
-    T.t = calloc((size_t)(n ? n : 1), sizeof *T.t);
     dp_cell *f = malloc((size_t)(n + 1) * sizeof *f), *best = malloc((size_t)(n + 1) * sizeof *best);
     size_t all_cap = 0;
-    dp_status st = !T.len || !T.t || !f || !best ? dp_fail(err, DP_ERR_NOMEM, "out of memory") : DP_OK;
+    dp_status st = seg_rows_alloc(&T, n) != DP_OK || !f || !best
+                       ? dp_fail(err, DP_ERR_NOMEM, "out of memory")
+                       : DP_OK;
     for (int i = 0; i < n && st == DP_OK; i++) {
-        size_t cap = 0;
+        seg_row_begin(&T, i);
         for (int l = 1; i + l <= n; l++) {
             int64_t ns = cost(cost_ctx, i, l);
             if (ns < 0) break; /* no longer segment from i fits either */
-            if (dp_grow((void **)&T.t[i], &cap, (size_t)l, sizeof **T.t) != DP_OK ||
+            if (seg_row_push(&T, i, ns) != DP_OK ||
                 dp_grow((void **)&T.all, &all_cap, (size_t)T.n_all + 1, sizeof *T.all) != DP_OK) {
                 st = dp_fail(err, DP_ERR_NOMEM, "out of memory");
                 break;
             }
-            T.t[i][l - 1] = ns, T.all[T.n_all++] = ns, T.len[i] = l;
+            T.all[T.n_all++] = ns;
         }
         if (st == DP_OK && T.len[i] == 0)
             st = dp_fail(err, DP_ERR_INFEASIBLE, "item %d does not fit in a micro-batch even alone", i);
     }
+    if (st == DP_OK) seg_rows_done(&T);
     int64_t score = INT64_MAX;
     int passes = 0;
     if (st == DP_OK && n > 0 && descend(&T, S, C, D, f, best, &score, &passes) != DP_OK)

@@ -27,6 +27,7 @@ void mb_list_clear(mb_list *l)
     l->feasible = 0;
     l->why[0] = '\0';
     l->dp_passes = 0;
+    l->dp_segments = 0;
     l->in_flight = 0;
     l->replicas_set = 0;
 }

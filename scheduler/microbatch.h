@@ -91,6 +91,8 @@ typedef struct mb_list {
     int in_flight;         /* 1: the memory check assumed one micro-batch held (DynaPipe's
                             * fallback); otherwise the context's mem_rule */
     int dp_passes;         /* dynamic: DP passes run */
+    int64_t dp_segments;   /* dynamic: segments tabulated, over its solves (what the row cut,
+                            * dp.c seg_build, leaves) */
     int replicas_set;      /* the batcher assigned replicas itself (mb_list_finish keeps them) */
 } mb_list;
 
@@ -120,9 +122,9 @@ dp_status mb_list_add(mb_list *l, const batch_ctx *ctx, const sample_len *s, int
 
 /* The dynamic batcher's memory of costs (scheduler/dp.c): a table of stage times per micro-batch
  * shape, kept across the batches of a run under one memory rule, and each recent batch's segment
- * costs, kept whatever the rule. The caller owns it (one per stage model, for speed); it clears
- * itself when the stage model, its cost model (cost_model.serial) or the length rules change.
- * NULL in batch_ctx: nothing kept between calls. */
+ * costs, kept whatever the rule (the last four batches, up to about 32 MB each). The caller owns
+ * it (one per stage model, for speed); it clears itself when the stage model, its cost model
+ * (cost_model.serial) or the length rules change. NULL in batch_ctx: nothing kept between calls. */
 typedef struct shape_cache shape_cache;
 shape_cache *shape_cache_new(void); /* NULL when out of memory */
 void shape_cache_free(shape_cache *c);

@@ -378,83 +378,101 @@ static void test_dp_matches_brute_force(void **state)
 /* The DP's rows cut where no optimal partition can reach (dp.c seg_build: a segment whose real
  * tokens at the devices' floors already cost more than t_cap, past which a partition holding it
  * scores worse than every sample alone), on the analytic model, which has a floor: the same best
- * objective as every contiguous partition (brute force), over stages, replicas and memory. The
- * cut is counted here too, written out, so that the grid is known to reach it. */
+ * objective as every contiguous partition (brute force), GPT and T5 (decoder tokens), over stages,
+ * chunks, replicas and memory; and the segments it tabulated (mb_list.dp_segments) exactly those
+ * the rule written out here leaves, so the grid is known to reach the cut. */
 static void test_dp_floor_cut_matches_brute_force(void **state)
 {
     (void)state;
-    model_spec m = *model_preset("gpt-tiny");
-    m.enc_layers = 8, m.hidden = 4096, m.heads = 32, m.kv_channels = 128, m.ffn = 16384;
     analytic_params ap;
     analytic_params_default(&ap);
     unsigned seed = 4242;
-    int cases = 0, cut = 0;
-    static const int Ss[] = {1, 2, 4}, Ds[] = {1, 2, 4, 8};
-    for (int si = 0; si < 3; si++)
-        for (int di = 0; di < 4; di++)
-            for (int rep = 0; rep < 6; rep++) {
-                int S = Ss[si], D = Ds[di];
-                fixture f;
-                memset(&f, 0, sizeof f);
-                f.m = m;
-                cluster_preset("p4d", &f.hw);
-                dp_err err = {0};
-                if (cost_analytic_new(&f.m, &f.hw, 1, RECOMPUTE_NONE, &ap, &f.cm, &err) != DP_OK)
-                    fail_msg("%s", err.msg);
-                assert_int_equal(stage_model_init(&f.sm, f.cm, S, 1, D, 1, 1e9, &err), DP_OK);
-                double model_state = 0;
-                for (int d = 0; d < S; d++) model_state = fmax(model_state, f.sm.state_mb[d]);
-                double mem = rep == 0 ? 1e6 : 6000 + rand_r(&seed) % 40000;
-                assert_int_equal(stage_model_init(&f.sm, f.cm, S, 1, D, 1, model_state + mem, &err),
-                                 DP_OK);
-                batch_rules_default(&f.rules, m.arch);
-                f.rules.max_seqlen = 4096;
-                f.ctx = (batch_ctx){&f.rules, &f.sm, 2, 512, 0, NULL, DP_SPLIT_GLOBAL, NULL, 0};
-                int n = 6 + rand_r(&seed) % 9;
-                sample_len smp[14];
-                for (int i = 0; i < n; i++) /* short ones and long ones */
-                    smp[i] = (sample_len){i, rand_r(&seed) % 3 ? 1024 + rand_r(&seed) % 3072
-                                                               : 16 + rand_r(&seed) % 512, 0};
-                mb_list l;
-                mb_list_init(&l);
-                dp_status st = dp_batch(&f.ctx, smp, n, &l, &err);
-                assert_int_equal(mb_order(&f.rules, smp, n), DP_OK);
-                int64_t bf = brute_force(&f, smp, n, S);
-                int held = S;
-                if (bf == INT64_MAX) bf = brute_force(&f, smp, n, 1), held = 1;
-                if (bf == INT64_MAX) {
-                    assert_int_equal(st, DP_ERR_INFEASIBLE);
-                } else {
-                    if (st != DP_OK) fail_msg("%s", err.msg);
-                    assert_int_equal(plan_score(&f, &l, smp, n), bf);
-                    /* the cut, written out: every sample alone, then each longer segment's least */
-                    int64_t sum = 0, mx = 0;
-                    for (int i = 0; i < n; i++) {
-                        int64_t t = seg_ns(&f, smp, i, i + 1, held);
-                        sum += t, mx = t > mx ? t : mx;
-                    }
-                    double cap = (double)objective_cd(S, 1, D, sum, mx) /
-                                 (double)(S > 1 ? (S - 1) * D + 1 : D) / 1e6;
-                    for (int i = 0; i < n; i++)
-                        for (int j = i + 2; j <= n; j++) {
-                            double tokens = 0, least = 0;
-                            for (int k = i; k < j; k++) tokens += smp[k].enc;
-                            for (int d = 0; d < S; d++) {
-                                double fe, fd;
-                                stage_model_token_floor(&f.sm, d, &fe, &fd);
-                                least = fmax(least, fe * tokens);
+    int cases = 0;
+    int64_t cut = 0;
+    static const int Ss[] = {1, 2, 4}, Ds[] = {1, 4};
+    for (int t5 = 0; t5 <= 1; t5++)
+        for (int C = 1; C <= 2; C++)
+            for (int si = 0; si < 3; si++)
+                for (int di = 0; di < 2; di++)
+                    for (int rep = 0; rep < 4; rep++) {
+                        int S = Ss[si], D = Ds[di];
+                        fixture f;
+                        memset(&f, 0, sizeof f);
+                        f.m = *model_preset(t5 ? "t5-tiny" : "gpt-tiny");
+                        f.m.enc_layers = 8, f.m.dec_layers = t5 ? 8 : 0;
+                        f.m.hidden = 4096, f.m.heads = 32, f.m.kv_channels = 128, f.m.ffn = 16384;
+                        cluster_preset("p4d", &f.hw);
+                        dp_err err = {0};
+                        if (cost_analytic_new(&f.m, &f.hw, 1, RECOMPUTE_NONE, &ap, &f.cm, &err) !=
+                            DP_OK)
+                            fail_msg("%s", err.msg);
+                        if (stage_model_init(&f.sm, f.cm, S, C, D, 1, 1e9, &err) != DP_OK)
+                            fail_msg("%s", err.msg);
+                        double model_state = 0;
+                        for (int d = 0; d < S; d++) model_state = fmax(model_state, f.sm.state_mb[d]);
+                        double mem = rep == 0 ? 1e6 : 6000 + rand_r(&seed) % 40000;
+                        if (stage_model_init(&f.sm, f.cm, S, C, D, 1, model_state + mem, &err) !=
+                            DP_OK)
+                            fail_msg("%s", err.msg);
+                        batch_rules_default(&f.rules, f.m.arch);
+                        f.rules.max_seqlen = 4096, f.rules.max_dec_seqlen = 1024;
+                        f.ctx = (batch_ctx){&f.rules, &f.sm, 2, 512, 0, NULL, DP_SPLIT_GLOBAL, NULL, 0};
+                        int n = 6 + rand_r(&seed) % 8;
+                        sample_len smp[13];
+                        for (int i = 0; i < n; i++) /* short ones and long ones */
+                            smp[i] = (sample_len){i, rand_r(&seed) % 3 ? 1024 + rand_r(&seed) % 3072
+                                                                      : 16 + rand_r(&seed) % 512,
+                                                  t5 ? 8 + rand_r(&seed) % 1000 : 0};
+                        mb_list l;
+                        mb_list_init(&l);
+                        dp_status st = dp_batch(&f.ctx, smp, n, &l, &err);
+                        assert_int_equal(mb_order(&f.rules, smp, n), DP_OK);
+                        int held = S;
+                        int64_t bf = brute_force(&f, smp, n, S);
+                        if (bf == INT64_MAX) bf = brute_force(&f, smp, n, 1), held = 1;
+                        if (bf == INT64_MAX) {
+                            assert_int_equal(st, DP_ERR_INFEASIBLE);
+                        } else {
+                            if (st != DP_OK) fail_msg("%s", err.msg);
+                            assert_int_equal(plan_score(&f, &l, smp, n), bf);
+                            /* the rule written out: every sample alone scores U; a row stops
+                             * where its tokens at the floors pass U / ((S-1) D + C), or where a
+                             * segment does not fit */
+                            int64_t sum = 0, mx = 0, kept = 0, whole = 0;
+                            for (int i = 0; i < n; i++) {
+                                int64_t t = seg_ns(&f, smp, i, i + 1, held);
+                                sum += t, mx = t > mx ? t : mx;
                             }
-                            cut += least > cap + 1e-6;
+                            double cap = (double)objective_cd(S, C, D, sum, mx) /
+                                         (double)(S > 1 ? (S - 1) * D + C : D * C) / 1e6;
+                            for (int i = 0; i < n; i++) {
+                                double enc = 0, dec = 0;
+                                int stopped = 0;
+                                for (int j = i + 1; j <= n; j++) {
+                                    enc += smp[j - 1].enc, dec += smp[j - 1].dec;
+                                    if (seg_ns(&f, smp, i, j, held) < 0) break;
+                                    whole++;
+                                    double least = 0;
+                                    for (int d = 0; d < S; d++) {
+                                        double fe, fd;
+                                        stage_model_token_floor(&f.sm, d, &fe, &fd);
+                                        least = fmax(least, fe * enc + fd * dec);
+                                    }
+                                    stopped |= j > i + 1 && least > cap + 1e-6;
+                                    kept += !stopped;
+                                }
+                            }
+                            assert_int_equal(l.dp_segments, kept);
+                            cut += whole - kept;
+                            cases++;
                         }
-                    cases++;
-                }
-                mb_list_release(&l);
-                fixture_release(&f);
-            }
-    print_message("floor cut: %d cases agree with brute force; %d segments past the cut\n", cases,
-                  cut);
-    assert_true(cases >= 50);
-    assert_true(cut > 0);
+                        mb_list_release(&l);
+                        fixture_release(&f);
+                    }
+    print_message("floor cut: %d cases agree with brute force; %lld fitting segments cut\n",
+                  cases, (long long)cut);
+    assert_true(cases >= 60);
+    assert_true(cut > 100);
 }
 
 /* The costs a kept cache holds (dp.c: the shape table under one rule, the segment memo of recent
