@@ -281,6 +281,23 @@ static void test_cp_auto_matches_brute_force(void **state)
     assert_true(mixed >= 1); /* some batch runs micro-batches of different degrees */
 }
 
+/* The analytic cost model of gpt-tiny widened to Llama-kind width 1024 (8 heads of 128, ffn
+ * 4096), `layers` deep, on p4d, its spec in *m (the caller frees the model). */
+static cost_model *tiny_analytic(int layers, model_spec *m)
+{
+    *m = *model_preset("gpt-tiny");
+    m->enc_layers = layers, m->hidden = 1024, m->heads = 8, m->kv_channels = 128, m->ffn = 4096;
+    cluster_spec hw;
+    cluster_preset("p4d", &hw);
+    analytic_params ap;
+    analytic_params_default(&ap);
+    cost_model *cm = NULL;
+    dp_err err = {0};
+    if (cost_analytic_new(m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err) != DP_OK)
+        fail_msg("%s", err.msg);
+    return cm;
+}
+
 /* --cp auto's split of a varlen micro-batch with fewer rows than parts: its samples spread over
  * the group's G / c parts, the heaviest holding the longest sample or an even share of the tokens
  * and attention sums, whichever is more; checked against the same model at a fixed degree on the
@@ -288,17 +305,9 @@ static void test_cp_auto_matches_brute_force(void **state)
 static void test_cp_auto_spreads_samples(void **state)
 {
     (void)state;
-    model_spec m = *model_preset("gpt-tiny");
-    m.enc_layers = 4, m.hidden = 1024, m.heads = 8, m.kv_channels = 128, m.ffn = 4096;
-    cluster_spec hw;
-    cluster_preset("p4d", &hw);
-    analytic_params ap;
-    analytic_params_default(&ap);
-    cost_model *group = NULL, *fixed = NULL;
+    model_spec m;
+    cost_model *group = tiny_analytic(4, &m), *fixed = tiny_analytic(4, &m);
     dp_err err = {0};
-    if (cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &group, &err) != DP_OK ||
-        cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &fixed, &err) != DP_OK)
-        fail_msg("%s", err.msg);
     assert_int_equal(cost_model_set_cp_auto(group, 4, 0, &err), DP_OK);
     stage_model sg, sf;
     assert_int_equal(stage_model_init(&sg, group, 2, 1, 1, 0, 1e9, &err), DP_OK);
@@ -483,16 +492,9 @@ static void test_dp_floor_cut_matches_brute_force(void **state)
 static void test_dp_kept_costs_any_rule(void **state)
 {
     (void)state;
-    model_spec m = *model_preset("gpt-tiny");
-    m.enc_layers = 8, m.hidden = 1024, m.heads = 8, m.kv_channels = 128, m.ffn = 4096;
-    cluster_spec hw;
-    cluster_preset("p4d", &hw);
-    analytic_params ap;
-    analytic_params_default(&ap);
-    cost_model *cm = NULL;
+    model_spec m;
+    cost_model *cm = tiny_analytic(8, &m);
     dp_err err = {0};
-    if (cost_analytic_new(&m, &hw, 1, RECOMPUTE_NONE, &ap, &cm, &err) != DP_OK)
-        fail_msg("%s", err.msg);
     stage_model sm;
     assert_int_equal(stage_model_init(&sm, cm, 4, 1, 1, 0, 1e9, &err), DP_OK);
     double model_state = 0;
