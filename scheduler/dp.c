@@ -61,34 +61,28 @@ typedef struct seg_table {
     int64_t *t_arena, *lo_arena; /* every row of t, of lo, one after another: one allocation
                                   * each (rows of their own cost a realloc chain each, half the
                                   * planning of a 14,000-sample batch in page faults and copies) */
-    size_t *t_start, t_used, t_cap; /* while building: row i's first cell in t_arena; cells */
+    size_t t_used, t_cap; /* t_arena's cells filled, allocated */
     int64_t *all; /* the batch's distinct shapes' costs (sorted and unique once `sorted`) */
     int n_all, sorted;
 } seg_table;
 
 static void seg_release(seg_table *T)
 {
-    free(T->t_arena), free(T->lo_arena), free(T->t_start);
+    free(T->t_arena), free(T->lo_arena);
     free(T->t);
     free(T->lo);
     free(T->len);
     free(T->all);
 }
 
-/* Rows of n starts: DP_ERR_NOMEM or DP_OK (then rows are built in order, seg_row_begin, pushes,
- * and seg_rows_done points T->t at them). */
+/* Rows of n starts: DP_ERR_NOMEM or DP_OK (then rows are built in order, row 0 first, each by
+ * pushes, and seg_rows_done points T->t at them). */
 static dp_status seg_rows_alloc(seg_table *T, int n)
 {
     T->n = n;
     T->len = calloc((size_t)(n ? n : 1), sizeof *T->len);
     T->t = calloc((size_t)(n ? n : 1), sizeof *T->t);
-    T->t_start = malloc((size_t)(n ? n : 1) * sizeof *T->t_start);
-    return T->len && T->t && T->t_start ? DP_OK : DP_ERR_NOMEM;
-}
-
-static void seg_row_begin(seg_table *T, int i)
-{
-    T->t_start[i] = T->t_used;
+    return T->len && T->t ? DP_OK : DP_ERR_NOMEM;
 }
 
 /* Row i's next segment (one sample longer than its last) costs ns. */
@@ -101,9 +95,11 @@ static dp_status seg_row_push(seg_table *T, int i, int64_t ns)
     return DP_OK;
 }
 
+/* Each row where it lies in the arena, which moves no more: after the rows before it. */
 static void seg_rows_done(seg_table *T)
 {
-    for (int i = 0; i < T->n; i++) T->t[i] = T->t_arena + T->t_start[i]; /* it moves no more */
+    size_t at = 0;
+    for (int i = 0; i < T->n; at += (size_t)T->len[i], i++) T->t[i] = T->t_arena + at;
 }
 
 /* Sorts v[0..n) of non-negative values ascending: least significant digit first, 11 bits a pass,
@@ -160,10 +156,8 @@ static int seg_cost_index(const seg_table *T, int64_t c)
 static dp_status seg_suffix_min(seg_table *T)
 {
     if (T->lo) return DP_OK;
-    size_t cells = 1;
-    for (int i = 0; i < T->n; i++) cells += (size_t)T->len[i];
     T->lo = calloc((size_t)T->n, sizeof *T->lo);
-    T->lo_arena = malloc(cells * sizeof *T->lo_arena);
+    T->lo_arena = malloc((T->t_used + 1) * sizeof *T->lo_arena); /* as t's rows, one after another */
     if (!T->lo || !T->lo_arena) return DP_ERR_NOMEM;
     size_t at = 0;
     for (int i = 0; i < T->n; at += (size_t)T->len[i], i++) {
@@ -533,7 +527,6 @@ static dp_status seg_build(const batch_ctx *ctx, const sample_len *s, int n, con
     for (int i = 0; i < n && st == DP_OK; i++) {
         int enc = 0, dec = 0;
         double real_enc = 0, real_dec = 0;
-        seg_row_begin(T, i);
         cost_shape sh = cost_shape_rows(0, 0, 0);
         sh.varlen = ctx->varlen;
         for (int j = i + 1; j <= n; j++) {
@@ -822,7 +815,6 @@ dp_status dp_cut(int n, dp_seg_cost cost, void *cost_ctx, int S, int C, int D, i
                        ? dp_fail(err, DP_ERR_NOMEM, "out of memory")
                        : DP_OK;
     for (int i = 0; i < n && st == DP_OK; i++) {
-        seg_row_begin(&T, i);
         for (int l = 1; i + l <= n; l++) {
             int64_t ns = cost(cost_ctx, i, l);
             if (ns < 0) break; /* no longer segment from i fits either */
